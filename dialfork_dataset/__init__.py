@@ -1,0 +1,53 @@
+"""dialfork_dataset: records, STAR reading, fork arithmetic, corpus builder, Hub layout, loading.
+
+Heavy dependencies (``datasets``, ``huggingface_hub``) are imported where used.
+"""
+
+from .forks import (
+    admits_forks,
+    fork_turns,
+    position_to_system_turn,
+    prefix_before_system_turn,
+    system_turn_positions,
+    system_turn_to_position,
+)
+from .jsonl import JsonlAppender, JsonlError, read_jsonl, repair_torn_tail, validate_jsonl_file, write_jsonl
+from .records import (
+    HALLUCINATION_TYPES,
+    RECORD_FIELDS,
+    DialogueRecord,
+    RecordError,
+    Turn,
+    normalize_record,
+    record_errors,
+    record_features,
+    validate_record,
+    validate_records,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "HALLUCINATION_TYPES",
+    "RECORD_FIELDS",
+    "DialogueRecord",
+    "JsonlAppender",
+    "JsonlError",
+    "RecordError",
+    "Turn",
+    "__version__",
+    "admits_forks",
+    "fork_turns",
+    "normalize_record",
+    "position_to_system_turn",
+    "prefix_before_system_turn",
+    "read_jsonl",
+    "record_errors",
+    "record_features",
+    "repair_torn_tail",
+    "system_turn_positions",
+    "system_turn_to_position",
+    "validate_jsonl_file",
+    "validate_record",
+    "validate_records",
+]

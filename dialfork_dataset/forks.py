@@ -1,0 +1,71 @@
+"""Fork arithmetic (SPEC section 1): fork turns and system-turn <-> turn-position maps."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+NUM_FORK_POSITIONS = 4
+MIN_SYSTEM_TURNS = 4
+
+
+def fork_turns(T: int) -> tuple[int, int, int, int]:
+    """``(t_1, t_2, t_3, t_4)`` with ``t_k = 1 + round((k-1) * T / 4)`` (Python's ``round``).
+
+    Raises ``ValueError`` for ``T < 4`` (the four positions are then not distinct and <= T).
+
+    >>> fork_turns(6)
+    (1, 3, 4, 5)
+    """
+    if isinstance(T, bool) or not isinstance(T, int):
+        raise ValueError(f"fork_turns: T must be an integer number of system turns, got {T!r}")
+    if T < MIN_SYSTEM_TURNS:
+        raise ValueError(
+            f"fork_turns: T={T} system turns cannot hold four distinct fork turns; "
+            f"a conformant dialogue needs T >= {MIN_SYSTEM_TURNS} to be kept"
+        )
+    ts = tuple(1 + round((k - 1) * T / 4) for k in range(1, NUM_FORK_POSITIONS + 1))
+    assert len(set(ts)) == 4 and ts[-1] <= T, ts
+    return ts  # type: ignore[return-value]
+
+
+def admits_forks(T: int) -> bool:
+    """Whether a conformant dialogue with ``T`` system turns is kept (SPEC section 1)."""
+    return isinstance(T, int) and T >= MIN_SYSTEM_TURNS
+
+
+def _speaker(t: Any) -> str:
+    return t["speaker"] if isinstance(t, Mapping) else t.speaker
+
+
+def system_turn_positions(turns: Sequence[Any]) -> list[int]:
+    """0-based positions in ``turns`` of system turns 1..T (list index i holds turn i+1)."""
+    return [i for i, t in enumerate(turns) if _speaker(t) == "system"]
+
+
+def system_turn_to_position(turns: Sequence[Any], t: int) -> int:
+    """0-based position in ``turns`` of system turn ``t`` (1-based)."""
+    pos = system_turn_positions(turns)
+    if not 1 <= t <= len(pos):
+        raise ValueError(f"system turn {t} out of range 1..{len(pos)}")
+    return pos[t - 1]
+
+
+def position_to_system_turn(turns: Sequence[Any], position: int) -> int:
+    """System-turn index of the turn at 0-based ``position``.
+
+    A system turn maps to its own index; a user turn maps to the latest system turn before it,
+    or 1 if none (SPEC section 8: a flag raised at a user turn).
+    """
+    if not 0 <= position < len(turns):
+        raise ValueError(f"turn position {position} out of range 0..{len(turns) - 1}")
+    n = 0
+    for t in turns[: position + 1]:
+        if _speaker(t) == "system":
+            n += 1
+    return max(n, 1)
+
+
+def prefix_before_system_turn(turns: Sequence[Any], t: int) -> list[Any]:
+    """The turns strictly before system turn ``t`` (the shared prefix of a fork at ``t``)."""
+    return list(turns[: system_turn_to_position(turns, t)])

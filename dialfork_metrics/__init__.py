@@ -1,0 +1,60 @@
+"""dialfork_metrics: encoders, Task 1/2 distances, Task 3 detectors and scoring, evaluate modules.
+
+``import dialfork_metrics`` is fast: every public name is resolved lazily from its submodule
+on first access (PEP 562), so numpy/scipy/torch load only when a function is used.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+# public name -> submodule that defines it
+_EXPORTS: dict[str, str] = {
+    # encoders
+    "Encoder": "encoders",
+    "ENCODER_ALIASES": "encoders",
+    "resolve_encoder_name": "encoders",
+    # Task 2, embedding level
+    "flowscore_from_embeddings": "distances",
+    "flowdtw_from_embeddings": "distances",
+    "mean_turn_distance": "distances",
+    "flowscore_batch_from_embeddings": "distances",
+    "flowdtw_batch_from_embeddings": "distances",
+    # Task 2, dialogue level
+    "flowscore": "dialogue",
+    "flowdtw": "dialogue",
+    "mean_turn": "dialogue",
+    "full_dialog": "dialogue",
+    "turn_count_diff": "dialogue",
+    "word_count_diff": "dialogue",
+    "shared_prefix": "dialogue",
+    # Task 1, embedding level and set level
+    "fbd_from_embeddings": "setlevel",
+    "prd_from_embeddings": "setlevel",
+    "fbd": "setlevel",
+    "prd": "setlevel",
+    "set_turn_count_diff": "setlevel",
+    "set_word_count_diff": "setlevel",
+    "FlowGraph": "flowgraph",
+    "flowkl": "flowgraph",
+    "flowkl_from_likelihoods": "flowgraph",
+    # evaluate modules
+    "load": "modules",
+    "module_path": "modules",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    mod = _EXPORTS.get(name)
+    if mod is None:
+        raise AttributeError(f"module 'dialfork_metrics' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{mod}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

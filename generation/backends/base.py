@@ -1,0 +1,50 @@
+"""The backend interface shared by every generator (template, transformers, OpenAI-compatible).
+
+The engine advances many dialogues in lockstep: at each step it collects one
+:class:`TurnRequest` per active dialogue and calls :meth:`Backend.generate` once with the
+whole batch. A backend returns one utterance per request, in order.
+
+Determinism contract: the text returned for a request must depend only on that request
+(its ``messages``/``state``, ``seed``, ``turn_index`` and ``role``), never on which other
+requests share the batch or on the batch size. This is what makes ``replay`` forks reproduce
+their parent's prefix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+
+@dataclass
+class TurnRequest:
+    dialogue_key: str
+    """Unique key of the dialogue being generated (its ``dialogue_id``)."""
+    role: str
+    """Which agent speaks: ``"system"`` or ``"user"``."""
+    messages: list[dict[str, str]]
+    """That agent's chat context: ``[{"role": "system"|"user"|"assistant", "content": ...}]``.
+    Instructions (role prompt, injected hallucination instruction, wrap-up) are ``system``
+    messages at the place they were given; the agent's own past turns are ``assistant``."""
+    seed: int
+    """The dialogue's seed (a fork uses its parent's seed, so replay regenerates the prefix)."""
+    turn_index: int
+    """0-based position of the utterance being generated in the dialogue."""
+    state: Any = None
+    """Structured state for non-LLM backends (the template simulator); LLM backends ignore it."""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Backend(Protocol):
+    name: str
+    """Recorded as the record's ``generator`` (a model id, or ``"template"``)."""
+
+    def decoding(self) -> dict[str, Any]:
+        """Decoding parameters recorded in each record (temperature, top_p, top_k, max_new_tokens)."""
+        ...
+
+    def generate(self, requests: Sequence[TurnRequest]) -> list[str]:
+        """One utterance per request, in order."""
+        ...
