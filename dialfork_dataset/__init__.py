@@ -3,6 +3,7 @@
 Heavy dependencies (``datasets``, ``huggingface_hub``) are imported where used.
 """
 
+from .builder import CONFIGS, SPLITS, build_dataset, load_records, split_sources
 from .forks import (
     admits_forks,
     fork_turns,
@@ -11,6 +12,7 @@ from .forks import (
     system_turn_positions,
     system_turn_to_position,
 )
+from .hub import export_hub_layout, load_blind, load_blind_pairs, load_gold, load_split, push_to_hub
 from .jsonl import JsonlAppender, JsonlError, read_jsonl, repair_torn_tail, validate_jsonl_file, write_jsonl
 from .records import (
     HALLUCINATION_TYPES,
@@ -24,10 +26,29 @@ from .records import (
     validate_record,
     validate_records,
 )
+from .turns import as_turns, transcript, turn_texts
+from .views import task1_sets, task2_quartets, task3_examples
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "CONFIGS",
+    "SPLITS",
+    "as_turns",
+    "build_dataset",
+    "export_hub_layout",
+    "load_blind",
+    "load_blind_pairs",
+    "load_gold",
+    "load_records",
+    "load_split",
+    "push_to_hub",
+    "split_sources",
+    "task1_sets",
+    "task2_quartets",
+    "task3_examples",
+    "transcript",
+    "turn_texts",
     "HALLUCINATION_TYPES",
     "RECORD_FIELDS",
     "DialogueRecord",
@@ -50,4 +71,5 @@ __all__ = [
     "validate_jsonl_file",
     "validate_record",
     "validate_records",
+    "write_jsonl",
 ]

@@ -1,0 +1,49 @@
+"""Generation backends and their registry.
+
+``get_backend(name, **options)`` builds a backend by name; LLM backends are imported lazily,
+so the template backend (and this module) never imports torch or an HTTP client.
+
+=============== ================================================= =========================
+name            class                                             needs
+=============== ================================================= =========================
+``template``    :class:`generation.backends.template.TemplateBackend` STAR only (CPU, exact)
+``transformers``:class:`generation.backends.hf.TransformersBackend`     a chat model (GPU)
+``openai``      :class:`generation.backends.openai_backend.OpenAIBackend` an OpenAI-compatible server
+=============== ================================================= =========================
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from .base import Backend, TurnRequest
+
+BACKENDS: dict[str, str] = {
+    "template": "generation.backends.template:TemplateBackend",
+    "transformers": "generation.backends.hf:TransformersBackend",
+    "openai": "generation.backends.openai_backend:OpenAIBackend",
+}
+
+
+class UnknownBackendError(ValueError):
+    pass
+
+
+def backend_class(name: str) -> type:
+    if name not in BACKENDS:
+        raise UnknownBackendError(f"unknown backend {name!r}; choose one of: {', '.join(BACKENDS)}")
+    mod, _, cls = BACKENDS[name].partition(":")
+    try:
+        module = importlib.import_module(mod)
+    except ImportError as e:
+        raise UnknownBackendError(f"backend {name!r} is not available: importing {mod} failed ({e})") from e
+    return getattr(module, cls)
+
+
+def get_backend(name: str, **options: Any) -> Backend:
+    """Instantiate backend ``name`` with ``options`` (passed to its constructor)."""
+    return backend_class(name)(**options)
+
+
+__all__ = ["BACKENDS", "Backend", "TurnRequest", "UnknownBackendError", "backend_class", "get_backend"]

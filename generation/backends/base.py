@@ -8,6 +8,16 @@ Determinism contract: the text returned for a request must depend only on that r
 (its ``messages``/``state``, ``seed``, ``turn_index`` and ``role``), never on which other
 requests share the batch or on the batch size. This is what makes ``replay`` forks reproduce
 their parent's prefix.
+
+Optional attributes the engine honours (a backend that lacks them gets the default):
+
+* ``uses_messages: bool`` (default ``True``): whether the backend reads ``TurnRequest.messages``.
+  The template backend sets it to ``False`` and the engine then skips building the chat
+  contexts (it reads ``state``). The message layout is documented in :mod:`generation.prompts`.
+* ``close()``: called once when the engine is done with the backend (free GPU memory, sockets).
+
+An agent ends the conversation by ending its utterance with ``generation.prompts.END_TOKEN``
+(``"[END]"``); the engine strips the token from the recorded text.
 """
 
 from __future__ import annotations

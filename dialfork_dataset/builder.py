@@ -1,0 +1,287 @@
+"""From generator output (JSONL record files) to the ``conformant``/``forked``/``task3`` configs.
+
+The corpus is partitioned by conformant *source*: per task, the conformant dialogues are put
+in a deterministic pseudo-random order (keyed by ``split_seed`` and the source id, so the
+split does not follow generation order) and the first ``floor(n/2)`` are ``train``, the rest
+``test`` (SPEC section 4). Every config uses the same partition:
+
+* ``conformant``: train / test = the two halves of the conformant dialogues;
+* ``forked``: train / test = the forks of train / test sources;
+* ``task3``: train = conformant train (for calibration); test = conformant test + their forks.
+
+:class:`DialFork` is a ``datasets.GeneratorBasedBuilder`` over a folder of record files (datasets
+5.x runs no loading scripts, so it is used from the package; the published corpus is the
+parquet layout written by :func:`dialfork_dataset.hub.export_hub_layout`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from .jsonl import JsonlError, iter_jsonl
+from .records import HALLUCINATION_TYPES, RecordError, normalize_record, record_errors
+
+logger = logging.getLogger(__name__)
+
+CONFIGS: tuple[str, ...] = ("conformant", "forked", "task3")
+SPLITS: tuple[str, ...] = ("train", "test")
+DEFAULT_CONFIG = "task3"
+DEFAULT_SPLIT_SEED = 0
+_TYPE_ORDER = {h: i for i, h in enumerate(HALLUCINATION_TYPES)}
+
+
+def record_files(src: str | os.PathLike) -> list[Path]:
+    """The record files of a generator output folder (``*.jsonl``, ``*.jsonl.gz``), sorted.
+
+    ``src`` may also be a single record file.
+    """
+    src = Path(src)
+    if src.is_file():
+        return [src]
+    if not src.is_dir():
+        raise FileNotFoundError(f"{src}: no such record file or folder")
+    files = sorted(
+        p for p in src.rglob("*") if p.is_file() and (p.name.endswith(".jsonl") or p.name.endswith(".jsonl.gz"))
+        and not p.name.startswith(".") and "shards" not in p.relative_to(src).parts[:-1]
+    )
+    if not files:
+        raise FileNotFoundError(f"{src}: holds no *.jsonl record files (expected the generator's output)")
+    return files
+
+
+def sort_key(r: Mapping[str, Any]) -> tuple:
+    """Canonical order: task, source, conformant first, then type (WIC, SSPC, GR, CSC), then k."""
+    h = r.get("hallucination_type")
+    return (r["task"], r["source_id"], -1 if h is None else _TYPE_ORDER.get(h, 99), r.get("fork_position") or 0,
+            r["dialogue_id"])
+
+
+def load_records(src: str | os.PathLike | Sequence[Mapping[str, Any]], validate: bool = True) -> list[dict[str, Any]]:
+    """Read every record of a generator output folder (or take a list), validate, sort canonically.
+
+    Validation collects every problem of every file (``file:line: dialogue_id=...: field: reason``),
+    plus cross-record checks (duplicate ids, forks whose source is missing, fork_turn/T mismatch
+    with the source) and raises one :class:`RecordError` listing them all.
+    """
+    errors: list[str] = []
+    records: list[dict[str, Any]] = []
+    where: dict[str, str] = {}
+    if isinstance(src, (str, os.PathLike)):
+        for path in record_files(src):
+            try:
+                for lineno, obj in iter_jsonl(path, collect=True):
+                    loc = f"{path}:{lineno}"
+                    if validate:
+                        did = obj.get("dialogue_id") if isinstance(obj, Mapping) else None
+                        errors.extend(f"{loc}: dialogue_id={did!r}: {e}" for e in record_errors(obj))
+                    if isinstance(obj, Mapping):
+                        rec = normalize_record(obj)
+                        records.append(rec)
+                        where.setdefault(str(rec["dialogue_id"]), loc)
+            except JsonlError as e:
+                errors.extend(e.errors)
+    else:
+        for i, obj in enumerate(src, 1):
+            loc = f"<records>[{i}]"
+            if validate:
+                errors.extend(f"{loc}: dialogue_id={obj.get('dialogue_id')!r}: {e}" for e in record_errors(obj))
+            rec = normalize_record(obj)
+            records.append(rec)
+            where.setdefault(str(rec["dialogue_id"]), loc)
+    if validate and not errors:
+        errors.extend(_cross_record_errors(records, where))
+    if errors:
+        raise RecordError(f"{len(errors)} problem(s) in the records of {src if isinstance(src, (str, os.PathLike)) else 'the given list'}:\n"
+                          + "\n".join(errors), errors)
+    records.sort(key=sort_key)
+    return records
+
+
+def _cross_record_errors(records: Sequence[Mapping[str, Any]], where: Mapping[str, str]) -> list[str]:
+    errs: list[str] = []
+    seen: set[str] = set()
+    sources: dict[str, Mapping[str, Any]] = {}
+    for r in records:
+        did = r["dialogue_id"]
+        if did in seen:
+            errs.append(f"{where.get(did, '?')}: dialogue_id={did!r}: duplicate id")
+        seen.add(did)
+        if r["hallucination_type"] is None:
+            sources[did] = r
+    for r in records:
+        if r["hallucination_type"] is None:
+            continue
+        src = sources.get(r["source_id"])
+        loc = where.get(r["dialogue_id"], "?")
+        if src is None:
+            errs.append(f"{loc}: dialogue_id={r['dialogue_id']!r}: source_id {r['source_id']!r} is not a conformant "
+                        "record of this corpus (add the source or drop the fork)")
+            continue
+        from .forks import fork_turns
+
+        try:
+            expected = fork_turns(src["num_system_turns"])[r["fork_position"] - 1]
+        except ValueError as e:
+            errs.append(f"{loc}: dialogue_id={r['dialogue_id']!r}: source cannot be forked: {e}")
+            continue
+        if r["fork_turn"] != expected:
+            errs.append(f"{loc}: dialogue_id={r['dialogue_id']!r}: fork_turn {r['fork_turn']} != t_{r['fork_position']}"
+                        f" = {expected} of its source (T={src['num_system_turns']})")
+        for k in ("task", "scenario_id"):
+            if r[k] != src[k]:
+                errs.append(f"{loc}: dialogue_id={r['dialogue_id']!r}: {k} {r[k]!r} differs from its source's {src[k]!r}")
+    return errs
+
+
+def _rank(split_seed: int, source_id: str) -> str:
+    return hashlib.sha256(f"{split_seed}:{source_id}".encode()).hexdigest()
+
+
+def split_sources(records: Iterable[Mapping[str, Any]], split_seed: int = DEFAULT_SPLIT_SEED) -> dict[str, str]:
+    """``source_id -> "train" | "test"``: per task, floor(n/2) conformant sources go to train."""
+    by_task: dict[str, list[str]] = defaultdict(list)
+    for r in records:
+        if r["hallucination_type"] is None:
+            by_task[r["task"]].append(r["dialogue_id"])
+    out: dict[str, str] = {}
+    for _task, ids in sorted(by_task.items()):
+        ordered = sorted(ids, key=lambda s: _rank(split_seed, s))
+        n_train = len(ordered) // 2
+        for i, sid in enumerate(ordered):
+            out[sid] = "train" if i < n_train else "test"
+    return out
+
+
+def config_split_rows(records: Sequence[Mapping[str, Any]], config: str, split: str,
+                      split_seed: int = DEFAULT_SPLIT_SEED, assignment: Mapping[str, str] | None = None) -> list[Mapping[str, Any]]:
+    """The rows of ``config``/``split`` in canonical order."""
+    if config not in CONFIGS:
+        raise ValueError(f"unknown config {config!r}; DialFork has {', '.join(CONFIGS)}")
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r} for config {config!r}; expected one of {', '.join(SPLITS)}")
+    assignment = assignment if assignment is not None else split_sources(records, split_seed)
+    rows = []
+    for r in records:
+        conf = r["hallucination_type"] is None
+        side = assignment.get(r["source_id"])
+        if side is None:
+            continue
+        if config == "conformant" and conf and side == split:
+            rows.append(r)
+        elif config == "forked" and not conf and side == split:
+            rows.append(r)
+        elif config == "task3" and side == split and (conf or split == "test"):
+            rows.append(r)
+    return rows
+
+
+def all_config_rows(records: Sequence[Mapping[str, Any]], split_seed: int = DEFAULT_SPLIT_SEED) -> dict[str, dict[str, list]]:
+    assignment = split_sources(records, split_seed)
+    return {c: {s: config_split_rows(records, c, s, assignment=assignment) for s in SPLITS} for c in CONFIGS}
+
+
+def _builder_classes():
+    import datasets
+
+    class DialForkConfig(datasets.BuilderConfig):
+        """A DialFork config; ``split_seed`` fixes the deterministic train/test partition."""
+
+        def __init__(self, split_seed: int = DEFAULT_SPLIT_SEED, **kwargs):
+            super().__init__(**kwargs)
+            self.split_seed = split_seed
+
+    class DialFork(datasets.GeneratorBasedBuilder):
+        """DialFork from a folder of generator record files (``data_dir=``)."""
+
+        VERSION = datasets.Version("1.0.0")
+        BUILDER_CONFIG_CLASS = DialForkConfig
+        BUILDER_CONFIGS = [
+            DialForkConfig(name="conformant", version=datasets.Version("1.0.0"),
+                           description="Conformant dialogues D+ (train/test halves per task)."),
+            DialForkConfig(name="forked", version=datasets.Version("1.0.0"),
+                           description="The 16 forks (4 types x 4 positions) of each conformant dialogue."),
+            DialForkConfig(name="task3", version=datasets.Version("1.0.0"),
+                           description="Task 3: train = conformant train half; test = conformant test half + its forks."),
+        ]
+        DEFAULT_CONFIG_NAME = DEFAULT_CONFIG
+
+        def _info(self):
+            from .records import record_features
+
+            return datasets.DatasetInfo(
+                description="DialFork: procedural hallucination in task-oriented dialogue (forks of STAR role-plays).",
+                features=record_features(),
+                homepage="https://github.com/idiap/dialfork",
+                license="cc-by-4.0",
+                citation=CITATION,
+            )
+
+        def _split_generators(self, dl_manager):
+            data_dir = self.config.data_dir
+            if not data_dir:
+                raise ValueError("DialFork needs data_dir=<folder of generator *.jsonl record files>")
+            records = load_records(data_dir)
+            assignment = split_sources(records, self.config.split_seed)
+            return [
+                datasets.SplitGenerator(
+                    name=getattr(datasets.Split, s.upper()),
+                    gen_kwargs={"rows": config_split_rows(records, self.config.name, s, assignment=assignment)},
+                )
+                for s in SPLITS
+            ]
+
+        def _generate_examples(self, rows):
+            from datasets.builder import Key
+
+            for i, r in enumerate(rows):
+                yield Key(0, i), dict(r)
+
+    return DialForkConfig, DialFork
+
+
+def __getattr__(name: str):  # lazy: datasets is heavy
+    if name in ("DialFork", "DialForkConfig"):
+        cfg, builder = _builder_classes()
+        globals().update(DialFork=builder, DialForkConfig=cfg)
+        return globals()[name]
+    raise AttributeError(name)
+
+
+def build_dataset(src: str | os.PathLike, config: str = DEFAULT_CONFIG, split_seed: int = DEFAULT_SPLIT_SEED,
+                  cache_dir: str | None = None):
+    """Build a config from a folder of record files; returns a ``datasets.DatasetDict``."""
+    from . import builder as _self
+
+    if config not in CONFIGS:
+        raise ValueError(f"unknown config {config!r}; DialFork has {', '.join(CONFIGS)}")
+    b = _self.DialFork(config_name=config, data_dir=str(src), split_seed=split_seed, cache_dir=cache_dir)
+    b.download_and_prepare()
+    return b.as_dataset()
+
+
+CITATION = """@misc{dialfork2026,
+  title  = {DialFork: Evaluating Conversational Agents' Procedural Hallucination Beyond Factuality},
+  author = {{DialFork authors}},
+  year   = {2026},
+  note   = {Idiap Research Institute}
+}"""
+
+__all__ = [
+    "CONFIGS",
+    "SPLITS",
+    "DEFAULT_CONFIG",
+    "build_dataset",
+    "config_split_rows",
+    "all_config_rows",
+    "load_records",
+    "record_files",
+    "sort_key",
+    "split_sources",
+]
+

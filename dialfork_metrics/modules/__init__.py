@@ -1,0 +1,103 @@
+"""The ``evaluate`` modules shipped with DialFork, as package data.
+
+Each sub-folder ``<name>/`` holding a script ``<name>.py`` is an ``evaluate`` module (layout and
+conventions: ``docs/evaluate_modules.md``). Load one offline with::
+
+    >>> import dialfork_metrics
+    >>> flowscore = dialfork_metrics.load("flowscore", encoder="minilm")  # doctest: +SKIP
+
+which is ``evaluate.load(dialfork_metrics.module_path("flowscore"), encoder="minilm")``.
+``evaluate.load("flowscore")`` (a bare name) does *not* find these: evaluate resolves a bare name
+only to ``./flowscore/flowscore.py`` or to the ``evaluate-metric`` namespace on the Hub.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+MODULES_DIR = Path(__file__).resolve().parent
+
+_NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
+
+DIALFORK_BIBTEX = """\
+@misc{dialfork2026,
+  title        = {{DialFork}: Measuring Procedural Hallucination in Conversational Agents},
+  author       = {{DialFork authors}},
+  year         = {2026},
+  note         = {Idiap Research Institute; Telef{\\'o}nica Innovaci{\\'o}n Digital; Logitech; Brno University of Technology},
+  howpublished = {\\url{https://github.com/idiap/dialfork}}
+}"""
+"""The citation every module card and ``MetricInfo.citation`` uses."""
+
+
+def available() -> list[str]:
+    """Names of the packaged modules: every sub-folder ``<name>`` that contains ``<name>.py``."""
+    return sorted(
+        p.name
+        for p in MODULES_DIR.iterdir()
+        if p.is_dir() and _NAME_RE.match(p.name) and (p / f"{p.name}.py").is_file()
+    )
+
+
+def module_path(name: str) -> str:
+    """Folder of the packaged module ``name`` (pass it to ``evaluate.load``).
+
+    Raises ``ValueError`` listing the available modules for an unknown name.
+    """
+    if not isinstance(name, str) or name not in available():
+        raise ValueError(
+            f"unknown DialFork evaluate module {name!r}; available: {', '.join(available()) or '(none)'}"
+        )
+    return str(MODULES_DIR / name)
+
+
+def load(name: str, **kwargs: Any):
+    """``evaluate.load`` of the packaged module ``name``; works offline (``HF_EVALUATE_OFFLINE=1``).
+
+    Keyword arguments go to ``evaluate.load``: evaluate's own (``config_name``, ``cache_dir``,
+    ``keep_in_memory``, ``experiment_id``, ``num_process``, ``process_id``...) and the module's
+    load-time options (e.g. ``encoder="d2f"``, ``batch_size=64``, ``device="cuda"``).
+    """
+    import evaluate
+
+    return evaluate.load(module_path(name), **kwargs)
+
+
+def dialogue_features():
+    """The two accepted ``Features`` for pair modules: one dialogue per row, as a list of turn
+    strings or as a list of ``{speaker, text}`` dicts (evaluate picks the first that fits)."""
+    import datasets
+
+    strings = datasets.List(datasets.Value("string"))
+    dicts = datasets.List({"speaker": datasets.Value("string"), "text": datasets.Value("string")})
+    return [
+        datasets.Features({"predictions": strings, "references": strings}),
+        datasets.Features({"predictions": dicts, "references": dicts}),
+    ]
+
+
+def dialogue_set_features():
+    """As :func:`dialogue_features`, one row being a *set* of dialogues (e.g. ``flowkl``)."""
+    import datasets
+
+    strings = datasets.List(datasets.List(datasets.Value("string")))
+    dicts = datasets.List(
+        datasets.List({"speaker": datasets.Value("string"), "text": datasets.Value("string")})
+    )
+    return [
+        datasets.Features({"predictions": strings, "references": strings}),
+        datasets.Features({"predictions": dicts, "references": dicts}),
+    ]
+
+
+__all__ = [
+    "DIALFORK_BIBTEX",
+    "MODULES_DIR",
+    "available",
+    "dialogue_features",
+    "dialogue_set_features",
+    "load",
+    "module_path",
+]

@@ -1,0 +1,124 @@
+"""Trivial Task 3 baselines (SPEC section 8): always the first system turn, always the last, and
+a uniformly random system turn.
+
+They need no training; ``fit`` is accepted (and ignored) so that every detector has the same API.
+The random baseline is reproducible and order-independent: dialogue ``d`` gets
+``rng(seed, sha256(key(d))).integers(1, T + 1)`` where ``key`` is the dialogue id when there is
+one, else the transcript, so a prediction does not depend on which other dialogues are scored.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dialfork_dataset.forks import system_turn_positions
+from dialfork_dataset.turns import as_turns, transcript
+
+FORMAT = "dialfork-task3-baseline"
+
+
+def _num_system_turns(dialogue: Any, where: str) -> int:
+    T = len(system_turn_positions(as_turns(dialogue, where=where)))
+    if T == 0:
+        raise ValueError(f"{where}: has no system turn, so no system turn index can be predicted")
+    return T
+
+
+def _where(d: Any, i: int) -> str:
+    if isinstance(d, Mapping) and d.get("dialogue_id"):
+        return f"dialogue {d['dialogue_id']!r}"
+    return f"dialogue #{i}"
+
+
+class _Baseline:
+    name = "baseline"
+
+    def fit(self, dialogues: Sequence[Any] | None = None, embeddings: Any = None, **_: Any) -> _Baseline:
+        """No-op (trivial baselines need no training); returns ``self``."""
+        return self
+
+    def _predict_T(self, T: int, dialogue: Any) -> int | None:
+        raise NotImplementedError
+
+    def predict(self, dialogue: Any, embeddings: Any = None) -> int | None:
+        return self._predict_T(_num_system_turns(dialogue, _where(dialogue, 0)), dialogue)
+
+    def predict_many(self, dialogues: Sequence[Any], embeddings: Any = None, show_progress: bool = False
+                     ) -> list[int | None]:
+        return [self._predict_T(_num_system_turns(d, _where(d, i)), d) for i, d in enumerate(dialogues)]
+
+    def config(self) -> dict[str, Any]:
+        return {"detector": self.name}
+
+    def save(self, path: str | os.PathLike) -> Path:
+        from dialfork_dataset.jsonl import write_json_atomic
+
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(path / "config.json", {"format": FORMAT, "format_version": 1, **self.config()})
+        return path
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+
+class FirstTurnBaseline(_Baseline):
+    """Always system turn 1."""
+
+    name = "first"
+
+    def _predict_T(self, T: int, dialogue: Any) -> int:
+        return 1
+
+
+class LastTurnBaseline(_Baseline):
+    """Always the dialogue's last system turn ``T``."""
+
+    name = "last"
+
+    def _predict_T(self, T: int, dialogue: Any) -> int:
+        return T
+
+
+class RandomTurnBaseline(_Baseline):
+    """A uniformly random system turn in ``1..T``, seeded per dialogue (see the module doc)."""
+
+    name = "random"
+
+    def __init__(self, seed: int = 0):
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+        self.seed = seed
+
+    def _predict_T(self, T: int, dialogue: Any) -> int:
+        if isinstance(dialogue, Mapping) and isinstance(dialogue.get("dialogue_id"), str):
+            key = "id:" + dialogue["dialogue_id"]
+        else:
+            key = "text:" + transcript(dialogue)
+        h = int.from_bytes(hashlib.sha256(key.encode("utf-8")).digest()[:8], "little")
+        return int(np.random.default_rng([self.seed, h]).integers(1, T + 1))
+
+    def config(self) -> dict[str, Any]:
+        return {"detector": self.name, "seed": self.seed}
+
+    def __repr__(self) -> str:
+        return f"RandomTurnBaseline(seed={self.seed})"
+
+
+def load_baseline(path: str | os.PathLike) -> _Baseline:
+    meta = json.loads((Path(path) / "config.json").read_text(encoding="utf-8"))
+    name = meta.get("detector")
+    if name == "first":
+        return FirstTurnBaseline()
+    if name == "last":
+        return LastTurnBaseline()
+    if name == "random":
+        return RandomTurnBaseline(seed=int(meta.get("seed", 0)))
+    raise ValueError(f"{path}: unknown baseline {name!r}")

@@ -1,0 +1,124 @@
+"""A Laplace-smoothed N-gram language model over node-id sequences (SPEC section 8).
+
+``p_t = P(n_t | n_{t-N+1..t-1}) = (count(context, n_t) + 1) / (count(context) + V)`` with ``V``
+the number of nodes (the vocabulary the model predicts over; the padding symbol ``[start]`` is
+never predicted), the smoothing FlowKL uses for its transitions (SPEC section 7). Each sequence
+is left-padded with ``N - 1`` ``[start]`` symbols, so the first turns are conditioned on the
+dialogue opening. The probabilities over the ``V`` nodes of any context sum to 1.
+
+Why hand-written: the model is a few dictionary look-ups; what matters is that the smoothing is
+exactly FlowKL's and that a single next-node probability can be read incrementally (streaming)
+without rebuilding any state. NLTK's ``nltk.lm.Laplace`` adds ``<UNK>``/``</s>`` to the
+vocabulary (a different ``V``) and is not a dependency of the project.
+
+``backoff=True`` (ours, off by default, not in the paper) replaces an *unseen* full context by
+its longest seen suffix (down to the empty context, i.e. the unigram model), still Laplace-
+smoothed at that order; with ``backoff=False`` an unseen context gives ``1 / V``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+
+class NgramLM:
+    """Counts of every order ``1..N`` over padded node sequences.
+
+    Parameters
+    ----------
+    order:
+        ``N`` (>= 1). ``N = 1`` is the unigram model; ``N = 2`` a first-order Markov chain.
+    vocab_size:
+        ``V``, the number of nodes; node ids are ``0..V-1`` and ``V`` is the ``[start]`` symbol.
+    backoff:
+        Back off to the longest seen suffix of an unseen context (see the module doc).
+    """
+
+    def __init__(self, order: int, vocab_size: int, backoff: bool = False):
+        if isinstance(order, bool) or not isinstance(order, int | np.integer) or order < 1:
+            raise ValueError(f"N-gram order N must be an integer >= 1, got {order!r}")
+        if isinstance(vocab_size, bool) or not isinstance(vocab_size, int | np.integer) or vocab_size < 1:
+            raise ValueError(f"vocab_size V must be an integer >= 1, got {vocab_size!r}")
+        self.order = int(order)
+        self.vocab_size = int(vocab_size)
+        self.start = self.vocab_size
+        self.backoff = bool(backoff)
+        self.ngram_counts: Counter[tuple[int, ...]] = Counter()
+        self.context_counts: Counter[tuple[int, ...]] = Counter()
+
+    # -- fitting ---------------------------------------------------------------------------
+    def _check(self, seq: Sequence[int], where: str) -> list[int]:
+        out = [int(x) for x in seq]
+        bad = [x for x in out if not 0 <= x < self.vocab_size]
+        if bad:
+            raise ValueError(f"{where}: node id(s) {sorted(set(bad))[:5]} outside 0..{self.vocab_size - 1}")
+        return out
+
+    def fit(self, sequences: Iterable[Sequence[int]]) -> NgramLM:
+        """Count every n-gram of order 1..N of the padded sequences (adds to existing counts)."""
+        n = self.order
+        for i, seq in enumerate(sequences):
+            s = [self.start] * (n - 1) + self._check(seq, f"sequence {i}")
+            for t in range(n - 1, len(s)):
+                for k in range(n):  # context length k: s[t-k:t]
+                    ctx = tuple(s[t - k : t])
+                    self.ngram_counts[(*ctx, s[t])] += 1
+                    self.context_counts[ctx] += 1
+        return self
+
+    # -- probabilities ------------------------------------------------------------------------
+    def context_of(self, history: Sequence[int]) -> tuple[int, ...]:
+        """The length-``N-1`` context after ``history`` (left-padded with ``[start]``)."""
+        k = self.order - 1
+        if k == 0:
+            return ()
+        h = tuple(int(x) for x in history[-k:]) if len(history) else ()
+        return (self.start,) * (k - len(h)) + h
+
+    def prob(self, context: Sequence[int], node: int) -> float:
+        """``P(node | context)`` for a full-length context (see :meth:`context_of`)."""
+        ctx = tuple(context)
+        c = self.context_counts.get(ctx, 0)
+        if c == 0 and self.backoff:
+            for i in range(1, len(ctx) + 1):
+                c = self.context_counts.get(ctx[i:], 0)
+                if c:
+                    ctx = ctx[i:]
+                    break
+        return (self.ngram_counts.get((*ctx, int(node)), 0) + 1) / (c + self.vocab_size)
+
+    def sequence_probs(self, seq: Sequence[int]) -> np.ndarray:
+        """``p_t`` for every position of ``seq`` (float64, shape ``(len(seq),)``)."""
+        seq = [int(x) for x in seq]
+        out = np.empty(len(seq), dtype=np.float64)
+        for t, node in enumerate(seq):
+            out[t] = self.prob(self.context_of(seq[:t]), node)
+        return out
+
+    # -- (de)serialisation: plain arrays, no pickle ----------------------------------------------
+    def to_arrays(self) -> dict[str, np.ndarray]:
+        """The n-gram counts as arrays: one ``(m_k, k)`` int32 table and ``(m_k,)`` counts per order."""
+        out: dict[str, np.ndarray] = {}
+        by_len: dict[int, list[tuple[tuple[int, ...], int]]] = {}
+        for g, c in self.ngram_counts.items():
+            by_len.setdefault(len(g), []).append((g, c))
+        for k in range(1, self.order + 1):
+            items = sorted(by_len.get(k, []))
+            out[f"ngrams_{k}"] = np.asarray([g for g, _ in items], dtype=np.int32).reshape(len(items), k)
+            out[f"counts_{k}"] = np.asarray([c for _, c in items], dtype=np.int64)
+        return out
+
+    @classmethod
+    def from_arrays(cls, order: int, vocab_size: int, arrays: dict[str, np.ndarray], backoff: bool = False) -> NgramLM:
+        lm = cls(order, vocab_size, backoff)
+        for k in range(1, lm.order + 1):
+            grams, counts = arrays[f"ngrams_{k}"], arrays[f"counts_{k}"]
+            if grams.shape != (len(counts), k):
+                raise ValueError(f"corrupt N-gram arrays for order {k}: {grams.shape} vs {counts.shape}")
+            for g, c in zip(grams.tolist(), counts.tolist()):
+                lm.ngram_counts[tuple(g)] = int(c)
+                lm.context_counts[tuple(g[:-1])] += int(c)
+        return lm

@@ -1,0 +1,165 @@
+"""The hallucination variant pools (``variants.yaml``) and the seeded draws of variant and WIC
+substitute task (SPEC section 2)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from dialfork_dataset.records import HALLUCINATION_TYPES
+
+from .seeds import Rng, fork_seed
+
+VARIANTS_PATH = Path(__file__).with_name("variants.yaml")
+
+#: SSPC strategies, exactly the five of SPEC section 2, in the SPEC's order.
+SSPC_STRATEGIES: tuple[str, ...] = ("repeat", "skip", "reverse", "jump", "chaotic")
+MIN_VARIANTS_PER_TYPE = 5
+
+
+class VariantError(ValueError):
+    """The variant file is malformed; ``errors`` lists every problem."""
+
+    def __init__(self, message: str, errors: list[str]):
+        super().__init__(message)
+        self.errors = errors
+
+
+@dataclass(frozen=True)
+class Variant:
+    id: str
+    type: str
+    description: str
+    instruction: str
+    cue: str
+    template: Mapping[str, Any] = field(default_factory=dict)
+
+    def render_instruction(self, substitute_task: str | None = None, service: str = "") -> str:
+        """The instruction text injected into the LLM (placeholders filled)."""
+        text = " ".join(self.instruction.split())
+        return text.replace("{substitute_task}", substitute_task or "").replace("{service}", service)
+
+
+@dataclass(frozen=True)
+class VariantPool:
+    version: int
+    types: Mapping[str, tuple[Variant, ...]]
+    path: str
+
+    def __getitem__(self, htype: str) -> tuple[Variant, ...]:
+        return self.types[htype]
+
+    def by_id(self, vid: str) -> Variant:
+        for vs in self.types.values():
+            for v in vs:
+                if v.id == vid:
+                    return v
+        raise KeyError(f"unknown variant id {vid!r} in {self.path}")
+
+
+def _parse(data: Any, where: str) -> VariantPool:
+    errs: list[str] = []
+    if not isinstance(data, Mapping):
+        raise VariantError(f"{where}: expected a mapping with 'version' and 'types'", [where])
+    version = data.get("version")
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        errs.append(f"{where}: 'version' must be a positive integer, got {version!r}")
+    types = data.get("types")
+    if not isinstance(types, Mapping):
+        raise VariantError(f"{where}: 'types' must map each type to a list of variants", errs + [where])
+    out: dict[str, tuple[Variant, ...]] = {}
+    seen: set[str] = set()
+    for h in HALLUCINATION_TYPES:
+        items = types.get(h)
+        if not isinstance(items, Sequence) or isinstance(items, str):
+            errs.append(f"{where}: types.{h}: missing list of variants")
+            continue
+        vs = []
+        for i, it in enumerate(items):
+            loc = f"{where}: types.{h}[{i}]"
+            if not isinstance(it, Mapping):
+                errs.append(f"{loc}: must be a mapping")
+                continue
+            bad = False
+            for key in ("id", "description", "instruction", "cue"):
+                v = it.get(key)
+                if not isinstance(v, str) or not v.strip():
+                    errs.append(f"{loc}: '{key}' must be a non-empty string")
+                    bad = True
+            tpl = it.get("template") or {}
+            if not isinstance(tpl, Mapping):
+                errs.append(f"{loc}: 'template' must be a mapping")
+                bad = True
+                tpl = {}
+            if bad:
+                continue
+            if it["id"] in seen:
+                errs.append(f"{loc}: duplicate variant id {it['id']!r}")
+            seen.add(it["id"])
+            if h == "SSPC" and tpl.get("strategy") not in SSPC_STRATEGIES:
+                errs.append(f"{loc}: template.strategy must be one of {SSPC_STRATEGIES}, got {tpl.get('strategy')!r}")
+            if h in ("GR", "CSC"):
+                lines = tpl.get("lines")
+                if not isinstance(lines, Sequence) or isinstance(lines, str) or not lines:
+                    errs.append(f"{loc}: template.lines must be a non-empty list of utterances")
+            if h == "WIC":
+                br = tpl.get("bridge", [""])
+                if not isinstance(br, Sequence) or isinstance(br, str) or not br:
+                    errs.append(f"{loc}: template.bridge must be a non-empty list (use \"\" for no bridge)")
+            vs.append(Variant(it["id"], h, it["description"].strip(), it["instruction"].strip(), it["cue"].strip(),
+                              dict(tpl)))
+        if len(vs) < MIN_VARIANTS_PER_TYPE:
+            errs.append(f"{where}: types.{h}: {len(vs)} valid variant(s), at least {MIN_VARIANTS_PER_TYPE} are required")
+        out[h] = tuple(vs)
+    if "SSPC" in out:
+        strategies = sorted(v.template.get("strategy", "") for v in out["SSPC"])
+        if strategies != sorted(SSPC_STRATEGIES):
+            errs.append(f"{where}: types.SSPC must hold exactly the five strategies {SSPC_STRATEGIES} once each, got {strategies}")
+    extra = set(types) - set(HALLUCINATION_TYPES)
+    if extra:
+        errs.append(f"{where}: unknown type(s) {sorted(extra)} (expected {HALLUCINATION_TYPES})")
+    if errs:
+        raise VariantError(f"{len(errs)} error(s) in variant file {where}:\n" + "\n".join(errs), errs)
+    return VariantPool(version=version, types=out, path=where)
+
+
+@lru_cache(maxsize=8)
+def _load_cached(path: str, mtime_ns: int) -> VariantPool:
+    import yaml
+
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = yaml.safe_load(fh)
+    except yaml.YAMLError as e:
+        raise VariantError(f"{path}: malformed YAML ({e})", [str(e)]) from None
+    return _parse(data, path)
+
+
+def load_variants(path: str | Path | None = None) -> VariantPool:
+    """Load and validate a variant pool (default: the packaged ``generation/variants.yaml``)."""
+    p = Path(path) if path is not None else VARIANTS_PATH
+    if not p.is_file():
+        raise FileNotFoundError(f"variant file {p} not found")
+    return _load_cached(str(p.resolve()), p.stat().st_mtime_ns)
+
+
+def draw_variant(pool: VariantPool, base_seed: int, scenario_id: str, htype: str, k: int) -> Variant:
+    """The variant of fork (scenario, type, k): uniform over the type's pool, seeded by
+    (base seed, scenario id, type, k)."""
+    return Rng(fork_seed(base_seed, scenario_id, htype, k), 1).choice(pool[htype])
+
+
+def draw_substitute_task(task: str, domain_of: Mapping[str, str], base_seed: int, scenario_id: str, k: int) -> str:
+    """WIC's substitute workflow (SPEC section 2): another task of the same domain, or, when the
+    domain has a single task, another task of another domain; uniform, seeded by
+    (base seed, scenario id, "WIC", k). ``domain_of`` maps every available task to its domain."""
+    if task not in domain_of:
+        raise KeyError(f"draw_substitute_task: unknown task {task!r}")
+    same = sorted(t for t, d in domain_of.items() if d == domain_of[task] and t != task)
+    pool = same or sorted(t for t, d in domain_of.items() if d != domain_of[task])
+    if not pool:
+        raise ValueError(f"draw_substitute_task: no other task than {task!r} to substitute")
+    return Rng(fork_seed(base_seed, scenario_id, "WIC", k), 2).choice(pool)
