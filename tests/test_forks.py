@@ -1,6 +1,11 @@
 import pytest
 
-from dialfork_dataset import fork_turns, position_to_system_turn, prefix_before_system_turn, system_turn_to_position
+from dialfork_dataset import (
+    fork_turns,
+    position_to_system_turn,
+    prefix_before_system_turn,
+    system_turn_to_position,
+)
 
 # Hand-worked: t_k = 1 + round((k-1) T / 4), Python round = half to even.
 #  T=4: 0,1,2,3 -> 1,2,3,4

@@ -3,7 +3,15 @@ import json
 import pytest
 
 from corpus_factory import make_records
-from dialfork_dataset import JsonlAppender, JsonlError, RecordError, read_jsonl, repair_torn_tail, validate_jsonl_file, write_jsonl
+from dialfork_dataset import (
+    JsonlAppender,
+    JsonlError,
+    RecordError,
+    read_jsonl,
+    repair_torn_tail,
+    validate_jsonl_file,
+    write_jsonl,
+)
 
 
 def test_atomic_write_and_read(tmp_path):
