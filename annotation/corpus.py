@@ -1,0 +1,148 @@
+"""Inputs of the annotation app: the corpus folder (generator output) and the STAR workflows."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from dialfork_dataset.jsonl import read_jsonl
+from dialfork_dataset.records import RecordError, normalize_record, record_errors
+
+logger = logging.getLogger(__name__)
+
+
+def iter_corpus_files(corpus_dir: str | Path) -> list[Path]:
+    """The record files of a corpus folder: every ``*.jsonl`` / ``*.jsonl.gz`` below it."""
+    root = Path(corpus_dir)
+    if not root.is_dir():
+        raise FileNotFoundError(f"corpus folder {root} not found (pass the generator's --out folder)")
+    files = sorted(p for p in root.rglob("*") if p.is_file() and (p.name.endswith(".jsonl") or p.name.endswith(".jsonl.gz")))
+    if not files:
+        raise FileNotFoundError(f"corpus folder {root} holds no *.jsonl record files")
+    return files
+
+
+def load_corpus(corpus_dir: str | Path) -> list[dict[str, Any]]:
+    """Every record of a corpus folder, validated (SPEC section 4).
+
+    Collects every invalid record and duplicate id of every file (``file:line: dialogue_id=...:
+    reason``) before raising one :class:`RecordError`.
+    """
+    errs: list[str] = []
+    out: list[dict[str, Any]] = []
+    seen: dict[str, str] = {}
+    for path in iter_corpus_files(corpus_dir):
+        rows = read_jsonl(path)
+        for i, r in enumerate(rows, 1):
+            bad = record_errors(r)
+            did = r.get("dialogue_id") if isinstance(r, dict) else None
+            if bad:
+                errs.extend(f"{path}:{i}: dialogue_id={did!r}: {e}" for e in bad)
+                continue
+            if did in seen:
+                errs.append(f"{path}:{i}: dialogue_id={did!r}: duplicate id (first in {seen[did]})")
+                continue
+            seen[did] = f"{path}:{i}"
+            out.append(normalize_record(r))
+    if errs:
+        raise RecordError(f"{len(errs)} invalid record(s) in corpus {corpus_dir}:\n" + "\n".join(errs), errs)
+    logger.info("corpus %s: %d records", corpus_dir, len(out))
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# STAR workflow, as shown to annotators
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class StepView:
+    """One numbered workflow step in plain language, its STAR response template, its branches."""
+
+    number: str
+    text: str
+    template: str | None = None
+    branches: list[StepView] = field(default_factory=list)
+
+
+@dataclass
+class WorkflowView:
+    task: str
+    goal: str
+    steps: list[StepView]
+    flowchart: Path | None
+
+    def plain_text(self) -> str:
+        lines = [self.goal]
+
+        def walk(steps: list[StepView], depth: int) -> None:
+            for s in steps:
+                lines.append("  " * depth + f"{s.number}. {s.text}")
+                walk(s.branches, depth + 1)
+
+        walk(self.steps, 0)
+        return "\n".join(lines)
+
+
+def _step_view(step: Any, fallback_number: str) -> StepView:
+    number = getattr(step, "number", None)
+    number = str(number) if number not in (None, "") else fallback_number
+    text = getattr(step, "text", None) or str(getattr(step, "node", "")).replace("_", " ")
+    template = getattr(step, "template", None)
+    branches = [_step_view(b, f"{number}.{i}") for i, b in enumerate(getattr(step, "branches", None) or [], 1)]
+    return StepView(number, str(text), str(template) if template else None, branches)
+
+
+def _goal_from_scenarios(star_dir: Path, task: str) -> str | None:
+    path = star_dir / "scenarios.jsonl"
+    if not path.is_file():
+        return None
+    c: Counter[str] = Counter()
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            if not line.strip():
+                continue
+            s = json.loads(line)
+            if s.get("tasks") == [task] and s.get("wizard_task"):
+                c[" ".join(str(s["wizard_task"]).split())] += 1
+    return c.most_common(1)[0][0] if c else None
+
+
+@lru_cache(maxsize=64)
+def task_workflow(star_dir: str, task: str) -> WorkflowView:
+    """The annotator's view of a STAR task: one-line goal, numbered steps with nested branches
+    and their response templates (from ``dialfork_dataset.star.StarCorpus``), the flowchart."""
+    from dialfork_dataset.star import StarCorpus
+
+    root = Path(star_dir)
+    t = StarCorpus(root).task(task)
+    steps = [_step_view(s, str(i)) for i, s in enumerate(t.steps(), 1)]
+    goal = None
+    for attr in ("goal", "description", "wizard_task"):
+        v = getattr(t, attr, None)
+        if isinstance(v, str) and v.strip():
+            goal = v.strip()
+            break
+    goal = goal or _goal_from_scenarios(root, task) or f"Help the user with {task.replace('_', ' ')}."
+    flow = getattr(t, "flowchart", None)
+    flow = Path(flow) if flow else None
+    if flow is not None and not flow.is_file():
+        flow = None
+    return WorkflowView(task, goal, steps, flow)
+
+
+def system_turn_numbers(turns: list[dict[str, str]]) -> Iterator[tuple[dict[str, str], int | None]]:
+    """Pairs (turn, system-turn index or None for user turns)."""
+    n = 0
+    for t in turns:
+        if t["speaker"] == "system":
+            n += 1
+            yield t, n
+        else:
+            yield t, None

@@ -1,0 +1,152 @@
+"""The study's database (SQLAlchemy 2; SQLite by default, PostgreSQL by URL)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    DateTime,
+    ForeignKey,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+    create_engine,
+    event,
+)
+from sqlalchemy.engine import Engine
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+SCHEMA_VERSION = "1"
+
+#: Assignment states: the next step to answer is ``state + 1``; DONE = all steps answered.
+NEW, STEP1_DONE, STEP2_DONE, DONE = 0, 1, 2, 3
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Meta(Base):
+    __tablename__ = "meta"
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[str] = mapped_column(Text)
+
+
+class Conversation(Base):
+    """One corpus record and its step-2 cue (assigned once, from the study seed)."""
+
+    __tablename__ = "conversation"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    dialogue_id: Mapped[str] = mapped_column(String(255), unique=True, index=True)
+    task: Mapped[str] = mapped_column(String(128), index=True)
+    source_id: Mapped[str] = mapped_column(String(255), index=True)
+    hallucination_type: Mapped[str | None] = mapped_column(String(8))
+    variant: Mapped[str | None] = mapped_column(String(128))
+    fork_position: Mapped[int | None] = mapped_column(Integer)
+    fork_turn: Mapped[int | None] = mapped_column(Integer)
+    num_system_turns: Mapped[int] = mapped_column(Integer)
+    record: Mapped[dict] = mapped_column(JSON)
+    cue_seed: Mapped[int] = mapped_column(BigInteger)
+    cue_kind: Mapped[str] = mapped_column(String(8))
+    cue_type: Mapped[str] = mapped_column(String(8))
+    cue_variant: Mapped[str] = mapped_column(String(128))
+    cue_text: Mapped[str] = mapped_column(Text)
+    true_cue_text: Mapped[str | None] = mapped_column(Text)
+
+
+class Annotator(Base):
+    __tablename__ = "annotator"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(128), unique=True)
+    link_token: Mapped[str] = mapped_column(String(64), unique=True, index=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class IntroSeen(Base):
+    __tablename__ = "intro_seen"
+    annotator_id: Mapped[int] = mapped_column(ForeignKey("annotator.id"), primary_key=True)
+    task: Mapped[str] = mapped_column(String(128), primary_key=True)
+    seen_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class Batch(Base):
+    __tablename__ = "batch"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    task: Mapped[str] = mapped_column(String(128))
+    seed: Mapped[int] = mapped_column(BigInteger)
+    params: Mapped[dict] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class Block(Base):
+    """A mini-block: five conversations (slot order k1..k4, conformant)."""
+
+    __tablename__ = "block"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    task: Mapped[str] = mapped_column(String(128), index=True)
+    batch_id: Mapped[int] = mapped_column(ForeignKey("batch.id"))
+    latin_row: Mapped[int] = mapped_column(Integer)
+    dialogue_ids: Mapped[list] = mapped_column(JSON)
+    sources: Mapped[list] = mapped_column(JSON)
+
+
+class Assignment(Base):
+    """One conversation given to one annotator, with its answers (one row, updated per step)."""
+
+    __tablename__ = "assignment"
+    __table_args__ = (UniqueConstraint("annotator_id", "conversation_id", name="uq_annotator_conversation"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    token: Mapped[str] = mapped_column(String(64), unique=True, index=True)
+    annotator_id: Mapped[int] = mapped_column(ForeignKey("annotator.id"), index=True)
+    conversation_id: Mapped[int] = mapped_column(ForeignKey("conversation.id"), index=True)
+    batch_id: Mapped[int] = mapped_column(ForeignKey("batch.id"))
+    block_id: Mapped[int] = mapped_column(ForeignKey("block.id"))
+    block_fresh: Mapped[bool] = mapped_column(Boolean)
+    position: Mapped[int] = mapped_column(Integer)
+    order_seed: Mapped[int] = mapped_column(BigInteger)
+    needs_step3: Mapped[bool] = mapped_column(Boolean)
+    state: Mapped[int] = mapped_column(Integer, default=NEW)
+    slider: Mapped[int | None] = mapped_column(Integer)
+    cue_answer: Mapped[str | None] = mapped_column(String(8))
+    onset_turn: Mapped[int | None] = mapped_column(Integer)
+    prefix_answer: Mapped[str | None] = mapped_column(String(8))
+    note: Mapped[str | None] = mapped_column(Text)
+    assigned_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    step1_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    step2_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    step3_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    completed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class AdminSession(Base):
+    __tablename__ = "admin_session"
+    digest: Mapped[str] = mapped_column(String(64), primary_key=True)
+    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+def make_engine(url: str) -> Engine:
+    """An engine for ``url`` (a bare path is taken as an SQLite file); creates the tables."""
+    if "://" not in url:
+        url = f"sqlite:///{url}"
+    kw: dict = {}
+    if url.startswith("sqlite"):
+        kw["connect_args"] = {"check_same_thread": False, "timeout": 30}
+    engine = create_engine(url, future=True, **kw)
+    if url.startswith("sqlite"):
+        @event.listens_for(engine, "connect")
+        def _pragmas(dbapi_conn, _rec):  # pragma: no cover - trivial
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA foreign_keys=ON")
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA synchronous=FULL")
+            cur.close()
+    Base.metadata.create_all(engine)
+    return engine

@@ -1,0 +1,274 @@
+"""The study design as pure functions: seeds, cue / foil assignment, mini-block sampling and
+presentation order (paper, Appendix N).
+
+Everything here is deterministic given the stored seeds, so that every presentation can be
+reconstructed from the database alone:
+
+* the cue shown in step 2 is a function of (study seed, dialogue id) and the variant pool
+  (:func:`assign_cue`), independent of the annotator and of the batch;
+* the conversations of a batch are drawn from (batch seed, the study's state before the draw)
+  (:func:`draw_blocks`);
+* the presentation order inside a mini-block is a permutation drawn from the assignment's
+  ``order_seed`` (:func:`block_order`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from dialfork_dataset.records import FORK_POSITIONS, HALLUCINATION_TYPES
+
+logger = logging.getLogger(__name__)
+
+#: Share of forked conversations shown a foil in step 2 (paper: "about 20%"; each forked
+#: conversation is a foil with this probability, drawn from its own seed).
+FOIL_SHARE_FORKED: float = 0.2
+#: Share of fresh mini-blocks that re-use an earlier mini-block of another annotator of the same
+#: task, so that it is judged by 2 or 3 annotators (ours; the paper's study: 70 of 428
+#: conversations, 16%, judged more than once).
+OVERLAP_SHARE: float = 0.15
+#: Most annotators judging the same conversation (paper: "two or three").
+MAX_JUDGES: int = 3
+#: Conversations per mini-block: one fork at each position k=1..4 plus one conformant dialogue
+#: (ours, from the paper's counts: 342 forks and 86 conformant conversations, 4 to 1).
+BLOCK_SLOTS: tuple[str, ...] = ("k1", "k2", "k3", "k4", "conformant")
+#: Hallucination types of the WIC/SSPC/GR analyses (the types that break a workflow component).
+BREAKING_TYPES: tuple[str, ...] = ("WIC", "SSPC", "GR")
+
+CUE_TRUE = "true"
+CUE_FOIL = "foil"
+
+
+def derive_seed(*parts: Any) -> int:
+    """A 63-bit seed from any parts (SHA-256 of their ``repr`` joined by ``\\x1f``)."""
+    h = hashlib.sha256("\x1f".join(repr(p) for p in parts).encode("utf-8")).digest()
+    return int.from_bytes(h[:8], "big") >> 1
+
+
+@dataclass(frozen=True)
+class Cue:
+    """The instruction shown in step 2. ``kind`` is ``"true"`` (the injected variant) or
+    ``"foil"`` (a variant of another type, never injected in this conversation)."""
+
+    kind: str
+    htype: str
+    variant: str
+    text: str
+    seed: int
+
+
+def _variant_list(pool: Any, htype: str) -> list[Any]:
+    vs = list(pool[htype])
+    if not vs:
+        raise ValueError(f"variant pool has no variants of type {htype}")
+    return vs
+
+
+def true_cue_text(record: Mapping[str, Any], pool: Any) -> tuple[str, str]:
+    """``(variant id, cue text)`` of a fork's injected variant.
+
+    A fork whose variant is not in ``pool`` (a corpus generated with another variant file) falls
+    back to the record's own ``instruction`` text, with a warning.
+    """
+    vid = record.get("variant")
+    try:
+        return vid, pool.by_id(vid).cue
+    except KeyError:
+        logger.warning("dialogue %r: variant %r is not in the variant file; showing its instruction text as the cue",
+                       record.get("dialogue_id"), vid)
+        return vid, " ".join(str(record.get("instruction") or "").split())
+
+
+def assign_cue(record: Mapping[str, Any], study_seed: int, pool: Any,
+               foil_share: float = FOIL_SHARE_FORKED) -> Cue:
+    """The step-2 cue of one conversation (deterministic in ``(study_seed, dialogue_id)``).
+
+    Conformant conversations always get a foil (a variant of a type drawn uniformly from the
+    four); a fork gets a foil with probability ``foil_share`` (a variant of one of the three other
+    types, uniformly), otherwise its own variant's cue. The same three draws are made for every
+    conversation so that changing the corpus never shifts another conversation's cue.
+    """
+    if not 0.0 <= foil_share <= 1.0:
+        raise ValueError(f"foil_share must be in [0, 1], got {foil_share}")
+    seed = derive_seed("cue", int(study_seed), str(record["dialogue_id"]))
+    rng = np.random.default_rng(seed)
+    u = float(rng.random())
+    ut = float(rng.random())
+    uv = float(rng.random())
+    own = record.get("hallucination_type")
+    if own is not None and u >= foil_share:
+        vid, text = true_cue_text(record, pool)
+        return Cue(CUE_TRUE, own, vid, text, seed)
+    choices = [h for h in HALLUCINATION_TYPES if h != own]
+    htype = choices[min(int(ut * len(choices)), len(choices) - 1)]
+    vs = _variant_list(pool, htype)
+    v = vs[min(int(uv * len(vs)), len(vs) - 1)]
+    return Cue(CUE_FOIL, htype, v.id, v.cue, seed)
+
+
+def latin_types(row: int) -> dict[int, str]:
+    """Hallucination type at each fork position k for Latin-square row ``row`` (0..3).
+
+    Over any four consecutive rows every (type, k) cell occurs exactly once.
+    """
+    r = int(row) % 4
+    return {k: HALLUCINATION_TYPES[(k - 1 + r) % 4] for k in FORK_POSITIONS}
+
+
+def block_order(order_seed: int, n: int = len(BLOCK_SLOTS)) -> list[int]:
+    """The presentation permutation of a mini-block (``order[i]`` = slot shown i-th)."""
+    return [int(i) for i in np.random.default_rng(int(order_seed)).permutation(n)]
+
+
+@dataclass
+class TaskPool:
+    """The conversations of one task available for sampling, indexed by source dialogue."""
+
+    task: str
+    conformant: dict[str, str] = field(default_factory=dict)  # source_id -> dialogue_id
+    forks: dict[tuple[str, str, int], str] = field(default_factory=dict)  # (source, type, k) -> dialogue_id
+
+    @classmethod
+    def from_rows(cls, task: str, rows: Iterable[Mapping[str, Any]]) -> TaskPool:
+        """Rows with ``dialogue_id, source_id, task, hallucination_type, fork_position``."""
+        p = cls(task)
+        for r in rows:
+            if r["task"] != task:
+                continue
+            if r.get("hallucination_type") is None:
+                p.conformant[r["source_id"]] = r["dialogue_id"]
+            else:
+                p.forks[(r["source_id"], r["hallucination_type"], int(r["fork_position"]))] = r["dialogue_id"]
+        return p
+
+    @property
+    def sources(self) -> list[str]:
+        return sorted(self.conformant)
+
+
+@dataclass
+class Block:
+    """A mini-block: five dialogue ids (slot order of :data:`BLOCK_SLOTS`) of five distinct sources."""
+
+    key: int
+    task: str
+    latin_row: int
+    dialogue_ids: list[str]
+    sources: list[str]
+    judges: list[str] = field(default_factory=list)
+
+
+@dataclass
+class BlockDraw:
+    """One mini-block given to one annotator by :func:`draw_blocks`."""
+
+    annotator: str
+    block: Block
+    fresh: bool
+    order_seed: int
+
+
+class SamplingError(ValueError):
+    """The pool cannot supply the requested mini-blocks (too few unseen sources)."""
+
+
+def draw_blocks(pool: TaskPool, annotators: Sequence[str], blocks_per_annotator: int, seed: int, *,
+                existing: Sequence[Block] = (), seen_sources: Mapping[str, Iterable[str]] | None = None,
+                usage: Mapping[str, int] | None = None, next_row: int = 0, next_key: int = 0,
+                overlap_share: float = OVERLAP_SHARE, max_judges: int = MAX_JUDGES) -> list[BlockDraw]:
+    """Draw mini-blocks for ``annotators`` (round robin, ``blocks_per_annotator`` each).
+
+    Sampling rules (paper, Appendix N): each fresh mini-block holds one fork at each position
+    k=1..4, with the types of Latin-square row ``next_row, next_row+1, ...`` (so every four fresh
+    blocks of a task cover each type x position once), plus one conformant dialogue; its five
+    conversations come from five distinct sources, none of which the annotator has seen (no
+    annotator sees two versions of one source dialogue). Sources and conversations used least so
+    far are preferred (ties broken at random). With probability ``overlap_share`` a block is
+    instead a copy of an earlier block of another annotator (``existing`` or drawn in this call)
+    that has fewer than ``max_judges`` judges and no source the annotator has seen, so that a
+    share of the conversations is judged by two or three annotators.
+
+    ``seen_sources`` (annotator -> sources already assigned), ``usage`` (dialogue id -> times
+    assigned), ``next_row`` and ``next_key`` carry the study's state from earlier batches.
+    Raises :class:`SamplingError` naming the annotator and slot when the pool runs out.
+    """
+    if blocks_per_annotator < 1:
+        raise ValueError(f"blocks_per_annotator must be >= 1, got {blocks_per_annotator}")
+    if not 0.0 <= overlap_share <= 1.0:
+        raise ValueError(f"overlap_share must be in [0, 1], got {overlap_share}")
+    if len(set(annotators)) != len(annotators):
+        raise ValueError("draw_blocks: duplicate annotators")
+    rng = np.random.default_rng(derive_seed("batch", int(seed)))
+    seen: dict[str, set[str]] = defaultdict(set)
+    for a, ss in (seen_sources or {}).items():
+        seen[a].update(ss)
+    used: Counter[str] = Counter(usage or {})
+    src_used: Counter[str] = Counter()
+    did_source: dict[str, str] = dict(zip(pool.conformant.values(), pool.conformant.keys()))
+    for (s, _h, _k), d in pool.forks.items():
+        did_source[d] = s
+    for d, n in used.items():
+        if d in did_source:
+            src_used[did_source[d]] += n
+    blocks: list[Block] = list(existing)
+    out: list[BlockDraw] = []
+    row, key = int(next_row), int(next_key)
+
+    def pick(candidates: list[tuple[str, str]]) -> tuple[str, str]:
+        # candidates: (source, dialogue id); least-used conversation, then least-used source.
+        jitter = rng.random(len(candidates))
+        best = min(range(len(candidates)),
+                   key=lambda i: (used[candidates[i][1]], src_used[candidates[i][0]], jitter[i]))
+        return candidates[best]
+
+    for _round in range(blocks_per_annotator):
+        for a in annotators:
+            order_seed = derive_seed("order", int(seed), a, key, len(out))
+            copy = None
+            if blocks and float(rng.random()) < overlap_share:
+                eligible = [b for b in blocks if a not in b.judges and len(b.judges) < max_judges
+                            and b.task == pool.task and not (set(b.sources) & seen[a])]
+                if eligible:
+                    copy = eligible[int(rng.integers(len(eligible)))]
+            if copy is not None:
+                block, fresh = copy, False
+            else:
+                types = latin_types(row)
+                dids: list[str] = []
+                srcs: list[str] = []
+                for slot in BLOCK_SLOTS:
+                    if slot == "conformant":
+                        cands = [(s, d) for s, d in pool.conformant.items()
+                                 if s not in seen[a] and s not in srcs]
+                    else:
+                        k = int(slot[1])
+                        cands = [(s, d) for (s, h, kk), d in pool.forks.items()
+                                 if h == types[k] and kk == k and s not in seen[a] and s not in srcs]
+                    if not cands:
+                        what = "a conformant dialogue" if slot == "conformant" else f"a {types[int(slot[1])]} fork at k={slot[1]}"
+                        raise SamplingError(
+                            f"task {pool.task!r}: no source left for annotator {a!r} with {what} they have not "
+                            f"seen ({len(pool.sources)} sources in the corpus, {len(seen[a])} seen); draw fewer "
+                            f"blocks or add conversations to the corpus")
+                    s, d = pick(sorted(cands))
+                    srcs.append(s)
+                    dids.append(d)
+                block = Block(key, pool.task, row % 4, dids, srcs)
+                key += 1
+                row += 1
+                blocks.append(block)
+                fresh = True
+            block.judges.append(a)
+            seen[a].update(block.sources)
+            for s, d in zip(block.sources, block.dialogue_ids):
+                used[d] += 1
+                src_used[s] += 1
+            out.append(BlockDraw(a, block, fresh, order_seed))
+    return out

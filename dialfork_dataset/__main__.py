@@ -1,0 +1,110 @@
+"""``python -m dialfork_dataset``: STAR summary, record validation, Hub export, load check, push."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+
+
+def _cmd_star(a: argparse.Namespace) -> int:
+    from .star import StarCorpus, resolve_star
+
+    corpus = StarCorpus(resolve_star(a.star))
+    s = corpus.summary()
+    if a.json:
+        print(json.dumps(s, indent=2, default=str))
+        return 0
+    print(f"STAR at {corpus.path}")
+    for k, v in s.items():
+        if isinstance(v, dict):
+            print(f"{k}:")
+            for kk, vv in v.items():
+                print(f"  {kk}: {vv}")
+        else:
+            print(f"{k}: {v}")
+    return 0
+
+
+def _cmd_validate(a: argparse.Namespace) -> int:
+    from .builder import load_records
+
+    recs = load_records(a.src)
+    n_conf = sum(r["hallucination_type"] is None for r in recs)
+    print(f"{a.src}: {len(recs)} valid records ({n_conf} conformant, {len(recs) - n_conf} forks)")
+    return 0
+
+
+def _cmd_export(a: argparse.Namespace) -> int:
+    from .hub import export_hub_layout
+
+    info = export_hub_layout(a.src, a.dest, a.gold_dir, split_seed=a.split_seed, blind_key=a.blind_key,
+                             public_fraction=a.public_fraction, overwrite=a.overwrite)
+    print(json.dumps(info, indent=2))
+    return 0
+
+
+def _cmd_check(a: argparse.Namespace) -> int:
+    from datasets import load_dataset
+
+    configs = a.configs.split(",")
+    for cfg in configs:
+        dd = load_dataset(str(a.dest), cfg)
+        print(f"load_dataset({str(a.dest)!r}, {cfg!r}): " + ", ".join(f"{s}={len(ds):,}" for s, ds in dd.items()))
+    return 0
+
+
+def _cmd_push(a: argparse.Namespace) -> int:
+    from .hub import push_to_hub
+
+    push_to_hub(a.dest, a.repo_id, private=a.private, endpoint=a.endpoint)
+    print(f"pushed {a.dest} to datasets/{a.repo_id}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m dialfork_dataset", description=__doc__)
+    p.add_argument("-v", "--verbose", action="store_true")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("star", help="read STAR and print what it holds (tasks, domains, scenarios, budgets)")
+    s.add_argument("--star", default=None, help="STAR folder (default: $DIALFORK_STAR_DIR)")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=_cmd_star)
+    s = sub.add_parser("validate", help="validate a record file or folder; reports every bad line")
+    s.add_argument("src")
+    s.set_defaults(func=_cmd_validate)
+    s = sub.add_parser("export", help="write the Hub layout (parquet configs, dataset card, blind set; gold apart)")
+    s.add_argument("src", help="generator output folder (or one record file)")
+    s.add_argument("dest", help="layout folder to write")
+    s.add_argument("--gold-dir", default=None, help="where the blind set's labels go (default: <dest>-gold)")
+    s.add_argument("--split-seed", type=int, default=0)
+    s.add_argument("--blind-key", default=None, help="hex key for reproducible blind ids (default: random)")
+    s.add_argument("--public-fraction", type=float, default=0.5)
+    s.add_argument("--overwrite", action="store_true")
+    s.set_defaults(func=_cmd_export)
+    s = sub.add_parser("check", help="load every config of a layout with datasets.load_dataset (offline)")
+    s.add_argument("dest")
+    s.add_argument("--configs", default="conformant,forked,task3,blind,blind_task2")
+    s.set_defaults(func=_cmd_check)
+    s = sub.add_parser("push", help="upload a layout to a Hub dataset repo")
+    s.add_argument("dest")
+    s.add_argument("repo_id")
+    s.add_argument("--private", action="store_true")
+    s.add_argument("--endpoint", default=None)
+    s.set_defaults(func=_cmd_push)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if a.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return a.func(a)
+    except (ValueError, FileNotFoundError, FileExistsError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

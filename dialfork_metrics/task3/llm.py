@@ -1,0 +1,291 @@
+"""Zero-shot LLM detectors for Task 3 (SPEC section 8): the offline regimes, without and with
+the ground-truth workflow in the prompt.
+
+The model is asked for the first assistant (system) turn where the dialogue deviates from the
+intended workflow, or NONE. Prompts are the template files ``prompts/without_workflow.txt`` and
+``prompts/with_workflow.txt`` (``str.format`` fields ``{dialogue}``, ``{num_system_turns}``,
+``{task}``, ``{workflow}``); a custom template file or text can be passed instead.
+
+Backends:
+
+* ``"transformers"``: any local chat model (Hub id or path): batched greedy generation with
+  left padding and the tokenizer's chat template (:class:`TransformersChat`);
+* ``"openai"``: any OpenAI-compatible endpoint (vLLM, ollama, ...) through the project's shared
+  :class:`dialfork_dataset.openai_client.OpenAICompatClient` (temperature 0);
+* or any object with ``chat(batch) -> list[str]`` passed as ``client=``.
+
+Every reply is parsed by :func:`~dialfork_metrics.task3.parsing.parse_turn_answer`; an
+unparsable reply or a turn outside ``1..T`` counts as ``None`` (no deviation) and is reported:
+:attr:`LLMDetector.last_report` holds the counts and examples, and a warning is logged.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from dialfork_dataset.forks import system_turn_positions
+from dialfork_dataset.turns import as_turns
+
+from .parsing import ParsedAnswer, check_range, parse_turn_answer
+
+logger = logging.getLogger(__name__)
+
+PROMPT_FILES = {False: "without_workflow.txt", True: "with_workflow.txt"}
+BACKENDS = ("transformers", "openai")
+USER_LABEL = "User"
+SYSTEM_LABEL = "Assistant"
+
+
+def load_prompt(with_workflow: bool = False, prompt: str | os.PathLike | None = None) -> str:
+    """The prompt template: the packaged one, or ``prompt`` (a file path or the template text)."""
+    if prompt is None:
+        return resources.files(__package__).joinpath("prompts", PROMPT_FILES[bool(with_workflow)]).read_text("utf-8")
+    p = Path(prompt) if not isinstance(prompt, str) or "\n" not in prompt else None
+    if p is not None and p.is_file():
+        return p.read_text(encoding="utf-8")
+    if isinstance(prompt, str) and "{dialogue}" in prompt:
+        return prompt
+    raise ValueError(f"prompt must be a template file or text containing '{{dialogue}}', got {str(prompt)[:60]!r}")
+
+
+def render_dialogue(turns: Sequence[Mapping[str, str]]) -> str:
+    """``User: ...`` / ``Assistant [turn k]: ...`` lines, system turns numbered 1..T."""
+    lines, k = [], 0
+    for t in turns:
+        if t["speaker"] == "system":
+            k += 1
+            lines.append(f"{SYSTEM_LABEL} [turn {k}]: {t['text']}")
+        else:
+            lines.append(f"{USER_LABEL}: {t['text']}")
+    return "\n".join(lines)
+
+
+def build_prompt(template: str, turns: Sequence[Mapping[str, str]], task: str | None = None,
+                 workflow: str | None = None) -> str:
+    T = len(system_turn_positions(turns))
+    fields = {"dialogue": render_dialogue(turns), "num_system_turns": T, "task": task or "", "workflow": workflow or ""}
+    try:
+        return template.format(**fields)
+    except (KeyError, IndexError) as e:
+        raise ValueError(f"prompt template has an unknown field {e}; known: {sorted(fields)}") from None
+
+
+class TransformersChat:
+    """Batched greedy chat generation with a local ``transformers`` causal LM.
+
+    Conversations are sorted by length into batches of ``batch_size`` (less padding), padded on
+    the left, decoded greedily for at most ``max_new_tokens``; replies come back in input order.
+    """
+
+    def __init__(self, model: str, device: str | None = None, dtype: str = "auto", batch_size: int = 8,
+                 max_new_tokens: int = 16, trust_remote_code: bool = False, show_progress: bool = False):
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+        if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
+        self.model_name = str(model)
+        self.device = device
+        self.dtype = dtype
+        self.batch_size = batch_size
+        self.max_new_tokens = max_new_tokens
+        self.trust_remote_code = trust_remote_code
+        self.show_progress = show_progress
+        self._model = None
+        self._tok = None
+
+    def _load(self):
+        if self._model is not None:
+            return
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(self.model_name, trust_remote_code=self.trust_remote_code)
+        if getattr(tok, "chat_template", None) is None:
+            raise ValueError(f"{self.model_name}: the tokenizer has no chat template; use a chat (instruct) model "
+                             "or set tokenizer.chat_template")
+        tok.padding_side = "left"
+        if tok.pad_token is None:
+            tok.pad_token = tok.eos_token
+        device = self.device or ("cuda" if torch.cuda.is_available() else "cpu")
+        dtype = self.dtype
+        if isinstance(dtype, str) and dtype != "auto":
+            dtype = getattr(torch, dtype)
+        model = AutoModelForCausalLM.from_pretrained(self.model_name, dtype=dtype,
+                                                     trust_remote_code=self.trust_remote_code)
+        model.to(device).eval()
+        if model.generation_config.pad_token_id is None:
+            model.generation_config.pad_token_id = tok.pad_token_id
+        self._model, self._tok, self._device = model, tok, device
+
+    def chat(self, batch: Sequence[Sequence[Mapping[str, str]]], **_: Any) -> list[str]:
+        import torch
+        from tqdm.auto import tqdm
+
+        self._load()
+        tok, model = self._tok, self._model
+        texts = [tok.apply_chat_template([dict(m) for m in conv], tokenize=False, add_generation_prompt=True)
+                 for conv in batch]
+        lengths = [len(tok(t, add_special_tokens=False)["input_ids"]) for t in texts]
+        order = sorted(range(len(texts)), key=lambda i: -lengths[i])
+        out: list[str] = [""] * len(texts)
+        starts = range(0, len(order), self.batch_size)
+        for s in tqdm(starts, desc=f"LLM {Path(self.model_name).name}", disable=not self.show_progress, unit="batch"):
+            idx = order[s : s + self.batch_size]
+            enc = tok([texts[i] for i in idx], return_tensors="pt", padding=True, add_special_tokens=False)
+            enc = {k: v.to(self._device) for k, v in enc.items()}
+            with torch.inference_mode():
+                gen = model.generate(**enc, do_sample=False, max_new_tokens=self.max_new_tokens,
+                                     pad_token_id=tok.pad_token_id, temperature=None, top_p=None, top_k=None)
+            new = gen[:, enc["input_ids"].shape[1]:]
+            for i, row in zip(idx, new):
+                out[i] = tok.decode(row, skip_special_tokens=True)
+        return out
+
+
+class LLMDetector:
+    """Zero-shot LLM detector (see the module doc).
+
+    Parameters
+    ----------
+    model: model id/path (transformers) or served model name (openai).
+    backend: ``"transformers"`` or ``"openai"`` (ignored when ``client`` is given).
+    with_workflow: put the task's workflow in the prompt (needs each dialogue's ``task``).
+    star_dir: STAR folder for rendering workflows (default ``$DIALFORK_STAR_DIR`` or the reader's).
+    workflows: ``{task: workflow text}`` overriding the STAR rendering.
+    base_url, api_key: endpoint of the openai backend.
+    batch_size, max_new_tokens, device, dtype: generation settings.
+    prompt: custom template (file path or text) instead of the packaged one.
+    client: any object with ``chat(batch, **sampling) -> list[str]``.
+    max_examples: how many unparsable replies the report keeps verbatim.
+    """
+
+    name = "llm"
+
+    def __init__(self, model: str | None = None, backend: str = "transformers", with_workflow: bool = False,
+                 star_dir: str | os.PathLike | None = None, workflows: Mapping[str, str] | None = None,
+                 base_url: str | None = None, api_key: str | None = None, batch_size: int = 8,
+                 max_new_tokens: int = 16, device: str | None = None, dtype: str = "auto",
+                 prompt: str | os.PathLike | None = None, client: Any = None, max_examples: int = 20,
+                 show_progress: bool = False):
+        if client is None:
+            if backend not in BACKENDS:
+                raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+            if not model:
+                raise ValueError("LLMDetector needs model= (a local chat model id/path, or the served model name)")
+            if backend == "openai" and not base_url:
+                raise ValueError("the openai backend needs base_url= (e.g. http://127.0.0.1:8000/v1)")
+        self.model = model
+        self.backend = backend if client is None else "custom"
+        self.with_workflow = bool(with_workflow)
+        self.star_dir = star_dir
+        self.workflows = dict(workflows or {})
+        self.base_url = base_url
+        self.max_new_tokens = max_new_tokens
+        self.template = load_prompt(with_workflow, prompt)
+        self.max_examples = max_examples
+        self.show_progress = show_progress
+        if client is not None:
+            self.client = client
+        elif backend == "transformers":
+            self.client = TransformersChat(model, device=device, dtype=dtype, batch_size=batch_size,
+                                           max_new_tokens=max_new_tokens, show_progress=show_progress)
+        else:
+            from dialfork_dataset.openai_client import OpenAICompatClient
+
+            self.client = OpenAICompatClient(base_url, model, api_key=api_key, concurrency=batch_size)
+        self.last_report: dict[str, Any] | None = None
+        self.last_answers: list[str] = []
+        self._star = None
+
+    def __repr__(self) -> str:
+        return f"LLMDetector(model={self.model!r}, backend={self.backend!r}, with_workflow={self.with_workflow})"
+
+    def fit(self, dialogues: Any = None, embeddings: Any = None, **_: Any) -> LLMDetector:
+        """No-op (zero-shot); returns ``self``."""
+        return self
+
+    def config(self) -> dict[str, Any]:
+        return {"detector": self.name, "model": self.model, "backend": self.backend,
+                "with_workflow": self.with_workflow, "max_new_tokens": self.max_new_tokens}
+
+    # -- prompts -----------------------------------------------------------------------------
+    def workflow_for(self, task: str) -> str:
+        if task in self.workflows:
+            return self.workflows[task]
+        if self._star is None:
+            from dialfork_dataset.star import StarCorpus
+
+            self._star = StarCorpus(self.star_dir) if self.star_dir is not None else StarCorpus()
+        text = self._star.task(task).render_steps(with_templates=True)
+        self.workflows[task] = text
+        return text
+
+    def prompts(self, dialogues: Sequence[Any]) -> list[str]:
+        out, errs = [], []
+        for i, d in enumerate(dialogues):
+            did = d.get("dialogue_id") if isinstance(d, Mapping) else None
+            where = f"dialogue {did!r}" if did else f"dialogue #{i}"
+            turns = as_turns(d, where=where)
+            task = d.get("task") if isinstance(d, Mapping) else None
+            workflow = None
+            if self.with_workflow:
+                if not task:
+                    errs.append(f"{where}: the with-workflow prompt needs the dialogue's 'task' (blind dialogues "
+                                "have none; use the without-workflow prompt)")
+                    continue
+                workflow = self.workflow_for(task)
+            out.append(build_prompt(self.template, turns, task, workflow))
+        if errs:
+            raise ValueError(f"{len(errs)} dialogue(s) cannot be prompted:\n  " + "\n  ".join(errs[:20]))
+        return out
+
+    # -- prediction --------------------------------------------------------------------------
+    def predict(self, dialogue: Any, embeddings: Any = None) -> int | None:
+        return self.predict_many([dialogue])[0]
+
+    def predict_many(self, dialogues: Sequence[Any], embeddings: Any = None, show_progress: bool | None = None
+                     ) -> list[int | None]:
+        dialogues = list(dialogues)
+        prompts = self.prompts(dialogues)
+        batch = [[{"role": "user", "content": p}] for p in prompts]
+        if self.backend == "openai":
+            answers = self.client.chat(batch, temperature=0.0, max_tokens=self.max_new_tokens)
+        else:
+            answers = self.client.chat(batch)
+        if len(answers) != len(batch):
+            raise RuntimeError(f"the LLM backend returned {len(answers)} replies for {len(batch)} prompts")
+        parsed: list[ParsedAnswer] = []
+        for d, a in zip(dialogues, answers):
+            T = len(system_turn_positions(as_turns(d)))
+            parsed.append(check_range(parse_turn_answer(a), T))
+        self.last_answers = list(answers)
+        self.last_report = self._report(dialogues, parsed)
+        bad = self.last_report["unparsable"] + self.last_report["out_of_range"]
+        if bad:
+            logger.warning("%d of %d LLM answers could not be used (%d unparsable, %d out of range) and count as "
+                           "no deviation (null); see last_report", bad, len(parsed),
+                           self.last_report["unparsable"], self.last_report["out_of_range"])
+        return [p.value for p in parsed]
+
+    def _report(self, dialogues: Sequence[Any], parsed: Sequence[ParsedAnswer]) -> dict[str, Any]:
+        counts = Counter(p.status for p in parsed)
+        examples = []
+        for i, (d, p) in enumerate(zip(dialogues, parsed)):
+            if p.status in ("unparsable", "out_of_range") and len(examples) < self.max_examples:
+                did = d.get("dialogue_id") if isinstance(d, Mapping) else None
+                examples.append({"dialogue_id": did if did else f"#{i}", "status": p.status, "answer": p.raw[:300]})
+        return {
+            "n": len(parsed),
+            "turn": counts.get("turn", 0),
+            "none": counts.get("none", 0),
+            "unparsable": counts.get("unparsable", 0),
+            "out_of_range": counts.get("out_of_range", 0),
+            "examples": examples,
+            **self.config(),
+        }

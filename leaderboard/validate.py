@@ -1,0 +1,646 @@
+"""Offline validation of a leaderboard submission FILE, before anything is scored or stored.
+
+The checks are about the file a researcher uploads, and every problem is reported at once,
+with its line number:
+
+* the file itself: over the size cap (not read), empty, a byte-order mark, not UTF-8 (each
+  bad line), a line that is not a JSON object, duplicate keys inside an object;
+* the fields: missing or unknown fields (the versioned JSON Schemas in ``leaderboard/schema``),
+  ``dialogue_id`` / ``pair_id`` not a non-empty string;
+* the ids: duplicates (both line numbers named), ids not in the blind set, blind ids missing
+  (their count and the first ones);
+* the values: a prediction that is not an ``int`` or ``null`` (booleans, floats, numeric
+  strings, NaN and Infinity are named as such; ``-1`` gets a hint to use ``null``), a turn
+  index outside ``1..T`` (``T`` is the public number of system turns of that blind
+  dialogue); a distance that is not a finite number;
+* the metadata file: missing, not JSON, or invalid against ``metadata.v1.json``.
+
+The per-line checks are written out by hand (not ``jsonschema`` per line) for two reasons:
+speed (an 18,000-line file is checked in a few tens of milliseconds) and messages that say
+what to fix (``"3"`` is a string, write the number without quotes). A test checks that the
+hand-written checks accept exactly what the JSON Schema accepts. The metadata, one object, is
+validated with ``jsonschema`` directly.
+
+The validator never reads the gold: the blind set (ids and ``T``) is public.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+#: Default cap on a submission's size (bytes). A full blind Task 3 submission (~18,000 lines)
+#: is under 1.5 MB even with confidences; the cap protects the Space from huge uploads.
+DEFAULT_MAX_BYTES = 32 * 1024 * 1024
+#: How many missing ids an error message names before summarising.
+MISSING_IDS_SHOWN = 10
+TRACKS = ("detector", "metric")
+REGIMES = ("streaming", "offline", "offline+workflow")
+SCHEMA_DIR = Path(__file__).resolve().parent / "schema"
+SCHEMA_FILES = {
+    "detector": "detector_submission.v1.json",
+    "metric": "metric_submission.v1.json",
+    "metadata": "metadata.v1.json",
+    "result": "result.v1.json",
+}
+#: JSON field holding the id, and the value field, of each track's lines.
+TRACK_FIELDS = {"detector": ("dialogue_id", "prediction"), "metric": ("pair_id", "distance")}
+
+
+class SubmissionError(ValueError):
+    """A submission failed validation; ``report`` is the full :class:`ValidationReport`."""
+
+    def __init__(self, report: ValidationReport):
+        self.report = report
+        super().__init__(report.format_text(max_errors=20))
+
+
+# --------------------------------------------------------------------------- schemas
+
+
+@cache
+def load_schema(name: str) -> dict[str, Any]:
+    """One of the versioned JSON Schemas shipped in ``leaderboard/schema`` (``detector``,
+    ``metric``, ``metadata``, ``result``)."""
+    try:
+        fname = SCHEMA_FILES[name]
+    except KeyError:
+        raise ValueError(f"unknown schema {name!r}; choose one of {sorted(SCHEMA_FILES)}") from None
+    with open(SCHEMA_DIR / fname, encoding="utf-8") as fh:
+        return json.load(fh)
+
+
+@cache
+def strict_validator_class():
+    """Draft 2020-12 validator whose ``integer`` and ``number`` types reject booleans and floats
+    with a zero fraction (``3.0`` is not an integer here) and non-finite numbers, like the
+    hand-written line checks."""
+    from jsonschema import Draft202012Validator, validators
+
+    base = Draft202012Validator.TYPE_CHECKER
+
+    def is_integer(_checker, x):
+        return type(x) is int
+
+    def is_number(_checker, x):
+        return (type(x) is int) or (type(x) is float and math.isfinite(x))
+
+    checker = base.redefine_many({"integer": is_integer, "number": is_number})
+    return validators.extend(Draft202012Validator, type_checker=checker)
+
+
+def schema_validator(name: str):
+    return strict_validator_class()(load_schema(name))
+
+
+def private_metadata_fields() -> frozenset[str]:
+    """Metadata fields marked ``"x-private": true`` in the schema (never published)."""
+    props = load_schema("metadata")["properties"]
+    return frozenset(k for k, v in props.items() if v.get("x-private"))
+
+
+def public_metadata(metadata: Mapping[str, Any]) -> dict[str, Any]:
+    private = private_metadata_fields()
+    return {k: v for k, v in metadata.items() if k not in private}
+
+
+# --------------------------------------------------------------------------- blind set
+
+
+@dataclass(frozen=True)
+class BlindSet:
+    """The public side of the blind test sets: ids and ``T`` (no labels).
+
+    ``turns``: ``{blind dialogue_id: num_system_turns}``; ``pairs``: the Task 2 pair ids.
+    """
+
+    turns: Mapping[str, int]
+    pairs: frozenset[str] = frozenset()
+    source: str = ""
+
+    @property
+    def dialogue_ids(self) -> list[str]:
+        return list(self.turns)
+
+    def revision(self) -> str:
+        """sha256 over the sorted (id, T) rows and pair ids: which blind set a result used."""
+        h = hashlib.sha256()
+        for did in sorted(self.turns):
+            h.update(f"{did}\t{self.turns[did]}\n".encode())
+        h.update(b"--\n")
+        for pid in sorted(self.pairs):
+            h.update(f"{pid}\n".encode())
+        return h.hexdigest()
+
+    @classmethod
+    def from_rows(cls, rows: Iterable[Mapping[str, Any]], pairs: Iterable[Mapping[str, Any] | str] = (),
+                  source: str = "") -> BlindSet:
+        turns = {str(r["dialogue_id"]): int(r["num_system_turns"]) for r in rows}
+        pids = frozenset(p if isinstance(p, str) else str(p["pair_id"]) for p in pairs)
+        return cls(turns=turns, pairs=pids, source=source)
+
+    @classmethod
+    def from_dir(cls, dest: str | os.PathLike) -> BlindSet:
+        """Read the blind sets of a Hub layout written by ``dialfork_dataset.export_hub_layout``.
+
+        Only the columns the validator needs are read (ids and ``num_system_turns``, not the
+        transcripts), straight from the parquet shards of ``data/blind`` and
+        ``data/blind_task2`` (the layout of ``dialfork_dataset.load_blind`` /
+        ``load_blind_pairs``).
+        """
+        import pyarrow.parquet as pq
+
+        dest = Path(dest)
+        blind = dest / "data" / "blind"
+        files = sorted(blind.glob("*.parquet"))
+        if not files:
+            raise FileNotFoundError(
+                f"{blind}: no parquet files; --blind must be a DialFork Hub layout folder "
+                "(written by `python -m dialfork_dataset export` / export_hub_layout) holding data/blind/"
+            )
+        turns: dict[str, int] = {}
+        for f in files:
+            t = pq.read_table(f, columns=["dialogue_id", "num_system_turns"])
+            turns.update(zip(t.column("dialogue_id").to_pylist(), t.column("num_system_turns").to_pylist()))
+        pids: list[str] = []
+        for f in sorted((dest / "data" / "blind_task2").glob("*.parquet")):
+            pids.extend(pq.read_table(f, columns=["pair_id"]).column("pair_id").to_pylist())
+        return cls(turns=turns, pairs=frozenset(pids), source=str(dest))
+
+
+# --------------------------------------------------------------------------- report
+
+
+@dataclass
+class Problem:
+    """One problem: a machine-readable ``code``, a message saying what to fix, and where."""
+
+    code: str
+    message: str
+    line: int | None = None
+    other_line: int | None = None
+    field: str | None = None
+    file: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in (("code", self.code), ("file", self.file), ("line", self.line),
+                                  ("other_line", self.other_line), ("field", self.field),
+                                  ("message", self.message)) if v is not None}
+
+    def __str__(self) -> str:
+        where = self.file or ""
+        if self.line is not None:
+            where = f"{where}:{self.line}" if where else f"line {self.line}"
+        return f"{where}: {self.message}" if where else self.message
+
+
+@dataclass
+class ValidationReport:
+    """Everything :func:`validate_submission` found. ``values`` (the parsed predictions or
+    distances by id) and ``metadata`` are kept for scoring but not serialised by
+    :meth:`to_dict` (metadata may hold private fields)."""
+
+    path: str
+    track: str
+    errors: list[Problem] = field(default_factory=list)
+    warnings: list[Problem] = field(default_factory=list)
+    summary: dict[str, Any] = field(default_factory=dict)
+    sha256: str | None = None
+    n_bytes: int | None = None
+    values: dict[str, Any] = field(default_factory=dict)
+    metadata: dict[str, Any] | None = None
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "file": self.path,
+            "track": self.track,
+            "sha256": self.sha256,
+            "bytes": self.n_bytes,
+            "n_errors": len(self.errors),
+            "errors": [p.to_dict() for p in self.errors],
+            "warnings": [p.to_dict() for p in self.warnings],
+            "summary": self.summary,
+        }
+
+    def format_text(self, max_errors: int | None = None) -> str:
+        lines: list[str] = []
+        if self.ok:
+            s = self.summary
+            lines.append(f"{self.path}: valid {self.track} submission")
+            for k, v in s.items():
+                lines.append(f"  {k}: {v}")
+        else:
+            lines.append(f"{self.path}: {len(self.errors)} error(s); nothing was scored or stored")
+            shown = self.errors if max_errors is None else self.errors[:max_errors]
+            lines.extend(f"  {p}" for p in shown)
+            if len(shown) < len(self.errors):
+                lines.append(f"  ... and {len(self.errors) - len(shown)} more (use --json for the full list)")
+        for w in self.warnings:
+            lines.append(f"  warning: {w}")
+        return "\n".join(lines)
+
+    def raise_for_errors(self) -> None:
+        if self.errors:
+            raise SubmissionError(self)
+
+
+# --------------------------------------------------------------------------- JSON helpers
+
+
+class _NonFinite:
+    """Stands for NaN / Infinity / -Infinity, which Python's json accepts but JSON does not."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str):
+        self.text = text
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+class _DupKeys(dict):
+    """A parsed object that had duplicate keys (``keys`` names them)."""
+
+    dup: list[str]
+
+
+def _pairs_hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    d = dict(pairs)
+    if len(d) != len(pairs):
+        seen: set[str] = set()
+        dups = sorted({k for k, _ in pairs if k in seen or seen.add(k)})
+        out = _DupKeys(d)
+        out.dup = dups
+        return out
+    return d
+
+
+_decoder = json.JSONDecoder(object_pairs_hook=_pairs_hook, parse_constant=_NonFinite)
+
+
+def _describe(v: Any) -> str:
+    if isinstance(v, bool):
+        return f"a boolean ({json.dumps(v)})"
+    if isinstance(v, _NonFinite):
+        return f"{v.text}, which is not valid JSON"
+    if isinstance(v, float):
+        return f"a float ({v!r})"
+    if isinstance(v, str):
+        shown = v if len(v) <= 30 else v[:27] + "..."
+        return f"a string ({json.dumps(shown, ensure_ascii=False)})"
+    if v is None:
+        return "null"
+    if isinstance(v, list):
+        return "an array"
+    if isinstance(v, dict):
+        return "an object"
+    return type(v).__name__
+
+
+def _is_numeric_string(s: str) -> bool:
+    try:
+        float(s)
+    except ValueError:
+        return False
+    return True
+
+
+def _short(s: str, n: int = 40) -> str:
+    return s if len(s) <= n else s[: n - 3] + "..."
+
+
+# --------------------------------------------------------------------------- line checks
+
+
+def _check_prediction(v: Any, T: int | None) -> str | None:
+    """Error message for a Task 3 prediction value, or None if valid (``T`` None: id unknown)."""
+    if v is None:
+        return None
+    if type(v) is int:
+        if v == -1:
+            return "prediction is -1; write null for 'no deviation' (never -1)"
+        if v < 1:
+            return f"prediction {v} is not a system turn index; indices start at 1 (null = no deviation)"
+        if T is not None and v > T:
+            return f"prediction {v} outside 1..T (T={T} system turns in this dialogue)"
+        return None
+    if isinstance(v, bool):
+        return f"prediction is {_describe(v)}; write an integer system turn index or null"
+    if isinstance(v, _NonFinite):
+        return f"prediction is {_describe(v)}; write an integer system turn index or null"
+    if isinstance(v, float):
+        hint = f"write {int(v)}" if v.is_integer() else "round it to a system turn index"
+        return f"prediction is {_describe(v)}; turn indices are JSON integers ({hint})"
+    if isinstance(v, str):
+        if v.strip().lower() in ("null", "none", ""):
+            return f"prediction is {_describe(v)}; write null without quotes for 'no deviation'"
+        if _is_numeric_string(v):
+            return f"prediction is {_describe(v)}; write the number without quotes"
+        return f"prediction is {_describe(v)}; write an integer system turn index or null"
+    return f"prediction is {_describe(v)}; write an integer system turn index or null"
+
+
+def _check_confidence(v: Any) -> str | None:
+    if v is None or type(v) is int or (type(v) is float and math.isfinite(v)):
+        return None
+    return f"confidence is {_describe(v)}; write a finite number or null (or leave the field out)"
+
+
+def _check_distance(v: Any) -> str | None:
+    if type(v) is int or (type(v) is float and math.isfinite(v)):
+        return None
+    if isinstance(v, str) and _is_numeric_string(v):
+        return f"distance is {_describe(v)}; write the number without quotes"
+    return f"distance is {_describe(v)}; write a finite JSON number"
+
+
+_ALLOWED = {
+    "detector": (frozenset({"dialogue_id", "prediction"}), frozenset({"dialogue_id", "prediction", "confidence"})),
+    "metric": (frozenset({"pair_id", "distance"}), frozenset({"pair_id", "distance"})),
+}
+
+
+def check_line_object(obj: Any, track: str, T: int | None = None) -> list[tuple[str, str, str | None]]:
+    """Problems of one parsed line, as ``(code, message, field)``; empty when valid.
+
+    Id membership and duplicates are file-level checks (see :func:`validate_submission`);
+    ``T`` (the dialogue's number of system turns) enables the range check.
+    """
+    out: list[tuple[str, str, str | None]] = []
+    if not isinstance(obj, dict):
+        return [("not_an_object", f"expected a JSON object, got {_describe(obj)}", None)]
+    required, allowed = _ALLOWED[track]
+    id_field, value_field = TRACK_FIELDS[track]
+    if isinstance(obj, _DupKeys):
+        out.append(("duplicate_key", f"the object repeats the key(s) {obj.dup}; give each field once", None))
+    missing = [f for f in (id_field, value_field) if f not in obj]
+    for f in missing:
+        hint = " (use null for 'no deviation')" if f == "prediction" else ""
+        out.append(("missing_field", f"missing field {f!r}{hint}", f))
+    unknown = sorted(set(obj) - allowed)
+    if unknown:
+        out.append(("unknown_field", f"unknown field(s) {unknown}; allowed: {sorted(allowed)}", unknown[0]))
+    did = obj.get(id_field)
+    if id_field in obj and not (isinstance(did, str) and did):
+        out.append(("bad_id", f"{id_field} must be a non-empty string, got {_describe(did)}", id_field))
+    if value_field in obj:
+        msg = _check_prediction(obj[value_field], T) if track == "detector" else _check_distance(obj[value_field])
+        if msg:
+            code = "out_of_range" if (type(obj[value_field]) is int and track == "detector") else "bad_value"
+            out.append((code, msg, value_field))
+    if track == "detector" and "confidence" in obj:
+        msg = _check_confidence(obj["confidence"])
+        if msg:
+            out.append(("bad_value", msg, "confidence"))
+    return out
+
+
+# --------------------------------------------------------------------------- metadata
+
+
+def load_metadata(path: str | os.PathLike) -> tuple[dict[str, Any] | None, list[Problem]]:
+    path = Path(path)
+    if not path.is_file():
+        return None, [Problem("metadata_missing",
+                              f"metadata file {path} not found; write it (see leaderboard/schema/metadata.v1.json) "
+                              "or pass --metadata PATH", file=str(path))]
+    try:
+        raw = path.read_bytes()
+        if raw.startswith(b"\xef\xbb\xbf"):
+            return None, [Problem("bom", "metadata file starts with a byte-order mark; save it as UTF-8 without BOM",
+                                  file=str(path))]
+        obj = json.loads(raw.decode("utf-8"), parse_constant=_NonFinite)
+    except UnicodeDecodeError as e:
+        return None, [Problem("not_utf8", f"metadata is not valid UTF-8 ({e.reason})", file=str(path))]
+    except json.JSONDecodeError as e:
+        return None, [Problem("metadata_not_json", f"metadata is not valid JSON ({e.msg} at line {e.lineno} "
+                                                   f"column {e.colno})", line=e.lineno, file=str(path))]
+    return obj, []
+
+
+def metadata_problems(metadata: Any, track: str, source: str | None = None) -> list[Problem]:
+    """Every problem of the metadata object against ``metadata.v1.json`` and the track."""
+    if not isinstance(metadata, dict):
+        return [Problem("metadata_invalid", f"metadata must be a JSON object, got {_describe(metadata)}", file=source)]
+    probs: list[Problem] = []
+    if "track" in metadata and metadata["track"] != track:
+        probs.append(Problem("metadata_invalid", f"metadata says track {metadata['track']!r} but the submission is "
+                                                 f"validated as {track!r}; fix one of them", field="track", file=source))
+    md = dict(metadata)
+    md.setdefault("track", track)
+    v = schema_validator("metadata")
+    for err in sorted(v.iter_errors(md), key=lambda e: list(e.absolute_path)):
+        where = ".".join(str(p) for p in err.absolute_path) or None
+        msg = err.message
+        if where == "contact":  # never echo a private value back into a page or log
+            msg = "contact must be an e-mail address"
+        elif err.validator == "required" and not where:
+            msg = f"missing field: {msg}"
+        elif err.validator == "additionalProperties":
+            allowed = sorted(load_schema("metadata")["properties"])
+            msg = f"{msg}; allowed fields: {allowed}"
+        probs.append(Problem("metadata_invalid", f"metadata: {where + ': ' if where else ''}{msg}",
+                             field=where, file=source))
+    return probs
+
+
+def default_metadata_path(submission: str | os.PathLike) -> Path:
+    """``preds.jsonl`` -> ``preds.metadata.json`` (same folder)."""
+    p = Path(submission)
+    stem = p.name[: -len(".jsonl")] if p.name.endswith(".jsonl") else p.stem
+    return p.with_name(f"{stem}.metadata.json")
+
+
+# --------------------------------------------------------------------------- the file
+
+
+def _decode(data: bytes, path: str, errors: list[Problem]) -> list[str | None]:
+    """Lines of ``data`` (None for a line that is not UTF-8, each reported)."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        out: list[str | None] = []
+        for i, raw in enumerate(data.split(b"\n"), 1):
+            try:
+                out.append(raw.decode("utf-8"))
+            except UnicodeDecodeError as e:
+                errors.append(Problem("not_utf8", f"not valid UTF-8 (byte {raw[e.start:e.start + 1]!r} at column "
+                                                  f"{e.start + 1}); save the file as UTF-8", line=i, file=path))
+                out.append(None)
+        return out
+    return text.split("\n")
+
+
+def validate_submission(
+    path: str | os.PathLike,
+    track: str,
+    blind: BlindSet,
+    *,
+    metadata: Mapping[str, Any] | str | os.PathLike | None = None,
+    require_metadata: bool = True,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+) -> ValidationReport:
+    """Validate a submission file against the blind set; returns a report listing every problem.
+
+    ``metadata``: a dict, a path to the metadata JSON, or None for the default path
+    (:func:`default_metadata_path`); with ``require_metadata=False`` a missing metadata file
+    is not an error (for ``validate`` runs on predictions alone). Never raises for a bad file;
+    call :meth:`ValidationReport.raise_for_errors` to turn errors into a :class:`SubmissionError`.
+    """
+    if track not in TRACKS:
+        raise ValueError(f"unknown track {track!r}; choose one of {TRACKS}")
+    spath = str(path)
+    rep = ValidationReport(path=spath, track=track)
+    errs = rep.errors
+    id_field, value_field = TRACK_FIELDS[track]
+    universe: Mapping[str, Any] | frozenset[str] = blind.turns if track == "detector" else blind.pairs
+    if not universe:
+        raise ValueError(f"the blind set from {blind.source or '?'} has no "
+                         f"{'dialogues' if track == 'detector' else 'Task 2 pairs'}; is --blind the right folder?")
+
+    # ---- metadata (checked even when the file itself is broken: report everything at once)
+    md_obj: Any = None
+    md_source: str | None = None
+    if isinstance(metadata, Mapping):
+        md_obj = dict(metadata)
+    else:
+        mpath = Path(metadata) if metadata is not None else default_metadata_path(path)
+        md_source = str(mpath)
+        if metadata is not None or require_metadata or mpath.is_file():
+            md_obj, probs = load_metadata(mpath)
+            errs.extend(probs)
+    if md_obj is not None:
+        errs.extend(metadata_problems(md_obj, track, md_source))
+        rep.metadata = md_obj if isinstance(md_obj, dict) else None
+
+    # ---- the file
+    p = Path(path)
+    try:
+        size = p.stat().st_size
+    except FileNotFoundError:
+        errs.insert(0, Problem("file_missing", f"submission file {spath} not found", file=spath))
+        return rep
+    rep.n_bytes = size
+    if size > max_bytes:
+        errs.insert(0, Problem("too_large", f"file is {size:,} bytes, over the {max_bytes:,}-byte cap; a full "
+                                            "submission is far smaller: check that it holds one short line per id",
+                               file=spath))
+        return rep
+    data = p.read_bytes()
+    rep.sha256 = hashlib.sha256(data).hexdigest()
+    file_errs: list[Problem] = []
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        errs.insert(0, Problem("not_utf8", "file is UTF-16 (it starts with a UTF-16 byte-order mark); save it as "
+                                           "UTF-8 without BOM", line=1, file=spath))
+        return rep
+    if data.startswith(b"\xef\xbb\xbf"):
+        file_errs.append(Problem("bom", "file starts with a UTF-8 byte-order mark; save it as UTF-8 without BOM",
+                                 line=1, file=spath))
+        data = data[3:]
+    if not data.strip():
+        file_errs.append(Problem("empty_file", f"file is empty; expected one JSON line per blind "
+                                               f"{'dialogue' if track == 'detector' else 'pair'} "
+                                               f"({len(universe):,} lines)", file=spath))
+        errs[:0] = file_errs
+        return rep
+
+    lines = _decode(data, spath, file_errs)
+    if lines and lines[-1] == "":
+        lines.pop()
+    first_line: dict[str, int] = {}
+    values: dict[str, Any] = {}
+    n_lines = 0
+    blank: list[int] = []
+    turns = blind.turns
+    decode = _decoder.decode
+    for i, line in enumerate(lines, 1):
+        if line is None:
+            continue
+        if line.endswith("\r"):
+            line = line[:-1]
+        if not line.strip():
+            blank.append(i)
+            continue
+        n_lines += 1
+        try:
+            obj = decode(line)
+        except json.JSONDecodeError as e:
+            file_errs.append(Problem("not_json", f"not a JSON object ({e.msg} at column {e.colno}): "
+                                                 f"{_short(line)!r}", line=i, file=spath))
+            continue
+        did = obj.get(id_field) if isinstance(obj, dict) else None
+        T = turns.get(did) if (track == "detector" and isinstance(did, str)) else None
+        for code, msg, fld in check_line_object(obj, track, T):
+            prefix = f"{id_field} {did!r}: " if isinstance(did, str) and did and code not in ("bad_id",) else ""
+            file_errs.append(Problem(code, prefix + msg, line=i, field=fld, file=spath))
+        if not (isinstance(did, str) and did):
+            continue
+        if did in first_line:
+            file_errs.append(Problem("duplicate_id", f"duplicate {id_field} {did!r} on lines {first_line[did]} and "
+                                                     f"{i}; keep exactly one line per id",
+                                     line=i, other_line=first_line[did], field=id_field, file=spath))
+            continue
+        first_line[did] = i
+        if did not in universe:
+            what = "blind test set" if track == "detector" else "blind Task 2 pair set"
+            file_errs.append(Problem("unknown_id", f"{id_field} {_short(did)!r} is not in the {what}; "
+                                                   "was the file made for another release?",
+                                     line=i, field=id_field, file=spath))
+            continue
+        values[did] = obj.get(value_field)
+    if blank:
+        rep.warnings.append(Problem("blank_lines", f"{len(blank)} blank line(s) ignored (first: line {blank[0]})",
+                                    line=blank[0], file=spath))
+    if n_lines == 0 and not any(p.code == "not_utf8" for p in file_errs):
+        file_errs.append(Problem("empty_file", "file holds no JSON lines", file=spath))
+    missing = [k for k in universe if k not in first_line]
+    if missing and n_lines:
+        shown = ", ".join(repr(m) for m in missing[:MISSING_IDS_SHOWN])
+        what = "blind dialogues have no prediction" if track == "detector" else "blind pairs have no distance"
+        fix = ("add a line with \"prediction\": null for each dialogue the detector does not flag"
+               if track == "detector" else "give a distance for every pair of data/blind_task2")
+        file_errs.append(Problem("missing_ids", f"{len(missing):,} of {len(universe):,} {what} (first: {shown}); {fix}",
+                                 field=id_field, file=spath))
+    errs[:0] = file_errs
+    if not errs:
+        rep.values = values
+    rep.summary = _summary(track, values, n_lines, len(universe), first_line, lines)
+    return rep
+
+
+def _summary(track: str, values: Mapping[str, Any], n_lines: int, n_blind: int, first_line: Mapping[str, int],
+             lines: list[str | None]) -> dict[str, Any]:
+    s: dict[str, Any] = {"lines": n_lines, "blind_size": n_blind, "valid_ids": len(values)}
+    if track == "detector":
+        flagged = sum(1 for v in values.values() if v is not None)
+        s["flagged"] = flagged
+        s["not_flagged"] = len(values) - flagged
+        s["share_flagged"] = round(flagged / len(values), 4) if values else None
+        s["with_confidence"] = sum(1 for ln in lines if ln and '"confidence"' in ln)
+    else:
+        vals = [float(v) for v in values.values() if type(v) in (int, float)]
+        if vals:
+            s["distance_min"] = min(vals)
+            s["distance_max"] = max(vals)
+    return s
+
+
+def validate_detector(path, blind: BlindSet, **kw) -> ValidationReport:
+    return validate_submission(path, "detector", blind, **kw)
+
+
+def validate_metric(path, blind: BlindSet, **kw) -> ValidationReport:
+    return validate_submission(path, "metric", blind, **kw)
