@@ -26,6 +26,7 @@ from .records import (
     validate_record,
     validate_records,
 )
+from .star import Scenario, StarCorpus, StarError, StarTask, download_star, resolve_star
 from .turns import as_turns, transcript, turn_texts
 from .views import task1_sets, task2_quartets, task3_examples
 
@@ -34,6 +35,12 @@ __version__ = "0.1.0"
 __all__ = [
     "CONFIGS",
     "SPLITS",
+    "Scenario",
+    "StarCorpus",
+    "StarError",
+    "StarTask",
+    "download_star",
+    "resolve_star",
     "as_turns",
     "build_dataset",
     "export_hub_layout",

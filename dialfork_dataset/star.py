@@ -31,6 +31,7 @@ import logging
 import os
 import re
 import shutil
+import sys
 import tempfile
 import zipfile
 from collections import Counter, defaultdict
@@ -376,25 +377,25 @@ def node_kinds(replies: dict[str, str], graph: dict[str, str], responses: dict[s
                start: str = START_NODE) -> dict[str, str]:
     """``action`` / ``query`` / ``branch`` for every node of ``replies``, ``responses`` and ``graph``.
 
-    Actions are the nodes of ``responses.json`` (what the system role could say). Query nodes are
-    the other nodes named ``query``/``query_*`` that are the "next" of some node or whose label
-    starts with "Query" (``query``, ``query_check``, ``query_book``). Branch nodes are the rest
-    (outcome labels such as ``query_success``, ``available``, ``yes``). Without ``responses.json``,
-    a node is a branch when it is never a "next", is not the start, and its label is a bare label
-    (no ``{slot}``, no final punctuation); otherwise an action.
+    Nodes of ``responses.json`` (what the system role could say) are actions. Query nodes are the
+    other nodes named ``query``/``query_*`` that are the "next" of some node or whose label starts
+    with "Query" (``query``, ``query_check``, ``query_book``). Branch nodes are never the "next" of
+    a node, are not the start, and are either a known outcome label (``yes``, ``available``,
+    ``query_success``...) or a key of ``graph`` whose label is bare (no ``{slot}``, no final
+    punctuation: ``info_missing``). Everything else is an action (e.g. ``*_nothing_found``, which
+    has a reply but no edge).
     """
     targets = set(graph.values())
     nodes = list(dict.fromkeys([*replies, *(responses or {}), *graph, *graph.values()]))
     kinds: dict[str, str] = {}
     for n in nodes:
         label = (replies.get(n) or "").strip()
+        bare = "{" not in label and not label.endswith((".", "?", "!"))
         if responses is not None and n in responses:
             kinds[n] = "action"
         elif (n == "query" or n.startswith("query")) and (n in targets or label.lower().startswith("query")):
             kinds[n] = "query"
-        elif responses is not None:
-            kinds[n] = "action" if n == start else "branch"
-        elif n != start and n not in targets and "{" not in label and not label.endswith((".", "?", "!")):
+        elif n != start and n not in targets and (n in _KNOWN_OUTCOMES or (n in graph and bare)):
             kinds[n] = "branch"
         else:
             kinds[n] = "action"
@@ -406,8 +407,10 @@ def infer_branch_parents(replies: dict[str, str], graph: dict[str, str], kinds: 
     """Parent node(s) of each branch node; a branch with no inferable parent maps to [].
 
     STAR task files give one "next" per node, so the outcome edges of the flowchart are implicit.
-    Rules, applied in this order, each seeing the edges attached by the previous ones ("open" =
-    reachable from ``start``, no "next", no branch attached yet):
+    Rules, in this order; the first that applies attaches one family of branches, then the rules
+    start again, seeing the edges attached so far ("open" = reachable from ``start``, no "next", no
+    branch attached yet). The fallbacks (generic nodes, ``done`` -> where ``yes``/``no`` went, any
+    open question) are used only when no strict rule applies any more:
 
     1. query outcomes ``available``/``unavailable`` and ``query_success``/``query_failure`` attach to
        the open query node; when several are open, to ``query_check`` resp. ``query_book``, else the
@@ -459,68 +462,80 @@ def infer_branch_parents(replies: dict[str, str], graph: dict[str, str], kinds: 
         label = (replies.get(n) or "").strip()
         return kinds.get(n) == "action" and (label.endswith("?") or "ask" in n.split("_"))
 
-    # 1. query outcomes
-    for fam, preferred in QUERY_OUTCOME_FAMILIES:
-        present = [b for b in fam if b in branches and b not in parents]
-        if not present:
-            continue
-        open_q = [n for n in reach_order() if kinds.get(n) == "query" and is_open(n)]
-        if not open_q:
-            continue
-        target = preferred if preferred in open_q else open_q[0]
-        for b in present:
-            attach(b, [target])
-
-    # 2. answers to questions
-    yes_no_parents: list[str] = []
-    for fam in ANSWER_FAMILIES:
-        present = [b for b in fam if b in branches and b not in parents]
-        if not present:
-            continue
-        order = reach_order()
-        qs = [n for n in order if is_open(n) and is_question(n)]
-        cands = [n for n in qs if not _is_global(n)] or qs
-        if not cands and fam == ("done",):
-            cands = yes_no_parents
-        if not cands:
-            continue
-        for b in present:
-            attach(b, cands)
-        if fam == ("yes", "no"):
-            yes_no_parents = list(cands)
-
-    # 3. detours (and unknown outcome labels)
     chains: dict[str, list[str]] = {}
-    rest = [b for b in branches if b not in parents]
+    yes_no_parents: list[str] = []
 
     def series_key(b: str) -> tuple[str, int]:
         m = re.fullmatch(r"(.*?)(\d*)", b)
         return m.group(1), int(m.group(2) or 1)
 
-    for b in sorted(rest, key=series_key):
-        order = reach_order()
-        reach = set(order)
-        chain: list[str] = []
-        c = graph.get(b)
-        while c is not None and c not in reach and c not in chain:
-            chain.append(c)
-            c = graph.get(c)
-        chains[b] = chain
-        ps: list[str] = []
-        if c is not None and c in reach and chain:
-            ps = [p for p in order if graph.get(p) == c and kinds.get(p) == "action" and p not in chain][:1]
-        if not ps:
-            stem, num = series_key(b)
-            prev = [p for p in chains if p != b and series_key(p)[0] == stem and series_key(p)[1] < num]
-            if prev and chains[prev[-1]]:
-                ps = [chains[prev[-1]][-1]]
-        if not ps:
-            qs = [n for n in order if is_open(n) and is_question(n)]
-            ps = [n for n in qs if not _is_global(n)][:1]
-        if ps:
-            attach(b, ps)
-        else:
-            parents[b] = []
+    def rule_queries(relaxed: bool) -> bool:
+        for fam, preferred in QUERY_OUTCOME_FAMILIES:
+            present = [b for b in fam if b in branches and b not in parents]
+            open_q = [n for n in reach_order() if kinds.get(n) == "query" and is_open(n)]
+            if present and open_q:
+                target = preferred if preferred in open_q else open_q[0]
+                for b in present:
+                    attach(b, [target])
+                return True
+        return False
+
+    def rule_answers(relaxed: bool) -> bool:
+        nonlocal yes_no_parents
+        for fam in ANSWER_FAMILIES:
+            present = [b for b in fam if b in branches and b not in parents]
+            if not present:
+                continue
+            qs = [n for n in reach_order() if is_open(n) and is_question(n)]
+            cands = [n for n in qs if not _is_global(n)]
+            if not cands and relaxed:
+                cands = yes_no_parents if fam == ("done",) and yes_no_parents else qs
+            if cands:
+                for b in present:
+                    attach(b, cands)
+                if fam == ("yes", "no"):
+                    yes_no_parents = list(cands)
+                return True
+        return False
+
+    def rule_detours(relaxed: bool) -> bool:
+        rest = sorted((b for b in branches if b not in parents and b not in _KNOWN_OUTCOMES), key=series_key)
+        for b in rest:
+            order = reach_order()
+            reach = set(order)
+            chain: list[str] = []
+            c = graph.get(b)
+            while c is not None and c not in reach and c not in chain:
+                chain.append(c)
+                c = graph.get(c)
+            ps: list[str] = []
+            if c is not None and c in reach and chain:
+                ps = [p for p in order if graph.get(p) == c and kinds.get(p) == "action" and p not in chain][:1]
+            if not ps:
+                stem, num = series_key(b)
+                prev = [p for p in chains if series_key(p)[0] == stem and series_key(p)[1] < num]
+                if prev and chains[prev[-1]]:
+                    ps = [chains[prev[-1]][-1]]
+            if not ps and relaxed:
+                qs = [n for n in order if is_open(n) and is_question(n)]
+                ps = ([n for n in qs if not _is_global(n)] or qs)[:1]
+            if ps:
+                chains[b] = chain
+                attach(b, ps)
+                return True
+        return False
+
+    # Apply the first rule that makes progress, then start again; generic fallbacks ("relaxed")
+    # only when no strict rule applies any more.
+    rules = (rule_queries, rule_answers, rule_detours)
+    while True:
+        if any(rule(False) for rule in rules):
+            continue
+        if any(rule(True) for rule in rules):
+            continue
+        break
+    for b in branches:
+        if b not in parents:
             log.debug("branch %r: no parent could be inferred", b)
     return {b: parents.get(b, []) for b in branches}
 
@@ -551,11 +566,13 @@ def describe_node(node: str, kind: str, domain: str = "", function: str = "") ->
         return "Say goodbye"
     if "nothing" in words and "found" in words:
         return "Tell the user that nothing matches their request"
+    rest = " ".join(words[1:])
+    if words[:2] == ["ask", "confirm"]:
+        return f"Ask the user to confirm the {' '.join(words[2:])}"
     if words[:1] == ["ask"]:
-        rest = " ".join(words[1:])
         return "Ask for the user's name" if rest == "name" else f"Ask the user for the {rest}"
     if words[:1] in (["inform"], ["provide"]):
-        return f"Tell the user the {' '.join(words[1:])}"
+        return f"Inform the user: {rest}"
     return " ".join(words).capitalize()
 
 
@@ -605,8 +622,6 @@ class StarTask:
             val = data.get(key)
             if not isinstance(val, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in val.items()):
                 errs.append(f"{main}: {key!r} missing or not an object of strings (node -> text/node)")
-        if not isinstance(data.get("task"), str):
-            errs.append(f"{main}: 'task' (the API function name) missing or not a string")
         resp_path = task_dir / "responses.json"
         responses = None
         if resp_path.exists():
@@ -615,9 +630,13 @@ class StarTask:
                                               and all(isinstance(v, str) for v in responses.values())):
                 errs.append(f"{resp_path}: expected an object node -> response template")
                 responses = None
-        if len(errs) > n0:
+        if not isinstance(data.get("task"), str):
+            errs.append(f"{main}: 'task' (the API function name) missing or not a string")
+        if not all(isinstance(data.get(k), dict) for k in ("replies", "graph")):
             return None
         replies, graph = data["replies"], data["graph"]
+        if not all(isinstance(v, str) for v in (*replies.values(), *graph.values())):
+            return None
         known = set(replies) | set(responses or {})
         if START_NODE not in known and START_NODE not in graph:
             errs.append(f"{main}: no start node {START_NODE!r} in 'replies' or 'graph'")
@@ -694,26 +713,38 @@ class StarTask:
         return [n for n, d in g.nodes(data=True) if d["kind"] == "action" and not d["reachable"]]
 
     def steps(self) -> list[WorkflowStep]:
-        """Numbered steps from ``hello``; outcomes nested as :class:`WorkflowBranch`. Numbers follow a
-        depth-first walk (a branch's steps before the steps after the branching step). A node met
-        again yields a ``goto`` step ("go back to step N" on a loop, "continue with step N" on a merge)."""
+        """Numbered steps from ``hello``; outcomes nested as :class:`WorkflowBranch`.
+
+        Numbers follow a depth-first walk (a branch's steps come before the steps after the
+        branching step). A branch's chain stops where it rejoins the main line of an enclosing step
+        ("continue with step N"), and a node met again on the current path is a loop ("go back to
+        step N"); both are ``goto`` steps. Cycles therefore terminate.
+        """
         children: dict[str, list[str]] = defaultdict(list)
         for b, ps in self.branch_parents.items():
             for p in ps:
                 children[p].append(b)
         numbered: dict[str, int] = {}
+        gotos: list[tuple[WorkflowStep, bool]] = []
         counter = [0]
         kinds = self.kinds
-        api_fn = self.api.function if self.api else self.function
+        api_fn = self.function
 
-        def walk(node: str | None, path: tuple[str, ...]) -> list[WorkflowStep]:
+        def main_line(node: str | None) -> set[str]:
+            out: set[str] = set()
+            while node is not None and node not in out:
+                out.add(node)
+                node = self.graph.get(node)
+            return out
+
+        def walk(node: str | None, path: tuple[str, ...], pending: frozenset[str]) -> list[WorkflowStep]:
             out: list[WorkflowStep] = []
             while node is not None:
-                if node in numbered:
-                    n = numbered[node]
-                    verb = "Go back to" if node in path else "Continue with"
-                    out.append(WorkflowStep(number=n, node=node, kind=kinds.get(node, "action"),
-                                            text=f"{verb} step {n}", goto=n))
+                if node in numbered or node in pending:
+                    loop = node in path
+                    step = WorkflowStep(number=0, node=node, kind=kinds.get(node, "action"), text="", goto=0)
+                    gotos.append((step, loop))
+                    out.append(step)
                     break
                 if kinds.get(node) == "branch":  # a branch used as a "next": follow it
                     node = self.graph.get(node)
@@ -729,13 +760,20 @@ class StarTask:
                                     template=self.template(node))
                 out.append(step)
                 path = (*path, node)
+                nxt = self.graph.get(node)
+                inner = pending | main_line(nxt)
                 for b in kids:
                     step.branches.append(WorkflowBranch(label=b, text=self.replies.get(b, b),
-                                                        steps=walk(self.graph.get(b), path)))
-                node = self.graph.get(node)
+                                                        steps=walk(self.graph.get(b), path, inner)))
+                node = nxt
             return out
 
-        return walk(self.start_node, ())
+        steps = walk(self.start_node, (), frozenset())
+        for step, loop in gotos:
+            n = numbered[step.node]
+            step.number = step.goto = n
+            step.text = f"{'Go back to' if loop else 'Continue with'} step {n}"
+        return steps
 
     def render_steps(self, with_templates: bool = True, include_other: bool = True,
                      include_instructions: bool = True) -> str:
@@ -831,11 +869,14 @@ def _dialogue_files(folder: Path) -> list[Path]:
 class StarCorpus:
     """A local STAR copy (compact or original layout, see the module doc).
 
-    Tasks and APIs are read (and validated, all problems collected) at construction; scenarios, the
-    knowledge bases and the human dialogues are read on first use.
+    ``path`` None means ``$DIALFORK_STAR_DIR`` (:func:`resolve_star`). Tasks and APIs are read (and
+    validated, all problems collected) at construction; scenarios, the knowledge bases and the
+    human dialogues are read on first use.
     """
 
-    def __init__(self, path: str | os.PathLike):
+    def __init__(self, path: str | os.PathLike | None = None):
+        if path is None:  # $DIALFORK_STAR_DIR, with a helpful error when unset
+            path = resolve_star(None)
         self.path = Path(path).expanduser().resolve()
         if not self.path.is_dir():
             raise StarError(f"{self.path}: no such folder; download STAR with "
@@ -1115,3 +1156,42 @@ def download_star(dest: str | os.PathLike, url: str = DEFAULT_STAR_URL, *, force
         return dest
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------------------------- CLI
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m dialfork_dataset.star {summary,steps,download} ...``"""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m dialfork_dataset.star", description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("summary", help="print the counts of a STAR copy as JSON")
+    p.add_argument("path", nargs="?", help=f"STAR folder (default: ${STAR_ENV})")
+    p = sub.add_parser("steps", help="print the numbered workflow of a task")
+    p.add_argument("task")
+    p.add_argument("--path", help=f"STAR folder (default: ${STAR_ENV})")
+    p.add_argument("--no-templates", action="store_true", help="leave out the response templates")
+    p = sub.add_parser("download", help="download and extract STAR (network needed)")
+    p.add_argument("dest")
+    p.add_argument("--url", default=DEFAULT_STAR_URL)
+    p.add_argument("--force", action="store_true", help="replace an existing copy")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+    try:
+        if args.cmd == "summary":
+            print(json.dumps(StarCorpus(resolve_star(args.path)).summary(), indent=2))
+        elif args.cmd == "steps":
+            print(StarCorpus(resolve_star(args.path)).task(args.task).render_steps(
+                with_templates=not args.no_templates))
+        else:
+            print(download_star(args.dest, args.url, force=args.force))
+    except StarError as e:
+        sys.stderr.write(f"error: {e}\n")
+        return 2
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())
