@@ -13,7 +13,14 @@ export HF_EVALUATE_OFFLINE ?= 1
 export HF_DATASETS_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: install demo test lint bench clean
+.PHONY: install system-deps demo test lint bench clean
+
+# Debian's headless chromium drives the browser tests (leaderboard page, annotation tool).
+system-deps:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	  else echo "note: chromium missing and not root: browser tests will be skipped"; fi; }
 
 $(VENV)/.installed: setup.cfg pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -27,7 +34,7 @@ install: $(VENV)/.installed
 demo: install
 	$(PY) -m dialfork_dataset.demo --star $(STAR) --out $(DEMO_OUT)
 
-test: install
+test: install system-deps
 	DIALFORK_STAR_DIR=$(abspath $(STAR)) $(PY) -m pytest -q -p no:cacheprovider tests
 
 lint: install
