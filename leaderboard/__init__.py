@@ -1,1 +1,51 @@
-"""leaderboard"""
+"""leaderboard: from a submission file to a ranked row, offline-testable end to end.
+
+``python -m leaderboard validate|score|render`` (see ``__main__``). Public names resolve
+lazily (PEP 562), so ``import leaderboard`` stays cheap.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS: dict[str, str] = {
+    "BlindSet": "validate",
+    "Problem": "validate",
+    "SubmissionError": "validate",
+    "ValidationReport": "validate",
+    "validate_submission": "validate",
+    "load_schema": "validate",
+    "score_detector": "score",
+    "score_metric": "score",
+    "kendall_tau_b_rows": "score",
+    "evaluate": "submit",
+    "submit": "submit",
+    "demo_round_trip": "submit",
+    "LocalStore": "store",
+    "HubStore": "store",
+    "RateLimitError": "store",
+    "ResultExistsError": "store",
+    "load_results": "store",
+    "render_html": "render",
+    "render_site": "render",
+    "LeaderboardApp": "app",
+    "write_predictions": "synthetic",
+    "write_distances": "synthetic",
+    "write_metadata": "synthetic",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    mod = _EXPORTS.get(name)
+    if mod is None:
+        raise AttributeError(f"module 'leaderboard' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{mod}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

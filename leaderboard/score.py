@@ -16,7 +16,6 @@ messages about the gold never quote gold rows.
 from __future__ import annotations
 
 import logging
-import math
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -109,7 +108,8 @@ def kendall_tau_b_rows(d: np.ndarray, target: Sequence[float] = (4, 3, 2, 1)) ->
     Same number as ``scipy.stats.kendalltau(row, target).statistic`` (variant 'b'), NaN where
     it is undefined (a row or the target with all values tied). Written out because scipy's
     per-call overhead (~0.2 ms) makes thousands of 4-element units slow; tests check equality
-    with scipy, ties included.
+    with scipy and with ``dialfork_metrics.stats.ranking_tau`` (the library's per-unit
+    definition, undefined -> 0), ties included.
     """
     d = np.asarray(d, dtype=float)
     y = np.asarray(target, dtype=float)
@@ -190,9 +190,3 @@ def score_metric(distances: Mapping[str, float], gold2: Sequence[Mapping[str, An
             "counts": {"units": int(tau.shape[0]), "pairs": int(tau.shape[0] * 4), "units_by_type": units_by_type},
         }
     return out
-
-
-def finite_or_none(x: Any) -> Any:
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    return x

@@ -563,6 +563,7 @@ def validate_submission(
     first_line: dict[str, int] = {}
     values: dict[str, Any] = {}
     n_lines = 0
+    n_conf = 0
     blank: list[int] = []
     turns = blind.turns
     decode = _decoder.decode
@@ -582,6 +583,8 @@ def validate_submission(
                                                  f"{_short(line)!r}", line=i, file=spath))
             continue
         did = obj.get(id_field) if isinstance(obj, dict) else None
+        if isinstance(obj, dict) and obj.get("confidence") is not None:
+            n_conf += 1
         T = turns.get(did) if (track == "detector" and isinstance(did, str)) else None
         for code, msg, fld in check_line_object(obj, track, T):
             prefix = f"{id_field} {did!r}: " if isinstance(did, str) and did and code not in ("bad_id",) else ""
@@ -617,19 +620,18 @@ def validate_submission(
     errs[:0] = file_errs
     if not errs:
         rep.values = values
-    rep.summary = _summary(track, values, n_lines, len(universe), first_line, lines)
+    rep.summary = _summary(track, values, n_lines, len(universe), n_conf)
     return rep
 
 
-def _summary(track: str, values: Mapping[str, Any], n_lines: int, n_blind: int, first_line: Mapping[str, int],
-             lines: list[str | None]) -> dict[str, Any]:
+def _summary(track: str, values: Mapping[str, Any], n_lines: int, n_blind: int, n_conf: int) -> dict[str, Any]:
     s: dict[str, Any] = {"lines": n_lines, "blind_size": n_blind, "valid_ids": len(values)}
     if track == "detector":
         flagged = sum(1 for v in values.values() if v is not None)
         s["flagged"] = flagged
         s["not_flagged"] = len(values) - flagged
         s["share_flagged"] = round(flagged / len(values), 4) if values else None
-        s["with_confidence"] = sum(1 for ln in lines if ln and '"confidence"' in ln)
+        s["with_confidence"] = n_conf
     else:
         vals = [float(v) for v in values.values() if type(v) in (int, float)]
         if vals:

@@ -1,0 +1,176 @@
+"""``python -m leaderboard`` (console script ``dialfork-leaderboard``).
+
+    validate SUBMISSION --track detector --blind DIR [--metadata M] [--json] [--max-bytes N]
+    score    SUBMISSION --gold GOLD [--track detector] [--blind DIR] [--metadata M] [--json]
+             [--results STORE_DIR | --hub-repo OWNER/NAME] [--submitter NAME] [--max-per-day N]
+    render   --results DIR [DIR ...] --out site/ [--private DIR --reveal-private] [--title T]
+
+Exit status: 0 on success, 1 when the submission is invalid (every problem is listed), 2 on a
+usage error, 3 when the rate limit is reached or a result already exists.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+EXIT_INVALID = 1
+EXIT_USAGE = 2
+EXIT_REFUSED = 3
+
+
+def _add_common(p: argparse.ArgumentParser) -> None:
+    from .validate import DEFAULT_MAX_BYTES
+
+    p.add_argument("submission", help="the submission file (JSON Lines)")
+    p.add_argument("--track", choices=("detector", "metric"), default="detector",
+                   help="detector = Task 3 predictions, metric = Task 2 distances (default: detector)")
+    p.add_argument("--metadata", default=None,
+                   help="metadata JSON (default: <submission stem>.metadata.json next to the submission)")
+    p.add_argument("--max-bytes", type=int, default=DEFAULT_MAX_BYTES, help="size cap of the submission file")
+    p.add_argument("--json", action="store_true", help="print a machine-readable report on stdout")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m leaderboard", description="DialFork leaderboard: validate, score, render.")
+    ap.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
+    sub = ap.add_subparsers(dest="command", required=True)
+
+    v = sub.add_parser("validate", help="check a submission file offline (no gold needed)")
+    _add_common(v)
+    v.add_argument("--blind", required=True, help="Hub layout folder holding data/blind (and data/blind_task2)")
+    v.add_argument("--no-metadata", action="store_true", help="validate the predictions only, without metadata")
+    v.add_argument("--max-errors", type=int, default=None, help="list at most N errors in the text report")
+
+    s = sub.add_parser("score", help="validate, score against the gold and (optionally) store the result")
+    _add_common(s)
+    s.add_argument("--gold", required=True, help="gold folder (task3_gold.jsonl, task2_gold.jsonl, gold_manifest.json)")
+    s.add_argument("--blind", default=None, help="Hub layout folder (default: the public columns of the gold)")
+    s.add_argument("--results", default=None, help="local results store to write to (results/ and private/ inside)")
+    s.add_argument("--hub-repo", default=None, help="Hub dataset repo of the results (private twins go to <repo>-private)")
+    s.add_argument("--hub-private-repo", default=None, help="Hub dataset repo of the private twins")
+    s.add_argument("--submitter", default=None, help="submitter id (default: the metadata's 'submitter')")
+    s.add_argument("--max-per-day", type=int, default=None, help="rate limit per submitter per UTC day")
+
+    r = sub.add_parser("render", help="write the static leaderboard page")
+    r.add_argument("--results", nargs="+", required=True, help="results folder(s) (a store's results/ or the store root)")
+    r.add_argument("--out", required=True, help="output folder (index.html is written inside) or .html file")
+    r.add_argument("--private", default=None, help="the store's private area (for --reveal-private)")
+    r.add_argument("--reveal-private", action="store_true", help="show the private scores (maintainers only)")
+    r.add_argument("--title", default="DialFork leaderboard")
+    return ap
+
+
+def _print_json(obj: Any) -> None:
+    print(json.dumps(obj, ensure_ascii=False, indent=2, allow_nan=False))
+
+
+def _cmd_validate(a: argparse.Namespace) -> int:
+    from .validate import BlindSet, validate_submission
+
+    blind = BlindSet.from_dir(a.blind)
+    rep = validate_submission(a.submission, a.track, blind, metadata=a.metadata,
+                              require_metadata=not a.no_metadata, max_bytes=a.max_bytes)
+    if a.json:
+        _print_json(rep.to_dict())
+    else:
+        print(rep.format_text(max_errors=a.max_errors), file=sys.stdout if rep.ok else sys.stderr)
+    return 0 if rep.ok else EXIT_INVALID
+
+
+def _fmt_scores(track: str, scores: dict[str, Any] | None) -> str:
+    if scores is None:
+        return "  (no dialogues in this part)"
+    if track == "detector":
+        from dialfork_metrics.task3.scorer import format_table
+
+        return "\n".join("  " + ln for ln in format_table(scores).splitlines())
+    types = " ".join(f"{h}={v:.3f}" for h, v in scores["tau_by_type"].items())
+    return (f"  Avg tau={scores['tau']:.3f}  ({types})  exact recovery={100 * scores['exact_recovery']:.1f}%  "
+            f"units={scores['counts']['units']}")
+
+
+def _cmd_score(a: argparse.Namespace) -> int:
+    from .store import DEFAULT_MAX_PER_DAY, HubStore, LocalStore, RateLimitError, ResultExistsError
+    from .submit import evaluate, submit
+    from .validate import SubmissionError
+
+    if a.results and a.hub_repo:
+        print("error: give --results or --hub-repo, not both", file=sys.stderr)
+        return EXIT_USAGE
+    store = None
+    per_day = a.max_per_day if a.max_per_day is not None else DEFAULT_MAX_PER_DAY
+    if a.results:
+        store = LocalStore(a.results, max_per_day=per_day)
+    elif a.hub_repo:
+        store = HubStore(a.hub_repo, private_repo_id=a.hub_private_repo, max_per_day=per_day, create=True)
+    try:
+        if store is None:
+            ev = evaluate(a.submission, track=a.track, gold=a.gold, blind=a.blind, metadata=a.metadata,
+                          max_bytes=a.max_bytes)
+            result, key = ev.public, None
+        else:
+            st = submit(a.submission, track=a.track, gold=a.gold, blind=a.blind, metadata=a.metadata,
+                        max_bytes=a.max_bytes, store=store, submitter=a.submitter)
+            result, key = st.result, st.key
+    except SubmissionError as e:
+        if a.json:
+            _print_json(e.report.to_dict())
+        else:
+            print(e.report.format_text(), file=sys.stderr)
+        return EXIT_INVALID
+    except (RateLimitError, ResultExistsError) as e:
+        print(f"refused: {e}", file=sys.stderr)
+        return EXIT_REFUSED
+    if a.json:
+        _print_json(result)
+    else:
+        print(f"{a.submission}: public score ({a.track} track)")
+        print(_fmt_scores(a.track, result["scores"]["public"]))
+        print("private score: withheld until the maintainers reveal it")
+        print(f"gold revision {result['gold_revision'][:12]}, submission sha256 {result['submission']['sha256'][:12]}")
+        if key:
+            print(f"stored as {key}")
+    return 0
+
+
+def _cmd_render(a: argparse.Namespace) -> int:
+    from .render import render_site
+
+    dirs = []
+    for d in a.results:
+        p = Path(d)
+        dirs.append(p / "results" if (p / "results").is_dir() else p)
+    priv = a.private
+    if a.reveal_private and priv is None:
+        cand = [Path(d) / "private" for d in a.results if (Path(d) / "private").is_dir()]
+        if not cand:
+            print("error: --reveal-private needs --private DIR (the store's private area)", file=sys.stderr)
+            return EXIT_USAGE
+        priv = cand[0]
+    out = render_site(dirs, a.out, private_dir=priv, reveal_private=a.reveal_private, title=a.title)
+    print(f"wrote {out}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = build_parser()
+    a = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if a.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        if a.command == "validate":
+            return _cmd_validate(a)
+        if a.command == "score":
+            return _cmd_score(a)
+        return _cmd_render(a)
+    except (FileNotFoundError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Package data of the leaderboard (data); a package so that wheels ship it."""

@@ -1,0 +1,1 @@
+"""Package data of the leaderboard (schema); a package so that wheels ship it."""

@@ -1,0 +1,314 @@
+"""Results stores: a local folder, or a Hub dataset repo through ``huggingface_hub``.
+
+A result is one immutable JSON file per submission at
+``results/<submitter>/<method-slug>/<timestamp>.json`` (public: scores of the public part,
+metadata without private fields). Its private twin, ``private/<same key>`` (scores of the
+private part, the contact), goes to a private area: ``<root>/private`` for a
+:class:`LocalStore`, a second (private) dataset repo for a :class:`HubStore`. Nothing is ever
+overwritten: a local write is a temp file hard-linked into place (``os.link`` fails if the
+name exists, so concurrent writers cannot clobber each other); a Hub write is a commit with
+``parent_commit`` set to the revision that was checked, so a concurrent commit makes it fail
+and it is retried against the new head. A submitter only ever writes under their own folder.
+
+Rate limit: at most ``max_per_day`` results per submitter per UTC day, counted from the
+store's own listing (so it survives restarts); the clock is injectable for tests.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import tempfile
+import unicodedata
+from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+RESULTS_AREA = "results"
+PRIVATE_AREA = "private"
+#: Default number of results one submitter may store per UTC day.
+DEFAULT_MAX_PER_DAY = 5
+TIMESTAMP_FORMAT = "%Y%m%dT%H%M%S.%fZ"
+SUBMITTER_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+_KEY_RE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]{0,63})/([a-z0-9][a-z0-9._-]{0,63})/(\d{8}T\d{6}\.\d{6}Z)\.json$")
+
+
+class ResultExistsError(FileExistsError):
+    """A result file of that name already exists; results are write-once."""
+
+
+class RateLimitError(RuntimeError):
+    """The submitter reached the daily limit."""
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def slugify(name: str) -> str:
+    """File-name-safe slug of a method name (lowercase ASCII, digits, ``.``, ``_``, ``-``)."""
+    s = unicodedata.normalize("NFKD", name).encode("ascii", "ignore").decode()
+    s = re.sub(r"[^a-z0-9._-]+", "-", s.lower()).strip("-._")
+    return (s or "method")[:64]
+
+
+def check_submitter(submitter: str) -> str:
+    if not isinstance(submitter, str) or not SUBMITTER_RE.match(submitter):
+        raise ValueError(f"submitter {submitter!r} is not a valid id: 1-64 letters, digits, '.', '_' or '-', "
+                         "starting with a letter or digit")
+    return submitter
+
+
+def result_key(submitter: str, method: str, when: datetime) -> str:
+    """``<submitter>/<method-slug>/<UTC timestamp>.json`` (the same key in both areas)."""
+    check_submitter(submitter)
+    if when.tzinfo is None:
+        raise ValueError("timestamps must be timezone-aware (UTC)")
+    ts = when.astimezone(timezone.utc).strftime(TIMESTAMP_FORMAT)
+    return f"{submitter}/{slugify(method)}/{ts}.json"
+
+
+def parse_key(key: str) -> tuple[str, str, datetime] | None:
+    m = _KEY_RE.match(key)
+    if not m:
+        return None
+    when = datetime.strptime(m.group(3), TIMESTAMP_FORMAT).replace(tzinfo=timezone.utc)
+    return m.group(1), m.group(2), when
+
+
+def _dumps(obj: Any) -> bytes:
+    return (json.dumps(obj, ensure_ascii=False, indent=2, sort_keys=False, allow_nan=False) + "\n").encode("utf-8")
+
+
+class ResultStore:
+    """Common logic; subclasses implement ``_keys``, ``_read`` and ``_write_new``."""
+
+    max_per_day: int = DEFAULT_MAX_PER_DAY
+    clock: Callable[[], datetime] = staticmethod(utcnow)
+
+    # -- backend
+    def _keys(self, area: str) -> list[str]:
+        raise NotImplementedError
+
+    def _read(self, area: str, key: str) -> bytes:
+        raise NotImplementedError
+
+    def _write_new(self, area: str, key: str, data: bytes) -> None:
+        raise NotImplementedError
+
+    # -- API
+    def keys(self, area: str = RESULTS_AREA, submitter: str | None = None) -> list[str]:
+        out = []
+        for k in self._keys(area):
+            p = parse_key(k)
+            if p is None:
+                continue
+            if submitter is None or p[0] == submitter:
+                out.append(k)
+        return sorted(out)
+
+    def read(self, key: str, area: str = RESULTS_AREA) -> dict[str, Any]:
+        return json.loads(self._read(area, key).decode("utf-8"))
+
+    def results(self, area: str = RESULTS_AREA) -> list[dict[str, Any]]:
+        """Every stored result of ``area`` (``results`` or ``private``), oldest key first."""
+        return [self.read(k, area) for k in self.keys(area)]
+
+    def count_today(self, submitter: str, now: datetime | None = None) -> int:
+        now = now or self.clock()
+        start = now.astimezone(timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0)
+        n = 0
+        for k in self.keys(RESULTS_AREA, submitter=submitter):
+            when = parse_key(k)[2]  # type: ignore[index]
+            if start <= when < start + timedelta(days=1):
+                n += 1
+        return n
+
+    def check_rate_limit(self, submitter: str, now: datetime | None = None) -> int:
+        """Raise :class:`RateLimitError` if ``submitter`` used up today's quota; else return the
+        number of results they may still store today."""
+        check_submitter(submitter)
+        now = now or self.clock()
+        used = self.count_today(submitter, now)
+        if used >= self.max_per_day:
+            tomorrow = (now.astimezone(timezone.utc) + timedelta(days=1)).strftime("%Y-%m-%d")
+            raise RateLimitError(f"submitter {submitter!r} already stored {used} result(s) today (limit "
+                                 f"{self.max_per_day} per UTC day); try again from {tomorrow} 00:00 UTC")
+        return self.max_per_day - used
+
+    def put(self, submitter: str, method: str, public: Mapping[str, Any], private: Mapping[str, Any] | None = None,
+            now: datetime | None = None) -> str:
+        """Store a new result (and its private twin); returns its key. Checks the rate limit,
+        refuses to overwrite anything (:class:`ResultExistsError`)."""
+        now = now or self.clock()
+        self.check_rate_limit(submitter, now)
+        key = result_key(submitter, method, now)
+        if key in set(self._keys(RESULTS_AREA)):
+            raise ResultExistsError(f"result {key} already exists; results are immutable")
+        pub = _dumps(public)
+        if private is not None:
+            self._write_new(PRIVATE_AREA, key, _dumps(private))
+        self._write_new(RESULTS_AREA, key, pub)
+        logger.info("stored result %s", key)
+        return key
+
+
+class LocalStore(ResultStore):
+    """Results under ``root/results``, private twins under ``private_root`` (default ``root/private``)."""
+
+    def __init__(self, root: str | os.PathLike, *, private_root: str | os.PathLike | None = None,
+                 max_per_day: int = DEFAULT_MAX_PER_DAY, clock: Callable[[], datetime] | None = None):
+        self.root = Path(root)
+        self.private_root = Path(private_root) if private_root is not None else self.root / PRIVATE_AREA
+        self.max_per_day = int(max_per_day)
+        if clock is not None:
+            self.clock = clock
+
+    def _dir(self, area: str) -> Path:
+        if area == RESULTS_AREA:
+            return self.root / RESULTS_AREA
+        if area == PRIVATE_AREA:
+            return self.private_root
+        raise ValueError(f"unknown area {area!r}")
+
+    def _keys(self, area: str) -> list[str]:
+        d = self._dir(area)
+        if not d.is_dir():
+            return []
+        return [p.relative_to(d).as_posix() for p in d.glob("*/*/*.json")]
+
+    def _read(self, area: str, key: str) -> bytes:
+        return (self._dir(area) / key).read_bytes()
+
+    def _write_new(self, area: str, key: str, data: bytes) -> None:
+        final = self._dir(area) / key
+        final.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent)
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.chmod(tmp, 0o444)
+            try:
+                os.link(tmp, final)  # atomic, and fails if ``final`` exists: write-once
+            except FileExistsError:
+                raise ResultExistsError(f"{final} already exists; results are immutable") from None
+        finally:
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
+
+
+def _is_conflict(exc: BaseException) -> bool:
+    status = getattr(getattr(exc, "response", None), "status_code", None)
+    return status in (409, 412)
+
+
+class HubStore(ResultStore):
+    """Results in a Hub dataset repo (``results/...``), private twins in ``private_repo_id``.
+
+    ``api`` is an ``huggingface_hub.HfApi`` (built from ``token``/``endpoint`` when None).
+    ``create=True`` creates the repos if needed (``private_repo_id`` as a private repo).
+    """
+
+    def __init__(self, repo_id: str, *, private_repo_id: str | None = None, api: Any = None, token: str | None = None,
+                 endpoint: str | None = None, max_per_day: int = DEFAULT_MAX_PER_DAY,
+                 clock: Callable[[], datetime] | None = None, create: bool = False, max_retries: int = 3):
+        if api is None:
+            from huggingface_hub import HfApi
+
+            api = HfApi(endpoint=endpoint, token=token)
+        self.api = api
+        self.repo_id = repo_id
+        self.private_repo_id = private_repo_id or f"{repo_id}-private"
+        if self.private_repo_id == repo_id:
+            raise ValueError("private_repo_id must differ from repo_id: private scores and contacts never go "
+                             "into the public results repo")
+        self.max_per_day = int(max_per_day)
+        self.max_retries = int(max_retries)
+        if clock is not None:
+            self.clock = clock
+        if create:
+            api.create_repo(repo_id=repo_id, repo_type="dataset", exist_ok=True)
+            api.create_repo(repo_id=self.private_repo_id, repo_type="dataset", private=True, exist_ok=True)
+
+    def _repo(self, area: str) -> str:
+        if area == RESULTS_AREA:
+            return self.repo_id
+        if area == PRIVATE_AREA:
+            return self.private_repo_id
+        raise ValueError(f"unknown area {area!r}")
+
+    def _head(self, area: str) -> str | None:
+        return getattr(self.api.repo_info(self._repo(area), repo_type="dataset"), "sha", None)
+
+    def _files(self, area: str, revision: str | None) -> list[str]:
+        return list(self.api.list_repo_files(self._repo(area), repo_type="dataset", revision=revision))
+
+    def _keys(self, area: str) -> list[str]:
+        prefix = f"{area}/"
+        return [f[len(prefix):] for f in self._files(area, None) if f.startswith(prefix)]
+
+    def _read(self, area: str, key: str) -> bytes:
+        path = self.api.hf_hub_download(self._repo(area), f"{area}/{key}", repo_type="dataset")
+        return Path(path).read_bytes()
+
+    def _write_new(self, area: str, key: str, data: bytes) -> None:
+        from huggingface_hub import CommitOperationAdd
+
+        repo = self._repo(area)
+        path = f"{area}/{key}"
+        for attempt in range(self.max_retries + 1):
+            head = self._head(area)
+            if path in set(self._files(area, head)):
+                raise ResultExistsError(f"{repo}:{path} already exists; results are immutable")
+            try:
+                self.api.create_commit(repo, [CommitOperationAdd(path_in_repo=path, path_or_fileobj=data)],
+                                       commit_message=f"Add result {key}", repo_type="dataset", parent_commit=head)
+                return
+            except Exception as e:  # a concurrent commit moved the head: check again, then retry
+                if not _is_conflict(e) or attempt == self.max_retries:
+                    raise
+                logger.info("concurrent commit on %s; retrying (%d/%d)", repo, attempt + 1, self.max_retries)
+
+    def sync(self, dest: str | os.PathLike, area: str = RESULTS_AREA) -> list[str]:
+        """Download the results missing from ``dest/<area>`` (results are immutable, so a file
+        already present is up to date). Returns the keys downloaded."""
+        dest = Path(dest) / area
+        new = []
+        for key in self.keys(area):
+            out = dest / key
+            if out.exists():
+                continue
+            out.parent.mkdir(parents=True, exist_ok=True)
+            data = self._read(area, key)
+            fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+            os.replace(tmp, out)
+            new.append(key)
+        return new
+
+
+def load_results(paths: Iterable[str | os.PathLike]) -> list[dict[str, Any]]:
+    """Read every result JSON under the given folders (``results/...`` layout or any tree)."""
+    out = []
+    for p in paths:
+        p = Path(p)
+        files = [p] if p.is_file() else sorted(p.rglob("*.json"))
+        for f in files:
+            if f.name.startswith("."):
+                continue
+            with open(f, encoding="utf-8") as fh:
+                obj = json.load(fh)
+            if isinstance(obj, dict) and obj.get("schema") == "dialfork-leaderboard-result":
+                obj.setdefault("_file", str(f))
+                out.append(obj)
+    return out

@@ -1,0 +1,225 @@
+"""From a submission file to a stored result: validate -> score -> result JSON -> store.
+
+These are the functions the CLI (``python -m leaderboard``), the Gradio Space (``app.py``) and
+``make demo`` call. The gold is touched only inside :mod:`leaderboard.score`; a result holds
+aggregates, the gold's revision hash and the submission's sha256, never gold rows.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import platform
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from . import score as _score
+from .store import ResultStore, check_submitter, result_key
+from .validate import (
+    DEFAULT_MAX_BYTES,
+    BlindSet,
+    SubmissionError,
+    ValidationReport,
+    public_metadata,
+    schema_validator,
+    validate_submission,
+)
+
+logger = logging.getLogger(__name__)
+
+RESULT_SCHEMA = "dialfork-leaderboard-result"
+PRIVATE_SCHEMA = "dialfork-leaderboard-private"
+RESULT_SCHEMA_VERSION = 1
+
+
+def package_version() -> str:
+    try:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            return version("dialfork")
+        except PackageNotFoundError:
+            pass
+    except ImportError:  # pragma: no cover
+        pass
+    from dialfork_dataset import __version__
+
+    return __version__
+
+
+def blind_from_gold(gold: Mapping[str, Any]) -> BlindSet:
+    """The public columns of the gold (ids, ``T``, pair ids): the same content as the blind set,
+    for ``score`` runs without ``--blind``."""
+    return BlindSet.from_rows(
+        ({"dialogue_id": r["dialogue_id"], "num_system_turns": r["num_system_turns"]} for r in gold["task3"]),
+        (r["pair_id"] for r in gold["task2"]),
+        source="gold (public columns)",
+    )
+
+
+@dataclass
+class Evaluation:
+    """A validated and scored submission, not yet stored."""
+
+    report: ValidationReport
+    scores: dict[str, Any]  # {"public": ..., "private": ...}
+    public: dict[str, Any]  # the public result JSON (without key / timestamp until stored)
+    private: dict[str, Any]  # the private twin
+
+
+def _configuration(track: str, max_bytes: int) -> dict[str, Any]:
+    if track == "detector":
+        from dialfork_metrics.task3.scorer import COMPONENT_FLOOR, SCORE_WEIGHTS
+
+        return {"scorer": "dialfork_metrics.task3.scorer.score_predictions", "score_weights": list(SCORE_WEIGHTS),
+                "component_floor": COMPONENT_FLOOR, "subsets": list(_score.SUBSETS), "max_bytes": max_bytes,
+                "submission_schema": "detector_submission.v1.json"}
+    return {"scorer": "leaderboard.score.score_metric", "statistic": "kendall tau-b vs (4,3,2,1) per unit",
+            "undefined_tau": 0.0, "average": "mean of the per-type means", "subsets": list(_score.SUBSETS),
+            "max_bytes": max_bytes, "submission_schema": "metric_submission.v1.json"}
+
+
+def evaluate(
+    submission: str | os.PathLike,
+    *,
+    track: str,
+    gold: Mapping[str, Any] | str | os.PathLike,
+    blind: BlindSet | str | os.PathLike | None = None,
+    metadata: Mapping[str, Any] | str | os.PathLike | None = None,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+) -> Evaluation:
+    """Validate ``submission`` (raising :class:`SubmissionError` with every problem) and score it.
+
+    ``gold``: a gold folder or the dict of ``dialfork_dataset.load_gold``; ``blind``: a Hub
+    layout folder or a :class:`BlindSet` (default: the public columns of the gold).
+    """
+    gold_d = _score.load_gold(gold) if not isinstance(gold, Mapping) else gold
+    if blind is None:
+        blind_set = blind_from_gold(gold_d)
+    elif isinstance(blind, BlindSet):
+        blind_set = blind
+    else:
+        blind_set = BlindSet.from_dir(blind)
+    report = validate_submission(submission, track, blind_set, metadata=metadata, max_bytes=max_bytes)
+    report.raise_for_errors()
+    if track == "detector":
+        scores = _score.score_detector(report.values, gold_d["task3"])
+    else:
+        scores = _score.score_metric(report.values, gold_d["task2"])
+    md = dict(report.metadata or {})
+    md.setdefault("track", track)
+    public = {
+        "schema": RESULT_SCHEMA,
+        "schema_version": RESULT_SCHEMA_VERSION,
+        "track": track,
+        "method": md.get("method"),
+        "metadata": public_metadata(md),
+        "scores": {"public": scores["public"]},
+        "private_scores": "withheld until the maintainers reveal them",
+        "configuration": _configuration(track, max_bytes),
+        "submission": {"sha256": report.sha256, "bytes": report.n_bytes, **report.summary},
+        "blind_revision": blind_set.revision(),
+        "gold_revision": gold_d["manifest"]["revision"],
+        "package_version": package_version(),
+        "python": platform.python_version(),
+    }
+    private = {
+        "schema": PRIVATE_SCHEMA,
+        "schema_version": RESULT_SCHEMA_VERSION,
+        "track": track,
+        "scores": {"private": scores["private"]},
+        "contact": md.get("contact"),
+        "submission_sha256": report.sha256,
+        "gold_revision": gold_d["manifest"]["revision"],
+    }
+    return Evaluation(report=report, scores=scores, public=public, private=private)
+
+
+@dataclass
+class Stored:
+    key: str
+    result: dict[str, Any]
+    evaluation: Evaluation
+
+
+def submit(
+    submission: str | os.PathLike,
+    *,
+    track: str,
+    gold: Mapping[str, Any] | str | os.PathLike,
+    store: ResultStore,
+    submitter: str | None = None,
+    blind: BlindSet | str | os.PathLike | None = None,
+    metadata: Mapping[str, Any] | str | os.PathLike | None = None,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    now: datetime | None = None,
+) -> Stored:
+    """Validate, score and store one submission; returns the stored key and public result.
+
+    ``submitter`` overrides the metadata's ``submitter`` (the Space passes the logged-in user).
+    The rate limit is checked before scoring, and again by the store when writing.
+    """
+    now = now or store.clock()
+    if now.tzinfo is None:
+        now = now.replace(tzinfo=timezone.utc)
+    if submitter is not None:  # cheap check first: do not score what cannot be stored
+        store.check_rate_limit(check_submitter(submitter), now)
+    ev = evaluate(submission, track=track, gold=gold, blind=blind, metadata=metadata, max_bytes=max_bytes)
+    who = submitter or (ev.report.metadata or {}).get("submitter")
+    if not who:
+        raise ValueError("no submitter: pass --submitter NAME or set 'submitter' in the metadata")
+    check_submitter(who)
+    store.check_rate_limit(who, now)
+    key = result_key(who, ev.public["method"], now)
+    public = {**ev.public, "submitter": who, "key": key, "submitted_at": now.astimezone(timezone.utc).isoformat()}
+    public["metadata"] = {**public["metadata"], "submitter": who}
+    private = {**ev.private, "submitter": who, "key": key}
+    bad = [e.message for e in schema_validator("result").iter_errors(public)]
+    if bad:  # a bug, not a submitter error: never store a malformed result
+        raise RuntimeError(f"internal error: the result does not match result.v1.json: {bad}")
+    stored_key = store.put(who, ev.public["method"], public, private, now=now)
+    return Stored(key=stored_key, result=public, evaluation=ev)
+
+
+
+
+def demo_round_trip(
+    predictions: Mapping[str, int | None],
+    *,
+    blind: str | os.PathLike,
+    gold: str | os.PathLike,
+    out_dir: str | os.PathLike,
+    metadata: Mapping[str, Any],
+    submitter: str = "demo",
+    max_per_day: int = 1000,
+) -> dict[str, Any]:
+    """What ``make demo`` ends with: write ``predictions`` as a submission file (+ metadata),
+    validate it against the blind set, score and store it in ``out_dir/store``, render
+    ``out_dir/site/index.html``. Returns the paths, the stored key and the public result."""
+    from pathlib import Path
+
+    from .render import render_site
+    from .store import LocalStore
+    from .synthetic import write_predictions
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    sub = write_predictions(predictions, out / "submission.jsonl")
+    md_path = out / "submission.metadata.json"
+    from dialfork_dataset.jsonl import write_json_atomic
+
+    write_json_atomic(md_path, dict(metadata))
+    report = validate_submission(sub, "detector", BlindSet.from_dir(blind), metadata=md_path)
+    report.raise_for_errors()
+    store = LocalStore(out / "store", max_per_day=max_per_day)
+    st = submit(sub, track="detector", gold=gold, blind=blind, store=store, submitter=submitter, metadata=md_path)
+    page = render_site(out / "store" / "results", out / "site")
+    logger.info("demo submission %s: public Score %s; page %s", st.key, st.result["scores"]["public"].get("score"), page)
+    return {"submission": sub, "metadata": md_path, "key": st.key, "result": st.result, "page": page,
+            "validation": report.summary}
+
+
+__all__ = ["Evaluation", "Stored", "SubmissionError", "blind_from_gold", "demo_round_trip", "evaluate",
+           "package_version", "submit"]

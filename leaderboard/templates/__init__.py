@@ -1,0 +1,1 @@
+"""Package data of the leaderboard (templates); a package so that wheels ship it."""

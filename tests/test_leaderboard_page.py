@@ -1,0 +1,218 @@
+"""The static leaderboard page in real headless Chromium, driven through the DevTools protocol.
+
+Checks: the page loads without console errors, exceptions or network requests; it shows one
+row per result; sorting (numeric and text, both directions, missing values last) and the
+regime filter (and the reference-row toggle) work.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from leaderboard.render import paper_baselines, render_site
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+pytestmark = [
+    pytest.mark.chromium,
+    pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (apt-get install -y chromium)"),
+]
+
+
+class CDP:
+    """Minimal Chrome DevTools Protocol session over one page target."""
+
+    def __init__(self, ws_url: str, timeout: float = 20.0):
+        try:
+            import websocket  # websocket-client, a dev dependency
+        except ImportError:
+            pytest.fail("the Chromium page test drives Chromium through websocket-client: pip install websocket-client "
+                        "(part of the dev extra)")
+        self.ws = websocket.create_connection(ws_url, timeout=timeout, suppress_origin=True)
+        self.next_id = 0
+        self.events: list[dict] = []
+
+    def call(self, method: str, **params):
+        self.next_id += 1
+        mid = self.next_id
+        self.ws.send(json.dumps({"id": mid, "method": method, "params": params}))
+        while True:
+            msg = json.loads(self.ws.recv())
+            if msg.get("id") == mid:
+                if "error" in msg:
+                    raise RuntimeError(f"{method}: {msg['error']}")
+                return msg.get("result", {})
+            if "method" in msg:
+                self.events.append(msg)
+
+    def wait_event(self, name: str, timeout: float = 20.0) -> dict:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            for e in self.events:
+                if e["method"] == name:
+                    return e
+            msg = json.loads(self.ws.recv())
+            if "method" in msg:
+                self.events.append(msg)
+        raise TimeoutError(name)
+
+    def js(self, expr: str):
+        r = self.call("Runtime.evaluate", expression=expr, returnByValue=True, awaitPromise=True)
+        if "exceptionDetails" in r:
+            raise RuntimeError(f"JS error: {r['exceptionDetails']}")
+        return r["result"].get("value")
+
+    def close(self):
+        self.ws.close()
+
+
+@pytest.fixture
+def browser(tmp_path):
+    profile = tmp_path / "profile"
+    profile.mkdir()
+    proc = subprocess.Popen(
+        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-extensions",
+         f"--user-data-dir={profile}", "--remote-debugging-port=0", "about:blank"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        port_file = profile / "DevToolsActivePort"
+        end = time.monotonic() + 60
+        while not (port_file.exists() and port_file.read_text().strip()):
+            if proc.poll() is not None or time.monotonic() > end:
+                pytest.fail(f"chromium did not start (exit code {proc.poll()})")
+            time.sleep(0.1)
+        port = int(port_file.read_text().split()[0])
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=10) as r:  # loopback only
+            targets = json.loads(r.read())
+        page = next(t for t in targets if t.get("type") == "page")
+        cdp = CDP(page["webSocketDebuggerUrl"])
+        yield cdp
+        cdp.close()
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _result(method, score, regime, i, cov=0.9):
+    return {"schema": "dialfork-leaderboard-result", "track": "detector", "method": method, "submitter": f"team{i}",
+            "key": f"team{i}/m{i}/20260504T0900{i:02d}.000000Z.json", "submitted_at": f"2026-05-0{1 + i % 9}T09:00:00+00:00",
+            "metadata": {"method": method, "regime": regime, "code_url": f"https://example.org/{i}",
+                         "open_source": i % 2 == 0, "used_conformant_train": True, "model_name": f"model-{i}",
+                         "model_size": None},
+            "scores": {"public": {"score": score, "mae_h": 1.0 + i, "mae_h_by_type": {"WIC": 1.0 * i, "CSC": 2.0},
+                                  "cov_h": cov, "mae_c": None if i == 2 else 3.0, "cov_c": 0.05,
+                                  "counts": {"dialogues": 100}}}}
+
+
+RESULTS = [
+    _result("Alpha", 55.5, "streaming", 0),
+    _result("beta", 80.25, "offline", 1),
+    _result("Gamma", None, "offline+workflow", 2),
+    _result("Delta", 12.0, "streaming", 3),
+    _result("epsilon", 67.0, "offline", 4),
+]
+
+
+def _write_page(tmp_path: Path) -> Path:
+    d = tmp_path / "results"
+    for r in RESULTS:
+        p = d / r["key"]
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(json.dumps(r), encoding="utf-8")
+    metric = dict(RESULTS[0], track="metric", key="team9/x/20260504T090000.000000Z.json",
+                  scores={"public": {"tau": 0.5, "tau_by_type": {"WIC": 0.5}, "exact_recovery": 0.25}})
+    (d / metric["key"]).parent.mkdir(parents=True, exist_ok=True)
+    (d / metric["key"]).write_text(json.dumps(metric), encoding="utf-8")
+    return render_site(d, tmp_path / "site")
+
+
+COLUMN = """(function (table, label) {
+  var ths = Array.from(document.querySelectorAll('#' + table + ' thead th'));
+  return ths.findIndex(function (th) { return th.textContent.trim() === label; });
+})"""
+
+VALUES = """(function (table, idx, all) {
+  return Array.from(document.querySelectorAll('#' + table + ' tbody tr'))
+    .filter(function (r) { return all || (!r.hidden && r.classList.contains('result')); })
+    .map(function (r) { var v = r.cells[idx].getAttribute('data-value'); return v === null ? null : v; });
+})"""
+
+
+def test_page_in_headless_chromium(browser, tmp_path):
+    page = _write_page(tmp_path)
+    cdp = browser
+    for domain in ("Runtime", "Log", "Network", "Page"):
+        cdp.call(f"{domain}.enable")
+    cdp.call("Page.navigate", url=page.as_uri())
+    cdp.wait_event("Page.loadEventFired")
+    assert cdp.js("document.documentElement.getAttribute('data-ready')") == "1"
+
+    # one row per result, the paper's reference rows after them
+    assert cdp.js("document.querySelectorAll('#detector-table tbody tr.result').length") == len(RESULTS)
+    assert cdp.js("document.querySelectorAll('#metric-table tbody tr.result').length") == 1
+    n_ref = len(paper_baselines()["detector"])
+    assert cdp.js("document.querySelectorAll('#detector-table tbody tr.reference').length") == n_ref
+    score = cdp.js(f"{COLUMN}('detector-table', 'Score')")
+    method = cdp.js(f"{COLUMN}('detector-table', 'Method')")
+    assert score > 0 and method > 0
+
+    def results_col(idx):
+        return cdp.js(f"{VALUES}('detector-table', {idx}, false)")
+
+    # initial order: ranked by Score, missing last
+    assert results_col(method) == ["beta", "epsilon", "Alpha", "Delta", "Gamma"]
+    # click Score: descending first, then ascending; missing values stay last both ways
+    click = "document.querySelectorAll('#detector-table thead th')[%d].click()"
+    cdp.js(click % score)
+    vals = results_col(score)
+    assert vals[:-1] == sorted(vals[:-1], key=float, reverse=True) and vals[-1] is None
+    cdp.js(click % score)
+    vals = results_col(score)
+    assert [float(v) for v in vals[:-1]] == [12.0, 55.5, 67.0, 80.25] and vals[-1] is None
+    assert cdp.js(f"document.querySelectorAll('#detector-table thead th')[{score}].getAttribute('aria-sort')") == "ascending"
+    # reference rows are sorted together with results (all rows keep a consistent order)
+    all_scores = [v for v in cdp.js(f"{VALUES}('detector-table', {score}, true)") if v is not None]
+    assert [float(v) for v in all_scores] == sorted(float(v) for v in all_scores)
+    # text column: ascending first, case-insensitive locale order
+    cdp.js(click % method)
+    assert results_col(method) == ["Alpha", "beta", "Delta", "epsilon", "Gamma"]
+    cdp.js(click % method)
+    assert results_col(method) == ["Gamma", "epsilon", "Delta", "beta", "Alpha"]
+
+    # regime filter
+    set_regime = ("(function (v) { var s = document.getElementById('regime-filter'); s.value = v;"
+                  " s.dispatchEvent(new Event('change')); })('%s')")
+    visible = ("Array.from(document.querySelectorAll('#detector-table tbody tr')).filter(function (r) {"
+               " return !r.hidden; }).map(function (r) { return [r.className, r.getAttribute('data-regime')]; })")
+    cdp.js(set_regime % "offline")
+    rows = cdp.js(visible)
+    assert sorted(cls for cls, reg in rows if cls == "result") == ["result", "result"]
+    assert {reg for _, reg in rows} <= {"offline", "baseline"} and ("reference", "offline") in [tuple(r) for r in rows]
+    assert sorted(results_col(method)) == ["beta", "epsilon"]
+    cdp.js(set_regime % "offline+workflow")
+    assert results_col(method) == ["Gamma"]
+    cdp.js("(function () { var b = document.getElementById('show-reference-detector'); b.click(); })()")
+    assert all(cls == "result" for cls, _ in cdp.js(visible))
+    cdp.js(set_regime % "all")
+    assert len(results_col(method)) == len(RESULTS)
+    assert cdp.js("document.querySelectorAll('#detector-table tbody tr.reference:not([hidden])').length") == 0
+
+    # no console errors, no exceptions, no request except the page itself
+    errors = [e for e in cdp.events if e["method"] == "Runtime.exceptionThrown"
+              or (e["method"] == "Runtime.consoleAPICalled" and e["params"]["type"] in ("error", "assert", "warning"))
+              or (e["method"] == "Log.entryAdded" and e["params"]["entry"]["level"] in ("error", "warning"))]
+    assert errors == [], errors
+    requests = [e["params"]["request"]["url"] for e in cdp.events if e["method"] == "Network.requestWillBeSent"]
+    assert requests and all(u == page.as_uri() for u in requests), requests
