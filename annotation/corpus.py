@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -18,11 +19,29 @@ logger = logging.getLogger(__name__)
 
 
 def iter_corpus_files(corpus_dir: str | Path) -> list[Path]:
-    """The record files of a corpus folder: every ``*.jsonl`` / ``*.jsonl.gz`` below it."""
+    """The record files of a corpus folder: those listed in the generator's ``manifest.json``
+    (``files``) when there is one, else every ``*.jsonl`` / ``*.jsonl.gz`` directly in the folder
+    (or, if none, below it)."""
     root = Path(corpus_dir)
     if not root.is_dir():
         raise FileNotFoundError(f"corpus folder {root} not found (pass the generator's --out folder)")
-    files = sorted(p for p in root.rglob("*") if p.is_file() and (p.name.endswith(".jsonl") or p.name.endswith(".jsonl.gz")))
+    manifest = root / "manifest.json"
+    if manifest.is_file():
+        try:
+            listed = json.loads(manifest.read_text(encoding="utf-8")).get("files")
+        except (json.JSONDecodeError, AttributeError):
+            listed = None
+        if isinstance(listed, dict) and listed:
+            files = [root / name for name in sorted(listed)]
+            missing = [str(f) for f in files if not f.is_file()]
+            if missing:
+                raise FileNotFoundError(f"{manifest} lists record files that are missing: {', '.join(missing)}")
+            return files
+
+    def is_records(p: Path) -> bool:
+        return p.is_file() and (p.name.endswith(".jsonl") or p.name.endswith(".jsonl.gz"))
+
+    files = sorted(p for p in root.iterdir() if is_records(p)) or sorted(p for p in root.rglob("*") if is_records(p))
     if not files:
         raise FileNotFoundError(f"corpus folder {root} holds no *.jsonl record files")
     return files
@@ -63,12 +82,15 @@ def load_corpus(corpus_dir: str | Path) -> list[dict[str, Any]]:
 
 @dataclass
 class StepView:
-    """One numbered workflow step in plain language, its STAR response template, its branches."""
+    """One line of the workflow panel: a numbered step (``kind`` "step", with its STAR response
+    template shown on demand), a branch ("branch": "If the outcome is ..."), or a reference to an
+    earlier step ("goto": "Go back to step N")."""
 
-    number: str
+    kind: str
     text: str
+    number: str = ""
     template: str | None = None
-    branches: list[StepView] = field(default_factory=list)
+    children: list[StepView] = field(default_factory=list)
 
 
 @dataclass
@@ -83,20 +105,24 @@ class WorkflowView:
 
         def walk(steps: list[StepView], depth: int) -> None:
             for s in steps:
-                lines.append("  " * depth + f"{s.number}. {s.text}")
-                walk(s.branches, depth + 1)
+                lines.append("  " * depth + (f"{s.number}. {s.text}" if s.kind == "step" else s.text))
+                walk(s.children, depth + 1)
 
         walk(self.steps, 0)
         return "\n".join(lines)
 
 
-def _step_view(step: Any, fallback_number: str) -> StepView:
-    number = getattr(step, "number", None)
-    number = str(number) if number not in (None, "") else fallback_number
-    text = getattr(step, "text", None) or str(getattr(step, "node", "")).replace("_", " ")
-    template = getattr(step, "template", None)
-    branches = [_step_view(b, f"{number}.{i}") for i, b in enumerate(getattr(step, "branches", None) or [], 1)]
-    return StepView(number, str(text), str(template) if template else None, branches)
+def _step_views(steps: Any) -> list[StepView]:
+    out = []
+    for st in steps or []:
+        if getattr(st, "goto", None) is not None:
+            out.append(StepView("goto", f"{st.text}."))
+            continue
+        branches = [StepView("branch", f"If the outcome is \"{' '.join(str(b.text or b.label).split())}\":",
+                             children=_step_views(b.steps) or [StepView("goto", "(no further step)")])
+                    for b in getattr(st, "branches", None) or []]
+        out.append(StepView("step", str(st.text), str(st.number), st.template or None, branches))
+    return out
 
 
 def _goal_from_scenarios(star_dir: Path, task: str) -> str | None:
@@ -110,7 +136,8 @@ def _goal_from_scenarios(star_dir: Path, task: str) -> str | None:
                 continue
             s = json.loads(line)
             if s.get("tasks") == [task] and s.get("wizard_task"):
-                c[" ".join(str(s["wizard_task"]).split())] += 1
+                text = re.sub(r"\s*\([^)]*https?://[^)]*\)", "", str(s["wizard_task"]))
+                c[" ".join(text.split())] += 1
     return c.most_common(1)[0][0] if c else None
 
 
@@ -122,14 +149,8 @@ def task_workflow(star_dir: str, task: str) -> WorkflowView:
 
     root = Path(star_dir)
     t = StarCorpus(root).task(task)
-    steps = [_step_view(s, str(i)) for i, s in enumerate(t.steps(), 1)]
-    goal = None
-    for attr in ("goal", "description", "wizard_task"):
-        v = getattr(t, attr, None)
-        if isinstance(v, str) and v.strip():
-            goal = v.strip()
-            break
-    goal = goal or _goal_from_scenarios(root, task) or f"Help the user with {task.replace('_', ' ')}."
+    steps = _step_views(t.steps())
+    goal = _goal_from_scenarios(root, task) or f"Help the user with {task.replace('_', ' ')}."
     flow = getattr(t, "flowchart", None)
     flow = Path(flow) if flow else None
     if flow is not None and not flow.is_file():

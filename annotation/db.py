@@ -27,7 +27,8 @@ NEW, STEP1_DONE, STEP2_DONE, DONE = 0, 1, 2, 3
 
 
 def utcnow() -> datetime:
-    return datetime.now(timezone.utc)
+    """Naive UTC now (stored naive: SQLite keeps no time zone)."""
+    return datetime.now(timezone.utc).replace(tzinfo=None)
 
 
 class Base(DeclarativeBase):
@@ -67,14 +68,14 @@ class Annotator(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     name: Mapped[str] = mapped_column(String(128), unique=True)
     link_token: Mapped[str] = mapped_column(String(64), unique=True, index=True)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[datetime] = mapped_column(DateTime(), default=utcnow)
 
 
 class IntroSeen(Base):
     __tablename__ = "intro_seen"
     annotator_id: Mapped[int] = mapped_column(ForeignKey("annotator.id"), primary_key=True)
     task: Mapped[str] = mapped_column(String(128), primary_key=True)
-    seen_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    seen_at: Mapped[datetime] = mapped_column(DateTime(), default=utcnow)
 
 
 class Batch(Base):
@@ -83,7 +84,7 @@ class Batch(Base):
     task: Mapped[str] = mapped_column(String(128))
     seed: Mapped[int] = mapped_column(BigInteger)
     params: Mapped[dict] = mapped_column(JSON)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[datetime] = mapped_column(DateTime(), default=utcnow)
 
 
 class Block(Base):
@@ -119,17 +120,17 @@ class Assignment(Base):
     onset_turn: Mapped[int | None] = mapped_column(Integer)
     prefix_answer: Mapped[str | None] = mapped_column(String(8))
     note: Mapped[str | None] = mapped_column(Text)
-    assigned_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    step1_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    step2_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    step3_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    completed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    assigned_at: Mapped[datetime] = mapped_column(DateTime(), default=utcnow)
+    step1_at: Mapped[datetime | None] = mapped_column(DateTime())
+    step2_at: Mapped[datetime | None] = mapped_column(DateTime())
+    step3_at: Mapped[datetime | None] = mapped_column(DateTime())
+    completed_at: Mapped[datetime | None] = mapped_column(DateTime())
 
 
 class AdminSession(Base):
     __tablename__ = "admin_session"
     digest: Mapped[str] = mapped_column(String(64), primary_key=True)
-    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    expires_at: Mapped[datetime] = mapped_column(DateTime())
 
 
 def make_engine(url: str) -> Engine:

@@ -1,0 +1,579 @@
+"""Every analysis of the paper's Appendix N, recomputed from the answers.
+
+Input: the judgments (one dict per completed assignment, the fields of
+:meth:`annotation.store.Study.export_rows`; also the rows of the exported ``answers.json`` /
+``answers.csv``). Statistics come from well-kept libraries: ``scipy.stats`` (Kendall tau_b,
+Spearman, Wilcoxon, Fisher exact, bootstrap), ``statsmodels`` (Wilson intervals),
+``krippendorff`` (alpha) and ``irrCAC`` (Gwet's AC1).
+
+Conventions (paper, Appendix N, unless marked "ours"):
+* categorical answers (steps 2 and 3) use the first judgment collected per conversation (the
+  earliest ``completed_at``); the slider uses the mean over the conversation's annotators;
+* "confirmed" = answer ``yes`` or ``partly``;
+* conformant dialogues count as the latest position (5) in the probability of superiority;
+* a tau_b that is undefined (constant ratings) counts as 0 (ours: no ordering was expressed);
+* bootstrap intervals are percentile intervals (``scipy.stats.bootstrap``, seeded);
+* the exclusion criterion: an annotator shown at least two conformant dialogues (each with a
+  foil) who confirmed more than half of those foils is excluded from every other analysis.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from itertools import combinations
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from dialfork_dataset.records import HALLUCINATION_TYPES
+
+from .design import BREAKING_TYPES, CUE_FOIL, CUE_TRUE
+
+logger = logging.getLogger(__name__)
+
+CONFIRMED = ("yes", "partly")
+CONFORMANT_POSITION = 5
+MIN_FORKS_PER_UNIT = 8
+N_BOOT = 10_000
+EXCLUSION_MIN_CONFORMANT = 2
+EXCLUSION_MAX_RATE = 0.5
+REQUIRED = ("annotator", "task", "dialogue_id", "source_id", "hallucination_type", "fork_position", "fork_turn",
+            "cue_kind", "cue_type", "slider", "cue_answer", "onset_turn", "prefix_answer")
+
+
+class AnswersError(ValueError):
+    """The judgments are malformed; ``errors`` lists every problem (row and field)."""
+
+    def __init__(self, message: str, errors: list[str]):
+        super().__init__(message)
+        self.errors = errors
+
+
+# --------------------------------------------------------------------------------------------
+# primitives (thin, checked wrappers over the libraries)
+# --------------------------------------------------------------------------------------------
+
+def _f(x: Any) -> float | None:
+    """JSON-safe float (NaN -> None)."""
+    if x is None:
+        return None
+    x = float(x)
+    return None if math.isnan(x) else x
+
+
+def kendall_tau_b(x: Sequence[float], y: Sequence[float]) -> float:
+    """Kendall's tau_b (scipy); NaN when undefined (fewer than 2 items or a constant variable)."""
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    if len(x) < 2 or np.all(x == x[0]) or np.all(y == y[0]):
+        return float("nan")
+    return float(stats.kendalltau(x, y, variant="b").statistic)
+
+
+def wilson(count: int, n: int, alpha: float = 0.05) -> tuple[float | None, float | None]:
+    """Wilson score interval (statsmodels ``proportion_confint(method="wilson")``)."""
+    if n <= 0:
+        return None, None
+    from statsmodels.stats.proportion import proportion_confint
+
+    lo, hi = proportion_confint(int(count), int(n), alpha=alpha, method="wilson")
+    return float(lo), float(hi)
+
+
+def rate(count: int, n: int) -> dict[str, Any]:
+    lo, hi = wilson(count, n)
+    return {"count": int(count), "n": int(n), "rate": (count / n) if n else None, "ci_low": lo, "ci_high": hi}
+
+
+def bootstrap_ci(data: Sequence[np.ndarray] | np.ndarray, statistic, n_boot: int = N_BOOT, seed: int = 0,
+                 level: float = 0.95, paired: bool = True, vectorized: bool = True) -> tuple[float | None, float | None]:
+    """Percentile bootstrap interval (``scipy.stats.bootstrap``, seeded ``numpy`` generator).
+
+    ``data`` is one array or a tuple of same-length arrays resampled together (``paired``).
+    Returns ``(None, None)`` for fewer than two observations."""
+    arrays = (np.asarray(data, float),) if isinstance(data, np.ndarray) or not isinstance(data, tuple) else tuple(
+        np.asarray(a, float) for a in data)
+    if len(arrays[0]) < 2:
+        return None, None
+    res = stats.bootstrap(arrays, statistic, n_resamples=n_boot, confidence_level=level, method="percentile",
+                          paired=paired and len(arrays) > 1, vectorized=vectorized, rng=np.random.default_rng(seed))
+    lo, hi = res.confidence_interval
+    return _f(lo), _f(hi)
+
+
+def _mean(x, axis=-1):
+    return np.mean(x, axis=axis)
+
+
+def wilcoxon_greater(values: Sequence[float]) -> float | None:
+    """One-sided Wilcoxon signed-rank p-value against 0 (alternative: greater).
+
+    ``scipy.stats.wilcoxon`` with its exact null distribution when there are no zeros or tied
+    absolute values and n <= 50, else the normal approximation with tie correction (ours: scipy's
+    "auto" would run a slow permutation test for small tied samples)."""
+    v = np.asarray(values, float)
+    v = v[~np.isnan(v)]
+    if len(v) == 0 or np.all(v == 0):
+        return None
+    a = np.abs(v)
+    exact = len(v) <= 50 and not np.any(v == 0) and len(np.unique(a)) == len(a)
+    return float(stats.wilcoxon(v, alternative="greater", method="exact" if exact else "asymptotic").pvalue)
+
+
+def fisher_greater(c1: int, n1: int, c2: int, n2: int) -> float | None:
+    """One-sided Fisher exact test that rate 1 (c1/n1) exceeds rate 2 (c2/n2)."""
+    if n1 == 0 or n2 == 0:
+        return None
+    return float(stats.fisher_exact([[c1, n1 - c1], [c2, n2 - c2]], alternative="greater").pvalue)
+
+
+def _gwet_ac1_counts(table: np.ndarray) -> tuple[float, float, float]:
+    """Gwet's AC1 for several raters from a subjects x categories count table (Gwet 2008):
+    pa = mean over subjects with >= 2 ratings of sum_k r_ik (r_ik - 1) / (r_i (r_i - 1));
+    pi_k = mean over subjects of r_ik / r_i; pe = sum_k pi_k (1 - pi_k) / (q - 1).
+    Used only when irrCAC is not installed; checked against irrCAC in the tests."""
+    r = table.sum(axis=1)
+    keep = r >= 2
+    q = table.shape[1]
+    pa = float(np.mean((table[keep] * (table[keep] - 1)).sum(axis=1) / (r[keep] * (r[keep] - 1))))
+    pi = np.mean(table[r > 0] / r[r > 0, None], axis=0)
+    pe = float((pi * (1 - pi)).sum() / (q - 1))
+    return (pa - pe) / (1 - pe) if pe < 1 else float("nan"), pa, pe
+
+
+def gwet_ac1(ratings: Sequence[Sequence[Any]], categories: Sequence[Any]) -> dict[str, Any]:
+    """Gwet's AC1 and raw (pairwise) agreement of categorical ratings.
+
+    ``ratings``: one list per subject (the ratings it received, any number >= 1; subjects with
+    fewer than two ratings do not count for agreement). Uses ``irrCAC`` when installed.
+    """
+    subj = [list(r) for r in ratings if len(r) >= 2]
+    if not subj:
+        return {"ac1": None, "raw": None, "n_subjects": 0}
+    cats = list(categories)
+    width = max(len(r) for r in subj)
+    try:
+        from irrCAC.raw import CAC
+
+        frame = pd.DataFrame([r + [None] * (width - len(r)) for r in subj],
+                             columns=[f"rater{i}" for i in range(width)])
+        res = CAC(frame, categories=cats).gwet()["est"]
+        ac1, pa = float(res["coefficient_value"]), float(res["pa"])
+    except ImportError:  # irrCAC missing: the same statistic from the formula above
+        table = np.array([[r.count(c) for c in cats] for r in subj], float)
+        ac1, pa, _ = _gwet_ac1_counts(table)
+    return {"ac1": _f(ac1), "raw": _f(pa), "n_subjects": len(subj)}
+
+
+def krippendorff_interval(ratings: Sequence[Sequence[float]]) -> dict[str, Any]:
+    """Krippendorff's alpha (interval) of per-subject numeric ratings (``krippendorff`` package)."""
+    subj = [[float(v) for v in r if v is not None and not (isinstance(v, float) and math.isnan(v))] for r in ratings]
+    subj = [r for r in subj if len(r) >= 2]
+    if not subj:
+        return {"alpha": None, "n_subjects": 0}
+    width = max(len(r) for r in subj)
+    data = np.full((width, len(subj)), np.nan)
+    for j, r in enumerate(subj):
+        data[: len(r), j] = r
+    values = np.concatenate([np.asarray(r) for r in subj])
+    if np.all(values == values[0]):
+        return {"alpha": None, "n_subjects": len(subj)}  # no variation: alpha undefined
+    import krippendorff
+
+    a = krippendorff.alpha(reliability_data=data, level_of_measurement="interval")
+    return {"alpha": _f(a), "n_subjects": len(subj)}
+
+
+# --------------------------------------------------------------------------------------------
+# data preparation
+# --------------------------------------------------------------------------------------------
+
+def _none(v: Any) -> Any:
+    if v is None:
+        return None
+    if isinstance(v, float) and math.isnan(v):
+        return None
+    if isinstance(v, str) and v.strip() in ("", "nan", "None", "null"):
+        return None
+    return v
+
+
+def prepare(judgments: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
+    """Validate the judgments and return a DataFrame with typed columns plus ``position``
+    (1..4, 5 for conformant), ``is_fork``, ``confirmed`` and ``seq`` (rank in the annotator's
+    sequence). Every malformed row is reported at once (:class:`AnswersError`)."""
+    rows = list(judgments)
+    errs: list[str] = []
+    out = []
+    for i, r in enumerate(rows, 1):
+        miss = [k for k in REQUIRED if k not in r]
+        if miss:
+            errs.append(f"row {i}: missing field(s) {miss}")
+            continue
+        d = {k: _none(r.get(k)) for k in set(REQUIRED) | {"position", "completed_at", "annotator_id"}}
+        try:
+            d["slider"] = float(d["slider"]) if d["slider"] is not None else None
+            d["fork_position"] = int(d["fork_position"]) if d["fork_position"] is not None else None
+            d["fork_turn"] = int(d["fork_turn"]) if d["fork_turn"] is not None else None
+            d["onset_turn"] = int(float(d["onset_turn"])) if d["onset_turn"] is not None else None
+            d["seq_key"] = float(d["position"]) if d.get("position") is not None else float(i)
+        except (TypeError, ValueError) as e:
+            errs.append(f"row {i} (dialogue {r.get('dialogue_id')!r}): non-numeric value ({e})")
+            continue
+        if d["slider"] is None or not 0 <= d["slider"] <= 100:
+            errs.append(f"row {i} (dialogue {r.get('dialogue_id')!r}): slider must be in 0..100, got {r.get('slider')!r}")
+        if d["cue_answer"] not in ("yes", "partly", "no"):
+            errs.append(f"row {i} (dialogue {r.get('dialogue_id')!r}): cue_answer must be yes/partly/no, got {r.get('cue_answer')!r}")
+        if d["cue_kind"] not in (CUE_TRUE, CUE_FOIL):
+            errs.append(f"row {i}: cue_kind must be 'true' or 'foil', got {r.get('cue_kind')!r}")
+        ht = d["hallucination_type"]
+        if ht is not None and ht not in HALLUCINATION_TYPES:
+            errs.append(f"row {i}: unknown hallucination_type {ht!r}")
+        if ht is not None and d["fork_position"] not in (1, 2, 3, 4):
+            errs.append(f"row {i} (dialogue {r.get('dialogue_id')!r}): a fork needs fork_position 1..4")
+        d["annotator"] = str(d["annotator"])
+        d["completed_at"] = str(d["completed_at"]) if d.get("completed_at") is not None else f"{i:012d}"
+        d["row"] = i
+        out.append(d)
+    if errs:
+        raise AnswersError(f"{len(errs)} malformed judgment(s):\n" + "\n".join(errs), errs)
+    cols = list(REQUIRED) + ["seq_key", "completed_at", "row"]
+    df = pd.DataFrame(out, columns=cols) if out else pd.DataFrame(columns=cols)
+    df["is_fork"] = df["hallucination_type"].notna()
+    df["position"] = [int(k) if f else CONFORMANT_POSITION for k, f in zip(df["fork_position"], df["is_fork"])]
+    df["confirmed"] = df["cue_answer"].isin(CONFIRMED)
+    df = df.sort_values(["annotator", "seq_key", "row"]).reset_index(drop=True)
+    df["seq"] = df.groupby("annotator").cumcount()
+    return df
+
+
+def first_judgments(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per conversation: its first completed judgment (categorical answers), with the
+    conversation's mean slider over its annotators (``mean_slider``) and ``n_judges``."""
+    if df.empty:
+        return df.assign(mean_slider=pd.Series(dtype=float), n_judges=pd.Series(dtype=int))
+    g = df.groupby("dialogue_id")
+    first = df.sort_values(["completed_at", "row"]).groupby("dialogue_id", sort=False).head(1).set_index("dialogue_id")
+    first["mean_slider"] = g["slider"].mean()
+    first["n_judges"] = g.size()
+    return first.reset_index()
+
+
+# --------------------------------------------------------------------------------------------
+# exclusion
+# --------------------------------------------------------------------------------------------
+
+def annotator_foils(df: pd.DataFrame, min_conformant: int = EXCLUSION_MIN_CONFORMANT,
+                    max_rate: float = EXCLUSION_MAX_RATE) -> list[dict[str, Any]]:
+    """Per annotator: foil false-confirmation rate on conformant dialogues (the exclusion
+    criterion: at least ``min_conformant`` shown and more than ``max_rate`` confirmed), and on all
+    foils for information."""
+    out = []
+    for a, g in df.groupby("annotator", sort=True):
+        conf = g[(~g["is_fork"]) & (g["cue_kind"] == CUE_FOIL)]
+        allf = g[g["cue_kind"] == CUE_FOIL]
+        n, c = len(conf), int(conf["confirmed"].sum())
+        out.append({"annotator": a, "judgments": len(g), "conformant_foils": n, "conformant_foils_confirmed": c,
+                    "conformant_foil_rate": c / n if n else None, "assessed": n >= min_conformant,
+                    "excluded": bool(n >= min_conformant and c / n > max_rate),
+                    "all_foils": len(allf), "all_foils_confirmed": int(allf["confirmed"].sum())})
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# RQ1
+# --------------------------------------------------------------------------------------------
+
+def unit_taus(df: pd.DataFrame, types: Sequence[str] = BREAKING_TYPES,
+              min_forks: int = MIN_FORKS_PER_UNIT) -> pd.DataFrame:
+    """tau_b(slider, k) within each (annotator, task) over forks of ``types``, for units with at
+    least ``min_forks`` such forks covering all four positions."""
+    f = df[df["is_fork"] & df["hallucination_type"].isin(list(types))]
+    rows = []
+    for (a, t), g in f.groupby(["annotator", "task"], sort=True):
+        if len(g) < min_forks or set(g["fork_position"]) != {1, 2, 3, 4}:
+            continue
+        tau = kendall_tau_b(g["slider"], g["fork_position"])
+        rows.append({"annotator": a, "task": t, "n": len(g), "tau_b": 0.0 if math.isnan(tau) else tau,
+                     "undefined": math.isnan(tau)})
+    return pd.DataFrame(rows, columns=["annotator", "task", "n", "tau_b", "undefined"])
+
+
+def summarize_taus(taus: Sequence[float], n_boot: int, seed: int) -> dict[str, Any]:
+    v = np.asarray(list(taus), float)
+    lo, hi = bootstrap_ci(v, _mean, n_boot, seed)
+    return {"mean": _f(v.mean()) if len(v) else None, "ci_low": lo, "ci_high": hi, "n": len(v),
+            "p_wilcoxon_greater": wilcoxon_greater(v)}
+
+
+def superiority_units(df: pd.DataFrame, types: Sequence[str] = BREAKING_TYPES, low: Sequence[int] | None = None,
+                      high: Sequence[int] | None = None) -> pd.DataFrame:
+    """Per (annotator, task): ``wins`` and ``pairs`` over pairs of conversations at different
+    positions (conformant = position 5): a win when the later one is rated higher, one half for
+    a tie. ``low`` / ``high`` restrict the earlier / later position of a pair."""
+    d = df[(~df["is_fork"]) | df["hallucination_type"].isin(list(types))]
+    rows = []
+    for (a, t), g in d.groupby(["annotator", "task"], sort=True):
+        pos, sl = g["position"].to_numpy(), g["slider"].to_numpy(float)
+        wins = pairs = 0.0
+        for i, j in combinations(range(len(g)), 2):
+            if pos[i] == pos[j]:
+                continue
+            lo_i, hi_i = (i, j) if pos[i] < pos[j] else (j, i)
+            if low is not None and pos[lo_i] not in low:
+                continue
+            if high is not None and pos[hi_i] not in high:
+                continue
+            pairs += 1
+            wins += 1.0 if sl[hi_i] > sl[lo_i] else 0.5 if sl[hi_i] == sl[lo_i] else 0.0
+        if pairs:
+            rows.append({"annotator": a, "task": t, "wins": wins, "pairs": pairs})
+    return pd.DataFrame(rows, columns=["annotator", "task", "wins", "pairs"])
+
+
+def probability_of_superiority(df: pd.DataFrame, types: Sequence[str] = BREAKING_TYPES,
+                               low: Sequence[int] | None = None, high: Sequence[int] | None = None,
+                               n_boot: int = N_BOOT, seed: int = 0) -> dict[str, Any]:
+    """Share of within-(annotator, task) pairs where the later position is rated higher (ties
+    1/2), with a bootstrap CI over (annotator, task) units (ratio of summed wins to pairs)."""
+    u = superiority_units(df, types, low, high)
+    if u.empty:
+        return {"ps": None, "ci_low": None, "ci_high": None, "pairs": 0, "units": 0}
+    w, p = u["wins"].to_numpy(float), u["pairs"].to_numpy(float)
+    lo, hi = bootstrap_ci((w, p), lambda a, b, axis=-1: a.sum(axis=axis) / b.sum(axis=axis), n_boot, seed)
+    return {"ps": float(w.sum() / p.sum()), "ci_low": lo, "ci_high": hi, "pairs": int(p.sum()), "units": len(u)}
+
+
+def conformant_highest(df: pd.DataFrame, types: Sequence[str] = BREAKING_TYPES) -> dict[str, Any]:
+    """Share of (annotator, task) units (with a conformant and a fork) whose highest rating goes
+    to a conformant dialogue (max conformant >= max fork)."""
+    d = df[(~df["is_fork"]) | df["hallucination_type"].isin(list(types))]
+    n = c = 0
+    for _, g in d.groupby(["annotator", "task"]):
+        conf, fk = g[~g["is_fork"]]["slider"], g[g["is_fork"]]["slider"]
+        if len(conf) and len(fk):
+            n += 1
+            c += int(conf.max() >= fk.max())
+    return {"count": c, "n": n, "share": c / n if n else None}
+
+
+def quartet_taus(conv: pd.DataFrame, types: Sequence[str] = BREAKING_TYPES) -> pd.DataFrame:
+    """tau_b(mean slider, k) within each quartet (the four forks of one source under one type)."""
+    f = conv[conv["is_fork"] & conv["hallucination_type"].isin(list(types))]
+    rows = []
+    for (s, h), g in f.groupby(["source_id", "hallucination_type"], sort=True):
+        if sorted(g["fork_position"]) != [1, 2, 3, 4]:
+            continue
+        tau = kendall_tau_b(g["mean_slider"], g["fork_position"])
+        rows.append({"source_id": s, "type": h, "tau_b": 0.0 if math.isnan(tau) else tau})
+    return pd.DataFrame(rows, columns=["source_id", "type", "tau_b"])
+
+
+def mean_slider_by_position(conv: pd.DataFrame, types: Sequence[str], n_boot: int, seed: int) -> dict[str, Any]:
+    """Mean of the conversations' mean sliders per position (k=1..4 over ``types``, and
+    conformant), with bootstrap CIs over conversations."""
+    out: dict[str, Any] = {}
+    for k in (1, 2, 3, 4):
+        v = conv[conv["is_fork"] & conv["hallucination_type"].isin(list(types)) & (conv["fork_position"] == k)]
+        x = v["mean_slider"].to_numpy(float)
+        lo, hi = bootstrap_ci(x, _mean, n_boot, seed + k)
+        out[f"k{k}"] = {"mean": _f(x.mean()) if len(x) else None, "ci_low": lo, "ci_high": hi, "n": len(x)}
+    x = conv[~conv["is_fork"]]["mean_slider"].to_numpy(float)
+    lo, hi = bootstrap_ci(x, _mean, n_boot, seed + 5)
+    out["conformant"] = {"mean": _f(x.mean()) if len(x) else None, "ci_low": lo, "ci_high": hi, "n": len(x)}
+    return out
+
+
+def rq1(df: pd.DataFrame, conv: pd.DataFrame, n_boot: int = N_BOOT, seed: int = 0,
+        min_forks: int = MIN_FORKS_PER_UNIT) -> dict[str, Any]:
+    res: dict[str, Any] = {}
+    for name, types in (("breaking", BREAKING_TYPES), ("all", HALLUCINATION_TYPES)):
+        taus = unit_taus(df, types, min_forks)
+        qt = quartet_taus(conv, types)
+        res[name] = {
+            "types": list(types),
+            "tau_b_within_units": summarize_taus(taus["tau_b"], n_boot, seed),
+            "units": taus.to_dict(orient="records"),
+            "superiority": probability_of_superiority(df, types, n_boot=n_boot, seed=seed),
+            "superiority_k4_vs_k1": probability_of_superiority(df, types, low=[1], high=[4], n_boot=n_boot, seed=seed),
+            "superiority_conformant_vs_fork": probability_of_superiority(
+                df, types, low=[1, 2, 3, 4], high=[CONFORMANT_POSITION], n_boot=n_boot, seed=seed),
+            "conformant_highest": conformant_highest(df, types),
+            "tau_b_quartets": summarize_taus(qt["tau_b"], n_boot, seed),
+            "mean_slider": mean_slider_by_position(conv, types, n_boot, seed),
+        }
+    res["mean_slider_per_type"] = {h: mean_slider_by_position(conv, [h], n_boot, seed) for h in HALLUCINATION_TYPES}
+    res["superiority_conformant_vs_fork_per_type"] = {
+        h: probability_of_superiority(df, [h], low=[1, 2, 3, 4], high=[CONFORMANT_POSITION], n_boot=n_boot, seed=seed)
+        for h in HALLUCINATION_TYPES}
+    return res
+
+
+# --------------------------------------------------------------------------------------------
+# RQ2-RQ4 (first judgment per conversation)
+# --------------------------------------------------------------------------------------------
+
+def rq2(conv: pd.DataFrame) -> dict[str, Any]:
+    true = conv[conv["is_fork"] & (conv["cue_kind"] == CUE_TRUE)]
+    per_type = {}
+    for h in HALLUCINATION_TYPES:
+        g = true[true["hallucination_type"] == h]
+        per_type[h] = {**rate(int(g["confirmed"].sum()), len(g)),
+                       "yes": int((g["cue_answer"] == "yes").sum()), "partly": int((g["cue_answer"] == "partly").sum())}
+    overall = {**rate(int(true["confirmed"].sum()), len(true)),
+               "yes": int((true["cue_answer"] == "yes").sum()), "partly": int((true["cue_answer"] == "partly").sum())}
+    fc = conv[(~conv["is_fork"]) & (conv["cue_kind"] == CUE_FOIL)]
+    ff = conv[conv["is_fork"] & (conv["cue_kind"] == CUE_FOIL)]
+    foil_conf = rate(int(fc["confirmed"].sum()), len(fc))
+    foil_fork = rate(int(ff["confirmed"].sum()), len(ff))
+    return {"true_per_type": per_type, "true_overall": overall, "foil_conformant": foil_conf, "foil_forked": foil_fork,
+            "p_fisher_true_vs_foil_conformant": fisher_greater(overall["count"], overall["n"], foil_conf["count"],
+                                                               foil_conf["n"]),
+            "p_fisher_true_vs_foil_forked": fisher_greater(overall["count"], overall["n"], foil_fork["count"],
+                                                           foil_fork["n"])}
+
+
+def onset_errors(conv: pd.DataFrame) -> np.ndarray:
+    """onset - t_k over forks shown their true instruction and confirmed."""
+    g = conv[conv["is_fork"] & (conv["cue_kind"] == CUE_TRUE) & conv["confirmed"] & conv["onset_turn"].notna()]
+    return (g["onset_turn"].astype(float) - g["fork_turn"].astype(float)).to_numpy()
+
+
+def rq3(conv: pd.DataFrame) -> dict[str, Any]:
+    d = onset_errors(conv)
+    n = len(d)
+    vals, counts = np.unique(d.astype(int), return_counts=True) if n else ([], [])
+    return {"n": n, "distribution": {str(int(v)): int(c) for v, c in zip(vals, counts)},
+            "exact": rate(int((d == 0).sum()), n), "within_one": rate(int((np.abs(d) <= 1).sum()), n),
+            "at_or_after": rate(int((d >= 0).sum()), n), "median_abs_error": _f(np.median(np.abs(d))) if n else None}
+
+
+def rq4(conv: pd.DataFrame) -> dict[str, Any]:
+    g = conv[conv["is_fork"] & conv["prefix_answer"].notna()]
+    out: dict[str, Any] = {}
+    for key, sub in [("overall", g)] + [(f"k{k}", g[g["fork_position"] == k]) for k in (1, 2, 3, 4)]:
+        n = len(sub)
+        yes, mostly = int((sub["prefix_answer"] == "yes").sum()), int((sub["prefix_answer"] == "mostly").sum())
+        out[key] = {"n": n, "yes": rate(yes, n), "mostly": mostly, "no": n - yes - mostly,
+                    "yes_or_mostly": rate(yes + mostly, n)}
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# agreement, learning, distances
+# --------------------------------------------------------------------------------------------
+
+def agreement(df: pd.DataFrame) -> dict[str, Any]:
+    """On conversations judged by more than one annotator: raw agreement and Gwet's AC1 of the
+    categorical answers; Krippendorff's alpha (interval) of the slider and the onset turn."""
+    multi = df[df.groupby("dialogue_id")["annotator"].transform("nunique") > 1]
+    groups = [g for _, g in multi.groupby("dialogue_id", sort=True)]
+    conf = [["yes" if c else "no" for c in g["confirmed"]] for g in groups]
+    three = [list(g["cue_answer"]) for g in groups]
+    prefix = [[v for v in g["prefix_answer"] if v is not None] for g in groups]
+    onsets = [[v for v, c in zip(g["onset_turn"], g["confirmed"]) if c and v is not None and not pd.isna(v)]
+              for g in groups]
+    pairs = within = 0
+    for o in onsets:
+        for a, b in combinations(o, 2):
+            pairs += 1
+            within += int(abs(a - b) <= 1)
+    return {"conversations": len(groups),
+            "judged_by": {str(k): int(v) for k, v in multi.groupby("dialogue_id")["annotator"].nunique()
+                          .value_counts().sort_index().items()},
+            "confirmation": gwet_ac1(conf, ["yes", "no"]),
+            "three_way": gwet_ac1(three, ["yes", "partly", "no"]),
+            "prefix": gwet_ac1(prefix, ["yes", "mostly", "no"]),
+            "slider": krippendorff_interval([list(g["slider"]) for g in groups]),
+            "onset": {**krippendorff_interval(onsets), "pairs": pairs,
+                      "pairs_within_one": within / pairs if pairs else None}}
+
+
+def learning_thirds(df: pd.DataFrame) -> dict[str, Any]:
+    """Onset accuracy (within one turn), true-instruction confirmation and foil confirmation in
+    the first, middle and last third of each annotator's sequence (all of their judgments)."""
+    third = np.zeros(len(df), int)
+    for _, idx in df.groupby("annotator").groups.items():
+        idx = df.loc[idx].sort_values("seq").index.to_numpy()
+        for t, part in enumerate(np.array_split(idx, 3)):
+            third[df.index.get_indexer(part)] = t
+    d = df.assign(third=third)
+    out = {}
+    for t, name in enumerate(("first", "middle", "last")):
+        g = d[d["third"] == t]
+        true = g[g["is_fork"] & (g["cue_kind"] == CUE_TRUE)]
+        onset = true[true["confirmed"] & true["onset_turn"].notna()]
+        err = (onset["onset_turn"].astype(float) - onset["fork_turn"].astype(float)).abs()
+        foils = g[g["cue_kind"] == CUE_FOIL]
+        out[name] = {"onset_within_one": rate(int((err <= 1).sum()), len(err)),
+                     "true_confirmed": rate(int(true["confirmed"].sum()), len(true)),
+                     "foil_confirmed": rate(int(foils["confirmed"].sum()), len(foils))}
+    return out
+
+
+def spearman_rho(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:
+    """Spearman's rho along ``axis`` (Pearson correlation of ``scipy.stats.rankdata`` average ranks),
+    vectorized for the bootstrap; equals ``scipy.stats.spearmanr`` on 1-D input."""
+    rx = stats.rankdata(x, axis=axis)
+    ry = stats.rankdata(y, axis=axis)
+    rx = rx - rx.mean(axis=axis, keepdims=True)
+    ry = ry - ry.mean(axis=axis, keepdims=True)
+    den = np.sqrt((rx * rx).sum(axis=axis) * (ry * ry).sum(axis=axis))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return (rx * ry).sum(axis=axis) / den
+
+
+def distance_correlation(conv: pd.DataFrame, distances: Mapping[str, Mapping[str, float]], n_boot: int = N_BOOT,
+                         seed: int = 0) -> dict[str, Any]:
+    """Spearman rho (bootstrap CI) between each method's distance mu(D+, D') and the perceived
+    deviation 100 - mean slider, over the annotated forks that have a distance."""
+    f = conv[conv["is_fork"]].set_index("dialogue_id")
+    out = {}
+    for method, dist in sorted(distances.items()):
+        ids = [i for i in f.index if i in dist and dist[i] is not None]
+        x = np.array([float(dist[i]) for i in ids])
+        y = 100.0 - f.loc[ids, "mean_slider"].to_numpy(float) if ids else np.array([])
+        if len(ids) < 3 or np.all(x == x[0]) or np.all(y == y[0]):
+            out[method] = {"rho": None, "p": None, "ci_low": None, "ci_high": None, "n": len(ids)}
+            continue
+        r = stats.spearmanr(x, y)
+        lo, hi = bootstrap_ci((x, y), spearman_rho, n_boot, seed)
+        out[method] = {"rho": _f(r.statistic), "p": _f(r.pvalue), "ci_low": lo, "ci_high": hi, "n": len(ids)}
+    return out
+
+
+def analyse(judgments: Iterable[Mapping[str, Any]], distances: Mapping[str, Mapping[str, float]] | None = None,
+            n_boot: int = N_BOOT, seed: int = 0, apply_exclusion: bool = True,
+            min_forks: int = MIN_FORKS_PER_UNIT) -> dict[str, Any]:
+    """All analyses of Appendix N as one JSON-able dict (see the module docstring)."""
+    df = prepare(judgments)
+    foils = annotator_foils(df)
+    excluded = [f["annotator"] for f in foils if f["excluded"]] if apply_exclusion else []
+    if excluded:
+        logger.info("excluding annotators %s (foil criterion)", excluded)
+        df = df[~df["annotator"].isin(excluded)].reset_index(drop=True)
+    conv = first_judgments(df)
+    res: dict[str, Any] = {
+        "counts": {"judgments": len(df), "conversations": len(conv), "annotators": int(df["annotator"].nunique()),
+                   "forked": int(conv["is_fork"].sum()) if len(conv) else 0,
+                   "conformant": int((~conv["is_fork"]).sum()) if len(conv) else 0,
+                   "tasks": sorted(df["task"].unique().tolist())},
+        "parameters": {"n_boot": n_boot, "seed": seed, "min_forks_per_unit": min_forks,
+                       "apply_exclusion": apply_exclusion, "exclusion_min_conformant": EXCLUSION_MIN_CONFORMANT,
+                       "exclusion_max_rate": EXCLUSION_MAX_RATE},
+        "annotator_foils": foils, "excluded_annotators": excluded,
+    }
+    if len(df) == 0:
+        return res
+    res["rq1"] = rq1(df, conv, n_boot, seed, min_forks)
+    res["rq2"] = rq2(conv)
+    res["rq3"] = rq3(conv)
+    res["rq4"] = rq4(conv)
+    res["agreement"] = agreement(df)
+    res["learning"] = learning_thirds(df)
+    if distances:
+        res["distance_correlation"] = distance_correlation(conv, distances, n_boot, seed)
+    return res

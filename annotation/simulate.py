@@ -1,0 +1,167 @@
+"""Synthetic material for trying the tool without a generated corpus or real annotators.
+
+* :func:`synthetic_records`: small but valid DialFork records (SPEC section 4) of one task:
+  conformant dialogues and their 16 forks, with texts that make the deviation visible;
+* :func:`simulate_judgments`: judgments of simulated annotators with known properties (how
+  the slider depends on the fork position, how often instructions and foils are confirmed,
+  where the onset is placed), in the format of :meth:`annotation.store.Study.export_rows`.
+
+Used by the tests, the demo and anyone checking the analyses on data with a known answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from dialfork_dataset.forks import fork_turns
+from dialfork_dataset.records import HALLUCINATION_TYPES, validate_record
+
+from .design import CUE_FOIL, CUE_TRUE, FOIL_SHARE_FORKED, derive_seed
+
+_USER = ["Hi, I need some help.", "My name is {name}.", "It is for {day}.", "In {city}, please.",
+         "Yes, that sounds right.", "Could you repeat that?", "Great, thanks.", "No, that is all.", "Bye!"]
+_SYSTEM = ["Hello, how can I help?", "May I have your name, please?", "For what day would you like it?",
+           "For what location?", "Let me look that up for you.", "It will be sunny on {day} in {city}.",
+           "Is there anything else that I can do for you?", "Thank you and goodbye.", "Have a nice day."]
+_DEVIANT = {
+    "WIC": "Would you like to book a table at a restaurant instead?",
+    "SSPC": "Let me ask again: what is your name?",
+    "GR": "Have you considered our premium subscription plan?",
+    "CSC": "Before we go on, please rate this chat from 1 to 5.",
+}
+_NAMES = ["Alex", "Sam", "Robin", "Kim", "Jo", "Lee", "Max", "Ana"]
+_CITIES = ["Paris", "Oslo", "Lima", "Rome", "Kyoto", "Quito", "Cairo", "Perth"]
+_DAYS = ["Monday", "Tuesday", "Friday", "Sunday"]
+
+
+def _dialogue(T: int, rng: np.random.Generator) -> list[dict[str, str]]:
+    fill = {"name": str(rng.choice(_NAMES)), "city": str(rng.choice(_CITIES)), "day": str(rng.choice(_DAYS))}
+    turns = []
+    for i in range(T):
+        turns.append({"speaker": "user", "text": _USER[min(i, len(_USER) - 1)].format(**fill)})
+        turns.append({"speaker": "system", "text": _SYSTEM[min(i, len(_SYSTEM) - 1)].format(**fill)})
+    return turns
+
+
+def synthetic_records(task: str = "weather", n_sources: int = 6, seed: int = 0, pool: Any = None,
+                      domain: str | None = None, min_turns: int = 6, max_turns: int = 8) -> list[dict[str, Any]]:
+    """``n_sources`` conformant dialogues of ``task`` with their 16 forks (valid records).
+
+    Variants and instructions come from ``pool`` (default: the packaged variant file); a fork
+    keeps the conformant turns before t_k and deviates from system turn t_k on."""
+    if pool is None:
+        from generation.variants import load_variants
+
+        pool = load_variants()
+    rng = np.random.default_rng(derive_seed("synthetic", task, seed))
+    domain = domain or task.split("_")[0]
+    out = []
+    for i in range(n_sources):
+        T = int(rng.integers(min_turns, max_turns + 1))
+        turns = _dialogue(T, rng)
+        sid = f"{task}-{1000 + i}"
+        base = {"source_id": sid, "scenario_id": str(1000 + i), "task": task, "domain": domain,
+                "num_system_turns": T, "seed": int(seed) * 1000 + i, "generator": "synthetic",
+                "decoding": {"temperature": None, "top_p": None, "top_k": None, "max_new_tokens": None},
+                "code_version": "synthetic"}
+        conf = {**base, "dialogue_id": sid, "turns": turns, "hallucination_type": None, "variant": None,
+                "instruction": None, "substitute_task": None, "fork_position": None, "fork_turn": None,
+                "prefix_mode": None, "prefix_divergence": None}
+        validate_record(conf)
+        out.append(conf)
+        ts = fork_turns(T)
+        for h in HALLUCINATION_TYPES:
+            variants = list(pool[h])
+            for k in (1, 2, 3, 4):
+                tk = ts[k - 1]
+                v = variants[int(rng.integers(len(variants)))]
+                sub = "restaurant_book" if h == "WIC" else None
+                new, n = [], 0
+                for t in turns:
+                    if t["speaker"] == "system":
+                        n += 1
+                        new.append({"speaker": "system", "text": _DEVIANT[h] if n >= tk else t["text"]})
+                    else:
+                        new.append(dict(t))
+                rec = {**base, "dialogue_id": f"{sid}-{h}-k{k}", "turns": new, "hallucination_type": h,
+                       "variant": v.id, "instruction": v.render_instruction(sub, task.replace("_", " ")),
+                       "substitute_task": sub, "fork_position": k, "fork_turn": tk, "prefix_mode": "reuse",
+                       "prefix_divergence": 0}
+                validate_record(rec)
+                out.append(rec)
+    return out
+
+
+def simulate_judgments(n_annotators: int = 12, tasks: tuple[str, ...] = ("weather", "hotel_book"),
+                       forks_per_unit: int = 16, conformant_per_unit: int = 4, seed: int = 0,
+                       slope: float | Mapping[str, float] = 20.0, noise: float = 10.0, conformant_mean: float = 95.0,
+                       base: float = 10.0, p_confirm_true: float = 0.9, p_confirm_foil: float = 0.1,
+                       p_onset_exact: float = 0.7, p_prefix_yes: float = 0.9, overlap: int = 0,
+                       foil_share: float = FOIL_SHARE_FORKED) -> list[dict[str, Any]]:
+    """Judgments of simulated annotators (one row per judgment, export format).
+
+    Each annotator judges, per task, ``forks_per_unit`` forks (types and positions balanced) and
+    ``conformant_per_unit`` conformant dialogues. The slider is ``base + slope[type] * (k - 1) +
+    N(0, noise)`` for forks and ``conformant_mean + N(0, noise)`` for conformant dialogues,
+    clipped to 0..100 (``slope=0``: pure noise). True instructions are confirmed with
+    ``p_confirm_true``, foils with ``p_confirm_foil``; a confirmed onset is t_k with
+    ``p_onset_exact``, else t_k + 1 or t_k + 2. ``overlap`` extra annotators re-judge the first
+    annotator's conversations (agreement data)."""
+    rng = np.random.default_rng(derive_seed("simulate", seed))
+    slopes = {h: float(slope[h]) if isinstance(slope, Mapping) else float(slope) for h in HALLUCINATION_TYPES}
+    rows: list[dict[str, Any]] = []
+
+    def judge(annot: str, conv: dict[str, Any], pos: int) -> dict[str, Any]:
+        h, k = conv["hallucination_type"], conv["fork_position"]
+        mean = conformant_mean if h is None else base + slopes[h] * (k - 1)
+        slider = int(np.clip(round(mean + rng.normal(0, noise)), 0, 100))
+        p = p_confirm_true if conv["cue_kind"] == CUE_TRUE else p_confirm_foil
+        ans = "no"
+        if rng.random() < p:
+            ans = "yes" if rng.random() < 0.85 else "partly"
+        onset = None
+        if ans != "no":
+            tk = conv["fork_turn"] or 1
+            onset = tk if rng.random() < p_onset_exact else tk + int(rng.integers(1, 3))
+            onset = min(onset, conv["num_system_turns"])
+        prefix = None
+        if h is not None and conv["fork_turn"] > 1:
+            prefix = "yes" if rng.random() < p_prefix_yes else str(rng.choice(["mostly", "no"]))
+        return {**conv, "annotator": annot, "annotator_id": None, "position": pos, "slider": slider,
+                "cue_answer": ans, "onset_turn": onset, "prefix_answer": prefix, "note": None, "state": 3,
+                "completed_at": f"2026-01-01T00:00:{len(rows):06d}"}
+
+    first_convs: list[dict[str, Any]] = []
+    for a in range(n_annotators):
+        pos = 0
+        for task in tasks:
+            convs = []
+            for j in range(forks_per_unit):
+                h = HALLUCINATION_TYPES[j % 4]
+                k = (j // 4) % 4 + 1
+                # quartet (type h, source q) is split over annotators q+1..q+4 (mod n): no annotator
+                # sees two versions of a source, and every quartet is complete when n >= 4
+                src = f"{task}-{h}-{(a - k) % n_annotators}-{j // 16}"
+                T = int(np.random.default_rng(derive_seed("T", src)).integers(6, 12))
+                tk = fork_turns(T)[k - 1]
+                foil = rng.random() < foil_share
+                convs.append({"dialogue_id": f"{src}-k{k}", "source_id": src,
+                              "task": task, "hallucination_type": h, "fork_position": k, "fork_turn": tk,
+                              "num_system_turns": T, "cue_kind": CUE_FOIL if foil else CUE_TRUE,
+                              "cue_type": HALLUCINATION_TYPES[(j + 1) % 4] if foil else h})
+            for j in range(conformant_per_unit):
+                convs.append({"dialogue_id": f"{task}-a{a}-c{j}", "source_id": f"{task}-a{a}-c{j}", "task": task,
+                              "hallucination_type": None, "fork_position": None, "fork_turn": None,
+                              "num_system_turns": 8, "cue_kind": CUE_FOIL, "cue_type": HALLUCINATION_TYPES[j % 4]})
+            for i in rng.permutation(len(convs)):
+                rows.append(judge(f"A{a:02d}", convs[i], pos))
+                pos += 1
+                if a == 0:
+                    first_convs.append(convs[i])
+    for o in range(overlap):
+        for pos, conv in enumerate(first_convs):
+            rows.append(judge(f"R{o:02d}", conv, pos))
+    return rows

@@ -1,0 +1,1 @@
+"""Static files of the annotation app (a package so that setuptools ships them)."""

@@ -1,0 +1,574 @@
+"""The study's state and every operation on it (used by the web app, the CLI and the tests).
+
+All writes happen in one transaction each; every answer is a compare-and-set on the
+assignment's state (``UPDATE ... WHERE state = expected``), so a replayed or out-of-order
+submission changes nothing and is answered with a clear 4xx error.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import func, insert, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from .db import (
+    DONE,
+    NEW,
+    STEP1_DONE,
+    STEP2_DONE,
+    AdminSession,
+    Annotator,
+    Assignment,
+    Batch,
+    Block,
+    Conversation,
+    IntroSeen,
+    Meta,
+    make_engine,
+    utcnow,
+)
+from .design import (
+    FOIL_SHARE_FORKED,
+    MAX_JUDGES,
+    OVERLAP_SHARE,
+    TaskPool,
+    assign_cue,
+    block_order,
+    derive_seed,
+    draw_blocks,
+    true_cue_text,
+)
+from .design import Block as BlockSpec
+from .security import hash_password, new_token, token_digest, verify_password
+
+logger = logging.getLogger(__name__)
+
+CUE_ANSWERS = ("yes", "partly", "no")
+PREFIX_ANSWERS = ("yes", "mostly", "no")
+MAX_NOTE_CHARS = 2000
+ADMIN_SESSION_HOURS = 8
+
+STEP1_QUESTION = "The assistant was told to follow the steps on the left. How well does it?"
+STEP2_INTRO = "At some point, the assistant was given an extra instruction. From then on, it was meant to:"
+STEP2_QUESTION = "Does that happen in this conversation?"
+STEP3_QUESTION = "Before the highlighted part, did the assistant follow the steps?"
+
+
+class AnnotationError(Exception):
+    """A request the study refuses; ``status`` is the HTTP status, ``message`` says why."""
+
+    status = 400
+
+    def __init__(self, message: str, status: int | None = None):
+        super().__init__(message)
+        self.message = message
+        if status is not None:
+            self.status = status
+
+
+class NotFound(AnnotationError):
+    status = 404
+
+
+class Conflict(AnnotationError):
+    status = 409
+
+
+class Invalid(AnnotationError):
+    status = 422
+
+
+def _int_field(data: Mapping[str, Any], name: str) -> int | None:
+    v = data.get(name)
+    if v is None or v == "":
+        return None
+    if isinstance(v, bool):
+        raise Invalid(f"{name} must be an integer, got {v!r}")
+    if isinstance(v, float):
+        if not v.is_integer():
+            raise Invalid(f"{name} must be an integer, got {v!r}")
+        return int(v)
+    if isinstance(v, int):
+        return v
+    if isinstance(v, str) and v.strip().lstrip("-").isdigit():
+        return int(v.strip())
+    raise Invalid(f"{name} must be an integer, got {v!r}")
+
+
+class Study:
+    """A study database plus the variant pool used to assign cues.
+
+    ``Study(db_url)`` opens (or creates) the database; :meth:`import_records` adds corpus
+    records (cues are assigned on import from the study seed, stored in ``meta``).
+    """
+
+    def __init__(self, db_url: str, variants: Any = None, study_seed: int | None = None,
+                 foil_share: float = FOIL_SHARE_FORKED):
+        self.engine = make_engine(db_url)
+        self.foil_share = foil_share
+        self._variants = variants
+        with Session(self.engine) as s, s.begin():
+            if s.get(Meta, "study_seed") is None:
+                seed = int(study_seed) if study_seed is not None else secrets.randbits(62)
+                s.add(Meta(key="study_seed", value=str(seed)))
+                s.add(Meta(key="foil_share", value=repr(foil_share)))
+            elif study_seed is not None and int(s.get(Meta, "study_seed").value) != int(study_seed):
+                raise ValueError(f"{db_url}: the study seed is {s.get(Meta, 'study_seed').value}, not {study_seed}; "
+                                 "a study keeps its seed (use a new database for a new seed)")
+
+    # -- setup ---------------------------------------------------------------------------------
+    @property
+    def variants(self):
+        if self._variants is None:
+            from generation.variants import load_variants
+
+            self._variants = load_variants()
+        return self._variants
+
+    def meta(self, key: str) -> str | None:
+        with Session(self.engine) as s:
+            m = s.get(Meta, key)
+            return m.value if m else None
+
+    @property
+    def study_seed(self) -> int:
+        return int(self.meta("study_seed"))
+
+    def import_records(self, records: Iterable[Mapping[str, Any]]) -> int:
+        """Add the records not yet in the study (by dialogue id); returns how many were added.
+
+        Records must be valid (see :func:`annotation.corpus.load_corpus`). Forks whose source is
+        not among the records are kept but never drawn (a mini-block needs every source's
+        conformant dialogue)."""
+        seed = self.study_seed
+        foil_share = float(self.meta("foil_share") or self.foil_share)
+        with Session(self.engine) as s, s.begin():
+            have = set(s.scalars(select(Conversation.dialogue_id)))
+            rows = []
+            for r in records:
+                if r["dialogue_id"] in have:
+                    continue
+                cue = assign_cue(r, seed, self.variants, foil_share)
+                true_text = true_cue_text(r, self.variants)[1] if r.get("hallucination_type") else None
+                rows.append(dict(
+                    dialogue_id=r["dialogue_id"], task=r["task"], source_id=r["source_id"],
+                    hallucination_type=r.get("hallucination_type"), variant=r.get("variant"),
+                    fork_position=r.get("fork_position"), fork_turn=r.get("fork_turn"),
+                    num_system_turns=int(r["num_system_turns"]), record=dict(r), cue_seed=cue.seed,
+                    cue_kind=cue.kind, cue_type=cue.htype, cue_variant=cue.variant, cue_text=cue.text,
+                    true_cue_text=true_text))
+                have.add(r["dialogue_id"])
+            for i in range(0, len(rows), 2000):
+                s.execute(insert(Conversation), rows[i:i + 2000])
+            n = len(rows)
+        logger.info("imported %d new conversation(s)", n)
+        return n
+
+    def tasks(self) -> list[str]:
+        with Session(self.engine) as s:
+            return sorted(s.scalars(select(Conversation.task).distinct()))
+
+    # -- admin authentication -------------------------------------------------------------------
+    def set_admin_password(self, password: str) -> None:
+        h = hash_password(password)
+        with Session(self.engine) as s, s.begin():
+            m = s.get(Meta, "admin_hash")
+            if m is None:
+                s.add(Meta(key="admin_hash", value=h))
+            else:
+                m.value = h
+            s.query(AdminSession).delete()
+
+    def check_admin_password(self, password: str) -> bool:
+        stored = self.meta("admin_hash")
+        if not stored:
+            return False
+        return verify_password(password, stored)
+
+    def new_admin_session(self) -> str:
+        tok = new_token(24)
+        with Session(self.engine) as s, s.begin():
+            s.query(AdminSession).filter(AdminSession.expires_at < utcnow()).delete()
+            s.add(AdminSession(digest=token_digest(tok), expires_at=utcnow() + timedelta(hours=ADMIN_SESSION_HOURS)))
+        return tok
+
+    def check_admin_session(self, token: str | None) -> bool:
+        if not token:
+            return False
+        with Session(self.engine) as s:
+            row = s.get(AdminSession, token_digest(token))
+            return row is not None and row.expires_at > utcnow()
+
+    def end_admin_session(self, token: str | None) -> None:
+        if token:
+            with Session(self.engine) as s, s.begin():
+                s.query(AdminSession).filter(AdminSession.digest == token_digest(token)).delete()
+
+    # -- annotators -----------------------------------------------------------------------------
+    def create_annotator(self, name: str) -> dict[str, Any]:
+        name = " ".join(str(name or "").split())
+        if not name or len(name) > 128:
+            raise Invalid("an annotator needs a name of 1 to 128 characters")
+        try:
+            return self._create_annotator(name)
+        except IntegrityError:  # a concurrent creation of the same name
+            raise Conflict(f"an annotator named {name!r} already exists") from None
+
+    def _create_annotator(self, name: str) -> dict[str, Any]:
+        with Session(self.engine) as s, s.begin():
+            if s.scalar(select(Annotator).where(Annotator.name == name)) is not None:
+                raise Conflict(f"an annotator named {name!r} already exists")
+            a = Annotator(name=name, link_token=new_token(18))
+            s.add(a)
+            s.flush()
+            return {"id": a.id, "name": a.name, "link_token": a.link_token}
+
+    def annotators(self) -> list[dict[str, Any]]:
+        with Session(self.engine) as s:
+            return [{"id": a.id, "name": a.name, "link_token": a.link_token}
+                    for a in s.scalars(select(Annotator).order_by(Annotator.id))]
+
+    def annotator_by_link(self, link_token: str) -> Annotator:
+        with Session(self.engine) as s:
+            a = s.scalar(select(Annotator).where(Annotator.link_token == str(link_token)))
+            if a is None:
+                raise NotFound("unknown annotator link; ask the study's administrator for your personal link")
+            s.expunge(a)
+            return a
+
+    # -- batches --------------------------------------------------------------------------------
+    def draw_batch(self, task: str, annotator_ids: Sequence[int], blocks_per_annotator: int = 1,
+                   seed: int | None = None, overlap_share: float = OVERLAP_SHARE,
+                   max_judges: int = MAX_JUDGES) -> dict[str, Any]:
+        """Draw mini-blocks of ``task`` for the annotators and assign them (one transaction).
+
+        Returns ``{"batch_id", "seed", "assignments", "blocks", "fresh_blocks"}``."""
+        if not annotator_ids:
+            raise Invalid("choose at least one annotator for the batch")
+        seed = int(seed) if seed is not None else secrets.randbits(62)
+        try:
+            return self._draw_batch(task, annotator_ids, blocks_per_annotator, seed, overlap_share, max_judges)
+        except IntegrityError:  # another batch was drawn at the same moment (same block ids)
+            raise Conflict("another batch was drawn at the same time; nothing was assigned, draw again") from None
+
+    def _draw_batch(self, task, annotator_ids, blocks_per_annotator, seed, overlap_share, max_judges):
+        with Session(self.engine) as s, s.begin():
+            rows = s.execute(select(Conversation.dialogue_id, Conversation.source_id, Conversation.task,
+                                    Conversation.hallucination_type, Conversation.fork_position)
+                             .where(Conversation.task == task)).mappings().all()
+            if not rows:
+                raise Invalid(f"task {task!r} has no conversations in this study (tasks: {', '.join(self.tasks())})")
+            pool = TaskPool.from_rows(task, rows)
+            annots = {a.id: a for a in s.scalars(select(Annotator).where(Annotator.id.in_(list(annotator_ids))))}
+            missing = [i for i in annotator_ids if i not in annots]
+            if missing:
+                raise Invalid(f"unknown annotator id(s) {missing}")
+            names = [str(i) for i in annotator_ids]
+            # the study's state before this draw
+            seen: dict[str, set[str]] = defaultdict(set)
+            usage: dict[str, int] = defaultdict(int)
+            for aid, src, did in s.execute(
+                    select(Assignment.annotator_id, Conversation.source_id, Conversation.dialogue_id)
+                    .join(Conversation, Assignment.conversation_id == Conversation.id)):
+                seen[str(aid)].add(src)
+                usage[did] += 1
+            existing = []
+            judges: dict[int, list[str]] = defaultdict(list)
+            for bid, aid in s.execute(select(Assignment.block_id, Assignment.annotator_id).distinct()):
+                judges[bid].append(str(aid))
+            n_fresh = 0
+            for b in s.scalars(select(Block).where(Block.task == task).order_by(Block.id)):
+                existing.append(BlockSpec(b.id, b.task, b.latin_row, list(b.dialogue_ids), list(b.sources),
+                                          sorted(judges[b.id])))
+                n_fresh += 1
+            next_key = (s.scalar(select(func.max(Block.id))) or 0) + 1
+            draws = draw_blocks(pool, names, blocks_per_annotator, seed, existing=existing, seen_sources=seen,
+                                usage=usage, next_row=n_fresh, next_key=next_key, overlap_share=overlap_share,
+                                max_judges=max_judges)
+            batch = Batch(task=task, seed=seed, params={
+                "annotator_ids": list(annotator_ids), "blocks_per_annotator": blocks_per_annotator,
+                "overlap_share": overlap_share, "max_judges": max_judges})
+            s.add(batch)
+            s.flush()
+            conv_id = dict(s.execute(select(Conversation.dialogue_id, Conversation.id)
+                                     .where(Conversation.task == task)).all())
+            conv_need3 = {c.id: (c.hallucination_type is not None and (c.fork_turn or 0) > 1)
+                          for c in s.scalars(select(Conversation).where(Conversation.task == task))}
+            next_pos = {aid: (s.scalar(select(func.max(Assignment.position))
+                                       .where(Assignment.annotator_id == aid)) or 0) + 1 for aid in annotator_ids}
+            n_assign = 0
+            for d in draws:
+                aid = int(d.annotator)
+                if d.fresh:
+                    s.add(Block(id=d.block.key, task=task, batch_id=batch.id, latin_row=d.block.latin_row,
+                                dialogue_ids=d.block.dialogue_ids, sources=d.block.sources))
+                    s.flush()
+                for slot in block_order(d.order_seed, len(d.block.dialogue_ids)):
+                    cid = conv_id[d.block.dialogue_ids[slot]]
+                    s.add(Assignment(token=new_token(18), annotator_id=aid, conversation_id=cid, batch_id=batch.id,
+                                     block_id=d.block.key, block_fresh=d.fresh, position=next_pos[aid],
+                                     order_seed=d.order_seed, needs_step3=conv_need3[cid], state=NEW))
+                    next_pos[aid] += 1
+                    n_assign += 1
+            return {"batch_id": batch.id, "seed": seed, "assignments": n_assign, "blocks": len(draws),
+                    "fresh_blocks": sum(d.fresh for d in draws)}
+
+    # -- annotator side -------------------------------------------------------------------------
+    def overview(self, annotator: Annotator) -> dict[str, Any]:
+        """Progress per task, the next conversation and whether its task's intro is still due."""
+        with Session(self.engine) as s:
+            rows = s.execute(select(Assignment.token, Assignment.state, Assignment.position, Conversation.task)
+                             .join(Conversation, Assignment.conversation_id == Conversation.id)
+                             .where(Assignment.annotator_id == annotator.id)
+                             .order_by(Assignment.position)).all()
+            seen = set(s.scalars(select(IntroSeen.task).where(IntroSeen.annotator_id == annotator.id)))
+        tasks: dict[str, dict[str, int]] = {}
+        nxt = None
+        for tok, state, _pos, task in rows:
+            t = tasks.setdefault(task, {"done": 0, "total": 0})
+            t["total"] += 1
+            if state == DONE:
+                t["done"] += 1
+            elif nxt is None:
+                nxt = {"token": tok, "task": task}
+        return {"name": annotator.name, "tasks": tasks, "next": nxt,
+                "intro_due": nxt is not None and nxt["task"] not in seen,
+                "done": sum(t["done"] for t in tasks.values()), "total": sum(t["total"] for t in tasks.values())}
+
+    def mark_intro_seen(self, annotator: Annotator, task: str) -> None:
+        with Session(self.engine) as s, s.begin():
+            if s.get(IntroSeen, (annotator.id, task)) is None:
+                s.add(IntroSeen(annotator_id=annotator.id, task=task))
+
+    def intro_seen(self, annotator: Annotator, task: str) -> bool:
+        with Session(self.engine) as s:
+            return s.get(IntroSeen, (annotator.id, task)) is not None
+
+    def annotator_tasks(self, annotator: Annotator) -> list[str]:
+        with Session(self.engine) as s:
+            return sorted(s.scalars(select(Conversation.task).distinct()
+                                    .join(Assignment, Assignment.conversation_id == Conversation.id)
+                                    .where(Assignment.annotator_id == annotator.id)))
+
+    def _load(self, s: Session, annotator: Annotator, token: str) -> tuple[Assignment, Conversation]:
+        a = s.scalar(select(Assignment).where(Assignment.token == str(token),
+                                              Assignment.annotator_id == annotator.id))
+        if a is None:
+            # the same answer for a token of another annotator and for no token at all
+            raise NotFound("no such conversation in your assignments")
+        return a, s.get(Conversation, a.conversation_id)
+
+    def _check_current(self, s: Session, a: Assignment) -> None:
+        if a.state == DONE:
+            return
+        first = s.scalar(select(func.min(Assignment.position)).where(Assignment.annotator_id == a.annotator_id,
+                                                                     Assignment.state != DONE))
+        if first is not None and a.position != first:
+            raise Conflict("finish your current conversation first: conversations are annotated in the given order")
+
+    @staticmethod
+    def _turns(c: Conversation) -> list[dict[str, Any]]:
+        out, n = [], 0
+        for t in c.record["turns"]:
+            if t["speaker"] == "system":
+                n += 1
+                out.append({"speaker": "system", "text": t["text"], "n": n})
+            else:
+                out.append({"speaker": "user", "text": t["text"], "n": None})
+        return out
+
+    def step_payload(self, annotator: Annotator, token: str, step: int | None = None) -> dict[str, Any]:
+        """What the browser may know at ``step`` (default: the current step).
+
+        Step 1 holds the task and the turns only; step 2 adds the cue; step 3 adds the fork turn
+        and the true instruction. A step after the current one is refused (409)."""
+        with Session(self.engine) as s:
+            a, c = self._load(s, annotator, token)
+            self._check_current(s, a)
+            current = a.state + 1 if a.state < DONE else None
+            if step is None:
+                step = current
+            if step is None:
+                return {"step": "done", "token": a.token, "task": c.task}
+            if step not in (1, 2, 3):
+                raise NotFound(f"there is no step {step!r}; steps are 1, 2 and 3")
+            # order first: before step 2 is submitted, asking for step 3 must not reveal whether
+            # the conversation has one
+            if current is not None and step > current:
+                raise Conflict(f"step {step} cannot be requested before step {current} is submitted")
+            if step == 3 and not a.needs_step3:
+                raise NotFound("this conversation has no step 3 (there is no part before the highlighted region)")
+            # Nothing before step 3 may tell a fork from a conformant dialogue: not even whether a
+            # step 3 will follow (it exists only for forks with t_k > 1).
+            p: dict[str, Any] = {"step": step, "token": a.token, "task": c.task, "turns": self._turns(c),
+                                 "num_assistant_turns": c.num_system_turns, "question": STEP1_QUESTION}
+            if step == 1:
+                p["answer"] = {"slider": a.slider} if a.state >= STEP1_DONE else None
+                return p
+            p["question"] = STEP2_QUESTION
+            p["cue_intro"] = STEP2_INTRO
+            p["cue"] = c.cue_text
+            p["options"] = list(CUE_ANSWERS)
+            p["slider"] = a.slider
+            if step == 2:
+                p["answer"] = ({"answer": a.cue_answer, "onset_turn": a.onset_turn}
+                               if a.state >= STEP2_DONE else None)
+                return p
+            p["question"] = STEP3_QUESTION
+            p["options"] = list(PREFIX_ANSWERS)
+            p["step2"] = {"answer": a.cue_answer, "onset_turn": a.onset_turn, "cue": c.cue_text}
+            p["injected_instruction"] = c.true_cue_text
+            p["fork_turn"] = c.fork_turn
+            p["answer"] = ({"prefix": a.prefix_answer, "note": a.note} if a.state >= DONE else None)
+            return p
+
+    def submit(self, annotator: Annotator, token: str, step: int, data: Mapping[str, Any]) -> dict[str, Any]:
+        """Record the answer of ``step`` (one transaction, compare-and-set on the state).
+
+        Raises :class:`Invalid` (422) for a malformed answer, :class:`Conflict` (409) for a step
+        out of order or already answered, :class:`NotFound` (404) for a token that is not the
+        annotator's. Returns ``{"state", "next_step"}``."""
+        if not isinstance(data, Mapping):
+            raise Invalid("the answer must be a JSON object or a form")
+        with Session(self.engine) as s, s.begin():
+            a, c = self._load(s, annotator, token)
+            self._check_current(s, a)
+            if step not in (1, 2, 3):
+                raise NotFound(f"there is no step {step!r}; steps are 1, 2 and 3")
+            if a.state < step - 1:  # order first (see step_payload)
+                raise Conflict(f"step {step} cannot be submitted before step {a.state + 1}")
+            if step == 3 and not a.needs_step3:
+                raise Conflict("this conversation has no step 3")
+            if a.state >= step:
+                raise Conflict(f"step {step} was already submitted; an answer cannot be changed once the next step is shown")
+            now = utcnow()
+            unknown = set(data) - {"slider", "answer", "onset_turn", "prefix", "note"}
+            if unknown:
+                raise Invalid(f"unknown field(s) {sorted(unknown)} in the answer of step {step}")
+            if step == 1:
+                v = _int_field(data, "slider")
+                if v is None:
+                    raise Invalid("step 1 needs 'slider', an integer from 0 to 100")
+                if not 0 <= v <= 100:
+                    raise Invalid(f"slider must be between 0 and 100, got {v}")
+                values = {"slider": v, "step1_at": now, "state": STEP1_DONE}
+            elif step == 2:
+                ans = data.get("answer")
+                if ans not in CUE_ANSWERS:
+                    raise Invalid(f"step 2 needs 'answer', one of {', '.join(CUE_ANSWERS)}; got {ans!r}")
+                onset = _int_field(data, "onset_turn")
+                T = c.num_system_turns
+                if ans in ("yes", "partly"):
+                    if onset is None:
+                        raise Invalid(f"with '{ans}', click the first assistant turn where it starts (onset_turn)")
+                    if not 1 <= onset <= T:
+                        raise Invalid(f"onset_turn {onset} is not an assistant turn (assistant turns are numbered 1 to {T})")
+                elif onset is not None:
+                    raise Invalid("with 'no', leave onset_turn empty")
+                done = not a.needs_step3
+                values = {"cue_answer": ans, "onset_turn": onset, "step2_at": now,
+                          "state": DONE if done else STEP2_DONE}
+                if done:
+                    values["completed_at"] = now
+            else:
+                ans = data.get("prefix")
+                if ans not in PREFIX_ANSWERS:
+                    raise Invalid(f"step 3 needs 'prefix', one of {', '.join(PREFIX_ANSWERS)}; got {ans!r}")
+                note = data.get("note") or None
+                if note is not None and (not isinstance(note, str) or len(note) > MAX_NOTE_CHARS):
+                    raise Invalid(f"note must be text of at most {MAX_NOTE_CHARS} characters")
+                values = {"prefix_answer": ans, "note": note, "step3_at": now, "state": DONE, "completed_at": now}
+            res = s.execute(update(Assignment).where(Assignment.id == a.id, Assignment.state == step - 1)
+                            .values(**values).execution_options(synchronize_session=False))
+            if res.rowcount != 1:  # a concurrent submission won the race
+                raise Conflict(f"step {step} was already submitted")
+            state = values["state"]
+            return {"state": state, "next_step": None if state == DONE else state + 1}
+
+    # -- monitoring and export ------------------------------------------------------------------
+    def progress(self) -> list[dict[str, Any]]:
+        """Per annotator and task: assigned, started, done."""
+        with Session(self.engine) as s:
+            rows = s.execute(select(Annotator.id, Annotator.name, Conversation.task, Assignment.state)
+                             .join(Assignment, Assignment.annotator_id == Annotator.id)
+                             .join(Conversation, Assignment.conversation_id == Conversation.id)).all()
+        agg: dict[tuple[int, str, str], dict[str, int]] = {}
+        for aid, name, task, state in rows:
+            d = agg.setdefault((aid, name, task), {"assigned": 0, "started": 0, "done": 0})
+            d["assigned"] += 1
+            d["started"] += int(state > NEW)
+            d["done"] += int(state == DONE)
+        return [{"annotator_id": aid, "annotator": name, "task": task, **v}
+                for (aid, name, task), v in sorted(agg.items())]
+
+    EXPORT_FIELDS = ("annotator", "annotator_id", "position", "block_id", "batch_id", "dialogue_id", "source_id",
+                     "task", "hallucination_type", "variant", "fork_position", "fork_turn", "num_system_turns",
+                     "cue_kind", "cue_type", "cue_variant", "cue_text", "cue_seed", "order_seed", "state",
+                     "slider", "cue_answer", "onset_turn", "prefix_answer", "note", "assigned_at", "step1_at",
+                     "step2_at", "step3_at", "completed_at")
+
+    def export_rows(self, completed_only: bool = False) -> list[dict[str, Any]]:
+        """The raw answers, one row per assignment (fields :attr:`EXPORT_FIELDS`)."""
+        with Session(self.engine) as s:
+            q = (select(Assignment, Conversation, Annotator)
+                 .join(Conversation, Assignment.conversation_id == Conversation.id)
+                 .join(Annotator, Assignment.annotator_id == Annotator.id)
+                 .order_by(Annotator.id, Assignment.position))
+            if completed_only:
+                q = q.where(Assignment.state == DONE)
+            out = []
+            for a, c, an in s.execute(q).all():
+                row = {"annotator": an.name, "annotator_id": an.id, "position": a.position, "block_id": a.block_id,
+                       "batch_id": a.batch_id, "dialogue_id": c.dialogue_id, "source_id": c.source_id,
+                       "task": c.task, "hallucination_type": c.hallucination_type, "variant": c.variant,
+                       "fork_position": c.fork_position, "fork_turn": c.fork_turn,
+                       "num_system_turns": c.num_system_turns, "cue_kind": c.cue_kind, "cue_type": c.cue_type,
+                       "cue_variant": c.cue_variant, "cue_text": c.cue_text, "cue_seed": c.cue_seed,
+                       "order_seed": a.order_seed, "state": a.state, "slider": a.slider,
+                       "cue_answer": a.cue_answer, "onset_turn": a.onset_turn, "prefix_answer": a.prefix_answer,
+                       "note": a.note}
+                for k in ("assigned_at", "step1_at", "step2_at", "step3_at", "completed_at"):
+                    v = getattr(a, k)
+                    row[k] = v.isoformat(timespec="microseconds") if v is not None else None
+                out.append(row)
+            return out
+
+    def judgments(self) -> list[dict[str, Any]]:
+        """Completed judgments, the input of :mod:`annotation.analysis`."""
+        return self.export_rows(completed_only=True)
+
+
+def reconstruct_presentation(study: Study, annotator_id: int) -> list[str]:
+    """Re-derive an annotator's presentation order (dialogue ids) from the stored block contents
+    and order seeds; equals the stored positions' order (a check that presentations can be
+    reconstructed)."""
+    with Session(study.engine) as s:
+        rows = s.execute(select(Assignment.block_id, Assignment.order_seed, func.min(Assignment.position))
+                         .where(Assignment.annotator_id == annotator_id)
+                         .group_by(Assignment.block_id, Assignment.order_seed)
+                         .order_by(func.min(Assignment.position))).all()
+        out: list[str] = []
+        for bid, oseed, _ in rows:
+            b = s.get(Block, bid)
+            out.extend(b.dialogue_ids[i] for i in block_order(oseed, len(b.dialogue_ids)))
+        return out
+
+
+def recompute_cue(study: Study, dialogue_id: str):
+    """The cue of a conversation re-derived from the study seed (equals the stored one)."""
+    with Session(study.engine) as s:
+        c = s.scalar(select(Conversation).where(Conversation.dialogue_id == dialogue_id))
+        if c is None:
+            raise NotFound(f"no conversation {dialogue_id!r}")
+        return assign_cue(c.record, study.study_seed, study.variants, float(study.meta("foil_share")))
+
+
+__all__ = ["AnnotationError", "Conflict", "Invalid", "NotFound", "Study", "derive_seed", "reconstruct_presentation",
+           "recompute_cue"]

@@ -1,0 +1,1 @@
+"""Jinja2 templates of the annotation app (a package so that setuptools ships them)."""
