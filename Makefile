@@ -13,7 +13,7 @@ export HF_EVALUATE_OFFLINE ?= 1
 export HF_DATASETS_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: install system-deps demo test lint bench clean
+.PHONY: install system-deps demo demo-annotate test lint bench clean
 
 # Debian's headless chromium drives the browser tests (leaderboard page, annotation tool).
 system-deps:
@@ -27,12 +27,43 @@ $(VENV)/.installed: setup.cfg pyproject.toml
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet torch==2.13.0
 	$(PY) -m pip install --quiet -e ".[$(EXTRAS)]"
+	# irrCAC (Gwet's AC1) pins old numpy/scipy/pandas in its metadata but works with current ones
+	$(PY) -m pip install --quiet --no-deps "irrCAC>=0.4"
 	touch $@
 
 install: $(VENV)/.installed
 
+DEMO_TASKS ?= weather,doctor_schedule,apartment_schedule
+DEMO_PER_TASK ?= 16
+DEMO_DETECTOR ?= it+nc
+
+# The whole pipeline on the embedded default: STAR -> template corpus -> Hub layout ->
+# load_dataset -> benchmark (Tasks 1-3, minilm) -> a streaming detector's blind submission ->
+# leaderboard validate / score / render.
 demo: install
-	$(PY) -m dialfork_dataset.demo --star $(STAR) --out $(DEMO_OUT)
+	$(PY) -m dialfork_dataset star --star $(STAR)
+	$(PY) -m generation --backend template --star $(STAR) --out $(DEMO_OUT)/corpus \
+	  --tasks $(DEMO_TASKS) --per-task $(DEMO_PER_TASK) --seed 0
+	$(PY) -m dialfork_dataset export $(DEMO_OUT)/corpus $(DEMO_OUT)/hub --gold-dir $(DEMO_OUT)/hub-gold \
+	  --blind-key 00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff --overwrite
+	$(PY) -m dialfork_dataset check $(DEMO_OUT)/hub
+	$(PY) -m dialfork_metrics.bench --data $(DEMO_OUT)/hub --tasks 1,2,3 --encoders minilm \
+	  --out $(DEMO_OUT)/reports --bootstrap-resamples 10000
+	mkdir -p $(DEMO_OUT)/submission
+	$(PY) -m dialfork_metrics.task3 predict --data $(DEMO_OUT)/hub --split blind --detector $(DEMO_DETECTOR) \
+	  --encoder minilm --out $(DEMO_OUT)/submission/streaming.jsonl
+	printf '%s\n' '{"method": "$(DEMO_DETECTOR) (MiniLM, 6-gram)", "regime": "streaming", "used_conformant_train": true, "model_name": "all-MiniLM-L6-v2", "model_size": "22M", "code_url": "https://github.com/idiap/dialfork", "open_source": true, "contact": "demo@example.org", "submitter": "demo"}' \
+	  > $(DEMO_OUT)/submission/streaming.metadata.json
+	$(PY) -m leaderboard validate $(DEMO_OUT)/submission/streaming.jsonl --track detector --blind $(DEMO_OUT)/hub
+	rm -rf $(DEMO_OUT)/leaderboard
+	$(PY) -m leaderboard score $(DEMO_OUT)/submission/streaming.jsonl --gold $(DEMO_OUT)/hub-gold \
+	  --blind $(DEMO_OUT)/hub --results $(DEMO_OUT)/leaderboard --submitter demo
+	$(PY) -m leaderboard render --results $(DEMO_OUT)/leaderboard --out $(DEMO_OUT)/site
+	@echo "demo done: corpus $(DEMO_OUT)/hub, reports $(DEMO_OUT)/reports/report.md, leaderboard $(DEMO_OUT)/site/index.html"
+
+# The human-study tool on the demo corpus: prints the admin password and an annotator link, then serves.
+demo-annotate: install
+	$(PY) -m annotation demo --db sqlite:///$(abspath $(DEMO_OUT))/annotation.db --corpus $(DEMO_OUT)/corpus --star $(STAR)
 
 test: install system-deps
 	DIALFORK_STAR_DIR=$(abspath $(STAR)) $(PY) -m pytest -q -p no:cacheprovider tests
