@@ -22,7 +22,7 @@ it from the recorded text.
 from __future__ import annotations
 
 import re
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 PROMPT_DIR = Path(__file__).resolve().parent
@@ -34,7 +34,7 @@ class PromptError(ValueError):
     pass
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_template(name: str) -> str:
     p = PROMPT_DIR / f"{name}.txt"
     if not p.is_file():
