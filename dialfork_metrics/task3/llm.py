@@ -38,6 +38,8 @@ logger = logging.getLogger(__name__)
 
 PROMPT_FILES = {False: "without_workflow.txt", True: "with_workflow.txt"}
 BACKENDS = ("transformers", "openai")
+#: Answer statuses that count as null and are reported.
+UNUSABLE = ("unparsable", "out_of_range", "too_long")
 USER_LABEL = "User"
 SYSTEM_LABEL = "Assistant"
 
@@ -81,6 +83,11 @@ class TransformersChat:
 
     Conversations are sorted by length into batches of ``batch_size`` (less padding), padded on
     the left, decoded greedily for at most ``max_new_tokens``; replies come back in input order.
+    ``device``: ``None`` (CUDA if available, else CPU), a torch device, or ``"auto"``
+    (``device_map="auto"``: spread a large model over the visible GPUs, via accelerate).
+    A prompt longer than the model's context window (``max_position_embeddings`` minus
+    ``max_new_tokens``) is not generated: its reply is ``""`` and its index is in
+    :attr:`last_too_long` (the detector reports it).
     """
 
     def __init__(self, model: str, device: str | None = None, dtype: str = "auto", batch_size: int = 8,
@@ -98,6 +105,7 @@ class TransformersChat:
         self.show_progress = show_progress
         self._model = None
         self._tok = None
+        self.last_too_long: set[int] = set()
 
     def _load(self):
         if self._model is not None:
@@ -112,13 +120,20 @@ class TransformersChat:
         tok.padding_side = "left"
         if tok.pad_token is None:
             tok.pad_token = tok.eos_token
-        device = self.device or ("cuda" if torch.cuda.is_available() else "cpu")
         dtype = self.dtype
         if isinstance(dtype, str) and dtype != "auto":
             dtype = getattr(torch, dtype)
-        model = AutoModelForCausalLM.from_pretrained(self.model_name, dtype=dtype,
-                                                     trust_remote_code=self.trust_remote_code)
-        model.to(device).eval()
+        kw: dict[str, Any] = {"dtype": dtype, "trust_remote_code": self.trust_remote_code}
+        if self.device == "auto":
+            kw["device_map"] = "auto"
+        model = AutoModelForCausalLM.from_pretrained(self.model_name, **kw)
+        if self.device == "auto":
+            device = model.device
+        else:
+            device = self.device or ("cuda" if torch.cuda.is_available() else "cpu")
+            model.to(device)
+        model.eval()
+        self._window = getattr(model.config, "max_position_embeddings", None)
         if model.generation_config.pad_token_id is None:
             model.generation_config.pad_token_id = tok.pad_token_id
         self._model, self._tok, self._device = model, tok, device
@@ -132,7 +147,10 @@ class TransformersChat:
         texts = [tok.apply_chat_template([dict(m) for m in conv], tokenize=False, add_generation_prompt=True)
                  for conv in batch]
         lengths = [len(tok(t, add_special_tokens=False)["input_ids"]) for t in texts]
-        order = sorted(range(len(texts)), key=lambda i: -lengths[i])
+        self.last_too_long = set()
+        if self._window:
+            self.last_too_long = {i for i, n in enumerate(lengths) if n + self.max_new_tokens > self._window}
+        order = sorted((i for i in range(len(texts)) if i not in self.last_too_long), key=lambda i: -lengths[i])
         out: list[str] = [""] * len(texts)
         starts = range(0, len(order), self.batch_size)
         for s in tqdm(starts, desc=f"LLM {Path(self.model_name).name}", disable=not self.show_progress, unit="batch"):
@@ -260,24 +278,29 @@ class LLMDetector:
             answers = self.client.chat(batch)
         if len(answers) != len(batch):
             raise RuntimeError(f"the LLM backend returned {len(answers)} replies for {len(batch)} prompts")
+        too_long = getattr(self.client, "last_too_long", set())
         parsed: list[ParsedAnswer] = []
-        for d, a in zip(dialogues, answers):
+        for i, (d, a) in enumerate(zip(dialogues, answers)):
+            if i in too_long:
+                parsed.append(ParsedAnswer(None, "too_long", a))
+                continue
             T = len(system_turn_positions(as_turns(d)))
             parsed.append(check_range(parse_turn_answer(a), T))
         self.last_answers = list(answers)
         self.last_report = self._report(dialogues, parsed)
-        bad = self.last_report["unparsable"] + self.last_report["out_of_range"]
+        rep = self.last_report
+        bad = rep["unparsable"] + rep["out_of_range"] + rep["too_long"]
         if bad:
-            logger.warning("%d of %d LLM answers could not be used (%d unparsable, %d out of range) and count as "
-                           "no deviation (null); see last_report", bad, len(parsed),
-                           self.last_report["unparsable"], self.last_report["out_of_range"])
+            logger.warning("%d of %d LLM answers could not be used (%d unparsable, %d out of range, %d prompts too "
+                           "long for the model) and count as no deviation (null); see last_report", bad, len(parsed),
+                           rep["unparsable"], rep["out_of_range"], rep["too_long"])
         return [p.value for p in parsed]
 
     def _report(self, dialogues: Sequence[Any], parsed: Sequence[ParsedAnswer]) -> dict[str, Any]:
         counts = Counter(p.status for p in parsed)
         examples = []
         for i, (d, p) in enumerate(zip(dialogues, parsed)):
-            if p.status in ("unparsable", "out_of_range") and len(examples) < self.max_examples:
+            if p.status in UNUSABLE and len(examples) < self.max_examples:
                 did = d.get("dialogue_id") if isinstance(d, Mapping) else None
                 examples.append({"dialogue_id": did if did else f"#{i}", "status": p.status, "answer": p.raw[:300]})
         return {
@@ -286,6 +309,7 @@ class LLMDetector:
             "none": counts.get("none", 0),
             "unparsable": counts.get("unparsable", 0),
             "out_of_range": counts.get("out_of_range", 0),
+            "too_long": counts.get("too_long", 0),
             "examples": examples,
             **self.config(),
         }

@@ -84,7 +84,7 @@ _ANSWER = re.compile(r"\b(?:final\s+)?answer\s*[:=]", re.IGNORECASE)
 @dataclass(frozen=True)
 class ParsedAnswer:
     value: int | None
-    status: str  # "turn" | "none" | "unparsable" | "out_of_range" (after check_range)
+    status: str  # "turn" | "none" | "unparsable" | "out_of_range" (check_range) | "too_long" (LLMDetector)
     raw: str
 
 

@@ -15,6 +15,7 @@ Pipeline, fitted on conformant train dialogues only (no workflow):
    SS: ``s_t = -log p_t``, ``Delta_t = s_t - s_{t-1}`` (defined from the second turn on), the first
    ``t`` with ``Delta_t > theta_jump``, ``theta_jump`` = the ``100 * (1 - false_alarm_rate)``-th
    percentile (95th) of ``max_t Delta_t`` over the conformant train dialogues.
+   (``calibration="in_sample"``, the default; ``"cross_fit"`` computes the statistic out of fold).
    Percentiles are ``numpy.percentile(..., method=percentile_method)`` (default ``"linear"``,
    numpy's default: linear interpolation between the two closest order statistics), so on the
    train dialogues themselves at most ``false_alarm_rate`` of them raise an alarm;
@@ -62,6 +63,7 @@ DEFAULT_K = 64
 DEFAULT_TAU = 0.05
 DEFAULT_DISTANCE_THRESHOLD = 0.55
 DEFAULT_FALSE_ALARM_RATE = 0.05
+CALIBRATIONS: tuple[str, ...] = ("in_sample", "cross_fit")
 FORMAT = "dialfork-task3-streaming-detector"
 FORMAT_VERSION = 1
 
@@ -74,8 +76,9 @@ class NotFittedError(ValueError, AttributeError):
 # pure decision functions
 # --------------------------------------------------------------------------------------------
 def surprisal(p: np.ndarray) -> np.ndarray:
-    """``s_t = -log p_t`` (natural log)."""
-    return -np.log(np.asarray(p, dtype=np.float64))
+    """``s_t = -log p_t`` (natural log; ``math.log`` per element, bit-identical to the streaming
+    loop, so a threshold that equals a train statistic compares the same way in both)."""
+    return np.asarray([-math.log(x) for x in np.asarray(p, dtype=np.float64).tolist()], dtype=np.float64)
 
 
 def surprisal_jumps(p: np.ndarray) -> np.ndarray:
@@ -150,7 +153,8 @@ def _encoder_name(encoder: Any) -> str | None:
         return None
     if isinstance(encoder, str):
         return encoder
-    return getattr(encoder, "name", None) or getattr(encoder, "name_or_path", None)
+    alias = getattr(encoder, "alias", None)
+    return alias if isinstance(alias, str) else getattr(encoder, "name", None)
 
 
 class _Stream:
@@ -198,7 +202,7 @@ class _Stream:
         if det.method == "it":
             alarm = p < det.threshold
         else:
-            alarm = pos > 0 and (-math.log(p)) - (-math.log(self.p[-2])) > det.threshold
+            alarm = pos > 0 and (-math.log(p)) - (-math.log(self.p[-2])) > det.threshold  # as surprisal_jumps
         if not alarm:
             return None
         flag = position_to_system_turn(self.turns, pos)
@@ -221,6 +225,13 @@ class StreamingDetector:
     false_alarm_rate: target false-alarm rate of the percentile calibration (paper: 0.05).
     percentile_method: ``numpy.percentile`` interpolation method (default ``"linear"``).
     backoff: N-gram back-off for unseen contexts (ours; off = the paper's Laplace N-gram).
+    calibration: ``"in_sample"`` (default; SPEC: the percentile of the statistic of the train
+        dialogues under the LM fitted on them) or ``"cross_fit"`` (ours: the statistic of each train
+        dialogue under an LM fitted on the other ``calibration_folds`` folds, seeded by
+        ``calibration_seed``). In-sample, every train context has been seen, so a test dialogue's
+        unseen context (``p = 1/(count + V)``) falls below thresholds calibrated on seen ones; the
+        out-of-fold statistic sees unseen contexts as test data does, giving fewer test false alarms
+        when the train split is small.
     encoder: alias/path for :class:`dialfork_metrics.encoders.Encoder`, an encoder object, or
         ``None`` (then every call must pass precomputed ``embeddings``).
     """
@@ -229,7 +240,8 @@ class StreamingDetector:
                  K: int = DEFAULT_K, tau: float = DEFAULT_TAU,
                  distance_threshold: float = DEFAULT_DISTANCE_THRESHOLD,
                  false_alarm_rate: float = DEFAULT_FALSE_ALARM_RATE, percentile_method: str = "linear",
-                 backoff: bool = False, encoder: Any = "minilm"):
+                 backoff: bool = False, calibration: str = "in_sample", calibration_folds: int = 5,
+                 calibration_seed: int = 0, encoder: Any = "minilm"):
         errs = []
         if method not in METHODS:
             errs.append(f"method must be one of {METHODS}, got {method!r}")
@@ -243,6 +255,10 @@ class StreamingDetector:
             errs.append(f"distance_threshold must be a cosine distance in (0, 2], got {distance_threshold!r}")
         if not isinstance(false_alarm_rate, int | float) or not 0 < false_alarm_rate < 1:
             errs.append(f"false_alarm_rate must be in (0, 1), got {false_alarm_rate!r}")
+        if calibration not in CALIBRATIONS:
+            errs.append(f"calibration must be one of {CALIBRATIONS}, got {calibration!r}")
+        if isinstance(calibration_folds, bool) or not isinstance(calibration_folds, int) or calibration_folds < 2:
+            errs.append(f"calibration_folds must be an integer >= 2, got {calibration_folds!r}")
         if errs:
             raise ValueError("StreamingDetector: " + "; ".join(errs))
         self.method = method
@@ -254,6 +270,9 @@ class StreamingDetector:
         self.false_alarm_rate = float(false_alarm_rate)
         self.percentile_method = percentile_method
         self.backoff = bool(backoff)
+        self.calibration = calibration
+        self.calibration_folds = calibration_folds
+        self.calibration_seed = int(calibration_seed)
         self._encoder_spec = encoder
         self._encoder = None
         # fitted state
@@ -329,15 +348,15 @@ class StreamingDetector:
 
     def _assign(self, speaker: str, E: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Global node ids and node confidences of the rows of ``E`` (all spoken by ``speaker``)."""
-        from dialfork_metrics.flowgraph import nearest_nodes, node_confidence
+        from dialfork_metrics.flowgraph import cosine_similarities, node_confidence
 
         C = self.centroids.get(speaker)
         if C is None:
             raise ValueError(f"speaker {speaker!r} never spoke in the train dialogues; the detector has no node for it")
-        idx, _ = nearest_nodes(E, C)
-        idx = np.asarray(idx, dtype=np.int64)
+        S = cosine_similarities(E, C)  # (n, n_nodes); the nearest node is the argmax (flowgraph.nearest_nodes)
+        idx = np.argmax(S, axis=1).astype(np.int64)
         if self.node_confidence:
-            conf = np.asarray(node_confidence(E @ C.T, K=self.K, tau=self.tau), dtype=np.float64)
+            conf = np.asarray(node_confidence(S, K=self.K, tau=self.tau), dtype=np.float64)
         else:
             conf = np.ones(len(E))
         return idx + self.node_offsets[speaker], conf
@@ -399,7 +418,8 @@ class StreamingDetector:
         nodes, confs = self._assign_many(turns_list, emb)
         self.lm = NgramLM(self.order, offset, backoff=self.backoff).fit(nodes)
         p_train = [self._sequence_p(n, c) for n, c in zip(nodes, confs)]
-        self.calibration_stats = np.asarray([calibration_statistic(p, self.method) for p in p_train])
+        p_calib = p_train if self.calibration == "in_sample" else self._cross_fit_p(nodes, confs, offset)
+        self.calibration_stats = np.asarray([calibration_statistic(p, self.method) for p in p_calib])
         self.threshold = calibrate_threshold(self.calibration_stats, self.method, self.false_alarm_rate,
                                              self.percentile_method)
         self.n_train = len(turns_list)
@@ -407,6 +427,23 @@ class StreamingDetector:
         logger.info("fitted %s on %d dialogues: V=%d nodes, threshold=%.6g, train false-alarm rate %.3f",
                     self.name, self.n_train, offset, self.threshold, self.train_false_alarm_rate)
         return self
+
+    def _cross_fit_p(self, nodes: list[np.ndarray], confs: list[np.ndarray], vocab: int) -> list[np.ndarray]:
+        """Out-of-fold ``p_t`` of every train dialogue: K folds (seeded permutation), the N-gram LM
+        refitted on the other folds (the nodes stay those of the whole train split)."""
+        n = len(nodes)
+        k = min(self.calibration_folds, n)
+        if k < 2:
+            raise ValueError("calibration='cross_fit' needs at least two train dialogues")
+        fold = np.empty(n, dtype=np.int64)
+        fold[np.random.default_rng(self.calibration_seed).permutation(n)] = np.arange(n) % k
+        out: list[np.ndarray] = [np.empty(0)] * n
+        for f in range(k):
+            lm = NgramLM(self.order, vocab, backoff=self.backoff).fit([nodes[i] for i in range(n) if fold[i] != f])
+            for i in np.flatnonzero(fold == f):
+                p = lm.sequence_probs(nodes[i])
+                out[i] = p * confs[i] if self.node_confidence else p
+        return out
 
     def _sequence_p(self, nodes: np.ndarray, confs: np.ndarray) -> np.ndarray:
         p = self.lm.sequence_probs(nodes)
@@ -474,6 +511,9 @@ class StreamingDetector:
             "false_alarm_rate": self.false_alarm_rate,
             "percentile_method": self.percentile_method,
             "backoff": self.backoff,
+            "calibration": self.calibration,
+            "calibration_folds": self.calibration_folds,
+            "calibration_seed": self.calibration_seed,
             "encoder": _encoder_name(self._encoder_spec if self._encoder is None else self._encoder),
         }
 
@@ -520,7 +560,9 @@ class StreamingDetector:
         det = cls(method=meta["method"], node_confidence=meta["node_confidence"], order=meta["order"], K=meta["K"],
                   tau=meta["tau"], distance_threshold=meta["distance_threshold"],
                   false_alarm_rate=meta["false_alarm_rate"], percentile_method=meta["percentile_method"],
-                  backoff=meta["backoff"], encoder=encoder if encoder is not None else meta.get("encoder"))
+                  backoff=meta["backoff"], calibration=meta.get("calibration", "in_sample"),
+                  calibration_folds=meta.get("calibration_folds", 5), calibration_seed=meta.get("calibration_seed", 0),
+                  encoder=encoder if encoder is not None else meta.get("encoder"))
         with np.load(path / "arrays.npz", allow_pickle=False) as z:
             arrays = {k: z[k] for k in z.files}
         det.centroids = {sp: arrays[f"centroids_{sp}"] for sp in meta["speakers"]}

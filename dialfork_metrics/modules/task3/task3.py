@@ -1,0 +1,77 @@
+"""DialFork Task 3 as an `evaluate` metric: score first-deviating-turn predictions (SPEC section 8).
+
+Thin wrapper over :func:`dialfork_metrics.task3.score_predictions`.
+"""
+
+import datasets
+import evaluate
+
+from dialfork_metrics.modules import DIALFORK_BIBTEX
+from dialfork_metrics.task3.scorer import score_predictions
+
+_DESCRIPTION = """\
+DialFork Task 3 (turn prediction): at which system turn does a dialogue first go off its workflow?
+Each prediction is a system turn index (1..T) or None ("no deviation"). Forked dialogues are scored
+by the mean absolute error to the fork turn over flagged forks (MAE_h) and the share flagged (cov_h);
+conformant dialogues by the mean |(T+1) - prediction| over flagged ones (MAE_c) and the false-alarm
+rate (cov_c). Score = 100 * weighted geometric mean of (1 - MAE_h/MAE_h_ref, 1 - MAE_c/MAE_c_ref,
+cov_h, 1 - cov_c) with weights (0.35, 0.35, 0.15, 0.15); the references are the always-last and
+always-first predictors on the same gold set.
+"""
+
+_KWARGS_DESCRIPTION = """
+Args:
+    predictions: one system turn index (int, 1..T) or None per dialogue.
+    references: one gold row per dialogue: {"num_system_turns": T, "hallucination_type": None for a
+        conformant dialogue else "WIC"/"SSPC"/"GR"/"CSC", "fork_turn": t_k or None}. Errors name the
+        row ("row i"). To score files keyed by dialogue id, use dialfork_metrics.task3.score_predictions.
+Returns:
+    task3: the Score (0..100; None when the references lack forked or conformant dialogues),
+    components (a1..a4), mae_h, mae_h_by_type, cov_h, cov_h_by_type, mae_c, cov_c, mae_h_ref,
+    mae_c_ref, weights and counts (coverages are fractions in [0, 1]).
+Examples:
+    >>> import dialfork_metrics
+    >>> task3 = dialfork_metrics.load("task3")
+    >>> refs = [
+    ...     {"num_system_turns": 5, "hallucination_type": None, "fork_turn": None},
+    ...     {"num_system_turns": 4, "hallucination_type": None, "fork_turn": None},
+    ...     {"num_system_turns": 6, "hallucination_type": "WIC", "fork_turn": 1},
+    ...     {"num_system_turns": 6, "hallucination_type": "SSPC", "fork_turn": 3},
+    ...     {"num_system_turns": 8, "hallucination_type": "GR", "fork_turn": 7},
+    ...     {"num_system_turns": 4, "hallucination_type": "CSC", "fork_turn": 2},
+    ... ]
+    >>> r = task3.compute(predictions=[None, 3, 2, 3, None, 4], references=refs)
+    >>> round(r["task3"], 2), r["mae_h"], r["cov_h"], r["mae_c"], r["cov_c"]
+    (59.99, 1.0, 0.75, 2.0, 0.5)
+"""
+
+_GOLD_FIELDS = {
+    "num_system_turns": datasets.Value("int32"),
+    # large_string: evaluate's string-type check rejects None (a conformant dialogue) for "string"
+    "hallucination_type": datasets.Value("large_string"),
+    "fork_turn": datasets.Value("int32"),
+}
+
+
+class Task3(evaluate.Metric):
+    def _info(self):
+        return evaluate.MetricInfo(
+            module_type="metric",
+            description=_DESCRIPTION,
+            citation=DIALFORK_BIBTEX,
+            inputs_description=_KWARGS_DESCRIPTION,
+            features=datasets.Features({"predictions": datasets.Value("int32"), "references": dict(_GOLD_FIELDS)}),
+            homepage="https://github.com/idiap/dialfork",
+            codebase_urls=["https://github.com/idiap/dialfork"],
+            reference_urls=["https://github.com/idiap/dialfork"],
+        )
+
+    def _compute(self, predictions, references):
+        gold = []
+        for i, r in enumerate(references):
+            gold.append({"dialogue_id": f"row {i}", "num_system_turns": r["num_system_turns"],
+                         "hallucination_type": r["hallucination_type"], "fork_turn": r["fork_turn"]})
+        preds = [{"dialogue_id": g["dialogue_id"], "prediction": None if p is None else int(p)}
+                 for g, p in zip(gold, predictions)]
+        result = score_predictions(preds, gold)
+        return {"task3": result["score"], **result}

@@ -1,0 +1,60 @@
+"""Task 3 of DialFork (SPEC section 8): at which system turn does a dialogue first go off its
+workflow?
+
+* scoring: :func:`score_predictions`, :func:`score_from_stats`, :func:`validate_predictions`,
+  :class:`PredictionError`;
+* streaming detectors (IT, SS, +NC): :class:`StreamingDetector`; trivial baselines;
+  zero-shot LLM detectors: :class:`LLMDetector`; the registry :func:`make_detector` and
+  :func:`load_detector`;
+* files: :func:`load_examples`, :func:`load_gold_rows`, :func:`read_predictions`,
+  :func:`write_predictions`. CLI: ``python -m dialfork_metrics.task3 predict|score``.
+
+Names resolve lazily (numpy/transformers load only when used).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS: dict[str, str] = {
+    "PredictionError": "scorer",
+    "SCORE_WEIGHTS": "scorer",
+    "score_predictions": "scorer",
+    "score_from_stats": "scorer",
+    "score_from_components": "scorer",
+    "validate_predictions": "scorer",
+    "format_table": "scorer",
+    "NgramLM": "ngram",
+    "StreamingDetector": "streaming",
+    "NotFittedError": "streaming",
+    "FirstTurnBaseline": "baselines",
+    "LastTurnBaseline": "baselines",
+    "RandomTurnBaseline": "baselines",
+    "LLMDetector": "llm",
+    "TransformersChat": "llm",
+    "parse_turn_answer": "parsing",
+    "ParsedAnswer": "parsing",
+    "DETECTOR_NAMES": "detectors",
+    "make_detector": "detectors",
+    "load_detector": "detectors",
+    "load_examples": "io",
+    "load_gold_rows": "io",
+    "read_predictions": "io",
+    "write_predictions": "io",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    mod = _EXPORTS.get(name)
+    if mod is None:
+        raise AttributeError(f"module 'dialfork_metrics.task3' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{mod}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

@@ -1,0 +1,227 @@
+"""``python -m dialfork_metrics.task3 predict|score`` (console script ``dialfork-task3``).
+
+predict: fit a detector on the ``task3`` train split (conformant dialogues) and predict the test
+split (or the blind set), writing ``{"dialogue_id", "prediction"}`` JSON Lines atomically. Work
+is done in chunks appended to ``<out>.partial``, so an interrupted run resumes where it stopped.
+
+score: score a prediction file against the labelled test split (``--data``) or a blind gold file
+(``--gold``), print the Table 4 row and the full result as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger("dialfork_metrics.task3")
+
+DEFAULT_CHUNK = {"llm": 64}
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    from .detectors import DETECTOR_NAMES
+
+    ap = argparse.ArgumentParser(prog="python -m dialfork_metrics.task3",
+                                 description="DialFork Task 3: predict and score the first deviating system turn.")
+    sub = ap.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("predict", help="fit a detector on the task3 train split and predict the test (or blind) set",
+                       description="Fit a Task 3 detector on the conformant task3 train split and write predictions.")
+    p.add_argument("--data", required=True, help="Hub dataset id, Hub-layout folder, or generator output folder")
+    p.add_argument("--detector", default="it+nc", choices=DETECTOR_NAMES, help="detector name (default it+nc)")
+    p.add_argument("--out", required=True, help="output predictions (.jsonl)")
+    p.add_argument("--split", default="test", choices=("test", "blind", "train"),
+                   help="what to predict: the labelled test split, the blind leaderboard set, or train")
+    p.add_argument("--encoder", default="minilm", help="encoder alias or path for streaming detectors (default minilm)")
+    p.add_argument("--device", default=None, help="torch device for the encoder / LLM (default: auto)")
+    p.add_argument("--cache-dir", default=None, help="persistent embedding cache folder (default: memory only)")
+    p.add_argument("--order", type=int, default=6, help="N of the N-gram LM (>= 1, default 6)")
+    p.add_argument("--K", type=int, default=64, help="node-confidence neighbours K (default 64)")
+    p.add_argument("--tau", type=float, default=0.05, help="node-confidence temperature (default 0.05)")
+    p.add_argument("--distance-threshold", type=float, default=0.55, help="node clustering threshold (default 0.55)")
+    p.add_argument("--false-alarm-rate", type=float, default=0.05, help="calibration target (default 0.05)")
+    p.add_argument("--backoff", action="store_true", help="N-gram back-off for unseen contexts (ours; off = paper)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random baseline")
+    p.add_argument("--load-detector", default=None, help="use a saved fitted detector instead of fitting")
+    p.add_argument("--save-detector", default=None, help="save the fitted detector to this folder")
+    g = p.add_argument_group("LLM detector")
+    g.add_argument("--model", default=None, help="chat model id/path (transformers) or served model name (openai)")
+    g.add_argument("--backend", default="transformers", choices=("transformers", "openai"))
+    g.add_argument("--base-url", default=None, help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1")
+    g.add_argument("--api-key", default=None, help="API key (default $OPENAI_API_KEY)")
+    g.add_argument("--with-workflow", action="store_true", help="put the task's STAR workflow in the prompt")
+    g.add_argument("--star-dir", default=None,
+                   help="STAR folder for --with-workflow (default: $DIALFORK_STAR_DIR, or the one in the "
+                        "generator manifest of --data)")
+    g.add_argument("--prompt", default=None, help="custom prompt template file")
+    g.add_argument("--batch-size", type=int, default=8, help="LLM batch size / concurrent requests (default 8)")
+    g.add_argument("--max-new-tokens", type=int, default=16, help="LLM answer length (default 16)")
+    p.add_argument("--chunk-size", type=int, default=None,
+                   help="dialogues per resumable chunk (default: all at once, 64 for llm)")
+    p.add_argument("--report", default=None, help="JSON report path (default <out>.report.json)")
+    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    p.add_argument("-v", "--verbose", action="store_true")
+
+    s = sub.add_parser("score", help="score a prediction file", description="Score Task 3 predictions (SPEC 8).")
+    s.add_argument("predictions", help="predictions .jsonl ({dialogue_id, prediction} per line)")
+    src = s.add_mutually_exclusive_group(required=True)
+    src.add_argument("--data", help="corpus whose labelled task3 test split is the gold")
+    src.add_argument("--gold", help="gold folder or task3_gold.jsonl (blind ids)")
+    s.add_argument("--subset", default="all", choices=("all", "public", "private"), help="blind gold subset")
+    s.add_argument("--json-out", default=None, help="also write the result JSON here")
+    s.add_argument("-v", "--verbose", action="store_true")
+    return ap
+
+
+def _detector_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    from .detectors import STREAMING_DETECTORS
+
+    if args.detector in STREAMING_DETECTORS:
+        return {"order": args.order, "K": args.K, "tau": args.tau, "distance_threshold": args.distance_threshold,
+                "false_alarm_rate": args.false_alarm_rate, "backoff": args.backoff, "encoder": args.encoder}
+    if args.detector == "random":
+        return {"seed": args.seed}
+    if args.detector == "llm":
+        star_dir = args.star_dir
+        if star_dir is None and args.with_workflow and not os.environ.get("DIALFORK_STAR_DIR"):
+            star_dir = _manifest_star(args.data)
+        return {"model": args.model, "backend": args.backend, "base_url": args.base_url, "api_key": args.api_key,
+                "with_workflow": args.with_workflow, "star_dir": star_dir, "prompt": args.prompt,
+                "batch_size": args.batch_size, "max_new_tokens": args.max_new_tokens, "device": args.device,
+                "show_progress": not args.no_progress}
+    return {}
+
+
+def _manifest_star(data: str) -> str | None:
+    """The STAR folder a generator output folder was made from (its manifest), if it still exists."""
+    m = Path(data) / "manifest.json"
+    try:
+        star = json.loads(m.read_text(encoding="utf-8"))["config"]["star"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return star if (Path(star) / "tasks").is_dir() else None
+
+
+def _encoder(args: argparse.Namespace):
+    from dialfork_metrics.encoders import Encoder
+
+    return Encoder(args.encoder, device=args.device, cache_dir=args.cache_dir, show_progress=not args.no_progress)
+
+
+def cmd_predict(args: argparse.Namespace) -> int:
+    from dialfork_dataset.jsonl import JsonlAppender, read_jsonl, repair_torn_tail, write_json_atomic
+
+    from .detectors import STREAMING_DETECTORS, load_detector, make_detector
+    from .io import load_examples, write_predictions
+
+    if args.order < 1:
+        raise ValueError(f"--order N must be >= 1, got {args.order}")
+    out = Path(args.out)
+    progress = not args.no_progress
+    streaming = args.detector in STREAMING_DETECTORS
+    encoder = _encoder(args) if streaming else None
+
+    if args.load_detector:
+        det = load_detector(args.load_detector, encoder=encoder)
+        logger.info("loaded %r from %s", det, args.load_detector)
+    else:
+        kw = _detector_kwargs(args)
+        if streaming:
+            kw["encoder"] = encoder
+        det = make_detector(args.detector, **kw)
+        if streaming:
+            train = load_examples(args.data, "train")
+            print(f"fitting {args.detector} on {len(train)} conformant train dialogues", file=sys.stderr)
+            det.fit(train, show_progress=progress)
+            print(f"  {len(det.node_names)} nodes, threshold {det.threshold:.6g}, "
+                  f"train false-alarm rate {100 * det.train_false_alarm_rate:.2f}%", file=sys.stderr)
+    if args.save_detector and hasattr(det, "save") and (not streaming or det.is_fitted):
+        det.save(args.save_detector)
+
+    examples = load_examples(args.data, args.split)
+    partial = out.with_name(out.name + ".partial")
+    done: dict[str, Any] = {}
+    if partial.exists():
+        repair_torn_tail(partial)
+        done = {r["dialogue_id"]: r["prediction"] for r in read_jsonl(partial)}
+        print(f"resuming: {len(done)} predictions already in {partial}", file=sys.stderr)
+    todo = [e for e in examples if e["dialogue_id"] not in done]
+    chunk = args.chunk_size or DEFAULT_CHUNK.get(args.detector) or max(1, len(todo))
+    reports = []
+    from tqdm.auto import tqdm
+
+    with JsonlAppender(partial) as app, tqdm(total=len(todo), desc=f"predict {args.detector}", disable=not progress,
+                                             unit="dlg") as bar:
+        for s in range(0, len(todo), chunk):
+            part = todo[s : s + chunk]
+            preds = det.predict_many(part, show_progress=False)
+            app.extend({"dialogue_id": e["dialogue_id"], "prediction": p} for e, p in zip(part, preds))
+            for e, p in zip(part, preds):
+                done[e["dialogue_id"]] = p
+            if getattr(det, "last_report", None):
+                reports.append(det.last_report)
+            bar.update(len(part))
+    n = write_predictions(out, ({"dialogue_id": e["dialogue_id"], "prediction": done[e["dialogue_id"]]}
+                                for e in examples))
+    partial.unlink()
+    report: dict[str, Any] = {"detector": det.config() if hasattr(det, "config") else args.detector,
+                              "data": str(args.data), "split": args.split, "n": n,
+                              "flagged": sum(v is not None for v in done.values())}
+    if streaming:
+        report.update({"threshold": det.threshold, "vocab_size": det.vocab_size, "n_train": det.n_train,
+                       "train_false_alarm_rate": det.train_false_alarm_rate})
+    if reports:
+        llm = {k: sum(r[k] for r in reports) for k in ("n", "turn", "none", "unparsable", "out_of_range", "too_long")}
+        llm["examples"] = [x for r in reports for x in r["examples"]][:20]
+        report["llm_answers"] = llm
+        print(f"LLM answers: {llm['turn']} turns, {llm['none']} none, {llm['unparsable']} unparsable, "
+              f"{llm['out_of_range']} out of range, {llm['too_long']} prompts too long (all three counted as null; "
+              "examples in the report)", file=sys.stderr)
+    report_path = Path(args.report) if args.report else out.with_name(out.name + ".report.json")
+    write_json_atomic(report_path, report)
+    print(f"wrote {n} predictions to {out} ({report['flagged']} flagged); report {report_path}", file=sys.stderr)
+    return 0
+
+
+def cmd_score(args: argparse.Namespace) -> int:
+    from dialfork_dataset.jsonl import write_json_atomic
+
+    from .io import load_gold_rows, read_predictions
+    from .scorer import format_table, score_predictions
+
+    rows = read_predictions(args.predictions)
+    gold = load_gold_rows(gold=args.gold, data=args.data, subset=args.subset)
+    result = score_predictions(rows, gold)
+    print(format_table(result))
+    print(json.dumps(result, indent=2))
+    if args.json_out:
+        write_json_atomic(args.json_out, result)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    from .scorer import PredictionError
+
+    args = _build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return cmd_predict(args) if args.command == "predict" else cmd_score(args)
+    except PredictionError as e:
+        print("error: " + str(e), file=sys.stderr)
+        return 2
+    except (ValueError, FileNotFoundError, TypeError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # output piped into head & co
+        sys.stderr.close()
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

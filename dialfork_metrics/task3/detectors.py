@@ -1,0 +1,65 @@
+"""Registry of Task 3 detectors by name, and loading of saved detectors.
+
+=========  ===========================================================================
+name       detector
+=========  ===========================================================================
+``it``     :class:`StreamingDetector` ``method="it"`` (Improbable Transition)
+``ss``     :class:`StreamingDetector` ``method="ss"`` (Surprisal Spike)
+``it+nc``  IT with node confidence
+``ss+nc``  SS with node confidence
+``first``  :class:`FirstTurnBaseline`
+``last``   :class:`LastTurnBaseline`
+``random`` :class:`RandomTurnBaseline` (``seed=``)
+``llm``    :class:`LLMDetector` (``model=``, ``backend=``, ``with_workflow=``...)
+=========  ===========================================================================
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from .baselines import FirstTurnBaseline, LastTurnBaseline, RandomTurnBaseline, load_baseline
+
+STREAMING_DETECTORS: tuple[str, ...] = ("it", "ss", "it+nc", "ss+nc")
+BASELINES: tuple[str, ...] = ("first", "last", "random")
+DETECTOR_NAMES: tuple[str, ...] = (*STREAMING_DETECTORS, *BASELINES, "llm")
+
+
+def make_detector(name: str, **kwargs: Any):
+    """A new (unfitted) detector by registry name; ``kwargs`` go to its constructor."""
+    key = str(name).strip().lower()
+    if key in STREAMING_DETECTORS:
+        from .streaming import StreamingDetector
+
+        method, _, nc = key.partition("+")
+        return StreamingDetector(method=method, node_confidence=bool(nc), **kwargs)
+    if key == "first":
+        return FirstTurnBaseline(**kwargs)
+    if key == "last":
+        return LastTurnBaseline(**kwargs)
+    if key == "random":
+        return RandomTurnBaseline(**kwargs)
+    if key == "llm":
+        from .llm import LLMDetector
+
+        return LLMDetector(**kwargs)
+    raise ValueError(f"unknown Task 3 detector {name!r}; known: {', '.join(DETECTOR_NAMES)}")
+
+
+def load_detector(path: str | os.PathLike, encoder: Any = None):
+    """Load a detector saved with ``.save(path)`` (streaming detectors and baselines)."""
+    from .streaming import FORMAT as STREAMING_FORMAT
+    from .streaming import StreamingDetector
+
+    cfg = Path(path) / "config.json"
+    if not cfg.is_file():
+        raise FileNotFoundError(f"{path}: no config.json (not a saved Task 3 detector folder)")
+    fmt = json.loads(cfg.read_text(encoding="utf-8")).get("format")
+    if fmt == STREAMING_FORMAT:
+        return StreamingDetector.load(path, encoder=encoder)
+    if fmt == "dialfork-task3-baseline":
+        return load_baseline(path)
+    raise ValueError(f"{cfg}: unknown detector format {fmt!r}")

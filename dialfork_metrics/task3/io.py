@@ -1,0 +1,132 @@
+"""Task 3 data access and prediction files.
+
+* :func:`load_examples`: the ``task3`` train/test split (or the blind set) of a corpus given as a
+  Hub dataset id, a Hub-layout folder (``dialfork_dataset.export_hub_layout``) or a generator
+  output folder (JSONL records + ``manifest.json``; split per SPEC section 4);
+* :func:`load_gold_rows`: gold rows for scoring, from a gold folder / ``task3_gold.jsonl`` (blind
+  ids) or from the labelled ``task3`` test split of a corpus;
+* :func:`read_predictions` / :func:`write_predictions`: JSON Lines ``{"dialogue_id", "prediction"}``,
+  read with every malformed line reported by line number, written atomically.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from .scorer import PredictionError
+
+GOLD_FIELDS = ("dialogue_id", "num_system_turns", "hallucination_type", "fork_turn")
+
+
+def load_examples(data: str | os.PathLike, split: str = "test") -> list[dict[str, Any]]:
+    """Task 3 examples (``dialogue_id, turns, num_system_turns, hallucination_type, fork_position,
+    fork_turn, task``) of ``split`` in ``"train"``, ``"test"`` or ``"blind"`` (the leaderboard's
+    unlabelled set: only ``dialogue_id, turns, num_system_turns``)."""
+    from dialfork_dataset.hub import load_blind, load_split
+    from dialfork_dataset.views import task3_examples
+
+    if split == "blind":
+        p = Path(data)
+        try:
+            rows = load_blind(p) if p.is_dir() else list(load_split(str(data), "blind", split="test"))
+        except (ValueError, FileNotFoundError):
+            raise
+        except Exception as e:  # datasets/hub errors: say what was being loaded
+            raise ValueError(f"cannot load the blind set from {str(data)!r}: {type(e).__name__}: {e}") from e
+        return [{"dialogue_id": r["dialogue_id"], "turns": r["turns"], "num_system_turns": r["num_system_turns"]}
+                for r in rows]
+    if split not in ("train", "test"):
+        raise ValueError(f"split must be 'train', 'test' or 'blind', got {split!r}")
+    p = Path(data)
+    if not p.exists() and (str(data).startswith(("/", ".", "~")) or str(data).count("/") != 1):
+        raise FileNotFoundError(f"{data}: no such folder (give a Hub-layout folder, a generator output folder or a "
+                                "Hub dataset id such as idiap/dialfork)")
+    try:
+        ds = load_split(str(data) if not p.exists() else p, "task3", split=split)
+    except (ValueError, FileNotFoundError):
+        raise
+    except Exception as e:  # datasets/hub errors (offline, unknown id...): say what was being loaded
+        raise ValueError(f"cannot load the task3 {split!r} split from {str(data)!r}: {type(e).__name__}: {e}") from e
+    return task3_examples(ds)
+
+
+def load_gold_rows(gold: str | os.PathLike | None = None, data: str | os.PathLike | None = None,
+                   subset: str = "all") -> list[dict[str, Any]]:
+    """Gold rows ``{dialogue_id, num_system_turns, hallucination_type, fork_turn}``.
+
+    ``gold``: a gold folder (``task3_gold.jsonl`` inside) or that file (blind ids; ``subset``
+    ``"public"``/``"private"`` keeps one part). Else ``data``: the labelled ``task3`` test split.
+    """
+    from dialfork_dataset.jsonl import read_jsonl
+
+    if gold is not None:
+        g = Path(gold)
+        f = g / "task3_gold.jsonl" if g.is_dir() else g
+        if not f.is_file():
+            raise FileNotFoundError(f"{f}: no such gold file (expected task3_gold.jsonl from export_hub_layout)")
+        rows = read_jsonl(f, collect=True)
+        if subset != "all":
+            if subset not in ("public", "private"):
+                raise ValueError(f"subset must be 'all', 'public' or 'private', got {subset!r}")
+            rows = [r for r in rows if r.get("subset") == subset]
+        return [{k: r.get(k) for k in GOLD_FIELDS} for r in rows]
+    if data is None:
+        raise ValueError("give the gold labels: --gold (gold folder or task3_gold.jsonl) or --data (corpus)")
+    if subset != "all":
+        raise ValueError("subset applies to a blind gold file (--gold), not to the labelled test split")
+    return [{k: r.get(k) for k in GOLD_FIELDS} for r in load_examples(data, "test")]
+
+
+def read_predictions(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """Rows of a prediction file; raises :class:`PredictionError` listing every malformed line
+    (``path:line: reason``): bad JSON, not an object, missing/extra fields, non-string id,
+    a value that is not an integer or null, duplicate ids."""
+    from dialfork_dataset.jsonl import JsonlError, iter_jsonl
+
+    path = Path(path)
+    rows: list[dict[str, Any]] = []
+    errors: list[str] = []
+    seen: dict[str, int] = {}
+    try:
+        for lineno, obj in iter_jsonl(path, collect=True):
+            where = f"{path}:{lineno}"
+            if not isinstance(obj, Mapping):
+                errors.append(f"{where}: expected an object {{\"dialogue_id\": ..., \"prediction\": ...}}, "
+                              f"got {type(obj).__name__}")
+                continue
+            did = obj.get("dialogue_id")
+            if not isinstance(did, str) or not did:
+                errors.append(f"{where}: 'dialogue_id' must be a non-empty string")
+                continue
+            if "prediction" not in obj:
+                errors.append(f"{where}: dialogue {did!r} has no 'prediction' (use null for no deviation)")
+                continue
+            extra = set(obj) - {"dialogue_id", "prediction"}
+            if extra:
+                errors.append(f"{where}: unknown field(s) {sorted(extra)}")
+            v = obj["prediction"]
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int)):
+                errors.append(f"{where}: prediction for {did!r} must be an integer system turn or null, got {v!r}")
+                continue
+            if did in seen:
+                errors.append(f"{where}: duplicate dialogue_id {did!r} (first on line {seen[did]})")
+                continue
+            seen[did] = lineno
+            rows.append({"dialogue_id": did, "prediction": v})
+    except JsonlError as e:
+        errors.extend(e.errors)
+    except UnicodeDecodeError as e:
+        errors.append(f"{path}: not valid UTF-8 ({e.reason})")
+    if errors:
+        raise PredictionError(errors)
+    return rows
+
+
+def write_predictions(path: str | os.PathLike, rows: Iterable[Mapping[str, Any]]) -> int:
+    """Atomically write ``{"dialogue_id", "prediction"}`` rows as JSON Lines."""
+    from dialfork_dataset.jsonl import write_jsonl
+
+    return write_jsonl(path, ({"dialogue_id": r["dialogue_id"], "prediction": r["prediction"]} for r in rows))

@@ -1,0 +1,294 @@
+"""Streaming Task 3 detectors (IT, SS, +NC), the N-gram LM, baselines and the registry, on small
+synthetic embeddings (no model needed)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from dialfork_dataset.forks import fork_turns
+from dialfork_metrics.task3 import (
+    FirstTurnBaseline,
+    LastTurnBaseline,
+    NgramLM,
+    NotFittedError,
+    RandomTurnBaseline,
+    StreamingDetector,
+    load_detector,
+    make_detector,
+    score_predictions,
+)
+from dialfork_metrics.task3.streaming import (
+    alarms,
+    calibrate_threshold,
+    calibration_statistic,
+    surprisal_jumps,
+)
+
+D = 24
+_rng = np.random.default_rng(1234)
+
+
+def _units(n: int) -> np.ndarray:
+    x = _rng.normal(size=(n, D))
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+N_STEPS = 8
+SYS, USR, OFF = _units(N_STEPS), _units(N_STEPS), _units(6)
+
+
+def _noisy(proto: np.ndarray, rng: np.random.Generator, noise: float = 0.08) -> np.ndarray:
+    v = proto + noise * rng.normal(size=D) / np.sqrt(D)
+    return v / np.linalg.norm(v)
+
+
+def _steps(rng: np.random.Generator) -> list[int]:
+    """A walk over the workflow: next step (p=.7), skip one (p=.2) or repeat (p=.1)."""
+    i, out = 0, [0]
+    while i < N_STEPS - 1:
+        u = rng.random()
+        i = min(N_STEPS - 1, i + 1 if u < 0.7 else i + 2 if u < 0.9 else i)
+        out.append(i)
+    return out
+
+
+def make_dialogue(rng: np.random.Generator, name: str, fork_at: int | None = None, fork_k: int | None = None):
+    """(record, embeddings): user turn i asks for step i, system turn i performs it; from system
+    turn ``fork_at`` (or the fork turn t_k of position ``fork_k``) on, system turns are
+    off-workflow prototypes."""
+    steps = _steps(rng)
+    if fork_k is not None:
+        fork_at = fork_turns(len(steps))[fork_k - 1]
+    turns, emb = [], []
+    for k, s in enumerate(steps, start=1):
+        turns.append({"speaker": "user", "text": f"user asks for step {s}"})
+        emb.append(_noisy(USR[s], rng))
+        off = fork_at is not None and k >= fork_at
+        turns.append({"speaker": "system", "text": f"system {'off' if off else 'does'} step {s}"})
+        emb.append(_noisy(OFF[rng.integers(len(OFF))] if off else SYS[s], rng))
+    T = len(steps)
+    rec = {"dialogue_id": name, "turns": turns, "num_system_turns": T,
+           "hallucination_type": None if fork_at is None else "SSPC", "fork_turn": fork_at}
+    return rec, np.stack(emb)
+
+
+def corpus(seed: int, n_conf: int, n_fork: int = 0):
+    rng = np.random.default_rng(seed)
+    recs, embs = [], []
+    for i in range(n_conf):
+        r, e = make_dialogue(rng, f"c{seed}-{i}")
+        recs.append(r)
+        embs.append(e)
+    for i in range(n_fork):
+        r, e = make_dialogue(rng, f"f{seed}-{i}", fork_k=1 + i % 4)
+        recs.append(r)
+        embs.append(e)
+    return recs, embs
+
+
+TRAIN, TRAIN_E = corpus(0, 80)
+TEST, TEST_E = corpus(1, 30, 60)
+NAMES = ("it", "ss", "it+nc", "ss+nc")
+
+
+@pytest.fixture(scope="module")
+def fitted():
+    return {n: make_detector(n, encoder=None).fit(TRAIN, embeddings=TRAIN_E) for n in NAMES}
+
+
+# -- N-gram LM -----------------------------------------------------------------------------------
+def test_ngram_hand_worked():
+    lm = NgramLM(order=2, vocab_size=3).fit([[0, 1], [0, 2]])
+    S = lm.start
+    assert lm.prob((S,), 0) == pytest.approx((2 + 1) / (2 + 3))
+    assert lm.prob((0,), 1) == pytest.approx((1 + 1) / (2 + 3))
+    assert lm.prob((0,), 0) == pytest.approx(1 / 5)
+    assert lm.prob((1,), 2) == pytest.approx(1 / 3)  # unseen context: 1/V
+    np.testing.assert_allclose(lm.sequence_probs([0, 2]), [3 / 5, 2 / 5])
+    back = NgramLM(order=2, vocab_size=3, backoff=True).fit([[0, 1], [0, 2]])
+    assert back.prob((1,), 0) == pytest.approx((2 + 1) / (4 + 3))  # backs off to the unigram
+    assert lm.context_of([]) == (S,) and lm.context_of([2, 1]) == (1,)
+    assert NgramLM(order=1, vocab_size=3).fit([[0, 0, 1]]).prob((), 0) == pytest.approx(3 / 6)
+
+
+@given(st.lists(st.lists(st.integers(0, 4), min_size=1, max_size=8), min_size=1, max_size=6),
+       st.integers(1, 4), st.lists(st.integers(0, 4), max_size=5), st.booleans())
+@settings(max_examples=40, deadline=None)
+def test_ngram_is_a_distribution(seqs, order, history, backoff):
+    lm = NgramLM(order, 5, backoff=backoff).fit(seqs)
+    ctx = lm.context_of(history)
+    assert sum(lm.prob(ctx, v) for v in range(5)) == pytest.approx(1.0)
+    again = NgramLM.from_arrays(order, 5, lm.to_arrays(), backoff=backoff)
+    assert again.ngram_counts == lm.ngram_counts and again.context_counts == lm.context_counts
+
+
+def test_ngram_bad_order():
+    with pytest.raises(ValueError, match="N-gram order"):
+        NgramLM(0, 3)
+    with pytest.raises(ValueError, match="order N must be an integer >= 1"):
+        make_detector("it", order=0, encoder=None)
+
+
+# -- decision functions ----------------------------------------------------------------------------
+def test_decision_functions():
+    p = np.array([0.5, 0.25, 0.5, 0.01])
+    np.testing.assert_allclose(surprisal_jumps(p)[1:], [np.log(2), -np.log(2), np.log(50)])
+    assert alarms(p, "it", 0.2).tolist() == [False, False, False, True]
+    assert alarms(p, "ss", 1.0).tolist() == [False, False, False, True]
+    assert calibration_statistic(p, "it") == 0.01
+    assert calibration_statistic(p, "ss") == pytest.approx(np.log(50))
+    x = np.arange(1, 101, dtype=float)
+    assert calibrate_threshold(x, "it") == pytest.approx(5.95)  # numpy 'linear': 1 + 0.05 * 99
+    assert calibrate_threshold(x, "ss") == pytest.approx(95.05)
+
+
+# -- detectors ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", NAMES)
+def test_calibration_false_alarm_rate_on_train(fitted, name):
+    det = fitted[name]
+    preds = det.predict_many(TRAIN, embeddings=TRAIN_E)
+    rate = np.mean([p is not None for p in preds])
+    assert rate == pytest.approx(det.train_false_alarm_rate)
+    assert rate <= 0.05 + 1 / len(TRAIN)  # linear interpolation: at most q + (1-q)/n below the percentile
+    assert det.n_train == len(TRAIN) and det.vocab_size >= 2 * N_STEPS - 2
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_streaming_beats_trivial_baselines_on_synthetic_forks(fitted, name):
+    gold = [{k: r[k] for k in ("dialogue_id", "num_system_turns", "hallucination_type", "fork_turn")} for r in TEST]
+    preds = fitted[name].predict_many(TEST, embeddings=TEST_E)
+    r = score_predictions({g["dialogue_id"]: p for g, p in zip(gold, preds)}, gold)
+    base = [score_predictions({g["dialogue_id"]: b.predict(t) for g, t in zip(gold, TEST)}, gold)["score"]
+            for b in (FirstTurnBaseline(), LastTurnBaseline(), RandomTurnBaseline(seed=3))]
+    assert r["score"] > max(base) + 20, (r, base)
+    assert r["cov_h"] > (0.9 if name.startswith("it") else 0.6) and r["mae_h"] < 1.0
+
+
+def _stream_outputs(det, rec, emb):
+    s = det.start()
+    return [s.update(t, e) for t, e in zip(rec["turns"], emb)], s
+
+
+@given(st.integers(0, 10_000), st.integers(1, 9), st.sampled_from(NAMES))
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_streaming_never_revises_earlier_flags(fitted, seed, fork_at, name):
+    det = fitted[name]
+    rng = np.random.default_rng(seed)
+    rec, emb = make_dialogue(rng, f"h{seed}", fork_at=fork_at if seed % 3 else None)
+    full, stream = _stream_outputs(det, rec, emb)
+    n = len(rec["turns"])
+    for m in range(1, n + 1):
+        prefix = {"dialogue_id": rec["dialogue_id"], "turns": rec["turns"][:m]}
+        part, pstream = _stream_outputs(det, prefix, emb[:m])
+        assert part == full[:m]
+        assert pstream.p == stream.p[:m]
+        first = next((x for x in full[:m] if x is not None), None)
+        assert pstream.flag == first
+    assert det.predict(rec, embeddings=emb) == stream.flag
+    assert det.predict_many([rec], embeddings=[emb]) == [stream.flag]
+    # an alarm is always a system turn already seen (never ahead)
+    for pos, out in enumerate(full):
+        if out is not None:
+            assert 1 <= out <= max(1, sum(t["speaker"] == "system" for t in rec["turns"][: pos + 1]))
+
+
+def test_flag_at_user_turn_maps_to_previous_system_turn(fitted):
+    det = fitted["it"]
+    rng = np.random.default_rng(7)
+    rec, emb = make_dialogue(rng, "u")
+    emb = emb.copy()
+    emb[4] = _noisy(OFF[0], rng)  # the third user turn (position 4) goes off-workflow
+    s = det.start()
+    outs = [s.update(t, e) for t, e in zip(rec["turns"], emb)]
+    assert outs[4] == 2  # position 4 is a user turn after system turn 2
+    rec2 = {"turns": [{"speaker": "user", "text": "x"}, {"speaker": "system", "text": "y"}]}
+    s = det.start()
+    assert s.update(rec2["turns"][0], _noisy(OFF[1], rng)) == 1  # no system turn yet -> 1
+
+
+def test_save_load_roundtrip(fitted, tmp_path):
+    for name in NAMES:
+        det = fitted[name]
+        path = det.save(tmp_path / name)
+        assert sorted(p.name for p in path.iterdir()) == ["arrays.npz", "config.json"]
+        cfg = json.loads((path / "config.json").read_text())
+        assert cfg["detector"] == name and cfg["threshold"] == det.threshold
+        with np.load(path / "arrays.npz", allow_pickle=False) as z:
+            assert "centroids_user" in z.files
+        back = load_detector(path)
+        assert back.name == name and back.threshold == det.threshold
+        assert back.predict_many(TEST, embeddings=TEST_E) == det.predict_many(TEST, embeddings=TEST_E)
+        for a, b in zip(back.turn_probabilities(TEST[:5], TEST_E[:5]), det.turn_probabilities(TEST[:5], TEST_E[:5])):
+            np.testing.assert_array_equal(a, b)
+    for b in (FirstTurnBaseline(), RandomTurnBaseline(seed=5)):
+        back = load_detector(b.save(tmp_path / b.name))
+        assert back.predict_many(TEST) == b.predict_many(TEST)
+
+
+def test_bad_input():
+    det = make_detector("it", encoder=None)
+    with pytest.raises(ValueError, match="at least one"):
+        det.fit([])
+    one = [{"dialogue_id": "short", "turns": [{"speaker": "user", "text": "hi"}]}]
+    with pytest.raises(ValueError, match="'short'.*at least two turns"):
+        det.fit(one, embeddings=[np.ones((1, D))])
+    with pytest.raises(NotFittedError, match="not fitted"):
+        det.predict(TRAIN[0], embeddings=TRAIN_E[0])
+    with pytest.raises(NotFittedError):
+        det.start()
+    with pytest.raises(ValueError, match="no encoder"):
+        det.fit(TRAIN)
+    with pytest.raises(ValueError, match="unknown Task 3 detector"):
+        make_detector("xyz")
+    with pytest.raises(ValueError, match="3 arrays for 2"):
+        det.fit(TRAIN[:2], embeddings=TRAIN_E[:3])
+
+
+def test_wrong_embedding_dimension(fitted):
+    with pytest.raises(ValueError, match="dimension 5"):
+        fitted["it"].predict(TEST[0], embeddings=np.ones((len(TEST[0]["turns"]), 5)))
+    s = fitted["it"].start()
+    with pytest.raises(ValueError, match="bare string"):
+        s.update("hello", np.ones(D) / np.sqrt(D))
+
+
+def test_trivial_baselines():
+    recs = TEST[:20]
+    assert FirstTurnBaseline().predict_many(recs) == [1] * 20
+    assert LastTurnBaseline().predict_many(recs) == [r["num_system_turns"] for r in recs]
+    rnd = RandomTurnBaseline(seed=0)
+    p = rnd.predict_many(recs)
+    assert all(1 <= x <= r["num_system_turns"] for x, r in zip(p, recs))
+    assert p == rnd.predict_many(recs) and p[::-1] == rnd.predict_many(recs[::-1])  # order-independent
+    assert p != RandomTurnBaseline(seed=1).predict_many(recs)
+    assert FirstTurnBaseline().fit(TRAIN) is not None
+    with pytest.raises(ValueError, match="no system turn"):
+        FirstTurnBaseline().predict({"turns": [{"speaker": "user", "text": "hi"}]})
+
+
+def test_cross_fit_calibration_is_leave_one_out_with_n_folds(fitted):
+    train, emb = TRAIN[:12], TRAIN_E[:12]
+    det = StreamingDetector("it", encoder=None, calibration="cross_fit", calibration_folds=12).fit(train, embeddings=emb)
+    ref = fitted["it"]  # same nodes construction; recompute node ids with det's own centroids
+    assert ref.calibration == "in_sample" and det.calibration == "cross_fit"
+    turns = [r["turns"] for r in train]
+    nodes, _ = det._assign_many(turns, [np.asarray(e, dtype=np.float64) for e in emb])
+    for i in (0, 5, 11):
+        lm = NgramLM(det.order, det.vocab_size).fit([n for j, n in enumerate(nodes) if j != i])
+        assert det.calibration_stats[i] == pytest.approx(lm.sequence_probs(nodes[i]).min())
+    with pytest.raises(ValueError, match="calibration must be one of"):
+        StreamingDetector("it", calibration="bogus")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_threshold_on_an_order_statistic_compares_identically(name):
+    # n = 21: the 5th and 95th percentiles (linear) fall exactly on order statistics 1 and 19
+    det = make_detector(name, encoder=None).fit(TRAIN[:21], embeddings=TRAIN_E[:21])
+    assert det.threshold in set(det.calibration_stats.tolist())
+    preds = det.predict_many(TRAIN[:21], embeddings=TRAIN_E[:21])
+    assert np.mean([p is not None for p in preds]) == det.train_false_alarm_rate <= 1 / 21 + 1e-12
