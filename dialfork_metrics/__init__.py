@@ -39,6 +39,17 @@ _EXPORTS: dict[str, str] = {
     "FlowGraph": "flowgraph",
     "flowkl": "flowgraph",
     "flowkl_from_likelihoods": "flowgraph",
+    # Task 3
+    "score_predictions": "task3",
+    "score_from_stats": "task3",
+    "validate_predictions": "task3",
+    "PredictionError": "task3",
+    "make_detector": "task3",
+    "load_detector": "task3",
+    "StreamingDetector": "task3",
+    # benchmark and statistics
+    "run_benchmark": "bench",
+    "ranking_tau": "stats",
     # evaluate modules
     "load": "modules",
     "module_path": "modules",

@@ -311,7 +311,8 @@ class Encoder:
         if show:
             from tqdm.auto import tqdm
 
-            bar = tqdm(total=len(texts), desc=f"encoding ({Path(self.name).name})", unit="text")
+            label = self.alias if isinstance(self.alias, str) and "/" not in self.alias else Path(self.name).name
+            bar = tqdm(total=len(texts), desc=f"encoding ({label})", unit="text")
         try:
             for s in range(0, len(order), chunk):
                 idx = order[s : s + chunk]
@@ -384,7 +385,25 @@ class Encoder:
         from dialfork_dataset.turns import transcript
 
         dialogues = _as_list(dialogues, "dialogues")
-        return self.encode([transcript(d, _where(d, i, names)) for i, d in enumerate(dialogues)])
+        texts = [transcript(d, _where(d, i, names)) for i, d in enumerate(dialogues)]
+        self._report_truncation([t for t in dict.fromkeys(texts) if t not in self._index])
+        return self.encode(texts)
+
+    def _report_truncation(self, texts: list[str]) -> None:
+        """Log how many (new) transcripts exceed the encoder's ``max_seq_length`` (Full-dialog then
+        sees only their opening); counted in ``stats["truncated"]``."""
+        if not texts:
+            return
+        try:
+            limit = int(self.model.max_seq_length)
+            lengths = [len(ids) for ids in self.model.tokenizer(texts, truncation=False)["input_ids"]]
+        except Exception:  # a model without a standard tokenizer: nothing to report
+            return
+        n = sum(ln > limit for ln in lengths)
+        self.stats["truncated"] = self.stats.get("truncated", 0) + n
+        if n:
+            logger.warning("Full-dialog: %d of %d transcripts exceed %s's max_seq_length (%d tokens) and are "
+                           "truncated to their opening", n, len(texts), Path(self.name).name, limit)
 
     def clear_cache(self) -> None:
         """Forget the memory cache (the disk cache, if any, is kept)."""
@@ -394,7 +413,9 @@ class Encoder:
 
 
 def _as_list(x: Any, what: str) -> list:
-    if isinstance(x, str | dict) or not isinstance(x, Sequence):
+    from collections.abc import Iterable, Mapping
+
+    if isinstance(x, str | Mapping) or not isinstance(x, Iterable):
         raise ValueError(f"{what} must be a list, got {type(x).__name__}")
     return list(x)
 
@@ -427,7 +448,14 @@ def get_encoder(encoder: str | Encoder | None = "minilm", **kwargs: Any) -> Enco
     if isinstance(encoder, Encoder):
         return encoder
     name = resolve_encoder_name("minilm" if encoder is None else encoder)
-    key = (name, tuple(sorted((k, str(v)) for k, v in kwargs.items())))
+    import inspect
+
+    defaults = {k: p.default for k, p in inspect.signature(Encoder.__init__).parameters.items()}
+    unknown = set(kwargs) - set(defaults) - {"self", "name_or_path"}
+    if unknown:
+        raise ValueError(f"unknown Encoder option(s) {sorted(unknown)}")
+    kwargs = {k: v for k, v in kwargs.items() if v != defaults[k]}  # defaults do not split the pool
+    key = (name, tuple(sorted((k, repr(v)) for k, v in kwargs.items())))
     enc = _SHARED.get(key)
     if enc is None:
         enc = _SHARED[key] = Encoder(name, **kwargs)

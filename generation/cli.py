@@ -45,6 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend-option", action="append", default=[], type=_parse_option, metavar="KEY=VALUE",
                    help="backend constructor option (repeatable; VALUE parsed as JSON when possible), "
                         "e.g. model=google/gemma-3-1b-it")
+    p.add_argument("--model", default=None, metavar="ID_or_PATH",
+                   help="chat model for the transformers/openai backends (same as --backend-option model=...)")
     p.add_argument("--star", required=True, help="STAR folder (tasks/, apis/, scenarios.jsonl)")
     p.add_argument("--out", required=True, help="output folder (record files + manifest.json)")
     p.add_argument("--tasks", default=None, help="comma-separated task names (default: all 24)")
@@ -66,13 +68,27 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def backend_options(args: argparse.Namespace) -> dict:
+    """``--backend-option`` pairs plus ``--model`` (which wins over ``model=`` when both are given)."""
+    opts = dict(args.backend_option)
+    if args.model is not None:
+        opts["model"] = args.model
+    return opts
+
+
 def main(argv: list[str] | None = None) -> int:
+    from .distributed import launched_distributed
+
+    if launched_distributed():  # `accelerate launch -m generation ...`: shard across the processes
+        from .distributed import main as distributed_main
+
+        return distributed_main(argv)
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     tasks = tuple(t.strip() for t in args.tasks.split(",") if t.strip()) if args.tasks is not None else None
     config = GenerationConfig(
-        star=args.star, out=args.out, backend=args.backend, backend_options=dict(args.backend_option),
+        star=args.star, out=args.out, backend=args.backend, backend_options=backend_options(args),
         tasks=tasks, per_task=args.per_task, happy_only=args.happy_only, seed=args.seed,
         prefix_mode=args.prefix, budget=args.budget, workers=args.workers, batch_size=args.batch_size,
         keep_shards=args.keep_shards)

@@ -52,9 +52,10 @@ SHARDS_DIR = "shards"
 RUN_FILE = "run.json"
 UNIT_MARKER = '{"_unit":'
 FORKS_PER_SOURCE = len(HALLUCINATION_TYPES) * 4
-#: Backend options that do not change the generated text (left out of the run's identity).
+#: Backend options that do not change the generated text (left out of the run's identity). The
+#: dtype is NOT among them: bf16 and float32 sample different tokens, so mixing them is refused.
 NON_IDENTITY_OPTIONS = frozenset({"device", "device_map", "batch_size", "concurrency", "timeout", "max_retries",
-                                  "api_key", "base_url", "cache_dir", "torch_dtype", "dtype", "show_progress"})
+                                  "api_key", "base_url", "cache_dir", "show_progress"})
 
 TYPE_NAMES = {
     "WIC": "workflow identity corruption",

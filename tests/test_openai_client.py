@@ -70,6 +70,7 @@ class FakeOpenAIServer:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            wbufsize = 1 << 16  # headers and body leave in one write (no Nagle/delayed-ACK stall)
 
             def log_message(self, *args):  # quiet
                 pass
@@ -83,6 +84,7 @@ class FakeOpenAIServer:
                 self.end_headers()
                 try:
                     self.wfile.write(body)
+                    self.wfile.flush()
                 except (BrokenPipeError, ConnectionResetError):  # the client gave up (timeout test)
                     pass
 
@@ -130,7 +132,10 @@ class FakeOpenAIServer:
                     with outer.lock:
                         outer.in_flight -= 1
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        class Server(ThreadingHTTPServer):
+            request_queue_size = 128  # socketserver's default listen backlog (5) drops bursts of connects
+
+        self.httpd = Server(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
         self.port = self.httpd.server_address[1]
         self.base_url = f"http://127.0.0.1:{self.port}/v1"

@@ -92,6 +92,36 @@ def dialogue_set_features():
     ]
 
 
+
+
+def module_encoder(
+    encoder: Any = None,
+    config_name: str | None = None,
+    batch_size: int = 64,
+    device: str | None = None,
+    embedding_cache_dir: str | None = None,
+):
+    """The encoder a module uses, from its load-time options: ``encoder=`` (an alias, a model
+    path/id or an :class:`~dialfork_metrics.encoders.Encoder`) or else evaluate's ``config_name``
+    (``evaluate.load(path, "d2f")``), default ``"minilm"``. String names give one shared
+    :class:`~dialfork_metrics.encoders.Encoder` per process (modules loaded with the same encoder
+    share the model and its cache). The name is checked now (``ValueError`` for an unknown alias);
+    the model loads on first use."""
+    from dialfork_metrics.encoders import Encoder, get_encoder
+
+    if isinstance(encoder, Encoder):
+        return encoder
+    name = encoder if encoder is not None else config_name
+    if name is None or name == "default":
+        name = "minilm"
+    opts: dict[str, Any] = {"batch_size": batch_size}
+    if device is not None:
+        opts["device"] = device
+    if embedding_cache_dir is not None:
+        opts["cache_dir"] = embedding_cache_dir
+    return get_encoder(name, **opts)
+
+
 __all__ = [
     "DIALFORK_BIBTEX",
     "MODULES_DIR",
@@ -99,5 +129,6 @@ __all__ = [
     "dialogue_features",
     "dialogue_set_features",
     "load",
+    "module_encoder",
     "module_path",
 ]

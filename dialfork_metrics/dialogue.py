@@ -1,0 +1,253 @@
+"""Task 2 at the dialogue level: distances between a reference and a candidate dialogue.
+
+Every function accepts a dialogue as a list of turn strings, a list of ``{speaker, text}`` dicts
+or a record (a dict with ``turns``; see :mod:`dialfork_dataset.turns`), and has a batched form
+(``batched=True``: ``ref`` and ``cand`` are equal-length lists of dialogues, the result is an
+array). Batched calls encode every unique text of all dialogues in one encoder pass, then do the
+math over all pairs at once (:mod:`dialfork_metrics.distances`).
+
+:func:`score_pairs` computes several methods for many pairs with one encoding;
+:func:`score_quartets` runs Task 2 on quartets (a conformant source and its four forks) and
+:func:`kendall_tau_order` scores one unit as in SPEC section 6.
+
+Methods (SPEC section 7): ``flowscore``, ``flowdtw``, ``mean_turn``, ``full_dialog`` (encoder
+based) and the controls ``turn_count_diff`` (|turns(D) - turns(D')|, both speakers),
+``word_count_diff`` (|words(D) - words(D')|, whitespace-separated words over all turns; ours),
+``shared_prefix`` (minus the number of opening turns whose speaker and text are identical).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from dialfork_dataset.turns import as_turns
+
+EMBEDDING_METHODS = ("flowscore", "flowdtw", "mean_turn", "full_dialog")
+CONTROL_METHODS = ("turn_count_diff", "word_count_diff", "shared_prefix")
+ALL_METHODS = EMBEDDING_METHODS + CONTROL_METHODS
+
+
+# ---------------------------------------------------------------------------- inputs
+def _label(dialogue: Any, role: str, i: int | None) -> str:
+    base = role if i is None else f"{role} {i}"
+    if isinstance(dialogue, Mapping) and "dialogue_id" in dialogue:
+        return f"{base} ({dialogue['dialogue_id']!r})"
+    return base
+
+
+def _pairs(ref: Any, cand: Any, batched: bool) -> tuple[list, list, list[str], list[str]]:
+    if batched:
+        for what, x in (("references", ref), ("candidates", cand)):
+            if isinstance(x, str | Mapping) or not isinstance(x, Iterable):
+                raise ValueError(f"batched=True: {what} must be a list of dialogues, got {type(x).__name__}")
+        # any iterable of dialogues: lists, a datasets.Dataset (rows), a Column such as ds["turns"]
+        refs, cands = list(ref), list(cand)
+        if len(refs) != len(cands):
+            raise ValueError(f"batched=True: {len(refs)} references but {len(cands)} candidates (one per pair)")
+        return (refs, cands, [_label(d, "reference", i) for i, d in enumerate(refs)],
+                [_label(d, "candidate", i) for i, d in enumerate(cands)])
+    for what, x in (("reference", ref), ("candidate", cand)):
+        if isinstance(x, Sequence) and not isinstance(x, str) and len(x) and isinstance(x[0], list | tuple):
+            raise ValueError(f"{what} looks like a list of dialogues: pass batched=True to score many pairs")
+    return [ref], [cand], [_label(ref, "reference", None)], [_label(cand, "candidate", None)]
+
+
+def _out(values: np.ndarray, batched: bool):
+    return values if batched else float(values[0])
+
+
+def _get_encoder(encoder: Any):
+    from .encoders import get_encoder
+
+    return get_encoder(encoder)
+
+
+# ---------------------------------------------------------------------------- core
+def score_pairs(
+    references: Sequence[Any],
+    candidates: Sequence[Any],
+    methods: Sequence[str] | None = None,
+    encoder: Any = "minilm",
+) -> dict[str, np.ndarray]:
+    """Several Task 2 distances for many (reference, candidate) pairs.
+
+    Turns of all dialogues are encoded in one pass (transcripts too, once, when ``full_dialog``
+    is asked), then the math runs over all pairs at once. Returns ``{method: (n_pairs,) array}``.
+    ``encoder``: an alias, a model path/id or an :class:`~dialfork_metrics.encoders.Encoder`
+    (shared instances are reused across calls, so their cache persists).
+    """
+    refs, cands, rnames, cnames = _pairs(references, candidates, batched=True)
+    return _score(refs, cands, rnames, cnames, methods, encoder)
+
+
+def _score(refs: list, cands: list, rnames: list[str], cnames: list[str], methods: Sequence[str] | None,
+           encoder: Any) -> dict[str, np.ndarray]:
+    methods = list(ALL_METHODS if methods is None else methods)
+    unknown = [m for m in methods if m not in ALL_METHODS]
+    if unknown:
+        raise ValueError(f"unknown Task 2 method(s) {unknown}; available: {', '.join(ALL_METHODS)}")
+    names = rnames + cnames
+    turns = [as_turns(d, names[i]) for i, d in enumerate(refs + cands)]  # validates everything first
+    K = len(refs)
+    out: dict[str, np.ndarray] = {}
+    if K == 0:
+        return {m: np.zeros(0) for m in methods}
+    emb_methods = [m for m in methods if m in ("flowscore", "flowdtw", "mean_turn")]
+    if emb_methods or "full_dialog" in methods:
+        enc = _get_encoder(encoder)
+    if emb_methods:
+        from .distances import task2_embedding_scores
+
+        E = enc.encode_dialogues(turns, names=names)
+        E = [_unit64(e) for e in E]
+        res = task2_embedding_scores(E[:K], E[K:])
+        for m in emb_methods:
+            out[m] = res[m]
+    if "full_dialog" in methods:
+        T = _unit64(enc.encode_transcripts(turns, names=names))
+        out["full_dialog"] = 1.0 - np.clip(np.einsum("kd,kd->k", T[:K], T[K:]), -1.0, 1.0)
+    if "turn_count_diff" in methods:
+        out["turn_count_diff"] = np.array([abs(len(turns[k]) - len(turns[K + k])) for k in range(K)], dtype=np.float64)
+    if "word_count_diff" in methods:
+        wc = [_word_count(t) for t in turns]
+        out["word_count_diff"] = np.array([abs(wc[k] - wc[K + k]) for k in range(K)], dtype=np.float64)
+    if "shared_prefix" in methods:
+        out["shared_prefix"] = np.array([-_shared_prefix_len(turns[k], turns[K + k]) for k in range(K)], dtype=np.float64)
+    return {m: out[m] for m in methods}
+
+
+def _unit64(E: np.ndarray) -> np.ndarray:
+    # re-normalise float32 encoder rows in float64 so that identical turns have cosine 1 exactly
+    E = E.astype(np.float64)
+    return E / np.linalg.norm(E, axis=-1, keepdims=True)
+
+
+def _word_count(turns: list[dict[str, str]]) -> int:
+    return sum(len(t["text"].split()) for t in turns)
+
+
+def _shared_prefix_len(a: list[dict[str, str]], b: list[dict[str, str]]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x["speaker"] != y["speaker"] or x["text"] != y["text"]:
+            break
+        n += 1
+    return n
+
+
+def _one(method: str, ref: Any, cand: Any, encoder: Any, batched: bool):
+    refs, cands, rnames, cnames = _pairs(ref, cand, batched)
+    return _out(_score(refs, cands, rnames, cnames, [method], encoder)[method], batched)
+
+
+# ---------------------------------------------------------------------------- public one-method API
+def flowscore(ref: Any, cand: Any, encoder: Any = "minilm", *, batched: bool = False):
+    """FlowScore distance 1 - F (SPEC section 7) between ``ref`` and ``cand``.
+
+    >>> flowscore(["hi", "your name?"], ["hi", "your name?"])  # doctest: +SKIP
+    0.0
+    """
+    return _one("flowscore", ref, cand, encoder, batched)
+
+
+def flowdtw(ref: Any, cand: Any, encoder: Any = "minilm", *, batched: bool = False):
+    """FlowDTW distance Gamma(n, m) / L (SPEC section 7)."""
+    return _one("flowdtw", ref, cand, encoder, batched)
+
+
+def mean_turn(ref: Any, cand: Any, encoder: Any = "minilm", *, batched: bool = False):
+    """Mean-turn distance 1 - cos(mean turn embedding, mean turn embedding')."""
+    return _one("mean_turn", ref, cand, encoder, batched)
+
+
+def full_dialog(ref: Any, cand: Any, encoder: Any = "minilm", *, batched: bool = False):
+    """Full-dialog distance 1 - cos(phi(D), phi(D')), phi encoding the transcript
+    ``"user: ...\\nsystem: ..."`` once (truncated at the encoder's ``max_seq_length``)."""
+    return _one("full_dialog", ref, cand, encoder, batched)
+
+
+def turn_count_diff(ref: Any, cand: Any, *, batched: bool = False):
+    """|number of turns of D - number of turns of D'| (both speakers)."""
+    return _one("turn_count_diff", ref, cand, None, batched)
+
+
+def word_count_diff(ref: Any, cand: Any, *, batched: bool = False):
+    """|words of D - words of D'|, counting whitespace-separated words over all turns."""
+    return _one("word_count_diff", ref, cand, None, batched)
+
+
+def shared_prefix(ref: Any, cand: Any, *, batched: bool = False):
+    """Shared-prefix control: minus the number of opening turns shared verbatim (same speaker
+    and identical text). A longer shared opening means a smaller distance."""
+    return _one("shared_prefix", ref, cand, None, batched)
+
+
+# ---------------------------------------------------------------------------- Task 2 units
+def kendall_tau_order(distances: Sequence[float]) -> float:
+    """Kendall's tau-b between (d_1..d_4) and (4, 3, 2, 1) (SPEC section 6); 0 when undefined
+    (all distances equal)."""
+    from scipy.stats import kendalltau
+
+    d = np.asarray(distances, dtype=np.float64)
+    if d.ndim != 1 or d.size < 2:
+        raise ValueError(f"need at least 2 distances (one per fork position), got {d.tolist()}")
+    if not np.isfinite(d).all():
+        raise ValueError(f"distances contain NaN or inf: {d.tolist()}")
+    tau = kendalltau(d, np.arange(d.size, 0, -1)).statistic
+    return 0.0 if not np.isfinite(tau) else float(tau)
+
+
+def score_quartets(
+    quartets: Sequence[Mapping[str, Any]],
+    methods: Sequence[str] | None = None,
+    encoder: Any = "minilm",
+) -> list[dict[str, Any]]:
+    """Task 2 over units ``{"source": record, "type": h, "forks": {1: rec, 2: rec, 3: rec, 4: rec}}``
+    (``dialfork_dataset.views.task2_quartets``): one encoder pass over all dialogues, then every
+    method for all (source, fork) pairs. Returns one row per unit:
+    ``{"source_id", "type", "distances": {method: [d_1..d_4]}, "tau": {method: tau}}``."""
+    methods = list(ALL_METHODS if methods is None else methods)
+    refs, cands, keys = [], [], []
+    for u, q in enumerate(quartets):
+        if not isinstance(q, Mapping) or "source" not in q or "forks" not in q:
+            raise ValueError(f"unit {u}: expected {{'source', 'type', 'forks'}}, got {type(q).__name__}")
+        forks = q["forks"]
+        ks = sorted(forks)
+        if len(ks) < 2:
+            raise ValueError(f"unit {u}: needs at least 2 forks to rank, got {ks}")
+        for k in ks:
+            refs.append(q["source"])
+            cands.append(forks[k])
+            keys.append((u, k))
+    scores = score_pairs(refs, cands, methods, encoder)
+    rows: list[dict[str, Any]] = []
+    for q in quartets:
+        src = q["source"]
+        rows.append({"source_id": src.get("dialogue_id") if isinstance(src, Mapping) else None,
+                     "type": q.get("type"), "distances": {m: [] for m in methods}})
+    for i, (u, _k) in enumerate(keys):
+        for m in methods:
+            rows[u]["distances"][m].append(float(scores[m][i]))
+    for r in rows:
+        r["tau"] = {m: kendall_tau_order(r["distances"][m]) for m in methods}
+    return rows
+
+
+__all__ = [
+    "ALL_METHODS",
+    "CONTROL_METHODS",
+    "EMBEDDING_METHODS",
+    "flowdtw",
+    "flowscore",
+    "full_dialog",
+    "kendall_tau_order",
+    "mean_turn",
+    "score_pairs",
+    "score_quartets",
+    "shared_prefix",
+    "turn_count_diff",
+    "word_count_diff",
+]

@@ -1,0 +1,363 @@
+"""Task 2 distances between two dialogues at the embedding level (SPEC section 7).
+
+Inputs are turn-embedding matrices ``E_ref (n, d)`` and ``E_cand (m, d)`` (one row per turn).
+Rows are L2-normalised here (``normalize=True``, idempotent for encoder outputs) so that dot
+products are cosines. All functions validate their inputs and raise ``ValueError`` for an empty
+matrix, mismatched dimensions, a non-finite value or a zero row, naming the dialogue.
+
+- FlowScore: S = E E'^T; P = mean_j max_i S_ij, R = mean_i max_j S_ij, F = 2PR/(P+R),
+  distance 1 - F (F = 0 when P + R = 0, as bert_score does; ours).
+- FlowDTW: c(i,j) = 1 - S_ij, Gamma(i,j) = c(i,j) + min(Gamma(i-1,j-1), Gamma(i-1,j),
+  Gamma(i,j-1)), ties broken diagonal > (i-1,j) > (i,j-1); distance Gamma(n,m) / L with L the
+  number of cells on that optimal path. Compiled with numba.
+- Mean-turn: 1 - cos(mean_i e_i, mean_j e'_j).
+
+Batched forms score many pairs at once: FlowScore on padded similarity blocks masked with
+``-inf`` (padding never wins a max, cosines can be negative), FlowDTW with a compiled numba
+kernel looping over the pairs of the same blocks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+try:  # numba is a hard dependency; the guard only keeps `import dialfork_metrics` cheap
+    import numba
+except ImportError as e:  # pragma: no cover
+    raise ImportError("dialfork_metrics.distances needs numba (pip install numba)") from e
+
+#: Values per chunk when validating many pairs at once (small enough to stay in cache and below
+#: the allocator's mmap threshold, large enough to amortise numpy's per-call overhead).
+CHECK_CHUNK = 1 << 16
+
+#: Maximum number of similarity cells (B x N x M, float64) per padded block in the batched forms.
+BLOCK_CELLS = 1 << 22
+
+
+# ---------------------------------------------------------------------------- validation
+def _check(E: Any, what: str, normalize: bool) -> np.ndarray:
+    try:
+        A = np.asarray(E, dtype=np.float64)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{what}: embeddings must be a numeric (n_turns, dim) array ({e})") from e
+    if A.ndim != 2:
+        raise ValueError(f"{what}: embeddings must be 2-D (n_turns, dim), got shape {A.shape}")
+    if A.shape[0] == 0:
+        raise ValueError(f"{what}: empty dialogue (0 turn embeddings)")
+    if A.shape[1] == 0:
+        raise ValueError(f"{what}: embeddings have dimension 0")
+    finite = np.isfinite(A).all(axis=1)
+    if not finite.all():
+        raise ValueError(f"{what}: turn {int(np.flatnonzero(~finite)[0])} embedding contains NaN or inf")
+    if normalize:
+        norms = np.linalg.norm(A, axis=1, keepdims=True)
+        if (norms == 0).any():
+            raise ValueError(f"{what}: turn {int(np.flatnonzero(norms[:, 0] == 0)[0])} embedding is all zeros")
+        A = A / norms
+    return A
+
+
+def _check_pair(E_ref: Any, E_cand: Any, where: str | None, normalize: bool) -> tuple[np.ndarray, np.ndarray]:
+    pre = f"{where}: " if where else ""
+    A = _check(E_ref, f"{pre}reference", normalize)
+    B = _check(E_cand, f"{pre}candidate", normalize)
+    if A.shape[1] != B.shape[1]:
+        raise ValueError(
+            f"{pre}embedding dimensions differ: reference {A.shape[1]}, candidate {B.shape[1]} "
+            "(encode both dialogues with the same encoder)"
+        )
+    return A, B
+
+
+def _f_from_pr(P: np.ndarray | float, R: np.ndarray | float) -> np.ndarray:
+    P = np.asarray(P, dtype=np.float64)
+    R = np.asarray(R, dtype=np.float64)
+    den = P + R
+    with np.errstate(divide="ignore", invalid="ignore"):
+        F = np.where(den == 0, 0.0, 2.0 * P * R / np.where(den == 0, 1.0, den))
+    return F
+
+
+def _distance_from_pr(P, R) -> np.ndarray:
+    # 1 - F, clipped at 0: cosines are <= 1, so only float noise can push F above 1
+    return np.maximum(1.0 - _f_from_pr(P, R), 0.0)
+
+
+# ---------------------------------------------------------------------------- single pair
+def flowscore_from_embeddings(E_ref: Any, E_cand: Any, *, normalize: bool = True, where: str | None = None) -> float:
+    """FlowScore distance 1 - F between two dialogues' turn embeddings (SPEC section 7)."""
+    A, B = _check_pair(E_ref, E_cand, where, normalize)
+    S = A @ B.T
+    P = S.max(axis=0).mean()  # each candidate turn's best match in the reference
+    R = S.max(axis=1).mean()  # each reference turn's best match in the candidate
+    return float(_distance_from_pr(P, R))
+
+
+@numba.njit(cache=True, nogil=True)
+def _dtw_core(S, n, m):  # pragma: no cover - compiled
+    """DTW on cost 1 - S[:n, :m]; returns (Gamma(n, m), L). Two rolling rows of Gamma and L."""
+    inf = np.inf
+    g_prev = np.full(m + 1, inf)
+    g_cur = np.full(m + 1, inf)
+    l_prev = np.zeros(m + 1, dtype=np.int64)
+    l_cur = np.zeros(m + 1, dtype=np.int64)
+    g_prev[0] = 0.0  # Gamma(0, 0) = 0; Gamma(0, j>0) = inf
+    for i in range(1, n + 1):
+        g_cur[0] = inf
+        l_cur[0] = 0
+        for j in range(1, m + 1):
+            d = g_prev[j - 1]
+            u = g_prev[j]
+            lft = g_cur[j - 1]
+            if d <= u and d <= lft:  # ties: diagonal first
+                best = d
+                lb = l_prev[j - 1]
+            elif u <= lft:  # then (i-1, j)
+                best = u
+                lb = l_prev[j]
+            else:  # then (i, j-1)
+                best = lft
+                lb = l_cur[j - 1]
+            c = 1.0 - S[i - 1, j - 1]
+            g_cur[j] = (c if c > 0.0 else 0.0) + best  # cosine <= 1: clip float noise below 0
+            l_cur[j] = lb + 1
+        g_prev, g_cur = g_cur, g_prev
+        l_prev, l_cur = l_cur, l_prev
+    return g_prev[m], l_prev[m]
+
+
+@numba.njit(cache=True, nogil=True)
+def _dtw_padded(S, n_lens, m_lens, out):  # pragma: no cover - compiled
+    # serial on purpose: about 2 us per 20 x 20 pair, far below the cost of waking a thread pool
+    for b in range(S.shape[0]):
+        g, L = _dtw_core(S[b], n_lens[b], m_lens[b])
+        out[b] = g / L
+
+
+def flowdtw_from_embeddings(E_ref: Any, E_cand: Any, *, normalize: bool = True, where: str | None = None) -> float:
+    """FlowDTW distance Gamma(n, m) / L between two dialogues' turn embeddings (SPEC section 7)."""
+    A, B = _check_pair(E_ref, E_cand, where, normalize)
+    S = np.ascontiguousarray(A @ B.T)
+    g, L = _dtw_core(S, S.shape[0], S.shape[1])
+    return float(g / L)
+
+
+def flowdtw_path_length(E_ref: Any, E_cand: Any, *, normalize: bool = True) -> tuple[float, int]:
+    """(Gamma(n, m), L): the accumulated cost and the number of cells on the optimal path."""
+    A, B = _check_pair(E_ref, E_cand, None, normalize)
+    S = np.ascontiguousarray(A @ B.T)
+    g, L = _dtw_core(S, S.shape[0], S.shape[1])
+    return float(g), int(L)
+
+
+def mean_turn_distance(E_ref: Any, E_cand: Any, *, normalize: bool = True, where: str | None = None) -> float:
+    """Mean-turn distance 1 - cos(mean e, mean e') (SPEC section 7)."""
+    A, B = _check_pair(E_ref, E_cand, where, normalize)
+    return cosine_distance(A.mean(axis=0), B.mean(axis=0), where=where, what="mean turn embedding")
+
+
+def cosine_distance(u: Any, v: Any, *, where: str | None = None, what: str = "embedding") -> float:
+    """1 - cos(u, v) of two vectors (Full-dialog on transcript embeddings, Mean-turn)."""
+    pre = f"{where}: " if where else ""
+    a = np.asarray(u, dtype=np.float64).ravel()
+    b = np.asarray(v, dtype=np.float64).ravel()
+    if a.shape != b.shape:
+        raise ValueError(f"{pre}{what} dimensions differ: {a.shape[0]} vs {b.shape[0]}")
+    if not (np.isfinite(a).all() and np.isfinite(b).all()):
+        raise ValueError(f"{pre}{what} contains NaN or inf")
+    na, nb = np.linalg.norm(a), np.linalg.norm(b)
+    if na == 0 or nb == 0:
+        raise ValueError(f"{pre}{what} has zero norm: cosine undefined")
+    return float(1.0 - np.clip(a @ b / (na * nb), -1.0, 1.0))
+
+
+# ---------------------------------------------------------------------------- batched
+def _check_pairs(pairs: Any, normalize: bool, names: Sequence[str] | None):
+    """Validate many pairs at once: shapes per pair, then one pass over all rows for NaN/inf and
+    zero rows (the error still names the pair, the side and the turn), then unit rows (float64)."""
+    if isinstance(pairs, str) or not isinstance(pairs, Sequence):
+        raise ValueError(f"pairs must be a list of (E_ref, E_cand), got {type(pairs).__name__}")
+    arrays: list[np.ndarray] = []
+    labels: list[str] = []
+    dim = None
+    for k, p in enumerate(pairs):
+        where = names[k] if names is not None else f"pair {k}"
+        if isinstance(p, str) or not isinstance(p, Sequence) or len(p) != 2:
+            raise ValueError(f"{where}: expected a (E_ref, E_cand) pair")
+        sides = []
+        for side, E in (("reference", p[0]), ("candidate", p[1])):
+            A = np.asarray(E)
+            if A.dtype.kind not in "fiub":
+                A = _check(E, f"{where}: {side}", False)  # raises with the reason (non-numeric...)
+            if A.ndim != 2:
+                raise ValueError(f"{where}: {side}: embeddings must be 2-D (n_turns, dim), got shape {A.shape}")
+            if A.shape[0] == 0:
+                raise ValueError(f"{where}: {side}: empty dialogue (0 turn embeddings)")
+            if A.shape[1] == 0:
+                raise ValueError(f"{where}: {side}: embeddings have dimension 0")
+            sides.append(A)
+        if sides[0].shape[1] != sides[1].shape[1]:
+            raise ValueError(
+                f"{where}: embedding dimensions differ: reference {sides[0].shape[1]}, candidate "
+                f"{sides[1].shape[1]} (encode both dialogues with the same encoder)"
+            )
+        if dim is None:
+            dim = sides[0].shape[1]
+        elif sides[0].shape[1] != dim:
+            raise ValueError(f"{where}: embedding dimension {sides[0].shape[1]} differs from pair 0's {dim}")
+        arrays.extend(sides)
+        labels.extend((f"{where}: reference", f"{where}: candidate"))
+    if not arrays:
+        return [], []
+    parts: list[np.ndarray] = []
+    # bulk checks in cache-sized chunks (CHECK_CHUNK values each): one concatenation, one isfinite,
+    # one norm per chunk instead of several numpy calls per matrix
+    start = 0
+    while start < len(arrays):
+        stop, size = start, 0
+        while stop < len(arrays) and (stop == start or size + arrays[stop].size <= CHECK_CHUNK):
+            size += arrays[stop].size
+            stop += 1
+        chunk = arrays[start:stop]
+        flat = np.concatenate(chunk, axis=0).astype(np.float64, copy=False)
+        bounds = np.cumsum([0] + [a.shape[0] for a in chunk])
+
+        def locate(row: int, bounds=bounds, start=start) -> str:
+            i = int(np.searchsorted(bounds, row, side="right") - 1)
+            return f"{labels[start + i]}: turn {row - bounds[i]}"
+
+        finite = np.isfinite(flat).all(axis=1)
+        if not finite.all():
+            raise ValueError(f"{locate(int(np.flatnonzero(~finite)[0]))} embedding contains NaN or inf")
+        if normalize:
+            norms = np.sqrt(np.einsum("ij,ij->i", flat, flat))[:, None]
+            if (norms == 0).any():
+                raise ValueError(f"{locate(int(np.flatnonzero(norms[:, 0] == 0)[0]))} embedding is all zeros")
+            flat = flat / norms
+        parts.extend(flat[bounds[i] : bounds[i + 1]] for i in range(len(chunk)))
+        start = stop
+    return parts[0::2], parts[1::2]
+
+
+def similarity_blocks(
+    refs: Sequence[np.ndarray], cands: Sequence[np.ndarray], block_cells: int | None = None
+) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+    """Padded cosine-similarity blocks over pairs ``(refs[k], cands[k])`` (unit rows, same dim).
+
+    Pairs are sorted by size so that padding stays small; each block yields
+    ``(pair_indices (B,), S (B, N, M) float64 with -inf in padded cells, n_lens (B,), m_lens (B,))``.
+    """
+    block_cells = BLOCK_CELLS if block_cells is None else block_cells
+    n = np.array([r.shape[0] for r in refs], dtype=np.int64)
+    m = np.array([c.shape[0] for c in cands], dtype=np.int64)
+    order = np.lexsort((m, n))
+    s = 0
+    K = len(order)
+    while s < K:
+        e = s + 1
+        N, M = n[order[s]], m[order[s]]
+        while e < K:
+            N2, M2 = max(N, n[order[e]]), max(M, m[order[e]])
+            if (e - s + 1) * N2 * M2 > block_cells:
+                break
+            N, M = N2, M2
+            e += 1
+        idx = order[s:e]
+        # per-pair products straight into a -inf block: padding never wins a max, and no padded
+        # copy of the (much larger) embedding matrices is ever made
+        S = np.full((len(idx), N, M), -np.inf)
+        for b, k in enumerate(idx):
+            np.matmul(refs[k], cands[k].T, out=S[b, : n[k], : m[k]])
+        yield idx, S, n[idx], m[idx]
+        s = e
+
+
+def _flowscore_block(S: np.ndarray, n_lens: np.ndarray, m_lens: np.ndarray) -> np.ndarray:
+    # max over padded axes: padded cells are -inf, so they never win; padded rows/cols themselves
+    # give -inf maxima, zeroed before the masked mean.
+    col_max = S.max(axis=1)  # (B, M): best reference turn for each candidate turn
+    row_max = S.max(axis=2)  # (B, N): best candidate turn for each reference turn
+    col_valid = np.arange(S.shape[2])[None, :] < m_lens[:, None]
+    row_valid = np.arange(S.shape[1])[None, :] < n_lens[:, None]
+    P = np.where(col_valid, col_max, 0.0).sum(axis=1) / m_lens
+    R = np.where(row_valid, row_max, 0.0).sum(axis=1) / n_lens
+    return _distance_from_pr(P, R)
+
+
+def flowscore_batch_from_embeddings(
+    pairs: Sequence[tuple[Any, Any]], *, normalize: bool = True, names: Sequence[str] | None = None
+) -> np.ndarray:
+    """FlowScore of many ``(E_ref, E_cand)`` pairs at once (padded, ``-inf``-masked); ``(n_pairs,)``."""
+    refs, cands = _check_pairs(pairs, normalize, names)
+    return _flowscore_many(refs, cands)
+
+
+def _flowscore_many(refs, cands) -> np.ndarray:
+    out = np.empty(len(refs), dtype=np.float64)
+    for idx, S, nl, ml in similarity_blocks(refs, cands):
+        out[idx] = _flowscore_block(S, nl, ml)
+    return out
+
+
+def flowdtw_batch_from_embeddings(
+    pairs: Sequence[tuple[Any, Any]], *, normalize: bool = True, names: Sequence[str] | None = None
+) -> np.ndarray:
+    """FlowDTW of many ``(E_ref, E_cand)`` pairs (compiled numba kernel over padded blocks); ``(n_pairs,)``."""
+    refs, cands = _check_pairs(pairs, normalize, names)
+    return _flowdtw_many(refs, cands)
+
+
+def _flowdtw_many(refs, cands) -> np.ndarray:
+    out = np.empty(len(refs), dtype=np.float64)
+    for idx, S, nl, ml in similarity_blocks(refs, cands):
+        res = np.empty(len(idx), dtype=np.float64)
+        _dtw_padded(S, nl, ml, res)
+        out[idx] = res
+    return out
+
+
+def mean_turn_many(refs: Sequence[np.ndarray], cands: Sequence[np.ndarray]) -> np.ndarray:
+    """Mean-turn distance of many validated pairs, vectorised over the pairs."""
+    K = len(refs)
+    if K == 0:
+        return np.zeros(0)
+    mr = np.stack([r.mean(axis=0) for r in refs])
+    mc = np.stack([c.mean(axis=0) for c in cands])
+    nr, nc = np.linalg.norm(mr, axis=1), np.linalg.norm(mc, axis=1)
+    bad = np.flatnonzero((nr == 0) | (nc == 0))
+    if bad.size:
+        raise ValueError(f"pair {int(bad[0])}: mean turn embedding has zero norm: cosine undefined")
+    return 1.0 - np.clip(np.einsum("kd,kd->k", mr, mc) / (nr * nc), -1.0, 1.0)
+
+
+def task2_embedding_scores(refs: Sequence[np.ndarray], cands: Sequence[np.ndarray]) -> dict[str, np.ndarray]:
+    """FlowScore, FlowDTW and Mean-turn of validated, unit-row pairs from one pass over the
+    similarity blocks (used by the dialogue-level batched API)."""
+    K = len(refs)
+    fs = np.empty(K)
+    dtw = np.empty(K)
+    for idx, S, nl, ml in similarity_blocks(refs, cands):
+        fs[idx] = _flowscore_block(S, nl, ml)
+        res = np.empty(len(idx))
+        _dtw_padded(S, nl, ml, res)
+        dtw[idx] = res
+    mean = mean_turn_many(refs, cands)
+    return {"flowscore": fs, "flowdtw": dtw, "mean_turn": mean}
+
+
+__all__ = [
+    "BLOCK_CELLS",
+    "cosine_distance",
+    "flowdtw_batch_from_embeddings",
+    "flowdtw_from_embeddings",
+    "flowdtw_path_length",
+    "flowscore_batch_from_embeddings",
+    "flowscore_from_embeddings",
+    "mean_turn_distance",
+    "mean_turn_many",
+    "similarity_blocks",
+    "task2_embedding_scores",
+]

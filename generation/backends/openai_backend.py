@@ -1,0 +1,195 @@
+"""Chat LLMs behind an OpenAI-compatible server (vLLM, ollama, llama.cpp, TGI, the OpenAI API).
+
+Each engine step sends all its requests concurrently through the shared
+:class:`dialfork_dataset.openai_client.OpenAICompatClient` (retries with exponential backoff on
+429/5xx/timeouts/garbage replies, timeouts, clear :class:`EndpointError` otherwise). Every request
+carries its own ``seed``, :func:`request_seed` of (dialogue seed, turn index, role), so a seeded server
+(vLLM, ollama, llama.cpp) gives a dialogue the same text whatever else is in flight; how exact that
+is depends on the server (vLLM's batch-invariant mode, for instance). ``replay`` forks record the
+prefix turns that came out differently in ``prefix_divergence``.
+
+``top_k`` is not part of the OpenAI API; vLLM, ollama and llama.cpp accept it in the request body.
+Pass ``top_k=0`` for servers that reject it (the OpenAI API does, with HTTP 400).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from dialfork_dataset.openai_client import EndpointError
+
+from ..engine import GenerationError
+from .base import TurnRequest
+from .hf import merge_system_messages, turn_sampling_seed
+
+logger = logging.getLogger(__name__)
+
+
+class BackendEndpointError(GenerationError, EndpointError):
+    """An :class:`EndpointError` of the server behind :class:`OpenAIBackend`, also a
+    :class:`~generation.engine.GenerationError` so that the generation CLI reports it in one line."""
+
+    def __init__(self, err: EndpointError):
+        GenerationError.__init__(self, str(err))
+        self.status, self.index = err.status, err.index
+
+
+def request_seed(seed: int, turn_index: int, role: str) -> int:
+    """The ``seed`` sent to the server for one turn: :func:`turn_sampling_seed` reduced to 31 bits
+    (some servers store seeds as signed 32-bit integers)."""
+    return turn_sampling_seed(seed, turn_index, role) % (2**31)
+
+
+class OpenAIBackend:
+    """Generate turns with a model served by an OpenAI-compatible server.
+
+    Parameters
+    ----------
+    model:
+        The served model name.
+    base_url:
+        API root (``http://HOST:PORT/v1``).
+    api_key:
+        Bearer token (default ``$OPENAI_API_KEY``; local servers need none).
+    temperature, top_p, top_k, max_new_tokens:
+        Decoding (SPEC section 3 defaults); ``max_new_tokens`` is sent as ``max_tokens``.
+    stop:
+        Stop strings sent to the server (the server cuts the text before them).
+    timeout, max_retries, concurrency:
+        Per-request socket timeout (s), retries on transient failures, requests in flight.
+    system_role:
+        ``"native"`` (send system messages as they are) or ``"merge"`` (fold them into user
+        messages with :func:`generation.backends.hf.merge_system_messages`, for served models
+        whose chat template has no system role).
+    check_model:
+        Ask ``GET /models`` at construction, so an unreachable server or an unknown model fails
+        before any output is written.
+    extra_body:
+        More fields sent with every request (e.g. ``{"repetition_penalty": 1.0}`` for vLLM).
+    name:
+        Recorded as the records' ``generator`` (default: ``model``).
+    """
+
+    uses_messages = True
+
+    def __init__(
+        self,
+        model: str,
+        base_url: str = "http://127.0.0.1:8000/v1",
+        *,
+        api_key: str | None = None,
+        temperature: float = 1.3,
+        top_p: float = 0.95,
+        top_k: int = 64,
+        max_new_tokens: int = 256,
+        stop: Sequence[str] = (),
+        timeout: float = 120.0,
+        max_retries: int = 4,
+        concurrency: int = 16,
+        backoff: float = 1.0,
+        system_role: str = "native",
+        check_model: bool = True,
+        extra_body: Mapping[str, Any] | None = None,
+        name: str | None = None,
+    ):
+        from dialfork_dataset.openai_client import OpenAICompatClient
+
+        errs: list[str] = []
+        if not (isinstance(temperature, (int, float)) and temperature >= 0):
+            errs.append(f"temperature must be >= 0, got {temperature!r}")
+        if not (isinstance(top_p, (int, float)) and 0 < top_p <= 1):
+            errs.append(f"top_p must be in (0, 1], got {top_p!r}")
+        if not (isinstance(top_k, int) and top_k >= 0):
+            errs.append(f"top_k must be an integer >= 0 (0 = not sent), got {top_k!r}")
+        if not (isinstance(max_new_tokens, int) and max_new_tokens >= 1):
+            errs.append(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
+        if isinstance(stop, str) or not all(isinstance(s, str) and s for s in stop):
+            errs.append(f"stop must be a list of non-empty strings, got {stop!r}")
+        if system_role not in ("native", "merge"):
+            errs.append(f"system_role must be 'native' or 'merge', got {system_role!r}")
+        if errs:
+            raise ValueError("OpenAIBackend: " + "; ".join(errs))
+        self.client = OpenAICompatClient(base_url, model, api_key=api_key, timeout=timeout, max_retries=max_retries,
+                                         concurrency=concurrency, backoff=backoff)
+        self.model = model
+        self.name = name or model
+        self.temperature = float(temperature)
+        self.top_p = float(top_p)
+        self.top_k = int(top_k)
+        self.max_new_tokens = int(max_new_tokens)
+        self.stop = tuple(stop)
+        self.system_role = system_role
+        self.extra_body = dict(extra_body or {})
+        self.stats = {"requests": 0, "prompt_tokens": 0, "new_tokens": 0, "length_cut": 0}
+        if check_model:
+            try:
+                self.client.check_model()
+            except EndpointError as e:
+                raise BackendEndpointError(e) from None
+
+    def decoding(self) -> dict[str, Any]:
+        return {"temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k,
+                "max_new_tokens": self.max_new_tokens}
+
+    def describe(self) -> dict[str, Any]:
+        """Everything that determines the text, for a run manifest."""
+        return {**self.decoding(), "backend": "openai", "model": self.model, "base_url": self.client.base_url,
+                "stop": list(self.stop), "system_role": self.system_role, "extra_body": self.extra_body,
+                "seed": "request_seed(seed, turn_index, role)"}
+
+    def sampling(self) -> dict[str, Any]:
+        """The sampling fields sent with every request."""
+        s: dict[str, Any] = {"temperature": self.temperature, "top_p": self.top_p, "max_tokens": self.max_new_tokens}
+        if self.top_k > 0:
+            s["top_k"] = self.top_k
+        if self.stop:
+            s["stop"] = list(self.stop)
+        s.update(self.extra_body)
+        return s
+
+    def messages_for(self, request: TurnRequest) -> list[dict[str, str]]:
+        msgs = [{"role": m["role"], "content": m["content"]} for m in request.messages]
+        return merge_system_messages(msgs) if self.system_role == "merge" else msgs
+
+    def generate(self, requests: Sequence[TurnRequest]) -> list[str]:
+        requests = list(requests)
+        bad = [f"request {i}: expected a TurnRequest, got {type(r).__name__}"
+               for i, r in enumerate(requests) if not isinstance(r, TurnRequest)]
+        if bad:
+            raise ValueError("OpenAIBackend.generate: " + "; ".join(bad))
+        if not requests:
+            return []
+        batch = [self.messages_for(r) for r in requests]
+        seeds = [request_seed(r.seed, r.turn_index, r.role) for r in requests]
+        try:
+            replies = self.client.chat_full(batch, seeds, **self.sampling())
+        except EndpointError as e:
+            if e.index is not None:
+                r = requests[e.index]
+                e = EndpointError(f"{e} [dialogue {r.dialogue_key!r}, turn {r.turn_index}]", e.status, e.index)
+            raise BackendEndpointError(e) from None
+        except ValueError as e:
+            keys = ", ".join(f"{i}={r.dialogue_key}" for i, r in enumerate(requests[:10]))
+            raise ValueError(f"{e} (requests: {keys})") from None
+        out = []
+        for r, rep in zip(requests, replies):
+            r.extra["finish_reason"] = rep.finish_reason
+            r.extra["attempts"] = rep.attempts
+            r.extra["usage"] = rep.usage
+            self.stats["requests"] += 1
+            self.stats["prompt_tokens"] += int(rep.usage.get("prompt_tokens") or 0)
+            self.stats["new_tokens"] += int(rep.usage.get("completion_tokens") or 0)
+            if rep.finish_reason == "length":
+                self.stats["length_cut"] += 1
+                logger.debug("dialogue %s turn %d: reply cut at max_tokens=%d", r.dialogue_key, r.turn_index,
+                             self.max_new_tokens)
+            out.append(rep.text.strip())
+        return out
+
+    def __repr__(self) -> str:
+        return f"OpenAIBackend({self.model!r} at {self.client.base_url!r})"
+
+
+__all__ = ["BackendEndpointError", "OpenAIBackend", "request_seed"]

@@ -1,0 +1,223 @@
+"""Multi-process generation with ``accelerate``: one model copy per GPU (or CPU process), one shard each.
+
+``accelerate launch --multi_gpu --num_processes N -m generation.distributed --backend transformers
+--backend-option model=M ...`` runs the generation CLI (same options as ``python -m generation``) in N
+processes, each handing the run to :func:`generate_distributed`, which
+
+1. fixes the number of shards: the unfinished run's (from ``out/shards/run.json``, so a run can be
+   resumed with a different number of processes) or ``num_shards`` or N;
+2. deals the shards to the processes with ``PartialState().split_between_processes`` (contiguous
+   blocks; with more shards than processes a process generates several, one after the other);
+3. each process generates its shards with :func:`generation.engine.generate_corpus`, writing
+   ``out/shards/shard-i-of-n.jsonl.part`` line by line; a killed process resumes its own shards;
+4. a barrier; the main process merges the shards into the per-task files in canonical order and
+   writes ``manifest.json`` (see :func:`generation.engine.merge_shards`); a second barrier, so every
+   process returns the finished :class:`~generation.engine.Manifest`. Both barriers also carry a
+   "did any process fail" flag: a failure is raised on every process instead of leaving the others
+   waiting, and nothing is merged after a failed shard (rerun the command: it resumes).
+
+Because scenarios are dealt to shards by their position in the canonical plan, the merge restores
+the canonical order, and a dialogue's text does not depend on which other dialogues share its batch
+(:mod:`generation.backends.hf`), 1 process and N processes write the same corpus for the same seeds.
+
+The transformers backend is placed on the process's device (``PartialState().device``: ``cuda:i``
+under a multi-GPU launch) unless ``device`` is given in its options. The barrier waits up to
+``barrier_timeout`` seconds (default 7 days): shards can take very different times.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Iterable
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+#: Environment variables set by ``accelerate launch`` / ``torchrun`` in every worker process.
+LAUNCH_ENV = ("ACCELERATE_MIXED_PRECISION", "ACCELERATE_USE_CPU", "LOCAL_RANK", "WORLD_SIZE")
+DEFAULT_BARRIER_TIMEOUT = 7 * 24 * 3600.0
+
+
+def launched_distributed() -> bool:
+    """Whether this process was started by ``accelerate launch``/``torchrun`` with more than one process."""
+    try:
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+    except ValueError:
+        world = 1
+    return world > 1
+
+
+def process_state(cpu: bool | None = None, barrier_timeout: float = DEFAULT_BARRIER_TIMEOUT):
+    """The ``accelerate.PartialState`` of this process (initialises the process group once)."""
+    from accelerate import PartialState
+
+    if cpu is None:
+        import torch
+
+        # accelerate only forms a multi-process CPU group (gloo) when asked for the CPU
+        cpu = os.environ.get("ACCELERATE_USE_CPU", "false").lower() in ("1", "true", "yes") or (
+            launched_distributed() and not torch.cuda.is_available()
+        )
+    return PartialState(cpu=cpu, timeout=timedelta(seconds=barrier_timeout))
+
+
+def assign_shards(num_shards: int, state: Any) -> list[int]:
+    """The shard indices this process generates: ``range(num_shards)`` split with
+    ``state.split_between_processes`` (process 0 gets the first block)."""
+    if not (isinstance(num_shards, int) and num_shards >= 1):
+        raise ValueError(f"num_shards must be an integer >= 1, got {num_shards!r}")
+    with state.split_between_processes(list(range(num_shards))) as mine:
+        return list(mine)
+
+
+def existing_num_shards(out: str | os.PathLike) -> int | None:
+    """The shard count of an unfinished run in ``out`` (``None`` when there is none)."""
+    from .engine import RUN_FILE, SHARDS_DIR
+
+    p = Path(out) / SHARDS_DIR / RUN_FILE
+    if not p.is_file():
+        return None
+    try:
+        n = json.loads(p.read_text(encoding="utf-8"))["num_shards"]
+    except (json.JSONDecodeError, KeyError, TypeError, OSError):
+        return None  # the engine reports an unreadable run file with its own error
+    return n if isinstance(n, int) and n >= 1 else None
+
+
+def backend_options_for_process(config: Any, state: Any) -> dict[str, Any]:
+    """``config.backend_options`` with the transformers backend placed on this process's device."""
+    opts = dict(config.backend_options)
+    if config.backend == "transformers" and opts.get("device") in (None, "auto") and state.num_processes > 1:
+        if opts.get("device_map") is not None:
+            raise ValueError(
+                "device_map cannot be combined with several processes (each process holds one model copy on its "
+                "own device); launch one process per model copy, or one process with device_map='auto'"
+            )
+        opts["device"] = str(state.device)
+    return opts
+
+
+def generate_distributed(
+    config: Any,
+    backend: Any = None,
+    scenarios: Iterable[Any] | None = None,
+    num_shards: int | None = None,
+    progress: bool = True,
+    state: Any = None,
+    barrier_timeout: float = DEFAULT_BARRIER_TIMEOUT,
+):
+    """Generate ``config``'s corpus across the processes of an ``accelerate launch`` (or in this one
+    process when not launched); every process returns the final :class:`~generation.engine.Manifest`.
+
+    ``backend``: a ready backend for this process (default: built from ``config.backend`` and
+    ``config.backend_options``, placed on this process's device). ``num_shards`` (default: the
+    number of processes) is ignored when resuming an unfinished run, whose shard count is kept.
+    """
+    from .backends import get_backend
+    from .engine import GenerationError, Manifest, generate_corpus, merge_shards
+
+    state = state if state is not None else process_state(barrier_timeout=barrier_timeout)
+    out = Path(config.out)
+    n = existing_num_shards(out) or num_shards or state.num_processes
+    if existing_num_shards(out) and num_shards and num_shards != existing_num_shards(out):
+        logger.warning("%s: resuming an unfinished run of %d shards (ignoring num_shards=%d)", out,
+                       existing_num_shards(out), num_shards)
+    mine = assign_shards(n, state)
+    if n < state.num_processes and not mine:
+        logger.warning("process %d has no shard (%d shards for %d processes)", state.process_index, n,
+                       state.num_processes)
+    error: BaseException | None = None
+    try:
+        if mine:
+            if backend is None:
+                backend = get_backend(config.backend, **backend_options_for_process(config, state))
+            show = progress and state.is_local_main_process
+            for i in mine:
+                logger.info("process %d/%d: shard %d of %d", state.process_index, state.num_processes, i, n)
+                # with n == 1 this also merges; merge_shards below then just loads the manifest
+                generate_corpus(config, backend, scenarios, shard_index=i, num_shards=n, progress=show)
+    except BaseException as e:  # noqa: BLE001 - re-raised below, after telling the other processes
+        error = e
+    # Every process reaches the barrier, even a failed one, so that nobody waits for the timeout;
+    # the failure is then raised on that process and the others skip the merge.
+    failed = _any_failed(state, error is not None)
+    if error is not None:
+        raise error
+    if failed:
+        raise GenerationError(f"{out}: another process failed (see its log); rerun the same command to resume")
+    if state.is_main_process:
+        try:
+            merge_shards(out, keep_shards=config.keep_shards)
+        except BaseException as e:  # noqa: BLE001 - re-raised below, after telling the other processes
+            error = e
+    failed = _any_failed(state, error is not None)  # also the barrier before anyone reads the manifest
+    if error is not None:
+        raise error
+    if failed:
+        raise GenerationError(f"{out}: the main process could not merge the shards (see its log)")
+    return Manifest.load(out)
+
+
+def _any_failed(state: Any, failed_here: bool) -> bool:
+    """Barrier that also tells every process whether any process failed."""
+    if state.num_processes == 1:
+        return failed_here
+    import torch
+    import torch.distributed as dist
+
+    device = state.device if "nccl" in str(state.backend) else "cpu"
+    flag = torch.tensor([1 if failed_here else 0], device=device)
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    return bool(flag.item())
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``[accelerate launch ...] python -m generation.distributed``: the ``python -m generation`` CLI,
+    run across the launched processes (also fine without a launcher: one process)."""
+    import sys
+
+    from .backends import UnknownBackendError
+    from .cli import backend_options, build_parser
+    from .engine import GenerationConfig, GenerationError
+
+    parser = build_parser()
+    parser.prog = "accelerate launch [--multi_gpu --num_processes N] -m generation.distributed"
+    args = parser.parse_args(argv)
+    state = process_state()
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format=f"%(asctime)s %(levelname)s [{state.process_index}] %(name)s: %(message)s")
+    tasks = tuple(t.strip() for t in args.tasks.split(",") if t.strip()) if args.tasks is not None else None
+    config = GenerationConfig(
+        star=args.star, out=args.out, backend=args.backend, backend_options=backend_options(args),
+        tasks=tasks, per_task=args.per_task, happy_only=args.happy_only, seed=args.seed,
+        prefix_mode=args.prefix, budget=args.budget, workers=1, batch_size=args.batch_size,
+        keep_shards=args.keep_shards)
+    try:
+        manifest = generate_distributed(config, progress=not args.no_progress, state=state)
+    except (GenerationError, UnknownBackendError, ValueError, RuntimeError) as e:
+        print(f"error [process {state.process_index}]: {e}", file=sys.stderr)
+        return 2
+    if state.is_main_process:
+        t = manifest.counts["total"]
+        print(f"{t['records']} records ({t['conformant']} conformant, {t['forks']} forks; {t['dropped']} "
+              f"scenario(s) dropped) from {state.num_processes} process(es) -> {args.out} (manifest.json)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
+
+
+__all__ = [
+    "assign_shards",
+    "backend_options_for_process",
+    "existing_num_shards",
+    "generate_distributed",
+    "launched_distributed",
+    "main",
+    "process_state",
+]
