@@ -1,0 +1,201 @@
+"""Turn-pair embeddings for FBD and PRD (Xiang et al. 2021; SPEC section 7).
+
+The embedding of a pair of consecutive turns ``(a, b)`` is the transformer's ``[CLS]`` output
+(``last_hidden_state[:, 0]``, no pooling, no normalisation) on the tokenized *text pair*
+``[CLS] a [SEP] b [SEP]``, as in Xiang et al. (2021) and sdialog's ``SentencePairTransformer``.
+The transformer is the one inside the sentence-transformers model of a
+:class:`dialfork_metrics.Encoder` (its first module's ``auto_model``), so that FBD/PRD and the
+turn-level metrics share one loaded model. The tokenizer is loaded with
+``transformers.AutoTokenizer`` from the same resolved path, like sdialog does (the
+sentence-transformers copy of the tokenizer has its ``model_max_length`` lowered to the
+encoder's ``max_seq_length``; sdialog truncates pairs at the tokenizer's own limit).
+
+Every unique pair is encoded once (memory cache keyed by the two texts), pairs are sorted by
+length before batching (less padding), and a progress bar shows on large jobs.
+
+Pairings (``pairing=``):
+
+- ``"system_user"`` (default, SPEC section 7): each system turn with the user turn that follows it;
+- ``"user_system"``: each user turn with the system turn that follows it (a query/response pair,
+  sdialog's ``ai_speaker="system"`` mode);
+- ``"sliding"``: every turn with its successor, whoever speaks (sdialog's default, used by
+  ``compat="sdialog"``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from dialfork_dataset.turns import as_turns
+
+logger = logging.getLogger(__name__)
+
+PAIRINGS = ("system_user", "user_system", "sliding")
+
+
+def as_encoder(encoder: Any = None) -> Any:
+    """An :class:`~dialfork_metrics.Encoder` from ``None`` (packaged MiniLM), an alias/path, or a
+    ready encoder object (anything with ``encode(texts) -> (n, d)``), returned as is."""
+    if encoder is None or isinstance(encoder, str):
+        from .encoders import Encoder
+
+        return Encoder("minilm" if encoder is None else encoder)
+    if not hasattr(encoder, "encode"):
+        raise ValueError(
+            f"encoder must be None, an encoder name/path or an object with .encode(texts), "
+            f"got {type(encoder).__name__}"
+        )
+    return encoder
+
+
+def dialogue_name(dialogue: Any, index: int, set_name: str) -> str:
+    """``"reference set dialogue 3 ('weather-4')"``: how errors name a dialogue of a set."""
+    did = None
+    if isinstance(dialogue, dict):
+        did = dialogue.get("dialogue_id")
+    elif hasattr(dialogue, "dialogue_id"):
+        did = getattr(dialogue, "dialogue_id", None)
+    return f"{set_name} dialogue {index}" + (f" ({did!r})" if did is not None else "")
+
+
+def turn_pairs(dialogue: Any, pairing: str = "system_user", where: str | None = None) -> list[tuple[str, str]]:
+    """The consecutive turn pairs of one dialogue (any input :func:`as_turns` accepts)."""
+    if pairing not in PAIRINGS:
+        raise ValueError(f"unknown pairing {pairing!r}; expected one of {PAIRINGS}")
+    turns = as_turns(dialogue, where)
+    out = []
+    for a, b in zip(turns[:-1], turns[1:]):
+        if pairing == "sliding":
+            out.append((a["text"], b["text"]))
+        elif pairing == "system_user" and a["speaker"] == "system" and b["speaker"] == "user":
+            out.append((a["text"], b["text"]))
+        elif pairing == "user_system" and a["speaker"] == "user" and b["speaker"] == "system":
+            out.append((a["text"], b["text"]))
+    return out
+
+
+def set_turn_pairs(dialogues: Sequence[Any], pairing: str = "system_user", set_name: str = "set") -> list[tuple[str, str]]:
+    """All turn pairs of a set of dialogues, in order."""
+    if isinstance(dialogues, (str, bytes)) or not isinstance(dialogues, Sequence):
+        raise ValueError(f"{set_name}: expected a list of dialogues, got {type(dialogues).__name__}")
+    pairs: list[tuple[str, str]] = []
+    for i, d in enumerate(dialogues):
+        pairs.extend(turn_pairs(d, pairing, where=dialogue_name(d, i, set_name)))
+    return pairs
+
+
+class PairEncoder:
+    """``[CLS]`` embeddings of text pairs with the transformer of a sentence-transformers encoder.
+
+    Parameters
+    ----------
+    encoder:
+        ``None`` (packaged MiniLM), an alias/path for :class:`~dialfork_metrics.Encoder`, or an
+        ``Encoder`` instance (its ``.model`` is reused, no second load).
+    batch_size:
+        Pairs per forward pass.
+    max_length:
+        Truncation length in tokens of a pair (``"longest_first"``). ``None``: the tokenizer's own
+        ``model_max_length`` as saved with the model (what sdialog uses; 512 for MiniLM).
+    show_progress:
+        Progress bar; ``None``: only for more than 2,000 new pairs.
+    """
+
+    def __init__(self, encoder: Any = None, batch_size: int = 64, max_length: int | None = None,
+                 show_progress: bool | None = None):
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+        self.encoder = as_encoder(encoder)
+        self.batch_size = batch_size
+        self.max_length = max_length
+        self.show_progress = show_progress
+        self._cache: dict[tuple[str, str], np.ndarray] = {}
+        self._model = None
+        self._tokenizer = None
+
+    @property
+    def name(self) -> str:
+        return str(getattr(self.encoder, "name", type(self.encoder).__name__))
+
+    def _load(self) -> None:
+        if self._model is not None:
+            return
+        from transformers import AutoTokenizer
+
+        st = getattr(self.encoder, "model", None)
+        if st is None:
+            raise ValueError("the encoder has no .model (a SentenceTransformer); cannot build pair embeddings")
+        first = st[0]
+        auto_model = getattr(first, "auto_model", None)
+        tok = getattr(first, "tokenizer", None)
+        if auto_model is None or tok is None:
+            raise ValueError(
+                f"the encoder's first module ({type(first).__name__}) has no auto_model/tokenizer: "
+                "FBD/PRD need a transformer-based sentence-transformers model"
+            )
+        path = getattr(tok, "name_or_path", None) or self.name
+        try:
+            self._tokenizer = AutoTokenizer.from_pretrained(path)
+        except (OSError, ValueError) as e:  # a tokenizer not saved on disk: use the module's own
+            logger.warning("could not reload the tokenizer from %s (%s); using the encoder's tokenizer", path, e)
+            self._tokenizer = tok
+        self._model = auto_model
+        if self.max_length is None:
+            ml = int(getattr(self._tokenizer, "model_max_length", 512))
+            mp = getattr(auto_model.config, "max_position_embeddings", None)
+            if ml > 100_000:  # tokenizers without a saved limit report 1e30
+                ml = int(mp) if mp else 512
+            self.max_length = ml
+
+    def encode_pairs(self, firsts: Sequence[str], seconds: Sequence[str]) -> np.ndarray:
+        """``(n, hidden)`` float32 ``[CLS]`` embeddings of the pairs ``(firsts[i], seconds[i])``."""
+        if len(firsts) != len(seconds):
+            raise ValueError(f"{len(firsts)} first texts but {len(seconds)} second texts")
+        keys = list(zip(firsts, seconds))
+        for i, (a, b) in enumerate(keys):
+            if not isinstance(a, str) or not isinstance(b, str) or not a.strip() or not b.strip():
+                raise ValueError(f"pair {i}: both texts must be non-empty strings, got {a!r}, {b!r}")
+        todo = sorted({k for k in keys if k not in self._cache}, key=lambda k: len(k[0]) + len(k[1]))
+        if todo:
+            self._encode_new(todo)
+        if not keys:
+            return np.zeros((0, 0), dtype=np.float32)
+        return np.stack([self._cache[k] for k in keys]).astype(np.float32, copy=False)
+
+    def _encode_new(self, todo: list[tuple[str, str]]) -> None:
+        import torch
+        from tqdm.auto import tqdm
+
+        self._load()
+        model, tok = self._model, self._tokenizer
+        device = next(model.parameters()).device
+        was_training = model.training
+        model.eval()
+        show = self.show_progress if self.show_progress is not None else len(todo) > 2000
+        starts = range(0, len(todo), self.batch_size)
+        try:
+            with torch.inference_mode():
+                for s in tqdm(starts, desc="pair embeddings", disable=not show, leave=False):
+                    batch = todo[s:s + self.batch_size]
+                    enc = tok([a for a, _ in batch], [b for _, b in batch], padding=True, truncation=True,
+                              max_length=self.max_length, return_tensors="pt")
+                    enc = {k: v.to(device) for k, v in enc.items()}
+                    out = model(**enc)
+                    cls = out.last_hidden_state[:, 0].float().cpu().numpy()
+                    for k, v in zip(batch, cls):
+                        self._cache[k] = v
+        finally:
+            if was_training:
+                model.train()
+        logger.debug("encoded %d new text pairs with %s", len(todo), self.name)
+
+    def encode_sets(self, dialogues: Sequence[Any], pairing: str = "system_user", set_name: str = "set") -> np.ndarray:
+        """Pair embeddings of all the turn pairs of a set of dialogues, ``(n_pairs, hidden)``."""
+        pairs = set_turn_pairs(dialogues, pairing, set_name)
+        if not pairs:
+            raise ValueError(f"{set_name}: no {pairing} turn pairs in {len(dialogues)} dialogues")
+        return self.encode_pairs([a for a, _ in pairs], [b for _, b in pairs])
