@@ -104,9 +104,12 @@ def load_records(src: str | os.PathLike | Sequence[Mapping[str, Any]], validate:
 
 
 def _cross_record_errors(records: Sequence[Mapping[str, Any]], where: Mapping[str, str]) -> list[str]:
+    from .forks import MIN_SYSTEM_TURNS
+
     errs: list[str] = []
     seen: set[str] = set()
     sources: dict[str, Mapping[str, Any]] = {}
+    units: dict[tuple[str, str, int], str] = {}
     for r in records:
         did = r["dialogue_id"]
         if did in seen:
@@ -114,9 +117,18 @@ def _cross_record_errors(records: Sequence[Mapping[str, Any]], where: Mapping[st
         seen.add(did)
         if r["hallucination_type"] is None:
             sources[did] = r
+            if r["num_system_turns"] < MIN_SYSTEM_TURNS:  # SPEC 1: kept only if T >= 4
+                errs.append(f"{where.get(did, '?')}: dialogue_id={did!r}: a conformant dialogue needs "
+                            f"T >= {MIN_SYSTEM_TURNS} system turns to admit four fork turns, has T="
+                            f"{r['num_system_turns']} (drop it)")
     for r in records:
         if r["hallucination_type"] is None:
             continue
+        unit = (r["source_id"], r["hallucination_type"], r["fork_position"])
+        first = units.setdefault(unit, r["dialogue_id"])
+        if first != r["dialogue_id"]:
+            errs.append(f"{where.get(r['dialogue_id'], '?')}: dialogue_id={r['dialogue_id']!r}: same source, type "
+                        f"and fork position as {first!r} ({unit[1]}, k={unit[2]} of {unit[0]!r}); keep one")
         src = sources.get(r["source_id"])
         loc = where.get(r["dialogue_id"], "?")
         if src is None:
@@ -133,7 +145,7 @@ def _cross_record_errors(records: Sequence[Mapping[str, Any]], where: Mapping[st
         if r["fork_turn"] != expected:
             errs.append(f"{loc}: dialogue_id={r['dialogue_id']!r}: fork_turn {r['fork_turn']} != t_{r['fork_position']}"
                         f" = {expected} of its source (T={src['num_system_turns']})")
-        for k in ("task", "scenario_id"):
+        for k in ("task", "scenario_id", "domain"):
             if r[k] != src[k]:
                 errs.append(f"{loc}: dialogue_id={r['dialogue_id']!r}: {k} {r[k]!r} differs from its source's {src[k]!r}")
     return errs

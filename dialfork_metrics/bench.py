@@ -62,6 +62,21 @@ LABELS = {
 TYPES = HALLUCINATION_TYPES
 
 
+class _CountingFilter(logging.Filter):
+    """Swallow a repeated warning (e.g. FBD's small-n note, once per set) and count it."""
+
+    def __init__(self, fragment: str):
+        super().__init__()
+        self.fragment = fragment
+        self.count = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if self.fragment in record.getMessage():
+            self.count += 1
+            return False
+        return True
+
+
 class BenchError(ValueError):
     """A bad benchmark request (unknown task, encoder or method; unusable corpus)."""
 
@@ -174,20 +189,40 @@ def _unit_rng(seed: int, *key: Any) -> np.random.Generator:
 
 def run_task1(corpus: Corpus, encoder: Any, methods: Sequence[str] = TASK1_METHODS, seed: int = 0,
               flowkl_kwargs: Mapping[str, Any] | None = None, prd_kwargs: Mapping[str, Any] | None = None,
-              skipped: list[str] | None = None, progress: bool = True) -> dict[str, Any]:
-    """Task 1 per (task, type) unit: d_k for each method, tau, exact recovery; with statistics."""
-    from tqdm.auto import tqdm
+              skipped: list[str] | None = None, progress: bool = True, pair_encoder: Any = None) -> dict[str, Any]:
+    """Task 1 per (task, type) unit: d_k for each method, tau, exact recovery; with statistics.
 
+    ``pair_encoder``: a :class:`~dialfork_metrics.pair_encoder.PairEncoder` for FBD/PRD (default:
+    one over ``encoder``'s model); pass one that already encoded the corpus to reuse its cache.
+    """
     from dialfork_dataset.views import task1_sets
 
     _check_methods(methods, TASK1_METHODS, "Task 1")
     skipped = skipped if skipped is not None else []
     units = task1_sets(corpus.records, skipped=skipped)
-    rows: list[dict[str, Any]] = []
     graphs: dict[str, Any] = {}
-    pair_cache: dict[str, np.ndarray] = {}
     need_pairs = any(m in methods for m in ("fbd", "prd"))
-    pair_encoder = _pair_encoder(encoder) if need_pairs else None
+    if need_pairs and pair_encoder is None:
+        pair_encoder = _pair_encoder(encoder)
+    small_n = _CountingFilter("covariance is singular")
+    logging.getLogger("dialfork_metrics.setlevel").addFilter(small_n)
+    try:
+        rows = _task1_rows(units, methods, encoder, seed, flowkl_kwargs, prd_kwargs, graphs, pair_encoder, progress)
+    finally:
+        logging.getLogger("dialfork_metrics.setlevel").removeFilter(small_n)
+    if small_n.count:
+        logger.warning("FBD: %d set(s) had no more pair embeddings than dimensions: their covariance is singular and "
+                       "the Frechet estimate is biased at small n (SPEC 7); compare FBD only between sets of similar size",
+                       small_n.count)
+    return {"units": rows, "summary": summarise_task1(rows, methods), "graphs": graphs,
+            "fbd_small_n_sets": small_n.count}
+
+
+def _task1_rows(units, methods, encoder, seed, flowkl_kwargs, prd_kwargs, graphs, pair_encoder, progress) -> list[dict]:
+    from tqdm.auto import tqdm
+
+    rows: list[dict[str, Any]] = []
+    pair_cache: dict[Any, np.ndarray] = {}
     for (task, h), unit in tqdm(sorted(units.items()), desc="Task 1 units", disable=not progress):
         ref = unit["reference"]
         d: dict[str, list[float]] = {m: [] for m in methods}
@@ -199,7 +234,7 @@ def run_task1(corpus: Corpus, encoder: Any, methods: Sequence[str] = TASK1_METHO
                 elif m == "fbd":
                     d[m].append(_set_metric("fbd", task, ref, tgt, pair_encoder, pair_cache))
                 elif m == "prd":
-                    d[m].append(_set_metric("prd", task, ref, tgt, pair_encoder, pair_cache, prd_kwargs or {"seed": seed}))
+                    d[m].append(_set_metric("prd", task, ref, tgt, pair_encoder, pair_cache, {"seed": seed, **(prd_kwargs or {})}))
                 elif m == "turn_count_diff":
                     d[m].append(abs(_mean_len(tgt, "turns") - _mean_len(ref, "turns")))
                 elif m == "word_count_diff":
@@ -211,7 +246,7 @@ def run_task1(corpus: Corpus, encoder: Any, methods: Sequence[str] = TASK1_METHO
             rows.append({"task": task, "type": h, "method": m, "distances": d[m], "tau": tau,
                          "exact": exact_recovery(d[m]) if m != "random" else None,
                          "p_perm": unit_permutation_pvalue(d[m]) if m != "random" else None})
-    return {"units": rows, "summary": summarise_task1(rows, methods), "graphs": graphs}
+    return rows
 
 
 def summarise_task1(rows: Sequence[Mapping[str, Any]], methods: Sequence[str]) -> dict[str, Any]:
@@ -465,8 +500,12 @@ def run_benchmark(data: str | os.PathLike, tasks: Sequence[int] = (1, 2, 3), enc
                   task2_methods: Sequence[str] = TASK2_METHODS, task3_detectors: Sequence[str] = TASK3_DETECTORS,
                   custom_metrics: Sequence[str] = (), graph_task: str | None = None, device: str | None = None,
                   batch_size: int = 64, n_resamples: int = 10_000, plots: bool = True, progress: bool = True,
-                  cache_dir: str | None = None) -> dict[str, Any]:
-    """Run the benchmark and (when ``out`` is given) write every report. Returns the report dict."""
+                  cache_dir: str | None = None, prd_kwargs: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Run the benchmark and (when ``out`` is given) write every report. Returns the report dict.
+
+    ``prd_kwargs`` go to :func:`~dialfork_metrics.setlevel.prd_from_embeddings` (``num_runs``,
+    ``n_init``, ``kmeans``; defaults: Sajjadi et al.'s 10 runs of mini-batch k-means, 10 inits each).
+    """
     from .encoders import resolve_encoder_name
 
     bad = [t for t in tasks if t not in (1, 2, 3)]
@@ -487,7 +526,8 @@ def run_benchmark(data: str | os.PathLike, tasks: Sequence[int] = (1, 2, 3), enc
     report: dict[str, Any] = {
         "meta": {"data": str(data), "fingerprint": corpus.fingerprint(), "n_records": len(corpus.records),
                  "n_conformant": len(corpus.conformant), "tasks": list(tasks), "encoders": list(encoders),
-                 "seed": seed, "bootstrap_resamples": n_resamples, "versions": package_versions()},
+                 "seed": seed, "bootstrap_resamples": n_resamples, "prd": dict(prd_kwargs or {}),
+                 "versions": package_versions()},
         "skipped": skipped,
     }
     task2_by_encoder: dict[str, Any] = {}
@@ -497,8 +537,15 @@ def run_benchmark(data: str | os.PathLike, tasks: Sequence[int] = (1, 2, 3), enc
         enc = prepare_encoder(name, corpus.records, device=device, batch_size=batch_size, cache_dir=cache_dir,
                               transcripts=2 in tasks, timings=timings)
         if 1 in tasks and i == 0:
+            pe = None
+            if any(m in task1_methods for m in ("fbd", "prd")):
+                t0 = time.perf_counter()
+                pe = _pair_encoder(enc)
+                pe.encode_sets(corpus.records)  # every (system, user) pair once; Task 1 reads the cache
+                timings[f"encode:{name}:pairs"] = time.perf_counter() - t0
             t0 = time.perf_counter()
-            r1 = run_task1(corpus, enc, task1_methods, seed=seed, skipped=skipped, progress=progress)
+            r1 = run_task1(corpus, enc, task1_methods, seed=seed, skipped=skipped, progress=progress, pair_encoder=pe,
+                           prd_kwargs=prd_kwargs)
             timings["task1"] = time.perf_counter() - t0
             graphs = r1.pop("graphs")
             gt = graph_task or (sorted(graphs)[0] if graphs else None)
@@ -557,6 +604,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--bootstrap-resamples", type=int, default=10_000)
     p.add_argument("--cache-dir", default=None, help="persistent embedding cache folder")
+    p.add_argument("--prd-runs", type=int, default=10, help="PRD: clusterings averaged (default 10, as Sajjadi et al.)")
+    p.add_argument("--prd-n-init", type=int, default=10, help="PRD: k-means initialisations per clustering (default 10)")
+    p.add_argument("--prd-kmeans", choices=["minibatch", "full"], default="minibatch",
+                   help="PRD: scikit-learn MiniBatchKMeans (reference) or KMeans")
     p.add_argument("--no-plots", action="store_true")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
     return p
@@ -576,7 +627,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                             task3_detectors=_csv_list(a.task3_detectors), custom_metrics=a.metric,
                             graph_task=a.graph_task, device=a.device, batch_size=a.batch_size,
                             n_resamples=a.bootstrap_resamples, plots=not a.no_plots, progress=not a.quiet,
-                            cache_dir=a.cache_dir)
+                            cache_dir=a.cache_dir,
+                            prd_kwargs={"num_runs": a.prd_runs, "n_init": a.prd_n_init, "kmeans": a.prd_kmeans})
     except (BenchError, ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -103,7 +103,7 @@ def _score(refs: list, cands: list, rnames: list[str], cnames: list[str], method
 
         E = enc.encode_dialogues(turns, names=names)
         E = [_unit64(e) for e in E]
-        res = task2_embedding_scores(E[:K], E[K:])
+        res = task2_embedding_scores(E[:K], E[K:], [f"{rnames[k]} vs {cnames[k]}" for k in range(K)], emb_methods)
         for m in emb_methods:
             out[m] = res[m]
     if "full_dialog" in methods:
@@ -120,9 +120,12 @@ def _score(refs: list, cands: list, rnames: list[str], cnames: list[str], method
 
 
 def _unit64(E: np.ndarray) -> np.ndarray:
-    # re-normalise float32 encoder rows in float64 so that identical turns have cosine 1 exactly
+    # re-normalise float32 encoder rows in float64 so that identical turns have cosine 1 exactly;
+    # with the embedding-level functions' row norm, bit for bit (FlowDTW breaks exact ties)
+    from .distances import _row_norms
+
     E = E.astype(np.float64)
-    return E / np.linalg.norm(E, axis=-1, keepdims=True)
+    return E / _row_norms(E)
 
 
 def _word_count(turns: list[dict[str, str]]) -> int:

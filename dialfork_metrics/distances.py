@@ -38,6 +38,11 @@ BLOCK_CELLS = 1 << 22
 
 
 # ---------------------------------------------------------------------------- validation
+def _row_norms(A: np.ndarray) -> np.ndarray:
+    """``(n, 1)`` L2 norms of the rows (one formula for the single and the batched paths)."""
+    return np.sqrt(np.einsum("ij,ij->i", A, A))[:, None]
+
+
 def _check(E: Any, what: str, normalize: bool) -> np.ndarray:
     try:
         A = np.asarray(E, dtype=np.float64)
@@ -53,7 +58,9 @@ def _check(E: Any, what: str, normalize: bool) -> np.ndarray:
     if not finite.all():
         raise ValueError(f"{what}: turn {int(np.flatnonzero(~finite)[0])} embedding contains NaN or inf")
     if normalize:
-        norms = np.linalg.norm(A, axis=1, keepdims=True)
+        # the same arithmetic as the batched path (_check_pairs), bit for bit: FlowDTW breaks exact
+        # ties, so a 1-ulp difference in a row norm could change the path and L
+        norms = _row_norms(A)
         if (norms == 0).any():
             raise ValueError(f"{what}: turn {int(np.flatnonzero(norms[:, 0] == 0)[0])} embedding is all zeros")
         A = A / norms
@@ -82,7 +89,9 @@ def _f_from_pr(P: np.ndarray | float, R: np.ndarray | float) -> np.ndarray:
 
 
 def _distance_from_pr(P, R) -> np.ndarray:
-    # 1 - F, clipped at 0: cosines are <= 1, so only float noise can push F above 1
+    # 1 - F, clipped at 0 against float noise (cosines are <= 1). Caveat: with P < 0 < R and
+    # P + R < 0 the harmonic mean itself exceeds 1 and the clip reports 0; needs a candidate whose
+    # turns are on average anti-correlated with every reference turn (not seen with text encoders)
     return np.maximum(1.0 - _f_from_pr(P, R), 0.0)
 
 
@@ -180,6 +189,8 @@ def _check_pairs(pairs: Any, normalize: bool, names: Sequence[str] | None):
     zero rows (the error still names the pair, the side and the turn), then unit rows (float64)."""
     if isinstance(pairs, str) or not isinstance(pairs, Sequence):
         raise ValueError(f"pairs must be a list of (E_ref, E_cand), got {type(pairs).__name__}")
+    if names is not None and len(names) != len(pairs):
+        raise ValueError(f"names holds {len(names)} entries for {len(pairs)} pairs (one name per pair)")
     arrays: list[np.ndarray] = []
     labels: list[str] = []
     dim = None
@@ -233,7 +244,7 @@ def _check_pairs(pairs: Any, normalize: bool, names: Sequence[str] | None):
         if not finite.all():
             raise ValueError(f"{locate(int(np.flatnonzero(~finite)[0]))} embedding contains NaN or inf")
         if normalize:
-            norms = np.sqrt(np.einsum("ij,ij->i", flat, flat))[:, None]
+            norms = _row_norms(flat)
             if (norms == 0).any():
                 raise ValueError(f"{locate(int(np.flatnonzero(norms[:, 0] == 0)[0]))} embedding is all zeros")
             flat = flat / norms
@@ -319,8 +330,10 @@ def _flowdtw_many(refs, cands) -> np.ndarray:
     return out
 
 
-def mean_turn_many(refs: Sequence[np.ndarray], cands: Sequence[np.ndarray]) -> np.ndarray:
-    """Mean-turn distance of many validated pairs, vectorised over the pairs."""
+def mean_turn_many(refs: Sequence[np.ndarray], cands: Sequence[np.ndarray],
+                   names: Sequence[str] | None = None) -> np.ndarray:
+    """Mean-turn distance of many validated pairs, vectorised over the pairs. ``names[k]`` names
+    pair ``k`` in errors (a dialogue whose mean turn embedding is zero has no cosine)."""
     K = len(refs)
     if K == 0:
         return np.zeros(0)
@@ -329,23 +342,42 @@ def mean_turn_many(refs: Sequence[np.ndarray], cands: Sequence[np.ndarray]) -> n
     nr, nc = np.linalg.norm(mr, axis=1), np.linalg.norm(mc, axis=1)
     bad = np.flatnonzero((nr == 0) | (nc == 0))
     if bad.size:
-        raise ValueError(f"pair {int(bad[0])}: mean turn embedding has zero norm: cosine undefined")
+        k = int(bad[0])
+        side = "reference" if nr[k] == 0 else "candidate"
+        where = names[k] if names is not None else f"pair {k}"
+        raise ValueError(f"{where}: the {side}'s mean turn embedding has zero norm (its turn embeddings cancel "
+                         "out): Mean-turn cosine undefined")
     return 1.0 - np.clip(np.einsum("kd,kd->k", mr, mc) / (nr * nc), -1.0, 1.0)
 
 
-def task2_embedding_scores(refs: Sequence[np.ndarray], cands: Sequence[np.ndarray]) -> dict[str, np.ndarray]:
-    """FlowScore, FlowDTW and Mean-turn of validated, unit-row pairs from one pass over the
-    similarity blocks (used by the dialogue-level batched API)."""
+def task2_embedding_scores(refs: Sequence[np.ndarray], cands: Sequence[np.ndarray],
+                           names: Sequence[str] | None = None,
+                           methods: Sequence[str] = ("flowscore", "flowdtw", "mean_turn")) -> dict[str, np.ndarray]:
+    """FlowScore, FlowDTW and/or Mean-turn (``methods``) of validated, unit-row pairs from one pass
+    over the similarity blocks (used by the dialogue-level batched API); ``names[k]`` names pair
+    ``k`` in errors."""
+    unknown = set(methods) - {"flowscore", "flowdtw", "mean_turn"}
+    if unknown:
+        raise ValueError(f"unknown embedding-level method(s) {sorted(unknown)}")
     K = len(refs)
-    fs = np.empty(K)
-    dtw = np.empty(K)
-    for idx, S, nl, ml in similarity_blocks(refs, cands):
-        fs[idx] = _flowscore_block(S, nl, ml)
-        res = np.empty(len(idx))
-        _dtw_padded(S, nl, ml, res)
-        dtw[idx] = res
-    mean = mean_turn_many(refs, cands)
-    return {"flowscore": fs, "flowdtw": dtw, "mean_turn": mean}
+    out: dict[str, np.ndarray] = {}
+    if "flowscore" in methods or "flowdtw" in methods:
+        fs = np.empty(K)
+        dtw = np.empty(K)
+        for idx, S, nl, ml in similarity_blocks(refs, cands):
+            if "flowscore" in methods:
+                fs[idx] = _flowscore_block(S, nl, ml)
+            if "flowdtw" in methods:
+                res = np.empty(len(idx))
+                _dtw_padded(S, nl, ml, res)
+                dtw[idx] = res
+        if "flowscore" in methods:
+            out["flowscore"] = fs
+        if "flowdtw" in methods:
+            out["flowdtw"] = dtw
+    if "mean_turn" in methods:
+        out["mean_turn"] = mean_turn_many(refs, cands, names)
+    return out
 
 
 __all__ = [

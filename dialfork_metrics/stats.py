@@ -67,11 +67,27 @@ def unit_permutation_pvalue(distances: Sequence[float]) -> float:
     return float(np.mean(np.asarray(taus) >= obs - 1e-12))
 
 
+def _finite(x: Sequence[float], what: str) -> np.ndarray:
+    a = np.asarray(x, dtype=float)
+    if not np.all(np.isfinite(a)):
+        raise ValueError(f"{what}: {int(np.sum(~np.isfinite(a)))} value(s) are NaN or inf; "
+                         "every unit needs a finite value")
+    return a
+
+
+def _pvalues(pvalues: Sequence[float], what: str) -> np.ndarray:
+    p = np.asarray(pvalues, dtype=float)
+    bad = ~((p >= 0.0) & (p <= 1.0))  # also catches NaN
+    if np.any(bad):
+        raise ValueError(f"{what}: p-values must lie in [0, 1], got {p[bad][:5].tolist()}")
+    return p
+
+
 def fisher_combine(pvalues: Sequence[float]) -> float:
     """Fisher's combined p-value (``scipy.stats.combine_pvalues(method="fisher")``)."""
     from scipy.stats import combine_pvalues
 
-    p = np.asarray(pvalues, dtype=float)
+    p = _pvalues(pvalues, "fisher_combine")
     if p.size == 0:
         raise ValueError("fisher_combine: no p-values")
     return float(combine_pvalues(np.clip(p, 1e-300, 1.0), method="fisher").pvalue)
@@ -81,7 +97,7 @@ def holm(pvalues: Sequence[float]) -> list[float]:
     """Holm-adjusted p-values (``statsmodels`` ``multipletests(method="holm")``), input order."""
     from statsmodels.stats.multitest import multipletests
 
-    p = np.asarray(pvalues, dtype=float)
+    p = _pvalues(pvalues, "holm")
     if p.size == 0:
         return []
     return [float(x) for x in multipletests(p, method="holm")[1]]
@@ -95,7 +111,7 @@ def wilcoxon_greater(diff: Sequence[float]) -> float:
     """
     from scipy.stats import wilcoxon
 
-    x = np.asarray(diff, dtype=float)
+    x = _finite(diff, "wilcoxon_greater")
     if x.size == 0:
         raise ValueError("wilcoxon_greater: no paired differences")
     if np.all(x == 0):
@@ -107,7 +123,7 @@ def paired_t_greater(diff: Sequence[float]) -> float:
     """One-sided paired t-test p-value (mean difference > 0); constant differences -> 0 or 1."""
     from scipy.stats import ttest_1samp
 
-    x = np.asarray(diff, dtype=float)
+    x = _finite(diff, "paired_t_greater")
     if x.size < 2:
         raise ValueError("paired_t_greater: need at least 2 paired differences")
     if np.all(x == x[0]):
@@ -120,7 +136,7 @@ def bootstrap_mean_ci(diff: Sequence[float], n_resamples: int = 10_000, seed: in
     """Paired bootstrap percentile CI of the mean difference (``scipy.stats.bootstrap``, seeded)."""
     from scipy.stats import bootstrap
 
-    x = np.asarray(diff, dtype=float)
+    x = _finite(diff, "bootstrap_mean_ci")
     if x.size < 2:
         raise ValueError("bootstrap_mean_ci: need at least 2 paired differences")
     if np.all(x == x[0]):

@@ -27,3 +27,24 @@ def star_dir() -> Path:
     if not (p / "tasks").is_dir():
         pytest.fail(f"STAR not found at {p}: set DIALFORK_STAR_DIR")
     return p
+
+
+@pytest.fixture(scope="session")
+def template_corpus(tmp_path_factory, star_dir) -> Path:
+    """A small template corpus (generator output folder): 2 tasks x 8 scenarios, 17 dialogues each."""
+    from generation import GenerationConfig, generate_corpus
+
+    out = tmp_path_factory.mktemp("template_corpus") / "corpus"
+    generate_corpus(GenerationConfig(star=str(star_dir), out=str(out), tasks=("weather", "doctor_schedule"),
+                                     per_task=8, seed=0), progress=False)
+    return out
+
+
+@pytest.fixture(scope="session")
+def template_hub(tmp_path_factory, template_corpus) -> tuple[Path, Path]:
+    """The Hub layout of :func:`template_corpus` and its gold folder."""
+    from dialfork_dataset import export_hub_layout
+
+    root = tmp_path_factory.mktemp("template_hub")
+    info = export_hub_layout(template_corpus, root / "hub", blind_key="11" * 32)
+    return Path(info["dest"]), Path(info["gold_dir"])

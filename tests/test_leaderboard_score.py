@@ -1,5 +1,5 @@
 """Leaderboard scoring: one code path with the Task 3 scorer, Kendall tau, public/private split,
-the gold never leaks, and the CLI end to end (also through the lead's export_hub_layout)."""
+the gold never leaks, and the CLI end to end (also through dialfork_dataset.export_hub_layout)."""
 
 from __future__ import annotations
 
@@ -236,7 +236,7 @@ def test_cli_score_stores_and_json(env, tmp_path):
     assert r.returncode == 3 and "limit 1 per UTC day" in r.stderr
 
 
-# ---- end to end through the lead's export -------------------------------------------------
+# ---- end to end through export_hub_layout -------------------------------------------------
 
 
 def test_end_to_end_through_export_hub_layout(tmp_path):

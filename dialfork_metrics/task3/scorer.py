@@ -22,6 +22,7 @@ dialogue id and ``T`` (public: it is the number of system turns of the published
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -48,12 +49,17 @@ class PredictionError(ValueError):
         super().__init__(msg)
 
 
+def _is_bool(v: Any) -> bool:
+    return isinstance(v, bool) or getattr(getattr(v, "dtype", None), "kind", None) == "b"  # numpy bool_
+
+
 def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
+    # numpy integers (e.g. from an argmax) count as integers; booleans never do
+    return isinstance(v, numbers.Integral) and not _is_bool(v)
 
 
 def _describe_value(v: Any) -> str:
-    if isinstance(v, bool):
+    if _is_bool(v):
         return f"a boolean ({v!r})"
     if isinstance(v, float):
         return f"a float ({v!r})"
@@ -165,8 +171,8 @@ def validate_predictions(predictions: Any, gold: Sequence[Mapping[str, Any]]) ->
     """Every problem with ``predictions`` against ``gold`` (empty list when valid).
 
     Checks: the container shape, unknown ids, missing ids, duplicate ids (list of rows), values
-    that are not an ``int`` or ``None`` (bools, floats and numeric strings are errors) and indices
-    outside ``1..T``.
+    that are not an integer (``int`` or a numpy integer) or ``None`` (bools, floats and numeric
+    strings are errors) and indices outside ``1..T``.
     """
     gold_by_id = _gold_index(gold)
     errors: list[str] = []
@@ -189,6 +195,9 @@ def score_from_components(a: Sequence[float], weights: Sequence[float] = SCORE_W
     """``100 * exp(sum_i w_i * log(max(a_i, 1e-12)))`` (weighted geometric mean, in percent)."""
     if len(a) != len(weights):
         raise ValueError(f"need {len(weights)} components, got {len(a)}")
+    for i, x in enumerate(a, 1):
+        if isinstance(x, bool) or not isinstance(x, numbers.Real) or math.isnan(x):
+            raise ValueError(f"component a{i} must be a number in [0, 1], got {x!r}")
     return 100.0 * math.exp(sum(w * math.log(max(float(x), COMPONENT_FLOOR)) for w, x in zip(weights, a)))
 
 
@@ -259,14 +268,15 @@ def score_predictions(
     ref_c: list[int] = []
     for did, g in gold_by_id.items():
         p = preds[did]
-        T = g["num_system_turns"]
+        p = None if p is None else int(p)  # numpy integers -> int (JSON-serialisable results)
+        T = int(g["num_system_turns"])
         h = g.get("hallucination_type")
         if h is None:
             ref_c.append(T)  # always-first: |(T + 1) - 1|
             if p is not None:
                 err_c.append(T + 1 - p)
         else:
-            tk = g["fork_turn"]
+            tk = int(g["fork_turn"])
             n_h[h] += 1
             ref_h.append(T - tk)  # always-last: |T - t_k|
             if p is not None:

@@ -389,6 +389,11 @@ class StreamingDetector:
         turns_list, names, errs = [], [], []
         for i, d in enumerate(dialogues):
             name = _where(d, i)
+            if isinstance(d, Mapping) and d.get("hallucination_type") is not None:
+                # SPEC 8: streaming detectors may use only the conformant train split
+                errs.append(f"{name}: is a fork ({d['hallucination_type']}); fit() takes conformant train "
+                            "dialogues only (the task3 train split)")
+                continue
             try:
                 turns = as_turns(d, where=name)
             except ValueError as e:
