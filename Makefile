@@ -48,7 +48,7 @@ demo: install
 	  --blind-key 00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff --overwrite
 	$(PY) -m dialfork_dataset check $(DEMO_OUT)/hub
 	$(PY) -m dialfork_metrics.bench --data $(DEMO_OUT)/hub --tasks 1,2,3 --encoders minilm \
-	  --out $(DEMO_OUT)/reports --bootstrap-resamples 10000 --prd-kmeans full --prd-n-init 1
+	  --out $(DEMO_OUT)/reports --bootstrap-resamples 10000
 	mkdir -p $(DEMO_OUT)/submission
 	$(PY) -m dialfork_metrics.task3 predict --data $(DEMO_OUT)/hub --split blind --detector $(DEMO_DETECTOR) \
 	  --encoder minilm --out $(DEMO_OUT)/submission/streaming.jsonl
