@@ -35,7 +35,7 @@ install: $(VENV)/.installed
 
 DEMO_TASKS ?= weather,doctor_schedule,apartment_schedule
 DEMO_PER_TASK ?= 16
-DEMO_DETECTOR ?= it+nc
+DEMO_DETECTOR ?= ss+nc
 
 # The whole pipeline on the embedded default: STAR -> template corpus -> Hub layout ->
 # load_dataset -> benchmark (Tasks 1-3, minilm) -> a streaming detector's blind submission ->

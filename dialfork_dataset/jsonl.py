@@ -30,6 +30,21 @@ class JsonlError(ValueError):
         self.errors = errors
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def make_public(fd_or_path: int | str | os.PathLike) -> None:
+    """Give a temp file from ``mkstemp`` (mode 0600) the mode a normal ``open`` would (0666 & ~umask)."""
+    mode = 0o666 & ~_umask()
+    if isinstance(fd_or_path, int):
+        os.fchmod(fd_or_path, mode)
+    else:
+        os.chmod(fd_or_path, mode)
+
+
 def dumps(obj: Any) -> str:
     """Canonical one-line JSON (UTF-8, no ASCII escaping, stable separators)."""
     return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
@@ -89,6 +104,7 @@ def write_jsonl(path: str | os.PathLike, rows: Iterable[Any]) -> int:
     path.parent.mkdir(parents=True, exist_ok=True)
     n = 0
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    make_public(fd)
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
             for r in rows:
@@ -110,6 +126,7 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    make_public(fd)
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
             fh.write(text)

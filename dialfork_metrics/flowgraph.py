@@ -656,6 +656,9 @@ def _atomic_write(path: str | os.PathLike, writer) -> None:
     d = os.path.dirname(os.path.abspath(path))
     os.makedirs(d, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-", suffix=os.path.splitext(path)[1])
+    from dialfork_dataset.jsonl import make_public
+
+    make_public(fd)  # mkstemp's 0600 -> the mode a plain open() would give
     os.close(fd)
     try:
         writer(tmp)

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from dialfork_dataset.jsonl import write_text_atomic
+from dialfork_dataset.jsonl import make_public, write_text_atomic
 from dialfork_dataset.records import HALLUCINATION_TYPES
 
 logger = logging.getLogger(__name__)
@@ -131,6 +131,7 @@ def _savefig(fig, path: Path) -> None:
     os.close(fd)
     try:
         fig.savefig(tmp, dpi=120, bbox_inches="tight")
+        make_public(tmp)
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):

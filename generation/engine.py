@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from dialfork_dataset.forks import MIN_SYSTEM_TURNS, fork_turns
-from dialfork_dataset.jsonl import dumps, repair_torn_tail, write_json_atomic
+from dialfork_dataset.jsonl import dumps, make_public, repair_torn_tail, write_json_atomic
 from dialfork_dataset.records import DECODING_FIELDS, HALLUCINATION_TYPES, PREFIX_MODES, validate_record
 
 from . import prompts
@@ -780,6 +780,7 @@ def merge_shards(out_dir: str | os.PathLike, keep_shards: bool = False, wall_sec
             fname = f"{task}.jsonl"
             dest = out / fname
             fd, tmp = tempfile.mkstemp(prefix=f".{fname}.", suffix=".tmp", dir=out)
+            make_public(fd)  # mkstemp's 0600 -> the mode a plain open() would give
             h = hashlib.sha256()
             try:
                 with os.fdopen(fd, "wb") as fo:

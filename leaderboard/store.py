@@ -27,6 +27,8 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
+from dialfork_dataset.jsonl import make_public
+
 logger = logging.getLogger(__name__)
 
 RESULTS_AREA = "results"
@@ -189,6 +191,8 @@ class LocalStore(ResultStore):
         final = self._dir(area) / key
         final.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent)
+        if area != "private":  # private twins keep mkstemp's owner-only mode
+            make_public(fd)
         try:
             with os.fdopen(fd, "wb") as fh:
                 fh.write(data)
@@ -290,6 +294,8 @@ class HubStore(ResultStore):
             out.parent.mkdir(parents=True, exist_ok=True)
             data = self._read(area, key)
             fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
+            if area != "private":
+                make_public(fd)
             with os.fdopen(fd, "wb") as fh:
                 fh.write(data)
             os.replace(tmp, out)
