@@ -171,12 +171,13 @@ def _load_config_split(data: Any, cfg: str, split: str) -> list[dict[str, Any]]:
 # ----------------------------------------------------------------------------- encoders
 def prepare_encoder(name: str, records: Sequence[Mapping[str, Any]], *, device: str | None = None,
                     batch_size: int = 64, cache_dir: str | None = None, transcripts: bool = True,
-                    timings: dict[str, float] | None = None):
+                    timings: dict[str, float] | None = None, progress: bool = True):
     """Load an encoder and encode every unique turn (and transcript) of ``records`` once."""
     from .encoders import Encoder
 
     t0 = time.perf_counter()
-    enc = Encoder(name, device=device, batch_size=batch_size, cache_dir=cache_dir)
+    enc = Encoder(name, device=device, batch_size=batch_size, cache_dir=cache_dir,
+                  show_progress=None if progress else False)
     enc.encode_dialogues(list(records))
     if transcripts:
         enc.encode_transcripts(list(records))
@@ -310,10 +311,10 @@ def _flowkl(task: str, ref, tgt, encoder, graphs: dict, kwargs: Mapping[str, Any
     return float(flowkl(ref, tgt, graph=g, encoder=encoder, **kwargs))
 
 
-def _pair_encoder(encoder: Any):
+def _pair_encoder(encoder: Any, progress: bool = True):
     from .pair_encoder import PairEncoder
 
-    return PairEncoder(encoder)
+    return PairEncoder(encoder, show_progress=None if progress else False)
 
 
 def _set_metric(name: str, task: str, ref, tgt, pair_encoder, cache: dict, kwargs: Mapping[str, Any] | None = None) -> float:
@@ -540,12 +541,12 @@ def run_benchmark(data: str | os.PathLike, tasks: Sequence[int] = (1, 2, 3), enc
     graph = None
     for i, name in enumerate(encoders):
         enc = prepare_encoder(name, corpus.records, device=device, batch_size=batch_size, cache_dir=cache_dir,
-                              transcripts=2 in tasks, timings=timings)
+                              transcripts=2 in tasks, timings=timings, progress=progress)
         if 1 in tasks and i == 0:
             pe = None
             if any(m in task1_methods for m in ("fbd", "prd")):
                 t0 = time.perf_counter()
-                pe = _pair_encoder(enc)
+                pe = _pair_encoder(enc, progress)
                 pe.encode_sets(corpus.records)  # every (system, user) pair once; Task 1 reads the cache
                 timings[f"encode:{name}:pairs"] = time.perf_counter() - t0
             t0 = time.perf_counter()

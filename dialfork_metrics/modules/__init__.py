@@ -132,3 +132,24 @@ __all__ = [
     "module_encoder",
     "module_path",
 ]
+
+
+HOMEPAGE = "https://github.com/idiap/dialfork"
+
+
+def metric_info(description: str, inputs_description: str, features: Any, extra_references: tuple[str, ...] = ()):
+    """The ``evaluate.MetricInfo`` every DialFork module returns from ``_info`` (one citation,
+    homepage and license for all; the module gives its texts, features and extra references)."""
+    import evaluate
+
+    return evaluate.MetricInfo(
+        module_type="metric",
+        description=description,
+        citation=DIALFORK_BIBTEX,
+        inputs_description=inputs_description,
+        features=features,
+        homepage=HOMEPAGE,
+        codebase_urls=[HOMEPAGE],
+        reference_urls=[HOMEPAGE, *extra_references],
+        license="Apache-2.0",
+    )

@@ -14,8 +14,7 @@ Names resolve lazily (numpy/transformers load only when used).
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from dialfork_dataset.lazy import lazy_exports
 
 _EXPORTS: dict[str, str] = {
     "PredictionError": "scorer",
@@ -47,14 +46,4 @@ _EXPORTS: dict[str, str] = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    mod = _EXPORTS.get(name)
-    if mod is None:
-        raise AttributeError(f"module 'dialfork_metrics.task3' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{mod}", __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())

@@ -7,7 +7,7 @@ validation live in the ``dialfork`` library.
 import evaluate
 
 from dialfork_metrics.dialogue import score_pairs
-from dialfork_metrics.modules import DIALFORK_BIBTEX, dialogue_features, module_encoder
+from dialfork_metrics.modules import dialogue_features, metric_info, module_encoder
 
 _METHOD = "flowdtw"
 
@@ -61,17 +61,7 @@ class Flowdtw(evaluate.Metric):
         super().__init__(**kwargs)
 
     def _info(self):
-        return evaluate.MetricInfo(
-            module_type="metric",
-            description=_DESCRIPTION,
-            citation=DIALFORK_BIBTEX,
-            inputs_description=_KWARGS_DESCRIPTION,
-            features=dialogue_features(),
-            homepage="https://github.com/idiap/dialfork",
-            codebase_urls=["https://github.com/idiap/dialfork"],
-            reference_urls=["https://github.com/idiap/dialfork"],
-            license="Apache-2.0",
-        )
+        return metric_info(_DESCRIPTION, _KWARGS_DESCRIPTION, dialogue_features())
 
     def _compute(self, predictions, references):
         if len(predictions) == 0:

@@ -7,7 +7,7 @@ validation live in the ``dialfork`` library.
 import evaluate
 
 from dialfork_metrics.flowgraph import flowkl
-from dialfork_metrics.modules import DIALFORK_BIBTEX, dialogue_set_features, module_encoder
+from dialfork_metrics.modules import dialogue_set_features, metric_info, module_encoder
 
 _DESCRIPTION = """\
 FlowKL compares a target set of dialogues with a reference set by how well each fits the
@@ -76,18 +76,7 @@ class Flowkl(evaluate.Metric):
         super().__init__(**kwargs)
 
     def _info(self):
-        return evaluate.MetricInfo(
-            module_type="metric",
-            description=_DESCRIPTION,
-            citation=DIALFORK_BIBTEX,
-            inputs_description=_KWARGS_DESCRIPTION,
-            features=dialogue_set_features(),
-            homepage="https://github.com/idiap/dialfork",
-            codebase_urls=["https://github.com/idiap/dialfork"],
-            reference_urls=["https://github.com/idiap/dialfork", "https://github.com/idiap/sdialog",
-                            "https://arxiv.org/abs/2410.18481"],
-            license="Apache-2.0",
-        )
+        return metric_info(_DESCRIPTION, _KWARGS_DESCRIPTION, dialogue_set_features(), ("https://github.com/idiap/sdialog", "https://arxiv.org/abs/2410.18481"))
 
     def _compute(self, predictions, references):
         if len(predictions) == 0:

@@ -6,7 +6,7 @@ Thin wrapper over :func:`dialfork_metrics.task3.score_predictions`.
 import datasets
 import evaluate
 
-from dialfork_metrics.modules import DIALFORK_BIBTEX
+from dialfork_metrics.modules import metric_info
 from dialfork_metrics.task3.scorer import score_predictions
 
 _DESCRIPTION = """\
@@ -55,16 +55,7 @@ _GOLD_FIELDS = {
 
 class Task3(evaluate.Metric):
     def _info(self):
-        return evaluate.MetricInfo(
-            module_type="metric",
-            description=_DESCRIPTION,
-            citation=DIALFORK_BIBTEX,
-            inputs_description=_KWARGS_DESCRIPTION,
-            features=datasets.Features({"predictions": datasets.Value("int32"), "references": dict(_GOLD_FIELDS)}),
-            homepage="https://github.com/idiap/dialfork",
-            codebase_urls=["https://github.com/idiap/dialfork"],
-            reference_urls=["https://github.com/idiap/dialfork"],
-        )
+        return metric_info(_DESCRIPTION, _KWARGS_DESCRIPTION, datasets.Features({"predictions": datasets.Value("int32"), "references": dict(_GOLD_FIELDS)}))
 
     def _compute(self, predictions, references):
         gold = []

@@ -1,0 +1,31 @@
+"""PEP 562 lazy exports, shared by the packages whose import must stay fast."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from typing import Any
+
+
+def lazy_exports(package: str, exports: Mapping[str, str], namespace: dict[str, Any]
+                 ) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+    """``(__getattr__, __dir__)`` for ``package`` resolving ``name -> .submodule`` on first access.
+
+    The resolved value is cached in the package namespace, so later lookups are plain attribute
+    reads. Usage in a package ``__init__``::
+
+        __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
+    """
+
+    def __getattr__(name: str) -> Any:
+        mod = exports.get(name)
+        if mod is None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(f".{mod}", package), name)
+        namespace[name] = value
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted(set(namespace) | set(exports))
+
+    return __getattr__, __dir__
