@@ -58,3 +58,19 @@ class Backend(Protocol):
     def generate(self, requests: Sequence[TurnRequest]) -> list[str]:
         """One utterance per request, in order."""
         ...
+
+
+def decoding_errors(temperature: Any, top_p: Any, top_k: Any, max_new_tokens: Any, stop: Any) -> list[str]:
+    """Every invalid decoding parameter shared by the LLM backends (SPEC 3 defaults: 1.3, 0.95, 64)."""
+    errs: list[str] = []
+    if not (isinstance(temperature, int | float) and temperature >= 0):
+        errs.append(f"temperature must be >= 0, got {temperature!r}")
+    if not (isinstance(top_p, int | float) and 0 < top_p <= 1):
+        errs.append(f"top_p must be in (0, 1], got {top_p!r}")
+    if not (isinstance(top_k, int) and top_k >= 0):
+        errs.append(f"top_k must be an integer >= 0 (0 = no top-k filtering), got {top_k!r}")
+    if not (isinstance(max_new_tokens, int) and max_new_tokens >= 1):
+        errs.append(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
+    if isinstance(stop, str) or not all(isinstance(s, str) and s for s in stop):
+        errs.append(f"stop must be a list of non-empty strings, got {stop!r}")
+    return errs

@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from ..engine import GenerationError
-from .base import TurnRequest
+from .base import TurnRequest, decoding_errors
 
 logger = logging.getLogger(__name__)
 
@@ -278,16 +278,7 @@ class TransformersBackend:
         errs = []
         if not isinstance(model, str) or not model.strip():
             errs.append(f"model must be a Hub id or a folder, got {model!r}")
-        if not (isinstance(temperature, (int, float)) and temperature >= 0):
-            errs.append(f"temperature must be >= 0, got {temperature!r}")
-        if not (isinstance(top_p, (int, float)) and 0 < top_p <= 1):
-            errs.append(f"top_p must be in (0, 1], got {top_p!r}")
-        if not (isinstance(top_k, int) and top_k >= 0):
-            errs.append(f"top_k must be an integer >= 0 (0 = off), got {top_k!r}")
-        if not (isinstance(max_new_tokens, int) and max_new_tokens >= 1):
-            errs.append(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
-        if isinstance(stop, str) or not all(isinstance(s, str) and s for s in stop):
-            errs.append(f"stop must be a list of non-empty strings, got {stop!r}")
+        errs += decoding_errors(temperature, top_p, top_k, max_new_tokens, stop)
         if end_strings is None:
             from ..prompts import END_TOKEN
 

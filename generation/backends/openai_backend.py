@@ -21,7 +21,7 @@ from typing import Any
 from dialfork_dataset.openai_client import EndpointError
 
 from ..engine import GenerationError
-from .base import TurnRequest
+from .base import TurnRequest, decoding_errors
 from .hf import merge_system_messages, turn_sampling_seed
 
 logger = logging.getLogger(__name__)
@@ -97,16 +97,7 @@ class OpenAIBackend:
         from dialfork_dataset.openai_client import OpenAICompatClient
 
         errs: list[str] = []
-        if not (isinstance(temperature, (int, float)) and temperature >= 0):
-            errs.append(f"temperature must be >= 0, got {temperature!r}")
-        if not (isinstance(top_p, (int, float)) and 0 < top_p <= 1):
-            errs.append(f"top_p must be in (0, 1], got {top_p!r}")
-        if not (isinstance(top_k, int) and top_k >= 0):
-            errs.append(f"top_k must be an integer >= 0 (0 = not sent), got {top_k!r}")
-        if not (isinstance(max_new_tokens, int) and max_new_tokens >= 1):
-            errs.append(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
-        if isinstance(stop, str) or not all(isinstance(s, str) and s for s in stop):
-            errs.append(f"stop must be a list of non-empty strings, got {stop!r}")
+        errs += decoding_errors(temperature, top_p, top_k, max_new_tokens, stop)
         if system_role not in ("native", "merge"):
             errs.append(f"system_role must be 'native' or 'merge', got {system_role!r}")
         if errs:
