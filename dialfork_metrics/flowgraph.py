@@ -39,11 +39,13 @@ which is not reproducible. A set with fewer than 2 likelihoods raises ``ValueErr
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import math
 import os
 import tempfile
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
@@ -91,9 +93,25 @@ def cluster_embeddings(E: Any, distance_threshold: float = 0.55) -> np.ndarray:
         raise ValueError("cannot cluster an all-zero embedding (cosine distance undefined)")
     if E.shape[0] == 1:
         return np.zeros(1, dtype=np.int64)
+    # The same utterances are often clustered several times in one process (the four streaming
+    # detectors of Task 3, a FlowGraph per type of a task): memoise on the exact bytes.
+    key = (hashlib.sha1(np.ascontiguousarray(E).view(np.uint8)).hexdigest(), E.shape, E.dtype.str,
+           float(distance_threshold))
+    hit = _CLUSTER_CACHE.get(key)
+    if hit is not None:
+        _CLUSTER_CACHE.move_to_end(key)
+        return hit.copy()
     model = AgglomerativeClustering(n_clusters=None, metric="cosine", linkage="average",
                                     distance_threshold=float(distance_threshold))
-    return model.fit(E).labels_.astype(np.int64)
+    labels = model.fit(E).labels_.astype(np.int64)
+    _CLUSTER_CACHE[key] = labels
+    while len(_CLUSTER_CACHE) > _CLUSTER_CACHE_SIZE:
+        _CLUSTER_CACHE.popitem(last=False)
+    return labels.copy()
+
+
+_CLUSTER_CACHE: OrderedDict[tuple, np.ndarray] = OrderedDict()
+_CLUSTER_CACHE_SIZE = 16
 
 
 def centroids_from_labels(E: Any, labels: Any) -> np.ndarray:
