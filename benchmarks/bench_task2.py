@@ -2,7 +2,7 @@
 
 Corpus: quartets (a conformant source and its four forks). With ``--data DIR`` they come from a
 generated DialFork corpus (record files, ``dialfork_dataset.views.task2_quartets``); without it
-they are built from the STAR human dialogues (``/work/shared/star`` or ``$DIALFORK_STAR_DIR``)
+they are built from the STAR human dialogues (``../shared/star`` beside the project, or ``$DIALFORK_STAR_DIR``)
 with synthetic forks by splicing: fork k keeps the source's turns before system turn t_k
 (``dialfork_dataset.forks.fork_turns``) and continues with the turns of another dialogue of the
 same task from its own system turn t_k on (a different donor per fork, seeded).

@@ -1,6 +1,6 @@
 """FlowKL and FBD: DialFork (``compat="sdialog"``) against sdialog 0.5.3, same inputs, same encoder.
 
-Reads the STAR human dialogues of one task (``/work/shared/star/dialogues.jsonl.gz`` or
+Reads the STAR human dialogues of one task (``../shared/star/dialogues.jsonl.gz`` beside the project, or
 ``--star``), takes the first ``--n-ref`` single-task dialogues (by STAR id) as the reference set
 and the next ``--n-tgt`` as the target set, and computes
 
