@@ -83,46 +83,35 @@ def load_gold_rows(gold: str | os.PathLike | None = None, data: str | os.PathLik
 def read_predictions(path: str | os.PathLike) -> list[dict[str, Any]]:
     """Rows of a prediction file; raises :class:`PredictionError` listing every malformed line
     (``path:line: reason``): bad JSON, not an object, missing/extra fields, non-string id,
-    a value that is not an integer or null, duplicate ids."""
+    a value that is not an integer or null, duplicate ids (checks shared with the scorer)."""
     from dialfork_dataset.jsonl import JsonlError, iter_jsonl
 
+    from .scorer import collect_prediction_rows
+
     path = Path(path)
-    rows: list[dict[str, Any]] = []
+    objs: list[Any] = []
+    locations: list[str] = []
     errors: list[str] = []
-    seen: dict[str, int] = {}
     try:
         for lineno, obj in iter_jsonl(path, collect=True):
-            where = f"{path}:{lineno}"
-            if not isinstance(obj, Mapping):
-                errors.append(f"{where}: expected an object {{\"dialogue_id\": ..., \"prediction\": ...}}, "
-                              f"got {type(obj).__name__}")
-                continue
-            did = obj.get("dialogue_id")
-            if not isinstance(did, str) or not did:
-                errors.append(f"{where}: 'dialogue_id' must be a non-empty string")
-                continue
-            if "prediction" not in obj:
-                errors.append(f"{where}: dialogue {did!r} has no 'prediction' (use null for no deviation)")
-                continue
-            extra = set(obj) - {"dialogue_id", "prediction"}
-            if extra:
-                errors.append(f"{where}: unknown field(s) {sorted(extra)}")
-            v = obj["prediction"]
-            if v is not None and (isinstance(v, bool) or not isinstance(v, int)):
-                errors.append(f"{where}: prediction for {did!r} must be an integer system turn or null, got {v!r}")
-                continue
-            if did in seen:
-                errors.append(f"{where}: duplicate dialogue_id {did!r} (first on line {seen[did]})")
-                continue
-            seen[did] = lineno
-            rows.append({"dialogue_id": did, "prediction": v})
+            objs.append(obj)
+            locations.append(f"{path}:{lineno}")
     except JsonlError as e:
         errors.extend(e.errors)
     except UnicodeDecodeError as e:
         errors.append(f"{path}: not valid UTF-8 ({e.reason})")
+    preds, row_errors = collect_prediction_rows(objs, locations)
+    errors = sorted(errors + row_errors, key=_line_of)
     if errors:
         raise PredictionError(errors)
-    return rows
+    return [{"dialogue_id": d, "prediction": int(v) if v is not None else None} for d, v in preds.items()]
+
+
+def _line_of(message: str) -> int:
+    """The line number of a ``path:line: reason`` message (0 when it names no line)."""
+    head = message.split(": ", 1)[0]
+    tail = head.rsplit(":", 1)[-1]
+    return int(tail) if tail.isdigit() else 0
 
 
 def write_predictions(path: str | os.PathLike, rows: Iterable[Mapping[str, Any]]) -> int:

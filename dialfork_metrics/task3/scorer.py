@@ -105,8 +105,10 @@ def _gold_index(gold: Sequence[Mapping[str, Any]]) -> dict[str, Mapping[str, Any
     return out
 
 
-def _collect(predictions: Any, errors: list[str]) -> dict[str, Any]:
-    """Normalise predictions to ``{dialogue_id: value}``, recording shape errors."""
+def _collect(predictions: Any, errors: list[str], locations: Sequence[str] | None = None) -> dict[str, Any]:
+    """Normalise predictions to ``{dialogue_id: value}``, recording shape errors.
+
+    ``locations``: one label per row for the messages (e.g. ``path:line``); default ``row i``."""
     if isinstance(predictions, Mapping):
         out: dict[str, Any] = {}
         for k, v in predictions.items():
@@ -122,9 +124,9 @@ def _collect(predictions: Any, errors: list[str]) -> dict[str, Any]:
         )
         return {}
     out = {}
-    first_row: dict[str, int] = {}
+    first_row: dict[str, str] = {}
     for i, row in enumerate(predictions):
-        where = f"row {i + 1}"
+        where = locations[i] if locations is not None else f"row {i + 1}"
         if not isinstance(row, Mapping):
             errors.append(f"{where}: expected an object {{'dialogue_id', 'prediction'}}, got {type(row).__name__}")
             continue
@@ -139,11 +141,28 @@ def _collect(predictions: Any, errors: list[str]) -> dict[str, Any]:
         if extra:
             errors.append(f"{where}: dialogue {did!r}: unknown field(s) {sorted(extra)} (only 'dialogue_id', 'prediction')")
         if did in first_row:
-            errors.append(f"{where}: duplicate dialogue_id {did!r} (first given in row {first_row[did]})")
+            errors.append(f"{where}: duplicate dialogue_id {did!r} (first given at {first_row[did]})")
             continue
-        first_row[did] = i + 1
+        first_row[did] = where
         out[did] = row["prediction"]
     return out
+
+
+def collect_prediction_rows(rows: Sequence[Any], locations: Sequence[str] | None = None,
+                            ) -> tuple[dict[str, Any], list[str]]:
+    """``({dialogue_id: prediction}, errors)`` of prediction rows, before any gold is known: the
+    shape checks of :func:`score_predictions` plus the value type (an integer or null)."""
+    errors: list[str] = []
+    preds = _collect(rows, errors, locations)
+    where: dict[Any, str] = {}
+    for i, r in enumerate(rows):
+        if isinstance(r, Mapping):  # the first row of an id is the one kept
+            where.setdefault(r.get("dialogue_id"), locations[i] if locations is not None else f"row {i + 1}")
+    for did, v in preds.items():
+        if v is not None and not _is_int(v):
+            errors.append(f"{where[did]}: prediction for {did!r} must be an integer system turn or null, "
+                          f"got {_describe_value(v)}")
+    return preds, errors
 
 
 def _check_values(preds: Mapping[str, Any], gold_by_id: Mapping[str, Mapping[str, Any]], errors: list[str]) -> None:
