@@ -138,26 +138,33 @@ def _savefig(fig, path: Path) -> None:
             os.unlink(tmp)
 
 
-def plot_tau_bars(table: Mapping[str, Mapping[str, Any]], title: str, path: Path) -> None:
+def _grouped_bars(values: Mapping[str, Mapping[str, Any]], ylabel: str, title: str, path: Path,
+                  zero_line: bool = False) -> None:
+    """One group of bars per hallucination type, one bar per row of ``values`` (missing -> 0)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
 
-    methods = list(table)
+    rows = list(values)
     x = np.arange(len(TYPES))
-    w = 0.8 / max(1, len(methods))
+    w = 0.8 / max(1, len(rows))
     fig, ax = plt.subplots(figsize=(8, 3.6))
-    for i, m in enumerate(methods):
-        ax.bar(x + i * w - 0.4 + w / 2, [table[m].get(h) or 0.0 for h in TYPES], w, label=_label(m))
+    for i, m in enumerate(rows):
+        ax.bar(x + i * w - 0.4 + w / 2, [values[m].get(h) or 0.0 for h in TYPES], w, label=_label(m))
     ax.set_xticks(x, TYPES)
-    ax.axhline(0, color="black", lw=0.8)
-    ax.set_ylabel("Kendall tau")
+    if zero_line:
+        ax.axhline(0, color="black", lw=0.8)
+    ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.legend(fontsize=7, ncol=2)
     _savefig(fig, path)
     plt.close(fig)
+
+
+def plot_tau_bars(table: Mapping[str, Mapping[str, Any]], title: str, path: Path) -> None:
+    _grouped_bars(table, "Kendall tau", title, path, zero_line=True)
 
 
 def plot_distance_by_k(mean_by_k: Mapping[str, Mapping[int, float]], title: str, path: Path) -> None:
@@ -185,25 +192,7 @@ def plot_distance_by_k(mean_by_k: Mapping[str, Mapping[int, float]], title: str,
 
 
 def plot_task3_mae(results: Mapping[str, Mapping[str, Any]], title: str, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import numpy as np
-
-    dets = list(results)
-    x = np.arange(len(TYPES))
-    w = 0.8 / max(1, len(dets))
-    fig, ax = plt.subplots(figsize=(8, 3.6))
-    for i, d in enumerate(dets):
-        by = results[d].get("mae_h_by_type", {})
-        ax.bar(x + i * w - 0.4 + w / 2, [by.get(h) or 0.0 for h in TYPES], w, label=_label(d))
-    ax.set_xticks(x, TYPES)
-    ax.set_ylabel("MAE_h (system turns)")
-    ax.set_title(title)
-    ax.legend(fontsize=7, ncol=2)
-    _savefig(fig, path)
-    plt.close(fig)
+    _grouped_bars({d: r.get("mae_h_by_type", {}) for d, r in results.items()}, "MAE_h (system turns)", title, path)
 
 
 def write_reports(report: Mapping[str, Any], out: str | os.PathLike, plots: bool = True, graph: Any = None) -> list[Path]:
