@@ -302,13 +302,22 @@ def _mean_len(dialogues: Sequence[Mapping[str, Any]], what: str) -> float:
     return float(np.mean([sum(len(t["text"].split()) for t in d["turns"]) for d in dialogues]))
 
 
-def _flowkl(task: str, ref, tgt, encoder, graphs: dict, kwargs: Mapping[str, Any]) -> float:
-    from .flowgraph import FlowGraph, flowkl
+_KDE_OPTIONS = ("grid_size", "density_floor", "bw_method")
 
-    g = graphs.get(task)
-    if g is None:
-        g = graphs[task] = FlowGraph(encoder=encoder).fit(ref)
-    return float(flowkl(ref, tgt, graph=g, encoder=encoder, **kwargs))
+
+def _flowkl(task: str, ref, tgt, encoder, graphs: dict, kwargs: Mapping[str, Any]) -> float:
+    """FlowKL(D+, D^h_k) with the task's graph and reference likelihoods computed once for its 16 units
+    (the same numbers as :func:`~dialfork_metrics.flowgraph.flowkl` with that graph)."""
+    from .flowgraph import FlowGraph, flowkl_from_likelihoods
+
+    kde = {k: v for k, v in kwargs.items() if k in _KDE_OPTIONS}
+    opts = {k: v for k, v in kwargs.items() if k not in _KDE_OPTIONS and k != "distance_threshold"}
+    if task not in graphs:
+        g = FlowGraph(encoder=encoder, distance_threshold=kwargs.get("distance_threshold", 0.55)).fit(ref)
+        graphs[task] = g
+        graphs[("l_ref", task)] = g.likelihoods(ref, set_name="reference set", **opts)
+    g, l_ref = graphs[task], graphs[("l_ref", task)]
+    return float(flowkl_from_likelihoods(l_ref, g.likelihoods(tgt, set_name="target set", **opts), **kde))
 
 
 def _pair_encoder(encoder: Any, progress: bool = True):
@@ -553,7 +562,7 @@ def run_benchmark(data: str | os.PathLike, tasks: Sequence[int] = (1, 2, 3), enc
             r1 = run_task1(corpus, enc, task1_methods, seed=seed, skipped=skipped, progress=progress, pair_encoder=pe,
                            prd_kwargs=prd_kwargs)
             timings["task1"] = time.perf_counter() - t0
-            graphs = r1.pop("graphs")
+            graphs = {k: v for k, v in r1.pop("graphs").items() if isinstance(k, str)}
             gt = graph_task or (sorted(graphs)[0] if graphs else None)
             graph = (gt, graphs.get(gt)) if gt else None
             report["task1"] = {**r1, "encoder": name}
