@@ -33,7 +33,13 @@ def main() -> int:
     ap.add_argument("--encoder", default="minilm")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--bench-tasks", default="1,2,3")
+    ap.add_argument("--progress", action="store_true", help="progress bars and stage logs on stderr")
+    ap.add_argument("--json", default=None, help="also write the summary here")
     args = ap.parse_args()
+    if args.progress:
+        import logging
+
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
 
     from dialfork_metrics.bench import run_benchmark
     from generation import GenerationConfig, generate_corpus
@@ -46,7 +52,7 @@ def main() -> int:
                                      workers=args.workers), progress=False)
     t_gen = time.perf_counter() - t0
     rep = run_benchmark(corpus, tasks=[int(t) for t in args.bench_tasks.split(",")], encoders=(args.encoder,),
-                        out=out / "reports", progress=False)
+                        out=out / "reports", progress=args.progress)
     t = rep["timings"]
     enc = sum(v for k, v in t.items() if k.startswith("encode:"))
     rest = t["total"] - enc
@@ -57,7 +63,12 @@ def main() -> int:
         "non_encoding_s": round(rest, 1), "non_encoding_share": round(share, 4),
         "ratio_to_20pct_target": round(share / 0.20, 3), "timings": {k: round(v, 2) for k, v in t.items()},
     }
+    summary["load_average"] = [round(x, 2) for x in os.getloadavg()]
+    summary["cpus"] = os.cpu_count()
     print(json.dumps(summary, indent=2))
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(summary, indent=2))
     print(f"benchmark wall {t['total']:.1f} s on {rep['meta']['n_records']:,} dialogues; encoding {enc:.1f} s; "
           f"everything else {rest:.1f} s = {100 * share:.1f}% of the total "
           f"(target <= 20%: ratio {share / 0.20:.2f}, {'met' if share <= 0.20 else 'NOT met'})")

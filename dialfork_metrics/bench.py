@@ -321,9 +321,9 @@ def _flowkl(task: str, ref, tgt, encoder, graphs: dict, kwargs: Mapping[str, Any
 
 
 def _pair_encoder(encoder: Any, progress: bool = True):
-    from .pair_encoder import PairEncoder
+    from .pair_encoder import pair_encoder_for
 
-    return PairEncoder(encoder, show_progress=None if progress else False)
+    return pair_encoder_for(encoder, show_progress=None if progress else False)
 
 
 def _set_metric(name: str, task: str, ref, tgt, pair_encoder, cache: dict, kwargs: Mapping[str, Any] | None = None) -> float:

@@ -231,6 +231,7 @@ class Encoder:
         self.show_progress = show_progress
         self.max_seq_length = max_seq_length
         self.prompt_name = prompt_name
+        self.cache_dir = cache_dir
         self._model = model
         if model is not None and max_seq_length is not None:
             model.max_seq_length = max_seq_length

@@ -10,8 +10,12 @@ turn-level metrics share one loaded model. The tokenizer is loaded with
 sentence-transformers copy of the tokenizer has its ``model_max_length`` lowered to the
 encoder's ``max_seq_length``; sdialog truncates pairs at the tokenizer's own limit).
 
-Every unique pair is encoded once (memory cache keyed by the two texts), pairs are sorted by
-length before batching (less padding), and a progress bar shows on large jobs.
+Every unique pair is encoded once (memory cache keyed by the two texts; optionally a disk cache
+keyed by model, truncation length and the hash of the two texts, shared with the encoder's
+``cache_dir``), pairs are sorted by length before batching (less padding), and a progress bar
+shows on large jobs. :func:`pair_encoder_for` gives one ``PairEncoder`` per ``Encoder``, so that
+repeated :func:`~dialfork_metrics.fbd` / :func:`~dialfork_metrics.prd` calls against the same
+reference set (a training loop, a benchmark) encode its pairs once.
 
 Pairings (``pairing=``):
 
@@ -24,7 +28,10 @@ Pairings (``pairing=``):
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import os
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -88,6 +95,12 @@ def set_turn_pairs(dialogues: Sequence[Any], pairing: str = "system_user", set_n
     return pairs
 
 
+def _pair_key(a: str, b: str) -> bytes:
+    """sha256 of the two texts, length-prefixed so that ``("ab", "c")`` and ``("a", "bc")`` differ."""
+    ab = a.encode("utf-8")
+    return hashlib.sha256(len(ab).to_bytes(8, "little") + ab + b.encode("utf-8")).digest()
+
+
 class PairEncoder:
     """``[CLS]`` embeddings of text pairs with the transformer of a sentence-transformers encoder.
 
@@ -103,19 +116,34 @@ class PairEncoder:
         ``model_max_length`` as saved with the model (what sdialog uses; 512 for MiniLM).
     show_progress:
         Progress bar; ``None``: only for more than 2,000 new pairs.
+    cache_dir:
+        Folder of a persistent pair-embedding cache (the same atomic shard store as
+        :class:`~dialfork_metrics.Encoder`'s, under its own key: model, ``"pairs"``, truncation
+        length). ``None``: the encoder's own ``cache_dir``, if it has one; ``False``: memory only.
     """
 
     def __init__(self, encoder: Any = None, batch_size: int = 64, max_length: int | None = None,
-                 show_progress: bool | None = None):
+                 show_progress: bool | None = None, cache_dir: str | os.PathLike | None | bool = None):
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+        if max_length is not None and (not isinstance(max_length, int) or max_length < 2):
+            raise ValueError(f"max_length must be an int >= 2 or None, got {max_length!r}")
         self.encoder = as_encoder(encoder)
         self.batch_size = batch_size
         self.max_length = max_length
         self.show_progress = show_progress
+        if cache_dir is None:
+            cache_dir = getattr(self.encoder, "cache_dir", None)
+        self.cache_dir = None if cache_dir is False else cache_dir
+        self._disk: Any = None
+        if self.cache_dir is not None:  # keyed by the requested length: a hit needs no model load
+            from .encoders import _DiskCache
+
+            self._disk = _DiskCache(self.cache_dir, f"{self.name}|pairs-cls|max_length={max_length or 'model'}")
         self._cache: dict[tuple[str, str], np.ndarray] = {}
         self._model = None
         self._tokenizer = None
+        self.stats = {"requested": 0, "memory_hits": 0, "disk_hits": 0, "encoded": 0}
 
     @property
     def name(self) -> str:
@@ -159,9 +187,23 @@ class PairEncoder:
         for i, (a, b) in enumerate(keys):
             if not isinstance(a, str) or not isinstance(b, str) or not a.strip() or not b.strip():
                 raise ValueError(f"pair {i}: both texts must be non-empty strings, got {a!r}, {b!r}")
-        todo = sorted({k for k in keys if k not in self._cache}, key=lambda k: len(k[0]) + len(k[1]))
+        self.stats["requested"] += len(keys)
+        missing = {k for k in keys if k not in self._cache}
+        self.stats["memory_hits"] += len(keys) - sum(1 for k in keys if k in missing)
+        if missing and self._disk is not None:
+            hashes = {k: _pair_key(*k) for k in missing}
+            found = self._disk.get(list(hashes.values()))
+            for k, h in hashes.items():
+                if h in found:
+                    self._cache[k] = np.asarray(found[h], dtype=np.float32)
+            self.stats["disk_hits"] += len(found)
+            missing = {k for k in missing if k not in self._cache}
+        todo = sorted(missing)  # a fixed order: the batches do not depend on set iteration order
         if todo:
             self._encode_new(todo)
+            self.stats["encoded"] += len(todo)
+            if self._disk is not None:
+                self._disk.put([_pair_key(*k) for k in todo], np.stack([self._cache[k] for k in todo]))
         if not keys:
             return np.zeros((0, 0), dtype=np.float32)
         return np.stack([self._cache[k] for k in keys]).astype(np.float32, copy=False)
@@ -176,18 +218,21 @@ class PairEncoder:
         was_training = model.training
         model.eval()
         show = self.show_progress if self.show_progress is not None else len(todo) > 2000
-        starts = range(0, len(todo), self.batch_size)
+        # tokenize once, then batch by token length: each batch pads to its own longest pair
+        toks = tok([a for a, _ in todo], [b for _, b in todo], truncation=True, max_length=self.max_length)
+        names = list(toks.keys())
+        order = sorted(range(len(todo)), key=lambda i: len(toks["input_ids"][i]))
+        starts = range(0, len(order), self.batch_size)
         try:
             with torch.inference_mode():
                 for s in tqdm(starts, desc="pair embeddings", disable=not show, leave=False):
-                    batch = todo[s:s + self.batch_size]
-                    enc = tok([a for a, _ in batch], [b for _, b in batch], padding=True, truncation=True,
-                              max_length=self.max_length, return_tensors="pt")
+                    idx = order[s:s + self.batch_size]
+                    enc = tok.pad({n: [toks[n][i] for i in idx] for n in names}, padding=True, return_tensors="pt")
                     enc = {k: v.to(device) for k, v in enc.items()}
                     out = model(**enc)
                     cls = out.last_hidden_state[:, 0].float().cpu().numpy()
-                    for k, v in zip(batch, cls):
-                        self._cache[k] = v
+                    for i, v in zip(idx, cls):
+                        self._cache[todo[i]] = v
         finally:
             if was_training:
                 model.train()
@@ -199,3 +244,30 @@ class PairEncoder:
         if not pairs:
             raise ValueError(f"{set_name}: no {pairing} turn pairs in {len(dialogues)} dialogues")
         return self.encode_pairs([a for a, _ in pairs], [b for _, b in pairs])
+
+
+_PAIR_ENCODERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def pair_encoder_for(encoder: Any = None, batch_size: int = 64, show_progress: bool | None = None) -> PairEncoder:
+    """The :class:`PairEncoder` of ``encoder``, created once per encoder object and batch size.
+
+    ``encoder`` may be a ``PairEncoder`` (returned as is), an ``Encoder`` (its pair encoder is
+    remembered for as long as the encoder lives, so pair embeddings are reused across calls), or
+    ``None``/a name (a new encoder and pair encoder each call).
+    """
+    if isinstance(encoder, PairEncoder):
+        return encoder
+    if encoder is None or isinstance(encoder, str):
+        return PairEncoder(encoder, batch_size=batch_size, show_progress=show_progress)
+    enc = as_encoder(encoder)
+    try:
+        per_enc = _PAIR_ENCODERS.setdefault(enc, {})
+    except TypeError:  # an encoder object that cannot be weakly referenced: no memo
+        return PairEncoder(enc, batch_size=batch_size, show_progress=show_progress)
+    pe = per_enc.get(batch_size)
+    if pe is None:
+        pe = per_enc[batch_size] = PairEncoder(enc, batch_size=batch_size, show_progress=show_progress)
+    elif show_progress is not None:
+        pe.show_progress = show_progress
+    return pe

@@ -30,7 +30,7 @@ import numpy as np
 
 from dialfork_dataset.turns import as_turns
 
-from .pair_encoder import PAIRINGS, PairEncoder, dialogue_name
+from .pair_encoder import PAIRINGS, PairEncoder, dialogue_name, pair_encoder_for
 
 logger = logging.getLogger(__name__)
 
@@ -151,7 +151,7 @@ def prd_from_embeddings(X_ref: Any, X_tgt: Any, num_clusters: int = 20, num_angl
 
 
 def _pair_encoder(encoder: Any, batch_size: int) -> PairEncoder:
-    return encoder if isinstance(encoder, PairEncoder) else PairEncoder(encoder, batch_size=batch_size)
+    return pair_encoder_for(encoder, batch_size=batch_size)
 
 
 def _set_pairs(pe: PairEncoder, ref_set: Any, tgt_set: Any, pairing: str) -> tuple[np.ndarray, np.ndarray]:

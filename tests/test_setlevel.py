@@ -167,6 +167,44 @@ def test_pair_encoder_matches_direct_cls(encoder):
         pe.encode_pairs([""], ["x"])
 
 
+def test_pair_key_is_unambiguous():
+    from dialfork_metrics.pair_encoder import _pair_key
+
+    assert _pair_key("ab", "c") != _pair_key("a", "bc")
+    assert _pair_key("a", "b") == _pair_key("a", "b") and len(_pair_key("a", "b")) == 32
+
+
+def test_pair_encoder_disk_cache_and_memo(encoder, tmp_path):
+    from dialfork_metrics.encoders import Encoder
+    from dialfork_metrics.pair_encoder import PairEncoder, pair_encoder_for
+
+    a, b = ["Which day?", "Hello, I need a doctor."], ["Tomorrow.", "Which doctor?"]
+    first = PairEncoder(encoder, cache_dir=tmp_path)
+    x = first.encode_pairs(a, b)
+    assert first.stats["encoded"] == 2 and first.stats["disk_hits"] == 0
+    # a new encoder of the same model, same cache folder: read from disk, no model load
+    fresh = Encoder(encoder.name, cache_dir=tmp_path)
+    again = PairEncoder(fresh)  # inherits the encoder's cache_dir
+    y = again.encode_pairs(b[:1] + a, a[:1] + b)  # one new pair, two cached ones
+    assert again.stats["disk_hits"] == 2 and again.stats["encoded"] == 1
+    np.testing.assert_array_equal(y[1:], x)
+    cold = Encoder(encoder.name, cache_dir=tmp_path)
+    z = PairEncoder(cold).encode_pairs(a, b)
+    np.testing.assert_array_equal(z, x)
+    assert cold._model is None  # all hits: the model was never loaded
+    # a different truncation length is a different cache key
+    short = PairEncoder(Encoder(encoder.name, cache_dir=tmp_path), max_length=8)
+    short.encode_pairs(a, b)
+    assert short.stats["disk_hits"] == 0 and short.stats["encoded"] == 2
+    assert PairEncoder(encoder, cache_dir=False).cache_dir is None
+    with pytest.raises(ValueError, match="max_length must be"):
+        PairEncoder(encoder, max_length=1)
+    # one pair encoder per encoder object: repeated fbd() calls reuse the reference pairs
+    assert pair_encoder_for(encoder) is pair_encoder_for(encoder)
+    assert pair_encoder_for(encoder, batch_size=8) is not pair_encoder_for(encoder)
+    assert pair_encoder_for(first) is first
+
+
 def test_fbd_prd_on_dialogues(encoder):
     from dialfork_metrics import fbd, prd
 
