@@ -121,6 +121,27 @@ def padded_tokens(dialogues: list[dict], model: str, batch_size: int = 64, sdial
             "bound": sd / ours, "sdialog_batch": sdialog_batch}
 
 
+def print_fbd_bounds(star: Path, n: int) -> None:
+    """The FBD token-position ratio (sdialog / ours) on the first ``n`` dialogues of each STAR task."""
+    from dialfork_metrics.encoders import packaged_minilm_path
+
+    model = packaged_minilm_path()
+    with gzip.open(star / "dialogues.jsonl.gz", "rt", encoding="utf-8") as f:
+        tasks = sorted({d["tasks"][0] for d in map(json.loads, f) if len(d.get("tasks") or []) == 1})
+    bounds = []
+    for task in tasks:
+        dialogues = load_star_task(star, task)
+        if len(dialogues) < n:
+            print(f"{task:24s} {len(dialogues):4d} single-task dialogues (< {n}): skipped")
+            continue
+        t = padded_tokens(dialogues[:n], model)
+        bounds.append(t["bound"])
+        print(f"{task:24s} longest pair {t['longest']:4d} tokens | sdialog {t['sdialog']:8,} positions | "
+              f"ours {t['ours']:8,} | ratio {t['bound']:.2f}x")
+    if bounds:
+        print(f"{len(bounds)} tasks: ratio {min(bounds):.2f}x to {max(bounds):.2f}x (median {sorted(bounds)[len(bounds) // 2]:.2f}x)")
+
+
 def rel(a: float, b: float) -> float:
     return abs(a - b) / max(abs(b), 1e-300)
 
@@ -134,11 +155,17 @@ def main() -> None:
     ap.add_argument("--metrics", default="flowkl,fbd", help="comma-separated: flowkl,fbd")
     ap.add_argument("--no-build", action="store_true", help="do not build the sdialog venv if missing")
     ap.add_argument("--json", type=Path, help="also write the figures here")
+    ap.add_argument("--fbd-bound-all-tasks", action="store_true",
+                    help="only print, for every STAR task with enough single-task dialogues, the FBD token-position "
+                         "ratio sdialog/ours (the ceiling of a value-preserving cold speed-up); runs no model")
     args = ap.parse_args()
     metrics = [m for m in args.metrics.split(",") if m]
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    if args.fbd_bound_all_tasks:
+        print_fbd_bounds(args.star, args.n_ref + args.n_tgt)
+        return
     dialogues = load_star_task(args.star, args.task)
     if len(dialogues) < args.n_ref + args.n_tgt:
         sys.exit(f"task {args.task} has {len(dialogues)} single-task dialogues, need {args.n_ref + args.n_tgt}")
