@@ -62,13 +62,13 @@ def main() -> int:
         "generation_s": round(t_gen, 1), "benchmark_wall_s": round(t["total"], 1), "encoding_s": round(enc, 1),
         "non_encoding_s": round(rest, 1), "non_encoding_share": round(share, 4),
         "ratio_to_20pct_target": round(share / 0.20, 3), "timings": {k: round(v, 2) for k, v in t.items()},
+        "load_average": [round(x, 2) for x in os.getloadavg()], "cpus": os.cpu_count(),
     }
-    summary["load_average"] = [round(x, 2) for x in os.getloadavg()]
-    summary["cpus"] = os.cpu_count()
-    print(json.dumps(summary, indent=2))
+    text = json.dumps(summary, indent=2)
+    print(text)
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(summary, indent=2))
+        Path(args.json).write_text(text)
     print(f"benchmark wall {t['total']:.1f} s on {rep['meta']['n_records']:,} dialogues; encoding {enc:.1f} s; "
           f"everything else {rest:.1f} s = {100 * share:.1f}% of the total "
           f"(target <= 20%: ratio {share / 0.20:.2f}, {'met' if share <= 0.20 else 'NOT met'})")

@@ -204,15 +204,18 @@ def main() -> None:
     from dialfork_metrics import fbd, flowkl
     from dialfork_metrics.encoders import Encoder
 
-    if "flowkl" in metrics:
+    def cold_and_warm(metric):
+        """A first call that loads the model, then one with a fresh cache and the model loaded."""
         t = time.perf_counter()
         enc = Encoder("minilm")
-        det = flowkl(ref, tgt, enc, compat="sdialog", return_details=True)
+        det = metric(ref, tgt, enc, compat="sdialog", return_details=True)
         t_cold = time.perf_counter() - t
         t = time.perf_counter()
-        enc_w = Encoder("minilm", model=enc.model)
-        flowkl(ref, tgt, enc_w, compat="sdialog")
-        t_warm = time.perf_counter() - t
+        metric(ref, tgt, Encoder("minilm", model=enc.model), compat="sdialog")
+        return det, t_cold, time.perf_counter() - t, enc
+
+    if "flowkl" in metrics:
+        det, t_cold, t_warm, _ = cold_and_warm(flowkl)
         s = sd["flowkl"]
         lr, lt = np.asarray(s["ref_scores"]), np.asarray(s["tgt_scores"])
         d_scores = max(float(np.max(np.abs(det["likelihoods_ref"] - lr) / np.abs(lr))),
@@ -227,13 +230,7 @@ def main() -> None:
               f"(warm {r['speedup_warm']:.1f}x) | rel. diff {r['rel_diff']:.2e} | per-dialogue flow scores "
               f"max rel. diff {d_scores:.2e} | V {r['vocab_size']}", flush=True)
     if "fbd" in metrics:
-        t = time.perf_counter()
-        enc = Encoder("minilm")
-        det = fbd(ref, tgt, enc, compat="sdialog", return_details=True)
-        t_cold = time.perf_counter() - t
-        t = time.perf_counter()
-        fbd(ref, tgt, Encoder("minilm", model=enc.model), compat="sdialog")
-        t_warm = time.perf_counter() - t
+        det, t_cold, t_warm, enc = cold_and_warm(fbd)
         with tempfile.TemporaryDirectory() as cache:  # a second process of a user with --cache-dir
             fbd(ref, tgt, Encoder("minilm", model=enc.model, cache_dir=cache), compat="sdialog")
             t = time.perf_counter()

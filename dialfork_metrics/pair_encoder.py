@@ -189,9 +189,9 @@ class PairEncoder:
                 raise ValueError(f"pair {i}: both texts must be non-empty strings, got {a!r}, {b!r}")
         self.stats["requested"] += len(keys)
         missing = {k for k in keys if k not in self._cache}
-        self.stats["memory_hits"] += len(keys) - sum(1 for k in keys if k in missing)
-        if missing and self._disk is not None:
-            hashes = {k: _pair_key(*k) for k in missing}
+        self.stats["memory_hits"] += sum(k not in missing for k in keys)
+        hashes = {k: _pair_key(*k) for k in missing} if self._disk is not None else {}
+        if hashes:
             found = self._disk.get(list(hashes.values()))
             for k, h in hashes.items():
                 if h in found:
@@ -203,7 +203,7 @@ class PairEncoder:
             self._encode_new(todo)
             self.stats["encoded"] += len(todo)
             if self._disk is not None:
-                self._disk.put([_pair_key(*k) for k in todo], np.stack([self._cache[k] for k in todo]))
+                self._disk.put([hashes[k] for k in todo], np.stack([self._cache[k] for k in todo]))
         if not keys:
             return np.zeros((0, 0), dtype=np.float32)
         return np.stack([self._cache[k] for k in keys]).astype(np.float32, copy=False)
