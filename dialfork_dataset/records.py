@@ -14,7 +14,7 @@ from typing import Any
 HALLUCINATION_TYPES: tuple[str, ...] = ("WIC", "SSPC", "GR", "CSC")
 SPEAKERS: tuple[str, ...] = ("user", "system")
 FORK_POSITIONS: tuple[int, ...] = (1, 2, 3, 4)
-PREFIX_MODES: tuple[str, ...] = ("replay", "reuse")
+PREFIX_MODES: tuple[str, ...] = ("replay", "reuse", "reword")
 
 #: Field order of a record (SPEC section 4 first, then the provenance fields).
 RECORD_FIELDS: tuple[str, ...] = (
@@ -247,7 +247,7 @@ def record_errors(record: Mapping[str, Any]) -> list[str]:
             errs.append("substitute_task: only WIC forks carry a substitute_task")
         pm = record.get("prefix_mode")
         if pm is not None and pm not in PREFIX_MODES:
-            errs.append(f"prefix_mode: must be 'replay' or 'reuse', got {pm!r}")
+            errs.append(f"prefix_mode: must be one of {', '.join(PREFIX_MODES)}, got {pm!r}")
         pdv = record.get("prefix_divergence")
         if pdv is not None and (not _is_int(pdv) or pdv < 0):
             errs.append(f"prefix_divergence: must be a non-negative integer, got {pdv!r}")

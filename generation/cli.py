@@ -8,14 +8,19 @@ import logging
 import sys
 from pathlib import Path
 
+from dialfork_dataset.forks import MIN_SYSTEM_TURNS
+from dialfork_dataset.records import PREFIX_MODES
+
 from .backends import BACKENDS, UnknownBackendError
-from .engine import GenerationConfig, GenerationError, generate_corpus
+from .engine import DEFAULT_REWORD_RATE, GenerationConfig, GenerationError, generate_corpus, replace_config
+from .variants import VARIANT_DRAWS
 
 EPILOG = """\
 examples:
   python -m generation --backend template --star ../shared/star --out corpus
   python -m generation --backend template --star STAR --out demo --tasks weather,bank_balance --per-task 5
   python -m generation --backend template --star STAR --out full --workers 2
+  python -m generation --backend template --star STAR --out bench --prefix-mode reword --reword-rate 0.05
 
 Rerunning the same command resumes an interrupted run (finished scenarios are skipped) and the
 final record files are byte-identical to an uninterrupted run. An output folder that holds
@@ -53,10 +58,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--per-task", type=int, default=None, metavar="N",
                    help="at most N scenarios per task (the first by STAR dialogue id)")
     p.add_argument("--seed", type=int, default=0, help="base seed (default 0)")
-    p.add_argument("--prefix", default="replay", choices=["replay", "reuse"],
+    p.add_argument("--prefix", "--prefix-mode", dest="prefix", default="replay", choices=list(PREFIX_MODES),
                    help="fork prefix mode: replay regenerates the turns before t_k with the same seed "
-                        "(default), reuse copies them from D+")
+                        "(default), reuse copies them from D+, reword (template backend) realises each "
+                        "prefix turn with another surface form at --reword-rate")
     p.add_argument("--happy-only", action="store_true", help="only STAR's happy scenarios")
+    p.add_argument("--reword-rate", type=float, default=None, metavar="P",
+                   help=f"--prefix-mode reword: share of prefix turns reworded (default {DEFAULT_REWORD_RATE}, "
+                        "calibrated to the paper's Shared-prefix tau 0.682)")
+    p.add_argument("--variant-draw", default="quartet", choices=list(VARIANT_DRAWS),
+                   help="quartet (default): one variant (and WIC substitute task) per (source, type), shared "
+                        "by k=1..4; fork: one draw per fork")
+    p.add_argument("--min-system-turns", type=int, default=MIN_SYSTEM_TURNS, metavar="T",
+                   help=f"scenario filter: drop a conformant dialogue with fewer system turns (default and "
+                        f"minimum {MIN_SYSTEM_TURNS}, the fewest that admit four fork turns)")
+    p.add_argument("--multitask", action="store_true",
+                   help="scenario filter: also role-play STAR's multi-task scenarios, once per task "
+                        "(default: single-task scenarios only)")
     p.add_argument("--budget", type=int, default=None,
                    help="length budget in turns for every task (default: each task's STAR maximum)")
     p.add_argument("--workers", type=int, default=1, help="worker processes (template backend; default 1)")
@@ -76,6 +94,12 @@ def backend_options(args: argparse.Namespace) -> dict:
     return opts
 
 
+def config_options(args: argparse.Namespace) -> dict:
+    """The :class:`GenerationConfig` fields set by the rewording, variant-draw and scenario-filter options."""
+    return {"reword_rate": args.reword_rate, "variant_draw": args.variant_draw,
+            "min_system_turns": args.min_system_turns, "multitask": args.multitask}
+
+
 def main(argv: list[str] | None = None) -> int:
     from .distributed import launched_distributed
 
@@ -92,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         tasks=tasks, per_task=args.per_task, happy_only=args.happy_only, seed=args.seed,
         prefix_mode=args.prefix, budget=args.budget, workers=args.workers, batch_size=args.batch_size,
         keep_shards=args.keep_shards)
+    config = replace_config(config, **config_options(args))
     try:
         manifest = generate_corpus(config, progress=not args.no_progress)
     except (GenerationError, UnknownBackendError) as e:

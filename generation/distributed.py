@@ -181,8 +181,8 @@ def main(argv: list[str] | None = None) -> int:
     import sys
 
     from .backends import UnknownBackendError
-    from .cli import backend_options, build_parser
-    from .engine import GenerationConfig, GenerationError
+    from .cli import backend_options, build_parser, config_options
+    from .engine import GenerationConfig, GenerationError, replace_config
 
     parser = build_parser()
     parser.prog = "accelerate launch [--multi_gpu --num_processes N] -m generation.distributed"
@@ -196,6 +196,7 @@ def main(argv: list[str] | None = None) -> int:
         tasks=tasks, per_task=args.per_task, happy_only=args.happy_only, seed=args.seed,
         prefix_mode=args.prefix, budget=args.budget, workers=1, batch_size=args.batch_size,
         keep_shards=args.keep_shards)
+    config = replace_config(config, **config_options(args))
     try:
         manifest = generate_distributed(config, progress=not args.no_progress, state=state)
     except (GenerationError, UnknownBackendError, ValueError, RuntimeError) as e:

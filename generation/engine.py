@@ -43,7 +43,7 @@ from dialfork_dataset.records import DECODING_FIELDS, HALLUCINATION_TYPES, PREFI
 from . import prompts
 from .backends.base import Backend, TurnRequest
 from .seeds import dialogue_seed
-from .variants import Variant, VariantPool, draw_substitute_task, draw_variant, load_variants
+from .variants import VARIANT_DRAWS, Variant, VariantPool, draw_substitute_task, draw_variant, load_variants
 
 logger = logging.getLogger("generation")
 
@@ -56,6 +56,11 @@ FORKS_PER_SOURCE = len(HALLUCINATION_TYPES) * 4
 #: dtype is NOT among them: bf16 and float32 sample different tokens, so mixing them is refused.
 NON_IDENTITY_OPTIONS = frozenset({"device", "device_map", "batch_size", "concurrency", "timeout", "max_retries",
                                   "api_key", "base_url", "cache_dir", "show_progress"})
+
+#: Default share of prefix turns reworded in ``reword`` mode (SPEC section 3, ours). Calibrated on a
+#: template corpus so that the Shared-prefix control's Task 2 tau lands near the paper's 0.682 (LLM
+#: replay); see ``docs/generation.md`` for the measurement.
+DEFAULT_REWORD_RATE = 0.05
 
 TYPE_NAMES = {
     "WIC": "workflow identity corruption",
@@ -95,11 +100,24 @@ class GenerationConfig:
     happy_only: bool = False
     seed: int = 0
     prefix_mode: str = "replay"
+    """``replay`` (default), ``reuse`` or ``reword`` (SPEC section 3)."""
+    reword_rate: float | None = None
+    """``reword`` mode only: the probability that a prefix turn (before t_k) is realised with another
+    surface form of the same dialogue act; default :data:`DEFAULT_REWORD_RATE`."""
     budget: int | None = None
     """Length budget in turns (both speakers) for every task; default: the task's STAR maximum."""
     cut_after: int = 5
     """Turns after the budget at which a dialogue is cut (SPEC section 3: 5)."""
     variants_path: str | None = None
+    variant_draw: str = "quartet"
+    """``quartet`` (default): one variant (and one WIC substitute task) per (source, type), shared by
+    k=1..4; ``fork``: one draw per fork (:data:`~generation.variants.VARIANT_DRAWS`)."""
+    min_system_turns: int = MIN_SYSTEM_TURNS
+    """Scenario filter after generation: a D+ with fewer system turns is dropped (``too_short``).
+    At least 4, the fewest that admit four distinct fork turns (SPEC section 1)."""
+    multitask: bool = False
+    """Scenario filter before generation: also role-play STAR's multi-task scenarios, once for each of
+    their tasks (default: single-task scenarios only, SPEC section 3)."""
     # execution knobs (do not change the corpus)
     workers: int = 1
     batch_size: int = 64
@@ -119,6 +137,20 @@ class GenerationConfig:
             errs.append(f"per_task must be an integer >= 1, got {self.per_task!r}")
         if not _is_int(self.seed):
             errs.append(f"seed must be an integer, got {self.seed!r}")
+        if self.reword_rate is not None:
+            r = self.reword_rate
+            if self.prefix_mode != "reword":
+                errs.append(f"reword_rate={r!r} applies to prefix mode 'reword' only (prefix mode is "
+                            f"{self.prefix_mode!r}); drop it or use prefix_mode='reword'")
+            elif isinstance(r, bool) or not isinstance(r, int | float) or not 0.0 <= r <= 1.0:
+                errs.append(f"reword_rate must be a number in [0, 1], got {r!r}")
+        if self.variant_draw not in VARIANT_DRAWS:
+            errs.append(f"variant_draw {self.variant_draw!r} is unknown: use one of {', '.join(VARIANT_DRAWS)}")
+        if not _is_int(self.min_system_turns) or self.min_system_turns < MIN_SYSTEM_TURNS:
+            errs.append(f"min_system_turns must be an integer >= {MIN_SYSTEM_TURNS} (four distinct fork turns need "
+                        f"T >= {MIN_SYSTEM_TURNS}), got {self.min_system_turns!r}")
+        if not isinstance(self.multitask, bool):
+            errs.append(f"multitask must be true or false, got {self.multitask!r}")
         if not _is_int(self.workers) or self.workers < 1:
             errs.append(f"workers must be an integer >= 1, got {self.workers!r}")
         if not _is_int(self.batch_size) or self.batch_size < 1:
@@ -141,9 +173,20 @@ class GenerationConfig:
             "happy_only": self.happy_only,
             "seed": self.seed,
             "prefix_mode": self.prefix_mode,
+            "reword_rate": self.effective_reword_rate,
             "budget": self.budget,
             "cut_after": self.cut_after,
+            "variant_draw": self.variant_draw,
+            "min_system_turns": self.min_system_turns,
+            "multitask": self.multitask,
         }
+
+    @property
+    def effective_reword_rate(self) -> float | None:
+        """The rewording rate in force: ``None`` unless the prefix mode is ``reword``."""
+        if self.prefix_mode != "reword":
+            return None
+        return float(DEFAULT_REWORD_RATE if self.reword_rate is None else self.reword_rate)
 
 
 def _is_int(v: Any) -> bool:
@@ -214,6 +257,8 @@ class Dialogue:
     prefix_len: int = 0
     """Number of turns copied from D+ (``reuse`` mode)."""
     replay_fallback: bool = False
+    reword_rate: float = 0.0
+    """``reword`` mode: the share of prefix turns the backend realises with another surface form."""
     system_messages: list[dict[str, str]] | None = None
     user_messages: list[dict[str, str]] | None = None
     scratch: dict[str, Any] = field(default_factory=dict)
@@ -429,15 +474,19 @@ def _forks(ctx: RunContext, src: Dialogue) -> list[Dialogue]:
     sid = str(src.scenario.scenario_id)
     ts = fork_turns(src.n_system)
     out = []
+    # one draw per quartet (k=None) unless per-fork draws are asked for
+    per_fork = ctx.config.variant_draw == "fork"
+    reword = ctx.config.effective_reword_rate or 0.0
     for h in HALLUCINATION_TYPES:
         for k, t in enumerate(ts, 1):
-            variant = draw_variant(ctx.pool, ctx.config.seed, sid, h, k)
-            sub = draw_substitute_task(src.task.name, ctx.domain_of, ctx.config.seed, sid, k) if h == "WIC" else None
+            dk = k if per_fork else None
+            variant = draw_variant(ctx.pool, ctx.config.seed, sid, h, dk)
+            sub = draw_substitute_task(src.task.name, ctx.domain_of, ctx.config.seed, sid, dk) if h == "WIC" else None
             instr = variant.render_instruction(sub, service_name(src.task))
             d = Dialogue(key=f"{src.key}-{h}-k{k}", task=src.task, scenario=src.scenario, seed=src.seed,
                          budget=src.budget, cut=src.cut, reference=src,
                          fork=ForkSpec(h, k, t, variant, instr, sub),
-                         substitute=ctx.corpus.tasks[sub] if sub else None)
+                         substitute=ctx.corpus.tasks[sub] if sub else None, reword_rate=reword)
             if ctx.config.prefix_mode == "reuse":
                 cut = _prefix_positions(src.turns, t)
                 d.turns = [dict(x) for x in src.turns[:cut]]
@@ -490,16 +539,17 @@ def generate_units(ctx: RunContext, units: Sequence[Unit], backend: Backend) -> 
     exact = bool(getattr(backend, "exact", False))
     sources = [_conformant(ctx, u) for u in units]
     run_dialogues(sources, backend, uses_messages)
-    kept = [s for s in sources if s.n_system >= MIN_SYSTEM_TURNS]
+    min_t = ctx.config.min_system_turns
+    kept = [s for s in sources if s.n_system >= min_t]
     forks_of: dict[str, list[Dialogue]] = {s.key: _forks(ctx, s) for s in kept}
     all_forks = [f for fs in forks_of.values() for f in fs]
     run_dialogues(all_forks, backend, uses_messages)
     per_unit = (time.perf_counter() - t0) / max(len(units), 1)
     results = []
     for u, s in zip(units, sources):
-        if s.n_system < MIN_SYSTEM_TURNS:
+        if s.n_system < min_t:
             results.append(UnitResult(u.unit_id, u.ordinal, u.task, False,
-                                      f"too_short: T={s.n_system} < {MIN_SYSTEM_TURNS} system turns",
+                                      f"too_short: T={s.n_system} < {min_t} system turns",
                                       s.n_system, [], per_unit))
             continue
         rec = _record(ctx, s, s.key)
@@ -539,7 +589,10 @@ def _sid_key(sid: str) -> tuple:
 def plan_units(corpus: Any, config: GenerationConfig, scenarios: Iterable[Any] | None = None) -> list[Unit]:
     """The units of a run, in canonical order: tasks sorted by name, scenarios by STAR id."""
     if scenarios is not None:
-        items = [(sc.task, sc) for sc in scenarios]
+        if config.multitask:  # a multi-task scenario is role-played once for each of its tasks
+            items = [(t, sc) for sc in scenarios for t in sc.tasks]
+        else:
+            items = [(sc.task, sc) for sc in scenarios]
         tasks = set(config.tasks) if config.tasks else None
         items = [(t, sc) for t, sc in items if tasks is None or t in tasks]
         if config.happy_only:
@@ -549,7 +602,8 @@ def plan_units(corpus: Any, config: GenerationConfig, scenarios: Iterable[Any] |
             by_task.setdefault(t, []).append(sc)
     else:
         names = sorted(config.tasks) if config.tasks else sorted(corpus.tasks)
-        by_task = {t: list(corpus.scenarios_for(task=t, single_task=True, happy=True if config.happy_only else None))
+        by_task = {t: list(corpus.scenarios_for(task=t, single_task=not config.multitask,
+                                                happy=True if config.happy_only else None))
                    for t in names}
     units: list[Unit] = []
     for t in sorted(by_task):
@@ -901,6 +955,10 @@ def prepare(config: GenerationConfig, backend: Backend | None = None, scenarios:
         raise GenerationError(f"--workers {config.workers}: worker processes are for the template backend; an LLM "
                               f"backend ({getattr(backend, 'name', config.backend)}) batches requests itself (raise "
                               "--batch-size) and scales over devices with accelerate shards (generation.distributed)")
+    if config.prefix_mode == "reword" and not getattr(backend, "rewords", False):
+        raise GenerationError(f"prefix mode 'reword' needs a backend that rewords its prefixes on request (the "
+                              f"template backend); {getattr(backend, 'name', config.backend)} keeps 'replay', whose "
+                              "sampling rewords prefixes by itself: use --prefix-mode replay")
     ctx = make_context(corpus, config, backend)
     units = plan_units(corpus, config, scenarios)
     if not units:

@@ -11,7 +11,7 @@ from typing import Any
 
 from dialfork_dataset.records import HALLUCINATION_TYPES
 
-from .seeds import Rng, fork_seed
+from .seeds import Rng, fork_seed, stable_seed
 
 VARIANTS_PATH = Path(__file__).with_name("variants.yaml")
 
@@ -146,20 +146,38 @@ def load_variants(path: str | Path | None = None) -> VariantPool:
     return _load_cached(str(p.resolve()), p.stat().st_mtime_ns)
 
 
-def draw_variant(pool: VariantPool, base_seed: int, scenario_id: str, htype: str, k: int) -> Variant:
-    """The variant of fork (scenario, type, k): uniform over the type's pool, seeded by
-    (base seed, scenario id, type, k)."""
-    return Rng(fork_seed(base_seed, scenario_id, htype, k), 1).choice(pool[htype])
+#: How forks draw their variant (and WIC its substitute task). ``quartet`` (default): one draw per
+#: (source, type), shared by the four forks k=1..4, so that a quartet's forks differ only in their
+#: fork turn (issue 15). ``fork``: each fork draws its own (the behaviour before; kept for
+#: reproducing earlier corpora).
+VARIANT_DRAWS: tuple[str, ...] = ("quartet", "fork")
 
 
-def draw_substitute_task(task: str, domain_of: Mapping[str, str], base_seed: int, scenario_id: str, k: int) -> str:
+def draw_seed(base_seed: int, scenario_id: str, htype: str, k: int | None) -> int:
+    """Seed of a variant / substitute-task draw: per fork (``k`` = 1..4, BLAKE2b("fork", base seed,
+    scenario id, type, k)) or per quartet (``k=None``, BLAKE2b("quartet", base seed, scenario id,
+    type))."""
+    if k is None:
+        return stable_seed("quartet", base_seed, scenario_id, htype)
+    return fork_seed(base_seed, scenario_id, htype, k)
+
+
+def draw_variant(pool: VariantPool, base_seed: int, scenario_id: str, htype: str, k: int | None = None) -> Variant:
+    """The variant of a quartet (scenario, type) when ``k`` is None, else of the single fork
+    (scenario, type, k): uniform over the type's pool, seeded by :func:`draw_seed`."""
+    return Rng(draw_seed(base_seed, scenario_id, htype, k), 1).choice(pool[htype])
+
+
+def draw_substitute_task(task: str, domain_of: Mapping[str, str], base_seed: int, scenario_id: str,
+                         k: int | None = None) -> str:
     """WIC's substitute workflow (SPEC section 2): another task of the same domain, or, when the
     domain has a single task, another task of another domain; uniform, seeded by
-    (base seed, scenario id, "WIC", k). ``domain_of`` maps every available task to its domain."""
+    :func:`draw_seed` (base seed, scenario id, "WIC", k; k=None: one draw for the WIC quartet).
+    ``domain_of`` maps every available task to its domain."""
     if task not in domain_of:
         raise KeyError(f"draw_substitute_task: unknown task {task!r}")
     same = sorted(t for t, d in domain_of.items() if d == domain_of[task] and t != task)
     pool = same or sorted(t for t, d in domain_of.items() if d != domain_of[task])
     if not pool:
         raise ValueError(f"draw_substitute_task: no other task than {task!r} to substitute")
-    return Rng(fork_seed(base_seed, scenario_id, "WIC", k), 2).choice(pool)
+    return Rng(draw_seed(base_seed, scenario_id, "WIC", k), 2).choice(pool)

@@ -130,6 +130,27 @@ def _swap_person(p: str) -> str:
     return re.sub(r"\b(you|your|yours)\b", lambda m: repl[m.group(1)], p)
 
 
+class RewordRng(Rng):
+    """The turn's random stream with a surface shift (``reword`` prefix mode): every phrasing choice
+    (a node's phrasing, a user pool's template) moves to another entry of the same pool, while every
+    draw stays the same, so the simulator takes the same decisions (same dialogue acts, same
+    workflow path) and only the surface form changes."""
+
+    __slots__ = ("shift",)
+
+    def __init__(self, seed: int, *salt: int, shift: int = 1):
+        super().__init__(seed, *salt)
+        self.shift = shift
+
+
+def _pick(rng: Rng, n: int) -> int:
+    """Index of a phrasing among ``n``: one draw; shifted to another index under :class:`RewordRng`."""
+    i = rng.below(n)
+    if rng.__class__ is RewordRng and n > 1:
+        i = (i + 1 + rng.shift % (n - 1)) % n
+    return i
+
+
 class Slot:
     __slots__ = ("name", "readable", "type", "categories", "min", "max", "secret", "free")
 
@@ -327,7 +348,7 @@ class Sim:
         phr = m.phr.get(node)
         if not phr:
             return node.replace("_", " ").capitalize() + "."
-        text = phr[rng.below(len(phr))] if len(phr) > 1 else phr[0]
+        text = phr[_pick(rng, len(phr))] if len(phr) > 1 else phr[0]
         if m.has_ph.get(node):
             text = self.fill(text, rng, alt).replace("the The ", "The ")
         if avoid is not None and text == avoid:
@@ -677,7 +698,7 @@ def _trivia_answer(sim: Sim, i: int) -> str:
 
 def _u(data: dict[str, Any], key: str, rng: Rng, **kw: str) -> str:
     pool = data["user"][key]
-    text = pool[rng.below(len(pool))]
+    text = pool[_pick(rng, len(pool))]
     if not kw:
         return text
     text = text.format(**{k: v.rstrip(".") for k, v in kw.items()})
@@ -1091,6 +1112,8 @@ class TemplateBackend:
     uses_messages = False
     exact = True
     """Forks are exact: system turn t_k always differs from D+'s, replayed prefixes are identical."""
+    rewords = True
+    """Supports the ``reword`` prefix mode (``Dialogue.reword_rate``)."""
 
     def __init__(self, data_path: str | None = None):
         self.data = load_template_data(str(data_path) if data_path else str(DATA_PATH))
@@ -1161,10 +1184,32 @@ class TemplateBackend:
                 if sim.hal.closing == 1:
                     return _u(self.data, "close", rng)
             return user_turn(sim, d, rng)
+        rate = getattr(d, "reword_rate", 0.0)
+        if rate and d.fork is not None:  # a prefix turn of a fork in ``reword`` mode
+            return self._reword_turn(sim, d, role, turn_index, rate)
         rng = Rng(d.seed, turn_index)
         if role == "system":
             return system_turn(sim, d, rng, d.seed)
         return user_turn(sim, d, rng)
+
+    def _reword_turn(self, sim: Sim, d: Any, role: str, turn_index: int, rate: float) -> str:
+        """A prefix turn (before t_k) realised, with probability ``rate``, with another surface form of
+        the dialogue act D+ has there; otherwise D+'s turn exactly. The decision is drawn per
+        (dialogue seed, turn, type, k), so the 16 forks of a source are reworded independently."""
+        f = d.fork
+        sel = Rng(d.seed, turn_index, 7000 + ("WIC", "SSPC", "GR", "CSC").index(f.htype) * 10 + f.k)
+        if sel.random() >= rate:
+            rng = Rng(d.seed, turn_index)
+            return system_turn(sim, d, rng, d.seed) if role == "system" else user_turn(sim, d, rng)
+        rng = RewordRng(d.seed, turn_index, shift=1 + sel.below(1 << 30))
+        text = system_turn(sim, d, rng, d.seed) if role == "system" else user_turn(sim, d, rng)
+        ref = d.reference.turns[turn_index]["text"] if len(d.reference.turns) > turn_index else None
+        if ref is not None and _strip_end(text) == ref:
+            # a turn with a single surface form (a bare value, a template with placeholders): add a
+            # discourse marker instead
+            markers = self.data["reword"][role]
+            text = f"{markers[sel.below(len(markers))]} {text}"
+        return text
 
     def _fast_forward(self, sim: Sim, d: Any) -> None:
         class _Replay:
