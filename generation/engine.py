@@ -510,6 +510,26 @@ def _divergence(fork: Dialogue) -> tuple[int, bool]:
     return diff, same
 
 
+def prefix_rewording(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """How the forks' prefixes were made, read from records alone (for reports): the prefix mode(s),
+    the number of forks and of prefix turns (turns before system turn t_k), the prefix turns that
+    differ from D+ (``prefix_divergence``) and their share, the realised rewording rate in
+    ``reword`` mode. Conformant records are skipped; a fork without ``prefix_mode`` counts as
+    ``unknown``."""
+    modes: dict[str, int] = {}
+    forks = turns = diverging = 0
+    for r in records:
+        if r.get("hallucination_type") is None:
+            continue
+        mode = r.get("prefix_mode") or "unknown"
+        modes[mode] = modes.get(mode, 0) + 1
+        forks += 1
+        turns += _prefix_positions(r["turns"], r["fork_turn"])
+        diverging += r.get("prefix_divergence") or 0
+    return {"prefix_modes": dict(sorted(modes.items())), "forks": forks, "prefix_turns": turns,
+            "diverging_turns": diverging, "rate": (diverging / turns) if turns else 0.0}
+
+
 @dataclass
 class UnitResult:
     unit_id: str

@@ -95,7 +95,7 @@ def test_reworded_forks_take_the_same_dialogue_acts(corpora):
     (the simulator's state at t_k, which the whole suffix depends on, is the same), and each reworded
     prefix turn is another surface form of the same turn (same value mentioned)."""
     replay = {r["dialogue_id"]: r for r in _records(corpora / "replay")}
-    for f, s, cut, d in _prefix_diffs(_records(corpora / "r30")):
+    for f, s, cut, _d in _prefix_diffs(_records(corpora / "r30")):
         r = replay[f["dialogue_id"]]
         assert f["turns"][cut:] == r["turns"][cut:]
         assert (f["variant"], f["instruction"], f["substitute_task"]) == (r["variant"], r["instruction"],
@@ -237,3 +237,17 @@ def test_default_rate_puts_the_shared_prefix_control_near_the_paper(tmp_path, st
     tau = float(np.mean([r["tau"]["shared_prefix"] for r in rows]))
     assert len(rows) == 240
     assert 0.60 < tau < 0.76, tau
+
+
+def test_prefix_rewording_summary_reads_the_rate_from_records(corpora):
+    from generation.engine import prefix_rewording
+
+    recs = _records(corpora / "r30")
+    rows = _prefix_diffs(recs)
+    s = prefix_rewording(recs)
+    assert s["prefix_modes"] == {"reword": len(rows)} and s["forks"] == len(rows)
+    assert s["prefix_turns"] == sum(cut for _, _, cut, _ in rows)
+    assert s["diverging_turns"] == sum(d for _, _, _, d in rows)
+    assert s["rate"] == pytest.approx(s["diverging_turns"] / s["prefix_turns"])
+    assert prefix_rewording(_records(corpora / "replay"))["rate"] == 0.0
+    assert prefix_rewording([])["rate"] == 0.0

@@ -30,6 +30,13 @@ number of hallucinated steps matches D+'s remaining steps up to +-1 whatever k i
 not detectable by their length alone, and every fork's system turn t_k differs from D+'s (checked,
 re-phrased if needed), so the ground truth is exact. Every choice is drawn from a SplitMix64
 stream keyed by (dialogue seed, turn index): a replayed fork reproduces D+'s prefix exactly.
+
+``reword`` prefix mode (``Dialogue.reword_rate``): each prefix turn of a fork is, with that
+probability (drawn per dialogue seed, turn, type and k), realised with another phrasing of the same
+dialogue act: the turn runs on a :class:`RewordRng`, which draws exactly what the plain stream draws
+(same decisions, same workflow path, same state at t_k) but moves every phrasing pick to another
+entry of its pool; a turn with a single surface form gets a discourse marker
+(``template_data.yaml``: ``reword``) instead. From t_k on the fork is the replayed fork.
 """
 
 from __future__ import annotations
