@@ -1191,9 +1191,8 @@ class TemplateBackend:
                 if sim.hal.closing == 1:
                     return _u(self.data, "close", rng)
             return user_turn(sim, d, rng)
-        rate = getattr(d, "reword_rate", 0.0)
-        if rate and d.fork is not None:  # a prefix turn of a fork in ``reword`` mode
-            return self._reword_turn(sim, d, role, turn_index, rate)
+        if d.fork is not None and d.reword_rate:  # a prefix turn of a fork in ``reword`` mode
+            return self._reword_turn(sim, d, role, turn_index, d.reword_rate)
         rng = Rng(d.seed, turn_index)
         if role == "system":
             return system_turn(sim, d, rng, d.seed)
