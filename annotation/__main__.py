@@ -1,4 +1,4 @@
-"""Command line: ``python -m annotation {serve,add-annotator,draw-batch,analyse,export}``."""
+"""Command line: ``python -m annotation {serve,demo,add-annotator,draw-batch,analyse,export,reset-throttle}``."""
 
 from __future__ import annotations
 
@@ -20,7 +20,11 @@ def _study(args, need_variants: bool = True):
         from generation.variants import load_variants
 
         variants = load_variants(args.variants)
-    return Study(args.db, variants=variants, study_seed=getattr(args, "study_seed", None))
+    from .corpus import task_descriptions
+
+    star = getattr(args, "star", None) or os.environ.get("DIALFORK_STAR_DIR")
+    return Study(args.db, variants=variants, study_seed=getattr(args, "study_seed", None),
+                 task_descriptions=task_descriptions(star) if star else None)
 
 
 def cmd_serve(args) -> int:
@@ -57,7 +61,8 @@ def cmd_serve(args) -> int:
         from .report import load_distances
 
         options["distances"] = load_distances(args.distances)
-    app = create_app(study, star_dir=args.star, analysis_dir=args.analysis_dir, analysis_options=options)
+    app = create_app(study, star_dir=args.star, analysis_dir=args.analysis_dir, analysis_options=options,
+                     trusted_origins=getattr(args, "origin", None) or ())
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     return 0
 
@@ -146,11 +151,31 @@ def cmd_export(args) -> int:
         buf = io.StringIO()
         w = csv.DictWriter(buf, fieldnames=list(Study.EXPORT_FIELDS))
         w.writeheader()
-        w.writerows(rows)
+        from .security import neutralize_cell
+
+        w.writerows({k: neutralize_cell(v) for k, v in r.items()} for r in rows)
         write_text_atomic(out, buf.getvalue())
     else:
         write_text_atomic(out, json.dumps(rows, ensure_ascii=False, indent=1) + "\n")
     print(f"{len(rows)} answer rows written to {out}")
+    return 0
+
+
+def cmd_reset_throttle(args) -> int:
+    """Show the admin-login throttle and clear it (one client, or everything)."""
+    from .security import LoginThrottle
+
+    throttle = LoginThrottle(_study(args).engine)
+    state = throttle.status()
+    for r in state:
+        print("  " + ", ".join(f"{k}={v}" for k, v in r.items()))
+    if not state:
+        print("no login throttle state (nobody is throttled)")
+    if args.dry_run:
+        return 0
+    n = throttle.reset(args.client)
+    what = f"client {args.client}" if args.client else "every client and the global limit"
+    print(f"login throttle reset for {what} ({n} row(s) cleared); the running server applies it at the next attempt")
     return 0
 
 
@@ -173,6 +198,9 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--analysis-dir", default="analyses", help="where 'recompute analyses' writes (default: analyses/)")
     s.add_argument("--n-boot", type=int, default=10_000)
     s.add_argument("--distances", help="Task-2 distances for the admin panel's analyses (see 'analyse')")
+    s.add_argument("--origin", action="append", metavar="URL",
+                   help="public origin accepted on POST besides the address served (repeatable; needed behind a "
+                        "reverse proxy, e.g. https://study.example.org; default: none)")
     s.set_defaults(func=cmd_serve)
 
     s = sub.add_parser("demo", help="a ready-to-try study (demo annotator, one mini-block per task), then serve")
@@ -186,6 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--analysis-dir", default="analyses")
     s.add_argument("--n-boot", type=int, default=2000)
     s.add_argument("--no-serve", action="store_true", help="prepare the study and print the links only")
+    s.add_argument("--origin", action="append", metavar="URL", help="as for serve")
     s.set_defaults(func=cmd_demo)
 
     s = sub.add_parser("add-annotator", help="create an annotator and print their personal link")
@@ -196,7 +225,8 @@ def main(argv: list[str] | None = None) -> int:
 
     s = sub.add_parser("draw-batch", help="draw and assign mini-blocks of a task")
     db(s)
-    s.add_argument("--corpus")
+    s.add_argument("--corpus", help="generator output folder to import first (default: none)")
+    s.add_argument("--star", help="STAR folder: task descriptions of WIC cues (default: $DIALFORK_STAR_DIR)")
     s.add_argument("--task", required=True)
     s.add_argument("--annotators", nargs="+", required=True, help="annotator names")
     s.add_argument("--blocks", type=int, default=1, help="mini-blocks per annotator")
@@ -220,6 +250,15 @@ def main(argv: list[str] | None = None) -> int:
     db(s)
     s.add_argument("--out", required=True)
     s.set_defaults(func=cmd_export)
+
+    s = sub.add_parser("reset-throttle", help="show and clear the admin-login throttle (after an attack)",
+                       description="Show the admin-login throttle state stored in the study database and clear "
+                                   "it: one client's failures (--client) or everything, including the global "
+                                   "limit. A running server applies it at the next login attempt.")
+    db(s)
+    s.add_argument("--client", help="client address to forgive (default: every client and the global limit)")
+    s.add_argument("--dry-run", action="store_true", help="only show the state")
+    s.set_defaults(func=cmd_reset_throttle)
 
     args = p.parse_args(argv)
     if args.cmd == "analyse" and not (args.db or args.answers):

@@ -339,8 +339,10 @@ def load_answers(path: str | Path) -> list[dict[str, Any]]:
         if not isinstance(rows, list):
             raise ValueError(f"{p}: expected a JSON list of answer rows")
     elif p.suffix == ".csv":
+        from .security import restore_cell
+
         with open(p, encoding="utf-8", newline="") as fh:
-            rows = list(csv.DictReader(fh))
+            rows = [{k: restore_cell(v) for k, v in r.items()} for r in csv.DictReader(fh)]
     else:
         raise ValueError(f"{p}: answers must be a .json or .csv export")
     from .db import DONE
