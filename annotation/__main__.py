@@ -161,6 +161,36 @@ def cmd_export(args) -> int:
     return 0
 
 
+def cmd_judge(args) -> int:
+    """The calibrated LLM judge on the study's conversations (and a corpus), next to the people."""
+    from dialfork_dataset.jsonl import write_jsonl
+    from dialfork_metrics.judge import LLMJudge
+
+    from .corpus import load_corpus
+    from .judge import run_judge
+    from .report import load_distances, run_analyses
+
+    study = _study(args)
+    judge = LLMJudge(args.model, backend=args.backend, star_dir=args.star, base_url=args.base_url,
+                     batch_size=args.batch_size, max_new_tokens=args.max_new_tokens, device=args.device,
+                     show_progress=True)
+    records = load_corpus(args.corpus) if args.corpus else None
+    out = Path(args.out)
+    res = run_judge(judge, study, records, calibration=args.calibration, n_folds=args.folds, seed=args.seed)
+    res["model"] = args.model
+    out.mkdir(parents=True, exist_ok=True)
+    write_jsonl(out / "judge_study.jsonl", res["study"])
+    if res["all"] is not None:
+        write_jsonl(out / "judge_all.jsonl", res["all"])
+    distances = load_distances(args.distances) if args.distances else None
+    run_analyses(study.judgments(), out, distances=distances, n_boot=args.n_boot, seed=args.seed,
+                 plots=not args.no_plots, judge=res)
+    print(f"LLM judge {args.model}: {len(res['study'])} study conversations"
+          + (f", {len(res['all'])} corpus dialogues" if res["all"] is not None else "")
+          + f"; Table 11 in {out / 'report.md'}")
+    return 0
+
+
 def cmd_reset_throttle(args) -> int:
     """Show the admin-login throttle and clear it (one client, or everything)."""
     from .security import LoginThrottle
@@ -250,6 +280,33 @@ def main(argv: list[str] | None = None) -> int:
     db(s)
     s.add_argument("--out", required=True)
     s.set_defaults(func=cmd_export)
+
+    s = sub.add_parser("judge", help="the calibrated LLM judge next to the people (Table 11)",
+                       description="An LLM answers the annotators' three steps on the study's completed "
+                                   "conversations (and on --corpus), its ratings calibrated on the people's "
+                                   "(isotonic, cross-fitted by source); writes the analyses with Table 11's judge "
+                                   "columns to --out.")
+    db(s)
+    s.add_argument("--out", required=True, help="output folder (report.md, analyses.json, judge_*.jsonl)")
+    s.add_argument("--model", required=True, help="chat model id/path (transformers) or served model name (openai)")
+    s.add_argument("--backend", choices=("transformers", "openai"), default="transformers",
+                   help="LLM backend (default: transformers)")
+    s.add_argument("--base-url", help="OpenAI-compatible API root, e.g. http://127.0.0.1:8000/v1 (openai backend; "
+                                      "key from $OPENAI_API_KEY)")
+    s.add_argument("--corpus", help="generator output folder: also judge every dialogue (the 'all dialogues' column; "
+                                    "default: the study only)")
+    s.add_argument("--star", help="STAR folder for the workflows in the prompts (default: $DIALFORK_STAR_DIR)")
+    s.add_argument("--calibration", choices=("isotonic", "none"), default="isotonic",
+                   help="map of the judge's ratings onto the people's (default: isotonic)")
+    s.add_argument("--folds", type=int, default=5, help="cross-fitting folds over sources (default: 5)")
+    s.add_argument("--batch-size", type=int, default=8, help="prompts per batch / requests in flight (default: 8)")
+    s.add_argument("--max-new-tokens", type=int, default=32, help="tokens generated per answer (default: 32)")
+    s.add_argument("--device", help="transformers device: cpu, cuda, auto (default: CUDA if available)")
+    s.add_argument("--distances", help="Task-2 distances, as for 'analyse' (default: none)")
+    s.add_argument("--n-boot", type=int, default=10_000, help="bootstrap resamples (default: 10000)")
+    s.add_argument("--seed", type=int, default=0, help="seed of the folds and the bootstrap (default: 0)")
+    s.add_argument("--no-plots", action="store_true", help="skip figure8.png")
+    s.set_defaults(func=cmd_judge)
 
     s = sub.add_parser("reset-throttle", help="show and clear the admin-login throttle (after an attack)",
                        description="Show the admin-login throttle state stored in the study database and clear "
