@@ -3,13 +3,9 @@ fake OpenAI-compatible server on loopback and a tiny random transformers model."
 
 from __future__ import annotations
 
-import json
-import re
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
 import numpy as np
 import pytest
+from judge_fake import DEVIANT, FakeJudgeHandler, serve_fake_judge
 
 from dialfork_metrics.judge import (
     LLMJudge,
@@ -22,7 +18,6 @@ from dialfork_metrics.judge import (
 )
 
 WORKFLOWS = {"weather": "1. Ask for the city\n2. Ask for the day\n3. Give the forecast"}
-DEVIANT = "Have you considered our premium subscription plan?"
 
 
 def dialogue(did: str, T: int, deviate_from: int | None = None, cue: str = "pitch a subscription"):
@@ -88,49 +83,11 @@ def test_isotonic_calibration_known_answers():
         fit_calibration([1.0], [2.0, 3.0])
 
 
-# -- a fake OpenAI-compatible server: a judge that reads the dialogue -----------------------------
-def fake_reply(prompt: str) -> str:
-    sys_turns = re.findall(r"^(?:>> )?Assistant \[turn (\d+)\]: (.*)$", prompt, flags=re.M)
-    dev = [int(k) for k, text in sys_turns if text == DEVIANT]
-    T = len(sys_turns)
-    if "How well does it?" in prompt:
-        return f"Answer: {round(100 * (dev[0] - 1) / T) if dev else 97}"
-    if "Does that happen" in prompt:
-        return f"Answer: yes, turn {dev[0]}" if dev else "Answer: no"
-    if "Before the marked part" in prompt:
-        return "Answer: mostly"
-    return "?"
-
-
-class _Handler(BaseHTTPRequestHandler):
-    bodies: list = []
-
-    def log_message(self, *a):
-        pass
-
-    def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        type(self).bodies.append(body)
-        reply = {"choices": [{"index": 0, "message": {"role": "assistant",
-                                                      "content": fake_reply(body["messages"][-1]["content"])},
-                              "finish_reason": "stop"}], "model": body["model"], "object": "chat.completion"}
-        data = json.dumps(reply).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-
+# -- a fake OpenAI-compatible server (tests/judge_fake.py): a judge that reads the dialogue ---------
 @pytest.fixture()
 def fake_server():
-    _Handler.bodies = []
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    th = threading.Thread(target=srv.serve_forever, daemon=True)
-    th.start()
-    yield f"http://127.0.0.1:{srv.server_address[1]}/v1"
-    srv.shutdown()
-    srv.server_close()
+    with serve_fake_judge() as url:
+        yield url
 
 
 def test_openai_backend_answers_the_three_steps(fake_server):
@@ -142,8 +99,8 @@ def test_openai_backend_answers_the_three_steps(fake_server):
     assert [o["prefix_answer"] for o in out] == [None, None, "mostly"]  # step 3 only for t_k > 1
     rep = judge.last_report
     assert rep["n"] == 3 and rep["step3_asked"] == 1 and rep["cue_ok"] == 3 and rep["rating_unparsable"] == 0
-    prompts = [b["messages"][0]["content"] for b in _Handler.bodies]
-    assert len(prompts) == 7 and all(b["temperature"] == 0.0 and b["max_tokens"] == 12 for b in _Handler.bodies)
+    prompts = [b["messages"][0]["content"] for b in FakeJudgeHandler.bodies]
+    assert len(prompts) == 7 and all(b["temperature"] == 0.0 and b["max_tokens"] == 12 for b in FakeJudgeHandler.bodies)
     step1 = [p for p in prompts if "How well does it?" in p]
     assert step1 and not any("pitch a subscription" in p or "Pitch a subscription." in p for p in step1)  # gated
     step2 = [p for p in prompts if "Does that happen" in p]
@@ -170,7 +127,7 @@ def test_judge_validates_items_and_config(fake_server):
 def test_workflow_from_star(star_dir, fake_server):
     judge = LLMJudge("m", backend="openai", base_url=fake_server, star_dir=star_dir)
     judge.judge([dialogue("w", 4)])
-    wf = _Handler.bodies[0]["messages"][0]["content"].split("Workflow (the steps")[1].split("Conversation (")[0]
+    wf = FakeJudgeHandler.bodies[0]["messages"][0]["content"].split("Workflow (the steps")[1].split("Conversation (")[0]
     assert len(wf.strip()) > 50
 
 
