@@ -81,6 +81,37 @@ def _limiter(cache: weakref.WeakKeyDictionary, size: int):
     return lim
 
 
+class GuardMiddleware:
+    """Pure ASGI middleware (no per-request task group, cheap under a burst): answers a request
+    that ``guard(request)`` refuses, and adds :data:`SECURITY_HEADERS` (and ``Cache-Control:
+    no-store`` unless set) to every response."""
+
+    def __init__(self, app, guard):
+        self.app = app
+        self.guard = guard
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        from starlette.datastructures import MutableHeaders
+
+        async def send_secured(message):
+            if message["type"] == "http.response.start":
+                headers = MutableHeaders(scope=message)
+                if "cache-control" not in headers:
+                    headers["Cache-Control"] = "no-store"
+                for k, v in SECURITY_HEADERS.items():
+                    headers[k] = v
+            await send(message)
+
+        refusal = self.guard(Request(scope, receive))
+        if refusal is not None:
+            await refusal(scope, receive, send_secured)
+            return
+        await self.app(scope, receive, send_secured)
+
+
 def create_app(study: Study, star_dir: str | Path | None = None, analysis_dir: str | Path | None = None,
                throttle: LoginThrottle | None = None, secure_cookies: bool = False,
                analysis_options: dict[str, Any] | None = None, trusted_origins: Sequence[str] = ()) -> FastAPI:
@@ -139,31 +170,26 @@ def create_app(study: Study, star_dir: str | Path | None = None, analysis_dir: s
             return None if o is not None and (o == own or o in trusted) else "Referer from another site"
         return None
 
-    @app.middleware("http")
-    async def guard(request: Request, call_next):
-        if request.method not in ("GET", "HEAD", "OPTIONS"):
-            why = cross_site(request)
-            if why is not None:
-                logger.warning("refused a cross-site %s %s (%s)", request.method, request.url.path, why)
-                resp = refuse(request, 403, f"cross-site request refused ({why} is not this site); reload the page "
-                                            "and submit again from the study's own address")
-            elif request.headers.get("transfer-encoding", "").lower() == "chunked":
-                resp = refuse(request, 411, "send the request body with a Content-Length")
-            else:
-                try:
-                    length = int(request.headers.get("content-length") or 0)
-                except ValueError:
-                    length = -1
-                if length < 0 or length > MAX_BODY_BYTES:
-                    resp = refuse(request, 413, f"the request body must be at most {MAX_BODY_BYTES} bytes")
-                else:
-                    resp = await call_next(request)
-        else:
-            resp = await call_next(request)
-        resp.headers.setdefault("Cache-Control", "no-store")
-        for k, v in SECURITY_HEADERS.items():
-            resp.headers[k] = v
-        return resp
+    def guard(request: Request) -> Response | None:
+        """The refusal of a request before any route sees it (``None``: let it through)."""
+        if request.method in ("GET", "HEAD", "OPTIONS"):
+            return None
+        why = cross_site(request)
+        if why is not None:
+            logger.warning("refused a cross-site %s %s (%s)", request.method, request.url.path, why)
+            return refuse(request, 403, f"cross-site request refused ({why} is not this site); reload the page "
+                                        "and submit again from the study's own address")
+        if request.headers.get("transfer-encoding", "").lower() == "chunked":
+            return refuse(request, 411, "send the request body with a Content-Length")
+        try:
+            length = int(request.headers.get("content-length") or 0)
+        except ValueError:
+            length = -1
+        if length < 0 or length > MAX_BODY_BYTES:
+            return refuse(request, 413, f"the request body must be at most {MAX_BODY_BYTES} bytes")
+        return None
+
+    app.add_middleware(GuardMiddleware, guard=guard)
 
     @app.exception_handler(AnnotationError)
     async def annotation_error(request: Request, exc: AnnotationError):
