@@ -176,7 +176,8 @@ def cmd_judge(args) -> int:
                      show_progress=True)
     records = load_corpus(args.corpus) if args.corpus else None
     out = Path(args.out)
-    res = run_judge(judge, study, records, calibration=args.calibration, n_folds=args.folds, seed=args.seed)
+    res = run_judge(judge, study, records, calibration=args.calibration, n_folds=args.folds, seed=args.seed,
+                    cache=out / "judge_cache.jsonl")
     res["model"] = args.model
     out.mkdir(parents=True, exist_ok=True)
     write_jsonl(out / "judge_study.jsonl", res["study"])
@@ -287,7 +288,8 @@ def main(argv: list[str] | None = None) -> int:
                                    "(isotonic, cross-fitted by source); writes the analyses with Table 11's judge "
                                    "columns to --out.")
     db(s)
-    s.add_argument("--out", required=True, help="output folder (report.md, analyses.json, judge_*.jsonl)")
+    s.add_argument("--out", required=True, help="output folder (report.md, analyses.json, judge_*.jsonl; "
+                                                "judge_cache.jsonl: the answers so far, a rerun resumes from it)")
     s.add_argument("--model", required=True, help="chat model id/path (transformers) or served model name (openai)")
     s.add_argument("--backend", choices=("transformers", "openai"), default="transformers",
                    help="LLM backend (default: transformers)")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -88,8 +89,10 @@ def judge_rows(items: Sequence[Mapping[str, Any]], answers: Sequence[Mapping[str
 
 
 def run_judge(judge: Any, study: Any, records: Sequence[Mapping[str, Any]] | None = None,
-              calibration: str = "isotonic", n_folds: int = 5, seed: int = 0) -> dict[str, Any]:
+              calibration: str = "isotonic", n_folds: int = 5, seed: int = 0,
+              cache: str | Path | None = None) -> dict[str, Any]:
     """Judge the study's conversations (and ``records``, the whole corpus, when given).
+    ``cache``: a JSONL file of the judge's answers, appended as it goes (a rerun resumes).
 
     Returns ``{"study": rows, "all": rows or None, "calibration": {...}, "report": {...}}``:
     judgment rows with calibrated sliders (see :mod:`dialfork_metrics.judge`)."""
@@ -101,7 +104,7 @@ def run_judge(judge: Any, study: Any, records: Sequence[Mapping[str, Any]] | Non
     items = study_items(study)
     if not items:
         raise ValueError("the study has no completed judgments yet: the judge is calibrated on the people's answers")
-    answers = judge.judge(items)
+    answers = judge.judge(items, cache=cache)
     report = {"study": dict(judge.last_report or {})}
     raw = np.array([np.nan if a["slider_raw"] is None else float(a["slider_raw"]) for a in answers])
     target = np.array([people.get(it["dialogue_id"], np.nan) for it in items])
@@ -123,13 +126,14 @@ def run_judge(judge: Any, study: Any, records: Sequence[Mapping[str, Any]] | Non
         catalog = study.task_catalog() or None
         foil_share = float(study.meta("foil_share") or FOIL_SHARE_FORKED)
         all_items = corpus_items(records, study.study_seed, study.variants, catalog, foil_share)
-        all_answers = judge.judge(all_items)
+        all_answers = judge.judge(all_items, cache=cache)
         report["all"] = dict(judge.last_report or {})
-        raw_all = [a["slider_raw"] for a in all_answers]
-        if full is not None:
-            sl_all = [None if v is None else float(full.predict([float(v)])[0]) for v in raw_all]
-        else:
-            sl_all = [None if v is None else float(v) for v in raw_all]
+        raw_all = np.array([np.nan if a["slider_raw"] is None else float(a["slider_raw"]) for a in all_answers])
+        mapped = raw_all.copy()
+        have = ~np.isnan(raw_all)
+        if full is not None and have.any():
+            mapped[have] = full.predict(raw_all[have])
+        sl_all = [None if np.isnan(v) else float(v) for v in mapped]
         out["all"] = judge_rows(all_items, all_answers, sl_all)
     out["report"] = report
     return out

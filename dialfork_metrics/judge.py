@@ -244,14 +244,30 @@ class LLMJudge:
         too_long = getattr(self.client, "last_too_long", set())
         return ["" if i in too_long else str(a) for i, a in enumerate(out)]
 
-    def judge(self, items: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    def _key(self, item: Mapping[str, Any]) -> str:
+        """Cache key of one item: the model, the prompts and everything the judge is shown."""
+        import hashlib
+        import json
+
+        blob = json.dumps([self.config(), self.prompts, item["dialogue_id"], item["task"], item["turns"], item["cue"],
+                           item.get("fork_turn"), bool(item.get("step3")), item.get("injected_instruction")],
+                          sort_keys=True, ensure_ascii=False, default=str)
+        return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+    def judge(self, items: Sequence[Mapping[str, Any]], cache: str | os.PathLike | None = None,
+              chunk_size: int = 256) -> list[dict[str, Any]]:
         """Answers to the three steps for each item: a mapping with ``dialogue_id``, ``task``,
         ``turns``, ``cue`` (the step-2 text), ``fork_turn`` and ``step3`` (whether step 3 is
         asked: forks with t_k > 1) and ``injected_instruction`` (shown in step 3).
 
         Returns one dict per item: ``dialogue_id``, ``slider_raw`` (0..100 or ``None``),
-        ``cue_answer``, ``onset_turn``, ``prefix_answer`` (``None`` when not asked or
-        unparsable) and ``replies`` (the raw texts). :attr:`last_report` counts unusable answers."""
+        ``cue_answer``, ``onset_turn``, ``status`` (of the step-2 reply, see
+        :func:`parse_cue_answer`), ``prefix_answer`` (``None`` when not asked or unparsable) and
+        ``replies`` (the raw texts). :attr:`last_report` counts unusable answers.
+
+        ``cache``: a JSONL file; items are judged in chunks of ``chunk_size`` and each chunk's
+        answers are appended (fsync'd) as it completes, so a killed run resumes where it stopped
+        (an item is reused only when the model, the prompts and what it is shown are unchanged)."""
         items = list(items)
         errs = [f"item {i}: missing {k!r}" for i, it in enumerate(items) for k in ("dialogue_id", "task", "turns", "cue")
                 if k not in it]
@@ -259,19 +275,60 @@ class LLMJudge:
                  if it.get("step3") and not (isinstance(it.get("fork_turn"), int) and it["fork_turn"] >= 2)]
         if errs:
             raise ValueError(f"{len(errs)} invalid judge item(s):\n  " + "\n  ".join(errs[:20]))
+        if not isinstance(chunk_size, int) or chunk_size < 1:
+            raise ValueError(f"chunk_size must be an integer >= 1, got {chunk_size!r}")
+        from tqdm.auto import tqdm
+
+        from dialfork_dataset.jsonl import JsonlAppender, iter_jsonl
+
+        keys = [self._key(it) for it in items]
+        done: dict[str, dict[str, Any]] = {}
+        if cache is not None and os.path.exists(cache):
+            for _, row in iter_jsonl(cache):
+                if isinstance(row, dict) and "key" in row and "answer" in row:
+                    done[row["key"]] = row["answer"]
+        todo = [i for i, k in enumerate(keys) if k not in done]
+        if done:
+            logger.info("LLM judge: %d of %d items from the cache %s", len(items) - len(todo), len(items), cache)
+        out_by_index: dict[int, dict[str, Any]] = {i: done[k] for i, k in enumerate(keys) if k in done}
+        appender = JsonlAppender(cache) if cache is not None else None
+        try:
+            starts = range(0, len(todo), chunk_size)
+            for s0 in tqdm(starts, desc="LLM judge", unit="chunk", disable=len(starts) < 2):
+                idx = todo[s0:s0 + chunk_size]
+                answers = self._judge_chunk([items[i] for i in idx])
+                out_by_index.update(zip(idx, answers))
+                if appender is not None:
+                    appender.extend({"key": keys[i], "dialogue_id": items[i]["dialogue_id"], "answer": a}
+                                    for i, a in zip(idx, answers))
+        finally:
+            if appender is not None:
+                appender.close()
+        out = [out_by_index[i] for i in range(len(items))]
+        status: Counter[str] = Counter()
+        for o in out:
+            status["rating_unparsable"] += o["slider_raw"] is None
+            status[f"cue_{o['status']}"] += 1
+            status["prefix_unparsable"] += len(o["replies"]) == 3 and o["prefix_answer"] is None
+        self.last_report = {"n": len(items), "from_cache": len(items) - len(todo),
+                            "step3_asked": sum(len(o["replies"]) == 3 for o in out),
+                            **{k: int(v) for k, v in sorted(status.items())}, **self.config()}
+        bad = status["rating_unparsable"] + status["cue_unparsable"]
+        if bad:
+            logger.warning("LLM judge: %d of %d conversations have an unusable rating or step-2 answer; see "
+                           "last_report", bad, len(items))
+        return out
+
+    def _judge_chunk(self, items: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
         fields = [self._fields(it) for it in items]
         replies = self._chat([self.prompts[1].format(**f) for f in fields]
                              + [self.prompts[2].format(**f) for f in fields])
         r1, r2 = replies[:len(items)], replies[len(items):]
         out: list[dict[str, Any]] = []
-        status: Counter[str] = Counter()
         for it, f, a1, a2 in zip(items, fields, r1, r2):
-            rating = parse_rating(a1)
             ans, onset, st = parse_cue_answer(a2, f["num_system_turns"])
-            status["rating_unparsable"] += rating is None
-            status[f"cue_{st}"] += 1
-            out.append({"dialogue_id": it["dialogue_id"], "slider_raw": rating, "cue_answer": ans, "onset_turn": onset,
-                        "prefix_answer": None, "replies": [a1, a2]})
+            out.append({"dialogue_id": it["dialogue_id"], "slider_raw": parse_rating(a1), "cue_answer": ans,
+                        "onset_turn": onset, "status": st, "prefix_answer": None, "replies": [a1, a2]})
         idx3 = [i for i, it in enumerate(items) if it.get("step3") and out[i]["cue_answer"] is not None]
         p3 = []
         for i in idx3:
@@ -282,13 +339,6 @@ class LLMJudge:
         for i, a3 in zip(idx3, self._chat(p3)):
             out[i]["prefix_answer"] = parse_choice(a3, PREFIX_ANSWERS)
             out[i]["replies"].append(a3)
-            status["prefix_unparsable"] += out[i]["prefix_answer"] is None
-        self.last_report = {"n": len(items), "step3_asked": len(idx3), **{k: int(v) for k, v in sorted(status.items())},
-                            **self.config()}
-        bad = status["rating_unparsable"] + status["cue_unparsable"]
-        if bad:
-            logger.warning("LLM judge: %d of %d conversations have an unusable rating or step-2 answer; see "
-                           "last_report", bad, len(items))
         return out
 
 

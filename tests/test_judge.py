@@ -177,3 +177,31 @@ def test_transformers_backend_end_to_end(tiny_model):
     one = LLMJudge(tiny_model, backend="transformers", workflows=WORKFLOWS, batch_size=1, max_new_tokens=4,
                    device="cpu")
     assert [o["replies"][:2] for o in one.judge(items)] == [o["replies"][:2] for o in out]
+
+
+def test_cache_resumes_a_killed_run(fake_server, tmp_path):
+    items = [dialogue(f"d{i}", 5, None if i % 3 == 0 else 1 + i % 4) for i in range(7)]
+    cache = tmp_path / "judge_cache.jsonl"
+    judge = LLMJudge("fake-judge", backend="openai", base_url=fake_server, workflows=WORKFLOWS)
+    first = judge.judge(items[:4], cache=cache, chunk_size=2)  # "killed" after 4 items
+    assert judge.last_report["from_cache"] == 0 and len(cache.read_text().splitlines()) == 4
+    n_requests = len(FakeJudgeHandler.bodies)
+
+    class Counting:
+        def __init__(self, inner):
+            self.inner, self.seen = inner, 0
+
+        def chat(self, batch, **kw):
+            self.seen += len(batch)
+            return self.inner.chat(batch, **kw)
+
+    resumed = LLMJudge("fake-judge", backend="openai", base_url=fake_server, workflows=WORKFLOWS)
+    resumed.client = counting = Counting(resumed.client)
+    resumed.backend = "openai"
+    out = resumed.judge(items, cache=cache, chunk_size=2)
+    assert out[:4] == first and resumed.last_report["from_cache"] == 4
+    assert counting.seen == len(FakeJudgeHandler.bodies) - n_requests > 0  # only the 3 new items were asked
+    assert out == judge.judge(items)  # same answers as an uncached run
+    changed = [dict(items[0], cue="another cue")]  # what the judge is shown changed: not reused
+    resumed.judge(changed, cache=cache)
+    assert resumed.last_report["from_cache"] == 0
