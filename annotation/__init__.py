@@ -4,6 +4,8 @@ Install with the ``annotation`` extra (FastAPI, SQLAlchemy, statsmodels, krippen
 
 * ``python -m annotation serve --db URL --corpus DIR --star DIR``: the web app (admin panel at ``/admin``);
 * ``python -m annotation analyse --db URL --out DIR``: every analysis, Markdown report, CSV/JSON, figure;
+* ``python -m annotation judge --db URL --out DIR --model M``: the calibrated LLM judge next to the
+  people (Table 11); ``python -m annotation reset-throttle --db URL``: clear the login throttle;
 * :class:`Study` (the database and every operation on it), :func:`create_app` (the ASGI app),
   :func:`analyse` / :func:`run_analyses` (the statistics), :func:`assign_cue` / :func:`draw_blocks`
   (the design).
@@ -26,8 +28,10 @@ _EXPORTS = {
     "run_analyses": "report", "markdown_report": "report", "load_answers": "report", "load_distances": "report",
     "assign_cue": "design", "draw_blocks": "design", "latin_types": "design", "block_order": "design",
     "TaskPool": "design", "Cue": "design", "SamplingError": "design", "FOIL_SHARE_FORKED": "design",
-    "load_corpus": "corpus", "task_workflow": "corpus",
+    "load_corpus": "corpus", "task_workflow": "corpus", "task_descriptions": "corpus",
     "hash_password": "security", "verify_password": "security", "LoginThrottle": "security",
+    "neutralize_cell": "security", "restore_cell": "security",
+    "run_judge": "judge", "table11": "report",
 }
 
 __all__ = sorted(_EXPORTS)

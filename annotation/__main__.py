@@ -1,4 +1,4 @@
-"""Command line: ``python -m annotation {serve,add-annotator,draw-batch,analyse,export}``."""
+"""Command line: ``python -m annotation {serve,demo,add-annotator,draw-batch,analyse,export,reset-throttle}``."""
 
 from __future__ import annotations
 
@@ -20,7 +20,11 @@ def _study(args, need_variants: bool = True):
         from generation.variants import load_variants
 
         variants = load_variants(args.variants)
-    return Study(args.db, variants=variants, study_seed=getattr(args, "study_seed", None))
+    from .corpus import task_descriptions
+
+    star = getattr(args, "star", None) or os.environ.get("DIALFORK_STAR_DIR")
+    return Study(args.db, variants=variants, study_seed=getattr(args, "study_seed", None),
+                 task_descriptions=task_descriptions(star) if star else None)
 
 
 def cmd_serve(args) -> int:
@@ -57,7 +61,8 @@ def cmd_serve(args) -> int:
         from .report import load_distances
 
         options["distances"] = load_distances(args.distances)
-    app = create_app(study, star_dir=args.star, analysis_dir=args.analysis_dir, analysis_options=options)
+    app = create_app(study, star_dir=args.star, analysis_dir=args.analysis_dir, analysis_options=options,
+                     trusted_origins=getattr(args, "origin", None) or ())
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     return 0
 
@@ -146,11 +151,62 @@ def cmd_export(args) -> int:
         buf = io.StringIO()
         w = csv.DictWriter(buf, fieldnames=list(Study.EXPORT_FIELDS))
         w.writeheader()
-        w.writerows(rows)
+        from .security import neutralize_cell
+
+        w.writerows({k: neutralize_cell(v) for k, v in r.items()} for r in rows)
         write_text_atomic(out, buf.getvalue())
     else:
         write_text_atomic(out, json.dumps(rows, ensure_ascii=False, indent=1) + "\n")
     print(f"{len(rows)} answer rows written to {out}")
+    return 0
+
+
+def cmd_judge(args) -> int:
+    """The calibrated LLM judge on the study's conversations (and a corpus), next to the people."""
+    from dialfork_dataset.jsonl import write_jsonl
+    from dialfork_metrics.judge import LLMJudge
+
+    from .corpus import load_corpus
+    from .judge import run_judge
+    from .report import load_distances, run_analyses
+
+    study = _study(args)
+    judge = LLMJudge(args.model, backend=args.backend, star_dir=args.star, base_url=args.base_url,
+                     batch_size=args.batch_size, max_new_tokens=args.max_new_tokens, device=args.device,
+                     show_progress=True)
+    records = load_corpus(args.corpus) if args.corpus else None
+    out = Path(args.out)
+    res = run_judge(judge, study, records, calibration=args.calibration, n_folds=args.folds, seed=args.seed,
+                    cache=out / "judge_cache.jsonl")
+    res["model"] = args.model
+    out.mkdir(parents=True, exist_ok=True)
+    write_jsonl(out / "judge_study.jsonl", res["study"])
+    if res["all"] is not None:
+        write_jsonl(out / "judge_all.jsonl", res["all"])
+    distances = load_distances(args.distances) if args.distances else None
+    run_analyses(study.judgments(), out, distances=distances, n_boot=args.n_boot, seed=args.seed,
+                 plots=not args.no_plots, judge=res)
+    print(f"LLM judge {args.model}: {len(res['study'])} study conversations"
+          + (f", {len(res['all'])} corpus dialogues" if res["all"] is not None else "")
+          + f"; Table 11 in {out / 'report.md'}")
+    return 0
+
+
+def cmd_reset_throttle(args) -> int:
+    """Show the admin-login throttle and clear it (one client, or everything)."""
+    from .security import LoginThrottle
+
+    throttle = LoginThrottle(_study(args).engine)
+    state = throttle.status()
+    for r in state:
+        print("  " + ", ".join(f"{k}={v}" for k, v in r.items()))
+    if not state:
+        print("no login throttle state (nobody is throttled)")
+    if args.dry_run:
+        return 0
+    n = throttle.reset(args.client)
+    what = f"client {args.client}" if args.client else "every client and the global limit"
+    print(f"login throttle reset for {what} ({n} row(s) cleared); the running server applies it at the next attempt")
     return 0
 
 
@@ -173,6 +229,9 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--analysis-dir", default="analyses", help="where 'recompute analyses' writes (default: analyses/)")
     s.add_argument("--n-boot", type=int, default=10_000)
     s.add_argument("--distances", help="Task-2 distances for the admin panel's analyses (see 'analyse')")
+    s.add_argument("--origin", action="append", metavar="URL",
+                   help="public origin accepted on POST besides the address served (repeatable; needed behind a "
+                        "reverse proxy, e.g. https://study.example.org; default: none)")
     s.set_defaults(func=cmd_serve)
 
     s = sub.add_parser("demo", help="a ready-to-try study (demo annotator, one mini-block per task), then serve")
@@ -186,6 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--analysis-dir", default="analyses")
     s.add_argument("--n-boot", type=int, default=2000)
     s.add_argument("--no-serve", action="store_true", help="prepare the study and print the links only")
+    s.add_argument("--origin", action="append", metavar="URL", help="as for serve")
     s.set_defaults(func=cmd_demo)
 
     s = sub.add_parser("add-annotator", help="create an annotator and print their personal link")
@@ -196,7 +256,8 @@ def main(argv: list[str] | None = None) -> int:
 
     s = sub.add_parser("draw-batch", help="draw and assign mini-blocks of a task")
     db(s)
-    s.add_argument("--corpus")
+    s.add_argument("--corpus", help="generator output folder to import first (default: none)")
+    s.add_argument("--star", help="STAR folder: task descriptions of WIC cues (default: $DIALFORK_STAR_DIR)")
     s.add_argument("--task", required=True)
     s.add_argument("--annotators", nargs="+", required=True, help="annotator names")
     s.add_argument("--blocks", type=int, default=1, help="mini-blocks per annotator")
@@ -220,6 +281,43 @@ def main(argv: list[str] | None = None) -> int:
     db(s)
     s.add_argument("--out", required=True)
     s.set_defaults(func=cmd_export)
+
+    s = sub.add_parser("judge", help="the calibrated LLM judge next to the people (Table 11)",
+                       description="An LLM answers the annotators' three steps on the study's completed "
+                                   "conversations (and on --corpus), its ratings calibrated on the people's "
+                                   "(isotonic, cross-fitted by source); writes the analyses with Table 11's judge "
+                                   "columns to --out.")
+    db(s)
+    s.add_argument("--out", required=True, help="output folder (report.md, analyses.json, judge_*.jsonl; "
+                                                "judge_cache.jsonl: the answers so far, a rerun resumes from it)")
+    s.add_argument("--model", required=True, help="chat model id/path (transformers) or served model name (openai)")
+    s.add_argument("--backend", choices=("transformers", "openai"), default="transformers",
+                   help="LLM backend (default: transformers)")
+    s.add_argument("--base-url", help="OpenAI-compatible API root, e.g. http://127.0.0.1:8000/v1 (openai backend; "
+                                      "key from $OPENAI_API_KEY)")
+    s.add_argument("--corpus", help="generator output folder: also judge every dialogue (the 'all dialogues' column; "
+                                    "default: the study only)")
+    s.add_argument("--star", help="STAR folder for the workflows in the prompts (default: $DIALFORK_STAR_DIR)")
+    s.add_argument("--calibration", choices=("isotonic", "none"), default="isotonic",
+                   help="map of the judge's ratings onto the people's (default: isotonic)")
+    s.add_argument("--folds", type=int, default=5, help="cross-fitting folds over sources (default: 5)")
+    s.add_argument("--batch-size", type=int, default=8, help="prompts per batch / requests in flight (default: 8)")
+    s.add_argument("--max-new-tokens", type=int, default=32, help="tokens generated per answer (default: 32)")
+    s.add_argument("--device", help="transformers device: cpu, cuda, auto (default: CUDA if available)")
+    s.add_argument("--distances", help="Task-2 distances, as for 'analyse' (default: none)")
+    s.add_argument("--n-boot", type=int, default=10_000, help="bootstrap resamples (default: 10000)")
+    s.add_argument("--seed", type=int, default=0, help="seed of the folds and the bootstrap (default: 0)")
+    s.add_argument("--no-plots", action="store_true", help="skip figure8.png")
+    s.set_defaults(func=cmd_judge)
+
+    s = sub.add_parser("reset-throttle", help="show and clear the admin-login throttle (after an attack)",
+                       description="Show the admin-login throttle state stored in the study database and clear "
+                                   "it: one client's failures (--client) or everything, including the global "
+                                   "limit. A running server applies it at the next login attempt.")
+    db(s)
+    s.add_argument("--client", help="client address to forgive (default: every client and the global limit)")
+    s.add_argument("--dry-run", action="store_true", help="only show the state")
+    s.set_defaults(func=cmd_reset_throttle)
 
     args = p.parse_args(argv)
     if args.cmd == "analyse" and not (args.db or args.answers):

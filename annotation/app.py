@@ -9,40 +9,128 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import logging
+import weakref
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from fastapi import FastAPI, Request
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
-from .security import LoginThrottle
-from .store import AnnotationError, Invalid, NotFound, Study
+from .security import LoginThrottle, neutralize_cell
+from .store import AnnotationError, Invalid, NotFound, Study, parse_float, parse_int, parse_json_body
 
 logger = logging.getLogger(__name__)
 
 HERE = Path(__file__).resolve().parent
 ADMIN_COOKIE = "annotation_admin"
 STEP_HEADER = "X-Annotation-Step"
+#: Largest request body accepted (bytes): a step-3 note of 2,000 characters fits many times.
+MAX_BODY_BYTES = 64 * 1024
+#: Longest admin password checked (characters); longer ones are refused before hashing.
+MAX_PASSWORD_CHARS = 1024
+#: Password verifications (scrypt) running at once, each in a worker thread, never on the event loop.
+VERIFY_THREADS = 1
+#: Worker threads doing login-throttle bookkeeping at once (a burst waits as coroutines, not threads).
+THROTTLE_THREADS = 2
+CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; object-src 'none'; "
+       "base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
+SECURITY_HEADERS = {
+    "Content-Security-Policy": CSP,
+    "X-Content-Type-Options": "nosniff",
+    # same-origin: the browser still sends Origin/Referer to this app (checked on every POST) and
+    # never sends a personal link to another site
+    "Referrer-Policy": "same-origin",
+    "X-Frame-Options": "DENY",
+    "Cross-Origin-Opener-Policy": "same-origin",
+    "Cross-Origin-Resource-Policy": "same-origin",
+}
 
 
 class AdminRequired(Exception):
     pass
 
 
+def _origin(url: str | None) -> str | None:
+    """``scheme://host[:port]`` of a URL (lower case), ``None`` when it has none."""
+    if not url:
+        return None
+    try:
+        parts = urlsplit(url.strip())
+    except ValueError:
+        return None
+    if not parts.scheme or not parts.netloc:
+        return None
+    return f"{parts.scheme}://{parts.netloc}".lower()
+
+
+def _limiter(cache: weakref.WeakKeyDictionary, size: int):
+    """A capacity limiter of ``size`` threads for the running event loop (one per loop)."""
+    import asyncio
+
+    import anyio
+
+    loop = asyncio.get_running_loop()
+    lim = cache.get(loop)
+    if lim is None:
+        lim = cache[loop] = anyio.CapacityLimiter(size)
+    return lim
+
+
+class GuardMiddleware:
+    """Pure ASGI middleware (no per-request task group, cheap under a burst): answers a request
+    that ``guard(request)`` refuses, and adds :data:`SECURITY_HEADERS` (and ``Cache-Control:
+    no-store`` unless set) to every response."""
+
+    def __init__(self, app, guard):
+        self.app = app
+        self.guard = guard
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        from starlette.datastructures import MutableHeaders
+
+        async def send_secured(message):
+            if message["type"] == "http.response.start":
+                headers = MutableHeaders(scope=message)
+                if "cache-control" not in headers:
+                    headers["Cache-Control"] = "no-store"
+                for k, v in SECURITY_HEADERS.items():
+                    headers[k] = v
+            await send(message)
+
+        refusal = self.guard(Request(scope, receive))
+        if refusal is not None:
+            await refusal(scope, receive, send_secured)
+            return
+        await self.app(scope, receive, send_secured)
+
+
 def create_app(study: Study, star_dir: str | Path | None = None, analysis_dir: str | Path | None = None,
                throttle: LoginThrottle | None = None, secure_cookies: bool = False,
-               analysis_options: dict[str, Any] | None = None) -> FastAPI:
+               analysis_options: dict[str, Any] | None = None, trusted_origins: Sequence[str] = ()) -> FastAPI:
     """The ASGI app over ``study``. ``star_dir``: STAR folder (workflow panel and flowcharts);
     ``analysis_dir``: where the admin's "recompute analyses" writes its report (default: a
-    folder ``analyses`` next to the working directory)."""
+    folder ``analyses`` next to the working directory); ``throttle``: the admin-login limiter
+    (default: :class:`LoginThrottle` on the study's database); ``trusted_origins``: origins
+    (``https://study.example.org``) accepted on POST besides the one the request was sent to
+    (needed behind a reverse proxy that changes the scheme or host)."""
     app = FastAPI(title="DialFork annotation", docs_url=None, redoc_url=None, openapi_url=None)
     templates = Jinja2Templates(directory=str(HERE / "templates"))
     app.mount("/static", StaticFiles(directory=str(HERE / "static")), name="static")
-    throttle = throttle or LoginThrottle()
+    throttle = throttle or LoginThrottle(study.engine)
+    trusted = {o for o in (_origin(t) for t in trusted_origins) if o}
+    bad = [t for t in trusted_origins if not _origin(t)]
+    if bad:
+        raise ValueError(f"trusted origins must look like https://host[:port], got {bad}")
+    verify_limiters: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+    throttle_limiters: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
     analysis_dir = Path(analysis_dir) if analysis_dir else Path("analyses")
     app.state.study = study
 
@@ -57,17 +145,51 @@ def create_app(study: Study, star_dir: str | Path | None = None, analysis_dir: s
             logger.warning("workflow of task %r unavailable: %s", task, e)
             return None
 
-    @app.middleware("http")
-    async def headers(request: Request, call_next):
-        resp = await call_next(request)
-        resp.headers.setdefault("Cache-Control", "no-store")
-        resp.headers["Referrer-Policy"] = "no-referrer"
-        resp.headers["X-Frame-Options"] = "DENY"
-        resp.headers["X-Content-Type-Options"] = "nosniff"
-        return resp
-
     def wants_json(request: Request) -> bool:
         return request.url.path.startswith("/api/") or request.url.path.endswith(".json")
+
+    def refuse(request: Request, status: int, message: str) -> Response:
+        if wants_json(request) or "text/html" not in request.headers.get("accept", ""):
+            return JSONResponse({"error": message}, status_code=status)
+        return templates.TemplateResponse(request, "error.html", {"message": message, "status": status},
+                                          status_code=status)
+
+    def cross_site(request: Request) -> str | None:
+        """Why a POST is refused as cross-site (``None``: it is not). The browser's Origin (or,
+        without one, the Referer's origin) must be this app's origin or a trusted one. A
+        request with neither comes from a non-browser client (every current browser sends
+        Origin on POST), which cannot carry a victim's cookies."""
+        own = f"{request.url.scheme}://{request.url.netloc}".lower()
+        origin = request.headers.get("origin")
+        if origin is not None:
+            o = _origin(origin) if origin.strip().lower() != "null" else None
+            return None if o is not None and (o == own or o in trusted) else f"Origin {origin[:100]!r}"
+        referer = request.headers.get("referer")
+        if referer is not None:
+            o = _origin(referer)
+            return None if o is not None and (o == own or o in trusted) else "Referer from another site"
+        return None
+
+    def guard(request: Request) -> Response | None:
+        """The refusal of a request before any route sees it (``None``: let it through)."""
+        if request.method in ("GET", "HEAD", "OPTIONS"):
+            return None
+        why = cross_site(request)
+        if why is not None:
+            logger.warning("refused a cross-site %s %s (%s)", request.method, request.url.path, why)
+            return refuse(request, 403, f"cross-site request refused ({why} is not this site); reload the page "
+                                        "and submit again from the study's own address")
+        if request.headers.get("transfer-encoding", "").lower() == "chunked":
+            return refuse(request, 411, "send the request body with a Content-Length")
+        try:
+            length = int(request.headers.get("content-length") or 0)
+        except ValueError:
+            length = -1
+        if length < 0 or length > MAX_BODY_BYTES:
+            return refuse(request, 413, f"the request body must be at most {MAX_BODY_BYTES} bytes")
+        return None
+
+    app.add_middleware(GuardMiddleware, guard=guard)
 
     @app.exception_handler(AnnotationError)
     async def annotation_error(request: Request, exc: AnnotationError):
@@ -86,13 +208,7 @@ def create_app(study: Study, star_dir: str | Path | None = None, analysis_dir: s
     async def read_body(request: Request) -> dict[str, Any]:
         ctype = request.headers.get("content-type", "")
         if ctype.startswith("application/json"):
-            try:
-                data = await request.json()
-            except (json.JSONDecodeError, UnicodeDecodeError):
-                raise Invalid("the body is not valid JSON") from None
-            if not isinstance(data, dict):
-                raise Invalid("the body must be a JSON object")
-            return data
+            return parse_json_body(await request.body())
         if ctype.startswith("application/x-www-form-urlencoded") or ctype.startswith("multipart/form-data"):
             form = await request.form()
             return {k: v for k, v in form.items() if not k.startswith("_")}
@@ -147,11 +263,12 @@ def create_app(study: Study, star_dir: str | Path | None = None, analysis_dir: s
     @app.get("/a/{link}/c/{token}", response_class=HTMLResponse)
     def conversation(request: Request, link: str, token: str):
         a = annotator(link)
+        task = study.task_of(a, token)
+        if not study.intro_seen(a, task):
+            return RedirectResponse(f"/a/{link}/intro/{task}", status_code=303)
         p = study.step_payload(a, token)
         if p["step"] == "done":
             return RedirectResponse(f"/a/{link}/next", status_code=303)
-        if not study.intro_seen(a, p["task"]):
-            return RedirectResponse(f"/a/{link}/intro/{p['task']}", status_code=303)
         resp = templates.TemplateResponse(request, "conversation.html", {
             "link": link, "p": p, "wf": workflow(p["task"]), "ov": study.overview(a)})
         resp.headers[STEP_HEADER] = str(p["step"])
@@ -191,8 +308,8 @@ def create_app(study: Study, star_dir: str | Path | None = None, analysis_dir: s
         if not study.check_admin_session(request.cookies.get(ADMIN_COOKIE)):
             raise AdminRequired()
 
-    def client_id(request: Request) -> str:
-        return request.client.host if request.client else "unknown"
+    def client_id(request: Request) -> str | None:
+        return request.client.host if request.client else None
 
     @app.get("/admin/login", response_class=HTMLResponse)
     def login_form(request: Request):
@@ -200,19 +317,33 @@ def create_app(study: Study, star_dir: str | Path | None = None, analysis_dir: s
 
     @app.post("/admin/login")
     async def login(request: Request):
+        import math
+
+        import anyio
+
         who = client_id(request)
-        wait = throttle.retry_after(who)
+        # checked and counted before the body is read and long before the password is hashed:
+        # a concurrent burst cannot pass between the check and the verification. A wait this
+        # process already knows is answered at once, on the loop, without a thread or a query.
+        wait = throttle.quick_wait(who)
+        if wait <= 0:
+            wait = await anyio.to_thread.run_sync(throttle.attempt, who,
+                                                  limiter=_limiter(throttle_limiters, THROTTLE_THREADS))
         if wait > 0:
+            secs = max(1, math.ceil(wait))
             return templates.TemplateResponse(
-                request, "login.html", {"message": f"Too many failed attempts; try again in {int(wait) + 1} s."},
-                status_code=429, headers={"Retry-After": str(int(wait) + 1)})
+                request, "login.html", {"message": f"Too many failed attempts; try again in {secs} s."},
+                status_code=429, headers={"Retry-After": str(secs)})
         form = await request.form()
         pw = form.get("password")
-        if not isinstance(pw, str) or not study.check_admin_password(pw):
-            throttle.failure(who)
+        ok = isinstance(pw, str) and 0 < len(pw) <= MAX_PASSWORD_CHARS
+        if ok:  # scrypt in a worker thread: the event loop keeps serving annotators meanwhile
+            ok = await anyio.to_thread.run_sync(study.check_admin_password, pw,
+                                                limiter=_limiter(verify_limiters, VERIFY_THREADS))
+        if not ok:
             return templates.TemplateResponse(request, "login.html", {"message": "Wrong password."},
                                               status_code=401)
-        throttle.success(who)
+        await anyio.to_thread.run_sync(throttle.success, who, limiter=_limiter(throttle_limiters, THROTTLE_THREADS))
         resp = RedirectResponse("/admin", status_code=303)
         resp.set_cookie(ADMIN_COOKIE, study.new_admin_session(), httponly=True, samesite="strict",
                         secure=secure_cookies, path="/")
@@ -255,13 +386,12 @@ def create_app(study: Study, star_dir: str | Path | None = None, analysis_dir: s
             form = await request.form()
             data = dict(form.items())
             ids = form.getlist("annotator_ids")
-        try:
-            ids = [int(i) for i in ids]
-            blocks = int(data.get("blocks_per_annotator") or 1)
-            overlap = float(data.get("overlap_share") if data.get("overlap_share") not in (None, "") else 0.15)
-            seed = int(data["seed"]) if data.get("seed") not in (None, "") else None
-        except (TypeError, ValueError):
-            raise Invalid("annotator ids, blocks per annotator and seed must be integers; overlap a number") from None
+        if not isinstance(ids, list) or len(ids) > 10_000:
+            raise Invalid("annotator_ids must be a list of annotator ids")
+        ids = [parse_int(i, "annotator id", 1, 2**31) for i in ids]
+        blocks = parse_int(data.get("blocks_per_annotator"), "blocks_per_annotator", 1, 1000, default=1)
+        overlap = parse_float(data.get("overlap_share"), "overlap_share", 0.0, 1.0, default=0.15)
+        seed = parse_int(data.get("seed"), "seed", 0, 2**63 - 1, default=None)
         from .design import SamplingError
 
         try:
@@ -290,7 +420,7 @@ def create_app(study: Study, star_dir: str | Path | None = None, analysis_dir: s
         buf = io.StringIO()
         w = csv.DictWriter(buf, fieldnames=list(Study.EXPORT_FIELDS))
         w.writeheader()
-        w.writerows(study.export_rows())
+        w.writerows({k: neutralize_cell(v) for k, v in r.items()} for r in study.export_rows())
         return Response(buf.getvalue(), media_type="text/csv",
                         headers={"Content-Disposition": 'attachment; filename="answers.csv"'})
 

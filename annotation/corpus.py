@@ -125,20 +125,35 @@ def _step_views(steps: Any) -> list[StepView]:
     return out
 
 
-def _goal_from_scenarios(star_dir: Path, task: str) -> str | None:
-    path = star_dir / "scenarios.jsonl"
-    if not path.is_file():
-        return None
-    c: Counter[str] = Counter()
+@lru_cache(maxsize=8)
+def _descriptions(path: str, mtime_ns: int) -> dict[str, str]:
+    counts: dict[str, Counter[str]] = {}
     with open(path, encoding="utf-8") as fh:
         for line in fh:
             if not line.strip():
                 continue
             s = json.loads(line)
-            if s.get("tasks") == [task] and s.get("wizard_task"):
+            tasks = s.get("tasks") or []
+            if len(tasks) == 1 and not s.get("multitask") and s.get("wizard_task"):
                 text = re.sub(r"\s*\([^)]*https?://[^)]*\)", "", str(s["wizard_task"]))
-                c[" ".join(text.split())] += 1
-    return c.most_common(1)[0][0] if c else None
+                counts.setdefault(tasks[0], Counter())[" ".join(text.split())] += 1
+    return {t: c.most_common(1)[0][0] for t, c in sorted(counts.items())}
+
+
+def task_descriptions(star_dir: str | Path | None) -> dict[str, str]:
+    """One-line description of every STAR task: the most common ``wizard_task`` of its
+    single-task scenarios (the system role's instruction, e.g. "Help the user reserve a hotel
+    room."). Empty when ``star_dir`` is ``None`` or has no ``scenarios.jsonl``."""
+    if star_dir is None:
+        return {}
+    path = Path(star_dir) / "scenarios.jsonl"
+    if not path.is_file():
+        return {}
+    return dict(_descriptions(str(path.resolve()), path.stat().st_mtime_ns))
+
+
+def _goal_from_scenarios(star_dir: Path, task: str) -> str | None:
+    return task_descriptions(star_dir).get(task)
 
 
 @lru_cache(maxsize=64)

@@ -9,6 +9,7 @@ from sqlalchemy import (
     BigInteger,
     Boolean,
     DateTime,
+    Float,
     ForeignKey,
     Integer,
     String,
@@ -131,6 +132,19 @@ class AdminSession(Base):
     __tablename__ = "admin_session"
     digest: Mapped[str] = mapped_column(String(64), primary_key=True)
     expires_at: Mapped[datetime] = mapped_column(DateTime())
+
+
+class LoginThrottleRow(Base):
+    """Admin-login throttle state (:class:`annotation.security.LoginThrottle`): one row per
+    client key, plus the global bucket under key ``"*"``. Times are Unix seconds."""
+
+    __tablename__ = "login_throttle"
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    failures: Mapped[int] = mapped_column(Integer, default=0)
+    next_allowed: Mapped[float] = mapped_column(Float, default=0.0)
+    last_attempt: Mapped[float] = mapped_column(Float, default=0.0)
+    tokens: Mapped[float] = mapped_column(Float, default=0.0)
+    version: Mapped[int] = mapped_column(Integer, default=0)
 
 
 def make_engine(url: str) -> Engine:

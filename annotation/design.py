@@ -44,6 +44,40 @@ BREAKING_TYPES: tuple[str, ...] = ("WIC", "SSPC", "GR")
 
 CUE_TRUE = "true"
 CUE_FOIL = "foil"
+#: The step-2 cue of a WIC instruction (ours, after the paper, Appendix N: "for WIC, the
+#: description of the substitute task"); ``{description}`` is the substitute task's one-line
+#: description (STAR's ``wizard_task``, see :func:`annotation.corpus.task_descriptions`).
+WIC_CUE_TEMPLATE = "Leave the steps on the left and do another task instead: {description}"
+
+
+def default_task_description(task: str) -> str:
+    """The description of a task no workflow source describes: its readable name."""
+    return f"Help the user with {str(task).replace('_', ' ')}."
+
+
+def task_domain(task: str) -> str:
+    """A task's domain: its name up to the first underscore (as in STAR, ``hotel_book`` -> ``hotel``)."""
+    return str(task).split("_", 1)[0]
+
+
+def wic_cue_text(substitute_task: str, tasks: Mapping[str, str] | None = None) -> str:
+    """The WIC cue of ``substitute_task``: :data:`WIC_CUE_TEMPLATE` with its description from
+    ``tasks`` (task -> description), else :func:`default_task_description`."""
+    desc = (tasks or {}).get(substitute_task) or default_task_description(substitute_task)
+    desc = " ".join(str(desc).split())
+    return WIC_CUE_TEMPLATE.format(description=desc[0].upper() + desc[1:] if desc else desc)
+
+
+def foil_substitute(task: str, tasks: Mapping[str, str], u: float) -> str | None:
+    """The substitute task named by a WIC foil shown on a dialogue of ``task``: uniform (by
+    ``u`` in [0, 1)) over the other tasks of its domain, else over every other task, as the
+    generator draws a WIC fork's substitute; ``None`` when ``tasks`` holds no other task."""
+    others = sorted(t for t in tasks if t != task)
+    same = [t for t in others if task_domain(t) == task_domain(task)]
+    pool = same or others
+    if not pool:
+        return None
+    return pool[min(int(u * len(pool)), len(pool) - 1)]
 
 
 def derive_seed(*parts: Any) -> int:
@@ -71,13 +105,16 @@ def _variant_list(pool: Any, htype: str) -> list[Any]:
     return vs
 
 
-def true_cue_text(record: Mapping[str, Any], pool: Any) -> tuple[str, str]:
-    """``(variant id, cue text)`` of a fork's injected variant.
+def true_cue_text(record: Mapping[str, Any], pool: Any, tasks: Mapping[str, str] | None = None) -> tuple[str, str]:
+    """``(variant id, cue text)`` of a fork's injected variant. A WIC fork's cue is the
+    description of its substitute task (:func:`wic_cue_text`, descriptions from ``tasks``).
 
     A fork whose variant is not in ``pool`` (a corpus generated with another variant file) falls
     back to the record's own ``instruction`` text, with a warning.
     """
     vid = record.get("variant")
+    if record.get("hallucination_type") == "WIC" and record.get("substitute_task"):
+        return vid, wic_cue_text(str(record["substitute_task"]), tasks)
     try:
         return vid, pool.by_id(vid).cue
     except KeyError:
@@ -87,13 +124,19 @@ def true_cue_text(record: Mapping[str, Any], pool: Any) -> tuple[str, str]:
 
 
 def assign_cue(record: Mapping[str, Any], study_seed: int, pool: Any,
-               foil_share: float = FOIL_SHARE_FORKED) -> Cue:
-    """The step-2 cue of one conversation (deterministic in ``(study_seed, dialogue_id)``).
+               foil_share: float = FOIL_SHARE_FORKED, tasks: Mapping[str, str] | None = None) -> Cue:
+    """The step-2 cue of one conversation (deterministic in ``(study_seed, dialogue_id)`` and
+    the task catalog ``tasks``).
 
     Conformant conversations always get a foil (a variant of a type drawn uniformly from the
     four); a fork gets a foil with probability ``foil_share`` (a variant of one of the three other
-    types, uniformly), otherwise its own variant's cue. The same three draws are made for every
+    types, uniformly), otherwise its own variant's cue. The same four draws are made for every
     conversation so that changing the corpus never shifts another conversation's cue.
+
+    WIC cues carry a substitute task's description (:func:`wic_cue_text`): a WIC fork's own
+    substitute task; for a WIC foil, a task drawn by :func:`foil_substitute` from ``tasks``
+    (task -> one-line description: every task of the workflow source), so that true and foil
+    WIC cues read alike. Without ``tasks`` a WIC foil falls back to the variant's generic cue.
     """
     if not 0.0 <= foil_share <= 1.0:
         raise ValueError(f"foil_share must be in [0, 1], got {foil_share}")
@@ -102,15 +145,21 @@ def assign_cue(record: Mapping[str, Any], study_seed: int, pool: Any,
     u = float(rng.random())
     ut = float(rng.random())
     uv = float(rng.random())
+    us = float(rng.random())
     own = record.get("hallucination_type")
     if own is not None and u >= foil_share:
-        vid, text = true_cue_text(record, pool)
+        vid, text = true_cue_text(record, pool, tasks)
         return Cue(CUE_TRUE, own, vid, text, seed)
     choices = [h for h in HALLUCINATION_TYPES if h != own]
     htype = choices[min(int(ut * len(choices)), len(choices) - 1)]
     vs = _variant_list(pool, htype)
     v = vs[min(int(uv * len(vs)), len(vs) - 1)]
-    return Cue(CUE_FOIL, htype, v.id, v.cue, seed)
+    text = v.cue
+    if htype == "WIC" and tasks:
+        sub = foil_substitute(str(record["task"]), tasks, us)
+        if sub is not None:
+            text = wic_cue_text(sub, tasks)
+    return Cue(CUE_FOIL, htype, v.id, text, seed)
 
 
 def latin_types(row: int) -> dict[int, str]:

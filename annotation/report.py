@@ -58,7 +58,50 @@ def verdicts(res: Mapping[str, Any]) -> dict[str, str]:
     return out
 
 
-def markdown_report(res: Mapping[str, Any]) -> str:
+def table11_cells(res: Mapping[str, Any] | None) -> list[str]:
+    """One column of Table 11 from an :func:`analyse` result (``n/a`` cells without data):
+    ratings per k over WIC/SSPC/GR forks, conformant rating, true instructions confirmed,
+    foils on conformant dialogues confirmed, onset exact / within one turn."""
+    if not res or "rq1" not in res:
+        return ["n/a"] * 5
+    ms = res["rq1"]["breaking"]["mean_slider"]
+    r2, r3 = res["rq2"], res["rq3"]
+    return ["/".join(_num(ms[f"k{k}"]["mean"], 0) for k in (1, 2, 3, 4)), _num(ms["conformant"]["mean"], 0),
+            _pct(r2["true_overall"]["rate"]), _pct(r2["foil_conformant"]["rate"], 1),
+            f"{_pct(r3['exact']['rate'])} / {_pct(r3['within_one']['rate'])}"]
+
+
+TABLE11_ROWS = ("Rating, k=1/2/3/4", "Rating, conformant", "Instruction confirmed", "Foil confirmed",
+                "Onset at t_k / within +-1")
+
+
+def table11(res: Mapping[str, Any], judge: Mapping[str, Any] | None = None) -> list[str]:
+    """Table 11 (Markdown lines): the people on this study and, when ``judge`` holds the
+    analyses of the LLM judge's answers (``{"study": ..., "all": ..., "model": ...}``), the
+    judge on the same conversations and on the whole corpus."""
+    cols = [("People (this study)", table11_cells(res))]
+    title = "## Table 11 layout: people on this study"
+    if judge:
+        name = judge.get("model") or "LLM judge"
+        cols.append((f"LLM judge ({name}), study", table11_cells(judge.get("study"))))
+        if judge.get("all") is not None:
+            cols.append((f"LLM judge ({name}), all dialogues", table11_cells(judge.get("all"))))
+        title = "## Table 11: the calibrated LLM judge next to the people"
+    lines = [title, "", "| | " + " | ".join(c for c, _ in cols) + " |", "| --- " * (len(cols) + 1) + "|"]
+    for i, row in enumerate(TABLE11_ROWS):
+        lines.append(f"| {row} | " + " | ".join(cells[i] for _, cells in cols) + " |")
+    lines.append("")
+    if judge:
+        cal = judge.get("calibration") or {}
+        lines += [f"Ratings are means over WIC, SSPC and GR forks; the judge's ratings are calibrated on the people's "
+                  f"({cal.get('method', 'n/a')}, cross-fitted in {cal.get('n_folds', 'n/a')} folds by source on the "
+                  f"study's {cal.get('n', 'n/a')} conversations). Confirmation and onset are over forks shown the true "
+                  "instruction; foils are those shown on conformant dialogues.", ""]
+    return lines
+
+
+def markdown_report(res: Mapping[str, Any], judge: Mapping[str, Any] | None = None) -> str:
+    """The report; ``judge`` adds the LLM judge's columns to Table 11 (see :func:`table11`)."""
     c = res["counts"]
     lines = ["# Human study: analyses (paper, Appendix N)", "",
              f"{c['judgments']} judgments of {c['conversations']} conversations ({c['forked']} forked, "
@@ -71,7 +114,6 @@ def markdown_report(res: Mapping[str, Any]) -> str:
     v = verdicts(res)
     r1 = res["rq1"]["breaking"]
     tu, tq = r1["tau_b_within_units"], r1["tau_b_quartets"]
-    ms = r1["mean_slider"]
     r2, r3, r4 = res["rq2"], res["rq3"], res["rq4"]
     per_type = [x["rate"] for x in r2["true_per_type"].values() if x["rate"] is not None]
     lines += ["## Table 10: research questions", "",
@@ -97,12 +139,7 @@ def markdown_report(res: Mapping[str, Any]) -> str:
               "for forks with t_k>1 | Conformance rate (Wilson CI) | "
               f"{v['RQ4']}: {_pct(r4['overall']['yes_or_mostly']['rate'])}{_ci(r4['overall']['yes_or_mostly'], pct=True)} "
               f"followed or mostly followed (n={r4['overall']['n']}) |", ""]
-    lines += ["## Table 11 layout: people on this study", "", "| | People (this study) |", "| --- | --- |",
-              "| Rating, k=1/2/3/4 | " + "/".join(_num(ms[f'k{k}']['mean'], 0) for k in (1, 2, 3, 4)) + " |",
-              f"| Rating, conformant | {_num(ms['conformant']['mean'], 0)} |",
-              f"| Instruction confirmed | {_pct(r2['true_overall']['rate'])} |",
-              f"| Foil confirmed | {_pct(r2['foil_conformant']['rate'])} |",
-              f"| Onset at t_k / within +-1 | {_pct(r3['exact']['rate'])} / {_pct(r3['within_one']['rate'])} |", ""]
+    lines += table11(res, judge)
     lines += ["## RQ1: blind conformance rating", ""]
     for name in ("breaking", "all"):
         r = res["rq1"][name]
@@ -311,20 +348,32 @@ def jsonable(obj: Any) -> Any:
 
 def run_analyses(judgments: Iterable[Mapping[str, Any]], out_dir: str | Path,
                  distances: Mapping[str, Mapping[str, float]] | None = None, n_boot: int = N_BOOT, seed: int = 0,
-                 apply_exclusion: bool = True, plots: bool = True) -> dict[str, Any]:
+                 apply_exclusion: bool = True, plots: bool = True,
+                 judge: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Run :func:`annotation.analysis.analyse` and write ``report.md``, ``analyses.json``,
-    ``summary.csv`` and (with ``plots``) ``figure8.png`` into ``out_dir`` (atomically)."""
+    ``summary.csv`` and (with ``plots``) ``figure8.png`` into ``out_dir`` (atomically).
+
+    ``judge``: the LLM judge's output (:func:`annotation.judge.run_judge`, plus ``model``); its
+    rows are analysed the same way (the exclusion criterion is not applied to the judge) and
+    become the judge's columns of Table 11 (``analyses.json``: ``llm_judge``)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     res = jsonable(analyse(judgments, distances=distances, n_boot=n_boot, seed=seed, apply_exclusion=apply_exclusion))
     res["verdicts"] = verdicts(res)
+    judged = None
+    if judge is not None:
+        judged = {"model": judge.get("model"), "calibration": judge.get("calibration"), "report": judge.get("report"),
+                  "study": jsonable(analyse(judge["study"], n_boot=n_boot, seed=seed, apply_exclusion=False)),
+                  "all": (jsonable(analyse(judge["all"], n_boot=n_boot, seed=seed, apply_exclusion=False))
+                          if judge.get("all") is not None else None)}
+        res["llm_judge"] = judged
     write_text_atomic(out / "analyses.json", json.dumps(res, ensure_ascii=False, indent=2, allow_nan=False) + "\n")
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=["section", "statistic", "value", "ci_low", "ci_high", "n"])
     w.writeheader()
     w.writerows(summary_rows(res))
     write_text_atomic(out / "summary.csv", buf.getvalue())
-    write_text_atomic(out / "report.md", markdown_report(res))
+    write_text_atomic(out / "report.md", markdown_report(res, judged))
     if plots:
         plot_figure8(res, out / "figure8.png")
     logger.info("analyses written to %s", out)
@@ -339,8 +388,10 @@ def load_answers(path: str | Path) -> list[dict[str, Any]]:
         if not isinstance(rows, list):
             raise ValueError(f"{p}: expected a JSON list of answer rows")
     elif p.suffix == ".csv":
+        from .security import restore_cell
+
         with open(p, encoding="utf-8", newline="") as fh:
-            rows = list(csv.DictReader(fh))
+            rows = [{k: restore_cell(v) for k, v in r.items()} for r in csv.DictReader(fh)]
     else:
         raise ValueError(f"{p}: answers must be a .json or .csv export")
     from .db import DONE

@@ -7,7 +7,10 @@ submission changes nothing and is answered with a clear 4xx error.
 
 from __future__ import annotations
 
+import json
 import logging
+import math
+import re
 import secrets
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
@@ -85,21 +88,114 @@ class Invalid(AnnotationError):
     status = 422
 
 
-def _int_field(data: Mapping[str, Any], name: str) -> int | None:
-    v = data.get(name)
+#: Integers as the app accepts them in forms: ASCII digits, an optional sign, at most 18 digits
+#: (no "²", no "--5", no 5000-digit strings).
+_INT_RE = re.compile(r"[+-]?[0-9]{1,18}")
+_FLOAT_RE = re.compile(r"[+-]?(?:[0-9]{1,18}(?:\.[0-9]{0,18})?|\.[0-9]{1,18})")
+#: Deepest JSON nesting accepted in a request body (answers are flat objects).
+MAX_JSON_DEPTH = 8
+_MISSING = object()
+
+
+def _show(v: Any) -> str:
+    r = repr(v)
+    return r if len(r) <= 40 else r[:37] + "..."
+
+
+def parse_int(v: Any, name: str, lo: int | None = None, hi: int | None = None, default: Any = _MISSING) -> Any:
+    """``v`` (a JSON number or a form string) as an int in ``[lo, hi]``, else :class:`Invalid`
+    (422) saying what was wrong. ``None`` / ``""`` give ``default`` when one is given."""
     if v is None or v == "":
-        return None
+        if default is not _MISSING:
+            return default
+        raise Invalid(f"{name} is required")
+    out: int | None = None
     if isinstance(v, bool):
-        raise Invalid(f"{name} must be an integer, got {v!r}")
-    if isinstance(v, float):
-        if not v.is_integer():
-            raise Invalid(f"{name} must be an integer, got {v!r}")
-        return int(v)
-    if isinstance(v, int):
-        return v
-    if isinstance(v, str) and v.strip().lstrip("-").isdigit():
-        return int(v.strip())
-    raise Invalid(f"{name} must be an integer, got {v!r}")
+        out = None
+    elif isinstance(v, int):
+        out = v
+    elif isinstance(v, float):
+        out = int(v) if math.isfinite(v) and v.is_integer() else None
+    elif isinstance(v, str) and _INT_RE.fullmatch(v.strip()):
+        out = int(v.strip())
+    if out is None:
+        raise Invalid(f"{name} must be an integer, got {_show(v)}")
+    if (lo is not None and out < lo) or (hi is not None and out > hi):
+        raise Invalid(f"{name} must be between {lo} and {hi}, got {_show(out)}")
+    return out
+
+
+def parse_float(v: Any, name: str, lo: float, hi: float, default: Any = _MISSING) -> Any:
+    """``v`` as a finite float in ``[lo, hi]``, else :class:`Invalid` (422)."""
+    if v is None or v == "":
+        if default is not _MISSING:
+            return default
+        raise Invalid(f"{name} is required")
+    out: float | None = None
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        out = float(v) if abs(v) < 1e18 else None
+    elif isinstance(v, str) and _FLOAT_RE.fullmatch(v.strip()):
+        out = float(v.strip())
+    if out is None or not math.isfinite(out):
+        raise Invalid(f"{name} must be a number, got {_show(v)}")
+    if not lo <= out <= hi:
+        raise Invalid(f"{name} must be between {lo} and {hi}, got {out}")
+    return out
+
+
+def _json_int(text: str) -> int:
+    if len(text.lstrip("-")) > 18:
+        raise ValueError(f"an integer of {len(text)} digits")
+    return int(text)
+
+
+def _json_constant(name: str):
+    raise ValueError(f"{name} is not a number")
+
+
+def _depth_ok(raw: bytes, limit: int) -> bool:
+    """Whether the JSON text nests at most ``limit`` levels (brackets inside strings ignored)."""
+    depth, in_str, esc = 0, False, False
+    for b in raw:
+        if in_str:
+            if esc:
+                esc = False
+            elif b == 0x5C:
+                esc = True
+            elif b == 0x22:
+                in_str = False
+        elif b == 0x22:
+            in_str = True
+        elif b in (0x5B, 0x7B):
+            depth += 1
+            if depth > limit:
+                return False
+        elif b in (0x5D, 0x7D):
+            depth -= 1
+    return True
+
+
+def parse_json_body(raw: bytes) -> dict[str, Any]:
+    """A request body that must be a flat JSON object, or :class:`Invalid` (422): malformed
+    JSON, non-UTF-8, integers longer than 18 digits, NaN/Infinity, nesting deeper than
+    :data:`MAX_JSON_DEPTH` (checked before parsing) are all refused."""
+    if not _depth_ok(raw, MAX_JSON_DEPTH):
+        raise Invalid(f"the body nests deeper than {MAX_JSON_DEPTH} levels; send a flat JSON object")
+    try:
+        data = json.loads(raw.decode("utf-8"), parse_int=_json_int, parse_constant=_json_constant)
+    except UnicodeDecodeError:
+        raise Invalid("the body is not valid JSON (not UTF-8)") from None
+    except json.JSONDecodeError as e:
+        raise Invalid(f"the body is not valid JSON ({e.msg} at character {e.pos})") from None
+    except (ValueError, RecursionError) as e:
+        raise Invalid(f"the body is not valid JSON ({e})") from None
+    if not isinstance(data, dict):
+        raise Invalid("the body must be a JSON object")
+    return data
+
+
+def _int_field(data: Mapping[str, Any], name: str) -> int | None:
+    return parse_int(data.get(name), name, -(10**18), 10**18, default=None)
 
 
 class Study:
@@ -110,10 +206,11 @@ class Study:
     """
 
     def __init__(self, db_url: str, variants: Any = None, study_seed: int | None = None,
-                 foil_share: float = FOIL_SHARE_FORKED):
+                 foil_share: float = FOIL_SHARE_FORKED, task_descriptions: Mapping[str, str] | None = None):
         self.engine = make_engine(db_url)
         self.foil_share = foil_share
         self._variants = variants
+        self._given_tasks = {str(k): " ".join(str(v).split()) for k, v in (task_descriptions or {}).items() if v}
         with Session(self.engine) as s, s.begin():
             if s.get(Meta, "study_seed") is None:
                 seed = int(study_seed) if study_seed is not None else secrets.randbits(62)
@@ -149,14 +246,16 @@ class Study:
         conformant dialogue)."""
         seed = self.study_seed
         foil_share = float(self.meta("foil_share") or self.foil_share)
+        records = list(records)
+        catalog = self._extend_catalog(records)
         with Session(self.engine) as s, s.begin():
             have = set(s.scalars(select(Conversation.dialogue_id)))
             rows = []
             for r in records:
                 if r["dialogue_id"] in have:
                     continue
-                cue = assign_cue(r, seed, self.variants, foil_share)
-                true_text = true_cue_text(r, self.variants)[1] if r.get("hallucination_type") else None
+                cue = assign_cue(r, seed, self.variants, foil_share, tasks=catalog)
+                true_text = true_cue_text(r, self.variants, catalog)[1] if r.get("hallucination_type") else None
                 rows.append(dict(
                     dialogue_id=r["dialogue_id"], task=r["task"], source_id=r["source_id"],
                     hallucination_type=r.get("hallucination_type"), variant=r.get("variant"),
@@ -170,6 +269,36 @@ class Study:
             n = len(rows)
         logger.info("imported %d new conversation(s)", n)
         return n
+
+    def task_catalog(self) -> dict[str, str]:
+        """The study's task catalog (task -> one-line description) used for WIC cues, stored
+        in the database so that every cue can be re-derived (:func:`recompute_cue`)."""
+        raw = self.meta("task_descriptions")
+        return json.loads(raw) if raw else {}
+
+    def _extend_catalog(self, records: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+        """The catalog plus the tasks given at construction (a workflow source such as STAR)
+        and every task and substitute task of ``records`` (described by their readable names
+        when no source describes them); stored, and returned."""
+        from .design import default_task_description
+
+        cat = self.task_catalog()
+        new = dict(cat)
+        for t, d in self._given_tasks.items():
+            new.setdefault(t, d)
+        for r in records:
+            for t in (r.get("task"), r.get("substitute_task")):
+                if t:
+                    new.setdefault(str(t), default_task_description(str(t)))
+        if new != cat:
+            with Session(self.engine) as s, s.begin():
+                m = s.get(Meta, "task_descriptions")
+                text = json.dumps(dict(sorted(new.items())), ensure_ascii=False)
+                if m is None:
+                    s.add(Meta(key="task_descriptions", value=text))
+                else:
+                    m.value = text
+        return new
 
     def tasks(self) -> list[str]:
         with Session(self.engine) as s:
@@ -365,6 +494,18 @@ class Study:
             raise NotFound("no such conversation in your assignments")
         return a, s.get(Conversation, a.conversation_id)
 
+    def task_of(self, annotator: Annotator, token: str) -> str:
+        """The task of one of the annotator's conversations (404 for a token that is not theirs)."""
+        with Session(self.engine) as s:
+            return self._load(s, annotator, token)[1].task
+
+    @staticmethod
+    def _check_intro(s: Session, a: Assignment, c: Conversation) -> None:
+        """The intro step, enforced here and not only by the pages' redirects."""
+        if s.get(IntroSeen, (a.annotator_id, c.task)) is None:
+            raise Conflict(f"read the introduction of task {c.task!r} first (open your personal link, or "
+                           f"/a/<your link>/intro/{c.task})")
+
     def _check_current(self, s: Session, a: Assignment) -> None:
         if a.state == DONE:
             return
@@ -392,6 +533,7 @@ class Study:
         with Session(self.engine) as s:
             a, c = self._load(s, annotator, token)
             self._check_current(s, a)
+            self._check_intro(s, a, c)
             current = a.state + 1 if a.state < DONE else None
             if step is None:
                 step = current
@@ -424,7 +566,9 @@ class Study:
             p["question"] = STEP3_QUESTION
             p["options"] = list(PREFIX_ANSWERS)
             p["step2"] = {"answer": a.cue_answer, "onset_turn": a.onset_turn, "cue": c.cue_text}
-            p["injected_instruction"] = c.true_cue_text
+            # as in the paper: the instruction actually injected, next to the step-2 answer
+            p["injected_instruction"] = (" ".join(str(c.record.get("instruction") or "").split())
+                                         or c.true_cue_text)
             p["fork_turn"] = c.fork_turn
             p["answer"] = ({"prefix": a.prefix_answer, "note": a.note} if a.state >= DONE else None)
             return p
@@ -440,6 +584,7 @@ class Study:
         with Session(self.engine) as s, s.begin():
             a, c = self._load(s, annotator, token)
             self._check_current(s, a)
+            self._check_intro(s, a, c)
             if step not in (1, 2, 3):
                 raise NotFound(f"there is no step {step!r}; steps are 1, 2 and 3")
             if a.state < step - 1:  # order first (see step_payload)
@@ -567,7 +712,8 @@ def recompute_cue(study: Study, dialogue_id: str):
         c = s.scalar(select(Conversation).where(Conversation.dialogue_id == dialogue_id))
         if c is None:
             raise NotFound(f"no conversation {dialogue_id!r}")
-        return assign_cue(c.record, study.study_seed, study.variants, float(study.meta("foil_share")))
+        return assign_cue(c.record, study.study_seed, study.variants, float(study.meta("foil_share")),
+                          tasks=study.task_catalog() or None)
 
 
 __all__ = ["AnnotationError", "Conflict", "Invalid", "NotFound", "Study", "derive_seed", "reconstruct_presentation",

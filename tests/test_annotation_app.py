@@ -56,11 +56,23 @@ def env(tmp_path, records, star_dir, template_db):
     shutil.copy(src, tmp_path / "study.db")
     study = Study(f"sqlite:///{tmp_path / 'study.db'}")
     clock = Clock()
-    app = create_app(study, star_dir=star_dir, analysis_dir=tmp_path / "an",
-                     throttle=LoginThrottle(max_failures=5, window_s=60, clock=clock),
+    throttle = LoginThrottle(study.engine, clock=clock)
+    app = create_app(study, star_dir=star_dir, analysis_dir=tmp_path / "an", throttle=throttle,
                      analysis_options={"n_boot": 100, "plots": False})
+    for who in (a, b):  # the API tests start after the intro; test_intro_* undo this
+        study.mark_intro_seen(study.annotator_by_link(who["link_token"]), "weather")
     client = TestClient(app)
-    return {"study": study, "client": client, "a": a, "b": b, "clock": clock, "records": records, "app": app}
+    return {"study": study, "client": client, "a": a, "b": b, "clock": clock, "records": records, "app": app,
+            "throttle": throttle}
+
+
+def _forget_intros(env):
+    from sqlalchemy.orm import Session
+
+    from annotation.db import IntroSeen
+
+    with Session(env["study"].engine) as s, s.begin():
+        s.query(IntroSeen).delete()
 
 
 def _next(env, who="a"):
@@ -158,25 +170,78 @@ def test_password_check_is_constant_time(env, monkeypatch):
     assert len(calls) == 2
 
 
-def test_login_attempts_are_rate_limited(env):
-    c = env["client"]
-    for _ in range(5):
+def test_login_attempts_are_rate_limited_with_backoff(env):
+    c, clock, throttle = env["client"], env["clock"], env["throttle"]
+    for _ in range(throttle.free_failures):
         r = c.post("/admin/login", data={"password": "wrong"})
         assert r.status_code == 401 and "Wrong password" in r.text
-    r = _login(c)  # even the right password is refused while locked
-    assert r.status_code == 429 and int(r.headers["Retry-After"]) > 0 and "Too many failed attempts" in r.text
-    env["clock"].t += 61
+    r = _login(c)  # even the right password is refused during the backoff
+    assert r.status_code == 429 and "Too many failed attempts" in r.text
+    assert int(r.headers["Retry-After"]) == throttle.delay(throttle.free_failures) == 1
+    clock.t += int(r.headers["Retry-After"])  # the documented backoff, then the admin gets in
     assert _login(c).status_code == 303
     assert c.get("/admin/progress.json").status_code == 200
+    # exponential: after the success the count starts again; each further failure doubles the wait
+    for _ in range(throttle.free_failures):
+        assert c.post("/admin/login", data={"password": "wrong"}).status_code == 401
+    waits = []
+    for _ in range(4):
+        r = c.post("/admin/login", data={"password": "wrong"})
+        assert r.status_code == 429
+        clock.t += int(r.headers["Retry-After"])
+        waits.append(int(r.headers["Retry-After"]))
+        assert c.post("/admin/login", data={"password": "wrong"}).status_code == 401
+    assert waits == [1, 2, 4, 8]
 
 
-def test_global_rate_limit_against_address_rotation():
+def test_backoff_is_capped_and_forgotten():
     clock = Clock()
-    t = LoginThrottle(max_failures=5, window_s=60, global_max_failures=8, clock=clock)
-    for i in range(8):
-        assert t.retry_after(f"10.0.0.{i}") == 0
-        t.failure(f"10.0.0.{i}")
-    assert t.retry_after("10.0.0.99") > 0
+    t = LoginThrottle(clock=clock, free_failures=2, base_delay_s=1, max_delay_s=60, forget_s=3600)
+    assert [t.delay(n) for n in range(1, 12)] == [0, 1, 2, 4, 8, 16, 32, 60, 60, 60, 60]
+    assert t.delay(10**6) == 60  # no overflow
+    for _ in range(30):
+        clock.t += 61
+        assert t.attempt("10.0.0.1") == 0
+    assert t.status()[1]["failures"] == 30
+    clock.t += 3600  # an hour without attempts forgives the client
+    assert t.retry_after("10.0.0.1") == 0 and t.attempt("10.0.0.1") == 0
+    assert [r.get("failures") for r in t.status()] == [None, 1]
+
+
+def test_global_limit_slows_but_never_locks_out():
+    clock = Clock()
+    t = LoginThrottle(clock=clock, free_failures=3, global_rate=2.0, global_burst=8)
+    for i in range(8):  # address rotation: every address is new, the global bucket empties
+        assert t.attempt(f"10.0.0.{i}") == 0
+    waits = [t.attempt(f"10.0.1.{i}") for i in range(50)]
+    assert all(0 < w <= 1 / t.global_rate for w in waits)  # slowed, at most 1/rate seconds
+    assert t.attempt("192.0.2.7") == pytest.approx(0.5)
+    clock.t += 0.5
+    assert t.attempt("192.0.2.7") == 0  # the real admin gets through after the short wait
+    clock.t += 8 / 2.0
+    assert all(t.attempt(f"10.0.2.{i}") == 0 for i in range(8))  # the bucket is full again
+
+
+def test_throttle_keys_ipv6_by_prefix_and_resets_by_cli(tmp_path, capsys):
+    from annotation.__main__ import main
+    from annotation.security import client_key
+
+    assert client_key("2001:db8::1") == client_key("2001:db8::ffff") == "2001:db8::/64"
+    assert client_key("::ffff:192.0.2.1") == "192.0.2.1" and client_key(None) == "unknown"
+    db = f"sqlite:///{tmp_path / 's.db'}"
+    study = Study(db, study_seed=1)
+    clock = Clock()
+    t = LoginThrottle(study.engine, clock=clock)
+    for _ in range(6):
+        t.attempt("198.51.100.4")
+    t.attempt("198.51.100.5")
+    assert t.retry_after("198.51.100.4") > 0
+    assert main(["reset-throttle", "--db", db, "--dry-run"]) == 0
+    assert "198.51.100.4" in capsys.readouterr().out and t.retry_after("198.51.100.4") > 0
+    assert main(["reset-throttle", "--db", db, "--client", "198.51.100.4"]) == 0
+    assert t.retry_after("198.51.100.4") == 0 and [r["client"] for r in t.status()][-1] == "198.51.100.5"
+    assert main(["reset-throttle", "--db", db]) == 0
+    assert t.status() == []
 
 
 def test_logout_ends_the_session(env):
@@ -397,6 +462,7 @@ def test_concurrent_duplicate_submissions_record_one_answer(env):
 # ------------------------------------------------------------------ pages, admin workflow, reconstruction
 
 def test_intro_first_then_workflow_panel_and_flowchart(env):
+    _forget_intros(env)
     c = env["client"]
     link = env["a"]["link_token"]
     tok = _next(env)
@@ -508,3 +574,31 @@ def test_cli_serve_prints_password_and_links(tmp_path, records, star_dir, monkey
     assert main(["analyse", "--db", db, "--out", str(tmp_path / "an"), "--n-boot", "50", "--no-plots"]) == 0
     assert "0 judgments analysed" in capsys.readouterr().out  # nothing completed yet
     assert (tmp_path / "an" / "report.md").read_text().startswith("# Human study")
+
+
+def test_step3_shows_the_injected_instruction(env):
+    """Issue 15 / paper, Appendix N: step 3 shows the instruction actually injected (the
+    record's ``instruction``) next to the annotator's step-2 answer and its cue."""
+    c, study = env["client"], env["study"]
+    link = env["a"]["link_token"]
+    by_id = {r["dialogue_id"]: r for r in env["records"]}
+    ann = study.annotator_by_link(link)
+    shown = 0
+    while study.overview(ann)["next"] is not None:
+        tok = study.overview(ann)["next"]["token"]
+        c.post(_api(env, "a", tok, 1), json={"slider": 30})
+        r = c.post(_api(env, "a", tok, 2), json={"answer": "no"})
+        if r.json()["next_step"] == 3:
+            rec = by_id[next(iter(_dids(env, tok)))]
+            p3 = c.get(_api(env, "a", tok)).json()
+            assert p3["injected_instruction"] == " ".join(rec["instruction"].split())
+            assert p3["step2"]["cue"] and p3["step2"]["answer"] == "no"
+            import html as _html
+            import re as _re
+
+            page = c.get(f"/a/{link}/c/{tok}").text
+            q = _re.search(r'<q id="injected">(.*?)</q>', page, _re.S)
+            assert q and _html.unescape(q.group(1)) == p3["injected_instruction"]
+            shown += 1
+            c.post(_api(env, "a", tok, 3), json={"prefix": "yes"})
+    assert shown >= 1

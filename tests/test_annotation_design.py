@@ -19,7 +19,9 @@ from annotation.design import (  # noqa: E402
     block_order,
     derive_seed,
     draw_blocks,
+    foil_substitute,
     latin_types,
+    wic_cue_text,
 )
 from annotation.simulate import synthetic_records  # noqa: E402
 from dialfork_dataset.records import HALLUCINATION_TYPES  # noqa: E402
@@ -66,7 +68,9 @@ def test_conformant_always_foil_forks_about_twenty_percent(records, pool):
                 assert cue.text in {v.cue for v in pool[cue.htype]}
             else:
                 assert cue.htype == r["hallucination_type"] and cue.variant == r["variant"]
-                assert cue.text == pool.by_id(r["variant"]).cue
+                expected = (wic_cue_text(r["substitute_task"]) if r["hallucination_type"] == "WIC"
+                            else pool.by_id(r["variant"]).cue)
+                assert cue.text == expected
     share = kinds[CUE_FOIL] / (kinds[CUE_FOIL] + kinds[CUE_TRUE])
     assert 0.14 < share < 0.26, share  # 320 forks, Bernoulli(0.2): 3 sd ~ 0.067
 
@@ -199,7 +203,10 @@ def test_generator_output_is_a_valid_study_corpus(tmp_path, star_dir, pool):
     a = study.create_annotator("g")
     assert study.draw_batch("weather", [a["id"]], 1, seed=2)["assignments"] == 5
     forks = [r for r in recs if r["hallucination_type"]]
-    assert all(assign_cue(r, 1, pool).text in {v.cue for vs in pool.types.values() for v in vs} for r in forks)
+    generic = {v.cue for vs in pool.types.values() for v in vs}
+    for r in forks:
+        text = assign_cue(r, 1, pool).text
+        assert text in generic or (r["hallucination_type"] == "WIC" and text == wic_cue_text(r["substitute_task"]))
 
 
 def test_corpus_files_follow_the_manifest(tmp_path, records):
@@ -213,3 +220,50 @@ def test_corpus_files_follow_the_manifest(tmp_path, records):
     (tmp_path / "manifest.json").write_text('{"files": {"gone.jsonl": {}}}')
     with pytest.raises(FileNotFoundError, match="gone.jsonl"):
         load_corpus(tmp_path)
+
+
+def test_wic_cues_carry_the_substitute_task_description(records, pool, star_dir):
+    """Issue 15: the WIC cue is the substitute task's description (STAR's wizard_task), for true
+    cues and foils alike, so that a foil cannot be told from a true cue by its form."""
+    from annotation.corpus import task_descriptions
+    from annotation.design import WIC_CUE_TEMPLATE
+
+    tasks = task_descriptions(star_dir)
+    assert tasks["restaurant_book"] and tasks["hotel_book"] == "Help the user reserve a hotel room."
+    prefix = WIC_CUE_TEMPLATE.split("{description}")[0]
+    wic_true = wic_foil = 0
+    for r in records:
+        cue = assign_cue(r, 3, pool, tasks=tasks)
+        if cue.htype != "WIC":
+            assert cue.text in {v.cue for v in pool[cue.htype]}
+            continue
+        assert cue.text.startswith(prefix)
+        desc = cue.text[len(prefix):]
+        assert desc in tasks.values()
+        if cue.kind == CUE_TRUE:
+            wic_true += 1
+            assert desc == tasks[r["substitute_task"]]  # the fork's own substitute task
+        else:
+            wic_foil += 1
+            assert desc != tasks["weather"]  # never the dialogue's own task
+    assert wic_true > 40 and wic_foil > 5
+    # foils draw another task of the same domain when there is one, else of any other domain
+    for u in (0.0, 0.5, 0.99):
+        assert foil_substitute("hotel_book", tasks, u).startswith("hotel_")
+        assert foil_substitute("hotel_book", tasks, u) != "hotel_book"
+    assert foil_substitute("weather", {"weather": "x"}, 0.3) is None
+    assert wic_cue_text("car_rent", {}) == prefix + "Help the user with car rent."
+
+
+def test_study_uses_its_stored_task_catalog(tmp_path, records, pool, star_dir):
+    from annotation.corpus import task_descriptions
+    from annotation.store import Study, recompute_cue
+
+    tasks = task_descriptions(star_dir)
+    study = Study(f"sqlite:///{tmp_path / 's.db'}", study_seed=3, variants=pool, task_descriptions=tasks)
+    study.import_records(records)
+    assert study.task_catalog()["restaurant_book"] == tasks["restaurant_book"]
+    again = Study(f"sqlite:///{tmp_path / 's.db'}", variants=pool)  # no STAR this time
+    for r in records[:40]:
+        cue = recompute_cue(again, r["dialogue_id"])
+        assert cue == assign_cue(r, 3, pool, tasks=tasks)

@@ -93,7 +93,13 @@ def test_admin_and_annotator_in_chromium(server):
     from playwright.sync_api import sync_playwright
 
     base, study, pool = server["base"], server["study"], server["pool"]
-    all_cues = {v.cue for vs in pool.types.values() for v in vs}
+    from sqlalchemy import select
+    from sqlalchemy.orm import Session
+
+    from annotation.db import Conversation
+
+    with Session(study.engine) as s:  # every cue of the study (WIC cues name a substitute task)
+        all_cues = {v.cue for vs in pool.types.values() for v in vs} | set(s.scalars(select(Conversation.cue_text)))
 
     def cues_in(body: str) -> list[str]:  # bodies are recorded HTML-unescaped
         return [c for c in all_cues if c in body]
@@ -167,7 +173,9 @@ def test_admin_and_annotator_in_chromium(server):
                         replayed = True
                 elif step == 2:
                     cue = ann.inner_text("#cue").strip()
-                    if cue in {v.cue for v in pool.types[_cue_type(study, token)]} and _is_true(study, token):
+                    conv = _conversation(study, token)
+                    assert cue == conv.cue_text  # the stored cue (for WIC: the substitute task's description)
+                    if _is_true(study, token):
                         ann.check("input[name=answer][value=yes]")
                         ann.click(".turn.system[data-n='2']")
                         assert "assistant turn 2" in ann.inner_text("#onset-shown")

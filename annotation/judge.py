@@ -1,0 +1,142 @@
+"""The calibrated LLM judge next to the people (paper, Table 11).
+
+:func:`run_judge` has :class:`dialfork_metrics.judge.LLMJudge` answer the three steps on the
+study's conversations (each shown the cue stored for it, as the annotators saw it) and,
+optionally, on a whole corpus (cues assigned from the study seed, as they would have been),
+calibrates its ratings against the people's (isotonic, cross-fitted on the study), and returns
+the judge's answers as judgment rows of the export format, so that the same analyses
+(:func:`annotation.analysis.analyse`) give the judge's column of Table 11.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .design import FOIL_SHARE_FORKED, assign_cue
+
+logger = logging.getLogger(__name__)
+
+JUDGE_ANNOTATOR = "llm-judge"
+
+
+def _item(record: Mapping[str, Any], cue: Mapping[str, Any]) -> dict[str, Any]:
+    forked = record.get("hallucination_type") is not None
+    tk = record.get("fork_turn")
+    return {"dialogue_id": record["dialogue_id"], "task": record["task"], "turns": record["turns"],
+            "cue": cue["cue_text"], "fork_turn": tk, "step3": bool(forked and tk and int(tk) > 1),
+            "injected_instruction": " ".join(str(record.get("instruction") or "").split()), "record": record, **cue}
+
+
+def study_items(study: Any) -> list[dict[str, Any]]:
+    """Judge items of the conversations people completed, with the cue stored for each."""
+    from sqlalchemy import select
+    from sqlalchemy.orm import Session
+
+    from .db import DONE, Assignment, Conversation
+
+    with Session(study.engine) as s:
+        ids = set(s.scalars(select(Assignment.conversation_id).where(Assignment.state == DONE)))
+        convs = [s.get(Conversation, i) for i in sorted(ids)]
+        return [_item(c.record, {"cue_kind": c.cue_kind, "cue_type": c.cue_type, "cue_variant": c.cue_variant,
+                                 "cue_text": c.cue_text}) for c in convs]
+
+
+def corpus_items(records: Iterable[Mapping[str, Any]], study_seed: int, pool: Any,
+                 tasks: Mapping[str, str] | None = None, foil_share: float = FOIL_SHARE_FORKED) -> list[dict[str, Any]]:
+    """Judge items of every record, each with the cue the study would assign it."""
+    out = []
+    for r in records:
+        cue = assign_cue(r, study_seed, pool, foil_share, tasks=tasks)
+        out.append(_item(r, {"cue_kind": cue.kind, "cue_type": cue.htype, "cue_variant": cue.variant,
+                             "cue_text": cue.text}))
+    return out
+
+
+def people_mean_slider(judgments: Iterable[Mapping[str, Any]]) -> dict[str, float]:
+    """Mean slider per conversation over the people who judged it."""
+    acc: dict[str, list[float]] = defaultdict(list)
+    for j in judgments:
+        if j.get("slider") not in (None, ""):
+            acc[str(j["dialogue_id"])].append(float(j["slider"]))
+    return {d: float(np.mean(v)) for d, v in acc.items()}
+
+
+def judge_rows(items: Sequence[Mapping[str, Any]], answers: Sequence[Mapping[str, Any]],
+               sliders: Sequence[float | None]) -> list[dict[str, Any]]:
+    """The judge's answers as completed judgment rows (the export format; annotator
+    :data:`JUDGE_ANNOTATOR`). Conversations with an unusable rating or step-2 answer are left
+    out (the judge's report counts them)."""
+    rows = []
+    for pos, (it, a, sl) in enumerate(zip(items, answers, sliders), 1):
+        if sl is None or a["cue_answer"] is None:
+            continue
+        r = it["record"]
+        rows.append({"annotator": JUDGE_ANNOTATOR, "annotator_id": 0, "position": pos, "dialogue_id": r["dialogue_id"],
+                     "source_id": r["source_id"], "task": r["task"], "hallucination_type": r.get("hallucination_type"),
+                     "variant": r.get("variant"), "fork_position": r.get("fork_position"),
+                     "fork_turn": r.get("fork_turn"), "num_system_turns": r.get("num_system_turns"),
+                     "cue_kind": it["cue_kind"], "cue_type": it["cue_type"], "cue_variant": it["cue_variant"],
+                     "cue_text": it["cue_text"], "state": 3, "slider": round(float(sl), 3),
+                     "slider_raw": a["slider_raw"], "cue_answer": a["cue_answer"], "onset_turn": a["onset_turn"],
+                     "prefix_answer": a["prefix_answer"] if it["step3"] else None, "note": None})
+    return rows
+
+
+def run_judge(judge: Any, study: Any, records: Sequence[Mapping[str, Any]] | None = None,
+              calibration: str = "isotonic", n_folds: int = 5, seed: int = 0,
+              cache: str | Path | None = None) -> dict[str, Any]:
+    """Judge the study's conversations (and ``records``, the whole corpus, when given).
+    ``cache``: a JSONL file of the judge's answers, appended as it goes (a rerun resumes).
+
+    Returns ``{"study": rows, "all": rows or None, "calibration": {...}, "report": {...}}``:
+    judgment rows with calibrated sliders (see :mod:`dialfork_metrics.judge`)."""
+    from dialfork_metrics.judge import CALIBRATIONS, cross_fit, fit_calibration
+
+    if calibration not in CALIBRATIONS:
+        raise ValueError(f"calibration must be one of {CALIBRATIONS}, got {calibration!r}")
+    people = people_mean_slider(study.judgments())
+    items = study_items(study)
+    if not items:
+        raise ValueError("the study has no completed judgments yet: the judge is calibrated on the people's answers")
+    answers = judge.judge(items, cache=cache)
+    report = {"study": dict(judge.last_report or {})}
+    raw = np.array([np.nan if a["slider_raw"] is None else float(a["slider_raw"]) for a in answers])
+    target = np.array([people.get(it["dialogue_id"], np.nan) for it in items])
+    ok = ~np.isnan(raw) & ~np.isnan(target)
+    cal: dict[str, Any] = {"method": calibration, "n_folds": n_folds, "seed": seed, "n": int(ok.sum())}
+    sliders: list[float | None] = [None if np.isnan(v) else float(v) for v in raw]
+    full = None
+    if calibration == "isotonic":
+        if ok.sum() < 2:
+            raise ValueError("isotonic calibration needs at least 2 conversations rated by both the judge and people")
+        groups = [it["record"]["source_id"] for it, k in zip(items, ok) if k]
+        oof = cross_fit(raw[ok], target[ok], groups, n_folds=n_folds, seed=seed)
+        for i, v in zip(np.flatnonzero(ok), oof):
+            sliders[i] = float(v)
+        full = fit_calibration(raw[ok], target[ok])
+        cal["map"] = {"x": [float(x) for x in full.X_thresholds_], "y": [float(y) for y in full.y_thresholds_]}
+    out: dict[str, Any] = {"study": judge_rows(items, answers, sliders), "all": None, "calibration": cal}
+    if records is not None:
+        catalog = study.task_catalog() or None
+        foil_share = float(study.meta("foil_share") or FOIL_SHARE_FORKED)
+        all_items = corpus_items(records, study.study_seed, study.variants, catalog, foil_share)
+        all_answers = judge.judge(all_items, cache=cache)
+        report["all"] = dict(judge.last_report or {})
+        raw_all = np.array([np.nan if a["slider_raw"] is None else float(a["slider_raw"]) for a in all_answers])
+        mapped = raw_all.copy()
+        have = ~np.isnan(raw_all)
+        if full is not None and have.any():
+            mapped[have] = full.predict(raw_all[have])
+        sl_all = [None if np.isnan(v) else float(v) for v in mapped]
+        out["all"] = judge_rows(all_items, all_answers, sl_all)
+    out["report"] = report
+    return out
+
+
+__all__ = ["JUDGE_ANNOTATOR", "corpus_items", "judge_rows", "people_mean_slider", "run_judge", "study_items"]
