@@ -16,10 +16,11 @@ from datetime import datetime, timezone
 from typing import Any
 
 from . import score as _score
-from .store import ResultStore, check_submitter, result_key
+from .store import InvalidSubmitterError, ResultStore, check_submitter, result_key
 from .validate import (
     DEFAULT_MAX_BYTES,
     BlindSet,
+    Problem,
     SubmissionError,
     ValidationReport,
     public_metadata,
@@ -164,8 +165,13 @@ def submit(
     now = now or store.clock()
     if now.tzinfo is None:
         now = now.replace(tzinfo=timezone.utc)
-    if submitter is not None:  # cheap check first: do not score what cannot be stored
-        store.check_rate_limit(check_submitter(submitter), now)
+    if submitter is not None:  # cheap checks first: do not score what cannot be stored
+        try:
+            check_submitter(submitter)
+        except InvalidSubmitterError as e:
+            raise SubmissionError(ValidationReport(path=str(submission), track=track, errors=[
+                Problem("bad_submitter", str(e), field="submitter")])) from None
+        store.check_rate_limit(submitter, now)
     ev = evaluate(submission, track=track, gold=gold, blind=blind, metadata=metadata, max_bytes=max_bytes)
     who = submitter or (ev.report.metadata or {}).get("submitter")
     if not who:
