@@ -350,7 +350,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     app.require_login = not a.no_login
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # no call home: the app runs offline
-    demo = app.build()
+    try:
+        demo = app.build()
+    except (ImportError, ValueError) as e:  # no gradio; or a login outside a Space without an HF token
+        hint = "" if a.no_login else " (outside a Hugging Face Space, run with --no-login)"
+        print(f"error: {e}{hint}", file=sys.stderr)
+        return 2
     demo.queue(default_concurrency_limit=4)
     demo.launch(server_name=a.host, server_port=a.port, max_file_size=app.max_bytes, ssr_mode=False,
                 show_error=False)

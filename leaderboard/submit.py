@@ -169,6 +169,7 @@ def submit(
     metadata: Mapping[str, Any] | str | os.PathLike | None = None,
     max_bytes: int = DEFAULT_MAX_BYTES,
     now: datetime | None = None,
+    ci_resamples: int = _score.CI_RESAMPLES,
 ) -> Stored:
     """Validate, score and store one submission; returns the stored key and public result.
 
@@ -185,7 +186,8 @@ def submit(
             raise SubmissionError(ValidationReport(path=str(submission), track=track, errors=[
                 Problem("bad_submitter", str(e), field="submitter")])) from None
         store.check_rate_limit(submitter, now)
-    ev = evaluate(submission, track=track, gold=gold, blind=blind, metadata=metadata, max_bytes=max_bytes)
+    ev = evaluate(submission, track=track, gold=gold, blind=blind, metadata=metadata, max_bytes=max_bytes,
+                  ci_resamples=ci_resamples)
     who = submitter or (ev.report.metadata or {}).get("submitter")
     if not who:
         raise ValueError("no submitter: pass --submitter NAME or set 'submitter' in the metadata")
