@@ -293,3 +293,30 @@ def test_validate_submit_and_table_in_chromium(served_app, env, tmp_path):
             browser.close()
     stored = list((served_app["store"] / "results" / "ada").rglob("*.json"))
     assert len(stored) == 1 and "ada@example.org" not in stored[0].read_text()
+
+
+# ---------------------------------------------------------------- the Space folder
+
+
+def _front_matter(readme: Path) -> dict:
+    import re
+
+    import yaml
+
+    m = re.match(r"^---\n(.*?)\n---\n", readme.read_text(encoding="utf-8"), flags=re.S)
+    assert m, f"{readme}: no YAML front matter"
+    return yaml.safe_load(m.group(1))
+
+
+def test_space_folder():
+    folder = ROOT / "spaces" / "leaderboard"
+    meta = _front_matter(folder / "README.md")
+    assert meta["sdk"] == "gradio" and meta["app_file"] == "app.py" and (folder / "app.py").is_file()
+    assert meta["hf_oauth"] is True and "leaderboard" in meta["tags"]
+    reqs = (folder / "requirements.txt").read_text(encoding="utf-8").splitlines()
+    gradio_req = [r for r in reqs if r.startswith("gradio")]
+    assert gradio_req and gradio_req[0].startswith("gradio[oauth]") and str(meta["sdk_version"]) in gradio_req[0]
+    assert any(r.startswith("dialfork[leaderboard]") for r in reqs)
+    # the Space's app.py runs leaderboard.app with login (no --no-login)
+    src = (folder / "app.py").read_text(encoding="utf-8")
+    assert "from leaderboard.app import main" in src and "--no-login" not in src
