@@ -107,7 +107,8 @@ def describe(v: Any) -> str:
     if v is None:
         return "null"
     if is_int(v):
-        return f"an integer ({_int_text(int(v))})"
+        text = _int_text(int(v))
+        return text[1:-1] if text.startswith("(") else f"an integer ({text})"
     if isinstance(v, list | tuple):
         return "an array"
     if isinstance(v, dict):
@@ -119,7 +120,7 @@ def _int_text(n: int) -> str:
     """``n`` in digits, or its approximate length when too long to quote (or to convert)."""
     if n.bit_length() < 100:
         return str(n)
-    return f"{'-' if n < 0 else ''}{int(n.bit_length() * math.log10(2)) + 1:,}-digit number"
+    return f"({'-' if n < 0 else ''}an integer of about {int(n.bit_length() * math.log10(2)) + 1:,} digits)"
 
 
 def _is_numeric_string(s: str) -> bool:
