@@ -660,8 +660,8 @@ def validate_submission(
                         line=i, file=spath))
             continue
         except RecursionError:
-            add(Problem("not_json", "arrays or objects nested too deeply to read; each line is one flat object "
-                                    f"({_short(line, 20)!r})", line=i, file=spath))
+            add(Problem("not_json", "arrays or objects nested too deeply to read; each line is one flat object",
+                        line=i, file=spath))
             continue
         did = obj.get(id_field) if isinstance(obj, dict) else None
         if isinstance(obj, dict) and obj.get("confidence") is not None:
