@@ -4,7 +4,7 @@ Gradio is an optional extra (``pip install 'dialfork[leaderboard]'``) imported o
 :meth:`LeaderboardApp.build`; the handlers are plain methods returning plain values, so they
 are tested without Gradio. Two ways to run it:
 
-* on a Hugging Face Space (``spaces/leaderboard/``: ``hf_oauth: true``): the submitter is the
+* on a Hugging Face Space (``hf_spaces/leaderboard/``: ``hf_oauth: true``): the submitter is the
   account logged in through the *Sign in with Hugging Face* button (OAuth); nobody can submit
   under another name. Configure with ``DIALFORK_BLIND_DIR`` or ``DIALFORK_BLIND_REPO``,
   ``DIALFORK_GOLD_DIR`` or ``DIALFORK_GOLD_REPO`` (a private dataset, downloaded at start-up with

@@ -309,7 +309,7 @@ def _front_matter(readme: Path) -> dict:
 
 
 def test_space_folder():
-    folder = ROOT / "spaces" / "leaderboard"
+    folder = ROOT / "hf_spaces" / "leaderboard"
     meta = _front_matter(folder / "README.md")
     assert meta["sdk"] == "gradio" and meta["app_file"] == "app.py" and (folder / "app.py").is_file()
     assert meta["hf_oauth"] is True and "leaderboard" in meta["tags"]

@@ -29,7 +29,7 @@ def env(tmp_path_factory):
 def _lines(env, value_at_3: str | None = None) -> list[str]:
     out = [json.dumps({"dialogue_id": b["dialogue_id"], "prediction": None}) for b in env["blind"]]
     if value_at_3 is not None:
-        out[2] = '{"dialogue_id": %s, "prediction": %s}' % (json.dumps(env["blind"][2]["dialogue_id"]), value_at_3)
+        out[2] = '{"dialogue_id": ' + json.dumps(env["blind"][2]["dialogue_id"]) + ', "prediction": ' + value_at_3 + "}"
     return out
 
 
@@ -71,7 +71,7 @@ def test_integers_with_thousands_of_digits(env, tmp_path, capsys, digits):
     assert validate_submission(p, "detector", BlindSet.from_dir(env["blind_dir"])).errors[0].line == 3
     pair = sorted(env["pairs"], key=lambda x: x["pair_id"])
     lines = [json.dumps({"pair_id": x["pair_id"], "distance": 0.5}) for x in pair]
-    lines[1] = '{"pair_id": %s, "distance": %s}' % (json.dumps(pair[1]["pair_id"]), "7" * digits)
+    lines[1] = '{"pair_id": ' + json.dumps(pair[1]["pair_id"]) + ', "distance": ' + "7" * digits + "}"
     m = _write(tmp_path, "dist", lines, track="metric")
     rc = main(["validate", str(m), "--track", "metric", "--blind", str(env["blind_dir"])])
     cap = capsys.readouterr()

@@ -251,8 +251,8 @@ def test_page_in_headless_chromium(browser, tmp_path):
 
     # at 1280 px the Score column is on screen, without scrolling the table
     cdp.call("Emulation.setDeviceMetricsOverride", width=1280, height=900, deviceScaleFactor=1, mobile=False)
-    rect = cdp.js("(function () { var r = document.querySelectorAll('#detector-table thead th')[%d]"
-                  ".getBoundingClientRect(); return [r.left, r.right]; })()" % score)
+    rect = cdp.js(f"(function () {{ var r = document.querySelectorAll('#detector-table thead th')[{score}]"
+                  ".getBoundingClientRect(); return [r.left, r.right]; })()")
     assert 0 < rect[0] < rect[1] <= 1280, rect
     shot = base64.b64decode(cdp.call("Page.captureScreenshot", format="png")["data"])
     assert shot[:8] == b"\x89PNG\r\n\x1a\n" and int.from_bytes(shot[16:20], "big") == 1280
