@@ -210,7 +210,7 @@ def _bootstrap_ci(strata: Sequence[np.ndarray], statistic, n_resamples: int, lev
 
     if n_resamples <= 0 or any(len(x) < 2 for x in strata):
         return None
-    idx = tuple(np.arange(len(x), dtype=float) for x in strata)
+    idx = tuple(np.arange(len(x), dtype=np.intp) for x in strata)
     res = bootstrap(idx, statistic, paired=False, vectorized=True, n_resamples=n_resamples,
                     confidence_level=level, method="percentile", batch=100, random_state=np.random.default_rng(seed))
     lo, hi = float(res.confidence_interval.low), float(res.confidence_interval.high)
@@ -239,8 +239,10 @@ def _resampled_sums(cols: np.ndarray, idx: np.ndarray) -> np.ndarray:
     """Column sums of ``cols`` (``(k, n)``) over each resample of row indices ``idx``
     (``(..., n)``): counts per row (``bincount``) times the columns, one BLAS product."""
     n = cols.shape[1]
-    flat = idx.reshape(-1, idx.shape[-1]).astype(np.intp)
-    counts = np.stack([np.bincount(r, minlength=n) for r in flat]).astype(float)
+    flat = idx.reshape(-1, idx.shape[-1])
+    b = flat.shape[0]
+    offset = (np.arange(b, dtype=np.intp) * n)[:, None]  # one bincount for the whole batch
+    counts = np.bincount((flat + offset).ravel(), minlength=b * n).reshape(b, n)
     return (counts @ cols.T).reshape(*idx.shape[:-1], cols.shape[0])
 
 
