@@ -161,7 +161,7 @@ def reference_rows(track: str) -> list[dict[str, Any]]:
     out = []
     for r in paper_baselines()[track]:
         row = {"kind": "reference", "submitter": f"paper ({r.get('source', '')})", "code_url": None, "date": "",
-               "model_url": None, "score_ci": None, "tau_ci": None,
+               "model_url": model_url({"model_name": r.get("model_name")}), "score_ci": None, "tau_ci": None,
                "model_name": r.get("model_name"), "private_score": None, "n": None, "key": None, "method": r["method"]}
         if track == "detector":
             row.update({"regime": r.get("regime"), "model_size": r.get("model_size"), "open_source": None,
