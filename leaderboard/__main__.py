@@ -53,7 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--results", default=None, help="local results store to write to (results/ and private/ inside)")
     s.add_argument("--hub-repo", default=None, help="Hub dataset repo of the results (private twins go to <repo>-private)")
     s.add_argument("--hub-private-repo", default=None, help="Hub dataset repo of the private twins")
-    s.add_argument("--submitter", default=None, help="submitter id (default: the metadata's 'submitter')")
+    s.add_argument("--submitter", default=None,
+                   help="the maintainers' path: store the result under this submitter id (default: the metadata's "
+                        "'submitter'); on the Space the id is the logged-in Hugging Face account")
     s.add_argument("--max-per-day", type=int, default=None, help="rate limit per submitter per UTC day")
 
     r = sub.add_parser("render", help="write the static leaderboard page")

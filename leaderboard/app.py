@@ -1,14 +1,22 @@
 """The Hub Space: upload, validate, score, store, refresh, over the same functions as the CLI.
 
-Gradio is an optional extra (``pip install dialfork[leaderboard]``) imported only by
+Gradio is an optional extra (``pip install 'dialfork[leaderboard]'``) imported only by
 :meth:`LeaderboardApp.build`; the handlers are plain methods returning plain values, so they
-are tested without Gradio. Run locally with::
+are tested without Gradio. Two ways to run it:
 
-    python -m leaderboard.app --blind HUB_LAYOUT --gold GOLD_DIR --results STORE_DIR
+* on a Hugging Face Space (``hf_spaces/leaderboard/``: ``hf_oauth: true``): the submitter is the
+  account logged in through the *Sign in with Hugging Face* button (OAuth); nobody can submit
+  under another name. Configure with ``DIALFORK_BLIND_DIR`` or ``DIALFORK_BLIND_REPO``,
+  ``DIALFORK_GOLD_DIR`` or ``DIALFORK_GOLD_REPO`` (a private dataset, downloaded at start-up with
+  the ``HF_TOKEN`` secret), and ``DIALFORK_RESULTS_REPO`` (+ ``HF_TOKEN``) or ``DIALFORK_RESULTS_DIR``;
+* locally, offline::
 
-or on a Space with the environment variables ``DIALFORK_BLIND_DIR``, ``DIALFORK_GOLD_DIR``
-(kept out of the Space repo, e.g. downloaded at start-up from a private dataset with a token
-secret) and ``DIALFORK_RESULTS_DIR`` or ``DIALFORK_RESULTS_REPO`` (+ ``HF_TOKEN``).
+      python -m leaderboard.app --blind HUB_LAYOUT --gold GOLD_DIR --results STORE_DIR --no-login
+
+  ``--no-login`` builds no login button and needs no OAuth: the form gets a *Submitter* field.
+
+The maintainers' path for scoring a file by hand is the CLI, ``python -m leaderboard score ...
+--submitter NAME``.
 """
 
 # no ``from __future__ import annotations`` here: Gradio reads the ``gr.OAuthProfile`` annotation
@@ -17,17 +25,29 @@ import argparse
 import html
 import logging
 import os
+import re
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .render import render_html
+from .render import about_html, render_html
 from .store import HubStore, LocalStore, RateLimitError, ResultExistsError, ResultStore
 from .submit import evaluate, submit
 from .validate import DEFAULT_MAX_BYTES, REGIMES, BlindSet, SubmissionError, validate_submission
 
 logger = logging.getLogger(__name__)
+
+#: How many errors the Space lists (the JSON report beside it holds the first 100 and the count).
+ERRORS_SHOWN = 50
+_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~&])")
+
+
+def md_escape(text: str) -> str:
+    """``text`` shown literally inside Markdown (every Markdown and HTML special character escaped):
+    ids, method names and messages that quote a submitter's data cannot format or link anything."""
+    return _MD_SPECIAL.sub(r"\\\1", str(text)).replace("\n", " ")
 
 
 def metadata_from_form(method: str, regime: str | None, used_conformant_train: bool, model_name: str | None,
@@ -64,20 +84,24 @@ def _username(profile: Any) -> str | None:
     return getattr(profile, "username", None) or getattr(profile, "name", None)
 
 
-def _errors_markdown(report_dict: Mapping[str, Any], limit: int = 50) -> str:
+def _errors_markdown(report_dict: Mapping[str, Any], limit: int = ERRORS_SHOWN) -> str:
     errs = report_dict["errors"]
-    lines = [f"**{len(errs)} error(s)**; nothing was scored or stored:", ""]
+    total = report_dict.get("n_errors", len(errs))
+    lines = [f"**{total:,} error(s)**; nothing was scored or stored:", ""]
     for e in errs[:limit]:
         where = f"line {e['line']}: " if "line" in e else ""
-        lines.append(f"- {html.escape(where + e['message'])}")
-    if len(errs) > limit:
-        lines.append(f"- ... and {len(errs) - limit} more (see the JSON report)")
+        lines.append(f"- {md_escape(where + e['message'])}")
+    if total > min(limit, len(errs)):
+        lines.append(f"- ... and {total - min(limit, len(errs)):,} more (the report lists the first {len(errs)})")
     return "\n".join(lines)
 
 
 @dataclass
 class LeaderboardApp:
-    """State of the Space: where the blind set, the gold and the results live."""
+    """State of the Space: where the blind set, the gold and the results live.
+
+    ``require_login``: the submitter is the OAuth user (a Space); False: the submitter comes
+    from the form's *Submitter* field (local use, ``--no-login``)."""
 
     blind_dir: str
     gold_dir: str
@@ -111,14 +135,25 @@ class LeaderboardApp:
             return f"**Valid** {track} submission: {s['lines']:,} lines{extra}.", d
         return _errors_markdown(d), d
 
+    def _submitter(self, profile: Any, submitter: str | None) -> tuple[str | None, str | None]:
+        """(submitter id, refusal message): the OAuth user on a Space, the form field locally."""
+        if self.require_login:
+            who = _username(profile)
+            return (who, None) if who else (None, "Log in with your Hugging Face account to submit.")
+        who = submitter if submitter else _username(profile)
+        return (who, None) if who else (None, "Enter a submitter name (letters, digits, '.', '_' or '-').")
+
     def handle_submit(self, file_path: str | None, metadata: Mapping[str, Any] | None, track: str = "detector",
-                      profile: Any = None) -> tuple[str, dict[str, Any]]:
-        """Validate, score and store; returns (markdown status, public result or report)."""
+                      profile: Any = None, submitter: str | None = None) -> tuple[str, dict[str, Any]]:
+        """Validate, score and store; returns (markdown status, public result or report).
+
+        The submitter is the logged-in user when ``require_login`` (any ``submitter`` argument
+        is ignored), else ``submitter`` (the form's field)."""
         if not file_path:
             return "Upload a submission file first.", {"ok": False}
-        who = _username(profile)
-        if who is None and self.require_login:
-            return "Log in with your Hugging Face account to submit.", {"ok": False}
+        who, refusal = self._submitter(profile, submitter)
+        if refusal:
+            return refusal, {"ok": False}
         try:
             st = submit(file_path, track=track, gold=self.gold_dir, blind=self.blind, store=self.store,
                         submitter=who, metadata=dict(metadata or {}), max_bytes=self.max_bytes)
@@ -127,7 +162,7 @@ class LeaderboardApp:
             d["file"] = Path(file_path).name
             return _errors_markdown(d), d
         except (RateLimitError, ResultExistsError) as e:
-            return f"**Refused**: {html.escape(str(e))}", {"ok": False, "refused": str(e)}
+            return f"**Refused**: {md_escape(str(e))}", {"ok": False, "refused": str(e)}
         pub = st.result["scores"]["public"] or {}
         main = pub.get("score") if track == "detector" else pub.get("tau")
         label = "Score" if track == "detector" else "Avg. tau"
@@ -163,66 +198,117 @@ class LeaderboardApp:
 
     def page_iframe(self) -> str:
         page = self.handle_refresh()
-        return (f'<iframe title="DialFork leaderboard" sandbox="allow-scripts" style="width:100%;height:900px;border:0" '
+        return (f'<iframe title="DialFork leaderboard" sandbox="allow-scripts allow-popups allow-popups-to-escape-sandbox" style="width:100%;height:900px;border:0" '
                 f'srcdoc="{html.escape(page, quote=True)}"></iframe>')
 
     # ------------------------------------------------------------------ UI
     def build(self):
-        """The Gradio Blocks app (needs the optional ``gradio`` dependency)."""
+        """The Gradio Blocks app (needs the optional ``gradio`` dependency).
+
+        With ``require_login`` a *Sign in with Hugging Face* button and an OAuth-injected
+        submit callback; without it no login button, no OAuth and a *Submitter* field."""
         try:
             import gradio as gr
         except ImportError:
             raise ImportError("the leaderboard Space needs gradio: pip install 'dialfork[leaderboard]'") from None
 
+        def safe(fn):
+            def run(*args):
+                try:
+                    return fn(*args)
+                except Exception:  # never a traceback (nor gold details) in the page; the log has it
+                    logger.exception("leaderboard handler failed")
+                    return "**Internal error**; nothing was stored. The maintainers have the log.", {"ok": False}
+            return run
+
         with gr.Blocks(title="DialFork leaderboard") as demo:
-            gr.Markdown("# DialFork leaderboard\nSubmit detector predictions (Task 3) or distances (Task 2) "
-                        "for the blind test set.")
+            gr.Markdown("# DialFork leaderboard\nProcedural hallucination in conversational agents: submit detector "
+                        "predictions (Task 3) or distances (Task 2) for the blind test set.")
             with gr.Tab("Leaderboard"):
                 page = gr.HTML(self.page_iframe())
-                gr.Button("Refresh").click(self.page_iframe, outputs=page)
+                gr.Button("Refresh", elem_id="refresh").click(self.page_iframe, outputs=page)
             with gr.Tab("Submit"):
-                gr.LoginButton()
-                track = gr.Radio(["detector", "metric"], value="detector", label="Track")
-                upload = gr.File(label="Submission (.jsonl)", type="filepath", file_types=[".jsonl"])
+                if self.require_login:
+                    gr.LoginButton()
+                    submitter_box = None
+                else:
+                    submitter_box = gr.Textbox(label="Submitter (your account or team id)", elem_id="submitter")
+                track = gr.Radio(["detector", "metric"], value="detector", label="Track", elem_id="track")
+                upload = gr.File(label="Submission (.jsonl)", type="filepath", file_types=[".jsonl"],
+                                 elem_id="upload")
                 with gr.Row():
-                    method = gr.Textbox(label="Method name")
+                    method = gr.Textbox(label="Method name", elem_id="method")
                     regime = gr.Dropdown(list(REGIMES), value="streaming", label="Regime (detector track)")
                     used_train = gr.Checkbox(label="Used the conformant train split", value=True)
                 with gr.Row():
-                    model_name = gr.Textbox(label="Model name (optional)")
-                    model_size = gr.Textbox(label="Model size, e.g. 31B (optional)")
-                    code_url = gr.Textbox(label="Code URL (optional)")
+                    model_name = gr.Textbox(label="Model name (optional)", elem_id="model-name")
+                    model_size = gr.Textbox(label="Model size, e.g. 31B (optional)", elem_id="model-size")
+                    code_url = gr.Textbox(label="Code URL (optional)", elem_id="code-url")
                     open_source = gr.Checkbox(label="Open source", value=True)
-                contact = gr.Textbox(label="Contact e-mail (kept private)")
+                contact = gr.Textbox(label="Contact e-mail (kept private)", elem_id="contact")
                 description = gr.Textbox(label="Description (optional)", lines=2)
-                status = gr.Markdown()
+                with gr.Row():
+                    validate_btn = gr.Button("Validate", elem_id="validate")
+                    submit_btn = gr.Button("Submit", variant="primary", elem_id="submit")
+                status = gr.Markdown(elem_id="status")
                 report = gr.JSON(label="Report")
                 form = [method, regime, used_train, model_name, model_size, code_url, open_source, contact,
                         description, track]
 
-                def do_validate(path, method, regime, used_train, model_name, model_size, code_url, open_source,
-                                contact, description, track):
-                    md = metadata_from_form(method, regime, used_train, model_name, model_size, code_url,
-                                            open_source, contact, description, track)
-                    return self.handle_validate(path, md, track)
+                def metadata(*fields):
+                    return metadata_from_form(*fields)
 
-                def do_submit(path, method, regime, used_train, model_name, model_size, code_url, open_source,
-                              contact, description, track, profile: gr.OAuthProfile | None):
-                    md = metadata_from_form(method, regime, used_train, model_name, model_size, code_url,
-                                            open_source, contact, description, track)
-                    return self.handle_submit(path, md, track, profile)
+                @safe
+                def do_validate(path, *fields):
+                    return self.handle_validate(path, metadata(*fields), fields[-1])
 
-                gr.Button("Validate").click(do_validate, inputs=[upload, *form], outputs=[status, report])
-                gr.Button("Submit", variant="primary").click(do_submit, inputs=[upload, *form],
-                                                              outputs=[status, report], concurrency_limit=1)
+                validate_btn.click(do_validate, inputs=[upload, *form], outputs=[status, report])
+                if self.require_login:
+                    @safe
+                    def _submit_oauth(path, *fields_and_profile):
+                        *fields, profile = fields_and_profile
+                        return self.handle_submit(path, metadata(*fields), fields[-1], profile=profile)
+
+                    # Gradio injects the logged-in user into a parameter annotated gr.OAuthProfile
+                    def do_submit(path, method, regime, used_train, model_name, model_size, code_url, open_source,
+                                  contact, description, track, profile: gr.OAuthProfile | None):
+                        return _submit_oauth(path, method, regime, used_train, model_name, model_size, code_url,
+                                             open_source, contact, description, track, profile)
+
+                    inputs = [upload, *form]
+                else:
+                    @safe
+                    def do_submit(path, *fields_and_submitter):
+                        *fields, who = fields_and_submitter
+                        return self.handle_submit(path, metadata(*fields), fields[-1], submitter=who or None)
+
+                    inputs = [upload, *form, submitter_box]
+                submit_btn.click(do_submit, inputs=inputs, outputs=[status, report], concurrency_limit=1) \
+                    .then(self.page_iframe, outputs=page)
+            with gr.Tab("About"):
+                gr.HTML(about_html())
         return demo
+
+
+def _data_dir(env: Mapping[str, str], dir_key: str, repo_key: str) -> str | None:
+    """A folder from ``dir_key``, or a snapshot of the dataset repo ``repo_key`` (private repos
+    with ``HF_TOKEN``), downloaded once at start-up."""
+    if env.get(dir_key):
+        return env[dir_key]
+    if env.get(repo_key):
+        from huggingface_hub import snapshot_download
+
+        return snapshot_download(env[repo_key], repo_type="dataset", token=env.get("HF_TOKEN"))
+    return None
 
 
 def app_from_env(env: Mapping[str, str] | None = None) -> LeaderboardApp:
     env = os.environ if env is None else env
-    blind, gold = env.get("DIALFORK_BLIND_DIR"), env.get("DIALFORK_GOLD_DIR")
+    blind = _data_dir(env, "DIALFORK_BLIND_DIR", "DIALFORK_BLIND_REPO")
+    gold = _data_dir(env, "DIALFORK_GOLD_DIR", "DIALFORK_GOLD_REPO")
     if not blind or not gold:
-        raise ValueError("set DIALFORK_BLIND_DIR (Hub layout with data/blind) and DIALFORK_GOLD_DIR (gold folder)")
+        raise ValueError("set DIALFORK_BLIND_DIR (Hub layout with data/blind) or DIALFORK_BLIND_REPO, and "
+                         "DIALFORK_GOLD_DIR (gold folder) or DIALFORK_GOLD_REPO (a private dataset repo)")
     per_day = int(env.get("DIALFORK_MAX_PER_DAY", "5"))
     if env.get("DIALFORK_RESULTS_REPO"):
         store: ResultStore = HubStore(env["DIALFORK_RESULTS_REPO"], private_repo_id=env.get("DIALFORK_PRIVATE_REPO"),
@@ -234,24 +320,49 @@ def app_from_env(env: Mapping[str, str] | None = None) -> LeaderboardApp:
     return LeaderboardApp(blind_dir=blind, gold_dir=gold, store=store, cache_dir=cache)
 
 
-def main(argv: list[str] | None = None) -> None:  # pragma: no cover - starts a server
-    ap = argparse.ArgumentParser(prog="python -m leaderboard.app", description="Run the leaderboard Space locally.")
-    ap.add_argument("--blind", help="Hub layout folder (data/blind)")
-    ap.add_argument("--gold", help="gold folder")
-    ap.add_argument("--results", help="local results store")
-    ap.add_argument("--no-login", action="store_true", help="take the submitter from the metadata (local use)")
-    a = ap.parse_args(argv)
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m leaderboard.app",
+                                 description="Run the leaderboard Space (locally: add --no-login).")
+    ap.add_argument("--blind", help="Hub layout folder (data/blind); default $DIALFORK_BLIND_DIR")
+    ap.add_argument("--gold", help="gold folder; default $DIALFORK_GOLD_DIR")
+    ap.add_argument("--results", help="local results store; default $DIALFORK_RESULTS_DIR")
+    ap.add_argument("--no-login", action="store_true",
+                    help="no Hugging Face login (no OAuth): the form asks for the submitter (local use)")
+    ap.add_argument("--host", default=None, help="address to bind (default: Gradio's, 127.0.0.1 or $GRADIO_SERVER_NAME)")
+    ap.add_argument("--port", type=int, default=None, help="port (default: Gradio's, 7860 or $GRADIO_SERVER_PORT)")
+    ap.add_argument("--max-per-day", type=int, default=None, help="rate limit per submitter per UTC day")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = build_parser().parse_args(argv)
     env = dict(os.environ)
-    for k, v in (("DIALFORK_BLIND_DIR", a.blind), ("DIALFORK_GOLD_DIR", a.gold), ("DIALFORK_RESULTS_DIR", a.results)):
+    for k, v in (("DIALFORK_BLIND_DIR", a.blind), ("DIALFORK_GOLD_DIR", a.gold), ("DIALFORK_RESULTS_DIR", a.results),
+                 ("DIALFORK_MAX_PER_DAY", None if a.max_per_day is None else str(a.max_per_day))):
         if v:
             env[k] = v
-    app = app_from_env(env)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        app = app_from_env(env)
+        app.blind  # noqa: B018 - fail now, with a clear message, if --blind is not a Hub layout
+    except (ValueError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     app.require_login = not a.no_login
-    logging.basicConfig(level=logging.INFO)
-    app.build().launch()
+    os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # no call home: the app runs offline
+    try:
+        demo = app.build()
+    except (ImportError, ValueError) as e:  # no gradio; or a login outside a Space without an HF token
+        hint = "" if a.no_login else " (outside a Hugging Face Space, run with --no-login)"
+        print(f"error: {e}{hint}", file=sys.stderr)
+        return 2
+    demo.queue(default_concurrency_limit=4)
+    demo.launch(server_name=a.host, server_port=a.port, max_file_size=app.max_bytes, ssr_mode=False,
+                show_error=False)
+    return 0
 
 
 if __name__ == "__main__":  # pragma: no cover
-    main()
+    raise SystemExit(main())
 
-__all__ = ["LeaderboardApp", "app_from_env", "metadata_from_form"]
+__all__ = ["LeaderboardApp", "app_from_env", "main", "md_escape", "metadata_from_form"]

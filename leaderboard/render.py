@@ -34,7 +34,12 @@ DETECTOR_TYPES = ("CSC", "GR", "SSPC", "WIC")
 METRIC_TYPES = ("WIC", "SSPC", "GR", "CSC")
 REGIME_LABELS = {"streaming": "streaming", "offline": "offline", "offline+workflow": "offline + workflow",
                  "baseline": "baseline"}
-_URL_RE = re.compile(r"^https?://[^\s\"<>]+$")
+_URL_RE = re.compile(r"https?://[^\s\"<>]+")
+#: A Hugging Face Hub model id (``org/name``): the model column links to its Hub page.
+_HUB_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.-]{0,95}")
+CODE_URL = "https://github.com/idiap/dialfork"
+#: Template tokens of page.html; each is substituted once, in the template only (see :func:`fill_template`).
+_TOKEN_RE = re.compile(r"@([A-Z]+)@")
 
 
 @cache
@@ -54,7 +59,26 @@ def _esc(s: Any) -> str:
 
 
 def _safe_url(u: Any) -> str | None:
-    return u if isinstance(u, str) and _URL_RE.match(u) else None
+    return u if isinstance(u, str) and len(u) <= 300 and _URL_RE.fullmatch(u) else None
+
+
+def model_url(md: Mapping[str, Any]) -> str | None:
+    """The metadata's ``model_url``, else the Hub page of a ``model_name`` shaped like a Hub id."""
+    url = _safe_url(md.get("model_url"))
+    if url:
+        return url
+    name = md.get("model_name")
+    if isinstance(name, str) and _HUB_ID_RE.fullmatch(name) and ".." not in name:
+        return f"https://huggingface.co/{name}"
+    return None
+
+
+def _ci(x: Any) -> tuple[float, float] | None:
+    if isinstance(x, list | tuple) and len(x) == 2:
+        lo, hi = _num(x[0]), _num(x[1])
+        if lo is not None and hi is not None:
+            return lo, hi
+    return None
 
 
 def _num(x: Any) -> float | None:
@@ -87,12 +111,14 @@ def detector_row(result: Mapping[str, Any], private: Mapping[str, Any] | None = 
         "open_source": md.get("open_source"),
         "used_train": md.get("used_conformant_train"),
         "code_url": _safe_url(md.get("code_url")),
+        "model_url": model_url(md),
         "mae_by_type": {h: _num(by_type.get(h)) for h in DETECTOR_TYPES},
         "mae_h": _num(sc.get("mae_h")),
         "cov_h_pct": _pct(sc.get("cov_h")),
         "mae_c": _num(sc.get("mae_c")),
         "cov_c_pct": _pct(sc.get("cov_c")),
         "score": _num(sc.get("score")),
+        "score_ci": _ci(sc.get("score_ci")),
         "n": (sc.get("counts") or {}).get("dialogues"),
         "date": (result.get("submitted_at") or "")[:10],
         "key": result.get("key"),
@@ -115,8 +141,10 @@ def metric_row(result: Mapping[str, Any], private: Mapping[str, Any] | None = No
         "model_name": md.get("model_name"),
         "open_source": md.get("open_source"),
         "code_url": _safe_url(md.get("code_url")),
+        "model_url": model_url(md),
         "tau_by_type": {h: _num(by_type.get(h)) for h in METRIC_TYPES},
         "tau": _num(sc.get("tau")),
+        "tau_ci": _ci(sc.get("tau_ci")),
         "exact_pct": _pct(sc.get("exact_recovery")),
         "n": (sc.get("counts") or {}).get("units"),
         "date": (result.get("submitted_at") or "")[:10],
@@ -133,6 +161,7 @@ def reference_rows(track: str) -> list[dict[str, Any]]:
     out = []
     for r in paper_baselines()[track]:
         row = {"kind": "reference", "submitter": f"paper ({r.get('source', '')})", "code_url": None, "date": "",
+               "model_url": model_url({"model_name": r.get("model_name")}), "score_ci": None, "tau_ci": None,
                "model_name": r.get("model_name"), "private_score": None, "n": None, "key": None, "method": r["method"]}
         if track == "detector":
             row.update({"regime": r.get("regime"), "model_size": r.get("model_size"), "open_source": None,
@@ -185,6 +214,18 @@ def _td_num(v: float | None, nd: int = 2, cls: str = "") -> str:
     return f"<td{attr}{data}>{_fmt(v, nd)}</td>"
 
 
+def _td_score(v: float | None, ci: tuple[float, float] | None, nd: int, what: str) -> str:
+    """The main metric's cell, with its bootstrap interval underneath when one was computed."""
+    c = "score" + (" na" if v is None else "")
+    data = "" if v is None else f' data-value="{v!r}"'
+    inner = _fmt(v, nd)
+    title = ""
+    if ci is not None and v is not None:
+        inner += f'<span class="ci">[{ci[0]:.{nd}f}, {ci[1]:.{nd}f}]</span>'
+        title = f' title="95% bootstrap interval of the {_esc(what)} (public part)"'
+    return f'<td class="{c}"{data}{title}>{inner}</td>'
+
+
 def _td_txt(text: Any, value: Any = None, inner: str | None = None) -> str:
     v = text if value is None else value
     data = "" if v is None or v == "" else f' data-value="{_esc(v)}"'
@@ -195,28 +236,41 @@ def _bool(v: Any) -> str:
     return "\u2014" if v is None else ("yes" if v else "no")
 
 
+def _link(url: str, text: str) -> str:
+    return f'<a href="{_esc(url)}" rel="noopener noreferrer nofollow" target="_blank">{text}</a>'
+
+
 def _method_cell(row: Mapping[str, Any]) -> str:
-    name = _esc(row.get("method") or "?")
-    inner = name
+    inner = _esc(row.get("method") or "?")
     if row.get("kind") == "reference":
         inner += ' <span class="badge">paper</span>'
     return _td_txt(row.get("method"), inner=inner)
+
+
+def _model_cell(row: Mapping[str, Any]) -> str:
+    name = row.get("model_name")
+    url = row.get("model_url")
+    if not name:
+        return _td_txt(name)
+    return _td_txt(name, inner=_link(url, _esc(name)) if url else _esc(name))
 
 
 def _code_cell(row: Mapping[str, Any]) -> str:
     url = row.get("code_url")
     if not url:
         return _td_txt("")
-    return _td_txt(url, inner=f'<a href="{_esc(url)}" rel="noopener noreferrer nofollow">code</a>')
+    return _td_txt(url, inner=_link(url, "code"))
 
 
-def _th(label: str, typ: str | None, title: str = "", first: str = "descending", txt: bool = False) -> str:
+def _th(label: str, typ: str | None, title: str = "", first: str = "descending", txt: bool = False,
+        cls: str = "") -> str:
     attrs = []
     if typ:
         attrs.append(f'data-type="{typ}"')
         attrs.append(f'data-first="{first}"')
-    if txt:
-        attrs.append('class="txt"')
+    classes = " ".join(x for x in ("txt" if txt else "", cls) if x)
+    if classes:
+        attrs.append(f'class="{classes}"')
     if title:
         attrs.append(f'title="{_esc(title)}"')
     return f"<th {' '.join(attrs)} scope=\"col\">{_esc(label)}</th>"
@@ -228,8 +282,20 @@ def _rank_cell(row: Mapping[str, Any]) -> str:
     return f'<td class="rank" data-value="{row["rank"]}">{row["rank"]}</td>'
 
 
+def _search_text(row: Mapping[str, Any]) -> str:
+    return " ".join(str(row.get(k) or "") for k in ("method", "submitter", "model_name", "regime")).lower()
+
+
+def _tr(row: Mapping[str, Any], cells: list[str], regime: str) -> str:
+    cls = "reference" if row["kind"] == "reference" else "result"
+    return (f'<tr class="{cls}" data-regime="{_esc(regime)}" data-search="{_esc(_search_text(row))}">'
+            + "".join(cells) + "</tr>")
+
+
 def _detector_table(rows: Sequence[Mapping[str, Any]], show_private: bool) -> str:
     head = [_th("#", "num", "rank by Score", first="ascending"), _th("Method", "str", first="ascending", txt=True),
+            _th("Score", "num", "SPEC section 8, 0-100 (higher is better); 95% bootstrap interval below when "
+                                "computed", cls="score"),
             _th("Submitter", "str", first="ascending", txt=True), _th("Regime", "str", first="ascending", txt=True),
             _th("Model", "str", first="ascending", txt=True), _th("Size", "str", txt=True)]
     head += [_th(f"MAE {h}", "num", f"mean |pred - t_k| over flagged {h} forks (turns; lower is better)",
@@ -239,55 +305,79 @@ def _detector_table(rows: Sequence[Mapping[str, Any]], show_private: bool) -> st
              _th("MAE c", "num", "mean |(T+1) - pred| over flagged conformant dialogues (lower is better)",
                  first="ascending"),
              _th("Cov. c %", "num", "share of conformant dialogues flagged: false alarms (lower is better)",
-                 first="ascending"),
-             _th("Score", "num", "SPEC section 8 (higher is better)")]
+                 first="ascending")]
     if show_private:
         head.append(_th("Private Score", "num", "Score on the private part of the blind set"))
     head += [_th("Open", "str", "open-source code", txt=True), _th("Train", "str", "used the conformant train split", txt=True),
              _th("Code", None, txt=True), _th("Date", "str", txt=True)]
     body = []
     for r in rows:
-        cls = "reference" if r["kind"] == "reference" else "result"
         regime = r.get("regime") or ""
-        cells = [_rank_cell(r), _method_cell(r), _td_txt(r.get("submitter")),
-                 _td_txt(REGIME_LABELS.get(regime, regime), value=regime), _td_txt(r.get("model_name")),
-                 _td_txt(r.get("model_size"))]
+        cells = [_rank_cell(r), _method_cell(r), _td_score(r["score"], r.get("score_ci"), 2, "Score"),
+                 _td_txt(r.get("submitter")), _td_txt(REGIME_LABELS.get(regime, regime), value=regime),
+                 _model_cell(r), _td_txt(r.get("model_size"))]
         cells += [_td_num(r["mae_by_type"].get(h)) for h in DETECTOR_TYPES]
-        cells += [_td_num(r["mae_h"]), _td_num(r["cov_h_pct"]), _td_num(r["mae_c"]), _td_num(r["cov_c_pct"]),
-                  _td_num(r["score"], cls="score")]
+        cells += [_td_num(r["mae_h"]), _td_num(r["cov_h_pct"]), _td_num(r["mae_c"]), _td_num(r["cov_c_pct"])]
         if show_private:
             cells.append(_td_num(r.get("private_score")))
         cells += [_td_txt(_bool(r.get("open_source"))), _td_txt(_bool(r.get("used_train"))), _code_cell(r),
                   _td_txt(r.get("date"))]
-        body.append(f'<tr class="{cls}" data-regime="{_esc(regime)}">' + "".join(cells) + "</tr>")
-    return _table("detector-table", head, body)
+        body.append(_tr(r, cells, regime))
+    return _table("detector", head, body, rows)
 
 
 def _metric_table(rows: Sequence[Mapping[str, Any]], show_private: bool) -> str:
     head = [_th("#", "num", "rank by Avg. tau", first="ascending"), _th("Method", "str", first="ascending", txt=True),
+            _th("Avg. \u03c4", "num", "mean of the four per-type mean Kendall tau-b (higher is better); 95% "
+                                    "bootstrap interval below when computed", cls="score"),
             _th("Submitter", "str", first="ascending", txt=True), _th("Model", "str", first="ascending", txt=True)]
     head += [_th(f"\u03c4 {h}", "num", f"mean Kendall tau-b over {h} units (higher is better)") for h in METRIC_TYPES]
-    head += [_th("Avg. \u03c4", "num", "mean of the four per-type means"),
-             _th("Exact %", "num", "share of units whose fork order is exactly recovered")]
+    head += [_th("Exact %", "num", "share of units whose fork order is exactly recovered")]
     if show_private:
         head.append(_th("Private \u03c4", "num", "Avg. tau on the private part"))
     head += [_th("Open", "str", txt=True), _th("Code", None, txt=True), _th("Date", "str", txt=True)]
     body = []
     for r in rows:
-        cls = "reference" if r["kind"] == "reference" else "result"
-        cells = [_rank_cell(r), _method_cell(r), _td_txt(r.get("submitter")), _td_txt(r.get("model_name"))]
+        cells = [_rank_cell(r), _method_cell(r), _td_score(r["tau"], r.get("tau_ci"), 3, "Avg. tau"),
+                 _td_txt(r.get("submitter")), _model_cell(r)]
         cells += [_td_num(r["tau_by_type"].get(h), 3) for h in METRIC_TYPES]
-        cells += [_td_num(r["tau"], 3, cls="score"), _td_num(r["exact_pct"])]
+        cells += [_td_num(r["exact_pct"])]
         if show_private:
             cells.append(_td_num(r.get("private_score"), 3))
         cells += [_td_txt(_bool(r.get("open_source"))), _code_cell(r), _td_txt(r.get("date"))]
-        body.append(f'<tr class="{cls}" data-regime="">' + "".join(cells) + "</tr>")
-    return _table("metric-table", head, body)
+        body.append(_tr(r, cells, ""))
+    return _table("metric", head, body, rows)
 
 
-def _table(tid: str, head: list[str], body: list[str]) -> str:
-    return (f'<div class="tablewrap"><table class="lb" id="{tid}"><thead><tr>{"".join(head)}</tr></thead>'
-            f'<tbody>{"".join(body)}</tbody></table></div>')
+def _table(track: str, head: list[str], body: list[str], rows: Sequence[Mapping[str, Any]]) -> str:
+    """Results in one ``tbody``, the paper's reference rows in a second one whose header row
+    collapses and expands them (each ``tbody`` sorts on its own: references are never ranked)."""
+    results = [b for b, r in zip(body, rows) if r["kind"] != "reference"]
+    refs = [b for b, r in zip(body, rows) if r["kind"] == "reference"]
+    out = (f'<div class="tablewrap"><table class="lb" id="{track}-table"><thead><tr>{"".join(head)}</tr></thead>'
+           f'<tbody class="results">{"".join(results)}</tbody>')
+    if refs:
+        out += (f'<tbody class="references"><tr class="group"><th colspan="{len(head)}" scope="rowgroup">'
+                f'<button type="button" class="toggle-reference" id="toggle-reference-{track}" aria-expanded="true">'
+                f'Paper reference rows ({len(refs)})</button> <span class="hint">measured on the paper\'s test set; '
+                f'never ranked</span></th></tr>{"".join(refs)}</tbody>')
+    return out + "</table></div>"
+
+
+def about_html() -> str:
+    """The About text (how to submit, what is scored, citation); the page's About tab and the Space's."""
+    from dialfork_metrics.modules import DIALFORK_BIBTEX
+
+    return _template("about.html").replace("@BIBTEX@", _esc(DIALFORK_BIBTEX)).replace("@CODE@", _esc(CODE_URL))
+
+
+def fill_template(template: str, values: Mapping[str, str]) -> str:
+    """Substitute each ``@NAME@`` token of ``template`` in one pass over the template itself, so
+    a token that occurs inside a substituted value (a method named ``@FOOTER@``) stays literal."""
+    def sub(m: re.Match[str]) -> str:
+        return values[m.group(1)] if m.group(1) in values else m.group(0)
+
+    return _TOKEN_RE.sub(sub, template)
 
 
 def render_html(results: Iterable[Mapping[str, Any]], *, private: Mapping[str, Mapping[str, Any]] | None = None,
@@ -301,14 +391,22 @@ def render_html(results: Iterable[Mapping[str, Any]], *, private: Mapping[str, M
     regimes = "".join(f'<option value="{_esc(k)}">{_esc(v)}</option>' for k, v in REGIME_LABELS.items()
                       if k != "baseline")
     note_ref = _esc(paper_baselines()["source"])
+    search = ('<label>Search <input type="search" class="search" id="search-{t}" placeholder="method, submitter, '
+              'model" autocomplete="off"></label>')
     body = f"""
+<nav class="tabs" role="tablist">
+<a href="#board" role="tab" class="tab" id="tab-board" aria-controls="board">Leaderboard</a>
+<a href="#about" role="tab" class="tab" id="tab-about" aria-controls="about">About</a>
+<a href="{_esc(CODE_URL)}" class="ext" rel="noopener noreferrer" target="_blank">Code</a>
+</nav>
+<div id="board" class="panel" role="tabpanel" aria-labelledby="tab-board">
 <section id="detector">
 <h2>Detector track (Task 3: first deviating system turn)</h2>
 <p class="note">Ranked by Score on the public part of the blind test set ({n_det} result{'s' if n_det != 1 else ''}).
 Coverages in percent; MAEs in system turns. {'Private scores are revealed.' if reveal_private else 'Private scores are withheld until the maintainers reveal them.'}</p>
 <div class="controls">
+{search.format(t="detector")}
 <label>Regime <select class="regime-filter" id="regime-filter"><option value="all">all</option>{regimes}</select></label>
-<label><input type="checkbox" class="show-reference" id="show-reference-detector" checked> paper reference rows</label>
 </div>
 {_detector_table(rows['detector'], reveal_private)}
 {'' if n_det else '<p class="empty">No detector results yet.</p>'}
@@ -318,25 +416,27 @@ Coverages in percent; MAEs in system turns. {'Private scores are revealed.' if r
 <p class="note">Ranked by the mean Kendall tau-b between each unit's four distances and the fork order (4, 3, 2, 1),
 averaged per type and over the four types ({n_met} result{'s' if n_met != 1 else ''}).</p>
 <div class="controls">
-<label><input type="checkbox" class="show-reference" id="show-reference-metric" checked> paper reference rows</label>
+{search.format(t="metric")}
 </div>
 {_metric_table(rows['metric'], reveal_private)}
 {'' if n_met else '<p class="empty">No metric results yet.</p>'}
 </section>
 <p class="note">Reference rows: {note_ref}</p>
+</div>
+<div id="about" class="panel" role="tabpanel" aria-labelledby="tab-about">
+{about_html()}
+</div>
 """
     subtitle = (f"Procedural hallucination detection on the blind DialFork test set. "
                 f"Generated {generated_at.astimezone(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}.")
-    footer = ("Submit with <code>python -m leaderboard validate</code> then <code>score</code>; "
-              "format: <code>leaderboard/schema/*.json</code>.")
-    page = _template("page.html")
+    footer = (f'Submit on the Space or check a file with <code>python -m leaderboard validate</code>; formats: '
+              f'<code>leaderboard/schema/*.json</code>. Code: <a href="{_esc(CODE_URL)}" rel="noopener noreferrer">'
+              f'{_esc(CODE_URL)}</a>.')
     js = _template("page.js")
     if "</script" in js.lower():
         raise ValueError("page.js must not contain '</script'")
-    for token, value in (("@CSS@", _template("page.css")), ("@JS@", js), ("@BODY@", body),
-                         ("@SUBTITLE@", _esc(subtitle)), ("@FOOTER@", footer), ("@TITLE@", _esc(title))):
-        page = page.replace(token, value)
-    return page
+    return fill_template(_template("page.html"), {"CSS": _template("page.css"), "JS": js, "BODY": body,
+                                                  "SUBTITLE": _esc(subtitle), "FOOTER": footer, "TITLE": _esc(title)})
 
 
 def _private_by_key(paths: Iterable[str | os.PathLike]) -> dict[str, dict[str, Any]]:

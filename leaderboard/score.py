@@ -190,3 +190,120 @@ def score_metric(distances: Mapping[str, float], gold2: Sequence[Mapping[str, An
             "counts": {"units": int(tau.shape[0]), "pairs": int(tau.shape[0] * 4), "units_by_type": units_by_type},
         }
     return out
+
+
+# --------------------------------------------------------------------------- bootstrap intervals
+
+#: Resamples, level and seed of the intervals stored with a result (named in its configuration).
+CI_RESAMPLES = 1000
+CI_LEVEL = 0.95
+CI_SEED = 0
+
+
+def _bootstrap_ci(strata: Sequence[np.ndarray], statistic, n_resamples: int, level: float,
+                  seed: int) -> list[float] | None:
+    """Percentile interval of ``statistic`` under a stratified bootstrap: each stratum's rows are
+    resampled with replacement on their own (``scipy.stats.bootstrap`` over one index array per
+    stratum), so every resample keeps the design's mix (e.g. forked vs conformant dialogues).
+    ``statistic`` takes one resampled index array per stratum (shape ``(..., n_i)``)."""
+    from scipy.stats import bootstrap
+
+    if n_resamples <= 0 or any(len(x) < 2 for x in strata):
+        return None
+    idx = tuple(np.arange(len(x), dtype=np.intp) for x in strata)
+    res = bootstrap(idx, statistic, paired=False, vectorized=True, n_resamples=n_resamples,
+                    confidence_level=level, method="percentile", batch=100, random_state=np.random.default_rng(seed))
+    lo, hi = float(res.confidence_interval.low), float(res.confidence_interval.high)
+    return [lo, hi] if np.isfinite(lo) and np.isfinite(hi) else None
+
+
+def _detector_strata(predictions: Mapping[str, int | None],
+                     rows: Sequence[Mapping[str, Any]]) -> tuple[np.ndarray, np.ndarray]:
+    """Per forked and per conformant dialogue, ``(flagged, error of the flag, error of the
+    reference predictor)`` as arrays of shape ``(3, n)`` (the quantities ``score_predictions``
+    averages: always-last for forks, always-first for conformant dialogues)."""
+    fork: list[tuple[float, float, float]] = []
+    conf: list[tuple[float, float, float]] = []
+    for r in rows:
+        p = predictions[r["dialogue_id"]]
+        T = int(r["num_system_turns"])
+        if r.get("hallucination_type") is not None:
+            tk = int(r["fork_turn"])
+            fork.append((p is not None, 0.0 if p is None else abs(int(p) - tk), T - tk))
+        else:
+            conf.append((p is not None, 0.0 if p is None else T + 1 - int(p), T))
+    return np.asarray(fork, dtype=float).reshape(-1, 3).T, np.asarray(conf, dtype=float).reshape(-1, 3).T
+
+
+def _resampled_sums(cols: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """Column sums of ``cols`` (``(k, n)``) over each resample of row indices ``idx``
+    (``(..., n)``): counts per row (``bincount``) times the columns, one BLAS product."""
+    n = cols.shape[1]
+    flat = idx.reshape(-1, idx.shape[-1])
+    b = flat.shape[0]
+    offset = (np.arange(b, dtype=np.intp) * n)[:, None]  # one bincount for the whole batch
+    counts = np.bincount((flat + offset).ravel(), minlength=b * n).reshape(b, n)
+    return (counts @ cols.T).reshape(*idx.shape[:-1], cols.shape[0])
+
+
+def detector_score_statistic(fork_sums: np.ndarray, n_fork: int, conf_sums: np.ndarray, n_conf: int) -> np.ndarray:
+    """The Score of SPEC section 8 from the sums of the :func:`_detector_strata` columns
+    (``(..., 3)``: flagged, error of the flagged, error of the reference predictor) over the
+    forked and the conformant dialogues, vectorised over leading axes; equal to
+    ``score_predictions(...)["score"]`` on the original rows."""
+    from dialfork_metrics.task3.scorer import COMPONENT_FLOOR, SCORE_WEIGHTS
+
+    def part(sums, n, none_value):
+        n_flag, err, ref = sums[..., 0], sums[..., 1], sums[..., 2]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            mae = err / n_flag
+        ref_mean = ref / n
+        regular = np.maximum(0.0, 1.0 - mae / np.where(ref_mean > 0, ref_mean, 1.0))
+        comp = np.where(ref_mean > 0, regular, np.where(mae == 0, 1.0, 0.0))  # degenerate reference
+        return np.where(n_flag == 0, none_value, comp), n_flag / n
+
+    a1, cov_h = part(fork_sums, n_fork, 0.0)
+    a2, cov_c = part(conf_sums, n_conf, 1.0)
+    logs = sum(w * np.log(np.maximum(x, COMPONENT_FLOOR)) for w, x in zip(SCORE_WEIGHTS, (a1, a2, cov_h, 1 - cov_c)))
+    return 100.0 * np.exp(logs)
+
+
+def detector_score_ci(predictions: Mapping[str, int | None], gold3: Sequence[Mapping[str, Any]], *,
+                      n_resamples: int = CI_RESAMPLES, level: float = CI_LEVEL,
+                      seed: int = CI_SEED) -> dict[str, list[float] | None]:
+    """``{subset: [low, high] or None}``: percentile bootstrap interval of the Score, resampling
+    the subset's forked and conformant dialogues separately (an aggregate: nothing per
+    dialogue leaves this function). None when a subset has fewer than 2 of either kind."""
+    out: dict[str, list[float] | None] = {}
+    for s, rows in split_subsets(gold3).items():
+        fork, conf = _detector_strata(predictions, rows)
+
+        def stat(i_f, i_c, axis=-1, fork=fork, conf=conf):
+            return detector_score_statistic(_resampled_sums(fork, i_f), fork.shape[1],
+                                            _resampled_sums(conf, i_c), conf.shape[1])
+
+        out[s] = _bootstrap_ci([fork[0], conf[0]], stat, n_resamples, level, seed) if rows else None
+    return out
+
+
+def metric_tau_ci(distances: Mapping[str, float], gold2: Sequence[Mapping[str, Any]], *,
+                  n_resamples: int = CI_RESAMPLES, level: float = CI_LEVEL,
+                  seed: int = CI_SEED) -> dict[str, list[float] | None]:
+    """``{subset: [low, high] or None}``: percentile bootstrap interval of the Avg. tau (mean of
+    the per-type means), resampling each type's units separately."""
+    out: dict[str, list[float] | None] = {}
+    for s, rows in split_subsets(gold2).items():
+        if not rows:
+            out[s] = None
+            continue
+        _, types, pairs = _units(rows)
+        d = np.array([[distances[p] for p in ps] for ps in pairs], dtype=float)
+        tau = np.nan_to_num(kendall_tau_b_rows(d), nan=0.0)  # undefined counts as 0, as in score_metric
+        t = np.array(types)
+        by_type = [tau[t == h] for h in TYPES if (t == h).any()]
+
+        def stat(*idx, axis=-1, by_type=by_type):
+            return np.mean([_resampled_sums(x[None, :], i)[..., 0] / x.shape[0] for x, i in zip(by_type, idx)], axis=0)
+
+        out[s] = _bootstrap_ci(by_type, stat, n_resamples, level, seed)
+    return out

@@ -11,7 +11,9 @@ name exists, so concurrent writers cannot clobber each other); a Hub write is a 
 and it is retried against the new head. A submitter only ever writes under their own folder.
 
 Rate limit: at most ``max_per_day`` results per submitter per UTC day, counted from the
-store's own listing (so it survives restarts); the clock is injectable for tests.
+store's own listing (so it survives restarts); the clock is injectable for tests. The count
+and the write happen under one per-submitter lock (threads, and for a local store other
+processes too through a file lock), so concurrent submissions cannot exceed the limit.
 """
 
 from __future__ import annotations
@@ -21,8 +23,10 @@ import logging
 import os
 import re
 import tempfile
+import threading
 import unicodedata
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -36,8 +40,8 @@ PRIVATE_AREA = "private"
 #: Default number of results one submitter may store per UTC day.
 DEFAULT_MAX_PER_DAY = 5
 TIMESTAMP_FORMAT = "%Y%m%dT%H%M%S.%fZ"
-SUBMITTER_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-_KEY_RE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]{0,63})/([a-z0-9][a-z0-9._-]{0,63})/(\d{8}T\d{6}\.\d{6}Z)\.json$")
+SUBMITTER_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # always used with fullmatch
+_KEY_RE = re.compile(r"([A-Za-z0-9][A-Za-z0-9._-]{0,63})/([a-z0-9][a-z0-9._-]{0,63})/(\d{8}T\d{6}\.\d{6}Z)\.json")
 
 
 class ResultExistsError(FileExistsError):
@@ -59,10 +63,18 @@ def slugify(name: str) -> str:
     return (s or "method")[:64]
 
 
+class InvalidSubmitterError(ValueError):
+    """A submitter id that cannot name a results folder."""
+
+
 def check_submitter(submitter: str) -> str:
-    if not isinstance(submitter, str) or not SUBMITTER_RE.match(submitter):
-        raise ValueError(f"submitter {submitter!r} is not a valid id: 1-64 letters, digits, '.', '_' or '-', "
-                         "starting with a letter or digit")
+    """``submitter`` if it is a valid id (a *full* match: ``"alice\\n"`` is refused, where
+    ``re.match`` with ``$`` would accept it), else :class:`InvalidSubmitterError`."""
+    if not isinstance(submitter, str) or not SUBMITTER_RE.fullmatch(submitter):
+        shown = repr(submitter[:70] + ("..." if len(submitter) > 70 else "")) if isinstance(submitter, str) else \
+            type(submitter).__name__
+        raise InvalidSubmitterError(f"submitter {shown} is not a valid id: 1-64 letters, digits, '.', '_' or '-', "
+                                    "starting with a letter or digit, and nothing else (no spaces or newlines)")
     return submitter
 
 
@@ -76,7 +88,7 @@ def result_key(submitter: str, method: str, when: datetime) -> str:
 
 
 def parse_key(key: str) -> tuple[str, str, datetime] | None:
-    m = _KEY_RE.match(key)
+    m = _KEY_RE.fullmatch(key)
     if not m:
         return None
     when = datetime.strptime(m.group(3), TIMESTAMP_FORMAT).replace(tzinfo=timezone.utc)
@@ -143,19 +155,31 @@ class ResultStore:
                                  f"{self.max_per_day} per UTC day); try again from {tomorrow} 00:00 UTC")
         return self.max_per_day - used
 
+    @contextmanager
+    def submitter_lock(self, submitter: str) -> Iterator[None]:
+        """Held while a submitter's quota is counted and their result written, so that
+        concurrent submissions cannot both pass the count. In-process: one lock per submitter
+        (the Space's worker threads); :class:`LocalStore` adds a file lock (other processes)."""
+        locks: dict[str, threading.Lock] = self.__dict__.setdefault("_submitter_locks", {})  # atomic setdefault
+        with locks.setdefault(submitter, threading.Lock()):
+            yield
+
     def put(self, submitter: str, method: str, public: Mapping[str, Any], private: Mapping[str, Any] | None = None,
             now: datetime | None = None) -> str:
-        """Store a new result (and its private twin); returns its key. Checks the rate limit,
-        refuses to overwrite anything (:class:`ResultExistsError`)."""
-        now = now or self.clock()
-        self.check_rate_limit(submitter, now)
-        key = result_key(submitter, method, now)
-        if key in set(self._keys(RESULTS_AREA)):
-            raise ResultExistsError(f"result {key} already exists; results are immutable")
-        pub = _dumps(public)
-        if private is not None:
-            self._write_new(PRIVATE_AREA, key, _dumps(private))
-        self._write_new(RESULTS_AREA, key, pub)
+        """Store a new result (and its private twin); returns its key. Checks the rate limit and
+        writes under :meth:`submitter_lock` (a check and a write are one step), refuses to
+        overwrite anything (:class:`ResultExistsError`)."""
+        check_submitter(submitter)
+        with self.submitter_lock(submitter):
+            now = now or self.clock()
+            self.check_rate_limit(submitter, now)
+            key = result_key(submitter, method, now)
+            if key in set(self._keys(RESULTS_AREA)):
+                raise ResultExistsError(f"result {key} already exists; results are immutable")
+            pub = _dumps(public)
+            if private is not None:
+                self._write_new(PRIVATE_AREA, key, _dumps(private))
+            self._write_new(RESULTS_AREA, key, pub)
         logger.info("stored result %s", key)
         return key
 
@@ -170,6 +194,18 @@ class LocalStore(ResultStore):
         self.max_per_day = int(max_per_day)
         if clock is not None:
             self.clock = clock
+
+    @contextmanager
+    def submitter_lock(self, submitter: str) -> Iterator[None]:
+        """The in-process lock, then an OS file lock ``root/.locks/<submitter>.lock`` that also
+        serialises other processes writing to the same folder (``filelock``)."""
+        from filelock import FileLock
+
+        with super().submitter_lock(submitter):
+            d = self.root / ".locks"
+            d.mkdir(parents=True, exist_ok=True)
+            with FileLock(str(d / f"{submitter}.lock")):
+                yield
 
     def _dir(self, area: str) -> Path:
         if area == RESULTS_AREA:

@@ -16,10 +16,11 @@ from datetime import datetime, timezone
 from typing import Any
 
 from . import score as _score
-from .store import ResultStore, check_submitter, result_key
+from .store import InvalidSubmitterError, ResultStore, check_submitter, result_key
 from .validate import (
     DEFAULT_MAX_BYTES,
     BlindSet,
+    Problem,
     SubmissionError,
     ValidationReport,
     public_metadata,
@@ -89,11 +90,14 @@ def evaluate(
     blind: BlindSet | str | os.PathLike | None = None,
     metadata: Mapping[str, Any] | str | os.PathLike | None = None,
     max_bytes: int = DEFAULT_MAX_BYTES,
+    ci_resamples: int = _score.CI_RESAMPLES,
 ) -> Evaluation:
     """Validate ``submission`` (raising :class:`SubmissionError` with every problem) and score it.
 
     ``gold``: a gold folder or the dict of ``dialfork_dataset.load_gold``; ``blind``: a Hub
     layout folder or a :class:`BlindSet` (default: the public columns of the gold).
+    ``ci_resamples``: bootstrap resamples of the interval stored next to the Score / Avg. tau
+    (``score_ci`` / ``tau_ci``, 95% percentile interval, seed 0; 0 computes none).
     """
     gold_d = _score.load_gold(gold) if not isinstance(gold, Mapping) else gold
     if blind is None:
@@ -106,8 +110,15 @@ def evaluate(
     report.raise_for_errors()
     if track == "detector":
         scores = _score.score_detector(report.values, gold_d["task3"])
+        cis = _score.detector_score_ci(report.values, gold_d["task3"], n_resamples=ci_resamples)
+        ci_key = "score_ci"
     else:
         scores = _score.score_metric(report.values, gold_d["task2"])
+        cis = _score.metric_tau_ci(report.values, gold_d["task2"], n_resamples=ci_resamples)
+        ci_key = "tau_ci"
+    for s, ci in cis.items():
+        if scores.get(s) is not None and ci is not None:
+            scores[s] = {**scores[s], ci_key: ci}
     md = dict(report.metadata or {})
     md.setdefault("track", track)
     public = {
@@ -118,7 +129,10 @@ def evaluate(
         "metadata": public_metadata(md),
         "scores": {"public": scores["public"]},
         "private_scores": "withheld until the maintainers reveal them",
-        "configuration": _configuration(track, max_bytes),
+        "configuration": {**_configuration(track, max_bytes),
+                          "interval": {"method": "percentile bootstrap over " + ("dialogues" if track == "detector"
+                                                                                  else "units"),
+                                       "level": _score.CI_LEVEL, "resamples": ci_resamples, "seed": _score.CI_SEED}},
         "submission": {"sha256": report.sha256, "bytes": report.n_bytes, **report.summary},
         "blind_revision": blind_set.revision(),
         "gold_revision": gold_d["manifest"]["revision"],
@@ -155,6 +169,7 @@ def submit(
     metadata: Mapping[str, Any] | str | os.PathLike | None = None,
     max_bytes: int = DEFAULT_MAX_BYTES,
     now: datetime | None = None,
+    ci_resamples: int = _score.CI_RESAMPLES,
 ) -> Stored:
     """Validate, score and store one submission; returns the stored key and public result.
 
@@ -164,9 +179,15 @@ def submit(
     now = now or store.clock()
     if now.tzinfo is None:
         now = now.replace(tzinfo=timezone.utc)
-    if submitter is not None:  # cheap check first: do not score what cannot be stored
-        store.check_rate_limit(check_submitter(submitter), now)
-    ev = evaluate(submission, track=track, gold=gold, blind=blind, metadata=metadata, max_bytes=max_bytes)
+    if submitter is not None:  # cheap checks first: do not score what cannot be stored
+        try:
+            check_submitter(submitter)
+        except InvalidSubmitterError as e:
+            raise SubmissionError(ValidationReport(path=str(submission), track=track, errors=[
+                Problem("bad_submitter", str(e), field="submitter")])) from None
+        store.check_rate_limit(submitter, now)
+    ev = evaluate(submission, track=track, gold=gold, blind=blind, metadata=metadata, max_bytes=max_bytes,
+                  ci_resamples=ci_resamples)
     who = submitter or (ev.report.metadata or {}).get("submitter")
     if not who:
         raise ValueError("no submitter: pass --submitter NAME or set 'submitter' in the metadata")

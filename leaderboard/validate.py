@@ -30,17 +30,32 @@ import hashlib
 import json
 import math
 import os
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any
 
+from dialfork_metrics.task3.rows import (
+    DupKeys,
+    NonFinite,
+    check_prediction,
+    describe,
+    shorten,
+    strict_json_decoder,
+)
+
 #: Default cap on a submission's size (bytes). A full blind Task 3 submission (~18,000 lines)
 #: is under 1.5 MB even with confidences; the cap protects the Space from huge uploads.
 DEFAULT_MAX_BYTES = 32 * 1024 * 1024
 #: How many missing ids an error message names before summarising.
 MISSING_IDS_SHOWN = 10
+#: A report keeps the first this many problems and counts the others (``n_errors``).
+MAX_REPORTED_ERRORS = 100
+#: Longest accepted line (characters). A valid line is one short object (under 200 characters);
+#: a longer one is reported with its line number and never parsed.
+MAX_LINE_CHARS = 64 * 1024
 TRACKS = ("detector", "metric")
 REGIMES = ("streaming", "offline", "offline+workflow")
 SCHEMA_DIR = Path(__file__).resolve().parent / "schema"
@@ -93,7 +108,24 @@ def strict_validator_class():
         return (type(x) is int) or (type(x) is float and math.isfinite(x))
 
     checker = base.redefine_many({"integer": is_integer, "number": is_number})
-    return validators.extend(Draft202012Validator, type_checker=checker)
+
+    def pattern(_validator, patrn, instance, _schema):
+        if isinstance(instance, str) and not ecma_pattern(patrn).search(instance):
+            from jsonschema import ValidationError
+
+            yield ValidationError(f"{shorten(instance)!r} does not match {patrn!r}")
+
+    return validators.extend(Draft202012Validator, validators={"pattern": pattern}, type_checker=checker)
+
+
+@cache
+def ecma_pattern(patrn: str) -> re.Pattern[str]:
+    """A schema ``pattern`` compiled with its JSON Schema (ECMA-262) meaning of ``$``: the end
+    of the string. Python's ``$`` also matches before a final newline, so ``"alice\\n"`` would
+    pass ``^[a-z]+$``; the trailing anchor is compiled as ``\\Z`` instead (a full match)."""
+    if patrn.endswith("$") and not patrn.endswith("\\$"):
+        patrn = patrn[:-1] + r"\Z"
+    return re.compile(patrn)
 
 
 def schema_validator(name: str):
@@ -205,7 +237,10 @@ class Problem:
 class ValidationReport:
     """Everything :func:`validate_submission` found. ``values`` (the parsed predictions or
     distances by id) and ``metadata`` are kept for scoring but not serialised by
-    :meth:`to_dict` (metadata may hold private fields)."""
+    :meth:`to_dict` (metadata may hold private fields).
+
+    ``errors`` holds at most :data:`MAX_REPORTED_ERRORS` problems, in file order;
+    ``n_errors`` counts them all (``n_omitted`` = how many were counted but not kept)."""
 
     path: str
     track: str
@@ -216,10 +251,15 @@ class ValidationReport:
     n_bytes: int | None = None
     values: dict[str, Any] = field(default_factory=dict)
     metadata: dict[str, Any] | None = None
+    n_omitted: int = 0
 
     @property
     def ok(self) -> bool:
         return not self.errors
+
+    @property
+    def n_errors(self) -> int:
+        return len(self.errors) + self.n_omitted
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -228,8 +268,9 @@ class ValidationReport:
             "track": self.track,
             "sha256": self.sha256,
             "bytes": self.n_bytes,
-            "n_errors": len(self.errors),
+            "n_errors": self.n_errors,
             "errors": [p.to_dict() for p in self.errors],
+            "errors_omitted": self.n_omitted,
             "warnings": [p.to_dict() for p in self.warnings],
             "summary": self.summary,
         }
@@ -242,14 +283,22 @@ class ValidationReport:
             for k, v in s.items():
                 lines.append(f"  {k}: {v}")
         else:
-            lines.append(f"{self.path}: {len(self.errors)} error(s); nothing was scored or stored")
+            lines.append(f"{self.path}: {self.n_errors:,} error(s); nothing was scored or stored")
             shown = self.errors if max_errors is None else self.errors[:max_errors]
             lines.extend(f"  {p}" for p in shown)
-            if len(shown) < len(self.errors):
-                lines.append(f"  ... and {len(self.errors) - len(shown)} more (use --json for the full list)")
+            if len(shown) < self.n_errors:
+                hint = " (use --json for the first " + str(len(self.errors)) + ")" if len(shown) < len(self.errors) else ""
+                lines.append(f"  ... and {self.n_errors - len(shown):,} more{hint}")
         for w in self.warnings:
             lines.append(f"  warning: {w}")
         return "\n".join(lines)
+
+    def cap_errors(self, limit: int | None = None) -> None:
+        """Keep the first ``limit`` errors (default :data:`MAX_REPORTED_ERRORS`), count the rest."""
+        limit = MAX_REPORTED_ERRORS if limit is None else limit
+        if len(self.errors) > limit:
+            self.n_omitted += len(self.errors) - limit
+            del self.errors[limit:]
 
     def raise_for_errors(self) -> None:
         if self.errors:
@@ -258,56 +307,13 @@ class ValidationReport:
 
 # --------------------------------------------------------------------------- JSON helpers
 
-
-class _NonFinite:
-    """Stands for NaN / Infinity / -Infinity, which Python's json accepts but JSON does not."""
-
-    __slots__ = ("text",)
-
-    def __init__(self, text: str):
-        self.text = text
-
-    def __repr__(self) -> str:
-        return self.text
-
-
-class _DupKeys(dict):
-    """A parsed object that had duplicate keys (``keys`` names them)."""
-
-    dup: list[str]
-
-
-def _pairs_hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    d = dict(pairs)
-    if len(d) != len(pairs):
-        seen: set[str] = set()
-        dups = sorted({k for k, _ in pairs if k in seen or seen.add(k)})
-        out = _DupKeys(d)
-        out.dup = dups
-        return out
-    return d
-
-
-_decoder = json.JSONDecoder(object_pairs_hook=_pairs_hook, parse_constant=_NonFinite)
-
-
-def _describe(v: Any) -> str:
-    if isinstance(v, bool):
-        return f"a boolean ({json.dumps(v)})"
-    if isinstance(v, _NonFinite):
-        return f"{v.text}, which is not valid JSON"
-    if isinstance(v, float):
-        return f"a float ({v!r})"
-    if isinstance(v, str):
-        shown = v if len(v) <= 30 else v[:27] + "..."
-        return f"a string ({json.dumps(shown, ensure_ascii=False)})"
-    if v is None:
-        return "null"
-    if isinstance(v, list):
-        return "an array"
-    if isinstance(v, dict):
-        return "an object"
-    return type(v).__name__
+# The value checks and the JSON markers are shared with the ``task3`` evaluate module
+# (``dialfork_metrics.task3.rows``): the two never disagree on what a valid prediction is.
+_NonFinite = NonFinite
+_DupKeys = DupKeys
+_describe = describe
+_short = shorten
+_decoder = strict_json_decoder()
 
 
 def _is_numeric_string(s: str) -> bool:
@@ -318,49 +324,23 @@ def _is_numeric_string(s: str) -> bool:
     return True
 
 
-def _short(s: str, n: int = 40) -> str:
-    return s if len(s) <= n else s[: n - 3] + "..."
-
-
 # --------------------------------------------------------------------------- line checks
 
 
 def _check_prediction(v: Any, T: int | None) -> str | None:
     """Error message for a Task 3 prediction value, or None if valid (``T`` None: id unknown)."""
-    if v is None:
-        return None
-    if type(v) is int:
-        if v == -1:
-            return "prediction is -1; write null for 'no deviation' (never -1)"
-        if v < 1:
-            return f"prediction {v} is not a system turn index; indices start at 1 (null = no deviation)"
-        if T is not None and v > T:
-            return f"prediction {v} outside 1..T (T={T} system turns in this dialogue)"
-        return None
-    if isinstance(v, bool):
-        return f"prediction is {_describe(v)}; write an integer system turn index or null"
-    if isinstance(v, _NonFinite):
-        return f"prediction is {_describe(v)}; write an integer system turn index or null"
-    if isinstance(v, float):
-        hint = f"write {int(v)}" if v.is_integer() else "round it to a system turn index"
-        return f"prediction is {_describe(v)}; turn indices are JSON integers ({hint})"
-    if isinstance(v, str):
-        if v.strip().lower() in ("null", "none", ""):
-            return f"prediction is {_describe(v)}; write null without quotes for 'no deviation'"
-        if _is_numeric_string(v):
-            return f"prediction is {_describe(v)}; write the number without quotes"
-        return f"prediction is {_describe(v)}; write an integer system turn index or null"
-    return f"prediction is {_describe(v)}; write an integer system turn index or null"
+    problem = check_prediction(v, T)
+    return None if problem is None else problem[1]
 
 
 def _check_confidence(v: Any) -> str | None:
-    if v is None or type(v) is int or (type(v) is float and math.isfinite(v)):
+    if v is None or (type(v) is int and abs(v) < 2**1023) or (type(v) is float and math.isfinite(v)):
         return None
     return f"confidence is {_describe(v)}; write a finite number or null (or leave the field out)"
 
 
 def _check_distance(v: Any) -> str | None:
-    if type(v) is int or (type(v) is float and math.isfinite(v)):
+    if (type(v) is int and abs(v) < 2**1023) or (type(v) is float and math.isfinite(v)):
         return None
     if isinstance(v, str) and _is_numeric_string(v):
         return f"distance is {_describe(v)}; write the number without quotes"
@@ -397,10 +377,14 @@ def check_line_object(obj: Any, track: str, T: int | None = None) -> list[tuple[
     if id_field in obj and not (isinstance(did, str) and did):
         out.append(("bad_id", f"{id_field} must be a non-empty string, got {_describe(did)}", id_field))
     if value_field in obj:
-        msg = _check_prediction(obj[value_field], T) if track == "detector" else _check_distance(obj[value_field])
-        if msg:
-            code = "out_of_range" if (type(obj[value_field]) is int and track == "detector") else "bad_value"
-            out.append((code, msg, value_field))
+        if track == "detector":
+            problem = check_prediction(obj[value_field], T)
+            if problem:
+                out.append((problem[0], problem[1], value_field))
+        else:
+            msg = _check_distance(obj[value_field])
+            if msg:
+                out.append(("bad_value", msg, value_field))
     if track == "detector" and "confidence" in obj:
         msg = _check_confidence(obj["confidence"])
         if msg:
@@ -411,49 +395,100 @@ def check_line_object(obj: Any, track: str, T: int | None = None) -> list[tuple[
 # --------------------------------------------------------------------------- metadata
 
 
+#: Size cap of a metadata file (a metadata object is well under 2 KB).
+MAX_METADATA_BYTES = 64 * 1024
+
+
 def load_metadata(path: str | os.PathLike) -> tuple[dict[str, Any] | None, list[Problem]]:
     path = Path(path)
     if not path.is_file():
         return None, [Problem("metadata_missing",
                               f"metadata file {path} not found; write it (see leaderboard/schema/metadata.v1.json) "
                               "or pass --metadata PATH", file=str(path))]
+    size = path.stat().st_size
+    if size > MAX_METADATA_BYTES:
+        return None, [Problem("metadata_too_large", f"metadata file is {size:,} bytes, over the "
+                                                    f"{MAX_METADATA_BYTES:,}-byte cap; it holds one small object",
+                              file=str(path))]
     try:
         raw = path.read_bytes()
         if raw.startswith(b"\xef\xbb\xbf"):
             return None, [Problem("bom", "metadata file starts with a byte-order mark; save it as UTF-8 without BOM",
                                   file=str(path))]
-        obj = json.loads(raw.decode("utf-8"), parse_constant=_NonFinite)
+        obj = _decoder.decode(raw.decode("utf-8"))
     except UnicodeDecodeError as e:
         return None, [Problem("not_utf8", f"metadata is not valid UTF-8 ({e.reason})", file=str(path))]
     except json.JSONDecodeError as e:
         return None, [Problem("metadata_not_json", f"metadata is not valid JSON ({e.msg} at line {e.lineno} "
                                                    f"column {e.colno})", line=e.lineno, file=str(path))]
+    except RecursionError:
+        return None, [Problem("metadata_not_json", "metadata nests arrays or objects too deeply to read; it is one "
+                                                   "flat object", file=str(path))]
     return obj, []
 
 
+_TYPE_WORDS = {"string": "a string", "boolean": "true or false", "null": "null", "integer": "an integer",
+               "number": "a number", "object": "an object", "array": "an array"}
+
+
+def _type_words(t: Any) -> str:
+    ts = t if isinstance(t, list) else [t]
+    return " or ".join(_TYPE_WORDS.get(x, str(x)) for x in ts)
+
+
+def _plain_message(err: Any, props: Mapping[str, Any]) -> tuple[str | None, str]:
+    """``(field, message)`` in plain words for one ``jsonschema`` error of the metadata object
+    (never jsonschema's own text; never the value of a private field)."""
+    path = list(err.absolute_path)
+    where = ".".join(str(p) for p in path) or None
+    spec = props.get(path[0], {}) if path else {}
+    private = bool(spec.get("x-private"))
+    got = "" if private else f"; got {describe(err.instance)}"
+    hint = spec.get("x-hint")
+    kind = err.validator
+    if kind == "required":
+        missing = [f for f in err.validator_value if isinstance(err.instance, dict) and f not in err.instance]
+        f = missing[0] if missing else None
+        what = props.get(f, {}).get("description") if f else None
+        return f, f"missing field {f!r}" + (f" ({what})" if what else "")
+    if kind == "additionalProperties":
+        extra = sorted(k for k in err.instance if k not in props) if isinstance(err.instance, dict) else []
+        shown = ", ".join(repr(shorten(str(k), 40)) for k in extra[:10])
+        return None, f"unknown field(s) {shown}; allowed fields: {', '.join(sorted(props))}"
+    if kind == "type":
+        return where, f"{where} must be {_type_words(err.validator_value)}{got}"
+    if kind == "enum":
+        return where, f"{where} must be one of {', '.join(map(str, err.validator_value))}{got}"
+    if kind == "const":
+        return where, f"{where} must be {json.dumps(err.validator_value)}{got}"
+    if kind == "maxLength" and isinstance(err.instance, str):
+        return where, f"{where} is {len(err.instance):,} characters long; at most {err.validator_value} are allowed"
+    if kind in ("pattern", "minLength", "format") and hint:
+        return where, f"{where} must be {hint}{got}"
+    return where, f"{where or 'metadata'} is not valid ({kind}){'' if private else got}"
+
+
 def metadata_problems(metadata: Any, track: str, source: str | None = None) -> list[Problem]:
-    """Every problem of the metadata object against ``metadata.v1.json`` and the track."""
+    """Every problem of the metadata object against ``metadata.v1.json`` and the track, in plain
+    words (each message names the field, what it must be and what was given, except for private
+    fields, whose values are never echoed)."""
     if not isinstance(metadata, dict):
         return [Problem("metadata_invalid", f"metadata must be a JSON object, got {_describe(metadata)}", file=source)]
     probs: list[Problem] = []
     if "track" in metadata and metadata["track"] != track:
-        probs.append(Problem("metadata_invalid", f"metadata says track {metadata['track']!r} but the submission is "
-                                                 f"validated as {track!r}; fix one of them", field="track", file=source))
+        probs.append(Problem("metadata_invalid", f"metadata says track {_short(str(metadata['track']), 20)!r} but the "
+                                                 f"submission is validated as {track!r}; fix one of them",
+                             field="track", file=source))
     md = dict(metadata)
     md.setdefault("track", track)
     v = schema_validator("metadata")
-    for err in sorted(v.iter_errors(md), key=lambda e: list(e.absolute_path)):
-        where = ".".join(str(p) for p in err.absolute_path) or None
-        msg = err.message
-        if where == "contact":  # never echo a private value back into a page or log
-            msg = "contact must be an e-mail address"
-        elif err.validator == "required" and not where:
-            msg = f"missing field: {msg}"
-        elif err.validator == "additionalProperties":
-            allowed = sorted(load_schema("metadata")["properties"])
-            msg = f"{msg}; allowed fields: {allowed}"
-        probs.append(Problem("metadata_invalid", f"metadata: {where + ': ' if where else ''}{msg}",
-                             field=where, file=source))
+    props = load_schema("metadata")["properties"]
+    seen: set[tuple[str | None, str]] = set()
+    for err in sorted(v.iter_errors(md), key=lambda e: [str(p) for p in e.absolute_path]):
+        where, msg = _plain_message(err, props)
+        if (where, msg) not in seen:  # e.g. minLength and pattern of the same field say the same thing
+            seen.add((where, msg))
+            probs.append(Problem("metadata_invalid", f"metadata: {msg}", field=where, file=source))
     return probs
 
 
@@ -465,6 +500,28 @@ def default_metadata_path(submission: str | os.PathLike) -> Path:
 
 
 # --------------------------------------------------------------------------- the file
+
+
+def _first_long_line(path: Path, limit_bytes: int, max_line_chars: int, chunk: int = 1 << 20) -> int | None:
+    """Line number of the first line longer than ``max_line_chars`` bytes within the first
+    ``limit_bytes`` of an over-size file (read in chunks: memory stays bounded)."""
+    line, length, read = 1, 0, 0
+    with open(path, "rb") as fh:
+        while read < limit_bytes:
+            block = fh.read(min(chunk, limit_bytes - read))
+            if not block:
+                return None
+            read += len(block)
+            start = 0
+            while True:
+                nl = block.find(b"\n", start)
+                length += (nl if nl >= 0 else len(block)) - start
+                if length > max_line_chars:
+                    return line
+                if nl < 0:
+                    break
+                line, length, start = line + 1, 0, nl + 1
+    return None
 
 
 def _decode(data: bytes, path: str, errors: list[Problem]) -> list[str | None]:
@@ -492,6 +549,7 @@ def validate_submission(
     metadata: Mapping[str, Any] | str | os.PathLike | None = None,
     require_metadata: bool = True,
     max_bytes: int = DEFAULT_MAX_BYTES,
+    max_line_chars: int = MAX_LINE_CHARS,
 ) -> ValidationReport:
     """Validate a submission file against the blind set; returns a report listing every problem.
 
@@ -499,6 +557,7 @@ def validate_submission(
     (:func:`default_metadata_path`); with ``require_metadata=False`` a missing metadata file
     is not an error (for ``validate`` runs on predictions alone). Never raises for a bad file;
     call :meth:`ValidationReport.raise_for_errors` to turn errors into a :class:`SubmissionError`.
+    The report keeps the first :data:`MAX_REPORTED_ERRORS` problems and counts the others.
     """
     if track not in TRACKS:
         raise ValueError(f"unknown track {track!r}; choose one of {TRACKS}")
@@ -535,9 +594,14 @@ def validate_submission(
         return rep
     rep.n_bytes = size
     if size > max_bytes:
-        errs.insert(0, Problem("too_large", f"file is {size:,} bytes, over the {max_bytes:,}-byte cap; a full "
-                                            "submission is far smaller: check that it holds one short line per id",
-                               file=spath))
+        too_large = [Problem("too_large", f"file is {size:,} bytes, over the {max_bytes:,}-byte cap; a full "
+                                          "submission is far smaller: check that it holds one short line per id",
+                             file=spath)]
+        long_line = _first_long_line(p, max_bytes, max_line_chars)
+        if long_line is not None:
+            too_large.append(Problem("line_too_long", f"line is longer than {max_line_chars:,} characters; each line "
+                                                      "holds one short JSON object", line=long_line, file=spath))
+        errs[:0] = too_large
         return rep
     data = p.read_bytes()
     rep.sha256 = hashlib.sha256(data).hexdigest()
@@ -567,6 +631,15 @@ def validate_submission(
     blank: list[int] = []
     turns = blind.turns
     decode = _decoder.decode
+    omitted = 0
+
+    def add(problem: Problem) -> None:  # keep the first problems, count the others
+        nonlocal omitted
+        if len(file_errs) < MAX_REPORTED_ERRORS:
+            file_errs.append(problem)
+        else:
+            omitted += 1
+
     for i, line in enumerate(lines, 1):
         if line is None:
             continue
@@ -576,32 +649,39 @@ def validate_submission(
             blank.append(i)
             continue
         n_lines += 1
+        if len(line) > max_line_chars:
+            add(Problem("line_too_long", f"line is {len(line):,} characters long (the cap is {max_line_chars:,}); "
+                                         "each line holds one short JSON object", line=i, file=spath))
+            continue
         try:
             obj = decode(line)
         except json.JSONDecodeError as e:
-            file_errs.append(Problem("not_json", f"not a JSON object ({e.msg} at column {e.colno}): "
-                                                 f"{_short(line)!r}", line=i, file=spath))
+            add(Problem("not_json", f"not a JSON object ({e.msg} at column {e.colno}): {_short(line)!r}",
+                        line=i, file=spath))
+            continue
+        except RecursionError:
+            add(Problem("not_json", "arrays or objects nested too deeply to read; each line is one flat object",
+                        line=i, file=spath))
             continue
         did = obj.get(id_field) if isinstance(obj, dict) else None
         if isinstance(obj, dict) and obj.get("confidence") is not None:
             n_conf += 1
         T = turns.get(did) if (track == "detector" and isinstance(did, str)) else None
         for code, msg, fld in check_line_object(obj, track, T):
-            prefix = f"{id_field} {did!r}: " if isinstance(did, str) and did and code not in ("bad_id",) else ""
-            file_errs.append(Problem(code, prefix + msg, line=i, field=fld, file=spath))
+            prefix = f"{id_field} {_short(did)!r}: " if isinstance(did, str) and did and code != "bad_id" else ""
+            add(Problem(code, prefix + msg, line=i, field=fld, file=spath))
         if not (isinstance(did, str) and did):
             continue
         if did in first_line:
-            file_errs.append(Problem("duplicate_id", f"duplicate {id_field} {did!r} on lines {first_line[did]} and "
-                                                     f"{i}; keep exactly one line per id",
-                                     line=i, other_line=first_line[did], field=id_field, file=spath))
+            add(Problem("duplicate_id", f"duplicate {id_field} {_short(did)!r} on lines {first_line[did]} and {i}; "
+                                        "keep exactly one line per id",
+                        line=i, other_line=first_line[did], field=id_field, file=spath))
             continue
         first_line[did] = i
         if did not in universe:
             what = "blind test set" if track == "detector" else "blind Task 2 pair set"
-            file_errs.append(Problem("unknown_id", f"{id_field} {_short(did)!r} is not in the {what}; "
-                                                   "was the file made for another release?",
-                                     line=i, field=id_field, file=spath))
+            add(Problem("unknown_id", f"{id_field} {_short(did)!r} is not in the {what}; "
+                                      "was the file made for another release?", line=i, field=id_field, file=spath))
             continue
         values[did] = obj.get(value_field)
     if blank:
@@ -615,9 +695,11 @@ def validate_submission(
         what = "blind dialogues have no prediction" if track == "detector" else "blind pairs have no distance"
         fix = ("add a line with \"prediction\": null for each dialogue the detector does not flag"
                if track == "detector" else "give a distance for every pair of data/blind_task2")
-        file_errs.append(Problem("missing_ids", f"{len(missing):,} of {len(universe):,} {what} (first: {shown}); {fix}",
-                                 field=id_field, file=spath))
+        add(Problem("missing_ids", f"{len(missing):,} of {len(universe):,} {what} (first: {shown}); {fix}",
+                    field=id_field, file=spath))
     errs[:0] = file_errs
+    rep.n_omitted += omitted
+    rep.cap_errors()
     if not errs:
         rep.values = values
     rep.summary = _summary(track, values, n_lines, len(universe), n_conf)

@@ -80,7 +80,11 @@ def test_space_files_and_card(name):
     meta = yaml.safe_load(m.group(1))
     assert meta["sdk"] == "gradio" and meta["app_file"] == "app.py" and "evaluate" in meta["tags"]
     assert "## Citation" in readme and "@misc{dialfork2026" in readme
-    assert f'evaluate.load("idiap/{name}")' in (folder / "app.py").read_text(encoding="utf-8")
+    app = (folder / "app.py").read_text(encoding="utf-8")
+    # the Space runs the module file beside app.py (not a Hub copy) in DialFork's own Gradio app
+    assert "from dialfork_metrics.modules.space import launch" in app and "Path(__file__)" in app
+    assert "launch_gradio_widget" not in app and "idiap/" not in app
+    assert str(meta["sdk_version"]).split(".")[0] in ("5", "6")  # evaluate's Gradio 3 widget is not used
     reqs = (folder / "requirements.txt").read_text(encoding="utf-8")
     assert "evaluate" in reqs and "dialfork" in reqs
     script = (folder / f"{name}.py").read_text(encoding="utf-8")

@@ -1,13 +1,16 @@
 """The static leaderboard page in real headless Chromium, driven through the DevTools protocol.
 
 Checks: the page loads without console errors, exceptions or network requests; it shows one
-row per result; sorting (numeric and text, both directions, missing values last) and the
-regime filter (and the reference-row toggle) work.
+row per result; sorting (numeric and text, both directions, missing values last), the regime
+filter, the search box, the collapsible reference rows and the About tab work; at 1280 px the
+Score column is on screen (a screenshot is taken; set ``DIALFORK_SCREENSHOT_DIR`` to keep it).
 """
 
 from __future__ import annotations
 
+import base64
 import json
+import os
 import shutil
 import subprocess
 import time
@@ -109,7 +112,7 @@ def _result(method, score, regime, i, cov=0.9):
     return {"schema": "dialfork-leaderboard-result", "track": "detector", "method": method, "submitter": f"team{i}",
             "key": f"team{i}/m{i}/20260504T0900{i:02d}.000000Z.json", "submitted_at": f"2026-05-0{1 + i % 9}T09:00:00+00:00",
             "metadata": {"method": method, "regime": regime, "code_url": f"https://example.org/{i}",
-                         "open_source": i % 2 == 0, "used_conformant_train": True, "model_name": f"model-{i}",
+                         "open_source": i % 2 == 0, "used_conformant_train": True, "model_name": "sentence-transformers/all-MiniLM-L6-v2" if i == 0 else f"model-{i}",
                          "model_size": None},
             "scores": {"public": {"score": score, "mae_h": 1.0 + i, "mae_h_by_type": {"WIC": 1.0 * i, "CSC": 2.0},
                                   "cov_h": cov, "mae_c": None if i == 2 else 3.0, "cov_c": 0.05,
@@ -117,7 +120,8 @@ def _result(method, score, regime, i, cov=0.9):
 
 
 RESULTS = [
-    _result("Alpha", 55.5, "streaming", 0),
+    dict(_result("Alpha", 55.5, "streaming", 0), scores={"public": {**_result("Alpha", 55.5, "streaming", 0)["scores"][
+        "public"], "score_ci": [51.25, 59.75]}}),
     _result("beta", 80.25, "offline", 1),
     _result("Gamma", None, "offline+workflow", 2),
     _result("Delta", 12.0, "streaming", 3),
@@ -163,10 +167,14 @@ def test_page_in_headless_chromium(browser, tmp_path):
     assert cdp.js("document.querySelectorAll('#detector-table tbody tr.result').length") == len(RESULTS)
     assert cdp.js("document.querySelectorAll('#metric-table tbody tr.result').length") == 1
     n_ref = len(paper_baselines()["detector"])
-    assert cdp.js("document.querySelectorAll('#detector-table tbody tr.reference').length") == n_ref
+    assert cdp.js("document.querySelectorAll('#detector-table tbody.references tr.reference').length") == n_ref
+    assert cdp.js("document.querySelectorAll('#detector-table tbody.results tr.reference').length") == 0
     score = cdp.js(f"{COLUMN}('detector-table', 'Score')")
     method = cdp.js(f"{COLUMN}('detector-table', 'Method')")
-    assert score > 0 and method > 0
+    assert method == 1 and score == 2  # Score sits next to Method
+    # the bootstrap interval under the Score where one was computed
+    assert cdp.js("Array.from(document.querySelectorAll('#detector-table td.score .ci')).map(e => e.textContent)") \
+        == ["[51.25, 59.75]"]
 
     def results_col(idx):
         return cdp.js(f"{VALUES}('detector-table', {idx}, false)")
@@ -182,9 +190,11 @@ def test_page_in_headless_chromium(browser, tmp_path):
     vals = results_col(score)
     assert [float(v) for v in vals[:-1]] == [12.0, 55.5, 67.0, 80.25] and vals[-1] is None
     assert cdp.js(f"document.querySelectorAll('#detector-table thead th')[{score}].getAttribute('aria-sort')") == "ascending"
-    # reference rows are sorted together with results (all rows keep a consistent order)
-    all_scores = [v for v in cdp.js(f"{VALUES}('detector-table', {score}, true)") if v is not None]
-    assert [float(v) for v in all_scores] == sorted(float(v) for v in all_scores)
+    # the reference rows are sorted too, on their own, under their (collapsible) group header
+    ref_scores = cdp.js(f"Array.from(document.querySelectorAll('#detector-table tbody.references tr.reference'))"
+                        f".map(r => r.cells[{score}].getAttribute('data-value')).filter(v => v !== null)")
+    assert [float(v) for v in ref_scores] == sorted(float(v) for v in ref_scores)
+    assert cdp.js("document.querySelector('#detector-table tbody.references').rows[0].className") == "group"
     # text column: ascending first, case-insensitive locale order
     cdp.js(click % method)
     assert results_col(method) == ["Alpha", "beta", "Delta", "epsilon", "Gamma"]
@@ -194,7 +204,7 @@ def test_page_in_headless_chromium(browser, tmp_path):
     # regime filter
     set_regime = ("(function (v) { var s = document.getElementById('regime-filter'); s.value = v;"
                   " s.dispatchEvent(new Event('change')); })('%s')")
-    visible = ("Array.from(document.querySelectorAll('#detector-table tbody tr')).filter(function (r) {"
+    visible = ("Array.from(document.querySelectorAll('#detector-table tbody tr:not(.group)')).filter(function (r) {"
                " return !r.hidden; }).map(function (r) { return [r.className, r.getAttribute('data-regime')]; })")
     cdp.js(set_regime % "offline")
     rows = cdp.js(visible)
@@ -203,11 +213,52 @@ def test_page_in_headless_chromium(browser, tmp_path):
     assert sorted(results_col(method)) == ["beta", "epsilon"]
     cdp.js(set_regime % "offline+workflow")
     assert results_col(method) == ["Gamma"]
-    cdp.js("(function () { var b = document.getElementById('show-reference-detector'); b.click(); })()")
+    cdp.js("document.getElementById('toggle-reference-detector').click()")
     assert all(cls == "result" for cls, _ in cdp.js(visible))
+    assert cdp.js("document.getElementById('toggle-reference-detector').getAttribute('aria-expanded')") == "false"
     cdp.js(set_regime % "all")
     assert len(results_col(method)) == len(RESULTS)
     assert cdp.js("document.querySelectorAll('#detector-table tbody tr.reference:not([hidden])').length") == 0
+    cdp.js("document.getElementById('toggle-reference-detector').click()")
+    assert cdp.js("document.querySelectorAll('#detector-table tbody tr.reference:not([hidden])').length") == n_ref
+
+    # search box: every word must occur in the method, submitter, model or regime
+    search = ("(function (v) { var s = document.getElementById('search-detector'); s.value = v;"
+              " s.dispatchEvent(new Event('input')); })('%s')")
+    cdp.js(search % "EPS")
+    assert results_col(method) == ["epsilon"]
+    cdp.js(search % "model-1 team1")
+    assert results_col(method) == ["beta"]
+    cdp.js(search % "random")  # a paper reference row
+    assert results_col(method) == [] and cdp.js(
+        "Array.from(document.querySelectorAll('#detector-table tr.reference:not([hidden])')).length") >= 1
+    cdp.js(search % "")
+    assert len(results_col(method)) == len(RESULTS)
+
+    # links to the model (a Hub id links to its Hub page) and to the code
+    hub = "a[href='https://huggingface.co/sentence-transformers/all-MiniLM-L6-v2']"
+    assert cdp.js(f"document.querySelectorAll(\"#detector-table {hub}\").length") == 1
+    assert cdp.js("document.querySelectorAll(\"#detector-table a[href^='https://example.org/']\").length") == len(RESULTS)
+
+    # the About tab: how to submit and the citation
+    assert cdp.js("document.getElementById('about').hidden") is True
+    cdp.js("document.getElementById('tab-about').click()")
+    assert cdp.js("document.getElementById('board').hidden") is True
+    about = cdp.js("document.getElementById('about').innerText")
+    assert "How to submit" in about and "@misc{dialfork2026" in about and "python -m leaderboard validate" in about
+    cdp.js("document.getElementById('tab-board').click()")
+    assert cdp.js("document.getElementById('board').hidden") is False
+
+    # at 1280 px the Score column is on screen, without scrolling the table
+    cdp.call("Emulation.setDeviceMetricsOverride", width=1280, height=900, deviceScaleFactor=1, mobile=False)
+    rect = cdp.js(f"(function () {{ var r = document.querySelectorAll('#detector-table thead th')[{score}]"
+                  ".getBoundingClientRect(); return [r.left, r.right]; })()")
+    assert 0 < rect[0] < rect[1] <= 1280, rect
+    shot = base64.b64decode(cdp.call("Page.captureScreenshot", format="png")["data"])
+    assert shot[:8] == b"\x89PNG\r\n\x1a\n" and int.from_bytes(shot[16:20], "big") == 1280
+    out = Path(os.environ.get("DIALFORK_SCREENSHOT_DIR") or tmp_path)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "leaderboard_1280.png").write_bytes(shot)
 
     # no console errors, no exceptions, no request except the page itself
     errors = [e for e in cdp.events if e["method"] == "Runtime.exceptionThrown"

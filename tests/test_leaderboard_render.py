@@ -58,12 +58,16 @@ def test_page_is_self_contained_and_escaped():
     page = render_html([evil, good], generated_at=T0)
     assert "<script>alert" not in page and "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;" in page
     assert "javascript:alert" not in page
-    assert '<a href="https://github.com/org/repo" rel="noopener noreferrer nofollow">code</a>' in page
+    assert ('<a href="https://github.com/org/repo" rel="noopener noreferrer nofollow" target="_blank">code</a>'
+            in page)
     # nothing the browser would fetch: no src/link/import/url(), and a CSP forbidding any request
     assert not re.search(r"\bsrc\s*=|<link\b|@import|url\(", page, re.I)
     assert "default-src 'none'" in page
-    urls = re.findall(r"https?://[^\s\"'<>]+", page)
-    assert set(urls) == {"https://github.com/org/repo"}  # the link and its sort key
+    urls = re.findall(r"https?://[^\s\"'<>}]+", page)
+    # the link and its sort key, the code of the project (page header, About, footer)
+    # (+ the Hub pages of the paper rows' models named by a Hub id)
+    assert {u for u in urls if not u.startswith("https://huggingface.co/")} == {
+        "https://github.com/org/repo", "https://github.com/idiap/dialfork"}
     assert page.count('<tr class="result"') == 2
     assert page.count('<script>') == 1  # the inline script only
     assert "2026-05-04 09:00 UTC" in page

@@ -18,7 +18,17 @@ from hypothesis import strategies as st
 from scipy.stats import kendalltau
 
 from dialfork_metrics.task3.scorer import score_predictions
-from leaderboard.score import GoldError, kendall_tau_b_rows, score_detector, score_metric, split_subsets
+from leaderboard.score import (
+    GoldError,
+    _detector_strata,
+    detector_score_ci,
+    detector_score_statistic,
+    kendall_tau_b_rows,
+    metric_tau_ci,
+    score_detector,
+    score_metric,
+    split_subsets,
+)
 from leaderboard.store import LocalStore
 from leaderboard.submit import evaluate, submit
 from leaderboard.synthetic import make_fixture, write_distances, write_metadata, write_predictions
@@ -56,7 +66,8 @@ def test_scores_equal_direct_scorer_calls(env, tmp_path):
     assert parts["public"] and parts["private"]
     for s in ("public", "private"):
         direct = score_predictions({r["dialogue_id"]: preds[r["dialogue_id"]] for r in parts[s]}, parts[s])
-        assert ev.scores[s] == direct
+        assert {k: v for k, v in ev.scores[s].items() if k != "score_ci"} == direct
+        assert ev.scores[s]["score_ci"] == detector_score_ci(preds, env["gold3"])[s]
     assert ev.public["scores"] == {"public": ev.scores["public"]}
     assert ev.private["scores"] == {"private": ev.scores["private"]}
     assert ev.public["gold_revision"] == env["manifest"]["revision"]
@@ -81,6 +92,34 @@ def test_oracle_scores_100_and_trivial_baselines_0(env):
         assert res[s]["mae_h"] == 0 and res[s]["cov_c"] == 0
     first = score_detector(dict.fromkeys(gold, 1), env["gold3"])
     assert round(first["public"]["score"], 2) == 0.0  # a2 = 0 is floored at 1e-12: Score 0.00 as in Table 4
+
+
+def test_bootstrap_statistic_equals_the_scorer_and_known_intervals(env):
+    gold = {g["dialogue_id"]: g for g in env["gold3"]}
+    parts = split_subsets(env["gold3"])
+    for seed in range(5):  # the vectorised Score of the interval is the scorer's Score
+        rng = random.Random(seed)
+        preds = {d: (None if rng.random() < 0.4 else rng.randint(1, g["num_system_turns"])) for d, g in gold.items()}
+        for rows in parts.values():
+            fork, conf = _detector_strata(preds, rows)
+            want = score_predictions({r["dialogue_id"]: preds[r["dialogue_id"]] for r in rows}, rows)["score"]
+            got = detector_score_statistic(fork.sum(1), fork.shape[1], conf.sum(1), conf.shape[1])
+            assert float(got) == pytest.approx(want, rel=1e-12, abs=1e-12)
+    # an oracle scores 100 in every resample: the interval is [100, 100]; never flagging: [0, 0]
+    oracle = {d: g["fork_turn"] for d, g in gold.items()}
+    assert all(ci == pytest.approx([100.0, 100.0]) for ci in detector_score_ci(oracle, env["gold3"]).values())
+    never = dict.fromkeys(gold)  # a1 = 0 (floored), a2 = 1, cov_h = 0 (floored), cov_c = 0 in every resample
+    point = score_detector(never, env["gold3"])
+    for s, ci in detector_score_ci(never, env["gold3"]).items():
+        assert ci == pytest.approx([point[s]["score"]] * 2, rel=1e-9)
+    g2 = {g["pair_id"]: g for g in env["gold2"]}
+    perfect = {p: 5.0 - g["fork_position"] for p, g in g2.items()}
+    assert metric_tau_ci(perfect, env["gold2"])["public"] == pytest.approx([1.0, 1.0])
+    # deterministic (seeded), and no interval when asked for none
+    rng = random.Random(7)
+    preds = {d: rng.randint(1, g["num_system_turns"]) for d, g in gold.items()}
+    assert detector_score_ci(preds, env["gold3"]) == detector_score_ci(preds, env["gold3"])
+    assert detector_score_ci(preds, env["gold3"], n_resamples=0) == {"public": None, "private": None}
 
 
 def test_scoring_rejects_predictions_from_another_blind_set(env):
@@ -142,7 +181,10 @@ def test_metric_track_scores(env, tmp_path):
     p = write_distances(dist, tmp_path / "m.jsonl")
     write_metadata(tmp_path / "m.metadata.json", method="Random distance", track="metric")
     ev = evaluate(p, track="metric", gold=env["gold_dir"], blind=env["blind_dir"])
+    ci = ev.scores["public"].pop("tau_ci")
     assert ev.scores["public"] == got
+    assert ci == metric_tau_ci(dist, env["gold2"])["public"] and ci[0] <= got["tau"] <= ci[1]
+    assert ev.public["configuration"]["interval"]["resamples"] == 1000
 
 
 def test_malformed_task2_gold(env):
@@ -256,7 +298,7 @@ def test_end_to_end_through_export_hub_layout(tmp_path):
     parts = split_subsets(gold["task3"])
     for s in ("public", "private"):
         if parts[s]:
-            assert ev.scores[s] == score_predictions({r["dialogue_id"]: preds[r["dialogue_id"]] for r in parts[s]},
+            assert {k: v for k, v in ev.scores[s].items() if k != "score_ci"} == score_predictions({r["dialogue_id"]: preds[r["dialogue_id"]] for r in parts[s]},
                                                      parts[s])
 
 

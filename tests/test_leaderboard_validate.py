@@ -274,7 +274,7 @@ def test_metadata_invalid_fields_all_reported():
 def test_metadata_regime_required_for_detector_not_metric():
     md = {"method": "m", "used_conformant_train": False, "model_name": None, "model_size": None, "code_url": None,
           "open_source": False, "contact": "a@b.org"}
-    assert [p.field for p in metadata_problems(md, "detector")] == [None]
+    assert [p.field for p in metadata_problems(md, "detector")] == ["regime"]
     assert "regime" in metadata_problems(md, "detector")[0].message
     assert metadata_problems(md, "metric") == []
     assert "track 'metric'" in metadata_problems({**md, "track": "metric"}, "detector")[0].message

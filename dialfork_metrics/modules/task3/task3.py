@@ -1,13 +1,17 @@
 """DialFork Task 3 as an `evaluate` metric: score first-deviating-turn predictions (SPEC section 8).
 
-Thin wrapper over :func:`dialfork_metrics.task3.score_predictions`.
+Thin wrapper over :func:`dialfork_metrics.task3.score_predictions`. Predictions are checked
+*before* evaluate casts them to integers, with the leaderboard's own check
+(:func:`dialfork_metrics.task3.rows.check_prediction`): ``3.0``, ``True``, ``"3"`` or an index
+outside ``1..T`` are errors here exactly as in a leaderboard submission, with the same words.
 """
 
 import datasets
 import evaluate
 
 from dialfork_metrics.modules import metric_info
-from dialfork_metrics.task3.scorer import score_predictions
+from dialfork_metrics.task3.rows import check_predictions
+from dialfork_metrics.task3.scorer import PredictionError, score_predictions
 
 _DESCRIPTION = """\
 DialFork Task 3 (turn prediction): at which system turn does a dialogue first go off its workflow?
@@ -21,7 +25,9 @@ always-first predictors on the same gold set.
 
 _KWARGS_DESCRIPTION = """
 Args:
-    predictions: one system turn index (int, 1..T) or None per dialogue.
+    predictions: one system turn index (int, 1..T) or None per dialogue. Floats (even 3.0),
+        booleans and strings are refused, as on the leaderboard (PredictionError, a ValueError,
+        listing every bad row: "row i: ...").
     references: one gold row per dialogue: {"num_system_turns": T, "hallucination_type": None for a
         conformant dialogue else "WIC"/"SSPC"/"GR"/"CSC", "fork_turn": t_k or None}. Errors name the
         row ("row i"). To score files keyed by dialogue id, use dialfork_metrics.task3.score_predictions.
@@ -53,7 +59,42 @@ _GOLD_FIELDS = {
 }
 
 
+def _turns(references):
+    if references is None:
+        return None
+    return [r.get("num_system_turns") if isinstance(r, dict) else None for r in references]
+
+
 class Task3(evaluate.Metric):
+    """Task 3 Score; rows are checked with the leaderboard's rules before evaluate stores them."""
+
+    _rows_seen = 0
+
+    def _check(self, predictions, references):
+        errors = check_predictions(list(predictions), _turns(references), start=self._rows_seen)
+        if errors:
+            self._rows_seen = 0
+            raise PredictionError(errors)
+        self._rows_seen += len(predictions)
+
+    def add_batch(self, *, predictions=None, references=None, **kwargs):
+        """Check a batch of predictions with the leaderboard's rules, then add it."""
+        if predictions is not None:
+            self._check(predictions, references)
+        return super().add_batch(predictions=predictions, references=references, **kwargs)
+
+    def add(self, *, prediction=None, reference=None, **kwargs):
+        """Check one prediction with the leaderboard's rules, then add it."""
+        self._check([prediction], None if reference is None else [reference])
+        return super().add(prediction=prediction, reference=reference, **kwargs)
+
+    def compute(self, *, predictions=None, references=None, **kwargs):
+        """Check the predictions with the leaderboard's rules, then compute the Task 3 Score."""
+        try:
+            return super().compute(predictions=predictions, references=references, **kwargs)
+        finally:
+            self._rows_seen = 0
+
     def _info(self):
         return metric_info(_DESCRIPTION, _KWARGS_DESCRIPTION, datasets.Features({"predictions": datasets.Value("int32"), "references": dict(_GOLD_FIELDS)}))
 

@@ -1,0 +1,322 @@
+"""The leaderboard Space: handlers without Gradio, the Gradio build with and without login, and
+the whole app in headless Chromium (validate, submit, then the table), started exactly as a
+user starts it: ``python -m leaderboard.app --blind ... --gold ... --results ... --no-login``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+
+from leaderboard.app import LeaderboardApp, md_escape
+from leaderboard.store import LocalStore
+from leaderboard.synthetic import make_fixture, write_predictions
+
+ROOT = Path(__file__).resolve().parents[1]
+T0 = datetime(2026, 5, 4, 9, 0, tzinfo=timezone.utc)
+CHROMIUM = os.environ.get("DIALFORK_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+HAS_GRADIO = importlib.util.find_spec("gradio") is not None
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+    return make_fixture(tmp_path_factory.mktemp("lbapp"), n_sources=2, seed=9, with_text=False)
+
+
+class Clock:
+    def __init__(self, t):
+        self.t = t
+        self.lock = threading.Lock()
+
+    def __call__(self):
+        with self.lock:
+            self.t += timedelta(seconds=1)
+            return self.t
+
+
+def _form(**kw):
+    md = {"method": "Local method", "regime": "offline", "used_conformant_train": False, "model_name": None,
+          "model_size": "7B", "code_url": None, "open_source": True, "contact": "x@y.org", "track": "detector"}
+    md.update(kw)
+    return md
+
+
+def _app(env, tmp_path, **kw):
+    store = LocalStore(tmp_path / "store", clock=Clock(T0), max_per_day=kw.pop("max_per_day", 5))
+    return LeaderboardApp(blind_dir=str(env["blind_dir"]), gold_dir=str(env["gold_dir"]), store=store, **kw)
+
+
+# ---------------------------------------------------------------- handlers (no Gradio)
+
+
+def test_local_submitter_comes_from_the_form(env, tmp_path):
+    app = _app(env, tmp_path, require_login=False)
+    sub = write_predictions({b["dialogue_id"]: 2 for b in env["blind"]}, tmp_path / "s.jsonl")
+    msg, _ = app.handle_submit(str(sub), _form())
+    assert msg.startswith("Enter a submitter name")
+    msg, res = app.handle_submit(str(sub), _form(), submitter="ada")
+    assert msg.startswith("**Stored** as `ada/local-method/") and res["submitter"] == "ada"
+    # a name with a trailing newline (or anything not a full match) is refused, nothing is stored
+    msg, rep = app.handle_submit(str(sub), _form(), submitter="ada\n")
+    assert "not a valid id" in msg and rep["errors"][0]["code"] == "bad_submitter"
+    assert [p.name for p in (tmp_path / "store" / "results").iterdir()] == ["ada"]
+
+
+def test_on_a_space_only_the_oauth_user_counts(env, tmp_path):
+    app = _app(env, tmp_path, require_login=True)
+    sub = write_predictions({b["dialogue_id"]: 2 for b in env["blind"]}, tmp_path / "s.jsonl")
+    assert app.handle_submit(str(sub), _form(), submitter="mallory")[0].startswith("Log in")
+    msg, res = app.handle_submit(str(sub), _form(submitter="mallory"), profile=type("P", (), {"username": "bob"})(),
+                                 submitter="mallory")
+    assert res["submitter"] == "bob" and res["metadata"]["submitter"] == "bob" and "bob/" in res["key"]
+
+
+def test_errors_in_plain_words_capped_and_escaped(env, tmp_path):
+    app = _app(env, tmp_path, require_login=False)
+    lines = [json.dumps({"dialogue_id": f"[x](javascript:alert(1))-{i}" + "z" * 200, "prediction": 1.5})
+             for i in range(300)]
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    msg, rep = app.handle_validate(str(bad), _form(model_size="big", submitter="a b"))
+    assert rep["n_errors"] > 100 and len(rep["errors"]) == 100 and rep["errors_omitted"] == rep["n_errors"] - 100
+    assert msg.startswith(f"**{rep['n_errors']:,} error(s)**") and "more (the report lists the first 100)" in msg
+    assert "](javascript" not in msg and "zzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzz" not in msg  # ids shortened
+    text = json.dumps(rep)
+    assert "does not match" not in text and "is not of type" not in text  # no raw jsonschema text
+    assert md_escape("*a* [b](c) <i>") == r"\*a\* \[b\]\(c\) \<i\>"
+
+
+def test_rate_limit_holds_under_concurrent_submissions(env, tmp_path):
+    """Eight simultaneous submissions of one submitter with a limit of 3: exactly 3 are stored.
+    The store's count is slowed down so that, without the lock, all eight would pass it."""
+
+    class SlowCount(LocalStore):
+        def count_today(self, submitter, now=None):
+            n = super().count_today(submitter, now)
+            time.sleep(0.05)
+            return n
+
+    store = SlowCount(tmp_path / "store", clock=Clock(T0), max_per_day=3)
+    app = LeaderboardApp(blind_dir=str(env["blind_dir"]), gold_dir=str(env["gold_dir"]), store=store,
+                         require_login=False)
+    app.blind  # noqa: B018 - read once, before the threads
+    sub = write_predictions({b["dialogue_id"]: 2 for b in env["blind"]}, tmp_path / "s.jsonl")
+    out: list[str] = []
+    threads = [threading.Thread(target=lambda i=i: out.append(
+        app.handle_submit(str(sub), _form(method=f"m{i}"), submitter="eve")[0])) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sum(m.startswith("**Stored**") for m in out) == 3
+    assert sum(m.startswith("**Refused**") for m in out) == 5
+    assert len(store.keys(submitter="eve")) == 3
+
+
+def test_rate_limit_holds_across_processes(env, tmp_path):
+    """Four processes submit for one submitter at once (limit 2): the file lock lets 2 through."""
+    store_dir = tmp_path / "store"
+    sub = write_predictions({b["dialogue_id"]: 2 for b in env["blind"]}, tmp_path / "s.jsonl")
+    (tmp_path / "s.metadata.json").write_text(json.dumps(_form(submitter="zed")), encoding="utf-8")
+    script = (
+        "import sys, time\n"
+        "from leaderboard.store import LocalStore\n"
+        "class Slow(LocalStore):\n"
+        "    def count_today(self, s, now=None):\n"
+        "        n = super().count_today(s, now); time.sleep(0.3); return n\n"
+        "from leaderboard.submit import submit\n"
+        "from leaderboard.store import RateLimitError\n"
+        f"st = Slow({str(store_dir)!r}, max_per_day=2)\n"
+        "try:\n"
+        f"    submit({str(sub)!r}, track='detector', gold={str(env['gold_dir'])!r}, store=st, ci_resamples=0)\n"
+        "    print('stored')\n"
+        "except RateLimitError:\n"
+        "    print('refused')\n"
+    )
+    envv = {**os.environ, "PYTHONPATH": str(ROOT)}
+    procs = [subprocess.Popen([sys.executable, "-c", script.replace("ci_resamples=0", f"ci_resamples=0, metadata="
+                                                                    f"{str(tmp_path / 's.metadata.json')!r}")],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=envv) for _ in range(4)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    results = sorted(o.strip().splitlines()[-1] if o.strip() else e[-300:] for o, e in outs)
+    assert results == ["refused", "refused", "stored", "stored"], outs
+    assert len(LocalStore(store_dir).keys(submitter="zed")) == 2
+
+
+# ---------------------------------------------------------------- the Gradio build
+
+_BUILD = """
+import json, sys
+from leaderboard.app import LeaderboardApp
+from leaderboard.store import LocalStore
+app = LeaderboardApp(blind_dir=sys.argv[1], gold_dir=sys.argv[2], store=LocalStore(sys.argv[3]),
+                     require_login=sys.argv[4] == "login")
+demo = app.build()
+import gradio as gr
+kinds = sorted({type(b).__name__ for b in demo.blocks.values()})
+labels = [getattr(b, "label", None) for b in demo.blocks.values() if isinstance(b, gr.Textbox)]
+print(json.dumps({"kinds": kinds, "labels": labels, "expects_oauth": bool(demo.expects_oauth),
+                  "authlib": any(m.split(".")[0] == "authlib" for m in sys.modules)}))
+"""
+
+
+@pytest.mark.skipif(not HAS_GRADIO, reason="gradio is not installed (pip install 'dialfork[leaderboard]')")
+@pytest.mark.parametrize("mode", ["no-login", "login"])
+def test_build_with_and_without_login(env, tmp_path, mode):
+    envv = {**os.environ, "PYTHONPATH": str(ROOT), "GRADIO_ANALYTICS_ENABLED": "False"}
+    if mode == "login":  # what a Space with hf_oauth: true provides (nothing is contacted while building)
+        envv.update({"SYSTEM": "spaces", "SPACE_ID": "idiap/dialfork-leaderboard", "OAUTH_CLIENT_ID": "test-client",
+                     "OAUTH_CLIENT_SECRET": "test-secret", "OAUTH_SCOPES": "openid profile",
+                     "OPENID_PROVIDER_URL": "https://huggingface.co"})
+    r = subprocess.run([sys.executable, "-c", _BUILD, str(env["blind_dir"]), str(env["gold_dir"]),
+                        str(tmp_path / "store"), mode], capture_output=True, text=True, timeout=300, env=envv)
+    assert r.returncode == 0, r.stderr[-2000:]
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    if mode == "no-login":
+        assert "LoginButton" not in got["kinds"] and not got["expects_oauth"] and not got["authlib"]
+        assert "Submitter (your account or team id)" in got["labels"]
+    else:
+        assert "LoginButton" in got["kinds"] and got["expects_oauth"]
+        assert not any(lbl and lbl.startswith("Submitter") for lbl in got["labels"])
+
+
+# ---------------------------------------------------------------- the app in Chromium
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_http(url: str, proc: subprocess.Popen, log: Path, timeout: float = 240.0) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if proc.poll() is not None:
+            pytest.fail(f"the app exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
+        try:
+            with urllib.request.urlopen(url, timeout=5) as r:  # loopback only
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.5)
+    pytest.fail(f"the app did not answer on {url}:\n{log.read_text()[-3000:]}")
+
+
+@pytest.fixture
+def served_app(env, tmp_path):
+    if not HAS_GRADIO:
+        pytest.skip("gradio is not installed (pip install 'dialfork[leaderboard]')")
+    port = _free_port()
+    log = tmp_path / "app.log"
+    cmd = [sys.executable, "-m", "leaderboard.app", "--blind", str(env["blind_dir"]), "--gold", str(env["gold_dir"]),
+           "--results", str(tmp_path / "store"), "--no-login", "--host", "127.0.0.1", "--port", str(port)]
+    envv = {**os.environ, "PYTHONPATH": str(ROOT), "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1"}
+    with open(log, "w") as fh:
+        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=envv, cwd=tmp_path)
+    try:
+        _wait_http(f"http://127.0.0.1:{port}/", proc, log)
+        yield {"base": f"http://127.0.0.1:{port}", "store": tmp_path / "store", "log": log}
+    finally:
+        proc.terminate()  # this server's own PID
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.mark.chromium
+def test_validate_submit_and_table_in_chromium(served_app, env, tmp_path):
+    if not (os.path.exists(CHROMIUM) or shutil.which(CHROMIUM)):
+        pytest.skip(f"Debian's chromium not found at {CHROMIUM}")
+    sync_api = pytest.importorskip("playwright.sync_api")
+
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"dialogue_id": "nope", "prediction": 2.0}\n', encoding="utf-8")
+    good = write_predictions({b["dialogue_id"]: 2 for b in env["blind"]}, tmp_path / "good.jsonl")
+
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            page.set_default_timeout(60_000)
+            page.goto(served_app["base"])
+            page.get_by_role("tab", name="Submit").click()
+            page.locator("#submitter").get_by_role("textbox").fill("ada")
+            page.locator("#method").get_by_role("textbox").fill("Chromium method @FOOTER@")
+            page.locator("#contact").get_by_role("textbox").fill("ada@example.org")
+
+            # a bad file: plain-word errors with line numbers, nothing stored
+            page.locator("#upload input[type=file]").set_input_files(str(bad))
+            page.get_by_text("bad.jsonl").first.wait_for()
+            page.locator("#validate").click()
+            status = page.locator("#status")
+            sync_api.expect(status).to_contain_text("error(s)")
+            text = status.inner_text()
+            assert "line 1: dialogue_id 'nope'" in text and "turn indices are JSON integers (write 2)" in text
+            assert "is not in the blind test set" in text
+
+            # the good file: valid, then stored
+            page.locator("#upload button[aria-label*='Clear'], #upload button[aria-label*='clear']").first.click()
+            page.locator("#upload input[type=file]").set_input_files(str(good))
+            page.get_by_text("good.jsonl").first.wait_for()
+            page.locator("#validate").click()
+            sync_api.expect(status).to_contain_text("Valid detector submission")
+            page.locator("#submit").click()
+            sync_api.expect(status).to_contain_text("Stored")
+            assert "ada/chromium-method-footer/" in status.inner_text()
+
+            # the table shows the new row (refreshed after the submit), the method name kept literal
+            page.get_by_role("tab", name="Leaderboard").click()
+            frame = page.frame_locator("iframe[title='DialFork leaderboard']")
+            row = frame.locator("#detector-table tbody.results tr.result")
+            sync_api.expect(row).to_have_count(1)
+            assert "Chromium method @FOOTER@" in row.inner_text()
+            assert frame.locator("#detector-table thead th").nth(2).inner_text().strip() == "Score"
+        finally:
+            browser.close()
+    stored = list((served_app["store"] / "results" / "ada").rglob("*.json"))
+    assert len(stored) == 1 and "ada@example.org" not in stored[0].read_text()
+
+
+# ---------------------------------------------------------------- the Space folder
+
+
+def _front_matter(readme: Path) -> dict:
+    import re
+
+    import yaml
+
+    m = re.match(r"^---\n(.*?)\n---\n", readme.read_text(encoding="utf-8"), flags=re.S)
+    assert m, f"{readme}: no YAML front matter"
+    return yaml.safe_load(m.group(1))
+
+
+def test_space_folder():
+    folder = ROOT / "hf_spaces" / "leaderboard"
+    meta = _front_matter(folder / "README.md")
+    assert meta["sdk"] == "gradio" and meta["app_file"] == "app.py" and (folder / "app.py").is_file()
+    assert meta["hf_oauth"] is True and "leaderboard" in meta["tags"]
+    reqs = (folder / "requirements.txt").read_text(encoding="utf-8").splitlines()
+    gradio_req = [r for r in reqs if r.startswith("gradio")]
+    assert gradio_req and gradio_req[0].startswith("gradio[oauth]") and str(meta["sdk_version"]) in gradio_req[0]
+    assert any(r.startswith("dialfork[leaderboard]") for r in reqs)
+    # the Space's app.py runs leaderboard.app with login (no --no-login)
+    src = (folder / "app.py").read_text(encoding="utf-8")
+    assert "from leaderboard.app import main" in src and "--no-login" not in src
