@@ -17,6 +17,13 @@ examples:
   python -m generation --backend template --star STAR --out demo --tasks weather,bank_balance --per-task 5
   python -m generation --backend template --star STAR --out full --workers 2
 
+hidden split (SPEC section 4): draw a key file once, then generate the public corpus from the
+scenarios it does not reserve, and the hidden corpus from the reserved ones with its secret seed:
+  python -m dialfork_dataset keygen secret/hidden_key.json
+  python -m generation --star STAR --out public --hidden-key secret/hidden_key.json --split public
+  python -m generation --star STAR --out secret/hidden --hidden-key secret/hidden_key.json --split hidden \
+      --backend openai --model MODEL        # the official hidden set: an LLM backend
+
 Rerunning the same command resumes an interrupted run (finished scenarios are skipped) and the
 final record files are byte-identical to an uninterrupted run. An output folder that holds
 records of another configuration is refused, naming the setting that differs.
@@ -52,7 +59,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tasks", default=None, help="comma-separated task names (default: all 24)")
     p.add_argument("--per-task", type=int, default=None, metavar="N",
                    help="at most N scenarios per task (the first by STAR dialogue id)")
-    p.add_argument("--seed", type=int, default=0, help="base seed (default 0)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="base seed (default 0; --split hidden uses the key file's secret seed instead)")
+    p.add_argument("--hidden-key", default=None, metavar="FILE",
+                   help="key file of the hidden split (python -m dialfork_dataset keygen); needs --split")
+    p.add_argument("--split", default=None, choices=["public", "hidden"],
+                   help="with --hidden-key: generate only the scenarios the key leaves public, or only the "
+                        "reserved (hidden) ones, the latter with the key file's secret seed")
     p.add_argument("--prefix", default="replay", choices=["replay", "reuse"],
                    help="fork prefix mode: replay regenerates the turns before t_k with the same seed "
                         "(default), reuse copies them from D+")
@@ -76,6 +89,38 @@ def backend_options(args: argparse.Namespace) -> dict:
     return opts
 
 
+def hidden_split_selection(args: argparse.Namespace, tasks: tuple[str, ...] | None):
+    """``(seed, scenarios or None, corpus or None)`` for ``--hidden-key``/``--split`` (SPEC section 4)."""
+    if (args.hidden_key is None) != (args.split is None):
+        raise ValueError("--hidden-key and --split go together (--split public or --split hidden)")
+    if args.hidden_key is None:
+        return args.seed, None, None
+    from dialfork_dataset.hidden import read_key_file, star_scenario_split
+
+    from .engine import _load_corpus
+
+    key = read_key_file(args.hidden_key)
+    if args.split == "hidden":
+        if args.seed != 0:
+            raise ValueError("--split hidden takes its seed from the key file (a secret >= 128-bit seed); "
+                             "drop --seed")
+        seed = key.hidden_seed
+    else:
+        seed = args.seed
+    corpus = _load_corpus(args.star)
+    if tasks:
+        unknown = [t for t in tasks if t not in corpus.tasks]
+        if unknown:
+            raise ValueError(f"unknown task(s) {unknown}; STAR tasks are: {', '.join(sorted(corpus.tasks))}")
+    split = star_scenario_split(corpus, key, tasks)
+    keep = {(t, s) for t, parts in split.items() for s in parts[args.split]}
+    scenarios = [sc for t in split for sc in corpus.scenarios_for(task=t, single_task=True)
+                 if (t, sc.scenario_id) in keep]
+    logging.getLogger(__name__).info("hidden split: %s side, %d scenario(s) over %d task(s)", args.split,
+                                     len(scenarios), len(split))
+    return seed, scenarios, corpus
+
+
 def main(argv: list[str] | None = None) -> int:
     from .distributed import launched_distributed
 
@@ -87,13 +132,18 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     tasks = tuple(t.strip() for t in args.tasks.split(",") if t.strip()) if args.tasks is not None else None
+    try:
+        seed, scenarios, corpus = hidden_split_selection(args, tasks)
+    except (GenerationError, ValueError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     config = GenerationConfig(
         star=args.star, out=args.out, backend=args.backend, backend_options=backend_options(args),
-        tasks=tasks, per_task=args.per_task, happy_only=args.happy_only, seed=args.seed,
+        tasks=tasks, per_task=args.per_task, happy_only=args.happy_only, seed=seed,
         prefix_mode=args.prefix, budget=args.budget, workers=args.workers, batch_size=args.batch_size,
         keep_shards=args.keep_shards)
     try:
-        manifest = generate_corpus(config, progress=not args.no_progress)
+        manifest = generate_corpus(config, progress=not args.no_progress, scenarios=scenarios, corpus=corpus)
     except (GenerationError, UnknownBackendError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -181,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     import sys
 
     from .backends import UnknownBackendError
-    from .cli import backend_options, build_parser
+    from .cli import backend_options, build_parser, hidden_split_selection
     from .engine import GenerationConfig, GenerationError
 
     parser = build_parser()
@@ -191,13 +191,18 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format=f"%(asctime)s %(levelname)s [{state.process_index}] %(name)s: %(message)s")
     tasks = tuple(t.strip() for t in args.tasks.split(",") if t.strip()) if args.tasks is not None else None
+    try:
+        seed, scenarios, _ = hidden_split_selection(args, tasks)  # --hidden-key / --split (SPEC 4)
+    except (GenerationError, ValueError, FileNotFoundError) as e:
+        print(f"error [process {state.process_index}]: {e}", file=sys.stderr)
+        return 2
     config = GenerationConfig(
         star=args.star, out=args.out, backend=args.backend, backend_options=backend_options(args),
-        tasks=tasks, per_task=args.per_task, happy_only=args.happy_only, seed=args.seed,
+        tasks=tasks, per_task=args.per_task, happy_only=args.happy_only, seed=seed,
         prefix_mode=args.prefix, budget=args.budget, workers=1, batch_size=args.batch_size,
         keep_shards=args.keep_shards)
     try:
-        manifest = generate_distributed(config, progress=not args.no_progress, state=state)
+        manifest = generate_distributed(config, scenarios=scenarios, progress=not args.no_progress, state=state)
     except (GenerationError, UnknownBackendError, ValueError, RuntimeError) as e:
         print(f"error [process {state.process_index}]: {e}", file=sys.stderr)
         return 2
