@@ -329,8 +329,7 @@ def draw_hidden_tracks(records: Sequence[Mapping[str, Any]], key: bytes, *,
         for sid, pub in zip(group, _spread(len(group), public_fraction)):  # group is grouped by task
             subset[sid] = "public" if pub else "private"
 
-    cells = [(h, k) for h in TYPES for k in (1, 2, 3, 4)]
-    rng.shuffle(cells)
+    cells = latin_cells(rng)
     cell_i = 0
     detector: list[dict[str, Any]] = []
     for part in ("public", "private"):
@@ -360,6 +359,22 @@ def draw_hidden_tracks(records: Sequence[Mapping[str, Any]], key: bytes, *,
     mix["metric_sources"] = len(met_sources)
     mix["metric_units"] = len({(r["source_id"], r["hallucination_type"]) for r in metric if r["hallucination_type"]})
     return HiddenTracks(detector, metric, mix)
+
+
+def latin_cells(rng: random.Random) -> list[tuple[str, int]]:
+    """The 16 (type, k) cells in a secret order whose every block of four holds each type and each
+    fork position once (a Latin square with permuted rows and columns), so that any prefix of the
+    order is balanced to within one dialogue per type and per position."""
+    types = list(TYPES)
+    ks = [1, 2, 3, 4]
+    rng.shuffle(types)
+    rng.shuffle(ks)
+    out = []
+    for b in range(4):
+        block = [(types[i], ks[(i + b) % 4]) for i in range(4)]
+        rng.shuffle(block)
+        out += block
+    return out
 
 
 def blind_mix(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:

@@ -192,7 +192,8 @@ def _write_parquet(rows: list[Mapping[str, Any]], features, path: Path, max_rows
     for i in range(n_shards):
         part = rows[i * max_rows_per_shard:(i + 1) * max_rows_per_shard]
         name = f"{path.name}-{i:05d}-of-{n_shards:05d}.parquet"
-        ds = datasets.Dataset.from_list([dict(r) for r in part], features=features)
+        ds = (datasets.Dataset.from_list([dict(r) for r in part], features=features) if part
+              else datasets.Dataset.from_dict({k: [] for k in features}, features=features))
         nbytes += int(ds.data.nbytes)
         ds.to_parquet(str(path.parent / name))
         names.append(name)
@@ -585,7 +586,8 @@ def export_hub_layout(
         public_records = [r for r in records if r["source_id"] not in reserved]
         mode = "reserved from the public corpus (public seed)"
         logger.warning("no hidden corpus given: %d source(s) reserved from %s; their seed is public, so a template "
-                       "corpus is regenerable (fine for tests, not for a release)", len(reserved), src)
+                       "corpus is regenerable (fine for tests, not for a release)", len(reserved),
+                       src if isinstance(src, str | os.PathLike) else "the given records")
     if not any(r["hallucination_type"] is None for r in hidden_records):
         raise ValueError("the hidden split holds no conformant source; give a hidden corpus or more sources per task")
     disjoint = assert_disjoint(public_records, hidden_records)
@@ -598,6 +600,7 @@ def export_hub_layout(
     dest.parent.mkdir(parents=True, exist_ok=True)
     gold.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp-", dir=dest.parent))
+    os.chmod(tmp, 0o755)  # the public layout is world-readable; the gold stays 0700
     tmp_gold = Path(tempfile.mkdtemp(prefix=f".{gold.name}.tmp-", dir=gold.parent))
     audit_report = None
     try:
