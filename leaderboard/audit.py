@@ -315,10 +315,16 @@ def pair_diff_distances(pairs: Sequence[Mapping[str, Any]]) -> dict[str, dict[st
     return {"shared prefix": prefix, "identical turns": same}
 
 
+#: The correlation cheat's bins hold at least this many training dialogues (fewer bins otherwise),
+#: so that a tiny blind set does not let chance pass for a leak.
+MIN_PER_BIN = 8
+
+
 def _binned_predictions(x: np.ndarray, T: np.ndarray, conf: np.ndarray, rel: np.ndarray, folds: int = 5,
                         bins: int = 4) -> list[int | None]:
-    """Cross-fitted predictions from one feature: per quantile bin of the training folds, call the
-    bin conformant when most of its dialogues are, else flag at the bin's median relative fork turn."""
+    """Cross-fitted predictions from one feature: per quantile bin of the training folds (at most
+    ``bins``, each with at least :data:`MIN_PER_BIN` dialogues), call the bin conformant when most
+    of its dialogues are, else flag at the bin's median relative fork turn."""
     n = len(x)
     order = np.argsort(np.argsort(x, kind="stable"), kind="stable")
     fold = order % folds
@@ -327,7 +333,8 @@ def _binned_predictions(x: np.ndarray, T: np.ndarray, conf: np.ndarray, rel: np.
         tr, te = fold != f, fold == f
         if not tr.any() or not te.any():
             continue
-        edges = np.unique(np.quantile(x[tr], np.linspace(0, 1, bins + 1)[1:-1])) if tr.sum() > bins else np.array([])
+        nb = min(bins, int(tr.sum()) // MIN_PER_BIN)
+        edges = np.unique(np.quantile(x[tr], np.linspace(0, 1, nb + 1)[1:-1])) if nb > 1 else np.array([])
         b_tr, b_te = np.searchsorted(edges, x[tr], side="right"), np.searchsorted(edges, x[te], side="right")
         conf_tr, rel_tr = conf[tr], rel[tr]
         glob_c = conf_tr.mean()
