@@ -59,13 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tasks", default=None, help="comma-separated task names (default: all 24)")
     p.add_argument("--per-task", type=int, default=None, metavar="N",
                    help="at most N scenarios per task (the first by STAR dialogue id)")
-    p.add_argument("--seed", type=int, default=0,
-                   help="base seed (default 0; --split hidden uses the key file's secret seed instead)")
-    p.add_argument("--hidden-key", default=None, metavar="FILE",
-                   help="key file of the hidden split (python -m dialfork_dataset keygen); needs --split")
-    p.add_argument("--split", default=None, choices=["public", "hidden"],
-                   help="with --hidden-key: generate only the scenarios the key leaves public, or only the "
-                        "reserved (hidden) ones, the latter with the key file's secret seed")
+    p.add_argument("--seed", type=int, default=0, help="base seed (default 0)")
     p.add_argument("--prefix", default="replay", choices=["replay", "reuse"],
                    help="fork prefix mode: replay regenerates the turns before t_k with the same seed "
                         "(default), reuse copies them from D+")
@@ -78,6 +72,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--keep-shards", action="store_true", help="keep the shards/ work folder after merging")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    p.add_argument("--hidden-key", default=None, metavar="FILE",
+                   help="key file of the hidden split (python -m dialfork_dataset keygen); needs --split")
+    p.add_argument("--split", default=None, choices=["public", "hidden"],
+                   help="with --hidden-key: generate only the scenarios the key leaves public, or only the "
+                        "reserved (hidden) ones, with the key file's secret seed instead of --seed")
     return p
 
 
@@ -87,38 +86,6 @@ def backend_options(args: argparse.Namespace) -> dict:
     if args.model is not None:
         opts["model"] = args.model
     return opts
-
-
-def hidden_split_selection(args: argparse.Namespace, tasks: tuple[str, ...] | None):
-    """``(seed, scenarios or None, corpus or None)`` for ``--hidden-key``/``--split`` (SPEC section 4)."""
-    if (args.hidden_key is None) != (args.split is None):
-        raise ValueError("--hidden-key and --split go together (--split public or --split hidden)")
-    if args.hidden_key is None:
-        return args.seed, None, None
-    from dialfork_dataset.hidden import read_key_file, star_scenario_split
-
-    from .engine import _load_corpus
-
-    key = read_key_file(args.hidden_key)
-    if args.split == "hidden":
-        if args.seed != 0:
-            raise ValueError("--split hidden takes its seed from the key file (a secret >= 128-bit seed); "
-                             "drop --seed")
-        seed = key.hidden_seed
-    else:
-        seed = args.seed
-    corpus = _load_corpus(args.star)
-    if tasks:
-        unknown = [t for t in tasks if t not in corpus.tasks]
-        if unknown:
-            raise ValueError(f"unknown task(s) {unknown}; STAR tasks are: {', '.join(sorted(corpus.tasks))}")
-    split = star_scenario_split(corpus, key, tasks)
-    keep = {(t, s) for t, parts in split.items() for s in parts[args.split]}
-    scenarios = [sc for t in split for sc in corpus.scenarios_for(task=t, single_task=True)
-                 if (t, sc.scenario_id) in keep]
-    logging.getLogger(__name__).info("hidden split: %s side, %d scenario(s) over %d task(s)", args.split,
-                                     len(scenarios), len(split))
-    return seed, scenarios, corpus
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -151,3 +118,35 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{t['records']} records ({t['conformant']} conformant, {t['forks']} forks; "
           f"{t['dropped']} scenario(s) dropped) -> {Path(args.out)} (manifest.json)")
     return 0
+
+
+def hidden_split_selection(args: argparse.Namespace, tasks: tuple[str, ...] | None):
+    """``(seed, scenarios or None, corpus or None)`` for ``--hidden-key``/``--split`` (SPEC section 4)."""
+    if (args.hidden_key is None) != (args.split is None):
+        raise ValueError("--hidden-key and --split go together (--split public or --split hidden)")
+    if args.hidden_key is None:
+        return args.seed, None, None
+    from dialfork_dataset.hidden import read_key_file, star_scenario_split
+
+    from .engine import _load_corpus
+
+    key = read_key_file(args.hidden_key)
+    if args.split == "hidden":
+        if args.seed != 0:
+            raise ValueError("--split hidden takes its seed from the key file (a secret >= 128-bit seed); "
+                             "drop --seed")
+        seed = key.hidden_seed
+    else:
+        seed = args.seed
+    corpus = _load_corpus(args.star)
+    if tasks:
+        unknown = [t for t in tasks if t not in corpus.tasks]
+        if unknown:
+            raise ValueError(f"unknown task(s) {unknown}; STAR tasks are: {', '.join(sorted(corpus.tasks))}")
+    split = star_scenario_split(corpus, key, tasks)
+    keep = {(t, s) for t, parts in split.items() for s in parts[args.split]}
+    scenarios = [sc for t in split for sc in corpus.scenarios_for(task=t, single_task=True)
+                 if (t, sc.scenario_id) in keep]
+    logging.getLogger(__name__).info("hidden split: %s side, %d scenario(s) over %d task(s)", args.split,
+                                     len(scenarios), len(split))
+    return seed, scenarios, corpus

@@ -181,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     import sys
 
     from .backends import UnknownBackendError
-    from .cli import backend_options, build_parser, hidden_split_selection
+    from .cli import backend_options, build_parser
     from .engine import GenerationConfig, GenerationError
 
     parser = build_parser()
@@ -192,6 +192,8 @@ def main(argv: list[str] | None = None) -> int:
                         format=f"%(asctime)s %(levelname)s [{state.process_index}] %(name)s: %(message)s")
     tasks = tuple(t.strip() for t in args.tasks.split(",") if t.strip()) if args.tasks is not None else None
     try:
+        from .cli import hidden_split_selection
+
         seed, scenarios, _ = hidden_split_selection(args, tasks)  # --hidden-key / --split (SPEC 4)
     except (GenerationError, ValueError, FileNotFoundError) as e:
         print(f"error [process {state.process_index}]: {e}", file=sys.stderr)
