@@ -18,10 +18,17 @@ baselines (Random, always-first, always-last):
   feature, cross-fitted on the gold (5 folds), for the detector track; the feature itself (either
   sign) as the distance, for the metric track.
 
-Where an attack learns nothing about a dialogue it falls back on Random's prediction, and every
-Random-based number is averaged over :data:`RANDOM_DRAWS` draws, so "cheat minus Random" is what
-the attack learned. The audit fails when a cheat beats Random by more than
-:data:`DETECTOR_MARGIN` Score points, or reaches a metric-track tau above :data:`METRIC_TAU_MAX`.
+Where an attack learns nothing about a dialogue it falls back on Random's prediction. The Score is
+a weighted geometric mean with a floor, so abstaining alone moves it a lot: Random flags every
+conformant dialogue (a4 = 1 - cov_c = 0, floored to 1e-12) and scores about 1, while a coin that
+abstains half of the time scores about 45 without knowing anything. A cheat is therefore compared
+with its **matched Random**: the same predictions (abstentions and relative turn positions) dealt
+to randomly chosen blind dialogues, over :data:`RANDOM_DRAWS` draws. The margin (cheat minus its
+matched Random) is what the attack learned, and its p-value (share of matched draws that do as
+well) tells luck from leak on small blind sets. The audit fails when a cheat beats its matched
+Random by more than :data:`DETECTOR_MARGIN` Score points with p < :data:`ALPHA`, or when a
+metric-track cheat reaches a tau above :data:`METRIC_TAU_MAX`. Plain Random, always-first and
+always-last are printed next to every cheat.
 """
 
 from __future__ import annotations
@@ -44,8 +51,10 @@ logger = logging.getLogger(__name__)
 DETECTOR_MARGIN = 5.0
 #: A metric-track cheat fails the audit above this Kendall tau (SPEC 4).
 METRIC_TAU_MAX = 0.8
-#: Random draws averaged for Random and for every cheat's fallback.
+#: Random draws averaged for Random, for every cheat's fallback and its matched Random.
 RANDOM_DRAWS = 100
+#: A detector cheat fails only when its margin is also unlikely under its matched Random.
+ALPHA = 0.01
 #: Public seeds tried by the regeneration attack.
 DEFAULT_REGEN_SEEDS = tuple(range(10))
 #: Scenarios per task the regeneration attack runs (the first ones by STAR id, as a plan picks them).
@@ -64,11 +73,13 @@ class AttackResult:
     value: float | None  # Score (detector) or tau (metric); None when skipped
     detail: str = ""
     status: str = "pass"  # "pass" | "FAIL" | "skipped"
-    margin: float | None = None  # detector: value - Random
+    margin: float | None = None  # detector: value - matched Random
+    control: float | None = None  # detector: the matched Random's mean Score
+    p_value: float | None = None  # detector: share of matched draws scoring >= value
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "track": self.track, "value": self.value, "margin": self.margin,
-                "status": self.status, "detail": self.detail}
+        return {"name": self.name, "track": self.track, "value": self.value, "matched_random": self.control,
+                "margin": self.margin, "p_value": self.p_value, "status": self.status, "detail": self.detail}
 
 
 @dataclass
@@ -89,7 +100,8 @@ class AuditReport:
         return "; ".join(f"{a.name}: {'Score' if a.track == 'detector' else 'tau'} {a.value:.3g}" for a in fails)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"ok": self.ok, "thresholds": {"detector_margin": DETECTOR_MARGIN, "metric_tau_max": METRIC_TAU_MAX},
+        return {"ok": self.ok, "thresholds": {"detector_margin": DETECTOR_MARGIN, "alpha": ALPHA,
+                                              "metric_tau_max": METRIC_TAU_MAX},
                 "baselines": self.baselines, "attacks": [a.to_dict() for a in self.attacks], "notes": self.notes,
                 "counts": self.counts}
 
@@ -102,23 +114,26 @@ class AuditReport:
 
         lines = [f"leaderboard audit: {self.counts.get('blind', 0)} blind dialogues, {self.counts.get('pairs', 0)} "
                  f"metric-track pairs, {self.counts.get('public_rows', 0)} public rows",
-                 f"{'attack':<44} {'track':<8} {'cheat':>8} {'Random':>8} {'first':>8} {'last':>8}  verdict"]
+                 f"{'attack':<42} {'track':<8} {'cheat':>7} {'matched':>7} {'Random':>7} {'first':>6} {'last':>6}  "
+                 "verdict"]
         for a in self.attacks:
             if a.track == "detector":
-                row = (f(a.value), f(d.get("random")), f(d.get("first")), f(d.get("last")))
+                row = (f(a.value), f(a.control), f(d.get("random")), f(d.get("first")), f(d.get("last")))
                 if a.status == "FAIL":
-                    verdict = f"FAIL: beats Random by {a.margin:+.2f} > {DETECTOR_MARGIN:g} Score points"
+                    verdict = (f"FAIL: beats its matched Random by {a.margin:+.2f} > {DETECTOR_MARGIN:g} Score points "
+                               f"(p={a.p_value:.3f})")
                 elif a.status == "skipped":
                     verdict = "skipped"
                 else:
-                    verdict = f"pass ({a.margin:+.2f} vs Random)" if a.margin is not None else "pass"
+                    verdict = f"pass ({a.margin:+.2f}, p={a.p_value:.2f})" if a.margin is not None else "pass"
             else:
-                row = (f(a.value, 3), f(m.get("random"), 3), "-", "-")
+                row = (f(a.value, 3), "-", f(m.get("random"), 3), "-", "-")
                 if a.status == "FAIL":
                     verdict = f"FAIL: tau {a.value:.3f} > {METRIC_TAU_MAX:g}"
                 else:
                     verdict = "skipped" if a.status == "skipped" else f"pass (tau <= {METRIC_TAU_MAX:g})"
-            lines.append(f"{a.name:<44} {a.track:<8} {row[0]:>8} {row[1]:>8} {row[2]:>8} {row[3]:>8}  {verdict}")
+            lines.append(f"{a.name:<42} {a.track:<8} {row[0]:>7} {row[1]:>7} {row[2]:>7} {row[3]:>6} {row[4]:>6}  "
+                         f"{verdict}")
             if a.detail:
                 lines.append(f"{'':<4}{a.detail}")
         lines += [f"note: {n}" for n in self.notes]
@@ -187,6 +202,7 @@ class _Detector:
         self.T = np.array([int(g["num_system_turns"]) for g in self.gold])
         rng = np.random.default_rng(seed)
         self.draws = [rng.integers(1, self.T + 1) for _ in range(draws)]
+        self.rng = np.random.default_rng(seed + 7)
 
     def score(self, preds: Mapping[str, int | None]) -> float:
         from dialfork_metrics.task3.scorer import score_predictions
@@ -207,6 +223,21 @@ class _Detector:
             p.update(known)
             out.append(self.score(p))
         return float(np.mean(out))
+
+    def matched(self, known: Mapping[str, int | None]) -> np.ndarray:
+        """Scores of ``known``'s predictions dealt to random dialogues (abstentions as they are, turns
+        as relative positions rescaled to the receiving dialogue's T), Random for the rest."""
+        pos = {i: n for n, i in enumerate(self.ids)}
+        rel = [None if v is None else (int(v) - 1) / max(int(self.T[pos[i]]) - 1, 1) for i, v in known.items()]
+        out = []
+        for r, d in enumerate(self.draws):
+            p = dict(zip(self.ids, map(int, d)))
+            chosen = self.rng.choice(len(self.ids), size=len(rel), replace=False)
+            for j, x in zip(chosen, rel):
+                T = int(self.T[j])
+                p[self.ids[j]] = None if x is None else int(np.clip(round(1 + x * (T - 1)), 1, T))
+            out.append(self.score(p))
+        return np.array(out)
 
 
 class _Metric:
@@ -237,9 +268,14 @@ class _Metric:
         return float(np.mean(out))
 
 
-def _detector_result(name: str, value: float, random: float, detail: str) -> AttackResult:
-    margin = value - random
-    return AttackResult(name, "detector", value, detail, "FAIL" if margin > DETECTOR_MARGIN else "pass", margin)
+def _detector_result(name: str, det: _Detector, known: Mapping[str, int | None], detail: str) -> AttackResult:
+    """Score ``known`` (Random elsewhere) against its matched Random (see the module doc)."""
+    value = det.with_fallback(known)
+    control = det.matched(known) if known else np.array([value])
+    margin = value - float(control.mean())
+    p = float((1 + (control >= value - 1e-9).sum()) / (1 + control.size))
+    fail = margin > DETECTOR_MARGIN and p < ALPHA
+    return AttackResult(name, "detector", value, detail, "FAIL" if fail else "pass", margin, float(control.mean()), p)
 
 
 def _metric_result(name: str, value: float, detail: str) -> AttackResult:
@@ -261,7 +297,7 @@ def _label_index(rows: Sequence[Mapping[str, Any]]) -> dict[str, tuple[int | Non
 
 
 def lookup_attack(name: str, labelled: Sequence[Mapping[str, Any]], blind: Sequence[Mapping[str, Any]],
-                  pairs: Sequence[Mapping[str, Any]], det: _Detector, met: _Metric | None, random_score: float,
+                  pairs: Sequence[Mapping[str, Any]], det: _Detector, met: _Metric | None,
                   source: str) -> list[AttackResult]:
     """Label every blind dialogue / metric candidate whose exact turn sequence is in ``labelled``."""
     idx = _label_index(labelled)
@@ -270,8 +306,7 @@ def lookup_attack(name: str, labelled: Sequence[Mapping[str, Any]], blind: Seque
         hit = idx.get(turns_key(b["turns"]))
         if hit is not None:
             known[b["dialogue_id"]] = None if hit[0] is None else min(int(hit[0]), int(b["num_system_turns"]))
-    out = [_detector_result(name, det.with_fallback(known), random_score,
-                            f"{len(known)}/{len(blind)} blind dialogues found in {source}")]
+    out = [_detector_result(name, det, known, f"{len(known)}/{len(blind)} blind dialogues found in {source}")]
     if met is not None and pairs:
         dist = {}
         for p in pairs:
@@ -360,8 +395,8 @@ def _chars(turns: Sequence[Mapping[str, Any]]) -> int:
 
 
 def correlation_attacks(blind: Sequence[Mapping[str, Any]], gold3: Sequence[Mapping[str, Any]],
-                        pairs: Sequence[Mapping[str, Any]], det: _Detector, met: _Metric | None,
-                        random_score: float) -> list[AttackResult]:
+                        pairs: Sequence[Mapping[str, Any]], det: _Detector, met: _Metric | None
+                        ) -> list[AttackResult]:
     from scipy.stats import kendalltau
 
     g = {r["dialogue_id"]: r for r in gold3}
@@ -378,16 +413,16 @@ def correlation_attacks(blind: Sequence[Mapping[str, Any]], gold3: Sequence[Mapp
                  "length (characters)": np.array([_chars(b["turns"]) for b in rows], dtype=float)}
         best = None
         for fname, x in feats.items():
-            preds = _binned_predictions(x, T, conf, rel)
-            s = det.score(dict(zip((b["dialogue_id"] for b in rows), preds)))
+            preds = dict(zip((b["dialogue_id"] for b in rows), _binned_predictions(x, T, conf, rel)))
+            res = _detector_result("correlations (ids, order, lengths)", det, preds, "")
             with np.errstate(all="ignore"):
                 tau = kendalltau(x, conf).statistic if conf.any() and (~conf).any() else float("nan")
-            if best is None or s > best[1]:
-                best = (fname, s, tau)
-        fname, s, tau = best
-        out.append(_detector_result("correlations (ids, order, lengths)", s, random_score,
-                                    f"best feature: {fname} (Kendall tau with 'is conformant' {tau:+.3f}); "
-                                    "binned predictor, 5-fold cross-fitted on the gold"))
+            if best is None or (res.margin, -res.p_value) > (best[1].margin, -best[1].p_value):
+                best = (fname, res, tau)
+        fname, res, tau = best
+        res.detail = (f"best feature: {fname} (Kendall tau with 'is conformant' {tau:+.3f}); binned predictor, "
+                      "5-fold cross-fitted on the gold")
+        out.append(res)
     if met is not None and pairs:
         feats2: dict[str, dict[str, float]] = {
             "pair id": {p["pair_id"]: _id_value(p["pair_id"]) for p in pairs},
@@ -452,6 +487,9 @@ def run_audit(hub: str | os.PathLike, gold_dir: str | os.PathLike, *, star: str 
     """
     from dialfork_dataset.hub import load_gold
 
+    if draws < round(1 / ALPHA):
+        raise ValueError(f"draws must be at least {round(1 / ALPHA)} (a p-value below {ALPHA} needs that many "
+                         f"matched draws), got {draws}")
     hub, gold_dir = Path(hub), Path(gold_dir)
     say = progress or (lambda m: logger.info("audit: %s", m))
     blind = _read_config(hub / "data" / BLIND)
@@ -477,10 +515,10 @@ def run_audit(hub: str | os.PathLike, gold_dir: str | os.PathLike, *, star: str 
     labelled = [r for rows in public.values() for r in rows]
     say("verbatim lookup")
     report.attacks += lookup_attack("verbatim lookup (public configs)", labelled, blind, pairs, det, met,
-                                    random_score, f"{len(public)} public config(s)")
+                                    f"{len(public)} public config(s)")
     say("sibling grouping")
     sib = sibling_predictions(blind)
-    report.attacks.append(_detector_result("sibling grouping (blind set)", det.with_fallback(sib), random_score,
+    report.attacks.append(_detector_result("sibling grouping (blind set)", det, sib,
                                            f"{len(sib)}/{len(blind)} blind dialogues share an opening with another"))
     tasks = sorted({r["task"] for r in labelled if r.get("task")})
     if star is None or not list(regen_seeds) or not tasks:
@@ -496,14 +534,14 @@ def run_audit(hub: str | os.PathLike, gold_dir: str | os.PathLike, *, star: str 
         report.notes += notes
         seeds_txt = f"seeds {min(regen_seeds)}-{max(regen_seeds)}" if len(regen_seeds) > 1 else f"seed {regen_seeds[0]}"
         report.attacks += lookup_attack("regeneration (public code, public seeds)", regen, blind, pairs, det, met,
-                                        random_score, f"{len(regen):,} regenerated dialogues ({seeds_txt}, "
+                                        f"{len(regen):,} regenerated dialogues ({seeds_txt}, "
                                         f"first {regen_scenarios_per_task} scenarios per task)")
     if met is not None:
         say("pair diffing")
         best = max(((name, met.tau(d)) for name, d in pair_diff_distances(pairs).items()), key=lambda x: x[1])
         report.attacks.append(_metric_result("pair diffing (metric track)", best[1], f"best: -{best[0]}"))
     say("correlations")
-    report.attacks += correlation_attacks(blind, gold["task3"], pairs, det, met, random_score)
+    report.attacks += correlation_attacks(blind, gold["task3"], pairs, det, met)
     hidden = gold["manifest"].get("hidden") or {}
     if "template" in (hidden.get("generators") or []) or not hidden:
         report.notes.append("the hidden set was made by the template simulator (or its generator is not recorded): "

@@ -78,7 +78,7 @@ def template_split(tmp_path_factory, star_dir):
 
 
 def audit(hub, gold, star_dir, seeds=(0,)):
-    return run_audit(hub, gold, star=star_dir, regen_seeds=seeds, regen_scenarios_per_task=40, draws=40)
+    return run_audit(hub, gold, star=star_dir, regen_seeds=seeds, regen_scenarios_per_task=40)
 
 
 @pytest.fixture(scope="module")
@@ -144,7 +144,8 @@ def test_hidden_siblings_are_caught_by_sibling_grouping(fixed_template, template
 
 def test_public_seed_hidden_set_is_caught_by_regeneration(template_split, tmp_path, star_dir):
     root, _ = template_split
-    export_hub_layout(root / "pub", tmp_path / "hub", tmp_path / "gold", blind_key=KEY.hex(), hidden_fraction=0.5)
+    export_hub_layout(root / "pub", tmp_path / "hub", tmp_path / "gold", blind_key=KEY.hex(), hidden_fraction=0.8,
+                      metric_share=0.2)  # 13 blind dialogues: enough for a significant margin
     rep = audit(tmp_path / "hub", tmp_path / "gold", star_dir, seeds=(0, 1))
     det, met = by_name(rep, "detector"), by_name(rep, "metric")
     assert det["verbatim lookup"].status == "pass" and det["sibling grouping"].status == "pass"
@@ -154,10 +155,10 @@ def test_public_seed_hidden_set_is_caught_by_regeneration(template_split, tmp_pa
 
 def test_export_runs_the_audit_and_publishes_nothing_on_failure(template_split, tmp_path, star_dir):
     root, _ = template_split
-    opts = {"star": star_dir, "regen_seeds": (0,), "regen_scenarios_per_task": 40, "draws": 20}
+    opts = {"star": star_dir, "regen_seeds": (0,), "regen_scenarios_per_task": 40}
     with pytest.raises(AuditFailed) as ei:
         export_hub_layout(root / "pub", tmp_path / "hub", tmp_path / "gold", blind_key=KEY.hex(),
-                          hidden_fraction=0.5, audit=True, audit_options=opts)
+                          hidden_fraction=0.8, metric_share=0.2, audit=True, audit_options=opts)
     assert "regeneration" in ei.value.report.worst()
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing published, no staging left
 
@@ -171,7 +172,7 @@ def fixed_llm_like(tmp_path_factory):
     pub = llm_like_records(tasks=("weather", "trivia"), per_task=8, seed=1)
     hid = llm_like_records(tasks=("weather", "trivia"), per_task=40, seed=2, prefix="h", reword=0.1)
     info = export_hub_layout(pub, root / "hub", root / "gold", hidden=hid, blind_key=KEY.hex(), audit=True,
-                             audit_options={"draws": 40})
+                             audit_options={})
     return root, info
 
 
@@ -199,7 +200,7 @@ def test_row_order_sorted_by_label_is_caught(fixed_llm_like, tmp_path):
     blind.sort(key=lambda b: (gold[b["dialogue_id"]]["fork_turn"] or 0) / b["num_system_turns"])  # leaks the label
     f = next((hub / "data" / "blind").glob("*.parquet"))
     pq.write_table(pa.Table.from_pylist(blind, schema=pq.read_schema(f)), f)
-    rep = run_audit(hub, root / "gold", draws=40)
+    rep = run_audit(hub, root / "gold")
     corr = by_name(rep, "detector")["correlations"]
     assert corr.status == "FAIL" and "row order" in corr.detail
     assert by_name(rep, "detector")["verbatim lookup"].status == "pass"
