@@ -230,7 +230,7 @@ class _Detector:
         pos = {i: n for n, i in enumerate(self.ids)}
         rel = [None if v is None else (int(v) - 1) / max(int(self.T[pos[i]]) - 1, 1) for i, v in known.items()]
         out = []
-        for r, d in enumerate(self.draws):
+        for d in self.draws:
             p = dict(zip(self.ids, map(int, d)))
             chosen = self.rng.choice(len(self.ids), size=len(rel), replace=False)
             for j, x in zip(chosen, rel):

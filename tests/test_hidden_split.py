@@ -11,6 +11,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from hidden_factory import llm_like_records
 
 from dialfork_dataset.hidden import (
     HiddenKey,
@@ -29,7 +30,6 @@ from dialfork_dataset.hidden import (
     write_key_file,
 )
 from dialfork_dataset.hub import export_hub_layout, load_blind, load_blind_pairs, load_gold, recover_export
-from hidden_factory import llm_like_records
 
 ROOT = Path(__file__).resolve().parents[1]
 KEY = bytes(range(32))

@@ -15,10 +15,10 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hidden_factory import llm_like_records
 
 from dialfork_dataset.hidden import HiddenKey, write_key_file
 from dialfork_dataset.hub import AuditFailed, export_hub_layout, load_blind
-from hidden_factory import llm_like_records
 from leaderboard.audit import (
     DETECTOR_MARGIN,
     METRIC_TAU_MAX,
