@@ -490,8 +490,8 @@ def _resolve_key(key: HiddenKey | str | os.PathLike | None, blind_key: bytes | s
     elif blind_key is not None:
         return HiddenKey(parse_key(blind_key), None,
                          hidden_fraction if hidden_fraction is not None else DEFAULT_HIDDEN_FRACTION)
-    else:
-        hk = HiddenKey.generate()
+    else:  # a random key; no hidden seed (the hidden records were not generated with one from this key)
+        hk = HiddenKey(HiddenKey.generate().key, None, DEFAULT_HIDDEN_FRACTION)
     if hidden_fraction is not None and hidden_fraction != hk.hidden_fraction:
         hk = HiddenKey(hk.key, hk.hidden_seed_hex, hidden_fraction)
     return hk

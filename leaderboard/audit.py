@@ -527,7 +527,9 @@ def run_audit(hub: str | os.PathLike, gold_dir: str | os.PathLike, *, star: str 
             report.attacks.append(AttackResult("regeneration (public code, public seeds)", track, None,
                                                f"not run: {why}", "skipped"))
     else:
-        modes = sorted({r.get("prefix_mode") for r in labelled if r.get("prefix_mode")} | {"replay"})
+        # the modes of the public forks, plus the hidden set's (the card states them), plus the default
+        hidden_modes = set((gold["manifest"].get("hidden") or {}).get("prefix_modes") or ())
+        modes = sorted({r.get("prefix_mode") for r in labelled if r.get("prefix_mode")} | hidden_modes | {"replay"})
         say(f"regeneration: {len(regen_seeds)} seed(s) x {len(modes)} prefix mode(s) x {len(tasks)} task(s)")
         with tempfile.TemporaryDirectory(prefix="dialfork-audit-") as tmp:
             regen, notes = regenerate(star, tasks, list(regen_seeds), modes, regen_scenarios_per_task, Path(tmp))
