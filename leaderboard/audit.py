@@ -51,8 +51,9 @@ logger = logging.getLogger(__name__)
 DETECTOR_MARGIN = 5.0
 #: A metric-track cheat fails the audit above this Kendall tau (SPEC 4).
 METRIC_TAU_MAX = 0.8
-#: Random draws averaged for Random, for every cheat's fallback and its matched Random.
-RANDOM_DRAWS = 100
+#: Random draws averaged for Random, for every cheat's fallback and its matched Random (400: a
+#: p-value below ALPHA survives a few lucky matched draws).
+RANDOM_DRAWS = 400
 #: A detector cheat fails only when its margin is also unlikely under its matched Random.
 ALPHA = 0.01
 #: Public seeds tried by the regeneration attack.

@@ -320,7 +320,7 @@ def test_generation_cli_public_and_hidden_sides(star_dir, tmp_path):
     from dialfork_dataset.builder import load_records
     from generation.cli import main
 
-    key = write_key_file(tmp_path / "key.json", HiddenKey.generate())
+    key = write_key_file(tmp_path / "key.json", HiddenKey(bytes(range(3, 35)), "2e" * 16))  # fixed: no flakes
     common = ["--star", str(star_dir), "--tasks", "weather", "--per-task", "3", "--no-progress",
               "--hidden-key", str(key)]
     assert main([*common, "--out", str(tmp_path / "pub"), "--split", "public"]) == 0
