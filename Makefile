@@ -37,15 +37,24 @@ DEMO_TASKS ?= weather,doctor_schedule,apartment_schedule
 DEMO_PER_TASK ?= 16
 DEMO_DETECTOR ?= ss+nc
 
-# The whole pipeline on the embedded default: STAR -> template corpus -> Hub layout ->
-# load_dataset -> benchmark (Tasks 1-3, minilm) -> a streaming detector's blind submission ->
+DEMO_SECRET ?= $(DEMO_OUT)/secret
+# Fork prefixes of the hidden set: `reword` (SPEC 3) when this code version has it.
+DEMO_HIDDEN_PREFIX ?= $(shell $(PY) -c "from generation.engine import PREFIX_MODES as m; print('--prefix reword' if 'reword' in m else '')" 2>/dev/null)
+
+# The whole pipeline on the embedded default: STAR -> a hidden-split key (drawn here, kept in
+# $(DEMO_SECRET)) -> public template corpus (scenarios the key leaves public, seed 0) + hidden
+# corpus (reserved scenarios, the key's secret seed) -> audited Hub layout -> load_dataset ->
+# benchmark (Tasks 1-3, minilm) -> a streaming detector's submission on the hidden blind set ->
 # leaderboard validate / score / render.
 demo: install
 	$(PY) -m dialfork_dataset star --star $(STAR)
+	test -f $(DEMO_SECRET)/hidden_key.json || $(PY) -m dialfork_dataset keygen $(DEMO_SECRET)/hidden_key.json
 	$(PY) -m generation --backend template --star $(STAR) --out $(DEMO_OUT)/corpus \
-	  --tasks $(DEMO_TASKS) --per-task $(DEMO_PER_TASK) --seed 0
-	$(PY) -m dialfork_dataset export $(DEMO_OUT)/corpus $(DEMO_OUT)/hub --gold-dir $(DEMO_OUT)/hub-gold \
-	  --blind-key 00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff --overwrite
+	  --tasks $(DEMO_TASKS) --per-task $(DEMO_PER_TASK) --seed 0 --hidden-key $(DEMO_SECRET)/hidden_key.json --split public
+	$(PY) -m generation --backend template --star $(STAR) --out $(DEMO_SECRET)/hidden $(DEMO_HIDDEN_PREFIX) \
+	  --tasks $(DEMO_TASKS) --per-task $(DEMO_PER_TASK) --hidden-key $(DEMO_SECRET)/hidden_key.json --split hidden
+	$(PY) -m dialfork_dataset export $(DEMO_OUT)/corpus $(DEMO_OUT)/hub --hidden $(DEMO_SECRET)/hidden \
+	  --key-file $(DEMO_SECRET)/hidden_key.json --gold-dir $(DEMO_OUT)/hub-gold --star $(STAR) --overwrite
 	$(PY) -m dialfork_dataset check $(DEMO_OUT)/hub
 	$(PY) -m dialfork_metrics.bench --data $(DEMO_OUT)/hub --tasks 1,2,3 --encoders minilm \
 	  --out $(DEMO_OUT)/reports --bootstrap-resamples 10000
@@ -59,7 +68,7 @@ demo: install
 	$(PY) -m leaderboard score $(DEMO_OUT)/submission/streaming.jsonl --gold $(DEMO_OUT)/hub-gold \
 	  --blind $(DEMO_OUT)/hub --results $(DEMO_OUT)/leaderboard --submitter demo
 	$(PY) -m leaderboard render --results $(DEMO_OUT)/leaderboard --out $(DEMO_OUT)/site
-	@echo "demo done: corpus $(DEMO_OUT)/hub, reports $(DEMO_OUT)/reports/report.md, leaderboard $(DEMO_OUT)/site/index.html"
+	@echo "demo done: corpus $(DEMO_OUT)/hub (audit: $(DEMO_OUT)/hub-gold/audit_report.json), reports $(DEMO_OUT)/reports/report.md, leaderboard $(DEMO_OUT)/site/index.html"
 
 # The human-study tool on the demo corpus: prints the admin password and an annotator link, then serves.
 demo-annotate: install

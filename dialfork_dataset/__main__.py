@@ -1,4 +1,4 @@
-"""``python -m dialfork_dataset``: STAR summary, record validation, Hub export, load check, push."""
+"""``python -m dialfork_dataset``: STAR summary, record validation, hidden-split key, Hub export, load check, push."""
 
 from __future__ import annotations
 
@@ -36,11 +36,33 @@ def _cmd_validate(a: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_export(a: argparse.Namespace) -> int:
-    from .hub import export_hub_layout
+def _cmd_keygen(a: argparse.Namespace) -> int:
+    from .hidden import HiddenKey, write_key_file
 
-    info = export_hub_layout(a.src, a.dest, a.gold_dir, split_seed=a.split_seed, blind_key=a.blind_key,
-                             public_fraction=a.public_fraction, overwrite=a.overwrite)
+    path = write_key_file(a.out, HiddenKey.generate(a.hidden_fraction))
+    print(f"wrote {path} (mode 0600): a {8 * 32}-bit HMAC key and a 128-bit hidden seed. Keep it with the gold; "
+          "never publish or commit it.")
+    return 0
+
+
+def _cmd_export(a: argparse.Namespace) -> int:
+    import os
+
+    from .hub import AuditFailed, export_hub_layout
+
+    audit_options = {"regen_seeds": tuple(range(a.regen_seeds))}
+    star = a.star or os.environ.get("DIALFORK_STAR_DIR")
+    if star:
+        audit_options["star"] = star
+    try:
+        info = export_hub_layout(a.src, a.dest, a.gold_dir, hidden=a.hidden, key=a.key_file, split_seed=a.split_seed,
+                                 blind_key=a.blind_key, hidden_fraction=a.hidden_fraction,
+                                 public_fraction=a.public_fraction, overwrite=a.overwrite, audit=not a.no_audit,
+                                 audit_options=audit_options)
+    except AuditFailed as e:
+        print(e.report.format_text(), file=sys.stderr)
+        print(f"error: the audit failed ({e.report.worst()}); nothing was published", file=sys.stderr)
+        return 1
     print(json.dumps(info, indent=2))
     return 0
 
@@ -74,13 +96,30 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("validate", help="validate a record file or folder; reports every bad line")
     s.add_argument("src")
     s.set_defaults(func=_cmd_validate)
-    s = sub.add_parser("export", help="write the Hub layout (parquet configs, dataset card, blind set; gold apart)")
-    s.add_argument("src", help="generator output folder (or one record file)")
+    s = sub.add_parser("keygen", help="draw the hidden split's secrets (HMAC key + 128-bit hidden seed) into a file")
+    s.add_argument("out", help="key file to write (refuses to replace one)")
+    s.add_argument("--hidden-fraction", type=float, default=0.2,
+                   help="share of each task's STAR scenarios reserved for the hidden split (default 0.2)")
+    s.set_defaults(func=_cmd_keygen)
+    s = sub.add_parser("export", help="write the Hub layout (public configs, card, blind sets; gold apart), "
+                                      "audited before it is swapped in")
+    s.add_argument("src", help="public generator output folder (or one record file)")
     s.add_argument("dest", help="layout folder to write")
-    s.add_argument("--gold-dir", default=None, help="where the blind set's labels go (default: <dest>-gold)")
+    s.add_argument("--hidden", default=None,
+                   help="hidden corpus (python -m generation --hidden-key KEY --split hidden); default: reserve "
+                        "hidden sources from SRC (public seed: tests only)")
+    s.add_argument("--key-file", default=None, help="key file (python -m dialfork_dataset keygen)")
+    s.add_argument("--gold-dir", default=None, help="where labels, key and audit report go (default: <dest>-gold)")
     s.add_argument("--split-seed", type=int, default=0)
-    s.add_argument("--blind-key", default=None, help="hex key for reproducible blind ids (default: random)")
-    s.add_argument("--public-fraction", type=float, default=0.5)
+    s.add_argument("--blind-key", default=None, help="hex key (>= 32 random bytes) instead of --key-file")
+    s.add_argument("--hidden-fraction", type=float, default=None,
+                   help="share of sources reserved when no --hidden corpus is given (default: the key's, 0.2)")
+    s.add_argument("--public-fraction", type=float, default=0.5, help="share of blind sources in the public part")
+    s.add_argument("--star", default=None, help="STAR folder for the audit's regeneration attack "
+                                               "(default: $DIALFORK_STAR_DIR; without it that attack is skipped)")
+    s.add_argument("--regen-seeds", type=int, default=10, metavar="N",
+                   help="the regeneration attack tries the public seeds 0..N-1 (default 10)")
+    s.add_argument("--no-audit", action="store_true", help="skip the audit (never for a release)")
     s.add_argument("--overwrite", action="store_true")
     s.set_defaults(func=_cmd_export)
     s = sub.add_parser("check", help="load every config of a layout with datasets.load_dataset (offline)")

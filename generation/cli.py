@@ -22,6 +22,13 @@ examples:
   python -m generation --backend template --star STAR --out full --workers 2
   python -m generation --backend template --star STAR --out bench --prefix-mode reword --reword-rate 0.05
 
+hidden split (SPEC section 4): draw a key file once, then generate the public corpus from the
+scenarios it does not reserve, and the hidden corpus from the reserved ones with its secret seed:
+  python -m dialfork_dataset keygen secret/hidden_key.json
+  python -m generation --star STAR --out public --hidden-key secret/hidden_key.json --split public
+  python -m generation --star STAR --out secret/hidden --hidden-key secret/hidden_key.json --split hidden \
+      --backend openai --model MODEL        # the official hidden set: an LLM backend
+
 Rerunning the same command resumes an interrupted run (finished scenarios are skipped) and the
 final record files are byte-identical to an uninterrupted run. An output folder that holds
 records of another configuration is refused, naming the setting that differs.
@@ -83,6 +90,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--keep-shards", action="store_true", help="keep the shards/ work folder after merging")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    p.add_argument("--hidden-key", default=None, metavar="FILE",
+                   help="key file of the hidden split (python -m dialfork_dataset keygen); needs --split")
+    p.add_argument("--split", default=None, choices=["public", "hidden"],
+                   help="with --hidden-key: generate only the scenarios the key leaves public, or only the "
+                        "reserved (hidden) ones, with the key file's secret seed instead of --seed")
     return p
 
 
@@ -111,14 +123,19 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     tasks = tuple(t.strip() for t in args.tasks.split(",") if t.strip()) if args.tasks is not None else None
+    try:
+        seed, scenarios, corpus = hidden_split_selection(args, tasks)
+    except (GenerationError, ValueError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     config = GenerationConfig(
         star=args.star, out=args.out, backend=args.backend, backend_options=backend_options(args),
-        tasks=tasks, per_task=args.per_task, happy_only=args.happy_only, seed=args.seed,
+        tasks=tasks, per_task=args.per_task, happy_only=args.happy_only, seed=seed,
         prefix_mode=args.prefix, budget=args.budget, workers=args.workers, batch_size=args.batch_size,
         keep_shards=args.keep_shards)
     config = replace_config(config, **config_options(args))
     try:
-        manifest = generate_corpus(config, progress=not args.no_progress)
+        manifest = generate_corpus(config, progress=not args.no_progress, scenarios=scenarios, corpus=corpus)
     except (GenerationError, UnknownBackendError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -126,3 +143,35 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{t['records']} records ({t['conformant']} conformant, {t['forks']} forks; "
           f"{t['dropped']} scenario(s) dropped) -> {Path(args.out)} (manifest.json)")
     return 0
+
+
+def hidden_split_selection(args: argparse.Namespace, tasks: tuple[str, ...] | None):
+    """``(seed, scenarios or None, corpus or None)`` for ``--hidden-key``/``--split`` (SPEC section 4)."""
+    if (args.hidden_key is None) != (args.split is None):
+        raise ValueError("--hidden-key and --split go together (--split public or --split hidden)")
+    if args.hidden_key is None:
+        return args.seed, None, None
+    from dialfork_dataset.hidden import read_key_file, star_scenario_split
+
+    from .engine import _load_corpus
+
+    key = read_key_file(args.hidden_key)
+    if args.split == "hidden":
+        if args.seed != 0:
+            raise ValueError("--split hidden takes its seed from the key file (a secret >= 128-bit seed); "
+                             "drop --seed")
+        seed = key.hidden_seed
+    else:
+        seed = args.seed
+    corpus = _load_corpus(args.star)
+    if tasks:
+        unknown = [t for t in tasks if t not in corpus.tasks]
+        if unknown:
+            raise ValueError(f"unknown task(s) {unknown}; STAR tasks are: {', '.join(sorted(corpus.tasks))}")
+    split = star_scenario_split(corpus, key, tasks)
+    keep = {(t, s) for t, parts in split.items() for s in parts[args.split]}
+    scenarios = [sc for t in split for sc in corpus.scenarios_for(task=t, single_task=True)
+                 if (t, sc.scenario_id) in keep]
+    logging.getLogger(__name__).info("hidden split: %s side, %d scenario(s) over %d task(s)", args.split,
+                                     len(scenarios), len(split))
+    return seed, scenarios, corpus

@@ -191,14 +191,21 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format=f"%(asctime)s %(levelname)s [{state.process_index}] %(name)s: %(message)s")
     tasks = tuple(t.strip() for t in args.tasks.split(",") if t.strip()) if args.tasks is not None else None
+    try:
+        from .cli import hidden_split_selection
+
+        seed, scenarios, _ = hidden_split_selection(args, tasks)  # --hidden-key / --split (SPEC 4)
+    except (GenerationError, ValueError, FileNotFoundError) as e:
+        print(f"error [process {state.process_index}]: {e}", file=sys.stderr)
+        return 2
     config = GenerationConfig(
         star=args.star, out=args.out, backend=args.backend, backend_options=backend_options(args),
-        tasks=tasks, per_task=args.per_task, happy_only=args.happy_only, seed=args.seed,
+        tasks=tasks, per_task=args.per_task, happy_only=args.happy_only, seed=seed,
         prefix_mode=args.prefix, budget=args.budget, workers=1, batch_size=args.batch_size,
         keep_shards=args.keep_shards)
     config = replace_config(config, **config_options(args))
     try:
-        manifest = generate_distributed(config, progress=not args.no_progress, state=state)
+        manifest = generate_distributed(config, scenarios=scenarios, progress=not args.no_progress, state=state)
     except (GenerationError, UnknownBackendError, ValueError, RuntimeError) as e:
         print(f"error [process {state.process_index}]: {e}", file=sys.stderr)
         return 2

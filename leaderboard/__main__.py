@@ -4,9 +4,11 @@
     score    SUBMISSION --gold GOLD [--track detector] [--blind DIR] [--metadata M] [--json]
              [--results STORE_DIR | --hub-repo OWNER/NAME] [--submitter NAME] [--max-per-day N]
     render   --results DIR [DIR ...] --out site/ [--private DIR --reveal-private] [--title T]
+    audit    HUB --gold GOLD [--star STAR] [--regen-seeds N] [--json] [--out REPORT.json]
 
 Exit status: 0 on success, 1 when the submission is invalid (every problem is listed), 2 on a
-usage error, 3 when the rate limit is reached or a result already exists.
+usage error, 3 when the rate limit is reached or a result already exists. ``audit`` exits 1 when a
+cheat beats the thresholds (SPEC section 4).
 """
 
 from __future__ import annotations
@@ -64,6 +66,17 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--private", default=None, help="the store's private area (for --reveal-private)")
     r.add_argument("--reveal-private", action="store_true", help="show the private scores (maintainers only)")
     r.add_argument("--title", default="DialFork leaderboard")
+
+    au = sub.add_parser("audit", help="try the known cheats on a Hub layout and score them against its gold")
+    au.add_argument("hub", help="Hub layout folder (python -m dialfork_dataset export)")
+    au.add_argument("--gold", required=True, help="its gold folder")
+    au.add_argument("--star", default=None,
+                    help="STAR folder for the regeneration attack (default: $DIALFORK_STAR_DIR; skipped without)")
+    au.add_argument("--regen-seeds", type=int, default=10, metavar="N", help="public seeds 0..N-1 to regenerate with")
+    au.add_argument("--regen-scenarios", type=int, default=None, metavar="N",
+                    help="scenarios per task to regenerate (default 64, the first by STAR id)")
+    au.add_argument("--json", action="store_true", help="print the report as JSON")
+    au.add_argument("--out", default=None, help="also write the JSON report to this file")
     return ap
 
 
@@ -140,6 +153,28 @@ def _cmd_score(a: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_audit(a: argparse.Namespace) -> int:
+    import os
+
+    from .audit import DEFAULT_REGEN_SCENARIOS_PER_TASK, run_audit
+
+    if a.regen_seeds < 0:
+        print("error: --regen-seeds must be >= 0", file=sys.stderr)
+        return EXIT_USAGE
+    rep = run_audit(a.hub, a.gold, star=a.star or os.environ.get("DIALFORK_STAR_DIR") or None,
+                    regen_seeds=tuple(range(a.regen_seeds)),
+                    regen_scenarios_per_task=a.regen_scenarios or DEFAULT_REGEN_SCENARIOS_PER_TASK)
+    if a.out:
+        from dialfork_dataset.jsonl import write_json_atomic
+
+        write_json_atomic(a.out, rep.to_dict())
+    if a.json:
+        _print_json(rep.to_dict())
+    else:
+        print(rep.format_text())
+    return 0 if rep.ok else EXIT_INVALID
+
+
 def _cmd_render(a: argparse.Namespace) -> int:
     from .render import render_site
 
@@ -168,6 +203,8 @@ def main(argv: list[str] | None = None) -> int:
             return _cmd_validate(a)
         if a.command == "score":
             return _cmd_score(a)
+        if a.command == "audit":
+            return _cmd_audit(a)
         return _cmd_render(a)
     except (FileNotFoundError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)

@@ -46,6 +46,28 @@ def load_gold(gold_dir: str | os.PathLike) -> dict[str, Any]:
     return gold
 
 
+def check_gold_revision(blind_dir: str | os.PathLike, gold: Mapping[str, Any]) -> None:
+    """Refuse a gold whose revision is not the one the layout's card records (``gold_revision``).
+
+    A layout without a card (e.g. the synthetic fixtures) is not checked; a card without the
+    field, or with another revision, is refused: scoring a blind set against the labels of
+    another release (or half of an interrupted export) would give meaningless numbers.
+    """
+    from dialfork_dataset.hub import read_card_gold_revision
+
+    recorded = read_card_gold_revision(blind_dir)
+    if recorded is None:
+        logger.debug("%s has no dataset card; gold revision not checked", blind_dir)
+        return
+    actual = gold.get("manifest", {}).get("revision")
+    if not recorded:
+        raise GoldError(f"{blind_dir}/README.md records no gold_revision: re-export the layout with this toolkit")
+    if recorded != actual:
+        raise GoldError(f"the gold's revision {str(actual)[:12]} does not match the revision {recorded[:12]} recorded "
+                        f"in {blind_dir}/README.md: --gold and --blind come from different exports (or an export "
+                        "was interrupted; rerun it)")
+
+
 def split_subsets(rows: Sequence[Mapping[str, Any]]) -> dict[str, list[Mapping[str, Any]]]:
     out: dict[str, list[Mapping[str, Any]]] = {s: [] for s in SUBSETS}
     bad = 0

@@ -105,6 +105,7 @@ def evaluate(
     elif isinstance(blind, BlindSet):
         blind_set = blind
     else:
+        _score.check_gold_revision(blind, gold_d)  # the card's gold_revision must be this gold's
         blind_set = BlindSet.from_dir(blind)
     report = validate_submission(submission, track, blind_set, metadata=metadata, max_bytes=max_bytes)
     report.raise_for_errors()

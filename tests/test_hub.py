@@ -24,6 +24,21 @@ from dialfork_dataset import (
 from dialfork_dataset.builder import CONFIGS, sort_key
 
 PER_TASK = {"weather": 5, "trivia": 4, "bank_balance": 1}
+HIDDEN_PER_TASK = {"weather": 4, "trivia": 4}
+
+
+def hidden_records(per_task=HIDDEN_PER_TASK):
+    """A hidden corpus: other scenarios, other texts (as `--split hidden` with a secret seed makes)."""
+    out = []
+    for task, n in per_task.items():
+        for r in make_records(tasks=(task,), per_task=n, T=6):
+            r = dict(r)
+            for k in ("dialogue_id", "source_id"):
+                r[k] = "h" + r[k]
+            r["scenario_id"] = "9" + r["scenario_id"]
+            r["turns"] = [{**t, "text": "hidden " + t["text"]} for t in r["turns"]]
+            out.append(r)
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +50,8 @@ def corpus(tmp_path_factory):
     # split over two shard files, shuffled, to check the canonical ordering
     write_jsonl(root / "src" / "shard-1.jsonl", recs[::2])
     write_jsonl(root / "src" / "shard-0.jsonl", recs[1::2])
-    info = export_hub_layout(root / "src", root / "hub", blind_key="00" * 32)
+    write_jsonl(root / "hidden" / "h.jsonl", hidden_records())
+    info = export_hub_layout(root / "src", root / "hub", hidden=root / "hidden", blind_key="5a" * 32)
     return root, recs, info
 
 
@@ -51,8 +67,12 @@ def test_task3_split_sizes_floor_ceil(corpus):
     assert c["task3"] == {"train": n_train_src, "test": n_test_src * 17}
     assert c["conformant"] == {"train": n_train_src, "test": n_test_src}
     assert c["forked"] == {"train": n_train_src * 16, "test": n_test_src * 16}
-    assert c["blind"] == {"test": n_test_src * 17}
-    assert c["blind_task2"] == {"test": n_test_src * 16}
+    # 8 hidden sources: per task 2 to the metric track (all 16 pairs each), 2 give one blind dialogue
+    assert c["blind"] == {"test": 4}
+    assert c["blind_task2"] == {"test": 4 * 16}
+    mix = info["hidden"]["mix"]
+    assert mix["dialogues"] == 4 and mix["conformant"] == 2 and mix["forked"] == 2
+    assert mix["subsets"] == {"private": 2, "public": 2} and mix["metric_units"] == 16
 
 
 def test_split_is_deterministic_and_seeded():
@@ -120,22 +140,27 @@ def test_blind_ids_opaque_and_gold_outside(corpus):
         assert not any(w in b["dialogue_id"] for w in words if not re.fullmatch(r"[0-9a-f]+", w))
         assert set(b) == {"dialogue_id", "turns", "num_system_turns"}
     assert [b["dialogue_id"] for b in blind] == sorted(b["dialogue_id"] for b in blind)
-    # gold matches blind, and pairs reference blind ids
+    # gold matches blind; the metric track's dialogues are not blind dialogues (tracks are disjoint)
     assert {g["dialogue_id"] for g in gold["task3"]} == {b["dialogue_id"] for b in blind}
     ids = {b["dialogue_id"] for b in blind}
-    assert all(p["reference_id"] in ids and p["candidate_id"] in ids for p in pairs)
+    assert not any(p["reference_id"] in ids or p["candidate_id"] in ids for p in pairs)
     assert {g["pair_id"] for g in gold["task2"]} == {p["pair_id"] for p in pairs}
     assert set(Counter(g["subset"] for g in gold["task3"])) <= {"public", "private"}
-    # a source and its forks share a subset
-    src_of = {p["candidate_id"]: p["reference_id"] for p in pairs}
-    sub = {g["dialogue_id"]: g["subset"] for g in gold["task3"]}
-    assert all(sub[c] == sub[s] for c, s in src_of.items())
-    # gold never appears in the public folder
+    # a metric unit's pairs share their reference and their subset
+    ref_of = {p["pair_id"]: p["reference_id"] for p in pairs}
+    by_unit = {}
+    for g in gold["task2"]:
+        by_unit.setdefault(g["unit_id"], set()).add((ref_of[g["pair_id"]], g["subset"]))
+    assert all(len(v) == 1 for v in by_unit.values())
+    # no blind dialogue and no metric pair occurs in a public config (and no hidden text at all)
     hub = root / "hub"
     assert info["gold_dir"] != str(hub) and not str(info["gold_dir"]).startswith(str(hub) + "/")
-    public_bytes = b"".join(p.read_bytes() for p in hub.rglob("*") if p.is_file())
-    for name in ("task3_gold", "task2_gold", "blind_key", "hallucination_type\": \"WIC"):
-        assert name.encode() not in public_bytes
+    public_bytes = b"".join(p.read_bytes() for p in (hub / "data").rglob("*.parquet") if "blind" not in p.parts[-2])
+    assert b"hidden " not in public_bytes
+    all_public = b"".join(p.read_bytes() for p in hub.rglob("*") if p.is_file())
+    gold_lines = (root / "hub-gold" / "task3_gold.jsonl").read_bytes().splitlines()
+    for name in (b"task3_gold", b"task2_gold", b"blind_key", *gold_lines):
+        assert name not in all_public
     blind_files = b"".join(p.read_bytes() for p in (hub / "data" / "blind").rglob("*.parquet"))
     for w in ("fork_turn", "fork_position", "hallucination_type", "source_id", "weather-", "trivia-"):
         assert w.encode() not in blind_files
@@ -144,7 +169,7 @@ def test_blind_ids_opaque_and_gold_outside(corpus):
 def test_blind_key_reproducible(corpus, tmp_path):
     root, _, info = corpus
     key = json.loads((root / "hub-gold" / "blind_key.json").read_text())["key"]
-    info2 = export_hub_layout(root / "src", tmp_path / "hub2", blind_key=key)
+    info2 = export_hub_layout(root / "src", tmp_path / "hub2", hidden=root / "hidden", blind_key=key)
     assert info2["gold_revision"] == info["gold_revision"]
     assert load_blind(tmp_path / "hub2") == load_blind(root / "hub")
 
