@@ -513,21 +513,29 @@ def _divergence(fork: Dialogue) -> tuple[int, bool]:
 def prefix_rewording(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     """How the forks' prefixes were made, read from records alone (for reports): the prefix mode(s),
     the number of forks and of prefix turns (turns before system turn t_k), the prefix turns that
-    differ from D+ (``prefix_divergence``) and their share, the realised rewording rate in
-    ``reword`` mode. Conformant records are skipped; a fork without ``prefix_mode`` counts as
-    ``unknown``."""
+    differ from D+ (``prefix_divergence``) and their ``share``, and the realised rewording ``rate``
+    in ``reword`` mode. A rewording cascades (every prefix turn after the first reworded one differs
+    too), so ``rate`` is the per-turn hazard of the first rewording: forks that diverge divided by
+    the prefix turns at risk (up to and including the first reworded one), the maximum-likelihood
+    estimate of ``reword_rate``. Conformant records are skipped; a fork without ``prefix_mode``
+    counts as ``unknown``."""
     modes: dict[str, int] = {}
-    forks = turns = diverging = 0
+    forks = turns = diverging = diverged = at_risk = 0
     for r in records:
         if r.get("hallucination_type") is None:
             continue
         mode = r.get("prefix_mode") or "unknown"
         modes[mode] = modes.get(mode, 0) + 1
         forks += 1
-        turns += _prefix_positions(r["turns"], r["fork_turn"])
-        diverging += r.get("prefix_divergence") or 0
+        n = _prefix_positions(r["turns"], r["fork_turn"])
+        d = min(r.get("prefix_divergence") or 0, n)
+        turns += n
+        diverging += d
+        diverged += d > 0
+        at_risk += n - d + 1 if d else n
     return {"prefix_modes": dict(sorted(modes.items())), "forks": forks, "prefix_turns": turns,
-            "diverging_turns": diverging, "rate": (diverging / turns) if turns else 0.0}
+            "diverging_turns": diverging, "share": (diverging / turns) if turns else 0.0,
+            "rate": (diverged / at_risk) if at_risk else 0.0}
 
 
 @dataclass

@@ -70,9 +70,16 @@ def test_reworded_prefixes_differ_at_the_set_rate_and_are_counted(corpora):
     n_prefix = sum(cut for _, _, cut, _ in rows)
     n_diff = sum(d for _, _, _, d in rows)
     assert n_prefix > 1000
-    # binomial(n, 0.3): 5 standard deviations is about 0.07 here; the draw is seeded, so no flakes
-    assert abs(n_diff / n_prefix - 0.3) < 5 * np.sqrt(0.3 * 0.7 / n_prefix)
+    # the rewording cascades: the reworded turns are the last d turns of the prefix, so the first
+    # rewording happens at turn cut - d; each turn at risk starts it with probability 0.3
+    at_risk = sum(cut - d + 1 if d else cut for _, _, cut, d in rows)
+    hits = sum(d > 0 for _, _, _, d in rows)
+    assert at_risk > 500
+    # binomial(at_risk, 0.3): 5 standard deviations; the draw is seeded, so no flakes
+    assert abs(hits / at_risk - 0.3) < 5 * np.sqrt(0.3 * 0.7 / at_risk)
     for f, s, cut, d in rows:
+        differs = [a != b for a, b in zip(f["turns"][:cut], s["turns"][:cut])]
+        assert differs == [False] * (cut - d) + [True] * d  # once reworded, reworded to t_k
         validate_record(f)
         assert f["prefix_mode"] == "reword"
         assert f["prefix_divergence"] == d  # the record counts the reworded turns exactly
@@ -248,6 +255,8 @@ def test_prefix_rewording_summary_reads_the_rate_from_records(corpora):
     assert s["prefix_modes"] == {"reword": len(rows)} and s["forks"] == len(rows)
     assert s["prefix_turns"] == sum(cut for _, _, cut, _ in rows)
     assert s["diverging_turns"] == sum(d for _, _, _, d in rows)
-    assert s["rate"] == pytest.approx(s["diverging_turns"] / s["prefix_turns"])
+    assert s["share"] == pytest.approx(s["diverging_turns"] / s["prefix_turns"])
+    at_risk = sum(cut - d + 1 if d else cut for _, _, cut, d in rows)
+    assert s["rate"] == pytest.approx(sum(d > 0 for _, _, _, d in rows) / at_risk)
     assert prefix_rewording(_records(corpora / "replay"))["rate"] == 0.0
     assert prefix_rewording([])["rate"] == 0.0

@@ -36,7 +36,10 @@ probability (drawn per dialogue seed, turn, type and k), realised with another p
 dialogue act: the turn runs on a :class:`RewordRng`, which draws exactly what the plain stream draws
 (same decisions, same workflow path, same state at t_k) but moves every phrasing pick to another
 entry of its pool; a turn with a single surface form gets a discourse marker
-(``template_data.yaml``: ``reword``) instead. From t_k on the fork is the replayed fork.
+(``template_data.yaml``: ``reword``) instead. Once a prefix turn is reworded, every later prefix
+turn is reworded too, as in LLM replay where one changed turn changes the context of all later ones
+(with independent per-turn rewording, counting identical turns would recover t_k exactly: the
+leaderboard audit's pair-diffing attack). From t_k on the fork is the replayed fork.
 """
 
 from __future__ import annotations
@@ -1201,10 +1204,19 @@ class TemplateBackend:
     def _reword_turn(self, sim: Sim, d: Any, role: str, turn_index: int, rate: float) -> str:
         """A prefix turn (before t_k) realised, with probability ``rate``, with another surface form of
         the dialogue act D+ has there; otherwise D+'s turn exactly. The decision is drawn per
-        (dialogue seed, turn, type, k), so the 16 forks of a source are reworded independently."""
+        (dialogue seed, turn, type, k), so the 16 forks of a source are reworded independently, and
+        once a prefix turn is reworded every later prefix turn is too (``rate`` is the per-turn
+        hazard of the first rewording)."""
         f = d.fork
-        sel = Rng(d.seed, turn_index, 7000 + ("WIC", "SSPC", "GR", "CSC").index(f.htype) * 10 + f.k)
-        if sel.random() >= rate:
+        salt = 7000 + ("WIC", "SSPC", "GR", "CSC").index(f.htype) * 10 + f.k
+        sel = Rng(d.seed, turn_index, salt)
+        # the rewording cascades, as in LLM replay (one changed turn changes the context of every
+        # later one): a turn is reworded when its own draw or any earlier prefix turn's draw hits.
+        # Stateless (recomputed from the seed), so it survives resume; the first reworded turn, and
+        # so the Shared-prefix control, has the same distribution as with independent draws.
+        hit = sel.random() < rate or any(
+            Rng(d.seed, j, salt).random() < rate for j in range(turn_index))
+        if not hit:
             rng = Rng(d.seed, turn_index)
             return system_turn(sim, d, rng, d.seed) if role == "system" else user_turn(sim, d, rng)
         rng = RewordRng(d.seed, turn_index, shift=1 + sel.below(1 << 30))
