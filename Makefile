@@ -39,7 +39,8 @@ DEMO_DETECTOR ?= ss+nc
 
 DEMO_SECRET ?= $(DEMO_OUT)/secret
 # Fork prefixes of the hidden set: `reword` (SPEC 3) when this code version has it.
-DEMO_HIDDEN_PREFIX ?= $(shell $(PY) -c "from generation.engine import PREFIX_MODES as m; print('--prefix reword' if 'reword' in m else '')" 2>/dev/null)
+# prefixes reworded at the calibrated rate (SPEC 3), so that Shared prefix is a control, not an oracle
+DEMO_PREFIX ?= --prefix-mode reword
 
 # The whole pipeline on the embedded default: STAR -> a hidden-split key (drawn here, kept in
 # $(DEMO_SECRET)) -> public template corpus (scenarios the key leaves public, seed 0) + hidden
@@ -50,8 +51,8 @@ demo: install
 	$(PY) -m dialfork_dataset star --star $(STAR)
 	test -f $(DEMO_SECRET)/hidden_key.json || $(PY) -m dialfork_dataset keygen $(DEMO_SECRET)/hidden_key.json
 	$(PY) -m generation --backend template --star $(STAR) --out $(DEMO_OUT)/corpus \
-	  --tasks $(DEMO_TASKS) --per-task $(DEMO_PER_TASK) --seed 0 --hidden-key $(DEMO_SECRET)/hidden_key.json --split public
-	$(PY) -m generation --backend template --star $(STAR) --out $(DEMO_SECRET)/hidden $(DEMO_HIDDEN_PREFIX) \
+	  --tasks $(DEMO_TASKS) --per-task $(DEMO_PER_TASK) --seed 0 $(DEMO_PREFIX) --hidden-key $(DEMO_SECRET)/hidden_key.json --split public
+	$(PY) -m generation --backend template --star $(STAR) --out $(DEMO_SECRET)/hidden $(DEMO_PREFIX) \
 	  --tasks $(DEMO_TASKS) --per-task $(DEMO_PER_TASK) --hidden-key $(DEMO_SECRET)/hidden_key.json --split hidden
 	$(PY) -m dialfork_dataset export $(DEMO_OUT)/corpus $(DEMO_OUT)/hub --hidden $(DEMO_SECRET)/hidden \
 	  --key-file $(DEMO_SECRET)/hidden_key.json --gold-dir $(DEMO_OUT)/hub-gold --star $(STAR) --overwrite
