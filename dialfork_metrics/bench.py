@@ -746,9 +746,12 @@ def run_benchmark(data: str | os.PathLike, tasks: Sequence[int] = (1, 2, 3), enc
         report["task1"], graph = _task1_stage(corpus, enc1, t1_name, **t1_kw)
         del enc1
     for name in encoders:
+        runs_task1 = 1 in tasks and "task1" not in report and resolve_encoder_name(name) == t1_resolved
+        if not (runs_task1 or 2 in tasks or 3 in tasks):
+            continue
         enc = prepare_encoder(name, corpus.records, device=device, batch_size=batch_size, cache_dir=cache_dir,
                               transcripts=2 in tasks, timings=timings, progress=progress)
-        if 1 in tasks and "task1" not in report and resolve_encoder_name(name) == t1_resolved:
+        if runs_task1:
             report["task1"], graph = _task1_stage(corpus, enc, name, **t1_kw)
         if 2 in tasks:
             t0 = time.perf_counter()
