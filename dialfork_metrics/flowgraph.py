@@ -620,7 +620,7 @@ class FlowGraph:
         xy, edges = layout["xy"], layout["edges"]
         n_cols = max(1, len({x for x, _ in xy.values()}))
         n_rows = max(1, layout["max_column"])
-        fig, ax = plt.subplots(figsize=(max(8.0, 2.1 * n_cols), max(4.0, 1.05 * n_rows + 1.5)))
+        fig, ax = plt.subplots(figsize=(max(8.0, 1.45 * n_cols), max(4.0, 0.95 * n_rows + 1.5)))
         colours = {"user": "#bbdefb", "system": "#ffffff"}
         boxes = {}
         for i, (x, y) in xy.items():
@@ -640,7 +640,7 @@ class FlowGraph:
             arrow = FancyArrowPatch((xa, ya), (xb, yb), arrowstyle="-|>", mutation_scale=7,
                                     connectionstyle=f"arc3,rad={0.35 if back or xb == xa else 0.08}",
                                     lw=0.4 + 3.6 * prob / pmax, color="#c62828" if back else "#37474f",
-                                    alpha=0.35 + 0.5 * prob / pmax, zorder=1, patchA=boxes[a].get_bbox_patch(),
+                                    alpha=(0.25 if back else 0.35) + 0.5 * prob / pmax, zorder=1, patchA=boxes[a].get_bbox_patch(),
                                     patchB=boxes[b].get_bbox_patch())
             ax.add_patch(arrow)
         xs = [x for x, _ in xy.values()]

@@ -13,7 +13,11 @@ that those libraries do not offer:
 * :func:`fisher_combine` (``scipy.stats.combine_pvalues``), :func:`holm`
   (``statsmodels.stats.multitest.multipletests``), :func:`wilcoxon_greater`
   (``scipy.stats.wilcoxon``), :func:`paired_t_greater` (``scipy.stats.ttest_1samp``) and
-  :func:`bootstrap_mean_ci` (``scipy.stats.bootstrap``, seeded).
+  :func:`bootstrap_mean_ci` (``scipy.stats.bootstrap``, seeded);
+* :func:`wilcoxon_greater_test` / :func:`paired_t_greater_test`: the same tests with their
+  statistics (W, t) for Table 7; :func:`wilcoxon_two_sided` (Task 1's method comparisons);
+  :func:`bootstrap_column_means_ci`: CIs of many means at once, units resampled jointly
+  (``scipy.stats.bootstrap`` with ``axis=0``, batched).
 """
 
 from __future__ import annotations
