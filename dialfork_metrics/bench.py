@@ -537,7 +537,8 @@ def task2_significance(per_encoder: Mapping[str, Mapping[str, Any]], reference: 
             w, p_w = wilcoxon_greater_test(diff)
             t, p_t = paired_t_greater_test(diff)
             out.append({"encoder": enc, "method": m, "n_units": int(diff.size), "mean_diff": float(diff.mean()),
-                        "ci_low": lo, "ci_high": hi, "W": w, "p_wilcoxon": p_w, "t": t, "p_ttest": p_t})
+                        "ci_low": lo, "ci_high": hi, "W": w, "p_wilcoxon": p_w,
+                        "t": t if np.isfinite(t) else None, "p_ttest": p_t})  # constant differences: t undefined
     for test in ("p_wilcoxon", "p_ttest"):
         for m in {r["method"] for r in out}:
             grp = [r for r in out if r["method"] == m]

@@ -117,11 +117,7 @@ def task3_markdown(t3: Mapping[str, Any]) -> str:
 
 
 def _stat(v: Any, nd: int) -> str:
-    if v is None:
-        return "–"
-    if v in (float("inf"), float("-inf")):
-        return "inf" if v > 0 else "-inf"
-    return f"{v:,.{nd}f}"
+    return "–" if v is None else f"{v:,.{nd}f}"
 
 
 def task3_all_turns_markdown(t3: Mapping[str, Any]) -> str:
