@@ -277,7 +277,9 @@ def score_predictions(
 
     Returns a dict with ``score``, ``components`` (``a1``..``a4``), ``mae_h``, ``mae_h_by_type``,
     ``cov_h``, ``cov_h_by_type``, ``mae_c``, ``cov_c``, ``mae_h_ref``, ``mae_c_ref`` and
-    ``counts``. MAEs over no flagged dialogue are ``None``; when the gold set has no forked (or no
+    ``counts``, all MAEs in system turns; when every gold row has its ``turns``, also
+    ``all_turns``: the MAEs and references in all turns (:func:`mae_all_turns`). MAEs over no
+    flagged dialogue are ``None``; when the gold set has no forked (or no
     conformant) dialogue the references, the components that need them and the score are ``None``.
     Coverages are fractions in [0, 1].
     """
@@ -345,7 +347,6 @@ def score_predictions(
             "conformant_flagged": len(err_c),
             "forked_by_type": {h: n_h[h] for h in TYPES if n_h[h]},
         },
-        "unit": "system turns",
         **({"all_turns": all_turns} if all_turns is not None else {}),
     }
 
