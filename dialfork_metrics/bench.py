@@ -2,13 +2,16 @@
 
 ``python -m dialfork_metrics.bench --data DIR_or_HUB_ID --tasks 1,2,3 --encoders minilm --out reports/``
 
-* Task 1 (SPEC 5): FlowKL, FBD, PRD and the controls per (task, type) unit; Kendall tau per
-  type and Avg; exact recovery; each method against chance (exact per-unit permutation test,
-  Fisher-combined); methods against each other (paired Wilcoxon over units, Holm).
+* Task 1 (SPEC 5): FlowKL, FBD, PRD and the controls per (task, type) unit, each set metric with
+  its own encoder if asked (``--task1-encoder``, ``--pair-encoder``); Kendall tau per type and Avg
+  with bootstrap CIs; exact recovery; each method against chance (exact per-unit permutation
+  test, Fisher-combined); Appendix J: FlowKL against each method (paired bootstrap CI of
+  Delta tau, paired Wilcoxon, Holm within that family).
 * Task 2 (SPEC 6), per encoder: Mean, Full, FlowDTW, FlowScore, the controls and any user
   metric; Table 7: FlowScore against each method (one-sided Wilcoxon and paired t-test, Holm
   across encoders within each test, paired bootstrap 95% CI with 10,000 seeded resamples).
-* Task 3 (SPEC 8): trivial baselines and the four streaming detectors per encoder (Table 9).
+* Task 3 (SPEC 8): trivial baselines and the four streaming detectors per encoder (Table 9),
+  MAEs in system turns and in all turns; Appendix I: the Score under a grid of weights.
 
 Each encoder encodes every unique turn (and transcript) of the corpus once, up front; every
 task then reads the encoder's cache. Outputs: Markdown tables in the paper's layout, CSV,
