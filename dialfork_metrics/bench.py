@@ -2,13 +2,16 @@
 
 ``python -m dialfork_metrics.bench --data DIR_or_HUB_ID --tasks 1,2,3 --encoders minilm --out reports/``
 
-* Task 1 (SPEC 5): FlowKL, FBD, PRD and the controls per (task, type) unit; Kendall tau per
-  type and Avg; exact recovery; each method against chance (exact per-unit permutation test,
-  Fisher-combined); methods against each other (paired Wilcoxon over units, Holm).
+* Task 1 (SPEC 5): FlowKL, FBD, PRD and the controls per (task, type) unit, each set metric with
+  its own encoder if asked (``--task1-encoder``, ``--pair-encoder``); Kendall tau per type and Avg
+  with bootstrap CIs; exact recovery; each method against chance (exact per-unit permutation
+  test, Fisher-combined); Appendix J: FlowKL against each method (paired bootstrap CI of
+  Delta tau, paired Wilcoxon, Holm within that family).
 * Task 2 (SPEC 6), per encoder: Mean, Full, FlowDTW, FlowScore, the controls and any user
   metric; Table 7: FlowScore against each method (one-sided Wilcoxon and paired t-test, Holm
   across encoders within each test, paired bootstrap 95% CI with 10,000 seeded resamples).
-* Task 3 (SPEC 8): trivial baselines and the four streaming detectors per encoder (Table 9).
+* Task 3 (SPEC 8): trivial baselines and the four streaming detectors per encoder (Table 9),
+  MAEs in system turns and in all turns; Appendix I: the Score under a grid of weights.
 
 Each encoder encodes every unique turn (and transcript) of the corpus once, up front; every
 task then reads the encoder's cache. Outputs: Markdown tables in the paper's layout, CSV,
@@ -37,14 +40,16 @@ import numpy as np
 from dialfork_dataset.records import HALLUCINATION_TYPES
 
 from .stats import (
+    bootstrap_column_means_ci,
     bootstrap_mean_ci,
     exact_recovery,
     fisher_combine,
     holm,
-    paired_t_greater,
+    paired_t_greater_test,
     ranking_tau,
     unit_permutation_pvalue,
-    wilcoxon_greater,
+    wilcoxon_greater_test,
+    wilcoxon_two_sided,
 )
 
 logger = logging.getLogger(__name__)
@@ -197,8 +202,10 @@ def run_task1(corpus: Corpus, encoder: Any, methods: Sequence[str] = TASK1_METHO
               skipped: list[str] | None = None, progress: bool = True, pair_encoder: Any = None) -> dict[str, Any]:
     """Task 1 per (task, type) unit: d_k for each method, tau, exact recovery; with statistics.
 
-    ``pair_encoder``: a :class:`~dialfork_metrics.pair_encoder.PairEncoder` for FBD/PRD (default:
-    one over ``encoder``'s model); pass one that already encoded the corpus to reuse its cache.
+    ``encoder`` embeds the turns of FlowKL's graph. ``pair_encoder``: a
+    :class:`~dialfork_metrics.pair_encoder.PairEncoder` for FBD and PRD, or a mapping
+    ``{"fbd": ..., "prd": ...}`` giving each its own (default: one over ``encoder``'s model);
+    pass one that already encoded the corpus to reuse its cache.
     """
     from dialfork_dataset.views import task1_sets
 
@@ -206,13 +213,12 @@ def run_task1(corpus: Corpus, encoder: Any, methods: Sequence[str] = TASK1_METHO
     skipped = skipped if skipped is not None else []
     units = task1_sets(corpus.records, skipped=skipped)
     graphs: dict[str, Any] = {}
-    need_pairs = any(m in methods for m in ("fbd", "prd"))
-    if need_pairs and pair_encoder is None:
-        pair_encoder = _pair_encoder(encoder)
+    need_pairs = [m for m in ("fbd", "prd") if m in methods]
+    pair_encoders = _pair_encoders_by_method(pair_encoder, need_pairs, encoder)
     small_n = _CountingFilter("covariance is singular")
     logging.getLogger("dialfork_metrics.setlevel").addFilter(small_n)
     try:
-        rows = _task1_rows(units, methods, encoder, seed, flowkl_kwargs, prd_kwargs, graphs, pair_encoder, progress)
+        rows = _task1_rows(units, methods, encoder, seed, flowkl_kwargs, prd_kwargs, graphs, pair_encoders, progress)
     finally:
         logging.getLogger("dialfork_metrics.setlevel").removeFilter(small_n)
     if small_n.count:
@@ -223,7 +229,26 @@ def run_task1(corpus: Corpus, encoder: Any, methods: Sequence[str] = TASK1_METHO
             "fbd_small_n_sets": small_n.count}
 
 
-def _task1_rows(units, methods, encoder, seed, flowkl_kwargs, prd_kwargs, graphs, pair_encoder, progress) -> list[dict]:
+def _pair_encoders_by_method(pair_encoder: Any, methods: Sequence[str], encoder: Any) -> dict[str, Any]:
+    """``{"fbd": PairEncoder, "prd": PairEncoder}`` for the set metrics in ``methods``."""
+    if isinstance(pair_encoder, Mapping):
+        unknown = set(pair_encoder) - {"fbd", "prd"}
+        if unknown:
+            raise BenchError(f"pair encoders are given per metric 'fbd' and 'prd', got {sorted(unknown)}")
+        spec = {m: pair_encoder.get(m) or encoder for m in methods}
+    else:
+        spec = {m: pair_encoder if pair_encoder is not None else encoder for m in methods}
+    made: dict[Any, Any] = {}  # one PairEncoder per distinct spec (a name is loaded once)
+    out = {}
+    for m, v in spec.items():
+        k = v if isinstance(v, str) else id(v)
+        if k not in made:
+            made[k] = _pair_encoder(v)
+        out[m] = made[k]
+    return out
+
+
+def _task1_rows(units, methods, encoder, seed, flowkl_kwargs, prd_kwargs, graphs, pair_encoders, progress) -> list[dict]:
     from tqdm.auto import tqdm
 
     rows: list[dict[str, Any]] = []
@@ -237,9 +262,10 @@ def _task1_rows(units, methods, encoder, seed, flowkl_kwargs, prd_kwargs, graphs
                 if m == "flowkl":
                     d[m].append(_flowkl(task, ref, tgt, encoder, graphs, flowkl_kwargs or {}))
                 elif m == "fbd":
-                    d[m].append(_set_metric("fbd", task, ref, tgt, pair_encoder, pair_cache))
+                    d[m].append(_set_metric("fbd", task, ref, tgt, pair_encoders["fbd"], pair_cache))
                 elif m == "prd":
-                    d[m].append(_set_metric("prd", task, ref, tgt, pair_encoder, pair_cache, {"seed": seed, **(prd_kwargs or {})}))
+                    d[m].append(_set_metric("prd", task, ref, tgt, pair_encoders["prd"], pair_cache,
+                                            {"seed": seed, **(prd_kwargs or {})}))
                 elif m == "turn_count_diff":
                     d[m].append(abs(_mean_len(tgt, "turns") - _mean_len(ref, "turns")))
                 elif m == "word_count_diff":
@@ -285,15 +311,86 @@ def summarise_task1(rows: Sequence[Mapping[str, Any]], methods: Sequence[str]) -
             diff = np.array([unit_tau[a][k] - unit_tau[b][k] for k in keys])
             if diff.size == 0:
                 continue
-            from scipy.stats import wilcoxon
-
-            p = 1.0 if np.all(diff == 0) else float(wilcoxon(diff, zero_method="wilcox").pvalue)
+            p = wilcoxon_two_sided(diff)
             pairs.append({"a": a, "b": b, "n_units": int(diff.size), "mean_diff": float(diff.mean()), "p": p})
             pvals.append(p)
     for pr, ph in zip(pairs, holm(pvals)):
         pr["p_holm"] = ph
     n_units = len({(r["task"], r["type"]) for r in rows})
     return {"tau": table, "exact_recovery": exact, "fisher_p": fisher, "pairwise": pairs, "n_units": n_units}
+
+
+#: The paper's Holm family for Task 1 (Appendix J): FlowKL against each other distance method.
+#: The length controls and Random are sanity checks, not competitors, so they stay out of the
+#: family (pass ``against=`` to :func:`task1_comparisons` to widen it).
+TASK1_REFERENCE = "flowkl"
+TASK1_COMPARED: tuple[str, ...] = ("fbd", "prd")
+
+
+def task1_comparisons(rows: Sequence[Mapping[str, Any]], reference: str = TASK1_REFERENCE,
+                      against: Sequence[str] = TASK1_COMPARED, n_resamples: int = 10_000,
+                      seed: int = 0) -> list[dict[str, Any]]:
+    """Appendix J: ``reference`` (FlowKL) against each method of ``against`` over the shared
+    (task, type) units: mean Delta tau = tau(reference) - tau(method), its paired bootstrap 95% CI
+    (:func:`~dialfork_metrics.stats.bootstrap_mean_ci`, seeded), the two-sided paired Wilcoxon
+    p-value and its Holm correction within this family only (the paper: FlowKL vs FBD,
+    -0.031 [-0.080, 0.017], Holm p = 0.43). Methods absent from ``rows`` are left out."""
+    unit_tau: dict[str, dict[tuple, float]] = defaultdict(dict)
+    for r in rows:
+        unit_tau[r["method"]][(r["task"], r["type"])] = r["tau"]
+    out: list[dict[str, Any]] = []
+    if reference not in unit_tau:
+        return out
+    for m in against:
+        if m == reference or m not in unit_tau:
+            continue
+        keys = sorted(set(unit_tau[reference]) & set(unit_tau[m]))
+        if len(keys) < 2:
+            continue
+        diff = np.array([unit_tau[reference][k] - unit_tau[m][k] for k in keys])
+        lo, hi = bootstrap_mean_ci(diff, n_resamples=n_resamples, seed=seed)
+        out.append({"a": reference, "b": m, "n_units": int(diff.size), "mean_diff": float(diff.mean()),
+                    "ci_low": lo, "ci_high": hi, "p": wilcoxon_two_sided(diff)})
+    for r, ph in zip(out, holm([r["p"] for r in out])):
+        r["p_holm"] = ph
+    return out
+
+
+def tau_confidence_intervals(rows: Sequence[Mapping[str, Any]], methods: Sequence[str], group: str,
+                             n_resamples: int = 10_000, seed: int = 0) -> dict[str, dict[str, list[float] | None]]:
+    """Percentile bootstrap 95% CIs of each cell of a tau table (Tables 2 and 3).
+
+    Per type: the mean tau over that type's units, the units resampled jointly across methods
+    (:func:`~dialfork_metrics.stats.bootstrap_column_means_ci`). ``Avg``: the groups (``group``:
+    ``"task"`` for Task 1, ``"source_id"`` for Task 2) that have all four types are resampled,
+    the statistic being the mean of their per-group average tau. A cell without two units is
+    ``None``. Returns ``{method: {type or "Avg": [low, high] or None}}``.
+    """
+    tau: dict[tuple, dict[str, float]] = defaultdict(dict)  # (group, type) -> method -> tau
+    for r in rows:
+        tau[(r[group], r["type"])][r["method"]] = r["tau"]
+    out: dict[str, dict[str, list[float] | None]] = {m: {} for m in methods}
+    for i, h in enumerate(TYPES):
+        keys = sorted(k for k in tau if k[1] == h and all(m in tau[k] for m in methods))
+        if len(keys) < 2:
+            for m in methods:
+                out[m][h] = None
+            continue
+        X = np.array([[tau[k][m] for m in methods] for k in keys])
+        lo, hi = bootstrap_column_means_ci(X, n_resamples=n_resamples, seed=seed + i, batch=200)
+        for j, m in enumerate(methods):
+            out[m][h] = [float(lo[j]), float(hi[j])]
+    groups = sorted({k[0] for k in tau if all((k[0], h) in tau and all(m in tau[(k[0], h)] for m in methods)
+                                                 for h in TYPES)})
+    if len(groups) >= 2:
+        X = np.array([[np.mean([tau[(g, h)][m] for h in TYPES]) for m in methods] for g in groups])
+        lo, hi = bootstrap_column_means_ci(X, n_resamples=n_resamples, seed=seed + len(TYPES), batch=200)
+        for j, m in enumerate(methods):
+            out[m]["Avg"] = [float(lo[j]), float(hi[j])]
+    else:
+        for m in methods:
+            out[m]["Avg"] = None
+    return out
 
 
 def _mean_len(dialogues: Sequence[Mapping[str, Any]], what: str) -> float:
@@ -332,7 +429,7 @@ def _set_metric(name: str, task: str, ref, tgt, pair_encoder, cache: dict, kwarg
     def emb(dialogues):
         return pair_encoder.encode_sets(dialogues)
 
-    key = ("ref", task)
+    key = (id(pair_encoder), "ref", task)
     X = cache.get(key)
     if X is None:
         X = cache[key] = emb(ref)
@@ -390,10 +487,41 @@ def summarise_task2(rows: Sequence[Mapping[str, Any]], methods: Sequence[str]) -
     return {"tau": table, "mean_distance_by_k": mean_by_k, "n_units": n_units}
 
 
+def distance_by_k(rows: Sequence[Mapping[str, Any]], methods: Sequence[str], n_resamples: int = 10_000,
+                  seed: int = 0) -> dict[str, dict[str, dict[str, list[float]]]]:
+    """Mean distance d_k per (method, type, fork position k), in the method's own units (not
+    rescaled), with a percentile bootstrap 95% CI over the type's units (the units resampled
+    jointly across methods and positions; :func:`~dialfork_metrics.stats.bootstrap_column_means_ci`).
+
+    Returns ``{method: {type: {"mean": [4], "low": [4], "high": [4], "n": n_units}}}``; a type with
+    fewer than two units has ``low``/``high`` equal to ``mean``.
+    """
+    dist: dict[tuple, dict[str, list[float]]] = defaultdict(dict)  # (source, type) -> method -> d_1..d_4
+    for r in rows:
+        dist[(r["source_id"], r["type"])][r["method"]] = list(r["distances"])
+    out: dict[str, dict[str, dict[str, list[float]]]] = {m: {} for m in methods}
+    for i, h in enumerate(TYPES):
+        keys = sorted(k for k in dist if k[1] == h and all(m in dist[k] for m in methods))
+        if not keys:
+            continue
+        X = np.array([[v for m in methods for v in dist[k][m]] for k in keys], dtype=float)  # (units, 4 * methods)
+        mean = X.mean(axis=0)
+        if len(keys) >= 2:
+            lo, hi = bootstrap_column_means_ci(X, n_resamples=n_resamples, seed=seed + i, batch=100)
+        else:
+            lo, hi = mean, mean
+        for j, m in enumerate(methods):
+            sl = slice(4 * j, 4 * j + 4)
+            out[m][h] = {"mean": mean[sl].tolist(), "low": np.asarray(lo)[sl].tolist(),
+                         "high": np.asarray(hi)[sl].tolist(), "n": len(keys)}
+    return out
+
+
 def task2_significance(per_encoder: Mapping[str, Mapping[str, Any]], reference: str = "flowscore",
                        n_resamples: int = 10_000, seed: int = 0) -> list[dict[str, Any]]:
-    """Table 7: FlowScore tau minus each method's tau per unit; one-sided Wilcoxon and paired
-    t-test, Holm-corrected across encoders within each (method, test); bootstrap 95% CI."""
+    """Table 7: FlowScore tau minus each method's tau per unit; one-sided Wilcoxon (statistic ``W``,
+    the sum of the positive ranks) and paired t-test (statistic ``t``), Holm-corrected across
+    encoders within each (method, test); bootstrap 95% CI."""
     out: list[dict[str, Any]] = []
     for enc, res in per_encoder.items():
         taus: dict[str, dict[tuple, float]] = defaultdict(dict)
@@ -409,9 +537,11 @@ def task2_significance(per_encoder: Mapping[str, Mapping[str, Any]], reference: 
                 continue
             diff = np.array([taus[reference][k] - taus[m][k] for k in keys])
             lo, hi = bootstrap_mean_ci(diff, n_resamples=n_resamples, seed=seed)
+            w, p_w = wilcoxon_greater_test(diff)
+            t, p_t = paired_t_greater_test(diff)
             out.append({"encoder": enc, "method": m, "n_units": int(diff.size), "mean_diff": float(diff.mean()),
-                        "ci_low": lo, "ci_high": hi, "p_wilcoxon": wilcoxon_greater(diff),
-                        "p_ttest": paired_t_greater(diff)})
+                        "ci_low": lo, "ci_high": hi, "W": w, "p_wilcoxon": p_w,
+                        "t": t if np.isfinite(t) else None, "p_ttest": p_t})  # constant differences: t undefined
     for test in ("p_wilcoxon", "p_ttest"):
         for m in {r["method"] for r in out}:
             grp = [r for r in out if r["method"] == m]
@@ -454,6 +584,53 @@ def run_task3(corpus: Corpus, encoder: Any, detectors: Sequence[str] = TASK3_DET
         if save_dir is not None and name in STREAMING_DETECTORS:
             det.save(Path(save_dir) / name.replace("+", "_"))
     return {"results": results, "n_train": len(train), "n_test": len(test), "predictions": predictions}
+
+
+#: Appendix I's weight grid: the weight of each MAE component, from the uniform 0.25 to 0.40; each
+#: coverage component gets ``0.5 - w`` (the paper's Score uses 0.35 / 0.15).
+SWEEP_MAE_WEIGHTS: tuple[float, ...] = (0.25, 0.275, 0.30, 0.325, 0.35, 0.375, 0.40)
+#: Regimes whose winners Appendix I compares; a detector not listed is its own regime "other".
+TASK3_REGIMES: dict[str, tuple[str, ...]] = {"baselines": ("first", "last", "random"),
+                                             "streaming": ("it", "ss", "it+nc", "ss+nc")}
+
+
+def _regime(detector: str) -> str:
+    return next((r for r, ds in TASK3_REGIMES.items() if detector in ds), "other")
+
+
+def task3_weight_sweep(results: Mapping[str, Mapping[str, Any]],
+                       mae_weights: Sequence[float] = SWEEP_MAE_WEIGHTS) -> dict[str, Any]:
+    """Appendix I: the Score of every detector under each weight vector ``(w, w, 0.5 - w, 0.5 - w)``
+    for ``w`` in ``mae_weights``, recomputed from its MAEs, coverages and references
+    (:func:`~dialfork_metrics.task3.scorer.score_from_stats`; the unit of the MAEs does not matter,
+    only their ratio to the references), and the winner of each regime at each weight.
+
+    ``results``: ``{detector: score_predictions(...) result}`` of one encoder. Returns
+    ``{"weights": [[w1, w2, w3, w4], ...], "scores": {detector: [Score per weight]},
+    "winners": {regime: [detector per weight]}, "stable": {regime: bool}}``, where ``stable`` says
+    whether the regime's winner is the same detector at every weight (ties broken by name).
+    """
+    from .task3.scorer import score_from_stats
+
+    ws: list[list[float]] = []
+    for w in mae_weights:
+        if not 0.0 <= w <= 0.5:
+            raise ValueError(f"MAE weight {w} outside [0, 0.5]: each coverage weight is 0.5 - w")
+        ws.append([float(w), float(w), 0.5 - float(w), 0.5 - float(w)])
+    scores: dict[str, list[float]] = {}
+    for det, r in results.items():
+        if r.get("mae_h_ref") is None or r.get("mae_c_ref") is None or r.get("cov_h") is None or r.get("cov_c") is None:
+            continue
+        scores[det] = [score_from_stats(r["mae_h"], r["cov_h"], r["mae_c"], r["cov_c"], r["mae_h_ref"],
+                                        r["mae_c_ref"], weights=wv) for wv in ws]
+    winners: dict[str, list[str]] = {}
+    for det in scores:
+        winners.setdefault(_regime(det), [])
+    for reg in winners:
+        dets = sorted(d for d in scores if _regime(d) == reg)
+        winners[reg] = [max(dets, key=lambda d, i=i: scores[d][i]) for i in range(len(ws))]  # ties: first name
+    return {"weights": ws, "scores": scores, "winners": winners,
+            "stable": {reg: len(set(w)) == 1 for reg, w in winners.items()}}
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -514,11 +691,19 @@ def run_benchmark(data: str | os.PathLike, tasks: Sequence[int] = (1, 2, 3), enc
                   task2_methods: Sequence[str] = TASK2_METHODS, task3_detectors: Sequence[str] = TASK3_DETECTORS,
                   custom_metrics: Sequence[str] = (), graph_task: str | None = None, device: str | None = None,
                   batch_size: int = 64, n_resamples: int = 10_000, plots: bool = True, progress: bool = True,
-                  cache_dir: str | None = None, prd_kwargs: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                  cache_dir: str | None = None, prd_kwargs: Mapping[str, Any] | None = None,
+                  task1_encoder: str | None = None, pair_encoder: str | Mapping[str, str] | None = None,
+                  task1_compare: Sequence[str] = TASK1_COMPARED) -> dict[str, Any]:
     """Run the benchmark and (when ``out`` is given) write every report. Returns the report dict.
 
     ``prd_kwargs`` go to :func:`~dialfork_metrics.setlevel.prd_from_embeddings` (``num_runs``,
     ``n_init``, ``kmeans``) on top of :data:`DEFAULT_PRD`.
+
+    Encoders of Task 1: ``task1_encoder`` embeds the turns of FlowKL's graph (default: the first
+    of ``encoders``; the paper uses ``"d2f"``); ``pair_encoder`` embeds the (system, user) pairs
+    of FBD and PRD, one name for both or ``{"fbd": name, "prd": name}`` (default: the model of
+    ``task1_encoder``). ``task1_compare``: the methods FlowKL is tested against (Appendix J's Holm
+    family, :data:`TASK1_COMPARED`).
     """
     prd_kwargs = {**DEFAULT_PRD, **(prd_kwargs or {})}
     from .encoders import resolve_encoder_name
@@ -528,6 +713,13 @@ def run_benchmark(data: str | os.PathLike, tasks: Sequence[int] = (1, 2, 3), enc
         raise BenchError(f"unknown task(s) {bad}; DialFork has tasks 1, 2, 3")
     for e in encoders:
         resolve_encoder_name(e)  # unknown name -> ValueError before any work
+    if not encoders and task1_encoder is None:
+        raise BenchError("no encoder: give --encoders (and/or --task1-encoder for Task 1)")
+    t1_name = task1_encoder or encoders[0]
+    pair_names = _pair_encoder_names(pair_encoder, t1_name)
+    for e in (t1_name, *pair_names.values()):
+        resolve_encoder_name(e)
+    _check_methods(task1_compare, TASK1_METHODS, "Task 1 comparison")
     _check_methods(task1_methods, TASK1_METHODS, "Task 1")
     _check_methods(task2_methods, TASK2_METHODS, "Task 2")
     _check_methods(task3_detectors, TASK3_DETECTORS, "Task 3")
@@ -542,30 +734,29 @@ def run_benchmark(data: str | os.PathLike, tasks: Sequence[int] = (1, 2, 3), enc
         "meta": {"data": str(data), "fingerprint": corpus.fingerprint(), "n_records": len(corpus.records),
                  "n_conformant": len(corpus.conformant), "tasks": list(tasks), "encoders": list(encoders),
                  "seed": seed, "bootstrap_resamples": n_resamples, "prd": dict(prd_kwargs or {}),
-                 "versions": package_versions()},
+                 "task1_encoders": {"flowkl": t1_name, **pair_names}, "versions": package_versions()},
         "skipped": skipped,
     }
     task2_by_encoder: dict[str, Any] = {}
     task3_by_encoder: dict[str, Any] = {}
     graph = None
-    for i, name in enumerate(encoders):
+    t1_kw = dict(methods=task1_methods, pair_names=pair_names, seed=seed, skipped=skipped, progress=progress,
+                 prd_kwargs=prd_kwargs, compare=task1_compare, n_resamples=n_resamples, timings=timings,
+                 device=device, batch_size=batch_size, cache_dir=cache_dir, graph_task=graph_task)
+    t1_resolved = resolve_encoder_name(t1_name)
+    if 1 in tasks and all(resolve_encoder_name(e) != t1_resolved for e in encoders):
+        enc1 = prepare_encoder(t1_name, corpus.records, device=device, batch_size=batch_size, cache_dir=cache_dir,
+                               transcripts=False, timings=timings, progress=progress)
+        report["task1"], graph = _task1_stage(corpus, enc1, t1_name, **t1_kw)
+        del enc1
+    for name in encoders:
+        runs_task1 = 1 in tasks and "task1" not in report and resolve_encoder_name(name) == t1_resolved
+        if not (runs_task1 or 2 in tasks or 3 in tasks):
+            continue
         enc = prepare_encoder(name, corpus.records, device=device, batch_size=batch_size, cache_dir=cache_dir,
                               transcripts=2 in tasks, timings=timings, progress=progress)
-        if 1 in tasks and i == 0:
-            pe = None
-            if any(m in task1_methods for m in ("fbd", "prd")):
-                t0 = time.perf_counter()
-                pe = _pair_encoder(enc, progress)
-                pe.encode_sets(corpus.records)  # every (system, user) pair once; Task 1 reads the cache
-                timings[f"encode:{name}:pairs"] = time.perf_counter() - t0
-            t0 = time.perf_counter()
-            r1 = run_task1(corpus, enc, task1_methods, seed=seed, skipped=skipped, progress=progress, pair_encoder=pe,
-                           prd_kwargs=prd_kwargs)
-            timings["task1"] = time.perf_counter() - t0
-            graphs = {k: v for k, v in r1.pop("graphs").items() if isinstance(k, str)}
-            gt = graph_task or (sorted(graphs)[0] if graphs else None)
-            graph = (gt, graphs.get(gt)) if gt else None
-            report["task1"] = {**r1, "encoder": name}
+        if runs_task1:
+            report["task1"], graph = _task1_stage(corpus, enc, name, **t1_kw)
         if 2 in tasks:
             t0 = time.perf_counter()
             task2_by_encoder[name] = run_task2(corpus, enc, task2_methods, seed=seed, custom=custom, skipped=skipped)
@@ -581,9 +772,11 @@ def run_benchmark(data: str | os.PathLike, tasks: Sequence[int] = (1, 2, 3), enc
         report["task2"] = {"per_encoder": {e: {"summary": r["summary"], "units": r["units"], "methods": r["methods"]}
                                            for e, r in task2_by_encoder.items()},
                            "significance": task2_significance(task2_by_encoder, n_resamples=n_resamples, seed=seed)}
+        _task2_intervals(report["task2"]["per_encoder"], n_resamples, seed)
         timings["task2:significance"] = time.perf_counter() - t0
     if 3 in tasks:
         report["task3"] = task3_by_encoder
+        report["task3_weight_sweep"] = {e: task3_weight_sweep(r["results"]) for e, r in task3_by_encoder.items()}
     timings["total"] = time.perf_counter() - t_start
     enc_time = sum(v for k, v in timings.items() if k.startswith("encode:"))
     timings["encoding_share"] = enc_time / timings["total"] if timings["total"] else 0.0
@@ -597,6 +790,73 @@ def run_benchmark(data: str | os.PathLike, tasks: Sequence[int] = (1, 2, 3), enc
     return report
 
 
+def _pair_encoder_names(pair_encoder: str | Mapping[str, str] | None, default: str) -> dict[str, str]:
+    """``{"fbd": name, "prd": name}`` from ``--pair-encoder`` (one name, or per metric)."""
+    if pair_encoder is None:
+        return {"fbd": default, "prd": default}
+    if isinstance(pair_encoder, str):
+        return {"fbd": pair_encoder, "prd": pair_encoder}
+    unknown = set(pair_encoder) - {"fbd", "prd"}
+    if unknown:
+        raise BenchError(f"pair encoders are given per metric 'fbd' and 'prd', got {sorted(unknown)}")
+    return {m: pair_encoder.get(m) or default for m in ("fbd", "prd")}
+
+
+def _task1_stage(corpus: Corpus, enc: Any, name: str, *, methods, pair_names, seed, skipped, progress, prd_kwargs,
+                 compare, n_resamples, timings, device, batch_size, cache_dir, graph_task) -> tuple[dict, Any]:
+    """Task 1 with ``enc`` for FlowKL and the pair encoders named in ``pair_names``; every (system,
+    user) pair of the corpus is encoded once per pair model, up front. Returns (report part, graph)."""
+    from .encoders import Encoder, resolve_encoder_name
+
+    loaded: dict[str, Any] = {}
+    pes: dict[str, Any] = {}
+    for m in (m for m in ("fbd", "prd") if m in methods):
+        key = resolve_encoder_name(pair_names[m])
+        if key not in loaded:
+            t0 = time.perf_counter()
+            base = enc if key == resolve_encoder_name(name) else Encoder(
+                pair_names[m], device=device, batch_size=batch_size, cache_dir=cache_dir,
+                show_progress=None if progress else False)
+            pe = _pair_encoder(base, progress)
+            pe.encode_sets(corpus.records)  # every (system, user) pair once; Task 1 reads the cache
+            timings[f"encode:{pair_names[m]}:pairs"] = time.perf_counter() - t0
+            loaded[key] = pe
+        pes[m] = loaded[key]
+    t0 = time.perf_counter()
+    r1 = run_task1(corpus, enc, methods, seed=seed, skipped=skipped, progress=progress, pair_encoder=pes,
+                   prd_kwargs=prd_kwargs)
+    r1["comparisons"] = task1_comparisons(r1["units"], against=compare, n_resamples=n_resamples, seed=seed)
+    r1["summary"]["tau_ci"] = tau_confidence_intervals(r1["units"], methods, "task", n_resamples, seed)
+    timings["task1"] = time.perf_counter() - t0
+    graphs = {k: v for k, v in r1.pop("graphs").items() if isinstance(k, str)}
+    gt = graph_task or (sorted(graphs)[0] if graphs else None)
+    used = {"flowkl": name, **{m: pair_names[m] for m in pes}}
+    return {**r1, "encoder": name, "encoders": used}, ((gt, graphs.get(gt)) if gt else None)
+
+
+def _task2_intervals(per_encoder: Mapping[str, dict[str, Any]], n_resamples: int, seed: int) -> None:
+    """Add each encoder's tau CIs and absolute distance-by-k curves (with CIs) to its summary."""
+    for res in per_encoder.values():
+        res["summary"]["tau_ci"] = tau_confidence_intervals(res["units"], res["methods"], "source_id", n_resamples, seed)
+        res["summary"]["distance_by_k"] = distance_by_k(res["units"], res["methods"], n_resamples, seed)
+
+
+def parse_pair_encoder(spec: str | None) -> str | dict[str, str] | None:
+    """``--pair-encoder``: ``NAME`` (FBD and PRD) or ``fbd=NAME[,prd=NAME]``."""
+    if spec is None or not spec.strip():
+        return None
+    if "=" not in spec:
+        return spec.strip()
+    out: dict[str, str] = {}
+    for part in _csv_list(spec):
+        metric, _, name = part.partition("=")
+        metric, name = metric.strip().lower(), name.strip()
+        if metric not in ("fbd", "prd") or not name:
+            raise BenchError(f"--pair-encoder {spec!r}: expected NAME or fbd=NAME,prd=NAME")
+        out[metric] = name
+    return out
+
+
 def _csv_list(s: str) -> list[str]:
     return [x.strip() for x in s.split(",") if x.strip()]
 
@@ -606,7 +866,15 @@ def build_parser() -> argparse.ArgumentParser:
                                 description="Reproduce the DialFork paper's evaluation (Tables 2, 3, 4, 7, 9) on a corpus.")
     p.add_argument("--data", required=True, help="generator output folder, exported Hub layout folder, or Hub dataset id")
     p.add_argument("--tasks", default="1,2,3", help="comma-separated tasks among 1,2,3 (default: all)")
-    p.add_argument("--encoders", default="minilm", help="comma-separated encoder aliases/paths (first one also for Task 1)")
+    p.add_argument("--encoders", default="minilm", help="comma-separated encoder aliases/paths of Tasks 2 and 3 "
+                   "(the first one is also Task 1's unless --task1-encoder is given)")
+    p.add_argument("--task1-encoder", default=None, metavar="NAME",
+                   help="encoder of FlowKL's graph in Task 1 (default: the first of --encoders; the paper: d2f)")
+    p.add_argument("--pair-encoder", default=None, metavar="NAME|fbd=NAME,prd=NAME",
+                   help="encoder of the (system, user) pairs of FBD and PRD, one for both or one each "
+                        "(default: the Task 1 encoder's model)")
+    p.add_argument("--task1-compare", default=",".join(TASK1_COMPARED),
+                   help="methods FlowKL is tested against in Task 1 (one Holm family; default: fbd,prd as the paper)")
     p.add_argument("--out", default="reports", help="output folder (Markdown, CSV, JSON, PNG)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--task1-methods", default=",".join(TASK1_METHODS))
@@ -638,13 +906,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: --tasks must be comma-separated integers among 1,2,3, got {a.tasks!r}", file=sys.stderr)
         return 2
     try:
+        pair = parse_pair_encoder(a.pair_encoder)
         rep = run_benchmark(a.data, tasks, _csv_list(a.encoders), a.out, seed=a.seed,
                             task1_methods=_csv_list(a.task1_methods), task2_methods=_csv_list(a.task2_methods),
                             task3_detectors=_csv_list(a.task3_detectors), custom_metrics=a.metric,
                             graph_task=a.graph_task, device=a.device, batch_size=a.batch_size,
                             n_resamples=a.bootstrap_resamples, plots=not a.no_plots, progress=not a.quiet,
                             cache_dir=a.cache_dir,
-                            prd_kwargs={"num_runs": a.prd_runs, "n_init": a.prd_n_init, "kmeans": a.prd_kmeans})
+                            prd_kwargs={"num_runs": a.prd_runs, "n_init": a.prd_n_init, "kmeans": a.prd_kmeans},
+                            task1_encoder=a.task1_encoder, pair_encoder=pair,
+                            task1_compare=_csv_list(a.task1_compare))
     except (BenchError, ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

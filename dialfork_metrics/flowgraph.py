@@ -586,31 +586,79 @@ class FlowGraph:
         G = self.to_networkx()
         _atomic_write(path, lambda tmp: nx.write_graphml(G, tmp))
 
-    def draw(self, path: str | os.PathLike, max_nodes: int = 60, dpi: int = 150) -> None:
-        """Draw the graph to a PNG (matplotlib, Agg backend): the ``max_nodes`` most visited
-        nodes, edge width by probability, system nodes grey, user nodes blue."""
+    def typical_positions(self) -> np.ndarray:
+        """The typical turn position (1-based) of every node, ``[start]`` at 0 and ``[end]`` after the
+        last: :func:`expected_turn_positions` of the raw transition counts (self-loops included, as
+        they advance the turn)."""
+        self._check_fitted()
+        pos = expected_turn_positions(self.raw_counts, self.start, self.end)
+        pos[self.start] = 0.0
+        finite = pos[np.isfinite(pos)]
+        pos[self.end] = (finite.max() if finite.size else 0.0) + 1.0
+        return pos
+
+    def draw(self, path: str | os.PathLike, max_nodes: int = 40, top_edges: int = 2, label_chars: int = 60,
+             dpi: int = 150) -> None:
+        """Draw the graph as a workflow (PNG, matplotlib Agg), left to right.
+
+        Nodes: the ``max_nodes`` most visited, placed in columns by their typical turn position
+        (:meth:`typical_positions`), ordered within a column to follow their predecessors; each is
+        labelled with its most central utterance (the member nearest the centroid, shortened to
+        ``label_chars`` characters) and its visit count; user nodes blue, system nodes white.
+        Edges: for each node its ``top_edges`` most probable outgoing edges among the drawn nodes,
+        width by transition probability. The full graph is in :meth:`to_graphml`.
+        """
         import matplotlib
 
         matplotlib.use("Agg", force=False)
         import matplotlib.pyplot as plt
-        import networkx as nx
+        from matplotlib.patches import FancyArrowPatch
 
-        G = self.to_networkx()
-        keep = sorted(range(self.vocab_size), key=lambda i: -int(self.node_counts[i]))[:max_nodes]
-        names = [self.node_names[i] for i in keep] + [START, END]
-        H = G.subgraph(names).copy()
-        pos = nx.spring_layout(H, seed=0, k=1.5 / max(1, math.sqrt(H.number_of_nodes())))
-        fig, ax = plt.subplots(figsize=(12, 9))
-        colors = ["#9e9e9e" if d["speaker"] == "system" else "#4fc3f7" if d["speaker"] == "user" else "#66bb6a"
-                  for _, d in H.nodes(data=True)]
-        widths = [0.3 + 4 * d["prob"] for _, _, d in H.edges(data=True)]
-        nx.draw_networkx_nodes(H, pos, node_color=colors, node_size=300, ax=ax)
-        nx.draw_networkx_edges(H, pos, width=widths, alpha=0.5, arrows=True, ax=ax)
-        labels = {n: n.replace("system:", "S").replace("user:", "U") for n in H.nodes}
-        nx.draw_networkx_labels(H, pos, labels=labels, font_size=7, ax=ax)
+        self._check_fitted()
+        layout = workflow_layout(self.counts, self.typical_positions(), self.node_counts, self.start, self.end,
+                                 max_nodes=max_nodes, top_edges=top_edges)
+        xy, edges = layout["xy"], layout["edges"]
+        n_cols = max(1, len({x for x, _ in xy.values()}))
+        n_rows = max(1, layout["max_column"])
+        fig, ax = plt.subplots(figsize=(max(8.0, 1.45 * n_cols), max(4.0, 0.95 * n_rows + 1.5)))
+        colours = {"user": "#bbdefb", "system": "#ffffff"}
+        boxes = {}
+        for i, (x, y) in xy.items():
+            name = self.node_names[i]
+            if i in (self.start, self.end):
+                label, face = name, "#e0e0e0"
+            else:
+                sp = name.split(":")[0]
+                label = f"{_shorten(self.examples[i], label_chars)}\n({sp}, n={int(self.node_counts[i])})"
+                face = colours.get(sp, "#e0e0e0")
+            boxes[i] = ax.text(x, y, label, ha="center", va="center", fontsize=6.2, zorder=3, wrap=False,
+                               bbox={"boxstyle": "round,pad=0.3", "fc": face, "ec": "#424242", "lw": 0.6})
+        pmax = max([p for _, _, p in edges] + [1e-9])
+        for a, b, prob in edges:
+            (xa, ya), (xb, yb) = xy[a], xy[b]
+            back = xb < xa
+            arrow = FancyArrowPatch((xa, ya), (xb, yb), arrowstyle="-|>", mutation_scale=7,
+                                    connectionstyle=f"arc3,rad={0.35 if back or xb == xa else 0.08}",
+                                    lw=0.4 + 3.6 * prob / pmax, color="#c62828" if back else "#37474f",
+                                    alpha=(0.25 if back else 0.35) + 0.5 * prob / pmax, zorder=1, patchA=boxes[a].get_bbox_patch(),
+                                    patchB=boxes[b].get_bbox_patch())
+            ax.add_patch(arrow)
+        xs = [x for x, _ in xy.values()]
+        ys = [y for _, y in xy.values()]
+        ax.set_xlim(min(xs) - 0.8, max(xs) + 0.8)
+        ax.set_ylim(min(ys) - 0.8, max(ys) + 0.8)
+        ax.invert_yaxis()
         ax.set_axis_off()
-        ax.set_title(f"FlowGraph: {self.vocab_size} nodes, {int((self.counts > 0).sum())} edges "
-                     f"({self.n_dialogues} reference dialogues)")
+        from matplotlib.patches import Patch
+
+        ax.legend(handles=[Patch(fc=colours["user"], ec="#424242", label="user node"),
+                           Patch(fc=colours["system"], ec="#424242", label="system node"),
+                           Patch(fc="#37474f", label="edge (width: probability)"),
+                           Patch(fc="#c62828", label="edge back to an earlier position")],
+                  loc="upper left", bbox_to_anchor=(0.0, -0.01), ncol=4, fontsize=7, frameon=False)
+        ax.set_title(f"FlowGraph: {len(xy) - 2} of {self.vocab_size} nodes (most visited), top {top_edges} "
+                     f"edges per node, columns by typical turn position ({self.n_dialogues} reference dialogues)",
+                     fontsize=9)
         fig.tight_layout()
         try:
             _atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=dpi, format="png"))
@@ -667,6 +715,107 @@ class FlowGraph:
             return f"FlowGraph(distance_threshold={self.distance_threshold}, unfitted)"
         return (f"FlowGraph({self.vocab_size} nodes, {int((self.counts > 0).sum())} edges, "
                 f"{self.n_dialogues} dialogues, distance_threshold={self.distance_threshold})")
+
+
+def expected_turn_positions(counts: Any, start: int, end: int, max_steps: int = 1000, tol: float = 1e-9) -> np.ndarray:
+    """The expected turn position of each node under the Markov chain of ``counts`` (row-normalised
+    transition counts, walked from ``start`` until the mass reaching ``end`` leaves ``tol``):
+    ``sum_t t * P(at node at turn t) / sum_t P(at node at turn t)``. A node the walk never reaches
+    is ``nan``; ``start`` and ``end`` are ``nan`` (they are not turns).
+
+    >>> c = np.zeros((4, 4)); c[2, 0] = c[0, 1] = c[1, 3] = 1   # start(2) -> 0 -> 1 -> end(3)
+    >>> expected_turn_positions(c, 2, 3)[:2].tolist()
+    [1.0, 2.0]
+    """
+    C = np.asarray(counts, dtype=float)
+    out = C.sum(axis=1, keepdims=True)
+    P = np.divide(C, out, out=np.zeros_like(C), where=out > 0)
+    P[end] = 0.0  # absorbed
+    pi = np.zeros(C.shape[0])
+    pi[start] = 1.0
+    mass = np.zeros(C.shape[0])
+    tmass = np.zeros(C.shape[0])
+    for t in range(1, max_steps + 1):
+        pi = pi @ P
+        mass += pi
+        tmass += t * pi
+        live = pi.sum() - pi[end]
+        pi[end] = 0.0
+        if live < tol:
+            break
+    pos = np.full(C.shape[0], np.nan)
+    ok = mass > 0
+    pos[ok] = tmass[ok] / mass[ok]
+    pos[[start, end]] = np.nan
+    return pos
+
+
+def workflow_layout(counts: Any, positions: Any, node_counts: Any, start: int, end: int, max_nodes: int = 40,
+                    top_edges: int = 2, sweeps: int = 4) -> dict[str, Any]:
+    """A layered (Sugiyama-style) layout of a flow graph, as pure data.
+
+    Keeps ``start``, ``end`` and the ``max_nodes`` most visited nodes; column ``x`` = the rounded
+    typical position (``positions``, ``start`` at 0), rows within a column ordered by the
+    barycentre of each node's kept neighbours in the previous column (``sweeps`` passes, left to
+    right), then spread evenly. Edges: each kept node's ``top_edges`` most probable outgoing edges
+    (row-normalised ``counts``) whose target is kept. Returns ``{"xy": {node: (x, y)}, "edges":
+    [(a, b, prob)], "max_column": size of the largest column}``.
+    """
+    C = np.asarray(counts, dtype=float)
+    pos = np.asarray(positions, dtype=float)
+    nc = np.asarray(node_counts)
+    cluster_nodes = [i for i in range(C.shape[0]) if i not in (start, end) and np.isfinite(pos[i])]
+    keep = sorted(cluster_nodes, key=lambda i: (-int(nc[i]), i))[:max_nodes] + [start, end]
+    kept = set(keep)
+    out = C.sum(axis=1)
+    edges: list[tuple[int, int, float]] = []
+    for a in keep:
+        if out[a] <= 0:
+            continue
+        cand = sorted((b for b in np.flatnonzero(C[a]) if int(b) in kept and int(b) != a), key=lambda b: (-C[a, b], b))
+        edges += [(a, int(b), float(C[a, b] / out[a])) for b in cand[:top_edges]]
+    col = {i: int(round(pos[i])) for i in keep if i not in (start, end)}
+    last = max(col.values(), default=0) + 1
+    col[start], col[end] = 0, last
+    # compact empty columns
+    used = sorted(set(col.values()))
+    rank = {c: k for k, c in enumerate(used)}
+    col = {i: rank[c] for i, c in col.items()}
+    columns: dict[int, list[int]] = {}
+    for i in sorted(keep, key=lambda i: (-int(nc[i]) if i < len(nc) else 0, i)):
+        columns.setdefault(col[i], []).append(i)
+    preds: dict[int, list[tuple[int, float]]] = {}
+    for a, b, p in edges:
+        preds.setdefault(b, []).append((a, p))
+    y: dict[int, float] = {}
+    for c in sorted(columns):
+        for r, i in enumerate(columns[c]):
+            y[i] = float(r)
+    for _ in range(sweeps):
+        for c in sorted(columns)[1:]:
+            def bary(i: int, c: int = c) -> float:
+                ps = [(y[a], p) for a, p in preds.get(i, []) if col[a] < c]
+                return sum(v * p for v, p in ps) / sum(p for _, p in ps) if ps else y[i]
+            columns[c].sort(key=lambda i: (bary(i), i))
+            for r, i in enumerate(columns[c]):
+                y[i] = float(r)
+    height = max(len(v) for v in columns.values())
+    xy = {}
+    for c, nodes in columns.items():
+        off = (height - len(nodes)) / 2.0
+        for r, i in enumerate(nodes):
+            xy[i] = (float(c), off + r)
+    return {"xy": xy, "edges": edges, "max_column": height}
+
+
+def _shorten(text: str, n: int, width: int = 24) -> str:
+    """``text`` cut to ``n`` characters at a word boundary (with an ellipsis), wrapped at ``width``."""
+    import textwrap
+
+    t = " ".join(str(text).split())
+    if len(t) > n:
+        t = t[: n - 1].rsplit(" ", 1)[0].rstrip(",.;:") + "…"
+    return "\n".join(textwrap.wrap(t, width)) or "(empty)"
 
 
 def _atomic_write(path: str | os.PathLike, writer) -> None:

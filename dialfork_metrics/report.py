@@ -55,14 +55,30 @@ def task1_markdown(t1: Mapping[str, Any]) -> str:
     for m, vals in s["tau"].items():
         rows.append([_label(m)] + [_f(vals.get(h)) for h in TYPES] + [_f(vals.get("Avg")), _f(s["exact_recovery"].get(m), pct=True),
                                                                         _p(s["fisher_p"].get(m))])
-    md = [f"### Table 2. Task 1: set-to-set distance (Kendall tau, encoder `{t1.get('encoder')}`, {s['n_units']} units)",
+    md = [f"### Table 2. Task 1: set-to-set distance (Kendall tau, {_task1_encoders(t1)}, {s['n_units']} units)",
           "", markdown_table(["Method", *TYPES, "Avg", "Exact recovery", "p (Fisher, vs chance)"], rows)]
-    if s["pairwise"]:
-        prow = [[_label(r["a"]), _label(r["b"]), str(r["n_units"]), _f(r["mean_diff"]), _p(r["p"]), _p(r["p_holm"])]
-                for r in s["pairwise"]]
-        md += ["", "Methods against each other (paired two-sided Wilcoxon over units, Holm):", "",
-               markdown_table(["A", "B", "units", "mean tau(A) - tau(B)", "p", "p (Holm)"], prow)]
+    comp = t1.get("comparisons") or []
+    if comp:
+        md += ["", task1_comparisons_markdown(comp)]
     return "\n".join(md)
+
+
+def _task1_encoders(t1: Mapping[str, Any]) -> str:
+    used = t1.get("encoders") or {}
+    if not used or len(set(used.values())) == 1:
+        return f"encoder `{t1.get('encoder')}`"
+    return "encoders " + ", ".join(f"{_label(m)} `{e}`" for m, e in used.items())
+
+
+def task1_comparisons_markdown(comp: Sequence[Mapping[str, Any]]) -> str:
+    """Appendix J: FlowKL against each method (paired bootstrap CI of mean Delta tau, two-sided
+    paired Wilcoxon, Holm within this family)."""
+    rows = [[_label(r["a"]), _label(r["b"]), str(r["n_units"]), _f(r["mean_diff"]),
+             f"[{_f(r['ci_low'])}, {_f(r['ci_high'])}]", _p(r["p"]), _p(r["p_holm"])] for r in comp]
+    return "\n".join(["Appendix J. FlowKL against each method (Delta tau per unit; paired bootstrap 95% CI; "
+                      "two-sided paired Wilcoxon, Holm within this family):", "",
+                      markdown_table(["A", "B", "units", "mean Delta tau (A - B)", "95% CI (bootstrap)", "p Wilcoxon",
+                                      "p (Holm)"], rows)])
 
 
 def task2_markdown(t2: Mapping[str, Any]) -> str:
@@ -75,10 +91,11 @@ def task2_markdown(t2: Mapping[str, Any]) -> str:
     sig = t2.get("significance") or []
     if sig:
         rows = [[r["encoder"], _label(r["method"]), str(r["n_units"]), _f(r["mean_diff"]),
-                 f"[{_f(r['ci_low'])}, {_f(r['ci_high'])}]", _p(r["p_wilcoxon_holm"]), _p(r["p_ttest_holm"])] for r in sig]
+                 f"[{_f(r['ci_low'])}, {_f(r['ci_high'])}]", _stat(r.get("W"), 0), _p(r["p_wilcoxon_holm"]),
+                 _stat(r.get("t"), 2), _p(r["p_ttest_holm"])] for r in sig]
         md += ["### Table 7. FlowScore against each method (tau difference per unit; one-sided tests, Holm across encoders)",
-               "", markdown_table(["Encoder", "Method", "units", "mean diff", "95% CI (bootstrap)", "p Wilcoxon (Holm)",
-                                   "p t-test (Holm)"], rows)]
+               "", markdown_table(["Encoder", "Method", "N", "Mean Delta", "95% CI (bootstrap)", "W", "p W (Holm)",
+                                   "t", "p t (Holm)"], rows)]
     return "\n".join(md)
 
 
@@ -92,10 +109,54 @@ def task3_markdown(t3: Mapping[str, Any]) -> str:
                         [_f(r["mae_h"], 2), _f(r["cov_h"], pct=True), _f(r["mae_c"], 2), _f(r["cov_c"], pct=True),
                          _f(r["score"], 2)])
         any_r = next(iter(res["results"].values()))
-        md += [f"### Tables 4 and 9. Task 3: first deviating turn (encoder `{enc}`; {res['n_train']} train, "
+        md += [f"### Tables 4 and 9. Task 3: first deviating turn, MAEs in system turns (encoder `{enc}`; {res['n_train']} train, "
                f"{res['n_test']} test dialogues; MAE_h_ref {_f(any_r['mae_h_ref'], 2)}, MAE_c_ref {_f(any_r['mae_c_ref'], 2)})",
                "", markdown_table(["Detector", *(f"MAE_h {h}" for h in TYPES), "MAE_h", "cov_h", "MAE_c", "cov_c", "Score"],
                                   rows), ""]
+    return "\n".join(md)
+
+
+def _stat(v: Any, nd: int) -> str:
+    return "–" if v is None else f"{v:,.{nd}f}"
+
+
+def task3_all_turns_markdown(t3: Mapping[str, Any]) -> str:
+    """Task 3 MAEs in all turns (user + system), the unit of the paper's Table 4; the Score is
+    unit-free and stays in the system-turn table."""
+    md = []
+    for enc, res in t3.items():
+        rows = []
+        for det, r in res["results"].items():
+            a = r.get("all_turns")
+            if a is None:
+                continue
+            by = a.get("mae_h_by_type", {})
+            rows.append([_label(det)] + [_f(by.get(h), 2) for h in TYPES] + [_f(a["mae_h"], 2), _f(a["mae_c"], 2)])
+        if not rows:
+            continue
+        a = next(r["all_turns"] for r in res["results"].values() if r.get("all_turns"))
+        md += [f"### Table 4 (paper's unit). Task 3 MAEs in all turns, user + system (encoder `{enc}`; "
+               f"MAE_h_ref {_f(a['mae_h_ref'], 2)}, MAE_c_ref {_f(a['mae_c_ref'], 2)}; coverages and Score as above)",
+               "", markdown_table(["Detector", *(f"MAE_h {h}" for h in TYPES), "MAE_h", "MAE_c"], rows), ""]
+    return "\n".join(md)
+
+
+def weight_sweep_markdown(sweep: Mapping[str, Mapping[str, Any]]) -> str:
+    """Appendix I: the winner of each regime (and its Score) for each weight vector of the grid."""
+    md = []
+    for enc, sw in sweep.items():
+        regimes = list(sw["winners"])
+        rows = []
+        for i, w in enumerate(sw["weights"]):
+            cells = []
+            for reg in regimes:
+                d = sw["winners"][reg][i]
+                cells.append(f"{_label(d)} ({_f(sw['scores'][d][i], 2)})")
+            rows.append([" / ".join(f"{x:.3f}".rstrip("0").rstrip(".") for x in w)] + cells)
+        stable = ", ".join(f"{reg}: {'yes' if sw['stable'][reg] else 'NO'}" for reg in regimes)
+        md += [f"### Appendix I. Task 3 Score weights (encoder `{enc}`): winner of each regime per weight vector",
+               "", markdown_table(["w (MAE_h / MAE_c / cov_h / cov_c)", *(f"winner {reg} (Score)" for reg in regimes)],
+                                  rows), "", f"Same winner at every weight: {stable}.", ""]
     return "\n".join(md)
 
 
@@ -112,6 +173,9 @@ def report_markdown(report: Mapping[str, Any]) -> str:
         md += [task2_markdown(report["task2"]), ""]
     if "task3" in report:
         md += [task3_markdown(report["task3"]), ""]
+        md += [task3_all_turns_markdown(report["task3"]), ""]
+    if report.get("task3_weight_sweep"):
+        md += [weight_sweep_markdown(report["task3_weight_sweep"]), ""]
     sk = report.get("skipped") or []
     md += [f"Skipped units: {len(sk)}"] + [f"- {s}" for s in sk[:50]] + ([f"- ... ({len(sk) - 50} more)"] if len(sk) > 50 else [])
     return "\n".join(md) + "\n"
@@ -138,61 +202,201 @@ def _savefig(fig, path: Path) -> None:
             os.unlink(tmp)
 
 
-def _grouped_bars(values: Mapping[str, Mapping[str, Any]], ylabel: str, title: str, path: Path,
-                  zero_line: bool = False) -> None:
-    """One group of bars per hallucination type, one bar per row of ``values`` (missing -> 0)."""
+def _pyplot():
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_tau_bars_ci(table: Mapping[str, Mapping[str, Any]], ci: Mapping[str, Mapping[str, Any]] | None,
+                     title: str, path: Path) -> list[str]:
+    """Grouped bars of a tau table (one group per type and Avg, one bar per method) with the
+    bootstrap 95% CIs as error bars, the legend outside the axes. A method whose every cell is 0
+    or missing (Random: 0 by definition) gets no bar and no legend entry; it is named under the
+    axes instead. Returns the methods drawn."""
+    plt = _pyplot()
     import numpy as np
 
-    rows = list(values)
-    x = np.arange(len(TYPES))
-    w = 0.8 / max(1, len(rows))
-    fig, ax = plt.subplots(figsize=(8, 3.6))
-    for i, m in enumerate(rows):
-        ax.bar(x + i * w - 0.4 + w / 2, [values[m].get(h) or 0.0 for h in TYPES], w, label=_label(m))
-    ax.set_xticks(x, TYPES)
-    if zero_line:
-        ax.axhline(0, color="black", lw=0.8)
-    ax.set_ylabel(ylabel)
+    groups = [*TYPES, "Avg"]
+    drawn = [m for m in table if any((table[m].get(g) or 0.0) != 0.0 for g in groups)]
+    flat = [m for m in table if m not in drawn]
+    x = np.arange(len(groups))
+    w = 0.8 / max(1, len(drawn))
+    cmap = plt.get_cmap("tab10")
+    fig, ax = plt.subplots(figsize=(9, 3.8))
+    for i, m in enumerate(drawn):
+        vals = np.array([np.nan if table[m].get(g) is None else table[m][g] for g in groups], dtype=float)
+        err = None
+        if ci:
+            lo = np.array([(ci.get(m, {}).get(g) or [v, v])[0] for g, v in zip(groups, vals)], dtype=float)
+            hi = np.array([(ci.get(m, {}).get(g) or [v, v])[1] for g, v in zip(groups, vals)], dtype=float)
+            err = np.vstack([np.clip(vals - lo, 0, None), np.clip(hi - vals, 0, None)])
+        ax.bar(x + i * w - 0.4 + w / 2, vals, w, yerr=err, capsize=2, label=_label(m), color=cmap(i % 10),
+               error_kw={"elinewidth": 0.8, "ecolor": "black"})
+    ax.axhline(0, color="black", lw=0.8)
+    ax.axvline(len(TYPES) - 0.5, color="grey", lw=0.6, ls=":")
+    ax.set_xticks(x, groups)
+    ax.set_ylabel("Kendall tau (mean over units)")
     ax.set_title(title)
-    ax.legend(fontsize=7, ncol=2)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+    note = "error bars: percentile bootstrap 95% CI over units" if ci else ""
+    if flat:
+        note += ("; " if note else "") + ", ".join(_label(m) for m in flat) + ": tau = 0 (not drawn)"
+    if note:
+        ax.text(0, -0.14, note, transform=ax.transAxes, fontsize=7, va="top", color="dimgray")
+    _savefig(fig, path)
+    plt.close(fig)
+    return drawn
+
+
+def plot_distance_by_k_panels(curves: Mapping[str, Mapping[str, Mapping[str, Any]]], title: str, path: Path) -> list[str]:
+    """Task 2: mean distance d_k against fork position k, in each method's own units (not
+    rescaled), with its bootstrap 95% CI as a band; one row of panels per method (y shared
+    within a row, so the four types compare), one column per type. Random is left out (its
+    distances are uniform noise by construction). Returns the methods drawn."""
+    plt = _pyplot()
+    import numpy as np
+
+    methods = [m for m in curves if m != "random" and curves[m]]
+    if not methods:
+        return []
+    fig, axes = plt.subplots(len(methods), len(TYPES), figsize=(2.6 * len(TYPES), 1.9 * len(methods) + 0.6),
+                             sharex=True, sharey="row", squeeze=False)
+    ks = np.arange(1, 5)
+    for i, m in enumerate(methods):
+        for j, h in enumerate(TYPES):
+            ax = axes[i, j]
+            c = curves[m].get(h)
+            if c:
+                ax.fill_between(ks, c["low"], c["high"], color=f"C{j}", alpha=0.25, lw=0)
+                ax.plot(ks, c["mean"], marker="o", ms=3, color=f"C{j}")
+            if i == 0:
+                n = c["n"] if c else 0
+                ax.set_title(f"{h} (n={n})", fontsize=9)
+            if j == 0:
+                ax.set_ylabel(_label(m), fontsize=9)
+            ax.tick_params(labelsize=7)
+            ax.grid(alpha=0.3, lw=0.5)
+    for ax in axes[-1]:
+        ax.set_xticks(ks)
+        ax.set_xlabel("fork position k", fontsize=8)
+    fig.suptitle(title + "\nmean distance to the source dialogue (own units), band: bootstrap 95% CI; "
+                 "expected to fall with k", fontsize=9)
+    fig.tight_layout()
+    _savefig(fig, path)
+    plt.close(fig)
+    return methods
+
+
+def plot_task3_summary(results: Mapping[str, Mapping[str, Any]], title: str, path: Path) -> None:
+    """Task 3 side by side, one row per detector: MAE_h and MAE_c (system turns), coverages
+    cov_h and cov_c (%), and the Score. Every value is written next to its bar, and a detector
+    that flags nothing shows "none flagged" in place of an MAE bar, so a low-coverage detector is
+    never an invisible bar."""
+    plt = _pyplot()
+    import numpy as np
+
+    dets = list(results)
+    y = np.arange(len(dets))
+    fig, axes = plt.subplots(1, 3, figsize=(13, 0.45 * len(dets) + 1.6), sharey=True,
+                             gridspec_kw={"width_ratios": [1.2, 1.2, 1]})
+    h = 0.38
+
+    def bars(ax, key, offset, color, label, scale=1.0, fmt="{:.2f}"):
+        vmax = max([(results[d].get(key) or 0) * scale for d in dets] + [1e-9])
+        for yi, d in zip(y, dets):
+            v = results[d].get(key)
+            if v is None:
+                ax.text(0, yi + offset, " none flagged", va="center", fontsize=7, color=color, style="italic")
+                continue
+            ax.barh(yi + offset, v * scale, h, color=color, label=label if yi == y[0] else None)
+            ax.text(v * scale + 0.01 * vmax, yi + offset, fmt.format(v * scale), va="center", fontsize=7)
+        return vmax
+
+    m1 = bars(axes[0], "mae_h", -h / 2, "C3", "MAE_h (forks)")
+    m2 = bars(axes[0], "mae_c", h / 2, "C0", "MAE_c (conformant)")
+    axes[0].set_xlim(0, 1.25 * max(m1, m2))
+    axes[0].set_xlabel("MAE (system turns, lower is better)")
+    bars(axes[1], "cov_h", -h / 2, "C3", "cov_h (forks flagged, higher is better)", 100, "{:.1f}%")
+    bars(axes[1], "cov_c", h / 2, "C0", "cov_c (false alarms, lower is better)", 100, "{:.1f}%")
+    axes[1].set_xlim(0, 118)
+    axes[1].set_xlabel("coverage (%)")
+    for yi, d in zip(y, dets):
+        v = results[d].get("score")
+        axes[2].barh(yi, v or 0.0, 0.6, color="C2")
+        axes[2].text((v or 0.0) + 1, yi, _f(v, 2), va="center", fontsize=7)
+    axes[2].set_xlim(0, 110)
+    axes[2].set_xlabel("Score (0-100, higher is better)")
+    axes[0].set_yticks(y, [_label(d) for d in dets])
+    axes[0].invert_yaxis()
+    for ax in axes[:2]:
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.22), fontsize=7, frameon=False, ncol=1)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
     _savefig(fig, path)
     plt.close(fig)
 
 
-def plot_tau_bars(table: Mapping[str, Mapping[str, Any]], title: str, path: Path) -> None:
-    _grouped_bars(table, "Kendall tau", title, path, zero_line=True)
+def plot_weight_sweep(sweep: Mapping[str, Any], title: str, path: Path) -> None:
+    """Appendix I: each detector's Score against the MAE weight w (weights (w, w, 0.5 - w, 0.5 - w)),
+    one panel per regime, the paper's w = 0.35 marked; a winner that holds is the top line at every w."""
+    plt = _pyplot()
 
+    from .bench import _regime
 
-def plot_distance_by_k(mean_by_k: Mapping[str, Mapping[int, float]], title: str, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import numpy as np
-
-    fig, ax = plt.subplots(figsize=(6, 3.6))
-    for m, byk in mean_by_k.items():
-        if m == "random" or not byk:
-            continue
-        ks = sorted(int(k) for k in byk)
-        v = np.array([byk[k] if k in byk else byk[str(k)] for k in ks], dtype=float)
-        span = v.max() - v.min()
-        ax.plot(ks, (v - v.min()) / span if span > 0 else v * 0, marker="o", label=_label(m))
-    ax.set_xticks([1, 2, 3, 4])
-    ax.set_xlabel("fork position k")
-    ax.set_ylabel("mean distance (min-max scaled)")
-    ax.set_title(title)
-    ax.legend(fontsize=7)
+    regimes = list(sweep["winners"])
+    fig, axes = plt.subplots(1, len(regimes), figsize=(4.2 * len(regimes) + 1.6, 3.4), squeeze=False)
+    ws = [w[0] for w in sweep["weights"]]
+    for ax, reg in zip(axes[0], regimes):
+        for i, d in enumerate(sorted(d for d in sweep["scores"] if _regime(d) == reg)):
+            ax.plot(ws, sweep["scores"][d], marker="o", ms=3, label=_label(d), color=f"C{i}")
+        top = max([v for d in sweep["scores"] if _regime(d) == reg for v in sweep["scores"][d]] + [0.0])
+        ax.set_ylim(0, max(1.0, 1.12 * top))  # Scores near 0 (1e-5 from the floored log) read as 0
+        ax.axvline(0.35, color="grey", ls=":", lw=0.8)
+        ax.text(0.351, ax.get_ylim()[1], " paper", fontsize=7, va="top", color="grey")
+        ax.set_xlabel("weight of each MAE component (coverage: 0.5 - w)")
+        ax.set_ylabel("Score")
+        ax.set_title(f"{reg}: winner {'holds' if sweep['stable'][reg] else 'CHANGES'}", fontsize=9)
+        ax.grid(alpha=0.3, lw=0.5)
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7, frameon=False)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
     _savefig(fig, path)
     plt.close(fig)
 
 
-def plot_task3_mae(results: Mapping[str, Mapping[str, Any]], title: str, path: Path) -> None:
-    _grouped_bars({d: r.get("mae_h_by_type", {}) for d, r in results.items()}, "MAE_h (system turns)", title, path)
+def write_figures(report: Mapping[str, Any], out: Path) -> list[Path]:
+    """The PNG figures of a report (tau bars with CIs, Task 2 distance by k, Task 3 side by side,
+    the Score weight sweep); returns the written paths."""
+    written: list[Path] = []
+    if "task1" in report:
+        s = report["task1"]["summary"]
+        plot_tau_bars_ci(s["tau"], s.get("tau_ci"), "Task 1: Kendall tau per type", out / "task1_tau.png")
+        written.append(out / "task1_tau.png")
+    if "task2" in report:
+        for enc, res in report["task2"]["per_encoder"].items():
+            safe = enc.replace("/", "_")
+            s = res["summary"]
+            plot_tau_bars_ci(s["tau"], s.get("tau_ci"), f"Task 2 ({enc}): Kendall tau per type", out / f"task2_tau_{safe}.png")
+            written.append(out / f"task2_tau_{safe}.png")
+            if s.get("distance_by_k"):
+                plot_distance_by_k_panels(s["distance_by_k"], f"Task 2 ({enc}): distance by fork position",
+                                          out / f"task2_distance_by_k_{safe}.png")
+                written.append(out / f"task2_distance_by_k_{safe}.png")
+    if "task3" in report:
+        for enc, res in report["task3"].items():
+            safe = enc.replace("/", "_")
+            plot_task3_summary(res["results"], f"Task 3 ({enc}): localisation, coverage and Score",
+                               out / f"task3_summary_{safe}.png")
+            written.append(out / f"task3_summary_{safe}.png")
+    for enc, sw in (report.get("task3_weight_sweep") or {}).items():
+        safe = enc.replace("/", "_")
+        plot_weight_sweep(sw, f"Task 3 ({enc}): Score under other weights (Appendix I)", out / f"task3_weights_{safe}.png")
+        written.append(out / f"task3_weights_{safe}.png")
+    return written
 
 
 def write_reports(report: Mapping[str, Any], out: str | os.PathLike, plots: bool = True, graph: Any = None) -> list[Path]:
@@ -214,6 +418,9 @@ def write_reports(report: Mapping[str, Any], out: str | os.PathLike, plots: bool
                  "exact_recovery": t1["summary"]["exact_recovery"].get(m), "fisher_p": t1["summary"]["fisher_p"].get(m)}
                 for m, v in t1["summary"]["tau"].items()]
         text("task1_summary.csv", _csv(rows, ["method", *TYPES, "Avg", "exact_recovery", "fisher_p"]))
+        if t1.get("comparisons"):
+            text("task1_comparisons.csv", _csv(t1["comparisons"], ["a", "b", "n_units", "mean_diff", "ci_low", "ci_high",
+                                                                   "p", "p_holm"]))
     if "task2" in report:
         t2 = report["task2"]
         rows = []
@@ -223,7 +430,8 @@ def write_reports(report: Mapping[str, Any], out: str | os.PathLike, plots: bool
             rows += [{"encoder": enc, "method": m, **{h: v.get(h) for h in (*TYPES, "Avg")}} for m, v in res["summary"]["tau"].items()]
         text("task2_summary.csv", _csv(rows, ["encoder", "method", *TYPES, "Avg"]))
         text("task2_significance.csv", _csv(t2["significance"], ["encoder", "method", "n_units", "mean_diff", "ci_low", "ci_high",
-                                                                  "p_wilcoxon", "p_wilcoxon_holm", "p_ttest", "p_ttest_holm"]))
+                                                                  "W", "p_wilcoxon", "p_wilcoxon_holm", "t", "p_ttest",
+                                                                  "p_ttest_holm"]))
     if "task3" in report:
         rows = []
         for enc, res in report["task3"].items():
@@ -232,22 +440,29 @@ def write_reports(report: Mapping[str, Any], out: str | os.PathLike, plots: bool
                              **{k: r.get(k) for k in ("mae_h", "cov_h", "mae_c", "cov_c", "mae_h_ref", "mae_c_ref", "score")}})
         text("task3.csv", _csv(rows, ["encoder", "detector", *(f"mae_h_{h}" for h in TYPES), "mae_h", "cov_h", "mae_c", "cov_c",
                                       "mae_h_ref", "mae_c_ref", "score"]))
+    if "task3" in report:
+        rows = []
+        for enc, res in report["task3"].items():
+            for det, r in res["results"].items():
+                a = r.get("all_turns")
+                if a is not None:
+                    rows.append({"encoder": enc, "detector": det, **{f"mae_h_{h}": a["mae_h_by_type"].get(h) for h in TYPES},
+                                 **{k: a.get(k) for k in ("mae_h", "mae_c", "mae_h_ref", "mae_c_ref")}})
+        if rows:
+            text("task3_all_turns.csv", _csv(rows, ["encoder", "detector", *(f"mae_h_{h}" for h in TYPES), "mae_h", "mae_c",
+                                                    "mae_h_ref", "mae_c_ref"]))
+    if report.get("task3_weight_sweep"):
+        rows = []
+        for enc, sw in report["task3_weight_sweep"].items():
+            for i, w in enumerate(sw["weights"]):
+                for det, sc in sw["scores"].items():
+                    rows.append({"encoder": enc, "w_mae_h": w[0], "w_mae_c": w[1], "w_cov_h": w[2], "w_cov_c": w[3],
+                                 "detector": det, "score": sc[i],
+                                 "regime_winner": any(v[i] == det for v in sw["winners"].values())})
+        text("task3_weight_sweep.csv", _csv(rows, ["encoder", "w_mae_h", "w_mae_c", "w_cov_h", "w_cov_c", "detector",
+                                                   "score", "regime_winner"]))
     if plots:
-        if "task1" in report:
-            plot_tau_bars(report["task1"]["summary"]["tau"], "Task 1: Kendall tau per type", out / "task1_tau.png")
-            written.append(out / "task1_tau.png")
-        if "task2" in report:
-            for enc, res in report["task2"]["per_encoder"].items():
-                safe = enc.replace("/", "_")
-                plot_tau_bars(res["summary"]["tau"], f"Task 2 ({enc}): Kendall tau per type", out / f"task2_tau_{safe}.png")
-                plot_distance_by_k(res["summary"]["mean_distance_by_k"], f"Task 2 ({enc}): distance vs fork position",
-                                   out / f"task2_distance_by_k_{safe}.png")
-                written += [out / f"task2_tau_{safe}.png", out / f"task2_distance_by_k_{safe}.png"]
-        if "task3" in report:
-            for enc, res in report["task3"].items():
-                safe = enc.replace("/", "_")
-                plot_task3_mae(res["results"], f"Task 3 ({enc}): MAE_h per type", out / f"task3_mae_{safe}.png")
-                written.append(out / f"task3_mae_{safe}.png")
+        written += write_figures(report, out)
         if graph is not None and graph[1] is not None:
             name, g = graph
             g.to_graphml(out / f"flowgraph_{name}.graphml")

@@ -13,7 +13,11 @@ that those libraries do not offer:
 * :func:`fisher_combine` (``scipy.stats.combine_pvalues``), :func:`holm`
   (``statsmodels.stats.multitest.multipletests``), :func:`wilcoxon_greater`
   (``scipy.stats.wilcoxon``), :func:`paired_t_greater` (``scipy.stats.ttest_1samp``) and
-  :func:`bootstrap_mean_ci` (``scipy.stats.bootstrap``, seeded).
+  :func:`bootstrap_mean_ci` (``scipy.stats.bootstrap``, seeded);
+* :func:`wilcoxon_greater_test` / :func:`paired_t_greater_test`: the same tests with their
+  statistics (W, t) for Table 7; :func:`wilcoxon_two_sided` (Task 1's method comparisons);
+  :func:`bootstrap_column_means_ci`: CIs of many means at once, units resampled jointly
+  (``scipy.stats.bootstrap`` with ``axis=0``, batched).
 """
 
 from __future__ import annotations
@@ -144,3 +148,76 @@ def bootstrap_mean_ci(diff: Sequence[float], n_resamples: int = 10_000, seed: in
     res = bootstrap((x,), np.mean, n_resamples=n_resamples, confidence_level=confidence, method="percentile",
                     rng=np.random.default_rng(seed), vectorized=True)
     return float(res.confidence_interval.low), float(res.confidence_interval.high)
+
+
+def wilcoxon_greater_test(diff: Sequence[float]) -> tuple[float, float]:
+    """``(W, p)``: the one-sided Wilcoxon signed-rank statistic (sum of the ranks of the positive
+    differences, zeros dropped, as ``scipy.stats.wilcoxon`` reports it) and its p-value
+    (:func:`wilcoxon_greater`). All-zero differences -> ``(0.0, 1.0)``."""
+    from scipy.stats import wilcoxon
+
+    x = _finite(diff, "wilcoxon_greater_test")
+    if x.size == 0:
+        raise ValueError("wilcoxon_greater_test: no paired differences")
+    if np.all(x == 0):
+        return 0.0, 1.0
+    res = wilcoxon(x, alternative="greater", zero_method="wilcox")
+    return float(res.statistic), float(res.pvalue)
+
+
+def paired_t_greater_test(diff: Sequence[float]) -> tuple[float, float]:
+    """``(t, p)``: the one-sample t statistic of the paired differences against 0 and its
+    one-sided p-value (:func:`paired_t_greater`). Constant differences have no variance:
+    ``t`` is then +inf, -inf or 0 (by the sign of the constant) and p is 0, 1 or 1."""
+    from scipy.stats import ttest_1samp
+
+    x = _finite(diff, "paired_t_greater_test")
+    if x.size < 2:
+        raise ValueError("paired_t_greater_test: need at least 2 paired differences")
+    if np.all(x == x[0]):
+        return (math.inf, 0.0) if x[0] > 0 else ((-math.inf, 1.0) if x[0] < 0 else (0.0, 1.0))
+    res = ttest_1samp(x, 0.0, alternative="greater")
+    return float(res.statistic), float(res.pvalue)
+
+
+def wilcoxon_two_sided(diff: Sequence[float]) -> float:
+    """Two-sided Wilcoxon signed-rank p-value of paired differences (zeros dropped); all zero -> 1."""
+    from scipy.stats import wilcoxon
+
+    x = _finite(diff, "wilcoxon_two_sided")
+    if x.size == 0:
+        raise ValueError("wilcoxon_two_sided: no paired differences")
+    if np.all(x == 0):
+        return 1.0
+    return float(wilcoxon(x, zero_method="wilcox").pvalue)
+
+
+def bootstrap_column_means_ci(X: np.ndarray | Sequence[Sequence[float]], n_resamples: int = 10_000, seed: int = 0,
+                              confidence: float = 0.95, batch: int = 500) -> tuple[np.ndarray, np.ndarray]:
+    """Percentile bootstrap CIs of the mean of each column of ``X`` (``(n_units, m)``), the rows
+    (units) resampled jointly: ``scipy.stats.bootstrap`` with ``axis=0``, seeded, in batches of
+    ``batch`` resamples to bound memory. Returns ``(low, high)``, each of shape ``(m,)``; a constant
+    column gets the degenerate interval ``[c, c]``.
+
+    With one column this is :func:`bootstrap_mean_ci` (same seed, same resamples, same interval).
+    """
+    from scipy.stats import bootstrap
+
+    A = np.asarray(X, dtype=float)
+    if A.ndim == 1:
+        A = A[:, None]
+    if A.ndim != 2:
+        raise ValueError(f"bootstrap_column_means_ci: expected a (n_units, m) matrix, got shape {A.shape}")
+    A = _finite(A, "bootstrap_column_means_ci")
+    if A.shape[0] < 2:
+        raise ValueError("bootstrap_column_means_ci: need at least 2 units (rows)")
+    const = np.all(A == A[0], axis=0)
+    lo, hi = A[0].copy(), A[0].copy()
+    var = np.flatnonzero(~const)
+    if var.size:
+        res = bootstrap((A[:, var],), np.mean, n_resamples=n_resamples, confidence_level=confidence,
+                        method="percentile", rng=np.random.default_rng(seed), vectorized=True, axis=0,
+                        batch=batch)
+        lo[var] = res.confidence_interval.low
+        hi[var] = res.confidence_interval.high
+    return lo, hi

@@ -3,6 +3,7 @@
 import json
 import shutil
 
+import numpy as np
 import pytest
 
 from dialfork_dataset.records import HALLUCINATION_TYPES
@@ -70,7 +71,8 @@ def test_report_json_reloads_and_files_written(bench):
     assert back["task2"]["per_encoder"]["minilm"]["summary"]["tau"]["flowscore"]["Avg"] == pytest.approx(
         rep["task2"]["per_encoder"]["minilm"]["summary"]["tau"]["flowscore"]["Avg"])
     assert set(back["meta"]["versions"]) >= {"numpy", "scipy", "datasets"}
-    for name in ("task1_tau.png", "task2_tau_minilm.png", "task2_distance_by_k_minilm.png", "task3_mae_minilm.png"):
+    for name in ("task1_tau.png", "task2_tau_minilm.png", "task2_distance_by_k_minilm.png", "task3_summary_minilm.png",
+                 "task3_weights_minilm.png"):
         data = (out / name).read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000, name
     graphs = sorted(out.glob("flowgraph_*"))
@@ -141,3 +143,55 @@ def test_missing_config_and_incomplete_units_are_skipped(template_hub, tmp_path)
     assert rep["meta"]["n_skipped_units"] >= 2
     assert any("config 'forked'" in s for s in rep["skipped"])
     assert rep["task2"]["per_encoder"]["minilm"]["summary"]["n_units"] == 0
+
+
+def test_paper_statistics_and_units(bench):
+    rep, out = bench
+    # Table 7: W and t next to the p-values (recomputed from the units)
+    from scipy.stats import ttest_1samp, wilcoxon
+
+    units = rep["task2"]["per_encoder"]["minilm"]["units"]
+    tau = {(u["source_id"], u["type"], u["method"]): u["tau"] for u in units}
+    for r in rep["task2"]["significance"]:
+        diff = [tau[(s_, h, "flowscore")] - tau[(s_, h, r["method"])] for (s_, h, m) in tau if m == "flowscore"]
+        if any(diff) and len(set(diff)) > 1:
+            assert r["W"] == wilcoxon(diff, alternative="greater", zero_method="wilcox").statistic
+            assert r["t"] == pytest.approx(ttest_1samp(diff, 0.0).statistic)
+    md = (out / "report.md").read_text()
+    assert "| Encoder | Method | N | Mean Delta | 95% CI (bootstrap) | W | p W (Holm) | t | p t (Holm) |" in md
+    # Appendix J: FlowKL against FBD and PRD only, one Holm family, CI around the mean
+    comp = rep["task1"]["comparisons"]
+    assert [(c["a"], c["b"]) for c in comp] == [("flowkl", "fbd"), ("flowkl", "prd")]
+    assert [c["p_holm"] for c in comp] == pytest.approx(holm([c["p"] for c in comp]))
+    for c in comp:
+        assert c["ci_low"] <= c["mean_diff"] <= c["ci_high"] and c["n_units"] == 8
+    assert "Appendix J. FlowKL against each method" in md and "| FlowKL | FBD | 8 |" in md
+    # tau CIs hold the tau they bound; Random's is [0, 0]
+    for t in (rep["task1"]["summary"], rep["task2"]["per_encoder"]["minilm"]["summary"]):
+        for m, row in t["tau"].items():
+            for h, v in row.items():
+                lo, hi = t["tau_ci"][m][h]
+                assert lo - 1e-12 <= v <= hi + 1e-12, (m, h)
+        assert t["tau_ci"]["random"]["Avg"] == [0.0, 0.0]
+    # Task 2 distance by k: absolute means per type equal the units' means
+    curves = rep["task2"]["per_encoder"]["minilm"]["summary"]["distance_by_k"]
+    fs = [u["distances"] for u in units if u["method"] == "flowscore" and u["type"] == "GR"]
+    assert curves["flowscore"]["GR"]["mean"] == pytest.approx(list(np.mean(fs, axis=0)))
+    assert all(lo <= m_ <= hi for lo, m_, hi in zip(curves["flowscore"]["GR"]["low"], curves["flowscore"]["GR"]["mean"],
+                                                      curves["flowscore"]["GR"]["high"]))
+    # Task 3: MAEs in both units, labelled; all turns are longer than system turns
+    t3 = rep["task3"]["minilm"]["results"]
+    for r in t3.values():
+        assert r["all_turns"]["unit"] == "all turns"
+        assert r["all_turns"]["mae_c_ref"] > r["mae_c_ref"]
+    assert "MAEs in system turns" in md and "Task 3 MAEs in all turns" in md
+    # Appendix I: at the paper's weights the sweep gives back the Score
+    sw = rep["task3_weight_sweep"]["minilm"]
+    i = [w[0] for w in sw["weights"]].index(0.35)
+    assert sw["weights"][i] == pytest.approx([0.35, 0.35, 0.15, 0.15])
+    for det, r in t3.items():
+        assert sw["scores"][det][i] == pytest.approx(r["score"])
+    assert set(sw["winners"]) == {"baselines", "streaming"}
+    assert "Appendix I. Task 3 Score weights" in md
+    for name in ("task1_comparisons.csv", "task3_all_turns.csv", "task3_weight_sweep.csv"):
+        assert (out / name).read_text().count("\n") > 1, name

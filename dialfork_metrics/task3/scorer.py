@@ -15,6 +15,14 @@ Definitions (reconstructed from the paper's Table 4; the trivial baselines repro
   ``w = (0.35, 0.35, 0.15, 0.15)``, ``Score = 100 * exp(sum_i w_i log(max(a_i, 1e-12)))``;
   no flagged fork -> ``a_1 = 0``; no flagged conformant dialogue -> ``a_2 = 1``.
 
+Units. Predictions, fork turns and the MAEs above are in **system turns** (the unit the Score is
+computed in). The paper's Table 4 reports MAEs in **all turns** (user + system: its always-first
+conformant MAE, 14.12, is about the conformant length of Table 5, 15.52 turns); when every gold row
+carries its ``turns``, :func:`score_predictions` also returns ``all_turns``, the same MAEs and
+references with each system turn placed at its position among all turns (1-based) and the
+dialogue end at ``N + 1`` (N = number of turns). The Score is unit-free: it only uses MAE / MAE_ref
+and the coverages, so the Score is reported once, from the system-turn MAEs.
+
 Error messages never reveal gold labels (hallucination type, fork turn): they only use the
 dialogue id and ``T`` (public: it is the number of system turns of the published transcript).
 """
@@ -269,7 +277,9 @@ def score_predictions(
 
     Returns a dict with ``score``, ``components`` (``a1``..``a4``), ``mae_h``, ``mae_h_by_type``,
     ``cov_h``, ``cov_h_by_type``, ``mae_c``, ``cov_c``, ``mae_h_ref``, ``mae_c_ref`` and
-    ``counts``. MAEs over no flagged dialogue are ``None``; when the gold set has no forked (or no
+    ``counts``, all MAEs in system turns; when every gold row has its ``turns``, also
+    ``all_turns``: the MAEs and references in all turns (:func:`mae_all_turns`). MAEs over no
+    flagged dialogue are ``None``; when the gold set has no forked (or no
     conformant) dialogue the references, the components that need them and the score are ``None``.
     Coverages are fractions in [0, 1].
     """
@@ -314,6 +324,7 @@ def score_predictions(
     a2 = _component(mae_c, mae_c_ref, 1.0)
     a3 = cov_h
     a4 = None if cov_c is None else 1.0 - cov_c
+    all_turns = mae_all_turns(preds, gold_by_id)
     comps = (a1, a2, a3, a4)
     score = None if any(c is None for c in comps) else score_from_components(comps, weights)  # type: ignore[arg-type]
     return {
@@ -336,7 +347,60 @@ def score_predictions(
             "conformant_flagged": len(err_c),
             "forked_by_type": {h: n_h[h] for h in TYPES if n_h[h]},
         },
+        **({"all_turns": all_turns} if all_turns is not None else {}),
     }
+
+
+def system_turn_positions(turns: Sequence[Mapping[str, Any]]) -> list[int]:
+    """1-based positions, among all turns, of the system turns of ``turns`` (in order).
+
+    >>> system_turn_positions([{"speaker": "user"}, {"speaker": "system"}, {"speaker": "user"},
+    ...                        {"speaker": "system"}])
+    [2, 4]
+    """
+    return [i for i, t in enumerate(turns, 1) if t.get("speaker") == "system"]
+
+
+def mae_all_turns(predictions: Mapping[str, int | None], gold_by_id: Mapping[str, Mapping[str, Any]],
+                  ) -> dict[str, Any] | None:
+    """The MAEs and references of :func:`score_predictions` in all turns (user + system).
+
+    A system turn ``s`` sits at position ``pos(s)`` among the ``N`` turns of its dialogue; the
+    dialogue end is ``N + 1``. Forked: ``|pos(pred) - pos(t_k)|``, reference ``|pos(T) - pos(t_k)|``
+    (always-last); conformant: ``N + 1 - pos(pred)``, reference ``N + 1 - pos(1)`` (always-first).
+    ``None`` when a gold row has no ``turns`` or its turns do not hold ``num_system_turns`` system
+    turns (the all-turns unit is then undefined). ``predictions`` must already be valid.
+    """
+    err_h: dict[str, list[int]] = {h: [] for h in TYPES}
+    present: set[str] = set()
+    ref_h: list[int] = []
+    err_c: list[int] = []
+    ref_c: list[int] = []
+    for did, g in gold_by_id.items():
+        turns = g.get("turns")
+        if not isinstance(turns, Sequence) or isinstance(turns, str):
+            return None
+        pos = system_turn_positions([t if isinstance(t, Mapping) else {} for t in turns])
+        T = int(g["num_system_turns"])
+        if len(pos) != T:
+            return None
+        p = predictions.get(did)
+        end = len(turns) + 1
+        h = g.get("hallucination_type")
+        if h is None:
+            ref_c.append(end - pos[0])
+            if p is not None:
+                err_c.append(end - pos[int(p) - 1])
+        else:
+            present.add(h)
+            fk = pos[int(g["fork_turn"]) - 1]
+            ref_h.append(abs(pos[T - 1] - fk))
+            if p is not None:
+                err_h[h].append(abs(pos[int(p) - 1] - fk))
+    all_err_h = [e for h in TYPES for e in err_h[h]]
+    return {"unit": "all turns", "mae_h": _mean(all_err_h),
+            "mae_h_by_type": {h: _mean(err_h[h]) for h in TYPES if h in present},
+            "mae_c": _mean(err_c), "mae_h_ref": _mean(ref_h), "mae_c_ref": _mean(ref_c)}
 
 
 def format_table(result: Mapping[str, Any]) -> str:
