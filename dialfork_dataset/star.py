@@ -656,6 +656,24 @@ class StarTask:
                    graph=dict(graph), responses=dict(responses or {}), nlu=nlu, instructions=instructions,
                    flowchart=jpg if jpg.exists() else None, api=api)
 
+    # ---- what backends need (dialfork_dataset.sources.WorkflowTask)
+
+    def missing(self, feature: str, dbs: dict[str, Any] | None = None) -> list[str]:
+        """The fields of ``feature`` (``surface_templates``, ``api``, ``kb``; see
+        :mod:`dialfork_dataset.sources`) this task lacks, as "where (field)" strings; [] if none."""
+        if feature == "surface_templates":
+            steps = [n for n in _walk_order(self.steps()) if self.kinds.get(n) == "action"]
+            return [f"response template of step {n!r} (responses.json or 'replies' of {self.name}.json)"
+                    for n in steps if not self.template(n)]
+        if feature == "api":
+            return [] if self.api is not None else [f"API (apis/apis/{self.name}.json)"]
+        if feature == "kb":
+            if self.api is None:
+                return [f"API (apis/apis/{self.name}.json), which names the knowledge base"]
+            return [] if dbs is not None and (self.api.db in dbs or self.domain in dbs) else \
+                [f"knowledge base {self.api.db!r} (apis/dbs/{self.api.db}.json)"]
+        raise ValueError(f"unknown feature {feature!r}; known: surface_templates, api, kb")
+
     # ---- structure
 
     @cached_property
