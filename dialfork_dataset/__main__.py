@@ -1,4 +1,4 @@
-"""``python -m dialfork_dataset``: STAR summary, record validation, Hub export, load check, push."""
+"""``python -m dialfork_dataset``: STAR summary, record validation, Hub export, load check, push, workflow files."""
 
 from __future__ import annotations
 
@@ -93,6 +93,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--private", action="store_true")
     s.add_argument("--endpoint", default=None)
     s.set_defaults(func=_cmd_push)
+    from .workflow import add_cli as add_workflow_cli
+
+    add_workflow_cli(sub)  # workflow {validate,steps,from-star}
     return p
 
 

@@ -686,6 +686,11 @@ class StarTask:
         """Branch node -> the node(s) it is an outcome of (see :func:`infer_branch_parents`)."""
         return infer_branch_parents(self.replies, self.graph, self.kinds, self.start_node)
 
+    def describe(self, node: str) -> str:
+        """The plain-language text of a step (:func:`describe_node`, from the node's name and kind)."""
+        kind = self.kinds.get(node, "action")
+        return describe_node(node, kind, self.domain, self.function if kind == "query" else "")
+
     def template(self, node: str) -> str | None:
         """The response template of an action node (responses.json, else replies), None for others."""
         if self.kinds.get(node) != "action":
@@ -746,7 +751,6 @@ class StarTask:
         gotos: list[tuple[WorkflowStep, bool]] = []
         counter = [0]
         kinds = self.kinds
-        api_fn = self.function
 
         def main_line(node: str | None) -> set[str]:
             out: set[str] = set()
@@ -774,7 +778,7 @@ class StarTask:
                 if kind == "action" and kids:
                     kind = "branch"
                 step = WorkflowStep(number=counter[0], node=node, kind=kind,
-                                    text=describe_node(node, kinds.get(node, "action"), self.domain, api_fn),
+                                    text=self.describe(node),
                                     template=self.template(node))
                 out.append(step)
                 path = (*path, node)
@@ -825,7 +829,7 @@ class StarTask:
             if others:
                 lines.append("Responses usable at any point:")
                 for n in others:
-                    line = f"- {describe_node(n, 'action', self.domain)} [{n}]"
+                    line = f"- {self.describe(n)} [{n}]"
                     if with_templates and self.template(n):
                         line += f': "{_one_line(self.template(n))}"'
                     lines.append(line)

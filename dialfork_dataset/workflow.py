@@ -302,6 +302,8 @@ def _star_field(f: dict[str, Any], rows: list[dict[str, Any]] | None = None) -> 
     for k in ("min", "max"):
         if k in f:
             out[k.capitalize()] = f[k]
+    if f.get("examples"):
+        out["Examples"] = [str(x) for x in f["examples"]]
     return out
 
 
@@ -324,6 +326,11 @@ class WorkflowTask(StarTask):
     source_file: Path | None = None
     step_paths: dict[str, str] = field(default_factory=dict)
     """node -> where it is defined (``file:line: tasks[i].steps[j]``), for error messages."""
+    descriptions: dict[str, str] = field(default_factory=dict)
+    """node -> the step's own plain-language text (``description``), replacing the one from its name."""
+
+    def describe(self, node: str) -> str:
+        return self.descriptions.get(node) or super().describe(node)
 
     @cached_property
     def kinds(self) -> dict[str, str]:
@@ -370,6 +377,7 @@ def _build_task(t: dict[str, Any], ti: int, kb: dict[str, Any], path: Path,
     parents: dict[str, list[str]] = {}
     asks: dict[str, str] = {}
     step_paths: dict[str, str] = {}
+    descriptions: dict[str, str] = {}
     for si, s in enumerate(t["steps"]):
         n = s["id"]
         step_paths[n] = f"{path}:{lines.get(('tasks', ti, 'steps', si), 1)}: tasks[{ti}].steps[{si}]"
@@ -386,6 +394,8 @@ def _build_task(t: dict[str, Any], ti: int, kb: dict[str, Any], path: Path,
             graph[n] = s["next"]
         if "ask" in s:
             asks[n] = s["ask"]
+        if s.get("description"):
+            descriptions[n] = " ".join(s["description"].split()).rstrip(".")
     for s in t["steps"]:
         for b in s.get("branches") or []:
             o = b["outcome"]
@@ -412,7 +422,7 @@ def _build_task(t: dict[str, Any], ti: int, kb: dict[str, Any], path: Path,
         explicit_kinds=kinds, explicit_branch_parents=parents, asks=asks, request=t.get("request"),
         description=t.get("description") or "", budget=int(t["length_budget"]),
         user_acts={k: list(v) for k, v in (t.get("user_acts") or {}).items()}, source_file=path,
-        step_paths=step_paths)
+        step_paths=step_paths, descriptions=descriptions)
 
 
 def _readable(task: WorkflowTask, slot: str) -> str:

@@ -21,6 +21,7 @@ examples:
   python -m generation --backend template --star STAR --out demo --tasks weather,bank_balance --per-task 5
   python -m generation --backend template --star STAR --out full --workers 2
   python -m generation --backend template --star STAR --out bench --prefix-mode reword --reword-rate 0.05
+  python -m generation --backend template --source workflow:examples/workflows/insurance.yaml --out claims
 
 Rerunning the same command resumes an interrupted run (finished scenarios are skipped) and the
 final record files are byte-identical to an uninterrupted run. An output folder that holds
@@ -52,7 +53,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "e.g. model=google/gemma-3-1b-it")
     p.add_argument("--model", default=None, metavar="ID_or_PATH",
                    help="chat model for the transformers/openai backends (same as --backend-option model=...)")
-    p.add_argument("--star", required=True, help="STAR folder (tasks/, apis/, scenarios.jsonl)")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--source", default=None, metavar="KIND:PATH",
+                     help="workflow source: star:PATH (a STAR copy) or workflow:PATH (a workflow file, "
+                          "docs/workflows.md)")
+    src.add_argument("--star", default=None, metavar="PATH", help="STAR folder; same as --source star:PATH")
     p.add_argument("--out", required=True, help="output folder (record files + manifest.json)")
     p.add_argument("--tasks", default=None, help="comma-separated task names (default: all 24)")
     p.add_argument("--per-task", type=int, default=None, metavar="N",
@@ -94,6 +99,11 @@ def backend_options(args: argparse.Namespace) -> dict:
     return opts
 
 
+def source_spec(args: argparse.Namespace) -> str:
+    """The workflow source of ``--source`` / ``--star`` (exactly one is given)."""
+    return args.source if args.source is not None else f"star:{args.star}"
+
+
 def config_options(args: argparse.Namespace) -> dict:
     """The :class:`GenerationConfig` fields set by the rewording, variant-draw and scenario-filter options."""
     return {"reword_rate": args.reword_rate, "variant_draw": args.variant_draw,
@@ -112,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     tasks = tuple(t.strip() for t in args.tasks.split(",") if t.strip()) if args.tasks is not None else None
     config = GenerationConfig(
-        star=args.star, out=args.out, backend=args.backend, backend_options=backend_options(args),
+        star=source_spec(args), out=args.out, backend=args.backend, backend_options=backend_options(args),
         tasks=tasks, per_task=args.per_task, happy_only=args.happy_only, seed=args.seed,
         prefix_mode=args.prefix, budget=args.budget, workers=args.workers, batch_size=args.batch_size,
         keep_shards=args.keep_shards)

@@ -181,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     import sys
 
     from .backends import UnknownBackendError
-    from .cli import backend_options, build_parser, config_options
+    from .cli import backend_options, build_parser, config_options, source_spec
     from .engine import GenerationConfig, GenerationError, replace_config
 
     parser = build_parser()
@@ -192,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
                         format=f"%(asctime)s %(levelname)s [{state.process_index}] %(name)s: %(message)s")
     tasks = tuple(t.strip() for t in args.tasks.split(",") if t.strip()) if args.tasks is not None else None
     config = GenerationConfig(
-        star=args.star, out=args.out, backend=args.backend, backend_options=backend_options(args),
+        star=source_spec(args), out=args.out, backend=args.backend, backend_options=backend_options(args),
         tasks=tasks, per_task=args.per_task, happy_only=args.happy_only, seed=args.seed,
         prefix_mode=args.prefix, budget=args.budget, workers=1, batch_size=args.batch_size,
         keep_shards=args.keep_shards)

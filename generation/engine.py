@@ -39,6 +39,7 @@ from typing import Any
 from dialfork_dataset.forks import MIN_SYSTEM_TURNS, fork_turns
 from dialfork_dataset.jsonl import dumps, make_public, repair_torn_tail, write_json_atomic
 from dialfork_dataset.records import DECODING_FIELDS, HALLUCINATION_TYPES, PREFIX_MODES, validate_record
+from dialfork_dataset.sources import SourceError, open_source, require, source_identity
 
 from . import prompts
 from .backends.base import Backend, TurnRequest
@@ -88,7 +89,8 @@ class GenerationConfig:
     """Everything that determines a corpus (plus execution knobs that do not change it)."""
 
     star: str
-    """STAR folder (``tasks/``, ``apis/``, ``scenarios.jsonl``)."""
+    """The workflow source: a STAR folder (``tasks/``, ``apis/``, ``scenarios.jsonl``), ``star:PATH`` or
+    ``workflow:PATH`` (a workflow file; :func:`dialfork_dataset.sources.open_source`)."""
     out: str
     """Output folder (record files + ``manifest.json``)."""
     backend: str = "template"
@@ -165,7 +167,7 @@ class GenerationConfig:
     def identity(self) -> dict[str, Any]:
         """The settings that determine the records (compared on resume / when refusing to mix)."""
         return {
-            "star": str(Path(self.star).resolve()),
+            "star": source_identity(self.star),
             "backend": self.backend,
             "backend_options": {k: v for k, v in sorted(self.backend_options.items()) if k not in NON_IDENTITY_OPTIONS},
             "tasks": sorted(self.tasks) if self.tasks else None,
@@ -942,14 +944,14 @@ def _worker_run(batch: list[Unit]) -> list[UnitResult]:
 
 
 def _load_corpus(star: str):
-    from dialfork_dataset.star import StarCorpus, StarError
+    from dialfork_dataset.star import StarError
 
     try:
-        return StarCorpus(star)
-    except StarError as e:
-        raise GenerationError(f"STAR folder {star} is unusable: {e}", getattr(e, "errors", None)) from e
+        return open_source(star)
+    except (StarError, SourceError) as e:
+        raise GenerationError(f"workflow source {star} is unusable: {e}", getattr(e, "errors", None)) from e
     except FileNotFoundError as e:
-        raise GenerationError(f"STAR folder {star} is unusable: {e}") from e
+        raise GenerationError(f"workflow source {star} is unusable: {e}") from e
 
 
 def prepare(config: GenerationConfig, backend: Backend | None = None, scenarios: Iterable[Any] | None = None,
@@ -965,7 +967,7 @@ def prepare(config: GenerationConfig, backend: Backend | None = None, scenarios:
     if config.tasks:
         unknown = [t for t in config.tasks if t not in corpus.tasks]
         if unknown:
-            raise GenerationError(f"unknown task(s) {unknown}; STAR tasks are: {', '.join(sorted(corpus.tasks))}",
+            raise GenerationError(f"unknown task(s) {unknown}; the source's tasks are: {', '.join(sorted(corpus.tasks))}",
                                   [f"unknown task {t!r}" for t in unknown])
     if backend is None:
         from .backends import get_backend
@@ -979,6 +981,11 @@ def prepare(config: GenerationConfig, backend: Backend | None = None, scenarios:
         raise GenerationError(f"prefix mode 'reword' needs a backend that rewords its prefixes on request (the "
                               f"template backend); {getattr(backend, 'name', config.backend)} keeps 'replay', whose "
                               "sampling rewords prefixes by itself: use --prefix-mode replay")
+    try:  # the source must have what the backend needs (every task: WIC borrows other tasks' workflows)
+        for feature in getattr(backend, "requires", ()):
+            require(corpus, feature, needed_by=f"the {getattr(backend, 'name', config.backend)} backend")
+    except SourceError as e:
+        raise GenerationError(str(e), e.errors) from e
     ctx = make_context(corpus, config, backend)
     units = plan_units(corpus, config, scenarios)
     if not units:
