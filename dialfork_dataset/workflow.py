@@ -62,6 +62,11 @@ def _path_str(path: Iterable[Any]) -> str:
     return out or "(top level)"
 
 
+_TIMESTAMP = "tag:yaml.org,2002:timestamp"
+_PLAIN_TAGS = frozenset(f"tag:yaml.org,2002:{t}" for t in ("str", "int", "float", "bool", "null", "map", "seq",
+                                                          "timestamp"))
+
+
 def load_yaml_lines(path: str | os.PathLike) -> tuple[Any, dict[tuple, int]]:
     """Parse a YAML file with PyYAML's safe loader, keeping the line of every value.
 
@@ -102,6 +107,11 @@ def load_yaml_lines(path: str | os.PathLike) -> tuple[Any, dict[tuple, int]]:
         if count[0] > MAX_NODES:
             raise WorkflowError(f"{p}: more than {MAX_NODES} YAML nodes (aliases expanded); refusing the file")
         lines.setdefault(where, node.start_mark.line + 1)
+        if node.tag not in _PLAIN_TAGS:  # !!python/..., !custom...: never constructed
+            errors.append(f"{p}:{node.start_mark.line + 1}: {_path_str(where)}: unsupported YAML tag {node.tag!r}")
+            return None
+        if node.tag == _TIMESTAMP:  # a date is text here (3 March, 2024-03-03 alike)
+            return str(node.value)
         if isinstance(node, yaml.MappingNode):
             out: dict[str, Any] = {}
             for k, v in node.value:
@@ -168,6 +178,16 @@ def _schema_errors(data: Any, at: _Where) -> list[str]:
         best = e
         if e.context:  # oneOf/anyOf: the deepest sub-error says the most
             best = max(e.context, key=lambda c: len(c.absolute_path))
+        if best.validator == "additionalProperties" and isinstance(best.instance, dict):
+            import difflib
+
+            known = list((best.schema.get("properties") or {}))
+            for k in best.instance:
+                if k not in known:
+                    near = difflib.get_close_matches(k, known, n=1)
+                    hint = f" (did you mean {near[0]!r}?)" if near else f"; known fields: {', '.join(known)}"
+                    out.append(at((*best.absolute_path, k), f"unknown field {k!r}{hint}"))
+            continue
         out.append(at(best.absolute_path, best.message if len(best.message) < 300 else best.message[:297] + "..."))
     return out
 
