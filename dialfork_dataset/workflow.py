@@ -181,7 +181,7 @@ def _schema_errors(data: Any, at: _Where) -> list[str]:
         if best.validator == "additionalProperties" and isinstance(best.instance, dict):
             import difflib
 
-            known = list((best.schema.get("properties") or {}))
+            known = list(best.schema.get("properties") or {})
             for k in best.instance:
                 if k not in known:
                     near = difflib.get_close_matches(k, known, n=1)

@@ -14,7 +14,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dialfork_dataset.sources import SourceError, is_source, open_source, parse_source_spec, require, source_identity
+from dialfork_dataset.sources import (
+    SourceError,
+    is_source,
+    open_source,
+    parse_source_spec,
+    require,
+    source_identity,
+)
 from dialfork_dataset.star import StarCorpus
 from dialfork_dataset.workflow import (
     MAX_NODES,
@@ -280,3 +287,24 @@ def test_example_gives_task1_enough_units():
         scs = wf.scenarios_for(name)
         assert len(scs) >= 12 and any(not s.happy for s in scs)
     assert json.loads(json.dumps(wf.summary()))["per_task"]["insurance_claim_status"]["single_task_scenarios"] == 14
+
+
+def test_generation_cli_takes_a_source(tmp_path, star_dir, capsys):
+    from generation.cli import main
+
+    out = tmp_path / "claims"
+    rc = main(["--source", f"workflow:{EXAMPLE}", "--out", str(out), "--tasks", "insurance_claim_status",
+               "--per-task", "2", "--no-progress"])
+    assert rc == 0 and "34 records (2 conformant, 32 forks" in capsys.readouterr().out
+    first = json.loads((out / "insurance_claim_status.jsonl").open().readline())
+    assert first["dialogue_id"] == "insurance_claim_status-cs01" and first["domain"] == "insurance"
+    with pytest.raises(SystemExit) as e:  # --source and --star exclude each other; one is required
+        main(["--source", f"workflow:{EXAMPLE}", "--star", str(star_dir), "--out", str(tmp_path / "x")])
+    assert e.value.code == 2
+    with pytest.raises(SystemExit):
+        main(["--out", str(tmp_path / "x")])
+    rc = main(["--source", f"workflow:{tmp_path / 'missing.yaml'}", "--out", str(tmp_path / "y"), "--no-progress"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "no such workflow file" in err and "Traceback" not in err
+    rc = main(["--source", f"workflow:{EXAMPLE}", "--out", str(tmp_path / "z"), "--tasks", "weather"])
+    assert rc == 2 and "unknown task(s) ['weather']; the source's tasks are: insurance_claim_status" in capsys.readouterr().err
