@@ -308,3 +308,23 @@ def test_generation_cli_takes_a_source(tmp_path, star_dir, capsys):
     assert rc == 2 and "no such workflow file" in err and "Traceback" not in err
     rc = main(["--source", f"workflow:{EXAMPLE}", "--out", str(tmp_path / "z"), "--tasks", "weather"])
     assert rc == 2 and "unknown task(s) ['weather']; the source's tasks are: insurance_claim_status" in capsys.readouterr().err
+
+
+def test_llm_detector_renders_the_workflow_of_a_workflow_file():
+    from dialfork_metrics.task3 import LLMDetector
+
+    class Client:
+        def __init__(self):
+            self.batches = []
+
+        def chat(self, batch, **_):
+            self.batches.append(batch)
+            return ["[[ANSWER:none]]"] * len(batch)
+
+    client = Client()
+    det = LLMDetector(with_workflow=True, star_dir=f"workflow:{EXAMPLE}", client=client)
+    turns = [{"speaker": s, "text": f"{s} says something"} for s in ("user", "system") * 4]
+    assert det.predict_many([{"dialogue_id": "d", "turns": turns, "task": "insurance_file_claim"}]) == [None]
+    prompt = json.dumps(client.batches[-1])
+    assert "Read the claim's details back and ask the user to confirm them [insurance_ask_confirm_claim]" in prompt
+    assert det.workflow_for("insurance_file_claim") == WorkflowCorpus(EXAMPLE).task("insurance_file_claim").render_steps()
