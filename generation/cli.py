@@ -40,6 +40,15 @@ def _parse_option(text: str) -> tuple[str, object]:
     return key, value
 
 
+def _compound_plan(text: str) -> tuple[tuple[str, int], ...]:
+    from .compound import parse_compound_plan
+
+    try:
+        return parse_compound_plan(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m generation",
@@ -80,6 +89,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--multitask", action="store_true",
                    help="scenario filter: also role-play STAR's multi-task scenarios, once per task "
                         "(default: single-task scenarios only)")
+    p.add_argument("--compound", default=None, metavar="PLAN", type=_compound_plan,
+                   help="compound forks: injections in order as TYPE@K, e.g. SSPC@1,GR@3 (SSPC before t_1, then GR "
+                        "before t_3); each source gets this one fork instead of its 16 single forks")
     p.add_argument("--budget", type=int, default=None,
                    help="length budget in turns for every task (default: each task's STAR maximum)")
     p.add_argument("--workers", type=int, default=1, help="worker processes (template backend; default 1)")
@@ -107,7 +119,8 @@ def source_spec(args: argparse.Namespace) -> str:
 def config_options(args: argparse.Namespace) -> dict:
     """The :class:`GenerationConfig` fields set by the rewording, variant-draw and scenario-filter options."""
     return {"reword_rate": args.reword_rate, "variant_draw": args.variant_draw,
-            "min_system_turns": args.min_system_turns, "multitask": args.multitask}
+            "min_system_turns": args.min_system_turns, "multitask": args.multitask,
+            "compound": args.compound}
 
 
 def main(argv: list[str] | None = None) -> int:

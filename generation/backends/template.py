@@ -458,9 +458,12 @@ class Sim:
 class Hal:
     """A fork's hallucination plan (built at system turn t_k)."""
 
-    __slots__ = ("htype", "variant", "body", "pos", "sub", "missing", "lines", "replies", "closing", "ask_more")
+    __slots__ = ("htype", "variant", "body", "pos", "sub", "missing", "lines", "replies", "closing", "ask_more",
+                 "spec")
 
-    def __init__(self, htype: str, variant: Any):
+    def __init__(self, htype: str, variant: Any, spec: Any = None):
+        self.spec = spec
+        """The engine's ForkSpec this plan realises (a compound fork's next injection replaces it)."""
         self.htype = htype
         self.variant = variant
         self.body: list[tuple[str, Any]] = []
@@ -953,7 +956,7 @@ def _line(sim: Sim, template: str, rng: Rng) -> str:
 def _build_hal(sim: Sim, d: Any, rng: Rng, backend: TemplateBackend) -> Hal:
     f = d.fork
     m = sim.m
-    hal = Hal(f.htype, f.variant)
+    hal = Hal(f.htype, f.variant, f)
     ref_trace: list[str] = d.reference.scratch["sim"].trace
     t = f.turn
     end = len(ref_trace)
@@ -1187,6 +1190,8 @@ class TemplateBackend:
             f = d.fork
             rng = Rng(d.seed, turn_index, 1000 + ("WIC", "SSPC", "GR", "CSC").index(f.htype) * 10 + f.k)
             if role == "system":
+                if sim.hal is not None and sim.hal.spec is not f and not d.wrapped:
+                    sim.hal = None  # a compound fork's next injection: a new plan from D+'s steps at its turn
                 if sim.hal is not None and d.wrapped:
                     sim.trace.append(sim.m.bye or "bye")
                     return _bye(sim, rng) + " " + END_TOKEN
