@@ -27,11 +27,10 @@ from dialfork_dataset.workflow import (
     MAX_NODES,
     WorkflowCorpus,
     WorkflowError,
-    dump_workflow,
     load_yaml_lines,
     validate_workflow,
-    workflow_from_star,
 )
+from dialfork_dataset.workflow_export import dump_workflow, workflow_from_star
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "workflows" / "insurance.yaml"
