@@ -1,4 +1,4 @@
-"""``python -m dialfork_dataset``: STAR summary, record validation, Hub export, load check, push, workflow files."""
+"""``python -m dialfork_dataset``: STAR summary, record validation, Hub export, load check, push."""
 
 from __future__ import annotations
 

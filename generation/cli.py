@@ -133,9 +133,10 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    args.star = source_spec(args)  # --source star:PATH | workflow:PATH, or --star PATH
     tasks = tuple(t.strip() for t in args.tasks.split(",") if t.strip()) if args.tasks is not None else None
     config = GenerationConfig(
-        star=source_spec(args), out=args.out, backend=args.backend, backend_options=backend_options(args),
+        star=args.star, out=args.out, backend=args.backend, backend_options=backend_options(args),
         tasks=tasks, per_task=args.per_task, happy_only=args.happy_only, seed=args.seed,
         prefix_mode=args.prefix, budget=args.budget, workers=args.workers, batch_size=args.batch_size,
         keep_shards=args.keep_shards)

@@ -190,9 +190,10 @@ def main(argv: list[str] | None = None) -> int:
     state = process_state()
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format=f"%(asctime)s %(levelname)s [{state.process_index}] %(name)s: %(message)s")
+    args.star = source_spec(args)  # --source star:PATH | workflow:PATH, or --star PATH
     tasks = tuple(t.strip() for t in args.tasks.split(",") if t.strip()) if args.tasks is not None else None
     config = GenerationConfig(
-        star=source_spec(args), out=args.out, backend=args.backend, backend_options=backend_options(args),
+        star=args.star, out=args.out, backend=args.backend, backend_options=backend_options(args),
         tasks=tasks, per_task=args.per_task, happy_only=args.happy_only, seed=args.seed,
         prefix_mode=args.prefix, budget=args.budget, workers=1, batch_size=args.batch_size,
         keep_shards=args.keep_shards)
