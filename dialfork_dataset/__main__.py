@@ -132,6 +132,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--private", action="store_true")
     s.add_argument("--endpoint", default=None)
     s.set_defaults(func=_cmd_push)
+    from .workflow_export import add_cli as add_workflow_cli
+
+    add_workflow_cli(sub)  # workflow {validate,steps,from-star}
     return p
 
 

@@ -37,6 +37,7 @@ RECORD_FIELDS: tuple[str, ...] = (
     "prefix_mode",
     "prefix_divergence",
     "code_version",
+    "injections",
 )
 #: Fields a conformant record must leave null.
 FORK_ONLY_FIELDS: tuple[str, ...] = (
@@ -48,7 +49,10 @@ FORK_ONLY_FIELDS: tuple[str, ...] = (
     "fork_turn",
     "prefix_mode",
     "prefix_divergence",
+    "injections",
 )
+#: Keys of one injection of a compound fork (SPEC section 3): ``{type, variant, turn}``.
+INJECTION_FIELDS: tuple[str, ...] = ("type", "variant", "turn")
 DECODING_FIELDS: tuple[str, ...] = ("temperature", "top_p", "top_k", "max_new_tokens")
 
 
@@ -81,6 +85,9 @@ class DialogueRecord:
     prefix_mode: str | None = None
     prefix_divergence: int | None = None
     code_version: str = ""
+    injections: list[dict[str, Any]] | None = None
+    """Compound forks only: every injection ``{type, variant, turn}``, turns strictly increasing; the
+    single-injection fields hold the first one."""
 
     @property
     def is_conformant(self) -> bool:
@@ -139,6 +146,7 @@ def record_features():
             "prefix_mode": Value("string"),
             "prefix_divergence": Value("int32"),
             "code_version": Value("string"),
+            "injections": List({"type": Value("string"), "variant": Value("string"), "turn": Value("int32")}),
         }
     )
 
@@ -251,9 +259,40 @@ def record_errors(record: Mapping[str, Any]) -> list[str]:
         pdv = record.get("prefix_divergence")
         if pdv is not None and (not _is_int(pdv) or pdv < 0):
             errs.append(f"prefix_divergence: must be a non-negative integer, got {pdv!r}")
+        if record.get("injections") is not None:
+            errs += _injection_errors(record, T)
     unknown = set(record) - set(RECORD_FIELDS)
     if unknown:
         errs.append(f"record: unknown field(s) {sorted(unknown)} (known: {', '.join(RECORD_FIELDS)})")
+    return errs
+
+
+def _injection_errors(record: Mapping[str, Any], T: int | None) -> list[str]:
+    """A compound fork's ``injections``: >= 2 objects ``{type, variant, turn}``, turns strictly
+    increasing in 1..T, the first one equal to the single-injection fields."""
+    inj = record["injections"]
+    if not isinstance(inj, Sequence) or isinstance(inj, str) or len(inj) < 2:
+        return [f"injections: a compound fork lists at least 2 injections {{type, variant, turn}}, got {inj!r}"]
+    errs: list[str] = []
+    prev = 0
+    for i, x in enumerate(inj):
+        if not isinstance(x, Mapping) or set(x) != set(INJECTION_FIELDS):
+            errs.append(f"injections[{i}]: must be an object with exactly {', '.join(INJECTION_FIELDS)}, got {x!r}")
+            continue
+        if x["type"] not in HALLUCINATION_TYPES:
+            errs.append(f"injections[{i}].type: unknown type {x['type']!r}")
+        if not isinstance(x["variant"], str) or not x["variant"].strip():
+            errs.append(f"injections[{i}].variant: must be a non-empty string")
+        t = x["turn"]
+        if not _is_int(t) or t <= prev or (T is not None and t > T):
+            errs.append(f"injections[{i}].turn: turns must increase strictly within 1..T (T={T}); got {t!r} after {prev}")
+        prev = t if _is_int(t) else prev
+    if not errs:
+        first = inj[0]
+        for key, field_name in (("type", "hallucination_type"), ("variant", "variant"), ("turn", "fork_turn")):
+            if record.get(field_name) != first[key]:
+                errs.append(f"{field_name}: a compound fork's {field_name} is its first injection's {key} "
+                            f"({first[key]!r}), got {record.get(field_name)!r}")
     return errs
 
 

@@ -656,6 +656,24 @@ class StarTask:
                    graph=dict(graph), responses=dict(responses or {}), nlu=nlu, instructions=instructions,
                    flowchart=jpg if jpg.exists() else None, api=api)
 
+    # ---- what backends need (dialfork_dataset.sources.WorkflowTask)
+
+    def missing(self, feature: str, dbs: dict[str, Any] | None = None) -> list[str]:
+        """The fields of ``feature`` (``surface_templates``, ``api``, ``kb``; see
+        :mod:`dialfork_dataset.sources`) this task lacks, as "where (field)" strings; [] if none."""
+        if feature == "surface_templates":
+            steps = [n for n in _walk_order(self.steps()) if self.kinds.get(n) == "action"]
+            return [f"response template of step {n!r} (responses.json or 'replies' of {self.name}.json)"
+                    for n in steps if not self.template(n)]
+        if feature == "api":
+            return [] if self.api is not None else [f"API (apis/apis/{self.name}.json)"]
+        if feature == "kb":
+            if self.api is None:
+                return [f"API (apis/apis/{self.name}.json), which names the knowledge base"]
+            return [] if dbs is not None and (self.api.db in dbs or self.domain in dbs) else \
+                [f"knowledge base {self.api.db!r} (apis/dbs/{self.api.db}.json)"]
+        raise ValueError(f"unknown feature {feature!r}; known: surface_templates, api, kb")
+
     # ---- structure
 
     @cached_property
@@ -667,6 +685,11 @@ class StarTask:
     def branch_parents(self) -> dict[str, list[str]]:
         """Branch node -> the node(s) it is an outcome of (see :func:`infer_branch_parents`)."""
         return infer_branch_parents(self.replies, self.graph, self.kinds, self.start_node)
+
+    def describe(self, node: str) -> str:
+        """The plain-language text of a step (:func:`describe_node`, from the node's name and kind)."""
+        kind = self.kinds.get(node, "action")
+        return describe_node(node, kind, self.domain, self.function if kind == "query" else "")
 
     def template(self, node: str) -> str | None:
         """The response template of an action node (responses.json, else replies), None for others."""
@@ -728,7 +751,6 @@ class StarTask:
         gotos: list[tuple[WorkflowStep, bool]] = []
         counter = [0]
         kinds = self.kinds
-        api_fn = self.function
 
         def main_line(node: str | None) -> set[str]:
             out: set[str] = set()
@@ -756,7 +778,7 @@ class StarTask:
                 if kind == "action" and kids:
                     kind = "branch"
                 step = WorkflowStep(number=counter[0], node=node, kind=kind,
-                                    text=describe_node(node, kinds.get(node, "action"), self.domain, api_fn),
+                                    text=self.describe(node),
                                     template=self.template(node))
                 out.append(step)
                 path = (*path, node)
@@ -807,7 +829,7 @@ class StarTask:
             if others:
                 lines.append("Responses usable at any point:")
                 for n in others:
-                    line = f"- {describe_node(n, 'action', self.domain)} [{n}]"
+                    line = f"- {self.describe(n)} [{n}]"
                     if with_templates and self.template(n):
                         line += f': "{_one_line(self.template(n))}"'
                     lines.append(line)

@@ -21,6 +21,7 @@ examples:
   python -m generation --backend template --star STAR --out demo --tasks weather,bank_balance --per-task 5
   python -m generation --backend template --star STAR --out full --workers 2
   python -m generation --backend template --star STAR --out bench --prefix-mode reword --reword-rate 0.05
+  python -m generation --backend template --source workflow:examples/workflows/insurance.yaml --out claims
 
 hidden split (SPEC section 4): draw a key file once, then generate the public corpus from the
 scenarios it does not reserve, and the hidden corpus from the reserved ones with its secret seed:
@@ -46,6 +47,15 @@ def _parse_option(text: str) -> tuple[str, object]:
     return key, value
 
 
+def _compound_plan(text: str) -> tuple[tuple[str, int], ...]:
+    from .compound import parse_compound_plan
+
+    try:
+        return parse_compound_plan(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m generation",
@@ -59,7 +69,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "e.g. model=google/gemma-3-1b-it")
     p.add_argument("--model", default=None, metavar="ID_or_PATH",
                    help="chat model for the transformers/openai backends (same as --backend-option model=...)")
-    p.add_argument("--star", required=True, help="STAR folder (tasks/, apis/, scenarios.jsonl)")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--source", default=None, metavar="KIND:PATH",
+                     help="workflow source: star:PATH (a STAR copy) or workflow:PATH (a workflow file, "
+                          "docs/workflows.md)")
+    src.add_argument("--star", default=None, metavar="PATH", help="STAR folder; same as --source star:PATH")
     p.add_argument("--out", required=True, help="output folder (record files + manifest.json)")
     p.add_argument("--tasks", default=None, help="comma-separated task names (default: all 24)")
     p.add_argument("--per-task", type=int, default=None, metavar="N",
@@ -82,6 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--multitask", action="store_true",
                    help="scenario filter: also role-play STAR's multi-task scenarios, once per task "
                         "(default: single-task scenarios only)")
+    p.add_argument("--compound", default=None, metavar="PLAN", type=_compound_plan,
+                   help="compound forks: injections in order as TYPE@K, e.g. SSPC@1,GR@3 (SSPC before t_1, then GR "
+                        "before t_3); each source gets this one fork instead of its 16 single forks")
     p.add_argument("--budget", type=int, default=None,
                    help="length budget in turns for every task (default: each task's STAR maximum)")
     p.add_argument("--workers", type=int, default=1, help="worker processes (template backend; default 1)")
@@ -106,10 +123,16 @@ def backend_options(args: argparse.Namespace) -> dict:
     return opts
 
 
+def source_spec(args: argparse.Namespace) -> str:
+    """The workflow source of ``--source`` / ``--star`` (exactly one is given)."""
+    return args.source if args.source is not None else f"star:{args.star}"
+
+
 def config_options(args: argparse.Namespace) -> dict:
     """The :class:`GenerationConfig` fields set by the rewording, variant-draw and scenario-filter options."""
     return {"reword_rate": args.reword_rate, "variant_draw": args.variant_draw,
-            "min_system_turns": args.min_system_turns, "multitask": args.multitask}
+            "min_system_turns": args.min_system_turns, "multitask": args.multitask,
+            "compound": args.compound}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -122,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    args.star = source_spec(args)  # --source star:PATH | workflow:PATH, or --star PATH
     tasks = tuple(t.strip() for t in args.tasks.split(",") if t.strip()) if args.tasks is not None else None
     try:
         seed, scenarios, corpus = hidden_split_selection(args, tasks)

@@ -181,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     import sys
 
     from .backends import UnknownBackendError
-    from .cli import backend_options, build_parser, config_options
+    from .cli import backend_options, build_parser, config_options, source_spec
     from .engine import GenerationConfig, GenerationError, replace_config
 
     parser = build_parser()
@@ -190,6 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     state = process_state()
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format=f"%(asctime)s %(levelname)s [{state.process_index}] %(name)s: %(message)s")
+    args.star = source_spec(args)  # --source star:PATH | workflow:PATH, or --star PATH
     tasks = tuple(t.strip() for t in args.tasks.split(",") if t.strip()) if args.tasks is not None else None
     try:
         from .cli import hidden_split_selection

@@ -39,9 +39,11 @@ from typing import Any
 from dialfork_dataset.forks import MIN_SYSTEM_TURNS, fork_turns
 from dialfork_dataset.jsonl import dumps, make_public, repair_torn_tail, write_json_atomic
 from dialfork_dataset.records import DECODING_FIELDS, HALLUCINATION_TYPES, PREFIX_MODES, validate_record
+from dialfork_dataset.sources import SourceError, open_source, require, source_identity
 
 from . import prompts
 from .backends.base import Backend, TurnRequest
+from .compound import compound_key, parse_compound_plan, plan_text
 from .seeds import dialogue_seed
 from .variants import VARIANT_DRAWS, Variant, VariantPool, draw_substitute_task, draw_variant, load_variants
 
@@ -88,7 +90,8 @@ class GenerationConfig:
     """Everything that determines a corpus (plus execution knobs that do not change it)."""
 
     star: str
-    """STAR folder (``tasks/``, ``apis/``, ``scenarios.jsonl``)."""
+    """The workflow source: a STAR folder (``tasks/``, ``apis/``, ``scenarios.jsonl``), ``star:PATH`` or
+    ``workflow:PATH`` (a workflow file; :func:`dialfork_dataset.sources.open_source`)."""
     out: str
     """Output folder (record files + ``manifest.json``)."""
     backend: str = "template"
@@ -118,6 +121,10 @@ class GenerationConfig:
     multitask: bool = False
     """Scenario filter before generation: also role-play STAR's multi-task scenarios, once for each of
     their tasks (default: single-task scenarios only, SPEC section 3)."""
+    compound: tuple[tuple[str, int], ...] | None = None
+    """Compound forks (SPEC section 3, :mod:`generation.compound`): a plan such as
+    ``(("SSPC", 1), ("GR", 3))``; each kept source then gets this one compound fork instead of its
+    16 single forks (a corpus of its own, e.g. the ``compound`` config)."""
     # execution knobs (do not change the corpus)
     workers: int = 1
     batch_size: int = 64
@@ -149,6 +156,14 @@ class GenerationConfig:
         if not _is_int(self.min_system_turns) or self.min_system_turns < MIN_SYSTEM_TURNS:
             errs.append(f"min_system_turns must be an integer >= {MIN_SYSTEM_TURNS} (four distinct fork turns need "
                         f"T >= {MIN_SYSTEM_TURNS}), got {self.min_system_turns!r}")
+        if self.compound is not None:
+            try:
+                if isinstance(self.compound, str):
+                    raise ValueError(f"compound must be a plan such as (('SSPC', 1), ('GR', 3)) (parse_compound_plan("
+                                     f"{self.compound!r})), not a string")
+                parse_compound_plan(plan_text(self.compound))
+            except (ValueError, TypeError) as e:
+                errs.append(str(e))
         if not isinstance(self.multitask, bool):
             errs.append(f"multitask must be true or false, got {self.multitask!r}")
         if not _is_int(self.workers) or self.workers < 1:
@@ -165,7 +180,7 @@ class GenerationConfig:
     def identity(self) -> dict[str, Any]:
         """The settings that determine the records (compared on resume / when refusing to mix)."""
         return {
-            "star": str(Path(self.star).resolve()),
+            "star": source_identity(self.star),
             "backend": self.backend,
             "backend_options": {k: v for k, v in sorted(self.backend_options.items()) if k not in NON_IDENTITY_OPTIONS},
             "tasks": sorted(self.tasks) if self.tasks else None,
@@ -179,6 +194,7 @@ class GenerationConfig:
             "variant_draw": self.variant_draw,
             "min_system_turns": self.min_system_turns,
             "multitask": self.multitask,
+            "compound": plan_text(self.compound) if self.compound else None,
         }
 
     @property
@@ -259,9 +275,20 @@ class Dialogue:
     replay_fallback: bool = False
     reword_rate: float = 0.0
     """``reword`` mode: the share of prefix turns the backend realises with another surface form."""
+    pending: list[ForkSpec] = field(default_factory=list)
+    """Compound forks: the injections still to come (``fork`` is the one in force)."""
+    applied: list[ForkSpec] = field(default_factory=list)
+    """Compound forks: the injections already superseded by a later one."""
+    substitutes: dict[str, Any] = field(default_factory=dict)
+    """Compound forks: WIC substitute task name -> task, for injections after the first."""
     system_messages: list[dict[str, str]] | None = None
     user_messages: list[dict[str, str]] | None = None
     scratch: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def first_fork(self) -> ForkSpec | None:
+        """The earliest injection (the only one of a single fork)."""
+        return self.applied[0] if self.applied else self.fork
 
     @property
     def next_role(self) -> str:
@@ -341,6 +368,13 @@ def run_dialogues(dialogues: list[Dialogue], backend: Backend, uses_messages: bo
             role = "user" if n % 2 == 0 else "system"
             if role == "system" and d.fork is not None and not d.injected and d.n_system + 1 == d.fork.turn:
                 d.injected = True
+                if uses_messages:
+                    d.system_messages.append(injection_message(d.fork))
+            elif role == "system" and d.injected and d.pending and d.n_system + 1 == d.pending[0].turn:
+                d.applied.append(d.fork)  # a compound fork's next injection
+                d.fork = d.pending.pop(0)
+                if d.fork.substitute_task:
+                    d.substitute = d.substitutes[d.fork.substitute_task]
                 if uses_messages:
                     d.system_messages.append(injection_message(d.fork))
             msgs = (list(d.system_messages) if role == "system" else list(d.user_messages)) if uses_messages else []
@@ -438,7 +472,8 @@ def make_context(corpus: Any, config: GenerationConfig, backend: Backend) -> Run
 
 
 def _record(ctx: RunContext, d: Dialogue, source_id: str, prefix_divergence: int | None = None) -> dict[str, Any]:
-    f = d.fork
+    f = d.first_fork
+    steps = [*d.applied, d.fork] if d.applied else None
     return {
         "dialogue_id": d.key,
         "source_id": source_id,
@@ -459,6 +494,7 @@ def _record(ctx: RunContext, d: Dialogue, source_id: str, prefix_divergence: int
         "prefix_mode": ctx.config.prefix_mode if f else None,
         "prefix_divergence": prefix_divergence if f else None,
         "code_version": ctx.code_version,
+        "injections": [{"type": x.htype, "variant": x.variant.id, "turn": x.turn} for x in steps] if steps else None,
     }
 
 
@@ -496,10 +532,36 @@ def _forks(ctx: RunContext, src: Dialogue) -> list[Dialogue]:
     return out
 
 
+def _compound_forks(ctx: RunContext, src: Dialogue) -> list[Dialogue]:
+    """The compound fork of ``src`` for ``config.compound``: its injections in plan order, each with the
+    variant (and WIC substitute) its type would get as a single fork at that position."""
+    sid = str(src.scenario.scenario_id)
+    ts = fork_turns(src.n_system)
+    per_fork = ctx.config.variant_draw == "fork"
+    specs = []
+    for h, k in ctx.config.compound:
+        dk = k if per_fork else None
+        variant = draw_variant(ctx.pool, ctx.config.seed, sid, h, dk)
+        sub = draw_substitute_task(src.task.name, ctx.domain_of, ctx.config.seed, sid, dk) if h == "WIC" else None
+        specs.append(ForkSpec(h, k, ts[k - 1], variant, variant.render_instruction(sub, service_name(src.task)), sub))
+    first = specs[0]
+    d = Dialogue(key=compound_key(src.key, ctx.config.compound), task=src.task, scenario=src.scenario, seed=src.seed,
+                 budget=src.budget, cut=src.cut, reference=src, fork=first, pending=specs[1:],
+                 substitute=ctx.corpus.tasks[first.substitute_task] if first.substitute_task else None,
+                 reword_rate=ctx.config.effective_reword_rate or 0.0)
+    d.substitutes = {s.substitute_task: ctx.corpus.tasks[s.substitute_task] for s in specs if s.substitute_task}
+    if ctx.config.prefix_mode == "reuse":
+        cut = _prefix_positions(src.turns, first.turn)
+        d.turns = [dict(x) for x in src.turns[:cut]]
+        d.n_system = first.turn - 1
+        d.prefix_len = cut
+    return [d]
+
+
 def _divergence(fork: Dialogue) -> tuple[int, bool]:
     """(prefix turns differing from D+, whether system turn t_k equals D+'s)."""
     ref = fork.reference.turns
-    t = fork.fork.turn
+    t = fork.first_fork.turn
     cut = _prefix_positions(fork.turns, t)
     ref_cut = _prefix_positions(ref, t)
     diff = abs(cut - ref_cut)
@@ -569,7 +631,8 @@ def generate_units(ctx: RunContext, units: Sequence[Unit], backend: Backend) -> 
     run_dialogues(sources, backend, uses_messages)
     min_t = ctx.config.min_system_turns
     kept = [s for s in sources if s.n_system >= min_t]
-    forks_of: dict[str, list[Dialogue]] = {s.key: _forks(ctx, s) for s in kept}
+    make_forks = _compound_forks if ctx.config.compound else _forks
+    forks_of: dict[str, list[Dialogue]] = {s.key: make_forks(ctx, s) for s in kept}
     all_forks = [f for fs in forks_of.values() for f in fs]
     run_dialogues(all_forks, backend, uses_messages)
     per_unit = (time.perf_counter() - t0) / max(len(units), 1)
@@ -585,15 +648,19 @@ def generate_units(ctx: RunContext, units: Sequence[Unit], backend: Backend) -> 
         lines = [dumps(rec)]
         pdiv = same = fallbacks = 0
         for f in forks_of[s.key]:
+            if f.pending:  # a compound fork that ended before its later injections: not what was planned
+                logger.warning("%s: ended after %d system turns, before the injection at turn %d; dropped",
+                               f.key, f.n_system, f.pending[0].turn)
+                continue
             div, is_same = _divergence(f)
             if ctx.config.prefix_mode == "reuse" and not f.replay_fallback:
                 div = 0
             if is_same:
                 if exact:
                     raise RuntimeError(f"{f.key}: backend {backend.name!r} claims exact forks but system turn "
-                                       f"{f.fork.turn} equals D+'s")
+                                       f"{f.first_fork.turn} equals D+'s")
                 logger.warning("%s: system turn t_k=%d is identical to D+'s (the backend ignored the instruction)",
-                               f.key, f.fork.turn)
+                               f.key, f.first_fork.turn)
             pdiv += div
             same += is_same
             fallbacks += f.replay_fallback
@@ -950,14 +1017,14 @@ def _worker_run(batch: list[Unit]) -> list[UnitResult]:
 
 
 def _load_corpus(star: str):
-    from dialfork_dataset.star import StarCorpus, StarError
+    from dialfork_dataset.star import StarError
 
     try:
-        return StarCorpus(star)
-    except StarError as e:
-        raise GenerationError(f"STAR folder {star} is unusable: {e}", getattr(e, "errors", None)) from e
+        return open_source(star)
+    except (StarError, SourceError) as e:
+        raise GenerationError(f"workflow source {star} is unusable: {e}", getattr(e, "errors", None)) from e
     except FileNotFoundError as e:
-        raise GenerationError(f"STAR folder {star} is unusable: {e}") from e
+        raise GenerationError(f"workflow source {star} is unusable: {e}") from e
 
 
 def prepare(config: GenerationConfig, backend: Backend | None = None, scenarios: Iterable[Any] | None = None,
@@ -973,7 +1040,7 @@ def prepare(config: GenerationConfig, backend: Backend | None = None, scenarios:
     if config.tasks:
         unknown = [t for t in config.tasks if t not in corpus.tasks]
         if unknown:
-            raise GenerationError(f"unknown task(s) {unknown}; STAR tasks are: {', '.join(sorted(corpus.tasks))}",
+            raise GenerationError(f"unknown task(s) {unknown}; the source's tasks are: {', '.join(sorted(corpus.tasks))}",
                                   [f"unknown task {t!r}" for t in unknown])
     if backend is None:
         from .backends import get_backend
@@ -987,6 +1054,11 @@ def prepare(config: GenerationConfig, backend: Backend | None = None, scenarios:
         raise GenerationError(f"prefix mode 'reword' needs a backend that rewords its prefixes on request (the "
                               f"template backend); {getattr(backend, 'name', config.backend)} keeps 'replay', whose "
                               "sampling rewords prefixes by itself: use --prefix-mode replay")
+    try:  # the source must have what the backend needs (every task: WIC borrows other tasks' workflows)
+        for feature in getattr(backend, "requires", ()):
+            require(corpus, feature, needed_by=f"the {getattr(backend, 'name', config.backend)} backend")
+    except SourceError as e:
+        raise GenerationError(str(e), e.errors) from e
     ctx = make_context(corpus, config, backend)
     units = plan_units(corpus, config, scenarios)
     if not units:
@@ -1023,13 +1095,14 @@ def generate_corpus(config: GenerationConfig, backend: Backend | None = None, sc
     writer = _ShardWriter(spath)
     from tqdm.auto import tqdm
 
-    bar = tqdm(total=len(mine) * (1 + FORKS_PER_SOURCE), unit="dlg", desc=f"generate[{shard_index}]",
+    per_source = 1 + (1 if config.compound else FORKS_PER_SOURCE)
+    bar = tqdm(total=len(mine) * per_source, unit="dlg", desc=f"generate[{shard_index}]",
                disable=not progress, smoothing=0.05)
 
     def consume(results: Iterable[UnitResult]) -> None:
         for r in results:
             writer.write_unit(r)
-            bar.update(1 + FORKS_PER_SOURCE)
+            bar.update(per_source)
             if on_unit is not None:
                 on_unit(r)
 

@@ -56,8 +56,8 @@ def _build_parser() -> argparse.ArgumentParser:
     g.add_argument("--api-key", default=None, help="API key (default $OPENAI_API_KEY)")
     g.add_argument("--with-workflow", action="store_true", help="put the task's STAR workflow in the prompt")
     g.add_argument("--star-dir", default=None,
-                   help="STAR folder for --with-workflow (default: $DIALFORK_STAR_DIR, or the one in the "
-                        "generator manifest of --data)")
+                   help="workflow source for --with-workflow: STAR folder, star:PATH or workflow:PATH (default: "
+                        "$DIALFORK_STAR_DIR, or the source in the generator manifest of --data)")
     g.add_argument("--prompt", default=None, help="custom prompt template file")
     g.add_argument("--batch-size", type=int, default=8, help="LLM batch size / concurrent requests (default 8)")
     g.add_argument("--max-new-tokens", type=int, default=16, help="LLM answer length (default 16)")
@@ -88,8 +88,10 @@ def _detector_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         return {"seed": args.seed}
     if args.detector == "llm":
         star_dir = args.star_dir
-        if star_dir is None and args.with_workflow and not os.environ.get("DIALFORK_STAR_DIR"):
-            star_dir = _manifest_star(args.data)
+        if star_dir is None and args.with_workflow:
+            made_from = _manifest_star(args.data)  # a workflow file wins over $DIALFORK_STAR_DIR
+            if made_from is not None and (made_from.startswith("workflow:") or not os.environ.get("DIALFORK_STAR_DIR")):
+                star_dir = made_from
         return {"model": args.model, "backend": args.backend, "base_url": args.base_url, "api_key": args.api_key,
                 "with_workflow": args.with_workflow, "star_dir": star_dir, "prompt": args.prompt,
                 "batch_size": args.batch_size, "max_new_tokens": args.max_new_tokens, "device": args.device,
@@ -98,12 +100,15 @@ def _detector_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _manifest_star(data: str) -> str | None:
-    """The STAR folder a generator output folder was made from (its manifest), if it still exists."""
+    """The workflow source (STAR folder or ``workflow:FILE``) a generator output folder was made from
+    (its manifest), if it still exists."""
     m = Path(data) / "manifest.json"
     try:
         star = json.loads(m.read_text(encoding="utf-8"))["config"]["star"]
     except (OSError, ValueError, KeyError, TypeError):
         return None
+    if isinstance(star, str) and star.startswith("workflow:"):  # a workflow file (dialfork_dataset.sources)
+        return star if Path(star[len("workflow:"):]).is_file() else None
     return star if (Path(star) / "tasks").is_dir() else None
 
 

@@ -174,7 +174,8 @@ class LLMDetector:
     model: model id/path (transformers) or served model name (openai).
     backend: ``"transformers"`` or ``"openai"`` (ignored when ``client`` is given).
     with_workflow: put the task's workflow in the prompt (needs each dialogue's ``task``).
-    star_dir: STAR folder for rendering workflows (default ``$DIALFORK_STAR_DIR`` or the reader's).
+    star_dir: workflow source for rendering workflows: a STAR folder, ``star:PATH`` or ``workflow:PATH``
+        (default ``$DIALFORK_STAR_DIR``).
     workflows: ``{task: workflow text}`` overriding the STAR rendering.
     base_url, api_key: endpoint of the openai backend.
     batch_size, max_new_tokens, device, dtype: generation settings.
@@ -236,10 +237,10 @@ class LLMDetector:
     def workflow_for(self, task: str) -> str:
         if task in self.workflows:
             return self.workflows[task]
-        if self._star is None:
-            from dialfork_dataset.star import StarCorpus
+        if self._star is None:  # a STAR folder, star:PATH or workflow:PATH (dialfork_dataset.sources)
+            from dialfork_dataset.sources import open_source
 
-            self._star = StarCorpus(self.star_dir) if self.star_dir is not None else StarCorpus()
+            self._star = open_source(self.star_dir)
         text = self._star.task(task).render_steps(with_templates=True)
         self.workflows[task] = text
         return text

@@ -162,7 +162,7 @@ def _pick(rng: Rng, n: int) -> int:
 
 
 class Slot:
-    __slots__ = ("name", "readable", "type", "categories", "min", "max", "secret", "free")
+    __slots__ = ("name", "readable", "type", "categories", "min", "max", "secret", "free", "examples")
 
     def __init__(self, spec: dict[str, Any]):
         self.name = spec["Name"]
@@ -179,6 +179,8 @@ class Slot:
         self.secret = self.name in _SECRET
         low = self.name.lower()
         self.free = next((k for key, k in _FREE_KEYS if key in low), "generic")
+        self.examples = tuple(str(x) for x in spec.get("Examples") or ())
+        """Example values (a workflow file's ``examples``) for a user whose scenario gives none."""
 
 
 class TaskModel:
@@ -195,6 +197,8 @@ class TaskModel:
             for p in ps:
                 self.children.setdefault(p, []).append(b)
         self.start = task.start_node
+        acts = getattr(task, "user_acts", None)  # a workflow file's own surface templates of user acts
+        self.data = {**data, "user": {**data["user"], **acts}} if acts else data
         api = task.api
         self.slots: dict[str, Slot] = {s["Name"]: Slot(s) for s in (api.inputs if api else [])}
         if not any(p in self.slots for p in _PERSON) and "ask_name" in task.replies:
@@ -218,6 +222,10 @@ class TaskModel:
             if not tpl:
                 continue
             ph = bool(_PH.search(tpl))
+            if getattr(task, "curated_phrasings", False):  # written for the task (workflow file): as they are
+                self.phr[n] = (tpl,) + tuple(dict.fromkeys(a.strip() for a in task.nlu.get(n, ()) if a.strip() != tpl))
+                self.has_ph[n] = ph or any(_PH.search(a) for a in self.phr[n])
+                continue
             alts = () if ph else tuple(x for x in (_clean_phrasing(p) for p in task.nlu.get(n, ())) if _plain(x))
             alts = tuple(a[:1].upper() + a[1:] for a in alts)
             if "bye" in n:
@@ -257,10 +265,16 @@ class TaskModel:
                 if best is not None and toks & set(best.readable.split()):
                     slot = best
             self.ask_slot[n] = slot
+        for n, name in (getattr(task, "asks", None) or {}).items():  # explicit (workflow file: ``ask``)
+            if n in self.phr and name in self.slots:
+                self.ask_slot[n] = self.slots[name]
+                self.ask_readable[n] = self.slots[name].readable
         # request phrase from the out_of_scope reply ("I am only able to tell you the weather.")
         oos = task.replies.get("out_of_scope", "")
         m = re.search(r"only able to (.+?)\.?$", oos)
         self.request = _swap_person(m.group(1)) if m else f"help me with {self.name.replace('_', ' ')}"
+        if getattr(task, "request", None):
+            self.request = task.request
         self.service = self.name.replace("_", " ")
         self.is_search_more = {n for n, ks in self.children.items()
                                if set(ks) >= {"yes", "no"} and "bye" in (self.graph.get("no") or "")}
@@ -308,12 +322,15 @@ class Sim:
 
     def __init__(self, m: TaskModel, scenario: Any, seed: int, data: dict[str, Any], goal_seed_salt: int = 0):
         self.m = m
-        self.data = data
+        self.data = getattr(m, "data", data)
         self.seed = seed
         self.scenario_happy = bool(scenario.happy)
         self.user_task = scenario.user_task or ""
         goal, unknown = _cached_goal(m, self.user_task, seed + goal_seed_salt, data)
         self.goal, self.unknown = dict(goal), unknown
+        values = getattr(scenario, "slot_values", None)  # a workflow scenario's own values win
+        if values:
+            self.goal.update({k: v for k, v in values.items() if k in m.slots})
         self.given: dict[str, str] = {}
         self.kb: dict[str, str] = {}
         self.prev: str | None = None
@@ -444,9 +461,12 @@ class Sim:
 class Hal:
     """A fork's hallucination plan (built at system turn t_k)."""
 
-    __slots__ = ("htype", "variant", "body", "pos", "sub", "missing", "lines", "replies", "closing", "ask_more")
+    __slots__ = ("htype", "variant", "body", "pos", "sub", "missing", "lines", "replies", "closing", "ask_more",
+                 "spec")
 
-    def __init__(self, htype: str, variant: Any):
+    def __init__(self, htype: str, variant: Any, spec: Any = None):
+        self.spec = spec
+        """The engine's ForkSpec this plan realises (a compound fork's next injection replaces it)."""
         self.htype = htype
         self.variant = variant
         self.body: list[tuple[str, Any]] = []
@@ -536,7 +556,7 @@ def _goal_values(m: TaskModel, text: str, seed: int, data: dict[str, Any]) -> tu
             if v is None:
                 if s.secret and forgot:
                     unknown.add(s.name)
-                v = _invent(s, rng, data, goal)
+                v = rng.choice(s.examples) if s.examples else _invent(s, rng, data, goal)
         goal[s.name] = v
     return goal, unknown
 
@@ -939,7 +959,7 @@ def _line(sim: Sim, template: str, rng: Rng) -> str:
 def _build_hal(sim: Sim, d: Any, rng: Rng, backend: TemplateBackend) -> Hal:
     f = d.fork
     m = sim.m
-    hal = Hal(f.htype, f.variant)
+    hal = Hal(f.htype, f.variant, f)
     ref_trace: list[str] = d.reference.scratch["sim"].trace
     t = f.turn
     end = len(ref_trace)
@@ -1124,6 +1144,8 @@ class TemplateBackend:
     """Forks are exact: system turn t_k always differs from D+'s, replayed prefixes are identical."""
     rewords = True
     """Supports the ``reword`` prefix mode (``Dialogue.reword_rate``)."""
+    requires = ("surface_templates",)
+    """What the source must give every task (:func:`dialfork_dataset.sources.require`)."""
 
     def __init__(self, data_path: str | None = None):
         self.data = load_template_data(str(data_path) if data_path else str(DATA_PATH))
@@ -1171,6 +1193,8 @@ class TemplateBackend:
             f = d.fork
             rng = Rng(d.seed, turn_index, 1000 + ("WIC", "SSPC", "GR", "CSC").index(f.htype) * 10 + f.k)
             if role == "system":
+                if sim.hal is not None and sim.hal.spec is not f and not d.wrapped:
+                    sim.hal = None  # a compound fork's next injection: a new plan from D+'s steps at its turn
                 if sim.hal is not None and d.wrapped:
                     sim.trace.append(sim.m.bye or "bye")
                     return _bye(sim, rng) + " " + END_TOKEN
@@ -1192,7 +1216,7 @@ class TemplateBackend:
                 return _hal_system(sim, d, rng, self)
             if sim.hal is not None and sim.hal.closing:
                 if sim.hal.closing == 1:
-                    return _u(self.data, "close", rng)
+                    return _u(sim.data, "close", rng)
             return user_turn(sim, d, rng)
         if d.fork is not None and d.reword_rate:  # a prefix turn of a fork in ``reword`` mode
             return self._reword_turn(sim, d, role, turn_index, d.reword_rate)

@@ -1,0 +1,295 @@
+"""Workflow files: a workflow source without STAR (SPEC section 10; ``docs/workflows.md``).
+
+A workflow file is YAML, checked against the JSON Schema shipped beside this module
+(``workflow.schema.json``) and then for what a schema cannot say (references between steps, slots
+and tables; unique ids). Every problem is reported as ``file:line: field: problem``, all of them at
+once (:func:`validate_workflow`; CLI ``python -m dialfork_dataset workflow validate PATH``).
+
+:class:`WorkflowCorpus` reads a valid file and implements
+:class:`~dialfork_dataset.sources.WorkflowSource`. Its tasks are :class:`WorkflowTask`: the same
+structure as a STAR task (``replies``, ``graph``, node kinds, outcome branches), but with the
+branches written out instead of inferred, so :meth:`~dialfork_dataset.star.StarTask.digraph`,
+:meth:`~dialfork_dataset.star.StarTask.steps` and
+:meth:`~dialfork_dataset.star.StarTask.render_steps` are the STAR reader's own. A STAR task
+written as a workflow file (:func:`~dialfork_dataset.workflow_export.workflow_from_star`) reads back into the same graph and the
+same numbered steps.
+
+Mapping of a step to the STAR structure: ``id`` is the node; ``say`` its response template,
+``label`` (default ``say``) its reply text, ``alternatives`` its NLU phrasings; ``kind: query`` a
+query node; ``next`` the ``graph`` edge; each branch ``{outcome, text, next}`` a branch node
+``outcome`` (reply ``text``, edge to ``next``) attached to the step. A scenario becomes a
+:class:`WorkflowScenario`: ``goal`` and ``persona`` make the user's task, ``slots`` its values.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from .star import Scenario, StarApi, StarTask, task_domain
+from .workflow_check import (  # noqa: F401  (re-exported: the public API of workflow files)
+    FORMAT,
+    MAX_BYTES,
+    MAX_NODES,
+    SCHEMA_PATH,
+    WorkflowError,
+    _raise,
+    _read_checked,
+    load_yaml_lines,
+    validate_workflow,
+    workflow_schema,
+)
+
+log = logging.getLogger(__name__)
+
+
+# --------------------------------------------------------------------------------------------- model
+
+
+@dataclass(frozen=True)
+class WorkflowScenario(Scenario):
+    """A scenario of a workflow file: a STAR :class:`~dialfork_dataset.star.Scenario` (``user_task`` =
+    goal and persona; ``user_guide`` = the guide, then one line per slot value) plus the parts kept
+    apart: ``goal``, ``persona`` and ``slot_values`` (slot -> value, what the simulated user says)."""
+
+    goal: str = ""
+    persona: str = ""
+    slot_values: dict[str, str] = field(default_factory=dict, hash=False)
+
+
+def _star_field(f: dict[str, Any], rows: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """A field of the file as a STAR API/KB field (``Name``, ``Type``, ``ReadableName``, ...)."""
+    out: dict[str, Any] = {"Name": f["name"], "Type": f["type"]}
+    if f.get("readable"):
+        out["ReadableName"] = f["readable"]
+    cats = f.get("categories")
+    if not cats and f["type"] == "Categorical" and rows:
+        cats = list(dict.fromkeys(r[f["name"]] for r in rows if f["name"] in r))
+    if cats:
+        out["Categories"] = list(cats)
+    for k in ("min", "max"):
+        if k in f:
+            out[k.capitalize()] = f[k]
+    if f.get("examples"):
+        out["Examples"] = [str(x) for x in f["examples"]]
+    return out
+
+
+@dataclass
+class WorkflowTask(StarTask):
+    """A task of a workflow file (see the module doc); STAR's structure with explicit branches."""
+
+    explicit_kinds: dict[str, str] = field(default_factory=dict)
+    explicit_branch_parents: dict[str, list[str]] = field(default_factory=dict)
+    asks: dict[str, str] = field(default_factory=dict)
+    """ask step -> the API input slot it asks for."""
+    request: str | None = None
+    """The user's request as a verb phrase (template backend: "Can you {request}?")."""
+    description: str = ""
+    budget: int = 0
+    user_acts: dict[str, list[str]] = field(default_factory=dict)
+    """Surface templates of the user's acts (template backend), replacing its defaults."""
+    curated_phrasings: bool = True
+    """Alternatives are written for this task: the template backend uses them as they are."""
+    source_file: Path | None = None
+    step_paths: dict[str, str] = field(default_factory=dict)
+    """node -> where it is defined (``file:line: tasks[i].steps[j]``), for error messages."""
+    descriptions: dict[str, str] = field(default_factory=dict)
+    """node -> the step's own plain-language text (``description``), replacing the one from its name."""
+
+    def describe(self, node: str) -> str:
+        return self.descriptions.get(node) or super().describe(node)
+
+    @cached_property
+    def kinds(self) -> dict[str, str]:
+        return dict(self.explicit_kinds)
+
+    @cached_property
+    def branch_parents(self) -> dict[str, list[str]]:
+        return {b: list(ps) for b, ps in self.explicit_branch_parents.items()}
+
+    def missing(self, feature: str, dbs: dict[str, Any] | None = None) -> list[str]:
+        if feature == "surface_templates":
+            return [f"{self.step_paths.get(n, n)}.say (surface template of step {n!r})"
+                    for n in _reachable_actions(self) if not self.template(n)]
+        if feature == "api":
+            return [] if self.api is not None else [f"tasks[{self.name}].api"]
+        if feature == "kb":
+            if self.api is None or not self.api.db:
+                return [f"tasks[{self.name}].api.kb (the knowledge-base table the API reads)"]
+            return [] if dbs is not None and self.api.db in dbs else [f"kb.{self.api.db}"]
+        raise ValueError(f"unknown feature {feature!r}; known: surface_templates, api, kb")
+
+
+def _reachable_actions(task: StarTask) -> list[str]:
+    out: list[str] = []
+
+    def walk(steps: list[Any]) -> None:
+        for s in steps:
+            if s.goto is None and task.kinds.get(s.node) == "action":
+                out.append(s.node)
+            for b in s.branches:
+                walk(b.steps)
+
+    walk(task.steps())
+    return out
+
+
+def _build_task(t: dict[str, Any], ti: int, kb: dict[str, Any], path: Path,
+                lines: dict[tuple, int]) -> WorkflowTask:
+    replies: dict[str, str] = {}
+    responses: dict[str, str] = {}
+    graph: dict[str, str] = {}
+    nlu: dict[str, list[str]] = {}
+    kinds: dict[str, str] = {}
+    parents: dict[str, list[str]] = {}
+    asks: dict[str, str] = {}
+    step_paths: dict[str, str] = {}
+    descriptions: dict[str, str] = {}
+    for si, s in enumerate(t["steps"]):
+        n = s["id"]
+        step_paths[n] = f"{path}:{lines.get(('tasks', ti, 'steps', si), 1)}: tasks[{ti}].steps[{si}]"
+        kind = s.get("kind", "action")
+        kinds[n] = kind
+        if "say" in s and kind == "action":
+            responses[n] = s["say"]
+        label = s["label"] if "label" in s else s.get("say")
+        if label is not None:
+            replies[n] = label
+        if s.get("alternatives"):
+            nlu[n] = list(s["alternatives"])
+        if s.get("next") is not None:
+            graph[n] = s["next"]
+        if "ask" in s:
+            asks[n] = s["ask"]
+        if s.get("description"):
+            descriptions[n] = " ".join(s["description"].split()).rstrip(".")
+    for s in t["steps"]:
+        for b in s.get("branches") or []:
+            o = b["outcome"]
+            if o not in kinds:
+                kinds[o] = "branch"
+                if b.get("text") is not None:
+                    replies[o] = b["text"]
+                if b.get("next") is not None:
+                    graph[o] = b["next"]
+            parents.setdefault(o, []).append(s["id"])
+    api = None
+    if t.get("api") is not None:
+        a = t["api"]
+        table = kb.get(a.get("kb")) if a.get("kb") else None
+        rows = (table or {}).get("rows")
+        api = StarApi(name=t["name"], function=a["function"], db=a.get("kb") or "",
+                      inputs=[_star_field(f, rows) for f in a["inputs"]],
+                      outputs=[_star_field(f, rows) for f in a.get("outputs") or []],
+                      required=list(a.get("required") or []))
+    return WorkflowTask(
+        name=t["name"], domain=t.get("domain") or task_domain(t["name"]),
+        function=api.function if api else t["name"], replies=replies, graph=graph, responses=responses, nlu=nlu,
+        instructions=t.get("instructions"), flowchart=None, api=api, start_node=t.get("start") or t["steps"][0]["id"],
+        explicit_kinds=kinds, explicit_branch_parents=parents, asks=asks, request=t.get("request"),
+        description=t.get("description") or "", budget=int(t["length_budget"]),
+        user_acts={k: list(v) for k, v in (t.get("user_acts") or {}).items()}, source_file=path,
+        step_paths=step_paths, descriptions=descriptions)
+
+
+def _readable(task: WorkflowTask, slot: str) -> str:
+    for f in task.api.inputs if task.api else ():
+        if f["Name"] == slot and f.get("ReadableName"):
+            return str(f["ReadableName"]).lower()
+    return " ".join(re.findall(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+", slot)).lower()
+
+
+def _build_scenario(sc: dict[str, Any], task: WorkflowTask) -> WorkflowScenario:
+    slots = {k: (("yes" if v else "no") if isinstance(v, bool) else str(v)) for k, v in (sc.get("slots") or {}).items()}
+    persona = (sc.get("persona") or "").strip()
+    user_task = " ".join(x for x in (sc["goal"].strip(), persona) if x)
+    guide = tuple(sc.get("guide") or ()) + tuple(f"Your {_readable(task, k)} is {v}." for k, v in slots.items())
+    return WorkflowScenario(
+        scenario_id=str(sc["id"]), tasks=(task.name,), domains=(task.domain,), happy=bool(sc.get("happy", True)),
+        multitask=False, completion_level="", user_task=user_task,
+        wizard_task=task.description or f"Help the user {task.request or task.name.replace('_', ' ')}.",
+        user_guide=guide, n_user_utterances=0, n_system_utterances=0,
+        goal=sc["goal"].strip(), persona=persona, slot_values=slots)
+
+
+class WorkflowCorpus:
+    """A workflow file as a :class:`~dialfork_dataset.sources.WorkflowSource`.
+
+    The file is validated at construction; :class:`WorkflowError` lists every problem.
+    """
+
+    layout = "workflow"
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path).expanduser().resolve()
+        data, lines, errors = _read_checked(self.path)
+        if errors:
+            _raise(errors, self.path)
+        self.data = data
+        self.name: str = data.get("name") or self.path.stem
+        kb = data.get("kb") or {}
+        self.tasks: dict[str, WorkflowTask] = {}
+        self._scenarios: list[WorkflowScenario] = []
+        for ti, t in enumerate(data["tasks"]):
+            task = _build_task(t, ti, kb, self.path, lines)
+            self.tasks[task.name] = task
+            self._scenarios += [_build_scenario(sc, task) for sc in t["scenarios"]]
+        domains: dict[str, list[str]] = defaultdict(list)
+        for name, t in self.tasks.items():
+            domains[t.domain].append(name)
+        self.domains: dict[str, list[str]] = dict(sorted(domains.items()))
+        self._dbs = {name: [_star_field(f, table.get("rows")) for f in table["fields"]] for name, table in kb.items()}
+
+    def __repr__(self) -> str:
+        return f"WorkflowCorpus({str(self.path)!r}, tasks={len(self.tasks)})"
+
+    @property
+    def dbs(self) -> dict[str, Any]:
+        """KB table -> its schema as STAR's ``apis/dbs`` files have it (``Name``, ``Type``, ``Categories``...)."""
+        return self._dbs
+
+    @property
+    def scenarios(self) -> list[WorkflowScenario]:
+        return list(self._scenarios)
+
+    def task(self, name: str) -> WorkflowTask:
+        try:
+            return self.tasks[name]
+        except KeyError:
+            raise WorkflowError(f"unknown task {name!r} in {self.path}; tasks: {', '.join(self.tasks)}") from None
+
+    def scenario(self, scenario_id: str | int) -> WorkflowScenario:
+        for s in self._scenarios:
+            if s.scenario_id == str(scenario_id):
+                return s
+        raise WorkflowError(f"no scenario with id {scenario_id!r} in {self.path}")
+
+    def scenarios_for(self, task: str | None = None, single_task: bool = True,
+                      happy: bool | None = None) -> list[WorkflowScenario]:
+        if task is not None:
+            self.task(task)
+        return [s for s in self._scenarios if (task is None or task in s.tasks)
+                and (happy is None or s.happy == happy)]
+
+    def length_budget(self, task: str, single_task_only: bool = True) -> int:
+        return self.task(task).budget
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "path": str(self.path), "layout": self.layout, "tasks": len(self.tasks), "domains": len(self.domains),
+            "scenarios": len(self._scenarios), "single_task_scenarios": len(self._scenarios),
+            "per_task": {n: {"domain": t.domain, "single_task_scenarios": len(self.scenarios_for(n)),
+                             "length_budget": t.budget} for n, t in self.tasks.items()},
+        }
+
+
+
+__all__ = ["FORMAT", "SCHEMA_PATH", "WorkflowCorpus", "WorkflowError", "WorkflowScenario", "WorkflowTask",
+           "load_yaml_lines", "validate_workflow", "workflow_schema"]

@@ -1,0 +1,274 @@
+"""Reading and checking workflow files (:mod:`dialfork_dataset.workflow`): YAML with the line of every
+value, the shipped JSON Schema, and the checks a schema cannot express (references between steps,
+slots and tables; unique ids). Every problem is ``file:line: field: problem``, all of them at once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from .sources import SourceError
+
+FORMAT = "dialfork-workflow/1"
+SCHEMA_PATH = Path(__file__).with_name("workflow.schema.json")
+#: Limits on untrusted files (ours): size in bytes and YAML nodes after alias expansion.
+MAX_BYTES = 8 * 1024 * 1024
+MAX_NODES = 500_000
+_MAX_LISTED_ERRORS = 50
+
+
+class WorkflowError(SourceError):
+    """A workflow file is unreadable or invalid; ``errors`` holds every ``file:line: field: problem``."""
+
+
+# --------------------------------------------------------------------------------------------- YAML with lines
+
+
+def _path_str(path: Iterable[Any]) -> str:
+    out = ""
+    for p in path:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    return out or "(top level)"
+
+
+_TIMESTAMP = "tag:yaml.org,2002:timestamp"
+_PLAIN_TAGS = frozenset(f"tag:yaml.org,2002:{t}" for t in ("str", "int", "float", "bool", "null", "map", "seq",
+                                                          "timestamp"))
+
+
+def load_yaml_lines(path: str | os.PathLike) -> tuple[Any, dict[tuple, int]]:
+    """Parse a YAML file with PyYAML's safe loader, keeping the line of every value.
+
+    Returns ``(data, lines)``: ``lines`` maps a path (tuple of keys and indices) to its 1-based line.
+    Raises :class:`WorkflowError` (with ``file:line``) for unreadable or malformed YAML, a file over
+    :data:`MAX_BYTES`, non-string keys, duplicate keys, or more than :data:`MAX_NODES` nodes after
+    expanding aliases (the "billion laughs").
+    """
+    import yaml
+
+    p = Path(path)
+    try:
+        size = p.stat().st_size
+        if size > MAX_BYTES:
+            raise WorkflowError(f"{p}: {size} bytes, over the {MAX_BYTES}-byte limit of a workflow file")
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise WorkflowError(f"{p}: no such workflow file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise WorkflowError(f"{p}: unreadable workflow file ({e})") from None
+    try:
+        root = yaml.compose(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        line = f":{mark.line + 1}" if mark is not None else ""
+        raise WorkflowError(f"{p}{line}: malformed YAML ({e.problem or e.context})") from None
+    except yaml.YAMLError as e:
+        raise WorkflowError(f"{p}: malformed YAML ({e})") from None
+    if root is None:
+        raise WorkflowError(f"{p}: empty file; a workflow file starts with 'format: {FORMAT}'")
+    constructor = yaml.constructor.SafeConstructor()
+    lines: dict[tuple, int] = {}
+    errors: list[str] = []
+    count = [0]
+
+    def build(node: Any, where: tuple) -> Any:
+        count[0] += 1
+        if count[0] > MAX_NODES:
+            raise WorkflowError(f"{p}: more than {MAX_NODES} YAML nodes (aliases expanded); refusing the file")
+        lines.setdefault(where, node.start_mark.line + 1)
+        if node.tag not in _PLAIN_TAGS:  # !!python/..., !custom...: never constructed
+            errors.append(f"{p}:{node.start_mark.line + 1}: {_path_str(where)}: unsupported YAML tag {node.tag!r}")
+            return None
+        if node.tag == _TIMESTAMP:  # a date is text here (3 March, 2024-03-03 alike)
+            return str(node.value)
+        if isinstance(node, yaml.MappingNode):
+            out: dict[str, Any] = {}
+            for k, v in node.value:
+                if k.tag == "tag:yaml.org,2002:merge":
+                    errors.append(f"{p}:{k.start_mark.line + 1}: {_path_str(where)}: merge keys (<<) are not supported")
+                    continue
+                key = constructor.construct_object(k) if isinstance(k, yaml.ScalarNode) else None
+                if not isinstance(key, str):
+                    errors.append(f"{p}:{k.start_mark.line + 1}: {_path_str(where)}: keys must be strings, got "
+                                  f"{type(key).__name__}")
+                    continue
+                if key in out:
+                    errors.append(f"{p}:{k.start_mark.line + 1}: {_path_str((*where, key))}: duplicate key")
+                    continue
+                out[key] = build(v, (*where, key))
+            return out
+        if isinstance(node, yaml.SequenceNode):
+            return [build(v, (*where, i)) for i, v in enumerate(node.value)]
+        try:
+            return constructor.construct_object(node)
+        except yaml.YAMLError as e:
+            errors.append(f"{p}:{node.start_mark.line + 1}: {_path_str(where)}: bad value ({e})")
+            return None
+
+    data = build(root, ())
+    if errors:
+        _raise(errors, p)
+    return data, lines
+
+
+def _raise(errors: list[str], path: Path) -> None:
+    shown = errors[:_MAX_LISTED_ERRORS]
+    more = f"\n... and {len(errors) - len(shown)} more" if len(errors) > len(shown) else ""
+    raise WorkflowError(f"{len(errors)} problem(s) in workflow file {path}:\n" + "\n".join(shown) + more, errors)
+
+
+# --------------------------------------------------------------------------------------------- validation
+
+
+@lru_cache(maxsize=1)
+def workflow_schema() -> dict[str, Any]:
+    """The shipped JSON Schema of workflow files."""
+    return json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
+
+
+class _Where:
+    def __init__(self, path: Path, lines: dict[tuple, int]):
+        self.path, self.lines = path, lines
+
+    def __call__(self, where: Iterable[Any], message: str) -> str:
+        w = tuple(where)
+        probe = w
+        while probe and probe not in self.lines:
+            probe = probe[:-1]
+        return f"{self.path}:{self.lines.get(probe, 1)}: {_path_str(w)}: {message}"
+
+
+def _schema_errors(data: Any, at: _Where) -> list[str]:
+    from jsonschema import Draft202012Validator
+
+    validator = Draft202012Validator(workflow_schema())
+    out = []
+    for e in sorted(validator.iter_errors(data), key=lambda e: (list(map(str, e.absolute_path)), e.message)):
+        best = e
+        if e.context:  # oneOf/anyOf: the deepest sub-error says the most
+            best = max(e.context, key=lambda c: len(c.absolute_path))
+        if best.validator == "additionalProperties" and isinstance(best.instance, dict):
+            import difflib
+
+            known = list(best.schema.get("properties") or {})
+            for k in best.instance:
+                if k not in known:
+                    near = difflib.get_close_matches(k, known, n=1)
+                    hint = f" (did you mean {near[0]!r}?)" if near else f"; known fields: {', '.join(known)}"
+                    out.append(at((*best.absolute_path, k), f"unknown field {k!r}{hint}"))
+            continue
+        out.append(at(best.absolute_path, best.message if len(best.message) < 300 else best.message[:297] + "..."))
+    return out
+
+
+def _semantic_errors(data: dict[str, Any], at: _Where) -> list[str]:
+    """What the schema cannot say: references, unique ids, values in their categories."""
+    errs: list[str] = []
+    kb = data.get("kb") or {}
+    for tname, table in kb.items():
+        names = [f["name"] for f in table["fields"]]
+        for i, n in enumerate(names):
+            if n in names[:i]:
+                errs.append(at(("kb", tname, "fields", i, "name"), f"duplicate field {n!r}"))
+        for r, row in enumerate(table.get("rows") or []):
+            for k in row:
+                if k not in names:
+                    errs.append(at(("kb", tname, "rows", r, k), f"no field {k!r} in table {tname!r}; fields: {names}"))
+    task_names: dict[str, int] = {}
+    scenario_ids: dict[str, tuple] = {}
+    for ti, t in enumerate(data["tasks"]):
+        tp = ("tasks", ti)
+        if t["name"] in task_names:
+            errs.append(at((*tp, "name"), f"duplicate task name {t['name']!r} (first at tasks[{task_names[t['name']]}])"))
+        task_names.setdefault(t["name"], ti)
+        api = t.get("api")
+        slots: dict[str, dict[str, Any]] = {}
+        if api is not None:
+            for i, f in enumerate(api["inputs"]):
+                if f["name"] in slots:
+                    errs.append(at((*tp, "api", "inputs", i, "name"), f"duplicate input slot {f['name']!r}"))
+                slots.setdefault(f["name"], f)
+            for i, r in enumerate(api.get("required") or []):
+                if r not in slots:
+                    errs.append(at((*tp, "api", "required", i), f"{r!r} is not an input slot; slots: {sorted(slots)}"))
+            if api.get("kb") is not None and api["kb"] not in kb:
+                errs.append(at((*tp, "api", "kb"), f"no knowledge-base table {api['kb']!r} under 'kb'; tables: {sorted(kb)}"))
+        steps = t["steps"]
+        ids: dict[str, int] = {}
+        for si, s in enumerate(steps):
+            if s["id"] in ids:
+                errs.append(at((*tp, "steps", si, "id"), f"duplicate step id {s['id']!r} (first at steps[{ids[s['id']]}])"))
+            ids.setdefault(s["id"], si)
+        outcomes: dict[str, tuple[int, int, dict[str, Any]]] = {}
+        for si, s in enumerate(steps):
+            for bi, b in enumerate(s.get("branches") or []):
+                o = b["outcome"]
+                bp = (*tp, "steps", si, "branches", bi)
+                if o in ids:
+                    errs.append(at((*bp, "outcome"), f"outcome {o!r} is also a step id; give the outcome its own name"))
+                if o in outcomes:
+                    psi, pbi, prev = outcomes[o]
+                    for key in ("next", "text"):
+                        if b.get(key) != prev.get(key):
+                            errs.append(at((*bp, key), f"outcome {o!r} has {key} {b.get(key)!r} here but {prev.get(key)!r} at "
+                                                        f"steps[{psi}].branches[{pbi}]; an outcome label leads to one place"))
+                else:
+                    outcomes[o] = (si, bi, b)
+        known = set(ids) | set(outcomes)
+        for si, s in enumerate(steps):
+            sp = (*tp, "steps", si)
+            if s.get("next") is not None and s["next"] not in known:
+                errs.append(at((*sp, "next"), f"no step or outcome {s['next']!r} in task {t['name']!r}"))
+            for bi, b in enumerate(s.get("branches") or []):
+                if b.get("next") is not None and b["next"] not in known:
+                    errs.append(at((*sp, "branches", bi, "next"), f"no step or outcome {b['next']!r} in task {t['name']!r}"))
+            kind = s.get("kind", "action")
+            if kind == "query" and "say" in s:
+                errs.append(at((*sp, "say"), "a query step is an API call, not said; use 'label' for its flowchart text"))
+            if kind == "query" and "ask" in s:
+                errs.append(at((*sp, "ask"), "a query step asks nothing; put 'ask' on the action that asks"))
+            if "ask" in s and s["ask"] not in slots:
+                errs.append(at((*sp, "ask"), f"{s['ask']!r} is not an input slot of the task's api; slots: {sorted(slots)}"
+                               if api is not None else f"{s['ask']!r}: the task has no 'api' with input slots"))
+        if t.get("start") is not None and t["start"] not in ids:
+            errs.append(at((*tp, "start"), f"no step {t['start']!r} in task {t['name']!r}"))
+        for ci, sc in enumerate(t["scenarios"]):
+            cp = (*tp, "scenarios", ci)
+            if sc["id"] in scenario_ids:
+                errs.append(at((*cp, "id"), f"duplicate scenario id {sc['id']!r} (first at {_path_str(scenario_ids[sc['id']])})"))
+            scenario_ids.setdefault(sc["id"], cp)
+            for k, v in (sc.get("slots") or {}).items():
+                if k not in slots:
+                    errs.append(at((*cp, "slots", k), f"{k!r} is not an input slot of task {t['name']!r}; slots: {sorted(slots)}"))
+                    continue
+                cats = slots[k].get("categories")
+                if cats and v not in cats and str(v) not in map(str, cats):
+                    errs.append(at((*cp, "slots", k), f"{v!r} is not one of the slot's categories {cats}"))
+    return errs
+
+
+def validate_workflow(path: str | os.PathLike) -> list[str]:
+    """Every problem of a workflow file as ``file:line: field: problem`` ([] when valid)."""
+    return _read_checked(Path(path))[2]
+
+
+def _read_checked(p: Path) -> tuple[Any, dict[tuple, int], list[str]]:
+    try:
+        data, lines = load_yaml_lines(p)
+    except WorkflowError as e:
+        return None, {}, e.errors
+    at = _Where(p, lines)
+    errs = _schema_errors(data, at)
+    if errs:  # references are checked on a well-formed file only
+        return data, lines, errs
+    return data, lines, _semantic_errors(data, at)
+
+
+
+__all__ = ["FORMAT", "MAX_BYTES", "MAX_NODES", "SCHEMA_PATH", "WorkflowError", "load_yaml_lines",
+           "validate_workflow", "workflow_schema"]
