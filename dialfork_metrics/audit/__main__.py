@@ -18,6 +18,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--tasks", required=True, help="comma-separated STAR task names")
     ap.add_argument("--per-task", type=int, default=5, help="scenarios per task (default 5)")
     ap.add_argument("--scenarios", default=None, help="comma-separated scenario ids (instead of the first N)")
+    ap.add_argument("--happy-only", action="store_true",
+                    help="audit happy scenarios only, against the reference's happy-scenario dialogues")
     ap.add_argument("--user", default="template", help="simulated user: template (default)")
     ap.add_argument("--reference", required=True, help="corpus folder or exported Hub folder with conformant dialogues")
     ap.add_argument("--out", required=True, help="output folder (dialogues, report); a rerun resumes")
@@ -52,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         report = audit_agent(a.agent, a.model, tasks, a.reference, star=a.star, source=a.source,
                              per_task=None if scen else a.per_task, scenarios=scen, out=a.out,
                              api_key_env=a.api_key_env, concurrency=a.concurrency, encoder=a.encoder,
-                             detector=a.detector, timeout=a.timeout, max_retries=a.max_retries)
+                             detector=a.detector, timeout=a.timeout, happy_only=a.happy_only, max_retries=a.max_retries)
     except (AuditError, EndpointError, ValueError) as e:
         msg = " ".join(str(e).split())
         print(f"error: {msg}", file=sys.stderr)

@@ -74,7 +74,8 @@ def _sid_key(sid: str) -> tuple:
 
 
 def plan_jobs(corpus: Any, tasks: Sequence[str], per_task: int | None = None,
-              scenarios: Mapping[str, Sequence[str]] | Sequence[str] | None = None, seed: int = 0) -> list[Job]:
+              scenarios: Mapping[str, Sequence[str]] | Sequence[str] | None = None, seed: int = 0,
+              happy_only: bool = False) -> list[Job]:
     """The (task, scenario) conversations to run: the first ``per_task`` single-task scenarios of each
     task in scenario-id order, or the ``scenarios`` given (ids; a mapping task -> ids, or a flat list
     applied to every task). Every unknown task or scenario is reported at once."""
@@ -94,13 +95,14 @@ def plan_jobs(corpus: Any, tasks: Sequence[str], per_task: int | None = None,
         except StarError as e:
             errs.append(str(e))
             continue
-        avail = {str(s.scenario_id): s for s in corpus.scenarios_for(name)}
+        avail = {str(s.scenario_id): s for s in corpus.scenarios_for(name, happy=True if happy_only else None)}
         if scenarios is not None:
             want = scenarios.get(name, ()) if isinstance(scenarios, Mapping) else scenarios
             chosen = []
             for sid in want:
                 if str(sid) not in avail:
-                    errs.append(f"scenario {sid!r} is not a single-task scenario of task {name!r} in the STAR copy "
+                    errs.append(f"scenario {sid!r} is not a single-task{' happy' if happy_only else ''} scenario of "
+                                f"task {name!r} in the STAR copy "
                                 f"{corpus.path} (it has {len(avail)}, e.g. {', '.join(sorted(avail, key=_sid_key)[:3])})")
                 else:
                     chosen.append(avail[str(sid)])
@@ -293,13 +295,16 @@ def audit_agent(agent: str, model: str, tasks: Sequence[str], reference: Any, *,
                 api_key_env: str | None = None, concurrency: int = 4, encoder: Any = "minilm", detector: str = "it",
                 sampling: Mapping[str, Any] | None = None, seed: int = 0, timeout: float = 60.0,
                 max_retries: int = 3, backoff: float = 0.5, min_similarity: float | None = None,
-                detector_options: Mapping[str, Any] | None = None, show_progress: bool = True):
+                detector_options: Mapping[str, Any] | None = None, happy_only: bool = False,
+                show_progress: bool = True):
     """Audit the agent served at ``agent`` (OpenAI-compatible API root) as ``model``.
 
     Runs ``per_task`` scenarios of each task of ``tasks`` (or the ``scenarios`` given) with the
     template user, writes the dialogues to ``out`` (resumable) and returns the
     :class:`~dialfork_metrics.audit.report.AuditReport` scored against the conformant dialogues of
     ``reference`` (a generator output folder or an exported Hub folder, or a list of records).
+    ``happy_only`` audits STAR's happy scenarios only (every look-up succeeds) and compares them with
+    the reference's happy-scenario dialogues: like with like for an agent without knowledge-base tools.
     """
     from dialfork_dataset.star import StarCorpus, StarError
 
@@ -312,8 +317,15 @@ def audit_agent(agent: str, model: str, tasks: Sequence[str], reference: Any, *,
     except StarError as e:
         raise AuditError(str(e)) from None
     tasks = list(tasks)
-    jobs = plan_jobs(corpus, tasks, per_task, scenarios, seed)
+    jobs = plan_jobs(corpus, tasks, per_task, scenarios, seed, happy_only)
     refs = load_reference(reference, tasks)
+    if happy_only:
+        happy = {str(s.scenario_id) for s in corpus.scenarios if s.happy}
+        refs = {t: [r for r in rs if str(r["scenario_id"]) in happy] for t, rs in refs.items()}
+        empty = [t for t, rs in refs.items() if not rs]
+        if empty:
+            raise AuditError(f"reference {reference}: no conformant dialogue of a happy scenario of task(s) "
+                             + ", ".join(empty))
     client = make_client(agent, model, api_key_env, timeout, max_retries, backoff)
     enc = get_encoder(encoder)
     store = Store(out)

@@ -200,13 +200,14 @@ class FakeAgent:
 
 @contextlib.contextmanager
 def serve_fake_agent(kind: str = "faithful", star: str | os.PathLike | None = None, model: str | None = None,
-                     derail_at: int = DEFAULT_DERAIL_AT, timeout: float = 120.0) -> Iterator[FakeAgent]:
+                     derail_at: int = DEFAULT_DERAIL_AT, htypes: Sequence[str] = DEFAULT_HTYPES,
+                     timeout: float = 120.0) -> Iterator[FakeAgent]:
     """Run a fake agent in a child process on 127.0.0.1 (port 0) and stop it by its PID on exit."""
     if kind not in KINDS:
         raise ValueError(f"unknown fake agent kind {kind!r}; known: {', '.join(KINDS)}")
     model = model or f"fake-{kind}"
     cmd = [sys.executable, "-m", "dialfork_metrics.audit.fakes", "--kind", kind, "--model", model,
-           "--derail-at", str(derail_at)]
+           "--derail-at", str(derail_at), "--htypes", ",".join(htypes)]
     if star is not None:
         cmd += ["--star", os.fspath(star)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
@@ -235,12 +236,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--star", default=None, help="STAR copy (default $DIALFORK_STAR_DIR)")
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--derail-at", type=int, default=DEFAULT_DERAIL_AT)
+    ap.add_argument("--htypes", default=",".join(DEFAULT_HTYPES), help="derailed: hallucination types, cycled by seed")
     a = ap.parse_args(argv)
     policy = None
     if a.kind in ("faithful", "derailed"):
         from dialfork_dataset.star import StarCorpus
 
-        policy = AgentPolicy(StarCorpus(a.star), a.kind, a.derail_at)
+        htypes = [h.strip() for h in a.htypes.split(",") if h.strip()]
+        bad = [h for h in htypes if h not in ("WIC", "SSPC", "GR", "CSC")]
+        if bad or not htypes:
+            ap.error(f"--htypes: unknown hallucination type(s) {bad}; use WIC, SSPC, GR, CSC")
+        policy = AgentPolicy(StarCorpus(a.star), a.kind, a.derail_at, htypes)
     srv = ThreadingHTTPServer(("127.0.0.1", a.port), make_handler(a.kind, a.model or f"fake-{a.kind}", policy))
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     print(f"listening on {srv.server_address[1]}", flush=True)
