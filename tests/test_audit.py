@@ -157,3 +157,20 @@ def test_step_coverage_hand_worked():
     assert c["coverage"] == pytest.approx(2 / 3) and not c["reached_outcome"]
     full = step_coverage(["hello", "ask_a", "ask_b", "query_ok", "bye"], _Model())
     assert full["coverage"] == 1.0 and full["reached_outcome"] and full["out_of_order"] == 0
+
+
+def test_html_report_escapes_what_the_agent_says():
+    from dialfork_metrics.audit import AuditReport
+
+    evil = "<script>alert(1)</script><img src=x onerror=alert(2)>"
+    row = {"dialogue_id": "audit-weather-1", "scenario_id": "1", "steps": [None], "completed": False,
+           "coverage": {"coverage": 0.0}, "first_alarm": 1, "flowscore": 0.5}
+    task = {"task": "weather", "dialogues": 1, "failed": 1, "completion": 0.0, "coverage": 0.0, "skipped": 1.0,
+            "repeated": 0.0, "out_of_order": 0.0, "off_workflow": 1.0, "alarm_rate": 1.0,
+            "first_alarms": {"audit-weather-1": 1}, "flowkl": None, "flowscore": 0.5, "flowscore_n": 1,
+            "failures": [{"dialogue_id": "audit-weather-2", "error": evil}], "dialogue_rows": [row],
+            "deviant": [{"dialogue_id": "audit-weather-1", "flowscore": 0.5, "first_alarm": 1, "flagged_position": 1,
+                         "turns": [{"speaker": "user", "text": "hi"}, {"speaker": "system", "text": evil}]}]}
+    page = AuditReport(agent="http://x/<b>", model=evil, detector="it", tasks=[task]).to_html()
+    assert "<script>" not in page and "<img src=x" not in page and "&lt;script&gt;" in page
+    assert page.count("<img ") == 1  # the plot only

@@ -196,7 +196,7 @@ class AuditReport:
             out.append(f"**{d['dialogue_id']}** (FlowScore distance {_fmt(d['flowscore'])}, "
                        f"first alarm at system turn {_fmt(d['first_alarm'])})\n")
             for i, turn in enumerate(d["turns"]):
-                line = f"{turn['speaker']}: {turn['text']}"
+                line = f"{turn['speaker']}: {' '.join(turn['text'].split())}"  # one line per turn
                 out.append(f"> **>> {line}**  " if i == d["flagged_position"] else f"> {line}  ")
             out.append("")
         return out
@@ -226,7 +226,7 @@ class AuditReport:
         import matplotlib.pyplot as plt
 
         rows = t["dialogue_rows"]
-        fig, ax = plt.subplots(figsize=(max(4.0, 0.5 * len(rows) + 2), 3.0))
+        fig, ax = plt.subplots(figsize=(max(5.5, 0.5 * len(rows) + 2), 3.2))
         xs = list(range(len(rows)))
         cov = [r["coverage"]["coverage"] for r in rows]
         ax.bar(xs, cov, color=["#c0392b" if r["first_alarm"] is not None else "#2e86c1" for r in rows],
@@ -235,7 +235,9 @@ class AuditReport:
         ax.plot(xs, fs, "ko", label="FlowScore distance")
         ax.set_xticks(xs, [r["scenario_id"] for r in rows], rotation=90, fontsize=7)
         ax.set_ylim(0, 1.05)
-        ax.set_title(f"{t['task']}: completion {_fmt(t['completion'], 2)}, alarm rate {_fmt(t['alarm_rate'], 2)}")
+        ax.set_title(f"{t['task']}: completion {_fmt(t['completion'], 2)}, alarm rate {_fmt(t['alarm_rate'], 2)}",
+                     fontsize=9)
+        ax.set_xlabel("scenario", fontsize=8)
         ax.legend(fontsize=7, loc="lower right")
         fig.tight_layout()
         buf = io.BytesIO()
