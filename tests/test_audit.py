@@ -174,3 +174,24 @@ def test_html_report_escapes_what_the_agent_says():
     page = AuditReport(agent="http://x/<b>", model=evil, detector="it", tasks=[task]).to_html()
     assert "<script>" not in page and "<img src=x" not in page and "&lt;script&gt;" in page
     assert page.count("<img ") == 1  # the plot only
+
+
+def test_openai_user(tmp_path, star_dir, reference):
+    from dialfork_metrics.audit.fakes import scripted_user
+
+    with serve_fake_agent("faithful", star=star_dir) as agent, serve_fake_agent("user", star=star_dir) as user:
+        rep = audit_agent(agent.url, agent.model, ["weather"], reference, star=star_dir, per_task=1, out=tmp_path,
+                          user=f"openai:{user.url}", user_model=user.model, show_progress=False)
+    rec = json.loads((tmp_path / "dialogues.jsonl").read_text().splitlines()[0])
+    users = [t["text"] for t in rec["turns"] if t["speaker"] == "user"]
+    assert users[0] == "Hello." and users[-1] == "Thanks, that's all. Goodbye!"
+    assert [t["speaker"] for t in rec["turns"]][:4] == ["user", "system", "user", "system"]
+    assert rep.task("weather")["dialogues"] == 1
+    assert scripted_user([{"role": "user", "content": "x"}]) == "Hello."
+    with pytest.raises(AuditError, match="simulated user http://127.0.0.1:.* is not usable"):
+        audit_agent(agent.url, agent.model, ["weather"], reference, star=star_dir, per_task=1, out=tmp_path,
+                    user=f"openai:http://127.0.0.1:{_free_port()}/v1", user_model="u", max_retries=0,
+                    show_progress=False)
+    with pytest.raises(AuditError, match="--user-model"):
+        audit_agent(agent.url, agent.model, ["weather"], reference, star=star_dir, per_task=1, out=tmp_path,
+                    user="openai:http://127.0.0.1:9/v1", show_progress=False)

@@ -20,7 +20,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--scenarios", default=None, help="comma-separated scenario ids (instead of the first N)")
     ap.add_argument("--happy-only", action="store_true",
                     help="audit happy scenarios only, against the reference's happy-scenario dialogues")
-    ap.add_argument("--user", default="template", help="simulated user: template (default)")
+    ap.add_argument("--user", default="template", help="simulated user: template (default) or openai:URL")
+    ap.add_argument("--user-model", default=None, help="model name of the openai:URL user")
+    ap.add_argument("--user-api-key-env", default=None, help="environment variable with the user server's token")
     ap.add_argument("--reference", required=True, help="corpus folder or exported Hub folder with conformant dialogues")
     ap.add_argument("--out", required=True, help="output folder (dialogues, report); a rerun resumes")
     ap.add_argument("--concurrency", type=int, default=4)
@@ -38,9 +40,6 @@ def main(argv: list[str] | None = None) -> int:
 
     from .core import AuditError, audit_agent
 
-    if a.user != "template":
-        print(f"error: --user {a.user!r}: only the template user is available", file=sys.stderr)
-        return 2
     if a.concurrency < 1:
         print(f"error: --concurrency must be >= 1, got {a.concurrency}", file=sys.stderr)
         return 2
@@ -54,7 +53,8 @@ def main(argv: list[str] | None = None) -> int:
         report = audit_agent(a.agent, a.model, tasks, a.reference, star=a.star, source=a.source,
                              per_task=None if scen else a.per_task, scenarios=scen, out=a.out,
                              api_key_env=a.api_key_env, concurrency=a.concurrency, encoder=a.encoder,
-                             detector=a.detector, timeout=a.timeout, happy_only=a.happy_only, max_retries=a.max_retries)
+                             detector=a.detector, timeout=a.timeout, happy_only=a.happy_only, user=a.user,
+                             user_model=a.user_model, user_api_key_env=a.user_api_key_env, max_retries=a.max_retries)
     except (AuditError, EndpointError, ValueError) as e:
         msg = " ".join(str(e).split())
         print(f"error: {msg}", file=sys.stderr)

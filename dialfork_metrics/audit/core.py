@@ -132,7 +132,7 @@ class _Encoder:
 
 
 def converse(job: Job, client: Any, backend: Any, matcher: Any, encoder: _Encoder,
-             sampling: Mapping[str, Any], max_extra_turns: int = 4) -> Outcome:
+             sampling: Mapping[str, Any], max_extra_turns: int = 4, user_client: Any = None) -> Outcome:
     """One conversation: template user first, then the agent, until one ends it or the length
     budget (plus ``max_extra_turns`` for the wrap-up) is spent. Upstream failures end the
     conversation with ``Outcome.error`` set."""
@@ -140,19 +140,26 @@ def converse(job: Job, client: Any, backend: Any, matcher: Any, encoder: _Encode
     from generation.engine import Dialogue, _init_messages
     from generation.prompts import END_TOKEN
 
-    from .user import TemplateUser
+    from .user import LLMUser, TemplateUser, UserError
 
     d = Dialogue(key=job.dialogue_id, task=job.task, scenario=job.scenario, seed=job.seed, budget=job.budget,
                  cut=job.budget + max_extra_turns)
     _init_messages(d)
     messages = list(d.system_messages)
-    user = TemplateUser(backend, job.task, job.scenario, job.seed, matcher, d)
+    if user_client is None:
+        user = TemplateUser(backend, job.task, job.scenario, job.seed, matcher, d)
+    else:
+        user = LLMUser(user_client, backend.model(job.task), matcher, d, job.seed, dict(sampling))
     ended_by_agent = False
     error = None
     for i in range(d.cut):
         if i % 2 == 0:
             d.wrapped = len(d.turns) >= d.budget
-            text = user.say(i)
+            try:
+                text = user.say(i)
+            except UserError as e:
+                error = f"turn {i}: {e}"
+                break
             done = END_TOKEN in text
             text = text.replace(END_TOKEN, "").strip()
             d.turns.append({"speaker": "user", "text": text})
@@ -175,7 +182,7 @@ def converse(job: Job, client: Any, backend: Any, matcher: Any, encoder: _Encode
         d.turns.append({"speaker": "system", "text": text})
         d.n_system += 1
         messages.append({"role": "assistant", "content": text})
-        mt = user.hear(encoder.encode([text])[0], i)
+        mt = user.hear(text, encoder.encode([text])[0], i)
         if done or user.is_goodbye(mt.node):
             ended_by_agent = True
             break
@@ -240,7 +247,7 @@ class Store:
 
 def run_conversations(jobs: Sequence[Job], client: Any, corpus: Any, encoder: Any, store: Store, generator: str,
                       sampling: Mapping[str, Any], concurrency: int = 4, min_similarity: float | None = None,
-                      show_progress: bool = True) -> None:
+                      show_progress: bool = True, user_client: Any = None) -> None:
     """Run every job not yet in ``store`` (``concurrency`` conversations at once)."""
     from tqdm.auto import tqdm
 
@@ -260,7 +267,8 @@ def run_conversations(jobs: Sequence[Job], client: Any, corpus: Any, encoder: An
             matchers[j.task.name] = StepMatcher(backend.model(j.task), enc,
                                                 DEFAULT_MIN_SIMILARITY if min_similarity is None else min_similarity)
     with ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="audit") as pool:
-        futs = [pool.submit(converse, j, client, backend, matchers[j.task.name], enc, sampling) for j in todo]
+        futs = [pool.submit(converse, j, client, backend, matchers[j.task.name], enc, sampling, 4, user_client)
+                for j in todo]
         for f in tqdm(as_completed(futs), total=len(futs), desc="audit", unit="dlg", disable=not show_progress):
             o = f.result()
             if o.error:
@@ -269,8 +277,9 @@ def run_conversations(jobs: Sequence[Job], client: Any, corpus: Any, encoder: An
 
 
 def make_client(agent: str, model: str, api_key_env: str | None = None, timeout: float = 60.0,
-                max_retries: int = 3, backoff: float = 0.5):
-    """The project's OpenAI-compatible client for the agent, checked (reachable, serves ``model``)."""
+                max_retries: int = 3, backoff: float = 0.5, role: str = "agent"):
+    """The project's OpenAI-compatible client for the agent (or the LLM user, ``role``), checked
+    (reachable, serves ``model``)."""
     from dialfork_dataset.openai_client import EndpointError, OpenAICompatClient
 
     api_key = None
@@ -282,11 +291,11 @@ def make_client(agent: str, model: str, api_key_env: str | None = None, timeout:
         client = OpenAICompatClient(agent, model, api_key=api_key, timeout=timeout, max_retries=max_retries,
                                     concurrency=1, backoff=backoff)
     except ValueError as e:
-        raise AuditError(f"agent {agent!r}: {e}") from None
+        raise AuditError(f"{role} {agent!r}: {e}") from None
     try:
         client.check_model()
     except EndpointError as e:
-        raise AuditError(f"agent {agent} (model {model!r}) is not usable: {e}") from None
+        raise AuditError(f"{role} {agent} (model {model!r}) is not usable: {e}") from None
     return client
 
 
@@ -296,6 +305,7 @@ def audit_agent(agent: str, model: str, tasks: Sequence[str], reference: Any, *,
                 sampling: Mapping[str, Any] | None = None, seed: int = 0, timeout: float = 60.0,
                 max_retries: int = 3, backoff: float = 0.5, min_similarity: float | None = None,
                 detector_options: Mapping[str, Any] | None = None, happy_only: bool = False,
+                user: str = "template", user_model: str | None = None, user_api_key_env: str | None = None,
                 show_progress: bool = True):
     """Audit the agent served at ``agent`` (OpenAI-compatible API root) as ``model``.
 
@@ -303,6 +313,7 @@ def audit_agent(agent: str, model: str, tasks: Sequence[str], reference: Any, *,
     template user, writes the dialogues to ``out`` (resumable) and returns the
     :class:`~dialfork_metrics.audit.report.AuditReport` scored against the conformant dialogues of
     ``reference`` (a generator output folder or an exported Hub folder, or a list of records).
+    ``user``: ``"template"`` or ``"openai:URL"`` (an LLM user served as ``user_model``).
     ``happy_only`` audits STAR's happy scenarios only (every look-up succeeds) and compares them with
     the reference's happy-scenario dialogues: like with like for an agent without knowledge-base tools.
     """
@@ -326,13 +337,22 @@ def audit_agent(agent: str, model: str, tasks: Sequence[str], reference: Any, *,
         if empty:
             raise AuditError(f"reference {reference}: no conformant dialogue of a happy scenario of task(s) "
                              + ", ".join(empty))
+    user_client = None
+    if user != "template":
+        kind, sep, url = str(user).partition(":")
+        if kind != "openai" or not sep or not url:
+            raise AuditError(f"user {user!r}: expected 'template' or 'openai:URL'")
+        if not user_model:
+            raise AuditError("an openai:URL user needs the served model's name (--user-model)")
+        user_client = make_client(url, user_model, user_api_key_env, timeout, max_retries, backoff,
+                                  role="simulated user")
     client = make_client(agent, model, api_key_env, timeout, max_retries, backoff)
     enc = get_encoder(encoder)
     store = Store(out)
     generator = f"agent:{model}"
     sampling = dict(DEFAULT_SAMPLING if sampling is None else sampling)
     run_conversations(jobs, client, corpus, enc, store, generator, sampling, concurrency, min_similarity,
-                      show_progress)
+                      show_progress, user_client)
     ids = {j.dialogue_id for j in jobs}
     if ids and all(i in store.failed for i in ids):
         first = next(store.failed[i]["error"] for i in sorted(ids))

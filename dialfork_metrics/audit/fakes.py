@@ -5,7 +5,9 @@
   hallucination plan (WIC: the substitute task's workflow; SSPC: skip a step / jump to the
   outcome), as the benchmark's forks do at t_k;
 * ``garbage``: answers HTTP 200 with an HTML page (a non-OpenAI server);
-* ``empty``: answers well-formed completions with empty content.
+* ``empty``: answers well-formed completions with empty content;
+* ``user``: a scripted simulated user for ``--user openai:URL`` (greets, agrees, says goodbye with
+  ``[END]`` after five turns or when the agent says goodbye).
 
 The policy is stateless: each request replays the conversation it carries (the task is read from
 the system prompt the audit sends, ``generation/prompts/system_agent.txt``; the user's yes/no and
@@ -31,7 +33,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import SimpleNamespace
 from typing import Any
 
-KINDS = ("faithful", "derailed", "garbage", "empty")
+KINDS = ("faithful", "derailed", "garbage", "empty", "user")
 DEFAULT_DERAIL_AT = 3
 """System turn (1-based, t_k) at which the derailed fake leaves its workflow."""
 DEFAULT_HTYPES = ("WIC", "SSPC")
@@ -144,6 +146,17 @@ class AgentPolicy:
         d.injected = True
 
 
+def scripted_user(messages: Sequence[Mapping[str, str]]) -> str:
+    """The ``user`` fake's turn: the agent's turns arrive as ``user`` messages, its own as ``assistant``."""
+    own = sum(m.get("role") == "assistant" for m in messages)
+    last = next((m["content"] for m in reversed(messages) if m.get("role") == "user"), "")
+    if own == 0:
+        return "Hello."
+    if own >= 5 or "bye" in last.lower():
+        return "Thanks, that's all. Goodbye! [END]"
+    return "Yes, that's right." if last.rstrip().endswith("?") else "OK, thank you."
+
+
 def _key(text: str) -> str:
     return re.sub(r"\s+", " ", text.strip().lower())
 
@@ -180,7 +193,12 @@ def make_handler(kind: str, model: str, policy: AgentPolicy | None):
                 return
             try:
                 body = json.loads(raw)
-                text = "" if kind == "empty" else policy.reply(body["messages"])
+                if kind == "empty":
+                    text = ""
+                elif kind == "user":
+                    text = scripted_user(body["messages"])
+                else:
+                    text = policy.reply(body["messages"])
             except (ValueError, KeyError, TypeError) as e:
                 self._send(400, json.dumps({"error": {"message": f"fake agent: {e}"}}).encode())
                 return

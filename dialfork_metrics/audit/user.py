@@ -78,7 +78,7 @@ class TemplateUser:
 
         return user_turn(self.sim, self.d, Rng(self.seed, turn_index))
 
-    def hear(self, embedding: np.ndarray, turn_index: int) -> StepMatch:
+    def hear(self, text: str, embedding: np.ndarray, turn_index: int) -> StepMatch:
         """Map the agent's turn to a workflow step and update the simulator as if it had said it."""
         from generation.backends.template import _GENERIC, _enter
         from generation.seeds import Rng
@@ -140,3 +140,54 @@ def step_coverage(steps: list[str | None], model: Any) -> dict[str, Any]:
         "coverage": len(visited) / len(required) if required else 1.0,
         "reached_outcome": model.outcome is not None and model.outcome in seen,
     }
+
+
+class UserError(RuntimeError):
+    """The LLM user's server failed (after its retries) or gave an empty reply."""
+
+
+class LLMUser:
+    """The ``openai:URL`` simulated user: an LLM behind an OpenAI-compatible server with the
+    generator's user prompt (``generation/prompts/user_agent.txt``: STAR's user task and user
+    guide; the wrap-up message at the length budget). Agent turns are still mapped to workflow steps
+    (for step coverage)."""
+
+    def __init__(self, client: Any, model: Any, matcher: StepMatcher, dialogue: Any, seed: int,
+                 sampling: dict[str, Any]):
+        self.client = client
+        self.m = model
+        self.matcher = matcher
+        self.d = dialogue
+        self.seed = seed
+        self.sampling = sampling
+        self.messages = list(dialogue.user_messages)
+        self.wrapped = False
+        self.steps: list[str | None] = []
+        self.similarities: list[float] = []
+
+    def say(self, turn_index: int) -> str:
+        from dialfork_dataset.openai_client import EndpointError
+        from generation import prompts
+
+        if self.d.wrapped and not self.wrapped:
+            self.wrapped = True
+            self.messages.append({"role": "system", "content": prompts.render("wrap_up")})
+        try:
+            rep = self.client.chat_one(self.messages, (self.seed + 1) % (2**31), None, **self.sampling)
+        except EndpointError as e:
+            raise UserError(f"simulated user: {e}") from None
+        text = (rep.text or "").strip()
+        if not text.replace(prompts.END_TOKEN, "").strip():
+            raise UserError(f"simulated user: empty reply at turn {turn_index}")
+        self.messages.append({"role": "assistant", "content": text.replace(prompts.END_TOKEN, "").strip()})
+        return text
+
+    def hear(self, text: str, embedding: np.ndarray, turn_index: int) -> StepMatch:
+        mt = self.matcher.match(embedding)
+        self.steps.append(mt.node)
+        self.similarities.append(mt.similarity)
+        self.messages.append({"role": "user", "content": text})
+        return mt
+
+    def is_goodbye(self, node: str | None) -> bool:
+        return node is not None and (node == self.m.bye or "bye" in node)
