@@ -195,3 +195,36 @@ def test_openai_user(tmp_path, star_dir, reference):
     with pytest.raises(AuditError, match="--user-model"):
         audit_agent(agent.url, agent.model, ["weather"], reference, star=star_dir, per_task=1, out=tmp_path,
                     user="openai:http://127.0.0.1:9/v1", show_progress=False)
+
+
+def test_failed_dialogues_are_retried_by_a_rerun(tmp_path, star_dir, reference):
+    with serve_fake_agent("empty", star=star_dir, model="agent") as fa:
+        with pytest.raises(AuditError, match="every dialogue failed"):
+            audit_agent(fa.url, fa.model, ["weather"], reference, star=star_dir, per_task=2, out=tmp_path,
+                        max_retries=0, show_progress=False)
+    assert len(json.loads((tmp_path / "failed.json").read_text())) == 2
+    with serve_fake_agent("faithful", star=star_dir, model="agent") as fa:
+        rep = audit_agent(fa.url, fa.model, ["weather"], reference, star=star_dir, per_task=2, out=tmp_path,
+                          show_progress=False)
+    assert json.loads((tmp_path / "failed.json").read_text()) == []
+    assert rep.task("weather")["dialogues"] == 2 and rep.task("weather")["failed"] == 0
+
+
+def test_plan_and_source_parsing(star_dir):
+    from dialfork_dataset.star import StarCorpus
+    from dialfork_metrics.audit.core import parse_source, plan_jobs
+
+    corpus = StarCorpus(star_dir)
+    jobs = plan_jobs(corpus, ["weather"], 4, happy_only=True)
+    assert len(jobs) == 4 and all(j.scenario.happy for j in jobs)
+    ids = [int(j.scenario.scenario_id) for j in jobs]
+    assert ids == sorted(ids)
+    assert plan_jobs(corpus, ["weather"], 3)[0].seed == plan_jobs(corpus, ["weather"], 1)[0].seed
+    assert parse_source("star:/x", None) == "/x" and parse_source(None, "/y") == "/y"
+    for bad in ("workflow:/x", "star:", "/x"):
+        with pytest.raises(AuditError):
+            parse_source(bad, None)
+    with pytest.raises(AuditError, match="name different STAR copies"):
+        parse_source("star:/x", "/y")
+    with pytest.raises(AuditError, match="per_task must be"):
+        plan_jobs(corpus, ["weather"], 0)
