@@ -208,6 +208,9 @@ def test_failed_dialogues_are_retried_by_a_rerun(tmp_path, star_dir, reference):
                           show_progress=False)
     assert json.loads((tmp_path / "failed.json").read_text()) == []
     assert rep.task("weather")["dialogues"] == 2 and rep.task("weather")["failed"] == 0
+    with pytest.raises(AuditError, match="holds dialogues of agent:agent, not of agent:other"):
+        audit_agent("http://127.0.0.1:9/v1", "other", ["weather"], reference, star=star_dir, per_task=2, out=tmp_path,
+                    show_progress=False)
 
 
 def test_plan_and_source_parsing(star_dir):

@@ -346,10 +346,14 @@ def audit_agent(agent: str, model: str, tasks: Sequence[str], reference: Any, *,
             raise AuditError("an openai:URL user needs the served model's name (--user-model)")
         user_client = make_client(url, user_model, user_api_key_env, timeout, max_retries, backoff,
                                   role="simulated user")
-    client = make_client(agent, model, api_key_env, timeout, max_retries, backoff)
-    enc = get_encoder(encoder)
     store = Store(out)
     generator = f"agent:{model}"
+    others = sorted({r.get("generator") for r in [*store.records.values(), *store.failed.values()]} - {generator})
+    if others:
+        raise AuditError(f"{store.out} holds dialogues of {', '.join(map(str, others))}, not of {generator}; "
+                         "give another --out (a rerun resumes only the same agent's audit)")
+    client = make_client(agent, model, api_key_env, timeout, max_retries, backoff)
+    enc = get_encoder(encoder)
     sampling = dict(DEFAULT_SAMPLING if sampling is None else sampling)
     run_conversations(jobs, client, corpus, enc, store, generator, sampling, concurrency, min_similarity,
                       show_progress, user_client)
