@@ -69,6 +69,7 @@ demo: install
 	$(PY) -m leaderboard score $(DEMO_OUT)/submission/streaming.jsonl --gold $(DEMO_OUT)/hub-gold \
 	  --blind $(DEMO_OUT)/hub --results $(DEMO_OUT)/leaderboard --submitter demo
 	$(PY) -m leaderboard render --results $(DEMO_OUT)/leaderboard --out $(DEMO_OUT)/site
+	$(PY) -m dialfork_metrics.audit.demo --star $(STAR) --reference $(DEMO_OUT)/corpus --tasks $(DEMO_TASKS) --per-task 3 --out $(DEMO_OUT)/audit
 	@echo "demo done: corpus $(DEMO_OUT)/hub (audit: $(DEMO_OUT)/hub-gold/audit_report.json), reports $(DEMO_OUT)/reports/report.md, leaderboard $(DEMO_OUT)/site/index.html"
 
 # The human-study tool on the demo corpus: prints the admin password and an annotator link, then serves.

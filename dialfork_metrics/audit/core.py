@@ -1,0 +1,372 @@
+"""Run the audit: the user's agent plays the system side of STAR scenarios against the template
+user; dialogues are written as DialFork records as they finish, then scored per task
+(:mod:`dialfork_metrics.audit.report`).
+
+Output folder (``out``): ``dialogues.jsonl`` (one DialFork record per finished dialogue,
+``generator = "agent:<model>"``, rewritten atomically after each one), ``failed.json`` (every
+dialogue the agent could not complete: its turns so far and the error), ``steps.json`` (the
+workflow step of every agent turn), and the report files. A rerun with the same ``out`` skips the
+scenarios already in ``dialogues.jsonl`` and retries the failed ones.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+DIALOGUES_FILE = "dialogues.jsonl"
+FAILED_FILE = "failed.json"
+STEPS_FILE = "steps.json"
+DEFAULT_SAMPLING: dict[str, Any] = {"temperature": 0.0, "max_tokens": 256}
+
+
+class AuditError(ValueError):
+    """Bad input to the audit (unreachable agent, unknown task or scenario, unusable reference)."""
+
+
+@dataclass
+class Job:
+    task: Any
+    scenario: Any
+    seed: int
+    budget: int
+
+    @property
+    def dialogue_id(self) -> str:
+        return f"audit-{self.task.name}-{self.scenario.scenario_id}"
+
+
+@dataclass
+class Outcome:
+    job: Job
+    turns: list[dict[str, str]]
+    steps: list[str | None]
+    similarities: list[float]
+    ended_by_agent: bool
+    error: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def parse_source(source: str | None, star: str | None) -> str | None:
+    """``star:PATH`` (or ``--star PATH``) -> the STAR path; other workflow sources are refused."""
+    if source is None:
+        return star
+    kind, sep, path = source.partition(":")
+    if not sep or not path:
+        raise AuditError(f"--source {source!r}: expected star:PATH")
+    if kind != "star":
+        raise AuditError(f"--source {source!r}: only star:PATH sources are supported by the audit so far")
+    if star is not None and os.path.abspath(star) != os.path.abspath(path):
+        raise AuditError(f"--source {source!r} and --star {star!r} name different STAR copies; give one")
+    return path
+
+
+def _sid_key(sid: str) -> tuple:
+    return (0, int(sid), sid) if str(sid).isdigit() else (1, 0, str(sid))
+
+
+def plan_jobs(corpus: Any, tasks: Sequence[str], per_task: int | None = None,
+              scenarios: Mapping[str, Sequence[str]] | Sequence[str] | None = None, seed: int = 0,
+              happy_only: bool = False) -> list[Job]:
+    """The (task, scenario) conversations to run: the first ``per_task`` single-task scenarios of each
+    task in scenario-id order, or the ``scenarios`` given (ids; a mapping task -> ids, or a flat list
+    applied to every task). Every unknown task or scenario is reported at once."""
+    from dialfork_dataset.star import StarError
+    from generation.seeds import dialogue_seed
+
+    errs: list[str] = []
+    jobs: list[Job] = []
+    if not tasks:
+        raise AuditError("no task to audit: give --tasks T1,T2")
+    if per_task is not None and (isinstance(per_task, bool) or not isinstance(per_task, int) or per_task < 1):
+        raise AuditError(f"per_task must be an integer >= 1, got {per_task!r}")
+    for name in tasks:
+        try:
+            task = corpus.task(name)
+            budget = corpus.length_budget(name)
+        except StarError as e:
+            errs.append(str(e))
+            continue
+        avail = {str(s.scenario_id): s for s in corpus.scenarios_for(name, happy=True if happy_only else None)}
+        if scenarios is not None:
+            want = scenarios.get(name, ()) if isinstance(scenarios, Mapping) else scenarios
+            chosen = []
+            for sid in want:
+                if str(sid) not in avail:
+                    errs.append(f"scenario {sid!r} is not a single-task{' happy' if happy_only else ''} scenario of "
+                                f"task {name!r} in the STAR copy "
+                                f"{corpus.path} (it has {len(avail)}, e.g. {', '.join(sorted(avail, key=_sid_key)[:3])})")
+                else:
+                    chosen.append(avail[str(sid)])
+        else:
+            chosen = [avail[s] for s in sorted(avail, key=_sid_key)]
+        if per_task is not None:
+            chosen = chosen[:per_task]
+        if not chosen and not any(name in e for e in errs):
+            errs.append(f"task {name!r}: no scenario to run")
+        jobs += [Job(task, s, dialogue_seed(seed, str(s.scenario_id)), budget) for s in chosen]
+    if errs:
+        raise AuditError("cannot plan the audit:\n  " + "\n  ".join(errs))
+    return jobs
+
+
+class _Encoder:
+    """Thread-safe access to one encoder (its memory cache makes the scoring pass re-use the
+    embeddings computed during the conversations)."""
+
+    def __init__(self, encoder: Any):
+        self.encoder = encoder
+        self.lock = threading.Lock()
+
+    def encode(self, texts: list[str]):
+        with self.lock:
+            return self.encoder.encode(texts)
+
+
+def converse(job: Job, client: Any, backend: Any, matcher: Any, encoder: _Encoder,
+             sampling: Mapping[str, Any], max_extra_turns: int = 4, user_client: Any = None) -> Outcome:
+    """One conversation: template user first, then the agent, until one ends it or the length
+    budget (plus ``max_extra_turns`` for the wrap-up) is spent. Upstream failures end the
+    conversation with ``Outcome.error`` set."""
+    from dialfork_dataset.openai_client import EndpointError
+    from generation.engine import Dialogue, _init_messages
+    from generation.prompts import END_TOKEN
+
+    from .user import LLMUser, TemplateUser, UserError
+
+    d = Dialogue(key=job.dialogue_id, task=job.task, scenario=job.scenario, seed=job.seed, budget=job.budget,
+                 cut=job.budget + max_extra_turns)
+    _init_messages(d)
+    messages = list(d.system_messages)
+    if user_client is None:
+        user = TemplateUser(backend, job.task, job.scenario, job.seed, matcher, d)
+    else:
+        user = LLMUser(user_client, backend.model(job.task), matcher, d, job.seed, dict(sampling))
+    ended_by_agent = False
+    error = None
+    for i in range(d.cut):
+        if i % 2 == 0:
+            d.wrapped = len(d.turns) >= d.budget
+            try:
+                text = user.say(i)
+            except UserError as e:
+                error = f"turn {i}: {e}"
+                break
+            done = END_TOKEN in text
+            text = text.replace(END_TOKEN, "").strip()
+            d.turns.append({"speaker": "user", "text": text})
+            messages.append({"role": "user", "content": text})
+            if done:
+                break
+            continue
+        try:
+            rep = client.chat_one(messages, job.seed % (2**31), None, **sampling)
+        except EndpointError as e:
+            error = f"turn {i}: {e}"
+            break
+        raw = rep.text or ""
+        done = END_TOKEN in raw
+        text = raw.replace(END_TOKEN, "").strip()
+        if not text:
+            error = (f"turn {i}: the agent returned an empty reply (finish_reason={rep.finish_reason!r}); "
+                     "check the model name, max_tokens and the server's chat template")
+            break
+        d.turns.append({"speaker": "system", "text": text})
+        d.n_system += 1
+        messages.append({"role": "assistant", "content": text})
+        mt = user.hear(text, encoder.encode([text])[0], i)
+        if done or user.is_goodbye(mt.node):
+            ended_by_agent = True
+            break
+    return Outcome(job, d.turns, user.steps, user.similarities, ended_by_agent, error)
+
+
+def record_of(o: Outcome, generator: str, decoding: Mapping[str, Any]) -> dict[str, Any]:
+    from generation.engine import code_version
+
+    j = o.job
+    return {
+        "dialogue_id": j.dialogue_id, "source_id": j.dialogue_id, "scenario_id": str(j.scenario.scenario_id),
+        "task": j.task.name, "domain": j.task.domain, "hallucination_type": None, "variant": None,
+        "instruction": None, "substitute_task": None, "fork_position": None, "fork_turn": None,
+        "num_system_turns": sum(t["speaker"] == "system" for t in o.turns), "turns": o.turns, "seed": j.seed,
+        "generator": generator, "decoding": dict(decoding), "prefix_mode": None, "prefix_divergence": None,
+        "code_version": code_version("openai"),
+    }
+
+
+class Store:
+    """The audit's output folder: records and failures, each file rewritten atomically."""
+
+    def __init__(self, out: str | os.PathLike):
+        from dialfork_dataset.jsonl import read_jsonl
+
+        self.out = Path(out)
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.lock = threading.Lock()
+        p, f, s = self.out / DIALOGUES_FILE, self.out / FAILED_FILE, self.out / STEPS_FILE
+        self.records: dict[str, dict] = {r["dialogue_id"]: r for r in read_jsonl(p)} if p.is_file() else {}
+        import json
+
+        self.failed: dict[str, dict] = {r["dialogue_id"]: r for r in json.loads(f.read_text(encoding="utf-8"))} \
+            if f.is_file() else {}
+        self.steps: dict[str, Any] = json.loads(s.read_text(encoding="utf-8")) if s.is_file() else {}
+
+    def done(self, dialogue_id: str) -> bool:
+        return dialogue_id in self.records and dialogue_id in self.steps
+
+    def add(self, o: Outcome, generator: str, decoding: Mapping[str, Any]) -> None:
+        from dialfork_dataset.jsonl import write_json_atomic, write_jsonl
+        from dialfork_dataset.records import validate_record
+
+        did = o.job.dialogue_id
+        with self.lock:
+            if o.error is None:
+                rec = record_of(o, generator, decoding)
+                validate_record(rec)
+                self.records[did] = rec
+                self.failed.pop(did, None)
+                self.steps[did] = {"steps": o.steps, "similarities": [round(x, 6) for x in o.similarities],
+                                   "ended_by_agent": o.ended_by_agent}
+                write_json_atomic(self.out / STEPS_FILE, self.steps)
+                write_jsonl(self.out / DIALOGUES_FILE, self.records.values())
+            else:
+                self.failed[did] = {"dialogue_id": did, "task": o.job.task.name,
+                                    "scenario_id": str(o.job.scenario.scenario_id), "generator": generator,
+                                    "error": o.error, "turns": o.turns}
+            write_json_atomic(self.out / FAILED_FILE, list(self.failed.values()))
+
+
+def run_conversations(jobs: Sequence[Job], client: Any, corpus: Any, encoder: Any, store: Store, generator: str,
+                      sampling: Mapping[str, Any], concurrency: int = 4, min_similarity: float | None = None,
+                      show_progress: bool = True, user_client: Any = None) -> None:
+    """Run every job not yet in ``store`` (``concurrency`` conversations at once)."""
+    from tqdm.auto import tqdm
+
+    from generation.backends.template import TemplateBackend
+
+    from .user import DEFAULT_MIN_SIMILARITY, StepMatcher
+
+    backend = TemplateBackend()
+    backend.bind_corpus(corpus)
+    enc = _Encoder(encoder)
+    matchers = {}
+    todo = [j for j in jobs if not store.done(j.dialogue_id)]
+    if len(todo) < len(jobs):
+        logger.info("resuming: %d of %d dialogues already done", len(jobs) - len(todo), len(jobs))
+    for j in todo:
+        if j.task.name not in matchers:
+            matchers[j.task.name] = StepMatcher(backend.model(j.task), enc,
+                                                DEFAULT_MIN_SIMILARITY if min_similarity is None else min_similarity)
+    with ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="audit") as pool:
+        futs = [pool.submit(converse, j, client, backend, matchers[j.task.name], enc, sampling, 4, user_client)
+                for j in todo]
+        for f in tqdm(as_completed(futs), total=len(futs), desc="audit", unit="dlg", disable=not show_progress):
+            o = f.result()
+            if o.error:
+                logger.warning("%s failed: %s", o.job.dialogue_id, o.error)
+            store.add(o, generator, sampling)
+
+
+def make_client(agent: str, model: str, api_key_env: str | None = None, timeout: float = 60.0,
+                max_retries: int = 3, backoff: float = 0.5, role: str = "agent"):
+    """The project's OpenAI-compatible client for the agent (or the LLM user, ``role``), checked
+    (reachable, serves ``model``)."""
+    from dialfork_dataset.openai_client import EndpointError, OpenAICompatClient
+
+    api_key = None
+    if api_key_env:
+        api_key = os.environ.get(api_key_env)
+        if not api_key:
+            raise AuditError(f"--api-key-env {api_key_env}: that environment variable is not set")
+    try:
+        client = OpenAICompatClient(agent, model, api_key=api_key, timeout=timeout, max_retries=max_retries,
+                                    concurrency=1, backoff=backoff)
+    except ValueError as e:
+        raise AuditError(f"{role} {agent!r}: {e}") from None
+    try:
+        client.check_model()
+    except EndpointError as e:
+        raise AuditError(f"{role} {agent} (model {model!r}) is not usable: {e}") from None
+    return client
+
+
+def audit_agent(agent: str, model: str, tasks: Sequence[str], reference: Any, *, star: str | os.PathLike | None = None,
+                source: str | None = None, per_task: int | None = 5, scenarios: Any = None, out: str | os.PathLike,
+                api_key_env: str | None = None, concurrency: int = 4, encoder: Any = "minilm", detector: str = "it",
+                sampling: Mapping[str, Any] | None = None, seed: int = 0, timeout: float = 60.0,
+                max_retries: int = 3, backoff: float = 0.5, min_similarity: float | None = None,
+                detector_options: Mapping[str, Any] | None = None, happy_only: bool = False,
+                user: str = "template", user_model: str | None = None, user_api_key_env: str | None = None,
+                show_progress: bool = True):
+    """Audit the agent served at ``agent`` (OpenAI-compatible API root) as ``model``.
+
+    Runs ``per_task`` scenarios of each task of ``tasks`` (or the ``scenarios`` given) with the
+    template user, writes the dialogues to ``out`` (resumable) and returns the
+    :class:`~dialfork_metrics.audit.report.AuditReport` scored against the conformant dialogues of
+    ``reference`` (a generator output folder or an exported Hub folder, or a list of records).
+    ``user``: ``"template"`` or ``"openai:URL"`` (an LLM user served as ``user_model``).
+    ``happy_only`` audits STAR's happy scenarios only (every look-up succeeds) and compares them with
+    the reference's happy-scenario dialogues: like with like for an agent without knowledge-base tools.
+    """
+    from dialfork_dataset.star import StarCorpus, StarError
+
+    from ..encoders import get_encoder
+    from .report import load_reference, score_audit
+
+    path = parse_source(source, None if star is None else os.fspath(star))
+    try:
+        corpus = StarCorpus(path)
+    except StarError as e:
+        raise AuditError(str(e)) from None
+    tasks = list(tasks)
+    jobs = plan_jobs(corpus, tasks, per_task, scenarios, seed, happy_only)
+    refs = load_reference(reference, tasks)
+    if happy_only:
+        happy = {str(s.scenario_id) for s in corpus.scenarios if s.happy}
+        refs = {t: [r for r in rs if str(r["scenario_id"]) in happy] for t, rs in refs.items()}
+        empty = [t for t, rs in refs.items() if not rs]
+        if empty:
+            raise AuditError(f"reference {reference}: no conformant dialogue of a happy scenario of task(s) "
+                             + ", ".join(empty))
+    user_client = None
+    if user != "template":
+        kind, sep, url = str(user).partition(":")
+        if kind != "openai" or not sep or not url:
+            raise AuditError(f"user {user!r}: expected 'template' or 'openai:URL'")
+        if not user_model:
+            raise AuditError("an openai:URL user needs the served model's name (--user-model)")
+        user_client = make_client(url, user_model, user_api_key_env, timeout, max_retries, backoff,
+                                  role="simulated user")
+    store = Store(out)
+    generator = f"agent:{model}"
+    others = sorted({r.get("generator") for r in [*store.records.values(), *store.failed.values()]} - {generator})
+    if others:
+        raise AuditError(f"{store.out} holds dialogues of {', '.join(map(str, others))}, not of {generator}; "
+                         "give another --out (a rerun resumes only the same agent's audit)")
+    client = make_client(agent, model, api_key_env, timeout, max_retries, backoff)
+    enc = get_encoder(encoder)
+    sampling = dict(DEFAULT_SAMPLING if sampling is None else sampling)
+    run_conversations(jobs, client, corpus, enc, store, generator, sampling, concurrency, min_similarity,
+                      show_progress, user_client)
+    ids = {j.dialogue_id for j in jobs}
+    if ids and all(i in store.failed for i in ids):
+        first = next(store.failed[i]["error"] for i in sorted(ids))
+        raise AuditError(f"every dialogue failed ({len(ids)}); first error: {first} "
+                         f"(details in {store.out / FAILED_FILE})")
+    from generation.backends.template import TemplateBackend
+
+    backend = TemplateBackend()
+    backend.bind_corpus(corpus)
+    report = score_audit(jobs, store, refs, enc, backend, detector=detector, agent=agent, model=model,
+                         detector_options=detector_options)
+    report.save(store.out)
+    return report

@@ -1,0 +1,64 @@
+"""``python -m dialfork_metrics.audit.demo``: audit the faithful and the derailed fake agents side by
+side (the last step of ``make demo``; see docs/audit.md). Writes ``OUT/<kind>/`` (dialogues and
+report of each agent) and ``OUT/comparison.md``, and prints the comparison."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+from .report import COLUMNS, AuditReport, _fmt
+
+BETTER = {"completion": "higher", "coverage": "higher", "skipped": "lower", "repeated": "lower",
+          "out_of_order": "lower", "alarm_rate": "lower", "flowkl": "lower", "flowscore": "lower"}
+
+
+def side_by_side(reports: Mapping[str, AuditReport]) -> str:
+    """One Markdown table: a row per (task, score), a column per agent."""
+    names = list(reports)
+    lines = ["| task | score | better | " + " | ".join(names) + " |", "| --- | --- | --- |" + " --- |" * len(names)]
+    tasks = [t["task"] for t in next(iter(reports.values())).tasks]
+    for task in tasks:
+        for key, label in COLUMNS:
+            if key not in BETTER:
+                continue
+            vals = [_fmt(reports[n].task(task)[key]) for n in names]
+            lines.append(f"| {task} | {label} | {BETTER[key]} | " + " | ".join(vals) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m dialfork_metrics.audit.demo", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--star", default=os.environ.get("DIALFORK_STAR_DIR"))
+    ap.add_argument("--reference", required=True)
+    ap.add_argument("--tasks", required=True)
+    ap.add_argument("--per-task", type=int, default=3)
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args(argv)
+    from dialfork_dataset.jsonl import write_text_atomic
+
+    from .core import AuditError, audit_agent
+    from .fakes import serve_fake_agent
+
+    tasks = [t for t in a.tasks.split(",") if t]
+    reports = {}
+    try:
+        for kind in ("faithful", "derailed"):
+            with serve_fake_agent(kind, star=a.star) as fa:
+                reports[kind] = audit_agent(fa.url, fa.model, tasks, a.reference, star=a.star, per_task=a.per_task,
+                                            out=Path(a.out) / kind, show_progress=False)
+    except AuditError as e:
+        print("error: " + " ".join(str(e).split()), file=sys.stderr)
+        return 2
+    table = side_by_side(reports)
+    write_text_atomic(Path(a.out) / "comparison.md", "# Agent audit: faithful vs derailed fake agent\n\n" + table)
+    print(table)
+    print(f"audit reports: {a.out}/faithful/report.html, {a.out}/derailed/report.html")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,281 @@
+"""Fake agents behind an OpenAI-compatible endpoint on 127.0.0.1, for tests and the demo.
+
+* ``faithful``: replays the template backend's conformant system policy (STAR's workflow walk);
+* ``derailed``: the same policy until system turn ``derail_at``, then the template backend's
+  hallucination plan (WIC: the substitute task's workflow; SSPC: skip a step / jump to the
+  outcome), as the benchmark's forks do at t_k;
+* ``garbage``: answers HTTP 200 with an HTML page (a non-OpenAI server);
+* ``empty``: answers well-formed completions with empty content;
+* ``user``: a scripted simulated user for ``--user openai:URL`` (greets, agrees, says goodbye with
+  ``[END]`` after five turns or when the agent says goodbye).
+
+The policy is stateless: each request replays the conversation it carries (the task is read from
+the system prompt the audit sends, ``generation/prompts/system_agent.txt``; the user's yes/no and
+closing answers are recognised in the template user's phrasing pools), so concurrent
+conversations never share state. Each fake is a child process (``python -m
+dialfork_metrics.audit.fakes``) bound to port 0; :func:`serve_fake_agent` starts it, reads its
+port and stops it by its own PID.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import SimpleNamespace
+from typing import Any
+
+KINDS = ("faithful", "derailed", "garbage", "empty", "user")
+DEFAULT_DERAIL_AT = 3
+"""System turn (1-based, t_k) at which the derailed fake leaves its workflow."""
+DEFAULT_HTYPES = ("WIC", "SSPC")
+SSPC_STRATEGIES = ("skip", "jump")
+_SERVICE = re.compile(r"assistant \(the \"system\"\) of an? (.+?) service")
+
+
+class _HappyScenario:
+    happy = True
+    user_task = ""
+    user_guide = ()
+
+
+class AgentPolicy:
+    """The fake agent's reply to a chat request (see the module doc)."""
+
+    def __init__(self, corpus: Any, kind: str = "faithful", derail_at: int = DEFAULT_DERAIL_AT,
+                 htypes: Sequence[str] = DEFAULT_HTYPES):
+        from generation.backends.template import TemplateBackend
+        from generation.variants import load_variants
+
+        if kind not in ("faithful", "derailed"):
+            raise ValueError(f"AgentPolicy: kind must be 'faithful' or 'derailed', got {kind!r}")
+        self.corpus = corpus
+        self.kind = kind
+        self.derail_at = int(derail_at)
+        self.htypes = tuple(htypes)
+        self.backend = TemplateBackend()
+        self.backend.bind_corpus(corpus)
+        self.by_service = {t.replace("_", " "): t for t in corpus.tasks}
+        self.variants = load_variants()
+        data = self.backend.data["user"]
+        self.answers: dict[str, str] = {}
+        for key, ans in (("yes", "yes"), ("more_yes", "yes"), ("trip_yes", "yes"), ("no", "no"),
+                         ("more_no", "no"), ("trip_no", "no"), ("trip_done", "done"), ("chit_chat", "chat"),
+                         ("close", "close")):
+            for text in data.get(key, ()):
+                if "{" not in text:
+                    self.answers.setdefault(_key(text), ans)
+
+    def task_of(self, system_prompt: str) -> str:
+        m = _SERVICE.search(system_prompt)
+        if not m or m.group(1) not in self.by_service:
+            raise ValueError("the system prompt names no known STAR service")
+        return self.by_service[m.group(1)]
+
+    def _answer(self, text: str, sim: Any) -> str | None:
+        kids = sim.m.children.get(sim.prev) or () if sim.prev else ()
+        if "correct" in kids:
+            t = text.strip()
+            return "noanswer" if t == "I don't know." else ("incorrect" if t.endswith("?") else "correct")
+        return self.answers.get(_key(text))
+
+    def reply(self, messages: Sequence[Mapping[str, str]]) -> str:
+        from generation.backends.template import Sim, _build_hal, _hal_system, system_turn
+        from generation.seeds import Rng, stable_seed
+
+        if not messages or messages[0].get("role") != "system":
+            raise ValueError("the first message must be the system prompt")
+        prompt = messages[0]["content"]
+        task = self.corpus.task(self.task_of(prompt))
+        convo = [m for m in messages[1:] if m.get("role") in ("user", "assistant")]
+        seed = stable_seed("fake-agent", prompt, convo[0]["content"] if convo else "") % (2**62)
+        m = self.backend.model(task)
+        sim = Sim(m, _HappyScenario(), seed, self.backend.data)
+        d = SimpleNamespace(turns=[], wrapped=False, fork=None, injected=False, seed=seed, scenario=_HappyScenario(),
+                            reference=None, substitute=None)
+        n_sys = 0
+        for i, msg in enumerate([*convo, None]):
+            if msg is not None and msg["role"] == "user":
+                sim.answer = self._answer(msg["content"], sim)
+                d.turns.append({"speaker": "user", "text": msg["content"]})
+                continue
+            n_sys += 1
+            if self.kind == "derailed" and n_sys >= self.derail_at:
+                rng = Rng(seed, i, 1000)
+                if sim.hal is None:
+                    self._fork(sim, d, m, task, seed, n_sys)
+                    sim.hal = _build_hal(sim, d, rng, self.backend)
+                text = _hal_system(sim, d, rng, self.backend)
+            else:
+                text = system_turn(sim, d, Rng(seed, i), seed)
+            if msg is None:
+                return text
+            d.turns.append({"speaker": "system", "text": msg["content"]})
+        raise AssertionError("unreachable")
+
+    def _fork(self, sim: Any, d: Any, m: Any, task: Any, seed: int, t: int) -> None:
+        """The fork spec and the stand-in reference D+ (the walk so far, then the happy path)."""
+        from generation.engine import ForkSpec
+        from generation.seeds import Rng
+
+        htype = self.htypes[seed % len(self.htypes)]
+        pool = list(self.variants[htype])
+        if htype == "SSPC":
+            pool = [v for v in pool if v.template.get("strategy") in SSPC_STRATEGIES] or pool
+        variant = Rng(seed, 3).choice(pool)
+        sub = None
+        if htype == "WIC":
+            same = sorted(n for n in self.corpus.tasks if n != task.name and self.corpus.tasks[n].domain == task.domain)
+            others = same or sorted(n for n in self.corpus.tasks if n != task.name)
+            sub = others[seed % len(others)]
+            d.substitute = self.corpus.task(sub)
+        trace = list(sim.trace)
+        happy = list(m.happy_trace)
+        last = max((j for j, n in enumerate(happy) if n in trace), default=-1)
+        ref_trace = trace + happy[last + 1:]
+        d.reference = SimpleNamespace(scratch={"sim": SimpleNamespace(trace=ref_trace)}, turns=[])
+        d.fork = ForkSpec(htype=htype, k=1, turn=t, variant=variant, instruction="", substitute_task=sub)
+        d.injected = True
+
+
+def scripted_user(messages: Sequence[Mapping[str, str]]) -> str:
+    """The ``user`` fake's turn: the agent's turns arrive as ``user`` messages, its own as ``assistant``."""
+    own = sum(m.get("role") == "assistant" for m in messages)
+    last = next((m["content"] for m in reversed(messages) if m.get("role") == "user"), "")
+    if own == 0:
+        return "Hello."
+    if own >= 5 or "bye" in last.lower():
+        return "Thanks, that's all. Goodbye! [END]"
+    return "Yes, that's right." if last.rstrip().endswith("?") else "OK, thank you."
+
+
+def _key(text: str) -> str:
+    return re.sub(r"\s+", " ", text.strip().lower())
+
+
+def completion(text: str, model: str) -> dict[str, Any]:
+    return {"id": "fake", "object": "chat.completion", "model": model,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 0, "completion_tokens": len(text.split())}}
+
+
+def make_handler(kind: str, model: str, policy: AgentPolicy | None):
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+
+        def _send(self, status: int, body: bytes, ctype: str = "application/json") -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self):
+            if self.path.rstrip("/").endswith("/models"):
+                self._send(200, json.dumps({"object": "list", "data": [{"id": model}]}).encode())
+            else:
+                self._send(404, b'{"error": {"message": "not found"}}')
+
+        def do_POST(self):
+            n = int(self.headers.get("Content-Length") or 0)
+            raw = self.rfile.read(n)
+            if kind == "garbage":
+                self._send(200, b"<html><body>It works!</body></html>", "text/html")
+                return
+            try:
+                body = json.loads(raw)
+                if kind == "empty":
+                    text = ""
+                elif kind == "user":
+                    text = scripted_user(body["messages"])
+                else:
+                    text = policy.reply(body["messages"])
+            except (ValueError, KeyError, TypeError) as e:
+                self._send(400, json.dumps({"error": {"message": f"fake agent: {e}"}}).encode())
+                return
+            self._send(200, json.dumps(completion(text, body.get("model", model))).encode())
+
+    return Handler
+
+
+@dataclass
+class FakeAgent:
+    url: str
+    """API root, ``http://127.0.0.1:PORT/v1``."""
+    model: str
+    pid: int
+    kind: str
+
+
+@contextlib.contextmanager
+def serve_fake_agent(kind: str = "faithful", star: str | os.PathLike | None = None, model: str | None = None,
+                     derail_at: int = DEFAULT_DERAIL_AT, htypes: Sequence[str] = DEFAULT_HTYPES,
+                     timeout: float = 120.0) -> Iterator[FakeAgent]:
+    """Run a fake agent in a child process on 127.0.0.1 (port 0) and stop it by its PID on exit."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown fake agent kind {kind!r}; known: {', '.join(KINDS)}")
+    model = model or f"fake-{kind}"
+    cmd = [sys.executable, "-m", "dialfork_metrics.audit.fakes", "--kind", kind, "--model", model,
+           "--derail-at", str(derail_at), "--htypes", ",".join(htypes)]
+    if star is not None:
+        cmd += ["--star", os.fspath(star)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        m = re.match(r"listening on (\d+)", line or "")
+        if not m:
+            raise RuntimeError(f"fake agent {kind!r} did not start (exit code {proc.poll()}): {line!r}")
+        yield FakeAgent(f"http://127.0.0.1:{m.group(1)}/v1", model, proc.pid, kind)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+        if proc.stdout:
+            proc.stdout.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m dialfork_metrics.audit.fakes", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--kind", choices=KINDS, default="faithful")
+    ap.add_argument("--model", default=None)
+    ap.add_argument("--star", default=None, help="STAR copy (default $DIALFORK_STAR_DIR)")
+    ap.add_argument("--port", type=int, default=0)
+    ap.add_argument("--derail-at", type=int, default=DEFAULT_DERAIL_AT)
+    ap.add_argument("--htypes", default=",".join(DEFAULT_HTYPES), help="derailed: hallucination types, cycled by seed")
+    a = ap.parse_args(argv)
+    policy = None
+    if a.kind in ("faithful", "derailed"):
+        from dialfork_dataset.star import StarCorpus
+
+        htypes = [h.strip() for h in a.htypes.split(",") if h.strip()]
+        bad = [h for h in htypes if h not in ("WIC", "SSPC", "GR", "CSC")]
+        if bad or not htypes:
+            ap.error(f"--htypes: unknown hallucination type(s) {bad}; use WIC, SSPC, GR, CSC")
+        policy = AgentPolicy(StarCorpus(a.star), a.kind, a.derail_at, htypes)
+    srv = ThreadingHTTPServer(("127.0.0.1", a.port), make_handler(a.kind, a.model or f"fake-{a.kind}", policy))
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    print(f"listening on {srv.server_address[1]}", flush=True)
+    try:
+        srv.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        srv.server_close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,289 @@
+"""Scoring of an audit run, per task, and the :class:`AuditReport` (Markdown, HTML, JSON).
+
+Per task (SPEC 10, definitions in docs/audit.md):
+
+* ``dialogues``/``failed``: conversations finished / lost to upstream failures (listed, never dropped);
+* ``completion``: share of finished dialogues that reach the workflow's end by following it: every
+  happy-path step said, the outcome step included, and the dialogue ended by the agent (goodbye or
+  ``[END]``);
+* step coverage (:func:`dialfork_metrics.audit.user.step_coverage`): mean share of the happy path's
+  steps visited, mean skipped / repeated / out-of-order steps, off-workflow turns;
+* ``alarm_rate`` and ``first_alarms``: the streaming detector (``detector``, fitted on the
+  reference's conformant dialogues of the task) run over each dialogue;
+* ``flowkl``: FlowKL(reference conformant set, agent's dialogues) (needs 2 of each);
+* ``flowscore``: mean FlowScore distance of each dialogue to the reference conformant dialogue of
+  the same scenario, where there is one;
+* ``deviant``: the three dialogues with the largest FlowScore distance (else the earliest alarms),
+  with the flagged turn.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .core import AuditError, Job, Store
+
+
+def load_reference(reference: Any, tasks: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
+    """Conformant reference dialogues per task, from a list of records, a generator output folder
+    or an exported Hub folder (its ``conformant`` config). Every task without one is an error."""
+    if isinstance(reference, (str, os.PathLike)):
+        p = Path(reference)
+        if not p.exists():
+            raise AuditError(f"reference {p}: no such file or folder (give a corpus folder or an exported Hub folder)")
+        try:
+            from dialfork_dataset.builder import load_records
+
+            recs = load_records(p)
+        except (ValueError, OSError) as e:
+            try:
+                from datasets import load_dataset
+
+                dd = load_dataset(str(p), "conformant")
+                recs = [dict(r) for split in dd.values() for r in split]
+            except Exception as e2:  # noqa: BLE001 - report both readers' reasons
+                raise AuditError(f"reference {p}: not a DialFork corpus folder ({e}) nor a Hub folder ({e2})") from None
+        where = str(p)
+    else:
+        recs, where = list(reference), "the reference records"
+    out: dict[str, list[dict[str, Any]]] = {t: [] for t in tasks}
+    for r in recs:
+        if r.get("hallucination_type") is None and r.get("task") in out:
+            out[r["task"]].append(r)
+    missing = [t for t, rs in out.items() if not rs]
+    if missing:
+        raise AuditError(f"{where} has no conformant dialogue of task(s) {', '.join(missing)}; the audit needs "
+                         "them to fit the detectors and for FlowKL/FlowScore (generate them with "
+                         "python -m generation --tasks " + ",".join(missing) + ")")
+    return out
+
+
+def _mean(xs: Sequence[float]) -> float | None:
+    xs = [x for x in xs if x is not None and not (isinstance(x, float) and math.isnan(x))]
+    return sum(xs) / len(xs) if xs else None
+
+
+def _system_position(turns: Sequence[Mapping[str, str]], k: int) -> int | None:
+    n = 0
+    for i, t in enumerate(turns):
+        if t["speaker"] == "system":
+            n += 1
+            if n == k:
+                return i
+    return None
+
+
+DEFAULT_DETECTOR_OPTIONS: dict[str, Any] = {}
+"""Options of the streaming detector (default: the paper's, SPEC 8). ``{"calibration": "cross_fit",
+"backoff": True}`` gives fewer alarms, and less power, on small references."""
+
+
+def score_task(task: str, jobs: Sequence[Job], store: Store, refs: list[dict[str, Any]], encoder: Any, model: Any,
+               detector: str = "it", detector_options: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    from ..dialogue import flowscore
+    from ..flowgraph import flowkl
+    from ..task3 import make_detector
+    from .user import step_coverage
+
+    ids = [j.dialogue_id for j in jobs if j.task.name == task]
+    recs = [store.records[i] for i in ids if i in store.records]
+    failed = [store.failed[i] for i in ids if i in store.failed and i not in store.records]
+    refs = [r for r in refs if len(r.get("turns") or ()) >= 2]
+    if not refs:
+        raise AuditError(f"task {task!r}: the reference has no conformant dialogue of two turns or more")
+    rows = []
+    opts = dict(DEFAULT_DETECTOR_OPTIONS if detector_options is None else detector_options)
+    if opts.get("calibration") == "cross_fit" and len(refs) < 2:
+        opts["calibration"] = "in_sample"
+    det = make_detector(detector, encoder=encoder, **opts).fit(refs) if recs else None
+    flags = det.predict_many(recs) if recs else []
+    by_scenario = {}
+    for r in refs:
+        by_scenario.setdefault(str(r["scenario_id"]), r)
+    for r, flag in zip(recs, flags):
+        st = store.steps.get(r["dialogue_id"], {})
+        cov = step_coverage(st.get("steps", []), model)
+        ref = by_scenario.get(r["scenario_id"])
+        fs = float(flowscore(ref, r, encoder)) if ref is not None else None
+        rows.append({"dialogue_id": r["dialogue_id"], "scenario_id": r["scenario_id"], "turns": r["turns"],
+                     "steps": st.get("steps", []), "completed": bool(cov["reached_outcome"] and not cov["skipped"] and st.get("ended_by_agent")),
+                     "coverage": cov, "first_alarm": flag, "flowscore": fs})
+    fkl = None
+    if len(refs) >= 2 and len(recs) >= 2:
+        fkl = float(flowkl(refs, recs, encoder))
+    dev = sorted(rows, key=lambda x: (-(x["flowscore"] if x["flowscore"] is not None else -1.0),
+                                      x["first_alarm"] if x["first_alarm"] is not None else 1e9))[:3]
+    deviant = []
+    for x in dev:
+        pos = _system_position(x["turns"], x["first_alarm"]) if x["first_alarm"] is not None else None
+        deviant.append({"dialogue_id": x["dialogue_id"], "flowscore": x["flowscore"], "first_alarm": x["first_alarm"],
+                        "flagged_position": pos, "turns": x["turns"]})
+    n = len(rows)
+    return {
+        "task": task, "dialogues": n, "failed": len(failed),
+        "failures": [{"dialogue_id": f["dialogue_id"], "error": f["error"]} for f in failed],
+        "completion": sum(x["completed"] for x in rows) / n if n else None,
+        "coverage": _mean([x["coverage"]["coverage"] for x in rows]),
+        "skipped": _mean([len(x["coverage"]["skipped"]) for x in rows]),
+        "repeated": _mean([x["coverage"]["repeated"] for x in rows]),
+        "out_of_order": _mean([x["coverage"]["out_of_order"] for x in rows]),
+        "off_workflow": _mean([x["coverage"]["off_workflow"] for x in rows]),
+        "alarm_rate": sum(x["first_alarm"] is not None for x in rows) / n if n else None,
+        "first_alarms": {x["dialogue_id"]: x["first_alarm"] for x in rows},
+        "flowkl": fkl, "flowscore": _mean([x["flowscore"] for x in rows]),
+        "flowscore_n": sum(x["flowscore"] is not None for x in rows),
+        "reference_dialogues": len(refs), "detector": detector,
+        "dialogue_rows": [{k: v for k, v in x.items() if k != "turns"} for x in rows],
+        "deviant": deviant,
+    }
+
+
+def score_audit(jobs: Sequence[Job], store: Store, refs: Mapping[str, list[dict[str, Any]]], encoder: Any,
+                backend: Any, detector: str = "it", agent: str = "", model: str = "",
+                detector_options: Mapping[str, Any] | None = None) -> AuditReport:
+    tasks = list(dict.fromkeys(j.task.name for j in jobs))
+    task_obj = {j.task.name: j.task for j in jobs}
+    per = [score_task(t, jobs, store, refs[t], encoder, backend.model(task_obj[t]), detector,
+                      detector_options) for t in tasks]
+    return AuditReport(agent=agent, model=model, detector=detector, tasks=per)
+
+
+def _fmt(v: Any, nd: int = 3) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.{nd}f}"
+    return str(v)
+
+
+COLUMNS = (("dialogues", "dialogues"), ("failed", "failed"), ("completion", "completion"),
+           ("coverage", "coverage"), ("skipped", "skipped"), ("repeated", "repeated"),
+           ("out_of_order", "out of order"), ("alarm_rate", "alarm rate"), ("flowkl", "FlowKL"),
+           ("flowscore", "FlowScore dist."))
+
+
+@dataclass
+class AuditReport:
+    agent: str
+    model: str
+    detector: str
+    tasks: list[dict[str, Any]] = field(default_factory=list)
+
+    def task(self, name: str) -> dict[str, Any]:
+        for t in self.tasks:
+            if t["task"] == name:
+                return t
+        raise KeyError(f"no task {name!r} in this report; it has {[t['task'] for t in self.tasks]}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"agent": self.agent, "model": self.model, "detector": self.detector, "tasks": self.tasks}
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent, ensure_ascii=False)
+
+    def _deviant_md(self, t: dict[str, Any]) -> list[str]:
+        out = []
+        for d in t["deviant"]:
+            out.append(f"**{d['dialogue_id']}** (FlowScore distance {_fmt(d['flowscore'])}, "
+                       f"first alarm at system turn {_fmt(d['first_alarm'])})\n")
+            for i, turn in enumerate(d["turns"]):
+                line = f"{turn['speaker']}: {' '.join(turn['text'].split())}"  # one line per turn
+                out.append(f"> **>> {line}**  " if i == d["flagged_position"] else f"> {line}  ")
+            out.append("")
+        return out
+
+    def to_markdown(self) -> str:
+        lines = [f"# Agent audit: {self.model} at {self.agent}", "",
+                 f"Detector: `{self.detector}` (fitted per task on the reference's conformant dialogues). "
+                 "Higher completion and coverage are better; lower alarm rate, FlowKL and FlowScore distance are better.",
+                 "", "| task | " + " | ".join(h for _, h in COLUMNS) + " |",
+                 "| --- |" + " --- |" * len(COLUMNS)]
+        for t in self.tasks:
+            lines.append(f"| {t['task']} | " + " | ".join(_fmt(t[k]) for k, _ in COLUMNS) + " |")
+        for t in self.tasks:
+            lines += ["", f"## {t['task']}", ""]
+            if t["failures"]:
+                lines.append("Failed dialogues: " + "; ".join(f"{f['dialogue_id']}: {f['error']}" for f in t["failures"]))
+                lines.append("")
+            fa = [v for v in t["first_alarms"].values() if v is not None]
+            lines.append(f"First-alarm system turns: {sorted(fa) if fa else 'none'}")
+            lines += ["", "Most deviant dialogues (flagged turn in bold):", ""] + self._deviant_md(t)
+        return "\n".join(lines) + "\n"
+
+    def plot_png(self, t: dict[str, Any]) -> bytes:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        rows = t["dialogue_rows"]
+        fig, ax = plt.subplots(figsize=(max(5.5, 0.5 * len(rows) + 2), 3.2))
+        xs = list(range(len(rows)))
+        cov = [r["coverage"]["coverage"] for r in rows]
+        ax.bar(xs, cov, color=["#c0392b" if r["first_alarm"] is not None else "#2e86c1" for r in rows],
+               label="step coverage (red: alarm)")
+        fs = [r["flowscore"] if r["flowscore"] is not None else float("nan") for r in rows]
+        ax.plot(xs, fs, "ko", label="FlowScore distance")
+        ax.set_xticks(xs, [r["scenario_id"] for r in rows], rotation=90, fontsize=7)
+        ax.set_ylim(0, 1.05)
+        ax.set_title(f"{t['task']}: completion {_fmt(t['completion'], 2)}, alarm rate {_fmt(t['alarm_rate'], 2)}",
+                     fontsize=9)
+        ax.set_xlabel("scenario", fontsize=8)
+        ax.legend(fontsize=7, loc="lower right")
+        fig.tight_layout()
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=80)
+        plt.close(fig)
+        return buf.getvalue()
+
+    def to_html(self) -> str:
+        e = html.escape
+        parts = ["<!doctype html><html><head><meta charset='utf-8'>",
+                 f"<title>Agent audit: {e(self.model)}</title>",
+                 "<style>body{font-family:sans-serif;max-width:70em;margin:auto}td,th{padding:2px 8px}"
+                 "table{border-collapse:collapse}tr:nth-child(even){background:#f4f4f4}.flag{background:#fdd;"
+                 "font-weight:bold}.turn{margin:0;font-size:90%}</style></head><body>",
+                 f"<h1>Agent audit: {e(self.model)} at {e(self.agent)}</h1>",
+                 f"<p>Detector <code>{e(self.detector)}</code>. Higher completion and coverage are better; lower alarm "
+                 "rate, FlowKL and FlowScore distance are better.</p><table><tr><th>task</th>"
+                 + "".join(f"<th>{e(h)}</th>" for _, h in COLUMNS) + "</tr>"]
+        for t in self.tasks:
+            parts.append(f"<tr><td>{e(t['task'])}</td>" + "".join(f"<td>{e(_fmt(t[k]))}</td>" for k, _ in COLUMNS)
+                         + "</tr>")
+        parts.append("</table>")
+        for t in self.tasks:
+            parts.append(f"<h2>{e(t['task'])}</h2>")
+            if t["dialogue_rows"]:
+                png = base64.b64encode(self.plot_png(t)).decode("ascii")
+                parts.append(f"<img alt='per-dialogue coverage and FlowScore of {e(t['task'])}' "
+                             f"src='data:image/png;base64,{png}'>")
+            for f in t["failures"]:
+                parts.append(f"<p>Failed: {e(f['dialogue_id'])}: {e(f['error'])}</p>")
+            parts.append("<h3>Most deviant dialogues</h3>")
+            for d in t["deviant"]:
+                parts.append(f"<h4>{e(d['dialogue_id'])} (FlowScore distance {e(_fmt(d['flowscore']))}, "
+                             f"first alarm at system turn {e(_fmt(d['first_alarm']))})</h4>")
+                for i, turn in enumerate(d["turns"]):
+                    cls = "turn flag" if i == d["flagged_position"] else "turn"
+                    parts.append(f"<p class='{cls}'>{e(turn['speaker'])}: {e(turn['text'])}</p>")
+        parts.append("</body></html>")
+        return "\n".join(parts)
+
+    def save(self, out: str | os.PathLike) -> dict[str, Path]:
+        from dialfork_dataset.jsonl import write_text_atomic
+
+        out = Path(out)
+        paths = {"json": out / "report.json", "md": out / "report.md", "html": out / "report.html"}
+        write_text_atomic(paths["json"], self.to_json())
+        write_text_atomic(paths["md"], self.to_markdown())
+        write_text_atomic(paths["html"], self.to_html())
+        return paths

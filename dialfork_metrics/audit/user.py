@@ -1,0 +1,193 @@
+"""The ``template`` simulated user of the audit: the template backend's user, driven by what the
+audited agent actually says.
+
+The template backend's user (:func:`generation.backends.template.user_turn`) reacts to the
+workflow node the system said last (``Sim.prev``). In the audit the system is someone else's
+agent, so each agent turn is first mapped to the nearest workflow step: the cosine similarity of
+the turn's embedding to the embeddings of every step's surface forms (STAR's response template
+and its phrasings from ``wizard_nlu_training_data.md``, ``{placeholders}`` spelled out), the best
+step winning when its similarity reaches ``min_similarity`` (ours, default 0.35; below it the turn
+is "off-workflow" and the user only acknowledges). The user then answers exactly as the
+simulator's user would: the scenario's slot values, STAR's user guide, a polite close.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+DEFAULT_MIN_SIMILARITY = 0.35
+"""Nearest-step similarity below which an agent turn maps to no workflow step (ours)."""
+
+_PH = re.compile(r"\{(\w+)(?::[^}]*)?\}")
+
+
+@dataclass
+class StepMatch:
+    node: str | None
+    similarity: float
+
+
+class StepMatcher:
+    """Nearest workflow step of an utterance, per task (surface forms encoded once)."""
+
+    def __init__(self, model: Any, encoder: Any, min_similarity: float = DEFAULT_MIN_SIMILARITY):
+        self.model = model
+        self.min_similarity = float(min_similarity)
+        forms, owners = [], []
+        for node, phr in model.phr.items():
+            for p in phr:
+                text = _PH.sub(lambda mm: mm.group(1).replace("_", " "), p).strip()
+                if text:
+                    forms.append(text)
+                    owners.append(node)
+        if not forms:
+            raise ValueError(f"task {model.name!r}: the workflow has no step with a surface form to match")
+        self.owners = owners
+        self.E = np.asarray(encoder.encode(forms), dtype=np.float64)
+
+    def match(self, embedding: np.ndarray) -> StepMatch:
+        s = self.E @ np.asarray(embedding, dtype=np.float64).reshape(-1)
+        i = int(np.argmax(s))
+        sim = float(s[i])
+        return StepMatch(self.owners[i] if sim >= self.min_similarity else None, sim)
+
+
+class TemplateUser:
+    """One simulated user per dialogue (the template simulator's ``Sim`` plus the step matcher)."""
+
+    def __init__(self, backend: Any, task: Any, scenario: Any, seed: int, matcher: StepMatcher, dialogue: Any):
+        from generation.backends.template import Sim
+
+        self.backend = backend
+        self.m = backend.model(task)
+        self.sim = Sim(self.m, scenario, seed, backend.data)
+        self.matcher = matcher
+        self.d = dialogue
+        self.seed = seed
+        self.steps: list[str | None] = []
+        """The workflow step each agent turn was mapped to (None: off-workflow)."""
+        self.similarities: list[float] = []
+
+    def say(self, turn_index: int) -> str:
+        from generation.backends.template import user_turn
+        from generation.seeds import Rng
+
+        return user_turn(self.sim, self.d, Rng(self.seed, turn_index))
+
+    def hear(self, text: str, embedding: np.ndarray, turn_index: int) -> StepMatch:
+        """Map the agent's turn to a workflow step and update the simulator as if it had said it."""
+        from generation.backends.template import _GENERIC, _enter
+        from generation.seeds import Rng
+
+        mt = self.matcher.match(embedding)
+        self.steps.append(mt.node)
+        self.similarities.append(mt.similarity)
+        sim = self.sim
+        if mt.node is None:
+            sim.prev = None
+        elif mt.node == "out_of_scope" and sim.answer == "chat":
+            sim.trace.append("out_of_scope")  # the pending question stays pending
+        else:
+            sim.prev = mt.node
+            sim.visits[mt.node] = sim.visits.get(mt.node, 0) + 1
+            sim.trace.append(mt.node)
+            if mt.node not in _GENERIC:
+                _enter(sim, mt.node, Rng(self.seed, turn_index))
+        sim.answer = None
+        return mt
+
+    def is_goodbye(self, node: str | None) -> bool:
+        return node is not None and (node == self.m.bye or "bye" in node)
+
+
+def step_coverage(steps: list[str | None], model: Any) -> dict[str, Any]:
+    """Step coverage of one dialogue against the task's happy path (ours, documented in docs/audit.md).
+
+    ``required``: the happy path's content steps (no greeting, "anything else", goodbye);
+    ``visited``/``skipped``: required steps the agent did / did not say; ``repeated``: agent turns
+    saying a content step already said (loop steps excepted); ``out_of_order``: descents in the
+    happy-path order of the first visits; ``off_workflow``: turns mapped to no step;
+    ``coverage``: visited / required.
+    """
+    from generation.backends.template import _GENERIC
+
+    skip = {model.start, model.anything_else, model.bye, *_GENERIC}
+    required = [n for n in dict.fromkeys(model.happy_trace) if n not in skip and "bye" not in n]
+    order = {n: i for i, n in enumerate(required)}
+    seen: set[str] = set()
+    firsts: list[str] = []
+    repeated = 0
+    for n in steps:
+        if n is None or n in skip or "bye" in n:
+            continue
+        if n in seen:
+            if n not in model.loops and n not in model.is_search_more:
+                repeated += 1
+        else:
+            seen.add(n)
+            if n in order:
+                firsts.append(n)
+    visited = [n for n in required if n in seen]
+    out_of_order = sum(1 for a, b in zip(firsts, firsts[1:]) if order[b] < order[a])
+    return {
+        "required": len(required), "visited": len(visited),
+        "skipped": [n for n in required if n not in seen], "repeated": repeated,
+        "out_of_order": out_of_order, "off_workflow": sum(1 for n in steps if n is None),
+        "coverage": len(visited) / len(required) if required else 1.0,
+        "reached_outcome": model.outcome is not None and model.outcome in seen,
+    }
+
+
+class UserError(RuntimeError):
+    """The LLM user's server failed (after its retries) or gave an empty reply."""
+
+
+class LLMUser:
+    """The ``openai:URL`` simulated user: an LLM behind an OpenAI-compatible server with the
+    generator's user prompt (``generation/prompts/user_agent.txt``: STAR's user task and user
+    guide; the wrap-up message at the length budget). Agent turns are still mapped to workflow steps
+    (for step coverage)."""
+
+    def __init__(self, client: Any, model: Any, matcher: StepMatcher, dialogue: Any, seed: int,
+                 sampling: dict[str, Any]):
+        self.client = client
+        self.m = model
+        self.matcher = matcher
+        self.d = dialogue
+        self.seed = seed
+        self.sampling = sampling
+        self.messages = list(dialogue.user_messages)
+        self.wrapped = False
+        self.steps: list[str | None] = []
+        self.similarities: list[float] = []
+
+    def say(self, turn_index: int) -> str:
+        from dialfork_dataset.openai_client import EndpointError
+        from generation import prompts
+
+        if self.d.wrapped and not self.wrapped:
+            self.wrapped = True
+            self.messages.append({"role": "system", "content": prompts.render("wrap_up")})
+        try:
+            rep = self.client.chat_one(self.messages, (self.seed + 1) % (2**31), None, **self.sampling)
+        except EndpointError as e:
+            raise UserError(f"simulated user: {e}") from None
+        text = (rep.text or "").strip()
+        if not text.replace(prompts.END_TOKEN, "").strip():
+            raise UserError(f"simulated user: empty reply at turn {turn_index}")
+        self.messages.append({"role": "assistant", "content": text.replace(prompts.END_TOKEN, "").strip()})
+        return text
+
+    def hear(self, text: str, embedding: np.ndarray, turn_index: int) -> StepMatch:
+        mt = self.matcher.match(embedding)
+        self.steps.append(mt.node)
+        self.similarities.append(mt.similarity)
+        self.messages.append({"role": "user", "content": text})
+        return mt
+
+    def is_goodbye(self, node: str | None) -> bool:
+        return node is not None and (node == self.m.bye or "bye" in node)

@@ -1,0 +1,233 @@
+"""The agent audit (dialfork_metrics.audit) against fake agents on 127.0.0.1 (port 0, stopped by PID)."""
+
+from __future__ import annotations
+
+import json
+import socket
+
+import pytest
+
+from dialfork_metrics.audit import AuditError, audit_agent, serve_fake_agent, step_coverage
+from dialfork_metrics.audit.fakes import DEFAULT_DERAIL_AT
+
+TASKS = ("weather", "doctor_schedule", "bank_balance")
+PER_TASK = 5
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory, star_dir):
+    from generation import GenerationConfig, generate_corpus
+
+    out = tmp_path_factory.mktemp("audit_ref") / "corpus"
+    generate_corpus(GenerationConfig(star=str(star_dir), out=str(out), tasks=TASKS, per_task=30, seed=0),
+                    progress=False)
+    return out
+
+
+@pytest.fixture(scope="module")
+def audits(tmp_path_factory, star_dir, reference):
+    reps = {}
+    for kind in ("faithful", "derailed"):
+        out = tmp_path_factory.mktemp(f"audit_{kind}")
+        # WIC (another workflow from t_k on): a margin that 5 dialogues per task show on every score
+        with serve_fake_agent(kind, star=star_dir, htypes=("WIC",)) as fa:
+            reps[kind] = (audit_agent(fa.url, fa.model, TASKS, reference, star=star_dir, per_task=PER_TASK, out=out,
+                                      concurrency=3, show_progress=False), out)
+    return reps
+
+
+def test_faithful_agent_ranks_better_on_every_score(audits):
+    good, bad = audits["faithful"][0], audits["derailed"][0]
+    for task in TASKS:
+        g, b = good.task(task), bad.task(task)
+        assert g["dialogues"] == b["dialogues"] == PER_TASK and g["failed"] == b["failed"] == 0
+        assert g["completion"] > b["completion"], task
+        assert g["coverage"] > b["coverage"], task
+        assert g["alarm_rate"] < b["alarm_rate"], task
+        assert g["flowscore"] < b["flowscore"], task
+        assert g["flowscore_n"] == PER_TASK  # every audited scenario has its reference D+
+        assert g["completion"] == 1.0 and g["coverage"] == 1.0
+    # FlowKL is a set-level density estimate: with 5 dialogues per task it ranks the agents on the
+    # three tasks together (per task, doctor_schedule's 5 happy-path dialogues of the faithful agent
+    # sit in a narrow density that KL(ref || agent) penalises about as much as the derailed spread)
+    mean = {k: sum(t["flowkl"] for t in r.tasks) / len(r.tasks) for k, r in (("good", good), ("bad", bad))}
+    assert mean["good"] < mean["bad"], mean
+
+
+def test_first_alarms_are_near_the_injection_turn(audits):
+    bad = audits["derailed"][0]
+    flags = [f for t in bad.tasks for f in t["first_alarms"].values()]
+    assert all(f is not None for f in flags)
+    mae = sum(abs(f - DEFAULT_DERAIL_AT) for f in flags) / len(flags)
+    assert mae <= 1.0, mae
+
+
+def test_outputs_are_dialfork_records_and_reports(audits):
+    from dialfork_dataset.builder import load_records
+
+    rep, out = audits["derailed"]
+    recs = load_records(out)
+    assert len(recs) == len(TASKS) * PER_TASK
+    assert {r["generator"] for r in recs} == {"agent:fake-derailed"}
+    assert all(r["hallucination_type"] is None for r in recs)
+    page = rep.to_html()
+    assert page.count("<img ") == len(TASKS) and "data:image/png;base64," in page
+    assert "class='turn flag'" in page
+    md = rep.to_markdown()
+    assert md.count("**>> ") >= len(TASKS)
+    assert json.loads(rep.to_json())["tasks"][0]["task"] == TASKS[0]
+    assert {p.name for p in out.iterdir()} >= {"dialogues.jsonl", "report.html", "report.md", "report.json"}
+
+
+def test_rerun_skips_completed_scenarios(audits, star_dir, reference):
+    """A rerun against an agent that can only fail finds nothing left to do."""
+    rep, out = audits["faithful"]
+    before = (out / "dialogues.jsonl").read_bytes()
+    with serve_fake_agent("garbage", star=star_dir, model="fake-faithful") as fa:
+        again = audit_agent(fa.url, fa.model, TASKS, reference, star=star_dir, per_task=PER_TASK, out=out,
+                            show_progress=False, max_retries=0)
+    assert (out / "dialogues.jsonl").read_bytes() == before
+    assert json.loads((out / "failed.json").read_text()) == []
+    assert [t["coverage"] for t in again.tasks] == [t["coverage"] for t in rep.tasks]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_unreachable_agent(tmp_path, star_dir, reference):
+    url = f"http://127.0.0.1:{_free_port()}/v1"
+    with pytest.raises(AuditError, match="is not usable"):
+        audit_agent(url, "m", TASKS[:1], reference, star=star_dir, per_task=1, out=tmp_path, max_retries=0,
+                    show_progress=False)
+
+
+@pytest.mark.parametrize("kind, message", [("garbage", "not JSON"), ("empty", "empty reply")])
+def test_failing_agents_are_recorded_and_reported(tmp_path, star_dir, reference, kind, message):
+    with serve_fake_agent(kind, star=star_dir) as fa:
+        with pytest.raises(AuditError, match=message):
+            audit_agent(fa.url, fa.model, TASKS[:1], reference, star=star_dir, per_task=2, out=tmp_path,
+                        max_retries=0, backoff=0.01, show_progress=False)
+    failed = json.loads((tmp_path / "failed.json").read_text())
+    assert len(failed) == 2 and all(message in f["error"] for f in failed)
+
+
+def test_scenario_the_source_lacks(tmp_path, star_dir, reference):
+    with pytest.raises(AuditError, match="'999999' is not a single-task scenario of task 'weather'"):
+        audit_agent("http://127.0.0.1:9/v1", "m", ["weather"], reference, star=star_dir, scenarios=["999999"],
+                    out=tmp_path, show_progress=False)
+    with pytest.raises(AuditError, match="unknown STAR task 'nope'"):
+        audit_agent("http://127.0.0.1:9/v1", "m", ["nope"], reference, star=star_dir, out=tmp_path,
+                    show_progress=False)
+
+
+def test_reference_without_conformant_dialogues_of_a_task(tmp_path, star_dir, reference):
+    with pytest.raises(AuditError, match="no conformant dialogue of task.*trivia"):
+        audit_agent("http://127.0.0.1:9/v1", "m", ["weather", "trivia"], reference, star=star_dir, per_task=1,
+                    out=tmp_path, show_progress=False)
+
+
+def test_cli_bad_input_is_one_line_exit_2(tmp_path, star_dir, reference, capsys):
+    from dialfork_metrics.audit.__main__ import main
+
+    url = f"http://127.0.0.1:{_free_port()}/v1"
+    rc = main(["--agent", url, "--model", "m", "--source", f"star:{star_dir}", "--tasks", "weather", "--per-task", "1",
+               "--reference", str(reference), "--out", str(tmp_path), "--max-retries", "0"])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.startswith("error: agent") and err.count("\n") == 1
+    rc = main(["--agent", url, "--model", "m", "--source", f"workflow:{tmp_path}", "--tasks", "weather",
+               "--reference", str(reference), "--out", str(tmp_path)])
+    assert rc == 2 and "star:PATH" in capsys.readouterr().err
+
+
+class _Model:
+    start, anything_else, bye = "hello", "anything_else", "bye"
+    happy_trace = ("hello", "ask_a", "ask_b", "query_ok", "anything_else", "bye")
+    loops: set = set()
+    is_search_more: set = set()
+    outcome = "query_ok"
+
+
+def test_step_coverage_hand_worked():
+    c = step_coverage(["hello", "ask_b", "ask_a", "ask_b", None, "anything_else", "bye"], _Model())
+    assert c["required"] == 3 and c["visited"] == 2 and c["skipped"] == ["query_ok"]
+    assert c["repeated"] == 1 and c["out_of_order"] == 1 and c["off_workflow"] == 1
+    assert c["coverage"] == pytest.approx(2 / 3) and not c["reached_outcome"]
+    full = step_coverage(["hello", "ask_a", "ask_b", "query_ok", "bye"], _Model())
+    assert full["coverage"] == 1.0 and full["reached_outcome"] and full["out_of_order"] == 0
+
+
+def test_html_report_escapes_what_the_agent_says():
+    from dialfork_metrics.audit import AuditReport
+
+    evil = "<script>alert(1)</script><img src=x onerror=alert(2)>"
+    row = {"dialogue_id": "audit-weather-1", "scenario_id": "1", "steps": [None], "completed": False,
+           "coverage": {"coverage": 0.0}, "first_alarm": 1, "flowscore": 0.5}
+    task = {"task": "weather", "dialogues": 1, "failed": 1, "completion": 0.0, "coverage": 0.0, "skipped": 1.0,
+            "repeated": 0.0, "out_of_order": 0.0, "off_workflow": 1.0, "alarm_rate": 1.0,
+            "first_alarms": {"audit-weather-1": 1}, "flowkl": None, "flowscore": 0.5, "flowscore_n": 1,
+            "failures": [{"dialogue_id": "audit-weather-2", "error": evil}], "dialogue_rows": [row],
+            "deviant": [{"dialogue_id": "audit-weather-1", "flowscore": 0.5, "first_alarm": 1, "flagged_position": 1,
+                         "turns": [{"speaker": "user", "text": "hi"}, {"speaker": "system", "text": evil}]}]}
+    page = AuditReport(agent="http://x/<b>", model=evil, detector="it", tasks=[task]).to_html()
+    assert "<script>" not in page and "<img src=x" not in page and "&lt;script&gt;" in page
+    assert page.count("<img ") == 1  # the plot only
+
+
+def test_openai_user(tmp_path, star_dir, reference):
+    from dialfork_metrics.audit.fakes import scripted_user
+
+    with serve_fake_agent("faithful", star=star_dir) as agent, serve_fake_agent("user", star=star_dir) as user:
+        rep = audit_agent(agent.url, agent.model, ["weather"], reference, star=star_dir, per_task=1, out=tmp_path,
+                          user=f"openai:{user.url}", user_model=user.model, show_progress=False)
+    rec = json.loads((tmp_path / "dialogues.jsonl").read_text().splitlines()[0])
+    users = [t["text"] for t in rec["turns"] if t["speaker"] == "user"]
+    assert users[0] == "Hello." and users[-1] == "Thanks, that's all. Goodbye!"
+    assert [t["speaker"] for t in rec["turns"]][:4] == ["user", "system", "user", "system"]
+    assert rep.task("weather")["dialogues"] == 1
+    assert scripted_user([{"role": "user", "content": "x"}]) == "Hello."
+    with pytest.raises(AuditError, match="simulated user http://127.0.0.1:.* is not usable"):
+        audit_agent(agent.url, agent.model, ["weather"], reference, star=star_dir, per_task=1, out=tmp_path,
+                    user=f"openai:http://127.0.0.1:{_free_port()}/v1", user_model="u", max_retries=0,
+                    show_progress=False)
+    with pytest.raises(AuditError, match="--user-model"):
+        audit_agent(agent.url, agent.model, ["weather"], reference, star=star_dir, per_task=1, out=tmp_path,
+                    user="openai:http://127.0.0.1:9/v1", show_progress=False)
+
+
+def test_failed_dialogues_are_retried_by_a_rerun(tmp_path, star_dir, reference):
+    with serve_fake_agent("empty", star=star_dir, model="agent") as fa:
+        with pytest.raises(AuditError, match="every dialogue failed"):
+            audit_agent(fa.url, fa.model, ["weather"], reference, star=star_dir, per_task=2, out=tmp_path,
+                        max_retries=0, show_progress=False)
+    assert len(json.loads((tmp_path / "failed.json").read_text())) == 2
+    with serve_fake_agent("faithful", star=star_dir, model="agent") as fa:
+        rep = audit_agent(fa.url, fa.model, ["weather"], reference, star=star_dir, per_task=2, out=tmp_path,
+                          show_progress=False)
+    assert json.loads((tmp_path / "failed.json").read_text()) == []
+    assert rep.task("weather")["dialogues"] == 2 and rep.task("weather")["failed"] == 0
+    with pytest.raises(AuditError, match="holds dialogues of agent:agent, not of agent:other"):
+        audit_agent("http://127.0.0.1:9/v1", "other", ["weather"], reference, star=star_dir, per_task=2, out=tmp_path,
+                    show_progress=False)
+
+
+def test_plan_and_source_parsing(star_dir):
+    from dialfork_dataset.star import StarCorpus
+    from dialfork_metrics.audit.core import parse_source, plan_jobs
+
+    corpus = StarCorpus(star_dir)
+    jobs = plan_jobs(corpus, ["weather"], 4, happy_only=True)
+    assert len(jobs) == 4 and all(j.scenario.happy for j in jobs)
+    ids = [int(j.scenario.scenario_id) for j in jobs]
+    assert ids == sorted(ids)
+    assert plan_jobs(corpus, ["weather"], 3)[0].seed == plan_jobs(corpus, ["weather"], 1)[0].seed
+    assert parse_source("star:/x", None) == "/x" and parse_source(None, "/y") == "/y"
+    for bad in ("workflow:/x", "star:", "/x"):
+        with pytest.raises(AuditError):
+            parse_source(bad, None)
+    with pytest.raises(AuditError, match="name different STAR copies"):
+        parse_source("star:/x", "/y")
+    with pytest.raises(AuditError, match="per_task must be"):
+        plan_jobs(corpus, ["weather"], 0)
