@@ -165,20 +165,26 @@ class EmbeddingLRU:
         """Bytes held: the rows in use (``len(self) * row bytes``) plus the keys."""
         return len(self._slots) * self._slab.shape[1] * 4 + self._key_bytes
 
+    def lookup(self, keys: Sequence[Any]) -> np.ndarray:
+        """Slab rows of ``keys`` (``int64``, ``-1`` for a miss); hits become the most recently
+        used. Read the rows with :meth:`take` before the next :meth:`put`."""
+        get, touch = self._slots.get, self._slots.move_to_end
+        slots = np.fromiter((get(k, -1) for k in keys), dtype=np.int64, count=len(keys))
+        for k, s in zip(keys, slots.tolist()):
+            if s >= 0:
+                touch(k)
+        return slots
+
+    def take(self, slots: np.ndarray) -> np.ndarray:
+        """The rows at ``slots`` (from :meth:`lookup`), copied."""
+        return self._slab[slots]
+
     def get(self, keys: Sequence[Any]) -> tuple[np.ndarray, np.ndarray | None]:
         """``(hit mask (len(keys),), rows of the hits (n_hits, dim) or None)``; hits become the
         most recently used."""
-        slots = []
-        hit = np.zeros(len(keys), dtype=bool)
-        for i, k in enumerate(keys):
-            s = self._slots.get(k)
-            if s is not None:
-                self._slots.move_to_end(k)
-                slots.append(s)
-                hit[i] = True
-        if not slots:
-            return hit, None
-        return hit, self._slab[np.asarray(slots, dtype=np.int64)]
+        slots = self.lookup(keys)
+        hit = slots >= 0
+        return hit, (self._slab[slots[hit]] if hit.any() else None)
 
     def put(self, keys: Sequence[Any], rows: np.ndarray) -> None:
         """Insert (or refresh) ``keys`` with ``rows``, evicting the least recently used entries."""
@@ -456,13 +462,15 @@ class Encoder:
         inverse = np.fromiter((index.setdefault(t, len(index)) for t in texts), dtype=np.int64, count=len(texts))
         unique = list(index)
         self.stats["unique"] += len(unique)
-        hit, rows = self._memory.get(unique)
-        n_hits = int(hit.sum())
+        slots = self._memory.lookup(unique)
+        hit = slots >= 0
+        n_hits = int(np.count_nonzero(hit))
         self.stats["memory_hits"] += n_hits
-        # the result is assembled here, not read back from the cache: a job larger than the cache
-        # bound evicts its own first rows while it inserts the last ones
-        if n_hits == len(unique):
-            return rows[inverse]
+        if n_hits == len(unique):  # one gather straight from the cache
+            return self._memory.take(slots[inverse])
+        # otherwise the result is assembled here, not read back from the cache: a job larger than
+        # the cache bound evicts its own first rows while it inserts the last ones
+        rows = self._memory.take(slots[hit]) if n_hits else None
         missing = [t for t, h in zip(unique, hit) if not h]
         new: np.ndarray | None = None  # rows of `missing`, from the disk cache and the model
         todo = list(range(len(missing)))
