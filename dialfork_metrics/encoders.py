@@ -419,7 +419,10 @@ class Encoder:
     def _encode_new(self, texts: list[str]) -> np.ndarray:
         """Encode texts not in any cache: sorted by length, in chunks, with a progress bar."""
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]), reverse=True)
+        from dialfork_dataset.console import progress_disabled
+
         show = self.show_progress if self.show_progress is not None else len(texts) > PROGRESS_MIN_TEXTS
+        show = show and not progress_disabled()
         chunk = max(self.batch_size * 16, 1024)
         out: np.ndarray | None = None
         bar = None

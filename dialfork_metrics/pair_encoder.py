@@ -243,7 +243,10 @@ class PairEncoder:
         device = next(model.parameters()).device
         was_training = model.training
         model.eval()
+        from dialfork_dataset.console import progress_disabled
+
         show = self.show_progress if self.show_progress is not None else len(todo) > 2000
+        show = show and not progress_disabled()
         # tokenize once, then batch by token length: each batch pads to its own longest pair
         toks = tok([a for a, _ in todo], [b for _, b in todo], truncation=True, max_length=self.max_length)
         names = list(toks.keys())

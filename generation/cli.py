@@ -5,8 +5,11 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from pathlib import Path
+
+from dialfork_dataset.console import add_verbosity_options, console, prog_name, state_defaults
 
 from .backends import BACKENDS, UnknownBackendError
 from .engine import GenerationConfig, GenerationError, generate_corpus
@@ -14,6 +17,7 @@ from .engine import GenerationConfig, GenerationError, generate_corpus
 EPILOG = """\
 examples:
   python -m generation --backend template --star ../shared/star --out corpus
+  DIALFORK_STAR_DIR=../shared/star python -m generation --out corpus
   python -m generation --backend template --star STAR --out demo --tasks weather,bank_balance --per-task 5
   python -m generation --backend template --star STAR --out full --workers 2
 
@@ -36,7 +40,7 @@ def _parse_option(text: str) -> tuple[str, object]:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m generation",
+        prog=prog_name("generation"),
         description="Generate DialFork dialogues: conformant role-plays of STAR scenarios and their 16 "
                     "controlled forks (4 hallucination types x 4 fork turns).",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -44,14 +48,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="generator backend (default: template, the CPU simulator built from STAR)")
     p.add_argument("--backend-option", action="append", default=[], type=_parse_option, metavar="KEY=VALUE",
                    help="backend constructor option (repeatable; VALUE parsed as JSON when possible), "
-                        "e.g. model=google/gemma-3-1b-it")
+                        "e.g. model=google/gemma-3-1b-it (default: none)")
     p.add_argument("--model", default=None, metavar="ID_or_PATH",
-                   help="chat model for the transformers/openai backends (same as --backend-option model=...)")
-    p.add_argument("--star", required=True, help="STAR folder (tasks/, apis/, scenarios.jsonl)")
+                   help="chat model for the transformers/openai backends (same as --backend-option model=...; "
+                        "default: the backend's own default)")
+    p.add_argument("--star", default=None,
+                   help="STAR folder (tasks/, apis/, scenarios.jsonl) (default: $DIALFORK_STAR_DIR)")
     p.add_argument("--out", required=True, help="output folder (record files + manifest.json)")
     p.add_argument("--tasks", default=None, help="comma-separated task names (default: all 24)")
     p.add_argument("--per-task", type=int, default=None, metavar="N",
-                   help="at most N scenarios per task (the first by STAR dialogue id)")
+                   help="at most N scenarios per task, the first by STAR dialogue id (default: all)")
     p.add_argument("--seed", type=int, default=0, help="base seed (default 0)")
     p.add_argument("--prefix", default="replay", choices=["replay", "reuse"],
                    help="fork prefix mode: replay regenerates the turns before t_k with the same seed "
@@ -64,8 +70,18 @@ def build_parser() -> argparse.ArgumentParser:
                    help="scenarios advanced in lockstep per backend batch (default 64)")
     p.add_argument("--keep-shards", action="store_true", help="keep the shards/ work folder after merging")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-    return p
+    add_verbosity_options(p, default="INFO")
+    return state_defaults(p)
+
+
+def star_folder(args: argparse.Namespace) -> str:
+    """``--star``, else ``$DIALFORK_STAR_DIR``; raises ``GenerationError`` when neither is set."""
+    from dialfork_dataset.star import STAR_ENV
+
+    star = args.star or os.environ.get(STAR_ENV)
+    if not star:
+        raise GenerationError(f"no STAR folder: pass --star PATH or set {STAR_ENV}=/path/to/star")
+    return star
 
 
 def backend_options(args: argparse.Namespace) -> dict:
@@ -84,19 +100,18 @@ def main(argv: list[str] | None = None) -> int:
 
         return distributed_main(argv)
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     tasks = tuple(t.strip() for t in args.tasks.split(",") if t.strip()) if args.tasks is not None else None
-    config = GenerationConfig(
-        star=args.star, out=args.out, backend=args.backend, backend_options=backend_options(args),
-        tasks=tasks, per_task=args.per_task, happy_only=args.happy_only, seed=args.seed,
-        prefix_mode=args.prefix, budget=args.budget, workers=args.workers, batch_size=args.batch_size,
-        keep_shards=args.keep_shards)
-    try:
-        manifest = generate_corpus(config, progress=not args.no_progress)
-    except (GenerationError, UnknownBackendError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    with console(args.verbose, args.quiet, fmt="%(asctime)s %(levelname)s %(name)s: %(message)s"):
+        try:
+            config = GenerationConfig(
+                star=star_folder(args), out=args.out, backend=args.backend, backend_options=backend_options(args),
+                tasks=tasks, per_task=args.per_task, happy_only=args.happy_only, seed=args.seed,
+                prefix_mode=args.prefix, budget=args.budget, workers=args.workers, batch_size=args.batch_size,
+                keep_shards=args.keep_shards)
+            manifest = generate_corpus(config, progress=not (args.no_progress or args.quiet))
+        except (GenerationError, UnknownBackendError) as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
     t = manifest.counts["total"]
     print(f"{t['records']} records ({t['conformant']} conformant, {t['forks']} forks; "
           f"{t['dropped']} scenario(s) dropped) -> {Path(args.out)} (manifest.json)")

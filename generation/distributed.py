@@ -181,23 +181,28 @@ def main(argv: list[str] | None = None) -> int:
     import sys
 
     from .backends import UnknownBackendError
-    from .cli import backend_options, build_parser
+    from .cli import backend_options, build_parser, star_folder
     from .engine import GenerationConfig, GenerationError
 
     parser = build_parser()
     parser.prog = "accelerate launch [--multi_gpu --num_processes N] -m generation.distributed"
     args = parser.parse_args(argv)
     state = process_state()
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format=f"%(asctime)s %(levelname)s [{state.process_index}] %(name)s: %(message)s")
+    level = logging.DEBUG if args.verbose else logging.ERROR if args.quiet else logging.INFO
+    logging.basicConfig(level=level, format=f"%(asctime)s %(levelname)s [{state.process_index}] %(name)s: %(message)s")
     tasks = tuple(t.strip() for t in args.tasks.split(",") if t.strip()) if args.tasks is not None else None
+    try:
+        star = star_folder(args)
+    except GenerationError as e:
+        print(f"error [process {state.process_index}]: {e}", file=sys.stderr)
+        return 2
     config = GenerationConfig(
-        star=args.star, out=args.out, backend=args.backend, backend_options=backend_options(args),
+        star=star, out=args.out, backend=args.backend, backend_options=backend_options(args),
         tasks=tasks, per_task=args.per_task, happy_only=args.happy_only, seed=args.seed,
         prefix_mode=args.prefix, budget=args.budget, workers=1, batch_size=args.batch_size,
         keep_shards=args.keep_shards)
     try:
-        manifest = generate_distributed(config, progress=not args.no_progress, state=state)
+        manifest = generate_distributed(config, progress=not (args.no_progress or args.quiet), state=state)
     except (GenerationError, UnknownBackendError, ValueError, RuntimeError) as e:
         print(f"error [process {state.process_index}]: {e}", file=sys.stderr)
         return 2
