@@ -90,8 +90,10 @@ def _blind_set(src: str):
     """The blind sets of a Hub layout folder, or of a Hub dataset id (as ``task3``/``bench`` take)."""
     from .validate import BlindSet
 
-    if Path(src).exists():
-        return BlindSet.from_dir(src)
+    import re
+
+    if Path(src).exists() or not re.fullmatch(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*", src):
+        return BlindSet.from_dir(src)  # a folder (a missing one is reported as such)
     from dialfork_dataset.hub import load_split
 
     try:
