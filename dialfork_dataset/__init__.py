@@ -14,6 +14,7 @@ from .forks import (
 )
 from .hub import export_hub_layout, load_blind, load_blind_pairs, load_gold, load_split, push_to_hub
 from .jsonl import JsonlAppender, JsonlError, read_jsonl, repair_torn_tail, validate_jsonl_file, write_jsonl
+from .lazy import lazy_exports
 from .records import (
     HALLUCINATION_TYPES,
     RECORD_FIELDS,
@@ -26,7 +27,6 @@ from .records import (
     validate_record,
     validate_records,
 )
-from .lazy import lazy_exports
 from .turns import as_turns, transcript, turn_texts
 from .views import task1_sets, task2_quartets, task3_examples
 

@@ -27,9 +27,9 @@ import logging
 import os
 import sys
 import time
-from contextlib import contextmanager
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 

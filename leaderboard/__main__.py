@@ -74,7 +74,7 @@ def _print_json(obj: Any) -> None:
 
 
 def _cmd_validate(a: argparse.Namespace) -> int:
-    from .validate import BlindSet, validate_submission
+    from .validate import validate_submission
 
     blind = _blind_set(a.blind)
     rep = validate_submission(a.submission, a.track, blind, metadata=a.metadata,
@@ -88,9 +88,9 @@ def _cmd_validate(a: argparse.Namespace) -> int:
 
 def _blind_set(src: str):
     """The blind sets of a Hub layout folder, or of a Hub dataset id (as ``task3``/``bench`` take)."""
-    from .validate import BlindSet
-
     import re
+
+    from .validate import BlindSet
 
     if Path(src).exists() or not re.fullmatch(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*", src):
         return BlindSet.from_dir(src)  # a folder (a missing one is reported as such)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from dialfork_dataset.console import console, progress_disabled, prog_name
+from dialfork_dataset.console import console, prog_name, progress_disabled
 
 ROOT = Path(__file__).resolve().parents[1]
 

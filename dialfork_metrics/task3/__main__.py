@@ -208,16 +208,16 @@ def cmd_score(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .scorer import PredictionError
-
     from dialfork_dataset.console import console
 
     args = _build_parser().parse_args(argv)
     with console(args.verbose, args.quiet, default=logging.WARNING):
-        return _run(args, PredictionError)
+        return _run(args)
 
 
-def _run(args: argparse.Namespace, PredictionError: type) -> int:
+def _run(args: argparse.Namespace) -> int:
+    from .scorer import PredictionError
+
     try:
         return cmd_predict(args) if args.command == "predict" else cmd_score(args)
     except PredictionError as e:
