@@ -330,8 +330,9 @@ class Encoder:
             ``name_or_path`` (e.g. to share one model between encoders); ``name_or_path`` then
             only names it (cache key).
         memory_cache_bytes: bound of the in-memory embedding cache, an LRU (default
-            :data:`DEFAULT_MEMORY_CACHE_BYTES`, 1 GiB: about 650,000 MiniLM turns of 100 characters); ``0`` turns
-            it off. A training loop that scores new generations every step stays within it.
+            :data:`DEFAULT_MEMORY_CACHE_BYTES`, 1 GiB: about 650,000 MiniLM turns of 100
+            characters); ``0`` turns it off. A training loop that scores new generations every
+            step stays within it.
     """
 
     def __init__(
