@@ -93,34 +93,51 @@ def show(value: Any) -> str:
         return f"a value of type {type(value).__name__}"
 
 
+_SCALARS = frozenset({str, int, bool, type(None)})
+
+
 def json_problem(value: Any, max_depth: int = MAX_NESTING) -> tuple[str, str] | None:
     """Where and why ``value`` is not a plain JSON value: ``(path, reason)`` with ``path`` like
     ``".temperature"`` or ``"[2]"`` (``""`` for ``value`` itself), ``None`` when it is one. Plain
     JSON: ``None``, ``bool``, ``int``, finite ``float``, ``str``, lists and string-keyed objects,
     nested at most ``max_depth`` levels. Iterative: deep nesting cannot exhaust the stack."""
-    stack: list[tuple[Any, int, str]] = [(value, 0, "")]
+    # each entry: (value, depth, link) with link = (parent link, ".key" or "[i]"): the path string
+    # is only built for the one value reported
+    stack: list[tuple[Any, int, Any]] = [(value, 0, None)]
     while stack:
-        v, depth, path = stack.pop()
-        if v is None or isinstance(v, (bool, str, int)):
+        v, depth, link = stack.pop()
+        t = type(v)
+        if t in _SCALARS:
             continue
-        if isinstance(v, float):
-            if not math.isfinite(v):
-                return path, f"{v!r} is not a JSON number"
-            continue
-        if isinstance(v, (list, tuple, Mapping)):
+        why = None
+        if t is float or isinstance(v, float):
+            if math.isfinite(v):
+                continue
+            why = f"{v!r} is not a JSON number"
+        elif t is list or t is tuple or isinstance(v, list | tuple | Mapping):
             if depth >= max_depth:
-                return path, f"nested deeper than {max_depth} levels"
-            if isinstance(v, Mapping):
-                for k in v:
-                    if not isinstance(k, str):
-                        return path, f"object key {show(k)} is not a string"
-                stack.extend((x, depth + 1, f"{path}.{k}") for k, x in v.items())
+                why = f"nested deeper than {max_depth} levels"
+            elif isinstance(v, Mapping):
+                bad = next((k for k in v if type(k) is not str), None)
+                if bad is not None:
+                    why = f"object key {show(bad)} is not a string"
+                else:
+                    stack.extend((x, depth + 1, (link, f".{k}")) for k, x in v.items())
+                    continue
             else:
-                stack.extend((x, depth + 1, f"{path}[{i}]") for i, x in enumerate(v))
+                stack.extend((x, depth + 1, (link, f"[{i}]")) for i, x in enumerate(v))
+                continue
+        elif isinstance(v, str | int):  # subclasses (an IntEnum, a str subclass) are plain JSON
             continue
-        if isinstance(v, OversizedInt):
-            return path, f"an integer of {v.digits} digits is out of range"
-        return path, f"a {type(v).__module__}.{type(v).__qualname__} is not JSON-serialisable"
+        elif isinstance(v, OversizedInt):
+            why = f"an integer of {v.digits} digits is out of range"
+        else:
+            why = f"a {type(v).__module__}.{type(v).__qualname__} is not JSON-serialisable"
+        parts = []
+        while link is not None:
+            link, part = link
+            parts.append(part)
+        return "".join(reversed(parts)), why
     return None
 
 

@@ -638,7 +638,8 @@ def verify_shard_block(path: Path, marker: Mapping[str, Any], block: bytes) -> l
     """Problems of one unit's records in a shard, each ``path:line: dialogue_id=...: reason``:
     a line whose hash differs from the one its marker recorded at generation time (any change,
     even one that keeps the length), a line that is not JSON, a record that fails validation.
-    Shards written before markers carried hashes are checked by validation only."""
+    A line whose hash matches is the record the generator validated before writing it; shards
+    written before markers carried hashes are validated record by record."""
     from dialfork_dataset.records import dialogue_id_of, record_errors
 
     first = int(marker.get("line", 0))
@@ -647,8 +648,11 @@ def verify_shard_block(path: Path, marker: Mapping[str, Any], block: bytes) -> l
         return [f"{path}:{first}: unit {marker['_unit']!r}: {len(lines) - 1} record line(s) where the marker "
                 f"says {marker['records']}"]
     hashes = marker.get("line_sha256")
+    hashed = isinstance(hashes, list) and len(hashes) == len(lines) - 1
     errs: list[str] = []
     for j, raw in enumerate(lines[:-1]):
+        if hashed and line_hash(raw) == hashes[j]:
+            continue  # the very line the generator validated and wrote
         where = f"{path}:{first + j}"
         try:
             obj = json.loads(raw.decode("utf-8"))
@@ -656,7 +660,7 @@ def verify_shard_block(path: Path, marker: Mapping[str, Any], block: bytes) -> l
             errs.append(f"{where}: not a JSON record ({type(e).__name__})")
             continue
         did = dialogue_id_of(obj)
-        if isinstance(hashes, list) and j < len(hashes) and line_hash(raw) != hashes[j]:
+        if hashed:  # and the hash differs
             errs.append(f"{where}: dialogue_id={did}: the record differs from the one written at generation "
                         "time (hash mismatch)")
         errs.extend(f"{where}: dialogue_id={did}: {e}" for e in record_errors(obj))
