@@ -14,6 +14,7 @@ from .forks import (
 )
 from .hub import export_hub_layout, load_blind, load_blind_pairs, load_gold, load_split, push_to_hub
 from .jsonl import JsonlAppender, JsonlError, read_jsonl, repair_torn_tail, validate_jsonl_file, write_jsonl
+from .lazy import lazy_exports
 from .records import (
     HALLUCINATION_TYPES,
     RECORD_FIELDS,
@@ -26,11 +27,16 @@ from .records import (
     validate_record,
     validate_records,
 )
-from .star import Scenario, StarCorpus, StarError, StarTask, download_star, resolve_star
 from .turns import as_turns, transcript, turn_texts
 from .views import task1_sets, task2_quartets, task3_examples
 
 __version__ = "0.1.0"
+
+# STAR is exported lazily: `python -m dialfork_dataset.star` must find the module not yet imported
+# by its package (runpy warns otherwise)
+_STAR_EXPORTS = {n: "star" for n in ("Scenario", "StarCorpus", "StarError", "StarTask", "download_star",
+                                      "resolve_star")}
+__getattr__, __dir__ = lazy_exports(__name__, _STAR_EXPORTS, globals())
 
 __all__ = [
     "CONFIGS",

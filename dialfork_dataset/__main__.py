@@ -86,12 +86,14 @@ def _cmd_push(a: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m dialfork_dataset", description=__doc__)
-    p.add_argument("-v", "--verbose", action="store_true")
+    from .console import add_verbosity_options, prog_name, state_defaults
+
+    p = argparse.ArgumentParser(prog=prog_name("dialfork_dataset"), description=__doc__)
+    add_verbosity_options(p, default="WARNING")
     sub = p.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("star", help="read STAR and print what it holds (tasks, domains, scenarios, budgets)")
     s.add_argument("--star", default=None, help="STAR folder (default: $DIALFORK_STAR_DIR)")
-    s.add_argument("--json", action="store_true")
+    s.add_argument("--json", action="store_true", help="print the summary as JSON")
     s.set_defaults(func=_cmd_star)
     s = sub.add_parser("validate", help="validate a record file or folder; reports every bad line")
     s.add_argument("src")
@@ -124,28 +126,31 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=_cmd_export)
     s = sub.add_parser("check", help="load every config of a layout with datasets.load_dataset (offline)")
     s.add_argument("dest")
-    s.add_argument("--configs", default="conformant,forked,task3,blind,blind_task2")
+    s.add_argument("--configs", default="conformant,forked,task3,blind,blind_task2",
+                   help="comma-separated configs to load")
     s.set_defaults(func=_cmd_check)
     s = sub.add_parser("push", help="upload a layout to a Hub dataset repo")
     s.add_argument("dest")
     s.add_argument("repo_id")
-    s.add_argument("--private", action="store_true")
-    s.add_argument("--endpoint", default=None)
+    s.add_argument("--private", action="store_true", help="create the Hub repo as private")
+    s.add_argument("--endpoint", default=None, help="Hub endpoint URL (default: $HF_ENDPOINT or huggingface.co)")
     s.set_defaults(func=_cmd_push)
     from .workflow_export import add_cli as add_workflow_cli
 
     add_workflow_cli(sub)  # workflow {validate,steps,from-star}
-    return p
+    return state_defaults(p)
 
 
 def main(argv: list[str] | None = None) -> int:
+    from .console import console
+
     a = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO if a.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    try:
-        return a.func(a)
-    except (ValueError, FileNotFoundError, FileExistsError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    with console(a.verbose, a.quiet, default=logging.WARNING):
+        try:
+            return a.func(a)
+        except (ValueError, FileNotFoundError, FileExistsError) as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from .jsonl import JsonlError, iter_jsonl
-from .records import HALLUCINATION_TYPES, RecordError, normalize_record, record_errors
+from .records import HALLUCINATION_TYPES, RecordError, dialogue_id_of, normalize_record, record_errors
 
 logger = logging.getLogger(__name__)
 
@@ -78,22 +78,28 @@ def load_records(src: str | os.PathLike | Sequence[Mapping[str, Any]], validate:
                 for lineno, obj in iter_jsonl(path, collect=True):
                     loc = f"{path}:{lineno}"
                     if validate:
-                        did = obj.get("dialogue_id") if isinstance(obj, Mapping) else None
-                        errors.extend(f"{loc}: dialogue_id={did!r}: {e}" for e in record_errors(obj))
+                        did = dialogue_id_of(obj)
+                        errors.extend(f"{loc}: dialogue_id={did}: {e}" for e in record_errors(obj))
                     if isinstance(obj, Mapping):
                         rec = normalize_record(obj)
                         records.append(rec)
-                        where.setdefault(str(rec["dialogue_id"]), loc)
+                        if isinstance(rec["dialogue_id"], str):
+                            where.setdefault(rec["dialogue_id"], loc)
             except JsonlError as e:
                 errors.extend(e.errors)
     else:
         for i, obj in enumerate(src, 1):
             loc = f"<records>[{i}]"
             if validate:
-                errors.extend(f"{loc}: dialogue_id={obj.get('dialogue_id')!r}: {e}" for e in record_errors(obj))
+                errors.extend(f"{loc}: dialogue_id={dialogue_id_of(obj)}: {e}" for e in record_errors(obj))
+            if not isinstance(obj, Mapping):
+                if not validate:
+                    raise RecordError(f"{loc}: expected a record (a mapping), got {type(obj).__name__}")
+                continue
             rec = normalize_record(obj)
             records.append(rec)
-            where.setdefault(str(rec["dialogue_id"]), loc)
+            if isinstance(rec["dialogue_id"], str):
+                where.setdefault(rec["dialogue_id"], loc)
     if validate and not errors:
         errors.extend(_cross_record_errors(records, where))
     if errors:

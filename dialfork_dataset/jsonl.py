@@ -14,10 +14,13 @@ import gzip
 import json
 import logging
 import os
+import re
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
+
+from .records import OversizedInt
 
 logger = logging.getLogger(__name__)
 
@@ -56,35 +59,44 @@ def _open_text(path: Path, mode: str):
     return open(path, mode, encoding="utf-8", newline="\n")
 
 
+def _open_binary(path: Path):
+    if str(path).endswith(".gz"):
+        return gzip.open(path, "rb")
+    return open(path, "rb")
+
+
 def iter_jsonl(path: str | os.PathLike, collect: bool = False) -> Iterator[tuple[int, Any]]:
     """Yield ``(line_number, object)``; blank lines are skipped.
 
     A malformed line raises :class:`JsonlError` naming ``path:line``. With ``collect=True`` all
     good lines are yielded first and one error listing every bad line is raised at the end.
+    Malformed means: not UTF-8 (each line is decoded on its own, so a bad byte is reported on
+    its own line), not JSON, an integer too long to convert, or nesting too deep to parse.
     """
     path = Path(path)
     errors: list[str] = []
     try:
-        fh = _open_text(path, "r")
+        fh = _open_binary(path)
     except FileNotFoundError:
         raise FileNotFoundError(f"{path}: no such file") from None
     with fh:
         lineno = 0
-        while True:
-            try:
-                line = fh.readline()
-            except UnicodeDecodeError as e:
-                raise JsonlError(f"{path}:{lineno + 1}: not valid UTF-8 ({e.reason})",
-                                 [f"{path}:{lineno + 1}: not valid UTF-8"]) from None
-            if not line:
-                break
+        for raw in _lines(fh, path):
             lineno += 1
-            if not line.strip():
+            if not raw.strip():
                 continue
+            msg = None
             try:
-                obj = json.loads(line)
+                obj = json.loads(raw.decode("utf-8"), parse_int=_parse_int)
+            except UnicodeDecodeError as e:
+                msg = (f"{path}:{lineno}: {_context(raw.decode('utf-8', 'replace'), _BAD_UTF8)}not valid UTF-8 "
+                       f"(byte 0x{raw[e.start]:02x} at byte {e.start + 1} of the line: {e.reason})")
             except json.JSONDecodeError as e:
                 msg = f"{path}:{lineno}: malformed JSON ({e.msg} at column {e.colno})"
+            except RecursionError:
+                msg = (f"{path}:{lineno}: {_context(raw.decode('utf-8', 'replace'), _TOO_DEEP)}malformed JSON "
+                       "(nested too deeply to parse)")
+            if msg is not None:
                 if not collect:
                     raise JsonlError(msg + "; fix or remove that line", [msg]) from None
                 errors.append(msg)
@@ -92,6 +104,69 @@ def iter_jsonl(path: str | os.PathLike, collect: bool = False) -> Iterator[tuple
             yield lineno, obj
     if errors:
         raise JsonlError(f"{len(errors)} malformed line(s) in {path}:\n" + "\n".join(errors), errors)
+
+
+def _parse_int(text: str) -> int | OversizedInt:
+    try:
+        return int(text)
+    except ValueError:  # beyond sys.get_int_max_str_digits()
+        return OversizedInt(len(text.lstrip("-")))
+
+
+_BAD_UTF8, _TOO_DEEP = "bad-utf8", "too-deep"
+_ID_RE = re.compile(r'"dialogue_id"\s*:\s*("(?:[^"\\]|\\.){0,200}")')
+_MAX_SCAN_DEPTH = 64
+
+
+def _context(text: str, problem: str) -> str:
+    """``"dialogue_id='x': field: "`` for a line that could not be parsed, when it can be read off
+    the text (the id by a pattern, the top-level field by a scan that tracks string and bracket
+    state); ``""`` otherwise."""
+    did = None
+    m = _ID_RE.search(text)
+    if m:
+        try:
+            did = json.loads(m.group(1))
+        except ValueError:
+            did = None
+    field = None
+    depth, key, in_str, esc, start, last_str = 0, None, False, False, 0, None
+    for i, ch in enumerate(text):
+        if in_str:
+            if esc:
+                esc = False
+            elif ch == "\\":
+                esc = True
+            elif ch == '"':
+                in_str = False
+                last_str = text[start + 1 : i]
+                if problem == _BAD_UTF8 and "\ufffd" in last_str:
+                    field = key if depth > 1 or key is not None else last_str
+                    break
+            continue
+        if ch == '"':
+            in_str, start = True, i
+        elif ch == ":" and depth == 1:
+            key = last_str
+        elif ch in "[{":
+            depth += 1
+            if problem == _TOO_DEEP and depth > _MAX_SCAN_DEPTH:
+                field = key
+                break
+        elif ch in "]}":
+            depth -= 1
+        elif ch == "," and depth == 1:
+            key = None
+    out = "" if did is None else f"dialogue_id={did!r}: "
+    return out + ("" if field is None else f"{field}: ")
+
+
+def _lines(fh, path: Path) -> Iterator[bytes]:
+    """Lines of a binary file; a damaged gzip stream is a :class:`JsonlError` naming the file."""
+    try:
+        yield from fh
+    except (OSError, EOFError, gzip.BadGzipFile) as e:
+        raise JsonlError(f"{path}: cannot read ({e})", [f"{path}: cannot read ({e})"]) from None
 
 
 def read_jsonl(path: str | os.PathLike, collect: bool = False) -> list[Any]:
@@ -230,7 +305,7 @@ def validate_jsonl_file(path: str | os.PathLike) -> list[Mapping[str, Any]]:
 
     Each error names ``path:line``, the dialogue id and the field. Returns the records.
     """
-    from .records import RecordError, record_errors
+    from .records import RecordError, dialogue_id_of, record_errors
 
     path = Path(path)
     errors: list[str] = []
@@ -241,7 +316,7 @@ def validate_jsonl_file(path: str | os.PathLike) -> list[Mapping[str, Any]]:
             errs = record_errors(obj)
             did = obj.get("dialogue_id") if isinstance(obj, Mapping) else None
             for e in errs:
-                errors.append(f"{path}:{lineno}: dialogue_id={did!r}: {e}")
+                errors.append(f"{path}:{lineno}: dialogue_id={dialogue_id_of(obj)}: {e}")
             if isinstance(did, str):
                 if did in seen:
                     errors.append(f"{path}:{lineno}: dialogue_id={did!r}: duplicate id (first on line {seen[did]})")

@@ -7,6 +7,8 @@ directions are lossless (``DialogueRecord.from_dict(r).to_dict() == r`` for a va
 
 from __future__ import annotations
 
+import math
+import reprlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -54,6 +56,93 @@ FORK_ONLY_FIELDS: tuple[str, ...] = (
 #: Keys of one injection of a compound fork (SPEC section 3): ``{type, variant, turn}``.
 INJECTION_FIELDS: tuple[str, ...] = ("type", "variant", "turn")
 DECODING_FIELDS: tuple[str, ...] = ("temperature", "top_p", "top_k", "max_new_tokens")
+
+#: Deepest nesting a record may hold (a turn's text sits at depth 3: record > turns > turn).
+MAX_NESTING = 8
+#: Integer ranges of the stored columns (``record_features``): out-of-range values cannot be
+#: written to parquet, and integers with thousands of digits cannot even be printed.
+INT32_MAX = 2**31 - 1
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+_REPR = reprlib.Repr()
+_REPR.maxstring = 80
+_REPR.maxother = 80
+_REPR.maxlevel = 3
+_REPR.maxlist = _REPR.maxtuple = _REPR.maxdict = 4
+
+
+class OversizedInt:
+    """A JSON integer literal with more digits than Python converts (``sys.get_int_max_str_digits``):
+    :func:`iter_jsonl` yields this marker instead of failing the whole line, so that validation
+    can name the record and the field holding it."""
+
+    __slots__ = ("digits",)
+
+    def __init__(self, digits: int):
+        self.digits = digits
+
+    def __repr__(self) -> str:
+        return f"<an integer of {self.digits} digits>"
+
+
+def show(value: Any) -> str:
+    """A short, always printable ``repr`` for error messages: long strings and containers are cut,
+    deep nesting is elided, and an integer with thousands of digits is named by its size (``repr``
+    itself raises ``ValueError`` past ``sys.get_int_max_str_digits()``)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+        return f"an integer of about {int(value.bit_length() * math.log10(2)) + 1} digits"
+    try:
+        return _REPR.repr(value)
+    except (ValueError, RecursionError, TypeError):  # a huge int inside a container, a broken __repr__
+        return f"a value of type {type(value).__name__}"
+
+
+_SCALARS = frozenset({str, int, bool, type(None)})
+
+
+def json_problem(value: Any, max_depth: int = MAX_NESTING) -> tuple[str, str] | None:
+    """Where and why ``value`` is not a plain JSON value: ``(path, reason)`` with ``path`` like
+    ``".temperature"`` or ``"[2]"`` (``""`` for ``value`` itself), ``None`` when it is one. Plain
+    JSON: ``None``, ``bool``, ``int``, finite ``float``, ``str``, lists and string-keyed objects,
+    nested at most ``max_depth`` levels. Iterative: deep nesting cannot exhaust the stack."""
+    # each entry: (value, depth, link) with link = (parent link, ".key" or "[i]"): the path string
+    # is only built for the one value reported
+    stack: list[tuple[Any, int, Any]] = [(value, 0, None)]
+    while stack:
+        v, depth, link = stack.pop()
+        t = type(v)
+        if t in _SCALARS:
+            continue
+        why = None
+        if t is float or isinstance(v, float):
+            if math.isfinite(v):
+                continue
+            why = f"{v!r} is not a JSON number"
+        elif t is list or t is tuple or isinstance(v, list | tuple | Mapping):
+            if depth >= max_depth:
+                why = f"nested deeper than {max_depth} levels"
+            elif isinstance(v, Mapping):
+                bad = next((k for k in v if type(k) is not str), None)
+                if bad is not None:
+                    why = f"object key {show(bad)} is not a string"
+                else:
+                    stack.extend((x, depth + 1, (link, f".{k}")) for k, x in v.items())
+                    continue
+            else:
+                stack.extend((x, depth + 1, (link, f"[{i}]")) for i, x in enumerate(v))
+                continue
+        elif isinstance(v, str | int):  # subclasses (an IntEnum, a str subclass) are plain JSON
+            continue
+        elif isinstance(v, OversizedInt):
+            why = f"an integer of {v.digits} digits is out of range"
+        else:
+            why = f"a {type(v).__module__}.{type(v).__qualname__} is not JSON-serialisable"
+        parts = []
+        while link is not None:
+            link, part = link
+            parts.append(part)
+        return "".join(reversed(parts)), why
+    return None
 
 
 @dataclass(frozen=True)
@@ -152,18 +241,24 @@ def record_features():
 
 
 def normalize_record(d: Mapping[str, Any]) -> dict[str, Any]:
-    """Return ``d`` with every record field present (missing optional fields -> null), in order."""
+    """Return ``d`` with every record field present (missing optional fields -> null), in order.
+
+    Never raises on a malformed record (validate it with :func:`record_errors`): values of the
+    wrong shape are passed through unchanged."""
     out: dict[str, Any] = {}
     for k in RECORD_FIELDS:
         v = d.get(k)
         if k == "decoding":
-            dec = dict.fromkeys(DECODING_FIELDS)
-            dec.update(v or {})
-            v = dec
+            if v is None or isinstance(v, Mapping):
+                dec = dict.fromkeys(DECODING_FIELDS)
+                dec.update(v or {})
+                v = dec
         elif k == "code_version" and v is None:
             v = ""
-        elif k == "turns":
-            v = [{"speaker": t["speaker"], "text": t["text"]} for t in (v or [])]
+        elif k == "turns" and isinstance(v, list | tuple):
+            v = [{"speaker": t.get("speaker"), "text": t.get("text")} if isinstance(t, Mapping) else t for t in v]
+        elif k == "turns" and v is None:
+            v = []
         out[k] = v
     return out
 
@@ -177,14 +272,25 @@ def record_errors(record: Mapping[str, Any]) -> list[str]:
     errs: list[str] = []
     if not isinstance(record, Mapping):
         return [f"record: expected a JSON object, got {type(record).__name__}"]
+    bad_keys = [k for k in record if not isinstance(k, str)]
+    if bad_keys:
+        return [f"record: field names must be strings, got {show(bad_keys[0])}"]
+    not_json = {}
+    for k, v in record.items():
+        problem = json_problem(v, MAX_NESTING - 1)
+        if problem is not None:
+            errs.append(f"{k}{problem[0]}: {problem[1]}")
+            not_json[k] = True
+    if not_json:  # shape checks on such a value would only repeat the problem
+        record = {k: v for k, v in record.items() if k not in not_json}
 
     def str_field(name: str, required: bool = True) -> None:
         v = record.get(name)
         if v is None:
-            if required:
+            if required and name not in not_json:
                 errs.append(f"{name}: missing (a non-empty string is required)")
         elif not isinstance(v, str) or not v.strip():
-            errs.append(f"{name}: must be a non-empty string, got {v!r}")
+            errs.append(f"{name}: must be a non-empty string, got {show(v)}")
 
     str_field("dialogue_id")
     str_field("source_id")
@@ -195,16 +301,21 @@ def record_errors(record: Mapping[str, Any]) -> list[str]:
 
     turns = record.get("turns")
     n_sys = 0
-    if not isinstance(turns, Sequence) or isinstance(turns, str) or len(turns) == 0:
-        errs.append("turns: must be a non-empty list of {speaker, text}")
+    if "turns" in not_json:
+        turns = []
+    elif not isinstance(turns, list | tuple) or len(turns) == 0:
+        errs.append("turns: must be a non-empty list of {speaker, text}, got " + show(turns))
         turns = []
     for i, t in enumerate(turns):
         if not isinstance(t, Mapping):
-            errs.append(f"turns[{i}]: must be an object with 'speaker' and 'text'")
+            errs.append(f"turns[{i}]: must be an object with 'speaker' and 'text', got {show(t)}")
             continue
+        extra = sorted(set(t) - {"speaker", "text"})
+        if extra:
+            errs.append(f"turns[{i}]: unknown field(s) {extra} (a turn holds 'speaker' and 'text')")
         sp = t.get("speaker")
-        if sp not in SPEAKERS:
-            errs.append(f"turns[{i}].speaker: must be 'user' or 'system', got {sp!r}")
+        if not isinstance(sp, str) or sp not in SPEAKERS:
+            errs.append(f"turns[{i}].speaker: must be 'user' or 'system', got {show(sp)}")
         elif sp == "system":
             n_sys += 1
         tx = t.get("text")
@@ -215,14 +326,23 @@ def record_errors(record: Mapping[str, Any]) -> list[str]:
 
     T = record.get("num_system_turns")
     if not _is_int(T):
-        errs.append(f"num_system_turns: must be an integer, got {T!r}")
+        if "num_system_turns" not in not_json:
+            errs.append(f"num_system_turns: must be an integer, got {show(T)}")
+        T = None
+    elif not 0 <= T <= INT32_MAX:
+        errs.append(f"num_system_turns: must be an integer in 0..{INT32_MAX}, got {show(T)}")
         T = None
     elif turns and T != n_sys:
         errs.append(f"num_system_turns: is {T} but turns hold {n_sys} system turns")
 
     seed = record.get("seed")
     if not _is_int(seed):
-        errs.append(f"seed: must be an integer, got {seed!r}")
+        if "seed" not in not_json:
+            errs.append(f"seed: must be an integer, got {show(seed)}")
+    elif not INT64_MIN <= seed <= INT64_MAX:
+        errs.append(f"seed: must fit in a signed 64-bit integer, got {show(seed)}")
+
+    errs.extend(_decoding_errors(record.get("decoding")))
 
     htype = record.get("hallucination_type")
     if htype is None:
@@ -233,34 +353,40 @@ def record_errors(record: Mapping[str, Any]) -> list[str]:
         if isinstance(did, str) and isinstance(sid, str) and did and sid and did != sid:
             errs.append(f"source_id: a conformant record's source_id must equal its dialogue_id ({did!r})")
     else:
-        if htype not in HALLUCINATION_TYPES:
-            errs.append(f"hallucination_type: unknown type {htype!r} (expected one of {', '.join(HALLUCINATION_TYPES)} or null)")
+        if not isinstance(htype, str) or htype not in HALLUCINATION_TYPES:
+            errs.append(f"hallucination_type: unknown type {show(htype)} (expected one of {', '.join(HALLUCINATION_TYPES)} or null)")
         k = record.get("fork_position")
         if k is None:
             errs.append("fork_position: a forked record needs fork_position k in 1..4")
         elif not _is_int(k) or k not in FORK_POSITIONS:
-            errs.append(f"fork_position: must be an integer in 1..4, got {k!r}")
+            errs.append(f"fork_position: must be an integer in 1..4, got {show(k)}")
         tk = record.get("fork_turn")
         if tk is None:
             errs.append("fork_turn: a forked record needs fork_turn t_k")
-        elif not _is_int(tk) or tk < 1 or (T is not None and tk > T):
-            errs.append(f"fork_turn: must be an integer in 1..T (T={T}), got {tk!r}")
+        elif not _is_int(tk) or tk < 1 or tk > (INT32_MAX if T is None else T):
+            errs.append(f"fork_turn: must be an integer in 1..T (T={T}), got {show(tk)}")
         for name in ("variant", "instruction"):
             v = record.get(name)
             if v is None or not isinstance(v, str) or not v.strip():
                 errs.append(f"{name}: a forked record needs a non-empty {name}")
-        if htype == "WIC" and not record.get("substitute_task"):
+        sub = record.get("substitute_task")
+        if htype == "WIC" and not (isinstance(sub, str) and sub.strip()):
             errs.append("substitute_task: a WIC fork must record its substitute_task")
-        if htype in HALLUCINATION_TYPES and htype != "WIC" and record.get("substitute_task") is not None:
+        if htype in HALLUCINATION_TYPES and htype != "WIC" and sub is not None:
             errs.append("substitute_task: only WIC forks carry a substitute_task")
+        elif sub is not None and not isinstance(sub, str):
+            errs.append(f"substitute_task: must be a string, got {show(sub)}")
         pm = record.get("prefix_mode")
-        if pm is not None and pm not in PREFIX_MODES:
-            errs.append(f"prefix_mode: must be one of {', '.join(PREFIX_MODES)}, got {pm!r}")
+        if pm is not None and (not isinstance(pm, str) or pm not in PREFIX_MODES):
+            errs.append(f"prefix_mode: must be one of {', '.join(PREFIX_MODES)}, got {show(pm)}")
         pdv = record.get("prefix_divergence")
-        if pdv is not None and (not _is_int(pdv) or pdv < 0):
-            errs.append(f"prefix_divergence: must be a non-negative integer, got {pdv!r}")
+        if pdv is not None and (not _is_int(pdv) or not 0 <= pdv <= INT32_MAX):
+            errs.append(f"prefix_divergence: must be a non-negative integer, got {show(pdv)}")
         if record.get("injections") is not None:
             errs += _injection_errors(record, T)
+    cv = record.get("code_version")
+    if cv is not None and not isinstance(cv, str):
+        errs.append(f"code_version: must be a string, got {show(cv)}")
     unknown = set(record) - set(RECORD_FIELDS)
     if unknown:
         errs.append(f"record: unknown field(s) {sorted(unknown)} (known: {', '.join(RECORD_FIELDS)})")
@@ -272,27 +398,27 @@ def _injection_errors(record: Mapping[str, Any], T: int | None) -> list[str]:
     increasing in 1..T, the first one equal to the single-injection fields."""
     inj = record["injections"]
     if not isinstance(inj, Sequence) or isinstance(inj, str) or len(inj) < 2:
-        return [f"injections: a compound fork lists at least 2 injections {{type, variant, turn}}, got {inj!r}"]
+        return [f"injections: a compound fork lists at least 2 injections {{type, variant, turn}}, got {show(inj)}"]
     errs: list[str] = []
     prev = 0
     for i, x in enumerate(inj):
         if not isinstance(x, Mapping) or set(x) != set(INJECTION_FIELDS):
-            errs.append(f"injections[{i}]: must be an object with exactly {', '.join(INJECTION_FIELDS)}, got {x!r}")
+            errs.append(f"injections[{i}]: must be an object with exactly {', '.join(INJECTION_FIELDS)}, got {show(x)}")
             continue
-        if x["type"] not in HALLUCINATION_TYPES:
-            errs.append(f"injections[{i}].type: unknown type {x['type']!r}")
+        if not isinstance(x["type"], str) or x["type"] not in HALLUCINATION_TYPES:
+            errs.append(f"injections[{i}].type: unknown type {show(x['type'])}")
         if not isinstance(x["variant"], str) or not x["variant"].strip():
             errs.append(f"injections[{i}].variant: must be a non-empty string")
         t = x["turn"]
         if not _is_int(t) or t <= prev or (T is not None and t > T):
-            errs.append(f"injections[{i}].turn: turns must increase strictly within 1..T (T={T}); got {t!r} after {prev}")
+            errs.append(f"injections[{i}].turn: turns must increase strictly within 1..T (T={T}); got {show(t)} after {prev}")
         prev = t if _is_int(t) else prev
     if not errs:
         first = inj[0]
         for key, field_name in (("type", "hallucination_type"), ("variant", "variant"), ("turn", "fork_turn")):
             if record.get(field_name) != first[key]:
                 errs.append(f"{field_name}: a compound fork's {field_name} is its first injection's {key} "
-                            f"({first[key]!r}), got {record.get(field_name)!r}")
+                            f"({show(first[key])}), got {show(record.get(field_name))}")
     return errs
 
 
@@ -304,10 +430,43 @@ class RecordError(ValueError):
         self.errors = errors or [message]
 
 
-def _rid(record: Any) -> str:
+def _finite_non_negative(v: Any) -> bool:
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        return False
+    if isinstance(v, int):  # math.isfinite(10**400) raises OverflowError
+        return 0 <= v <= INT64_MAX
+    return math.isfinite(v) and v >= 0
+
+
+def _decoding_errors(dec: Any) -> list[str]:
+    """``decoding``: null or an object of DECODING_FIELDS, each null or a number in range."""
+    if dec is None:
+        return []
+    if not isinstance(dec, Mapping):
+        return [f"decoding: must be an object with {', '.join(DECODING_FIELDS)}, got {show(dec)}"]
+    errs = []
+    extra = sorted(set(dec) - set(DECODING_FIELDS))
+    if extra:
+        errs.append(f"decoding: unknown field(s) {extra} (known: {', '.join(DECODING_FIELDS)})")
+    for name in ("temperature", "top_p"):
+        v = dec.get(name)
+        if v is not None and not _finite_non_negative(v):
+            errs.append(f"decoding.{name}: must be a non-negative number or null, got {show(v)}")
+    for name in ("top_k", "max_new_tokens"):
+        v = dec.get(name)
+        if v is not None and (not _is_int(v) or not 0 <= v <= INT32_MAX):
+            errs.append(f"decoding.{name}: must be an integer in 0..{INT32_MAX} or null, got {show(v)}")
+    return errs
+
+
+def dialogue_id_of(record: Any) -> str:
+    """``repr`` of a record's ``dialogue_id`` for error messages (always printable)."""
     if isinstance(record, Mapping):
-        return repr(record.get("dialogue_id"))
+        return show(record.get("dialogue_id"))
     return "<not an object>"
+
+
+_rid = dialogue_id_of
 
 
 def validate_record(record: Mapping[str, Any] | DialogueRecord) -> None:

@@ -44,6 +44,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # pragma: no cover
     import networkx
 
+from .console import progress_disabled
+
 log = logging.getLogger(__name__)
 
 STAR_COMMIT = "3058975092cdd09798e4a3a9e4ae135755824545"
@@ -968,7 +970,8 @@ class StarCorpus:
             from tqdm.auto import tqdm
 
             files = _dialogue_files(self.path / "dialogues")
-            for f in tqdm(files, desc="STAR scenarios", unit="dialogue", disable=None if len(files) > 500 else True):
+            quiet = len(files) <= 500 or progress_disabled()
+            for f in tqdm(files, desc="STAR scenarios", unit="dialogue", disable=True if quiet else None):
                 data = _read_json(f, errors, "dialogue file")
                 if data is not None:
                     s = scenario_from_dialogue(data, str(f), errors)
@@ -1143,7 +1146,7 @@ def download_star(dest: str | os.PathLike, url: str = DEFAULT_STAR_URL, *, force
             with urllib.request.urlopen(url, timeout=timeout) as resp, archive.open("wb") as out:
                 total = int(resp.headers.get("Content-Length") or 0) or None
                 with tqdm(total=total, unit="B", unit_scale=True, desc="STAR download",
-                          disable=None if progress is None else not progress) as bar:
+                          disable=True if progress_disabled() else None if progress is None else not progress) as bar:
                     while chunk := resp.read(1 << 20):
                         out.write(chunk)
                         bar.update(len(chunk))
@@ -1183,11 +1186,14 @@ def download_star(dest: str | os.PathLike, url: str = DEFAULT_STAR_URL, *, force
 # --------------------------------------------------------------------------------------------- CLI
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m dialfork_dataset.star {summary,steps,download} ...``"""
+def build_parser():
+    """The parser of ``python -m dialfork_dataset.star``."""
     import argparse
 
+    from .console import add_verbosity_options, state_defaults
+
     ap = argparse.ArgumentParser(prog="python -m dialfork_dataset.star", description=__doc__.split("\n\n")[0])
+    add_verbosity_options(ap, default="INFO")
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("summary", help="print the counts of a STAR copy as JSON")
     p.add_argument("path", nargs="?", help=f"STAR folder (default: ${STAR_ENV})")
@@ -1197,10 +1203,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-templates", action="store_true", help="leave out the response templates")
     p = sub.add_parser("download", help="download and extract STAR (network needed)")
     p.add_argument("dest")
-    p.add_argument("--url", default=DEFAULT_STAR_URL)
+    p.add_argument("--url", default=DEFAULT_STAR_URL, help="archive to download")
     p.add_argument("--force", action="store_true", help="replace an existing copy")
-    args = ap.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+    return state_defaults(ap)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m dialfork_dataset.star {summary,steps,download} ...``"""
+    from .console import console
+
+    args = build_parser().parse_args(argv)
+    with console(args.verbose, args.quiet, fmt="%(levelname)s %(message)s"):
+        return _main(args)
+
+
+def _main(args) -> int:
     try:
         if args.cmd == "summary":
             print(json.dumps(StarCorpus(resolve_star(args.path)).summary(), indent=2))

@@ -32,6 +32,7 @@ import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +70,53 @@ LABELS = {
     "first": "Always first", "last": "Always last", "it": "IT", "ss": "SS", "it+nc": "IT+NC", "ss+nc": "SS+NC",
 }
 TYPES = HALLUCINATION_TYPES
+
+
+class _InfoSummary(logging.Filter):
+    """Swallow a stage's per-unit INFO lines and count them by kind (``fragment -> label``);
+    :func:`_summarised` then logs one line per stage instead of one per unit. Warnings pass."""
+
+    def __init__(self, kinds: Mapping[str, str]):
+        super().__init__()
+        self.kinds = dict(kinds)
+        self.counts: dict[str, int] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno > logging.INFO:
+            return True
+        msg = record.getMessage()
+        for fragment, label in self.kinds.items():
+            if fragment in msg:
+                self.counts[label] = self.counts.get(label, 0) + 1
+                return False
+        return True
+
+
+#: Per-unit INFO lines of the set-level metrics, summarised once per stage by the benchmark.
+UNIT_LINES = {
+    "unbalanced sets": "PRD comparisons of unbalanced sets (reference and target sizes differ: the clustering "
+                       "leans towards the larger set)",
+    "FBD = ": "FBD values",
+    "FlowGraph: ": "FlowGraph node sets",
+    "have no known transition": "sets with dialogues without a known FlowGraph transition (L = 0)",
+    "has zero variance": "FlowKL sets of zero variance (Gaussian fallback)",
+}
+
+
+@contextmanager
+def _summarised(stage: str, kinds: Mapping[str, str] = UNIT_LINES,
+                loggers: Sequence[str] = ("dialfork_metrics.setlevel", "dialfork_metrics.flowgraph")):
+    """One INFO line for ``stage`` counting the per-unit lines of ``kinds`` it swallowed."""
+    f = _InfoSummary(kinds)
+    for name in loggers:
+        logging.getLogger(name).addFilter(f)
+    try:
+        yield f
+    finally:
+        for name in loggers:
+            logging.getLogger(name).removeFilter(f)
+    if f.counts:
+        logger.info("%s: %s", stage, "; ".join(f"{n} {label}" for label, n in f.counts.items()))
 
 
 class _CountingFilter(logging.Filter):
@@ -218,7 +266,9 @@ def run_task1(corpus: Corpus, encoder: Any, methods: Sequence[str] = TASK1_METHO
     small_n = _CountingFilter("covariance is singular")
     logging.getLogger("dialfork_metrics.setlevel").addFilter(small_n)
     try:
-        rows = _task1_rows(units, methods, encoder, seed, flowkl_kwargs, prd_kwargs, graphs, pair_encoders, progress)
+        with _summarised(f"Task 1 ({len(units)} units)"):
+            rows = _task1_rows(units, methods, encoder, seed, flowkl_kwargs, prd_kwargs, graphs, pair_encoders,
+                               progress)
     finally:
         logging.getLogger("dialfork_metrics.setlevel").removeFilter(small_n)
     if small_n.count:
@@ -759,11 +809,14 @@ def run_benchmark(data: str | os.PathLike, tasks: Sequence[int] = (1, 2, 3), enc
             report["task1"], graph = _task1_stage(corpus, enc, name, **t1_kw)
         if 2 in tasks:
             t0 = time.perf_counter()
-            task2_by_encoder[name] = run_task2(corpus, enc, task2_methods, seed=seed, custom=custom, skipped=skipped)
+            with _summarised(f"Task 2 ({name})"):
+                task2_by_encoder[name] = run_task2(corpus, enc, task2_methods, seed=seed, custom=custom,
+                                                   skipped=skipped)
             timings[f"task2:{name}"] = time.perf_counter() - t0
         if 3 in tasks:
             t0 = time.perf_counter()
-            r3 = run_task3(corpus, enc, task3_detectors, seed=seed, progress=progress)
+            with _summarised(f"Task 3 ({name})"):
+                r3 = run_task3(corpus, enc, task3_detectors, seed=seed, progress=progress)
             r3.pop("predictions")
             task3_by_encoder[name] = r3
             timings[f"task3:{name}"] = time.perf_counter() - t0
@@ -862,7 +915,9 @@ def _csv_list(s: str) -> list[str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m dialfork_metrics.bench",
+    from dialfork_dataset.console import add_verbosity_options, prog_name, state_defaults
+
+    p = argparse.ArgumentParser(prog=prog_name("dialfork_metrics.bench"),
                                 description="Reproduce the DialFork paper's evaluation (Tables 2, 3, 4, 7, 9) on a corpus.")
     p.add_argument("--data", required=True, help="generator output folder, exported Hub layout folder, or Hub dataset id")
     p.add_argument("--tasks", default="1,2,3", help="comma-separated tasks among 1,2,3 (default: all)")
@@ -875,31 +930,37 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default: the Task 1 encoder's model)")
     p.add_argument("--task1-compare", default=",".join(TASK1_COMPARED),
                    help="methods FlowKL is tested against in Task 1 (one Holm family; default: fbd,prd as the paper)")
-    p.add_argument("--out", default="reports", help="output folder (Markdown, CSV, JSON, PNG)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--task1-methods", default=",".join(TASK1_METHODS))
-    p.add_argument("--task2-methods", default=",".join(TASK2_METHODS))
-    p.add_argument("--task3-detectors", default=",".join(TASK3_DETECTORS))
+    p.add_argument("--out", default="reports", help="output folder (Markdown, CSV, JSON, PNG; default: reports)")
+    p.add_argument("--seed", type=int, default=0, help="seed of PRD, bootstrap and the random baselines")
+    p.add_argument("--task1-methods", default=",".join(TASK1_METHODS), help="comma-separated Task 1 methods")
+    p.add_argument("--task2-methods", default=",".join(TASK2_METHODS), help="comma-separated Task 2 methods")
+    p.add_argument("--task3-detectors", default=",".join(TASK3_DETECTORS), help="comma-separated Task 3 detectors")
     p.add_argument("--metric", action="append", default=[], metavar="NAME=module:function|EVALUATE_PATH",
                    help="add a user Task 2 distance as a row (repeatable)")
     p.add_argument("--graph-task", default=None, help="task whose flow graph is drawn (default: the first)")
-    p.add_argument("--device", default=None)
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--bootstrap-resamples", type=int, default=10_000)
-    p.add_argument("--cache-dir", default=None, help="persistent embedding cache folder")
+    p.add_argument("--device", default=None, help="torch device of the encoders (default: auto)")
+    p.add_argument("--batch-size", type=int, default=64, help="encoder batch size")
+    p.add_argument("--bootstrap-resamples", type=int, default=10_000, help="paired bootstrap resamples")
+    p.add_argument("--cache-dir", default=None, help="persistent embedding cache folder (default: memory only)")
     p.add_argument("--prd-runs", type=int, default=DEFAULT_PRD["num_runs"], help="PRD: clusterings averaged (default 10)")
     p.add_argument("--prd-n-init", type=int, default=DEFAULT_PRD["n_init"],
                    help="PRD: k-means initialisations per clustering (default 1; Sajjadi et al.: 10)")
     p.add_argument("--prd-kmeans", choices=["minibatch", "full"], default=DEFAULT_PRD["kmeans"],
                    help="PRD: scikit-learn KMeans (default) or MiniBatchKMeans (Sajjadi et al.'s reference code)")
-    p.add_argument("--no-plots", action="store_true")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
-    return p
+    p.add_argument("--no-plots", action="store_true", help="skip the PNG figures")
+    add_verbosity_options(p, default="INFO")
+    return state_defaults(p)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from dialfork_dataset.console import console
+
     a = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.WARNING if a.quiet else logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    with console(a.verbose, a.quiet):
+        return _main(a)
+
+
+def _main(a: argparse.Namespace) -> int:
     try:
         tasks = [int(t) for t in _csv_list(a.tasks)]
     except ValueError:

@@ -5,8 +5,9 @@ Rows are L2-normalised here (``normalize=True``, idempotent for encoder outputs)
 products are cosines. All functions validate their inputs and raise ``ValueError`` for an empty
 matrix, mismatched dimensions, a non-finite value or a zero row, naming the dialogue.
 
-- FlowScore: S = E E'^T; P = mean_j max_i S_ij, R = mean_i max_j S_ij, F = 2PR/(P+R),
-  distance 1 - F (F = 0 when P + R = 0, as bert_score does; ours).
+- FlowScore: S = E E'^T; P = mean_j max_i S_ij, R = mean_i max_j S_ij, both clipped at 0,
+  F = 2PR/(P+R), distance 1 - F (ours: F = 0 when P <= 0 or R <= 0, so dialogues whose turns
+  point away from each other are at distance 1, never 0).
 - FlowDTW: c(i,j) = 1 - S_ij, Gamma(i,j) = c(i,j) + min(Gamma(i-1,j-1), Gamma(i-1,j),
   Gamma(i,j-1)), ties broken diagonal > (i-1,j) > (i,j-1); distance Gamma(n,m) / L with L the
   number of cells on that optimal path. Compiled with numba.
@@ -80,8 +81,12 @@ def _check_pair(E_ref: Any, E_cand: Any, where: str | None, normalize: bool) -> 
 
 
 def _f_from_pr(P: np.ndarray | float, R: np.ndarray | float) -> np.ndarray:
-    P = np.asarray(P, dtype=np.float64)
-    R = np.asarray(R, dtype=np.float64)
+    """Harmonic mean of P and R clipped at 0 (SPEC section 7, ours): F = 0 when P <= 0 or R <= 0.
+
+    Without the clip, P < 0 < R with P + R < 0 gives F > 1 and two dialogues whose turns point
+    away from each other would be reported at distance 0, the distance of identical dialogues."""
+    P = np.maximum(np.asarray(P, dtype=np.float64), 0.0)
+    R = np.maximum(np.asarray(R, dtype=np.float64), 0.0)
     den = P + R
     with np.errstate(divide="ignore", invalid="ignore"):
         F = np.where(den == 0, 0.0, 2.0 * P * R / np.where(den == 0, 1.0, den))
@@ -89,10 +94,8 @@ def _f_from_pr(P: np.ndarray | float, R: np.ndarray | float) -> np.ndarray:
 
 
 def _distance_from_pr(P, R) -> np.ndarray:
-    # 1 - F, clipped at 0 against float noise (cosines are <= 1). Caveat: with P < 0 < R and
-    # P + R < 0 the harmonic mean itself exceeds 1 and the clip reports 0; needs a candidate whose
-    # turns are on average anti-correlated with every reference turn (not seen with text encoders)
-    return np.maximum(1.0 - _f_from_pr(P, R), 0.0)
+    # 1 - F with 0 <= F <= max(P, R) <= 1 (+ float noise: cosines are <= 1), clipped into [0, 1]
+    return np.clip(1.0 - _f_from_pr(P, R), 0.0, 1.0)
 
 
 # ---------------------------------------------------------------------------- single pair

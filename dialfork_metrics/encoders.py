@@ -16,8 +16,10 @@ import hashlib
 import logging
 import os
 import re
+import sys
 import tempfile
 import uuid
+from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -117,6 +119,131 @@ def _text_key(text: str) -> bytes:
     return hashlib.sha256(text.encode("utf-8")).digest()
 
 
+#: Default bound of an :class:`Encoder`'s (and a ``PairEncoder``'s) in-memory embedding cache.
+DEFAULT_MEMORY_CACHE_BYTES = 1 << 30
+
+
+def _key_nbytes(key: Any) -> int:
+    """Memory held by a cache key: a text, or a tuple of texts (a turn pair)."""
+    if isinstance(key, tuple):
+        return sys.getsizeof(key) + sum(sys.getsizeof(k) for k in key)
+    return sys.getsizeof(key)
+
+
+class EmbeddingLRU:
+    """In-memory least-recently-used cache of embedding rows, bounded in bytes.
+
+    Rows live in one preallocated float32 slab (a gather is one fancy index); ``nbytes`` counts
+    the rows in use plus the keys (``sys.getsizeof``), and the least recently used entries are
+    evicted to keep it at or below ``max_bytes``. The slab grows by doubling up to
+    ``max_bytes // row_bytes`` rows, so it never holds more than ``max_bytes`` either.
+    ``max_bytes=0`` disables the cache.
+    """
+
+    def __init__(self, max_bytes: int = DEFAULT_MEMORY_CACHE_BYTES):
+        if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0:
+            raise ValueError(f"memory cache size must be a non-negative number of bytes, got {max_bytes!r}")
+        self.max_bytes = max_bytes
+        self._slots: OrderedDict[Any, int] = OrderedDict()  # key -> slab row, oldest first
+        self._slab = np.zeros((0, 0), dtype=np.float32)
+        self._free: list[int] = []
+        self._key_bytes = 0
+        self.evicted = 0
+
+    def __len__(self) -> int:
+        return len(self._slots)
+
+    def __contains__(self, key: Any) -> bool:
+        return key in self._slots
+
+    @property
+    def dim(self) -> int | None:
+        return int(self._slab.shape[1]) if self._slab.shape[1] else None
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held: the rows in use (``len(self) * row bytes``) plus the keys."""
+        return len(self._slots) * self._slab.shape[1] * 4 + self._key_bytes
+
+    def lookup(self, keys: Sequence[Any]) -> np.ndarray:
+        """Slab rows of ``keys`` (``int64``, ``-1`` for a miss); hits become the most recently
+        used. Read the rows with :meth:`take` before the next :meth:`put`."""
+        get, touch = self._slots.get, self._slots.move_to_end
+        slots = np.fromiter((get(k, -1) for k in keys), dtype=np.int64, count=len(keys))
+        for k, s in zip(keys, slots.tolist()):
+            if s >= 0:
+                touch(k)
+        return slots
+
+    def take(self, slots: np.ndarray) -> np.ndarray:
+        """The rows at ``slots`` (from :meth:`lookup`), copied."""
+        return self._slab[slots]
+
+    def get(self, keys: Sequence[Any]) -> tuple[np.ndarray, np.ndarray | None]:
+        """``(hit mask (len(keys),), rows of the hits (n_hits, dim) or None)``; hits become the
+        most recently used."""
+        slots = self.lookup(keys)
+        hit = slots >= 0
+        return hit, (self._slab[slots[hit]] if hit.any() else None)
+
+    def put(self, keys: Sequence[Any], rows: np.ndarray) -> None:
+        """Insert (or refresh) ``keys`` with ``rows``, evicting the least recently used entries."""
+        if not len(keys) or self.max_bytes == 0:
+            return
+        rows = np.asarray(rows, dtype=np.float32)
+        d = rows.shape[1]
+        if self._slab.shape[1] != d:
+            if self._slots:
+                raise ValueError(f"embedding dimension {d} differs from the cached {self._slab.shape[1]}")
+            self._slab = np.zeros((0, d), dtype=np.float32)
+            self._free = []
+        row_bytes = 4 * d
+        max_rows = self.max_bytes // row_bytes
+        if max_rows == 0:
+            return
+        start = max(0, len(keys) - max_rows)  # more new rows than fit: keep the last ones
+        for k, row in zip(keys[start:], rows[start:]):
+            s = self._slots.get(k)
+            if s is not None:  # already cached (a duplicate key): refresh
+                self._slots.move_to_end(k)
+                self._slab[s] = row
+                continue
+            kb = _key_nbytes(k)
+            if row_bytes + kb > self.max_bytes:
+                continue
+            while self._slots and self.nbytes + row_bytes + kb > self.max_bytes:
+                self._evict_one()
+            if not self._free:
+                self._grow(max_rows)
+            s = self._free.pop()
+            self._slab[s] = row
+            self._slots[k] = s
+            self._key_bytes += kb
+
+    def _evict_one(self) -> None:
+        k, s = self._slots.popitem(last=False)
+        self._key_bytes -= _key_nbytes(k)
+        self._free.append(s)
+        self.evicted += 1
+
+    def _grow(self, max_rows: int) -> None:
+        cap = self._slab.shape[0]
+        new = min(max(2 * cap, 1024), max_rows)
+        if new <= cap:  # at the row cap: make room (only reached with tiny keys and a full slab)
+            self._evict_one()
+            return
+        grown = np.zeros((new, self._slab.shape[1]), dtype=np.float32)
+        grown[:cap] = self._slab
+        self._slab = grown
+        self._free.extend(range(new - 1, cap - 1, -1))
+
+    def clear(self) -> None:
+        self._slots.clear()
+        self._slab = np.zeros((0, 0), dtype=np.float32)
+        self._free = []
+        self._key_bytes = 0
+
+
 class _DiskCache:
     """Append-only embedding store under ``root/<model key>/``: shards ``<uuid>.npz`` holding
     ``keys`` (sha256 of the text, 32 bytes each) and ``emb`` (float32). Each write is a new shard
@@ -202,6 +329,10 @@ class Encoder:
         model: an already loaded ``SentenceTransformer`` to use instead of loading
             ``name_or_path`` (e.g. to share one model between encoders); ``name_or_path`` then
             only names it (cache key).
+        memory_cache_bytes: bound of the in-memory embedding cache, an LRU (default
+            :data:`DEFAULT_MEMORY_CACHE_BYTES`, 1 GiB: about 650,000 MiniLM turns of 100
+            characters); ``0`` turns it off. A training loop that scores new generations every
+            step stays within it.
     """
 
     def __init__(
@@ -214,6 +345,7 @@ class Encoder:
         max_seq_length: int | None = None,
         prompt_name: str | None = None,
         model: Any = None,
+        memory_cache_bytes: int = DEFAULT_MEMORY_CACHE_BYTES,
     ):
         if model is None:
             self.name = resolve_encoder_name(name_or_path)
@@ -235,19 +367,16 @@ class Encoder:
         self._model = model
         if model is not None and max_seq_length is not None:
             model.max_seq_length = max_seq_length
-        # memory cache: text -> row of self._store
-        self._index: dict[str, int] = {}
-        self._store = np.zeros((0, 0), dtype=np.float32)
-        self._n = 0
+        self._memory = EmbeddingLRU(memory_cache_bytes)  # text -> embedding, bounded in bytes
         self._disk = (
             _DiskCache(cache_dir, f"{self.name}|msl={max_seq_length}|prompt={prompt_name}")
             if cache_dir is not None
             else None
         )
-        self.stats = {"requested": 0, "unique": 0, "memory_hits": 0, "disk_hits": 0, "encoded": 0}
+        self.stats = {"requested": 0, "unique": 0, "memory_hits": 0, "disk_hits": 0, "encoded": 0, "evicted": 0}
 
     def __repr__(self) -> str:
-        return f"Encoder({self.name!r}, cached={self._n})"
+        return f"Encoder({self.name!r}, cached={len(self._memory)})"
 
     # ------------------------------------------------------------------ model
     @property
@@ -272,40 +401,29 @@ class Encoder:
     @property
     def dim(self) -> int:
         """Embedding dimension."""
-        if self._n:
-            return int(self._store.shape[1])
+        if self._memory.dim is not None:
+            return self._memory.dim
         m = self.model
         get = getattr(m, "get_embedding_dimension", None) or m.get_sentence_embedding_dimension
         return int(get())
 
     def __len__(self) -> int:
         """Number of texts in the memory cache."""
-        return self._n
+        return len(self._memory)
+
+    @property
+    def memory_cache_bytes(self) -> int:
+        """Bytes held by the in-memory cache (rows in use plus texts); at most its bound."""
+        return self._memory.nbytes
 
     # ------------------------------------------------------------------ caching
-    def _append(self, texts: list[str], emb: np.ndarray) -> None:
-        k = len(texts)
-        if k == 0:
-            return
-        if self._store.shape[1] != emb.shape[1]:
-            if self._n:
-                raise ValueError(f"encoder {self.name!r} returned dimension {emb.shape[1]}, cache has {self._store.shape[1]}")
-            self._store = np.zeros((0, emb.shape[1]), dtype=np.float32)
-        need = self._n + k
-        if need > self._store.shape[0]:
-            cap = max(need, 2 * self._store.shape[0], 1024)
-            grown = np.zeros((cap, emb.shape[1]), dtype=np.float32)
-            grown[: self._n] = self._store[: self._n]
-            self._store = grown
-        self._store[self._n : need] = emb
-        for i, t in enumerate(texts):
-            self._index[t] = self._n + i
-        self._n = need
-
     def _encode_new(self, texts: list[str]) -> np.ndarray:
         """Encode texts not in any cache: sorted by length, in chunks, with a progress bar."""
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]), reverse=True)
+        from dialfork_dataset.console import progress_disabled
+
         show = self.show_progress if self.show_progress is not None else len(texts) > PROGRESS_MIN_TEXTS
+        show = show and not progress_disabled()
         chunk = max(self.batch_size * 16, 1024)
         out: np.ndarray | None = None
         bar = None
@@ -343,27 +461,52 @@ class Encoder:
         texts = _validate_texts(texts)
         self.stats["requested"] += len(texts)
         if not texts:
-            return np.zeros((0, self._store.shape[1] if self._n else self.dim), dtype=np.float32)
-        unique = list(dict.fromkeys(texts))
+            return np.zeros((0, self.dim), dtype=np.float32)
+        index: dict[str, int] = {}
+        inverse = np.fromiter((index.setdefault(t, len(index)) for t in texts), dtype=np.int64, count=len(texts))
+        unique = list(index)
         self.stats["unique"] += len(unique)
-        missing = [t for t in unique if t not in self._index]
-        self.stats["memory_hits"] += len(unique) - len(missing)
-        if missing and self._disk is not None:
+        slots = self._memory.lookup(unique)
+        hit = slots >= 0
+        n_hits = int(np.count_nonzero(hit))
+        self.stats["memory_hits"] += n_hits
+        if n_hits == len(unique):  # one gather straight from the cache
+            return self._memory.take(slots[inverse])
+        # otherwise the result is assembled here, not read back from the cache: a job larger than
+        # the cache bound evicts its own first rows while it inserts the last ones
+        rows = self._memory.take(slots[hit]) if n_hits else None
+        missing = [t for t, h in zip(unique, hit) if not h]
+        new: np.ndarray | None = None  # rows of `missing`, from the disk cache and the model
+        todo = list(range(len(missing)))
+        if self._disk is not None:
             keys = [_text_key(t) for t in missing]
             found = self._disk.get(keys)
             if found:
-                hit = [(t, found[k]) for t, k in zip(missing, keys) if k in found]
-                self._append([t for t, _ in hit], np.stack([r for _, r in hit]))
-                self.stats["disk_hits"] += len(hit)
-                missing = [t for t in missing if t not in self._index]
-        if missing:
-            emb = self._encode_new(missing)
-            self._append(missing, emb)
-            self.stats["encoded"] += len(missing)
+                new = np.empty((len(missing), next(iter(found.values())).shape[0]), dtype=np.float32)
+                todo = []
+                for j, k in enumerate(keys):
+                    if k in found:
+                        new[j] = found[k]
+                    else:
+                        todo.append(j)
+                self.stats["disk_hits"] += len(missing) - len(todo)
+        if todo:
+            fresh = self._encode_new([missing[j] for j in todo])
+            self.stats["encoded"] += len(todo)
             if self._disk is not None:
-                self._disk.put([_text_key(t) for t in missing], emb)
-        rows = np.fromiter((self._index[t] for t in texts), dtype=np.int64, count=len(texts))
-        return self._store[rows]
+                self._disk.put([_text_key(missing[j]) for j in todo], fresh)
+            if new is None:
+                new = fresh
+            else:
+                new[np.asarray(todo, dtype=np.int64)] = fresh
+        assert new is not None
+        out = np.empty((len(unique), new.shape[1]), dtype=np.float32)
+        if rows is not None:
+            out[hit] = rows
+        out[~hit] = new
+        self._memory.put(missing, new)
+        self.stats["evicted"] = self._memory.evicted
+        return out[inverse]
 
     def encode_dialogues(self, dialogues: Sequence[Any], names: Sequence[str] | None = None) -> list[np.ndarray]:
         """Turn embeddings of many dialogues in one encoder pass: one ``(n_turns, dim)`` array each.
@@ -387,7 +530,7 @@ class Encoder:
 
         dialogues = _as_list(dialogues, "dialogues")
         texts = [transcript(d, _where(d, i, names)) for i, d in enumerate(dialogues)]
-        self._report_truncation([t for t in dict.fromkeys(texts) if t not in self._index])
+        self._report_truncation([t for t in dict.fromkeys(texts) if t not in self._memory])
         return self.encode(texts)
 
     def _report_truncation(self, texts: list[str]) -> None:
@@ -408,9 +551,7 @@ class Encoder:
 
     def clear_cache(self) -> None:
         """Forget the memory cache (the disk cache, if any, is kept)."""
-        self._index.clear()
-        self._store = np.zeros((0, 0), dtype=np.float32)
-        self._n = 0
+        self._memory.clear()
 
 
 def _as_list(x: Any, what: str) -> list:
@@ -463,4 +604,4 @@ def get_encoder(encoder: str | Encoder | None = "minilm", **kwargs: Any) -> Enco
     return enc
 
 
-__all__ = ["ENCODER_ALIASES", "Encoder", "get_encoder", "packaged_minilm_path", "resolve_encoder_name"]
+__all__ = ["DEFAULT_MEMORY_CACHE_BYTES", "ENCODER_ALIASES", "EmbeddingLRU", "Encoder", "get_encoder", "packaged_minilm_path", "resolve_encoder_name"]

@@ -120,10 +120,15 @@ class PairEncoder:
         Folder of a persistent pair-embedding cache (the same atomic shard store as
         :class:`~dialfork_metrics.Encoder`'s, under its own key: model, ``"pairs"``, truncation
         length). ``None``: the encoder's own ``cache_dir``, if it has one; ``False``: memory only.
+    memory_cache_bytes:
+        Bound of the in-memory pair-embedding cache, an LRU
+        (:class:`~dialfork_metrics.encoders.EmbeddingLRU`). ``None``: the encoder's own bound
+        (default 1 GiB); ``0``: no memory cache.
     """
 
     def __init__(self, encoder: Any = None, batch_size: int = 64, max_length: int | None = None,
-                 show_progress: bool | None = None, cache_dir: str | os.PathLike | None | bool = None):
+                 show_progress: bool | None = None, cache_dir: str | os.PathLike | None | bool = None,
+                 memory_cache_bytes: int | None = None):
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
         if max_length is not None and (not isinstance(max_length, int) or max_length < 2):
@@ -140,7 +145,12 @@ class PairEncoder:
             from .encoders import _DiskCache
 
             self._disk = _DiskCache(self.cache_dir, f"{self.name}|pairs-cls|max_length={max_length or 'model'}")
-        self._cache: dict[tuple[str, str], np.ndarray] = {}
+        from .encoders import DEFAULT_MEMORY_CACHE_BYTES, EmbeddingLRU
+
+        if memory_cache_bytes is None:
+            memory = getattr(self.encoder, "_memory", None)
+            memory_cache_bytes = memory.max_bytes if memory is not None else DEFAULT_MEMORY_CACHE_BYTES
+        self._cache = EmbeddingLRU(memory_cache_bytes)  # (first, second) -> [CLS] embedding
         self._model = None
         self._tokenizer = None
         self.stats = {"requested": 0, "memory_hits": 0, "disk_hits": 0, "encoded": 0}
@@ -188,27 +198,43 @@ class PairEncoder:
             if not isinstance(a, str) or not isinstance(b, str) or not a.strip() or not b.strip():
                 raise ValueError(f"pair {i}: both texts must be non-empty strings, got {a!r}, {b!r}")
         self.stats["requested"] += len(keys)
-        missing = {k for k in keys if k not in self._cache}
-        self.stats["memory_hits"] += sum(k not in missing for k in keys)
+        if not keys:
+            return np.zeros((0, 0), dtype=np.float32)
+        index: dict[tuple[str, str], int] = {}
+        inverse = np.fromiter((index.setdefault(k, len(index)) for k in keys), dtype=np.int64, count=len(keys))
+        unique = list(index)
+        hit, rows = self._cache.get(unique)
+        self.stats["memory_hits"] += int(np.count_nonzero(hit[inverse]))
+        if hit.all():
+            return rows[inverse]
+        missing = [k for k, h in zip(unique, hit) if not h]
+        new: dict[tuple[str, str], np.ndarray] = {}
         hashes = {k: _pair_key(*k) for k in missing} if self._disk is not None else {}
         if hashes:
             found = self._disk.get(list(hashes.values()))
             for k, h in hashes.items():
                 if h in found:
-                    self._cache[k] = np.asarray(found[h], dtype=np.float32)
-            self.stats["disk_hits"] += len(found)
-            missing = {k for k in missing if k not in self._cache}
-        todo = sorted(missing)  # a fixed order: the batches do not depend on set iteration order
+                    new[k] = np.asarray(found[h], dtype=np.float32)
+            self.stats["disk_hits"] += len(new)
+        todo = sorted(k for k in missing if k not in new)  # a fixed order: batches do not depend on input order
         if todo:
-            self._encode_new(todo)
+            emb = self._encode_new(todo)
+            new.update(zip(todo, emb))
             self.stats["encoded"] += len(todo)
             if self._disk is not None:
-                self._disk.put([hashes[k] for k in todo], np.stack([self._cache[k] for k in todo]))
-        if not keys:
-            return np.zeros((0, 0), dtype=np.float32)
-        return np.stack([self._cache[k] for k in keys]).astype(np.float32, copy=False)
+                self._disk.put([hashes[k] for k in todo], emb)
+        new_rows = np.stack([new[k] for k in missing])
+        out = np.empty((len(unique), new_rows.shape[1]), dtype=np.float32)
+        if rows is not None:
+            out[hit] = rows
+        out[~hit] = new_rows
+        # assembled before caching: a job larger than the cache bound evicts its own first rows
+        self._cache.put(missing, new_rows)
+        return out[inverse]
 
-    def _encode_new(self, todo: list[tuple[str, str]]) -> None:
+    def _encode_new(self, todo: list[tuple[str, str]]) -> np.ndarray:
+        """``(len(todo), hidden)`` float32 ``[CLS]`` embeddings, batched by token length; the
+        progress bar counts pairs."""
         import torch
         from tqdm.auto import tqdm
 
@@ -217,26 +243,33 @@ class PairEncoder:
         device = next(model.parameters()).device
         was_training = model.training
         model.eval()
+        from dialfork_dataset.console import progress_disabled
+
         show = self.show_progress if self.show_progress is not None else len(todo) > 2000
+        show = show and not progress_disabled()
         # tokenize once, then batch by token length: each batch pads to its own longest pair
         toks = tok([a for a, _ in todo], [b for _, b in todo], truncation=True, max_length=self.max_length)
         names = list(toks.keys())
         order = sorted(range(len(todo)), key=lambda i: len(toks["input_ids"][i]))
-        starts = range(0, len(order), self.batch_size)
+        out: np.ndarray | None = None
         try:
-            with torch.inference_mode():
-                for s in tqdm(starts, desc="pair embeddings", disable=not show, leave=False):
+            with torch.inference_mode(), tqdm(total=len(todo), desc="pair embeddings", unit="pair",
+                                              disable=not show, leave=False) as bar:
+                for s in range(0, len(order), self.batch_size):
                     idx = order[s:s + self.batch_size]
                     enc = tok.pad({n: [toks[n][i] for i in idx] for n in names}, padding=True, return_tensors="pt")
                     enc = {k: v.to(device) for k, v in enc.items()}
-                    out = model(**enc)
-                    cls = out.last_hidden_state[:, 0].float().cpu().numpy()
-                    for i, v in zip(idx, cls):
-                        self._cache[todo[i]] = v
+                    cls = model(**enc).last_hidden_state[:, 0].float().cpu().numpy()
+                    if out is None:
+                        out = np.empty((len(todo), cls.shape[1]), dtype=np.float32)
+                    out[idx] = cls
+                    bar.update(len(idx))
         finally:
             if was_training:
                 model.train()
         logger.debug("encoded %d new text pairs with %s", len(todo), self.name)
+        assert out is not None
+        return out
 
     def encode_sets(self, dialogues: Sequence[Any], pairing: str = "system_user", set_name: str = "set") -> np.ndarray:
         """Pair embeddings of all the turn pairs of a set of dialogues, ``(n_pairs, hidden)``."""

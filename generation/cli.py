@@ -5,9 +5,11 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 
+from dialfork_dataset.console import add_verbosity_options, console, prog_name, state_defaults
 from dialfork_dataset.forks import MIN_SYSTEM_TURNS
 from dialfork_dataset.records import PREFIX_MODES
 
@@ -18,6 +20,7 @@ from .variants import VARIANT_DRAWS
 EPILOG = """\
 examples:
   python -m generation --backend template --star ../shared/star --out corpus
+  DIALFORK_STAR_DIR=../shared/star python -m generation --out corpus
   python -m generation --backend template --star STAR --out demo --tasks weather,bank_balance --per-task 5
   python -m generation --backend template --star STAR --out full --workers 2
   python -m generation --backend template --star STAR --out bench --prefix-mode reword --reword-rate 0.05
@@ -58,7 +61,7 @@ def _compound_plan(text: str) -> tuple[tuple[str, int], ...]:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m generation",
+        prog=prog_name("generation"),
         description="Generate DialFork dialogues: conformant role-plays of STAR scenarios and their 16 "
                     "controlled forks (4 hallucination types x 4 fork turns).",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -66,18 +69,20 @@ def build_parser() -> argparse.ArgumentParser:
                    help="generator backend (default: template, the CPU simulator built from STAR)")
     p.add_argument("--backend-option", action="append", default=[], type=_parse_option, metavar="KEY=VALUE",
                    help="backend constructor option (repeatable; VALUE parsed as JSON when possible), "
-                        "e.g. model=google/gemma-3-1b-it")
+                        "e.g. model=google/gemma-3-1b-it (default: none)")
     p.add_argument("--model", default=None, metavar="ID_or_PATH",
-                   help="chat model for the transformers/openai backends (same as --backend-option model=...)")
-    src = p.add_mutually_exclusive_group(required=True)
+                   help="chat model for the transformers/openai backends (same as --backend-option model=...; "
+                        "default: the backend's own default)")
+    src = p.add_mutually_exclusive_group()
     src.add_argument("--source", default=None, metavar="KIND:PATH",
                      help="workflow source: star:PATH (a STAR copy) or workflow:PATH (a workflow file, "
-                          "docs/workflows.md)")
-    src.add_argument("--star", default=None, metavar="PATH", help="STAR folder; same as --source star:PATH")
+                          "docs/workflows.md) (default: star:$DIALFORK_STAR_DIR)")
+    src.add_argument("--star", default=None, metavar="PATH",
+                     help="STAR folder; same as --source star:PATH (default: $DIALFORK_STAR_DIR)")
     p.add_argument("--out", required=True, help="output folder (record files + manifest.json)")
     p.add_argument("--tasks", default=None, help="comma-separated task names (default: all 24)")
     p.add_argument("--per-task", type=int, default=None, metavar="N",
-                   help="at most N scenarios per task (the first by STAR dialogue id)")
+                   help="at most N scenarios per task, the first by STAR dialogue id (default: all)")
     p.add_argument("--seed", type=int, default=0, help="base seed (default 0)")
     p.add_argument("--prefix", "--prefix-mode", dest="prefix", default="replay", choices=list(PREFIX_MODES),
                    help="fork prefix mode: replay regenerates the turns before t_k with the same seed "
@@ -106,13 +111,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="scenarios advanced in lockstep per backend batch (default 64)")
     p.add_argument("--keep-shards", action="store_true", help="keep the shards/ work folder after merging")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     p.add_argument("--hidden-key", default=None, metavar="FILE",
                    help="key file of the hidden split (python -m dialfork_dataset keygen); needs --split")
     p.add_argument("--split", default=None, choices=["public", "hidden"],
                    help="with --hidden-key: generate only the scenarios the key leaves public, or only the "
                         "reserved (hidden) ones, with the key file's secret seed instead of --seed")
-    return p
+    add_verbosity_options(p, default="INFO")
+    return state_defaults(p)
 
 
 def backend_options(args: argparse.Namespace) -> dict:
@@ -123,9 +128,22 @@ def backend_options(args: argparse.Namespace) -> dict:
     return opts
 
 
+def star_folder(args: argparse.Namespace) -> str:
+    """``--star``, else ``$DIALFORK_STAR_DIR``; raises ``GenerationError`` when neither is set."""
+    from dialfork_dataset.star import STAR_ENV
+
+    star = args.star or os.environ.get(STAR_ENV)
+    if not star:
+        raise GenerationError(f"no workflow source: pass --source KIND:PATH or --star PATH, or set {STAR_ENV}=/path/to/star")
+    return star
+
+
 def source_spec(args: argparse.Namespace) -> str:
-    """The workflow source of ``--source`` / ``--star`` (exactly one is given)."""
-    return args.source if args.source is not None else f"star:{args.star}"
+    """The workflow source of ``--source`` / ``--star`` (at most one is given), else STAR at
+    ``$DIALFORK_STAR_DIR``; raises ``GenerationError`` when none is set."""
+    if args.source is not None:
+        return args.source
+    return f"star:{star_folder(args)}"
 
 
 def config_options(args: argparse.Namespace) -> dict:
@@ -143,26 +161,26 @@ def main(argv: list[str] | None = None) -> int:
 
         return distributed_main(argv)
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    args.star = source_spec(args)  # --source star:PATH | workflow:PATH, or --star PATH
     tasks = tuple(t.strip() for t in args.tasks.split(",") if t.strip()) if args.tasks is not None else None
-    try:
-        seed, scenarios, corpus = hidden_split_selection(args, tasks)
-    except (GenerationError, ValueError, FileNotFoundError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    config = GenerationConfig(
-        star=args.star, out=args.out, backend=args.backend, backend_options=backend_options(args),
-        tasks=tasks, per_task=args.per_task, happy_only=args.happy_only, seed=seed,
-        prefix_mode=args.prefix, budget=args.budget, workers=args.workers, batch_size=args.batch_size,
-        keep_shards=args.keep_shards)
-    config = replace_config(config, **config_options(args))
-    try:
-        manifest = generate_corpus(config, progress=not args.no_progress, scenarios=scenarios, corpus=corpus)
-    except (GenerationError, UnknownBackendError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    with console(args.verbose, args.quiet, fmt="%(asctime)s %(levelname)s %(name)s: %(message)s"):
+        try:
+            args.star = source_spec(args)  # --source star:PATH | workflow:PATH, --star PATH, $DIALFORK_STAR_DIR
+            seed, scenarios, corpus = hidden_split_selection(args, tasks)
+        except (GenerationError, ValueError, FileNotFoundError) as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        config = GenerationConfig(
+            star=args.star, out=args.out, backend=args.backend, backend_options=backend_options(args),
+            tasks=tasks, per_task=args.per_task, happy_only=args.happy_only, seed=seed,
+            prefix_mode=args.prefix, budget=args.budget, workers=args.workers, batch_size=args.batch_size,
+            keep_shards=args.keep_shards)
+        try:
+            config = replace_config(config, **config_options(args))
+            manifest = generate_corpus(config, progress=not (args.no_progress or args.quiet), scenarios=scenarios,
+                                       corpus=corpus)
+        except (GenerationError, UnknownBackendError) as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
     t = manifest.counts["total"]
     print(f"{t['records']} records ({t['conformant']} conformant, {t['forks']} forks; "
           f"{t['dropped']} scenario(s) dropped) -> {Path(args.out)} (manifest.json)")

@@ -188,13 +188,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.prog = "accelerate launch [--multi_gpu --num_processes N] -m generation.distributed"
     args = parser.parse_args(argv)
     state = process_state()
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format=f"%(asctime)s %(levelname)s [{state.process_index}] %(name)s: %(message)s")
-    args.star = source_spec(args)  # --source star:PATH | workflow:PATH, or --star PATH
+    level = logging.DEBUG if args.verbose else logging.ERROR if args.quiet else logging.INFO
+    logging.basicConfig(level=level, format=f"%(asctime)s %(levelname)s [{state.process_index}] %(name)s: %(message)s")
     tasks = tuple(t.strip() for t in args.tasks.split(",") if t.strip()) if args.tasks is not None else None
     try:
         from .cli import hidden_split_selection
 
+        args.star = source_spec(args)  # --source star:PATH | workflow:PATH, --star PATH, $DIALFORK_STAR_DIR
         seed, scenarios, _ = hidden_split_selection(args, tasks)  # --hidden-key / --split (SPEC 4)
     except (GenerationError, ValueError, FileNotFoundError) as e:
         print(f"error [process {state.process_index}]: {e}", file=sys.stderr)
@@ -206,7 +206,8 @@ def main(argv: list[str] | None = None) -> int:
         keep_shards=args.keep_shards)
     config = replace_config(config, **config_options(args))
     try:
-        manifest = generate_distributed(config, scenarios=scenarios, progress=not args.no_progress, state=state)
+        manifest = generate_distributed(config, scenarios=scenarios, progress=not (args.no_progress or args.quiet),
+                                        state=state)
     except (GenerationError, UnknownBackendError, ValueError, RuntimeError) as e:
         print(f"error [process {state.process_index}]: {e}", file=sys.stderr)
         return 2

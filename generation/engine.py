@@ -615,11 +615,13 @@ class UnitResult:
     replay_fallbacks: int = 0
 
     def marker(self, nbytes: int) -> str:
+        # line_sha256: a short hash of each record line, checked at merge (a corrupt shard is refused)
         return dumps({"_unit": self.unit_id, "ordinal": self.ordinal, "task": self.task, "kept": self.kept,
                       "reason": self.reason, "T": self.num_system_turns, "records": len(self.lines),
                       "bytes": nbytes, "seconds": round(self.seconds, 4),
                       "prefix_divergence": self.prefix_divergence, "same_at_fork": self.same_at_fork,
-                      "replay_fallbacks": self.replay_fallbacks})
+                      "replay_fallbacks": self.replay_fallbacks,
+                      "line_sha256": [line_hash(line.encode("utf-8")) for line in self.lines]})
 
 
 def generate_units(ctx: RunContext, units: Sequence[Unit], backend: Backend) -> list[UnitResult]:
@@ -775,8 +777,48 @@ def shard_path(out: Path, shard_index: int, num_shards: int) -> Path:
     return out / SHARDS_DIR / f"shard-{shard_index:05d}-of-{num_shards:05d}.jsonl.part"
 
 
+def line_hash(line: bytes) -> str:
+    """The hash of one record line (without its newline) kept in its unit's marker: the first 16
+    hex digits of its SHA-256."""
+    return hashlib.sha256(line).hexdigest()[:16]
+
+
+def verify_shard_block(path: Path, marker: Mapping[str, Any], block: bytes) -> list[str]:
+    """Problems of one unit's records in a shard, each ``path:line: dialogue_id=...: reason``:
+    a line whose hash differs from the one its marker recorded at generation time (any change,
+    even one that keeps the length), a line that is not JSON, a record that fails validation.
+    A line whose hash matches is the record the generator validated before writing it; shards
+    written before markers carried hashes are validated record by record."""
+    from dialfork_dataset.records import dialogue_id_of, record_errors
+
+    first = int(marker.get("line", 0))
+    lines = block.split(b"\n")
+    if lines[-1] != b"" or len(lines) - 1 != marker["records"]:
+        return [f"{path}:{first}: unit {marker['_unit']!r}: {len(lines) - 1} record line(s) where the marker "
+                f"says {marker['records']}"]
+    hashes = marker.get("line_sha256")
+    hashed = isinstance(hashes, list) and len(hashes) == len(lines) - 1
+    errs: list[str] = []
+    for j, raw in enumerate(lines[:-1]):
+        if hashed and line_hash(raw) == hashes[j]:
+            continue  # the very line the generator validated and wrote
+        where = f"{path}:{first + j}"
+        try:
+            obj = json.loads(raw.decode("utf-8"))
+        except (ValueError, RecursionError) as e:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+            errs.append(f"{where}: not a JSON record ({type(e).__name__})")
+            continue
+        did = dialogue_id_of(obj)
+        if hashed:  # and the hash differs
+            errs.append(f"{where}: dialogue_id={did}: the record differs from the one written at generation "
+                        "time (hash mismatch)")
+        errs.extend(f"{where}: dialogue_id={did}: {e}" for e in record_errors(obj))
+    return errs
+
+
 def read_shard(path: Path, truncate: bool = False) -> dict[str, dict[str, Any]]:
-    """The finished units of a shard file: ``unit_id -> marker`` (with ``offset`` of its records).
+    """The finished units of a shard file: ``unit_id -> marker`` (with ``offset`` of its records
+    and ``line``, the 1-based line number of its first record).
 
     With ``truncate=True`` everything after the last marker (an unfinished unit, a torn line) is
     cut off the file."""
@@ -788,8 +830,10 @@ def read_shard(path: Path, truncate: bool = False) -> dict[str, dict[str, Any]]:
     offset = 0
     block_start = 0
     good_end = 0
+    lineno = block_line = 0
     with open(path, "rb") as fh:
         for raw in fh:
+            lineno += 1
             offset_next = offset + len(raw)
             if raw.startswith(UNIT_MARKER.encode()) and raw.endswith(b"\n"):
                 try:
@@ -801,8 +845,10 @@ def read_shard(path: Path, truncate: bool = False) -> dict[str, dict[str, Any]]:
                                           f"records but {offset - block_start} precede it; the shard is corrupt, "
                                           f"remove {path} to regenerate it")
                 m["offset"] = block_start
+                m["line"] = block_line + 1
                 done[m["_unit"]] = m
                 block_start = good_end = offset_next
+                block_line = lineno
             offset = offset_next
     if truncate and good_end < offset:
         with open(path, "rb+") as fh:
@@ -918,6 +964,8 @@ def merge_shards(out_dir: str | os.PathLike, keep_shards: bool = False, wall_sec
         by_task.setdefault(task, []).append(uid)
     files = {}
     handles: dict[Path, Any] = {}
+    corrupt: list[str] = []  # every bad record line of every shard, reported together
+    staged: list[tuple[str, Path]] = []  # (tmp, dest): renamed only once every shard checked out
     totals = {"scenarios": 0, "kept": 0, "dropped": 0, "conformant": 0, "forks": 0, "records": 0}
     pdiv_sum = same = fallbacks = 0
     gen_seconds = 0.0
@@ -946,6 +994,7 @@ def merge_shards(out_dir: str | os.PathLike, keep_shards: bool = False, wall_sec
                             fh = handles[p] = open(p, "rb")
                         fh.seek(m["offset"])
                         block = fh.read(m["bytes"])
+                        corrupt.extend(verify_shard_block(p, m, block))
                         fo.write(block)
                         h.update(block)
                         c["kept"] += 1
@@ -959,7 +1008,7 @@ def merge_shards(out_dir: str | os.PathLike, keep_shards: bool = False, wall_sec
                     fo.flush()
                     os.fsync(fo.fileno())
                 if c["records"]:
-                    os.replace(tmp, dest)
+                    staged.append((tmp, dest))
                     files[fname] = {"records": c["records"], "sha256": h.hexdigest()}
                 else:
                     os.unlink(tmp)
@@ -973,9 +1022,22 @@ def merge_shards(out_dir: str | os.PathLike, keep_shards: bool = False, wall_sec
             for k in ("scenarios", "kept", "conformant", "forks", "records"):
                 totals[k] += c[k]
             totals["dropped"] += sum(c["dropped"].values())
+        if corrupt:
+            bad = sorted({e.split(":", 1)[0] for e in corrupt})
+            shown = corrupt[:50] + ([f"... and {len(corrupt) - 50} more"] if len(corrupt) > 50 else [])
+            raise GenerationError(
+                f"{out}: {len(corrupt)} corrupt record line(s) in {len(bad)} shard(s); nothing was merged. "
+                f"Regenerate the corrupt shard(s): remove {', '.join(bad)} and rerun the same generation "
+                "command (it regenerates only the removed shards).\n" + "\n".join(shown), corrupt)
+        for tmp, dest in staged:
+            os.replace(tmp, dest)
+        staged.clear()
     finally:
         for fh in handles.values():
             fh.close()
+        for tmp, _ in staged:  # not renamed: a corrupt shard or an error
+            if os.path.exists(tmp):
+                os.unlink(tmp)
     n_forks = totals["forks"]
     data = {
         "format": MANIFEST_FORMAT,

@@ -33,18 +33,22 @@ def _add_common(p: argparse.ArgumentParser) -> None:
                    help="detector = Task 3 predictions, metric = Task 2 distances (default: detector)")
     p.add_argument("--metadata", default=None,
                    help="metadata JSON (default: <submission stem>.metadata.json next to the submission)")
-    p.add_argument("--max-bytes", type=int, default=DEFAULT_MAX_BYTES, help="size cap of the submission file")
+    p.add_argument("--max-bytes", type=int, default=DEFAULT_MAX_BYTES,
+                   help=f"size cap of the submission file (default: {DEFAULT_MAX_BYTES})")
     p.add_argument("--json", action="store_true", help="print a machine-readable report on stdout")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m leaderboard", description="DialFork leaderboard: validate, score, render.")
-    ap.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
+    from dialfork_dataset.console import add_verbosity_options, prog_name, state_defaults
+
+    ap = argparse.ArgumentParser(prog=prog_name("leaderboard"), description="DialFork leaderboard: validate, score, render.")
+    add_verbosity_options(ap, default="WARNING")
     sub = ap.add_subparsers(dest="command", required=True)
 
     v = sub.add_parser("validate", help="check a submission file offline (no gold needed)")
     _add_common(v)
-    v.add_argument("--blind", required=True, help="Hub layout folder holding data/blind (and data/blind_task2)")
+    v.add_argument("--blind", required=True,
+                   help="Hub layout folder holding data/blind (and data/blind_task2), or a Hub dataset id")
     v.add_argument("--no-metadata", action="store_true", help="validate the predictions only, without metadata")
     v.add_argument("--max-errors", type=int, default=None, help="list at most N errors in the text report")
 
@@ -65,19 +69,19 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--out", required=True, help="output folder (index.html is written inside) or .html file")
     r.add_argument("--private", default=None, help="the store's private area (for --reveal-private)")
     r.add_argument("--reveal-private", action="store_true", help="show the private scores (maintainers only)")
-    r.add_argument("--title", default="DialFork leaderboard")
+    r.add_argument("--title", default="DialFork leaderboard", help="page title")
 
     au = sub.add_parser("audit", help="try the known cheats on a Hub layout and score them against its gold")
     au.add_argument("hub", help="Hub layout folder (python -m dialfork_dataset export)")
     au.add_argument("--gold", required=True, help="its gold folder")
     au.add_argument("--star", default=None,
                     help="STAR folder for the regeneration attack (default: $DIALFORK_STAR_DIR; skipped without)")
-    au.add_argument("--regen-seeds", type=int, default=10, metavar="N", help="public seeds 0..N-1 to regenerate with")
+    au.add_argument("--regen-seeds", type=int, default=10, metavar="N", help="public seeds 0..N-1 to regenerate with (default: 10)")
     au.add_argument("--regen-scenarios", type=int, default=None, metavar="N",
                     help="scenarios per task to regenerate (default 64, the first by STAR id)")
     au.add_argument("--json", action="store_true", help="print the report as JSON")
     au.add_argument("--out", default=None, help="also write the JSON report to this file")
-    return ap
+    return state_defaults(ap)
 
 
 def _print_json(obj: Any) -> None:
@@ -85,9 +89,9 @@ def _print_json(obj: Any) -> None:
 
 
 def _cmd_validate(a: argparse.Namespace) -> int:
-    from .validate import BlindSet, validate_submission
+    from .validate import validate_submission
 
-    blind = BlindSet.from_dir(a.blind)
+    blind = _blind_set(a.blind)
     rep = validate_submission(a.submission, a.track, blind, metadata=a.metadata,
                               require_metadata=not a.no_metadata, max_bytes=a.max_bytes)
     if a.json:
@@ -95,6 +99,25 @@ def _cmd_validate(a: argparse.Namespace) -> int:
     else:
         print(rep.format_text(max_errors=a.max_errors), file=sys.stdout if rep.ok else sys.stderr)
     return 0 if rep.ok else EXIT_INVALID
+
+
+def _blind_set(src: str):
+    """The blind sets of a Hub layout folder, or of a Hub dataset id (as ``task3``/``bench`` take)."""
+    import re
+
+    from .validate import BlindSet
+
+    if Path(src).exists() or not re.fullmatch(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*", src):
+        return BlindSet.from_dir(src)  # a folder (a missing one is reported as such)
+    from dialfork_dataset.hub import load_split
+
+    try:
+        rows = load_split(src, "blind", split="test")
+        pairs = load_split(src, "blind_task2", split="test")
+    except Exception as e:  # noqa: BLE001 - the Hub client's errors (offline, missing repo) are many
+        raise ValueError(f"--blind {src!r}: not a Hub layout folder, and loading it as a Hub dataset id failed "
+                         f"({type(e).__name__}: {e})") from e
+    return BlindSet.from_rows(rows, pairs, source=src)
 
 
 def _fmt_scores(track: str, scores: dict[str, Any] | None) -> str:
@@ -181,6 +204,10 @@ def _cmd_render(a: argparse.Namespace) -> int:
     dirs = []
     for d in a.results:
         p = Path(d)
+        if not p.is_dir():
+            print(f"error: --results {d}: no such folder (give a results store or its results/ folder)",
+                  file=sys.stderr)
+            return EXIT_USAGE
         dirs.append(p / "results" if (p / "results").is_dir() else p)
     priv = a.private
     if a.reveal_private and priv is None:
@@ -195,9 +222,14 @@ def _cmd_render(a: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = build_parser()
-    a = ap.parse_args(argv)
-    logging.basicConfig(level=logging.INFO if a.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    from dialfork_dataset.console import console
+
+    a = build_parser().parse_args(argv)
+    with console(a.verbose, a.quiet, default=logging.WARNING):
+        return _run(a)
+
+
+def _run(a: argparse.Namespace) -> int:
     try:
         if a.command == "validate":
             return _cmd_validate(a)

@@ -73,8 +73,12 @@ def test_batched_equals_single_and_one_encoder_pass(enc):
         kw = {"encoder": enc} if name in METHODS else {}
         batched = fn(refs, cands, batched=True, **kw)
         assert isinstance(batched, np.ndarray) and batched.shape == (4,)
-        np.testing.assert_allclose(batched, res[name], atol=1e-9)
-        np.testing.assert_allclose(batched, [fn(r, c, **kw) for r, c in zip(refs, cands)], atol=1e-9)
+        # `fresh` encoded every text in one pass, `enc` (shared with the other test modules) in
+        # whatever batches earlier tests formed: a text's embedding depends on its batch's padded
+        # shape by ~1e-7 (the root cause of the flaky atol=1e-9), so distances agree to rtol 1e-5
+        np.testing.assert_allclose(batched, res[name], rtol=1e-5, atol=1e-6)
+        # the same encoder: cache hits, identical embeddings; only the distance code path differs
+        np.testing.assert_allclose(batched, [fn(r, c, **kw) for r, c in zip(refs, cands)], rtol=0, atol=1e-9)
 
 
 def test_controls_hand_worked():

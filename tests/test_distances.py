@@ -148,21 +148,69 @@ def test_rows_are_normalised():
 
 # ------------------------------------------------------------------ batched
 def test_negative_cosines_with_padding_are_masked_with_minus_inf():
-    # pair 0 is 1x1 with S = [[-1]]: P = R = -1, F = 2*1/(-2) = -1 -> distance 2.
-    # Padded to 3x3 by pair 1; zero padding would make the max 0 and give distance 1.
-    pair0 = (np.array([E1]), np.array([-E1]))
+    # pair 0: ref = [e1, x] with x = -0.6 e1 + 0.8 e2, cand = [e1]: S = [[1], [-0.6]],
+    # P = 1, R = (1 - 0.6)/2 = 0.2, F = 2*0.2/1.2 = 1/3 -> distance 2/3. Padded to 3x3 by pair 1;
+    # zero padding would make x's best match 0 (R = 0.5, F = 2/3) and give distance 1/3.
+    x = -0.6 * E1 + 0.8 * E2
+    pair0 = (np.array([E1, x]), np.array([E1]))
     pair1 = (np.array([E1, E2, E3]), np.array([E3, E2, E1]))
     fs = flowscore_batch_from_embeddings([pair0, pair1])
-    assert fs[0] == pytest.approx(2.0, abs=1e-12)
+    assert fs[0] == pytest.approx(2 / 3, abs=1e-12)
     assert fs[1] == pytest.approx(0.0, abs=1e-12)
+    assert flowscore_from_embeddings(*pair0) == pytest.approx(2 / 3, abs=1e-12)
     # all-negative rows of different lengths
     ref = np.array([E1, E2])
     cand = -np.array([E1, E2, E3 * 0 + (E1 + E2) * R2])
     single = flowscore_from_embeddings(ref, cand)
     batch = flowscore_batch_from_embeddings([(ref, cand), (unit(np.random.default_rng(0), 6, 3), np.array([E1]))])
     assert batch[0] == pytest.approx(single, abs=1e-12)
-    dtw = flowdtw_batch_from_embeddings([pair0, pair1])
+    # FlowDTW: 1x1 with S = [[-1]] costs 2 on a path of one cell, padded or not
+    dtw = flowdtw_batch_from_embeddings([(np.array([E1]), np.array([-E1])), pair1])
     assert dtw[0] == pytest.approx(2.0, abs=1e-12)
+
+
+# ------------------------------------------------------------------ clipping (SPEC section 7)
+def test_opposite_dialogues_are_at_distance_one_not_zero():
+    # cand = -A[:2]: every cosine of a candidate turn with its best reference turn is negative
+    # (P < 0); without clipping P + R < 0 and 2PR/(P+R) > 1 reported distance 0 ("identical").
+    # seed 78: R < 0 < P with P + R < 0, where the unclipped harmonic mean exceeds 1 (the old
+    # result was exactly 0.0); A_pos: every cosine is negative (P, R < 0; the old result was 1.45)
+    A = unit(np.random.default_rng(78), 5, 3)
+    S = A @ -A[:2].T
+    P, R = S.max(axis=0).mean(), S.max(axis=1).mean()
+    assert min(P, R) < 0 < max(P, R) and P + R < 0
+    assert flowscore_from_embeddings(A, -A[:2]) == 1.0
+    assert flowscore_from_embeddings(-A[:2], A) == 1.0
+    A_pos = np.abs(unit(np.random.default_rng(0), 5, 3))
+    assert flowscore_from_embeddings(A_pos, -A_pos[:2]) == 1.0
+    assert flowscore_from_embeddings(np.array([E1]), np.array([-E1])) == 1.0
+    fs = flowscore_batch_from_embeddings([(A, -A[:2]), (np.array([E1]), np.array([-E1])), (A, A)])
+    np.testing.assert_array_equal(fs[:2], [1.0, 1.0])
+    assert fs[2] == pytest.approx(0.0, abs=1e-12)
+    both = D.task2_embedding_scores([A, np.array([E1])], [-A[:2], np.array([-E1])], methods=("flowscore",))
+    np.testing.assert_array_equal(both["flowscore"], [1.0, 1.0])
+
+
+def test_flowscore_clips_p_and_r_at_zero_hand_worked():
+    # ref = [e1], cand = [e2, -e1]: S = [[0, -1]]; P = (0 - 1)/2 = -0.5 -> clipped to 0, R = 0:
+    # F = 0, distance 1.
+    assert flowscore_from_embeddings(np.array([E1]), np.array([E2, -E1])) == 1.0
+    # ref = [e1], cand = [e1, -e1, -e1, -e1]: P = (1 - 3)/4 = -0.5 < 0 < R = 1. Unclipped,
+    # F = 2PR/(P+R) = -2 and the distance would be 3; clipped, F = 0 and the distance is 1.
+    ref, cand = np.array([E1]), np.array([E1, -E1, -E1, -E1])
+    S = ref @ cand.T
+    assert S.max(axis=0).mean() == -0.5 and S.max(axis=1).mean() == 1.0
+    assert flowscore_from_embeddings(ref, cand) == 1.0
+    assert flowscore_batch_from_embeddings([(ref, cand)])[0] == 1.0
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_flowscore_distance_is_in_unit_interval(seed):
+    rng = np.random.default_rng(seed)
+    pairs = [(unit(rng, rng.integers(1, 6), 3), unit(rng, rng.integers(1, 6), 3)) for _ in range(200)]
+    fs = flowscore_batch_from_embeddings(pairs)
+    assert ((fs >= 0) & (fs <= 1)).all()
+    np.testing.assert_allclose(fs, [flowscore_from_embeddings(a, b) for a, b in pairs], atol=1e-12)
 
 
 @pytest.mark.parametrize("block_cells", [None, 40])

@@ -179,3 +179,71 @@ def test_transcript_truncation_is_reported(minilm, caplog):
     with caplog.at_level(logging.WARNING, logger="dialfork_metrics.encoders"):
         enc.encode_transcripts([long_dialogue, TEXTS[:2]])
     assert enc.stats["truncated"] == 1 and "1 of 2 transcripts exceed" in caplog.text
+
+
+# ------------------------------------------------------------------ bounded memory (LRU)
+class _HashModel:
+    """A deterministic stand-in for a sentence-transformers model: each text's embedding is a
+    fixed function of its bytes (so a recomputed text gives the same row bit for bit)."""
+
+    def __init__(self, dim: int = 16):
+        self.dim = dim
+        self.calls = 0
+
+    def get_sentence_embedding_dimension(self) -> int:
+        return self.dim
+
+    def encode(self, texts, **kw):
+        self.calls += 1
+        import hashlib
+
+        seeds = [int.from_bytes(hashlib.sha256(t.encode()).digest()[:8], "little") for t in texts]
+        return np.stack([np.random.default_rng(s).normal(size=self.dim) for s in seeds]).astype(np.float32)
+
+
+def test_lru_keeps_the_cache_at_its_cap_with_unchanged_results():
+    from dialfork_metrics.encoders import EmbeddingLRU
+
+    texts = [f"generation {i}: the assistant offers something else" for i in range(10_000)]
+    unbounded = Encoder("hash", model=_HashModel())
+    expected = np.concatenate([unbounded.encode(texts[s:s + 500]) for s in range(0, 10_000, 500)])
+    assert len(unbounded) == 10_000
+    cap = 64 * 1024  # 64 KiB: a few hundred 16-d rows with their texts
+    enc = Encoder("hash", model=_HashModel(), memory_cache_bytes=cap)
+    sizes = []
+    for s in range(0, 10_000, 500):  # a training loop scoring 500 new generations per step
+        np.testing.assert_array_equal(enc.encode(texts[s:s + 500]), expected[s:s + 500])
+        sizes.append(enc.memory_cache_bytes)
+    assert max(sizes) <= cap and sizes[-1] > cap * 0.9  # full, never over
+    assert enc._memory._slab.nbytes <= cap  # the slab itself stays within the bound
+    assert 0 < len(enc) < 10_000 and enc.stats["evicted"] == 10_000 - len(enc)
+    # the most recent texts are cached, the oldest were evicted and are recomputed identically
+    encoded = enc.stats["encoded"]
+    np.testing.assert_array_equal(enc.encode(texts[-5:]), expected[-5:])
+    assert enc.stats["encoded"] == encoded
+    np.testing.assert_array_equal(enc.encode(texts[:5] + texts[-1:]), np.concatenate([expected[:5], expected[-1:]]))
+    assert enc.stats["encoded"] == encoded + 5
+    # one job larger than the cap: the result is still complete and correct
+    big = Encoder("hash", model=_HashModel(), memory_cache_bytes=cap)
+    np.testing.assert_array_equal(big.encode(texts + texts[:3]), np.concatenate([expected, expected[:3]]))
+    assert big.memory_cache_bytes <= cap
+    # a recently used entry survives eviction (LRU, not FIFO)
+    lru = EmbeddingLRU(3 * (4 * 2) + 3 * 60)
+    rows = np.eye(2, dtype=np.float32)
+    lru.put(["a", "b"], rows)
+    lru.get(["a"])
+    lru.put(["c", "d"], rows)
+    assert "a" in lru and "b" not in lru and "d" in lru and lru.nbytes <= lru.max_bytes
+    with pytest.raises(ValueError, match="memory cache size"):
+        EmbeddingLRU(-1)
+
+
+def test_memory_cache_can_be_off_and_defaults_to_one_gib(minilm):
+    from dialfork_metrics.encoders import DEFAULT_MEMORY_CACHE_BYTES
+
+    assert DEFAULT_MEMORY_CACHE_BYTES <= 1 << 30 and minilm._memory.max_bytes == DEFAULT_MEMORY_CACHE_BYTES
+    off = Encoder("hash", model=_HashModel(), memory_cache_bytes=0)
+    a = off.encode(["x", "y", "x"])
+    assert len(off) == 0 and off.stats["encoded"] == 2
+    np.testing.assert_array_equal(off.encode(["x"])[0], a[0])
+    assert off.stats["encoded"] == 3  # recomputed: nothing is kept

@@ -221,6 +221,77 @@ def test_resume_after_torn_and_unfinished_units(corpus, tmp_path, star_dir):
     assert _corpus_bytes(work) == _corpus_bytes(out)
 
 
+def _sharded_run(star_dir, work):
+    from generation.engine import shard_path
+
+    cfg = GenerationConfig(star=str(star_dir), out=str(work), tasks=TASKS, per_task=3, seed=7)
+    generate_corpus(cfg, shard_index=0, num_shards=2, progress=False)
+    generate_corpus(cfg, shard_index=1, num_shards=2, progress=False)
+    return cfg, shard_path(work, 0, 2), shard_path(work, 1, 2)
+
+
+@pytest.mark.parametrize("where", ["text", "speaker"])
+def test_merge_refuses_a_same_length_corruption(corpus, tmp_path, star_dir, where):
+    """A shard edited in place without changing its length (so every marker's byte count still
+    holds) is refused at merge with file:line, and regenerating that shard fixes the corpus."""
+    from generation.engine import merge_shards
+
+    out, _, _ = corpus
+    work = tmp_path / "corrupt"
+    cfg, s0, s1 = _sharded_run(star_dir, work)
+    data = s1.read_bytes()
+    lines = data.splitlines(keepends=True)
+    i = next(k for k, ln in enumerate(lines) if b'"hallucination_type":"GR"' in ln)  # a fork's record
+    if where == "text":  # still a valid record: only the hash can tell
+        j = lines[i].index(b'"text":"') + len(b'"text":"')
+        old = lines[i][j : j + 1]
+        lines[i] = lines[i][:j] + (b"Z" if old != b"Z" else b"Y") + lines[i][j + 1 :]
+    else:  # an invalid record too
+        lines[i] = lines[i].replace(b'"speaker":"system"', b'"speaker":"sYstem"', 1)
+    corrupted = b"".join(lines)
+    assert len(corrupted) == len(data) and corrupted != data
+    s1.write_bytes(corrupted)
+    did = json.loads(lines[i])["dialogue_id"]
+    with pytest.raises(GenerationError) as ei:
+        merge_shards(work)
+    msg = str(ei.value)
+    assert f"{s1}:{i + 1}: dialogue_id={did!r}: the record differs from the one written at generation time" in msg
+    if where == "speaker":
+        assert f"{s1}:{i + 1}: dialogue_id={did!r}: turns[" in msg and "must be 'user' or 'system'" in msg
+    assert f"remove {s1} and rerun the same generation command" in msg and str(s0) + ":" not in msg
+    assert not (work / "manifest.json").exists() and not list(work.glob("*.jsonl"))
+    assert not list(work.glob(".*.tmp"))  # no temporary file left behind
+    # the advice works: remove the shard, regenerate it, merge
+    s1.unlink()
+    generate_corpus(cfg, shard_index=1, num_shards=2, progress=False)
+    merge_shards(work)
+    assert _corpus_bytes(work) == _corpus_bytes(out)
+
+
+def test_merge_validates_shards_without_line_hashes(corpus, tmp_path, star_dir):
+    """A shard written before markers carried line hashes is still validated record by record."""
+    from generation.engine import merge_shards
+
+    out, _, _ = corpus
+    work = tmp_path / "old"
+    _, s0, _ = _sharded_run(star_dir, work)
+    lines = s0.read_bytes().splitlines(keepends=True)
+    for k, ln in enumerate(lines):
+        if ln.startswith(b'{"_unit":'):
+            m = json.loads(ln)
+            m.pop("line_sha256")
+            lines[k] = (json.dumps(m, separators=(",", ":")) + "\n").encode()
+    s0.write_bytes(b"".join(lines))
+    merge_shards(work, keep_shards=True)  # hashes absent, records valid: merged
+    assert _corpus_bytes(work) == _corpus_bytes(out)
+    (work / "manifest.json").unlink()
+    i = next(k for k, ln in enumerate(lines) if b'"num_system_turns":' in ln)
+    lines[i] = lines[i].replace(b'"seed":', b'"seex":', 1)
+    s0.write_bytes(b"".join(lines))
+    with pytest.raises(GenerationError, match=rf"{s0}:{i + 1}: dialogue_id='[^']+': seed: must be an integer"):
+        merge_shards(work)
+
+
 # ------------------------------------------------------------------ variants and seeds
 
 

@@ -267,11 +267,11 @@ def test_bad_key_fails_at_once():
 def test_unreachable_server_is_a_clear_error():
     port = free_port()
     c = OpenAICompatClient(f"http://127.0.0.1:{port}/v1", "m", max_retries=2, backoff=0.01, timeout=2)
-    t0 = time.perf_counter()
+    # "Connection refused" (not "timed out"): each attempt failed at once instead of waiting for the
+    # timeout; no wall-clock assert (the machine may be loaded)
     with pytest.raises(EndpointError, match=r"failed after 3 attempt\(s\): cannot reach .*Connection refused.*Is the server") as ei:
         c.chat([CONV])
     assert ei.value.status is None
-    assert time.perf_counter() - t0 < 5
 
 
 def test_timeout_is_retried_then_reported():

@@ -226,3 +226,31 @@ def test_fbd_prd_on_dialogues(encoder):
     v = prd(ref, tgt, encoder, pairing="sliding", num_clusters=3, num_runs=2)
     assert 0.0 <= v <= 1.0
     assert prd(ref, ref, encoder, pairing="sliding", num_clusters=3, num_runs=2) == pytest.approx(0.0, abs=1e-9)
+
+
+def test_pair_encoder_memory_is_bounded_and_its_bar_counts_pairs(encoder, monkeypatch):
+    import tqdm.auto
+
+    from dialfork_metrics.pair_encoder import PairEncoder
+
+    bars = []
+
+    class Recorder(tqdm.auto.tqdm):
+        def __init__(self, *a, **kw):
+            super().__init__(*a, **kw)
+            if kw.get("desc") == "pair embeddings":
+                bars.append(self)
+
+    monkeypatch.setattr(tqdm.auto, "tqdm", Recorder)
+    a = [f"Which day would you like, option {i}?" for i in range(7)]
+    b = [f"Tuesday number {i}." for i in range(7)]
+    full = PairEncoder(encoder, batch_size=2, cache_dir=False, show_progress=True).encode_pairs(a, b)
+    assert len(bars) == 1 and bars[0].total == 7 and bars[0].n == 7 and bars[0].unit == "pair"  # not 4 batches
+    cap = 3 * (384 * 4 + 300)
+    pe = PairEncoder(encoder, batch_size=2, cache_dir=False, memory_cache_bytes=cap)
+    got = pe.encode_pairs(a, b)
+    np.testing.assert_array_equal(got, full)  # same batches (sorted by length), same numbers
+    assert 0 < len(pe._cache) <= 3 and pe._cache.nbytes <= cap
+    again = pe.encode_pairs(a[-1:], b[-1:])  # the most recent pair is still cached
+    assert pe.stats["encoded"] == 7 and pe.stats["memory_hits"] == 1
+    np.testing.assert_array_equal(again[0], full[-1])

@@ -288,7 +288,7 @@ def test_example_gives_task1_enough_units():
     assert json.loads(json.dumps(wf.summary()))["per_task"]["insurance_claim_status"]["single_task_scenarios"] == 14
 
 
-def test_generation_cli_takes_a_source(tmp_path, star_dir, capsys):
+def test_generation_cli_takes_a_source(tmp_path, star_dir, capsys, monkeypatch):
     from generation.cli import main
 
     out = tmp_path / "claims"
@@ -297,11 +297,13 @@ def test_generation_cli_takes_a_source(tmp_path, star_dir, capsys):
     assert rc == 0 and "34 records (2 conformant, 32 forks" in capsys.readouterr().out
     first = json.loads((out / "insurance_claim_status.jsonl").open().readline())
     assert first["dialogue_id"] == "insurance_claim_status-cs01" and first["domain"] == "insurance"
-    with pytest.raises(SystemExit) as e:  # --source and --star exclude each other; one is required
+    with pytest.raises(SystemExit) as e:  # --source and --star exclude each other
         main(["--source", f"workflow:{EXAMPLE}", "--star", str(star_dir), "--out", str(tmp_path / "x")])
     assert e.value.code == 2
-    with pytest.raises(SystemExit):
-        main(["--out", str(tmp_path / "x")])
+    # neither: STAR at $DIALFORK_STAR_DIR; without it, a one-line error naming the three ways
+    monkeypatch.delenv("DIALFORK_STAR_DIR", raising=False)
+    assert main(["--out", str(tmp_path / "x")]) == 2
+    assert "--source KIND:PATH or --star PATH, or set DIALFORK_STAR_DIR" in capsys.readouterr().err
     rc = main(["--source", f"workflow:{tmp_path / 'missing.yaml'}", "--out", str(tmp_path / "y"), "--no-progress"])
     err = capsys.readouterr().err
     assert rc == 2 and "no such workflow file" in err and "Traceback" not in err

@@ -24,9 +24,11 @@ DEFAULT_CHUNK = {"llm": 64}
 
 
 def _build_parser() -> argparse.ArgumentParser:
+    from dialfork_dataset.console import add_verbosity_options, prog_name, state_defaults
+
     from .detectors import DETECTOR_NAMES
 
-    ap = argparse.ArgumentParser(prog="python -m dialfork_metrics.task3",
+    ap = argparse.ArgumentParser(prog=prog_name("dialfork_metrics.task3"),
                                  description="DialFork Task 3: predict and score the first deviating system turn.")
     sub = ap.add_subparsers(dest="command", required=True)
 
@@ -51,7 +53,8 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--save-detector", default=None, help="save the fitted detector to this folder")
     g = p.add_argument_group("LLM detector")
     g.add_argument("--model", default=None, help="chat model id/path (transformers) or served model name (openai)")
-    g.add_argument("--backend", default="transformers", choices=("transformers", "openai"))
+    g.add_argument("--backend", default="transformers", choices=("transformers", "openai"),
+                   help="LLM runtime: local transformers or an OpenAI-compatible server")
     g.add_argument("--base-url", default=None, help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1")
     g.add_argument("--api-key", default=None, help="API key (default $OPENAI_API_KEY)")
     g.add_argument("--with-workflow", action="store_true", help="put the task's STAR workflow in the prompt")
@@ -65,7 +68,7 @@ def _build_parser() -> argparse.ArgumentParser:
                    help="dialogues per resumable chunk (default: all at once, 64 for llm)")
     p.add_argument("--report", default=None, help="JSON report path (default <out>.report.json)")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
-    p.add_argument("-v", "--verbose", action="store_true")
+    add_verbosity_options(p, default="WARNING")
 
     s = sub.add_parser("score", help="score a prediction file", description="Score Task 3 predictions (SPEC 8).")
     s.add_argument("predictions", help="predictions .jsonl ({dialogue_id, prediction} per line)")
@@ -74,8 +77,8 @@ def _build_parser() -> argparse.ArgumentParser:
     src.add_argument("--gold", help="gold folder or task3_gold.jsonl (blind ids)")
     s.add_argument("--subset", default="all", choices=("all", "public", "private"), help="blind gold subset")
     s.add_argument("--json-out", default=None, help="also write the result JSON here")
-    s.add_argument("-v", "--verbose", action="store_true")
-    return ap
+    add_verbosity_options(s, default="WARNING")
+    return state_defaults(ap)
 
 
 def _detector_kwargs(args: argparse.Namespace) -> dict[str, Any]:
@@ -95,7 +98,7 @@ def _detector_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         return {"model": args.model, "backend": args.backend, "base_url": args.base_url, "api_key": args.api_key,
                 "with_workflow": args.with_workflow, "star_dir": star_dir, "prompt": args.prompt,
                 "batch_size": args.batch_size, "max_new_tokens": args.max_new_tokens, "device": args.device,
-                "show_progress": not args.no_progress}
+                "show_progress": not (args.no_progress or args.quiet)}
     return {}
 
 
@@ -115,7 +118,7 @@ def _manifest_star(data: str) -> str | None:
 def _encoder(args: argparse.Namespace):
     from dialfork_metrics.encoders import Encoder
 
-    return Encoder(args.encoder, device=args.device, cache_dir=args.cache_dir, show_progress=not args.no_progress)
+    return Encoder(args.encoder, device=args.device, cache_dir=args.cache_dir, show_progress=not (args.no_progress or args.quiet))
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
@@ -127,7 +130,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     if args.order < 1:
         raise ValueError(f"--order N must be >= 1, got {args.order}")
     out = Path(args.out)
-    progress = not args.no_progress
+    progress = not (args.no_progress or args.quiet)
     streaming = args.detector in STREAMING_DETECTORS
     encoder = _encoder(args) if streaming else None
 
@@ -210,11 +213,16 @@ def cmd_score(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .scorer import PredictionError
+    from dialfork_dataset.console import console
 
     args = _build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
-                        format="%(levelname)s %(name)s: %(message)s")
+    with console(args.verbose, args.quiet, default=logging.WARNING):
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from .scorer import PredictionError
+
     try:
         return cmd_predict(args) if args.command == "predict" else cmd_score(args)
     except PredictionError as e:

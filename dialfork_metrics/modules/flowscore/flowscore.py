@@ -16,7 +16,9 @@ FlowScore compares two dialogues by how they unfold, turn by turn (DialFork, SPE
 Each turn is embedded with a sentence encoder (L2-normalised, no speaker prefix); with
 S = E E'^T the cosine similarities between the turns of the reference D and the candidate D',
 P = mean over turns of D' of max_i S_ij, R = mean over turns of D of max_j S_ij,
-F = 2PR / (P + R) and FlowScore(D, D') = 1 - F (0 for identical dialogues; larger = further).
+F = 2PR / (P + R) with P and R clipped at 0 (F = 0 when P <= 0 or R <= 0) and
+FlowScore(D, D') = 1 - F, in [0, 1] (0 for identical dialogues; 1 for dialogues whose turns
+point away from each other; larger = further).
 """
 
 _KWARGS_DESCRIPTION = """
