@@ -50,7 +50,6 @@ from typing import Any
 
 import numpy as np
 
-from dialfork_dataset.forks import position_to_system_turn
 from dialfork_dataset.turns import as_turns
 
 from .ngram import NgramLM
