@@ -13,7 +13,6 @@ import pytest
 
 from dialfork_dataset.forks import fork_turns
 from dialfork_metrics.guard import Monitor, MonitorFileError, Verdict
-from dialfork_metrics.task3 import make_detector
 
 D = 16
 
