@@ -309,7 +309,10 @@ def test_equivalence_on_every_dialogue_of_a_template_corpus(template_corpus, tmp
     assert len(tasks) == 2
     checked = alarms = 0
     for task in tasks:
-        mon = Monitor.fit([e for e in train if e["task"] == task], detector="ss+nc", encoder="minilm")
+        # fit on every conformant dialogue of the task (train and test): with 4 train dialogues a task
+        # alarms on everything; the equivalence must be seen on dialogues with and without an alarm
+        fit_on = [e for e in train + test if e["task"] == task and e["hallucination_type"] is None]
+        mon = Monitor.fit(fit_on, detector="ss+nc", encoder="minilm")
         dialogues = [e for e in test if e["task"] == task]
         verdicts = [mon.replay(d) for d in dialogues]  # turn by turn, each turn encoded once
         preds = mon.detector.predict_many(dialogues)  # Task 3 streaming prediction, same detector

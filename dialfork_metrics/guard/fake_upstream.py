@@ -1,8 +1,9 @@
 """A deterministic OpenAI-compatible upstream for tests, benchmarks and the docs: it plays the
 system side of recorded dialogues.
 
-A request's reply is the next system turn of the dialogue whose opening turns equal the request's
-turns (user/assistant messages, as the proxy reads them). The ``X-Fake-Dialogue: <dialogue_id>``
+A request's reply is the next system turn of the dialogue whose opening turns match the request's
+turns (user/assistant messages, as the proxy reads them): same speakers in the same order and the
+same user texts (the assistant texts are whatever the client was shown, e.g. a guard's fallback). The ``X-Fake-Dialogue: <dialogue_id>``
 header picks the dialogue (forks share their opening with their conformant source); without it,
 the first matching dialogue in file order answers. A history that matches nothing gets
 :data:`UNKNOWN_REPLY` and the header ``X-Fake-Matched: false``. ``stream: true`` answers in SSE
@@ -37,7 +38,7 @@ class ReplayBook:
             did = str(d.get("dialogue_id", i)) if isinstance(d, Mapping) else str(i)
             turns = [(t["speaker"], t["text"]) for t in as_turns(d, where=f"dialogue {did}")]
             self.by_id[did] = turns
-            hashes = [""] + prefix_hashes(turns)
+            hashes = [""] + prefix_hashes(_key(turns))
             for k, (sp, text) in enumerate(turns):
                 if sp == "system":
                     self.first.setdefault(hashes[k], text)
@@ -46,10 +47,14 @@ class ReplayBook:
         if dialogue_id is not None:
             ref = self.by_id.get(dialogue_id)
             k = len(turns)
-            if ref is None or k >= len(ref) or list(ref[:k]) != list(turns) or ref[k][0] != "system":
+            if ref is None or k >= len(ref) or _key(ref[:k]) != _key(turns) or ref[k][0] != "system":
                 return None
             return ref[k][1]
-        return self.first.get(prefix_hashes(turns)[-1] if turns else "")
+        return self.first.get(prefix_hashes(_key(turns))[-1] if turns else "")
+
+
+def _key(turns: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
+    return [(sp, text if sp == "user" else "") for sp, text in turns]
 
 
 def create_fake_upstream(dialogues: Sequence[Any], delay_s: float = 0.0, model: str = "dialfork-replay"):

@@ -53,6 +53,12 @@ MAX_CONVERSATION_ID = 256
 # request headers that are the proxy's business, not the upstream's
 _HOP = {"host", "content-length", "transfer-encoding", "connection", "keep-alive", "accept-encoding", "te",
         "upgrade", "proxy-authorization", "proxy-connection", "trailer"}
+# upstream response headers the proxy sets itself
+_OWN = _HOP | {"content-type", "content-encoding", "date", "server"}
+
+
+def _passthrough(headers: Mapping[str, str]) -> dict[str, str]:
+    return {k: v for k, v in headers.items() if k.lower() not in _OWN and not k.lower().startswith("x-dialfork-")}
 
 
 @dataclass(frozen=True)
@@ -209,8 +215,8 @@ class Guard:
         t_start = time.perf_counter()
         try:
             body = json.loads(raw)
-        except (ValueError, UnicodeDecodeError) as e:
-            raise BadRequest(400, f"the request body is not valid JSON: {e}") from e
+        except (ValueError, UnicodeDecodeError, RecursionError) as e:
+            raise BadRequest(400, f"the request body is not valid JSON: {type(e).__name__}: {e}") from e
         turns = parse_turns(body)
         stream = bool(body.get("stream", False))
         stream_label[0] = str(stream).lower()
@@ -239,11 +245,15 @@ class Guard:
         """Observe the reply (if it has text); returns (verdicts, blocked, delivered text)."""
         if text is None or not text.strip():
             return [], False, text
-        session = ctx["session"]
-        state = session.state()
-        _, rows, verdicts, enc = await self._in(self._mon_pool, self._observe, ctx["conv"], state,
-                                                [("system", text, chain(ctx["prefix"], "system", text))])
-        ctx["encode"] += enc
+        prefix = chain(ctx["prefix"], "system", text)
+        hit = await self._in(self._db_pool, self.store.get, ctx["conv"], prefix)
+        if hit is not None:  # a retried request whose reply was already observed: reuse, do not re-encode
+            verdicts = [Verdict.from_dict(hit[1])]
+            rows = [Row(ctx["conv"], prefix, verdicts[0].turn, "system", hit[0], hit[1])]
+        else:
+            _, rows, verdicts, enc = await self._in(self._mon_pool, self._observe, ctx["conv"],
+                                                    ctx["session"].state(), [("system", text, prefix)])
+            ctx["encode"] += enc
         first_now = rows[-1].state["first_alarm"]
         raised_here = ctx["first_before"] is None and first_now is not None
         blocked = self.config.mode == "block" and raised_here
@@ -292,7 +302,7 @@ class Guard:
         upstream_s = time.perf_counter() - t0
         if r.status_code != 200:
             self.metrics.upstream_errors.labels(f"status_{r.status_code}").inc()
-            return Response(r.content, status_code=r.status_code,
+            return Response(r.content, status_code=r.status_code, headers=_passthrough(r.headers),
                             media_type=r.headers.get("content-type", "application/json"))
         try:
             data = r.json()
@@ -308,7 +318,7 @@ class Guard:
             msg.pop("tool_calls", None)
         data["dialfork"] = df = self._dialfork(ctx, verdicts, blocked)
         self._done(ctx, upstream_s, "false")
-        return JSONResponse(data, headers=self._headers(df, ctx, upstream_s))
+        return JSONResponse(data, headers={**_passthrough(r.headers), **self._headers(df, ctx, upstream_s)})
 
     async def _stream(self, raw: bytes, fwd: dict[str, str], ctx):
         import httpx
@@ -324,7 +334,7 @@ class Guard:
             content = await r.aread()
             await r.aclose()
             self.metrics.upstream_errors.labels(f"status_{r.status_code}").inc()
-            return Response(content, status_code=r.status_code,
+            return Response(content, status_code=r.status_code, headers=_passthrough(r.headers),
                             media_type=r.headers.get("content-type", "application/json"))
         block = self.config.mode == "block"
         before = self._dialfork(ctx, [], False)
@@ -379,7 +389,8 @@ class Guard:
             self._done(ctx, upstream_s, "true")
 
         return StreamingResponse(events(), media_type="text/event-stream",
-                                 headers={**self._headers(before, ctx, 0.0), "Cache-Control": "no-cache"})
+                                 headers={**_passthrough(r.headers), **self._headers(before, ctx, 0.0),
+                                          "Cache-Control": "no-cache"})
 
 
 def _fallback_events(first: Mapping[str, Any], text: str) -> bytes:

@@ -129,6 +129,12 @@ class Store:
                     best = (int(r[0]), json.loads(r[1]), json.loads(r[2]))
         return best
 
+    def get(self, conv: str, prefix: str) -> tuple[dict[str, Any], dict[str, Any]] | None:
+        """``(state, verdict)`` stored for exactly this prefix, or ``None``."""
+        with self._lock:
+            r = self._db.execute("SELECT state, verdict FROM turns WHERE conv = ? AND prefix = ?", (conv, prefix)).fetchone()
+        return None if r is None else (json.loads(r[0]), json.loads(r[1]))
+
     def put(self, rows: Sequence[Row]) -> None:
         """Insert the rows of one request in one transaction (idempotent)."""
         if not rows:
