@@ -7,7 +7,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAR ?= $(if $(DIALFORK_STAR_DIR),$(DIALFORK_STAR_DIR),../shared/star)
 DEMO_OUT ?= demo_out
-EXTRAS ?= dev,stats,annotation
+EXTRAS ?= dev,stats,annotation,guard
 export HF_HUB_OFFLINE ?= 1
 export HF_EVALUATE_OFFLINE ?= 1
 export HF_DATASETS_OFFLINE ?= 1
@@ -36,10 +36,11 @@ install: $(VENV)/.installed
 DEMO_TASKS ?= weather,doctor_schedule,apartment_schedule
 DEMO_PER_TASK ?= 16
 DEMO_DETECTOR ?= ss+nc
+DEMO_GUARD_TASK ?= weather
 
 # The whole pipeline on the embedded default: STAR -> template corpus -> Hub layout ->
 # load_dataset -> benchmark (Tasks 1-3, minilm) -> a streaming detector's blind submission ->
-# leaderboard validate / score / render.
+# leaderboard validate / score / render -> a guard Monitor replaying a conformant and a forked dialogue.
 demo: install
 	$(PY) -m dialfork_dataset star --star $(STAR)
 	$(PY) -m generation --backend template --star $(STAR) --out $(DEMO_OUT)/corpus \
@@ -59,6 +60,7 @@ demo: install
 	$(PY) -m leaderboard score $(DEMO_OUT)/submission/streaming.jsonl --gold $(DEMO_OUT)/hub-gold \
 	  --blind $(DEMO_OUT)/hub --results $(DEMO_OUT)/leaderboard --submitter demo
 	$(PY) -m leaderboard render --results $(DEMO_OUT)/leaderboard --out $(DEMO_OUT)/site
+	$(PY) -m dialfork_metrics.guard replay --fit --data $(DEMO_OUT)/hub --task $(DEMO_GUARD_TASK) --monitor $(DEMO_OUT)/guard/$(DEMO_GUARD_TASK).monitor
 	@echo "demo done: corpus $(DEMO_OUT)/hub, reports $(DEMO_OUT)/reports/report.md, leaderboard $(DEMO_OUT)/site/index.html"
 
 # The human-study tool on the demo corpus: prints the admin password and an annotator link, then serves.

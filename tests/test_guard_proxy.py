@@ -23,6 +23,7 @@ pytest.importorskip("prometheus_client")
 from dialfork_metrics.guard import Monitor  # noqa: E402
 from dialfork_metrics.guard.fake_upstream import create_fake_upstream  # noqa: E402
 from dialfork_metrics.guard.proxy import GuardConfig, create_app  # noqa: E402
+from dialfork_metrics.guard.sse import read_completion  # noqa: E402
 from dialfork_metrics.guard.store import Store, StoreError  # noqa: E402
 
 
@@ -142,15 +143,9 @@ def _play(client, url, d, stream=False, conv=True, headers=None):
 
 
 def _read_sse(body: str):
-    events = [ln[5:].strip() for ln in body.splitlines() if ln.startswith("data:")]
-    assert events[-1] == "[DONE]"
-    tail = json.loads(events[-2])
-    assert tail["choices"] == [] and "dialfork" in tail  # the verdict chunk comes last, before [DONE]
-    text = ""
-    for e in events[:-2]:
-        for ch in json.loads(e)["choices"]:
-            text += ch["delta"].get("content") or ""
-    return tail["dialfork"], text
+    df, text = read_completion(body)
+    assert body.rstrip().endswith("data: [DONE]")
+    return df, text
 
 
 def _expected(monitor, d):
