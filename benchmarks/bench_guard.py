@@ -138,8 +138,8 @@ def overhead(proxy_url: str, upstream_url: str, dialogues, n: int) -> dict:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--task", default="weather")
-    ap.add_argument("--per-task", type=int, default=60, help="scenarios of the generated template corpus")
+    ap.add_argument("--task", default="doctor_schedule")
+    ap.add_argument("--per-task", type=int, default=30, help="scenarios of the generated template corpus")
     ap.add_argument("--star", default=os.environ.get("DIALFORK_STAR_DIR",
                                                      str(Path(__file__).resolve().parents[2] / "shared" / "star")))
     ap.add_argument("--conversations", type=int, default=50)

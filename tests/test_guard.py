@@ -6,6 +6,7 @@ on restored states and monitor files."""
 from __future__ import annotations
 
 import json
+import re
 import zipfile
 
 import numpy as np
@@ -304,25 +305,53 @@ def test_load_refuses_bad_files_with_a_clear_message(tmp_path, monitors):
 def test_equivalence_on_every_dialogue_of_a_template_corpus(template_corpus, tmp_path):
     from dialfork_metrics.task3 import load_examples
 
-    train, test = load_examples(template_corpus, "train"), load_examples(template_corpus, "test")
-    tasks = sorted({e["task"] for e in test})
-    assert len(tasks) == 2
-    checked = alarms = 0
-    for task in tasks:
-        # fit on every conformant dialogue of the task (train and test): with 4 train dialogues a task
-        # alarms on everything; the equivalence must be seen on dialogues with and without an alarm
-        fit_on = [e for e in train + test if e["task"] == task and e["hallucination_type"] is None]
-        mon = Monitor.fit(fit_on, detector="ss+nc", encoder="minilm")
-        dialogues = [e for e in test if e["task"] == task]
-        verdicts = [mon.replay(d) for d in dialogues]  # turn by turn, each turn encoded once
-        preds = mon.detector.predict_many(dialogues)  # Task 3 streaming prediction, same detector
-        for d, vs, pred in zip(dialogues, verdicts, preds):
-            first = next((v.first_alarm for v in vs if v.alarm), None)
-            assert first == pred, d["dialogue_id"]
-            checked += 1
-            alarms += pred is not None
-        # the saved and reloaded monitor (a fresh encoder) gives the same verdicts
-        back = Monitor.load(mon.save(tmp_path / f"{task}.monitor"))
-        for d, vs in zip(dialogues[:3], verdicts[:3]):
-            assert back.replay(d) == vs
-    assert checked == len(test) and 0 < alarms < checked
+    # one task of the shared template corpus (its 68 test dialogues): a small template corpus whose
+    # every dialogue is replayed turn by turn, each turn encoded alone
+    task = "weather"
+    train = [e for e in load_examples(template_corpus, "train") if e["task"] == task]
+    test = [e for e in load_examples(template_corpus, "test") if e["task"] == task]
+    # fit on every conformant dialogue of the task (train and test): with 4 train dialogues everything
+    # alarms; the equivalence must be seen on dialogues with and without an alarm
+    mon = Monitor.fit([e for e in train + test if e["hallucination_type"] is None], detector="ss+nc",
+                      encoder="minilm")
+    verdicts = [mon.replay(d) for d in test]  # turn by turn, each turn encoded once, alone
+    preds = mon.detector.predict_many(test)  # the Task 3 streaming prediction of the same detector
+    firsts = [next((v.first_alarm for v in vs if v.alarm), None) for vs in verdicts]
+    assert firsts == preds
+    assert len(test) == 68 and 0 < sum(p is not None for p in preds) < len(test)
+    # the saved and reloaded monitor (a fresh encoder) gives the same verdicts
+    back = Monitor.load(mon.save(tmp_path / f"{task}.monitor"))
+    for d, vs in zip(test[:3], verdicts[:3]):
+        assert back.replay(d) == vs
+
+
+# -- command line ---------------------------------------------------------------------------------
+def test_cli_bad_input_exits_2_with_one_line(template_corpus, tmp_path, capsys):
+    from dialfork_metrics.guard.__main__ import main
+
+    assert main(["fit", "--data", str(template_corpus), "--task", "no_such_task", "--out", str(tmp_path / "m")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no_such_task" in err[0] and "weather" in err[0]
+    assert main(["replay", "--monitor", str(tmp_path / "missing.monitor"), "--data", str(template_corpus),
+                 "--task", "weather"]) == 2
+    assert "no such monitor file" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_cli_replay_fits_saves_and_prints_the_first_alarm(template_corpus, tmp_path, capsys):
+    from dialfork_metrics.guard.__main__ import main
+    from dialfork_metrics.task3 import load_examples
+
+    path = tmp_path / "guard" / "weather.monitor"
+    assert main(["replay", "--fit", "--data", str(template_corpus), "--task", "weather", "--monitor", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert path.is_file() and Monitor.load(path).task == "weather"
+    assert "(conformant" in out and "(fork " in out and out.count("first alarm: ") == 2
+    # the printed first alarms are the detector's Task 3 predictions
+    mon = Monitor.load(path)
+    test = {e["dialogue_id"]: e for e in load_examples(template_corpus, "test")}
+    shown = re.findall(r"^(\S+) \(", out, flags=re.M)
+    printed = re.findall(r"first alarm: (none|system turn \d+)", out)
+    for did, p in zip(shown, printed):
+        pred = mon.detector.predict(test[did])
+        assert p == ("none" if pred is None else f"system turn {pred}")

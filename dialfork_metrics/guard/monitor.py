@@ -123,12 +123,18 @@ def _task_of(rows: Sequence[Any]) -> str | None:
     return tasks[0] if tasks else None
 
 
+#: The configuration that decides a verdict besides the fitted arrays and the threshold. Options that
+#: act only at fit time (calibration, clustering threshold, ...) are reflected in those already, so
+#: a monitor saved by one version keeps its fingerprint when a later version adds fit options.
+FINGERPRINT_KEYS = ("method", "node_confidence", "order", "K", "tau", "backoff")
+
+
 def detector_fingerprint(detector: Any) -> str:
-    """SHA-256 over everything that decides a verdict (config, nodes, LM counts, threshold)."""
+    """SHA-256 over everything that decides a verdict: :data:`FINGERPRINT_KEYS`, the threshold, the
+    node centroids and offsets, and the N-gram counts."""
     h = hashlib.sha256()
-    cfg = dict(detector.config())
-    cfg.pop("encoder", None)  # recorded, but a loaded monitor may run the same model from another path
-    h.update(json.dumps(cfg, sort_keys=True).encode())
+    cfg = detector.config()
+    h.update(json.dumps({k: cfg.get(k) for k in FINGERPRINT_KEYS}, sort_keys=True).encode())
     h.update(repr(float(detector.threshold)).encode())
     h.update(json.dumps(detector.node_offsets, sort_keys=True).encode())
     for sp in sorted(detector.centroids):

@@ -58,7 +58,9 @@ _OWN = _HOP | {"content-type", "content-encoding", "date", "server"}
 
 
 def _passthrough(headers: Mapping[str, str]) -> dict[str, str]:
-    return {k: v for k, v in headers.items() if k.lower() not in _OWN and not k.lower().startswith("x-dialfork-")}
+    """End-to-end upstream headers, lower-cased (the proxy's own headers, also lower-case, win)."""
+    return {k.lower(): v for k, v in headers.items()
+            if k.lower() not in _OWN and not k.lower().startswith("x-dialfork-") and k.lower() != "server-timing"}
 
 
 @dataclass(frozen=True)
@@ -267,10 +269,10 @@ class Guard:
 
     def _headers(self, dialfork: Mapping[str, Any], ctx, upstream_s: float) -> dict[str, str]:
         fa = dialfork.get("first_alarm")
-        return {"X-DialFork-Alarm": "true" if dialfork.get("alarm") else "false",
-                "X-DialFork-First-Alarm": "none" if fa is None else str(fa),
-                "X-DialFork-Turn": str(dialfork.get("turn", 0)),
-                "Server-Timing": f"encode;dur={ctx['encode'] * 1000:.3f}, upstream;dur={upstream_s * 1000:.3f}"}
+        return {"x-dialfork-alarm": "true" if dialfork.get("alarm") else "false",
+                "x-dialfork-first-alarm": "none" if fa is None else str(fa),
+                "x-dialfork-turn": str(dialfork.get("turn", 0)),
+                "server-timing": f"encode;dur={ctx['encode'] * 1000:.3f}, upstream;dur={upstream_s * 1000:.3f}"}
 
     def _done(self, ctx, upstream_s: float, stream: str):
         total = time.perf_counter() - ctx["t_start"]
@@ -302,6 +304,7 @@ class Guard:
         upstream_s = time.perf_counter() - t0
         if r.status_code != 200:
             self.metrics.upstream_errors.labels(f"status_{r.status_code}").inc()
+            self.metrics.requests.labels("false", "upstream_status").inc()
             return Response(r.content, status_code=r.status_code, headers=_passthrough(r.headers),
                             media_type=r.headers.get("content-type", "application/json"))
         try:
@@ -334,6 +337,7 @@ class Guard:
             content = await r.aread()
             await r.aclose()
             self.metrics.upstream_errors.labels(f"status_{r.status_code}").inc()
+            self.metrics.requests.labels("true", "upstream_status").inc()
             return Response(content, status_code=r.status_code, headers=_passthrough(r.headers),
                             media_type=r.headers.get("content-type", "application/json"))
         block = self.config.mode == "block"
@@ -390,7 +394,7 @@ class Guard:
 
         return StreamingResponse(events(), media_type="text/event-stream",
                                  headers={**_passthrough(r.headers), **self._headers(before, ctx, 0.0),
-                                          "Cache-Control": "no-cache"})
+                                          "cache-control": "no-cache"})
 
 
 def _fallback_events(first: Mapping[str, Any], text: str) -> bytes:
