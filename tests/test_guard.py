@@ -353,5 +353,6 @@ def test_cli_replay_fits_saves_and_prints_the_first_alarm(template_corpus, tmp_p
     shown = re.findall(r"^(\S+) \(", out, flags=re.M)
     printed = re.findall(r"first alarm: (none|system turn \d+)", out)
     for did, p in zip(shown, printed):
+        mon.replay(test[did])  # each turn encoded alone (as the CLI did); predict then reads the same embeddings
         pred = mon.detector.predict(test[did])
         assert p == ("none" if pred is None else f"system turn {pred}")

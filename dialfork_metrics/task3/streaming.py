@@ -35,6 +35,9 @@ The streaming interface sees one turn at a time and never looks ahead::
 
 ``predict(dialogue)`` is exactly that loop; ``predict_many`` runs it over many dialogues with one
 encoder pass and batched node assignment.
+Every streaming path takes its decision in :meth:`StreamingDetector.step`, a pure function of a
+constant-size carried state (:class:`StepState`: the last ``N-1`` nodes, ``p_{t-1}``, the turn
+counts); :mod:`dialfork_metrics.guard` runs the same step for live conversations.
 """
 
 from __future__ import annotations
