@@ -31,7 +31,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -188,15 +188,44 @@ class Guard:
     def __init__(self, monitor: Monitor, store: Store, config: GuardConfig):
         self.monitor, self.store, self.config = monitor, store, config
         self.metrics = _Metrics()
-        self._mon_pool = ThreadPoolExecutor(1, thread_name_prefix="guard-monitor")
-        self._db_pool = ThreadPoolExecutor(1, thread_name_prefix="guard-db")
+        # one worker thread does a request's store look-up, encoding, detector step and commit in one
+        # hop (the encoder sees one caller at a time; SQLite work is sub-millisecond)
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="guard-worker")
         self.client = None
 
-    async def _in(self, pool, fn, *args):
-        return await asyncio.get_running_loop().run_in_executor(pool, fn, *args)
+    async def _in(self, fn, *args):
+        return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
 
-    # monitor work (one thread: the encoder is used by one caller at a time)
-    def _observe(self, conv: str, state: dict | None, items: Sequence[tuple[str, str, str]]):
+    def _history(self, conv: str, hashes: list[str], turns: list[tuple[str, str]]):
+        """Resume from the longest stored prefix, observe the new history turns, commit them."""
+        k, state, last = self.store.longest_prefix(conv, hashes)
+        items = [(sp, text, h) for (sp, text), h in zip(turns[k:], hashes[k:])]
+        session, rows, verdicts, enc = self._observe(conv, state, items)
+        self.store.put(rows)  # what was observed is never observed twice
+        return state, last, session, verdicts, enc
+
+    def _reply(self, conv: str, prefix_before: str, state: dict[str, Any], text: str, first_before: int | None):
+        """Observe the reply (reused when this exact reply was already observed: a retried request),
+        decide blocking, commit. Returns (verdicts, blocked, delivered text, encoding seconds)."""
+        prefix = chain(prefix_before, "system", text)
+        hit = self.store.get(conv, prefix)
+        if hit is not None:
+            v = Verdict.from_dict(hit[1])
+            rows, verdicts, enc = [Row(conv, prefix, v.turn, "system", hit[0], hit[1])], [v], 0.0
+        else:
+            _, rows, verdicts, enc = self._observe(conv, state, [("system", text, prefix)])
+        raised_here = first_before is None and rows[-1].state["first_alarm"] is not None
+        blocked = self.config.mode == "block" and raised_here
+        delivered = self.config.fallback if blocked else text
+        if blocked:
+            self.metrics.blocked.inc()
+            rows = [Row(r.conv, chain(prefix_before, "system", delivered), r.idx, r.speaker, r.state, r.verdict, True)
+                    for r in rows]
+        self.store.put(rows)
+        return verdicts, blocked, delivered, enc
+
+    def _observe(self, conv: str, state: dict | None, items: list[tuple[str, str, str]]):
+        """Observe ``(speaker, text, prefix)`` items from ``state``: (session, rows, verdicts, encode s)."""
         s = self.monitor.session(state)
         before = s.first_alarm
         rows, verdicts, enc = [], [], 0.0
@@ -224,11 +253,8 @@ class Guard:
         stream_label[0] = str(stream).lower()
         conv = conversation_id(headers)
         hashes = prefix_hashes(turns)
-        k, state, last = await self._in(self._db_pool, self.store.longest_prefix, conv, hashes)
+        state, last, session, verdicts, enc = await self._in(self._history, conv, hashes, turns)
         first_before = None if state is None else state.get("first_alarm")
-        items = [(sp, text, h) for (sp, text), h in zip(turns[k:], hashes[k:])]
-        session, rows, verdicts, enc = await self._in(self._mon_pool, self._observe, conv, state, items)
-        await self._in(self._db_pool, self.store.put, rows)  # what was observed is never observed twice
         ctx = {"t_start": t_start, "conv": conv, "prefix": hashes[-1] if hashes else "", "session": session,
                "verdicts": verdicts, "last": verdicts[-1].to_dict() if verdicts else last,
                "first_before": first_before, "encode": enc}
@@ -247,24 +273,9 @@ class Guard:
         """Observe the reply (if it has text); returns (verdicts, blocked, delivered text)."""
         if text is None or not text.strip():
             return [], False, text
-        prefix = chain(ctx["prefix"], "system", text)
-        hit = await self._in(self._db_pool, self.store.get, ctx["conv"], prefix)
-        if hit is not None:  # a retried request whose reply was already observed: reuse, do not re-encode
-            verdicts = [Verdict.from_dict(hit[1])]
-            rows = [Row(ctx["conv"], prefix, verdicts[0].turn, "system", hit[0], hit[1])]
-        else:
-            _, rows, verdicts, enc = await self._in(self._mon_pool, self._observe, ctx["conv"],
-                                                    ctx["session"].state(), [("system", text, prefix)])
-            ctx["encode"] += enc
-        first_now = rows[-1].state["first_alarm"]
-        raised_here = ctx["first_before"] is None and first_now is not None
-        blocked = self.config.mode == "block" and raised_here
-        delivered = self.config.fallback if blocked else text
-        if blocked:
-            self.metrics.blocked.inc()
-            rows = [Row(r.conv, chain(ctx["prefix"], "system", delivered), r.idx, r.speaker, r.state, r.verdict, True)
-                    for r in rows]
-        await self._in(self._db_pool, self.store.put, rows)
+        verdicts, blocked, delivered, enc = await self._in(self._reply, ctx["conv"], ctx["prefix"],
+                                                           ctx["session"].state(), text, ctx["first_before"])
+        ctx["encode"] += enc
         return verdicts, blocked, delivered
 
     def _headers(self, dialfork: Mapping[str, Any], ctx, upstream_s: float) -> dict[str, str]:
@@ -440,8 +451,7 @@ def create_app(monitor: Monitor, store: Store, config: GuardConfig, on_startup=N
             yield
         finally:
             await guard.client.aclose()
-            guard._mon_pool.shutdown(wait=False)
-            guard._db_pool.shutdown(wait=True)
+            guard._pool.shutdown(wait=True)
 
     app = FastAPI(title="DialFork guard", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.state.guard = guard
