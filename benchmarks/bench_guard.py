@@ -98,7 +98,14 @@ def in_process(monitor_path, dialogues, n_turns: int, seed: int = 0) -> dict:
     return out
 
 
-def overhead(proxy_url: str, upstream_url: str, dialogues, n: int) -> dict:
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def overhead(proxy_url: str, upstream_url: str, dialogues, n: int, prefix: str = "overhead/",
+             proxy_pid: int | None = None) -> dict:
     import httpx
 
     from dialfork_metrics.guard.loadgen import turns_until_last_system
@@ -106,6 +113,7 @@ def overhead(proxy_url: str, upstream_url: str, dialogues, n: int) -> dict:
     over, direct, proxied, enc = [], [], [], []
     with httpx.Client(timeout=120) as c:
         c.post(upstream_url + "/v1/chat/completions", json={"messages": [{"role": "user", "content": "warm"}]})
+        cpu0 = _cpu_s(proxy_pid) if proxy_pid else None
         for d in dialogues:
             msgs = []
             for t in turns_until_last_system(d):
@@ -113,7 +121,7 @@ def overhead(proxy_url: str, upstream_url: str, dialogues, n: int) -> dict:
                     msgs.append({"role": "user", "content": t["text"]})
                     continue
                 body = {"model": "m", "messages": list(msgs)}
-                h = {"X-Fake-Dialogue": d["dialogue_id"], "X-Conversation-Id": "overhead/" + d["dialogue_id"]}
+                h = {"X-Fake-Dialogue": d["dialogue_id"], "X-Conversation-Id": prefix + d["dialogue_id"]}
                 a = time.perf_counter()
                 r1 = c.post(upstream_url + "/v1/chat/completions", json=body, headers=h)
                 t_direct = time.perf_counter() - a
@@ -132,7 +140,9 @@ def overhead(proxy_url: str, upstream_url: str, dialogues, n: int) -> dict:
                     break
             if len(over) >= n:
                 break
-    return {"requests": len(over), "overhead_ms_median": 1000 * statistics.median(over),
+        cpu = (_cpu_s(proxy_pid) - cpu0) / len(over) if proxy_pid else None
+    return {"requests": len(over), "proxy_cpu_ms_per_request": None if cpu is None else 1000 * cpu,
+            "overhead_ms_median": 1000 * statistics.median(over),
             "overhead_ms_p90": 1000 * pct(over, 90), "direct_ms_median": 1000 * statistics.median(direct),
             "proxied_ms_median": 1000 * statistics.median(proxied), "encode_ms_median": 1000 * statistics.median(enc)}
 
@@ -149,6 +159,7 @@ def main(argv=None) -> int:
     ap.add_argument("--overhead-requests", type=int, default=100)
     ap.add_argument("--kill-at", type=float, default=0.4, help="share of the crash run's replies before SIGKILL")
     ap.add_argument("--json", default=None, help="also write the figures here")
+    ap.add_argument("--only-overhead", action="store_true", help="stop after the proxy overhead step")
     args = ap.parse_args(argv)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
@@ -189,7 +200,7 @@ def main(argv=None) -> int:
                      "turns_per_conversation": args.turns, "cpus": os.cpu_count(),
                      "load_average_at_start": os.getloadavg()[0]}
 
-    figures["in_process"] = ip = in_process(path, conv, args.in_process_turns)
+    figures["in_process"] = ip = in_process(path, conv, args.in_process_turns if not args.only_overhead else 5)
     print(f"in-process: observe {ip['observe_ms_median']:.2f} ms vs encode alone {ip['encode_ms_median']:.2f} ms "
           f"median -> ratio {ip['ratio_median']:.3f} (target <= 1.5); p99 {ip['observe_ms_p99']:.2f} vs "
           f"{ip['encode_ms_p99']:.2f} ms -> ratio {ip['ratio_p99']:.3f} (target <= 3); per-turn ratio median "
@@ -208,6 +219,14 @@ def main(argv=None) -> int:
                   f"p90 {ov['overhead_ms_p90']:.2f} ms over {ov['requests']} requests; direct "
                   f"{ov['direct_ms_median']:.2f} ms, proxied {ov['proxied_ms_median']:.2f} ms, encoding "
                   f"{ov['encode_ms_median']:.2f} ms")
+            # the same requests again as new conversations: every text is in the proxy's encoder cache, so
+            # the proxy's CPU time per request is its own work (parsing, hashing, SQLite, forwarding)
+            figures["overhead_cached"] = oc = overhead(px.url, up.url, conv, args.overhead_requests,
+                                                       prefix="overhead-cached/", proxy_pid=px.proc.pid)
+            print(f"proxy overhead, texts cached: median {oc['overhead_ms_median']:.2f} ms, p90 "
+                  f"{oc['overhead_ms_p90']:.2f} ms; proxy CPU {oc['proxy_cpu_ms_per_request']:.2f} ms per request")
+            if args.only_overhead:
+                return 0
             t = time.perf_counter()
             res = play(px.url, conv, concurrency=args.conversations, max_turns=args.turns, retry_for=600)
             wall = time.perf_counter() - t
