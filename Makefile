@@ -7,7 +7,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAR ?= $(if $(DIALFORK_STAR_DIR),$(DIALFORK_STAR_DIR),../shared/star)
 DEMO_OUT ?= demo_out
-EXTRAS ?= dev,stats,annotation,leaderboard
+EXTRAS ?= dev,stats,annotation,leaderboard,guard
 export HF_HUB_OFFLINE ?= 1
 export HF_EVALUATE_OFFLINE ?= 1
 export HF_DATASETS_OFFLINE ?= 1
@@ -36,9 +36,9 @@ install: $(VENV)/.installed
 DEMO_TASKS ?= weather,doctor_schedule,apartment_schedule
 DEMO_PER_TASK ?= 16
 DEMO_DETECTOR ?= ss+nc
+DEMO_GUARD_TASK ?= weather
 
 DEMO_SECRET ?= $(DEMO_OUT)/secret
-# Fork prefixes of the hidden set: `reword` (SPEC 3) when this code version has it.
 # prefixes reworded at the calibrated rate (SPEC 3), so that Shared prefix is a control, not an oracle
 DEMO_PREFIX ?= --prefix-mode reword
 
@@ -46,7 +46,8 @@ DEMO_PREFIX ?= --prefix-mode reword
 # $(DEMO_SECRET)) -> public template corpus (scenarios the key leaves public, seed 0) + hidden
 # corpus (reserved scenarios, the key's secret seed) -> audited Hub layout -> load_dataset ->
 # benchmark (Tasks 1-3, minilm) -> a streaming detector's submission on the hidden blind set ->
-# leaderboard validate / score / render.
+# leaderboard validate / score / render -> a guard Monitor replaying a conformant and a forked
+# dialogue -> an audit of a faithful and a derailed fake agent, side by side.
 demo: install
 	$(PY) -m dialfork_dataset star --star $(STAR)
 	test -f $(DEMO_SECRET)/hidden_key.json || $(PY) -m dialfork_dataset keygen $(DEMO_SECRET)/hidden_key.json
@@ -69,8 +70,9 @@ demo: install
 	$(PY) -m leaderboard score $(DEMO_OUT)/submission/streaming.jsonl --gold $(DEMO_OUT)/hub-gold \
 	  --blind $(DEMO_OUT)/hub --results $(DEMO_OUT)/leaderboard --submitter demo
 	$(PY) -m leaderboard render --results $(DEMO_OUT)/leaderboard --out $(DEMO_OUT)/site
+	$(PY) -m dialfork_metrics.guard replay --fit --data $(DEMO_OUT)/hub --task $(DEMO_GUARD_TASK) --monitor $(DEMO_OUT)/guard/$(DEMO_GUARD_TASK).monitor
 	$(PY) -m dialfork_metrics.audit.demo --star $(STAR) --reference $(DEMO_OUT)/corpus --tasks $(DEMO_TASKS) --per-task 3 --out $(DEMO_OUT)/audit
-	@echo "demo done: corpus $(DEMO_OUT)/hub (audit: $(DEMO_OUT)/hub-gold/audit_report.json), reports $(DEMO_OUT)/reports/report.md, leaderboard $(DEMO_OUT)/site/index.html"
+	@echo "demo done: corpus $(DEMO_OUT)/hub (audit: $(DEMO_OUT)/hub-gold/audit_report.json), reports $(DEMO_OUT)/reports/report.md, leaderboard $(DEMO_OUT)/site/index.html, guard $(DEMO_OUT)/guard, agent audit $(DEMO_OUT)/audit"
 
 # The human-study tool on the demo corpus: prints the admin password and an annotator link, then serves.
 demo-annotate: install

@@ -35,6 +35,9 @@ The streaming interface sees one turn at a time and never looks ahead::
 
 ``predict(dialogue)`` is exactly that loop; ``predict_many`` runs it over many dialogues with one
 encoder pass and batched node assignment.
+Every streaming path takes its decision in :meth:`StreamingDetector.step`, a pure function of a
+constant-size carried state (:class:`StepState`: the last ``N-1`` nodes, ``p_{t-1}``, the turn
+counts); :mod:`dialfork_metrics.guard` runs the same step for live conversations.
 """
 
 from __future__ import annotations
@@ -44,12 +47,12 @@ import logging
 import math
 import os
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from dialfork_dataset.forks import position_to_system_turn
 from dialfork_dataset.turns import as_turns
 
 from .ngram import NgramLM
@@ -157,6 +160,33 @@ def _encoder_name(encoder: Any) -> str | None:
     return alias if isinstance(alias, str) else getattr(encoder, "name", None)
 
 
+@dataclass(frozen=True)
+class StepState:
+    """Everything the streaming loop carries from one turn to the next (its size does not grow with
+    the dialogue): the last ``N-1`` node ids, ``p_{t-1}``, and the turn and system-turn counts.
+    The start of a dialogue is ``StepState()``."""
+
+    context: tuple[int, ...] = ()
+    prev_p: float | None = None
+    n_turns: int = 0
+    n_system: int = 0
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """One turn's outcome (:meth:`StreamingDetector.step`)."""
+
+    p: float
+    """``p_t`` (``p_t^NC`` for NC detectors)."""
+    score: float | None
+    """The statistic compared with the threshold: IT ``p_t`` (alarm when below), SS ``Delta_t``
+    (alarm when above; ``None`` at the first turn, which has no jump)."""
+    alarm: bool
+    """This turn crosses the threshold."""
+    system_turn: int
+    """The turn as a system turn index (a user turn -> the latest system turn before it, or 1)."""
+
+
 class _Stream:
     """One dialogue being monitored turn by turn (created by :meth:`StreamingDetector.start`)."""
 
@@ -170,6 +200,7 @@ class _Stream:
         """Every alarm raised so far, as system turn indices (one per anomalous turn)."""
         self.flag: int | None = None
         """The first alarm (the detector's prediction for the dialogue), or ``None`` so far."""
+        self._state = StepState()
 
     def update(self, turn: Any, embedding: np.ndarray | None = None) -> int | None:
         """Feed the next turn (``{"speaker", "text"}``); returns the system turn index of the alarm
@@ -191,25 +222,16 @@ class _Stream:
 
     def update_node(self, turn: Mapping[str, str], node: int, confidence: float = 1.0) -> int | None:
         """Advance with an already-assigned node (and its confidence); the core of :meth:`update`."""
-        det = self._det
-        p = det.lm.prob(det.lm.context_of(self.nodes), node)
-        if det.node_confidence:
-            p *= confidence
-        pos = len(self.turns)
+        self._state, r = self._det.step(self._state, turn["speaker"], node, confidence)
         self.turns.append(dict(turn))
         self.nodes.append(node)
-        self.p.append(p)
-        if det.method == "it":
-            alarm = p < det.threshold
-        else:
-            alarm = pos > 0 and (-math.log(p)) - (-math.log(self.p[-2])) > det.threshold  # as surprisal_jumps
-        if not alarm:
+        self.p.append(r.p)
+        if not r.alarm:
             return None
-        flag = position_to_system_turn(self.turns, pos)
-        self.alarms.append(flag)
+        self.alarms.append(r.system_turn)
         if self.flag is None:
-            self.flag = flag
-        return flag
+            self.flag = r.system_turn
+        return r.system_turn
 
 
 class StreamingDetector:
@@ -467,6 +489,27 @@ class StreamingDetector:
         if stream is None:
             raise RuntimeError("call start() before update()")
         return stream.update(turn, embedding)
+
+    def step(self, state: StepState, speaker: str, node: int, confidence: float = 1.0
+             ) -> tuple[StepState, StepResult]:
+        """One turn of the streaming loop, as a pure function of the carried state: the decision
+        rule of every streaming prediction (``predict``, ``update``, ``dialfork_metrics.guard``).
+        Constant cost per turn: only the last ``N-1`` nodes and ``p_{t-1}`` are read."""
+        lm = self.lm
+        p = lm.prob(lm.context_of(state.context), node)
+        if self.node_confidence:
+            p *= confidence
+        if self.method == "it":
+            score: float | None = p
+            alarm = p < self.threshold
+        else:  # the same expression as surprisal_jumps
+            score = None if state.prev_p is None else (-math.log(p)) - (-math.log(state.prev_p))
+            alarm = score is not None and score > self.threshold
+        n_system = state.n_system + (speaker == "system")
+        k = self.order - 1
+        context = (*state.context, int(node))[-k:] if k else ()
+        return (StepState(context, p, state.n_turns + 1, n_system),
+                StepResult(p, score, bool(alarm), max(n_system, 1)))
 
     # -- offline convenience (the streaming loop run over whole dialogues) ----------------------
     def turn_probabilities(self, dialogues: Sequence[Any], embeddings: Sequence[np.ndarray] | None = None

@@ -1,0 +1,426 @@
+"""The in-process guardrail (SPEC section 10): a fitted streaming Task 3 detector watching one live
+conversation turn by turn.
+
+A :class:`Monitor` wraps a fitted :class:`~dialfork_metrics.task3.streaming.StreamingDetector` (its
+nodes, N-gram LM, node confidence and threshold) and its encoder. A :class:`Session` carries one
+conversation: each observed turn is encoded once, mapped to its node, and advanced with the
+detector's own per-turn step (:meth:`StreamingDetector.step`, the rule every Task 3 streaming
+prediction uses), so the first alarm is the detector's Task 3 prediction by construction. The
+carried state is the last ``N-1`` nodes, ``p_{t-1}`` and three counters: a turn costs the same at
+turn 2 or 400, and :meth:`Session.state` is a small JSON object that restores the session exactly.
+
+Verdict semantics. ``alarm`` is sticky: once a turn raises the first alarm, every later verdict has
+``alarm=True`` and the same ``first_alarm``. ``first_alarm`` is a system turn index, as in Task 3:
+an alarm raised by a user turn names the latest system turn before it (system turn 1 if none;
+SPEC section 8), which has already been answered. ``raised`` says whether this turn itself crossed
+the threshold.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import os
+import tempfile
+import threading
+import zipfile
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+logger = logging.getLogger(__name__)
+
+FORMAT = "dialfork-guard-monitor"
+FORMAT_VERSION = 1
+STATE_FORMAT = "dialfork-guard-session"
+STATE_VERSION = 1
+SPEAKERS = ("user", "system")
+#: The encoder's memory cache is cleared when it holds more texts than this (a live process sees
+#: an unbounded stream of texts). Clearing never changes a verdict: a turn's embedding is its
+#: single-text encoding either way.
+DEFAULT_MAX_CACHE_TEXTS = 20_000
+_ZIP_META = "monitor.json"
+_ZIP_DETECTOR = "detector/"
+
+
+class MonitorFileError(ValueError):
+    """A monitor file that cannot be used (missing, not a monitor, unknown version, corrupt)."""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The guardrail's answer after one observed turn."""
+
+    turn: int
+    """1-based index of the turn over all turns (user and system)."""
+    system_turn: int | None
+    """1-based system turn index of this turn, or ``None`` on a user turn."""
+    alarm: bool
+    """The conversation has deviated as of this turn (sticky once raised)."""
+    first_alarm: int | None
+    """The system turn of the first alarm (the Task 3 prediction so far), or ``None``."""
+    score: float | None
+    """The detector statistic of this turn: IT ``p_t`` (alarm below the threshold), SS ``Delta_t``
+    (alarm above; ``None`` on the first turn, which has no jump)."""
+    threshold: float
+    """The detector's calibrated threshold."""
+    speaker: str = "system"
+    """``"user"`` or ``"system"``."""
+    raised: bool = False
+    """This turn itself crossed the threshold (``alarm`` also covers earlier turns)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        if d["score"] is not None and not math.isfinite(d["score"]):  # JSON has no inf
+            d["score"] = None
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Verdict:
+        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
+
+
+def _check_speaker(speaker: Any, where: str) -> str:
+    if speaker not in SPEAKERS:
+        raise ValueError(f"{where}: speaker must be 'user' or 'system', got {speaker!r}")
+    return speaker
+
+
+def _check_text(text: Any, where: str) -> str:
+    if not isinstance(text, str):
+        raise ValueError(f"{where}: text must be a string, got {type(text).__name__}")
+    if not text.strip():
+        raise ValueError(f"{where}: text is empty")
+    return text
+
+
+def _as_dialogues(dialogues: Any) -> list[Any]:
+    """A list of dialogues from a list/iterable of records or turn lists, or a ``datasets`` split."""
+    if isinstance(dialogues, str | bytes | Mapping):
+        raise TypeError("Monitor.fit() takes a list of conformant dialogues (records, lists of {speaker, text} "
+                        "turns, or a datasets split), not a single " + type(dialogues).__name__)
+    if hasattr(dialogues, "column_names") and hasattr(dialogues, "to_list"):  # datasets.Dataset
+        rows = dialogues.to_list()
+    elif isinstance(dialogues, Iterable):
+        rows = list(dialogues)
+    else:
+        raise TypeError(f"Monitor.fit() takes a list of dialogues, got {type(dialogues).__name__}")
+    if rows and isinstance(rows[0], Mapping) and "speaker" in rows[0] and "turns" not in rows[0]:
+        raise TypeError("Monitor.fit() got a single dialogue (a list of turns); pass a list of dialogues")
+    return rows
+
+
+def _task_of(rows: Sequence[Any]) -> str | None:
+    tasks = sorted({r["task"] for r in rows if isinstance(r, Mapping) and r.get("task")})
+    if len(tasks) > 1:
+        raise ValueError(f"Monitor.fit() got dialogues of {len(tasks)} tasks ({', '.join(tasks[:5])}); a monitor "
+                         "watches one task's workflow: fit one Monitor per task")
+    return tasks[0] if tasks else None
+
+
+#: The configuration that decides a verdict besides the fitted arrays and the threshold. Options that
+#: act only at fit time (calibration, clustering threshold, ...) are reflected in those already, so
+#: a monitor saved by one version keeps its fingerprint when a later version adds fit options.
+FINGERPRINT_KEYS = ("method", "node_confidence", "order", "K", "tau", "backoff")
+
+
+def detector_fingerprint(detector: Any) -> str:
+    """SHA-256 over everything that decides a verdict: :data:`FINGERPRINT_KEYS`, the threshold, the
+    node centroids and offsets, and the N-gram counts."""
+    h = hashlib.sha256()
+    cfg = detector.config()
+    h.update(json.dumps({k: cfg.get(k) for k in FINGERPRINT_KEYS}, sort_keys=True).encode())
+    h.update(repr(float(detector.threshold)).encode())
+    h.update(json.dumps(detector.node_offsets, sort_keys=True).encode())
+    for sp in sorted(detector.centroids):
+        h.update(sp.encode())
+        h.update(np.ascontiguousarray(detector.centroids[sp], dtype=np.float64).tobytes())
+    for k, a in sorted(detector.lm.to_arrays().items()):
+        h.update(k.encode())
+        h.update(np.ascontiguousarray(a).tobytes())
+    return h.hexdigest()
+
+
+class Monitor:
+    """A fitted streaming detector and its encoder, ready to watch conversations.
+
+    Build one with :meth:`fit` or :meth:`load`; open a conversation with :meth:`session`.
+    ``encoder`` (in :meth:`fit`/:meth:`load`) is an alias/path for
+    :class:`dialfork_metrics.encoders.Encoder`, an encoder object, or ``None`` (then every
+    :meth:`Session.observe` must pass ``embedding=``).
+    """
+
+    def __init__(self, detector: Any, *, task: str | None = None,
+                 max_cache_texts: int = DEFAULT_MAX_CACHE_TEXTS):
+        from dialfork_metrics.task3.streaming import StreamingDetector
+
+        if not isinstance(detector, StreamingDetector):
+            raise TypeError(f"Monitor needs a fitted StreamingDetector, got {type(detector).__name__}")
+        detector._check_fitted()
+        self.detector = detector
+        self.task = task
+        self.max_cache_texts = int(max_cache_texts)
+        self.fingerprint = detector_fingerprint(detector)
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        task = f", task={self.task!r}" if self.task else ""
+        return (f"Monitor({self.detector.name!r}, N={self.detector.order}, V={self.detector.vocab_size}, "
+                f"threshold={self.detector.threshold:.6g}{task})")
+
+    # -- fitting -------------------------------------------------------------------------------
+    @classmethod
+    def fit(cls, dialogues: Any, *, detector: str = "ss+nc", encoder: Any = "minilm", order: int = 6,
+            embeddings: Sequence[np.ndarray] | None = None, show_progress: bool = False,
+            **detector_options: Any) -> Monitor:
+        """Fit ``detector`` (``"it"``, ``"ss"``, ``"it+nc"``, ``"ss+nc"``) on conformant dialogues of
+        one task. ``detector_options`` go to :class:`StreamingDetector` (``K``, ``tau``,
+        ``distance_threshold``, ``false_alarm_rate``, ``calibration``, ...); ``embeddings`` (one
+        ``(n_turns, d)`` array per dialogue) skips the encoder at fit time."""
+        from dialfork_metrics.task3.detectors import STREAMING_DETECTORS, make_detector
+
+        key = str(detector).strip().lower()
+        if key not in STREAMING_DETECTORS:
+            raise ValueError(f"the guard runs a streaming detector ({', '.join(STREAMING_DETECTORS)}), "
+                             f"got {detector!r}")
+        rows = _as_dialogues(dialogues)
+        task = _task_of(rows)
+        det = make_detector(key, order=order, encoder=encoder, **detector_options)
+        det.fit(rows, embeddings=embeddings, show_progress=show_progress)
+        if det.encoder is not None and hasattr(det.encoder, "clear_cache"):
+            # fit encoded the train turns in batches; a live turn is encoded alone. Start clean, so a
+            # verdict depends only on the conversation's turns (and a loaded copy answers the same).
+            det.encoder.clear_cache()
+        return cls(det, task=task)
+
+    # -- persistence ---------------------------------------------------------------------------
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write one ``.zip`` file (``monitor.json`` + the detector's own files), atomically."""
+        from dialfork_dataset.jsonl import make_public
+
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        meta = {"format": FORMAT, "format_version": FORMAT_VERSION, "fingerprint": self.fingerprint,
+                "task": self.task, "detector": self.detector.config(), "threshold": self.detector.threshold,
+                "vocab_size": self.detector.vocab_size, "n_train": self.detector.n_train}
+        with tempfile.TemporaryDirectory(prefix=".monitor.", dir=path.parent) as td:
+            self.detector.save(Path(td) / "detector")
+            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+            make_public(fd)
+            try:
+                with os.fdopen(fd, "wb") as fh:
+                    with zipfile.ZipFile(fh, "w", compression=zipfile.ZIP_DEFLATED) as z:
+                        z.writestr(_ZIP_META, json.dumps(meta, indent=2) + "\n")
+                        for f in sorted((Path(td) / "detector").iterdir()):
+                            z.write(f, _ZIP_DETECTOR + f.name)
+                    fh.flush()
+                    os.fsync(fh.fileno())
+                os.replace(tmp, path)
+            except BaseException:
+                Path(tmp).unlink(missing_ok=True)
+                raise
+        return path
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, encoder: Any = None) -> Monitor:
+        """Load a file written by :meth:`save` (no training data needed). ``encoder`` overrides the
+        saved encoder name. Raises :class:`MonitorFileError` saying what is wrong with the file."""
+        from dialfork_metrics.task3.streaming import StreamingDetector
+
+        path = Path(path)
+        if not path.is_file():
+            raise MonitorFileError(f"{path}: no such monitor file (make one with Monitor.fit(...).save(path) or "
+                                   "'python -m dialfork_metrics.guard fit')")
+        try:
+            z = zipfile.ZipFile(path)
+        except (zipfile.BadZipFile, OSError) as e:
+            raise MonitorFileError(f"{path}: not a DialFork monitor file ({e})") from e
+        with z, tempfile.TemporaryDirectory(prefix="dialfork-monitor-") as td:
+            names = set(z.namelist())
+            if _ZIP_META not in names:
+                raise MonitorFileError(f"{path}: not a DialFork monitor file (no {_ZIP_META})")
+            try:
+                meta = json.loads(z.read(_ZIP_META).decode("utf-8"))
+            except (ValueError, UnicodeDecodeError) as e:
+                raise MonitorFileError(f"{path}: {_ZIP_META} is not valid JSON ({e})") from e
+            if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+                raise MonitorFileError(f"{path}: not a DialFork monitor file (format "
+                                       f"{meta.get('format') if isinstance(meta, dict) else None!r})")
+            version = meta.get("format_version")
+            if not isinstance(version, int) or version < 1 or version > FORMAT_VERSION:
+                raise MonitorFileError(f"{path}: monitor format version {version!r} is not supported by this "
+                                       f"dialfork (it reads versions 1..{FORMAT_VERSION}); "
+                                       + ("upgrade dialfork" if isinstance(version, int) and version > FORMAT_VERSION
+                                          else "refit the monitor"))
+            det_dir = Path(td) / "detector"
+            det_dir.mkdir()
+            for name in names:
+                if name.startswith(_ZIP_DETECTOR) and name != _ZIP_DETECTOR:
+                    leaf = name[len(_ZIP_DETECTOR):]
+                    if "/" in leaf or leaf.startswith(".") or leaf not in ("config.json", "arrays.npz"):
+                        raise MonitorFileError(f"{path}: unexpected member {name!r}")
+                    (det_dir / leaf).write_bytes(z.read(name))
+            try:
+                det = StreamingDetector.load(det_dir, encoder=encoder)
+            except (OSError, ValueError, KeyError) as e:
+                raise MonitorFileError(f"{path}: corrupt detector ({type(e).__name__}: {e})") from e
+        mon = cls(det, task=meta.get("task"))
+        if meta.get("fingerprint") != mon.fingerprint:
+            raise MonitorFileError(f"{path}: corrupt monitor (its fingerprint does not match its contents)")
+        return mon
+
+    # -- sessions, encoding ----------------------------------------------------------------------
+    def session(self, state: Mapping[str, Any] | str | None = None) -> Session:
+        """A new conversation, or the one saved by :meth:`Session.state` (a dict or its JSON)."""
+        return Session(self, state)
+
+    def encode(self, text: str) -> np.ndarray:
+        """The L2-normalised embedding of one turn, ``(d,)`` float64 (thread-safe)."""
+        enc = self.detector.encoder
+        if enc is None:
+            raise ValueError("this monitor has no encoder: pass embedding= to observe(), or load it with "
+                             "Monitor.load(path, encoder='minilm')")
+        with self._lock:
+            e = np.asarray(enc.encode([text])[0], dtype=np.float64)
+            if hasattr(enc, "clear_cache") and len(enc) > self.max_cache_texts:
+                enc.clear_cache()
+        return e
+
+    def assign(self, speaker: str, embedding: np.ndarray) -> tuple[int, float]:
+        """(node id, node confidence) of one turn embedding spoken by ``speaker``."""
+        e = np.asarray(embedding, dtype=np.float64).reshape(1, -1)
+        dim = next(iter(self.detector.centroids.values())).shape[1]
+        if e.shape[1] != dim or not np.all(np.isfinite(e)):
+            raise ValueError(f"embedding of shape {e.shape[1:]} (finite: {bool(np.all(np.isfinite(e)))}); the "
+                             f"monitor needs {dim} finite values (the encoder it was fitted with)")
+        node, conf = self.detector._assign(speaker, e)
+        return int(node[0]), float(conf[0])
+
+    def replay(self, dialogue: Any, embeddings: np.ndarray | None = None) -> list[Verdict]:
+        """Observe every turn of ``dialogue`` in a new session; the verdict of each turn."""
+        from dialfork_dataset.turns import as_turns
+
+        turns = as_turns(dialogue)
+        s = self.session()
+        if embeddings is None:
+            return [s.observe(t["speaker"], t["text"]) for t in turns]
+        return [s.observe(t["speaker"], t["text"], embedding=e) for t, e in zip(turns, embeddings, strict=True)]
+
+
+class Session:
+    """One conversation under watch (see the module doc). Not thread-safe: one caller at a time."""
+
+    def __init__(self, monitor: Monitor, state: Mapping[str, Any] | str | None = None):
+        from dialfork_metrics.task3.streaming import StepState
+
+        self.monitor = monitor
+        self._step = StepState()
+        self.first_alarm: int | None = None
+        if state is not None:
+            self._restore(state)
+
+    @property
+    def turn(self) -> int:
+        """Number of turns observed so far."""
+        return self._step.n_turns
+
+    @property
+    def system_turn(self) -> int:
+        """Number of system turns observed so far."""
+        return self._step.n_system
+
+    @property
+    def alarm(self) -> bool:
+        return self.first_alarm is not None
+
+    def observe(self, speaker: str, text: str, *, embedding: np.ndarray | None = None) -> Verdict:
+        """Take the next turn; returns its :class:`Verdict`. ``embedding`` (the L2-normalised
+        encoding of ``text``) skips the encoder. Bad input raises ``ValueError`` and leaves the
+        session unchanged."""
+        where = f"turn {self.turn + 1}"
+        _check_speaker(speaker, where)
+        _check_text(text, where)
+        e = self.monitor.encode(text) if embedding is None else embedding
+        return self.observe_node(speaker, *self.monitor.assign(speaker, e))
+
+    def observe_node(self, speaker: str, node: int, confidence: float) -> Verdict:
+        """:meth:`observe` with the turn's node already assigned (:meth:`Monitor.assign`)."""
+        det = self.monitor.detector
+        self._step, r = det.step(self._step, speaker, node, confidence)
+        if r.alarm and self.first_alarm is None:
+            self.first_alarm = r.system_turn
+        return Verdict(turn=self._step.n_turns, system_turn=self._step.n_system if speaker == "system" else None,
+                       alarm=self.first_alarm is not None, first_alarm=self.first_alarm, score=r.score,
+                       threshold=float(det.threshold), speaker=speaker, raised=r.alarm)
+
+    # -- state ------------------------------------------------------------------------------------
+    def state(self) -> dict[str, Any]:
+        """A JSON-serialisable snapshot that :meth:`Monitor.session` restores exactly (floats
+        round-trip exactly through ``json``)."""
+        s = self._step
+        return {"format": STATE_FORMAT, "version": STATE_VERSION, "monitor": self.monitor.fingerprint,
+                "turn": s.n_turns, "system_turn": s.n_system, "context": list(s.context), "prev_p": s.prev_p,
+                "first_alarm": self.first_alarm}
+
+    def _restore(self, state: Mapping[str, Any] | str) -> None:
+        from dialfork_metrics.task3.streaming import StepState
+
+        if isinstance(state, str | bytes):
+            try:
+                state = json.loads(state)
+            except ValueError as e:
+                raise ValueError(f"session state is not valid JSON: {e}") from e
+        if not isinstance(state, Mapping):
+            raise ValueError(f"session state must be a dict (Session.state()), got {type(state).__name__}")
+        if state.get("format") != STATE_FORMAT:
+            raise ValueError(f"not a guard session state (format {state.get('format')!r})")
+        if state.get("version") != STATE_VERSION:
+            raise ValueError(f"session state version {state.get('version')!r} is not supported ({STATE_VERSION})")
+        if state.get("monitor") != self.monitor.fingerprint:
+            raise ValueError("this session state belongs to another monitor (fingerprint mismatch): a state "
+                             "restores only into the monitor that produced it")
+        det = self.monitor.detector
+        errs = []
+
+        def _int(k: str, lo: int = 0) -> int:
+            v = state.get(k)
+            if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+                errs.append(f"{k} must be an integer >= {lo}, got {v!r}")
+                return lo
+            return v
+
+        n, ns = _int("turn"), _int("system_turn")
+        ctx = state.get("context")
+        k = det.order - 1
+        if not isinstance(ctx, list) or any(isinstance(x, bool) or not isinstance(x, int)
+                                            or not 0 <= x < det.vocab_size for x in ctx):
+            errs.append(f"context must be a list of node ids in 0..{det.vocab_size - 1}")
+            ctx = []
+        elif len(ctx) != min(n, k):
+            errs.append(f"context holds {len(ctx)} nodes, expected {min(n, k)} after {n} turns")
+        prev = state.get("prev_p")
+        if n == 0 and prev is not None or n > 0 and (isinstance(prev, bool) or not isinstance(prev, float | int)
+                                                     or not 0 < prev <= 1):
+            errs.append(f"prev_p must be a probability in (0, 1] after the first turn (null before), got {prev!r}")
+        if ns > n:
+            errs.append(f"system_turn {ns} > turn {n}")
+        fa = state.get("first_alarm")
+        if fa is not None and (isinstance(fa, bool) or not isinstance(fa, int) or not 1 <= fa <= max(ns, 1)):
+            errs.append(f"first_alarm must be null or a system turn in 1..{max(ns, 1)}, got {fa!r}")
+        if errs:
+            raise ValueError("invalid session state: " + "; ".join(errs))
+        self._step = StepState(tuple(ctx), None if prev is None else float(prev), n, ns)
+        self.first_alarm = fa
+
+
+def dumps_state(state: Mapping[str, Any]) -> str:
+    """Compact JSON of a session state (what the proxy stores)."""
+    return json.dumps(state, separators=(",", ":"), allow_nan=False)
+
+
+__all__ = ["Monitor", "MonitorFileError", "Session", "Verdict", "detector_fingerprint", "dumps_state"]
