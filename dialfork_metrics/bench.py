@@ -171,13 +171,13 @@ def _load_config_split(data: Any, cfg: str, split: str) -> list[dict[str, Any]]:
 # ----------------------------------------------------------------------------- encoders
 def prepare_encoder(name: str, records: Sequence[Mapping[str, Any]], *, device: str | None = None,
                     batch_size: int = 64, cache_dir: str | None = None, transcripts: bool = True,
-                    timings: dict[str, float] | None = None, progress: bool = True):
+                    timings: dict[str, float] | None = None, progress: bool = True, runtime: str = "torch"):
     """Load an encoder and encode every unique turn (and transcript) of ``records`` once."""
     from .encoders import Encoder
 
     t0 = time.perf_counter()
     enc = Encoder(name, device=device, batch_size=batch_size, cache_dir=cache_dir,
-                  show_progress=None if progress else False)
+                  show_progress=None if progress else False, runtime=runtime)
     enc.encode_dialogues(list(records))
     if transcripts:
         enc.encode_transcripts(list(records))
@@ -514,11 +514,13 @@ def run_benchmark(data: str | os.PathLike, tasks: Sequence[int] = (1, 2, 3), enc
                   task2_methods: Sequence[str] = TASK2_METHODS, task3_detectors: Sequence[str] = TASK3_DETECTORS,
                   custom_metrics: Sequence[str] = (), graph_task: str | None = None, device: str | None = None,
                   batch_size: int = 64, n_resamples: int = 10_000, plots: bool = True, progress: bool = True,
-                  cache_dir: str | None = None, prd_kwargs: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                  cache_dir: str | None = None, prd_kwargs: Mapping[str, Any] | None = None,
+                  runtime: str = "torch") -> dict[str, Any]:
     """Run the benchmark and (when ``out`` is given) write every report. Returns the report dict.
 
     ``prd_kwargs`` go to :func:`~dialfork_metrics.setlevel.prd_from_embeddings` (``num_runs``,
-    ``n_init``, ``kmeans``) on top of :data:`DEFAULT_PRD`.
+    ``n_init``, ``kmeans``) on top of :data:`DEFAULT_PRD`. ``runtime``: the encoders' runtime
+    (``"torch"``, ``"onnx"``, ``"onnx-int8"``; see :mod:`dialfork_metrics.runtimes`).
     """
     prd_kwargs = {**DEFAULT_PRD, **(prd_kwargs or {})}
     from .encoders import resolve_encoder_name
@@ -541,7 +543,7 @@ def run_benchmark(data: str | os.PathLike, tasks: Sequence[int] = (1, 2, 3), enc
     report: dict[str, Any] = {
         "meta": {"data": str(data), "fingerprint": corpus.fingerprint(), "n_records": len(corpus.records),
                  "n_conformant": len(corpus.conformant), "tasks": list(tasks), "encoders": list(encoders),
-                 "seed": seed, "bootstrap_resamples": n_resamples, "prd": dict(prd_kwargs or {}),
+                 "seed": seed, "bootstrap_resamples": n_resamples, "runtime": runtime, "prd": dict(prd_kwargs or {}),
                  "versions": package_versions()},
         "skipped": skipped,
     }
@@ -550,7 +552,7 @@ def run_benchmark(data: str | os.PathLike, tasks: Sequence[int] = (1, 2, 3), enc
     graph = None
     for i, name in enumerate(encoders):
         enc = prepare_encoder(name, corpus.records, device=device, batch_size=batch_size, cache_dir=cache_dir,
-                              transcripts=2 in tasks, timings=timings, progress=progress)
+                              transcripts=2 in tasks, timings=timings, progress=progress, runtime=runtime)
         if 1 in tasks and i == 0:
             pe = None
             if any(m in task1_methods for m in ("fbd", "prd")):
@@ -617,6 +619,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--graph-task", default=None, help="task whose flow graph is drawn (default: the first)")
     p.add_argument("--device", default=None)
     p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--runtime", choices=["torch", "onnx", "onnx-int8"], default="torch",
+                   help="encoder runtime (onnx: the transformer exported to ONNX, equal values, faster on CPUs)")
     p.add_argument("--bootstrap-resamples", type=int, default=10_000)
     p.add_argument("--cache-dir", default=None, help="persistent embedding cache folder")
     p.add_argument("--prd-runs", type=int, default=DEFAULT_PRD["num_runs"], help="PRD: clusterings averaged (default 10)")
@@ -643,7 +647,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                             task3_detectors=_csv_list(a.task3_detectors), custom_metrics=a.metric,
                             graph_task=a.graph_task, device=a.device, batch_size=a.batch_size,
                             n_resamples=a.bootstrap_resamples, plots=not a.no_plots, progress=not a.quiet,
-                            cache_dir=a.cache_dir,
+                            cache_dir=a.cache_dir, runtime=a.runtime,
                             prd_kwargs={"num_runs": a.prd_runs, "n_init": a.prd_n_init, "kmeans": a.prd_kmeans})
     except (BenchError, ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
