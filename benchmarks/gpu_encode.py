@@ -4,9 +4,10 @@ Encodes the same STAR turn texts (and (system, user) turn pairs, FBD/PRD's pair 
 packaged MiniLM (or ``--encoder``) on the CPU (torch, and ONNX fp32 when onnxruntime is installed)
 and on each ``--device`` / ``--dtype``, from an empty cache, and prints texts/s, pairs/s, the
 ratio of each to the CPU torch figure measured in the same run, and each half-precision run's
-drift against its fp32 embeddings (smallest cosine, largest absolute difference). Every step
-stops when ``--max-seconds`` of wall time are used (the CPU is timed on a slice of the texts
-first, so a slow CPU leaves time for the GPU).
+drift against its fp32 embeddings (smallest cosine, largest absolute difference). No new batch
+starts once ``--max-seconds`` of wall time are used: the CPU baseline gets a quarter of the time
+left, ONNX a third of the rest, each GPU dtype an equal share of the remainder (model loading is
+not timed, and each run times at least one batch; figures are items/s over what was done).
 
 On a GPU machine (e.g. one H200)::
 
@@ -37,7 +38,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 def _timed(fn, items: list, step: int, deadline: float) -> tuple[int, float, list]:
     """Run ``fn`` over ``items`` in steps until done or past ``deadline``: (n done, seconds, outputs)."""
     done, outs, t0 = 0, [], time.perf_counter()
-    while done < len(items) and time.perf_counter() < deadline:
+    while done < len(items) and (done == 0 or time.perf_counter() < deadline):  # at least one step
         chunk = items[done:done + step]
         outs.append(fn(chunk))
         done += len(chunk)
@@ -74,13 +75,14 @@ def main() -> int:
                  "gpu": torch.cuda.get_device_name(0) if cuda else None, "torch": torch.__version__,
                  "cpu_threads": torch.get_num_threads(), "max_seconds": args.max_seconds, "runs": {}}
 
-    def run(label: str, enc: Encoder, budget_end: float, n_texts: int, n_pairs: int) -> dict:
+    def run(label: str, enc: Encoder, share: float, n_texts: int, n_pairs: int) -> dict:
         enc.encode(texts[:4])  # load / export outside the timing
         pe = PairEncoder(enc, batch_size=enc.batch_size, show_progress=False, cache_dir=False)
         pe.encode_pairs([pairs[0][0]], [pairs[0][1]])
         if cuda and str(args.device).startswith("cuda"):
             torch.cuda.synchronize()
-        step = max(enc.batch_size * 8, 512)
+        budget_end = time.perf_counter() + share * max(0.0, end - time.perf_counter())
+        step = enc.batch_size * 4
         mid = time.perf_counter() + max(0.0, budget_end - time.perf_counter()) / 2  # texts, then pairs
         n, s, embs = _timed(enc.encode, texts[:n_texts], step, mid)
         row = {"texts": n, "texts_s": round(s, 2), "texts_per_s": round(n / s, 1) if s else None}
@@ -93,29 +95,29 @@ def main() -> int:
         print(f"{label}: {row['texts_per_s']} texts/s ({n} texts), {row['pairs_per_s']} pairs/s ({pn} pairs)", flush=True)
         return row
 
-    # the CPU baseline: a third of the time at most
-    cpu_end = time.perf_counter() + args.max_seconds / 3
+    # the CPU baseline: a quarter of the time left at most, ONNX a third of the rest, then the GPU runs
     cpu = Encoder(args.encoder, device="cpu", batch_size=args.cpu_batch_size, show_progress=False)
-    base = run("cpu:torch", cpu, cpu_end, args.cpu_texts, max(1, args.cpu_texts // 4))
+    base = run("cpu:torch", cpu, 1 / 4, args.cpu_texts, max(1, args.cpu_texts // 4))
     try:
         import onnxruntime  # noqa: F401
 
         onnx = Encoder(args.encoder, device="cpu", batch_size=args.cpu_batch_size, show_progress=False,
                        runtime="onnx", model=cpu.model)
-        run("cpu:onnx", onnx, time.perf_counter() + args.max_seconds / 6, args.cpu_texts, max(1, args.cpu_texts // 4))
+        run("cpu:onnx", onnx, 1 / 3, args.cpu_texts, max(1, args.cpu_texts // 4))
     except ImportError:
         pass
     fp32 = None
-    for dt in args.dtype.split(","):
-        dt = dt.strip()
+    dtypes = [d.strip() for d in args.dtype.split(",") if d.strip()]
+    for i, dt in enumerate(dtypes):
         if time.perf_counter() >= end:
-            break
+            print(f"{args.device}:{dt}: skipped (--max-seconds reached)")
+            continue
         if dt != "fp32" and not str(args.device).startswith("cuda"):
             print(f"{args.device}:{dt}: skipped (half precision needs CUDA)")
             continue
         enc = Encoder(args.encoder, device=args.device, batch_size=args.batch_size, show_progress=False,
                       dtype=None if dt == "fp32" else dt)
-        row = run(f"{args.device}:{dt}", enc, end, len(texts), len(pairs))
+        row = run(f"{args.device}:{dt}", enc, 1 / (len(dtypes) - i), len(texts), len(pairs))
         if dt == "fp32":
             fp32 = row
         elif fp32 is not None:
