@@ -245,6 +245,10 @@ class Encoder:
         self._model = model
         if model is not None and max_seq_length is not None:
             model.max_seq_length = max_seq_length
+        if model is not None and self.dtype is not None:
+            from .runtimes import cast_model
+
+            self._model = cast_model(model, self.dtype)
         # memory cache: text -> row of self._store
         self._index: dict[str, int] = {}
         self._store = np.zeros((0, 0), dtype=np.float32)

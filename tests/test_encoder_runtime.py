@@ -77,7 +77,8 @@ def test_onnx_pair_embeddings_equal_torch(encoders):
 def test_export_is_reused_and_keyed(encoders, onnx_cache):
     from dialfork_metrics.runtimes import EXPORTER_VERSION, OnnxTransformer, model_fingerprint
 
-    torch_enc, _ = encoders
+    torch_enc, onnx_enc = encoders
+    onnx_enc.encode(["make sure the export exists"])  # tests may run in any order
     am = torch_enc.model[0].auto_model
     fp = model_fingerprint(am)
     assert fp == model_fingerprint(am)
@@ -146,3 +147,12 @@ def test_tasks_1_to_3_identical_to_4_decimals(template_corpus, onnx_cache):
     bad = {k: (v, got["onnx"][k]) for k, v in got["torch"].items()
            if not (np.isnan(v) and np.isnan(got["onnx"][k])) and not abs(v - got["onnx"][k]) < 5e-5}
     assert not bad, f"{len(bad)} of {len(got['torch'])} numbers differ at 4 decimals: {list(bad.items())[:5]}"
+
+
+def test_half_precision_needs_cuda(encoders):
+    """bf16/fp16 are CUDA-only: a model on the CPU is refused, not silently cast."""
+    torch_enc, _ = encoders
+    with pytest.raises(ValueError, match="needs a CUDA device but the model is on cpu"):
+        Encoder("minilm", model=torch_enc.model, dtype="bf16")
+    assert next(torch_enc.model.parameters()).dtype.is_floating_point
+    assert str(next(torch_enc.model.parameters()).dtype) == "torch.float32"
