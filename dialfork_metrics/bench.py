@@ -224,13 +224,13 @@ def _load_config_split(data: Any, cfg: str, split: str) -> list[dict[str, Any]]:
 # ----------------------------------------------------------------------------- encoders
 def prepare_encoder(name: str, records: Sequence[Mapping[str, Any]], *, device: str | None = None,
                     batch_size: int = 64, cache_dir: str | None = None, transcripts: bool = True,
-                    timings: dict[str, float] | None = None, progress: bool = True):
+                    timings: dict[str, float] | None = None, progress: bool = True, runtime: str = "torch"):
     """Load an encoder and encode every unique turn (and transcript) of ``records`` once."""
     from .encoders import Encoder
 
     t0 = time.perf_counter()
     enc = Encoder(name, device=device, batch_size=batch_size, cache_dir=cache_dir,
-                  show_progress=None if progress else False)
+                  show_progress=None if progress else False, runtime=runtime)
     enc.encode_dialogues(list(records))
     if transcripts:
         enc.encode_transcripts(list(records))
@@ -743,7 +743,7 @@ def run_benchmark(data: str | os.PathLike, tasks: Sequence[int] = (1, 2, 3), enc
                   batch_size: int = 64, n_resamples: int = 10_000, plots: bool = True, progress: bool = True,
                   cache_dir: str | None = None, prd_kwargs: Mapping[str, Any] | None = None,
                   task1_encoder: str | None = None, pair_encoder: str | Mapping[str, str] | None = None,
-                  task1_compare: Sequence[str] = TASK1_COMPARED) -> dict[str, Any]:
+                  task1_compare: Sequence[str] = TASK1_COMPARED, runtime: str = "torch") -> dict[str, Any]:
     """Run the benchmark and (when ``out`` is given) write every report. Returns the report dict.
 
     ``prd_kwargs`` go to :func:`~dialfork_metrics.setlevel.prd_from_embeddings` (``num_runs``,
@@ -753,7 +753,8 @@ def run_benchmark(data: str | os.PathLike, tasks: Sequence[int] = (1, 2, 3), enc
     of ``encoders``; the paper uses ``"d2f"``); ``pair_encoder`` embeds the (system, user) pairs
     of FBD and PRD, one name for both or ``{"fbd": name, "prd": name}`` (default: the model of
     ``task1_encoder``). ``task1_compare``: the methods FlowKL is tested against (Appendix J's Holm
-    family, :data:`TASK1_COMPARED`).
+    family, :data:`TASK1_COMPARED`). ``runtime``: the encoders' runtime (``"torch"``, ``"onnx"``,
+    ``"onnx-int8"``; see :mod:`dialfork_metrics.runtimes`).
     """
     prd_kwargs = {**DEFAULT_PRD, **(prd_kwargs or {})}
     from .encoders import resolve_encoder_name
@@ -783,7 +784,7 @@ def run_benchmark(data: str | os.PathLike, tasks: Sequence[int] = (1, 2, 3), enc
     report: dict[str, Any] = {
         "meta": {"data": str(data), "fingerprint": corpus.fingerprint(), "n_records": len(corpus.records),
                  "n_conformant": len(corpus.conformant), "tasks": list(tasks), "encoders": list(encoders),
-                 "seed": seed, "bootstrap_resamples": n_resamples, "prd": dict(prd_kwargs or {}),
+                 "seed": seed, "bootstrap_resamples": n_resamples, "runtime": runtime, "prd": dict(prd_kwargs or {}),
                  "task1_encoders": {"flowkl": t1_name, **pair_names}, "versions": package_versions()},
         "skipped": skipped,
     }
@@ -796,7 +797,7 @@ def run_benchmark(data: str | os.PathLike, tasks: Sequence[int] = (1, 2, 3), enc
     t1_resolved = resolve_encoder_name(t1_name)
     if 1 in tasks and all(resolve_encoder_name(e) != t1_resolved for e in encoders):
         enc1 = prepare_encoder(t1_name, corpus.records, device=device, batch_size=batch_size, cache_dir=cache_dir,
-                               transcripts=False, timings=timings, progress=progress)
+                               transcripts=False, timings=timings, progress=progress, runtime=runtime)
         report["task1"], graph = _task1_stage(corpus, enc1, t1_name, **t1_kw)
         del enc1
     for name in encoders:
@@ -804,7 +805,7 @@ def run_benchmark(data: str | os.PathLike, tasks: Sequence[int] = (1, 2, 3), enc
         if not (runs_task1 or 2 in tasks or 3 in tasks):
             continue
         enc = prepare_encoder(name, corpus.records, device=device, batch_size=batch_size, cache_dir=cache_dir,
-                              transcripts=2 in tasks, timings=timings, progress=progress)
+                              transcripts=2 in tasks, timings=timings, progress=progress, runtime=runtime)
         if runs_task1:
             report["task1"], graph = _task1_stage(corpus, enc, name, **t1_kw)
         if 2 in tasks:
@@ -869,7 +870,7 @@ def _task1_stage(corpus: Corpus, enc: Any, name: str, *, methods, pair_names, se
             t0 = time.perf_counter()
             base = enc if key == resolve_encoder_name(name) else Encoder(
                 pair_names[m], device=device, batch_size=batch_size, cache_dir=cache_dir,
-                show_progress=None if progress else False)
+                show_progress=None if progress else False, runtime=getattr(enc, "runtime", "torch"))
             pe = _pair_encoder(base, progress)
             pe.encode_sets(corpus.records)  # every (system, user) pair once; Task 1 reads the cache
             timings[f"encode:{pair_names[m]}:pairs"] = time.perf_counter() - t0
@@ -940,6 +941,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--graph-task", default=None, help="task whose flow graph is drawn (default: the first)")
     p.add_argument("--device", default=None, help="torch device of the encoders (default: auto)")
     p.add_argument("--batch-size", type=int, default=64, help="encoder batch size")
+    p.add_argument("--runtime", choices=["torch", "onnx", "onnx-int8"], default="torch",
+                   help="encoder runtime (onnx: the transformer exported to ONNX, equal values, faster on CPUs)")
     p.add_argument("--bootstrap-resamples", type=int, default=10_000, help="paired bootstrap resamples")
     p.add_argument("--cache-dir", default=None, help="persistent embedding cache folder (default: memory only)")
     p.add_argument("--prd-runs", type=int, default=DEFAULT_PRD["num_runs"], help="PRD: clusterings averaged (default 10)")
@@ -973,7 +976,7 @@ def _main(a: argparse.Namespace) -> int:
                             task3_detectors=_csv_list(a.task3_detectors), custom_metrics=a.metric,
                             graph_task=a.graph_task, device=a.device, batch_size=a.batch_size,
                             n_resamples=a.bootstrap_resamples, plots=not a.no_plots, progress=not a.quiet,
-                            cache_dir=a.cache_dir,
+                            cache_dir=a.cache_dir, runtime=a.runtime,
                             prd_kwargs={"num_runs": a.prd_runs, "n_init": a.prd_n_init, "kmeans": a.prd_kmeans},
                             task1_encoder=a.task1_encoder, pair_encoder=pair,
                             task1_compare=_csv_list(a.task1_compare))

@@ -124,16 +124,22 @@ class PairEncoder:
         Bound of the in-memory pair-embedding cache, an LRU
         (:class:`~dialfork_metrics.encoders.EmbeddingLRU`). ``None``: the encoder's own bound
         (default 1 GiB); ``0``: no memory cache.
+    runtime:
+        ``"torch"``, ``"onnx"`` or ``"onnx-int8"`` (see :mod:`dialfork_metrics.runtimes`);
+        ``None``: the encoder's own ``runtime`` (``"torch"`` for an encoder without one).
     """
 
     def __init__(self, encoder: Any = None, batch_size: int = 64, max_length: int | None = None,
                  show_progress: bool | None = None, cache_dir: str | os.PathLike | None | bool = None,
-                 memory_cache_bytes: int | None = None):
+                 memory_cache_bytes: int | None = None, runtime: str | None = None):
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
         if max_length is not None and (not isinstance(max_length, int) or max_length < 2):
             raise ValueError(f"max_length must be an int >= 2 or None, got {max_length!r}")
         self.encoder = as_encoder(encoder)
+        from .runtimes import cache_key_suffix, check_runtime
+
+        self.runtime = check_runtime(getattr(self.encoder, "runtime", "torch") if runtime is None else runtime)
         self.batch_size = batch_size
         self.max_length = max_length
         self.show_progress = show_progress
@@ -144,7 +150,8 @@ class PairEncoder:
         if self.cache_dir is not None:  # keyed by the requested length: a hit needs no model load
             from .encoders import _DiskCache
 
-            self._disk = _DiskCache(self.cache_dir, f"{self.name}|pairs-cls|max_length={max_length or 'model'}")
+            self._disk = _DiskCache(self.cache_dir, f"{self.name}|pairs-cls|max_length={max_length or 'model'}"
+                                    + cache_key_suffix(self.runtime, getattr(self.encoder, "dtype", None)))
         from .encoders import DEFAULT_MEMORY_CACHE_BYTES, EmbeddingLRU
 
         if memory_cache_bytes is None:
@@ -182,6 +189,10 @@ class PairEncoder:
             logger.warning("could not reload the tokenizer from %s (%s); using the encoder's tokenizer", path, e)
             self._tokenizer = tok
         self._model = auto_model
+        if self.runtime != "torch":  # onnxruntime, called like the torch model
+            from .runtimes import runner_for
+
+            self._model = runner_for(st, self.name, self.runtime)
         if self.max_length is None:
             ml = int(getattr(self._tokenizer, "model_max_length", 512))
             mp = getattr(auto_model.config, "max_position_embeddings", None)
