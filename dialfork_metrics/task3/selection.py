@@ -215,12 +215,15 @@ def select_settings(records: Sequence[Mapping[str, Any]], embeddings: Sequence[n
                     detectors: Sequence[str] = DETECTORS, grid: Mapping[str, Sequence[Any]] | None = None,
                     n_folds: int = 3, seed: int = 0, false_alarm_rate: float = DEFAULT_FALSE_ALARM_RATE,
                     tolerance: float = 0.01, max_forks_per_source: int | None = 4, K: int = DEFAULT_K,
-                    tau: float = DEFAULT_TAU, calibration_folds: int = 5, progress: bool = False) -> Selection:
+                    tau: float = DEFAULT_TAU, calibration_folds: int = 5, max_sources_per_task: int | None = None,
+                    progress: bool = False) -> Selection:
     """Choose each detector's settings by cross-validation over the train sources (module doc).
 
     ``records``: the *train* split, conformant dialogues and their forks (fields ``dialogue_id``,
     ``source_id``, ``task``, ``turns``, ``num_system_turns``, ``hallucination_type``,
     ``fork_turn``); ``embeddings``: one ``(n_turns, d)`` array per record (any encoder).
+    ``max_sources_per_task`` caps the train sources used per task (seeded draw) to bound the cost
+    on a large corpus; ``max_forks_per_source`` caps the forks evaluated per held-out source.
     """
     from tqdm.auto import tqdm
 
@@ -237,6 +240,18 @@ def select_settings(records: Sequence[Mapping[str, Any]], embeddings: Sequence[n
     # a canonical order (by dialogue id): the choice does not depend on how the records were listed
     canon = sorted(range(len(records)), key=lambda i: str(records[i]["dialogue_id"]))
     records, embeddings = [records[i] for i in canon], [embeddings[i] for i in canon]
+    if max_sources_per_task is not None:
+        rng = np.random.default_rng(seed)
+        by_task: dict[str, list[str]] = {}
+        for r in records:
+            by_task.setdefault(str(r.get("task")), [])
+            if _source(r) not in by_task[str(r.get("task"))]:
+                by_task[str(r.get("task"))].append(_source(r))
+        kept = {src for t in sorted(by_task) for src in
+                (sorted(by_task[t]) if len(by_task[t]) <= max_sources_per_task else
+                 [sorted(by_task[t])[i] for i in rng.choice(len(by_task[t]), max_sources_per_task, replace=False)])}
+        idx = [i for i, r in enumerate(records) if _source(r) in kept]
+        records, embeddings = [records[i] for i in idx], [embeddings[i] for i in idx]
     keep = _subsample_forks(records, max_forks_per_source, seed)
     records = [records[i] for i in keep]
     embeddings = [np.asarray(embeddings[i], dtype=np.float64) for i in keep]
@@ -333,6 +348,7 @@ def select_settings(records: Sequence[Mapping[str, Any]], embeddings: Sequence[n
             best = min(rows, key=lambda it: (it[1]["cov_c"], -it[1]["score"], it[0]))[1]
         chosen[d] = {k: best[k] for k in SELECTABLE}
     meta = {"n_records": len(records), "n_sources": len(folds), "n_folds": n_folds, "seed": seed,
+            "max_sources_per_task": max_sources_per_task,
             "false_alarm_rate": false_alarm_rate, "tolerance": tolerance, "max_forks_per_source": max_forks_per_source,
             "grid": {k: list(v) for k, v in (grid or DEFAULT_GRID).items()}}
     return Selection(chosen=chosen, table=table, meta=meta)
