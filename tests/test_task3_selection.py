@@ -291,3 +291,36 @@ def test_bench_selection_never_reads_test_labels(template_corpus):
     assert a["results"]["it"]["settings"] == a["selection"]["chosen"]["it"]
     assert a["results"]["it"]["score"] != b["results"]["it"]["score"] or a["results"]["it"]["cov_c"] != \
         b["results"]["it"]["cov_c"]  # the shuffle did change the test labels the scores are computed from
+
+
+def test_bench_task3_tables_curve_and_ablations(template_corpus, tmp_path):
+    """run_task3 + write_reports: the main rows carry settings, curves and coverage at 1/5/10% FA;
+    Table 9 runs the paper's protocol at N=3; the order and scope ablations; the trade-off PNG."""
+    from dialfork_metrics.bench import load_corpus, run_task3
+    from dialfork_metrics.encoders import Encoder
+    from dialfork_metrics.report import write_reports
+
+    corpus = load_corpus(template_corpus)
+    r3 = run_task3(corpus, Encoder("minilm", show_progress=False), detectors=("first", "it", "ss+nc"),
+                   ablation_orders=(2, 3), ablation_max_forks_per_source=2, progress=False)
+    r3.pop("predictions")
+    for d in ("it", "ss+nc"):
+        r = r3["results"][d]
+        assert r["settings"] == make_detector(d, encoder="minilm").settings() and r["preset"] == "selected"
+        assert set(r["coverage_at"]) == {"0.01", "0.05", "0.1"}
+        assert r["coverage_at"]["0.01"] <= r["coverage_at"]["0.05"] <= r["coverage_at"]["0.1"]
+        assert r3["table9"][d]["settings"] == {**PAPER_SETTINGS, "order": 3}
+        assert [r3["ablation_order"][n][d]["settings"]["order"] for n in ("2", "3")] == [2, 3]
+        assert {sc: r3["ablation_scope"][sc][d]["n_models"] for sc in ("task", "pooled")} == {"task": 2, "pooled": 1}
+    assert "curve" not in r3["results"]["first"]
+    assert r3["ablation_n_test"] < r3["n_test"]
+    report = {"meta": {"data": "x", "fingerprint": "0" * 16, "n_records": 1, "n_conformant": 1, "encoders": ["minilm"],
+                       "seed": 0}, "timings": {"total": 1.0, "encoding_share": 0.5}, "task3": {"minilm": r3},
+              "skipped": []}
+    write_reports(report, tmp_path)
+    md = (tmp_path / "report.md").read_text()
+    for title in ("Tables 4 and 9.", "Table 9 protocol (the paper's settings, N=3", "cov_h @5% FA",
+                  "Ablation: N-gram order N", "Ablation: fitting scope", "vs paper 93.82%"):
+        assert title in md, title
+    png = (tmp_path / "task3_tradeoff_minilm.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
