@@ -324,3 +324,10 @@ def test_bench_task3_tables_curve_and_ablations(template_corpus, tmp_path):
         assert title in md, title
     png = (tmp_path / "task3_tradeoff_minilm.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
+
+
+def test_dialogues_without_task_are_routed_at_their_first_turn():
+    det = make_detector("it", encoder=None, scope="task", order=2).fit(CONF_R, embeddings=CONF_E)
+    blind = [{k: v for k, v in r.items() if k != "task"} for r in TEST]
+    assert [det.route_task(r["turns"][0]["speaker"], e[0]) for r, e in zip(TEST, TEST_E)] == [r["task"] for r in TEST]
+    assert det.predict_many(blind, embeddings=TEST_E) == det.predict_many(TEST, embeddings=TEST_E)

@@ -302,7 +302,9 @@ class StreamingDetector:
         holds on held-out dialogues.
     scope: ``"task"`` (one model per STAR task, read from each dialogue's ``task`` field; the
         paper's, whose nodes are FlowKL's per-task clustering) or ``"pooled"`` (one model over all
-        train dialogues). Dialogues without a ``task`` field form one group.
+        train dialogues). Train dialogues without a ``task`` field form one group; a dialogue to
+        predict without one (the blind leaderboard set) is routed at its first turn
+        (:meth:`route_task`).
     preset: where unset settings (``None``) come from: ``"selected"`` (default; chosen on train data
         by cross-validation, per detector and encoder) or ``"paper"`` (the paper's literal settings).
     encoder: alias/path for :class:`dialfork_metrics.encoders.Encoder`, an encoder object, or
@@ -437,6 +439,28 @@ class StreamingDetector:
             raise ValueError(f"no model for task {task!r} (scope='task'; fitted tasks: {known}); give each "
                              "dialogue its 'task' field, or fit with scope='pooled'")
         return self.task_models[task]
+
+    def route_task(self, speaker: str, embedding: np.ndarray) -> str | None:
+        """The task whose model should watch a dialogue with no ``task`` field (e.g. the blind
+        leaderboard set), decided at its first turn only (so streaming stays causal): the task
+        model with the node most similar (cosine) to that turn among ``speaker``'s nodes; ties
+        go to the first task in sorted order."""
+        self._check_fitted()
+        if not self.task_models:
+            return self.tasks[0] if len(self.tasks) == 1 else None
+        e = np.asarray(embedding, dtype=np.float64).reshape(-1)
+        e = e / (np.linalg.norm(e) or 1.0)
+        best, best_sim = None, -np.inf
+        for task in sorted(self.task_models, key=str):
+            C = self.task_models[task].centroids.get(speaker)
+            if C is None:
+                continue
+            sim = float(np.max(C @ e))
+            if sim > best_sim:
+                best, best_sim = task, sim
+        if best is None:
+            raise ValueError(f"no task model has a node for speaker {speaker!r}")
+        return best
 
     def _check_fitted(self) -> None:
         if not self.is_fitted:
@@ -674,7 +698,10 @@ class StreamingDetector:
             errs = []
             for i, d in enumerate(dialogues):
                 try:
-                    m = self.for_task(_task_of(d))
+                    task = _task_of(d)
+                    if task is None and None not in self.task_models and len(turns_list[i]):
+                        task = self.route_task(turns_list[i][0]["speaker"], emb[i][0])
+                    m = self.for_task(task)
                 except ValueError as e:
                     errs.append(f"{names[i]}: {e}")
                     continue
