@@ -128,7 +128,22 @@ def cluster_tree(E: Any) -> np.ndarray:
         raise ValueError(f"a cluster tree needs at least 2 embeddings, got {E.shape[0]}")
     if np.any(np.linalg.norm(E, axis=1) == 0):
         raise ValueError("cannot cluster an all-zero embedding (cosine distance undefined)")
-    return linkage(E, method="average", metric="cosine")
+    # memoised on the exact bytes: the detectors of one benchmark cluster the same utterances at
+    # several thresholds (one tree serves them all)
+    key = (hashlib.sha1(np.ascontiguousarray(E).view(np.uint8)).hexdigest(), E.shape)
+    hit = _TREE_CACHE.get(key)
+    if hit is not None:
+        _TREE_CACHE.move_to_end(key)
+        return hit.copy()
+    Z = linkage(E, method="average", metric="cosine")
+    _TREE_CACHE[key] = Z
+    while len(_TREE_CACHE) > _TREE_CACHE_SIZE:
+        _TREE_CACHE.popitem(last=False)
+    return Z.copy()
+
+
+_TREE_CACHE: OrderedDict[tuple, np.ndarray] = OrderedDict()
+_TREE_CACHE_SIZE = 64
 
 
 def cut_cluster_tree(Z: np.ndarray, distance_threshold: float) -> np.ndarray:

@@ -598,7 +598,7 @@ class StreamingDetector:
         """Fit one model (nodes, LM, threshold) on validated turns and their embeddings.
         ``labels`` (per speaker, the cluster label of each of that speaker's train turns in order)
         skips the clustering (the settings selection cuts one precomputed tree)."""
-        from dialfork_metrics.flowgraph import centroids_from_labels, cluster_embeddings
+        from dialfork_metrics.flowgraph import centroids_from_labels, cluster_tree, cut_cluster_tree
 
         self.centroids, self.node_offsets = {}, {}
         offset = 0
@@ -610,7 +610,9 @@ class StreamingDetector:
             if labels is not None:
                 lab = np.asarray(labels[sp])
             elif len(E) > 1:
-                lab = np.asarray(cluster_embeddings(E, distance_threshold=self.distance_threshold))
+                # FlowKL's clustering (flowgraph.cluster_embeddings: the same partition, tested) as a cut
+                # of the memoised dendrogram, so detectors at other thresholds reuse the tree
+                lab = cut_cluster_tree(cluster_tree(E), self.distance_threshold)
             else:
                 lab = np.zeros(1, dtype=np.int64)
             C = _normalize_rows(centroids_from_labels(E, lab))
