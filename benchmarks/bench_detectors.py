@@ -57,6 +57,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ablation-max-forks", type=int, default=4, help="forks per test source in the ablations")
     ap.add_argument("--write-defaults", action="store_true", help="store the chosen settings as the package defaults")
     ap.add_argument("--json", default=None, help="also write the figures here")
+    ap.add_argument("--check-clustering", type=int, default=3000, metavar="N",
+                    help="on N sampled train system utterances: one dendrogram cut at 3 thresholds vs scikit-learn "
+                         "clustering 3 times (same partition? time ratio); 0 skips")
     ap.add_argument("--progress", action="store_true")
     args = ap.parse_args(argv)
 
@@ -135,6 +138,8 @@ def main(argv: list[str] | None = None) -> int:
     if "table9" in r3:
         print("Table 9 protocol (paper, N=3): " + ", ".join(
             f"{d} Score {r3['table9'][d]['score']:.1f} cov_c {100 * r3['table9'][d]['cov_c']:.1f}%" for d in streaming))
+    if args.check_clustering:
+        check_clustering(corpus, enc, args.check_clustering)
     report = {"meta": {"data": str(data), "fingerprint": corpus.fingerprint(), "n_records": len(corpus.records),
                        "n_conformant": len(corpus.conformant), "encoders": [args.encoder], "seed": 0},
               "timings": {"total": time.perf_counter() - t_start, "encoding_share": t_enc / (time.perf_counter() - t_start)},
@@ -174,6 +179,33 @@ def main(argv: list[str] | None = None) -> int:
                                       "n_train": r3["n_train"], "n_test": r3["n_test"],
                                       "seconds": {"encoding": t_enc, "task3": t_task3, "paper": t_paper}})
     return 0
+
+
+def check_clustering(corpus, enc, n: int, thresholds=(0.55, 0.7, 0.85)) -> None:
+    """The detectors' clustering (one memoised dendrogram, cut per threshold) against FlowKL's
+    ``cluster_embeddings`` (scikit-learn, one clustering per threshold) on a sample."""
+    import numpy as np
+    from sklearn.metrics import adjusted_rand_score
+
+    from dialfork_metrics import flowgraph
+
+    rows = [e[j] for d, e in zip(corpus.split("train", forks=False), enc.encode_dialogues(corpus.split("train", forks=False)))
+            for j, t in enumerate(d["turns"]) if t["speaker"] == "system"]
+    rng = np.random.default_rng(0)
+    E = np.stack(rows)[rng.choice(len(rows), size=min(n, len(rows)), replace=False)].astype(np.float64)
+    t0 = time.perf_counter()
+    sk = [flowgraph.cluster_embeddings(E, distance_threshold=t) for t in thresholds]
+    t_sk = time.perf_counter() - t0
+    flowgraph._TREE_CACHE.clear()
+    t0 = time.perf_counter()
+    Z = flowgraph.cluster_tree(E)
+    cuts = [flowgraph.cut_cluster_tree(Z, t) for t in thresholds]
+    t_cut = time.perf_counter() - t0
+    ari = [adjusted_rand_score(a, b) for a, b in zip(sk, cuts)]
+    print(f"clustering check on {len(E)} train system utterances: adjusted Rand index of the tree cut vs "
+          f"scikit-learn at {list(thresholds)} = {[round(a, 6) for a in ari]} (1 = same partition); "
+          f"{[int(a.max()) + 1 for a in cuts]} nodes; one tree + {len(thresholds)} cuts {t_cut:.1f} s vs "
+          f"{len(thresholds)} scikit-learn fits {t_sk:.1f} s: ratio {t_cut / t_sk:.2f}")
 
 
 if __name__ == "__main__":
