@@ -11,7 +11,7 @@ import pytest
 
 from dialfork_dataset.forks import fork_turns
 from dialfork_metrics.flowgraph import cluster_embeddings, cluster_tree, cut_cluster_tree
-from dialfork_metrics.task3 import StreamingDetector, load_detector, make_detector
+from dialfork_metrics.task3 import load_detector, make_detector
 from dialfork_metrics.task3.selection import (
     coverage_at,
     first_alarms,
