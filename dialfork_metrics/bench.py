@@ -601,39 +601,141 @@ def task2_significance(per_encoder: Mapping[str, Mapping[str, Any]], reference: 
 
 
 # ----------------------------------------------------------------------------- Task 3
+#: N-gram orders of the order ablation (issue: the paper claims results are similar across N).
+TASK3_ABLATION_ORDERS: tuple[int, ...] = (2, 3, 6, 10)
+#: The paper's Table 9 runs its streaming detectors with a 3-gram LM (Table 4: 6-gram).
+TABLE9_ORDER = 3
+
+
+def _task3_fit_predict(name: str, train, train_emb, test, test_emb, settings: Mapping[str, Any], *,
+                       preset: str = "selected", false_alarm_rate: float = 0.05, curve: bool = False,
+                       save_to: str | os.PathLike | None = None) -> dict[str, Any]:
+    """Fit one streaming detector on the conformant train split, predict and score the test
+    split; ``curve`` adds its trade-off curve and the coverage at 1/5/10% false alarms."""
+    from .task3 import make_detector, score_predictions
+    from .task3.selection import FALSE_ALARM_POINTS, coverage_at, tradeoff_curve
+
+    t0 = time.perf_counter()
+    det = make_detector(name, encoder=None, preset=preset, false_alarm_rate=false_alarm_rate, **settings)
+    det.fit(train, embeddings=train_emb)
+    preds = det.predict_many(test, embeddings=test_emb)
+    pmap = {ex["dialogue_id"]: p for ex, p in zip(test, preds)}
+    res = score_predictions(pmap, test)
+    res["seconds"] = time.perf_counter() - t0
+    res["settings"] = det.settings()
+    res["preset"] = preset
+    res["false_alarm_rate"] = false_alarm_rate
+    th = det.thresholds
+    res["threshold"] = next(iter(th.values())) if len(th) == 1 else None
+    res["n_models"] = len(th)
+    if curve:
+        stats, keys = det.dialogue_statistics(test, test_emb)
+        cur = tradeoff_curve(stats, keys, [ex["hallucination_type"] is not None for ex in test],
+                             {k: m.calibration_stats for k, m in det.models().items()}, det.method)
+        res["curve"] = {"level": [None if np.isnan(v) else float(v) for v in cur["level"]],
+                        "cov_c": cur["cov_c"].tolist(), "cov_h": cur["cov_h"].tolist()}
+        res["coverage_at"] = {f"{a:g}": coverage_at(cur, a) for a in FALSE_ALARM_POINTS}
+    if save_to is not None:
+        det.save(save_to)
+    return {"result": res, "predictions": pmap}
+
+
+def _subsample_test(test: Sequence[Mapping[str, Any]], records_by_id: Mapping[str, Mapping[str, Any]],
+                    max_forks_per_source: int | None, seed: int) -> list[int]:
+    from .task3.selection import _subsample_forks
+
+    recs = [{**ex, "source_id": records_by_id.get(ex["dialogue_id"], {}).get("source_id")} for ex in test]
+    return _subsample_forks(recs, max_forks_per_source, seed)
+
+
 def run_task3(corpus: Corpus, encoder: Any, detectors: Sequence[str] = TASK3_DETECTORS, seed: int = 0,
-              order: int = 6, progress: bool = True, save_dir: str | os.PathLike | None = None) -> dict[str, Any]:
-    """Fit each detector on the conformant train split, predict the test split, score (SPEC 8)."""
+              order: int | None = None, progress: bool = True, save_dir: str | os.PathLike | None = None, *,
+              preset: str = "selected", scope: str | None = None, false_alarm_rate: float = 0.05,
+              select: bool = False, selection_kwargs: Mapping[str, Any] | None = None, ablations: bool = True,
+              ablation_orders: Sequence[int] = TASK3_ABLATION_ORDERS, paper_table: bool = True,
+              ablation_max_forks_per_source: int | None = None) -> dict[str, Any]:
+    """Fit each detector on the conformant train split, predict the test split, score (SPEC 8).
+
+    Streaming detectors run with ``preset`` (``"selected"``: the packaged per-encoder settings;
+    ``"paper"``: the paper's literal protocol); ``order`` and ``scope`` override the preset.
+    ``select=True`` instead chooses every streaming detector's settings by cross-validation over
+    the *train* sources (:func:`dialfork_metrics.task3.selection.select_settings`, with
+    ``selection_kwargs``) and reports the choice under ``"selection"``; test labels are never read
+    before scoring. Every streaming row carries its trade-off curve and its coverage at 1/5/10%
+    false alarms. Further tables: ``"table9"``, the paper's protocol at N=3 (``paper_table``);
+    ``"ablation_order"`` (N in ``ablation_orders``) and ``"ablation_scope"`` (task, pooled), each
+    varying one setting of the main rows (``ablations``; on all conformant test dialogues and at
+    most ``ablation_max_forks_per_source`` forks per source when given).
+    """
     from dialfork_dataset.views import task3_examples
 
     from .task3 import make_detector, score_predictions
     from .task3.detectors import STREAMING_DETECTORS
+    from .task3.streaming import SCOPES
 
     train = corpus.split("train", forks=False)
     test = task3_examples(corpus.split("test", forks=True))
     if not train or not test:
         raise BenchError(f"Task 3 needs a train and a test split; got {len(train)} train and {len(test)} test dialogues")
+    streaming = [d for d in detectors if d in STREAMING_DETECTORS]
+    out: dict[str, Any] = {"n_train": len(train), "n_test": len(test), "preset": preset,
+                           "false_alarm_rate": false_alarm_rate}
+    train_emb = test_emb = None
+    if streaming:
+        train_emb = encoder.encode_dialogues(train)
+        test_emb = encoder.encode_dialogues(test)
+    overrides: dict[str, dict[str, Any]] = {d: {} for d in streaming}
+    if select and streaming:
+        from .task3.selection import select_settings
+
+        sel_recs = corpus.split("train", forks=True)  # train sources only: never the test split
+        t0 = time.perf_counter()
+        sel = select_settings(sel_recs, encoder.encode_dialogues(sel_recs), detectors=streaming, seed=seed,
+                              false_alarm_rate=false_alarm_rate, progress=progress, **(selection_kwargs or {}))
+        out["selection"] = {**sel.to_json(), "seconds": time.perf_counter() - t0}
+        overrides = {d: sel.settings_for(d) for d in streaming}
+    else:
+        for d in streaming:
+            if order is not None:
+                overrides[d]["order"] = order
+            if scope is not None:
+                overrides[d]["scope"] = scope
     results: dict[str, Any] = {}
     predictions: dict[str, dict[str, int | None]] = {}
     for name in detectors:
-        kw: dict[str, Any] = {}
         if name in STREAMING_DETECTORS:
-            kw = {"encoder": encoder, "order": order}
-        elif name == "random":
-            kw = {"seed": seed}
-        det = make_detector(name, **kw)
+            r = _task3_fit_predict(name, train, train_emb, test, test_emb, overrides[name], preset=preset,
+                                   false_alarm_rate=false_alarm_rate, curve=True,
+                                   save_to=None if save_dir is None else Path(save_dir) / name.replace("+", "_"))
+            results[name], predictions[name] = r["result"], r["predictions"]
+            continue
+        det = make_detector(name, **({"seed": seed} if name == "random" else {}))
         t0 = time.perf_counter()
         det.fit(train)
         preds = det.predict_many(test, show_progress=progress)
         predictions[name] = {ex["dialogue_id"]: p for ex, p in zip(test, preds)}
         res = score_predictions(predictions[name], test)
         res["seconds"] = time.perf_counter() - t0
-        if hasattr(det, "threshold"):
-            res["threshold"] = det.threshold
         results[name] = res
-        if save_dir is not None and name in STREAMING_DETECTORS:
-            det.save(Path(save_dir) / name.replace("+", "_"))
-    return {"results": results, "n_train": len(train), "n_test": len(test), "predictions": predictions}
+    out["results"] = results
+    out["predictions"] = predictions
+    if streaming and paper_table:
+        out["table9"] = {d: _task3_fit_predict(d, train, train_emb, test, test_emb, {"order": TABLE9_ORDER},
+                                               preset="paper", false_alarm_rate=false_alarm_rate)["result"]
+                         for d in streaming}
+    if streaming and ablations:
+        keep = _subsample_test(test, corpus.by_id, ablation_max_forks_per_source, seed)
+        sub, sub_emb = [test[i] for i in keep], [test_emb[i] for i in keep]
+        out["ablation_n_test"] = len(sub)
+        base = {d: {**results[d]["settings"]} for d in streaming}
+        out["ablation_order"] = {str(n): {d: _task3_fit_predict(d, train, train_emb, sub, sub_emb,
+                                                                {**base[d], "order": n}, preset=preset,
+                                                                false_alarm_rate=false_alarm_rate)["result"]
+                                          for d in streaming} for n in ablation_orders}
+        out["ablation_scope"] = {sc: {d: _task3_fit_predict(d, train, train_emb, sub, sub_emb, {**base[d], "scope": sc},
+                                                            preset=preset, false_alarm_rate=false_alarm_rate)["result"]
+                                      for d in streaming} for sc in SCOPES}
+    return out
 
 
 #: Appendix I's weight grid: the weight of each MAE component, from the uniform 0.25 to 0.40; each
@@ -743,7 +845,8 @@ def run_benchmark(data: str | os.PathLike, tasks: Sequence[int] = (1, 2, 3), enc
                   batch_size: int = 64, n_resamples: int = 10_000, plots: bool = True, progress: bool = True,
                   cache_dir: str | None = None, prd_kwargs: Mapping[str, Any] | None = None,
                   task1_encoder: str | None = None, pair_encoder: str | Mapping[str, str] | None = None,
-                  task1_compare: Sequence[str] = TASK1_COMPARED, runtime: str = "torch") -> dict[str, Any]:
+                  task1_compare: Sequence[str] = TASK1_COMPARED, runtime: str = "torch",
+                  task3_kwargs: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Run the benchmark and (when ``out`` is given) write every report. Returns the report dict.
 
     ``prd_kwargs`` go to :func:`~dialfork_metrics.setlevel.prd_from_embeddings` (``num_runs``,
@@ -754,7 +857,8 @@ def run_benchmark(data: str | os.PathLike, tasks: Sequence[int] = (1, 2, 3), enc
     of FBD and PRD, one name for both or ``{"fbd": name, "prd": name}`` (default: the model of
     ``task1_encoder``). ``task1_compare``: the methods FlowKL is tested against (Appendix J's Holm
     family, :data:`TASK1_COMPARED`). ``runtime``: the encoders' runtime (``"torch"``, ``"onnx"``,
-    ``"onnx-int8"``; see :mod:`dialfork_metrics.runtimes`).
+    ``"onnx-int8"``; see :mod:`dialfork_metrics.runtimes`). ``task3_kwargs`` go to :func:`run_task3`
+    (``preset``, ``order``, ``scope``, ``select``, ``false_alarm_rate``, ``ablations``, ...).
     """
     prd_kwargs = {**DEFAULT_PRD, **(prd_kwargs or {})}
     from .encoders import resolve_encoder_name
@@ -817,7 +921,7 @@ def run_benchmark(data: str | os.PathLike, tasks: Sequence[int] = (1, 2, 3), enc
         if 3 in tasks:
             t0 = time.perf_counter()
             with _summarised(f"Task 3 ({name})"):
-                r3 = run_task3(corpus, enc, task3_detectors, seed=seed, progress=progress)
+                r3 = run_task3(corpus, enc, task3_detectors, seed=seed, progress=progress, **(task3_kwargs or {}))
             r3.pop("predictions")
             task3_by_encoder[name] = r3
             timings[f"task3:{name}"] = time.perf_counter() - t0
@@ -950,6 +1054,19 @@ def build_parser() -> argparse.ArgumentParser:
                    help="PRD: k-means initialisations per clustering (default 1; Sajjadi et al.: 10)")
     p.add_argument("--prd-kmeans", choices=["minibatch", "full"], default=DEFAULT_PRD["kmeans"],
                    help="PRD: scikit-learn KMeans (default) or MiniBatchKMeans (Sajjadi et al.'s reference code)")
+    g3 = p.add_argument_group("Task 3 streaming detectors")
+    g3.add_argument("--task3-preset", choices=["selected", "paper"], default="selected",
+                    help="settings of the streaming detectors: the packaged per-encoder selection (default) or the "
+                         "paper's literal protocol (in-sample calibration, no back-off, threshold 0.55, N=6, per task)")
+    g3.add_argument("--order", type=int, default=None, help="N of the N-gram LM for the main Task 3 rows (overrides "
+                    "the preset; the paper: 6 in Table 4; Table 9 always runs at 3)")
+    g3.add_argument("--task3-scope", choices=["task", "pooled"], default=None,
+                    help="fit one streaming model per task or one over all tasks (overrides the preset)")
+    g3.add_argument("--task3-select", action="store_true",
+                    help="choose the streaming settings by cross-validation over the train sources of --data")
+    g3.add_argument("--false-alarm-rate", type=float, default=0.05, help="operating point of the streaming "
+                    "detectors: target conformant false-alarm rate (default 0.05)")
+    g3.add_argument("--no-task3-ablations", action="store_true", help="skip the N-order and scope ablation tables")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG figures")
     add_verbosity_options(p, default="INFO")
     return state_defaults(p)
@@ -964,6 +1081,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(a: argparse.Namespace) -> int:
+    if a.order is not None and a.order < 1:
+        print(f"error: --order N must be an integer >= 1, got {a.order}", file=sys.stderr)
+        return 2
+    if not 0 < a.false_alarm_rate < 1:
+        print(f"error: --false-alarm-rate must be in (0, 1), got {a.false_alarm_rate}", file=sys.stderr)
+        return 2
     try:
         tasks = [int(t) for t in _csv_list(a.tasks)]
     except ValueError:
@@ -979,7 +1102,10 @@ def _main(a: argparse.Namespace) -> int:
                             cache_dir=a.cache_dir, runtime=a.runtime,
                             prd_kwargs={"num_runs": a.prd_runs, "n_init": a.prd_n_init, "kmeans": a.prd_kmeans},
                             task1_encoder=a.task1_encoder, pair_encoder=pair,
-                            task1_compare=_csv_list(a.task1_compare))
+                            task1_compare=_csv_list(a.task1_compare),
+                            task3_kwargs={"preset": a.task3_preset, "order": a.order, "scope": a.task3_scope,
+                                          "select": a.task3_select, "false_alarm_rate": a.false_alarm_rate,
+                                          "ablations": not a.no_task3_ablations})
     except (BenchError, ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -114,6 +114,54 @@ _CLUSTER_CACHE: OrderedDict[tuple, np.ndarray] = OrderedDict()
 _CLUSTER_CACHE_SIZE = 16
 
 
+def cluster_tree(E: Any) -> np.ndarray:
+    """The full average-linkage dendrogram of ``E`` under cosine distance (SciPy linkage matrix
+    ``(n - 1, 4)``), the tree :func:`cluster_embeddings` cuts. Computing it once and cutting it at
+    several thresholds with :func:`cut_cluster_tree` costs one clustering instead of one per
+    threshold (the Task 3 settings selection sweeps the threshold). scikit-learn's
+    ``AgglomerativeClustering(linkage="average", metric="cosine")`` builds the same tree with the
+    same SciPy routine, so the cut gives the same partition (tested)."""
+    from scipy.cluster.hierarchy import linkage
+
+    E = _check_matrix(E).astype(np.float64, copy=False)
+    if E.shape[0] < 2:
+        raise ValueError(f"a cluster tree needs at least 2 embeddings, got {E.shape[0]}")
+    if np.any(np.linalg.norm(E, axis=1) == 0):
+        raise ValueError("cannot cluster an all-zero embedding (cosine distance undefined)")
+    # memoised on the exact bytes: the detectors of one benchmark cluster the same utterances at
+    # several thresholds (one tree serves them all)
+    key = (hashlib.sha1(np.ascontiguousarray(E).view(np.uint8)).hexdigest(), E.shape)
+    hit = _TREE_CACHE.get(key)
+    if hit is not None:
+        _TREE_CACHE.move_to_end(key)
+        return hit.copy()
+    Z = linkage(E, method="average", metric="cosine")
+    _TREE_CACHE[key] = Z
+    while len(_TREE_CACHE) > _TREE_CACHE_SIZE:
+        _TREE_CACHE.popitem(last=False)
+    return Z.copy()
+
+
+_TREE_CACHE: OrderedDict[tuple, np.ndarray] = OrderedDict()
+_TREE_CACHE_SIZE = 64
+
+
+def cut_cluster_tree(Z: np.ndarray, distance_threshold: float) -> np.ndarray:
+    """Labels ``0..k-1`` of the cut of dendrogram ``Z`` (:func:`cluster_tree`) at
+    ``distance_threshold``: clusters are merged while their average distance is *below* the
+    threshold, as scikit-learn's ``distance_threshold`` does. Labels are numbered by first
+    appearance (row order)."""
+    from scipy.cluster.hierarchy import fcluster
+
+    if not (0.0 < float(distance_threshold) <= 2.0):
+        raise ValueError(f"distance_threshold must be in (0, 2] (a cosine distance), got {distance_threshold}")
+    # fcluster merges heights <= t; scikit-learn merges heights < t
+    raw = fcluster(Z, np.nextafter(float(distance_threshold), -np.inf), criterion="distance")
+    _, first, inv = np.unique(raw, return_index=True, return_inverse=True)
+    order = np.argsort(np.argsort(first))  # rank of each cluster's first row
+    return order[inv].astype(np.int64)
+
+
 def centroids_from_labels(E: Any, labels: Any) -> np.ndarray:
     """Mean embedding of each cluster, ``(n_nodes, d)`` float64, row ``k`` for label ``k``."""
     E = _check_matrix(E).astype(np.float64, copy=False)

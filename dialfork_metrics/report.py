@@ -99,20 +99,87 @@ def task2_markdown(t2: Mapping[str, Any]) -> str:
     return "\n".join(md)
 
 
+def _task3_rows(results: Mapping[str, Mapping[str, Any]]) -> list[list[str]]:
+    rows = []
+    for det, r in results.items():
+        by = r.get("mae_h_by_type", {})
+        rows.append([_label(det)] + [_f(by.get(h), 2) for h in TYPES] +
+                    [_f(r["mae_h"], 2), _f(r["cov_h"], pct=True), _f(r["mae_c"], 2), _f(r["cov_c"], pct=True),
+                     _f(r["score"], 2)])
+    return rows
+
+
+_TASK3_HEADER = ["Detector", *(f"MAE_h {h}" for h in TYPES), "MAE_h", "cov_h", "MAE_c", "cov_c", "Score"]
+#: The paper's best streaming detector (IT+NC, D2F, Table 4): hallucinated coverage at its false alarms.
+PAPER_STREAMING_COVERAGE = 0.9382
+PAPER_STREAMING_FALSE_ALARMS = 0.0558
+
+
+def _settings_text(s: Mapping[str, Any] | None) -> str:
+    if not s:
+        return "–"
+    return (f"{s['calibration']}, {'backoff' if s['backoff'] else 'no backoff'}, thr {s['distance_threshold']:g}, "
+            f"{s['scope']}, N={s['order']}")
+
+
 def task3_markdown(t3: Mapping[str, Any]) -> str:
     md = []
     for enc, res in t3.items():
-        rows = []
-        for det, r in res["results"].items():
-            by = r.get("mae_h_by_type", {})
-            rows.append([_label(det)] + [_f(by.get(h), 2) for h in TYPES] +
-                        [_f(r["mae_h"], 2), _f(r["cov_h"], pct=True), _f(r["mae_c"], 2), _f(r["cov_c"], pct=True),
-                         _f(r["score"], 2)])
         any_r = next(iter(res["results"].values()))
+        preset = res.get("preset", "selected")
+        how = "settings chosen by cross-validation on train sources" if res.get("selection") else f"preset `{preset}`"
         md += [f"### Tables 4 and 9. Task 3: first deviating turn, MAEs in system turns (encoder `{enc}`; {res['n_train']} train, "
-               f"{res['n_test']} test dialogues; MAE_h_ref {_f(any_r['mae_h_ref'], 2)}, MAE_c_ref {_f(any_r['mae_c_ref'], 2)})",
-               "", markdown_table(["Detector", *(f"MAE_h {h}" for h in TYPES), "MAE_h", "cov_h", "MAE_c", "cov_c", "Score"],
-                                  rows), ""]
+               f"{res['n_test']} test dialogues; MAE_h_ref {_f(any_r['mae_h_ref'], 2)}, MAE_c_ref {_f(any_r['mae_c_ref'], 2)}; "
+               f"streaming rows: {how}, operating point {100 * res.get('false_alarm_rate', 0.05):g}% false alarms)",
+               "", markdown_table(_TASK3_HEADER, _task3_rows(res["results"])), ""]
+        md += [task3_operating_markdown(res), ""]
+        for key, title in (("table9", f"Table 9 protocol (the paper's settings, N=3; encoder `{enc}`)"),):
+            if res.get(key):
+                md += [f"#### {title}", "", markdown_table(_TASK3_HEADER, _task3_rows(res[key])), ""]
+        md += [task3_ablation_markdown(res, enc), ""]
+    return "\n".join(md)
+
+
+def task3_operating_markdown(res: Mapping[str, Any]) -> str:
+    """Per streaming detector: its settings, the coverage at 1/5/10% conformant false alarms
+    (read off the trade-off curve on test) and the distance to the paper's 93.82%."""
+    rows = []
+    for det, r in res["results"].items():
+        cov = r.get("coverage_at")
+        if not cov:
+            continue
+        c5 = cov.get("0.05")
+        rows.append([_label(det), _settings_text(r.get("settings")), _f(r["cov_c"], pct=True), _f(r["cov_h"], pct=True),
+                     _f(cov.get("0.01"), pct=True), _f(c5, pct=True), _f(cov.get("0.1"), pct=True),
+                     "–" if c5 is None else f"{100 * (c5 - PAPER_STREAMING_COVERAGE):+.1f} pts"])
+    if not rows:
+        return ""
+    out = ["Streaming detectors at their operating point, and the hallucinated coverage at 1%, 5% and 10% conformant "
+           "false alarms (threshold swept on test; paper, IT+NC with D2F: 93.82% coverage at 5.58% false alarms):", "",
+           markdown_table(["Detector", "settings", "cov_c (false alarms)", "cov_h", "cov_h @1% FA", "cov_h @5% FA",
+                           "cov_h @10% FA", "@5% vs paper 93.82%"], rows)]
+    sel = res.get("selection")
+    if sel:
+        m = sel.get("meta", {})
+        out += ["", f"Selection: {m.get('n_folds')}-fold cross-validation over {m.get('n_sources')} train sources "
+                    f"({m.get('n_records')} train dialogues), {len(sel.get('table', []))} (detector, setting) rows, "
+                    f"target {100 * m.get('false_alarm_rate', 0.05):g}% + {100 * m.get('tolerance', 0.01):g} pts."]
+    return "\n".join(out)
+
+
+def task3_ablation_markdown(res: Mapping[str, Any], enc: str) -> str:
+    """The N-gram order and fitting-scope ablations (Score, cov_c, cov_h per detector)."""
+    md = []
+    for key, what in (("ablation_order", "N-gram order N"), ("ablation_scope", "fitting scope")):
+        ab = res.get(key)
+        if not ab:
+            continue
+        dets = list(next(iter(ab.values())))
+        rows = [[str(v)] + [f"{_f(r[d]['score'], 1)} ({_f(r[d]['cov_c'], pct=True)} / {_f(r[d]['cov_h'], pct=True)})"
+                            for d in dets] for v, r in ab.items()]
+        md += [f"#### Ablation: {what} (encoder `{enc}`; other settings as in the main rows; "
+               f"{res.get('ablation_n_test', res['n_test'])} test dialogues). Score (cov_c / cov_h)", "",
+               markdown_table([what, *(_label(d) for d in dets)], rows), ""]
     return "\n".join(md)
 
 
@@ -392,11 +459,42 @@ def write_figures(report: Mapping[str, Any], out: Path) -> list[Path]:
             plot_task3_summary(res["results"], f"Task 3 ({enc}): localisation, coverage and Score",
                                out / f"task3_summary_{safe}.png")
             written.append(out / f"task3_summary_{safe}.png")
+            if any(r.get("curve") for r in res["results"].values()):
+                plot_task3_tradeoff(res["results"], f"Task 3 ({enc}): coverage vs false alarms",
+                                    out / f"task3_tradeoff_{safe}.png")
+                written.append(out / f"task3_tradeoff_{safe}.png")
     for enc, sw in (report.get("task3_weight_sweep") or {}).items():
         safe = enc.replace("/", "_")
         plot_weight_sweep(sw, f"Task 3 ({enc}): Score under other weights (Appendix I)", out / f"task3_weights_{safe}.png")
         written.append(out / f"task3_weights_{safe}.png")
     return written
+
+
+def plot_task3_tradeoff(results: Mapping[str, Mapping[str, Any]], title: str, path: Path) -> None:
+    """Hallucinated coverage against conformant false-alarm rate per streaming detector (threshold
+    swept), each detector's operating point marked, the paper's IT+NC point for reference."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5.6, 4.4))
+    for i, (det, r) in enumerate((d, r) for d, r in results.items() if r.get("curve")):
+        color = f"C{i}"
+        ax.plot(r["curve"]["cov_c"], r["curve"]["cov_h"], color=color, lw=1.4, label=_label(det))
+        ax.plot([r["cov_c"]], [r["cov_h"]], marker="o", color=color, ms=7, mec="black")
+    ax.plot([PAPER_STREAMING_FALSE_ALARMS], [PAPER_STREAMING_COVERAGE], marker="*", color="black", ms=11, ls="none",
+            label="paper IT+NC (D2F)")
+    ax.axvline(0.05, color="grey", lw=0.8, ls="--")
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1.02)
+    ax.set_xlabel("conformant false-alarm rate (cov_c)")
+    ax.set_ylabel("hallucinated coverage (cov_h)")
+    ax.set_title(title + "\n(dots: operating points; dashed: 5%)", fontsize=9)
+    ax.legend(fontsize=7, loc="lower right")
+    _savefig(fig, path)
+    plt.close(fig)
+
 
 
 def write_reports(report: Mapping[str, Any], out: str | os.PathLike, plots: bool = True, graph: Any = None) -> list[Path]:

@@ -42,12 +42,21 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--encoder", default="minilm", help="encoder alias or path for streaming detectors (default minilm)")
     p.add_argument("--device", default=None, help="torch device for the encoder / LLM (default: auto)")
     p.add_argument("--cache-dir", default=None, help="persistent embedding cache folder (default: memory only)")
-    p.add_argument("--order", type=int, default=6, help="N of the N-gram LM (>= 1, default 6)")
+    p.add_argument("--preset", default="selected", choices=("selected", "paper"),
+                   help="streaming settings: 'selected' (default; chosen per detector and encoder by cross-validation "
+                        "on train sources) or 'paper' (the paper's literal protocol); the options below override it")
+    p.add_argument("--order", type=int, default=None, help="N of the N-gram LM (>= 1; paper: 6)")
     p.add_argument("--K", type=int, default=64, help="node-confidence neighbours K (default 64)")
     p.add_argument("--tau", type=float, default=0.05, help="node-confidence temperature (default 0.05)")
-    p.add_argument("--distance-threshold", type=float, default=0.55, help="node clustering threshold (default 0.55)")
-    p.add_argument("--false-alarm-rate", type=float, default=0.05, help="calibration target (default 0.05)")
-    p.add_argument("--backoff", action="store_true", help="N-gram back-off for unseen contexts (ours; off = paper)")
+    p.add_argument("--distance-threshold", type=float, default=None, help="node clustering threshold (paper: 0.55)")
+    p.add_argument("--false-alarm-rate", type=float, default=0.05,
+                   help="operating point: target share of conformant dialogues that alarm (default 0.05)")
+    p.add_argument("--backoff", action=argparse.BooleanOptionalAction, default=None,
+                   help="N-gram back-off for unseen contexts (ours; paper: off)")
+    p.add_argument("--calibration", default=None, choices=("in_sample", "cross_fit"),
+                   help="threshold calibration (paper: in_sample; cross_fit meets the target on held-out folds)")
+    p.add_argument("--scope", default=None, choices=("task", "pooled"),
+                   help="one model per task (paper) or one over all tasks")
     p.add_argument("--seed", type=int, default=0, help="seed of the random baseline")
     p.add_argument("--load-detector", default=None, help="use a saved fitted detector instead of fitting")
     p.add_argument("--save-detector", default=None, help="save the fitted detector to this folder")
@@ -86,7 +95,8 @@ def _detector_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 
     if args.detector in STREAMING_DETECTORS:
         return {"order": args.order, "K": args.K, "tau": args.tau, "distance_threshold": args.distance_threshold,
-                "false_alarm_rate": args.false_alarm_rate, "backoff": args.backoff, "encoder": args.encoder}
+                "false_alarm_rate": args.false_alarm_rate, "backoff": args.backoff, "encoder": args.encoder,
+                "calibration": args.calibration, "scope": args.scope, "preset": args.preset}
     if args.detector == "random":
         return {"seed": args.seed}
     if args.detector == "llm":
@@ -127,7 +137,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     from .detectors import STREAMING_DETECTORS, load_detector, make_detector
     from .io import load_examples, write_predictions
 
-    if args.order < 1:
+    if args.order is not None and args.order < 1:
         raise ValueError(f"--order N must be >= 1, got {args.order}")
     out = Path(args.out)
     progress = not (args.no_progress or args.quiet)
@@ -146,7 +156,9 @@ def cmd_predict(args: argparse.Namespace) -> int:
             train = load_examples(args.data, "train")
             print(f"fitting {args.detector} on {len(train)} conformant train dialogues", file=sys.stderr)
             det.fit(train, show_progress=progress)
-            print(f"  {len(det.node_names)} nodes, threshold {det.threshold:.6g}, "
+            th = det.thresholds
+            shown = f"threshold {next(iter(th.values())):.6g}" if len(th) == 1 else f"{len(th)} task models"
+            print(f"  settings {det.settings()}; {det.vocab_size} nodes, {shown}, "
                   f"train false-alarm rate {100 * det.train_false_alarm_rate:.2f}%", file=sys.stderr)
     if args.save_detector and hasattr(det, "save") and (not streaming or det.is_fitted):
         det.save(args.save_detector)
@@ -181,7 +193,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
                               "data": str(args.data), "split": args.split, "n": n,
                               "flagged": sum(v is not None for v in done.values())}
     if streaming:
-        report.update({"threshold": det.threshold, "vocab_size": det.vocab_size, "n_train": det.n_train,
+        report.update({"threshold": det.threshold, "thresholds": {str(k): v for k, v in det.thresholds.items()},
+                       "vocab_size": det.vocab_size, "n_train": det.n_train,
                        "train_false_alarm_rate": det.train_false_alarm_rate})
     if reports:
         llm = {k: sum(r[k] for r in reports) for k in ("n", "turn", "none", "unparsable", "out_of_range", "too_long")}

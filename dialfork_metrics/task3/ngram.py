@@ -62,11 +62,15 @@ class NgramLM:
         n = self.order
         for i, seq in enumerate(sequences):
             s = [self.start] * (n - 1) + self._check(seq, f"sequence {i}")
-            for t in range(n - 1, len(s)):
-                for k in range(n):  # context length k: s[t-k:t]
-                    ctx = tuple(s[t - k : t])
-                    self.ngram_counts[(*ctx, s[t])] += 1
-                    self.context_counts[ctx] += 1
+            m = len(s)
+            # the n-grams with a context of length k end at positions n-1..m-1: s[t-k : t+1]
+            for k in range(n):
+                cols = [s[n - 1 - k + j : m - k + j] for j in range(k + 1)]
+                self.ngram_counts.update(zip(*cols))
+                if k:
+                    self.context_counts.update(zip(*cols[:-1]))
+                else:
+                    self.context_counts[()] += m - (n - 1)
         return self
 
     # -- probabilities ------------------------------------------------------------------------
@@ -91,11 +95,20 @@ class NgramLM:
         return (self.ngram_counts.get((*ctx, int(node)), 0) + 1) / (c + self.vocab_size)
 
     def sequence_probs(self, seq: Sequence[int]) -> np.ndarray:
-        """``p_t`` for every position of ``seq`` (float64, shape ``(len(seq),)``)."""
+        """``p_t`` for every position of ``seq`` (float64, shape ``(len(seq),)``); the same numbers
+        as :meth:`prob` at each position's :meth:`context_of`."""
         seq = [int(x) for x in seq]
+        k = self.order - 1
+        s = [self.start] * k + seq
+        ctxs = zip(*(s[j : j + len(seq)] for j in range(k))) if k else (() for _ in seq)
+        cc, ng, V = self.context_counts, self.ngram_counts, self.vocab_size
         out = np.empty(len(seq), dtype=np.float64)
-        for t, node in enumerate(seq):
-            out[t] = self.prob(self.context_of(seq[:t]), node)
+        for t, (ctx, node) in enumerate(zip(ctxs, seq)):
+            c = cc.get(ctx, 0)
+            if c == 0 and self.backoff:
+                out[t] = self.prob(ctx, node)
+            else:
+                out[t] = (ng.get((*ctx, node), 0) + 1) / (c + V)
         return out
 
     # -- (de)serialisation: plain arrays, no pickle ----------------------------------------------

@@ -1,0 +1,354 @@
+"""Choosing the streaming detectors' settings on train data only, and the trade-off curve.
+
+Selection (ours; see ``docs/task3_detectors.md``). The paper fixes one protocol (``preset="paper"``
+of :class:`~dialfork_metrics.task3.streaming.StreamingDetector`). Which calibration, back-off,
+clustering threshold, fitting scope and N-gram order work best depends on the encoder, so
+:func:`select_settings` chooses them by K-fold cross-validation over the *train sources*:
+
+1. the train sources are split into ``n_folds`` folds, stratified by task and seeded;
+2. for each fold, every setting of the grid is fitted on the conformant dialogues of the other
+   folds (nodes, N-gram LM, threshold at ``false_alarm_rate``) and predicts the held-out fold's
+   dialogues: its conformant dialogues and the forks of its sources (at most
+   ``max_forks_per_source`` per source, one per fork position, seeded);
+3. each (detector, setting) is scored (SPEC 8 Score) on the pooled held-out predictions; the
+   choice is the best Score among the settings whose held-out false-alarm rate is at most
+   ``false_alarm_rate + tolerance``; if none qualifies, the lowest false-alarm rate.
+
+Only train records are read: the test split's dialogues and labels never enter (tested by
+shuffling the test labels). The detectors themselves still fit on conformant dialogues only; the
+train forks' labels are used for this hyperparameter search, as any supervised model selection.
+
+Speed: the clustering dendrogram depends on neither the threshold nor the LM, so it is built once
+per (fold, task group, speaker) with :func:`dialfork_metrics.flowgraph.cluster_tree` and cut at
+every threshold; node assignment is shared by every (order, back-off, calibration); the four
+detectors share every LM.
+
+Trade-off curve: a detector raises an alarm on a dialogue at operating point ``a`` exactly when
+the dialogue's statistic (IT ``min p_t``, SS ``max Delta_t``) crosses
+``calibrate_threshold(calibration_stats, method, a)`` of the model watching it
+(:meth:`StreamingDetector.dialogue_statistics`). :func:`tradeoff_curve` sweeps ``a`` and gives
+the conformant false-alarm rate and the hallucinated coverage at each point;
+:func:`coverage_at` reads the coverage at a given false-alarm rate off the curve.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .ngram import NgramLM
+from .streaming import (
+    CALIBRATIONS,
+    DEFAULT_FALSE_ALARM_RATE,
+    DEFAULT_K,
+    DEFAULT_TAU,
+    SCOPES,
+    SELECTABLE,
+    SPEAKERS,
+    StreamingDetector,
+    calibrate_threshold,
+    calibration_statistic,
+    surprisal_jumps,
+)
+
+logger = logging.getLogger(__name__)
+
+DETECTORS: tuple[str, ...] = ("it", "ss", "it+nc", "ss+nc")
+#: The default search grid (2 x 2 x 4 x 2 x 3 = 96 settings per detector).
+DEFAULT_GRID: dict[str, tuple[Any, ...]] = {
+    "calibration": CALIBRATIONS,
+    "backoff": (False, True),
+    "distance_threshold": (0.4, 0.55, 0.7, 0.85),
+    "scope": SCOPES,
+    "order": (2, 3, 6),
+}
+#: Operating points the coverage table reports.
+FALSE_ALARM_POINTS: tuple[float, ...] = (0.01, 0.05, 0.10)
+
+
+# --------------------------------------------------------------------------------------------
+# pure helpers
+# --------------------------------------------------------------------------------------------
+def source_folds(records: Sequence[Mapping[str, Any]], n_folds: int = 3, seed: int = 0) -> dict[str, int]:
+    """Fold of every source id: within each task, a seeded permutation of its sources dealt
+    round-robin, so every fold holds sources of every task with enough sources."""
+    if n_folds < 2:
+        raise ValueError(f"n_folds must be >= 2, got {n_folds}")
+    by_task: dict[str, set[str]] = {}
+    for r in records:
+        by_task.setdefault(str(r.get("task")), set()).add(_source(r))
+    rng = np.random.default_rng(seed)
+    out: dict[str, int] = {}
+    offset = 0
+    for task in sorted(by_task):
+        srcs = sorted(by_task[task])
+        for j, i in enumerate(rng.permutation(len(srcs))):
+            out[srcs[i]] = (j + offset) % n_folds
+        offset += len(srcs)
+    return out
+
+
+def _source(r: Mapping[str, Any]) -> str:
+    return str(r.get("source_id") or r["dialogue_id"])
+
+
+def first_alarms(p_list: Sequence[np.ndarray], sys_turns: Sequence[np.ndarray], method: str,
+                 threshold: float) -> list[int | None]:
+    """The streaming prediction of each dialogue from its ``p_t``: the system turn of the first
+    alarm (``sys_turns[i][pos]`` maps a turn position to its system turn index) or ``None``."""
+    out: list[int | None] = []
+    for p, st in zip(p_list, sys_turns):
+        a = (p < threshold) if method == "it" else (surprisal_jumps(p) > threshold)
+        out.append(int(st[int(np.argmax(a))]) if a.any() else None)
+    return out
+
+
+def system_turn_index(turns: Sequence[Mapping[str, str]]) -> np.ndarray:
+    """Per turn position, its system turn index (a user turn -> the latest system turn before it,
+    or 1), as :func:`dialfork_dataset.forks.position_to_system_turn`."""
+    return np.maximum(np.cumsum([t["speaker"] == "system" for t in turns]), 1)
+
+
+def tradeoff_curve(stats: np.ndarray, keys: Sequence[Any], is_fork: Sequence[bool],
+                   calibration_stats: Mapping[Any, np.ndarray], method: str,
+                   levels: Sequence[float] | None = None, percentile_method: str = "linear") -> dict[str, np.ndarray]:
+    """Conformant false-alarm rate and hallucinated coverage of a fitted detector at each
+    operating point ``a`` in ``levels`` (default 0..1 in 401 steps plus 1%, 5%, 10%).
+
+    ``stats``/``keys`` come from :meth:`StreamingDetector.dialogue_statistics` on the test
+    dialogues, ``calibration_stats`` maps each key to the stored statistics of its model
+    (``{k: m.calibration_stats for k, m in det.models().items()}``). The two end points
+    ``(0, 0)`` and ``(1, 1)`` (never / always alarm) are included."""
+    stats = np.asarray(stats, dtype=np.float64)
+    fork = np.asarray(is_fork, dtype=bool)
+    if fork.all() or not fork.any():
+        raise ValueError("the trade-off curve needs both conformant and forked dialogues")
+    keys = list(keys)
+    if levels is None:
+        levels = np.unique(np.concatenate([np.linspace(0.0, 1.0, 401), FALSE_ALARM_POINTS]))
+    levels = np.asarray(levels, dtype=np.float64)
+    groups = {k: np.asarray([kk == k for kk in keys]) for k in set(keys)}
+    cov_c, cov_h = [], []
+    for a in levels:
+        flagged = np.zeros(len(stats), dtype=bool)
+        for k, mask in groups.items():
+            thr = calibrate_threshold(calibration_stats[k], method, float(min(max(a, 0.0), 1.0)), percentile_method)
+            flagged[mask] = (stats[mask] < thr) if method == "it" else (stats[mask] > thr)
+        cov_c.append(flagged[~fork].mean())
+        cov_h.append(flagged[fork].mean())
+    cov_c = np.concatenate([[0.0], cov_c, [1.0]])
+    cov_h = np.concatenate([[0.0], cov_h, [1.0]])
+    levels = np.concatenate([[np.nan], levels, [np.nan]])
+    return {"level": levels, "cov_c": cov_c, "cov_h": cov_h}
+
+
+def coverage_at(curve: Mapping[str, np.ndarray], false_alarm_rate: float) -> float:
+    """Hallucinated coverage at ``false_alarm_rate`` on the curve: the best coverage among
+    points with at most that false-alarm rate, linearly interpolated towards the next point
+    (the usual ROC reading; the curve is monotone in both coordinates)."""
+    x = np.asarray(curve["cov_c"], dtype=np.float64)
+    y = np.asarray(curve["cov_h"], dtype=np.float64)
+    order = np.lexsort((y, x))
+    x, y = x[order], np.maximum.accumulate(y[order])
+    return float(np.interp(false_alarm_rate, x, y))
+
+
+# --------------------------------------------------------------------------------------------
+# selection
+# --------------------------------------------------------------------------------------------
+@dataclass
+class Selection:
+    """Result of :func:`select_settings`."""
+
+    chosen: dict[str, dict[str, Any]]
+    """Per detector, the chosen :data:`SELECTABLE` settings."""
+    table: list[dict[str, Any]] = field(default_factory=list)
+    """One row per (detector, setting): the settings, held-out cov_c, cov_h, mae_h, Score."""
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def settings_for(self, detector: str) -> dict[str, Any]:
+        return dict(self.chosen[detector])
+
+    def to_json(self) -> dict[str, Any]:
+        return {"chosen": self.chosen, "table": self.table, "meta": self.meta}
+
+
+def _grid_settings(grid: Mapping[str, Sequence[Any]]) -> list[dict[str, Any]]:
+    bad = sorted(set(grid) - set(SELECTABLE))
+    if bad:
+        raise ValueError(f"unknown grid key(s) {bad}; selectable settings: {SELECTABLE}")
+    full = {k: tuple(grid.get(k, DEFAULT_GRID[k])) for k in SELECTABLE}
+    for k, vals in full.items():
+        if not vals:
+            raise ValueError(f"grid[{k!r}] is empty")
+    return [dict(zip(SELECTABLE, combo)) for combo in itertools.product(*full.values())]
+
+
+def _subsample_forks(records: Sequence[Mapping[str, Any]], max_per_source: int | None, seed: int) -> list[int]:
+    """Indices of the records kept: every conformant one and, per source, at most
+    ``max_per_source`` forks (one per fork position first, types drawn with a seeded rng)."""
+    if max_per_source is None:
+        return list(range(len(records)))
+    rng = np.random.default_rng(seed)
+    keep, by_src = [], {}
+    for i, r in enumerate(records):
+        if r.get("hallucination_type") is None:
+            keep.append(i)
+        else:
+            by_src.setdefault(_source(r), []).append(i)
+    for src in sorted(by_src):
+        idx = sorted(by_src[src], key=lambda i: (records[i].get("fork_position") or 0, records[i]["dialogue_id"]))
+        by_pos: dict[Any, list[int]] = {}
+        for i in idx:
+            by_pos.setdefault(records[i].get("fork_position"), []).append(i)
+        picks = [grp[int(rng.integers(len(grp)))] for _, grp in sorted(by_pos.items(), key=lambda kv: str(kv[0]))]
+        keep += picks[:max_per_source]
+    return sorted(keep)
+
+
+def select_settings(records: Sequence[Mapping[str, Any]], embeddings: Sequence[np.ndarray], *,
+                    detectors: Sequence[str] = DETECTORS, grid: Mapping[str, Sequence[Any]] | None = None,
+                    n_folds: int = 3, seed: int = 0, false_alarm_rate: float = DEFAULT_FALSE_ALARM_RATE,
+                    tolerance: float = 0.01, max_forks_per_source: int | None = 4, K: int = DEFAULT_K,
+                    tau: float = DEFAULT_TAU, calibration_folds: int = 5, max_sources_per_task: int | None = None,
+                    progress: bool = False) -> Selection:
+    """Choose each detector's settings by cross-validation over the train sources (module doc).
+
+    ``records``: the *train* split, conformant dialogues and their forks (fields ``dialogue_id``,
+    ``source_id``, ``task``, ``turns``, ``num_system_turns``, ``hallucination_type``,
+    ``fork_turn``); ``embeddings``: one ``(n_turns, d)`` array per record (any encoder).
+    ``max_sources_per_task`` caps the train sources used per task (seeded draw) to bound the cost
+    on a large corpus; ``max_forks_per_source`` caps the forks evaluated per held-out source.
+    """
+    from tqdm.auto import tqdm
+
+    from dialfork_metrics.flowgraph import cluster_tree, cut_cluster_tree
+
+    from .scorer import score_predictions
+
+    if len(records) != len(embeddings):
+        raise ValueError(f"{len(embeddings)} embedding arrays for {len(records)} records")
+    bad = [d for d in detectors if d not in DETECTORS]
+    if bad:
+        raise ValueError(f"unknown streaming detector(s) {bad}; known: {DETECTORS}")
+    settings = _grid_settings(grid or DEFAULT_GRID)
+    # a canonical order (by dialogue id): the choice does not depend on how the records were listed
+    canon = sorted(range(len(records)), key=lambda i: str(records[i]["dialogue_id"]))
+    records, embeddings = [records[i] for i in canon], [embeddings[i] for i in canon]
+    if max_sources_per_task is not None:
+        rng = np.random.default_rng(seed)
+        by_task: dict[str, list[str]] = {}
+        for r in records:
+            by_task.setdefault(str(r.get("task")), [])
+            if _source(r) not in by_task[str(r.get("task"))]:
+                by_task[str(r.get("task"))].append(_source(r))
+        kept = {src for t in sorted(by_task) for src in
+                (sorted(by_task[t]) if len(by_task[t]) <= max_sources_per_task else
+                 [sorted(by_task[t])[i] for i in rng.choice(len(by_task[t]), max_sources_per_task, replace=False)])}
+        idx = [i for i, r in enumerate(records) if _source(r) in kept]
+        records, embeddings = [records[i] for i in idx], [embeddings[i] for i in idx]
+    keep = _subsample_forks(records, max_forks_per_source, seed)
+    records = [records[i] for i in keep]
+    embeddings = [np.asarray(embeddings[i], dtype=np.float64) for i in keep]
+    if not any(r.get("hallucination_type") is not None for r in records):
+        raise ValueError("select_settings needs the forks of the train sources (labelled), got conformant only")
+    folds = source_folds(records, n_folds, seed)
+    fold_of = np.asarray([folds[_source(r)] for r in records])
+    sys_turns = [system_turn_index(r["turns"]) for r in records]
+    gold = [{k: r.get(k) for k in ("dialogue_id", "num_system_turns", "hallucination_type", "fork_turn")}
+            for r in records]
+    # predictions[(detector, setting index)][record index]
+    preds: dict[tuple[str, int], list[int | None]] = {(d, s): [None] * len(records)
+                                                      for d in detectors for s in range(len(settings))}
+    scopes = sorted({s["scope"] for s in settings})
+    thresholds = sorted({float(s["distance_threshold"]) for s in settings})
+    lm_keys = sorted({(s["order"], s["backoff"]) for s in settings})
+    n_steps = n_folds * len(scopes)
+    bar = tqdm(total=n_steps, desc="task3 selection", disable=not progress, unit="fold x scope")
+    for f in range(n_folds):
+        fit_idx = [i for i in range(len(records)) if fold_of[i] != f and records[i].get("hallucination_type") is None]
+        held_idx = [i for i in range(len(records)) if fold_of[i] == f]
+        for scope in scopes:
+            group_of = (lambda r: r.get("task")) if scope == "task" else (lambda r: None)
+            fit_groups: dict[Any, list[int]] = {}
+            for i in fit_idx:
+                fit_groups.setdefault(group_of(records[i]), []).append(i)
+            held_groups: dict[Any, list[int]] = {}
+            for i in held_idx:
+                held_groups.setdefault(group_of(records[i]), []).append(i)
+            for g, gi in fit_groups.items():
+                hi = held_groups.get(g, [])
+                if not hi:
+                    continue
+                turns_fit = [records[i]["turns"] for i in gi]
+                emb_fit = [embeddings[i] for i in gi]
+                trees: dict[str, np.ndarray | None] = {}
+                for sp in SPEAKERS:
+                    E = [e[j] for turns, e in zip(turns_fit, emb_fit) for j, t in enumerate(turns) if t["speaker"] == sp]
+                    if E:
+                        trees[sp] = cluster_tree(np.stack(E)) if len(E) > 1 else None
+                for thr in thresholds:
+                    labels = {sp: (np.zeros(1, np.int64) if Z is None else cut_cluster_tree(Z, thr))
+                              for sp, Z in trees.items()}
+                    # node_confidence=True: the assignment returns the confidences the NC detectors use
+                    base = StreamingDetector("it", True, order=1, K=K, tau=tau, distance_threshold=thr,
+                                             backoff=False, calibration="in_sample", encoder=None, scope="pooled")
+                    base._fit_model(turns_fit, emb_fit, labels=labels)  # nodes (the LM of order 1 is unused)
+                    V = base.lm.vocab_size
+                    n_fit, c_fit = base._assign_many(turns_fit, emb_fit)
+                    n_held, c_held = base._assign_many([records[i]["turns"] for i in hi], [embeddings[i] for i in hi])
+                    for order, backoff in lm_keys:
+                        lm = NgramLM(order, V, backoff=backoff).fit(n_fit)
+                        p_held = [lm.sequence_probs(n) for n in n_held]
+                        calib_p: dict[str, list[np.ndarray]] = {}
+                        for cal in sorted({s["calibration"] for s in settings}):
+                            if cal == "in_sample" or len(n_fit) < 2:
+                                calib_p[cal] = [lm.sequence_probs(n) for n in n_fit]
+                            else:
+                                probe = StreamingDetector("it", False, order=order, backoff=backoff,
+                                                          calibration="cross_fit", calibration_folds=calibration_folds,
+                                                          encoder=None, scope="pooled")
+                                calib_p[cal] = probe._cross_fit_p(n_fit, [np.ones(len(n)) for n in n_fit], V)
+                        for si, s in enumerate(settings):
+                            if (s["scope"], float(s["distance_threshold"]), s["order"], s["backoff"]) != \
+                                    (scope, thr, order, backoff):
+                                continue
+                            for d in detectors:
+                                method, nc = d.split("+")[0], d.endswith("+nc")
+                                cp = [p * c for p, c in zip(calib_p[s["calibration"]], c_fit)] if nc \
+                                    else calib_p[s["calibration"]]
+                                theta = calibrate_threshold([calibration_statistic(p, method) for p in cp], method,
+                                                            false_alarm_rate)
+                                ph = [p * c for p, c in zip(p_held, c_held)] if nc else p_held
+                                out = first_alarms(ph, [sys_turns[i] for i in hi], method, theta)
+                                row = preds[(d, si)]
+                                for i, o in zip(hi, out):
+                                    row[i] = o
+            bar.update(1)
+    bar.close()
+    table = []
+    for (d, si), row in preds.items():
+        r = score_predictions({g["dialogue_id"]: p for g, p in zip(gold, row)}, gold)
+        table.append({"detector": d, **settings[si], "cov_c": r["cov_c"], "cov_h": r["cov_h"], "mae_h": r["mae_h"],
+                      "mae_c": r["mae_c"], "score": r["score"]})
+    chosen = {}
+    for d in detectors:
+        rows = [(i, t) for i, t in enumerate(table) if t["detector"] == d]
+        ok = [(i, t) for i, t in rows if t["cov_c"] <= false_alarm_rate + tolerance]
+        if ok:
+            best = max(ok, key=lambda it: (it[1]["score"], -it[0]))[1]
+        else:
+            logger.warning("%s: no setting meets the %.1f%% false-alarm target on held-out train folds; choosing "
+                           "the lowest false-alarm rate", d, 100 * false_alarm_rate)
+            best = min(rows, key=lambda it: (it[1]["cov_c"], -it[1]["score"], it[0]))[1]
+        chosen[d] = {k: best[k] for k in SELECTABLE}
+    meta = {"n_records": len(records), "n_sources": len(folds), "n_folds": n_folds, "seed": seed,
+            "max_sources_per_task": max_sources_per_task,
+            "false_alarm_rate": false_alarm_rate, "tolerance": tolerance, "max_forks_per_source": max_forks_per_source,
+            "grid": {k: list(v) for k, v in (grid or DEFAULT_GRID).items()}}
+    return Selection(chosen=chosen, table=table, meta=meta)
