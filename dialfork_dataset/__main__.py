@@ -68,11 +68,11 @@ def _cmd_export(a: argparse.Namespace) -> int:
 
 
 def _cmd_check(a: argparse.Namespace) -> int:
-    from datasets import load_dataset
+    from .hub import load_layout
 
     configs = a.configs.split(",")
     for cfg in configs:
-        dd = load_dataset(str(a.dest), cfg)
+        dd = load_layout(a.dest, cfg)
         print(f"load_dataset({str(a.dest)!r}, {cfg!r}): " + ", ".join(f"{s}={len(ds):,}" for s, ds in dd.items()))
     return 0
 

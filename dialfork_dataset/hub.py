@@ -323,7 +323,9 @@ task3 = load_dataset("idiap/dialfork", "task3")          # train (conformant) / 
 blind = load_dataset("idiap/dialfork", "blind", split="test")        # detector track input, no labels
 pairs = load_dataset("idiap/dialfork", "blind_task2", split="test")  # metric track input, no labels
 ```
-A local copy of this folder loads the same way: `load_dataset("path/to/folder", "forked")`.
+A local copy of this folder loads the same way: `load_dataset("path/to/folder", "forked")` (give each
+local folder its own `cache_dir`, or use `dialfork_dataset.load_split`, which does: `datasets` caches a
+local folder's named configs under the folder's base name, so two folders of the same name share rows).
 
 ## Example (a public fork, turns cut)
 
@@ -751,6 +753,34 @@ def push_to_hub(dest: str | os.PathLike, repo_id: str, *, token: str | None = No
                              commit_message=commit_message, allow_patterns=["README.md", "data/**"])
 
 
+def local_layout_cache_dir(folder: str | os.PathLike) -> str:
+    """The ``datasets`` cache folder for one local Hub-layout folder, keyed by its content.
+
+    ``load_dataset(folder, config)`` caches a config that the card's YAML names under the folder's
+    base name and the config name only: two different folders both called ``hub`` (two exports,
+    two test runs) share one cache entry, and the second silently reads the first one's rows.
+    Keying the cache by the resolved path and every data file's size and modification time
+    (``mtime_ns``) gives each export its own entry, reused while the files do not change.
+    """
+    import datasets.config
+
+    root = Path(folder).resolve()
+    h = hashlib.sha256(str(root).encode())
+    for f in sorted([root / "README.md", *(root / "data").rglob("*")]):
+        if f.is_file():
+            st = f.stat()
+            h.update(f"\0{f.relative_to(root).as_posix()}\0{st.st_size}\0{st.st_mtime_ns}".encode())
+    return str(Path(datasets.config.HF_DATASETS_CACHE) / "dialfork-local" / h.hexdigest()[:24])
+
+
+def load_layout(folder: str | os.PathLike, config: str, split: str | None = None):
+    """``load_dataset(folder, config, split=split)`` for a local Hub-layout folder, with a cache of
+    its own (:func:`local_layout_cache_dir`), so that another folder's rows are never read."""
+    from datasets import load_dataset
+
+    return load_dataset(str(folder), config, split=split, cache_dir=local_layout_cache_dir(folder))
+
+
 def load_split(data: str | os.PathLike, config: str = DEFAULT_CONFIG, split: str | None = None,
                split_seed: int = DEFAULT_SPLIT_SEED):
     """Load a config from a Hub id, a Hub-layout folder, or a generator output folder.
@@ -767,4 +797,6 @@ def load_split(data: str | os.PathLike, config: str = DEFAULT_CONFIG, split: str
         return dd[split] if split else dd
     if config not in CONFIGS + (BLIND_CONFIG, BLIND_PAIRS_CONFIG):
         raise ValueError(f"unknown config {config!r}; DialFork has {', '.join(CONFIGS + (BLIND_CONFIG, BLIND_PAIRS_CONFIG))}")
+    if p.is_dir():
+        return load_layout(p, config, split=split)
     return load_dataset(str(data), config, split=split)

@@ -216,9 +216,9 @@ def _load_config_split(data: Any, cfg: str, split: str) -> list[dict[str, Any]]:
         for f in files:
             rows.extend(pq.read_table(f).to_pylist())
         return rows
-    from datasets import load_dataset
+    from dialfork_dataset.hub import load_split
 
-    return list(load_dataset(str(data), cfg, split=split))
+    return list(load_split(data, cfg, split=split))
 
 
 # ----------------------------------------------------------------------------- encoders

@@ -46,9 +46,9 @@ def load_reference(reference: Any, tasks: Sequence[str]) -> dict[str, list[dict[
             recs = load_records(p)
         except (ValueError, OSError) as e:
             try:
-                from datasets import load_dataset
+                from dialfork_dataset.hub import load_layout
 
-                dd = load_dataset(str(p), "conformant")
+                dd = load_layout(p, "conformant")
                 recs = [dict(r) for split in dd.values() for r in split]
             except Exception as e2:  # noqa: BLE001 - report both readers' reasons
                 raise AuditError(f"reference {p}: not a DialFork corpus folder ({e}) nor a Hub folder ({e2})") from None
