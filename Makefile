@@ -63,7 +63,7 @@ demo: install
 	mkdir -p $(DEMO_OUT)/submission
 	$(PY) -m dialfork_metrics.task3 predict --data $(DEMO_OUT)/hub --split blind --detector $(DEMO_DETECTOR) \
 	  --encoder minilm --out $(DEMO_OUT)/submission/streaming.jsonl
-	printf '%s\n' '{"method": "$(DEMO_DETECTOR) (MiniLM, 6-gram)", "regime": "streaming", "used_conformant_train": true, "model_name": "all-MiniLM-L6-v2", "model_size": "22M", "code_url": "https://github.com/idiap/dialfork", "open_source": true, "contact": "demo@example.org", "submitter": "demo"}' \
+	printf '%s\n' '{"method": "$(DEMO_DETECTOR) (MiniLM, selected settings)", "regime": "streaming", "used_conformant_train": true, "model_name": "all-MiniLM-L6-v2", "model_size": "22M", "code_url": "https://github.com/idiap/dialfork", "open_source": true, "contact": "demo@example.org", "submitter": "demo"}' \
 	  > $(DEMO_OUT)/submission/streaming.metadata.json
 	$(PY) -m leaderboard validate $(DEMO_OUT)/submission/streaming.jsonl --track detector --blind $(DEMO_OUT)/hub
 	rm -rf $(DEMO_OUT)/leaderboard
