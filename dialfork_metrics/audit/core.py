@@ -189,6 +189,16 @@ def converse(job: Job, client: Any, backend: Any, matcher: Any, encoder: _Encode
     return Outcome(job, d.turns, user.steps, user.similarities, ended_by_agent, error)
 
 
+def record_decoding(sampling: Mapping[str, Any]) -> dict[str, Any]:
+    """The record's ``decoding`` (SPEC 4: temperature, top_p, top_k, max_new_tokens) from the
+    agent's OpenAI sampling parameters (``max_tokens`` is the OpenAI name of ``max_new_tokens``;
+    parameters the record has no field for are left out)."""
+    out = {k: sampling[k] for k in ("temperature", "top_p", "top_k", "max_new_tokens") if k in sampling}
+    if "max_tokens" in sampling and "max_new_tokens" not in out:
+        out["max_new_tokens"] = sampling["max_tokens"]
+    return out
+
+
 def record_of(o: Outcome, generator: str, decoding: Mapping[str, Any]) -> dict[str, Any]:
     from generation.engine import code_version
 
@@ -198,7 +208,7 @@ def record_of(o: Outcome, generator: str, decoding: Mapping[str, Any]) -> dict[s
         "task": j.task.name, "domain": j.task.domain, "hallucination_type": None, "variant": None,
         "instruction": None, "substitute_task": None, "fork_position": None, "fork_turn": None,
         "num_system_turns": sum(t["speaker"] == "system" for t in o.turns), "turns": o.turns, "seed": j.seed,
-        "generator": generator, "decoding": dict(decoding), "prefix_mode": None, "prefix_divergence": None,
+        "generator": generator, "decoding": record_decoding(decoding), "prefix_mode": None, "prefix_divergence": None,
         "code_version": code_version("openai"),
     }
 
