@@ -34,6 +34,9 @@ import numbers
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .rows import is_bool as _is_bool
+from .rows import is_int as _is_int
+
 #: Weights of the four components (paper: 0.35 per MAE component, 0.15 per coverage).
 SCORE_WEIGHTS: tuple[float, float, float, float] = (0.35, 0.35, 0.15, 0.15)
 #: Floor applied to each component before the log (SPEC section 8).
@@ -55,15 +58,6 @@ class PredictionError(ValueError):
         if more:
             msg += f"\n  ... and {more} more (see the exception's .errors)"
         super().__init__(msg)
-
-
-def _is_bool(v: Any) -> bool:
-    return isinstance(v, bool) or getattr(getattr(v, "dtype", None), "kind", None) == "b"  # numpy bool_
-
-
-def _is_int(v: Any) -> bool:
-    # numpy integers (e.g. from an argmax) count as integers; booleans never do
-    return isinstance(v, numbers.Integral) and not _is_bool(v)
 
 
 def _describe_value(v: Any) -> str:
