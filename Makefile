@@ -87,8 +87,10 @@ paper: install
 	  --encoders sbert,labse,bge-m3,qwen3-embedding,embeddinggemma,dse,d2f --task3-preset paper \
 	  --prd-kmeans minibatch --prd-n-init 10 --bootstrap-resamples 10000 --seed 0 --out $(PAPER_OUT)
 
+# Random test order (pytest-randomly); the header prints the seed: rerun that order with
+# `$(PY) -m pytest -p randomly --randomly-seed=N tests`.
 test: install system-deps
-	DIALFORK_STAR_DIR=$(abspath $(STAR)) $(PY) -m pytest -q -p no:cacheprovider tests
+	DIALFORK_STAR_DIR=$(abspath $(STAR)) $(PY) -m pytest -p no:cacheprovider tests
 
 lint: install
 	$(VENV)/bin/ruff check .
