@@ -274,6 +274,10 @@ def test_validate_submit_and_table_in_chromium(served_app, env, tmp_path):
 
             # the good file: valid, then stored
             page.locator("#upload button[aria-label*='Clear'], #upload button[aria-label*='clear']").first.click()
+            # the upload box re-renders its file input once the clear is processed: wait for that,
+            # so the new file does not go to the input being replaced (seen under load)
+            sync_api.expect(page.locator("#upload").get_by_text("bad.jsonl")).to_have_count(0)
+            sync_api.expect(page.locator("#upload input[type=file]")).to_have_count(1)
             page.locator("#upload input[type=file]").set_input_files(str(good))
             page.get_by_text("good.jsonl").first.wait_for()
             page.locator("#validate").click()

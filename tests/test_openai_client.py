@@ -108,29 +108,32 @@ class FakeOpenAIServer:
                     n = outer.chat_count
                     outer.in_flight += 1
                     outer.max_in_flight = max(outer.max_in_flight, outer.in_flight)
+                # in_flight drops before the reply is written: a client sends its next request only
+                # after reading a reply, so the count never includes a finished request's tail
+                resp = None
                 try:
                     if n > outer.max_requests:
-                        self._send(400, b'{"error": {"message": "fake server: request budget exceeded"}}')
-                        return
-                    if not self.path.endswith("/chat/completions"):
-                        self._send(404, b'{"error": {"message": "Not Found"}}')
-                        return
-                    if outer.delay:
-                        time.sleep(outer.delay)
-                    if body.get("model") not in outer.models:
-                        msg = {"error": {"message": f"The model `{body.get('model')}` does not exist.",
-                                         "type": "NotFoundError", "code": 404}}
-                        self._send(404, json.dumps(msg).encode())
-                        return
-                    out = outer.handler(body, n) if outer.handler else None
-                    if out is None:
-                        self._send(200, completion_body(default_reply(body)))
+                        resp = (400, b'{"error": {"message": "fake server: request budget exceeded"}}', None)
+                    elif not self.path.endswith("/chat/completions"):
+                        resp = (404, b'{"error": {"message": "Not Found"}}', None)
                     else:
-                        status, payload, headers = out
-                        self._send(status, payload, headers)
+                        if outer.delay:
+                            time.sleep(outer.delay)
+                        if body.get("model") not in outer.models:
+                            msg = {"error": {"message": f"The model `{body.get('model')}` does not exist.",
+                                             "type": "NotFoundError", "code": 404}}
+                            resp = (404, json.dumps(msg).encode(), None)
+                        else:
+                            out = outer.handler(body, n) if outer.handler else None
+                            resp = (200, completion_body(default_reply(body)), None) if out is None else out
                 finally:
                     with outer.lock:
                         outer.in_flight -= 1
+                status, payload, headers = resp
+                if headers is None:
+                    self._send(status, payload)
+                else:
+                    self._send(status, payload, headers)
 
         class Server(ThreadingHTTPServer):
             request_queue_size = 128  # socketserver's default listen backlog (5) drops bursts of connects
