@@ -246,8 +246,8 @@ def _upload(page, path, sync_api, tries: int = 4) -> None:
     browser's change event can reach the Gradio front end before its upload widget listens (the
     box then stays empty): choosing the file again is what a person would do."""
     for _ in range(tries):
-        page.locator("#upload input[type=file]").set_input_files(str(path))
-        try:
+        try:  # the file input itself may take long to render on a loaded machine
+            page.locator("#upload input[type=file]").set_input_files(str(path), timeout=60_000)
             page.locator("#upload").get_by_text(path.name).first.wait_for(timeout=20_000)
             return
         except sync_api.TimeoutError:
