@@ -15,37 +15,19 @@ import json
 import logging
 import os
 import re
-import tempfile
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from .atomic import atomic_open, make_public, write_json_atomic, write_text_atomic  # noqa: F401 (re-exported)
+from .errors import CollectedErrors
 from .records import OversizedInt
 
 logger = logging.getLogger(__name__)
 
 
-class JsonlError(ValueError):
+class JsonlError(CollectedErrors):
     """A JSON Lines file holds malformed lines; ``errors`` lists each ``path:line: reason``."""
-
-    def __init__(self, message: str, errors: list[str]):
-        super().__init__(message)
-        self.errors = errors
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-def make_public(fd_or_path: int | str | os.PathLike) -> None:
-    """Give a temp file from ``mkstemp`` (mode 0600) the mode a normal ``open`` would (0666 & ~umask)."""
-    mode = 0o666 & ~_umask()
-    if isinstance(fd_or_path, int):
-        os.fchmod(fd_or_path, mode)
-    else:
-        os.chmod(fd_or_path, mode)
 
 
 def dumps(obj: Any) -> str:
@@ -174,50 +156,13 @@ def read_jsonl(path: str | os.PathLike, collect: bool = False) -> list[Any]:
 
 
 def write_jsonl(path: str | os.PathLike, rows: Iterable[Any]) -> int:
-    """Atomically write ``rows`` to ``path`` (temp file + rename). Returns the number of rows."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Atomically write ``rows`` to ``path`` (:func:`dialfork_dataset.atomic.atomic_open`). Returns the number of rows."""
     n = 0
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    make_public(fd)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
-            for r in rows:
-                fh.write(dumps(r) + "\n")
-                n += 1
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+    with atomic_open(path, "w") as fh:
+        for r in rows:
+            fh.write(dumps(r) + "\n")
+            n += 1
     return n
-
-
-def write_text_atomic(path: str | os.PathLike, text: str) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    make_public(fd)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-
-
-def write_json_atomic(path: str | os.PathLike, obj: Any, indent: int | None = 2) -> None:
-    write_text_atomic(path, json.dumps(obj, ensure_ascii=False, indent=indent, sort_keys=False) + "\n")
 
 
 def repair_torn_tail(path: str | os.PathLike) -> int:

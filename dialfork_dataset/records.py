@@ -13,9 +13,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-HALLUCINATION_TYPES: tuple[str, ...] = ("WIC", "SSPC", "GR", "CSC")
+from .errors import CollectedErrors
+from .taxonomy import FORK_POSITIONS, HALLUCINATION_TYPES
+
 SPEAKERS: tuple[str, ...] = ("user", "system")
-FORK_POSITIONS: tuple[int, ...] = (1, 2, 3, 4)
 PREFIX_MODES: tuple[str, ...] = ("replay", "reuse", "reword")
 
 #: Field order of a record (SPEC section 4 first, then the provenance fields).
@@ -422,12 +423,8 @@ def _injection_errors(record: Mapping[str, Any], T: int | None) -> list[str]:
     return errs
 
 
-class RecordError(ValueError):
+class RecordError(CollectedErrors):
     """A record (or a file of records) violates SPEC section 4. ``errors`` lists every violation."""
-
-    def __init__(self, message: str, errors: list[str] | None = None):
-        super().__init__(message)
-        self.errors = errors or [message]
 
 
 def _finite_non_negative(v: Any) -> bool:

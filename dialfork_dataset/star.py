@@ -45,6 +45,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import networkx
 
 from .console import progress_disabled
+from .errors import CollectedErrors
 
 log = logging.getLogger(__name__)
 
@@ -71,12 +72,8 @@ _GLOBAL_RE = re.compile(r"(^|_)(anything_else|out_of_scope|nothing_found|bye|goo
 _MAX_LISTED_ERRORS = 50
 
 
-class StarError(ValueError):
+class StarError(CollectedErrors):
     """A STAR file is missing or wrong. ``errors`` lists every problem found (``file: problem``)."""
-
-    def __init__(self, message: str, errors: list[str] | None = None):
-        super().__init__(message)
-        self.errors = list(errors) if errors else [message]
 
 
 def _raise_collected(errors: list[str], what: str) -> None:

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dialfork_dataset.errors import CollectedErrors
 from dialfork_dataset.forks import MIN_SYSTEM_TURNS, fork_turns
 from dialfork_dataset.jsonl import dumps, make_public, repair_torn_tail, write_json_atomic
 from dialfork_dataset.records import DECODING_FIELDS, HALLUCINATION_TYPES, PREFIX_MODES, validate_record
@@ -72,12 +73,8 @@ TYPE_NAMES = {
 }
 
 
-class GenerationError(ValueError):
+class GenerationError(CollectedErrors):
     """Bad input to the generator; ``errors`` lists every problem found."""
-
-    def __init__(self, message: str, errors: list[str] | None = None):
-        super().__init__(message)
-        self.errors = errors or [message]
 
 
 # --------------------------------------------------------------------------------------------

@@ -34,6 +34,8 @@ import numbers
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from dialfork_dataset.errors import CollectedErrors
+
 from .rows import is_bool as _is_bool
 from .rows import is_int as _is_int
 
@@ -47,7 +49,7 @@ TYPES: tuple[str, ...] = ("WIC", "SSPC", "GR", "CSC")
 MAX_ERRORS_IN_MESSAGE = 20
 
 
-class PredictionError(ValueError):
+class PredictionError(CollectedErrors):
     """Invalid Task 3 predictions. ``errors`` lists every problem found (not just the first)."""
 
     def __init__(self, errors: list[str]):
@@ -57,7 +59,7 @@ class PredictionError(ValueError):
         msg = f"{len(self.errors)} error(s) in the Task 3 predictions:\n  " + "\n  ".join(shown)
         if more:
             msg += f"\n  ... and {more} more (see the exception's .errors)"
-        super().__init__(msg)
+        super().__init__(msg, self.errors)
 
 
 def _describe_value(v: Any) -> str:

@@ -1,0 +1,61 @@
+"""The one base for errors that collect every problem of an input before raising.
+
+DialFork validates at the boundary and reports *all* problems of a file at once: each error
+class below carries ``.errors`` (a list of ``"where: what: how to fix"`` lines) and a message that
+shows the first :data:`MAX_ERRORS_IN_MESSAGE` of them. ``RecordError``, ``StarError``,
+``JsonlError``, ``GenerationError`` and ``PredictionError`` derive from :class:`CollectedErrors`, so
+a caller (a CLI, the leaderboard) handles them all in one ``except`` and prints ``.errors``.
+
+>>> e = CollectedErrors.from_errors(["a.jsonl:3: turns: must be a list", "a.jsonl:9: bad JSON"], "a.jsonl")
+>>> e.errors
+['a.jsonl:3: turns: must be a list', 'a.jsonl:9: bad JSON']
+>>> print(e)
+2 problem(s) in a.jsonl:
+  a.jsonl:3: turns: must be a list
+  a.jsonl:9: bad JSON
+>>> isinstance(e, ValueError)
+True
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+#: How many problems an exception message lists before summarising (``.errors`` holds all).
+MAX_ERRORS_IN_MESSAGE = 20
+
+
+def summarize(errors: Iterable[str], what: str, limit: int = MAX_ERRORS_IN_MESSAGE) -> str:
+    """``"N problem(s) in WHAT:"`` followed by the first ``limit`` problems, one per indented line."""
+    errors = list(errors)
+    shown = errors[:limit]
+    text = f"{len(errors)} problem(s) in {what}:\n  " + "\n  ".join(shown)
+    if len(errors) > len(shown):
+        text += f"\n  ... and {len(errors) - len(shown)} more (see the exception's .errors)"
+    return text
+
+
+class CollectedErrors(ValueError):
+    """Bad input, with every problem found listed in ``errors`` (not only the first).
+
+    Args:
+        message: the exception's text.
+        errors: every problem, one line each; defaults to ``[message]``.
+    """
+
+    def __init__(self, message: str, errors: Iterable[str] | None = None):
+        super().__init__(message)
+        self.errors: list[str] = list(errors) if errors else [message]
+
+    @classmethod
+    def from_errors(cls, errors: Iterable[str], what: str, limit: int = MAX_ERRORS_IN_MESSAGE):
+        """An instance whose message summarises ``errors`` found in ``what`` (a file, a corpus)."""
+        errors = list(errors)
+        return cls(summarize(errors, what, limit), errors)
+
+    @classmethod
+    def raise_if(cls, errors: Iterable[str], what: str, limit: int = MAX_ERRORS_IN_MESSAGE) -> None:
+        """Raise :meth:`from_errors` when ``errors`` is not empty; return otherwise."""
+        errors = list(errors)
+        if errors:
+            raise cls.from_errors(errors, what, limit)
