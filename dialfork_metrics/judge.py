@@ -24,7 +24,7 @@ them. ``calibration="none"`` keeps the raw ratings.
 
 Backends are the project's: ``"transformers"`` (:class:`dialfork_metrics.task3.llm.TransformersChat`,
 batched greedy decoding with the tokenizer's chat template), ``"openai"`` (any OpenAI-compatible
-server through :class:`dialfork_dataset.openai_client.OpenAICompatClient`, temperature 0), or
+server through :class:`generation.llm.client.OpenAICompatClient`, temperature 0), or
 any object with ``chat(batch) -> list[str]`` passed as ``client=``.
 """
 
@@ -202,7 +202,7 @@ class LLMJudge:
             self.client = TransformersChat(model, device=device, dtype=dtype, batch_size=batch_size,
                                            max_new_tokens=max_new_tokens, show_progress=show_progress)
         else:
-            from dialfork_dataset.openai_client import OpenAICompatClient
+            from generation.llm.client import OpenAICompatClient
 
             self.client = OpenAICompatClient(base_url, model, api_key=api_key, concurrency=batch_size)
         self.last_report: dict[str, Any] | None = None

@@ -7,7 +7,7 @@ import json
 import pytest
 from test_openai_client import FakeOpenAIServer, free_port
 
-from dialfork_dataset.openai_client import EndpointError
+from generation.llm.client import EndpointError
 from generation.backends.base import TurnRequest
 from generation.backends.hf import turn_sampling_seed
 from generation.backends.openai_backend import OpenAIBackend, request_seed

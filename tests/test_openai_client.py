@@ -15,7 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from dialfork_dataset.openai_client import (
+from generation.llm.client import (
     ChatReply,
     EndpointError,
     OpenAICompatClient,
@@ -221,7 +221,7 @@ def test_retries_transient_errors_then_succeeds():
 
 def test_exponential_backoff_waits(monkeypatch):
     waits = []
-    monkeypatch.setattr("dialfork_dataset.openai_client.time.sleep", waits.append)
+    monkeypatch.setattr("generation.llm.client.time.sleep", waits.append)
     with FakeOpenAIServer(handler=lambda b, n: (500, b"boom", {})) as srv:
         c = OpenAICompatClient(srv.base_url, "fake-model", max_retries=4, backoff=0.5, max_backoff=3.0)
         with pytest.raises(EndpointError, match=r"failed after 5 attempt\(s\).*HTTP 500") as ei:

@@ -11,7 +11,7 @@ Backends:
 * ``"transformers"``: any local chat model (Hub id or path): batched greedy generation with
   left padding and the tokenizer's chat template (:class:`TransformersChat`);
 * ``"openai"``: any OpenAI-compatible endpoint (vLLM, ollama, ...) through the project's shared
-  :class:`dialfork_dataset.openai_client.OpenAICompatClient` (temperature 0);
+  :class:`generation.llm.client.OpenAICompatClient` (temperature 0);
 * or any object with ``chat(batch) -> list[str]`` passed as ``client=``.
 
 Every reply is parsed by :func:`~dialfork_metrics.task3.parsing.parse_turn_answer`; an
@@ -215,7 +215,7 @@ class LLMDetector:
             self.client = TransformersChat(model, device=device, dtype=dtype, batch_size=batch_size,
                                            max_new_tokens=max_new_tokens, show_progress=show_progress)
         else:
-            from dialfork_dataset.openai_client import OpenAICompatClient
+            from generation.llm.client import OpenAICompatClient
 
             self.client = OpenAICompatClient(base_url, model, api_key=api_key, concurrency=batch_size)
         self.last_report: dict[str, Any] | None = None

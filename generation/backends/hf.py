@@ -38,138 +38,29 @@ GPUs, then the CPU) unless ``device_map`` is given.
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import os
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from ..engine import GenerationError
+from ..llm import loader
+from ..llm.loader import END_OF_TURN_TOKENS, ChatTemplateError, ModelLoadError
+from ..llm.messages import drop_oldest_turn, merge_system_messages
+from ..llm.sampling import SAMPLER_VERSION, sample_tokens, turn_sampling_seed
+from ..llm.tiny import CHATML_TEMPLATE, NO_SYSTEM_TEMPLATE, build_tiny_chat_model
 from .base import TurnRequest, decoding_errors
 
 logger = logging.getLogger(__name__)
 
 CONTEXT_OVERFLOW_MODES = ("truncate", "error")
-_DTYPE_NAMES = {"bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16", "fp16": "float16",
-                "half": "float16", "float32": "float32", "fp32": "float32", "float": "float32"}
+_DTYPE_NAMES = loader.DTYPE_NAMES
 SYSTEM_ROLE_MODES = ("auto", "native", "merge")
-#: End-of-turn markers of common chat templates, treated as end of sequence when in the vocabulary.
-END_OF_TURN_TOKENS = ("<|im_end|>", "<end_of_turn>", "<|eot_id|>", "<|end|>", "<|endoftext|>", "<turn|>")
-SAMPLER_VERSION = "dialfork-lockstep-1"
-"""Identifies the sampling algorithm (:func:`sample_tokens` + :func:`turn_sampling_seed`)."""
-
-
-class ModelLoadError(GenerationError):
-    """The model id/path cannot be loaded (not a folder, not on the Hub, offline, no weights)."""
-
-
-class ChatTemplateError(GenerationError):
-    """The tokenizer has no chat template, or the template rejects the conversation."""
 
 
 class ContextOverflowError(GenerationError):
     """A prompt does not fit the model's context window (``context_overflow="error"``, or nothing left to drop)."""
-
-
-# ---------------------------------------------------------------------------------------------
-# Pure helpers
-# ---------------------------------------------------------------------------------------------
-def turn_sampling_seed(seed: int, turn_index: int, role: str) -> int:
-    """The seed of one turn's random stream: BLAKE2b of ``(seed, turn_index, role)``, 63 bits.
-
-    Stable across processes, machines and Python versions (no ``hash()``)."""
-    key = f"dialfork-turn\x1f{int(seed)}\x1f{int(turn_index)}\x1f{role}".encode()
-    return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big") >> 1
-
-
-def sample_tokens(logits, uniforms, temperature: float, top_k: int, top_p: float):
-    """Sample one token per row of ``logits`` (B, V) with the given uniforms (B,) in [0, 1).
-
-    Temperature scaling, then top-k (``top_k <= 0`` or ``>= V``: all tokens), then top-p (nucleus:
-    the smallest prefix of the probability-sorted tokens whose mass reaches ``top_p``; the most
-    probable token is always kept), then the inverse CDF of the renormalised distribution at the
-    row's uniform. ``temperature == 0`` is greedy (uniforms unused). Computed in float32/float64
-    whatever the model's dtype; row ``i``'s result depends only on ``logits[i]`` and ``uniforms[i]``.
-    """
-    import torch
-
-    logits = logits.float()
-    if temperature == 0:
-        return logits.argmax(dim=-1)
-    vocab = logits.shape[-1]
-    k = vocab if top_k is None or top_k <= 0 or top_k >= vocab else int(top_k)
-    vals, idx = torch.topk(logits / float(temperature), k, dim=-1)  # sorted, descending
-    probs = torch.softmax(vals, dim=-1)
-    if top_p is not None and top_p < 1.0:
-        before = probs.cumsum(dim=-1) - probs  # mass of the strictly more probable tokens
-        keep = before < float(top_p)
-        keep[:, 0] = True
-        probs = probs * keep
-    cdf = probs.double().cumsum(dim=-1)
-    u = uniforms.to(device=cdf.device, dtype=torch.float64).reshape(-1, 1) * cdf[:, -1:]
-    choice = torch.searchsorted(cdf, u, right=True)
-    last_kept = (probs > 0).sum(dim=-1, keepdim=True) - 1
-    choice = torch.minimum(choice, last_kept.clamp(min=0))
-    return idx.gather(1, choice).squeeze(1)
-
-
-def merge_system_messages(messages: Sequence[Mapping[str, str]], joiner: str = "\n\n") -> list[dict[str, str]]:
-    """Fold ``system`` messages into user messages, for chat templates without a system role.
-
-    Each run of consecutive system messages (joined with ``joiner``) goes to a user message
-    adjacent to the place where it was given, so an instruction injected before turn t_k is read at
-    turn t_k and not earlier or later:
-
-    * if a ``user`` message follows it, the text is prepended to that message;
-    * else (an ``assistant`` message follows, or the conversation ends there) it is appended to the
-      ``user`` message just before it, when there is one;
-    * else it becomes a ``user`` message of its own at that place.
-
-    Examples: ``[S, U1, A1, U2, S_inj]`` -> ``[U1', A1, U2 + S_inj]`` with ``U1' = S + U1``;
-    ``[S, A1, U1]`` -> ``[S (as user), A1, U1]``. The result never holds two consecutive user messages.
-    """
-    out: list[dict[str, str]] = []
-    pending: list[str] = []
-    for m in messages:
-        role, content = m["role"], m["content"]
-        if role == "system":
-            pending.append(content)
-            continue
-        if pending:
-            text = joiner.join(pending)
-            pending = []
-            if role == "user":
-                content = text + joiner + content if content else text
-            elif out and out[-1]["role"] == "user":
-                out[-1] = {"role": "user", "content": out[-1]["content"] + joiner + text}
-            else:
-                out.append({"role": "user", "content": text})
-        out.append({"role": role, "content": content})
-    if pending:
-        text = joiner.join(pending)
-        if out and out[-1]["role"] == "user":
-            out[-1] = {"role": "user", "content": out[-1]["content"] + joiner + text}
-        else:
-            out.append({"role": "user", "content": text})
-    return out
-
-
-def drop_oldest_turn(messages: Sequence[Mapping[str, str]]) -> list[dict[str, str]] | None:
-    """``messages`` without its oldest non-system message; ``None`` when only the last message
-    (the one being answered) and system messages remain."""
-    non_system = [i for i, m in enumerate(messages) if m["role"] != "system"]
-    if len(non_system) <= 1:
-        return None
-    drop = non_system[0]
-    return [dict(m) for i, m in enumerate(messages) if i != drop]
-
-
-def _looks_like_path(s: str) -> bool:
-    """A Hub id is ``name`` or ``org/name``; anything else with a slash is meant as a folder."""
-    return s.startswith(("/", ".", "~")) or s.count("/") > 1 or "\\" in s
 
 
 def _requests_errors(requests: Sequence[Any]) -> list[str]:
@@ -287,8 +178,7 @@ class TransformersBackend:
             errs.append(f"end_strings must be a list of non-empty strings, got {end_strings!r}")
         if not (isinstance(batch_size, int) and batch_size >= 1):
             errs.append(f"batch_size must be an integer >= 1, got {batch_size!r}")
-        if dtype != "auto" and dtype not in _DTYPE_NAMES and type(dtype).__name__ != "dtype":
-            errs.append(f"dtype must be auto, bfloat16, float16 or float32, got {dtype!r}")
+        errs += loader.dtype_errors(dtype)
         if max_batch_tokens is not None and not (isinstance(max_batch_tokens, int) and max_batch_tokens >= 1):
             errs.append(f"max_batch_tokens must be an integer >= 1 or None, got {max_batch_tokens!r}")
         if system_role not in SYSTEM_ROLE_MODES:
@@ -329,182 +219,48 @@ class TransformersBackend:
         self._watch_window = 4 * max((len(s) for s in self._watch), default=0) + 8
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else min(self.eos_ids)
 
-    # -- loading -------------------------------------------------------------------------------
+    # -- loading (generation.llm.loader) ------------------------------------------------------
     def _load_config(self):
-        from transformers import AutoConfig
-
-        p = Path(self.model_id).expanduser()
-        if p.exists():
-            if not p.is_dir() or not (p / "config.json").is_file():
-                raise ModelLoadError(
-                    f"model {self.model_id!r}: {p} is not a model folder (no config.json in it); "
-                    "pass a folder saved with save_pretrained or a Hub model id"
-                )
-        elif _looks_like_path(self.model_id):
-            raise ModelLoadError(f"model {self.model_id!r}: no such folder ({p.resolve()})")
-        try:
-            return AutoConfig.from_pretrained(
-                self.model_id, revision=self.revision, trust_remote_code=self.trust_remote_code
-            )
-        except Exception as e:  # noqa: BLE001 - transformers raises OSError/ValueError/HF errors here
-            offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False")
-            raise ModelLoadError(
-                f"cannot load model {self.model_id!r}: not a local model folder and not a Hub model id "
-                f"that can be fetched now{' (HF_HUB_OFFLINE is set: only cached models load)' if offline else ''}; "
-                f"check the spelling, the revision or your Hub access ({type(e).__name__}: {str(e).splitlines()[0]})"
-            ) from None
+        return loader.load_config(self.model_id, self.revision, self.trust_remote_code)
 
     def _load_tokenizer(self, chat_template: str | None):
-        from transformers import AutoTokenizer
-
-        try:
-            tok = AutoTokenizer.from_pretrained(
-                self.model_id, revision=self.revision, trust_remote_code=self.trust_remote_code
-            )
-        except Exception as e:  # noqa: BLE001
-            raise ModelLoadError(
-                f"cannot load the tokenizer of {self.model_id!r} ({type(e).__name__}: {str(e).splitlines()[0]})"
-            ) from None
-        if chat_template is not None:
-            cp = Path(chat_template).expanduser()
-            tok.chat_template = cp.read_text(encoding="utf-8") if "{" not in chat_template and cp.is_file() else chat_template
-        if not getattr(tok, "chat_template", None):
-            raise ChatTemplateError(
-                f"the tokenizer of {self.model_id!r} has no chat template (a base model, not a chat model?); "
-                "use the model's instruction-tuned variant or pass chat_template= (a Jinja string or .jinja file)"
-            )
-        return tok
+        return loader.load_chat_tokenizer(self.model_id, self.revision, self.trust_remote_code, chat_template)
 
     def _apply_template(self, messages: list[dict[str, str]]) -> str:
-        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return loader.apply_chat_template(self.tokenizer, messages)
 
     def _resolve_system_role(self, mode: str) -> str:
-        if mode != "auto":
-            return mode
-        probe = [{"role": "system", "content": "DIALFORK_SYSTEM_PROBE"}, {"role": "user", "content": "hello"}]
-        try:
-            text = self._apply_template(probe)
-        except Exception as e:  # noqa: BLE001 - jinja TemplateError raised by raise_exception()
-            logger.info("%s: chat template rejects the system role (%s); merging system messages", self.model_id, e)
-            return "merge"
-        if "DIALFORK_SYSTEM_PROBE" not in text:
-            logger.info("%s: chat template drops system messages; merging them into user messages", self.model_id)
-            return "merge"
-        return "native"
+        return mode if mode != "auto" else loader.system_role_support(self.tokenizer, self.model_id)
 
     def _window_from_config(self) -> int:
-        cfg = self.config.get_text_config() if hasattr(self.config, "get_text_config") else self.config
-        for attr in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
-            v = getattr(cfg, attr, None)
-            if isinstance(v, int) and v > 0:
-                return v
-        v = getattr(self.tokenizer, "model_max_length", None)
-        if isinstance(v, int) and 0 < v < 10**7:
-            return v
-        raise ModelLoadError(f"{self.model_id!r}: cannot tell the context window from its config; pass max_context=")
+        window = loader.context_window(self.config, self.tokenizer)
+        if window is None:
+            raise ModelLoadError(f"{self.model_id!r}: cannot tell the context window from its config; pass max_context=")
+        return window
 
     def _eos_ids(self) -> set[int]:
-        ids: set[int] = set()
-
-        def add(v):
-            if isinstance(v, int) and v >= 0:
-                ids.add(v)
-            elif isinstance(v, (list, tuple)):
-                for x in v:
-                    add(x)
-
-        add(self.tokenizer.eos_token_id)
-        add(getattr(self.config, "eos_token_id", None))
-        vocab = self.tokenizer.get_vocab()
-        for t in END_OF_TURN_TOKENS:
-            if t in vocab:
-                add(vocab[t])
-        if not ids:
-            raise ModelLoadError(f"{self.model_id!r}: the tokenizer defines no end-of-sequence token")
-        return ids
+        return loader.eos_token_ids(self.tokenizer, self.config, self.model_id)
 
     def resolved_device_dtype(self):
         """``(device, torch dtype)`` after resolving ``"auto"``."""
-        import torch
-
-        dev = self._device_req
-        if dev == "auto":
-            dev = "cuda" if torch.cuda.is_available() else "cpu"
-        dt = self._dtype_req
-        if isinstance(dt, torch.dtype):
-            return dev, dt
-        if dt == "auto":
-            if str(dev).startswith("cuda"):
-                return dev, torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-            return dev, torch.float32
-        return dev, getattr(torch, _DTYPE_NAMES[dt])
-
-    def _model_bytes(self, dtype) -> int:
-        import torch
-        from accelerate import init_empty_weights
-        from transformers import AutoModelForCausalLM
-
-        try:
-            with init_empty_weights():
-                m = AutoModelForCausalLM.from_config(self.config, trust_remote_code=self.trust_remote_code)
-        except Exception as e:  # noqa: BLE001 - e.g. a multimodal config: no size, no automatic device_map
-            logger.debug("cannot size %s from its config (%s)", self.model_id, e)
-            return 0
-        n = sum(p.numel() for p in m.parameters())
-        return n * torch.empty((), dtype=dtype).element_size()
+        return loader.resolve_device_dtype(self._device_req, self._dtype_req)
 
     def load(self):
         """Load the weights (done lazily by the first :meth:`generate`); returns the model."""
         if self._model is not None:
             return self._model
-        import torch
-        from transformers import AutoModelForCausalLM
-
-        device, dtype = self.resolved_device_dtype()
-        device_map = self._device_map_req
-        if device_map is None and str(device).startswith("cuda") and torch.cuda.is_available():
-            idx = torch.device(device).index or 0
-            total = torch.cuda.get_device_properties(idx).total_memory
-            need = self._model_bytes(dtype)
-            if need > self.gpu_fraction * total:
-                logger.warning("%s needs %.1f GiB > %.0f%% of one GPU: device_map='auto' (%d GPU(s)%s)",
-                               self.model_id, need / 2**30, 100 * self.gpu_fraction, torch.cuda.device_count(),
-                               ", the rest offloaded to the CPU" if torch.cuda.device_count() == 1 else "")
-                device_map = "auto"
-        kw: dict[str, Any] = {"revision": self.revision, "trust_remote_code": self.trust_remote_code}
-        if self.attn_implementation:
-            kw["attn_implementation"] = self.attn_implementation
-        if device_map is not None:
-            kw["device_map"] = device_map
-        import transformers
-
-        dtype_kw = "dtype" if tuple(int(x) for x in transformers.__version__.split(".")[:2]) >= (4, 56) else "torch_dtype"
-        kw[dtype_kw] = dtype
-        t0 = time.perf_counter()
-        try:
-            model = AutoModelForCausalLM.from_pretrained(self.model_id, **kw)
-        except ValueError as e:
-            if "Unrecognized configuration class" not in str(e):
-                raise ModelLoadError(f"cannot load the weights of {self.model_id!r}: {e}") from None
-            from transformers import AutoModelForImageTextToText  # multimodal chat models (Gemma 3/4, ...)
-
-            model = AutoModelForImageTextToText.from_pretrained(self.model_id, **kw)
-        except OSError as e:
-            raise ModelLoadError(f"cannot load the weights of {self.model_id!r}: {str(e).splitlines()[0]}") from None
-        if device_map is None:
-            model = model.to(device)
-        model.eval()
-        self._model = model
         import inspect
 
+        model, self._input_device = loader.load_chat_model(
+            self.model_id, config=self.config, device=self._device_req, dtype=self._dtype_req,
+            device_map=self._device_map_req, revision=self.revision, trust_remote_code=self.trust_remote_code,
+            attn_implementation=self.attn_implementation, gpu_fraction=self.gpu_fraction)
+        self._model = model
         params = inspect.signature(model.forward).parameters
         self._cache_kw = "cache" if "cache" in params else "past_key_values"  # renamed in transformers 5.x
         # compute the prefill's logits at the last position only (the full (B, L, V) tensor is large)
         keep_kw = next((k for k in ("logits_to_keep", "num_logits_to_keep") if k in params), None)
         self._prefill_kw = {keep_kw: 1} if keep_kw else {}
-        self._input_device = next(model.parameters()).device if device_map is not None else torch.device(device)
-        logger.info("loaded %s on %s (%s) in %.1f s", self.model_id, self._input_device, dtype,
-                    time.perf_counter() - t0)
         return model
 
     # -- Backend interface ---------------------------------------------------------------------
@@ -707,7 +463,9 @@ class TransformersBackend:
 
 __all__ = [
     "CHATML_TEMPLATE",
+    "END_OF_TURN_TOKENS",
     "NO_SYSTEM_TEMPLATE",
+    "SAMPLER_VERSION",
     "ChatTemplateError",
     "ContextOverflowError",
     "ModelLoadError",
@@ -718,84 +476,3 @@ __all__ = [
     "sample_tokens",
     "turn_sampling_seed",
 ]
-
-
-# ---------------------------------------------------------------------------------------------
-# A tiny random chat model, for tests, benchmarks and offline dry runs of the pipeline
-# ---------------------------------------------------------------------------------------------
-CHATML_TEMPLATE = (
-    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
-"""ChatML (system, user and assistant roles)."""
-
-NO_SYSTEM_TEMPLATE = (
-    "{{ bos_token }}{% for m in messages %}"
-    "{% if m['role'] == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}"
-    "{% if (m['role'] == 'user') != (loop.index0 % 2 == 0) %}"
-    "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}"
-    "<start_of_turn>{{ 'model' if m['role'] == 'assistant' else 'user' }}\n{{ m['content'] }}<end_of_turn>\n"
-    "{% endfor %}{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}"
-)
-"""A Gemma-2-like template: no system role, strict user/assistant alternation starting with user."""
-
-
-def build_tiny_chat_model(
-    path: str | os.PathLike,
-    chat_template: str | None = CHATML_TEMPLATE,
-    hidden_size: int = 32,
-    num_layers: int = 2,
-    num_heads: int = 4,
-    max_positions: int = 4096,
-    seed: int = 0,
-    train_texts: Sequence[str] | None = None,
-    vocab_size: int = 2000,
-) -> Path:
-    """Save a randomly initialised Llama model with a byte-level BPE tokenizer to ``path``.
-
-    The tokenizer has the 256 byte symbols plus special tokens (``<pad>``, ``<s>``, ``<|im_start|>``,
-    ``<|im_end|>``, ``<start_of_turn>``, ``<end_of_turn>``); without ``train_texts`` it has no merges
-    (one token per UTF-8 byte), with them it learns BPE merges up to ``vocab_size`` tokens from those
-    texts (shorter prompts, faster tests). ``chat_template=None`` saves it without a chat template.
-    Nothing is downloaded. The model writes random tokens: it exercises shapes, padding, caching,
-    sampling and timing, not language.
-    """
-    import torch
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
-
-    path = Path(path)
-    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
-    specials = ["<pad>", "<s>", "<|im_start|>", "<|im_end|>", "<start_of_turn>", "<end_of_turn>"]
-    if train_texts:
-        from tokenizers import trainers
-
-        tok = Tokenizer(models.BPE())
-        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-        trainer = trainers.BpeTrainer(vocab_size=vocab_size, initial_alphabet=alphabet, show_progress=False,
-                                      special_tokens=[])
-        tok.train_from_iterator(list(train_texts), trainer=trainer)
-    else:
-        tok = Tokenizer(models.BPE(vocab={c: i for i, c in enumerate(alphabet)}, merges=[]))
-        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    tok.add_special_tokens(specials)
-    kw = {"chat_template": chat_template} if chat_template else {}
-    eos = "<|im_end|>" if chat_template is None or "im_end" in chat_template else "<end_of_turn>"
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", bos_token="<s>", eos_token=eos, **kw)
-    cfg = LlamaConfig(
-        vocab_size=len(fast), hidden_size=hidden_size, intermediate_size=2 * hidden_size,
-        num_hidden_layers=num_layers, num_attention_heads=num_heads, num_key_value_heads=max(1, num_heads // 2),
-        max_position_embeddings=max_positions, pad_token_id=fast.pad_token_id, bos_token_id=fast.bos_token_id,
-        eos_token_id=fast.eos_token_id, tie_word_embeddings=False,
-    )
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = LlamaForCausalLM(cfg)
-    path.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(path)
-    fast.save_pretrained(path)
-    if not chat_template:
-        for f in ("chat_template.jinja", "chat_template.json"):
-            (path / f).unlink(missing_ok=True)
-    return path

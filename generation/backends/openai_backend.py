@@ -1,7 +1,7 @@
 """Chat LLMs behind an OpenAI-compatible server (vLLM, ollama, llama.cpp, TGI, the OpenAI API).
 
 Each engine step sends all its requests concurrently through the shared
-:class:`dialfork_dataset.openai_client.OpenAICompatClient` (retries with exponential backoff on
+:class:`generation.llm.client.OpenAICompatClient` (retries with exponential backoff on
 429/5xx/timeouts/garbage replies, timeouts, clear :class:`EndpointError` otherwise). Every request
 carries its own ``seed``, :func:`request_seed` of (dialogue seed, turn index, role), so a seeded server
 (vLLM, ollama, llama.cpp) gives a dialogue the same text whatever else is in flight; how exact that
@@ -18,11 +18,11 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from dialfork_dataset.openai_client import EndpointError
-
 from ..engine import GenerationError
+from ..llm.client import EndpointError
+from ..llm.messages import merge_system_messages
+from ..llm.sampling import turn_sampling_seed
 from .base import TurnRequest, decoding_errors
-from .hf import merge_system_messages, turn_sampling_seed
 
 logger = logging.getLogger(__name__)
 
@@ -94,7 +94,7 @@ class OpenAIBackend:
         extra_body: Mapping[str, Any] | None = None,
         name: str | None = None,
     ):
-        from dialfork_dataset.openai_client import OpenAICompatClient
+        from ..llm.client import OpenAICompatClient
 
         errs: list[str] = []
         errs += decoding_errors(temperature, top_p, top_k, max_new_tokens, stop)
