@@ -11,6 +11,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from fixtures.tiny_models import build_tiny_model, tiny_model_dir  # noqa: E402
+
 from generation.backends.base import TurnRequest  # noqa: E402
 from generation.backends.hf import (  # noqa: E402
     NO_SYSTEM_TEMPLATE,
@@ -18,7 +20,6 @@ from generation.backends.hf import (  # noqa: E402
     ContextOverflowError,
     ModelLoadError,
     TransformersBackend,
-    build_tiny_chat_model,
     drop_oldest_turn,
     merge_system_messages,
     sample_tokens,
@@ -28,14 +29,12 @@ from generation.backends.hf import (  # noqa: E402
 
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory):
-    return str(build_tiny_chat_model(tmp_path_factory.mktemp("tiny-chatml") / "m", hidden_size=16, num_layers=1,
-                                     num_heads=2))
+    return tiny_model_dir("chatml", tmp_path_factory)
 
 
 @pytest.fixture(scope="session")
 def tiny_nosys_model(tmp_path_factory):
-    return str(build_tiny_chat_model(tmp_path_factory.mktemp("tiny-nosys") / "m", chat_template=NO_SYSTEM_TEMPLATE,
-                                     hidden_size=16, num_layers=1, num_heads=2))
+    return tiny_model_dir("no_system", tmp_path_factory)
 
 
 @pytest.fixture(scope="session")
@@ -263,8 +262,8 @@ def test_template_without_system_role_merges_and_keeps_injection_at_its_turn(tin
         TransformersBackend(tiny_nosys_model, system_role="native").render_prompt(msgs)
 
 
-def test_tokenizer_without_chat_template(tmp_path, tiny_model):
-    p = build_tiny_chat_model(tmp_path / "base", chat_template=None)
+def test_tokenizer_without_chat_template(tmp_path, tmp_path_factory):
+    p = tiny_model_dir("base", tmp_path_factory)
     with pytest.raises(ChatTemplateError, match="has no chat template.*chat_template="):
         TransformersBackend(str(p))
     tpl = tmp_path / "t.jinja"
@@ -326,15 +325,9 @@ def test_bad_requests_are_rejected_before_any_work(backend):
 
 # -- through the engine: exact replay prefixes, injection at t_k in the model's input ------------
 def tiny_corpus_model(path, star_dir, tasks=("weather",)):
-    """A tiny model whose BPE tokenizer is trained on the prompts and the tasks' workflows (short prompts)."""
-    from pathlib import Path
-
-    import generation.prompts as P
-
-    texts = [f.read_text() for f in Path(P.__file__).parent.glob("*.txt")]
-    texts += [f.read_text() for t in tasks for f in (star_dir / "tasks" / t).glob("*.json")]
-    return str(build_tiny_chat_model(path, train_texts=texts, vocab_size=4000, hidden_size=16, num_layers=1,
-                                     num_heads=2))
+    """A tiny model whose BPE tokenizer is trained on the prompts and the tasks' workflows (short
+    prompts): ``corpus`` of ``tests/fixtures/tiny_models.yaml``."""
+    return str(build_tiny_model("corpus", path, star_dir=star_dir, tasks=tasks))
 
 
 class Recorder:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from fixtures.tiny_models import tiny_model_dir
 from judge_fake import DEVIANT, FakeJudgeHandler, serve_fake_judge
 
 from dialfork_metrics.judge import (
@@ -134,27 +135,7 @@ def test_workflow_from_star(star_dir, fake_server):
 # -- a tiny random transformers chat model --------------------------------------------------------
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory):
-    import torch
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
-
-    words = ["<unk>", "<pad>", "<s>", "</s>", "<|user|>", "<|assistant|>", "answer:", "Answer:", "yes,", "yes",
-             "partly", "no", "mostly", "turn"] + [str(i) for i in range(101)]
-    vocab = {w: i for i, w in enumerate(dict.fromkeys(words))}
-    tk = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    tk.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tok = PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="<unk>", pad_token="<pad>", bos_token="<s>",
-                                  eos_token="</s>")
-    tok.chat_template = ("{% for m in messages %}<|{{ m['role'] }}|> {{ m['content'] }} {% endfor %}"
-                         "{% if add_generation_prompt %}<|assistant|> {% endif %}")
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=len(vocab), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
-                      pad_token_id=vocab["<pad>"], bos_token_id=vocab["<s>"], eos_token_id=vocab["</s>"])
-    path = tmp_path_factory.mktemp("tiny-judge")
-    LlamaForCausalLM(cfg).save_pretrained(path)
-    tok.save_pretrained(path)
-    return str(path)
+    return tiny_model_dir("judge", tmp_path_factory)
 
 
 def test_transformers_backend_end_to_end(tiny_model):

@@ -9,6 +9,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from fixtures.tiny_models import tiny_model_dir
 
 from dialfork_metrics.task3 import LLMDetector, make_detector
 from dialfork_metrics.task3.llm import build_prompt, load_prompt, render_dialogue
@@ -122,29 +123,7 @@ def test_llm_bad_config():
 # -- a tiny random transformers chat model -------------------------------------------------------
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory):
-    import torch
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
-
-    words = ["<unk>", "<pad>", "<s>", "</s>", "<|user|>", "<|assistant|>", "turn", "none", "assistant", "system",
-             "the", "no", "deviation", "answer", ":", "."] + [str(i) for i in range(10)]
-    words += sorted({w for w in load_prompt(False).replace("\n", " ").split() if w not in words})[:200]
-    vocab = {w: i for i, w in enumerate(dict.fromkeys(words))}
-    tk = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    tk.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tok = PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="<unk>", pad_token="<pad>", bos_token="<s>",
-                                  eos_token="</s>")
-    tok.chat_template = ("{% for m in messages %}<|{{ m['role'] }}|> {{ m['content'] }} {% endfor %}"
-                         "{% if add_generation_prompt %}<|assistant|> {% endif %}")
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=len(vocab), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
-                      pad_token_id=vocab["<pad>"], bos_token_id=vocab["<s>"], eos_token_id=vocab["</s>"])
-    model = LlamaForCausalLM(cfg)
-    path = tmp_path_factory.mktemp("tiny-chat")
-    model.save_pretrained(path)
-    tok.save_pretrained(path)
-    return str(path)
+    return tiny_model_dir("detector", tmp_path_factory)
 
 
 def test_transformers_backend_end_to_end(tiny_model):

@@ -85,6 +85,9 @@ class TransformersChat:
     the left, decoded greedily for at most ``max_new_tokens``; replies come back in input order.
     ``device``: ``None`` (CUDA if available, else CPU), a torch device, or ``"auto"``
     (``device_map="auto"``: spread a large model over the visible GPUs, via accelerate).
+    ``dtype``: ``"auto"`` (bfloat16 on CUDA, float32 on the CPU) or a dtype name. Loading is
+    :mod:`generation.llm.loader`'s (the generator's loader): a model without a chat template, a
+    missing folder or an unknown Hub id raise errors naming the model and the fix.
     A prompt longer than the model's context window (``max_position_embeddings`` minus
     ``max_new_tokens``) is not generated: its reply is ``""`` and its index is in
     :attr:`last_too_long` (the detector reports it).
@@ -96,6 +99,10 @@ class TransformersChat:
             raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
         if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
+        from generation.llm.loader import dtype_errors
+
+        if dtype_errors(dtype):
+            raise ValueError(dtype_errors(dtype)[0])
         self.model_name = str(model)
         self.device = device
         self.dtype = dtype
@@ -110,30 +117,17 @@ class TransformersChat:
     def _load(self):
         if self._model is not None:
             return
-        import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from generation.llm import loader
 
-        tok = AutoTokenizer.from_pretrained(self.model_name, trust_remote_code=self.trust_remote_code)
-        if getattr(tok, "chat_template", None) is None:
-            raise ValueError(f"{self.model_name}: the tokenizer has no chat template; use a chat (instruct) model "
-                             "or set tokenizer.chat_template")
+        tok = loader.load_chat_tokenizer(self.model_name, trust_remote_code=self.trust_remote_code)
         tok.padding_side = "left"
         if tok.pad_token is None:
             tok.pad_token = tok.eos_token
-        dtype = self.dtype
-        if isinstance(dtype, str) and dtype != "auto":
-            dtype = getattr(torch, dtype)
-        kw: dict[str, Any] = {"dtype": dtype, "trust_remote_code": self.trust_remote_code}
-        if self.device == "auto":
-            kw["device_map"] = "auto"
-        model = AutoModelForCausalLM.from_pretrained(self.model_name, **kw)
-        if self.device == "auto":
-            device = model.device
-        else:
-            device = self.device or ("cuda" if torch.cuda.is_available() else "cpu")
-            model.to(device)
-        model.eval()
-        self._window = getattr(model.config, "max_position_embeddings", None)
+        # device None: CUDA when available, else the CPU; "auto": spread over the GPUs (device_map)
+        model, device = loader.load_chat_model(
+            self.model_name, device="auto" if self.device in (None, "auto") else self.device, dtype=self.dtype,
+            device_map="auto" if self.device == "auto" else None, trust_remote_code=self.trust_remote_code)
+        self._window = loader.context_window(model.config, tok)
         if model.generation_config.pad_token_id is None:
             model.generation_config.pad_token_id = tok.pad_token_id
         self._model, self._tok, self._device = model, tok, device
