@@ -1,0 +1,254 @@
+"""docs/extending.md, followed: each checklist done with a toy example of a few lines.
+
+* a new metric: a ``(ref, cand) -> distance`` function plugged into Task 2 (``--metric``);
+* a new generation backend: a class registered in ``generation.backends.BACKENDS``;
+* a new workflow source: a dict in the workflow-file format, and a class implementing
+  ``dialfork_dataset.sources.WorkflowSource``;
+* a new hallucination type: the taxonomy extended, in a subprocess (the taxonomy is read at import
+  time by every module, so the test edits the module's source before anything imports it; nothing
+  is monkeypatched in this process).
+
+The toys generate from ``examples/workflows/insurance.yaml`` (two tasks, no STAR needed).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "workflows" / "insurance.yaml"
+
+
+def read_records(folder: Path) -> list[dict]:
+    return [json.loads(line) for f in sorted(folder.glob("*.jsonl")) for line in f.open(encoding="utf-8")]
+
+
+@pytest.fixture(scope="module")
+def small_corpus(tmp_path_factory) -> Path:
+    """Template generation from the example workflow file: 2 tasks x 2 sources x 17 dialogues."""
+    from generation import GenerationConfig, generate_corpus
+
+    out = tmp_path_factory.mktemp("extending") / "corpus"
+    generate_corpus(GenerationConfig(star=f"workflow:{EXAMPLE}", out=str(out), per_task=2), progress=False)
+    return out
+
+
+# -- a new metric -----------------------------------------------------------------------------------
+def toy_vocabulary_distance(ref: dict, cand: dict) -> float:
+    """Toy Task 2 metric: 1 - Jaccard similarity of the two dialogues' word sets."""
+    a, b = ({w for t in d["turns"] for w in t["text"].lower().split()} for d in (ref, cand))
+    return 1.0 - len(a & b) / len(a | b)
+
+
+def test_new_metric_plugs_into_task2(small_corpus):
+    from dialfork_metrics.bench import load_corpus, load_custom_metric, run_task2
+
+    name, fn = load_custom_metric("vocab=test_extending:toy_vocabulary_distance")  # what --metric takes
+    assert (name, fn) == ("vocab", toy_vocabulary_distance)
+    t2 = run_task2(load_corpus(small_corpus), encoder=None, methods=("random",), custom={name: fn})
+    rows = [r for r in t2["units"] if r["method"] == "vocab"]
+    assert len(rows) == 2 * 2 * 4  # sources x types, each ranking its 4 forks
+    assert all(len(r["distances"]) == 4 and all(0 <= d <= 1 for d in r["distances"]) for r in rows)
+    assert all(-1 <= r["tau"] <= 1 for r in rows)
+    assert "vocab" in t2["methods"] and t2["summary"]["tau"]["vocab"]["Avg"] is not None
+
+
+# -- a new generation backend -----------------------------------------------------------------------
+class ToyBackend:
+    """Toy backend: says which turn it is and repeats the latest instruction it was given; ends at turn 14."""
+
+    uses_messages = True  # the engine builds each agent's chat context (generation.prompts)
+
+    def __init__(self, greeting: str = "Hello"):
+        self.name = "toy"
+        self.greeting = greeting
+
+    def decoding(self) -> dict:
+        return {"temperature": 0.0, "top_p": 1.0, "top_k": 0, "max_new_tokens": 32}
+
+    def generate(self, requests):
+        out = []
+        for r in requests:  # the text depends on the request only: replay forks reproduce their prefix
+            instruction = ([m["content"] for m in r.messages if m["role"] == "system"] or [""])[-1]
+            text = f"{self.greeting}, {r.role} turn {r.turn_index}: {' '.join(instruction.split()[:6])}"
+            out.append(text + " [END]" if r.turn_index >= 14 else text)
+        return out
+
+
+def test_new_backend_registers_and_generates(tmp_path, monkeypatch):
+    from dialfork_dataset.forks import system_turn_positions
+    from generation import GenerationConfig, generate_corpus
+    from generation.backends import BACKENDS, get_backend
+
+    monkeypatch.setitem(BACKENDS, "toy", "test_extending:ToyBackend")  # the registry, restored after the test
+    assert isinstance(get_backend("toy", greeting="Hi"), ToyBackend)
+    out = tmp_path / "toy_corpus"
+    generate_corpus(GenerationConfig(star=f"workflow:{EXAMPLE}", out=str(out), backend="toy",
+                                     backend_options={"greeting": "Hi"}, per_task=1), progress=False)
+    recs = read_records(out)
+    assert len(recs) == 2 * 17 and {r["generator"] for r in recs} == {"toy"}
+    forks = [r for r in recs if r["hallucination_type"]]
+    src = {r["dialogue_id"]: r for r in recs if r["hallucination_type"] is None}
+    for f in forks:  # the injected instruction reaches the system agent at the fork turn t_k
+        parent = src[f["source_id"]]
+        t = system_turn_positions(f["turns"])[f["fork_turn"] - 1]  # t_k counts system turns from 1
+        assert [x["text"] for x in f["turns"][:t]] == [x["text"] for x in parent["turns"][:t]]
+        assert f["turns"][t]["text"] != parent["turns"][t]["text"]
+
+
+# -- a new workflow source --------------------------------------------------------------------------
+def test_new_workflow_source_from_a_dict(tmp_path):
+    from dialfork_dataset.sources import open_source
+    from dialfork_dataset.workflow import validate_workflow
+
+    data = yaml.safe_load(EXAMPLE.read_text(encoding="utf-8"))  # any format, converted to this dict
+    data["tasks"] = [t for t in data["tasks"] if t["name"] == "insurance_claim_status"]
+    data["tasks"][0]["domain"] = "claims"
+    path = tmp_path / "claims.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    assert validate_workflow(path) == []
+    src = open_source(f"workflow:{path}")
+    assert list(src.tasks) == ["insurance_claim_status"] and src.domains == {"claims": ["insurance_claim_status"]}
+    steps = src.task("insurance_claim_status").steps()
+    assert steps and src.task("insurance_claim_status").digraph().number_of_nodes() >= len(steps)
+
+    data["tasks"][0]["steps"][0]["next"] = "no_such_step"
+    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    problems = validate_workflow(path)
+    assert problems and all(p.startswith(f"{path}:") for p in problems) and "no_such_step" in "".join(problems)
+
+
+class HappyOnly:
+    """Toy :class:`~dialfork_dataset.sources.WorkflowSource`: another source, its happy scenarios only."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.tasks, self.domains, self.dbs = inner.tasks, inner.domains, inner.dbs
+
+    @property
+    def scenarios(self):
+        return [s for s in self.inner.scenarios if s.happy]
+
+    def task(self, name):
+        return self.inner.task(name)
+
+    def scenario(self, scenario_id):
+        return self.inner.scenario(scenario_id)
+
+    def scenarios_for(self, task=None, single_task=True, happy=None):
+        return [s for s in self.inner.scenarios_for(task, single_task, happy) if s.happy]
+
+    def length_budget(self, task):
+        return self.inner.length_budget(task)
+
+
+def test_new_workflow_source_class(tmp_path):
+    from dialfork_dataset.sources import is_source, open_source, require
+    from generation import GenerationConfig, generate_corpus
+
+    src = HappyOnly(open_source(f"workflow:{EXAMPLE}"))
+    assert is_source(src) and open_source(src) is src
+    require(src, "surface_templates", needed_by="the template backend")  # what the template backend needs
+    out = tmp_path / "happy"
+    generate_corpus(GenerationConfig(star=f"workflow:{EXAMPLE}", out=str(out), per_task=5), corpus=src,
+                    progress=False)
+    used = {r["scenario_id"] for r in read_records(out)}  # fc05 and cs05 (unhappy) are left out
+    assert used == {"fc01", "fc02", "fc03", "fc04", "fc06", "cs01", "cs02", "cs03", "cs04", "cs06"}
+
+
+# -- a new hallucination type -----------------------------------------------------------------------
+TOY_TYPE_SCRIPT = r'''
+import importlib.util, json, sys, types
+from pathlib import Path
+
+root, variants_out, corpus_out = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
+# Step 1 of the checklist: add the type to dialfork_dataset/taxonomy.py. Here: the module's source,
+# edited, loaded as dialfork_dataset.taxonomy before any module reads it.
+path = root / "dialfork_dataset" / "taxonomy.py"
+src = path.read_text(encoding="utf-8")
+edits = [('("WIC", "SSPC", "GR", "CSC")\n', '("WIC", "SSPC", "GR", "CSC", "TOY")\n'),
+         ('    "CSC": "competing sub-goal",\n', '    "CSC": "competing sub-goal",\n    "TOY": "toy deviation",\n'),
+         ('("CSC", "GR", "SSPC", "WIC")', '("CSC", "GR", "SSPC", "TOY", "WIC")')]
+for old, new in edits:
+    assert src.count(old) == 1, f"taxonomy.py changed: cannot find {old!r}"
+    src = src.replace(old, new)
+taxonomy = types.ModuleType("dialfork_dataset.taxonomy")
+taxonomy.__file__ = str(path)
+exec(compile(src, str(path), "exec"), taxonomy.__dict__)
+sys.modules["dialfork_dataset.taxonomy"] = taxonomy
+
+from dialfork_dataset.records import HALLUCINATION_TYPES
+from dialfork_dataset.taxonomy import FORKS_PER_SOURCE, display_name
+from generation.variants import load_variants
+
+assert HALLUCINATION_TYPES[-1] == "TOY" and FORKS_PER_SOURCE == 20 and display_name("TOY") == "toy deviation"
+# Step 2: variants for the type in a variant pool (a copy of generation/variants.yaml here)
+import yaml
+pool = yaml.safe_load((root / "generation" / "variants.yaml").read_text(encoding="utf-8"))
+pool["types"]["TOY"] = [
+    {"id": f"toy-{i}", "description": "say the steps backwards", "cue": "The assistant goes through the steps backwards.",
+     "instruction": "From now on, go through the remaining steps of your workflow in reverse order."}
+    for i in range(len(pool["types"]["GR"]))]
+variants_out.write_text(yaml.safe_dump(pool, sort_keys=False), encoding="utf-8")
+assert [v.id for v in load_variants(variants_out)["TOY"]][:1] == ["toy-0"]
+result = {"pool": True}
+# Step 3: a planner for the template backend (the table of planners)
+try:
+    from generation.backends.template.planners import PLANNERS, Planner
+except ImportError:
+    result["planners"] = None  # this checkout has no table of planners yet
+else:
+    PLANNERS["TOY"] = Planner(lambda hal, cx: [("own", n) for n in reversed(cx.remaining)])
+    from generation import GenerationConfig, generate_corpus
+    generate_corpus(GenerationConfig(star=f"workflow:{root / 'examples/workflows/insurance.yaml'}",
+                                     out=str(corpus_out), per_task=1, variants_path=str(variants_out)),
+                    progress=False)
+    recs = [json.loads(line) for f in sorted(corpus_out.glob("*.jsonl")) for line in f.open()]
+    result["planners"] = sorted({r["hallucination_type"] for r in recs if r["hallucination_type"]})
+    result["toy_forks"] = sum(r["hallucination_type"] == "TOY" for r in recs)
+print(json.dumps(result))
+'''
+
+
+def test_new_hallucination_type(tmp_path):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(TOY_TYPE_SCRIPT), str(ROOT),
+                           str(tmp_path / "variants.yaml"), str(tmp_path / "corpus")],
+                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["pool"] is True
+    if result["planners"] is None:
+        pytest.skip("no generation.backends.template.planners.PLANNERS in this checkout (the template backend's "
+                    "table of planners); the taxonomy and variant-pool steps passed")
+    assert result["planners"] == ["CSC", "GR", "SSPC", "TOY", "WIC"]
+    assert result["toy_forks"] == 2 * 4  # one source per task, one TOY fork per position
+
+
+def test_a_type_the_taxonomy_does_not_name_is_refused(tmp_path):
+    """Without step 1, the variant pool refuses the type: the taxonomy is the one list."""
+    from generation.variants import VariantError, load_variants
+
+    pool = yaml.safe_load((ROOT / "generation" / "variants.yaml").read_text(encoding="utf-8"))
+    pool["types"]["TOY"] = pool["types"]["GR"]
+    p = tmp_path / "v.yaml"
+    p.write_text(yaml.safe_dump(pool), encoding="utf-8")
+    with pytest.raises(VariantError, match=r"unknown type\(s\) \['TOY'\]"):
+        load_variants(p)
+
+
+def test_counting_the_records_of_a_source(small_corpus):
+    """FORKS_PER_SOURCE (taxonomy) is what a source gets: one fork per (type, position)."""
+    from dialfork_dataset.taxonomy import FORKS_PER_SOURCE
+
+    per_source = Counter(r["source_id"] for r in read_records(small_corpus) if r["hallucination_type"])
+    assert set(per_source.values()) == {FORKS_PER_SOURCE}
