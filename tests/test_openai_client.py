@@ -328,3 +328,59 @@ def test_parse_chat_completion_known_answers():
 def test_validate_messages():
     assert validate_messages(CONV) == []
     assert validate_messages("hi") == ["conversation: expected a list of {'role', 'content'} messages, got str"]
+
+
+TOOL_CALL = {"id": "call_1", "type": "function", "function": {"name": "lookup_claim", "arguments": '{"n": 381204}'}}
+
+
+def test_tool_calling_messages_are_valid_and_sent_intact():
+    conv = CONV + [{"role": "assistant", "content": None, "tool_calls": [TOOL_CALL]},
+                   {"role": "tool", "tool_call_id": "call_1", "content": '{"status": "approved"}'}]
+    assert validate_messages(conv) == []
+    assert validate_messages([{"role": "tool", "tool_call_id": "call_1", "content": None}]) == []
+    bad = [{"role": "user", "content": None}, {"role": "user", "content": "x", "tool_calls": [TOOL_CALL]},
+           {"role": "assistant", "content": None, "tool_calls": [{"function": {}}]}, {"role": "tool", "content": "r"}]
+    problems = validate_messages(bad)
+    for part in ("message 0: 'content' must be a string, got NoneType (null is allowed only with tool_calls",
+                 "message 1: only assistant messages carry 'tool_calls'", "message 2: tool_calls[0] needs a 'function'",
+                 "message 3: a tool result needs 'tool_call_id'"):
+        assert any(part in p for p in problems), (part, problems)
+    tools = [{"type": "function", "function": {"name": "lookup_claim", "parameters": {"type": "object"}}}]
+    with FakeOpenAIServer() as srv:
+        client(srv).chat([conv], tools=tools, extra_body={"repetition_penalty": 1.1}, top_k=5)
+        body = srv.chat_bodies[0]
+    assert body["messages"] == conv and body["tools"] == tools
+    assert body["repetition_penalty"] == 1.1 and body["top_k"] == 5  # server extensions ride in extra_body
+
+
+def test_a_tool_call_reply_is_parsed_not_retried():
+    reply = {"choices": [{"index": 0, "finish_reason": "tool_calls",
+                          "message": {"role": "assistant", "content": None, "tool_calls": [TOOL_CALL]}}]}
+    with FakeOpenAIServer(handler=lambda b, n: (200, json.dumps(reply).encode(), {})) as srv:
+        r = client(srv, max_retries=3).chat_full([CONV])[0]
+        assert srv.chat_count == 1
+    assert (r.text, r.finish_reason, r.tool_calls, r.attempts) == ("", "tool_calls", (TOOL_CALL,), 1)
+
+
+def test_a_failing_conversation_stops_the_retries_of_the_others():
+    def handler(body, n):
+        last = body["messages"][-1]["content"]
+        return (400, b'{"error": {"message": "bad request"}}', {}) if last == "bad" else (503, b"busy", {})
+
+    with FakeOpenAIServer(handler=handler, delay=0.05) as srv:
+        c = client(srv, concurrency=2, max_retries=50, backoff=0.02, max_backoff=0.02)
+        with pytest.raises(EndpointError, match="conversation 0 of the batch.*bad request"):
+            c.chat([CONV[:1] + [{"role": "user", "content": "bad"}], CONV])
+        assert srv.chat_count < 40  # the busy conversation gave up well before its 51 attempts
+
+
+def test_old_import_path_is_a_deprecated_reexport():
+    import importlib
+    import sys
+
+    import generation.llm.client as new
+
+    sys.modules.pop("dialfork_dataset.openai_client", None)
+    with pytest.warns(DeprecationWarning, match="generation.llm.client"):
+        old = importlib.import_module("dialfork_dataset.openai_client")
+    assert old.OpenAICompatClient is new.OpenAICompatClient and old.EndpointError is new.EndpointError
