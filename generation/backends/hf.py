@@ -34,6 +34,11 @@ Device and dtype (``device="auto"``, ``dtype="auto"``): CUDA when available with
 (float16 on GPUs without bf16), else CPU with float32. A model whose weights exceed
 ``gpu_fraction`` of one GPU's memory is loaded with ``device_map="auto"`` (spread over all visible
 GPUs, then the CPU) unless ``device_map`` is given.
+
+Where the parts live: loading (config, tokenizer and chat template, device and dtype, weights) is
+:mod:`generation.llm.loader`, shared with the Task 3 LLM detector and the judge; the sampler is
+:mod:`generation.llm.sampling`, the message rewrites :mod:`generation.llm.messages`, the tiny test
+model :mod:`generation.llm.tiny`. This module keeps the lockstep decoding loop and re-exports them.
 """
 
 from __future__ import annotations
