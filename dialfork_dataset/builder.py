@@ -204,6 +204,29 @@ def all_config_rows(records: Sequence[Mapping[str, Any]], split_seed: int = DEFA
     return {c: {s: config_split_rows(records, c, s, assignment=assignment) for s in SPLITS} for c in CONFIGS}
 
 
+def compound_config_rows(records: Sequence[Mapping[str, Any]], split_seed: int = DEFAULT_SPLIT_SEED,
+                         assignment: Mapping[str, str] | None = None) -> dict[str, list[Mapping[str, Any]]]:
+    """The rows of the ``compound`` config (split -> rows, canonical order) of a compound corpus.
+
+    Each split holds the compound forks (records with ``injections``) of its sources and those
+    conformant sources, so every fork's ``source_id`` is a row of the same split. A source takes its
+    side from ``assignment`` (the public configs' partition, so a source is on the same side in
+    every config) and, when absent there, from :func:`split_sources` of ``records``.
+    """
+    side = dict(split_sources(records, split_seed))
+    if assignment is not None:
+        side.update({s: assignment[s] for s in side if s in assignment})
+    with_forks = {r["source_id"] for r in records if r.get("injections")}
+    out: dict[str, list[Mapping[str, Any]]] = {s: [] for s in SPLITS}
+    for r in sorted(records, key=sort_key):
+        split = side.get(r["source_id"])
+        if split is None or r["source_id"] not in with_forks:
+            continue
+        if r["hallucination_type"] is None or r.get("injections"):
+            out[split].append(r)
+    return out
+
+
 def _builder_classes():
     import datasets
 
@@ -297,6 +320,7 @@ __all__ = [
     "build_dataset",
     "config_split_rows",
     "all_config_rows",
+    "compound_config_rows",
     "load_records",
     "record_files",
     "sort_key",
