@@ -219,7 +219,7 @@ def reserve(items_by_task: Mapping[str, Iterable[str]], key: bytes,
 def star_scenario_split(corpus: Any, key: HiddenKey, tasks: Sequence[str] | None = None
                         ) -> dict[str, dict[str, list[str]]]:
     """``{task: {"public": [...], "hidden": [...]}}`` over the single-task STAR scenarios of each
-    task (``corpus``: a ``StarCorpus``), in STAR id order. The universe is every single-task
+    task (``corpus``: a :class:`~dialfork_dataset.sources.WorkflowSource`), in id order. The universe is every single-task
     scenario of the task, whatever the generation options, so the split is stable."""
     names = sorted(tasks) if tasks else sorted(corpus.tasks)
     universe = {t: [s.scenario_id for s in corpus.scenarios_for(task=t, single_task=True)] for t in names}
