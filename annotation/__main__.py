@@ -139,7 +139,7 @@ def cmd_analyse(args) -> int:
 def cmd_export(args) -> int:
     import csv
 
-    from dialfork_dataset.jsonl import write_text_atomic
+    from dialfork_dataset.atomic import write_text_atomic
 
     from .store import Study
 

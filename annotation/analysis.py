@@ -115,8 +115,7 @@ def prepare(judgments: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
         d["completed_at"] = str(d["completed_at"]) if d.get("completed_at") is not None else f"{i:012d}"
         d["row"] = i
         out.append(d)
-    if errs:
-        raise AnswersError(f"{len(errs)} malformed judgment(s):\n" + "\n".join(errs), errs)
+    AnswersError.raise_if(errs, "the judgments")
     cols = list(REQUIRED) + ["seq_key", "completed_at", "row"]
     df = pd.DataFrame(out, columns=cols) if out else pd.DataFrame(columns=cols)
     df["is_fork"] = df["hallucination_type"].notna()

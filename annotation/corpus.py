@@ -70,8 +70,7 @@ def load_corpus(corpus_dir: str | Path) -> list[dict[str, Any]]:
                 continue
             seen[did] = f"{path}:{i}"
             out.append(normalize_record(r))
-    if errs:
-        raise RecordError(f"{len(errs)} invalid record(s) in corpus {corpus_dir}:\n" + "\n".join(errs), errs)
+    RecordError.raise_if(errs, f"corpus {corpus_dir}")
     logger.info("corpus %s: %d records", corpus_dir, len(out))
     return out
 

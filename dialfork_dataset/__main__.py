@@ -146,11 +146,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     from .console import console
+    from .errors import CollectedErrors
 
     a = build_parser().parse_args(argv)
     with console(a.verbose, a.quiet, default=logging.WARNING):
         try:
             return a.func(a)
+        except CollectedErrors as e:  # the header, then every problem on a line of its own (the first 50)
+            if e.errors == [str(e)]:  # one problem, the message itself
+                print(f"error: {e}", file=sys.stderr)
+                return 2
+            shown = e.errors[:50]
+            more = [f"... and {len(e.errors) - len(shown)} more"] if len(e.errors) > len(shown) else []
+            print("\n".join([f"error: {str(e).splitlines()[0]}", *shown, *more]), file=sys.stderr)
+            return 2
         except (ValueError, FileNotFoundError, FileExistsError) as e:
             print(f"error: {e}", file=sys.stderr)
             return 2

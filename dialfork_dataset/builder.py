@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from .jsonl import JsonlError, iter_jsonl
-from .records import HALLUCINATION_TYPES, RecordError, dialogue_id_of, normalize_record, record_errors
+from .records import RecordError, dialogue_id_of, normalize_record, record_errors
+from .taxonomy import FORK_POSITIONS, FORKS_PER_SOURCE, HALLUCINATION_TYPES
 
 logger = logging.getLogger(__name__)
 
@@ -102,9 +103,7 @@ def load_records(src: str | os.PathLike | Sequence[Mapping[str, Any]], validate:
                 where.setdefault(rec["dialogue_id"], loc)
     if validate and not errors:
         errors.extend(_cross_record_errors(records, where))
-    if errors:
-        raise RecordError(f"{len(errors)} problem(s) in the records of {src if isinstance(src, (str, os.PathLike)) else 'the given list'}:\n"
-                          + "\n".join(errors), errors)
+    RecordError.raise_if(errors, f"the records of {src if isinstance(src, (str, os.PathLike)) else 'the given list'}")
     records.sort(key=sort_key)
     return records
 
@@ -246,7 +245,8 @@ def _builder_classes():
             DialForkConfig(name="conformant", version=datasets.Version("1.0.0"),
                            description="Conformant dialogues D+ (train/test halves per task)."),
             DialForkConfig(name="forked", version=datasets.Version("1.0.0"),
-                           description="The 16 forks (4 types x 4 positions) of each conformant dialogue."),
+                           description=f"The {FORKS_PER_SOURCE} forks ({len(HALLUCINATION_TYPES)} types x "
+                                       f"{len(FORK_POSITIONS)} positions) of each conformant dialogue."),
             DialForkConfig(name="task3", version=datasets.Version("1.0.0"),
                            description="Task 3: train = conformant train half; test = conformant test half + its forks."),
         ]

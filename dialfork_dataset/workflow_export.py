@@ -109,7 +109,7 @@ def dump_workflow(data: dict[str, Any], path: str | os.PathLike) -> None:
     """Write a workflow dict as YAML (atomically)."""
     import yaml
 
-    from .jsonl import write_text_atomic
+    from .atomic import write_text_atomic
 
     write_text_atomic(path, yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=120))
 
