@@ -33,10 +33,13 @@ def write_parquet(rows: list[Mapping[str, Any]], features, path: Path, max_rows_
     return names, nbytes
 
 
-def read_parquet_rows(folder: Path) -> list[dict[str, Any]]:
+def read_parquet_rows(folder: str | os.PathLike, pattern: str = "*.parquet") -> list[dict[str, Any]]:
+    """Every row of the parquet shards ``pattern`` in ``folder`` (a config's folder of a layout; e.g.
+    ``pattern="test-*.parquet"`` for one split), in shard order, as dicts."""
     import pyarrow.parquet as pq
 
-    files = sorted(folder.glob("*.parquet"))
+    folder = Path(folder)
+    files = sorted(folder.glob(pattern))
     if not files:
         raise FileNotFoundError(f"{folder}: no parquet files (is this a DialFork Hub layout from export_hub_layout?)")
     rows: list[dict[str, Any]] = []
