@@ -29,6 +29,7 @@ _EXPORTS = {
     "assign_cue": "design", "draw_blocks": "design", "latin_types": "design", "block_order": "design",
     "TaskPool": "design", "Cue": "design", "SamplingError": "design", "FOIL_SHARE_FORKED": "design",
     "load_corpus": "corpus", "task_workflow": "corpus", "task_descriptions": "corpus",
+    "workflow_source": "corpus",
     "hash_password": "security", "verify_password": "security", "LoginThrottle": "security",
     "neutralize_cell": "security", "restore_cell": "security",
     "run_judge": "judge", "table11": "report",

@@ -139,7 +139,7 @@ def cmd_analyse(args) -> int:
 def cmd_export(args) -> int:
     import csv
 
-    from dialfork_dataset.jsonl import write_text_atomic
+    from dialfork_dataset.atomic import write_text_atomic
 
     from .store import Study
 
@@ -221,7 +221,8 @@ def main(argv: list[str] | None = None) -> int:
     s = sub.add_parser("serve", help="start the annotation app")
     db(s)
     s.add_argument("--corpus", help="generator output folder (*.jsonl records) to import")
-    s.add_argument("--star", help="STAR folder (workflows and flowcharts shown to annotators)")
+    s.add_argument("--star", help="workflow source shown to annotators (workflows, flowcharts): a STAR folder, "
+                                     "a workflow file, or star:PATH / workflow:PATH")
     s.add_argument("--host", default="127.0.0.1")
     s.add_argument("--port", type=int, default=8765)
     s.add_argument("--admin-password", help="admin password (default: $ANNOTATION_ADMIN_PASSWORD, else generated)")
@@ -237,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     s = sub.add_parser("demo", help="a ready-to-try study (demo annotator, one mini-block per task), then serve")
     db(s)
     s.add_argument("--corpus", help="generator output folder (default: a small synthetic corpus)")
-    s.add_argument("--star", help="STAR folder")
+    s.add_argument("--star", help="workflow source: a STAR folder or a workflow file (star:PATH / workflow:PATH)")
     s.add_argument("--host", default="127.0.0.1")
     s.add_argument("--port", type=int, default=8765)
     s.add_argument("--admin-password")
@@ -257,7 +258,8 @@ def main(argv: list[str] | None = None) -> int:
     s = sub.add_parser("draw-batch", help="draw and assign mini-blocks of a task")
     db(s)
     s.add_argument("--corpus", help="generator output folder to import first (default: none)")
-    s.add_argument("--star", help="STAR folder: task descriptions of WIC cues (default: $DIALFORK_STAR_DIR)")
+    s.add_argument("--star", help="workflow source (STAR folder or workflow file): task descriptions of WIC cues "
+                                     "(default: $DIALFORK_STAR_DIR)")
     s.add_argument("--task", required=True)
     s.add_argument("--annotators", nargs="+", required=True, help="annotator names")
     s.add_argument("--blocks", type=int, default=1, help="mini-blocks per annotator")

@@ -29,162 +29,39 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from dialfork_dataset.records import HALLUCINATION_TYPES
+from dialfork_dataset.errors import CollectedErrors
+from dialfork_dataset.taxonomy import FORK_POSITIONS, HALLUCINATION_TYPES
 
 from .design import BREAKING_TYPES, CUE_FOIL, CUE_TRUE
+from .statistics import (  # noqa: F401  (re-exported: the public API of the analyses)
+    N_BOOT,
+    _f,
+    _gwet_ac1_counts,
+    _mean,
+    bootstrap_ci,
+    fisher_greater,
+    gwet_ac1,
+    kendall_tau_b,
+    krippendorff_interval,
+    rate,
+    spearman_rho,
+    wilcoxon_greater,
+    wilson,
+)
 
 logger = logging.getLogger(__name__)
 
 CONFIRMED = ("yes", "partly")
-CONFORMANT_POSITION = 5
+CONFORMANT_POSITION = FORK_POSITIONS[-1] + 1  # conformant dialogues rank after every fork position
 MIN_FORKS_PER_UNIT = 8
-N_BOOT = 10_000
 EXCLUSION_MIN_CONFORMANT = 2
 EXCLUSION_MAX_RATE = 0.5
 REQUIRED = ("annotator", "task", "dialogue_id", "source_id", "hallucination_type", "fork_position", "fork_turn",
             "cue_kind", "cue_type", "slider", "cue_answer", "onset_turn", "prefix_answer")
 
 
-class AnswersError(ValueError):
+class AnswersError(CollectedErrors):
     """The judgments are malformed; ``errors`` lists every problem (row and field)."""
-
-    def __init__(self, message: str, errors: list[str]):
-        super().__init__(message)
-        self.errors = errors
-
-
-# --------------------------------------------------------------------------------------------
-# primitives (thin, checked wrappers over the libraries)
-# --------------------------------------------------------------------------------------------
-
-def _f(x: Any) -> float | None:
-    """JSON-safe float (NaN -> None)."""
-    if x is None:
-        return None
-    x = float(x)
-    return None if math.isnan(x) else x
-
-
-def kendall_tau_b(x: Sequence[float], y: Sequence[float]) -> float:
-    """Kendall's tau_b (scipy); NaN when undefined (fewer than 2 items or a constant variable)."""
-    x, y = np.asarray(x, float), np.asarray(y, float)
-    if len(x) < 2 or np.all(x == x[0]) or np.all(y == y[0]):
-        return float("nan")
-    return float(stats.kendalltau(x, y, variant="b").statistic)
-
-
-def wilson(count: int, n: int, alpha: float = 0.05) -> tuple[float | None, float | None]:
-    """Wilson score interval (statsmodels ``proportion_confint(method="wilson")``)."""
-    if n <= 0:
-        return None, None
-    from statsmodels.stats.proportion import proportion_confint
-
-    lo, hi = proportion_confint(int(count), int(n), alpha=alpha, method="wilson")
-    return float(lo), float(hi)
-
-
-def rate(count: int, n: int) -> dict[str, Any]:
-    lo, hi = wilson(count, n)
-    return {"count": int(count), "n": int(n), "rate": (count / n) if n else None, "ci_low": lo, "ci_high": hi}
-
-
-def bootstrap_ci(data: Sequence[np.ndarray] | np.ndarray, statistic, n_boot: int = N_BOOT, seed: int = 0,
-                 level: float = 0.95, paired: bool = True, vectorized: bool = True) -> tuple[float | None, float | None]:
-    """Percentile bootstrap interval (``scipy.stats.bootstrap``, seeded ``numpy`` generator).
-
-    ``data`` is one array or a tuple of same-length arrays resampled together (``paired``).
-    Returns ``(None, None)`` for fewer than two observations."""
-    arrays = (np.asarray(data, float),) if isinstance(data, np.ndarray) or not isinstance(data, tuple) else tuple(
-        np.asarray(a, float) for a in data)
-    if len(arrays[0]) < 2:
-        return None, None
-    res = stats.bootstrap(arrays, statistic, n_resamples=n_boot, confidence_level=level, method="percentile",
-                          paired=paired and len(arrays) > 1, vectorized=vectorized, rng=np.random.default_rng(seed))
-    lo, hi = res.confidence_interval
-    return _f(lo), _f(hi)
-
-
-def _mean(x, axis=-1):
-    return np.mean(x, axis=axis)
-
-
-def wilcoxon_greater(values: Sequence[float]) -> float | None:
-    """One-sided Wilcoxon signed-rank p-value against 0 (alternative: greater).
-
-    ``scipy.stats.wilcoxon`` with its exact null distribution when there are no zeros or tied
-    absolute values and n <= 50, else the normal approximation with tie correction (ours: scipy's
-    "auto" would run a slow permutation test for small tied samples)."""
-    v = np.asarray(values, float)
-    v = v[~np.isnan(v)]
-    if len(v) == 0 or np.all(v == 0):
-        return None
-    a = np.abs(v)
-    exact = len(v) <= 50 and not np.any(v == 0) and len(np.unique(a)) == len(a)
-    return float(stats.wilcoxon(v, alternative="greater", method="exact" if exact else "asymptotic").pvalue)
-
-
-def fisher_greater(c1: int, n1: int, c2: int, n2: int) -> float | None:
-    """One-sided Fisher exact test that rate 1 (c1/n1) exceeds rate 2 (c2/n2)."""
-    if n1 == 0 or n2 == 0:
-        return None
-    return float(stats.fisher_exact([[c1, n1 - c1], [c2, n2 - c2]], alternative="greater").pvalue)
-
-
-def _gwet_ac1_counts(table: np.ndarray) -> tuple[float, float, float]:
-    """Gwet's AC1 for several raters from a subjects x categories count table (Gwet 2008):
-    pa = mean over subjects with >= 2 ratings of sum_k r_ik (r_ik - 1) / (r_i (r_i - 1));
-    pi_k = mean over subjects of r_ik / r_i; pe = sum_k pi_k (1 - pi_k) / (q - 1).
-    Used only when irrCAC is not installed; checked against irrCAC in the tests."""
-    r = table.sum(axis=1)
-    keep = r >= 2
-    q = table.shape[1]
-    pa = float(np.mean((table[keep] * (table[keep] - 1)).sum(axis=1) / (r[keep] * (r[keep] - 1))))
-    pi = np.mean(table[r > 0] / r[r > 0, None], axis=0)
-    pe = float((pi * (1 - pi)).sum() / (q - 1))
-    return (pa - pe) / (1 - pe) if pe < 1 else float("nan"), pa, pe
-
-
-def gwet_ac1(ratings: Sequence[Sequence[Any]], categories: Sequence[Any]) -> dict[str, Any]:
-    """Gwet's AC1 and raw (pairwise) agreement of categorical ratings.
-
-    ``ratings``: one list per subject (the ratings it received, any number >= 1; subjects with
-    fewer than two ratings do not count for agreement). Uses ``irrCAC`` when installed.
-    """
-    subj = [list(r) for r in ratings if len(r) >= 2]
-    if not subj:
-        return {"ac1": None, "raw": None, "n_subjects": 0}
-    cats = list(categories)
-    width = max(len(r) for r in subj)
-    try:
-        from irrCAC.raw import CAC
-
-        frame = pd.DataFrame([r + [None] * (width - len(r)) for r in subj],
-                             columns=[f"rater{i}" for i in range(width)])
-        res = CAC(frame, categories=cats).gwet()["est"]
-        ac1, pa = float(res["coefficient_value"]), float(res["pa"])
-    except ImportError:  # irrCAC missing: the same statistic from the formula above
-        table = np.array([[r.count(c) for c in cats] for r in subj], float)
-        ac1, pa, _ = _gwet_ac1_counts(table)
-    return {"ac1": _f(ac1), "raw": _f(pa), "n_subjects": len(subj)}
-
-
-def krippendorff_interval(ratings: Sequence[Sequence[float]]) -> dict[str, Any]:
-    """Krippendorff's alpha (interval) of per-subject numeric ratings (``krippendorff`` package)."""
-    subj = [[float(v) for v in r if v is not None and not (isinstance(v, float) and math.isnan(v))] for r in ratings]
-    subj = [r for r in subj if len(r) >= 2]
-    if not subj:
-        return {"alpha": None, "n_subjects": 0}
-    width = max(len(r) for r in subj)
-    data = np.full((width, len(subj)), np.nan)
-    for j, r in enumerate(subj):
-        data[: len(r), j] = r
-    values = np.concatenate([np.asarray(r) for r in subj])
-    if np.all(values == values[0]):
-        return {"alpha": None, "n_subjects": len(subj)}  # no variation: alpha undefined
-    import krippendorff
-
-    a = krippendorff.alpha(reliability_data=data, level_of_measurement="interval")
-    return {"alpha": _f(a), "n_subjects": len(subj)}
 
 
 # --------------------------------------------------------------------------------------------
@@ -232,14 +109,13 @@ def prepare(judgments: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
         ht = d["hallucination_type"]
         if ht is not None and ht not in HALLUCINATION_TYPES:
             errs.append(f"row {i}: unknown hallucination_type {ht!r}")
-        if ht is not None and d["fork_position"] not in (1, 2, 3, 4):
+        if ht is not None and d["fork_position"] not in FORK_POSITIONS:
             errs.append(f"row {i} (dialogue {r.get('dialogue_id')!r}): a fork needs fork_position 1..4")
         d["annotator"] = str(d["annotator"])
         d["completed_at"] = str(d["completed_at"]) if d.get("completed_at") is not None else f"{i:012d}"
         d["row"] = i
         out.append(d)
-    if errs:
-        raise AnswersError(f"{len(errs)} malformed judgment(s):\n" + "\n".join(errs), errs)
+    AnswersError.raise_if(errs, "the judgments")
     cols = list(REQUIRED) + ["seq_key", "completed_at", "row"]
     df = pd.DataFrame(out, columns=cols) if out else pd.DataFrame(columns=cols)
     df["is_fork"] = df["hallucination_type"].notna()
@@ -294,7 +170,7 @@ def unit_taus(df: pd.DataFrame, types: Sequence[str] = BREAKING_TYPES,
     f = df[df["is_fork"] & df["hallucination_type"].isin(list(types))]
     rows = []
     for (a, t), g in f.groupby(["annotator", "task"], sort=True):
-        if len(g) < min_forks or set(g["fork_position"]) != {1, 2, 3, 4}:
+        if len(g) < min_forks or set(g["fork_position"]) != set(FORK_POSITIONS):
             continue
         tau = kendall_tau_b(g["slider"], g["fork_position"])
         rows.append({"annotator": a, "task": t, "n": len(g), "tau_b": 0.0 if math.isnan(tau) else tau,
@@ -365,7 +241,7 @@ def quartet_taus(conv: pd.DataFrame, types: Sequence[str] = BREAKING_TYPES) -> p
     f = conv[conv["is_fork"] & conv["hallucination_type"].isin(list(types))]
     rows = []
     for (s, h), g in f.groupby(["source_id", "hallucination_type"], sort=True):
-        if sorted(g["fork_position"]) != [1, 2, 3, 4]:
+        if tuple(sorted(g["fork_position"])) != FORK_POSITIONS:
             continue
         tau = kendall_tau_b(g["mean_slider"], g["fork_position"])
         rows.append({"source_id": s, "type": h, "tau_b": 0.0 if math.isnan(tau) else tau})
@@ -376,7 +252,7 @@ def mean_slider_by_position(conv: pd.DataFrame, types: Sequence[str], n_boot: in
     """Mean of the conversations' mean sliders per position (k=1..4 over ``types``, and
     conformant), with bootstrap CIs over conversations."""
     out: dict[str, Any] = {}
-    for k in (1, 2, 3, 4):
+    for k in FORK_POSITIONS:
         v = conv[conv["is_fork"] & conv["hallucination_type"].isin(list(types)) & (conv["fork_position"] == k)]
         x = v["mean_slider"].to_numpy(float)
         lo, hi = bootstrap_ci(x, _mean, n_boot, seed + k)
@@ -400,14 +276,14 @@ def rq1(df: pd.DataFrame, conv: pd.DataFrame, n_boot: int = N_BOOT, seed: int = 
             "superiority": probability_of_superiority(df, types, n_boot=n_boot, seed=seed),
             "superiority_k4_vs_k1": probability_of_superiority(df, types, low=[1], high=[4], n_boot=n_boot, seed=seed),
             "superiority_conformant_vs_fork": probability_of_superiority(
-                df, types, low=[1, 2, 3, 4], high=[CONFORMANT_POSITION], n_boot=n_boot, seed=seed),
+                df, types, low=list(FORK_POSITIONS), high=[CONFORMANT_POSITION], n_boot=n_boot, seed=seed),
             "conformant_highest": conformant_highest(df, types),
             "tau_b_quartets": summarize_taus(qt["tau_b"], n_boot, seed),
             "mean_slider": mean_slider_by_position(conv, types, n_boot, seed),
         }
     res["mean_slider_per_type"] = {h: mean_slider_by_position(conv, [h], n_boot, seed) for h in HALLUCINATION_TYPES}
     res["superiority_conformant_vs_fork_per_type"] = {
-        h: probability_of_superiority(df, [h], low=[1, 2, 3, 4], high=[CONFORMANT_POSITION], n_boot=n_boot, seed=seed)
+        h: probability_of_superiority(df, [h], low=list(FORK_POSITIONS), high=[CONFORMANT_POSITION], n_boot=n_boot, seed=seed)
         for h in HALLUCINATION_TYPES}
     return res
 
@@ -454,7 +330,7 @@ def rq3(conv: pd.DataFrame) -> dict[str, Any]:
 def rq4(conv: pd.DataFrame) -> dict[str, Any]:
     g = conv[conv["is_fork"] & conv["prefix_answer"].notna()]
     out: dict[str, Any] = {}
-    for key, sub in [("overall", g)] + [(f"k{k}", g[g["fork_position"] == k]) for k in (1, 2, 3, 4)]:
+    for key, sub in [("overall", g)] + [(f"k{k}", g[g["fork_position"] == k]) for k in FORK_POSITIONS]:
         n = len(sub)
         yes, mostly = int((sub["prefix_answer"] == "yes").sum()), int((sub["prefix_answer"] == "mostly").sum())
         out[key] = {"n": n, "yes": rate(yes, n), "mostly": mostly, "no": n - yes - mostly,
@@ -513,17 +389,6 @@ def learning_thirds(df: pd.DataFrame) -> dict[str, Any]:
                      "foil_confirmed": rate(int(foils["confirmed"].sum()), len(foils))}
     return out
 
-
-def spearman_rho(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:
-    """Spearman's rho along ``axis`` (Pearson correlation of ``scipy.stats.rankdata`` average ranks),
-    vectorized for the bootstrap; equals ``scipy.stats.spearmanr`` on 1-D input."""
-    rx = stats.rankdata(x, axis=axis)
-    ry = stats.rankdata(y, axis=axis)
-    rx = rx - rx.mean(axis=axis, keepdims=True)
-    ry = ry - ry.mean(axis=axis, keepdims=True)
-    den = np.sqrt((rx * rx).sum(axis=axis) * (ry * ry).sum(axis=axis))
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return (rx * ry).sum(axis=axis) / den
 
 
 def distance_correlation(conv: pd.DataFrame, distances: Mapping[str, Mapping[str, float]], n_boot: int = N_BOOT,

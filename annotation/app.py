@@ -115,7 +115,8 @@ class GuardMiddleware:
 def create_app(study: Study, star_dir: str | Path | None = None, analysis_dir: str | Path | None = None,
                throttle: LoginThrottle | None = None, secure_cookies: bool = False,
                analysis_options: dict[str, Any] | None = None, trusted_origins: Sequence[str] = ()) -> FastAPI:
-    """The ASGI app over ``study``. ``star_dir``: STAR folder (workflow panel and flowcharts);
+    """The ASGI app over ``study``. ``star_dir``: the workflow source (a STAR folder, a workflow file, or ``star:PATH`` /
+    ``workflow:PATH``; workflow panel and flowcharts);
     ``analysis_dir``: where the admin's "recompute analyses" writes its report (default: a
     folder ``analyses`` next to the working directory); ``throttle``: the admin-login limiter
     (default: :class:`LoginThrottle` on the study's database); ``trusted_origins``: origins

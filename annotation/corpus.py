@@ -1,4 +1,5 @@
-"""Inputs of the annotation app: the corpus folder (generator output) and the STAR workflows."""
+"""Inputs of the annotation app: the corpus folder (generator output) and the workflows of its tasks
+(a :class:`~dialfork_dataset.sources.WorkflowSource`: a STAR copy or a workflow file)."""
 
 from __future__ import annotations
 
@@ -69,14 +70,13 @@ def load_corpus(corpus_dir: str | Path) -> list[dict[str, Any]]:
                 continue
             seen[did] = f"{path}:{i}"
             out.append(normalize_record(r))
-    if errs:
-        raise RecordError(f"{len(errs)} invalid record(s) in corpus {corpus_dir}:\n" + "\n".join(errs), errs)
+    RecordError.raise_if(errs, f"corpus {corpus_dir}")
     logger.info("corpus %s: %d records", corpus_dir, len(out))
     return out
 
 
 # --------------------------------------------------------------------------------------------
-# STAR workflow, as shown to annotators
+# The workflow of a task (any WorkflowSource), as shown to annotators
 # --------------------------------------------------------------------------------------------
 
 
@@ -125,52 +125,78 @@ def _step_views(steps: Any) -> list[StepView]:
     return out
 
 
-@lru_cache(maxsize=8)
-def _descriptions(path: str, mtime_ns: int) -> dict[str, str]:
+def _stamp(spec: str) -> int:
+    """What changes when a source's files change: the mtime of the workflow file, or of a STAR copy's
+    ``scenarios.jsonl`` (else of its folder)."""
+    from dialfork_dataset.sources import parse_source_spec
+
+    _kind, path = parse_source_spec(spec)
+    for p in (path / "scenarios.jsonl", path):
+        try:
+            return p.stat().st_mtime_ns
+        except OSError:
+            continue
+    return 0
+
+
+@lru_cache(maxsize=4)
+def _open_source(spec: str, stamp: int) -> Any:
+    from dialfork_dataset.sources import open_source
+
+    return open_source(spec)
+
+
+def workflow_source(spec: str | Path) -> Any:
+    """The :class:`~dialfork_dataset.sources.WorkflowSource` named by ``spec`` (``star:PATH``,
+    ``workflow:PATH``, a STAR folder or a workflow file; :func:`dialfork_dataset.sources.open_source`),
+    read once and kept while its files do not change."""
+    spec = str(spec)
+    return _open_source(spec, _stamp(spec))
+
+
+def _description(wizard_task: str) -> str:
+    return " ".join(re.sub(r"\s*\([^)]*https?://[^)]*\)", "", str(wizard_task)).split())
+
+
+def task_descriptions(source: str | Path | None) -> dict[str, str]:
+    """One-line description of every task of a workflow source: the most common ``wizard_task`` of
+    its single-task scenarios (the system role's instruction, e.g. "Help the user reserve a hotel
+    room."). Empty when ``source`` is ``None`` or has no scenarios (a STAR copy with tasks only)."""
+    if source is None:
+        return {}
+    from dialfork_dataset.errors import CollectedErrors
+
+    try:
+        scenarios = workflow_source(source).scenarios
+    except (CollectedErrors, FileNotFoundError) as e:
+        logger.warning("task descriptions unavailable from %s: %s", source, str(e).splitlines()[0])
+        return {}
     counts: dict[str, Counter[str]] = {}
-    with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            if not line.strip():
-                continue
-            s = json.loads(line)
-            tasks = s.get("tasks") or []
-            if len(tasks) == 1 and not s.get("multitask") and s.get("wizard_task"):
-                text = re.sub(r"\s*\([^)]*https?://[^)]*\)", "", str(s["wizard_task"]))
-                counts.setdefault(tasks[0], Counter())[" ".join(text.split())] += 1
+    for s in scenarios:
+        if s.single_task and s.wizard_task:
+            counts.setdefault(s.tasks[0], Counter())[_description(s.wizard_task)] += 1
     return {t: c.most_common(1)[0][0] for t, c in sorted(counts.items())}
 
 
-def task_descriptions(star_dir: str | Path | None) -> dict[str, str]:
-    """One-line description of every STAR task: the most common ``wizard_task`` of its
-    single-task scenarios (the system role's instruction, e.g. "Help the user reserve a hotel
-    room."). Empty when ``star_dir`` is ``None`` or has no ``scenarios.jsonl``."""
-    if star_dir is None:
-        return {}
-    path = Path(star_dir) / "scenarios.jsonl"
-    if not path.is_file():
-        return {}
-    return dict(_descriptions(str(path.resolve()), path.stat().st_mtime_ns))
-
-
-def _goal_from_scenarios(star_dir: Path, task: str) -> str | None:
-    return task_descriptions(star_dir).get(task)
-
-
 @lru_cache(maxsize=64)
-def task_workflow(star_dir: str, task: str) -> WorkflowView:
-    """The annotator's view of a STAR task: one-line goal, numbered steps with nested branches
-    and their response templates (from ``dialfork_dataset.star.StarCorpus``), the flowchart."""
-    from dialfork_dataset.star import StarCorpus
-
-    root = Path(star_dir)
-    t = StarCorpus(root).task(task)
+def _task_workflow(spec: str, stamp: int, task: str) -> WorkflowView:
+    source = _open_source(spec, stamp)
+    t = source.task(task)
     steps = _step_views(t.steps())
-    goal = _goal_from_scenarios(root, task) or f"Help the user with {task.replace('_', ' ')}."
+    goal = task_descriptions(spec).get(task) or f"Help the user with {task.replace('_', ' ')}."
     flow = getattr(t, "flowchart", None)
     flow = Path(flow) if flow else None
     if flow is not None and not flow.is_file():
         flow = None
     return WorkflowView(task, goal, steps, flow)
+
+
+def task_workflow(source: str | Path, task: str) -> WorkflowView:
+    """The annotator's view of a task of a workflow source (a STAR copy or a workflow file, see
+    :func:`workflow_source`): one-line goal, numbered steps with nested branches and their response
+    templates (:meth:`~dialfork_dataset.sources.WorkflowTask.steps`), the flowchart if any."""
+    spec = str(source)
+    return _task_workflow(spec, _stamp(spec), task)
 
 
 def system_turn_numbers(turns: list[dict[str, str]]) -> Iterator[tuple[dict[str, str], int | None]]:

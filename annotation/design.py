@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from dialfork_dataset.records import FORK_POSITIONS, HALLUCINATION_TYPES
+from dialfork_dataset.taxonomy import FORK_POSITIONS, HALLUCINATION_TYPES
 
 logger = logging.getLogger(__name__)
 
@@ -167,8 +167,8 @@ def latin_types(row: int) -> dict[int, str]:
 
     Over any four consecutive rows every (type, k) cell occurs exactly once.
     """
-    r = int(row) % 4
-    return {k: HALLUCINATION_TYPES[(k - 1 + r) % 4] for k in FORK_POSITIONS}
+    r = int(row) % len(HALLUCINATION_TYPES)
+    return {k: HALLUCINATION_TYPES[(k - 1 + r) % len(HALLUCINATION_TYPES)] for k in FORK_POSITIONS}
 
 
 def block_order(order_seed: int, n: int = len(BLOCK_SLOTS)) -> list[int]:

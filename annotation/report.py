@@ -11,7 +11,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from dialfork_dataset.jsonl import write_text_atomic
+from dialfork_dataset.atomic import atomic_path, write_text_atomic
+from dialfork_dataset.taxonomy import FORK_POSITIONS
 
 from .analysis import N_BOOT, analyse
 
@@ -66,7 +67,7 @@ def table11_cells(res: Mapping[str, Any] | None) -> list[str]:
         return ["n/a"] * 5
     ms = res["rq1"]["breaking"]["mean_slider"]
     r2, r3 = res["rq2"], res["rq3"]
-    return ["/".join(_num(ms[f"k{k}"]["mean"], 0) for k in (1, 2, 3, 4)), _num(ms["conformant"]["mean"], 0),
+    return ["/".join(_num(ms[f"k{k}"]["mean"], 0) for k in FORK_POSITIONS), _num(ms["conformant"]["mean"], 0),
             _pct(r2["true_overall"]["rate"]), _pct(r2["foil_conformant"]["rate"], 1),
             f"{_pct(r3['exact']['rate'])} / {_pct(r3['within_one']['rate'])}"]
 
@@ -161,7 +162,7 @@ def markdown_report(res: Mapping[str, Any], judge: Mapping[str, Any] | None = No
         lines.append("")
     lines += ["### Mean rating per type and position", "", "| type | k=1 | k=2 | k=3 | k=4 |", "| --- | --- | --- | --- | --- |"]
     for h, d in res["rq1"]["mean_slider_per_type"].items():
-        lines.append(f"| {h} | " + " | ".join(_num(d[f'k{k}']['mean'], 1) for k in (1, 2, 3, 4)) + " |")
+        lines.append(f"| {h} | " + " | ".join(_num(d[f'k{k}']['mean'], 1) for k in FORK_POSITIONS) + " |")
     lines += ["", "## RQ2: confirmation of the injected instruction", "",
               "| shown | confirmed | 95% Wilson CI | yes | partly | n |", "| --- | --- | --- | --- | --- | --- |"]
     for h, d in r2["true_per_type"].items():
@@ -322,10 +323,11 @@ def plot_figure8(res: Mapping[str, Any], path: str | Path) -> Path | None:
     ax[3].legend(fontsize=7)
     fig.tight_layout()
     path = Path(path)
-    tmp = path.with_name(path.name + ".tmp.png")
-    fig.savefig(tmp, dpi=120)
-    plt.close(fig)
-    tmp.replace(path)
+    try:
+        with atomic_path(path, suffix=".png") as tmp:
+            fig.savefig(tmp, dpi=120)
+    finally:
+        plt.close(fig)
     return path
 
 

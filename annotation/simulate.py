@@ -17,7 +17,8 @@ from typing import Any
 import numpy as np
 
 from dialfork_dataset.forks import fork_turns
-from dialfork_dataset.records import HALLUCINATION_TYPES, validate_record
+from dialfork_dataset.records import validate_record
+from dialfork_dataset.taxonomy import FORK_POSITIONS, FORKS_PER_SOURCE, HALLUCINATION_TYPES
 
 from .design import CUE_FOIL, CUE_TRUE, FOIL_SHARE_FORKED, derive_seed
 
@@ -75,7 +76,7 @@ def synthetic_records(task: str = "weather", n_sources: int = 6, seed: int = 0, 
         ts = fork_turns(T)
         for h in HALLUCINATION_TYPES:
             variants = list(pool[h])
-            for k in (1, 2, 3, 4):
+            for k in FORK_POSITIONS:
                 tk = ts[k - 1]
                 v = variants[int(rng.integers(len(variants)))]
                 sub = "restaurant_book" if h == "WIC" else None
@@ -96,7 +97,7 @@ def synthetic_records(task: str = "weather", n_sources: int = 6, seed: int = 0, 
 
 
 def simulate_judgments(n_annotators: int = 12, tasks: tuple[str, ...] = ("weather", "hotel_book"),
-                       forks_per_unit: int = 16, conformant_per_unit: int = 4, seed: int = 0,
+                       forks_per_unit: int = FORKS_PER_SOURCE, conformant_per_unit: int = 4, seed: int = 0,
                        slope: float | Mapping[str, float] = 20.0, noise: float = 10.0, conformant_mean: float = 95.0,
                        base: float = 10.0, p_confirm_true: float = 0.9, p_confirm_foil: float = 0.1,
                        p_onset_exact: float = 0.7, p_prefix_yes: float = 0.9, overlap: int = 0,
@@ -140,22 +141,22 @@ def simulate_judgments(n_annotators: int = 12, tasks: tuple[str, ...] = ("weathe
         for task in tasks:
             convs = []
             for j in range(forks_per_unit):
-                h = HALLUCINATION_TYPES[j % 4]
-                k = (j // 4) % 4 + 1
+                h = HALLUCINATION_TYPES[j % len(HALLUCINATION_TYPES)]
+                k = FORK_POSITIONS[(j // len(HALLUCINATION_TYPES)) % len(FORK_POSITIONS)]
                 # quartet (type h, source q) is split over annotators q+1..q+4 (mod n): no annotator
                 # sees two versions of a source, and every quartet is complete when n >= 4
-                src = f"{task}-{h}-{(a - k) % n_annotators}-{j // 16}"
+                src = f"{task}-{h}-{(a - k) % n_annotators}-{j // FORKS_PER_SOURCE}"
                 T = int(np.random.default_rng(derive_seed("T", src)).integers(6, 12))
                 tk = fork_turns(T)[k - 1]
                 foil = rng.random() < foil_share
                 convs.append({"dialogue_id": f"{src}-k{k}", "source_id": src,
                               "task": task, "hallucination_type": h, "fork_position": k, "fork_turn": tk,
                               "num_system_turns": T, "cue_kind": CUE_FOIL if foil else CUE_TRUE,
-                              "cue_type": HALLUCINATION_TYPES[(j + 1) % 4] if foil else h})
+                              "cue_type": HALLUCINATION_TYPES[(j + 1) % len(HALLUCINATION_TYPES)] if foil else h})
             for j in range(conformant_per_unit):
                 convs.append({"dialogue_id": f"{task}-a{a}-c{j}", "source_id": f"{task}-a{a}-c{j}", "task": task,
                               "hallucination_type": None, "fork_position": None, "fork_turn": None,
-                              "num_system_turns": 8, "cue_kind": CUE_FOIL, "cue_type": HALLUCINATION_TYPES[j % 4]})
+                              "num_system_turns": 8, "cue_kind": CUE_FOIL, "cue_type": HALLUCINATION_TYPES[j % len(HALLUCINATION_TYPES)]})
             for i in rng.permutation(len(convs)):
                 rows.append(judge(f"A{a:02d}", convs[i], pos))
                 pos += 1

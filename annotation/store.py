@@ -9,12 +9,9 @@ from __future__ import annotations
 
 import json
 import logging
-import math
-import re
 import secrets
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import func, insert, select, update
@@ -26,7 +23,6 @@ from .db import (
     NEW,
     STEP1_DONE,
     STEP2_DONE,
-    AdminSession,
     Annotator,
     Assignment,
     Batch,
@@ -49,14 +45,25 @@ from .design import (
     true_cue_text,
 )
 from .design import Block as BlockSpec
-from .security import hash_password, new_token, token_digest, verify_password
+from .inputs import (  # noqa: F401  (re-exported: the app imports them from here)
+    AnnotationError,
+    Conflict,
+    Invalid,
+    NotFound,
+    parse_float,
+    parse_int,
+    parse_json_body,
+)
+from .inputs import int_field as _int_field
+from .security import new_token
+from .study_admin import ADMIN_SESSION_HOURS, StudyAdmin  # noqa: F401
+from .study_export import StudyExport, recompute_cue, reconstruct_presentation  # noqa: F401
 
 logger = logging.getLogger(__name__)
 
 CUE_ANSWERS = ("yes", "partly", "no")
 PREFIX_ANSWERS = ("yes", "mostly", "no")
 MAX_NOTE_CHARS = 2000
-ADMIN_SESSION_HOURS = 8
 
 STEP1_QUESTION = "The assistant was told to follow the steps on the left. How well does it?"
 STEP2_INTRO = "At some point, the assistant was given an extra instruction. From then on, it was meant to:"
@@ -64,141 +71,7 @@ STEP2_QUESTION = "Does that happen in this conversation?"
 STEP3_QUESTION = "Before the highlighted part, did the assistant follow the steps?"
 
 
-class AnnotationError(Exception):
-    """A request the study refuses; ``status`` is the HTTP status, ``message`` says why."""
-
-    status = 400
-
-    def __init__(self, message: str, status: int | None = None):
-        super().__init__(message)
-        self.message = message
-        if status is not None:
-            self.status = status
-
-
-class NotFound(AnnotationError):
-    status = 404
-
-
-class Conflict(AnnotationError):
-    status = 409
-
-
-class Invalid(AnnotationError):
-    status = 422
-
-
-#: Integers as the app accepts them in forms: ASCII digits, an optional sign, at most 18 digits
-#: (no "²", no "--5", no 5000-digit strings).
-_INT_RE = re.compile(r"[+-]?[0-9]{1,18}")
-_FLOAT_RE = re.compile(r"[+-]?(?:[0-9]{1,18}(?:\.[0-9]{0,18})?|\.[0-9]{1,18})")
-#: Deepest JSON nesting accepted in a request body (answers are flat objects).
-MAX_JSON_DEPTH = 8
-_MISSING = object()
-
-
-def _show(v: Any) -> str:
-    r = repr(v)
-    return r if len(r) <= 40 else r[:37] + "..."
-
-
-def parse_int(v: Any, name: str, lo: int | None = None, hi: int | None = None, default: Any = _MISSING) -> Any:
-    """``v`` (a JSON number or a form string) as an int in ``[lo, hi]``, else :class:`Invalid`
-    (422) saying what was wrong. ``None`` / ``""`` give ``default`` when one is given."""
-    if v is None or v == "":
-        if default is not _MISSING:
-            return default
-        raise Invalid(f"{name} is required")
-    out: int | None = None
-    if isinstance(v, bool):
-        out = None
-    elif isinstance(v, int):
-        out = v
-    elif isinstance(v, float):
-        out = int(v) if math.isfinite(v) and v.is_integer() else None
-    elif isinstance(v, str) and _INT_RE.fullmatch(v.strip()):
-        out = int(v.strip())
-    if out is None:
-        raise Invalid(f"{name} must be an integer, got {_show(v)}")
-    if (lo is not None and out < lo) or (hi is not None and out > hi):
-        raise Invalid(f"{name} must be between {lo} and {hi}, got {_show(out)}")
-    return out
-
-
-def parse_float(v: Any, name: str, lo: float, hi: float, default: Any = _MISSING) -> Any:
-    """``v`` as a finite float in ``[lo, hi]``, else :class:`Invalid` (422)."""
-    if v is None or v == "":
-        if default is not _MISSING:
-            return default
-        raise Invalid(f"{name} is required")
-    out: float | None = None
-    if isinstance(v, (int, float)) and not isinstance(v, bool):
-        out = float(v) if abs(v) < 1e18 else None
-    elif isinstance(v, str) and _FLOAT_RE.fullmatch(v.strip()):
-        out = float(v.strip())
-    if out is None or not math.isfinite(out):
-        raise Invalid(f"{name} must be a number, got {_show(v)}")
-    if not lo <= out <= hi:
-        raise Invalid(f"{name} must be between {lo} and {hi}, got {out}")
-    return out
-
-
-def _json_int(text: str) -> int:
-    if len(text.lstrip("-")) > 18:
-        raise ValueError(f"an integer of {len(text)} digits")
-    return int(text)
-
-
-def _json_constant(name: str):
-    raise ValueError(f"{name} is not a number")
-
-
-def _depth_ok(raw: bytes, limit: int) -> bool:
-    """Whether the JSON text nests at most ``limit`` levels (brackets inside strings ignored)."""
-    depth, in_str, esc = 0, False, False
-    for b in raw:
-        if in_str:
-            if esc:
-                esc = False
-            elif b == 0x5C:
-                esc = True
-            elif b == 0x22:
-                in_str = False
-        elif b == 0x22:
-            in_str = True
-        elif b in (0x5B, 0x7B):
-            depth += 1
-            if depth > limit:
-                return False
-        elif b in (0x5D, 0x7D):
-            depth -= 1
-    return True
-
-
-def parse_json_body(raw: bytes) -> dict[str, Any]:
-    """A request body that must be a flat JSON object, or :class:`Invalid` (422): malformed
-    JSON, non-UTF-8, integers longer than 18 digits, NaN/Infinity, nesting deeper than
-    :data:`MAX_JSON_DEPTH` (checked before parsing) are all refused."""
-    if not _depth_ok(raw, MAX_JSON_DEPTH):
-        raise Invalid(f"the body nests deeper than {MAX_JSON_DEPTH} levels; send a flat JSON object")
-    try:
-        data = json.loads(raw.decode("utf-8"), parse_int=_json_int, parse_constant=_json_constant)
-    except UnicodeDecodeError:
-        raise Invalid("the body is not valid JSON (not UTF-8)") from None
-    except json.JSONDecodeError as e:
-        raise Invalid(f"the body is not valid JSON ({e.msg} at character {e.pos})") from None
-    except (ValueError, RecursionError) as e:
-        raise Invalid(f"the body is not valid JSON ({e})") from None
-    if not isinstance(data, dict):
-        raise Invalid("the body must be a JSON object")
-    return data
-
-
-def _int_field(data: Mapping[str, Any], name: str) -> int | None:
-    return parse_int(data.get(name), name, -(10**18), 10**18, default=None)
-
-
-class Study:
+class Study(StudyAdmin, StudyExport):
     """A study database plus the variant pool used to assign cues.
 
     ``Study(db_url)`` opens (or creates) the database; :meth:`import_records` adds corpus
@@ -303,74 +176,6 @@ class Study:
     def tasks(self) -> list[str]:
         with Session(self.engine) as s:
             return sorted(s.scalars(select(Conversation.task).distinct()))
-
-    # -- admin authentication -------------------------------------------------------------------
-    def set_admin_password(self, password: str) -> None:
-        h = hash_password(password)
-        with Session(self.engine) as s, s.begin():
-            m = s.get(Meta, "admin_hash")
-            if m is None:
-                s.add(Meta(key="admin_hash", value=h))
-            else:
-                m.value = h
-            s.query(AdminSession).delete()
-
-    def check_admin_password(self, password: str) -> bool:
-        stored = self.meta("admin_hash")
-        if not stored:
-            return False
-        return verify_password(password, stored)
-
-    def new_admin_session(self) -> str:
-        tok = new_token(24)
-        with Session(self.engine) as s, s.begin():
-            s.query(AdminSession).filter(AdminSession.expires_at < utcnow()).delete()
-            s.add(AdminSession(digest=token_digest(tok), expires_at=utcnow() + timedelta(hours=ADMIN_SESSION_HOURS)))
-        return tok
-
-    def check_admin_session(self, token: str | None) -> bool:
-        if not token:
-            return False
-        with Session(self.engine) as s:
-            row = s.get(AdminSession, token_digest(token))
-            return row is not None and row.expires_at > utcnow()
-
-    def end_admin_session(self, token: str | None) -> None:
-        if token:
-            with Session(self.engine) as s, s.begin():
-                s.query(AdminSession).filter(AdminSession.digest == token_digest(token)).delete()
-
-    # -- annotators -----------------------------------------------------------------------------
-    def create_annotator(self, name: str) -> dict[str, Any]:
-        name = " ".join(str(name or "").split())
-        if not name or len(name) > 128:
-            raise Invalid("an annotator needs a name of 1 to 128 characters")
-        try:
-            return self._create_annotator(name)
-        except IntegrityError:  # a concurrent creation of the same name
-            raise Conflict(f"an annotator named {name!r} already exists") from None
-
-    def _create_annotator(self, name: str) -> dict[str, Any]:
-        with Session(self.engine) as s, s.begin():
-            if s.scalar(select(Annotator).where(Annotator.name == name)) is not None:
-                raise Conflict(f"an annotator named {name!r} already exists")
-            a = Annotator(name=name, link_token=new_token(18))
-            s.add(a)
-            s.flush()
-            return {"id": a.id, "name": a.name, "link_token": a.link_token}
-
-    def annotators(self) -> list[dict[str, Any]]:
-        with Session(self.engine) as s:
-            return [{"id": a.id, "name": a.name, "link_token": a.link_token}
-                    for a in s.scalars(select(Annotator).order_by(Annotator.id))]
-
-    def annotator_by_link(self, link_token: str) -> Annotator:
-        with Session(self.engine) as s:
-            a = s.scalar(select(Annotator).where(Annotator.link_token == str(link_token)))
-            if a is None:
-                raise NotFound("unknown annotator link; ask the study's administrator for your personal link")
-            s.expunge(a)
-            return a
 
     # -- batches --------------------------------------------------------------------------------
     def draw_batch(self, task: str, annotator_ids: Sequence[int], blocks_per_annotator: int = 1,
@@ -637,84 +442,6 @@ class Study:
             state = values["state"]
             return {"state": state, "next_step": None if state == DONE else state + 1}
 
-    # -- monitoring and export ------------------------------------------------------------------
-    def progress(self) -> list[dict[str, Any]]:
-        """Per annotator and task: assigned, started, done."""
-        with Session(self.engine) as s:
-            rows = s.execute(select(Annotator.id, Annotator.name, Conversation.task, Assignment.state)
-                             .join(Assignment, Assignment.annotator_id == Annotator.id)
-                             .join(Conversation, Assignment.conversation_id == Conversation.id)).all()
-        agg: dict[tuple[int, str, str], dict[str, int]] = {}
-        for aid, name, task, state in rows:
-            d = agg.setdefault((aid, name, task), {"assigned": 0, "started": 0, "done": 0})
-            d["assigned"] += 1
-            d["started"] += int(state > NEW)
-            d["done"] += int(state == DONE)
-        return [{"annotator_id": aid, "annotator": name, "task": task, **v}
-                for (aid, name, task), v in sorted(agg.items())]
 
-    EXPORT_FIELDS = ("annotator", "annotator_id", "position", "block_id", "batch_id", "dialogue_id", "source_id",
-                     "task", "hallucination_type", "variant", "fork_position", "fork_turn", "num_system_turns",
-                     "cue_kind", "cue_type", "cue_variant", "cue_text", "cue_seed", "order_seed", "state",
-                     "slider", "cue_answer", "onset_turn", "prefix_answer", "note", "assigned_at", "step1_at",
-                     "step2_at", "step3_at", "completed_at")
-
-    def export_rows(self, completed_only: bool = False) -> list[dict[str, Any]]:
-        """The raw answers, one row per assignment (fields :attr:`EXPORT_FIELDS`)."""
-        with Session(self.engine) as s:
-            q = (select(Assignment, Conversation, Annotator)
-                 .join(Conversation, Assignment.conversation_id == Conversation.id)
-                 .join(Annotator, Assignment.annotator_id == Annotator.id)
-                 .order_by(Annotator.id, Assignment.position))
-            if completed_only:
-                q = q.where(Assignment.state == DONE)
-            out = []
-            for a, c, an in s.execute(q).all():
-                row = {"annotator": an.name, "annotator_id": an.id, "position": a.position, "block_id": a.block_id,
-                       "batch_id": a.batch_id, "dialogue_id": c.dialogue_id, "source_id": c.source_id,
-                       "task": c.task, "hallucination_type": c.hallucination_type, "variant": c.variant,
-                       "fork_position": c.fork_position, "fork_turn": c.fork_turn,
-                       "num_system_turns": c.num_system_turns, "cue_kind": c.cue_kind, "cue_type": c.cue_type,
-                       "cue_variant": c.cue_variant, "cue_text": c.cue_text, "cue_seed": c.cue_seed,
-                       "order_seed": a.order_seed, "state": a.state, "slider": a.slider,
-                       "cue_answer": a.cue_answer, "onset_turn": a.onset_turn, "prefix_answer": a.prefix_answer,
-                       "note": a.note}
-                for k in ("assigned_at", "step1_at", "step2_at", "step3_at", "completed_at"):
-                    v = getattr(a, k)
-                    row[k] = v.isoformat(timespec="microseconds") if v is not None else None
-                out.append(row)
-            return out
-
-    def judgments(self) -> list[dict[str, Any]]:
-        """Completed judgments, the input of :mod:`annotation.analysis`."""
-        return self.export_rows(completed_only=True)
-
-
-def reconstruct_presentation(study: Study, annotator_id: int) -> list[str]:
-    """Re-derive an annotator's presentation order (dialogue ids) from the stored block contents
-    and order seeds; equals the stored positions' order (a check that presentations can be
-    reconstructed)."""
-    with Session(study.engine) as s:
-        rows = s.execute(select(Assignment.block_id, Assignment.order_seed, func.min(Assignment.position))
-                         .where(Assignment.annotator_id == annotator_id)
-                         .group_by(Assignment.block_id, Assignment.order_seed)
-                         .order_by(func.min(Assignment.position))).all()
-        out: list[str] = []
-        for bid, oseed, _ in rows:
-            b = s.get(Block, bid)
-            out.extend(b.dialogue_ids[i] for i in block_order(oseed, len(b.dialogue_ids)))
-        return out
-
-
-def recompute_cue(study: Study, dialogue_id: str):
-    """The cue of a conversation re-derived from the study seed (equals the stored one)."""
-    with Session(study.engine) as s:
-        c = s.scalar(select(Conversation).where(Conversation.dialogue_id == dialogue_id))
-        if c is None:
-            raise NotFound(f"no conversation {dialogue_id!r}")
-        return assign_cue(c.record, study.study_seed, study.variants, float(study.meta("foil_share")),
-                          tasks=study.task_catalog() or None)
-
-
-__all__ = ["AnnotationError", "Conflict", "Invalid", "NotFound", "Study", "derive_seed", "reconstruct_presentation",
-           "recompute_cue"]
+__all__ = ["AnnotationError", "Conflict", "Invalid", "NotFound", "Study", "derive_seed", "parse_float", "parse_int",
+           "parse_json_body", "reconstruct_presentation", "recompute_cue"]

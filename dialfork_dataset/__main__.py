@@ -55,7 +55,8 @@ def _cmd_export(a: argparse.Namespace) -> int:
     if star:
         audit_options["star"] = star
     try:
-        info = export_hub_layout(a.src, a.dest, a.gold_dir, hidden=a.hidden, key=a.key_file, split_seed=a.split_seed,
+        info = export_hub_layout(a.src, a.dest, a.gold_dir, hidden=a.hidden, compound=a.compound, key=a.key_file,
+                                 split_seed=a.split_seed,
                                  blind_key=a.blind_key, hidden_fraction=a.hidden_fraction,
                                  public_fraction=a.public_fraction, overwrite=a.overwrite, audit=not a.no_audit,
                                  audit_options=audit_options)
@@ -110,6 +111,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--hidden", default=None,
                    help="hidden corpus (python -m generation --hidden-key KEY --split hidden); default: reserve "
                         "hidden sources from SRC (public seed: tests only)")
+    s.add_argument("--compound", default=None, metavar="DIR",
+                   help="compound corpus (python -m generation --compound PLAN): written as the 'compound' config")
     s.add_argument("--key-file", default=None, help="key file (python -m dialfork_dataset keygen)")
     s.add_argument("--gold-dir", default=None, help="where labels, key and audit report go (default: <dest>-gold)")
     s.add_argument("--split-seed", type=int, default=0)
@@ -143,11 +146,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     from .console import console
+    from .errors import CollectedErrors
 
     a = build_parser().parse_args(argv)
     with console(a.verbose, a.quiet, default=logging.WARNING):
         try:
             return a.func(a)
+        except CollectedErrors as e:  # the header, then every problem on a line of its own (the first 50)
+            if e.errors == [str(e)]:  # one problem, the message itself
+                print(f"error: {e}", file=sys.stderr)
+                return 2
+            shown = e.errors[:50]
+            more = [f"... and {len(e.errors) - len(shown)} more"] if len(e.errors) > len(shown) else []
+            print("\n".join([f"error: {str(e).splitlines()[0]}", *shown, *more]), file=sys.stderr)
+            return 2
         except (ValueError, FileNotFoundError, FileExistsError) as e:
             print(f"error: {e}", file=sys.stderr)
             return 2

@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from .jsonl import JsonlError, iter_jsonl
-from .records import HALLUCINATION_TYPES, RecordError, dialogue_id_of, normalize_record, record_errors
+from .records import RecordError, dialogue_id_of, normalize_record, record_errors
+from .taxonomy import FORK_POSITIONS, FORKS_PER_SOURCE, HALLUCINATION_TYPES
 
 logger = logging.getLogger(__name__)
 
@@ -102,9 +103,7 @@ def load_records(src: str | os.PathLike | Sequence[Mapping[str, Any]], validate:
                 where.setdefault(rec["dialogue_id"], loc)
     if validate and not errors:
         errors.extend(_cross_record_errors(records, where))
-    if errors:
-        raise RecordError(f"{len(errors)} problem(s) in the records of {src if isinstance(src, (str, os.PathLike)) else 'the given list'}:\n"
-                          + "\n".join(errors), errors)
+    RecordError.raise_if(errors, f"the records of {src if isinstance(src, (str, os.PathLike)) else 'the given list'}")
     records.sort(key=sort_key)
     return records
 
@@ -204,6 +203,29 @@ def all_config_rows(records: Sequence[Mapping[str, Any]], split_seed: int = DEFA
     return {c: {s: config_split_rows(records, c, s, assignment=assignment) for s in SPLITS} for c in CONFIGS}
 
 
+def compound_config_rows(records: Sequence[Mapping[str, Any]], split_seed: int = DEFAULT_SPLIT_SEED,
+                         assignment: Mapping[str, str] | None = None) -> dict[str, list[Mapping[str, Any]]]:
+    """The rows of the ``compound`` config (split -> rows, canonical order) of a compound corpus.
+
+    Each split holds the compound forks (records with ``injections``) of its sources and those
+    conformant sources, so every fork's ``source_id`` is a row of the same split. A source takes its
+    side from ``assignment`` (the public configs' partition, so a source is on the same side in
+    every config) and, when absent there, from :func:`split_sources` of ``records``.
+    """
+    side = dict(split_sources(records, split_seed))
+    if assignment is not None:
+        side.update({s: assignment[s] for s in side if s in assignment})
+    with_forks = {r["source_id"] for r in records if r.get("injections")}
+    out: dict[str, list[Mapping[str, Any]]] = {s: [] for s in SPLITS}
+    for r in sorted(records, key=sort_key):
+        split = side.get(r["source_id"])
+        if split is None or r["source_id"] not in with_forks:
+            continue
+        if r["hallucination_type"] is None or r.get("injections"):
+            out[split].append(r)
+    return out
+
+
 def _builder_classes():
     import datasets
 
@@ -223,7 +245,8 @@ def _builder_classes():
             DialForkConfig(name="conformant", version=datasets.Version("1.0.0"),
                            description="Conformant dialogues D+ (train/test halves per task)."),
             DialForkConfig(name="forked", version=datasets.Version("1.0.0"),
-                           description="The 16 forks (4 types x 4 positions) of each conformant dialogue."),
+                           description=f"The {FORKS_PER_SOURCE} forks ({len(HALLUCINATION_TYPES)} types x "
+                                       f"{len(FORK_POSITIONS)} positions) of each conformant dialogue."),
             DialForkConfig(name="task3", version=datasets.Version("1.0.0"),
                            description="Task 3: train = conformant train half; test = conformant test half + its forks."),
         ]
@@ -297,6 +320,7 @@ __all__ = [
     "build_dataset",
     "config_split_rows",
     "all_config_rows",
+    "compound_config_rows",
     "load_records",
     "record_files",
     "sort_key",

@@ -5,8 +5,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-NUM_FORK_POSITIONS = 4
-MIN_SYSTEM_TURNS = 4
+from .taxonomy import FORK_POSITIONS
+
+NUM_FORK_POSITIONS = len(FORK_POSITIONS)
+#: The fewest system turns that hold one distinct fork turn per position (SPEC section 1).
+MIN_SYSTEM_TURNS = NUM_FORK_POSITIONS
 
 
 def fork_turns(T: int) -> tuple[int, int, int, int]:
@@ -24,8 +27,8 @@ def fork_turns(T: int) -> tuple[int, int, int, int]:
             f"fork_turns: T={T} system turns cannot hold four distinct fork turns; "
             f"a conformant dialogue needs T >= {MIN_SYSTEM_TURNS} to be kept"
         )
-    ts = tuple(1 + round((k - 1) * T / 4) for k in range(1, NUM_FORK_POSITIONS + 1))
-    assert len(set(ts)) == 4 and ts[-1] <= T, ts
+    ts = tuple(1 + round((k - 1) * T / NUM_FORK_POSITIONS) for k in FORK_POSITIONS)
+    assert len(set(ts)) == NUM_FORK_POSITIONS and ts[-1] <= T, ts
     return ts  # type: ignore[return-value]
 
 

@@ -39,6 +39,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .errors import CollectedErrors
+from .taxonomy import FORK_POSITIONS, HALLUCINATION_TYPES
+
 logger = logging.getLogger(__name__)
 
 KEY_FORMAT = "dialfork-hidden-key/1"
@@ -55,10 +58,9 @@ DEFAULT_METRIC_SHARE = 0.5
 DEFAULT_CONFORMANT_SHARE = 0.2
 #: Share of the blind sources scored in the public part (the rest: private).
 DEFAULT_PUBLIC_FRACTION = 0.5
-TYPES = ("WIC", "SSPC", "GR", "CSC")
 
 
-class HiddenKeyError(ValueError):
+class HiddenKeyError(CollectedErrors):
     """A missing, short or malformed key or key file."""
 
 
@@ -150,15 +152,15 @@ class HiddenKey:
 
 def write_key_file(path: str | os.PathLike, key: HiddenKey, overwrite: bool = False) -> Path:
     """Write ``key`` to ``path`` (mode 0600, atomic); refuses to replace an existing key file."""
-    from .jsonl import write_json_atomic
+    from .atomic import atomic_path
 
     path = Path(path)
     if path.exists() and not overwrite:
         raise FileExistsError(f"{path} exists: a key file is never replaced silently (the gold made with it "
                               "would become unscorable); remove it or choose another path")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(path, key.to_json())
-    os.chmod(path, 0o600)
+    with atomic_path(path) as tmp:
+        os.chmod(tmp, 0o600)  # private before the secret is written, not after
+        tmp.write_text(json.dumps(key.to_json(), ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
     return path
 
 
@@ -219,7 +221,7 @@ def reserve(items_by_task: Mapping[str, Iterable[str]], key: bytes,
 def star_scenario_split(corpus: Any, key: HiddenKey, tasks: Sequence[str] | None = None
                         ) -> dict[str, dict[str, list[str]]]:
     """``{task: {"public": [...], "hidden": [...]}}`` over the single-task STAR scenarios of each
-    task (``corpus``: a ``StarCorpus``), in STAR id order. The universe is every single-task
+    task (``corpus``: a :class:`~dialfork_dataset.sources.WorkflowSource`), in id order. The universe is every single-task
     scenario of the task, whatever the generation options, so the split is stable."""
     names = sorted(tasks) if tasks else sorted(corpus.tasks)
     universe = {t: [s.scenario_id for s in corpus.scenarios_for(task=t, single_task=True)] for t in names}
@@ -239,7 +241,7 @@ def turns_hash(turns: Sequence[Mapping[str, Any]]) -> str:
     return h.hexdigest()
 
 
-class LeakError(ValueError):
+class LeakError(CollectedErrors):
     """A hidden dialogue (or its scenario) occurs in the public data."""
 
 
@@ -259,7 +261,8 @@ def assert_disjoint(public: Sequence[Mapping[str, Any]], hidden: Sequence[Mappin
         errs.append(f"{len(dup)} hidden dialogue(s) have a turn sequence that also occurs in the public records "
                     f"(e.g. {dup[:5]})")
     if errs:
-        raise LeakError("the hidden split is not disjoint from the public data:\n" + "\n".join(f"- {e}" for e in errs))
+        raise LeakError("the hidden split is not disjoint from the public data:\n" + "\n".join(f"- {e}" for e in errs),
+                        errs)
     return {"public_records": len(public), "hidden_records": len(hidden), "public_scenarios": len(pub_scen)}
 
 
@@ -365,13 +368,16 @@ def latin_cells(rng: random.Random) -> list[tuple[str, int]]:
     """The 16 (type, k) cells in a secret order whose every block of four holds each type and each
     fork position once (a Latin square with permuted rows and columns), so that any prefix of the
     order is balanced to within one dialogue per type and per position."""
-    types = list(TYPES)
-    ks = [1, 2, 3, 4]
+    types = list(HALLUCINATION_TYPES)
+    ks = list(FORK_POSITIONS)
+    n = len(types)
+    if len(ks) != n:  # a Latin square needs as many positions as types
+        raise ValueError(f"latin_cells: {n} types but {len(ks)} fork positions")
     rng.shuffle(types)
     rng.shuffle(ks)
     out = []
-    for b in range(4):
-        block = [(types[i], ks[(i + b) % 4]) for i in range(4)]
+    for b in range(n):
+        block = [(types[i], ks[(i + b) % n]) for i in range(n)]
         rng.shuffle(block)
         out += block
     return out

@@ -84,8 +84,7 @@ def iter_jsonl(path: str | os.PathLike, collect: bool = False) -> Iterator[tuple
                 errors.append(msg)
                 continue
             yield lineno, obj
-    if errors:
-        raise JsonlError(f"{len(errors)} malformed line(s) in {path}:\n" + "\n".join(errors), errors)
+    JsonlError.raise_if(errors, f"{path} (malformed lines)")
 
 
 def _parse_int(text: str) -> int | OversizedInt:
@@ -270,6 +269,5 @@ def validate_jsonl_file(path: str | os.PathLike) -> list[Mapping[str, Any]]:
             records.append(obj)
     except JsonlError as e:
         errors.extend(e.errors)
-    if errors:
-        raise RecordError(f"{len(errors)} error(s) in {path}:\n" + "\n".join(errors), errors)
+    RecordError.raise_if(errors, str(path))
     return records

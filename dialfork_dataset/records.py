@@ -489,8 +489,7 @@ def validate_records(records: Iterable[Mapping[str, Any]], source: str = "<recor
                 errs.append(f"{source}:{i}: dialogue_id={did!r}: duplicate id (first at record {seen[did]})")
             else:
                 seen[did] = i
-    if errs:
-        raise RecordError(f"{len(errs)} error(s) in {source}:\n" + "\n".join(errs), errs)
+    RecordError.raise_if(errs, str(source))
 
 
 def system_turn_count(turns: Sequence[Mapping[str, Any]]) -> int:

@@ -28,17 +28,15 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from .errors import CollectedErrors
+
 #: The optional parts a backend may require of a task (see :meth:`WorkflowTask.missing`).
 FEATURES = ("surface_templates", "api", "kb")
 SOURCE_KINDS = ("star", "workflow")
 
 
-class SourceError(ValueError):
+class SourceError(CollectedErrors):
     """A workflow source is unusable; ``errors`` lists every problem found (``where: problem``)."""
-
-    def __init__(self, message: str, errors: list[str] | None = None):
-        super().__init__(message)
-        self.errors = list(errors) if errors else [message]
 
 
 @runtime_checkable

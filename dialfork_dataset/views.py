@@ -14,7 +14,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .records import HALLUCINATION_TYPES
+from .taxonomy import FORK_POSITIONS, HALLUCINATION_TYPES
 
 logger = logging.getLogger(__name__)
 
@@ -77,11 +77,11 @@ def task1_sets(data: Any, min_reference: int = 2, skipped: list | None = None) -
             if not unit:
                 skip.add(f"Task 1 unit ({task}, {h}): no forks of this type")
                 continue
-            missing = [k for k in (1, 2, 3, 4) if not unit.get(k)]
+            missing = [k for k in FORK_POSITIONS if not unit.get(k)]
             if missing:
                 skip.add(f"Task 1 unit ({task}, {h}): no forks at position(s) {missing}")
                 continue
-            out[(task, h)] = {"reference": refs[task], **{k: unit[k] for k in (1, 2, 3, 4)}}
+            out[(task, h)] = {"reference": refs[task], **{k: unit[k] for k in FORK_POSITIONS}}
     if skipped is not None:
         skipped.extend(skip)
     return out
@@ -105,11 +105,11 @@ def task2_quartets(data: Any, skipped: list | None = None) -> list[dict[str, Any
         if sid not in sources:
             skip.add(f"Task 2 unit ({sid}, {h}): source dialogue not in the data")
             continue
-        missing = [k for k in (1, 2, 3, 4) if k not in fk]
+        missing = [k for k in FORK_POSITIONS if k not in fk]
         if missing:
             skip.add(f"Task 2 unit ({sid}, {h}): missing fork position(s) {missing}")
             continue
-        out.append({"source": sources[sid], "type": h, "forks": {k: fk[k] for k in (1, 2, 3, 4)}})
+        out.append({"source": sources[sid], "type": h, "forks": {k: fk[k] for k in FORK_POSITIONS}})
     if skipped is not None:
         skipped.extend(skip)
     return out

@@ -117,9 +117,7 @@ def load_yaml_lines(path: str | os.PathLike) -> tuple[Any, dict[tuple, int]]:
 
 
 def _raise(errors: list[str], path: Path) -> None:
-    shown = errors[:_MAX_LISTED_ERRORS]
-    more = f"\n... and {len(errors) - len(shown)} more" if len(errors) > len(shown) else ""
-    raise WorkflowError(f"{len(errors)} problem(s) in workflow file {path}:\n" + "\n".join(shown) + more, errors)
+    WorkflowError.raise_if(errors, f"workflow file {path}", _MAX_LISTED_ERRORS)
 
 
 # --------------------------------------------------------------------------------------------- validation

@@ -36,7 +36,8 @@ def workflow_from_star(corpus: Any, tasks: Iterable[str], max_scenarios: int | N
     """STAR tasks written as a workflow file (a dict to dump as YAML): the same nodes, edges,
     outcome branches, templates and phrasings, the API and its KB table, and the task's
     single-task scenarios (``goal`` = STAR's ``user_task``). A starting point for a workflow of
-    your own, and the test that the two readers agree."""
+    your own, and the test that the two readers agree. ``corpus``: any
+    :class:`~dialfork_dataset.sources.WorkflowSource` (a STAR copy, usually)."""
     names = list(tasks)
     out_tasks = []
     kb: dict[str, Any] = {}
@@ -108,7 +109,7 @@ def dump_workflow(data: dict[str, Any], path: str | os.PathLike) -> None:
     """Write a workflow dict as YAML (atomically)."""
     import yaml
 
-    from .jsonl import write_text_atomic
+    from .atomic import write_text_atomic
 
     write_text_atomic(path, yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=120))
 
@@ -154,9 +155,10 @@ def _cmd_steps(a: Any) -> int:
 
 
 def _cmd_from_star(a: Any) -> int:
-    from .star import StarCorpus, resolve_star
+    from .sources import open_source
+    from .star import resolve_star
 
-    corpus = StarCorpus(resolve_star(a.star))
+    corpus = open_source(f"star:{resolve_star(a.star)}")
     data = workflow_from_star(corpus, [t.strip() for t in a.tasks.split(",") if t.strip()], a.max_scenarios)
     dump_workflow(data, a.out)
     print(f"{a.out}: {len(data['tasks'])} task(s)")

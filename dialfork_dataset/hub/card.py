@@ -1,0 +1,240 @@
+"""The dataset card of a layout (``huggingface_hub.DatasetCard``): YAML configs and features, counts,
+what is public and what is hidden, how it was made."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..taxonomy import FORK_POSITIONS, FORKS_PER_SOURCE, HALLUCINATION_TYPES, display_name
+from .layout import CODE_URL, COMPOUND_CONFIG, LEADERBOARD_SPACE, METRIC_SPACES
+
+
+def _size_category(n: int) -> str:
+    for lim, cat in ((1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K"), (1_000_000, "100K<n<1M")):
+        if n < lim:
+            return cat
+    return "1M<n<10M"
+
+
+def features_yaml(features: Any) -> list[dict[str, Any]]:
+    """The dataset card's YAML list of a ``datasets.Features`` (``dtype`` / ``struct`` / ``list``)."""
+    from datasets import Value
+
+    try:
+        from datasets import List
+    except ImportError:  # pragma: no cover
+        List = None  # noqa: N806
+
+    def one(f: Any) -> dict[str, Any]:
+        if isinstance(f, Value):
+            return {"dtype": f.dtype}
+        if isinstance(f, dict):
+            return {"struct": [{"name": k, **one(v)} for k, v in f.items()]}
+        if List is not None and isinstance(f, List):
+            inner = one(f.feature)
+            return {"list": inner["dtype"] if set(inner) == {"dtype"} else inner["struct"] if set(inner) == {"struct"}
+                    else inner}
+        raise TypeError(f"features_yaml: unsupported feature type {type(f).__name__}")
+
+    return [{"name": k, **one(v)} for k, v in features.items()]
+
+
+def example_row(rows: Sequence[Mapping[str, Any]], max_turns: int = 4) -> str:
+    """One public fork row as JSON, its turns cut to ``max_turns`` (for the card)."""
+    r = next((x for x in rows if x.get("hallucination_type") is not None), rows[0] if rows else None)
+    if r is None:
+        return "{}"
+    ex = {k: r.get(k) for k in ("dialogue_id", "source_id", "scenario_id", "task", "domain", "hallucination_type",
+                                "variant", "fork_position", "fork_turn", "num_system_turns")}
+    ex["turns"] = [dict(t) for t in r["turns"][:max_turns]] + ([{"...": f"{len(r['turns']) - max_turns} more turns"}]
+                                                               if len(r["turns"]) > max_turns else [])
+    ex.update({k: r.get(k) for k in ("seed", "generator", "prefix_mode", "prefix_divergence")})
+    return json.dumps(ex, indent=2, ensure_ascii=False)
+
+
+def build_card(config_counts: Mapping[str, Mapping[str, int]], features_by_config: Mapping[str, Any],
+               sizes: Mapping[str, Mapping[str, Any]], stats: Mapping[str, Any], default_config: str,
+               gold_revision: str, example: str) -> Any:
+    """The dataset card (``huggingface_hub.DatasetCard``) of a layout.
+
+    ``sizes[cfg]``: ``{"num_bytes": {split: arrow bytes}, "download_size": parquet bytes}``;
+    ``stats``: record counts, tasks, domains, generators, the hidden split's mix and settings.
+    """
+    from huggingface_hub import DatasetCard, DatasetCardData
+
+    from ..builder import CITATION
+
+    configs_yaml = []
+    infos_yaml = []
+    for cfg, counts in config_counts.items():
+        entry: dict[str, Any] = {"config_name": cfg,
+                                 "data_files": [{"split": s, "path": f"data/{cfg}/{s}-*.parquet"} for s in counts]}
+        if cfg == default_config:
+            entry["default"] = True
+        configs_yaml.append(entry)
+        nb = sizes[cfg]["num_bytes"]
+        infos_yaml.append({
+            "config_name": cfg,
+            "features": features_yaml(features_by_config[cfg]),
+            "splits": [{"name": s, "num_bytes": int(nb[s]), "num_examples": int(n)} for s, n in counts.items()],
+            "download_size": int(sizes[cfg]["download_size"]),
+            "dataset_size": int(sum(nb.values())),
+        })
+    total = sum(stats["records"].values()) + stats["hidden"]["records"]
+    types_md = ", ".join(f"{t} {display_name(t)}" for t in HALLUCINATION_TYPES)
+    k_range = f"{FORK_POSITIONS[0]}..{FORK_POSITIONS[-1]}"
+    n_compound = stats["records"].get(COMPOUND_CONFIG, 0)
+    compound_md = (
+        f"\n\nThe `{COMPOUND_CONFIG}` config holds {n_compound:,} compound forks (several injections each, "
+        "`injections: [{type, variant, turn}]` with increasing turns; the single-injection fields are the "
+        "first injection's, so Task 3 scores the earliest one) and their conformant sources, split like "
+        "the public sources." if n_compound else "")
+    compound_load = (f'\ncompound = load_dataset("idiap/dialfork", "{COMPOUND_CONFIG}")    '
+                     "# forks with several injections, and their sources" if n_compound else "")
+    data = DatasetCardData(
+        pretty_name="DialFork",
+        license="cc-by-4.0",
+        language=["en"],
+        annotations_creators=["machine-generated"],
+        language_creators=["machine-generated"],
+        multilinguality=["monolingual"],
+        source_datasets=["extended|other-star"],
+        task_categories=["text-classification", "sentence-similarity", "text-generation"],
+        size_categories=[_size_category(total)],
+        tags=["synthetic", "dialogue", "hallucination", "procedural-hallucination", "task-oriented-dialogue",
+              "workflow", "STAR", "leaderboard"],
+        configs=configs_yaml,
+        dataset_info=infos_yaml,
+        gold_revision=gold_revision,
+    )
+    counts_md = "\n".join(
+        f"| `{c}` | " + " | ".join(f"{config_counts[c].get(s, 0):,}" if s in config_counts[c] else "-"
+                                   for s in ("train", "test")) + " |" for c in config_counts)
+    h = stats["hidden"]
+    mix = h["mix"]
+    types = ", ".join(f"{t} {n}" for t, n in mix["types"].items()) or "none"
+    ks = ", ".join(f"{k} {n}" for k, n in mix["fork_positions"].items()) or "none"
+    spaces = ", ".join(f"[`{m}`](https://huggingface.co/spaces/idiap/{m})" for m in METRIC_SPACES)
+    body = f"""
+# DialFork
+
+DialFork measures **procedural hallucination** in conversational agents: dialogues whose every
+sentence is fluent and plausible but that skip steps, change goal, repeat work or chase a
+competing goal instead of following their workflow. Conformant dialogues D+ are generated by
+two agents role-playing STAR scenarios; each is then re-run with the same seed and one of {len(HALLUCINATION_TYPES)}
+hallucination types ({types_md}) injected just before system turn t_k, k = {k_range}. Earlier forks deviate more,
+which gives a ground-truth ordering without any judge.
+
+This copy: {stats['records'].get('conformant', 0):,} public conformant dialogues and
+{stats['records'].get('forked', 0):,} public forks over {stats['tasks']} tasks ({stats['domains']} domains),
+plus the hidden leaderboard sets below; generator(s): {', '.join(f'`{g}`' for g in stats['generators'])}.
+
+Links: code and documentation [{CODE_URL}]({CODE_URL}); leaderboard Space
+[{LEADERBOARD_SPACE}]({LEADERBOARD_SPACE}); metric Spaces {spaces}.
+
+## How to load
+
+```python
+from datasets import load_dataset
+forks = load_dataset("idiap/dialfork", "forked", split="test")
+task3 = load_dataset("idiap/dialfork", "task3")          # train (conformant) / test
+blind = load_dataset("idiap/dialfork", "blind", split="test")        # detector track input, no labels
+pairs = load_dataset("idiap/dialfork", "blind_task2", split="test")  # metric track input, no labels{compound_load}
+```
+A local copy of this folder loads the same way: `load_dataset("path/to/folder", "forked")` (give each
+local folder its own `cache_dir`, or use `dialfork_dataset.load_split`, which does: `datasets` caches a
+local folder's named configs under the folder's base name, so two folders of the same name share rows).
+
+## Example (a public fork, turns cut)
+
+```json
+{example}
+```
+
+## Fields
+
+| field | meaning |
+| --- | --- |
+| `dialogue_id` | unique id; forks are `<source_id>-<TYPE>-k<k>` |
+| `source_id` | the conformant parent (its own id for a conformant dialogue) |
+| `scenario_id`, `task`, `domain` | the STAR scenario, task and domain played |
+| `hallucination_type` | null (conformant) or {" / ".join(HALLUCINATION_TYPES)} |
+| `variant`, `instruction` | the variant id and the exact instruction injected |
+| `substitute_task` | WIC only: the workflow followed instead |
+| `fork_position`, `fork_turn` | k in {k_range} and t_k = 1 + round((k-1) T / 4), a system-turn index |
+| `num_system_turns` | T, the number of system turns |
+| `turns` | list of `{{speaker: "user"|"system", text}}` |
+| `seed`, `generator`, `decoding`, `code_version` | everything needed to regenerate the dialogue |
+| `prefix_mode`, `prefix_divergence` | how the turns before t_k were made; how many differ from D+ |
+
+## Configs and splits
+
+| config | train | test |
+| --- | --- | --- |
+{counts_md}
+
+Per task, the public conformant dialogues are split in halves (train = floor(n/2), chosen by a
+seeded hash of the id); `forked` follows its sources; `task3` test = conformant test + all {FORKS_PER_SOURCE}
+forks of each test source (train is conformant only, for calibration).{compound_md}
+
+## What is public and what is hidden
+
+Everything in `conformant`, `forked` and `task3` is public, with labels, for research and for
+training. The leaderboard is scored on **hidden** sources that appear nowhere else:
+
+- Per task, a keyed selection ({h['fraction_text']} of the task's STAR scenarios) is reserved for the
+  hidden split. No dialogue of a reserved scenario is in a public config; the export checks this
+  by scenario id and by a hash of every turn sequence.
+- The hidden dialogues were generated with a secret seed (at least 128 bits) that no public
+  file holds; regenerating with the public code and public seeds does not reproduce them.
+- `blind` (detector track, Task 3) holds **one dialogue per hidden source**, so no blind
+  dialogue has a sibling to be compared with. This release: {mix['dialogues']:,} dialogues, of which
+  {mix['conformant']:,} conformant ({100 * (mix['conformant_share'] or 0):.0f}%) and {mix['forked']:,} forks (types: {types};
+  positions: {ks}), drawn by a secret draw that balances types, positions and the
+  conformant share. The Score needs both kinds: it rewards flagging forks at the right turn and
+  leaving conformant dialogues unflagged.
+- `blind_task2` (metric track, Task 2) pairs a reference (conformant) dialogue with each of its
+  forks, inline, for {h['mix'].get('metric_units', 0):,} (source, type) units of other hidden sources (no source feeds
+  both tracks). Fork prefix mode(s) of the hidden set: {', '.join(f'`{m}`' for m in h['prefix_modes']) or 'n/a'}.
+- Ids are opaque keyed hashes, rows are in a random order, and labels stay with the scorer. The
+  gold revision this card belongs to is `{gold_revision}`; the scorer refuses any other.
+- Each release is audited (`python -m leaderboard audit`): verbatim lookup in every public
+  config, sibling grouping, regeneration with public seeds, pair diffing, and correlations of
+  ids, row order and lengths with the labels; a release where a cheat beats Random by more than
+  5 Score points, or reaches a metric-track tau above 0.8, is not published.
+{h['note']}
+## How it was made
+
+Scenarios, workflows and role-play instructions come from STAR (Mosig et al., 2020; MIT). Every
+dialogue is newly generated; STAR's human dialogues are not part of DialFork. See the paper and
+the `dialfork` toolkit (`python -m generation`) to regenerate or extend the corpus.
+
+## Limitations
+
+Dialogues are simulated; hallucinations are injected by instruction, so a fork may follow its
+instruction imperfectly (the paper's human study validates the construction). Replayed prefixes
+can differ slightly from D+ with stochastic decoding (see `prefix_divergence`).
+
+## Citation
+
+```bibtex
+{CITATION}
+```
+"""
+    return DatasetCard("---\n" + data.to_yaml() + "\n---\n" + body)
+
+
+def read_card_gold_revision(dest: str | os.PathLike) -> str | None:
+    """The ``gold_revision`` recorded in a layout's card; None when the layout has no card."""
+    card = Path(dest) / "README.md"
+    if not card.is_file():
+        return None
+    from huggingface_hub import DatasetCard
+
+    data = DatasetCard.load(card).data.to_dict()
+    rev = data.get("gold_revision")
+    return str(rev) if rev else ""
