@@ -7,10 +7,10 @@ import json
 import pytest
 from test_openai_client import FakeOpenAIServer, free_port
 
-from generation.llm.client import EndpointError
 from generation.backends.base import TurnRequest
 from generation.backends.hf import turn_sampling_seed
 from generation.backends.openai_backend import OpenAIBackend, request_seed
+from generation.llm.client import EndpointError
 
 MSGS = [{"role": "system", "content": "ROLE"}, {"role": "user", "content": "hi"},
         {"role": "assistant", "content": "hello"}, {"role": "user", "content": "book it"},
