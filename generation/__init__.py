@@ -10,7 +10,6 @@ from .engine import (
     Dialogue,
     ForkSpec,
     GenerationConfig,
-    GenerationError,
     Manifest,
     code_version,
     generate_corpus,
@@ -19,6 +18,7 @@ from .engine import (
     plan_units,
     run_dialogues,
 )
+from .errors import GenerationError, UnknownBackendError
 from .seeds import dialogue_seed, fork_seed, stable_seed
 from .variants import Variant, VariantPool, draw_substitute_task, draw_variant, load_variants
 
@@ -44,4 +44,5 @@ __all__ = [
     "plan_units",
     "run_dialogues",
     "stable_seed",
+    "UnknownBackendError",
 ]

@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..engine import GenerationError
+from ..errors import GenerationError
 from .base import TurnRequest, decoding_errors
 
 logger = logging.getLogger(__name__)

@@ -20,7 +20,7 @@ from typing import Any
 
 from dialfork_dataset.openai_client import EndpointError
 
-from ..engine import GenerationError
+from ..errors import GenerationError
 from .base import TurnRequest, decoding_errors
 from .hf import merge_system_messages, turn_sampling_seed
 
