@@ -20,4 +20,13 @@ class UnknownBackendError(GenerationError):
     module cannot be imported (a missing optional dependency)."""
 
 
-__all__ = ["GenerationError", "UnknownBackendError"]
+class VariantError(GenerationError):
+    """The variant file (``generation/variants.yaml`` or ``--variants``) is malformed; ``errors`` lists
+    every problem."""
+
+
+class PromptError(GenerationError):
+    """A prompt template is missing, or a value for one of its placeholders is."""
+
+
+__all__ = ["GenerationError", "PromptError", "UnknownBackendError", "VariantError"]

@@ -66,7 +66,7 @@ from .data import (
     pick_phrasing,
 )
 from .model import Slot, TaskModel
-from .planners import PLANNERS, SSPC_STRATEGIES, Hal, PlanContext, Planner, build_hal
+from .planners import PLANNERS, SSPC_PLANS, Hal, PlanContext, Planner, build_hal
 from .realise import hal_system_turn, hal_user_turn, item_and_alternative, variant_line
 from .sim import Sim
 from .turns import system_turn, user_turn
@@ -100,7 +100,7 @@ __all__ = [
     "GENERIC_NODES",
     "PH_ALIASES",
     "PLANNERS",
-    "SSPC_STRATEGIES",
+    "SSPC_PLANS",
     "Hal",
     "PlanContext",
     "Planner",

@@ -173,8 +173,9 @@ def _sspc_chaotic(hal: Hal, cx: PlanContext) -> list[str]:
     return seq
 
 
-#: SSPC's strategies, named by the variant's ``strategy`` (an unknown one plays ``chaotic``).
-SSPC_STRATEGIES: dict[str, Callable[[Hal, PlanContext], list[str]]] = {
+#: How SSPC reorders D+'s steps, per strategy (:data:`generation.variants.SSPC_STRATEGIES`, the variant's
+#: ``strategy``; an unknown one plays ``chaotic``).
+SSPC_PLANS: dict[str, Callable[[Hal, PlanContext], list[str]]] = {
     "repeat": _sspc_repeat,
     "skip": _sspc_skip,
     "reverse": _sspc_reverse,
@@ -184,9 +185,9 @@ SSPC_STRATEGIES: dict[str, Callable[[Hal, PlanContext], list[str]]] = {
 
 
 def plan_sspc(hal: Hal, cx: PlanContext) -> Body:
-    """D+'s remaining steps corrupted by the variant's strategy (:data:`SSPC_STRATEGIES`)."""
+    """D+'s remaining steps corrupted by the variant's strategy (:data:`SSPC_PLANS`)."""
     strategy = hal.variant.template.get("strategy")
-    seq = SSPC_STRATEGIES.get(strategy, _sspc_chaotic)(hal, cx)
+    seq = SSPC_PLANS.get(strategy, _sspc_chaotic)(hal, cx)
     if not seq and (hal.ask_more or cx.at_bye):
         seq = [cx.completed[-1]] if cx.completed else [cx.sim.m.start]
     hal.chaotic = strategy == "chaotic"
@@ -264,5 +265,5 @@ def build_hal(sim: Sim, d: Any, rng: Rng, backend: Any) -> Hal:
     return hal
 
 
-__all__ = ["PLANNERS", "SSPC_STRATEGIES", "Hal", "PlanContext", "Planner", "build_hal", "plan_csc", "plan_gr",
+__all__ = ["PLANNERS", "SSPC_PLANS", "Hal", "PlanContext", "Planner", "build_hal", "plan_csc", "plan_gr",
            "plan_sspc", "plan_wic"]
