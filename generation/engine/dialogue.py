@@ -9,10 +9,10 @@ cuts a dialogue ``cut_after`` turns later.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from dialfork_dataset.forks import system_turn_to_position
 from dialfork_dataset.taxonomy import display_name
 
 from .. import prompts
@@ -110,25 +110,26 @@ def injection_message(fork: ForkSpec) -> dict[str, str]:
         "injection", type_name=display_name(fork.htype), type_code=fork.htype, instruction=fork.instruction)}
 
 
+def _add_to_contexts(d: Dialogue, speaker: str, text: str) -> None:
+    """A turn said by ``speaker``: its own past turn (``assistant``), what the other agent heard (``user``)."""
+    own, other = (d.system_messages, d.user_messages) if speaker == "system" else (d.user_messages, d.system_messages)
+    own.append({"role": "assistant", "content": text})
+    other.append({"role": "user", "content": text})
+
+
+def start_messages(d: Dialogue) -> None:
+    """:func:`init_messages`, then the turns ``d`` already holds (a prefix copied from D+)."""
+    init_messages(d)
+    for tu in d.turns:
+        _add_to_contexts(d, tu["speaker"], tu["text"])
+
+
 def _append_turn(d: Dialogue, speaker: str, text: str, uses_messages: bool) -> None:
     d.turns.append({"speaker": speaker, "text": text})
     if speaker == "system":
         d.n_system += 1
     if uses_messages:
-        own, other = (d.system_messages, d.user_messages) if speaker == "system" else (d.user_messages, d.system_messages)
-        own.append({"role": "assistant", "content": text})
-        other.append({"role": "user", "content": text})
-
-
-def prefix_positions(turns: Sequence[Mapping[str, str]], t: int) -> int:
-    """Number of turns before system turn ``t`` (1-based)."""
-    n = 0
-    for i, tu in enumerate(turns):
-        if tu["speaker"] == "system":
-            n += 1
-            if n == t:
-                return i
-    raise ValueError(f"system turn {t} not in a dialogue of {n} system turns")
+        _add_to_contexts(d, speaker, text)
 
 
 def run_dialogues(dialogues: list[Dialogue], backend: Backend, uses_messages: bool | None = None) -> None:
@@ -138,12 +139,7 @@ def run_dialogues(dialogues: list[Dialogue], backend: Backend, uses_messages: bo
     end = prompts.END_TOKEN
     for d in dialogues:
         if uses_messages and d.system_messages is None:
-            init_messages(d)
-            for tu in d.turns:  # reuse mode: a copied prefix
-                own, other = ((d.system_messages, d.user_messages) if tu["speaker"] == "system"
-                              else (d.user_messages, d.system_messages))
-                own.append({"role": "assistant", "content": tu["text"]})
-                other.append({"role": "user", "content": tu["text"]})
+            start_messages(d)  # reuse mode: with the copied prefix
     active = [d for d in dialogues if not d.done]
     wrap = prompts.render("wrap_up") if uses_messages else ""
     while active:
@@ -205,20 +201,17 @@ def _fallback_to_reuse(d: Dialogue, uses_messages: bool) -> None:
     logger.warning("%s: replayed prefix ended before system turn %d; falling back to D+'s prefix",
                    d.key, d.fork.turn)
     ref = d.reference
-    cut = prefix_positions(ref.turns, d.fork.turn)
+    cut = system_turn_to_position(ref.turns, d.fork.turn)
     d.turns = [dict(t) for t in ref.turns[:cut]]
     d.n_system = sum(1 for t in d.turns if t["speaker"] == "system")
     d.done, d.wrapped, d.end_reason, d.replay_fallback, d.prefix_len = False, False, "", True, cut
     d.scratch = {}
     if uses_messages:
-        d.system_messages = d.user_messages = None
-        init_messages(d)
-        for tu in d.turns:
-            own, other = ((d.system_messages, d.user_messages) if tu["speaker"] == "system"
-                          else (d.user_messages, d.system_messages))
-            own.append({"role": "assistant", "content": tu["text"]})
-            other.append({"role": "user", "content": tu["text"]})
+        start_messages(d)
 
+
+#: The number of turns before system turn t (1-based): :func:`dialfork_dataset.forks.system_turn_to_position`.
+prefix_positions = system_turn_to_position
 
 __all__ = ["Dialogue", "ForkSpec", "init_messages", "injection_message", "prefix_positions", "run_dialogues",
-           "service_name"]
+           "service_name", "start_messages"]

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dialfork_dataset.forks import fork_turns
+from dialfork_dataset.forks import fork_turns, system_turn_to_position
 from dialfork_dataset.jsonl import dumps
 from dialfork_dataset.records import DECODING_FIELDS, validate_record
 from dialfork_dataset.taxonomy import HALLUCINATION_TYPES
@@ -24,7 +24,7 @@ from ..errors import GenerationError
 from ..seeds import dialogue_seed
 from ..variants import VariantPool, draw_substitute_task, draw_variant, load_variants
 from .config import GenerationConfig
-from .dialogue import Dialogue, ForkSpec, prefix_positions, run_dialogues, service_name
+from .dialogue import Dialogue, ForkSpec, run_dialogues, service_name
 from .shards import line_hash
 from .version import code_version
 
@@ -121,7 +121,7 @@ def single_forks(ctx: RunContext, src: Dialogue) -> list[Dialogue]:
                          fork=ForkSpec(h, k, t, variant, instr, sub),
                          substitute=ctx.corpus.tasks[sub] if sub else None, reword_rate=reword)
             if ctx.config.prefix_mode == "reuse":
-                cut = prefix_positions(src.turns, t)
+                cut = system_turn_to_position(src.turns, t)
                 d.turns = [dict(x) for x in src.turns[:cut]]
                 d.n_system = t - 1
                 d.prefix_len = cut
@@ -148,7 +148,7 @@ def compound_forks(ctx: RunContext, src: Dialogue) -> list[Dialogue]:
                  reword_rate=ctx.config.effective_reword_rate or 0.0)
     d.substitutes = {s.substitute_task: ctx.corpus.tasks[s.substitute_task] for s in specs if s.substitute_task}
     if ctx.config.prefix_mode == "reuse":
-        cut = prefix_positions(src.turns, first.turn)
+        cut = system_turn_to_position(src.turns, first.turn)
         d.turns = [dict(x) for x in src.turns[:cut]]
         d.n_system = first.turn - 1
         d.prefix_len = cut
@@ -159,8 +159,8 @@ def _divergence(fork: Dialogue) -> tuple[int, bool]:
     """(prefix turns differing from D+, whether system turn t_k equals D+'s)."""
     ref = fork.reference.turns
     t = fork.first_fork.turn
-    cut = prefix_positions(fork.turns, t)
-    ref_cut = prefix_positions(ref, t)
+    cut = system_turn_to_position(fork.turns, t)
+    ref_cut = system_turn_to_position(ref, t)
     diff = abs(cut - ref_cut)
     for a, b in zip(fork.turns[:cut], ref[:ref_cut]):
         if a["text"] != b["text"] or a["speaker"] != b["speaker"]:
@@ -186,7 +186,7 @@ def prefix_rewording(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
         mode = r.get("prefix_mode") or "unknown"
         modes[mode] = modes.get(mode, 0) + 1
         forks += 1
-        n = prefix_positions(r["turns"], r["fork_turn"])
+        n = system_turn_to_position(r["turns"], r["fork_turn"])
         d = min(r.get("prefix_divergence") or 0, n)
         turns += n
         diverging += d

@@ -92,31 +92,28 @@ def _goal_values(m: TaskModel, text: str, seed: int, data: dict[str, Any]) -> tu
 
 _DIGITS = {"PIN": 4, "AccountNumber": 9, "Code": 6, "id": 3, "RoomNumber": 3}
 
+#: Slots whose value the scenario text states in a fixed phrase: the value is the pattern's group 1.
+_SLOT_PATTERNS: dict[str, str] = {
+    "id": r"\b(?:id|ID|Id)(?: is)? (\d+)",
+    "SecurityAnswer1": r"maiden name is (\w+)",
+    "SecurityAnswer2": r"pet (?:is|was)(?: called| named)? (\w+)",
+    "DateOfBirth": r"(?:date of birth is|born on) ([\d/.\-]+|\w+ \d+(?:st|nd|rd|th)?,? \d{4})",
+    "QuestionNum": r"question (\d+)",
+    "NumberGuests": r"(\d+) (?:guests|people|persons|friends)",
+    "PartySize": r"(\d+) (?:guests|people|persons|friends)",
+}
+
 
 def _text_value(s: Slot, text: str, rng: Rng, data: dict[str, Any]) -> str | None:
     r = re.escape(s.readable)
-    if s.name == "id":
-        mm = re.search(r"\b(?:id|ID|Id)(?: is)? (\d+)", text)
-        return mm.group(1) if mm else None
     if s.name in ("DepartureLocation", "ArrivalLocation"):
         mm = re.search(r"from '?([^'.,]+?)'? to '?([^'.,]+?)'?(?: at|[.,]| by|$)", text)
         if mm:
             return mm.group(1 if s.name.startswith("Departure") else 2).strip()
         return None
-    if s.name == "SecurityAnswer1":
-        mm = re.search(r"maiden name is (\w+)", text)
-        return mm.group(1) if mm else None
-    if s.name == "SecurityAnswer2":
-        mm = re.search(r"pet (?:is|was)(?: called| named)? (\w+)", text)
-        return mm.group(1) if mm else None
-    if s.name == "DateOfBirth":
-        mm = re.search(r"(?:date of birth is|born on) ([\d/.\-]+|\w+ \d+(?:st|nd|rd|th)?,? \d{4})", text)
-        return mm.group(1) if mm else None
-    if s.name == "QuestionNum":
-        mm = re.search(r"question (\d+)", text)
-        return mm.group(1) if mm else None
-    if s.name == "NumberGuests" or s.name == "PartySize":
-        mm = re.search(r"(\d+) (?:guests|people|persons|friends)", text)
+    pattern = _SLOT_PATTERNS.get(s.name)
+    if pattern is not None:
+        mm = re.search(pattern, text)
         return mm.group(1) if mm else None
     if s.type == "long" or s.free != "generic":
         mm = re.search(r"(?:request|reason|message) is:? '?([^'\n]+?)'?(?:\.$|\.\s|$)", text)
