@@ -29,6 +29,7 @@ __all__ = [
     "GenerationConfig",
     "GenerationError",
     "Manifest",
+    "UnknownBackendError",
     "Variant",
     "VariantPool",
     "code_version",
@@ -44,5 +45,4 @@ __all__ = [
     "plan_units",
     "run_dialogues",
     "stable_seed",
-    "UnknownBackendError",
 ]
