@@ -10,7 +10,6 @@ from .engine import (
     Dialogue,
     ForkSpec,
     GenerationConfig,
-    GenerationError,
     Manifest,
     code_version,
     generate_corpus,
@@ -19,6 +18,7 @@ from .engine import (
     plan_units,
     run_dialogues,
 )
+from .errors import GenerationError, UnknownBackendError
 from .seeds import dialogue_seed, fork_seed, stable_seed
 from .variants import Variant, VariantPool, draw_substitute_task, draw_variant, load_variants
 
@@ -29,6 +29,7 @@ __all__ = [
     "GenerationConfig",
     "GenerationError",
     "Manifest",
+    "UnknownBackendError",
     "Variant",
     "VariantPool",
     "code_version",

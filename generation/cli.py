@@ -1,167 +1,38 @@
-"""``python -m generation``: generate (or resume) a DialFork corpus."""
+"""``python -m generation``: generate (or resume) a DialFork corpus.
+
+The options live in :mod:`generation.options` (shared with :mod:`generation.distributed`); under
+``accelerate launch`` with several processes the run is handed to :func:`generation.distributed.main`.
+"""
 
 from __future__ import annotations
 
-import argparse
-import json
-import logging
-import os
 import sys
 from pathlib import Path
 
-from dialfork_dataset.console import add_verbosity_options, console, prog_name, state_defaults
-from dialfork_dataset.forks import MIN_SYSTEM_TURNS
-from dialfork_dataset.records import PREFIX_MODES
+from dialfork_dataset.console import console
 
-from .backends import BACKENDS, UnknownBackendError
-from .engine import DEFAULT_REWORD_RATE, GenerationConfig, GenerationError, generate_corpus, replace_config
-from .variants import VARIANT_DRAWS
-
-EPILOG = """\
-examples:
-  python -m generation --backend template --star ../shared/star --out corpus
-  DIALFORK_STAR_DIR=../shared/star python -m generation --out corpus
-  python -m generation --backend template --star STAR --out demo --tasks weather,bank_balance --per-task 5
-  python -m generation --backend template --star STAR --out full --workers 2
-  python -m generation --backend template --star STAR --out bench --prefix-mode reword --reword-rate 0.05
-  python -m generation --backend template --source workflow:examples/workflows/insurance.yaml --out claims
-
-hidden split (SPEC section 4): draw a key file once, then generate the public corpus from the
-scenarios it does not reserve, and the hidden corpus from the reserved ones with its secret seed:
-  python -m dialfork_dataset keygen secret/hidden_key.json
-  python -m generation --star STAR --out public --hidden-key secret/hidden_key.json --split public
-  python -m generation --star STAR --out secret/hidden --hidden-key secret/hidden_key.json --split hidden \
-      --backend openai --model MODEL        # the official hidden set: an LLM backend
-
-Rerunning the same command resumes an interrupted run (finished scenarios are skipped) and the
-final record files are byte-identical to an uninterrupted run. An output folder that holds
-records of another configuration is refused, naming the setting that differs.
-"""
-
-
-def _parse_option(text: str) -> tuple[str, object]:
-    key, sep, raw = text.partition("=")
-    if not sep or not key:
-        raise argparse.ArgumentTypeError(f"--backend-option expects KEY=VALUE, got {text!r}")
-    try:
-        value = json.loads(raw)
-    except json.JSONDecodeError:
-        value = raw
-    return key, value
-
-
-def _compound_plan(text: str) -> tuple[tuple[str, int], ...]:
-    from .compound import parse_compound_plan
-
-    try:
-        return parse_compound_plan(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog=prog_name("generation"),
-        description="Generate DialFork dialogues: conformant role-plays of STAR scenarios and their 16 "
-                    "controlled forks (4 hallucination types x 4 fork turns).",
-        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--backend", default="template", choices=sorted(BACKENDS),
-                   help="generator backend (default: template, the CPU simulator built from STAR)")
-    p.add_argument("--backend-option", action="append", default=[], type=_parse_option, metavar="KEY=VALUE",
-                   help="backend constructor option (repeatable; VALUE parsed as JSON when possible), "
-                        "e.g. model=google/gemma-3-1b-it (default: none)")
-    p.add_argument("--model", default=None, metavar="ID_or_PATH",
-                   help="chat model for the transformers/openai backends (same as --backend-option model=...; "
-                        "default: the backend's own default)")
-    src = p.add_mutually_exclusive_group()
-    src.add_argument("--source", default=None, metavar="KIND:PATH",
-                     help="workflow source: star:PATH (a STAR copy) or workflow:PATH (a workflow file, "
-                          "docs/workflows.md) (default: star:$DIALFORK_STAR_DIR)")
-    src.add_argument("--star", default=None, metavar="PATH",
-                     help="STAR folder; same as --source star:PATH (default: $DIALFORK_STAR_DIR)")
-    p.add_argument("--out", required=True, help="output folder (record files + manifest.json)")
-    p.add_argument("--tasks", default=None, help="comma-separated task names (default: all 24)")
-    p.add_argument("--per-task", type=int, default=None, metavar="N",
-                   help="at most N scenarios per task, the first by STAR dialogue id (default: all)")
-    p.add_argument("--seed", type=int, default=0, help="base seed (default 0)")
-    p.add_argument("--prefix", "--prefix-mode", dest="prefix", default="replay", choices=list(PREFIX_MODES),
-                   help="fork prefix mode: replay regenerates the turns before t_k with the same seed "
-                        "(default), reuse copies them from D+, reword (template backend) realises each "
-                        "prefix turn with another surface form at --reword-rate")
-    p.add_argument("--happy-only", action="store_true", help="only STAR's happy scenarios")
-    p.add_argument("--reword-rate", type=float, default=None, metavar="P",
-                   help=f"--prefix-mode reword: share of prefix turns reworded (default {DEFAULT_REWORD_RATE}, "
-                        "calibrated to the paper's Shared-prefix tau 0.682)")
-    p.add_argument("--variant-draw", default="quartet", choices=list(VARIANT_DRAWS),
-                   help="quartet (default): one variant (and WIC substitute task) per (source, type), shared "
-                        "by k=1..4; fork: one draw per fork")
-    p.add_argument("--min-system-turns", type=int, default=MIN_SYSTEM_TURNS, metavar="T",
-                   help=f"scenario filter: drop a conformant dialogue with fewer system turns (default and "
-                        f"minimum {MIN_SYSTEM_TURNS}, the fewest that admit four fork turns)")
-    p.add_argument("--multitask", action="store_true",
-                   help="scenario filter: also role-play STAR's multi-task scenarios, once per task "
-                        "(default: single-task scenarios only)")
-    p.add_argument("--compound", default=None, metavar="PLAN", type=_compound_plan,
-                   help="compound forks: injections in order as TYPE@K, e.g. SSPC@1,GR@3 (SSPC before t_1, then GR "
-                        "before t_3); each source gets this one fork instead of its 16 single forks")
-    p.add_argument("--budget", type=int, default=None,
-                   help="length budget in turns for every task (default: each task's STAR maximum)")
-    p.add_argument("--workers", type=int, default=1, help="worker processes (template backend; default 1)")
-    p.add_argument("--batch-size", type=int, default=64,
-                   help="scenarios advanced in lockstep per backend batch (default 64)")
-    p.add_argument("--keep-shards", action="store_true", help="keep the shards/ work folder after merging")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument("--hidden-key", default=None, metavar="FILE",
-                   help="key file of the hidden split (python -m dialfork_dataset keygen); needs --split")
-    p.add_argument("--split", default=None, choices=["public", "hidden"],
-                   help="with --hidden-key: generate only the scenarios the key leaves public, or only the "
-                        "reserved (hidden) ones, with the key file's secret seed instead of --seed")
-    add_verbosity_options(p, default="INFO")
-    return state_defaults(p)
-
-
-def backend_options(args: argparse.Namespace) -> dict:
-    """``--backend-option`` pairs plus ``--model`` (which wins over ``model=`` when both are given)."""
-    opts = dict(args.backend_option)
-    if args.model is not None:
-        opts["model"] = args.model
-    return opts
-
-
-def star_folder(args: argparse.Namespace) -> str:
-    """``--star``, else ``$DIALFORK_STAR_DIR``; raises ``GenerationError`` when neither is set."""
-    from dialfork_dataset.star import STAR_ENV
-
-    star = args.star or os.environ.get(STAR_ENV)
-    if not star:
-        raise GenerationError(f"no workflow source: pass --source KIND:PATH or --star PATH, or set {STAR_ENV}=/path/to/star")
-    return star
-
-
-def source_spec(args: argparse.Namespace) -> str:
-    """The workflow source of ``--source`` / ``--star`` (at most one is given), else STAR at
-    ``$DIALFORK_STAR_DIR``; raises ``GenerationError`` when none is set."""
-    if args.source is not None:
-        return args.source
-    return f"star:{star_folder(args)}"
-
-
-def config_options(args: argparse.Namespace) -> dict:
-    """The :class:`GenerationConfig` fields set by the rewording, variant-draw and scenario-filter options."""
-    return {"reword_rate": args.reword_rate, "variant_draw": args.variant_draw,
-            "min_system_turns": args.min_system_turns, "multitask": args.multitask,
-            "compound": args.compound}
+from . import distributed
+from .engine import generate_corpus
+from .errors import GenerationError, UnknownBackendError
+from .options import (
+    EPILOG,
+    backend_options,
+    build_config,
+    build_parser,
+    config_options,
+    hidden_split_selection,
+    source_spec,
+    star_folder,
+    task_names,
+)
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .distributed import launched_distributed
-
-    if launched_distributed():  # `accelerate launch -m generation ...`: shard across the processes
-        from .distributed import main as distributed_main
-
-        return distributed_main(argv)
+    """Run the command line; returns the exit code (2 with a one-line message for bad input)."""
+    if distributed.launched_distributed():  # `accelerate launch -m generation ...`: shard across the processes
+        return distributed.main(argv)
     args = build_parser().parse_args(argv)
-    tasks = tuple(t.strip() for t in args.tasks.split(",") if t.strip()) if args.tasks is not None else None
+    tasks = task_names(args)
     with console(args.verbose, args.quiet, fmt="%(asctime)s %(levelname)s %(name)s: %(message)s"):
         try:
             args.star = source_spec(args)  # --source star:PATH | workflow:PATH, --star PATH, $DIALFORK_STAR_DIR
@@ -169,13 +40,8 @@ def main(argv: list[str] | None = None) -> int:
         except (GenerationError, ValueError, FileNotFoundError) as e:
             print(f"error: {e}", file=sys.stderr)
             return 2
-        config = GenerationConfig(
-            star=args.star, out=args.out, backend=args.backend, backend_options=backend_options(args),
-            tasks=tasks, per_task=args.per_task, happy_only=args.happy_only, seed=seed,
-            prefix_mode=args.prefix, budget=args.budget, workers=args.workers, batch_size=args.batch_size,
-            keep_shards=args.keep_shards)
+        config = build_config(args, tasks, seed, workers=args.workers)
         try:
-            config = replace_config(config, **config_options(args))
             manifest = generate_corpus(config, progress=not (args.no_progress or args.quiet), scenarios=scenarios,
                                        corpus=corpus)
         except (GenerationError, UnknownBackendError) as e:
@@ -187,33 +53,5 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def hidden_split_selection(args: argparse.Namespace, tasks: tuple[str, ...] | None):
-    """``(seed, scenarios or None, corpus or None)`` for ``--hidden-key``/``--split`` (SPEC section 4)."""
-    if (args.hidden_key is None) != (args.split is None):
-        raise ValueError("--hidden-key and --split go together (--split public or --split hidden)")
-    if args.hidden_key is None:
-        return args.seed, None, None
-    from dialfork_dataset.hidden import read_key_file, star_scenario_split
-
-    from .engine import _load_corpus
-
-    key = read_key_file(args.hidden_key)
-    if args.split == "hidden":
-        if args.seed != 0:
-            raise ValueError("--split hidden takes its seed from the key file (a secret >= 128-bit seed); "
-                             "drop --seed")
-        seed = key.hidden_seed
-    else:
-        seed = args.seed
-    corpus = _load_corpus(args.star)
-    if tasks:
-        unknown = [t for t in tasks if t not in corpus.tasks]
-        if unknown:
-            raise ValueError(f"unknown task(s) {unknown}; STAR tasks are: {', '.join(sorted(corpus.tasks))}")
-    split = star_scenario_split(corpus, key, tasks)
-    keep = {(t, s) for t, parts in split.items() for s in parts[args.split]}
-    scenarios = [sc for t in split for sc in corpus.scenarios_for(task=t, single_task=True)
-                 if (t, sc.scenario_id) in keep]
-    logging.getLogger(__name__).info("hidden split: %s side, %d scenario(s) over %d task(s)", args.split,
-                                     len(scenarios), len(split))
-    return seed, scenarios, corpus
+__all__ = ["EPILOG", "backend_options", "build_config", "build_parser", "config_options", "hidden_split_selection",
+           "main", "source_spec", "star_folder", "task_names"]

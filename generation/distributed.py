@@ -76,7 +76,7 @@ def assign_shards(num_shards: int, state: Any) -> list[int]:
 
 def existing_num_shards(out: str | os.PathLike) -> int | None:
     """The shard count of an unfinished run in ``out`` (``None`` when there is none)."""
-    from .engine import RUN_FILE, SHARDS_DIR
+    from .engine.shards import RUN_FILE, SHARDS_DIR
 
     p = Path(out) / SHARDS_DIR / RUN_FILE
     if not p.is_file():
@@ -118,7 +118,8 @@ def generate_distributed(
     number of processes) is ignored when resuming an unfinished run, whose shard count is kept.
     """
     from .backends import get_backend
-    from .engine import GenerationError, Manifest, generate_corpus, merge_shards
+    from .engine import Manifest, generate_corpus, merge_shards
+    from .errors import GenerationError
 
     state = state if state is not None else process_state(barrier_timeout=barrier_timeout)
     out = Path(config.out)
@@ -180,9 +181,8 @@ def main(argv: list[str] | None = None) -> int:
     run across the launched processes (also fine without a launcher: one process)."""
     import sys
 
-    from .backends import UnknownBackendError
-    from .cli import backend_options, build_parser, config_options, source_spec
-    from .engine import GenerationConfig, GenerationError, replace_config
+    from .errors import GenerationError, UnknownBackendError
+    from .options import build_config, build_parser, hidden_split_selection, source_spec, task_names
 
     parser = build_parser()
     parser.prog = "accelerate launch [--multi_gpu --num_processes N] -m generation.distributed"
@@ -190,21 +190,14 @@ def main(argv: list[str] | None = None) -> int:
     state = process_state()
     level = logging.DEBUG if args.verbose else logging.ERROR if args.quiet else logging.INFO
     logging.basicConfig(level=level, format=f"%(asctime)s %(levelname)s [{state.process_index}] %(name)s: %(message)s")
-    tasks = tuple(t.strip() for t in args.tasks.split(",") if t.strip()) if args.tasks is not None else None
+    tasks = task_names(args)
     try:
-        from .cli import hidden_split_selection
-
         args.star = source_spec(args)  # --source star:PATH | workflow:PATH, --star PATH, $DIALFORK_STAR_DIR
         seed, scenarios, _ = hidden_split_selection(args, tasks)  # --hidden-key / --split (SPEC 4)
     except (GenerationError, ValueError, FileNotFoundError) as e:
         print(f"error [process {state.process_index}]: {e}", file=sys.stderr)
         return 2
-    config = GenerationConfig(
-        star=args.star, out=args.out, backend=args.backend, backend_options=backend_options(args),
-        tasks=tasks, per_task=args.per_task, happy_only=args.happy_only, seed=seed,
-        prefix_mode=args.prefix, budget=args.budget, workers=1, batch_size=args.batch_size,
-        keep_shards=args.keep_shards)
-    config = replace_config(config, **config_options(args))
+    config = build_config(args, tasks, seed, workers=1)
     try:
         manifest = generate_distributed(config, scenarios=scenarios, progress=not (args.no_progress or args.quiet),
                                         state=state)

@@ -9,8 +9,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from dialfork_dataset.records import HALLUCINATION_TYPES
+from dialfork_dataset.taxonomy import HALLUCINATION_TYPES
 
+from .errors import VariantError
 from .seeds import Rng, fork_seed, stable_seed
 
 VARIANTS_PATH = Path(__file__).with_name("variants.yaml")
@@ -18,14 +19,6 @@ VARIANTS_PATH = Path(__file__).with_name("variants.yaml")
 #: SSPC strategies, exactly the five of SPEC section 2, in the SPEC's order.
 SSPC_STRATEGIES: tuple[str, ...] = ("repeat", "skip", "reverse", "jump", "chaotic")
 MIN_VARIANTS_PER_TYPE = 5
-
-
-class VariantError(ValueError):
-    """The variant file is malformed; ``errors`` lists every problem."""
-
-    def __init__(self, message: str, errors: list[str]):
-        super().__init__(message)
-        self.errors = errors
 
 
 @dataclass(frozen=True)

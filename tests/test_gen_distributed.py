@@ -134,13 +134,14 @@ def test_one_and_two_processes_write_the_same_corpus(tmp_path, star_dir):
 FAILING_LAUNCHER = """
 import json, sys
 import generation.engine as engine
+import generation.engine.run as engine_run
 from generation.distributed import generate_distributed, process_state
 
 state = process_state()
 if state.process_index == 1:
     def boom(*a, **k):
         raise RuntimeError("simulated crash in process 1")
-    engine.generate_units = boom
+    engine_run.generate_units = boom  # where generate_corpus looks it up
 cfg = engine.GenerationConfig(**json.loads(sys.argv[1]))
 try:
     generate_distributed(cfg, progress=False, state=state)

@@ -557,6 +557,62 @@ def test_backend_registry():
         get_backend("nope")
 
 
+def test_code_version_follows_the_backend_registry(monkeypatch):
+    """code_version hashes the module (or package) the registry names for a backend: registering a
+    backend is all it takes, and a backend not in the registry hashes the engine-side code only."""
+    import generation.backends as backends
+    from generation.engine.version import ENGINE_CODE, backend_code_files, code_files, code_version
+
+    template = backend_code_files("template")
+    assert {p.name for p in template} >= {"__init__.py", "planners.py", "backend.py"}  # the whole package
+    assert [p.name for p in backend_code_files("openai")] == ["openai_backend.py"]
+    assert backend_code_files("not-registered") == []
+    assert code_files("not-registered") == code_files("template")[: -len(template)]
+    assert ENGINE_CODE[0] == "engine/*.py"
+    versions = {code_version(name) for name in backends.BACKENDS}
+    assert len(versions) == len(backends.BACKENDS)  # each backend's code shows in its records' version
+    monkeypatch.setitem(backends.BACKENDS, "template2", "generation.backends.template:TemplateBackend")
+    assert code_version("template2") == code_version("template")
+
+
+def test_every_hallucination_type_has_a_planner():
+    """Adding a type touches the taxonomy, the variant pool and the template backend's planner table."""
+    from dialfork_dataset.taxonomy import HALLUCINATION_TYPES
+    from generation.backends.template import PLANNERS, SSPC_PLANS
+    from generation.variants import SSPC_STRATEGIES
+
+    assert set(PLANNERS) == set(HALLUCINATION_TYPES)
+    assert set(SSPC_PLANS) == set(SSPC_STRATEGIES)
+    assert set(load_variants().types) == set(HALLUCINATION_TYPES)
+
+
+def test_generation_errors_share_one_base():
+    from dialfork_dataset.errors import CollectedErrors
+    from generation.errors import GenerationError, PromptError, UnknownBackendError, VariantError
+
+    for cls in (PromptError, UnknownBackendError, VariantError):
+        assert issubclass(cls, GenerationError) and issubclass(cls, CollectedErrors) and issubclass(cls, ValueError)
+    with pytest.raises(UnknownBackendError) as e:
+        get_backend("nope")
+    assert e.value.errors == [str(e.value)]
+
+
+def test_cli_and_distributed_do_not_import_each_other():
+    """The options both command lines share live in generation.options, which imports neither."""
+    import ast
+    import inspect
+
+    import generation.distributed
+    import generation.options
+
+    def imported(mod):
+        tree = ast.parse(inspect.getsource(mod))
+        return {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+
+    assert not imported(generation.options) & {"cli", "distributed"}
+    assert "cli" not in imported(generation.distributed)
+
+
 def test_every_star_task_simulates_and_forks(tmp_path, star_dir):
     out = tmp_path / "all"
     m = generate_corpus(GenerationConfig(star=str(star_dir), out=str(out), per_task=1, seed=11), progress=False)

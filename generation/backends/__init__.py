@@ -17,6 +17,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from ..errors import UnknownBackendError
 from .base import Backend, TurnRequest
 
 BACKENDS: dict[str, str] = {
@@ -24,10 +25,6 @@ BACKENDS: dict[str, str] = {
     "transformers": "generation.backends.hf:TransformersBackend",
     "openai": "generation.backends.openai_backend:OpenAIBackend",
 }
-
-
-class UnknownBackendError(ValueError):
-    pass
 
 
 def backend_class(name: str) -> type:

@@ -49,7 +49,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..engine import GenerationError
+from ..errors import GenerationError
 from ..llm import loader
 from ..llm.loader import END_OF_TURN_TOKENS, ChatTemplateError, ModelLoadError
 from ..llm.messages import drop_oldest_turn, merge_system_messages

@@ -18,7 +18,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..engine import GenerationError
+from ..errors import GenerationError
 from ..llm.client import EndpointError
 from ..llm.messages import merge_system_messages
 from ..llm.sampling import turn_sampling_seed

@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..engine import GenerationError
+from ..errors import GenerationError
 
 logger = logging.getLogger(__name__)
 

@@ -25,13 +25,11 @@ import re
 from functools import cache
 from pathlib import Path
 
+from ..errors import PromptError
+
 PROMPT_DIR = Path(__file__).resolve().parent
 END_TOKEN = "[END]"
 _FIELD = re.compile(r"\{([a-z_]+)\}")
-
-
-class PromptError(ValueError):
-    pass
 
 
 @cache

@@ -1,0 +1,158 @@
+"""What determines a corpus: :class:`GenerationConfig`, its checks and its identity (SPEC section 3)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from dialfork_dataset.forks import MIN_SYSTEM_TURNS
+from dialfork_dataset.records import PREFIX_MODES
+from dialfork_dataset.sources import source_identity
+
+from ..compound import parse_compound_plan, plan_text
+from ..variants import VARIANT_DRAWS
+
+#: Backend options that do not change the generated text (left out of the run's identity). The
+#: dtype is NOT among them: bf16 and float32 sample different tokens, so mixing them is refused.
+NON_IDENTITY_OPTIONS = frozenset({"device", "device_map", "batch_size", "concurrency", "timeout", "max_retries",
+                                  "api_key", "base_url", "cache_dir", "show_progress"})
+
+#: Default share of prefix turns reworded in ``reword`` mode (SPEC section 3, ours). Calibrated on a
+#: template corpus so that the Shared-prefix control's Task 2 tau lands near the paper's 0.682 (LLM
+#: replay); see ``docs/generation.md`` for the measurement.
+DEFAULT_REWORD_RATE = 0.05
+
+
+@dataclass
+class GenerationConfig:
+    """Everything that determines a corpus (plus execution knobs that do not change it)."""
+
+    star: str
+    """The workflow source: a STAR folder (``tasks/``, ``apis/``, ``scenarios.jsonl``), ``star:PATH`` or
+    ``workflow:PATH`` (a workflow file; :func:`dialfork_dataset.sources.open_source`)."""
+    out: str
+    """Output folder (record files + ``manifest.json``)."""
+    backend: str = "template"
+    backend_options: dict[str, Any] = field(default_factory=dict)
+    tasks: tuple[str, ...] | None = None
+    """Tasks to generate (default: every STAR task)."""
+    per_task: int | None = None
+    """Keep at most this many scenarios per task (the first ones by STAR dialogue id)."""
+    happy_only: bool = False
+    seed: int = 0
+    prefix_mode: str = "replay"
+    """``replay`` (default), ``reuse`` or ``reword`` (SPEC section 3)."""
+    reword_rate: float | None = None
+    """``reword`` mode only: the probability that a prefix turn (before t_k) is realised with another
+    surface form of the same dialogue act; default :data:`DEFAULT_REWORD_RATE`."""
+    budget: int | None = None
+    """Length budget in turns (both speakers) for every task; default: the task's STAR maximum."""
+    cut_after: int = 5
+    """Turns after the budget at which a dialogue is cut (SPEC section 3: 5)."""
+    variants_path: str | None = None
+    variant_draw: str = "quartet"
+    """``quartet`` (default): one variant (and one WIC substitute task) per (source, type), shared by
+    k=1..4; ``fork``: one draw per fork (:data:`~generation.variants.VARIANT_DRAWS`)."""
+    min_system_turns: int = MIN_SYSTEM_TURNS
+    """Scenario filter after generation: a D+ with fewer system turns is dropped (``too_short``).
+    At least 4, the fewest that admit four distinct fork turns (SPEC section 1)."""
+    multitask: bool = False
+    """Scenario filter before generation: also role-play STAR's multi-task scenarios, once for each of
+    their tasks (default: single-task scenarios only, SPEC section 3)."""
+    compound: tuple[tuple[str, int], ...] | None = None
+    """Compound forks (SPEC section 3, :mod:`generation.compound`): a plan such as
+    ``(("SSPC", 1), ("GR", 3))``; each kept source then gets this one compound fork instead of its
+    16 single forks (a corpus of its own, e.g. the ``compound`` config)."""
+    # execution knobs (do not change the corpus)
+    workers: int = 1
+    batch_size: int = 64
+    """Scenarios advanced in lockstep per backend batch (an LLM batch holds up to 16x this)."""
+    keep_shards: bool = False
+    """Keep ``shards/`` after the merge (default: removed once ``manifest.json`` is written)."""
+
+    def check(self) -> list[str]:
+        errs: list[str] = []
+        if self.prefix_mode not in PREFIX_MODES:
+            errs.append(f"prefix mode {self.prefix_mode!r} is unknown: use one of {', '.join(PREFIX_MODES)}")
+        if self.budget is not None and (not is_int(self.budget) or self.budget < 1):
+            errs.append(f"budget must be an integer >= 1 turn, got {self.budget!r}")
+        if not is_int(self.cut_after) or self.cut_after < 0:
+            errs.append(f"cut_after must be an integer >= 0, got {self.cut_after!r}")
+        if self.per_task is not None and (not is_int(self.per_task) or self.per_task < 1):
+            errs.append(f"per_task must be an integer >= 1, got {self.per_task!r}")
+        if not is_int(self.seed):
+            errs.append(f"seed must be an integer, got {self.seed!r}")
+        if self.reword_rate is not None:
+            r = self.reword_rate
+            if self.prefix_mode != "reword":
+                errs.append(f"reword_rate={r!r} applies to prefix mode 'reword' only (prefix mode is "
+                            f"{self.prefix_mode!r}); drop it or use prefix_mode='reword'")
+            elif isinstance(r, bool) or not isinstance(r, int | float) or not 0.0 <= r <= 1.0:
+                errs.append(f"reword_rate must be a number in [0, 1], got {r!r}")
+        if self.variant_draw not in VARIANT_DRAWS:
+            errs.append(f"variant_draw {self.variant_draw!r} is unknown: use one of {', '.join(VARIANT_DRAWS)}")
+        if not is_int(self.min_system_turns) or self.min_system_turns < MIN_SYSTEM_TURNS:
+            errs.append(f"min_system_turns must be an integer >= {MIN_SYSTEM_TURNS} (four distinct fork turns need "
+                        f"T >= {MIN_SYSTEM_TURNS}), got {self.min_system_turns!r}")
+        if self.compound is not None:
+            try:
+                if isinstance(self.compound, str):
+                    raise ValueError(f"compound must be a plan such as (('SSPC', 1), ('GR', 3)) (parse_compound_plan("
+                                     f"{self.compound!r})), not a string")
+                parse_compound_plan(plan_text(self.compound))
+            except (ValueError, TypeError) as e:
+                errs.append(str(e))
+        if not isinstance(self.multitask, bool):
+            errs.append(f"multitask must be true or false, got {self.multitask!r}")
+        if not is_int(self.workers) or self.workers < 1:
+            errs.append(f"workers must be an integer >= 1, got {self.workers!r}")
+        if not is_int(self.batch_size) or self.batch_size < 1:
+            errs.append(f"batch_size must be an integer >= 1, got {self.batch_size!r}")
+        if isinstance(self.tasks, str):
+            errs.append(f"tasks must be a sequence of task names, got the string {self.tasks!r} "
+                        f"(write tasks=({self.tasks!r},))")
+        elif self.tasks is not None and len(self.tasks) == 0:
+            errs.append("tasks: an empty task list selects nothing (omit it to generate every task)")
+        return errs
+
+    def identity(self) -> dict[str, Any]:
+        """The settings that determine the records (compared on resume / when refusing to mix)."""
+        return {
+            "star": source_identity(self.star),
+            "backend": self.backend,
+            "backend_options": {k: v for k, v in sorted(self.backend_options.items()) if k not in NON_IDENTITY_OPTIONS},
+            "tasks": sorted(self.tasks) if self.tasks else None,
+            "per_task": self.per_task,
+            "happy_only": self.happy_only,
+            "seed": self.seed,
+            "prefix_mode": self.prefix_mode,
+            "reword_rate": self.effective_reword_rate,
+            "budget": self.budget,
+            "cut_after": self.cut_after,
+            "variant_draw": self.variant_draw,
+            "min_system_turns": self.min_system_turns,
+            "multitask": self.multitask,
+            "compound": plan_text(self.compound) if self.compound else None,
+        }
+
+    @property
+    def effective_reword_rate(self) -> float | None:
+        """The rewording rate in force: ``None`` unless the prefix mode is ``reword``."""
+        if self.prefix_mode != "reword":
+            return None
+        return float(DEFAULT_REWORD_RATE if self.reword_rate is None else self.reword_rate)
+
+
+def is_int(v: Any) -> bool:
+    """An ``int`` that is not a ``bool``."""
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+
+def replace_config(config: GenerationConfig, **changes: Any) -> GenerationConfig:
+    """A copy of ``config`` with ``changes`` applied (``dataclasses.replace``)."""
+    return dataclasses.replace(config, **changes)
+
+
+__all__ = ["DEFAULT_REWORD_RATE", "NON_IDENTITY_OPTIONS", "GenerationConfig", "is_int", "replace_config"]

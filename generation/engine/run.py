@@ -1,0 +1,160 @@
+"""The run: validate everything, then generate (or resume) a shard and merge (SPEC sections 3-4).
+
+:func:`generate_corpus` is the generator's one entry point: it checks the settings, the output folder,
+the source and the backend before writing anything, generates the units of its shard in batches
+(optionally in worker processes), appends each finished unit to the shard file, and with one shard
+merges the result into the corpus.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from dialfork_dataset.sources import SourceError, open_source, require
+from dialfork_dataset.taxonomy import FORKS_PER_SOURCE
+
+from ..backends.base import Backend
+from ..errors import GenerationError
+from .config import GenerationConfig, is_int
+from .merge import Manifest, merge_shards
+from .output import check_output_dir, write_run_file
+from .shards import SHARDS_DIR, ShardWriter, read_shard, shard_path
+from .units import RunContext, Unit, UnitResult, generate_units, make_context, plan_units
+
+logger = logging.getLogger("generation")
+
+
+
+#: The context and backend of a worker process (set before the pool forks).
+_WORKER: dict[str, Any] = {}
+
+
+def _worker_run(batch: list[Unit]) -> list[UnitResult]:
+    return generate_units(_WORKER["ctx"], batch, _WORKER["backend"])
+
+
+def load_corpus(star: str):
+    """Open the workflow source ``star`` (``star:PATH``, ``workflow:PATH`` or a STAR folder); raises
+    :class:`GenerationError` saying why it is unusable."""
+    from dialfork_dataset.star import StarError
+
+    try:
+        return open_source(star)
+    except (StarError, SourceError) as e:
+        raise GenerationError(f"workflow source {star} is unusable: {e}", getattr(e, "errors", None)) from e
+    except FileNotFoundError as e:
+        raise GenerationError(f"workflow source {star} is unusable: {e}") from e
+
+
+def prepare(config: GenerationConfig, backend: Backend | None = None, scenarios: Iterable[Any] | None = None,
+            corpus: Any = None) -> tuple[Any, list[Unit], Backend, RunContext, str]:
+    """Validate everything (nothing is written): returns (corpus, units, backend, context, state)."""
+    errs = config.check()
+    if errs:
+        raise GenerationError("invalid generation settings:\n" + "\n".join(f"- {e}" for e in errs), errs)
+    out = Path(config.out)
+    state = check_output_dir(out, config.identity())
+    if corpus is None:
+        corpus = load_corpus(config.star)
+    if config.tasks:
+        unknown = [t for t in config.tasks if t not in corpus.tasks]
+        if unknown:
+            raise GenerationError(f"unknown task(s) {unknown}; the source's tasks are: {', '.join(sorted(corpus.tasks))}",
+                                  [f"unknown task {t!r}" for t in unknown])
+    if backend is None:
+        from ..backends import get_backend
+
+        backend = get_backend(config.backend, **config.backend_options)
+    if config.workers > 1 and getattr(backend, "uses_messages", True):
+        raise GenerationError(f"--workers {config.workers}: worker processes are for the template backend; an LLM "
+                              f"backend ({getattr(backend, 'name', config.backend)}) batches requests itself (raise "
+                              "--batch-size) and scales over devices with accelerate shards (generation.distributed)")
+    if config.prefix_mode == "reword" and not getattr(backend, "rewords", False):
+        raise GenerationError(f"prefix mode 'reword' needs a backend that rewords its prefixes on request (the "
+                              f"template backend); {getattr(backend, 'name', config.backend)} keeps 'replay', whose "
+                              "sampling rewords prefixes by itself: use --prefix-mode replay")
+    try:  # the source must have what the backend needs (every task: WIC borrows other tasks' workflows)
+        for feature in getattr(backend, "requires", ()):
+            require(corpus, feature, needed_by=f"the {getattr(backend, 'name', config.backend)} backend")
+    except SourceError as e:
+        raise GenerationError(str(e), e.errors) from e
+    ctx = make_context(corpus, config, backend)
+    units = plan_units(corpus, config, scenarios)
+    if not units:
+        raise GenerationError("the selection holds no scenario (check --tasks / --happy-only)")
+    return corpus, units, backend, ctx, state
+
+
+def generate_corpus(config: GenerationConfig, backend: Backend | None = None, scenarios: Iterable[Any] | None = None,
+                    shard_index: int = 0, num_shards: int = 1, progress: bool = True, corpus: Any = None,
+                    on_unit: Callable[[UnitResult], None] | None = None) -> Manifest | None:
+    """Generate (or resume) shard ``shard_index`` of ``num_shards``; with one shard, also merge and
+    return the :class:`Manifest`. With several shards it returns ``None``: call :func:`merge_shards`
+    once every shard is done (e.g. on the main process after a barrier)."""
+    wall0 = time.perf_counter()
+    owns_backend = backend is None
+    if not (is_int(num_shards) and num_shards >= 1 and is_int(shard_index) and 0 <= shard_index < num_shards):
+        raise GenerationError(f"shard {shard_index!r} of {num_shards!r}: need 0 <= shard_index < num_shards")
+    corpus, units, backend, ctx, state = prepare(config, backend, scenarios, corpus)
+    out = Path(config.out)
+    if state == "complete":
+        logger.info("%s: already complete (manifest.json matches this configuration); nothing to do", out)
+        shutil.rmtree(out / SHARDS_DIR, ignore_errors=True)
+        return Manifest.load(out)
+    out.mkdir(parents=True, exist_ok=True)
+    write_run_file(out, config, units, num_shards, ctx)
+    spath = shard_path(out, shard_index, num_shards)
+    done = read_shard(spath, truncate=True)
+    mine = [u for u in units[shard_index::num_shards] if u.unit_id not in done]
+    logger.info("%s: %d scenario(s) in the plan, shard %d/%d holds %d; backend %s, %d worker(s)", out,
+                len(units), shard_index, num_shards, len(units[shard_index::num_shards]), ctx.generator,
+                config.workers)
+    if done:
+        logger.info("%s: resuming, %d scenario(s) done, %d to go", spath.name, len(done), len(mine))
+    writer = ShardWriter(spath)
+    from tqdm.auto import tqdm
+
+    per_source = 1 + (1 if config.compound else FORKS_PER_SOURCE)
+    bar = tqdm(total=len(mine) * per_source, unit="dlg", desc=f"generate[{shard_index}]",
+               disable=not progress, smoothing=0.05)
+
+    def consume(results: Iterable[UnitResult]) -> None:
+        for r in results:
+            writer.write_unit(r)
+            bar.update(per_source)
+            if on_unit is not None:
+                on_unit(r)
+
+    try:
+        bs = config.batch_size
+        batches = [mine[i:i + bs] for i in range(0, len(mine), bs)]
+        if config.workers > 1 and len(batches) > 1:
+            import multiprocessing as mp
+
+            _WORKER.update(ctx=ctx, backend=backend)
+            mpctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else mp.get_context()
+            if mpctx.get_start_method() != "fork":
+                raise GenerationError("--workers > 1 needs the 'fork' start method (Linux/macOS)")
+            with mpctx.Pool(config.workers) as pool:
+                for res in pool.imap(_worker_run, batches):
+                    consume(res)
+        else:
+            for b in batches:
+                consume(generate_units(ctx, b, backend))
+    finally:
+        writer.close()
+        bar.close()
+        close = getattr(backend, "close", None)
+        if owns_backend and callable(close):  # a backend passed in belongs to the caller
+            close()
+    if num_shards > 1:
+        return None
+    return merge_shards(out, keep_shards=config.keep_shards, wall_seconds=time.perf_counter() - wall0)
+
+
+__all__ = ["generate_corpus", "load_corpus", "prepare"]

@@ -1,0 +1,313 @@
+"""Units of work: one scenario, its conformant dialogue D+ and its forks (SPEC sections 1-3).
+
+:func:`plan_units` puts a run's scenarios in canonical order; :func:`generate_units` role-plays a
+batch of units (their D+ in lockstep, then all their forks in lockstep) and returns each unit's
+validated record lines, which the shard writer appends to disk one unit at a time.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from dialfork_dataset.forks import fork_turns, system_turn_to_position
+from dialfork_dataset.jsonl import dumps
+from dialfork_dataset.records import DECODING_FIELDS, validate_record
+from dialfork_dataset.taxonomy import HALLUCINATION_TYPES
+
+from ..backends.base import Backend
+from ..compound import compound_key
+from ..errors import GenerationError
+from ..seeds import dialogue_seed
+from ..variants import VariantPool, draw_substitute_task, draw_variant, load_variants
+from .config import GenerationConfig
+from .dialogue import Dialogue, ForkSpec, run_dialogues, service_name
+from .shards import line_hash
+from .version import code_version
+
+logger = logging.getLogger("generation")
+@dataclass(frozen=True)
+class Unit:
+    ordinal: int
+    task: str
+    scenario: Any  # Scenario
+
+    @property
+    def unit_id(self) -> str:
+        return f"{self.task}-{self.scenario.scenario_id}"
+
+
+@dataclass
+class RunContext:
+    corpus: Any  # StarCorpus
+    config: GenerationConfig
+    pool: VariantPool
+    generator: str
+    decoding: dict[str, Any]
+    code_version: str
+    domain_of: dict[str, str]
+    budgets: dict[str, int]
+
+
+def make_context(corpus: Any, config: GenerationConfig, backend: Backend) -> RunContext:
+    """What every unit of a run shares: the variant pool, the generator's identity, budgets."""
+    pool = load_variants(config.variants_path)
+    bind = getattr(backend, "bind_corpus", None)
+    if callable(bind):
+        bind(corpus)
+    dec = dict.fromkeys(DECODING_FIELDS)
+    dec.update({k: v for k, v in (backend.decoding() or {}).items() if k in DECODING_FIELDS})
+    domain_of = {name: t.domain for name, t in corpus.tasks.items()}
+    budgets = {name: (config.budget if config.budget is not None else int(corpus.length_budget(name)))
+               for name in corpus.tasks}
+    return RunContext(corpus, config, pool, str(backend.name), dec, code_version(config.backend), domain_of, budgets)
+
+
+def _record(ctx: RunContext, d: Dialogue, source_id: str, prefix_divergence: int | None = None) -> dict[str, Any]:
+    f = d.first_fork
+    steps = [*d.applied, d.fork] if d.applied else None
+    return {
+        "dialogue_id": d.key,
+        "source_id": source_id,
+        "scenario_id": str(d.scenario.scenario_id),
+        "task": d.task.name,
+        "domain": d.task.domain,
+        "hallucination_type": f.htype if f else None,
+        "variant": f.variant.id if f else None,
+        "instruction": f.instruction if f else None,
+        "substitute_task": f.substitute_task if f else None,
+        "fork_position": f.k if f else None,
+        "fork_turn": f.turn if f else None,
+        "num_system_turns": d.n_system,
+        "turns": d.turns,
+        "seed": d.seed,
+        "generator": ctx.generator,
+        "decoding": ctx.decoding,
+        "prefix_mode": ctx.config.prefix_mode if f else None,
+        "prefix_divergence": prefix_divergence if f else None,
+        "code_version": ctx.code_version,
+        "injections": [{"type": x.htype, "variant": x.variant.id, "turn": x.turn} for x in steps] if steps else None,
+    }
+
+
+def conformant_dialogue(ctx: RunContext, unit: Unit) -> Dialogue:
+    """The (not yet generated) conformant dialogue D+ of ``unit``."""
+    task = ctx.corpus.tasks[unit.task]
+    budget = ctx.budgets[unit.task]
+    sid = str(unit.scenario.scenario_id)
+    return Dialogue(key=unit.unit_id, task=task, scenario=unit.scenario, seed=dialogue_seed(ctx.config.seed, sid),
+                    budget=budget, cut=budget + ctx.config.cut_after)
+
+
+def single_forks(ctx: RunContext, src: Dialogue) -> list[Dialogue]:
+    """The forks of ``src``: one per (hallucination type, fork position), in taxonomy order."""
+    sid = str(src.scenario.scenario_id)
+    ts = fork_turns(src.n_system)
+    out = []
+    # one draw per quartet (k=None) unless per-fork draws are asked for
+    per_fork = ctx.config.variant_draw == "fork"
+    reword = ctx.config.effective_reword_rate or 0.0
+    for h in HALLUCINATION_TYPES:
+        for k, t in enumerate(ts, 1):
+            dk = k if per_fork else None
+            variant = draw_variant(ctx.pool, ctx.config.seed, sid, h, dk)
+            sub = draw_substitute_task(src.task.name, ctx.domain_of, ctx.config.seed, sid, dk) if h == "WIC" else None
+            instr = variant.render_instruction(sub, service_name(src.task))
+            d = Dialogue(key=f"{src.key}-{h}-k{k}", task=src.task, scenario=src.scenario, seed=src.seed,
+                         budget=src.budget, cut=src.cut, reference=src,
+                         fork=ForkSpec(h, k, t, variant, instr, sub),
+                         substitute=ctx.corpus.tasks[sub] if sub else None, reword_rate=reword)
+            if ctx.config.prefix_mode == "reuse":
+                cut = system_turn_to_position(src.turns, t)
+                d.turns = [dict(x) for x in src.turns[:cut]]
+                d.n_system = t - 1
+                d.prefix_len = cut
+            out.append(d)
+    return out
+
+
+def compound_forks(ctx: RunContext, src: Dialogue) -> list[Dialogue]:
+    """The compound fork of ``src`` for ``config.compound``: its injections in plan order, each with the
+    variant (and WIC substitute) its type would get as a single fork at that position."""
+    sid = str(src.scenario.scenario_id)
+    ts = fork_turns(src.n_system)
+    per_fork = ctx.config.variant_draw == "fork"
+    specs = []
+    for h, k in ctx.config.compound:
+        dk = k if per_fork else None
+        variant = draw_variant(ctx.pool, ctx.config.seed, sid, h, dk)
+        sub = draw_substitute_task(src.task.name, ctx.domain_of, ctx.config.seed, sid, dk) if h == "WIC" else None
+        specs.append(ForkSpec(h, k, ts[k - 1], variant, variant.render_instruction(sub, service_name(src.task)), sub))
+    first = specs[0]
+    d = Dialogue(key=compound_key(src.key, ctx.config.compound), task=src.task, scenario=src.scenario, seed=src.seed,
+                 budget=src.budget, cut=src.cut, reference=src, fork=first, pending=specs[1:],
+                 substitute=ctx.corpus.tasks[first.substitute_task] if first.substitute_task else None,
+                 reword_rate=ctx.config.effective_reword_rate or 0.0)
+    d.substitutes = {s.substitute_task: ctx.corpus.tasks[s.substitute_task] for s in specs if s.substitute_task}
+    if ctx.config.prefix_mode == "reuse":
+        cut = system_turn_to_position(src.turns, first.turn)
+        d.turns = [dict(x) for x in src.turns[:cut]]
+        d.n_system = first.turn - 1
+        d.prefix_len = cut
+    return [d]
+
+
+def _divergence(fork: Dialogue) -> tuple[int, bool]:
+    """(prefix turns differing from D+, whether system turn t_k equals D+'s)."""
+    ref = fork.reference.turns
+    t = fork.first_fork.turn
+    cut = system_turn_to_position(fork.turns, t)
+    ref_cut = system_turn_to_position(ref, t)
+    diff = abs(cut - ref_cut)
+    for a, b in zip(fork.turns[:cut], ref[:ref_cut]):
+        if a["text"] != b["text"] or a["speaker"] != b["speaker"]:
+            diff += 1
+    same = fork.turns[cut]["text"] == ref[ref_cut]["text"]
+    return diff, same
+
+
+def prefix_rewording(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """How the forks' prefixes were made, read from records alone (for reports): the prefix mode(s),
+    the number of forks and of prefix turns (turns before system turn t_k), the prefix turns that
+    differ from D+ (``prefix_divergence``) and their ``share``, and the realised rewording ``rate``
+    in ``reword`` mode. A rewording cascades (every prefix turn after the first reworded one differs
+    too), so ``rate`` is the per-turn hazard of the first rewording: forks that diverge divided by
+    the prefix turns at risk (up to and including the first reworded one), the maximum-likelihood
+    estimate of ``reword_rate``. Conformant records are skipped; a fork without ``prefix_mode``
+    counts as ``unknown``."""
+    modes: dict[str, int] = {}
+    forks = turns = diverging = diverged = at_risk = 0
+    for r in records:
+        if r.get("hallucination_type") is None:
+            continue
+        mode = r.get("prefix_mode") or "unknown"
+        modes[mode] = modes.get(mode, 0) + 1
+        forks += 1
+        n = system_turn_to_position(r["turns"], r["fork_turn"])
+        d = min(r.get("prefix_divergence") or 0, n)
+        turns += n
+        diverging += d
+        diverged += d > 0
+        at_risk += n - d + 1 if d else n
+    return {"prefix_modes": dict(sorted(modes.items())), "forks": forks, "prefix_turns": turns,
+            "diverging_turns": diverging, "share": (diverging / turns) if turns else 0.0,
+            "rate": (diverged / at_risk) if at_risk else 0.0}
+
+
+@dataclass
+class UnitResult:
+    unit_id: str
+    ordinal: int
+    task: str
+    kept: bool
+    reason: str
+    num_system_turns: int
+    lines: list[str]
+    seconds: float
+    prefix_divergence: int = 0
+    same_at_fork: int = 0
+    replay_fallbacks: int = 0
+
+    def marker(self, nbytes: int) -> str:
+        # line_sha256: a short hash of each record line, checked at merge (a corrupt shard is refused)
+        return dumps({"_unit": self.unit_id, "ordinal": self.ordinal, "task": self.task, "kept": self.kept,
+                      "reason": self.reason, "T": self.num_system_turns, "records": len(self.lines),
+                      "bytes": nbytes, "seconds": round(self.seconds, 4),
+                      "prefix_divergence": self.prefix_divergence, "same_at_fork": self.same_at_fork,
+                      "replay_fallbacks": self.replay_fallbacks,
+                      "line_sha256": [line_hash(line.encode("utf-8")) for line in self.lines]})
+
+
+def generate_units(ctx: RunContext, units: Sequence[Unit], backend: Backend) -> list[UnitResult]:
+    """Generate a batch of units: their D+ in lockstep, then all their forks in lockstep."""
+    t0 = time.perf_counter()
+    uses_messages = getattr(backend, "uses_messages", True)
+    exact = bool(getattr(backend, "exact", False))
+    sources = [conformant_dialogue(ctx, u) for u in units]
+    run_dialogues(sources, backend, uses_messages)
+    min_t = ctx.config.min_system_turns
+    kept = [s for s in sources if s.n_system >= min_t]
+    make_forks = compound_forks if ctx.config.compound else single_forks
+    forks_of: dict[str, list[Dialogue]] = {s.key: make_forks(ctx, s) for s in kept}
+    all_forks = [f for fs in forks_of.values() for f in fs]
+    run_dialogues(all_forks, backend, uses_messages)
+    per_unit = (time.perf_counter() - t0) / max(len(units), 1)
+    results = []
+    for u, s in zip(units, sources):
+        if s.n_system < min_t:
+            results.append(UnitResult(u.unit_id, u.ordinal, u.task, False,
+                                      f"too_short: T={s.n_system} < {min_t} system turns",
+                                      s.n_system, [], per_unit))
+            continue
+        rec = _record(ctx, s, s.key)
+        validate_record(rec)
+        lines = [dumps(rec)]
+        pdiv = same = fallbacks = 0
+        for f in forks_of[s.key]:
+            if f.pending:  # a compound fork that ended before its later injections: not what was planned
+                logger.warning("%s: ended after %d system turns, before the injection at turn %d; dropped",
+                               f.key, f.n_system, f.pending[0].turn)
+                continue
+            div, is_same = _divergence(f)
+            if ctx.config.prefix_mode == "reuse" and not f.replay_fallback:
+                div = 0
+            if is_same:
+                if exact:
+                    raise RuntimeError(f"{f.key}: backend {backend.name!r} claims exact forks but system turn "
+                                       f"{f.first_fork.turn} equals D+'s")
+                logger.warning("%s: system turn t_k=%d is identical to D+'s (the backend ignored the instruction)",
+                               f.key, f.first_fork.turn)
+            pdiv += div
+            same += is_same
+            fallbacks += f.replay_fallback
+            r = _record(ctx, f, s.key, div)
+            validate_record(r)
+            lines.append(dumps(r))
+        results.append(UnitResult(u.unit_id, u.ordinal, u.task, True, "kept", s.n_system, lines, per_unit,
+                                  pdiv, same, fallbacks))
+    return results
+
+
+
+def _sid_key(sid: str) -> tuple:
+    return (0, int(sid), "") if sid.isdigit() else (1, 0, sid)
+
+
+def plan_units(corpus: Any, config: GenerationConfig, scenarios: Iterable[Any] | None = None) -> list[Unit]:
+    """The units of a run, in canonical order: tasks sorted by name, scenarios by STAR id."""
+    if scenarios is not None:
+        if config.multitask:  # a multi-task scenario is role-played once for each of its tasks
+            items = [(t, sc) for sc in scenarios for t in sc.tasks]
+        else:
+            items = [(sc.task, sc) for sc in scenarios]
+        tasks = set(config.tasks) if config.tasks else None
+        items = [(t, sc) for t, sc in items if tasks is None or t in tasks]
+        if config.happy_only:
+            items = [(t, sc) for t, sc in items if sc.happy]
+        by_task: dict[str, list[Any]] = {}
+        for t, sc in items:
+            by_task.setdefault(t, []).append(sc)
+    else:
+        names = sorted(config.tasks) if config.tasks else sorted(corpus.tasks)
+        by_task = {t: list(corpus.scenarios_for(task=t, single_task=not config.multitask,
+                                                happy=True if config.happy_only else None))
+                   for t in names}
+    units: list[Unit] = []
+    for t in sorted(by_task):
+        scs = sorted(by_task[t], key=lambda s: _sid_key(str(s.scenario_id)))
+        if config.per_task is not None:
+            scs = scs[: config.per_task]
+        for sc in scs:
+            units.append(Unit(len(units), t, sc))
+    ids = [u.unit_id for u in units]
+    if len(set(ids)) != len(ids):
+        dup = sorted({i for i in ids if ids.count(i) > 1})[:5]
+        raise GenerationError(f"duplicate scenarios in the plan: {dup}")
+    return units
+
+
+__all__ = ["RunContext", "Unit", "UnitResult", "compound_forks", "conformant_dialogue", "generate_units",
+           "make_context", "plan_units", "prefix_rewording", "single_forks"]

@@ -1,0 +1,32 @@
+"""The generator's errors, in a module of their own.
+
+Everything in :mod:`generation` that reports bad input raises one of these; the backends import
+them from here (never from the engine that drives them), and the command lines turn them into a
+one-line message and exit code 2. Both derive from
+:class:`dialfork_dataset.errors.CollectedErrors`, so ``errors`` lists every problem found.
+"""
+
+from __future__ import annotations
+
+from dialfork_dataset.errors import CollectedErrors
+
+
+class GenerationError(CollectedErrors):
+    """Bad input to the generator; ``errors`` lists every problem found."""
+
+
+class UnknownBackendError(GenerationError):
+    """A backend name that is not in the registry (:data:`generation.backends.BACKENDS`), or whose
+    module cannot be imported (a missing optional dependency)."""
+
+
+class VariantError(GenerationError):
+    """The variant file (``generation/variants.yaml`` or ``--variants``) is malformed; ``errors`` lists
+    every problem."""
+
+
+class PromptError(GenerationError):
+    """A prompt template is missing, or a value for one of its placeholders is."""
+
+
+__all__ = ["GenerationError", "PromptError", "UnknownBackendError", "VariantError"]
