@@ -7,13 +7,13 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAR ?= $(if $(DIALFORK_STAR_DIR),$(DIALFORK_STAR_DIR),../shared/star)
 DEMO_OUT ?= demo_out
-EXTRAS ?= dev,stats,annotation,leaderboard,guard,onnx,llm
+EXTRAS ?= dev,stats,annotation,leaderboard,guard,onnx,llm,docs
 export HF_HUB_OFFLINE ?= 1
 export HF_EVALUATE_OFFLINE ?= 1
 export HF_DATASETS_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: install system-deps demo demo-annotate test lint bench paper clean
+.PHONY: install system-deps demo demo-annotate test lint bench paper docs clean
 
 # Debian's headless chromium drives the browser tests (leaderboard page, annotation tool).
 system-deps:
@@ -92,6 +92,11 @@ paper: install
 test: install system-deps
 	DIALFORK_STAR_DIR=$(abspath $(STAR)) $(PY) -m pytest -p no:cacheprovider tests
 
+# The documentation site (mkdocs.yml, docs/): served on http://127.0.0.1:8000 with live reload.
+# `make test` builds it with --strict (tests/test_docs_site.py) and runs its examples.
+docs: install
+	$(VENV)/bin/mkdocs serve --strict
+
 lint: install
 	$(VENV)/bin/ruff check .
 
@@ -99,4 +104,4 @@ bench: install
 	for f in benchmarks/bench_*.py; do $(PY) $$f || exit 1; done
 
 clean:
-	rm -rf $(DEMO_OUT) build *.egg-info
+	rm -rf $(DEMO_OUT) build site *.egg-info

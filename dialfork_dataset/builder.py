@@ -66,9 +66,19 @@ def sort_key(r: Mapping[str, Any]) -> tuple:
 def load_records(src: str | os.PathLike | Sequence[Mapping[str, Any]], validate: bool = True) -> list[dict[str, Any]]:
     """Read every record of a generator output folder (or take a list), validate, sort canonically.
 
-    Validation collects every problem of every file (``file:line: dialogue_id=...: field: reason``),
-    plus cross-record checks (duplicate ids, forks whose source is missing, fork_turn/T mismatch
-    with the source) and raises one :class:`RecordError` listing them all.
+    Args:
+        src: A folder of ``*.jsonl`` record files, one such file, or a list of record mappings.
+        validate: Check every record (SPEC section 4) and the cross-record rules.
+
+    Returns:
+        The records (every field present), sorted canonically (per source: the conformant
+        dialogue first, then its forks by type and fork position).
+
+    Raises:
+        RecordError: Every problem of every file (``file:line: dialogue_id=...: field: reason``),
+            plus cross-record checks (duplicate ids, forks whose source is missing, fork_turn/T
+            mismatch with the source), in one error whose ``errors`` lists them all.
+        FileNotFoundError: ``src`` does not exist.
     """
     errors: list[str] = []
     records: list[dict[str, Any]] = []
@@ -161,7 +171,18 @@ def _rank(split_seed: int, source_id: str) -> str:
 
 
 def split_sources(records: Iterable[Mapping[str, Any]], split_seed: int = DEFAULT_SPLIT_SEED) -> dict[str, str]:
-    """``source_id -> "train" | "test"``: per task, floor(n/2) conformant sources go to train."""
+    """Assign each conformant source to train or test (SPEC section 4).
+
+    Per task the conformant sources are ordered by a seeded hash of their id and the first
+    floor(n/2) go to train; forks follow their source.
+
+    Args:
+        records: Records (only conformant ones are read).
+        split_seed: Seed of the ordering hash.
+
+    Returns:
+        ``{source_id: "train" | "test"}``.
+    """
     by_task: dict[str, list[str]] = defaultdict(list)
     for r in records:
         if r["hallucination_type"] is None:
@@ -296,7 +317,22 @@ def __getattr__(name: str):  # lazy: datasets is heavy
 
 def build_dataset(src: str | os.PathLike, config: str = DEFAULT_CONFIG, split_seed: int = DEFAULT_SPLIT_SEED,
                   cache_dir: str | None = None):
-    """Build a config from a folder of record files; returns a ``datasets.DatasetDict``."""
+    """Build a config from a folder of record files (the ``GeneratorBasedBuilder``).
+
+    Args:
+        src: A generator output folder.
+        config: ``"conformant"``, ``"forked"``, ``"task3"`` (each with train/test), ``"blind"`` or
+            ``"blind_task2"`` (see ``CONFIGS``).
+        split_seed: Seed of the train/test split (``split_sources``).
+        cache_dir: The ``datasets`` cache folder.
+
+    Returns:
+        A ``datasets.DatasetDict``.
+
+    Raises:
+        ValueError: An unknown config.
+        RecordError: The records are invalid (every problem listed).
+    """
     from . import builder as _self
 
     if config not in CONFIGS:

@@ -155,7 +155,15 @@ def read_jsonl(path: str | os.PathLike, collect: bool = False) -> list[Any]:
 
 
 def write_jsonl(path: str | os.PathLike, rows: Iterable[Any]) -> int:
-    """Atomically write ``rows`` to ``path`` (:func:`dialfork_dataset.atomic.atomic_open`). Returns the number of rows."""
+    """Atomically write ``rows`` to ``path`` (temporary file + rename, ``dialfork_dataset.atomic.atomic_open``).
+
+    Args:
+        path: The output file.
+        rows: JSON-serialisable objects, one per line.
+
+    Returns:
+        The number of rows written.
+    """
     n = 0
     with atomic_open(path, "w") as fh:
         for r in rows:
@@ -167,7 +175,11 @@ def write_jsonl(path: str | os.PathLike, rows: Iterable[Any]) -> int:
 def repair_torn_tail(path: str | os.PathLike) -> int:
     """Drop a torn (incomplete or unparsable) last line left by a killed writer.
 
-    Returns the number of bytes removed (0 when the file ends cleanly or does not exist).
+    Args:
+        path: A JSON Lines file being appended to.
+
+    Returns:
+        The number of bytes removed (0 when the file ends cleanly or does not exist).
     """
     path = Path(path)
     if not path.exists():
@@ -247,7 +259,14 @@ class JsonlAppender:
 def validate_jsonl_file(path: str | os.PathLike) -> list[Mapping[str, Any]]:
     """Read a record file and validate every line; raise one error listing every bad line.
 
-    Each error names ``path:line``, the dialogue id and the field. Returns the records.
+    Args:
+        path: A JSON Lines file of records.
+
+    Returns:
+        The records, in file order.
+
+    Raises:
+        RecordError: Every bad line, each naming ``path:line``, the dialogue id and the field.
     """
     from .records import RecordError, dialogue_id_of, record_errors
 

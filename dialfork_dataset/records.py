@@ -201,7 +201,11 @@ class DialogueRecord:
 
 
 def record_features():
-    """The ``datasets.Features`` of a record (``turns`` as ``List`` of structs, not ``Sequence``)."""
+    """The ``datasets.Features`` of a record (``turns`` as ``List`` of structs, not ``Sequence``).
+
+    Returns:
+        A ``datasets.Features`` with every field of ``RECORD_FIELDS``.
+    """
     from datasets import Features, Value
 
     try:  # datasets >= 4
@@ -244,8 +248,15 @@ def record_features():
 def normalize_record(d: Mapping[str, Any]) -> dict[str, Any]:
     """Return ``d`` with every record field present (missing optional fields -> null), in order.
 
-    Never raises on a malformed record (validate it with :func:`record_errors`): values of the
-    wrong shape are passed through unchanged."""
+    Never raises on a malformed record (validate it with ``record_errors``): values of the wrong
+    shape are passed through unchanged.
+
+    Args:
+        d: A record mapping.
+
+    Returns:
+        A new dict in ``RECORD_FIELDS`` order.
+    """
     out: dict[str, Any] = {}
     for k in RECORD_FIELDS:
         v = d.get(k)
@@ -269,7 +280,14 @@ def _is_int(v: Any) -> bool:
 
 
 def record_errors(record: Mapping[str, Any]) -> list[str]:
-    """Every violation of SPEC section 4 in one record, as ``"<field>: <reason>"`` strings."""
+    """Every violation of SPEC section 4 in one record.
+
+    Args:
+        record: A record mapping.
+
+    Returns:
+        ``"<field>: <reason>"`` strings; empty when the record is valid.
+    """
     errs: list[str] = []
     if not isinstance(record, Mapping):
         return [f"record: expected a JSON object, got {type(record).__name__}"]
@@ -467,7 +485,14 @@ _rid = dialogue_id_of
 
 
 def validate_record(record: Mapping[str, Any] | DialogueRecord) -> None:
-    """Raise :class:`RecordError` (a ``ValueError``) naming the dialogue id and every bad field."""
+    """Validate one record (SPEC section 4).
+
+    Args:
+        record: A record mapping or a ``DialogueRecord``.
+
+    Raises:
+        RecordError: A ``ValueError`` naming the dialogue id and every bad field.
+    """
     if isinstance(record, DialogueRecord):
         record = record.to_dict()
     errs = record_errors(record)
@@ -477,7 +502,15 @@ def validate_record(record: Mapping[str, Any] | DialogueRecord) -> None:
 
 
 def validate_records(records: Iterable[Mapping[str, Any]], source: str = "<records>") -> None:
-    """Validate many records; collect every error (with the record's position) before raising."""
+    """Validate many records; collect every error (with the record's position) before raising.
+
+    Args:
+        records: Record mappings.
+        source: A name for the records in the message (e.g. the file).
+
+    Raises:
+        RecordError: Every bad field of every record, each with the record's position and id.
+    """
     errs: list[str] = []
     seen: dict[str, int] = {}
     for i, r in enumerate(records, 1):

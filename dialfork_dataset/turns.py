@@ -16,12 +16,22 @@ def _describe(dialogue: Any, where: str | None) -> str:
 
 
 def as_turns(dialogue: Any, where: str | None = None, allow_empty: bool = False) -> list[dict[str, str]]:
-    """Return ``[{"speaker", "text"}, ...]``.
+    """Any accepted dialogue input as ``[{"speaker", "text"}, ...]``.
 
     Plain strings get alternating speakers starting with ``user`` (STAR dialogues open with the
-    user) unless they already look like ``"system: ..."``/``"user: ..."``. Raises ``ValueError``
-    naming the dialogue and the turn for an empty dialogue, a non-string or empty turn text, or
-    an unknown speaker.
+    user) unless they already look like ``"system: ..."``/``"user: ..."``.
+
+    Args:
+        dialogue: A list of turn strings, a list of ``{"speaker", "text"}`` dicts, or a record.
+        where: A name for the dialogue in error messages (default: its ``dialogue_id``).
+        allow_empty: Accept a dialogue without turns.
+
+    Returns:
+        A new list of ``{"speaker", "text"}`` dicts.
+
+    Raises:
+        ValueError: An empty dialogue, a non-string or empty turn text, or an unknown speaker (the
+            message names the dialogue and the turn).
     """
     name = _describe(dialogue, where)
     turns: Any = dialogue
@@ -55,10 +65,32 @@ def as_turns(dialogue: Any, where: str | None = None, allow_empty: bool = False)
 
 
 def turn_texts(dialogue: Any, where: str | None = None) -> list[str]:
-    """The turn texts of any accepted dialogue input (validated as in :func:`as_turns`)."""
+    """The turn texts of any accepted dialogue input (validated as in ``as_turns``).
+
+    Args:
+        dialogue: A list of turn strings, ``{"speaker", "text"}`` dicts, or a record.
+        where: A name for the dialogue in error messages.
+
+    Returns:
+        The texts, in order.
+
+    Raises:
+        ValueError: As ``as_turns``.
+    """
     return [t["text"] for t in as_turns(dialogue, where)]
 
 
 def transcript(dialogue: Any, where: str | None = None) -> str:
-    """``"user: ...\\nsystem: ..."`` (the Full-dialog input of SPEC section 7)."""
+    """The transcript ``"user: ...\\nsystem: ..."`` (the Full-dialog input of SPEC section 7).
+
+    Args:
+        dialogue: A list of turn strings, ``{"speaker", "text"}`` dicts, or a record.
+        where: A name for the dialogue in error messages.
+
+    Returns:
+        One string, one line per turn.
+
+    Raises:
+        ValueError: As ``as_turns``.
+    """
     return "\n".join(f"{t['speaker']}: {t['text']}" for t in as_turns(dialogue, where))

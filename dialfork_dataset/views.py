@@ -52,10 +52,19 @@ class _SkipLog(list):
 
 
 def task1_sets(data: Any, min_reference: int = 2, skipped: list | None = None) -> dict[tuple[str, str], dict[Any, list]]:
-    """``{(task, type): {"reference": [D+...], 1: [...], 2: [...], 3: [...], 4: [...]}}``.
+    """Task 1 units: per (task, type), the conformant reference set and the forks at each position.
 
     A (task, type) unit is skipped (with a warning, appended to ``skipped``) when the task has
     fewer than ``min_reference`` conformant dialogues or a fork position has no dialogue.
+
+    Args:
+        data: Records: a list of record dicts, a ``datasets.Dataset`` or ``DatasetDict`` (all
+            splits), or a ``{split: rows}`` mapping. Duplicate dialogue ids are kept once.
+        min_reference: Fewest conformant dialogues a task needs.
+        skipped: A list that receives a description of each skipped unit.
+
+    Returns:
+        ``{(task, type): {"reference": [D+...], 1: [...], 2: [...], 3: [...], 4: [...]}}``.
     """
     rows = _dedup(_rows(data))
     skip = _SkipLog()
@@ -88,10 +97,18 @@ def task1_sets(data: Any, min_reference: int = 2, skipped: list | None = None) -
 
 
 def task2_quartets(data: Any, skipped: list | None = None) -> list[dict[str, Any]]:
-    """``[{"source": D+, "type": h, "forks": {1: D, 2: D, 3: D, 4: D}}]`` in canonical order.
+    """Task 2 units: each (source, type) with its four forks, in canonical order.
 
     A (source, type) unit missing a fork position (or whose source is absent) is skipped with a
     warning and appended to ``skipped``.
+
+    Args:
+        data: Records: a list of record dicts, a ``datasets.Dataset`` or ``DatasetDict`` (all
+            splits), or a ``{split: rows}`` mapping. Duplicate dialogue ids are kept once.
+        skipped: A list that receives a description of each skipped unit.
+
+    Returns:
+        ``[{"source": D+, "type": h, "forks": {1: D, 2: D, 3: D, 4: D}}]``.
     """
     rows = _dedup(_rows(data))
     skip = _SkipLog()
@@ -116,7 +133,15 @@ def task2_quartets(data: Any, skipped: list | None = None) -> list[dict[str, Any
 
 
 def task3_examples(data: Any) -> list[dict[str, Any]]:
-    """Flat Task 3 examples with labels: dialogue_id, turns, num_system_turns, hallucination_type,
-    fork_position, fork_turn, task (conformant: type/position/turn null)."""
+    """Flat Task 3 examples with labels.
+
+    Args:
+        data: Records: a list of record dicts, a ``datasets.Dataset`` or ``DatasetDict`` (all
+            splits), or a ``{split: rows}`` mapping. Duplicate dialogue ids are kept once.
+
+    Returns:
+        One dict per dialogue: ``dialogue_id, turns, num_system_turns, hallucination_type,
+        fork_position, fork_turn, task`` (conformant: type, position and turn null).
+    """
     keys = ("dialogue_id", "turns", "num_system_turns", "hallucination_type", "fork_position", "fork_turn", "task")
     return [{k: r.get(k) for k in keys} for r in _dedup(_rows(data))]

@@ -150,41 +150,166 @@ def _one(method: str, ref: Any, cand: Any, encoder: Any, batched: bool):
 def flowscore(ref: Any, cand: Any, encoder: Any = "minilm", *, batched: bool = False):
     """FlowScore distance 1 - F (SPEC section 7) between ``ref`` and ``cand``.
 
-    >>> flowscore(["hi", "your name?"], ["hi", "your name?"])  # doctest: +SKIP
-    0.0
+    S = E E'^T over unit turn embeddings; P = mean_j max_i S_ij, R = mean_i max_j S_ij; F is their
+    harmonic mean with P and R clipped at 0, so the distance lies in [0, 1].
+
+    Args:
+        ref: The reference dialogue D: a list of turn strings (speakers alternate, user first), a
+            list of ``{"speaker", "text"}`` dicts, or a DialFork record. With ``batched=True``, a
+            list (or any iterable, e.g. a ``datasets`` column) of such dialogues.
+        cand: The candidate dialogue D', in the same forms (one per reference when batched).
+        encoder: An encoder alias (``"minilm"``, ``"d2f"``, ...), a local folder, a Hub id or an
+            ``dialfork_metrics.Encoder``; one shared model per name and options.
+        batched: Score many pairs at once: one encoder pass over the unique turns, batched math.
+
+    Returns:
+        The distance in [0, 1] as a ``float``; with ``batched=True`` a ``(n_pairs,)`` float64 array.
+
+    Raises:
+        ValueError: A dialogue is empty, has an empty turn or an unknown speaker (the message names
+            the pair and the dialogue id), a single call is given lists of dialogues (pass
+            ``batched=True``), or batched inputs differ in length.
+
+    Example:
+        >>> flowscore(["hi", "your name?"], ["hi", "your name?"])  # doctest: +SKIP
+        0.0
     """
     return _one("flowscore", ref, cand, encoder, batched)
 
 
 def flowdtw(ref: Any, cand: Any, encoder: Any = "minilm", *, batched: bool = False):
-    """FlowDTW distance Gamma(n, m) / L (SPEC section 7)."""
+    """FlowDTW distance Gamma(n, m) / L (SPEC section 7): dynamic time warping over turn
+    embeddings with cost 1 - cosine, divided by the length of the optimal path.
+
+    Args:
+        ref: The reference dialogue D: a list of turn strings (speakers alternate, user first), a
+            list of ``{"speaker", "text"}`` dicts, or a DialFork record. With ``batched=True``, a
+            list (or any iterable, e.g. a ``datasets`` column) of such dialogues.
+        cand: The candidate dialogue D', in the same forms (one per reference when batched).
+        encoder: An encoder alias (``"minilm"``, ``"d2f"``, ...), a local folder, a Hub id or an
+            ``dialfork_metrics.Encoder``; one shared model per name and options.
+        batched: Score many pairs at once: one encoder pass over the unique turns, batched math.
+
+    Returns:
+        The distance (>= 0) as a ``float``; with ``batched=True`` a ``(n_pairs,)`` float64 array.
+
+    Raises:
+        ValueError: A dialogue is empty, has an empty turn or an unknown speaker (the message names
+            the pair and the dialogue id), a single call is given lists of dialogues (pass
+            ``batched=True``), or batched inputs differ in length.
+    """
     return _one("flowdtw", ref, cand, encoder, batched)
 
 
 def mean_turn(ref: Any, cand: Any, encoder: Any = "minilm", *, batched: bool = False):
-    """Mean-turn distance 1 - cos(mean turn embedding, mean turn embedding')."""
+    """Mean-turn distance 1 - cos(mean turn embedding, mean turn embedding').
+
+    Args:
+        ref: The reference dialogue D: a list of turn strings (speakers alternate, user first), a
+            list of ``{"speaker", "text"}`` dicts, or a DialFork record. With ``batched=True``, a
+            list (or any iterable, e.g. a ``datasets`` column) of such dialogues.
+        cand: The candidate dialogue D', in the same forms (one per reference when batched).
+        encoder: An encoder alias (``"minilm"``, ``"d2f"``, ...), a local folder, a Hub id or an
+            ``dialfork_metrics.Encoder``; one shared model per name and options.
+        batched: Score many pairs at once: one encoder pass over the unique turns, batched math.
+
+    Returns:
+        The distance in [0, 2] as a ``float``; with ``batched=True`` a ``(n_pairs,)`` float64 array.
+
+    Raises:
+        ValueError: A dialogue is empty, has an empty turn or an unknown speaker (the message names
+            the pair and the dialogue id), a single call is given lists of dialogues (pass
+            ``batched=True``), or batched inputs differ in length.
+    """
     return _one("mean_turn", ref, cand, encoder, batched)
 
 
 def full_dialog(ref: Any, cand: Any, encoder: Any = "minilm", *, batched: bool = False):
     """Full-dialog distance 1 - cos(phi(D), phi(D')), phi encoding the transcript
-    ``"user: ...\\nsystem: ..."`` once (truncated at the encoder's ``max_seq_length``)."""
+    ``"user: ...\\nsystem: ..."`` once (truncated at the encoder's ``max_seq_length``).
+
+    Args:
+        ref: The reference dialogue D: a list of turn strings (speakers alternate, user first), a
+            list of ``{"speaker", "text"}`` dicts, or a DialFork record. With ``batched=True``, a
+            list (or any iterable, e.g. a ``datasets`` column) of such dialogues.
+        cand: The candidate dialogue D', in the same forms (one per reference when batched).
+        encoder: An encoder alias (``"minilm"``, ``"d2f"``, ...), a local folder, a Hub id or an
+            ``dialfork_metrics.Encoder``; one shared model per name and options.
+        batched: Score many pairs at once: one encoder pass over the unique turns, batched math.
+
+    Returns:
+        The distance in [0, 2] as a ``float``; with ``batched=True`` a ``(n_pairs,)`` float64 array.
+
+    Raises:
+        ValueError: A dialogue is empty, has an empty turn or an unknown speaker (the message names
+            the pair and the dialogue id), a single call is given lists of dialogues (pass
+            ``batched=True``), or batched inputs differ in length.
+    """
     return _one("full_dialog", ref, cand, encoder, batched)
 
 
 def turn_count_diff(ref: Any, cand: Any, *, batched: bool = False):
-    """|number of turns of D - number of turns of D'| (both speakers)."""
+    """Turn-count control: |number of turns of D - number of turns of D'| (both speakers).
+
+    Args:
+        ref: The reference dialogue D: a list of turn strings (speakers alternate, user first), a
+            list of ``{"speaker", "text"}`` dicts, or a DialFork record. With ``batched=True``, a
+            list (or any iterable) of such dialogues.
+        cand: The candidate dialogue D', in the same forms (one per reference when batched).
+        batched: Score many pairs at once.
+
+    Returns:
+        The absolute difference as a ``float``; with ``batched=True`` a ``(n_pairs,)`` float64 array.
+
+    Raises:
+        ValueError: A dialogue is empty, has an empty turn or an unknown speaker (the message names
+            the pair and the dialogue id), a single call is given lists of dialogues (pass
+            ``batched=True``), or batched inputs differ in length.
+    """
     return _one("turn_count_diff", ref, cand, None, batched)
 
 
 def word_count_diff(ref: Any, cand: Any, *, batched: bool = False):
-    """|words of D - words of D'|, counting whitespace-separated words over all turns."""
+    """Word-count control: |words of D - words of D'|, counting whitespace-separated words
+    over all turns (ours).
+
+    Args:
+        ref: The reference dialogue D: a list of turn strings (speakers alternate, user first), a
+            list of ``{"speaker", "text"}`` dicts, or a DialFork record. With ``batched=True``, a
+            list (or any iterable) of such dialogues.
+        cand: The candidate dialogue D', in the same forms (one per reference when batched).
+        batched: Score many pairs at once.
+
+    Returns:
+        The absolute difference as a ``float``; with ``batched=True`` a ``(n_pairs,)`` float64 array.
+
+    Raises:
+        ValueError: A dialogue is empty, has an empty turn or an unknown speaker (the message names
+            the pair and the dialogue id), a single call is given lists of dialogues (pass
+            ``batched=True``), or batched inputs differ in length.
+    """
     return _one("word_count_diff", ref, cand, None, batched)
 
 
 def shared_prefix(ref: Any, cand: Any, *, batched: bool = False):
     """Shared-prefix control: minus the number of opening turns shared verbatim (same speaker
-    and identical text). A longer shared opening means a smaller distance."""
+    and identical text). A longer shared opening means a smaller distance.
+
+    Args:
+        ref: The reference dialogue D: a list of turn strings (speakers alternate, user first), a
+            list of ``{"speaker", "text"}`` dicts, or a DialFork record. With ``batched=True``, a
+            list (or any iterable) of such dialogues.
+        cand: The candidate dialogue D', in the same forms (one per reference when batched).
+        batched: Score many pairs at once.
+
+    Returns:
+        Minus the shared prefix length (<= 0) as a ``float``; with ``batched=True`` a ``(n_pairs,)`` float64 array.
+
+    Raises:
+        ValueError: A dialogue is empty, has an empty turn or an unknown speaker (the message names
+            the pair and the dialogue id), a single call is given lists of dialogues (pass
+            ``batched=True``), or batched inputs differ in length.
+    """
     return _one("shared_prefix", ref, cand, None, batched)
 
 

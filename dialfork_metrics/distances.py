@@ -100,7 +100,24 @@ def _distance_from_pr(P, R) -> np.ndarray:
 
 # ---------------------------------------------------------------------------- single pair
 def flowscore_from_embeddings(E_ref: Any, E_cand: Any, *, normalize: bool = True, where: str | None = None) -> float:
-    """FlowScore distance 1 - F between two dialogues' turn embeddings (SPEC section 7)."""
+    """FlowScore distance 1 - F between two dialogues' turn embeddings (SPEC section 7).
+
+    S = E E'^T; P = mean_j max_i S_ij, R = mean_i max_j S_ij; F = 2PR/(P+R) with P and R clipped
+    at 0 (F = 0 when either is <= 0), computed in float64.
+
+    Args:
+        E_ref: Turn embeddings of the reference dialogue, shape ``(n, d)``.
+        E_cand: Turn embeddings of the candidate dialogue, shape ``(m, d)``.
+        normalize: L2-normalise the rows first (idempotent for encoder output).
+        where: A label (e.g. a pair or dialogue id) prefixed to error messages.
+
+    Returns:
+        The distance in [0, 1].
+
+    Raises:
+        ValueError: An empty matrix, mismatched dimensions, NaN/inf or an all-zero row (the message
+            names ``where``, the side and the turn).
+    """
     A, B = _check_pair(E_ref, E_cand, where, normalize)
     S = A @ B.T
     P = S.max(axis=0).mean()  # each candidate turn's best match in the reference
@@ -150,7 +167,23 @@ def _dtw_padded(S, n_lens, m_lens, out):  # pragma: no cover - compiled
 
 
 def flowdtw_from_embeddings(E_ref: Any, E_cand: Any, *, normalize: bool = True, where: str | None = None) -> float:
-    """FlowDTW distance Gamma(n, m) / L between two dialogues' turn embeddings (SPEC section 7)."""
+    """FlowDTW distance Gamma(n, m) / L between two dialogues' turn embeddings (SPEC section 7).
+
+    Cost 1 - cosine; ties broken diagonal, then (i-1, j), then (i, j-1); L = cells on the optimal path.
+
+    Args:
+        E_ref: Turn embeddings of the reference dialogue, shape ``(n, d)``.
+        E_cand: Turn embeddings of the candidate dialogue, shape ``(m, d)``.
+        normalize: L2-normalise the rows first (idempotent for encoder output).
+        where: A label (e.g. a pair or dialogue id) prefixed to error messages.
+
+    Returns:
+        The distance (>= 0).
+
+    Raises:
+        ValueError: An empty matrix, mismatched dimensions, NaN/inf or an all-zero row (the message
+            names ``where``, the side and the turn).
+    """
     A, B = _check_pair(E_ref, E_cand, where, normalize)
     S = np.ascontiguousarray(A @ B.T)
     g, L = _dtw_core(S, S.shape[0], S.shape[1])
@@ -166,7 +199,21 @@ def flowdtw_path_length(E_ref: Any, E_cand: Any, *, normalize: bool = True) -> t
 
 
 def mean_turn_distance(E_ref: Any, E_cand: Any, *, normalize: bool = True, where: str | None = None) -> float:
-    """Mean-turn distance 1 - cos(mean e, mean e') (SPEC section 7)."""
+    """Mean-turn distance 1 - cos(mean e, mean e') (SPEC section 7).
+
+    Args:
+        E_ref: Turn embeddings of the reference dialogue, shape ``(n, d)``.
+        E_cand: Turn embeddings of the candidate dialogue, shape ``(m, d)``.
+        normalize: L2-normalise the rows first (idempotent for encoder output).
+        where: A label (e.g. a pair or dialogue id) prefixed to error messages.
+
+    Returns:
+        The distance in [0, 2].
+
+    Raises:
+        ValueError: An empty matrix, mismatched dimensions, NaN/inf or an all-zero row (the message
+            names ``where``, the side and the turn).
+    """
     A, B = _check_pair(E_ref, E_cand, where, normalize)
     return cosine_distance(A.mean(axis=0), B.mean(axis=0), where=where, what="mean turn embedding")
 
@@ -304,7 +351,22 @@ def _flowscore_block(S: np.ndarray, n_lens: np.ndarray, m_lens: np.ndarray) -> n
 def flowscore_batch_from_embeddings(
     pairs: Sequence[tuple[Any, Any]], *, normalize: bool = True, names: Sequence[str] | None = None
 ) -> np.ndarray:
-    """FlowScore of many ``(E_ref, E_cand)`` pairs at once (padded, ``-inf``-masked); ``(n_pairs,)``."""
+    """FlowScore of many ``(E_ref, E_cand)`` pairs at once (padded, ``-inf``-masked blocks).
+
+    Equal to ``flowscore_from_embeddings`` pair by pair; pairs are sorted by size so padding stays small.
+
+    Args:
+        pairs: ``(E_ref, E_cand)`` pairs of turn-embedding matrices, ``(n_i, d)`` and ``(m_i, d)``.
+        normalize: L2-normalise the rows first (idempotent for encoder output).
+        names: One label per pair for error messages (default: the pair's index).
+
+    Returns:
+        A ``(n_pairs,)`` float64 array of distances in [0, 1], in the order of ``pairs``.
+
+    Raises:
+        ValueError: An empty matrix, mismatched dimensions, NaN/inf or an all-zero row (the message
+            names ``where``, the side and the turn).
+    """
     refs, cands = _check_pairs(pairs, normalize, names)
     return _flowscore_many(refs, cands)
 
@@ -319,7 +381,22 @@ def _flowscore_many(refs, cands) -> np.ndarray:
 def flowdtw_batch_from_embeddings(
     pairs: Sequence[tuple[Any, Any]], *, normalize: bool = True, names: Sequence[str] | None = None
 ) -> np.ndarray:
-    """FlowDTW of many ``(E_ref, E_cand)`` pairs (compiled numba kernel over padded blocks); ``(n_pairs,)``."""
+    """FlowDTW of many ``(E_ref, E_cand)`` pairs (compiled numba kernel over padded blocks).
+
+    Equal to ``flowdtw_from_embeddings`` pair by pair.
+
+    Args:
+        pairs: ``(E_ref, E_cand)`` pairs of turn-embedding matrices, ``(n_i, d)`` and ``(m_i, d)``.
+        normalize: L2-normalise the rows first (idempotent for encoder output).
+        names: One label per pair for error messages (default: the pair's index).
+
+    Returns:
+        A ``(n_pairs,)`` float64 array of distances, in the order of ``pairs``.
+
+    Raises:
+        ValueError: An empty matrix, mismatched dimensions, NaN/inf or an all-zero row (the message
+            names ``where``, the side and the turn).
+    """
     refs, cands = _check_pairs(pairs, normalize, names)
     return _flowdtw_many(refs, cands)
 

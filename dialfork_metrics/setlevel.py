@@ -79,7 +79,21 @@ def frechet_distance(mu1: Any, S1: Any, mu2: Any, S2: Any) -> float:
 
 
 def fbd_from_embeddings(X_ref: Any, X_tgt: Any) -> float:
-    """FBD between two sets of pair embeddings ``(n_ref, d)``, ``(n_tgt, d)`` (each ``n >= 2``)."""
+    """FBD between two sets of pair embeddings (Frechet distance of their Gaussians).
+
+    Covariances by ``np.cov`` (ddof 1); ``Tr (S1 S2)^(1/2)`` from the eigenvalues of
+    ``S1^(1/2) S2 S1^(1/2)``; the result is clipped at 0.
+
+    Args:
+        X_ref: Reference embeddings, shape ``(n_ref, d)``, ``n_ref >= 2``.
+        X_tgt: Target embeddings, shape ``(n_tgt, d)``, ``n_tgt >= 2``.
+
+    Returns:
+        The distance (>= 0).
+
+    Raises:
+        ValueError: Fewer than 2 rows, mismatched dimensions, or NaN/inf values.
+    """
     X1, X2 = _check_pair_sets(X_ref, X_tgt)
     d = X1.shape[1]
     for name, X in (("reference", X1), ("target", X2)):
@@ -117,8 +131,29 @@ def prd_from_embeddings(X_ref: Any, X_tgt: Any, num_clusters: int = 20, num_angl
                         seed: int = 0, *, kmeans: str = "minibatch", n_init: int = 10, epsilon: float = 1e-10) -> float:
     """PRD distance ``1 - max F1`` of the run-averaged PRD curve (module docstring).
 
-    ``kmeans``: ``"minibatch"`` (scikit-learn ``MiniBatchKMeans``, as the reference code) or
-    ``"full"`` (``KMeans``)."""
+    Per run, k-means on ``[target; reference]``, the two cluster histograms and the PRD curve over
+    ``num_angles`` angles (Sajjadi et al.); precision and recall are averaged over the runs point by
+    point. Run ``r`` uses ``random_state = np.random.SeedSequence(seed).generate_state(num_runs)[r]``.
+
+    Args:
+        X_ref: Reference embeddings, shape ``(n_ref, d)``.
+        X_tgt: Target embeddings, shape ``(n_tgt, d)``.
+        num_clusters: k-means clusters per run.
+        num_angles: Points of the PRD curve.
+        num_runs: Clusterings averaged.
+        seed: Seed of the runs.
+        kmeans: ``"minibatch"`` (scikit-learn ``MiniBatchKMeans``, as the reference code) or
+            ``"full"`` (``KMeans``).
+        n_init: k-means restarts per run.
+        epsilon: Floor of the histograms' ratios.
+
+    Returns:
+        The distance in [0, 1].
+
+    Raises:
+        ValueError: ``num_clusters`` or ``num_runs`` below 1, more clusters than embeddings, an
+            unknown ``kmeans``, or bad embeddings (fewer than 2 rows, mismatched dimensions, NaN).
+    """
     from sklearn.cluster import KMeans, MiniBatchKMeans
 
     X1, X2 = _check_pair_sets(X_ref, X_tgt)
@@ -170,12 +205,30 @@ def _as_list(dialogues: Any, set_name: str) -> list:
 
 def fbd(ref_set: Any, tgt_set: Any, encoder: Any = None, *, pairing: str | None = None, compat: str | None = None,
         batch_size: int = 64, return_details: bool = False) -> float | dict:
-    """FBD between two sets of dialogues on their turn-pair embeddings (:mod:`~dialfork_metrics.pair_encoder`).
+    """FBD between two sets of dialogues on their turn-pair embeddings (``dialfork_metrics.pair_encoder``).
 
-    ``encoder``: ``None`` (packaged MiniLM), an alias/path, an ``Encoder`` or a ``PairEncoder``.
-    ``pairing``: ``"system_user"`` (default), ``"user_system"`` or ``"sliding"``;
-    ``compat="sdialog"`` uses sdialog's ``"sliding"`` pairing (its ``FrechetBERTDistanceEvaluator``).
-    ``return_details=True`` returns ``{"fbd", "n_ref", "n_tgt", "dim", "encoder", "pairing"}``.
+    ``||mu1 - mu2||^2 + Tr(S1 + S2 - 2 (S1 S2)^(1/2))`` over the ``[CLS]`` embeddings of consecutive
+    turn pairs. The estimate is biased at small n: a warning is logged when a set has n <= d pairs.
+
+    Args:
+        ref_set: The reference set: a list of dialogues (turn strings, ``{"speaker", "text"}``
+            lists or DialFork records), at least 2.
+        tgt_set: The target set, in the same forms, at least 2.
+        encoder: ``None`` (packaged MiniLM), an alias or path, an ``Encoder`` or a ``PairEncoder``.
+        pairing: ``"system_user"`` (default, SPEC), ``"user_system"`` or ``"sliding"`` (every turn
+            with its successor).
+        compat: ``"sdialog"`` reproduces sdialog 0.5.3's ``FrechetBERTDistanceEvaluator`` (sliding pairs).
+        batch_size: Pairs per forward pass of the pair encoder.
+        return_details: Return a dict instead of the float.
+
+    Returns:
+        The distance (>= 0); with ``return_details=True``
+        ``{"fbd", "n_ref", "n_tgt", "dim", "encoder", "pairing"}``.
+
+    Raises:
+        ValueError: An unknown ``compat``, a ``pairing`` other than ``"sliding"`` with
+            ``compat="sdialog"``, or bad sets (fewer than 2 dialogues, empty dialogue or turn; the
+            message names the set and the dialogue).
     """
     if compat not in (None, "sdialog"):
         raise ValueError(f"unknown compat {compat!r}; expected None or 'sdialog'")
@@ -196,7 +249,32 @@ def fbd(ref_set: Any, tgt_set: Any, encoder: Any = None, *, pairing: str | None 
 def prd(ref_set: Any, tgt_set: Any, encoder: Any = None, *, pairing: str = "system_user", num_clusters: int = 20,
         num_angles: int = 1001, num_runs: int = 10, seed: int = 0, kmeans: str = "minibatch", batch_size: int = 64,
         return_details: bool = False) -> float | dict:
-    """PRD distance between two sets of dialogues on their turn-pair embeddings (see :func:`prd_from_embeddings`)."""
+    """PRD distance between two sets of dialogues on their turn-pair embeddings.
+
+    ``1 - max F1`` of the PRD curve averaged over ``num_runs`` clusterings (see ``prd_from_embeddings``).
+
+    Args:
+        ref_set: The reference set: a list of dialogues (turn strings, ``{"speaker", "text"}``
+            lists or DialFork records), at least 2.
+        tgt_set: The target set, in the same forms, at least 2.
+        encoder: ``None`` (packaged MiniLM), an alias or path, an ``Encoder`` or a ``PairEncoder``.
+        pairing: ``"system_user"`` (default), ``"user_system"`` or ``"sliding"``.
+        num_clusters: k-means clusters per run.
+        num_angles: Points of the PRD curve.
+        num_runs: Clusterings averaged point by point.
+        seed: Seed of the runs' ``random_state`` sequence.
+        kmeans: ``"minibatch"`` (``MiniBatchKMeans``, the reference code) or ``"full"`` (``KMeans``).
+        batch_size: Pairs per forward pass of the pair encoder.
+        return_details: Return a dict instead of the float.
+
+    Returns:
+        The distance in [0, 1]; with ``return_details=True``
+        ``{"prd", "n_ref", "n_tgt", "encoder", "pairing"}``.
+
+    Raises:
+        ValueError: A set with fewer than 2 dialogues, an empty dialogue or turn, or an unknown
+            speaker, more clusters than pairs (the message names the set and the dialogue).
+    """
     pe = _pair_encoder(encoder, batch_size)
     X_ref, X_tgt = _set_pairs(pe, ref_set, tgt_set, pairing)
     value = prd_from_embeddings(X_ref, X_tgt, num_clusters, num_angles, num_runs, seed, kmeans=kmeans)
@@ -218,12 +296,40 @@ def _set_lengths(dialogues: Any, set_name: str, words: bool) -> np.ndarray:
 
 
 def set_turn_count_diff(ref_set: Sequence[Any], tgt_set: Sequence[Any]) -> float:
-    """``|mean number of turns of tgt - that of ref|`` (SPEC section 5 control)."""
+    """Turn-count control of Task 1: ``|mean number of turns of tgt - that of ref|`` (SPEC section 5).
+
+    Args:
+        ref_set: The reference set: a list of dialogues (turn strings, ``{"speaker", "text"}``
+            lists or DialFork records), at least 2.
+        tgt_set: The target set, in the same forms, at least 2.
+
+    Returns:
+        The absolute difference of the mean turn counts.
+
+    Raises:
+        ValueError: A set with fewer than 2 dialogues, an empty dialogue or turn, or an unknown
+            speaker (the message names the set and the dialogue).
+    """
     return float(abs(_set_lengths(tgt_set, "target set", False).mean() - _set_lengths(ref_set, "reference set", False).mean()))
 
 
 def set_word_count_diff(ref_set: Sequence[Any], tgt_set: Sequence[Any]) -> float:
-    """``|mean number of words of tgt - that of ref|``, words = whitespace-separated tokens of all turns."""
+    """Word-count control of Task 1: ``|mean number of words of tgt - that of ref|``.
+
+    Words are the whitespace-separated tokens of all turns (ours).
+
+    Args:
+        ref_set: The reference set: a list of dialogues (turn strings, ``{"speaker", "text"}``
+            lists or DialFork records), at least 2.
+        tgt_set: The target set, in the same forms, at least 2.
+
+    Returns:
+        The absolute difference of the mean word counts.
+
+    Raises:
+        ValueError: A set with fewer than 2 dialogues, an empty dialogue or turn, or an unknown
+            speaker (the message names the set and the dialogue).
+    """
     return float(abs(_set_lengths(tgt_set, "target set", True).mean() - _set_lengths(ref_set, "reference set", True).mean()))
 
 

@@ -34,10 +34,18 @@ EXPECTED_ORDER = (4, 3, 2, 1)
 def ranking_tau(distances: Sequence[float], expected: Sequence[float] = EXPECTED_ORDER) -> float:
     """Kendall tau-b between ``distances`` (d_1..d_k) and ``expected``; undefined -> 0.0.
 
-    >>> ranking_tau([0.9, 0.7, 0.5, 0.1])
-    1.0
-    >>> ranking_tau([1, 1, 1, 1])
-    0.0
+    Args:
+        distances: One distance per fork position, k = 1..4 (earlier forks should be further).
+        expected: The expected order (default ``(4, 3, 2, 1)``).
+
+    Returns:
+        tau-b in [-1, 1]; 0.0 when undefined (e.g. all distances equal).
+
+    Example:
+        >>> ranking_tau([0.9, 0.7, 0.5, 0.1])
+        1.0
+        >>> ranking_tau([1, 1, 1, 1])
+        0.0
     """
     from scipy.stats import kendalltau
 

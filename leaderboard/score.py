@@ -86,12 +86,20 @@ def split_subsets(rows: Sequence[Mapping[str, Any]]) -> dict[str, list[Mapping[s
 
 
 def score_detector(predictions: Mapping[str, int | None], gold3: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """``{"public": scores, "private": scores}`` for validated predictions ``{dialogue_id: turn|None}``.
+    """Score validated detector-track predictions on the public and the private part.
 
-    ``scores`` holds the aggregate fields of ``score_predictions`` (:data:`DETECTOR_KEYS`) for
-    that subset, or None when the subset is empty. Raises ``ValueError`` when the prediction
-    ids do not match the gold ids (the validated blind set must be the gold's blind set); the
-    scorer's own messages are not passed on, since they are written against the gold.
+    Args:
+        predictions: ``{dialogue_id: system turn or None}``, already validated against the blind set.
+        gold3: The gold's Task 3 rows (with their ``subset``).
+
+    Returns:
+        ``{"public": scores, "private": scores}``; ``scores`` holds the aggregate fields of
+        ``score_predictions`` (``DETECTOR_KEYS``) for that part, or None when the part is empty.
+
+    Raises:
+        ValueError: The prediction ids do not match the gold ids (the validated blind set must be
+            the gold's blind set); the scorer's own messages are not passed on, since they are
+            written against the gold.
     """
     from dialfork_metrics.task3.scorer import PredictionError, score_predictions
 
@@ -173,11 +181,20 @@ def _units(rows: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[str], lis
 
 
 def score_metric(distances: Mapping[str, float], gold2: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """``{"public": scores, "private": scores}`` for validated distances ``{pair_id: d}``.
+    """Score validated metric-track distances on the public and the private part.
 
-    ``scores``: ``tau`` (mean of the per-type means, the paper's Avg.), ``tau_by_type``,
-    ``exact_recovery`` (share of units whose order is exactly (4,3,2,1), i.e. tau = 1),
-    ``undefined_units`` (all four distances equal; counted as tau 0) and ``counts``.
+    Args:
+        distances: ``{pair_id: distance}``, already validated against the blind set.
+        gold2: The gold's Task 2 rows (unit, type, fork position, subset per pair).
+
+    Returns:
+        ``{"public": scores, "private": scores}``; ``scores``: ``tau`` (mean of the per-type means,
+        the paper's Avg.), ``tau_by_type``, ``exact_recovery`` (share of units whose order is exactly
+        (4,3,2,1), i.e. tau = 1), ``undefined_units`` (all four distances equal; counted as tau 0)
+        and ``counts``; None for an empty part.
+
+    Raises:
+        ValueError: The pair ids do not match the gold's Task 2 pairs.
     """
     gold_ids = {r["pair_id"] for r in gold2}
     if gold_ids != set(distances):

@@ -92,12 +92,26 @@ def evaluate(
     max_bytes: int = DEFAULT_MAX_BYTES,
     ci_resamples: int = _score.CI_RESAMPLES,
 ) -> Evaluation:
-    """Validate ``submission`` (raising :class:`SubmissionError` with every problem) and score it.
+    """Validate ``submission`` and score it against the gold (nothing is stored).
 
-    ``gold``: a gold folder or the dict of ``dialfork_dataset.load_gold``; ``blind``: a Hub
-    layout folder or a :class:`BlindSet` (default: the public columns of the gold).
-    ``ci_resamples``: bootstrap resamples of the interval stored next to the Score / Avg. tau
-    (``score_ci`` / ``tau_ci``, 95% percentile interval, seed 0; 0 computes none).
+    Args:
+        submission: The submission file.
+        track: ``"detector"`` or ``"metric"``.
+        gold: A gold folder or the dict of ``dialfork_dataset.load_gold``.
+        blind: A Hub layout folder or a ``BlindSet`` (default: the public columns of the gold). A
+            folder's card must record this gold's revision.
+        metadata: A dict, a path, or None for ``<name>.metadata.json``.
+        max_bytes: Size cap of the file.
+        ci_resamples: Bootstrap resamples of the interval stored next to the Score / Avg. tau
+            (``score_ci`` / ``tau_ci``, 95% percentile interval, seed 0; 0 computes none).
+
+    Returns:
+        An ``Evaluation`` with ``report``, ``scores`` (public and private parts), ``public`` (the
+        result as published) and ``private`` (its private twin).
+
+    Raises:
+        SubmissionError: The file or its metadata is invalid (every problem listed).
+        GoldError: The blind folder's card names another gold revision.
     """
     gold_d = _score.load_gold(gold) if not isinstance(gold, Mapping) else gold
     if blind is None:
@@ -172,10 +186,30 @@ def submit(
     now: datetime | None = None,
     ci_resamples: int = _score.CI_RESAMPLES,
 ) -> Stored:
-    """Validate, score and store one submission; returns the stored key and public result.
+    """Validate, score and store one submission.
 
-    ``submitter`` overrides the metadata's ``submitter`` (the Space passes the logged-in user).
     The rate limit is checked before scoring, and again by the store when writing.
+
+    Args:
+        submission: The submission file.
+        track: ``"detector"`` or ``"metric"``.
+        gold: A gold folder or the dict of ``dialfork_dataset.load_gold``.
+        store: Where results go: ``LocalStore(root)`` or ``HubStore(repo_id, ...)``.
+        submitter: Overrides the metadata's ``submitter`` (the Space passes the logged-in user).
+        blind: A Hub layout folder or a ``BlindSet`` (default: from the gold).
+        metadata: A dict, a path, or None for ``<name>.metadata.json``.
+        max_bytes: Size cap of the file.
+        now: The submission time (default: the store's clock; naive times are UTC).
+        ci_resamples: Bootstrap resamples of the stored interval.
+
+    Returns:
+        A ``Stored`` with the stored ``key``, the public ``result`` and the ``evaluation``.
+
+    Raises:
+        SubmissionError: The file, its metadata or the submitter name is invalid.
+        RateLimitError: The submitter reached ``max_per_day`` results today (UTC).
+        ResultExistsError: A result with the same key exists (results are immutable).
+        ValueError: No submitter is given, neither as an argument nor in the metadata.
     """
     now = now or store.clock()
     if now.tzinfo is None:

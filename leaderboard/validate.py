@@ -553,11 +553,27 @@ def validate_submission(
 ) -> ValidationReport:
     """Validate a submission file against the blind set; returns a report listing every problem.
 
-    ``metadata``: a dict, a path to the metadata JSON, or None for the default path
-    (:func:`default_metadata_path`); with ``require_metadata=False`` a missing metadata file
-    is not an error (for ``validate`` runs on predictions alone). Never raises for a bad file;
-    call :meth:`ValidationReport.raise_for_errors` to turn errors into a :class:`SubmissionError`.
-    The report keeps the first :data:`MAX_REPORTED_ERRORS` problems and counts the others.
+    Never raises for a bad file; call ``ValidationReport.raise_for_errors`` to turn errors into a
+    ``SubmissionError``. The report keeps the first ``MAX_REPORTED_ERRORS`` problems and counts the
+    others.
+
+    Args:
+        path: The submission (JSON Lines, UTF-8 without BOM).
+        track: ``"detector"`` (Task 3) or ``"metric"`` (Task 2).
+        blind: The blind set's ids and T (``BlindSet.from_dir(hub_folder)``).
+        metadata: A dict, a path to the metadata JSON, or None for the default path
+            (``<name>.metadata.json`` next to the file).
+        require_metadata: With False a missing metadata file is not an error (a ``validate`` run on
+            predictions alone).
+        max_bytes: Size cap, checked before reading.
+        max_line_chars: Longest line parsed.
+
+    Returns:
+        A ``ValidationReport``: ``ok``, ``errors`` (code, line, field, message), ``warnings``,
+        ``summary``, ``sha256``, ``values`` (the parsed predictions or distances) and ``metadata``.
+
+    Raises:
+        ValueError: An unknown ``track`` (a usage error, not a problem of the file).
     """
     if track not in TRACKS:
         raise ValueError(f"unknown track {track!r}; choose one of {TRACKS}")

@@ -44,7 +44,14 @@ def available() -> list[str]:
 def module_path(name: str) -> str:
     """Folder of the packaged module ``name`` (pass it to ``evaluate.load``).
 
-    Raises ``ValueError`` listing the available modules for an unknown name.
+    Args:
+        name: ``"flowscore"``, ``"flowdtw"``, ``"flowkl"`` or ``"task3"`` (any packaged module).
+
+    Returns:
+        The absolute path of the module's folder.
+
+    Raises:
+        ValueError: ``name`` is not a packaged module (the message lists the available ones).
     """
     if not isinstance(name, str) or name not in available():
         raise ValueError(
@@ -56,9 +63,17 @@ def module_path(name: str) -> str:
 def load(name: str, **kwargs: Any):
     """``evaluate.load`` of the packaged module ``name``; works offline (``HF_EVALUATE_OFFLINE=1``).
 
-    Keyword arguments go to ``evaluate.load``: evaluate's own (``config_name``, ``cache_dir``,
-    ``keep_in_memory``, ``experiment_id``, ``num_process``, ``process_id``...) and the module's
-    load-time options (e.g. ``encoder="d2f"``, ``batch_size=64``, ``device="cuda"``).
+    Args:
+        name: ``"flowscore"``, ``"flowdtw"``, ``"flowkl"`` or ``"task3"``.
+        **kwargs: Passed to ``evaluate.load``: evaluate's own (``config_name``, ``cache_dir``,
+            ``keep_in_memory``, ``experiment_id``, ``num_process``, ``process_id``...) and the
+            module's load-time options (e.g. ``encoder="d2f"``, ``batch_size=64``, ``device="cuda"``).
+
+    Returns:
+        The ``evaluate.EvaluationModule``: ``add_batch``/``add`` in a loop, then ``compute()``.
+
+    Raises:
+        ValueError: ``name`` is not a packaged module.
     """
     import evaluate
 

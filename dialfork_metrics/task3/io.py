@@ -22,9 +22,23 @@ GOLD_FIELDS = ("dialogue_id", "num_system_turns", "hallucination_type", "fork_tu
 
 
 def load_examples(data: str | os.PathLike, split: str = "test") -> list[dict[str, Any]]:
-    """Task 3 examples (``dialogue_id, turns, num_system_turns, hallucination_type, fork_position,
-    fork_turn, task``) of ``split`` in ``"train"``, ``"test"`` or ``"blind"`` (the leaderboard's
-    unlabelled set: only ``dialogue_id, turns, num_system_turns``)."""
+    """Task 3 examples of one split of a corpus.
+
+    Args:
+        data: A Hub-layout folder (``dialfork_dataset.export_hub_layout``), a generator output
+            folder, or a Hub dataset id such as ``idiap/dialfork``.
+        split: ``"train"`` (conformant dialogues), ``"test"`` (conformant + forks, labelled) or
+            ``"blind"`` (the leaderboard's unlabelled set).
+
+    Returns:
+        One dict per dialogue: ``dialogue_id, turns, num_system_turns, hallucination_type,
+        fork_position, fork_turn, task``; for ``"blind"`` only ``dialogue_id, turns, num_system_turns``.
+
+    Raises:
+        ValueError: An unknown split, or the data cannot be loaded (the message says what was
+            being loaded).
+        FileNotFoundError: ``data`` looks like a path and does not exist.
+    """
     from dialfork_dataset.hub import load_blind, load_split
     from dialfork_dataset.views import task3_examples
 
@@ -57,8 +71,18 @@ def load_gold_rows(gold: str | os.PathLike | None = None, data: str | os.PathLik
                    subset: str = "all") -> list[dict[str, Any]]:
     """Gold rows ``{dialogue_id, num_system_turns, hallucination_type, fork_turn}``.
 
-    ``gold``: a gold folder (``task3_gold.jsonl`` inside) or that file (blind ids; ``subset``
-    ``"public"``/``"private"`` keeps one part). Else ``data``: the labelled ``task3`` test split.
+    Args:
+        gold: A gold folder (``task3_gold.jsonl`` inside) or that file (blind ids).
+        data: Else the corpus whose labelled ``task3`` test split is the gold.
+        subset: ``"all"``, or ``"public"``/``"private"`` to keep one part of a blind gold file.
+
+    Returns:
+        The gold rows, in file order.
+
+    Raises:
+        FileNotFoundError: The gold file does not exist.
+        ValueError: Neither ``gold`` nor ``data`` is given, an unknown ``subset``, or ``subset``
+            used with ``data``.
     """
     from dialfork_dataset.jsonl import read_jsonl
 
@@ -81,9 +105,19 @@ def load_gold_rows(gold: str | os.PathLike | None = None, data: str | os.PathLik
 
 
 def read_predictions(path: str | os.PathLike) -> list[dict[str, Any]]:
-    """Rows of a prediction file; raises :class:`PredictionError` listing every malformed line
-    (``path:line: reason``): bad JSON, not an object, missing/extra fields, non-string id,
-    a value that is not an integer or null, duplicate ids (checks shared with the scorer)."""
+    """Rows of a prediction file (JSON Lines ``{"dialogue_id", "prediction"}``).
+
+    Args:
+        path: The prediction file.
+
+    Returns:
+        The rows, in file order.
+
+    Raises:
+        PredictionError: Lists every malformed line (``path:line: reason``): bad JSON or UTF-8, not
+            an object, missing/extra fields, non-string id, a value that is not an integer or null,
+            duplicate ids (checks shared with the scorer).
+    """
     from dialfork_dataset.jsonl import JsonlError, iter_jsonl
 
     from .scorer import collect_prediction_rows
@@ -115,7 +149,16 @@ def _line_of(message: str) -> int:
 
 
 def write_predictions(path: str | os.PathLike, rows: Iterable[Mapping[str, Any]]) -> int:
-    """Atomically write ``{"dialogue_id", "prediction"}`` rows as JSON Lines."""
+    """Atomically write ``{"dialogue_id", "prediction"}`` rows as JSON Lines.
+
+    Args:
+        path: The output file (written through a temporary file and a rename).
+        rows: Mappings with ``dialogue_id`` and ``prediction`` (an int or ``None``); other keys are
+            dropped.
+
+    Returns:
+        The number of rows written.
+    """
     from dialfork_dataset.jsonl import write_jsonl
 
     return write_jsonl(path, ({"dialogue_id": r["dialogue_id"], "prediction": r["prediction"]} for r in rows))

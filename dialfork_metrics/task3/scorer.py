@@ -196,6 +196,14 @@ def validate_predictions(predictions: Any, gold: Sequence[Mapping[str, Any]]) ->
     Checks: the container shape, unknown ids, missing ids, duplicate ids (list of rows), values
     that are not an integer (``int`` or a numpy integer) or ``None`` (bools, floats and numeric
     strings are errors) and indices outside ``1..T``.
+
+    Args:
+        predictions: A mapping ``{dialogue_id: turn or None}`` or a list of
+            ``{"dialogue_id", "prediction"}`` rows.
+        gold: Rows with ``dialogue_id`` and ``num_system_turns`` (only public fields are read).
+
+    Returns:
+        One message per problem, naming the id (and line or index); empty when valid.
     """
     gold_by_id = _gold_index(gold)
     errors: list[str] = []
@@ -235,11 +243,21 @@ def score_from_stats(
 ) -> float:
     """The Score from summary statistics (coverages as fractions in [0, 1]).
 
-    ``mae_h=None`` means no flagged fork (``a_1 = 0``); ``mae_c=None`` no flagged conformant
-    dialogue (``a_2 = 1``).
+    Args:
+        mae_h: MAE on flagged forks, in system turns; ``None`` when no fork is flagged (``a_1 = 0``).
+        cov_h: Share of forks flagged.
+        mae_c: MAE on flagged conformant dialogues; ``None`` when none is flagged (``a_2 = 1``).
+        cov_c: Share of conformant dialogues flagged.
+        mae_h_ref: Reference MAE on forks (the random baseline's expectation).
+        mae_c_ref: Reference MAE on conformant dialogues.
+        weights: The four weights of ``a1..a4``.
 
-    >>> round(score_from_stats(6.60, 1.0, 7.50, 1.0, 12.52, 14.12), 2)  # Table 4, Random
-    0.94
+    Returns:
+        The Score (0 to 100).
+
+    Example:
+        >>> round(score_from_stats(6.60, 1.0, 7.50, 1.0, 12.52, 14.12), 2)  # Table 4, Random
+        0.94
     """
     for name, v in (("cov_h", cov_h), ("cov_c", cov_c)):
         if isinstance(v, bool) or not isinstance(v, int | float) or not 0.0 <= v <= 1.0:
@@ -266,18 +284,25 @@ def score_predictions(
 ) -> dict[str, Any]:
     """Score Task 3 predictions against ``gold`` (SPEC section 8).
 
-    ``predictions``: ``{dialogue_id: system turn index or None}`` or a list of
-    ``{"dialogue_id", "prediction"}`` rows. ``gold``: rows with ``dialogue_id``,
-    ``num_system_turns``, ``hallucination_type`` (None for conformant) and ``fork_turn``.
-    Raises :class:`PredictionError` listing every problem if the predictions are invalid.
+    Args:
+        predictions: ``{dialogue_id: system turn index or None}`` or a list of
+            ``{"dialogue_id", "prediction"}`` rows; ``None`` means "no deviation".
+        gold: Rows with ``dialogue_id``, ``num_system_turns``, ``hallucination_type`` (None for
+            conformant) and ``fork_turn``.
+        weights: The four weights of the Score's components ``a1..a4`` (default: SPEC 8's).
 
-    Returns a dict with ``score``, ``components`` (``a1``..``a4``), ``mae_h``, ``mae_h_by_type``,
-    ``cov_h``, ``cov_h_by_type``, ``mae_c``, ``cov_c``, ``mae_h_ref``, ``mae_c_ref`` and
-    ``counts``, all MAEs in system turns; when every gold row has its ``turns``, also
-    ``all_turns``: the MAEs and references in all turns (:func:`mae_all_turns`). MAEs over no
-    flagged dialogue are ``None``; when the gold set has no forked (or no
-    conformant) dialogue the references, the components that need them and the score are ``None``.
-    Coverages are fractions in [0, 1].
+    Returns:
+        A dict with ``score``, ``components`` (``a1``..``a4``), ``weights``, ``mae_h``,
+        ``mae_h_by_type``, ``cov_h``, ``cov_h_by_type``, ``mae_c``, ``cov_c``, ``mae_h_ref``,
+        ``mae_c_ref`` and ``counts``, all MAEs in system turns; when every gold row has its
+        ``turns``, also ``all_turns``: the MAEs and references in all turns (``mae_all_turns``). MAEs
+        over no flagged dialogue are ``None``; when the gold set has no forked (or no conformant)
+        dialogue the references, the components that need them and the score are ``None``.
+        Coverages are fractions in [0, 1].
+
+    Raises:
+        PredictionError: The predictions are invalid; its ``errors`` lists every problem (see
+            ``validate_predictions``). Messages use ids and T only, never gold labels.
     """
     gold_by_id = _gold_index(gold)
     errors: list[str] = []
