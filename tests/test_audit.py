@@ -246,9 +246,8 @@ def test_kb_tools_results_come_back_as_tool_messages(tmp_path, star_dir, referen
     """The ``tools`` fake calls the task's tool (one valid call, one malformed) and answers with the
     tool messages it got back (it refuses results that are not role: tool answers to its calls)."""
     from dialfork_dataset.star import StarCorpus
-    from generation.kb_tools import KBExecutor
-
     from dialfork_metrics.audit.fakes import example_arguments
+    from generation.kb_tools import KBExecutor
 
     with serve_fake_agent("tools", star=star_dir) as fa:
         rep = audit_agent(fa.url, fa.model, ["weather"], reference, star=star_dir, per_task=2, out=tmp_path,
