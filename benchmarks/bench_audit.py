@@ -39,10 +39,10 @@ def main() -> int:
     a = ap.parse_args()
 
     from dialfork_dataset.builder import load_records
-    from dialfork_dataset.openai_client import OpenAICompatClient
     from dialfork_metrics.audit import audit_agent, serve_fake_agent
     from dialfork_metrics.encoders import Encoder
     from generation import GenerationConfig, generate_corpus
+    from generation.llm.client import OpenAICompatClient
 
     waited = [0.0]
     chat_one = OpenAICompatClient.chat_one

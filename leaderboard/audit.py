@@ -450,14 +450,14 @@ def regenerate(star: str | os.PathLike, tasks: Sequence[str], seeds: Sequence[in
     single-task scenarios of each task; returns (records, notes)."""
     from dialfork_dataset.builder import load_records
     from generation import GenerationConfig, generate_corpus
-    from generation.engine import _load_corpus
+    from generation.engine import load_corpus
 
     try:  # where the prefix modes live depends on the code version
         from dialfork_dataset.records import PREFIX_MODES
     except ImportError:
         from generation.engine import PREFIX_MODES
 
-    corpus = _load_corpus(str(star))
+    corpus = load_corpus(str(star))
     notes = []
     tasks = [t for t in tasks if t in corpus.tasks]
     scen = [sc for t in sorted(tasks) for sc in corpus.scenarios_for(task=t, single_task=True)[:per_task]]

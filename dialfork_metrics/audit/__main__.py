@@ -9,13 +9,13 @@ import sys
 
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m dialfork_metrics.audit",
-                                 description="Audit how well an agent follows its STAR workflows (docs/audit.md).")
+                                 description="Audit how well an agent follows its workflows (docs/audit.md).")
     ap.add_argument("--agent", required=True, help="the agent's API root, e.g. http://127.0.0.1:8000/v1")
     ap.add_argument("--model", required=True, help="the served model name")
     ap.add_argument("--api-key-env", default=None, help="environment variable holding the bearer token")
-    ap.add_argument("--source", default=None, help="workflow source: star:PATH")
+    ap.add_argument("--source", default=None, help="workflow source: star:PATH or workflow:PATH (a workflow file)")
     ap.add_argument("--star", default=None, help="STAR copy (same as --source star:PATH; default $DIALFORK_STAR_DIR)")
-    ap.add_argument("--tasks", required=True, help="comma-separated STAR task names")
+    ap.add_argument("--tasks", required=True, help="comma-separated task names of the source")
     ap.add_argument("--per-task", type=int, default=5, help="scenarios per task (default 5)")
     ap.add_argument("--scenarios", default=None, help="comma-separated scenario ids (instead of the first N)")
     ap.add_argument("--happy-only", action="store_true",
@@ -26,6 +26,11 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--reference", required=True, help="corpus folder or exported Hub folder with conformant dialogues")
     ap.add_argument("--out", required=True, help="output folder (dialogues, report); a rerun resumes")
     ap.add_argument("--concurrency", type=int, default=4)
+    ap.add_argument("--kb-tools", action="store_true",
+                    help="offer the agent the task's API as an OpenAI tool and answer its calls from the source's "
+                         "knowledge base (generation/kb_tools.py)")
+    ap.add_argument("--max-tool-rounds", type=int, default=None,
+                    help="rounds of tool calls per agent turn before it must answer (default 4)")
     ap.add_argument("--detector", default="it", help="streaming detector: it, ss, it+nc, ss+nc")
     ap.add_argument("--encoder", default="minilm")
     ap.add_argument("--timeout", type=float, default=60.0)
@@ -36,12 +41,15 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     a = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    from dialfork_dataset.openai_client import EndpointError
+    from generation.llm.client import EndpointError
 
     from .core import AuditError, audit_agent
 
     if a.concurrency < 1:
         print(f"error: --concurrency must be >= 1, got {a.concurrency}", file=sys.stderr)
+        return 2
+    if a.max_tool_rounds is not None and a.max_tool_rounds < 0:
+        print(f"error: --max-tool-rounds must be >= 0, got {a.max_tool_rounds}", file=sys.stderr)
         return 2
     if a.source is None and a.star is None:
         import os
@@ -54,7 +62,8 @@ def main(argv: list[str] | None = None) -> int:
                              per_task=None if scen else a.per_task, scenarios=scen, out=a.out,
                              api_key_env=a.api_key_env, concurrency=a.concurrency, encoder=a.encoder,
                              detector=a.detector, timeout=a.timeout, happy_only=a.happy_only, user=a.user,
-                             user_model=a.user_model, user_api_key_env=a.user_api_key_env, max_retries=a.max_retries)
+                             user_model=a.user_model, user_api_key_env=a.user_api_key_env, max_retries=a.max_retries,
+                             kb_tools=a.kb_tools, max_tool_rounds=a.max_tool_rounds)
     except (AuditError, EndpointError, ValueError) as e:
         msg = " ".join(str(e).split())
         print(f"error: {msg}", file=sys.stderr)

@@ -56,17 +56,28 @@ class Outcome:
 
 
 def parse_source(source: str | None, star: str | None) -> str | None:
-    """``star:PATH`` (or ``--star PATH``) -> the STAR path; other workflow sources are refused."""
+    """The workflow source spec to open: ``star:PATH`` or ``workflow:PATH`` (``--source``), else the
+    ``--star`` path (None: ``$DIALFORK_STAR_DIR``)."""
     if source is None:
         return star
-    kind, sep, path = source.partition(":")
-    if not sep or not path:
-        raise AuditError(f"--source {source!r}: expected star:PATH")
-    if kind != "star":
-        raise AuditError(f"--source {source!r}: only star:PATH sources are supported by the audit so far")
-    if star is not None and os.path.abspath(star) != os.path.abspath(path):
-        raise AuditError(f"--source {source!r} and --star {star!r} name different STAR copies; give one")
-    return path
+    kind, sep, path = str(source).partition(":")
+    if not sep or not path or kind not in ("star", "workflow"):
+        raise AuditError(f"--source {source!r}: expected star:PATH or workflow:PATH")
+    if star is not None and (kind != "star" or os.path.abspath(star) != os.path.abspath(path)):
+        raise AuditError(f"--source {source!r} and --star {star!r} name different workflow sources; give one")
+    return path if kind == "star" else f"workflow:{path}"
+
+
+def open_audit_source(spec: str | None):
+    """The :class:`~dialfork_dataset.sources.WorkflowSource` of a :func:`parse_source` spec, its
+    problems as an :class:`AuditError`."""
+    from dialfork_dataset.sources import SourceError, open_source
+    from dialfork_dataset.star import StarError
+
+    try:
+        return open_source(spec)
+    except (SourceError, StarError, OSError) as e:
+        raise AuditError(str(e)) from None
 
 
 def _sid_key(sid: str) -> tuple:
@@ -79,6 +90,7 @@ def plan_jobs(corpus: Any, tasks: Sequence[str], per_task: int | None = None,
     """The (task, scenario) conversations to run: the first ``per_task`` single-task scenarios of each
     task in scenario-id order, or the ``scenarios`` given (ids; a mapping task -> ids, or a flat list
     applied to every task). Every unknown task or scenario is reported at once."""
+    from dialfork_dataset.sources import SourceError
     from dialfork_dataset.star import StarError
     from generation.seeds import dialogue_seed
 
@@ -92,8 +104,8 @@ def plan_jobs(corpus: Any, tasks: Sequence[str], per_task: int | None = None,
         try:
             task = corpus.task(name)
             budget = corpus.length_budget(name)
-        except StarError as e:
-            errs.append(str(e))
+        except (StarError, SourceError, KeyError) as e:
+            errs.append(str(e).strip('"'))
             continue
         avail = {str(s.scenario_id): s for s in corpus.scenarios_for(name, happy=True if happy_only else None)}
         if scenarios is not None:
@@ -102,7 +114,7 @@ def plan_jobs(corpus: Any, tasks: Sequence[str], per_task: int | None = None,
             for sid in want:
                 if str(sid) not in avail:
                     errs.append(f"scenario {sid!r} is not a single-task{' happy' if happy_only else ''} scenario of "
-                                f"task {name!r} in the STAR copy "
+                                f"task {name!r} in the source "
                                 f"{corpus.path} (it has {len(avail)}, e.g. {', '.join(sorted(avail, key=_sid_key)[:3])})")
                 else:
                     chosen.append(avail[str(sid)])
@@ -132,19 +144,22 @@ class _Encoder:
 
 
 def converse(job: Job, client: Any, backend: Any, matcher: Any, encoder: _Encoder,
-             sampling: Mapping[str, Any], max_extra_turns: int = 4, user_client: Any = None) -> Outcome:
+             sampling: Mapping[str, Any], max_extra_turns: int = 4, user_client: Any = None,
+             tools: Any = None) -> Outcome:
     """One conversation: template user first, then the agent, until one ends it or the length
     budget (plus ``max_extra_turns`` for the wrap-up) is spent. Upstream failures end the
-    conversation with ``Outcome.error`` set."""
-    from dialfork_dataset.openai_client import EndpointError
-    from generation.engine import Dialogue, _init_messages
+    conversation with ``Outcome.error`` set. ``tools``: a :class:`ToolAgent` (the agent is offered
+    the task's KB tools and its calls are run, :mod:`generation.kb_tools`); the calls are listed in
+    ``Outcome.extra["tool_calls"]``."""
+    from generation.engine import Dialogue, init_messages
+    from generation.llm.client import EndpointError
     from generation.prompts import END_TOKEN
 
     from .user import LLMUser, TemplateUser, UserError
 
     d = Dialogue(key=job.dialogue_id, task=job.task, scenario=job.scenario, seed=job.seed, budget=job.budget,
                  cut=job.budget + max_extra_turns)
-    _init_messages(d)
+    init_messages(d)
     messages = list(d.system_messages)
     if user_client is None:
         user = TemplateUser(backend, job.task, job.scenario, job.seed, matcher, d)
@@ -152,6 +167,7 @@ def converse(job: Job, client: Any, backend: Any, matcher: Any, encoder: _Encode
         user = LLMUser(user_client, backend.model(job.task), matcher, d, job.seed, dict(sampling))
     ended_by_agent = False
     error = None
+    calls: list[dict[str, Any]] = []
     for i in range(d.cut):
         if i % 2 == 0:
             d.wrapped = len(d.turns) >= d.budget
@@ -168,15 +184,19 @@ def converse(job: Job, client: Any, backend: Any, matcher: Any, encoder: _Encode
                 break
             continue
         try:
-            rep = client.chat_one(messages, job.seed % (2**31), None, **sampling)
+            if tools is None:
+                rep = client.chat_one(messages, job.seed % (2**31), None, **sampling)
+                raw, finish = rep.text or "", rep.finish_reason
+            else:
+                raw, finish, results = tools.turn(messages, job, sampling)
+                calls += [{"system_turn": d.n_system + 1, **r.to_dict()} for r in results]
         except EndpointError as e:
             error = f"turn {i}: {e}"
             break
-        raw = rep.text or ""
         done = END_TOKEN in raw
         text = raw.replace(END_TOKEN, "").strip()
         if not text:
-            error = (f"turn {i}: the agent returned an empty reply (finish_reason={rep.finish_reason!r}); "
+            error = (f"turn {i}: the agent returned an empty reply (finish_reason={finish!r}); "
                      "check the model name, max_tokens and the server's chat template")
             break
         d.turns.append({"speaker": "system", "text": text})
@@ -186,7 +206,71 @@ def converse(job: Job, client: Any, backend: Any, matcher: Any, encoder: _Encode
         if done or user.is_goodbye(mt.node):
             ended_by_agent = True
             break
-    return Outcome(job, d.turns, user.steps, user.similarities, ended_by_agent, error)
+    extra = {"tool_calls": calls} if tools is not None else {}
+    return Outcome(job, d.turns, user.steps, user.similarities, ended_by_agent, error, extra)
+
+
+class ToolAgent:
+    """The agent called with the task's KB tools (OpenAI function calling, through the official
+    ``openai`` client): each agent turn is a :func:`generation.kb_tools.run_tool_loop`, whose tool
+    calls run against the source's KB tables (``executor``); the tool messages stay in the agent's
+    history. Upstream failures (after the client's retries) raise
+    :class:`~generation.llm.client.EndpointError`."""
+
+    def __init__(self, agent: str, model: str, executor: Any, api_key: str | None = None, timeout: float = 60.0,
+                 max_retries: int = 3, max_rounds: int | None = None):
+        import openai
+
+        from generation.kb_tools import DEFAULT_MAX_TOOL_ROUNDS
+
+        self.model = model
+        self.url = agent
+        self.executor = executor
+        self.max_rounds = DEFAULT_MAX_TOOL_ROUNDS if max_rounds is None else int(max_rounds)
+        self.client = openai.OpenAI(base_url=agent, api_key=api_key or "none", timeout=timeout,
+                                    max_retries=max_retries)
+
+    def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], seed: int,
+                 sampling: Mapping[str, Any]) -> dict[str, Any]:
+        import openai
+
+        from generation.llm.client import EndpointError
+
+        kw = {k: v for k, v in sampling.items() if v is not None}
+        if tools:
+            kw["tools"] = tools
+        try:
+            resp = self.client.chat.completions.create(model=self.model, messages=messages, seed=seed, **kw)
+        except openai.APIStatusError as e:
+            raise EndpointError(f"POST {self.url}/chat/completions: HTTP {e.status_code}: {e.message}",
+                                status=e.status_code) from None
+        except openai.APIError as e:
+            raise EndpointError(f"POST {self.url}/chat/completions failed: {type(e).__name__}: {e}") from None
+        choices = getattr(resp, "choices", None)
+        if not choices or getattr(choices[0], "message", None) is None:
+            raise EndpointError(f"POST {self.url}/chat/completions: the reply is not a chat completion "
+                                f"(not JSON with choices[0].message): {str(resp)[:200]!r}")
+        m = choices[0].message
+        out: dict[str, Any] = {"role": "assistant", "content": m.content, "finish_reason": choices[0].finish_reason}
+        if m.tool_calls:
+            out["tool_calls"] = [{"id": c.id, "type": "function",
+                                  "function": {"name": c.function.name, "arguments": c.function.arguments}}
+                                 for c in m.tool_calls if getattr(c, "function", None) is not None]
+        return out
+
+    def turn(self, messages: list[dict[str, Any]], job: Job, sampling: Mapping[str, Any]):
+        """``(text, finish_reason, tool results)`` of one agent turn (``messages`` gets the tool traffic)."""
+        from generation.kb_tools import run_tool_loop
+
+        seed = job.seed % (2**31)
+        msg, results = run_tool_loop(lambda ms, ts: self.complete(ms, ts, seed, sampling), messages, self.executor,
+                                     job.task.name, happy=bool(job.scenario.happy), seed=job.seed,
+                                     max_rounds=self.max_rounds)
+        text = msg.get("content") if isinstance(msg.get("content"), str) else ""
+        finish = msg.get("finish_reason")
+        if msg.get("tool_calls"):
+            finish = f"tool_calls after {self.max_rounds} rounds of tool calls"
+        return text, finish, results
 
 
 def record_decoding(sampling: Mapping[str, Any]) -> dict[str, Any]:
@@ -245,19 +329,19 @@ class Store:
                 self.records[did] = rec
                 self.failed.pop(did, None)
                 self.steps[did] = {"steps": o.steps, "similarities": [round(x, 6) for x in o.similarities],
-                                   "ended_by_agent": o.ended_by_agent}
+                                   "ended_by_agent": o.ended_by_agent, **o.extra}
                 write_json_atomic(self.out / STEPS_FILE, self.steps)
                 write_jsonl(self.out / DIALOGUES_FILE, self.records.values())
             else:
                 self.failed[did] = {"dialogue_id": did, "task": o.job.task.name,
                                     "scenario_id": str(o.job.scenario.scenario_id), "generator": generator,
-                                    "error": o.error, "turns": o.turns}
+                                    "error": o.error, "turns": o.turns, **o.extra}
             write_json_atomic(self.out / FAILED_FILE, list(self.failed.values()))
 
 
 def run_conversations(jobs: Sequence[Job], client: Any, corpus: Any, encoder: Any, store: Store, generator: str,
                       sampling: Mapping[str, Any], concurrency: int = 4, min_similarity: float | None = None,
-                      show_progress: bool = True, user_client: Any = None) -> None:
+                      show_progress: bool = True, user_client: Any = None, tools: Any = None) -> None:
     """Run every job not yet in ``store`` (``concurrency`` conversations at once)."""
     from tqdm.auto import tqdm
 
@@ -277,7 +361,7 @@ def run_conversations(jobs: Sequence[Job], client: Any, corpus: Any, encoder: An
             matchers[j.task.name] = StepMatcher(backend.model(j.task), enc,
                                                 DEFAULT_MIN_SIMILARITY if min_similarity is None else min_similarity)
     with ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="audit") as pool:
-        futs = [pool.submit(converse, j, client, backend, matchers[j.task.name], enc, sampling, 4, user_client)
+        futs = [pool.submit(converse, j, client, backend, matchers[j.task.name], enc, sampling, 4, user_client, tools)
                 for j in todo]
         for f in tqdm(as_completed(futs), total=len(futs), desc="audit", unit="dlg", disable=not show_progress):
             o = f.result()
@@ -290,7 +374,7 @@ def make_client(agent: str, model: str, api_key_env: str | None = None, timeout:
                 max_retries: int = 3, backoff: float = 0.5, role: str = "agent"):
     """The project's OpenAI-compatible client for the agent (or the LLM user, ``role``), checked
     (reachable, serves ``model``)."""
-    from dialfork_dataset.openai_client import EndpointError, OpenAICompatClient
+    from generation.llm.client import EndpointError, OpenAICompatClient
 
     api_key = None
     if api_key_env:
@@ -316,7 +400,7 @@ def audit_agent(agent: str, model: str, tasks: Sequence[str], reference: Any, *,
                 max_retries: int = 3, backoff: float = 0.5, min_similarity: float | None = None,
                 detector_options: Mapping[str, Any] | None = None, happy_only: bool = False,
                 user: str = "template", user_model: str | None = None, user_api_key_env: str | None = None,
-                show_progress: bool = True):
+                kb_tools: bool = False, max_tool_rounds: int | None = None, show_progress: bool = True):
     """Audit the agent served at ``agent`` (OpenAI-compatible API root) as ``model``.
 
     Runs ``per_task`` scenarios of each task of ``tasks`` (or the ``scenarios`` given) with the
@@ -326,17 +410,17 @@ def audit_agent(agent: str, model: str, tasks: Sequence[str], reference: Any, *,
     ``user``: ``"template"`` or ``"openai:URL"`` (an LLM user served as ``user_model``).
     ``happy_only`` audits STAR's happy scenarios only (every look-up succeeds) and compares them with
     the reference's happy-scenario dialogues: like with like for an agent without knowledge-base tools.
+    ``source``: ``star:PATH`` or ``workflow:PATH`` (a workflow file, docs/workflows.md); ``star``: a
+    STAR copy (default ``$DIALFORK_STAR_DIR``).
+    ``kb_tools``: offer the agent the task's API as an OpenAI tool and run its calls against the
+    source's KB tables (:mod:`generation.kb_tools`; at most ``max_tool_rounds`` rounds of tool calls
+    per turn); the report counts the calls and the malformed ones.
     """
-    from dialfork_dataset.star import StarCorpus, StarError
-
     from ..encoders import get_encoder
     from .report import load_reference, score_audit
 
-    path = parse_source(source, None if star is None else os.fspath(star))
-    try:
-        corpus = StarCorpus(path)
-    except StarError as e:
-        raise AuditError(str(e)) from None
+    spec = parse_source(source, None if star is None else os.fspath(star))
+    corpus = open_audit_source(spec)
     tasks = list(tasks)
     jobs = plan_jobs(corpus, tasks, per_task, scenarios, seed, happy_only)
     refs = load_reference(reference, tasks)
@@ -363,10 +447,23 @@ def audit_agent(agent: str, model: str, tasks: Sequence[str], reference: Any, *,
         raise AuditError(f"{store.out} holds dialogues of {', '.join(map(str, others))}, not of {generator}; "
                          "give another --out (a rerun resumes only the same agent's audit)")
     client = make_client(agent, model, api_key_env, timeout, max_retries, backoff)
+    tool_agent = None
+    if kb_tools:
+        from generation.kb_tools import KBExecutor, ToolSpecError
+
+        try:
+            executor = KBExecutor(corpus, tasks)
+        except ToolSpecError as e:
+            raise AuditError(str(e)) from None
+        no_api = [t for t in tasks if not executor.tools(t)]
+        if no_api:
+            raise AuditError(f"--kb-tools: task(s) {', '.join(no_api)} have no API to offer as a tool")
+        key = os.environ.get(api_key_env) if api_key_env else None
+        tool_agent = ToolAgent(agent, model, executor, key, timeout, max_retries, max_tool_rounds)
     enc = get_encoder(encoder)
     sampling = dict(DEFAULT_SAMPLING if sampling is None else sampling)
     run_conversations(jobs, client, corpus, enc, store, generator, sampling, concurrency, min_similarity,
-                      show_progress, user_client)
+                      show_progress, user_client, tool_agent)
     ids = {j.dialogue_id for j in jobs}
     if ids and all(i in store.failed for i in ids):
         first = next(store.failed[i]["error"] for i in sorted(ids))

@@ -6,6 +6,11 @@
   outcome), as the benchmark's forks do at t_k;
 * ``garbage``: answers HTTP 200 with an HTML page (a non-OpenAI server);
 * ``empty``: answers well-formed completions with empty content;
+* ``tools``: for ``--kb-tools``: when offered tools and none was called yet, answers with two tool
+  calls (a valid call of the first tool, its required arguments set to the first value their
+  schema allows, and a call whose arguments are not JSON); answers the tool results with
+  ``Results: <content> | <content>`` (after checking they come back as ``role: tool`` messages
+  with the calls' ids); otherwise replies as ``faithful``;
 * ``user``: a scripted simulated user for ``--user openai:URL`` (greets, agrees, says goodbye with
   ``[END]`` after five turns or when the agent says goodbye).
 
@@ -33,7 +38,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import SimpleNamespace
 from typing import Any
 
-KINDS = ("faithful", "derailed", "garbage", "empty", "user")
+KINDS = ("faithful", "derailed", "garbage", "empty", "user", "tools")
 DEFAULT_DERAIL_AT = 3
 """System turn (1-based, t_k) at which the derailed fake leaves its workflow."""
 DEFAULT_HTYPES = ("WIC", "SSPC")
@@ -88,14 +93,14 @@ class AgentPolicy:
         return self.answers.get(_key(text))
 
     def reply(self, messages: Sequence[Mapping[str, str]]) -> str:
-        from generation.backends.template import Sim, _build_hal, _hal_system, system_turn
+        from generation.backends.template import Sim, build_hal, hal_system_turn, system_turn
         from generation.seeds import Rng, stable_seed
 
         if not messages or messages[0].get("role") != "system":
             raise ValueError("the first message must be the system prompt")
         prompt = messages[0]["content"]
         task = self.corpus.task(self.task_of(prompt))
-        convo = [m for m in messages[1:] if m.get("role") in ("user", "assistant")]
+        convo = [m for m in messages[1:] if m.get("role") in ("user", "assistant") and isinstance(m.get("content"), str)]
         seed = stable_seed("fake-agent", prompt, convo[0]["content"] if convo else "") % (2**62)
         m = self.backend.model(task)
         sim = Sim(m, _HappyScenario(), seed, self.backend.data)
@@ -112,8 +117,8 @@ class AgentPolicy:
                 rng = Rng(seed, i, 1000)
                 if sim.hal is None:
                     self._fork(sim, d, m, task, seed, n_sys)
-                    sim.hal = _build_hal(sim, d, rng, self.backend)
-                text = _hal_system(sim, d, rng, self.backend)
+                    sim.hal = build_hal(sim, d, rng, self.backend)
+                text = hal_system_turn(sim, d, rng, self.backend)
             else:
                 text = system_turn(sim, d, Rng(seed, i), seed)
             if msg is None:
@@ -144,6 +149,49 @@ class AgentPolicy:
         d.reference = SimpleNamespace(scratch={"sim": SimpleNamespace(trace=ref_trace)}, turns=[])
         d.fork = ForkSpec(htype=htype, k=1, turn=t, variant=variant, instruction="", substitute_task=sub)
         d.injected = True
+
+
+def example_arguments(tool: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``tools`` fake's valid call: every required parameter set to the first value its JSON
+    Schema allows."""
+    params = tool["function"]["parameters"]
+    out: dict[str, Any] = {}
+    for name in params.get("required", []):
+        p = params["properties"][name]
+        if "enum" in p:
+            out[name] = p["enum"][0]
+        elif p.get("type") == "integer":
+            out[name] = p.get("minimum", 1)
+        elif p.get("type") == "boolean":
+            out[name] = True
+        elif p.get("type") == "array":
+            out[name] = list(p.get("items", {}).get("enum", ["x"]))[:1]
+        else:
+            out[name] = "Alex Smith"
+    return out
+
+
+def tool_reply(body: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The ``tools`` fake's assistant message, or None to reply as the faithful agent."""
+    msgs = body["messages"]
+    if msgs and msgs[-1].get("role") == "tool":
+        k = len(msgs) - 1
+        while msgs[k - 1].get("role") == "tool":
+            k -= 1
+        call_msg = msgs[k - 1]
+        ids = [c["id"] for c in call_msg.get("tool_calls") or []]
+        got = [m.get("tool_call_id") for m in msgs[k:]]
+        if call_msg.get("role") != "assistant" or got != ids:
+            raise ValueError(f"tool results {got} do not answer the tool calls {ids}")
+        return {"role": "assistant", "content": "Results: " + " | ".join(m["content"] for m in msgs[k:])}
+    tools = body.get("tools") or []
+    if tools and not any(m.get("role") == "tool" for m in msgs):
+        name = tools[0]["function"]["name"]
+        return {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_ok", "type": "function",
+             "function": {"name": name, "arguments": json.dumps(example_arguments(tools[0]))}},
+            {"id": "call_bad", "type": "function", "function": {"name": name, "arguments": "{not json"}}]}
+    return None
 
 
 def scripted_user(messages: Sequence[Mapping[str, str]]) -> str:
@@ -197,6 +245,12 @@ def make_handler(kind: str, model: str, policy: AgentPolicy | None):
                     text = ""
                 elif kind == "user":
                     text = scripted_user(body["messages"])
+                elif kind == "tools" and (msg := tool_reply(body)) is not None:
+                    out = completion(msg["content"] or "", body.get("model", model))
+                    out["choices"][0]["message"] = msg
+                    out["choices"][0]["finish_reason"] = "tool_calls" if msg.get("tool_calls") else "stop"
+                    self._send(200, json.dumps(out).encode())
+                    return
                 else:
                     text = policy.reply(body["messages"])
             except (ValueError, KeyError, TypeError) as e:
@@ -219,8 +273,9 @@ class FakeAgent:
 @contextlib.contextmanager
 def serve_fake_agent(kind: str = "faithful", star: str | os.PathLike | None = None, model: str | None = None,
                      derail_at: int = DEFAULT_DERAIL_AT, htypes: Sequence[str] = DEFAULT_HTYPES,
-                     timeout: float = 120.0) -> Iterator[FakeAgent]:
-    """Run a fake agent in a child process on 127.0.0.1 (port 0) and stop it by its PID on exit."""
+                     timeout: float = 120.0, source: str | None = None) -> Iterator[FakeAgent]:
+    """Run a fake agent in a child process on 127.0.0.1 (port 0) and stop it by its PID on exit.
+    ``source``: a workflow source spec (``workflow:PATH``) instead of the STAR copy ``star``."""
     if kind not in KINDS:
         raise ValueError(f"unknown fake agent kind {kind!r}; known: {', '.join(KINDS)}")
     model = model or f"fake-{kind}"
@@ -228,6 +283,8 @@ def serve_fake_agent(kind: str = "faithful", star: str | os.PathLike | None = No
            "--derail-at", str(derail_at), "--htypes", ",".join(htypes)]
     if star is not None:
         cmd += ["--star", os.fspath(star)]
+    if source is not None:
+        cmd += ["--source", os.fspath(source)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
     try:
         line = proc.stdout.readline()
@@ -252,19 +309,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kind", choices=KINDS, default="faithful")
     ap.add_argument("--model", default=None)
     ap.add_argument("--star", default=None, help="STAR copy (default $DIALFORK_STAR_DIR)")
+    ap.add_argument("--source", default=None, help="workflow source (star:PATH or workflow:PATH) instead of --star")
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--derail-at", type=int, default=DEFAULT_DERAIL_AT)
     ap.add_argument("--htypes", default=",".join(DEFAULT_HTYPES), help="derailed: hallucination types, cycled by seed")
     a = ap.parse_args(argv)
     policy = None
-    if a.kind in ("faithful", "derailed"):
-        from dialfork_dataset.star import StarCorpus
+    if a.kind in ("faithful", "derailed", "tools"):
+        from dialfork_dataset.sources import open_source
 
         htypes = [h.strip() for h in a.htypes.split(",") if h.strip()]
         bad = [h for h in htypes if h not in ("WIC", "SSPC", "GR", "CSC")]
         if bad or not htypes:
             ap.error(f"--htypes: unknown hallucination type(s) {bad}; use WIC, SSPC, GR, CSC")
-        policy = AgentPolicy(StarCorpus(a.star), a.kind, a.derail_at, htypes)
+        policy = AgentPolicy(open_source(a.source or a.star), "faithful" if a.kind == "tools" else a.kind,
+                             a.derail_at, htypes)
     srv = ThreadingHTTPServer(("127.0.0.1", a.port), make_handler(a.kind, a.model or f"fake-{a.kind}", policy))
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     print(f"listening on {srv.server_address[1]}", flush=True)

@@ -13,6 +13,9 @@ Per task (SPEC 10, definitions in docs/audit.md):
 * ``flowkl``: FlowKL(reference conformant set, agent's dialogues) (needs 2 of each);
 * ``flowscore``: mean FlowScore distance of each dialogue to the reference conformant dialogue of
   the same scenario, where there is one;
+* ``tool_calls``/``tool_errors``: with KB tools (``kb_tools``), the agent's tool calls and those
+  answered with a tool error (malformed JSON, unknown tool or argument, a value outside the
+  schema); None without tools;
 * ``deviant``: the three dialogues with the largest FlowScore distance (else the earliest alarms),
   with the flagged turn.
 """
@@ -72,6 +75,11 @@ def _mean(xs: Sequence[float]) -> float | None:
     return sum(xs) / len(xs) if xs else None
 
 
+def _sum_known(xs: Sequence[int | None]) -> int | None:
+    known = [x for x in xs if x is not None]
+    return sum(known) if known else None
+
+
 def _system_position(turns: Sequence[Mapping[str, str]], k: int) -> int | None:
     n = 0
     for i, t in enumerate(turns):
@@ -114,7 +122,10 @@ def score_task(task: str, jobs: Sequence[Job], store: Store, refs: list[dict[str
         cov = step_coverage(st.get("steps", []), model)
         ref = by_scenario.get(r["scenario_id"])
         fs = float(flowscore(ref, r, encoder)) if ref is not None else None
+        tc = st.get("tool_calls")
         rows.append({"dialogue_id": r["dialogue_id"], "scenario_id": r["scenario_id"], "turns": r["turns"],
+                     "tool_calls": None if tc is None else len(tc),
+                     "tool_errors": None if tc is None else sum(not c.get("ok") for c in tc),
                      "steps": st.get("steps", []), "completed": bool(cov["reached_outcome"] and not cov["skipped"] and st.get("ended_by_agent")),
                      "coverage": cov, "first_alarm": flag, "flowscore": fs})
     fkl = None
@@ -140,6 +151,8 @@ def score_task(task: str, jobs: Sequence[Job], store: Store, refs: list[dict[str
         "alarm_rate": sum(x["first_alarm"] is not None for x in rows) / n if n else None,
         "first_alarms": {x["dialogue_id"]: x["first_alarm"] for x in rows},
         "flowkl": fkl, "flowscore": _mean([x["flowscore"] for x in rows]),
+        "tool_calls": _sum_known([x["tool_calls"] for x in rows]),
+        "tool_errors": _sum_known([x["tool_errors"] for x in rows]),
         "flowscore_n": sum(x["flowscore"] is not None for x in rows),
         "reference_dialogues": len(refs), "detector": detector,
         "dialogue_rows": [{k: v for k, v in x.items() if k != "turns"} for x in rows],
@@ -168,7 +181,7 @@ def _fmt(v: Any, nd: int = 3) -> str:
 COLUMNS = (("dialogues", "dialogues"), ("failed", "failed"), ("completion", "completion"),
            ("coverage", "coverage"), ("skipped", "skipped"), ("repeated", "repeated"),
            ("out_of_order", "out of order"), ("alarm_rate", "alarm rate"), ("flowkl", "FlowKL"),
-           ("flowscore", "FlowScore dist."))
+           ("flowscore", "FlowScore dist."), ("tool_calls", "tool calls"), ("tool_errors", "tool errors"))
 
 
 @dataclass
@@ -208,7 +221,7 @@ class AuditReport:
                  "", "| task | " + " | ".join(h for _, h in COLUMNS) + " |",
                  "| --- |" + " --- |" * len(COLUMNS)]
         for t in self.tasks:
-            lines.append(f"| {t['task']} | " + " | ".join(_fmt(t[k]) for k, _ in COLUMNS) + " |")
+            lines.append(f"| {t['task']} | " + " | ".join(_fmt(t.get(k)) for k, _ in COLUMNS) + " |")
         for t in self.tasks:
             lines += ["", f"## {t['task']}", ""]
             if t["failures"]:
@@ -257,7 +270,7 @@ class AuditReport:
                  "rate, FlowKL and FlowScore distance are better.</p><table><tr><th>task</th>"
                  + "".join(f"<th>{e(h)}</th>" for _, h in COLUMNS) + "</tr>"]
         for t in self.tasks:
-            parts.append(f"<tr><td>{e(t['task'])}</td>" + "".join(f"<td>{e(_fmt(t[k]))}</td>" for k, _ in COLUMNS)
+            parts.append(f"<tr><td>{e(t['task'])}</td>" + "".join(f"<td>{e(_fmt(t.get(k)))}</td>" for k, _ in COLUMNS)
                          + "</tr>")
         parts.append("</table>")
         for t in self.tasks:

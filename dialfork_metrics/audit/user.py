@@ -80,7 +80,7 @@ class TemplateUser:
 
     def hear(self, text: str, embedding: np.ndarray, turn_index: int) -> StepMatch:
         """Map the agent's turn to a workflow step and update the simulator as if it had said it."""
-        from generation.backends.template import _GENERIC, _enter
+        from generation.backends.template import GENERIC_NODES, enter_node
         from generation.seeds import Rng
 
         mt = self.matcher.match(embedding)
@@ -95,8 +95,8 @@ class TemplateUser:
             sim.prev = mt.node
             sim.visits[mt.node] = sim.visits.get(mt.node, 0) + 1
             sim.trace.append(mt.node)
-            if mt.node not in _GENERIC:
-                _enter(sim, mt.node, Rng(self.seed, turn_index))
+            if mt.node not in GENERIC_NODES:
+                enter_node(sim, mt.node, Rng(self.seed, turn_index))
         sim.answer = None
         return mt
 
@@ -113,9 +113,9 @@ def step_coverage(steps: list[str | None], model: Any) -> dict[str, Any]:
     happy-path order of the first visits; ``off_workflow``: turns mapped to no step;
     ``coverage``: visited / required.
     """
-    from generation.backends.template import _GENERIC
+    from generation.backends.template import GENERIC_NODES
 
-    skip = {model.start, model.anything_else, model.bye, *_GENERIC}
+    skip = {model.start, model.anything_else, model.bye, *GENERIC_NODES}
     required = [n for n in dict.fromkeys(model.happy_trace) if n not in skip and "bye" not in n]
     order = {n: i for i, n in enumerate(required)}
     seen: set[str] = set()
@@ -166,8 +166,8 @@ class LLMUser:
         self.similarities: list[float] = []
 
     def say(self, turn_index: int) -> str:
-        from dialfork_dataset.openai_client import EndpointError
         from generation import prompts
+        from generation.llm.client import EndpointError
 
         if self.d.wrapped and not self.wrapped:
             self.wrapped = True

@@ -291,6 +291,22 @@ class Monitor:
                 enc.clear_cache()
         return e
 
+    def encode_many(self, texts: Sequence[str]) -> np.ndarray:
+        """:meth:`encode` of several turns under one lock, ``(n, d)`` float64 (thread-safe). Each text
+        is encoded alone, as :meth:`encode` does (a padded batch could change the last bits of an
+        embedding, and a verdict must not depend on which turns arrived together)."""
+        enc = self.detector.encoder
+        if enc is None:
+            raise ValueError("this monitor has no encoder: pass embedding= to observe(), or load it with "
+                             "Monitor.load(path, encoder='minilm')")
+        if not texts:
+            return np.zeros((0, next(iter(self.detector.centroids.values())).shape[1]))
+        with self._lock:
+            e = np.stack([np.asarray(enc.encode([t])[0], dtype=np.float64) for t in texts])
+            if hasattr(enc, "clear_cache") and len(enc) > self.max_cache_texts:
+                enc.clear_cache()
+        return e
+
     def assign(self, speaker: str, embedding: np.ndarray) -> tuple[int, float]:
         """(node id, node confidence) of one turn embedding spoken by ``speaker``."""
         e = np.asarray(embedding, dtype=np.float64).reshape(1, -1)

@@ -188,23 +188,35 @@ class Guard:
     def __init__(self, monitor: Monitor, store: Store, config: GuardConfig):
         self.monitor, self.store, self.config = monitor, store, config
         self.metrics = _Metrics()
-        # one worker thread does a request's store look-up, encoding, detector step and commit in one
-        # hop (the encoder sees one caller at a time; SQLite work is sub-millisecond)
-        self._pool = ThreadPoolExecutor(1, thread_name_prefix="guard-worker")
+        # one worker thread encodes (the encoder sees one caller at a time, and the event loop is
+        # never blocked by a model); everything else (store look-up, detector step, commit: well
+        # under a millisecond) runs on the event loop, so a request hops to the worker only to encode
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="guard-encoder")
         self.client = None
 
-    async def _in(self, fn, *args):
-        return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
+    async def _encode(self, texts: list[str]):
+        """``(embeddings, seconds)`` of ``texts`` (one hop to the encoder thread; none for no text)."""
+        if not texts:
+            return None, 0.0
 
-    def _history(self, conv: str, hashes: list[str], turns: list[tuple[str, str]]):
-        """Resume from the longest stored prefix, observe the new history turns, commit them."""
+        def run():
+            t0 = time.perf_counter()
+            return self.monitor.encode_many(texts), time.perf_counter() - t0
+
+        return await asyncio.get_running_loop().run_in_executor(self._pool, run)
+
+    async def _history(self, conv: str, hashes: list[str], turns: list[tuple[str, str]]):
+        """Resume from the longest stored prefix, observe the new history turns, commit them.
+        Returns (state before, last stored verdict, session, verdicts, encoding seconds, done time)."""
         k, state, last = self.store.longest_prefix(conv, hashes)
         items = [(sp, text, h) for (sp, text), h in zip(turns[k:], hashes[k:])]
-        session, rows, verdicts, enc = self._observe(conv, state, items)
+        E, enc = await self._encode([text for _, text, _ in items])
+        session, rows, verdicts = self._observe(conv, state, items, E, enc)
         self.store.put(rows)  # what was observed is never observed twice
-        return state, last, session, verdicts, enc
+        return state, last, session, verdicts, enc, time.perf_counter()
 
-    def _reply(self, conv: str, prefix_before: str, state: dict[str, Any], text: str, first_before: int | None):
+    async def _reply(self, conv: str, prefix_before: str, state: dict[str, Any], text: str,
+                     first_before: int | None):
         """Observe the reply (reused when this exact reply was already observed: a retried request),
         decide blocking, commit. Returns (verdicts, blocked, delivered text, encoding seconds)."""
         prefix = chain(prefix_before, "system", text)
@@ -213,7 +225,8 @@ class Guard:
             v = Verdict.from_dict(hit[1])
             rows, verdicts, enc = [Row(conv, prefix, v.turn, "system", hit[0], hit[1])], [v], 0.0
         else:
-            _, rows, verdicts, enc = self._observe(conv, state, [("system", text, prefix)])
+            E, enc = await self._encode([text])
+            _, rows, verdicts = self._observe(conv, state, [("system", text, prefix)], E, enc)
         raised_here = first_before is None and rows[-1].state["first_alarm"] is not None
         blocked = self.config.mode == "block" and raised_here
         delivered = self.config.fallback if blocked else text
@@ -224,23 +237,20 @@ class Guard:
         self.store.put(rows)
         return verdicts, blocked, delivered, enc
 
-    def _observe(self, conv: str, state: dict | None, items: list[tuple[str, str, str]]):
-        """Observe ``(speaker, text, prefix)`` items from ``state``: (session, rows, verdicts, encode s)."""
+    def _observe(self, conv: str, state: dict | None, items: list[tuple[str, str, str]], E: Any, enc: float):
+        """Observe ``(speaker, text, prefix)`` items (embeddings ``E``) from ``state``: (session, rows, verdicts)."""
         s = self.monitor.session(state)
         before = s.first_alarm
-        rows, verdicts, enc = [], [], 0.0
-        for sp, text, prefix in items:
-            t0 = time.perf_counter()
-            v = s.observe(sp, text)
-            dt = time.perf_counter() - t0
-            enc += dt
-            self.metrics.encode_seconds.observe(dt)
+        rows, verdicts = [], []
+        for i, (sp, text, prefix) in enumerate(items):
+            v = s.observe(sp, text, embedding=E[i])
+            self.metrics.encode_seconds.observe(enc / len(items))
             self.metrics.turns.labels(sp).inc()
             verdicts.append(v)
             rows.append(Row(conv, prefix, v.turn, sp, s.state(), v.to_dict()))
         if before is None and s.first_alarm is not None:
             self.metrics.alarms.inc()
-        return s, rows, verdicts, enc
+        return s, rows, verdicts
 
     async def handle(self, headers: Mapping[str, str], raw: bytes, stream_label: list[str]):
         t_start = time.perf_counter()
@@ -253,15 +263,26 @@ class Guard:
         stream_label[0] = str(stream).lower()
         conv = conversation_id(headers)
         hashes = prefix_hashes(turns)
-        state, last, session, verdicts, enc = await self._in(self._history, conv, hashes, turns)
-        first_before = None if state is None else state.get("first_alarm")
-        ctx = {"t_start": t_start, "conv": conv, "prefix": hashes[-1] if hashes else "", "session": session,
-               "verdicts": verdicts, "last": verdicts[-1].to_dict() if verdicts else last,
-               "first_before": first_before, "encode": enc}
+        # the history's new turns are encoded while the upstream answers (they do not depend on it)
+        history = asyncio.ensure_future(self._history(conv, hashes, turns))
+        ctx = {"t_start": t_start, "conv": conv, "prefix": hashes[-1] if hashes else "", "history": history,
+               "encode": 0.0}
         fwd = {k_: v for k_, v in headers.items() if k_.lower() not in _HOP}
-        if stream:
-            return await self._stream(raw, fwd, ctx)
-        return await self._once(raw, fwd, ctx)
+        try:
+            if stream:
+                return await self._stream(raw, fwd, ctx)
+            return await self._once(raw, fwd, ctx)
+        finally:
+            if not history.done():
+                await asyncio.shield(history)  # committed whatever the upstream did
+
+    async def _join_history(self, ctx, upstream_done: float) -> None:
+        """Wait for the history's observation; its encoding counts as the request's encoding time
+        only as far as it outlasted the upstream call (``Server-Timing: encode``)."""
+        state, last, session, verdicts, enc, done = await ctx["history"]
+        ctx.update(session=session, verdicts=verdicts, last=verdicts[-1].to_dict() if verdicts else last,
+                   first_before=None if state is None else state.get("first_alarm"))
+        ctx["encode"] += min(enc, max(0.0, done - upstream_done))
 
     def _dialfork(self, ctx, reply_verdicts: list[Verdict], blocked: bool) -> dict[str, Any]:
         allv = ctx["verdicts"] + reply_verdicts
@@ -273,8 +294,8 @@ class Guard:
         """Observe the reply (if it has text); returns (verdicts, blocked, delivered text)."""
         if text is None or not text.strip():
             return [], False, text
-        verdicts, blocked, delivered, enc = await self._in(self._reply, ctx["conv"], ctx["prefix"],
-                                                           ctx["session"].state(), text, ctx["first_before"])
+        verdicts, blocked, delivered, enc = await self._reply(ctx["conv"], ctx["prefix"], ctx["session"].state(), text,
+                                                              ctx["first_before"])
         ctx["encode"] += enc
         return verdicts, blocked, delivered
 
@@ -313,6 +334,7 @@ class Guard:
         except httpx.HTTPError as e:
             raise self._upstream_failure(e) from e
         upstream_s = time.perf_counter() - t0
+        await self._join_history(ctx, t0 + upstream_s)
         if r.status_code != 200:
             self.metrics.upstream_errors.labels(f"status_{r.status_code}").inc()
             self.metrics.requests.labels("false", "upstream_status").inc()
@@ -344,6 +366,11 @@ class Guard:
             r = await self.client.send(req, stream=True)
         except httpx.HTTPError as e:
             raise self._upstream_failure(e) from e
+        try:
+            await self._join_history(ctx, time.perf_counter())
+        except BaseException:
+            await r.aclose()
+            raise
         if r.status_code != 200:
             content = await r.aread()
             await r.aclose()
