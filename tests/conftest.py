@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 from pathlib import Path
 
 import pytest
@@ -48,3 +49,12 @@ def template_hub(tmp_path_factory, template_corpus) -> tuple[Path, Path]:
     root = tmp_path_factory.mktemp("template_hub")
     info = export_hub_layout(template_corpus, root / "hub", blind_key="11" * 32)
     return Path(info["dest"]), Path(info["gold_dir"])
+
+
+@pytest.fixture
+def dead_port() -> int:
+    """A 127.0.0.1 port that refuses connections for the whole test: bound, never listening, so
+    no other process can start listening there meanwhile (a port picked and released could be)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        yield s.getsockname()[1]

@@ -42,7 +42,17 @@ def template_db(tmp_path_factory, records):
     path = tmp_path_factory.mktemp("template") / "study.db"
     study = Study(f"sqlite:///{path}", study_seed=42)
     study.import_records(records)
+    # the stored hash names its own scrypt cost and verification reads it from there: a low
+    # cost keeps every login of these tests cheap (the throttle, not scrypt, is under test
+    # here; test_password_is_stored_hashed checks the default cost's hashes)
     study.set_admin_password(PASSWORD)
+    from sqlalchemy.orm import Session
+
+    from annotation.db import Meta
+
+    with Session(study.engine) as s, s.begin():
+        s.get(Meta, "admin_hash").value = hash_password(PASSWORD, n=2**10)
+    assert study.meta("admin_hash").startswith(f"scrypt${2**10}$")
     a = study.create_annotator("alice")
     b = study.create_annotator("bob")
     study.draw_batch("weather", [a["id"], b["id"]], 1, seed=9, overlap_share=0.0)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
 
 import pytest
 
@@ -93,14 +92,8 @@ def test_rerun_skips_completed_scenarios(audits, star_dir, reference):
     assert [t["coverage"] for t in again.tasks] == [t["coverage"] for t in rep.tasks]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def test_unreachable_agent(tmp_path, star_dir, reference):
-    url = f"http://127.0.0.1:{_free_port()}/v1"
+def test_unreachable_agent(tmp_path, star_dir, reference, dead_port):
+    url = f"http://127.0.0.1:{dead_port}/v1"
     with pytest.raises(AuditError, match="is not usable"):
         audit_agent(url, "m", TASKS[:1], reference, star=star_dir, per_task=1, out=tmp_path, max_retries=0,
                     show_progress=False)
@@ -131,10 +124,10 @@ def test_reference_without_conformant_dialogues_of_a_task(tmp_path, star_dir, re
                     out=tmp_path, show_progress=False)
 
 
-def test_cli_bad_input_is_one_line_exit_2(tmp_path, star_dir, reference, capsys):
+def test_cli_bad_input_is_one_line_exit_2(tmp_path, star_dir, reference, capsys, dead_port):
     from dialfork_metrics.audit.__main__ import main
 
-    url = f"http://127.0.0.1:{_free_port()}/v1"
+    url = f"http://127.0.0.1:{dead_port}/v1"
     rc = main(["--agent", url, "--model", "m", "--source", f"star:{star_dir}", "--tasks", "weather", "--per-task", "1",
                "--reference", str(reference), "--out", str(tmp_path), "--max-retries", "0"])
     err = capsys.readouterr().err
@@ -182,7 +175,7 @@ def test_html_report_escapes_what_the_agent_says():
     assert page.count("<img ") == 1  # the plot only
 
 
-def test_openai_user(tmp_path, star_dir, reference):
+def test_openai_user(tmp_path, star_dir, reference, dead_port):
     from dialfork_metrics.audit.fakes import scripted_user
 
     with serve_fake_agent("faithful", star=star_dir) as agent, serve_fake_agent("user", star=star_dir) as user:
@@ -196,7 +189,7 @@ def test_openai_user(tmp_path, star_dir, reference):
     assert scripted_user([{"role": "user", "content": "x"}]) == "Hello."
     with pytest.raises(AuditError, match="simulated user http://127.0.0.1:.* is not usable"):
         audit_agent(agent.url, agent.model, ["weather"], reference, star=star_dir, per_task=1, out=tmp_path,
-                    user=f"openai:http://127.0.0.1:{_free_port()}/v1", user_model="u", max_retries=0,
+                    user=f"openai:http://127.0.0.1:{dead_port}/v1", user_model="u", max_retries=0,
                     show_progress=False)
     with pytest.raises(AuditError, match="--user-model"):
         audit_agent(agent.url, agent.model, ["weather"], reference, star=star_dir, per_task=1, out=tmp_path,

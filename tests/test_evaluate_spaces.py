@@ -6,14 +6,12 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import socket
-import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
 import pytest
+from live_server import start_app, stop
 
 import dialfork_metrics as dm
 from dialfork_metrics import modules as M
@@ -28,36 +26,21 @@ REFS = [{"num_system_turns": 5, "hallucination_type": None, "fork_turn": None},
         {"num_system_turns": 6, "hallucination_type": "GR", "fork_turn": 2}]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.skipif(not HAS_GRADIO, reason="gradio is not installed (pip install 'dialfork[leaderboard]')")
 @pytest.mark.parametrize("name", M.available())
 def test_space_app_starts_in_its_folder(name, tmp_path):
     folder = Path(M.module_path(name))
-    port = _free_port()
-    log = tmp_path / "space.log"
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "GRADIO_SERVER_NAME": "127.0.0.1", "GRADIO_SERVER_PORT": str(port),
-           "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1", "HF_EVALUATE_OFFLINE": "1",
-           "HF_DATASETS_OFFLINE": "1", "HF_MODULES_CACHE": str(tmp_path / "modules")}
-    with open(log, "w") as fh:
-        proc = subprocess.Popen([sys.executable, "app.py"], cwd=folder, env=env, stdout=fh, stderr=subprocess.STDOUT)
+
+    def launch(port):
+        return [sys.executable, "app.py"], {
+            **os.environ, "PYTHONPATH": str(ROOT), "GRADIO_SERVER_NAME": "127.0.0.1", "GRADIO_SERVER_PORT": str(port),
+            "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1", "HF_EVALUATE_OFFLINE": "1",
+            "HF_DATASETS_OFFLINE": "1", "HF_MODULES_CACHE": str(tmp_path / "modules")}
+
+    # started again on a fresh port if Gradio's own start-up checks (5 s, 3 s) miss under load
+    proc, base, _ = start_app(launch, folder, tmp_path)
     try:
-        end = time.monotonic() + 240
-        page = None
-        while time.monotonic() < end and page is None:
-            if proc.poll() is not None:
-                pytest.fail(f"{name}/app.py exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5) as r:  # loopback only
-                    page = r.read().decode("utf-8", "replace") if r.status == 200 else None
-            except OSError:
-                time.sleep(0.5)
-        assert page is not None, f"{name}: no answer on /\n{log.read_text()[-3000:]}"
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/config", timeout=10) as r:
+        with urllib.request.urlopen(f"{base}/config", timeout=60) as r:  # loopback only
             config = json.loads(r.read())
         values = json.dumps([c.get("props", {}).get("value") for c in config["components"]])
         title = card_text(folder).splitlines()[0].lstrip("# ").strip()
@@ -65,12 +48,7 @@ def test_space_app_starts_in_its_folder(name, tmp_path):
         # the module was loaded from the script beside app.py (copied into this run's module cache)
         assert list((tmp_path / "modules").rglob(f"{name}.py"))
     finally:
-        proc.terminate()  # the app's own PID
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc)  # the app's own PID
 
 
 def test_compute_json_words_errors():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_openai_client import FakeOpenAIServer, free_port
+from test_openai_client import FakeOpenAIServer
 
 from generation.backends.base import TurnRequest
 from generation.backends.hf import turn_sampling_seed
@@ -59,16 +59,16 @@ def test_top_k_zero_is_not_sent_and_merge_folds_system_messages():
                                     {"role": "user", "content": "book it\n\nINJECT"}]
 
 
-def test_unreachable_server_fails_at_construction():
+def test_unreachable_server_fails_at_construction(dead_port):
     with pytest.raises(EndpointError, match="cannot reach.*Is the server"):
-        OpenAIBackend("m", f"http://127.0.0.1:{free_port()}/v1", max_retries=1, backoff=0.01)
+        OpenAIBackend("m", f"http://127.0.0.1:{dead_port}/v1", max_retries=1, backoff=0.01)
 
 
-def test_cli_reports_an_unreachable_server_in_one_line(tmp_path, star_dir, capsys):
+def test_cli_reports_an_unreachable_server_in_one_line(tmp_path, star_dir, capsys, dead_port):
     from generation.cli import main
 
     rc = main(["--backend", "openai", "--backend-option", "model=m", "--backend-option",
-               f"base_url=http://127.0.0.1:{free_port()}/v1", "--backend-option", "max_retries=0",
+               f"base_url=http://127.0.0.1:{dead_port}/v1", "--backend-option", "max_retries=0",
                "--star", str(star_dir), "--out", str(tmp_path / "out"), "--tasks", "weather", "--no-progress"])
     assert rc == 2
     err = capsys.readouterr().err

@@ -16,6 +16,8 @@ import httpx
 import numpy as np
 import pytest
 
+CLIENT_TIMEOUT_S = 300.0  # a request through the proxy, bounded (the machine may be loaded)
+
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 pytest.importorskip("prometheus_client")
@@ -69,8 +71,9 @@ class ThreadServer:
 
     def __enter__(self):
         self.thread.start()
+        deadline = time.monotonic() + 300
         while not self.server.started:
-            if not self.thread.is_alive():
+            if not self.thread.is_alive() or time.monotonic() > deadline:
                 raise RuntimeError("server did not start")
             time.sleep(0.01)
         return self
@@ -164,7 +167,7 @@ def _expected(monitor, d):
 @pytest.mark.parametrize("stream", [False, True])
 def test_proxy_verdicts_equal_in_process(monitor, corpus, upstream, tmp_path, stream):
     dialogues = _forks_and_conformant(corpus[1])
-    with _proxy(monitor, upstream.url + "/v1", tmp_path / "s.db") as px, httpx.Client(timeout=30) as c:
+    with _proxy(monitor, upstream.url + "/v1", tmp_path / "s.db") as px, httpx.Client(timeout=CLIENT_TIMEOUT_S) as c:
         for d in dialogues:
             dfs, texts = _play(c, px.url, d, stream=stream)
             assert texts == [t["text"] for t in d["turns"] if t["speaker"] == "system"]
@@ -195,7 +198,7 @@ def _metric(text: str, name: str, **labels) -> float:
 
 def test_history_hash_mode_retries_and_no_double_counting(monitor, corpus, upstream, tmp_path):
     d = _forks_and_conformant(corpus[1])[3]
-    with _proxy(monitor, upstream.url + "/v1", tmp_path / "s.db") as px, httpx.Client(timeout=30) as c:
+    with _proxy(monitor, upstream.url + "/v1", tmp_path / "s.db") as px, httpx.Client(timeout=CLIENT_TIMEOUT_S) as c:
         dfs, _ = _play(c, px.url, d, conv=False)
         assert [df["observed"] for df in dfs] == _expected(monitor, d)
         assert all(df["conversation_id"] is None for df in dfs)
@@ -213,7 +216,7 @@ def test_block_mode_replaces_the_first_alarm_reply(monitor, corpus, upstream, tm
     d = forks[0]
     fallback = "Let me hand you over to a colleague."
     with _proxy(monitor, upstream.url + "/v1", tmp_path / "s.db", mode="block", fallback=fallback) as px, \
-            httpx.Client(timeout=30) as c:
+            httpx.Client(timeout=CLIENT_TIMEOUT_S) as c:
         for stream in (False, True):
             dfs, texts = _play(c, px.url, d, stream=stream)
             blocked = [i for i, df in enumerate(dfs) if df["blocked"]]
@@ -242,7 +245,7 @@ def test_bad_requests_get_400_with_the_reason(monitor, upstream, tmp_path):
         (json.dumps({"messages": [{"role": "user", "content": "x"}], "stream": "yes"}).encode(), "stream", "stream"),
         (json.dumps([1, 2]).encode(), None, "JSON object"),
     ]
-    with _proxy(monitor, upstream.url + "/v1", tmp_path / "s.db") as px, httpx.Client(timeout=30) as c:
+    with _proxy(monitor, upstream.url + "/v1", tmp_path / "s.db") as px, httpx.Client(timeout=CLIENT_TIMEOUT_S) as c:
         for raw, param, msg in cases:
             r = c.post(px.url + "/v1/chat/completions", content=raw, headers={"content-type": "application/json"})
             assert r.status_code == 400, (raw[:40], r.text)
@@ -258,7 +261,7 @@ def test_bad_requests_get_400_with_the_reason(monitor, upstream, tmp_path):
 def test_oversized_bodies_get_413(monitor, upstream, tmp_path):
     big = json.dumps({"messages": [{"role": "user", "content": "x" * 5000}]}).encode()
     with _proxy(monitor, upstream.url + "/v1", tmp_path / "s.db", max_body_bytes=4096) as px, \
-            httpx.Client(timeout=30) as c:
+            httpx.Client(timeout=CLIENT_TIMEOUT_S) as c:
         assert c.post(px.url + "/v1/chat/completions", content=big).status_code == 413
         chunked = c.post(px.url + "/v1/chat/completions", content=iter([big[:3000], big[3000:]]))  # no length
         assert chunked.status_code == 413 and "limit" in chunked.json()["error"]["message"]
@@ -266,22 +269,22 @@ def test_oversized_bodies_get_413(monitor, upstream, tmp_path):
 
 def test_upstream_down_slow_or_failing(monitor, corpus, tmp_path):
     body = {"model": "m", "messages": [{"role": "user", "content": "What's the weather?"}]}
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    dead = s.getsockname()[1]
-    s.close()  # nothing listens there now
-    with _proxy(monitor, f"http://127.0.0.1:{dead}/v1", tmp_path / "a.db") as px, httpx.Client(timeout=30) as c:
-        for stream in (False, True):
-            r = c.post(px.url + "/v1/chat/completions", json={**body, "stream": stream})
-            assert r.status_code == 502 and "unreachable" in r.json()["error"]["message"]
-        assert _metric(c.get(px.url + "/metrics").text, "dialfork_guard_upstream_errors_total", kind="unreachable") == 2
+    with socket.socket() as s:  # bound, never listening: connections are refused, and no other
+        s.bind(("127.0.0.1", 0))  # process can take the port while the test runs
+        dead = s.getsockname()[1]
+        with _proxy(monitor, f"http://127.0.0.1:{dead}/v1", tmp_path / "a.db") as px, httpx.Client(timeout=CLIENT_TIMEOUT_S) as c:
+            for stream in (False, True):
+                r = c.post(px.url + "/v1/chat/completions", json={**body, "stream": stream})
+                assert r.status_code == 502 and "unreachable" in r.json()["error"]["message"]
+            assert _metric(c.get(px.url + "/metrics").text, "dialfork_guard_upstream_errors_total",
+                           kind="unreachable") == 2
     with ThreadServer(create_fake_upstream(corpus[1], delay_s=2.0)) as slow, \
             _proxy(monitor, slow.url + "/v1", tmp_path / "b.db", upstream_timeout=0.3) as px, \
-            httpx.Client(timeout=30) as c:
+            httpx.Client(timeout=CLIENT_TIMEOUT_S) as c:
         r = c.post(px.url + "/v1/chat/completions", json=body)
         assert r.status_code == 504 and "did not answer within 0.3 s" in r.json()["error"]["message"]
     with ThreadServer(create_fake_upstream(corpus[1])) as up, \
-            _proxy(monitor, up.url + "/v1", tmp_path / "c.db") as px, httpx.Client(timeout=30) as c:
+            _proxy(monitor, up.url + "/v1", tmp_path / "c.db") as px, httpx.Client(timeout=CLIENT_TIMEOUT_S) as c:
         r = c.post(px.url + "/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}],
                                                            "stream": False}, headers={"X-Fake-Dialogue": "nope"})
         assert r.status_code == 200 and r.json()["dialfork"]["turn"] == 2  # unmatched: the fake's generic reply
@@ -304,7 +307,7 @@ def test_upstream_error_status_is_passed_through(monitor, tmp_path):
         return JSONResponse({"error": {"message": "model not found"}}, status_code=404)
 
     with ThreadServer(app) as up, _proxy(monitor, up.url + "/v1", tmp_path / "s.db") as px, \
-            httpx.Client(timeout=30) as c:
+            httpx.Client(timeout=CLIENT_TIMEOUT_S) as c:
         r = c.post(px.url + "/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}]})
         assert r.status_code == 404 and r.json()["error"]["message"] == "model not found"
         m = c.get(px.url + "/metrics").text
@@ -314,7 +317,7 @@ def test_upstream_error_status_is_passed_through(monitor, tmp_path):
 def test_healthz_and_metrics_format(monitor, corpus, upstream, tmp_path):
     from prometheus_client.parser import text_string_to_metric_families
 
-    with _proxy(monitor, upstream.url + "/v1", tmp_path / "s.db") as px, httpx.Client(timeout=30) as c:
+    with _proxy(monitor, upstream.url + "/v1", tmp_path / "s.db") as px, httpx.Client(timeout=CLIENT_TIMEOUT_S) as c:
         h = c.get(px.url + "/healthz").json()
         assert h["status"] == "ok" and h["monitor"] == monitor.fingerprint and h["detector"] == "ss+nc"
         _play(c, px.url, corpus[1][0])

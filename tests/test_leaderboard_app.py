@@ -9,16 +9,15 @@ import importlib.util
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
+from live_server import start_app, stop
 
 from leaderboard.app import LeaderboardApp, md_escape
 from leaderboard.store import LocalStore
@@ -27,8 +26,6 @@ from leaderboard.synthetic import make_fixture, write_predictions
 ROOT = Path(__file__).resolve().parents[1]
 T0 = datetime(2026, 5, 4, 9, 0, tzinfo=timezone.utc)
 CHROMIUM = os.environ.get("DIALFORK_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]
 HAS_GRADIO = importlib.util.find_spec("gradio") is not None
 
 
@@ -195,92 +192,118 @@ def test_build_with_and_without_login(env, tmp_path, mode):
 
 
 # ---------------------------------------------------------------- the app in Chromium
+#
+# Under load (2 cores shared with other jobs) every step of this test can be many times slower
+# than on an idle machine, so nothing here waits on a short clock or on a transient state:
+# - Playwright's ``expect`` waits 5 s unless told otherwise (``page.set_default_timeout`` does
+#   not apply to it): every ``expect`` here gets ``STEP_MS``. The 5 s default on the status
+#   checks was what failed under load (validation and scoring run in the starved app).
+# - a chosen file shows its name as one text only in the progress view, while the upload runs;
+#   once uploaded, the preview splits it into stem and extension, so a text match on the name
+#   passes only if it looks during the upload (idle machine) and never after (loaded machine).
+#   The test waits for the end state: the preview's cell labelled with the file name.
+# - Gradio's upload widget replaces its hidden file input when its settings update; a file
+#   set on the input being replaced is dropped without a request. The file is chosen again
+#   only when no upload request was sent; an upload in flight is waited for, never repeated.
+# - Gradio's ``launch`` gives its own server 5 s to start and then probes it with a 3 s HEAD
+#   request; a starved process can miss either and exit: ``live_server.start_app`` starts it
+#   again on a fresh port (a bounded number of times) when it exits before serving.
+# - every wait is bounded (``STEP_MS`` for a browser step, measured while the browser itself
+#   may be starved; the pytest timeout for the whole test).
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_http(url: str, proc: subprocess.Popen, log: Path, timeout: float = 240.0) -> None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if proc.poll() is not None:
-            pytest.fail(f"the app exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
-        try:
-            with urllib.request.urlopen(url, timeout=5) as r:  # loopback only
-                if r.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.5)
-    pytest.fail(f"the app did not answer on {url}:\n{log.read_text()[-3000:]}")
+STEP_MS = 180_000  # one browser step (a click and its result), bounded
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu"]  # Playwright adds its own headless defaults
 
 
 @pytest.fixture
 def served_app(env, tmp_path):
     if not HAS_GRADIO:
         pytest.skip("gradio is not installed (pip install 'dialfork[leaderboard]')")
-    port = _free_port()
-    log = tmp_path / "app.log"
     cmd = [sys.executable, "-m", "leaderboard.app", "--blind", str(env["blind_dir"]), "--gold", str(env["gold_dir"]),
-           "--results", str(tmp_path / "store"), "--no-login", "--host", "127.0.0.1", "--port", str(port)]
+           "--results", str(tmp_path / "store"), "--no-login", "--host", "127.0.0.1"]
     envv = {**os.environ, "PYTHONPATH": str(ROOT), "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1"}
-    with open(log, "w") as fh:
-        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=envv, cwd=tmp_path)
+    proc, base, log = start_app(lambda port: ([*cmd, "--port", str(port)], envv), tmp_path, tmp_path)
     try:
-        _wait_http(f"http://127.0.0.1:{port}/", proc, log)
-        yield {"base": f"http://127.0.0.1:{port}", "store": tmp_path / "store", "log": log}
+        yield {"base": base, "store": tmp_path / "store", "log": log}
     finally:
-        proc.terminate()  # this server's own PID
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc)
 
 
-def _upload(page, path, sync_api, tries: int = 4) -> None:
-    """Choose ``path`` in the upload box and wait until the box shows it. On a loaded machine the
-    browser's change event can reach the Gradio front end before its upload widget listens (the
-    box then stays empty): choosing the file again is what a person would do."""
+def _is_upload(request) -> bool:
+    return request.method == "POST" and "/gradio_api/upload" in request.url.split("?")[0]
+
+
+def _shown(box, name: str):
+    """The uploaded file in the box's preview (its name cell; the text itself is split into a
+    stem and an extension, so a text match on the whole name finds nothing there). While the
+    upload runs, a progress view shows the name as one text: that is not the end state."""
+    return box.locator(f'.file-preview [aria-label="{name}"]')
+
+
+def _upload(page, path: Path, sync_api, seen: list[str], tries: int = 3) -> None:
+    """Choose ``path`` in the upload box and wait until the box shows it.
+
+    The front end answers a chosen file with a POST to ``/gradio_api/upload`` and shows the name
+    once that upload is done. When no upload request comes at all, the change event reached an
+    upload widget that was not listening yet: the file is chosen again (at most ``tries`` times).
+    When the request came, the test waits (bounded) for it and for the name; it never chooses
+    again over an upload in flight. ``seen`` (the page's console and requests) goes into the
+    failure's message."""
+    box = page.locator("#upload")
     for _ in range(tries):
-        try:  # the file input itself may take long to render on a loaded machine
-            page.locator("#upload input[type=file]").set_input_files(str(path), timeout=60_000)
-            page.locator("#upload").get_by_text(path.name).first.wait_for(timeout=20_000)
-            return
+        file_input = box.locator("input[type=file]")
+        sync_api.expect(file_input).to_have_count(1, timeout=STEP_MS)
+        try:
+            with page.expect_request(_is_upload, timeout=STEP_MS // 3) as req:
+                file_input.set_input_files(str(path), timeout=STEP_MS)
         except sync_api.TimeoutError:
-            continue
-    raise AssertionError(f"the upload box never showed {path.name} after {tries} tries")
+            continue  # nothing was sent: choose again
+        resp = req.value.response()  # waits for the server's answer
+        assert resp is not None and resp.ok, f"upload of {path.name} failed: {resp and resp.status}"
+        try:
+            sync_api.expect(_shown(box, path.name)).to_be_visible(timeout=STEP_MS)
+        except AssertionError as e:
+            raise AssertionError(f"{e}\n#upload after the upload answered {resp.status} {resp.text()[:300]}:\n"
+                                 f"{box.evaluate('b => b.outerHTML')[:4000]}\nconsole:\n" +
+                                 "\n".join(seen[-30:])) from None
+        return
+    raise AssertionError(f"the front end never uploaded {path.name} after {tries} tries")
 
 
 @pytest.mark.chromium
+@pytest.mark.timeout(1800)  # every step is bounded; this bounds their sum on a starved machine
 def test_validate_submit_and_table_in_chromium(served_app, env, tmp_path):
     if not (os.path.exists(CHROMIUM) or shutil.which(CHROMIUM)):
         pytest.skip(f"Debian's chromium not found at {CHROMIUM}")
     sync_api = pytest.importorskip("playwright.sync_api")
+    expect = sync_api.expect
 
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"dialogue_id": "nope", "prediction": 2.0}\n', encoding="utf-8")
     good = write_predictions({b["dialogue_id"]: 2 for b in env["blind"]}, tmp_path / "good.jsonl")
 
     with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, timeout=STEP_MS)
         try:
             page = browser.new_page(viewport={"width": 1280, "height": 900})
-            page.set_default_timeout(60_000)
+            page.set_default_timeout(STEP_MS)
+            page.set_default_navigation_timeout(STEP_MS)
+            seen: list[str] = []  # what the front end said and fetched, for a failure's message
+            page.on("console", lambda m: seen.append(f"{m.type}: {m.text}"))
+            page.on("requestfinished", lambda r: seen.append(f"net: {r.method} {r.url[:120]}"))
+            page.on("requestfailed", lambda r: seen.append(f"net FAILED: {r.method} {r.url[:120]} {r.failure}"))
             page.goto(served_app["base"])
             page.get_by_role("tab", name="Submit").click()
+            expect(page.locator("#upload input[type=file]")).to_have_count(1, timeout=STEP_MS)  # front end up
             page.locator("#submitter").get_by_role("textbox").fill("ada")
             page.locator("#method").get_by_role("textbox").fill("Chromium method @FOOTER@")
             page.locator("#contact").get_by_role("textbox").fill("ada@example.org")
 
             # a bad file: plain-word errors with line numbers, nothing stored
-            _upload(page, bad, sync_api)
+            _upload(page, bad, sync_api, seen)
             page.locator("#validate").click()
             status = page.locator("#status")
-            sync_api.expect(status).to_contain_text("error(s)")
+            expect(status).to_contain_text("error(s)", timeout=STEP_MS)
             text = status.inner_text()
             assert "line 1: dialogue_id 'nope'" in text and "turn indices are JSON integers (write 2)" in text
             assert "is not in the blind test set" in text
@@ -288,21 +311,20 @@ def test_validate_submit_and_table_in_chromium(served_app, env, tmp_path):
             # the good file: valid, then stored
             page.locator("#upload button[aria-label*='Clear'], #upload button[aria-label*='clear']").first.click()
             # the upload box re-renders its file input once the clear is processed: wait for that,
-            # so the new file does not go to the input being replaced (seen under load)
-            sync_api.expect(page.locator("#upload").get_by_text("bad.jsonl")).to_have_count(0)
-            sync_api.expect(page.locator("#upload input[type=file]")).to_have_count(1)
-            _upload(page, good, sync_api)
+            # so the new file does not go to the input being replaced
+            expect(_shown(page.locator("#upload"), "bad.jsonl")).to_have_count(0, timeout=STEP_MS)
+            _upload(page, good, sync_api, seen)
             page.locator("#validate").click()
-            sync_api.expect(status).to_contain_text("Valid detector submission")
+            expect(status).to_contain_text("Valid detector submission", timeout=STEP_MS)
             page.locator("#submit").click()
-            sync_api.expect(status).to_contain_text("Stored")
+            expect(status).to_contain_text("Stored", timeout=STEP_MS)
             assert "ada/chromium-method-footer/" in status.inner_text()
 
             # the table shows the new row (refreshed after the submit), the method name kept literal
             page.get_by_role("tab", name="Leaderboard").click()
             frame = page.frame_locator("iframe[title='DialFork leaderboard']")
             row = frame.locator("#detector-table tbody.results tr.result")
-            sync_api.expect(row).to_have_count(1)
+            expect(row).to_have_count(1, timeout=STEP_MS)
             assert "Chromium method @FOOTER@" in row.inner_text()
             assert frame.locator("#detector-table thead th").nth(2).inner_text().strip() == "Score"
         finally:

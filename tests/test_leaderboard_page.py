@@ -29,10 +29,13 @@ pytestmark = [
 ]
 
 
+STEP_S = 180.0  # one browser step (start, a call, an event), bounded: the machine may be loaded
+
+
 class CDP:
     """Minimal Chrome DevTools Protocol session over one page target."""
 
-    def __init__(self, ws_url: str, timeout: float = 20.0):
+    def __init__(self, ws_url: str, timeout: float = STEP_S):
         try:
             import websocket  # websocket-client, a dev dependency
         except ImportError:
@@ -55,7 +58,7 @@ class CDP:
             if "method" in msg:
                 self.events.append(msg)
 
-    def wait_event(self, name: str, timeout: float = 20.0) -> dict:
+    def wait_event(self, name: str, timeout: float = STEP_S) -> dict:
         end = time.monotonic() + timeout
         while time.monotonic() < end:
             for e in self.events:
@@ -87,13 +90,13 @@ def browser(tmp_path):
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         port_file = profile / "DevToolsActivePort"
-        end = time.monotonic() + 60
+        end = time.monotonic() + STEP_S
         while not (port_file.exists() and port_file.read_text().strip()):
             if proc.poll() is not None or time.monotonic() > end:
                 pytest.fail(f"chromium did not start (exit code {proc.poll()})")
             time.sleep(0.1)
         port = int(port_file.read_text().split()[0])
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=10) as r:  # loopback only
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=60) as r:  # loopback only
             targets = json.loads(r.read())
         page = next(t for t in targets if t.get("type") == "page")
         cdp = CDP(page["webSocketDebuggerUrl"])
@@ -102,7 +105,7 @@ def browser(tmp_path):
     finally:
         proc.terminate()
         try:
-            proc.wait(timeout=10)
+            proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()

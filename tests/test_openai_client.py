@@ -267,8 +267,8 @@ def test_bad_key_fails_at_once():
         assert srv.chat_count == 1
 
 
-def test_unreachable_server_is_a_clear_error():
-    port = free_port()
+def test_unreachable_server_is_a_clear_error(dead_port):
+    port = dead_port
     c = OpenAICompatClient(f"http://127.0.0.1:{port}/v1", "m", max_retries=2, backoff=0.01, timeout=2)
     # "Connection refused" (not "timed out"): each attempt failed at once instead of waiting for the
     # timeout; no wall-clock assert (the machine may be loaded)
