@@ -51,7 +51,9 @@ class PersistenceMixin:
             "scope": self.scope,
             "preset": self.preset,
             "settings_source": dict(self.settings_source),
-            "encoder": _encoder_name(self._encoder_spec if self._encoder is None else self._encoder),
+            # the name it was built with (an alias stays an alias, not the resolved path)
+            "encoder": _encoder_name(self._encoder_spec if self._encoder is None or isinstance(self._encoder_spec, str)
+                                     else self._encoder),
         }
 
     def save(self, path: str | os.PathLike) -> Path:
