@@ -62,6 +62,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--check-clustering", type=int, default=3000, metavar="N",
                     help="on N sampled train system utterances: one dendrogram cut at 3 thresholds vs scikit-learn "
                          "clustering 3 times (same partition? time ratio); 0 skips")
+    ap.add_argument("--calibration-check", default=None, metavar="JSON",
+                    help="only fit the four detectors with the packaged settings and write, per calibration variant "
+                         "(cross_fit nodes fixed/restrict x threshold rule), the test false-alarm rate, Score, "
+                         "MAE_h per type and coverage at 1/5/10%% false alarms to JSON (no selection, no paper preset)")
     ap.add_argument("--progress", action="store_true")
     args = ap.parse_args(argv)
 
@@ -90,6 +94,8 @@ def main(argv: list[str] | None = None) -> int:
     sel_kw = {"n_folds": args.n_folds, "max_sources_per_task": args.max_sources_per_task}
     if args.grid:
         sel_kw["grid"] = {k: tuple(v) for k, v in json.loads(args.grid).items()}
+    if args.calibration_check:
+        return calibration_check(corpus, enc, args.calibration_check, args.false_alarm_rate)
     t0 = time.perf_counter()
     r3 = run_task3(corpus, enc, select=True, selection_kwargs=sel_kw, false_alarm_rate=args.false_alarm_rate,
                    ablations=args.ablations, ablation_max_forks_per_source=args.ablation_max_forks,
@@ -183,6 +189,59 @@ def main(argv: list[str] | None = None) -> int:
                                                        for d in streaming},
                                       "n_train": r3["n_train"], "n_test": r3["n_test"],
                                       "seconds": {"encoding": t_enc, "task3": t_task3, "paper": t_paper}})
+    return 0
+
+
+def calibration_check(corpus, enc, out_json: str, false_alarm_rate: float = 0.05,
+                      detectors=("it+nc", "it", "ss", "ss+nc")) -> int:
+    """Each streaming detector with the packaged (selected) settings, fitted on the conformant train
+    split; p_t of every test dialogue computed once; then, per calibration variant (cross_fit nodes
+    ``fixed``, the old behaviour, or ``restrict``, the default; threshold rule ``percentile``,
+    ``conformal`` or ``upper_bound``, the default), the test false-alarm rate against the target,
+    Score, MAE_h per type and the coverage at 1/5/10% false alarms (threshold swept on test)."""
+    import numpy as np
+
+    from dialfork_dataset.jsonl import write_json_atomic
+    from dialfork_dataset.views import task3_examples
+    from dialfork_metrics.task3 import make_detector, score_predictions
+    from dialfork_metrics.task3.selection import coverage_at, first_alarms, system_turn_index, tradeoff_curve
+    from dialfork_metrics.task3.streaming import THRESHOLD_RULES, calibrate_threshold, calibration_statistic
+
+    train = corpus.split("train", forks=False)
+    test = task3_examples(corpus.split("test", forks=True))
+    tr_emb, te_emb = enc.encode_dialogues(train), enc.encode_dialogues(test)
+    sys_turns = [system_turn_index(ex["turns"]) for ex in test]
+    fork = np.array([ex["hallucination_type"] is not None for ex in test])
+    res = {"n_train": len(train), "n_test": len(test), "n_test_conformant": int((~fork).sum()),
+           "false_alarm_rate": false_alarm_rate, "detectors": {}}
+    for name in detectors:
+        t0 = time.perf_counter()
+        fitted = {m: make_detector(name, encoder=None, cross_fit_nodes=m, false_alarm_rate=false_alarm_rate)
+                  .fit(train, tr_emb) for m in ("restrict", "fixed")}
+        det = fitted["restrict"]
+        p_list = []
+        for i in range(0, len(test), 4000):  # bounded memory for the node assignment
+            p_list += det.turn_probabilities(test[i:i + 4000], te_emb[i:i + 4000])
+        stats = np.array([-np.inf if (det.method == "ss" and len(p) < 2) else calibration_statistic(p, det.method)
+                          for p in p_list])
+        row = {"settings": det.settings(), "V": det.vocab_size, "variants": {}}
+        for m, d in fitted.items():
+            for rule in THRESHOLD_RULES:
+                thr = calibrate_threshold(d.calibration_stats, det.method, false_alarm_rate, rule=rule)
+                preds = first_alarms(p_list, sys_turns, det.method, thr)
+                r = score_predictions({ex["dialogue_id"]: p for ex, p in zip(test, preds)}, test)
+                cur = tradeoff_curve(stats, [None] * len(stats), fork, {None: d.calibration_stats}, det.method)
+                v = {"threshold": thr, "cov_c": r["cov_c"], "cov_h": r["cov_h"], "mae_h": r["mae_h"],
+                     "mae_c": r["mae_c"], "score": r["score"], "mae_h_by_type": r.get("mae_h_by_type"),
+                     "coverage_at": {f"{a:g}": coverage_at(cur, a) for a in (0.01, 0.05, 0.10)}}
+                row["variants"][f"{m}/{rule}"] = v
+                print(f"{name} {m}/{rule}: cov_c {100 * v['cov_c']:.2f}% cov_h {100 * v['cov_h']:.1f}% "
+                      f"MAE_h {v['mae_h']:.2f} MAE_c {v['mae_c']:.2f} Score {v['score']:.2f} MAE_h/type "
+                      f"{ {k: round(x, 2) for k, x in (v['mae_h_by_type'] or {}).items()} } "
+                      f"cov@5% {100 * v['coverage_at']['0.05']:.1f}%", flush=True)
+        res["detectors"][name] = row
+        print(f"{name}: {time.perf_counter() - t0:.0f} s, V={det.vocab_size}", flush=True)
+        write_json_atomic(out_json, res)
     return 0
 
 

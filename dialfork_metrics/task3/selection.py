@@ -12,7 +12,12 @@ clustering threshold, fitting scope and N-gram order work best depends on the en
    ``max_forks_per_source`` per source, one per fork position, seeded);
 3. each (detector, setting) is scored (SPEC 8 Score) on the pooled held-out predictions; the
    choice is the best Score among the settings whose held-out false-alarm rate is at most
-   ``false_alarm_rate + tolerance``; if none qualifies, the lowest false-alarm rate.
+   ``false_alarm_rate + tolerance`` (``tolerance`` 0 by default); if none qualifies, the lowest
+   false-alarm rate.
+
+Inside each fit the threshold is calibrated as :meth:`StreamingDetector.fit` does it: the same
+``cross_fit`` folds, out-of-fold nodes (``cross_fit_nodes``) and ``threshold_rule``, so each
+held-out row is the prediction of a detector fitted on the other folds (tested).
 
 Only train records are read: the test split's dialogues and labels never enter (tested by
 shuffling the test labels). The detectors themselves still fit on conformant dialogues only; the
