@@ -66,6 +66,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="only fit the four detectors with the packaged settings and write, per calibration variant "
                          "(cross_fit nodes fixed/restrict x threshold rule), the test false-alarm rate, Score, "
                          "MAE_h per type and coverage at 1/5/10%% false alarms to JSON (no selection, no paper preset)")
+    ap.add_argument("--only-tasks", default=None, help="comma-separated tasks: keep only their records of --data")
     ap.add_argument("--progress", action="store_true")
     args = ap.parse_args(argv)
 
@@ -87,6 +88,11 @@ def main(argv: list[str] | None = None) -> int:
                                          per_task=args.per_task), progress=args.progress)
     t_start = time.perf_counter()
     corpus = load_corpus(data)
+    if args.only_tasks:
+        from dialfork_metrics.bench import Corpus
+
+        keep = set(args.only_tasks.split(","))
+        corpus = Corpus([r for r in corpus.records if r["task"] in keep], corpus.assignment, corpus.origin)
     enc = Encoder(args.encoder, cache_dir=args.cache_dir, show_progress=args.progress, runtime=args.runtime)
     t0 = time.perf_counter()
     enc.encode_dialogues(corpus.split("train", forks=True) + corpus.split("test", forks=True))
