@@ -24,9 +24,9 @@ from dialfork_metrics.task3 import (
 )
 from dialfork_metrics.task3.streaming import (
     alarms,
-    max_calibration_alarms,
     calibrate_threshold,
     calibration_statistic,
+    max_calibration_alarms,
     surprisal_jumps,
 )
 
