@@ -46,6 +46,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--per-task", type=int, default=None)
     ap.add_argument("--star", default=os.environ.get("DIALFORK_STAR_DIR", str(ROOT.parent / "shared" / "star")))
     ap.add_argument("--encoder", default="minilm")
+    ap.add_argument("--runtime", default="torch", choices=("torch", "onnx"),
+                    help="encoder runtime (onnx: the same weights in onnxruntime fp32, about 2x faster on a CPU)")
     ap.add_argument("--cache-dir", default=None, help="persistent embedding cache (a rerun skips encoding)")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "out" / "detectors"))
     ap.add_argument("--false-alarm-rate", type=float, default=0.05)
@@ -60,6 +62,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--check-clustering", type=int, default=3000, metavar="N",
                     help="on N sampled train system utterances: one dendrogram cut at 3 thresholds vs scikit-learn "
                          "clustering 3 times (same partition? time ratio); 0 skips")
+    ap.add_argument("--calibration-check", default=None, metavar="JSON",
+                    help="only fit the four detectors with the packaged settings and write, per calibration variant "
+                         "(cross_fit nodes fixed/restrict x threshold rule), the test false-alarm rate, Score, "
+                         "MAE_h per type and coverage at 1/5/10%% false alarms to JSON (no selection, no paper preset)")
+    ap.add_argument("--only-tasks", default=None, help="comma-separated tasks: keep only their records of --data")
     ap.add_argument("--progress", action="store_true")
     args = ap.parse_args(argv)
 
@@ -81,13 +88,20 @@ def main(argv: list[str] | None = None) -> int:
                                          per_task=args.per_task), progress=args.progress)
     t_start = time.perf_counter()
     corpus = load_corpus(data)
-    enc = Encoder(args.encoder, cache_dir=args.cache_dir, show_progress=args.progress)
+    if args.only_tasks:
+        from dialfork_metrics.bench import Corpus
+
+        keep = set(args.only_tasks.split(","))
+        corpus = Corpus([r for r in corpus.records if r["task"] in keep], corpus.assignment, corpus.origin)
+    enc = Encoder(args.encoder, cache_dir=args.cache_dir, show_progress=args.progress, runtime=args.runtime)
     t0 = time.perf_counter()
     enc.encode_dialogues(corpus.split("train", forks=True) + corpus.split("test", forks=True))
     t_enc = time.perf_counter() - t0
     sel_kw = {"n_folds": args.n_folds, "max_sources_per_task": args.max_sources_per_task}
     if args.grid:
         sel_kw["grid"] = {k: tuple(v) for k, v in json.loads(args.grid).items()}
+    if args.calibration_check:
+        return calibration_check(corpus, enc, args.calibration_check, args.false_alarm_rate)
     t0 = time.perf_counter()
     r3 = run_task3(corpus, enc, select=True, selection_kwargs=sel_kw, false_alarm_rate=args.false_alarm_rate,
                    ablations=args.ablations, ablation_max_forks_per_source=args.ablation_max_forks,
@@ -118,6 +132,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{d:8s} {st:55s} {100 * r['cov_c']:6.2f}% {100 * r['cov_h']:6.2f}% {r['score']:6.2f} "
               f"{100 * c['0.01']:6.2f}% {100 * c['0.05']:6.2f}% {100 * c['0.1']:6.2f}% "
               f"{100 * (c['0.05'] - PAPER_COVERAGE):+9.2f} pts  {mae} | {100 * pr['cov_c']:.2f}%, {pr['score']:.2f}")
+    print("false alarms on test vs the target chosen on train: " + ", ".join(
+        f"{d} {100 * res[d]['cov_c']:.2f}% ({'<=' if res[d]['cov_c'] <= args.false_alarm_rate else '>'} "
+        f"{100 * args.false_alarm_rate:g}%)" for d in streaming))
     best = max(streaming, key=lambda d: res[d]["score"])
     dflt = res.get(DEFAULT_DETECTOR)
     if dflt is not None:
@@ -178,6 +195,59 @@ def main(argv: list[str] | None = None) -> int:
                                                        for d in streaming},
                                       "n_train": r3["n_train"], "n_test": r3["n_test"],
                                       "seconds": {"encoding": t_enc, "task3": t_task3, "paper": t_paper}})
+    return 0
+
+
+def calibration_check(corpus, enc, out_json: str, false_alarm_rate: float = 0.05,
+                      detectors=("it+nc", "it", "ss", "ss+nc")) -> int:
+    """Each streaming detector with the packaged (selected) settings, fitted on the conformant train
+    split; p_t of every test dialogue computed once; then, per calibration variant (cross_fit nodes
+    ``fixed``, the old behaviour, or ``restrict``, the default; threshold rule ``percentile``,
+    ``conformal`` or ``upper_bound``, the default), the test false-alarm rate against the target,
+    Score, MAE_h per type and the coverage at 1/5/10% false alarms (threshold swept on test)."""
+    import numpy as np
+
+    from dialfork_dataset.jsonl import write_json_atomic
+    from dialfork_dataset.views import task3_examples
+    from dialfork_metrics.task3 import make_detector, score_predictions
+    from dialfork_metrics.task3.selection import coverage_at, first_alarms, system_turn_index, tradeoff_curve
+    from dialfork_metrics.task3.streaming import THRESHOLD_RULES, calibrate_threshold, calibration_statistic
+
+    train = corpus.split("train", forks=False)
+    test = task3_examples(corpus.split("test", forks=True))
+    tr_emb, te_emb = enc.encode_dialogues(train), enc.encode_dialogues(test)
+    sys_turns = [system_turn_index(ex["turns"]) for ex in test]
+    fork = np.array([ex["hallucination_type"] is not None for ex in test])
+    res = {"n_train": len(train), "n_test": len(test), "n_test_conformant": int((~fork).sum()),
+           "false_alarm_rate": false_alarm_rate, "detectors": {}}
+    for name in detectors:
+        t0 = time.perf_counter()
+        fitted = {m: make_detector(name, encoder=None, cross_fit_nodes=m, false_alarm_rate=false_alarm_rate)
+                  .fit(train, tr_emb) for m in ("restrict", "fixed")}
+        det = fitted["restrict"]
+        p_list = []
+        for i in range(0, len(test), 4000):  # bounded memory for the node assignment
+            p_list += det.turn_probabilities(test[i:i + 4000], te_emb[i:i + 4000])
+        stats = np.array([-np.inf if (det.method == "ss" and len(p) < 2) else calibration_statistic(p, det.method)
+                          for p in p_list])
+        row = {"settings": det.settings(), "V": det.vocab_size, "variants": {}}
+        for m, d in fitted.items():
+            for rule in THRESHOLD_RULES:
+                thr = calibrate_threshold(d.calibration_stats, det.method, false_alarm_rate, rule=rule)
+                preds = first_alarms(p_list, sys_turns, det.method, thr)
+                r = score_predictions({ex["dialogue_id"]: p for ex, p in zip(test, preds)}, test)
+                cur = tradeoff_curve(stats, [None] * len(stats), fork, {None: d.calibration_stats}, det.method)
+                v = {"threshold": thr, "cov_c": r["cov_c"], "cov_h": r["cov_h"], "mae_h": r["mae_h"],
+                     "mae_c": r["mae_c"], "score": r["score"], "mae_h_by_type": r.get("mae_h_by_type"),
+                     "coverage_at": {f"{a:g}": coverage_at(cur, a) for a in (0.01, 0.05, 0.10)}}
+                row["variants"][f"{m}/{rule}"] = v
+                print(f"{name} {m}/{rule}: cov_c {100 * v['cov_c']:.2f}% cov_h {100 * v['cov_h']:.1f}% "
+                      f"MAE_h {v['mae_h']:.2f} MAE_c {v['mae_c']:.2f} Score {v['score']:.2f} MAE_h/type "
+                      f"{ {k: round(x, 2) for k, x in (v['mae_h_by_type'] or {}).items()} } "
+                      f"cov@5% {100 * v['coverage_at']['0.05']:.1f}%", flush=True)
+        res["detectors"][name] = row
+        print(f"{name}: {time.perf_counter() - t0:.0f} s, V={det.vocab_size}", flush=True)
+        write_json_atomic(out_json, res)
     return 0
 
 

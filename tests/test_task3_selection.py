@@ -197,7 +197,7 @@ def test_curve_passes_through_the_operating_point(name):
     fork = [r["hallucination_type"] is not None for r in TEST]
     st, keys = det.dialogue_statistics(TEST, TEST_E)
     cur = tradeoff_curve(st, keys, fork, {k: m.calibration_stats for k, m in det.models().items()}, det.method,
-                         levels=[det.false_alarm_rate])
+                         levels=[det.false_alarm_rate], threshold_rule=det.threshold_rule, confidence=det.confidence)
     flagged = np.array([p is not None for p in preds])
     assert cur["cov_c"][1] == pytest.approx(flagged[~np.array(fork)].mean())
     assert cur["cov_h"][1] == pytest.approx(flagged[np.array(fork)].mean())

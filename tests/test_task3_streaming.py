@@ -26,6 +26,7 @@ from dialfork_metrics.task3.streaming import (
     alarms,
     calibrate_threshold,
     calibration_statistic,
+    max_calibration_alarms,
     surprisal_jumps,
 )
 
@@ -99,7 +100,9 @@ NAMES = ("it", "ss", "it+nc", "ss+nc")
 @pytest.fixture(scope="module")
 def fitted():
     # the synthetic prototypes are separated at the paper's clustering threshold; the rest is the preset's
-    return {n: make_detector(n, encoder=None, distance_threshold=0.55).fit(TRAIN, embeddings=TRAIN_E) for n in NAMES}
+    # the paper's percentile rule (80 train dialogues leave the default upper-bound rule no train alarm)
+    return {n: make_detector(n, encoder=None, distance_threshold=0.55, threshold_rule="percentile")
+            .fit(TRAIN, embeddings=TRAIN_E) for n in NAMES}
 
 
 # -- N-gram LM -----------------------------------------------------------------------------------
@@ -274,7 +277,8 @@ def test_trivial_baselines():
 
 def test_cross_fit_calibration_is_leave_one_out_with_n_folds(fitted):
     train, emb = TRAIN[:12], TRAIN_E[:12]
-    det = StreamingDetector("it", encoder=None, calibration="cross_fit", calibration_folds=12).fit(train, embeddings=emb)
+    det = StreamingDetector("it", encoder=None, calibration="cross_fit", calibration_folds=12,
+                            cross_fit_nodes="fixed").fit(train, embeddings=emb)
     assert make_detector("it", encoder=None, preset="paper").calibration == "in_sample"
     assert det.calibration == "cross_fit"
     turns = [r["turns"] for r in train]
@@ -293,3 +297,83 @@ def test_threshold_on_an_order_statistic_compares_identically(name):
     assert det.threshold in set(det.calibration_stats.tolist())
     preds = det.predict_many(TRAIN[:21], embeddings=TRAIN_E[:21])
     assert np.mean([p is not None for p in preds]) == det.train_false_alarm_rate <= 1 / 21 + 1e-12
+
+
+# -- threshold rules and out-of-fold nodes ------------------------------------------------------------
+def test_threshold_rules_known_answers():
+    # conformal: floor(a (n + 1)) - 1 calibration alarms
+    assert max_calibration_alarms(99, 0.05, "conformal") == 4
+    assert max_calibration_alarms(18, 0.05, "conformal") == -1  # too few for any alarm
+    # upper bound: m = 0 qualifies from n = 59 on at 5% and 95% (1 - 0.05 ** (1 / n) <= 0.05)
+    assert max_calibration_alarms(59, 0.05, "upper_bound") == 0
+    assert max_calibration_alarms(58, 0.05, "upper_bound") is None
+    assert max_calibration_alarms(10_000, 0.05, "upper_bound") < max_calibration_alarms(10_000, 0.05, "conformal")
+    assert max_calibration_alarms(50, 0.05) is None
+    stats = np.arange(1.0, 10.0)  # n = 9, a = 0.2: one calibration alarm
+    assert calibrate_threshold(stats, "it", 0.2, rule="conformal") == 2.0
+    assert calibrate_threshold(stats, "ss", 0.2, rule="conformal") == 8.0
+    assert calibrate_threshold(stats, "it", 0.05, rule="conformal") == -np.inf
+    assert calibrate_threshold(stats, "ss", 0.05, rule="conformal") == np.inf
+    # ties never add alarms
+    assert calibrate_threshold(np.ones(100), "it", 0.2, rule="conformal") == 1.0
+    # n < 59: upper_bound falls back to conformal, and to the percentile below 1/a - 1 dialogues
+    assert calibrate_threshold(stats, "it", 0.2, rule="upper_bound") == 2.0
+    assert calibrate_threshold(stats, "it", 0.05, rule="upper_bound") == calibrate_threshold(stats, "it", 0.05)
+    with pytest.raises(ValueError, match="unknown threshold rule"):
+        calibrate_threshold(stats, "it", 0.2, rule="bogus")
+
+
+def test_conformal_rule_false_alarm_rate_is_k_over_n_plus_1():
+    # uniform statistics: a new dialogue alarms (IT: below the threshold) with probability = the
+    # threshold; over calibration sets its mean is E[U_(k)] = k / (n + 1) <= a
+    rng = np.random.default_rng(0)
+    n, a = 39, 0.1
+    k = max_calibration_alarms(n, a, "conformal") + 1
+    thr = [calibrate_threshold(rng.random(n), "it", a, rule="conformal") for _ in range(4000)]
+    assert k / (n + 1) <= a
+    assert np.mean(thr) == pytest.approx(k / (n + 1), abs=0.005)
+
+
+def test_default_rule_and_presets():
+    assert make_detector("it", encoder=None).threshold_rule == "upper_bound"
+    assert make_detector("it", encoder=None, preset="paper").threshold_rule == "percentile"
+    assert make_detector("it", encoder=None).cross_fit_nodes == "restrict"
+    with pytest.raises(ValueError, match="threshold_rule must be one of"):
+        make_detector("it", encoder=None, threshold_rule="bogus")
+    with pytest.raises(ValueError, match="cross_fit_nodes must be one of"):
+        make_detector("it", encoder=None, cross_fit_nodes="bogus")
+    det = make_detector("ss+nc", encoder=None, distance_threshold=0.55).fit(TRAIN, embeddings=TRAIN_E)
+    m = max_calibration_alarms(len(TRAIN), det.false_alarm_rate, "upper_bound")
+    assert m is not None and det.train_false_alarm_rate * len(TRAIN) <= m + 1e-9
+
+
+@pytest.mark.parametrize("name", ("it", "ss+nc"))
+def test_cross_fit_recluster_is_a_detector_fitted_on_the_other_folds(name):
+    train, emb = TRAIN[:20], TRAIN_E[:20]
+    det = make_detector(name, encoder=None, calibration="cross_fit", calibration_folds=4, cross_fit_nodes="recluster",
+                        distance_threshold=0.55, order=3, backoff=True).fit(train, embeddings=emb)
+    from dialfork_metrics.task3.streaming import calibration_fold_ids
+
+    fold = calibration_fold_ids(20, 4, 0)
+    for f in range(4):
+        rest = [i for i in range(20) if fold[i] != f]
+        ref = make_detector(name, encoder=None, calibration="in_sample", distance_threshold=0.55, order=3,
+                            backoff=True).fit([train[i] for i in rest], embeddings=[emb[i] for i in rest])
+        held = [i for i in range(20) if fold[i] == f]
+        st, _ = ref.dialogue_statistics([train[i] for i in held], [emb[i] for i in held])
+        np.testing.assert_allclose(det.calibration_stats[held], st, rtol=1e-12)
+
+
+def test_cross_fit_restrict_drops_a_node_only_the_fold_has():
+    # one train dialogue says something no other does: with the split's nodes it has a node of its
+    # own; out of fold (restrict) that node is gone and the utterance joins another one
+    train, emb = [dict(r) for r in TRAIN[:20]], [np.array(e) for e in TRAIN_E[:20]]
+    emb[3][1] = OFF[0]
+    det = {m: make_detector("it+nc", encoder=None, calibration="cross_fit", calibration_folds=20, cross_fit_nodes=m,
+                            distance_threshold=0.55, order=2).fit(train, embeddings=emb) for m in ("fixed", "restrict")}
+    assert det["fixed"].vocab_size == det["restrict"].vocab_size
+    # the lone utterance is certain of its own node (confidence ~1) but not of its out-of-fold one
+    assert det["restrict"].calibration_stats[3] < det["fixed"].calibration_stats[3]
+    others = [i for i in range(20) if i != 3]
+    np.testing.assert_allclose(det["restrict"].calibration_stats[others], det["fixed"].calibration_stats[others],
+                               rtol=0.2)

@@ -12,7 +12,12 @@ clustering threshold, fitting scope and N-gram order work best depends on the en
    ``max_forks_per_source`` per source, one per fork position, seeded);
 3. each (detector, setting) is scored (SPEC 8 Score) on the pooled held-out predictions; the
    choice is the best Score among the settings whose held-out false-alarm rate is at most
-   ``false_alarm_rate + tolerance``; if none qualifies, the lowest false-alarm rate.
+   ``false_alarm_rate + tolerance`` (``tolerance`` 0 by default); if none qualifies, the lowest
+   false-alarm rate.
+
+Inside each fit the threshold is calibrated as :meth:`StreamingDetector.fit` does it: the same
+``cross_fit`` folds, out-of-fold nodes (``cross_fit_nodes``) and ``threshold_rule``, so each
+held-out row is the prediction of a detector fitted on the other folds (tested).
 
 Only train records are read: the test split's dialogues and labels never enter (tested by
 shuffling the test labels). The detectors themselves still fit on conformant dialogues only; the
@@ -44,14 +49,17 @@ import numpy as np
 from .ngram import NgramLM
 from .streaming import (
     CALIBRATIONS,
+    DEFAULT_CONFIDENCE,
     DEFAULT_FALSE_ALARM_RATE,
     DEFAULT_K,
     DEFAULT_TAU,
+    DEFAULT_THRESHOLD_RULE,
     SCOPES,
     SELECTABLE,
     SPEAKERS,
     StreamingDetector,
     calibrate_threshold,
+    calibration_fold_ids,
     calibration_statistic,
     surprisal_jumps,
 )
@@ -116,14 +124,18 @@ def system_turn_index(turns: Sequence[Mapping[str, str]]) -> np.ndarray:
 
 def tradeoff_curve(stats: np.ndarray, keys: Sequence[Any], is_fork: Sequence[bool],
                    calibration_stats: Mapping[Any, np.ndarray], method: str,
-                   levels: Sequence[float] | None = None, percentile_method: str = "linear") -> dict[str, np.ndarray]:
+                   levels: Sequence[float] | None = None, percentile_method: str = "linear",
+                   threshold_rule: str = "percentile", confidence: float = DEFAULT_CONFIDENCE) -> dict[str, np.ndarray]:
     """Conformant false-alarm rate and hallucinated coverage of a fitted detector at each
     operating point ``a`` in ``levels`` (default 0..1 in 401 steps plus 1%, 5%, 10%).
 
     ``stats``/``keys`` come from :meth:`StreamingDetector.dialogue_statistics` on the test
     dialogues, ``calibration_stats`` maps each key to the stored statistics of its model
     (``{k: m.calibration_stats for k, m in det.models().items()}``). The two end points
-    ``(0, 0)`` and ``(1, 1)`` (never / always alarm) are included."""
+    ``(0, 0)`` and ``(1, 1)`` (never / always alarm) are included. ``threshold_rule`` maps each
+    level to a threshold (:func:`calibrate_threshold`); the default, ``"percentile"``, sweeps the
+    thresholds most finely; the detector's own rule puts its operating point on the curve at
+    ``a = false_alarm_rate``."""
     stats = np.asarray(stats, dtype=np.float64)
     fork = np.asarray(is_fork, dtype=bool)
     if fork.all() or not fork.any():
@@ -137,7 +149,8 @@ def tradeoff_curve(stats: np.ndarray, keys: Sequence[Any], is_fork: Sequence[boo
     for a in levels:
         flagged = np.zeros(len(stats), dtype=bool)
         for k, mask in groups.items():
-            thr = calibrate_threshold(calibration_stats[k], method, float(min(max(a, 0.0), 1.0)), percentile_method)
+            thr = calibrate_threshold(calibration_stats[k], method, float(min(max(a, 0.0), 1.0)), percentile_method,
+                                      threshold_rule, confidence)
             flagged[mask] = (stats[mask] < thr) if method == "it" else (stats[mask] > thr)
         cov_c.append(flagged[~fork].mean())
         cov_h.append(flagged[fork].mean())
@@ -211,11 +224,72 @@ def _subsample_forks(records: Sequence[Mapping[str, Any]], max_per_source: int |
     return sorted(keep)
 
 
+def _node_model(distance_threshold: float, K: int, tau: float) -> StreamingDetector:
+    """An unfitted single model used only for its nodes (``node_confidence=True``: the assignment
+    returns the confidences the NC detectors use)."""
+    return StreamingDetector("it", True, order=1, K=K, tau=tau, distance_threshold=distance_threshold,
+                             backoff=False, calibration="in_sample", encoder=None, scope="pooled", preset="paper")
+
+
+def _speaker_trees(turns_list: Sequence[Sequence[Mapping[str, str]]], emb: Sequence[np.ndarray]
+                   ) -> dict[str, np.ndarray | None]:
+    """Per speaker, the dendrogram of its utterances (``None`` for a single utterance)."""
+    from dialfork_metrics.flowgraph import cluster_tree
+
+    trees: dict[str, np.ndarray | None] = {}
+    for sp in SPEAKERS:
+        E = [e[j] for turns, e in zip(turns_list, emb) for j, t in enumerate(turns) if t["speaker"] == sp]
+        if E:
+            trees[sp] = cluster_tree(np.stack(E)) if len(E) > 1 else None
+    return trees
+
+
+def _inner_folds(turns_list, emb, calibration_folds: int, calibration_seed: int, cross_fit_nodes: str):
+    """The ``cross_fit`` calibration folds of a fit set (the same folds as
+    :meth:`StreamingDetector.fit`): per fold, (its mask over the fit set, the other folds' indices,
+    the fold's indices, the other folds' trees when ``cross_fit_nodes="recluster"``)."""
+    fold = calibration_fold_ids(len(turns_list), calibration_folds, calibration_seed)
+    out = []
+    for f in range(int(fold.max()) + 1):
+        rest, held = np.flatnonzero(fold != f).tolist(), np.flatnonzero(fold == f).tolist()
+        trees = (_speaker_trees([turns_list[i] for i in rest], [emb[i] for i in rest])
+                 if cross_fit_nodes == "recluster" else None)
+        out.append((fold != f, rest, held, trees))
+    return out
+
+
+def _inner_assign(turns_list, emb, inner_fold, labels, thr: float, K: int, tau: float, cross_fit_nodes: str,
+                  split_nodes):
+    """One ``cross_fit`` fold's nodes as :meth:`StreamingDetector._cross_fit_p` builds them:
+    (V, nodes of the other folds, nodes and confidences of the fold). ``labels``: the fit set's
+    clusters at ``thr``; ``split_nodes``: (V, nodes, confidences) of the whole fit set."""
+    from dialfork_metrics.flowgraph import cut_cluster_tree
+
+    keep, rest, held, trees = inner_fold
+    V, n_all, c_all = split_nodes
+    if cross_fit_nodes == "fixed":
+        return V, [n_all[i] for i in rest], [n_all[i] for i in held], [c_all[i] for i in held]
+    m = _node_model(thr, K, tau)
+    if cross_fit_nodes == "recluster":
+        lab = {sp: (np.zeros(1, np.int64) if Z is None else cut_cluster_tree(Z, thr)) for sp, Z in trees.items()}
+        Vi = m._fit_nodes([turns_list[i] for i in rest], [emb[i] for i in rest], labels=lab)
+    else:
+        Vi = m._set_nodes(turns_list, emb, labels, keep=keep)
+    try:
+        n_rest, _ = m._assign_many([turns_list[i] for i in rest], [emb[i] for i in rest])
+        n_held, c_held = m._assign_many([turns_list[i] for i in held], [emb[i] for i in held])
+    except ValueError:  # as the detector: a speaker only the fold has keeps the split's nodes
+        return V, [n_all[i] for i in rest], [n_all[i] for i in held], [c_all[i] for i in held]
+    return Vi, n_rest, n_held, c_held
+
+
 def select_settings(records: Sequence[Mapping[str, Any]], embeddings: Sequence[np.ndarray], *,
                     detectors: Sequence[str] = DETECTORS, grid: Mapping[str, Sequence[Any]] | None = None,
                     n_folds: int = 3, seed: int = 0, false_alarm_rate: float = DEFAULT_FALSE_ALARM_RATE,
-                    tolerance: float = 0.01, max_forks_per_source: int | None = 4, K: int = DEFAULT_K,
-                    tau: float = DEFAULT_TAU, calibration_folds: int = 5, max_sources_per_task: int | None = None,
+                    tolerance: float = 0.0, max_forks_per_source: int | None = 4, K: int = DEFAULT_K,
+                    tau: float = DEFAULT_TAU, calibration_folds: int = 5, calibration_seed: int = 0,
+                    max_sources_per_task: int | None = None, threshold_rule: str = DEFAULT_THRESHOLD_RULE,
+                    confidence: float = DEFAULT_CONFIDENCE, cross_fit_nodes: str = "restrict",
                     progress: bool = False) -> Selection:
     """Choose each detector's settings by cross-validation over the train sources (module doc).
 
@@ -227,7 +301,7 @@ def select_settings(records: Sequence[Mapping[str, Any]], embeddings: Sequence[n
     """
     from tqdm.auto import tqdm
 
-    from dialfork_metrics.flowgraph import cluster_tree, cut_cluster_tree
+    from dialfork_metrics.flowgraph import cut_cluster_tree
 
     from .scorer import score_predictions
 
@@ -287,43 +361,49 @@ def select_settings(records: Sequence[Mapping[str, Any]], embeddings: Sequence[n
                     continue
                 turns_fit = [records[i]["turns"] for i in gi]
                 emb_fit = [embeddings[i] for i in gi]
-                trees: dict[str, np.ndarray | None] = {}
-                for sp in SPEAKERS:
-                    E = [e[j] for turns, e in zip(turns_fit, emb_fit) for j, t in enumerate(turns) if t["speaker"] == sp]
-                    if E:
-                        trees[sp] = cluster_tree(np.stack(E)) if len(E) > 1 else None
+                trees = _speaker_trees(turns_fit, emb_fit)
+                cals = sorted({s["calibration"] for s in settings})
+                inner = (_inner_folds(turns_fit, emb_fit, calibration_folds, calibration_seed, cross_fit_nodes)
+                         if "cross_fit" in cals and len(gi) >= 2 else None)
                 for thr in thresholds:
                     labels = {sp: (np.zeros(1, np.int64) if Z is None else cut_cluster_tree(Z, thr))
                               for sp, Z in trees.items()}
-                    # node_confidence=True: the assignment returns the confidences the NC detectors use
-                    base = StreamingDetector("it", True, order=1, K=K, tau=tau, distance_threshold=thr,
-                                             backoff=False, calibration="in_sample", encoder=None, scope="pooled")
-                    base._fit_model(turns_fit, emb_fit, labels=labels)  # nodes (the LM of order 1 is unused)
-                    V = base.lm.vocab_size
+                    base = _node_model(thr, K, tau)
+                    V = base._fit_nodes(turns_fit, emb_fit, labels=labels)
                     n_fit, c_fit = base._assign_many(turns_fit, emb_fit)
                     n_held, c_held = base._assign_many([records[i]["turns"] for i in hi], [embeddings[i] for i in hi])
+                    # cross_fit: per inner fold, nodes refitted on the other inner folds (as fit() does)
+                    inner_nodes = None if inner is None else [
+                        (fo[1], fo[2], *_inner_assign(turns_fit, emb_fit, fo, labels, thr, K, tau, cross_fit_nodes,
+                                                      (V, n_fit, c_fit)))
+                        for fo in inner]
                     for order, backoff in lm_keys:
                         lm = NgramLM(order, V, backoff=backoff).fit(n_fit)
                         p_held = [lm.sequence_probs(n) for n in n_held]
-                        calib_p: dict[str, list[np.ndarray]] = {}
-                        for cal in sorted({s["calibration"] for s in settings}):
-                            if cal == "in_sample" or len(n_fit) < 2:
-                                calib_p[cal] = [lm.sequence_probs(n) for n in n_fit]
-                            else:
-                                probe = StreamingDetector("it", False, order=order, backoff=backoff,
-                                                          calibration="cross_fit", calibration_folds=calibration_folds,
-                                                          encoder=None, scope="pooled")
-                                calib_p[cal] = probe._cross_fit_p(n_fit, [np.ones(len(n)) for n in n_fit], V)
+                        # per calibration: (p_t, c_t) of every fit dialogue
+                        calib: dict[str, tuple[list[np.ndarray], list[np.ndarray]]] = {}
+                        for cal in cals:
+                            if cal == "in_sample" or inner_nodes is None:
+                                calib[cal] = ([lm.sequence_probs(n) for n in n_fit], c_fit)
+                                continue
+                            ps: list[np.ndarray] = [np.empty(0)] * len(gi)
+                            cs: list[np.ndarray] = [np.empty(0)] * len(gi)
+                            for _rest, held, Vi, n_rest, n_in, c_in in inner_nodes:
+                                lm_i = NgramLM(order, Vi, backoff=backoff).fit(n_rest)
+                                for k_, nn, cc in zip(held, n_in, c_in):
+                                    ps[k_], cs[k_] = lm_i.sequence_probs(nn), cc
+                            calib[cal] = (ps, cs)
                         for si, s in enumerate(settings):
                             if (s["scope"], float(s["distance_threshold"]), s["order"], s["backoff"]) != \
                                     (scope, thr, order, backoff):
                                 continue
                             for d in detectors:
                                 method, nc = d.split("+")[0], d.endswith("+nc")
-                                cp = [p * c for p, c in zip(calib_p[s["calibration"]], c_fit)] if nc \
-                                    else calib_p[s["calibration"]]
+                                p_cal, c_cal = calib[s["calibration"]]
+                                cp = [p * c for p, c in zip(p_cal, c_cal)] if nc else p_cal
                                 theta = calibrate_threshold([calibration_statistic(p, method) for p in cp], method,
-                                                            false_alarm_rate)
+                                                            false_alarm_rate, rule=threshold_rule,
+                                                            confidence=confidence)
                                 ph = [p * c for p, c in zip(p_held, c_held)] if nc else p_held
                                 out = first_alarms(ph, [sys_turns[i] for i in hi], method, theta)
                                 row = preds[(d, si)]
@@ -349,6 +429,7 @@ def select_settings(records: Sequence[Mapping[str, Any]], embeddings: Sequence[n
         chosen[d] = {k: best[k] for k in SELECTABLE}
     meta = {"n_records": len(records), "n_sources": len(folds), "n_folds": n_folds, "seed": seed,
             "max_sources_per_task": max_sources_per_task,
-            "false_alarm_rate": false_alarm_rate, "tolerance": tolerance, "max_forks_per_source": max_forks_per_source,
+            "false_alarm_rate": false_alarm_rate, "tolerance": tolerance, "threshold_rule": threshold_rule,
+            "confidence": confidence, "cross_fit_nodes": cross_fit_nodes, "max_forks_per_source": max_forks_per_source,
             "grid": {k: list(v) for k, v in (grid or DEFAULT_GRID).items()}}
     return Selection(chosen=chosen, table=table, meta=meta)

@@ -1,0 +1,130 @@
+"""The streaming detectors' pure decision rules (SPEC section 8): the surprisal, the per-turn alarms,
+the per-dialogue calibration statistic and the threshold read off it (the operating point).
+
+Functions over arrays only; :class:`~dialfork_metrics.task3.streaming.StreamingDetector` and the
+settings selection call them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+METHODS: tuple[str, ...] = ("it", "ss")
+DEFAULT_FALSE_ALARM_RATE = 0.05
+#: how the threshold is read off the calibration statistics (:func:`calibrate_threshold`)
+THRESHOLD_RULES: tuple[str, ...] = ("percentile", "conformal", "upper_bound")
+#: the rule of the ``selected`` preset (the ``paper`` preset uses ``"percentile"``)
+DEFAULT_THRESHOLD_RULE = "upper_bound"
+#: confidence of the ``upper_bound`` rule
+DEFAULT_CONFIDENCE = 0.95
+
+
+def surprisal(p: np.ndarray) -> np.ndarray:
+    """``s_t = -log p_t`` (natural log; ``math.log`` per element, bit-identical to the streaming
+    loop, so a threshold that equals a train statistic compares the same way in both)."""
+    return np.asarray([-math.log(x) for x in np.asarray(p, dtype=np.float64).tolist()], dtype=np.float64)
+
+
+def surprisal_jumps(p: np.ndarray) -> np.ndarray:
+    """``Delta_t = s_t - s_{t-1}`` for ``t >= 2``; position 0 is ``-inf`` (no jump into the first turn)."""
+    s = surprisal(p)
+    d = np.full(s.shape, -np.inf)
+    d[1:] = s[1:] - s[:-1]
+    return d
+
+
+def alarms(p: np.ndarray, method: str, threshold: float) -> np.ndarray:
+    """Boolean alarm per turn position: IT ``p_t < threshold``; SS ``Delta_t > threshold``."""
+    p = np.asarray(p, dtype=np.float64)
+    if method == "it":
+        return p < threshold
+    if method == "ss":
+        return surprisal_jumps(p) > threshold
+    raise ValueError(f"unknown method {method!r}; expected one of {METHODS}")
+
+
+def calibration_statistic(p: np.ndarray, method: str) -> float:
+    """Per-dialogue statistic the threshold is a percentile of: IT ``min_t p_t``, SS ``max_t Delta_t``."""
+    p = np.asarray(p, dtype=np.float64)
+    if method == "it":
+        return float(p.min())
+    if method == "ss":
+        if len(p) < 2:
+            raise ValueError("SS needs dialogues of at least two turns (Delta_t starts at the second turn)")
+        return float(surprisal_jumps(p)[1:].max())
+    raise ValueError(f"unknown method {method!r}; expected one of {METHODS}")
+
+
+def max_calibration_alarms(n: int, false_alarm_rate: float, rule: str = "percentile",
+                           confidence: float = DEFAULT_CONFIDENCE) -> int | None:
+    """How many of ``n`` calibration dialogues a threshold may let alarm under ``rule`` (``None``
+    for ``"percentile"``, which interpolates instead of counting):
+
+    * ``"conformal"``: ``floor(a (n + 1)) - 1``, the split-conformal quantile: a new exchangeable
+      conformant dialogue alarms with probability at most ``a`` (``-1``: ``n < 1/a - 1`` is too
+      few dialogues for any alarm);
+    * ``"upper_bound"``: the largest ``m`` whose one-sided Clopper-Pearson upper bound at
+      ``confidence`` on the false-alarm rate, ``Beta.ppf(confidence, m + 1, n - m)``, is at most
+      ``a``: the false-alarm rate is at most ``a`` with that confidence. ``None`` when even
+      ``m = 0`` does not qualify (fewer than ``log(1 - confidence) / log(1 - a)`` dialogues, 59 at
+      5% and 95%); the caller then falls back to ``"conformal"``.
+    """
+    if rule == "percentile":
+        return None
+    if rule == "conformal":
+        return int(math.floor(false_alarm_rate * (n + 1) + 1e-9)) - 1
+    if rule == "upper_bound":
+        from scipy.stats import beta
+
+        m = np.arange(n)
+        ok = np.flatnonzero(beta.ppf(confidence, m + 1, n - m) <= false_alarm_rate)
+        return int(ok.max()) if ok.size else None
+    raise ValueError(f"unknown threshold rule {rule!r}; expected one of {THRESHOLD_RULES}")
+
+
+def calibrate_threshold(stats: Sequence[float], method: str, false_alarm_rate: float = DEFAULT_FALSE_ALARM_RATE,
+                        percentile_method: str = "linear", rule: str = "percentile",
+                        confidence: float = DEFAULT_CONFIDENCE) -> float:
+    """The alarm threshold for the calibration statistics ``stats`` at operating point ``a``.
+
+    ``rule="percentile"`` (the paper's): IT the ``100*a``-th percentile of ``min p_t``, SS the
+    ``100*(1-a)``-th of ``max Delta_t`` (``numpy.percentile(..., method=percentile_method)``).
+    ``"conformal"`` and ``"upper_bound"`` (ours) put the threshold at an order statistic so that at
+    most :func:`max_calibration_alarms` of the calibration dialogues alarm (IT alarms strictly
+    below, SS strictly above the threshold; ties never add alarms); no alarm allowed gives
+    ``-inf`` (IT) or ``+inf`` (SS): the detector never fires. ``"upper_bound"`` on too few
+    dialogues for the bound falls back to ``"conformal"``, and below ``1/a - 1`` dialogues (19 at
+    5%), where the conformal rule would never fire, to ``"percentile"``."""
+    stats = np.asarray(stats, dtype=np.float64)
+    if stats.size == 0:
+        raise ValueError("cannot calibrate a threshold on no dialogues")
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r}; expected one of {METHODS}")
+    m = max_calibration_alarms(stats.size, false_alarm_rate, rule, confidence)
+    if m is None and rule == "upper_bound":  # too few dialogues for the bound: conformal, then percentile
+        m = max_calibration_alarms(stats.size, false_alarm_rate, "conformal")
+        if m < 0:
+            m = None
+    if m is None:
+        q = 100.0 * false_alarm_rate if method == "it" else 100.0 * (1.0 - false_alarm_rate)
+        return float(np.percentile(stats, q, method=percentile_method))
+    if m < 0:
+        return -math.inf if method == "it" else math.inf
+    ordered = np.sort(stats) if method == "it" else -np.sort(-stats)
+    return float(ordered[min(m, stats.size - 1)])
+
+
+def calibration_fold_ids(n: int, folds: int, seed: int = 0) -> np.ndarray:
+    """The ``cross_fit`` fold of each of ``n`` train dialogues: ``min(folds, n)`` folds dealt
+    round-robin over a permutation seeded by ``seed``."""
+    k = min(int(folds), n)
+    if k < 2:
+        raise ValueError("calibration='cross_fit' needs at least two train dialogues")
+    fold = np.empty(n, dtype=np.int64)
+    fold[np.random.default_rng(seed).permutation(n)] = np.arange(n) % k
+    return fold
+
+

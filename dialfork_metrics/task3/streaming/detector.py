@@ -1,0 +1,438 @@
+"""The streaming detector (:class:`StreamingDetector`): settings, node assignment, the streaming step
+and the offline loops over whole dialogues. Fitting and persistence live in :mod:`.fitting` and
+:mod:`.persistence` (mixins); the pure decision rules in :mod:`.decision`."""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from dialfork_dataset.turns import as_turns
+
+from ..ngram import NgramLM
+from ._common import NotFittedError, _encoder_name, _task_of, _where, resolve_encoder
+from .decision import (
+    DEFAULT_CONFIDENCE,
+    DEFAULT_FALSE_ALARM_RATE,
+    DEFAULT_THRESHOLD_RULE,
+    METHODS,
+    THRESHOLD_RULES,
+    calibration_statistic,
+)
+from .fitting import FitMixin
+from .persistence import PersistenceMixin
+from .presets import (
+    CALIBRATIONS,
+    CROSS_FIT_NODES,
+    DEFAULT_K,
+    DEFAULT_TAU,
+    PRESETS,
+    SCOPES,
+    SELECTABLE,
+    SPEAKERS,
+    preset_settings,
+)
+from .stream import StepResult, StepState, Stream
+
+logger = logging.getLogger("dialfork_metrics.task3.streaming")
+
+
+class StreamingDetector(FitMixin, PersistenceMixin):
+    """IT or SS detector, with or without node confidence (see the module doc).
+
+    Parameters
+    ----------
+    method: ``"it"`` or ``"ss"``.
+    node_confidence: weight ``p_t`` by the node confidence ``c_t`` (the ``+NC`` variants).
+    order: N of the N-gram LM (>= 1; paper: 6 in Table 4, 3 in Table 9).
+    K, tau: node-confidence softmax over the K nearest centroids at temperature tau (sdialog: 64, 0.05).
+    distance_threshold: cosine distance threshold of the node clustering (FlowKL default 0.55, tuned
+        for D2F; the selection picks one per encoder).
+    false_alarm_rate: the operating point: target share of conformant dialogues that raise an
+        alarm (default 5%, the paper's). The threshold is the matching percentile of the
+        calibration statistic.
+    percentile_method: ``numpy.percentile`` interpolation method (default ``"linear"``).
+    backoff: N-gram back-off for unseen contexts (ours; off = the paper's Laplace N-gram).
+    calibration: ``"in_sample"`` (SPEC: the percentile of the statistic of the train dialogues
+        under the LM fitted on them) or ``"cross_fit"`` (ours: the statistic of each train
+        dialogue under an LM fitted on the other ``calibration_folds`` folds, seeded by
+        ``calibration_seed``). In-sample, every train context has been seen, so a test dialogue's
+        unseen context (``p = 1/(count + V)``) falls below thresholds calibrated on seen ones; the
+        out-of-fold statistic sees unseen contexts as test data does, so the false-alarm target
+        holds on held-out dialogues.
+    cross_fit_nodes: how ``cross_fit`` gets each fold's nodes (ours): ``"restrict"`` (default: the
+        split's clusters, centroids and node confidences from the other folds' utterances only),
+        ``"recluster"`` (cluster the other folds anew; exact, one clustering per fold) or
+        ``"fixed"`` (the whole split's nodes, only the LM refitted; held-out dialogues then look
+        more familiar than test ones and the target is exceeded on test).
+    threshold_rule: how the threshold is read off the calibration statistics
+        (:func:`~dialfork_metrics.task3.streaming.calibrate_threshold`): ``"percentile"`` (the
+        paper's; the ``paper`` preset's default), ``"conformal"`` (the split-conformal
+        ``(n + 1)`` quantile: a new conformant dialogue alarms with probability at most
+        ``false_alarm_rate``) or ``"upper_bound"`` (the ``selected`` preset's default: at most as
+        many calibration dialogues alarm as keep the one-sided Clopper-Pearson upper bound of the
+        false-alarm rate, at ``confidence``, within ``false_alarm_rate``).
+    confidence: the confidence of ``threshold_rule="upper_bound"`` (default 0.95).
+    scope: ``"task"`` (one model per STAR task, read from each dialogue's ``task`` field; the
+        paper's, whose nodes are FlowKL's per-task clustering) or ``"pooled"`` (one model over all
+        train dialogues). Train dialogues without a ``task`` field form one group; a dialogue to
+        predict without one (the blind leaderboard set) is routed at its first turn
+        (:meth:`route_task`).
+    preset: where unset settings (``None``) come from: ``"selected"`` (default; chosen on train data
+        by cross-validation, per detector and encoder) or ``"paper"`` (the paper's literal settings).
+    encoder: alias/path for :class:`dialfork_metrics.encoders.Encoder`, an encoder object, or
+        ``None`` (then every call must pass precomputed ``embeddings``).
+    """
+
+    def __init__(self, method: str = "it", node_confidence: bool = False, order: int | None = None,
+                 K: int = DEFAULT_K, tau: float = DEFAULT_TAU,
+                 distance_threshold: float | None = None,
+                 false_alarm_rate: float = DEFAULT_FALSE_ALARM_RATE, percentile_method: str = "linear",
+                 backoff: bool | None = None, calibration: str | None = None, calibration_folds: int = 5,
+                 calibration_seed: int = 0, encoder: Any = "minilm", scope: str | None = None,
+                 preset: str = "selected", threshold_rule: str | None = None,
+                 confidence: float = DEFAULT_CONFIDENCE, cross_fit_nodes: str = "restrict"):
+        errs = []
+        if method not in METHODS:
+            errs.append(f"method must be one of {METHODS}, got {method!r}")
+        if preset not in PRESETS:
+            errs.append(f"preset must be one of {PRESETS}, got {preset!r}")
+        if errs:
+            raise ValueError("StreamingDetector: " + "; ".join(errs))
+        name = method + ("+nc" if node_confidence else "")
+        explicit = {"order": order, "distance_threshold": distance_threshold, "backoff": backoff,
+                    "calibration": calibration, "scope": scope}
+        defaults = preset_settings(preset, name, _encoder_name(encoder))
+        settings = {k: (defaults[k] if explicit[k] is None else explicit[k]) for k in SELECTABLE}
+        self.settings_source = {k: ("explicit" if explicit[k] is not None else f"preset:{preset}") for k in SELECTABLE}
+        order, distance_threshold = settings["order"], settings["distance_threshold"]
+        backoff, calibration, scope = settings["backoff"], settings["calibration"], settings["scope"]
+        if isinstance(order, bool) or not isinstance(order, int) or order < 1:
+            errs.append(f"order N must be an integer >= 1, got {order!r}")
+        if isinstance(K, bool) or not isinstance(K, int) or K < 1:
+            errs.append(f"K must be an integer >= 1, got {K!r}")
+        if not isinstance(tau, int | float) or isinstance(tau, bool) or not tau > 0:
+            errs.append(f"tau must be > 0, got {tau!r}")
+        if not isinstance(distance_threshold, int | float) or not 0 < distance_threshold <= 2:
+            errs.append(f"distance_threshold must be a cosine distance in (0, 2], got {distance_threshold!r}")
+        if not isinstance(false_alarm_rate, int | float) or not 0 < false_alarm_rate < 1:
+            errs.append(f"false_alarm_rate must be in (0, 1), got {false_alarm_rate!r}")
+        if calibration not in CALIBRATIONS:
+            errs.append(f"calibration must be one of {CALIBRATIONS}, got {calibration!r}")
+        if isinstance(calibration_folds, bool) or not isinstance(calibration_folds, int) or calibration_folds < 2:
+            errs.append(f"calibration_folds must be an integer >= 2, got {calibration_folds!r}")
+        if scope not in SCOPES:
+            errs.append(f"scope must be one of {SCOPES}, got {scope!r}")
+        if threshold_rule is None:
+            threshold_rule = "percentile" if preset == "paper" else DEFAULT_THRESHOLD_RULE
+        if threshold_rule not in THRESHOLD_RULES:
+            errs.append(f"threshold_rule must be one of {THRESHOLD_RULES}, got {threshold_rule!r}")
+        if cross_fit_nodes not in CROSS_FIT_NODES:
+            errs.append(f"cross_fit_nodes must be one of {CROSS_FIT_NODES}, got {cross_fit_nodes!r}")
+        if not isinstance(confidence, int | float) or isinstance(confidence, bool) or not 0 < confidence < 1:
+            errs.append(f"confidence must be in (0, 1), got {confidence!r}")
+        if errs:
+            raise ValueError("StreamingDetector: " + "; ".join(errs))
+        self.method = method
+        self.node_confidence = bool(node_confidence)
+        self.order = order
+        self.K = K
+        self.tau = float(tau)
+        self.distance_threshold = float(distance_threshold)
+        self.false_alarm_rate = float(false_alarm_rate)
+        self.percentile_method = percentile_method
+        self.threshold_rule = threshold_rule
+        self.confidence = float(confidence)
+        self.cross_fit_nodes = cross_fit_nodes
+        self.backoff = bool(backoff)
+        self.calibration = calibration
+        self.calibration_folds = calibration_folds
+        self.calibration_seed = int(calibration_seed)
+        self.scope = scope
+        self.preset = preset
+        self._encoder_spec = encoder
+        self._encoder = None
+        self._parent: StreamingDetector | None = None
+        # fitted state of one model (scope="pooled", or scope="task" with a single task)
+        self.centroids: dict[str, np.ndarray] = {}
+        self.node_offsets: dict[str, int] = {}
+        self.lm: NgramLM | None = None
+        self.threshold: float | None = None
+        self.calibration_stats: np.ndarray | None = None
+        self.train_false_alarm_rate: float | None = None
+        self.n_train: int = 0
+        # scope="task" with several tasks: one fitted single-model detector per task
+        self.task_models: dict[str | None, StreamingDetector] = {}
+        self.tasks: list[str | None] = []
+        """The task(s) the detector was fitted on (``[None]`` for dialogues without a task field)."""
+
+    # -- names, encoder ----------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        return self.method + ("+nc" if self.node_confidence else "")
+
+    def __repr__(self) -> str:
+        fitted = f"fitted on {self.n_train}, V={self.vocab_size}" if self.is_fitted else "not fitted"
+        scope = f", {len(self.task_models)} task models" if self.task_models else ""
+        return f"StreamingDetector({self.name!r}, N={self.order}, {fitted}{scope})"
+
+    @property
+    def encoder(self):
+        if self._parent is not None:
+            return self._parent.encoder
+        if self._encoder is None and self._encoder_spec is not None:
+            self._encoder = resolve_encoder(self._encoder_spec)
+        return self._encoder
+
+    @property
+    def is_fitted(self) -> bool:
+        return bool(self.task_models) or (self.lm is not None and self.threshold is not None)
+
+    @property
+    def vocab_size(self) -> int:
+        if self.task_models:
+            return sum(m.vocab_size for m in self.task_models.values())
+        return sum(len(c) for c in self.centroids.values())
+
+    @property
+    def node_names(self) -> list[str]:
+        """Global node names (``"user:0"``, ..., ``"system:0"``, ...), indexed by node id (one model)."""
+        return [f"{sp}:{i}" for sp in SPEAKERS if sp in self.centroids for i in range(len(self.centroids[sp]))]
+
+    @property
+    def thresholds(self) -> dict[str | None, float]:
+        """The threshold of each model, by task (``{task: threshold}``; one entry for one model)."""
+        return {k: m.threshold for k, m in self.models().items()}
+
+    def models(self) -> dict[str | None, StreamingDetector]:
+        """The fitted single models by task: ``task_models``, or ``{task: self}`` for one model."""
+        self._check_fitted()
+        if self.task_models:
+            return dict(self.task_models)
+        return {(self.tasks[0] if len(self.tasks) == 1 else None): self}
+
+    def for_task(self, task: str | None = None) -> StreamingDetector:
+        """The single model that watches dialogues of ``task`` (``self`` when there is one model).
+        Its :meth:`start`, :meth:`step` and thresholds are those of that task."""
+        self._check_fitted()
+        if not self.task_models:
+            if task is not None and self.scope == "task" and self.tasks not in ([None], [task]):
+                raise ValueError(f"this detector was fitted on task(s) {self.tasks}, not {task!r}")
+            return self
+        if task not in self.task_models:
+            known = ", ".join(sorted(str(t) for t in self.task_models))
+            raise ValueError(f"no model for task {task!r} (scope='task'; fitted tasks: {known}); give each "
+                             "dialogue its 'task' field, or fit with scope='pooled'")
+        return self.task_models[task]
+
+    def route_task(self, speaker: str, embedding: np.ndarray) -> str | None:
+        """The task whose model should watch a dialogue with no ``task`` field (e.g. the blind
+        leaderboard set), decided at its first turn only (so streaming stays causal): the task
+        model with the node most similar (cosine) to that turn among ``speaker``'s nodes; ties
+        go to the first task in sorted order."""
+        self._check_fitted()
+        if not self.task_models:
+            return self.tasks[0] if len(self.tasks) == 1 else None
+        e = np.asarray(embedding, dtype=np.float64).reshape(-1)
+        e = e / (np.linalg.norm(e) or 1.0)
+        best, best_sim = None, -np.inf
+        for task in sorted(self.task_models, key=str):
+            C = self.task_models[task].centroids.get(speaker)
+            if C is None:
+                continue
+            sim = float(np.max(C @ e))
+            if sim > best_sim:
+                best, best_sim = task, sim
+        if best is None:
+            raise ValueError(f"no task model has a node for speaker {speaker!r}")
+        return best
+
+    def _check_fitted(self) -> None:
+        if not self.is_fitted:
+            raise NotFittedError(f"this {self.name!r} detector is not fitted yet: call fit(conformant_train_dialogues) "
+                                 "or load a saved detector with load_detector(path)")
+
+    # -- embeddings --------------------------------------------------------------------------
+    def _embeddings(self, turns_list: list[list[dict[str, str]]], embeddings: Any, names: list[str],
+                    show_progress: bool = False) -> list[np.ndarray]:
+        if embeddings is None:
+            if self.encoder is None:
+                raise ValueError("no encoder: pass embeddings= (one (n_turns, d) array per dialogue) or build "
+                                 "the detector with encoder='minilm' (or another alias/path)")
+            embeddings = self.encoder.encode_dialogues(turns_list)
+        embeddings = list(embeddings)
+        if len(embeddings) != len(turns_list):
+            raise ValueError(f"embeddings holds {len(embeddings)} arrays for {len(turns_list)} dialogues")
+        out, errs = [], []
+        dim = None
+        cents = next(iter(self.task_models.values())).centroids if self.task_models else self.centroids
+        if cents:
+            dim = next(iter(cents.values())).shape[1]
+        for name, turns, e in zip(names, turns_list, embeddings):
+            e = np.asarray(e, dtype=np.float64)
+            if e.ndim != 2 or e.shape[0] != len(turns):
+                errs.append(f"{name}: embeddings of shape {e.shape} for {len(turns)} turns (expected (n_turns, d))")
+            elif dim is not None and e.shape[1] != dim:
+                errs.append(f"{name}: embedding dimension {e.shape[1]} but the detector was fitted with {dim} "
+                            "(use the same encoder as at fit time)")
+            elif not np.all(np.isfinite(e)):
+                errs.append(f"{name}: embeddings contain NaN or inf")
+            out.append(e)
+        if errs:
+            raise ValueError(f"{len(errs)} bad embedding array(s):\n  " + "\n  ".join(errs[:20]))
+        return out
+
+    def _assign(self, speaker: str, E: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Global node ids and node confidences of the rows of ``E`` (all spoken by ``speaker``)."""
+        from dialfork_metrics.flowgraph import cosine_similarities, node_confidence
+
+        C = self.centroids.get(speaker)
+        if C is None:
+            raise ValueError(f"speaker {speaker!r} never spoke in the train dialogues; the detector has no node for it")
+        S = cosine_similarities(E, C)  # (n, n_nodes); the nearest node is the argmax (flowgraph.nearest_nodes)
+        idx = np.argmax(S, axis=1).astype(np.int64)
+        if self.node_confidence:
+            conf = np.asarray(node_confidence(S, K=self.K, tau=self.tau), dtype=np.float64)
+        else:
+            conf = np.ones(len(E))
+        return idx + self.node_offsets[speaker], conf
+
+    def _assign_many(self, turns_list: list[list[dict[str, str]]], emb: list[np.ndarray]):
+        """Per dialogue: (node ids, confidences), with one batched assignment per speaker."""
+        nodes = [np.empty(len(t), dtype=np.int64) for t in turns_list]
+        confs = [np.empty(len(t), dtype=np.float64) for t in turns_list]
+        for sp in SPEAKERS:
+            where = [(i, j) for i, turns in enumerate(turns_list) for j, t in enumerate(turns) if t["speaker"] == sp]
+            if not where:
+                continue
+            E = np.stack([emb[i][j] for i, j in where])
+            idx, conf = self._assign(sp, E)
+            for (i, j), n, c in zip(where, idx.tolist(), conf.tolist()):
+                nodes[i][j] = n
+                confs[i][j] = c
+        return nodes, confs
+
+
+    # -- fitting -----------------------------------------------------------------------------
+
+    def start(self, task: str | None = None) -> Stream:
+        """Begin monitoring a new dialogue of ``task`` (needed only when the detector holds one model
+        per task); returns the stream (also kept for :meth:`update`)."""
+        self._check_fitted()
+        model = self.for_task(task)
+        self._stream = Stream(model)
+        return self._stream
+
+    def update(self, turn: Any, embedding: np.ndarray | None = None) -> int | None:
+        """:meth:`_Stream.update` on the stream opened by the last :meth:`start`."""
+        stream = getattr(self, "_stream", None)
+        if stream is None:
+            raise RuntimeError("call start() before update()")
+        return stream.update(turn, embedding)
+
+    def step(self, state: StepState, speaker: str, node: int, confidence: float = 1.0
+             ) -> tuple[StepState, StepResult]:
+        """One turn of the streaming loop, as a pure function of the carried state: the decision
+        rule of every streaming prediction (``predict``, ``update``, ``dialfork_metrics.guard``).
+        Constant cost per turn: only the last ``N-1`` nodes and ``p_{t-1}`` are read."""
+        lm = self.lm
+        p = lm.prob(lm.context_of(state.context), node)
+        if self.node_confidence:
+            p *= confidence
+        if self.method == "it":
+            score: float | None = p
+            alarm = p < self.threshold
+        else:  # the same expression as surprisal_jumps
+            score = None if state.prev_p is None else (-math.log(p)) - (-math.log(state.prev_p))
+            alarm = score is not None and score > self.threshold
+        n_system = state.n_system + (speaker == "system")
+        k = self.order - 1
+        context = (*state.context, int(node))[-k:] if k else ()
+        return (StepState(context, p, state.n_turns + 1, n_system),
+                StepResult(p, score, bool(alarm), max(n_system, 1)))
+
+    # -- offline convenience (the streaming loop run over whole dialogues) ----------------------
+    def _prepare(self, dialogues: Sequence[Any], embeddings: Any, show_progress: bool = False):
+        """Validated turns, embeddings and, per model, the indices of the dialogues it watches."""
+        self._check_fitted()
+        names = [_where(d, i) for i, d in enumerate(dialogues)]
+        turns_list = [as_turns(d, where=n) for d, n in zip(dialogues, names)]
+        emb = self._embeddings(turns_list, embeddings, names, show_progress)
+        groups: dict[int, tuple[StreamingDetector, list[int]]] = {}
+        if not self.task_models:
+            groups[id(self)] = (self, list(range(len(dialogues))))
+        else:
+            errs = []
+            for i, d in enumerate(dialogues):
+                try:
+                    task = _task_of(d)
+                    if task is None and None not in self.task_models and len(turns_list[i]):
+                        task = self.route_task(turns_list[i][0]["speaker"], emb[i][0])
+                    m = self.for_task(task)
+                except ValueError as e:
+                    errs.append(f"{names[i]}: {e}")
+                    continue
+                groups.setdefault(id(m), (m, []))[1].append(i)
+            if errs:
+                raise ValueError(f"{len(errs)} dialogue(s) without a task model:\n  " + "\n  ".join(errs[:20]))
+        return turns_list, emb, list(groups.values())
+
+    def turn_probabilities(self, dialogues: Sequence[Any], embeddings: Sequence[np.ndarray] | None = None
+                           ) -> list[np.ndarray]:
+        """``p_t`` (``p_t^NC`` for NC detectors) of every turn of every dialogue."""
+        turns_list, emb, groups = self._prepare(dialogues, embeddings)
+        out: list[np.ndarray] = [np.empty(0)] * len(turns_list)
+        for m, idx in groups:
+            nodes, confs = m._assign_many([turns_list[i] for i in idx], [emb[i] for i in idx])
+            for i, n, c in zip(idx, nodes, confs):
+                out[i] = m._sequence_p(n, c)
+        return out
+
+    def dialogue_statistics(self, dialogues: Sequence[Any], embeddings: Sequence[np.ndarray] | None = None
+                            ) -> tuple[np.ndarray, list[str | None]]:
+        """Per dialogue, the calibration statistic (IT ``min_t p_t``, SS ``max_t Delta_t``; ``-inf``
+        for a one-turn dialogue under SS) and the task of the model that watched it. A dialogue
+        raises an alarm at operating point ``a`` exactly when its statistic crosses
+        ``calibrate_threshold(model.calibration_stats, method, a)`` (IT below, SS above): the
+        trade-off curve (:func:`dialfork_metrics.task3.selection.tradeoff_curve`) sweeps ``a``."""
+        turns_list, emb, groups = self._prepare(dialogues, embeddings)
+        stats = np.empty(len(turns_list))
+        keys: list[str | None] = [None] * len(turns_list)
+        key_of = {id(m): k for k, m in self.models().items()}
+        for m, idx in groups:
+            nodes, confs = m._assign_many([turns_list[i] for i in idx], [emb[i] for i in idx])
+            for i, n, c in zip(idx, nodes, confs):
+                p = m._sequence_p(n, c)
+                stats[i] = -np.inf if (m.method == "ss" and len(p) < 2) else calibration_statistic(p, m.method)
+                keys[i] = key_of[id(m)]
+        return stats, keys
+
+    def predict(self, dialogue: Any, embeddings: np.ndarray | None = None) -> int | None:
+        """The first alarm of the streaming loop over ``dialogue`` (system turn index) or ``None``."""
+        return self.predict_many([dialogue], None if embeddings is None else [embeddings])[0]
+
+    def predict_many(self, dialogues: Sequence[Any], embeddings: Sequence[np.ndarray] | None = None,
+                     show_progress: bool = False) -> list[int | None]:
+        """:meth:`predict` for many dialogues: one encoder pass, batched node assignment."""
+        from tqdm.auto import tqdm
+
+        turns_list, emb, groups = self._prepare(dialogues, embeddings, show_progress)
+        out: list[int | None] = [None] * len(turns_list)
+        with tqdm(total=len(turns_list), desc=f"task3 {self.name}", disable=not show_progress, unit="dlg") as bar:
+            for m, idx in groups:
+                nodes, confs = m._assign_many([turns_list[i] for i in idx], [emb[i] for i in idx])
+                for i, n, c in zip(idx, nodes, confs):
+                    stream = Stream(m)
+                    for t, ni, ci in zip(turns_list[i], n.tolist(), c.tolist()):
+                        stream.update_node(t, ni, ci)
+                        if stream.flag is not None:
+                            break  # the first alarm is final: later turns cannot change it
+                    out[i] = stream.flag
+                    bar.update(1)
+        return out
+
+    # -- persistence (JSON + npz; no pickle) --------------------------------------------------

@@ -1,0 +1,150 @@
+"""Saving and loading a fitted streaming detector: ``config.json`` + ``arrays.npz`` per model (JSON and
+npz, no pickle), one sub-folder per task model. Mixed into :class:`~.detector.StreamingDetector`."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..ngram import NgramLM
+from ._common import _encoder_name
+from .decision import DEFAULT_CONFIDENCE
+from .presets import SELECTABLE
+
+if TYPE_CHECKING:
+    from .detector import StreamingDetector
+
+FORMAT = "dialfork-task3-streaming-detector"
+FORMAT_VERSION = 2
+
+
+class PersistenceMixin:
+    """``settings``/``config``/``save``/``load`` of :class:`~.detector.StreamingDetector`."""
+
+    def settings(self) -> dict[str, Any]:
+        """The five :data:`SELECTABLE` settings this detector runs with."""
+        return {k: getattr(self, k) for k in SELECTABLE}
+
+    def config(self) -> dict[str, Any]:
+        return {
+            "detector": self.name,
+            "method": self.method,
+            "node_confidence": self.node_confidence,
+            "order": self.order,
+            "K": self.K,
+            "tau": self.tau,
+            "distance_threshold": self.distance_threshold,
+            "false_alarm_rate": self.false_alarm_rate,
+            "percentile_method": self.percentile_method,
+            "threshold_rule": self.threshold_rule,
+            "confidence": self.confidence,
+            "cross_fit_nodes": self.cross_fit_nodes,
+            "backoff": self.backoff,
+            "calibration": self.calibration,
+            "calibration_folds": self.calibration_folds,
+            "calibration_seed": self.calibration_seed,
+            "scope": self.scope,
+            "preset": self.preset,
+            "settings_source": dict(self.settings_source),
+            # the name it was built with (an alias stays an alias, not the resolved path)
+            "encoder": _encoder_name(self._encoder_spec if self._encoder is None or isinstance(self._encoder_spec, str)
+                                     else self._encoder),
+        }
+
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write ``config.json`` + ``arrays.npz`` into folder ``path`` (atomic per file); with one
+        model per task, each task's model goes to ``path/tasks/<i>/`` and ``config.json`` lists them."""
+        from dialfork_dataset.jsonl import write_json_atomic
+
+        self._check_fitted()
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        meta: dict[str, Any] = {"format": FORMAT, "format_version": FORMAT_VERSION, **self.config(),
+                                "tasks": self.tasks, "n_train": self.n_train,
+                                "train_false_alarm_rate": self.train_false_alarm_rate}
+        if self.task_models:
+            entries = []
+            for i, (task, m) in enumerate(sorted(self.task_models.items(), key=lambda kv: str(kv[0]))):
+                m._save_model(path / "tasks" / f"{i:03d}")
+                entries.append({"task": task, "folder": f"tasks/{i:03d}"})
+            meta["task_models"] = entries
+        else:
+            meta.update(self._save_model(path))
+        write_json_atomic(path / "config.json", meta)
+        return path
+
+    def _save_model(self, path: Path) -> dict[str, Any]:
+        """Write one model's arrays (and, for a task model, its own ``config.json``); returns its metadata."""
+        from dialfork_dataset.jsonl import write_json_atomic
+
+        path.mkdir(parents=True, exist_ok=True)
+        arrays = {f"centroids_{sp}": c.astype(np.float64) for sp, c in self.centroids.items()}
+        arrays.update(self.lm.to_arrays())
+        arrays["calibration_stats"] = np.asarray(self.calibration_stats, dtype=np.float64)
+        tmp = path / ".arrays.tmp.npz"
+        np.savez_compressed(tmp, **arrays)
+        os.replace(tmp, path / "arrays.npz")
+        meta = {"speakers": list(self.centroids), "node_offsets": self.node_offsets, "vocab_size": self.vocab_size,
+                "threshold": self.threshold, "n_train": self.n_train,
+                "train_false_alarm_rate": self.train_false_alarm_rate}
+        if self._parent is not None:
+            write_json_atomic(path / "config.json", {"format": FORMAT + "-task-model", "tasks": self.tasks, **meta})
+        return meta
+
+    def _load_model(self, path: Path, meta: Mapping[str, Any]) -> None:
+        with np.load(path / "arrays.npz", allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files}
+        self.centroids = {sp: arrays[f"centroids_{sp}"] for sp in meta["speakers"]}
+        self.node_offsets = {sp: int(o) for sp, o in meta["node_offsets"].items()}
+        self.lm = NgramLM.from_arrays(self.order, int(meta["vocab_size"]), arrays, backoff=self.backoff)
+        self.calibration_stats = arrays["calibration_stats"]
+        self.threshold = float(meta["threshold"])
+        self.n_train = int(meta["n_train"])
+        self.train_false_alarm_rate = meta.get("train_false_alarm_rate")
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, encoder: Any = None) -> StreamingDetector:
+        """Load a detector saved by :meth:`save`. ``encoder`` overrides the saved encoder name.
+        Folders written before scopes and presets existed (format version 1) load as the single
+        pooled model they hold, with its saved settings."""
+        path = Path(path)
+        cfg_path = path / "config.json"
+        if not cfg_path.is_file():
+            raise FileNotFoundError(f"{path}: no config.json (not a saved Task 3 detector folder)")
+        meta = json.loads(cfg_path.read_text(encoding="utf-8"))
+        if meta.get("format") != FORMAT:
+            raise ValueError(f"{cfg_path}: not a streaming detector (format {meta.get('format')!r})")
+        if meta.get("format_version", 0) > FORMAT_VERSION:
+            raise ValueError(f"{cfg_path}: format version {meta['format_version']} is newer than this code "
+                             f"({FORMAT_VERSION}); upgrade dialfork")
+        det = cls(method=meta["method"], node_confidence=meta["node_confidence"], order=meta["order"], K=meta["K"],
+                  tau=meta["tau"], distance_threshold=meta["distance_threshold"],
+                  false_alarm_rate=meta["false_alarm_rate"], percentile_method=meta["percentile_method"],
+                  backoff=meta["backoff"], calibration=meta.get("calibration", "in_sample"),
+                  calibration_folds=meta.get("calibration_folds", 5), calibration_seed=meta.get("calibration_seed", 0),
+                  encoder=encoder if encoder is not None else meta.get("encoder"),
+                  scope=meta.get("scope", "pooled"), preset=meta.get("preset", "selected"),
+                  threshold_rule=meta.get("threshold_rule", "percentile"),
+                  confidence=meta.get("confidence", DEFAULT_CONFIDENCE),
+                  cross_fit_nodes=meta.get("cross_fit_nodes", "fixed"))
+        if "settings_source" in meta:
+            det.settings_source = dict(meta["settings_source"])
+        det.tasks = list(meta.get("tasks", [None]))
+        if meta.get("task_models"):
+            for entry in meta["task_models"]:
+                sub = det._submodel()
+                sub_path = path / entry["folder"]
+                sub_meta = json.loads((sub_path / "config.json").read_text(encoding="utf-8"))
+                sub._load_model(sub_path, sub_meta)
+                sub.tasks = [entry["task"]]
+                det.task_models[entry["task"]] = sub
+            det.n_train = int(meta["n_train"])
+            det.train_false_alarm_rate = meta.get("train_false_alarm_rate")
+        else:
+            det._load_model(path, meta)
+        return det
