@@ -171,8 +171,6 @@ TOOL_ARGS = {"Day": "Monday", "City": "Chicago"}
 
 def _tool_calling_handler(body, n):
     """Calls the weather tool on a dialogue's first system turn, then answers with text (default reply)."""
-    from test_openai_client import completion_body
-
     msgs = body["messages"]
     first_turn = not any(m["role"] == "assistant" for m in msgs)
     if body.get("tools") and first_turn:
