@@ -193,12 +193,12 @@ class OpenAIBackend:
             out.append(rep.text.strip())
         return out
 
-    def _count(self, r: TurnRequest, rep: Any, requests: int = 1) -> None:
+    def _count(self, r: TurnRequest, rep: Any) -> None:
         r.extra["finish_reason"] = rep.finish_reason
         r.extra["attempts"] = rep.attempts
         r.extra["usage"] = rep.usage
         with self._stats_lock:
-            self.stats["requests"] += requests
+            self.stats["requests"] += 1
             self.stats["prompt_tokens"] += int(rep.usage.get("prompt_tokens") or 0)
             self.stats["new_tokens"] += int(rep.usage.get("completion_tokens") or 0)
             if rep.finish_reason == "length":
@@ -223,14 +223,13 @@ class OpenAIBackend:
         ordinal = sum(1 for m in r.messages if m["role"] == "assistant")  # this turn's system-turn index
         engine_msgs = [{"role": m["role"], "content": m["content"]} for m in r.messages]
         own: list[dict[str, Any]] = []  # this turn's tool traffic (run_tool_loop appends to it)
-        replies: list[Any] = []
 
         def complete(new: list[dict[str, Any]], tools: list[dict[str, Any]]) -> dict[str, Any]:
             msgs = _with_traffic(engine_msgs, traffic) + new
             if self.system_role == "merge":
                 msgs = merge_system_messages(msgs)
             rep = self.client.chat_one(msgs, seed, index, cancel, **sampling, **({"tools": tools} if tools else {}))
-            replies.append(rep)
+            self._count(r, rep)  # every request of the loop (r.extra ends with the last one's)
             out: dict[str, Any] = {"role": "assistant", "content": rep.text}
             if rep.tool_calls:
                 out["tool_calls"] = [dict(c) for c in rep.tool_calls]
@@ -239,7 +238,6 @@ class OpenAIBackend:
         msg, results = run_tool_loop(complete, own, self.kb_executor, task, happy=bool(getattr(d.scenario, "happy", True)),
                                      seed=int(r.seed))
         traffic[ordinal] = own
-        self._count(r, replies[-1], len(replies))
         with self._stats_lock:
             self.stats["tool_calls"] += len(results)
             self.stats["tool_errors"] += sum(not x.ok for x in results)
