@@ -109,6 +109,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--compound", default=None, metavar="PLAN", type=_compound_plan,
                    help="compound forks: injections in order as TYPE@K, e.g. SSPC@1,GR@3 (SSPC before t_1, then GR "
                         f"before t_3); each source gets this one fork instead of its {FORKS_PER_SOURCE} single forks")
+    p.add_argument("--kb-tools", action="store_true",
+                   help="LLM backends (openai): offer the system agent its task's knowledge-base tool, run against "
+                        "the source's KB tables, so that its query steps return real rows (default: off; "
+                        "docs/generating-llms.md)")
     p.add_argument("--budget", type=int, default=None,
                    help="length budget in turns for every task (default: each task's STAR maximum)")
     p.add_argument("--workers", type=int, default=1, help="worker processes (template backend; default 1)")
@@ -155,7 +159,7 @@ def config_options(args: argparse.Namespace) -> dict:
     """The :class:`GenerationConfig` fields set by the rewording, variant-draw and scenario-filter options."""
     return {"reword_rate": args.reword_rate, "variant_draw": args.variant_draw,
             "min_system_turns": args.min_system_turns, "multitask": args.multitask,
-            "compound": args.compound}
+            "compound": args.compound, "kb_tools": args.kb_tools}
 
 
 def task_names(args: argparse.Namespace) -> tuple[str, ...] | None:

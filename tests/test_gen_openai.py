@@ -163,3 +163,119 @@ def test_engine_garbage_mid_run_writes_nothing_half_way_and_resumes(tmp_path, st
         assert srv.chat_count == 136  # only the unfinished scenario: D+ (8 turns) + 16 forks x 8 turns
     assert m.counts["total"]["records"] == 34
     assert (out / "weather.jsonl").read_bytes() == (clean_run[0] / "weather.jsonl").read_bytes()
+
+
+# -- KB tools (--kb-tools) -------------------------------------------------------------------------
+TOOL_ARGS = {"Day": "Monday", "City": "Chicago"}
+
+
+def _tool_calling_handler(body, n):
+    """Calls the weather tool on a dialogue's first system turn, then answers with text (default reply)."""
+    msgs = body["messages"]
+    first_turn = not any(m["role"] == "assistant" for m in msgs)
+    if body.get("tools") and first_turn:
+        call = {"id": f"call_{body['seed']}", "type": "function",
+                "function": {"name": body["tools"][0]["function"]["name"], "arguments": json.dumps(TOOL_ARGS)}}
+        reply = {"choices": [{"index": 0, "finish_reason": "tool_calls",
+                              "message": {"role": "assistant", "content": None, "tool_calls": [call]}}],
+                 "usage": {"prompt_tokens": 3, "completion_tokens": 1}}
+        return 200, json.dumps(reply).encode(), None
+    return None
+
+
+@pytest.mark.parametrize("prefix_mode", ["replay", "reuse"])
+def test_kb_tools_answer_the_system_agent_and_stay_out_of_the_records(tmp_path, star_dir, prefix_mode):
+    from dialfork_dataset.star import StarCorpus
+    from generation.engine import generate_corpus, replace_config
+    from generation.kb_tools import KBExecutor
+
+    out = tmp_path / "out"
+    with FakeOpenAIServer(handler=_tool_calling_handler, max_requests=600) as srv:
+        b = backend(srv, concurrency=4)
+        config = replace_config(_config(star_dir, out, srv.base_url), kb_tools=True, prefix_mode=prefix_mode)
+        m = generate_corpus(config, backend=b, progress=False)
+        bodies = srv.chat_bodies
+    assert m.counts["total"]["records"] == 34
+    assert m["config"]["kb_tools"] is True and b.describe()["kb_tools"] is True
+    assert b.stats["tool_calls"] > 0 and b.stats["tool_errors"] == 0
+    ex = KBExecutor(str(star_dir), ["weather"])
+    corpus = StarCorpus(star_dir)
+    recs = [json.loads(x) for x in (out / "weather.jsonl").read_text().splitlines()]
+    for r in recs:  # the records hold text turns only
+        assert all(set(t) == {"speaker", "text"} and isinstance(t["text"], str) and t["text"] for t in r["turns"])
+        assert [t["speaker"] for t in r["turns"]] == ["user", "system"] * (len(r["turns"]) // 2) + (
+            ["user"] if len(r["turns"]) % 2 else [])
+    for r in (x for x in recs if x["hallucination_type"] is None):
+        happy = corpus.scenario(r["scenario_id"]).happy
+        rows = ex.execute("weather", json.dumps(TOOL_ARGS), happy=happy, seed=r["seed"]).content
+        seed = request_seed(r["seed"], 1, "system")
+        cid = f"call_{seed}"
+        # the request after the call carries the call and its answer, with the executor's rows
+        after = [x for x in bodies if x["seed"] == seed and x["messages"][-1]["role"] == "tool"]
+        assert after and all(x["messages"][-1] == {"role": "tool", "tool_call_id": cid, "content": rows}
+                             for x in after)
+        assert after[0]["messages"][-2]["tool_calls"][0]["id"] == cid
+        # later system turns still see it, before the first system turn's text (instructions aside)
+        later = [x for x in bodies if x["seed"] == request_seed(r["seed"], 3, "system")]
+        assert later and all([mm["role"] for mm in x["messages"] if mm["role"] != "system"][:4] == [
+            "user", "assistant", "tool", "assistant"] for x in later)
+    for x in bodies:
+        if "tools" in x:
+            assert [t["function"]["name"] for t in x["tools"]] == ["weather"]
+    users = [x for x in bodies if _is_user_request(x)]
+    assert users and not any("tools" in x for x in users)  # the user agent is offered no tool ...
+    assert not any(mm["role"] == "tool" or "tool_calls" in mm for x in users for mm in x["messages"])  # nor sees any
+    if prefix_mode == "reuse":  # a fork's first request (at t_k >= 2) has its parent's tool traffic
+        forks = [x for x in recs if x["hallucination_type"] is not None and x["fork_turn"] >= 2]
+        assert forks
+        for f in forks:
+            at_tk = [x for x in bodies if x["seed"] == request_seed(f["seed"], 2 * f["fork_turn"] - 1, "system")
+                     and f["instruction"] in x["messages"][-1]["content"]]
+            assert at_tk and all(any(mm["role"] == "tool" for mm in x["messages"]) for x in at_tk)
+
+
+def _is_user_request(body) -> bool:
+    """A user agent's request: its role prompt is the user agent's (the user opening cue follows it)."""
+    from generation import prompts
+
+    return body["messages"][1]["content"] == prompts.render("user_opening") if len(body["messages"]) > 1 else False
+
+
+def test_without_kb_tools_no_tools_are_sent(clean_run):
+    _, bodies = clean_run
+    assert bodies and not any("tools" in x for x in bodies)
+    assert not any(m["role"] == "tool" or "tool_calls" in m for x in bodies for m in x["messages"])
+
+
+@pytest.mark.parametrize("name", ["template", "transformers"])
+def test_kb_tools_is_refused_for_backends_that_cannot_call_tools(tmp_path, star_dir, name):
+    from generation.engine import GenerationConfig, GenerationError, prepare
+
+    config = GenerationConfig(star=str(star_dir), out=str(tmp_path / "out"), backend=name, tasks=("weather",),
+                              per_task=1, kb_tools=True, backend_options={"model": "never-loaded"})
+    with pytest.raises(GenerationError, match=r"--kb-tools: the .* backend cannot call tools.*--backend openai"):
+        prepare(config)
+    assert not (tmp_path / "out").exists()
+
+
+def test_cli_kb_tools_with_the_template_backend_is_a_one_line_error(tmp_path, star_dir, capsys):
+    from generation.cli import main
+
+    rc = main(["--star", str(star_dir), "--out", str(tmp_path / "out"), "--tasks", "weather", "--kb-tools",
+               "--no-progress"])
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "--kb-tools" in err and "Traceback" not in err
+
+
+def test_merge_keeps_the_tool_traffic_intact():
+    from generation.llm.messages import merge_system_messages
+
+    call = {"id": "c1", "type": "function", "function": {"name": "weather", "arguments": "{}"}}
+    msgs = [{"role": "system", "content": "ROLE"}, {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": "", "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "c1", "content": '{"count": 0, "rows": []}'},
+            {"role": "assistant", "content": "nothing found"}, {"role": "user", "content": "ok"},
+            {"role": "system", "content": "INJECT"}]
+    assert merge_system_messages(msgs) == [{"role": "user", "content": "ROLE\n\nhi"}, msgs[2], msgs[3], msgs[4],
+                                           {"role": "user", "content": "ok\n\nINJECT"}]

@@ -10,16 +10,27 @@ prefix turns that came out differently in ``prefix_divergence``.
 
 ``top_k`` is not part of the OpenAI API; vLLM, ollama and llama.cpp accept it in the request body.
 Pass ``top_k=0`` for servers that reject it (the OpenAI API does, with HTTP 400).
+
+KB tools (``--kb-tools``, :meth:`OpenAIBackend.bind_tools`): the system agent is offered its task's
+knowledge-base tool (:mod:`generation.kb_tools`) and each system turn is a tool loop
+(:func:`generation.kb_tools.run_tool_loop`): the model's calls run against the run's workflow source
+and the ``role: tool`` answers go back to it until it answers with text, which is the turn. The tool
+traffic stays in the system agent's own context (kept per dialogue in ``Dialogue.scratch``, put
+back before the system turn it led to in every later request); it is never a turn of the record,
+and the user agent never sees it. A ``reuse`` fork inherits its parent's traffic for the copied
+prefix. The executor is deterministic (same call, same rows; seeded by the dialogue seed, so a
+``replay`` fork gets its parent's rows for the same calls).
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..errors import GenerationError
-from ..llm.client import EndpointError
+from ..llm.client import EndpointError, validate_messages
 from ..llm.messages import merge_system_messages
 from ..llm.sampling import turn_sampling_seed
 from .base import TurnRequest, decoding_errors
@@ -114,6 +125,8 @@ class OpenAIBackend:
         self.system_role = system_role
         self.extra_body = dict(extra_body or {})
         self.stats = {"requests": 0, "prompt_tokens": 0, "new_tokens": 0, "length_cut": 0}
+        self.kb_executor: Any = None
+        self._stats_lock = threading.Lock()
         if check_model:
             try:
                 self.client.check_model()
@@ -128,7 +141,15 @@ class OpenAIBackend:
         """Everything that determines the text, for a run manifest."""
         return {**self.decoding(), "backend": "openai", "model": self.model, "base_url": self.client.base_url,
                 "stop": list(self.stop), "system_role": self.system_role, "extra_body": self.extra_body,
-                "seed": "request_seed(seed, turn_index, role)"}
+                "seed": "request_seed(seed, turn_index, role)",
+                **({"kb_tools": True} if self.kb_executor is not None else {})}
+
+    def bind_tools(self, executor: Any) -> None:
+        """Offer the system agent its task's KB tools, run by ``executor`` (a
+        :class:`generation.kb_tools.KBExecutor`; ``None`` turns them off again)."""
+        self.kb_executor = executor
+        self.stats.setdefault("tool_calls", 0)
+        self.stats.setdefault("tool_errors", 0)
 
     def sampling(self) -> dict[str, Any]:
         """The sampling fields sent with every request."""
@@ -152,6 +173,8 @@ class OpenAIBackend:
             raise ValueError("OpenAIBackend.generate: " + "; ".join(bad))
         if not requests:
             return []
+        if self.kb_executor is not None and any(_tool_task(r) for r in requests):
+            return self._generate_with_tools(requests)
         batch = [self.messages_for(r) for r in requests]
         seeds = [request_seed(r.seed, r.turn_index, r.role) for r in requests]
         try:
@@ -166,9 +189,15 @@ class OpenAIBackend:
             raise ValueError(f"{e} (requests: {keys})") from None
         out = []
         for r, rep in zip(requests, replies):
-            r.extra["finish_reason"] = rep.finish_reason
-            r.extra["attempts"] = rep.attempts
-            r.extra["usage"] = rep.usage
+            self._count(r, rep)
+            out.append(rep.text.strip())
+        return out
+
+    def _count(self, r: TurnRequest, rep: Any) -> None:
+        r.extra["finish_reason"] = rep.finish_reason
+        r.extra["attempts"] = rep.attempts
+        r.extra["usage"] = rep.usage
+        with self._stats_lock:
             self.stats["requests"] += 1
             self.stats["prompt_tokens"] += int(rep.usage.get("prompt_tokens") or 0)
             self.stats["new_tokens"] += int(rep.usage.get("completion_tokens") or 0)
@@ -176,11 +205,115 @@ class OpenAIBackend:
                 self.stats["length_cut"] += 1
                 logger.debug("dialogue %s turn %d: reply cut at max_tokens=%d", r.dialogue_key, r.turn_index,
                              self.max_new_tokens)
-            out.append(rep.text.strip())
-        return out
+
+    # -- KB tools ------------------------------------------------------------------------------------
+    def _tool_turn(self, index: int, r: TurnRequest, cancel: threading.Event) -> str:
+        """One request: a system turn of a task with a KB tool runs the tool loop, any other is one request."""
+        from ..kb_tools import run_tool_loop
+
+        seed = request_seed(r.seed, r.turn_index, r.role)
+        sampling = self.sampling()
+        task = _tool_task(r)
+        if task is None or not self.kb_executor.tools(task):
+            rep = self.client.chat_one(self.messages_for(r), seed, index, cancel, **sampling)
+            self._count(r, rep)
+            return rep.text.strip()
+        d = r.state
+        traffic = _tool_traffic(d)
+        ordinal = sum(1 for m in r.messages if m["role"] == "assistant")  # this turn's system-turn index
+        engine_msgs = [{"role": m["role"], "content": m["content"]} for m in r.messages]
+        own: list[dict[str, Any]] = []  # this turn's tool traffic (run_tool_loop appends to it)
+
+        def complete(new: list[dict[str, Any]], tools: list[dict[str, Any]]) -> dict[str, Any]:
+            msgs = _with_traffic(engine_msgs, traffic) + new
+            if self.system_role == "merge":
+                msgs = merge_system_messages(msgs)
+            rep = self.client.chat_one(msgs, seed, index, cancel, **sampling, **({"tools": tools} if tools else {}))
+            self._count(r, rep)  # every request of the loop (r.extra ends with the last one's)
+            out: dict[str, Any] = {"role": "assistant", "content": rep.text}
+            if rep.tool_calls:
+                out["tool_calls"] = [dict(c) for c in rep.tool_calls]
+            return out
+
+        msg, results = run_tool_loop(complete, own, self.kb_executor, task, happy=bool(getattr(d.scenario, "happy", True)),
+                                     seed=int(r.seed))
+        traffic[ordinal] = own
+        with self._stats_lock:
+            self.stats["tool_calls"] += len(results)
+            self.stats["tool_errors"] += sum(not x.ok for x in results)
+        r.extra["tool_calls"] = [x.to_dict() for x in results]
+        text = msg.get("content")
+        return text.strip() if isinstance(text, str) else ""
+
+    def _generate_with_tools(self, requests: list[TurnRequest]) -> list[str]:
+        from concurrent.futures import ThreadPoolExecutor
+
+        problems = [p for i, r in enumerate(requests)
+                    for p in validate_messages(self.messages_for(r), f"conversation {i}")]
+        if problems:
+            keys = ", ".join(f"{i}={r.dialogue_key}" for i, r in enumerate(requests[:10]))
+            raise ValueError("invalid chat batch: " + "; ".join(problems) + f" (requests: {keys})")
+        cancel = threading.Event()
+        try:
+            with ThreadPoolExecutor(max_workers=max(1, min(self.client.concurrency, len(requests))),
+                                    thread_name_prefix="chat-tools") as pool:
+                futures = [pool.submit(self._tool_turn, i, r, cancel) for i, r in enumerate(requests)]
+                try:
+                    return [f.result() for f in futures]
+                except BaseException:
+                    cancel.set()
+                    for f in futures:
+                        f.cancel()
+                    raise
+        except EndpointError as e:
+            if e.index is not None:
+                r = requests[e.index]
+                e = EndpointError(f"{e} [dialogue {r.dialogue_key!r}, turn {r.turn_index}]", e.status, e.index)
+            raise BackendEndpointError(e) from None
 
     def __repr__(self) -> str:
         return f"OpenAIBackend({self.model!r} at {self.client.base_url!r})"
+
+
+_TRAFFIC = "kb_tool_traffic"
+
+
+def _tool_task(r: TurnRequest) -> str | None:
+    """The task whose KB tool a request's agent is offered: system turns of a dialogue only."""
+    if r.role != "system" or r.state is None:
+        return None
+    task = getattr(r.state, "task", None)
+    return getattr(task, "name", None)
+
+
+def _tool_traffic(d: Any) -> dict[int, list[dict[str, Any]]]:
+    """A dialogue's tool traffic: system-turn index (0-based) -> the messages that led to that turn.
+    A fork whose prefix was copied from its parent (``reuse``, or a replay that fell back to it)
+    starts with the parent's traffic for the copied system turns."""
+    traffic = d.scratch.get(_TRAFFIC)
+    if traffic is None:
+        traffic = {}
+        ref = getattr(d, "reference", None)
+        if getattr(d, "prefix_len", 0) and ref is not None:
+            copied = sum(1 for t in d.turns[: d.prefix_len] if t["speaker"] == "system")
+            traffic = {j: list(v) for j, v in ref.scratch.get(_TRAFFIC, {}).items() if j < copied}
+        d.scratch[_TRAFFIC] = traffic
+    return traffic
+
+
+def _with_traffic(messages: list[dict[str, Any]], traffic: Mapping[int, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """``messages`` (the engine's context) with each earlier system turn's tool traffic put back
+    just before that turn (the ``j``-th ``assistant`` message)."""
+    if not traffic:
+        return list(messages)
+    out: list[dict[str, Any]] = []
+    j = 0
+    for m in messages:
+        if m["role"] == "assistant":
+            out.extend(traffic.get(j, ()))
+            j += 1
+        out.append(m)
+    return out
 
 
 __all__ = ["BackendEndpointError", "OpenAIBackend", "request_seed"]

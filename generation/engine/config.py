@@ -64,6 +64,10 @@ class GenerationConfig:
     """Compound forks (SPEC section 3, :mod:`generation.compound`): a plan such as
     ``(("SSPC", 1), ("GR", 3))``; each kept source then gets this one compound fork instead of its
     16 single forks (a corpus of its own, e.g. the ``compound`` config)."""
+    kb_tools: bool = False
+    """Offer the LLM system agent its task's knowledge-base tool (:mod:`generation.kb_tools`), so that
+    its query steps return rows of the source's KB instead of invented ones (LLM backends that call
+    tools only: ``openai``). Recorded in the manifest's ``config`` when on."""
     # execution knobs (do not change the corpus)
     workers: int = 1
     batch_size: int = 64
@@ -109,6 +113,8 @@ class GenerationConfig:
             errs.append(f"workers must be an integer >= 1, got {self.workers!r}")
         if not is_int(self.batch_size) or self.batch_size < 1:
             errs.append(f"batch_size must be an integer >= 1, got {self.batch_size!r}")
+        if not isinstance(self.kb_tools, bool):
+            errs.append(f"kb_tools must be true or false, got {self.kb_tools!r}")
         if isinstance(self.tasks, str):
             errs.append(f"tasks must be a sequence of task names, got the string {self.tasks!r} "
                         f"(write tasks=({self.tasks!r},))")
@@ -134,6 +140,8 @@ class GenerationConfig:
             "min_system_turns": self.min_system_turns,
             "multitask": self.multitask,
             "compound": plan_text(self.compound) if self.compound else None,
+            # only when on: the identity (and manifest) of every corpus made without tools is unchanged
+            **({"kb_tools": True} if self.kb_tools else {}),
         }
 
     @property

@@ -66,6 +66,15 @@ def prepare(config: GenerationConfig, backend: Backend | None = None, scenarios:
         if unknown:
             raise GenerationError(f"unknown task(s) {unknown}; the source's tasks are: {', '.join(sorted(corpus.tasks))}",
                                   [f"unknown task {t!r}" for t in unknown])
+    if config.kb_tools:
+        from ..backends import backend_class
+
+        cls = type(backend) if backend is not None else backend_class(config.backend)
+        if not callable(getattr(cls, "bind_tools", None)):
+            raise GenerationError(f"--kb-tools: the {getattr(backend, 'name', config.backend)} backend cannot call "
+                                  "tools (the template backend's query outcomes come from the source already; the "
+                                  "transformers backend has no tool loop); use --backend openai or drop --kb-tools",
+                                  ["kb_tools needs a backend that calls tools"])
     if backend is None:
         from ..backends import get_backend
 
@@ -83,6 +92,13 @@ def prepare(config: GenerationConfig, backend: Backend | None = None, scenarios:
             require(corpus, feature, needed_by=f"the {getattr(backend, 'name', config.backend)} backend")
     except SourceError as e:
         raise GenerationError(str(e), e.errors) from e
+    if config.kb_tools:
+        from ..kb_tools import KBExecutor, ToolSpecError
+
+        try:
+            backend.bind_tools(KBExecutor(corpus, config.tasks))
+        except ToolSpecError as e:
+            raise GenerationError(f"--kb-tools: {e}", [str(e)]) from e
     ctx = make_context(corpus, config, backend)
     units = plan_units(corpus, config, scenarios)
     if not units:

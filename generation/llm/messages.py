@@ -40,7 +40,7 @@ def merge_system_messages(messages: Sequence[Mapping[str, str]], joiner: str = "
                 out[-1] = {"role": "user", "content": out[-1]["content"] + joiner + text}
             else:
                 out.append({"role": "user", "content": text})
-        out.append({"role": role, "content": content})
+        out.append({**m, "content": content})  # tool_calls / tool_call_id travel with their message
     if pending:
         text = joiner.join(pending)
         if out and out[-1]["role"] == "user":
