@@ -55,9 +55,8 @@ def launched_by_accelerate(environ: Mapping[str, str] | None = None) -> bool:
 
 def process_state(barrier_timeout: float = DEFAULT_BARRIER_TIMEOUT):
     """This process's ``accelerate.PartialState`` (a gloo group on CPUs, NCCL on GPUs)."""
-    from accelerate import PartialState
-
     import torch
+    from accelerate import PartialState
 
     world = int(os.environ.get("WORLD_SIZE", "1") or 1)
     cpu = os.environ.get("ACCELERATE_USE_CPU", "false").lower() in ("1", "true", "yes") or (
