@@ -1094,6 +1094,10 @@ def _main(a: argparse.Namespace) -> int:
         return 2
     try:
         pair = parse_pair_encoder(a.pair_encoder)
+        from .sharded import sharded_bench_encoding
+
+        if not sharded_bench_encoding(a, pair):  # under `accelerate launch`: the corpus is encoded across
+            return 0                             # the processes first; the main one then runs the benchmark
         rep = run_benchmark(a.data, tasks, _csv_list(a.encoders), a.out, seed=a.seed,
                             task1_methods=_csv_list(a.task1_methods), task2_methods=_csv_list(a.task2_methods),
                             task3_detectors=_csv_list(a.task3_detectors), custom_metrics=a.metric,

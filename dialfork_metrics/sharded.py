@@ -1,0 +1,258 @@
+"""Corpus-scale encoding across processes (and GPUs) with ``accelerate launch``.
+
+``accelerate launch --multi_gpu --num_processes N -m dialfork_metrics.bench --data ... --cache-dir DIR``
+
+(``--multi_gpu`` also on a machine without GPUs: the workers then form a gloo CPU group;
+accelerate's ``--cpu`` flag always starts one process.) The same code runs for 1 or N processes:
+
+1. every process lists the corpus's unique texts (the turns, the Full-dialog transcripts when
+   Task 2 runs) and, for Task 1's FBD/PRD, its unique (system, user) pairs, per encoder model;
+2. sorts them by length (longest first, ties by text) and cuts them into batches of the
+   encoder's ``batch_size``: the *global* batches, the same for any number of processes;
+3. deals the batches round-robin to the processes (batch ``i`` goes to process ``i % N``: a
+   disjoint shard each, with balanced lengths), and each process encodes its own batches on its
+   own device (``PartialState().device``: ``cuda:i`` under ``--multi_gpu``);
+4. writes its rows to the embedding disk cache as **one** new shard file (temporary name, then
+   rename: the cache's atomic append; concurrent writers never clash); the cache folder is the
+   union of the shards, so the merge is atomic per process and needs no lock;
+5. after a barrier, the main process runs the benchmark, which reads every embedding from the
+   disk cache; the other processes are done.
+
+Since each batch holds the same texts in the same order whatever the number of processes, each
+embedding is computed by the same forward pass, and the results are identical to 1 process
+(tests/test_bench_sharded.py compares the reports of 1 and 2 CPU processes exactly). A batch
+whose rows are all in the cache already is skipped (a resumed or repeated run encodes nothing).
+
+Without ``--cache-dir`` the main process makes a temporary folder, tells the others its path, and
+removes it when the benchmark is done. Several machines need ``--cache-dir`` on a file system all
+of them see.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from datetime import timedelta
+from typing import Any
+
+import numpy as np
+
+logger = logging.getLogger(__name__)
+
+#: Environment variables that ``accelerate launch`` (and ``torchrun``) set in every worker process.
+LAUNCH_ENV = ("ACCELERATE_MIXED_PRECISION", "ACCELERATE_USE_CPU", "LOCAL_RANK", "WORLD_SIZE")
+DEFAULT_BARRIER_TIMEOUT = 24 * 3600.0
+
+
+def launched_by_accelerate(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether this process was started by ``accelerate launch``/``torchrun`` (1 process or more)."""
+    env = os.environ if environ is None else environ
+    return any(k in env for k in LAUNCH_ENV)
+
+
+def process_state(barrier_timeout: float = DEFAULT_BARRIER_TIMEOUT):
+    """This process's ``accelerate.PartialState`` (a gloo group on CPUs, NCCL on GPUs)."""
+    import torch
+    from accelerate import PartialState
+
+    world = int(os.environ.get("WORLD_SIZE", "1") or 1)
+    cpu = os.environ.get("ACCELERATE_USE_CPU", "false").lower() in ("1", "true", "yes") or (
+        world > 1 and not torch.cuda.is_available())
+    return PartialState(cpu=cpu, timeout=timedelta(seconds=barrier_timeout))
+
+
+# ----------------------------------------------------------------------------- pure parts
+def unique_by_length(items: Sequence[Any], length: Callable[[Any], int]) -> list[Any]:
+    """The distinct ``items``, longest first, ties in sorted order: a fixed order for any input order."""
+    return sorted(dict.fromkeys(items), key=lambda x: (-length(x), x))
+
+
+def global_batches(items: Sequence[Any], batch_size: int) -> list[list[Any]]:
+    """``items`` cut into consecutive batches of ``batch_size`` (the last one shorter)."""
+    if not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+    return [list(items[s:s + batch_size]) for s in range(0, len(items), batch_size)]
+
+
+def my_batches(n_batches: int, process_index: int, num_processes: int) -> list[int]:
+    """Indices of the batches of process ``process_index`` of ``num_processes``: round-robin, so
+    that each process gets long and short batches alike; disjoint, and together all of them."""
+    if num_processes < 1 or not 0 <= process_index < num_processes:
+        raise ValueError(f"process {process_index} of {num_processes}: expected 0 <= index < num_processes >= 1")
+    return list(range(process_index, n_batches, num_processes))
+
+
+def corpus_texts(records: Sequence[Any], transcripts: bool) -> list[str]:
+    """Every turn text of ``records`` and, when ``transcripts``, every Full-dialog transcript:
+    the texts :func:`dialfork_metrics.bench.prepare_encoder` encodes."""
+    from dialfork_dataset.turns import transcript, turn_texts
+
+    out = [t for d in records for t in turn_texts(d)]
+    if transcripts:
+        out.extend(transcript(d) for d in records)
+    return out
+
+
+def corpus_pairs(records: Sequence[Any]) -> list[tuple[str, str]]:
+    """Every (system, user) turn pair of ``records``: what FBD and PRD encode in Task 1."""
+    from .pair_encoder import set_turn_pairs
+
+    return set_turn_pairs(list(records), "system_user", "corpus")
+
+
+# ----------------------------------------------------------------------------- encoding
+def encode_shard_texts(encoder: Any, texts: Sequence[str], state: Any, progress: bool = True) -> int:
+    """Encode this process's shard of ``texts`` with ``encoder`` (an :class:`~.encoders.Encoder`
+    with a ``cache_dir``) into its disk cache, as one atomic shard file. Returns the rows written."""
+    from .encoders import _text_key
+
+    batches = global_batches(unique_by_length(texts, len), encoder.batch_size)
+    return _encode_shard(encoder, batches, state, lambda b: encoder.encode(b), _text_key, "texts", progress)
+
+
+def encode_shard_pairs(pair_encoder: Any, pairs: Sequence[tuple[str, str]], state: Any, progress: bool = True) -> int:
+    """As :func:`encode_shard_texts`, for the (first, second) pairs of a
+    :class:`~.pair_encoder.PairEncoder` with a ``cache_dir``."""
+    from .pair_encoder import _pair_key
+
+    batches = global_batches(unique_by_length(pairs, lambda p: len(p[0]) + len(p[1])), pair_encoder.batch_size)
+    return _encode_shard(pair_encoder, batches, state,
+                         lambda b: pair_encoder.encode_pairs([a for a, _ in b], [s for _, s in b]),
+                         lambda p: _pair_key(*p), "pairs", progress)
+
+
+def _encode_shard(enc: Any, batches: list[list[Any]], state: Any, encode: Callable[[list[Any]], np.ndarray],
+                  key: Callable[[Any], bytes], what: str, progress: bool) -> int:
+    disk = getattr(enc, "_disk", None)
+    if disk is None:
+        raise ValueError("sharded encoding needs an encoder with a disk cache (cache_dir=...)")
+    mine = my_batches(len(batches), state.process_index, state.num_processes)
+    keys: list[bytes] = []
+    rows: list[np.ndarray] = []
+    from tqdm.auto import tqdm
+
+    from dialfork_dataset.console import progress_disabled
+
+    n_items = sum(len(batches[i]) for i in mine)
+    logger.info("process %d/%d: %d of %d batches of %s (%d items)", state.process_index, state.num_processes,
+                len(mine), len(batches), what, n_items)
+    enc._disk = None  # one shard file per process at the end, not one per batch
+    try:
+        with tqdm(total=n_items, desc=f"encoding {what} (process {state.process_index})", unit=what[:-1],
+                  disable=not progress or progress_disabled() or not state.is_local_main_process) as bar:
+            for i in mine:
+                batch = batches[i]
+                bkeys = [key(x) for x in batch]
+                if len(disk.get(bkeys)) < len(bkeys):  # a whole batch, so that it is the same forward pass
+                    keys.extend(bkeys)
+                    rows.append(np.asarray(encode(batch), dtype=np.float32))
+                bar.update(len(batch))
+    finally:
+        enc._disk = disk
+    if keys:
+        disk.put(keys, np.concatenate(rows))
+    return len(keys)
+
+
+def _all_ok(state: Any, error: BaseException | None) -> None:
+    """A collective: raise in every process if any of them failed (no process waits forever)."""
+    msg = None if error is None else f"process {state.process_index}: {type(error).__name__}: {error}"
+    if state.num_processes > 1:
+        from accelerate.utils import gather_object
+
+        msgs = [m for m in gather_object([msg]) if m]
+    else:
+        msgs = [msg] if msg else []
+    if msgs:
+        if error is not None:
+            raise error
+        from .bench import BenchError
+
+        raise BenchError("sharded encoding failed in another process: " + "; ".join(msgs))
+
+
+def _broadcast(state: Any, value: Any) -> Any:
+    if state.num_processes == 1:
+        return value
+    from accelerate.utils import broadcast_object_list
+
+    return broadcast_object_list([value], from_process=0)[0]
+
+
+def sharded_bench_encoding(a: Any, pair: Any = None, state: Any = None) -> bool:
+    """The ``accelerate launch`` step of ``python -m dialfork_metrics.bench``: encode the corpus of
+    ``a.data`` for every encoder of the run across the processes into ``a.cache_dir`` (a temporary
+    folder, set on ``a``, when none is given). Returns whether this process goes on to run the
+    benchmark: ``True`` for the main process (and always when not launched), ``False`` for the others.
+    """
+    if state is None and not launched_by_accelerate():
+        return True
+    from .bench import _csv_list, _pair_encoder_names, load_corpus
+    from .encoders import Encoder, resolve_encoder_name
+    from .pair_encoder import PairEncoder
+
+    state = state or process_state()
+    progress = not getattr(a, "quiet", False)
+    tasks = {int(t) for t in _csv_list(a.tasks)}
+    encoders = _csv_list(a.encoders)
+    t1 = a.task1_encoder or (encoders[0] if encoders else None)
+    texts_of: dict[str, tuple[str, bool]] = {}  # resolved name -> (name, transcripts)
+    if 1 in tasks and t1:
+        texts_of[resolve_encoder_name(t1)] = (t1, False)
+    if tasks & {2, 3}:
+        for e in encoders:
+            r = resolve_encoder_name(e)
+            texts_of[r] = (e, (2 in tasks) or texts_of.get(r, (e, False))[1])
+    pairs_of: dict[str, str] = {}
+    if 1 in tasks and t1:
+        methods = set(_csv_list(a.task1_methods))
+        for m, name in _pair_encoder_names(pair, t1).items():
+            if m in methods:
+                pairs_of.setdefault(resolve_encoder_name(name), name)
+
+    temp = None
+    if a.cache_dir is None:
+        temp = tempfile.mkdtemp(prefix="dialfork-shard-cache-") if state.is_main_process else None
+        a.cache_dir = _broadcast(state, temp)
+    error: BaseException | None = None
+    try:
+        records = load_corpus(a.data).records
+        device = a.device
+        if device is None and state.num_processes > 1 and str(state.device).startswith("cuda"):
+            device = str(state.device)
+        loaded: dict[str, Any] = {}
+
+        def encoder(name: str) -> Any:
+            r = resolve_encoder_name(name)
+            if r not in loaded:
+                loaded[r] = Encoder(name, device=device, batch_size=a.batch_size, cache_dir=a.cache_dir,
+                                    show_progress=False, runtime=a.runtime)
+            return loaded[r]
+
+        for name, transcripts in texts_of.values():
+            n = encode_shard_texts(encoder(name), corpus_texts(records, transcripts), state, progress)
+            logger.info("process %d: %d new embeddings of %s", state.process_index, n, name)
+        for name in pairs_of.values():
+            n = encode_shard_pairs(PairEncoder(encoder(name), show_progress=False), corpus_pairs(records), state,
+                                   progress)
+            logger.info("process %d: %d new pair embeddings of %s", state.process_index, n, name)
+    except Exception as e:  # noqa: BLE001 - every process must learn of it (collective below)
+        error = e
+    _all_ok(state, error)  # also the barrier: every shard file is renamed into place before this returns
+    if temp is not None:
+        import atexit
+
+        atexit.register(shutil.rmtree, temp, True)
+    if state.num_processes > 1:
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    return bool(state.is_main_process)
+
+
+__all__ = ["corpus_pairs", "corpus_texts", "encode_shard_pairs", "encode_shard_texts", "global_batches",
+           "launched_by_accelerate", "my_batches", "process_state", "sharded_bench_encoding", "unique_by_length"]
