@@ -398,7 +398,7 @@ def _chars(turns: Sequence[Mapping[str, Any]]) -> int:
 def correlation_attacks(blind: Sequence[Mapping[str, Any]], gold3: Sequence[Mapping[str, Any]],
                         pairs: Sequence[Mapping[str, Any]], det: _Detector, met: _Metric | None
                         ) -> list[AttackResult]:
-    from scipy.stats import kendalltau
+    from dialfork_metrics.stats import kendall_tau
 
     g = {r["dialogue_id"]: r for r in gold3}
     rows = [b for b in blind if b["dialogue_id"] in g]
@@ -416,8 +416,7 @@ def correlation_attacks(blind: Sequence[Mapping[str, Any]], gold3: Sequence[Mapp
         for fname, x in feats.items():
             preds = dict(zip((b["dialogue_id"] for b in rows), _binned_predictions(x, T, conf, rel)))
             res = _detector_result("correlations (ids, order, lengths)", det, preds, "")
-            with np.errstate(all="ignore"):
-                tau = kendalltau(x, conf).statistic if conf.any() and (~conf).any() else float("nan")
+            tau = kendall_tau(x, conf, undefined="nan") if len(rows) >= 2 else float("nan")
             if best is None or (res.margin, -res.p_value) > (best[1].margin, -best[1].p_value):
                 best = (fname, res, tau)
         fname, res, tau = best

@@ -23,6 +23,8 @@ from typing import Any
 
 import numpy as np
 
+from dialfork_metrics.stats import kendall_tau_rows
+
 logger = logging.getLogger(__name__)
 
 SUBSETS = ("public", "private")
@@ -125,29 +127,12 @@ def score_detector(predictions: Mapping[str, int | None], gold3: Sequence[Mappin
 
 
 def kendall_tau_b_rows(d: np.ndarray, target: Sequence[float] = (4, 3, 2, 1)) -> np.ndarray:
-    """Kendall's tau-b between each row of ``d`` (n, m) and ``target`` (m,), vectorised.
-
-    Same number as ``scipy.stats.kendalltau(row, target).statistic`` (variant 'b'), NaN where
-    it is undefined (a row or the target with all values tied). Written out because scipy's
-    per-call overhead (~0.2 ms) makes thousands of 4-element units slow; tests check equality
-    with scipy and with ``dialfork_metrics.stats.ranking_tau`` (the library's per-unit
-    definition, undefined -> 0), ties included.
+    """Kendall's tau-b between each row of ``d`` (n, m) and ``target`` (m,), NaN where it is
+    undefined (a row or the target with all values tied), so that the scorer can count those
+    units: :func:`dialfork_metrics.stats.kendall_tau_rows` with ``undefined="nan"`` (tested
+    against ``scipy.stats.kendalltau`` and ``dialfork_metrics.stats.ranking_tau``, ties included).
     """
-    d = np.asarray(d, dtype=float)
-    y = np.asarray(target, dtype=float)
-    if d.ndim != 2 or d.shape[1] != y.shape[0]:
-        raise ValueError(f"d must have shape (n, {y.shape[0]}), got {d.shape}")
-    i, j = np.triu_indices(y.shape[0], k=1)
-    sx = np.sign(d[:, j] - d[:, i])  # (n, pairs)
-    sy = np.sign(y[j] - y[i])  # (pairs,)
-    s = (sx * sy).sum(axis=1)
-    n0 = i.shape[0]
-    tx = (sx == 0).sum(axis=1)
-    ty = int((sy == 0).sum())
-    denom = np.sqrt((n0 - tx) * float(n0 - ty))
-    with np.errstate(invalid="ignore", divide="ignore"):
-        tau = np.where(denom > 0, s / np.where(denom > 0, denom, 1.0), np.nan)
-    return tau
+    return kendall_tau_rows(d, target, undefined="nan")
 
 
 def _units(rows: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[str], list[list[str]]]:

@@ -104,10 +104,10 @@ def prepare_encoder(name: str, records: Sequence[Mapping[str, Any]], *, device: 
                     batch_size: int = 64, cache_dir: str | None = None, transcripts: bool = True,
                     timings: dict[str, float] | None = None, progress: bool = True, runtime: str = "torch"):
     """Load an encoder and encode every unique turn (and transcript) of ``records`` once."""
-    from ..encoders import Encoder
+    from ..encoders import get_encoder
 
     t0 = time.perf_counter()
-    enc = Encoder(name, device=device, batch_size=batch_size, cache_dir=cache_dir,
+    enc = get_encoder(name, shared=False, device=device, batch_size=batch_size, cache_dir=cache_dir,
                   show_progress=None if progress else False, runtime=runtime)
     enc.encode_dialogues(list(records))
     if transcripts:

@@ -163,7 +163,7 @@ def _task1_stage(corpus: Corpus, enc: Any, name: str, *, methods, pair_names, se
                  compare, n_resamples, timings, device, batch_size, cache_dir, graph_task) -> tuple[dict, Any]:
     """Task 1 with ``enc`` for FlowKL and the pair encoders named in ``pair_names``; every (system,
     user) pair of the corpus is encoded once per pair model, up front. Returns (report part, graph)."""
-    from ..encoders import Encoder, resolve_encoder_name
+    from ..encoders import get_encoder, resolve_encoder_name
 
     loaded: dict[str, Any] = {}
     pes: dict[str, Any] = {}
@@ -171,8 +171,8 @@ def _task1_stage(corpus: Corpus, enc: Any, name: str, *, methods, pair_names, se
         key = resolve_encoder_name(pair_names[m])
         if key not in loaded:
             t0 = time.perf_counter()
-            base = enc if key == resolve_encoder_name(name) else Encoder(
-                pair_names[m], device=device, batch_size=batch_size, cache_dir=cache_dir,
+            base = enc if key == resolve_encoder_name(name) else get_encoder(
+                pair_names[m], shared=False, device=device, batch_size=batch_size, cache_dir=cache_dir,
                 show_progress=None if progress else False, runtime=getattr(enc, "runtime", "torch"))
             pe = _pair_encoder(base, progress)
             pe.encode_sets(corpus.records)  # every (system, user) pair once; Task 1 reads the cache

@@ -75,7 +75,7 @@ class Encoder:
         runtime: str = "torch",
         dtype: str | None = None,
     ):
-        from .runtimes import cache_key_suffix, check_dtype, check_runtime
+        from ..runtimes import cache_key_suffix, check_dtype, check_runtime
 
         self.runtime = check_runtime(runtime)
         self.dtype = check_dtype(dtype, runtime, device)
@@ -100,7 +100,7 @@ class Encoder:
         if model is not None and max_seq_length is not None:
             model.max_seq_length = max_seq_length
         if model is not None and self.dtype is not None:
-            from .runtimes import cast_model
+            from ..runtimes import cast_model
 
             self._model = cast_model(model, self.dtype)
         self._memory = EmbeddingLRU(memory_cache_bytes)  # text -> embedding, bounded in bytes
@@ -134,7 +134,7 @@ class Encoder:
             if self.max_seq_length is not None:
                 self._model.max_seq_length = self.max_seq_length
             if self.dtype is not None:
-                from .runtimes import cast_model
+                from ..runtimes import cast_model
 
                 self._model = cast_model(self._model, self.dtype)
         return self._model
@@ -196,7 +196,7 @@ class Encoder:
         """Sentence embeddings of ``texts`` (not normalised) with the encoder's runtime."""
         if self.runtime == "torch":
             return self.model.encode(texts, **kwargs)
-        from .runtimes import runner_for, st_encode
+        from ..runtimes import runner_for, st_encode
 
         return st_encode(self.model, runner_for(self.model, self.name, self.runtime), texts,
                          batch_size=self.batch_size, prompt_name=self.prompt_name)
@@ -334,18 +334,36 @@ def _l2_normalise(emb: np.ndarray, model: str, texts: list[str]) -> np.ndarray:
 _SHARED: dict[tuple, Encoder] = {}
 
 
-def get_encoder(encoder: str | Encoder | None = "minilm", **kwargs: Any) -> Encoder:
-    """An :class:`Encoder` for ``encoder``: returned as is when it is one, else one shared instance
-    per (resolved name, options) for the process, so that repeated calls reuse model and cache."""
-    if isinstance(encoder, Encoder):
+def get_encoder(encoder: Any = "minilm", *, shared: bool = True, **kwargs: Any) -> Any:
+    """The one way DialFork turns an encoder argument into an encoder.
+
+    Args:
+        encoder: ``None`` (the packaged MiniLM), an alias, a local folder or a Hub id
+            (:func:`~dialfork_metrics.encoders.names.resolve_encoder_name`), or a ready encoder:
+            an :class:`Encoder` or any object with ``encode(texts) -> (n, d)``, returned as is.
+        shared: for a name, return one shared instance per (resolved name, options) for the
+            process, so that repeated calls reuse the model and its cache (default); ``False``
+            builds a fresh :class:`Encoder` that the caller owns (and may drop to free memory).
+        **kwargs: :class:`Encoder` options (``device``, ``batch_size``, ``cache_dir``, ...).
+
+    Raises:
+        ValueError: an unknown name or option, or an object that cannot encode.
+    """
+    if isinstance(encoder, Encoder) or (encoder is not None and not isinstance(encoder, str)
+                                        and hasattr(encoder, "encode")):
         return encoder
-    name = resolve_encoder_name("minilm" if encoder is None else encoder)
+    if encoder is not None and not isinstance(encoder, str):
+        raise ValueError(f"encoder must be None, an encoder name/path or an object with .encode(texts), "
+                         f"got {type(encoder).__name__}")
     import inspect
 
     defaults = {k: p.default for k, p in inspect.signature(Encoder.__init__).parameters.items()}
     unknown = set(kwargs) - set(defaults) - {"self", "name_or_path"}
     if unknown:
         raise ValueError(f"unknown Encoder option(s) {sorted(unknown)}")
+    if not shared:
+        return Encoder("minilm" if encoder is None else encoder, **kwargs)
+    name = resolve_encoder_name("minilm" if encoder is None else encoder)
     kwargs = {k: v for k, v in kwargs.items() if v != defaults[k]}  # defaults do not split the pool
     key = (name, tuple(sorted((k, repr(v)) for k, v in kwargs.items())))
     enc = _SHARED.get(key)
