@@ -23,12 +23,13 @@ from typing import Any
 
 import numpy as np
 
+from dialfork_dataset.taxonomy import FORK_POSITIONS, HALLUCINATION_TYPES
 from dialfork_metrics.stats import kendall_tau_rows
 
 logger = logging.getLogger(__name__)
 
 SUBSETS = ("public", "private")
-TYPES = ("WIC", "SSPC", "GR", "CSC")
+TYPES = HALLUCINATION_TYPES
 #: Keys of ``score_predictions``' result copied into a leaderboard result (all aggregates).
 DETECTOR_KEYS = ("score", "components", "weights", "mae_h", "mae_h_by_type", "cov_h", "cov_h_by_type",
                  "mae_c", "cov_c", "mae_h_ref", "mae_c_ref", "counts")
@@ -144,17 +145,17 @@ def _units(rows: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[str], lis
         u = r["unit_id"]
         k = r["fork_position"]
         units.setdefault(u, {})
-        if k in units[u] or k not in (1, 2, 3, 4):
+        if k in units[u] or k not in FORK_POSITIONS:
             bad += 1
         units[u][k] = r["pair_id"]
         if types.setdefault(u, r["hallucination_type"]) != r["hallucination_type"]:
             bad += 1
-    incomplete = sum(1 for u in units.values() if sorted(u) != [1, 2, 3, 4])
+    incomplete = sum(1 for u in units.values() if tuple(sorted(u)) != FORK_POSITIONS)
     if bad or incomplete:
         raise GoldError(f"Task 2 gold is malformed: {incomplete} unit(s) without exactly fork positions 1..4, "
                         f"{bad} inconsistent row(s); re-export the gold")
     ids = list(units)
-    return ids, [types[u] for u in ids], [[units[u][k] for k in (1, 2, 3, 4)] for u in ids]
+    return ids, [types[u] for u in ids], [[units[u][k] for k in FORK_POSITIONS] for u in ids]
 
 
 def score_metric(distances: Mapping[str, float], gold2: Sequence[Mapping[str, Any]]) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from dialfork_dataset.taxonomy import FORK_POSITIONS
 from dialfork_dataset.taxonomy import HALLUCINATION_TYPES as TYPES
 
 from ..methods import (
@@ -94,7 +95,7 @@ def _task1_rows(units, methods, encoder, seed, flowkl_kwargs, prd_kwargs, graphs
     for (task, h), unit in tqdm(sorted(units.items()), desc="Task 1 units", disable=not progress):
         ref = unit["reference"]
         d: dict[str, list[float]] = {m: [] for m in methods}
-        for k in (1, 2, 3, 4):
+        for k in FORK_POSITIONS:
             tgt = unit[k]
             for m in methods:
                 if m == "flowkl":

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from dialfork_dataset.taxonomy import FORK_POSITIONS
 from dialfork_dataset.taxonomy import HALLUCINATION_TYPES as TYPES
 
 from ..methods import (
@@ -53,9 +54,9 @@ def run_task2(corpus: Corpus, encoder: Any, methods: Sequence[str] = TASK2_METHO
         if "random" in methods:
             rows.append({"source_id": s["source_id"], "type": s["type"], "method": "random",
                          "distances": [float(_unit_rng(seed, "task2", s["source_id"], s["type"], k).random())
-                                       for k in (1, 2, 3, 4)], "tau": 0.0})
+                                       for k in FORK_POSITIONS], "tau": 0.0})
         for name, fn in (custom or {}).items():
-            d = [float(fn(q["source"], q["forks"][k])) for k in (1, 2, 3, 4)]
+            d = [float(fn(q["source"], q["forks"][k])) for k in FORK_POSITIONS]
             rows.append({"source_id": s["source_id"], "type": s["type"], "method": name, "distances": d,
                          "tau": ranking_tau(d)})
     all_methods = list(methods) + list(custom or {})
