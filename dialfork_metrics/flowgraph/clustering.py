@@ -43,17 +43,30 @@ def cluster_embeddings(E: Any, distance_threshold: float = 0.55) -> np.ndarray:
     # detectors of Task 3, a FlowGraph per type of a task): memoise on the exact bytes.
     key = (hashlib.sha1(np.ascontiguousarray(E).view(np.uint8)).hexdigest(), E.shape, E.dtype.str,
            float(distance_threshold))
-    hit = _CLUSTER_CACHE.get(key)
+    hit = _memo_get(_CLUSTER_CACHE, key)
     if hit is not None:
-        _CLUSTER_CACHE.move_to_end(key)
-        return hit.copy()
+        return hit
     model = AgglomerativeClustering(n_clusters=None, metric="cosine", linkage="average",
                                     distance_threshold=float(distance_threshold))
     labels = model.fit(E).labels_.astype(np.int64)
-    _CLUSTER_CACHE[key] = labels
-    while len(_CLUSTER_CACHE) > _CLUSTER_CACHE_SIZE:
-        _CLUSTER_CACHE.popitem(last=False)
-    return labels.copy()
+    return _memo_put(_CLUSTER_CACHE, key, labels, _CLUSTER_CACHE_SIZE)
+
+
+def _memo_get(cache: OrderedDict, key: tuple) -> np.ndarray | None:
+    """A copy of the memoised array under ``key`` (marked most recent), or None."""
+    hit = cache.get(key)
+    if hit is None:
+        return None
+    cache.move_to_end(key)
+    return hit.copy()
+
+
+def _memo_put(cache: OrderedDict, key: tuple, value: np.ndarray, size: int) -> np.ndarray:
+    """Memoise ``value`` under ``key``, keeping the ``size`` most recent entries; returns a copy."""
+    cache[key] = value
+    while len(cache) > size:
+        cache.popitem(last=False)
+    return value.copy()
 
 
 _CLUSTER_CACHE: OrderedDict[tuple, np.ndarray] = OrderedDict()
@@ -77,15 +90,10 @@ def cluster_tree(E: Any) -> np.ndarray:
     # memoised on the exact bytes: the detectors of one benchmark cluster the same utterances at
     # several thresholds (one tree serves them all)
     key = (hashlib.sha1(np.ascontiguousarray(E).view(np.uint8)).hexdigest(), E.shape)
-    hit = _TREE_CACHE.get(key)
+    hit = _memo_get(_TREE_CACHE, key)
     if hit is not None:
-        _TREE_CACHE.move_to_end(key)
-        return hit.copy()
-    Z = linkage(E, method="average", metric="cosine")
-    _TREE_CACHE[key] = Z
-    while len(_TREE_CACHE) > _TREE_CACHE_SIZE:
-        _TREE_CACHE.popitem(last=False)
-    return Z.copy()
+        return hit
+    return _memo_put(_TREE_CACHE, key, linkage(E, method="average", metric="cosine"), _TREE_CACHE_SIZE)
 
 
 _TREE_CACHE: OrderedDict[tuple, np.ndarray] = OrderedDict()

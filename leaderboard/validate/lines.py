@@ -10,6 +10,7 @@ from dialfork_metrics.task3.rows import (
     NonFinite,
     check_prediction,
     describe,
+    is_numeric_string,
     shorten,
     strict_json_decoder,
 )
@@ -27,12 +28,6 @@ _short = shorten
 _decoder = strict_json_decoder()
 
 
-def _is_numeric_string(s: str) -> bool:
-    try:
-        float(s)
-    except ValueError:
-        return False
-    return True
 
 
 # --------------------------------------------------------------------------- line checks
@@ -53,7 +48,7 @@ def _check_confidence(v: Any) -> str | None:
 def _check_distance(v: Any) -> str | None:
     if (type(v) is int and abs(v) < 2**1023) or (type(v) is float and math.isfinite(v)):
         return None
-    if isinstance(v, str) and _is_numeric_string(v):
+    if isinstance(v, str) and is_numeric_string(v):
         return f"distance is {_describe(v)}; write the number without quotes"
     return f"distance is {_describe(v)}; write a finite JSON number"
 
