@@ -132,9 +132,6 @@ def is_numeric_string(s: str) -> bool:
     return True
 
 
-_is_numeric_string = is_numeric_string
-
-
 def check_prediction(v: Any, T: int | None = None) -> tuple[str, str] | None:
     """``(code, message)`` for an invalid Task 3 prediction value, None when it is valid.
 
