@@ -12,7 +12,8 @@ from dialfork_dataset.atomic import atomic_path
 
 
 def to_networkx(graph: Any):
-    """``graph`` (a fitted FlowGraph) as a ``networkx.DiGraph`` (nodes: name, speaker, count, example; edges: count, prob)."""
+    """``graph`` (a fitted FlowGraph) as a ``networkx.DiGraph`` (nodes: name, speaker, count, example;
+    edges: count, prob)."""
     import networkx as nx
 
     graph._check_fitted()
@@ -92,7 +93,7 @@ def draw_flowgraph(graph: Any, path: str | os.PathLike, max_nodes: int = 40, top
     fig.tight_layout()
     try:
         with atomic_path(path, suffix=".png") as tmp:
-                fig.savefig(tmp, dpi=dpi, format="png")
+            fig.savefig(tmp, dpi=dpi, format="png")
     finally:
         plt.close(fig)
 
