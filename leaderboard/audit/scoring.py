@@ -124,7 +124,7 @@ class _Metric:
         self.draws = [rng.random(len(self.ids)) for _ in range(max(1, draws // 4))]
 
     def tau(self, distances: Mapping[str, float]) -> float:
-        from .score import score_metric
+        from ..score import score_metric
 
         return float(score_metric(dict(distances), self.gold)["public"]["tau"])
 
