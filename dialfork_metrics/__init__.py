@@ -14,6 +14,7 @@ _EXPORTS: dict[str, str] = {
     "Encoder": "encoders",
     "ENCODER_ALIASES": "encoders",
     "resolve_encoder_name": "encoders",
+    "get_encoder": "encoders",
     # Task 2, embedding level
     "flowscore_from_embeddings": "distances",
     "flowdtw_from_embeddings": "distances",
@@ -49,6 +50,8 @@ _EXPORTS: dict[str, str] = {
     # benchmark and statistics
     "run_benchmark": "bench",
     "ranking_tau": "stats",
+    "kendall_tau": "stats",
+    "kendall_tau_rows": "stats",
     # evaluate modules
     "load": "modules",
     "module_path": "modules",

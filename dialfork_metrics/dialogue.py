@@ -59,12 +59,6 @@ def _out(values: np.ndarray, batched: bool):
     return values if batched else float(values[0])
 
 
-def _get_encoder(encoder: Any):
-    from .encoders import get_encoder
-
-    return get_encoder(encoder)
-
-
 # ---------------------------------------------------------------------------- core
 def score_pairs(
     references: Sequence[Any],
@@ -97,7 +91,9 @@ def _score(refs: list, cands: list, rnames: list[str], cnames: list[str], method
         return {m: np.zeros(0) for m in methods}
     emb_methods = [m for m in methods if m in ("flowscore", "flowdtw", "mean_turn")]
     if emb_methods or "full_dialog" in methods:
-        enc = _get_encoder(encoder)
+        from .encoders import get_encoder
+
+        enc = get_encoder(encoder)
     if emb_methods:
         from .distances import task2_embedding_scores
 
@@ -315,17 +311,16 @@ def shared_prefix(ref: Any, cand: Any, *, batched: bool = False):
 
 # ---------------------------------------------------------------------------- Task 2 units
 def kendall_tau_order(distances: Sequence[float]) -> float:
-    """Kendall's tau-b between (d_1..d_4) and (4, 3, 2, 1) (SPEC section 6); 0 when undefined
-    (all distances equal)."""
-    from scipy.stats import kendalltau
+    """Kendall's tau-b between (d_1..d_k) and (k, ..., 2, 1) (SPEC section 6); 0 when undefined
+    (all distances equal): :func:`dialfork_metrics.stats.kendall_tau` with ``undefined="zero"``."""
+    from .stats import kendall_tau
 
     d = np.asarray(distances, dtype=np.float64)
     if d.ndim != 1 or d.size < 2:
         raise ValueError(f"need at least 2 distances (one per fork position), got {d.tolist()}")
     if not np.isfinite(d).all():
         raise ValueError(f"distances contain NaN or inf: {d.tolist()}")
-    tau = kendalltau(d, np.arange(d.size, 0, -1)).statistic
-    return 0.0 if not np.isfinite(tau) else float(tau)
+    return kendall_tau(d, np.arange(d.size, 0, -1), undefined="zero")
 
 
 def score_quartets(

@@ -46,17 +46,11 @@ PAIRINGS = ("system_user", "user_system", "sliding")
 
 def as_encoder(encoder: Any = None) -> Any:
     """An :class:`~dialfork_metrics.Encoder` from ``None`` (packaged MiniLM), an alias/path, or a
-    ready encoder object (anything with ``encode(texts) -> (n, d)``), returned as is."""
-    if encoder is None or isinstance(encoder, str):
-        from .encoders import Encoder
+    ready encoder object (anything with ``encode(texts) -> (n, d)``), returned as is: a fresh
+    (unshared) :func:`~dialfork_metrics.encoders.get_encoder`."""
+    from .encoders import get_encoder
 
-        return Encoder("minilm" if encoder is None else encoder)
-    if not hasattr(encoder, "encode"):
-        raise ValueError(
-            f"encoder must be None, an encoder name/path or an object with .encode(texts), "
-            f"got {type(encoder).__name__}"
-        )
-    return encoder
+    return get_encoder(encoder, shared=False)
 
 
 def dialogue_name(dialogue: Any, index: int, set_name: str) -> str:

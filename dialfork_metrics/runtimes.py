@@ -28,7 +28,6 @@ import hashlib
 import json
 import logging
 import os
-import tempfile
 import threading
 import warnings
 import weakref
@@ -37,6 +36,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from dialfork_dataset.atomic import atomic_path
 
 logger = logging.getLogger(__name__)
 
@@ -148,13 +149,6 @@ def _export(auto_model: Any, input_names: list[str], path: Path) -> None:
                           dynamo=False)
 
 
-def _atomic_target(final: Path):
-    final.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=final.parent, prefix=".tmp-", suffix=".onnx")
-    os.close(fd)
-    return Path(tmp)
-
-
 class OnnxTransformer:
     """A transformer's forward pass (``last_hidden_state``) in an onnxruntime session.
 
@@ -183,29 +177,20 @@ class OnnxTransformer:
         fp32 = self.path.with_name("model.onnx")
         if not fp32.is_file():
             logger.info("exporting %s to ONNX (%s)", name, fp32)
-            tmp = _atomic_target(fp32)
-            try:
+            with atomic_path(fp32, suffix=".onnx") as tmp:
                 _export(auto_model, self.input_names, tmp)
                 self._check(auto_model, tmp)
-                os.replace(tmp, fp32)
-            finally:
-                tmp.unlink(missing_ok=True)
         if int8 and not self.path.is_file():
             from onnxruntime.quantization import QuantType, quantize_dynamic
 
             logger.info("quantising %s to int8 (%s)", name, self.path)
-            tmp = _atomic_target(self.path)
-            try:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    logging.disable(logging.WARNING)  # the quantiser logs every tensor on the root logger
-                    try:
-                        quantize_dynamic(str(fp32), str(tmp), weight_type=QuantType.QInt8)
-                    finally:
-                        logging.disable(logging.NOTSET)
-                os.replace(tmp, self.path)
-            finally:
-                tmp.unlink(missing_ok=True)
+            with atomic_path(self.path, suffix=".onnx") as tmp, warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                logging.disable(logging.WARNING)  # the quantiser logs every tensor on the root logger
+                try:
+                    quantize_dynamic(str(fp32), str(tmp), weight_type=QuantType.QInt8)
+                finally:
+                    logging.disable(logging.NOTSET)
         so = ort.SessionOptions()
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         so.intra_op_num_threads = int(threads or torch.get_num_threads())

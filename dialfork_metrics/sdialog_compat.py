@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Sequence
 from typing import Any
 
@@ -128,14 +127,6 @@ def to_sdialog_dialogs(dialogues: Sequence[Any], set_name: str = "set") -> list[
 
 def write_sdialog_json(path: str | os.PathLike, dialogues: Sequence[Any], set_name: str = "set") -> None:
     """Write :func:`to_sdialog_dialogs` as one JSON list, atomically (the benchmark's hand-over)."""
-    data = to_sdialog_dialogs(dialogues, set_name)
-    d = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-", suffix=".json")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, ensure_ascii=False)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    from dialfork_dataset.atomic import write_text_atomic
+
+    write_text_atomic(path, json.dumps(to_sdialog_dialogs(dialogues, set_name), ensure_ascii=False))

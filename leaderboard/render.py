@@ -22,16 +22,18 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from dialfork_dataset.taxonomy import TABLE3_ORDER, TABLE4_ORDER
+
 from .store import load_results
 
 logger = logging.getLogger(__name__)
 
 TEMPLATE_DIR = Path(__file__).resolve().parent / "templates"
 DATA_DIR = Path(__file__).resolve().parent / "data"
-#: Column order of the per-type MAEs (the paper's Table 4 order).
-DETECTOR_TYPES = ("CSC", "GR", "SSPC", "WIC")
-#: Column order of the per-type taus (the paper's Table 3 order).
-METRIC_TYPES = ("WIC", "SSPC", "GR", "CSC")
+#: Column order of the per-type MAEs: the paper's Table 4 (CSC, GR, SSPC, WIC).
+DETECTOR_TYPES = TABLE4_ORDER
+#: Column order of the per-type taus: the paper's Tables 2-3 (WIC, SSPC, GR, CSC).
+METRIC_TYPES = TABLE3_ORDER
 REGIME_LABELS = {"streaming": "streaming", "offline": "offline", "offline+workflow": "offline + workflow",
                  "baseline": "baseline"}
 _URL_RE = re.compile(r"https?://[^\s\"<>]+")

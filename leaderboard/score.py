@@ -23,10 +23,13 @@ from typing import Any
 
 import numpy as np
 
+from dialfork_dataset.taxonomy import FORK_POSITIONS, HALLUCINATION_TYPES
+from dialfork_metrics.stats import kendall_tau_rows
+
 logger = logging.getLogger(__name__)
 
 SUBSETS = ("public", "private")
-TYPES = ("WIC", "SSPC", "GR", "CSC")
+TYPES = HALLUCINATION_TYPES
 #: Keys of ``score_predictions``' result copied into a leaderboard result (all aggregates).
 DETECTOR_KEYS = ("score", "components", "weights", "mae_h", "mae_h_by_type", "cov_h", "cov_h_by_type",
                  "mae_c", "cov_c", "mae_h_ref", "mae_c_ref", "counts")
@@ -133,29 +136,12 @@ def score_detector(predictions: Mapping[str, int | None], gold3: Sequence[Mappin
 
 
 def kendall_tau_b_rows(d: np.ndarray, target: Sequence[float] = (4, 3, 2, 1)) -> np.ndarray:
-    """Kendall's tau-b between each row of ``d`` (n, m) and ``target`` (m,), vectorised.
-
-    Same number as ``scipy.stats.kendalltau(row, target).statistic`` (variant 'b'), NaN where
-    it is undefined (a row or the target with all values tied). Written out because scipy's
-    per-call overhead (~0.2 ms) makes thousands of 4-element units slow; tests check equality
-    with scipy and with ``dialfork_metrics.stats.ranking_tau`` (the library's per-unit
-    definition, undefined -> 0), ties included.
+    """Kendall's tau-b between each row of ``d`` (n, m) and ``target`` (m,), NaN where it is
+    undefined (a row or the target with all values tied), so that the scorer can count those
+    units: :func:`dialfork_metrics.stats.kendall_tau_rows` with ``undefined="nan"`` (tested
+    against ``scipy.stats.kendalltau`` and ``dialfork_metrics.stats.ranking_tau``, ties included).
     """
-    d = np.asarray(d, dtype=float)
-    y = np.asarray(target, dtype=float)
-    if d.ndim != 2 or d.shape[1] != y.shape[0]:
-        raise ValueError(f"d must have shape (n, {y.shape[0]}), got {d.shape}")
-    i, j = np.triu_indices(y.shape[0], k=1)
-    sx = np.sign(d[:, j] - d[:, i])  # (n, pairs)
-    sy = np.sign(y[j] - y[i])  # (pairs,)
-    s = (sx * sy).sum(axis=1)
-    n0 = i.shape[0]
-    tx = (sx == 0).sum(axis=1)
-    ty = int((sy == 0).sum())
-    denom = np.sqrt((n0 - tx) * float(n0 - ty))
-    with np.errstate(invalid="ignore", divide="ignore"):
-        tau = np.where(denom > 0, s / np.where(denom > 0, denom, 1.0), np.nan)
-    return tau
+    return kendall_tau_rows(d, target, undefined="nan")
 
 
 def _units(rows: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[str], list[list[str]]]:
@@ -167,17 +153,17 @@ def _units(rows: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[str], lis
         u = r["unit_id"]
         k = r["fork_position"]
         units.setdefault(u, {})
-        if k in units[u] or k not in (1, 2, 3, 4):
+        if k in units[u] or k not in FORK_POSITIONS:
             bad += 1
         units[u][k] = r["pair_id"]
         if types.setdefault(u, r["hallucination_type"]) != r["hallucination_type"]:
             bad += 1
-    incomplete = sum(1 for u in units.values() if sorted(u) != [1, 2, 3, 4])
+    incomplete = sum(1 for u in units.values() if tuple(sorted(u)) != FORK_POSITIONS)
     if bad or incomplete:
         raise GoldError(f"Task 2 gold is malformed: {incomplete} unit(s) without exactly fork positions 1..4, "
                         f"{bad} inconsistent row(s); re-export the gold")
     ids = list(units)
-    return ids, [types[u] for u in ids], [[units[u][k] for k in (1, 2, 3, 4)] for u in ids]
+    return ids, [types[u] for u in ids], [[units[u][k] for k in FORK_POSITIONS] for u in ids]
 
 
 def score_metric(distances: Mapping[str, float], gold2: Sequence[Mapping[str, Any]]) -> dict[str, Any]:

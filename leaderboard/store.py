@@ -31,7 +31,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-from dialfork_dataset.jsonl import make_public
+from dialfork_dataset.atomic import atomic_path, make_public
 
 logger = logging.getLogger(__name__)
 
@@ -327,14 +327,11 @@ class HubStore(ResultStore):
             out = dest / key
             if out.exists():
                 continue
-            out.parent.mkdir(parents=True, exist_ok=True)
             data = self._read(area, key)
-            fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
-            if area != "private":
-                make_public(fd)
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-            os.replace(tmp, out)
+            with atomic_path(out) as tmp:
+                if area == "private":  # private twins stay owner-only
+                    os.chmod(tmp, 0o600)
+                tmp.write_bytes(data)
             new.append(key)
         return new
 

@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-TYPES = ("WIC", "SSPC", "GR", "CSC")
+from dialfork_dataset.taxonomy import HALLUCINATION_TYPES as TYPES
 
 
 def synthetic_task3_test(n_sources: int, seed: int = 0, tasks: Sequence[str] = ("weather", "bank_fraud_report"),

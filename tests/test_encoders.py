@@ -247,3 +247,25 @@ def test_memory_cache_can_be_off_and_defaults_to_one_gib(minilm):
     assert len(off) == 0 and off.stats["encoded"] == 2
     np.testing.assert_array_equal(off.encode(["x"])[0], a[0])
     assert off.stats["encoded"] == 3  # recomputed: nothing is kept
+
+
+def test_get_encoder_is_the_one_resolver():
+    """Every caller (bench, task3 CLI, pair encoders, FlowGraph, Task 2) resolves through get_encoder:
+    an object that encodes is returned as is, a name gives a shared or (shared=False) a fresh Encoder."""
+
+    class Fake:
+        def encode(self, texts):
+            return np.ones((len(texts), 2), dtype=np.float32)
+
+    fake = Fake()
+    assert get_encoder(fake) is fake
+    with pytest.raises(ValueError, match="object with .encode"):
+        get_encoder(3.5)
+    with pytest.raises(ValueError, match="unknown Encoder option"):
+        get_encoder("minilm", shared=False, colour="red")
+    fresh = get_encoder("minilm", shared=False, batch_size=8)
+    assert isinstance(fresh, Encoder) and fresh is not get_encoder("minilm", shared=False, batch_size=8)
+    assert fresh.batch_size == 8
+    from dialfork_metrics.pair_encoder import as_encoder
+
+    assert as_encoder(fake) is fake and isinstance(as_encoder("minilm"), Encoder)

@@ -126,9 +126,10 @@ def _manifest_star(data: str) -> str | None:
 
 
 def _encoder(args: argparse.Namespace):
-    from dialfork_metrics.encoders import Encoder
+    from dialfork_metrics.encoders import get_encoder
 
-    return Encoder(args.encoder, device=args.device, cache_dir=args.cache_dir, show_progress=not (args.no_progress or args.quiet))
+    return get_encoder(args.encoder, shared=False, device=args.device, cache_dir=args.cache_dir,
+                       show_progress=not (args.no_progress or args.quiet))
 
 
 def cmd_predict(args: argparse.Namespace) -> int:

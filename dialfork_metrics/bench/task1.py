@@ -1,0 +1,275 @@
+"""Task 1 (SPEC 5): set-level distances per (task, type) unit, Kendall tau, exact recovery and
+the statistics of Tables 2 and Appendix J."""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from dialfork_dataset.taxonomy import FORK_POSITIONS
+from dialfork_dataset.taxonomy import HALLUCINATION_TYPES as TYPES
+
+from ..methods import (
+    TASK1_COMPARED,
+    TASK1_METHODS,
+    TASK1_REFERENCE,
+)
+from ..stats import (
+    bootstrap_column_means_ci,
+    bootstrap_mean_ci,
+    exact_recovery,
+    fisher_combine,
+    holm,
+    ranking_tau,
+    unit_permutation_pvalue,
+    wilcoxon_two_sided,
+)
+from .common import BenchError, _check_methods, _CountingFilter, _summarised, _unit_rng
+from .corpus import Corpus
+
+logger = logging.getLogger(__name__)
+
+
+def run_task1(corpus: Corpus, encoder: Any, methods: Sequence[str] = TASK1_METHODS, seed: int = 0,
+              flowkl_kwargs: Mapping[str, Any] | None = None, prd_kwargs: Mapping[str, Any] | None = None,
+              skipped: list[str] | None = None, progress: bool = True, pair_encoder: Any = None) -> dict[str, Any]:
+    """Task 1 per (task, type) unit: d_k for each method, tau, exact recovery; with statistics.
+
+    ``encoder`` embeds the turns of FlowKL's graph. ``pair_encoder``: a
+    :class:`~dialfork_metrics.pair_encoder.PairEncoder` for FBD and PRD, or a mapping
+    ``{"fbd": ..., "prd": ...}`` giving each its own (default: one over ``encoder``'s model);
+    pass one that already encoded the corpus to reuse its cache.
+    """
+    from dialfork_dataset.views import task1_sets
+
+    _check_methods(methods, TASK1_METHODS, "Task 1")
+    skipped = skipped if skipped is not None else []
+    units = task1_sets(corpus.records, skipped=skipped)
+    graphs: dict[str, Any] = {}
+    need_pairs = [m for m in ("fbd", "prd") if m in methods]
+    pair_encoders = _pair_encoders_by_method(pair_encoder, need_pairs, encoder)
+    small_n = _CountingFilter("covariance is singular")
+    logging.getLogger("dialfork_metrics.setlevel").addFilter(small_n)
+    try:
+        with _summarised(f"Task 1 ({len(units)} units)"):
+            rows = _task1_rows(units, methods, encoder, seed, flowkl_kwargs, prd_kwargs, graphs, pair_encoders,
+                               progress)
+    finally:
+        logging.getLogger("dialfork_metrics.setlevel").removeFilter(small_n)
+    if small_n.count:
+        logger.warning("FBD: %d set(s) had no more pair embeddings than dimensions: their covariance is singular and "
+                       "the Frechet estimate is biased at small n (SPEC 7); compare FBD only between sets of similar size",
+                       small_n.count)
+    return {"units": rows, "summary": summarise_task1(rows, methods), "graphs": graphs,
+            "fbd_small_n_sets": small_n.count}
+
+
+def _pair_encoders_by_method(pair_encoder: Any, methods: Sequence[str], encoder: Any) -> dict[str, Any]:
+    """``{"fbd": PairEncoder, "prd": PairEncoder}`` for the set metrics in ``methods``."""
+    if isinstance(pair_encoder, Mapping):
+        unknown = set(pair_encoder) - {"fbd", "prd"}
+        if unknown:
+            raise BenchError(f"pair encoders are given per metric 'fbd' and 'prd', got {sorted(unknown)}")
+        spec = {m: pair_encoder.get(m) or encoder for m in methods}
+    else:
+        spec = {m: pair_encoder if pair_encoder is not None else encoder for m in methods}
+    made: dict[Any, Any] = {}  # one PairEncoder per distinct spec (a name is loaded once)
+    out = {}
+    for m, v in spec.items():
+        k = v if isinstance(v, str) else id(v)
+        if k not in made:
+            made[k] = _pair_encoder(v)
+        out[m] = made[k]
+    return out
+
+
+def _task1_rows(units, methods, encoder, seed, flowkl_kwargs, prd_kwargs, graphs, pair_encoders, progress) -> list[dict]:
+    from tqdm.auto import tqdm
+
+    rows: list[dict[str, Any]] = []
+    pair_cache: dict[Any, np.ndarray] = {}
+    for (task, h), unit in tqdm(sorted(units.items()), desc="Task 1 units", disable=not progress):
+        ref = unit["reference"]
+        d: dict[str, list[float]] = {m: [] for m in methods}
+        for k in FORK_POSITIONS:
+            tgt = unit[k]
+            for m in methods:
+                if m == "flowkl":
+                    d[m].append(_flowkl(task, ref, tgt, encoder, graphs, flowkl_kwargs or {}))
+                elif m == "fbd":
+                    d[m].append(_set_metric("fbd", task, ref, tgt, pair_encoders["fbd"], pair_cache))
+                elif m == "prd":
+                    d[m].append(_set_metric("prd", task, ref, tgt, pair_encoders["prd"], pair_cache,
+                                            {"seed": seed, **(prd_kwargs or {})}))
+                elif m == "turn_count_diff":
+                    d[m].append(abs(_mean_len(tgt, "turns") - _mean_len(ref, "turns")))
+                elif m == "word_count_diff":
+                    d[m].append(abs(_mean_len(tgt, "words") - _mean_len(ref, "words")))
+                elif m == "random":
+                    d[m].append(float(_unit_rng(seed, "task1", task, h, k).random()))
+        for m in methods:
+            tau = 0.0 if m == "random" else ranking_tau(d[m])  # Random = its expectation, 0 exactly
+            rows.append({"task": task, "type": h, "method": m, "distances": d[m], "tau": tau,
+                         "exact": exact_recovery(d[m]) if m != "random" else None,
+                         "p_perm": unit_permutation_pvalue(d[m]) if m != "random" else None})
+    return rows
+
+
+def summarise_task1(rows: Sequence[Mapping[str, Any]], methods: Sequence[str]) -> dict[str, Any]:
+    by = defaultdict(list)
+    for r in rows:
+        by[(r["method"], r["type"])].append(r)
+    table: dict[str, dict[str, float | None]] = {}
+    exact: dict[str, float | None] = {}
+    fisher: dict[str, float | None] = {}
+    for m in methods:
+        table[m] = {}
+        for h in TYPES:
+            taus = [r["tau"] for r in by.get((m, h), [])]
+            table[m][h] = float(np.mean(taus)) if taus else None
+        vals = [v for v in table[m].values() if v is not None]
+        table[m]["Avg"] = float(np.mean(vals)) if vals else None
+        mrows = [r for r in rows if r["method"] == m]
+        if m == "random":
+            exact[m] = 1 / 24
+            fisher[m] = None
+        else:
+            exact[m] = float(np.mean([r["exact"] for r in mrows])) if mrows else None
+            fisher[m] = fisher_combine([r["p_perm"] for r in mrows]) if mrows else None
+    # pairwise: paired Wilcoxon over units (two-sided), Holm across pairs
+    real = [m for m in methods if m != "random"]
+    unit_tau = {m: {(r["task"], r["type"]): r["tau"] for r in rows if r["method"] == m} for m in methods}
+    pairs, pvals = [], []
+    for i, a in enumerate(real):
+        for b in real[i + 1:]:
+            keys = sorted(set(unit_tau[a]) & set(unit_tau[b]))
+            diff = np.array([unit_tau[a][k] - unit_tau[b][k] for k in keys])
+            if diff.size == 0:
+                continue
+            p = wilcoxon_two_sided(diff)
+            pairs.append({"a": a, "b": b, "n_units": int(diff.size), "mean_diff": float(diff.mean()), "p": p})
+            pvals.append(p)
+    for pr, ph in zip(pairs, holm(pvals)):
+        pr["p_holm"] = ph
+    n_units = len({(r["task"], r["type"]) for r in rows})
+    return {"tau": table, "exact_recovery": exact, "fisher_p": fisher, "pairwise": pairs, "n_units": n_units}
+
+
+
+
+def task1_comparisons(rows: Sequence[Mapping[str, Any]], reference: str = TASK1_REFERENCE,
+                      against: Sequence[str] = TASK1_COMPARED, n_resamples: int = 10_000,
+                      seed: int = 0) -> list[dict[str, Any]]:
+    """Appendix J: ``reference`` (FlowKL) against each method of ``against`` over the shared
+    (task, type) units: mean Delta tau = tau(reference) - tau(method), its paired bootstrap 95% CI
+    (:func:`~dialfork_metrics.stats.bootstrap_mean_ci`, seeded), the two-sided paired Wilcoxon
+    p-value and its Holm correction within this family only (the paper: FlowKL vs FBD,
+    -0.031 [-0.080, 0.017], Holm p = 0.43). Methods absent from ``rows`` are left out."""
+    unit_tau: dict[str, dict[tuple, float]] = defaultdict(dict)
+    for r in rows:
+        unit_tau[r["method"]][(r["task"], r["type"])] = r["tau"]
+    out: list[dict[str, Any]] = []
+    if reference not in unit_tau:
+        return out
+    for m in against:
+        if m == reference or m not in unit_tau:
+            continue
+        keys = sorted(set(unit_tau[reference]) & set(unit_tau[m]))
+        if len(keys) < 2:
+            continue
+        diff = np.array([unit_tau[reference][k] - unit_tau[m][k] for k in keys])
+        lo, hi = bootstrap_mean_ci(diff, n_resamples=n_resamples, seed=seed)
+        out.append({"a": reference, "b": m, "n_units": int(diff.size), "mean_diff": float(diff.mean()),
+                    "ci_low": lo, "ci_high": hi, "p": wilcoxon_two_sided(diff)})
+    for r, ph in zip(out, holm([r["p"] for r in out])):
+        r["p_holm"] = ph
+    return out
+
+
+def tau_confidence_intervals(rows: Sequence[Mapping[str, Any]], methods: Sequence[str], group: str,
+                             n_resamples: int = 10_000, seed: int = 0) -> dict[str, dict[str, list[float] | None]]:
+    """Percentile bootstrap 95% CIs of each cell of a tau table (Tables 2 and 3).
+
+    Per type: the mean tau over that type's units, the units resampled jointly across methods
+    (:func:`~dialfork_metrics.stats.bootstrap_column_means_ci`). ``Avg``: the groups (``group``:
+    ``"task"`` for Task 1, ``"source_id"`` for Task 2) that have all four types are resampled,
+    the statistic being the mean of their per-group average tau. A cell without two units is
+    ``None``. Returns ``{method: {type or "Avg": [low, high] or None}}``.
+    """
+    tau: dict[tuple, dict[str, float]] = defaultdict(dict)  # (group, type) -> method -> tau
+    for r in rows:
+        tau[(r[group], r["type"])][r["method"]] = r["tau"]
+    out: dict[str, dict[str, list[float] | None]] = {m: {} for m in methods}
+    for i, h in enumerate(TYPES):
+        keys = sorted(k for k in tau if k[1] == h and all(m in tau[k] for m in methods))
+        if len(keys) < 2:
+            for m in methods:
+                out[m][h] = None
+            continue
+        X = np.array([[tau[k][m] for m in methods] for k in keys])
+        lo, hi = bootstrap_column_means_ci(X, n_resamples=n_resamples, seed=seed + i, batch=200)
+        for j, m in enumerate(methods):
+            out[m][h] = [float(lo[j]), float(hi[j])]
+    groups = sorted({k[0] for k in tau if all((k[0], h) in tau and all(m in tau[(k[0], h)] for m in methods)
+                                                 for h in TYPES)})
+    if len(groups) >= 2:
+        X = np.array([[np.mean([tau[(g, h)][m] for h in TYPES]) for m in methods] for g in groups])
+        lo, hi = bootstrap_column_means_ci(X, n_resamples=n_resamples, seed=seed + len(TYPES), batch=200)
+        for j, m in enumerate(methods):
+            out[m]["Avg"] = [float(lo[j]), float(hi[j])]
+    else:
+        for m in methods:
+            out[m]["Avg"] = None
+    return out
+
+
+def _mean_len(dialogues: Sequence[Mapping[str, Any]], what: str) -> float:
+    if what == "turns":
+        return float(np.mean([len(d["turns"]) for d in dialogues]))
+    return float(np.mean([sum(len(t["text"].split()) for t in d["turns"]) for d in dialogues]))
+
+
+_KDE_OPTIONS = ("grid_size", "density_floor", "bw_method")
+
+
+def _flowkl(task: str, ref, tgt, encoder, graphs: dict, kwargs: Mapping[str, Any]) -> float:
+    """FlowKL(D+, D^h_k) with the task's graph and reference likelihoods computed once for its 16 units
+    (the same numbers as :func:`~dialfork_metrics.flowgraph.flowkl` with that graph)."""
+    from ..flowgraph import FlowGraph, flowkl_from_likelihoods
+
+    kde = {k: v for k, v in kwargs.items() if k in _KDE_OPTIONS}
+    opts = {k: v for k, v in kwargs.items() if k not in _KDE_OPTIONS and k != "distance_threshold"}
+    if task not in graphs:
+        g = FlowGraph(encoder=encoder, distance_threshold=kwargs.get("distance_threshold", 0.55)).fit(ref)
+        graphs[task] = g
+        graphs[("l_ref", task)] = g.likelihoods(ref, set_name="reference set", **opts)
+    g, l_ref = graphs[task], graphs[("l_ref", task)]
+    return float(flowkl_from_likelihoods(l_ref, g.likelihoods(tgt, set_name="target set", **opts), **kde))
+
+
+def _pair_encoder(encoder: Any, progress: bool = True):
+    from ..pair_encoder import pair_encoder_for
+
+    return pair_encoder_for(encoder, show_progress=None if progress else False)
+
+
+def _set_metric(name: str, task: str, ref, tgt, pair_encoder, cache: dict, kwargs: Mapping[str, Any] | None = None) -> float:
+    from ..setlevel import fbd_from_embeddings, prd_from_embeddings
+
+    def emb(dialogues):
+        return pair_encoder.encode_sets(dialogues)
+
+    key = (id(pair_encoder), "ref", task)
+    X = cache.get(key)
+    if X is None:
+        X = cache[key] = emb(ref)
+    Y = emb(tgt)
+    if name == "fbd":
+        return float(fbd_from_embeddings(X, Y))
+    return float(prd_from_embeddings(X, Y, **(kwargs or {})))
+
+

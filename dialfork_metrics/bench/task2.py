@@ -1,0 +1,178 @@
+"""Task 2 (SPEC 6): dialogue-level distances per (source, type) unit, Table 3 and Table 7, and
+user metrics (``--metric``)."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dialfork_dataset.taxonomy import FORK_POSITIONS
+from dialfork_dataset.taxonomy import HALLUCINATION_TYPES as TYPES
+
+from ..methods import (
+    TASK2_METHODS,
+)
+from ..stats import (
+    bootstrap_column_means_ci,
+    bootstrap_mean_ci,
+    holm,
+    paired_t_greater_test,
+    ranking_tau,
+    wilcoxon_greater_test,
+)
+from .common import BenchError, _check_methods, _unit_rng
+from .corpus import Corpus
+
+logger = logging.getLogger(__name__)
+
+
+# ----------------------------------------------------------------------------- Task 2
+def run_task2(corpus: Corpus, encoder: Any, methods: Sequence[str] = TASK2_METHODS, seed: int = 0,
+              custom: Mapping[str, Callable[[Any, Any], float]] | None = None,
+              skipped: list[str] | None = None) -> dict[str, Any]:
+    """Task 2 per (source, type) unit: d_k per method and tau; summary per type."""
+    from dialfork_dataset.views import task2_quartets
+
+    from ..dialogue import score_quartets
+
+    _check_methods(methods, TASK2_METHODS, "Task 2")
+    skipped = skipped if skipped is not None else []
+    quartets = task2_quartets(corpus.records, skipped=skipped)
+    core = [m for m in methods if m != "random"]
+    scored = score_quartets(quartets, methods=core, encoder=encoder) if quartets else []
+    rows: list[dict[str, Any]] = []
+    for q, s in zip(quartets, scored):
+        for m in core:
+            rows.append({"source_id": s["source_id"], "type": s["type"], "method": m,
+                         "distances": s["distances"][m], "tau": s["tau"][m]})
+        if "random" in methods:
+            rows.append({"source_id": s["source_id"], "type": s["type"], "method": "random",
+                         "distances": [float(_unit_rng(seed, "task2", s["source_id"], s["type"], k).random())
+                                       for k in FORK_POSITIONS], "tau": 0.0})
+        for name, fn in (custom or {}).items():
+            d = [float(fn(q["source"], q["forks"][k])) for k in FORK_POSITIONS]
+            rows.append({"source_id": s["source_id"], "type": s["type"], "method": name, "distances": d,
+                         "tau": ranking_tau(d)})
+    all_methods = list(methods) + list(custom or {})
+    return {"units": rows, "summary": summarise_task2(rows, all_methods), "methods": all_methods}
+
+
+def summarise_task2(rows: Sequence[Mapping[str, Any]], methods: Sequence[str]) -> dict[str, Any]:
+    by = defaultdict(list)
+    dist_k = defaultdict(lambda: defaultdict(list))
+    for r in rows:
+        by[(r["method"], r["type"])].append(r["tau"])
+        for k, v in enumerate(r["distances"], 1):
+            dist_k[r["method"]][k].append(v)
+    table = {}
+    for m in methods:
+        table[m] = {h: (float(np.mean(by[(m, h)])) if by.get((m, h)) else None) for h in TYPES}
+        vals = [v for v in table[m].values() if v is not None]
+        table[m]["Avg"] = float(np.mean(vals)) if vals else None
+    mean_by_k = {m: {k: float(np.mean(v)) for k, v in sorted(dist_k[m].items())} for m in methods}
+    n_units = len({(r["source_id"], r["type"]) for r in rows})
+    return {"tau": table, "mean_distance_by_k": mean_by_k, "n_units": n_units}
+
+
+def distance_by_k(rows: Sequence[Mapping[str, Any]], methods: Sequence[str], n_resamples: int = 10_000,
+                  seed: int = 0) -> dict[str, dict[str, dict[str, list[float]]]]:
+    """Mean distance d_k per (method, type, fork position k), in the method's own units (not
+    rescaled), with a percentile bootstrap 95% CI over the type's units (the units resampled
+    jointly across methods and positions; :func:`~dialfork_metrics.stats.bootstrap_column_means_ci`).
+
+    Returns ``{method: {type: {"mean": [4], "low": [4], "high": [4], "n": n_units}}}``; a type with
+    fewer than two units has ``low``/``high`` equal to ``mean``.
+    """
+    dist: dict[tuple, dict[str, list[float]]] = defaultdict(dict)  # (source, type) -> method -> d_1..d_4
+    for r in rows:
+        dist[(r["source_id"], r["type"])][r["method"]] = list(r["distances"])
+    out: dict[str, dict[str, dict[str, list[float]]]] = {m: {} for m in methods}
+    for i, h in enumerate(TYPES):
+        keys = sorted(k for k in dist if k[1] == h and all(m in dist[k] for m in methods))
+        if not keys:
+            continue
+        X = np.array([[v for m in methods for v in dist[k][m]] for k in keys], dtype=float)  # (units, 4 * methods)
+        mean = X.mean(axis=0)
+        if len(keys) >= 2:
+            lo, hi = bootstrap_column_means_ci(X, n_resamples=n_resamples, seed=seed + i, batch=100)
+        else:
+            lo, hi = mean, mean
+        for j, m in enumerate(methods):
+            sl = slice(4 * j, 4 * j + 4)
+            out[m][h] = {"mean": mean[sl].tolist(), "low": np.asarray(lo)[sl].tolist(),
+                         "high": np.asarray(hi)[sl].tolist(), "n": len(keys)}
+    return out
+
+
+def task2_significance(per_encoder: Mapping[str, Mapping[str, Any]], reference: str = "flowscore",
+                       n_resamples: int = 10_000, seed: int = 0) -> list[dict[str, Any]]:
+    """Table 7: FlowScore tau minus each method's tau per unit; one-sided Wilcoxon (statistic ``W``,
+    the sum of the positive ranks) and paired t-test (statistic ``t``), Holm-corrected across
+    encoders within each (method, test); bootstrap 95% CI."""
+    out: list[dict[str, Any]] = []
+    for enc, res in per_encoder.items():
+        taus: dict[str, dict[tuple, float]] = defaultdict(dict)
+        for r in res["units"]:
+            taus[r["method"]][(r["source_id"], r["type"])] = r["tau"]
+        if reference not in taus:
+            continue
+        for m in res["methods"]:
+            if m == reference:
+                continue
+            keys = sorted(set(taus[reference]) & set(taus[m]))
+            if len(keys) < 2:
+                continue
+            diff = np.array([taus[reference][k] - taus[m][k] for k in keys])
+            lo, hi = bootstrap_mean_ci(diff, n_resamples=n_resamples, seed=seed)
+            w, p_w = wilcoxon_greater_test(diff)
+            t, p_t = paired_t_greater_test(diff)
+            out.append({"encoder": enc, "method": m, "n_units": int(diff.size), "mean_diff": float(diff.mean()),
+                        "ci_low": lo, "ci_high": hi, "W": w, "p_wilcoxon": p_w,
+                        "t": t if np.isfinite(t) else None, "p_ttest": p_t})  # constant differences: t undefined
+    for test in ("p_wilcoxon", "p_ttest"):
+        for m in {r["method"] for r in out}:
+            grp = [r for r in out if r["method"] == m]
+            for r, p in zip(grp, holm([r[test] for r in grp])):
+                r[test + "_holm"] = p
+    return out
+
+
+def load_custom_metric(spec: str) -> tuple[str, Callable[[Any, Any], float]]:
+    """``NAME=module.path:function`` (a callable ``(ref, cand) -> distance``) or a path to an
+    evaluate module folder/script (its ``compute(predictions=[cand], references=[ref])`` must
+    return a dict holding a per-pair list under a plural key such as ``"scores"``)."""
+    name, _, target = spec.partition("=")
+    if not target:
+        target, name = spec, Path(spec.rstrip("/")).stem
+    if ":" in target and not Path(target).exists():
+        mod, _, fn = target.partition(":")
+        try:
+            f = getattr(importlib.import_module(mod), fn)
+        except (ImportError, AttributeError) as e:
+            raise BenchError(f"--metric {spec!r}: cannot import {fn!r} from {mod!r} ({e})") from None
+        return name, f
+    if Path(target).exists():
+        import evaluate
+
+        module = evaluate.load(str(target))
+
+        def f(ref, cand, _m=module):
+            out = _m.compute(predictions=[cand["turns"]], references=[ref["turns"]])
+            for key in ("scores", "distances"):
+                if key in out:
+                    return float(out[key][0])
+            vals = [v for v in out.values() if isinstance(v, int | float)]
+            if not vals:
+                raise BenchError(f"evaluate module {target} returned no per-pair value: {sorted(out)}")
+            return float(vals[0])
+
+        return name, f
+    raise BenchError(f"--metric {spec!r}: expected NAME=module:function or the path of an evaluate module")
+
+

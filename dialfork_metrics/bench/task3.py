@@ -1,0 +1,202 @@
+"""Task 3 (SPEC 8): detectors fitted on the conformant train split, scored on the test split
+(Tables 4 and 9, the ablations) and Appendix I's weight sweep."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..methods import (
+    TASK3_DETECTORS,
+    regime,
+)
+from .common import BenchError
+from .corpus import Corpus
+
+logger = logging.getLogger(__name__)
+
+
+# ----------------------------------------------------------------------------- Task 3
+#: N-gram orders of the order ablation (issue: the paper claims results are similar across N).
+TASK3_ABLATION_ORDERS: tuple[int, ...] = (2, 3, 6, 10)
+#: The paper's Table 9 runs its streaming detectors with a 3-gram LM (Table 4: 6-gram).
+TABLE9_ORDER = 3
+
+
+def _task3_fit_predict(name: str, train, train_emb, test, test_emb, settings: Mapping[str, Any], *,
+                       preset: str = "selected", false_alarm_rate: float = 0.05, curve: bool = False,
+                       save_to: str | os.PathLike | None = None) -> dict[str, Any]:
+    """Fit one streaming detector on the conformant train split, predict and score the test
+    split; ``curve`` adds its trade-off curve and the coverage at 1/5/10% false alarms."""
+    from ..task3 import make_detector, score_predictions
+    from ..task3.selection import FALSE_ALARM_POINTS, coverage_at, tradeoff_curve
+
+    t0 = time.perf_counter()
+    det = make_detector(name, encoder=None, preset=preset, false_alarm_rate=false_alarm_rate, **settings)
+    det.fit(train, embeddings=train_emb)
+    preds = det.predict_many(test, embeddings=test_emb)
+    pmap = {ex["dialogue_id"]: p for ex, p in zip(test, preds)}
+    res = score_predictions(pmap, test)
+    res["seconds"] = time.perf_counter() - t0
+    res["settings"] = det.settings()
+    res["preset"] = preset
+    res["false_alarm_rate"] = false_alarm_rate
+    th = det.thresholds
+    res["threshold"] = next(iter(th.values())) if len(th) == 1 else None
+    res["n_models"] = len(th)
+    if curve:
+        stats, keys = det.dialogue_statistics(test, test_emb)
+        cur = tradeoff_curve(stats, keys, [ex["hallucination_type"] is not None for ex in test],
+                             {k: m.calibration_stats for k, m in det.models().items()}, det.method)
+        res["curve"] = {"level": [None if np.isnan(v) else float(v) for v in cur["level"]],
+                        "cov_c": cur["cov_c"].tolist(), "cov_h": cur["cov_h"].tolist()}
+        res["coverage_at"] = {f"{a:g}": coverage_at(cur, a) for a in FALSE_ALARM_POINTS}
+    if save_to is not None:
+        det.save(save_to)
+    return {"result": res, "predictions": pmap}
+
+
+def _subsample_test(test: Sequence[Mapping[str, Any]], records_by_id: Mapping[str, Mapping[str, Any]],
+                    max_forks_per_source: int | None, seed: int) -> list[int]:
+    from ..task3.selection import _subsample_forks
+
+    recs = [{**ex, "source_id": records_by_id.get(ex["dialogue_id"], {}).get("source_id")} for ex in test]
+    return _subsample_forks(recs, max_forks_per_source, seed)
+
+
+def run_task3(corpus: Corpus, encoder: Any, detectors: Sequence[str] = TASK3_DETECTORS, seed: int = 0,
+              order: int | None = None, progress: bool = True, save_dir: str | os.PathLike | None = None, *,
+              preset: str = "selected", scope: str | None = None, false_alarm_rate: float = 0.05,
+              select: bool = False, selection_kwargs: Mapping[str, Any] | None = None, ablations: bool = True,
+              ablation_orders: Sequence[int] = TASK3_ABLATION_ORDERS, paper_table: bool = True,
+              ablation_max_forks_per_source: int | None = None) -> dict[str, Any]:
+    """Fit each detector on the conformant train split, predict the test split, score (SPEC 8).
+
+    Streaming detectors run with ``preset`` (``"selected"``: the packaged per-encoder settings;
+    ``"paper"``: the paper's literal protocol); ``order`` and ``scope`` override the preset.
+    ``select=True`` instead chooses every streaming detector's settings by cross-validation over
+    the *train* sources (:func:`dialfork_metrics.task3.selection.select_settings`, with
+    ``selection_kwargs``) and reports the choice under ``"selection"``; test labels are never read
+    before scoring. Every streaming row carries its trade-off curve and its coverage at 1/5/10%
+    false alarms. Further tables: ``"table9"``, the paper's protocol at N=3 (``paper_table``);
+    ``"ablation_order"`` (N in ``ablation_orders``) and ``"ablation_scope"`` (task, pooled), each
+    varying one setting of the main rows (``ablations``; on all conformant test dialogues and at
+    most ``ablation_max_forks_per_source`` forks per source when given).
+    """
+    from dialfork_dataset.views import task3_examples
+
+    from ..task3 import make_detector, score_predictions
+    from ..task3.detectors import STREAMING_DETECTORS
+    from ..task3.streaming import SCOPES
+
+    train = corpus.split("train", forks=False)
+    test = task3_examples(corpus.split("test", forks=True))
+    if not train or not test:
+        raise BenchError(f"Task 3 needs a train and a test split; got {len(train)} train and {len(test)} test dialogues")
+    streaming = [d for d in detectors if d in STREAMING_DETECTORS]
+    out: dict[str, Any] = {"n_train": len(train), "n_test": len(test), "preset": preset,
+                           "false_alarm_rate": false_alarm_rate}
+    train_emb = test_emb = None
+    if streaming:
+        train_emb = encoder.encode_dialogues(train)
+        test_emb = encoder.encode_dialogues(test)
+    overrides: dict[str, dict[str, Any]] = {d: {} for d in streaming}
+    if select and streaming:
+        from ..task3.selection import select_settings
+
+        sel_recs = corpus.split("train", forks=True)  # train sources only: never the test split
+        t0 = time.perf_counter()
+        sel = select_settings(sel_recs, encoder.encode_dialogues(sel_recs), detectors=streaming, seed=seed,
+                              false_alarm_rate=false_alarm_rate, progress=progress, **(selection_kwargs or {}))
+        out["selection"] = {**sel.to_json(), "seconds": time.perf_counter() - t0}
+        overrides = {d: sel.settings_for(d) for d in streaming}
+    else:
+        for d in streaming:
+            if order is not None:
+                overrides[d]["order"] = order
+            if scope is not None:
+                overrides[d]["scope"] = scope
+    results: dict[str, Any] = {}
+    predictions: dict[str, dict[str, int | None]] = {}
+    for name in detectors:
+        if name in STREAMING_DETECTORS:
+            r = _task3_fit_predict(name, train, train_emb, test, test_emb, overrides[name], preset=preset,
+                                   false_alarm_rate=false_alarm_rate, curve=True,
+                                   save_to=None if save_dir is None else Path(save_dir) / name.replace("+", "_"))
+            results[name], predictions[name] = r["result"], r["predictions"]
+            continue
+        det = make_detector(name, **({"seed": seed} if name == "random" else {}))
+        t0 = time.perf_counter()
+        det.fit(train)
+        preds = det.predict_many(test, show_progress=progress)
+        predictions[name] = {ex["dialogue_id"]: p for ex, p in zip(test, preds)}
+        res = score_predictions(predictions[name], test)
+        res["seconds"] = time.perf_counter() - t0
+        results[name] = res
+    out["results"] = results
+    out["predictions"] = predictions
+    if streaming and paper_table:
+        out["table9"] = {d: _task3_fit_predict(d, train, train_emb, test, test_emb, {"order": TABLE9_ORDER},
+                                               preset="paper", false_alarm_rate=false_alarm_rate)["result"]
+                         for d in streaming}
+    if streaming and ablations:
+        keep = _subsample_test(test, corpus.by_id, ablation_max_forks_per_source, seed)
+        sub, sub_emb = [test[i] for i in keep], [test_emb[i] for i in keep]
+        out["ablation_n_test"] = len(sub)
+        base = {d: {**results[d]["settings"]} for d in streaming}
+        out["ablation_order"] = {str(n): {d: _task3_fit_predict(d, train, train_emb, sub, sub_emb,
+                                                                {**base[d], "order": n}, preset=preset,
+                                                                false_alarm_rate=false_alarm_rate)["result"]
+                                          for d in streaming} for n in ablation_orders}
+        out["ablation_scope"] = {sc: {d: _task3_fit_predict(d, train, train_emb, sub, sub_emb, {**base[d], "scope": sc},
+                                                            preset=preset, false_alarm_rate=false_alarm_rate)["result"]
+                                      for d in streaming} for sc in SCOPES}
+    return out
+
+
+#: Appendix I's weight grid: the weight of each MAE component, from the uniform 0.25 to 0.40; each
+#: coverage component gets ``0.5 - w`` (the paper's Score uses 0.35 / 0.15).
+SWEEP_MAE_WEIGHTS: tuple[float, ...] = (0.25, 0.275, 0.30, 0.325, 0.35, 0.375, 0.40)
+
+
+def task3_weight_sweep(results: Mapping[str, Mapping[str, Any]],
+                       mae_weights: Sequence[float] = SWEEP_MAE_WEIGHTS) -> dict[str, Any]:
+    """Appendix I: the Score of every detector under each weight vector ``(w, w, 0.5 - w, 0.5 - w)``
+    for ``w`` in ``mae_weights``, recomputed from its MAEs, coverages and references
+    (:func:`~dialfork_metrics.task3.scorer.score_from_stats`; the unit of the MAEs does not matter,
+    only their ratio to the references), and the winner of each regime at each weight.
+
+    ``results``: ``{detector: score_predictions(...) result}`` of one encoder. Returns
+    ``{"weights": [[w1, w2, w3, w4], ...], "scores": {detector: [Score per weight]},
+    "winners": {regime: [detector per weight]}, "stable": {regime: bool}}``, where ``stable`` says
+    whether the regime's winner is the same detector at every weight (ties broken by name).
+    """
+    from ..task3.scorer import score_from_stats
+
+    ws: list[list[float]] = []
+    for w in mae_weights:
+        if not 0.0 <= w <= 0.5:
+            raise ValueError(f"MAE weight {w} outside [0, 0.5]: each coverage weight is 0.5 - w")
+        ws.append([float(w), float(w), 0.5 - float(w), 0.5 - float(w)])
+    scores: dict[str, list[float]] = {}
+    for det, r in results.items():
+        if r.get("mae_h_ref") is None or r.get("mae_c_ref") is None or r.get("cov_h") is None or r.get("cov_c") is None:
+            continue
+        scores[det] = [score_from_stats(r["mae_h"], r["cov_h"], r["mae_c"], r["cov_c"], r["mae_h_ref"],
+                                        r["mae_c_ref"], weights=wv) for wv in ws]
+    winners: dict[str, list[str]] = {}
+    for det in scores:
+        winners.setdefault(regime(det), [])
+    for reg in winners:
+        dets = sorted(d for d in scores if regime(d) == reg)
+        winners[reg] = [max(dets, key=lambda d, i=i: scores[d][i]) for i in range(len(ws))]  # ties: first name
+    return {"weights": ws, "scores": scores, "winners": winners,
+            "stable": {reg: len(set(w)) == 1 for reg, w in winners.items()}}
+
+

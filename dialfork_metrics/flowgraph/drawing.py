@@ -1,0 +1,201 @@
+"""Exporting and drawing a fitted :class:`~dialfork_metrics.flowgraph.FlowGraph`: networkx, GraphML and
+a left-to-right workflow picture (matplotlib, imported lazily)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+from dialfork_dataset.atomic import atomic_path
+
+
+def to_networkx(graph: Any):
+    """``graph`` (a fitted FlowGraph) as a ``networkx.DiGraph`` (nodes: name, speaker, count, example;
+    edges: count, prob)."""
+    import networkx as nx
+
+    graph._check_fitted()
+    G = nx.DiGraph()
+    for i, name in enumerate(graph.node_names):
+        sp = name.split(":")[0] if ":" in name else ""
+        G.add_node(name, speaker=sp, count=int(graph.node_counts[i]) if i < graph.vocab_size else graph.n_dialogues,
+                   example=graph.examples[i])
+    for a, b in zip(*np.nonzero(graph.counts)):
+        G.add_edge(graph.node_names[a], graph.node_names[b], count=int(graph.counts[a, b]),
+                   prob=graph.transition_prob(int(a), int(b)))
+    return G
+
+
+def draw_flowgraph(graph: Any, path: str | os.PathLike, max_nodes: int = 40, top_edges: int = 2, label_chars: int = 60,
+         dpi: int = 150) -> None:
+    """Draw ``graph`` (a fitted FlowGraph) as a workflow (PNG, matplotlib Agg), left to right.
+
+    Nodes: the ``max_nodes`` most visited, placed in columns by their typical turn position
+    (:meth:`FlowGraph.typical_positions`), ordered within a column to follow their predecessors; each is
+    labelled with its most central utterance (the member nearest the centroid, shortened to
+    ``label_chars`` characters) and its visit count; user nodes blue, system nodes white.
+    Edges: for each node its ``top_edges`` most probable outgoing edges among the drawn nodes,
+    width by transition probability. The full graph is in :meth:`FlowGraph.to_graphml`.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import FancyArrowPatch
+
+    graph._check_fitted()
+    layout = workflow_layout(graph.counts, graph.typical_positions(), graph.node_counts, graph.start, graph.end,
+                             max_nodes=max_nodes, top_edges=top_edges)
+    xy, edges = layout["xy"], layout["edges"]
+    n_cols = max(1, len({x for x, _ in xy.values()}))
+    n_rows = max(1, layout["max_column"])
+    fig, ax = plt.subplots(figsize=(max(8.0, 1.45 * n_cols), max(4.0, 0.95 * n_rows + 1.5)))
+    colours = {"user": "#bbdefb", "system": "#ffffff"}
+    boxes = {}
+    for i, (x, y) in xy.items():
+        name = graph.node_names[i]
+        if i in (graph.start, graph.end):
+            label, face = name, "#e0e0e0"
+        else:
+            sp = name.split(":")[0]
+            label = f"{_shorten(graph.examples[i], label_chars)}\n({sp}, n={int(graph.node_counts[i])})"
+            face = colours.get(sp, "#e0e0e0")
+        boxes[i] = ax.text(x, y, label, ha="center", va="center", fontsize=6.2, zorder=3, wrap=False,
+                           bbox={"boxstyle": "round,pad=0.3", "fc": face, "ec": "#424242", "lw": 0.6})
+    pmax = max([p for _, _, p in edges] + [1e-9])
+    for a, b, prob in edges:
+        (xa, ya), (xb, yb) = xy[a], xy[b]
+        back = xb < xa
+        arrow = FancyArrowPatch((xa, ya), (xb, yb), arrowstyle="-|>", mutation_scale=7,
+                                connectionstyle=f"arc3,rad={0.35 if back or xb == xa else 0.08}",
+                                lw=0.4 + 3.6 * prob / pmax, color="#c62828" if back else "#37474f",
+                                alpha=(0.25 if back else 0.35) + 0.5 * prob / pmax, zorder=1, patchA=boxes[a].get_bbox_patch(),
+                                patchB=boxes[b].get_bbox_patch())
+        ax.add_patch(arrow)
+    xs = [x for x, _ in xy.values()]
+    ys = [y for _, y in xy.values()]
+    ax.set_xlim(min(xs) - 0.8, max(xs) + 0.8)
+    ax.set_ylim(min(ys) - 0.8, max(ys) + 0.8)
+    ax.invert_yaxis()
+    ax.set_axis_off()
+    from matplotlib.patches import Patch
+
+    ax.legend(handles=[Patch(fc=colours["user"], ec="#424242", label="user node"),
+                       Patch(fc=colours["system"], ec="#424242", label="system node"),
+                       Patch(fc="#37474f", label="edge (width: probability)"),
+                       Patch(fc="#c62828", label="edge back to an earlier position")],
+              loc="upper left", bbox_to_anchor=(0.0, -0.01), ncol=4, fontsize=7, frameon=False)
+    ax.set_title(f"FlowGraph: {len(xy) - 2} of {graph.vocab_size} nodes (most visited), top {top_edges} "
+                 f"edges per node, columns by typical turn position ({graph.n_dialogues} reference dialogues)",
+                 fontsize=9)
+    fig.tight_layout()
+    try:
+        with atomic_path(path, suffix=".png") as tmp:
+            fig.savefig(tmp, dpi=dpi, format="png")
+    finally:
+        plt.close(fig)
+
+
+def expected_turn_positions(counts: Any, start: int, end: int, max_steps: int = 1000, tol: float = 1e-9) -> np.ndarray:
+    """The expected turn position of each node under the Markov chain of ``counts`` (row-normalised
+    transition counts, walked from ``start`` until the mass reaching ``end`` leaves ``tol``):
+    ``sum_t t * P(at node at turn t) / sum_t P(at node at turn t)``. A node the walk never reaches
+    is ``nan``; ``start`` and ``end`` are ``nan`` (they are not turns).
+
+    >>> c = np.zeros((4, 4)); c[2, 0] = c[0, 1] = c[1, 3] = 1   # start(2) -> 0 -> 1 -> end(3)
+    >>> expected_turn_positions(c, 2, 3)[:2].tolist()
+    [1.0, 2.0]
+    """
+    C = np.asarray(counts, dtype=float)
+    out = C.sum(axis=1, keepdims=True)
+    P = np.divide(C, out, out=np.zeros_like(C), where=out > 0)
+    P[end] = 0.0  # absorbed
+    pi = np.zeros(C.shape[0])
+    pi[start] = 1.0
+    mass = np.zeros(C.shape[0])
+    tmass = np.zeros(C.shape[0])
+    for t in range(1, max_steps + 1):
+        pi = pi @ P
+        mass += pi
+        tmass += t * pi
+        live = pi.sum() - pi[end]
+        pi[end] = 0.0
+        if live < tol:
+            break
+    pos = np.full(C.shape[0], np.nan)
+    ok = mass > 0
+    pos[ok] = tmass[ok] / mass[ok]
+    pos[[start, end]] = np.nan
+    return pos
+
+
+def workflow_layout(counts: Any, positions: Any, node_counts: Any, start: int, end: int, max_nodes: int = 40,
+                    top_edges: int = 2, sweeps: int = 4) -> dict[str, Any]:
+    """A layered (Sugiyama-style) layout of a flow graph, as pure data.
+
+    Keeps ``start``, ``end`` and the ``max_nodes`` most visited nodes; column ``x`` = the rounded
+    typical position (``positions``, ``start`` at 0), rows within a column ordered by the
+    barycentre of each node's kept neighbours in the previous column (``sweeps`` passes, left to
+    right), then spread evenly. Edges: each kept node's ``top_edges`` most probable outgoing edges
+    (row-normalised ``counts``) whose target is kept. Returns ``{"xy": {node: (x, y)}, "edges":
+    [(a, b, prob)], "max_column": size of the largest column}``.
+    """
+    C = np.asarray(counts, dtype=float)
+    pos = np.asarray(positions, dtype=float)
+    nc = np.asarray(node_counts)
+    cluster_nodes = [i for i in range(C.shape[0]) if i not in (start, end) and np.isfinite(pos[i])]
+    keep = sorted(cluster_nodes, key=lambda i: (-int(nc[i]), i))[:max_nodes] + [start, end]
+    kept = set(keep)
+    out = C.sum(axis=1)
+    edges: list[tuple[int, int, float]] = []
+    for a in keep:
+        if out[a] <= 0:
+            continue
+        cand = sorted((b for b in np.flatnonzero(C[a]) if int(b) in kept and int(b) != a), key=lambda b: (-C[a, b], b))
+        edges += [(a, int(b), float(C[a, b] / out[a])) for b in cand[:top_edges]]
+    col = {i: int(round(pos[i])) for i in keep if i not in (start, end)}
+    last = max(col.values(), default=0) + 1
+    col[start], col[end] = 0, last
+    # compact empty columns
+    used = sorted(set(col.values()))
+    rank = {c: k for k, c in enumerate(used)}
+    col = {i: rank[c] for i, c in col.items()}
+    columns: dict[int, list[int]] = {}
+    for i in sorted(keep, key=lambda i: (-int(nc[i]) if i < len(nc) else 0, i)):
+        columns.setdefault(col[i], []).append(i)
+    preds: dict[int, list[tuple[int, float]]] = {}
+    for a, b, p in edges:
+        preds.setdefault(b, []).append((a, p))
+    y: dict[int, float] = {}
+    for c in sorted(columns):
+        for r, i in enumerate(columns[c]):
+            y[i] = float(r)
+    for _ in range(sweeps):
+        for c in sorted(columns)[1:]:
+            def bary(i: int, c: int = c) -> float:
+                ps = [(y[a], p) for a, p in preds.get(i, []) if col[a] < c]
+                return sum(v * p for v, p in ps) / sum(p for _, p in ps) if ps else y[i]
+            columns[c].sort(key=lambda i: (bary(i), i))
+            for r, i in enumerate(columns[c]):
+                y[i] = float(r)
+    height = max(len(v) for v in columns.values())
+    xy = {}
+    for c, nodes in columns.items():
+        off = (height - len(nodes)) / 2.0
+        for r, i in enumerate(nodes):
+            xy[i] = (float(c), off + r)
+    return {"xy": xy, "edges": edges, "max_column": height}
+
+
+def _shorten(text: str, n: int, width: int = 24) -> str:
+    """``text`` cut to ``n`` characters at a word boundary (with an ellipsis), wrapped at ``width``."""
+    import textwrap
+
+    t = " ".join(str(text).split())
+    if len(t) > n:
+        t = t[: n - 1].rsplit(" ", 1)[0].rstrip(",.;:") + "…"
+    return "\n".join(textwrap.wrap(t, width)) or "(empty)"
+
+

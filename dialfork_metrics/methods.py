@@ -1,0 +1,48 @@
+"""The benchmark's method and detector names, their display labels and their regimes.
+
+The one place that lists what ``dialfork_metrics.bench`` runs and how ``dialfork_metrics.report``
+names it: both import from here (so neither imports the other).
+
+>>> label("flowkl"), label("my_metric")
+('FlowKL', 'my_metric')
+>>> regime("ss+nc"), regime("first"), regime("mine")
+('streaming', 'baselines', 'other')
+"""
+
+from __future__ import annotations
+
+#: Task 1 (SPEC 5) methods, in the order of the paper's Table 2.
+TASK1_METHODS: tuple[str, ...] = ("flowkl", "fbd", "prd", "turn_count_diff", "word_count_diff", "random")
+#: Task 2 (SPEC 6) methods, in the order of the paper's Table 3.
+TASK2_METHODS: tuple[str, ...] = ("mean_turn", "full_dialog", "flowdtw", "flowscore", "turn_count_diff",
+                                  "word_count_diff", "shared_prefix", "random")
+#: Task 3 (SPEC 8) detectors: the trivial baselines, then the streaming detectors.
+TASK3_DETECTORS: tuple[str, ...] = ("first", "last", "random", "it", "ss", "it+nc", "ss+nc")
+
+#: The paper's Holm family for Task 1 (Appendix J): FlowKL against each other distance method.
+#: The length controls and Random are sanity checks, not competitors, so they stay out of the
+#: family (pass ``against=`` to :func:`dialfork_metrics.bench.task1_comparisons` to widen it).
+TASK1_REFERENCE = "flowkl"
+TASK1_COMPARED: tuple[str, ...] = ("fbd", "prd")
+
+#: Display label of each method and detector in the reports.
+LABELS: dict[str, str] = {
+    "flowkl": "FlowKL", "fbd": "FBD", "prd": "PRD", "turn_count_diff": "Turn-count diff",
+    "word_count_diff": "Word-count diff", "random": "Random", "mean_turn": "Mean", "full_dialog": "Full",
+    "flowdtw": "FlowDTW", "flowscore": "FlowScore", "shared_prefix": "Shared prefix",
+    "first": "Always first", "last": "Always last", "it": "IT", "ss": "SS", "it+nc": "IT+NC", "ss+nc": "SS+NC",
+}
+
+#: Regimes whose winners Appendix I compares; a detector not listed is its own regime "other".
+TASK3_REGIMES: dict[str, tuple[str, ...]] = {"baselines": ("first", "last", "random"),
+                                             "streaming": ("it", "ss", "it+nc", "ss+nc")}
+
+
+def label(method: str) -> str:
+    """The display label of a method or detector (a user metric keeps its own name)."""
+    return LABELS.get(method, method)
+
+
+def regime(detector: str) -> str:
+    """The Appendix I regime of a Task 3 detector: ``"baselines"``, ``"streaming"`` or ``"other"``."""
+    return next((r for r, ds in TASK3_REGIMES.items() if detector in ds), "other")

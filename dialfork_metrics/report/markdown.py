@@ -1,0 +1,234 @@
+"""The benchmark report's Markdown tables, in the paper's layout (Tables 2, 3, 4, 7, 9; Appendix I)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from dialfork_dataset.taxonomy import HALLUCINATION_TYPES as TYPES
+
+from ..methods import label as _label
+
+logger = logging.getLogger(__name__)
+
+
+def _f(v: Any, nd: int = 3, pct: bool = False) -> str:
+    if v is None:
+        return "–"
+    if pct:
+        return f"{100 * v:.1f}%"
+    return f"{v:.{nd}f}"
+
+
+def _p(v: Any) -> str:
+    if v is None:
+        return "–"
+    return "<0.001" if v < 0.001 else f"{v:.3f}"
+
+
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    out = ["| " + " | ".join(header) + " |", "|" + "|".join(" --- " for _ in header) + "|"]
+    out += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def task1_markdown(t1: Mapping[str, Any]) -> str:
+    s = t1["summary"]
+    rows = []
+    for m, vals in s["tau"].items():
+        rows.append([_label(m)] + [_f(vals.get(h)) for h in TYPES] + [_f(vals.get("Avg")), _f(s["exact_recovery"].get(m), pct=True),
+                                                                        _p(s["fisher_p"].get(m))])
+    md = [f"### Table 2. Task 1: set-to-set distance (Kendall tau, {_task1_encoders(t1)}, {s['n_units']} units)",
+          "", markdown_table(["Method", *TYPES, "Avg", "Exact recovery", "p (Fisher, vs chance)"], rows)]
+    comp = t1.get("comparisons") or []
+    if comp:
+        md += ["", task1_comparisons_markdown(comp)]
+    return "\n".join(md)
+
+
+def _task1_encoders(t1: Mapping[str, Any]) -> str:
+    used = t1.get("encoders") or {}
+    if not used or len(set(used.values())) == 1:
+        return f"encoder `{t1.get('encoder')}`"
+    return "encoders " + ", ".join(f"{_label(m)} `{e}`" for m, e in used.items())
+
+
+def task1_comparisons_markdown(comp: Sequence[Mapping[str, Any]]) -> str:
+    """Appendix J: FlowKL against each method (paired bootstrap CI of mean Delta tau, two-sided
+    paired Wilcoxon, Holm within this family)."""
+    rows = [[_label(r["a"]), _label(r["b"]), str(r["n_units"]), _f(r["mean_diff"]),
+             f"[{_f(r['ci_low'])}, {_f(r['ci_high'])}]", _p(r["p"]), _p(r["p_holm"])] for r in comp]
+    return "\n".join(["Appendix J. FlowKL against each method (Delta tau per unit; paired bootstrap 95% CI; "
+                      "two-sided paired Wilcoxon, Holm within this family):", "",
+                      markdown_table(["A", "B", "units", "mean Delta tau (A - B)", "95% CI (bootstrap)", "p Wilcoxon",
+                                      "p (Holm)"], rows)])
+
+
+def task2_markdown(t2: Mapping[str, Any]) -> str:
+    md = []
+    for enc, res in t2["per_encoder"].items():
+        s = res["summary"]
+        rows = [[_label(m)] + [_f(vals.get(h)) for h in TYPES] + [_f(vals.get("Avg"))] for m, vals in s["tau"].items()]
+        md += [f"### Table 3. Task 2: dialogue-to-dialogue distance (Kendall tau, encoder `{enc}`, {s['n_units']} units)",
+               "", markdown_table(["Method", *TYPES, "Avg"], rows), ""]
+    sig = t2.get("significance") or []
+    if sig:
+        rows = [[r["encoder"], _label(r["method"]), str(r["n_units"]), _f(r["mean_diff"]),
+                 f"[{_f(r['ci_low'])}, {_f(r['ci_high'])}]", _stat(r.get("W"), 0), _p(r["p_wilcoxon_holm"]),
+                 _stat(r.get("t"), 2), _p(r["p_ttest_holm"])] for r in sig]
+        md += ["### Table 7. FlowScore against each method (tau difference per unit; one-sided tests, Holm across encoders)",
+               "", markdown_table(["Encoder", "Method", "N", "Mean Delta", "95% CI (bootstrap)", "W", "p W (Holm)",
+                                   "t", "p t (Holm)"], rows)]
+    return "\n".join(md)
+
+
+def _task3_rows(results: Mapping[str, Mapping[str, Any]]) -> list[list[str]]:
+    rows = []
+    for det, r in results.items():
+        by = r.get("mae_h_by_type", {})
+        rows.append([_label(det)] + [_f(by.get(h), 2) for h in TYPES] +
+                    [_f(r["mae_h"], 2), _f(r["cov_h"], pct=True), _f(r["mae_c"], 2), _f(r["cov_c"], pct=True),
+                     _f(r["score"], 2)])
+    return rows
+
+
+_TASK3_HEADER = ["Detector", *(f"MAE_h {h}" for h in TYPES), "MAE_h", "cov_h", "MAE_c", "cov_c", "Score"]
+#: The paper's best streaming detector (IT+NC, D2F, Table 4): hallucinated coverage at its false alarms.
+PAPER_STREAMING_COVERAGE = 0.9382
+PAPER_STREAMING_FALSE_ALARMS = 0.0558
+
+
+def _settings_text(s: Mapping[str, Any] | None) -> str:
+    if not s:
+        return "–"
+    return (f"{s['calibration']}, {'backoff' if s['backoff'] else 'no backoff'}, thr {s['distance_threshold']:g}, "
+            f"{s['scope']}, N={s['order']}")
+
+
+def task3_markdown(t3: Mapping[str, Any]) -> str:
+    md = []
+    for enc, res in t3.items():
+        any_r = next(iter(res["results"].values()))
+        preset = res.get("preset", "selected")
+        how = "settings chosen by cross-validation on train sources" if res.get("selection") else f"preset `{preset}`"
+        md += [f"### Tables 4 and 9. Task 3: first deviating turn, MAEs in system turns (encoder `{enc}`; {res['n_train']} train, "
+               f"{res['n_test']} test dialogues; MAE_h_ref {_f(any_r['mae_h_ref'], 2)}, MAE_c_ref {_f(any_r['mae_c_ref'], 2)}; "
+               f"streaming rows: {how}, operating point {100 * res.get('false_alarm_rate', 0.05):g}% false alarms)",
+               "", markdown_table(_TASK3_HEADER, _task3_rows(res["results"])), ""]
+        md += [task3_operating_markdown(res), ""]
+        for key, title in (("table9", f"Table 9 protocol (the paper's settings, N=3; encoder `{enc}`)"),):
+            if res.get(key):
+                md += [f"#### {title}", "", markdown_table(_TASK3_HEADER, _task3_rows(res[key])), ""]
+        md += [task3_ablation_markdown(res, enc), ""]
+    return "\n".join(md)
+
+
+def task3_operating_markdown(res: Mapping[str, Any]) -> str:
+    """Per streaming detector: its settings, the coverage at 1/5/10% conformant false alarms
+    (read off the trade-off curve on test) and the distance to the paper's 93.82%."""
+    rows = []
+    for det, r in res["results"].items():
+        cov = r.get("coverage_at")
+        if not cov:
+            continue
+        c5 = cov.get("0.05")
+        rows.append([_label(det), _settings_text(r.get("settings")), _f(r["cov_c"], pct=True), _f(r["cov_h"], pct=True),
+                     _f(cov.get("0.01"), pct=True), _f(c5, pct=True), _f(cov.get("0.1"), pct=True),
+                     "–" if c5 is None else f"{100 * (c5 - PAPER_STREAMING_COVERAGE):+.1f} pts"])
+    if not rows:
+        return ""
+    out = ["Streaming detectors at their operating point, and the hallucinated coverage at 1%, 5% and 10% conformant "
+           "false alarms (threshold swept on test; paper, IT+NC with D2F: 93.82% coverage at 5.58% false alarms):", "",
+           markdown_table(["Detector", "settings", "cov_c (false alarms)", "cov_h", "cov_h @1% FA", "cov_h @5% FA",
+                           "cov_h @10% FA", "@5% vs paper 93.82%"], rows)]
+    sel = res.get("selection")
+    if sel:
+        m = sel.get("meta", {})
+        out += ["", f"Selection: {m.get('n_folds')}-fold cross-validation over {m.get('n_sources')} train sources "
+                    f"({m.get('n_records')} train dialogues), {len(sel.get('table', []))} (detector, setting) rows, "
+                    f"target {100 * m.get('false_alarm_rate', 0.05):g}% + {100 * m.get('tolerance', 0.01):g} pts."]
+    return "\n".join(out)
+
+
+def task3_ablation_markdown(res: Mapping[str, Any], enc: str) -> str:
+    """The N-gram order and fitting-scope ablations (Score, cov_c, cov_h per detector)."""
+    md = []
+    for key, what in (("ablation_order", "N-gram order N"), ("ablation_scope", "fitting scope")):
+        ab = res.get(key)
+        if not ab:
+            continue
+        dets = list(next(iter(ab.values())))
+        rows = [[str(v)] + [f"{_f(r[d]['score'], 1)} ({_f(r[d]['cov_c'], pct=True)} / {_f(r[d]['cov_h'], pct=True)})"
+                            for d in dets] for v, r in ab.items()]
+        md += [f"#### Ablation: {what} (encoder `{enc}`; other settings as in the main rows; "
+               f"{res.get('ablation_n_test', res['n_test'])} test dialogues). Score (cov_c / cov_h)", "",
+               markdown_table([what, *(_label(d) for d in dets)], rows), ""]
+    return "\n".join(md)
+
+
+def _stat(v: Any, nd: int) -> str:
+    return "–" if v is None else f"{v:,.{nd}f}"
+
+
+def task3_all_turns_markdown(t3: Mapping[str, Any]) -> str:
+    """Task 3 MAEs in all turns (user + system), the unit of the paper's Table 4; the Score is
+    unit-free and stays in the system-turn table."""
+    md = []
+    for enc, res in t3.items():
+        rows = []
+        for det, r in res["results"].items():
+            a = r.get("all_turns")
+            if a is None:
+                continue
+            by = a.get("mae_h_by_type", {})
+            rows.append([_label(det)] + [_f(by.get(h), 2) for h in TYPES] + [_f(a["mae_h"], 2), _f(a["mae_c"], 2)])
+        if not rows:
+            continue
+        a = next(r["all_turns"] for r in res["results"].values() if r.get("all_turns"))
+        md += [f"### Table 4 (paper's unit). Task 3 MAEs in all turns, user + system (encoder `{enc}`; "
+               f"MAE_h_ref {_f(a['mae_h_ref'], 2)}, MAE_c_ref {_f(a['mae_c_ref'], 2)}; coverages and Score as above)",
+               "", markdown_table(["Detector", *(f"MAE_h {h}" for h in TYPES), "MAE_h", "MAE_c"], rows), ""]
+    return "\n".join(md)
+
+
+def weight_sweep_markdown(sweep: Mapping[str, Mapping[str, Any]]) -> str:
+    """Appendix I: the winner of each regime (and its Score) for each weight vector of the grid."""
+    md = []
+    for enc, sw in sweep.items():
+        regimes = list(sw["winners"])
+        rows = []
+        for i, w in enumerate(sw["weights"]):
+            cells = []
+            for reg in regimes:
+                d = sw["winners"][reg][i]
+                cells.append(f"{_label(d)} ({_f(sw['scores'][d][i], 2)})")
+            rows.append([" / ".join(f"{x:.3f}".rstrip("0").rstrip(".") for x in w)] + cells)
+        stable = ", ".join(f"{reg}: {'yes' if sw['stable'][reg] else 'NO'}" for reg in regimes)
+        md += [f"### Appendix I. Task 3 Score weights (encoder `{enc}`): winner of each regime per weight vector",
+               "", markdown_table(["w (MAE_h / MAE_c / cov_h / cov_c)", *(f"winner {reg} (Score)" for reg in regimes)],
+                                  rows), "", f"Same winner at every weight: {stable}.", ""]
+    return "\n".join(md)
+
+
+def report_markdown(report: Mapping[str, Any]) -> str:
+    meta = report["meta"]
+    t = report["timings"]
+    md = ["# DialFork benchmark report", "",
+          f"Data: `{meta['data']}` (fingerprint `{meta['fingerprint'][:16]}`), {meta['n_records']:,} dialogues "
+          f"({meta['n_conformant']:,} conformant). Encoders: {', '.join(f'`{e}`' for e in meta['encoders'])}. "
+          f"Seed {meta['seed']}. Wall time {t['total']:.1f} s, of which encoding {100 * t['encoding_share']:.1f}%.", ""]
+    if "task1" in report:
+        md += [task1_markdown(report["task1"]), ""]
+    if "task2" in report:
+        md += [task2_markdown(report["task2"]), ""]
+    if "task3" in report:
+        md += [task3_markdown(report["task3"]), ""]
+        md += [task3_all_turns_markdown(report["task3"]), ""]
+    if report.get("task3_weight_sweep"):
+        md += [weight_sweep_markdown(report["task3_weight_sweep"]), ""]
+    sk = report.get("skipped") or []
+    md += [f"Skipped units: {len(sk)}"] + [f"- {s}" for s in sk[:50]] + ([f"- ... ({len(sk) - 50} more)"] if len(sk) > 50 else [])
+    return "\n".join(md) + "\n"
+
+

@@ -1,0 +1,100 @@
+"""``python -m leaderboard audit HUB --gold GOLD``: try the known cheats on a release (SPEC section 4).
+
+A cheater holds every public file of the Hub layout and the public code. Each attack below builds
+a submission from that alone, and the audit scores it against the gold, next to the trivial
+baselines (Random, always-first, always-last):
+
+* **verbatim lookup**: every blind dialogue (and every metric-track candidate) whose turn sequence
+  occurs in a public config gets that config's label;
+* **sibling grouping** (detector track): blind dialogues that share their opening are grouped;
+  the group's medoid (most shared prefix) is called conformant, every other member is flagged at
+  its first system turn that differs from the medoid;
+* **regeneration**: the template simulator of the public code is run with the public seeds
+  (0..9 by default) over the first scenarios of each public task; a blind dialogue found there
+  gets the regenerated label;
+* **pair diffing** (metric track): the distance of a pair is minus the shared prefix of the two
+  transcripts (in system turns), or minus the number of identical turns;
+* **correlations** of ids, row order and lengths with the labels: a binned predictor on each
+  feature, cross-fitted on the gold (5 folds), for the detector track; the feature itself (either
+  sign) as the distance, for the metric track.
+
+Where an attack learns nothing about a dialogue it falls back on Random's prediction. The Score is
+a weighted geometric mean with a floor, so abstaining alone moves it a lot: Random flags every
+conformant dialogue (a4 = 1 - cov_c = 0, floored to 1e-12) and scores about 1, while a coin that
+abstains half of the time scores about 45 without knowing anything. A cheat is therefore compared
+with its **matched Random**: the same predictions (abstentions and relative turn positions) dealt
+to randomly chosen blind dialogues, over :data:`RANDOM_DRAWS` draws. The margin (cheat minus its
+matched Random) is what the attack learned, and its p-value (share of matched draws that do as
+well) tells luck from leak on small blind sets. The audit fails when a cheat beats its matched
+Random by more than :data:`DETECTOR_MARGIN` Score points with p < :data:`ALPHA`, or when a
+metric-track cheat reaches a tau above :data:`METRIC_TAU_MAX`. Plain Random, always-first and
+always-last are printed next to every cheat.
+
+Modules: :mod:`.report` (thresholds, results), :mod:`.scoring` (public data, matched Random),
+:mod:`.attacks` (the cheats), :mod:`.run` (:func:`run_audit`); every name is re-exported here.
+"""
+
+from __future__ import annotations
+
+from .attacks import (  # noqa: F401 - private names too: the old module exposed them
+    MIN_PER_BIN,
+    _binned_predictions,
+    _chars,
+    _id_value,
+    _label_index,
+    correlation_attacks,
+    lookup_attack,
+    pair_diff_distances,
+    regenerate,
+    sibling_predictions,
+)
+from .report import (  # noqa: F401 - private names too: the old module exposed them
+    ALPHA,
+    BLIND,
+    DEFAULT_REGEN_SCENARIOS_PER_TASK,
+    DEFAULT_REGEN_SEEDS,
+    DETECTOR_MARGIN,
+    METRIC_TAU_MAX,
+    PAIRS,
+    RANDOM_DRAWS,
+    AttackResult,
+    AuditReport,
+)
+from .run import (  # noqa: F401 - private names too: the old module exposed them
+    run_audit,
+)
+from .scoring import (  # noqa: F401 - private names too: the old module exposed them
+    _Detector,
+    _detector_result,
+    _Metric,
+    _metric_result,
+    _read_config,
+    common_prefix,
+    read_public_configs,
+    system_prefix_keys,
+    turns_key,
+)
+
+__all__ = [
+    "ALPHA",
+    "AttackResult",
+    "AuditReport",
+    "BLIND",
+    "DEFAULT_REGEN_SCENARIOS_PER_TASK",
+    "DEFAULT_REGEN_SEEDS",
+    "DETECTOR_MARGIN",
+    "METRIC_TAU_MAX",
+    "MIN_PER_BIN",
+    "PAIRS",
+    "RANDOM_DRAWS",
+    "common_prefix",
+    "correlation_attacks",
+    "lookup_attack",
+    "pair_diff_distances",
+    "read_public_configs",
+    "regenerate",
+    "run_audit",
+    "sibling_predictions",
+    "system_prefix_keys",
+    "turns_key",
+]

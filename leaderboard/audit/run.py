@@ -1,0 +1,112 @@
+"""``run_audit``: every attack on a staged release, scored against the gold."""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from .attacks import (
+    correlation_attacks,
+    lookup_attack,
+    pair_diff_distances,
+    regenerate,
+    sibling_predictions,
+)
+from .report import (
+    ALPHA,
+    BLIND,
+    DEFAULT_REGEN_SCENARIOS_PER_TASK,
+    DEFAULT_REGEN_SEEDS,
+    PAIRS,
+    RANDOM_DRAWS,
+    AttackResult,
+    AuditReport,
+)
+from .scoring import _Detector, _detector_result, _Metric, _metric_result, _read_config, read_public_configs
+
+logger = logging.getLogger("leaderboard.audit")
+
+
+# --------------------------------------------------------------------------- the audit
+
+
+def run_audit(hub: str | os.PathLike, gold_dir: str | os.PathLike, *, star: str | os.PathLike | None = None,
+              regen_seeds: Sequence[int] = DEFAULT_REGEN_SEEDS,
+              regen_scenarios_per_task: int = DEFAULT_REGEN_SCENARIOS_PER_TASK,
+              draws: int = RANDOM_DRAWS, seed: int = 0,
+              progress: Callable[[str], None] | None = None) -> AuditReport:
+    """Run every attack on the layout ``hub`` and score it against ``gold_dir`` (see the module doc).
+
+    ``star``: the STAR folder for the regeneration attack (skipped without it, or with no seeds).
+    """
+    from dialfork_dataset.hub import load_gold
+
+    if draws < round(1 / ALPHA):
+        raise ValueError(f"draws must be at least {round(1 / ALPHA)} (a p-value below {ALPHA} needs that many "
+                         f"matched draws), got {draws}")
+    hub, gold_dir = Path(hub), Path(gold_dir)
+    say = progress or (lambda m: logger.info("audit: %s", m))
+    blind = _read_config(hub / "data" / BLIND)
+    if not blind:
+        raise FileNotFoundError(f"{hub}/data/{BLIND}: no parquet files; HUB must be a DialFork Hub layout")
+    pairs = _read_config(hub / "data" / PAIRS) if (hub / "data" / PAIRS).is_dir() else []
+    if pairs and "candidate" not in pairs[0]:  # older layouts: pairs reference blind ids
+        by_id = {b["dialogue_id"]: b["turns"] for b in blind}
+        pairs = [{**p, "reference": by_id[p["reference_id"]], "candidate": by_id[p["candidate_id"]]} for p in pairs]
+    public = read_public_configs(hub)
+    gold = load_gold(gold_dir)
+    det = _Detector(gold["task3"], draws, seed)
+    met = _Metric(gold["task2"], draws, seed) if gold["task2"] and pairs else None
+    from dialfork_metrics.task3.scorer import score_predictions
+
+    first = score_predictions({i: 1 for i in det.ids}, det.gold)["score"]
+    last = score_predictions({i: int(t) for i, t in zip(det.ids, det.T)}, det.gold)["score"]
+    random_score = det.random()
+    report = AuditReport(baselines={"detector": {"random": random_score, "first": first, "last": last},
+                                    "metric": {"random": met.random() if met else None}},
+                         counts={"blind": len(blind), "pairs": len(pairs),
+                                 "public_rows": sum(len(v) for v in public.values())})
+    labelled = [r for rows in public.values() for r in rows]
+    say("verbatim lookup")
+    report.attacks += lookup_attack("verbatim lookup (public configs)", labelled, blind, pairs, det, met,
+                                    f"{len(public)} public config(s)")
+    say("sibling grouping")
+    sib = sibling_predictions(blind)
+    report.attacks.append(_detector_result("sibling grouping (blind set)", det, sib,
+                                           f"{len(sib)}/{len(blind)} blind dialogues share an opening with another"))
+    tasks = sorted({r["task"] for r in labelled if r.get("task")})
+    if star is None or not list(regen_seeds) or not tasks:
+        why = "no STAR folder given" if star is None else "no public task" if not tasks else "no seeds"
+        for track in ("detector", "metric"):
+            report.attacks.append(AttackResult("regeneration (public code, public seeds)", track, None,
+                                               f"not run: {why}", "skipped"))
+    else:
+        # the modes of the public forks, plus the hidden set's (the card states them), plus the default
+        hidden_modes = set((gold["manifest"].get("hidden") or {}).get("prefix_modes") or ())
+        modes = sorted({r.get("prefix_mode") for r in labelled if r.get("prefix_mode")} | hidden_modes | {"replay"})
+        say(f"regeneration: {len(regen_seeds)} seed(s) x {len(modes)} prefix mode(s) x {len(tasks)} task(s)")
+        with tempfile.TemporaryDirectory(prefix="dialfork-audit-") as tmp:
+            regen, notes = regenerate(star, tasks, list(regen_seeds), modes, regen_scenarios_per_task, Path(tmp))
+        report.notes += notes
+        seeds_txt = f"seeds {min(regen_seeds)}-{max(regen_seeds)}" if len(regen_seeds) > 1 else f"seed {regen_seeds[0]}"
+        report.attacks += lookup_attack("regeneration (public code, public seeds)", regen, blind, pairs, det, met,
+                                        f"{len(regen):,} regenerated dialogues ({seeds_txt}, "
+                                        f"first {regen_scenarios_per_task} scenarios per task)")
+    if met is not None:
+        say("pair diffing")
+        best = max(((name, met.tau(d)) for name, d in pair_diff_distances(pairs).items()), key=lambda x: x[1])
+        report.attacks.append(_metric_result("pair diffing (metric track)", best[1], f"best: -{best[0]}"))
+    say("correlations")
+    report.attacks += correlation_attacks(blind, gold["task3"], pairs, det, met)
+    hidden = gold["manifest"].get("hidden") or {}
+    if "template" in (hidden.get("generators") or []) or not hidden:
+        report.notes.append("the hidden set was made by the template simulator (or its generator is not recorded): "
+                            "anyone running the simulator as an oracle can reproduce its kind of dialogues; fine for "
+                            "demos and tests, an official hidden set comes from an LLM backend")
+    if not hidden:
+        report.notes.append("the gold manifest has no 'hidden' section: this layout predates the hidden split")
+    return report
+

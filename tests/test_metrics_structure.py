@@ -1,0 +1,95 @@
+"""The structure of dialfork_metrics and leaderboard (issue 16): old import paths still work, the
+benchmark and its report do not import each other, every type list comes from the taxonomy,
+collected errors share one base and outputs are written atomically."""
+
+import ast
+import json
+from pathlib import Path
+
+import pytest
+
+from dialfork_dataset.errors import CollectedErrors
+from dialfork_dataset.taxonomy import HALLUCINATION_TYPES, TABLE3_ORDER, TABLE4_ORDER
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_old_import_paths_are_the_new_objects():
+    import dialfork_metrics.bench as bench
+    import dialfork_metrics.encoders as encoders
+    import dialfork_metrics.flowgraph as flowgraph
+    import dialfork_metrics.report as report
+    import leaderboard.audit as audit
+    import leaderboard.validate as validate
+    from dialfork_metrics.bench.runner import run_benchmark
+    from dialfork_metrics.encoders.encoder import get_encoder
+    from dialfork_metrics.flowgraph.graph import FlowGraph
+    from dialfork_metrics.report.writer import write_reports
+    from leaderboard.audit.run import run_audit
+    from leaderboard.validate.file import validate_submission
+
+    assert bench.run_benchmark is run_benchmark and encoders.get_encoder is get_encoder
+    assert flowgraph.FlowGraph is FlowGraph and report.write_reports is write_reports
+    assert audit.run_audit is run_audit and validate.validate_submission is validate_submission
+    assert validate.SCHEMA_DIR == ROOT / "leaderboard" / "schema" and validate.load_schema("metric")
+
+
+def _imports(path: Path) -> set[str]:
+    """Every module a file imports, at top level or inside functions, as absolute-ish names."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom):
+            out.add("." * node.level + (node.module or ""))
+        elif isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+    return out
+
+
+def test_report_does_not_import_the_benchmark():
+    for f in (ROOT / "dialfork_metrics" / "report").glob("*.py"):
+        assert not any("bench" in m for m in _imports(f)), f
+
+
+def test_no_module_over_about_500_lines():
+    owned = [*(ROOT / "dialfork_metrics").glob("*.py"), *(ROOT / "dialfork_metrics").glob("*/*.py"),
+             *(ROOT / "leaderboard").glob("*.py"), *(ROOT / "leaderboard").glob("*/*.py")]
+    others = {"streaming.py"}  # dialfork_metrics/task3/streaming.py is being split separately
+    long = {str(f.relative_to(ROOT)): n for f in owned if f.name not in others
+            and (n := len(f.read_text(encoding="utf-8").splitlines())) > 520}
+    assert not long
+
+
+def test_type_orders_come_from_the_taxonomy():
+    from dialfork_metrics import bench
+    from dialfork_metrics.task3 import scorer
+    from leaderboard import render, score, synthetic
+
+    assert bench.TYPES is scorer.TYPES is score.TYPES is synthetic.TYPES is HALLUCINATION_TYPES
+    assert render.DETECTOR_TYPES is TABLE4_ORDER == ("CSC", "GR", "SSPC", "WIC")
+    assert render.METRIC_TYPES is TABLE3_ORDER == ("WIC", "SSPC", "GR", "CSC")
+
+
+def test_collected_errors_share_one_base(tmp_path):
+    from dialfork_metrics.task3.scorer import score_predictions
+    from leaderboard.validate import Problem, SubmissionError, ValidationReport
+
+    rep = ValidationReport(path="sub.jsonl", track="detector",
+                           errors=[Problem("bad", "prediction must be an integer", line=3, file="sub.jsonl"),
+                                   Problem("dup", "duplicate id", line=9, file="sub.jsonl")])
+    with pytest.raises(CollectedErrors) as e:
+        rep.raise_for_errors()
+    assert isinstance(e.value, SubmissionError) and e.value.report is rep
+    assert e.value.errors == ["sub.jsonl:3: prediction must be an integer", "sub.jsonl:9: duplicate id"]
+    with pytest.raises(CollectedErrors) as g:
+        score_predictions({}, [{"dialogue_id": ""}, "not a row"])
+    assert len(g.value.errors) == 2 and "invalid gold set" in str(g.value)
+
+
+def test_sdialog_json_is_written_atomically(tmp_path):
+    from dialfork_metrics.sdialog_compat import write_sdialog_json
+
+    out = tmp_path / "set.json"
+    out.write_text("old")
+    write_sdialog_json(out, [["hello", "hi there"]])
+    data = json.loads(out.read_text(encoding="utf-8"))
+    assert len(data) == 1 and [p.name for p in tmp_path.iterdir()] == ["set.json"]
