@@ -190,7 +190,9 @@ def sharded_bench_encoding(a: Any, pair: Any = None, state: Any = None) -> bool:
     """
     if state is None and not launched_by_accelerate():
         return True
-    from .bench import _csv_list, _pair_encoder_names, load_corpus
+    from .bench.cli import _csv_list
+    from .bench.corpus import load_corpus
+    from .bench.runner import _pair_encoder_names
     from .encoders import Encoder, resolve_encoder_name
     from .pair_encoder import PairEncoder
 

@@ -55,12 +55,14 @@ def test_faithful_agent_ranks_better_on_every_score(audits):
 def test_first_alarms_are_near_the_injection_turn(audits):
     bad = audits["derailed"][0]
     flags = [f for t in bad.tasks for f in t["first_alarms"].values()]
-    # the detectors' default operating point is 5% conformant false alarms, so a share of the
-    # derailed dialogues goes unflagged (12 of 15 here); the flagged ones sit near the injection
-    assert sum(f is not None for f in flags) >= 0.75 * len(flags), flags
+    # the detectors' operating point is 5% conformant false alarms, held with a finite-sample margin
+    # on these small references (30 dialogues a task: the conformal rule, SPEC 8 / issue 20), so a
+    # share of the derailed dialogues goes unflagged (9 of 15 here); the flagged ones sit near the
+    # injection, and the faithful agent's alarm rate stays lower (test_faithful_agent_ranks_better_on_every_score)
+    assert sum(f is not None for f in flags) >= 0.5 * len(flags), flags
     flags = [f for f in flags if f is not None]
     mae = sum(abs(f - DEFAULT_DERAIL_AT) for f in flags) / len(flags)
-    assert mae <= 1.5, mae
+    assert mae <= 2.0, (mae, flags)  # 1.56 system turns with the finite-sample calibration (1.15 before it)
 
 
 def test_outputs_are_dialfork_records_and_reports(audits):
