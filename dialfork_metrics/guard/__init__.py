@@ -4,7 +4,9 @@
   (``observe(speaker, text) -> Verdict``, ``state()``), :class:`Verdict`;
 * as an OpenAI-compatible proxy: ``python -m dialfork_metrics.guard serve --upstream URL
   --monitor PATH --db PATH`` (:func:`dialfork_metrics.guard.proxy.create_app`);
-* ``python -m dialfork_metrics.guard fit|replay|fake-upstream``.
+* ``python -m dialfork_metrics.guard fit|replay|fake-upstream``; :class:`ServerProcess` starts a
+  server as a child process (tests, benchmarks, the docs) and :func:`play` plays recorded
+  dialogues' user side through a proxy.
 
 See ``docs/guard.md``. Names resolve lazily (numpy loads only when used).
 """
@@ -18,6 +20,8 @@ _EXPORTS: dict[str, str] = {
     "MonitorFileError": "monitor",
     "Session": "monitor",
     "Verdict": "monitor",
+    "ServerProcess": "loadgen",
+    "play": "loadgen",
 }
 
 __all__ = sorted(_EXPORTS)

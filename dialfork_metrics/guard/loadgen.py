@@ -25,7 +25,23 @@ from typing import Any
 
 class ServerProcess:
     """``python -m dialfork_metrics.guard <args>`` (serve or fake-upstream) as a child process, waited
-    for through its ``--ready-file``; stopped (SIGTERM) or killed (SIGKILL) by its own PID."""
+    for through its ``--ready-file``; stopped (SIGTERM) or killed (SIGKILL) by its own PID.
+
+    Use it as a context manager (``with ServerProcess(...) as server:``) to stop it on exit; pass
+    ``--port 0`` to let the server pick a free port, then read :attr:`port` / :attr:`url`.
+
+    Args:
+        args: The command line after ``python -m dialfork_metrics.guard`` (items are ``str()``-ed),
+            e.g. ``["fake-upstream", "--data", "demo_out/hub", "--port", 0]``.
+        workdir: An existing folder for the ready file and the server's log (``<name>.log``).
+        name: The server's name in file names and error messages.
+        timeout: Seconds to wait for the server to serve.
+        env: The child's environment (default: this process's).
+
+    Raises:
+        RuntimeError: The server exited before serving (the message ends with its log), did not
+            serve within ``timeout`` seconds, or its ready file names another process.
+    """
 
     def __init__(self, args: Sequence[Any], workdir: str | os.PathLike, name: str, timeout: float = 600,
                  env: Mapping[str, str] | None = None):
@@ -52,6 +68,12 @@ class ServerProcess:
             raise RuntimeError(f"{name}: the ready file names pid {info['pid']}, not {self.proc.pid}")
         self.port = int(info["port"])
         self.url = f"http://127.0.0.1:{self.port}"
+
+    def __enter__(self) -> "ServerProcess":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
     def kill9(self) -> int:
         os.kill(self.proc.pid, signal.SIGKILL)
@@ -137,6 +159,33 @@ async def play_async(base_url: str, dialogues: Sequence[Mapping[str, Any]], *, c
                      max_turns: int | None = None, stream: bool = False, conversation_prefix: str = "",
                      retry_for: float = 300.0, timeout: float = 120.0,
                      on_reply: Callable[[str, int], None] | None = None) -> list[ConversationResult]:
+    """Play the user side of recorded dialogues through a guard proxy, concurrently.
+
+    Each dialogue is one conversation (``X-Conversation-Id: <conversation_prefix><dialogue_id>``):
+    its user turns are sent as they were recorded, one request per system turn, and the reply is
+    appended as the assistant message. Requests carry ``X-Fake-Dialogue: <dialogue_id>``, so that a
+    fake upstream (``python -m dialfork_metrics.guard fake-upstream``) answers with that dialogue's
+    recorded system turns; a real upstream ignores the header.
+
+    Args:
+        base_url: The proxy's base URL, e.g. ``http://127.0.0.1:8100`` (no ``/v1``).
+        dialogues: Dicts with ``dialogue_id`` and ``turns`` (records or Task 3 examples).
+        concurrency: Conversations in flight at once.
+        max_turns: Play at most this many turns of each dialogue (ending at a system turn).
+        stream: Ask for SSE replies (``stream: true``).
+        conversation_prefix: Prefix of the conversation ids (separates runs on one database).
+        retry_for: Seconds a request is retried while the proxy is down (502/503, refused).
+        timeout: Seconds per HTTP request.
+        on_reply: Called with (conversation id, number of replies so far) after each reply.
+
+    Returns:
+        One :class:`ConversationResult` per dialogue, in input order: the ``dialfork`` verdict
+        object and the text of every reply.
+
+    Raises:
+        RuntimeError: A conversation got no answer within ``retry_for`` seconds.
+        httpx.HTTPStatusError: The proxy answered a request with a client error (4xx).
+    """
     import httpx
 
     url = base_url.rstrip("/") + "/v1/chat/completions"
@@ -152,7 +201,7 @@ async def play_async(base_url: str, dialogues: Sequence[Mapping[str, Any]], *, c
 
 
 def play(base_url: str, dialogues: Sequence[Mapping[str, Any]], **kw: Any) -> list[ConversationResult]:
-    """:func:`play_async` from synchronous code."""
+    """:func:`play_async` from synchronous code (same arguments, returns and errors)."""
     return asyncio.run(play_async(base_url, dialogues, **kw))
 
 
