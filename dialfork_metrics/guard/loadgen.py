@@ -69,7 +69,7 @@ class ServerProcess:
         self.port = int(info["port"])
         self.url = f"http://127.0.0.1:{self.port}"
 
-    def __enter__(self) -> "ServerProcess":
+    def __enter__(self) -> ServerProcess:
         return self
 
     def __exit__(self, *exc: object) -> None:
