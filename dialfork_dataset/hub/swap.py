@@ -41,6 +41,16 @@ def recover_export(dest: str | os.PathLike, gold_dir: str | os.PathLike | None =
     """Finish an interrupted export to ``dest``/``gold_dir`` and remove leftover staging folders.
 
     Returns what was done (one line per action). Called at the start of every export.
+
+    Args:
+        dest: The public layout folder of the export.
+        gold_dir: Its gold folder; None means :func:`~dialfork_dataset.hub.layout.default_gold_dir`
+            (``<dest>-gold``).
+
+    Returns:
+        list[str]: One line per action taken (a completed interrupted swap, each removed
+        ``.<name>.tmp-*`` / ``.<name>.old-*`` leftover); empty when there was nothing to do. Each
+        line is also logged as a warning.
     """
     dest = Path(dest).resolve()
     gold = Path(gold_dir).resolve() if gold_dir is not None else default_gold_dir(dest)
