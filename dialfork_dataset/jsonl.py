@@ -27,7 +27,12 @@ logger = logging.getLogger(__name__)
 
 
 class JsonlError(CollectedErrors):
-    """A JSON Lines file holds malformed lines; ``errors`` lists each ``path:line: reason``."""
+    """A JSON Lines file holds malformed lines; ``errors`` lists each ``path:line: reason``.
+
+    Args:
+        message: The exception's text.
+        errors: Every problem, one ``path:line: reason`` line each; defaults to ``[message]``.
+    """
 
 
 def dumps(obj: Any) -> str:
@@ -151,6 +156,21 @@ def _lines(fh, path: Path) -> Iterator[bytes]:
 
 
 def read_jsonl(path: str | os.PathLike, collect: bool = False) -> list[Any]:
+    """Every object of a JSON Lines file (``.gz`` read as gzip), in file order; blank lines skipped.
+
+    Args:
+        path: The file.
+        collect: False raises at the first malformed line; True reads the whole file and raises
+            one error listing every malformed line.
+
+    Returns:
+        list[Any]: The parsed objects (one per non-blank line).
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist.
+        JsonlError: A line is not UTF-8, not JSON, or nested too deeply, or a gzip stream is
+            damaged; each problem names ``path:line`` (see :func:`iter_jsonl`).
+    """
     return [obj for _, obj in iter_jsonl(path, collect=collect)]
 
 
@@ -222,7 +242,16 @@ def repair_torn_tail(path: str | os.PathLike) -> int:
 
 
 class JsonlAppender:
-    """Append complete JSON lines to a file; safe to kill at any point (see module doc)."""
+    """Append complete JSON lines to a file; safe to kill at any point (see module doc).
+
+    Opening creates the parent folders and drops a torn last line left by a killed writer
+    (:func:`repair_torn_tail`). Use as a context manager, or call :meth:`close`.
+
+    Args:
+        path: The JSON Lines file to append to (created if missing).
+        fsync: ``os.fsync`` after every :meth:`append` / :meth:`extend`, so a written line survives
+            a machine crash; False only flushes (faster, safe against a killed process only).
+    """
 
     def __init__(self, path: str | os.PathLike, fsync: bool = True):
         self.path = Path(path)
@@ -232,12 +261,22 @@ class JsonlAppender:
         self._fsync = fsync
 
     def append(self, obj: Any) -> None:
+        """Write ``obj`` as one line (one ``write``), then flush (and fsync).
+
+        Args:
+            obj: A JSON-serialisable object.
+        """
         self._fh.write((dumps(obj) + "\n").encode("utf-8"))
         self._fh.flush()
         if self._fsync:
             os.fsync(self._fh.fileno())
 
     def extend(self, objs: Iterable[Any]) -> None:
+        """Write every object as one line each, in a single ``write``, then flush (and fsync).
+
+        Args:
+            objs: JSON-serialisable objects; nothing is written when empty.
+        """
         data = b"".join((dumps(o) + "\n").encode("utf-8") for o in objs)
         if data:
             self._fh.write(data)
@@ -246,6 +285,7 @@ class JsonlAppender:
                 os.fsync(self._fh.fileno())
 
     def close(self) -> None:
+        """Close the file (idempotent)."""
         if not self._fh.closed:
             self._fh.close()
 

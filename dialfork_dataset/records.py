@@ -148,13 +148,50 @@ def json_problem(value: Any, max_depth: int = MAX_NESTING) -> tuple[str, str] | 
 
 @dataclass(frozen=True)
 class Turn:
+    """One turn of a dialogue (immutable).
+
+    Attributes:
+        speaker: ``"user"`` or ``"system"`` (:data:`SPEAKERS`).
+        text: The utterance.
+    """
+
     speaker: str
     text: str
 
 
 @dataclass
 class DialogueRecord:
-    """Typed view of one record. ``turns`` holds :class:`Turn` objects."""
+    """Typed view of one record. ``turns`` holds :class:`Turn` objects.
+
+    The fields are those of SPEC section 4 (:data:`RECORD_FIELDS`); the fork-only fields
+    (:data:`FORK_ONLY_FIELDS`) are None for a conformant dialogue. Construction does not validate;
+    see :func:`validate_record`.
+
+    Attributes:
+        dialogue_id: Unique id; a fork's is ``<source_id>-<TYPE>-k<k>``.
+        source_id: The conformant parent's id (its own id for a conformant dialogue).
+        scenario_id: The STAR scenario played.
+        task: The STAR task.
+        domain: The STAR domain of the task.
+        num_system_turns: T, the number of system turns in ``turns``.
+        turns: The dialogue, a list of :class:`Turn`.
+        seed: The generation seed.
+        generator: The generator (backend/model) that wrote the dialogue.
+        hallucination_type: None (conformant) or one of
+            :data:`~dialfork_dataset.taxonomy.HALLUCINATION_TYPES` (``WIC``, ``SSPC``, ``GR``,
+            ``CSC``).
+        variant: The injected instruction's variant id (forks only).
+        instruction: The exact instruction injected (forks only).
+        substitute_task: WIC only: the workflow followed instead.
+        fork_position: k in :data:`~dialfork_dataset.taxonomy.FORK_POSITIONS` (1..4; forks only).
+        fork_turn: t_k, the system-turn index of the injection (forks only).
+        decoding: The decoding settings, keys :data:`DECODING_FIELDS` (``temperature``,
+            ``top_p``, ``top_k``, ``max_new_tokens``); values None when unknown.
+        prefix_mode: How the turns before t_k were made, one of :data:`PREFIX_MODES` (forks only).
+        prefix_divergence: How many turns before t_k differ from the source (forks only).
+        code_version: The code version that generated the record; ``""`` when unknown.
+        injections: Compound forks only: every injection ``{type, variant, turn}``.
+    """
 
     dialogue_id: str
     source_id: str
@@ -181,10 +218,25 @@ class DialogueRecord:
 
     @property
     def is_conformant(self) -> bool:
+        """True for a conformant dialogue (no ``hallucination_type``)."""
         return self.hallucination_type is None
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> DialogueRecord:
+        """The typed view of a record mapping (not validated).
+
+        Args:
+            d: A record mapping; keys outside :data:`RECORD_FIELDS` are ignored, missing decoding
+                keys become None and a missing ``code_version`` becomes ``""``.
+
+        Returns:
+            DialogueRecord: The record, ``turns`` as :class:`Turn` objects.
+
+        Raises:
+            KeyError: A turn lacks ``speaker`` or ``text``.
+            TypeError: A required field (``dialogue_id``, ``source_id``, ``scenario_id``,
+                ``task``, ``domain``, ``num_system_turns``, ``seed``, ``generator``) is missing.
+        """
         kw = {k: d.get(k) for k in RECORD_FIELDS if k in d}
         kw["turns"] = [Turn(str(t["speaker"]), str(t["text"])) for t in d.get("turns") or []]
         dec = dict.fromkeys(DECODING_FIELDS)
@@ -195,6 +247,12 @@ class DialogueRecord:
         return cls(**kw)
 
     def to_dict(self) -> dict[str, Any]:
+        """The record as a plain dict (the JSON Lines / ``datasets`` row).
+
+        Returns:
+            dict[str, Any]: Every field of :data:`RECORD_FIELDS`, in that order; ``turns`` as
+            ``{speaker, text}`` dicts.
+        """
         d = asdict(self)
         d["turns"] = [{"speaker": t.speaker, "text": t.text} for t in self.turns]
         return {k: d[k] for k in RECORD_FIELDS}
@@ -442,7 +500,13 @@ def _injection_errors(record: Mapping[str, Any], T: int | None) -> list[str]:
 
 
 class RecordError(CollectedErrors):
-    """A record (or a file of records) violates SPEC section 4. ``errors`` lists every violation."""
+    """A record (or a file of records) violates SPEC section 4. ``errors`` lists every violation.
+
+    Args:
+        message: The exception's text.
+        errors: Every violation, one line each (``file:line: dialogue_id=...: field: reason``);
+            defaults to ``[message]``.
+    """
 
 
 def _finite_non_negative(v: Any) -> bool:
