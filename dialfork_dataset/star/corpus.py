@@ -34,6 +34,22 @@ class StarCorpus:
     ``path`` None means ``$DIALFORK_STAR_DIR`` (:func:`resolve_star`). Tasks and APIs are read (and
     validated, all problems collected) at construction; scenarios, the knowledge bases and the
     human dialogues are read on first use.
+
+    Args:
+        path: The STAR folder (``~`` expanded); None reads ``$DIALFORK_STAR_DIR``.
+
+    Attributes:
+        path: The resolved folder.
+        layout: ``"compact"`` (``scenarios.jsonl``), ``"original"`` (``dialogues/``) or
+            ``"tasks-only"`` (neither: tasks and APIs only).
+        apis: API name -> :class:`StarApi`.
+        tasks: Task name -> :class:`StarTask`.
+        domains: Domain -> its task names (sorted by domain).
+
+    Raises:
+        StarError: ``path`` is None and ``$DIALFORK_STAR_DIR`` is unset or not a STAR copy; the
+            folder does not exist or has no ``tasks/``; or an API or task file is wrong or there is
+            no task folder (every problem listed).
     """
 
     def __init__(self, path: str | os.PathLike | None = None):

@@ -19,7 +19,24 @@ if TYPE_CHECKING:  # pragma: no cover
 
 @dataclass
 class StarTask:
-    """One STAR task folder: ``tasks/<name>/``."""
+    """One STAR task folder: ``tasks/<name>/``.
+
+    Usually made by :meth:`load` (or :class:`StarCorpus`), which validates the files.
+
+    Attributes:
+        name: The task's name (the folder's name, e.g. ``ride_book``).
+        domain: Its domain (:func:`task_domain`, e.g. ``ride``).
+        function: The task file's ``task`` (the API function name).
+        replies: The task file's ``replies`` (node -> label or template).
+        graph: The task file's ``graph`` (node -> its one "next" node).
+        responses: ``responses.json`` (node -> response template); empty when absent.
+        nlu: The intents of ``wizard_nlu_training_data.md`` (node -> example phrasings); empty
+            when absent.
+        instructions: The text of ``instructions.txt``, None when absent.
+        flowchart: The ``<name>.jpg`` flowchart, None when absent.
+        api: The task's knowledge-base API, None when the copy has none for it.
+        start_node: The workflow's start node (``"hello"``).
+    """
 
     name: str
     domain: str
@@ -37,7 +54,22 @@ class StarTask:
     def load(cls, task_dir: str | os.PathLike, api: StarApi | None = None,
              errors: list[str] | None = None) -> StarTask | None:
         """Read ``task_dir``. With ``errors`` given, problems are appended there and None is returned;
-        otherwise a :class:`StarError` listing every problem of the folder is raised."""
+        otherwise a :class:`StarError` listing every problem of the folder is raised.
+
+        Args:
+            task_dir: The task folder ``tasks/<name>/`` (it must hold ``<name>.json``).
+            api: The task's API (from ``apis/apis/<name>.json``), if any.
+            errors: A list to collect problems in (``"file: problem"`` lines); None raises instead.
+
+        Returns:
+            StarTask | None: The task; None when it has a problem and ``errors`` was given.
+
+        Raises:
+            StarError: Without ``errors``: the folder has a problem (a missing or malformed task
+                file, ``replies``/``graph`` not objects of strings, no ``task``, no start node, an
+                edge to an unknown node, a bad ``responses.json`` or NLU file); every problem is
+                listed.
+        """
         own = errors is None
         errs: list[str] = [] if own else errors
         n0 = len(errs)
