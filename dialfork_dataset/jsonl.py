@@ -36,7 +36,14 @@ class JsonlError(CollectedErrors):
 
 
 def dumps(obj: Any) -> str:
-    """Canonical one-line JSON (UTF-8, no ASCII escaping, stable separators)."""
+    """Canonical one-line JSON (UTF-8, no ASCII escaping, stable separators).
+
+    Args:
+        obj: A JSON-serialisable value.
+
+    Returns:
+        str: The JSON text, without a newline (separators ``","`` and ``":"``).
+    """
     return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
 
 
@@ -58,7 +65,23 @@ def iter_jsonl(path: str | os.PathLike, collect: bool = False) -> Iterator[tuple
     A malformed line raises :class:`JsonlError` naming ``path:line``. With ``collect=True`` all
     good lines are yielded first and one error listing every bad line is raised at the end.
     Malformed means: not UTF-8 (each line is decoded on its own, so a bad byte is reported on
-    its own line), not JSON, an integer too long to convert, or nesting too deep to parse.
+    its own line), not JSON, or nesting too deep to parse.
+
+    An integer literal too long to convert is not malformed: it is yielded as
+    :class:`~dialfork_dataset.records.OversizedInt` (record validation names it).
+    A ``.gz`` file is read as gzip.
+
+    Args:
+        path: The JSON Lines file.
+        collect: Report every malformed line at the end instead of raising at the first.
+
+    Yields:
+        tuple[int, Any]: ``(line_number, object)``, line numbers 1-based.
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist.
+        JsonlError: A malformed line (with ``collect``: every one, after the good lines), or a
+            damaged gzip stream.
     """
     path = Path(path)
     errors: list[str] = []

@@ -75,7 +75,11 @@ _REPR.maxlist = _REPR.maxtuple = _REPR.maxdict = 4
 class OversizedInt:
     """A JSON integer literal with more digits than Python converts (``sys.get_int_max_str_digits``):
     :func:`iter_jsonl` yields this marker instead of failing the whole line, so that validation
-    can name the record and the field holding it."""
+    can name the record and the field holding it.
+
+    Args:
+        digits: How many digits the literal has (sign excluded).
+    """
 
     __slots__ = ("digits",)
 
@@ -89,7 +93,15 @@ class OversizedInt:
 def show(value: Any) -> str:
     """A short, always printable ``repr`` for error messages: long strings and containers are cut,
     deep nesting is elided, and an integer with thousands of digits is named by its size (``repr``
-    itself raises ``ValueError`` past ``sys.get_int_max_str_digits()``)."""
+    itself raises ``ValueError`` past ``sys.get_int_max_str_digits()``).
+
+    Args:
+        value: Any value.
+
+    Returns:
+        str: A ``reprlib`` repr (strings and containers cut), or a description when even that
+        fails (``"an integer of about N digits"``, ``"a value of type T"``).
+    """
     if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
         return f"an integer of about {int(value.bit_length() * math.log10(2)) + 1} digits"
     try:
@@ -105,7 +117,16 @@ def json_problem(value: Any, max_depth: int = MAX_NESTING) -> tuple[str, str] | 
     """Where and why ``value`` is not a plain JSON value: ``(path, reason)`` with ``path`` like
     ``".temperature"`` or ``"[2]"`` (``""`` for ``value`` itself), ``None`` when it is one. Plain
     JSON: ``None``, ``bool``, ``int``, finite ``float``, ``str``, lists and string-keyed objects,
-    nested at most ``max_depth`` levels. Iterative: deep nesting cannot exhaust the stack."""
+    nested at most ``max_depth`` levels. Iterative: deep nesting cannot exhaust the stack.
+
+    Args:
+        value: The value to check.
+        max_depth: The most levels of lists/objects allowed.
+
+    Returns:
+        tuple[str, str] | None: ``(path, reason)`` of the first problem found, or None when
+        ``value`` is plain JSON.
+    """
     # each entry: (value, depth, link) with link = (parent link, ".key" or "[i]"): the path string
     # is only built for the one value reported
     stack: list[tuple[Any, int, Any]] = [(value, 0, None)]
@@ -539,7 +560,15 @@ def _decoding_errors(dec: Any) -> list[str]:
 
 
 def dialogue_id_of(record: Any) -> str:
-    """``repr`` of a record's ``dialogue_id`` for error messages (always printable)."""
+    """``repr`` of a record's ``dialogue_id`` for error messages (always printable).
+
+    Args:
+        record: A record, or anything read where a record was expected.
+
+    Returns:
+        str: :func:`show` of its ``dialogue_id`` (``"None"`` when absent), or
+        ``"<not an object>"`` when ``record`` is not a mapping.
+    """
     if isinstance(record, Mapping):
         return show(record.get("dialogue_id"))
     return "<not an object>"
@@ -590,4 +619,12 @@ def validate_records(records: Iterable[Mapping[str, Any]], source: str = "<recor
 
 
 def system_turn_count(turns: Sequence[Mapping[str, Any]]) -> int:
+    """T, the number of system turns of a dialogue.
+
+    Args:
+        turns: The turns, each a mapping with ``speaker``.
+
+    Returns:
+        int: How many turns have ``speaker == "system"``.
+    """
     return sum(1 for t in turns if t["speaker"] == "system")

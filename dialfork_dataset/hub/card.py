@@ -57,7 +57,15 @@ def features_yaml(features: Any) -> list[dict[str, Any]]:
 
 
 def example_row(rows: Sequence[Mapping[str, Any]], max_turns: int = 4) -> str:
-    """One public fork row as JSON, its turns cut to ``max_turns`` (for the card)."""
+    """One public fork row as JSON, its turns cut to ``max_turns`` (for the card).
+
+    Args:
+        rows: Public rows; the first fork is shown (the first row when none is a fork).
+        max_turns: How many turns to show; a last entry says how many more there are.
+
+    Returns:
+        str: Indented JSON of the row's card fields; ``"{}"`` when ``rows`` is empty.
+    """
     r = next((x for x in rows if x.get("hallucination_type") is not None), rows[0] if rows else None)
     if r is None:
         return "{}"

@@ -44,12 +44,30 @@ class StarError(CollectedErrors):
 
 
 def raise_collected(errors: list[str], what: str) -> None:
-    """Raise one :class:`StarError` listing ``errors`` (found in ``what``); return when there are none."""
+    """Raise one :class:`StarError` listing ``errors`` (found in ``what``); return when there are none.
+
+    Args:
+        errors: The problems, one ``file: problem`` line each.
+        what: Where they were found, for the message.
+
+    Raises:
+        StarError: ``errors`` is not empty (the message lists at most :data:`MAX_LISTED_ERRORS`).
+    """
     StarError.raise_if(errors, what, MAX_LISTED_ERRORS)
 
 
 def read_json(path: Path, errors: list[str], what: str = "file") -> Any:
-    """Parse ``path``; on failure append ``"path: problem"`` to ``errors`` and return None."""
+    """Parse ``path``; on failure append ``"path: problem"`` to ``errors`` and return None.
+
+    Args:
+        path: A JSON file.
+        errors: The list that collects problems (missing, unreadable, malformed with line and
+            column).
+        what: What the file is, for the message (e.g. ``"API file"``).
+
+    Returns:
+        Any: The parsed JSON, or None when the file has a problem.
+    """
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:

@@ -364,6 +364,14 @@ def _one_line(text: str) -> str:
 
 
 def walk_order(steps: list[WorkflowStep]) -> list[str]:
+    """The nodes of numbered steps in step-number order (depth first), ``goto`` steps left out.
+
+    Args:
+        steps: Steps as :meth:`StarTask.steps` returns them.
+
+    Returns:
+        list[str]: Each numbered step's node once.
+    """
     out: list[str] = []
     for s in steps:
         if s.goto is None:
