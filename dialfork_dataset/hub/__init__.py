@@ -245,7 +245,8 @@ def export_hub_layout(
             ``src`` (or the hidden split) holds no conformant dialogue; the hidden corpus was not
             made with the key's secret seed or was made with a public seed; the compound corpus
             holds single forks, no compound fork, or only hidden scenarios.
-        HiddenKeyError: A bad ``blind_key`` or key file (a ``ValueError``).
+        HiddenKeyError: A bad ``blind_key`` or key file, or ``hidden_fraction`` outside (0, 1) (a
+            ``ValueError``).
         FileNotFoundError: The key file or a corpus folder does not exist.
         FileExistsError: ``dest`` or ``gold_dir`` is not empty and ``overwrite`` is False.
         RecordError: A corpus holds invalid records (every problem listed).
