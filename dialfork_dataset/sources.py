@@ -134,6 +134,7 @@ class WorkflowTask(Protocol):
         Returns:
             str | None: The template, or None.
         """
+        ...
 
     def digraph(self) -> Any:
         """The workflow as a ``networkx.DiGraph`` (``edge`` = ``next`` | ``outcome``)."""
@@ -153,6 +154,7 @@ class WorkflowTask(Protocol):
         Returns:
             str: The text.
         """
+        ...
 
     def other_nodes(self) -> list[str]:
         """Actions not reachable from the start node: responses usable at any point.
@@ -160,6 +162,7 @@ class WorkflowTask(Protocol):
         Returns:
             list[str]: Their node names.
         """
+        ...
 
     def missing(self, feature: str, dbs: Mapping[str, Any] | None = None) -> list[str]:
         """Fields of ``feature`` (:data:`FEATURES`) this task lacks ([] when complete).
@@ -205,6 +208,7 @@ class WorkflowSource(Protocol):
         Returns:
             WorkflowTask: The task.
         """
+        ...
 
     def scenario(self, scenario_id: str | int) -> ScenarioLike:
         """The scenario with id ``scenario_id`` (compared as a string).
@@ -215,6 +219,7 @@ class WorkflowSource(Protocol):
         Returns:
             ScenarioLike: The scenario.
         """
+        ...
 
     def scenarios_for(self, task: str | None = None, single_task: bool = True,
                       happy: bool | None = None) -> list[ScenarioLike]:
@@ -228,6 +233,7 @@ class WorkflowSource(Protocol):
         Returns:
             list[ScenarioLike]: The matching scenarios.
         """
+        ...
 
     def length_budget(self, task: str) -> int:
         """Maximum dialogue length in turns (both speakers); at it both agents wrap up.
