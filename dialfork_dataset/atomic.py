@@ -35,7 +35,11 @@ def _umask() -> int:
 
 
 def make_public(fd_or_path: int | str | os.PathLike) -> None:
-    """Give a temp file from ``mkstemp`` (mode 0600) the mode a normal ``open`` would (0666 & ~umask)."""
+    """Give a temp file from ``mkstemp`` (mode 0600) the mode a normal ``open`` would (0666 & ~umask).
+
+    Args:
+        fd_or_path: An open file descriptor (``fchmod``) or a path (``chmod``).
+    """
     mode = 0o666 & ~_umask()
     if isinstance(fd_or_path, int):
         os.fchmod(fd_or_path, mode)
@@ -86,6 +90,18 @@ def atomic_open(path: str | os.PathLike, mode: str = "w", **kwargs: Any):
     """``open`` a temporary file for writing (``"w"`` or ``"wb"``) that replaces ``path`` on success.
 
     Text mode defaults to UTF-8 with ``\\n`` newlines.
+
+    Args:
+        path: The final file; its folder is created if missing.
+        mode: ``"w"`` (text) or ``"wb"`` (binary).
+        **kwargs: Passed on to ``open`` (e.g. ``encoding``).
+
+    Yields:
+        The open temporary file; when the block ends without an exception it is flushed, synced
+        and renamed onto ``path``; otherwise it is removed and ``path`` is left untouched.
+
+    Raises:
+        ValueError: ``mode`` is not ``"w"`` or ``"wb"``.
     """
     if mode not in ("w", "wb"):
         raise ValueError(f"atomic_open: mode must be 'w' or 'wb', got {mode!r}")
@@ -98,17 +114,33 @@ def atomic_open(path: str | os.PathLike, mode: str = "w", **kwargs: Any):
 
 
 def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically."""
+    """Write ``data`` to ``path`` atomically.
+
+    Args:
+        path: The file to write (its folder is created if missing).
+        data: The bytes.
+    """
     with atomic_open(path, "wb") as fh:
         fh.write(data)
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:
-    """Write ``text`` (UTF-8, ``\\n`` newlines) to ``path`` atomically."""
+    """Write ``text`` (UTF-8, ``\\n`` newlines) to ``path`` atomically.
+
+    Args:
+        path: The file to write (its folder is created if missing).
+        text: The text.
+    """
     with atomic_open(path, "w") as fh:
         fh.write(text)
 
 
 def write_json_atomic(path: str | os.PathLike, obj: Any, indent: int | None = 2) -> None:
-    """Write ``obj`` as JSON (UTF-8, not ASCII-escaped, trailing newline) to ``path`` atomically."""
+    """Write ``obj`` as JSON (UTF-8, not ASCII-escaped, trailing newline) to ``path`` atomically.
+
+    Args:
+        path: The file to write (its folder is created if missing).
+        obj: A JSON-serialisable value.
+        indent: ``json.dumps``'s indent; None writes one line.
+    """
     write_text_atomic(path, json.dumps(obj, ensure_ascii=False, indent=indent) + "\n")

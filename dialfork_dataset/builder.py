@@ -41,6 +41,17 @@ def record_files(src: str | os.PathLike) -> list[Path]:
     """The record files of a generator output folder (``*.jsonl``, ``*.jsonl.gz``), sorted.
 
     ``src`` may also be a single record file.
+
+    Files whose name starts with ``.`` and files under a ``shards`` folder are left out.
+
+    Args:
+        src: A generator output folder (searched recursively) or one record file.
+
+    Returns:
+        list[Path]: The record files, sorted; ``[src]`` for a file.
+
+    Raises:
+        FileNotFoundError: ``src`` does not exist, or the folder holds no record file.
     """
     src = Path(src)
     if src.is_file():
@@ -57,7 +68,15 @@ def record_files(src: str | os.PathLike) -> list[Path]:
 
 
 def sort_key(r: Mapping[str, Any]) -> tuple:
-    """Canonical order: task, source, conformant first, then type (WIC, SSPC, GR, CSC), then k."""
+    """Canonical order: task, source, conformant first, then type (WIC, SSPC, GR, CSC), then k.
+
+    Args:
+        r: A record.
+
+    Returns:
+        tuple: A sort key ``(task, source_id, type rank (-1 for conformant), fork_position (0 when
+        none), dialogue_id)``.
+    """
     h = r.get("hallucination_type")
     return (r["task"], r["source_id"], -1 if h is None else _TYPE_ORDER.get(h, 99), r.get("fork_position") or 0,
             r["dialogue_id"])
@@ -198,7 +217,26 @@ def split_sources(records: Iterable[Mapping[str, Any]], split_seed: int = DEFAUL
 
 def config_split_rows(records: Sequence[Mapping[str, Any]], config: str, split: str,
                       split_seed: int = DEFAULT_SPLIT_SEED, assignment: Mapping[str, str] | None = None) -> list[Mapping[str, Any]]:
-    """The rows of ``config``/``split`` in canonical order."""
+    """The rows of ``config``/``split`` in canonical order.
+
+    ``conformant``: the conformant sources of the split; ``forked``: the forks of the split's
+    sources; ``task3``: train holds the conformant sources only, test the conformant sources and
+    their forks. Records keep the order of ``records`` (canonical when they come from
+    :func:`load_records`); records whose source is not assigned are left out.
+
+    Args:
+        records: Every record (sources and forks).
+        config: ``"conformant"``, ``"forked"`` or ``"task3"``.
+        split: ``"train"`` or ``"test"``.
+        split_seed: The seed of :func:`split_sources` (when ``assignment`` is None).
+        assignment: A ready ``{source_id: "train" | "test"}``; None computes it from ``records``.
+
+    Returns:
+        list[Mapping[str, Any]]: The rows (the records themselves, not copies).
+
+    Raises:
+        ValueError: An unknown config or split.
+    """
     if config not in CONFIGS:
         raise ValueError(f"unknown config {config!r}; DialFork has {', '.join(CONFIGS)}")
     if split not in SPLITS:
@@ -220,6 +258,15 @@ def config_split_rows(records: Sequence[Mapping[str, Any]], config: str, split: 
 
 
 def all_config_rows(records: Sequence[Mapping[str, Any]], split_seed: int = DEFAULT_SPLIT_SEED) -> dict[str, dict[str, list]]:
+    """The rows of every public config and split (:func:`config_split_rows`, one assignment).
+
+    Args:
+        records: Every record (sources and forks).
+        split_seed: The seed of the train/test split (:func:`split_sources`).
+
+    Returns:
+        dict[str, dict[str, list]]: Config (:data:`CONFIGS`) -> split (:data:`SPLITS`) -> rows.
+    """
     assignment = split_sources(records, split_seed)
     return {c: {s: config_split_rows(records, c, s, assignment=assignment) for s in SPLITS} for c in CONFIGS}
 
@@ -232,6 +279,15 @@ def compound_config_rows(records: Sequence[Mapping[str, Any]], split_seed: int =
     conformant sources, so every fork's ``source_id`` is a row of the same split. A source takes its
     side from ``assignment`` (the public configs' partition, so a source is on the same side in
     every config) and, when absent there, from :func:`split_sources` of ``records``.
+
+    Args:
+        records: The compound corpus (conformant sources and compound forks).
+        split_seed: The seed of :func:`split_sources` of ``records``.
+        assignment: The public configs' ``{source_id: side}``; None uses ``records``' own split.
+
+    Returns:
+        dict[str, list[Mapping[str, Any]]]: ``{"train": rows, "test": rows}``, canonical order;
+        sources without a compound fork are left out.
     """
     side = dict(split_sources(records, split_seed))
     if assignment is not None:

@@ -32,13 +32,26 @@ _QUIET = False
 
 
 def progress_disabled() -> bool:
-    """Whether progress bars are off for this process (``-q`` of a CLI, or ``TQDM_DISABLE=1``)."""
+    """Whether progress bars are off for this process (``-q`` of a CLI, or ``TQDM_DISABLE=1``).
+
+    Returns:
+        bool: True inside a quiet :func:`console` block, or when ``TQDM_DISABLE`` is ``1``,
+        ``true`` or ``yes`` (any case).
+    """
     return _QUIET or os.environ.get("TQDM_DISABLE", "").strip().lower() in ("1", "true", "yes")
 
 
 def prog_name(module: str) -> str:
     """``usage:`` name of a CLI: the console script's name when started as one (``dialfork-bench``),
-    else ``python -m <module>``."""
+    else ``python -m <module>``.
+
+    Args:
+        module: The CLI's module (e.g. ``"dialfork_metrics.bench"``).
+
+    Returns:
+        str: ``sys.argv[0]``'s name when it starts with ``dialfork-``, else ``"python -m
+        <module>"``.
+    """
     argv0 = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else ""
     if argv0.startswith("dialfork-"):
         return argv0
@@ -47,7 +60,13 @@ def prog_name(module: str) -> str:
 
 def add_verbosity_options(parser: argparse.ArgumentParser, default: str = "INFO") -> None:
     """``-v/--verbose`` and ``-q/--quiet`` (mutually exclusive); ``default`` names the log level
-    without either."""
+    without either.
+
+    Args:
+        parser: The parser to add the two flags to (as ``args.verbose`` / ``args.quiet``).
+        default: The log level name without either flag (``"INFO"`` or ``"WARNING"``); only
+            used in the help text here (pass the same to :func:`console`).
+    """
     more = logging.getLevelName(_more_verbose(logging.getLevelName(default))).lower()
     g = parser.add_mutually_exclusive_group()
     g.add_argument("-v", "--verbose", action="store_true",
@@ -59,7 +78,17 @@ def add_verbosity_options(parser: argparse.ArgumentParser, default: str = "INFO"
 def state_defaults(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Make every option's help state its default, in this parser and its sub-commands: help
     that does not mention one gets ``(default: ...)`` appended (``off`` for a flag, ``none`` for
-    ``None``). Returns the parser."""
+    ``None``). Returns the parser.
+
+    Positional, required and suppressed arguments, ``--help``/``--version`` and help that already
+    mentions a default are left alone.
+
+    Args:
+        parser: The parser, changed in place (sub-commands too).
+
+    Returns:
+        argparse.ArgumentParser: ``parser``.
+    """
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             for sub in dict.fromkeys(action.choices.values()):
@@ -93,7 +122,18 @@ def console(verbose: bool = False, quiet: bool = False, default: str | int = log
     The level is ``default`` (INFO or WARNING), one step more verbose with ``verbose``, ERROR
     with ``quiet``. Handlers are
     (re)installed on the root logger, and log lines go through ``tqdm.write`` while the block
-    runs; the previous logging state, environment and quiet flag are restored afterwards."""
+    runs; the previous logging state, environment and quiet flag are restored afterwards.
+
+    Args:
+        verbose: One level more verbose than ``default`` (WARNING -> INFO -> DEBUG).
+        quiet: ERROR only, and every progress bar off (ours, tqdm's default via
+            :data:`QUIET_ENV`, and the Hugging Face libraries' bars).
+        default: The log level without ``verbose``/``quiet``: a level name or number.
+        fmt: The ``logging.Formatter`` format of the console handler.
+
+    Yields:
+        None: Control, with logging configured; on exit the previous state is restored.
+    """
     global _QUIET
     from tqdm.contrib.logging import logging_redirect_tqdm
 

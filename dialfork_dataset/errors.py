@@ -26,7 +26,16 @@ MAX_ERRORS_IN_MESSAGE = 20
 
 
 def summarize(errors: Iterable[str], what: str, limit: int = MAX_ERRORS_IN_MESSAGE) -> str:
-    """``"N problem(s) in WHAT:"`` followed by the first ``limit`` problems, one per indented line."""
+    """``"N problem(s) in WHAT:"`` followed by the first ``limit`` problems, one per indented line.
+
+    Args:
+        errors: The problems, one line each.
+        what: Where they were found (a file, a corpus).
+        limit: How many problems to list; a last line says how many more there are.
+
+    Returns:
+        str: The summary text.
+    """
     errors = list(errors)
     shown = errors[:limit]
     text = f"{len(errors)} problem(s) in {what}:\n  " + "\n  ".join(shown)
@@ -49,13 +58,31 @@ class CollectedErrors(ValueError):
 
     @classmethod
     def from_errors(cls, errors: Iterable[str], what: str, limit: int = MAX_ERRORS_IN_MESSAGE):
-        """An instance whose message summarises ``errors`` found in ``what`` (a file, a corpus)."""
+        """An instance whose message summarises ``errors`` found in ``what`` (a file, a corpus).
+
+        Args:
+            errors: Every problem, one line each (all kept in ``.errors``).
+            what: Where they were found.
+            limit: How many problems the message lists (:func:`summarize`).
+
+        Returns:
+            CollectedErrors: An instance of ``cls`` (not raised).
+        """
         errors = list(errors)
         return cls(summarize(errors, what, limit), errors)
 
     @classmethod
     def raise_if(cls, errors: Iterable[str], what: str, limit: int = MAX_ERRORS_IN_MESSAGE) -> None:
-        """Raise :meth:`from_errors` when ``errors`` is not empty; return otherwise."""
+        """Raise :meth:`from_errors` when ``errors`` is not empty; return otherwise.
+
+        Args:
+            errors: Every problem, one line each.
+            what: Where they were found.
+            limit: How many problems the message lists.
+
+        Raises:
+            CollectedErrors: An instance of ``cls`` listing ``errors``, when there is any.
+        """
         errors = list(errors)
         if errors:
             raise cls.from_errors(errors, what, limit)

@@ -61,11 +61,28 @@ DEFAULT_PUBLIC_FRACTION = 0.5
 
 
 class HiddenKeyError(CollectedErrors):
-    """A missing, short or malformed key or key file."""
+    """A missing, short or malformed key or key file.
+
+    Args:
+        message: The exception's text.
+        errors: Every problem, one line each; defaults to ``[message]``.
+    """
 
 
 def parse_key(value: bytes | str | None, what: str = "blind key") -> bytes:
-    """The key bytes of a hex string or bytes; refuses empty and short keys (< 32 bytes)."""
+    """The key bytes of a hex string or bytes; refuses empty and short keys (< 32 bytes).
+
+    Args:
+        value: The key: a hex string (surrounding whitespace ignored) or raw bytes.
+        what: What the key is called in error messages.
+
+    Returns:
+        bytes: The key (``value`` itself when it is bytes).
+
+    Raises:
+        HiddenKeyError: ``value`` is None or empty, not hex, neither str nor bytes, or shorter
+            than :data:`MIN_KEY_BYTES` (32) bytes.
+    """
     if value is None or (isinstance(value, str | bytes) and len(value) == 0):
         raise HiddenKeyError(f"the {what} is empty: give at least {MIN_KEY_BYTES} random bytes "
                              f"(e.g. `python -c 'import secrets; print(secrets.token_hex({MIN_KEY_BYTES}))'`, "
@@ -87,7 +104,19 @@ def parse_key(value: bytes | str | None, what: str = "blind key") -> bytes:
 
 
 def parse_seed(value: str | int | None, what: str = "hidden seed") -> int:
-    """The hidden generation seed from its hex string; refuses seeds shorter than 128 bits."""
+    """The hidden generation seed from its hex string; refuses seeds shorter than 128 bits.
+
+    Args:
+        value: The seed as a hex string (an int is refused: it hides how many random bits it has).
+        what: What the seed is called in error messages.
+
+    Returns:
+        int: The seed (the hex digits read as a big-endian integer).
+
+    Raises:
+        HiddenKeyError: ``value`` is an int, empty or None, not hex, or shorter than
+            :data:`MIN_SEED_BYTES` (16) bytes.
+    """
     if isinstance(value, int) and not isinstance(value, bool):
         raise HiddenKeyError(f"the {what} must be a hex string of at least {2 * MIN_SEED_BYTES} digits, not an "
                              "integer (an integer hides how many random bits it was drawn with)")
@@ -106,7 +135,19 @@ def parse_seed(value: str | int | None, what: str = "hidden seed") -> int:
 @dataclass(frozen=True)
 class HiddenKey:
     """The secrets of a hidden split: the HMAC key, the hidden set's generation seed (hex) and the
-    reserved share of scenarios. ``repr`` never shows the secrets."""
+    reserved share of scenarios. ``repr`` never shows the secrets.
+
+    Attributes:
+        key: The HMAC key, at least :data:`MIN_KEY_BYTES` (32) bytes.
+        hidden_seed_hex: The hidden set's generation seed as hex (at least 128 bits); None for a key
+            without one (e.g. a ``blind_key``).
+        hidden_fraction: The share, in (0, 1), of each task's scenarios reserved for the hidden set;
+            default 0.2.
+
+    Raises:
+        HiddenKeyError: On construction: a short or malformed key or seed, or ``hidden_fraction``
+            outside (0, 1).
+    """
 
     key: bytes
     hidden_seed_hex: str | None = None
@@ -125,21 +166,53 @@ class HiddenKey:
 
     @property
     def hidden_seed(self) -> int:
+        """The hidden generation seed as an int (:func:`parse_seed`).
+
+        Raises:
+            HiddenKeyError: The key has no hidden seed.
+        """
         if self.hidden_seed_hex is None:
             raise HiddenKeyError("this key has no hidden seed; draw a key file with `python -m dialfork_dataset keygen`")
         return parse_seed(self.hidden_seed_hex)
 
     @classmethod
     def generate(cls, hidden_fraction: float = DEFAULT_HIDDEN_FRACTION) -> HiddenKey:
+        """A new random key (``secrets``): 32 key bytes and a 128-bit hidden seed.
+
+        Args:
+            hidden_fraction: The reserved share of scenarios, in (0, 1).
+
+        Returns:
+            HiddenKey: The new key.
+        """
         return cls(secrets.token_bytes(MIN_KEY_BYTES), secrets.token_hex(MIN_SEED_BYTES), hidden_fraction)
 
     def to_json(self) -> dict[str, Any]:
+        """The key file's JSON object (secrets included: keep it with the gold only).
+
+        Returns:
+            dict[str, Any]: ``{"format", "key" (hex), "hidden_seed" (hex or None),
+            "hidden_fraction", "note"}``.
+        """
         return {"format": KEY_FORMAT, "key": self.key.hex(), "hidden_seed": self.hidden_seed_hex,
                 "hidden_fraction": self.hidden_fraction,
                 "note": "secret: keep with the gold only; never publish or commit this file"}
 
     @classmethod
     def from_json(cls, obj: Any, where: str = "key file") -> HiddenKey:
+        """The key of a parsed key file (:meth:`to_json`'s object).
+
+        Args:
+            obj: The parsed JSON; it needs ``key``; ``hidden_seed`` and ``hidden_fraction``
+                (default 0.2) are optional.
+            where: Where it comes from (e.g. the file's path), prefixed to error messages.
+
+        Returns:
+            HiddenKey: The key.
+
+        Raises:
+            HiddenKeyError: ``obj`` is not an object with ``key``, or a value is malformed.
+        """
         if not isinstance(obj, Mapping) or "key" not in obj:
             raise HiddenKeyError(f"{where}: not a DialFork key file (a JSON object with 'key'); draw one with "
                                  "`python -m dialfork_dataset keygen FILE`")
@@ -151,7 +224,19 @@ class HiddenKey:
 
 
 def write_key_file(path: str | os.PathLike, key: HiddenKey, overwrite: bool = False) -> Path:
-    """Write ``key`` to ``path`` (mode 0600, atomic); refuses to replace an existing key file."""
+    """Write ``key`` to ``path`` (mode 0600, atomic); refuses to replace an existing key file.
+
+    Args:
+        path: The key file to write.
+        key: The key.
+        overwrite: Replace an existing file (the gold made with the old key becomes unscorable).
+
+    Returns:
+        Path: ``path``.
+
+    Raises:
+        FileExistsError: ``path`` exists and ``overwrite`` is False.
+    """
     from .atomic import atomic_path
 
     path = Path(path)
@@ -165,6 +250,18 @@ def write_key_file(path: str | os.PathLike, key: HiddenKey, overwrite: bool = Fa
 
 
 def read_key_file(path: str | os.PathLike) -> HiddenKey:
+    """Read a key file written by :func:`write_key_file` (``python -m dialfork_dataset keygen``).
+
+    Args:
+        path: The key file.
+
+    Returns:
+        HiddenKey: The key.
+
+    Raises:
+        FileNotFoundError: ``path`` is not a file.
+        HiddenKeyError: The file is not JSON, not a key file, or holds a malformed key or seed.
+    """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such key file; draw one with `python -m dialfork_dataset keygen {path}`")
@@ -179,23 +276,58 @@ def read_key_file(path: str | os.PathLike) -> HiddenKey:
 
 
 def keyed_unit(key: bytes, *parts: object) -> float:
-    """A number in [0, 1) fixed by the key and ``parts`` (HMAC-SHA256); uniform without the key."""
+    """A number in [0, 1) fixed by the key and ``parts`` (HMAC-SHA256); uniform without the key.
+
+    Args:
+        key: The HMAC key.
+        *parts: Values (turned into strings) that name what is drawn.
+
+    Returns:
+        float: The first 8 bytes of the MAC over 2**64.
+    """
     msg = "\x1f".join(str(p) for p in parts).encode("utf-8")
     return int.from_bytes(hmac.new(key, msg, hashlib.sha256).digest()[:8], "big") / 2**64
 
 
 def keyed_token(key: bytes, kind: str, value: str, n: int = 20) -> str:
-    """An opaque hex token of ``value`` (HMAC-SHA256, ``n`` hex digits)."""
+    """An opaque hex token of ``value`` (HMAC-SHA256, ``n`` hex digits).
+
+    Args:
+        key: The HMAC key.
+        kind: A namespace (e.g. ``"dialogue"``, ``"pair"``), so equal values of two kinds get
+            different tokens.
+        value: The value to hide.
+        n: The number of hex digits kept (at most 64); default 20 (80 bits).
+
+    Returns:
+        str: ``n`` lowercase hex digits.
+    """
     return hmac.new(key, f"{kind}\x00{value}".encode(), hashlib.sha256).hexdigest()[:n]
 
 
 def secret_rng(key: bytes, purpose: str) -> random.Random:
-    """A ``random.Random`` seeded from the key: reproducible by the maintainers, secret to others."""
+    """A ``random.Random`` seeded from the key: reproducible by the maintainers, secret to others.
+
+    Args:
+        key: The HMAC key.
+        purpose: Names the draw; each purpose gets its own stream.
+
+    Returns:
+        random.Random: A generator seeded with HMAC-SHA256(key, purpose).
+    """
     return random.Random(hmac.new(key, f"rng\x00{purpose}".encode(), hashlib.sha256).digest())
 
 
 def n_reserved(n: int, fraction: float) -> int:
-    """How many of ``n`` items a task reserves: round(fraction * n), at least 1, never all of them."""
+    """How many of ``n`` items a task reserves: round(fraction * n), at least 1, never all of them.
+
+    Args:
+        n: The number of items.
+        fraction: The share to reserve.
+
+    Returns:
+        int: ``min(n - 1, max(1, round(fraction * n)))``; 0 when ``n <= 1``.
+    """
     if n <= 1:
         return 0
     return min(n - 1, max(1, round(fraction * n)))
@@ -206,6 +338,14 @@ def reserve(items_by_task: Mapping[str, Iterable[str]], key: bytes,
     """``{task: reserved ids}``: per task the :func:`n_reserved` ids of smallest keyed rank.
 
     A task with a single item reserves nothing (a warning names it): it would have no public side.
+
+    Args:
+        items_by_task: Task -> its item ids (turned into strings, duplicates merged).
+        key: The HMAC key that ranks the ids.
+        fraction: The share reserved per task; default 0.2.
+
+    Returns:
+        dict[str, set[str]]: Task -> the reserved ids (empty for a task with one item or none).
     """
     out: dict[str, set[str]] = {}
     for task, items in sorted(items_by_task.items()):
@@ -222,7 +362,19 @@ def star_scenario_split(corpus: Any, key: HiddenKey, tasks: Sequence[str] | None
                         ) -> dict[str, dict[str, list[str]]]:
     """``{task: {"public": [...], "hidden": [...]}}`` over the single-task STAR scenarios of each
     task (``corpus``: a :class:`~dialfork_dataset.sources.WorkflowSource`), in id order. The universe is every single-task
-    scenario of the task, whatever the generation options, so the split is stable."""
+    scenario of the task, whatever the generation options, so the split is stable.
+
+    Args:
+        corpus: A workflow source (``tasks`` and ``scenarios_for``), e.g. a
+            :class:`~dialfork_dataset.star.StarCorpus`.
+        key: The hidden key; its ``key`` ranks the scenarios and its ``hidden_fraction`` sets the
+            reserved share.
+        tasks: The tasks to split; None (or empty) means every task of ``corpus``.
+
+    Returns:
+        dict[str, dict[str, list[str]]]: Task -> ``{"public": ids, "hidden": ids}``, each in the
+        corpus's scenario order.
+    """
     names = sorted(tasks) if tasks else sorted(corpus.tasks)
     universe = {t: [s.scenario_id for s in corpus.scenarios_for(task=t, single_task=True)] for t in names}
     hidden = reserve(universe, key.key, key.hidden_fraction)
@@ -234,7 +386,14 @@ def star_scenario_split(corpus: Any, key: HiddenKey, tasks: Sequence[str] | None
 
 
 def turns_hash(turns: Sequence[Mapping[str, Any]]) -> str:
-    """sha256 of a turn sequence (speaker and text of every turn, in order)."""
+    """sha256 of a turn sequence (speaker and text of every turn, in order).
+
+    Args:
+        turns: The turns, each a mapping with ``speaker`` and ``text``.
+
+    Returns:
+        str: The hex digest.
+    """
     h = hashlib.sha256()
     for t in turns:
         h.update(f"{t['speaker']}\x1f{t['text']}\x1e".encode())
@@ -242,12 +401,29 @@ def turns_hash(turns: Sequence[Mapping[str, Any]]) -> str:
 
 
 class LeakError(CollectedErrors):
-    """A hidden dialogue (or its scenario) occurs in the public data."""
+    """A hidden dialogue (or its scenario) occurs in the public data.
+
+    Args:
+        message: The exception's text.
+        errors: Every problem, one line each; defaults to ``[message]``.
+    """
 
 
 def assert_disjoint(public: Sequence[Mapping[str, Any]], hidden: Sequence[Mapping[str, Any]]) -> dict[str, int]:
     """Raise :class:`LeakError` unless the hidden records share no scenario id and no turn sequence
-    (by hash) with the public records. Returns the counts checked."""
+    (by hash) with the public records. Returns the counts checked.
+
+    Args:
+        public: The public records (``scenario_id`` and ``turns`` are read).
+        hidden: The hidden records (``scenario_id``, ``turns`` and ``dialogue_id`` are read).
+
+    Returns:
+        dict[str, int]: ``{"public_records", "hidden_records", "public_scenarios"}``.
+
+    Raises:
+        LeakError: A hidden scenario id, or a hidden turn sequence, occurs in the public records
+            (both problems listed).
+    """
     pub_scen = {str(r["scenario_id"]) for r in public}
     pub_hash = {turns_hash(r["turns"]) for r in public}
     errs = []
@@ -290,7 +466,15 @@ def _spread(n: int, fraction: float) -> list[bool]:
 
 @dataclass
 class HiddenTracks:
-    """The outcome of :func:`draw_hidden_tracks` (real ids; the export makes them opaque)."""
+    """The outcome of :func:`draw_hidden_tracks` (real ids; the export makes them opaque).
+
+    Attributes:
+        detector: One record per detector source (its conformant dialogue or one fork), each with
+            ``subset`` (``"public"`` or ``"private"``).
+        metric: Every record of the metric sources (whole families), each with ``subset``.
+        mix: The detector set's composition (:func:`blind_mix`) plus ``metric_sources`` and
+            ``metric_units`` (the counts the card states).
+    """
 
     detector: list[dict[str, Any]]  # one record per detector source, each with "subset"
     metric: list[dict[str, Any]]  # every record of the metric sources, each with "subset"
@@ -309,6 +493,23 @@ def draw_hidden_tracks(records: Sequence[Mapping[str, Any]], key: bytes, *,
     when the subset has two or more) give their conformant dialogue; the others give a fork whose
     (type, k) cycles over the 16 cells in a secret order, so types and positions are balanced
     overall. Everything random comes from :func:`secret_rng` (the key).
+
+    Args:
+        records: The hidden records (sources and forks); a family without its conformant source
+            is ignored.
+        key: The HMAC key.
+        metric_share: The share, in (0, 1), of each task's sources that go to the metric track;
+            default 0.5.
+        conformant_share: The share, in (0, 1), of detector sources (per subset) that give their
+            conformant dialogue; default 0.2.
+        public_fraction: The share, in (0, 1), of each track's sources in the ``public`` subset;
+            default 0.5.
+
+    Returns:
+        HiddenTracks: The detector records, the metric records and the mix.
+
+    Raises:
+        ValueError: A share or fraction is not a number in (0, 1).
     """
     for name, v in (("metric_share", metric_share), ("conformant_share", conformant_share),
                     ("public_fraction", public_fraction)):
@@ -367,7 +568,18 @@ def draw_hidden_tracks(records: Sequence[Mapping[str, Any]], key: bytes, *,
 def latin_cells(rng: random.Random) -> list[tuple[str, int]]:
     """The 16 (type, k) cells in a secret order whose every block of four holds each type and each
     fork position once (a Latin square with permuted rows and columns), so that any prefix of the
-    order is balanced to within one dialogue per type and per position."""
+    order is balanced to within one dialogue per type and per position.
+
+    Args:
+        rng: The (secret) random generator that shuffles types, positions and blocks.
+
+    Returns:
+        list[tuple[str, int]]: The 16 ``(hallucination_type, fork_position)`` cells, each once.
+
+    Raises:
+        ValueError: The taxonomy's number of types differs from its number of fork positions (a
+            Latin square needs them equal).
+    """
     types = list(HALLUCINATION_TYPES)
     ks = list(FORK_POSITIONS)
     n = len(types)
@@ -384,7 +596,17 @@ def latin_cells(rng: random.Random) -> list[tuple[str, int]]:
 
 
 def blind_mix(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """The composition of a detector blind set (what the card states)."""
+    """The composition of a detector blind set (what the card states).
+
+    Args:
+        rows: Detector records (``hallucination_type``, ``fork_position``, ``task`` and, if
+            present, ``subset`` are read).
+
+    Returns:
+        dict[str, Any]: ``{"dialogues", "conformant", "forked", "conformant_share" (4 decimals,
+        None when empty), "types" (type -> count), "fork_positions" ("k1".. -> count), "tasks"
+        (distinct count), "subsets" (subset -> count)}``.
+    """
     from collections import Counter
 
     n = len(rows)

@@ -27,11 +27,23 @@ logger = logging.getLogger(__name__)
 
 
 class JsonlError(CollectedErrors):
-    """A JSON Lines file holds malformed lines; ``errors`` lists each ``path:line: reason``."""
+    """A JSON Lines file holds malformed lines; ``errors`` lists each ``path:line: reason``.
+
+    Args:
+        message: The exception's text.
+        errors: Every problem, one ``path:line: reason`` line each; defaults to ``[message]``.
+    """
 
 
 def dumps(obj: Any) -> str:
-    """Canonical one-line JSON (UTF-8, no ASCII escaping, stable separators)."""
+    """Canonical one-line JSON (UTF-8, no ASCII escaping, stable separators).
+
+    Args:
+        obj: A JSON-serialisable value.
+
+    Returns:
+        str: The JSON text, without a newline (separators ``","`` and ``":"``).
+    """
     return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
 
 
@@ -53,7 +65,23 @@ def iter_jsonl(path: str | os.PathLike, collect: bool = False) -> Iterator[tuple
     A malformed line raises :class:`JsonlError` naming ``path:line``. With ``collect=True`` all
     good lines are yielded first and one error listing every bad line is raised at the end.
     Malformed means: not UTF-8 (each line is decoded on its own, so a bad byte is reported on
-    its own line), not JSON, an integer too long to convert, or nesting too deep to parse.
+    its own line), not JSON, or nesting too deep to parse.
+
+    An integer literal too long to convert is not malformed: it is yielded as
+    :class:`~dialfork_dataset.records.OversizedInt` (record validation names it).
+    A ``.gz`` file is read as gzip.
+
+    Args:
+        path: The JSON Lines file.
+        collect: Report every malformed line at the end instead of raising at the first.
+
+    Yields:
+        tuple[int, Any]: ``(line_number, object)``, line numbers 1-based.
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist.
+        JsonlError: A malformed line (with ``collect``: every one, after the good lines), or a
+            damaged gzip stream.
     """
     path = Path(path)
     errors: list[str] = []
@@ -151,6 +179,21 @@ def _lines(fh, path: Path) -> Iterator[bytes]:
 
 
 def read_jsonl(path: str | os.PathLike, collect: bool = False) -> list[Any]:
+    """Every object of a JSON Lines file (``.gz`` read as gzip), in file order; blank lines skipped.
+
+    Args:
+        path: The file.
+        collect: False raises at the first malformed line; True reads the whole file and raises
+            one error listing every malformed line.
+
+    Returns:
+        list[Any]: The parsed objects (one per non-blank line).
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist.
+        JsonlError: A line is not UTF-8, not JSON, or nested too deeply, or a gzip stream is
+            damaged; each problem names ``path:line`` (see :func:`iter_jsonl`).
+    """
     return [obj for _, obj in iter_jsonl(path, collect=collect)]
 
 
@@ -222,7 +265,16 @@ def repair_torn_tail(path: str | os.PathLike) -> int:
 
 
 class JsonlAppender:
-    """Append complete JSON lines to a file; safe to kill at any point (see module doc)."""
+    """Append complete JSON lines to a file; safe to kill at any point (see module doc).
+
+    Opening creates the parent folders and drops a torn last line left by a killed writer
+    (:func:`repair_torn_tail`). Use as a context manager, or call :meth:`close`.
+
+    Args:
+        path: The JSON Lines file to append to (created if missing).
+        fsync: ``os.fsync`` after every :meth:`append` / :meth:`extend`, so a written line survives
+            a machine crash; False only flushes (faster, safe against a killed process only).
+    """
 
     def __init__(self, path: str | os.PathLike, fsync: bool = True):
         self.path = Path(path)
@@ -232,12 +284,22 @@ class JsonlAppender:
         self._fsync = fsync
 
     def append(self, obj: Any) -> None:
+        """Write ``obj`` as one line (one ``write``), then flush (and fsync).
+
+        Args:
+            obj: A JSON-serialisable object.
+        """
         self._fh.write((dumps(obj) + "\n").encode("utf-8"))
         self._fh.flush()
         if self._fsync:
             os.fsync(self._fh.fileno())
 
     def extend(self, objs: Iterable[Any]) -> None:
+        """Write every object as one line each, in a single ``write``, then flush (and fsync).
+
+        Args:
+            objs: JSON-serialisable objects; nothing is written when empty.
+        """
         data = b"".join((dumps(o) + "\n").encode("utf-8") for o in objs)
         if data:
             self._fh.write(data)
@@ -246,6 +308,7 @@ class JsonlAppender:
                 os.fsync(self._fh.fileno())
 
     def close(self) -> None:
+        """Close the file (idempotent)."""
         if not self._fh.closed:
             self._fh.close()
 

@@ -15,6 +15,16 @@ def lazy_exports(package: str, exports: Mapping[str, str], namespace: dict[str, 
     reads. Usage in a package ``__init__``::
 
         __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
+
+    Args:
+        package: The package's name (``__name__``); submodules are imported relative to it.
+        exports: Exported name -> the submodule (relative, without the dot) that defines it.
+        namespace: The package's ``globals()``, where resolved values are cached.
+
+    Returns:
+        tuple[Callable[[str], Any], Callable[[], list[str]]]: ``(__getattr__, __dir__)``.
+        ``__getattr__`` raises ``AttributeError`` for a name not in ``exports``; ``__dir__`` lists
+        the namespace and the exports, sorted.
     """
 
     def __getattr__(name: str) -> Any:

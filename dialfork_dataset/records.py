@@ -75,7 +75,11 @@ _REPR.maxlist = _REPR.maxtuple = _REPR.maxdict = 4
 class OversizedInt:
     """A JSON integer literal with more digits than Python converts (``sys.get_int_max_str_digits``):
     :func:`iter_jsonl` yields this marker instead of failing the whole line, so that validation
-    can name the record and the field holding it."""
+    can name the record and the field holding it.
+
+    Args:
+        digits: How many digits the literal has (sign excluded).
+    """
 
     __slots__ = ("digits",)
 
@@ -89,7 +93,15 @@ class OversizedInt:
 def show(value: Any) -> str:
     """A short, always printable ``repr`` for error messages: long strings and containers are cut,
     deep nesting is elided, and an integer with thousands of digits is named by its size (``repr``
-    itself raises ``ValueError`` past ``sys.get_int_max_str_digits()``)."""
+    itself raises ``ValueError`` past ``sys.get_int_max_str_digits()``).
+
+    Args:
+        value: Any value.
+
+    Returns:
+        str: A ``reprlib`` repr (strings and containers cut), or a description when even that
+        fails (``"an integer of about N digits"``, ``"a value of type T"``).
+    """
     if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
         return f"an integer of about {int(value.bit_length() * math.log10(2)) + 1} digits"
     try:
@@ -105,7 +117,16 @@ def json_problem(value: Any, max_depth: int = MAX_NESTING) -> tuple[str, str] | 
     """Where and why ``value`` is not a plain JSON value: ``(path, reason)`` with ``path`` like
     ``".temperature"`` or ``"[2]"`` (``""`` for ``value`` itself), ``None`` when it is one. Plain
     JSON: ``None``, ``bool``, ``int``, finite ``float``, ``str``, lists and string-keyed objects,
-    nested at most ``max_depth`` levels. Iterative: deep nesting cannot exhaust the stack."""
+    nested at most ``max_depth`` levels. Iterative: deep nesting cannot exhaust the stack.
+
+    Args:
+        value: The value to check.
+        max_depth: The most levels of lists/objects allowed.
+
+    Returns:
+        tuple[str, str] | None: ``(path, reason)`` of the first problem found, or None when
+        ``value`` is plain JSON.
+    """
     # each entry: (value, depth, link) with link = (parent link, ".key" or "[i]"): the path string
     # is only built for the one value reported
     stack: list[tuple[Any, int, Any]] = [(value, 0, None)]
@@ -148,13 +169,50 @@ def json_problem(value: Any, max_depth: int = MAX_NESTING) -> tuple[str, str] | 
 
 @dataclass(frozen=True)
 class Turn:
+    """One turn of a dialogue (immutable).
+
+    Attributes:
+        speaker: ``"user"`` or ``"system"`` (:data:`SPEAKERS`).
+        text: The utterance.
+    """
+
     speaker: str
     text: str
 
 
 @dataclass
 class DialogueRecord:
-    """Typed view of one record. ``turns`` holds :class:`Turn` objects."""
+    """Typed view of one record. ``turns`` holds :class:`Turn` objects.
+
+    The fields are those of SPEC section 4 (:data:`RECORD_FIELDS`); the fork-only fields
+    (:data:`FORK_ONLY_FIELDS`) are None for a conformant dialogue. Construction does not validate;
+    see :func:`validate_record`.
+
+    Attributes:
+        dialogue_id: Unique id; a fork's is ``<source_id>-<TYPE>-k<k>``.
+        source_id: The conformant parent's id (its own id for a conformant dialogue).
+        scenario_id: The STAR scenario played.
+        task: The STAR task.
+        domain: The STAR domain of the task.
+        num_system_turns: T, the number of system turns in ``turns``.
+        turns: The dialogue, a list of :class:`Turn`.
+        seed: The generation seed.
+        generator: The generator (backend/model) that wrote the dialogue.
+        hallucination_type: None (conformant) or one of
+            :data:`~dialfork_dataset.taxonomy.HALLUCINATION_TYPES` (``WIC``, ``SSPC``, ``GR``,
+            ``CSC``).
+        variant: The injected instruction's variant id (forks only).
+        instruction: The exact instruction injected (forks only).
+        substitute_task: WIC only: the workflow followed instead.
+        fork_position: k in :data:`~dialfork_dataset.taxonomy.FORK_POSITIONS` (1..4; forks only).
+        fork_turn: t_k, the system-turn index of the injection (forks only).
+        decoding: The decoding settings, keys :data:`DECODING_FIELDS` (``temperature``,
+            ``top_p``, ``top_k``, ``max_new_tokens``); values None when unknown.
+        prefix_mode: How the turns before t_k were made, one of :data:`PREFIX_MODES` (forks only).
+        prefix_divergence: How many turns before t_k differ from the source (forks only).
+        code_version: The code version that generated the record; ``""`` when unknown.
+        injections: Compound forks only: every injection ``{type, variant, turn}``.
+    """
 
     dialogue_id: str
     source_id: str
@@ -181,10 +239,25 @@ class DialogueRecord:
 
     @property
     def is_conformant(self) -> bool:
+        """True for a conformant dialogue (no ``hallucination_type``)."""
         return self.hallucination_type is None
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> DialogueRecord:
+        """The typed view of a record mapping (not validated).
+
+        Args:
+            d: A record mapping; keys outside :data:`RECORD_FIELDS` are ignored, missing decoding
+                keys become None and a missing ``code_version`` becomes ``""``.
+
+        Returns:
+            DialogueRecord: The record, ``turns`` as :class:`Turn` objects.
+
+        Raises:
+            KeyError: A turn lacks ``speaker`` or ``text``.
+            TypeError: A required field (``dialogue_id``, ``source_id``, ``scenario_id``,
+                ``task``, ``domain``, ``num_system_turns``, ``seed``, ``generator``) is missing.
+        """
         kw = {k: d.get(k) for k in RECORD_FIELDS if k in d}
         kw["turns"] = [Turn(str(t["speaker"]), str(t["text"])) for t in d.get("turns") or []]
         dec = dict.fromkeys(DECODING_FIELDS)
@@ -195,6 +268,12 @@ class DialogueRecord:
         return cls(**kw)
 
     def to_dict(self) -> dict[str, Any]:
+        """The record as a plain dict (the JSON Lines / ``datasets`` row).
+
+        Returns:
+            dict[str, Any]: Every field of :data:`RECORD_FIELDS`, in that order; ``turns`` as
+            ``{speaker, text}`` dicts.
+        """
         d = asdict(self)
         d["turns"] = [{"speaker": t.speaker, "text": t.text} for t in self.turns]
         return {k: d[k] for k in RECORD_FIELDS}
@@ -442,7 +521,13 @@ def _injection_errors(record: Mapping[str, Any], T: int | None) -> list[str]:
 
 
 class RecordError(CollectedErrors):
-    """A record (or a file of records) violates SPEC section 4. ``errors`` lists every violation."""
+    """A record (or a file of records) violates SPEC section 4. ``errors`` lists every violation.
+
+    Args:
+        message: The exception's text.
+        errors: Every violation, one line each (``file:line: dialogue_id=...: field: reason``);
+            defaults to ``[message]``.
+    """
 
 
 def _finite_non_negative(v: Any) -> bool:
@@ -475,7 +560,15 @@ def _decoding_errors(dec: Any) -> list[str]:
 
 
 def dialogue_id_of(record: Any) -> str:
-    """``repr`` of a record's ``dialogue_id`` for error messages (always printable)."""
+    """``repr`` of a record's ``dialogue_id`` for error messages (always printable).
+
+    Args:
+        record: A record, or anything read where a record was expected.
+
+    Returns:
+        str: :func:`show` of its ``dialogue_id`` (``"None"`` when absent), or
+        ``"<not an object>"`` when ``record`` is not a mapping.
+    """
     if isinstance(record, Mapping):
         return show(record.get("dialogue_id"))
     return "<not an object>"
@@ -526,4 +619,12 @@ def validate_records(records: Iterable[Mapping[str, Any]], source: str = "<recor
 
 
 def system_turn_count(turns: Sequence[Mapping[str, Any]]) -> int:
+    """T, the number of system turns of a dialogue.
+
+    Args:
+        turns: The turns, each a mapping with ``speaker``.
+
+    Returns:
+        int: How many turns have ``speaker == "system"``.
+    """
     return sum(1 for t in turns if t["speaker"] == "system")

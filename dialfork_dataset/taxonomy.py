@@ -62,5 +62,15 @@ def display_name(htype: str) -> str:
 
 
 def type_index(htype: str) -> int:
-    """The position of ``htype`` in :data:`HALLUCINATION_TYPES` (used to derive stable seeds)."""
+    """The position of ``htype`` in :data:`HALLUCINATION_TYPES` (used to derive stable seeds).
+
+    Args:
+        htype: A hallucination type code (``"WIC"``, ``"SSPC"``, ``"GR"`` or ``"CSC"``).
+
+    Returns:
+        int: Its 0-based index.
+
+    Raises:
+        ValueError: ``htype`` is not a hallucination type.
+    """
     return HALLUCINATION_TYPES.index(htype)

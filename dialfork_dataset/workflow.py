@@ -56,7 +56,16 @@ log = logging.getLogger(__name__)
 class WorkflowScenario(Scenario):
     """A scenario of a workflow file: a STAR :class:`~dialfork_dataset.star.Scenario` (``user_task`` =
     goal and persona; ``user_guide`` = the guide, then one line per slot value) plus the parts kept
-    apart: ``goal``, ``persona`` and ``slot_values`` (slot -> value, what the simulated user says)."""
+    apart: ``goal``, ``persona`` and ``slot_values`` (slot -> value, what the simulated user says).
+
+    The fields of :class:`~dialfork_dataset.star.Scenario` come first (``completion_level`` is
+    ``""`` and the utterance counts are 0: a workflow file has no human dialogues).
+
+    Attributes:
+        goal: The scenario's ``goal`` as written.
+        persona: The scenario's ``persona``; ``""`` when absent.
+        slot_values: Slot -> value (booleans as ``"yes"``/``"no"``, everything else as text).
+    """
 
     goal: str = ""
     persona: str = ""
@@ -83,7 +92,25 @@ def _star_field(f: dict[str, Any], rows: list[dict[str, Any]] | None = None) -> 
 
 @dataclass
 class WorkflowTask(StarTask):
-    """A task of a workflow file (see the module doc); STAR's structure with explicit branches."""
+    """A task of a workflow file (see the module doc); STAR's structure with explicit branches.
+
+    The fields of :class:`~dialfork_dataset.star.StarTask` come first (``flowchart`` is None).
+    :class:`WorkflowCorpus` builds these from the file.
+
+    Attributes:
+        explicit_kinds: Node -> ``action`` | ``query`` | ``branch``, as written (``kinds``).
+        explicit_branch_parents: Branch node -> the step(s) it is an outcome of, as written
+            (``branch_parents``).
+        asks: Ask step -> the API input slot it asks for.
+        request: The user's request as a verb phrase, or None.
+        description: What the system agent is told about the task; ``""`` when absent.
+        budget: The task's length budget in turns (both speakers).
+        user_acts: Surface templates of the user's acts, replacing the template backend's defaults.
+        curated_phrasings: The template backend uses the alternatives as they are.
+        source_file: The workflow file.
+        step_paths: Node -> where it is defined, for error messages.
+        descriptions: Node -> the step's own plain-language text.
+    """
 
     explicit_kinds: dict[str, str] = field(default_factory=dict)
     explicit_branch_parents: dict[str, list[str]] = field(default_factory=dict)
@@ -104,6 +131,14 @@ class WorkflowTask(StarTask):
     """node -> the step's own plain-language text (``description``), replacing the one from its name."""
 
     def describe(self, node: str) -> str:
+        """The step's own ``description`` if it has one, else the text from its name and kind.
+
+        Args:
+            node: A node of the workflow.
+
+        Returns:
+            str: The plain-language text of the step.
+        """
         return self.descriptions.get(node) or super().describe(node)
 
     @cached_property
@@ -115,6 +150,20 @@ class WorkflowTask(StarTask):
         return {b: list(ps) for b, ps in self.explicit_branch_parents.items()}
 
     def missing(self, feature: str, dbs: dict[str, Any] | None = None) -> list[str]:
+        """The fields of ``feature`` this task lacks, named by where they go in the file.
+
+        Args:
+            feature: ``"surface_templates"`` (a ``say`` for every reachable action step),
+                ``"api"`` (the task's ``api``) or ``"kb"`` (the API's ``kb`` table in ``dbs``).
+            dbs: The knowledge-base tables available (name -> schema); used by ``"kb"``.
+
+        Returns:
+            list[str]: One line per missing field (e.g. ``"file:12: tasks[0].steps[3].say
+            (surface template of step 'x')"``); empty when complete.
+
+        Raises:
+            ValueError: ``feature`` is not one of the three.
+        """
         if feature == "surface_templates":
             return [f"{self.step_paths.get(n, n)}.say (surface template of step {n!r})"
                     for n in _reachable_actions(self) if not self.template(n)]
@@ -223,6 +272,19 @@ class WorkflowCorpus:
     """A workflow file as a :class:`~dialfork_dataset.sources.WorkflowSource`.
 
     The file is validated at construction; :class:`WorkflowError` lists every problem.
+
+    Args:
+        path: The workflow file (``~`` expanded).
+
+    Attributes:
+        path: The resolved file.
+        data: The parsed file.
+        name: The file's ``name``, else the file's stem.
+        tasks: Task name -> :class:`WorkflowTask`.
+        domains: Domain -> its task names (sorted by domain).
+
+    Raises:
+        WorkflowError: The file is unreadable or invalid (every ``file:line: field: problem``).
     """
 
     layout = "workflow"
@@ -257,15 +319,38 @@ class WorkflowCorpus:
 
     @property
     def scenarios(self) -> list[WorkflowScenario]:
+        """Every scenario of the file, in file order (a new list)."""
         return list(self._scenarios)
 
     def task(self, name: str) -> WorkflowTask:
+        """The task named ``name``.
+
+        Args:
+            name: A task name of the file.
+
+        Returns:
+            WorkflowTask: The task.
+
+        Raises:
+            WorkflowError: No such task (the message lists the tasks).
+        """
         try:
             return self.tasks[name]
         except KeyError:
             raise WorkflowError(f"unknown task {name!r} in {self.path}; tasks: {', '.join(self.tasks)}") from None
 
     def scenario(self, scenario_id: str | int) -> WorkflowScenario:
+        """The scenario with id ``scenario_id`` (compared as a string).
+
+        Args:
+            scenario_id: A scenario id of the file.
+
+        Returns:
+            WorkflowScenario: The scenario.
+
+        Raises:
+            WorkflowError: No scenario has that id.
+        """
         for s in self._scenarios:
             if s.scenario_id == str(scenario_id):
                 return s
@@ -273,15 +358,49 @@ class WorkflowCorpus:
 
     def scenarios_for(self, task: str | None = None, single_task: bool = True,
                       happy: bool | None = None) -> list[WorkflowScenario]:
+        """The scenarios of ``task`` (every scenario of a workflow file is single-task).
+
+        Args:
+            task: A task name; None for every task.
+            single_task: Accepted for the :class:`~dialfork_dataset.sources.WorkflowSource`
+                protocol; has no effect.
+            happy: Keep scenarios with this ``happy`` flag; None keeps both.
+
+        Returns:
+            list[WorkflowScenario]: The matching scenarios, in file order.
+
+        Raises:
+            WorkflowError: ``task`` is not a task of the file.
+        """
         if task is not None:
             self.task(task)
         return [s for s in self._scenarios if (task is None or task in s.tasks)
                 and (happy is None or s.happy == happy)]
 
     def length_budget(self, task: str, single_task_only: bool = True) -> int:
+        """The task's ``length_budget`` from the file.
+
+        Args:
+            task: A task name.
+            single_task_only: Accepted for compatibility with
+                :meth:`~dialfork_dataset.star.StarCorpus.length_budget`; has no effect.
+
+        Returns:
+            int: The budget, in turns (both speakers).
+
+        Raises:
+            WorkflowError: ``task`` is not a task of the file.
+        """
         return self.task(task).budget
 
     def summary(self) -> dict[str, Any]:
+        """Counts, in the form of :meth:`~dialfork_dataset.star.StarCorpus.summary`.
+
+        Returns:
+            dict[str, Any]: ``{"path", "layout" ("workflow"), "tasks", "domains", "scenarios",
+            "single_task_scenarios", "per_task"}``; ``per_task[name]`` is ``{"domain",
+            "single_task_scenarios", "length_budget"}``.
+        """
         return {
             "path": str(self.path), "layout": self.layout, "tasks": len(self.tasks), "domains": len(self.domains),
             "scenarios": len(self._scenarios), "single_task_scenarios": len(self._scenarios),

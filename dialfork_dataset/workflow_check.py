@@ -23,7 +23,13 @@ _MAX_LISTED_ERRORS = 50
 
 
 class WorkflowError(SourceError):
-    """A workflow file is unreadable or invalid; ``errors`` holds every ``file:line: field: problem``."""
+    """A workflow file is unreadable or invalid; ``errors`` holds every ``file:line: field: problem``.
+
+    Args:
+        message: The exception's text.
+        errors: Every problem, one ``file:line: field: problem`` line each; defaults to
+            ``[message]``.
+    """
 
 
 # --------------------------------------------------------------------------------------------- YAML with lines
@@ -48,6 +54,21 @@ def load_yaml_lines(path: str | os.PathLike) -> tuple[Any, dict[tuple, int]]:
     Raises :class:`WorkflowError` (with ``file:line``) for unreadable or malformed YAML, a file over
     :data:`MAX_BYTES`, non-string keys, duplicate keys, or more than :data:`MAX_NODES` nodes after
     expanding aliases (the "billion laughs").
+
+    Unsupported tags (``!!python/...``, custom tags) and merge keys (``<<``) are refused too; dates
+    are kept as text.
+
+    Args:
+        path: The YAML file.
+
+    Returns:
+        tuple[Any, dict[tuple, int]]: ``(data, lines)``: the parsed value (plain dicts, lists and
+        scalars) and path -> 1-based line.
+
+    Raises:
+        WorkflowError: The file is missing, unreadable, over :data:`MAX_BYTES`, empty or malformed
+            YAML; or it has more than :data:`MAX_NODES` nodes, an unsupported tag, a merge key, a
+            non-string or duplicate key, or a bad value (every problem of the last kinds listed).
     """
     import yaml
 
@@ -251,7 +272,18 @@ def _semantic_errors(data: dict[str, Any], at: _Where) -> list[str]:
 
 
 def validate_workflow(path: str | os.PathLike) -> list[str]:
-    """Every problem of a workflow file as ``file:line: field: problem`` ([] when valid)."""
+    """Every problem of a workflow file as ``file:line: field: problem`` ([] when valid).
+
+    Problems are reported, never raised: an unreadable or malformed file gives its YAML problems;
+    a file that breaks the JSON Schema gives the schema problems only (references are checked on a
+    well-formed file).
+
+    Args:
+        path: The workflow file.
+
+    Returns:
+        list[str]: The problems; empty when the file is valid.
+    """
     return _read_checked(Path(path))[2]
 
 

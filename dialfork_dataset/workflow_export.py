@@ -37,7 +37,19 @@ def workflow_from_star(corpus: Any, tasks: Iterable[str], max_scenarios: int | N
     outcome branches, templates and phrasings, the API and its KB table, and the task's
     single-task scenarios (``goal`` = STAR's ``user_task``). A starting point for a workflow of
     your own, and the test that the two readers agree. ``corpus``: any
-    :class:`~dialfork_dataset.sources.WorkflowSource` (a STAR copy, usually)."""
+    :class:`~dialfork_dataset.sources.WorkflowSource` (a STAR copy, usually).
+
+    Args:
+        corpus: The workflow source to read the tasks from.
+        tasks: The task names to write, in order.
+        max_scenarios: Keep at most this many scenarios per task; None (or 0) keeps all.
+
+    Returns:
+        dict[str, Any]: ``{"format", "name" ("star-" + the task names, at most 60 characters of
+        them), "kb" (only when a task's KB table has fields), "tasks"}``; each task has ``name``,
+        ``domain``, ``length_budget`` (the source's, at least 4), ``instructions`` (if any),
+        ``start``, ``api`` (if any), ``steps`` and ``scenarios``.
+    """
     names = list(tasks)
     out_tasks = []
     kb: dict[str, Any] = {}
@@ -106,7 +118,12 @@ def workflow_from_star(corpus: Any, tasks: Iterable[str], max_scenarios: int | N
 
 
 def dump_workflow(data: dict[str, Any], path: str | os.PathLike) -> None:
-    """Write a workflow dict as YAML (atomically)."""
+    """Write a workflow dict as YAML (atomically).
+
+    Args:
+        data: A workflow dict (e.g. from :func:`workflow_from_star`); keys keep their order.
+        path: The YAML file to write (replaced atomically if it exists).
+    """
     import yaml
 
     from .atomic import write_text_atomic
@@ -118,7 +135,12 @@ def dump_workflow(data: dict[str, Any], path: str | os.PathLike) -> None:
 
 
 def add_cli(sub: Any) -> None:
-    """Add ``workflow {validate,steps,from-star}`` to an argparse subparsers object."""
+    """Add ``workflow {validate,steps,from-star}`` to an argparse subparsers object.
+
+    Args:
+        sub: The object returned by ``ArgumentParser.add_subparsers()``; each new subcommand sets
+            ``func`` (the handler, returning an exit status).
+    """
     w = sub.add_parser("workflow", help="workflow files: validate, show a task's steps, write STAR tasks as one")
     wsub = w.add_subparsers(dest="workflow_cmd", required=True)
     p = wsub.add_parser("validate", help="check a workflow file; every problem as file:line: field: problem")

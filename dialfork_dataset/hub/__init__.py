@@ -205,6 +205,53 @@ def export_hub_layout(
     Both folders are staged, ``audit=True`` runs :func:`leaderboard.audit.run_audit` on the staged
     layout (``audit_options`` are passed on; a failing audit raises :class:`AuditFailed` and
     publishes nothing), then both are swapped in together. Returns a summary.
+
+    Args:
+        src: The public corpus: a generator output folder, one ``.jsonl`` record file, or a list
+            of records; it must hold conformant dialogues (and their forks).
+        dest: The public layout folder to write (created; replaced only with ``overwrite``).
+        gold_dir: The gold folder (labels, manifest, key); None is ``<dest>-gold``. It must not
+            lie inside ``dest`` nor hold it.
+        hidden: The hidden corpus (folder, file or records); None reserves hidden sources from
+            ``src`` by the key (see above).
+        compound: A compound corpus for the ``compound`` config; None writes no such config.
+        key: A key file path or :class:`~dialfork_dataset.hidden.HiddenKey`; exclusive with
+            ``blind_key``.
+        split_seed: The seed of the public train/test split (default 0).
+        blind_key: A hex string (or bytes) of at least 32 bytes used as the key, without a hidden
+            seed; exclusive with ``key``.
+        hidden_fraction: The share of each task's sources reserved for the hidden split, in
+            (0, 1); None keeps the key file's (or 0.2 for ``blind_key`` or a random key).
+        metric_share: The share, in (0, 1), of hidden sources per task that go to the metric track
+            (the rest feed the detector track); default 0.5.
+        conformant_share: The share, in (0, 1), of detector sources that give their conformant
+            dialogue (the others give one fork); default 0.2.
+        public_fraction: The share, in (0, 1), of each track in the gold's ``public`` subset (the
+            rest is ``private``); default 0.5.
+        max_rows_per_shard: The most rows per parquet shard.
+        overwrite: Replace a non-empty ``dest`` / ``gold_dir``; False refuses them.
+        audit: Run the leaderboard audit on the staged layout before publishing it.
+        audit_options: Keyword arguments for ``leaderboard.audit.run_audit`` (with ``audit``).
+
+    Returns:
+        dict[str, Any]: ``{"dest", "gold_dir"}`` (absolute paths as strings), ``"counts"``
+        (config -> {split -> rows}), ``"gold_revision"`` (sha256 hex of the two gold files),
+        ``"hidden"`` (mode, records, sources, fraction, shares, the tracks' ``mix``, generators,
+        prefix modes, ``disjointness`` counts) and, with ``audit``, ``"audit": {"ok", "worst"}``.
+
+    Raises:
+        ValueError: ``gold_dir`` and ``dest`` nest; ``public_fraction``, ``metric_share`` or
+            ``conformant_share`` is outside (0, 1); both ``key`` and ``blind_key`` are given;
+            ``src`` (or the hidden split) holds no conformant dialogue; the hidden corpus was not
+            made with the key's secret seed or was made with a public seed; the compound corpus
+            holds single forks, no compound fork, or only hidden scenarios.
+        HiddenKeyError: A bad ``blind_key`` or key file, or ``hidden_fraction`` outside (0, 1) (a
+            ``ValueError``).
+        FileNotFoundError: The key file or a corpus folder does not exist.
+        FileExistsError: ``dest`` or ``gold_dir`` is not empty and ``overwrite`` is False.
+        RecordError: A corpus holds invalid records (every problem listed).
+        LeakError: A hidden dialogue's scenario or turns occur in a public config.
+        AuditFailed: With ``audit``, the audit found a working cheat; nothing was published.
     """
     import datasets
 

@@ -16,6 +16,12 @@ logger = logging.getLogger(__name__)
 
 
 def blind_features():
+    """The ``datasets.Features`` of the detector track's blind rows (the ``blind`` config).
+
+    Returns:
+        datasets.Features: ``dialogue_id`` (string), ``turns`` (list of ``{speaker, text}`` strings)
+        and ``num_system_turns`` (int32); no label field.
+    """
     from datasets import Features, List, Value
 
     return Features({
@@ -26,6 +32,13 @@ def blind_features():
 
 
 def blind_pair_features():
+    """The ``datasets.Features`` of the metric track's blind pairs (the ``blind_task2`` config).
+
+    Returns:
+        datasets.Features: ``pair_id``, ``reference_id`` and ``candidate_id`` (strings) and the two
+        transcripts inline, ``reference`` and ``candidate`` (each a list of ``{speaker, text}``
+        strings); no label field.
+    """
     from datasets import Features, List, Value
 
     turns = List({"speaker": Value("string"), "text": Value("string")})
@@ -50,6 +63,29 @@ def make_blind(task3_test: Sequence[Mapping[str, Any]], key: bytes, public_fract
     This is NOT what :func:`export_hub_layout` publishes (it holds siblings, so sibling grouping
     and pair diffing solve it; ``leaderboard audit`` says so). It is kept for the scorer's
     synthetic fixtures (``leaderboard.synthetic``), whose gold rows have the published format.
+
+    Args:
+        task3_test: The task3 test records (conformant sources and their forks), each a mapping with
+            at least ``dialogue_id``, ``source_id``, ``turns``, ``num_system_turns``,
+            ``hallucination_type`` (None for a conformant dialogue), ``fork_position``,
+            ``fork_turn`` and ``task``.
+        key: The secret blind key (bytes); the opaque ids are HMAC-SHA256 tokens under it and it
+            decides each source's public/private subset.
+        public_fraction: The share, in (0, 1), of sources whose rows go to the ``public`` subset of
+            the gold (the rest are ``private``); default
+            :data:`~dialfork_dataset.hidden.DEFAULT_PUBLIC_FRACTION` (0.5).
+
+    Returns:
+        tuple: ``(blind, pairs, gold3, gold2)``, four lists of dicts sorted by id: ``blind`` rows
+        ``{dialogue_id, turns, num_system_turns}`` (one per record, ``dialogue_id`` is ``"d"`` + a
+        20-hex-digit token); ``pairs`` ``{pair_id, reference_id, candidate_id}`` (one per fork whose
+        source is in ``task3_test``; ids only, no inline transcripts); ``gold3`` rows
+        ``{dialogue_id, num_system_turns, hallucination_type, fork_position, fork_turn, task,
+        subset}``; ``gold2`` rows ``{pair_id, unit_id, hallucination_type, fork_position, task,
+        subset}``.
+
+    Raises:
+        RuntimeError: Two dialogue ids map to the same blind id (a broken key).
     """
     bid = {r["dialogue_id"]: "d" + _keyed(key, "dialogue", r["dialogue_id"]) for r in task3_test}
     if len(set(bid.values())) != len(bid):  # 80-bit ids: a collision means a broken key
@@ -91,6 +127,25 @@ def make_hidden_blind(detector: Sequence[Mapping[str, Any]], metric: Sequence[Ma
     the metric sources (with ``subset``). Returns ``(blind, pairs, gold3, gold2)``: blind rows
     ``{dialogue_id, turns, num_system_turns}``; pairs ``{pair_id, reference_id, candidate_id,
     reference, candidate}`` (the two transcripts inline) for every complete (source, type) unit.
+
+    Args:
+        detector: The detector track's records (one per detector source, conformant or a fork), each
+            a record mapping plus its ``subset`` (``"public"`` or ``"private"``).
+        metric: The metric track's records: whole families (a conformant source and its forks), each
+            with its ``subset``. A (source, type) unit that lacks one of
+            :data:`~dialfork_dataset.taxonomy.FORK_POSITIONS` is left out with a warning.
+        key: The secret blind key (bytes); ids are HMAC-SHA256 tokens under it.
+
+    Returns:
+        tuple: ``(blind, pairs, gold3, gold2)``, four lists of dicts sorted by id: ``blind`` rows
+        ``{dialogue_id, turns, num_system_turns}`` (the detector records only); ``pairs``
+        ``{pair_id, reference_id, candidate_id, reference, candidate}``; ``gold3`` rows
+        ``{dialogue_id, num_system_turns, hallucination_type, fork_position, fork_turn, task,
+        subset}`` (one per blind row); ``gold2`` rows ``{pair_id, unit_id, hallucination_type,
+        fork_position, task, subset}`` (one per pair).
+
+    Raises:
+        RuntimeError: Two dialogue ids map to the same blind id (a broken key).
     """
     ids = [r["dialogue_id"] for r in detector] + [r["dialogue_id"] for r in metric]
     bid = {i: "d" + _keyed(key, "dialogue", i) for i in ids}

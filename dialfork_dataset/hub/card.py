@@ -21,7 +21,20 @@ def _size_category(n: int) -> str:
 
 
 def features_yaml(features: Any) -> list[dict[str, Any]]:
-    """The dataset card's YAML list of a ``datasets.Features`` (``dtype`` / ``struct`` / ``list``)."""
+    """The dataset card's YAML list of a ``datasets.Features`` (``dtype`` / ``struct`` / ``list``).
+
+    Args:
+        features: A ``datasets.Features`` (or any mapping of field name to feature) built from
+            ``Value``, plain dicts (structs) and ``List``.
+
+    Returns:
+        list[dict[str, Any]]: One ``{"name": field, ...}`` entry per field, with ``dtype`` for a
+        ``Value``, ``struct`` (a list of such entries) for a dict, and ``list`` for a ``List`` (the
+        item's dtype, or its struct entries).
+
+    Raises:
+        TypeError: A feature is of another type (e.g. ``ClassLabel``, ``Sequence``).
+    """
     from datasets import Value
 
     try:
@@ -44,7 +57,15 @@ def features_yaml(features: Any) -> list[dict[str, Any]]:
 
 
 def example_row(rows: Sequence[Mapping[str, Any]], max_turns: int = 4) -> str:
-    """One public fork row as JSON, its turns cut to ``max_turns`` (for the card)."""
+    """One public fork row as JSON, its turns cut to ``max_turns`` (for the card).
+
+    Args:
+        rows: Public rows; the first fork is shown (the first row when none is a fork).
+        max_turns: How many turns to show; a last entry says how many more there are.
+
+    Returns:
+        str: Indented JSON of the row's card fields; ``"{}"`` when ``rows`` is empty.
+    """
     r = next((x for x in rows if x.get("hallucination_type") is not None), rows[0] if rows else None)
     if r is None:
         return "{}"
@@ -63,6 +84,27 @@ def build_card(config_counts: Mapping[str, Mapping[str, int]], features_by_confi
 
     ``sizes[cfg]``: ``{"num_bytes": {split: arrow bytes}, "download_size": parquet bytes}``;
     ``stats``: record counts, tasks, domains, generators, the hidden split's mix and settings.
+
+    Args:
+        config_counts: Config name -> {split name -> number of rows}; one YAML config (and one row
+            of the card's counts table) per entry.
+        features_by_config: Config name -> its ``datasets.Features`` (written via
+            :func:`features_yaml`).
+        sizes: Config name -> ``{"num_bytes": {split: arrow bytes}, "download_size": parquet
+            bytes}``.
+        stats: ``{"records": {"conformant": n, "forked": n, ...}, "tasks": n, "domains": n,
+            "generators": [...], "hidden": {...}}``; ``hidden`` holds ``records``, ``mix``
+            (``dialogues``, ``conformant``, ``conformant_share``, ``forked``, ``types``,
+            ``fork_positions``, ``metric_units``), ``fraction_text``, ``prefix_modes`` and ``note``
+            (the summary that :func:`export_hub_layout` builds).
+        default_config: The config marked ``default: true`` in the YAML.
+        gold_revision: The gold revision (sha256 hex of the gold files) recorded in the card's YAML
+            and text; the scorer refuses gold of another revision.
+        example: The example row's JSON text shown in the card (see :func:`example_row`).
+
+    Returns:
+        huggingface_hub.DatasetCard: The card (YAML header and Markdown body); ``card.save(path)``
+        writes it as ``README.md``.
     """
     from huggingface_hub import DatasetCard, DatasetCardData
 
@@ -229,7 +271,15 @@ can differ slightly from D+ with stochastic decoding (see `prefix_divergence`).
 
 
 def read_card_gold_revision(dest: str | os.PathLike) -> str | None:
-    """The ``gold_revision`` recorded in a layout's card; None when the layout has no card."""
+    """The ``gold_revision`` recorded in a layout's card; None when the layout has no card.
+
+    Args:
+        dest: The layout folder (its card is ``dest/README.md``).
+
+    Returns:
+        str | None: The recorded gold revision; ``""`` when the card records none; None when
+        ``dest/README.md`` does not exist.
+    """
     card = Path(dest) / "README.md"
     if not card.is_file():
         return None

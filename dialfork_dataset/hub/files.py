@@ -16,7 +16,19 @@ from .layout import BLIND_CONFIG, BLIND_PAIRS_CONFIG, GOLD_FILES, LAYOUT_CONFIGS
 
 
 def write_parquet(rows: list[Mapping[str, Any]], features, path: Path, max_rows_per_shard: int) -> tuple[list[str], int]:
-    """Write ``rows`` as parquet shards ``<split>-XXXXX-of-YYYYY.parquet``; returns (names, arrow bytes)."""
+    """Write ``rows`` as parquet shards ``<split>-XXXXX-of-YYYYY.parquet``; returns (names, arrow bytes).
+
+    Args:
+        rows: The rows (mappings matching ``features``); no rows writes one empty shard.
+        features: The ``datasets.Features`` of the rows.
+        path: The shard prefix: shards are written in ``path.parent`` (which must exist), named
+            ``<path.name>-00000-of-0000N.parquet``.
+        max_rows_per_shard: The most rows per shard (a positive integer).
+
+    Returns:
+        tuple[list[str], int]: The shard file names (not paths), in order, and the rows' total
+        in-memory Arrow size in bytes (the card's ``num_bytes``).
+    """
     import datasets
 
     n_shards = max(1, -(-len(rows) // max_rows_per_shard))
@@ -35,7 +47,18 @@ def write_parquet(rows: list[Mapping[str, Any]], features, path: Path, max_rows_
 
 def read_parquet_rows(folder: str | os.PathLike, pattern: str = "*.parquet") -> list[dict[str, Any]]:
     """Every row of the parquet shards ``pattern`` in ``folder`` (a config's folder of a layout; e.g.
-    ``pattern="test-*.parquet"`` for one split), in shard order, as dicts."""
+    ``pattern="test-*.parquet"`` for one split), in shard order, as dicts.
+
+    Args:
+        folder: The folder holding the shards (e.g. ``<layout>/data/forked``).
+        pattern: A glob pattern of the shard file names; default every parquet file.
+
+    Returns:
+        list[dict[str, Any]]: Every row, shards in sorted file-name order.
+
+    Raises:
+        FileNotFoundError: No file in ``folder`` matches ``pattern``.
+    """
     import pyarrow.parquet as pq
 
     folder = Path(folder)
@@ -49,18 +72,54 @@ def read_parquet_rows(folder: str | os.PathLike, pattern: str = "*.parquet") -> 
 
 
 def load_blind(dest: str | os.PathLike) -> list[dict[str, Any]]:
-    """Rows of the blind Task 3 set: ``{dialogue_id, turns, num_system_turns}``."""
+    """Rows of the blind Task 3 set: ``{dialogue_id, turns, num_system_turns}``.
+
+    Args:
+        dest: A layout folder written by :func:`export_hub_layout`.
+
+    Returns:
+        list[dict[str, Any]]: The rows of ``dest/data/blind``, each ``{dialogue_id, turns,
+        num_system_turns}`` (no labels).
+
+    Raises:
+        FileNotFoundError: ``dest/data/blind`` holds no parquet file.
+    """
     return read_parquet_rows(Path(dest) / "data" / BLIND_CONFIG)
 
 
 def load_blind_pairs(dest: str | os.PathLike) -> list[dict[str, Any]]:
     """Rows of the blind Task 2 pairs: ``{pair_id, reference_id, candidate_id, reference, candidate}``
-    (the two transcripts inline; layouts older than the hidden split have the ids only)."""
+    (the two transcripts inline; layouts older than the hidden split have the ids only).
+
+    Args:
+        dest: A layout folder written by :func:`export_hub_layout`.
+
+    Returns:
+        list[dict[str, Any]]: The rows of ``dest/data/blind_task2`` (no labels).
+
+    Raises:
+        FileNotFoundError: ``dest/data/blind_task2`` holds no parquet file.
+    """
     return read_parquet_rows(Path(dest) / "data" / BLIND_PAIRS_CONFIG)
 
 
 def load_gold(gold_dir: str | os.PathLike) -> dict[str, Any]:
-    """The labels of the blind sets (for the scorer only)."""
+    """The labels of the blind sets (for the scorer only).
+
+    Args:
+        gold_dir: The gold folder written by :func:`export_hub_layout` (default name
+            ``<dest>-gold``).
+
+    Returns:
+        dict[str, Any]: ``{"task3": rows of task3_gold.jsonl, "task2": rows of task2_gold.jsonl,
+        "manifest": the parsed gold_manifest.json}``; task3 rows are ``{dialogue_id,
+        num_system_turns, hallucination_type, fork_position, fork_turn, task, subset}``, task2 rows
+        ``{pair_id, unit_id, hallucination_type, fork_position, task, subset}``.
+
+    Raises:
+        FileNotFoundError: ``task3_gold.jsonl``, ``task2_gold.jsonl`` or ``gold_manifest.json`` is
+            missing from ``gold_dir``.
+    """
     gold_dir = Path(gold_dir)
     missing = [n for n in GOLD_FILES[:3] if not (gold_dir / n).exists()]
     if missing:
@@ -79,6 +138,27 @@ def push_to_hub(dest: str | os.PathLike, repo_id: str, *, token: str | None = No
 
     Refuses a folder that holds gold files (labels must never be published). ``api`` may be an
     ``huggingface_hub.HfApi`` (or a test double); ``endpoint`` selects a non-default Hub.
+
+    Only ``README.md`` and ``data/**`` are uploaded; the repo is created if it does not exist.
+
+    Args:
+        dest: The layout folder (must hold ``README.md`` and ``data/``).
+        repo_id: The Hub dataset repo, ``"owner/name"``.
+        token: A Hub token; None uses the stored login. Ignored when ``api`` is given.
+        private: Create the repo as private (only when it does not exist yet).
+        revision: The branch to upload to; None is the default branch.
+        commit_message: The commit message of the upload.
+        api: An ``huggingface_hub.HfApi``-like object (``create_repo``, ``upload_folder``); None
+            builds ``HfApi(endpoint=endpoint, token=token)``.
+        endpoint: The Hub URL; None is the default (``huggingface.co`` or ``HF_ENDPOINT``).
+            Ignored when ``api`` is given.
+
+    Returns:
+        Any: What ``api.upload_folder`` returns (a ``huggingface_hub.CommitInfo`` for ``HfApi``).
+
+    Raises:
+        FileNotFoundError: ``dest`` lacks ``README.md`` or ``data/``.
+        ValueError: ``dest`` holds a gold file (any of ``GOLD_FILES``, at any depth).
     """
     dest = Path(dest)
     if not (dest / "README.md").exists() or not (dest / "data").is_dir():
@@ -103,6 +183,12 @@ def local_layout_cache_dir(folder: str | os.PathLike) -> str:
     two test runs) share one cache entry, and the second silently reads the first one's rows.
     Keying the cache by the resolved path and every data file's size and modification time
     (``mtime_ns``) gives each export its own entry, reused while the files do not change.
+
+    Args:
+        folder: The local layout folder.
+
+    Returns:
+        str: ``<HF_DATASETS_CACHE>/dialfork-local/<24 hex digits>`` (not created here).
     """
     import datasets.config
 
@@ -117,7 +203,17 @@ def local_layout_cache_dir(folder: str | os.PathLike) -> str:
 
 def load_layout(folder: str | os.PathLike, config: str, split: str | None = None):
     """``load_dataset(folder, config, split=split)`` for a local Hub-layout folder, with a cache of
-    its own (:func:`local_layout_cache_dir`), so that another folder's rows are never read."""
+    its own (:func:`local_layout_cache_dir`), so that another folder's rows are never read.
+
+    Args:
+        folder: The local layout folder (written by :func:`export_hub_layout`).
+        config: A config of the layout, e.g. ``"forked"``, ``"task3"``, ``"blind"``.
+        split: ``"train"`` / ``"test"``; None loads every split.
+
+    Returns:
+        datasets.Dataset | datasets.DatasetDict: The split's ``Dataset`` when ``split`` is given,
+        else a ``DatasetDict`` of every split.
+    """
     from datasets import load_dataset
 
     return load_dataset(str(folder), config, split=split, cache_dir=local_layout_cache_dir(folder))
@@ -128,6 +224,25 @@ def load_split(data: str | os.PathLike, config: str = DEFAULT_CONFIG, split: str
     """Load a config from a Hub id, a Hub-layout folder, or a generator output folder.
 
     Returns a ``datasets.Dataset`` (``split`` given) or ``DatasetDict``.
+
+    Args:
+        data: A Hub dataset id (e.g. ``"idiap/dialfork"``), a Hub-layout folder (it has ``data/``)
+            or a generator output folder (built on the fly with
+            :func:`~dialfork_dataset.builder.build_dataset`).
+        config: The config; default ``"task3"``. A generator output folder has ``conformant``,
+            ``forked`` and ``task3``; a layout or Hub id also the layout configs (``compound``,
+            ``blind``, ``blind_task2``).
+        split: ``"train"`` / ``"test"``; None loads every split.
+        split_seed: The seed of the train/test split of a generator output folder (ignored for a
+            layout or Hub id, whose split is fixed); default 0.
+
+    Returns:
+        datasets.Dataset | datasets.DatasetDict: The split's ``Dataset`` when ``split`` is given,
+        else a ``DatasetDict``.
+
+    Raises:
+        ValueError: ``config`` is not a DialFork config (for a generator output folder: not one of
+            ``conformant``, ``forked``, ``task3``).
     """
     from datasets import load_dataset
 

@@ -23,7 +23,12 @@ LAYOUT_CONFIGS: tuple[str, ...] = (*CONFIGS, COMPOUND_CONFIG, BLIND_CONFIG, BLIN
 
 
 class AuditFailed(RuntimeError):
-    """The export's audit found a cheat; nothing was published. ``report`` is the audit report."""
+    """The export's audit found a cheat; nothing was published. ``report`` is the audit report.
+
+    Args:
+        report: The audit report (``leaderboard.audit``'s report object); kept as ``.report`` and
+            its ``format_text()`` is appended to the message.
+    """
 
     def __init__(self, report: Any):
         self.report = report
@@ -32,5 +37,13 @@ class AuditFailed(RuntimeError):
 
 
 def default_gold_dir(dest: str | os.PathLike) -> Path:
+    """Where the gold of a layout goes by default: ``<dest>-gold``, next to the layout.
+
+    Args:
+        dest: The public layout folder (need not exist).
+
+    Returns:
+        Path: The absolute folder ``<parent of dest>/<name of dest>-gold``.
+    """
     dest = Path(dest).resolve()
     return dest.parent / f"{dest.name}-gold"

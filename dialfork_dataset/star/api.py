@@ -11,7 +11,19 @@ from .common import StarError, read_json
 
 @dataclass
 class StarApi:
-    """A knowledge-base API of ``apis/apis/<name>.json``."""
+    """A knowledge-base API of ``apis/apis/<name>.json``.
+
+    Attributes:
+        name: The API's name (the file's stem).
+        function: The file's ``function`` (what the API does).
+        db: The name of the database the API queries (the file's ``db``).
+        inputs: The input slots, as in the file (``{"Name": ..., "Categories": [...] or absent,
+            ...}``).
+        outputs: The output fields, as in the file.
+        required: The names of the input slots a query must fill.
+        returns_count: Whether the API returns a count of matches (the file's ``returns_count``;
+            False when absent).
+    """
 
     name: str
     function: str
@@ -22,17 +34,49 @@ class StarApi:
     returns_count: bool = False
 
     def slot(self, slot: str) -> dict[str, Any]:
+        """The input slot named ``slot``.
+
+        Args:
+            slot: An input slot name (its ``Name``).
+
+        Returns:
+            dict[str, Any]: The slot's entry of :attr:`inputs`.
+
+        Raises:
+            StarError: The API has no such input slot (the message lists its slots).
+        """
         for s in self.inputs:
             if s.get("Name") == slot:
                 return s
         raise StarError(f"API {self.name}: no input slot {slot!r}; slots: {[s.get('Name') for s in self.inputs]}")
 
     def categories(self, slot: str) -> list[str]:
-        """The categorical values of input ``slot`` ([] for free-text slots)."""
+        """The categorical values of input ``slot`` ([] for free-text slots).
+
+        Args:
+            slot: An input slot name.
+
+        Returns:
+            list[str]: The slot's ``Categories`` (a copy); empty for a free-text slot.
+
+        Raises:
+            StarError: The API has no such input slot.
+        """
         return list(self.slot(slot).get("Categories") or [])
 
     @classmethod
     def load(cls, path: Path, errors: list[str]) -> StarApi | None:
+        """Read and check one API file; problems are collected, not raised.
+
+        Args:
+            path: The ``apis/apis/<name>.json`` file.
+            errors: A list to which each problem is appended as ``"path: problem"`` (missing or
+                malformed file, missing keys, an input without ``Name``, a required slot that is not
+                an input).
+
+        Returns:
+            StarApi | None: The API, or None when the file has a problem (then ``errors`` grew).
+        """
         data = read_json(path, errors, "API file")
         if data is None:
             return None

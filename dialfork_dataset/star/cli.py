@@ -13,7 +13,14 @@ _DESCRIPTION = "Reader of the STAR corpus (Mosig, Mehri and Kober, 2020): task w
 
 
 def build_parser():
-    """The parser of ``python -m dialfork_dataset.star``."""
+    """The parser of ``python -m dialfork_dataset.star``.
+
+    Subcommands: ``summary [path]``, ``steps TASK [--path] [--no-templates]`` and ``download DEST
+    [--url] [--force]``, plus the verbosity options.
+
+    Returns:
+        argparse.ArgumentParser: The parser (a subcommand is required).
+    """
     import argparse
 
     from ..console import add_verbosity_options, state_defaults
@@ -35,7 +42,18 @@ def build_parser():
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m dialfork_dataset.star {summary,steps,download} ...``"""
+    """``python -m dialfork_dataset.star {summary,steps,download} ...``
+
+    ``summary`` prints the counts of a STAR copy as JSON, ``steps`` a task's numbered workflow,
+    ``download`` the folder STAR was extracted to.
+
+    Args:
+        argv: The arguments (without the program name); None reads ``sys.argv``.
+
+    Returns:
+        int: The exit status: 0 on success, 2 on a :class:`StarError` (one ``error: ...`` message
+        on stderr). Bad arguments exit through argparse (status 2).
+    """
     from ..console import console
 
     args = build_parser().parse_args(argv)

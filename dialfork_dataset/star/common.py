@@ -35,16 +35,39 @@ MAX_LISTED_ERRORS = 50
 
 
 class StarError(CollectedErrors):
-    """A STAR file is missing or wrong. ``errors`` lists every problem found (``file: problem``)."""
+    """A STAR file is missing or wrong. ``errors`` lists every problem found (``file: problem``).
+
+    Args:
+        message: The exception's text.
+        errors: Every problem, one ``file: problem`` line each; defaults to ``[message]``.
+    """
 
 
 def raise_collected(errors: list[str], what: str) -> None:
-    """Raise one :class:`StarError` listing ``errors`` (found in ``what``); return when there are none."""
+    """Raise one :class:`StarError` listing ``errors`` (found in ``what``); return when there are none.
+
+    Args:
+        errors: The problems, one ``file: problem`` line each.
+        what: Where they were found, for the message.
+
+    Raises:
+        StarError: ``errors`` is not empty (the message lists at most :data:`MAX_LISTED_ERRORS`).
+    """
     StarError.raise_if(errors, what, MAX_LISTED_ERRORS)
 
 
 def read_json(path: Path, errors: list[str], what: str = "file") -> Any:
-    """Parse ``path``; on failure append ``"path: problem"`` to ``errors`` and return None."""
+    """Parse ``path``; on failure append ``"path: problem"`` to ``errors`` and return None.
+
+    Args:
+        path: A JSON file.
+        errors: The list that collects problems (missing, unreadable, malformed with line and
+            column).
+        what: What the file is, for the message (e.g. ``"API file"``).
+
+    Returns:
+        Any: The parsed JSON, or None when the file has a problem.
+    """
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -61,11 +84,26 @@ def read_json(path: Path, errors: list[str], what: str = "file") -> Any:
 
 
 def task_domain(task: str) -> str:
-    """Domain of a STAR task: its name up to the first underscore (``ride_book`` -> ``ride``)."""
+    """Domain of a STAR task: its name up to the first underscore (``ride_book`` -> ``ride``).
+
+    Args:
+        task: A STAR task name.
+
+    Returns:
+        str: The part before the first ``_`` (the whole name when it has none).
+    """
     return task.split("_", 1)[0]
 
 
 def is_star_dir(path: str | os.PathLike) -> bool:
-    """True when ``path`` looks like a STAR copy (either layout): ``tasks/`` and ``apis/`` folders."""
+    """True when ``path`` looks like a STAR copy (either layout): ``tasks/`` and ``apis/`` folders.
+
+    Args:
+        path: A folder (need not exist).
+
+    Returns:
+        bool: Whether ``path/tasks`` and ``path/apis`` are both folders (their contents are not
+        checked).
+    """
     p = Path(path)
     return (p / "tasks").is_dir() and (p / "apis").is_dir()

@@ -34,6 +34,22 @@ class StarCorpus:
     ``path`` None means ``$DIALFORK_STAR_DIR`` (:func:`resolve_star`). Tasks and APIs are read (and
     validated, all problems collected) at construction; scenarios, the knowledge bases and the
     human dialogues are read on first use.
+
+    Args:
+        path: The STAR folder (``~`` expanded); None reads ``$DIALFORK_STAR_DIR``.
+
+    Attributes:
+        path: The resolved folder.
+        layout: ``"compact"`` (``scenarios.jsonl``), ``"original"`` (``dialogues/``) or
+            ``"tasks-only"`` (neither: tasks and APIs only).
+        apis: API name -> :class:`StarApi`.
+        tasks: Task name -> :class:`StarTask`.
+        domains: Domain -> its task names (sorted by domain).
+
+    Raises:
+        StarError: ``path`` is None and ``$DIALFORK_STAR_DIR`` is unset or not a STAR copy; the
+            folder does not exist or has no ``tasks/``; or an API or task file is wrong or there is
+            no task folder (every problem listed).
     """
 
     def __init__(self, path: str | os.PathLike | None = None):
@@ -80,6 +96,17 @@ class StarCorpus:
         return f"StarCorpus({str(self.path)!r}, layout={self.layout!r}, tasks={len(self.tasks)})"
 
     def task(self, name: str) -> StarTask:
+        """The task named ``name``.
+
+        Args:
+            name: A STAR task name (a folder of ``tasks/``).
+
+        Returns:
+            StarTask: The task.
+
+        Raises:
+            StarError: No such task (the message lists the known ones).
+        """
         try:
             return self.tasks[name]
         except KeyError:
@@ -90,7 +117,14 @@ class StarCorpus:
 
     @cached_property
     def scenarios(self) -> list[Scenario]:
-        """All scenarios, in dialogue-id order (numeric ids numerically)."""
+        """All scenarios, in dialogue-id order (numeric ids numerically).
+
+        Read on first use (then cached) from ``scenarios.jsonl`` or ``dialogues/``.
+
+        Raises:
+            StarError: The copy has tasks only, a scenario row or dialogue file is wrong, or a
+                scenario id repeats (every problem listed).
+        """
         errors: list[str] = []
         out: list[Scenario] = []
         if self.layout == "compact":
@@ -132,6 +166,17 @@ class StarCorpus:
         return {s.scenario_id: s for s in self.scenarios}
 
     def scenario(self, scenario_id: str | int) -> Scenario:
+        """The scenario with id ``scenario_id``.
+
+        Args:
+            scenario_id: A STAR dialogue id (int or str; compared as a string).
+
+        Returns:
+            Scenario: The scenario.
+
+        Raises:
+            StarError: No scenario has that id, or the scenarios cannot be read.
+        """
         try:
             return self._scenario_index[str(scenario_id)]
         except KeyError:
@@ -140,7 +185,19 @@ class StarCorpus:
     def scenarios_for(self, task: str | None = None, single_task: bool = True,
                       happy: bool | None = None) -> list[Scenario]:
         """Scenarios involving ``task`` (any task when None); ``single_task`` keeps only single-task
-        scenarios (one task, ``multitask`` false); ``happy`` filters on the happy flag when not None."""
+        scenarios (one task, ``multitask`` false); ``happy`` filters on the happy flag when not None.
+
+        Args:
+            task: A task name, or None for every task.
+            single_task: Keep only single-task scenarios.
+            happy: Keep only scenarios whose ``happy`` flag equals it; None keeps both.
+
+        Returns:
+            list[Scenario]: The matching scenarios, in :attr:`scenarios` order.
+
+        Raises:
+            StarError: ``task`` is not a task of the copy, or the scenarios cannot be read.
+        """
         if task is not None:
             self.task(task)
         return [s for s in self.scenarios
@@ -151,7 +208,18 @@ class StarCorpus:
     def length_budget(self, task: str, single_task_only: bool = True) -> int:
         """SPEC 3 length budget of ``task``: the maximum ``n_user + n_system`` over the task's STAR human
         dialogues. ``single_task_only`` (default, ours): only single-task dialogues count, the
-        scenarios DialFork generates from; False also counts the multi-task dialogues involving it."""
+        scenarios DialFork generates from; False also counts the multi-task dialogues involving it.
+
+        Args:
+            task: A task name.
+            single_task_only: Count single-task dialogues only (default True).
+
+        Returns:
+            int: The largest number of utterances (user + system) of a counted human dialogue.
+
+        Raises:
+            StarError: ``task`` is unknown, has no counted dialogue, or the scenarios cannot be read.
+        """
         lengths = [s.length for s in self.scenarios_for(task, single_task=single_task_only)]
         if not lengths:
             raise StarError(f"task {task!r} has no {'single-task ' if single_task_only else ''}"
@@ -162,7 +230,13 @@ class StarCorpus:
 
     @cached_property
     def dbs(self) -> dict[str, Any]:
-        """Raw knowledge-base files ``apis/dbs/<name>.json`` (name -> parsed JSON)."""
+        """Raw knowledge-base files ``apis/dbs/<name>.json`` (name -> parsed JSON).
+
+        Read on first use (then cached); empty when the folder is absent.
+
+        Raises:
+            StarError: A knowledge-base file is unreadable or not JSON (every problem listed).
+        """
         errors: list[str] = []
         out: dict[str, Any] = {}
         for f in sorted((self.path / "apis" / "dbs").glob("*.json")):
@@ -174,7 +248,19 @@ class StarCorpus:
 
     def human_dialogues(self) -> Iterator[dict[str, Any]]:
         """The human dialogues as ``{scenario_id, tasks, events}``, events with the compact layout's
-        keys (``agent``, ``action``, ``text``, ``action_label``, ``constraints``, ``api``, ``item``...)."""
+        keys (``agent``, ``action``, ``text``, ``action_label``, ``constraints``, ``api``, ``item``...).
+
+        Read lazily, one dialogue at a time (``dialogues.jsonl.gz`` or ``dialogues/*.json``).
+
+        Yields:
+            dict[str, Any]: ``{"scenario_id": str, "tasks": list[str], "events": list[dict]}``, in
+            file order.
+
+        Raises:
+            StarError: The copy has no human dialogues, ``dialogues.jsonl.gz`` is missing (compact
+                layout), or a line / dialogue file is malformed (raised when that dialogue is
+                reached).
+        """
         if self.layout == "compact":
             path = self.path / "dialogues.jsonl.gz"
             if not path.is_file():
@@ -204,7 +290,17 @@ class StarCorpus:
             raise StarError(f"{self.path}: no human dialogues (neither dialogues.jsonl.gz nor dialogues/)")
 
     def summary(self) -> dict[str, Any]:
-        """Counts: tasks, domains, scenarios, single-task scenarios, per-task domain/count/budget."""
+        """Counts: tasks, domains, scenarios, single-task scenarios, per-task domain/count/budget.
+
+        Returns:
+            dict[str, Any]: ``{"path", "layout", "tasks", "domains", "scenarios",
+            "single_task_scenarios", "per_task"}``; ``per_task[name]`` is ``{"domain",
+            "single_task_scenarios", "length_budget"}`` (the budget None when the task has no
+            single-task scenario).
+
+        Raises:
+            StarError: The scenarios cannot be read (e.g. a tasks-only copy).
+        """
         per_task = {}
         for name, t in self.tasks.items():
             single = self.scenarios_for(name)

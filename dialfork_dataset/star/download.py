@@ -17,7 +17,18 @@ log = logging.getLogger(__name__)
 
 def resolve_star(path: str | os.PathLike | None = None) -> Path:
     """The STAR folder to use: ``path`` if given, else ``$DIALFORK_STAR_DIR``. The folder must hold a
-    STAR copy (``tasks/`` and ``apis/``)."""
+    STAR copy (``tasks/`` and ``apis/``).
+
+    Args:
+        path: A STAR folder (``~`` expanded); None reads ``$DIALFORK_STAR_DIR``.
+
+    Returns:
+        Path: The resolved absolute folder.
+
+    Raises:
+        StarError: ``path`` is None and ``$DIALFORK_STAR_DIR`` is unset or empty, or the folder
+            lacks ``tasks/`` or ``apis/`` (the message says how to get a copy).
+    """
     if path is None:
         env = os.environ.get(STAR_ENV)
         if not env:
@@ -55,6 +66,25 @@ def download_star(dest: str | os.PathLike, url: str = DEFAULT_STAR_URL, *, force
     (``tasks/`` and ``apis/`` present, and ``dialogues/`` or ``scenarios.jsonl``), then renamed into
     place, so an interrupted download never leaves a half-written ``dest``. ``progress`` shows a tqdm
     bar (None: only on a terminal).
+
+    Args:
+        dest: The folder to extract STAR into (``~`` expanded); it must be new, empty, or already a
+            STAR copy.
+        url: The zip archive to download; default :data:`DEFAULT_STAR_URL` (GitHub's archive of
+            RasaHQ/STAR at :data:`STAR_COMMIT`).
+        force: Replace a STAR copy already in ``dest``.
+        timeout: The network timeout of the request, in seconds.
+        progress: Show a tqdm download bar: True always, False never, None only on a terminal
+            (never when progress bars are disabled project-wide).
+
+    Returns:
+        Path: The resolved ``dest``.
+
+    Raises:
+        StarError: ``dest`` exists, is not empty and is not a STAR copy; the download fails (HTTP
+            error, network or file error); the file is not a zip archive or holds an unsafe path
+            (absolute or with ``..``); or the archive holds no STAR copy (no folder with
+            ``tasks/`` and ``apis/``, or neither ``dialogues/`` nor ``scenarios.jsonl``).
     """
     import urllib.error
     import urllib.request

@@ -16,7 +16,13 @@ log = logging.getLogger(__name__)
 @dataclass
 class WorkflowBranch:
     """One outcome of a step: ``label`` is the branch node (``available``, ``yes``...), ``text`` its
-    label in the task file (``Available``...), ``steps`` what follows (nested)."""
+    label in the task file (``Available``...), ``steps`` what follows (nested).
+
+    Attributes:
+        label: The branch node's name (e.g. ``available``, ``yes``, ``info_missing``).
+        steps: The steps that follow this outcome (may hold ``goto`` references).
+        text: The branch's label in the task file's ``replies``; ``""`` when it has none.
+    """
 
     label: str
     steps: list[WorkflowStep] = field(default_factory=list)
@@ -30,6 +36,15 @@ class WorkflowStep:
     ``kind`` is ``"query"`` for a knowledge-base query node, ``"branch"`` for an action whose outcome
     decides the next step (it has ``branches``), ``"action"`` otherwise. A step with ``goto`` set is a
     reference to an earlier step (a loop or a merge), not a new step: ``number == goto``.
+
+    Attributes:
+        number: The step's number (1-based, in the order the steps are first reached).
+        node: The workflow node's name.
+        kind: ``"action"``, ``"query"`` or ``"branch"`` (see above).
+        text: A plain-language description of the node (:func:`describe_node`).
+        template: The node's response template from the task file, None when it has none.
+        branches: The outcomes of a ``"branch"`` step; empty otherwise.
+        goto: The number of the earlier step this one refers to, or None for a new step.
     """
 
     number: int
@@ -56,6 +71,17 @@ def node_kinds(replies: dict[str, str], graph: dict[str, str], responses: dict[s
     ``query_success``...) or a key of ``graph`` whose label is bare (no ``{slot}``, no final
     punctuation: ``info_missing``). Everything else is an action (e.g. ``*_nothing_found``, which
     has a reply but no edge).
+
+    Args:
+        replies: The task file's ``replies`` (node -> label or template).
+        graph: The task file's ``graph`` (node -> its one "next" node).
+        responses: The task's ``responses.json`` (node -> what the system may say); None when the
+            task has none.
+        start: The start node; never a branch. Default ``"hello"``.
+
+    Returns:
+        dict[str, str]: Every node of ``replies``, ``responses`` and ``graph`` (keys and values),
+        in first-seen order, mapped to ``"action"``, ``"query"`` or ``"branch"``.
     """
     targets = set(graph.values())
     nodes = list(dict.fromkeys([*replies, *(responses or {}), *graph, *graph.values()]))
@@ -98,6 +124,16 @@ def infer_branch_parents(replies: dict[str, str], graph: dict[str, str], kinds: 
        ``bank_ask_pin``). A numbered branch (``info_missing2``) whose chain does not rejoin continues
        the previous one: it attaches to the last node of ``info_missing``'s chain.
     Checked by hand against the 24 flowcharts (``tasks/<task>/<task>.jpg``).
+
+    Args:
+        replies: The task file's ``replies`` (node -> label or template).
+        graph: The task file's ``graph`` (node -> its one "next" node).
+        kinds: The node kinds (:func:`node_kinds`).
+        start: The start node. Default ``"hello"``.
+
+    Returns:
+        dict[str, list[str]]: Each branch node (kind ``"branch"``, not ``start``) -> its parent
+        node(s); ``[]`` when no rule attaches it.
     """
     branches = [n for n, k in kinds.items() if k == "branch" and n != start]
     children: dict[str, list[str]] = defaultdict(list)
@@ -220,7 +256,18 @@ _PLAIN = {
 
 
 def describe_node(node: str, kind: str, domain: str = "", function: str = "") -> str:
-    """A plain-language description of a workflow node, from its name."""
+    """A plain-language description of a workflow node, from its name.
+
+    Args:
+        node: The node's name (e.g. ``ride_ask_destination``).
+        kind: Its kind (:func:`node_kinds`); ``"query"`` gives a knowledge-base query description.
+        domain: The task's domain; a ``<domain>_`` prefix of the name is dropped.
+        function: The API's function, named in a query's description; ``""`` names none.
+
+    Returns:
+        str: A short imperative sentence without final punctuation (e.g. "Ask the user for the
+        destination", "Query the knowledge base to check availability").
+    """
     if node in _PLAIN:
         return _PLAIN[node]
     if kind == "query":

@@ -13,7 +13,21 @@ from .common import StarError, task_domain
 
 @dataclass(frozen=True)
 class Scenario:
-    """The role-play instructions of one STAR dialogue and the length of its human dialogue."""
+    """The role-play instructions of one STAR dialogue and the length of its human dialogue.
+
+    Attributes:
+        scenario_id: The STAR ``DialogueID``, as a string.
+        tasks: The task(s) of the scenario (one for a single-task scenario).
+        domains: The domain(s), duplicates dropped; a null domain is filled from the task name.
+        happy: STAR's ``Happy`` flag (the scenario follows the happy path).
+        multitask: STAR's ``MultiTask`` flag.
+        completion_level: STAR's ``CompletionLevel`` of the human dialogue.
+        user_task: The user's role-play instruction (``Scenario.UserTask``).
+        wizard_task: The system's role-play instruction (``Scenario.WizardTask``).
+        user_guide: The texts of the ``UserGuide`` instructions, in order.
+        n_user_utterances: User utterances of the human dialogue.
+        n_system_utterances: System (wizard) utterances of the human dialogue.
+    """
 
     scenario_id: str
     tasks: tuple[str, ...]
@@ -34,17 +48,28 @@ class Scenario:
 
     @property
     def single_task(self) -> bool:
+        """True when the scenario has one task and is not flagged multi-task."""
         return len(self.tasks) == 1 and not self.multitask
 
     @property
     def task(self) -> str:
-        """The scenario's task; raises :class:`StarError` for a multi-task scenario."""
+        """The scenario's task; raises :class:`StarError` for a multi-task scenario.
+
+        Raises:
+            StarError: The scenario has more than one task (or none).
+        """
         if len(self.tasks) != 1:
             raise StarError(f"scenario {self.scenario_id} has {len(self.tasks)} tasks {list(self.tasks)}; "
                             "use .tasks for multi-task scenarios")
         return self.tasks[0]
 
     def to_dict(self) -> dict[str, Any]:
+        """The scenario as a JSON-ready dict.
+
+        Returns:
+            dict[str, Any]: Every field, tuples as lists (the compact layout's keys, except
+            ``scenario_id`` for ``dialogue_id``).
+        """
         return {
             "scenario_id": self.scenario_id, "tasks": list(self.tasks), "domains": list(self.domains),
             "happy": self.happy, "multitask": self.multitask, "completion_level": self.completion_level,
@@ -74,7 +99,19 @@ _SCENARIO_TYPES: dict[str, type | tuple[type, ...]] = {
 
 
 def scenario_from_row(row: Any, where: str, errors: list[str]) -> Scenario | None:
-    """A :class:`Scenario` from one line of ``scenarios.jsonl``; problems go to ``errors``."""
+    """A :class:`Scenario` from one line of ``scenarios.jsonl``; problems go to ``errors``.
+
+    Args:
+        row: The parsed line: an object with ``dialogue_id`` (int or str), ``tasks``,
+            ``domains``, ``happy``, ``multitask``, ``completion_level``, ``user_task``,
+            ``wizard_task``, ``user_guide``, ``n_user_utterances`` and ``n_system_utterances``.
+        where: Where the row comes from (e.g. ``"scenarios.jsonl:12"``), prefixed to each problem.
+        errors: A list to which one ``"where: problem; problem"`` line is appended when the row is
+            wrong (not an object, a missing key, a value of the wrong type).
+
+    Returns:
+        Scenario | None: The scenario, or None when the row is wrong (then ``errors`` grew).
+    """
     if not isinstance(row, dict):
         errors.append(f"{where}: expected a JSON object, got {type(row).__name__}")
         return None
@@ -110,7 +147,15 @@ def _camel_to_snake(key: str) -> str:
 def normalize_event(event: dict[str, Any]) -> dict[str, Any]:
     """An original-layout event (``Agent``, ``Action``, ``Text``, ``ActionLabel``, ``APIName``...) with
     the compact layout's keys (``agent``, ``action``, ``text``, ``action_label``, ``api``...).
-    ``text`` is always present (None when the event has none). Already-normalised events pass through."""
+    ``text`` is always present (None when the event has none). Already-normalised events pass through.
+
+    Args:
+        event: One event of a dialogue file's ``Events`` (or an already-normalised one).
+
+    Returns:
+        dict[str, Any]: A new dict with snake_case keys (``APIName`` becomes ``api``), values
+        unchanged, and ``text`` set.
+    """
     out = {_camel_to_snake(k): v for k, v in event.items()}
     out.setdefault("text", None)
     return out
@@ -119,7 +164,14 @@ def normalize_event(event: dict[str, Any]) -> dict[str, Any]:
 def count_utterances(events: Iterable[dict[str, Any]]) -> tuple[int, int]:
     """(user, system) utterances of a STAR dialogue: ``User/utter`` events, and ``Wizard`` events that
     sent a message (``utter``, or ``pick_suggestion`` of a response template). These are the counts of
-    ``n_user_utterances`` / ``n_system_utterances`` in the compact layout (identical on all 6,652)."""
+    ``n_user_utterances`` / ``n_system_utterances`` in the compact layout (identical on all 6,652).
+
+    Args:
+        events: Normalised events (:func:`normalize_event`: keys ``agent`` and ``action``).
+
+    Returns:
+        tuple[int, int]: ``(n_user_utterances, n_system_utterances)``.
+    """
     n_user = n_sys = 0
     for e in events:
         if e.get("agent") == "User" and e.get("action") == "utter":
@@ -138,6 +190,16 @@ def scenario_from_dialogue(dialogue: Any, where: str, errors: list[str]) -> Scen
     ``completion_level`` = ``CompletionLevel``; ``user_task``/``wizard_task`` = ``Scenario.UserTask``/
     ``WizardTask``; ``user_guide`` = the texts of the ``UserGuide``/``instruct`` events in order;
     lengths by :func:`count_utterances`.
+
+    Args:
+        dialogue: The parsed dialogue file.
+        where: Where it comes from (e.g. its path), prefixed to each problem.
+        errors: A list to which one ``"where: problem; problem"`` line is appended when the file is
+            wrong (not an object; missing ``DialogueID``, ``Scenario``, ``Events`` or
+            ``CompletionLevel``; a ``Scenario`` key of the wrong type; no task).
+
+    Returns:
+        Scenario | None: The scenario, or None when the file is wrong (then ``errors`` grew).
     """
     if not isinstance(dialogue, dict):
         errors.append(f"{where}: expected a JSON object, got {type(dialogue).__name__}")

@@ -19,7 +19,24 @@ if TYPE_CHECKING:  # pragma: no cover
 
 @dataclass
 class StarTask:
-    """One STAR task folder: ``tasks/<name>/``."""
+    """One STAR task folder: ``tasks/<name>/``.
+
+    Usually made by :meth:`load` (or :class:`StarCorpus`), which validates the files.
+
+    Attributes:
+        name: The task's name (the folder's name, e.g. ``ride_book``).
+        domain: Its domain (:func:`task_domain`, e.g. ``ride``).
+        function: The task file's ``task`` (the API function name).
+        replies: The task file's ``replies`` (node -> label or template).
+        graph: The task file's ``graph`` (node -> its one "next" node).
+        responses: ``responses.json`` (node -> response template); empty when absent.
+        nlu: The intents of ``wizard_nlu_training_data.md`` (node -> example phrasings); empty
+            when absent.
+        instructions: The text of ``instructions.txt``, None when absent.
+        flowchart: The ``<name>.jpg`` flowchart, None when absent.
+        api: The task's knowledge-base API, None when the copy has none for it.
+        start_node: The workflow's start node (``"hello"``).
+    """
 
     name: str
     domain: str
@@ -37,7 +54,22 @@ class StarTask:
     def load(cls, task_dir: str | os.PathLike, api: StarApi | None = None,
              errors: list[str] | None = None) -> StarTask | None:
         """Read ``task_dir``. With ``errors`` given, problems are appended there and None is returned;
-        otherwise a :class:`StarError` listing every problem of the folder is raised."""
+        otherwise a :class:`StarError` listing every problem of the folder is raised.
+
+        Args:
+            task_dir: The task folder ``tasks/<name>/`` (it must hold ``<name>.json``).
+            api: The task's API (from ``apis/apis/<name>.json``), if any.
+            errors: A list to collect problems in (``"file: problem"`` lines); None raises instead.
+
+        Returns:
+            StarTask | None: The task; None when it has a problem and ``errors`` was given.
+
+        Raises:
+            StarError: Without ``errors``: the folder has a problem (a missing or malformed task
+                file, ``replies``/``graph`` not objects of strings, no ``task``, no start node, an
+                edge to an unknown node, a bad ``responses.json`` or NLU file); every problem is
+                listed.
+        """
         own = errors is None
         errs: list[str] = [] if own else errors
         n0 = len(errs)
@@ -101,7 +133,20 @@ class StarTask:
 
     def missing(self, feature: str, dbs: dict[str, Any] | None = None) -> list[str]:
         """The fields of ``feature`` (``surface_templates``, ``api``, ``kb``; see
-        :mod:`dialfork_dataset.sources`) this task lacks, as "where (field)" strings; [] if none."""
+        :mod:`dialfork_dataset.sources`) this task lacks, as "where (field)" strings; [] if none.
+
+        Args:
+            feature: ``"surface_templates"`` (a response template for every action step),
+                ``"api"`` (an API file) or ``"kb"`` (the API's knowledge base in ``dbs``).
+            dbs: The knowledge bases available (name -> data, e.g. :attr:`StarCorpus.dbs`); used by
+                ``"kb"`` only, where None means none is available.
+
+        Returns:
+            list[str]: One "what (where)" line per missing piece; empty when nothing is missing.
+
+        Raises:
+            ValueError: ``feature`` is not one of the three.
+        """
         if feature == "surface_templates":
             steps = [n for n in walk_order(self.steps()) if self.kinds.get(n) == "action"]
             return [f"response template of step {n!r} (responses.json or 'replies' of {self.name}.json)"
@@ -128,12 +173,27 @@ class StarTask:
         return infer_branch_parents(self.replies, self.graph, self.kinds, self.start_node)
 
     def describe(self, node: str) -> str:
-        """The plain-language text of a step (:func:`describe_node`, from the node's name and kind)."""
+        """The plain-language text of a step (:func:`describe_node`, from the node's name and kind).
+
+        Args:
+            node: A node of the workflow (an unknown node is described as an action).
+
+        Returns:
+            str: The description (a query names the task's API function).
+        """
         kind = self.kinds.get(node, "action")
         return describe_node(node, kind, self.domain, self.function if kind == "query" else "")
 
     def template(self, node: str) -> str | None:
-        """The response template of an action node (responses.json, else replies), None for others."""
+        """The response template of an action node (responses.json, else replies), None for others.
+
+        Args:
+            node: A node of the workflow.
+
+        Returns:
+            str | None: The template; None for a query, branch or unknown node, or an action with
+            neither a response nor a reply.
+        """
         if self.kinds.get(node) != "action":
             return None
         return self.responses.get(node, self.replies.get(node))
@@ -146,6 +206,10 @@ class StarTask:
         ``hello``) and, for branch nodes, ``attached`` (a parent was inferred). Edges: the "next" edges
         of ``graph`` (``edge="next"``) and the inferred outcome edges parent -> branch
         (``edge="outcome"``).
+
+        Returns:
+            networkx.DiGraph: A new graph, with graph attributes ``task``, ``domain``, ``function``
+            and ``start``.
         """
         import networkx as nx
 
@@ -172,7 +236,11 @@ class StarTask:
 
     def other_nodes(self) -> list[str]:
         """Actions not reachable from ``hello`` (``out_of_scope``, ``*_nothing_found``, ``*_bye``...):
-        responses the system may use at any point."""
+        responses the system may use at any point.
+
+        Returns:
+            list[str]: Those action nodes, in :attr:`kinds` order.
+        """
         g = self.digraph()
         return [n for n, d in g.nodes(data=True) if d["kind"] == "action" and not d["reachable"]]
 
@@ -183,6 +251,9 @@ class StarTask:
         branching step). A branch's chain stops where it rejoins the main line of an enclosing step
         ("continue with step N"), and a node met again on the current path is a loop ("go back to
         step N"); both are ``goto`` steps. Cycles therefore terminate.
+
+        Returns:
+            list[WorkflowStep]: The main line's steps, each with its ``branches`` nested.
         """
         children: dict[str, list[str]] = defaultdict(list)
         for b, ps in self.branch_parents.items():
@@ -245,6 +316,14 @@ class StarTask:
         Each step shows its node id in brackets and, with ``with_templates``, its response template;
         outcomes are indented under their step. ``include_other`` appends the responses usable at any
         point (:meth:`other_nodes`); ``include_instructions`` appends ``instructions.txt`` if any.
+
+        Args:
+            with_templates: Show each step's response template after it.
+            include_other: Append the responses usable at any point.
+            include_instructions: Append the task's ``instructions.txt`` (when it has one).
+
+        Returns:
+            str: The text, one line per step or outcome.
         """
         lines: list[str] = []
 
@@ -285,6 +364,14 @@ def _one_line(text: str) -> str:
 
 
 def walk_order(steps: list[WorkflowStep]) -> list[str]:
+    """The nodes of numbered steps in step-number order (depth first), ``goto`` steps left out.
+
+    Args:
+        steps: Steps as :meth:`StarTask.steps` returns them.
+
+    Returns:
+        list[str]: Each numbered step's node once.
+    """
     out: list[str] = []
     for s in steps:
         if s.goto is None:
