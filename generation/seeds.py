@@ -22,18 +22,45 @@ _MASK = (1 << 64) - 1
 
 
 def stable_seed(*parts: object) -> int:
-    """A 63-bit non-negative seed from ``parts`` (ints/strings), stable across processes."""
+    """A 63-bit non-negative seed from ``parts`` (ints/strings), stable across processes.
+
+    Args:
+        *parts: the values the seed depends on; each is turned into ``str(part)`` and the strings
+            are joined with the unit separator ``\\x1f`` before hashing with BLAKE2b (8-byte digest).
+
+    Returns:
+        An integer in ``[0, 2**63)``; the same ``parts`` always give the same seed.
+    """
     key = "\x1f".join(str(p) for p in parts).encode("utf-8")
     return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big") >> 1
 
 
 def dialogue_seed(base_seed: int, scenario_id: str) -> int:
-    """Seed of the conformant dialogue of a scenario (its forks reuse it; SPEC section 3)."""
+    """Seed of the conformant dialogue of a scenario (its forks reuse it; SPEC section 3).
+
+    Args:
+        base_seed: the run's base seed (``GenerationConfig.seed``).
+        scenario_id: the STAR scenario's id (the source dialogue id).
+
+    Returns:
+        ``stable_seed("dialogue", base_seed, scenario_id)``: a 63-bit non-negative integer.
+    """
     return stable_seed("dialogue", base_seed, scenario_id)
 
 
 def fork_seed(base_seed: int, scenario_id: str, htype: str, k: int) -> int:
-    """Seed of a fork's variant draw (and of its WIC substitute task)."""
+    """Seed of a fork's variant draw (and of its WIC substitute task).
+
+    Args:
+        base_seed: the run's base seed (``GenerationConfig.seed``).
+        scenario_id: the STAR scenario's id (the source dialogue id).
+        htype: the hallucination type (one of ``HALLUCINATION_TYPES``: ``"CSC"``, ``"GR"``,
+            ``"SSPC"``, ``"WIC"``).
+        k: the fork position, 1..4.
+
+    Returns:
+        ``stable_seed("fork", base_seed, scenario_id, htype, k)``: a 63-bit non-negative integer.
+    """
     return stable_seed("fork", base_seed, scenario_id, htype, k)
 
 
