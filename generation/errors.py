@@ -34,11 +34,21 @@ class UnknownBackendError(GenerationError):
 
 class VariantError(GenerationError):
     """The variant file (``generation/variants.yaml`` or ``--variants``) is malformed; ``errors`` lists
-    every problem."""
+    every problem.
+
+    Args:
+        message: the exception's text (the file and its problems).
+        errors: every problem, one ``"file: location: what"`` line each; defaults to ``[message]``.
+    """
 
 
 class PromptError(GenerationError):
-    """A prompt template is missing, or a value for one of its placeholders is."""
+    """A prompt template is missing, or a value for one of its placeholders is.
+
+    Args:
+        message: the exception's text (the template file and the missing placeholders).
+        errors: every problem, one line each; defaults to ``[message]``.
+    """
 
 
 __all__ = ["GenerationError", "PromptError", "UnknownBackendError", "VariantError"]

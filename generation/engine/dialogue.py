@@ -186,7 +186,15 @@ def _add_to_contexts(d: Dialogue, speaker: str, text: str) -> None:
 
 
 def start_messages(d: Dialogue) -> None:
-    """:func:`init_messages`, then the turns ``d`` already holds (a prefix copied from D+)."""
+    """:func:`init_messages`, then the turns ``d`` already holds (a prefix copied from D+).
+
+    Args:
+        d: the dialogue; each of its turns is added to both agents' contexts (the speaker's own as
+            ``assistant``, the other's as ``user``).
+
+    Raises:
+        PromptError: a prompt template or one of its placeholder values is missing.
+    """
     init_messages(d)
     for tu in d.turns:
         _add_to_contexts(d, tu["speaker"], tu["text"])

@@ -173,7 +173,14 @@ class ShardWriter:
         self._last = time.monotonic()
 
     def write_unit(self, res: Any) -> None:
-        """Append ``res`` (a :class:`~generation.engine.units.UnitResult`): its record lines, then its marker."""
+        """Append ``res`` (a :class:`~generation.engine.units.UnitResult`): its record lines, then its marker.
+
+        The block is written in one call and flushed at once; the file is fsynced when
+        ``fsync_interval`` seconds have passed since the last fsync.
+
+        Args:
+            res: the generated unit (its ``lines`` and :meth:`~generation.engine.units.UnitResult.marker`).
+        """
         body = "".join(line + "\n" for line in res.lines).encode("utf-8")
         self._fh.write(body + (res.marker(len(body)) + "\n").encode("utf-8"))
         self._fh.flush()  # in the kernel now: survives a killed process
