@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
 
     Returns:
         0 on success (the record counts are printed), 2 for bad input or a failed generation (the
-        error is printed to stderr in one line).
+            error is printed to stderr in one line).
     """
     if distributed.launched_distributed():  # `accelerate launch -m generation ...`: shard across the processes
         return distributed.main(argv)

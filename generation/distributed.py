@@ -89,7 +89,7 @@ def assign_shards(num_shards: int, state: Any) -> list[int]:
 
     Returns:
         This process's shard indices, a contiguous block (empty when there are fewer shards than
-        processes and none is left for it).
+            processes and none is left for it).
 
     Raises:
         ValueError: ``num_shards`` is not an integer >= 1.
@@ -108,7 +108,7 @@ def existing_num_shards(out: str | os.PathLike) -> int | None:
 
     Returns:
         ``num_shards`` of ``out/shards/run.json``; ``None`` when the file is missing, unreadable
-        or holds no integer >= 1 there.
+            or holds no integer >= 1 there.
     """
     from .engine.shards import RUN_FILE, SHARDS_DIR
 
@@ -131,7 +131,7 @@ def backend_options_for_process(config: Any, state: Any) -> dict[str, Any]:
 
     Returns:
         A copy of the options; for the ``transformers`` backend without a ``device`` (or with
-        ``"auto"``) under several processes, ``device`` is set to the process's device.
+            ``"auto"``) under several processes, ``device`` is set to the process's device.
 
     Raises:
         ValueError: ``device_map`` is given for the transformers backend under several processes.
@@ -250,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
 
     Returns:
         The exit code: 0 on success (the main process prints the record counts), 2 for bad input or
-        a failed run (a one-line message on stderr naming the process).
+            a failed run (a one-line message on stderr naming the process).
     """
     import sys
 

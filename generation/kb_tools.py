@@ -82,8 +82,8 @@ def field_schema(f: Mapping[str, Any]) -> dict[str, Any]:
 
     Returns:
         A JSON Schema dict (``type`` and, where the field gives them, ``enum``, ``items``,
-        ``minimum``, ``maximum``) with a ``description`` (the readable name, else the name with
-        spaces).
+            ``minimum``, ``maximum``) with a ``description`` (the readable name, else the name with
+            spaces).
     """
     typ = f.get("Type")
     desc = f.get("ReadableName") or str(f.get("Name", "")).replace("_", " ")
@@ -143,8 +143,8 @@ class KBTool:
 
         Returns:
             ``{"type": "function", "function": {"name", "description", "parameters"}}``; the
-            parameters are a JSON Schema object of the inputs (:func:`field_schema`), their
-            ``required`` list, and ``additionalProperties: false``.
+                parameters are a JSON Schema object of the inputs (:func:`field_schema`), their
+                ``required`` list, and ``additionalProperties: false``.
         """
         props = {}
         for f in self.inputs:
@@ -259,10 +259,10 @@ def check_arguments(tool: KBTool, args: Any) -> tuple[dict[str, Any], list[str]]
 
     Returns:
         ``(canonical, problems)``: the valid arguments in canonical form (categories as the KB
-        spells them, integer strings as ints, ``yes``/``no`` strings as booleans, other values as
-        strings), and one message per problem (not a JSON object, unknown or missing names, a
-        value of the wrong type, outside the categories or the ``Min``/``Max`` range, or a string
-        over 1000 characters); valid when ``problems`` is empty.
+            spells them, integer strings as ints, ``yes``/``no`` strings as booleans, other values as
+            strings), and one message per problem (not a JSON object, unknown or missing names, a
+            value of the wrong type, outside the categories or the ``Min``/``Max`` range, or a string
+            over 1000 characters); valid when ``problems`` is empty.
     """
     if not isinstance(args, Mapping):
         return {}, [f"arguments must be a JSON object, got {type(args).__name__}"]
@@ -412,10 +412,10 @@ class KBExecutor:
             seed: the dialogue's seed (default 0); seeds schema-only rows and drawn output fields.
 
         Returns:
-            A :class:`ToolResult`: ``ok`` with ``{"count", "rows"}`` (``count`` is every matching
-            row, ``rows`` at most ``max_rows`` of them with the API's output fields), or not ``ok``
-            with ``{"error": ...}`` for an unknown tool, over-long or invalid JSON arguments, or
-            invalid arguments (:func:`check_arguments`).
+            A tool result: ``ok`` with ``{"count", "rows"}`` (``count`` is every matching
+                row, ``rows`` at most ``max_rows`` of them with the API's output fields), or not ``ok``
+                with ``{"error": ...}`` for an unknown tool, over-long or invalid JSON arguments, or
+                invalid arguments (:func:`check_arguments`).
         """
         from generation.seeds import Rng, stable_seed
 
@@ -489,7 +489,7 @@ def tool_messages(executor: KBExecutor, tool_calls: Any, *, happy: bool = True,
 
     Returns:
         ``(messages, results)``: one ``{"role": "tool", "tool_call_id", "content"}`` message and one
-        :class:`ToolResult` per call; a call without a string id gets ``call_<i>``.
+            :class:`ToolResult` per call; a call without a string id gets ``call_<i>``.
     """
     msgs: list[dict[str, Any]] = []
     results: list[ToolResult] = []
@@ -531,7 +531,7 @@ def run_tool_loop(complete: Callable[[list[dict[str, Any]], list[dict[str, Any]]
 
     Returns:
         ``(message, results)``: the final assistant message (its tool calls, if any, were not
-        run) and every :class:`ToolResult`, in call order.
+            run) and every :class:`ToolResult`, in call order.
 
     Raises:
         AssertionError: never in practice (the loop always returns at its last round).

@@ -68,8 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     Returns:
         An ``argparse.ArgumentParser`` with every option (backend, source, selection, prefix mode,
-        variant draws, filters, compound plan, KB tools, execution knobs, hidden split, verbosity)
-        and :data:`EPILOG` as its examples.
+            variant draws, filters, compound plan, KB tools, execution knobs, hidden split, verbosity)
+            and :data:`EPILOG` as its examples.
     """
     p = argparse.ArgumentParser(
         prog=prog_name("generation"),
@@ -197,7 +197,7 @@ def config_options(args: argparse.Namespace) -> dict:
 
     Returns:
         ``reword_rate``, ``variant_draw``, ``min_system_turns``, ``multitask``, ``compound`` and
-        ``kb_tools``, as field name -> value.
+            ``kb_tools``, as field name -> value.
     """
     return {"reword_rate": args.reword_rate, "variant_draw": args.variant_draw,
             "min_system_turns": args.min_system_turns, "multitask": args.multitask,
@@ -245,8 +245,8 @@ def hidden_split_selection(args: argparse.Namespace, tasks: tuple[str, ...] | No
 
     Returns:
         Without ``--hidden-key``: ``(args.seed, None, None)``. With it: the seed (the key's secret
-        seed for ``--split hidden``, else ``--seed``), the single-task scenarios of the chosen side
-        of the split, and the opened source.
+            seed for ``--split hidden``, else ``--seed``), the single-task scenarios of the chosen side
+            of the split, and the opened source.
 
     Raises:
         ValueError: only one of ``--hidden-key`` and ``--split`` is given, ``--seed`` is given with

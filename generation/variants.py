@@ -54,7 +54,7 @@ class Variant:
 
         Returns:
             :attr:`instruction` with runs of whitespace collapsed to single spaces and both
-            placeholders replaced.
+                placeholders replaced.
         """
         text = " ".join(self.instruction.split())
         return text.replace("{substitute_task}", substitute_task or "").replace("{service}", service)
@@ -87,7 +87,7 @@ class VariantPool:
             vid: a variant id.
 
         Returns:
-            The :class:`Variant` of that id, whatever its type.
+            The variant of that id, whatever its type.
 
         Raises:
             KeyError: no variant of the pool has that id.
@@ -226,7 +226,7 @@ def draw_seed(base_seed: int, scenario_id: str, htype: str, k: int | None) -> in
 
     Returns:
         A 63-bit non-negative seed (:func:`generation.seeds.stable_seed` /
-        :func:`generation.seeds.fork_seed`).
+            :func:`generation.seeds.fork_seed`).
     """
     if k is None:
         return stable_seed("quartet", base_seed, scenario_id, htype)
@@ -242,11 +242,11 @@ def draw_variant(pool: VariantPool, base_seed: int, scenario_id: str, htype: str
         base_seed: the run's base seed.
         scenario_id: the STAR scenario's id.
         htype: the hallucination type to draw for (a key of ``pool``).
-        k: the fork position 1..4 (``variant_draws="fork"``), or ``None`` (default) for one draw
-            shared by the type's quartet (``variant_draws="quartet"``).
+        k: the fork position 1..4 (``variant_draw="fork"``), or ``None`` (default) for one draw
+            shared by the type's quartet (``variant_draw="quartet"``).
 
     Returns:
-        One :class:`Variant` of ``pool[htype]``; the same arguments always give the same variant.
+        One variant of ``pool[htype]``; the same arguments always give the same variant.
     """
     return Rng(draw_seed(base_seed, scenario_id, htype, k), 1).choice(pool[htype])
 

@@ -75,7 +75,7 @@ class Backend(Protocol):
 
         Returns:
             A dict of decoding settings; keys outside the record's ``DECODING_FIELDS`` are ignored
-            and missing ones are recorded as ``None``.
+                and missing ones are recorded as ``None``.
         """
         ...
 
@@ -87,7 +87,7 @@ class Backend(Protocol):
 
         Returns:
             One ``str`` per request, in the same order; the text of a request must depend only on
-            that request (the determinism contract above).
+                that request (the determinism contract above).
         """
         ...
 

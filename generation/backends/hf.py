@@ -310,8 +310,8 @@ class TransformersBackend:
 
         Returns:
             :meth:`decoding` plus ``backend``, ``model``, ``revision``, ``stop``, ``end_strings``,
-            ``system_role`` (resolved), ``context_overflow``, ``max_context``, the resolved
-            ``device`` and ``dtype`` (as strings) and ``sampler`` (the sampler's version).
+                ``system_role`` (resolved), ``context_overflow``, ``max_context``, the resolved
+                ``device`` and ``dtype`` (as strings) and ``sampler`` (the sampler's version).
         """
         device, dtype = self.resolved_device_dtype()
         return {**self.decoding(), "backend": "transformers", "model": self.model_id, "revision": self.revision,
@@ -398,7 +398,7 @@ class TransformersBackend:
 
         Returns:
             The utterances in request order (cut at a stop string, kept through an end string,
-            stripped); empty for an empty batch.
+                stripped); empty for an empty batch.
 
         Raises:
             ValueError: a request is malformed (every problem is listed).

@@ -167,8 +167,8 @@ class OpenAIBackend:
 
         Returns:
             :meth:`decoding` plus ``backend``, ``model``, ``base_url``, ``stop``, ``system_role``,
-            ``extra_body``, how the request ``seed`` is made, and ``kb_tools: True`` when tools are
-            bound.
+                ``extra_body``, how the request ``seed`` is made, and ``kb_tools: True`` when tools are
+                bound.
         """
         return {**self.decoding(), "backend": "openai", "model": self.model, "base_url": self.client.base_url,
                 "stop": list(self.stop), "system_role": self.system_role, "extra_body": self.extra_body,
@@ -191,7 +191,7 @@ class OpenAIBackend:
 
         Returns:
             ``temperature``, ``top_p``, ``max_tokens``, ``top_k`` when > 0, ``stop`` when given, then
-            :attr:`extra_body` (which overrides any of them).
+                :attr:`extra_body` (which overrides any of them).
         """
         s: dict[str, Any] = {"temperature": self.temperature, "top_p": self.top_p, "max_tokens": self.max_new_tokens}
         if self.top_k > 0:
@@ -209,7 +209,7 @@ class OpenAIBackend:
 
         Returns:
             Its messages reduced to ``role`` and ``content``, system messages merged into user ones
-            when :attr:`system_role` is ``"merge"``.
+                when :attr:`system_role` is ``"merge"``.
         """
         msgs = [{"role": m["role"], "content": m["content"]} for m in request.messages]
         return merge_system_messages(msgs) if self.system_role == "merge" else msgs

@@ -122,10 +122,10 @@ class GenerationConfig:
 
         Returns:
             One message per problem (an unknown prefix mode or variant draw, an out-of-range
-            ``budget``/``cut_after``/``per_task``/``min_system_turns``/``workers``/``batch_size``,
-            a non-integer seed, a ``reword_rate`` outside [0, 1] or without ``reword`` mode, an
-            invalid compound plan, non-boolean ``multitask``/``kb_tools``, a string or empty
-            ``tasks``); empty when the configuration is valid.
+                ``budget``/``cut_after``/``per_task``/``min_system_turns``/``workers``/``batch_size``,
+                a non-integer seed, a ``reword_rate`` outside [0, 1] or without ``reword`` mode, an
+                invalid compound plan, non-boolean ``multitask``/``kb_tools``, a string or empty
+                ``tasks``); empty when the configuration is valid.
         """
         errs: list[str] = []
         if self.prefix_mode not in PREFIX_MODES:
@@ -178,10 +178,10 @@ class GenerationConfig:
 
         Returns:
             A JSON-serialisable dict (recorded as the manifest's ``config``): the source's identity,
-            the backend, its options without :data:`NON_IDENTITY_OPTIONS` (sorted), the sorted tasks,
-            every corpus-changing setting (``reword_rate`` as :attr:`effective_reword_rate`,
-            ``compound`` as plan text) and ``kb_tools`` only when it is on. Execution knobs
-            (``workers``, ``batch_size``, ``keep_shards``, ``out``) are left out.
+                the backend, its options without :data:`NON_IDENTITY_OPTIONS` (sorted), the sorted tasks,
+                every corpus-changing setting (``reword_rate`` as :attr:`effective_reword_rate`,
+                ``compound`` as plan text) and ``kb_tools`` only when it is on. Execution knobs
+                (``workers``, ``batch_size``, ``keep_shards``, ``out``) are left out.
         """
         return {
             "star": source_identity(self.star),

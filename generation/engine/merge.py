@@ -71,7 +71,7 @@ class Manifest:
             path: a ``manifest.json`` file, or the corpus folder that holds one.
 
         Returns:
-            The :class:`Manifest`.
+            The manifest.
 
         Raises:
             FileNotFoundError: the file does not exist.
@@ -126,7 +126,7 @@ def merge_shards(out_dir: str | os.PathLike, keep_shards: bool = False, wall_sec
 
     Returns:
         The written :class:`Manifest`; when there is no run file but ``manifest.json`` exists (an
-        already merged corpus), that manifest.
+            already merged corpus), that manifest.
 
     Raises:
         GenerationError: there is no run to merge (no run file and no manifest), a unit of the

@@ -52,8 +52,8 @@ def check_output_dir(out: Path, identity: Mapping[str, Any]) -> str:
 
     Returns:
         ``"new"`` (no folder, or one without a run's files), ``"resume"`` (an unfinished run of the
-        same configuration) or ``"complete"`` (``manifest.json`` of the same configuration, no
-        run file).
+            same configuration) or ``"complete"`` (``manifest.json`` of the same configuration, no
+            run file).
 
     Raises:
         GenerationError: ``out`` is not a folder, cannot be created or is not writable; its

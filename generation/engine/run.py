@@ -76,8 +76,8 @@ def prepare(config: GenerationConfig, backend: Backend | None = None, scenarios:
 
     Returns:
         A tuple ``(corpus, units, backend, ctx, state)``: the source, the unit plan, the backend
-        (bound to the KB tools when ``config.kb_tools``), the :class:`RunContext` and the output
-        folder's state (``"new"``, ``"resume"`` or ``"complete"``).
+            (bound to the KB tools when ``config.kb_tools``), the :class:`RunContext` and the output
+            folder's state (``"new"``, ``"resume"`` or ``"complete"``).
 
     Raises:
         GenerationError: the settings are invalid (:meth:`GenerationConfig.check`), the output folder
@@ -164,7 +164,7 @@ def generate_corpus(config: GenerationConfig, backend: Backend | None = None, sc
 
     Returns:
         The corpus's :class:`Manifest` with one shard (or when the corpus was already complete);
-        ``None`` with several shards.
+            ``None`` with several shards.
 
     Raises:
         GenerationError: ``shard_index``/``num_shards`` out of range, any problem :func:`prepare`

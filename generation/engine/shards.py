@@ -70,7 +70,7 @@ def verify_shard_block(path: Path, marker: Mapping[str, Any], block: bytes) -> l
 
     Returns:
         Every problem found, one message each; empty when the block is intact. A block whose
-        line count differs from ``marker["records"]`` gives that one problem only.
+            line count differs from ``marker["records"]`` gives that one problem only.
     """
     from dialfork_dataset.records import dialogue_id_of, record_errors
 
@@ -112,8 +112,8 @@ def read_shard(path: Path, truncate: bool = False) -> dict[str, dict[str, Any]]:
 
     Returns:
         The finished units' markers keyed by unit id, in file order; each marker dict gets
-        ``offset`` (byte offset of its first record) and ``line`` (1-based line of its first
-        record). Reading stops at the first marker line that is not valid JSON.
+            ``offset`` (byte offset of its first record) and ``line`` (1-based line of its first
+            record). Reading stops at the first marker line that is not valid JSON.
 
     Raises:
         GenerationError: a marker's ``bytes`` differs from the number of record bytes before it

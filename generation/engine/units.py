@@ -139,9 +139,9 @@ def conformant_dialogue(ctx: RunContext, unit: Unit) -> Dialogue:
         unit: the scenario to role-play.
 
     Returns:
-        A :class:`~generation.engine.dialogue.Dialogue` keyed ``unit.unit_id``, with no turns, the
-        scenario's :func:`~generation.seeds.dialogue_seed`, the task's budget and
-        ``cut = budget + cut_after``.
+        A new dialogue (:class:`~generation.engine.dialogue.Dialogue`) keyed ``unit.unit_id``, with no turns, the
+            scenario's :func:`~generation.seeds.dialogue_seed`, the task's budget and
+            ``cut = budget + cut_after``.
     """
     task = ctx.corpus.tasks[unit.task]
     budget = ctx.budgets[unit.task]
@@ -164,7 +164,7 @@ def single_forks(ctx: RunContext, src: Dialogue) -> list[Dialogue]:
 
     Returns:
         ``len(HALLUCINATION_TYPES) * 4`` (16) not yet generated fork dialogues, keyed
-        ``<src.key>-<type>-k<k>``, types in ``HALLUCINATION_TYPES`` order and k = 1..4.
+            ``<src.key>-<type>-k<k>``, types in ``HALLUCINATION_TYPES`` order and k = 1..4.
     """
     sid = str(src.scenario.scenario_id)
     ts = fork_turns(src.n_system)
@@ -201,8 +201,8 @@ def compound_forks(ctx: RunContext, src: Dialogue) -> list[Dialogue]:
 
     Returns:
         A one-element list: the not yet generated compound fork, keyed by
-        :func:`generation.compound.compound_key`, with the first injection in force and the others
-        pending.
+            :func:`generation.compound.compound_key`, with the first injection in force and the others
+            pending.
     """
     sid = str(src.scenario.scenario_id)
     ts = fork_turns(src.n_system)
@@ -257,8 +257,8 @@ def prefix_rewording(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
 
     Returns:
         A dict with ``prefix_modes`` (mode -> number of forks, sorted by mode), ``forks``,
-        ``prefix_turns``, ``diverging_turns``, ``share`` (diverging / prefix turns, 0.0 when there
-        are none) and ``rate`` (the hazard estimate above, 0.0 when nothing is at risk).
+            ``prefix_turns``, ``diverging_turns``, ``share`` (diverging / prefix turns, 0.0 when there
+            are none) and ``rate`` (the hazard estimate above, 0.0 when nothing is at risk).
     """
     modes: dict[str, int] = {}
     forks = turns = diverging = diverged = at_risk = 0
@@ -317,8 +317,8 @@ class UnitResult:
 
         Returns:
             A JSON object line starting ``{"_unit":`` with the unit's id, ordinal, task, kept,
-            reason, ``T``, ``records`` (line count), ``bytes``, ``seconds``, the fork counts and
-            ``line_sha256`` (each line's :func:`~generation.engine.shards.line_hash`).
+                reason, ``T``, ``records`` (line count), ``bytes``, ``seconds``, the fork counts and
+                ``line_sha256`` (each line's :func:`~generation.engine.shards.line_hash`).
         """
         # line_sha256: a short hash of each record line, checked at merge (a corrupt shard is refused)
         return dumps({"_unit": self.unit_id, "ordinal": self.ordinal, "task": self.task, "kept": self.kept,
@@ -341,7 +341,7 @@ def generate_units(ctx: RunContext, units: Sequence[Unit], backend: Backend) -> 
         backend: the backend that writes every turn.
 
     Returns:
-        One :class:`UnitResult` per unit, in the order of ``units``.
+        One result (:class:`UnitResult`) per unit, in the order of ``units``.
 
     Raises:
         RuntimeError: the backend claims exact forks (``backend.exact``) but a fork's system turn
@@ -417,7 +417,7 @@ def plan_units(corpus: Any, config: GenerationConfig, scenarios: Iterable[Any] |
             ``tasks`` and ``happy_only``); ``None`` (default) takes the source's.
 
     Returns:
-        The :class:`Unit` list, ordinals 0, 1, ... in canonical order.
+        The units (:class:`Unit`), ordinals 0, 1, ... in canonical order.
 
     Raises:
         GenerationError: the same (task, scenario) appears twice in the plan.

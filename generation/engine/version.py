@@ -30,7 +30,7 @@ def backend_code_files(backend: str) -> list[Path]:
 
     Returns:
         The backend's source paths, sorted when it is a package; an empty list when the name is not
-        registered or its module cannot be found.
+            registered or its module cannot be found.
     """
     from ..backends import BACKENDS
 
@@ -53,7 +53,7 @@ def code_files(backend: str = "template") -> list[Path]:
 
     Returns:
         The files matched by :data:`ENGINE_CODE` (each glob sorted, globs in order), followed by
-        :func:`backend_code_files` of ``backend``.
+            :func:`backend_code_files` of ``backend``.
     """
     files = [p for pattern in ENGINE_CODE for p in sorted(ROOT.glob(pattern))]
     return files + backend_code_files(backend)
@@ -69,7 +69,7 @@ def code_version(backend: str = "template") -> str:
 
     Returns:
         ``"<dialfork_dataset.__version__>+g<first 10 hex digits of SHA-256>"``, the hash taken
-        over each existing file's path (relative to the ``generation`` package) and bytes.
+            over each existing file's path (relative to the ``generation`` package) and bytes.
     """
     from dialfork_dataset import __version__
 

@@ -96,8 +96,8 @@ def validate_messages(messages: Any, where: str = "conversation") -> list[str]:
 
     Returns:
         One message per problem (not a list, empty, a message that is not a dict, an unknown role,
-        a non-string content, malformed ``tool_calls``, a tool result without ``tool_call_id``),
-        each naming ``where`` and the message index; empty when the conversation is valid.
+            a non-string content, malformed ``tool_calls``, a tool result without ``tool_call_id``),
+            each naming ``where`` and the message index; empty when the conversation is valid.
     """
     if not isinstance(messages, Sequence) or isinstance(messages, (str, bytes)):
         return [f"{where}: expected a list of {{'role', 'content'}} messages, got {type(messages).__name__}"]
@@ -115,7 +115,7 @@ def parse_chat_completion(body: bytes | str) -> ChatReply:
         body: the HTTP response body (UTF-8 bytes or text).
 
     Returns:
-        The :class:`ChatReply` (``attempts`` is left at 1; the client sets it).
+        The parsed reply, a :class:`ChatReply` (``attempts`` is left at 1; the client sets it).
 
     Raises:
         ValueError: the body is not UTF-8 or not JSON, is not a JSON object, is an error object
@@ -184,7 +184,7 @@ def error_message(body: bytes) -> str:
 
     Returns:
         The error object's ``message``/``detail``/``msg`` when the body is such JSON, else a quoted
-        snippet of the body (at most 200 characters), or ``"(empty body)"``.
+            snippet of the body (at most 200 characters), or ``"(empty body)"``.
     """
     text = body.decode("utf-8", "replace")
     try:
@@ -201,7 +201,7 @@ def parse_retry_after(value: str | None) -> float | None:
 
     Returns:
         The delay in seconds (negative values become 0.0), or ``None`` for a missing, empty or
-        non-numeric value (e.g. an HTTP date).
+            non-numeric value (e.g. an HTTP date).
     """
     if not value:
         return None
@@ -219,7 +219,7 @@ def root_cause(e: BaseException) -> str:
 
     Returns:
         The message of the last exception along its ``__cause__``/``__context__`` chain (an
-        unsuppressed context counts), or that exception's type name when its message is empty.
+            unsuppressed context counts), or that exception's type name when its message is empty.
     """
     while e.__cause__ is not None or (e.__context__ is not None and not e.__suppress_context__):
         e = e.__cause__ or e.__context__

@@ -207,7 +207,7 @@ class OpenAICompatClient:
 
         Returns:
             ``min(max_backoff, backoff * 2**(attempts - 1))``, raised to ``retry_after`` (still
-            capped at ``max_backoff``); 0.0 when another conversation of the batch failed for good.
+                capped at ``max_backoff``); 0.0 when another conversation of the batch failed for good.
         """
         if _call.cancel is not None and _call.cancel.is_set():
             return 0.0
@@ -389,7 +389,7 @@ class OpenAICompatClient:
             **sampling: request fields sent as is (see :meth:`chat`).
 
         Returns:
-            The :class:`ChatReply`, ``attempts`` counting the HTTP requests it took.
+            The parsed reply (:class:`ChatReply`), ``attempts`` counting the HTTP requests it took.
 
         Raises:
             ValueError: the conversation is malformed (:func:`validate_messages`); nothing is sent.
@@ -425,7 +425,7 @@ class OpenAICompatClient:
             **sampling: request fields sent with every request (see :meth:`chat`).
 
         Returns:
-            One :class:`ChatReply` per conversation, in batch order (empty for an empty batch).
+            One reply (:class:`ChatReply`) per conversation, in batch order (empty for an empty batch).
 
         Raises:
             ValueError: a conversation is malformed, or ``seeds`` has the wrong length or a

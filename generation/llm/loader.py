@@ -65,7 +65,7 @@ def looks_like_path(s: str) -> bool:
 
     Returns:
         ``True`` when ``s`` starts with ``/``, ``.`` or ``~``, has more than one ``/``, or has a
-        backslash.
+            backslash.
     """
     return s.startswith(("/", ".", "~")) or s.count("/") > 1 or "\\" in s
 
@@ -211,8 +211,8 @@ def context_window(config, tokenizer=None) -> int | None:
 
     Returns:
         The first positive ``max_position_embeddings``, ``n_positions``, ``max_sequence_length`` or
-        ``seq_length`` of the config, else the tokenizer's ``model_max_length`` when below 10**7
-        (larger values are placeholders), else ``None``.
+            ``seq_length`` of the config, else the tokenizer's ``model_max_length`` when below 10**7
+            (larger values are placeholders), else ``None``.
     """
     cfg = config.get_text_config() if hasattr(config, "get_text_config") else config
     for attr in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
@@ -299,7 +299,7 @@ def model_bytes(config, dtype, trust_remote_code: bool = False) -> int:
 
     Returns:
         The parameter count times the dtype's element size, in bytes; 0 when a causal-LM model
-        cannot be built from the config (e.g. a multimodal one).
+            cannot be built from the config (e.g. a multimodal one).
     """
     import torch
     from accelerate import init_empty_weights

@@ -67,7 +67,7 @@ def drop_oldest_turn(messages: Sequence[Mapping[str, str]]) -> list[dict[str, st
 
     Returns:
         A copy of ``messages`` without its first non-system message, or ``None`` when at most one
-        non-system message is left.
+            non-system message is left.
     """
     non_system = [i for i, m in enumerate(messages) if m["role"] != "system"]
     if len(non_system) <= 1:

@@ -24,7 +24,7 @@ def user_line(data: dict[str, Any], key: str, rng: Rng, **kw: str) -> str:
 
     Returns:
         The chosen phrasing, as is when no ``kw`` is given, else formatted with doubled
-        punctuation (``..``, ``.?``, ``.,``) tidied.
+            punctuation (``..``, ``.?``, ``.,``) tidied.
     """
     pool = data["user"][key]
     text = pool[pick_phrasing(rng, len(pool))]
@@ -52,7 +52,7 @@ def answer_slot(sim: Sim, node: str, slot: Slot | None, rng: Rng) -> str:
 
     Returns:
         The user's utterance: a bare value (long/free-text slots, sometimes without a slot), a
-        yes/no line (boolean slots), or a phrasing from the ``answer`` pool around the value.
+            yes/no line (boolean slots), or a phrasing from the ``answer`` pool around the value.
     """
     data = sim.data
     m = sim.m
@@ -89,7 +89,7 @@ def invent_free(readable: str, rng: Rng, data: dict[str, Any]) -> str:
 
     Returns:
         An entry of the ``free_text`` pool of the first :data:`FREE_TEXT_KEYS` key contained in
-        ``readable``, else of the ``generic`` pool.
+            ``readable``, else of the ``generic`` pool.
     """
     for key, k in FREE_TEXT_KEYS:
         if key in readable:
@@ -109,7 +109,7 @@ def criteria_reply(sim: Sim, rng: Rng) -> str:
 
     Returns:
         A line of the ``criteria`` pool naming the constraint, or of the ``ack`` pool when the task
-        has no such slot.
+            has no such slot.
     """
     m = sim.m
     cands = [s for s in m.slots.values() if s.type in ("cat", "int", "bool") and s.name not in sim.given]
@@ -170,7 +170,7 @@ def goodbye(sim: Sim, rng: Rng) -> str:
 
     Returns:
         The task's goodbye node said (:meth:`Sim.realise`), or ``"Thank you and goodbye."`` when the
-        task has none. The closing token is not added.
+            task has none. The closing token is not added.
     """
     m = sim.m
     if m.bye:

@@ -95,7 +95,7 @@ class TemplateBackend:
 
         Returns:
             The utterances, in request order (a closing one ends with
-            :data:`~generation.prompts.END_TOKEN`).
+                :data:`~generation.prompts.END_TOKEN`).
 
         Raises:
             ValueError: a request has no ``state``.
@@ -203,7 +203,7 @@ def strip_end(text: str) -> str:
 
     Returns:
         ``text`` with every :data:`~generation.prompts.END_TOKEN` removed and surrounding
-        whitespace stripped.
+            whitespace stripped.
     """
     return text.replace(END_TOKEN, "").strip()
 

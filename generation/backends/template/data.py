@@ -125,7 +125,7 @@ def pick_phrasing(rng: Rng, n: int) -> int:
 
     Returns:
         An index in ``[0, n)``; under :class:`RewordRng` with ``n > 1``, always different from the
-        plain stream's pick.
+            plain stream's pick.
 
     Raises:
         ValueError: ``n`` is not positive (from :meth:`Rng.below`).

@@ -131,7 +131,7 @@ def plan_wic(hal: Hal, cx: PlanContext) -> Body:
 
     Returns:
         ``max(1, len(remaining) + jitter)`` ``("sub", node)`` steps along the substitute's happy
-        path, cyclically.
+            path, cyclically.
     """
     sim, d, m = cx.sim, cx.d, cx.sim.m
     sub_m = cx.backend.model(d.substitute)
@@ -236,7 +236,7 @@ def plan_sspc(hal: Hal, cx: PlanContext) -> Body:
 
     Returns:
         ``("own", node)`` steps; when the strategy leaves none and ``hal.ask_more`` is set or D+
-        says goodbye at t_k, the last completed step (or the start node).
+            says goodbye at t_k, the last completed step (or the start node).
     """
     strategy = hal.variant.template.get("strategy")
     seq = SSPC_PLANS.get(strategy, _sspc_chaotic)(hal, cx)
@@ -278,7 +278,7 @@ def plan_gr(hal: Hal, cx: PlanContext) -> Body:
 
     Returns:
         D+'s remaining steps as ``("own_alt", node)`` with 1 to 3 ``("line", None)`` steps, the
-        first one at the start.
+            first one at the start.
     """
     hal.line_reply = _refuse_replacement
     return _with_goal_lines("own_alt", cx)
@@ -294,7 +294,7 @@ def plan_csc(hal: Hal, cx: PlanContext) -> Body:
 
     Returns:
         D+'s remaining steps as ``("own_aux", node)`` with 1 to 3 ``("line", None)`` steps, the
-        first one at the start.
+            first one at the start.
     """
     hal.line_reply = _answer_sub_goal
     return _with_goal_lines("own_aux", cx)
@@ -320,7 +320,7 @@ def build_hal(sim: Sim, d: Any, rng: Rng, backend: Any) -> Hal:
         backend: the TemplateBackend (the substitute task's model for WIC).
 
     Returns:
-        The :class:`Hal`, its body filled by the type's planner.
+        The plan (:class:`Hal`), its body filled by the type's planner.
 
     Raises:
         KeyError: :data:`PLANNERS` has no planner for the fork's hallucination type.

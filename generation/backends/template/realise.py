@@ -19,8 +19,8 @@ def item_and_alternative(sim: Sim, rng: Rng) -> tuple[str, str]:
 
     Returns:
         ``(item, alternative)``: the value and another category (or, for an integer slot,
-        ``"number N"`` and another number); ``("your request", "a different option")`` when there
-        is no identity slot or value.
+            ``"number N"`` and another number); ``("your request", "a different option")`` when there
+            is no identity slot or value.
     """
     s = sim.m.identity
     if s is None:
@@ -47,7 +47,7 @@ def variant_line(sim: Sim, template: str, rng: Rng) -> str:
 
     Returns:
         The filled line (``name`` defaults to ``"there"``; ``other_service`` is the WIC substitute
-        task's service, else the task's own).
+            task's service, else the task's own).
     """
     item, alt = item_and_alternative(sim, rng)
     return template.format(name=sim.name or "there", item=item, alt=alt, service=sim.m.service, domain=sim.m.domain,

@@ -126,7 +126,7 @@ class Sim:
 
         Returns:
             The utterance; for a node without phrasing, its name as a sentence
-            (``"ask_name"`` -> ``"Ask name."``).
+                (``"ask_name"`` -> ``"Ask name."``).
         """
         m = self.m
         phr = m.phr.get(node)
@@ -180,7 +180,7 @@ class Sim:
 
         Returns:
             The first branch when ``kids`` lacks a positive or negative one; the positive branch in a
-            happy scenario; otherwise positive for two thirds of the hash values, else negative.
+                happy scenario; otherwise positive for two thirds of the hash values, else negative.
         """
         pos = next((k for k in kids if k in POSITIVE_BRANCHES), None)
         neg = next((k for k in kids if k in NEGATIVE_BRANCHES), None)
@@ -199,8 +199,8 @@ class Sim:
 
         Returns:
             The start node first; then the branch the answer selects, or the graph's successor,
-            through queries and branches; a loop node again, or ``anything_else``/goodbye where the
-            graph ends or a node was said 6 times; ``None`` after goodbye.
+                through queries and branches; a loop node again, or ``anything_else``/goodbye where the
+                graph ends or a node was said 6 times; ``None`` after goodbye.
         """
         m, prev, ans = self.m, self.prev, self.answer
         if prev is None:
