@@ -177,9 +177,9 @@ def generate_distributed(
         The finished corpus's :class:`~generation.engine.Manifest` (on every process).
 
     Raises:
-        GenerationError: this process's generation failed (anything
-            :func:`~generation.engine.generate_corpus` raises is re-raised as is), another process
-            failed, or the main process could not merge the shards.
+        GenerationError: another process failed, or the main process could not merge the shards.
+            An error of this process's own generation or merge (e.g. a ``GenerationError`` of
+            :func:`~generation.engine.generate_corpus`) is re-raised as is, after the barrier.
         ValueError: the backend options cannot be placed (:func:`backend_options_for_process`).
     """
     from .backends import get_backend

@@ -179,9 +179,11 @@ class GenerationConfig:
         Returns:
             A JSON-serialisable dict (recorded as the manifest's ``config``): the source's identity,
                 the backend, its options without :data:`NON_IDENTITY_OPTIONS` (sorted), the sorted tasks,
-                every corpus-changing setting (``reword_rate`` as :attr:`effective_reword_rate`,
-                ``compound`` as plan text) and ``kb_tools`` only when it is on. Execution knobs
-                (``workers``, ``batch_size``, ``keep_shards``, ``out``) are left out.
+                the selection, seed, prefix, budget, variant-draw and filter settings (``reword_rate`` as
+                :attr:`effective_reword_rate`, ``compound`` as plan text) and ``kb_tools`` only when
+                it is on. Execution knobs (``workers``, ``batch_size``, ``keep_shards``) and ``out``
+                are left out, and so is ``variants_path`` (the run file and the manifest record the
+                pool's ``variants_version``).
         """
         return {
             "star": source_identity(self.star),

@@ -88,6 +88,7 @@ def prepare(config: GenerationConfig, backend: Backend | None = None, scenarios:
             backend requires, or the selection holds no scenario.
         UnknownBackendError: ``config.backend`` is not registered or cannot be imported.
         VariantError: the variant file is invalid.
+        FileNotFoundError: ``config.variants_path`` is not a file.
     """
     errs = config.check()
     if errs:
@@ -172,6 +173,7 @@ def generate_corpus(config: GenerationConfig, backend: Backend | None = None, sc
             shard, ``workers > 1`` without the ``fork`` start method, or a merge refused
             (:func:`merge_shards`).
         RuntimeError: the backend misbehaved (:func:`generate_units`).
+        FileNotFoundError: ``config.variants_path`` is not a file.
     """
     wall0 = time.perf_counter()
     owns_backend = backend is None

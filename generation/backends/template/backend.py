@@ -29,6 +29,7 @@ class TemplateBackend:
 
     Raises:
         ValueError: the data file is not a template-backend data file.
+        OSError: the data file cannot be read.
     """
 
     name = "template"
