@@ -106,7 +106,8 @@ class RewordRng(Rng):
     Args:
         seed: the stream's seed (the dialogue seed), as for :class:`~generation.seeds.Rng`.
         *salt: integers mixed into the seed (the turn index), as for :class:`~generation.seeds.Rng`.
-        shift: how far each phrasing pick moves (modulo the pool size minus one; default 1).
+        shift: how far each phrasing pick moves: ``1 + shift % (n - 1)`` entries forward in a pool
+            of ``n`` (default 1), so never back onto the plain stream's pick.
     """
 
     __slots__ = ("shift",)
