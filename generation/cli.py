@@ -28,7 +28,18 @@ from .options import (
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the command line; returns the exit code (2 with a one-line message for bad input)."""
+    """Run the command line; returns the exit code (2 with a one-line message for bad input).
+
+    Under ``accelerate launch`` with several processes the run is handed to
+    :func:`generation.distributed.main`.
+
+    Args:
+        argv: the arguments without the program name; ``None`` (default) reads ``sys.argv``.
+
+    Returns:
+        0 on success (the record counts are printed), 2 for bad input or a failed generation (the
+            error is printed to stderr in one line).
+    """
     if distributed.launched_distributed():  # `accelerate launch -m generation ...`: shard across the processes
         return distributed.main(argv)
     args = build_parser().parse_args(argv)

@@ -16,7 +16,19 @@ CompoundPlan = tuple[tuple[str, int], ...]
 
 
 def parse_compound_plan(text: str) -> CompoundPlan:
-    """``"SSPC@1,GR@3"`` -> ``(("SSPC", 1), ("GR", 3))``; raises ValueError naming every problem."""
+    """``"SSPC@1,GR@3"`` -> ``(("SSPC", 1), ("GR", 3))``; raises ValueError naming every problem.
+
+    Args:
+        text: comma-separated ``TYPE@K`` items (type case-insensitive, one of
+            ``HALLUCINATION_TYPES``; K one of ``FORK_POSITIONS``, 1..4); blank items are ignored.
+
+    Returns:
+        The plan: ``(type, k)`` pairs in the given order, types upper-cased.
+
+    Raises:
+        ValueError: an item is not ``TYPE@K`` with a known type and position, the plan has fewer
+            than two injections, or its positions do not increase strictly.
+    """
     items = [x.strip() for x in str(text).split(",") if x.strip()]
     errors: list[str] = []
     plan: list[tuple[str, int]] = []
@@ -38,13 +50,28 @@ def parse_compound_plan(text: str) -> CompoundPlan:
 
 
 def plan_text(plan: CompoundPlan) -> str:
-    """The canonical text of a plan (``SSPC@1,GR@3``)."""
+    """The canonical text of a plan (``SSPC@1,GR@3``).
+
+    Args:
+        plan: ``(type, k)`` pairs.
+
+    Returns:
+        ``TYPE@K`` items joined with commas (what :func:`parse_compound_plan` reads back).
+    """
     return ",".join(f"{h}@{k}" for h, k in plan)
 
 
 def compound_key(source_key: str, plan: CompoundPlan) -> str:
     """A compound fork's dialogue id: ``<source>-SSPC+GR-k1+k3`` (``rsplit('-', 2)[0]`` is the source,
-    as for single forks ``<source>-SSPC-k1``)."""
+    as for single forks ``<source>-SSPC-k1``).
+
+    Args:
+        source_key: the conformant source's dialogue id.
+        plan: the compound plan.
+
+    Returns:
+        ``<source_key>-<types joined by +>-<k1+k3...>``.
+    """
     return f"{source_key}-{'+'.join(h for h, _ in plan)}-{'+'.join(f'k{k}' for _, k in plan)}"
 
 

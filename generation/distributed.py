@@ -43,7 +43,11 @@ DEFAULT_BARRIER_TIMEOUT = 7 * 24 * 3600.0
 
 
 def launched_distributed() -> bool:
-    """Whether this process was started by ``accelerate launch``/``torchrun`` with more than one process."""
+    """Whether this process was started by ``accelerate launch``/``torchrun`` with more than one process.
+
+    Returns:
+        ``True`` when ``$WORLD_SIZE`` is an integer > 1 (an unset or non-integer value counts as 1).
+    """
     try:
         world = int(os.environ.get("WORLD_SIZE", "1"))
     except ValueError:
@@ -52,7 +56,17 @@ def launched_distributed() -> bool:
 
 
 def process_state(cpu: bool | None = None, barrier_timeout: float = DEFAULT_BARRIER_TIMEOUT):
-    """The ``accelerate.PartialState`` of this process (initialises the process group once)."""
+    """The ``accelerate.PartialState`` of this process (initialises the process group once).
+
+    Args:
+        cpu: force (``True``) or forbid (``False``) a CPU process group; ``None`` (default): the CPU
+            when ``$ACCELERATE_USE_CPU`` is true, or when launched with several processes on a
+            machine without CUDA.
+        barrier_timeout: how long a collective (a barrier) may wait, in seconds (default 7 days).
+
+    Returns:
+        The ``PartialState`` (a shared singleton in ``accelerate``).
+    """
     from accelerate import PartialState
 
     if cpu is None:
@@ -67,7 +81,19 @@ def process_state(cpu: bool | None = None, barrier_timeout: float = DEFAULT_BARR
 
 def assign_shards(num_shards: int, state: Any) -> list[int]:
     """The shard indices this process generates: ``range(num_shards)`` split with
-    ``state.split_between_processes`` (process 0 gets the first block)."""
+    ``state.split_between_processes`` (process 0 gets the first block).
+
+    Args:
+        num_shards: the run's shard count, integer >= 1.
+        state: this process's ``PartialState``.
+
+    Returns:
+        This process's shard indices, a contiguous block (empty when there are fewer shards than
+            processes and none is left for it).
+
+    Raises:
+        ValueError: ``num_shards`` is not an integer >= 1.
+    """
     if not (isinstance(num_shards, int) and num_shards >= 1):
         raise ValueError(f"num_shards must be an integer >= 1, got {num_shards!r}")
     with state.split_between_processes(list(range(num_shards))) as mine:
@@ -75,7 +101,15 @@ def assign_shards(num_shards: int, state: Any) -> list[int]:
 
 
 def existing_num_shards(out: str | os.PathLike) -> int | None:
-    """The shard count of an unfinished run in ``out`` (``None`` when there is none)."""
+    """The shard count of an unfinished run in ``out`` (``None`` when there is none).
+
+    Args:
+        out: the output folder.
+
+    Returns:
+        ``num_shards`` of ``out/shards/run.json``; ``None`` when the file is missing, unreadable
+            or holds no integer >= 1 there.
+    """
     from .engine.shards import RUN_FILE, SHARDS_DIR
 
     p = Path(out) / SHARDS_DIR / RUN_FILE
@@ -89,7 +123,19 @@ def existing_num_shards(out: str | os.PathLike) -> int | None:
 
 
 def backend_options_for_process(config: Any, state: Any) -> dict[str, Any]:
-    """``config.backend_options`` with the transformers backend placed on this process's device."""
+    """``config.backend_options`` with the transformers backend placed on this process's device.
+
+    Args:
+        config: the run's :class:`~generation.engine.GenerationConfig`.
+        state: this process's ``PartialState``.
+
+    Returns:
+        A copy of the options; for the ``transformers`` backend without a ``device`` (or with
+            ``"auto"``) under several processes, ``device`` is set to the process's device.
+
+    Raises:
+        ValueError: ``device_map`` is given for the transformers backend under several processes.
+    """
     opts = dict(config.backend_options)
     if config.backend == "transformers" and opts.get("device") in (None, "auto") and state.num_processes > 1:
         if opts.get("device_map") is not None:
@@ -116,6 +162,25 @@ def generate_distributed(
     ``backend``: a ready backend for this process (default: built from ``config.backend`` and
     ``config.backend_options``, placed on this process's device). ``num_shards`` (default: the
     number of processes) is ignored when resuming an unfinished run, whose shard count is kept.
+
+    Args:
+        config: the run's configuration.
+        backend: a ready backend for this process; ``None`` (default) builds one.
+        scenarios: an explicit list of scenarios to generate; ``None`` (default) takes the source's.
+        num_shards: the shard count of a new run; ``None`` (default): the number of processes.
+        progress: show a progress bar on each machine's local main process (default ``True``).
+        state: this process's ``PartialState``; ``None`` (default): :func:`process_state`.
+        barrier_timeout: how long a barrier may wait, in seconds (default 7 days), when ``state``
+            is built here.
+
+    Returns:
+        The finished corpus's :class:`~generation.engine.Manifest` (on every process).
+
+    Raises:
+        GenerationError: another process failed, or the main process could not merge the shards.
+            An error of this process's own generation or merge (e.g. a ``GenerationError`` of
+            :func:`~generation.engine.generate_corpus`) is re-raised as is, after the barrier.
+        ValueError: the backend options cannot be placed (:func:`backend_options_for_process`).
     """
     from .backends import get_backend
     from .engine import Manifest, generate_corpus, merge_shards
@@ -178,7 +243,15 @@ def _any_failed(state: Any, failed_here: bool) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     """``[accelerate launch ...] python -m generation.distributed``: the ``python -m generation`` CLI,
-    run across the launched processes (also fine without a launcher: one process)."""
+    run across the launched processes (also fine without a launcher: one process).
+
+    Args:
+        argv: the arguments without the program name; ``None`` (default) reads ``sys.argv``.
+
+    Returns:
+        The exit code: 0 on success (the main process prints the record counts), 2 for bad input or
+            a failed run (a one-line message on stderr naming the process).
+    """
     import sys
 
     from .errors import GenerationError, UnknownBackendError

@@ -74,7 +74,17 @@ def _norm(v: Any) -> str:
 
 
 def field_schema(f: Mapping[str, Any]) -> dict[str, Any]:
-    """JSON Schema of one STAR field (``{Name, Type, Categories|Min|Max, ReadableName}``)."""
+    """JSON Schema of one STAR field (``{Name, Type, Categories|Min|Max, ReadableName}``).
+
+    Args:
+        f: the field; ``Type`` decides the schema (see the module doc), non-scalar categories are
+            ignored.
+
+    Returns:
+        A JSON Schema dict (``type`` and, where the field gives them, ``enum``, ``items``,
+            ``minimum``, ``maximum``) with a ``description`` (the readable name, else the name with
+            spaces).
+    """
     typ = f.get("Type")
     desc = f.get("ReadableName") or str(f.get("Name", "")).replace("_", " ")
     cats = [c for c in (f.get("Categories") or []) if isinstance(c, (str, int, float))]
@@ -100,7 +110,20 @@ def field_schema(f: Mapping[str, Any]) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class KBTool:
-    """One task API as a tool."""
+    """One task API as a tool.
+
+    Attributes:
+        name: the tool (function) name the model calls.
+        task: the task the API belongs to.
+        api: the API's name in the source.
+        table: the KB table the API reads.
+        inputs: the API's input fields (STAR field dicts).
+        outputs: the API's output fields.
+        table_fields: the KB table's schema fields.
+        required: the names of the required inputs.
+        description: the tool's description shown to the model.
+        rows: the table's stored rows, or ``None`` for a schema-only table.
+    """
 
     name: str
     """The tool (function) name the model calls."""
@@ -116,7 +139,13 @@ class KBTool:
     """The table's stored rows, or None for a schema-only table."""
 
     def schema(self) -> dict[str, Any]:
-        """The OpenAI ``tools`` entry."""
+        """The OpenAI ``tools`` entry.
+
+        Returns:
+            ``{"type": "function", "function": {"name", "description", "parameters"}}``; the
+                parameters are a JSON Schema object of the inputs (:func:`field_schema`), their
+                ``required`` list, and ``additionalProperties: false``.
+        """
         props = {}
         for f in self.inputs:
             props.setdefault(str(f["Name"]), field_schema(f))
@@ -128,7 +157,16 @@ class KBTool:
 
 @dataclass(frozen=True)
 class ToolResult:
-    """What one tool call gave: ``content`` is the ``role: tool`` message's text (JSON)."""
+    """What one tool call gave: ``content`` is the ``role: tool`` message's text (JSON).
+
+    Attributes:
+        name: the tool called (empty for a call without a function name).
+        ok: whether the call was valid and ran.
+        content: ``{"count", "rows"}`` or ``{"error"}`` as JSON text.
+        error: the error message when not ``ok``, else ``None``.
+        rows: the rows returned (at most ``max_rows``).
+        arguments: the canonical arguments of a valid call (empty otherwise).
+    """
 
     name: str
     ok: bool
@@ -138,6 +176,11 @@ class ToolResult:
     arguments: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
+        """A summary for records and logs (without the rows).
+
+        Returns:
+            ``{"name", "ok", "error", "count", "arguments"}``, ``count`` being the rows returned.
+        """
         return {"name": self.name, "ok": self.ok, "error": self.error, "count": len(self.rows),
                 "arguments": self.arguments}
 
@@ -155,7 +198,20 @@ def _table_rows(source: Any, table: str) -> list[dict[str, Any]] | None:
 
 def build_tools(source: Any, tasks: Sequence[str] | None = None) -> dict[str, KBTool]:
     """Tool name -> :class:`KBTool` for every task of ``tasks`` (default: all) with an API.
-    Tasks without an API are skipped (logged); an API whose KB table the source lacks is an error."""
+    Tasks without an API are skipped (logged); an API whose KB table the source lacks is an error.
+
+    Args:
+        source: a workflow source object or spec (:func:`dialfork_dataset.sources.open_source`;
+            ``None``: STAR at ``$DIALFORK_STAR_DIR``).
+        tasks: the task names to build tools for; ``None`` (default) every task of the source.
+
+    Returns:
+        Tool name -> :class:`KBTool`.
+
+    Raises:
+        ToolSpecError: an API reads a KB table the source lacks, or two different APIs would get
+            the same tool name (every problem is listed).
+    """
     from dialfork_dataset.sources import open_source
 
     source = open_source(source)
@@ -195,7 +251,19 @@ def build_tools(source: Any, tasks: Sequence[str] | None = None) -> dict[str, KB
 
 
 def check_arguments(tool: KBTool, args: Any) -> tuple[dict[str, Any], list[str]]:
-    """``(canonical arguments, problems)``: categories in their KB spelling, integers as ints."""
+    """``(canonical arguments, problems)``: categories in their KB spelling, integers as ints.
+
+    Args:
+        tool: the tool called.
+        args: the decoded arguments (anything the model sent).
+
+    Returns:
+        ``(canonical, problems)``: the valid arguments in canonical form (categories as the KB
+            spells them, integer strings as ints, ``yes``/``no`` strings as booleans, other values as
+            strings), and one message per problem (not a JSON object, unknown or missing names, a
+            value of the wrong type, outside the categories or the ``Min``/``Max`` range, or a string
+            over 1000 characters); valid when ``problems`` is empty.
+    """
     if not isinstance(args, Mapping):
         return {}, [f"arguments must be a JSON object, got {type(args).__name__}"]
     spec = {str(f["Name"]): f for f in tool.inputs}
@@ -298,7 +366,18 @@ def _matches(row: Mapping[str, Any], args: Mapping[str, Any]) -> bool:
 
 class KBExecutor:
     """The KB tools of a workflow source (``source``: a source object or spec, see
-    :func:`dialfork_dataset.sources.open_source`) and the executor of their calls."""
+    :func:`dialfork_dataset.sources.open_source`) and the executor of their calls.
+
+    Args:
+        source: a workflow source object or spec; ``None`` (default): STAR at
+            ``$DIALFORK_STAR_DIR``.
+        tasks: the tasks to offer tools for; ``None`` (default) every task with an API.
+        max_rows: the most rows a call returns, integer >= 1 (default :data:`DEFAULT_MAX_ROWS`).
+
+    Raises:
+        ValueError: ``max_rows`` is not an integer >= 1.
+        ToolSpecError: the tools cannot be built (:func:`build_tools`).
+    """
 
     def __init__(self, source: Any = None, tasks: Sequence[str] | None = None, *, max_rows: int = DEFAULT_MAX_ROWS):
         if isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 1:
@@ -308,7 +387,14 @@ class KBExecutor:
         self.by_task = {t.task: t for t in self.by_name.values()}
 
     def tools(self, task: str | None = None) -> list[dict[str, Any]]:
-        """The OpenAI ``tools`` list: the task's tool (``[]`` when it has no API), or every tool."""
+        """The OpenAI ``tools`` list: the task's tool (``[]`` when it has no API), or every tool.
+
+        Args:
+            task: a task name; ``None`` (default) for every tool.
+
+        Returns:
+            A list of :meth:`KBTool.schema` entries.
+        """
         if task is not None:
             t = self.by_task.get(task)
             return [t.schema()] if t is not None else []
@@ -316,7 +402,21 @@ class KBExecutor:
 
     def execute(self, name: str, arguments: Any, *, happy: bool = True, seed: int = 0) -> ToolResult:
         """Run one call; ``arguments``: the model's JSON string (or a dict). ``happy``/``seed``: the
-        scenario's kind and the dialogue's seed (schema-only tables). Never raises on bad input."""
+        scenario's kind and the dialogue's seed (schema-only tables). Never raises on bad input.
+
+        Args:
+            name: the tool name the model called.
+            arguments: the call's arguments: a JSON string (empty means ``{}``), bytes, or a dict.
+            happy: whether the scenario is happy (a schema-only look-up then always finds rows);
+                default ``True``.
+            seed: the dialogue's seed (default 0); seeds schema-only rows and drawn output fields.
+
+        Returns:
+            A tool result: ``ok`` with ``{"count", "rows"}`` (``count`` is every matching
+                row, ``rows`` at most ``max_rows`` of them with the API's output fields), or not ``ok``
+                with ``{"error": ...}`` for an unknown tool, over-long or invalid JSON arguments, or
+                invalid arguments (:func:`check_arguments`).
+        """
         from generation.seeds import Rng, stable_seed
 
         tool = self.by_name.get(name) if isinstance(name, str) else None
@@ -378,7 +478,19 @@ class KBExecutor:
 def tool_messages(executor: KBExecutor, tool_calls: Any, *, happy: bool = True,
                   seed: int = 0) -> tuple[list[dict[str, Any]], list[ToolResult]]:
     """The ``role: tool`` messages answering an assistant message's ``tool_calls`` (one per call, in
-    order, with its ``tool_call_id``), and the results. Malformed calls get an error result."""
+    order, with its ``tool_call_id``), and the results. Malformed calls get an error result.
+
+    Args:
+        executor: the executor of the calls.
+        tool_calls: the assistant message's ``tool_calls`` (anything that is not a list counts as
+            none).
+        happy: the scenario's kind, passed to :meth:`KBExecutor.execute` (default ``True``).
+        seed: the dialogue's seed, passed to :meth:`KBExecutor.execute` (default 0).
+
+    Returns:
+        ``(messages, results)``: one ``{"role": "tool", "tool_call_id", "content"}`` message and one
+            :class:`ToolResult` per call; a call without a string id gets ``call_<i>``.
+    """
     msgs: list[dict[str, Any]] = []
     results: list[ToolResult] = []
     if not isinstance(tool_calls, list):
@@ -404,7 +516,26 @@ def run_tool_loop(complete: Callable[[list[dict[str, Any]], list[dict[str, Any]]
     message (a dict with ``content`` and maybe ``tool_calls``); each tool-call message and its
     ``role: tool`` answers are appended to ``messages`` (in place). Returns the final assistant
     message and every tool result. After ``max_rounds`` rounds of tool calls the model is asked once
-    more without tools."""
+    more without tools.
+
+    Args:
+        complete: ``complete(messages, tools)`` sends one chat request and returns the assistant
+            message (``tools`` is empty for the last, tool-less request).
+        messages: the tool traffic so far; appended to in place.
+        executor: the executor of the calls.
+        task: the task whose tool is offered (:meth:`KBExecutor.tools`).
+        happy: the scenario's kind (default ``True``).
+        seed: the dialogue's seed (default 0).
+        max_rounds: requests answered with tool calls before the model is asked without tools
+            (default :data:`DEFAULT_MAX_TOOL_ROUNDS`).
+
+    Returns:
+        ``(message, results)``: the final assistant message (its tool calls, if any, were not
+            run) and every :class:`ToolResult`, in call order.
+
+    Raises:
+        AssertionError: never in practice (the loop always returns at its last round).
+    """
     tools = executor.tools(task)
     results: list[ToolResult] = []
     for rnd in range(max_rounds + 1):

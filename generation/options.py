@@ -64,6 +64,13 @@ def _compound_plan(text: str) -> tuple[tuple[str, int], ...]:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``python -m generation`` (also used by :mod:`generation.distributed`).
+
+    Returns:
+        An ``argparse.ArgumentParser`` with every option (backend, source, selection, prefix mode,
+            variant draws, filters, compound plan, KB tools, execution knobs, hidden split, verbosity)
+            and :data:`EPILOG` as its examples.
+    """
     p = argparse.ArgumentParser(
         prog=prog_name("generation"),
         description=f"Generate DialFork dialogues: conformant role-plays of STAR scenarios and their {FORKS_PER_SOURCE} "
@@ -130,7 +137,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def backend_options(args: argparse.Namespace) -> dict:
-    """``--backend-option`` pairs plus ``--model`` (which wins over ``model=`` when both are given)."""
+    """``--backend-option`` pairs plus ``--model`` (which wins over ``model=`` when both are given).
+
+    Args:
+        args: the parsed arguments.
+
+    Returns:
+        The backend's constructor keyword arguments (values parsed as JSON where possible).
+    """
     opts = dict(args.backend_option)
     if args.model is not None:
         opts["model"] = args.model
@@ -138,7 +152,17 @@ def backend_options(args: argparse.Namespace) -> dict:
 
 
 def star_folder(args: argparse.Namespace) -> str:
-    """``--star``, else ``$DIALFORK_STAR_DIR``; raises ``GenerationError`` when neither is set."""
+    """``--star``, else ``$DIALFORK_STAR_DIR``; raises ``GenerationError`` when neither is set.
+
+    Args:
+        args: the parsed arguments.
+
+    Returns:
+        The STAR folder path (not checked here).
+
+    Raises:
+        GenerationError: neither ``--star`` nor ``$DIALFORK_STAR_DIR`` is set.
+    """
     from dialfork_dataset.star import STAR_ENV
 
     star = args.star or os.environ.get(STAR_ENV)
@@ -149,26 +173,61 @@ def star_folder(args: argparse.Namespace) -> str:
 
 def source_spec(args: argparse.Namespace) -> str:
     """The workflow source of ``--source`` / ``--star`` (at most one is given), else STAR at
-    ``$DIALFORK_STAR_DIR``; raises ``GenerationError`` when none is set."""
+    ``$DIALFORK_STAR_DIR``; raises ``GenerationError`` when none is set.
+
+    Args:
+        args: the parsed arguments.
+
+    Returns:
+        ``--source`` as given, else ``"star:<folder>"`` (:func:`star_folder`).
+
+    Raises:
+        GenerationError: no source is given and ``$DIALFORK_STAR_DIR`` is not set.
+    """
     if args.source is not None:
         return args.source
     return f"star:{star_folder(args)}"
 
 
 def config_options(args: argparse.Namespace) -> dict:
-    """The :class:`GenerationConfig` fields set by the rewording, variant-draw and scenario-filter options."""
+    """The :class:`GenerationConfig` fields set by the rewording, variant-draw and scenario-filter options.
+
+    Args:
+        args: the parsed arguments.
+
+    Returns:
+        ``reword_rate``, ``variant_draw``, ``min_system_turns``, ``multitask``, ``compound`` and
+            ``kb_tools``, as field name -> value.
+    """
     return {"reword_rate": args.reword_rate, "variant_draw": args.variant_draw,
             "min_system_turns": args.min_system_turns, "multitask": args.multitask,
             "compound": args.compound, "kb_tools": args.kb_tools}
 
 
 def task_names(args: argparse.Namespace) -> tuple[str, ...] | None:
-    """``--tasks`` as a tuple of names (``None``: every task of the source)."""
+    """``--tasks`` as a tuple of names (``None``: every task of the source).
+
+    Args:
+        args: the parsed arguments.
+
+    Returns:
+        The comma-separated names, stripped, empty ones dropped; ``None`` without ``--tasks``.
+    """
     return tuple(t.strip() for t in args.tasks.split(",") if t.strip()) if args.tasks is not None else None
 
 
 def build_config(args: argparse.Namespace, tasks: tuple[str, ...] | None, seed: int, workers: int) -> GenerationConfig:
-    """The :class:`GenerationConfig` of parsed arguments (``args.star`` already resolved by :func:`source_spec`)."""
+    """The :class:`GenerationConfig` of parsed arguments (``args.star`` already resolved by :func:`source_spec`).
+
+    Args:
+        args: the parsed arguments.
+        tasks: the task selection (:func:`task_names`).
+        seed: the base seed (``--seed``, or the hidden key's seed).
+        workers: worker processes (``--workers``; 1 under ``accelerate launch``).
+
+    Returns:
+        The configuration (not checked: :func:`~generation.engine.run.generate_corpus` does it).
+    """
     config = GenerationConfig(
         star=args.star, out=args.out, backend=args.backend, backend_options=backend_options(args),
         tasks=tasks, per_task=args.per_task, happy_only=args.happy_only, seed=seed,
@@ -178,7 +237,24 @@ def build_config(args: argparse.Namespace, tasks: tuple[str, ...] | None, seed: 
 
 
 def hidden_split_selection(args: argparse.Namespace, tasks: tuple[str, ...] | None):
-    """``(seed, scenarios or None, corpus or None)`` for ``--hidden-key``/``--split`` (SPEC section 4)."""
+    """``(seed, scenarios or None, corpus or None)`` for ``--hidden-key``/``--split`` (SPEC section 4).
+
+    Args:
+        args: the parsed arguments (``hidden_key``, ``split``, ``seed``, ``star`` resolved).
+        tasks: the task selection, or ``None`` for every task.
+
+    Returns:
+        Without ``--hidden-key``: ``(args.seed, None, None)``. With it: the seed (the key's secret
+            seed for ``--split hidden``, else ``--seed``), the single-task scenarios of the chosen side
+            of the split, and the opened source.
+
+    Raises:
+        ValueError: only one of ``--hidden-key`` and ``--split`` is given, ``--seed`` is given with
+            ``--split hidden``, or a task is unknown.
+        FileNotFoundError: the key file does not exist.
+        HiddenKeyError: the key file is invalid (:func:`dialfork_dataset.hidden.read_key_file`).
+        GenerationError: the workflow source is unusable.
+    """
     if (args.hidden_key is None) != (args.split is None):
         raise ValueError("--hidden-key and --split go together (--split public or --split hidden)")
     if args.hidden_key is None:

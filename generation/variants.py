@@ -23,6 +23,20 @@ MIN_VARIANTS_PER_TYPE = 5
 
 @dataclass(frozen=True)
 class Variant:
+    """One hallucination variant of the pool: how a fork of its type deviates from the workflow.
+
+    Attributes:
+        id: the variant's id, unique over the whole pool (recorded in each fork's record).
+        type: its hallucination type, one of ``HALLUCINATION_TYPES`` (``"CSC"``, ``"GR"``,
+            ``"SSPC"``, ``"WIC"``).
+        description: a one-line human description of the deviation.
+        instruction: the instruction injected into an LLM backend at the fork turn; may hold the
+            placeholders ``{substitute_task}`` (WIC) and ``{service}``.
+        cue: the short cue of the deviation (stripped text from the variant file).
+        template: the template backend's parameters for this variant (e.g. SSPC's ``strategy``,
+            GR/CSC's ``lines``, WIC's ``bridge``); empty when the file gives none.
+    """
+
     id: str
     type: str
     description: str
@@ -31,13 +45,34 @@ class Variant:
     template: Mapping[str, Any] = field(default_factory=dict)
 
     def render_instruction(self, substitute_task: str | None = None, service: str = "") -> str:
-        """The instruction text injected into the LLM (placeholders filled)."""
+        """The instruction text injected into the LLM (placeholders filled).
+
+        Args:
+            substitute_task: the WIC substitute task that replaces ``{substitute_task}``; ``None``
+                (default) fills in the empty string.
+            service: the text that replaces ``{service}`` (default: empty).
+
+        Returns:
+            :attr:`instruction` with runs of whitespace collapsed to single spaces and both
+                placeholders replaced.
+        """
         text = " ".join(self.instruction.split())
         return text.replace("{substitute_task}", substitute_task or "").replace("{service}", service)
 
 
 @dataclass(frozen=True)
 class VariantPool:
+    """A validated variant file: the variants of every hallucination type.
+
+    ``pool[htype]`` is the tuple of that type's variants, in file order.
+
+    Attributes:
+        version: the file's ``version`` (a positive integer).
+        types: each hallucination type (all four of ``HALLUCINATION_TYPES``) to its variants, at
+            least :data:`MIN_VARIANTS_PER_TYPE` each.
+        path: where the pool was read from (the resolved file path), used in error messages.
+    """
+
     version: int
     types: Mapping[str, tuple[Variant, ...]]
     path: str
@@ -46,6 +81,17 @@ class VariantPool:
         return self.types[htype]
 
     def by_id(self, vid: str) -> Variant:
+        """The variant whose id is ``vid``.
+
+        Args:
+            vid: a variant id.
+
+        Returns:
+            The variant of that id, whatever its type.
+
+        Raises:
+            KeyError: no variant of the pool has that id.
+        """
         for vs in self.types.values():
             for v in vs:
                 if v.id == vid:
@@ -132,7 +178,28 @@ def _load_cached(path: str, mtime_ns: int) -> VariantPool:
 
 
 def load_variants(path: str | Path | None = None) -> VariantPool:
-    """Load and validate a variant pool (default: the packaged ``generation/variants.yaml``)."""
+    """Load and validate a variant pool (default: the packaged ``generation/variants.yaml``).
+
+    The parsed pool is cached per (resolved path, modification time), so an edited file is read
+    again.
+
+    Args:
+        path: a YAML variant file with ``version`` and ``types`` (each of the four hallucination
+            types mapped to a list of variants with ``id``, ``description``, ``instruction``,
+            ``cue`` and an optional ``template``); ``None`` (default) reads :data:`VARIANTS_PATH`.
+
+    Returns:
+        The validated :class:`VariantPool`.
+
+    Raises:
+        FileNotFoundError: ``path`` is not a file.
+        VariantError: the YAML is malformed, or the pool is invalid (not a mapping, a bad
+            ``version``, a type missing or unknown, a variant field missing or empty, a duplicate
+            id, fewer than :data:`MIN_VARIANTS_PER_TYPE` valid variants for a type, SSPC not
+            holding each of :data:`SSPC_STRATEGIES` exactly once, GR/CSC without
+            ``template.lines``, a WIC ``template.bridge`` that is not a non-empty list);
+            ``errors`` lists every problem.
+    """
     p = Path(path) if path is not None else VARIANTS_PATH
     if not p.is_file():
         raise FileNotFoundError(f"variant file {p} not found")
@@ -149,7 +216,18 @@ VARIANT_DRAWS: tuple[str, ...] = ("quartet", "fork")
 def draw_seed(base_seed: int, scenario_id: str, htype: str, k: int | None) -> int:
     """Seed of a variant / substitute-task draw: per fork (``k`` = 1..4, BLAKE2b("fork", base seed,
     scenario id, type, k)) or per quartet (``k=None``, BLAKE2b("quartet", base seed, scenario id,
-    type))."""
+    type)).
+
+    Args:
+        base_seed: the run's base seed.
+        scenario_id: the STAR scenario's id.
+        htype: the hallucination type (``"CSC"``, ``"GR"``, ``"SSPC"`` or ``"WIC"``).
+        k: the fork position 1..4 for a per-fork draw, or ``None`` for the quartet's shared draw.
+
+    Returns:
+        A 63-bit non-negative seed (:func:`generation.seeds.stable_seed` /
+            :func:`generation.seeds.fork_seed`).
+    """
     if k is None:
         return stable_seed("quartet", base_seed, scenario_id, htype)
     return fork_seed(base_seed, scenario_id, htype, k)
@@ -157,7 +235,19 @@ def draw_seed(base_seed: int, scenario_id: str, htype: str, k: int | None) -> in
 
 def draw_variant(pool: VariantPool, base_seed: int, scenario_id: str, htype: str, k: int | None = None) -> Variant:
     """The variant of a quartet (scenario, type) when ``k`` is None, else of the single fork
-    (scenario, type, k): uniform over the type's pool, seeded by :func:`draw_seed`."""
+    (scenario, type, k): uniform over the type's pool, seeded by :func:`draw_seed`.
+
+    Args:
+        pool: the variant pool (:func:`load_variants`).
+        base_seed: the run's base seed.
+        scenario_id: the STAR scenario's id.
+        htype: the hallucination type to draw for (a key of ``pool``).
+        k: the fork position 1..4 (``variant_draw="fork"``), or ``None`` (default) for one draw
+            shared by the type's quartet (``variant_draw="quartet"``).
+
+    Returns:
+        One variant of ``pool[htype]``; the same arguments always give the same variant.
+    """
     return Rng(draw_seed(base_seed, scenario_id, htype, k), 1).choice(pool[htype])
 
 
@@ -166,7 +256,23 @@ def draw_substitute_task(task: str, domain_of: Mapping[str, str], base_seed: int
     """WIC's substitute workflow (SPEC section 2): another task of the same domain, or, when the
     domain has a single task, another task of another domain; uniform, seeded by
     :func:`draw_seed` (base seed, scenario id, "WIC", k; k=None: one draw for the WIC quartet).
-    ``domain_of`` maps every available task to its domain."""
+    ``domain_of`` maps every available task to its domain.
+
+    Args:
+        task: the scenario's own task (workflow) name.
+        domain_of: every available task mapped to its domain; must contain ``task``.
+        base_seed: the run's base seed.
+        scenario_id: the STAR scenario's id.
+        k: the fork position 1..4 for a per-fork draw, or ``None`` (default) for the WIC quartet's
+            shared draw.
+
+    Returns:
+        The substitute task's name (never ``task``), drawn uniformly from the sorted candidates.
+
+    Raises:
+        KeyError: ``task`` is not a key of ``domain_of``.
+        ValueError: ``domain_of`` holds no task other than ``task``.
+    """
     if task not in domain_of:
         raise KeyError(f"draw_substitute_task: unknown task {task!r}")
     same = sorted(t for t, d in domain_of.items() if d == domain_of[task] and t != task)

@@ -28,6 +28,18 @@ BACKENDS: dict[str, str] = {
 
 
 def backend_class(name: str) -> type:
+    """The class registered as backend ``name``, imported on demand (nothing is instantiated).
+
+    Args:
+        name: a key of :data:`BACKENDS` (``"template"``, ``"transformers"`` or ``"openai"``).
+
+    Returns:
+        The backend class named by the registry entry (``"module:Class"``).
+
+    Raises:
+        UnknownBackendError: ``name`` is not registered, or importing its module failed (e.g. a
+            missing optional dependency such as torch or transformers).
+    """
     if name not in BACKENDS:
         raise UnknownBackendError(f"unknown backend {name!r}; choose one of: {', '.join(BACKENDS)}")
     mod, _, cls = BACKENDS[name].partition(":")
@@ -39,7 +51,19 @@ def backend_class(name: str) -> type:
 
 
 def get_backend(name: str, **options: Any) -> Backend:
-    """Instantiate backend ``name`` with ``options`` (passed to its constructor)."""
+    """Instantiate backend ``name`` with ``options`` (passed to its constructor).
+
+    Args:
+        name: a key of :data:`BACKENDS`.
+        **options: keyword arguments of the backend's constructor (e.g. ``model``,
+            ``temperature``, ``device`` for ``transformers``; none are needed for ``template``).
+
+    Returns:
+        The backend instance.
+
+    Raises:
+        UnknownBackendError: ``name`` is not registered or its module cannot be imported.
+    """
     return backend_class(name)(**options)
 
 

@@ -29,6 +29,19 @@ from typing import Any, Protocol, runtime_checkable
 
 @dataclass
 class TurnRequest:
+    """One utterance to generate: which dialogue, which agent, its context and seed.
+
+    Attributes:
+        dialogue_key: the dialogue's unique key (its ``dialogue_id``).
+        role: the agent that speaks, ``"system"`` or ``"user"``.
+        messages: that agent's chat context (empty when the backend sets ``uses_messages=False``).
+        seed: the dialogue's seed (a fork's is its parent's).
+        turn_index: the 0-based position of the utterance in the dialogue.
+        state: the engine's :class:`~generation.engine.dialogue.Dialogue` (read by non-LLM
+            backends; default ``None``).
+        extra: free-form per-request data (default: empty).
+    """
+
     dialogue_key: str
     """Unique key of the dialogue being generated (its ``dialogue_id``)."""
     role: str
@@ -48,20 +61,50 @@ class TurnRequest:
 
 @runtime_checkable
 class Backend(Protocol):
+    """What the engine needs of a backend (a structural protocol: no base class to inherit).
+
+    Attributes:
+        name: recorded as each record's ``generator`` (a model id, or ``"template"``).
+    """
+
     name: str
     """Recorded as the record's ``generator`` (a model id, or ``"template"``)."""
 
     def decoding(self) -> dict[str, Any]:
-        """Decoding parameters recorded in each record (temperature, top_p, top_k, max_new_tokens)."""
+        """Decoding parameters recorded in each record (temperature, top_p, top_k, max_new_tokens).
+
+        Returns:
+            A dict of decoding settings; keys outside the record's ``DECODING_FIELDS`` are ignored
+                and missing ones are recorded as ``None``.
+        """
         ...
 
     def generate(self, requests: Sequence[TurnRequest]) -> list[str]:
-        """One utterance per request, in order."""
+        """One utterance per request, in order.
+
+        Args:
+            requests: the batch, one request per active dialogue.
+
+        Returns:
+            One ``str`` per request, in the same order; the text of a request must depend only on
+                that request (the determinism contract above).
+        """
         ...
 
 
 def decoding_errors(temperature: Any, top_p: Any, top_k: Any, max_new_tokens: Any, stop: Any) -> list[str]:
-    """Every invalid decoding parameter shared by the LLM backends (SPEC 3 defaults: 1.3, 0.95, 64)."""
+    """Every invalid decoding parameter shared by the LLM backends (SPEC 3 defaults: 1.3, 0.95, 64).
+
+    Args:
+        temperature: sampling temperature, a number >= 0.
+        top_p: nucleus mass, a number in (0, 1].
+        top_k: top-k cut-off, an integer >= 0 (0: no top-k filtering).
+        max_new_tokens: tokens per utterance, an integer >= 1.
+        stop: stop strings, a list of non-empty strings (a single string is refused).
+
+    Returns:
+        One message per invalid parameter; empty when all are valid.
+    """
     errs: list[str] = []
     if not (isinstance(temperature, int | float) and temperature >= 0):
         errs.append(f"temperature must be >= 0, got {temperature!r}")

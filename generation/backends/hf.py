@@ -65,7 +65,12 @@ SYSTEM_ROLE_MODES = ("auto", "native", "merge")
 
 
 class ContextOverflowError(GenerationError):
-    """A prompt does not fit the model's context window (``context_overflow="error"``, or nothing left to drop)."""
+    """A prompt does not fit the model's context window (``context_overflow="error"``, or nothing left to drop).
+
+    Args:
+        message: the dialogue, turn, prompt size and context window, and how to fix it.
+        errors: every problem, one line each; defaults to ``[message]``.
+    """
 
 
 def _requests_errors(requests: Sequence[Any]) -> list[str]:
@@ -111,39 +116,49 @@ class TransformersBackend:
     request, ``extra["finish_reason"]`` (``eos``/``stop``/``length``), ``extra["truncated_messages"]``,
     ``extra["prompt_tokens"]`` and ``extra["new_tokens"]``; ``backend.stats`` sums the work done.
 
-    Parameters
-    ----------
-    model:
-        Hub id or local folder of a causal chat LM (its tokenizer must have a chat template, or
-        pass ``chat_template``).
-    temperature, top_p, top_k, max_new_tokens:
-        Decoding (SPEC section 3 defaults 1.3 / 0.95 / 64). ``top_k=0`` disables top-k,
-        ``top_p=1`` disables top-p, ``temperature=0`` is greedy.
-    stop:
-        Stop strings: generation of a turn ends at the first one, which is cut from the text
-        (e.g. ``"\nUser:"`` for a model that starts writing the other side's turn).
-    end_strings:
-        Strings that end generation but stay in the text (default: the engine's closing token
-        ``[END]``, which the engine needs to see to end the dialogue).
-    batch_size:
-        Rows per lockstep chunk (halved automatically on CUDA out-of-memory).
-    max_batch_tokens:
-        Also cap a chunk's rows so that rows x (longest prompt + ``max_new_tokens``) stays under
-        this many tokens (bounds the KV cache and prefill memory; ``None``: no cap).
-    device, dtype, device_map:
-        ``"auto"`` picks CUDA + bfloat16 when available, else CPU + float32; ``device_map`` is
-        passed to ``from_pretrained`` (``None``: automatic, see the module docstring).
-    chat_template:
-        A Jinja template string, or a path to a ``.jinja`` file, overriding the tokenizer's.
-    system_role:
-        ``"auto"`` (probe the template), ``"native"`` (pass system messages through) or
-        ``"merge"`` (always :func:`merge_system_messages`).
-    context_overflow:
-        ``"truncate"`` (drop the oldest non-system messages, recorded) or ``"error"``.
-    max_context:
-        Context window in tokens (default: the model config's ``max_position_embeddings``).
-    name:
-        Recorded as the records' ``generator`` (default: ``model`` as given).
+    Args:
+        model: Hub id or local folder of a causal chat LM (its tokenizer must have a chat template,
+            or pass ``chat_template``).
+        temperature: sampling temperature, >= 0 (SPEC section 3 default 1.3; 0 is greedy).
+        top_p: nucleus mass in (0, 1] (default 0.95; 1 disables top-p).
+        top_k: top-k cut-off, integer >= 0 (default 64; 0 disables top-k).
+        max_new_tokens: the most tokens per turn, integer >= 1 (default 256).
+        stop: stop strings: generation of a turn ends at the first one, which is cut from the text
+            (e.g. ``"\\nUser:"`` for a model that starts writing the other side's turn); default none.
+        end_strings: strings that end generation but stay in the text (``None``, the default: the
+            engine's closing token ``[END]``, which the engine needs to see to end the dialogue).
+        batch_size: rows per lockstep chunk, integer >= 1 (default 32; halved automatically on CUDA
+            out-of-memory).
+        max_batch_tokens: also cap a chunk's rows so that rows x (longest prompt +
+            ``max_new_tokens``) stays under this many tokens (bounds the KV cache and prefill
+            memory); ``None`` (default): no cap.
+        device: ``"auto"`` (default: CUDA when available, else the CPU) or a device string.
+        dtype: ``"auto"`` (default: bfloat16 on CUDA, float16 on GPUs without bf16, float32 on the
+            CPU) or ``bfloat16``/``float16``/``float32`` (:data:`~generation.llm.loader.DTYPE_NAMES`).
+        device_map: passed to ``from_pretrained``; ``None`` (default): automatic (see the module
+            docstring).
+        chat_template: a Jinja template string, or a path to a ``.jinja`` file, overriding the
+            tokenizer's; ``None`` (default) keeps the tokenizer's.
+        system_role: ``"auto"`` (default: probe the template), ``"native"`` (pass system messages
+            through) or ``"merge"`` (always :func:`merge_system_messages`).
+        context_overflow: ``"truncate"`` (default: drop the oldest non-system messages, recorded)
+            or ``"error"``.
+        max_context: context window in tokens, integer > 1 (``None``, the default: from the model
+            config, e.g. ``max_position_embeddings``).
+        revision: the Hub revision of the model; ``None`` (default) for the default one.
+        trust_remote_code: let ``transformers`` run the model repository's own code (default
+            ``False``).
+        attn_implementation: the attention implementation for ``from_pretrained`` (e.g.
+            ``"sdpa"``); ``None`` (default) lets ``transformers`` choose.
+        gpu_fraction: share of one GPU's memory above which the weights are spread with
+            ``device_map="auto"`` (default 0.85).
+        name: recorded as the records' ``generator`` (``None``, the default: ``model`` as given).
+
+    Raises:
+        ValueError: a parameter is invalid (every problem is listed).
+        ModelLoadError: the config or tokenizer cannot be loaded, the tokenizer defines no end
+            token, or the context window cannot be told (pass ``max_context``).
+        ChatTemplateError: the tokenizer has no chat template and none is given.
     """
 
     def __init__(
@@ -247,11 +262,23 @@ class TransformersBackend:
         return loader.eos_token_ids(self.tokenizer, self.config, self.model_id)
 
     def resolved_device_dtype(self):
-        """``(device, torch dtype)`` after resolving ``"auto"``."""
+        """``(device, torch dtype)`` after resolving ``"auto"``.
+
+        Returns:
+            :func:`~generation.llm.loader.resolve_device_dtype` of the requested device and dtype.
+        """
         return loader.resolve_device_dtype(self._device_req, self._dtype_req)
 
     def load(self):
-        """Load the weights (done lazily by the first :meth:`generate`); returns the model."""
+        """Load the weights (done lazily by the first :meth:`generate`); returns the model.
+
+        Returns:
+            The ``transformers`` model in eval mode (the same object on every later call).
+
+        Raises:
+            ModelLoadError: the weights cannot be loaded
+                (:func:`~generation.llm.loader.load_chat_model`).
+        """
         if self._model is not None:
             return self._model
         import inspect
@@ -270,12 +297,22 @@ class TransformersBackend:
 
     # -- Backend interface ---------------------------------------------------------------------
     def decoding(self) -> dict[str, Any]:
-        """The record's ``decoding`` fields (SPEC section 4)."""
+        """The record's ``decoding`` fields (SPEC section 4).
+
+        Returns:
+            ``{"temperature", "top_p", "top_k", "max_new_tokens"}`` with this backend's values.
+        """
         return {"temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k,
                 "max_new_tokens": self.max_new_tokens}
 
     def describe(self) -> dict[str, Any]:
-        """Everything that determines the text, for a run manifest."""
+        """Everything that determines the text, for a run manifest.
+
+        Returns:
+            :meth:`decoding` plus ``backend``, ``model``, ``revision``, ``stop``, ``end_strings``,
+                ``system_role`` (resolved), ``context_overflow``, ``max_context``, the resolved
+                ``device`` and ``dtype`` (as strings) and ``sampler`` (the sampler's version).
+        """
         device, dtype = self.resolved_device_dtype()
         return {**self.decoding(), "backend": "transformers", "model": self.model_id, "revision": self.revision,
                 "stop": list(self.stop), "end_strings": list(self.end_strings), "system_role": self.system_role, "context_overflow": self.context_overflow,
@@ -283,7 +320,18 @@ class TransformersBackend:
                 "sampler": SAMPLER_VERSION}
 
     def render_prompt(self, messages: Sequence[Mapping[str, str]]) -> str:
-        """The exact text the model reads for ``messages`` (chat template + generation prompt)."""
+        """The exact text the model reads for ``messages`` (chat template + generation prompt).
+
+        Args:
+            messages: the chat context (``role`` and ``content`` of each message are used); system
+                messages are merged into user ones when :attr:`system_role` is ``"merge"``.
+
+        Returns:
+            The rendered prompt text.
+
+        Raises:
+            ChatTemplateError: the chat template rejects the conversation.
+        """
         msgs = [{"role": m["role"], "content": m["content"]} for m in messages]
         if self.system_role == "merge":
             msgs = merge_system_messages(msgs)
@@ -296,7 +344,23 @@ class TransformersBackend:
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
     def prepare(self, request: TurnRequest) -> tuple[list[int], int]:
-        """Token ids of the request's prompt and how many oldest messages were dropped to fit."""
+        """Token ids of the request's prompt and how many oldest messages were dropped to fit.
+
+        The prompt must leave ``max_new_tokens`` of the context window free; with
+        ``context_overflow="truncate"`` the oldest non-system messages are dropped one at a time
+        until it does.
+
+        Args:
+            request: the turn request (its ``messages``).
+
+        Returns:
+            ``(ids, dropped)``: the prompt's token ids and the number of messages dropped.
+
+        Raises:
+            ChatTemplateError: the template rejects the conversation as given.
+            ContextOverflowError: the prompt does not fit and ``context_overflow="error"``, or
+                nothing is left to drop.
+        """
         msgs = [dict(m) for m in request.messages]
         budget = self.max_context - self.max_new_tokens
         dropped = 0
@@ -322,7 +386,28 @@ class TransformersBackend:
             msgs, dropped = shorter, dropped + 1
 
     def generate(self, requests: Sequence[TurnRequest]) -> list[str]:
-        """One utterance per request, in order (see the module docstring)."""
+        """One utterance per request, in order (see the module docstring).
+
+        Loads the weights on first use. Writes ``extra["truncated_messages"]``,
+        ``extra["finish_reason"]`` (``eos``/``stop``/``length``), ``extra["prompt_tokens"]`` and
+        ``extra["new_tokens"]`` into each request.
+
+        Args:
+            requests: the batch; each must be a :class:`TurnRequest` with a non-empty list of
+                ``system``/``user``/``assistant`` messages with string content and an ``int`` seed.
+
+        Returns:
+            The utterances in request order (cut at a stop string, kept through an end string,
+                stripped); empty for an empty batch.
+
+        Raises:
+            ValueError: a request is malformed (every problem is listed).
+            ChatTemplateError: the chat template rejects a conversation.
+            ContextOverflowError: a prompt cannot be fitted into the context window.
+            ModelLoadError: the weights cannot be loaded.
+            torch.OutOfMemoryError: a single row does not fit in memory (larger chunks are halved
+                and retried).
+        """
         requests = list(requests)
         errs = _requests_errors(requests)
         if errs:

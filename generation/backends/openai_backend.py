@@ -40,7 +40,11 @@ logger = logging.getLogger(__name__)
 
 class BackendEndpointError(GenerationError, EndpointError):
     """An :class:`EndpointError` of the server behind :class:`OpenAIBackend`, also a
-    :class:`~generation.engine.GenerationError` so that the generation CLI reports it in one line."""
+    :class:`~generation.engine.GenerationError` so that the generation CLI reports it in one line.
+
+    Args:
+        err: the client's error; its message, ``status`` and ``index`` are kept.
+    """
 
     def __init__(self, err: EndpointError):
         GenerationError.__init__(self, str(err))
@@ -49,38 +53,54 @@ class BackendEndpointError(GenerationError, EndpointError):
 
 def request_seed(seed: int, turn_index: int, role: str) -> int:
     """The ``seed`` sent to the server for one turn: :func:`turn_sampling_seed` reduced to 31 bits
-    (some servers store seeds as signed 32-bit integers)."""
+    (some servers store seeds as signed 32-bit integers).
+
+    Args:
+        seed: the dialogue's seed.
+        turn_index: the 0-based position of the turn in the dialogue.
+        role: the speaking agent, ``"system"`` or ``"user"``.
+
+    Returns:
+        An integer in ``[0, 2**31)``.
+    """
     return turn_sampling_seed(seed, turn_index, role) % (2**31)
 
 
 class OpenAIBackend:
     """Generate turns with a model served by an OpenAI-compatible server.
 
-    Parameters
-    ----------
-    model:
-        The served model name.
-    base_url:
-        API root (``http://HOST:PORT/v1``).
-    api_key:
-        Bearer token (default ``$OPENAI_API_KEY``; local servers need none).
-    temperature, top_p, top_k, max_new_tokens:
-        Decoding (SPEC section 3 defaults); ``max_new_tokens`` is sent as ``max_tokens``.
-    stop:
-        Stop strings sent to the server (the server cuts the text before them).
-    timeout, max_retries, concurrency:
-        Per-request socket timeout (s), retries on transient failures, requests in flight.
-    system_role:
-        ``"native"`` (send system messages as they are) or ``"merge"`` (fold them into user
-        messages with :func:`generation.backends.hf.merge_system_messages`, for served models
-        whose chat template has no system role).
-    check_model:
-        Ask ``GET /models`` at construction, so an unreachable server or an unknown model fails
-        before any output is written.
-    extra_body:
-        More fields sent with every request (e.g. ``{"repetition_penalty": 1.0}`` for vLLM).
-    name:
-        Recorded as the records' ``generator`` (default: ``model``).
+    Args:
+        model: the served model name.
+        base_url: API root, ``http://HOST:PORT/v1`` (default ``http://127.0.0.1:8000/v1``, a local
+            vLLM).
+        api_key: bearer token (``None``, the default: ``$OPENAI_API_KEY``; local servers need none).
+        temperature: sampling temperature, >= 0 (SPEC section 3 default 1.3).
+        top_p: nucleus mass in (0, 1] (default 0.95).
+        top_k: top-k cut-off, integer >= 0 (default 64); 0 leaves it out of the request (for servers
+            that reject it, such as the OpenAI API).
+        max_new_tokens: the most tokens per turn, integer >= 1 (default 256), sent as
+            ``max_tokens``.
+        stop: stop strings sent to the server (the server cuts the text before them); default none.
+        timeout: per-request timeout in seconds (default 120).
+        max_retries: retries per request on transient failures (default 4).
+        concurrency: requests in flight at once (default 16).
+        backoff: base wait in seconds before the first retry, doubled at each retry (default 1.0;
+            :class:`~generation.llm.client.OpenAICompatClient`).
+        system_role: ``"native"`` (default: send system messages as they are) or ``"merge"`` (fold
+            them into user messages with :func:`generation.llm.messages.merge_system_messages`, for
+            served models whose chat template has no system role).
+        check_model: ask ``GET /models`` at construction (default ``True``), so an unreachable
+            server or an unknown model fails before any output is written.
+        extra_body: more fields sent with every request (e.g. ``{"repetition_penalty": 1.0}`` for
+            vLLM); default none.
+        name: recorded as the records' ``generator`` (``None``, the default: ``model``).
+
+    Raises:
+        ValueError: a decoding parameter, ``system_role`` or a client setting (``base_url``,
+            ``timeout``, ``max_retries``, ``concurrency``, ``backoff``) is invalid.
+        BackendEndpointError: with ``check_model``, the server cannot be reached or does not serve
+            ``model``.
+        ImportError: the ``openai`` package is not installed.
     """
 
     uses_messages = True
@@ -134,11 +154,22 @@ class OpenAIBackend:
                 raise BackendEndpointError(e) from None
 
     def decoding(self) -> dict[str, Any]:
+        """The record's ``decoding`` fields (SPEC section 4).
+
+        Returns:
+            ``{"temperature", "top_p", "top_k", "max_new_tokens"}`` with this backend's values.
+        """
         return {"temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k,
                 "max_new_tokens": self.max_new_tokens}
 
     def describe(self) -> dict[str, Any]:
-        """Everything that determines the text, for a run manifest."""
+        """Everything that determines the text, for a run manifest.
+
+        Returns:
+            :meth:`decoding` plus ``backend``, ``model``, ``base_url``, ``stop``, ``system_role``,
+                ``extra_body``, how the request ``seed`` is made, and ``kb_tools: True`` when tools are
+                bound.
+        """
         return {**self.decoding(), "backend": "openai", "model": self.model, "base_url": self.client.base_url,
                 "stop": list(self.stop), "system_role": self.system_role, "extra_body": self.extra_body,
                 "seed": "request_seed(seed, turn_index, role)",
@@ -146,13 +177,22 @@ class OpenAIBackend:
 
     def bind_tools(self, executor: Any) -> None:
         """Offer the system agent its task's KB tools, run by ``executor`` (a
-        :class:`generation.kb_tools.KBExecutor`; ``None`` turns them off again)."""
+        :class:`generation.kb_tools.KBExecutor`; ``None`` turns them off again).
+
+        Args:
+            executor: the executor of the run's KB tools, or ``None``.
+        """
         self.kb_executor = executor
         self.stats.setdefault("tool_calls", 0)
         self.stats.setdefault("tool_errors", 0)
 
     def sampling(self) -> dict[str, Any]:
-        """The sampling fields sent with every request."""
+        """The sampling fields sent with every request.
+
+        Returns:
+            ``temperature``, ``top_p``, ``max_tokens``, ``top_k`` when > 0, ``stop`` when given, then
+                :attr:`extra_body` (which overrides any of them).
+        """
         s: dict[str, Any] = {"temperature": self.temperature, "top_p": self.top_p, "max_tokens": self.max_new_tokens}
         if self.top_k > 0:
             s["top_k"] = self.top_k
@@ -162,10 +202,37 @@ class OpenAIBackend:
         return s
 
     def messages_for(self, request: TurnRequest) -> list[dict[str, str]]:
+        """The chat messages sent for ``request``.
+
+        Args:
+            request: the turn request.
+
+        Returns:
+            Its messages reduced to ``role`` and ``content``, system messages merged into user ones
+                when :attr:`system_role` is ``"merge"``.
+        """
         msgs = [{"role": m["role"], "content": m["content"]} for m in request.messages]
         return merge_system_messages(msgs) if self.system_role == "merge" else msgs
 
     def generate(self, requests: Sequence[TurnRequest]) -> list[str]:
+        """One utterance per request, in order, all requests in flight concurrently.
+
+        Each request carries :func:`request_seed`; with bound KB tools, a system turn of a task
+        with a tool runs the tool loop. Writes ``extra["finish_reason"]``, ``extra["attempts"]``
+        and ``extra["usage"]`` (and ``extra["tool_calls"]``) into each request.
+
+        Args:
+            requests: the batch of :class:`TurnRequest`.
+
+        Returns:
+            The reply texts, stripped, in request order; empty for an empty batch.
+
+        Raises:
+            ValueError: an item is not a :class:`TurnRequest`, or a conversation is malformed
+                (the dialogue keys of the batch are named).
+            BackendEndpointError: a request cannot be completed (the dialogue and turn are
+                named).
+        """
         requests = list(requests)
         bad = [f"request {i}: expected a TurnRequest, got {type(r).__name__}"
                for i, r in enumerate(requests) if not isinstance(r, TurnRequest)]

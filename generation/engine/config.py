@@ -26,7 +26,49 @@ DEFAULT_REWORD_RATE = 0.05
 
 @dataclass
 class GenerationConfig:
-    """Everything that determines a corpus (plus execution knobs that do not change it)."""
+    """Everything that determines a corpus (plus execution knobs that do not change it).
+
+    Nothing is checked at construction: :meth:`check` lists the problems, and
+    :func:`~generation.engine.run.generate_corpus` refuses a configuration that has any.
+
+    Attributes:
+        star: the workflow source: a STAR folder, ``star:PATH`` or ``workflow:PATH``.
+        out: the output folder (record files + ``manifest.json``).
+        backend: the backend's registry name (:data:`generation.backends.BACKENDS`; default
+            ``"template"``, the CPU simulator).
+        backend_options: keyword arguments for the backend's constructor
+            (:func:`generation.backends.get_backend`); all but :data:`NON_IDENTITY_OPTIONS` belong
+            to the run's identity.
+        tasks: the tasks to generate; ``None`` (default) generates every task of the source.
+        per_task: keep at most this many scenarios per task (the first by STAR dialogue id); ``None``
+            keeps all.
+        happy_only: keep only STAR's "happy" scenarios (default ``False``: all).
+        seed: the base seed every dialogue and variant draw derives from (:mod:`generation.seeds`).
+        prefix_mode: how forks get their prefix: ``"replay"`` (default), ``"reuse"`` or ``"reword"``
+            (one of ``PREFIX_MODES``; SPEC section 3).
+        reword_rate: ``reword`` mode only: probability in [0, 1] that a prefix turn is reworded;
+            ``None`` uses :data:`DEFAULT_REWORD_RATE`.
+        budget: the length budget in turns (both speakers) for every task; ``None`` uses each task's
+            STAR maximum.
+        cut_after: turns after the budget at which a dialogue is cut (default 5, SPEC section 3).
+        variants_path: a variant file to use instead of the packaged ``generation/variants.yaml``
+            (``None``, the default).
+        variant_draw: ``"quartet"`` (default: one draw per source and type) or ``"fork"`` (one
+            draw per fork).
+        min_system_turns: drop a D+ with fewer system turns (``too_short``); at least, and by
+            default, ``MIN_SYSTEM_TURNS`` (4).
+        multitask: also role-play STAR's multi-task scenarios, once per task (default ``False``).
+        compound: a compound-fork plan of ``(type, k)`` pairs, e.g. ``(("SSPC", 1), ("GR", 3))``;
+            ``None`` (default) makes the 16 single forks per source.
+        kb_tools: offer the LLM system agent its task's knowledge-base tool (tool-calling backends
+            only; default ``False``).
+        workers: worker processes for the template backend (default 1: in process; > 1 needs the
+            ``fork`` start method and is refused for LLM backends). Does not change the corpus.
+        batch_size: scenarios advanced in lockstep per backend batch (default 64). Does not change
+            the corpus.
+        keep_shards: keep ``shards/`` after the merge (default ``False``). Does not change the
+            corpus.
+    """
 
     star: str
     """The workflow source: a STAR folder (``tasks/``, ``apis/``, ``scenarios.jsonl``), ``star:PATH`` or
@@ -76,6 +118,15 @@ class GenerationConfig:
     """Keep ``shards/`` after the merge (default: removed once ``manifest.json`` is written)."""
 
     def check(self) -> list[str]:
+        """Every problem of the settings (nothing is raised, nothing touches the disk).
+
+        Returns:
+            One message per problem (an unknown prefix mode or variant draw, an out-of-range
+                ``budget``/``cut_after``/``per_task``/``min_system_turns``/``workers``/``batch_size``,
+                a non-integer seed, a ``reword_rate`` outside [0, 1] or without ``reword`` mode, an
+                invalid compound plan, non-boolean ``multitask``/``kb_tools``, a string or empty
+                ``tasks``); empty when the configuration is valid.
+        """
         errs: list[str] = []
         if self.prefix_mode not in PREFIX_MODES:
             errs.append(f"prefix mode {self.prefix_mode!r} is unknown: use one of {', '.join(PREFIX_MODES)}")
@@ -123,7 +174,17 @@ class GenerationConfig:
         return errs
 
     def identity(self) -> dict[str, Any]:
-        """The settings that determine the records (compared on resume / when refusing to mix)."""
+        """The settings that determine the records (compared on resume / when refusing to mix).
+
+        Returns:
+            A JSON-serialisable dict (recorded as the manifest's ``config``): the source's identity,
+                the backend, its options without :data:`NON_IDENTITY_OPTIONS` (sorted), the sorted tasks,
+                the selection, seed, prefix, budget, variant-draw and filter settings (``reword_rate`` as
+                :attr:`effective_reword_rate`, ``compound`` as plan text) and ``kb_tools`` only when
+                it is on. Execution knobs (``workers``, ``batch_size``, ``keep_shards``) and ``out``
+                are left out, and so is ``variants_path`` (the run file and the manifest record the
+                pool's ``variants_version``).
+        """
         return {
             "star": source_identity(self.star),
             "backend": self.backend,
@@ -153,13 +214,28 @@ class GenerationConfig:
 
 
 def is_int(v: Any) -> bool:
-    """An ``int`` that is not a ``bool``."""
+    """An ``int`` that is not a ``bool``.
+
+    Args:
+        v: any value.
+
+    Returns:
+        ``True`` when ``v`` is an ``int`` (or subclass) other than ``True``/``False``.
+    """
     return isinstance(v, int) and not isinstance(v, bool)
 
 
 
 def replace_config(config: GenerationConfig, **changes: Any) -> GenerationConfig:
-    """A copy of ``config`` with ``changes`` applied (``dataclasses.replace``)."""
+    """A copy of ``config`` with ``changes`` applied (``dataclasses.replace``).
+
+    Args:
+        config: the configuration to copy (left unchanged).
+        **changes: field names of :class:`GenerationConfig` and their new values.
+
+    Returns:
+        A new :class:`GenerationConfig` (not checked: call :meth:`GenerationConfig.check`).
+    """
     return dataclasses.replace(config, **changes)
 
 

@@ -24,6 +24,17 @@ logger = logging.getLogger("generation")
 
 @dataclass
 class ForkSpec:
+    """One injection of a fork: which hallucination, at which system turn, with which instruction.
+
+    Attributes:
+        htype: the hallucination type (``"CSC"``, ``"GR"``, ``"SSPC"`` or ``"WIC"``).
+        k: the fork position, 1..4.
+        turn: t_k, the 1-based system turn before which the instruction is injected.
+        variant: the drawn :class:`~generation.variants.Variant`.
+        instruction: the rendered instruction text (:meth:`Variant.render_instruction`).
+        substitute_task: WIC's substitute task name; ``None`` for the other types.
+    """
+
     htype: str
     k: int
     turn: int
@@ -39,6 +50,34 @@ class Dialogue:
 
     Backends read ``task``/``scenario``/``turns``/``fork``/``injected``/``wrapped`` and may keep
     private per-dialogue data in ``scratch`` (the template backend keeps its simulator there).
+
+    Attributes:
+        key: the dialogue id (``<task>-<scenario id>`` for D+, ``<D+ key>-<type>-k<k>`` for a
+            single fork).
+        task: the workflow (a task object of the source, e.g. ``StarTask``).
+        scenario: the source scenario being role-played.
+        seed: the dialogue's seed (:func:`generation.seeds.dialogue_seed`; forks reuse D+'s).
+        budget: the length budget in turns; at it the wrap-up instruction is given.
+        cut: the turn count at which the dialogue is cut (``budget + cut_after``).
+        fork: the injection in force (``None`` for a conformant dialogue).
+        substitute: WIC's substitute task object (``None`` otherwise).
+        reference: for a fork, its conformant parent D+.
+        turns: the turns so far, each ``{"speaker": "user"|"system", "text": ...}``.
+        n_system: the number of system turns so far.
+        injected: whether the fork's instruction has been injected.
+        wrapped: whether the wrap-up instruction has been given.
+        done: whether the dialogue has ended.
+        end_reason: why it ended (``"user closed"``, ``"system closed"``, ``"cut"``), empty while
+            running.
+        prefix_len: the number of turns copied from D+ (``reuse`` mode or a replay fallback).
+        replay_fallback: whether a replayed prefix ended early and D+'s prefix was copied instead.
+        reword_rate: ``reword`` mode: the share of prefix turns realised with another surface form.
+        pending: compound forks: the injections still to come.
+        applied: compound forks: the injections already superseded.
+        substitutes: compound forks: WIC substitute task name to task object.
+        system_messages: the system agent's chat context (message-based backends), else ``None``.
+        user_messages: the user agent's chat context (message-based backends), else ``None``.
+        scratch: the backend's private per-dialogue data.
     """
 
     key: str
@@ -79,16 +118,35 @@ class Dialogue:
 
     @property
     def next_role(self) -> str:
+        """``"user"`` when the number of turns so far is even (the user speaks first), else ``"system"``."""
         return "user" if len(self.turns) % 2 == 0 else "system"
 
 
 def service_name(task: Any) -> str:
-    """The task's name as a reader says it (``bank_balance`` -> ``bank balance``)."""
+    """The task's name as a reader says it (``bank_balance`` -> ``bank balance``).
+
+    Args:
+        task: any object with a ``name`` string (a workflow task).
+
+    Returns:
+        ``task.name`` with underscores replaced by spaces.
+    """
     return task.name.replace("_", " ")
 
 
 def init_messages(d: Dialogue) -> None:
-    """Start both agents' chat contexts: the role prompts and the user's opening cue."""
+    """Start both agents' chat contexts: the role prompts and the user's opening cue.
+
+    Sets ``d.system_messages`` to the rendered ``system_agent`` prompt and ``d.user_messages`` to the
+    ``user_agent`` prompt followed by the ``user_opening`` cue (replacing any earlier context).
+
+    Args:
+        d: the dialogue; its ``task`` and ``scenario`` fill in the prompts.
+
+    Raises:
+        PromptError: a prompt template or one of its placeholder values is missing
+            (:func:`generation.prompts.render`).
+    """
     sc = d.scenario
     sys_prompt = prompts.render(
         "system_agent",
@@ -105,7 +163,17 @@ def init_messages(d: Dialogue) -> None:
 
 
 def injection_message(fork: ForkSpec) -> dict[str, str]:
-    """The system message that injects ``fork``'s hallucination instruction."""
+    """The system message that injects ``fork``'s hallucination instruction.
+
+    Args:
+        fork: the injection (its type and rendered instruction fill the ``injection`` prompt).
+
+    Returns:
+        A chat message ``{"role": "system", "content": ...}``.
+
+    Raises:
+        PromptError: the ``injection`` prompt template is missing or has an unknown placeholder.
+    """
     return {"role": "system", "content": prompts.render(
         "injection", type_name=display_name(fork.htype), type_code=fork.htype, instruction=fork.instruction)}
 
@@ -118,7 +186,15 @@ def _add_to_contexts(d: Dialogue, speaker: str, text: str) -> None:
 
 
 def start_messages(d: Dialogue) -> None:
-    """:func:`init_messages`, then the turns ``d`` already holds (a prefix copied from D+)."""
+    """:func:`init_messages`, then the turns ``d`` already holds (a prefix copied from D+).
+
+    Args:
+        d: the dialogue; each of its turns is added to both agents' contexts (the speaker's own as
+            ``assistant``, the other's as ``user``).
+
+    Raises:
+        PromptError: a prompt template or one of its placeholder values is missing.
+    """
     init_messages(d)
     for tu in d.turns:
         _add_to_contexts(d, tu["speaker"], tu["text"])
@@ -133,7 +209,23 @@ def _append_turn(d: Dialogue, speaker: str, text: str, uses_messages: bool) -> N
 
 
 def run_dialogues(dialogues: list[Dialogue], backend: Backend, uses_messages: bool | None = None) -> None:
-    """Advance ``dialogues`` in lockstep until each ends (closing token or hard cut)."""
+    """Advance ``dialogues`` in lockstep until each ends (closing token or hard cut).
+
+    Each step sends one :class:`~generation.backends.base.TurnRequest` per active dialogue in one
+    ``backend.generate`` call. The dialogues are changed in place (``turns``, ``n_system``,
+    ``done``, ``end_reason``, ...); a replayed fork that ends before its fork turn falls back to
+    D+'s prefix and goes on.
+
+    Args:
+        dialogues: the dialogues to advance; those already ``done`` are left alone.
+        backend: the backend that writes every turn.
+        uses_messages: whether to keep chat contexts (role prompts, injections, wrap-up) for the
+            backend; ``None`` (default) reads ``backend.uses_messages`` (``True`` when absent).
+
+    Raises:
+        RuntimeError: the backend returned a different number of utterances than requests, or an
+            utterance that is not a ``str``.
+    """
     if uses_messages is None:
         uses_messages = getattr(backend, "uses_messages", True)
     end = prompts.END_TOKEN

@@ -35,17 +35,29 @@ MAX_CORRUPT_SHOWN = 50
 
 @dataclass
 class Manifest:
-    """A finished corpus's ``manifest.json``: configuration, code version, files, counts, timings."""
+    """A finished corpus's ``manifest.json``: configuration, code version, files, counts, timings.
+
+    ``manifest[key]`` reads a top-level key of :attr:`data` (``format``, ``config``, ``generator``,
+    ``decoding``, ``code_version``, ``variants_version``, ``num_shards``, ``files``, ``counts``,
+    ``timings``).
+
+    Attributes:
+        data: the manifest's parsed JSON.
+        path: the ``manifest.json`` file.
+    """
 
     data: dict[str, Any]
     path: Path
 
     @property
     def counts(self) -> dict[str, Any]:
+        """The manifest's ``counts``: ``total``, ``per_task``, ``prefix_divergence``,
+        ``forks_same_at_fork_turn`` and ``replay_fallbacks``."""
         return self.data["counts"]
 
     @property
     def files(self) -> list[Path]:
+        """The corpus's record files (``<task>.jsonl`` beside the manifest), in manifest order."""
         return [self.path.parent / f for f in self.data["files"]]
 
     def __getitem__(self, key: str) -> Any:
@@ -53,6 +65,18 @@ class Manifest:
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> Manifest:
+        """Read a manifest.
+
+        Args:
+            path: a ``manifest.json`` file, or the corpus folder that holds one.
+
+        Returns:
+            The manifest.
+
+        Raises:
+            FileNotFoundError: the file does not exist.
+            json.JSONDecodeError: the file is not JSON.
+        """
         p = Path(path)
         if p.is_dir():
             p = p / "manifest.json"
@@ -89,7 +113,27 @@ def _corrupt_error(out: Path, corrupt: list[str]) -> GenerationError:
 def merge_shards(out_dir: str | os.PathLike, keep_shards: bool = False, wall_seconds: float | None = None) -> Manifest:
     """Merge finished shards into ``<task>.jsonl`` files (canonical order) and write ``manifest.json``.
 
-    Raises :class:`GenerationError` naming the shards that still miss units."""
+    Raises :class:`GenerationError` naming the shards that still miss units.
+
+    Every task file is staged in a temporary file and renamed into place only when all shards
+    verify; ``manifest.json`` is written last (atomically).
+
+    Args:
+        out_dir: the run's output folder (with ``shards/run.json`` and the shard files).
+        keep_shards: keep ``shards/`` after the merge (default ``False``: removed).
+        wall_seconds: the run's wall time to record in the manifest's ``timings``; ``None``
+            (default) records ``null``.
+
+    Returns:
+        The written :class:`Manifest`; when there is no run file but ``manifest.json`` exists (an
+            already merged corpus), that manifest.
+
+    Raises:
+        GenerationError: there is no run to merge (no run file and no manifest), a unit of the
+            plan is missing from every shard (naming the shards to rerun), a shard marker is
+            corrupt, or record lines are corrupt (hash mismatch, not JSON, invalid record;
+            ``errors`` lists each line, and nothing is merged).
+    """
     t0 = time.perf_counter()
     out = Path(out_dir)
     rpath = out / SHARDS_DIR / RUN_FILE

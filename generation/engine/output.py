@@ -41,7 +41,26 @@ def _writable(folder: Path) -> bool:
 
 def check_output_dir(out: Path, identity: Mapping[str, Any]) -> str:
     """Return ``"new"``, ``"resume"`` or ``"complete"``; raise if ``out`` is unusable or holds
-    another configuration's records."""
+    another configuration's records.
+
+    Nothing is written (a temporary file is created and removed to test writability).
+
+    Args:
+        out: the output folder (may not exist yet).
+        identity: the run's :meth:`GenerationConfig.identity`, compared with the ``config`` of an
+            existing ``manifest.json`` or ``shards/run.json``.
+
+    Returns:
+        ``"new"`` (no folder, or one without a run's files), ``"resume"`` (an unfinished run of the
+            same configuration) or ``"complete"`` (``manifest.json`` of the same configuration, no
+            run file).
+
+    Raises:
+        GenerationError: ``out`` is not a folder, cannot be created or is not writable; its
+            manifest or run file is unreadable; it holds records of a different configuration
+            (``errors`` lists each differing setting); or it holds ``*.jsonl`` files without a
+            manifest.
+    """
     if out.exists() and not out.is_dir():
         raise GenerationError(f"output folder {out} exists and is not a folder")
     probe = out if out.exists() else next((p for p in out.parents if p.exists()), None)
@@ -78,7 +97,19 @@ def check_output_dir(out: Path, identity: Mapping[str, Any]) -> str:
 
 def write_run_file(out: Path, config: GenerationConfig, units: Sequence[Unit], num_shards: int,
                    ctx: RunContext) -> None:
-    """Write the run file of a new run; check an unfinished run's against this one (same plan, code, generator)."""
+    """Write the run file of a new run; check an unfinished run's against this one (same plan, code, generator).
+
+    Args:
+        out: the output folder; the file is ``out/shards/run.json`` (written atomically).
+        config: the run's configuration (its identity is recorded).
+        units: the run's unit plan.
+        num_shards: the number of shards of the run.
+        ctx: the run's context (generator, decoding, code version, variant pool).
+
+    Raises:
+        GenerationError: an existing run file differs in the number of shards, the unit plan, the
+            code version, the generator, the decoding or the variants version.
+    """
     rpath = out / SHARDS_DIR / RUN_FILE
     data = {"config": config.identity(), "num_shards": num_shards, "generator": ctx.generator,
             "decoding": ctx.decoding, "code_version": ctx.code_version, "variants_version": ctx.pool.version,

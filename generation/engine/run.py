@@ -40,7 +40,18 @@ def _worker_run(batch: list[Unit]) -> list[UnitResult]:
 
 def load_corpus(star: str):
     """Open the workflow source ``star`` (``star:PATH``, ``workflow:PATH`` or a STAR folder); raises
-    :class:`GenerationError` saying why it is unusable."""
+    :class:`GenerationError` saying why it is unusable.
+
+    Args:
+        star: the source spec (:func:`dialfork_dataset.sources.open_source`).
+
+    Returns:
+        The opened workflow source (e.g. a ``StarCorpus``).
+
+    Raises:
+        GenerationError: the source is missing or invalid (``errors`` carries the source's own
+            problem list when it has one).
+    """
     from dialfork_dataset.star import StarError
 
     try:
@@ -53,7 +64,32 @@ def load_corpus(star: str):
 
 def prepare(config: GenerationConfig, backend: Backend | None = None, scenarios: Iterable[Any] | None = None,
             corpus: Any = None) -> tuple[Any, list[Unit], Backend, RunContext, str]:
-    """Validate everything (nothing is written): returns (corpus, units, backend, context, state)."""
+    """Validate everything (nothing is written): returns (corpus, units, backend, context, state).
+
+    Args:
+        config: the run's configuration.
+        backend: a backend object to use; ``None`` (default) builds ``config.backend`` with
+            ``config.backend_options``.
+        scenarios: an explicit list of scenarios to plan (:func:`~generation.engine.units.plan_units`);
+            ``None`` (default) takes the source's.
+        corpus: an already opened workflow source; ``None`` (default) opens ``config.star``.
+
+    Returns:
+        A tuple ``(corpus, units, backend, ctx, state)``: the source, the unit plan, the backend
+            (bound to the KB tools when ``config.kb_tools``), the :class:`RunContext` and the output
+            folder's state (``"new"``, ``"resume"`` or ``"complete"``).
+
+    Raises:
+        GenerationError: the settings are invalid (:meth:`GenerationConfig.check`), the output folder
+            is unusable or holds another configuration, the source is unusable, a task of
+            ``config.tasks`` is unknown, ``kb_tools`` is asked of a backend that cannot call tools
+            or its tool spec is invalid, ``workers > 1`` with a message-based (LLM) backend,
+            ``reword`` mode with a backend that cannot reword, the source lacks a feature the
+            backend requires, or the selection holds no scenario.
+        UnknownBackendError: ``config.backend`` is not registered or cannot be imported.
+        VariantError: the variant file is invalid.
+        FileNotFoundError: ``config.variants_path`` is not a file.
+    """
     errs = config.check()
     if errs:
         raise GenerationError("invalid generation settings:\n" + "\n".join(f"- {e}" for e in errs), errs)
@@ -111,7 +147,34 @@ def generate_corpus(config: GenerationConfig, backend: Backend | None = None, sc
                     on_unit: Callable[[UnitResult], None] | None = None) -> Manifest | None:
     """Generate (or resume) shard ``shard_index`` of ``num_shards``; with one shard, also merge and
     return the :class:`Manifest`. With several shards it returns ``None``: call :func:`merge_shards`
-    once every shard is done (e.g. on the main process after a barrier)."""
+    once every shard is done (e.g. on the main process after a barrier).
+
+    Resumes an unfinished run of the same configuration in ``config.out``; a complete one is
+    returned as is. A backend passed in is left open; one built here is closed at the end.
+
+    Args:
+        config: the run's configuration.
+        backend: a backend object to use; ``None`` (default) builds ``config.backend``.
+        scenarios: an explicit list of scenarios to generate; ``None`` (default) takes the source's.
+        shard_index: this process's 0-based shard; it generates units ``shard_index``,
+            ``shard_index + num_shards``, ... of the plan.
+        num_shards: the number of shards (processes) of the run (default 1).
+        progress: show a tqdm progress bar (default ``True``).
+        corpus: an already opened workflow source; ``None`` (default) opens ``config.star``.
+        on_unit: called with each :class:`UnitResult` once it is on disk.
+
+    Returns:
+        The corpus's :class:`Manifest` with one shard (or when the corpus was already complete);
+            ``None`` with several shards.
+
+    Raises:
+        GenerationError: ``shard_index``/``num_shards`` out of range, any problem :func:`prepare`
+            finds, an unfinished run of a different plan or code in the folder (:func:`write_run_file`), a corrupt
+            shard, ``workers > 1`` without the ``fork`` start method, or a merge refused
+            (:func:`merge_shards`).
+        RuntimeError: the backend misbehaved (:func:`generate_units`).
+        FileNotFoundError: ``config.variants_path`` is not a file.
+    """
     wall0 = time.perf_counter()
     owns_backend = backend is None
     if not (is_int(num_shards) and num_shards >= 1 and is_int(shard_index) and 0 <= shard_index < num_shards):

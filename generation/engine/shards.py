@@ -28,13 +28,29 @@ UNIT_MARKER = '{"_unit":'
 
 
 def shard_path(out: Path, shard_index: int, num_shards: int) -> Path:
-    """The file of shard ``shard_index`` of ``num_shards`` in the output folder ``out``."""
+    """The file of shard ``shard_index`` of ``num_shards`` in the output folder ``out``.
+
+    Args:
+        out: the run's output folder.
+        shard_index: the 0-based shard index.
+        num_shards: the number of shards.
+
+    Returns:
+        ``out/shards/shard-IIIII-of-NNNNN.jsonl.part`` (both numbers zero-padded to 5 digits).
+    """
     return out / SHARDS_DIR / f"shard-{shard_index:05d}-of-{num_shards:05d}.jsonl.part"
 
 
 def line_hash(line: bytes) -> str:
     """The hash of one record line (without its newline) kept in its unit's marker: the first 16
-    hex digits of its SHA-256."""
+    hex digits of its SHA-256.
+
+    Args:
+        line: the record line's UTF-8 bytes, without its newline.
+
+    Returns:
+        16 lowercase hex digits.
+    """
     return hashlib.sha256(line).hexdigest()[:16]
 
 
@@ -43,7 +59,19 @@ def verify_shard_block(path: Path, marker: Mapping[str, Any], block: bytes) -> l
     a line whose hash differs from the one its marker recorded at generation time (any change,
     even one that keeps the length), a line that is not JSON, a record that fails validation.
     A line whose hash matches is the record the generator validated before writing it; shards
-    written before markers carried hashes are validated record by record."""
+    written before markers carried hashes are validated record by record.
+
+    Args:
+        path: the shard file (used in the messages only).
+        marker: the unit's marker as :func:`read_shard` returns it (``_unit``, ``records``,
+            ``line``, and ``line_sha256`` when written by this version).
+        block: the unit's record bytes as read from the shard (``marker["bytes"]`` from
+            ``marker["offset"]``).
+
+    Returns:
+        Every problem found, one message each; empty when the block is intact. A block whose
+            line count differs from ``marker["records"]`` gives that one problem only.
+    """
     from dialfork_dataset.records import dialogue_id_of, record_errors
 
     first = int(marker.get("line", 0))
@@ -76,7 +104,21 @@ def read_shard(path: Path, truncate: bool = False) -> dict[str, dict[str, Any]]:
     and ``line``, the 1-based line number of its first record).
 
     With ``truncate=True`` everything after the last marker (an unfinished unit, a torn line) is
-    cut off the file."""
+    cut off the file.
+
+    Args:
+        path: the shard file; a missing file has no finished unit.
+        truncate: cut the file after its last complete unit (default ``False``: only read).
+
+    Returns:
+        The finished units' markers keyed by unit id, in file order; each marker dict gets
+            ``offset`` (byte offset of its first record) and ``line`` (1-based line of its first
+            record). Reading stops at the first marker line that is not valid JSON.
+
+    Raises:
+        GenerationError: a marker's ``bytes`` differs from the number of record bytes before it
+            (the shard is corrupt; remove it to regenerate).
+    """
     done: dict[str, dict[str, Any]] = {}
     if not path.exists():
         return done
@@ -113,7 +155,16 @@ def read_shard(path: Path, truncate: bool = False) -> dict[str, dict[str, Any]]:
 
 
 class ShardWriter:
-    """Appends finished units to a shard file (flushed at once, fsynced every ``fsync_interval`` seconds)."""
+    """Appends finished units to a shard file (flushed at once, fsynced every ``fsync_interval`` seconds).
+
+    The file (and its folder) is created or opened for appending at construction; call
+    :meth:`close` at the end.
+
+    Args:
+        path: the shard file (:func:`shard_path`).
+        fsync_interval: the least time in seconds between two ``fsync`` calls (default 2.0): the
+            most generation time a power failure can lose; a killed process loses nothing written.
+    """
 
     def __init__(self, path: Path, fsync_interval: float = 2.0):
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -122,7 +173,14 @@ class ShardWriter:
         self._last = time.monotonic()
 
     def write_unit(self, res: Any) -> None:
-        """Append ``res`` (a :class:`~generation.engine.units.UnitResult`): its record lines, then its marker."""
+        """Append ``res`` (a :class:`~generation.engine.units.UnitResult`): its record lines, then its marker.
+
+        The block is written in one call and flushed at once; the file is fsynced when
+        ``fsync_interval`` seconds have passed since the last fsync.
+
+        Args:
+            res: the generated unit (its ``lines`` and :meth:`~generation.engine.units.UnitResult.marker`).
+        """
         body = "".join(line + "\n" for line in res.lines).encode("utf-8")
         self._fh.write(body + (res.marker(len(body)) + "\n").encode("utf-8"))
         self._fh.flush()  # in the kernel now: survives a killed process
@@ -132,6 +190,7 @@ class ShardWriter:
             self._last = now
 
     def close(self) -> None:
+        """Flush, fsync and close the file (a second call does nothing)."""
         if not self._fh.closed:
             self._fh.flush()
             os.fsync(self._fh.fileno())

@@ -31,17 +31,40 @@ from .version import code_version
 logger = logging.getLogger("generation")
 @dataclass(frozen=True)
 class Unit:
+    """A unit of work and of resume: one scenario of one task (its D+ and all its forks).
+
+    Attributes:
+        ordinal: the unit's 0-based position in the run's canonical plan (:func:`plan_units`).
+        task: the task name the scenario is role-played for.
+        scenario: the source scenario (a ``Scenario`` of the workflow source).
+    """
+
     ordinal: int
     task: str
     scenario: Any  # Scenario
 
     @property
     def unit_id(self) -> str:
+        """``<task>-<scenario id>``: the unit's id in shard markers and the run file (D+'s dialogue id)."""
         return f"{self.task}-{self.scenario.scenario_id}"
 
 
 @dataclass
 class RunContext:
+    """What every unit of a run shares (built by :func:`make_context`).
+
+    Attributes:
+        corpus: the workflow source (e.g. ``StarCorpus``).
+        config: the run's configuration.
+        pool: the variant pool.
+        generator: the backend's name, recorded in every record's ``generator``.
+        decoding: the backend's decoding settings, one key per ``DECODING_FIELDS`` (``None`` where
+            the backend gives none).
+        code_version: the records' ``code_version`` (:func:`~generation.engine.version.code_version`).
+        domain_of: every task name of the source mapped to its domain (for WIC's substitute draws).
+        budgets: every task name mapped to its length budget in turns.
+    """
+
     corpus: Any  # StarCorpus
     config: GenerationConfig
     pool: VariantPool
@@ -53,7 +76,22 @@ class RunContext:
 
 
 def make_context(corpus: Any, config: GenerationConfig, backend: Backend) -> RunContext:
-    """What every unit of a run shares: the variant pool, the generator's identity, budgets."""
+    """What every unit of a run shares: the variant pool, the generator's identity, budgets.
+
+    Calls ``backend.bind_corpus(corpus)`` when the backend has it.
+
+    Args:
+        corpus: the workflow source (its ``tasks`` and ``length_budget``).
+        config: the run's configuration (``variants_path``, ``budget``, ``backend``).
+        backend: the backend (its ``name`` and ``decoding()``).
+
+    Returns:
+        The run's :class:`RunContext`.
+
+    Raises:
+        FileNotFoundError: ``config.variants_path`` is not a file.
+        VariantError: the variant file is invalid (:func:`~generation.variants.load_variants`).
+    """
     pool = load_variants(config.variants_path)
     bind = getattr(backend, "bind_corpus", None)
     if callable(bind):
@@ -94,7 +132,17 @@ def _record(ctx: RunContext, d: Dialogue, source_id: str, prefix_divergence: int
 
 
 def conformant_dialogue(ctx: RunContext, unit: Unit) -> Dialogue:
-    """The (not yet generated) conformant dialogue D+ of ``unit``."""
+    """The (not yet generated) conformant dialogue D+ of ``unit``.
+
+    Args:
+        ctx: the run's context (tasks, budgets, base seed, ``cut_after``).
+        unit: the scenario to role-play.
+
+    Returns:
+        A new dialogue (:class:`~generation.engine.dialogue.Dialogue`) keyed ``unit.unit_id``, with no turns, the
+            scenario's :func:`~generation.seeds.dialogue_seed`, the task's budget and
+            ``cut = budget + cut_after``.
+    """
     task = ctx.corpus.tasks[unit.task]
     budget = ctx.budgets[unit.task]
     sid = str(unit.scenario.scenario_id)
@@ -103,7 +151,21 @@ def conformant_dialogue(ctx: RunContext, unit: Unit) -> Dialogue:
 
 
 def single_forks(ctx: RunContext, src: Dialogue) -> list[Dialogue]:
-    """The forks of ``src``: one per (hallucination type, fork position), in taxonomy order."""
+    """The forks of ``src``: one per (hallucination type, fork position), in taxonomy order.
+
+    Each fork gets its variant (and, for WIC, its substitute task) from the seeded draws
+    (per quartet or per fork, as ``config.variant_draw`` says); in ``reuse`` mode its prefix is
+    copied from D+ already.
+
+    Args:
+        ctx: the run's context.
+        src: the generated conformant dialogue D+ (at least 4 system turns, for four distinct fork
+            turns).
+
+    Returns:
+        ``len(HALLUCINATION_TYPES) * 4`` (16) not yet generated fork dialogues, keyed
+            ``<src.key>-<type>-k<k>``, types in ``HALLUCINATION_TYPES`` order and k = 1..4.
+    """
     sid = str(src.scenario.scenario_id)
     ts = fork_turns(src.n_system)
     out = []
@@ -131,7 +193,17 @@ def single_forks(ctx: RunContext, src: Dialogue) -> list[Dialogue]:
 
 def compound_forks(ctx: RunContext, src: Dialogue) -> list[Dialogue]:
     """The compound fork of ``src`` for ``config.compound``: its injections in plan order, each with the
-    variant (and WIC substitute) its type would get as a single fork at that position."""
+    variant (and WIC substitute) its type would get as a single fork at that position.
+
+    Args:
+        ctx: the run's context; ``ctx.config.compound`` must be a plan of ``(type, k)`` pairs.
+        src: the generated conformant dialogue D+.
+
+    Returns:
+        A one-element list: the not yet generated compound fork, keyed by
+            :func:`generation.compound.compound_key`, with the first injection in force and the others
+            pending.
+    """
     sid = str(src.scenario.scenario_id)
     ts = fork_turns(src.n_system)
     per_fork = ctx.config.variant_draw == "fork"
@@ -177,7 +249,17 @@ def prefix_rewording(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     too), so ``rate`` is the per-turn hazard of the first rewording: forks that diverge divided by
     the prefix turns at risk (up to and including the first reworded one), the maximum-likelihood
     estimate of ``reword_rate``. Conformant records are skipped; a fork without ``prefix_mode``
-    counts as ``unknown``."""
+    counts as ``unknown``.
+
+    Args:
+        records: record mappings (SPEC section 4) with ``hallucination_type``, ``turns``,
+            ``fork_turn`` and, for forks, ``prefix_mode`` and ``prefix_divergence``.
+
+    Returns:
+        A dict with ``prefix_modes`` (mode -> number of forks, sorted by mode), ``forks``,
+            ``prefix_turns``, ``diverging_turns``, ``share`` (diverging / prefix turns, 0.0 when there
+            are none) and ``rate`` (the hazard estimate above, 0.0 when nothing is at risk).
+    """
     modes: dict[str, int] = {}
     forks = turns = diverging = diverged = at_risk = 0
     for r in records:
@@ -199,6 +281,22 @@ def prefix_rewording(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
 
 @dataclass
 class UnitResult:
+    """A generated unit, as the shard writer appends it: its record lines and the marker's counts.
+
+    Attributes:
+        unit_id: the unit's id (:attr:`Unit.unit_id`).
+        ordinal: the unit's position in the plan.
+        task: its task name.
+        kept: whether D+ was kept (``False``: dropped, no records).
+        reason: ``"kept"``, or why it was dropped (``"too_short: T=... < ... system turns"``).
+        num_system_turns: T, D+'s number of system turns.
+        lines: the validated record lines (D+ first, then its forks), JSON without newlines.
+        seconds: the unit's share of its batch's generation time.
+        prefix_divergence: the sum over its forks of prefix turns that differ from D+.
+        same_at_fork: how many forks have a system turn t_k identical to D+'s.
+        replay_fallbacks: how many forks fell back to D+'s prefix.
+    """
+
     unit_id: str
     ordinal: int
     task: str
@@ -212,6 +310,16 @@ class UnitResult:
     replay_fallbacks: int = 0
 
     def marker(self, nbytes: int) -> str:
+        """The unit's marker line (without newline), written right after its records.
+
+        Args:
+            nbytes: the byte length of the unit's record lines as written (newlines included).
+
+        Returns:
+            A JSON object line starting ``{"_unit":`` with the unit's id, ordinal, task, kept,
+                reason, ``T``, ``records`` (line count), ``bytes``, ``seconds``, the fork counts and
+                ``line_sha256`` (each line's :func:`~generation.engine.shards.line_hash`).
+        """
         # line_sha256: a short hash of each record line, checked at merge (a corrupt shard is refused)
         return dumps({"_unit": self.unit_id, "ordinal": self.ordinal, "task": self.task, "kept": self.kept,
                       "reason": self.reason, "T": self.num_system_turns, "records": len(self.lines),
@@ -222,7 +330,26 @@ class UnitResult:
 
 
 def generate_units(ctx: RunContext, units: Sequence[Unit], backend: Backend) -> list[UnitResult]:
-    """Generate a batch of units: their D+ in lockstep, then all their forks in lockstep."""
+    """Generate a batch of units: their D+ in lockstep, then all their forks in lockstep.
+
+    A D+ with fewer than ``config.min_system_turns`` system turns is dropped (``too_short``); a
+    compound fork that ended before its later injections is dropped with a warning.
+
+    Args:
+        ctx: the run's context (:func:`make_context`).
+        units: the units to generate, in plan order.
+        backend: the backend that writes every turn.
+
+    Returns:
+        One result (:class:`UnitResult`) per unit, in the order of ``units``.
+
+    Raises:
+        RuntimeError: the backend claims exact forks (``backend.exact``) but a fork's system turn
+            t_k equals D+'s, or the backend returned a wrong number or type of utterances
+            (:func:`~generation.engine.dialogue.run_dialogues`).
+        RecordError: a generated record fails validation
+            (:func:`dialfork_dataset.records.validate_record`).
+    """
     t0 = time.perf_counter()
     uses_messages = getattr(backend, "uses_messages", True)
     exact = bool(getattr(backend, "exact", False))
@@ -277,7 +404,24 @@ def _sid_key(sid: str) -> tuple:
 
 
 def plan_units(corpus: Any, config: GenerationConfig, scenarios: Iterable[Any] | None = None) -> list[Unit]:
-    """The units of a run, in canonical order: tasks sorted by name, scenarios by STAR id."""
+    """The units of a run, in canonical order: tasks sorted by name, scenarios by STAR id.
+
+    Numeric scenario ids sort by value, before any non-numeric ones; ``config.per_task`` then keeps
+    the first of each task.
+
+    Args:
+        corpus: the workflow source (``tasks``, ``scenarios_for``); not read when ``scenarios`` is
+            given.
+        config: the run's configuration (``tasks``, ``happy_only``, ``multitask``, ``per_task``).
+        scenarios: an explicit list of scenarios to plan instead of the source's (still filtered by
+            ``tasks`` and ``happy_only``); ``None`` (default) takes the source's.
+
+    Returns:
+        The units (:class:`Unit`), ordinals 0, 1, ... in canonical order.
+
+    Raises:
+        GenerationError: the same (task, scenario) appears twice in the plan.
+    """
     if scenarios is not None:
         if config.multitask:  # a multi-task scenario is role-played once for each of its tasks
             items = [(t, sc) for sc in scenarios for t in sc.tasks]

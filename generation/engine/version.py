@@ -23,7 +23,15 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def backend_code_files(backend: str) -> list[Path]:
     """The source files of ``backend`` as the registry names it: its module, or every ``.py`` file of its
-    package; none for a name that is not registered (a backend object passed in by the caller)."""
+    package; none for a name that is not registered (a backend object passed in by the caller).
+
+    Args:
+        backend: a backend name, as in :data:`generation.backends.BACKENDS`.
+
+    Returns:
+        The backend's source paths, sorted when it is a package; an empty list when the name is not
+            registered or its module cannot be found.
+    """
     from ..backends import BACKENDS
 
     target = BACKENDS.get(backend)
@@ -38,14 +46,31 @@ def backend_code_files(backend: str) -> list[Path]:
 
 
 def code_files(backend: str = "template") -> list[Path]:
-    """Every file :func:`code_version` hashes for ``backend``, in hashing order."""
+    """Every file :func:`code_version` hashes for ``backend``, in hashing order.
+
+    Args:
+        backend: the run's backend name (default ``"template"``).
+
+    Returns:
+        The files matched by :data:`ENGINE_CODE` (each glob sorted, globs in order), followed by
+            :func:`backend_code_files` of ``backend``.
+    """
     files = [p for pattern in ENGINE_CODE for p in sorted(ROOT.glob(pattern))]
     return files + backend_code_files(backend)
 
 
 def code_version(backend: str = "template") -> str:
     """``<package version>+g<hash>``: the hash covers the engine, the variant pool, the prompts and
-    the backend's code (:func:`code_files`), so a record names exactly the code that produced it."""
+    the backend's code (:func:`code_files`), so a record names exactly the code that produced it.
+
+    Args:
+        backend: the run's backend name (default ``"template"``); an unregistered name hashes the
+            engine code only.
+
+    Returns:
+        ``"<dialfork_dataset.__version__>+g<first 10 hex digits of SHA-256>"``, the hash taken
+            over each existing file's path (relative to the ``generation`` package) and bytes.
+    """
     from dialfork_dataset import __version__
 
     h = hashlib.sha256()

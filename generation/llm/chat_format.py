@@ -22,6 +22,12 @@ class EndpointError(RuntimeError):
 
     ``status`` is the last HTTP status (``None`` when no HTTP reply came), ``index`` the position
     in the batch of the conversation that failed (``None`` for calls outside a batch).
+
+    Args:
+        message: what went wrong and how to fix it.
+        status: the last HTTP status, or ``None`` (default) when no HTTP reply came.
+        index: the 0-based position in the batch of the failed conversation, or ``None``
+            (default).
     """
 
     def __init__(self, message: str, status: int | None = None, index: int | None = None):
@@ -32,7 +38,15 @@ class EndpointError(RuntimeError):
 
 @dataclass(frozen=True)
 class ChatReply:
-    """One parsed chat completion."""
+    """One parsed chat completion.
+
+    Attributes:
+        text: the assistant's text (``""`` when it only calls tools).
+        finish_reason: why generation stopped, as the server says; ``None`` when it gives none.
+        usage: the server's ``usage`` object (token counts), empty when absent.
+        attempts: how many HTTP requests it took (1 = no retry).
+        tool_calls: the assistant's tool calls, empty when none.
+    """
 
     text: str
     finish_reason: str | None = None
@@ -74,7 +88,17 @@ def _message_errors(m: Any, where: str) -> list[str]:
 
 def validate_messages(messages: Any, where: str = "conversation") -> list[str]:
     """Every problem of one chat conversation (a list of ``{"role", "content"}`` dicts; assistant
-    messages may carry ``tool_calls`` with ``content: null``, tool results need ``tool_call_id``)."""
+    messages may carry ``tool_calls`` with ``content: null``, tool results need ``tool_call_id``).
+
+    Args:
+        messages: the conversation to check (anything: the caller's input).
+        where: how the conversation is named in the messages (default ``"conversation"``).
+
+    Returns:
+        One message per problem (not a list, empty, a message that is not a dict, an unknown role,
+            a non-string content, malformed ``tool_calls``, a tool result without ``tool_call_id``),
+            each naming ``where`` and the message index; empty when the conversation is valid.
+    """
     if not isinstance(messages, Sequence) or isinstance(messages, (str, bytes)):
         return [f"{where}: expected a list of {{'role', 'content'}} messages, got {type(messages).__name__}"]
     if not messages:
@@ -83,7 +107,21 @@ def validate_messages(messages: Any, where: str = "conversation") -> list[str]:
 
 
 def parse_chat_completion(body: bytes | str) -> ChatReply:
-    """Parse a ``/chat/completions`` response body; raise ``ValueError`` saying what is wrong."""
+    """Parse a ``/chat/completions`` response body; raise ``ValueError`` saying what is wrong.
+
+    Only ``choices[0]`` is read.
+
+    Args:
+        body: the HTTP response body (UTF-8 bytes or text).
+
+    Returns:
+        The parsed reply, a :class:`ChatReply` (``attempts`` is left at 1; the client sets it).
+
+    Raises:
+        ValueError: the body is not UTF-8 or not JSON, is not a JSON object, is an error object
+            without ``choices``, has no non-empty ``choices`` list or no ``choices[0].message``
+            object, or its content is not a string (and there are no tool calls).
+    """
     if isinstance(body, bytes):
         try:
             body = body.decode("utf-8")
@@ -139,7 +177,15 @@ def _error_text(obj: Any) -> str:
 
 
 def error_message(body: bytes) -> str:
-    """The readable message of an error body (JSON error object or text)."""
+    """The readable message of an error body (JSON error object or text).
+
+    Args:
+        body: the HTTP error response body.
+
+    Returns:
+        The error object's ``message``/``detail``/``msg`` when the body is such JSON, else a quoted
+            snippet of the body (at most 200 characters), or ``"(empty body)"``.
+    """
     text = body.decode("utf-8", "replace")
     try:
         return _error_text(json.loads(text))
@@ -148,7 +194,15 @@ def error_message(body: bytes) -> str:
 
 
 def parse_retry_after(value: str | None) -> float | None:
-    """Seconds of a ``Retry-After`` header given in seconds (``None`` otherwise)."""
+    """Seconds of a ``Retry-After`` header given in seconds (``None`` otherwise).
+
+    Args:
+        value: the header's value, or ``None`` when absent.
+
+    Returns:
+        The delay in seconds (negative values become 0.0), or ``None`` for a missing, empty or
+            non-numeric value (e.g. an HTTP date).
+    """
     if not value:
         return None
     try:
@@ -158,7 +212,15 @@ def parse_retry_after(value: str | None) -> float | None:
 
 
 def root_cause(e: BaseException) -> str:
-    """The innermost cause's message (``[Errno 111] Connection refused``, not "Connection error.")."""
+    """The innermost cause's message (``[Errno 111] Connection refused``, not "Connection error.").
+
+    Args:
+        e: an exception.
+
+    Returns:
+        The message of the last exception along its ``__cause__``/``__context__`` chain (an
+            unsuppressed context counts), or that exception's type name when its message is empty.
+    """
     while e.__cause__ is not None or (e.__context__ is not None and not e.__suppress_context__):
         e = e.__cause__ or e.__context__
     return str(e) or type(e).__name__

@@ -123,25 +123,28 @@ def _create_params() -> frozenset[str]:
 class OpenAICompatClient:
     """Concurrent chat completions against one model of an OpenAI-compatible server.
 
-    Parameters
-    ----------
-    base_url:
-        API root, e.g. ``http://127.0.0.1:8000/v1`` (vLLM) or ``http://127.0.0.1:11434/v1`` (ollama).
-    model:
-        The served model name, sent as ``model`` in every request.
-    api_key:
-        Bearer token; ``None`` reads ``$OPENAI_API_KEY`` and sends no header when unset.
-    timeout:
-        Timeout of one HTTP request, in seconds (a server silent that long is retried).
-    max_retries:
-        Retries after the first attempt, per conversation, on transient failures.
-    concurrency:
-        Conversations in flight at once.
-    backoff, max_backoff:
-        Wait ``min(max_backoff, backoff * 2**attempt)`` seconds before retry ``attempt + 1``
-        (a ``Retry-After`` header lengthens it, up to ``max_backoff``).
-
     ``openai`` is the underlying ``openai.OpenAI`` client, for calls this class does not wrap.
+
+    Args:
+        base_url: API root, e.g. ``http://127.0.0.1:8000/v1`` (vLLM) or
+            ``http://127.0.0.1:11434/v1`` (ollama); must start with ``http://`` or ``https://``
+            (a trailing ``/`` is dropped).
+        model: the served model name, sent as ``model`` in every request (non-empty).
+        api_key: bearer token; ``None`` (default) reads ``$OPENAI_API_KEY`` and sends no
+            ``Authorization`` header when that is unset or empty.
+        timeout: timeout of one HTTP request, in seconds, > 0 (default 60; a server silent that
+            long is retried).
+        max_retries: retries after the first attempt, per conversation, on transient failures
+            (integer >= 0, default 4).
+        concurrency: conversations in flight at once (integer >= 1, default 8).
+        backoff: base wait in seconds (>= 0, default 0.5): ``min(max_backoff, backoff * 2**attempt)``
+            seconds before retry ``attempt + 1``.
+        max_backoff: the longest wait between retries, in seconds (>= 0, default 30); a
+            ``Retry-After`` header lengthens a wait up to it.
+
+    Raises:
+        ValueError: an argument is out of range (every problem is listed).
+        ImportError: the ``openai`` package is not installed (``pip install 'dialfork[llm]'``).
     """
 
     def __init__(
@@ -196,7 +199,16 @@ class OpenAICompatClient:
 
     # -- retries -----------------------------------------------------------------------------
     def retry_wait(self, attempts: int, retry_after: float | None = None) -> float:
-        """Seconds to wait after ``attempts`` failed requests of one call (0 once the batch is cancelled)."""
+        """Seconds to wait after ``attempts`` failed requests of one call (0 once the batch is cancelled).
+
+        Args:
+            attempts: failed requests of the call so far (>= 1).
+            retry_after: the server's ``Retry-After`` in seconds, or ``None``.
+
+        Returns:
+            ``min(max_backoff, backoff * 2**(attempts - 1))``, raised to ``retry_after`` (still
+                capped at ``max_backoff``); 0.0 when another conversation of the batch failed for good.
+        """
         if _call.cancel is not None and _call.cancel.is_set():
             return 0.0
         wait = min(self.max_backoff, self.backoff * 2 ** max(0, attempts - 1))
@@ -280,7 +292,15 @@ class OpenAICompatClient:
 
     # -- API ----------------------------------------------------------------------------------
     def list_models(self) -> list[str]:
-        """Ids the server lists at ``GET /models``."""
+        """Ids the server lists at ``GET /models``.
+
+        Returns:
+            The ``id`` of every entry of the reply's ``data`` list, in the server's order.
+
+        Raises:
+            EndpointError: the server is unreachable, answers with an error status, or keeps
+                returning a body without a ``data`` list of objects with ``id``.
+        """
 
         def once(client) -> list[str]:
             raw = client.models.with_raw_response.list(extra_headers=self._headers)
@@ -296,6 +316,10 @@ class OpenAICompatClient:
         """Raise :class:`EndpointError` unless the server is reachable and lists ``model``.
 
         Servers that do not implement ``/models`` (404) are given the benefit of the doubt.
+
+        Raises:
+            EndpointError: the server cannot be reached or fails (:meth:`list_models`), or its list
+                does not hold :attr:`model` (``status`` 404, the served models named).
         """
         try:
             models = self.list_models()
@@ -314,7 +338,17 @@ class OpenAICompatClient:
     def request_body(
         self, messages: Sequence[Mapping[str, Any]], seed: int | None = None, **sampling: Any
     ) -> dict[str, Any]:
-        """The JSON body sent for one conversation (``None``-valued sampling options are dropped)."""
+        """The JSON body sent for one conversation (``None``-valued sampling options are dropped).
+
+        Args:
+            messages: the conversation (not validated here).
+            seed: the request's ``seed`` (sent as an ``int``); ``None`` (default) sends none.
+            **sampling: other request fields (``temperature``, ``top_p``, ``max_tokens``, ``stop``,
+                ``tools``, server extensions such as ``top_k``).
+
+        Returns:
+            ``{"model", "messages", ["seed"], **sampling, "stream": False}``.
+        """
         body: dict[str, Any] = {"model": self.model, "messages": [dict(m) for m in messages]}
         if seed is not None:
             body["seed"] = int(seed)
@@ -345,7 +379,23 @@ class OpenAICompatClient:
         _cancel: threading.Event | None = None,
         **sampling: Any,
     ) -> ChatReply:
-        """One conversation, with retries; see :meth:`chat_full`."""
+        """One conversation, with retries; see :meth:`chat_full`.
+
+        Args:
+            messages: the conversation, ``[{"role", "content"}, ...]``.
+            seed: the request's ``seed``, or ``None`` (default) for none.
+            index: the conversation's position in its batch, for messages (default ``None``).
+            _cancel: internal: the batch's cancel event (set when another conversation failed).
+            **sampling: request fields sent as is (see :meth:`chat`).
+
+        Returns:
+            The parsed reply (:class:`ChatReply`), ``attempts`` counting the HTTP requests it took.
+
+        Raises:
+            ValueError: the conversation is malformed (:func:`validate_messages`); nothing is sent.
+            EndpointError: the server cannot complete it within ``max_retries`` retries, or rejects
+                it for good (unknown model, refused key, bad parameters).
+        """
         problems = validate_messages(messages, "conversation" if index is None else f"conversation {index}")
         if problems:
             raise ValueError("; ".join(problems))
@@ -367,7 +417,22 @@ class OpenAICompatClient:
         seeds: Sequence[int] | None = None,
         **sampling: Any,
     ) -> list[ChatReply]:
-        """Like :meth:`chat`, returning :class:`ChatReply` objects (text, finish reason, usage, tool calls)."""
+        """Like :meth:`chat`, returning :class:`ChatReply` objects (text, finish reason, usage, tool calls).
+
+        Args:
+            batch: the conversations.
+            seeds: one integer seed per conversation, or ``None`` (default) for no seeds.
+            **sampling: request fields sent with every request (see :meth:`chat`).
+
+        Returns:
+            One reply (:class:`ChatReply`) per conversation, in batch order (empty for an empty batch).
+
+        Raises:
+            ValueError: a conversation is malformed, or ``seeds`` has the wrong length or a
+                non-integer entry (every problem of the batch listed; nothing is sent).
+            EndpointError: a conversation cannot be completed (the first failing one in batch
+                order); the others stop retrying.
+        """
         batch = list(batch)
         problems = [p for i, conv in enumerate(batch) for p in validate_messages(conv, f"conversation {i}")]
         if seeds is not None:
@@ -410,6 +475,18 @@ class OpenAICompatClient:
         ``top_p``, ``max_tokens``, ``stop``, ``tools``, and server extensions such as ``top_k``)
         is sent with every request. Raises :class:`EndpointError` when a conversation cannot be
         completed (the first failing one in batch order), ``ValueError`` on a malformed batch.
+
+        Args:
+            batch: the conversations, each a list of ``{"role", "content"}`` messages.
+            seeds: one integer seed per conversation, or ``None`` (default) for no seeds.
+            **sampling: request fields sent with every request; ``None`` values are dropped.
+
+        Returns:
+            One reply text per conversation, in batch order.
+
+        Raises:
+            ValueError: the batch is malformed (nothing is sent).
+            EndpointError: a conversation cannot be completed.
         """
         return [r.text for r in self.chat_full(batch, seeds, **sampling)]
 

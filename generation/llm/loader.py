@@ -40,15 +40,33 @@ END_OF_TURN_TOKENS = ("<|im_end|>", "<end_of_turn>", "<|eot_id|>", "<|end|>", "<
 
 
 class ModelLoadError(GenerationError):
-    """The model id/path cannot be loaded (not a folder, not on the Hub, offline, no weights)."""
+    """The model id/path cannot be loaded (not a folder, not on the Hub, offline, no weights).
+
+    Args:
+        message: the model's name, what failed and what to do.
+        errors: every problem, one line each; defaults to ``[message]``.
+    """
 
 
 class ChatTemplateError(GenerationError):
-    """The tokenizer has no chat template, or the template rejects the conversation."""
+    """The tokenizer has no chat template, or the template rejects the conversation.
+
+    Args:
+        message: the model's name, what failed and what to do.
+        errors: every problem, one line each; defaults to ``[message]``.
+    """
 
 
 def looks_like_path(s: str) -> bool:
-    """A Hub id is ``name`` or ``org/name``; anything else with a slash is meant as a folder."""
+    """A Hub id is ``name`` or ``org/name``; anything else with a slash is meant as a folder.
+
+    Args:
+        s: a model id or path as the user gave it.
+
+    Returns:
+        ``True`` when ``s`` starts with ``/``, ``.`` or ``~``, has more than one ``/``, or has a
+            backslash.
+    """
     return s.startswith(("/", ".", "~")) or s.count("/") > 1 or "\\" in s
 
 
@@ -58,14 +76,36 @@ def _first_line(e: BaseException) -> str:
 
 
 def dtype_errors(dtype: Any) -> list[str]:
-    """``[]`` when ``dtype`` is ``"auto"``, a known name or a ``torch.dtype``."""
+    """``[]`` when ``dtype`` is ``"auto"``, a known name or a ``torch.dtype``.
+
+    Args:
+        dtype: the requested dtype (a name of :data:`DTYPE_NAMES`, ``"auto"`` or a ``torch.dtype``).
+
+    Returns:
+        An empty list, or one message naming the accepted values.
+    """
     if dtype == "auto" or dtype in DTYPE_NAMES or type(dtype).__name__ == "dtype":
         return []
     return [f"dtype must be auto, bfloat16, float16 or float32, got {dtype!r}"]
 
 
 def load_config(model: str, revision: str | None = None, trust_remote_code: bool = False):
-    """The model's ``transformers`` config; :class:`ModelLoadError` says why it cannot be had."""
+    """The model's ``transformers`` config; :class:`ModelLoadError` says why it cannot be had.
+
+    Args:
+        model: a local model folder or a Hub model id.
+        revision: the Hub revision (branch, tag or commit); ``None`` (default) for the default one.
+        trust_remote_code: let ``transformers`` run the model repository's own code (default
+            ``False``).
+
+    Returns:
+        The ``transformers`` ``PretrainedConfig``.
+
+    Raises:
+        ModelLoadError: ``model`` is an existing path that is not a folder with ``config.json``, a
+            path-like name with no such folder, or a name that ``AutoConfig`` cannot load (mentions
+            ``HF_HUB_OFFLINE`` when it is set).
+    """
     from transformers import AutoConfig
 
     p = Path(model).expanduser()
@@ -91,7 +131,23 @@ def load_config(model: str, revision: str | None = None, trust_remote_code: bool
 def load_chat_tokenizer(model: str, revision: str | None = None, trust_remote_code: bool = False,
                         chat_template: str | os.PathLike | None = None):
     """The model's tokenizer, which must have a chat template (or get ``chat_template``: Jinja
-    text, or the path of a ``.jinja`` file)."""
+    text, or the path of a ``.jinja`` file).
+
+    Args:
+        model: a local model folder or a Hub model id.
+        revision: the Hub revision; ``None`` (default) for the default one.
+        trust_remote_code: let ``transformers`` run the repository's own code (default ``False``).
+        chat_template: a chat template to use instead of the tokenizer's: Jinja text, or the path
+            of an existing file (read when the text holds no ``{``); ``None`` (default) keeps the
+            tokenizer's.
+
+    Returns:
+        The ``transformers`` tokenizer, with a chat template.
+
+    Raises:
+        ModelLoadError: ``AutoTokenizer`` cannot load the tokenizer.
+        ChatTemplateError: the tokenizer has no chat template and none is given.
+    """
     from transformers import AutoTokenizer
 
     try:
@@ -111,13 +167,29 @@ def load_chat_tokenizer(model: str, revision: str | None = None, trust_remote_co
 
 
 def apply_chat_template(tokenizer, messages: list[dict[str, Any]]) -> str:
-    """The prompt text for ``messages``, with the generation prompt (the model's turn) appended."""
+    """The prompt text for ``messages``, with the generation prompt (the model's turn) appended.
+
+    Args:
+        tokenizer: a tokenizer with a chat template.
+        messages: the conversation, ``[{"role", "content"}, ...]``.
+
+    Returns:
+        The rendered prompt (not tokenised).
+    """
     return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
 
 def system_role_support(tokenizer, model: str = "the model") -> str:
     """``"native"`` when the chat template renders a system message, else ``"merge"`` (the template
-    rejects or drops it: fold system messages into user ones)."""
+    rejects or drops it: fold system messages into user ones).
+
+    Args:
+        tokenizer: a tokenizer with a chat template.
+        model: the model's name, for the log message (default ``"the model"``).
+
+    Returns:
+        ``"native"`` or ``"merge"``.
+    """
     probe = [{"role": "system", "content": "DIALFORK_SYSTEM_PROBE"}, {"role": "user", "content": "hello"}]
     try:
         text = apply_chat_template(tokenizer, probe)
@@ -131,7 +203,17 @@ def system_role_support(tokenizer, model: str = "the model") -> str:
 
 
 def context_window(config, tokenizer=None) -> int | None:
-    """The context window in tokens, from the config (or the tokenizer's ``model_max_length``)."""
+    """The context window in tokens, from the config (or the tokenizer's ``model_max_length``).
+
+    Args:
+        config: the model's config (its text config for a multimodal model).
+        tokenizer: the tokenizer, consulted when the config names no window (default ``None``).
+
+    Returns:
+        The first positive ``max_position_embeddings``, ``n_positions``, ``max_sequence_length`` or
+            ``seq_length`` of the config, else the tokenizer's ``model_max_length`` when below 10**7
+            (larger values are placeholders), else ``None``.
+    """
     cfg = config.get_text_config() if hasattr(config, "get_text_config") else config
     for attr in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
         v = getattr(cfg, attr, None)
@@ -144,7 +226,19 @@ def context_window(config, tokenizer=None) -> int | None:
 
 
 def eos_token_ids(tokenizer, config=None, model: str = "the model") -> set[int]:
-    """Token ids that end a turn: the tokenizer's and config's EOS plus :data:`END_OF_TURN_TOKENS`."""
+    """Token ids that end a turn: the tokenizer's and config's EOS plus :data:`END_OF_TURN_TOKENS`.
+
+    Args:
+        tokenizer: the model's tokenizer.
+        config: the model's config (its ``eos_token_id``, an int or a list); default ``None``.
+        model: the model's name, for the error message (default ``"the model"``).
+
+    Returns:
+        The set of non-negative token ids.
+
+    Raises:
+        ModelLoadError: neither the tokenizer nor the config gives any end token.
+    """
     ids: set[int] = set()
 
     def add(v):
@@ -166,7 +260,20 @@ def eos_token_ids(tokenizer, config=None, model: str = "the model") -> set[int]:
 
 
 def resolve_device_dtype(device: Any = "auto", dtype: Any = "auto"):
-    """``(device, torch dtype)`` after resolving ``"auto"`` (see the module docstring)."""
+    """``(device, torch dtype)`` after resolving ``"auto"`` (see the module docstring).
+
+    Args:
+        device: ``"auto"`` or ``None`` (CUDA when available, else the CPU), or a device string
+            such as ``"cpu"`` or ``"cuda:1"`` (kept as is).
+        dtype: ``"auto"`` (bfloat16 on CUDA with bf16 support, float16 on other CUDA GPUs, float32
+            on the CPU), a name of :data:`DTYPE_NAMES`, or a ``torch.dtype`` (kept as is).
+
+    Returns:
+        ``(device, dtype)``: the device string and the ``torch.dtype``.
+
+    Raises:
+        ValueError: ``dtype`` is not ``"auto"``, a known name or a ``torch.dtype``.
+    """
     import torch
 
     dev = "cuda" if device in ("auto", None) and torch.cuda.is_available() else ("cpu" if device in ("auto", None)
@@ -183,7 +290,17 @@ def resolve_device_dtype(device: Any = "auto", dtype: Any = "auto"):
 
 
 def model_bytes(config, dtype, trust_remote_code: bool = False) -> int:
-    """Bytes of the weights in ``dtype``, sized on the meta device (0 when the config cannot say)."""
+    """Bytes of the weights in ``dtype``, sized on the meta device (0 when the config cannot say).
+
+    Args:
+        config: the model's config.
+        dtype: the ``torch.dtype`` the weights will have.
+        trust_remote_code: let ``transformers`` run the repository's own code (default ``False``).
+
+    Returns:
+        The parameter count times the dtype's element size, in bytes; 0 when a causal-LM model
+            cannot be built from the config (e.g. a multimodal one).
+    """
     import torch
     from accelerate import init_empty_weights
     from transformers import AutoModelForCausalLM
@@ -206,6 +323,28 @@ def load_chat_model(model: str, *, config=None, device: Any = "auto", dtype: Any
     ``input_device`` is where input tensors go (the first parameter's device under a
     ``device_map``). ``device_map=None`` on CUDA switches to ``"auto"`` when the weights exceed
     ``gpu_fraction`` of one GPU's memory.
+
+    Args:
+        model: a local model folder or a Hub model id.
+        config: the model's config, used to size it; ``None`` (default) loads it when needed.
+        device: as for :func:`resolve_device_dtype` (default ``"auto"``).
+        dtype: as for :func:`resolve_device_dtype` (default ``"auto"``).
+        device_map: a ``transformers`` device map (``"auto"``, a dict); ``None`` (default) puts the
+            whole model on ``device`` unless it is too large for one GPU.
+        revision: the Hub revision; ``None`` (default) for the default one.
+        trust_remote_code: let ``transformers`` run the repository's own code (default ``False``).
+        attn_implementation: the attention implementation passed to ``from_pretrained`` (e.g.
+            ``"sdpa"``); ``None`` (default) lets ``transformers`` choose.
+        gpu_fraction: the share of one GPU's memory above which ``device_map="auto"`` is used
+            (default 0.85).
+
+    Returns:
+        ``(model, input_device)``: the model in eval mode and the ``torch.device`` for its inputs.
+
+    Raises:
+        ModelLoadError: the weights cannot be loaded (missing weights, no network or cache, an
+            unsupported configuration), or the config cannot be loaded for sizing.
+        ValueError: ``dtype`` is not valid.
     """
     import torch
     import transformers

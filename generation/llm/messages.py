@@ -23,6 +23,14 @@ def merge_system_messages(messages: Sequence[Mapping[str, str]], joiner: str = "
 
     Examples: ``[S, U1, A1, U2, S_inj]`` -> ``[U1', A1, U2 + S_inj]`` with ``U1' = S + U1``;
     ``[S, A1, U1]`` -> ``[S (as user), A1, U1]``. The result never holds two consecutive user messages.
+
+    Args:
+        messages: chat messages with ``role`` and ``content`` (other keys, such as ``tool_calls``,
+            are kept on their message).
+        joiner: the separator between merged texts (default a blank line).
+
+    Returns:
+        A new message list without ``system`` messages (the input is not changed).
     """
     out: list[dict[str, str]] = []
     pending: list[str] = []
@@ -52,7 +60,15 @@ def merge_system_messages(messages: Sequence[Mapping[str, str]], joiner: str = "
 
 def drop_oldest_turn(messages: Sequence[Mapping[str, str]]) -> list[dict[str, str]] | None:
     """``messages`` without its oldest non-system message; ``None`` when only the last message
-    (the one being answered) and system messages remain."""
+    (the one being answered) and system messages remain.
+
+    Args:
+        messages: chat messages with ``role``.
+
+    Returns:
+        A copy of ``messages`` without its first non-system message, or ``None`` when at most one
+            non-system message is left.
+    """
     non_system = [i for i, m in enumerate(messages) if m["role"] != "system"]
     if len(non_system) <= 1:
         return None

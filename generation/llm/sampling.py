@@ -18,7 +18,16 @@ SAMPLER_VERSION = "dialfork-lockstep-1"
 def turn_sampling_seed(seed: int, turn_index: int, role: str) -> int:
     """The seed of one turn's random stream: BLAKE2b of ``(seed, turn_index, role)``, 63 bits.
 
-    Stable across processes, machines and Python versions (no ``hash()``)."""
+    Stable across processes, machines and Python versions (no ``hash()``).
+
+    Args:
+        seed: the dialogue's seed.
+        turn_index: the 0-based position of the turn in the dialogue.
+        role: the speaking agent, ``"system"`` or ``"user"``.
+
+    Returns:
+        An integer in ``[0, 2**63)``.
+    """
     key = f"dialfork-turn\x1f{int(seed)}\x1f{int(turn_index)}\x1f{role}".encode()
     return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big") >> 1
 
@@ -31,6 +40,16 @@ def sample_tokens(logits, uniforms, temperature: float, top_k: int, top_p: float
     probable token is always kept), then the inverse CDF of the renormalised distribution at the
     row's uniform. ``temperature == 0`` is greedy (uniforms unused). Computed in float32/float64
     whatever the model's dtype; row ``i``'s result depends only on ``logits[i]`` and ``uniforms[i]``.
+
+    Args:
+        logits: a ``(B, V)`` tensor of next-token logits.
+        uniforms: a ``(B,)`` tensor of numbers in [0, 1), one per row.
+        temperature: >= 0; 0 is greedy.
+        top_k: keep the ``top_k`` most probable tokens (``None``, <= 0 or >= V: all).
+        top_p: nucleus mass in (0, 1] (``None`` or >= 1: no nucleus cut).
+
+    Returns:
+        A ``(B,)`` long tensor of token ids.
     """
     import torch
 

@@ -45,6 +45,21 @@ def build_tiny_chat_model(
     texts (shorter prompts, faster tests). ``chat_template=None`` saves it without a chat template.
     Nothing is downloaded. The model writes random tokens: it exercises shapes, padding, caching,
     sampling and timing, not language.
+
+    Args:
+        path: the folder to write (created if needed); model and tokenizer files are saved there.
+        chat_template: the Jinja chat template (default :data:`CHATML_TEMPLATE`; ``None``: none).
+            Its end token is ``<|im_end|>`` for ChatML or no template, else ``<end_of_turn>``.
+        hidden_size: the model width (default 32; the MLP is twice as wide).
+        num_layers: transformer layers (default 2).
+        num_heads: attention heads (default 4; key/value heads are half as many, at least 1).
+        max_positions: the context window in tokens (default 4096).
+        seed: the torch seed of the random weights (default 0; the global torch RNG is left alone).
+        train_texts: texts to learn BPE merges from; ``None`` (default): no merges.
+        vocab_size: the BPE vocabulary size when ``train_texts`` is given (default 2000).
+
+    Returns:
+        ``path`` as a :class:`~pathlib.Path`.
     """
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers

@@ -13,6 +13,19 @@ from .sim import Sim
 
 
 def user_line(data: dict[str, Any], key: str, rng: Rng, **kw: str) -> str:
+    """A user utterance from the phrasing pool ``data["user"][key]``, its placeholders filled.
+
+    Args:
+        data: the template data (:func:`~generation.backends.template.data.load_template_data`).
+        key: the pool's name under ``user`` (e.g. ``"greeting"``, ``"answer"``, ``"yes"``).
+        rng: the turn's random stream; one draw picks the phrasing
+            (:func:`~generation.backends.template.data.pick_phrasing`).
+        **kw: values for the template's ``{name}`` fields; each loses its trailing periods.
+
+    Returns:
+        The chosen phrasing, as is when no ``kw`` is given, else formatted with doubled
+            punctuation (``..``, ``.?``, ``.,``) tidied.
+    """
     pool = data["user"][key]
     text = pool[pick_phrasing(rng, len(pool))]
     if not kw:
@@ -22,6 +35,25 @@ def user_line(data: dict[str, Any], key: str, rng: Rng, **kw: str) -> str:
 
 
 def answer_slot(sim: Sim, node: str, slot: Slot | None, rng: Rng) -> str:
+    """The user's answer to the system's ask node ``node`` for ``slot``; records it in ``sim.given``
+    (when there is a slot).
+
+    A slot the user does not know gets a line of the ``unknown`` pool (and sets
+    ``sim.unknown_pending``); a
+    categorical slot the user rejected earlier is answered with another category (which becomes the
+    goal).
+
+    Args:
+        sim: the dialogue's simulator (goal values, given values).
+        node: the ask node just said by the system.
+        slot: the slot the node asks for; ``None`` when no slot matches (an invented free-text
+            value is given).
+        rng: the turn's random stream.
+
+    Returns:
+        The user's utterance: a bare value (long/free-text slots, sometimes without a slot), a
+            yes/no line (boolean slots), or a phrasing from the ``answer`` pool around the value.
+    """
     data = sim.data
     m = sim.m
     if slot is None:
@@ -48,6 +80,17 @@ def answer_slot(sim: Sim, node: str, slot: Slot | None, rng: Rng) -> str:
 
 
 def invent_free(readable: str, rng: Rng, data: dict[str, Any]) -> str:
+    """An invented free-text value for a question about ``readable``.
+
+    Args:
+        readable: the readable name of what is asked (e.g. ``"symptoms"``).
+        rng: the turn's random stream.
+        data: the template data; its ``free_text`` pools are used.
+
+    Returns:
+        An entry of the ``free_text`` pool of the first :data:`FREE_TEXT_KEYS` key contained in
+            ``readable``, else of the ``generic`` pool.
+    """
     for key, k in FREE_TEXT_KEYS:
         if key in readable:
             return rng.choice(data["free_text"][k])
@@ -55,7 +98,19 @@ def invent_free(readable: str, rng: Rng, data: dict[str, Any]) -> str:
 
 
 def criteria_reply(sim: Sim, rng: Rng) -> str:
-    """The user's reply to an 'I can filter by ...' message: one or two of its constraints."""
+    """The user's reply to an 'I can filter by ...' message: one or two of its constraints.
+
+    Picks a categorical, integer or boolean slot not given yet (else any categorical or integer one)
+    and records its goal value in ``sim.given``.
+
+    Args:
+        sim: the dialogue's simulator.
+        rng: the turn's random stream.
+
+    Returns:
+        A line of the ``criteria`` pool naming the constraint, or of the ``ack`` pool when the task
+            has no such slot.
+    """
     m = sim.m
     cands = [s for s in m.slots.values() if s.type in ("cat", "int", "bool") and s.name not in sim.given]
     if not cands:
@@ -77,7 +132,16 @@ def criteria_reply(sim: Sim, rng: Rng) -> str:
 
 
 def enter_node(sim: Sim, node: str, rng: Rng) -> None:
-    """Bookkeeping when the system says ``node`` (trip step, trivia question counters)."""
+    """Bookkeeping when the system says ``node`` (trip step, trivia question counters).
+
+    Updates ``sim`` in place: at a trivia question, the question number, count and the questions
+    the user knows; at a trip step, the route (chosen once) and the step counter.
+
+    Args:
+        sim: the dialogue's simulator.
+        node: the node the system is saying.
+        rng: the turn's random stream (not drawn from: the counters are deterministic).
+    """
     m = sim.m
     kids = m.children.get(node) or ()
     if "correct" in kids:
@@ -98,6 +162,16 @@ def enter_node(sim: Sim, node: str, rng: Rng) -> None:
 
 
 def goodbye(sim: Sim, rng: Rng) -> str:
+    """The system's goodbye.
+
+    Args:
+        sim: the dialogue's simulator.
+        rng: the turn's random stream (picks the phrasing).
+
+    Returns:
+        The task's goodbye node said (:meth:`Sim.realise`), or ``"Thank you and goodbye."`` when the
+            task has none. The closing token is not added.
+    """
     m = sim.m
     if m.bye:
         return sim.realise(m.bye, rng)

@@ -21,7 +21,16 @@ from .turns import system_turn, user_turn
 
 class TemplateBackend:
     """Deterministic CPU backend (see the module doc). ``generate`` reads ``TurnRequest.state``
-    (the engine's :class:`~generation.engine.Dialogue`); ``messages`` are ignored."""
+    (the engine's :class:`~generation.engine.Dialogue`); ``messages`` are ignored.
+
+    Args:
+        data_path: a template-data YAML file with the phrasing pools; ``None`` (default) uses the
+            packaged :data:`~generation.backends.template.data.DATA_PATH`.
+
+    Raises:
+        ValueError: the data file is not a template-backend data file.
+        OSError: the data file cannot be read.
+    """
 
     name = "template"
     uses_messages = False
@@ -38,9 +47,25 @@ class TemplateBackend:
         self._dbs: dict[int, dict[str, Any]] = {}
 
     def decoding(self) -> dict[str, Any]:
+        """No sampling: every decoding field is ``None``.
+
+        Returns:
+            ``{"temperature": None, "top_p": None, "top_k": None, "max_new_tokens": None}``.
+        """
         return {"temperature": None, "top_p": None, "top_k": None, "max_new_tokens": None}
 
     def model(self, task: Any) -> TaskModel:
+        """The simulator's model of ``task``, built once per task object (with its happy path).
+
+        Args:
+            task: a workflow task of the bound source.
+
+        Returns:
+            The cached :class:`TaskModel`.
+
+        Raises:
+            RuntimeError: :meth:`bind_corpus` was not called first.
+        """
         key = id(task)
         m = self._models.get(key)
         if m is None:
@@ -50,7 +75,11 @@ class TemplateBackend:
         return m
 
     def bind_corpus(self, corpus: Any) -> None:
-        """Called by the engine before generating: gives access to the knowledge-base schemas."""
+        """Called by the engine before generating: gives access to the knowledge-base schemas.
+
+        Args:
+            corpus: the workflow source; its ``dbs`` are kept.
+        """
         self._corpus_dbs = corpus.dbs
 
     def _task_dbs(self, task: Any) -> dict[str, Any]:
@@ -60,6 +89,20 @@ class TemplateBackend:
         return dbs
 
     def generate(self, requests: Sequence[TurnRequest]) -> list[str]:
+        """One utterance per request, each from its own seeded stream (independent of the batch).
+
+        Args:
+            requests: the batch; each ``state`` must be the engine's Dialogue.
+
+        Returns:
+            The utterances, in request order (a closing one ends with
+                :data:`~generation.prompts.END_TOKEN`).
+
+        Raises:
+            ValueError: a request has no ``state``.
+            RuntimeError: :meth:`bind_corpus` was not called first, or (``reuse`` mode) the
+                simulator does not reproduce a copied prefix.
+        """
         return [self._one(r) for r in requests]
 
     def _one(self, req: TurnRequest) -> str:
@@ -154,7 +197,15 @@ class TemplateBackend:
 
 
 def strip_end(text: str) -> str:
-    """``text`` without the closing token, stripped (what the engine records)."""
+    """``text`` without the closing token, stripped (what the engine records).
+
+    Args:
+        text: an utterance.
+
+    Returns:
+        ``text`` with every :data:`~generation.prompts.END_TOKEN` removed and surrounding
+            whitespace stripped.
+    """
     return text.replace(END_TOKEN, "").strip()
 
 

@@ -65,7 +65,17 @@ FREE_TEXT_KEYS = (("message", "message"), ("symptom", "symptoms"), ("request", "
 
 @lru_cache(maxsize=4)
 def load_template_data(path: str = str(DATA_PATH)) -> dict[str, Any]:
-    """The phrasing pools at ``path`` (cached)."""
+    """The phrasing pools at ``path`` (cached).
+
+    Args:
+        path: a YAML template-data file (default: the packaged :data:`DATA_PATH`).
+
+    Returns:
+        The parsed mapping (``version``, ``user`` pools, ``free_text``, ``reword`` markers, ...).
+
+    Raises:
+        ValueError: the file is not a mapping with ``version`` and ``user``.
+    """
     import yaml
 
     with open(path, encoding="utf-8") as fh:
@@ -76,7 +86,14 @@ def load_template_data(path: str = str(DATA_PATH)) -> dict[str, Any]:
 
 
 def norm_name(s: str) -> str:
-    """Lower-case letters and digits only (``"Start_Time"`` -> ``"starttime"``): how names are matched."""
+    """Lower-case letters and digits only (``"Start_Time"`` -> ``"starttime"``): how names are matched.
+
+    Args:
+        s: a node, slot or field name.
+
+    Returns:
+        ``s`` lower-cased with every character other than ``a-z`` and ``0-9`` removed.
+    """
     return re.sub(r"[^a-z0-9]", "", s.lower())
 
 
@@ -84,7 +101,14 @@ class RewordRng(Rng):
     """The turn's random stream with a surface shift (``reword`` prefix mode): every phrasing choice
     (a node's phrasing, a user pool's template) moves to another entry of the same pool, while every
     draw stays the same, so the simulator takes the same decisions (same dialogue acts, same
-    workflow path) and only the surface form changes."""
+    workflow path) and only the surface form changes.
+
+    Args:
+        seed: the stream's seed (the dialogue seed), as for :class:`~generation.seeds.Rng`.
+        *salt: integers mixed into the seed (the turn index), as for :class:`~generation.seeds.Rng`.
+        shift: how far each phrasing pick moves: ``1 + shift % (n - 1)`` entries forward in a pool
+            of ``n`` (default 1), so never back onto the plain stream's pick.
+    """
 
     __slots__ = ("shift",)
 
@@ -94,7 +118,19 @@ class RewordRng(Rng):
 
 
 def pick_phrasing(rng: Rng, n: int) -> int:
-    """Index of a phrasing among ``n``: one draw; shifted to another index under :class:`RewordRng`."""
+    """Index of a phrasing among ``n``: one draw; shifted to another index under :class:`RewordRng`.
+
+    Args:
+        rng: the turn's stream (an exact :class:`RewordRng` shifts the pick; a subclass does not).
+        n: the pool size, >= 1.
+
+    Returns:
+        An index in ``[0, n)``; under :class:`RewordRng` with ``n > 1``, always different from the
+            plain stream's pick.
+
+    Raises:
+        ValueError: ``n`` is not positive (from :meth:`Rng.below`).
+    """
     i = rng.below(n)
     if rng.__class__ is RewordRng and n > 1:
         i = (i + 1 + rng.shift % (n - 1)) % n

@@ -31,7 +31,17 @@ def _swap_person(p: str) -> str:
 
 
 class Slot:
-    """One API input or knowledge-base field: its kind, categories, range and example values."""
+    """One API input or knowledge-base field: its kind, categories, range and example values.
+
+    Args:
+        spec: the field as STAR (or a workflow file) gives it: ``Name`` (required) and optionally
+            ``ReadableName``, ``Type`` (``Categorical``/``Integer``/``Bool``/``LongString``/...,
+            mapped to ``cat``, ``int``, ``bool``, ``long`` or ``text``), ``Categories`` (a list, or
+            STAR's ``combinations(...)`` string), ``Min``, ``Max`` and ``Examples``.
+
+    Raises:
+        KeyError: ``spec`` has no ``Name``.
+    """
 
     __slots__ = ("name", "readable", "type", "categories", "min", "max", "secret", "free", "examples")
 
@@ -55,7 +65,13 @@ class Slot:
 
 
 class TaskModel:
-    """Everything the simulator needs about one task, precomputed once per process."""
+    """Everything the simulator needs about one task, precomputed once per process.
+
+    Args:
+        task: the workflow task (graph, node kinds, branch parents, replies, NLU phrasings, API).
+        dbs: the source's knowledge-base schemas by name (the task's API database, else its domain).
+        data: the template data (a workflow file's own user acts override its ``user`` pools).
+    """
 
     def __init__(self, task: Any, dbs: dict[str, Any], data: dict[str, Any]):
         self.task = task
@@ -175,6 +191,14 @@ class TaskModel:
         self.outcome: str | None = None
 
     def is_ask(self, n: str) -> bool:
+        """Whether node ``n`` asks the user for a slot.
+
+        Args:
+            n: a node name.
+
+        Returns:
+            ``True`` when ``n`` is one of the task's ask nodes.
+        """
         return n in self.ask_slot
 
 

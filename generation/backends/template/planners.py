@@ -36,7 +36,18 @@ Body = list[tuple[str, Any]]
 
 
 class Hal:
-    """A fork's hallucination plan (built at system turn t_k)."""
+    """A fork's hallucination plan (built at system turn t_k).
+
+    The planner fills :attr:`body` and may set the other fields; :mod:`.realise` then says the body
+    step by step (``pos``), then the closing (``closing`` counts its turns).
+
+    Args:
+        htype: the hallucination type (a key of :data:`PLANNERS`).
+        variant: the fork's :class:`~generation.variants.Variant`; its ``template`` gives
+            ``lines`` and ``user_replies``.
+        spec: the engine's :class:`~generation.engine.dialogue.ForkSpec` this plan realises
+            (default ``None``).
+    """
 
     __slots__ = ("htype", "variant", "body", "pos", "sub", "missing", "lines", "replies", "closing", "ask_more",
                  "spec", "line_reply", "chaotic")
@@ -63,7 +74,18 @@ class Hal:
 
 @dataclass
 class PlanContext:
-    """What a planner reads: the simulator, the fork's dialogue, its random stream, and D+'s steps."""
+    """What a planner reads: the simulator, the fork's dialogue, its random stream, and D+'s steps.
+
+    Attributes:
+        sim: the fork's simulator.
+        d: the engine's Dialogue of the fork.
+        rng: the fork's random stream at t_k.
+        backend: the TemplateBackend.
+        remaining: D+'s content steps from t_k up to its closing.
+        completed: D+'s steps before t_k.
+        at_bye: whether D+ says goodbye at t_k.
+        jitter: -1, 0 or +1, the allowed deviation of the step count.
+    """
 
     sim: Sim
     d: Any
@@ -84,7 +106,12 @@ class PlanContext:
 @dataclass(frozen=True)
 class Planner:
     """How one hallucination type is injected: ``plan`` returns the plan's body (and may set fields of
-    the :class:`Hal` it is given)."""
+    the :class:`Hal` it is given).
+
+    Attributes:
+        plan: ``plan(hal, cx)`` returns the body, a list of ``(kind, node)`` steps (kinds ``own``,
+            ``own_alt``, ``own_aux``, ``sub``, ``line``; see the module doc).
+    """
 
     plan: Callable[[Hal, PlanContext], Body]
 
@@ -93,7 +120,19 @@ class Planner:
 
 
 def plan_wic(hal: Hal, cx: PlanContext) -> Body:
-    """The substitute task's steps, starting at one the original task does not have; a bridge line first."""
+    """The substitute task's steps, starting at one the original task does not have; a bridge line first.
+
+    Sets ``hal.sub`` (a simulator of the substitute task) and ``hal.lines`` (the variant's
+    ``bridge``, default one empty line).
+
+    Args:
+        hal: the plan being built.
+        cx: the planner's context; ``cx.d.substitute`` is the substitute task.
+
+    Returns:
+        ``max(1, len(remaining) + jitter)`` ``("sub", node)`` steps along the substitute's happy
+            path, cyclically.
+    """
     sim, d, m = cx.sim, cx.d, cx.sim.m
     sub_m = cx.backend.model(d.substitute)
     hal.sub = Sim(sub_m, d.scenario, d.seed, sim.data, goal_seed_salt=1)
@@ -185,7 +224,20 @@ SSPC_PLANS: dict[str, Callable[[Hal, PlanContext], list[str]]] = {
 
 
 def plan_sspc(hal: Hal, cx: PlanContext) -> Body:
-    """D+'s remaining steps corrupted by the variant's strategy (:data:`SSPC_PLANS`)."""
+    """D+'s remaining steps corrupted by the variant's strategy (:data:`SSPC_PLANS`).
+
+    Sets ``hal.chaotic`` for the ``chaotic`` strategy; a strategy may set ``hal.missing`` and
+    ``hal.ask_more``.
+
+    Args:
+        hal: the plan being built; ``hal.variant.template["strategy"]`` picks the strategy (an
+            unknown one plays ``chaotic``).
+        cx: the planner's context.
+
+    Returns:
+        ``("own", node)`` steps; when the strategy leaves none and ``hal.ask_more`` is set or D+
+            says goodbye at t_k, the last completed step (or the start node).
+    """
     strategy = hal.variant.template.get("strategy")
     seq = SSPC_PLANS.get(strategy, _sspc_chaotic)(hal, cx)
     if not seq and (hal.ask_more or cx.at_bye):
@@ -218,13 +270,32 @@ def _answer_sub_goal(sim: Sim, hal: Hal, rng: Rng) -> str:
 
 
 def plan_gr(hal: Hal, cx: PlanContext) -> Body:
-    """The outcome steered to another value (``own_alt``); the user refuses the replacement."""
+    """The outcome steered to another value (``own_alt``); the user refuses the replacement.
+
+    Args:
+        hal: the plan being built; its ``line_reply`` is set to the user's refusal.
+        cx: the planner's context.
+
+    Returns:
+        D+'s remaining steps as ``("own_alt", node)`` with 1 to 3 ``("line", None)`` steps, the
+            first one at the start.
+    """
     hal.line_reply = _refuse_replacement
     return _with_goal_lines("own_alt", cx)
 
 
 def plan_csc(hal: Hal, cx: PlanContext) -> Body:
-    """An auxiliary goal pursued alongside (``own_aux``); the user answers with the variant's replies."""
+    """An auxiliary goal pursued alongside (``own_aux``); the user answers with the variant's replies.
+
+    Args:
+        hal: the plan being built; its ``line_reply`` is set to the variant's ``user_replies``
+            (else the ``aux_generic`` pool).
+        cx: the planner's context.
+
+    Returns:
+        D+'s remaining steps as ``("own_aux", node)`` with 1 to 3 ``("line", None)`` steps, the
+            first one at the start.
+    """
     hal.line_reply = _answer_sub_goal
     return _with_goal_lines("own_aux", cx)
 
@@ -239,7 +310,21 @@ PLANNERS: dict[str, Planner] = {
 
 
 def build_hal(sim: Sim, d: Any, rng: Rng, backend: Any) -> Hal:
-    """The hallucination plan of ``d.fork`` at its system turn t_k, from D+'s trace (``d.reference``)."""
+    """The hallucination plan of ``d.fork`` at its system turn t_k, from D+'s trace (``d.reference``).
+
+    Args:
+        sim: the fork's simulator.
+        d: the engine's Dialogue of the fork; ``d.fork`` is the injection to plan and
+            ``d.reference.scratch["sim"].trace`` D+'s node trace.
+        rng: the fork's random stream at t_k (draws the step-count jitter, then the planner's).
+        backend: the TemplateBackend (the substitute task's model for WIC).
+
+    Returns:
+        The plan (:class:`Hal`), its body filled by the type's planner.
+
+    Raises:
+        KeyError: :data:`PLANNERS` has no planner for the fork's hallucination type.
+    """
     f = d.fork
     m = sim.m
     planner = PLANNERS.get(f.htype)

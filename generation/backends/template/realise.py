@@ -11,6 +11,17 @@ from .sim import Sim
 
 
 def item_and_alternative(sim: Sim, rng: Rng) -> tuple[str, str]:
+    """What the user wants (its identity slot's value) and a stable alternative to it (GR's ``{alt}``).
+
+    Args:
+        sim: the dialogue's simulator (its task's identity slot, given and goal values).
+        rng: the turn's random stream (not drawn from: the alternative is a hash of the value).
+
+    Returns:
+        ``(item, alternative)``: the value and another category (or, for an integer slot,
+            ``"number N"`` and another number); ``("your request", "a different option")`` when there
+            is no identity slot or value.
+    """
     s = sim.m.identity
     if s is None:
         return "your request", "a different option"
@@ -26,6 +37,18 @@ def item_and_alternative(sim: Sim, rng: Rng) -> tuple[str, str]:
 
 
 def variant_line(sim: Sim, template: str, rng: Rng) -> str:
+    """A variant's line (GR/CSC ``lines``, WIC ``bridge``) with its fields filled.
+
+    Args:
+        sim: the dialogue's simulator.
+        template: the line, with optional ``{name}``, ``{item}``, ``{alt}``, ``{service}``,
+            ``{domain}`` and ``{other_service}`` fields.
+        rng: the turn's random stream.
+
+    Returns:
+        The filled line (``name`` defaults to ``"there"``; ``other_service`` is the WIC substitute
+            task's service, else the task's own).
+    """
     item, alt = item_and_alternative(sim, rng)
     return template.format(name=sim.name or "there", item=item, alt=alt, service=sim.m.service, domain=sim.m.domain,
                            other_service=(sim.hal.sub.m.service if sim.hal and sim.hal.sub else sim.m.service))
@@ -33,6 +56,22 @@ def variant_line(sim: Sim, template: str, rng: Rng) -> str:
 
 
 def hal_system_turn(sim: Sim, d: Any, rng: Rng, backend: Any) -> str:
+    """The system's turn while a fork's plan (``sim.hal``) is in force: the plan's next step, said.
+
+    A ``sub`` step is said by the substitute task's simulator (the first one after the variant's
+    bridge line), a ``line`` step is one of the variant's lines, an own step is the node said (with
+    the alternative value for ``own_alt``). After the last step comes the closing:
+    ``anything_else`` (once, when the plan asks for more and the task has it), then goodbye.
+
+    Args:
+        sim: the fork's simulator, with ``sim.hal`` set (:func:`.planners.build_hal`).
+        d: the engine's Dialogue of the fork (not read here).
+        rng: the turn's random stream.
+        backend: the :class:`TemplateBackend` (not read here).
+
+    Returns:
+        The utterance; a goodbye ends with :data:`~generation.prompts.END_TOKEN`.
+    """
     hal = sim.hal
     m = sim.m
     if hal.pos >= len(hal.body):
@@ -68,6 +107,22 @@ def hal_system_turn(sim: Sim, d: Any, rng: Rng, backend: Any) -> str:
 
 
 def hal_user_turn(sim: Sim, d: Any, rng: Rng) -> str:
+    """The user's reaction to the plan step the system has just said.
+
+    To a substitute-task step: an answer, an acknowledgement or confusion (the user restates its
+    request); to a variant line: the planner's ``line_reply`` (default: the ``aux_generic`` pool); to
+    an own step: a ``missing`` line at the outcome when a required step was skipped, a
+    ``repeat_given`` line for a slot already given, an occasional ``chaotic`` protest, else a
+    conformant reply.
+
+    Args:
+        sim: the fork's simulator, with ``sim.hal`` set and at least one step said.
+        d: the engine's Dialogue of the fork (not read here).
+        rng: the turn's random stream.
+
+    Returns:
+        The user's utterance.
+    """
     hal = sim.hal
     m, data = sim.m, sim.data
     kind, node = hal.body[hal.pos - 1]

@@ -22,7 +22,18 @@ if TYPE_CHECKING:
     from .planners import Hal
 
 class Sim:
-    """Per-dialogue simulator state (kept in ``Dialogue.scratch['sim']``)."""
+    """Per-dialogue simulator state (kept in ``Dialogue.scratch['sim']``).
+
+    Args:
+        m: the task's model (:class:`~generation.backends.template.model.TaskModel`).
+        scenario: the scenario role-played (its ``happy``, ``user_task``, ``user_guide`` and, for a
+            workflow file, ``slot_values``).
+        seed: the dialogue seed (goal values, knowledge-base facts and the off-topic turn derive
+            from it).
+        data: the template data (used unless ``m`` carries its own).
+        goal_seed_salt: added to ``seed`` for the goal values (default 0; the WIC substitute
+            task's simulator uses 1).
+    """
 
     __slots__ = ("m", "data", "goal", "unknown", "given", "kb", "prev", "answer", "trace", "visits",
                  "after_query", "loop", "unknown_pending", "n_more", "n_no_confirm", "trip_i", "trip_route",
@@ -65,6 +76,20 @@ class Sim:
 
     # ---- values
     def value(self, ph: str, rng: Rng, alt: bool = False) -> str:
+        """The value of placeholder ``ph``.
+
+        A knowledge-base fact is drawn once per dialogue (seeded by the dialogue seed and the
+        placeholder, not the turn) and then reused; dynamic placeholders (trivia questions, trip
+        instructions) are drawn from ``rng`` each time.
+
+        Args:
+            ph: the placeholder name (without braces).
+            rng: the turn's random stream.
+            alt: the alternative value (GR's steered outcome) instead of the goal's.
+
+        Returns:
+            The value as text.
+        """
         if ph in DYNAMIC_PLACEHOLDERS:
             return placeholder_value(self, ph, rng, alt)
         key = ph + ("#alt" if alt else "")
@@ -77,9 +102,32 @@ class Sim:
         return v
 
     def fill(self, text: str, rng: Rng, alt: bool = False) -> str:
+        """``text`` with every ``{placeholder}`` (and ``{placeholder:...}``) replaced by :meth:`value`.
+
+        Args:
+            text: a template.
+            rng: the turn's random stream.
+            alt: fill in alternative values (GR).
+
+        Returns:
+            The filled text.
+        """
         return PLACEHOLDER.sub(lambda mm: self.value(mm.group(1), rng, alt), text)
 
     def realise(self, node: str, rng: Rng, alt: bool = False, avoid: str | None = None) -> str:
+        """What the system says for ``node``: one of its phrasings, placeholders filled.
+
+        Args:
+            node: a node of the task graph.
+            rng: the turn's random stream (picks the phrasing).
+            alt: fill in alternative values (GR).
+            avoid: a text to avoid: when the pick equals it, the first other phrasing that differs
+                is said instead (if any).
+
+        Returns:
+            The utterance; for a node without phrasing, its name as a sentence
+                (``"ask_name"`` -> ``"Ask name."``).
+        """
         m = self.m
         phr = m.phr.get(node)
         if not phr:
@@ -96,6 +144,15 @@ class Sim:
 
     # ---- graph walk
     def resolve(self, n: str | None, rng_seed: int) -> str | None:
+        """Follow query and branch nodes from ``n`` to the next node the system says (at most 20 hops).
+
+        Args:
+            n: a node, or ``None``.
+            rng_seed: keys the outcome of query nodes (:meth:`kb_outcome`).
+
+        Returns:
+            The first node that is neither a query nor a branch, or ``None`` where the graph ends.
+        """
         m = self.m
         guard = 0
         while n is not None and m.kinds.get(n) in ("query", "branch") and guard < 20:
@@ -114,6 +171,17 @@ class Sim:
         return n
 
     def kb_outcome(self, q: str, kids: Sequence[str], rng_seed: int) -> str:
+        """The branch a knowledge-base query ``q`` takes.
+
+        Args:
+            q: the query node.
+            kids: its branches.
+            rng_seed: keys the outcome together with the task, the query and the values given.
+
+        Returns:
+            The first branch when ``kids`` lacks a positive or negative one; the positive branch in a
+                happy scenario; otherwise positive for two thirds of the hash values, else negative.
+        """
         pos = next((k for k in kids if k in POSITIVE_BRANCHES), None)
         neg = next((k for k in kids if k in NEGATIVE_BRANCHES), None)
         if pos is None or neg is None:
@@ -124,7 +192,16 @@ class Sim:
         return pos if stable_seed(self.m.name, q, req, rng_seed) % 3 else neg
 
     def transition(self, seed: int) -> str | None:
-        """The next node after ``prev`` given the user's ``answer``."""
+        """The next node after ``prev`` given the user's ``answer``.
+
+        Args:
+            seed: the dialogue seed (query outcomes, :meth:`resolve`).
+
+        Returns:
+            The start node first; then the branch the answer selects, or the graph's successor,
+                through queries and branches; a loop node again, or ``anything_else``/goodbye where the
+                graph ends or a node was said 6 times; ``None`` after goodbye.
+        """
         m, prev, ans = self.m, self.prev, self.answer
         if prev is None:
             return m.start

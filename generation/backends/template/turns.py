@@ -16,6 +16,22 @@ from .values import trivia_answer
 
 
 def user_turn(sim: Sim, d: Any, rng: Rng) -> str:
+    """The user's next turn: a reply to the system's last node (``sim.prev``).
+
+    Greets first, states the request at the start node, answers questions, yes/no and trivia
+    questions, sometimes chats off-topic once, closes at ``anything_else``, says a wrap-up line at
+    the budget, and reacts to a fork's plan once it is in force (:func:`.realise.hal_user_turn`).
+    Sets ``sim.answer`` (what the system's next transition follows).
+
+    Args:
+        sim: the dialogue's simulator.
+        d: the engine's :class:`~generation.engine.dialogue.Dialogue` (its ``wrapped`` and
+            ``turns`` are read).
+        rng: the turn's random stream.
+
+    Returns:
+        The utterance; after the wrap-up it ends with :data:`~generation.prompts.END_TOKEN`.
+    """
     m, data = sim.m, sim.data
     sim.answer = None
     if d.wrapped:
@@ -101,6 +117,22 @@ def user_turn(sim: Sim, d: Any, rng: Rng) -> str:
 
 
 def system_turn(sim: Sim, d: Any, rng: Rng, seed: int) -> str:
+    """The system's next conformant turn: the next node of the task graph, said.
+
+    After an off-topic user turn it says the ``out_of_scope`` reply and repeats its pending
+    question; after the wrap-up, or when the graph has no next node, it says goodbye. The node is
+    recorded in ``sim.trace``.
+
+    Args:
+        sim: the dialogue's simulator.
+        d: the engine's :class:`~generation.engine.dialogue.Dialogue` (its ``wrapped`` is read).
+        rng: the turn's random stream (picks phrasings and values).
+        seed: the dialogue seed; it keys the outcome of query nodes
+            (:meth:`Sim.transition`).
+
+    Returns:
+        The utterance; a goodbye ends with :data:`~generation.prompts.END_TOKEN`.
+    """
     m = sim.m
     if d.wrapped:
         sim.trace.append(m.bye or "bye")

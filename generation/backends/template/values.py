@@ -36,7 +36,20 @@ _GOAL_CACHE: dict[tuple[int, str, int], tuple[dict[str, str], frozenset[str]]] =
 
 
 def cached_goal(m: TaskModel, text: str, seed: int, data: dict[str, Any]) -> tuple[dict[str, str], frozenset[str]]:
-    """Goal values of (task, scenario text, seed); the 17 dialogues of a scenario share them."""
+    """Goal values of (task, scenario text, seed); the 17 dialogues of a scenario share them.
+
+    Cached per (task model, text, seed); the cache is emptied when it exceeds 4096 entries.
+
+    Args:
+        m: the task's model (its slots).
+        text: the scenario's ``user_task`` text, where goal values are read from.
+        seed: the seed of the values the text does not give.
+        data: the template data (free-text pools).
+
+    Returns:
+        ``(goal, unknown)``: slot name -> value (the same dict object on a cache hit: copy it
+            before changing it), and the slots the user does not know (e.g. a forgotten PIN).
+    """
     key = (id(m), text, seed)
     hit = _GOAL_CACHE.get(key)
     if hit is None:
@@ -162,6 +175,22 @@ def _invent(s: Slot, rng: Rng, data: dict[str, Any], goal: dict[str, str]) -> st
 
 
 def placeholder_value(sim: Sim, ph: str, rng: Rng, alt: bool) -> str:
+    """The value the system fills in for placeholder ``ph`` of a template.
+
+    Trivia questions/answers and trip instructions follow the simulator's counters; otherwise the
+    value given by the user (or the goal's) for the matching slot; with ``alt``, another category
+    of the goal's identity slot (GR); else a knowledge-base value drawn from the field's schema, and
+    generic fallbacks (names, ids, plates, statuses, ...).
+
+    Args:
+        sim: the dialogue's simulator.
+        ph: the placeholder name (without braces).
+        rng: the random stream to draw from.
+        alt: steer the identity slot to another value (every other placeholder keeps its value).
+
+    Returns:
+        The value as text.
+    """
     m = sim.m
     data = sim.data
     n = norm_name(ph)
@@ -237,6 +266,15 @@ def placeholder_value(sim: Sim, ph: str, rng: Rng, alt: bool) -> str:
 
 
 def trivia_answer(sim: Sim, i: int) -> str:
+    """The answer to trivia question ``i`` from the task's ``Answer`` knowledge-base field.
+
+    Args:
+        sim: the dialogue's simulator (its task's raw KB schema).
+        i: the 1-based question number (wraps around the answer list).
+
+    Returns:
+        The answer without its ``(n)`` prefix, or ``"I don't know"`` when the KB has no answers.
+    """
     ans = None
     for f in sim.m.db_raw:
         if isinstance(f, dict) and f.get("Name") == "Answer":
