@@ -346,6 +346,11 @@ def get_encoder(encoder: Any = "minilm", *, shared: bool = True, **kwargs: Any) 
             builds a fresh :class:`Encoder` that the caller owns (and may drop to free memory).
         **kwargs: :class:`Encoder` options (``device``, ``batch_size``, ``cache_dir``, ...).
 
+    Returns:
+        ``encoder`` itself when it is already an encoder; else an :class:`Encoder` of the
+        resolved name (``minilm`` for None): the process's shared instance for those options, or
+        a new one with ``shared=False``.
+
     Raises:
         ValueError: an unknown name or option, or an object that cannot encode.
     """
