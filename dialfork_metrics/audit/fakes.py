@@ -93,6 +93,17 @@ class AgentPolicy:
                     self.answers.setdefault(_key(text), ans)
 
     def task_of(self, system_prompt: str) -> str:
+        """The task a system prompt is about (read from the service it names).
+
+        Args:
+            system_prompt: The audit's system prompt (``generation/prompts/system_agent.txt``).
+
+        Returns:
+            The task name.
+
+        Raises:
+            ValueError: The prompt names no service of the corpus.
+        """
         m = _SERVICE.search(system_prompt)
         if not m or m.group(1) not in self.by_service:
             raise ValueError("the system prompt names no known STAR service")
@@ -106,6 +117,19 @@ class AgentPolicy:
         return self.answers.get(_key(text))
 
     def reply(self, messages: Sequence[Mapping[str, str]]) -> str:
+        """The agent's next system turn for a chat request, replayed from the conversation it
+        carries (stateless).
+
+        Args:
+            messages: The chat messages, the system prompt first, then the ``user`` and
+                ``assistant`` messages (others ignored).
+
+        Returns:
+            The reply text.
+
+        Raises:
+            ValueError: The first message is not the system prompt, or it names no known service.
+        """
         from generation.backends.template import Sim, build_hal, hal_system_turn, system_turn
         from generation.seeds import Rng, stable_seed
 

@@ -151,6 +151,14 @@ class TemplateUser:
         return mt
 
     def is_goodbye(self, node: str | None) -> bool:
+        """Whether a matched step closes the dialogue.
+
+        Args:
+            node: A step name from :meth:`hear` (None: off-workflow).
+
+        Returns:
+            True for the workflow's goodbye step or any step whose name contains ``bye``.
+        """
         return node is not None and (node == self.m.bye or "bye" in node)
 
 

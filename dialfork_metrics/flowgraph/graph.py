@@ -503,7 +503,11 @@ class FlowGraph:
 
     # -- export ----------------------------------------------------------------------------
     def to_networkx(self):
-        """A ``networkx.DiGraph`` (nodes: name, speaker, count, example; edges: count, prob)."""
+        """A ``networkx.DiGraph`` (nodes: name, speaker, count, example; edges: count, prob).
+
+        Returns:
+            The ``networkx.DiGraph`` (needs networkx).
+        """
         return to_networkx(self)
 
     def to_graphml(self, path: str | os.PathLike) -> None:

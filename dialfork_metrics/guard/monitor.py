@@ -271,6 +271,9 @@ class Monitor:
 
         Returns:
             ``path`` as a :class:`~pathlib.Path`.
+
+        Raises:
+            OSError: The file cannot be written (the temporary file is removed, ``path`` untouched).
         """
         from dialfork_dataset.jsonl import make_public
 

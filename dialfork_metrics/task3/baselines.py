@@ -88,7 +88,11 @@ class _Baseline:
         return [self._predict_T(_num_system_turns(d, _where(d, i)), d) for i, d in enumerate(dialogues)]
 
     def config(self) -> dict[str, Any]:
-        """The baseline's settings, as saved: ``{"detector": name}`` (plus ``seed`` for random)."""
+        """The baseline's settings, as saved.
+
+        Returns:
+            ``{"detector": name}`` (plus ``seed`` for the random baseline).
+        """
         return {"detector": self.name}
 
     def save(self, path: str | os.PathLike) -> Path:
@@ -156,6 +160,11 @@ class RandomTurnBaseline(_Baseline):
         return int(np.random.default_rng([self.seed, h]).integers(1, T + 1))
 
     def config(self) -> dict[str, Any]:
+        """The baseline's settings, as saved.
+
+        Returns:
+            ``{"detector": "random", "seed": seed}``.
+        """
         return {"detector": self.name, "seed": self.seed}
 
     def __repr__(self) -> str:

@@ -301,8 +301,11 @@ class LLMDetector:
         return self
 
     def config(self) -> dict[str, Any]:
-        """The detector's settings: ``detector``, ``model``, ``backend``, ``with_workflow``,
-        ``max_new_tokens``."""
+        """The detector's settings.
+
+        Returns:
+            A dict with ``detector``, ``model``, ``backend``, ``with_workflow``, ``max_new_tokens``.
+        """
         return {"detector": self.name, "model": self.model, "backend": self.backend,
                 "with_workflow": self.with_workflow, "max_new_tokens": self.max_new_tokens}
 
