@@ -51,10 +51,18 @@ def kendall_tau(x: Sequence[float], y: Sequence[float] = EXPECTED_ORDER, *, unde
     """Kendall's tau-b between ``x`` and ``y`` (``scipy.stats.kendalltau``, variant ``"b"``).
 
     Args:
-        x, y: two sequences of the same length (at least 2); by default ``y`` is the expected
-            order of a unit's four distances, (4, 3, 2, 1).
+        x: A 1-d sequence of at least 2 numbers.
+        y: A 1-d sequence of the same length; by default the expected order of a unit's four
+            distances, (4, 3, 2, 1).
         undefined: the value where tau-b is undefined, i.e. ``x`` or ``y`` has all its values
             tied: ``"zero"`` (0.0, SPEC 5's convention; default) or ``"nan"``.
+
+    Returns:
+        tau-b in [-1, 1], or the ``undefined`` value (0.0 or nan).
+
+    Raises:
+        ValueError: ``x`` and ``y`` are not 1-d of the same length >= 2, or ``undefined`` is
+            neither ``"zero"`` nor ``"nan"``.
 
     >>> kendall_tau([0.9, 0.7, 0.5, 0.1])
     1.0
@@ -81,6 +89,18 @@ def kendall_tau_rows(d: Sequence[Sequence[float]], target: Sequence[float] = EXP
     The same number as ``scipy.stats.kendalltau(row, target).statistic`` (ties included; tested),
     written out over the m(m-1)/2 pairs because scipy's per-call overhead makes thousands of
     4-element units slow. ``undefined``: as in :func:`kendall_tau`, per row.
+
+    Args:
+        d: The rows, shape ``(n, m)``.
+        target: The reference order, shape ``(m,)`` (default ``(4, 3, 2, 1)``).
+        undefined: ``"zero"`` or ``"nan"``: the value of a row where tau-b is undefined.
+
+    Returns:
+        tau-b of each row, shape ``(n,)``, float64.
+
+    Raises:
+        ValueError: ``d`` is not of shape ``(n, m)`` with ``m = len(target)``, or ``undefined``
+            is neither ``"zero"`` nor ``"nan"``.
     """
     fallback = _undefined_value(undefined)
     d = np.asarray(d, dtype=float)
@@ -109,6 +129,10 @@ def ranking_tau(distances: Sequence[float], expected: Sequence[float] = EXPECTED
 
     Returns:
         tau-b in [-1, 1]; 0.0 when undefined (e.g. all distances equal).
+
+    Raises:
+        ValueError: ``distances`` does not have one value per position of ``expected``, or holds
+            NaN/inf.
 
     Example:
         >>> ranking_tau([0.9, 0.7, 0.5, 0.1])

@@ -415,6 +415,59 @@ def audit_agent(agent: str, model: str, tasks: Sequence[str], reference: Any, *,
     ``kb_tools``: offer the agent the task's API as an OpenAI tool and run its calls against the
     source's KB tables (:mod:`generation.kb_tools`; at most ``max_tool_rounds`` rounds of tool calls
     per turn); the report counts the calls and the malformed ones.
+
+    Args:
+        agent: The agent's OpenAI-compatible API root, e.g. ``http://127.0.0.1:8000/v1``.
+        model: The model name the agent serves (checked against the server's model list); the
+            dialogues are recorded with ``generator = "agent:<model>"``.
+        tasks: Names of the tasks to audit (at least one).
+        reference: The conformant reference dialogues: a generator output folder, an exported Hub
+            folder (its ``conformant`` config), or a list of records (see :func:`load_reference`).
+        star: A STAR copy; None: ``$DIALFORK_STAR_DIR``. Must agree with ``source`` when both are given.
+        source: ``star:PATH`` or ``workflow:PATH``; None: use ``star``.
+        per_task: Run the first ``per_task`` single-task scenarios of each task (scenario-id order);
+            an integer >= 1, or None for all of them.
+        scenarios: Scenario ids to run instead: a mapping task -> ids, or a flat list applied to
+            every task; None: chosen by ``per_task``.
+        out: Output folder (dialogues, failures, steps and the report files); a rerun with the same
+            folder resumes the same agent's audit.
+        api_key_env: Name of the environment variable holding the agent's API key; None: no key.
+        concurrency: Conversations run at once (threads).
+        encoder: Sentence encoder, by name (e.g. ``"minilm"``) or as an encoder object
+            (:func:`dialfork_metrics.encoders.get_encoder`).
+        detector: Task 3 detector name (:func:`dialfork_metrics.task3.make_detector`), fitted per
+            task on the reference.
+        sampling: Chat-completion sampling options sent with every agent request; None:
+            ``{"temperature": 0.0, "max_tokens": 256}``.
+        seed: Base seed; each dialogue's seed is derived from it and the scenario id.
+        timeout: Seconds per HTTP request.
+        max_retries: Retries of a failed request (agent and LLM user).
+        backoff: Base delay in seconds between retries.
+        min_similarity: Least cosine similarity for an agent turn to match a workflow step; None:
+            :data:`dialfork_metrics.audit.user.DEFAULT_MIN_SIMILARITY` (0.35).
+        detector_options: Constructor options of the detector; None:
+            :data:`dialfork_metrics.audit.report.DEFAULT_DETECTOR_OPTIONS` (the paper's).
+        happy_only: Audit only STAR's happy scenarios and compare with the reference's happy ones.
+        user: ``"template"`` (the template user) or ``"openai:URL"`` (an LLM user).
+        user_model: The LLM user's model name (required with ``user="openai:URL"``).
+        user_api_key_env: Name of the environment variable holding the LLM user's API key.
+        kb_tools: Offer the agent the task's API as an OpenAI tool run against the KB tables.
+        max_tool_rounds: Most rounds of tool calls per agent turn with ``kb_tools``; None:
+            :data:`generation.kb_tools.DEFAULT_MAX_TOOL_ROUNDS` (4).
+        show_progress: Show a tqdm bar over the dialogues.
+
+    Returns:
+        The :class:`~dialfork_metrics.audit.report.AuditReport`, one dict of figures per task;
+        it is also saved to ``out`` (``report.json``, ``report.md``, ``report.html``).
+
+    Raises:
+        AuditError: Bad input found before or after the run: a bad ``source``/``star``, an unknown
+            task or scenario, a bad ``per_task``, a reference without conformant dialogues of a
+            task (of a happy scenario with ``happy_only``), a bad ``user`` or a missing
+            ``user_model``, an unset API-key variable, an unreachable agent or one that does not
+            serve ``model``, an ``out`` holding another agent's dialogues, a task without an API
+            with ``kb_tools``, or every dialogue failed.
+        ValueError: An unknown ``detector`` or ``encoder`` name.
     """
     from ..encoders import get_encoder
     from .report import load_reference, score_audit

@@ -53,7 +53,20 @@ class _HappyScenario:
 
 
 class AgentPolicy:
-    """The fake agent's reply to a chat request (see the module doc)."""
+    """The fake agent's reply to a chat request (see the module doc).
+
+    Args:
+        corpus: The workflow source (:class:`~dialfork_dataset.sources.WorkflowSource`, e.g. an
+            opened STAR copy) whose tasks the agent serves.
+        kind: ``"faithful"`` (follows the workflow) or ``"derailed"`` (leaves it at ``derail_at``).
+        derail_at: System turn (1-based, t_k) from which the derailed agent follows a
+            hallucination plan; ignored by the faithful agent.
+        htypes: Hallucination types the derailed agent uses (``WIC``, ``SSPC``, ``GR``, ``CSC``),
+            one per conversation, chosen by the conversation's seed.
+
+    Raises:
+        ValueError: ``kind`` is neither ``"faithful"`` nor ``"derailed"``.
+    """
 
     def __init__(self, corpus: Any, kind: str = "faithful", derail_at: int = DEFAULT_DERAIL_AT,
                  htypes: Sequence[str] = DEFAULT_HTYPES):
@@ -80,6 +93,17 @@ class AgentPolicy:
                     self.answers.setdefault(_key(text), ans)
 
     def task_of(self, system_prompt: str) -> str:
+        """The task a system prompt is about (read from the service it names).
+
+        Args:
+            system_prompt: The audit's system prompt (``generation/prompts/system_agent.txt``).
+
+        Returns:
+            The task name.
+
+        Raises:
+            ValueError: The prompt names no service of the corpus.
+        """
         m = _SERVICE.search(system_prompt)
         if not m or m.group(1) not in self.by_service:
             raise ValueError("the system prompt names no known STAR service")
@@ -93,6 +117,19 @@ class AgentPolicy:
         return self.answers.get(_key(text))
 
     def reply(self, messages: Sequence[Mapping[str, str]]) -> str:
+        """The agent's next system turn for a chat request, replayed from the conversation it
+        carries (stateless).
+
+        Args:
+            messages: The chat messages, the system prompt first, then the ``user`` and
+                ``assistant`` messages (others ignored).
+
+        Returns:
+            The reply text.
+
+        Raises:
+            ValueError: The first message is not the system prompt, or it names no known service.
+        """
         from generation.backends.template import Sim, build_hal, hal_system_turn, system_turn
         from generation.seeds import Rng, stable_seed
 
@@ -275,7 +312,26 @@ def serve_fake_agent(kind: str = "faithful", star: str | os.PathLike | None = No
                      derail_at: int = DEFAULT_DERAIL_AT, htypes: Sequence[str] = DEFAULT_HTYPES,
                      timeout: float = 120.0, source: str | None = None) -> Iterator[FakeAgent]:
     """Run a fake agent in a child process on 127.0.0.1 (port 0) and stop it by its PID on exit.
-    ``source``: a workflow source spec (``workflow:PATH``) instead of the STAR copy ``star``."""
+    ``source``: a workflow source spec (``workflow:PATH``) instead of the STAR copy ``star``.
+
+    Args:
+        kind: One of ``faithful``, ``derailed``, ``garbage``, ``empty``, ``user``, ``tools`` (see
+            the module doc).
+        star: A STAR copy; None: ``$DIALFORK_STAR_DIR`` (read by the child process).
+        model: The model name the fake serves; None: ``fake-<kind>``.
+        derail_at: System turn (1-based) at which the ``derailed`` fake leaves its workflow.
+        htypes: Hallucination types of the ``derailed`` fake, chosen per conversation by its seed.
+        timeout: Seconds to wait for the child to exit after SIGTERM before it is killed.
+        source: A workflow source spec (``star:PATH`` or ``workflow:PATH``) used instead of ``star``.
+
+    Yields:
+        A :class:`FakeAgent` with the API root ``http://127.0.0.1:PORT/v1``, the model name, the
+        child's PID and the kind.
+
+    Raises:
+        ValueError: ``kind`` is not a known fake agent kind.
+        RuntimeError: The child process did not start (it printed no listening port).
+    """
     if kind not in KINDS:
         raise ValueError(f"unknown fake agent kind {kind!r}; known: {', '.join(KINDS)}")
     model = model or f"fake-{kind}"

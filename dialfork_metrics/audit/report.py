@@ -38,7 +38,21 @@ from .core import AuditError, Job, Store
 
 def load_reference(reference: Any, tasks: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
     """Conformant reference dialogues per task, from a list of records, a generator output folder
-    or an exported Hub folder (its ``conformant`` config). Every task without one is an error."""
+    or an exported Hub folder (its ``conformant`` config). Every task without one is an error.
+
+    Args:
+        reference: A generator output folder, an exported Hub folder (path or str), or an iterable
+            of DialFork record dicts.
+        tasks: The task names whose conformant dialogues are wanted.
+
+    Returns:
+        A dict task name -> list of its conformant records (``hallucination_type`` None), in the
+        reference's order, one key per name of ``tasks``.
+
+    Raises:
+        AuditError: The path does not exist, is neither a corpus folder nor a Hub folder, or a
+            task of ``tasks`` has no conformant dialogue in the reference.
+    """
     if isinstance(reference, (str, os.PathLike)):
         p = Path(reference)
         if not p.exists():
@@ -186,21 +200,59 @@ COLUMNS = (("dialogues", "dialogues"), ("failed", "failed"), ("completion", "com
 
 @dataclass
 class AuditReport:
+    """The result of :func:`~dialfork_metrics.audit.core.audit_agent`: one dict of figures per task
+    (see the module doc), rendered as Markdown, HTML or JSON.
+
+    Attributes:
+        agent: The audited agent's API root.
+        model: The audited model's name.
+        detector: The Task 3 detector name used for the alarms.
+        tasks: One dict per audited task (keys ``task``, ``dialogues``, ``failed``, ``failures``,
+            ``completion``, ``coverage``, ``skipped``, ``repeated``, ``out_of_order``,
+            ``off_workflow``, ``alarm_rate``, ``first_alarms``, ``flowkl``, ``flowscore``,
+            ``flowscore_n``, ``tool_calls``, ``tool_errors``, ``reference_dialogues``,
+            ``detector``, ``dialogue_rows``, ``deviant``); a figure without data is None.
+    """
+
     agent: str
     model: str
     detector: str
     tasks: list[dict[str, Any]] = field(default_factory=list)
 
     def task(self, name: str) -> dict[str, Any]:
+        """The figures of one task.
+
+        Args:
+            name: The task name.
+
+        Returns:
+            The task's dict of :attr:`tasks`.
+
+        Raises:
+            KeyError: The report has no task ``name``.
+        """
         for t in self.tasks:
             if t["task"] == name:
                 return t
         raise KeyError(f"no task {name!r} in this report; it has {[t['task'] for t in self.tasks]}")
 
     def to_dict(self) -> dict[str, Any]:
+        """The report as a JSON-ready dict with keys ``agent``, ``model``, ``detector``, ``tasks``.
+
+        Returns:
+            The dict (the task dicts are the report's own, not copies).
+        """
         return {"agent": self.agent, "model": self.model, "detector": self.detector, "tasks": self.tasks}
 
     def to_json(self, indent: int | None = 2) -> str:
+        """The report as JSON (:meth:`to_dict`).
+
+        Args:
+            indent: JSON indentation; None: one line.
+
+        Returns:
+            The JSON text (non-ASCII characters kept as they are).
+        """
         return json.dumps(self.to_dict(), indent=indent, ensure_ascii=False)
 
     def _deviant_md(self, t: dict[str, Any]) -> list[str]:
@@ -215,6 +267,12 @@ class AuditReport:
         return out
 
     def to_markdown(self) -> str:
+        """The report as Markdown: a table of the figures per task, then per task its failures, its
+        first-alarm turns and its most deviant dialogues (flagged turn in bold).
+
+        Returns:
+            The Markdown text.
+        """
         lines = [f"# Agent audit: {self.model} at {self.agent}", "",
                  f"Detector: `{self.detector}` (fitted per task on the reference's conformant dialogues). "
                  "Higher completion and coverage are better; lower alarm rate, FlowKL and FlowScore distance are better.",
@@ -233,6 +291,15 @@ class AuditReport:
         return "\n".join(lines) + "\n"
 
     def plot_png(self, t: dict[str, Any]) -> bytes:
+        """Bar chart of one task's per-dialogue step coverage (red where an alarm was raised) with
+        its FlowScore distances (needs matplotlib).
+
+        Args:
+            t: One task dict of :attr:`tasks`.
+
+        Returns:
+            The PNG image (80 dpi) as bytes.
+        """
         import matplotlib
 
         matplotlib.use("Agg")
@@ -259,6 +326,12 @@ class AuditReport:
         return buf.getvalue()
 
     def to_html(self) -> str:
+        """The report as a self-contained HTML page (the Markdown content, plus each task's
+        :meth:`plot_png` chart embedded as a data URI; needs matplotlib when a task has dialogues).
+
+        Returns:
+            The HTML text (all report text escaped).
+        """
         e = html.escape
         parts = ["<!doctype html><html><head><meta charset='utf-8'>",
                  f"<title>Agent audit: {e(self.model)}</title>",
@@ -292,6 +365,14 @@ class AuditReport:
         return "\n".join(parts)
 
     def save(self, out: str | os.PathLike) -> dict[str, Path]:
+        """Write ``report.json``, ``report.md`` and ``report.html`` into ``out``, each atomically.
+
+        Args:
+            out: An existing folder.
+
+        Returns:
+            The written paths by kind: ``{"json": ..., "md": ..., "html": ...}``.
+        """
         from dialfork_dataset.jsonl import write_text_atomic
 
         out = Path(out)

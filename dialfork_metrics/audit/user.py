@@ -32,7 +32,19 @@ class StepMatch:
 
 
 class StepMatcher:
-    """Nearest workflow step of an utterance, per task (surface forms encoded once)."""
+    """Nearest workflow step of an utterance, per task (surface forms encoded once).
+
+    Args:
+        model: The task's workflow model (``TemplateBackend.model(task)``): its steps' surface
+            forms (``phr``) are encoded with ``{placeholders}`` spelled out.
+        encoder: An object with ``encode(texts)`` returning one (unit-norm) embedding per text,
+            the same encoder that embeds the utterances given to :meth:`match`.
+        min_similarity: Least cosine similarity for a match; below it the utterance maps to no
+            step (off-workflow).
+
+    Raises:
+        ValueError: The workflow has no step with a non-empty surface form.
+    """
 
     def __init__(self, model: Any, encoder: Any, min_similarity: float = DEFAULT_MIN_SIMILARITY):
         self.model = model
@@ -50,6 +62,16 @@ class StepMatcher:
         self.E = np.asarray(encoder.encode(forms), dtype=np.float64)
 
     def match(self, embedding: np.ndarray) -> StepMatch:
+        """The nearest workflow step of one utterance.
+
+        Args:
+            embedding: The utterance's embedding, shape ``(dim,)``, from the matcher's encoder.
+
+        Returns:
+            A ``StepMatch``: ``node`` the best step's name (None when its similarity is below
+            ``min_similarity``) and ``similarity`` the best dot product (the cosine similarity for
+            unit-norm embeddings).
+        """
         s = self.E @ np.asarray(embedding, dtype=np.float64).reshape(-1)
         i = int(np.argmax(s))
         sim = float(s[i])
@@ -57,7 +79,17 @@ class StepMatcher:
 
 
 class TemplateUser:
-    """One simulated user per dialogue (the template simulator's ``Sim`` plus the step matcher)."""
+    """One simulated user per dialogue (the template simulator's ``Sim`` plus the step matcher).
+
+    Args:
+        backend: A :class:`~generation.backends.template.TemplateBackend` bound to the workflow
+            source.
+        task: The task being audited (a task object of the source).
+        scenario: The scenario the user plays (its slot values and user guide).
+        seed: The dialogue's seed (the user's phrasing draws).
+        matcher: The task's :class:`StepMatcher`.
+        dialogue: The :class:`generation.engine.Dialogue` being built (the user reads its turns).
+    """
 
     def __init__(self, backend: Any, task: Any, scenario: Any, seed: int, matcher: StepMatcher, dialogue: Any):
         from generation.backends.template import Sim
@@ -73,13 +105,31 @@ class TemplateUser:
         self.similarities: list[float] = []
 
     def say(self, turn_index: int) -> str:
+        """The user's next turn, as the template simulator's user would say it.
+
+        Args:
+            turn_index: The 0-based index of the turn in the dialogue (seeds its draws).
+
+        Returns:
+            The user's utterance (it may contain the ``[END]`` token to close the dialogue).
+        """
         from generation.backends.template import user_turn
         from generation.seeds import Rng
 
         return user_turn(self.sim, self.d, Rng(self.seed, turn_index))
 
     def hear(self, text: str, embedding: np.ndarray, turn_index: int) -> StepMatch:
-        """Map the agent's turn to a workflow step and update the simulator as if it had said it."""
+        """Map the agent's turn to a workflow step and update the simulator as if it had said it.
+
+        Args:
+            text: The agent's turn (unused by the template user; kept for the users' common
+                interface).
+            embedding: The turn's embedding, shape ``(dim,)``.
+            turn_index: The 0-based index of the turn in the dialogue.
+
+        Returns:
+            The turn's ``StepMatch`` (also appended to :attr:`steps` and :attr:`similarities`).
+        """
         from generation.backends.template import GENERIC_NODES, enter_node
         from generation.seeds import Rng
 
@@ -101,6 +151,14 @@ class TemplateUser:
         return mt
 
     def is_goodbye(self, node: str | None) -> bool:
+        """Whether a matched step closes the dialogue.
+
+        Args:
+            node: A step name from :meth:`hear` (None: off-workflow).
+
+        Returns:
+            True for the workflow's goodbye step or any step whose name contains ``bye``.
+        """
         return node is not None and (node == self.m.bye or "bye" in node)
 
 
@@ -112,6 +170,17 @@ def step_coverage(steps: list[str | None], model: Any) -> dict[str, Any]:
     saying a content step already said (loop steps excepted); ``out_of_order``: descents in the
     happy-path order of the first visits; ``off_workflow``: turns mapped to no step;
     ``coverage``: visited / required.
+
+    Args:
+        steps: The workflow step of each agent turn, in order (None: off-workflow), as
+            :attr:`TemplateUser.steps`.
+        model: The task's workflow model (``TemplateBackend.model(task)``).
+
+    Returns:
+        A dict with ``required`` (int), ``visited`` (int), ``skipped`` (list of step names, in
+        happy-path order), ``repeated`` (int), ``out_of_order`` (int), ``off_workflow`` (int),
+        ``coverage`` (float in [0, 1]; 1.0 when nothing is required) and ``reached_outcome``
+        (bool: the workflow's outcome step was said).
     """
     from generation.backends.template import GENERIC_NODES
 

@@ -18,7 +18,18 @@ from .runner import run_benchmark
 
 
 def parse_pair_encoder(spec: str | None) -> str | dict[str, str] | None:
-    """``--pair-encoder``: ``NAME`` (FBD and PRD) or ``fbd=NAME[,prd=NAME]``."""
+    """``--pair-encoder``: ``NAME`` (FBD and PRD) or ``fbd=NAME[,prd=NAME]``.
+
+    Args:
+        spec: The option's value; None or blank: not given.
+
+    Returns:
+        None when not given; the stripped name when ``spec`` has no ``=`` (one encoder for both);
+        else a dict with keys among ``"fbd"`` and ``"prd"`` (lower-cased) mapping to encoder names.
+
+    Raises:
+        BenchError: A part names a metric other than ``fbd``/``prd`` or has an empty name.
+    """
     if spec is None or not spec.strip():
         return None
     if "=" not in spec:
@@ -38,6 +49,12 @@ def _csv_list(s: str) -> list[str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The benchmark's argument parser (``--data`` required; ``--help`` lists every option).
+
+    Returns:
+        The :class:`argparse.ArgumentParser`, with the verbosity options and each option's
+        default stated in its help.
+    """
     from dialfork_dataset.console import add_verbosity_options, prog_name, state_defaults
 
     p = argparse.ArgumentParser(prog=prog_name("dialfork_metrics.bench"),
@@ -91,6 +108,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the benchmark from the command line and print where the report went and the report.
+
+    Args:
+        argv: The arguments without the program name; None: ``sys.argv[1:]``.
+
+    Returns:
+        The exit status: 0 on success (also on a non-main process under ``accelerate launch``),
+        2 on bad input (a one-line ``error: ...`` on stderr: a bad ``--order``,
+        ``--false-alarm-rate`` or ``--tasks``, or a :class:`BenchError`, ``ValueError`` or
+        ``FileNotFoundError`` from the run).
+
+    Raises:
+        SystemExit: From argparse on unknown or malformed options (status 2) and ``--help`` (0).
+    """
     from dialfork_dataset.console import console
 
     a = build_parser().parse_args(argv)

@@ -18,7 +18,13 @@ logger = logging.getLogger(__name__)
 
 # ----------------------------------------------------------------------------- corpus
 class Corpus:
-    """All records of a corpus plus its train/test partition by source."""
+    """All records of a corpus plus its train/test partition by source.
+
+    Args:
+        records: The corpus's records (normalised DialFork record dicts), in canonical order.
+        assignment: Conformant source id -> ``"train"`` or ``"test"`` (forks follow their source).
+        origin: Where the corpus was read from (folder path or Hub id), for the report.
+    """
 
     def __init__(self, records: list[dict[str, Any]], assignment: Mapping[str, str], origin: str):
         self.records = records
@@ -28,13 +34,28 @@ class Corpus:
 
     @property
     def conformant(self) -> list[dict[str, Any]]:
+        """The conformant records (``hallucination_type`` None), in corpus order."""
         return [r for r in self.records if r["hallucination_type"] is None]
 
     def split(self, name: str, forks: bool) -> list[dict[str, Any]]:
+        """The records whose source is assigned to one split.
+
+        Args:
+            name: ``"train"`` or ``"test"``.
+            forks: Include the forks of those sources (else only the conformant dialogues).
+
+        Returns:
+            The records, in corpus order.
+        """
         return [r for r in self.records if self.assignment.get(r["source_id"]) == name
                 and (forks or r["hallucination_type"] is None)]
 
     def fingerprint(self) -> str:
+        """A content hash of the corpus, independent of record order.
+
+        Returns:
+            The SHA-256 hex digest of every record's ``dialogue_id`` and ``turns``, by dialogue id.
+        """
         h = hashlib.sha256()
         for r in sorted(self.records, key=lambda r: r["dialogue_id"]):
             h.update(json.dumps([r["dialogue_id"], r["turns"]], ensure_ascii=False, sort_keys=True).encode())
@@ -46,6 +67,22 @@ def load_corpus(data: str | os.PathLike, skipped: list[str] | None = None) -> Co
 
     A layout missing a config is read from what is there, with a warning per missing part
     (appended to ``skipped``).
+
+    Args:
+        data: An existing folder without a ``data/`` subfolder (read as a generator output
+            folder), a Hub layout folder (``data/<config>/<split>-*.parquet``), or a Hub dataset id.
+        skipped: A list that receives one message per config/split that could not be loaded;
+            None: the messages are only logged.
+
+    Returns:
+        The :class:`Corpus`: for a generator folder the records with the seeded source split
+        (:func:`dialfork_dataset.builder.split_sources`); for a layout the records of the
+        ``conformant`` and ``forked`` configs with the layout's own train/test split.
+
+    Raises:
+        BenchError: No config/split of the layout could be loaded.
+        RecordError: A generator folder holds invalid records (every problem listed).
+        FileNotFoundError: A generator folder path that holds no record file.
     """
     from dialfork_dataset.builder import load_records, split_sources
     from dialfork_dataset.records import normalize_record
@@ -103,7 +140,22 @@ def _load_config_split(data: Any, cfg: str, split: str) -> list[dict[str, Any]]:
 def prepare_encoder(name: str, records: Sequence[Mapping[str, Any]], *, device: str | None = None,
                     batch_size: int = 64, cache_dir: str | None = None, transcripts: bool = True,
                     timings: dict[str, float] | None = None, progress: bool = True, runtime: str = "torch"):
-    """Load an encoder and encode every unique turn (and transcript) of ``records`` once."""
+    """Load an encoder and encode every unique turn (and transcript) of ``records`` once.
+
+    Args:
+        name: Encoder alias or path (:func:`dialfork_metrics.encoders.get_encoder`).
+        records: The records to encode.
+        device: Torch device; None: chosen automatically.
+        batch_size: Encoder batch size.
+        cache_dir: Persistent embedding cache folder; None: memory only.
+        transcripts: Also encode each dialogue's whole transcript (for the transcript-level methods).
+        timings: A dict that receives the seconds spent under ``"encode:<name>"``; None: not recorded.
+        progress: Show progress bars.
+        runtime: Encoder runtime: ``"torch"``, ``"onnx"`` or ``"onnx-int8"``.
+
+    Returns:
+        The encoder (a new, unshared instance) whose cache holds every embedding of ``records``.
+    """
     from ..encoders import get_encoder
 
     t0 = time.perf_counter()

@@ -25,6 +25,14 @@ logger = logging.getLogger(__name__)
 
 
 def package_versions() -> dict[str, str]:
+    """The versions of Python and of the packages the results depend on, for the report's metadata.
+
+    Returns:
+        A dict with ``python`` and one key per distribution (``dialfork``, ``numpy``, ``scipy``,
+        ``scikit-learn``, ``torch``, ``transformers``, ``sentence-transformers``, ``datasets``,
+        ``evaluate``, ``statsmodels``, ``numba``) mapping to its version string or
+        ``"not installed"``.
+    """
     from importlib.metadata import PackageNotFoundError, version
 
     out = {"python": sys.version.split()[0]}
@@ -58,6 +66,50 @@ def run_benchmark(data: str | os.PathLike, tasks: Sequence[int] = (1, 2, 3), enc
     family, :data:`TASK1_COMPARED`). ``runtime``: the encoders' runtime (``"torch"``, ``"onnx"``,
     ``"onnx-int8"``; see :mod:`dialfork_metrics.runtimes`). ``task3_kwargs`` go to :func:`run_task3`
     (``preset``, ``order``, ``scope``, ``select``, ``false_alarm_rate``, ``ablations``, ...).
+
+    Args:
+        data: A generator output folder, an exported Hub layout folder, or a Hub dataset id
+            (:func:`load_corpus`).
+        tasks: The tasks to run, among 1, 2, 3.
+        encoders: Encoder aliases or paths of Tasks 2 and 3 (each gives its own rows); the first
+            is also Task 1's unless ``task1_encoder`` is given.
+        out: Folder for the reports (Markdown, CSV, JSON, PNG); None: nothing is written.
+        seed: Seed of PRD, the bootstraps, the permutation tests and the random baselines.
+        task1_methods: Task 1 methods (names of :data:`TASK1_METHODS`).
+        task2_methods: Task 2 methods (names of :data:`TASK2_METHODS`).
+        task3_detectors: Task 3 detectors (names of :data:`TASK3_DETECTORS`).
+        custom_metrics: User Task 2 distances, each ``NAME=module:function`` or an evaluate module
+            path (:func:`load_custom_metric`).
+        graph_task: Task whose flow graph is drawn; None: the first.
+        device: Torch device of the encoders; None: chosen automatically.
+        batch_size: Encoder batch size.
+        n_resamples: Paired bootstrap resamples of the confidence intervals.
+        plots: Write the PNG figures (with ``out``).
+        progress: Show progress bars.
+        cache_dir: Persistent embedding cache folder; None: memory only.
+        prd_kwargs: PRD options over :data:`DEFAULT_PRD`.
+        task1_encoder: Encoder of FlowKL's graph in Task 1; None: the first of ``encoders``.
+        pair_encoder: Encoder of the (system, user) pairs of FBD and PRD: one name, or
+            ``{"fbd": name, "prd": name}``; None: ``task1_encoder``'s.
+        task1_compare: Methods FlowKL is tested against in Task 1 (one Holm family).
+        runtime: Encoder runtime: ``"torch"``, ``"onnx"`` or ``"onnx-int8"``.
+        task3_kwargs: Keyword arguments of :func:`run_task3`.
+
+    Returns:
+        The report dict: ``meta`` (data, corpus fingerprint, counts, tasks, encoders, seed,
+        resamples, runtime, PRD options, Task 1 encoders, package versions, ``n_skipped_units``),
+        ``skipped`` (messages of the units and configs that could not be computed), ``timings``
+        (seconds per stage, ``total`` and ``encoding_share``), and per task run ``task1``,
+        ``task2`` (``per_encoder`` and ``significance``), ``task3`` (per encoder, without the
+        per-dialogue predictions) and ``task3_weight_sweep`` (per encoder).
+
+    Raises:
+        BenchError: An unknown task or method, no encoder, a bad ``pair_encoder`` mapping or
+            custom metric, an unreadable corpus, or a corpus without a train and a test split
+            for Task 3.
+        ValueError: An unknown encoder name.
+        RecordError: The corpus folder holds invalid records.
+        FileNotFoundError: The corpus folder holds no record file.
     """
     prd_kwargs = {**DEFAULT_PRD, **(prd_kwargs or {})}
     from ..encoders import resolve_encoder_name

@@ -43,6 +43,29 @@ def run_task1(corpus: Corpus, encoder: Any, methods: Sequence[str] = TASK1_METHO
     :class:`~dialfork_metrics.pair_encoder.PairEncoder` for FBD and PRD, or a mapping
     ``{"fbd": ..., "prd": ...}`` giving each its own (default: one over ``encoder``'s model);
     pass one that already encoded the corpus to reuse its cache.
+
+    Args:
+        corpus: The :class:`~dialfork_metrics.bench.corpus.Corpus`; its (task, type) units come
+            from :func:`dialfork_dataset.views.task1_sets`.
+        encoder: The encoder of FlowKL's graph (turn embeddings).
+        methods: Task 1 method names (:data:`TASK1_METHODS`).
+        seed: Seed of PRD and the random control.
+        flowkl_kwargs: Keyword arguments of FlowKL; None: its defaults.
+        prd_kwargs: Keyword arguments of PRD (on top of ``seed``); None: its defaults.
+        skipped: A list that receives one message per unit that could not be built; None: a new list.
+        progress: Show a progress bar over the units.
+        pair_encoder: A ``PairEncoder``, an encoder name, or a mapping ``{"fbd": ..., "prd": ...}``
+            of those; None: one over ``encoder``.
+
+    Returns:
+        A dict with ``units`` (one row per unit and method: ``task``, ``type``, ``method``,
+        ``distances`` d_1..d_4, ``tau``, ``exact``, ``p_perm``; the last two None for
+        ``random``), ``summary`` (:func:`summarise_task1`), ``graphs`` (task -> FlowKL's fitted
+        flow graph) and ``fbd_small_n_sets`` (sets whose FBD covariance was singular).
+
+    Raises:
+        BenchError: An unknown method, or a ``pair_encoder`` mapping with a key other than
+            ``fbd``/``prd``.
     """
     from dialfork_dataset.views import task1_sets
 
@@ -120,6 +143,21 @@ def _task1_rows(units, methods, encoder, seed, flowkl_kwargs, prd_kwargs, graphs
 
 
 def summarise_task1(rows: Sequence[Mapping[str, Any]], methods: Sequence[str]) -> dict[str, Any]:
+    """Table 2 from the per-unit rows: mean tau per method and type, exact recovery, each method
+    against chance (Fisher-combined permutation p-values), and every pair of methods compared.
+
+    Args:
+        rows: The ``units`` rows of :func:`run_task1` (``task``, ``type``, ``method``, ``tau``,
+            ``exact``, ``p_perm``).
+        methods: The methods to summarise, in table order.
+
+    Returns:
+        A dict with ``tau`` (method -> type or ``"Avg"`` -> mean tau, None without units),
+        ``exact_recovery`` (method -> share of units recovered exactly; 1/24 for ``random``),
+        ``fisher_p`` (method -> Fisher-combined p-value; None for ``random``), ``pairwise``
+        (one dict per pair of non-random methods: ``a``, ``b``, ``n_units``, ``mean_diff`` of tau,
+        two-sided paired Wilcoxon ``p`` and ``p_holm`` across pairs) and ``n_units``.
+    """
     by = defaultdict(list)
     for r in rows:
         by[(r["method"], r["type"])].append(r)
@@ -168,7 +206,20 @@ def task1_comparisons(rows: Sequence[Mapping[str, Any]], reference: str = TASK1_
     (task, type) units: mean Delta tau = tau(reference) - tau(method), its paired bootstrap 95% CI
     (:func:`~dialfork_metrics.stats.bootstrap_mean_ci`, seeded), the two-sided paired Wilcoxon
     p-value and its Holm correction within this family only (the paper: FlowKL vs FBD,
-    -0.031 [-0.080, 0.017], Holm p = 0.43). Methods absent from ``rows`` are left out."""
+    -0.031 [-0.080, 0.017], Holm p = 0.43). Methods absent from ``rows`` are left out.
+
+    Args:
+        rows: The ``units`` rows of :func:`run_task1`.
+        reference: The method compared with the others (FlowKL).
+        against: The methods it is compared with (one Holm family).
+        n_resamples: Bootstrap resamples of the CIs.
+        seed: Bootstrap seed.
+
+    Returns:
+        One dict per compared method with two shared units or more: ``a`` (the reference), ``b``,
+        ``n_units``, ``mean_diff`` (mean Delta tau), ``ci_low``, ``ci_high``, ``p`` and
+        ``p_holm``; empty when ``reference`` is not in ``rows``.
+    """
     unit_tau: dict[str, dict[tuple, float]] = defaultdict(dict)
     for r in rows:
         unit_tau[r["method"]][(r["task"], r["type"])] = r["tau"]
@@ -199,6 +250,17 @@ def tau_confidence_intervals(rows: Sequence[Mapping[str, Any]], methods: Sequenc
     ``"task"`` for Task 1, ``"source_id"`` for Task 2) that have all four types are resampled,
     the statistic being the mean of their per-group average tau. A cell without two units is
     ``None``. Returns ``{method: {type or "Avg": [low, high] or None}}``.
+
+    Args:
+        rows: Per-unit tau rows with ``method``, ``type``, ``tau`` and the ``group`` key.
+        methods: The table's methods (a unit counts only when it has all of them).
+        group: The key grouping units for the ``Avg`` column (``"task"`` or ``"source_id"``).
+        n_resamples: Bootstrap resamples.
+        seed: Bootstrap seed (type i uses ``seed + i``; ``Avg`` ``seed + 4``).
+
+    Returns:
+        ``{method: {type or "Avg": [low, high] or None}}``; ``Avg`` is None with fewer than two
+        complete groups.
     """
     tau: dict[tuple, dict[str, float]] = defaultdict(dict)  # (group, type) -> method -> tau
     for r in rows:

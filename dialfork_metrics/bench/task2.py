@@ -36,7 +36,27 @@ logger = logging.getLogger(__name__)
 def run_task2(corpus: Corpus, encoder: Any, methods: Sequence[str] = TASK2_METHODS, seed: int = 0,
               custom: Mapping[str, Callable[[Any, Any], float]] | None = None,
               skipped: list[str] | None = None) -> dict[str, Any]:
-    """Task 2 per (source, type) unit: d_k per method and tau; summary per type."""
+    """Task 2 per (source, type) unit: d_k per method and tau; summary per type.
+
+    Args:
+        corpus: The :class:`~dialfork_metrics.bench.corpus.Corpus`; its units (a conformant
+            source and its four forks of one type) come from
+            :func:`dialfork_dataset.views.task2_quartets`.
+        encoder: The encoder of the embedding-based methods (its cache is reused).
+        methods: Task 2 method names (:data:`TASK2_METHODS`).
+        seed: Seed of the random control.
+        custom: User distances, name -> ``fn(source_record, fork_record) -> float``
+            (:func:`load_custom_metric`); each becomes a row.
+        skipped: A list that receives one message per unit that could not be built; None: a new list.
+
+    Returns:
+        A dict with ``units`` (one row per unit and method: ``source_id``, ``type``, ``method``,
+        ``distances`` d_1..d_4, ``tau``), ``summary`` (:func:`summarise_task2`) and ``methods``
+        (``methods`` then the custom names).
+
+    Raises:
+        BenchError: An unknown method.
+    """
     from dialfork_dataset.views import task2_quartets
 
     from ..dialogue import score_quartets
@@ -64,6 +84,17 @@ def run_task2(corpus: Corpus, encoder: Any, methods: Sequence[str] = TASK2_METHO
 
 
 def summarise_task2(rows: Sequence[Mapping[str, Any]], methods: Sequence[str]) -> dict[str, Any]:
+    """Table 3 from the per-unit rows: mean tau per method and type, and mean distance per k.
+
+    Args:
+        rows: The ``units`` rows of :func:`run_task2`.
+        methods: The methods to summarise, in table order.
+
+    Returns:
+        A dict with ``tau`` (method -> type or ``"Avg"`` -> mean tau, None without units;
+        ``Avg`` is the mean over the types), ``mean_distance_by_k`` (method -> fork position
+        k (1..4) -> mean d_k over all units) and ``n_units`` (distinct (source, type) units).
+    """
     by = defaultdict(list)
     dist_k = defaultdict(lambda: defaultdict(list))
     for r in rows:
@@ -88,6 +119,16 @@ def distance_by_k(rows: Sequence[Mapping[str, Any]], methods: Sequence[str], n_r
 
     Returns ``{method: {type: {"mean": [4], "low": [4], "high": [4], "n": n_units}}}``; a type with
     fewer than two units has ``low``/``high`` equal to ``mean``.
+
+    Args:
+        rows: The ``units`` rows of :func:`run_task2` (one encoder).
+        methods: The methods (a unit counts only when it has all of them).
+        n_resamples: Bootstrap resamples.
+        seed: Bootstrap seed (type i uses ``seed + i``).
+
+    Returns:
+        ``{method: {type: {"mean": [4], "low": [4], "high": [4], "n": n_units}}}``; types without
+        a complete unit are absent.
     """
     dist: dict[tuple, dict[str, list[float]]] = defaultdict(dict)  # (source, type) -> method -> d_1..d_4
     for r in rows:
@@ -114,7 +155,20 @@ def task2_significance(per_encoder: Mapping[str, Mapping[str, Any]], reference: 
                        n_resamples: int = 10_000, seed: int = 0) -> list[dict[str, Any]]:
     """Table 7: FlowScore tau minus each method's tau per unit; one-sided Wilcoxon (statistic ``W``,
     the sum of the positive ranks) and paired t-test (statistic ``t``), Holm-corrected across
-    encoders within each (method, test); bootstrap 95% CI."""
+    encoders within each (method, test); bootstrap 95% CI.
+
+    Args:
+        per_encoder: Encoder name -> :func:`run_task2` result (``units`` and ``methods``).
+        reference: The method tested against the others.
+        n_resamples: Bootstrap resamples of the CI of the mean difference.
+        seed: Bootstrap seed.
+
+    Returns:
+        One dict per (encoder, method) with two shared units or more: ``encoder``, ``method``,
+        ``n_units``, ``mean_diff``, ``ci_low``, ``ci_high``, ``W``, ``p_wilcoxon``, ``t`` (None
+        when the differences are constant), ``p_ttest``, ``p_wilcoxon_holm`` and ``p_ttest_holm``.
+        Encoders without ``reference`` are left out.
+    """
     out: list[dict[str, Any]] = []
     for enc, res in per_encoder.items():
         taus: dict[str, dict[tuple, float]] = defaultdict(dict)
@@ -146,7 +200,21 @@ def task2_significance(per_encoder: Mapping[str, Mapping[str, Any]], reference: 
 def load_custom_metric(spec: str) -> tuple[str, Callable[[Any, Any], float]]:
     """``NAME=module.path:function`` (a callable ``(ref, cand) -> distance``) or a path to an
     evaluate module folder/script (its ``compute(predictions=[cand], references=[ref])`` must
-    return a dict holding a per-pair list under a plural key such as ``"scores"``)."""
+    return a dict holding a per-pair list under a plural key such as ``"scores"``).
+
+    Args:
+        spec: ``NAME=module.path:function``, ``NAME=PATH`` or ``PATH`` (an evaluate module; the
+            name is then the path's stem).
+
+    Returns:
+        ``(name, fn)``: ``fn(ref_record, cand_record) -> float`` is the distance. For an evaluate
+        module it reads ``"scores"`` or ``"distances"``, else the first numeric value of the
+        module's output.
+
+    Raises:
+        BenchError: The function cannot be imported, or ``spec`` is neither form; the returned
+            function raises it when an evaluate module returns no numeric value.
+    """
     name, _, target = spec.partition("=")
     if not target:
         target, name = spec, Path(spec.rstrip("/")).stem

@@ -88,6 +88,37 @@ def run_task3(corpus: Corpus, encoder: Any, detectors: Sequence[str] = TASK3_DET
     ``"ablation_order"`` (N in ``ablation_orders``) and ``"ablation_scope"`` (task, pooled), each
     varying one setting of the main rows (``ablations``; on all conformant test dialogues and at
     most ``ablation_max_forks_per_source`` forks per source when given).
+
+    Args:
+        corpus: The :class:`~dialfork_metrics.bench.corpus.Corpus` (train and test splits).
+        encoder: The encoder of the streaming detectors (``encode_dialogues``), its cache filled.
+        detectors: Detector names (:data:`TASK3_DETECTORS`; :func:`dialfork_metrics.task3.make_detector`).
+        seed: Seed of the random baseline, the settings selection and the ablations' fork subsample.
+        order: N of the streaming detectors' N-gram LM, overriding the preset; None: the preset's.
+        progress: Show progress bars.
+        save_dir: Folder where each fitted streaming detector is saved (one subfolder per name,
+            ``+`` written ``_``); None: not saved.
+        preset: Streaming settings: ``"selected"`` or ``"paper"``.
+        scope: ``"task"`` or ``"pooled"``, overriding the preset; None: the preset's.
+        false_alarm_rate: Target conformant false-alarm rate of the streaming detectors, in (0, 1).
+        select: Choose the streaming settings by cross-validation over the train sources.
+        selection_kwargs: Extra keyword arguments of ``select_settings`` (with ``select``).
+        ablations: Add the N-order and scope ablation tables.
+        ablation_orders: The N values of the order ablation.
+        paper_table: Add ``"table9"`` (the paper's protocol at N=3).
+        ablation_max_forks_per_source: Most forks per source in the ablations' test set; None: all.
+
+    Returns:
+        A dict with ``n_train``, ``n_test``, ``preset``, ``false_alarm_rate``, ``results``
+        (detector -> :func:`~dialfork_metrics.task3.score_predictions` result plus ``seconds``;
+        streaming rows also ``settings``, ``threshold``, ``n_models``, ``curve`` and
+        ``coverage_at``), ``predictions`` (detector -> {dialogue_id: system turn or None}), and
+        when they apply ``selection``, ``table9``, ``ablation_n_test``, ``ablation_order`` (N ->
+        detector -> result) and ``ablation_scope`` (scope -> detector -> result).
+
+    Raises:
+        BenchError: The corpus has no conformant train dialogue or no test dialogue.
+        ValueError: An unknown detector name or bad streaming settings.
     """
     from dialfork_dataset.views import task3_examples
 
@@ -176,6 +207,18 @@ def task3_weight_sweep(results: Mapping[str, Mapping[str, Any]],
     ``{"weights": [[w1, w2, w3, w4], ...], "scores": {detector: [Score per weight]},
     "winners": {regime: [detector per weight]}, "stable": {regime: bool}}``, where ``stable`` says
     whether the regime's winner is the same detector at every weight (ties broken by name).
+
+    Args:
+        results: ``{detector: score_predictions(...) result}`` of one encoder; detectors whose
+            references or coverages are None are left out.
+        mae_weights: The MAE component weights ``w``, each in [0, 0.5].
+
+    Returns:
+        A dict with ``weights`` (one 4-list per ``w``), ``scores`` (detector -> Score per
+        weight), ``winners`` (regime -> best detector per weight) and ``stable`` (regime -> bool).
+
+    Raises:
+        ValueError: A weight of ``mae_weights`` is outside [0, 0.5].
     """
     from ..task3.scorer import score_from_stats
 

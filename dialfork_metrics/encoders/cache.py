@@ -43,6 +43,13 @@ class EmbeddingLRU:
     evicted to keep it at or below ``max_bytes``. The slab grows by doubling up to
     ``max_bytes // row_bytes`` rows, so it never holds more than ``max_bytes`` either.
     ``max_bytes=0`` disables the cache.
+
+    Args:
+        max_bytes: Most bytes held (rows plus keys), a non-negative int; 0 disables the cache.
+            Default: :data:`DEFAULT_MEMORY_CACHE_BYTES` (1 GiB).
+
+    Raises:
+        ValueError: ``max_bytes`` is not a non-negative int (bools rejected).
     """
 
     def __init__(self, max_bytes: int = DEFAULT_MEMORY_CACHE_BYTES):
@@ -63,6 +70,7 @@ class EmbeddingLRU:
 
     @property
     def dim(self) -> int | None:
+        """The embedding dimension of the cached rows; None before the first :meth:`put`."""
         return int(self._slab.shape[1]) if self._slab.shape[1] else None
 
     @property
@@ -72,7 +80,14 @@ class EmbeddingLRU:
 
     def lookup(self, keys: Sequence[Any]) -> np.ndarray:
         """Slab rows of ``keys`` (``int64``, ``-1`` for a miss); hits become the most recently
-        used. Read the rows with :meth:`take` before the next :meth:`put`."""
+        used. Read the rows with :meth:`take` before the next :meth:`put`.
+
+        Args:
+            keys: The keys to look up (any hashables).
+
+        Returns:
+            One slab row index per key, shape ``(len(keys),)``, dtype ``int64``; ``-1`` for a miss.
+        """
         get, touch = self._slots.get, self._slots.move_to_end
         slots = np.fromiter((get(k, -1) for k in keys), dtype=np.int64, count=len(keys))
         for k, s in zip(keys, slots.tolist()):
@@ -81,18 +96,45 @@ class EmbeddingLRU:
         return slots
 
     def take(self, slots: np.ndarray) -> np.ndarray:
-        """The rows at ``slots`` (from :meth:`lookup`), copied."""
+        """The rows at ``slots`` (from :meth:`lookup`), copied.
+
+        Args:
+            slots: Slab row indices (no ``-1``), as returned by :meth:`lookup`.
+
+        Returns:
+            The rows, shape ``(len(slots), dim)``, float32.
+        """
         return self._slab[slots]
 
     def get(self, keys: Sequence[Any]) -> tuple[np.ndarray, np.ndarray | None]:
         """``(hit mask (len(keys),), rows of the hits (n_hits, dim) or None)``; hits become the
-        most recently used."""
+        most recently used.
+
+        Args:
+            keys: The keys to look up.
+
+        Returns:
+            ``(hit, rows)``: a boolean mask of shape ``(len(keys),)`` and the rows of the hits in
+            key order, shape ``(n_hits, dim)`` float32, or None when nothing hit.
+        """
         slots = self.lookup(keys)
         hit = slots >= 0
         return hit, (self._slab[slots[hit]] if hit.any() else None)
 
     def put(self, keys: Sequence[Any], rows: np.ndarray) -> None:
-        """Insert (or refresh) ``keys`` with ``rows``, evicting the least recently used entries."""
+        """Insert (or refresh) ``keys`` with ``rows``, evicting the least recently used entries.
+
+        When more new rows are given than the cache can hold, only the last ones are kept; an
+        entry larger than ``max_bytes`` on its own is skipped. Does nothing when the cache is
+        disabled.
+
+        Args:
+            keys: One key per row.
+            rows: The embeddings, shape ``(len(keys), dim)`` (stored as float32).
+
+        Raises:
+            ValueError: ``dim`` differs from that of the rows already cached.
+        """
         if not len(keys) or self.max_bytes == 0:
             return
         rows = np.asarray(rows, dtype=np.float32)
@@ -143,6 +185,7 @@ class EmbeddingLRU:
         self._free.extend(range(new - 1, cap - 1, -1))
 
     def clear(self) -> None:
+        """Drop every entry and the slab (the next :meth:`put` may use another dimension)."""
         self._slots.clear()
         self._slab = np.zeros((0, 0), dtype=np.float32)
         self._free = []

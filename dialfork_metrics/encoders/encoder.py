@@ -118,7 +118,11 @@ class Encoder:
     # ------------------------------------------------------------------ model
     @property
     def model(self):
-        """The ``SentenceTransformer`` (loaded on first use)."""
+        """The ``SentenceTransformer`` (loaded on first use).
+
+        Raises:
+            ValueError: The model cannot be loaded (e.g. a Hub model offline and not cached).
+        """
         if self._model is None:
             from sentence_transformers import SentenceTransformer
 
@@ -207,6 +211,16 @@ class Encoder:
 
         Each distinct text is encoded at most once per encoder (memory cache, then disk cache).
         Raises ``ValueError`` for a non-string or empty text (with its position).
+
+        Args:
+            texts: Non-empty strings.
+
+        Returns:
+            The embeddings, shape ``(len(texts), dim)``, float32, one row per text in order
+            (``(0, dim)`` for no text).
+
+        Raises:
+            ValueError: ``texts`` holds a non-string or empty text, or the model cannot be loaded.
         """
         texts = _validate_texts(texts)
         self.stats["requested"] += len(texts)
@@ -263,6 +277,16 @@ class Encoder:
 
         A dialogue is a list of turn strings, a list of ``{speaker, text}`` or a record; invalid
         input raises ``ValueError`` naming the dialogue (``names[i]`` when given).
+
+        Args:
+            dialogues: A list of dialogues.
+            names: A name per dialogue for error messages; None: its ``dialogue_id`` or index.
+
+        Returns:
+            One float32 array of shape ``(n_turns, dim)`` per dialogue, in order.
+
+        Raises:
+            ValueError: ``dialogues`` is not a list, or a dialogue or turn text is invalid.
         """
         from dialfork_dataset.turns import turn_texts
 
@@ -275,7 +299,18 @@ class Encoder:
 
     def encode_transcripts(self, dialogues: Sequence[Any], names: Sequence[str] | None = None) -> np.ndarray:
         """One embedding per dialogue of its transcript ``"user: ...\\nsystem: ..."`` (Full-dialog,
-        SPEC section 7), truncated by the encoder's ``max_seq_length``; shape ``(n, dim)``."""
+        SPEC section 7), truncated by the encoder's ``max_seq_length``; shape ``(n, dim)``.
+
+        Args:
+            dialogues: A list of dialogues.
+            names: A name per dialogue for error messages; None: its ``dialogue_id`` or index.
+
+        Returns:
+            The embeddings, shape ``(n, dim)``, float32.
+
+        Raises:
+            ValueError: ``dialogues`` is not a list, or a dialogue is invalid.
+        """
         from dialfork_dataset.turns import transcript
 
         dialogues = _as_list(dialogues, "dialogues")
@@ -345,6 +380,11 @@ def get_encoder(encoder: Any = "minilm", *, shared: bool = True, **kwargs: Any) 
             process, so that repeated calls reuse the model and its cache (default); ``False``
             builds a fresh :class:`Encoder` that the caller owns (and may drop to free memory).
         **kwargs: :class:`Encoder` options (``device``, ``batch_size``, ``cache_dir``, ...).
+
+    Returns:
+        ``encoder`` itself when it is already an encoder; else an :class:`Encoder` of the
+        resolved name (``minilm`` for None): the process's shared instance for those options, or
+        a new one with ``shared=False``.
 
     Raises:
         ValueError: an unknown name or option, or an object that cannot encode.

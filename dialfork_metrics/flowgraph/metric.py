@@ -21,6 +21,38 @@ def flowkl(ref_set: Any, tgt_set: Any, encoder: Any = None, *, graph: FlowGraph 
     embeddings (one ``(n_turns, d)`` array per dialogue) skip the encoder. ``compat="sdialog"``
     reproduces sdialog 0.5.3 (:mod:`dialfork_metrics.sdialog_compat`). ``return_details=True``
     returns ``{"flowkl", "likelihoods_ref", "likelihoods_tgt", "n_ref", "n_tgt", "graph"}``.
+
+    Args:
+        ref_set: The reference set D+ (at least 2 dialogues).
+        tgt_set: The target set (at least 2 dialogues).
+        encoder: Encoder name, path or object (:class:`FlowGraph`); None: the packaged MiniLM
+            (or a given ``graph``'s encoder). Unused when both embeddings are given.
+        graph: A fitted :class:`FlowGraph` to use instead of fitting one on ``ref_set`` (an
+            unfitted one is fitted).
+        ref_embeddings: One ``(n_turns, d)`` array per reference dialogue; None: encoded.
+        tgt_embeddings: One ``(n_turns, d)`` array per target dialogue; None: encoded.
+        distance_threshold: Cosine distance at which the graph's clustering is cut (new graph only).
+        use_only_known_edges: As :meth:`FlowGraph.likelihoods`.
+        node_confidence: As :meth:`FlowGraph.likelihoods`.
+        K: Centroids in the node confidence's softmax.
+        tau: Its temperature.
+        include_end: Count the final transition to ``[end]``.
+        self_loops: Keep self-loops in a new graph (ignored with ``compat="sdialog"``).
+        no_known_edges: ``"zero"``, ``"drop"`` or ``"raise"`` (:meth:`FlowGraph.likelihoods`).
+        grid_size: KDE grid points (:func:`flowkl_from_likelihoods`).
+        density_floor: Least density on the grid.
+        bw_method: KDE bandwidth; None: Scott's rule.
+        compat: None (the paper's reading) or ``"sdialog"`` (sdialog 0.5.3's graph pruning and score).
+        return_details: Return the details dict instead of the value.
+
+    Returns:
+        FlowKL as a float (>= 0, lower is closer), or with ``return_details`` the dict above
+        (the likelihoods as float64 arrays, ``graph`` the fitted graph).
+
+    Raises:
+        ValueError: An unknown ``compat``, a set with fewer than 2 dialogues or malformed, bad
+            embeddings, or as :meth:`FlowGraph.fit`, :meth:`FlowGraph.likelihoods` and
+            :func:`flowkl_from_likelihoods` (e.g. fewer than 2 likelihoods left after ``"drop"``).
     """
     if compat not in (None, "sdialog"):
         raise ValueError(f"unknown compat {compat!r}; expected None or 'sdialog'")

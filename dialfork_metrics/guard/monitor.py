@@ -54,7 +54,18 @@ class MonitorFileError(ValueError):
 
 @dataclass(frozen=True)
 class Verdict:
-    """The guardrail's answer after one observed turn."""
+    """The guardrail's answer after one observed turn.
+
+    Args:
+        turn: 1-based index of the turn over all turns.
+        system_turn: 1-based system turn index, or None on a user turn.
+        alarm: The conversation has deviated as of this turn (sticky).
+        first_alarm: System turn of the first alarm, or None.
+        score: The detector statistic of this turn (None when undefined).
+        threshold: The detector's calibrated threshold.
+        speaker: ``"user"`` or ``"system"``.
+        raised: This turn itself crossed the threshold.
+    """
 
     turn: int
     """1-based index of the turn over all turns (user and system)."""
@@ -75,6 +86,11 @@ class Verdict:
     """This turn itself crossed the threshold (``alarm`` also covers earlier turns)."""
 
     def to_dict(self) -> dict[str, Any]:
+        """The verdict as a JSON-ready dict (one key per field; a non-finite ``score`` becomes None).
+
+        Returns:
+            The dict.
+        """
         d = asdict(self)
         if d["score"] is not None and not math.isfinite(d["score"]):  # JSON has no inf
             d["score"] = None
@@ -82,6 +98,17 @@ class Verdict:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Verdict:
+        """A verdict from :meth:`to_dict`'s output (unknown keys ignored).
+
+        Args:
+            d: The dict; needs every field without a default.
+
+        Returns:
+            The :class:`Verdict`.
+
+        Raises:
+            TypeError: A field without a default is missing.
+        """
         return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
 
 
@@ -131,7 +158,14 @@ FINGERPRINT_KEYS = ("method", "node_confidence", "order", "K", "tau", "backoff")
 
 def detector_fingerprint(detector: Any) -> str:
     """SHA-256 over everything that decides a verdict: :data:`FINGERPRINT_KEYS`, the threshold, the
-    node centroids and offsets, and the N-gram counts."""
+    node centroids and offsets, and the N-gram counts.
+
+    Args:
+        detector: A fitted :class:`~dialfork_metrics.task3.streaming.StreamingDetector`.
+
+    Returns:
+        The hex digest (64 characters).
+    """
     h = hashlib.sha256()
     cfg = detector.config()
     h.update(json.dumps({k: cfg.get(k) for k in FINGERPRINT_KEYS}, sort_keys=True).encode())
@@ -153,6 +187,16 @@ class Monitor:
     ``encoder`` (in :meth:`fit`/:meth:`load`) is an alias/path for
     :class:`dialfork_metrics.encoders.Encoder`, an encoder object, or ``None`` (then every
     :meth:`Session.observe` must pass ``embedding=``).
+
+    Args:
+        detector: A fitted :class:`~dialfork_metrics.task3.streaming.StreamingDetector`.
+        task: The task the monitor watches (saved with it); None: unknown.
+        max_cache_texts: Clear the encoder's memory cache when it holds more texts than this
+            (never changes a verdict).
+
+    Raises:
+        TypeError: ``detector`` is not a :class:`StreamingDetector`.
+        ValueError: The detector is not fitted.
     """
 
     def __init__(self, detector: Any, *, task: str | None = None,
@@ -181,7 +225,27 @@ class Monitor:
         """Fit ``detector`` (``"it"``, ``"ss"``, ``"it+nc"``, ``"ss+nc"``) on conformant dialogues of
         one task. ``detector_options`` go to :class:`StreamingDetector` (``K``, ``tau``,
         ``distance_threshold``, ``false_alarm_rate``, ``calibration``, ...); ``embeddings`` (one
-        ``(n_turns, d)`` array per dialogue) skips the encoder at fit time."""
+        ``(n_turns, d)`` array per dialogue) skips the encoder at fit time.
+
+        Args:
+            dialogues: Conformant dialogues of one task: a list of records or of turn lists, or a
+                ``datasets`` split.
+            detector: ``"it"``, ``"ss"``, ``"it+nc"`` or ``"ss+nc"``.
+            encoder: Encoder alias/path or object; None: none (then ``embeddings`` are needed
+                here and in every :meth:`Session.observe`).
+            order: N of the N-gram LM.
+            embeddings: One ``(n_turns, d)`` array per dialogue, or None to encode them.
+            show_progress: Show progress bars while fitting.
+            **detector_options: Further :class:`StreamingDetector` options.
+
+        Returns:
+            The fitted :class:`Monitor` (``task`` read from the records when they carry it).
+
+        Raises:
+            ValueError: ``detector`` is not a streaming detector, the dialogues belong to more
+                than one task, or the detector rejects its options or the data.
+            TypeError: ``dialogues`` is a single dialogue or record, or not a list of dialogues.
+        """
         from dialfork_metrics.task3.detectors import STREAMING_DETECTORS, make_detector
 
         key = str(detector).strip().lower()
@@ -200,7 +264,17 @@ class Monitor:
 
     # -- persistence ---------------------------------------------------------------------------
     def save(self, path: str | os.PathLike) -> Path:
-        """Write one ``.zip`` file (``monitor.json`` + the detector's own files), atomically."""
+        """Write one ``.zip`` file (``monitor.json`` + the detector's own files), atomically.
+
+        Args:
+            path: The file to write (its parent folders are created).
+
+        Returns:
+            ``path`` as a :class:`~pathlib.Path`.
+
+        Raises:
+            OSError: The file cannot be written (the temporary file is removed, ``path`` untouched).
+        """
         from dialfork_dataset.jsonl import make_public
 
         path = Path(path)
@@ -229,7 +303,20 @@ class Monitor:
     @classmethod
     def load(cls, path: str | os.PathLike, encoder: Any = None) -> Monitor:
         """Load a file written by :meth:`save` (no training data needed). ``encoder`` overrides the
-        saved encoder name. Raises :class:`MonitorFileError` saying what is wrong with the file."""
+        saved encoder name. Raises :class:`MonitorFileError` saying what is wrong with the file.
+
+        Args:
+            path: A file written by :meth:`save`.
+            encoder: Encoder alias/path or object; None: the saved encoder name.
+
+        Returns:
+            The :class:`Monitor`, with the saved task.
+
+        Raises:
+            MonitorFileError: The file is missing, not a zip or not a monitor file, of an
+                unsupported version, holds an unexpected member, a corrupt detector, or a
+                fingerprint that does not match its contents.
+        """
         from dialfork_metrics.task3.streaming import StreamingDetector
 
         path = Path(path)
@@ -276,11 +363,32 @@ class Monitor:
 
     # -- sessions, encoding ----------------------------------------------------------------------
     def session(self, state: Mapping[str, Any] | str | None = None) -> Session:
-        """A new conversation, or the one saved by :meth:`Session.state` (a dict or its JSON)."""
+        """A new conversation, or the one saved by :meth:`Session.state` (a dict or its JSON).
+
+        Args:
+            state: None for a new conversation, or a state dict (or its JSON) of this monitor.
+
+        Returns:
+            The :class:`Session`.
+
+        Raises:
+            ValueError: The state is not valid JSON, not a session state of this version, belongs
+                to another monitor, or has inconsistent fields (all listed).
+        """
         return Session(self, state)
 
     def encode(self, text: str) -> np.ndarray:
-        """The L2-normalised embedding of one turn, ``(d,)`` float64 (thread-safe)."""
+        """The L2-normalised embedding of one turn, ``(d,)`` float64 (thread-safe).
+
+        Args:
+            text: The turn's text.
+
+        Returns:
+            The embedding, shape ``(d,)``, float64.
+
+        Raises:
+            ValueError: The monitor has no encoder.
+        """
         enc = self.detector.encoder
         if enc is None:
             raise ValueError("this monitor has no encoder: pass embedding= to observe(), or load it with "
@@ -294,7 +402,17 @@ class Monitor:
     def encode_many(self, texts: Sequence[str]) -> np.ndarray:
         """:meth:`encode` of several turns under one lock, ``(n, d)`` float64 (thread-safe). Each text
         is encoded alone, as :meth:`encode` does (a padded batch could change the last bits of an
-        embedding, and a verdict must not depend on which turns arrived together)."""
+        embedding, and a verdict must not depend on which turns arrived together).
+
+        Args:
+            texts: The turns' texts.
+
+        Returns:
+            The embeddings, shape ``(len(texts), d)``, float64 (``(0, d)`` for no text).
+
+        Raises:
+            ValueError: The monitor has no encoder.
+        """
         enc = self.detector.encoder
         if enc is None:
             raise ValueError("this monitor has no encoder: pass embedding= to observe(), or load it with "
@@ -308,7 +426,19 @@ class Monitor:
         return e
 
     def assign(self, speaker: str, embedding: np.ndarray) -> tuple[int, float]:
-        """(node id, node confidence) of one turn embedding spoken by ``speaker``."""
+        """(node id, node confidence) of one turn embedding spoken by ``speaker``.
+
+        Args:
+            speaker: ``"user"`` or ``"system"``.
+            embedding: The turn's L2-normalised embedding, ``d`` values.
+
+        Returns:
+            ``(node, confidence)``: the detector's global node id (int) and the node confidence
+            (float; 1.0 without node confidence).
+
+        Raises:
+            ValueError: The embedding's size differs from the detector's or it has NaN/inf.
+        """
         e = np.asarray(embedding, dtype=np.float64).reshape(1, -1)
         dim = next(iter(self.detector.centroids.values())).shape[1]
         if e.shape[1] != dim or not np.all(np.isfinite(e)):
@@ -318,7 +448,19 @@ class Monitor:
         return int(node[0]), float(conf[0])
 
     def replay(self, dialogue: Any, embeddings: np.ndarray | None = None) -> list[Verdict]:
-        """Observe every turn of ``dialogue`` in a new session; the verdict of each turn."""
+        """Observe every turn of ``dialogue`` in a new session; the verdict of each turn.
+
+        Args:
+            dialogue: A record, a list of ``{"speaker", "text"}`` dicts or of turn strings.
+            embeddings: One embedding per turn, shape ``(n_turns, d)``; None: encoded.
+
+        Returns:
+            One :class:`Verdict` per turn, in order.
+
+        Raises:
+            ValueError: A malformed dialogue or turn, or as :meth:`Session.observe`; also when
+                ``embeddings`` has another length than the turns.
+        """
         from dialfork_dataset.turns import as_turns
 
         turns = as_turns(dialogue)
@@ -329,7 +471,15 @@ class Monitor:
 
 
 class Session:
-    """One conversation under watch (see the module doc). Not thread-safe: one caller at a time."""
+    """One conversation under watch (see the module doc). Not thread-safe: one caller at a time.
+
+    Args:
+        monitor: The :class:`Monitor` watching it.
+        state: None for a new conversation, or a :meth:`state` snapshot (dict or JSON) to resume.
+
+    Raises:
+        ValueError: As :meth:`Monitor.session`.
+    """
 
     def __init__(self, monitor: Monitor, state: Mapping[str, Any] | str | None = None):
         from dialfork_metrics.task3.streaming import StepState
@@ -352,12 +502,26 @@ class Session:
 
     @property
     def alarm(self) -> bool:
+        """Whether an alarm has been raised in this conversation."""
         return self.first_alarm is not None
 
     def observe(self, speaker: str, text: str, *, embedding: np.ndarray | None = None) -> Verdict:
         """Take the next turn; returns its :class:`Verdict`. ``embedding`` (the L2-normalised
         encoding of ``text``) skips the encoder. Bad input raises ``ValueError`` and leaves the
-        session unchanged."""
+        session unchanged.
+
+        Args:
+            speaker: ``"user"`` or ``"system"``.
+            text: The turn's text (non-empty).
+            embedding: Its L2-normalised encoding; None: encoded by the monitor.
+
+        Returns:
+            The turn's :class:`Verdict`.
+
+        Raises:
+            ValueError: A bad speaker, an empty or non-string text, no encoder and no
+                ``embedding``, or an embedding of the wrong size or with NaN/inf.
+        """
         where = f"turn {self.turn + 1}"
         _check_speaker(speaker, where)
         _check_text(text, where)
@@ -365,7 +529,16 @@ class Session:
         return self.observe_node(speaker, *self.monitor.assign(speaker, e))
 
     def observe_node(self, speaker: str, node: int, confidence: float) -> Verdict:
-        """:meth:`observe` with the turn's node already assigned (:meth:`Monitor.assign`)."""
+        """:meth:`observe` with the turn's node already assigned (:meth:`Monitor.assign`).
+
+        Args:
+            speaker: ``"user"`` or ``"system"``.
+            node: The turn's global node id.
+            confidence: Its node confidence.
+
+        Returns:
+            The turn's :class:`Verdict`.
+        """
         det = self.monitor.detector
         self._step, r = det.step(self._step, speaker, node, confidence)
         if r.alarm and self.first_alarm is None:
@@ -377,7 +550,12 @@ class Session:
     # -- state ------------------------------------------------------------------------------------
     def state(self) -> dict[str, Any]:
         """A JSON-serialisable snapshot that :meth:`Monitor.session` restores exactly (floats
-        round-trip exactly through ``json``)."""
+        round-trip exactly through ``json``).
+
+        Returns:
+            A dict with ``format``, ``version``, ``monitor`` (the fingerprint), ``turn``,
+            ``system_turn``, ``context`` (the last N-1 node ids), ``prev_p`` and ``first_alarm``.
+        """
         s = self._step
         return {"format": STATE_FORMAT, "version": STATE_VERSION, "monitor": self.monitor.fingerprint,
                 "turn": s.n_turns, "system_turn": s.n_system, "context": list(s.context), "prev_p": s.prev_p,
@@ -435,7 +613,17 @@ class Session:
 
 
 def dumps_state(state: Mapping[str, Any]) -> str:
-    """Compact JSON of a session state (what the proxy stores)."""
+    """Compact JSON of a session state (what the proxy stores).
+
+    Args:
+        state: A :meth:`Session.state` dict.
+
+    Returns:
+        The JSON text, without spaces.
+
+    Raises:
+        ValueError: The state holds NaN or inf.
+    """
     return json.dumps(state, separators=(",", ":"), allow_nan=False)
 
 

@@ -33,7 +33,11 @@ DIALFORK_BIBTEX = """\
 
 
 def available() -> list[str]:
-    """Names of the packaged modules: every sub-folder ``<name>`` that contains ``<name>.py``."""
+    """Names of the packaged modules: every sub-folder ``<name>`` that contains ``<name>.py``.
+
+    Returns:
+        The module names (lower-case identifiers), sorted.
+    """
     return sorted(
         p.name
         for p in MODULES_DIR.iterdir()
@@ -82,7 +86,12 @@ def load(name: str, **kwargs: Any):
 
 def dialogue_features():
     """The two accepted ``Features`` for pair modules: one dialogue per row, as a list of turn
-    strings or as a list of ``{speaker, text}`` dicts (evaluate picks the first that fits)."""
+    strings or as a list of ``{speaker, text}`` dicts (evaluate picks the first that fits).
+
+    Returns:
+        A list of two ``datasets.Features``, each with ``predictions`` and ``references``: the
+        list-of-strings form first, then the list-of-dicts form.
+    """
     import datasets
 
     strings = datasets.List(datasets.Value("string"))
@@ -94,7 +103,12 @@ def dialogue_features():
 
 
 def dialogue_set_features():
-    """As :func:`dialogue_features`, one row being a *set* of dialogues (e.g. ``flowkl``)."""
+    """As :func:`dialogue_features`, one row being a *set* of dialogues (e.g. ``flowkl``).
+
+    Returns:
+        A list of two ``datasets.Features`` (``predictions``, ``references``: lists of dialogues
+        as lists of strings, then as lists of ``{speaker, text}`` dicts).
+    """
     import datasets
 
     strings = datasets.List(datasets.List(datasets.Value("string")))
@@ -121,7 +135,23 @@ def module_encoder(
     (``evaluate.load(path, "d2f")``), default ``"minilm"``. String names give one shared
     :class:`~dialfork_metrics.encoders.Encoder` per process (modules loaded with the same encoder
     share the model and its cache). The name is checked now (``ValueError`` for an unknown alias);
-    the model loads on first use."""
+    the model loads on first use.
+
+    Args:
+        encoder: An alias, a model path/id, an :class:`~dialfork_metrics.encoders.Encoder`
+            (returned as is) or any object with ``encode(texts)``; None: use ``config_name``.
+        config_name: evaluate's configuration name, read as the encoder name when ``encoder`` is
+            None; None or ``"default"``: ``"minilm"``.
+        batch_size: Encoder batch size.
+        device: Torch device; None: chosen automatically.
+        embedding_cache_dir: Persistent embedding cache folder; None: memory only.
+
+    Returns:
+        The encoder (for a name, the process's shared instance for those options).
+
+    Raises:
+        ValueError: An unknown encoder name (:func:`~dialfork_metrics.encoders.get_encoder`).
+    """
     from dialfork_metrics.encoders import Encoder, get_encoder
 
     if isinstance(encoder, Encoder):

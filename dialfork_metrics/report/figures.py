@@ -36,7 +36,17 @@ def plot_tau_bars_ci(table: Mapping[str, Mapping[str, Any]], ci: Mapping[str, Ma
     """Grouped bars of a tau table (one group per type and Avg, one bar per method) with the
     bootstrap 95% CIs as error bars, the legend outside the axes. A method whose every cell is 0
     or missing (Random: 0 by definition) gets no bar and no legend entry; it is named under the
-    axes instead. Returns the methods drawn."""
+    axes instead. Returns the methods drawn.
+
+    Args:
+        table: ``{method: {type or "Avg": mean tau or None}}`` (a summary's ``tau``).
+        ci: ``{method: {type or "Avg": [low, high] or None}}``, or None for no error bars.
+        title: The figure's title.
+        path: The PNG file to write (atomically, 120 dpi).
+
+    Returns:
+        The methods drawn, in ``table`` order.
+    """
     plt = _pyplot()
     import numpy as np
 
@@ -76,7 +86,17 @@ def plot_distance_by_k_panels(curves: Mapping[str, Mapping[str, Mapping[str, Any
     """Task 2: mean distance d_k against fork position k, in each method's own units (not
     rescaled), with its bootstrap 95% CI as a band; one row of panels per method (y shared
     within a row, so the four types compare), one column per type. Random is left out (its
-    distances are uniform noise by construction). Returns the methods drawn."""
+    distances are uniform noise by construction). Returns the methods drawn.
+
+    Args:
+        curves: :func:`~dialfork_metrics.bench.task2.distance_by_k` output:
+            ``{method: {type: {"mean", "low", "high", "n"}}}``.
+        title: The figure's title (a caption line is added).
+        path: The PNG file to write (atomically); nothing is written when no method is left.
+
+    Returns:
+        The methods drawn (empty when none).
+    """
     plt = _pyplot()
     import numpy as np
 
@@ -115,7 +135,14 @@ def plot_task3_summary(results: Mapping[str, Mapping[str, Any]], title: str, pat
     """Task 3 side by side, one row per detector: MAE_h and MAE_c (system turns), coverages
     cov_h and cov_c (%), and the Score. Every value is written next to its bar, and a detector
     that flags nothing shows "none flagged" in place of an MAE bar, so a low-coverage detector is
-    never an invisible bar."""
+    never an invisible bar.
+
+    Args:
+        results: ``{detector: score_predictions(...) result}`` (``mae_h``, ``mae_c``, ``cov_h``,
+            ``cov_c``, ``score``).
+        title: The figure's title.
+        path: The PNG file to write (atomically).
+    """
     plt = _pyplot()
     import numpy as np
 
@@ -162,7 +189,14 @@ def plot_task3_summary(results: Mapping[str, Mapping[str, Any]], title: str, pat
 
 def plot_weight_sweep(sweep: Mapping[str, Any], title: str, path: Path) -> None:
     """Appendix I: each detector's Score against the MAE weight w (weights (w, w, 0.5 - w, 0.5 - w)),
-    one panel per regime, the paper's w = 0.35 marked; a winner that holds is the top line at every w."""
+    one panel per regime, the paper's w = 0.35 marked; a winner that holds is the top line at every w.
+
+    Args:
+        sweep: :func:`~dialfork_metrics.bench.task3.task3_weight_sweep` output (``weights``,
+            ``scores``, ``winners``, ``stable``).
+        title: The figure's title.
+        path: The PNG file to write (atomically).
+    """
     plt = _pyplot()
 
     regimes = list(sweep["winners"])
@@ -188,7 +222,18 @@ def plot_weight_sweep(sweep: Mapping[str, Any], title: str, path: Path) -> None:
 
 def write_figures(report: Mapping[str, Any], out: Path) -> list[Path]:
     """The PNG figures of a report (tau bars with CIs, Task 2 distance by k, Task 3 side by side,
-    the Score weight sweep); returns the written paths."""
+    the Score weight sweep); returns the written paths.
+
+    Args:
+        report: The report dict of :func:`~dialfork_metrics.bench.run_benchmark`.
+        out: An existing folder; files are named ``task1_tau.png``, ``task2_tau_<encoder>.png``,
+            ``task2_distance_by_k_<encoder>.png``, ``task3_summary_<encoder>.png``,
+            ``task3_tradeoff_<encoder>.png`` and ``task3_weights_<encoder>.png`` (``/`` in an
+            encoder name written ``_``).
+
+    Returns:
+        The paths written, in that order.
+    """
     written: list[Path] = []
     if "task1" in report:
         s = report["task1"]["summary"]
@@ -223,7 +268,14 @@ def write_figures(report: Mapping[str, Any], out: Path) -> list[Path]:
 
 def plot_task3_tradeoff(results: Mapping[str, Mapping[str, Any]], title: str, path: Path) -> None:
     """Hallucinated coverage against conformant false-alarm rate per streaming detector (threshold
-    swept), each detector's operating point marked, the paper's IT+NC point for reference."""
+    swept), each detector's operating point marked, the paper's IT+NC point for reference.
+
+    Args:
+        results: ``{detector: result}``; only results with a ``curve`` (``cov_c``, ``cov_h``
+            lists) are drawn, their ``cov_c``/``cov_h`` as the operating point.
+        title: The figure's title.
+        path: The PNG file to write (atomically).
+    """
     plt = _pyplot()
 
     fig, ax = plt.subplots(figsize=(5.6, 4.4))

@@ -28,12 +28,31 @@ def _p(v: Any) -> str:
 
 
 def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """A GitHub-flavoured Markdown table (cells are written as given, not escaped).
+
+    Args:
+        header: The column titles.
+        rows: The rows, each a sequence of cell strings (one per column).
+
+    Returns:
+        The table's lines joined with newlines (no trailing newline).
+    """
     out = ["| " + " | ".join(header) + " |", "|" + "|".join(" --- " for _ in header) + "|"]
     out += ["| " + " | ".join(r) + " |" for r in rows]
     return "\n".join(out)
 
 
 def task1_markdown(t1: Mapping[str, Any]) -> str:
+    """Table 2 (Task 1: tau per type and Avg, exact recovery, Fisher p against chance), then
+    Appendix J's comparisons when ``t1`` has them.
+
+    Args:
+        t1: The report's ``task1`` part (``summary``; optional ``comparisons``, ``encoder``,
+            ``encoders``).
+
+    Returns:
+        The Markdown text (no trailing newline).
+    """
     s = t1["summary"]
     rows = []
     for m, vals in s["tau"].items():
@@ -56,7 +75,14 @@ def _task1_encoders(t1: Mapping[str, Any]) -> str:
 
 def task1_comparisons_markdown(comp: Sequence[Mapping[str, Any]]) -> str:
     """Appendix J: FlowKL against each method (paired bootstrap CI of mean Delta tau, two-sided
-    paired Wilcoxon, Holm within this family)."""
+    paired Wilcoxon, Holm within this family).
+
+    Args:
+        comp: :func:`~dialfork_metrics.bench.task1.task1_comparisons` rows.
+
+    Returns:
+        The Markdown text (no trailing newline).
+    """
     rows = [[_label(r["a"]), _label(r["b"]), str(r["n_units"]), _f(r["mean_diff"]),
              f"[{_f(r['ci_low'])}, {_f(r['ci_high'])}]", _p(r["p"]), _p(r["p_holm"])] for r in comp]
     return "\n".join(["Appendix J. FlowKL against each method (Delta tau per unit; paired bootstrap 95% CI; "
@@ -66,6 +92,15 @@ def task1_comparisons_markdown(comp: Sequence[Mapping[str, Any]]) -> str:
 
 
 def task2_markdown(t2: Mapping[str, Any]) -> str:
+    """Table 3 per encoder (Task 2: tau per type and Avg), then Table 7 when ``t2`` has the
+    significance rows.
+
+    Args:
+        t2: The report's ``task2`` part (``per_encoder``; optional ``significance``).
+
+    Returns:
+        The Markdown text (no trailing newline).
+    """
     md = []
     for enc, res in t2["per_encoder"].items():
         s = res["summary"]
@@ -107,6 +142,16 @@ def _settings_text(s: Mapping[str, Any] | None) -> str:
 
 
 def task3_markdown(t3: Mapping[str, Any]) -> str:
+    """Tables 4 and 9 per encoder (Task 3 in system turns), each followed by the operating-point
+    table, the Table 9 protocol rows when present and the ablations.
+
+    Args:
+        t3: The report's ``task3`` part: encoder -> :func:`~dialfork_metrics.bench.task3.run_task3`
+            result (at least one detector per encoder).
+
+    Returns:
+        The Markdown text (no trailing newline).
+    """
     md = []
     for enc, res in t3.items():
         any_r = next(iter(res["results"].values()))
@@ -126,7 +171,15 @@ def task3_markdown(t3: Mapping[str, Any]) -> str:
 
 def task3_operating_markdown(res: Mapping[str, Any]) -> str:
     """Per streaming detector: its settings, the coverage at 1/5/10% conformant false alarms
-    (read off the trade-off curve on test) and the distance to the paper's 93.82%."""
+    (read off the trade-off curve on test) and the distance to the paper's 93.82%.
+
+    Args:
+        res: One encoder's :func:`~dialfork_metrics.bench.task3.run_task3` result; rows come from
+            results with ``coverage_at``, plus a line on ``selection`` when present.
+
+    Returns:
+        The Markdown text, or ``""`` when no result has ``coverage_at``.
+    """
     rows = []
     for det, r in res["results"].items():
         cov = r.get("coverage_at")
@@ -152,7 +205,16 @@ def task3_operating_markdown(res: Mapping[str, Any]) -> str:
 
 
 def task3_ablation_markdown(res: Mapping[str, Any], enc: str) -> str:
-    """The N-gram order and fitting-scope ablations (Score, cov_c, cov_h per detector)."""
+    """The N-gram order and fitting-scope ablations (Score, cov_c, cov_h per detector).
+
+    Args:
+        res: One encoder's :func:`~dialfork_metrics.bench.task3.run_task3` result
+            (``ablation_order``, ``ablation_scope``, when present).
+        enc: The encoder's name, for the headings.
+
+    Returns:
+        The Markdown text; ``""`` without ablations.
+    """
     md = []
     for key, what in (("ablation_order", "N-gram order N"), ("ablation_scope", "fitting scope")):
         ab = res.get(key)
@@ -173,7 +235,15 @@ def _stat(v: Any, nd: int) -> str:
 
 def task3_all_turns_markdown(t3: Mapping[str, Any]) -> str:
     """Task 3 MAEs in all turns (user + system), the unit of the paper's Table 4; the Score is
-    unit-free and stays in the system-turn table."""
+    unit-free and stays in the system-turn table.
+
+    Args:
+        t3: The report's ``task3`` part (encoder -> result); results without ``all_turns`` are
+            left out.
+
+    Returns:
+        The Markdown text; ``""`` when no result has ``all_turns``.
+    """
     md = []
     for enc, res in t3.items():
         rows = []
@@ -193,7 +263,14 @@ def task3_all_turns_markdown(t3: Mapping[str, Any]) -> str:
 
 
 def weight_sweep_markdown(sweep: Mapping[str, Mapping[str, Any]]) -> str:
-    """Appendix I: the winner of each regime (and its Score) for each weight vector of the grid."""
+    """Appendix I: the winner of each regime (and its Score) for each weight vector of the grid.
+
+    Args:
+        sweep: Encoder -> :func:`~dialfork_metrics.bench.task3.task3_weight_sweep` output.
+
+    Returns:
+        The Markdown text (no trailing newline).
+    """
     md = []
     for enc, sw in sweep.items():
         regimes = list(sw["winners"])
@@ -212,6 +289,16 @@ def weight_sweep_markdown(sweep: Mapping[str, Mapping[str, Any]]) -> str:
 
 
 def report_markdown(report: Mapping[str, Any]) -> str:
+    """The whole benchmark report (``report.md``): a header with the data, encoders, seed and
+    timings, the table of each task run, the weight sweep and the skipped units (first 50).
+
+    Args:
+        report: The report dict of :func:`~dialfork_metrics.bench.run_benchmark` (``meta``,
+            ``timings``, and the task parts present).
+
+    Returns:
+        The Markdown text, ending with a newline.
+    """
     meta = report["meta"]
     t = report["timings"]
     md = ["# DialFork benchmark report", "",

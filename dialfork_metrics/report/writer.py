@@ -30,7 +30,22 @@ def _csv(rows: Sequence[Mapping[str, Any]], fields: Sequence[str]) -> str:
 
 
 def write_reports(report: Mapping[str, Any], out: str | os.PathLike, plots: bool = True, graph: Any = None) -> list[Path]:
-    """Write report.md, report.json, CSVs and plots into ``out``; returns the written paths."""
+    """Write report.md, report.json, CSVs and plots into ``out``; returns the written paths.
+
+    Args:
+        report: The report dict of :func:`~dialfork_metrics.bench.run_benchmark`.
+        out: The output folder (created if missing); every file is written atomically.
+        plots: Also write the PNG figures (:func:`~dialfork_metrics.report.figures.write_figures`)
+            and the flow graph.
+        graph: ``(task name, FlowGraph or None)`` of the flow graph to export as
+            ``flowgraph_<task>.graphml`` and ``.png`` (with ``plots``); None: no graph.
+
+    Returns:
+        The paths written: ``report.md``, ``report.json``, the CSV files of the tasks present
+        (``task1_units.csv``, ``task1_summary.csv``, ``task1_comparisons.csv``,
+        ``task2_units_<encoder>.csv``, ``task2_summary.csv``, ``task2_significance.csv``,
+        ``task3.csv``, ``task3_all_turns.csv``, ``task3_weight_sweep.csv``), then the figures.
+    """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []

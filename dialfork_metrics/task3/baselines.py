@@ -41,23 +41,70 @@ class _Baseline:
     name = "baseline"
 
     def fit(self, dialogues: Sequence[Any] | None = None, embeddings: Any = None, **_: Any) -> _Baseline:
-        """No-op (trivial baselines need no training); returns ``self``."""
+        """No-op (trivial baselines need no training); returns ``self``.
+
+        Args:
+            dialogues: Ignored.
+            embeddings: Ignored.
+
+        Returns:
+            The baseline itself.
+        """
         return self
 
     def _predict_T(self, T: int, dialogue: Any) -> int | None:
         raise NotImplementedError
 
     def predict(self, dialogue: Any, embeddings: Any = None) -> int | None:
+        """The predicted first deviating system turn of one dialogue.
+
+        Args:
+            dialogue: A record, a list of ``{"speaker", "text"}`` dicts or of turn strings.
+            embeddings: Ignored (same API as the other detectors).
+
+        Returns:
+            A 1-based system turn index in ``1..T``.
+
+        Raises:
+            ValueError: The dialogue is malformed or has no system turn.
+        """
         return self._predict_T(_num_system_turns(dialogue, _where(dialogue, 0)), dialogue)
 
     def predict_many(self, dialogues: Sequence[Any], embeddings: Any = None, show_progress: bool = False
                      ) -> list[int | None]:
+        """:meth:`predict` of every dialogue.
+
+        Args:
+            dialogues: The dialogues.
+            embeddings: Ignored.
+            show_progress: Ignored (the baselines are instant).
+
+        Returns:
+            One 1-based system turn index per dialogue, in order.
+
+        Raises:
+            ValueError: A dialogue is malformed or has no system turn (named by id or index).
+        """
         return [self._predict_T(_num_system_turns(d, _where(d, i)), d) for i, d in enumerate(dialogues)]
 
     def config(self) -> dict[str, Any]:
+        """The baseline's settings, as saved.
+
+        Returns:
+            ``{"detector": name}`` (plus ``seed`` for the random baseline).
+        """
         return {"detector": self.name}
 
     def save(self, path: str | os.PathLike) -> Path:
+        """Save the baseline as a folder holding ``config.json`` (atomically), for
+        :func:`~dialfork_metrics.task3.load_detector`.
+
+        Args:
+            path: The folder (created if missing).
+
+        Returns:
+            The folder's path.
+        """
         from dialfork_dataset.jsonl import write_json_atomic
 
         path = Path(path)
@@ -88,7 +135,14 @@ class LastTurnBaseline(_Baseline):
 
 
 class RandomTurnBaseline(_Baseline):
-    """A uniformly random system turn in ``1..T``, seeded per dialogue (see the module doc)."""
+    """A uniformly random system turn in ``1..T``, seeded per dialogue (see the module doc).
+
+    Args:
+        seed: A non-negative int; with the dialogue's key it seeds each dialogue's draw.
+
+    Raises:
+        ValueError: ``seed`` is not a non-negative int (bools rejected).
+    """
 
     name = "random"
 
@@ -106,6 +160,11 @@ class RandomTurnBaseline(_Baseline):
         return int(np.random.default_rng([self.seed, h]).integers(1, T + 1))
 
     def config(self) -> dict[str, Any]:
+        """The baseline's settings, as saved.
+
+        Returns:
+            ``{"detector": "random", "seed": seed}``.
+        """
         return {"detector": self.name, "seed": self.seed}
 
     def __repr__(self) -> str:
@@ -113,6 +172,18 @@ class RandomTurnBaseline(_Baseline):
 
 
 def load_baseline(path: str | os.PathLike) -> _Baseline:
+    """Load a baseline saved with ``save(path)``.
+
+    Args:
+        path: The folder holding the baseline's ``config.json``.
+
+    Returns:
+        A :class:`FirstTurnBaseline`, :class:`LastTurnBaseline` or :class:`RandomTurnBaseline`.
+
+    Raises:
+        FileNotFoundError: The folder has no ``config.json``.
+        ValueError: ``config.json`` is not JSON or names an unknown baseline.
+    """
     meta = json.loads((Path(path) / "config.json").read_text(encoding="utf-8"))
     name = meta.get("detector")
     if name == "first":

@@ -29,7 +29,21 @@ DETECTOR_NAMES: tuple[str, ...] = (*STREAMING_DETECTORS, *BASELINES, "llm")
 
 
 def make_detector(name: str, **kwargs: Any):
-    """A new (unfitted) detector by registry name; ``kwargs`` go to its constructor."""
+    """A new (unfitted) detector by registry name; ``kwargs`` go to its constructor.
+
+    Args:
+        name: A registry name (see the module doc; case and surrounding spaces ignored).
+        **kwargs: Constructor options of the detector (e.g. ``encoder=``, ``order=`` for the
+            streaming detectors, ``seed=`` for ``random``, ``model=`` for ``llm``).
+
+    Returns:
+        The unfitted detector: a ``StreamingDetector`` (``method`` and ``node_confidence`` set
+        from the name), a baseline or an ``LLMDetector``.
+
+    Raises:
+        ValueError: An unknown name, or options the detector's constructor rejects.
+        TypeError: An option the detector's constructor does not take.
+    """
     key = str(name).strip().lower()
     if key in STREAMING_DETECTORS:
         from .streaming import StreamingDetector
@@ -50,7 +64,20 @@ def make_detector(name: str, **kwargs: Any):
 
 
 def load_detector(path: str | os.PathLike, encoder: Any = None):
-    """Load a detector saved with ``.save(path)`` (streaming detectors and baselines)."""
+    """Load a detector saved with ``.save(path)`` (streaming detectors and baselines).
+
+    Args:
+        path: The detector's folder (holding ``config.json``).
+        encoder: Encoder of a streaming detector (alias/path or object); None: the saved one.
+            Ignored for baselines.
+
+    Returns:
+        The fitted ``StreamingDetector``, or the baseline.
+
+    Raises:
+        FileNotFoundError: The folder has no ``config.json``.
+        ValueError: ``config.json`` names an unknown format, or the saved detector is invalid.
+    """
     from .streaming import FORMAT as STREAMING_FORMAT
     from .streaming import StreamingDetector
 

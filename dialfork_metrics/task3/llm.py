@@ -45,7 +45,19 @@ SYSTEM_LABEL = "Assistant"
 
 
 def load_prompt(with_workflow: bool = False, prompt: str | os.PathLike | None = None) -> str:
-    """The prompt template: the packaged one, or ``prompt`` (a file path or the template text)."""
+    """The prompt template: the packaged one, or ``prompt`` (a file path or the template text).
+
+    Args:
+        with_workflow: Take the packaged with-workflow template (else the without-workflow one);
+            used only when ``prompt`` is None.
+        prompt: A template file path, or template text containing ``{dialogue}``; None: packaged.
+
+    Returns:
+        The template text (``str.format`` fields, see the module doc).
+
+    Raises:
+        ValueError: ``prompt`` is neither an existing file nor text containing ``{dialogue}``.
+    """
     if prompt is None:
         return resources.files(__package__).joinpath("prompts", PROMPT_FILES[bool(with_workflow)]).read_text("utf-8")
     p = Path(prompt) if not isinstance(prompt, str) or "\n" not in prompt else None
@@ -57,7 +69,14 @@ def load_prompt(with_workflow: bool = False, prompt: str | os.PathLike | None = 
 
 
 def render_dialogue(turns: Sequence[Mapping[str, str]]) -> str:
-    """``User: ...`` / ``Assistant [turn k]: ...`` lines, system turns numbered 1..T."""
+    """``User: ...`` / ``Assistant [turn k]: ...`` lines, system turns numbered 1..T.
+
+    Args:
+        turns: ``{"speaker", "text"}`` dicts; any speaker other than ``system`` is rendered as User.
+
+    Returns:
+        The transcript, one line per turn.
+    """
     lines, k = [], 0
     for t in turns:
         if t["speaker"] == "system":
@@ -70,6 +89,21 @@ def render_dialogue(turns: Sequence[Mapping[str, str]]) -> str:
 
 def build_prompt(template: str, turns: Sequence[Mapping[str, str]], task: str | None = None,
                  workflow: str | None = None) -> str:
+    """The prompt of one dialogue: ``template`` with its fields filled.
+
+    Args:
+        template: A :func:`load_prompt` template.
+        turns: The dialogue's ``{"speaker", "text"}`` turns.
+        task: The task name (``{task}``); None: empty.
+        workflow: The rendered workflow (``{workflow}``); None: empty.
+
+    Returns:
+        The prompt text.
+
+    Raises:
+        ValueError: The template has a field other than ``dialogue``, ``num_system_turns``,
+            ``task`` and ``workflow``.
+    """
     T = len(system_turn_positions(turns))
     fields = {"dialogue": render_dialogue(turns), "num_system_turns": T, "task": task or "", "workflow": workflow or ""}
     try:
@@ -91,6 +125,18 @@ class TransformersChat:
     A prompt longer than the model's context window (``max_position_embeddings`` minus
     ``max_new_tokens``) is not generated: its reply is ``""`` and its index is in
     :attr:`last_too_long` (the detector reports it).
+
+    Args:
+        model: Hub id or local folder of a chat model (loaded on first :meth:`chat`).
+        device: None, a torch device, or ``"auto"`` (see above).
+        dtype: ``"auto"`` or a torch dtype name.
+        batch_size: Conversations per generation batch, >= 1.
+        max_new_tokens: Most tokens generated per reply, >= 1.
+        trust_remote_code: Allow the model's own code from the Hub (``transformers``'s option).
+        show_progress: Show a progress bar over the batches.
+
+    Raises:
+        ValueError: ``batch_size`` or ``max_new_tokens`` is not an int >= 1, or ``dtype`` is unknown.
     """
 
     def __init__(self, model: str, device: str | None = None, dtype: str = "auto", batch_size: int = 8,
@@ -133,6 +179,20 @@ class TransformersChat:
         self._model, self._tok, self._device = model, tok, device
 
     def chat(self, batch: Sequence[Sequence[Mapping[str, str]]], **_: Any) -> list[str]:
+        """Greedy replies to a batch of conversations (the model loads on the first call).
+
+        Args:
+            batch: Conversations, each a list of ``{"role", "content"}`` messages.
+            **_: Ignored (sampling options of other backends).
+
+        Returns:
+            One reply per conversation, in input order; ``""`` for a prompt too long for the
+            model's context window (its index is in :attr:`last_too_long`).
+
+        Raises:
+            ValueError: The model cannot be loaded (missing folder, unknown Hub id, no chat
+                template), from :mod:`generation.llm.loader`.
+        """
         import torch
         from tqdm.auto import tqdm
 
@@ -163,19 +223,28 @@ class TransformersChat:
 class LLMDetector:
     """Zero-shot LLM detector (see the module doc).
 
-    Parameters
-    ----------
-    model: model id/path (transformers) or served model name (openai).
-    backend: ``"transformers"`` or ``"openai"`` (ignored when ``client`` is given).
-    with_workflow: put the task's workflow in the prompt (needs each dialogue's ``task``).
-    star_dir: workflow source for rendering workflows: a STAR folder, ``star:PATH`` or ``workflow:PATH``
-        (default ``$DIALFORK_STAR_DIR``).
-    workflows: ``{task: workflow text}`` overriding the STAR rendering.
-    base_url, api_key: endpoint of the openai backend.
-    batch_size, max_new_tokens, device, dtype: generation settings.
-    prompt: custom template (file path or text) instead of the packaged one.
-    client: any object with ``chat(batch, **sampling) -> list[str]``.
-    max_examples: how many unparsable replies the report keeps verbatim.
+    Args:
+        model: Model id/path (transformers) or served model name (openai); required unless
+            ``client`` is given.
+        backend: ``"transformers"`` or ``"openai"`` (ignored when ``client`` is given).
+        with_workflow: Put the task's workflow in the prompt (needs each dialogue's ``task``).
+        star_dir: Workflow source for rendering workflows: a STAR folder, ``star:PATH`` or
+            ``workflow:PATH`` (default ``$DIALFORK_STAR_DIR``).
+        workflows: ``{task: workflow text}`` overriding the STAR rendering.
+        base_url: API root of the openai backend (required with it), e.g. ``http://127.0.0.1:8000/v1``.
+        api_key: API key of the openai backend; None: none.
+        batch_size: Conversations per generation batch (transformers) or requests in flight (openai).
+        max_new_tokens: Most tokens per reply.
+        device: Torch device of the transformers backend (:class:`TransformersChat`).
+        dtype: Torch dtype of the transformers backend.
+        prompt: Custom template (file path or text) instead of the packaged one.
+        client: Any object with ``chat(batch, **sampling) -> list[str]``, used instead of a backend.
+        max_examples: How many unusable replies the report keeps verbatim.
+        show_progress: Show a progress bar over the generation batches (transformers).
+
+    Raises:
+        ValueError: Without ``client``: an unknown backend, no ``model``, or the openai backend
+            without ``base_url``; also a bad ``prompt`` or generation setting.
     """
 
     name = "llm"
@@ -220,15 +289,40 @@ class LLMDetector:
         return f"LLMDetector(model={self.model!r}, backend={self.backend!r}, with_workflow={self.with_workflow})"
 
     def fit(self, dialogues: Any = None, embeddings: Any = None, **_: Any) -> LLMDetector:
-        """No-op (zero-shot); returns ``self``."""
+        """No-op (zero-shot); returns ``self``.
+
+        Args:
+            dialogues: Ignored.
+            embeddings: Ignored.
+
+        Returns:
+            The detector itself.
+        """
         return self
 
     def config(self) -> dict[str, Any]:
+        """The detector's settings.
+
+        Returns:
+            A dict with ``detector``, ``model``, ``backend``, ``with_workflow``, ``max_new_tokens``.
+        """
         return {"detector": self.name, "model": self.model, "backend": self.backend,
                 "with_workflow": self.with_workflow, "max_new_tokens": self.max_new_tokens}
 
     # -- prompts -----------------------------------------------------------------------------
     def workflow_for(self, task: str) -> str:
+        """The rendered workflow of a task (from ``workflows``, else the workflow source; cached).
+
+        Args:
+            task: The task name.
+
+        Returns:
+            The workflow's steps with their response templates, as text.
+
+        Raises:
+            StarError: The workflow source cannot be opened or has no such task (or its
+                ``SourceError`` for a ``workflow:PATH`` source).
+        """
         if task in self.workflows:
             return self.workflows[task]
         if self._star is None:  # a STAR folder, star:PATH or workflow:PATH (dialfork_dataset.sources)
@@ -240,6 +334,19 @@ class LLMDetector:
         return text
 
     def prompts(self, dialogues: Sequence[Any]) -> list[str]:
+        """The prompt of each dialogue.
+
+        Args:
+            dialogues: Records, lists of ``{"speaker", "text"}`` dicts or of turn strings (records
+                with ``task`` for the with-workflow prompt).
+
+        Returns:
+            One prompt per dialogue, in order.
+
+        Raises:
+            ValueError: A dialogue is malformed, or lacks ``task`` under the with-workflow prompt
+                (every such dialogue listed).
+        """
         out, errs = [], []
         for i, d in enumerate(dialogues):
             did = d.get("dialogue_id") if isinstance(d, Mapping) else None
@@ -260,10 +367,35 @@ class LLMDetector:
 
     # -- prediction --------------------------------------------------------------------------
     def predict(self, dialogue: Any, embeddings: Any = None) -> int | None:
+        """:meth:`predict_many` of one dialogue.
+
+        Args:
+            dialogue: The dialogue.
+            embeddings: Ignored.
+
+        Returns:
+            The predicted first deviating system turn (1-based), or None.
+        """
         return self.predict_many([dialogue])[0]
 
     def predict_many(self, dialogues: Sequence[Any], embeddings: Any = None, show_progress: bool | None = None
                      ) -> list[int | None]:
+        """Ask the model about every dialogue; unusable answers count as None and are reported in
+        :attr:`last_report` (the raw answers in :attr:`last_answers`).
+
+        Args:
+            dialogues: The dialogues (see :meth:`prompts`).
+            embeddings: Ignored.
+            show_progress: Ignored (the constructor's ``show_progress`` applies).
+
+        Returns:
+            One prediction per dialogue: a system turn in ``1..T``, or None (NONE answered, or the
+            answer unparsable, out of range or its prompt too long).
+
+        Raises:
+            ValueError: As :meth:`prompts`.
+            RuntimeError: The backend returned another number of replies than prompts.
+        """
         dialogues = list(dialogues)
         prompts = self.prompts(dialogues)
         batch = [[{"role": "user", "content": p}] for p in prompts]

@@ -27,14 +27,14 @@ import numpy as np
 class NgramLM:
     """Counts of every order ``1..N`` over padded node sequences.
 
-    Parameters
-    ----------
-    order:
-        ``N`` (>= 1). ``N = 1`` is the unigram model; ``N = 2`` a first-order Markov chain.
-    vocab_size:
-        ``V``, the number of nodes; node ids are ``0..V-1`` and ``V`` is the ``[start]`` symbol.
-    backoff:
-        Back off to the longest seen suffix of an unseen context (see the module doc).
+    Args:
+        order: ``N`` (>= 1). ``N = 1`` is the unigram model; ``N = 2`` a first-order Markov chain.
+        vocab_size: ``V`` (>= 1), the number of nodes; node ids are ``0..V-1`` and ``V`` is the
+            ``[start]`` symbol.
+        backoff: Back off to the longest seen suffix of an unseen context (see the module doc).
+
+    Raises:
+        ValueError: ``order`` or ``vocab_size`` is not an integer >= 1 (bools rejected).
     """
 
     def __init__(self, order: int, vocab_size: int, backoff: bool = False):
@@ -58,7 +58,18 @@ class NgramLM:
         return out
 
     def fit(self, sequences: Iterable[Sequence[int]]) -> NgramLM:
-        """Count every n-gram of order 1..N of the padded sequences (adds to existing counts)."""
+        """Count every n-gram of order 1..N of the padded sequences (adds to existing counts).
+
+        Args:
+            sequences: Node-id sequences, ids in ``0..V-1``.
+
+        Returns:
+            The model itself.
+
+        Raises:
+            ValueError: A sequence holds an id outside ``0..V-1`` (the sequences before it are
+                already counted).
+        """
         n = self.order
         for i, seq in enumerate(sequences):
             s = [self.start] * (n - 1) + self._check(seq, f"sequence {i}")
@@ -75,7 +86,14 @@ class NgramLM:
 
     # -- probabilities ------------------------------------------------------------------------
     def context_of(self, history: Sequence[int]) -> tuple[int, ...]:
-        """The length-``N-1`` context after ``history`` (left-padded with ``[start]``)."""
+        """The length-``N-1`` context after ``history`` (left-padded with ``[start]``).
+
+        Args:
+            history: The node ids seen so far (only the last ``N-1`` are used).
+
+        Returns:
+            The context tuple (``()`` for ``N = 1``).
+        """
         k = self.order - 1
         if k == 0:
             return ()
@@ -83,7 +101,15 @@ class NgramLM:
         return (self.start,) * (k - len(h)) + h
 
     def prob(self, context: Sequence[int], node: int) -> float:
-        """``P(node | context)`` for a full-length context (see :meth:`context_of`)."""
+        """``P(node | context)`` for a full-length context (see :meth:`context_of`).
+
+        Args:
+            context: The ``N-1`` preceding ids (``[start]`` padded).
+            node: The next node id.
+
+        Returns:
+            The Laplace-smoothed probability, in (0, 1).
+        """
         ctx = tuple(context)
         c = self.context_counts.get(ctx, 0)
         if c == 0 and self.backoff:
@@ -96,7 +122,14 @@ class NgramLM:
 
     def sequence_probs(self, seq: Sequence[int]) -> np.ndarray:
         """``p_t`` for every position of ``seq`` (float64, shape ``(len(seq),)``); the same numbers
-        as :meth:`prob` at each position's :meth:`context_of`."""
+        as :meth:`prob` at each position's :meth:`context_of`.
+
+        Args:
+            seq: A node-id sequence (not checked against ``V``).
+
+        Returns:
+            The probabilities, shape ``(len(seq),)``, float64.
+        """
         seq = [int(x) for x in seq]
         k = self.order - 1
         s = [self.start] * k + seq
@@ -113,7 +146,11 @@ class NgramLM:
 
     # -- (de)serialisation: plain arrays, no pickle ----------------------------------------------
     def to_arrays(self) -> dict[str, np.ndarray]:
-        """The n-gram counts as arrays: one ``(m_k, k)`` int32 table and ``(m_k,)`` counts per order."""
+        """The n-gram counts as arrays: one ``(m_k, k)`` int32 table and ``(m_k,)`` counts per order.
+
+        Returns:
+            A dict with ``ngrams_k`` and ``counts_k`` (int64) for k = 1..N, n-grams sorted.
+        """
         out: dict[str, np.ndarray] = {}
         by_len: dict[int, list[tuple[tuple[int, ...], int]]] = {}
         for g, c in self.ngram_counts.items():
@@ -126,6 +163,21 @@ class NgramLM:
 
     @classmethod
     def from_arrays(cls, order: int, vocab_size: int, arrays: dict[str, np.ndarray], backoff: bool = False) -> NgramLM:
+        """A model from :meth:`to_arrays` output (the context counts are rebuilt from the n-grams).
+
+        Args:
+            order: ``N``.
+            vocab_size: ``V``.
+            arrays: ``ngrams_k``/``counts_k`` for k = 1..N.
+            backoff: As the constructor's.
+
+        Returns:
+            The model.
+
+        Raises:
+            ValueError: Bad ``order``/``vocab_size``, or a table's shape does not match its counts.
+            KeyError: An order's arrays are missing.
+        """
         lm = cls(order, vocab_size, backoff)
         for k in range(1, lm.order + 1):
             grams, counts = arrays[f"ngrams_{k}"], arrays[f"counts_{k}"]

@@ -83,6 +83,16 @@ _ANSWER = re.compile(r"\b(?:final\s+)?answer\s*[:=]", re.IGNORECASE)
 
 @dataclass(frozen=True)
 class ParsedAnswer:
+    """One LLM reply, parsed.
+
+    Args:
+        value: The system turn number found (``status="turn"``), else None.
+        status: ``"turn"``, ``"none"``, ``"unparsable"``, ``"out_of_range"`` (set by
+            :func:`check_range`) or ``"too_long"`` (set by the LLM detector: the prompt did not
+            fit the model).
+        raw: The reply as received.
+    """
+
     value: int | None
     status: str  # "turn" | "none" | "unparsable" | "out_of_range" (check_range) | "too_long" (LLMDetector)
     raw: str
@@ -93,7 +103,15 @@ def _to_int(tok: str) -> int:
 
 
 def parse_turn_answer(text: str | None) -> ParsedAnswer:
-    """Parse one LLM reply (see the module doc)."""
+    """Parse one LLM reply (see the module doc).
+
+    Args:
+        text: The reply; None is read as an empty reply.
+
+    Returns:
+        A :class:`ParsedAnswer` with status ``"turn"`` (``value`` the number, not range-checked),
+        ``"none"`` or ``"unparsable"`` (``value`` None), and ``raw`` the reply.
+    """
     raw = "" if text is None else str(text)
     s = _THINK.sub(" ", raw)
     if "</think>" in s.lower():  # an opening tag eaten by the chat template: keep what follows
@@ -118,7 +136,15 @@ def parse_turn_answer(text: str | None) -> ParsedAnswer:
 
 
 def check_range(parsed: ParsedAnswer, T: int) -> ParsedAnswer:
-    """A parsed turn outside ``1..T`` becomes ``status="out_of_range"`` with value ``None``."""
+    """A parsed turn outside ``1..T`` becomes ``status="out_of_range"`` with value ``None``.
+
+    Args:
+        parsed: A :func:`parse_turn_answer` result.
+        T: The dialogue's number of system turns.
+
+    Returns:
+        ``parsed`` itself, or the out-of-range answer (same ``raw``).
+    """
     if parsed.status == "turn" and not 1 <= int(parsed.value) <= T:
         return ParsedAnswer(None, "out_of_range", parsed.raw)
     return parsed

@@ -49,7 +49,12 @@ TYPES: tuple[str, ...] = HALLUCINATION_TYPES
 
 
 class PredictionError(CollectedErrors):
-    """Invalid Task 3 predictions. ``errors`` lists every problem found (not just the first)."""
+    """Invalid Task 3 predictions. ``errors`` lists every problem found (not just the first).
+
+    Args:
+        errors: One message per problem; the exception's message shows the first ones and
+            says how many more there are.
+    """
 
     def __init__(self, errors: list[str]):
         self.errors = list(errors)
@@ -223,7 +228,20 @@ def _component(mae: float | None, ref: float | None, none_value: float) -> float
 
 
 def score_from_components(a: Sequence[float], weights: Sequence[float] = SCORE_WEIGHTS) -> float:
-    """``100 * exp(sum_i w_i * log(max(a_i, 1e-12)))`` (weighted geometric mean, in percent)."""
+    """``100 * exp(sum_i w_i * log(max(a_i, 1e-12)))`` (weighted geometric mean, in percent).
+
+    Args:
+        a: The components ``a1..a4`` (real numbers, not NaN, meant to lie in [0, 1]; each is
+            floored at :data:`COMPONENT_FLOOR` before the log).
+        weights: One weight per component (default :data:`SCORE_WEIGHTS`).
+
+    Returns:
+        The Score, 0 to 100 for components in [0, 1] and weights summing to 1.
+
+    Raises:
+        ValueError: ``a`` and ``weights`` differ in length, or a component is not a real number
+            (bools and NaN rejected).
+    """
     if len(a) != len(weights):
         raise ValueError(f"need {len(weights)} components, got {len(a)}")
     for i, x in enumerate(a, 1):
@@ -254,6 +272,11 @@ def score_from_stats(
 
     Returns:
         The Score (0 to 100).
+
+    Raises:
+        ValueError: A coverage is not a fraction in [0, 1], an MAE is negative, NaN or not a
+            number (None allowed for ``mae_h``/``mae_c``), a reference is negative, NaN or not a
+            number, or as :func:`score_from_components`.
 
     Example:
         >>> round(score_from_stats(6.60, 1.0, 7.50, 1.0, 12.52, 14.12), 2)  # Table 4, Random
@@ -425,7 +448,16 @@ def mae_all_turns(predictions: Mapping[str, int | None], gold_by_id: Mapping[str
 
 
 def format_table(result: Mapping[str, Any]) -> str:
-    """A one-row text table in the layout of the paper's Table 4 (coverages in percent)."""
+    """A one-row text table in the layout of the paper's Table 4 (coverages in percent).
+
+    Args:
+        result: A :func:`score_predictions` result.
+
+    Returns:
+        Three lines: the header (MAE per type present, ``MAE_h``, ``cov_h%``, ``MAE_c``,
+        ``cov_c%``, ``Score``), the values (``-`` for None) and a footer with the counts and
+        the reference MAEs.
+    """
 
     def f(v: float | None, pct: bool = False) -> str:
         if v is None:
