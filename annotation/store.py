@@ -76,6 +76,25 @@ class Study(StudyAdmin, StudyExport):
 
     ``Study(db_url)`` opens (or creates) the database; :meth:`import_records` adds corpus
     records (cues are assigned on import from the study seed, stored in ``meta``).
+
+    Args:
+        db_url: An SQLAlchemy database URL, or a bare path (an SQLite file); the tables are
+            created when missing.
+        variants: The variant pool cues are drawn from
+            (:class:`generation.variants.VariantPool`); None loads the packaged variant file
+            on first use.
+        study_seed: The study's seed, stored when the database is created; None draws a random
+            62-bit seed. An existing database keeps its seed.
+        foil_share: Share in [0, 1] of forks shown a foil in step 2; stored when the database is
+            created (an existing database keeps its stored value).
+        task_descriptions: Task -> one-line description (e.g.
+            :func:`annotation.corpus.task_descriptions` of the workflow source), added to the
+            stored task catalog of WIC cues on the next :meth:`import_records`; None: tasks are
+            described by their readable names.
+
+    Raises:
+        ValueError: ``study_seed`` is given and differs from the seed the database was created
+            with.
     """
 
     def __init__(self, db_url: str, variants: Any = None, study_seed: int | None = None,

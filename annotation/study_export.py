@@ -72,7 +72,16 @@ class StudyExport:
 def reconstruct_presentation(study: Any, annotator_id: int) -> list[str]:
     """Re-derive an annotator's presentation order (dialogue ids) from the stored block contents
     and order seeds; equals the stored positions' order (a check that presentations can be
-    reconstructed)."""
+    reconstructed).
+
+    Args:
+        study: The :class:`~annotation.store.Study`.
+        annotator_id: The annotator's database id.
+
+    Returns:
+        The dialogue ids in the order the annotator is shown them (blocks in the order of their
+        first stored position); empty for an unknown annotator.
+    """
     with Session(study.engine) as s:
         rows = s.execute(select(Assignment.block_id, Assignment.order_seed, func.min(Assignment.position))
                          .where(Assignment.annotator_id == annotator_id)
@@ -86,7 +95,19 @@ def reconstruct_presentation(study: Any, annotator_id: int) -> list[str]:
 
 
 def recompute_cue(study: Any, dialogue_id: str):
-    """The cue of a conversation re-derived from the study seed (equals the stored one)."""
+    """The cue of a conversation re-derived from the study seed (equals the stored one).
+
+    Args:
+        study: The :class:`~annotation.store.Study`.
+        dialogue_id: The conversation's dialogue id.
+
+    Returns:
+        The :class:`~annotation.design.Cue` that :func:`~annotation.design.assign_cue` gives it
+        with the study's seed, foil share, variant pool and stored task catalog.
+
+    Raises:
+        NotFound: The study has no conversation ``dialogue_id``.
+    """
     with Session(study.engine) as s:
         c = s.scalar(select(Conversation).where(Conversation.dialogue_id == dialogue_id))
         if c is None:
