@@ -32,6 +32,20 @@ PAIRS = "blind_task2"
 
 @dataclass
 class AttackResult:
+    """The outcome of one attack on one track.
+
+    Attributes:
+        name: The attack's name (e.g. ``"verbatim lookup (public configs)"``).
+        track: ``"detector"`` or ``"metric"``.
+        value: The cheat's Score (detector, 0-100) or Kendall tau (metric); None when skipped.
+        detail: What the attack found (e.g. how many blind dialogues it could label).
+        status: ``"pass"``, ``"FAIL"`` or ``"skipped"``.
+        margin: Detector track: ``value`` minus its matched Random's mean Score; None otherwise.
+        control: Detector track: the matched Random's mean Score; None otherwise.
+        p_value: Detector track: share of matched Random draws scoring at least ``value``
+            (add-one estimate); None otherwise.
+    """
+
     name: str
     track: str  # "detector" | "metric"
     value: float | None  # Score (detector) or tau (metric); None when skipped
@@ -48,6 +62,16 @@ class AttackResult:
 
 @dataclass
 class AuditReport:
+    """The audit of one release: the baselines and every attack's result.
+
+    Attributes:
+        baselines: ``{"detector": {"random", "first", "last"}, "metric": {"random"}}``: the
+            trivial baselines' Scores and tau (None when the track was not scored).
+        attacks: One :class:`AttackResult` per attack and track.
+        notes: Remarks on the release (e.g. a template-made hidden set, prefix modes not tried).
+        counts: ``blind`` (blind dialogues), ``pairs`` (metric-track pairs) and ``public_rows``.
+    """
+
     baselines: dict[str, dict[str, float | None]]
     attacks: list[AttackResult] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
