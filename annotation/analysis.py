@@ -63,10 +63,12 @@ REQUIRED = ("annotator", "task", "dialogue_id", "source_id", "hallucination_type
 class AnswersError(CollectedErrors):
     """The judgments are malformed; ``errors`` lists every problem (row and field).
 
-    Args:
-        message: The exception's text (normally built by ``from_errors`` / ``raise_if``).
-        errors: Every problem, one ``"row N (dialogue ID): what"`` line each; defaults to
-            ``[message]``.
+    Built like every :class:`~dialfork_dataset.errors.CollectedErrors`: ``AnswersError(message,
+    errors)``, or through ``from_errors`` / ``raise_if``, whose message summarises the problems.
+
+    Attributes:
+        errors: Every problem, one ``"row N (dialogue ID): what"`` line each (``[message]`` when
+            none was given).
     """
 
 
