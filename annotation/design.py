@@ -260,6 +260,7 @@ class TaskPool:
 
     @property
     def sources(self) -> list[str]:
+        """The source ids with a conformant conversation in the pool, sorted."""
         return sorted(self.conformant)
 
 

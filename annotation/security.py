@@ -184,6 +184,12 @@ class LoginThrottle:
         self._known: dict[str, tuple[float, float]] = {}  # key -> (waits until, learnt at)
 
     def config(self) -> dict[str, Any]:
+        """The throttle's limits (shown in the admin panel).
+
+        Returns:
+            ``free_failures``, ``base_delay_s``, ``max_delay_s``, ``forget_s``, ``global_rate``
+            and ``global_burst``.
+        """
         return {"free_failures": self.free_failures, "base_delay_s": self.base_delay_s,
                 "max_delay_s": self.max_delay_s, "forget_s": self.forget_s, "global_rate": self.global_rate,
                 "global_burst": self.global_burst}

@@ -18,7 +18,12 @@ class StudyExport:
 
     # -- monitoring and export ------------------------------------------------------------------
     def progress(self) -> list[dict[str, Any]]:
-        """Per annotator and task: assigned, started, done."""
+        """Per annotator and task: assigned, started, done.
+
+        Returns:
+            One ``{"annotator_id", "annotator", "task", "assigned", "started", "done"}`` per
+            (annotator, task) with assignments, sorted by annotator id and task.
+        """
         with Session(self.engine) as s:
             rows = s.execute(select(Annotator.id, Annotator.name, Conversation.task, Assignment.state)
                              .join(Assignment, Assignment.annotator_id == Annotator.id)
@@ -39,7 +44,16 @@ class StudyExport:
                      "step2_at", "step3_at", "completed_at")
 
     def export_rows(self, completed_only: bool = False) -> list[dict[str, Any]]:
-        """The raw answers, one row per assignment (fields :attr:`EXPORT_FIELDS`)."""
+        """The raw answers, one row per assignment (fields :attr:`EXPORT_FIELDS`).
+
+        Args:
+            completed_only: Only completed assignments (all three steps, or two where there is
+                no step 3); False exports every assignment, unanswered fields None.
+
+        Returns:
+            One dict per assignment with the :attr:`EXPORT_FIELDS`, by annotator id and
+            position; timestamps as ISO 8601 strings.
+        """
         with Session(self.engine) as s:
             q = (select(Assignment, Conversation, Annotator)
                  .join(Conversation, Assignment.conversation_id == Conversation.id)
@@ -65,7 +79,11 @@ class StudyExport:
             return out
 
     def judgments(self) -> list[dict[str, Any]]:
-        """Completed judgments, the input of :mod:`annotation.analysis`."""
+        """Completed judgments, the input of :mod:`annotation.analysis`.
+
+        Returns:
+            :meth:`export_rows` with ``completed_only=True``.
+        """
         return self.export_rows(completed_only=True)
 
 

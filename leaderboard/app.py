@@ -126,6 +126,7 @@ class LeaderboardApp:
 
     @property
     def blind(self) -> BlindSet:
+        """The blind set of ``blind_dir``, read on first use (:meth:`BlindSet.from_dir`)."""
         if self._blind is None:
             self._blind = BlindSet.from_dir(self.blind_dir)
         return self._blind

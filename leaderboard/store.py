@@ -53,6 +53,11 @@ class RateLimitError(RuntimeError):
 
 
 def utcnow() -> datetime:
+    """The current time, timezone-aware, in UTC (a store's default clock).
+
+    Returns:
+        ``datetime.now(timezone.utc)``.
+    """
     return datetime.now(timezone.utc)
 
 

@@ -30,6 +30,7 @@ class BlindSet:
 
     @property
     def dialogue_ids(self) -> list[str]:
+        """The blind dialogue ids, in the order of ``turns``."""
         return list(self.turns)
 
     def revision(self) -> str:

@@ -72,6 +72,12 @@ class Problem:
     file: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
+        """The problem as JSON.
+
+        Returns:
+            ``code``, ``file``, ``line``, ``other_line``, ``field`` and ``message``, without
+            the fields that are None.
+        """
         return {k: v for k, v in (("code", self.code), ("file", self.file), ("line", self.line),
                                   ("other_line", self.other_line), ("field", self.field),
                                   ("message", self.message)) if v is not None}
@@ -121,10 +127,12 @@ class ValidationReport:
 
     @property
     def ok(self) -> bool:
+        """True when the submission has no error (warnings allowed)."""
         return not self.errors
 
     @property
     def n_errors(self) -> int:
+        """Every error found: those kept in ``errors`` plus ``n_omitted``."""
         return len(self.errors) + self.n_omitted
 
     def to_dict(self) -> dict[str, Any]:
