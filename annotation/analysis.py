@@ -61,7 +61,15 @@ REQUIRED = ("annotator", "task", "dialogue_id", "source_id", "hallucination_type
 
 
 class AnswersError(CollectedErrors):
-    """The judgments are malformed; ``errors`` lists every problem (row and field)."""
+    """The judgments are malformed; ``errors`` lists every problem (row and field).
+
+    Built like every :class:`~dialfork_dataset.errors.CollectedErrors`: ``AnswersError(message,
+    errors)``, or through ``from_errors`` / ``raise_if``, whose message summarises the problems.
+
+    Attributes:
+        errors: Every problem, one ``"row N (dialogue ID): what"`` line each (``[message]`` when
+            none was given).
+    """
 
 
 # --------------------------------------------------------------------------------------------
@@ -81,7 +89,30 @@ def _none(v: Any) -> Any:
 def prepare(judgments: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
     """Validate the judgments and return a DataFrame with typed columns plus ``position``
     (1..4, 5 for conformant), ``is_fork``, ``confirmed`` and ``seq`` (rank in the annotator's
-    sequence). Every malformed row is reported at once (:class:`AnswersError`)."""
+    sequence). Every malformed row is reported at once (:class:`AnswersError`).
+
+    Args:
+        judgments: One mapping per completed assignment with at least the fields of
+            ``REQUIRED`` (``annotator``, ``task``, ``dialogue_id``, ``source_id``,
+            ``hallucination_type`` (None for a conformant dialogue), ``fork_position``,
+            ``fork_turn``, ``cue_kind``, ``cue_type``, ``slider``, ``cue_answer``, ``onset_turn``,
+            ``prefix_answer``); optional ``position`` (the rank in the annotator's sequence,
+            else the row number) and ``completed_at`` (else the row number). Empty strings,
+            ``"nan"``, ``"None"``, ``"null"`` and NaN count as missing values, so CSV rows work.
+
+    Returns:
+        One row per judgment, sorted by annotator and sequence: the ``REQUIRED`` columns
+        (``slider`` float, ``fork_position`` / ``fork_turn`` / ``onset_turn`` int or None),
+        ``seq_key``, ``completed_at``, ``row`` (1-based input row), ``is_fork`` (bool),
+        ``position`` (1..4, or 5 for a conformant dialogue), ``confirmed`` (``cue_answer`` is
+        ``yes`` or ``partly``) and ``seq`` (0-based rank within the annotator).
+
+    Raises:
+        AnswersError: Any row misses a required field, has a non-numeric number, a slider
+            outside 0..100, a ``cue_answer`` other than yes/partly/no, a ``cue_kind`` other than
+            true/foil, an unknown ``hallucination_type``, or a fork without ``fork_position``
+            1..4; every problem is listed.
+    """
     rows = list(judgments)
     errs: list[str] = []
     out = []
@@ -128,7 +159,17 @@ def prepare(judgments: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
 
 def first_judgments(df: pd.DataFrame) -> pd.DataFrame:
     """One row per conversation: its first completed judgment (categorical answers), with the
-    conversation's mean slider over its annotators (``mean_slider``) and ``n_judges``."""
+    conversation's mean slider over its annotators (``mean_slider``) and ``n_judges``.
+
+    Args:
+        df: Judgments as returned by :func:`prepare`.
+
+    Returns:
+        One row per ``dialogue_id``: the columns of ``df`` from its earliest judgment (by
+        ``completed_at``, then input row), plus ``mean_slider`` (mean slider over all its
+        judgments) and ``n_judges`` (number of judgments). An empty ``df`` gives an empty frame
+        with those two columns added.
+    """
     if df.empty:
         return df.assign(mean_slider=pd.Series(dtype=float), n_judges=pd.Series(dtype=int))
     g = df.groupby("dialogue_id")
@@ -214,7 +255,24 @@ def probability_of_superiority(df: pd.DataFrame, types: Sequence[str] = BREAKING
                                low: Sequence[int] | None = None, high: Sequence[int] | None = None,
                                n_boot: int = N_BOOT, seed: int = 0) -> dict[str, Any]:
     """Share of within-(annotator, task) pairs where the later position is rated higher (ties
-    1/2), with a bootstrap CI over (annotator, task) units (ratio of summed wins to pairs)."""
+    1/2), with a bootstrap CI over (annotator, task) units (ratio of summed wins to pairs).
+
+    Args:
+        df: Judgments as returned by :func:`prepare`.
+        types: Hallucination types whose forks take part (conformant dialogues always do, at
+            position 5); defaults to the workflow-breaking types.
+        low: Positions allowed as the earlier member of a pair (e.g. ``[1]``); None allows all.
+        high: Positions allowed as the later member of a pair (e.g. ``[4]``, or ``[5]`` for
+            conformant); None allows all.
+        n_boot: Bootstrap resamples of the interval.
+        seed: Seed of the bootstrap's random generator.
+
+    Returns:
+        ``{"ps": probability of superiority in [0, 1], "ci_low", "ci_high": percentile bootstrap
+        bounds (None with fewer than two units), "pairs": pairs compared, "units": (annotator,
+        task) units with at least one pair}``; ``ps`` and the bounds are None when no pair
+        exists.
+    """
     u = superiority_units(df, types, low, high)
     if u.empty:
         return {"ps": None, "ci_low": None, "ci_high": None, "pairs": 0, "units": 0}
@@ -413,7 +471,32 @@ def distance_correlation(conv: pd.DataFrame, distances: Mapping[str, Mapping[str
 def analyse(judgments: Iterable[Mapping[str, Any]], distances: Mapping[str, Mapping[str, float]] | None = None,
             n_boot: int = N_BOOT, seed: int = 0, apply_exclusion: bool = True,
             min_forks: int = MIN_FORKS_PER_UNIT) -> dict[str, Any]:
-    """All analyses of Appendix N as one JSON-able dict (see the module docstring)."""
+    """All analyses of Appendix N as one JSON-able dict (see the module docstring).
+
+    Args:
+        judgments: The judgments, one mapping per completed assignment (see :func:`prepare`).
+        distances: Optional ``{method: {dialogue_id: distance mu(D+, D')}}``; when given, the
+            result has ``distance_correlation`` (Spearman rho with 100 - mean slider per method).
+        n_boot: Bootstrap resamples of every interval.
+        seed: Seed of the bootstrap generators (results are deterministic given it).
+        apply_exclusion: Drop the annotators the foil criterion excludes (more than half of at
+            least two conformant foils confirmed) before every other analysis; False keeps all.
+        min_forks: Least number of forks (of the analysed types, covering positions 1..4) an
+            (annotator, task) unit needs for its within-unit tau_b.
+
+    Returns:
+        A JSON-able dict with ``counts`` (judgments, conversations, annotators, forked,
+        conformant, tasks), ``parameters`` (the arguments and exclusion thresholds),
+        ``annotator_foils`` (per-annotator foil rates) and ``excluded_annotators``; when any
+        judgment remains, also ``rq1`` (slider vs. fork position: tau_b, probability of
+        superiority, mean sliders, for the breaking and for all types), ``rq2`` (cue
+        confirmation rates and Fisher tests), ``rq3`` (onset-turn errors), ``rq4`` (prefix
+        answers), ``agreement`` (AC1, Krippendorff's alpha) and ``learning`` (by thirds of each
+        annotator's sequence), plus ``distance_correlation`` when ``distances`` is given.
+
+    Raises:
+        AnswersError: The judgments are malformed (from :func:`prepare`; every problem listed).
+    """
     df = prepare(judgments)
     foils = annotator_foils(df)
     excluded = [f["annotator"] for f in foils if f["excluded"]] if apply_exclusion else []

@@ -115,13 +115,31 @@ class GuardMiddleware:
 def create_app(study: Study, star_dir: str | Path | None = None, analysis_dir: str | Path | None = None,
                throttle: LoginThrottle | None = None, secure_cookies: bool = False,
                analysis_options: dict[str, Any] | None = None, trusted_origins: Sequence[str] = ()) -> FastAPI:
-    """The ASGI app over ``study``. ``star_dir``: the workflow source (a STAR folder, a workflow file, or ``star:PATH`` /
-    ``workflow:PATH``; workflow panel and flowcharts);
-    ``analysis_dir``: where the admin's "recompute analyses" writes its report (default: a
-    folder ``analyses`` next to the working directory); ``throttle``: the admin-login limiter
-    (default: :class:`LoginThrottle` on the study's database); ``trusted_origins``: origins
-    (``https://study.example.org``) accepted on POST besides the one the request was sent to
-    (needed behind a reverse proxy that changes the scheme or host)."""
+    """The ASGI app over ``study``: the annotators' pages, the JSON API and the admin panel.
+
+    Args:
+        study: The study (database, corpus and settings) the app serves.
+        star_dir: The workflow source (a STAR folder, a workflow file, or ``star:PATH`` /
+            ``workflow:PATH``) of the workflow panel and flowcharts; None shows no workflow (a
+            source that fails to load also shows none, with a warning logged).
+        analysis_dir: Where the admin's "recompute analyses" writes its report; None: a folder
+            ``analyses`` in the working directory.
+        throttle: The admin-login limiter; None: a :class:`LoginThrottle` with default limits
+            on the study's database.
+        secure_cookies: Mark the admin session cookie ``Secure`` (sent over HTTPS only); set it
+            when the app is served over HTTPS.
+        analysis_options: Keyword arguments passed to :func:`annotation.report.run_analyses` when
+            the admin recomputes the analyses (e.g. ``n_boot``, ``seed``); None: its defaults.
+        trusted_origins: Origins (``https://study.example.org``) accepted on POST besides the
+            one the request was sent to (needed behind a reverse proxy that changes the scheme
+            or host).
+
+    Returns:
+        The FastAPI application (no OpenAPI or docs routes); ``app.state.study`` is ``study``.
+
+    Raises:
+        ValueError: An entry of ``trusted_origins`` is not of the form ``scheme://host[:port]``.
+    """
     app = FastAPI(title="DialFork annotation", docs_url=None, redoc_url=None, openapi_url=None)
     templates = Jinja2Templates(directory=str(HERE / "templates"))
     app.mount("/static", StaticFiles(directory=str(HERE / "static")), name="static")

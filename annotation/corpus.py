@@ -53,6 +53,20 @@ def load_corpus(corpus_dir: str | Path) -> list[dict[str, Any]]:
 
     Collects every invalid record and duplicate id of every file (``file:line: dialogue_id=...:
     reason``) before raising one :class:`RecordError`.
+
+    Args:
+        corpus_dir: The generator's output folder: the files its ``manifest.json`` lists, else
+            every ``*.jsonl`` / ``*.jsonl.gz`` directly in it (or, if none, below it).
+
+    Returns:
+        The records, normalized (``dialfork_dataset.records.normalize_record``), in file and
+        line order.
+
+    Raises:
+        FileNotFoundError: The folder does not exist, holds no record file, or its manifest
+            lists a missing file.
+        JsonlError: A record file cannot be read or parsed as JSON Lines.
+        RecordError: A record is invalid or a ``dialogue_id`` repeats (every problem listed).
     """
     errs: list[str] = []
     out: list[dict[str, Any]] = []
@@ -149,7 +163,18 @@ def _open_source(spec: str, stamp: int) -> Any:
 def workflow_source(spec: str | Path) -> Any:
     """The :class:`~dialfork_dataset.sources.WorkflowSource` named by ``spec`` (``star:PATH``,
     ``workflow:PATH``, a STAR folder or a workflow file; :func:`dialfork_dataset.sources.open_source`),
-    read once and kept while its files do not change."""
+    read once and kept while its files do not change.
+
+    Args:
+        spec: The source spec (a string or a path).
+
+    Returns:
+        The opened source (``StarCorpus`` or ``WorkflowCorpus``), cached per spec and file
+        modification time (at most four kept).
+
+    Raises:
+        SourceError: The spec has a kind prefix but no path (from ``parse_source_spec``).
+    """
     spec = str(spec)
     return _open_source(spec, _stamp(spec))
 
@@ -161,7 +186,15 @@ def _description(wizard_task: str) -> str:
 def task_descriptions(source: str | Path | None) -> dict[str, str]:
     """One-line description of every task of a workflow source: the most common ``wizard_task`` of
     its single-task scenarios (the system role's instruction, e.g. "Help the user reserve a hotel
-    room."). Empty when ``source`` is ``None`` or has no scenarios (a STAR copy with tasks only)."""
+    room."). Empty when ``source`` is ``None`` or has no scenarios (a STAR copy with tasks only).
+
+    Args:
+        source: A workflow source spec (see :func:`workflow_source`), or None.
+
+    Returns:
+        Task name -> description (URLs in parentheses removed, whitespace collapsed), sorted by
+        task. A source that cannot be read gives ``{}`` with a warning logged, not an error.
+    """
     if source is None:
         return {}
     from dialfork_dataset.errors import CollectedErrors
@@ -194,7 +227,21 @@ def _task_workflow(spec: str, stamp: int, task: str) -> WorkflowView:
 def task_workflow(source: str | Path, task: str) -> WorkflowView:
     """The annotator's view of a task of a workflow source (a STAR copy or a workflow file, see
     :func:`workflow_source`): one-line goal, numbered steps with nested branches and their response
-    templates (:meth:`~dialfork_dataset.sources.WorkflowTask.steps`), the flowchart if any."""
+    templates (:meth:`~dialfork_dataset.sources.WorkflowTask.steps`), the flowchart if any.
+
+    Args:
+        source: A workflow source spec (see :func:`workflow_source`).
+        task: The task's name in that source.
+
+    Returns:
+        A ``WorkflowView`` with ``task``, ``goal`` (the task's description, else "Help the user
+        with TASK."), ``steps`` (:class:`StepView` trees) and ``flowchart`` (the path of an
+        existing flowchart image, or None). Cached while the source's files do not change.
+
+    Raises:
+        StarError: ``task`` is not a task of a STAR copy (or the copy cannot be read).
+        WorkflowError: ``task`` is not a task of a workflow file (or the file is invalid).
+    """
     spec = str(source)
     return _task_workflow(spec, _stamp(spec), task)
 

@@ -89,7 +89,17 @@ def derive_seed(*parts: Any) -> int:
 @dataclass(frozen=True)
 class Cue:
     """The instruction shown in step 2. ``kind`` is ``"true"`` (the injected variant) or
-    ``"foil"`` (a variant of another type, never injected in this conversation)."""
+    ``"foil"`` (a variant of another type, never injected in this conversation).
+
+    Attributes:
+        kind: ``"true"`` (:data:`CUE_TRUE`) or ``"foil"`` (:data:`CUE_FOIL`).
+        htype: The hallucination type of the variant shown (``CSC``, ``GR``, ``SSPC`` or
+            ``WIC``).
+        variant: The variant's id in the variant file (for a true cue, the fork's ``variant``).
+        text: The cue text shown to the annotator.
+        seed: The seed the cue was drawn from (:func:`derive_seed` of ``"cue"``, the study seed
+            and the dialogue id), so that the draw can be reproduced.
+    """
 
     kind: str
     htype: str
@@ -137,6 +147,27 @@ def assign_cue(record: Mapping[str, Any], study_seed: int, pool: Any,
     substitute task; for a WIC foil, a task drawn by :func:`foil_substitute` from ``tasks``
     (task -> one-line description: every task of the workflow source), so that true and foil
     WIC cues read alike. Without ``tasks`` a WIC foil falls back to the variant's generic cue.
+
+    Args:
+        record: The conversation's record: ``dialogue_id``, ``task``, ``hallucination_type``
+            (None for a conformant dialogue) and, for a fork, ``variant`` (and for WIC
+            ``substitute_task``; ``instruction`` is the fallback text of a variant missing from
+            ``pool``).
+        study_seed: The study's seed (stored in the database).
+        pool: The variant pool (:class:`generation.variants.VariantPool`: indexable by type,
+            with ``by_id``); foils are drawn from it.
+        foil_share: Probability in [0, 1] that a fork is shown a foil instead of its own
+            variant (conformant conversations always get a foil).
+        tasks: Task -> one-line description of every task of the workflow source, used for WIC
+            cues; None uses :func:`default_task_description` for a true WIC cue and the variant's
+            generic cue for a WIC foil.
+
+    Returns:
+        The :class:`Cue` to show in step 2.
+
+    Raises:
+        ValueError: ``foil_share`` is outside [0, 1], or ``pool`` has no variant of the foil's
+            type.
     """
     if not 0.0 <= foil_share <= 1.0:
         raise ValueError(f"foil_share must be in [0, 1], got {foil_share}")
@@ -166,19 +197,41 @@ def latin_types(row: int) -> dict[int, str]:
     """Hallucination type at each fork position k for Latin-square row ``row`` (0..3).
 
     Over any four consecutive rows every (type, k) cell occurs exactly once.
+
+    Args:
+        row: The Latin-square row; any integer, taken modulo 4.
+
+    Returns:
+        ``{k: hallucination type}`` for the fork positions k = 1..4.
     """
     r = int(row) % len(HALLUCINATION_TYPES)
     return {k: HALLUCINATION_TYPES[(k - 1 + r) % len(HALLUCINATION_TYPES)] for k in FORK_POSITIONS}
 
 
 def block_order(order_seed: int, n: int = len(BLOCK_SLOTS)) -> list[int]:
-    """The presentation permutation of a mini-block (``order[i]`` = slot shown i-th)."""
+    """The presentation permutation of a mini-block (``order[i]`` = slot shown i-th).
+
+    Args:
+        order_seed: The assignment's ``order_seed`` (seeds a ``numpy`` generator).
+        n: Number of slots (5: the slots of :data:`BLOCK_SLOTS`).
+
+    Returns:
+        A permutation of ``range(n)``: the indices of the slots in the order they are shown.
+    """
     return [int(i) for i in np.random.default_rng(int(order_seed)).permutation(n)]
 
 
 @dataclass
 class TaskPool:
-    """The conversations of one task available for sampling, indexed by source dialogue."""
+    """The conversations of one task available for sampling, indexed by source dialogue.
+
+    Build it with :meth:`from_rows`.
+
+    Attributes:
+        task: The STAR task the conversations belong to.
+        conformant: Source id -> dialogue id of its conformant conversation.
+        forks: ``(source id, hallucination type, fork position k)`` -> dialogue id of that fork.
+    """
 
     task: str
     conformant: dict[str, str] = field(default_factory=dict)  # source_id -> dialogue_id
@@ -186,7 +239,15 @@ class TaskPool:
 
     @classmethod
     def from_rows(cls, task: str, rows: Iterable[Mapping[str, Any]]) -> TaskPool:
-        """Rows with ``dialogue_id, source_id, task, hallucination_type, fork_position``."""
+        """Rows with ``dialogue_id, source_id, task, hallucination_type, fork_position``.
+
+        Args:
+            task: The task to keep; rows of other tasks are skipped.
+            rows: Conversation rows; ``hallucination_type`` None marks a conformant dialogue.
+
+        Returns:
+            The pool of ``task``'s conversations.
+        """
         p = cls(task)
         for r in rows:
             if r["task"] != task:
@@ -199,6 +260,7 @@ class TaskPool:
 
     @property
     def sources(self) -> list[str]:
+        """The source ids with a conformant conversation in the pool, sorted."""
         return sorted(self.conformant)
 
 
@@ -247,6 +309,33 @@ def draw_blocks(pool: TaskPool, annotators: Sequence[str], blocks_per_annotator:
     ``seen_sources`` (annotator -> sources already assigned), ``usage`` (dialogue id -> times
     assigned), ``next_row`` and ``next_key`` carry the study's state from earlier batches.
     Raises :class:`SamplingError` naming the annotator and slot when the pool runs out.
+
+    Args:
+        pool: The task's conversations.
+        annotators: The annotators to serve (distinct names), in round-robin order.
+        blocks_per_annotator: Mini-blocks each annotator gets (>= 1).
+        seed: The batch seed; the draw is deterministic given it and the state arguments.
+        existing: Mini-blocks of earlier batches, candidates for overlap copies (their
+            ``judges`` lists are extended in place when copied).
+        seen_sources: Annotator -> source ids already assigned to them; None: nobody has seen
+            anything.
+        usage: Dialogue id -> times already assigned (least-used conversations are preferred);
+            None: no usage yet.
+        next_row: Latin-square row of the next fresh block.
+        next_key: Key of the next fresh block.
+        overlap_share: Probability in [0, 1] that a block is a copy of an eligible earlier
+            block instead of a fresh one.
+        max_judges: Most annotators one block (hence one conversation) is given to.
+
+    Returns:
+        One :class:`BlockDraw` per block given, in drawing order (round by round, annotators in
+        the given order): the annotator, the block (fresh or copied), ``fresh`` and the
+        ``order_seed`` of its presentation order.
+
+    Raises:
+        ValueError: ``blocks_per_annotator < 1``, ``overlap_share`` outside [0, 1], or duplicate
+            annotators.
+        SamplingError: No unseen source is left for an annotator in some slot.
     """
     if blocks_per_annotator < 1:
         raise ValueError(f"blocks_per_annotator must be >= 1, got {blocks_per_annotator}")

@@ -12,7 +12,15 @@ from typing import Any
 
 
 class AnnotationError(Exception):
-    """A request the study refuses; ``status`` is the HTTP status, ``message`` says why."""
+    """A request the study refuses; ``status`` is the HTTP status, ``message`` says why.
+
+    The app answers it as a JSON error (or an HTML page) with that status.
+
+    Args:
+        message: What was wrong and how to fix it; shown to the user as is.
+        status: The HTTP status of the answer; None keeps the class's own (400 here, 404 for
+            :class:`NotFound`, 409 for :class:`Conflict`, 422 for :class:`Invalid`).
+    """
 
     status = 400
 
@@ -24,14 +32,35 @@ class AnnotationError(Exception):
 
 
 class NotFound(AnnotationError):
+    """Something the request names does not exist (or is not visible to this user): HTTP 404.
+
+    Args:
+        message: What was wrong and how to fix it.
+        status: The HTTP status; None keeps 404.
+    """
+
     status = 404
 
 
 class Conflict(AnnotationError):
+    """The request clashes with the study's state (e.g. a step already answered, a name already taken): HTTP 409.
+
+    Args:
+        message: What was wrong and how to fix it.
+        status: The HTTP status; None keeps 409.
+    """
+
     status = 409
 
 
 class Invalid(AnnotationError):
+    """A field of the request is missing or out of range: HTTP 422.
+
+    Args:
+        message: What was wrong and how to fix it.
+        status: The HTTP status; None keeps 422.
+    """
+
     status = 422
 
 

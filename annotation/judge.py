@@ -92,10 +92,36 @@ def run_judge(judge: Any, study: Any, records: Sequence[Mapping[str, Any]] | Non
               calibration: str = "isotonic", n_folds: int = 5, seed: int = 0,
               cache: str | Path | None = None) -> dict[str, Any]:
     """Judge the study's conversations (and ``records``, the whole corpus, when given).
-    ``cache``: a JSONL file of the judge's answers, appended as it goes (a rerun resumes).
 
-    Returns ``{"study": rows, "all": rows or None, "calibration": {...}, "report": {...}}``:
-    judgment rows with calibrated sliders (see :mod:`dialfork_metrics.judge`)."""
+    Args:
+        judge: The LLM judge (:class:`dialfork_metrics.judge.LLMJudge`, or any object with
+            ``judge(items, cache=...)`` returning one answer dict per item and ``last_report``).
+        study: The :class:`~annotation.store.Study` whose completed conversations are judged
+            (with the cue stored for each) and whose people's mean sliders are the calibration
+            target.
+        records: The whole corpus to judge as well (cues assigned from the study seed, as the
+            study would); None judges the study's conversations only.
+        calibration: ``"isotonic"`` (the judge's raw slider mapped onto the people's by
+            isotonic regression, cross-fitted on the study) or ``"none"`` (raw sliders).
+        n_folds: Folds of the cross-fitting (grouped by source dialogue).
+        seed: Seed of the fold assignment.
+        cache: A JSONL file of the judge's answers, appended as it goes (a rerun resumes);
+            None: no cache.
+
+    Returns:
+        ``{"study": rows, "all": rows or None, "calibration": {...}, "report": {...}}``:
+        judgment rows in the export format (annotator :data:`JUDGE_ANNOTATOR`) with calibrated
+        sliders (out-of-fold on the study, the map fitted on the whole study for ``all``);
+        ``calibration`` holds ``method``, ``n_folds``, ``seed``, ``n`` (conversations rated by
+        both) and, for isotonic, the fitted ``map`` (``x``/``y`` thresholds); ``report`` holds
+        the judge's ``last_report`` for ``study`` (and ``all``). See
+        :mod:`dialfork_metrics.judge`.
+
+    Raises:
+        ValueError: ``calibration`` is unknown, the study has no completed judgment yet, or
+            isotonic calibration has fewer than 2 conversations rated by both the judge and
+            people.
+    """
     from dialfork_metrics.judge import CALIBRATIONS, cross_fit, fit_calibration
 
     if calibration not in CALIBRATIONS:

@@ -79,7 +79,17 @@ TABLE11_ROWS = ("Rating, k=1/2/3/4", "Rating, conformant", "Instruction confirme
 def table11(res: Mapping[str, Any], judge: Mapping[str, Any] | None = None) -> list[str]:
     """Table 11 (Markdown lines): the people on this study and, when ``judge`` holds the
     analyses of the LLM judge's answers (``{"study": ..., "all": ..., "model": ...}``), the
-    judge on the same conversations and on the whole corpus."""
+    judge on the same conversations and on the whole corpus.
+
+    Args:
+        res: The people's :func:`annotation.analysis.analyse` result.
+        judge: The judge's analyses (``study``, optional ``all``, ``model``, ``calibration``),
+            as in ``run_analyses``' ``llm_judge``; None: the people's column only.
+
+    Returns:
+        The Markdown lines of the table (a heading, the table, and with ``judge`` a note on
+        the calibration), ``n/a`` in cells without data.
+    """
     cols = [("People (this study)", table11_cells(res))]
     title = "## Table 11 layout: people on this study"
     if judge:
@@ -102,7 +112,17 @@ def table11(res: Mapping[str, Any], judge: Mapping[str, Any] | None = None) -> l
 
 
 def markdown_report(res: Mapping[str, Any], judge: Mapping[str, Any] | None = None) -> str:
-    """The report; ``judge`` adds the LLM judge's columns to Table 11 (see :func:`table11`)."""
+    """The report; ``judge`` adds the LLM judge's columns to Table 11 (see :func:`table11`).
+
+    Args:
+        res: An :func:`annotation.analysis.analyse` result (with ``counts`` and ``parameters``).
+        judge: The judge's analyses for Table 11 (see :func:`table11`), or None.
+
+    Returns:
+        The Markdown text (Table 10's research questions with verdicts, Table 11, and the
+        detailed sections), ending with a newline; only the counts and "No completed judgments
+        yet." when ``res`` has no analyses.
+    """
     c = res["counts"]
     lines = ["# Human study: analyses (paper, Appendix N)", "",
              f"{c['judgments']} judgments of {c['conversations']} conversations ({c['forked']} forked, "
@@ -355,9 +375,30 @@ def run_analyses(judgments: Iterable[Mapping[str, Any]], out_dir: str | Path,
     """Run :func:`annotation.analysis.analyse` and write ``report.md``, ``analyses.json``,
     ``summary.csv`` and (with ``plots``) ``figure8.png`` into ``out_dir`` (atomically).
 
-    ``judge``: the LLM judge's output (:func:`annotation.judge.run_judge`, plus ``model``); its
-    rows are analysed the same way (the exclusion criterion is not applied to the judge) and
-    become the judge's columns of Table 11 (``analyses.json``: ``llm_judge``)."""
+    Args:
+        judgments: The judgments (rows of the study's export; see
+            :func:`annotation.analysis.prepare`).
+        out_dir: The output folder (created if missing).
+        distances: Optional Task-2 distances ``{method: {dialogue_id: distance}}`` (see
+            :func:`load_distances`), correlated with the people's ratings.
+        n_boot: Bootstrap resamples of every interval.
+        seed: Seed of the bootstrap.
+        apply_exclusion: Apply the foil exclusion criterion to the people (see
+            :func:`annotation.analysis.analyse`).
+        plots: Also draw ``figure8.png`` (needs matplotlib).
+        judge: The LLM judge's output (:func:`annotation.judge.run_judge`, plus ``model``); its
+            rows are analysed the same way (the exclusion criterion is not applied to the
+            judge) and become the judge's columns of Table 11 (``analyses.json``:
+            ``llm_judge``). None: people only.
+
+    Returns:
+        The analyses as written to ``analyses.json``: the :func:`annotation.analysis.analyse`
+        result made JSON-safe, plus ``verdicts`` (a reading of RQ1-RQ4) and, with ``judge``,
+        ``llm_judge`` (``model``, ``calibration``, ``report``, ``study`` and ``all`` analyses).
+
+    Raises:
+        AnswersError: The judgments (or the judge's rows) are malformed.
+    """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     res = jsonable(analyse(judgments, distances=distances, n_boot=n_boot, seed=seed, apply_exclusion=apply_exclusion))
@@ -383,7 +424,21 @@ def run_analyses(judgments: Iterable[Mapping[str, Any]], out_dir: str | Path,
 
 
 def load_answers(path: str | Path) -> list[dict[str, Any]]:
-    """Judgments from an exported ``answers.json`` or ``answers.csv`` (completed rows only)."""
+    """Judgments from an exported ``answers.json`` or ``answers.csv`` (completed rows only).
+
+    Args:
+        path: The export file; its suffix (``.json`` or ``.csv``) chooses the format. CSV cells
+            neutralized against formula injection are restored (:func:`restore_cell`).
+
+    Returns:
+        The rows whose ``state`` is the completed state (rows without ``state`` count as
+        completed), as dicts (CSV values are strings).
+
+    Raises:
+        ValueError: The suffix is neither ``.json`` nor ``.csv``, the JSON is not a list, or the
+            JSON is malformed (``json.JSONDecodeError``).
+        OSError: The file cannot be read.
+    """
     p = Path(path)
     if p.suffix == ".json":
         rows = json.loads(p.read_text(encoding="utf-8"))
@@ -403,7 +458,19 @@ def load_answers(path: str | Path) -> list[dict[str, Any]]:
 
 def load_distances(path: str | Path) -> dict[str, dict[str, float]]:
     """Task-2 distances: JSON ``{method: {dialogue_id: distance}}`` or CSV with columns
-    ``dialogue_id, method, distance``."""
+    ``dialogue_id, method, distance``.
+
+    Args:
+        path: A ``.json`` file; any other suffix is read as CSV.
+
+    Returns:
+        ``{method: {dialogue_id: distance}}`` with float distances.
+
+    Raises:
+        ValueError: The JSON is malformed or not a mapping of mappings, a distance is not a
+            number, or CSV rows lack a field or a numeric distance (every bad CSV line listed).
+        OSError: The file cannot be read.
+    """
     p = Path(path)
     if p.suffix == ".json":
         data = json.loads(p.read_text(encoding="utf-8"))

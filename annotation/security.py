@@ -30,7 +30,22 @@ def new_password() -> str:
 
 
 def hash_password(password: str, *, n: int = SCRYPT_N, r: int = SCRYPT_R, p: int = SCRYPT_P) -> str:
-    """``scrypt$n$r$p$salt_hex$hash_hex`` (hashlib.scrypt with a 16-byte random salt)."""
+    """``scrypt$n$r$p$salt_hex$hash_hex`` (hashlib.scrypt with a 16-byte random salt).
+
+    Args:
+        password: The password to hash (a non-empty string; hashed as UTF-8).
+        n: scrypt CPU/memory cost (a power of two; RFC 7914's interactive-login value by default).
+        r: scrypt block size.
+        p: scrypt parallelism.
+
+    Returns:
+        The self-describing hash string ``scrypt$n$r$p$salt_hex$hash_hex`` (a 32-byte key), to
+        check with :func:`verify_password`.
+
+    Raises:
+        ValueError: ``password`` is not a string or is empty (``hashlib.scrypt`` also raises
+            ValueError for invalid cost parameters).
+    """
     if not isinstance(password, str) or not password:
         raise ValueError("the admin password must be a non-empty string")
     salt = secrets.token_bytes(16)
@@ -39,7 +54,16 @@ def hash_password(password: str, *, n: int = SCRYPT_N, r: int = SCRYPT_R, p: int
 
 
 def verify_password(password: str, stored: str) -> bool:
-    """Constant-time check of ``password`` against a :func:`hash_password` string."""
+    """Constant-time check of ``password`` against a :func:`hash_password` string.
+
+    Args:
+        password: The password given (converted with ``str``).
+        stored: The stored :func:`hash_password` string (its cost parameters are used).
+
+    Returns:
+        True when the password matches; False when it does not or ``stored`` is malformed or
+        not an scrypt hash (never raises for bad input).
+    """
     try:
         algo, n, r, p, salt_hex, hash_hex = stored.split("$")
         if algo != "scrypt":
@@ -101,12 +125,26 @@ class LoginThrottle:
       seconds, and it is full again ``global_burst / global_rate`` seconds after an attack
       stops; it never locks anybody out for a window.
 
-    ``engine``: an SQLAlchemy engine with the ``login_throttle`` table (the study's; ``None``: a
-    private in-memory database). ``clock``: seconds (Unix time by default; tests inject one).
-    ``cache_s``: a wait read from the database is remembered in memory for at most this long
-    (default 1 s), so that a burst is refused by :meth:`quick_wait` without a thread or a
-    database query; a ``reset-throttle`` from another process therefore reaches a running
-    server within ``cache_s``.
+    Args:
+        engine: An SQLAlchemy engine with the ``login_throttle`` table (the study's); ``None``: a
+            private in-memory SQLite database.
+        free_failures: Failed attempts per client before any wait (integer >= 1).
+        base_delay_s: Wait in seconds after the ``free_failures``-th failure; doubled for each
+            further failure (> 0).
+        max_delay_s: Cap of the per-client wait in seconds (> 0; default 15 min).
+        forget_s: Seconds without any attempt after which a client's failures are forgotten
+            (> 0; default 1 h).
+        global_rate: Refill rate of the global bucket, in attempts per second (> 0).
+        global_burst: Capacity of the global bucket, in attempts (integer >= 1).
+        cache_s: A wait read from the database is remembered in memory for at most this many
+            seconds, in [0, 60) (default 1 s), so that a burst is refused by :meth:`quick_wait`
+            without a thread or a database query; a ``reset-throttle`` from another process
+            therefore reaches a running server within ``cache_s``.
+        clock: A function returning the time in seconds (``time.time`` by default; tests inject
+            one).
+
+    Raises:
+        ValueError: Any limit is out of range (every problem named in one message).
     """
 
     def __init__(self, engine: Any = None, *, free_failures: int = 3, base_delay_s: float = 1.0,
@@ -146,12 +184,26 @@ class LoginThrottle:
         self._known: dict[str, tuple[float, float]] = {}  # key -> (waits until, learnt at)
 
     def config(self) -> dict[str, Any]:
+        """The throttle's limits (shown in the admin panel).
+
+        Returns:
+            ``free_failures``, ``base_delay_s``, ``max_delay_s``, ``forget_s``, ``global_rate``
+            and ``global_burst``.
+        """
         return {"free_failures": self.free_failures, "base_delay_s": self.base_delay_s,
                 "max_delay_s": self.max_delay_s, "forget_s": self.forget_s, "global_rate": self.global_rate,
                 "global_burst": self.global_burst}
 
     def delay(self, failures: int) -> float:
-        """Seconds a client must wait after its ``failures``-th consecutive failure."""
+        """Seconds a client must wait after its ``failures``-th consecutive failure.
+
+        Args:
+            failures: Consecutive failed attempts so far.
+
+        Returns:
+            0.0 below ``free_failures``, else ``base_delay_s * 2 ** (failures - free_failures)``
+            capped at ``max_delay_s``.
+        """
         if failures < self.free_failures:
             return 0.0
         return min(self.max_delay_s, self.base_delay_s * 2.0 ** min(failures - self.free_failures, 64))
@@ -201,7 +253,15 @@ class LoginThrottle:
     # -- API ----------------------------------------------------------------------------------
     def quick_wait(self, client: str | None) -> float:
         """A wait this process already knows (no database, no thread: safe on the event loop);
-        0.0 means "unknown": call :meth:`attempt`."""
+        0.0 means "unknown": call :meth:`attempt`.
+
+        Args:
+            client: The client's address (see :func:`client_key`), or None.
+
+        Returns:
+            Seconds still to wait, as learnt from the database at most ``cache_s`` ago (the
+            larger of the client's and the global wait), or 0.0.
+        """
         now = float(self._clock())
         waits = [0.0]
         for key in (client_key(client), GLOBAL_KEY):
@@ -214,7 +274,18 @@ class LoginThrottle:
         """Check and record one login attempt of ``client`` atomically, before the password is
         verified. Returns 0.0 when the attempt may go on (it is already counted as a failure;
         call :meth:`success` if the password is right), else the seconds to wait (nothing is
-        recorded then)."""
+        recorded then).
+
+        Args:
+            client: The client's address (see :func:`client_key`), or None.
+
+        Returns:
+            0.0 when the attempt may proceed, else the seconds to wait (the client's back-off or
+            the global bucket's refill).
+
+        Raises:
+            RuntimeError: The database stayed busy through 50 compare-and-set retries.
+        """
         from .db import LoginThrottleRow as Row
 
         key = client_key(client)
@@ -245,7 +316,14 @@ class LoginThrottle:
         return wait
 
     def retry_after(self, client: str | None) -> float:
-        """Seconds ``client`` must wait before its next attempt (0.0: it may try now); records nothing."""
+        """Seconds ``client`` must wait before its next attempt (0.0: it may try now); records nothing.
+
+        Args:
+            client: The client's address (see :func:`client_key`), or None.
+
+        Returns:
+            The larger of the client's remaining back-off and the global bucket's wait, >= 0.0.
+        """
         from sqlalchemy.orm import Session
 
         from .db import LoginThrottleRow as Row
@@ -258,12 +336,23 @@ class LoginThrottle:
         return max(0.0, *waits)
 
     def success(self, client: str | None) -> None:
-        """The password was right: clear ``client``'s failures."""
+        """The password was right: clear ``client``'s failures.
+
+        Args:
+            client: The client's address (see :func:`client_key`), or None.
+        """
         self.reset(client)
 
     def reset(self, client: str | None = None) -> int:
         """Forget ``client``'s failures (``None``: every client's and the global bucket). Returns
-        how many rows were cleared."""
+        how many rows were cleared.
+
+        Args:
+            client: The client's address (see :func:`client_key`); None clears every row.
+
+        Returns:
+            The number of throttle rows deleted.
+        """
         from sqlalchemy import delete
         from sqlalchemy.orm import Session
 
@@ -278,7 +367,13 @@ class LoginThrottle:
             return s.execute(q).rowcount
 
     def status(self) -> list[dict[str, Any]]:
-        """Every throttled client: key, consecutive failures, seconds still to wait."""
+        """Every throttled client: key, consecutive failures, seconds still to wait.
+
+        Returns:
+            One dict per throttle row, sorted by key: ``{"client", "failures", "wait_s"}`` for a
+            client, ``{"client": "(all clients)", "tokens", "wait_s"}`` for the global bucket
+            (seconds rounded to 0.1).
+        """
         from sqlalchemy import select
         from sqlalchemy.orm import Session
 
@@ -306,14 +401,29 @@ FORMULA_TRIGGERS = ("=", "+", "-", "@", "\t", "\r")
 def neutralize_cell(value: Any) -> Any:
     """A CSV cell a spreadsheet shows as text: a string starting with ``= + - @``, a tab, a
     carriage return or an apostrophe gets a leading apostrophe (which spreadsheets hide).
-    Other values are returned unchanged. :func:`restore_cell` undoes it."""
+    Other values are returned unchanged. :func:`restore_cell` undoes it.
+
+    Args:
+        value: A cell value of any type.
+
+    Returns:
+        ``"'" + value`` for such a string, else ``value`` itself.
+    """
     if isinstance(value, str) and value and (value[0] in FORMULA_TRIGGERS or value[0] == "'"):
         return "'" + value
     return value
 
 
 def restore_cell(value: Any) -> Any:
-    """The original of a :func:`neutralize_cell` cell."""
+    """The original of a :func:`neutralize_cell` cell.
+
+    Args:
+        value: A cell value of any type, as written by :func:`neutralize_cell`.
+
+    Returns:
+        The string without its leading apostrophe when the apostrophe precedes a formula
+        trigger or another apostrophe, else ``value`` unchanged.
+    """
     if isinstance(value, str) and len(value) >= 2 and value[0] == "'" and (value[1] in FORMULA_TRIGGERS
                                                                              or value[1] == "'"):
         return value[1:]

@@ -26,7 +26,16 @@ def _f(x: Any) -> float | None:
 
 
 def kendall_tau_b(x: Sequence[float], y: Sequence[float]) -> float:
-    """Kendall's tau_b (scipy); NaN when undefined (fewer than 2 items or a constant variable)."""
+    """Kendall's tau_b (scipy); NaN when undefined (fewer than 2 items or a constant variable).
+
+    Args:
+        x: The first variable, one value per item.
+        y: The second variable, same length as ``x``.
+
+    Returns:
+        tau_b in [-1, 1] (``scipy.stats.kendalltau(variant="b")``), or NaN when ``x`` has fewer
+        than two values or either variable is constant.
+    """
     x, y = np.asarray(x, float), np.asarray(y, float)
     if len(x) < 2 or np.all(x == x[0]) or np.all(y == y[0]):
         return float("nan")
@@ -34,7 +43,17 @@ def kendall_tau_b(x: Sequence[float], y: Sequence[float]) -> float:
 
 
 def wilson(count: int, n: int, alpha: float = 0.05) -> tuple[float | None, float | None]:
-    """Wilson score interval (statsmodels ``proportion_confint(method="wilson")``)."""
+    """Wilson score interval (statsmodels ``proportion_confint(method="wilson")``).
+
+    Args:
+        count: Number of successes (0 <= count <= n).
+        n: Number of trials.
+        alpha: One minus the confidence level (0.05: a 95% interval).
+
+    Returns:
+        ``(low, high)`` bounds of the proportion, both in [0, 1]; ``(None, None)`` when
+        ``n <= 0``.
+    """
     if n <= 0:
         return None, None
     from statsmodels.stats.proportion import proportion_confint
@@ -107,8 +126,18 @@ def _gwet_ac1_counts(table: np.ndarray) -> tuple[float, float, float]:
 def gwet_ac1(ratings: Sequence[Sequence[Any]], categories: Sequence[Any]) -> dict[str, Any]:
     """Gwet's AC1 and raw (pairwise) agreement of categorical ratings.
 
-    ``ratings``: one list per subject (the ratings it received, any number >= 1; subjects with
-    fewer than two ratings do not count for agreement). Uses ``irrCAC`` when installed.
+    Uses ``irrCAC`` when installed, else the same statistic from Gwet's (2008) formula.
+
+    Args:
+        ratings: One list per subject: the ratings it received, any number >= 1; subjects with
+            fewer than two ratings do not count for agreement.
+        categories: Every category a rating can take (also those nobody chose: they enter the
+            chance agreement).
+
+    Returns:
+        ``{"ac1": Gwet's AC1, "raw": raw pairwise agreement, "n_subjects": subjects with at least
+        two ratings}``; ``ac1`` and ``raw`` are None when no subject has two ratings (or the
+        statistic is undefined).
     """
     subj = [list(r) for r in ratings if len(r) >= 2]
     if not subj:
@@ -129,7 +158,16 @@ def gwet_ac1(ratings: Sequence[Sequence[Any]], categories: Sequence[Any]) -> dic
 
 
 def krippendorff_interval(ratings: Sequence[Sequence[float]]) -> dict[str, Any]:
-    """Krippendorff's alpha (interval) of per-subject numeric ratings (``krippendorff`` package)."""
+    """Krippendorff's alpha (interval) of per-subject numeric ratings (``krippendorff`` package).
+
+    Args:
+        ratings: One list per subject of the numeric ratings it received; None and NaN entries
+            are dropped, and subjects left with fewer than two ratings do not count.
+
+    Returns:
+        ``{"alpha": Krippendorff's interval alpha, "n_subjects": subjects counted}``; ``alpha`` is
+        None when no subject has two ratings or all ratings are equal (alpha undefined).
+    """
     subj = [[float(v) for v in r if v is not None and not (isinstance(v, float) and math.isnan(v))] for r in ratings]
     subj = [r for r in subj if len(r) >= 2]
     if not subj:

@@ -76,6 +76,25 @@ class Study(StudyAdmin, StudyExport):
 
     ``Study(db_url)`` opens (or creates) the database; :meth:`import_records` adds corpus
     records (cues are assigned on import from the study seed, stored in ``meta``).
+
+    Args:
+        db_url: An SQLAlchemy database URL, or a bare path (an SQLite file); the tables are
+            created when missing.
+        variants: The variant pool cues are drawn from
+            (:class:`generation.variants.VariantPool`); None loads the packaged variant file
+            on first use.
+        study_seed: The study's seed, stored when the database is created; None draws a random
+            62-bit seed. An existing database keeps its seed.
+        foil_share: Share in [0, 1] of forks shown a foil in step 2; stored when the database is
+            created (an existing database keeps its stored value).
+        task_descriptions: Task -> one-line description (e.g.
+            :func:`annotation.corpus.task_descriptions` of the workflow source), added to the
+            stored task catalog of WIC cues on the next :meth:`import_records`; None: tasks are
+            described by their readable names.
+
+    Raises:
+        ValueError: ``study_seed`` is given and differs from the seed the database was created
+            with.
     """
 
     def __init__(self, db_url: str, variants: Any = None, study_seed: int | None = None,
@@ -96,6 +115,8 @@ class Study(StudyAdmin, StudyExport):
     # -- setup ---------------------------------------------------------------------------------
     @property
     def variants(self):
+        """The variant pool cues are drawn from (the packaged variant file, loaded on first use,
+        unless one was given)."""
         if self._variants is None:
             from generation.variants import load_variants
 
@@ -103,12 +124,22 @@ class Study(StudyAdmin, StudyExport):
         return self._variants
 
     def meta(self, key: str) -> str | None:
+        """A value of the study's ``meta`` table (``study_seed``, ``foil_share``,
+        ``task_descriptions``, ``admin_hash``).
+
+        Args:
+            key: The entry's name.
+
+        Returns:
+            The stored string, or None when the entry does not exist.
+        """
         with Session(self.engine) as s:
             m = s.get(Meta, key)
             return m.value if m else None
 
     @property
     def study_seed(self) -> int:
+        """The study's seed, stored when the database was created."""
         return int(self.meta("study_seed"))
 
     def import_records(self, records: Iterable[Mapping[str, Any]]) -> int:
@@ -116,7 +147,16 @@ class Study(StudyAdmin, StudyExport):
 
         Records must be valid (see :func:`annotation.corpus.load_corpus`). Forks whose source is
         not among the records are kept but never drawn (a mini-block needs every source's
-        conformant dialogue)."""
+        conformant dialogue).
+
+        Args:
+            records: Corpus records (validated and normalized); records whose ``dialogue_id``
+                is already in the study are skipped. Their tasks and substitute tasks are added
+                to the task catalog.
+
+        Returns:
+            The number of conversations added.
+        """
         seed = self.study_seed
         foil_share = float(self.meta("foil_share") or self.foil_share)
         records = list(records)
@@ -145,7 +185,11 @@ class Study(StudyAdmin, StudyExport):
 
     def task_catalog(self) -> dict[str, str]:
         """The study's task catalog (task -> one-line description) used for WIC cues, stored
-        in the database so that every cue can be re-derived (:func:`recompute_cue`)."""
+        in the database so that every cue can be re-derived (:func:`recompute_cue`).
+
+        Returns:
+            Task -> description; ``{}`` before the first import.
+        """
         raw = self.meta("task_descriptions")
         return json.loads(raw) if raw else {}
 
@@ -174,6 +218,11 @@ class Study(StudyAdmin, StudyExport):
         return new
 
     def tasks(self) -> list[str]:
+        """The tasks of the study's conversations.
+
+        Returns:
+            The distinct task names, sorted.
+        """
         with Session(self.engine) as s:
             return sorted(s.scalars(select(Conversation.task).distinct()))
 
@@ -183,7 +232,29 @@ class Study(StudyAdmin, StudyExport):
                    max_judges: int = MAX_JUDGES) -> dict[str, Any]:
         """Draw mini-blocks of ``task`` for the annotators and assign them (one transaction).
 
-        Returns ``{"batch_id", "seed", "assignments", "blocks", "fresh_blocks"}``."""
+        Returns ``{"batch_id", "seed", "assignments", "blocks", "fresh_blocks"}``.
+
+        Args:
+            task: The task whose conversations are drawn.
+            annotator_ids: Database ids of the annotators served (see
+                :func:`~annotation.design.draw_blocks`).
+            blocks_per_annotator: Mini-blocks (five conversations each) per annotator.
+            seed: The batch seed (stored with the batch); None draws a random 62-bit seed.
+            overlap_share: Probability that a block re-uses an earlier block of another
+                annotator (see :func:`~annotation.design.draw_blocks`).
+            max_judges: Most annotators per block.
+
+        Returns:
+            ``batch_id`` (the new batch), ``seed``, ``assignments`` (conversations assigned),
+            ``blocks`` (blocks given) and ``fresh_blocks`` (new blocks among them).
+
+        Raises:
+            Invalid: No annotator is given, ``task`` has no conversation, or an id is unknown.
+            Conflict: Another batch was drawn at the same time (nothing was assigned).
+            SamplingError: The task's pool has no unseen source left for an annotator.
+            ValueError: ``blocks_per_annotator < 1``, ``overlap_share`` outside [0, 1], or
+                duplicate annotator ids.
+        """
         if not annotator_ids:
             raise Invalid("choose at least one annotator for the batch")
         seed = int(seed) if seed is not None else secrets.randbits(62)
@@ -256,7 +327,15 @@ class Study(StudyAdmin, StudyExport):
 
     # -- annotator side -------------------------------------------------------------------------
     def overview(self, annotator: Annotator) -> dict[str, Any]:
-        """Progress per task, the next conversation and whether its task's intro is still due."""
+        """Progress per task, the next conversation and whether its task's intro is still due.
+
+        Args:
+            annotator: The annotator (from :meth:`annotator_by_link`).
+
+        Returns:
+            ``{"name", "tasks": {task: {"done", "total"}}, "next": {"token", "task"} or None,
+            "intro_due": bool, "done", "total"}``.
+        """
         with Session(self.engine) as s:
             rows = s.execute(select(Assignment.token, Assignment.state, Assignment.position, Conversation.task)
                              .join(Conversation, Assignment.conversation_id == Conversation.id)
@@ -277,15 +356,38 @@ class Study(StudyAdmin, StudyExport):
                 "done": sum(t["done"] for t in tasks.values()), "total": sum(t["total"] for t in tasks.values())}
 
     def mark_intro_seen(self, annotator: Annotator, task: str) -> None:
+        """Record that the annotator read the introduction of ``task`` (idempotent).
+
+        Args:
+            annotator: The annotator (from :meth:`annotator_by_link`).
+            task: The task.
+        """
         with Session(self.engine) as s, s.begin():
             if s.get(IntroSeen, (annotator.id, task)) is None:
                 s.add(IntroSeen(annotator_id=annotator.id, task=task))
 
     def intro_seen(self, annotator: Annotator, task: str) -> bool:
+        """Whether the annotator read the introduction of ``task``.
+
+        Args:
+            annotator: The annotator (from :meth:`annotator_by_link`).
+            task: The task.
+
+        Returns:
+            True once :meth:`mark_intro_seen` was called for them and ``task``.
+        """
         with Session(self.engine) as s:
             return s.get(IntroSeen, (annotator.id, task)) is not None
 
     def annotator_tasks(self, annotator: Annotator) -> list[str]:
+        """The tasks of the conversations assigned to the annotator.
+
+        Args:
+            annotator: The annotator (from :meth:`annotator_by_link`).
+
+        Returns:
+            The distinct task names, sorted.
+        """
         with Session(self.engine) as s:
             return sorted(s.scalars(select(Conversation.task).distinct()
                                     .join(Assignment, Assignment.conversation_id == Conversation.id)
@@ -300,7 +402,18 @@ class Study(StudyAdmin, StudyExport):
         return a, s.get(Conversation, a.conversation_id)
 
     def task_of(self, annotator: Annotator, token: str) -> str:
-        """The task of one of the annotator's conversations (404 for a token that is not theirs)."""
+        """The task of one of the annotator's conversations (404 for a token that is not theirs).
+
+        Args:
+            annotator: The annotator (from :meth:`annotator_by_link`).
+            token: The assignment's token (from the conversation's URL).
+
+        Returns:
+            The conversation's task.
+
+        Raises:
+            NotFound: ``token`` is not one of the annotator's assignments.
+        """
         with Session(self.engine) as s:
             return self._load(s, annotator, token)[1].task
 
@@ -334,7 +447,26 @@ class Study(StudyAdmin, StudyExport):
         """What the browser may know at ``step`` (default: the current step).
 
         Step 1 holds the task and the turns only; step 2 adds the cue; step 3 adds the fork turn
-        and the true instruction. A step after the current one is refused (409)."""
+        and the true instruction. A step after the current one is refused (409).
+
+        Args:
+            annotator: The annotator (from :meth:`annotator_by_link`).
+            token: The assignment's token.
+            step: 1, 2 or 3; None: the current step.
+
+        Returns:
+            ``{"step": "done", "token", "task"}`` for a completed conversation asked for its
+            current step; else ``step``, ``token``, ``task``, ``turns`` (numbered system
+            turns), ``num_assistant_turns``, ``question`` and ``answer`` (the stored answer of
+            that step, or None), plus for step 2 ``cue_intro``, ``cue``, ``options``,
+            ``slider``, and for step 3 ``step2``, ``injected_instruction`` and ``fork_turn``.
+
+        Raises:
+            NotFound: ``token`` is not the annotator's, ``step`` is not 1-3, or step 3 is asked
+                of a conversation that has none.
+            Conflict: An earlier conversation is unfinished, the task's introduction is unread,
+                or ``step`` comes after the current step.
+        """
         with Session(self.engine) as s:
             a, c = self._load(s, annotator, token)
             self._check_current(s, a)
@@ -383,7 +515,28 @@ class Study(StudyAdmin, StudyExport):
 
         Raises :class:`Invalid` (422) for a malformed answer, :class:`Conflict` (409) for a step
         out of order or already answered, :class:`NotFound` (404) for a token that is not the
-        annotator's. Returns ``{"state", "next_step"}``."""
+        annotator's. Returns ``{"state", "next_step"}``.
+
+        Args:
+            annotator: The annotator (from :meth:`annotator_by_link`).
+            token: The assignment's token.
+            step: The step answered: 1 (``slider``, an integer 0-100), 2 (``answer``:
+                yes/partly/no, with ``onset_turn`` in 1..T for yes/partly and empty for no) or 3
+                (``prefix``: yes/mostly/no, optional ``note`` of at most ``MAX_NOTE_CHARS``
+                characters).
+            data: The answer's fields (a JSON object or a form).
+
+        Returns:
+            ``{"state": the assignment's new state, "next_step": 2, 3 or None when done}``.
+
+        Raises:
+            Invalid: ``data`` is not a mapping, has unknown fields, or a field is missing or
+                out of range.
+            Conflict: The step is out of order, already answered (also by a concurrent
+                submission), a step 3 the conversation does not have, an earlier conversation
+                is unfinished, or the task's introduction is unread.
+            NotFound: ``token`` is not the annotator's, or ``step`` is not 1-3.
+        """
         if not isinstance(data, Mapping):
             raise Invalid("the answer must be a JSON object or a form")
         with Session(self.engine) as s, s.begin():

@@ -23,6 +23,14 @@ class StudyAdmin:
 
     # -- admin authentication -------------------------------------------------------------------
     def set_admin_password(self, password: str) -> None:
+        """Store the scrypt hash of a new admin password and end every admin session.
+
+        Args:
+            password: The new password (a non-empty string).
+
+        Raises:
+            ValueError: ``password`` is empty or not a string.
+        """
         h = hash_password(password)
         with Session(self.engine) as s, s.begin():
             m = s.get(Meta, "admin_hash")
@@ -33,12 +41,25 @@ class StudyAdmin:
             s.query(AdminSession).delete()
 
     def check_admin_password(self, password: str) -> bool:
+        """Whether ``password`` is the admin password (scrypt, constant-time comparison).
+
+        Args:
+            password: The password given.
+
+        Returns:
+            True when it matches; False when it does not or no admin password is set.
+        """
         stored = self.meta("admin_hash")
         if not stored:
             return False
         return verify_password(password, stored)
 
     def new_admin_session(self) -> str:
+        """Open an admin session of :data:`ADMIN_SESSION_HOURS` hours (expired ones are deleted).
+
+        Returns:
+            The session token for the cookie (the database keeps only its SHA-256 digest).
+        """
         tok = new_token(24)
         with Session(self.engine) as s, s.begin():
             s.query(AdminSession).filter(AdminSession.expires_at < utcnow()).delete()
@@ -46,6 +67,14 @@ class StudyAdmin:
         return tok
 
     def check_admin_session(self, token: str | None) -> bool:
+        """Whether ``token`` is an open, unexpired admin session.
+
+        Args:
+            token: The session cookie's value, or None.
+
+        Returns:
+            True for a valid session; False otherwise (also for None or an empty token).
+        """
         if not token:
             return False
         with Session(self.engine) as s:
@@ -53,12 +82,30 @@ class StudyAdmin:
             return row is not None and row.expires_at > utcnow()
 
     def end_admin_session(self, token: str | None) -> None:
+        """Delete an admin session (log out); nothing happens for an unknown or empty token.
+
+        Args:
+            token: The session cookie's value, or None.
+        """
         if token:
             with Session(self.engine) as s, s.begin():
                 s.query(AdminSession).filter(AdminSession.digest == token_digest(token)).delete()
 
     # -- annotators -----------------------------------------------------------------------------
     def create_annotator(self, name: str) -> dict[str, Any]:
+        """Add an annotator with a new personal link.
+
+        Args:
+            name: The annotator's display name (whitespace collapsed; 1 to 128 characters,
+                unique in the study).
+
+        Returns:
+            ``{"id", "name", "link_token"}``; the personal link is ``/a/<link_token>``.
+
+        Raises:
+            Invalid: The name is empty or longer than 128 characters.
+            Conflict: An annotator with that name exists.
+        """
         name = " ".join(str(name or "").split())
         if not name or len(name) > 128:
             raise Invalid("an annotator needs a name of 1 to 128 characters")
@@ -77,11 +124,27 @@ class StudyAdmin:
             return {"id": a.id, "name": a.name, "link_token": a.link_token}
 
     def annotators(self) -> list[dict[str, Any]]:
+        """Every annotator of the study.
+
+        Returns:
+            ``{"id", "name", "link_token"}`` per annotator, by id.
+        """
         with Session(self.engine) as s:
             return [{"id": a.id, "name": a.name, "link_token": a.link_token}
                     for a in s.scalars(select(Annotator).order_by(Annotator.id))]
 
     def annotator_by_link(self, link_token: str) -> Annotator:
+        """The annotator whose personal link holds ``link_token``.
+
+        Args:
+            link_token: The token of the personal link.
+
+        Returns:
+            The annotator row (detached from its session).
+
+        Raises:
+            NotFound: No annotator has that link.
+        """
         with Session(self.engine) as s:
             a = s.scalar(select(Annotator).where(Annotator.link_token == str(link_token)))
             if a is None:

@@ -18,7 +18,12 @@ class StudyExport:
 
     # -- monitoring and export ------------------------------------------------------------------
     def progress(self) -> list[dict[str, Any]]:
-        """Per annotator and task: assigned, started, done."""
+        """Per annotator and task: assigned, started, done.
+
+        Returns:
+            One ``{"annotator_id", "annotator", "task", "assigned", "started", "done"}`` per
+            (annotator, task) with assignments, sorted by annotator id and task.
+        """
         with Session(self.engine) as s:
             rows = s.execute(select(Annotator.id, Annotator.name, Conversation.task, Assignment.state)
                              .join(Assignment, Assignment.annotator_id == Annotator.id)
@@ -39,7 +44,16 @@ class StudyExport:
                      "step2_at", "step3_at", "completed_at")
 
     def export_rows(self, completed_only: bool = False) -> list[dict[str, Any]]:
-        """The raw answers, one row per assignment (fields :attr:`EXPORT_FIELDS`)."""
+        """The raw answers, one row per assignment (fields :attr:`EXPORT_FIELDS`).
+
+        Args:
+            completed_only: Only completed assignments (all three steps, or two where there is
+                no step 3); False exports every assignment, unanswered fields None.
+
+        Returns:
+            One dict per assignment with the :attr:`EXPORT_FIELDS`, by annotator id and
+            position; timestamps as ISO 8601 strings.
+        """
         with Session(self.engine) as s:
             q = (select(Assignment, Conversation, Annotator)
                  .join(Conversation, Assignment.conversation_id == Conversation.id)
@@ -65,14 +79,27 @@ class StudyExport:
             return out
 
     def judgments(self) -> list[dict[str, Any]]:
-        """Completed judgments, the input of :mod:`annotation.analysis`."""
+        """Completed judgments, the input of :mod:`annotation.analysis`.
+
+        Returns:
+            :meth:`export_rows` with ``completed_only=True``.
+        """
         return self.export_rows(completed_only=True)
 
 
 def reconstruct_presentation(study: Any, annotator_id: int) -> list[str]:
     """Re-derive an annotator's presentation order (dialogue ids) from the stored block contents
     and order seeds; equals the stored positions' order (a check that presentations can be
-    reconstructed)."""
+    reconstructed).
+
+    Args:
+        study: The :class:`~annotation.store.Study`.
+        annotator_id: The annotator's database id.
+
+    Returns:
+        The dialogue ids in the order the annotator is shown them (blocks in the order of their
+        first stored position); empty for an unknown annotator.
+    """
     with Session(study.engine) as s:
         rows = s.execute(select(Assignment.block_id, Assignment.order_seed, func.min(Assignment.position))
                          .where(Assignment.annotator_id == annotator_id)
@@ -86,7 +113,19 @@ def reconstruct_presentation(study: Any, annotator_id: int) -> list[str]:
 
 
 def recompute_cue(study: Any, dialogue_id: str):
-    """The cue of a conversation re-derived from the study seed (equals the stored one)."""
+    """The cue of a conversation re-derived from the study seed (equals the stored one).
+
+    Args:
+        study: The :class:`~annotation.store.Study`.
+        dialogue_id: The conversation's dialogue id.
+
+    Returns:
+        The :class:`~annotation.design.Cue` that :func:`~annotation.design.assign_cue` gives it
+        with the study's seed, foil share, variant pool and stored task catalog.
+
+    Raises:
+        NotFound: The study has no conversation ``dialogue_id``.
+    """
     with Session(study.engine) as s:
         c = s.scalar(select(Conversation).where(Conversation.dialogue_id == dialogue_id))
         if c is None:

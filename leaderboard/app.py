@@ -101,7 +101,18 @@ class LeaderboardApp:
     """State of the Space: where the blind set, the gold and the results live.
 
     ``require_login``: the submitter is the OAuth user (a Space); False: the submitter comes
-    from the form's *Submitter* field (local use, ``--no-login``)."""
+    from the form's *Submitter* field (local use, ``--no-login``).
+
+    Attributes:
+        blind_dir: The Hub layout holding the blind sets (read once, on first use).
+        gold_dir: The gold folder (read by the scorer only; never shown).
+        store: Where results are stored (:class:`LocalStore` or :class:`HubStore`).
+        cache_dir: Local mirror of a :class:`HubStore`'s results, synced before rendering;
+            None reads the store directly.
+        max_bytes: Size cap of an uploaded submission, in bytes.
+        require_login: The submitter is the logged-in Hugging Face user (a Space); False takes
+            it from the form.
+    """
 
     blind_dir: str
     gold_dir: str
@@ -115,6 +126,7 @@ class LeaderboardApp:
 
     @property
     def blind(self) -> BlindSet:
+        """The blind set of ``blind_dir``, read on first use (:meth:`BlindSet.from_dir`)."""
         if self._blind is None:
             self._blind = BlindSet.from_dir(self.blind_dir)
         return self._blind
@@ -122,7 +134,17 @@ class LeaderboardApp:
     # ------------------------------------------------------------------ handlers
     def handle_validate(self, file_path: str | None, metadata: Mapping[str, Any] | None,
                         track: str = "detector") -> tuple[str, dict[str, Any]]:
-        """(markdown status, JSON report) for an uploaded file; never touches the gold."""
+        """(markdown status, JSON report) for an uploaded file; never touches the gold.
+
+        Args:
+            file_path: The uploaded file's path; None or empty asks for an upload.
+            metadata: The form's metadata object (None: empty, so its problems are reported).
+            track: ``"detector"`` or ``"metric"``.
+
+        Returns:
+            ``(status, report)``: a Markdown line (valid, with counts, or the errors) and the
+            :meth:`ValidationReport.to_dict` with the file's base name.
+        """
         if not file_path:
             return "Upload a submission file first.", {"ok": False, "errors": []}
         rep = validate_submission(file_path, track, self.blind, metadata=dict(metadata or {}),
@@ -148,7 +170,20 @@ class LeaderboardApp:
         """Validate, score and store; returns (markdown status, public result or report).
 
         The submitter is the logged-in user when ``require_login`` (any ``submitter`` argument
-        is ignored), else ``submitter`` (the form's field)."""
+        is ignored), else ``submitter`` (the form's field).
+
+        Args:
+            file_path: The uploaded file's path; None or empty asks for an upload.
+            metadata: The form's metadata object.
+            track: ``"detector"`` or ``"metric"``.
+            profile: The Gradio OAuth profile of the logged-in user, or None.
+            submitter: The form's submitter field (used only without ``require_login``).
+
+        Returns:
+            ``(status, payload)``: a Markdown message (stored with its key and public score, the
+            validation errors, a refusal for the rate limit or an existing result, or a request
+            to log in) and the public result, the validation report, or ``{"ok": False, ...}``.
+        """
         if not file_path:
             return "Upload a submission file first.", {"ok": False}
         who, refusal = self._submitter(profile, submitter)
@@ -173,7 +208,17 @@ class LeaderboardApp:
 
     def handle_dry_run(self, file_path: str | None, metadata: Mapping[str, Any] | None,
                        track: str = "detector") -> tuple[str, dict[str, Any]]:
-        """Validate and score without storing (public scores only)."""
+        """Validate and score without storing (public scores only).
+
+        Args:
+            file_path: The uploaded file's path; None or empty asks for an upload.
+            metadata: The form's metadata object.
+            track: ``"detector"`` or ``"metric"``.
+
+        Returns:
+            ``(status, payload)``: a Markdown message and either ``{"scores", "submission"}`` of
+            the public result or the validation report.
+        """
         if not file_path:
             return "Upload a submission file first.", {"ok": False}
         try:
@@ -185,6 +230,11 @@ class LeaderboardApp:
         return "Scored (not stored).", {"scores": ev.public["scores"], "submission": ev.public["submission"]}
 
     def results(self) -> list[dict[str, Any]]:
+        """Every public result of the store (synced into ``cache_dir`` first for a Hub store).
+
+        Returns:
+            The result objects.
+        """
         if isinstance(self.store, HubStore) and self.cache_dir:
             self.store.sync(self.cache_dir)
             from .store import load_results
@@ -193,10 +243,20 @@ class LeaderboardApp:
         return self.store.results()
 
     def handle_refresh(self) -> str:
-        """The leaderboard page (HTML string, self-contained)."""
+        """The leaderboard page (HTML string, self-contained).
+
+        Returns:
+            :func:`render_html` of :meth:`results` (private scores withheld).
+        """
         return render_html(self.results())
 
     def page_iframe(self) -> str:
+        """The leaderboard page inside a sandboxed ``<iframe srcdoc>`` (scripts allowed, no
+        same-origin access), as the Space's HTML component shows it.
+
+        Returns:
+            The iframe element as an HTML string (the page escaped into ``srcdoc``).
+        """
         page = self.handle_refresh()
         return (f'<iframe title="DialFork leaderboard" sandbox="allow-scripts allow-popups allow-popups-to-escape-sandbox" style="width:100%;height:900px;border:0" '
                 f'srcdoc="{html.escape(page, quote=True)}"></iframe>')
@@ -206,7 +266,14 @@ class LeaderboardApp:
         """The Gradio Blocks app (needs the optional ``gradio`` dependency).
 
         With ``require_login`` a *Sign in with Hugging Face* button and an OAuth-injected
-        submit callback; without it no login button, no OAuth and a *Submitter* field."""
+        submit callback; without it no login button, no OAuth and a *Submitter* field.
+
+        Returns:
+            The ``gradio.Blocks`` app (call ``.launch()`` on it).
+
+        Raises:
+            ImportError: gradio is not installed.
+        """
         try:
             import gradio as gr
         except ImportError:

@@ -385,7 +385,27 @@ def fill_template(template: str, values: Mapping[str, str]) -> str:
 def render_html(results: Iterable[Mapping[str, Any]], *, private: Mapping[str, Mapping[str, Any]] | None = None,
                 reveal_private: bool = False, title: str = "DialFork leaderboard",
                 generated_at: datetime | None = None, include_reference: bool = True) -> str:
-    """The page as a string. ``private``: ``{key: private twin}`` (used only if ``reveal_private``)."""
+    """The page as a string. ``private``: ``{key: private twin}`` (used only if ``reveal_private``).
+
+    Args:
+        results: The public results (``leaderboard-result`` objects, e.g. from
+            :func:`load_results`); results of an unknown track are skipped with a warning.
+        private: ``{result key: private twin}``: the private-part scores shown next to each
+            result; used only with ``reveal_private``.
+        reveal_private: Show the private-part scores (the maintainers' reveal); False withholds
+            them.
+        title: The page title.
+        generated_at: The time printed as "Generated ..." (timezone-aware); None: now (UTC).
+        include_reference: Append the paper's reference rows (unranked) to each table.
+
+    Returns:
+        The complete, self-contained HTML document (inline CSS and script, strict
+        Content-Security-Policy, every value escaped).
+
+    Raises:
+        ValueError: The packaged ``page.js`` contains ``</script`` (it would end the inline
+            script early).
+    """
     rows = build_rows(results, private if reveal_private else None, include_reference)
     n_det = sum(1 for r in rows["detector"] if r["kind"] == "result")
     n_met = sum(1 for r in rows["metric"] if r["kind"] == "result")
@@ -455,7 +475,26 @@ def _private_by_key(paths: Iterable[str | os.PathLike]) -> dict[str, dict[str, A
 def render_site(results_dirs: str | os.PathLike | Sequence[str | os.PathLike], out: str | os.PathLike, *,
                 private_dir: str | os.PathLike | None = None, reveal_private: bool = False,
                 title: str = "DialFork leaderboard", generated_at: datetime | None = None) -> Path:
-    """Read every result under ``results_dirs`` and write ``out/index.html`` atomically."""
+    """Read every result under ``results_dirs`` and write ``out/index.html`` atomically.
+
+    Args:
+        results_dirs: A folder of public results (or a list of them), read with
+            :func:`load_results`.
+        out: The output folder (the page is ``out/index.html``), or a file path ending in
+            ``.html``.
+        private_dir: The store's private area (the private twins, matched to results by their
+            ``key``); read only with ``reveal_private``.
+        reveal_private: Show the private-part scores; needs ``private_dir``.
+        title: The page title.
+        generated_at: The time printed on the page (timezone-aware); None: now (UTC).
+
+    Returns:
+        The path of the HTML file written.
+
+    Raises:
+        ValueError: ``reveal_private`` without ``private_dir``.
+        json.JSONDecodeError: A JSON file under the folders is malformed.
+    """
     from dialfork_dataset.jsonl import write_text_atomic
 
     dirs = [results_dirs] if isinstance(results_dirs, str | os.PathLike) else list(results_dirs)

@@ -140,6 +140,15 @@ def kendall_tau_b_rows(d: np.ndarray, target: Sequence[float] = (4, 3, 2, 1)) ->
     undefined (a row or the target with all values tied), so that the scorer can count those
     units: :func:`dialfork_metrics.stats.kendall_tau_rows` with ``undefined="nan"`` (tested
     against ``scipy.stats.kendalltau`` and ``dialfork_metrics.stats.ranking_tau``, ties included).
+
+    Args:
+        d: Distances, shape ``(n, m)``: one row per unit (the metric track: the distances
+            d_1..d_4 of a unit's four forks).
+        target: The reference ranking, length ``m`` (default ``(4, 3, 2, 1)``: the earliest
+            fork is the farthest).
+
+    Returns:
+        Shape ``(n,)``: tau-b of each row, in [-1, 1], NaN where undefined.
     """
     return kendall_tau_rows(d, target, undefined="nan")
 

@@ -53,6 +53,11 @@ class RateLimitError(RuntimeError):
 
 
 def utcnow() -> datetime:
+    """The current time, timezone-aware, in UTC (a store's default clock).
+
+    Returns:
+        ``datetime.now(timezone.utc)``.
+    """
     return datetime.now(timezone.utc)
 
 
@@ -117,6 +122,19 @@ class ResultStore:
 
     # -- API
     def keys(self, area: str = RESULTS_AREA, submitter: str | None = None) -> list[str]:
+        """The result keys stored in ``area``.
+
+        Args:
+            area: ``"results"`` (public) or ``"private"`` (the private twins).
+            submitter: Only this submitter's keys; None: everyone's.
+
+        Returns:
+            The keys ``<submitter>/<method-slug>/<timestamp>.json``, sorted; files whose names
+            are not keys are ignored.
+
+        Raises:
+            ValueError: ``area`` is unknown.
+        """
         out = []
         for k in self._keys(area):
             p = parse_key(k)
@@ -127,13 +145,41 @@ class ResultStore:
         return sorted(out)
 
     def read(self, key: str, area: str = RESULTS_AREA) -> dict[str, Any]:
+        """One stored result.
+
+        Args:
+            key: Its key (see :meth:`keys`).
+            area: ``"results"`` or ``"private"``.
+
+        Returns:
+            The parsed result JSON.
+
+        Raises:
+            ValueError: ``area`` is unknown.
+        """
         return json.loads(self._read(area, key).decode("utf-8"))
 
     def results(self, area: str = RESULTS_AREA) -> list[dict[str, Any]]:
-        """Every stored result of ``area`` (``results`` or ``private``), oldest key first."""
+        """Every stored result of ``area`` (``results`` or ``private``), oldest key first.
+
+        Args:
+            area: ``"results"`` or ``"private"``.
+
+        Returns:
+            The parsed result JSON objects, in key order.
+        """
         return [self.read(k, area) for k in self.keys(area)]
 
     def count_today(self, submitter: str, now: datetime | None = None) -> int:
+        """How many public results ``submitter`` stored on the current UTC day.
+
+        Args:
+            submitter: The submitter id.
+            now: The current time (timezone-aware); None: the store's clock.
+
+        Returns:
+            The number of their result keys timestamped on that UTC day.
+        """
         now = now or self.clock()
         start = now.astimezone(timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0)
         n = 0
@@ -145,7 +191,19 @@ class ResultStore:
 
     def check_rate_limit(self, submitter: str, now: datetime | None = None) -> int:
         """Raise :class:`RateLimitError` if ``submitter`` used up today's quota; else return the
-        number of results they may still store today."""
+        number of results they may still store today.
+
+        Args:
+            submitter: The submitter id.
+            now: The current time (timezone-aware); None: the store's clock.
+
+        Returns:
+            ``max_per_day`` minus the results stored today (>= 1).
+
+        Raises:
+            InvalidSubmitterError: ``submitter`` is not a valid id.
+            RateLimitError: They already stored ``max_per_day`` results today.
+        """
         check_submitter(submitter)
         now = now or self.clock()
         used = self.count_today(submitter, now)
@@ -159,7 +217,14 @@ class ResultStore:
     def submitter_lock(self, submitter: str) -> Iterator[None]:
         """Held while a submitter's quota is counted and their result written, so that
         concurrent submissions cannot both pass the count. In-process: one lock per submitter
-        (the Space's worker threads); :class:`LocalStore` adds a file lock (other processes)."""
+        (the Space's worker threads); :class:`LocalStore` adds a file lock (other processes).
+
+        Args:
+            submitter: The submitter id.
+
+        Yields:
+            Nothing; the lock is held inside the ``with`` block.
+        """
         locks: dict[str, threading.Lock] = self.__dict__.setdefault("_submitter_locks", {})  # atomic setdefault
         with locks.setdefault(submitter, threading.Lock()):
             yield
@@ -168,7 +233,25 @@ class ResultStore:
             now: datetime | None = None) -> str:
         """Store a new result (and its private twin); returns its key. Checks the rate limit and
         writes under :meth:`submitter_lock` (a check and a write are one step), refuses to
-        overwrite anything (:class:`ResultExistsError`)."""
+        overwrite anything (:class:`ResultExistsError`).
+
+        Args:
+            submitter: The submitter id (1-64 letters, digits, ``.``, ``_``, ``-``).
+            method: The method's name (slugified into the key).
+            public: The public result (written to the ``results`` area).
+            private: Its private twin (written first, to the private area), or None.
+            now: The submission time (timezone-aware); None: the store's clock.
+
+        Returns:
+            The new result's key, ``<submitter>/<method-slug>/<timestamp>.json``.
+
+        Raises:
+            InvalidSubmitterError: ``submitter`` is not a valid id.
+            RateLimitError: The submitter reached the daily limit.
+            ResultExistsError: A result with that key already exists.
+            ValueError: ``now`` is not timezone-aware, or a result is not JSON-serialisable
+                (NaN included).
+        """
         check_submitter(submitter)
         with self.submitter_lock(submitter):
             now = now or self.clock()
@@ -185,7 +268,14 @@ class ResultStore:
 
 
 class LocalStore(ResultStore):
-    """Results under ``root/results``, private twins under ``private_root`` (default ``root/private``)."""
+    """Results under ``root/results``, private twins under ``private_root`` (default ``root/private``).
+
+    Args:
+        root: The store's folder (created on the first write).
+        private_root: Folder of the private twins; None: ``root/private``.
+        max_per_day: Results one submitter may store per UTC day.
+        clock: Returns the current time (timezone-aware); None: UTC now. Tests inject one.
+    """
 
     def __init__(self, root: str | os.PathLike, *, private_root: str | os.PathLike | None = None,
                  max_per_day: int = DEFAULT_MAX_PER_DAY, clock: Callable[[], datetime] | None = None):
@@ -198,7 +288,14 @@ class LocalStore(ResultStore):
     @contextmanager
     def submitter_lock(self, submitter: str) -> Iterator[None]:
         """The in-process lock, then an OS file lock ``root/.locks/<submitter>.lock`` that also
-        serialises other processes writing to the same folder (``filelock``)."""
+        serialises other processes writing to the same folder (``filelock``).
+
+        Args:
+            submitter: The submitter id (names the lock file).
+
+        Yields:
+            Nothing; both locks are held inside the ``with`` block.
+        """
         from filelock import FileLock
 
         with super().submitter_lock(submitter):
@@ -254,8 +351,20 @@ def _is_conflict(exc: BaseException) -> bool:
 class HubStore(ResultStore):
     """Results in a Hub dataset repo (``results/...``), private twins in ``private_repo_id``.
 
-    ``api`` is an ``huggingface_hub.HfApi`` (built from ``token``/``endpoint`` when None).
-    ``create=True`` creates the repos if needed (``private_repo_id`` as a private repo).
+    Args:
+        repo_id: The public results dataset repo (``owner/name``).
+        private_repo_id: The private twins' dataset repo; None: ``<repo_id>-private``.
+        api: An ``huggingface_hub.HfApi`` (or an object with the same methods); None: one built
+            from ``token`` and ``endpoint``.
+        token: Hub token for the ``HfApi`` built when ``api`` is None.
+        endpoint: Hub endpoint for the ``HfApi`` built when ``api`` is None (None: the default).
+        max_per_day: Results one submitter may store per UTC day.
+        clock: Returns the current time (timezone-aware); None: UTC now.
+        create: Create both repos if needed (``private_repo_id`` as a private repo).
+        max_retries: Retries of a commit refused because another commit moved the head.
+
+    Raises:
+        ValueError: ``private_repo_id`` equals ``repo_id``.
     """
 
     def __init__(self, repo_id: str, *, private_repo_id: str | None = None, api: Any = None, token: str | None = None,
@@ -320,7 +429,19 @@ class HubStore(ResultStore):
 
     def sync(self, dest: str | os.PathLike, area: str = RESULTS_AREA) -> list[str]:
         """Download the results missing from ``dest/<area>`` (results are immutable, so a file
-        already present is up to date). Returns the keys downloaded."""
+        already present is up to date). Returns the keys downloaded.
+
+        Args:
+            dest: The local folder; files go to ``dest/<area>/<key>`` (written atomically;
+                private twins owner-only).
+            area: ``"results"`` or ``"private"``.
+
+        Returns:
+            The keys downloaded in this call.
+
+        Raises:
+            ValueError: ``area`` is unknown.
+        """
         dest = Path(dest) / area
         new = []
         for key in self.keys(area):
@@ -337,7 +458,19 @@ class HubStore(ResultStore):
 
 
 def load_results(paths: Iterable[str | os.PathLike]) -> list[dict[str, Any]]:
-    """Read every result JSON under the given folders (``results/...`` layout or any tree)."""
+    """Read every result JSON under the given folders (``results/...`` layout or any tree).
+
+    Args:
+        paths: Folders (searched recursively for ``*.json``; hidden files skipped) or files.
+
+    Returns:
+        The JSON objects whose ``schema`` is ``"dialfork-leaderboard-result"`` (other JSON
+        files are skipped), each with ``_file`` set to its path unless it has one.
+
+    Raises:
+        json.JSONDecodeError: A JSON file under the folders is malformed.
+        OSError: A file cannot be read.
+    """
     out = []
     for p in paths:
         p = Path(p)

@@ -253,7 +253,28 @@ def demo_round_trip(
 ) -> dict[str, Any]:
     """What ``make demo`` ends with: write ``predictions`` as a submission file (+ metadata),
     validate it against the blind set, score and store it in ``out_dir/store``, render
-    ``out_dir/site/index.html``. Returns the paths, the stored key and the public result."""
+    ``out_dir/site/index.html``. Returns the paths, the stored key and the public result.
+
+    Args:
+        predictions: ``{blind dialogue_id: predicted system turn, or None}`` for the detector
+            track.
+        blind: The Hub layout holding the blind set.
+        gold: The gold folder of the same export.
+        out_dir: The demo's output folder (created if missing).
+        metadata: The submission's metadata object (written next to the file).
+        submitter: The submitter id the result is stored under.
+        max_per_day: The local store's daily limit (high, so that demo reruns are not refused).
+
+    Returns:
+        ``{"submission", "metadata", "page"}`` (paths), ``"key"`` (the stored result's key),
+        ``"result"`` (the public result) and ``"validation"`` (the validation summary).
+
+    Raises:
+        SubmissionError: The predictions or metadata do not validate against the blind set.
+        GoldError: The blind folder's card names another gold revision.
+        RateLimitError: ``submitter`` already stored ``max_per_day`` results today in
+            ``out_dir/store``.
+    """
     from pathlib import Path
 
     from .render import render_site

@@ -116,7 +116,17 @@ def write_blind_and_gold(task3_test: Sequence[Mapping[str, Any]], dest: str | os
 
 def write_predictions(predictions: Mapping[str, int | None], path: str | os.PathLike,
                       confidences: Mapping[str, float] | None = None) -> Path:
-    """Write a detector-track submission (one ``{"dialogue_id", "prediction"}`` line per id)."""
+    """Write a detector-track submission (one ``{"dialogue_id", "prediction"}`` line per id).
+
+    Args:
+        predictions: ``{dialogue_id: predicted system turn, or None for no deviation}``.
+        path: The JSON Lines file to write (atomically).
+        confidences: Optional ``{dialogue_id: confidence}``; ids found there get a
+            ``confidence`` field.
+
+    Returns:
+        ``path`` as a :class:`~pathlib.Path`.
+    """
     from dialfork_dataset.jsonl import write_jsonl
 
     def rows():
@@ -132,7 +142,15 @@ def write_predictions(predictions: Mapping[str, int | None], path: str | os.Path
 
 
 def write_distances(distances: Mapping[str, float], path: str | os.PathLike) -> Path:
-    """Write a metric-track submission (one ``{"pair_id", "distance"}`` line per pair)."""
+    """Write a metric-track submission (one ``{"pair_id", "distance"}`` line per pair).
+
+    Args:
+        distances: ``{pair_id: distance}`` (converted with ``float``).
+        path: The JSON Lines file to write (atomically).
+
+    Returns:
+        ``path`` as a :class:`~pathlib.Path`.
+    """
     from dialfork_dataset.jsonl import write_jsonl
 
     path = Path(path)
@@ -141,7 +159,19 @@ def write_distances(distances: Mapping[str, float], path: str | os.PathLike) -> 
 
 
 def write_metadata(path: str | os.PathLike, **fields: Any) -> Path:
-    """Write a metadata file; unspecified required fields get neutral defaults."""
+    """Write a metadata file; unspecified required fields get neutral defaults.
+
+    Args:
+        path: The metadata JSON file to write.
+        **fields: Metadata fields (see ``leaderboard/schema/metadata.v1.json``), overriding the
+            defaults (``method="example"``, ``regime="streaming"``,
+            ``used_conformant_train=True``, ``open_source=True``,
+            ``contact="someone@example.org"``, ``model_name`` / ``model_size`` / ``code_url``
+            None). Nothing is validated here.
+
+    Returns:
+        ``path`` as a :class:`~pathlib.Path`.
+    """
     md: dict[str, Any] = {"method": "example", "regime": "streaming", "used_conformant_train": True,
                           "model_name": None, "model_size": None, "code_url": None, "open_source": True,
                           "contact": "someone@example.org"}

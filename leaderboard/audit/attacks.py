@@ -43,7 +43,24 @@ def _label_index(rows: Sequence[Mapping[str, Any]]) -> dict[str, tuple[int | Non
 def lookup_attack(name: str, labelled: Sequence[Mapping[str, Any]], blind: Sequence[Mapping[str, Any]],
                   pairs: Sequence[Mapping[str, Any]], det: _Detector, met: _Metric | None,
                   source: str) -> list[AttackResult]:
-    """Label every blind dialogue / metric candidate whose exact turn sequence is in ``labelled``."""
+    """Label every blind dialogue / metric candidate whose exact turn sequence is in ``labelled``.
+
+    Args:
+        name: The attack's name in the report.
+        labelled: Rows with ``turns`` and ``hallucination_type`` (and ``fork_turn``,
+            ``fork_position`` for forks): the public configs, or regenerated records.
+        blind: The blind rows (``dialogue_id``, ``turns``, ``num_system_turns``).
+        pairs: The metric-track pairs (``pair_id``, ``candidate`` turns); may be empty.
+        det: The run's detector-track scorer (Random draws over the gold).
+        met: The run's metric-track scorer, or None when the track is not audited.
+        source: What ``labelled`` is, for the result's detail (e.g. "3 public config(s)").
+
+    Returns:
+        The detector-track result (blind dialogues found get their label: no prediction for a
+        conformant one, the fork turn capped at T for a fork; Random elsewhere) and, with
+        ``met`` and ``pairs``, the metric-track result (a found candidate's distance is
+        ``5 - fork_position``; Random elsewhere).
+    """
     idx = _label_index(labelled)
     known: dict[str, int | None] = {}
     for b in blind:
@@ -64,7 +81,16 @@ def lookup_attack(name: str, labelled: Sequence[Mapping[str, Any]], blind: Seque
 
 def sibling_predictions(blind: Sequence[Mapping[str, Any]], min_shared: int = 1) -> dict[str, int | None]:
     """Group blind dialogues by their shared opening; call each group's medoid conformant and flag
-    every other member at its first system turn that differs from the medoid."""
+    every other member at its first system turn that differs from the medoid.
+
+    Args:
+        blind: The blind rows (``dialogue_id``, ``turns``, ``num_system_turns``).
+        min_shared: System turns two dialogues must share from the start to be grouped (>= 1).
+
+    Returns:
+        ``{dialogue_id: None (the medoid: conformant) or the predicted system turn}`` for the
+        dialogues in groups of two or more; the others are absent (no guess).
+    """
     keys = {b["dialogue_id"]: system_prefix_keys(b["turns"]) for b in blind}
     T = {b["dialogue_id"]: int(b["num_system_turns"]) for b in blind}
     buckets: dict[str, list[str]] = defaultdict(list)
@@ -85,7 +111,15 @@ def sibling_predictions(blind: Sequence[Mapping[str, Any]], min_shared: int = 1)
 
 
 def pair_diff_distances(pairs: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, float]]:
-    """Two diffing cheats per pair: minus the shared prefix (system turns), minus identical turns."""
+    """Two diffing cheats per pair: minus the shared prefix (system turns), minus identical turns.
+
+    Args:
+        pairs: The metric-track pairs (``pair_id``, ``reference`` and ``candidate`` turns).
+
+    Returns:
+        ``{"shared prefix": {pair_id: -system turns shared from the start}, "identical turns":
+        {pair_id: -turns with the same text at the same index}}``.
+    """
     prefix, same = {}, {}
     for p in pairs:
         ka, kb = system_prefix_keys(p["reference"]), system_prefix_keys(p["candidate"])
@@ -141,6 +175,25 @@ def _chars(turns: Sequence[Mapping[str, Any]]) -> int:
 def correlation_attacks(blind: Sequence[Mapping[str, Any]], gold3: Sequence[Mapping[str, Any]],
                         pairs: Sequence[Mapping[str, Any]], det: _Detector, met: _Metric | None
                         ) -> list[AttackResult]:
+    """The correlation cheats: does an id, the row order or a length give the label away?
+
+    Detector track: for each feature (id, row order, length in system turns, length in
+    characters) a binned predictor, 5-fold cross-fitted on the gold; the feature whose result
+    beats its matched Random by most is reported. Metric track: each feature of a pair (pair id,
+    row order, turn-count difference, character-length difference, candidate length), with
+    either sign, used as the distance; the best tau is reported.
+
+    Args:
+        blind: The blind rows (``dialogue_id``, ``turns``, ``num_system_turns``).
+        gold3: The gold's Task 3 rows (``dialogue_id``, ``hallucination_type``, ``fork_turn``).
+        pairs: The metric-track pairs (``pair_id``, ``reference``, ``candidate``); may be empty.
+        det: The run's detector-track scorer.
+        met: The run's metric-track scorer, or None when the track is not audited.
+
+    Returns:
+        At most two results: the detector track's (when some blind dialogue is in the gold) and
+        the metric track's (with ``met`` and ``pairs``), each naming its best feature.
+    """
     from dialfork_metrics.stats import kendall_tau
 
     g = {r["dialogue_id"]: r for r in gold3}
@@ -189,7 +242,21 @@ def correlation_attacks(blind: Sequence[Mapping[str, Any]], gold3: Sequence[Mapp
 def regenerate(star: str | os.PathLike, tasks: Sequence[str], seeds: Sequence[int], prefix_modes: Sequence[str],
                per_task: int, workdir: Path) -> tuple[list[dict[str, Any]], list[str]]:
     """Template corpora of the public code for each (seed, prefix mode) over the first ``per_task``
-    single-task scenarios of each task; returns (records, notes)."""
+    single-task scenarios of each task; returns (records, notes).
+
+    Args:
+        star: The STAR folder the generator reads.
+        tasks: The tasks to regenerate; those not in the STAR copy are skipped.
+        seeds: The generator seeds to try.
+        prefix_modes: The prefix modes to try; modes this code version does not know are skipped
+            (with a note).
+        per_task: Single-task scenarios per task (the first ones, as a plan picks them).
+        workdir: A folder for the generated corpora (one subfolder per seed and mode).
+
+    Returns:
+        ``(records, notes)``: every regenerated record (not validated) and notes on what was
+        not tried.
+    """
     from dialfork_dataset.builder import load_records
     from generation import GenerationConfig, generate_corpus
     from generation.engine import load_corpus

@@ -32,6 +32,20 @@ PAIRS = "blind_task2"
 
 @dataclass
 class AttackResult:
+    """The outcome of one attack on one track.
+
+    Attributes:
+        name: The attack's name (e.g. ``"verbatim lookup (public configs)"``).
+        track: ``"detector"`` or ``"metric"``.
+        value: The cheat's Score (detector, 0-100) or Kendall tau (metric); None when skipped.
+        detail: What the attack found (e.g. how many blind dialogues it could label).
+        status: ``"pass"``, ``"FAIL"`` or ``"skipped"``.
+        margin: Detector track: ``value`` minus its matched Random's mean Score; None otherwise.
+        control: Detector track: the matched Random's mean Score; None otherwise.
+        p_value: Detector track: share of matched Random draws scoring at least ``value``
+            (add-one estimate); None otherwise.
+    """
+
     name: str
     track: str  # "detector" | "metric"
     value: float | None  # Score (detector) or tau (metric); None when skipped
@@ -42,12 +56,28 @@ class AttackResult:
     p_value: float | None = None  # detector: share of matched draws scoring >= value
 
     def to_dict(self) -> dict[str, Any]:
+        """The result as JSON.
+
+        Returns:
+            ``name``, ``track``, ``value``, ``matched_random`` (``control``), ``margin``,
+            ``p_value``, ``status`` and ``detail``.
+        """
         return {"name": self.name, "track": self.track, "value": self.value, "matched_random": self.control,
                 "margin": self.margin, "p_value": self.p_value, "status": self.status, "detail": self.detail}
 
 
 @dataclass
 class AuditReport:
+    """The audit of one release: the baselines and every attack's result.
+
+    Attributes:
+        baselines: ``{"detector": {"random", "first", "last"}, "metric": {"random"}}``: the
+            trivial baselines' Scores and tau (None when the track was not scored).
+        attacks: One :class:`AttackResult` per attack and track.
+        notes: Remarks on the release (e.g. a template-made hidden set, prefix modes not tried).
+        counts: ``blind`` (blind dialogues), ``pairs`` (metric-track pairs) and ``public_rows``.
+    """
+
     baselines: dict[str, dict[str, float | None]]
     attacks: list[AttackResult] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -55,21 +85,42 @@ class AuditReport:
 
     @property
     def ok(self) -> bool:
+        """True when no attack has status ``"FAIL"``."""
         return all(a.status != "FAIL" for a in self.attacks)
 
     def worst(self) -> str:
+        """The failing attacks in one line.
+
+        Returns:
+            ``"name: Score x; ..."`` (``tau`` for the metric track) over the failed attacks, or
+            ``"no cheat beats the thresholds"``.
+        """
         fails = [a for a in self.attacks if a.status == "FAIL"]
         if not fails:
             return "no cheat beats the thresholds"
         return "; ".join(f"{a.name}: {'Score' if a.track == 'detector' else 'tau'} {a.value:.3g}" for a in fails)
 
     def to_dict(self) -> dict[str, Any]:
+        """The report as JSON (what ``audit --json`` writes).
+
+        Returns:
+            ``ok``, ``thresholds`` (``detector_margin``, ``alpha``, ``metric_tau_max``),
+            ``baselines``, ``attacks`` (each :meth:`AttackResult.to_dict`), ``notes`` and
+            ``counts``.
+        """
         return {"ok": self.ok, "thresholds": {"detector_margin": DETECTOR_MARGIN, "alpha": ALPHA,
                                               "metric_tau_max": METRIC_TAU_MAX},
                 "baselines": self.baselines, "attacks": [a.to_dict() for a in self.attacks], "notes": self.notes,
                 "counts": self.counts}
 
     def format_text(self) -> str:
+        """The report as a text table for a terminal.
+
+        Returns:
+            A header with the counts, one row per attack (cheat, matched Random, Random,
+            always-first, always-last, verdict) with its detail, the notes, and a final
+            ``verdict: PASS`` or ``FAIL`` line.
+        """
         b = self.baselines
         d, m = b.get("detector", {}), b.get("metric", {})
 

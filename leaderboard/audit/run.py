@@ -40,7 +40,26 @@ def run_audit(hub: str | os.PathLike, gold_dir: str | os.PathLike, *, star: str 
               progress: Callable[[str], None] | None = None) -> AuditReport:
     """Run every attack on the layout ``hub`` and score it against ``gold_dir`` (see the module doc).
 
-    ``star``: the STAR folder for the regeneration attack (skipped without it, or with no seeds).
+    Args:
+        hub: The staged Hub layout (``data/blind``, optional ``data/blind_task2``, the public
+            configs).
+        gold_dir: The gold folder of the same export.
+        star: The STAR folder for the regeneration attack (skipped without it, or with no seeds).
+        regen_seeds: Generator seeds the regeneration attack tries (the public defaults 0..9).
+        regen_scenarios_per_task: Scenarios per task the regeneration attack runs.
+        draws: Random draws for Random, every cheat's fallback and its matched Random (at least
+            ``1 / ALPHA``).
+        seed: Seed of the Random draws.
+        progress: Called with a short message as each attack starts; None logs them.
+
+    Returns:
+        The :class:`AuditReport`: baselines, every attack's result, notes and counts;
+        ``report.ok`` is False when a cheat fails the thresholds.
+
+    Raises:
+        ValueError: ``draws`` is below ``1 / ALPHA``.
+        FileNotFoundError: ``hub`` has no blind parquet files, or ``gold_dir`` is not a gold
+            folder.
     """
     from dialfork_dataset.hub import load_gold
 

@@ -28,7 +28,16 @@ def _read_config(folder: Path) -> list[dict[str, Any]]:
 
 
 def read_public_configs(hub: Path) -> dict[str, list[dict[str, Any]]]:
-    """Every labelled config of the layout (all folders under ``data/`` but the blind ones)."""
+    """Every labelled config of the layout (all folders under ``data/`` but the blind ones).
+
+    Args:
+        hub: The Hub layout's root folder (the one holding ``data/``).
+
+    Returns:
+        Config name (folder under ``data/``) -> its rows, read from every ``*.parquet`` file of
+        the folder in name order; ``{}`` when there is no ``data/`` folder. The ``blind`` and
+        ``blind_task2`` folders are left out.
+    """
     out = {}
     data = hub / "data"
     for d in sorted(p for p in data.iterdir() if p.is_dir()) if data.is_dir() else []:
@@ -39,13 +48,29 @@ def read_public_configs(hub: Path) -> dict[str, list[dict[str, Any]]]:
 
 
 def turns_key(turns: Sequence[Mapping[str, Any]]) -> str:
+    """The key under which the lookup attacks find a dialogue: a hash of its whole turn sequence.
+
+    Args:
+        turns: The dialogue's turns (``speaker`` and ``text`` of each are hashed, in order).
+
+    Returns:
+        The SHA-256 hex digest of the sequence (``dialfork_dataset.hidden.turns_hash``).
+    """
     from dialfork_dataset.hidden import turns_hash
 
     return turns_hash(turns)
 
 
 def system_prefix_keys(turns: Sequence[Mapping[str, Any]]) -> list[str]:
-    """``keys[s-1]``: a hash of the turns up to and including system turn ``s`` (s = 1..T)."""
+    """``keys[s-1]``: a hash of the turns up to and including system turn ``s`` (s = 1..T).
+
+    Args:
+        turns: The dialogue's turns (``speaker`` and ``text`` of each).
+
+    Returns:
+        One key per system turn (16 hex characters of a running SHA-256): two dialogues share
+        ``keys[s-1]`` exactly when their turns agree up to system turn ``s``.
+    """
     h = hashlib.sha256()
     out = []
     for t in turns:
@@ -56,6 +81,15 @@ def system_prefix_keys(turns: Sequence[Mapping[str, Any]]) -> list[str]:
 
 
 def common_prefix(a: Sequence[str], b: Sequence[str]) -> int:
+    """Length of the longest common prefix of two sequences.
+
+    Args:
+        a: A sequence (e.g. the :func:`system_prefix_keys` of one dialogue).
+        b: Another sequence.
+
+    Returns:
+        How many leading items are equal in both (0 when the first items differ).
+    """
     n = 0
     for x, y in zip(a, b):
         if x != y:

@@ -16,7 +16,12 @@ from typing import Any
 class BlindSet:
     """The public side of the blind test sets: ids and ``T`` (no labels).
 
-    ``turns``: ``{blind dialogue_id: num_system_turns}``; ``pairs``: the Task 2 pair ids.
+    Build it with :meth:`from_dir` (a Hub layout) or :meth:`from_rows`.
+
+    Attributes:
+        turns: ``{blind dialogue_id: num_system_turns}`` (T, the largest valid prediction).
+        pairs: The Task 2 (metric-track) pair ids; empty when the layout has none.
+        source: Where the set was read from (a folder), for messages; may be empty.
     """
 
     turns: Mapping[str, int]
@@ -25,10 +30,15 @@ class BlindSet:
 
     @property
     def dialogue_ids(self) -> list[str]:
+        """The blind dialogue ids, in the order of ``turns``."""
         return list(self.turns)
 
     def revision(self) -> str:
-        """sha256 over the sorted (id, T) rows and pair ids: which blind set a result used."""
+        """sha256 over the sorted (id, T) rows and pair ids: which blind set a result used.
+
+        Returns:
+            The hex digest; equal for equal sets, whatever their order or ``source``.
+        """
         h = hashlib.sha256()
         for did in sorted(self.turns):
             h.update(f"{did}\t{self.turns[did]}\n".encode())
@@ -40,6 +50,16 @@ class BlindSet:
     @classmethod
     def from_rows(cls, rows: Iterable[Mapping[str, Any]], pairs: Iterable[Mapping[str, Any] | str] = (),
                   source: str = "") -> BlindSet:
+        """A blind set from rows already in memory.
+
+        Args:
+            rows: Blind rows with ``dialogue_id`` and ``num_system_turns``.
+            pairs: Task 2 pair ids, or rows with ``pair_id``.
+            source: Where the rows come from, for messages.
+
+        Returns:
+            The blind set.
+        """
         turns = {str(r["dialogue_id"]): int(r["num_system_turns"]) for r in rows}
         pids = frozenset(p if isinstance(p, str) else str(p["pair_id"]) for p in pairs)
         return cls(turns=turns, pairs=pids, source=source)
@@ -52,6 +72,16 @@ class BlindSet:
         transcripts), straight from the parquet shards of ``data/blind`` and
         ``data/blind_task2`` (the layout of ``dialfork_dataset.load_blind`` /
         ``load_blind_pairs``).
+
+        Args:
+            dest: The Hub layout's root folder.
+
+        Returns:
+            The blind set (``pairs`` empty when there is no ``data/blind_task2``; ``source`` is
+            ``dest``).
+
+        Raises:
+            FileNotFoundError: ``data/blind`` holds no parquet file.
         """
         import pyarrow.parquet as pq
 

@@ -97,7 +97,8 @@ def validate_submission(
         ``summary``, ``sha256``, ``values`` (the parsed predictions or distances) and ``metadata``.
 
     Raises:
-        ValueError: An unknown ``track`` (a usage error, not a problem of the file).
+        ValueError: An unknown ``track``, or a blind set without dialogues (detector) or Task 2
+            pairs (metric): usage errors, not problems of the file.
     """
     if track not in TRACKS:
         raise ValueError(f"unknown track {track!r}; choose one of {TRACKS}")
@@ -263,8 +264,37 @@ def _summary(track: str, values: Mapping[str, Any], n_lines: int, n_blind: int, 
 
 
 def validate_detector(path, blind: BlindSet, **kw) -> ValidationReport:
+    """:func:`validate_submission` on the detector track (Task 3 predictions).
+
+    Args:
+        path: The submission file (one ``{"dialogue_id", "prediction"}`` line per blind
+            dialogue).
+        blind: The blind set (ids and T).
+        **kw: The keyword arguments of :func:`validate_submission` (``metadata``,
+            ``require_metadata``, ``max_bytes``, ``max_line_chars``).
+
+    Returns:
+        The :class:`ValidationReport`.
+
+    Raises:
+        ValueError: The blind set has no dialogues.
+    """
     return validate_submission(path, "detector", blind, **kw)
 
 
 def validate_metric(path, blind: BlindSet, **kw) -> ValidationReport:
+    """:func:`validate_submission` on the metric track (Task 2 distances).
+
+    Args:
+        path: The submission file (one ``{"pair_id", "distance"}`` line per blind pair).
+        blind: The blind set (its Task 2 pair ids).
+        **kw: The keyword arguments of :func:`validate_submission` (``metadata``,
+            ``require_metadata``, ``max_bytes``, ``max_line_chars``).
+
+    Returns:
+        The :class:`ValidationReport`.
+
+    Raises:
+        ValueError: The blind set has no Task 2 pairs.
+    """
     return validate_submission(path, "metric", blind, **kw)

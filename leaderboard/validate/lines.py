@@ -64,6 +64,18 @@ def check_line_object(obj: Any, track: str, T: int | None = None) -> list[tuple[
 
     Id membership and duplicates are file-level checks (see :func:`validate_submission`);
     ``T`` (the dialogue's number of system turns) enables the range check.
+
+    Args:
+        obj: The parsed JSON value of the line (parsed with the strict decoder, so that
+            duplicate keys are visible).
+        track: ``"detector"`` or ``"metric"``.
+        T: The blind dialogue's number of system turns (a detector prediction must be in
+            ``1..T`` or null); None skips the range check.
+
+    Returns:
+        One ``(code, message, field)`` per problem (``field`` None when no single field is at
+        fault): ``not_an_object``, ``duplicate_key``, ``missing_field``, ``unknown_field``,
+        ``bad_id``, or a value problem of the prediction, distance or confidence.
     """
     out: list[tuple[str, str, str | None]] = []
     if not isinstance(obj, dict):

@@ -33,7 +33,12 @@ TRACK_FIELDS = {"detector": ("dialogue_id", "prediction"), "metric": ("pair_id",
 
 class SubmissionError(CollectedErrors):
     """A submission failed validation; ``report`` is the full :class:`ValidationReport` and
-    ``errors`` its problems, one ``file:line: message`` line each."""
+    ``errors`` its problems, one ``file:line: message`` line each.
+
+    Args:
+        report: The failed report; the message is its text form with the first
+            ``MAX_ERRORS_IN_MESSAGE`` errors.
+    """
 
     def __init__(self, report: ValidationReport):
         self.report = report
@@ -45,7 +50,19 @@ class SubmissionError(CollectedErrors):
 
 @dataclass
 class Problem:
-    """One problem: a machine-readable ``code``, a message saying what to fix, and where."""
+    """One problem: a machine-readable ``code``, a message saying what to fix, and where.
+
+    ``str(problem)`` is ``"file:line: message"`` (or ``"line N: message"`` without a file).
+
+    Attributes:
+        code: A stable machine-readable kind (e.g. ``"duplicate_id"``, ``"not_utf8"``,
+            ``"metadata_invalid"``).
+        message: What is wrong and how to fix it, in plain words.
+        line: The 1-based line number in the file, or None for a whole-file problem.
+        other_line: For a duplicate, the line of the first occurrence; else None.
+        field: The JSON field concerned, or None.
+        file: The file concerned (the submission or its metadata), or None.
+    """
 
     code: str
     message: str
@@ -55,6 +72,12 @@ class Problem:
     file: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
+        """The problem as JSON.
+
+        Returns:
+            ``code``, ``file``, ``line``, ``other_line``, ``field`` and ``message``, without
+            the fields that are None.
+        """
         return {k: v for k, v in (("code", self.code), ("file", self.file), ("line", self.line),
                                   ("other_line", self.other_line), ("field", self.field),
                                   ("message", self.message)) if v is not None}
@@ -73,7 +96,23 @@ class ValidationReport:
     :meth:`to_dict` (metadata may hold private fields).
 
     ``errors`` holds at most :data:`MAX_REPORTED_ERRORS` problems, in file order;
-    ``n_errors`` counts them all (``n_omitted`` = how many were counted but not kept)."""
+    ``n_errors`` counts them all (``n_omitted`` = how many were counted but not kept).
+
+    Attributes:
+        path: The submission file, as given.
+        track: ``"detector"`` or ``"metric"``.
+        errors: The problems that make the submission invalid (at most
+            :data:`MAX_REPORTED_ERRORS` kept).
+        warnings: Problems that do not block scoring.
+        summary: Counts about a valid submission (lines, predictions, abstentions, ...),
+            shown by :meth:`format_text`.
+        sha256: SHA-256 hex digest of the file's bytes, or None when it was not read.
+        n_bytes: The file's size in bytes, or None.
+        values: The parsed predictions (detector: id -> turn or None) or distances (metric:
+            pair id -> float), by id.
+        metadata: The parsed metadata object, or None.
+        n_omitted: Errors counted but not kept in ``errors``.
+    """
 
     path: str
     track: str
@@ -88,13 +127,21 @@ class ValidationReport:
 
     @property
     def ok(self) -> bool:
+        """True when the submission has no error (warnings allowed)."""
         return not self.errors
 
     @property
     def n_errors(self) -> int:
+        """Every error found: those kept in ``errors`` plus ``n_omitted``."""
         return len(self.errors) + self.n_omitted
 
     def to_dict(self) -> dict[str, Any]:
+        """The report as JSON (what ``--json`` prints), without ``values`` and ``metadata``.
+
+        Returns:
+            ``ok``, ``file``, ``track``, ``sha256``, ``bytes``, ``n_errors``, ``errors`` (each a
+            :meth:`Problem.to_dict`), ``errors_omitted``, ``warnings`` and ``summary``.
+        """
         return {
             "ok": self.ok,
             "file": self.path,
@@ -109,6 +156,15 @@ class ValidationReport:
         }
 
     def format_text(self, max_errors: int | None = None) -> str:
+        """The report as text for a terminal.
+
+        Args:
+            max_errors: Errors listed before "... and N more"; None lists every kept error.
+
+        Returns:
+            A first line (valid, or how many errors), then the summary or the errors, then the
+            warnings, one per line.
+        """
         lines: list[str] = []
         if self.ok:
             s = self.summary
@@ -127,13 +183,22 @@ class ValidationReport:
         return "\n".join(lines)
 
     def cap_errors(self, limit: int | None = None) -> None:
-        """Keep the first ``limit`` errors (default :data:`MAX_REPORTED_ERRORS`), count the rest."""
+        """Keep the first ``limit`` errors (default :data:`MAX_REPORTED_ERRORS`), count the rest.
+
+        Args:
+            limit: Errors to keep; None: :data:`MAX_REPORTED_ERRORS`.
+        """
         limit = MAX_REPORTED_ERRORS if limit is None else limit
         if len(self.errors) > limit:
             self.n_omitted += len(self.errors) - limit
             del self.errors[limit:]
 
     def raise_for_errors(self) -> None:
+        """Raise when the submission is invalid; return otherwise.
+
+        Raises:
+            SubmissionError: The report has errors (it is the exception's ``report``).
+        """
         if self.errors:
             raise SubmissionError(self)
 

@@ -25,7 +25,17 @@ from .report import SCHEMA_DIR, SCHEMA_FILES, Problem
 @cache
 def load_schema(name: str) -> dict[str, Any]:
     """One of the versioned JSON Schemas shipped in ``leaderboard/schema`` (``detector``,
-    ``metric``, ``metadata``, ``result``)."""
+    ``metric``, ``metadata``, ``result``).
+
+    Args:
+        name: ``"detector"``, ``"metric"``, ``"metadata"`` or ``"result"``.
+
+    Returns:
+        The schema as a dict (read once, then cached: do not modify it).
+
+    Raises:
+        ValueError: ``name`` is not one of the four.
+    """
     try:
         fname = SCHEMA_FILES[name]
     except KeyError:
@@ -38,7 +48,13 @@ def load_schema(name: str) -> dict[str, Any]:
 def strict_validator_class():
     """Draft 2020-12 validator whose ``integer`` and ``number`` types reject booleans and floats
     with a zero fraction (``3.0`` is not an integer here) and non-finite numbers, like the
-    hand-written line checks."""
+    hand-written line checks.
+
+    Its ``pattern`` keyword uses :func:`ecma_pattern` (``$`` anchors at the end of the string).
+
+    Returns:
+        A ``jsonschema`` validator class (cached), instantiated with a schema.
+    """
     from jsonschema import Draft202012Validator, validators
 
     base = Draft202012Validator.TYPE_CHECKER
@@ -64,23 +80,55 @@ def strict_validator_class():
 def ecma_pattern(patrn: str) -> re.Pattern[str]:
     """A schema ``pattern`` compiled with its JSON Schema (ECMA-262) meaning of ``$``: the end
     of the string. Python's ``$`` also matches before a final newline, so ``"alice\\n"`` would
-    pass ``^[a-z]+$``; the trailing anchor is compiled as ``\\Z`` instead (a full match)."""
+    pass ``^[a-z]+$``; the trailing anchor is compiled as ``\\Z`` instead (a full match).
+
+    Args:
+        patrn: The schema's regular expression.
+
+    Returns:
+        The compiled pattern (cached), searched with ``re.search`` as JSON Schema does.
+    """
     if patrn.endswith("$") and not patrn.endswith("\\$"):
         patrn = patrn[:-1] + r"\Z"
     return re.compile(patrn)
 
 
 def schema_validator(name: str):
+    """A strict validator of one shipped schema.
+
+    Args:
+        name: ``"detector"``, ``"metric"``, ``"metadata"`` or ``"result"`` (see
+            :func:`load_schema`).
+
+    Returns:
+        An instance of :func:`strict_validator_class` for that schema (``iter_errors``,
+        ``validate``, ``is_valid``).
+
+    Raises:
+        ValueError: ``name`` is unknown.
+    """
     return strict_validator_class()(load_schema(name))
 
 
 def private_metadata_fields() -> frozenset[str]:
-    """Metadata fields marked ``"x-private": true`` in the schema (never published)."""
+    """Metadata fields marked ``"x-private": true`` in the schema (never published).
+
+    Returns:
+        The names of those fields (e.g. a contact e-mail).
+    """
     props = load_schema("metadata")["properties"]
     return frozenset(k for k, v in props.items() if v.get("x-private"))
 
 
 def public_metadata(metadata: Mapping[str, Any]) -> dict[str, Any]:
+    """The metadata without its private fields (what a published result shows).
+
+    Args:
+        metadata: A metadata object.
+
+    Returns:
+        A new dict with every field but those of :func:`private_metadata_fields`.
+    """
     private = private_metadata_fields()
     return {k: v for k, v in metadata.items() if k not in private}
 
@@ -93,6 +141,18 @@ MAX_METADATA_BYTES = 64 * 1024
 
 
 def load_metadata(path: str | os.PathLike) -> tuple[dict[str, Any] | None, list[Problem]]:
+    """Read a submission's metadata file, reporting problems instead of raising.
+
+    Only the file is checked here (present, at most :data:`MAX_METADATA_BYTES`, UTF-8 without
+    byte-order mark, valid JSON); :func:`metadata_problems` checks the object.
+
+    Args:
+        path: The metadata JSON file.
+
+    Returns:
+        ``(metadata, [])`` with the parsed JSON value (not necessarily an object), or
+        ``(None, [problem])`` with a :class:`Problem` saying what is wrong with the file.
+    """
     path = Path(path)
     if not path.is_file():
         return None, [Problem("metadata_missing",
@@ -164,7 +224,18 @@ def _plain_message(err: Any, props: Mapping[str, Any]) -> tuple[str | None, str]
 def metadata_problems(metadata: Any, track: str, source: str | None = None) -> list[Problem]:
     """Every problem of the metadata object against ``metadata.v1.json`` and the track, in plain
     words (each message names the field, what it must be and what was given, except for private
-    fields, whose values are never echoed)."""
+    fields, whose values are never echoed).
+
+    Args:
+        metadata: The parsed metadata (any JSON value; a non-object is one problem).
+        track: The track the submission is validated as; a different ``track`` field in the
+            metadata is a problem, and a missing one is taken as this track.
+        source: The metadata file's name, put in each problem's ``file``; may be None.
+
+    Returns:
+        Every problem found (``code`` ``"metadata_invalid"``), sorted by field; empty when the
+        metadata is valid.
+    """
     if not isinstance(metadata, dict):
         return [Problem("metadata_invalid", f"metadata must be a JSON object, got {_describe(metadata)}", file=source)]
     probs: list[Problem] = []
@@ -186,7 +257,15 @@ def metadata_problems(metadata: Any, track: str, source: str | None = None) -> l
 
 
 def default_metadata_path(submission: str | os.PathLike) -> Path:
-    """``preds.jsonl`` -> ``preds.metadata.json`` (same folder)."""
+    """``preds.jsonl`` -> ``preds.metadata.json`` (same folder).
+
+    Args:
+        submission: The submission file's path.
+
+    Returns:
+        The default metadata path: the name without ``.jsonl`` (or without its last suffix)
+        plus ``.metadata.json``, in the same folder.
+    """
     p = Path(submission)
     stem = p.name[: -len(".jsonl")] if p.name.endswith(".jsonl") else p.stem
     return p.with_name(f"{stem}.metadata.json")
