@@ -4,7 +4,8 @@ Sybil (https://sybil.readthedocs.io/) parses the Markdown. Every fenced ``python
 executed, every ``bash`` block runs in ``bash -e``; the blocks of one page share a namespace and
 run in page order, in a working folder laid out as ``make demo`` leaves it (``demo_out/corpus``,
 ``demo_out/hub``, ``demo_out/hub-gold``, ``demo_out/guard/weather.monitor``; a small corpus
-generated from STAR, the packaged MiniLM) with ``../shared/star`` pointing at STAR and ``python``
+generated from STAR, the packaged MiniLM; ``examples/`` as in the repository) with ``../shared/star``
+pointing at STAR and ``python``
 on the ``PATH`` being this interpreter. A block that cannot run here says why, right above its
 fence: ``<!-- skip: next "needs a GPU" -->`` (or ``skip: start`` ... ``skip: end`` around
 several). Blocks in other fences (``text``, ``json``, ``bibtex``, none) are output or formats.
@@ -82,6 +83,7 @@ def workspace(tmp_path_factory, template_corpus, template_hub, star_dir) -> tupl
     (demo / "corpus").symlink_to(template_corpus, target_is_directory=True)
     (demo / "hub").symlink_to(hub, target_is_directory=True)
     (demo / "hub-gold").symlink_to(gold, target_is_directory=True)
+    (ws / "examples").symlink_to(ROOT / "examples", target_is_directory=True)  # workflow files
     bindir = top / "bin"
     bindir.mkdir()
     for name in ("python", "python3"):  # a wrapper, not a symlink: a venv is found from the path run
