@@ -30,7 +30,7 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=3)
     a = ap.parse_args(argv)
 
-    from leaderboard.submit import evaluate
+    from leaderboard.submissions import evaluate
     from leaderboard.synthetic import make_fixture, write_distances, write_metadata, write_predictions
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -134,7 +134,7 @@ def _fmt_scores(track: str, scores: dict[str, Any] | None) -> str:
 
 def _cmd_score(a: argparse.Namespace) -> int:
     from .store import DEFAULT_MAX_PER_DAY, HubStore, LocalStore, RateLimitError, ResultExistsError
-    from .submit import evaluate, submit
+    from .submissions import evaluate, submit
     from .validate import SubmissionError
 
     if a.results and a.hub_repo:

@@ -34,7 +34,7 @@ from typing import Any
 
 from .render import about_html, render_html
 from .store import HubStore, LocalStore, RateLimitError, ResultExistsError, ResultStore
-from .submit import evaluate, submit
+from .submissions import evaluate, submit
 from .validate import DEFAULT_MAX_BYTES, REGIMES, BlindSet, SubmissionError, validate_submission
 
 logger = logging.getLogger(__name__)

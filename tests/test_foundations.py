@@ -59,3 +59,25 @@ def test_atomic_write_gives_the_mode_of_a_plain_open(tmp_path):
     write_text_atomic(tmp_path / "a.txt", "x")
     (tmp_path / "b.txt").write_text("x")
     assert os.stat(tmp_path / "a.txt").st_mode == os.stat(tmp_path / "b.txt").st_mode
+
+
+def test_no_lazy_export_is_shadowed_by_a_submodule():
+    """A lazily exported name that is also a submodule's name resolves to the *module* once any
+    code imports that submodule (the import system sets the package attribute), e.g.
+    ``from leaderboard import evaluate, submit`` gave the module ``leaderboard.submit``."""
+    import importlib
+    import pkgutil
+
+    clashes = []
+    for top in ("dialfork_dataset", "generation", "dialfork_metrics", "leaderboard", "annotation"):
+        root = importlib.import_module(top)
+        packages = [root] + [importlib.import_module(i.name)
+                             for i in pkgutil.walk_packages(root.__path__, top + ".") if i.ispkg]
+        for pkg in packages:
+            exports = getattr(pkg, "_EXPORTS", None) or {}
+            submodules = {i.name for i in pkgutil.iter_modules(pkg.__path__)}
+            clashes += [f"{pkg.__name__}.{name}" for name in exports if name in submodules]
+    assert not clashes, f"exported names that are also submodules: {clashes}"
+    from leaderboard import evaluate, submit  # the case that was broken, in this order
+
+    assert callable(evaluate) and callable(submit) and submit.__name__ == "submit"

@@ -288,7 +288,7 @@ def test_swap_is_all_or_nothing_and_recovers(corpora, tmp_path, monkeypatch):
 
 def test_score_refuses_other_gold(corpora, tmp_path):
     from leaderboard.score import GoldError
-    from leaderboard.submit import evaluate
+    from leaderboard.submissions import evaluate
     from leaderboard.synthetic import write_metadata, write_predictions
 
     pub, hid = corpora

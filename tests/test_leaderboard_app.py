@@ -135,7 +135,7 @@ def test_rate_limit_holds_across_processes(env, tmp_path):
         "class Slow(LocalStore):\n"
         "    def count_today(self, s, now=None):\n"
         "        n = super().count_today(s, now); time.sleep(0.3); return n\n"
-        "from leaderboard.submit import submit\n"
+        "from leaderboard.submissions import submit\n"
         "from leaderboard.store import RateLimitError\n"
         f"st = Slow({str(store_dir)!r}, max_per_day=2)\n"
         "try:\n"

@@ -14,7 +14,7 @@ import pytest
 from leaderboard.__main__ import main
 from leaderboard.render import render_html
 from leaderboard.store import LocalStore, check_submitter
-from leaderboard.submit import submit
+from leaderboard.submissions import submit
 from leaderboard.synthetic import make_fixture, write_metadata, write_predictions
 from leaderboard.validate import BlindSet, validate_submission
 

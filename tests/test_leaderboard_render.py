@@ -165,7 +165,7 @@ def test_build_without_gradio_says_how_to_install(env, tmp_path):
 
 def test_cli_render_and_reveal(env, tmp_path):
     st = LocalStore(tmp_path / "store", clock=Clock(T0))
-    from leaderboard.submit import submit
+    from leaderboard.submissions import submit
 
     sub = write_predictions({b["dialogue_id"]: None for b in env["blind"]}, tmp_path / "n.jsonl")
     write_metadata(tmp_path / "n.metadata.json", method="Never flags", submitter="ivan")

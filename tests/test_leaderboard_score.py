@@ -30,7 +30,7 @@ from leaderboard.score import (
     split_subsets,
 )
 from leaderboard.store import LocalStore
-from leaderboard.submit import evaluate, submit
+from leaderboard.submissions import evaluate, submit
 from leaderboard.synthetic import make_fixture, write_distances, write_metadata, write_predictions
 from leaderboard.validate import BlindSet, SubmissionError
 
@@ -303,7 +303,7 @@ def test_end_to_end_through_export_hub_layout(tmp_path):
 
 
 def test_demo_round_trip(env, tmp_path):
-    from leaderboard.submit import demo_round_trip
+    from leaderboard.submissions import demo_round_trip
 
     preds = {b["dialogue_id"]: None for b in env["blind"]}
     md = {"method": "Streaming demo", "regime": "streaming", "used_conformant_train": True, "model_name": "minilm",

@@ -205,7 +205,7 @@ def test_hub_store_retries_on_concurrent_commit(tmp_path):
 
 
 def test_submit_through_hub_store(tmp_path):
-    from leaderboard.submit import submit
+    from leaderboard.submissions import submit
     from leaderboard.synthetic import make_fixture, write_metadata, write_predictions
 
     env = make_fixture(tmp_path / "fx", n_sources=2, seed=1, with_text=False)
