@@ -45,13 +45,30 @@ def _cmd_keygen(a: argparse.Namespace) -> int:
     return 0
 
 
+def _recorded_source(src: str) -> str | None:
+    """The workflow source (STAR folder or ``workflow:PATH``) recorded in the generator manifest of
+    ``src``, if it is still there: the audit regenerates from the corpus's own source, not from
+    whatever ``$DIALFORK_STAR_DIR`` names (a workflow-file corpus is not a STAR one)."""
+    from pathlib import Path
+
+    try:
+        config = json.loads((Path(src) / "manifest.json").read_text(encoding="utf-8")).get("config") or {}
+    except (OSError, ValueError, AttributeError):
+        return None
+    recorded = config.get("star") if isinstance(config, dict) else None
+    if not isinstance(recorded, str) or not recorded:
+        return None
+    path = recorded.split(":", 1)[1] if recorded.startswith("workflow:") else recorded
+    return recorded if Path(path).exists() else None
+
+
 def _cmd_export(a: argparse.Namespace) -> int:
     import os
 
     from .hub import AuditFailed, export_hub_layout
 
     audit_options = {"regen_seeds": tuple(range(a.regen_seeds))}
-    star = a.star or os.environ.get("DIALFORK_STAR_DIR")
+    star = a.star or _recorded_source(a.src) or os.environ.get("DIALFORK_STAR_DIR")
     if star:
         audit_options["star"] = star
     try:
@@ -120,8 +137,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--hidden-fraction", type=float, default=None,
                    help="share of sources reserved when no --hidden corpus is given (default: the key's, 0.2)")
     s.add_argument("--public-fraction", type=float, default=0.5, help="share of blind sources in the public part")
-    s.add_argument("--star", default=None, help="STAR folder for the audit's regeneration attack "
-                                               "(default: $DIALFORK_STAR_DIR; without it that attack is skipped)")
+    s.add_argument("--star", default=None, help="STAR folder (or workflow:PATH) for the audit's regeneration "
+                                               "attack (default: the source recorded in SRC/manifest.json, then "
+                                               "$DIALFORK_STAR_DIR; without one that attack is skipped)")
     s.add_argument("--regen-seeds", type=int, default=10, metavar="N",
                    help="the regeneration attack tries the public seeds 0..N-1 (default 10)")
     s.add_argument("--no-audit", action="store_true", help="skip the audit (never for a release)")

@@ -329,3 +329,24 @@ def test_llm_detector_renders_the_workflow_of_a_workflow_file():
     prompt = json.dumps(client.batches[-1])
     assert "Read the claim's details back and ask the user to confirm them [insurance_ask_confirm_claim]" in prompt
     assert det.workflow_for("insurance_file_claim") == WorkflowCorpus(EXAMPLE).task("insurance_file_claim").render_steps()
+
+
+def test_export_audits_against_the_source_recorded_in_the_manifest(tmp_path, monkeypatch):
+    """``python -m dialfork_dataset export`` without ``--star`` regenerates from the corpus's own
+    source (a workflow file here), not from ``$DIALFORK_STAR_DIR``, when the manifest names one
+    that still exists."""
+    import json
+
+    from dialfork_dataset.__main__ import _recorded_source
+
+    wf = tmp_path / "flows.yaml"
+    wf.write_text("x", encoding="utf-8")
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    assert _recorded_source(str(corpus)) is None  # no manifest
+    (corpus / "manifest.json").write_text(json.dumps({"config": {"star": f"workflow:{wf}"}}), encoding="utf-8")
+    assert _recorded_source(str(corpus)) == f"workflow:{wf}"
+    wf.unlink()
+    assert _recorded_source(str(corpus)) is None  # moved away: the caller falls back to $DIALFORK_STAR_DIR
+    (corpus / "manifest.json").write_text("{not json", encoding="utf-8")
+    assert _recorded_source(str(corpus)) is None
