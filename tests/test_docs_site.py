@@ -5,6 +5,7 @@ The build is offline (mkdocs.yml uses no plugin that fetches anything)."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -29,6 +30,21 @@ def test_site_builds_strictly(tmp_path):
     for name in ("flowscore", "FlowGraph", "Encoder", "load"):
         assert f'id="dialfork_metrics.{name}"' in api
     assert (tmp_path / "site" / "leaderboard" / "index.html").is_file()
+    # Sphinx roles in docstrings are rendered as code, not printed as markup (docs/hooks/sphinx_roles.py)
+    pages = [p.read_text(encoding="utf-8") for p in (tmp_path / "site" / "api").rglob("*.html")]
+    assert pages and not [m for page in pages for m in re.findall(r":(?:class|func|meth|mod|data|attr|exc):<code>", page)]
+
+
+def test_sphinx_roles_become_code_spans():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("sphinx_roles", ROOT / "docs" / "hooks" / "sphinx_roles.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    text = ("Uses :class:`~dialfork_metrics.Encoder`, :func:`dialfork_metrics.flowscore`, "
+            ":meth:`fit <Detector.fit>` and :py:data:`X`; keeps `code` and a: colon.")
+    assert mod.rewrite_roles(text) == ("Uses `Encoder`, `dialfork_metrics.flowscore`, `fit` and `X`; "
+                                       "keeps `code` and a: colon.")
 
 
 def test_strict_build_fails_on_a_broken_reference(tmp_path):
@@ -40,6 +56,7 @@ def test_strict_build_fails_on_a_broken_reference(tmp_path):
     cfg = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
     cfg = cfg.split("\nnav:")[0].replace("docs_dir: docs", f"docs_dir: {docs}")
     cfg = cfg.replace("- docs/hooks/lazy_exports.py:LazyExports", f"- {ROOT}/docs/hooks/lazy_exports.py:LazyExports")
+    cfg = cfg.replace("- docs/hooks/sphinx_roles.py:SphinxRoles", f"- {ROOT}/docs/hooks/sphinx_roles.py:SphinxRoles")
     cfg = cfg.replace("paths: [.]", f"paths: [{ROOT}]")
     (tmp_path / "mkdocs.yml").write_text(cfg)
     proc = _build(tmp_path / "mkdocs.yml", tmp_path / "site")
