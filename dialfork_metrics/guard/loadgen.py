@@ -201,7 +201,20 @@ async def play_async(base_url: str, dialogues: Sequence[Mapping[str, Any]], *, c
 
 
 def play(base_url: str, dialogues: Sequence[Mapping[str, Any]], **kw: Any) -> list[ConversationResult]:
-    """:func:`play_async` from synchronous code (same arguments, returns and errors)."""
+    """:func:`play_async` from synchronous code.
+
+    Args:
+        base_url: The proxy's base URL, e.g. ``http://127.0.0.1:8100``.
+        dialogues: Dicts with ``dialogue_id`` and ``turns``.
+        **kw: The keyword arguments of :func:`play_async` (``concurrency``, ``max_turns``,
+            ``stream``, ...).
+
+    Returns:
+        One :class:`ConversationResult` per dialogue, in input order.
+
+    Raises:
+        RuntimeError: A conversation got no answer in time (see :func:`play_async`).
+    """
     return asyncio.run(play_async(base_url, dialogues, **kw))
 
 

@@ -24,8 +24,19 @@ def _where(d: Any, i: int) -> str:
     return f"dialogue #{i}"
 
 def resolve_encoder(encoder: Any):
-    """``None``, an alias/path string (the process-wide shared
-    :func:`dialfork_metrics.encoders.get_encoder` instance) or an encoder object, as is."""
+    """The encoder a streaming detector uses.
+
+    Args:
+        encoder: ``None`` (no encoder: the detector is then fed precomputed embeddings), an
+            alias or path string, or an encoder object with ``encode()`` and ``encode_dialogues()``.
+
+    Returns:
+        ``None``; for a string the process-wide shared instance of
+        :func:`dialfork_metrics.encoders.get_encoder`; an encoder object as is.
+
+    Raises:
+        TypeError: ``encoder`` is neither ``None``, a string nor an object with ``encode_dialogues``.
+    """
     if encoder is None:
         return None
     if isinstance(encoder, str):

@@ -24,12 +24,26 @@ DEFAULT_CONFIDENCE = 0.95
 
 def surprisal(p: np.ndarray) -> np.ndarray:
     """``s_t = -log p_t`` (natural log; ``math.log`` per element, bit-identical to the streaming
-    loop, so a threshold that equals a train statistic compares the same way in both)."""
+    loop, so a threshold that equals a train statistic compares the same way in both).
+
+    Args:
+        p: The per-turn probabilities ``p_t`` of one dialogue, each in ``(0, 1]``.
+
+    Returns:
+        float64 array of the same length.
+    """
     return np.asarray([-math.log(x) for x in np.asarray(p, dtype=np.float64).tolist()], dtype=np.float64)
 
 
 def surprisal_jumps(p: np.ndarray) -> np.ndarray:
-    """``Delta_t = s_t - s_{t-1}`` for ``t >= 2``; position 0 is ``-inf`` (no jump into the first turn)."""
+    """``Delta_t = s_t - s_{t-1}`` for ``t >= 2``; position 0 is ``-inf`` (no jump into the first turn).
+
+    Args:
+        p: The per-turn probabilities ``p_t`` of one dialogue.
+
+    Returns:
+        float64 array of the same length.
+    """
     s = surprisal(p)
     d = np.full(s.shape, -np.inf)
     d[1:] = s[1:] - s[:-1]
@@ -37,7 +51,19 @@ def surprisal_jumps(p: np.ndarray) -> np.ndarray:
 
 
 def alarms(p: np.ndarray, method: str, threshold: float) -> np.ndarray:
-    """Boolean alarm per turn position: IT ``p_t < threshold``; SS ``Delta_t > threshold``."""
+    """Boolean alarm per turn position: IT ``p_t < threshold``; SS ``Delta_t > threshold``.
+
+    Args:
+        p: The per-turn probabilities ``p_t`` of one dialogue.
+        method: ``"it"`` or ``"ss"``.
+        threshold: The calibrated threshold.
+
+    Returns:
+        Boolean array of the same length as ``p``.
+
+    Raises:
+        ValueError: An unknown ``method``.
+    """
     p = np.asarray(p, dtype=np.float64)
     if method == "it":
         return p < threshold
@@ -47,7 +73,18 @@ def alarms(p: np.ndarray, method: str, threshold: float) -> np.ndarray:
 
 
 def calibration_statistic(p: np.ndarray, method: str) -> float:
-    """Per-dialogue statistic the threshold is a percentile of: IT ``min_t p_t``, SS ``max_t Delta_t``."""
+    """Per-dialogue statistic the threshold is calibrated on: IT ``min_t p_t``, SS ``max_t Delta_t``.
+
+    Args:
+        p: The per-turn probabilities ``p_t`` of one dialogue (non-empty).
+        method: ``"it"`` or ``"ss"``.
+
+    Returns:
+        The statistic; a dialogue alarms somewhere exactly when it crosses the threshold.
+
+    Raises:
+        ValueError: An unknown ``method``, or SS on a dialogue of fewer than two turns.
+    """
     p = np.asarray(p, dtype=np.float64)
     if method == "it":
         return float(p.min())
@@ -71,6 +108,18 @@ def max_calibration_alarms(n: int, false_alarm_rate: float, rule: str = "percent
       ``a``: the false-alarm rate is at most ``a`` with that confidence. ``None`` when even
       ``m = 0`` does not qualify (fewer than ``log(1 - confidence) / log(1 - a)`` dialogues, 59 at
       5% and 95%); the caller then falls back to ``"conformal"``.
+
+    Args:
+        n: Number of calibration dialogues.
+        false_alarm_rate: The operating point ``a``.
+        rule: ``"percentile"``, ``"conformal"`` or ``"upper_bound"``.
+        confidence: The confidence of ``"upper_bound"``.
+
+    Returns:
+        The number of calibration dialogues allowed to alarm, or ``None`` (see above).
+
+    Raises:
+        ValueError: An unknown ``rule``.
     """
     if rule == "percentile":
         return None
@@ -97,7 +146,23 @@ def calibrate_threshold(stats: Sequence[float], method: str, false_alarm_rate: f
     below, SS strictly above the threshold; ties never add alarms); no alarm allowed gives
     ``-inf`` (IT) or ``+inf`` (SS): the detector never fires. ``"upper_bound"`` on too few
     dialogues for the bound falls back to ``"conformal"``, and below ``1/a - 1`` dialogues (19 at
-    5%), where the conformal rule would never fire, to ``"percentile"``."""
+    5%), where the conformal rule would never fire, to ``"percentile"``.
+
+    Args:
+        stats: The calibration statistic of each calibration dialogue
+            (:func:`calibration_statistic`).
+        method: ``"it"`` or ``"ss"``.
+        false_alarm_rate: The operating point ``a``.
+        percentile_method: ``numpy.percentile``'s method for ``rule="percentile"``.
+        rule: ``"percentile"``, ``"conformal"`` or ``"upper_bound"``.
+        confidence: The confidence of ``"upper_bound"``.
+
+    Returns:
+        The threshold (``-inf``/``+inf`` when no alarm is allowed).
+
+    Raises:
+        ValueError: No statistics, an unknown ``method`` or an unknown ``rule``.
+    """
     stats = np.asarray(stats, dtype=np.float64)
     if stats.size == 0:
         raise ValueError("cannot calibrate a threshold on no dialogues")
@@ -119,7 +184,19 @@ def calibrate_threshold(stats: Sequence[float], method: str, false_alarm_rate: f
 
 def calibration_fold_ids(n: int, folds: int, seed: int = 0) -> np.ndarray:
     """The ``cross_fit`` fold of each of ``n`` train dialogues: ``min(folds, n)`` folds dealt
-    round-robin over a permutation seeded by ``seed``."""
+    round-robin over a permutation seeded by ``seed``.
+
+    Args:
+        n: Number of train dialogues.
+        folds: Requested number of folds.
+        seed: Seed of the permutation.
+
+    Returns:
+        int64 array of length ``n``: each dialogue's fold, ``0..min(folds, n) - 1``.
+
+    Raises:
+        ValueError: Fewer than two folds are possible (``n < 2`` or ``folds < 2``).
+    """
     k = min(int(folds), n)
     if k < 2:
         raise ValueError("calibration='cross_fit' needs at least two train dialogues")

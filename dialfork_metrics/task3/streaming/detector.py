@@ -44,48 +44,55 @@ logger = logging.getLogger("dialfork_metrics.task3.streaming")
 class StreamingDetector(FitMixin, PersistenceMixin):
     """IT or SS detector, with or without node confidence (see the module doc).
 
-    Parameters
-    ----------
-    method: ``"it"`` or ``"ss"``.
-    node_confidence: weight ``p_t`` by the node confidence ``c_t`` (the ``+NC`` variants).
-    order: N of the N-gram LM (>= 1; paper: 6 in Table 4, 3 in Table 9).
-    K, tau: node-confidence softmax over the K nearest centroids at temperature tau (sdialog: 64, 0.05).
-    distance_threshold: cosine distance threshold of the node clustering (FlowKL default 0.55, tuned
-        for D2F; the selection picks one per encoder).
-    false_alarm_rate: the operating point: target share of conformant dialogues that raise an
-        alarm (default 5%, the paper's). The threshold is the matching percentile of the
-        calibration statistic.
-    percentile_method: ``numpy.percentile`` interpolation method (default ``"linear"``).
-    backoff: N-gram back-off for unseen contexts (ours; off = the paper's Laplace N-gram).
-    calibration: ``"in_sample"`` (SPEC: the percentile of the statistic of the train dialogues
-        under the LM fitted on them) or ``"cross_fit"`` (ours: the statistic of each train
-        dialogue under an LM fitted on the other ``calibration_folds`` folds, seeded by
-        ``calibration_seed``). In-sample, every train context has been seen, so a test dialogue's
-        unseen context (``p = 1/(count + V)``) falls below thresholds calibrated on seen ones; the
-        out-of-fold statistic sees unseen contexts as test data does, so the false-alarm target
-        holds on held-out dialogues.
-    cross_fit_nodes: how ``cross_fit`` gets each fold's nodes (ours): ``"restrict"`` (default: the
-        split's clusters, centroids and node confidences from the other folds' utterances only),
-        ``"recluster"`` (cluster the other folds anew; exact, one clustering per fold) or
-        ``"fixed"`` (the whole split's nodes, only the LM refitted; held-out dialogues then look
-        more familiar than test ones and the target is exceeded on test).
-    threshold_rule: how the threshold is read off the calibration statistics
-        (:func:`~dialfork_metrics.task3.streaming.calibrate_threshold`): ``"percentile"`` (the
-        paper's; the ``paper`` preset's default), ``"conformal"`` (the split-conformal
-        ``(n + 1)`` quantile: a new conformant dialogue alarms with probability at most
-        ``false_alarm_rate``) or ``"upper_bound"`` (the ``selected`` preset's default: at most as
-        many calibration dialogues alarm as keep the one-sided Clopper-Pearson upper bound of the
-        false-alarm rate, at ``confidence``, within ``false_alarm_rate``).
-    confidence: the confidence of ``threshold_rule="upper_bound"`` (default 0.95).
-    scope: ``"task"`` (one model per STAR task, read from each dialogue's ``task`` field; the
-        paper's, whose nodes are FlowKL's per-task clustering) or ``"pooled"`` (one model over all
-        train dialogues). Train dialogues without a ``task`` field form one group; a dialogue to
-        predict without one (the blind leaderboard set) is routed at its first turn
-        (:meth:`route_task`).
-    preset: where unset settings (``None``) come from: ``"selected"`` (default; chosen on train data
-        by cross-validation, per detector and encoder) or ``"paper"`` (the paper's literal settings).
-    encoder: alias/path for :class:`dialfork_metrics.encoders.Encoder`, an encoder object, or
-        ``None`` (then every call must pass precomputed ``embeddings``).
+    Args:
+        method: ``"it"`` or ``"ss"``.
+        node_confidence: Weight ``p_t`` by the node confidence ``c_t`` (the ``+NC`` variants).
+        order: N of the N-gram LM (>= 1; paper: 6 in Table 4, 3 in Table 9).
+        K: The node confidence is a softmax over the ``K`` nearest centroids (sdialog: 64).
+        tau: The temperature of that softmax (sdialog: 0.05).
+        distance_threshold: Cosine distance threshold of the node clustering (FlowKL default 0.55, tuned
+            for D2F; the selection picks one per encoder).
+        false_alarm_rate: The operating point: target share of conformant dialogues that raise an
+            alarm (default 5%, the paper's). The threshold is read off the calibration statistic
+            by ``threshold_rule``; :meth:`recalibrate` moves it without refitting.
+        percentile_method: ``numpy.percentile`` interpolation method (default ``"linear"``).
+        backoff: N-gram back-off for unseen contexts (ours; off = the paper's Laplace N-gram).
+        calibration: ``"in_sample"`` (SPEC: the percentile of the statistic of the train dialogues
+            under the LM fitted on them) or ``"cross_fit"`` (ours: the statistic of each train
+            dialogue under an LM fitted on the other ``calibration_folds`` folds, seeded by
+            ``calibration_seed``). In-sample, every train context has been seen, so a test dialogue's
+            unseen context (``p = 1/(count + V)``) falls below thresholds calibrated on seen ones; the
+            out-of-fold statistic sees unseen contexts as test data does, so the false-alarm target
+            holds on held-out dialogues.
+        calibration_folds: Folds of ``calibration="cross_fit"`` (>= 2; default 5).
+        calibration_seed: Seed of the permutation that deals train dialogues into those folds.
+        cross_fit_nodes: How ``cross_fit`` gets each fold's nodes (ours): ``"restrict"`` (default: the
+            split's clusters, centroids and node confidences from the other folds' utterances only),
+            ``"recluster"`` (cluster the other folds anew; exact, one clustering per fold) or
+            ``"fixed"`` (the whole split's nodes, only the LM refitted; held-out dialogues then look
+            more familiar than test ones and the target is exceeded on test).
+        threshold_rule: How the threshold is read off the calibration statistics
+            (:func:`~dialfork_metrics.task3.streaming.calibrate_threshold`): ``"percentile"`` (the
+            paper's; the ``paper`` preset's default), ``"conformal"`` (the split-conformal
+            ``(n + 1)`` quantile: a new conformant dialogue alarms with probability at most
+            ``false_alarm_rate``) or ``"upper_bound"`` (the ``selected`` preset's default: at most as
+            many calibration dialogues alarm as keep the one-sided Clopper-Pearson upper bound of the
+            false-alarm rate, at ``confidence``, within ``false_alarm_rate``).
+        confidence: The confidence of ``threshold_rule="upper_bound"`` (default 0.95).
+        scope: ``"task"`` (one model per STAR task, read from each dialogue's ``task`` field; the
+            paper's, whose nodes are FlowKL's per-task clustering) or ``"pooled"`` (one model over all
+            train dialogues). Train dialogues without a ``task`` field form one group; a dialogue to
+            predict without one (the blind leaderboard set) is routed at its first turn
+            (:meth:`route_task`).
+        preset: Where unset settings (``None``) come from: ``"selected"`` (default; chosen on train data
+            by cross-validation, per detector and encoder) or ``"paper"`` (the paper's literal settings).
+        encoder: Alias/path for :class:`dialfork_metrics.encoders.Encoder`, an encoder object, or
+            ``None`` (then every call must pass precomputed ``embeddings``).
+
+    Raises:
+        ValueError: Any invalid setting (all of them listed in one message), an unknown preset, or
+            no selected settings for the detector.
+        TypeError: ``encoder`` is neither ``None``, a string nor an encoder object.
     """
 
     def __init__(self, method: str = "it", node_confidence: bool = False, order: int | None = None,

@@ -27,9 +27,23 @@ SELECTED_SETTINGS_FILE = Path(__file__).resolve().parent.parent / "selected_sett
 
 
 def preset_settings(preset: str = "selected", detector: str = "it", encoder: str | None = None) -> dict[str, Any]:
-    """The five :data:`SELECTABLE` settings of ``preset`` for a detector (``"it"``, ``"ss+nc"``, ...)
-    and encoder name: ``"paper"`` -> :data:`PAPER_SETTINGS`; ``"selected"`` -> the entry of
-    ``selected_settings.json`` for the encoder (or its ``"*"`` entry), with the file's provenance."""
+    """The five :data:`SELECTABLE` settings of a preset for one detector and encoder.
+
+    Args:
+        preset: ``"paper"`` (the paper's literal protocol, :data:`PAPER_SETTINGS`) or
+            ``"selected"`` (the settings chosen on train by ``benchmarks/bench_detectors.py``,
+            stored in ``selected_settings.json``).
+        detector: ``"it"``, ``"ss"``, ``"it+nc"`` or ``"ss+nc"``.
+        encoder: The encoder's alias (e.g. ``"minilm"``); an encoder without its own entry, or
+            ``None``, gets the file's ``"*"`` entry.
+
+    Returns:
+        ``{"calibration", "backoff", "distance_threshold", "scope", "order"}``: a new dict.
+
+    Raises:
+        ValueError: An unknown preset, or ``selected_settings.json`` has no (complete) entry for
+            the detector.
+    """
     if preset == "paper":
         return dict(PAPER_SETTINGS)
     if preset != "selected":

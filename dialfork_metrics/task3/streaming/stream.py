@@ -19,7 +19,15 @@ if TYPE_CHECKING:
 class StepState:
     """Everything the streaming loop carries from one turn to the next (its size does not grow with
     the dialogue): the last ``N-1`` node ids, ``p_{t-1}``, and the turn and system-turn counts.
-    The start of a dialogue is ``StepState()``."""
+    The start of a dialogue is ``StepState()``.
+
+    Attributes:
+        context: The node ids of the last ``N-1`` turns (fewer at the start).
+        prev_p: ``p_{t-1}``, the previous turn's probability (SS needs it for ``Delta_t``);
+            ``None`` before the first turn.
+        n_turns: Turns seen so far.
+        n_system: System turns seen so far.
+    """
 
     context: tuple[int, ...] = ()
     prev_p: float | None = None
@@ -29,7 +37,15 @@ class StepState:
 
 @dataclass(frozen=True)
 class StepResult:
-    """One turn's outcome (:meth:`StreamingDetector.step`)."""
+    """One turn's outcome (:meth:`StreamingDetector.step`).
+
+    Attributes:
+        p: ``p_t`` (``p_t^NC`` for NC detectors).
+        score: The statistic compared with the threshold (IT ``p_t``, SS ``Delta_t``; ``None`` at
+            the first turn of SS).
+        alarm: Whether this turn crosses the threshold.
+        system_turn: The turn as a 1-based system turn index.
+    """
 
     p: float
     """``p_t`` (``p_t^NC`` for NC detectors)."""
@@ -43,7 +59,11 @@ class StepResult:
 
 
 class Stream:
-    """One dialogue being monitored turn by turn (created by :meth:`StreamingDetector.start`)."""
+    """One dialogue being monitored turn by turn (created by :meth:`StreamingDetector.start`).
+
+    Args:
+        detector: The fitted :class:`StreamingDetector` whose LM, nodes and threshold are used.
+    """
 
     def __init__(self, detector: StreamingDetector):
         self._det = detector
@@ -58,8 +78,21 @@ class Stream:
         self._state = StepState()
 
     def update(self, turn: Any, embedding: np.ndarray | None = None) -> int | None:
-        """Feed the next turn (``{"speaker", "text"}``); returns the system turn index of the alarm
-        this turn raises, or ``None``. ``embedding`` skips the encoder (precomputed, L2-normalised)."""
+        """Feed the next turn.
+
+        Args:
+            turn: ``{"speaker": "user"|"system", "text": str}`` (or an object with ``speaker`` and
+                ``text`` attributes).
+            embedding: The turn's precomputed, L2-normalised embedding; ``None`` encodes the text
+                with the detector's encoder.
+
+        Returns:
+            The system turn index (1-based) of the alarm this turn raises, or ``None``.
+
+        Raises:
+            ValueError: A bare string or a malformed turn, or no embedding and a detector without
+                an encoder.
+        """
         where = f"turn {len(self.turns)}"
         if isinstance(turn, str):
             raise ValueError(f"{where}: update() needs a {{speaker, text}} turn; a bare string has no speaker")
@@ -76,7 +109,16 @@ class Stream:
         return self.update_node(t, int(node[0]), float(conf[0]))
 
     def update_node(self, turn: Mapping[str, str], node: int, confidence: float = 1.0) -> int | None:
-        """Advance with an already-assigned node (and its confidence); the core of :meth:`update`."""
+        """Advance with an already-assigned node; the core of :meth:`update`.
+
+        Args:
+            turn: ``{"speaker", "text"}`` of the turn (stored as is).
+            node: The turn's node id (its speaker's nodes, offset into the joint vocabulary).
+            confidence: The node confidence (used by NC detectors; 1.0 otherwise).
+
+        Returns:
+            The system turn index (1-based) of the alarm this turn raises, or ``None``.
+        """
         self._state, r = self._det.step(self._state, turn["speaker"], node, confidence)
         self.turns.append(dict(turn))
         self.nodes.append(node)
