@@ -66,6 +66,15 @@ def main(argv: list[str] | None = None) -> int:
                     help="only fit the four detectors with the packaged settings and write, per calibration variant "
                          "(cross_fit nodes fixed/restrict x threshold rule), the test false-alarm rate, Score, "
                          "MAE_h per type and coverage at 1/5/10%% false alarms to JSON (no selection, no paper preset)")
+    ap.add_argument("--split-check", default=None, metavar="JSON",
+                    help="only the split-sampling check of the detectors' false-alarm rate (write JSON): fit on the "
+                         "train half, alarms on the test half's conformant dialogues, then the halves swapped, and "
+                         "the calibration fold seed varied (--split-check-seeds); settings from --settings-json")
+    ap.add_argument("--split-check-seeds", type=int, default=5, help="fold seeds of --split-check (default 5)")
+    ap.add_argument("--split-check-detectors", default="it+nc", help="comma-separated (default it+nc)")
+    ap.add_argument("--settings-json", default=None,
+                    help="a --json output of this script whose selection_chosen settings --split-check uses "
+                         "(default: the packaged selected settings)")
     ap.add_argument("--only-tasks", default=None, help="comma-separated tasks: keep only their records of --data")
     ap.add_argument("--progress", action="store_true")
     args = ap.parse_args(argv)
@@ -102,6 +111,10 @@ def main(argv: list[str] | None = None) -> int:
         sel_kw["grid"] = {k: tuple(v) for k, v in json.loads(args.grid).items()}
     if args.calibration_check:
         return calibration_check(corpus, enc, args.calibration_check, args.false_alarm_rate)
+    if args.split_check:
+        chosen = json.loads(Path(args.settings_json).read_text())["selection_chosen"] if args.settings_json else None
+        return split_check(corpus, enc, args.split_check, args.split_check_detectors.split(","), chosen,
+                           args.split_check_seeds, args.false_alarm_rate)
     t0 = time.perf_counter()
     r3 = run_task3(corpus, enc, select=True, selection_kwargs=sel_kw, false_alarm_rate=args.false_alarm_rate,
                    ablations=args.ablations, ablation_max_forks_per_source=args.ablation_max_forks,
@@ -247,6 +260,73 @@ def calibration_check(corpus, enc, out_json: str, false_alarm_rate: float = 0.05
                       f"cov@5% {100 * v['coverage_at']['0.05']:.1f}%", flush=True)
         res["detectors"][name] = row
         print(f"{name}: {time.perf_counter() - t0:.0f} s, V={det.vocab_size}", flush=True)
+        write_json_atomic(out_json, res)
+    return 0
+
+
+def split_check(corpus, enc, out_json: str, detectors, chosen, n_seeds: int = 5,
+                false_alarm_rate: float = 0.05) -> int:
+    """Is a test false-alarm rate above the target a bias of the calibration or the sampling of the
+    test half? No labels of forks are read: only the conformant dialogues of both halves.
+
+    1. fit on the conformant train half (calibration fold seeds ``0..n_seeds-1``), count the alarms
+       on the test half's conformant dialogues: the reported figure and its spread over seeds;
+    2. swap: fit on the test half's conformant dialogues, count the alarms on the train half.
+
+    An unbiased calibration gives out-of-fold rates near the held-out rates on average over the two
+    directions; a sampling difference between the halves shows as gaps of opposite signs. The
+    Clopper-Pearson 95% interval of each held-out rate is printed with it."""
+    import numpy as np
+    from scipy.stats import beta
+
+    from dialfork_dataset.jsonl import write_json_atomic
+    from dialfork_dataset.views import task3_examples
+    from dialfork_metrics.task3 import make_detector
+    from dialfork_metrics.task3.selection import first_alarms, system_turn_index
+
+    halves = {"train": task3_examples(corpus.split("train", forks=False)),
+              "test": [ex for ex in task3_examples(corpus.split("test", forks=True)) if ex["hallucination_type"] is None]}
+    emb = {k: enc.encode_dialogues(v) for k, v in halves.items()}
+    sys_turns = {k: [system_turn_index(ex["turns"]) for ex in v] for k, v in halves.items()}
+
+    def ci(k: int, n: int) -> tuple[float, float]:
+        lo = beta.ppf(0.025, k, n - k + 1) if k else 0.0
+        hi = beta.ppf(0.975, k + 1, n - k) if k < n else 1.0
+        return float(lo), float(hi)
+
+    res = {"false_alarm_rate": false_alarm_rate, "n": {k: len(v) for k, v in halves.items()}, "detectors": {}}
+    for name in detectors:
+        settings = dict(chosen[name]) if chosen else {}
+        rows = []
+        for fit_on, held in (("train", "test"), ("test", "train")):
+            for seed in range(n_seeds if fit_on == "train" else 1):
+                det = make_detector(name, encoder=None, calibration_seed=seed, false_alarm_rate=false_alarm_rate,
+                                    **settings).fit(halves[fit_on], emb[fit_on])
+                p_list = det.turn_probabilities(halves[held], emb[held])
+                k = sum(p is not None for p in first_alarms(p_list, sys_turns[held], det.method, det.threshold))
+                st = np.asarray(det.calibration_stats)
+                oof = float(np.mean(st < det.threshold) if det.method == "it" else np.mean(st > det.threshold))
+                n = len(halves[held])
+                row = {"fit_on": fit_on, "seed": seed, "threshold": det.threshold, "out_of_fold_rate": oof,
+                       "held_out_alarms": k, "held_out_n": n, "held_out_rate": k / n, "held_out_ci95": ci(k, n)}
+                rows.append(row)
+                print(f"{name} fit on {fit_on} (seed {seed}): out-of-fold {100 * oof:.2f}% -> {held} "
+                      f"{100 * k / n:.2f}% ({k}/{n}; 95% CI {100 * row['held_out_ci95'][0]:.2f}-"
+                      f"{100 * row['held_out_ci95'][1]:.2f}%)", flush=True)
+        fwd = [r for r in rows if r["fit_on"] == "train"]
+        back = [r for r in rows if r["fit_on"] == "test"][0]
+        k_all = fwd[0]["held_out_alarms"] + back["held_out_alarms"]
+        n_all = fwd[0]["held_out_n"] + back["held_out_n"]
+        summary = {"test_rate_over_seeds": [min(r["held_out_rate"] for r in fwd), max(r["held_out_rate"] for r in fwd)],
+                   "gap_forward": fwd[0]["held_out_rate"] - fwd[0]["out_of_fold_rate"],
+                   "gap_swapped": back["held_out_rate"] - back["out_of_fold_rate"],
+                   "both_halves_rate": k_all / n_all, "both_halves_ci95": ci(k_all, n_all)}
+        res["detectors"][name] = {"settings": settings or "packaged", "runs": rows, "summary": summary}
+        print(f"{name}: held-out minus out-of-fold {100 * summary['gap_forward']:+.2f} pts (fit on train), "
+              f"{100 * summary['gap_swapped']:+.2f} pts (swapped); test rate over {n_seeds} fold seeds "
+              f"{100 * summary['test_rate_over_seeds'][0]:.2f}-{100 * summary['test_rate_over_seeds'][1]:.2f}%; "
+              f"both halves held out {100 * summary['both_halves_rate']:.2f}% (95% CI "
+              f"{100 * summary['both_halves_ci95'][0]:.2f}-{100 * summary['both_halves_ci95'][1]:.2f}%)", flush=True)
         write_json_atomic(out_json, res)
     return 0
 
