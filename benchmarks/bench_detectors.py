@@ -47,7 +47,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--star", default=os.environ.get("DIALFORK_STAR_DIR", str(ROOT.parent / "shared" / "star")))
     ap.add_argument("--encoder", default="minilm")
     ap.add_argument("--runtime", default="torch", choices=("torch", "onnx"),
-                    help="encoder runtime (onnx: the same weights in onnxruntime fp32, about 2x faster on a CPU)")
+                    help="encoder runtime (onnx: the same weights in onnxruntime fp32, equal values; about as fast as "
+                         "torch on an idle CPU, faster on a loaded one)")
     ap.add_argument("--cache-dir", default=None, help="persistent embedding cache (a rerun skips encoding)")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "out" / "detectors"))
     ap.add_argument("--false-alarm-rate", type=float, default=0.05)

@@ -81,7 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default=None, help="torch device of the encoders (default: auto)")
     p.add_argument("--batch-size", type=int, default=64, help="encoder batch size")
     p.add_argument("--runtime", choices=["torch", "onnx", "onnx-int8"], default="torch",
-                   help="encoder runtime (onnx: the transformer exported to ONNX, equal values, faster on CPUs)")
+                   help="encoder runtime (onnx: the transformer exported to ONNX, equal values; faster only on a loaded CPU)")
     p.add_argument("--bootstrap-resamples", type=int, default=10_000, help="paired bootstrap resamples")
     p.add_argument("--cache-dir", default=None, help="persistent embedding cache folder (default: memory only)")
     p.add_argument("--prd-runs", type=int, default=DEFAULT_PRD["num_runs"], help="PRD: clusterings averaged (default 10)")

@@ -56,8 +56,9 @@ class Encoder:
             characters); ``0`` turns it off. A training loop that scores new generations every
             step stays within it.
         runtime: ``"torch"`` (default), ``"onnx"`` (the transformer exported to ONNX fp32 and run
-            by onnxruntime: equal values, faster on the CPU) or ``"onnx-int8"`` (dynamically
-            quantised, opt-in, values drift); see :mod:`dialfork_metrics.runtimes`.
+            by onnxruntime: equal values; about as fast as torch on an idle CPU, faster under CPU
+            contention) or ``"onnx-int8"`` (dynamically quantised, opt-in, values drift); see
+            :mod:`dialfork_metrics.runtimes`.
         dtype: ``None`` (the model's fp32) or, on CUDA with the torch runtime, ``"bf16"``/``"fp16"``.
     """
 
