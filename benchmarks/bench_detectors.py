@@ -104,6 +104,10 @@ def main(argv: list[str] | None = None) -> int:
         keep = set(args.only_tasks.split(","))
         corpus = Corpus([r for r in corpus.records if r["task"] in keep], corpus.assignment, corpus.origin)
     enc = Encoder(args.encoder, cache_dir=args.cache_dir, show_progress=args.progress, runtime=args.runtime)
+    if args.split_check:  # conformant dialogues only: it encodes what it reads
+        chosen = json.loads(Path(args.settings_json).read_text())["selection_chosen"] if args.settings_json else None
+        return split_check(corpus, enc, args.split_check, args.split_check_detectors.split(","), chosen,
+                           args.split_check_seeds, args.false_alarm_rate)
     t0 = time.perf_counter()
     enc.encode_dialogues(corpus.split("train", forks=True) + corpus.split("test", forks=True))
     t_enc = time.perf_counter() - t0
@@ -112,10 +116,6 @@ def main(argv: list[str] | None = None) -> int:
         sel_kw["grid"] = {k: tuple(v) for k, v in json.loads(args.grid).items()}
     if args.calibration_check:
         return calibration_check(corpus, enc, args.calibration_check, args.false_alarm_rate)
-    if args.split_check:
-        chosen = json.loads(Path(args.settings_json).read_text())["selection_chosen"] if args.settings_json else None
-        return split_check(corpus, enc, args.split_check, args.split_check_detectors.split(","), chosen,
-                           args.split_check_seeds, args.false_alarm_rate)
     t0 = time.perf_counter()
     r3 = run_task3(corpus, enc, select=True, selection_kwargs=sel_kw, false_alarm_rate=args.false_alarm_rate,
                    ablations=args.ablations, ablation_max_forks_per_source=args.ablation_max_forks,
@@ -278,7 +278,7 @@ def split_check(corpus, enc, out_json: str, detectors, chosen, n_seeds: int = 5,
     directions; a sampling difference between the halves shows as gaps of opposite signs. The
     Clopper-Pearson 95% interval of each held-out rate is printed with it."""
     import numpy as np
-    from scipy.stats import beta
+    from scipy.stats import binomtest
 
     from dialfork_dataset.jsonl import write_json_atomic
     from dialfork_dataset.views import task3_examples
@@ -290,10 +290,9 @@ def split_check(corpus, enc, out_json: str, detectors, chosen, n_seeds: int = 5,
     emb = {k: enc.encode_dialogues(v) for k, v in halves.items()}
     sys_turns = {k: [system_turn_index(ex["turns"]) for ex in v] for k, v in halves.items()}
 
-    def ci(k: int, n: int) -> tuple[float, float]:
-        lo = beta.ppf(0.025, k, n - k + 1) if k else 0.0
-        hi = beta.ppf(0.975, k + 1, n - k) if k < n else 1.0
-        return float(lo), float(hi)
+    def ci(k: int, n: int) -> tuple[float, float]:  # Clopper-Pearson, 95%
+        interval = binomtest(k, n).proportion_ci(0.95, method="exact")
+        return float(interval.low), float(interval.high)
 
     res = {"false_alarm_rate": false_alarm_rate, "n": {k: len(v) for k, v in halves.items()}, "detectors": {}}
     for name in detectors:

@@ -18,6 +18,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from live_server import stop
 
 from leaderboard.render import paper_baselines, render_site
 
@@ -103,12 +104,7 @@ def browser(tmp_path):
         yield cdp
         cdp.close()
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc)
 
 
 def _result(method, score, regime, i, cov=0.9):

@@ -389,15 +389,7 @@ class Monitor:
         Raises:
             ValueError: The monitor has no encoder.
         """
-        enc = self.detector.encoder
-        if enc is None:
-            raise ValueError("this monitor has no encoder: pass embedding= to observe(), or load it with "
-                             "Monitor.load(path, encoder='minilm')")
-        with self._lock:
-            e = np.asarray(enc.encode([text])[0], dtype=np.float64)
-            if hasattr(enc, "clear_cache") and len(enc) > self.max_cache_texts:
-                enc.clear_cache()
-        return e
+        return self.encode_many([text])[0]
 
     def encode_many(self, texts: Sequence[str]) -> np.ndarray:
         """:meth:`encode` of several turns under one lock, ``(n, d)`` float64 (thread-safe). Each text
