@@ -55,6 +55,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n-folds", type=int, default=3)
     ap.add_argument("--max-sources-per-task", type=int, default=None,
                     help="train sources per task used by the selection (default: all)")
+    ap.add_argument("--max-forks-per-source", default="4",
+                    help="forks per held-out train source the selection predicts (distinct fork positions drawn "
+                         "uniformly); 'all' predicts every fork (default 4)")
     ap.add_argument("--grid", default=None, help='JSON object restricting the grid, e.g. {"order": [3, 6]}')
     ap.add_argument("--ablations", action="store_true", help="also the order (2,3,6,10) and scope ablations")
     ap.add_argument("--ablation-max-forks", type=int, default=4, help="forks per test source in the ablations")
@@ -111,7 +114,8 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     enc.encode_dialogues(corpus.split("train", forks=True) + corpus.split("test", forks=True))
     t_enc = time.perf_counter() - t0
-    sel_kw = {"n_folds": args.n_folds, "max_sources_per_task": args.max_sources_per_task}
+    sel_kw = {"n_folds": args.n_folds, "max_sources_per_task": args.max_sources_per_task,
+              "max_forks_per_source": None if args.max_forks_per_source == "all" else int(args.max_forks_per_source)}
     if args.grid:
         sel_kw["grid"] = {k: tuple(v) for k, v in json.loads(args.grid).items()}
     if args.calibration_check:
@@ -134,7 +138,13 @@ def main(argv: list[str] | None = None) -> int:
           f"(encoding {t_enc:.0f} s, selection + detectors {t_task3:.0f} s, paper preset {t_paper:.0f} s)")
     sel = r3["selection"]
     print(f"selection on train only: {sel['meta']['n_sources']} train sources, {sel['meta']['n_folds']} folds, "
-          f"{len(sel['table'])} (detector, setting) rows, {sel['seconds']:.0f} s")
+          f"{len(sel['table'])} (detector, setting) rows, {sel['seconds']:.0f} s; held-out false alarms over "
+          f"{sel['meta']['n_conformant']} conformant dialogues, 95% interval up to "
+          f"+/-{100 * sel['meta']['false_alarm_ci_half_width']:.1f} points")
+    for d in streaming:  # the selection's own estimate of the chosen setting, next to test below
+        row = next(t for t in sel["table"] if t["detector"] == d and all(t[k] == v for k, v in sel["chosen"][d].items()))
+        print(f"  {d:6s} held out on train: cov_c {100 * row['cov_c']:.2f}% ({100 * row['cov_c_ci'][0]:.2f}-"
+              f"{100 * row['cov_c_ci'][1]:.2f}%), Score {row['score']:.2f}")
     print(f"{'detector':8s} {'settings':55s} {'cov_c':>7s} {'cov_h':>7s} {'Score':>6s} {'cov@1%':>7s} {'cov@5%':>7s} "
           f"{'cov@10%':>7s} {'@5% - paper':>11s}  MAE_h WIC/SSPC/GR/CSC | paper preset: cov_c, Score")
     for d in streaming:
@@ -193,7 +203,8 @@ def main(argv: list[str] | None = None) -> int:
         table.setdefault("provenance", {})[args.encoder] = {
             "data": str(data), "fingerprint": corpus.fingerprint()[:16], "n_train_sources": sel["meta"]["n_sources"],
             "n_folds": sel["meta"]["n_folds"], "false_alarm_rate": sel["meta"]["false_alarm_rate"],
-            "max_sources_per_task": sel["meta"].get("max_sources_per_task"), "grid": sel["meta"]["grid"]}
+            "max_sources_per_task": sel["meta"].get("max_sources_per_task"),
+            "max_forks_per_source": sel["meta"].get("max_forks_per_source"), "grid": sel["meta"]["grid"]}
         write_json_atomic(SELECTED_SETTINGS_FILE, table)
         print(f"wrote the chosen settings to {SELECTED_SETTINGS_FILE}")
     if args.json:

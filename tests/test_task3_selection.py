@@ -219,8 +219,17 @@ def test_source_folds_are_stratified_by_task_and_seeded():
         assert counts.max() - counts.min() <= 1
 
 
-def test_selection_chooses_and_is_reproducible():
-    sel = select_settings(TRAIN, TRAIN_E, grid=SMALL_GRID, n_folds=3, false_alarm_rate=0.1)
+def test_selection_chooses_and_is_reproducible(caplog):
+    with caplog.at_level("WARNING", logger="dialfork_metrics.task3.selection"):
+        sel = select_settings(TRAIN, TRAIN_E, grid=SMALL_GRID, n_folds=3, false_alarm_rate=0.1)
+    n_conf = sum(r["hallucination_type"] is None for r in TRAIN)
+    for r in sel.table:  # the held-out false-alarm rate with its exact 95% interval
+        assert r["n_conformant"] == n_conf == sel.meta["n_conformant"]
+        lo, hi = r["cov_c_ci"]
+        assert 0.0 <= lo <= r["cov_c"] <= hi <= 1.0 and hi - lo > 0.05
+    # a few dozen held-out conformant dialogues cannot resolve a 10% target: the selection says so
+    assert sel.meta["false_alarm_ci_half_width"] > 0.01
+    assert "cannot tell settings near the 10.0% target apart" in caplog.text
     assert set(sel.chosen) == {"it", "ss", "it+nc", "ss+nc"}
     for d, s in sel.chosen.items():
         assert set(s) == set(SELECTABLE)
@@ -331,3 +340,24 @@ def test_dialogues_without_task_are_routed_at_their_first_turn():
     blind = [{k: v for k, v in r.items() if k != "task"} for r in TEST]
     assert [det.route_task(r["turns"][0]["speaker"], e[0]) for r, e in zip(TEST, TEST_E)] == [r["task"] for r in TEST]
     assert det.predict_many(blind, embeddings=TEST_E) == det.predict_many(TEST, embeddings=TEST_E)
+
+
+def test_fork_subsample_draws_positions_uniformly_not_the_earliest():
+    from dialfork_metrics.task3.selection import _subsample_forks
+
+    recs = [{"dialogue_id": "s-conf", "source_id": "s", "hallucination_type": None}]
+    recs += [{"dialogue_id": f"s-{pos}-{h}", "source_id": "s", "hallucination_type": h, "fork_position": pos}
+             for pos in range(1, 9) for h in ("WIC", "GR")]
+    drawn = []
+    for seed in range(40):
+        keep = _subsample_forks(recs, 4, seed)
+        assert keep == _subsample_forks(recs, 4, seed)  # seeded
+        assert 0 in keep  # every conformant dialogue stays
+        pos = [recs[i]["fork_position"] for i in keep if i]
+        assert len(pos) == len(set(pos)) == 4  # one fork per drawn position
+        drawn += pos
+    counts = np.bincount(drawn, minlength=9)[1:]
+    # 160 draws over 8 positions: each position about 20 times, the late ones as often as the early ones
+    assert counts.min() >= 8 and counts[4:].sum() >= 60
+    assert _subsample_forks(recs, None, 0) == list(range(len(recs)))
+    assert len(_subsample_forks(recs, 20, 0)) == 9  # a cap above the positions keeps one fork per position

@@ -9,7 +9,7 @@ clustering threshold, fitting scope and N-gram order work best depends on the en
 2. for each fold, every setting of the grid is fitted on the conformant dialogues of the other
    folds (nodes, N-gram LM, threshold at ``false_alarm_rate``) and predicts the held-out fold's
    dialogues: its conformant dialogues and the forks of its sources (at most
-   ``max_forks_per_source`` per source, one per fork position, seeded);
+   ``max_forks_per_source`` per source at distinct fork positions drawn uniformly, seeded);
 3. each (detector, setting) is scored (SPEC 8 Score) on the pooled held-out predictions; the
    choice is the best Score among the settings whose held-out false-alarm rate is at most
    ``false_alarm_rate + tolerance`` (``tolerance`` 0 by default); if none qualifies, the lowest
@@ -75,6 +75,9 @@ DEFAULT_GRID: dict[str, tuple[Any, ...]] = {
     "scope": SCOPES,
     "order": (2, 3, 6),
 }
+#: Widest 95% interval half-width of a held-out false-alarm rate the selection accepts without a
+#: warning: 1 point needs about 1,800 held-out conformant dialogues at a 5% rate.
+MAX_FALSE_ALARM_HALF_WIDTH = 0.01
 #: Operating points the coverage table reports.
 FALSE_ALARM_POINTS: tuple[float, ...] = (0.01, 0.05, 0.10)
 
@@ -204,7 +207,10 @@ def _grid_settings(grid: Mapping[str, Sequence[Any]]) -> list[dict[str, Any]]:
 
 def _subsample_forks(records: Sequence[Mapping[str, Any]], max_per_source: int | None, seed: int) -> list[int]:
     """Indices of the records kept: every conformant one and, per source, at most
-    ``max_per_source`` forks (one per fork position first, types drawn with a seeded rng)."""
+    ``max_per_source`` forks at distinct fork positions drawn uniformly (seeded), one fork type
+    per drawn position (seeded). Drawing the positions, not taking the earliest, keeps the held-out
+    forks spread over the dialogue as the test forks are: early forks leave more turns to detect
+    them and shift cov_h and MAE_h."""
     if max_per_source is None:
         return list(range(len(records)))
     rng = np.random.default_rng(seed)
@@ -219,8 +225,9 @@ def _subsample_forks(records: Sequence[Mapping[str, Any]], max_per_source: int |
         by_pos: dict[Any, list[int]] = {}
         for i in idx:
             by_pos.setdefault(records[i].get("fork_position"), []).append(i)
-        picks = [grp[int(rng.integers(len(grp)))] for _, grp in sorted(by_pos.items(), key=lambda kv: str(kv[0]))]
-        keep += picks[:max_per_source]
+        groups = [grp for _, grp in sorted(by_pos.items(), key=lambda kv: str(kv[0]))]
+        chosen = sorted(rng.choice(len(groups), min(max_per_source, len(groups)), replace=False).tolist())
+        keep += [groups[g][int(rng.integers(len(groups[g])))] for g in chosen]
     return sorted(keep)
 
 
@@ -298,6 +305,11 @@ def select_settings(records: Sequence[Mapping[str, Any]], embeddings: Sequence[n
     ``fork_turn``); ``embeddings``: one ``(n_turns, d)`` array per record (any encoder).
     ``max_sources_per_task`` caps the train sources used per task (seeded draw) to bound the cost
     on a large corpus; ``max_forks_per_source`` caps the forks evaluated per held-out source.
+    Each table row carries the 95% Clopper-Pearson interval of its held-out false-alarm rate
+    (``cov_c_ci``, over ``n_conformant`` held-out conformant dialogues); a warning is logged when
+    an interval is wider than +/- :data:`MAX_FALSE_ALARM_HALF_WIDTH`, where the selection cannot
+    tell settings near the target apart (16 sources per task of the full template corpus give
+    384 held-out conformant dialogues, +/- 2.4 points; all its 2,328 give +/- 1.0).
     """
     from tqdm.auto import tqdm
 
@@ -411,11 +423,23 @@ def select_settings(records: Sequence[Mapping[str, Any]], embeddings: Sequence[n
                                     row[i] = o
             bar.update(1)
     bar.close()
+    from scipy.stats import binomtest
+
+    n_conf = sum(g["hallucination_type"] is None for g in gold)
     table = []
     for (d, si), row in preds.items():
         r = score_predictions({g["dialogue_id"]: p for g, p in zip(gold, row)}, gold)
+        k = sum(p is not None for g, p in zip(gold, row) if g["hallucination_type"] is None)
+        ci = binomtest(k, n_conf).proportion_ci(confidence_level=0.95, method="exact") if n_conf else None
         table.append({"detector": d, **settings[si], "cov_c": r["cov_c"], "cov_h": r["cov_h"], "mae_h": r["mae_h"],
-                      "mae_c": r["mae_c"], "score": r["score"]})
+                      "mae_c": r["mae_c"], "score": r["score"], "n_conformant": n_conf,
+                      "cov_c_ci": None if ci is None else [float(ci.low), float(ci.high)]})
+    half = max((t["cov_c_ci"][1] - t["cov_c_ci"][0]) / 2 for t in table) if n_conf else float("inf")
+    if half > MAX_FALSE_ALARM_HALF_WIDTH:
+        logger.warning("the held-out false-alarm rates rest on %d conformant dialogues (95%% interval up to "
+                       "+/-%.1f points): the selection cannot tell settings near the %.1f%% target apart; use more "
+                       "train sources (max_sources_per_task=None uses them all)", n_conf, 100 * half,
+                       100 * false_alarm_rate)
     chosen = {}
     for d in detectors:
         rows = [(i, t) for i, t in enumerate(table) if t["detector"] == d]
@@ -428,7 +452,8 @@ def select_settings(records: Sequence[Mapping[str, Any]], embeddings: Sequence[n
             best = min(rows, key=lambda it: (it[1]["cov_c"], -it[1]["score"], it[0]))[1]
         chosen[d] = {k: best[k] for k in SELECTABLE}
     meta = {"n_records": len(records), "n_sources": len(folds), "n_folds": n_folds, "seed": seed,
-            "max_sources_per_task": max_sources_per_task,
+            "max_sources_per_task": max_sources_per_task, "n_conformant": n_conf,
+            "false_alarm_ci_half_width": half,
             "false_alarm_rate": false_alarm_rate, "tolerance": tolerance, "threshold_rule": threshold_rule,
             "confidence": confidence, "cross_fit_nodes": cross_fit_nodes, "max_forks_per_source": max_forks_per_source,
             "grid": {k: list(v) for k, v in (grid or DEFAULT_GRID).items()}}
