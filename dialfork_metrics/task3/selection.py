@@ -75,8 +75,8 @@ DEFAULT_GRID: dict[str, tuple[Any, ...]] = {
     "scope": SCOPES,
     "order": (2, 3, 6),
 }
-#: Widest 95% interval half-width of a held-out false-alarm rate the selection accepts without a
-#: warning: 1 point needs about 1,800 held-out conformant dialogues at a 5% rate.
+#: Widest 95% interval half-width, at the target rate, of a held-out false-alarm rate the selection
+#: accepts without a warning: 1 point needs about 2,000 held-out conformant dialogues at a 5% rate.
 MAX_FALSE_ALARM_HALF_WIDTH = 0.01
 #: Operating points the coverage table reports.
 FALSE_ALARM_POINTS: tuple[float, ...] = (0.01, 0.05, 0.10)
@@ -307,9 +307,10 @@ def select_settings(records: Sequence[Mapping[str, Any]], embeddings: Sequence[n
     on a large corpus; ``max_forks_per_source`` caps the forks evaluated per held-out source.
     Each table row carries the 95% Clopper-Pearson interval of its held-out false-alarm rate
     (``cov_c_ci``, over ``n_conformant`` held-out conformant dialogues); a warning is logged when
-    an interval is wider than +/- :data:`MAX_FALSE_ALARM_HALF_WIDTH`, where the selection cannot
-    tell settings near the target apart (16 sources per task of the full template corpus give
-    384 held-out conformant dialogues, +/- 2.4 points; all its 2,328 give +/- 1.0).
+    the interval of a rate equal to the target is wider than +/- :data:`MAX_FALSE_ALARM_HALF_WIDTH`,
+    where the selection cannot tell settings near the target apart (16 sources per task of the
+    full template corpus give 384 held-out conformant dialogues, +/- 2.3 points; all its 2,328
+    give +/- 0.9).
     """
     from tqdm.auto import tqdm
 
@@ -434,11 +435,13 @@ def select_settings(records: Sequence[Mapping[str, Any]], embeddings: Sequence[n
         table.append({"detector": d, **settings[si], "cov_c": r["cov_c"], "cov_h": r["cov_h"], "mae_h": r["mae_h"],
                       "mae_c": r["mae_c"], "score": r["score"], "n_conformant": n_conf,
                       "cov_c_ci": None if ci is None else [float(ci.low), float(ci.high)]})
-    half = max((t["cov_c_ci"][1] - t["cov_c_ci"][0]) / 2 for t in table) if n_conf else float("inf")
+    # resolution at the target: the 95% interval of a held-out rate equal to the target
+    at_target = binomtest(int(round(false_alarm_rate * n_conf)), n_conf).proportion_ci(method="exact") if n_conf else None
+    half = float("inf") if at_target is None else (at_target.high - at_target.low) / 2
     if half > MAX_FALSE_ALARM_HALF_WIDTH:
-        logger.warning("the held-out false-alarm rates rest on %d conformant dialogues (95%% interval up to "
-                       "+/-%.1f points): the selection cannot tell settings near the %.1f%% target apart; use more "
-                       "train sources (max_sources_per_task=None uses them all)", n_conf, 100 * half,
+        logger.warning("the held-out false-alarm rates rest on %d conformant dialogues (95%% interval +/-%.1f "
+                       "points at the target): the selection cannot tell settings near the %.1f%% target apart; "
+                       "use more train sources (max_sources_per_task=None uses them all)", n_conf, 100 * half,
                        100 * false_alarm_rate)
     chosen = {}
     for d in detectors:
