@@ -139,8 +139,8 @@ def main(argv: list[str] | None = None) -> int:
     sel = r3["selection"]
     print(f"selection on train only: {sel['meta']['n_sources']} train sources, {sel['meta']['n_folds']} folds, "
           f"{len(sel['table'])} (detector, setting) rows, {sel['seconds']:.0f} s; held-out false alarms over "
-          f"{sel['meta']['n_conformant']} conformant dialogues, 95% interval up to "
-          f"+/-{100 * sel['meta']['false_alarm_ci_half_width']:.1f} points")
+          f"{sel['meta']['n_conformant']} conformant dialogues, 95% interval +/-"
+          f"{100 * sel['meta']['false_alarm_ci_half_width']:.1f} points at the target")
     for d in streaming:  # the selection's own estimate of the chosen setting, next to test below
         row = next(t for t in sel["table"] if t["detector"] == d and all(t[k] == v for k, v in sel["chosen"][d].items()))
         print(f"  {d:6s} held out on train: cov_c {100 * row['cov_c']:.2f}% ({100 * row['cov_c_ci'][0]:.2f}-"
