@@ -179,3 +179,27 @@ def test_cli_score(tmp_path):
     out = subprocess.run([sys.executable, "-m", "dialfork_metrics.task3", "score", str(bad), "--gold", str(gold)],
                          capture_output=True, text=True)
     assert out.returncode == 2 and "bad.jsonl:1:" in out.stderr
+
+
+def test_cli_score_subset_scores_one_part_of_a_whole_blind_prediction_file(tmp_path):
+    """A prediction file for the whole blind set scored on its public part: the private part's
+    predictions are set aside (scoring them would need their gold), ids in no part stay errors."""
+    from dialfork_metrics.task3.__main__ import main
+
+    pred = tmp_path / "p.jsonl"
+    pred.write_text("".join(json.dumps({"dialogue_id": k, "prediction": v}) + "\n" for k, v in PRED.items()))
+    gold = tmp_path / "task3_gold.jsonl"
+    gold.write_text("".join(json.dumps({**g, "subset": "public"}) + "\n" for g in GOLD)
+                    + "".join(json.dumps({**g, "dialogue_id": "priv-" + g["dialogue_id"], "subset": "private"}) + "\n"
+                              for g in GOLD))
+    with_private = tmp_path / "p_all.jsonl"
+    with_private.write_text(pred.read_text() + "".join(
+        json.dumps({"dialogue_id": "priv-" + k, "prediction": None}) + "\n" for k in PRED))
+    assert main(["score", str(with_private), "--gold", str(gold), "--subset", "public",
+                 "--json-out", str(tmp_path / "pub.json")]) == 0
+    assert main(["score", str(pred), "--gold", str(gold), "--subset", "all", "--json-out", str(tmp_path / "x.json")]) == 2
+    public = json.loads((tmp_path / "pub.json").read_text())
+    assert public["score"] == pytest.approx(59.985, abs=0.01)  # the public part alone, as test_cli_score
+    stray = tmp_path / "stray.jsonl"
+    stray.write_text(with_private.read_text() + json.dumps({"dialogue_id": "nowhere", "prediction": 1}) + "\n")
+    assert main(["score", str(stray), "--gold", str(gold), "--subset", "public"]) == 2

@@ -218,6 +218,9 @@ def cmd_score(args: argparse.Namespace) -> int:
 
     rows = read_predictions(args.predictions)
     gold = load_gold_rows(gold=args.gold, data=args.data, subset=args.subset)
+    if args.subset != "all":  # predictions of the other part's ids are dropped; ids in no part are still errors
+        other = {g["dialogue_id"] for g in load_gold_rows(gold=args.gold)} - {g["dialogue_id"] for g in gold}
+        rows = [r for r in rows if r.get("dialogue_id") not in other]
     result = score_predictions(rows, gold)
     print(format_table(result))
     print(json.dumps(result, indent=2))
