@@ -3,6 +3,7 @@ same texts, in one run (target: onnx >= 1.4x the texts/s of torch, with equal va
 
     python benchmarks/bench_encoder_runtime.py                      # 2,000 STAR turns, 500 pairs, 3 repeats
     python benchmarks/bench_encoder_runtime.py --int8 --drift       # + int8, + Tasks 1-3 drift on a template corpus
+    python benchmarks/bench_encoder_runtime.py --n-transcripts 400 --project benchmarks/results/pipeline_full_summary.json
 
 Takes the first ``--n-texts`` unique turn texts of the STAR human dialogues (and the first
 ``--n-pairs`` (system, user) turn pairs for FBD/PRD's pair encoder), exports the packaged MiniLM
@@ -11,6 +12,14 @@ an empty memory cache, ``--repeats`` times, interleaved (the order alternates ea
 noisy machine loads both alike). Prints each repeat, the median ratio (torch seconds / onnx
 seconds), the smallest cosine of each embedding to the torch one and the largest absolute
 difference.
+
+``--n-transcripts N`` also times N whole-dialogue transcripts (``"user: ...\nsystem: ..."``, the
+Full-dialog input, truncated at the encoder's 256 tokens) of the STAR human dialogues: 97% of the
+full template corpus's encoding time is its 79,407 transcripts (16.4M token positions), so their
+ratio, not the turns', decides the pipeline. ``--project SUMMARY`` reads the stage times of a
+``bench_pipeline.py`` run with ``runtime="torch"`` (its ``pipeline_full_summary.json``) and
+projects that run's time with onnx: each encoding stage divided by the ratio measured here for its
+kind (transcripts for the turn-and-transcript stage, pairs for the pair stage), the rest unchanged.
 
 ``--drift`` also runs Tasks 1-3 (``dialfork_metrics.bench.run_benchmark``) on a small template
 corpus with each runtime and reports, against torch, the largest difference of any number of the
@@ -56,6 +65,37 @@ def star_turns(star: Path, n_texts: int, n_pairs: int) -> tuple[list[str], list[
             if len(texts) >= n_texts and len(pairs) >= n_pairs:
                 break
     return list(texts), list(pairs)
+
+
+def star_transcripts(star: Path, n: int) -> list[str]:
+    """Transcripts (the Full-dialog input) of the first ``n`` STAR human dialogues, file order."""
+    from dialfork_dataset.turns import transcript
+
+    out: list[str] = []
+    with gzip.open(star / "dialogues.jsonl.gz", "rt", encoding="utf-8") as f:
+        for line in f:
+            if len(out) >= n:
+                break
+            turns = [{"speaker": "user" if e["agent"] == "User" else "system", "text": e["text"]}
+                     for e in json.loads(line)["events"]
+                     if isinstance(e.get("text"), str) and e["text"].strip()
+                     and e.get("action") in ("utter", "pick_suggestion")]
+            if turns:
+                out.append(transcript(turns))
+    return list(dict.fromkeys(out))
+
+
+def project(summary_path: Path, ratios: dict[str, float]) -> dict:
+    """A torch ``bench_pipeline`` run's time with each encoding stage divided by its measured ratio."""
+    t = json.loads(summary_path.read_text())["timings"]
+    enc_turns = sum(v for k, v in t.items() if k.startswith("encode:") and not k.endswith(":pairs"))
+    enc_pairs = sum(v for k, v in t.items() if k.startswith("encode:") and k.endswith(":pairs"))
+    total = t["total"]
+    rest = total - enc_turns - enc_pairs
+    onnx = enc_turns / ratios["transcripts"] + enc_pairs / ratios["pairs"] + rest
+    return {"from": str(summary_path), "torch_total_s": round(total, 1), "encode_turns_and_transcripts_s": round(enc_turns, 1),
+            "encode_pairs_s": round(enc_pairs, 1), "rest_s": round(rest, 1), "ratios_used": ratios,
+            "projected_onnx_total_s": round(onnx, 1), "projected_time_ratio_onnx_vs_torch": round(onnx / total, 3)}
 
 
 def _numbers(obj, path=""):
@@ -113,6 +153,10 @@ def main() -> int:
     ap.add_argument("--star", type=Path, default=Path(os.environ.get("DIALFORK_STAR_DIR", ROOT.parent / "shared" / "star")))
     ap.add_argument("--n-texts", type=int, default=2000)
     ap.add_argument("--n-pairs", type=int, default=500)
+    ap.add_argument("--n-transcripts", type=int, default=0,
+                    help="also time this many whole-dialogue transcripts (256-token Full-dialog inputs)")
+    ap.add_argument("--project", type=Path, default=None,
+                    help="a torch bench_pipeline summary JSON: project its time with onnx (needs --n-transcripts)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--int8", action="store_true", help="also time runtime='onnx-int8' and report its drift")
@@ -130,6 +174,9 @@ def main() -> int:
     from dialfork_metrics.pair_encoder import PairEncoder
 
     texts, pairs = star_turns(args.star, args.n_texts, args.n_pairs)
+    transcripts = star_transcripts(args.star, args.n_transcripts) if args.n_transcripts else []
+    if args.project and not (transcripts and pairs):
+        ap.error("--project needs --n-transcripts > 0 and --n-pairs > 0")
     runtimes = ["torch", "onnx"] + (["onnx-int8"] if args.int8 else [])
     base = Encoder("minilm", batch_size=args.batch_size, show_progress=False)
     encs = {rt: base if rt == "torch" else Encoder("minilm", batch_size=args.batch_size, show_progress=False,
@@ -141,8 +188,9 @@ def main() -> int:
         encs[rt].encode(texts[:8])
         pencs[rt].encode_pairs([a for a, _ in pairs[:8]], [b for _, b in pairs[:8]])
     setup_s = time.perf_counter() - t0
-    times: dict[str, dict[str, list[float]]] = {w: {rt: [] for rt in runtimes} for w in ("texts", "pairs")}
-    emb: dict[str, dict[str, np.ndarray]] = {"texts": {}, "pairs": {}}
+    kinds = ("texts", "pairs", "transcripts")
+    times: dict[str, dict[str, list[float]]] = {w: {rt: [] for rt in runtimes} for w in kinds}
+    emb: dict[str, dict[str, np.ndarray]] = {w: {} for w in kinds}
     load_before = os.getloadavg()
     for r in range(args.repeats):
         for rt in runtimes if r % 2 == 0 else runtimes[::-1]:
@@ -155,13 +203,18 @@ def main() -> int:
                 t = time.perf_counter()
                 emb["pairs"][rt] = pencs[rt].encode_pairs([a for a, _ in pairs], [b for _, b in pairs])
                 times["pairs"][rt].append(time.perf_counter() - t)
-    summary: dict = {"n_texts": len(texts), "n_pairs": len(pairs), "repeats": args.repeats,
+            if transcripts:
+                encs[rt].clear_cache()
+                t = time.perf_counter()
+                emb["transcripts"][rt] = encs[rt].encode(transcripts)
+                times["transcripts"][rt].append(time.perf_counter() - t)
+    summary: dict = {"n_texts": len(texts), "n_pairs": len(pairs), "n_transcripts": len(transcripts), "repeats": args.repeats,
                      "batch_size": args.batch_size, "torch_threads": torch.get_num_threads(), "cpus": os.cpu_count(),
                      "setup_and_export_s": round(setup_s, 1), "load_before": [round(x, 2) for x in load_before]}
-    for what in ("texts", "pairs"):
+    for what in kinds:
         if not times[what]["torch"]:
             continue
-        n = len(texts) if what == "texts" else len(pairs)
+        n = {"texts": len(texts), "pairs": len(pairs), "transcripts": len(transcripts)}[what]
         ref = emb[what]["torch"].astype(np.float64)
         for rt in runtimes:
             per = times[what][rt]
@@ -175,6 +228,9 @@ def main() -> int:
                             "min_cosine_to_torch": float(cos.min()), "max_abs_diff": float(np.abs(ref - got).max())})
             summary[f"{what}:{rt}"] = row
     summary["load_after"] = [round(x, 2) for x in os.getloadavg()]
+    if args.project:
+        summary["projection"] = project(args.project, {w: summary[f"{w}:onnx"]["ratio_vs_torch_median"]
+                                                       for w in ("transcripts", "pairs")})
     if args.drift:
         summary["drift"] = drift(args, runtimes)
     text = json.dumps(summary, indent=2)
@@ -188,6 +244,12 @@ def main() -> int:
           f"{o['min_cosine_to_torch']:.9f}; target >= 1.4x with cosine >= 1 - 1e-6: {'met' if ok else 'NOT met'}")
     if "pairs:onnx" in summary:
         print(f"onnx vs torch on turn pairs: {summary['pairs:onnx']['ratio_vs_torch_median']:.2f}x")
+    if "transcripts:onnx" in summary:
+        print(f"onnx vs torch on transcripts: {summary['transcripts:onnx']['ratio_vs_torch_median']:.2f}x")
+    if "projection" in summary:
+        pr = summary["projection"]
+        print(f"projected bench_pipeline time with onnx: {pr['projected_onnx_total_s']:.0f} s against torch's "
+              f"{pr['torch_total_s']:.0f} s, {pr['projected_time_ratio_onnx_vs_torch']:.2f}x the time (target <= 0.7x)")
     return 0
 
 
