@@ -30,7 +30,6 @@ their average tau, Task 3 by Score) changes.
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import os
 import statistics
@@ -44,26 +43,29 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
+def star_dialogue_turns(star: Path):
+    """Each STAR human dialogue's utterances as ``(speaker, text)``, file order (the package's reader,
+    either STAR layout)."""
+    from dialfork_dataset.star import StarCorpus
+
+    for d in StarCorpus(star).human_dialogues():
+        yield [("user" if e["agent"] == "User" else "system", e["text"]) for e in d["events"]
+               if isinstance(e.get("text"), str) and e["text"].strip()
+               and e.get("action") in ("utter", "pick_suggestion")]
+
+
 def star_turns(star: Path, n_texts: int, n_pairs: int) -> tuple[list[str], list[tuple[str, str]]]:
     """First unique turn texts and (system, user) pairs of the STAR human dialogues, file order."""
     texts: dict[str, None] = {}
     pairs: dict[tuple[str, str], None] = {}
-    with gzip.open(star / "dialogues.jsonl.gz", "rt", encoding="utf-8") as f:
-        for line in f:
-            d = json.loads(line)
-            prev = None
-            for e in d["events"]:
-                text = e.get("text")
-                if not isinstance(text, str) or not text.strip() or e.get("action") not in ("utter", "pick_suggestion"):
-                    continue
-                spk = "user" if e["agent"] == "User" else "system"
-                if len(texts) < n_texts:
-                    texts[text] = None
-                if prev is not None and prev[0] == "system" and spk == "user" and len(pairs) < n_pairs:
-                    pairs[(prev[1], text)] = None
-                prev = (spk, text)
-            if len(texts) >= n_texts and len(pairs) >= n_pairs:
-                break
+    for turns in star_dialogue_turns(star):
+        for (prev_spk, prev_text), (spk, text) in zip([(None, None)] + turns, turns):
+            if len(texts) < n_texts:
+                texts[text] = None
+            if prev_spk == "system" and spk == "user" and len(pairs) < n_pairs:
+                pairs[(prev_text, text)] = None
+        if len(texts) >= n_texts and len(pairs) >= n_pairs:
+            break
     return list(texts), list(pairs)
 
 
@@ -72,16 +74,11 @@ def star_transcripts(star: Path, n: int) -> list[str]:
     from dialfork_dataset.turns import transcript
 
     out: list[str] = []
-    with gzip.open(star / "dialogues.jsonl.gz", "rt", encoding="utf-8") as f:
-        for line in f:
-            if len(out) >= n:
-                break
-            turns = [{"speaker": "user" if e["agent"] == "User" else "system", "text": e["text"]}
-                     for e in json.loads(line)["events"]
-                     if isinstance(e.get("text"), str) and e["text"].strip()
-                     and e.get("action") in ("utter", "pick_suggestion")]
-            if turns:
-                out.append(transcript(turns))
+    for turns in star_dialogue_turns(star):
+        if len(out) >= n:
+            break
+        if turns:
+            out.append(transcript([{"speaker": spk, "text": text} for spk, text in turns]))
     return list(dict.fromkeys(out))
 
 
@@ -214,8 +211,8 @@ def main() -> int:
     for what in kinds:
         if not times[what]["torch"]:
             continue
-        n = {"texts": len(texts), "pairs": len(pairs), "transcripts": len(transcripts)}[what]
         ref = emb[what]["torch"].astype(np.float64)
+        n = len(ref)
         for rt in runtimes:
             per = times[what][rt]
             row = {"seconds": [round(x, 2) for x in per], "per_s_median": round(n / statistics.median(per), 1)}
