@@ -150,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     for d in streaming:
         r, s, c = res[d], res[d]["settings"], res[d]["coverage_at"]
         st = (f"{s['calibration']}, backoff={s['backoff']}, thr={s['distance_threshold']}, {s['scope']}, "
-              f"N={s['order']}")
+              f"N={s['order']}, pw={s.get('position_weight', 0.0):g}")
         mae = "/".join(f"{r['mae_h_by_type'].get(h, float('nan')):.2f}" for h in ("WIC", "SSPC", "GR", "CSC"))
         pr = paper["results"][d]
         print(f"{d:8s} {st:55s} {100 * r['cov_c']:6.2f}% {100 * r['cov_h']:6.2f}% {r['score']:6.2f} "
@@ -253,13 +253,14 @@ def calibration_check(corpus, enc, out_json: str, false_alarm_rate: float = 0.05
         p_list = []
         for i in range(0, len(test), 4000):  # bounded memory for the node assignment
             p_list += det.turn_probabilities(test[i:i + 4000], te_emb[i:i + 4000])
-        stats = np.array([-np.inf if (det.method == "ss" and len(p) < 2) else calibration_statistic(p, det.method)
-                          for p in p_list])
+        g = det.position_weight
+        stats = np.array([-np.inf if (det.method == "ss" and len(p) < 2) else calibration_statistic(p, det.method, j, g)
+                          for p, j in zip(p_list, sys_turns)])
         row = {"settings": det.settings(), "V": det.vocab_size, "variants": {}}
         for m, d in fitted.items():
             for rule in THRESHOLD_RULES:
                 thr = calibrate_threshold(d.calibration_stats, det.method, false_alarm_rate, rule=rule)
-                preds = first_alarms(p_list, sys_turns, det.method, thr)
+                preds = first_alarms(p_list, sys_turns, det.method, thr, g)
                 r = score_predictions({ex["dialogue_id"]: p for ex, p in zip(test, preds)}, test)
                 cur = tradeoff_curve(stats, [None] * len(stats), fork, {None: d.calibration_stats}, det.method)
                 v = {"threshold": thr, "cov_c": r["cov_c"], "cov_h": r["cov_h"], "mae_h": r["mae_h"],
@@ -314,7 +315,8 @@ def split_check(corpus, enc, out_json: str, detectors, chosen, n_seeds: int = 5,
                 det = make_detector(name, encoder=None, calibration_seed=seed, false_alarm_rate=false_alarm_rate,
                                     **settings).fit(halves[fit_on], emb[fit_on])
                 p_list = det.turn_probabilities(halves[held], emb[held])
-                k = sum(p is not None for p in first_alarms(p_list, sys_turns[held], det.method, det.threshold))
+                k = sum(p is not None for p in first_alarms(p_list, sys_turns[held], det.method, det.threshold,
+                                                            det.position_weight))
                 st = np.asarray(det.calibration_stats)
                 oof = float(np.mean(st < det.threshold) if det.method == "it" else np.mean(st > det.threshold))
                 n = len(halves[held])

@@ -78,7 +78,7 @@ TEST, TEST_E = _corpus(1, 10)
 CONF = [(r, e) for r, e in zip(TRAIN, TRAIN_E) if r["hallucination_type"] is None]
 CONF_R, CONF_E = [r for r, _ in CONF], [e for _, e in CONF]
 SMALL_GRID = {"calibration": ("in_sample", "cross_fit"), "backoff": (False,), "distance_threshold": (0.3, 0.6),
-              "scope": ("task", "pooled"), "order": (2, 3)}
+              "scope": ("task", "pooled"), "order": (2, 3), "position_weight": (0.0, 1.0)}
 
 
 # -- clustering: one tree, many cuts -------------------------------------------------------------
@@ -234,7 +234,7 @@ def test_selection_chooses_and_is_reproducible(caplog):
     for d, s in sel.chosen.items():
         assert set(s) == set(SELECTABLE)
         rows = [r for r in sel.table if r["detector"] == d]
-        assert len(rows) == 16
+        assert len(rows) == 32
         best = next(r for r in rows if all(r[k] == s[k] for k in SELECTABLE))
         ok = [r for r in rows if r["cov_c"] <= 0.1 + 0.01]
         assert best["score"] == max(r["score"] for r in ok) if ok else best["cov_c"] == min(r["cov_c"] for r in rows)
@@ -247,15 +247,18 @@ def test_selection_chooses_and_is_reproducible(caplog):
         select_settings(TRAIN, TRAIN_E, grid={"K": (3,)})
 
 
-def test_selection_held_out_rows_match_a_detector_fitted_on_the_other_folds():
+@pytest.mark.parametrize("name,gamma", [("it", 0.0), ("it", 1.0), ("ss+nc", 0.5)])
+def test_selection_held_out_rows_match_a_detector_fitted_on_the_other_folds(name, gamma):
     grid = {"calibration": ("cross_fit",), "backoff": (True,), "distance_threshold": (0.6,), "scope": ("pooled",),
-            "order": (3,)}
-    sel = select_settings(TRAIN, TRAIN_E, grid=grid, n_folds=2, max_forks_per_source=None, detectors=("it",))
+            "order": (3,), "position_weight": (gamma,)}
+    sel = select_settings(TRAIN, TRAIN_E, grid=grid, n_folds=2, max_forks_per_source=None, detectors=(name,))
     folds = source_folds(TRAIN, 2, seed=0)
     preds = {}
     for f in (0, 1):
-        fit = [(r, e) for r, e in zip(TRAIN, TRAIN_E) if folds[r["source_id"]] != f and r["hallucination_type"] is None]
-        det = make_detector("it", encoder=None, **grid_one(grid)).fit([r for r, _ in fit], embeddings=[e for _, e in fit])
+        # in the selection's canonical order (by dialogue id): the cross_fit folds are dealt by position
+        fit = sorted([(r, e) for r, e in zip(TRAIN, TRAIN_E) if folds[r["source_id"]] != f and r["hallucination_type"] is None],
+                     key=lambda x: str(x[0]["dialogue_id"]))
+        det = make_detector(name, encoder=None, **grid_one(grid)).fit([r for r, _ in fit], embeddings=[e for _, e in fit])
         held = [(r, e) for r, e in zip(TRAIN, TRAIN_E) if folds[r["source_id"]] == f]
         for (r, _), p in zip(held, det.predict_many([r for r, _ in held], [e for _, e in held])):
             preds[r["dialogue_id"]] = p
@@ -279,7 +282,7 @@ def test_bench_selection_never_reads_test_labels(template_corpus):
     corpus = load_corpus(template_corpus)
     enc = Encoder("minilm", show_progress=False)
     grid = {"calibration": ("in_sample", "cross_fit"), "backoff": (False,), "distance_threshold": (0.55, 0.8),
-            "scope": ("task",), "order": (3,)}
+            "scope": ("task",), "order": (3,), "position_weight": (0.0, 1.0)}
     kw = {"detectors": ("it", "ss+nc"), "select": True, "selection_kwargs": {"grid": grid, "n_folds": 2},
           "ablations": False, "paper_table": False, "progress": False}
     a = run_task3(corpus, enc, **kw)

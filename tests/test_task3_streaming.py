@@ -27,7 +27,10 @@ from dialfork_metrics.task3.streaming import (
     calibrate_threshold,
     calibration_statistic,
     max_calibration_alarms,
+    position_offsets,
     surprisal_jumps,
+    system_turn_index,
+    turn_scores,
 )
 
 D = 24
@@ -377,3 +380,82 @@ def test_cross_fit_restrict_drops_a_node_only_the_fold_has():
     others = [i for i in range(20) if i != 3]
     np.testing.assert_allclose(det["restrict"].calibration_stats[others], det["fixed"].calibration_stats[others],
                                rtol=0.2)
+
+
+# -- position weight ------------------------------------------------------------------------------------
+def test_position_weight_closed_forms():
+    p = np.array([0.5, 0.25, 0.5, 0.01])
+    j = np.array([1, 1, 2, 4])  # the system turn of each position
+    assert system_turn_index([{"speaker": s} for s in ("user", "system", "system", "user", "system")]).tolist() \
+        == [1, 1, 2, 2, 3]
+    np.testing.assert_allclose(position_offsets(j, 1.0, 4), np.log(j))
+    # gamma = 0 is the paper's rule exactly, with or without the system turns
+    assert turn_scores(p, "it").tolist() == p.tolist()
+    assert turn_scores(p, "it", j, 0.0).tolist() == p.tolist()
+    np.testing.assert_array_equal(turn_scores(p, "ss", j, 0.0), surprisal_jumps(p))
+    # IT: p_t / j^gamma; SS: Delta_t + gamma log j
+    np.testing.assert_allclose(turn_scores(p, "it", j, 1.0), p / j)
+    np.testing.assert_allclose(turn_scores(p, "it", j, 0.5), p / np.sqrt(j))
+    np.testing.assert_allclose(turn_scores(p, "ss", j, 2.0)[1:], surprisal_jumps(p)[1:] + 2 * np.log(j[1:]))
+    assert turn_scores(p, "ss", j, 2.0)[0] == -np.inf
+    # an early drop needs more evidence: at threshold 0.2, p = 0.25 at system turn 1 does not alarm
+    # and neither does p = 0.01 ... unless the weight is large enough to lift the bar at turn 4
+    assert alarms(p, "it", 0.0026, j, 0.0).tolist() == [False] * 4
+    assert alarms(p, "it", 0.0026, j, 1.0).tolist() == [False, False, False, True]  # 0.01 / 4 < 0.0026
+    assert calibration_statistic(p, "it", j, 1.0) == pytest.approx(0.0025)
+    assert calibration_statistic(p, "ss", j, 1.0) == pytest.approx(np.log(50) + np.log(4))
+    with pytest.raises(ValueError, match="system turn index"):
+        turn_scores(p, "it", None, 1.0)
+    with pytest.raises(ValueError, match="system turn index"):
+        calibration_statistic(p, "it", j[:2], 1.0)
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("gamma", [0.5, 1.0])
+def test_position_weight_streaming_equals_offline_rule(name, gamma):
+    """The streaming step and the offline rule (turn_scores over whole dialogues) take the same
+    decisions, bit for bit: the selection's held-out rows are the detector's predictions."""
+    from dialfork_metrics.task3.selection import first_alarms
+
+    det = make_detector(name, encoder=None, distance_threshold=0.55, threshold_rule="percentile",
+                        position_weight=gamma).fit(TRAIN, embeddings=TRAIN_E)
+    assert det.position_weight == gamma and det.settings()["position_weight"] == gamma
+    ps = det.turn_probabilities(TEST, TEST_E)
+    sys_turns = [system_turn_index(r["turns"]) for r in TEST]
+    assert det.predict_many(TEST, embeddings=TEST_E) == first_alarms(ps, sys_turns, det.method, det.threshold, gamma)
+    # the train false-alarm rate is the one of the weighted statistic the threshold was read from
+    preds = det.predict_many(TRAIN, embeddings=TRAIN_E)
+    assert np.mean([p is not None for p in preds]) == pytest.approx(det.train_false_alarm_rate)
+    stats, _ = det.dialogue_statistics(TEST, TEST_E)
+    flagged = stats < det.threshold if det.method == "it" else stats > det.threshold
+    assert flagged.tolist() == [p is not None for p in det.predict_many(TEST, embeddings=TEST_E)]
+
+
+def test_position_weight_moves_false_alarms_later():
+    """On conformant dialogues at one false-alarm budget, a positive weight can only move the alarms
+    that remain towards later system turns on average (the calibration is on the weighted statistic)."""
+    kw = {"encoder": None, "distance_threshold": 0.55, "threshold_rule": "percentile", "false_alarm_rate": 0.3}
+    conf = [(r, e) for r, e in zip(TEST, TEST_E) if r.get("hallucination_type") is None]
+    late = {}
+    for gamma in (0.0, 2.0):
+        det = make_detector("it", position_weight=gamma, **kw).fit(TRAIN, embeddings=TRAIN_E)
+        preds = [p for p in det.predict_many([r for r, _ in conf], [e for _, e in conf]) if p is not None]
+        late[gamma] = np.mean(preds) if preds else np.nan
+    assert not np.isnan(late[0.0])
+    assert np.isnan(late[2.0]) or late[2.0] >= late[0.0]
+
+
+def test_position_weight_saved_validated_and_old_files_load_as_zero(tmp_path):
+    det = make_detector("ss+nc", encoder=None, distance_threshold=0.55, position_weight=1.0).fit(TRAIN, embeddings=TRAIN_E)
+    path = det.save(tmp_path / "d")
+    back = load_detector(path)
+    assert back.position_weight == 1.0 and back.threshold == det.threshold
+    assert back.predict_many(TEST, embeddings=TEST_E) == det.predict_many(TEST, embeddings=TEST_E)
+    cfg = json.loads((path / "config.json").read_text())
+    del cfg["position_weight"]  # a folder saved before the setting existed ran the single threshold
+    (path / "config.json").write_text(json.dumps(cfg))
+    assert load_detector(path).position_weight == 0.0
+    for bad in (-1.0, float("nan"), float("inf"), True, "1"):
+        with pytest.raises(ValueError, match="position_weight"):
+            make_detector("it", encoder=None, position_weight=bad)
+    assert make_detector("it", encoder=None, preset="paper").position_weight == 0.0

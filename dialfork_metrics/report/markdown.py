@@ -138,7 +138,8 @@ def _settings_text(s: Mapping[str, Any] | None) -> str:
     if not s:
         return "–"
     return (f"{s['calibration']}, {'backoff' if s['backoff'] else 'no backoff'}, thr {s['distance_threshold']:g}, "
-            f"{s['scope']}, N={s['order']}")
+            f"{s['scope']}, N={s['order']}" + (f", position weight {s['position_weight']:g}"
+                                                if s.get("position_weight") else ""))
 
 
 def task3_markdown(t3: Mapping[str, Any]) -> str:

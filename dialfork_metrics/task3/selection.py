@@ -2,7 +2,8 @@
 
 Selection (ours; see ``docs/task3_detectors.md``). The paper fixes one protocol (``preset="paper"``
 of :class:`~dialfork_metrics.task3.streaming.StreamingDetector`). Which calibration, back-off,
-clustering threshold, fitting scope and N-gram order work best depends on the encoder, so
+clustering threshold, fitting scope, N-gram order and position weight work best depends on the
+encoder, so
 :func:`select_settings` chooses them by K-fold cross-validation over the *train sources*:
 
 1. the train sources are split into ``n_folds`` folds, stratified by task and seeded;
@@ -61,19 +62,21 @@ from .streaming import (
     calibrate_threshold,
     calibration_fold_ids,
     calibration_statistic,
-    surprisal_jumps,
+    system_turn_index,
+    turn_scores,
 )
 
 logger = logging.getLogger(__name__)
 
 DETECTORS: tuple[str, ...] = ("it", "ss", "it+nc", "ss+nc")
-#: The default search grid (2 x 2 x 4 x 2 x 3 = 96 settings per detector).
+#: The default search grid (2 x 2 x 4 x 2 x 3 x 3 = 288 settings per detector).
 DEFAULT_GRID: dict[str, tuple[Any, ...]] = {
     "calibration": CALIBRATIONS,
     "backoff": (False, True),
     "distance_threshold": (0.4, 0.55, 0.7, 0.85),
     "scope": SCOPES,
     "order": (2, 3, 6),
+    "position_weight": (0.0, 0.5, 1.0),
 }
 #: Widest 95% interval half-width, at the target rate, of a held-out false-alarm rate the selection
 #: accepts without a warning: 1 point needs about 2,000 held-out conformant dialogues at a 5% rate.
@@ -109,20 +112,16 @@ def _source(r: Mapping[str, Any]) -> str:
 
 
 def first_alarms(p_list: Sequence[np.ndarray], sys_turns: Sequence[np.ndarray], method: str,
-                 threshold: float) -> list[int | None]:
+                 threshold: float, position_weight: float = 0.0) -> list[int | None]:
     """The streaming prediction of each dialogue from its ``p_t``: the system turn of the first
-    alarm (``sys_turns[i][pos]`` maps a turn position to its system turn index) or ``None``."""
+    alarm (``sys_turns[i][pos]`` maps a turn position to its system turn index) or ``None``;
+    ``position_weight`` as :func:`~dialfork_metrics.task3.streaming.turn_scores`."""
     out: list[int | None] = []
     for p, st in zip(p_list, sys_turns):
-        a = (p < threshold) if method == "it" else (surprisal_jumps(p) > threshold)
+        s = turn_scores(p, method, st, position_weight)
+        a = (s < threshold) if method == "it" else (s > threshold)
         out.append(int(st[int(np.argmax(a))]) if a.any() else None)
     return out
-
-
-def system_turn_index(turns: Sequence[Mapping[str, str]]) -> np.ndarray:
-    """Per turn position, its system turn index (a user turn -> the latest system turn before it,
-    or 1), as :func:`dialfork_dataset.forks.position_to_system_turn`."""
-    return np.maximum(np.cumsum([t["speaker"] == "system" for t in turns]), 1)
 
 
 def tradeoff_curve(stats: np.ndarray, keys: Sequence[Any], is_fork: Sequence[bool],
@@ -373,6 +372,7 @@ def select_settings(records: Sequence[Mapping[str, Any]], embeddings: Sequence[n
                 if not hi:
                     continue
                 turns_fit = [records[i]["turns"] for i in gi]
+                fit_sys = [sys_turns[i] for i in gi]
                 emb_fit = [embeddings[i] for i in gi]
                 trees = _speaker_trees(turns_fit, emb_fit)
                 cals = sorted({s["calibration"] for s in settings})
@@ -414,11 +414,13 @@ def select_settings(records: Sequence[Mapping[str, Any]], embeddings: Sequence[n
                                 method, nc = d.split("+")[0], d.endswith("+nc")
                                 p_cal, c_cal = calib[s["calibration"]]
                                 cp = [p * c for p, c in zip(p_cal, c_cal)] if nc else p_cal
-                                theta = calibrate_threshold([calibration_statistic(p, method) for p in cp], method,
+                                g = float(s["position_weight"])
+                                theta = calibrate_threshold([calibration_statistic(p, method, j, g)
+                                                             for p, j in zip(cp, fit_sys)], method,
                                                             false_alarm_rate, rule=threshold_rule,
                                                             confidence=confidence)
                                 ph = [p * c for p, c in zip(p_held, c_held)] if nc else p_held
-                                out = first_alarms(ph, [sys_turns[i] for i in hi], method, theta)
+                                out = first_alarms(ph, [sys_turns[i] for i in hi], method, theta, g)
                                 row = preds[(d, si)]
                                 for i, o in zip(hi, out):
                                     row[i] = o

@@ -8,7 +8,7 @@ settings selection call them.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -50,49 +50,136 @@ def surprisal_jumps(p: np.ndarray) -> np.ndarray:
     return d
 
 
-def alarms(p: np.ndarray, method: str, threshold: float) -> np.ndarray:
-    """Boolean alarm per turn position: IT ``p_t < threshold``; SS ``Delta_t > threshold``.
+def system_turn_index(turns: Sequence[Mapping[str, str]]) -> np.ndarray:
+    """Per turn position, its system turn index (a user turn -> the latest system turn before it,
+    or 1), as :func:`dialfork_dataset.forks.position_to_system_turn`.
+
+    Args:
+        turns: The dialogue's turns (``{"speaker", ...}``).
+
+    Returns:
+        int64 array of length ``len(turns)``, each value ``>= 1``.
+    """
+    return np.maximum(np.cumsum([t["speaker"] == "system" for t in turns]), 1)
+
+
+def position_offsets(sys_turns: np.ndarray | Sequence[int] | None, position_weight: float, n: int) -> np.ndarray:
+    """``gamma * log j_t`` per turn position, ``j_t`` the position's system turn index (``>= 1``):
+    the amount by which the position weight (ours) lowers the evidence an alarm at system turn
+    ``j`` needs. ``math.log`` per element, as the streaming loop computes it, so the offline and
+    streaming decisions agree bit for bit.
+
+    Args:
+        sys_turns: Per turn position, its system turn index
+            (:func:`system_turn_index`); may be ``None`` when
+            ``position_weight`` is 0.
+        position_weight: ``gamma >= 0``; 0 gives zeros (the paper's single threshold).
+        n: The number of turn positions.
+
+    Returns:
+        float64 array of length ``n``.
+
+    Raises:
+        ValueError: ``position_weight`` is not 0 and ``sys_turns`` is missing or of another length.
+    """
+    if not position_weight:
+        return np.zeros(n)
+    if sys_turns is None or len(sys_turns) != n:
+        raise ValueError(f"position_weight={position_weight!r} needs the system turn index of each of the {n} turns, "
+                         f"got {None if sys_turns is None else len(sys_turns)}")
+    j = np.maximum(np.asarray(sys_turns, dtype=np.int64), 1)
+    uniq, inv = np.unique(j, return_inverse=True)
+    return np.asarray([float(position_weight) * math.log(int(u)) for u in uniq.tolist()], dtype=np.float64)[inv]
+
+
+def turn_scores(p: np.ndarray, method: str, sys_turns: np.ndarray | Sequence[int] | None = None,
+                position_weight: float = 0.0) -> np.ndarray:
+    """Per turn, the statistic compared with the threshold.
+
+    * IT: ``p_t * exp(-gamma log j_t) = p_t / j_t^gamma``; an alarm when it falls *below* the
+      threshold, so at system turn ``j`` the threshold on ``p_t`` is ``theta * j^gamma``;
+    * SS: ``Delta_t + gamma log j_t``; an alarm when it rises *above* the threshold (position 0,
+      which has no jump, is ``-inf``).
+
+    ``gamma = position_weight`` (ours; 0, the paper's rule, returns ``p`` and
+    :func:`surprisal_jumps` exactly) makes an early alarm need stronger evidence than a late one.
+    A false alarm at system turn ``j`` of a conformant dialogue of ``T`` system turns interrupts
+    the ``T + 1 - j`` turns left (the distance MAE_c charges, SPEC 8), so under one false-alarm
+    budget a positive weight moves the alarms a conformant dialogue still raises later, where they
+    cost less; a fork is caught at its fork turn whenever its evidence clears the raised bar.
+
+    Args:
+        p: The per-turn probabilities ``p_t`` of one dialogue.
+        method: ``"it"`` or ``"ss"``.
+        sys_turns: Per turn position, its system turn index (needed when ``position_weight`` > 0).
+        position_weight: ``gamma >= 0``.
+
+    Returns:
+        float64 array of the same length as ``p``.
+
+    Raises:
+        ValueError: An unknown ``method``, or ``sys_turns`` missing for a positive weight.
+    """
+    p = np.asarray(p, dtype=np.float64)
+    off = position_offsets(sys_turns, position_weight, len(p))
+    if method == "it":
+        if not position_weight:
+            return p
+        uniq, inv = np.unique(off, return_inverse=True)
+        return p * np.asarray([math.exp(-o) for o in uniq.tolist()], dtype=np.float64)[inv]
+    if method == "ss":
+        d = surprisal_jumps(p)
+        return d + off if position_weight else d
+    raise ValueError(f"unknown method {method!r}; expected one of {METHODS}")
+
+
+def alarms(p: np.ndarray, method: str, threshold: float, sys_turns: np.ndarray | Sequence[int] | None = None,
+           position_weight: float = 0.0) -> np.ndarray:
+    """Boolean alarm per turn position: IT ``p_t / j_t^gamma < threshold``; SS
+    ``Delta_t + gamma log j_t > threshold`` (:func:`turn_scores`; ``gamma = 0``: the paper's
+    ``p_t < threshold`` and ``Delta_t > threshold``).
 
     Args:
         p: The per-turn probabilities ``p_t`` of one dialogue.
         method: ``"it"`` or ``"ss"``.
         threshold: The calibrated threshold.
+        sys_turns: Per turn position, its system turn index (needed when ``position_weight`` > 0).
+        position_weight: ``gamma >= 0``.
 
     Returns:
         Boolean array of the same length as ``p``.
 
     Raises:
-        ValueError: An unknown ``method``.
+        ValueError: An unknown ``method``, or ``sys_turns`` missing for a positive weight.
     """
-    p = np.asarray(p, dtype=np.float64)
-    if method == "it":
-        return p < threshold
-    if method == "ss":
-        return surprisal_jumps(p) > threshold
-    raise ValueError(f"unknown method {method!r}; expected one of {METHODS}")
+    s = turn_scores(p, method, sys_turns, position_weight)
+    return s < threshold if method == "it" else s > threshold
 
 
-def calibration_statistic(p: np.ndarray, method: str) -> float:
-    """Per-dialogue statistic the threshold is calibrated on: IT ``min_t p_t``, SS ``max_t Delta_t``.
+def calibration_statistic(p: np.ndarray, method: str, sys_turns: np.ndarray | Sequence[int] | None = None,
+                          position_weight: float = 0.0) -> float:
+    """Per-dialogue statistic the threshold is calibrated on: the extreme of :func:`turn_scores`,
+    IT ``min_t p_t / j_t^gamma``, SS ``max_t (Delta_t + gamma log j_t)`` (``gamma = 0``: the
+    paper's ``min_t p_t`` and ``max_t Delta_t``).
 
     Args:
         p: The per-turn probabilities ``p_t`` of one dialogue (non-empty).
         method: ``"it"`` or ``"ss"``.
+        sys_turns: Per turn position, its system turn index (needed when ``position_weight`` > 0).
+        position_weight: ``gamma >= 0``.
 
     Returns:
         The statistic; a dialogue alarms somewhere exactly when it crosses the threshold.
 
     Raises:
-        ValueError: An unknown ``method``, or SS on a dialogue of fewer than two turns.
+        ValueError: An unknown ``method``, SS on a dialogue of fewer than two turns, or
+            ``sys_turns`` missing for a positive weight.
     """
     p = np.asarray(p, dtype=np.float64)
-    if method == "it":
-        return float(p.min())
-    if method == "ss":
-        if len(p) < 2:
-            raise ValueError("SS needs dialogues of at least two turns (Delta_t starts at the second turn)")
-        return float(surprisal_jumps(p)[1:].max())
-    raise ValueError(f"unknown method {method!r}; expected one of {METHODS}")
+    if method == "ss" and len(p) < 2:
+        raise ValueError("SS needs dialogues of at least two turns (Delta_t starts at the second turn)")
+    s = turn_scores(p, method, sys_turns, position_weight)
+    return float(s.min()) if method == "it" else float(s[1:].max())
 
 
 def max_calibration_alarms(n: int, false_alarm_rate: float, rule: str = "percentile",

@@ -22,6 +22,7 @@ from .decision import (
     METHODS,
     THRESHOLD_RULES,
     calibration_statistic,
+    system_turn_index,
 )
 from .fitting import FitMixin
 from .persistence import PersistenceMixin
@@ -88,6 +89,12 @@ class StreamingDetector(FitMixin, PersistenceMixin):
             by cross-validation, per detector and encoder) or ``"paper"`` (the paper's literal settings).
         encoder: Alias/path for :class:`dialfork_metrics.encoders.Encoder`, an encoder object, or
             ``None`` (then every call must pass precomputed ``embeddings``).
+        position_weight: ``gamma >= 0`` (ours; ``paper`` preset 0): at system turn ``j`` IT alarms
+            when ``p_t / j^gamma`` falls below the threshold and SS when ``Delta_t + gamma log j``
+            rises above it (:func:`~dialfork_metrics.task3.streaming.turn_scores`), and the threshold
+            is calibrated on the same weighted statistic, so the false-alarm target is unchanged. An
+            early alarm then needs stronger evidence: a false alarm at system turn ``j`` interrupts
+            the ``T + 1 - j`` turns left (what MAE_c charges).
 
     Raises:
         ValueError: Any invalid setting (all of them listed in one message), an unknown preset, or
@@ -102,7 +109,8 @@ class StreamingDetector(FitMixin, PersistenceMixin):
                  backoff: bool | None = None, calibration: str | None = None, calibration_folds: int = 5,
                  calibration_seed: int = 0, encoder: Any = "minilm", scope: str | None = None,
                  preset: str = "selected", threshold_rule: str | None = None,
-                 confidence: float = DEFAULT_CONFIDENCE, cross_fit_nodes: str = "restrict"):
+                 confidence: float = DEFAULT_CONFIDENCE, cross_fit_nodes: str = "restrict",
+                 position_weight: float | None = None):
         errs = []
         if method not in METHODS:
             errs.append(f"method must be one of {METHODS}, got {method!r}")
@@ -112,12 +120,13 @@ class StreamingDetector(FitMixin, PersistenceMixin):
             raise ValueError("StreamingDetector: " + "; ".join(errs))
         name = method + ("+nc" if node_confidence else "")
         explicit = {"order": order, "distance_threshold": distance_threshold, "backoff": backoff,
-                    "calibration": calibration, "scope": scope}
+                    "calibration": calibration, "scope": scope, "position_weight": position_weight}
         defaults = preset_settings(preset, name, _encoder_name(encoder))
         settings = {k: (defaults[k] if explicit[k] is None else explicit[k]) for k in SELECTABLE}
         self.settings_source = {k: ("explicit" if explicit[k] is not None else f"preset:{preset}") for k in SELECTABLE}
         order, distance_threshold = settings["order"], settings["distance_threshold"]
         backoff, calibration, scope = settings["backoff"], settings["calibration"], settings["scope"]
+        position_weight = settings["position_weight"]
         if isinstance(order, bool) or not isinstance(order, int) or order < 1:
             errs.append(f"order N must be an integer >= 1, got {order!r}")
         if isinstance(K, bool) or not isinstance(K, int) or K < 1:
@@ -132,6 +141,9 @@ class StreamingDetector(FitMixin, PersistenceMixin):
             errs.append(f"calibration must be one of {CALIBRATIONS}, got {calibration!r}")
         if isinstance(calibration_folds, bool) or not isinstance(calibration_folds, int) or calibration_folds < 2:
             errs.append(f"calibration_folds must be an integer >= 2, got {calibration_folds!r}")
+        if (isinstance(position_weight, bool) or not isinstance(position_weight, int | float)
+                or not math.isfinite(position_weight) or position_weight < 0):
+            errs.append(f"position_weight must be a finite number >= 0, got {position_weight!r}")
         if scope not in SCOPES:
             errs.append(f"scope must be one of {SCOPES}, got {scope!r}")
         if threshold_rule is None:
@@ -160,6 +172,7 @@ class StreamingDetector(FitMixin, PersistenceMixin):
         self.calibration_folds = calibration_folds
         self.calibration_seed = int(calibration_seed)
         self.scope = scope
+        self.position_weight = float(position_weight)
         self.preset = preset
         self._encoder_spec = encoder
         self._encoder = None
@@ -350,13 +363,16 @@ class StreamingDetector(FitMixin, PersistenceMixin):
         p = lm.prob(lm.context_of(state.context), node)
         if self.node_confidence:
             p *= confidence
-        if self.method == "it":
-            score: float | None = p
-            alarm = p < self.threshold
+        n_system = state.n_system + (speaker == "system")
+        offset = self.position_weight * math.log(max(n_system, 1)) if self.position_weight else 0.0
+        if self.method == "it":  # the same expressions as decision.turn_scores
+            score: float | None = p * math.exp(-offset) if self.position_weight else p
+            alarm = score < self.threshold
         else:  # the same expression as surprisal_jumps
             score = None if state.prev_p is None else (-math.log(p)) - (-math.log(state.prev_p))
+            if score is not None and self.position_weight:
+                score = score + offset
             alarm = score is not None and score > self.threshold
-        n_system = state.n_system + (speaker == "system")
         k = self.order - 1
         context = (*state.context, int(node))[-k:] if k else ()
         return (StepState(context, p, state.n_turns + 1, n_system),
@@ -414,7 +430,8 @@ class StreamingDetector(FitMixin, PersistenceMixin):
             nodes, confs = m._assign_many([turns_list[i] for i in idx], [emb[i] for i in idx])
             for i, n, c in zip(idx, nodes, confs):
                 p = m._sequence_p(n, c)
-                stats[i] = -np.inf if (m.method == "ss" and len(p) < 2) else calibration_statistic(p, m.method)
+                stats[i] = (-np.inf if (m.method == "ss" and len(p) < 2) else
+                            calibration_statistic(p, m.method, system_turn_index(turns_list[i]), m.position_weight))
                 keys[i] = key_of[id(m)]
         return stats, keys
 

@@ -14,7 +14,13 @@ from dialfork_dataset.turns import as_turns
 
 from ..ngram import NgramLM
 from ._common import _normalize_rows, _task_of, _where
-from .decision import alarms, calibrate_threshold, calibration_fold_ids, calibration_statistic
+from .decision import (
+    alarms,
+    calibrate_threshold,
+    calibration_fold_ids,
+    calibration_statistic,
+    system_turn_index,
+)
 from .presets import SPEAKERS
 
 if TYPE_CHECKING:
@@ -87,7 +93,7 @@ class FitMixin:
                                 calibration_folds=self.calibration_folds, calibration_seed=self.calibration_seed,
                                 encoder=None, scope="pooled", preset=self.preset,
                                 threshold_rule=self.threshold_rule, confidence=self.confidence,
-                                cross_fit_nodes=self.cross_fit_nodes)
+                                cross_fit_nodes=self.cross_fit_nodes, position_weight=self.position_weight)
         sub.settings_source = dict(self.settings_source)
         sub._parent = self
         return sub
@@ -107,10 +113,13 @@ class FitMixin:
             p_calib = p_train
         else:
             p_calib = self._cross_fit_p(turns_list, emb, nodes, confs)
-        self.calibration_stats = np.asarray([calibration_statistic(p, self.method) for p in p_calib])
+        sys_turns = [system_turn_index(t) for t in turns_list]
+        self.calibration_stats = np.asarray([calibration_statistic(p, self.method, j, self.position_weight)
+                                             for p, j in zip(p_calib, sys_turns)])
         self.threshold = self._threshold(self.calibration_stats, self.false_alarm_rate)
         self.n_train = len(turns_list)
-        self.train_false_alarm_rate = float(np.mean([alarms(p, self.method, self.threshold).any() for p in p_train]))
+        self.train_false_alarm_rate = float(np.mean([alarms(p, self.method, self.threshold, j, self.position_weight).any()
+                                                     for p, j in zip(p_train, sys_turns)]))
         logger.info("fitted %s%s on %d dialogues: V=%d nodes, threshold=%.6g, train false-alarm rate %.3f",
                     self.name, f" ({where})" if where else "", self.n_train, offset, self.threshold,
                     self.train_false_alarm_rate)
@@ -207,7 +216,8 @@ class FitMixin:
         """An unfitted single model with the node settings of this one (for out-of-fold nodes)."""
         return type(self)(method=self.method, node_confidence=self.node_confidence, order=self.order, K=self.K,
                                  tau=self.tau, distance_threshold=self.distance_threshold, backoff=self.backoff,
-                                 calibration="in_sample", encoder=None, scope="pooled", preset="paper")
+                                 calibration="in_sample", encoder=None, scope="pooled", preset="paper",
+                                position_weight=self.position_weight)
 
     def _sequence_p(self, nodes: np.ndarray, confs: np.ndarray) -> np.ndarray:
         p = self.lm.sequence_probs(nodes)

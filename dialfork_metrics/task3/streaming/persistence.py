@@ -27,7 +27,7 @@ class PersistenceMixin:
     """``settings``/``config``/``save``/``load`` of :class:`~.detector.StreamingDetector`."""
 
     def settings(self) -> dict[str, Any]:
-        """The five :data:`SELECTABLE` settings this detector runs with."""
+        """The six :data:`SELECTABLE` settings this detector runs with."""
         return {k: getattr(self, k) for k in SELECTABLE}
 
     def config(self) -> dict[str, Any]:
@@ -36,6 +36,7 @@ class PersistenceMixin:
             "method": self.method,
             "node_confidence": self.node_confidence,
             "order": self.order,
+            "position_weight": self.position_weight,
             "K": self.K,
             "tau": self.tau,
             "distance_threshold": self.distance_threshold,
@@ -131,7 +132,9 @@ class PersistenceMixin:
                   scope=meta.get("scope", "pooled"), preset=meta.get("preset", "selected"),
                   threshold_rule=meta.get("threshold_rule", "percentile"),
                   confidence=meta.get("confidence", DEFAULT_CONFIDENCE),
-                  cross_fit_nodes=meta.get("cross_fit_nodes", "fixed"))
+                  cross_fit_nodes=meta.get("cross_fit_nodes", "fixed"),
+                  # saved before the position weight existed: the single threshold they ran with
+                  position_weight=meta.get("position_weight", 0.0))
         if "settings_source" in meta:
             det.settings_source = dict(meta["settings_source"])
         det.tasks = list(meta.get("tasks", [None]))

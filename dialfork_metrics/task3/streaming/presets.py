@@ -18,16 +18,16 @@ CROSS_FIT_NODES: tuple[str, ...] = ("restrict", "recluster", "fixed")
 SCOPES: tuple[str, ...] = ("task", "pooled")
 PRESETS: tuple[str, ...] = ("selected", "paper")
 #: the settings a preset (or the selection) fixes
-SELECTABLE: tuple[str, ...] = ("calibration", "backoff", "distance_threshold", "scope", "order")
+SELECTABLE: tuple[str, ...] = ("calibration", "backoff", "distance_threshold", "scope", "order", "position_weight")
 #: the paper's literal protocol (SPEC 8; Table 4 at N=6, Table 9 at N=3)
 PAPER_SETTINGS: dict[str, Any] = {"calibration": "in_sample", "backoff": False,
                                   "distance_threshold": DEFAULT_DISTANCE_THRESHOLD, "scope": "task",
-                                  "order": DEFAULT_ORDER}
+                                  "order": DEFAULT_ORDER, "position_weight": 0.0}
 SELECTED_SETTINGS_FILE = Path(__file__).resolve().parent.parent / "selected_settings.json"
 
 
 def preset_settings(preset: str = "selected", detector: str = "it", encoder: str | None = None) -> dict[str, Any]:
-    """The five :data:`SELECTABLE` settings of a preset for one detector and encoder.
+    """The six :data:`SELECTABLE` settings of a preset for one detector and encoder.
 
     Args:
         preset: ``"paper"`` (the paper's literal protocol, :data:`PAPER_SETTINGS`) or
@@ -38,7 +38,8 @@ def preset_settings(preset: str = "selected", detector: str = "it", encoder: str
             ``None``, gets the file's ``"*"`` entry.
 
     Returns:
-        ``{"calibration", "backoff", "distance_threshold", "scope", "order"}``: a new dict.
+        ``{"calibration", "backoff", "distance_threshold", "scope", "order", "position_weight"}``: a
+        new dict.
 
     Raises:
         ValueError: An unknown preset, or ``selected_settings.json`` has no (complete) entry for

@@ -41,8 +41,9 @@ class StepResult:
 
     Attributes:
         p: ``p_t`` (``p_t^NC`` for NC detectors).
-        score: The statistic compared with the threshold (IT ``p_t``, SS ``Delta_t``; ``None`` at
-            the first turn of SS).
+        score: The statistic compared with the threshold (IT ``p_t / j^gamma``, SS
+            ``Delta_t + gamma log j``, ``gamma`` the position weight, ``j`` the system turn; ``None``
+            at the first turn of SS).
         alarm: Whether this turn crosses the threshold.
         system_turn: The turn as a 1-based system turn index.
     """
@@ -50,8 +51,9 @@ class StepResult:
     p: float
     """``p_t`` (``p_t^NC`` for NC detectors)."""
     score: float | None
-    """The statistic compared with the threshold: IT ``p_t`` (alarm when below), SS ``Delta_t``
-    (alarm when above; ``None`` at the first turn, which has no jump)."""
+    """The statistic compared with the threshold: IT ``p_t / j^gamma`` (alarm when below), SS
+    ``Delta_t + gamma log j`` (alarm when above; ``None`` at the first turn, which has no jump);
+    ``gamma = 0`` (the paper's rule): ``p_t`` and ``Delta_t``."""
     alarm: bool
     """This turn crosses the threshold."""
     system_turn: int
