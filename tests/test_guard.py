@@ -129,12 +129,39 @@ def test_verdict_fields_and_sticky_alarm(monitors):
     assert Verdict.from_dict(json.loads(json.dumps(vs[-1].to_dict()))) == vs[-1]
 
 
-def test_it_score_is_p_and_alarm_below_threshold(monitors):
-    mon = monitors[("it", 2)]
+@pytest.mark.parametrize("gamma", [0.0, 1.0])
+def test_it_score_is_the_weighted_p_and_alarm_below_threshold(monitors, gamma):
+    from dialfork_metrics.task3.streaming import system_turn_index, turn_scores
+
+    mon = monitors[("it", 2)] if gamma == 0 else _fit("it", 2, position_weight=gamma)
+    assert mon.detector.position_weight == gamma
     vs = _observe_all(mon, TEST[30], TEST_E[30])
     p = mon.detector.turn_probabilities([TEST[30]], embeddings=[TEST_E[30]])[0]
-    assert [v.score for v in vs] == p.tolist()
-    assert [v.raised for v in vs] == (p < mon.detector.threshold).tolist()
+    score = turn_scores(p, "it", system_turn_index(TEST[30]["turns"]), gamma)  # p_t / j^gamma
+    assert [v.score for v in vs] == score.tolist()
+    if gamma == 0:
+        assert score.tolist() == p.tolist()
+    assert [v.raised for v in vs] == (score < mon.detector.threshold).tolist()
+
+
+def test_position_weight_enters_the_fingerprint_only_when_set(monitors):
+    import copy
+
+    from dialfork_metrics.guard.monitor import detector_fingerprint
+
+    det = monitors[("ss+nc", 6)].detector
+    zero, one, old = copy.deepcopy(det), copy.deepcopy(det), copy.deepcopy(det)
+    zero.position_weight, one.position_weight = 0.0, 1.0
+    assert detector_fingerprint(zero) != detector_fingerprint(one)
+    # a gamma = 0 detector keeps the fingerprint of a version whose config had no such key
+    cfg = {k: v for k, v in zero.config().items() if k != "position_weight"}
+    old.config = lambda: cfg
+    assert detector_fingerprint(zero) == detector_fingerprint(old)
+    mon = _fit("ss+nc", 6, position_weight=1.0)
+    preds = mon.detector.predict_many(TEST, embeddings=TEST_E)
+    for rec, emb, pred in zip(TEST, TEST_E, preds):
+        first = next((v for v in _observe_all(mon, rec, emb) if v.alarm), None)
+        assert (first.first_alarm if first else None) == pred
 
 
 # -- state -----------------------------------------------------------------------------------------

@@ -76,8 +76,10 @@ class Verdict:
     first_alarm: int | None
     """The system turn of the first alarm (the Task 3 prediction so far), or ``None``."""
     score: float | None
-    """The detector statistic of this turn: IT ``p_t`` (alarm below the threshold), SS ``Delta_t``
-    (alarm above; ``None`` on the first turn, which has no jump)."""
+    """The detector statistic of this turn: IT ``p_t / j^gamma`` (alarm below the threshold), SS
+    ``Delta_t + gamma log j`` (alarm above; ``None`` on the first turn, which has no jump), with
+    ``gamma`` the detector's position weight and ``j`` the system turn (``gamma = 0``: ``p_t``,
+    ``Delta_t``)."""
     threshold: float
     """The detector's calibrated threshold."""
     speaker: str = "system"
@@ -154,6 +156,7 @@ def _task_of(rows: Sequence[Any]) -> str | None:
 #: act only at fit time (calibration, clustering threshold, ...) are reflected in those already, so
 #: a monitor saved by one version keeps its fingerprint when a later version adds fit options.
 FINGERPRINT_KEYS = ("method", "node_confidence", "order", "K", "tau", "backoff")
+# ``position_weight`` also decides verdicts: detector_fingerprint hashes it when it is not 0
 
 
 def detector_fingerprint(detector: Any) -> str:
@@ -169,6 +172,8 @@ def detector_fingerprint(detector: Any) -> str:
     h = hashlib.sha256()
     cfg = detector.config()
     h.update(json.dumps({k: cfg.get(k) for k in FINGERPRINT_KEYS}, sort_keys=True).encode())
+    if cfg.get("position_weight"):  # decides verdicts; hashed only when set, so older monitors keep theirs
+        h.update(f"position_weight={float(cfg['position_weight'])!r}".encode())
     h.update(repr(float(detector.threshold)).encode())
     h.update(json.dumps(detector.node_offsets, sort_keys=True).encode())
     for sp in sorted(detector.centroids):
