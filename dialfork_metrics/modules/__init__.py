@@ -23,7 +23,7 @@ _NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 
 DIALFORK_BIBTEX = """\
 @misc{dialfork2026,
-  title        = {{DialFork}: Measuring Procedural Hallucination in Conversational Agents},
+  title        = {{DialFork}: Evaluating Conversational Agents' Procedural Hallucination Beyond Factuality},
   author       = {{DialFork authors}},
   year         = {2026},
   note         = {Idiap Research Institute; Telef{\\'o}nica Innovaci{\\'o}n Digital; Logitech; Brno University of Technology},
