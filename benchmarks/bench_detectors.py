@@ -62,6 +62,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ablations", action="store_true", help="also the order (2,3,6,10) and scope ablations")
     ap.add_argument("--ablation-max-forks", type=int, default=4, help="forks per test source in the ablations")
     ap.add_argument("--write-defaults", action="store_true", help="store the chosen settings as the package defaults")
+    ap.add_argument("--defaults-from", default=None, metavar="JSON",
+                    help="only store the settings chosen by a finished run (its --json output) as the package "
+                         "defaults for --encoder; the corpus named there (or --data) is read for its fingerprint")
     ap.add_argument("--json", default=None, help="also write the figures here")
     ap.add_argument("--check-clustering", type=int, default=3000, metavar="N",
                     help="on N sampled train system utterances: one dendrogram cut at 3 thresholds vs scikit-learn "
@@ -88,6 +91,15 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO if args.progress else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from dialfork_metrics.bench import load_corpus, run_task3
+
+    if args.defaults_from:
+        run = json.loads(Path(args.defaults_from).read_text(encoding="utf-8"))
+        if run.get("encoder", args.encoder) != args.encoder:
+            ap.error(f"{args.defaults_from} was run with encoder {run.get('encoder')!r}, not {args.encoder!r}")
+        src = args.data or run["data"]
+        write_defaults(args.encoder, run["selection_chosen"], run["selection_meta"], run["data"],
+                       load_corpus(src).fingerprint())
+        return 0
     from dialfork_metrics.encoders import Encoder
     from dialfork_metrics.report import write_reports
 
@@ -188,30 +200,12 @@ def main(argv: list[str] | None = None) -> int:
     write_reports(report, args.out)
     print(f"report: {args.out}/report.md, trade-off curve {args.out}/task3_tradeoff_{args.encoder}.png")
     if args.write_defaults:
-        from dialfork_dataset.jsonl import write_json_atomic
-        from dialfork_metrics.task3.streaming import SELECTED_SETTINGS_FILE
-
-        table = json.loads(SELECTED_SETTINGS_FILE.read_text(encoding="utf-8"))
-        if table.get("description") == "provisional":
-            table = {"encoders": {}}
-        table["description"] = ("Streaming Task 3 detector settings chosen by cross-validation over the train sources "
-                                "(benchmarks/bench_detectors.py --write-defaults); '*' = the entry used for an encoder "
-                                "without its own")
-        table["encoders"][args.encoder] = sel["chosen"]
-        if args.encoder == "minilm" or "*" not in table["encoders"]:
-            table["encoders"]["*"] = sel["chosen"]
-        table.setdefault("provenance", {})[args.encoder] = {
-            "data": str(data), "fingerprint": corpus.fingerprint()[:16], "n_train_sources": sel["meta"]["n_sources"],
-            "n_folds": sel["meta"]["n_folds"], "false_alarm_rate": sel["meta"]["false_alarm_rate"],
-            "max_sources_per_task": sel["meta"].get("max_sources_per_task"),
-            "max_forks_per_source": sel["meta"].get("max_forks_per_source"), "grid": sel["meta"]["grid"]}
-        write_json_atomic(SELECTED_SETTINGS_FILE, table)
-        print(f"wrote the chosen settings to {SELECTED_SETTINGS_FILE}")
+        write_defaults(args.encoder, sel["chosen"], sel["meta"], str(data), corpus.fingerprint())
     if args.json:
         from dialfork_dataset.jsonl import write_json_atomic
 
         write_json_atomic(args.json, {"data": str(data), "encoder": args.encoder, "selection_chosen": sel["chosen"],
-                                      "selection_meta": sel["meta"],
+                                      "selection_meta": sel["meta"], "selection_table": sel["table"],
                                       "results": {d: {k: res[d][k] for k in ("cov_c", "cov_h", "mae_h", "mae_c", "score",
                                                                             "mae_h_by_type", "coverage_at", "settings")}
                                                   for d in streaming},
@@ -221,6 +215,30 @@ def main(argv: list[str] | None = None) -> int:
                                       "n_train": r3["n_train"], "n_test": r3["n_test"],
                                       "seconds": {"encoding": t_enc, "task3": t_task3, "paper": t_paper}})
     return 0
+
+
+def write_defaults(encoder: str, chosen: dict, meta: dict, data: str, fingerprint: str) -> None:
+    """Store a selection's chosen settings as the package defaults for ``encoder`` (and for ``"*"``
+    when the encoder is minilm or ``"*"`` is missing), with the selection's provenance."""
+    from dialfork_dataset.jsonl import write_json_atomic
+    from dialfork_metrics.task3.streaming import SELECTED_SETTINGS_FILE
+
+    table = json.loads(SELECTED_SETTINGS_FILE.read_text(encoding="utf-8"))
+    if table.get("description") == "provisional":
+        table = {"encoders": {}}
+    table["description"] = ("Streaming Task 3 detector settings chosen by cross-validation over the train sources "
+                            "(benchmarks/bench_detectors.py --write-defaults); '*' = the entry used for an encoder "
+                            "without its own")
+    table["encoders"][encoder] = chosen
+    if encoder == "minilm" or "*" not in table["encoders"]:
+        table["encoders"]["*"] = chosen
+    table.setdefault("provenance", {})[encoder] = {
+        "data": data, "fingerprint": fingerprint[:16], "n_train_sources": meta["n_sources"],
+        "n_folds": meta["n_folds"], "false_alarm_rate": meta["false_alarm_rate"],
+        "max_sources_per_task": meta.get("max_sources_per_task"),
+        "max_forks_per_source": meta.get("max_forks_per_source"), "grid": meta["grid"]}
+    write_json_atomic(SELECTED_SETTINGS_FILE, table)
+    print(f"wrote the chosen settings to {SELECTED_SETTINGS_FILE}")
 
 
 def calibration_check(corpus, enc, out_json: str, false_alarm_rate: float = 0.05,
