@@ -292,3 +292,23 @@ def test_workflow_source(tmp_path):
     with pytest.raises(AuditError, match="weather"):
         audit_agent("http://127.0.0.1:9/v1", "m", ["weather"], ref, source=src, per_task=1, out=tmp_path / "x",
                     show_progress=False)
+
+
+def test_audit_detector_settings_are_the_single_threshold_selection():
+    # the audit's default settings are what the train-only selection on the full template corpus
+    # chooses among its position_weight 0 rows (the committed selection table), at weight 0
+    from pathlib import Path
+
+    from dialfork_metrics.audit.report import SINGLE_THRESHOLD_SETTINGS, audit_detector_options
+    from dialfork_metrics.task3.streaming import SELECTABLE
+
+    run = json.loads((Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+                      / "detectors_full_pw6.json").read_text(encoding="utf-8"))
+    target = run["selection_meta"]["false_alarm_rate"]
+    for name, want in SINGLE_THRESHOLD_SETTINGS.items():
+        rows = [r for r in run["selection_table"]
+                if r["detector"] == name and r["position_weight"] == 0 and r["cov_c"] <= target]
+        best = max(rows, key=lambda r: r["score"])
+        assert {k: best[k] for k in SELECTABLE if k != "position_weight"} == want, name
+        assert audit_detector_options(name) == {**want, "position_weight": 0.0}
+    assert audit_detector_options("it", {}) == {} and audit_detector_options("first") == {}

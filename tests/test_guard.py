@@ -133,7 +133,7 @@ def test_verdict_fields_and_sticky_alarm(monitors):
 def test_it_score_is_the_weighted_p_and_alarm_below_threshold(monitors, gamma):
     from dialfork_metrics.task3.streaming import system_turn_index, turn_scores
 
-    mon = monitors[("it", 2)] if gamma == 0 else _fit("it", 2, position_weight=gamma)
+    mon = _fit("it", 2, position_weight=gamma)
     assert mon.detector.position_weight == gamma
     vs = _observe_all(mon, TEST[30], TEST_E[30])
     p = mon.detector.turn_probabilities([TEST[30]], embeddings=[TEST_E[30]])[0]

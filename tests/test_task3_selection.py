@@ -205,7 +205,8 @@ def test_curve_passes_through_the_operating_point(name):
     m = det.models()
     ps = det.turn_probabilities(TEST, TEST_E)
     out = [first_alarms([p], [system_turn_index(r["turns"])], det.method, m[r["task"] if det.task_models else
-                                                                              next(iter(m))].threshold)[0]
+                                                                              next(iter(m))].threshold,
+                        det.position_weight)[0]
            for p, r in zip(ps, TEST)]
     assert out == preds
 

@@ -446,7 +446,8 @@ def audit_agent(agent: str, model: str, tasks: Sequence[str], reference: Any, *,
         min_similarity: Least cosine similarity for an agent turn to match a workflow step; None:
             :data:`dialfork_metrics.audit.user.DEFAULT_MIN_SIMILARITY` (0.35).
         detector_options: Constructor options of the detector; None:
-            :data:`dialfork_metrics.audit.report.DEFAULT_DETECTOR_OPTIONS` (the paper's).
+            :func:`dialfork_metrics.audit.report.audit_detector_options` (the settings chosen
+            at ``position_weight`` 0).
         happy_only: Audit only STAR's happy scenarios and compare with the reference's happy ones.
         user: ``"template"`` (the template user) or ``"openai:URL"`` (an LLM user).
         user_model: The LLM user's model name (required with ``user="openai:URL"``).

@@ -104,9 +104,39 @@ def _system_position(turns: Sequence[Mapping[str, str]], k: int) -> int | None:
     return None
 
 
-DEFAULT_DETECTOR_OPTIONS: dict[str, Any] = {}
-"""Options of the streaming detector (default: the paper's, SPEC 8). ``{"calibration": "cross_fit",
-"backoff": True}`` gives fewer alarms, and less power, on small references."""
+SINGLE_THRESHOLD_SETTINGS: dict[str, dict[str, Any]] = {
+    "it": {"calibration": "cross_fit", "backoff": True, "distance_threshold": 0.7, "scope": "pooled", "order": 3},
+    "it+nc": {"calibration": "cross_fit", "backoff": True, "distance_threshold": 0.7, "scope": "pooled", "order": 3},
+    "ss": {"calibration": "in_sample", "backoff": True, "distance_threshold": 0.85, "scope": "task", "order": 6},
+    "ss+nc": {"calibration": "cross_fit", "backoff": True, "distance_threshold": 0.85, "scope": "task", "order": 6},
+}
+"""Per streaming detector, the settings the train-only selection chooses on the full template corpus
+with MiniLM when the position weight is held at 0, the paper's single threshold
+(``benchmarks/results/detectors_full.json``; the ``pw=0`` rows of ``detectors_full_pw6.json`` choose
+the same)."""
+
+
+def audit_detector_options(detector: str, options: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The constructor options the audit fits ``detector`` with: ``options`` when given (``{}``:
+    the packaged ``selected`` settings unchanged), else :data:`SINGLE_THRESHOLD_SETTINGS` of the
+    detector (nothing for a detector without an entry) at ``position_weight`` 0.
+
+    The audit locates where an agent leaves its workflow and each flag is read by a person
+    afterwards, so an alarm belongs at the turn that deviates. The packaged settings carry a
+    position weight, chosen for a live guardrail's Score on the full corpus, that raises the bar
+    for early alarms: it flags a derailment later, or on a small reference not at all.
+
+    Args:
+        detector: A Task 3 detector name (:func:`dialfork_metrics.task3.make_detector`).
+        options: Explicit options; None: the defaults above.
+
+    Returns:
+        A new dict of options.
+    """
+    if options is not None:
+        return dict(options)
+    base = SINGLE_THRESHOLD_SETTINGS.get(detector)
+    return {} if base is None else {**base, "position_weight": 0.0}
 
 
 def score_task(task: str, jobs: Sequence[Job], store: Store, refs: list[dict[str, Any]], encoder: Any, model: Any,
@@ -123,7 +153,7 @@ def score_task(task: str, jobs: Sequence[Job], store: Store, refs: list[dict[str
     if not refs:
         raise AuditError(f"task {task!r}: the reference has no conformant dialogue of two turns or more")
     rows = []
-    opts = dict(DEFAULT_DETECTOR_OPTIONS if detector_options is None else detector_options)
+    opts = audit_detector_options(detector, detector_options)
     if opts.get("calibration") == "cross_fit" and len(refs) < 2:
         opts["calibration"] = "in_sample"
     det = make_detector(detector, encoder=encoder, **opts).fit(refs) if recs else None

@@ -69,14 +69,14 @@ from .streaming import (
 logger = logging.getLogger(__name__)
 
 DETECTORS: tuple[str, ...] = ("it", "ss", "it+nc", "ss+nc")
-#: The default search grid (2 x 2 x 4 x 2 x 3 x 3 = 288 settings per detector).
+#: The default search grid (2 x 2 x 4 x 2 x 3 x 6 = 576 settings per detector).
 DEFAULT_GRID: dict[str, tuple[Any, ...]] = {
     "calibration": CALIBRATIONS,
     "backoff": (False, True),
     "distance_threshold": (0.4, 0.55, 0.7, 0.85),
     "scope": SCOPES,
     "order": (2, 3, 6),
-    "position_weight": (0.0, 0.5, 1.0),
+    "position_weight": (0.0, 0.5, 1.0, 2.0, 3.0, 4.0),
 }
 #: Widest 95% interval half-width, at the target rate, of a held-out false-alarm rate the selection
 #: accepts without a warning: 1 point needs about 2,000 held-out conformant dialogues at a 5% rate.
