@@ -5,7 +5,7 @@ On a template corpus (``--data DIR``, or generated with ``--tasks``/``--per-task
 full template corpus) with one encoder (default ``minilm``, embeddings cached in ``--cache-dir``):
 
 1. selection: every streaming detector's settings (calibration, back-off, clustering threshold,
-   scope, N) chosen by cross-validation over the train sources only (``--max-sources-per-task``
+   scope, N, position weight) chosen by cross-validation over the train sources only (``--max-sources-per-task``
    bounds the cost);
 2. the four detectors with those settings, fitted on the conformant train split, on test: their
    conformant false-alarm rate against the 5% target, Score, MAE_h per type, and the coverage at
