@@ -96,9 +96,8 @@ def main(argv: list[str] | None = None) -> int:
         run = json.loads(Path(args.defaults_from).read_text(encoding="utf-8"))
         if run.get("encoder", args.encoder) != args.encoder:
             ap.error(f"{args.defaults_from} was run with encoder {run.get('encoder')!r}, not {args.encoder!r}")
-        src = args.data or run["data"]
-        write_defaults(args.encoder, run["selection_chosen"], run["selection_meta"], run["data"],
-                       load_corpus(src).fingerprint())
+        src = args.data or run["data"]  # the provenance names the corpus whose fingerprint it records
+        write_defaults(args.encoder, run["selection_chosen"], run["selection_meta"], src, load_corpus(src).fingerprint())
         return 0
     from dialfork_metrics.encoders import Encoder
     from dialfork_metrics.report import write_reports
