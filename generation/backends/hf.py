@@ -44,6 +44,7 @@ model :mod:`generation.llm.tiny`. This module keeps the lockstep decoding loop a
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -53,6 +54,7 @@ from ..errors import GenerationError
 from ..llm import loader
 from ..llm.loader import END_OF_TURN_TOKENS, ChatTemplateError, ModelLoadError
 from ..llm.messages import drop_oldest_turn, merge_system_messages
+from ..llm.prefix_cache import PrefixCache
 from ..llm.sampling import SAMPLER_VERSION, sample_tokens, turn_sampling_seed
 from ..llm.tiny import CHATML_TEMPLATE, NO_SYSTEM_TEMPLATE, build_tiny_chat_model
 from .base import TurnRequest, decoding_errors
@@ -98,12 +100,40 @@ def _output_cache(out):
     return cache if cache is not None else out.past_key_values
 
 
+def _cache_layers(cache):
+    """Per layer ``(keys, values)`` of a plain full-attention ``DynamicCache``; ``None`` for any
+    other cache (sliding-window, recurrent or hybrid layers), which is not prefix-cached."""
+    if type(cache).__name__ != "DynamicCache" or any(getattr(cache, "is_sliding", None) or ()):
+        return None
+    layers = getattr(cache, "layers", None)
+    if layers is not None:  # transformers >= 4.56
+        if not layers or any(type(layer).__name__ != "DynamicLayer" or getattr(layer, "keys", None) is None
+                             for layer in layers):
+            return None
+        return [(layer.keys, layer.values) for layer in layers]
+    keys, values = getattr(cache, "key_cache", None), getattr(cache, "value_cache", None)
+    return list(zip(keys, values)) if keys else None
+
+
+def _make_cache(layers):
+    """A ``DynamicCache`` holding the given per-layer ``(keys, values)``."""
+    from transformers import DynamicCache
+
+    try:
+        return DynamicCache(ddp_cache_data=layers)
+    except TypeError:  # older transformers
+        return DynamicCache.from_legacy_cache(tuple(layers))
+
+
 @dataclass
 class _Prepared:
     index: int
     ids: list[int]
     rng_seed: int
     truncated: int
+    key: tuple[str, str] = ("", "")
+    cached: int = 0
+    past: list | None = None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -152,12 +182,27 @@ class TransformersBackend:
             ``"sdpa"``); ``None`` (default) lets ``transformers`` choose.
         gpu_fraction: share of one GPU's memory above which the weights are spread with
             ``device_map="auto"`` (default 0.85).
-        name: recorded as the records' ``generator`` (``None``, the default: ``model`` as given).
+        name: recorded as the records' ``generator`` (``None``, the default: ``model`` as given,
+            ``model/gguf_file`` for a GGUF file in a folder).
+        gguf_file: a GGUF file (llama.cpp's format) inside the folder or Hub repository ``model``;
+            ``None`` (default): ``model`` is an ordinary ``transformers`` model, a registry name of
+            an installed GGUF model (``"smollm2"``, :data:`generation.llm.gguf.REGISTRY`) or the
+            path of a ``.gguf`` file. A GGUF model is dequantised to ``dtype`` once and cached
+            (:func:`generation.llm.gguf.materialise`).
+        gguf_cache: the folder of converted GGUF models (``None``, the default:
+            ``$DIALFORK_GGUF_CACHE``, else ``~/.cache/dialfork/gguf``).
+        prefix_cache_mb: memory for the keys/values of each agent's last prompt and reply, reused
+            by its next turn so that only the new messages are prefilled
+            (:mod:`generation.llm.prefix_cache`); ``None`` (default): a quarter of the machine's
+            RAM on the CPU, of the GPU's memory on CUDA; 0 disables it. Models with sliding-window
+            or recurrent layers are never prefix-cached.
 
     Raises:
         ValueError: a parameter is invalid (every problem is listed).
         ModelLoadError: the config or tokenizer cannot be loaded, the tokenizer defines no end
-            token, or the context window cannot be told (pass ``max_context``).
+            token, or the context window cannot be told (pass ``max_context``); a GGUF file is
+            missing, unreadable, of an unsupported architecture or quantisation
+            (:func:`generation.llm.gguf.inspect_gguf`).
         ChatTemplateError: the tokenizer has no chat template and none is given.
     """
 
@@ -185,6 +230,9 @@ class TransformersBackend:
         attn_implementation: str | None = None,
         gpu_fraction: float = 0.85,
         name: str | None = None,
+        gguf_file: str | None = None,
+        gguf_cache: str | None = None,
+        prefix_cache_mb: int | None = None,
     ):
         errs = []
         if not isinstance(model, str) or not model.strip():
@@ -207,10 +255,20 @@ class TransformersBackend:
             errs.append(f"context_overflow must be one of {CONTEXT_OVERFLOW_MODES}, got {context_overflow!r}")
         if max_context is not None and not (isinstance(max_context, int) and max_context > 1):
             errs.append(f"max_context must be an integer > 1, got {max_context!r}")
+        if prefix_cache_mb is not None and not (isinstance(prefix_cache_mb, int) and prefix_cache_mb >= 0):
+            errs.append(f"prefix_cache_mb must be an integer >= 0 or None, got {prefix_cache_mb!r}")
+        if gguf_file is not None and not (isinstance(gguf_file, str) and gguf_file.strip()):
+            errs.append(f"gguf_file must be a file name or path, got {gguf_file!r}")
         if errs:
             raise ValueError("TransformersBackend: " + "; ".join(errs))
+        from ..llm.gguf import resolve_model
+
+        resolved = resolve_model(model, gguf_file, dtype=dtype, device=device, revision=revision, cache_dir=gguf_cache)
         self.model_id = model
-        self.name = name or model
+        self.gguf_file = gguf_file
+        self.gguf_source = resolved.gguf
+        self._load_path = resolved.path
+        self.name = name or resolved.name
         self.temperature = float(temperature)
         self.top_p = float(top_p)
         self.top_k = int(top_k)
@@ -228,7 +286,10 @@ class TransformersBackend:
         self._model = None
         self.uses_messages = True
         self.exact = False  # LLM forks are not guaranteed to differ at t_k (the engine only warns)
-        self.stats = {"prompt_tokens": 0, "new_tokens": 0, "forward_passes": 0, "rows": 0, "seconds": 0.0, "oom_retries": 0}
+        self.stats = {"prompt_tokens": 0, "new_tokens": 0, "forward_passes": 0, "rows": 0, "seconds": 0.0, "oom_retries": 0,
+                      "prefilled_tokens": 0, "reused_tokens": 0}
+        self._prefix_cache_mb = prefix_cache_mb
+        self.prefix_cache = None  # a PrefixCache once the weights are loaded (load())
 
         self.config = self._load_config()
         self.tokenizer = self._load_tokenizer(chat_template)
@@ -241,10 +302,14 @@ class TransformersBackend:
 
     # -- loading (generation.llm.loader) ------------------------------------------------------
     def _load_config(self):
-        return loader.load_config(self.model_id, self.revision, self.trust_remote_code)
+        return loader.load_config(self._load_path, self._revision_for_load, self.trust_remote_code)
 
     def _load_tokenizer(self, chat_template: str | None):
-        return loader.load_chat_tokenizer(self.model_id, self.revision, self.trust_remote_code, chat_template)
+        return loader.load_chat_tokenizer(self._load_path, self._revision_for_load, self.trust_remote_code, chat_template)
+
+    @property
+    def _revision_for_load(self) -> str | None:
+        return None if self.gguf_source is not None else self.revision  # a converted GGUF is a local folder
 
     def _apply_template(self, messages: list[dict[str, str]]) -> str:
         return loader.apply_chat_template(self.tokenizer, messages)
@@ -284,16 +349,31 @@ class TransformersBackend:
         import inspect
 
         model, self._input_device = loader.load_chat_model(
-            self.model_id, config=self.config, device=self._device_req, dtype=self._dtype_req,
-            device_map=self._device_map_req, revision=self.revision, trust_remote_code=self.trust_remote_code,
-            attn_implementation=self.attn_implementation, gpu_fraction=self.gpu_fraction)
+            self._load_path, config=self.config, device=self._device_req, dtype=self._dtype_req,
+            device_map=self._device_map_req, trust_remote_code=self.trust_remote_code,
+            revision=self._revision_for_load, attn_implementation=self.attn_implementation,
+            gpu_fraction=self.gpu_fraction)
         self._model = model
         params = inspect.signature(model.forward).parameters
         self._cache_kw = "cache" if "cache" in params else "past_key_values"  # renamed in transformers 5.x
         # compute the prefill's logits at the last position only (the full (B, L, V) tensor is large)
         keep_kw = next((k for k in ("logits_to_keep", "num_logits_to_keep") if k in params), None)
         self._prefill_kw = {keep_kw: 1} if keep_kw else {}
+        self.prefix_cache = PrefixCache(self._prefix_cache_bytes())
         return model
+
+    def _prefix_cache_bytes(self) -> int:
+        if self._prefix_cache_mb is not None:
+            return self._prefix_cache_mb * 2**20
+        import torch
+
+        dev = self._input_device
+        if dev.type == "cuda":
+            return torch.cuda.get_device_properties(dev.index or 0).total_memory // 4
+        try:
+            return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 4
+        except (ValueError, OSError, AttributeError):  # not POSIX
+            return 2 * 2**30
 
     # -- Backend interface ---------------------------------------------------------------------
     def decoding(self) -> dict[str, Any]:
@@ -311,10 +391,14 @@ class TransformersBackend:
         Returns:
             :meth:`decoding` plus ``backend``, ``model``, ``revision``, ``stop``, ``end_strings``,
                 ``system_role`` (resolved), ``context_overflow``, ``max_context``, the resolved
-                ``device`` and ``dtype`` (as strings) and ``sampler`` (the sampler's version).
+                ``device`` and ``dtype`` (as strings), ``sampler`` (the sampler's version) and, for a
+                GGUF model, ``gguf`` (the file's name and size in bytes).
         """
         device, dtype = self.resolved_device_dtype()
-        return {**self.decoding(), "backend": "transformers", "model": self.model_id, "revision": self.revision,
+        gguf = None if self.gguf_source is None else {"file": self.gguf_source.name,
+                                                      "bytes": self.gguf_source.stat().st_size}
+        return {**self.decoding(), "backend": "transformers", "model": self.model_id, "gguf": gguf,
+                "revision": self.revision,
                 "stop": list(self.stop), "end_strings": list(self.end_strings), "system_role": self.system_role, "context_overflow": self.context_overflow,
                 "max_context": self.max_context, "device": str(device), "dtype": str(dtype).replace("torch.", ""),
                 "sampler": SAMPLER_VERSION}
@@ -420,16 +504,27 @@ class TransformersBackend:
             if dropped:
                 logger.warning("dialogue %s turn %d: dropped the %d oldest messages to fit %d tokens",
                                r.dialogue_key, r.turn_index, dropped, self.max_context)
-            prepared.append(_Prepared(i, ids, turn_sampling_seed(r.seed, r.turn_index, r.role), dropped))
+            prepared.append(_Prepared(i, ids, turn_sampling_seed(r.seed, r.turn_index, r.role), dropped,
+                                      key=(str(r.dialogue_key), str(r.role))))
         self.load()
-        order = sorted(prepared, key=lambda p: -len(p.ids))  # similar lengths together: little padding
+        self.prefix_cache.new_call()
+        for p in prepared:
+            p.cached, p.past = self.prefix_cache.lookup(p.key, p.ids)
+        # similar lengths of what is prefilled (the uncached part) together: little padding
+        order = sorted(prepared, key=lambda p: (-(len(p.ids) - p.cached), -p.cached))
         results: dict[int, tuple[list[int], str]] = {}
         t0 = time.perf_counter()
         start = 0
         while start < len(order):
-            n = self.batch_size
-            if self.max_batch_tokens:  # order is longest first: this chunk's width is its first prompt
-                n = max(1, min(n, self.max_batch_tokens // (len(order[start].ids) + self.max_new_tokens)))
+            n = min(self.batch_size, len(order) - start)
+            if self.max_batch_tokens:  # rows x (widest past + widest prefill + new tokens) under the cap
+                past = fill = 0
+                for j in range(n):
+                    p = order[start + j]
+                    past, fill = max(past, p.cached), max(fill, len(p.ids) - p.cached)
+                    if j and (j + 1) * (past + fill + self.max_new_tokens) > self.max_batch_tokens:
+                        n = j
+                        break
             chunk = order[start : start + n]
             results.update(self._run_chunk_with_oom_retry(chunk))
             start += len(chunk)
@@ -487,6 +582,51 @@ class TransformersBackend:
         tail = self.tokenizer.decode(toks[-self._watch_window :], skip_special_tokens=True)
         return any(s in tail for s in self._watch)
 
+    def _prefill_inputs(self, chunk: list[_Prepared]):
+        """The prefill's tensors: ``(input_ids, mask, positions, past)``.
+
+        Row ``i`` is laid out as ``[pad, cached prefix (c_i tokens), pad, uncached tokens]``: the
+        pasts are left-padded to the longest cached prefix P, the uncached parts to the longest S;
+        ``mask`` (rows x (P + S)) is 1 on real tokens, positions count real tokens only, so a row's
+        maths is the same as alone. ``past`` is ``None`` when no row has a cached prefix.
+        """
+        import torch
+
+        n = len(chunk)
+        P = max(p.cached for p in chunk)
+        S = max(len(p.ids) - p.cached for p in chunk)
+        input_ids = torch.full((n, S), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((n, P + S), dtype=torch.long)
+        for row, p in enumerate(chunk):
+            tail = p.ids[p.cached :]
+            input_ids[row, S - len(tail) :] = torch.tensor(tail, dtype=torch.long)
+            mask[row, P - p.cached : P] = 1
+            mask[row, P + S - len(tail) :] = 1
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, P:]
+        if P == 0:
+            return input_ids, mask, positions, None
+        ref = next(p.past for p in chunk if p.past is not None)
+        layers = []
+        for li, (k0, v0) in enumerate(ref):
+            k = k0.new_zeros((n, k0.shape[1], P, k0.shape[3]))
+            v = v0.new_zeros((n, v0.shape[1], P, v0.shape[3]))
+            for row, p in enumerate(chunk):
+                if p.cached:
+                    pk, pv = p.past[li]
+                    k[row, :, P - p.cached :] = pk[0]
+                    v[row, :, P - p.cached :] = pv[0]
+            layers.append((k, v))
+        return input_ids, mask, positions, _make_cache(layers)
+
+    def _keep_prefix(self, p: _Prepared, cache, row: int, mask, fed: list[int]) -> None:
+        """Store row ``row``'s keys/values (its real positions) for the agent's next turn."""
+        layers = _cache_layers(cache)
+        valid = mask[row].bool()
+        if int(valid.sum()) != len(fed) or layers is None:
+            return
+        self.prefix_cache.store(p.key, fed, [(k[row : row + 1][:, :, valid.to(k.device)].clone(),
+                                             v[row : row + 1][:, :, valid.to(v.device)].clone()) for k, v in layers])
+
     def _run_chunk(self, chunk: list[_Prepared]) -> dict[int, tuple[list[int], str]]:
         """One lockstep decoding loop over ``chunk``; returns ``{index: (new token ids, finish reason)}``."""
         import torch
@@ -494,25 +634,27 @@ class TransformersBackend:
         model = self._model
         dev = self._input_device
         n = len(chunk)
-        width = max(len(p.ids) for p in chunk)
-        input_ids = torch.full((n, width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((n, width), dtype=torch.long)
-        for row, p in enumerate(chunk):
-            input_ids[row, width - len(p.ids) :] = torch.tensor(p.ids, dtype=torch.long)
-            mask[row, width - len(p.ids) :] = 1
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        input_ids, mask, positions, past = self._prefill_inputs(chunk)
         input_ids, mask, positions = input_ids.to(dev), mask.to(dev), positions.to(dev)
         gens = [torch.Generator().manual_seed(p.rng_seed) for p in chunk]
         new: list[list[int]] = [[] for _ in chunk]
         finish: list[str | None] = [None] * n
         active = list(range(n))
         self.stats["prompt_tokens"] += int(sum(len(p.ids) for p in chunk))
+        self.stats["prefilled_tokens"] += int(sum(len(p.ids) - p.cached for p in chunk))
+        self.stats["reused_tokens"] += int(sum(p.cached for p in chunk))
         self.stats["rows"] += n
+        keep_prefix = self.prefix_cache is not None and self.prefix_cache.enabled
         with torch.inference_mode():
+            kw = {self._cache_kw: past} if past is not None else {}
             out = model(input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True,
-                        **self._prefill_kw)
+                        **self._prefill_kw, **kw)
             self.stats["forward_passes"] += 1
             cache = _output_cache(out)
+            if keep_prefix and _cache_layers(cache) is None:
+                logger.info("%s: its cache has sliding-window or recurrent layers; no prefix caching", self.model_id)
+                self.prefix_cache.max_bytes = 0
+                keep_prefix = False
             last_pos = positions[:, -1]
             while True:
                 uniforms = torch.tensor(
@@ -521,16 +663,20 @@ class TransformersBackend:
                 tokens = sample_tokens(out.logits[:, -1, :], uniforms, self.temperature, self.top_k, self.top_p)
                 keep = []
                 for r, (j, t) in enumerate(zip(active, tokens.tolist())):
+                    fed = len(new[j])  # tokens of the reply already fed to the model (in the cache)
                     if t in self.eos_ids:
                         finish[j] = "eos"
-                        continue
-                    new[j].append(t)
-                    if self._stop_hit(new[j]):
-                        finish[j] = "stop"
-                    elif len(new[j]) >= self.max_new_tokens:
-                        finish[j] = "length"
                     else:
-                        keep.append(r)
+                        new[j].append(t)
+                        if self._stop_hit(new[j]):
+                            finish[j] = "stop"
+                        elif len(new[j]) >= self.max_new_tokens:
+                            finish[j] = "length"
+                        else:
+                            keep.append(r)
+                            continue
+                    if keep_prefix:
+                        self._keep_prefix(chunk[j], cache, r, mask, chunk[j].ids + new[j][:fed])
                 self.stats["new_tokens"] += len(active)
                 if not keep:
                     break

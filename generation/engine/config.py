@@ -16,7 +16,7 @@ from ..variants import VARIANT_DRAWS
 #: Backend options that do not change the generated text (left out of the run's identity). The
 #: dtype is NOT among them: bf16 and float32 sample different tokens, so mixing them is refused.
 NON_IDENTITY_OPTIONS = frozenset({"device", "device_map", "batch_size", "concurrency", "timeout", "max_retries",
-                                  "api_key", "base_url", "cache_dir", "show_progress"})
+                                  "api_key", "base_url", "cache_dir", "show_progress", "gguf_cache"})
 
 #: Default share of prefix turns reworded in ``reword`` mode (SPEC section 3, ours). Calibrated on a
 #: template corpus so that the Shared-prefix control's Task 2 tau lands near the paper's 0.682 (LLM
