@@ -434,13 +434,13 @@ def test_prefix_cache_logits_match_a_full_prefill(tiny_model):
     p1 = b.prepare(make_request(1))[0]
     key = ("conv0", "system")
     entry = b.prefix_cache.entries[key]
-    ids = entry.ids + [5, 6, 7]
+    ids = [int(x) for x in entry.ids] + [5, 6, 7]
     from generation.backends.hf import _Prepared
 
     rows = [_Prepared(0, ids, 0, 0, key=key), _Prepared(1, p1, 0, 0, key=("x", "system"))]
     for p in rows:
         p.cached, p.past = b.prefix_cache.lookup(p.key, p.ids)
-    assert rows[0].cached == len(entry.ids) and rows[1].cached == 0
+    assert rows[0].cached == len(entry.ids)  # its own entry; row 1 shares the role prompt's start with conv0
     inp, mask, pos, past = b._prefill_inputs(rows)
     with torch.inference_mode():
         batched = model(input_ids=inp, attention_mask=mask, position_ids=pos, **{b._cache_kw: past}).logits[:, -1]
@@ -449,19 +449,35 @@ def test_prefix_cache_logits_match_a_full_prefill(tiny_model):
             assert (batched[r] - alone).abs().max().item() < 1e-4
 
 
-def test_prefix_cache_budget_and_stale_entries(tiny_model):
+def test_prefix_cache_budget(tiny_model):
     b = TransformersBackend(tiny_model, max_new_tokens=4, batch_size=4)
     b.generate([make_request(i) for i in range(3)])
     cache = b.prefix_cache
     assert len(cache.entries) == 3 and cache.nbytes > 0
     one = max(e.nbytes for e in cache.entries.values())
-    for _ in range(4):  # dialogues that stop asking are dropped after STALE_CALLS calls
-        b.generate([make_request(0)])
-    assert set(cache.entries) == {("d0", "system")}
     small = TransformersBackend(tiny_model, max_new_tokens=4, batch_size=4, prefix_cache_mb=0)
     small.load()
     small.prefix_cache.max_bytes = int(one * 1.5)  # room for one entry
     small.generate([make_request(i) for i in range(3)])
     assert len(small.prefix_cache.entries) == 1 and small.prefix_cache.stats["not_stored"] == 2
+    other = TurnRequest(dialogue_key="z", role="system", messages=[{"role": "system", "content": "Another role."},
+                                                                  {"role": "user", "content": "hi"}], seed=1, turn_index=1)
+    small.generate([other])  # stored within the budget (least recently used entries make room)
+    assert ("z", "system") in small.prefix_cache.entries and small.prefix_cache.nbytes <= small.prefix_cache.max_bytes
     with pytest.raises(ValueError, match="prefix_cache_mb must be an integer >= 0"):
         TransformersBackend(tiny_model, prefix_cache_mb=-1)
+
+
+def test_a_replayed_fork_reuses_its_sources_cache(tiny_model):
+    """A fork replays D+'s conversation: its first prompt is served by D+'s entry (another
+    dialogue key), and the text is the one a full prefill gives."""
+    on = TransformersBackend(tiny_model, max_new_tokens=8, batch_size=4)
+    off = TransformersBackend(tiny_model, max_new_tokens=8, batch_size=4, prefix_cache_mb=0)
+    for b in (on, off):
+        _converse(b, turns=3, dialogues=2)
+    before = on.prefix_cache.stats["shared_hits"]
+    ctx = [{"role": "system", "content": "You are agent 0. Follow the workflow: greet, ask, answer."},
+           {"role": "user", "content": "hello number 0"}]
+    fork = [TurnRequest(dialogue_key="conv0-GR-k1", role="system", messages=ctx, seed=7, turn_index=1)]
+    assert on.generate(fork) == off.generate(fork)
+    assert on.prefix_cache.stats["shared_hits"] == before + 1
