@@ -107,7 +107,7 @@ def corpus_pairs(records: Sequence[Any]) -> list[tuple[str, str]]:
 def encode_shard_texts(encoder: Any, texts: Sequence[str], state: Any, progress: bool = True) -> int:
     """Encode this process's shard of ``texts`` with ``encoder`` (an :class:`~.encoders.Encoder`
     with a ``cache_dir``) into its disk cache, as one atomic shard file. Returns the rows written."""
-    from .encoders import _text_key
+    from .encoders.cache import _text_key
 
     batches = global_batches(unique_by_length(texts, len), encoder.batch_size)
     return _encode_shard(encoder, batches, state, lambda b: encoder.encode(b), _text_key, "texts", progress)
