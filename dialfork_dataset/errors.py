@@ -88,6 +88,19 @@ class CollectedErrors(ValueError):
             raise cls.from_errors(errors, what, limit)
 
 
+class SourceError(CollectedErrors):
+    """A workflow source is unusable; ``errors`` lists every problem found (``where: problem``).
+
+    Defined here, below :mod:`dialfork_dataset.sources` (which raises it and names it in its API) and
+    the workflow-file checks (:mod:`dialfork_dataset.workflow_check`, whose ``WorkflowError`` derives
+    from it), so that neither imports the other for it.
+
+    Args:
+        message: The exception's text.
+        errors: Every problem, one ``where: problem`` line each; defaults to ``[message]``.
+    """
+
+
 def cli_error_text(error: CollectedErrors, limit: int = 50) -> str:
     """What a command line prints for ``error``: ``"error: MESSAGE"`` for a single problem, else
     the message's header line followed by the first ``limit`` problems, one per line.

@@ -43,7 +43,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     from generation.llm.client import EndpointError
 
-    from .core import AuditError, audit_agent
+    from .core import audit_agent
+    from .store import AuditError
 
     if a.concurrency < 1:
         print(f"error: --concurrency must be >= 1, got {a.concurrency}", file=sys.stderr)

@@ -63,9 +63,9 @@ from .data import (
     pick_phrasing,
 )
 from .model import Slot, TaskModel
-from .planners import PLANNERS, SSPC_PLANS, Hal, PlanContext, Planner, build_hal
+from .planners import PLANNERS, SSPC_PLANS, PlanContext, Planner, build_hal
 from .realise import hal_system_turn, hal_user_turn
-from .sim import Sim
+from .sim import Hal, Sim
 from .turns import system_turn, user_turn
 
 __all__ = [
