@@ -202,7 +202,7 @@ class LLMJudge:
             self.client = TransformersChat(model, device=device, dtype=dtype, batch_size=batch_size,
                                            max_new_tokens=max_new_tokens, show_progress=show_progress)
         else:
-            from generation.llm.client import OpenAICompatClient
+            from generation.api import OpenAICompatClient
 
             self.client = OpenAICompatClient(base_url, model, api_key=api_key, concurrency=batch_size)
         self.last_report: dict[str, Any] | None = None

@@ -62,7 +62,7 @@ def plan_jobs(corpus: Any, tasks: Sequence[str], per_task: int | None = None,
     applied to every task). Every unknown task or scenario is reported at once."""
     from dialfork_dataset.sources import SourceError
     from dialfork_dataset.star import StarError
-    from generation.seeds import dialogue_seed
+    from generation.api import dialogue_seed
 
     errs: list[str] = []
     jobs: list[Job] = []
@@ -121,9 +121,7 @@ def converse(job: Job, client: Any, backend: Any, matcher: Any, encoder: _Encode
     conversation with ``Outcome.error`` set. ``tools``: a :class:`ToolAgent` (the agent is offered
     the task's KB tools and its calls are run, :mod:`generation.kb_tools`); the calls are listed in
     ``Outcome.extra["tool_calls"]``."""
-    from generation.engine import Dialogue, init_messages
-    from generation.llm.client import EndpointError
-    from generation.prompts import END_TOKEN
+    from generation.api import END_TOKEN, Dialogue, EndpointError, init_messages
 
     from .user import LLMUser, TemplateUser, UserError
 
@@ -191,7 +189,7 @@ class ToolAgent:
                  max_retries: int = 3, max_rounds: int | None = None):
         import openai
 
-        from generation.kb_tools import DEFAULT_MAX_TOOL_ROUNDS
+        from generation.api import DEFAULT_MAX_TOOL_ROUNDS
 
         self.model = model
         self.url = agent
@@ -204,7 +202,7 @@ class ToolAgent:
                  sampling: Mapping[str, Any]) -> dict[str, Any]:
         import openai
 
-        from generation.llm.client import EndpointError
+        from generation.api import EndpointError
 
         kw = {k: v for k, v in sampling.items() if v is not None}
         if tools:
@@ -230,7 +228,7 @@ class ToolAgent:
 
     def turn(self, messages: list[dict[str, Any]], job: Job, sampling: Mapping[str, Any]):
         """``(text, finish_reason, tool results)`` of one agent turn (``messages`` gets the tool traffic)."""
-        from generation.kb_tools import run_tool_loop
+        from generation.api import run_tool_loop
 
         seed = job.seed % (2**31)
         msg, results = run_tool_loop(lambda ms, ts: self.complete(ms, ts, seed, sampling), messages, self.executor,
@@ -249,7 +247,7 @@ def run_conversations(jobs: Sequence[Job], client: Any, corpus: Any, encoder: An
     """Run every job not yet in ``store`` (``concurrency`` conversations at once)."""
     from tqdm.auto import tqdm
 
-    from generation.backends.template import TemplateBackend
+    from generation.api import TemplateBackend
 
     from .user import DEFAULT_MIN_SIMILARITY, StepMatcher
 
@@ -278,7 +276,7 @@ def make_client(agent: str, model: str, api_key_env: str | None = None, timeout:
                 max_retries: int = 3, backoff: float = 0.5, role: str = "agent"):
     """The project's OpenAI-compatible client for the agent (or the LLM user, ``role``), checked
     (reachable, serves ``model``)."""
-    from generation.llm.client import EndpointError, OpenAICompatClient
+    from generation.api import EndpointError, OpenAICompatClient
 
     api_key = None
     if api_key_env:
@@ -407,7 +405,7 @@ def audit_agent(agent: str, model: str, tasks: Sequence[str], reference: Any, *,
     client = make_client(agent, model, api_key_env, timeout, max_retries, backoff)
     tool_agent = None
     if kb_tools:
-        from generation.kb_tools import KBExecutor, ToolSpecError
+        from generation.api import KBExecutor, ToolSpecError
 
         try:
             executor = KBExecutor(corpus, tasks)
@@ -427,7 +425,7 @@ def audit_agent(agent: str, model: str, tasks: Sequence[str], reference: Any, *,
         first = next(store.failed[i]["error"] for i in sorted(ids))
         raise AuditError(f"every dialogue failed ({len(ids)}); first error: {first} "
                          f"(details in {store.out / FAILED_FILE})")
-    from generation.backends.template import TemplateBackend
+    from generation.api import TemplateBackend
 
     backend = TemplateBackend()
     backend.bind_corpus(corpus)

@@ -62,7 +62,7 @@ def record_decoding(sampling: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def record_of(o: Outcome, generator: str, decoding: Mapping[str, Any]) -> dict[str, Any]:
-    from generation.engine import code_version
+    from generation.api import code_version
 
     j = o.job
     return {

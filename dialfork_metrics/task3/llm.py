@@ -145,7 +145,7 @@ class TransformersChat:
             raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
         if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
-        from generation.llm.loader import dtype_errors
+        from generation.api import dtype_errors
 
         if dtype_errors(dtype):
             raise ValueError(dtype_errors(dtype)[0])
@@ -163,17 +163,17 @@ class TransformersChat:
     def _load(self):
         if self._model is not None:
             return
-        from generation.llm import loader
+        from generation.api import context_window, load_chat_model, load_chat_tokenizer
 
-        tok = loader.load_chat_tokenizer(self.model_name, trust_remote_code=self.trust_remote_code)
+        tok = load_chat_tokenizer(self.model_name, trust_remote_code=self.trust_remote_code)
         tok.padding_side = "left"
         if tok.pad_token is None:
             tok.pad_token = tok.eos_token
         # device None: CUDA when available, else the CPU; "auto": spread over the GPUs (device_map)
-        model, device = loader.load_chat_model(
+        model, device = load_chat_model(
             self.model_name, device="auto" if self.device in (None, "auto") else self.device, dtype=self.dtype,
             device_map="auto" if self.device == "auto" else None, trust_remote_code=self.trust_remote_code)
-        self._window = loader.context_window(model.config, tok)
+        self._window = context_window(model.config, tok)
         if model.generation_config.pad_token_id is None:
             model.generation_config.pad_token_id = tok.pad_token_id
         self._model, self._tok, self._device = model, tok, device
@@ -278,7 +278,7 @@ class LLMDetector:
             self.client = TransformersChat(model, device=device, dtype=dtype, batch_size=batch_size,
                                            max_new_tokens=max_new_tokens, show_progress=show_progress)
         else:
-            from generation.llm.client import OpenAICompatClient
+            from generation.api import OpenAICompatClient
 
             self.client = OpenAICompatClient(base_url, model, api_key=api_key, concurrency=batch_size)
         self.last_report: dict[str, Any] | None = None
