@@ -55,7 +55,7 @@ demo: install
 	  --tasks $(DEMO_TASKS) --per-task $(DEMO_PER_TASK) --seed 0 $(DEMO_PREFIX) --hidden-key $(DEMO_SECRET)/hidden_key.json --split public
 	$(PY) -m generation --backend template --star $(STAR) --out $(DEMO_SECRET)/hidden $(DEMO_PREFIX) \
 	  --tasks $(DEMO_TASKS) --per-task $(DEMO_PER_TASK) --hidden-key $(DEMO_SECRET)/hidden_key.json --split hidden
-	$(PY) -m dialfork_dataset export $(DEMO_OUT)/corpus $(DEMO_OUT)/hub --hidden $(DEMO_SECRET)/hidden \
+	$(PY) -m leaderboard export $(DEMO_OUT)/corpus $(DEMO_OUT)/hub --hidden $(DEMO_SECRET)/hidden \
 	  --key-file $(DEMO_SECRET)/hidden_key.json --gold-dir $(DEMO_OUT)/hub-gold --star $(STAR) --overwrite
 	$(PY) -m dialfork_dataset check $(DEMO_OUT)/hub
 	$(PY) -m dialfork_metrics.bench --data $(DEMO_OUT)/hub --tasks 1,2,3 --encoders minilm \

@@ -368,6 +368,7 @@ def check_clustering(corpus, enc, n: int, thresholds=(0.55, 0.7, 0.85)) -> None:
     from sklearn.metrics import adjusted_rand_score
 
     from dialfork_metrics import flowgraph
+    from dialfork_metrics.flowgraph import clustering
 
     rows = [e[j] for d, e in zip(corpus.split("train", forks=False), enc.encode_dialogues(corpus.split("train", forks=False)))
             for j, t in enumerate(d["turns"]) if t["speaker"] == "system"]
@@ -376,7 +377,7 @@ def check_clustering(corpus, enc, n: int, thresholds=(0.55, 0.7, 0.85)) -> None:
     t0 = time.perf_counter()
     sk = [flowgraph.cluster_embeddings(E, distance_threshold=t) for t in thresholds]
     t_sk = time.perf_counter() - t0
-    flowgraph._TREE_CACHE.clear()
+    clustering._TREE_CACHE.clear()
     t0 = time.perf_counter()
     Z = flowgraph.cluster_tree(E)
     cuts = [flowgraph.cut_cluster_tree(Z, t) for t in thresholds]

@@ -86,3 +86,34 @@ class CollectedErrors(ValueError):
         errors = list(errors)
         if errors:
             raise cls.from_errors(errors, what, limit)
+
+
+class SourceError(CollectedErrors):
+    """A workflow source is unusable; ``errors`` lists every problem found (``where: problem``).
+
+    Defined here, below :mod:`dialfork_dataset.sources` (which raises it and names it in its API) and
+    the workflow-file checks (:mod:`dialfork_dataset.workflow_check`, whose ``WorkflowError`` derives
+    from it), so that neither imports the other for it.
+
+    Args:
+        message: The exception's text.
+        errors: Every problem, one ``where: problem`` line each; defaults to ``[message]``.
+    """
+
+
+def cli_error_text(error: CollectedErrors, limit: int = 50) -> str:
+    """What a command line prints for ``error``: ``"error: MESSAGE"`` for a single problem, else
+    the message's header line followed by the first ``limit`` problems, one per line.
+
+    Args:
+        error: The collected errors.
+        limit: How many problems to list; a last line says how many more there are.
+
+    Returns:
+        str: The text, without a trailing newline.
+    """
+    if error.errors == [str(error)]:  # one problem, the message itself
+        return f"error: {error}"
+    shown = error.errors[:limit]
+    more = [f"... and {len(error.errors) - len(shown)} more"] if len(error.errors) > len(shown) else []
+    return "\n".join([f"error: {str(error).splitlines()[0]}", *shown, *more])

@@ -28,20 +28,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from .errors import CollectedErrors
+from .errors import SourceError
 
 #: The optional parts a backend may require of a task (see :meth:`WorkflowTask.missing`).
 FEATURES = ("surface_templates", "api", "kb")
 SOURCE_KINDS = ("star", "workflow")
-
-
-class SourceError(CollectedErrors):
-    """A workflow source is unusable; ``errors`` lists every problem found (``where: problem``).
-
-    Args:
-        message: The exception's text.
-        errors: Every problem, one ``where: problem`` line each; defaults to ``[message]``.
-    """
 
 
 @runtime_checkable

@@ -12,7 +12,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from .sources import SourceError
+from .errors import SourceError
 
 FORMAT = "dialfork-workflow/1"
 SCHEMA_PATH = Path(__file__).with_name("workflow.schema.json")

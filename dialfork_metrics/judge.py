@@ -208,7 +208,7 @@ class LLMJudge:
                                            max_new_tokens=max_new_tokens, show_progress=show_progress,
                                            gguf_file=gguf_file)
         else:
-            from generation.llm.client import OpenAICompatClient
+            from generation.api import OpenAICompatClient
 
             self.client = OpenAICompatClient(base_url, model, api_key=api_key, concurrency=batch_size)
         self.last_report: dict[str, Any] | None = None

@@ -142,7 +142,7 @@ class PairEncoder:
         self.cache_dir = None if cache_dir is False else cache_dir
         self._disk: Any = None
         if self.cache_dir is not None:  # keyed by the requested length: a hit needs no model load
-            from .encoders import _DiskCache
+            from .encoders.cache import _DiskCache
 
             self._disk = _DiskCache(self.cache_dir, f"{self.name}|pairs-cls|max_length={max_length or 'model'}"
                                     + cache_key_suffix(self.runtime, getattr(self.encoder, "dtype", None)))

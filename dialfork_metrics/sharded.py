@@ -18,6 +18,10 @@ accelerate's ``--cpu`` flag always starts one process.) The same code runs for 1
 5. after a barrier, the main process runs the benchmark, which reads every embedding from the
    disk cache; the other processes are done.
 
+This module holds the steps that do not depend on the benchmark; the benchmark's own step (which
+encoders, which texts) is :func:`dialfork_metrics.bench.sharded.sharded_bench_encoding`, which
+imports this module.
+
 Since each batch holds the same texts in the same order whatever the number of processes, each
 embedding is computed by the same forward pass, and the results are identical to 1 process
 (tests/test_bench_sharded.py compares the reports of 1 and 2 CPU processes exactly). A batch
@@ -32,8 +36,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
-import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
@@ -107,7 +109,7 @@ def corpus_pairs(records: Sequence[Any]) -> list[tuple[str, str]]:
 def encode_shard_texts(encoder: Any, texts: Sequence[str], state: Any, progress: bool = True) -> int:
     """Encode this process's shard of ``texts`` with ``encoder`` (an :class:`~.encoders.Encoder`
     with a ``cache_dir``) into its disk cache, as one atomic shard file. Returns the rows written."""
-    from .encoders import _text_key
+    from .encoders.cache import _text_key
 
     batches = global_batches(unique_by_length(texts, len), encoder.batch_size)
     return _encode_shard(encoder, batches, state, lambda b: encoder.encode(b), _text_key, "texts", progress)
@@ -157,8 +159,17 @@ def _encode_shard(enc: Any, batches: list[list[Any]], state: Any, encode: Callab
     return len(keys)
 
 
-def _all_ok(state: Any, error: BaseException | None) -> None:
-    """A collective: raise in every process if any of them failed (no process waits forever)."""
+def all_ok(state: Any, error: BaseException | None, error_class: type[Exception] = RuntimeError) -> None:
+    """A collective: raise in every process if any of them failed (no process waits forever).
+
+    Args:
+        state: The process state (:func:`process_state`).
+        error: This process's error, or None.
+        error_class: What the other processes raise, naming the failed ones.
+
+    Raises:
+        BaseException: ``error`` in the process that failed; ``error_class`` in the others.
+    """
     msg = None if error is None else f"process {state.process_index}: {type(error).__name__}: {error}"
     if state.num_processes > 1:
         from accelerate.utils import gather_object
@@ -169,12 +180,19 @@ def _all_ok(state: Any, error: BaseException | None) -> None:
     if msgs:
         if error is not None:
             raise error
-        from .bench import BenchError
-
-        raise BenchError("sharded encoding failed in another process: " + "; ".join(msgs))
+        raise error_class("sharded encoding failed in another process: " + "; ".join(msgs))
 
 
-def _broadcast(state: Any, value: Any) -> Any:
+def broadcast(state: Any, value: Any) -> Any:
+    """The main process's ``value`` in every process (``value`` itself with one process).
+
+    Args:
+        state: The process state (:func:`process_state`).
+        value: A picklable value; only the main process's is kept.
+
+    Returns:
+        The main process's value.
+    """
     if state.num_processes == 1:
         return value
     from accelerate.utils import broadcast_object_list
@@ -182,79 +200,5 @@ def _broadcast(state: Any, value: Any) -> Any:
     return broadcast_object_list([value], from_process=0)[0]
 
 
-def sharded_bench_encoding(a: Any, pair: Any = None, state: Any = None) -> bool:
-    """The ``accelerate launch`` step of ``python -m dialfork_metrics.bench``: encode the corpus of
-    ``a.data`` for every encoder of the run across the processes into ``a.cache_dir`` (a temporary
-    folder, set on ``a``, when none is given). Returns whether this process goes on to run the
-    benchmark: ``True`` for the main process (and always when not launched), ``False`` for the others.
-    """
-    if state is None and not launched_by_accelerate():
-        return True
-    from .bench.cli import _csv_list
-    from .bench.corpus import load_corpus
-    from .bench.runner import _pair_encoder_names
-    from .encoders import Encoder, resolve_encoder_name
-    from .pair_encoder import PairEncoder
-
-    state = state or process_state()
-    progress = not getattr(a, "quiet", False)
-    tasks = {int(t) for t in _csv_list(a.tasks)}
-    encoders = _csv_list(a.encoders)
-    t1 = a.task1_encoder or (encoders[0] if encoders else None)
-    texts_of: dict[str, tuple[str, bool]] = {}  # resolved name -> (name, transcripts)
-    if 1 in tasks and t1:
-        texts_of[resolve_encoder_name(t1)] = (t1, False)
-    if tasks & {2, 3}:
-        for e in encoders:
-            r = resolve_encoder_name(e)
-            texts_of[r] = (e, (2 in tasks) or texts_of.get(r, (e, False))[1])
-    pairs_of: dict[str, str] = {}
-    if 1 in tasks and t1:
-        methods = set(_csv_list(a.task1_methods))
-        for m, name in _pair_encoder_names(pair, t1).items():
-            if m in methods:
-                pairs_of.setdefault(resolve_encoder_name(name), name)
-
-    temp = None
-    if a.cache_dir is None:
-        temp = tempfile.mkdtemp(prefix="dialfork-shard-cache-") if state.is_main_process else None
-        a.cache_dir = _broadcast(state, temp)
-    error: BaseException | None = None
-    try:
-        records = load_corpus(a.data).records
-        device = a.device
-        if device is None and state.num_processes > 1 and str(state.device).startswith("cuda"):
-            device = str(state.device)
-        loaded: dict[str, Any] = {}
-
-        def encoder(name: str) -> Any:
-            r = resolve_encoder_name(name)
-            if r not in loaded:
-                loaded[r] = Encoder(name, device=device, batch_size=a.batch_size, cache_dir=a.cache_dir,
-                                    show_progress=False, runtime=a.runtime)
-            return loaded[r]
-
-        for name, transcripts in texts_of.values():
-            n = encode_shard_texts(encoder(name), corpus_texts(records, transcripts), state, progress)
-            logger.info("process %d: %d new embeddings of %s", state.process_index, n, name)
-        for name in pairs_of.values():
-            n = encode_shard_pairs(PairEncoder(encoder(name), show_progress=False), corpus_pairs(records), state,
-                                   progress)
-            logger.info("process %d: %d new pair embeddings of %s", state.process_index, n, name)
-    except Exception as e:  # noqa: BLE001 - every process must learn of it (collective below)
-        error = e
-    _all_ok(state, error)  # also the barrier: every shard file is renamed into place before this returns
-    if temp is not None:
-        import atexit
-
-        atexit.register(shutil.rmtree, temp, True)
-    if state.num_processes > 1:
-        import torch.distributed as dist
-
-        if dist.is_initialized():
-            dist.destroy_process_group()
-    return bool(state.is_main_process)
-
-
-__all__ = ["corpus_pairs", "corpus_texts", "encode_shard_pairs", "encode_shard_texts", "global_batches",
-           "launched_by_accelerate", "my_batches", "process_state", "sharded_bench_encoding", "unique_by_length"]
+__all__ = ["all_ok", "broadcast", "corpus_pairs", "corpus_texts", "encode_shard_pairs", "encode_shard_texts", "global_batches",
+           "launched_by_accelerate", "my_batches", "process_state", "unique_by_length"]

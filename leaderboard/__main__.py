@@ -5,10 +5,13 @@
              [--results STORE_DIR | --hub-repo OWNER/NAME] [--submitter NAME] [--max-per-day N]
     render   --results DIR [DIR ...] --out site/ [--private DIR --reveal-private] [--title T]
     audit    HUB --gold GOLD [--star STAR] [--regen-seeds N] [--json] [--out REPORT.json]
+    export   SRC DEST [--hidden DIR] [--key-file KEY] [--gold-dir GOLD] [--star STAR] [--no-audit] ...
 
 Exit status: 0 on success, 1 when the submission is invalid (every problem is listed), 2 on a
 usage error, 3 when the rate limit is reached or a result already exists. ``audit`` exits 1 when a
-cheat beats the thresholds (SPEC section 4).
+cheat beats the thresholds (SPEC section 4). ``export`` writes a release's Hub layout
+(:func:`dialfork_dataset.hub.export_hub_layout`) and runs the audit on it before publishing: exit 1
+when the audit fails (nothing is published), 2 on bad input.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ def _add_common(p: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     from dialfork_dataset.console import add_verbosity_options, prog_name, state_defaults
 
-    ap = argparse.ArgumentParser(prog=prog_name("leaderboard"), description="DialFork leaderboard: validate, score, render.")
+    ap = argparse.ArgumentParser(prog=prog_name("leaderboard"), description="DialFork leaderboard: validate, score, render, audit, export.")
     add_verbosity_options(ap, default="WARNING")
     sub = ap.add_subparsers(dest="command", required=True)
 
@@ -72,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--title", default="DialFork leaderboard", help="page title")
 
     au = sub.add_parser("audit", help="try the known cheats on a Hub layout and score them against its gold")
-    au.add_argument("hub", help="Hub layout folder (python -m dialfork_dataset export)")
+    au.add_argument("hub", help="Hub layout folder (python -m leaderboard export)")
     au.add_argument("--gold", required=True, help="its gold folder")
     au.add_argument("--star", default=None,
                     help="STAR folder for the regeneration attack (default: $DIALFORK_STAR_DIR; skipped without)")
@@ -81,7 +84,34 @@ def build_parser() -> argparse.ArgumentParser:
                     help="scenarios per task to regenerate (default 64, the first by STAR id)")
     au.add_argument("--json", action="store_true", help="print the report as JSON")
     au.add_argument("--out", default=None, help="also write the JSON report to this file")
+    _add_export_parser(sub)
     return state_defaults(ap)
+
+
+def _add_export_parser(sub: Any) -> None:
+    s = sub.add_parser("export", help="write the Hub layout (public configs, card, blind sets; gold apart), "
+                                      "audited before it is swapped in")
+    s.add_argument("src", help="public generator output folder (or one record file)")
+    s.add_argument("dest", help="layout folder to write")
+    s.add_argument("--hidden", default=None,
+                   help="hidden corpus (python -m generation --hidden-key KEY --split hidden); default: reserve "
+                        "hidden sources from SRC (public seed: tests only)")
+    s.add_argument("--compound", default=None, metavar="DIR",
+                   help="compound corpus (python -m generation --compound PLAN): written as the 'compound' config")
+    s.add_argument("--key-file", default=None, help="key file (python -m dialfork_dataset keygen)")
+    s.add_argument("--gold-dir", default=None, help="where labels, key and audit report go (default: <dest>-gold)")
+    s.add_argument("--split-seed", type=int, default=0)
+    s.add_argument("--blind-key", default=None, help="hex key (>= 32 random bytes) instead of --key-file")
+    s.add_argument("--hidden-fraction", type=float, default=None,
+                   help="share of sources reserved when no --hidden corpus is given (default: the key's, 0.2)")
+    s.add_argument("--public-fraction", type=float, default=0.5, help="share of blind sources in the public part")
+    s.add_argument("--star", default=None, help="STAR folder (or workflow:PATH) for the audit's regeneration "
+                                               "attack (default: the source recorded in SRC/manifest.json, then "
+                                               "$DIALFORK_STAR_DIR; without one that attack is skipped)")
+    s.add_argument("--regen-seeds", type=int, default=10, metavar="N",
+                   help="the regeneration attack tries the public seeds 0..N-1 (default 10)")
+    s.add_argument("--no-audit", action="store_true", help="skip the audit (never for a release)")
+    s.add_argument("--overwrite", action="store_true")
 
 
 def _print_json(obj: Any) -> None:
@@ -198,6 +228,52 @@ def _cmd_audit(a: argparse.Namespace) -> int:
     return 0 if rep.ok else EXIT_INVALID
 
 
+def _recorded_source(src: str) -> str | None:
+    """The workflow source (STAR folder or ``workflow:PATH``) recorded in the generator manifest of
+    ``src``, if it is still there: the audit regenerates from the corpus's own source, not from
+    whatever ``$DIALFORK_STAR_DIR`` names (a workflow-file corpus is not a STAR one)."""
+    try:
+        config = json.loads((Path(src) / "manifest.json").read_text(encoding="utf-8")).get("config") or {}
+    except (OSError, ValueError, AttributeError):
+        return None
+    recorded = config.get("star") if isinstance(config, dict) else None
+    if not isinstance(recorded, str) or not recorded:
+        return None
+    path = recorded.split(":", 1)[1] if recorded.startswith("workflow:") else recorded
+    return recorded if Path(path).exists() else None
+
+
+def _cmd_export(a: argparse.Namespace) -> int:
+    import functools
+    import os
+
+    from dialfork_dataset.errors import CollectedErrors, cli_error_text
+    from dialfork_dataset.hub import AuditFailed, export_hub_layout
+
+    from .audit import run_audit
+
+    star = a.star or _recorded_source(a.src) or os.environ.get("DIALFORK_STAR_DIR")
+    audit = None if a.no_audit else functools.partial(run_audit, regen_seeds=tuple(range(a.regen_seeds)),
+                                                      **({"star": star} if star else {}))
+    try:
+        info = export_hub_layout(a.src, a.dest, a.gold_dir, hidden=a.hidden, compound=a.compound, key=a.key_file,
+                                 split_seed=a.split_seed,
+                                 blind_key=a.blind_key, hidden_fraction=a.hidden_fraction,
+                                 public_fraction=a.public_fraction, overwrite=a.overwrite, audit=audit)
+    except AuditFailed as e:
+        print(e.report.format_text(), file=sys.stderr)
+        print(f"error: the audit failed ({e.report.worst()}); nothing was published", file=sys.stderr)
+        return EXIT_INVALID
+    except CollectedErrors as e:  # the header, then every problem on a line of its own (the first 50)
+        print(cli_error_text(e), file=sys.stderr)
+        return EXIT_USAGE
+    except FileExistsError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    print(json.dumps(info, indent=2))
+    return 0
+
+
 def _cmd_render(a: argparse.Namespace) -> int:
     from .render import render_site
 
@@ -237,6 +313,8 @@ def _run(a: argparse.Namespace) -> int:
             return _cmd_score(a)
         if a.command == "audit":
             return _cmd_audit(a)
+        if a.command == "export":
+            return _cmd_export(a)
         return _cmd_render(a)
     except (FileNotFoundError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)

@@ -157,7 +157,7 @@ def test_leaderboard_validate_blind_accepts_a_hub_id(template_hub, monkeypatch, 
 
 
 def test_per_unit_info_lines_become_one_summary_per_stage(caplog):
-    from dialfork_metrics.bench import _summarised
+    from dialfork_metrics.bench.common import _summarised
 
     setlevel = logging.getLogger("dialfork_metrics.setlevel")
     with caplog.at_level(logging.INFO):

@@ -161,7 +161,7 @@ def test_get_encoder_shares_instances(minilm):
 
 
 def test_disk_cache_compacts_many_shards(tmp_path):
-    from dialfork_metrics.encoders import _DiskCache, _text_key
+    from dialfork_metrics.encoders.cache import _DiskCache, _text_key
 
     rows = np.eye(4, dtype=np.float32)
     for i in range(4):  # four writers, four shards

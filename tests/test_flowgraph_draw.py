@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from dialfork_metrics.flowgraph import FlowGraph, _shorten, expected_turn_positions, workflow_layout
+from dialfork_metrics.flowgraph import FlowGraph, expected_turn_positions, workflow_layout
+from dialfork_metrics.flowgraph.drawing import _shorten
 
 
 def _chain(edges: dict[tuple[int, int], float], n: int) -> np.ndarray:

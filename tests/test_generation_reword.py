@@ -12,17 +12,17 @@ import pytest
 from dialfork_dataset.forks import system_turn_to_position
 from dialfork_dataset.jsonl import read_jsonl
 from dialfork_dataset.records import validate_record
-from generation.backends.template import RewordRng, _pick
+from generation.backends.template import RewordRng, pick_phrasing
 from generation.engine import (
     DEFAULT_REWORD_RATE,
     GenerationConfig,
     GenerationError,
-    _conformant,
-    _forks,
+    conformant_dialogue,
     generate_corpus,
     make_context,
     plan_units,
     run_dialogues,
+    single_forks,
 )
 from generation.seeds import Rng
 
@@ -123,9 +123,9 @@ def test_workflow_path_is_unchanged(star_dir):
                            per_task=3, seed=5, prefix_mode="reword", reword_rate=0.5)
     be = get_backend("template")
     ctx = make_context(corpus, cfg, be)
-    sources = [_conformant(ctx, u) for u in plan_units(corpus, cfg)]
+    sources = [conformant_dialogue(ctx, u) for u in plan_units(corpus, cfg)]
     run_dialogues(sources, be, False)
-    forks = [f for s in sources for f in _forks(ctx, s)]
+    forks = [f for s in sources for f in single_forks(ctx, s)]
     run_dialogues(forks, be, False)
     n_reworded = 0
     for f in forks:
@@ -208,7 +208,7 @@ def test_surface_shift_keeps_the_draws():
     for shift in (1, 2, 7, 12345):
         a, b = Rng(42, 3), RewordRng(42, 3, shift=shift)
         for n in (1, 2, 3, 5, 8):
-            i, j = _pick(a, n), _pick(b, n)
+            i, j = pick_phrasing(a, n), pick_phrasing(b, n)
             assert 0 <= j < n
             assert (j == i) if n == 1 else (j != i)
         assert a.next64() == b.next64()

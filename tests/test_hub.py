@@ -185,6 +185,51 @@ def test_export_refuses_bad_destinations(corpus, tmp_path):
     assert (tmp_path / "full" / "x").read_text() == "keep me"
 
 
+class _Report:
+    """What an export's audit returns (as leaderboard.audit.AuditReport): ok, worst, to_dict, format_text."""
+
+    def __init__(self, ok):
+        self.ok = ok
+
+    def worst(self):
+        return "pass" if self.ok else "detector: a cheat (FAIL)"
+
+    def to_dict(self):
+        return {"ok": self.ok}
+
+    def format_text(self):
+        return f"audit ok={self.ok}"
+
+
+def test_export_runs_the_given_audit_on_the_staged_layout(corpus, tmp_path):
+    """The export takes its audit as a callable (dialfork_dataset does not import the leaderboard):
+    it sees the staged folders, its report goes into the gold, a failing one publishes nothing."""
+    from dialfork_dataset.hub import AUDIT_FILE, AuditFailed
+
+    root, _, _ = corpus
+    seen = []
+
+    def audit(ok):
+        def run(hub, gold):
+            seen.append((hub, gold, sorted(p.name for p in (hub / "data").iterdir()), (gold / "blind_key.json").is_file()))
+            return _Report(ok)
+        return run
+
+    info = export_hub_layout(root / "src", tmp_path / "hub", hidden=root / "hidden", blind_key="5a" * 32,
+                             audit=audit(True))
+    hub, gold, configs, has_key = seen[0]
+    assert hub.parent == tmp_path and hub.name.startswith(".hub.tmp-") and has_key and "blind" in configs
+    assert info["audit"] == {"ok": True, "worst": "pass"}
+    assert json.loads((tmp_path / "hub-gold" / AUDIT_FILE).read_text()) == {"ok": True}
+    with pytest.raises(AuditFailed, match="ok=False"):
+        export_hub_layout(root / "src", tmp_path / "bad", hidden=root / "hidden", blind_key="5a" * 32,
+                          audit=audit(False))
+    assert not (tmp_path / "bad").exists() and not (tmp_path / "bad-gold").exists()
+    with pytest.raises(TypeError, match="callable"):
+        export_hub_layout(root / "src", tmp_path / "old", hidden=root / "hidden", audit=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hub", "hub-gold"]
+
+
 def test_export_refuses_invalid_records_listing_all(tmp_path):
     recs = make_records(tasks=("weather",), per_task=2)
     recs[1]["fork_turn"] = 99

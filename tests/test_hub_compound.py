@@ -30,9 +30,10 @@ def corpora(star_dir, tmp_path_factory):
 @pytest.fixture(scope="module")
 def layout(corpora):
     from dialfork_dataset.hub import export_hub_layout
+    from leaderboard.audit import run_audit
 
     info = export_hub_layout(corpora / "single", corpora / "hub", corpora / "gold", blind_key=KEY,
-                             compound=corpora / "compound", audit=True)
+                             compound=corpora / "compound", audit=run_audit)
     return corpora / "hub", info
 
 
@@ -103,13 +104,14 @@ def test_export_refuses_single_forks_as_a_compound_corpus(corpora, tmp_path):
 
 def test_cli_export_with_compound(corpora, tmp_path, capsys):
     from dialfork_dataset.__main__ import main
+    from leaderboard.__main__ import main as leaderboard_main
 
     dest = tmp_path / "hub"
-    assert main(["export", str(corpora / "single"), str(dest), "--compound", str(corpora / "compound"),
+    assert leaderboard_main(["export", str(corpora / "single"), str(dest), "--compound", str(corpora / "compound"),
                  "--blind-key", KEY, "--no-audit"]) == 0
     info = json.loads(capsys.readouterr().out)
     assert set(info["counts"]) == {"conformant", "forked", "task3", "compound", "blind", "blind_task2"}
     assert main(["check", str(dest), "--configs", "compound"]) == 0
     assert "load_dataset(" in capsys.readouterr().out and (dest / "data" / "compound").is_dir()
-    assert main(["export", str(corpora / "single"), str(tmp_path / "bad"), "--compound", str(tmp_path / "none"),
+    assert leaderboard_main(["export", str(corpora / "single"), str(tmp_path / "bad"), "--compound", str(tmp_path / "none"),
                  "--blind-key", KEY, "--no-audit"]) == 2

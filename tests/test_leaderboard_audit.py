@@ -7,6 +7,7 @@ correlation attack and the passing case with LLM-like replay prefixes.
 
 from __future__ import annotations
 
+import functools
 import shutil
 import subprocess
 import sys
@@ -158,7 +159,7 @@ def test_export_runs_the_audit_and_publishes_nothing_on_failure(template_split, 
     opts = {"star": star_dir, "regen_seeds": (0,), "regen_scenarios_per_task": 40}
     with pytest.raises(AuditFailed) as ei:
         export_hub_layout(root / "pub", tmp_path / "hub", tmp_path / "gold", blind_key=KEY.hex(),
-                          hidden_fraction=0.8, metric_share=0.2, audit=True, audit_options=opts)
+                          hidden_fraction=0.8, metric_share=0.2, audit=functools.partial(run_audit, **opts))
     assert "regeneration" in ei.value.report.worst()
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing published, no staging left
 
@@ -171,8 +172,7 @@ def fixed_llm_like(tmp_path_factory):
     root = tmp_path_factory.mktemp("llm_like")
     pub = llm_like_records(tasks=("weather", "trivia"), per_task=8, seed=1)
     hid = llm_like_records(tasks=("weather", "trivia"), per_task=40, seed=2, prefix="h", reword=0.1)
-    info = export_hub_layout(pub, root / "hub", root / "gold", hidden=hid, blind_key=KEY.hex(), audit=True,
-                             audit_options={})
+    info = export_hub_layout(pub, root / "hub", root / "gold", hidden=hid, blind_key=KEY.hex(), audit=run_audit)
     return root, info
 
 

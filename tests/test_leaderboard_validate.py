@@ -332,7 +332,7 @@ _keys = st.sampled_from(["dialogue_id", "prediction", "confidence", "pair_id", "
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(obj=st.dictionaries(_keys, _values, max_size=4), track=st.sampled_from(["detector", "metric"]))
 def test_line_checks_agree_with_json_schema(obj, track):
-    from leaderboard.validate import _NonFinite
+    from leaderboard.validate.lines import _NonFinite
 
     # what json.loads gives us: NaN/Infinity become the non-finite marker, ids strings mostly
     parsed = {k: (_NonFinite("NaN") if isinstance(v, float) and not math.isfinite(v) else v) for k, v in obj.items()}

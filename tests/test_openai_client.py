@@ -372,15 +372,3 @@ def test_a_failing_conversation_stops_the_retries_of_the_others():
         with pytest.raises(EndpointError, match="conversation 0 of the batch.*bad request"):
             c.chat([CONV[:1] + [{"role": "user", "content": "bad"}], CONV])
         assert srv.chat_count < 40  # the busy conversation gave up well before its 51 attempts
-
-
-def test_old_import_path_is_a_deprecated_reexport():
-    import importlib
-    import sys
-
-    import generation.llm.client as new
-
-    sys.modules.pop("dialfork_dataset.openai_client", None)
-    with pytest.warns(DeprecationWarning, match="generation.llm.client"):
-        old = importlib.import_module("dialfork_dataset.openai_client")
-    assert old.OpenAICompatClient is new.OpenAICompatClient and old.EndpointError is new.EndpointError

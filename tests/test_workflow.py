@@ -332,12 +332,12 @@ def test_llm_detector_renders_the_workflow_of_a_workflow_file():
 
 
 def test_export_audits_against_the_source_recorded_in_the_manifest(tmp_path, monkeypatch):
-    """``python -m dialfork_dataset export`` without ``--star`` regenerates from the corpus's own
+    """``python -m leaderboard export`` without ``--star`` regenerates from the corpus's own
     source (a workflow file here), not from ``$DIALFORK_STAR_DIR``, when the manifest names one
     that still exists."""
     import json
 
-    from dialfork_dataset.__main__ import _recorded_source
+    from leaderboard.__main__ import _recorded_source
 
     wf = tmp_path / "flows.yaml"
     wf.write_text("x", encoding="utf-8")

@@ -18,7 +18,8 @@ ordered by blind id (a random order), and each track is split into a public and 
 The public card carries the gold's revision hash; scoring refuses a gold of another revision.
 
 The export is crash-safe as a whole: both folders are staged beside their targets, optionally
-audited (``leaderboard.audit``), then swapped in under a journal; an interrupted swap is
+audited by the caller's audit (``leaderboard.audit`` for a release: ``python -m leaderboard export``
+runs it), then swapped in under a journal; an interrupted swap is
 completed, and leftover staging folders are removed, by the next export to the same targets.
 
 Compound forks (SPEC section 3, ours) are a config of their own: ``export_hub_layout(src, dest,
@@ -42,7 +43,7 @@ import shutil
 import tempfile
 import time
 from collections import Counter, defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -183,8 +184,7 @@ def export_hub_layout(
     public_fraction: float = DEFAULT_PUBLIC_FRACTION,
     max_rows_per_shard: int = 50_000,
     overwrite: bool = False,
-    audit: bool = False,
-    audit_options: Mapping[str, Any] | None = None,
+    audit: Callable[[Path, Path], Any] | None = None,
 ) -> dict[str, Any]:
     """Write the Hub layout: public configs from ``src``, blind sets from the hidden sources.
 
@@ -202,9 +202,11 @@ def export_hub_layout(
     ``blind_key``: a hex key (>= 32 bytes) instead; neither: a random key. The key file (with the
     hidden seed) is copied into ``gold_dir`` (default ``<dest>-gold``, never inside ``dest``).
 
-    Both folders are staged, ``audit=True`` runs :func:`leaderboard.audit.run_audit` on the staged
-    layout (``audit_options`` are passed on; a failing audit raises :class:`AuditFailed` and
-    publishes nothing), then both are swapped in together. Returns a summary.
+    Both folders are staged, ``audit`` is called on the staged layout and gold (a release passes
+    :func:`leaderboard.audit.run_audit`, as ``python -m leaderboard export`` does; this package does
+    not import the leaderboard); its report is written to the gold as :data:`AUDIT_FILE`, and a
+    failing one raises :class:`AuditFailed` and publishes nothing. Then both folders are swapped
+    in together. Returns a summary.
 
     Args:
         src: The public corpus: a generator output folder, one ``.jsonl`` record file, or a list
@@ -230,8 +232,11 @@ def export_hub_layout(
             rest is ``private``); default 0.5.
         max_rows_per_shard: The most rows per parquet shard.
         overwrite: Replace a non-empty ``dest`` / ``gold_dir``; False refuses them.
-        audit: Run the leaderboard audit on the staged layout before publishing it.
-        audit_options: Keyword arguments for ``leaderboard.audit.run_audit`` (with ``audit``).
+        audit: ``audit(staged_layout, staged_gold) -> report``, run before publishing (None: no
+            audit). The report has ``ok`` (False: a cheat works), ``worst()``, ``to_dict()`` (what
+            :data:`AUDIT_FILE` holds) and ``format_text()``, as
+            :class:`leaderboard.audit.AuditReport`; ``functools.partial(run_audit, star=...)``
+            passes options.
 
     Returns:
         dict[str, Any]: ``{"dest", "gold_dir"}`` (absolute paths as strings), ``"counts"``
@@ -251,12 +256,16 @@ def export_hub_layout(
         FileExistsError: ``dest`` or ``gold_dir`` is not empty and ``overwrite`` is False.
         RecordError: A corpus holds invalid records (every problem listed).
         LeakError: A hidden dialogue's scenario or turns occur in a public config.
+        TypeError: ``audit`` is neither None nor callable.
         AuditFailed: With ``audit``, the audit found a working cheat; nothing was published.
     """
     import datasets
 
     from ..records import record_features
 
+    if audit is not None and not callable(audit):
+        raise TypeError(f"audit must be a callable (staged_layout, staged_gold) -> report, e.g. "
+                        f"leaderboard.audit.run_audit, or None; got {audit!r}")
     dest = Path(dest).resolve()
     gold = Path(gold_dir).resolve() if gold_dir is not None else default_gold_dir(dest)
     if gold == dest or dest in gold.parents:
@@ -386,10 +395,8 @@ def export_hub_layout(
         card = build_card(counts, feats, sizes, stats, DEFAULT_CONFIG, revision,
                           _example_row(rows["forked"]["test"] or rows["task3"]["train"]))
         card.save(str(tmp / "README.md"))
-        if audit:
-            from leaderboard.audit import run_audit
-
-            audit_report = run_audit(tmp, tmp_gold, **dict(audit_options or {}))
+        if audit is not None:
+            audit_report = audit(tmp, tmp_gold)
             write_json_atomic(tmp_gold / AUDIT_FILE, audit_report.to_dict())
             if not audit_report.ok:
                 raise AuditFailed(audit_report)

@@ -12,7 +12,7 @@ from dialfork_dataset.lazy import lazy_exports
 
 _EXPORTS: dict[str, str] = {
     "audit_agent": "core",
-    "AuditError": "core",
+    "AuditError": "store",
     "AuditReport": "report",
     "load_reference": "report",
     "step_coverage": "user",

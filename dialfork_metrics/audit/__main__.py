@@ -41,9 +41,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     a = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    from generation.llm.client import EndpointError
+    from generation.api import EndpointError
 
-    from .core import AuditError, audit_agent
+    from .core import audit_agent
+    from .store import AuditError
 
     if a.concurrency < 1:
         print(f"error: --concurrency must be >= 1, got {a.concurrency}", file=sys.stderr)

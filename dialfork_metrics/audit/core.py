@@ -16,43 +16,13 @@ import os
 import threading
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
+
+from .store import FAILED_FILE, AuditError, Job, Outcome, Store
 
 logger = logging.getLogger(__name__)
 
-DIALOGUES_FILE = "dialogues.jsonl"
-FAILED_FILE = "failed.json"
-STEPS_FILE = "steps.json"
 DEFAULT_SAMPLING: dict[str, Any] = {"temperature": 0.0, "max_tokens": 256}
-
-
-class AuditError(ValueError):
-    """Bad input to the audit (unreachable agent, unknown task or scenario, unusable reference)."""
-
-
-@dataclass
-class Job:
-    task: Any
-    scenario: Any
-    seed: int
-    budget: int
-
-    @property
-    def dialogue_id(self) -> str:
-        return f"audit-{self.task.name}-{self.scenario.scenario_id}"
-
-
-@dataclass
-class Outcome:
-    job: Job
-    turns: list[dict[str, str]]
-    steps: list[str | None]
-    similarities: list[float]
-    ended_by_agent: bool
-    error: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def parse_source(source: str | None, star: str | None) -> str | None:
@@ -92,7 +62,7 @@ def plan_jobs(corpus: Any, tasks: Sequence[str], per_task: int | None = None,
     applied to every task). Every unknown task or scenario is reported at once."""
     from dialfork_dataset.sources import SourceError
     from dialfork_dataset.star import StarError
-    from generation.seeds import dialogue_seed
+    from generation.api import dialogue_seed
 
     errs: list[str] = []
     jobs: list[Job] = []
@@ -151,9 +121,7 @@ def converse(job: Job, client: Any, backend: Any, matcher: Any, encoder: _Encode
     conversation with ``Outcome.error`` set. ``tools``: a :class:`ToolAgent` (the agent is offered
     the task's KB tools and its calls are run, :mod:`generation.kb_tools`); the calls are listed in
     ``Outcome.extra["tool_calls"]``."""
-    from generation.engine import Dialogue, init_messages
-    from generation.llm.client import EndpointError
-    from generation.prompts import END_TOKEN
+    from generation.api import END_TOKEN, Dialogue, EndpointError, init_messages
 
     from .user import LLMUser, TemplateUser, UserError
 
@@ -221,7 +189,7 @@ class ToolAgent:
                  max_retries: int = 3, max_rounds: int | None = None):
         import openai
 
-        from generation.kb_tools import DEFAULT_MAX_TOOL_ROUNDS
+        from generation.api import DEFAULT_MAX_TOOL_ROUNDS
 
         self.model = model
         self.url = agent
@@ -234,7 +202,7 @@ class ToolAgent:
                  sampling: Mapping[str, Any]) -> dict[str, Any]:
         import openai
 
-        from generation.llm.client import EndpointError
+        from generation.api import EndpointError
 
         kw = {k: v for k, v in sampling.items() if v is not None}
         if tools:
@@ -260,7 +228,7 @@ class ToolAgent:
 
     def turn(self, messages: list[dict[str, Any]], job: Job, sampling: Mapping[str, Any]):
         """``(text, finish_reason, tool results)`` of one agent turn (``messages`` gets the tool traffic)."""
-        from generation.kb_tools import run_tool_loop
+        from generation.api import run_tool_loop
 
         seed = job.seed % (2**31)
         msg, results = run_tool_loop(lambda ms, ts: self.complete(ms, ts, seed, sampling), messages, self.executor,
@@ -273,79 +241,13 @@ class ToolAgent:
         return text, finish, results
 
 
-def record_decoding(sampling: Mapping[str, Any]) -> dict[str, Any]:
-    """The record's ``decoding`` (SPEC 4: temperature, top_p, top_k, max_new_tokens) from the
-    agent's OpenAI sampling parameters (``max_tokens`` is the OpenAI name of ``max_new_tokens``;
-    parameters the record has no field for are left out)."""
-    out = {k: sampling[k] for k in ("temperature", "top_p", "top_k", "max_new_tokens") if k in sampling}
-    if "max_tokens" in sampling and "max_new_tokens" not in out:
-        out["max_new_tokens"] = sampling["max_tokens"]
-    return out
-
-
-def record_of(o: Outcome, generator: str, decoding: Mapping[str, Any]) -> dict[str, Any]:
-    from generation.engine import code_version
-
-    j = o.job
-    return {
-        "dialogue_id": j.dialogue_id, "source_id": j.dialogue_id, "scenario_id": str(j.scenario.scenario_id),
-        "task": j.task.name, "domain": j.task.domain, "hallucination_type": None, "variant": None,
-        "instruction": None, "substitute_task": None, "fork_position": None, "fork_turn": None,
-        "num_system_turns": sum(t["speaker"] == "system" for t in o.turns), "turns": o.turns, "seed": j.seed,
-        "generator": generator, "decoding": record_decoding(decoding), "prefix_mode": None, "prefix_divergence": None,
-        "code_version": code_version("openai"),
-    }
-
-
-class Store:
-    """The audit's output folder: records and failures, each file rewritten atomically."""
-
-    def __init__(self, out: str | os.PathLike):
-        from dialfork_dataset.jsonl import read_jsonl
-
-        self.out = Path(out)
-        self.out.mkdir(parents=True, exist_ok=True)
-        self.lock = threading.Lock()
-        p, f, s = self.out / DIALOGUES_FILE, self.out / FAILED_FILE, self.out / STEPS_FILE
-        self.records: dict[str, dict] = {r["dialogue_id"]: r for r in read_jsonl(p)} if p.is_file() else {}
-        import json
-
-        self.failed: dict[str, dict] = {r["dialogue_id"]: r for r in json.loads(f.read_text(encoding="utf-8"))} \
-            if f.is_file() else {}
-        self.steps: dict[str, Any] = json.loads(s.read_text(encoding="utf-8")) if s.is_file() else {}
-
-    def done(self, dialogue_id: str) -> bool:
-        return dialogue_id in self.records and dialogue_id in self.steps
-
-    def add(self, o: Outcome, generator: str, decoding: Mapping[str, Any]) -> None:
-        from dialfork_dataset.jsonl import write_json_atomic, write_jsonl
-        from dialfork_dataset.records import validate_record
-
-        did = o.job.dialogue_id
-        with self.lock:
-            if o.error is None:
-                rec = record_of(o, generator, decoding)
-                validate_record(rec)
-                self.records[did] = rec
-                self.failed.pop(did, None)
-                self.steps[did] = {"steps": o.steps, "similarities": [round(x, 6) for x in o.similarities],
-                                   "ended_by_agent": o.ended_by_agent, **o.extra}
-                write_json_atomic(self.out / STEPS_FILE, self.steps)
-                write_jsonl(self.out / DIALOGUES_FILE, self.records.values())
-            else:
-                self.failed[did] = {"dialogue_id": did, "task": o.job.task.name,
-                                    "scenario_id": str(o.job.scenario.scenario_id), "generator": generator,
-                                    "error": o.error, "turns": o.turns, **o.extra}
-            write_json_atomic(self.out / FAILED_FILE, list(self.failed.values()))
-
-
 def run_conversations(jobs: Sequence[Job], client: Any, corpus: Any, encoder: Any, store: Store, generator: str,
                       sampling: Mapping[str, Any], concurrency: int = 4, min_similarity: float | None = None,
                       show_progress: bool = True, user_client: Any = None, tools: Any = None) -> None:
     """Run every job not yet in ``store`` (``concurrency`` conversations at once)."""
     from tqdm.auto import tqdm
 
-    from generation.backends.template import TemplateBackend
+    from generation.api import TemplateBackend
 
     from .user import DEFAULT_MIN_SIMILARITY, StepMatcher
 
@@ -374,7 +276,7 @@ def make_client(agent: str, model: str, api_key_env: str | None = None, timeout:
                 max_retries: int = 3, backoff: float = 0.5, role: str = "agent"):
     """The project's OpenAI-compatible client for the agent (or the LLM user, ``role``), checked
     (reachable, serves ``model``)."""
-    from generation.llm.client import EndpointError, OpenAICompatClient
+    from generation.api import EndpointError, OpenAICompatClient
 
     api_key = None
     if api_key_env:
@@ -503,7 +405,7 @@ def audit_agent(agent: str, model: str, tasks: Sequence[str], reference: Any, *,
     client = make_client(agent, model, api_key_env, timeout, max_retries, backoff)
     tool_agent = None
     if kb_tools:
-        from generation.kb_tools import KBExecutor, ToolSpecError
+        from generation.api import KBExecutor, ToolSpecError
 
         try:
             executor = KBExecutor(corpus, tasks)
@@ -523,7 +425,7 @@ def audit_agent(agent: str, model: str, tasks: Sequence[str], reference: Any, *,
         first = next(store.failed[i]["error"] for i in sorted(ids))
         raise AuditError(f"every dialogue failed ({len(ids)}); first error: {first} "
                          f"(details in {store.out / FAILED_FILE})")
-    from generation.backends.template import TemplateBackend
+    from generation.api import TemplateBackend
 
     backend = TemplateBackend()
     backend.bind_corpus(corpus)

@@ -40,8 +40,9 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     from dialfork_dataset.jsonl import write_text_atomic
 
-    from .core import AuditError, audit_agent
+    from .core import audit_agent
     from .fakes import serve_fake_agent
+    from .store import AuditError
 
     tasks = [t for t in a.tasks.split(",") if t]
     reports = {}

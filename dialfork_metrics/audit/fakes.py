@@ -70,8 +70,7 @@ class AgentPolicy:
 
     def __init__(self, corpus: Any, kind: str = "faithful", derail_at: int = DEFAULT_DERAIL_AT,
                  htypes: Sequence[str] = DEFAULT_HTYPES):
-        from generation.backends.template import TemplateBackend
-        from generation.variants import load_variants
+        from generation.api import TemplateBackend, load_variants
 
         if kind not in ("faithful", "derailed"):
             raise ValueError(f"AgentPolicy: kind must be 'faithful' or 'derailed', got {kind!r}")
@@ -130,8 +129,7 @@ class AgentPolicy:
         Raises:
             ValueError: The first message is not the system prompt, or it names no known service.
         """
-        from generation.backends.template import Sim, build_hal, hal_system_turn, system_turn
-        from generation.seeds import Rng, stable_seed
+        from generation.api import Rng, Sim, build_hal, hal_system_turn, stable_seed, system_turn
 
         if not messages or messages[0].get("role") != "system":
             raise ValueError("the first message must be the system prompt")
@@ -165,8 +163,7 @@ class AgentPolicy:
 
     def _fork(self, sim: Any, d: Any, m: Any, task: Any, seed: int, t: int) -> None:
         """The fork spec and the stand-in reference D+ (the walk so far, then the happy path)."""
-        from generation.engine import ForkSpec
-        from generation.seeds import Rng
+        from generation.api import ForkSpec, Rng
 
         htype = self.htypes[seed % len(self.htypes)]
         pool = list(self.variants[htype])

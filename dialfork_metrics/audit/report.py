@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .core import AuditError, Job, Store
+from .store import AuditError, Job, Store
 
 
 def load_reference(reference: Any, tasks: Sequence[str]) -> dict[str, list[dict[str, Any]]]:

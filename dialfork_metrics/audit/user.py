@@ -92,7 +92,7 @@ class TemplateUser:
     """
 
     def __init__(self, backend: Any, task: Any, scenario: Any, seed: int, matcher: StepMatcher, dialogue: Any):
-        from generation.backends.template import Sim
+        from generation.api import Sim
 
         self.backend = backend
         self.m = backend.model(task)
@@ -113,8 +113,7 @@ class TemplateUser:
         Returns:
             The user's utterance (it may contain the ``[END]`` token to close the dialogue).
         """
-        from generation.backends.template import user_turn
-        from generation.seeds import Rng
+        from generation.api import Rng, user_turn
 
         return user_turn(self.sim, self.d, Rng(self.seed, turn_index))
 
@@ -130,8 +129,7 @@ class TemplateUser:
         Returns:
             The turn's ``StepMatch`` (also appended to :attr:`steps` and :attr:`similarities`).
         """
-        from generation.backends.template import GENERIC_NODES, enter_node
-        from generation.seeds import Rng
+        from generation.api import GENERIC_NODES, Rng, enter_node
 
         mt = self.matcher.match(embedding)
         self.steps.append(mt.node)
@@ -182,7 +180,7 @@ def step_coverage(steps: list[str | None], model: Any) -> dict[str, Any]:
         ``coverage`` (float in [0, 1]; 1.0 when nothing is required) and ``reached_outcome``
         (bool: the workflow's outcome step was said).
     """
-    from generation.backends.template import GENERIC_NODES
+    from generation.api import GENERIC_NODES
 
     skip = {model.start, model.anything_else, model.bye, *GENERIC_NODES}
     required = [n for n in dict.fromkeys(model.happy_trace) if n not in skip and "bye" not in n]
@@ -235,20 +233,19 @@ class LLMUser:
         self.similarities: list[float] = []
 
     def say(self, turn_index: int) -> str:
-        from generation import prompts
-        from generation.llm.client import EndpointError
+        from generation.api import END_TOKEN, EndpointError, render_prompt
 
         if self.d.wrapped and not self.wrapped:
             self.wrapped = True
-            self.messages.append({"role": "system", "content": prompts.render("wrap_up")})
+            self.messages.append({"role": "system", "content": render_prompt("wrap_up")})
         try:
             rep = self.client.chat_one(self.messages, (self.seed + 1) % (2**31), None, **self.sampling)
         except EndpointError as e:
             raise UserError(f"simulated user: {e}") from None
         text = (rep.text or "").strip()
-        if not text.replace(prompts.END_TOKEN, "").strip():
+        if not text.replace(END_TOKEN, "").strip():
             raise UserError(f"simulated user: empty reply at turn {turn_index}")
-        self.messages.append({"role": "assistant", "content": text.replace(prompts.END_TOKEN, "").strip()})
+        self.messages.append({"role": "assistant", "content": text.replace(END_TOKEN, "").strip()})
         return text
 
     def hear(self, text: str, embedding: np.ndarray, turn_index: int) -> StepMatch:

@@ -37,9 +37,8 @@ from ..methods import (
     TASK3_DETECTORS,
     TASK3_REGIMES,
 )
-from ..methods import regime as _regime  # noqa: F401 - the old private name
 from .cli import build_parser, main, parse_pair_encoder
-from .common import DEFAULT_PRD, UNIT_LINES, BenchError, _summarised  # noqa: F401 - _summarised: used by tests
+from .common import DEFAULT_PRD, UNIT_LINES, BenchError
 from .corpus import Corpus, load_corpus, prepare_encoder
 from .runner import package_versions, run_benchmark
 from .task1 import run_task1, summarise_task1, task1_comparisons, tau_confidence_intervals

@@ -13,7 +13,7 @@ from ..methods import (
     TASK2_METHODS,
     TASK3_DETECTORS,
 )
-from .common import DEFAULT_PRD, BenchError
+from .common import DEFAULT_PRD, BenchError, _csv_list
 from .runner import run_benchmark
 
 
@@ -42,10 +42,6 @@ def parse_pair_encoder(spec: str | None) -> str | dict[str, str] | None:
             raise BenchError(f"--pair-encoder {spec!r}: expected NAME or fbd=NAME,prd=NAME")
         out[metric] = name
     return out
-
-
-def _csv_list(s: str) -> list[str]:
-    return [x.strip() for x in s.split(",") if x.strip()]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -143,7 +139,7 @@ def _main(a: argparse.Namespace) -> int:
         return 2
     try:
         pair = parse_pair_encoder(a.pair_encoder)
-        from ..sharded import sharded_bench_encoding
+        from .sharded import sharded_bench_encoding
 
         if not sharded_bench_encoding(a, pair):  # under `accelerate launch`: the corpus is encoded across
             return 0                             # the processes first; the main one then runs the benchmark

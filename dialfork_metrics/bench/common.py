@@ -14,6 +14,11 @@ import numpy as np
 
 logger = logging.getLogger(__name__)
 
+def _csv_list(s: str) -> list[str]:
+    """The non-empty, stripped items of a comma-separated option value."""
+    return [x.strip() for x in s.split(",") if x.strip()]
+
+
 #: PRD in the benchmark (ours): SPEC 7's 10 clusterings averaged, each a full k-means (Lloyd) with one
 #: k-means++ start: the run-averaging already smooths the initialisation, and it is ~10x cheaper than
 #: Sajjadi et al.'s 10 mini-batch restarts per run (``--prd-kmeans minibatch --prd-n-init 10``).

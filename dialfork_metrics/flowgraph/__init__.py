@@ -44,8 +44,6 @@ re-exported here.
 from __future__ import annotations
 
 from .clustering import (
-    _CLUSTER_CACHE,  # noqa: F401 - the caches, cleared by benchmarks/bench_detectors.py
-    _TREE_CACHE,  # noqa: F401
     centroids_from_labels,
     cluster_embeddings,
     cluster_tree,
@@ -55,7 +53,7 @@ from .clustering import (
     nearest_nodes,
     node_confidence,
 )
-from .drawing import _shorten, expected_turn_positions, workflow_layout  # noqa: F401 - _shorten: tests
+from .drawing import expected_turn_positions, workflow_layout
 from .graph import END, SPEAKERS, START, FlowGraph
 from .kde import flowkl_from_likelihoods
 from .metric import flowkl

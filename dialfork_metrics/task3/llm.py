@@ -151,7 +151,7 @@ class TransformersChat:
             raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
         if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
-        from generation.llm.loader import dtype_errors
+        from generation.api import dtype_errors
 
         if dtype_errors(dtype):
             raise ValueError(dtype_errors(dtype)[0])
@@ -171,21 +171,20 @@ class TransformersChat:
     def _load(self):
         if self._model is not None:
             return
-        from generation.llm import loader
-        from generation.llm.gguf import resolve_model
+        from generation.api import context_window, load_chat_model, load_chat_tokenizer, resolve_model
 
         path = resolve_model(self.model_name, self.gguf_file, dtype=self.dtype,
                              device="auto" if self.device in (None, "auto") else self.device,
                              cache_dir=self.gguf_cache).path
-        tok = loader.load_chat_tokenizer(path, trust_remote_code=self.trust_remote_code)
+        tok = load_chat_tokenizer(path, trust_remote_code=self.trust_remote_code)
         tok.padding_side = "left"
         if tok.pad_token is None:
             tok.pad_token = tok.eos_token
         # device None: CUDA when available, else the CPU; "auto": spread over the GPUs (device_map)
-        model, device = loader.load_chat_model(
+        model, device = load_chat_model(
             path, device="auto" if self.device in (None, "auto") else self.device, dtype=self.dtype,
             device_map="auto" if self.device == "auto" else None, trust_remote_code=self.trust_remote_code)
-        self._window = loader.context_window(model.config, tok)
+        self._window = context_window(model.config, tok)
         if model.generation_config.pad_token_id is None:
             model.generation_config.pad_token_id = tok.pad_token_id
         self._model, self._tok, self._device = model, tok, device
@@ -294,7 +293,7 @@ class LLMDetector:
                                            max_new_tokens=max_new_tokens, show_progress=show_progress,
                                            gguf_file=gguf_file)
         else:
-            from generation.llm.client import OpenAICompatClient
+            from generation.api import OpenAICompatClient
 
             self.client = OpenAICompatClient(base_url, model, api_key=api_key, concurrency=batch_size)
         self.last_report: dict[str, Any] | None = None

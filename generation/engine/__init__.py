@@ -73,17 +73,6 @@ from .units import (
 )
 from .version import code_version
 
-#: Former private names, kept for callers that import them.
-_is_int = is_int
-_init_messages = init_messages
-_prefix_positions = prefix_positions
-_write_run_file = write_run_file
-_load_corpus = load_corpus
-_ShardWriter = ShardWriter
-_conformant = conformant_dialogue
-_forks = single_forks
-_compound_forks = compound_forks
-
 __all__ = [
     "DEFAULT_REWORD_RATE",
     "FORKS_PER_SOURCE",

@@ -36,19 +36,15 @@ Modules: :mod:`.report` (thresholds, results), :mod:`.scoring` (public data, mat
 
 from __future__ import annotations
 
-from .attacks import (  # noqa: F401 - private names too: the old module exposed them
+from .attacks import (
     MIN_PER_BIN,
-    _binned_predictions,
-    _chars,
-    _id_value,
-    _label_index,
     correlation_attacks,
     lookup_attack,
     pair_diff_distances,
     regenerate,
     sibling_predictions,
 )
-from .report import (  # noqa: F401 - private names too: the old module exposed them
+from .report import (
     ALPHA,
     BLIND,
     DEFAULT_REGEN_SCENARIOS_PER_TASK,
@@ -60,15 +56,8 @@ from .report import (  # noqa: F401 - private names too: the old module exposed 
     AttackResult,
     AuditReport,
 )
-from .run import (  # noqa: F401 - private names too: the old module exposed them
-    run_audit,
-)
-from .scoring import (  # noqa: F401 - private names too: the old module exposed them
-    _Detector,
-    _detector_result,
-    _Metric,
-    _metric_result,
-    _read_config,
+from .run import run_audit
+from .scoring import (
     common_prefix,
     read_public_configs,
     system_prefix_keys,

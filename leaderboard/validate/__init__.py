@@ -32,8 +32,8 @@ re-exported here.
 from __future__ import annotations
 
 from .blind import BlindSet
-from .file import _first_long_line, _summary, validate_detector, validate_metric, validate_submission  # noqa: F401
-from .lines import _check_prediction, _decoder, _DupKeys, _NonFinite, check_line_object  # noqa: F401
+from .file import validate_detector, validate_metric, validate_submission
+from .lines import check_line_object
 from .report import (
     DEFAULT_MAX_BYTES,
     MAX_LINE_CHARS,

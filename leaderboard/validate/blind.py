@@ -91,7 +91,7 @@ class BlindSet:
         if not files:
             raise FileNotFoundError(
                 f"{blind}: no parquet files; --blind must be a DialFork Hub layout folder "
-                "(written by `python -m dialfork_dataset export` / export_hub_layout) holding data/blind/"
+                "(written by `python -m leaderboard export` / export_hub_layout) holding data/blind/"
             )
         turns: dict[str, int] = {}
         for f in files:

@@ -70,14 +70,7 @@ met on unseen dialogues, not only on the ones the LM has memorised.
 
 from __future__ import annotations
 
-from ._common import (  # noqa: F401  (private names: the old module's, kept importable)
-    NotFittedError,
-    _encoder_name,
-    _normalize_rows,
-    _task_of,
-    _where,
-    resolve_encoder,
-)
+from ._common import NotFittedError, resolve_encoder
 from .decision import (
     DEFAULT_CONFIDENCE,
     DEFAULT_FALSE_ALARM_RATE,
@@ -112,7 +105,7 @@ from .presets import (
     SPEAKERS,
     preset_settings,
 )
-from .stream import StepResult, StepState, Stream, _Stream  # noqa: F401
+from .stream import StepResult, StepState, Stream
 
 __all__ = [
     "CALIBRATIONS", "CROSS_FIT_NODES", "DEFAULT_CONFIDENCE", "DEFAULT_DISTANCE_THRESHOLD", "DEFAULT_FALSE_ALARM_RATE", "DEFAULT_K",

@@ -348,7 +348,7 @@ class StreamingDetector(FitMixin, PersistenceMixin):
         return self._stream
 
     def update(self, turn: Any, embedding: np.ndarray | None = None) -> int | None:
-        """:meth:`_Stream.update` on the stream opened by the last :meth:`start`."""
+        """:meth:`Stream.update` on the stream opened by the last :meth:`start`."""
         stream = getattr(self, "_stream", None)
         if stream is None:
             raise RuntimeError("call start() before update()")

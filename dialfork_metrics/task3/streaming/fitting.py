@@ -1,6 +1,7 @@
 """Fitting a streaming detector: nodes (clustering), the N-gram LM and the calibrated threshold,
 one model per task or pooled; the out-of-fold (``cross_fit``) calibration statistics; moving the
-operating point (:meth:`recalibrate`). Mixed into :class:`~.detector.StreamingDetector`."""
+operating point (:meth:`recalibrate`). Mixed into :class:`~.detector.StreamingDetector`, which this
+module does not import: its methods return the detector they are called on (``Self``)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from .decision import (
 from .presets import SPEAKERS
 
 if TYPE_CHECKING:
-    from .detector import StreamingDetector
+    from typing_extensions import Self  # typing.Self from Python 3.11
 
 logger = logging.getLogger("dialfork_metrics.task3.streaming")
 
@@ -33,7 +34,7 @@ class FitMixin:
     """``fit`` and calibration of :class:`~.detector.StreamingDetector`."""
 
     def fit(self, dialogues: Sequence[Any], embeddings: Sequence[np.ndarray] | None = None,
-            show_progress: bool = False) -> StreamingDetector:
+            show_progress: bool = False) -> Self:
         """Fit nodes, the N-gram LM and the threshold on conformant train dialogues (one model per
         task with ``scope="task"``)."""
         if isinstance(dialogues, Mapping | str) or not isinstance(dialogues, Sequence):
@@ -84,7 +85,7 @@ class FitMixin:
                                             / self.n_train)
         return self
 
-    def _submodel(self) -> StreamingDetector:
+    def _submodel(self) -> Self:
         """An unfitted single model with this detector's settings (one task of ``scope="task"``)."""
         sub = type(self)(method=self.method, node_confidence=self.node_confidence, order=self.order, K=self.K,
                                 tau=self.tau, distance_threshold=self.distance_threshold,
@@ -212,7 +213,7 @@ class FitMixin:
                 out[i] = p * cc if self.node_confidence else p
         return out
 
-    def _probe(self) -> StreamingDetector:
+    def _probe(self) -> Self:
         """An unfitted single model with the node settings of this one (for out-of-fold nodes)."""
         return type(self)(method=self.method, node_confidence=self.node_confidence, order=self.order, K=self.K,
                                  tau=self.tau, distance_threshold=self.distance_threshold, backoff=self.backoff,
@@ -227,7 +228,7 @@ class FitMixin:
         return calibrate_threshold(stats, self.method, false_alarm_rate, self.percentile_method,
                                    self.threshold_rule, self.confidence)
 
-    def recalibrate(self, false_alarm_rate: float) -> StreamingDetector:
+    def recalibrate(self, false_alarm_rate: float) -> Self:
         """Move the operating point without refitting: the threshold(s) become the percentile of the
         stored calibration statistics for the new target (exactly what ``fit`` would choose)."""
         if not 0 < false_alarm_rate < 1:

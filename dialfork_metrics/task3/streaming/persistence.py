@@ -1,5 +1,6 @@
 """Saving and loading a fitted streaming detector: ``config.json`` + ``arrays.npz`` per model (JSON and
-npz, no pickle), one sub-folder per task model. Mixed into :class:`~.detector.StreamingDetector`."""
+npz, no pickle), one sub-folder per task model. Mixed into :class:`~.detector.StreamingDetector`, which
+this module does not import (:meth:`load` returns an instance of the class it is called on)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from .decision import DEFAULT_CONFIDENCE
 from .presets import SELECTABLE
 
 if TYPE_CHECKING:
-    from .detector import StreamingDetector
+    from typing_extensions import Self  # typing.Self from Python 3.11
 
 FORMAT = "dialfork-task3-streaming-detector"
 FORMAT_VERSION = 2
@@ -109,7 +110,7 @@ class PersistenceMixin:
         self.train_false_alarm_rate = meta.get("train_false_alarm_rate")
 
     @classmethod
-    def load(cls, path: str | os.PathLike, encoder: Any = None) -> StreamingDetector:
+    def load(cls, path: str | os.PathLike, encoder: Any = None) -> Self:
         """Load a detector saved by :meth:`save`. ``encoder`` overrides the saved encoder name.
         Folders written before scopes and presets existed (format version 1) load as the single
         pooled model they hold, with its saved settings."""

@@ -1,18 +1,18 @@
 """The streaming loop's carried state (:class:`StepState`), one turn's outcome (:class:`StepResult`),
-and a dialogue being monitored turn by turn (:class:`Stream`)."""
+and a dialogue being monitored turn by turn (:class:`Stream`).
+
+A stream reads three things from its detector (:class:`StepModel`); the detector
+(:class:`~.detector.StreamingDetector`) opens streams and imports this module, not the reverse."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from dialfork_dataset.turns import as_turns
-
-if TYPE_CHECKING:
-    from .detector import StreamingDetector
 
 
 @dataclass(frozen=True)
@@ -60,14 +60,32 @@ class StepResult:
     """The turn as a system turn index (a user turn -> the latest system turn before it, or 1)."""
 
 
+class StepModel(Protocol):
+    """What a :class:`Stream` reads from its detector: a fitted
+    :class:`~.detector.StreamingDetector` (one task's model) is one."""
+
+    encoder: Any
+    """The encoder of turns given without an embedding (``None``: embeddings must be given)."""
+
+    def _assign(self, speaker: str, E: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The nodes and node confidences of ``speaker``'s turn embeddings ``E`` (one row each)."""
+        ...
+
+    def step(self, state: StepState, speaker: str, node: int, confidence: float = 1.0
+             ) -> tuple[StepState, StepResult]:
+        """One turn of the streaming loop: the next state and the turn's outcome."""
+        ...
+
+
 class Stream:
     """One dialogue being monitored turn by turn (created by :meth:`StreamingDetector.start`).
 
     Args:
-        detector: The fitted :class:`StreamingDetector` whose LM, nodes and threshold are used.
+        detector: The fitted detector (a :class:`~.detector.StreamingDetector`, one task's model)
+            whose LM, nodes and threshold are used.
     """
 
-    def __init__(self, detector: StreamingDetector):
+    def __init__(self, detector: StepModel):
         self._det = detector
         self.turns: list[dict[str, str]] = []
         self.nodes: list[int] = []
@@ -132,5 +150,3 @@ class Stream:
             self.flag = r.system_turn
         return r.system_turn
 
-
-_Stream = Stream  # the old private name

@@ -45,54 +45,28 @@ Modules: :mod:`.data` (phrasing pools, name conventions, the ``reword`` stream),
 the simulator knows about a task), :mod:`.values` (goal and knowledge-base values), :mod:`.sim` (the
 per-dialogue state and graph walk), :mod:`.acts` (shared dialogue acts), :mod:`.turns` (conformant
 turns), :mod:`.planners` (one planner per hallucination type: :data:`PLANNERS`), :mod:`.realise`
-(saying the plan), :mod:`.backend` (:class:`TemplateBackend`). Everything is re-exported here, and the
-former private names (``_build_hal``, ``_enter``, ``_GENERIC``...) stay as aliases of the public ones.
+(saying the plan), :mod:`.backend` (:class:`TemplateBackend`). The public names of ``__all__`` are
+re-exported here.
 """
 
 from __future__ import annotations
 
-from .acts import answer_slot, criteria_reply, enter_node, goodbye, invent_free, user_line
-from .backend import TemplateBackend, strip_end
+from .acts import answer_slot, criteria_reply, enter_node, goodbye, user_line
+from .backend import TemplateBackend
 from .data import (
     ASK_ALIASES,
-    BAD_OUTCOME,
     DATA_PATH,
     GENERIC_NODES,
     PH_ALIASES,
-    PLACEHOLDER,
     RewordRng,
     load_template_data,
-    norm_name,
     pick_phrasing,
 )
 from .model import Slot, TaskModel
-from .planners import PLANNERS, SSPC_PLANS, Hal, PlanContext, Planner, build_hal
-from .realise import hal_system_turn, hal_user_turn, item_and_alternative, variant_line
-from .sim import Sim
+from .planners import PLANNERS, SSPC_PLANS, PlanContext, Planner, build_hal
+from .realise import hal_system_turn, hal_user_turn
+from .sim import Hal, Sim
 from .turns import system_turn, user_turn
-from .values import cached_goal, placeholder_value, trivia_answer
-
-#: Former private names, kept for callers that import them (use the public names).
-_GENERIC = GENERIC_NODES
-_PH = PLACEHOLDER
-_BAD = BAD_OUTCOME
-_pick = pick_phrasing
-_norm = norm_name
-_enter = enter_node
-_bye = goodbye
-_u = user_line
-_answer_slot = answer_slot
-_criteria = criteria_reply
-_invent_free = invent_free
-_build_hal = build_hal
-_hal_system = hal_system_turn
-_hal_user = hal_user_turn
-_item_alt = item_and_alternative
-_line = variant_line
-_strip_end = strip_end
-_cached_goal = cached_goal
-_placeholder_value = placeholder_value
-_trivia_answer = trivia_answer
 
 __all__ = [
     "ASK_ALIASES",

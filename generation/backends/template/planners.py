@@ -30,46 +30,7 @@ from ...seeds import Rng
 from .acts import user_line
 from .data import GENERIC_NODES
 from .realise import item_and_alternative
-from .sim import Sim
-
-Body = list[tuple[str, Any]]
-
-
-class Hal:
-    """A fork's hallucination plan (built at system turn t_k).
-
-    The planner fills :attr:`body` and may set the other fields; :mod:`.realise` then says the body
-    step by step (``pos``), then the closing (``closing`` counts its turns).
-
-    Args:
-        htype: the hallucination type (a key of :data:`PLANNERS`).
-        variant: the fork's :class:`~generation.variants.Variant`; its ``template`` gives
-            ``lines`` and ``user_replies``.
-        spec: the engine's :class:`~generation.engine.dialogue.ForkSpec` this plan realises
-            (default ``None``).
-    """
-
-    __slots__ = ("htype", "variant", "body", "pos", "sub", "missing", "lines", "replies", "closing", "ask_more",
-                 "spec", "line_reply", "chaotic")
-
-    def __init__(self, htype: str, variant: Any, spec: Any = None):
-        self.spec = spec
-        """The engine's ForkSpec this plan realises (a compound fork's next injection replaces it)."""
-        self.htype = htype
-        self.variant = variant
-        self.body: Body = []
-        self.pos = 0
-        self.sub: Sim | None = None
-        self.missing: list[str] = []
-        self.lines: tuple[str, ...] = tuple(variant.template.get("lines", ()) or ())
-        self.replies: tuple[str, ...] = tuple(variant.template.get("user_replies", ()) or ())
-        self.closing = 0
-        self.ask_more = True
-        """Whether the closing starts with ``anything_else`` (as D+'s did) or goes straight to goodbye."""
-        self.line_reply: Callable[[Sim, Hal, Rng], str] | None = None
-        """The user's reply to a ``("line", None)`` step (default: the generic ``aux_generic`` pool)."""
-        self.chaotic = False
-        """Whether the user now and then protests at steps said out of order."""
+from .sim import Body, Hal, Sim
 
 
 @dataclass

@@ -11,8 +11,7 @@ from ...seeds import Rng
 from .acts import answer_slot, criteria_reply, enter_node, goodbye, user_line
 from .data import BAD_OUTCOME, GENERIC_NODES
 from .realise import hal_user_turn
-from .sim import Sim
-from .values import trivia_answer
+from .sim import Sim, trivia_answer
 
 
 def user_turn(sim: Sim, d: Any, rng: Rng) -> str:

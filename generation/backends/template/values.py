@@ -1,18 +1,18 @@
-"""Slot and placeholder values: the user's goal read from the scenario text, invented values where it
-gives none, and knowledge-base facts the system fills into its templates."""
+"""The user's goal values: read from the scenario text, invented where it gives none.
+
+The values the system fills into its templates (knowledge-base facts, trivia, trip instructions)
+follow the simulator's state: :func:`~generation.backends.template.sim.placeholder_value`."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ...seeds import Rng
-from .data import DYNAMIC_PLACEHOLDERS, FREE_TEXT_KEYS, PERSON_SLOTS, PH_ALIASES, norm_name  # noqa: F401
+from .data import PERSON_SLOTS
 from .model import Slot, TaskModel
 
-if TYPE_CHECKING:
-    from .sim import Sim
 
 def _find_category(cats: Sequence[str], text: str) -> str | None:
     """The category mentioned first in ``text`` (whole words, case-insensitive), if any."""
@@ -174,115 +174,4 @@ def _invent(s: Slot, rng: Rng, data: dict[str, Any], goal: dict[str, str]) -> st
     return rng.choice(free)
 
 
-def placeholder_value(sim: Sim, ph: str, rng: Rng, alt: bool) -> str:
-    """The value the system fills in for placeholder ``ph`` of a template.
-
-    Trivia questions/answers and trip instructions follow the simulator's counters; otherwise the
-    value given by the user (or the goal's) for the matching slot; with ``alt``, another category
-    of the goal's identity slot (GR); else a knowledge-base value drawn from the field's schema, and
-    generic fallbacks (names, ids, plates, statuses, ...).
-
-    Args:
-        sim: the dialogue's simulator.
-        ph: the placeholder name (without braces).
-        rng: the random stream to draw from.
-        alt: steer the identity slot to another value (every other placeholder keeps its value).
-
-    Returns:
-        The value as text.
-    """
-    m = sim.m
-    data = sim.data
-    n = norm_name(ph)
-    if ph == "question":
-        qs = data["trivia_questions"]
-        return qs[(sim.trivia_i - 1) % len(qs)]
-    if ph == "answer":
-        return trivia_answer(sim, sim.trivia_i)
-    if ph in ("simple_instruction", "detailed_instruction"):
-        route = sim.trip_route or ([], [])
-        steps = route[0] if ph == "simple_instruction" else (route[1] or route[0])
-        if not steps:
-            return "Head straight on."
-        i = min(max(sim.trip_i - 1, 0), len(steps) - 1)
-        step = steps[i].strip()
-        return step if step.endswith((".", "!", "?")) else step + "."
-    if n.startswith("has") and len(n) > 3:
-        thing = ph[4:].replace("_", " ")
-        val = sim.goal.get("Has" + "".join(w.capitalize() for w in thing.split()))
-        yes = (val == "yes") if val is not None else bool(rng.below(2))
-        return f"has {'an' if thing[:1] in 'aeiou' else 'a'} {thing}" if yes else f"does not have {'an' if thing[:1] in 'aeiou' else 'a'} {thing}"
-    if ph == "message" or ph == "instructions":
-        pool = data["messages"].get(m.name) or data["messages"]["default"]
-        return pool[rng.below(len(pool))]
-    alias = PH_ALIASES.get(ph)
-    if alias is not None:
-        n = norm_name(alias)
-    stripped = n[len(m.domain):] if n.startswith(m.domain) and len(n) > len(m.domain) else n
-    slot = None
-    for s in m.slots.values():
-        sn = norm_name(s.name)
-        if sn in (n, n + "hour", stripped) or (n.endswith("name") and sn == "name" and s.type == "cat") \
-                or (n.endswith("id") and sn == "id"):
-            slot = s
-            break
-    if slot is None and n == "time":
-        slot = next((m.slots[k] for k in ("Time", "StartTimeHour", "ArrivalTime", "DepartureTime") if k in m.slots), None)
-    if slot is not None:
-        v = sim.given.get(slot.name) or sim.goal.get(slot.name, "")
-        if alt and slot is m.identity and slot.categories:
-            others = [c for c in slot.categories if c != v]
-            if others:
-                return others[rng.below(len(others))]
-        if v:
-            return v
-    if alt:  # only the goal's identity slot is steered (GR); every other fact stays as in D+
-        return sim.value(ph, rng, False)
-    f = m.db_fields.get(n) or next((f for k, f in m.db_fields.items() if k.startswith(n) or k.endswith(n)), None)
-    if f is not None:
-        if f.type == "cat" and f.categories:
-            cats = f.categories
-            return str(cats[rng.below(len(cats))])
-        if f.type == "int":
-            lo = f.min if isinstance(f.min, int) else 1
-            hi = f.max if isinstance(f.max, int) else lo + 99
-            return str(lo + rng.below(max(hi - lo + 1, 1)))
-        if f.type == "bool":
-            return "yes" if rng.below(2) else "no"
-    if n.endswith("name"):
-        return rng.choice(data["names"])
-    if "plate" in n:
-        return f"{chr(65 + rng.below(26))}{chr(65 + rng.below(26))} {100 + rng.below(900)}"
-    if n.endswith("id") or "number" in n:
-        return str(1000 + rng.below(9000))
-    if "status" in n:
-        return rng.choice(("on its way", "arriving in 5 minutes", "waiting at the pick-up point"))
-    if "instruction" in n:
-        return rng.choice(("take the medicine twice a day after meals", "rest for a week and drink plenty of water",
-                           "take one pill every morning for ten days"))
-    if "outcome" in n or "result" in n:
-        return rng.choice(("the door is now unlocked", "access granted", "the lock is open"))
-    return rng.choice(("the requested one", "as requested", "the one you asked for"))
-
-
-def trivia_answer(sim: Sim, i: int) -> str:
-    """The answer to trivia question ``i`` from the task's ``Answer`` knowledge-base field.
-
-    Args:
-        sim: the dialogue's simulator (its task's raw KB schema).
-        i: the 1-based question number (wraps around the answer list).
-
-    Returns:
-        The answer without its ``(n)`` prefix, or ``"I don't know"`` when the KB has no answers.
-    """
-    ans = None
-    for f in sim.m.db_raw:
-        if isinstance(f, dict) and f.get("Name") == "Answer":
-            ans = f.get("Categories") or []
-    if not ans:
-        return "I don't know"
-    a = str(ans[(i - 1) % len(ans)])
-    return re.sub(r"^\(\d+\)\s*", "", a)
-
-
-__all__ = ["cached_goal", "placeholder_value", "trivia_answer"]
+__all__ = ["cached_goal"]
