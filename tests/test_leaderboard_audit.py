@@ -20,8 +20,13 @@ from hidden_factory import llm_like_records
 from dialfork_dataset.hidden import HiddenKey, write_key_file
 from dialfork_dataset.hub import AuditFailed, export_hub_layout, load_blind
 from leaderboard.audit import (
+    CEILING,
     DETECTOR_MARGIN,
+    FINGERPRINTS,
+    GRAMMAR,
+    LENGTH,
     METRIC_TAU_MAX,
+    NODE_PREFIX,
     common_prefix,
     pair_diff_distances,
     run_audit,
@@ -182,11 +187,22 @@ def test_fixed_layout_passes_every_attack(fixed_llm_like):
     import json
 
     rep = json.loads((root / "gold" / "audit_report.json").read_text())
-    assert rep["ok"] and {a["status"] for a in rep["attacks"]} == {"pass", "skipped"}
+    assert rep["ok"] and {a["status"] for a in rep["attacks"]} == {"pass", "skipped", "reported"}
     skipped = [a for a in rep["attacks"] if a["status"] == "skipped"]
-    assert {a["name"] for a in skipped} == {"regeneration (public code, public seeds)"}  # no STAR given
+    # no STAR given: no regeneration, no phrasing table for the node grammar
+    assert {a["name"] for a in skipped} == {"regeneration (public code, public seeds)", GRAMMAR}
     pair = next(a for a in rep["attacks"] if a["name"].startswith("pair diffing"))
     assert 0.3 < pair["value"] < METRIC_TAU_MAX  # a control, not an oracle (paper, LLM replay: 0.682)
+    # the simulator-aware attacks find no template fingerprint and no template length in LLM-like text
+    new = {(a["name"], a["track"]): a for a in rep["attacks"] if a["simulator_aware"] and a["status"] != "skipped"}
+    assert {n for n, _ in new} == {FINGERPRINTS, LENGTH, NODE_PREFIX}
+    assert all(a["status"] == "pass" and not a["waived"] for a in new.values())
+    fp = new[(FINGERPRINTS, "detector")]
+    assert "0/40 blind dialogues flagged" in fp["detail"] and fp["margin"] <= 0  # all called conformant
+    # the public-data ceiling is reported on both tracks, never a verdict
+    assert {a["track"] for a in rep["attacks"] if a["name"] == CEILING and a["status"] == "reported"} == {
+        "detector", "metric"}
+    assert new[(NODE_PREFIX, "metric")]["value"] < METRIC_TAU_MAX
 
 
 def test_row_order_sorted_by_label_is_caught(fixed_llm_like, tmp_path):
