@@ -7,6 +7,7 @@ correlation attack and the passing case with LLM-like replay prefixes.
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -184,8 +185,6 @@ def fixed_llm_like(tmp_path_factory):
 def test_fixed_layout_passes_every_attack(fixed_llm_like):
     root, info = fixed_llm_like
     assert info["audit"]["ok"]
-    import json
-
     rep = json.loads((root / "gold" / "audit_report.json").read_text())
     assert rep["ok"] and {a["status"] for a in rep["attacks"]} == {"pass", "skipped", "reported"}
     skipped = [a for a in rep["attacks"] if a["status"] == "skipped"]
@@ -223,15 +222,22 @@ def test_row_order_sorted_by_label_is_caught(fixed_llm_like, tmp_path):
 
 
 def test_audit_cli(fixed_llm_like, tmp_path):
+    from leaderboard.synthetic import write_metadata, write_predictions
+
     root, _ = fixed_llm_like
+    write_predictions({b["dialogue_id"]: None for b in load_blind(root / "hub")}, tmp_path / "silent.jsonl")
+    write_metadata(tmp_path / "silent.metadata.json", method="never alarms")
     r = subprocess.run([sys.executable, "-m", "leaderboard", "audit", str(root / "hub"), "--gold", str(root / "gold"),
-                        "--regen-seeds", "0", "--out", str(tmp_path / "a.json")], capture_output=True, text=True,
-                       cwd=ROOT, timeout=300)
+                        "--regen-seeds", "0", "--out", str(tmp_path / "a.json"), "--honest", str(tmp_path / "silent.jsonl")],
+                       capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert r.returncode == 0, r.stderr
     for w in ("verbatim lookup", "sibling grouping", "regeneration", "pair diffing", "correlations", "Random",
-              "first", "last", "verdict: PASS"):
+              "first", "last", "verdict: PASS", "simulator fingerprints", "length rule", "node-level shared prefix",
+              "public-data ceiling", "honest detector: never alarms"):
         assert w in r.stdout
-    assert (tmp_path / "a.json").is_file()
+    rep = json.loads((tmp_path / "a.json").read_text())
+    assert [h["name"] for h in rep["honest"]] == ["honest detector: never alarms"] and rep["verdict"].startswith("PASS")
+    assert "plumbing only" not in rep["verdict"]  # an LLM-like hidden set: no plain-words warning
     r = subprocess.run([sys.executable, "-m", "leaderboard", "audit", str(tmp_path), "--gold", str(root / "gold")],
                        capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert r.returncode == 2 and "no parquet files" in r.stderr and "Traceback" not in r.stderr

@@ -263,6 +263,12 @@ def test_plumbing_only_export_waives_and_publishes_the_verdict(template_release,
     page = render_html([], audit=rep)
     assert 'class="audit plumbing"' in page and "its scores do not rank detectors" in page
     assert "simulator fingerprints (public pools)" in page and "Public-data ceiling" in page
+    from leaderboard import LocalStore
+    from leaderboard.app import LeaderboardApp
+
+    app = LeaderboardApp(blind_dir=str(tmp_path / "hub"), gold_dir=str(tmp_path / "gold"),
+                         store=LocalStore(tmp_path / "store"), require_login=False)
+    assert app.audit_report() == rep and 'class="audit plumbing"' in app.handle_refresh()  # the Space's page too
 
 
 def test_export_without_plumbing_only_fails_and_says_why(template_release, star_dir, tmp_path, capsys):

@@ -339,8 +339,9 @@ def audit_markdown(report: Mapping[str, Any]) -> str:
     if ceiling is not None:
         lines += ["", f"Public-data ceiling (a supervised classifier fitted on the public labelled configs; learning "
                       f"from them is allowed, so it is reported, not a verdict): Score {ceiling['value']:.2f}"
-                      + (f", next to the best honest detector given to the audit ({best['name']}): Score "
-                         f"{best['value']:.2f}." if best is not None else ".")]
+                      + (f", next to the best honest detector given to the audit "
+                         f"({str(best['name']).removeprefix('honest detector: ')}): Score {best['value']:.2f}."
+                         if best is not None else ".")]
     return "\n".join(lines) + "\n"
 
 

@@ -3,16 +3,17 @@
 * :class:`TaskGuesser`: the task of a blind dialogue (the blind rows carry none), from a TF-IDF
   nearest-centroid model of the public dialogues' system turns;
 * :func:`length_rule` (attack d): a dialogue whose system-turn count is the task's modal
-  conformant length (within a width) is called conformant, any other is flagged at one relative
-  position; width and position are chosen on the public labelled rows;
+  conformant length (within a width) is called conformant, any other is flagged at one position;
+  width and position are chosen on the public labelled rows;
 * :class:`TurnClassifier` (attack c, the *public-data ceiling*): TF-IDF of each system turn, the one
   before it and the user turn after it, and a logistic regression of "this is the fork's first
   deviating turn", fitted on the public labelled configs; the first turn above a threshold (chosen
-  out of fold, grouped by source) is the prediction. Learning from the public training data is what the
-  configs are for, so this is reported, never failed;
+  out of fold, grouped by source) is the prediction. Learning from the public training data is
+  what the configs are for, so this is reported, never failed;
 * :func:`node_prefix_distances` (attack e, metric track): each system turn mapped to a workflow node
-  (the simulator's phrasing table, else an agglomerative cluster of TF-IDF vectors), the distance
-  of a pair is minus the shared node prefix of reference and candidate.
+  (the simulator's phrasing table, else an agglomerative cluster of TF-IDF vectors, its threshold
+  chosen on pairs made from the public configs), the distance of a pair is minus the shared node
+  prefix of reference and candidate.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ NODE_CLUSTER_THRESHOLD = 0.5
 NODE_CLUSTER_THRESHOLDS = (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
 #: At most this many distinct unparsed turns are clustered; the others join their nearest one's
 #: cluster (keeps the distance matrix small).
-MAX_CLUSTERED_TURNS = 3000
+MAX_CLUSTERED_TURNS = 2000
 
 
 def _system_text(turns: Sequence[Mapping[str, Any]]) -> str:
@@ -44,7 +45,7 @@ def _system_text(turns: Sequence[Mapping[str, Any]]) -> str:
 
 
 def labelled_rows(public: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[dict[str, Any]]:
-    """The public labelled dialogues, once each (by ``dialogue_id``), single-injection fields only.
+    """The public labelled dialogues, once each (by ``dialogue_id``); a fork needs its ``fork_turn``.
 
     Args:
         public: ``{config: rows}`` of the public configs.
@@ -281,7 +282,8 @@ class TurnClassifier:
         X, y, owner = self._samples(rows)
         if len(set(y.tolist())) < 2:
             raise ValueError("the public rows need both conformant turns and deviating turns")
-        self._vecs = [TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True).fit([x[j] for x in X]) for j in range(3)]
+        self._vecs = [TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True, min_df=2).fit([x[j] for x in X])
+                      for j in range(3)]
         M = self._matrix(X)
         groups = np.asarray([rows[i].get("source_id") or rows[i]["dialogue_id"] for i in owner])
         n_groups = len(set(groups.tolist()))

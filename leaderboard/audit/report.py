@@ -224,7 +224,7 @@ class AuditReport:
         if ceil is not None:
             lines.append(f"public-data ceiling (reported, not a verdict): Score {ceil.value:.2f} "
                          f"(matched Random {f(ceil.control)})"
-                         + (f"; best honest detector: {hon.name} Score {hon.value:.2f}" if hon is not None else ""))
+                         + (f"; best {hon.name}: Score {hon.value:.2f}" if hon is not None else ""))
         lines += [f"note: {n}" for n in self.notes]
         lines.append("verdict: " + ("PASS" if self.ok else "FAIL") + f" ({self.worst()})")
         lines.append(self.verdict())

@@ -82,6 +82,16 @@ def _specific(template: str) -> bool:
     return sum(c.isalnum() for c in PLACEHOLDER.sub("", template)) >= MIN_LITERAL
 
 
+def _first_word(template: str) -> str | None:
+    """The first word every filling of ``template`` starts with; None when a placeholder touches it."""
+    m = PLACEHOLDER.search(template)
+    head = template if m is None else template[:m.start()]
+    words = head.split()
+    if not words or (m is not None and not head[len(head.rstrip()):] and len(words) == 1):
+        return None  # empty, or the placeholder continues the first word
+    return words[0]
+
+
 def _alternation(templates: Sequence[str]) -> re.Pattern[str] | None:
     """One pattern with a capturing group per template (most literal text first), or None."""
     if not templates:
@@ -110,6 +120,19 @@ class PhrasingTable:
         self._compiled: dict[str, tuple[re.Pattern[str] | None, list[str], re.Pattern[str] | None]] = {}
         self._markers = tuple(sorted({m.strip() for m in reword_markers if m.strip()}, key=len, reverse=True))
         self._cache: dict[tuple[str, str], str | None] = {}
+        self._other: dict[tuple[str, str | None], str | None] = {}
+        # the first word of every phrasing (None: a placeholder there), so that most tasks are ruled out
+        # without running their patterns (an off-topic reply in front starts with one of them too)
+        self._firsts: dict[str, set[str] | None] = {}
+        self._by_first: dict[str, set[str]] = defaultdict(set)
+        self._any_first: set[str] = set()
+        for task, nodes in self._phrasings.items():
+            firsts = {_first_word(p) for ps in nodes.values() for p in ps if _specific(p)}
+            self._firsts[task] = None if None in firsts else firsts
+            if None in firsts:
+                self._any_first.add(task)
+            for w in firsts - {None}:
+                self._by_first[w].add(task)
 
     def _patterns(self, task: str) -> tuple[re.Pattern[str] | None, list[str], re.Pattern[str] | None]:
         """The task's alternation (one group per phrasing, most literal text first), the node of each
@@ -148,6 +171,9 @@ class PhrasingTable:
         return cls(phr, backend.data.get("reword", {}).get("system", ()))
 
     def _match(self, text: str, task: str) -> str | None:
+        firsts, head = self._firsts[task], text.split(None, 1)[:1]
+        if firsts is not None and head and head[0] not in firsts:
+            return None  # no phrasing of the task starts with this word: its patterns are not run
         alt, nodes, _ = self._patterns(task)
         m = alt.fullmatch(text) if alt is not None else None
         return nodes[m.lastindex - 1] if m else None
@@ -194,9 +220,17 @@ class PhrasingTable:
         Returns:
             The first such task (in name order), or None.
         """
-        if task is not None and self.node(text, task) is not None:
-            return None
-        return next((t for t in self.tasks if t != task and self.node(text, t) is not None), None)
+        key = (text, task)
+        if key not in self._other:
+            out = None
+            if task is None or self.node(text, task) is None:
+                words = {w for x in (text, *(text[len(mk) + 1:] for mk in self._markers if text.startswith(mk + " ")))
+                         for w in x.split(None, 1)[:1]}
+                cands = self._any_first.union(*(self._by_first.get(w, ()) for w in words))
+                out = next((t for t in self.tasks if t != task and t in cands and self.node(text, t) is not None),
+                           None)
+            self._other[key] = out
+        return self._other[key]
 
     def guess_task(self, system_texts: Sequence[str], candidates: Sequence[str] | None = None) -> str | None:
         """The task whose phrasings say most of ``system_texts``.
@@ -263,20 +297,19 @@ class PublicPools:
         sys_texts, user_texts = set(conformant_system), set(conformant_user)
         out = cls()
 
-        def keep(patterns: list[re.Pattern[str]], texts: set[str], full: bool) -> list[re.Pattern[str]]:
+        def keep(templates: Iterable[str], suffix: str, texts: set[str]) -> list[re.Pattern[str]]:
             kept = []
-            for p in patterns:
-                hit = any((p.fullmatch(t) if full else p.match(t)) for t in texts)
+            for t in dict.fromkeys(templates):
+                p = re.compile(template_regex(t) + suffix, re.S)
+                hit = any(p.fullmatch(x) for x in texts)  # a conformant turn says it: not a fingerprint
                 out.pruned += hit
                 if not hit:
                     kept.append(p)
             return kept
 
-        uniq = lambda xs: list(dict.fromkeys(xs))  # noqa: E731
-        out.system_lines = keep([re.compile(template_regex(x), re.S) for x in uniq(lines)], sys_texts, True)
-        out.bridges = keep([re.compile(template_regex(x) + r"\s+(.+)", re.S) for x in uniq(bridges)], sys_texts, True)
-        out.reactions = keep([re.compile(template_regex(x), re.S) for x in uniq(reactions)
-                              if PLACEHOLDER.sub("", x).strip()], user_texts, True)
+        out.system_lines = keep(lines, "", sys_texts)
+        out.bridges = keep(bridges, r"\s+(.+)", sys_texts)
+        out.reactions = keep((x for x in reactions if PLACEHOLDER.sub("", x).strip()), "", user_texts)
         return out
 
     def is_line(self, text: str) -> bool:
