@@ -3,8 +3,9 @@
 Pure pieces are checked by hand; then a template release (public corpus + hidden corpus made with
 the secret seed, two tasks) must be caught by every simulator-aware attack, the public-data ceiling
 is reported, never failed, and a plumbing-only export publishes the verdict in its card and on the
-leaderboard page. The LLM-side check (each attack must pass on an LLM-generated hidden set) runs
-the same :func:`leaderboard.audit.audit_corpora` on an LLM corpus: see ``docs/hidden_split.md``.
+leaderboard page. The LLM-side check (each attack must pass on an LLM-generated hidden set) is
+``assert_simulator_attacks(audit_corpora(public, llm_hidden, ...), caught=False)``: see
+:func:`assert_simulator_attacks` and ``docs/hidden_split.md``.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from leaderboard.audit import (
     FINGERPRINTS,
     GRAMMAR,
     LENGTH,
+    METRIC_TAU_MAX,
     NODE_PREFIX,
     PLUMBING_ONLY_TEXT,
     audit_corpora,
@@ -195,17 +197,36 @@ def by(report):
     return {(a.name, a.track): a for a in report.attacks}
 
 
+#: The simulator-aware attacks and tracks that must catch a template hidden set and must not catch
+#: an LLM-generated one (issue 33, item 3).
+SIMULATOR_AWARE = ((FINGERPRINTS, "detector"), (GRAMMAR, "detector"), (LENGTH, "detector"), (GRAMMAR, "metric"),
+                   (NODE_PREFIX, "metric"))
+
+
+def assert_simulator_attacks(report, caught: bool) -> None:
+    """Every attack of :data:`SIMULATOR_AWARE` fails ``report`` (``caught``) or passes it.
+
+    For the LLM side: ``assert_simulator_attacks(audit_corpora(public, llm_hidden, key=KEY,
+    star=STAR, regen_seeds=(0,)), caught=False)``.
+    """
+    a = by(report)
+    for key in SIMULATOR_AWARE:
+        r = a[key]
+        assert r.simulator_aware and not r.waived, key
+        assert (r.status == "FAIL") == caught, (key, report.format_text())
+        if caught and r.track == "detector":
+            assert r.margin > DETECTOR_MARGIN and r.p_value < ALPHA
+        if caught and r.track == "metric":
+            assert r.value > METRIC_TAU_MAX
+
+
 def test_every_simulator_aware_attack_is_caught_on_a_template_hidden_set(template_release):
     _, _, rep = template_release
     a = by(rep)
     assert rep.counts["blind"] >= 90 and rep.counts["pairs"] >= 300
-    for name in (FINGERPRINTS, GRAMMAR, LENGTH):
-        r = a[(name, "detector")]
-        assert r.status == "FAIL" and r.simulator_aware and not r.waived, rep.format_text()
-        assert r.margin > DETECTOR_MARGIN and r.p_value < ALPHA
+    assert_simulator_attacks(rep, caught=True)
     assert a[(FINGERPRINTS, "detector")].value > 90 and a[(GRAMMAR, "detector")].value > 95
-    for name in (GRAMMAR, NODE_PREFIX):
-        assert a[(name, "metric")].status == "FAIL" and a[(name, "metric")].value > 0.95
+    assert a[(GRAMMAR, "metric")].value > 0.95 and a[(NODE_PREFIX, "metric")].value > 0.95
     # the fingerprints alone on the candidates: far above Random, near the bar (0.78-0.9 on template sets)
     assert a[(FINGERPRINTS, "metric")].value > 0.6
     # the older attacks are not fooled by the reworded prefixes and the secret seed
