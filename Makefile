@@ -41,6 +41,9 @@ DEMO_GUARD_TASK ?= weather
 DEMO_SECRET ?= $(DEMO_OUT)/secret
 # prefixes reworded at the calibrated rate (SPEC 3), so that Shared prefix is a control, not an oracle
 DEMO_PREFIX ?= --prefix-mode reword
+# the demo's hidden set is template-made: simulator-aware attacks solve it (issue 33), so the export
+# declares it plumbing only; the card and the page say its scores do not rank detectors
+DEMO_PLUMBING ?= --plumbing-only
 
 # The whole pipeline on the embedded default: STAR -> a hidden-split key (drawn here, kept in
 # $(DEMO_SECRET)) -> public template corpus (scenarios the key leaves public, seed 0) + hidden
@@ -56,7 +59,7 @@ demo: install
 	$(PY) -m generation --backend template --star $(STAR) --out $(DEMO_SECRET)/hidden $(DEMO_PREFIX) \
 	  --tasks $(DEMO_TASKS) --per-task $(DEMO_PER_TASK) --hidden-key $(DEMO_SECRET)/hidden_key.json --split hidden
 	$(PY) -m leaderboard export $(DEMO_OUT)/corpus $(DEMO_OUT)/hub --hidden $(DEMO_SECRET)/hidden \
-	  --key-file $(DEMO_SECRET)/hidden_key.json --gold-dir $(DEMO_OUT)/hub-gold --star $(STAR) --overwrite
+	  --key-file $(DEMO_SECRET)/hidden_key.json --gold-dir $(DEMO_OUT)/hub-gold --star $(STAR) --overwrite $(DEMO_PLUMBING)
 	$(PY) -m dialfork_dataset check $(DEMO_OUT)/hub
 	$(PY) -m dialfork_metrics.bench --data $(DEMO_OUT)/hub --tasks 1,2,3 --encoders minilm \
 	  --out $(DEMO_OUT)/reports --bootstrap-resamples 10000
@@ -69,7 +72,8 @@ demo: install
 	rm -rf $(DEMO_OUT)/leaderboard
 	$(PY) -m leaderboard score $(DEMO_OUT)/submission/streaming.jsonl --gold $(DEMO_OUT)/hub-gold \
 	  --blind $(DEMO_OUT)/hub --results $(DEMO_OUT)/leaderboard --submitter demo
-	$(PY) -m leaderboard render --results $(DEMO_OUT)/leaderboard --out $(DEMO_OUT)/site
+	$(PY) -m leaderboard render --results $(DEMO_OUT)/leaderboard --out $(DEMO_OUT)/site \
+	  --audit $(DEMO_OUT)/hub-gold/audit_report.json
 	$(PY) -m dialfork_metrics.guard replay --fit --data $(DEMO_OUT)/hub --task $(DEMO_GUARD_TASK) --monitor $(DEMO_OUT)/guard/$(DEMO_GUARD_TASK).monitor
 	$(PY) -m dialfork_metrics.audit.demo --star $(STAR) --reference $(DEMO_OUT)/corpus --tasks $(DEMO_TASKS) --per-task 3 --out $(DEMO_OUT)/audit
 	@echo "demo done: corpus $(DEMO_OUT)/hub (audit: $(DEMO_OUT)/hub-gold/audit_report.json), reports $(DEMO_OUT)/reports/report.md, leaderboard $(DEMO_OUT)/site/index.html, guard $(DEMO_OUT)/guard, agent audit $(DEMO_OUT)/audit"

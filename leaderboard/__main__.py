@@ -3,9 +3,10 @@
     validate SUBMISSION --track detector --blind DIR [--metadata M] [--json] [--max-bytes N]
     score    SUBMISSION --gold GOLD [--track detector] [--blind DIR] [--metadata M] [--json]
              [--results STORE_DIR | --hub-repo OWNER/NAME] [--submitter NAME] [--max-per-day N]
-    render   --results DIR [DIR ...] --out site/ [--private DIR --reveal-private] [--title T]
-    audit    HUB --gold GOLD [--star STAR] [--regen-seeds N] [--json] [--out REPORT.json]
-    export   SRC DEST [--hidden DIR] [--key-file KEY] [--gold-dir GOLD] [--star STAR] [--no-audit] ...
+    render   --results DIR [DIR ...] --out site/ [--private DIR --reveal-private] [--title T] [--audit REPORT]
+    audit    HUB --gold GOLD [--star STAR] [--regen-seeds N] [--plumbing-only] [--honest PRED.jsonl ...]
+             [--json] [--out REPORT.json]
+    export   SRC DEST [--hidden DIR] [--key-file KEY] [--gold-dir GOLD] [--star STAR] [--plumbing-only] [--no-audit] ...
 
 Exit status: 0 on success, 1 when the submission is invalid (every problem is listed), 2 on a
 usage error, 3 when the rate limit is reached or a result already exists. ``audit`` exits 1 when a
@@ -73,6 +74,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--private", default=None, help="the store's private area (for --reveal-private)")
     r.add_argument("--reveal-private", action="store_true", help="show the private scores (maintainers only)")
     r.add_argument("--title", default="DialFork leaderboard", help="page title")
+    r.add_argument("--audit", default=None, metavar="REPORT",
+                   help="the release's audit report (the export's GOLD/audit_report.json): its verdict is shown "
+                        "beside the tables")
 
     au = sub.add_parser("audit", help="try the known cheats on a Hub layout and score them against its gold")
     au.add_argument("hub", help="Hub layout folder (python -m leaderboard export)")
@@ -82,6 +86,12 @@ def build_parser() -> argparse.ArgumentParser:
     au.add_argument("--regen-seeds", type=int, default=10, metavar="N", help="public seeds 0..N-1 to regenerate with (default: 10)")
     au.add_argument("--regen-scenarios", type=int, default=None, metavar="N",
                     help="scenarios per task to regenerate (default 64, the first by STAR id)")
+    au.add_argument("--plumbing-only", action="store_true",
+                    help="a plumbing-only release (a template hidden set for demos and tests): failures of the "
+                         "simulator-aware attacks are reported as waived, and the verdict says so")
+    au.add_argument("--honest", nargs="+", default=(), metavar="PRED",
+                    help="honest detectors' prediction files on the blind set, scored beside the attacks "
+                         "(named by their metadata's 'method', else the file name)")
     au.add_argument("--json", action="store_true", help="print the report as JSON")
     au.add_argument("--out", default=None, help="also write the JSON report to this file")
     _add_export_parser(sub)
@@ -111,6 +121,10 @@ def _add_export_parser(sub: Any) -> None:
     s.add_argument("--regen-seeds", type=int, default=10, metavar="N",
                    help="the regeneration attack tries the public seeds 0..N-1 (default 10)")
     s.add_argument("--no-audit", action="store_true", help="skip the audit (never for a release)")
+    s.add_argument("--plumbing-only", action="store_true",
+                   help="a plumbing-only release (a template hidden set, for demos and tests): the audit records "
+                        "failures of its simulator-aware attacks as waived, and the card says in plain words that "
+                        "the hidden set's scores do not rank detectors")
     s.add_argument("--overwrite", action="store_true")
 
 
@@ -214,9 +228,17 @@ def _cmd_audit(a: argparse.Namespace) -> int:
     if a.regen_seeds < 0:
         print("error: --regen-seeds must be >= 0", file=sys.stderr)
         return EXIT_USAGE
+    honest = {}
+    for f in a.honest:
+        from dialfork_metrics.task3.io import read_predictions
+
+        md = Path(f).with_name(Path(f).stem + ".metadata.json")
+        name = json.loads(md.read_text(encoding="utf-8")).get("method") if md.is_file() else None
+        honest[str(name or Path(f).stem)] = {r["dialogue_id"]: r["prediction"] for r in read_predictions(f)}
     rep = run_audit(a.hub, a.gold, star=a.star or os.environ.get("DIALFORK_STAR_DIR") or None,
                     regen_seeds=tuple(range(a.regen_seeds)),
-                    regen_scenarios_per_task=a.regen_scenarios or DEFAULT_REGEN_SCENARIOS_PER_TASK)
+                    regen_scenarios_per_task=a.regen_scenarios or DEFAULT_REGEN_SCENARIOS_PER_TASK,
+                    plumbing_only=a.plumbing_only, honest=honest or None)
     if a.out:
         from dialfork_dataset.jsonl import write_json_atomic
 
@@ -254,6 +276,7 @@ def _cmd_export(a: argparse.Namespace) -> int:
 
     star = a.star or _recorded_source(a.src) or os.environ.get("DIALFORK_STAR_DIR")
     audit = None if a.no_audit else functools.partial(run_audit, regen_seeds=tuple(range(a.regen_seeds)),
+                                                      plumbing_only=a.plumbing_only,
                                                       **({"star": star} if star else {}))
     try:
         info = export_hub_layout(a.src, a.dest, a.gold_dir, hidden=a.hidden, compound=a.compound, key=a.key_file,
@@ -263,6 +286,11 @@ def _cmd_export(a: argparse.Namespace) -> int:
     except AuditFailed as e:
         print(e.report.format_text(), file=sys.stderr)
         print(f"error: the audit failed ({e.report.worst()}); nothing was published", file=sys.stderr)
+        failed = [x for x in e.report.attacks if x.status == "FAIL" and not x.waived]
+        if failed and all(x.simulator_aware for x in failed) and not a.plumbing_only:
+            print("hint: only simulator-aware attacks fail: the hidden set is simulator-made. For a demo or test "
+                  "release pass --plumbing-only (the card then says its scores do not rank detectors); an official "
+                  "release needs an LLM-generated hidden set (docs/hidden_split.md)", file=sys.stderr)
         return EXIT_INVALID
     except CollectedErrors as e:  # the header, then every problem on a line of its own (the first 50)
         print(cli_error_text(e), file=sys.stderr)
@@ -292,7 +320,13 @@ def _cmd_render(a: argparse.Namespace) -> int:
             print("error: --reveal-private needs --private DIR (the store's private area)", file=sys.stderr)
             return EXIT_USAGE
         priv = cand[0]
-    out = render_site(dirs, a.out, private_dir=priv, reveal_private=a.reveal_private, title=a.title)
+    audit = None
+    if a.audit:
+        if not Path(a.audit).is_file():
+            print(f"error: --audit {a.audit}: no such file (the export writes GOLD/audit_report.json)", file=sys.stderr)
+            return EXIT_USAGE
+        audit = json.loads(Path(a.audit).read_text(encoding="utf-8"))
+    out = render_site(dirs, a.out, private_dir=priv, reveal_private=a.reveal_private, title=a.title, audit=audit)
     print(f"wrote {out}")
     return 0
 

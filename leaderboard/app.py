@@ -105,7 +105,8 @@ class LeaderboardApp:
 
     Attributes:
         blind_dir: The Hub layout holding the blind sets (read once, on first use).
-        gold_dir: The gold folder (read by the scorer only; never shown).
+        gold_dir: The gold folder (read by the scorer; of it, only the audit report's verdict is
+            shown).
         store: Where results are stored (:class:`LocalStore` or :class:`HubStore`).
         cache_dir: Local mirror of a :class:`HubStore`'s results, synced before rendering;
             None reads the store directly.
@@ -242,13 +243,31 @@ class LeaderboardApp:
             return load_results([Path(self.cache_dir) / "results"])
         return self.store.results()
 
+    def audit_report(self) -> dict[str, Any] | None:
+        """The release's audit report (``audit_report.json`` of the gold folder), if the export wrote one.
+
+        Returns:
+            The report as JSON, or None (no report, or one that is not a JSON object).
+        """
+        import json
+
+        from dialfork_dataset.hub import AUDIT_FILE
+
+        path = Path(self.gold_dir) / AUDIT_FILE
+        try:
+            obj = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        return obj if isinstance(obj, dict) else None
+
     def handle_refresh(self) -> str:
         """The leaderboard page (HTML string, self-contained).
 
         Returns:
-            :func:`render_html` of :meth:`results` (private scores withheld).
+            :func:`render_html` of :meth:`results` (private scores withheld), with the release
+            audit's verdict above the tables when the gold folder holds its report.
         """
-        return render_html(self.results())
+        return render_html(self.results(), audit=self.audit_report())
 
     def page_iframe(self) -> str:
         """The leaderboard page inside a sandboxed ``<iframe srcdoc>`` (scripts allowed, no

@@ -366,6 +366,66 @@ def _table(track: str, head: list[str], body: list[str], rows: Sequence[Mapping[
     return out + "</table></div>"
 
 
+def _audit_value(v: Any, track: str) -> str:
+    x = _num(v)
+    return "\u2014" if x is None else (f"{x:.2f}" if track == "detector" else f"{x:.3f}")
+
+
+def audit_html(audit: Mapping[str, Any] | None, rows: Mapping[str, Sequence[Mapping[str, Any]]]) -> str:
+    """The release audit's verdict, shown beside the tables (issue 33): in plain words, with every
+    attack's Score or tau, and the public-data ceiling next to the best detector on the board.
+
+    Args:
+        audit: The audit report as JSON (``leaderboard.audit.AuditReport.to_dict()``, the export's
+            ``audit_report.json``); None: the page says that no audit was given.
+        rows: The page's rows (:func:`build_rows`), for the best detector result.
+
+    Returns:
+        An HTML ``section`` (every value escaped).
+    """
+    if not audit:
+        return ('<section id="audit" class="audit"><h2>Release audit</h2><p class="note">No audit report was given '
+                'to this page (<code>leaderboard render --audit GOLD/audit_report.json</code>).</p></section>')
+    attacks = [a for a in audit.get("attacks") or [] if isinstance(a, Mapping)]
+    honest = [a for a in audit.get("honest") or [] if isinstance(a, Mapping)]
+    waived = any(a.get("waived") for a in attacks)
+    plumbing = waived or bool(audit.get("plumbing_only")) or "template" in (audit.get("generators") or ())
+    state = "fail" if not audit.get("ok") else "plumbing" if plumbing else "pass"
+    body = []
+    for a in [*attacks, *honest]:
+        track = str(a.get("track") or "")
+        status = str(a.get("status") or "")
+        verdict = "FAIL (waived: plumbing only)" if a.get("waived") else (
+            "reported, not a verdict" if status == "reported" else status)
+        cls = "fail" if status == "FAIL" else ""
+        body.append(f'<tr class="{cls}"><td class="txt">{_esc(a.get("name"))}</td><td class="txt">{_esc(track)}</td>'
+                    f'<td>{_audit_value(a.get("value"), track)}</td>'
+                    f'<td>{_audit_value(a.get("matched_random"), "detector")}</td>'
+                    f'<td class="txt">{_esc(verdict)}</td></tr>')
+    ceiling = next((a for a in attacks if a.get("track") == "detector" and a.get("status") == "reported"
+                    and _num(a.get("value")) is not None), None)
+    best = next((r for r in rows.get("detector", ()) if r.get("kind") == "result" and r.get("score") is not None),
+                None)
+    line = ""
+    if ceiling is not None:
+        line = (f'<p class="note">Public-data ceiling: Score {_num(ceiling["value"]):.2f} on the whole blind set '
+                '(a supervised classifier fitted on the public labelled configs; learning from them is allowed, so '
+                'it is reported, not a verdict)')
+        if best is not None:
+            line += (f'; best detector on this board: {_esc(best.get("method"))}, Score {best["score"]:.2f} '
+                     '(public part)')
+        line += ".</p>"
+    th = audit.get("thresholds") or {}
+    return (f'<section id="audit" class="audit {state}"><h2>Release audit</h2>'
+            f'<p class="verdict"><strong>Verdict:</strong> {_esc(audit.get("verdict") or ("PASS" if audit.get("ok") else "FAIL"))}</p>'
+            f'{line}<details><summary>Every attack ({len(attacks)}), built from the public files and code only; '
+            f'a detector-track attack fails beyond its matched Random + {_esc(th.get("detector_margin", 5))} Score '
+            f'points, a metric-track attack above tau {_esc(th.get("metric_tau_max", 0.8))}</summary>'
+            '<div class="tablewrap"><table class="audit"><thead><tr><th class="txt">Attack</th><th class="txt">Track'
+            '</th><th>Score / \u03c4</th><th>Matched Random</th><th class="txt">Verdict</th></tr></thead><tbody>'
+            + "".join(body) + "</tbody></table></div></details></section>")
+
+
 def about_html() -> str:
     """The About text (how to submit, what is scored, citation); the page's About tab and the Space's."""
     from dialfork_metrics.modules import DIALFORK_BIBTEX
@@ -384,7 +444,8 @@ def fill_template(template: str, values: Mapping[str, str]) -> str:
 
 def render_html(results: Iterable[Mapping[str, Any]], *, private: Mapping[str, Mapping[str, Any]] | None = None,
                 reveal_private: bool = False, title: str = "DialFork leaderboard",
-                generated_at: datetime | None = None, include_reference: bool = True) -> str:
+                generated_at: datetime | None = None, include_reference: bool = True,
+                audit: Mapping[str, Any] | None = None) -> str:
     """The page as a string. ``private``: ``{key: private twin}`` (used only if ``reveal_private``).
 
     Args:
@@ -397,6 +458,8 @@ def render_html(results: Iterable[Mapping[str, Any]], *, private: Mapping[str, M
         title: The page title.
         generated_at: The time printed as "Generated ..." (timezone-aware); None: now (UTC).
         include_reference: Append the paper's reference rows (unranked) to each table.
+        audit: The release's audit report (JSON): its verdict is shown above the tables
+            (:func:`audit_html`); None shows nothing.
 
     Returns:
         The complete, self-contained HTML document (inline CSS and script, strict
@@ -422,6 +485,7 @@ def render_html(results: Iterable[Mapping[str, Any]], *, private: Mapping[str, M
 <a href="{_esc(CODE_URL)}" class="ext" rel="noopener noreferrer" target="_blank">Code</a>
 </nav>
 <div id="board" class="panel" role="tabpanel" aria-labelledby="tab-board">
+{audit_html(audit, rows) if audit is not None else ''}
 <section id="detector">
 <h2>Detector track (Task 3: first deviating system turn)</h2>
 <p class="note">Ranked by Score on the public part of the blind test set ({n_det} result{'s' if n_det != 1 else ''}).
@@ -474,7 +538,8 @@ def _private_by_key(paths: Iterable[str | os.PathLike]) -> dict[str, dict[str, A
 
 def render_site(results_dirs: str | os.PathLike | Sequence[str | os.PathLike], out: str | os.PathLike, *,
                 private_dir: str | os.PathLike | None = None, reveal_private: bool = False,
-                title: str = "DialFork leaderboard", generated_at: datetime | None = None) -> Path:
+                title: str = "DialFork leaderboard", generated_at: datetime | None = None,
+                audit: Mapping[str, Any] | None = None) -> Path:
     """Read every result under ``results_dirs`` and write ``out/index.html`` atomically.
 
     Args:
@@ -487,6 +552,8 @@ def render_site(results_dirs: str | os.PathLike | Sequence[str | os.PathLike], o
         reveal_private: Show the private-part scores; needs ``private_dir``.
         title: The page title.
         generated_at: The time printed on the page (timezone-aware); None: now (UTC).
+        audit: The release's audit report (JSON, the export's ``audit_report.json``): its verdict
+            is shown beside the tables; None shows nothing.
 
     Returns:
         The path of the HTML file written.
@@ -503,7 +570,7 @@ def render_site(results_dirs: str | os.PathLike | Sequence[str | os.PathLike], o
     if reveal_private and private_dir is None:
         raise ValueError("reveal_private needs private_dir (the private area of the store)")
     page = render_html(results, private=private, reveal_private=reveal_private, title=title,
-                       generated_at=generated_at)
+                       generated_at=generated_at, audit=audit)
     out = Path(out)
     target = out / "index.html" if out.suffix.lower() != ".html" else out
     write_text_atomic(target, page)

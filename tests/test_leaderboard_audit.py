@@ -8,6 +8,7 @@ correlation attack and the passing case with LLM-like replay prefixes.
 from __future__ import annotations
 
 import functools
+import json
 import shutil
 import subprocess
 import sys
@@ -21,8 +22,13 @@ from hidden_factory import llm_like_records
 from dialfork_dataset.hidden import HiddenKey, write_key_file
 from dialfork_dataset.hub import AuditFailed, export_hub_layout, load_blind
 from leaderboard.audit import (
+    CEILING,
     DETECTOR_MARGIN,
+    FINGERPRINTS,
+    GRAMMAR,
+    LENGTH,
     METRIC_TAU_MAX,
+    NODE_PREFIX,
     common_prefix,
     pair_diff_distances,
     run_audit,
@@ -179,14 +185,23 @@ def fixed_llm_like(tmp_path_factory):
 def test_fixed_layout_passes_every_attack(fixed_llm_like):
     root, info = fixed_llm_like
     assert info["audit"]["ok"]
-    import json
-
     rep = json.loads((root / "gold" / "audit_report.json").read_text())
-    assert rep["ok"] and {a["status"] for a in rep["attacks"]} == {"pass", "skipped"}
+    assert rep["ok"] and {a["status"] for a in rep["attacks"]} == {"pass", "skipped", "reported"}
     skipped = [a for a in rep["attacks"] if a["status"] == "skipped"]
-    assert {a["name"] for a in skipped} == {"regeneration (public code, public seeds)"}  # no STAR given
+    # no STAR given: no regeneration, no phrasing table for the node grammar
+    assert {a["name"] for a in skipped} == {"regeneration (public code, public seeds)", GRAMMAR}
     pair = next(a for a in rep["attacks"] if a["name"].startswith("pair diffing"))
     assert 0.3 < pair["value"] < METRIC_TAU_MAX  # a control, not an oracle (paper, LLM replay: 0.682)
+    # the simulator-aware attacks find no template fingerprint and no template length in LLM-like text
+    new = {(a["name"], a["track"]): a for a in rep["attacks"] if a["simulator_aware"] and a["status"] != "skipped"}
+    assert {n for n, _ in new} == {FINGERPRINTS, LENGTH, NODE_PREFIX}
+    assert all(a["status"] == "pass" and not a["waived"] for a in new.values())
+    fp = new[(FINGERPRINTS, "detector")]
+    assert "0/40 blind dialogues flagged" in fp["detail"] and fp["margin"] <= 0  # all called conformant
+    # the public-data ceiling is reported on both tracks, never a verdict
+    assert {a["track"] for a in rep["attacks"] if a["name"] == CEILING and a["status"] == "reported"} == {
+        "detector", "metric"}
+    assert new[(NODE_PREFIX, "metric")]["value"] < METRIC_TAU_MAX
 
 
 def test_row_order_sorted_by_label_is_caught(fixed_llm_like, tmp_path):
@@ -207,15 +222,22 @@ def test_row_order_sorted_by_label_is_caught(fixed_llm_like, tmp_path):
 
 
 def test_audit_cli(fixed_llm_like, tmp_path):
+    from leaderboard.synthetic import write_metadata, write_predictions
+
     root, _ = fixed_llm_like
+    write_predictions({b["dialogue_id"]: None for b in load_blind(root / "hub")}, tmp_path / "silent.jsonl")
+    write_metadata(tmp_path / "silent.metadata.json", method="never alarms")
     r = subprocess.run([sys.executable, "-m", "leaderboard", "audit", str(root / "hub"), "--gold", str(root / "gold"),
-                        "--regen-seeds", "0", "--out", str(tmp_path / "a.json")], capture_output=True, text=True,
-                       cwd=ROOT, timeout=300)
+                        "--regen-seeds", "0", "--out", str(tmp_path / "a.json"), "--honest", str(tmp_path / "silent.jsonl")],
+                       capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert r.returncode == 0, r.stderr
     for w in ("verbatim lookup", "sibling grouping", "regeneration", "pair diffing", "correlations", "Random",
-              "first", "last", "verdict: PASS"):
+              "first", "last", "verdict: PASS", "simulator fingerprints", "length rule", "node-level shared prefix",
+              "public-data ceiling", "honest detector: never alarms"):
         assert w in r.stdout
-    assert (tmp_path / "a.json").is_file()
+    rep = json.loads((tmp_path / "a.json").read_text())
+    assert [h["name"] for h in rep["honest"]] == ["honest detector: never alarms"] and rep["verdict"].startswith("PASS")
+    assert "plumbing only" not in rep["verdict"]  # an LLM-like hidden set: no plain-words warning
     r = subprocess.run([sys.executable, "-m", "leaderboard", "audit", str(tmp_path), "--gold", str(root / "gold")],
                        capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert r.returncode == 2 and "no parquet files" in r.stderr and "Traceback" not in r.stderr

@@ -73,7 +73,7 @@ from ..hidden import (
 )
 from ..jsonl import write_jsonl
 from .blind import blind_features, blind_pair_features, make_blind, make_hidden_blind
-from .card import build_card, features_yaml, read_card_gold_revision
+from .card import add_audit_section, build_card, features_yaml, read_card_gold_revision
 from .card import example_row as _example_row
 from .files import (
     load_blind,
@@ -348,9 +348,9 @@ def export_hub_layout(
         }
         template = "template" in hidden_info["generators"]
         hidden_info["note"] = (
-            "- This hidden set was made by the template simulator: it is reproducible in principle by anyone who "
-            "runs the simulator as an oracle (fine for demos and tests); official hidden sets come from an LLM "
-            "backend run.\n" if template else "")
+            "- This hidden set was made by the template simulator: it is for plumbing only (demos and tests). "
+            "Anyone who runs the public simulator can fingerprint its dialogues, so its scores do not rank "
+            "detectors; official hidden sets come from an LLM backend run.\n" if template else "")
         manifest = {
             "revision": revision,
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -400,6 +400,7 @@ def export_hub_layout(
             write_json_atomic(tmp_gold / AUDIT_FILE, audit_report.to_dict())
             if not audit_report.ok:
                 raise AuditFailed(audit_report)
+            add_audit_section(tmp / "README.md", audit_report.to_dict())  # the verdict, in the card
         _swap_together([(tmp, dest), (tmp_gold, gold)])
     except BaseException:
         if not _journal(dest).exists():  # before the swap started: nothing published, drop the staging

@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..atomic import write_text_atomic
 from ..taxonomy import FORK_POSITIONS, FORKS_PER_SOURCE, HALLUCINATION_TYPES, display_name
 from .layout import CODE_URL, COMPOUND_CONFIG, LEADERBOARD_SPACE, METRIC_SPACES
 
@@ -245,9 +246,12 @@ training. The leaderboard is scored on **hidden** sources that appear nowhere el
 - Ids are opaque keyed hashes, rows are in a random order, and labels stay with the scorer. The
   gold revision this card belongs to is `{gold_revision}`; the scorer refuses any other.
 - Each release is audited (`python -m leaderboard audit`): verbatim lookup in every public
-  config, sibling grouping, regeneration with public seeds, pair diffing, and correlations of
-  ids, row order and lengths with the labels; a release where a cheat beats Random by more than
-  5 Score points, or reaches a metric-track tau above 0.8, is not published.
+  config, sibling grouping, regeneration with public seeds, pair diffing, correlations of ids,
+  row order and lengths with the labels, and simulator-aware attacks built from the public code
+  (fingerprints of the template simulator's pools, a node grammar of public-seed regenerations, a
+  length rule, the node-level shared prefix); a release where a cheat beats its matched Random by
+  more than 5 Score points, or reaches a metric-track tau above 0.8, is not published. A
+  supervised classifier fitted on the public configs is reported as the public-data ceiling.
 {h['note']}
 ## How it was made
 
@@ -288,3 +292,76 @@ def read_card_gold_revision(dest: str | os.PathLike) -> str | None:
     data = DatasetCard.load(card).data.to_dict()
     rev = data.get("gold_revision")
     return str(rev) if rev else ""
+
+
+#: The heading of the card's audit section (:func:`add_audit_section`).
+AUDIT_HEADING = "## Leaderboard audit"
+
+
+def _fmt_value(v: Any, track: str) -> str:
+    if not isinstance(v, int | float) or isinstance(v, bool) or v != v:
+        return "-"
+    return f"{v:.2f}" if track == "detector" else f"{v:.3f}"
+
+
+def audit_markdown(report: Mapping[str, Any]) -> str:
+    """The card's audit section: the verdict in plain words and every attack's figure.
+
+    Args:
+        report: The audit report as JSON (``leaderboard.audit.AuditReport.to_dict()``): its
+            ``verdict``, ``attacks``, ``honest``, ``thresholds`` and ``baselines``.
+
+    Returns:
+        Markdown starting with :data:`AUDIT_HEADING`: the verdict, a table (attack, track, Score or
+        tau, matched Random, verdict) and the public-data ceiling next to the best honest detector
+        when the report has them.
+    """
+    th = report.get("thresholds") or {}
+    rows = []
+    for a in [*(report.get("attacks") or []), *(report.get("honest") or [])]:
+        status = a.get("status", "")
+        verdict = ("FAIL (waived: plumbing only)" if a.get("waived") else
+                   "reported, not a verdict" if status == "reported" else status)
+        rows.append(f"| {a.get('name', '')} | {a.get('track', '')} | {_fmt_value(a.get('value'), a.get('track', ''))} "
+                    f"| {_fmt_value(a.get('matched_random'), 'detector')} | {verdict} |")
+    ceiling = next((a for a in report.get("attacks") or [] if a.get("track") == "detector"
+                    and a.get("status") == "reported" and isinstance(a.get("value"), int | float)), None)
+    honest = [h for h in report.get("honest") or [] if isinstance(h.get("value"), int | float)]
+    best = max(honest, key=lambda h: h["value"]) if honest else None
+    lines = [AUDIT_HEADING, "",
+             f"**Verdict:** {report.get('verdict') or ('PASS' if report.get('ok') else 'FAIL')}", "",
+             "A cheater holds every public file and the public code; each attack below is built from that alone "
+             "and scored on the blind set (detector track: Score, next to the same predictions dealt to random "
+             f"blind dialogues, the *matched Random*; metric track: Kendall tau). An attack fails beyond matched "
+             f"Random + {th.get('detector_margin', 5):g} Score points (p < {th.get('alpha', 0.01):g}) or above tau "
+             f"{th.get('metric_tau_max', 0.8):g}.", "",
+             "| attack | track | Score / tau | matched Random | verdict |", "| --- | --- | --- | --- | --- |", *rows]
+    if ceiling is not None:
+        lines += ["", f"Public-data ceiling (a supervised classifier fitted on the public labelled configs; learning "
+                      f"from them is allowed, so it is reported, not a verdict): Score {ceiling['value']:.2f}"
+                      + (f", next to the best honest detector given to the audit "
+                         f"({str(best['name']).removeprefix('honest detector: ')}): Score {best['value']:.2f}."
+                         if best is not None else ".")]
+    return "\n".join(lines) + "\n"
+
+
+def add_audit_section(card_path: str | os.PathLike, report: Mapping[str, Any]) -> None:
+    """Write (or replace) the audit section of a card, before its "How it was made" section.
+
+    Args:
+        card_path: The card file (a layout's ``README.md``).
+        report: The audit report as JSON (see :func:`audit_markdown`).
+
+    Raises:
+        FileNotFoundError: ``card_path`` does not exist.
+    """
+    path = Path(card_path)
+    text = path.read_text(encoding="utf-8")
+    start = text.find("\n" + AUDIT_HEADING + "\n")
+    if start >= 0:  # replace the previous section, up to the next heading of the same level
+        end = text.find("\n## ", start + len(AUDIT_HEADING) + 2)
+        text = text[:start + 1] + (text[end + 1:] if end >= 0 else "")
+    section = audit_markdown(report) + "\n"
+    anchor = text.find("\n## How it was made")
+    text = text[:anchor + 1] + section + text[anchor + 1:] if anchor >= 0 else text.rstrip("\n") + "\n\n" + section
+    write_text_atomic(path, text)

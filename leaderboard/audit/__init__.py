@@ -16,7 +16,15 @@ baselines (Random, always-first, always-last):
   transcripts (in system turns), or minus the number of identical turns;
 * **correlations** of ids, row order and lengths with the labels: a binned predictor on each
   feature, cross-fitted on the gold (5 folds), for the detector track; the feature itself (either
-  sign) as the distance, for the metric track.
+  sign) as the distance, for the metric track;
+* the **simulator-aware attacks** of :mod:`.cheater` (issue 33): (a) fingerprints of the public
+  simulator (its variant and reaction pools, forced-difference fallback, WIC bridges, another
+  task's phrasing), (b) the same plus a node grammar learnt from public-seed regenerations, (c) a
+  TF-IDF + logistic regression classifier fitted on the public labelled configs (the *public-data
+  ceiling*: reported, never a verdict), (d) a length rule (the task's modal conformant length),
+  (e) the node-level shared prefix of a metric-track pair. (a), (b), (d) and (e) exploit how the
+  hidden set was generated: a template hidden set fails them, which is why it is for plumbing
+  only; a release declared so (``plumbing_only=True``) records those failures as waived.
 
 Where an attack learns nothing about a dialogue it falls back on Random's prediction. The Score is
 a weighted geometric mean with a floor, so abstaining alone moves it a lot: Random flags every
@@ -31,7 +39,9 @@ metric-track cheat reaches a tau above :data:`METRIC_TAU_MAX`. Plain Random, alw
 always-last are printed next to every cheat.
 
 Modules: :mod:`.report` (thresholds, results), :mod:`.scoring` (public data, matched Random),
-:mod:`.attacks` (the cheats), :mod:`.run` (:func:`run_audit`); every name is re-exported here.
+:mod:`.attacks` (the cheats), :mod:`.simulator` and :mod:`.learned` (what the simulator-aware and
+public-data cheats learn), :mod:`.cheater` (those cheats on one blind set), :mod:`.run`
+(:func:`run_audit`, :func:`audit_corpora`); every name is re-exported here.
 """
 
 from __future__ import annotations
@@ -44,19 +54,29 @@ from .attacks import (
     regenerate,
     sibling_predictions,
 )
+from .cheater import (
+    FINGERPRINTS,
+    GRAMMAR,
+    LENGTH,
+    NODE_PREFIX,
+    honest_results,
+    simulator_attacks,
+)
 from .report import (
     ALPHA,
     BLIND,
+    CEILING,
     DEFAULT_REGEN_SCENARIOS_PER_TASK,
     DEFAULT_REGEN_SEEDS,
     DETECTOR_MARGIN,
     METRIC_TAU_MAX,
     PAIRS,
+    PLUMBING_ONLY_TEXT,
     RANDOM_DRAWS,
     AttackResult,
     AuditReport,
 )
-from .run import run_audit
+from .run import audit_corpora, run_audit
 from .scoring import (
     common_prefix,
     read_public_configs,
@@ -69,6 +89,15 @@ __all__ = [
     "AttackResult",
     "AuditReport",
     "BLIND",
+    "CEILING",
+    "FINGERPRINTS",
+    "GRAMMAR",
+    "LENGTH",
+    "NODE_PREFIX",
+    "PLUMBING_ONLY_TEXT",
+    "audit_corpora",
+    "honest_results",
+    "simulator_attacks",
     "DEFAULT_REGEN_SCENARIOS_PER_TASK",
     "DEFAULT_REGEN_SEEDS",
     "DETECTOR_MARGIN",

@@ -5,8 +5,9 @@ from __future__ import annotations
 import logging
 import os
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from .attacks import (
     correlation_attacks,
@@ -15,6 +16,7 @@ from .attacks import (
     regenerate,
     sibling_predictions,
 )
+from .cheater import honest_results, simulator_attacks
 from .report import (
     ALPHA,
     BLIND,
@@ -37,8 +39,13 @@ def run_audit(hub: str | os.PathLike, gold_dir: str | os.PathLike, *, star: str 
               regen_seeds: Sequence[int] = DEFAULT_REGEN_SEEDS,
               regen_scenarios_per_task: int = DEFAULT_REGEN_SCENARIOS_PER_TASK,
               draws: int = RANDOM_DRAWS, seed: int = 0,
-              progress: Callable[[str], None] | None = None) -> AuditReport:
+              progress: Callable[[str], None] | None = None, plumbing_only: bool = False,
+              honest: Mapping[str, Mapping[str, int | None]] | None = None) -> AuditReport:
     """Run every attack on the layout ``hub`` and score it against ``gold_dir`` (see the module doc).
+
+    The simulator-aware attacks (:mod:`.cheater`) run on whatever the blind set holds: to audit an
+    LLM-generated hidden set, export it (``export_hub_layout(public, hub, gold, hidden=...)``) and
+    call this on the result, or use :func:`audit_corpora`.
 
     Args:
         hub: The staged Hub layout (``data/blind``, optional ``data/blind_task2``, the public
@@ -51,6 +58,11 @@ def run_audit(hub: str | os.PathLike, gold_dir: str | os.PathLike, *, star: str 
             ``1 / ALPHA``).
         seed: Seed of the Random draws.
         progress: Called with a short message as each attack starts; None logs them.
+        plumbing_only: The release is declared plumbing only (a template hidden set for demos and
+            tests): failures of the simulator-aware attacks are recorded as waived and the verdict
+            says, in plain words, that the hidden set's scores do not rank detectors.
+        honest: ``{name: {dialogue_id: turn or None}}``: honest detectors' predictions on the blind
+            set, scored next to the attacks (reported, never a verdict).
 
     Returns:
         The :class:`AuditReport`: baselines, every attack's result, notes and counts;
@@ -89,6 +101,10 @@ def run_audit(hub: str | os.PathLike, gold_dir: str | os.PathLike, *, star: str 
                          counts={"blind": len(blind), "pairs": len(pairs),
                                  "public_rows": sum(len(v) for v in public.values())})
     labelled = [r for rows in public.values() for r in rows]
+    hidden = gold["manifest"].get("hidden") or {}
+    report.generators = list(hidden.get("generators") or [])
+    report.plumbing_only = bool(plumbing_only)
+    regen: list[dict[str, Any]] = []
     say("verbatim lookup")
     report.attacks += lookup_attack("verbatim lookup (public configs)", labelled, blind, pairs, det, met,
                                     f"{len(public)} public config(s)")
@@ -120,7 +136,15 @@ def run_audit(hub: str | os.PathLike, gold_dir: str | os.PathLike, *, star: str 
         report.attacks.append(_metric_result("pair diffing (metric track)", best[1], f"best: -{best[0]}"))
     say("correlations")
     report.attacks += correlation_attacks(blind, gold["task3"], pairs, det, met)
-    hidden = gold["manifest"].get("hidden") or {}
+    # after the older attacks: their matched Random draws come first from the shared stream, as before
+    extra, notes = simulator_attacks(blind, pairs, public, det, met, star=star, regen=regen, say=say)
+    report.attacks += extra
+    report.notes += notes
+    if honest:
+        report.honest = honest_results(honest, det)
+    if plumbing_only:
+        for a in report.attacks:
+            a.waived = a.simulator_aware and a.status == "FAIL"
     if "template" in (hidden.get("generators") or []) or not hidden:
         report.notes.append("the hidden set was made by the template simulator (or its generator is not recorded): "
                             "anyone running the simulator as an oracle can reproduce its kind of dialogues; fine for "
@@ -129,3 +153,44 @@ def run_audit(hub: str | os.PathLike, gold_dir: str | os.PathLike, *, star: str 
         report.notes.append("the gold manifest has no 'hidden' section: this layout predates the hidden split")
     return report
 
+
+
+def audit_corpora(public: str | os.PathLike | Sequence[Mapping[str, Any]],
+                  hidden: str | os.PathLike | Sequence[Mapping[str, Any]], *,
+                  key: str | os.PathLike | Any = None, blind_key: bytes | str | None = None,
+                  workdir: str | os.PathLike | None = None, export_options: Mapping[str, Any] | None = None,
+                  **options: Any) -> AuditReport:
+    """Every attack on the release a public corpus and a hidden corpus make (template or LLM).
+
+    The layout is exported without its audit into ``workdir`` (a temporary folder by default,
+    removed afterwards), then :func:`run_audit` runs on it: the way to measure the attacks on an
+    LLM-generated hidden set, e.g.
+    ``audit_corpora("corpus", "secret/hidden_llm", key="secret/hidden_key.json", star=STAR)``.
+
+    Args:
+        public: The public corpus (folder, record file or records).
+        hidden: The hidden corpus (made with the key's secret seed, any backend).
+        key: The key file (or ``HiddenKey``) the hidden corpus was made with; exclusive with
+            ``blind_key``.
+        blind_key: A hex key instead (records without a secret seed, e.g. in tests).
+        workdir: Where the layout and its gold are written (kept); None: a temporary folder.
+        export_options: More keyword arguments of ``export_hub_layout`` (``metric_share``,
+            ``conformant_share``, ``public_fraction``, ...).
+        **options: Passed on to :func:`run_audit` (``star``, ``regen_seeds``,
+            ``regen_scenarios_per_task``, ``draws``, ``seed``, ``plumbing_only``, ``honest``, ...).
+
+    Returns:
+        The :class:`AuditReport` of that release.
+
+    Raises:
+        ValueError: As :func:`dialfork_dataset.hub.export_hub_layout` (bad corpora or key) or
+            :func:`run_audit`.
+        FileNotFoundError: A corpus folder or the key file does not exist.
+    """
+    from dialfork_dataset.hub import export_hub_layout
+
+    with tempfile.TemporaryDirectory(prefix="dialfork-audit-corpora-") as tmp:
+        root = Path(workdir) if workdir is not None else Path(tmp)
+        export_hub_layout(public, root / "hub", root / "gold", hidden=hidden, key=key, blind_key=blind_key,
+                          overwrite=True, **dict(export_options or {}))
+        return run_audit(root / "hub", root / "gold", **options)

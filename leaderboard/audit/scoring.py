@@ -101,6 +101,52 @@ def common_prefix(a: Sequence[str], b: Sequence[str]) -> int:
 # --------------------------------------------------------------------------- scoring
 
 
+class VectorScorer:
+    """The Task 3 Score (SPEC 8) of many candidate predictions on the same labelled rows,
+    vectorised: the audit scores thousands (matched Random draws, rule and threshold searches), all
+    valid by construction, so the submission checks of ``score_predictions`` are skipped; the
+    arithmetic is ``score_from_stats``'s.
+
+    Args:
+        rows: Labelled rows (``dialogue_id``, ``num_system_turns``, ``hallucination_type``,
+            ``fork_turn``); both conformant dialogues and forks.
+    """
+
+    def __init__(self, rows: Sequence[Mapping[str, Any]]):
+        self.ids = [r["dialogue_id"] for r in rows]
+        self.T = np.asarray([int(r["num_system_turns"]) for r in rows], dtype=float)
+        self.fork = np.asarray([r["hallucination_type"] is not None for r in rows])
+        self.tk = np.asarray([float(r.get("fork_turn") or 0) for r in rows])
+        self.ok = bool(self.fork.any() and (~self.fork).any())
+        self.mae_h_ref = float(np.mean(np.abs(self.T - self.tk)[self.fork])) if self.ok else 0.0
+        self.mae_c_ref = float(np.mean(self.T[~self.fork])) if self.ok else 0.0
+
+    def score(self, pred: np.ndarray) -> float:
+        """The Score of ``pred`` (one system turn per row, 0 for "no deviation").
+
+        Args:
+            pred: Predictions aligned with the rows.
+
+        Returns:
+            The Score (0-100); NaN without both kinds of dialogue (no reference MAEs).
+        """
+        from dialfork_metrics.task3.scorer import score_from_stats
+
+        if not self.ok:
+            return float("nan")
+        flag = pred > 0
+        fh, fc = flag & self.fork, flag & ~self.fork
+        mae_h = float(np.mean(np.abs(pred - self.tk)[fh])) if fh.any() else None
+        mae_c = float(np.mean(np.abs(self.T + 1 - pred)[fc])) if fc.any() else None
+        return score_from_stats(mae_h, float(fh.sum() / self.fork.sum()), mae_c, float(fc.sum() / (~self.fork).sum()),
+                                self.mae_h_ref, self.mae_c_ref)
+
+    def score_dict(self, preds: Mapping[str, int | None]) -> float:
+        """The Score of ``{dialogue_id: turn or None}`` (every row's id present)."""
+        return self.score(np.asarray([float(preds[i] or 0) for i in self.ids]))
+
+
+
 class _Detector:
     """Scores detector-track predictions on the whole blind set, Random-averaged."""
 
@@ -111,40 +157,45 @@ class _Detector:
         rng = np.random.default_rng(seed)
         self.draws = [rng.integers(1, self.T + 1) for _ in range(draws)]
         self.rng = np.random.default_rng(seed + 7)
+        self._vec = VectorScorer(self.gold)
 
     def score(self, preds: Mapping[str, int | None]) -> float:
-        from dialfork_metrics.task3.scorer import score_predictions
+        """The Score of predictions for every gold dialogue (valid by construction)."""
+        return self._vec.score_dict(preds)
 
-        s = score_predictions(dict(preds), self.gold)["score"]
-        return float("nan") if s is None else float(s)
+    def _known(self, known: Mapping[str, int | None]) -> tuple[np.ndarray, list[int | None]]:
+        pos = {i: n for n, i in enumerate(self.ids)}
+        return np.asarray([pos[i] for i in known], dtype=int), list(known.values())
 
     def random(self) -> float:
-        return float(np.mean([self.score(dict(zip(self.ids, map(int, d)))) for d in self.draws]))
+        return float(np.mean([self._vec.score(d.astype(float)) for d in self.draws]))
 
     def with_fallback(self, known: Mapping[str, int | None]) -> float:
         """Mean Score of ``known`` predictions, Random's draw for every other dialogue."""
         if not known:
             return self.random()
+        idx, vals = self._known(known)
+        val = np.asarray([float(v or 0) for v in vals])
         out = []
         for d in self.draws:
-            p = dict(zip(self.ids, map(int, d)))
-            p.update(known)
-            out.append(self.score(p))
+            p = d.astype(float)
+            p[idx] = val
+            out.append(self._vec.score(p))
         return float(np.mean(out))
 
     def matched(self, known: Mapping[str, int | None]) -> np.ndarray:
         """Scores of ``known``'s predictions dealt to random dialogues (abstentions as they are, turns
         as relative positions rescaled to the receiving dialogue's T), Random for the rest."""
-        pos = {i: n for n, i in enumerate(self.ids)}
-        rel = [None if v is None else (int(v) - 1) / max(int(self.T[pos[i]]) - 1, 1) for i, v in known.items()]
+        idx, vals = self._known(known)
+        rel = np.asarray([np.nan if v is None else (int(v) - 1) / max(int(self.T[j]) - 1, 1)
+                          for j, v in zip(idx, vals)], dtype=float)
         out = []
         for d in self.draws:
-            p = dict(zip(self.ids, map(int, d)))
+            p = d.astype(float)
             chosen = self.rng.choice(len(self.ids), size=len(rel), replace=False)
-            for j, x in zip(chosen, rel):
-                T = int(self.T[j])
-                p[self.ids[j]] = None if x is None else int(np.clip(round(1 + x * (T - 1)), 1, T))
-            out.append(self.score(p))
+            T = self.T[chosen]
+            p[chosen] = np.where(np.isnan(rel), 0.0, np.clip(np.round(1 + np.nan_to_num(rel) * (T - 1)), 1, T))
+            out.append(self._vec.score(p))
         return np.array(out)
 
 
