@@ -410,6 +410,11 @@ def main(argv: list[str] | None = None) -> int:
             env[k] = v
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
+        from dialfork_dataset.hub import resolve_data
+
+        for option, value, kind in (("--blind", a.blind, "layout"), ("--gold", a.gold, "gold")):
+            if value:  # a mistyped folder: "no such folder", before anything is read
+                resolve_data(value, accept=(kind,), option=option)
         app = app_from_env(env)
         app.blind  # noqa: B018 - fail now, with a clear message, if --blind is not a Hub layout
     except (ValueError, FileNotFoundError) as e:

@@ -54,21 +54,25 @@ def load_reference(reference: Any, tasks: Sequence[str]) -> dict[str, list[dict[
             task of ``tasks`` has no conformant dialogue in the reference.
     """
     if isinstance(reference, (str, os.PathLike)):
-        p = Path(reference)
-        if not p.exists():
-            raise AuditError(f"reference {p}: no such file or folder (give a corpus folder or an exported Hub folder)")
-        try:
-            from dialfork_dataset.builder import load_records
+        from dialfork_dataset.hub import DataSourceError, resolve_data
 
-            recs = load_records(p)
-        except (ValueError, OSError) as e:
-            try:
+        try:  # no such folder, a gold folder, something else: one message (dialfork_dataset.hub.resolve)
+            src = resolve_data(reference, accept=("corpus", "layout"), option="reference")
+        except DataSourceError as e:
+            raise AuditError(str(e)) from None
+        p = src.path
+        try:
+            if src.kind == "corpus":
+                from dialfork_dataset.builder import load_records
+
+                recs = load_records(p)
+            else:
                 from dialfork_dataset.hub import load_layout
 
                 dd = load_layout(p, "conformant")
                 recs = [dict(r) for split in dd.values() for r in split]
-            except Exception as e2:  # noqa: BLE001 - report both readers' reasons
-                raise AuditError(f"reference {p}: not a DialFork corpus folder ({e}) nor a Hub folder ({e2})") from None
+        except Exception as e:  # noqa: BLE001 - a reader's reason, with the folder it read
+            raise AuditError(f"reference {p}: cannot read its dialogues ({type(e).__name__}: {e})") from None
         where = str(p)
     else:
         recs, where = list(reference), "the reference records"
