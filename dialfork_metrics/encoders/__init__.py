@@ -17,6 +17,14 @@ from __future__ import annotations
 
 from .cache import DEFAULT_MEMORY_CACHE_BYTES, EmbeddingLRU, _DiskCache, _key_nbytes, _text_key  # noqa: F401
 from .encoder import PROGRESS_MIN_TEXTS, Encoder, _l2_normalise, _validate_texts, get_encoder  # noqa: F401
-from .names import ENCODER_ALIASES, _alias_list, _norm_alias, packaged_minilm_path, resolve_encoder_name  # noqa: F401
+from .names import (  # noqa: F401
+    ENCODER_ALIASES,
+    _alias_list,
+    _norm_alias,
+    packaged_minilm_path,
+    portable_encoder_id,
+    resolve_encoder_name,
+)
 
-__all__ = ["DEFAULT_MEMORY_CACHE_BYTES", "ENCODER_ALIASES", "EmbeddingLRU", "Encoder", "get_encoder", "packaged_minilm_path", "resolve_encoder_name"]
+__all__ = ["DEFAULT_MEMORY_CACHE_BYTES", "ENCODER_ALIASES", "EmbeddingLRU", "Encoder", "get_encoder", "packaged_minilm_path", "portable_encoder_id",
+           "resolve_encoder_name"]
