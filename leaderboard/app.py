@@ -242,13 +242,17 @@ class LeaderboardApp:
             return load_results([Path(self.cache_dir) / "results"])
         return self.store.results()
 
-    def handle_refresh(self) -> str:
+    def handle_refresh(self, embedded: bool = False) -> str:
         """The leaderboard page (HTML string, self-contained).
+
+        Args:
+            embedded: The page as the Space's Leaderboard tab shows it: without the page title and
+                the About tab, which the Space has already (:func:`render_html`).
 
         Returns:
             :func:`render_html` of :meth:`results` (private scores withheld).
         """
-        return render_html(self.results())
+        return render_html(self.results(), embedded=embedded)
 
     def page_iframe(self) -> str:
         """The leaderboard page inside a sandboxed ``<iframe srcdoc>`` (scripts allowed, no
@@ -257,7 +261,7 @@ class LeaderboardApp:
         Returns:
             The iframe element as an HTML string (the page escaped into ``srcdoc``).
         """
-        page = self.handle_refresh()
+        page = self.handle_refresh(embedded=True)  # the Space has the title and an About tab of its own
         return (f'<iframe title="DialFork leaderboard" sandbox="allow-scripts allow-popups allow-popups-to-escape-sandbox" style="width:100%;height:900px;border:0" '
                 f'srcdoc="{html.escape(page, quote=True)}"></iframe>')
 
