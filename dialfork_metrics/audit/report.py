@@ -10,7 +10,12 @@ Per task (SPEC 10, definitions in docs/audit.md):
   steps visited, mean skipped / repeated / out-of-order steps, off-workflow turns;
 * ``alarm_rate`` and ``first_alarms``: the streaming detector (``detector``, fitted on the
   reference's conformant dialogues of the task) run over each dialogue;
-* ``flowkl``: FlowKL(reference conformant set, agent's dialogues) (needs 2 of each);
+* ``flowkl``, ``flowkl_ci``, ``flowkl_note``: FlowKL(reference conformant set, agent's dialogues)
+  as :func:`dialfork_metrics.flowgraph.flowkl_crossfit` estimates it on small sets (both drawn
+  comparably by cross-fitted graphs, one smoothing for both, never negative, 0 when the agent's
+  likelihoods are distributed like the reference's) with its 95% bootstrap interval; None, with
+  the reason in ``flowkl_note``, below 10 reference or 5 audited dialogues, where it would say
+  more about the draw than about the agent;
 * ``flowscore``: mean FlowScore distance of each dialogue to the reference conformant dialogue of
   the same scenario, where there is one;
 * ``tool_calls``/``tool_errors``: with KB tools (``kb_tools``), the agent's tool calls and those
@@ -146,7 +151,7 @@ def audit_detector_options(detector: str, options: Mapping[str, Any] | None = No
 def score_task(task: str, jobs: Sequence[Job], store: Store, refs: list[dict[str, Any]], encoder: Any, model: Any,
                detector: str = "it", detector_options: Mapping[str, Any] | None = None) -> dict[str, Any]:
     from ..dialogue import flowscore
-    from ..flowgraph import flowkl
+    from ..flowgraph import flowkl_crossfit
     from ..task3 import make_detector
     from .user import step_coverage
 
@@ -176,9 +181,7 @@ def score_task(task: str, jobs: Sequence[Job], store: Store, refs: list[dict[str
                      "tool_errors": None if tc is None else sum(not c.get("ok") for c in tc),
                      "steps": st.get("steps", []), "completed": bool(cov["reached_outcome"] and not cov["skipped"] and st.get("ended_by_agent")),
                      "coverage": cov, "first_alarm": flag, "flowscore": fs})
-    fkl = None
-    if len(refs) >= 2 and len(recs) >= 2:
-        fkl = float(flowkl(refs, recs, encoder))
+    fkl = flowkl_crossfit(refs, recs, encoder) if recs else {"flowkl": None, "ci_low": None, "note": "no dialogue"}
     dev = sorted(rows, key=lambda x: (-(x["flowscore"] if x["flowscore"] is not None else -1.0),
                                       x["first_alarm"] if x["first_alarm"] is not None else 1e9))[:3]
     deviant = []
@@ -198,7 +201,8 @@ def score_task(task: str, jobs: Sequence[Job], store: Store, refs: list[dict[str
         "off_workflow": _mean([x["coverage"]["off_workflow"] for x in rows]),
         "alarm_rate": sum(x["first_alarm"] is not None for x in rows) / n if n else None,
         "first_alarms": {x["dialogue_id"]: x["first_alarm"] for x in rows},
-        "flowkl": fkl, "flowscore": _mean([x["flowscore"] for x in rows]),
+        "flowkl": fkl["flowkl"], "flowkl_ci": None if fkl["ci_low"] is None else [fkl["ci_low"], fkl["ci_high"]],
+        "flowkl_note": fkl["note"], "flowscore": _mean([x["flowscore"] for x in rows]),
         "tool_calls": _sum_known([x["tool_calls"] for x in rows]),
         "tool_errors": _sum_known([x["tool_errors"] for x in rows]),
         "flowscore_n": sum(x["flowscore"] is not None for x in rows),
@@ -224,6 +228,27 @@ def _fmt(v: Any, nd: int = 3) -> str:
     if isinstance(v, float):
         return f"{v:.{nd}f}"
     return str(v)
+
+
+def cell(t: Mapping[str, Any], key: str) -> str:
+    """One table cell of a task's figure: :func:`_fmt` of the value, FlowKL with its interval
+    (``0.041 [0.010, 0.200]``) or ``n/a`` when it was not estimated (the reason is printed under
+    the table)."""
+    if key != "flowkl":
+        return _fmt(t.get(key))
+    if t.get("flowkl") is None:
+        return "n/a"
+    ci = t.get("flowkl_ci")
+    return _fmt(t["flowkl"]) + (f" [{_fmt(ci[0])}, {_fmt(ci[1])}]" if ci else "")
+
+
+def flowkl_notes(tasks: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The lines under a table that say what FlowKL is and why a task has none."""
+    lines = ["FlowKL: divergence of the agent's flow likelihoods from the reference's (0: distributed alike; "
+             "cross-fitted, never negative), with its 95% bootstrap interval."]
+    lines += [f"FlowKL of {t['task']}: {t['flowkl_note']}." for t in tasks if t.get("flowkl") is None
+              and t.get("flowkl_note")]
+    return lines
 
 
 COLUMNS = (("dialogues", "dialogues"), ("failed", "failed"), ("completion", "completion"),
@@ -313,7 +338,8 @@ class AuditReport:
                  "", "| task | " + " | ".join(h for _, h in COLUMNS) + " |",
                  "| --- |" + " --- |" * len(COLUMNS)]
         for t in self.tasks:
-            lines.append(f"| {t['task']} | " + " | ".join(_fmt(t.get(k)) for k, _ in COLUMNS) + " |")
+            lines.append(f"| {t['task']} | " + " | ".join(cell(t, k) for k, _ in COLUMNS) + " |")
+        lines += [""] + flowkl_notes(self.tasks)
         for t in self.tasks:
             lines += ["", f"## {t['task']}", ""]
             if t["failures"]:
@@ -377,9 +403,10 @@ class AuditReport:
                  "rate, FlowKL and FlowScore distance are better.</p><table><tr><th>task</th>"
                  + "".join(f"<th>{e(h)}</th>" for _, h in COLUMNS) + "</tr>"]
         for t in self.tasks:
-            parts.append(f"<tr><td>{e(t['task'])}</td>" + "".join(f"<td>{e(_fmt(t.get(k)))}</td>" for k, _ in COLUMNS)
+            parts.append(f"<tr><td>{e(t['task'])}</td>" + "".join(f"<td>{e(cell(t, k))}</td>" for k, _ in COLUMNS)
                          + "</tr>")
         parts.append("</table>")
+        parts += [f"<p class='note'>{e(line)}</p>" for line in flowkl_notes(self.tasks)]
         for t in self.tasks:
             parts.append(f"<h2>{e(t['task'])}</h2>")
             if t["dialogue_rows"]:
