@@ -350,9 +350,49 @@ class AuditReport:
             lines += ["", "Most deviant dialogues (flagged turn in bold):", ""] + self._deviant_md(t)
         return "\n".join(lines) + "\n"
 
+    def plot_figure(self, t: dict[str, Any]):
+        """The figure of :meth:`plot_png`: a bar per dialogue (its step coverage; red where the
+        detector raised an alarm, blue where not) and a dot per dialogue (its FlowScore distance to
+        the reference D+ of its scenario), both on the y axis's 0-1 scale. The legend sits above the
+        axes, so it covers no bar. The caller closes it (``matplotlib.pyplot.close``).
+
+        Args:
+            t: One task dict of :attr:`tasks`.
+
+        Returns:
+            matplotlib.figure.Figure: The figure (Agg backend).
+        """
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        from matplotlib.lines import Line2D
+        from matplotlib.patches import Patch
+
+        rows = t["dialogue_rows"]
+        fig, ax = plt.subplots(figsize=(max(5.5, 0.5 * len(rows) + 2), 3.6))
+        xs = list(range(len(rows)))
+        cov = [r["coverage"]["coverage"] for r in rows]
+        ax.bar(xs, cov, color=["#c0392b" if r["first_alarm"] is not None else "#2e86c1" for r in rows])
+        fs = [r["flowscore"] if r["flowscore"] is not None else float("nan") for r in rows]
+        ax.plot(xs, fs, "ko", ms=4)
+        ax.set_xticks(xs, [r["scenario_id"] for r in rows], rotation=90, fontsize=7)
+        ax.set_ylim(0, 1.05)
+        ax.set_ylabel("step coverage (bars)\nFlowScore distance (dots)", fontsize=8)
+        ax.set_xlabel("scenario", fontsize=8)
+        ax.tick_params(axis="y", labelsize=7)
+        ax.legend(handles=[Patch(fc="#2e86c1", label="step coverage, no alarm"),
+                           Patch(fc="#c0392b", label="step coverage, alarm raised"),
+                           Line2D([], [], color="k", marker="o", ls="", ms=4, label="FlowScore distance")],
+                  fontsize=7, loc="lower left", bbox_to_anchor=(0.0, 1.0), ncol=3, frameon=False, borderaxespad=0.2)
+        ax.set_title(f"{t['task']}: completion {_fmt(t['completion'], 2)}, alarm rate {_fmt(t['alarm_rate'], 2)}",
+                     fontsize=9, pad=22)
+        fig.tight_layout()
+        return fig
+
     def plot_png(self, t: dict[str, Any]) -> bytes:
         """Bar chart of one task's per-dialogue step coverage (red where an alarm was raised) with
-        its FlowScore distances (needs matplotlib).
+        its FlowScore distances (needs matplotlib; :meth:`plot_figure`).
 
         Args:
             t: One task dict of :attr:`tasks`.
@@ -360,29 +400,14 @@ class AuditReport:
         Returns:
             The PNG image (80 dpi) as bytes.
         """
-        import matplotlib
-
-        matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
-        rows = t["dialogue_rows"]
-        fig, ax = plt.subplots(figsize=(max(5.5, 0.5 * len(rows) + 2), 3.2))
-        xs = list(range(len(rows)))
-        cov = [r["coverage"]["coverage"] for r in rows]
-        ax.bar(xs, cov, color=["#c0392b" if r["first_alarm"] is not None else "#2e86c1" for r in rows],
-               label="step coverage (red: alarm)")
-        fs = [r["flowscore"] if r["flowscore"] is not None else float("nan") for r in rows]
-        ax.plot(xs, fs, "ko", label="FlowScore distance")
-        ax.set_xticks(xs, [r["scenario_id"] for r in rows], rotation=90, fontsize=7)
-        ax.set_ylim(0, 1.05)
-        ax.set_title(f"{t['task']}: completion {_fmt(t['completion'], 2)}, alarm rate {_fmt(t['alarm_rate'], 2)}",
-                     fontsize=9)
-        ax.set_xlabel("scenario", fontsize=8)
-        ax.legend(fontsize=7, loc="lower right")
-        fig.tight_layout()
+        fig = self.plot_figure(t)
         buf = io.BytesIO()
-        fig.savefig(buf, format="png", dpi=80)
-        plt.close(fig)
+        try:
+            fig.savefig(buf, format="png", dpi=80)
+        finally:
+            plt.close(fig)
         return buf.getvalue()
 
     def to_html(self) -> str:
