@@ -108,7 +108,7 @@ def build_card(config_counts: Mapping[str, Mapping[str, int]], features_by_confi
     """
     from huggingface_hub import DatasetCard, DatasetCardData
 
-    from ..builder import CITATION
+    from ..citation import CITATION
 
     configs_yaml = []
     infos_yaml = []

@@ -17,19 +17,14 @@ import re
 from pathlib import Path
 from typing import Any
 
+from dialfork_dataset.citation import CITATION
+
 MODULES_DIR = Path(__file__).resolve().parent
 
 _NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 
-DIALFORK_BIBTEX = """\
-@misc{dialfork2026,
-  title        = {{DialFork}: Evaluating Conversational Agents' Procedural Hallucination Beyond Factuality},
-  author       = {{DialFork authors}},
-  year         = {2026},
-  note         = {Idiap Research Institute; Telef{\\'o}nica Innovaci{\\'o}n Digital; Logitech; Brno University of Technology},
-  howpublished = {\\url{https://github.com/idiap/dialfork}}
-}"""
-"""The citation every module card and ``MetricInfo.citation`` uses."""
+DIALFORK_BIBTEX = CITATION
+"""The citation every module card and ``MetricInfo.citation`` uses: :data:`dialfork_dataset.citation.CITATION`."""
 
 
 def available() -> list[str]:
