@@ -416,9 +416,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         from dialfork_dataset.hub import resolve_data
 
-        for option, value, kind in (("--blind", a.blind, "layout"), ("--gold", a.gold, "gold")):
-            if value:  # a mistyped folder: "no such folder", before anything is read
-                resolve_data(value, accept=(kind,), option=option)
+        for option, var, kind in (("--blind", "DIALFORK_BLIND_DIR", "layout"), ("--gold", "DIALFORK_GOLD_DIR", "gold")):
+            if env.get(var):  # a mistyped folder, given or from the environment: "no such folder", at once
+                resolve_data(env[var], accept=(kind,), option=option if getattr(a, option[2:]) else f"${var}")
         app = app_from_env(env)
         app.blind  # noqa: B018 - fail now, with a clear message, if --blind is not a Hub layout
     except (ValueError, FileNotFoundError) as e:
