@@ -381,8 +381,8 @@ class AuditReport:
         ax.set_ylabel("step coverage (bars)\nFlowScore distance (dots)", fontsize=8)
         ax.set_xlabel("scenario", fontsize=8)
         ax.tick_params(axis="y", labelsize=7)
-        ax.legend(handles=[Patch(fc="#2e86c1", label="step coverage, no alarm"),
-                           Patch(fc="#c0392b", label="step coverage, alarm raised"),
+        ax.legend(handles=[Patch(fc="#2e86c1", label="coverage, no alarm"),
+                           Patch(fc="#c0392b", label="coverage, alarm raised"),
                            Line2D([], [], color="k", marker="o", ls="", ms=4, label="FlowScore distance")],
                   fontsize=7, loc="lower left", bbox_to_anchor=(0.0, 1.0), ncol=3, frameon=False, borderaxespad=0.2)
         ax.set_title(f"{t['task']}: completion {_fmt(t['completion'], 2)}, alarm rate {_fmt(t['alarm_rate'], 2)}",
@@ -405,7 +405,7 @@ class AuditReport:
         fig = self.plot_figure(t)
         buf = io.BytesIO()
         try:
-            fig.savefig(buf, format="png", dpi=80)
+            fig.savefig(buf, format="png", dpi=80, bbox_inches="tight")  # the legend above the axes included
         finally:
             plt.close(fig)
         return buf.getvalue()
