@@ -37,6 +37,8 @@ DEMO_TASKS ?= weather,doctor_schedule,apartment_schedule
 DEMO_PER_TASK ?= 16
 DEMO_DETECTOR ?= ss+nc
 DEMO_GUARD_TASK ?= weather
+# audited dialogues per task and agent: the audit estimates FlowKL from 5 on (fewer: n/a, SPEC 10)
+DEMO_AUDIT_PER_TASK ?= 6
 
 DEMO_SECRET ?= $(DEMO_OUT)/secret
 # prefixes reworded at the calibrated rate (SPEC 3), so that Shared prefix is a control, not an oracle
@@ -75,7 +77,7 @@ demo: install
 	$(PY) -m leaderboard render --results $(DEMO_OUT)/leaderboard --out $(DEMO_OUT)/site \
 	  --audit $(DEMO_OUT)/hub-gold/audit_report.json
 	$(PY) -m dialfork_metrics.guard replay --fit --data $(DEMO_OUT)/hub --task $(DEMO_GUARD_TASK) --monitor $(DEMO_OUT)/guard/$(DEMO_GUARD_TASK).monitor
-	$(PY) -m dialfork_metrics.audit.demo --star $(STAR) --reference $(DEMO_OUT)/corpus --tasks $(DEMO_TASKS) --per-task 3 --out $(DEMO_OUT)/audit
+	$(PY) -m dialfork_metrics.audit.demo --star $(STAR) --reference $(DEMO_OUT)/corpus --tasks $(DEMO_TASKS) --per-task $(DEMO_AUDIT_PER_TASK) --out $(DEMO_OUT)/audit
 	@echo "demo done: corpus $(DEMO_OUT)/hub (audit: $(DEMO_OUT)/hub-gold/audit_report.json), reports $(DEMO_OUT)/reports/report.md, leaderboard $(DEMO_OUT)/site/index.html, guard $(DEMO_OUT)/guard, agent audit $(DEMO_OUT)/audit"
 
 # The human-study tool on the demo corpus: prints the admin password and an annotator link, then serves.

@@ -210,8 +210,15 @@ def cmd_reset_throttle(args) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m annotation", description=__doc__)
+def build_parser() -> argparse.ArgumentParser:
+    """The annotation tool's argument parser (one sub-command per task).
+
+    Returns:
+        argparse.ArgumentParser: The parser.
+    """
+    from dialfork_dataset.console import plain_text
+
+    p = argparse.ArgumentParser(prog="python -m annotation", description=plain_text(__doc__))
     sub = p.add_subparsers(dest="cmd", required=True)
 
     def db(sp):
@@ -324,6 +331,11 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--dry-run", action="store_true", help="only show the state")
     s.set_defaults(func=cmd_reset_throttle)
 
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = build_parser()
     args = p.parse_args(argv)
     if args.cmd == "analyse" and not (args.db or args.answers):
         p.error("analyse needs --db or --answers")
@@ -332,6 +344,10 @@ def main(argv: list[str] | None = None) -> int:
     from .store import AnnotationError
 
     try:
+        if getattr(args, "corpus", None):
+            from dialfork_dataset.hub import resolve_data
+
+            resolve_data(args.corpus, accept=("corpus",), option="--corpus")
         return args.func(args)
     except (AnnotationError, SamplingError, FileNotFoundError, ValueError) as e:
         print(f"error: {getattr(e, 'message', e)}", file=sys.stderr)

@@ -147,14 +147,55 @@ class LoginThrottleRow(Base):
     version: Mapped[int] = mapped_column(Integer, default=0)
 
 
+def _check_sqlite_path(database: str | None) -> None:
+    """An SQLite file path must name a file in an existing folder (SQLite creates the file, never
+    its folder); ``:memory:`` and ``file:`` URIs are left to SQLite."""
+    if not database or database == ":memory:" or database.startswith("file:"):
+        return
+    from pathlib import Path
+
+    path = Path(database).expanduser()
+    if path.is_dir():
+        raise ValueError(f"study database {database}: is a folder; give a file path, e.g. {path / 'study.db'}")
+    if not path.parent.is_dir():
+        raise FileNotFoundError(f"study database {database}: the folder {path.parent} does not exist; create it "
+                                f"(mkdir -p {path.parent}) or give a path in an existing folder")
+
+
 def make_engine(url: str) -> Engine:
-    """An engine for ``url`` (a bare path is taken as an SQLite file); creates the tables."""
+    """An engine for ``url`` (a bare path is taken as an SQLite file); creates the tables.
+
+    Args:
+        url: An SQLAlchemy URL (``sqlite:///study.db``, ``postgresql://...``) or a file path.
+
+    Returns:
+        Engine: The engine, with every table created.
+
+    Raises:
+        FileNotFoundError: An SQLite file whose folder does not exist.
+        ValueError: ``url`` is not a database URL, names a folder, lacks its driver, or the
+            database cannot be opened (the reason, with the password hidden).
+    """
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError, SQLAlchemyError
+
     if "://" not in url:
         url = f"sqlite:///{url}"
+    try:
+        parsed = make_url(url)
+    except ArgumentError as e:
+        raise ValueError(f"study database {url!r}: not a database URL or file path ({e})") from None
+    shown = parsed.render_as_string(hide_password=True)
     kw: dict = {}
     if url.startswith("sqlite"):
+        _check_sqlite_path(parsed.database)
         kw["connect_args"] = {"check_same_thread": False, "timeout": 30}
-    engine = create_engine(url, future=True, **kw)
+    try:
+        engine = create_engine(url, future=True, **kw)
+    except ImportError as e:  # e.g. postgresql:// without psycopg2
+        raise ValueError(f"study database {shown}: its driver is not installed ({e})") from None
+    except ArgumentError as e:
+        raise ValueError(f"study database {shown}: {e}") from None
     if url.startswith("sqlite"):
         @event.listens_for(engine, "connect")
         def _pragmas(dbapi_conn, _rec):  # pragma: no cover - trivial
@@ -163,5 +204,9 @@ def make_engine(url: str) -> Engine:
             cur.execute("PRAGMA journal_mode=WAL")
             cur.execute("PRAGMA synchronous=FULL")
             cur.close()
-    Base.metadata.create_all(engine)
+    try:
+        Base.metadata.create_all(engine)
+    except SQLAlchemyError as e:  # unreadable file, no permission, server down, not a database...
+        reason = getattr(e, "orig", None) or e
+        raise ValueError(f"cannot open the study database {shown}: {reason}") from None
     return engine

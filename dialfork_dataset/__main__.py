@@ -50,27 +50,33 @@ def _cmd_keygen(a: argparse.Namespace) -> int:
 
 
 def _cmd_check(a: argparse.Namespace) -> int:
-    from .hub import load_layout
+    from .hub import LAYOUT_CONFIGS, load_layout, resolve_data
 
-    configs = a.configs.split(",")
+    src = resolve_data(a.dest, accept=("layout", "hub"))
+    configs = [c.strip() for c in a.configs.split(",") if c.strip()]
+    unknown = [c for c in configs if c not in LAYOUT_CONFIGS]
+    if unknown or not configs:
+        raise ValueError(f"--configs {a.configs!r}: unknown config(s) {', '.join(unknown) or '(none given)'}; "
+                         f"a layout has {', '.join(LAYOUT_CONFIGS)}")
     for cfg in configs:
-        dd = load_layout(a.dest, cfg)
+        dd = load_layout(src.path if src.path is not None else src.value, cfg)
         print(f"load_dataset({str(a.dest)!r}, {cfg!r}): " + ", ".join(f"{s}={len(ds):,}" for s, ds in dd.items()))
     return 0
 
 
 def _cmd_push(a: argparse.Namespace) -> int:
-    from .hub import push_to_hub
+    from .hub import push_to_hub, resolve_data
 
+    resolve_data(a.dest, accept=("layout",))
     push_to_hub(a.dest, a.repo_id, private=a.private, endpoint=a.endpoint)
     print(f"pushed {a.dest} to datasets/{a.repo_id}")
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .console import add_verbosity_options, prog_name, state_defaults
+    from .console import add_verbosity_options, plain_text, prog_name, state_defaults
 
-    p = argparse.ArgumentParser(prog=prog_name("dialfork_dataset"), description=__doc__)
+    p = argparse.ArgumentParser(prog=prog_name("dialfork_dataset"), description=plain_text(__doc__))
     add_verbosity_options(p, default="WARNING")
     sub = p.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("star", help="read STAR and print what it holds (tasks, domains, scenarios, budgets)")

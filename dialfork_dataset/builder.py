@@ -24,6 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from .citation import CITATION  # the one citation (re-exported here for the card and DatasetInfo)
 from .jsonl import JsonlError, iter_jsonl
 from .records import RecordError, dialogue_id_of, normalize_record, record_errors
 from .taxonomy import FORK_POSITIONS, FORKS_PER_SOURCE, HALLUCINATION_TYPES
@@ -398,12 +399,6 @@ def build_dataset(src: str | os.PathLike, config: str = DEFAULT_CONFIG, split_se
     return b.as_dataset()
 
 
-CITATION = """@misc{dialfork2026,
-  title  = {DialFork: Evaluating Conversational Agents' Procedural Hallucination Beyond Factuality},
-  author = {{DialFork authors}},
-  year   = {2026},
-  note   = {Idiap Research Institute}
-}"""
 
 __all__ = [
     "CONFIGS",

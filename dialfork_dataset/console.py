@@ -58,6 +58,25 @@ def prog_name(module: str) -> str:
     return f"python -m {module}"
 
 
+def plain_text(doc: str) -> str:
+    """A docstring as terminal help: reStructuredText's inline literals ````x```` become ``x`` and
+    roles such as ``:func:`x``` become ``x``, since ``--help`` prints text as is.
+
+    Args:
+        doc: The text (e.g. a module's ``__doc__``).
+
+    Returns:
+        str: The text without the markup.
+
+    >>> plain_text("``python -m x``: see :func:`load`")
+    'python -m x: see load'
+    """
+    import re
+
+    text = re.sub(r":[a-z]+:`~?([^`]+)`", r"\1", doc or "")
+    return re.sub(r"``([^`]+)``", r"\1", text)
+
+
 def add_verbosity_options(parser: argparse.ArgumentParser, default: str = "INFO") -> None:
     """``-v/--verbose`` and ``-q/--quiet`` (mutually exclusive); ``default`` names the log level
     without either.
@@ -201,4 +220,5 @@ def _quiet_loaded_libraries() -> None:
             pass
 
 
-__all__ = ["QUIET_ENV", "add_verbosity_options", "console", "progress_disabled", "prog_name", "state_defaults"]
+__all__ = ["QUIET_ENV", "add_verbosity_options", "console", "plain_text", "progress_disabled", "prog_name",
+           "state_defaults"]

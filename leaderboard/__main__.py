@@ -147,13 +147,12 @@ def _cmd_validate(a: argparse.Namespace) -> int:
 
 def _blind_set(src: str):
     """The blind sets of a Hub layout folder, or of a Hub dataset id (as ``task3``/``bench`` take)."""
-    import re
+    from dialfork_dataset.hub import load_split, resolve_data
 
     from .validate import BlindSet
 
-    if Path(src).exists() or not re.fullmatch(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*", src):
-        return BlindSet.from_dir(src)  # a folder (a missing one is reported as such)
-    from dialfork_dataset.hub import load_split
+    if resolve_data(src, accept=("layout", "hub"), option="--blind").is_local:
+        return BlindSet.from_dir(src)
 
     try:
         rows = load_split(src, "blind", split="test")
@@ -184,6 +183,11 @@ def _cmd_score(a: argparse.Namespace) -> int:
     if a.results and a.hub_repo:
         print("error: give --results or --hub-repo, not both", file=sys.stderr)
         return EXIT_USAGE
+    from dialfork_dataset.hub import resolve_data
+
+    resolve_data(a.gold, accept=("gold",), option="--gold")
+    if a.blind is not None:
+        resolve_data(a.blind, accept=("layout",), option="--blind")
     store = None
     per_day = a.max_per_day if a.max_per_day is not None else DEFAULT_MAX_PER_DAY
     if a.results:
@@ -228,6 +232,10 @@ def _cmd_audit(a: argparse.Namespace) -> int:
     if a.regen_seeds < 0:
         print("error: --regen-seeds must be >= 0", file=sys.stderr)
         return EXIT_USAGE
+    from dialfork_dataset.hub import resolve_data
+
+    resolve_data(a.hub, accept=("layout",), option="HUB")
+    resolve_data(a.gold, accept=("gold",), option="--gold")
     honest = {}
     for f in a.honest:
         from dialfork_metrics.task3.io import read_predictions

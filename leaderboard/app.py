@@ -260,14 +260,18 @@ class LeaderboardApp:
             return None
         return obj if isinstance(obj, dict) else None
 
-    def handle_refresh(self) -> str:
+    def handle_refresh(self, embedded: bool = False) -> str:
         """The leaderboard page (HTML string, self-contained).
+
+        Args:
+            embedded: The page as the Space's Leaderboard tab shows it: without the page title and
+                the About tab, which the Space has already (:func:`render_html`).
 
         Returns:
             :func:`render_html` of :meth:`results` (private scores withheld), with the release
             audit's verdict above the tables when the gold folder holds its report.
         """
-        return render_html(self.results(), audit=self.audit_report())
+        return render_html(self.results(), audit=self.audit_report(), embedded=embedded)
 
     def page_iframe(self) -> str:
         """The leaderboard page inside a sandboxed ``<iframe srcdoc>`` (scripts allowed, no
@@ -276,7 +280,7 @@ class LeaderboardApp:
         Returns:
             The iframe element as an HTML string (the page escaped into ``srcdoc``).
         """
-        page = self.handle_refresh()
+        page = self.handle_refresh(embedded=True)  # the Space has the title and an About tab of its own
         return (f'<iframe title="DialFork leaderboard" sandbox="allow-scripts allow-popups allow-popups-to-escape-sandbox" style="width:100%;height:900px;border:0" '
                 f'srcdoc="{html.escape(page, quote=True)}"></iframe>')
 
@@ -429,6 +433,11 @@ def main(argv: list[str] | None = None) -> int:
             env[k] = v
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
+        from dialfork_dataset.hub import resolve_data
+
+        for option, var, kind in (("--blind", "DIALFORK_BLIND_DIR", "layout"), ("--gold", "DIALFORK_GOLD_DIR", "gold")):
+            if env.get(var):  # a mistyped folder, given or from the environment: "no such folder", at once
+                resolve_data(env[var], accept=(kind,), option=option if getattr(a, option[2:]) else f"${var}")
         app = app_from_env(env)
         app.blind  # noqa: B018 - fail now, with a clear message, if --blind is not a Hub layout
     except (ValueError, FileNotFoundError) as e:

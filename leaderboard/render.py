@@ -445,7 +445,7 @@ def fill_template(template: str, values: Mapping[str, str]) -> str:
 def render_html(results: Iterable[Mapping[str, Any]], *, private: Mapping[str, Mapping[str, Any]] | None = None,
                 reveal_private: bool = False, title: str = "DialFork leaderboard",
                 generated_at: datetime | None = None, include_reference: bool = True,
-                audit: Mapping[str, Any] | None = None) -> str:
+                audit: Mapping[str, Any] | None = None, embedded: bool = False) -> str:
     """The page as a string. ``private``: ``{key: private twin}`` (used only if ``reveal_private``).
 
     Args:
@@ -460,6 +460,9 @@ def render_html(results: Iterable[Mapping[str, Any]], *, private: Mapping[str, M
         include_reference: Append the paper's reference rows (unranked) to each table.
         audit: The release's audit report (JSON): its verdict is shown above the tables
             (:func:`audit_html`); None shows nothing.
+        embedded: The page as the Space shows it, inside its own frame: no page header (the Space
+            has the title) and no About tab (the Space has its own); the tables, the "Generated"
+            line and the footer stay.
 
     Returns:
         The complete, self-contained HTML document (inline CSS and script, strict
@@ -478,12 +481,17 @@ def render_html(results: Iterable[Mapping[str, Any]], *, private: Mapping[str, M
     note_ref = _esc(paper_baselines()["source"])
     search = ('<label>Search <input type="search" class="search" id="search-{t}" placeholder="method, submitter, '
               'model" autocomplete="off"></label>')
-    body = f"""
+    nav = "" if embedded else f"""
 <nav class="tabs" role="tablist">
 <a href="#board" role="tab" class="tab" id="tab-board" aria-controls="board">Leaderboard</a>
 <a href="#about" role="tab" class="tab" id="tab-about" aria-controls="about">About</a>
 <a href="{_esc(CODE_URL)}" class="ext" rel="noopener noreferrer" target="_blank">Code</a>
-</nav>
+</nav>"""
+    about = "" if embedded else f"""
+<div id="about" class="panel" role="tabpanel" aria-labelledby="tab-about">
+{about_html()}
+</div>"""
+    body = f"""{nav}
 <div id="board" class="panel" role="tabpanel" aria-labelledby="tab-board">
 {audit_html(audit, rows) if audit is not None else ''}
 <section id="detector">
@@ -508,10 +516,7 @@ averaged per type and over the four types ({n_met} result{'s' if n_met != 1 else
 {'' if n_met else '<p class="empty">No metric results yet.</p>'}
 </section>
 <p class="note">Reference rows: {note_ref}</p>
-</div>
-<div id="about" class="panel" role="tabpanel" aria-labelledby="tab-about">
-{about_html()}
-</div>
+</div>{about}
 """
     subtitle = (f"Procedural hallucination detection on the blind DialFork test set. "
                 f"Generated {generated_at.astimezone(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}.")
@@ -521,8 +526,11 @@ averaged per type and over the four types ({n_met} result{'s' if n_met != 1 else
     js = _template("page.js")
     if "</script" in js.lower():
         raise ValueError("page.js must not contain '</script'")
-    return fill_template(_template("page.html"), {"CSS": _template("page.css"), "JS": js, "BODY": body,
+    page = fill_template(_template("page.html"), {"CSS": _template("page.css"), "JS": js, "BODY": body,
                                                   "SUBTITLE": _esc(subtitle), "FOOTER": footer, "TITLE": _esc(title)})
+    if embedded:  # the Space shows the title above the frame: keep only the "Generated" line
+        page = page.replace(f"<header>\n<h1>{_esc(title)}</h1>\n", "<header>\n", 1)
+    return page
 
 
 def _private_by_key(paths: Iterable[str | os.PathLike]) -> dict[str, dict[str, Any]]:

@@ -45,6 +45,8 @@ def test_every_option_states_its_default():
         for path, action in _walk(parser, name):
             if not action.option_strings or action.required or isinstance(action, argparse._HelpAction):
                 continue
+            if action.help == argparse.SUPPRESS:  # not shown (task3 predict --api-key: refused, issue 31)
+                continue
             if "default" not in (action.help or "").lower():
                 missing.append(f"{path} {action.option_strings[0]}")
     assert not missing, missing
@@ -145,15 +147,19 @@ def test_leaderboard_validate_blind_accepts_a_hub_id(template_hub, monkeypatch, 
         return real(str(dest), config, split=split, **kw)
 
     monkeypatch.setattr(hub, "load_split", from_local)
+    for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):  # as online: the id goes to load_split (mocked)
+        monkeypatch.setenv(var, "0")
     got = _blind_set("idiap/dialfork")
     want = BlindSet.from_dir(dest)
     assert got.turns == want.turns and got.pairs == want.pairs and got.revision() == want.revision()
     assert seen == [("idiap/dialfork", "blind"), ("idiap/dialfork", "blind_task2")]
     monkeypatch.setattr(hub, "load_split", real)
     # offline, an unknown id is a usage error with a message, not a traceback
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     assert main(["validate", "sub.jsonl", "--blind", "nobody/nothing", "--no-metadata"]) == 2
     err = capsys.readouterr().err
-    assert "--blind 'nobody/nothing': not a Hub layout folder" in err
+    assert ("--blind nobody/nothing: no local folder of that name, and as a Hub dataset id it cannot be loaded: "
+            "the Hub is offline (HF_HUB_OFFLINE=1)") in err
 
 
 def test_per_unit_info_lines_become_one_summary_per_stage(caplog):

@@ -113,7 +113,8 @@ def test_module_matches_core(name, enc):
     refs, preds = [REF, REF, FORK], [REF, FORK, OTHER]
     core = DLG.score_pairs(refs, preds, [name], enc)[name]
     out = module.compute(predictions=preds, references=refs)
-    assert set(out) == {name, "scores", "encoder"} and out["encoder"] == enc.name
+    assert set(out) == {name, "scores", "encoder"} and out["encoder"] == enc.model_id
+    assert not out["encoder"].startswith("/") and "site-packages" not in out["encoder"]  # portable (issue 31)
     np.testing.assert_allclose(out["scores"], core, atol=1e-12)
     assert out[name] == pytest.approx(float(core.mean()), abs=1e-12)
     assert out["scores"][0] == pytest.approx(0.0, abs=1e-7)

@@ -240,4 +240,6 @@ def test_audit_cli(fixed_llm_like, tmp_path):
     assert "plumbing only" not in rep["verdict"]  # an LLM-like hidden set: no plain-words warning
     r = subprocess.run([sys.executable, "-m", "leaderboard", "audit", str(tmp_path), "--gold", str(root / "gold")],
                        capture_output=True, text=True, cwd=ROOT, timeout=300)
-    assert r.returncode == 2 and "no parquet files" in r.stderr and "Traceback" not in r.stderr
+    # a folder that is no layout at all is named as such before anything is read (issue 31)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert f"error: HUB {tmp_path}: not a DialFork corpus (no data/ folder" in r.stderr

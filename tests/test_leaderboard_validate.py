@@ -373,4 +373,4 @@ def test_cli_validate_exit_codes_and_json(env, tmp_path):
     assert rep["ok"] is False and rep["n_errors"] == len(rep["errors"]) == 4
     assert [e["code"] for e in rep["errors"]] == ["bad_value", "unknown_id", "missing_ids", "metadata_missing"]
     r = _cli("validate", bad, "--blind", tmp_path / "nowhere")
-    assert r.returncode == 2 and "no parquet files" in r.stderr
+    assert r.returncode == 2 and f"error: --blind {tmp_path / 'nowhere'}: no such folder or file" in r.stderr

@@ -91,3 +91,28 @@ def test_weight_sweep_and_task3_figures(tmp_path):
     assert [p.name for p in paths] == ["task3_summary_enc.png", "task3_weights_enc.png"]
     for p in paths:
         assert p.read_bytes()[:8] == PNG and p.stat().st_size > 10_000
+
+
+def test_report_md_embeds_every_figure(tmp_path):
+    """report.md shows every PNG written next to it (issue 31: it embedded none), by a relative
+    link that exists, with the figure's title as its caption; without plots it has no section."""
+    import re
+
+    from dialfork_metrics.report import write_reports
+
+    res = _task3_results()
+    report = {"meta": {"data": "x", "fingerprint": "f" * 16, "n_records": 12, "n_conformant": 4, "encoders": ["enc"],
+                       "seed": 0},
+              "timings": {"total": 1.0, "encoding_share": 0.5},
+              "task3": {"enc": {"results": res, "n_train": 1, "n_test": 12}},
+              "task3_weight_sweep": {"enc": task3_weight_sweep(res)}}
+    paths = write_reports(report, tmp_path)
+    pngs = sorted(p.name for p in paths if p.suffix == ".png")
+    md = (tmp_path / "report.md").read_text(encoding="utf-8")
+    linked = re.findall(r"!\[([^\]]+)\]\(([^)]+)\)", md)
+    assert sorted(name for _, name in linked) == pngs == ["task3_summary_enc.png", "task3_weights_enc.png"]
+    assert all((tmp_path / name).is_file() for _, name in linked)
+    assert ("Task 3 (enc): Score under other weights (Appendix I)", "task3_weights_enc.png") in linked
+    assert md.index("## Figures") < md.index("Skipped units")
+    write_reports(report, tmp_path / "noplots", plots=False)
+    assert "## Figures" not in (tmp_path / "noplots" / "report.md").read_text(encoding="utf-8")

@@ -1,5 +1,5 @@
 """Independent SPEC-conformance checks (review): hand-worked known answers for the places where
-the code and the project's SPEC.md (../shared/SPEC.md) could disagree, and the boundary errors the SPEC asks for."""
+the code and the project's spec (docs/spec.md) could disagree, and the boundary errors the SPEC asks for."""
 
 from __future__ import annotations
 

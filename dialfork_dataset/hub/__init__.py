@@ -30,7 +30,8 @@ public sources; see :func:`dialfork_dataset.builder.compound_config_rows`), read
 
 Modules: :mod:`.layout` (names, defaults), :mod:`.blind` (blind sets and gold, pure),
 :mod:`.card` (the dataset card), :mod:`.swap` (the journaled swap), :mod:`.files` (parquet,
-loading, upload). Everything is importable from here.
+loading, upload), :mod:`.resolve` (what a ``--data`` argument names: the one check every command
+line makes before loading). Everything is importable from here.
 """
 
 from __future__ import annotations
@@ -99,6 +100,7 @@ from .layout import (
     AuditFailed,
     default_gold_dir,
 )
+from .resolve import DataNotFoundError, DataSource, DataSourceError, classify_folder, resolve_data
 from .swap import journal as _journal
 from .swap import recover_export
 from .swap import swap_together as _swap_together
@@ -428,9 +430,13 @@ __all__ = [
     "LEADERBOARD_SPACE",
     "METRIC_SPACES",
     "AuditFailed",
+    "DataNotFoundError",
+    "DataSource",
+    "DataSourceError",
     "blind_features",
     "blind_pair_features",
     "build_card",
+    "classify_folder",
     "default_gold_dir",
     "export_hub_layout",
     "features_yaml",
@@ -446,5 +452,6 @@ __all__ = [
     "read_card_gold_revision",
     "read_parquet_rows",
     "recover_export",
+    "resolve_data",
     "write_parquet",
 ]

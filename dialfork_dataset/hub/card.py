@@ -14,6 +14,63 @@ from ..taxonomy import FORK_POSITIONS, FORKS_PER_SOURCE, HALLUCINATION_TYPES, di
 from .layout import CODE_URL, COMPOUND_CONFIG, LEADERBOARD_SPACE, METRIC_SPACES
 
 
+def card_fields() -> dict[str, str]:
+    """The card's Fields table: one line of meaning per record field (SPEC section 4), in the
+    order of :data:`~dialfork_dataset.records.RECORD_FIELDS`.
+
+    Returns:
+        dict[str, str]: Field name -> its meaning (Markdown).
+    """
+    from ..records import RECORD_FIELDS
+
+    k_range = f"{FORK_POSITIONS[0]}..{FORK_POSITIONS[-1]}"
+    meaning = {
+        "dialogue_id": "unique id; forks are `<source_id>-<TYPE>-k<k>`",
+        "source_id": "the conformant parent (its own id for a conformant dialogue)",
+        "scenario_id": "the STAR scenario played",
+        "task": "the STAR task",
+        "domain": "the STAR domain of the task",
+        "hallucination_type": f"null (conformant) or {' / '.join(HALLUCINATION_TYPES)}",
+        "variant": "the id of the hallucination variant injected (null for a conformant dialogue)",
+        "instruction": "the exact instruction injected into the system agent before t_k (null for a conformant "
+                       "dialogue)",
+        "substitute_task": "WIC only: the task whose workflow is followed instead",
+        "fork_position": f"k in {k_range}",
+        "fork_turn": "t_k = 1 + round((k-1) T / 4), a system-turn index (1-based)",
+        "num_system_turns": "T, the number of system turns",
+        "turns": 'list of `{speaker: "user"|"system", text}`',
+        "seed": "the generation seed",
+        "generator": "the backend and model that generated the dialogue",
+        "decoding": "`{temperature, top_p, top_k, max_new_tokens}` of the generation (null values for the "
+                    "template backend)",
+        "prefix_mode": "how a fork's turns before t_k were made: `replay` (regenerated with the same seed), "
+                       "`reuse` (copied from D+) or `reword` (each realised in another surface form at a "
+                       "calibrated rate)",
+        "prefix_divergence": "how many turns before t_k differ from D+",
+        "code_version": "the generator's code version (with the seed and decoding: what regenerates the dialogue)",
+        "injections": "compound forks only (`compound` config): every injection `{type, variant, turn}`, turns "
+                      "increasing; null otherwise",
+    }
+    missing = [f for f in RECORD_FIELDS if f not in meaning]
+    if missing:  # a new record field must be documented on the card
+        raise ValueError(f"card_fields: no meaning written for record field(s) {missing}")
+    return {f: meaning[f] for f in RECORD_FIELDS}
+
+
+def size_category(config_counts: Mapping[str, Mapping[str, int]]) -> str:
+    """The card's ``size_categories`` value: the Hub's bucket (``n<1K``, ``1K<n<10K``, ...) of the
+    number of rows of the largest config (all its splits), not of rows summed over configs, which
+    count each dialogue once per config it is in (``forked`` and ``task3`` share their forks).
+
+    Args:
+        config_counts: Config name -> {split name -> number of rows}.
+
+    Returns:
+        str: The bucket.
+    """
+    return _size_category(max((sum(c.values()) for c in config_counts.values()), default=0))
+
+
 def _size_category(n: int) -> str:
     for lim, cat in ((1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K"), (1_000_000, "100K<n<1M")):
         if n < lim:
@@ -67,15 +124,17 @@ def example_row(rows: Sequence[Mapping[str, Any]], max_turns: int = 4) -> str:
     Returns:
         str: Indented JSON of the row's card fields; ``"{}"`` when ``rows`` is empty.
     """
+    from ..records import RECORD_FIELDS
+
     r = next((x for x in rows if x.get("hallucination_type") is not None), rows[0] if rows else None)
     if r is None:
         return "{}"
-    ex = {k: r.get(k) for k in ("dialogue_id", "source_id", "scenario_id", "task", "domain", "hallucination_type",
-                                "variant", "fork_position", "fork_turn", "num_system_turns")}
+    ex = {k: r.get(k) for k in RECORD_FIELDS}  # every field of the record, in the Fields table's order
     ex["turns"] = [dict(t) for t in r["turns"][:max_turns]] + ([{"...": f"{len(r['turns']) - max_turns} more turns"}]
                                                                if len(r["turns"]) > max_turns else [])
-    ex.update({k: r.get(k) for k in ("seed", "generator", "prefix_mode", "prefix_divergence")})
-    return json.dumps(ex, indent=2, ensure_ascii=False)
+    if isinstance(ex.get("decoding"), Mapping):
+        ex["decoding"] = dict(ex["decoding"])
+    return json.dumps(ex, indent=2, ensure_ascii=False, default=str)
 
 
 def build_card(config_counts: Mapping[str, Mapping[str, int]], features_by_config: Mapping[str, Any],
@@ -109,7 +168,7 @@ def build_card(config_counts: Mapping[str, Mapping[str, int]], features_by_confi
     """
     from huggingface_hub import DatasetCard, DatasetCardData
 
-    from ..builder import CITATION
+    from ..citation import CITATION
 
     configs_yaml = []
     infos_yaml = []
@@ -127,7 +186,6 @@ def build_card(config_counts: Mapping[str, Mapping[str, int]], features_by_confi
             "download_size": int(sizes[cfg]["download_size"]),
             "dataset_size": int(sum(nb.values())),
         })
-    total = sum(stats["records"].values()) + stats["hidden"]["records"]
     types_md = ", ".join(f"{t} {display_name(t)}" for t in HALLUCINATION_TYPES)
     k_range = f"{FORK_POSITIONS[0]}..{FORK_POSITIONS[-1]}"
     n_compound = stats["records"].get(COMPOUND_CONFIG, 0)
@@ -147,7 +205,7 @@ def build_card(config_counts: Mapping[str, Mapping[str, int]], features_by_confi
         multilinguality=["monolingual"],
         source_datasets=["extended|other-star"],
         task_categories=["text-classification", "sentence-similarity", "text-generation"],
-        size_categories=[_size_category(total)],
+        size_categories=[size_category(config_counts)],
         tags=["synthetic", "dialogue", "hallucination", "procedural-hallucination", "task-oriented-dialogue",
               "workflow", "STAR", "leaderboard"],
         configs=configs_yaml,
@@ -162,6 +220,7 @@ def build_card(config_counts: Mapping[str, Mapping[str, int]], features_by_confi
     types = ", ".join(f"{t} {n}" for t, n in mix["types"].items()) or "none"
     ks = ", ".join(f"{k} {n}" for k, n in mix["fork_positions"].items()) or "none"
     spaces = ", ".join(f"[`{m}`](https://huggingface.co/spaces/idiap/{m})" for m in METRIC_SPACES)
+    fields_md = "\n".join(f"| `{f}` | {m.replace('|', '&#124;')} |" for f, m in card_fields().items())
     body = f"""
 # DialFork
 
@@ -202,17 +261,7 @@ local folder's named configs under the folder's base name, so two folders of the
 
 | field | meaning |
 | --- | --- |
-| `dialogue_id` | unique id; forks are `<source_id>-<TYPE>-k<k>` |
-| `source_id` | the conformant parent (its own id for a conformant dialogue) |
-| `scenario_id`, `task`, `domain` | the STAR scenario, task and domain played |
-| `hallucination_type` | null (conformant) or {" / ".join(HALLUCINATION_TYPES)} |
-| `variant`, `instruction` | the variant id and the exact instruction injected |
-| `substitute_task` | WIC only: the workflow followed instead |
-| `fork_position`, `fork_turn` | k in {k_range} and t_k = 1 + round((k-1) T / 4), a system-turn index |
-| `num_system_turns` | T, the number of system turns |
-| `turns` | list of `{{speaker: "user"|"system", text}}` |
-| `seed`, `generator`, `decoding`, `code_version` | everything needed to regenerate the dialogue |
-| `prefix_mode`, `prefix_divergence` | how the turns before t_k were made; how many differ from D+ |
+{fields_md}
 
 ## Configs and splits
 

@@ -243,17 +243,28 @@ def load_split(data: str | os.PathLike, config: str = DEFAULT_CONFIG, split: str
     Raises:
         ValueError: ``config`` is not a DialFork config (for a generator output folder: not one of
             ``conformant``, ``forked``, ``task3``).
+        DataSourceError: ``data`` is none of the three (a gold folder, a folder of something
+            else), or loading it from the Hub failed (:func:`~dialfork_dataset.hub.resolve.resolve_data`).
+        DataNotFoundError: No such folder, and as a Hub id it cannot be loaded (offline, not cached).
     """
-    from datasets import load_dataset
+    from .resolve import DataSourceError, resolve_data
 
-    p = Path(data)
-    if p.exists() and not (p / "data").is_dir():
+    src = resolve_data(data)
+    if src.kind == "corpus":
         from ..builder import build_dataset
 
-        dd = build_dataset(p, config, split_seed=split_seed)
+        dd = build_dataset(src.path, config, split_seed=split_seed)
         return dd[split] if split else dd
     if config not in LAYOUT_CONFIGS:
         raise ValueError(f"unknown config {config!r}; DialFork has {', '.join(LAYOUT_CONFIGS)}")
-    if p.is_dir():
-        return load_layout(p, config, split=split)
-    return load_dataset(str(data), config, split=split)
+    if src.kind == "layout":
+        return load_layout(src.path, config, split=split)
+    from datasets import load_dataset
+
+    try:
+        return load_dataset(str(data), config, split=split)
+    except (ValueError, FileNotFoundError):
+        raise
+    except Exception as e:  # noqa: BLE001 - the Hub client's errors (offline, unknown repo) are many
+        raise DataSourceError(f"{data}: no such local folder, and loading it as a Hub dataset id failed "
+                              f"({type(e).__name__}: {e})") from e

@@ -59,6 +59,9 @@ def main(argv: list[str] | None = None) -> int:
     tasks = [t.strip() for t in a.tasks.split(",") if t.strip()]
     scen = [s.strip() for s in a.scenarios.split(",") if s.strip()] if a.scenarios else None
     try:
+        from dialfork_dataset.hub import resolve_data
+
+        resolve_data(a.reference, accept=("corpus", "layout"), option="--reference")  # before STAR is read
         report = audit_agent(a.agent, a.model, tasks, a.reference, star=a.star, source=a.source,
                              per_task=None if scen else a.per_task, scenarios=scen, out=a.out,
                              api_key_env=a.api_key_env, concurrency=a.concurrency, encoder=a.encoder,

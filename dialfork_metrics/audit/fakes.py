@@ -358,7 +358,10 @@ def serve_fake_agent(kind: str = "faithful", star: str | os.PathLike | None = No
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m dialfork_metrics.audit.fakes", description=__doc__.split("\n\n")[0])
+    from dialfork_dataset.console import plain_text
+
+    ap = argparse.ArgumentParser(prog="python -m dialfork_metrics.audit.fakes",
+                                 description=plain_text(__doc__.split("\n\n")[0]))
     ap.add_argument("--kind", choices=KINDS, default="faithful")
     ap.add_argument("--model", default=None)
     ap.add_argument("--star", default=None, help="STAR copy (default $DIALFORK_STAR_DIR)")

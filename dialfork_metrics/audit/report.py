@@ -10,7 +10,12 @@ Per task (SPEC 10, definitions in docs/audit.md):
   steps visited, mean skipped / repeated / out-of-order steps, off-workflow turns;
 * ``alarm_rate`` and ``first_alarms``: the streaming detector (``detector``, fitted on the
   reference's conformant dialogues of the task) run over each dialogue;
-* ``flowkl``: FlowKL(reference conformant set, agent's dialogues) (needs 2 of each);
+* ``flowkl``, ``flowkl_ci``, ``flowkl_note``: FlowKL(reference conformant set, agent's dialogues)
+  as :func:`dialfork_metrics.flowgraph.flowkl_crossfit` estimates it on small sets (both drawn
+  comparably by cross-fitted graphs, one smoothing for both, never negative, 0 when the agent's
+  likelihoods are distributed like the reference's) with its 95% bootstrap interval; None, with
+  the reason in ``flowkl_note``, below 10 reference or 5 audited dialogues, where it would say
+  more about the draw than about the agent;
 * ``flowscore``: mean FlowScore distance of each dialogue to the reference conformant dialogue of
   the same scenario, where there is one;
 * ``tool_calls``/``tool_errors``: with KB tools (``kb_tools``), the agent's tool calls and those
@@ -54,21 +59,25 @@ def load_reference(reference: Any, tasks: Sequence[str]) -> dict[str, list[dict[
             task of ``tasks`` has no conformant dialogue in the reference.
     """
     if isinstance(reference, (str, os.PathLike)):
-        p = Path(reference)
-        if not p.exists():
-            raise AuditError(f"reference {p}: no such file or folder (give a corpus folder or an exported Hub folder)")
-        try:
-            from dialfork_dataset.builder import load_records
+        from dialfork_dataset.hub import DataSourceError, resolve_data
 
-            recs = load_records(p)
-        except (ValueError, OSError) as e:
-            try:
+        try:  # no such folder, a gold folder, something else: one message (dialfork_dataset.hub.resolve)
+            src = resolve_data(reference, accept=("corpus", "layout"), option="reference")
+        except DataSourceError as e:
+            raise AuditError(str(e)) from None
+        p = src.path
+        try:
+            if src.kind == "corpus":
+                from dialfork_dataset.builder import load_records
+
+                recs = load_records(p)
+            else:
                 from dialfork_dataset.hub import load_layout
 
                 dd = load_layout(p, "conformant")
                 recs = [dict(r) for split in dd.values() for r in split]
-            except Exception as e2:  # noqa: BLE001 - report both readers' reasons
-                raise AuditError(f"reference {p}: not a DialFork corpus folder ({e}) nor a Hub folder ({e2})") from None
+        except Exception as e:  # noqa: BLE001 - a reader's reason, with the folder it read
+            raise AuditError(f"reference {p}: cannot read its dialogues ({type(e).__name__}: {e})") from None
         where = str(p)
     else:
         recs, where = list(reference), "the reference records"
@@ -142,7 +151,7 @@ def audit_detector_options(detector: str, options: Mapping[str, Any] | None = No
 def score_task(task: str, jobs: Sequence[Job], store: Store, refs: list[dict[str, Any]], encoder: Any, model: Any,
                detector: str = "it", detector_options: Mapping[str, Any] | None = None) -> dict[str, Any]:
     from ..dialogue import flowscore
-    from ..flowgraph import flowkl
+    from ..flowgraph import flowkl_crossfit
     from ..task3 import make_detector
     from .user import step_coverage
 
@@ -172,9 +181,7 @@ def score_task(task: str, jobs: Sequence[Job], store: Store, refs: list[dict[str
                      "tool_errors": None if tc is None else sum(not c.get("ok") for c in tc),
                      "steps": st.get("steps", []), "completed": bool(cov["reached_outcome"] and not cov["skipped"] and st.get("ended_by_agent")),
                      "coverage": cov, "first_alarm": flag, "flowscore": fs})
-    fkl = None
-    if len(refs) >= 2 and len(recs) >= 2:
-        fkl = float(flowkl(refs, recs, encoder))
+    fkl = flowkl_crossfit(refs, recs, encoder) if recs else {"flowkl": None, "ci_low": None, "note": "no dialogue"}
     dev = sorted(rows, key=lambda x: (-(x["flowscore"] if x["flowscore"] is not None else -1.0),
                                       x["first_alarm"] if x["first_alarm"] is not None else 1e9))[:3]
     deviant = []
@@ -194,7 +201,8 @@ def score_task(task: str, jobs: Sequence[Job], store: Store, refs: list[dict[str
         "off_workflow": _mean([x["coverage"]["off_workflow"] for x in rows]),
         "alarm_rate": sum(x["first_alarm"] is not None for x in rows) / n if n else None,
         "first_alarms": {x["dialogue_id"]: x["first_alarm"] for x in rows},
-        "flowkl": fkl, "flowscore": _mean([x["flowscore"] for x in rows]),
+        "flowkl": fkl["flowkl"], "flowkl_ci": None if fkl["ci_low"] is None else [fkl["ci_low"], fkl["ci_high"]],
+        "flowkl_note": fkl["note"], "flowscore": _mean([x["flowscore"] for x in rows]),
         "tool_calls": _sum_known([x["tool_calls"] for x in rows]),
         "tool_errors": _sum_known([x["tool_errors"] for x in rows]),
         "flowscore_n": sum(x["flowscore"] is not None for x in rows),
@@ -220,6 +228,27 @@ def _fmt(v: Any, nd: int = 3) -> str:
     if isinstance(v, float):
         return f"{v:.{nd}f}"
     return str(v)
+
+
+def cell(t: Mapping[str, Any], key: str) -> str:
+    """One table cell of a task's figure: :func:`_fmt` of the value, FlowKL with its interval
+    (``0.041 [0.010, 0.200]``) or ``n/a`` when it was not estimated (the reason is printed under
+    the table)."""
+    if key != "flowkl":
+        return _fmt(t.get(key))
+    if t.get("flowkl") is None:
+        return "n/a"
+    ci = t.get("flowkl_ci")
+    return _fmt(t["flowkl"]) + (f" [{_fmt(ci[0])}, {_fmt(ci[1])}]" if ci else "")
+
+
+def flowkl_notes(tasks: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The lines under a table that say what FlowKL is and why a task has none."""
+    lines = ["FlowKL: divergence of the agent's flow likelihoods from the reference's (0: distributed alike; "
+             "cross-fitted, never negative), with its 95% bootstrap interval."]
+    lines += [f"FlowKL of {t['task']}: {t['flowkl_note']}." for t in tasks if t.get("flowkl") is None
+              and t.get("flowkl_note")]
+    return lines
 
 
 COLUMNS = (("dialogues", "dialogues"), ("failed", "failed"), ("completion", "completion"),
@@ -309,7 +338,8 @@ class AuditReport:
                  "", "| task | " + " | ".join(h for _, h in COLUMNS) + " |",
                  "| --- |" + " --- |" * len(COLUMNS)]
         for t in self.tasks:
-            lines.append(f"| {t['task']} | " + " | ".join(_fmt(t.get(k)) for k, _ in COLUMNS) + " |")
+            lines.append(f"| {t['task']} | " + " | ".join(cell(t, k) for k, _ in COLUMNS) + " |")
+        lines += [""] + flowkl_notes(self.tasks)
         for t in self.tasks:
             lines += ["", f"## {t['task']}", ""]
             if t["failures"]:
@@ -320,9 +350,49 @@ class AuditReport:
             lines += ["", "Most deviant dialogues (flagged turn in bold):", ""] + self._deviant_md(t)
         return "\n".join(lines) + "\n"
 
+    def plot_figure(self, t: dict[str, Any]):
+        """The figure of :meth:`plot_png`: a bar per dialogue (its step coverage; red where the
+        detector raised an alarm, blue where not) and a dot per dialogue (its FlowScore distance to
+        the reference D+ of its scenario), both on the y axis's 0-1 scale. The legend sits above the
+        axes, so it covers no bar. The caller closes it (``matplotlib.pyplot.close``).
+
+        Args:
+            t: One task dict of :attr:`tasks`.
+
+        Returns:
+            matplotlib.figure.Figure: The figure (Agg backend).
+        """
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        from matplotlib.lines import Line2D
+        from matplotlib.patches import Patch
+
+        rows = t["dialogue_rows"]
+        fig, ax = plt.subplots(figsize=(max(5.5, 0.5 * len(rows) + 2), 3.6))
+        xs = list(range(len(rows)))
+        cov = [r["coverage"]["coverage"] for r in rows]
+        ax.bar(xs, cov, color=["#c0392b" if r["first_alarm"] is not None else "#2e86c1" for r in rows])
+        fs = [r["flowscore"] if r["flowscore"] is not None else float("nan") for r in rows]
+        ax.plot(xs, fs, "ko", ms=4)
+        ax.set_xticks(xs, [r["scenario_id"] for r in rows], rotation=90, fontsize=7)
+        ax.set_ylim(0, 1.05)
+        ax.set_ylabel("step coverage (bars)\nFlowScore distance (dots)", fontsize=8)
+        ax.set_xlabel("scenario", fontsize=8)
+        ax.tick_params(axis="y", labelsize=7)
+        ax.legend(handles=[Patch(fc="#2e86c1", label="coverage, no alarm"),
+                           Patch(fc="#c0392b", label="coverage, alarm raised"),
+                           Line2D([], [], color="k", marker="o", ls="", ms=4, label="FlowScore distance")],
+                  fontsize=7, loc="lower left", bbox_to_anchor=(0.0, 1.0), ncol=3, frameon=False, borderaxespad=0.2)
+        ax.set_title(f"{t['task']}: completion {_fmt(t['completion'], 2)}, alarm rate {_fmt(t['alarm_rate'], 2)}",
+                     fontsize=9, pad=22)
+        fig.tight_layout()
+        return fig
+
     def plot_png(self, t: dict[str, Any]) -> bytes:
         """Bar chart of one task's per-dialogue step coverage (red where an alarm was raised) with
-        its FlowScore distances (needs matplotlib).
+        its FlowScore distances (needs matplotlib; :meth:`plot_figure`).
 
         Args:
             t: One task dict of :attr:`tasks`.
@@ -330,29 +400,14 @@ class AuditReport:
         Returns:
             The PNG image (80 dpi) as bytes.
         """
-        import matplotlib
-
-        matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
-        rows = t["dialogue_rows"]
-        fig, ax = plt.subplots(figsize=(max(5.5, 0.5 * len(rows) + 2), 3.2))
-        xs = list(range(len(rows)))
-        cov = [r["coverage"]["coverage"] for r in rows]
-        ax.bar(xs, cov, color=["#c0392b" if r["first_alarm"] is not None else "#2e86c1" for r in rows],
-               label="step coverage (red: alarm)")
-        fs = [r["flowscore"] if r["flowscore"] is not None else float("nan") for r in rows]
-        ax.plot(xs, fs, "ko", label="FlowScore distance")
-        ax.set_xticks(xs, [r["scenario_id"] for r in rows], rotation=90, fontsize=7)
-        ax.set_ylim(0, 1.05)
-        ax.set_title(f"{t['task']}: completion {_fmt(t['completion'], 2)}, alarm rate {_fmt(t['alarm_rate'], 2)}",
-                     fontsize=9)
-        ax.set_xlabel("scenario", fontsize=8)
-        ax.legend(fontsize=7, loc="lower right")
-        fig.tight_layout()
+        fig = self.plot_figure(t)
         buf = io.BytesIO()
-        fig.savefig(buf, format="png", dpi=80)
-        plt.close(fig)
+        try:
+            fig.savefig(buf, format="png", dpi=80, bbox_inches="tight")  # the legend above the axes included
+        finally:
+            plt.close(fig)
         return buf.getvalue()
 
     def to_html(self) -> str:
@@ -373,9 +428,10 @@ class AuditReport:
                  "rate, FlowKL and FlowScore distance are better.</p><table><tr><th>task</th>"
                  + "".join(f"<th>{e(h)}</th>" for _, h in COLUMNS) + "</tr>"]
         for t in self.tasks:
-            parts.append(f"<tr><td>{e(t['task'])}</td>" + "".join(f"<td>{e(_fmt(t.get(k)))}</td>" for k, _ in COLUMNS)
+            parts.append(f"<tr><td>{e(t['task'])}</td>" + "".join(f"<td>{e(cell(t, k))}</td>" for k, _ in COLUMNS)
                          + "</tr>")
         parts.append("</table>")
+        parts += [f"<p class='note'>{e(line)}</p>" for line in flowkl_notes(self.tasks)]
         for t in self.tasks:
             parts.append(f"<h2>{e(t['task'])}</h2>")
             if t["dialogue_rows"]:

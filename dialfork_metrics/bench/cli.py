@@ -138,6 +138,9 @@ def _main(a: argparse.Namespace) -> int:
         print(f"error: --tasks must be comma-separated integers among 1,2,3, got {a.tasks!r}", file=sys.stderr)
         return 2
     try:
+        from dialfork_dataset.hub import resolve_data
+
+        resolve_data(a.data, option="--data")  # a mistyped folder: one line now, not a Hub error later
         pair = parse_pair_encoder(a.pair_encoder)
         from .sharded import sharded_bench_encoding
 

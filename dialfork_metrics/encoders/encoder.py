@@ -116,6 +116,15 @@ class Encoder:
     def __repr__(self) -> str:
         return f"Encoder({self.name!r}, cached={len(self._memory)})"
 
+    @property
+    def model_id(self) -> str:
+        """The encoder's portable id (:func:`~dialfork_metrics.encoders.names.portable_encoder_id`):
+        an alias's Hub id (``minilm``: ``sentence-transformers/all-MiniLM-L6-v2``), never the
+        absolute path of a packaged or local folder; what results and reports record."""
+        from .names import portable_encoder_id
+
+        return portable_encoder_id(self.alias if isinstance(self.alias, str) else self.name, self.name)
+
     # ------------------------------------------------------------------ model
     @property
     def model(self):

@@ -94,6 +94,34 @@ def resolve_encoder_name(name: str) -> str:
     )
 
 
+def portable_encoder_id(name: str, resolved: str | None = None) -> str:
+    """An id of an encoder that means the same on every machine (for results and reports):
+    an alias's Hub id (``"minilm"`` -> ``sentence-transformers/all-MiniLM-L6-v2``, not the packaged
+    folder under site-packages), a Hub id as is, the packaged MiniLM folder as its Hub id, and a
+    local folder as ``local:<folder name>``.
+
+    Args:
+        name: The name the encoder was asked for (an alias, a Hub id or a local folder).
+        resolved: What :func:`resolve_encoder_name` made of it (None: resolved here, without
+            loading anything).
+
+    Returns:
+        str: The portable id.
+    """
+    alias = _ALIAS_LOOKUP.get(_norm_alias(name)) if isinstance(name, str) and name.strip() else None
+    if alias is not None:
+        return ENCODER_ALIASES[alias]
+    text = str(resolved if resolved is not None else name).strip()
+    if _HUB_ID_RE.match(text) and not Path(text).expanduser().exists():
+        return text
+    try:
+        if Path(text).expanduser().resolve() == Path(packaged_minilm_path()).resolve():
+            return ENCODER_ALIASES["minilm"]
+    except (ValueError, OSError):
+        pass
+    return f"local:{Path(text).name or text}"
+
+
 def _alias_list() -> str:
     return ", ".join(ENCODER_ALIASES)
 

@@ -23,7 +23,15 @@ Steps (paper; graph as in Dialog2Flow/sdialog):
      the turn's node confidence ``c_t`` (:func:`node_confidence`, ``K=64``, ``tau=0.05``).
 3. :func:`flowkl_from_likelihoods`: Gaussian KDE (scipy, Scott's rule) of each set's ``{L(D)}``,
    KL(ref || tgt) on ``grid_size=100`` points over the union's range, densities floored at
-   ``1e-12``, ``KL = sum p log(p / q) / sum p``.
+   ``1e-12``, ``KL = sum p log(p / q) / sum p``. Only ``p`` is normalised, so close sets can
+   score slightly below 0 (:func:`flowkl_from_likelihoods` explains the term; ``normalize=True``
+   removes it).
+
+For small target sets (an agent audit's few dialogues per task), :func:`flowkl_crossfit` (ours,
+SPEC section 10) draws the reference and the target comparably (cross-fitted graphs, unseen
+transitions counted), smooths both with one bandwidth (:func:`kl_shared_bandwidth`: never
+negative, 0 for the same values), adds a bootstrap interval and gives no value below
+:data:`MIN_CROSSFIT_TARGET` target dialogues.
 
 ``compat="sdialog"`` reproduces sdialog 0.5.3's ``KDEDistanceEvaluator(DialogFlowScore(refs))``
 (see :mod:`dialfork_metrics.sdialog_compat`): unseen edges included, node confidence on, graph
@@ -55,11 +63,19 @@ from .clustering import (
 )
 from .drawing import expected_turn_positions, workflow_layout
 from .graph import END, SPEAKERS, START, FlowGraph
-from .kde import flowkl_from_likelihoods
-from .metric import flowkl
+from .kde import flowkl_from_likelihoods, kl_shared_bandwidth, shared_bandwidth
+from .metric import (
+    MIN_CROSSFIT_REFERENCE,
+    MIN_CROSSFIT_TARGET,
+    crossfit_likelihoods,
+    flowkl,
+    flowkl_crossfit,
+)
 
 __all__ = [
     "END",
+    "MIN_CROSSFIT_REFERENCE",
+    "MIN_CROSSFIT_TARGET",
     "SPEAKERS",
     "START",
     "FlowGraph",
@@ -67,12 +83,16 @@ __all__ = [
     "cluster_embeddings",
     "cluster_tree",
     "cosine_similarities",
+    "crossfit_likelihoods",
     "cut_cluster_tree",
     "expected_turn_positions",
     "flowkl",
+    "flowkl_crossfit",
     "flowkl_from_likelihoods",
+    "kl_shared_bandwidth",
     "laplace_probabilities",
     "nearest_nodes",
     "node_confidence",
+    "shared_bandwidth",
     "workflow_layout",
 ]

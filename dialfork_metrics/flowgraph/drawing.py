@@ -28,30 +28,68 @@ def to_networkx(graph: Any):
     return G
 
 
-def draw_flowgraph(graph: Any, path: str | os.PathLike, max_nodes: int = 40, top_edges: int = 2, label_chars: int = 60,
-         dpi: int = 150) -> None:
-    """Draw ``graph`` (a fitted FlowGraph) as a workflow (PNG, matplotlib Agg), left to right.
+#: Widest figure (inches) :func:`draw_flowgraph` makes: at 150 dpi about 1,500 px, so that a Markdown
+#: page or a report shown at page width (~900 px) scales its 6.5 pt labels to about 9 px, still legible.
+MAX_FIGURE_WIDTH_IN = 10.0
 
-    Nodes: the ``max_nodes`` most visited, placed in columns by their typical turn position
-    (:meth:`FlowGraph.typical_positions`), ordered within a column to follow their predecessors; each is
-    labelled with its most central utterance (the member nearest the centroid, shortened to
-    ``label_chars`` characters) and its visit count; user nodes blue, system nodes white.
-    Edges: for each node its ``top_edges`` most probable outgoing edges among the drawn nodes,
-    width by transition probability. The full graph is in :meth:`FlowGraph.to_graphml`.
+
+def draw_flowgraph(graph: Any, path: str | os.PathLike, max_nodes: int = 40, top_edges: int = 2, label_chars: int = 60,
+                   dpi: int = 150, max_per_column: int | None = 5, orientation: str = "vertical") -> None:
+    """Draw ``graph`` (a fitted FlowGraph) as a workflow (PNG, matplotlib Agg).
+
+    Nodes: the ``max_nodes`` most visited (and at most ``max_per_column`` at one typical turn
+    position), placed in layers by their typical turn position (:meth:`FlowGraph.typical_positions`),
+    ordered within a layer to follow their predecessors; each is labelled with its most central
+    utterance (the member nearest the centroid, shortened to ``label_chars`` characters) and its
+    visit count; user nodes blue, system nodes white. Edges: for each node its ``top_edges`` most
+    probable outgoing edges among the drawn nodes, width by transition probability. The full graph
+    is in :meth:`FlowGraph.to_graphml`.
+
+    ``orientation="vertical"`` (default) reads top to bottom, one row per turn position, so the
+    figure's width is set by the few nodes that share a position and stays within
+    :data:`MAX_FIGURE_WIDTH_IN` (a dialogue's length only makes it taller): the picture stays
+    legible at page width. ``"horizontal"`` reads left to right (one column per position), as wide
+    as the dialogues are long.
+
+    Args:
+        graph: A fitted :class:`~dialfork_metrics.flowgraph.FlowGraph`.
+        path: The PNG file to write (atomically).
+        max_nodes: Most cluster nodes drawn (the most visited).
+        top_edges: Most outgoing edges drawn per node.
+        label_chars: Characters of each node's example utterance shown.
+        dpi: Image resolution.
+        max_per_column: Most nodes drawn at one turn position (the most visited there); None:
+            no limit. With the vertical layout, 5 keeps the figure within page width.
+        orientation: ``"vertical"`` or ``"horizontal"``.
+
+    Raises:
+        ValueError: An unknown ``orientation``.
     """
+    if orientation not in ("vertical", "horizontal"):
+        raise ValueError(f"orientation must be 'vertical' or 'horizontal', got {orientation!r}")
     import matplotlib
 
     matplotlib.use("Agg", force=False)
+    import textwrap
+
     import matplotlib.pyplot as plt
-    from matplotlib.patches import FancyArrowPatch
+    from matplotlib.patches import FancyArrowPatch, Patch
 
     graph._check_fitted()
     layout = workflow_layout(graph.counts, graph.typical_positions(), graph.node_counts, graph.start, graph.end,
-                             max_nodes=max_nodes, top_edges=top_edges)
-    xy, edges = layout["xy"], layout["edges"]
-    n_cols = max(1, len({x for x, _ in xy.values()}))
-    n_rows = max(1, layout["max_column"])
-    fig, ax = plt.subplots(figsize=(max(8.0, 1.45 * n_cols), max(4.0, 0.95 * n_rows + 1.5)))
+                             max_nodes=max_nodes, top_edges=top_edges, max_per_column=max_per_column)
+    layer_xy, edges = layout["xy"], layout["edges"]
+    n_layers = max(1, len({x for x, _ in layer_xy.values()}))
+    breadth = max(1, layout["max_column"])
+    vertical = orientation == "vertical"
+    if vertical:  # the layer (turn position) runs down the page, nodes of one layer across it
+        xy = {i: (y, x) for i, (x, y) in layer_xy.items()}
+        width = min(MAX_FIGURE_WIDTH_IN, max(6.0, 1.75 * breadth + 0.8))
+        figsize = (width, max(4.0, 0.95 * n_layers + 1.8))
+    else:
+        xy = layer_xy
+        figsize = (max(8.0, 1.45 * n_layers), max(4.0, 0.95 * breadth + 1.5))
+    fig, ax = plt.subplots(figsize=figsize)
     colours = {"user": "#bbdefb", "system": "#ffffff"}
     boxes = {}
     for i, (x, y) in xy.items():
@@ -62,14 +100,14 @@ def draw_flowgraph(graph: Any, path: str | os.PathLike, max_nodes: int = 40, top
             sp = name.split(":")[0]
             label = f"{_shorten(graph.examples[i], label_chars)}\n({sp}, n={int(graph.node_counts[i])})"
             face = colours.get(sp, "#e0e0e0")
-        boxes[i] = ax.text(x, y, label, ha="center", va="center", fontsize=6.2, zorder=3, wrap=False,
+        boxes[i] = ax.text(x, y, label, ha="center", va="center", fontsize=6.5, zorder=3, wrap=False,
                            bbox={"boxstyle": "round,pad=0.3", "fc": face, "ec": "#424242", "lw": 0.6})
     pmax = max([p for _, _, p in edges] + [1e-9])
     for a, b, prob in edges:
-        (xa, ya), (xb, yb) = xy[a], xy[b]
-        back = xb < xa
-        arrow = FancyArrowPatch((xa, ya), (xb, yb), arrowstyle="-|>", mutation_scale=7,
-                                connectionstyle=f"arc3,rad={0.35 if back or xb == xa else 0.08}",
+        back = layer_xy[b][0] < layer_xy[a][0]  # to an earlier turn position
+        same = layer_xy[b][0] == layer_xy[a][0]
+        arrow = FancyArrowPatch(xy[a], xy[b], arrowstyle="-|>", mutation_scale=7,
+                                connectionstyle=f"arc3,rad={0.35 if back or same else 0.08}",
                                 lw=0.4 + 3.6 * prob / pmax, color="#c62828" if back else "#37474f",
                                 alpha=(0.25 if back else 0.35) + 0.5 * prob / pmax, zorder=1, patchA=boxes[a].get_bbox_patch(),
                                 patchB=boxes[b].get_bbox_patch())
@@ -80,16 +118,15 @@ def draw_flowgraph(graph: Any, path: str | os.PathLike, max_nodes: int = 40, top
     ax.set_ylim(min(ys) - 0.8, max(ys) + 0.8)
     ax.invert_yaxis()
     ax.set_axis_off()
-    from matplotlib.patches import Patch
-
     ax.legend(handles=[Patch(fc=colours["user"], ec="#424242", label="user node"),
                        Patch(fc=colours["system"], ec="#424242", label="system node"),
                        Patch(fc="#37474f", label="edge (width: probability)"),
                        Patch(fc="#c62828", label="edge back to an earlier position")],
-              loc="upper left", bbox_to_anchor=(0.0, -0.01), ncol=4, fontsize=7, frameon=False)
-    ax.set_title(f"FlowGraph: {len(xy) - 2} of {graph.vocab_size} nodes (most visited), top {top_edges} "
-                 f"edges per node, columns by typical turn position ({graph.n_dialogues} reference dialogues)",
-                 fontsize=9)
+              loc="upper center", bbox_to_anchor=(0.5, -0.005), ncol=2, fontsize=7, frameon=False)
+    where = "rows" if vertical else "columns"
+    title = (f"FlowGraph: {len(xy) - 2} of {graph.vocab_size} nodes (most visited), top {top_edges} edges per "
+             f"node, {where} by typical turn position ({graph.n_dialogues} reference dialogues)")
+    ax.set_title("\n".join(textwrap.wrap(title, int(figsize[0] * 13))), fontsize=9)
     fig.tight_layout()
     try:
         with atomic_path(path, suffix=".png") as tmp:
@@ -142,7 +179,7 @@ def expected_turn_positions(counts: Any, start: int, end: int, max_steps: int = 
 
 
 def workflow_layout(counts: Any, positions: Any, node_counts: Any, start: int, end: int, max_nodes: int = 40,
-                    top_edges: int = 2, sweeps: int = 4) -> dict[str, Any]:
+                    top_edges: int = 2, sweeps: int = 4, max_per_column: int | None = None) -> dict[str, Any]:
     """A layered (Sugiyama-style) layout of a flow graph, as pure data.
 
     Keeps ``start``, ``end`` and the ``max_nodes`` most visited nodes; column ``x`` = the rounded
@@ -163,6 +200,8 @@ def workflow_layout(counts: Any, positions: Any, node_counts: Any, start: int, e
         max_nodes: Most cluster nodes kept, besides ``start`` and ``end``.
         top_edges: Most outgoing edges drawn per kept node (self-loops never drawn).
         sweeps: Barycentre ordering passes.
+        max_per_column: Most cluster nodes kept at one rounded typical position (the most
+            visited there); None: no limit.
 
     Returns:
         A dict: ``xy`` (node index -> ``(x, y)`` floats; empty columns removed, each column
@@ -173,7 +212,17 @@ def workflow_layout(counts: Any, positions: Any, node_counts: Any, start: int, e
     pos = np.asarray(positions, dtype=float)
     nc = np.asarray(node_counts)
     cluster_nodes = [i for i in range(C.shape[0]) if i not in (start, end) and np.isfinite(pos[i])]
-    keep = sorted(cluster_nodes, key=lambda i: (-int(nc[i]), i))[:max_nodes] + [start, end]
+    keep = sorted(cluster_nodes, key=lambda i: (-int(nc[i]), i))[:max_nodes]
+    if max_per_column is not None:  # a crowded position keeps its most visited nodes
+        per: dict[int, int] = {}
+        trimmed = []
+        for i in keep:  # most visited first
+            c = int(round(pos[i]))
+            if per.get(c, 0) < max_per_column:
+                per[c] = per.get(c, 0) + 1
+                trimmed.append(i)
+        keep = trimmed
+    keep = keep + [start, end]
     kept = set(keep)
     out = C.sum(axis=1)
     edges: list[tuple[int, int, float]] = []

@@ -542,7 +542,7 @@ class FlowGraph:
         return pos
 
     def draw(self, path: str | os.PathLike, max_nodes: int = 40, top_edges: int = 2, label_chars: int = 60,
-             dpi: int = 150) -> None:
+             dpi: int = 150, max_per_column: int | None = 5, orientation: str = "vertical") -> None:
         """Draw the graph as a workflow (PNG): :func:`~dialfork_metrics.flowgraph.drawing.draw_flowgraph`.
 
         Args:
@@ -551,8 +551,11 @@ class FlowGraph:
             top_edges: Most outgoing edges drawn per node.
             label_chars: Characters of each node's example utterance shown.
             dpi: Image resolution.
+            max_per_column: Most nodes drawn at one turn position; None: no limit.
+            orientation: ``"vertical"`` (top to bottom, fits page width) or ``"horizontal"``.
         """
-        draw_flowgraph(self, path, max_nodes=max_nodes, top_edges=top_edges, label_chars=label_chars, dpi=dpi)
+        draw_flowgraph(self, path, max_nodes=max_nodes, top_edges=top_edges, label_chars=label_chars, dpi=dpi,
+                       max_per_column=max_per_column, orientation=orientation)
 
     def save(self, path: str | os.PathLike) -> None:
         """Save the fitted graph (``.npz``: centroids, counts, names, parameters), atomically.

@@ -222,6 +222,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     cmds = {"fit": cmd_fit, "replay": cmd_replay, "serve": cmd_serve, "fake-upstream": cmd_fake_upstream}
     try:
+        if getattr(args, "data", None) is not None:
+            from dialfork_dataset.hub import resolve_data
+
+            resolve_data(args.data, option="--data")
         return cmds[args.command](args)
     except (MonitorFileError, StoreError, ValueError, FileNotFoundError, TypeError) as e:
         print(f"error: {e}", file=sys.stderr)

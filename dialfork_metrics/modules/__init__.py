@@ -17,19 +17,14 @@ import re
 from pathlib import Path
 from typing import Any
 
+from dialfork_dataset.citation import CITATION
+
 MODULES_DIR = Path(__file__).resolve().parent
 
 _NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 
-DIALFORK_BIBTEX = """\
-@misc{dialfork2026,
-  title        = {{DialFork}: Evaluating Conversational Agents' Procedural Hallucination Beyond Factuality},
-  author       = {{DialFork authors}},
-  year         = {2026},
-  note         = {Idiap Research Institute; Telef{\\'o}nica Innovaci{\\'o}n Digital; Logitech; Brno University of Technology},
-  howpublished = {\\url{https://github.com/idiap/dialfork}}
-}"""
-"""The citation every module card and ``MetricInfo.citation`` uses."""
+DIALFORK_BIBTEX = CITATION
+"""The citation every module card and ``MetricInfo.citation`` uses: :data:`dialfork_dataset.citation.CITATION`."""
 
 
 def available() -> list[str]:
@@ -170,16 +165,72 @@ def module_encoder(
 __all__ = [
     "DIALFORK_BIBTEX",
     "MODULES_DIR",
+    "RejectEmpty",
     "available",
     "dialogue_features",
     "dialogue_set_features",
+    "encoder_id",
     "load",
     "module_encoder",
     "module_path",
+    "reject_empty",
 ]
 
 
 HOMEPAGE = "https://github.com/idiap/dialfork"
+
+
+def encoder_id(encoder: Any) -> str:
+    """The id a module's output names its encoder by: the portable
+    :attr:`~dialfork_metrics.encoders.Encoder.model_id` (``sentence-transformers/all-MiniLM-L6-v2``
+    for ``minilm``, never a site-packages path), else the object's ``name``, else its class name.
+
+    Args:
+        encoder: The module's encoder.
+
+    Returns:
+        str: The id.
+    """
+    return str(getattr(encoder, "model_id", None) or getattr(encoder, "name", None) or type(encoder).__name__)
+
+
+def reject_empty(module: str, what: str, predictions: Any, references: Any) -> None:
+    """Refuse an empty batch with the module's own words, before evaluate indexes its first row
+    (``compute(predictions=[], references=[])`` otherwise fails inside evaluate with ``IndexError``).
+
+    Args:
+        module: The module's name, first word of the message.
+        what: What one row is, e.g. ``"(reference, prediction) pair of dialogues"``.
+        predictions: The predictions given (None: not given, nothing to check).
+        references: The references given (None: not given).
+
+    Raises:
+        ValueError: ``predictions`` or ``references`` is given and empty.
+    """
+    n_pred = None if predictions is None else len(predictions)
+    n_ref = None if references is None else len(references)
+    if n_pred == 0 or n_ref == 0:
+        got = ", ".join(f"{n} {name}" for n, name in ((n_pred, "predictions"), (n_ref, "references")) if n is not None)
+        raise ValueError(f"{module}: nothing to score ({got}): give at least one {what}, as predictions=[...] and "
+                         "references=[...] of the same length")
+
+
+class RejectEmpty:
+    """Mixin placed before ``evaluate.Metric``: :func:`reject_empty` on ``add_batch`` and
+    ``compute``. A subclass sets ``_module`` (its name) and ``_row`` (what one row is)."""
+
+    _module = "dialfork"
+    _row = "row"
+
+    def add_batch(self, *, predictions=None, references=None, **kwargs):
+        """``evaluate.Metric.add_batch``, refusing an empty batch with this module's message."""
+        reject_empty(self._module, self._row, predictions, references)
+        return super().add_batch(predictions=predictions, references=references, **kwargs)
+
+    def compute(self, *, predictions=None, references=None, **kwargs):
+        """``evaluate.Metric.compute``, refusing empty predictions/references with this module's message."""
+        reject_empty(self._module, self._row, predictions, references)
+        return super().compute(predictions=predictions, references=references, **kwargs)
 
 
 def metric_info(description: str, inputs_description: str, features: Any, extra_references: tuple[str, ...] = ()):

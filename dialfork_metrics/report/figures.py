@@ -220,7 +220,7 @@ def plot_weight_sweep(sweep: Mapping[str, Any], title: str, path: Path) -> None:
     plt.close(fig)
 
 
-def write_figures(report: Mapping[str, Any], out: Path) -> list[Path]:
+def write_figures(report: Mapping[str, Any], out: Path, captions: dict[str, str] | None = None) -> list[Path]:
     """The PNG figures of a report (tau bars with CIs, Task 2 distance by k, Task 3 side by side,
     the Score weight sweep); returns the written paths.
 
@@ -230,39 +230,45 @@ def write_figures(report: Mapping[str, Any], out: Path) -> list[Path]:
             ``task2_distance_by_k_<encoder>.png``, ``task3_summary_<encoder>.png``,
             ``task3_tradeoff_<encoder>.png`` and ``task3_weights_<encoder>.png`` (``/`` in an
             encoder name written ``_``).
+        captions: A dict that receives ``{file name: the figure's title}`` of every figure
+            written (what ``report.md`` shows under each embedded figure); None: not recorded.
 
     Returns:
         The paths written, in that order.
     """
     written: list[Path] = []
+
+    def draw(plot, data: Any, title: str, name: str) -> None:
+        plot(data, title, out / name)
+        written.append(out / name)
+        if captions is not None:
+            captions[name] = title
+
     if "task1" in report:
         s = report["task1"]["summary"]
-        plot_tau_bars_ci(s["tau"], s.get("tau_ci"), "Task 1: Kendall tau per type", out / "task1_tau.png")
-        written.append(out / "task1_tau.png")
+        draw(lambda d, t, p: plot_tau_bars_ci(d["tau"], d.get("tau_ci"), t, p), s,
+             "Task 1: Kendall tau per type", "task1_tau.png")
     if "task2" in report:
         for enc, res in report["task2"]["per_encoder"].items():
             safe = enc.replace("/", "_")
             s = res["summary"]
-            plot_tau_bars_ci(s["tau"], s.get("tau_ci"), f"Task 2 ({enc}): Kendall tau per type", out / f"task2_tau_{safe}.png")
-            written.append(out / f"task2_tau_{safe}.png")
+            draw(lambda d, t, p: plot_tau_bars_ci(d["tau"], d.get("tau_ci"), t, p), s,
+                 f"Task 2 ({enc}): Kendall tau per type", f"task2_tau_{safe}.png")
             if s.get("distance_by_k"):
-                plot_distance_by_k_panels(s["distance_by_k"], f"Task 2 ({enc}): distance by fork position",
-                                          out / f"task2_distance_by_k_{safe}.png")
-                written.append(out / f"task2_distance_by_k_{safe}.png")
+                draw(plot_distance_by_k_panels, s["distance_by_k"], f"Task 2 ({enc}): distance by fork position",
+                     f"task2_distance_by_k_{safe}.png")
     if "task3" in report:
         for enc, res in report["task3"].items():
             safe = enc.replace("/", "_")
-            plot_task3_summary(res["results"], f"Task 3 ({enc}): localisation, coverage and Score",
-                               out / f"task3_summary_{safe}.png")
-            written.append(out / f"task3_summary_{safe}.png")
+            draw(plot_task3_summary, res["results"], f"Task 3 ({enc}): localisation, coverage and Score",
+                 f"task3_summary_{safe}.png")
             if any(r.get("curve") for r in res["results"].values()):
-                plot_task3_tradeoff(res["results"], f"Task 3 ({enc}): coverage vs false alarms",
-                                    out / f"task3_tradeoff_{safe}.png")
-                written.append(out / f"task3_tradeoff_{safe}.png")
+                draw(plot_task3_tradeoff, res["results"], f"Task 3 ({enc}): coverage vs false alarms",
+                     f"task3_tradeoff_{safe}.png")
     for enc, sw in (report.get("task3_weight_sweep") or {}).items():
         safe = enc.replace("/", "_")
-        plot_weight_sweep(sw, f"Task 3 ({enc}): Score under other weights (Appendix I)", out / f"task3_weights_{safe}.png")
-        written.append(out / f"task3_weights_{safe}.png")
+        draw(plot_weight_sweep, sw, f"Task 3 ({enc}): Score under other weights (Appendix I)",
+             f"task3_weights_{safe}.png")
     return written
 
 

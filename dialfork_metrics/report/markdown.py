@@ -289,13 +289,35 @@ def weight_sweep_markdown(sweep: Mapping[str, Mapping[str, Any]]) -> str:
     return "\n".join(md)
 
 
-def report_markdown(report: Mapping[str, Any]) -> str:
+def figures_markdown(figures: Sequence[tuple[str, str]]) -> str:
+    """The report's Figures section: each figure embedded (``![caption](file)``, a path relative
+    to ``report.md``, so the report shows them wherever the folder is read) with its caption.
+
+    Args:
+        figures: ``(file name, caption)`` of each figure, in the order shown.
+
+    Returns:
+        The Markdown text (no trailing newline); ``""`` without figures.
+    """
+    if not figures:
+        return ""
+    md = ["## Figures", ""]
+    for name, caption in figures:
+        alt = caption.replace("[", "(").replace("]", ")")
+        md += [f"![{alt}]({name})", "", f"*{caption}* (`{name}`)", ""]
+    return "\n".join(md).rstrip("\n")
+
+
+def report_markdown(report: Mapping[str, Any], figures: Sequence[tuple[str, str]] = ()) -> str:
     """The whole benchmark report (``report.md``): a header with the data, encoders, seed and
-    timings, the table of each task run, the weight sweep and the skipped units (first 50).
+    timings, the table of each task run, the weight sweep, the figures and the skipped units
+    (first 50).
 
     Args:
         report: The report dict of :func:`~dialfork_metrics.bench.run_benchmark` (``meta``,
             ``timings``, and the task parts present).
+        figures: ``(file name, caption)`` of the figures written next to ``report.md``, embedded
+            in a Figures section (:func:`figures_markdown`); empty: no section.
 
     Returns:
         The Markdown text, ending with a newline.
@@ -315,6 +337,8 @@ def report_markdown(report: Mapping[str, Any]) -> str:
         md += [task3_all_turns_markdown(report["task3"]), ""]
     if report.get("task3_weight_sweep"):
         md += [weight_sweep_markdown(report["task3_weight_sweep"]), ""]
+    if figures:
+        md += [figures_markdown(figures), ""]
     sk = report.get("skipped") or []
     md += [f"Skipped units: {len(sk)}"] + [f"- {s}" for s in sk[:50]] + ([f"- ... ({len(sk) - 50} more)"] if len(sk) > 50 else [])
     return "\n".join(md) + "\n"

@@ -41,20 +41,33 @@ def write_reports(report: Mapping[str, Any], out: str | os.PathLike, plots: bool
             ``flowgraph_<task>.graphml`` and ``.png`` (with ``plots``); None: no graph.
 
     Returns:
-        The paths written: ``report.md``, ``report.json``, the CSV files of the tasks present
-        (``task1_units.csv``, ``task1_summary.csv``, ``task1_comparisons.csv``,
-        ``task2_units_<encoder>.csv``, ``task2_summary.csv``, ``task2_significance.csv``,
-        ``task3.csv``, ``task3_all_turns.csv``, ``task3_weight_sweep.csv``), then the figures.
+        The paths written: ``report.md`` (which embeds every PNG figure written, with its
+        caption), ``report.json``, the CSV files of the tasks present (``task1_units.csv``,
+        ``task1_summary.csv``, ``task1_comparisons.csv``, ``task2_units_<encoder>.csv``,
+        ``task2_summary.csv``, ``task2_significance.csv``, ``task3.csv``,
+        ``task3_all_turns.csv``, ``task3_weight_sweep.csv``), then the figures.
     """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
+    figures: list[Path] = []
+    captions: dict[str, str] = {}
+    if plots:  # first, so that report.md embeds what was drawn
+        figures += write_figures(report, out, captions=captions)
+        if graph is not None and graph[1] is not None:
+            name, g = graph
+            g.to_graphml(out / f"flowgraph_{name}.graphml")
+            g.draw(out / f"flowgraph_{name}.png")
+            figures += [out / f"flowgraph_{name}.graphml", out / f"flowgraph_{name}.png"]
+            captions[f"flowgraph_{name}.png"] = (f"The flow graph of task {name} (FlowKL's graph on its conformant "
+                                                 f"dialogues; the whole graph: flowgraph_{name}.graphml)")
 
     def text(name: str, content: str) -> None:
         write_text_atomic(out / name, content)
         written.append(out / name)
 
-    text("report.md", report_markdown(report))
+    text("report.md", report_markdown(report, [(p.name, captions.get(p.name, p.stem)) for p in figures
+                                               if p.suffix == ".png"]))
     text("report.json", json.dumps(report, indent=1, default=float) + "\n")
     if "task1" in report:
         t1 = report["task1"]
@@ -106,12 +119,6 @@ def write_reports(report: Mapping[str, Any], out: str | os.PathLike, plots: bool
                                  "regime_winner": any(v[i] == det for v in sw["winners"].values())})
         text("task3_weight_sweep.csv", _csv(rows, ["encoder", "w_mae_h", "w_mae_c", "w_cov_h", "w_cov_c", "detector",
                                                    "score", "regime_winner"]))
-    if plots:
-        written += write_figures(report, out)
-        if graph is not None and graph[1] is not None:
-            name, g = graph
-            g.to_graphml(out / f"flowgraph_{name}.graphml")
-            g.draw(out / f"flowgraph_{name}.png")
-            written += [out / f"flowgraph_{name}.graphml", out / f"flowgraph_{name}.png"]
+    written += figures
     logger.info("wrote %d report files to %s", len(written), out)
     return written

@@ -68,7 +68,10 @@ def _build_parser() -> argparse.ArgumentParser:
     g.add_argument("--backend", default="transformers", choices=("transformers", "openai"),
                    help="LLM runtime: local transformers or an OpenAI-compatible server")
     g.add_argument("--base-url", default=None, help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1")
-    g.add_argument("--api-key", default=None, help="API key (default $OPENAI_API_KEY)")
+    g.add_argument("--api-key-env", default=None, metavar="VAR",
+                   help="environment variable holding the API key (default: OPENAI_API_KEY); the key itself never "
+                        "goes on the command line, where shell history and ps keep it")
+    g.add_argument("--api-key", default=None, help=argparse.SUPPRESS)  # refused with a pointer to --api-key-env
     g.add_argument("--with-workflow", action="store_true", help="put the task's STAR workflow in the prompt")
     g.add_argument("--star-dir", default=None,
                    help="workflow source for --with-workflow: STAR folder, star:PATH or workflow:PATH (default: "
@@ -103,16 +106,31 @@ def _detector_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     if args.detector == "random":
         return {"seed": args.seed}
     if args.detector == "llm":
+        api_key = _api_key(args)
         star_dir = args.star_dir
         if star_dir is None and args.with_workflow:
             made_from = _manifest_star(args.data)  # a workflow file wins over $DIALFORK_STAR_DIR
             if made_from is not None and (made_from.startswith("workflow:") or not os.environ.get("DIALFORK_STAR_DIR")):
                 star_dir = made_from
-        return {"model": args.model, "backend": args.backend, "base_url": args.base_url, "api_key": args.api_key,
+        return {"model": args.model, "backend": args.backend, "base_url": args.base_url, "api_key": api_key,
                 "with_workflow": args.with_workflow, "star_dir": star_dir, "prompt": args.prompt,
                 "batch_size": args.batch_size, "max_new_tokens": args.max_new_tokens, "device": args.device,
                 "show_progress": not (args.no_progress or args.quiet), "gguf_file": args.gguf_file}
     return {}
+
+
+def _api_key(args: argparse.Namespace) -> str | None:
+    """The LLM server's key, read from the environment variable ``--api-key-env`` names (None:
+    the client reads ``$OPENAI_API_KEY`` itself). A key given on the command line is refused."""
+    if args.api_key is not None:
+        raise ValueError("--api-key: a key on the command line stays in your shell history; export it and pass "
+                         "the variable's name instead: --api-key-env VAR (default: OPENAI_API_KEY)")
+    if args.api_key_env is None:
+        return None
+    key = os.environ.get(args.api_key_env)
+    if not key:
+        raise ValueError(f"--api-key-env {args.api_key_env}: that environment variable is not set (or empty)")
+    return key
 
 
 def _manifest_star(data: str) -> str | None:
@@ -136,6 +154,7 @@ def _encoder(args: argparse.Namespace):
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
+    from dialfork_dataset.hub import resolve_data
     from dialfork_dataset.jsonl import JsonlAppender, read_jsonl, repair_torn_tail, write_json_atomic
 
     from .detectors import STREAMING_DETECTORS, load_detector, make_detector
@@ -143,6 +162,9 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
     if args.order is not None and args.order < 1:
         raise ValueError(f"--order N must be >= 1, got {args.order}")
+    # before any model loads: a mistyped folder or a gold folder is one clear line, not a Hub error
+    resolve_data(args.data, accept=("layout", "hub") if args.split == "blind" else ("layout", "corpus", "hub"),
+                 option="--data")
     out = Path(args.out)
     progress = not (args.no_progress or args.quiet)
     streaming = args.detector in STREAMING_DETECTORS
@@ -214,22 +236,70 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
 
 def cmd_score(args: argparse.Namespace) -> int:
+    from dialfork_dataset.hub import resolve_data
     from dialfork_dataset.jsonl import write_json_atomic
 
     from .io import load_gold_rows, read_predictions
     from .scorer import format_table, score_predictions
 
+    if args.gold is not None:
+        resolve_data(args.gold, accept=("gold",), option="--gold")
+    else:
+        resolve_data(args.data, option="--data")
     rows = read_predictions(args.predictions)
     gold = load_gold_rows(gold=args.gold, data=args.data, subset=args.subset)
     if args.subset != "all":  # predictions of the other part's ids are dropped; ids in no part are still errors
         other = {g["dialogue_id"] for g in load_gold_rows(gold=args.gold)} - {g["dialogue_id"] for g in gold}
         rows = [r for r in rows if r.get("dialogue_id") not in other]
+    if args.data is not None:
+        _check_ids_match(args, rows, gold)
     result = score_predictions(rows, gold)
     print(format_table(result))
     print(json.dumps(result, indent=2))
     if args.json_out:
         write_json_atomic(args.json_out, result)
     return 0
+
+
+def _check_ids_match(args: argparse.Namespace, rows: list[dict[str, Any]], gold: list[dict[str, Any]]) -> None:
+    """With ``--data``, predictions none of whose ids is in the labelled test split: say which set
+    they belong to and how to score them (blind predictions are scored against the gold, ``--gold``),
+    instead of one "unknown dialogue_id" line per prediction."""
+    ids = {r["dialogue_id"] for r in rows}
+    gold_ids = {g["dialogue_id"] for g in gold}
+    if not ids or ids & gold_ids:
+        return
+    from dialfork_dataset.hub import resolve_data
+
+    src = resolve_data(args.data, option="--data")
+    blind_ids: set[str] = set()
+    if src.kind == "layout" and (src.path / "data" / "blind").is_dir():
+        from dialfork_dataset.hub import load_blind
+
+        blind_ids = {r["dialogue_id"] for r in load_blind(src.path)}
+    first = sorted(ids)[0]
+    if ids <= blind_ids or (blind_ids and len(ids & blind_ids) >= len(ids) / 2):
+        gold_dir = src.path.with_name(src.path.name.rstrip("/") + "-gold")  # export's default, as typed
+        where = f"--gold {gold_dir}" if gold_dir.is_dir() else \
+            "--gold GOLD_DIR (the gold folder python -m dialfork_dataset export wrote, --gold-dir)"
+        raise ValueError(f"{args.predictions}: these {len(ids)} predictions are for the blind set of {args.data} "
+                         f"(e.g. {first!r}), whose labels are not in the public layout: score them against the "
+                         f"gold with {where} instead of --data (or predict the labelled test split: "
+                         "task3 predict --split test)")
+    raise ValueError(f"{args.predictions}: none of its {len(ids)} dialogue ids (e.g. {first!r}) is in the labelled "
+                     f"task3 test split of {args.data} ({len(gold_ids)} dialogues): were they predicted on another "
+                     "corpus or split? Score blind-set predictions with --gold GOLD_DIR")
+
+
+def _print_prediction_errors(e: Exception) -> None:
+    """Every problem of a :class:`~.scorer.PredictionError` on the terminal: the first 20 lines and
+    a count (the library's message points at the exception's ``.errors``, which a CLI user has no use for)."""
+    errors = list(getattr(e, "errors", None) or [str(e)])
+    shown = errors[:20]
+    lines = [f"error: {len(errors)} problem(s) in the predictions:", *("  " + x for x in shown)]
+    if len(errors) > len(shown):
+        lines.append(f"  ... and {len(errors) - len(shown)} more of the same kinds; fix these and run again")
+    print("\n".join(lines), file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -246,7 +316,7 @@ def _run(args: argparse.Namespace) -> int:
     try:
         return cmd_predict(args) if args.command == "predict" else cmd_score(args)
     except PredictionError as e:
-        print("error: " + str(e), file=sys.stderr)
+        _print_prediction_errors(e)
         return 2
     except (ValueError, FileNotFoundError, TypeError) as e:
         print(f"error: {e}", file=sys.stderr)

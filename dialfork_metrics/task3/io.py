@@ -35,17 +35,18 @@ def load_examples(data: str | os.PathLike, split: str = "test") -> list[dict[str
         fork_position, fork_turn, task``; for ``"blind"`` only ``dialogue_id, turns, num_system_turns``.
 
     Raises:
-        ValueError: An unknown split, or the data cannot be loaded (the message says what was
-            being loaded).
-        FileNotFoundError: ``data`` looks like a path and does not exist.
+        ValueError: An unknown split, ``data`` is not a corpus (a gold folder, say; see
+            :func:`dialfork_dataset.hub.resolve_data`), or the data cannot be loaded (the message
+            says what was being loaded).
+        FileNotFoundError: No such folder, and ``data`` is no loadable Hub id either.
     """
-    from dialfork_dataset.hub import load_blind, load_split
+    from dialfork_dataset.hub import load_blind, load_split, resolve_data
     from dialfork_dataset.views import task3_examples
 
     if split == "blind":
-        p = Path(data)
+        src = resolve_data(data, accept=("layout", "hub"))  # a generator output folder has no blind set
         try:
-            rows = load_blind(p) if p.is_dir() else list(load_split(str(data), "blind", split="test"))
+            rows = load_blind(src.path) if src.is_local else list(load_split(src.value, "blind", split="test"))
         except (ValueError, FileNotFoundError):
             raise
         except Exception as e:  # datasets/hub errors: say what was being loaded
@@ -54,12 +55,9 @@ def load_examples(data: str | os.PathLike, split: str = "test") -> list[dict[str
                 for r in rows]
     if split not in ("train", "test"):
         raise ValueError(f"split must be 'train', 'test' or 'blind', got {split!r}")
-    p = Path(data)
-    if not p.exists() and (str(data).startswith(("/", ".", "~")) or str(data).count("/") != 1):
-        raise FileNotFoundError(f"{data}: no such folder (give a Hub-layout folder, a generator output folder or a "
-                                "Hub dataset id such as idiap/dialfork)")
+    src = resolve_data(data)  # no such folder, a gold folder...: one clear message (dialfork_dataset.hub.resolve)
     try:
-        ds = load_split(str(data) if not p.exists() else p, "task3", split=split)
+        ds = load_split(src.path if src.is_local else src.value, "task3", split=split)
     except (ValueError, FileNotFoundError):
         raise
     except Exception as e:  # datasets/hub errors (offline, unknown id...): say what was being loaded

@@ -6,8 +6,14 @@ validation live in the ``dialfork`` library.
 
 import evaluate
 
-from dialfork_metrics.flowgraph import flowkl
-from dialfork_metrics.modules import dialogue_set_features, metric_info, module_encoder
+from dialfork_metrics.flowgraph import flowkl  # From: dialfork
+from dialfork_metrics.modules import (  # From: dialfork
+    RejectEmpty,
+    dialogue_set_features,
+    encoder_id,
+    metric_info,
+    module_encoder,
+)
 
 _DESCRIPTION = """\
 FlowKL compares a target set of dialogues with a reference set by how well each fits the
@@ -44,7 +50,8 @@ Load-time options (`dialfork_metrics.load("flowkl", encoder=..., ...)`):
 Returns:
     flowkl (`float`): mean FlowKL over the rows (the value itself for one row).
     scores (`list` of `float`): FlowKL of each (reference set, target set) row.
-    encoder (`str`): the encoder's resolved model id or path.
+    encoder (`str`): the encoder's portable model id (an alias's Hub id, e.g.
+        `sentence-transformers/all-MiniLM-L6-v2` for `minilm`; `local:<folder>` for a local model).
 Examples:
     >>> import dialfork_metrics
     >>> flowkl = dialfork_metrics.load("flowkl")  # encoder="minilm"
@@ -61,8 +68,10 @@ Examples:
 
 
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
-class Flowkl(evaluate.Metric):
+class Flowkl(RejectEmpty, evaluate.Metric):
     """FlowKL distance per (reference set, target set) row, and its mean."""
+
+    _module, _row = "flowkl", "(reference set, target set) row, each set a list of at least 2 dialogues"
 
     def __init__(self, encoder=None, batch_size=64, device=None, embedding_cache_dir=None, distance_threshold=0.55,
                  use_only_known_edges=None, node_confidence=None, include_end=False, compat=None, **kwargs):
@@ -87,4 +96,4 @@ class Flowkl(evaluate.Metric):
                 scores.append(float(flowkl(ref, tgt, self.encoder, **self.flowkl_options)))
             except ValueError as e:
                 raise ValueError(f"flowkl row {i}: {e}") from e
-        return {"flowkl": sum(scores) / len(scores), "scores": scores, "encoder": self.encoder.name}
+        return {"flowkl": sum(scores) / len(scores), "scores": scores, "encoder": encoder_id(self.encoder)}

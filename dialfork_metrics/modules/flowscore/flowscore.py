@@ -6,8 +6,14 @@ validation live in the ``dialfork`` library.
 
 import evaluate
 
-from dialfork_metrics.dialogue import score_pairs
-from dialfork_metrics.modules import dialogue_features, metric_info, module_encoder
+from dialfork_metrics.dialogue import score_pairs  # From: dialfork
+from dialfork_metrics.modules import (  # From: dialfork
+    RejectEmpty,
+    dialogue_features,
+    encoder_id,
+    metric_info,
+    module_encoder,
+)
 
 _METHOD = "flowscore"
 
@@ -37,7 +43,8 @@ Load-time options (`dialfork_metrics.load("flowscore", encoder=..., ...)`):
 Returns:
     flowscore (`float`): mean FlowScore distance over the pairs.
     scores (`list` of `float`): FlowScore distance of each (reference, prediction) pair.
-    encoder (`str`): the encoder's resolved model id or path.
+    encoder (`str`): the encoder's portable model id (an alias's Hub id, e.g.
+        `sentence-transformers/all-MiniLM-L6-v2` for `minilm`; `local:<folder>` for a local model).
 Examples:
     >>> import dialfork_metrics
     >>> flowscore = dialfork_metrics.load("flowscore")  # encoder="minilm"
@@ -52,8 +59,10 @@ Examples:
 
 
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
-class Flowscore(evaluate.Metric):
+class Flowscore(RejectEmpty, evaluate.Metric):
     """FlowScore distance per (reference, prediction) pair of dialogues, and its mean."""
+
+    _module, _row = "flowscore", "(reference, prediction) pair of dialogues"
 
     def __init__(self, encoder=None, batch_size=64, device=None, embedding_cache_dir=None, **kwargs):
         # set before super().__init__, which calls _info(); unknown aliases fail here
@@ -67,5 +76,5 @@ class Flowscore(evaluate.Metric):
         if len(predictions) == 0:
             raise ValueError("flowscore: no (reference, prediction) pairs to score")
         scores = score_pairs(references, predictions, [_METHOD], self.encoder)[_METHOD]
-        return {_METHOD: float(scores.mean()), "scores": [float(s) for s in scores], "encoder": self.encoder.name}
+        return {_METHOD: float(scores.mean()), "scores": [float(s) for s in scores], "encoder": encoder_id(self.encoder)}
 

@@ -9,9 +9,9 @@ outside ``1..T`` are errors here exactly as in a leaderboard submission, with th
 import datasets
 import evaluate
 
-from dialfork_metrics.modules import metric_info
-from dialfork_metrics.task3.rows import check_predictions
-from dialfork_metrics.task3.scorer import PredictionError, score_predictions
+from dialfork_metrics.modules import RejectEmpty, metric_info  # From: dialfork
+from dialfork_metrics.task3.rows import check_predictions  # From: dialfork
+from dialfork_metrics.task3.scorer import PredictionError, score_predictions  # From: dialfork
 
 _DESCRIPTION = """\
 DialFork Task 3 (turn prediction): at which system turn does a dialogue first go off its workflow?
@@ -65,10 +65,11 @@ def _turns(references):
     return [r.get("num_system_turns") if isinstance(r, dict) else None for r in references]
 
 
-class Task3(evaluate.Metric):
+class Task3(RejectEmpty, evaluate.Metric):
     """Task 3 Score; rows are checked with the leaderboard's rules before evaluate stores them."""
 
     _rows_seen = 0
+    _module, _row = "task3", "(prediction, gold row) pair"
 
     def _check(self, predictions, references):
         errors = check_predictions(list(predictions), _turns(references), start=self._rows_seen)
