@@ -287,7 +287,7 @@ class TransformersBackend:
         self.uses_messages = True
         self.exact = False  # LLM forks are not guaranteed to differ at t_k (the engine only warns)
         self.stats = {"prompt_tokens": 0, "new_tokens": 0, "forward_passes": 0, "rows": 0, "seconds": 0.0, "oom_retries": 0,
-                      "prefilled_tokens": 0, "reused_tokens": 0}
+                      "prefilled_tokens": 0, "reused_tokens": 0, "prefill_seconds": 0.0}
         self._prefix_cache_mb = prefix_cache_mb
         self.prefix_cache = None  # a PrefixCache once the weights are loaded (load())
 
@@ -647,8 +647,10 @@ class TransformersBackend:
         keep_prefix = self.prefix_cache is not None and self.prefix_cache.enabled
         with torch.inference_mode():
             kw = {self._cache_kw: past} if past is not None else {}
+            t_prefill = time.perf_counter()
             out = model(input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True,
                         **self._prefill_kw, **kw)
+            self.stats["prefill_seconds"] += time.perf_counter() - t_prefill
             self.stats["forward_passes"] += 1
             cache = _output_cache(out)
             if keep_prefix and _cache_layers(cache) is None:
