@@ -355,7 +355,7 @@ def stage_bench(a: argparse.Namespace, out: Path) -> dict[str, Any]:
     return _save_json(out / "bench.json", report)
 
 
-def _score(dets, examples, preds) -> dict[str, Any]:
+def _score(examples, preds) -> dict[str, Any]:
     from dialfork_metrics.task3 import score_predictions
 
     gold = [{k: e[k] for k in ("dialogue_id", "num_system_turns", "hallucination_type", "fork_turn")} for e in examples]
@@ -379,11 +379,11 @@ def stage_detectors(a: argparse.Namespace, out: Path, enc) -> dict[str, Any]:
     human = _human_dialogues(a.star, a.tasks)
     for name in DETECTORS:
         tmpl_det = make_detector(name, encoder=enc).fit(t_train)
-        row = {"template_fit_on_template_test": _score(None, t_test, tmpl_det.predict_many(t_test)),
-               "template_fit_on_llm_test": _score(None, l_test, tmpl_det.predict_many(l_test))}
+        row = {"template_fit_on_template_test": _score(t_test, tmpl_det.predict_many(t_test)),
+               "template_fit_on_llm_test": _score(l_test, tmpl_det.predict_many(l_test))}
         try:
             llm_det = make_detector(name, encoder=enc).fit(l_train)
-            row["llm_fit_on_llm_test"] = _score(None, l_test, llm_det.predict_many(l_test))
+            row["llm_fit_on_llm_test"] = _score(l_test, llm_det.predict_many(l_test))
         except ValueError as e:  # too few train dialogues per task for the detector's calibration
             row["llm_fit_on_llm_test"] = {"error": str(e)}
         row["star_human_false_alarms"] = {}

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -113,19 +112,15 @@ def test_conformant_dialogue_and_fork_share_the_prefix_and_part_at_t_k(smol, sta
 
 
 # -- llama.cpp's OpenAI-compatible server (llama-cpp-python) ---------------------------------------
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def llama_server(tmp_path_factory):
     if importlib.util.find_spec("llama_cpp") is None or importlib.util.find_spec("sse_starlette") is None:
         pytest.skip("llama-cpp-python[server] is not installed (it builds from source; make test tries it)")
+    from live_server import free_port, stop
+
     from generation.llm.gguf import registry_path
 
-    port = _free_port()
+    port = free_port()
     log = tmp_path_factory.mktemp("llama_server") / "server.log"
     fh = open(log, "w")  # noqa: SIM115 - closed in the teardown
     proc = subprocess.Popen([sys.executable, "-m", "llama_cpp.server", "--model", str(registry_path("smollm2")),
@@ -148,11 +143,7 @@ def llama_server(tmp_path_factory):
             pytest.fail(f"llama.cpp server did not start: {log.read_text()[-2000:]}")
         time.sleep(0.5)
     yield url
-    proc.terminate()
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+    stop(proc)
     fh.close()
 
 

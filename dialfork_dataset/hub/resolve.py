@@ -114,8 +114,8 @@ def hub_cached(repo_id: str) -> bool:
 
 def classify_folder(path: str | os.PathLike) -> str | None:
     """The kind of an existing local folder or file: ``"layout"`` (it has ``data/``), ``"gold"``
-    (a gold marker file and no ``data/``), ``"corpus"`` (``*.jsonl`` records, or a record file),
-    else None.
+    (a gold marker file and no ``data/``), ``"corpus"`` (a ``manifest.json`` or ``*.jsonl``
+    files whose rows carry ``turns``; or a record file), else None.
 
     Args:
         path: An existing folder or file.
@@ -135,10 +135,31 @@ def classify_folder(path: str | os.PathLike) -> str | None:
     try:
         from ..builder import record_files
 
-        record_files(p)
+        files = record_files(p)
     except (FileNotFoundError, OSError):
         return None
-    return "corpus"
+    # a folder of predictions or other JSON lines is no corpus: the generator writes a manifest,
+    # and its records carry turns
+    if (p / "manifest.json").is_file() or any(_holds_records(f) for f in files[:8]):
+        return "corpus"
+    return None
+
+
+def _holds_records(path: Path) -> bool:
+    """Whether the first JSON line of a ``*.jsonl`` or ``*.jsonl.gz`` file looks like a dialogue record."""
+    import gzip
+    import json
+
+    try:
+        opener = gzip.open if path.name.endswith(".gz") else open
+        with opener(path, "rt", encoding="utf-8") as f:
+            for line in f:
+                if line.strip():
+                    row = json.loads(line)
+                    return isinstance(row, dict) and "turns" in row
+    except (OSError, ValueError, EOFError):
+        return False
+    return False
 
 
 def _near_names(path: Path) -> list[str]:
