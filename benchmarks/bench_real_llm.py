@@ -107,6 +107,9 @@ def stage_generate(a: argparse.Namespace, out: Path) -> dict[str, Any]:
     cfg = GenerationConfig(star=a.star, out=str(corpus), backend="transformers",
                            backend_options={"model": a.model, **opts}, tasks=tuple(a.tasks), per_task=a.per_task,
                            seed=seed, prefix_mode="replay", budget=a.budget, batch_size=a.scenarios_in_lockstep)
+    # a rerun resumes an interrupted generation: its time and tokens cover only the dialogues it wrote
+    resumed = sum(1 for f in (corpus / "shards").glob("*.jsonl.part") for line in f.open(encoding="utf-8")
+                  if line.strip()) if (corpus / "shards").is_dir() else 0
     t0 = time.perf_counter()
     generate_corpus(cfg, backend=backend, scenarios=scenarios, progress=True)
     wall = time.perf_counter() - t0
@@ -115,7 +118,7 @@ def stage_generate(a: argparse.Namespace, out: Path) -> dict[str, Any]:
            "new_tokens_per_s": st["new_tokens"] / st["seconds"] if st["seconds"] else None,
            "prompt_tokens_per_s": st["prompt_tokens"] / st["seconds"] if st["seconds"] else None,
            "reused_share": st["reused_tokens"] / st["prompt_tokens"] if st["prompt_tokens"] else None,
-           "describe": backend.describe(), "torch_threads": _threads()}
+           "describe": backend.describe(), "torch_threads": _threads(), "resumed_dialogues": resumed}
     return _save_json(out / "generate.json", res)
 
 
@@ -436,7 +439,10 @@ def markdown(res: dict[str, Any], command: str) -> str:
              f"Machine: {res['machine']}; torch threads {g['torch_threads']}; decoding {json.dumps(res['decoding'])}.", "",
              "## Generation", "",
              f"- corpus: {res['corpus']['dialogues']} dialogues ({res['corpus']['conformant']} D+, "
-             f"{res['corpus']['forks']} forks) of {', '.join(res['tasks'])} in {g['wall_s'] / 60:.1f} min",
+             f"{res['corpus']['forks']} forks) of {', '.join(res['tasks'])}; this run wrote "
+             f"{res['corpus']['dialogues'] - g.get('resumed_dialogues', 0)} of them in {g['wall_s'] / 60:.1f} min"
+             + (f" (it resumed an interrupted run that had written {g['resumed_dialogues']}; the time and the "
+                "token counts below cover this run only)" if g.get("resumed_dialogues") else ""),
              f"- {st['new_tokens']} new tokens at {_f(g['new_tokens_per_s'], 1)} tokens/s; {st['prompt_tokens']} prompt "
              f"tokens, {_f(g['reused_share'], 3, True)} of them reused from the prefix cache "
              f"({st['prefilled_tokens']} prefilled)",

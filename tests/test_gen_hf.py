@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -481,3 +482,58 @@ def test_a_replayed_fork_reuses_its_sources_cache(tiny_model):
     fork = [TurnRequest(dialogue_key="conv0-GR-k1", role="system", messages=ctx, seed=7, turn_index=1)]
     assert on.generate(fork) == off.generate(fork)
     assert on.prefix_cache.stats["shared_hits"] == before + 1
+
+
+# ---- reword prefix mode on an LLM: the hazard law, and the engine end to end ---------------------
+def test_prefix_rewording_law():
+    """Rate 0 never, rate 1 always; a rewording cascades (once a turn is reworded, every later
+    prefix turn is); the first reworded turn follows the geometric law of the per-turn hazard; the
+    16 forks of a source draw independently."""
+    from generation.llm.sampling import prefix_turn_reworded, reword_salt, turn_sampling_seed
+
+    salt = reword_salt("GR", 2)
+    assert not any(prefix_turn_reworded(s, t, 0.0, salt) for s in range(50) for t in range(10))
+    assert all(prefix_turn_reworded(s, t, 1.0, salt) for s in range(50) for t in range(10))
+    for s in range(200):
+        flags = [prefix_turn_reworded(s, t, 0.2, salt) for t in range(12)]
+        assert flags == sorted(flags)  # False..., then True...: a suffix of the prefix
+    # the first reworded turn at t=0: probability rate; 4000 draws, 5 sigma is 0.032
+    first = np.mean([prefix_turn_reworded(s, 0, 0.2, salt) for s in range(4000)])
+    assert abs(first - 0.2) < 0.032
+    other = [prefix_turn_reworded(s, 0, 0.2, reword_salt("WIC", 1)) for s in range(4000)]
+    same = [prefix_turn_reworded(s, 0, 0.2, salt) for s in range(4000)]
+    assert abs(np.mean(np.array(other) & np.array(same)) - 0.04) < 0.02  # independent across forks
+    # an empty salt is the dialogue's own stream; a salt gives another
+    assert turn_sampling_seed(5, 3, "user", "") == turn_sampling_seed(5, 3, "user")
+    assert turn_sampling_seed(5, 3, "user", salt) != turn_sampling_seed(5, 3, "user")
+
+
+def test_engine_reword_mode_with_an_llm(tmp_path, star_dir):
+    """``--prefix-mode reword`` on the transformers backend: at rate 0 the text is replay's; at
+    rate 1 every fork's prefix turns are drawn from another stream (the fork's, salted by type and
+    k), and ``prefix_divergence`` counts the prefix turns that differ from D+'s."""
+    import json
+
+    from generation.engine import GenerationConfig, generate_corpus
+
+    model = tiny_corpus_model(tmp_path / "m", star_dir)
+
+    def run(name, mode, rate=None):
+        cfg = GenerationConfig(star=str(star_dir), out=str(tmp_path / name), backend="transformers",
+                               backend_options={"model": model, "max_new_tokens": 3}, tasks=("weather",),
+                               per_task=1, budget=4, prefix_mode=mode, reword_rate=rate)
+        generate_corpus(cfg, backend=TransformersBackend(model, max_new_tokens=3, batch_size=64), progress=False)
+        return [json.loads(x) for x in (tmp_path / name / "weather.jsonl").read_text().splitlines()]
+
+    replay, zero, one = run("replay", "replay"), run("zero", "reword", 0.0), run("one", "reword", 1.0)
+    assert [r["turns"] for r in zero] == [r["turns"] for r in replay]
+    assert {r["prefix_mode"] for r in zero[1:]} == {"reword"}
+    src = one[0]
+    assert src["turns"] == replay[0]["turns"]  # D+ is never reworded
+    changed = 0
+    for f in one[1:]:
+        cut = [i for i, t in enumerate(f["turns"]) if t["speaker"] == "system"][f["fork_turn"] - 1]
+        differ = [i for i in range(cut) if f["turns"][i]["text"] != src["turns"][i]["text"]]
+        assert f["prefix_divergence"] == len(differ)
+        changed += bool(differ)
+    assert changed >= 12  # 16 forks, every prefix turn from another stream (a rare draw can agree)

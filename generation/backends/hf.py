@@ -55,7 +55,7 @@ from ..llm import loader
 from ..llm.loader import END_OF_TURN_TOKENS, ChatTemplateError, ModelLoadError
 from ..llm.messages import drop_oldest_turn, merge_system_messages
 from ..llm.prefix_cache import PrefixCache
-from ..llm.sampling import SAMPLER_VERSION, sample_tokens, turn_sampling_seed
+from ..llm.sampling import SAMPLER_VERSION, request_salt, sample_tokens, turn_sampling_seed
 from ..llm.tiny import CHATML_TEMPLATE, NO_SYSTEM_TEMPLATE, build_tiny_chat_model
 from .base import TurnRequest, decoding_errors
 
@@ -285,6 +285,7 @@ class TransformersBackend:
         self._device_req, self._dtype_req, self._device_map_req = device, dtype, device_map
         self._model = None
         self.uses_messages = True
+        self.rewords = True  # reword prefix mode: another random stream for a reworded prefix turn
         self.exact = False  # LLM forks are not guaranteed to differ at t_k (the engine only warns)
         self.stats = {"prompt_tokens": 0, "new_tokens": 0, "forward_passes": 0, "rows": 0, "seconds": 0.0, "oom_retries": 0,
                       "prefilled_tokens": 0, "reused_tokens": 0, "prefill_seconds": 0.0}
@@ -504,7 +505,7 @@ class TransformersBackend:
             if dropped:
                 logger.warning("dialogue %s turn %d: dropped the %d oldest messages to fit %d tokens",
                                r.dialogue_key, r.turn_index, dropped, self.max_context)
-            prepared.append(_Prepared(i, ids, turn_sampling_seed(r.seed, r.turn_index, r.role), dropped,
+            prepared.append(_Prepared(i, ids, turn_sampling_seed(r.seed, r.turn_index, r.role, request_salt(r)), dropped,
                                       key=(str(r.dialogue_key), str(r.role))))
         self.load()
         self.prefix_cache.new_call()

@@ -32,7 +32,7 @@ from typing import Any
 from ..errors import GenerationError
 from ..llm.client import EndpointError, validate_messages
 from ..llm.messages import merge_system_messages
-from ..llm.sampling import turn_sampling_seed
+from ..llm.sampling import request_salt, turn_sampling_seed
 from .base import TurnRequest, decoding_errors
 
 logger = logging.getLogger(__name__)
@@ -51,7 +51,7 @@ class BackendEndpointError(GenerationError, EndpointError):
         self.status, self.index = err.status, err.index
 
 
-def request_seed(seed: int, turn_index: int, role: str) -> int:
+def request_seed(seed: int, turn_index: int, role: str, salt: str = "") -> int:
     """The ``seed`` sent to the server for one turn: :func:`turn_sampling_seed` reduced to 31 bits
     (some servers store seeds as signed 32-bit integers).
 
@@ -59,11 +59,12 @@ def request_seed(seed: int, turn_index: int, role: str) -> int:
         seed: the dialogue's seed.
         turn_index: the 0-based position of the turn in the dialogue.
         role: the speaking agent, ``"system"`` or ``"user"``.
+        salt: a reworded prefix turn's salt (:func:`~generation.llm.sampling.request_salt`), else "".
 
     Returns:
         An integer in ``[0, 2**31)``.
     """
-    return turn_sampling_seed(seed, turn_index, role) % (2**31)
+    return turn_sampling_seed(seed, turn_index, role, salt) % (2**31)
 
 
 class OpenAIBackend:
@@ -104,6 +105,8 @@ class OpenAIBackend:
     """
 
     uses_messages = True
+    rewords = True
+    """``reword`` prefix mode: a reworded prefix turn is sent with another seed."""
 
     def __init__(
         self,
@@ -243,7 +246,7 @@ class OpenAIBackend:
         if self.kb_executor is not None and any(_tool_task(r) for r in requests):
             return self._generate_with_tools(requests)
         batch = [self.messages_for(r) for r in requests]
-        seeds = [request_seed(r.seed, r.turn_index, r.role) for r in requests]
+        seeds = [request_seed(r.seed, r.turn_index, r.role, request_salt(r)) for r in requests]
         try:
             replies = self.client.chat_full(batch, seeds, **self.sampling())
         except EndpointError as e:
@@ -278,7 +281,7 @@ class OpenAIBackend:
         """One request: a system turn of a task with a KB tool runs the tool loop, any other is one request."""
         from ..kb_tools import run_tool_loop
 
-        seed = request_seed(r.seed, r.turn_index, r.role)
+        seed = request_seed(r.seed, r.turn_index, r.role, request_salt(r))
         sampling = self.sampling()
         task = _tool_task(r)
         if task is None or not self.kb_executor.tools(task):

@@ -121,8 +121,8 @@ def prepare(config: GenerationConfig, backend: Backend | None = None, scenarios:
                               "--batch-size) and scales over devices with accelerate shards (generation.distributed)")
     if config.prefix_mode == "reword" and not getattr(backend, "rewords", False):
         raise GenerationError(f"prefix mode 'reword' needs a backend that rewords its prefixes on request (the "
-                              f"template backend); {getattr(backend, 'name', config.backend)} keeps 'replay', whose "
-                              "sampling rewords prefixes by itself: use --prefix-mode replay")
+                              f"template, transformers and openai backends do); {getattr(backend, 'name', config.backend)}"
+                              " does not (no `rewords = True`): use --prefix-mode replay")
     try:  # the source must have what the backend needs (every task: WIC borrows other tasks' workflows)
         for feature in getattr(backend, "requires", ()):
             require(corpus, feature, needed_by=f"the {getattr(backend, 'name', config.backend)} backend")

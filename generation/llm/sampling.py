@@ -4,7 +4,9 @@
 :func:`sample_tokens` draws one token per row from that row's logits and uniform only, so a row's
 text does not depend on the batch it was decoded in. Used by
 :class:`generation.backends.hf.TransformersBackend`; :func:`turn_sampling_seed` also seeds the
-requests of :class:`generation.backends.openai_backend.OpenAIBackend`.
+requests of :class:`generation.backends.openai_backend.OpenAIBackend`. In ``reword`` prefix mode a
+fork's prefix turn is, at a set hazard (:func:`prefix_turn_reworded`), drawn from another stream
+(:func:`request_salt`), so the LLM realises the same dialogue act with another surface form.
 """
 
 from __future__ import annotations
@@ -15,8 +17,8 @@ SAMPLER_VERSION = "dialfork-lockstep-1"
 """Identifies the sampling algorithm (:func:`sample_tokens` + :func:`turn_sampling_seed`)."""
 
 
-def turn_sampling_seed(seed: int, turn_index: int, role: str) -> int:
-    """The seed of one turn's random stream: BLAKE2b of ``(seed, turn_index, role)``, 63 bits.
+def turn_sampling_seed(seed: int, turn_index: int, role: str, salt: str = "") -> int:
+    """The seed of one turn's random stream: BLAKE2b of ``(seed, turn_index, role[, salt])``, 63 bits.
 
     Stable across processes, machines and Python versions (no ``hash()``).
 
@@ -24,12 +26,69 @@ def turn_sampling_seed(seed: int, turn_index: int, role: str) -> int:
         seed: the dialogue's seed.
         turn_index: the 0-based position of the turn in the dialogue.
         role: the speaking agent, ``"system"`` or ``"user"``.
+        salt: empty for the dialogue's own stream (a replayed fork prefix draws D+'s numbers);
+            a fork's :func:`reword_salt` for a reworded prefix turn (another stream, so another
+            surface form).
 
     Returns:
         An integer in ``[0, 2**63)``.
     """
-    key = f"dialfork-turn\x1f{int(seed)}\x1f{int(turn_index)}\x1f{role}".encode()
-    return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big") >> 1
+    key = f"dialfork-turn\x1f{int(seed)}\x1f{int(turn_index)}\x1f{role}"
+    if salt:
+        key += f"\x1f{salt}"
+    return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "big") >> 1
+
+
+def _reword_uniform(seed: int, turn_index: int, salt: str) -> float:
+    """A number in [0, 1) drawn from ``(seed, turn_index, salt)`` alone (BLAKE2b, 53 bits)."""
+    key = f"dialfork-reword\x1f{int(seed)}\x1f{int(turn_index)}\x1f{salt}".encode()
+    return (int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big") >> 11) / float(1 << 53)
+
+
+def reword_salt(htype: str, k: int) -> str:
+    """The salt of one fork's rewording draws: its type and k (the 16 forks of a source are
+    reworded independently of one another)."""
+    return f"{htype}-k{int(k)}"
+
+
+def prefix_turn_reworded(seed: int, turn_index: int, rate: float, salt: str) -> bool:
+    """Whether a fork's prefix turn (before t_k) is realised with another surface form in ``reword``
+    mode: the turn's own draw or any earlier prefix turn's draw falls below ``rate``.
+
+    A rewording cascades, as in a real replay (one changed turn changes the context of every later
+    one), so ``rate`` is the per-turn hazard of the FIRST reworded turn, the same law as the
+    template backend's. Stateless (recomputed from the seed), so it survives a resume.
+
+    Args:
+        seed: the dialogue's seed (a fork's is its source's).
+        turn_index: the 0-based position of the turn.
+        rate: the per-turn probability in [0, 1].
+        salt: the fork's :func:`reword_salt`.
+
+    Returns:
+        bool: True when the turn is reworded.
+    """
+    if rate <= 0:
+        return False
+    return any(_reword_uniform(seed, j, salt) < rate for j in range(int(turn_index) + 1))
+
+
+def request_salt(request) -> str:
+    """The sampling salt of a :class:`~generation.backends.base.TurnRequest`: the fork's
+    :func:`reword_salt` when the request is a prefix turn of a fork in ``reword`` mode that
+    :func:`prefix_turn_reworded` rewords, else ``""`` (the dialogue's own stream: D+'s turns,
+    replayed prefixes, turns from t_k on).
+
+    Reads ``request.state`` (the engine's ``Dialogue``: ``fork``, ``injected``, ``reword_rate``);
+    a request without one is never reworded.
+    """
+    d = getattr(request, "state", None)
+    fork = getattr(d, "fork", None)
+    rate = getattr(d, "reword_rate", 0.0) or 0.0
+    if fork is None or not rate or getattr(d, "injected", True):
+        return ""
+    salt = reword_salt(fork.htype, fork.k)
+    return salt if prefix_turn_reworded(request.seed, request.turn_index, rate, salt) else ""
 
 
 def sample_tokens(logits, uniforms, temperature: float, top_k: int, top_p: float):
@@ -73,4 +132,5 @@ def sample_tokens(logits, uniforms, temperature: float, top_k: int, top_p: float
     return idx.gather(1, choice).squeeze(1)
 
 
-__all__ = ["SAMPLER_VERSION", "sample_tokens", "turn_sampling_seed"]
+__all__ = ["SAMPLER_VERSION", "prefix_turn_reworded", "request_salt", "reword_salt", "sample_tokens",
+           "turn_sampling_seed"]
