@@ -279,3 +279,27 @@ def test_merge_keeps_the_tool_traffic_intact():
             {"role": "system", "content": "INJECT"}]
     assert merge_system_messages(msgs) == [{"role": "user", "content": "ROLE\n\nhi"}, msgs[2], msgs[3], msgs[4],
                                            {"role": "user", "content": "ok\n\nINJECT"}]
+
+
+def test_a_reworded_prefix_turn_is_sent_with_the_forks_seed():
+    """``reword`` mode: a fork's prefix turn that the hazard rewords goes out with the seed of the
+    fork's own stream; a replayed one (and every turn from t_k on) with D+'s."""
+    from types import SimpleNamespace
+
+    from generation.llm.sampling import prefix_turn_reworded, reword_salt
+
+    fork = SimpleNamespace(htype="GR", k=2)
+    salt = reword_salt("GR", 2)
+    seed = next(s for s in range(1000) if prefix_turn_reworded(s, 1, 0.3, salt) and not prefix_turn_reworded(s, 0, 0.3, salt))
+    state = SimpleNamespace(fork=fork, injected=False, reword_rate=0.3)
+    with FakeOpenAIServer() as srv:
+        b = backend(srv)
+        kept, reworded = (TurnRequest("d-GR-k2", "user", MSGS[:2], seed, 0, state),
+                          TurnRequest("d-GR-k2", "system", MSGS[:3], seed, 1, state))
+        after = TurnRequest("d-GR-k2", "system", MSGS[:3], seed, 1, SimpleNamespace(fork=fork, injected=True,
+                                                                                    reword_rate=0.3))
+        out = b.generate([kept, reworded, after])
+    assert out[0].startswith(f"seed={request_seed(seed, 0, 'user')} ")
+    assert out[1].startswith(f"seed={request_seed(seed, 1, 'system', salt)} ")
+    assert out[2].startswith(f"seed={request_seed(seed, 1, 'system')} ")
+    assert request_seed(seed, 1, "system", salt) != request_seed(seed, 1, "system")

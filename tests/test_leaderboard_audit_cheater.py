@@ -11,6 +11,7 @@ leaderboard page. The LLM-side check (each attack must pass on an LLM-generated 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -317,3 +318,36 @@ def test_render_cli_shows_the_audit(tmp_path):
     assert 'class="audit fail"' in page and "a&lt;script&gt;" in page and "FAIL: x &lt;b&gt;" in page
     assert main(["render", "--results", str(tmp_path / "store"), "--out", str(tmp_path / "site"),
                  "--audit", str(tmp_path / "missing.json")]) == 2
+
+
+# ---- an LLM release: the same attacks on a hidden set that SmolLM2-135M-Instruct wrote ---------
+
+LLM_HIDDEN = Path(__file__).resolve().parent / "fixtures" / "llm_hidden"
+
+
+@pytest.fixture(scope="module")
+def llm_release(tmp_path_factory, star_dir):
+    """The public side of the fixture's key (template, 20 scenarios per task, reworded prefixes) and,
+    as the hidden set, the corpus SmolLM2-135M-Instruct generated for the key's reserved scenarios
+    with its secret seed (tests/fixtures/llm_hidden/README.md: the command that made it)."""
+    from generation.cli import main
+
+    root = tmp_path_factory.mktemp("cheater_llm")
+    key = LLM_HIDDEN / "hidden_key.json"
+    tasks = json.loads((LLM_HIDDEN / "corpus" / "manifest.json").read_text())["config"]["tasks"]
+    assert main(["--star", str(star_dir), "--tasks", ",".join(tasks), "--no-progress", "--hidden-key", str(key),
+                 "--prefix-mode", "reword", "--per-task", "20", "--out", str(root / "pub"), "--split", "public"]) == 0
+    return audit_corpora(root / "pub", LLM_HIDDEN / "corpus", key=key, star=star_dir, regen_seeds=(0,),
+                         regen_scenarios_per_task=20, export_options={"metric_share": 0.2})
+
+
+def test_no_simulator_aware_attack_catches_an_llm_hidden_set(llm_release):
+    """Issue 33, item 3, the other side: the attacks that solve a template hidden set learn nothing
+    from a hidden set that a real LLM wrote, and the release passes its audit."""
+    rep = llm_release
+    assert rep.counts["blind"] >= 20 and rep.counts["pairs"] >= 20
+    assert_simulator_attacks(rep, caught=False)
+    a = by(rep)
+    assert a[(FINGERPRINTS, "detector")].value < a[(FINGERPRINTS, "detector")].control + DETECTOR_MARGIN
+    assert rep.ok and PLUMBING_ONLY_TEXT not in rep.verdict()
+    assert all(x.status != "FAIL" for x in rep.attacks)
