@@ -406,21 +406,24 @@ def stage_audit(a: argparse.Namespace, out: Path) -> dict[str, Any] | None:
     LLM corpus (same scenarios, same secret seed). Every attack's Score or tau, side by side."""
     if not a.hidden_key:
         return None
-    done = _load_json(out / "audit.json")
-    if done is not None:
-        return done
+    done = _load_json(out / "audit.json") or {}
     from leaderboard.audit import audit_corpora
 
     public = _template_corpus(a, out, a.audit_public_per_task, "public")
     hidden = {"template": _template_corpus(a, out, a.per_task, "hidden"), "llm": out / "corpus"}
+    if a.audit_reworded:
+        hidden["llm_reworded"] = Path(a.audit_reworded)
     res: dict[str, Any] = {"public_per_task": a.audit_public_per_task}
     for name, folder in hidden.items():
+        if name in done:  # a rerun audits only what is new
+            res[name] = done[name]
+            continue
         rep = audit_corpora(public, folder, key=a.hidden_key, star=a.star, regen_seeds=tuple(range(a.regen_seeds)),
                             export_options={"metric_share": 0.2})
         d = rep.to_dict()
         res[name] = {"ok": d.get("ok"), "verdict": d.get("verdict"), "counts": d.get("counts"),
-                     "attacks": [{k: x.get(k) for k in ("name", "track", "value", "control", "margin", "p_value",
-                                                         "status", "simulator_aware")} for x in d["attacks"]]}
+                     "attacks": [{k: x.get(k) for k in ("name", "track", "value", "matched_random", "margin",
+                                                         "p_value", "status", "simulator_aware")} for x in d["attacks"]]}
         logger.info("audit, %s hidden set: %s", name, d.get("verdict"))
     return _save_json(out / "audit.json", res)
 
@@ -502,25 +505,32 @@ def markdown(res: dict[str, Any], command: str) -> str:
                                                          for t in sorted(h)) + " |")
     au = res.get("audit")
     if au:
-        lines += ["", "## The leaderboard's audit: a template hidden set vs this LLM corpus as the hidden set", "",
-                  f"Same public corpus (template, the key's public side, {au['public_per_task']} scenarios per task); "
-                  f"blind dialogues: template {au['template']['counts'].get('blind')}, LLM {au['llm']['counts'].get('blind')}; "
-                  f"pairs: {au['template']['counts'].get('pairs')}, {au['llm']['counts'].get('pairs')}.", "",
-                  "| attack | track | template hidden: value (matched Random) | status | LLM hidden: value (matched Random) | status |",
-                  "|---|---|---|---|---|---|"]
-        llm = {(x["name"], x["track"]): x for x in au["llm"]["attacks"]}
+        names = [n for n in ("template", "llm", "llm_reworded") if n in au]
+        title = {"template": "template hidden (reword)", "llm": "LLM hidden (replay)",
+                 "llm_reworded": "LLM hidden (reword)"}
+        lines += ["", "## The leaderboard's audit: a template hidden set vs this LLM's hidden sets", "",
+                  f"Same public corpus (template, the key's public side, {au['public_per_task']} scenarios per task, "
+                  "reworded prefixes). Blind dialogues / metric-track pairs: "
+                  + "; ".join(f"{title[n]} {au[n]['counts'].get('blind')} / {au[n]['counts'].get('pairs')}" for n in names)
+                  + ". Detector track: the cheat's Score (its matched Random); metric track: tau.", "",
+                  "| attack | track | " + " | ".join(f"{title[n]} | status" for n in names) + " |",
+                  "|---|---|" + "---|---|" * len(names)]
+        rows = {n: {(x["name"], x["track"]): x for x in au[n]["attacks"]} for n in names}
 
         def cell(x):
             if x is None or x["value"] is None:
                 return "n/a"
             v = f"{x['value']:.3f}" if x["track"] == "metric" else f"{x['value']:.1f}"
-            return v + (f" ({x['control']:.1f})" if x.get("control") is not None else "")
+            matched = x.get("matched_random")
+            if matched is None and x.get("margin") is not None:  # margin = cheat - matched Random
+                matched = x["value"] - x["margin"]
+            return v + (f" ({matched:.1f})" if matched is not None and x["track"] == "detector" else "")
 
         for x in au["template"]["attacks"]:
-            y = llm.get((x["name"], x["track"]))
-            lines.append(f"| {x['name']} | {x['track']} | {cell(x)} | {x['status']} | {cell(y)} | "
-                         f"{y['status'] if y else 'n/a'} |")
-        lines += ["", f"Verdicts: template hidden set: {au['template']['verdict']}; LLM hidden set: {au['llm']['verdict']}"]
+            key = (x["name"], x["track"])
+            lines.append(f"| {x['name']} | {x['track']} | " + " | ".join(
+                f"{cell(rows[n].get(key))} | {rows[n][key]['status'] if key in rows[n] else 'n/a'}" for n in names) + " |")
+        lines += [""] + [f"Verdict, {title[n]}: {au[n]['verdict']}" for n in names]
     return "\n".join(lines) + "\n"
 
 
@@ -559,6 +569,9 @@ def main(argv: list[str] | None = None) -> int:
                          "and run the leaderboard audit on it next to a template hidden set (default: none)")
     ap.add_argument("--audit-public-per-task", type=int, default=20,
                     help="template public corpus of the audit: scenarios per task (default 20)")
+    ap.add_argument("--audit-reworded", default=None, metavar="DIR",
+                    help="also audit this LLM corpus of the same key's hidden side made with --prefix-mode reword "
+                         "(as a release makes it; tests/fixtures/llm_hidden/README.md), a third column")
     ap.add_argument("--regen-seeds", type=int, default=2, help="the audit's regeneration attack: public seeds tried")
     ap.add_argument("--encoder", default="minilm")
     ap.add_argument("--bootstrap-resamples", type=int, default=1000)
