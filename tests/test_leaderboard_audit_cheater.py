@@ -329,7 +329,8 @@ LLM_HIDDEN = Path(__file__).resolve().parent / "fixtures" / "llm_hidden"
 def llm_release(tmp_path_factory, star_dir):
     """The public side of the fixture's key (template, 20 scenarios per task, reworded prefixes) and,
     as the hidden set, the corpus SmolLM2-135M-Instruct generated for the key's reserved scenarios
-    with its secret seed (tests/fixtures/llm_hidden/README.md: the command that made it)."""
+    with its secret seed and reworded prefixes, as a release makes it (tests/fixtures/llm_hidden/
+    README.md: the command that made it; 12 scenarios, so about 9 blind dialogues and 48 pairs)."""
     from generation.cli import main
 
     root = tmp_path_factory.mktemp("cheater_llm")
@@ -345,7 +346,7 @@ def test_no_simulator_aware_attack_catches_an_llm_hidden_set(llm_release):
     """Issue 33, item 3, the other side: the attacks that solve a template hidden set learn nothing
     from a hidden set that a real LLM wrote, and the release passes its audit."""
     rep = llm_release
-    assert rep.counts["blind"] >= 20 and rep.counts["pairs"] >= 20
+    assert rep.counts["blind"] >= 8 and rep.counts["pairs"] >= 40
     assert_simulator_attacks(rep, caught=False)
     a = by(rep)
     assert a[(FINGERPRINTS, "detector")].value < a[(FINGERPRINTS, "detector")].control + DETECTOR_MARGIN
