@@ -10,16 +10,21 @@ How a call to :meth:`TransformersBackend.generate` works
    oldest non-system messages, one at a time, until it fits (``context_overflow="truncate"``,
    the default; the count is recorded in ``request.extra["truncated_messages"]``), or the call
    raises :class:`ContextOverflowError` naming the dialogue (``context_overflow="error"``).
-3. The requests are sorted by prompt length and cut into chunks of ``batch_size``; each chunk runs
-   ONE lockstep decoding loop: a left-padded prefill, then one forward pass per new token for all
-   rows still running, with the KV cache; a row that emits an end-of-turn token, a stop string or
-   ``max_new_tokens`` tokens leaves the batch (its rows are dropped from the cache).
-4. Sampling is our own (:func:`sample_tokens`), not ``model.generate``: temperature, then top-k,
+3. Each prompt's longest prefix already in the prefix cache (:mod:`generation.llm.prefix_cache`:
+   the agent's own last prompt and reply, or another dialogue's, e.g. a replayed fork's D+) is
+   looked up; only the rest is prefilled.
+4. The requests are sorted by the length still to prefill and cut into chunks of ``batch_size``;
+   each chunk runs ONE lockstep decoding loop: a left-padded prefill (each row laid out as
+   ``[pad, cached prefix, pad, rest]``, padding masked, positions counting real tokens), then one
+   forward pass per new token for all rows still running, with the KV cache; a row that emits an
+   end-of-turn token, a stop string or ``max_new_tokens`` tokens leaves the batch (its rows are
+   dropped from the cache, its keys/values kept for its agent's next turn).
+5. Sampling is our own (:func:`sample_tokens`), not ``model.generate``: temperature, then top-k,
    then top-p, then an inverse-CDF draw with ONE uniform number per row and token taken from the
    row's own ``torch.Generator``, seeded by :func:`turn_sampling_seed` from (dialogue seed, turn
-   index, role). A row's tokens therefore depend only on its own logits and its own random stream,
+   index, role; plus the fork's salt for a prefix turn that ``reword`` mode rewords). A row's tokens therefore depend only on its own logits and its own random stream,
    never on the other rows, the batch size or the chunking.
-5. CUDA out of memory halves the chunk and retries it (the random streams are re-created from the
+6. CUDA out of memory halves the chunk and retries it (the random streams are re-created from the
    seeds, so the retry gives the same text); the smaller batch size is kept for later calls.
 
 Exactness. The logits of a row computed in a batch equal those computed alone up to floating-point
