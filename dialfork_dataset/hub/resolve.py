@@ -147,16 +147,11 @@ def classify_folder(path: str | os.PathLike) -> str | None:
 
 def _holds_records(path: Path) -> bool:
     """Whether the first JSON line of a ``*.jsonl`` or ``*.jsonl.gz`` file looks like a dialogue record."""
-    import gzip
-    import json
+    from ..jsonl import iter_jsonl
 
     try:
-        opener = gzip.open if path.name.endswith(".gz") else open
-        with opener(path, "rt", encoding="utf-8") as f:
-            for line in f:
-                if line.strip():
-                    row = json.loads(line)
-                    return isinstance(row, dict) and "turns" in row
+        for _, row in iter_jsonl(path):
+            return isinstance(row, dict) and "turns" in row
     except (OSError, ValueError, EOFError):
         return False
     return False
