@@ -1,0 +1,783 @@
+"""The ``star-human`` track of Task 3: STAR's human dialogues, forked by editing them at a known turn.
+
+Detectors are otherwise measured on simulator text only. This track takes the *human* role-plays
+of STAR (:meth:`~dialfork_dataset.star.StarCorpus.human_dialogues`), keeps the ones that follow their
+workflow (the conformance rule, :data:`CONFORMANCE_RULE`), and makes forks by editing a conformant
+dialogue at system turn ``t_k = fork_turns(T)[k-1]``: every turn before ``t_k`` is the source's,
+system turn ``t_k`` differs from the source's, so the first deviating system turn is exact.
+
+Turns. The User ``utter`` events and the Wizard ``pick_suggestion`` events with non-empty text, in
+order, text stripped of surrounding white space. Consecutive turns of one speaker are kept as they
+are (the record validation accepts them; none occurs in the conformant dialogues of the shared STAR
+copy). Two text variants (:data:`VARIANTS`): ``picked``, a system turn's text is the suggestion the
+wizard picked; ``typed``, it is the wizard's own typed draft, the last non-empty
+``request_suggestions`` text after the previous system turn and before the pick (the picked text
+when there is none: a *typed fallback*, counted). Both carry the pick's ``action_label`` as the
+gold workflow node of the turn.
+
+Edits (:data:`EDITS`, :data:`EDIT_TYPES`), at each ``k`` in 1..4:
+
+* ``wic`` (WIC): from system turn ``t_k`` on, a conformant dialogue of a task of *another domain*,
+  from its 2nd system turn to its end (user turns included);
+* ``gr`` (GR): the same with another task of the *same domain*; a task alone in its domain gets no
+  GR fork (counted in ``stats["dropped"]["gr_single_task_domain"]``);
+* ``csc`` (CSC): two exchanges of another task's dialogue (its system turns 2 and 3, each with the
+  user turns answering it) inserted before system turn ``t_k``; the source resumes at ``t_k``;
+* ``skip`` (SSPC): system turn ``t_k`` and the user turns answering it removed (needs ``t_k < T``);
+* ``repeat`` (SSPC): an earlier, answered question (a system turn before ``t_k`` whose label has the
+  word ``ask`` or ``request``, e.g. ``ask_name``, ``bank_ask_pin``: STAR prefixes most labels with
+  the domain, and :class:`~dialfork_dataset.star.StarTask` has no question kind) asked again at
+  ``t_k`` with the user's answer, then the source resumes; none at that ``k`` when there is no such
+  turn.
+
+Donors are drawn with ``numpy.random.default_rng`` seeded by ``(seed, the fork's id)``: a task
+uniformly among the eligible ones, then one of its dialogues, always of the same text variant and
+the same split as the source (so no text crosses the split). A fork whose system turn ``t_k`` reads
+exactly like the source's is dropped and counted.
+
+Split: per task, the conformant dialogues are shuffled with a generator seeded by ``(seed, task)``
+and the first ``floor(n * fit_fraction)`` are ``train``, the rest ``test`` (the names the Task 3
+loaders use); every fork takes its source's split.
+
+Records carry every field of :data:`~dialfork_dataset.records.RECORD_FIELDS` with its SPEC meaning
+(``variant`` is the fork's variant id, here the edit kind; ``instruction`` describes the edit, since
+none was injected; ``prefix_mode`` ``"reuse"``: the prefix is copied verbatim) and pass
+:func:`~dialfork_dataset.records.record_errors` once the track's own fields
+(:data:`TRACK_FIELDS`) are set aside: ``split``, ``track`` (``"star-human"``), ``text_variant``
+(``picked``/``typed``), ``edit`` (None for a conformant dialogue), ``system_nodes`` (the gold
+action label of each system turn), ``system_node_tasks`` (the task each label belongs to: a spliced
+turn keeps its own task's label) and ``donor_id`` (the donor dialogue of ``wic``/``gr``/``csc``).
+
+:func:`write_star_human_track` writes the track as a folder the toolkit reads like a Hub layout
+(``data/<config>/<split>-*.parquet`` for ``conformant``, ``forked``, ``task3``, a ``README.md``
+naming them, ``manifest.json``, and every record in ``star_human.jsonl``), so that
+``dialfork_metrics.task3.load_examples(folder, "train"|"test")`` and the benchmark read it with
+this track's own split.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import logging
+import os
+import shutil
+import tempfile
+import zlib
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .common import StarError, task_domain
+
+log = logging.getLogger(__name__)
+
+TRACK = "star-human"
+#: The text variants of a system turn.
+VARIANTS: tuple[str, ...] = ("picked", "typed")
+#: The edit kinds, in the order they are made at each fork position.
+EDITS: tuple[str, ...] = ("wic", "gr", "csc", "skip", "repeat")
+#: Edit kind -> the hallucination type it stands for.
+EDIT_TYPES: dict[str, str] = {"wic": "WIC", "gr": "GR", "csc": "CSC", "skip": "SSPC", "repeat": "SSPC"}
+#: The record fields of this track beyond :data:`~dialfork_dataset.records.RECORD_FIELDS`.
+TRACK_FIELDS: tuple[str, ...] = ("split", "track", "text_variant", "edit", "system_nodes", "system_node_tasks",
+                                 "donor_id")
+#: The fewest system turns of a conformant dialogue (four distinct fork turns, SPEC section 1).
+MIN_TURNS = 4
+#: The manifest format of a written track.
+MANIFEST_FORMAT = "dialfork-star-human-manifest/1"
+#: The record file of a written track (every record, with the track's fields).
+RECORDS_FILE = "star_human.jsonl"
+#: The configs a written track holds (read like those of a Hub layout).
+TRACK_CONFIGS: tuple[str, ...] = ("conformant", "forked", "task3")
+
+CONFORMANCE_RULE = (
+    "A STAR human dialogue is a conformant dialogue of the star-human track when its scenario is "
+    "single-task (one task, multitask false), happy is true and completion_level is \"Complete\" "
+    "(scenarios.jsonl), every system turn is a Wizard pick_suggestion carrying an action_label (a "
+    "Wizard utter turn disqualifies the dialogue), and it has T >= 4 system turns. Turns are the User "
+    "utter and Wizard pick_suggestion events with non-empty text, in order; consecutive turns of one "
+    "speaker are kept as they are."
+)
+
+_SKIP_WORDS = frozenset({"ask", "request"})
+
+
+@dataclass(frozen=True)
+class HumanDialogue:
+    """One conformant human dialogue of STAR, in one text variant.
+
+    Attributes:
+        scenario_id: The STAR dialogue id.
+        task: Its (single) task.
+        domain: The task's domain (:func:`~dialfork_dataset.star.task_domain`).
+        turns: ``({"speaker", "text"}, ...)``, ``speaker`` ``"user"`` or ``"system"``.
+        system_nodes: The gold action label of each system turn, in order.
+        variant: ``"picked"`` or ``"typed"``.
+        typed_fallbacks: ``typed`` only: how many system turns had no typed draft and kept the
+            picked text (0 for ``picked``).
+    """
+
+    scenario_id: str
+    task: str
+    domain: str
+    turns: tuple[dict[str, str], ...]
+    system_nodes: tuple[str, ...]
+    variant: str = "picked"
+    typed_fallbacks: int = 0
+
+    @property
+    def dialogue_id(self) -> str:
+        """``star-<scenario_id>``."""
+        return f"star-{self.scenario_id}"
+
+    @property
+    def num_system_turns(self) -> int:
+        """T, the number of system turns."""
+        return len(self.system_nodes)
+
+    def system_positions(self) -> list[int]:
+        """0-based positions in :attr:`turns` of system turns 1..T.
+
+        Returns:
+            list[int]: The positions, in order.
+        """
+        return [i for i, t in enumerate(self.turns) if t["speaker"] == "system"]
+
+
+# ----------------------------------------------------------------------------- conformance
+def _text(e: Mapping[str, Any]) -> str:
+    t = e.get("text")
+    return t.strip() if isinstance(t, str) else ""
+
+
+def exclusion_reason(scenario: Any, events: Sequence[Mapping[str, Any]]) -> str | None:
+    """Why a human dialogue is not a conformant dialogue of the track, or None when it is one.
+
+    Args:
+        scenario: Its :class:`~dialfork_dataset.star.Scenario` (``tasks``, ``multitask``, ``happy``,
+            ``completion_level`` are read).
+        events: Its events (compact-layout keys: ``agent``, ``action``, ``text``, ``action_label``).
+
+    Returns:
+        str | None: ``"multi-task"``, ``"not happy"``, ``"not Complete"``, ``"wizard utter"``,
+        ``"unlabelled pick"`` or ``"T < 4"`` (the first that applies, in that order), else None.
+    """
+    if len(scenario.tasks) != 1 or scenario.multitask:
+        return "multi-task"
+    if not scenario.happy:
+        return "not happy"
+    if scenario.completion_level != "Complete":
+        return "not Complete"
+    n_system = 0
+    for e in events:
+        if e.get("agent") != "Wizard" or not _text(e):
+            continue
+        if e.get("action") == "utter":
+            return "wizard utter"
+        if e.get("action") == "pick_suggestion":
+            if not (isinstance(e.get("action_label"), str) and e["action_label"].strip()):
+                return "unlabelled pick"
+            n_system += 1
+    if n_system < MIN_TURNS:
+        return f"T < {MIN_TURNS}"
+    return None
+
+
+def human_dialogue(scenario: Any, events: Sequence[Mapping[str, Any]], variant: str = "picked"
+                   ) -> HumanDialogue | None:
+    """The conformant dialogue made of one STAR human dialogue, or None when it is not conformant.
+
+    Args:
+        scenario: Its :class:`~dialfork_dataset.star.Scenario`.
+        events: Its events (compact-layout keys).
+        variant: ``"picked"`` or ``"typed"`` (:data:`VARIANTS`).
+
+    Returns:
+        HumanDialogue | None: The dialogue, or None when :func:`exclusion_reason` gives a reason.
+
+    Raises:
+        ValueError: An unknown ``variant``.
+    """
+    _check_variant(variant)
+    if exclusion_reason(scenario, events) is not None:
+        return None
+    turns: list[dict[str, str]] = []
+    nodes: list[str] = []
+    draft: str | None = None
+    fallbacks = 0
+    for e in events:
+        agent, action, text = e.get("agent"), e.get("action"), _text(e)
+        if agent == "Wizard" and action == "request_suggestions":
+            if text:
+                draft = text
+        elif agent == "User" and action == "utter" and text:
+            turns.append({"speaker": "user", "text": text})
+        elif agent == "Wizard" and action == "pick_suggestion" and text:
+            if variant == "typed":
+                fallbacks += draft is None
+                text = draft if draft is not None else text
+            turns.append({"speaker": "system", "text": text})
+            nodes.append(e["action_label"].strip())
+            draft = None
+    task = scenario.tasks[0]
+    return HumanDialogue(str(scenario.scenario_id), task, task_domain(task), tuple(turns), tuple(nodes),
+                         variant, fallbacks)
+
+
+def _check_variant(variant: str) -> None:
+    if variant not in VARIANTS:
+        raise ValueError(f"variant must be one of {', '.join(VARIANTS)}, got {variant!r}")
+
+
+def _corpus(star: Any):
+    from .corpus import StarCorpus
+
+    corpus = star if isinstance(star, StarCorpus) else StarCorpus(star)
+    p = corpus.path
+    if not (p / "dialogues.jsonl.gz").is_file() and not (p / "dialogues").is_dir():
+        raise StarError(f"the star-human track needs STAR's human dialogues (dialogues.jsonl.gz or dialogues/): "
+                        f"looked for {p / 'dialogues.jsonl.gz'} and {p / 'dialogues'}/, found neither; point "
+                        "--star to a full STAR copy (dialfork_dataset.star.download_star)")
+    return corpus
+
+
+def _check_tasks(corpus: Any, tasks: Iterable[str] | None) -> list[str]:
+    if tasks is None:
+        return list(corpus.tasks)
+    if isinstance(tasks, str):
+        tasks = [t.strip() for t in tasks.split(",") if t.strip()]
+    tasks = list(dict.fromkeys(tasks))
+    unknown = [t for t in tasks if t not in corpus.tasks]
+    if unknown or not tasks:
+        raise StarError(f"unknown STAR task(s) {', '.join(unknown) or '(none given)'}; known tasks: "
+                        + ", ".join(corpus.tasks))
+    return tasks
+
+
+def _scan(corpus: Any, tasks: Sequence[str], variant: str) -> tuple[list[HumanDialogue], Counter]:
+    wanted = set(tasks)
+    out: list[HumanDialogue] = []
+    excluded: Counter[str] = Counter()
+    for d in corpus.human_dialogues():
+        s = corpus.scenario(d["scenario_id"])
+        if not wanted & set(s.tasks):
+            continue
+        reason = exclusion_reason(s, d["events"])
+        if reason is not None:
+            excluded[reason] += 1
+            continue
+        h = human_dialogue(s, d["events"], variant)
+        if h is not None:
+            out.append(h)
+    out.sort(key=lambda h: (h.task, _id_key(h.scenario_id)))
+    return out, excluded
+
+
+def _id_key(scenario_id: str) -> tuple:
+    return (0, int(scenario_id), "") if scenario_id.isdigit() else (1, 0, scenario_id)
+
+
+def conformant_human_dialogues(star: Any, tasks: Iterable[str] | None = None, variant: str = "picked"
+                               ) -> list[HumanDialogue]:
+    """The conformant human dialogues of STAR (:data:`CONFORMANCE_RULE`), by task then id.
+
+    Args:
+        star: A STAR folder or a :class:`~dialfork_dataset.star.StarCorpus`.
+        tasks: Task names (an iterable, or a comma-separated string); None: every task.
+        variant: ``"picked"`` or ``"typed"`` (:data:`VARIANTS`).
+
+    Returns:
+        list[HumanDialogue]: The dialogues, sorted by task and STAR id.
+
+    Raises:
+        StarError: The STAR copy has no human dialogues (one line saying where they were looked
+            for), a task name is unknown (the message lists the known tasks), or STAR is unreadable.
+        ValueError: An unknown ``variant``.
+    """
+    _check_variant(variant)
+    corpus = _corpus(star)
+    return _scan(corpus, _check_tasks(corpus, tasks), variant)[0]
+
+
+# ----------------------------------------------------------------------------- forks
+@dataclass
+class StarHumanTrack:
+    """The star-human track: records and what went into them.
+
+    Attributes:
+        records: Conformant dialogues and their forks, each a record dict (every field of
+            :data:`~dialfork_dataset.records.RECORD_FIELDS`, then :data:`TRACK_FIELDS`); per task
+            and source, the conformant dialogue first, then its forks by ``k`` and edit.
+        stats: ``variant``, ``seed``, ``fit_fraction``, ``tasks``; ``conformant`` (task -> n),
+            ``split`` (task -> {train, test}), ``excluded`` (reason -> n human dialogues of the
+            tasks), ``forks`` (type -> n), ``forks_by_edit`` (edit -> n), ``forks_per_task`` (task ->
+            type -> n), ``dropped`` (``identical_turn``: edit -> n, ``no_donor``: edit -> n,
+            ``gr_single_task_domain``, ``skip_last_turn``, ``repeat_no_question``),
+            ``gr_single_task_domain_tasks``, ``system_turns`` and ``typed_fallbacks`` (system turns
+            of the conformant dialogues whose typed text fell back to the picked one).
+    """
+
+    records: list[dict[str, Any]]
+    stats: dict[str, Any] = field(default_factory=dict)
+
+    def split(self, name: str) -> list[dict[str, Any]]:
+        """The records of one split.
+
+        Args:
+            name: ``"train"`` or ``"test"``.
+
+        Returns:
+            list[dict[str, Any]]: The records whose ``split`` is ``name``, in track order.
+        """
+        return [r for r in self.records if r["split"] == name]
+
+
+def _rng(seed: int, key: str):
+    import numpy as np
+
+    return np.random.default_rng([seed, zlib.crc32(key.encode("utf-8"))])
+
+
+def _split(dialogues: Sequence[HumanDialogue], seed: int, fit_fraction: float) -> dict[str, str]:
+    from ..builder import SPLITS
+
+    train, test = SPLITS
+    by_task: dict[str, list[str]] = defaultdict(list)
+    for h in dialogues:
+        by_task[h.task].append(h.dialogue_id)
+    out: dict[str, str] = {}
+    for task, ids in sorted(by_task.items()):
+        order = _rng(seed, f"split|{task}").permutation(len(ids))
+        n_train = int(len(ids) * fit_fraction)
+        for rank, i in enumerate(order):
+            out[ids[i]] = train if rank < n_train else test
+    return out
+
+
+def _is_question(label: str) -> bool:
+    return bool(_SKIP_WORDS & set(label.split("_")))
+
+
+def _exchange(h: HumanDialogue, pos: Sequence[int], j: int) -> list[dict[str, str]]:
+    """System turn ``j`` (1-based) and the user turns after it, up to the next system turn."""
+    end = pos[j] if j < len(pos) else len(h.turns)
+    return list(h.turns[pos[j - 1]:end])
+
+
+def _record(h: HumanDialogue, *, seed: int, split: str, turns: Sequence[Mapping[str, str]],
+            nodes: Sequence[str], node_tasks: Sequence[str], edit: str | None = None, k: int | None = None,
+            tk: int | None = None, instruction: str | None = None, substitute_task: str | None = None,
+            donor_id: str | None = None) -> dict[str, Any]:
+    from ..records import DECODING_FIELDS
+
+    fork = edit is not None
+    htype = EDIT_TYPES[edit] if fork else None
+    did = h.dialogue_id if not fork else f"{h.dialogue_id}-{htype}-k{k}" + ("-" + edit if htype == "SSPC" else "")
+    turns = [{"speaker": t["speaker"], "text": t["text"]} for t in turns]
+    return {
+        "dialogue_id": did,
+        "source_id": h.dialogue_id,
+        "scenario_id": h.scenario_id,
+        "task": h.task,
+        "domain": h.domain,
+        "hallucination_type": htype,
+        "variant": edit,
+        "instruction": instruction,
+        "substitute_task": substitute_task,
+        "fork_position": k,
+        "fork_turn": tk,
+        "num_system_turns": sum(t["speaker"] == "system" for t in turns),
+        "turns": turns,
+        "seed": seed,
+        "generator": f"{TRACK}:{h.variant}",
+        "decoding": dict.fromkeys(DECODING_FIELDS),
+        "prefix_mode": "reuse" if fork else None,
+        "prefix_divergence": 0 if fork else None,
+        "code_version": _code_version(),
+        "injections": None,
+        "split": split,
+        "track": TRACK,
+        "text_variant": h.variant,
+        "edit": edit,
+        "system_nodes": list(nodes),
+        "system_node_tasks": list(node_tasks),
+        "donor_id": donor_id,
+    }
+
+
+@functools.cache
+def _code_version() -> str:
+    """``star-human+g<first 10 hex digits of the SHA-256 of this module>``: the code that made a record."""
+    return f"{TRACK}+g{hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:10]}"
+
+
+def _draw(rng: Any, seq: Sequence[Any]) -> Any:
+    return seq[int(rng.integers(len(seq)))]
+
+
+def _forks(h: HumanDialogue, *, seed: int, split: str, pool: Mapping[str, Sequence[HumanDialogue]],
+           domains: Mapping[str, Sequence[str]], stats: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every fork of ``h`` (``pool``: task -> conformant dialogues of ``h``'s split)."""
+    from ..forks import fork_turns
+
+    T = h.num_system_turns
+    pos = h.system_positions()
+    nodes = list(h.system_nodes)
+    own = [h.task] * T
+    dropped = stats["dropped"]
+    out: list[dict[str, Any]] = []
+    other_domain = [t for t in pool if task_domain(t) != h.domain and pool[t]]
+    same_domain = [t for t in pool if t != h.task and task_domain(t) == h.domain and pool[t]]
+    other_task = [t for t in pool if t != h.task and pool[t]]
+    alone = len(domains.get(h.domain, ())) < 2
+    for k, tk in enumerate(fork_turns(T), 1):
+        prefix = list(h.turns[:pos[tk - 1]])
+        rest = list(h.turns[pos[tk - 1]:])
+        src_text = h.turns[pos[tk - 1]]["text"]
+        for edit in EDITS:
+            rng = _rng(seed, f"{h.dialogue_id}|{edit}|k{k}")
+            kw: dict[str, Any] = {}
+            if edit in ("wic", "gr", "csc"):
+                if edit == "gr" and alone:
+                    dropped["gr_single_task_domain"] += 1
+                    continue
+                tasks = {"wic": other_domain, "gr": same_domain, "csc": other_task}[edit]
+                if not tasks:
+                    dropped["no_donor"][edit] += 1
+                    continue
+                dtask = _draw(rng, sorted(tasks))
+                donor = _draw(rng, pool[dtask])
+                dpos = donor.system_positions()
+                if edit == "csc":
+                    ins = _exchange(donor, dpos, 2) + _exchange(donor, dpos, 3)
+                    turns = prefix + ins + rest
+                    fnodes = nodes[:tk - 1] + list(donor.system_nodes[1:3]) + nodes[tk - 1:]
+                    ftasks = own[:tk - 1] + [dtask] * 2 + own[tk - 1:]
+                    what = (f"two exchanges of {donor.dialogue_id} ({dtask}, its system turns 2 and 3 with the user's "
+                            f"answers) inserted before system turn {tk}; the source resumes at system turn {tk}")
+                else:
+                    turns = prefix + list(donor.turns[dpos[1]:])
+                    fnodes = nodes[:tk - 1] + list(donor.system_nodes[1:])
+                    ftasks = own[:tk - 1] + [dtask] * (donor.num_system_turns - 1)
+                    what = (f"from system turn {tk} on, the turns of {donor.dialogue_id} ({dtask}, "
+                            f"{'another domain' if edit == 'wic' else 'the same domain'}) from its system turn 2 on")
+                kw = {"donor_id": donor.dialogue_id, "substitute_task": dtask if edit == "wic" else None}
+            elif edit == "skip":
+                if tk >= T:
+                    dropped["skip_last_turn"] += 1
+                    continue
+                turns = prefix + list(h.turns[pos[tk]:])
+                fnodes, ftasks = nodes[:tk - 1] + nodes[tk:], own[:-1]
+                what = f"system turn {tk} and the user turns answering it removed"
+            else:  # repeat
+                asked = [j for j in range(1, tk) if _is_question(nodes[j - 1]) and len(_exchange(h, pos, j)) > 1]
+                if not asked:
+                    dropped["repeat_no_question"] += 1
+                    continue
+                j = int(_draw(rng, asked))
+                turns = prefix + _exchange(h, pos, j) + rest
+                fnodes, ftasks = nodes[:tk - 1] + [nodes[j - 1]] + nodes[tk - 1:], own + [h.task]
+                what = (f"the question of system turn {j} ({nodes[j - 1]}) and the user's answer asked again at "
+                        f"system turn {tk}; the source resumes after it")
+            new_text = [t for t in turns if t["speaker"] == "system"][tk - 1]["text"]
+            if new_text == src_text:
+                dropped["identical_turn"][edit] += 1
+                continue
+            out.append(_record(h, seed=seed, split=split, turns=turns, nodes=fnodes, node_tasks=ftasks, edit=edit,
+                               k=k, tk=tk, instruction=f"no instruction (human text edited, {edit}): {what}", **kw))
+    return out
+
+
+def build_star_human_track(star: Any, *, tasks: Iterable[str] | None = None, variant: str = "picked",
+                           seed: int = 0, fit_fraction: float = 0.5) -> StarHumanTrack:
+    """Build the star-human track: conformant human dialogues of STAR and their edited forks.
+
+    Args:
+        star: A STAR folder or a :class:`~dialfork_dataset.star.StarCorpus` (with its human
+            dialogues: ``dialogues.jsonl.gz`` or ``dialogues/``).
+        tasks: Task names (an iterable, or a comma-separated string); None: every task. Donors
+            are drawn from these tasks only.
+        variant: ``"picked"`` or ``"typed"`` (:data:`VARIANTS`).
+        seed: A non-negative integer seeding the split and the donor draws.
+        fit_fraction: The share of each task's conformant dialogues put in ``train``, in (0, 1).
+
+    Returns:
+        StarHumanTrack: The records (each with its ``split``) and the stats.
+
+    Raises:
+        StarError: The STAR copy has no human dialogues (one line saying where they were looked
+            for), a task name is unknown (the message lists the known tasks), or STAR is unreadable.
+        ValueError: An unknown ``variant``, a negative or non-integer ``seed``, or ``fit_fraction``
+            outside (0, 1).
+    """
+    from ..builder import SPLITS
+
+    _check_variant(variant)
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+    if isinstance(fit_fraction, bool) or not isinstance(fit_fraction, int | float) or not 0 < fit_fraction < 1:
+        raise ValueError(f"fit_fraction must be a number in (0, 1), got {fit_fraction!r}")
+    corpus = _corpus(star)
+    tasks = _check_tasks(corpus, tasks)
+    dialogues, excluded = _scan(corpus, tasks, variant)
+    assignment = _split(dialogues, seed, fit_fraction)
+    pools: dict[str, dict[str, list[HumanDialogue]]] = {s: defaultdict(list) for s in SPLITS}
+    for h in dialogues:
+        pools[assignment[h.dialogue_id]][h.task].append(h)
+    domains: dict[str, list[str]] = defaultdict(list)
+    for t in tasks:
+        domains[task_domain(t)].append(t)
+    stats: dict[str, Any] = {
+        "track": TRACK, "variant": variant, "seed": seed, "fit_fraction": fit_fraction, "tasks": tasks,
+        "conformant": {t: 0 for t in tasks}, "split": {t: dict.fromkeys(SPLITS, 0) for t in tasks},
+        "excluded": dict(sorted(excluded.items())),
+        "dropped": {"identical_turn": Counter(), "no_donor": Counter(), "gr_single_task_domain": 0,
+                    "skip_last_turn": 0, "repeat_no_question": 0},
+        "gr_single_task_domain_tasks": sorted(t for t in tasks if len(domains[task_domain(t)]) < 2),
+    }
+    records: list[dict[str, Any]] = []
+    for h in dialogues:
+        split = assignment[h.dialogue_id]
+        stats["conformant"][h.task] += 1
+        stats["split"][h.task][split] += 1
+        records.append(_record(h, seed=seed, split=split, turns=h.turns, nodes=h.system_nodes,
+                               node_tasks=[h.task] * h.num_system_turns))
+        records.extend(_forks(h, seed=seed, split=split, pool=pools[split], domains=domains, stats=stats))
+    forks = [r for r in records if r["edit"] is not None]
+    per_task: dict[str, Counter] = {t: Counter() for t in tasks}
+    for r in forks:
+        per_task[r["task"]][r["hallucination_type"]] += 1
+    from ..taxonomy import HALLUCINATION_TYPES
+
+    stats["forks"] = {h: sum(r["hallucination_type"] == h for r in forks) for h in HALLUCINATION_TYPES}
+    stats["forks_by_edit"] = {e: sum(r["edit"] == e for r in forks) for e in EDITS}
+    stats["forks_per_task"] = {t: {h: c[h] for h in HALLUCINATION_TYPES} for t, c in per_task.items()}
+    d = stats["dropped"]
+    d["identical_turn"] = {e: d["identical_turn"][e] for e in EDITS if d["identical_turn"][e]}
+    d["no_donor"] = {e: d["no_donor"][e] for e in EDITS if d["no_donor"][e]}
+    stats["system_turns"] = sum(h.num_system_turns for h in dialogues)
+    stats["typed_fallbacks"] = sum(h.typed_fallbacks for h in dialogues)
+    stats["records"] = len(records)
+    log.info("star-human track (%s): %d conformant dialogues, %d forks, %d records", variant, len(dialogues),
+             len(forks), len(records))
+    return StarHumanTrack(records, stats)
+
+
+def core_record(record: Mapping[str, Any]) -> dict[str, Any]:
+    """A track record without its track fields (:data:`TRACK_FIELDS`): the SPEC section 4 record
+    that :func:`~dialfork_dataset.records.record_errors` checks.
+
+    Args:
+        record: A record of the track.
+
+    Returns:
+        dict[str, Any]: A new dict without the keys of :data:`TRACK_FIELDS`.
+    """
+    return {k: v for k, v in record.items() if k not in TRACK_FIELDS}
+
+
+# ----------------------------------------------------------------------------- writing
+def _features():
+    from datasets import Value
+
+    try:  # datasets >= 4
+        from datasets import List
+    except ImportError:  # pragma: no cover - datasets 3.x
+        from datasets import Sequence as List
+
+    from ..records import record_features
+
+    f = record_features()
+    for name in ("split", "track", "text_variant", "edit", "donor_id"):
+        f[name] = Value("string")
+    f["system_nodes"] = List(Value("string"))
+    f["system_node_tasks"] = List(Value("string"))
+    return f
+
+
+def _card(counts: Mapping[str, Mapping[str, int]], stats: Mapping[str, Any]) -> str:
+    lines = ["---", "configs:"]
+    for cfg in TRACK_CONFIGS:
+        lines.append(f"- config_name: {cfg}")
+        lines.append("  data_files:")
+        for s in counts[cfg]:
+            lines += [f"  - split: {s}", f"    path: data/{cfg}/{s}-*.parquet"]
+        if cfg == "task3":
+            lines.append("  default: true")
+    lines += ["---", "", f"# DialFork {TRACK} track ({stats['variant']} text)", "",
+              "STAR's human role-play dialogues (Mosig, Mehri and Kober, 2020; MIT license) that follow their "
+              "workflow, and forks made by editing them at a known system turn. Written by "
+              "`python -m dialfork_dataset star-human`; `manifest.json` holds the rule, the settings and the "
+              "stats.", "", "| config | " + " | ".join(counts["task3"]) + " |", "| --- | --- | --- |"]
+    lines += [f"| {cfg} | " + " | ".join(str(n) for n in counts[cfg].values()) + " |" for cfg in TRACK_CONFIGS]
+    return "\n".join(lines) + "\n"
+
+
+def _settings(stats: Mapping[str, Any], star: str) -> dict[str, Any]:
+    return {"track": TRACK, "star": star, "variant": stats["variant"], "seed": stats["seed"],
+            "fit_fraction": stats["fit_fraction"], "tasks": list(stats["tasks"])}
+
+
+def write_star_human_track(track: StarHumanTrack, out: str | os.PathLike, *, star: str | os.PathLike,
+                           overwrite: bool = False) -> Path:
+    """Write the track as a folder the toolkit reads like a Hub layout.
+
+    The folder holds ``data/<config>/<split>-00000-of-00001.parquet`` for the configs ``conformant``
+    (the conformant dialogues), ``forked`` (their forks) and ``task3`` (train: conformant train
+    dialogues; test: conformant test dialogues and their forks), a ``README.md`` naming them,
+    ``star_human.jsonl`` (every record) and ``manifest.json`` (format, settings, the conformance
+    rule, the stats, the counts). It is written in a staging folder next to ``out`` and renamed
+    into place, so ``out`` holds a complete track or is left as it was.
+
+    Args:
+        track: The track (:func:`build_star_human_track`).
+        out: The folder to write.
+        star: The STAR path as given by the user (recorded as is, not made absolute).
+        overwrite: Replace ``out`` when it holds a track written before.
+
+    Returns:
+        Path: ``out``.
+
+    Raises:
+        FileExistsError: ``out`` exists and ``overwrite`` is false, or it exists and is not a track
+            folder this function wrote (no ``manifest.json`` of this track), so it is not replaced.
+    """
+    import json
+
+    import datasets
+
+    from ..atomic import write_json_atomic
+    from ..builder import SPLITS, config_split_rows
+    from ..hub.files import write_parquet
+    from ..jsonl import write_jsonl
+
+    out = Path(out)
+    if out.exists():
+        manifest = out / "manifest.json"
+        ours = False
+        if manifest.is_file():
+            try:
+                ours = json.loads(manifest.read_text(encoding="utf-8")).get("format") == MANIFEST_FORMAT
+            except (OSError, ValueError):
+                ours = False
+        if not overwrite:
+            raise FileExistsError(f"{out}: already exists; pass --overwrite (overwrite=True) to replace a track "
+                                  "written before, or choose another --out")
+        if not ours:
+            raise FileExistsError(f"{out}: exists and is not a {TRACK} track folder (no manifest.json of format "
+                                  f"{MANIFEST_FORMAT}); not replaced: choose another --out")
+    assignment = {r["dialogue_id"]: r["split"] for r in track.records if r["edit"] is None}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    os.chmod(tmp, 0o755)
+    old = None
+    try:
+        features = _features()
+        counts: dict[str, dict[str, int]] = {}
+        was_enabled = datasets.is_progress_bar_enabled()
+        datasets.disable_progress_bars()
+        try:
+            for cfg in TRACK_CONFIGS:
+                (tmp / "data" / cfg).mkdir(parents=True)
+                for s in SPLITS:
+                    rows = config_split_rows(track.records, cfg, s, assignment=assignment)
+                    write_parquet(list(rows), features, tmp / "data" / cfg / s, max_rows_per_shard=len(rows) or 1)
+                    counts.setdefault(cfg, {})[s] = len(rows)
+        finally:
+            if was_enabled:
+                datasets.enable_progress_bars()
+        write_jsonl(tmp / RECORDS_FILE, track.records)
+        (tmp / "README.md").write_text(_card(counts, track.stats), encoding="utf-8")
+        write_json_atomic(tmp / "manifest.json", {
+            "format": MANIFEST_FORMAT, **_settings(track.stats, str(star)), "rule": CONFORMANCE_RULE,
+            "edits": {e: EDIT_TYPES[e] for e in EDITS}, "track_fields": list(TRACK_FIELDS),
+            "files": {RECORDS_FILE: len(track.records)}, "counts": counts, "stats": track.stats})
+        if out.exists():
+            old = out.with_name(f".{out.name}.old-{os.getpid()}")
+            os.replace(out, old)
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if old is not None and not out.exists():
+            os.replace(old, out)
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+    log.info("wrote the %s track (%d records) to %s", TRACK, len(track.records), out)
+    return out
+
+
+def read_track_manifest(folder: str | os.PathLike) -> dict[str, Any] | None:
+    """The manifest of a written track, or None when ``folder`` holds none (or another kind).
+
+    Args:
+        folder: A folder written by :func:`write_star_human_track` (or anything else).
+
+    Returns:
+        dict[str, Any] | None: The parsed ``manifest.json`` when its format is this track's.
+    """
+    import json
+
+    p = Path(folder) / "manifest.json"
+    try:
+        m = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return m if isinstance(m, dict) and m.get("format") == MANIFEST_FORMAT else None
+
+
+def ensure_star_human_track(star: str | os.PathLike, out: str | os.PathLike, *, tasks: Iterable[str] | None = None,
+                            variant: str = "picked", seed: int = 0, fit_fraction: float = 0.5) -> Path:
+    """A written track at ``out``: reused when its manifest has the same settings (STAR path as
+    given, variant, seed, fit fraction, tasks), else built and written (replacing a track written
+    before with other settings).
+
+    Args:
+        star: The STAR folder, as given by the user.
+        out: The track folder (e.g. ``<bench out>/star-human-data``).
+        tasks: Task names; None: every task.
+        variant: ``"picked"`` or ``"typed"``.
+        seed: The track's seed.
+        fit_fraction: The share of each task's conformant dialogues in ``train``.
+
+    Returns:
+        Path: ``out``.
+
+    Raises:
+        StarError: See :func:`build_star_human_track`.
+        ValueError: See :func:`build_star_human_track`.
+        FileExistsError: ``out`` exists and is not a track folder.
+    """
+    _check_variant(variant)
+    corpus = _corpus(star)
+    names = _check_tasks(corpus, tasks)
+    m = read_track_manifest(out)
+    want = {"track": TRACK, "star": str(star), "variant": variant, "seed": seed, "fit_fraction": fit_fraction,
+            "tasks": names}
+    if m is not None and {k: m.get(k) for k in want} == want:
+        log.info("reusing the %s track in %s (same settings)", TRACK, out)
+        return Path(out)
+    track = build_star_human_track(corpus, tasks=names, variant=variant, seed=seed, fit_fraction=fit_fraction)
+    return write_star_human_track(track, out, star=star, overwrite=True)
+
+
+__all__ = [
+    "CONFORMANCE_RULE",
+    "EDITS",
+    "EDIT_TYPES",
+    "TRACK_FIELDS",
+    "VARIANTS",
+    "HumanDialogue",
+    "StarHumanTrack",
+    "build_star_human_track",
+    "conformant_human_dialogues",
+    "core_record",
+    "ensure_star_human_track",
+    "exclusion_reason",
+    "human_dialogue",
+    "read_track_manifest",
+    "write_star_human_track",
+]
