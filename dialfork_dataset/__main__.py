@@ -1,4 +1,5 @@
-"""``python -m dialfork_dataset``: STAR summary, record validation, hidden-split key, layout load check, push.
+"""``python -m dialfork_dataset``: STAR summary, record validation, hidden-split key, layout load check, push,
+and the ``star-human`` track of Task 3 (STAR's human dialogues, forked by editing them).
 
 The audited export of a release (``export``) is ``python -m leaderboard export``: it runs the
 leaderboard's audit, which this package does not import.
@@ -73,6 +74,20 @@ def _cmd_push(a: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_star_human(a: argparse.Namespace) -> int:
+    from .star.human import build_star_human_track, write_star_human_track
+
+    track = build_star_human_track(a.star, tasks=a.tasks, variant=a.variant, seed=a.seed,
+                                   fit_fraction=a.fit_fraction)
+    out = write_star_human_track(track, a.out, star=a.star, overwrite=a.overwrite)
+    s = track.stats
+    n_conf = sum(s["conformant"].values())
+    print(f"wrote {out}: star-human track ({a.variant} text), {n_conf} conformant dialogues of {len(s['tasks'])} "
+          f"task(s) and {sum(s['forks'].values())} forks (" + ", ".join(f"{h} {n}" for h, n in s["forks"].items())
+          + f"); {s['typed_fallbacks']} typed fallback(s); stats in {out / 'manifest.json'}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     from .console import add_verbosity_options, plain_text, prog_name, state_defaults
 
@@ -102,6 +117,17 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--private", action="store_true", help="create the Hub repo as private")
     s.add_argument("--endpoint", default=None, help="Hub endpoint URL (default: $HF_ENDPOINT or huggingface.co)")
     s.set_defaults(func=_cmd_push)
+    s = sub.add_parser("star-human", help="write the star-human track of Task 3: STAR's conformant human dialogues "
+                       "and forks made by editing them at a known turn (a folder load_examples and the benchmark read)")
+    s.add_argument("--star", required=True, help="STAR folder with its human dialogues (dialogues.jsonl.gz or dialogues/)")
+    s.add_argument("--out", required=True, help="folder to write (refuses to replace one unless --overwrite)")
+    s.add_argument("--variant", choices=["picked", "typed"], default="picked",
+                   help="system turn text: the picked suggestion or the wizard's typed draft")
+    s.add_argument("--tasks", default=None, help="comma-separated STAR tasks (default: all)")
+    s.add_argument("--seed", type=int, default=0, help="seed of the fit/test split and the donor draws")
+    s.add_argument("--fit-fraction", type=float, default=0.5, help="share of each task's dialogues in train")
+    s.add_argument("--overwrite", action="store_true", help="replace a star-human folder written before")
+    s.set_defaults(func=_cmd_star_human)
     from .workflow_export import add_cli as add_workflow_cli
 
     add_workflow_cli(sub)  # workflow {validate,steps,from-star}
