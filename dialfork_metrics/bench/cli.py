@@ -45,7 +45,8 @@ def parse_pair_encoder(spec: str | None) -> str | dict[str, str] | None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The benchmark's argument parser (``--data`` required; ``--help`` lists every option).
+    """The benchmark's argument parser (``--data`` required unless ``--track star-human``; ``--help``
+    lists every option).
 
     Returns:
         The :class:`argparse.ArgumentParser`, with the verbosity options and each option's
@@ -55,7 +56,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = argparse.ArgumentParser(prog=prog_name("dialfork_metrics.bench"),
                                 description="Reproduce the DialFork paper's evaluation (Tables 2, 3, 4, 7, 9) on a corpus.")
-    p.add_argument("--data", required=True, help="generator output folder, exported Hub layout folder, or Hub dataset id")
+    p.add_argument("--data", default=None, help="generator output folder, exported Hub layout folder, or Hub dataset "
+                   "id (required unless --track star-human)")
+    p.add_argument("--track", choices=["template", "star-human"], default="template",
+                   help="template: the corpus given by --data; star-human: STAR's human dialogues and their edited "
+                        "forks, built from --star into OUT/star-human-data (reused when built with the same settings)")
+    p.add_argument("--star", default=None, help="STAR folder with its human dialogues (--track star-human)")
+    p.add_argument("--variant", choices=["picked", "typed"], default="picked",
+                   help="star-human system turn text: the picked suggestion or the wizard's typed draft")
     p.add_argument("--tasks", default="1,2,3", help="comma-separated tasks among 1,2,3 (default: all)")
     p.add_argument("--encoders", default="minilm", help="comma-separated encoder aliases/paths of Tasks 2 and 3 "
                    "(the first one is also Task 1's unless --task1-encoder is given)")
@@ -137,9 +145,21 @@ def _main(a: argparse.Namespace) -> int:
     except ValueError:
         print(f"error: --tasks must be comma-separated integers among 1,2,3, got {a.tasks!r}", file=sys.stderr)
         return 2
+    if a.track == "template" and a.data is None:
+        print("error: --data is required (a corpus folder or Hub id), unless --track star-human --star PATH is given",
+              file=sys.stderr)
+        return 2
+    if a.track == "star-human" and (a.star is None or a.data is not None):
+        print("error: --track star-human builds its data from --star PATH (give --star, not --data)", file=sys.stderr)
+        return 2
     try:
         from dialfork_dataset.hub import resolve_data
 
+        if a.track == "star-human":  # the track's folder, built once per settings (reused when present)
+            from dialfork_dataset.star.human import ensure_star_human_track
+
+            a.data = str(ensure_star_human_track(a.star, Path(a.out) / "star-human-data", variant=a.variant,
+                                                 seed=a.seed))
         resolve_data(a.data, option="--data")  # a mistyped folder: one line now, not a Hub error later
         pair = parse_pair_encoder(a.pair_encoder)
         from .sharded import sharded_bench_encoding
