@@ -319,3 +319,20 @@ def test_the_benchmark_needs_data_unless_the_track_is_star_human(capsys):
     assert "--data is required" in capsys.readouterr().err
     assert main(["--track", "star-human", "--tasks", "3"]) == 2
     assert "--star" in capsys.readouterr().err
+
+
+def test_the_writer_refuses_records_that_break_the_record_rules(picked, tmp_path):
+    from dialfork_dataset.records import RecordError
+    from dialfork_dataset.star.human import StarHumanTrack, write_star_human_track
+
+    bad = [dict(r) for r in picked.records[:3]]
+    bad[0]["turns"] = []
+    bad[1]["split"] = "validation"
+    del bad[2]["system_nodes"]
+    with pytest.raises(RecordError) as e:
+        write_star_human_track(StarHumanTrack(bad, picked.stats), tmp_path / "o", star="x")
+    assert "turns" in str(e.value)
+    with pytest.raises(RecordError) as e:
+        write_star_human_track(StarHumanTrack(bad[1:], picked.stats), tmp_path / "o", star="x")
+    assert "validation" in str(e.value) and "system_nodes" in str(e.value)
+    assert not (tmp_path / "o").exists()

@@ -644,6 +644,8 @@ def write_star_human_track(track: StarHumanTrack, out: str | os.PathLike, *, sta
     Raises:
         FileExistsError: ``out`` exists and ``overwrite`` is false, or it exists and is not a track
             folder this function wrote (no ``manifest.json`` of this track), so it is not replaced.
+        RecordError: A record breaks SPEC section 4 once its track fields are set aside, or lacks
+            a track field (every problem listed; nothing is written).
     """
     import json
 
@@ -653,7 +655,16 @@ def write_star_human_track(track: StarHumanTrack, out: str | os.PathLike, *, sta
     from ..builder import SPLITS, config_split_rows
     from ..hub.files import write_parquet
     from ..jsonl import write_jsonl
+    from ..records import RecordError, validate_records
 
+    validate_records((core_record(r) for r in track.records), "the star-human track")
+    missing = [f"record {i}: dialogue_id={r.get('dialogue_id')!r}: missing track field(s) "
+               f"{[k for k in TRACK_FIELDS if k not in r]}" for i, r in enumerate(track.records, 1)
+               if any(k not in r for k in TRACK_FIELDS)]
+    bad_split = [f"record {i}: dialogue_id={r.get('dialogue_id')!r}: split must be one of {', '.join(SPLITS)}, "
+                 f"got {r.get('split')!r}" for i, r in enumerate(track.records, 1)
+                 if r.get("split") not in SPLITS and not any(k not in r for k in TRACK_FIELDS)]
+    RecordError.raise_if(missing + bad_split, "the star-human track")
     out = Path(out)
     if out.exists():
         manifest = out / "manifest.json"

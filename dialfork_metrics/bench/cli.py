@@ -60,7 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "id (required unless --track star-human)")
     p.add_argument("--track", choices=["template", "star-human"], default="template",
                    help="template: the corpus given by --data; star-human: STAR's human dialogues and their edited "
-                        "forks, built from --star into OUT/star-human-data (reused when built with the same settings)")
+                        "forks, built from --star into OUT/star-human-data with --seed as its seed (reused when built with "
+                        "the same settings)")
     p.add_argument("--star", default=None, help="STAR folder with its human dialogues (--track star-human)")
     p.add_argument("--variant", choices=["picked", "typed"], default="picked",
                    help="star-human system turn text: the picked suggestion or the wizard's typed draft")
