@@ -57,6 +57,7 @@ this track's own split.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import logging
@@ -65,7 +66,7 @@ import shutil
 import tempfile
 import zlib
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -765,14 +766,33 @@ def ensure_star_human_track(star: str | os.PathLike, out: str | os.PathLike, *, 
     _check_variant(variant)
     corpus = _corpus(star)
     names = _check_tasks(corpus, tasks)
-    m = read_track_manifest(out)
+    out = Path(out)
     want = {"track": TRACK, "star": str(star), "variant": variant, "seed": seed, "fit_fraction": fit_fraction,
             "tasks": names}
-    if m is not None and {k: m.get(k) for k in want} == want:
-        log.info("reusing the %s track in %s (same settings)", TRACK, out)
-        return Path(out)
-    track = build_star_human_track(corpus, tasks=names, variant=variant, seed=seed, fit_fraction=fit_fraction)
-    return write_star_human_track(track, out, star=star, overwrite=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with _lock(out.with_name(f".{out.name}.lock")):  # processes of one launch build it once, the others reuse it
+        m = read_track_manifest(out)
+        if m is not None and {k: m.get(k) for k in want} == want:
+            log.info("reusing the %s track in %s (same settings)", TRACK, out)
+            return out
+        track = build_star_human_track(corpus, tasks=names, variant=variant, seed=seed, fit_fraction=fit_fraction)
+        return write_star_human_track(track, out, star=star, overwrite=True)
+
+
+@contextlib.contextmanager
+def _lock(path: Path) -> Iterator[None]:
+    """An exclusive advisory lock on ``path`` (POSIX ``flock``; no lock where ``fcntl`` is missing)."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows
+        yield
+        return
+    with open(path, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 __all__ = [
