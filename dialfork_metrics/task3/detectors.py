@@ -11,6 +11,7 @@ name       detector
 ``last``   :class:`LastTurnBaseline`
 ``random`` :class:`RandomTurnBaseline` (``seed=``)
 ``llm``    :class:`LLMDetector` (``model=``, ``backend=``, ``with_workflow=``...)
+``wf``     :class:`WorkflowDetector` (workflow-aware: node assignment with rejection, repeats)
 =========  ===========================================================================
 """
 
@@ -25,7 +26,8 @@ from .baselines import FirstTurnBaseline, LastTurnBaseline, RandomTurnBaseline, 
 
 STREAMING_DETECTORS: tuple[str, ...] = ("it", "ss", "it+nc", "ss+nc")
 BASELINES: tuple[str, ...] = ("first", "last", "random")
-DETECTOR_NAMES: tuple[str, ...] = (*STREAMING_DETECTORS, *BASELINES, "llm")
+WORKFLOW_DETECTORS: tuple[str, ...] = ("wf",)
+DETECTOR_NAMES: tuple[str, ...] = (*STREAMING_DETECTORS, *WORKFLOW_DETECTORS, *BASELINES, "llm")
 
 
 def make_detector(name: str, **kwargs: Any):
@@ -50,6 +52,10 @@ def make_detector(name: str, **kwargs: Any):
 
         method, _, nc = key.partition("+")
         return StreamingDetector(method=method, node_confidence=bool(nc), **kwargs)
+    if key == "wf":
+        from .workflow_detector import WorkflowDetector
+
+        return WorkflowDetector(**kwargs)
     if key == "first":
         return FirstTurnBaseline(**kwargs)
     if key == "last":
@@ -89,4 +95,8 @@ def load_detector(path: str | os.PathLike, encoder: Any = None):
         return StreamingDetector.load(path, encoder=encoder)
     if fmt == "dialfork-task3-baseline":
         return load_baseline(path)
+    if fmt == "dialfork-task3-workflow":
+        from .workflow_detector import WorkflowDetector
+
+        return WorkflowDetector.load(path, encoder=encoder)
     raise ValueError(f"{cfg}: unknown detector format {fmt!r}")

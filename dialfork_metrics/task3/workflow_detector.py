@@ -1,0 +1,836 @@
+"""The workflow-aware streaming detector (``wf``): alarms when a system turn leaves its workflow.
+
+Each system turn is mapped to its task's workflow by the :class:`~.workflow_nodes.NodeAssigner`
+(the workflow's own texts, plus the system turns of the conformant train dialogues) and gets a
+*deviation* (:func:`turn_deviations`), in cosine units:
+
+* ``max(rival - own - reject_margin, min_similarity - own)``: how far the turn falls short of
+  its own workflow, against another workflow's best node (a turn of another task: WIC, GR, an
+  inserted sub-goal) or an absolute floor (a turn that says nothing the workflow says);
+* ``+ repeat_weight`` when the turn asks again a question step that was answered, with other
+  steps in between, and no step since leads back to it in the workflow graph
+  (:func:`repeat_flags`; an immediate re-ask is a clarification, not a repeat).
+
+A dialogue alarms at the first system turn whose deviation exceeds the task's threshold. The
+threshold is ``max(0, t)``, ``t`` calibrated on the conformant train dialogues at
+``false_alarm_rate`` with the streaming detectors' rules (``threshold_rule``; each train dialogue's
+statistic, its largest deviation, computed with the texts of the *other* folds' dialogues:
+``calibration="cross_fit"``). The floor 0 is the assigner's own rejection rule: a turn the workflow
+explains at least ``min_similarity`` well and no worse than another workflow never alarms, so
+text unlike the train dialogues (human, another LLM) does not alarm for being unlike them.
+
+The workflow comes from ``workflow=`` (a source object, a ``star:PATH`` / ``workflow:PATH`` spec
+or a path), else from ``$DIALFORK_STAR_DIR`` (STAR). The assigner reads every task of the source
+(the other tasks are the rivals that reject another workflow's turns).
+
+scikit-learn's conventions: ``__init__`` stores parameters, :meth:`fit` validates them, fitted
+attributes end in ``_``; :meth:`check_is_fitted` and :meth:`assign` are public.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dialfork_dataset.turns import as_turns
+
+from .workflow_nodes import DEFAULT_MIN_SIMILARITY, NodeAssigner
+
+logger = logging.getLogger("dialfork_metrics.task3.workflow_detector")
+
+FORMAT = "dialfork-task3-workflow"
+DEFAULT_REJECT_MARGIN = 0.1
+"""Margin by which another workflow must fit a turn better before it counts against it (ours)."""
+DEFAULT_REPEAT_WEIGHT = 0.0
+"""Deviation added by an answered question step asked again (ours). 0 by default: STAR's human
+wizards re-ask answered steps in 12% of their conformant dialogues (a new request, an unclear
+answer, loops the graph does not draw), so the rule costs more false alarms than it finds; 1.0
+alarms at every repeat (docs/task3_detectors.md has both)."""
+CALIBRATIONS = ("cross_fit", "in_sample")
+ROUTE_MARGIN = 0.1
+"""Lead of the best task's user-turn similarity needed to route a dialogue without a ``task`` (ours);
+until then a system turn counts against the fitted task it fits best."""
+THRESHOLD_RULES = ("percentile", "conformal", "upper_bound")
+
+
+# -- pure core --------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class WorkflowStructure:
+    """What the repeat rule reads of a workflow graph.
+
+    Attributes:
+        asks: The question steps (action nodes whose name has the word ``ask``, not ``confirm``).
+        leads_to: node -> the nodes reachable from it in the workflow graph.
+        resets: Action nodes with no next step (after them a conversation may start over).
+    """
+
+    asks: frozenset[str]
+    leads_to: Mapping[str, frozenset[str]]
+    resets: frozenset[str]
+
+
+def workflow_structure(task: Any) -> WorkflowStructure:
+    """The :class:`WorkflowStructure` of a workflow task.
+
+    Args:
+        task: A workflow task (``kinds`` and ``digraph()``).
+
+    Returns:
+        WorkflowStructure: Its question steps, reachability and dead ends.
+    """
+    import networkx as nx
+
+    g = task.digraph()
+    kinds = dict(task.kinds)
+    asks = frozenset(n for n, k in kinds.items() if k == "action" and "ask" in n.split("_")
+                     and "confirm" not in n.split("_"))
+    leads = {n: frozenset(nx.descendants(g, n)) for n in g.nodes}
+    resets = frozenset(n for n in g.nodes if kinds.get(n) == "action" and not leads[n])
+    return WorkflowStructure(asks, leads, resets)
+
+
+def repeat_flags(nodes: Sequence[str | None], answered: Sequence[bool], structure: WorkflowStructure,
+                 repeatable: frozenset[str] | set[str] = frozenset()) -> np.ndarray:
+    """Whether each system turn asks again a question step answered earlier (the SSPC repeat).
+
+    A turn at node ``n`` repeats when ``n`` is a question step said before at turn ``i``, a user
+    turn answered turn ``i``, some other step was said in between (an immediate re-ask is a
+    clarification), and none of the steps said in between leads back to ``n`` in the workflow graph
+    or is a dead end (after which a conversation may start over).
+
+    Args:
+        nodes: The assigned node of each system turn (None: off-workflow).
+        answered: Whether a user turn followed each system turn.
+        structure: The task's :class:`WorkflowStructure`.
+        repeatable: Nodes that conformant dialogues of the task say more than once (a loop the
+            graph does not draw, e.g. STAR trivia's next question): never a repeat.
+
+    Returns:
+        np.ndarray: 0/1 per system turn.
+
+    Example:
+        >>> st = WorkflowStructure(frozenset({"ask_day", "ask_city"}), {"ask_day": frozenset({"ask_city"}),
+        ...                        "ask_city": frozenset()}, frozenset())
+        >>> repeat_flags(["ask_day", "ask_city", "ask_day"], [True, True, True], st).tolist()
+        [0, 0, 1]
+        >>> repeat_flags(["ask_day", "ask_day"], [True, True], st).tolist()  # clarification
+        [0, 0]
+    """
+    out = np.zeros(len(nodes), dtype=np.int64)
+    last: dict[str, int] = {}
+    for j, n in enumerate(nodes):
+        if n is None:
+            continue
+        i = last.get(n)
+        if n in structure.asks and n not in repeatable and i is not None and answered[i]:
+            between = [m for m in nodes[i + 1:j] if m is not None]
+            if between and any(m != n for m in between) and not any(
+                    n in structure.leads_to.get(m, ()) or m in structure.resets for m in between):
+                out[j] = 1
+        last[n] = j
+    return out
+
+
+def turn_deviations(own: np.ndarray, rival: np.ndarray, repeats: np.ndarray | None = None, *,
+                    min_similarity: float = DEFAULT_MIN_SIMILARITY, reject_margin: float = DEFAULT_REJECT_MARGIN,
+                    repeat_weight: float = DEFAULT_REPEAT_WEIGHT) -> np.ndarray:
+    """The deviation of each system turn (see the module doc); positive: the assigner rejects it.
+
+    Args:
+        own: Similarity to the best node of the task's own workflow, per system turn.
+        rival: Similarity to the best node of another workflow (``-inf``: none).
+        repeats: 0/1 repeat flags (:func:`repeat_flags`), or None.
+        min_similarity: The absolute floor of the own similarity.
+        reject_margin: How much better another workflow must fit.
+        repeat_weight: Deviation added by a repeat.
+
+    Returns:
+        np.ndarray: float64 per system turn.
+
+    Example:
+        >>> turn_deviations(np.array([0.9, 0.3, 0.6]), np.array([0.2, 0.2, 0.8]), min_similarity=0.45,
+        ...                 reject_margin=0.1).round(2).tolist()
+        [-0.45, 0.15, 0.1]
+    """
+    own = np.asarray(own, dtype=np.float64)
+    rival = np.asarray(rival, dtype=np.float64)
+    d = np.maximum(rival - own - reject_margin, min_similarity - own)
+    if repeats is not None:
+        d = d + repeat_weight * np.asarray(repeats, dtype=np.float64)
+    return d
+
+
+def first_alarm(deviations: np.ndarray, threshold: float) -> int | None:
+    """The first system turn (1-based) whose deviation exceeds ``threshold``, or None.
+
+    Args:
+        deviations: Per system turn.
+        threshold: The alarm threshold.
+
+    Returns:
+        int | None: The 1-based system turn index.
+
+    Example:
+        >>> first_alarm(np.array([-0.2, 0.05, 0.3]), 0.1)
+        3
+    """
+    hit = np.flatnonzero(np.asarray(deviations) > threshold)
+    return int(hit[0]) + 1 if hit.size else None
+
+
+def auto_min_similarity(assigner: NodeAssigner, quantile: float = 0.05) -> float:
+    """The own-similarity floor read off the workflow's own texts (no dialogue needed).
+
+    Each text of each node is held out in turn and compared with every *other* text of its task;
+    the floor is the ``quantile`` of those best similarities, so that all but ``quantile`` of the
+    workflow's own phrasings (STAR's ``wizard_nlu_training_data.md`` examples are human
+    paraphrases) would be recognised as the workflow's. Clipped to [0.3, 0.6].
+
+    Args:
+        assigner: A fitted :class:`NodeAssigner` (workflow texts only).
+        quantile: The share of the workflow's own phrasings allowed below the floor.
+
+    Returns:
+        float: The floor.
+    """
+    assigner.check_is_fitted()
+    P, owners = assigner.P_, assigner.owners_
+    task = np.array([assigner.keys_[i][0] for i in owners], dtype=object)
+    best = np.full(len(P), np.nan)
+    for t in np.unique(task):
+        idx = np.flatnonzero(task == t)
+        if len(idx) < 2:
+            continue
+        S = P[idx] @ P[idx].T
+        np.fill_diagonal(S, -np.inf)
+        best[idx] = S.max(axis=1)
+    v = best[np.isfinite(best)]
+    if not v.size:
+        return DEFAULT_MIN_SIMILARITY
+    return float(np.clip(np.quantile(v, quantile), 0.3, 0.6))
+
+
+# -- sources -----------------------------------------------------------------------------------------
+
+def resolve_workflow(workflow: Any = None) -> Any:
+    """The workflow source of a detector: ``workflow`` as given, parsed, or STAR from the environment.
+
+    Args:
+        workflow: A source object (with ``tasks``), a spec string (``star:PATH``, ``workflow:PATH``,
+            a folder or a ``.yaml`` file), a path, or None (``$DIALFORK_STAR_DIR``).
+
+    Returns:
+        The workflow source.
+
+    Raises:
+        ValueError: None given and ``$DIALFORK_STAR_DIR`` unset, or the spec cannot be read (the
+            message says what to pass).
+    """
+    if workflow is not None and not isinstance(workflow, str | os.PathLike):
+        if not hasattr(workflow, "tasks"):
+            raise ValueError(f"workflow must be a workflow source (with .tasks), a spec or a path, got "
+                             f"{type(workflow).__name__}")
+        return workflow
+    spec = os.fspath(workflow) if workflow is not None else os.environ.get("DIALFORK_STAR_DIR")
+    if not spec:
+        raise ValueError("the workflow-aware detector needs the dialogues' workflows: pass workflow= "
+                         "(a StarCorpus, 'star:PATH' or 'workflow:FILE.yaml') or set $DIALFORK_STAR_DIR "
+                         "to a STAR copy")
+    from dialfork_dataset.sources import open_source
+
+    return open_source(spec)
+
+
+def _task(d: Any) -> str | None:
+    t = d.get("task") if isinstance(d, Mapping) else None
+    return str(t) if t else None
+
+
+def _unit(E: np.ndarray) -> np.ndarray:
+    E = np.asarray(E, dtype=np.float64)
+    n = np.linalg.norm(E, axis=-1, keepdims=True)
+    return E / np.where(n > 0, n, 1.0)
+
+
+# -- the detector ------------------------------------------------------------------------------------
+
+class WorkflowDetector:
+    """Workflow-aware streaming Task 3 detector (registry name ``wf``; see the module doc).
+
+    Args:
+        workflow: The dialogues' workflow source (object, spec or path); None: ``$DIALFORK_STAR_DIR``.
+        encoder: Encoder alias/path or object (unit-norm rows); None: pass ``embeddings`` everywhere.
+        false_alarm_rate: Target share of conformant dialogues that alarm (default 5%).
+        min_similarity: The own-workflow similarity floor; ``"auto"`` (default): the
+            ``auto_quantile`` quantile of the workflow's own texts' leave-one-out similarity to their
+            task (:func:`auto_min_similarity`; about 0.44 on STAR), i.e. the floor lets all but that
+            share of the workflow's own phrasings through. No dialogue enters it.
+        auto_quantile: The quantile of ``min_similarity="auto"`` (ours, 0.05).
+        reject_margin: How much better another workflow must fit a turn (ours, 0.1).
+        repeat_weight: Deviation of an answered question asked again (ours, 0: off; see
+            :data:`DEFAULT_REPEAT_WEIGHT`).
+        use_train_texts: Add the conformant train dialogues' system turns to their nodes' texts.
+        calibration: ``"cross_fit"`` (each train dialogue scored with the texts of the other folds)
+            or ``"in_sample"``.
+        calibration_folds: Folds of ``cross_fit`` (>= 2).
+        calibration_seed: Seed of the fold permutation.
+        threshold_rule: ``"upper_bound"`` (default), ``"conformal"`` or ``"percentile"``
+            (:func:`~dialfork_metrics.task3.streaming.calibrate_threshold`).
+        confidence: Confidence of ``upper_bound``.
+
+    Fitted attributes: ``assigner_`` (:class:`NodeAssigner`), ``structures_`` (task ->
+    :class:`WorkflowStructure`), ``thresholds_`` (task -> threshold), ``calibration_stats_`` (task ->
+    statistics), ``user_centroids_`` (task -> mean user-turn embedding, to route a dialogue without a
+    ``task``), ``repeatable_`` (task -> nodes its conformant dialogues say more than once), ``n_train_``.
+    """
+
+    name = "wf"
+
+    def __init__(self, workflow: Any = None, encoder: Any = "minilm", false_alarm_rate: float = 0.05,
+                 min_similarity: float | str = "auto", reject_margin: float = DEFAULT_REJECT_MARGIN,
+                 repeat_weight: float = DEFAULT_REPEAT_WEIGHT, use_train_texts: bool = True,
+                 auto_quantile: float = 0.05,
+                 calibration: str = "cross_fit", calibration_folds: int = 5, calibration_seed: int = 0,
+                 threshold_rule: str = "upper_bound", confidence: float = 0.95):
+        self.workflow = workflow
+        self.encoder = encoder
+        self.false_alarm_rate = false_alarm_rate
+        self.min_similarity = min_similarity
+        self.reject_margin = reject_margin
+        self.repeat_weight = repeat_weight
+        self.use_train_texts = use_train_texts
+        self.auto_quantile = auto_quantile
+        self.calibration = calibration
+        self.calibration_folds = calibration_folds
+        self.calibration_seed = calibration_seed
+        self.threshold_rule = threshold_rule
+        self.confidence = confidence
+
+    def __repr__(self) -> str:
+        fitted = f", tasks={sorted(self.thresholds_)}" if hasattr(self, "thresholds_") else ""
+        return f"WorkflowDetector(false_alarm_rate={self.false_alarm_rate}{fitted})"
+
+    # -- parameters ---------------------------------------------------------------------------------
+    _CONSTRAINTS: dict[str, Any] = {
+        "false_alarm_rate": lambda v: isinstance(v, int | float) and 0 < v < 1,
+        "min_similarity": lambda v: v == "auto" or (isinstance(v, int | float) and -1 <= v <= 1),
+        "auto_quantile": lambda v: isinstance(v, int | float) and 0 < v < 1,
+        "reject_margin": lambda v: isinstance(v, int | float) and -2 <= v <= 2,
+        "repeat_weight": lambda v: isinstance(v, int | float) and v >= 0,
+        "use_train_texts": lambda v: isinstance(v, bool),
+        "calibration": lambda v: v in CALIBRATIONS,
+        "calibration_folds": lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 2,
+        "calibration_seed": lambda v: isinstance(v, int) and not isinstance(v, bool),
+        "threshold_rule": lambda v: v in THRESHOLD_RULES,
+        "confidence": lambda v: isinstance(v, int | float) and 0 < v < 1,
+    }
+    _EXPECTED = {"false_alarm_rate": "in (0, 1)", "min_similarity": "'auto' or in [-1, 1]",
+                 "auto_quantile": "in (0, 1)", "reject_margin": "in [-2, 2]",
+                 "repeat_weight": ">= 0", "use_train_texts": "a bool", "calibration": f"one of {CALIBRATIONS}",
+                 "calibration_folds": "an integer >= 2", "calibration_seed": "an integer",
+                 "threshold_rule": f"one of {THRESHOLD_RULES}", "confidence": "in (0, 1)"}
+
+    def get_params(self) -> dict[str, Any]:
+        """The constructor's parameters (scikit-learn's ``get_params``).
+
+        Returns:
+            dict[str, Any]: name -> value.
+        """
+        return {k: getattr(self, k) for k in ("workflow", "encoder", *self._CONSTRAINTS)}
+
+    def _validate_params(self) -> None:
+        errs = [f"{k} must be {self._EXPECTED[k]}, got {getattr(self, k)!r}"
+                for k, ok in self._CONSTRAINTS.items() if not ok(getattr(self, k))]
+        if errs:
+            raise ValueError("WorkflowDetector: " + "; ".join(errs))
+
+    # -- encoding -----------------------------------------------------------------------------------
+    def _encoder(self):
+        from .streaming._common import resolve_encoder
+
+        return resolve_encoder(self.encoder)
+
+    def _embed(self, dialogues: list[list[dict[str, str]]], embeddings: Any) -> list[np.ndarray]:
+        if embeddings is not None:
+            embeddings = list(embeddings)
+            if len(embeddings) != len(dialogues):
+                raise ValueError(f"{len(embeddings)} embedding arrays for {len(dialogues)} dialogues")
+            out = []
+            for i, (t, e) in enumerate(zip(dialogues, embeddings)):
+                e = np.asarray(e, dtype=np.float64)
+                if e.ndim != 2 or e.shape[0] != len(t):
+                    raise ValueError(f"dialogue #{i}: embeddings of shape {e.shape} for {len(t)} turns")
+                out.append(_unit(e))
+            return out
+        enc = self._encoder()
+        if enc is None:
+            raise ValueError("WorkflowDetector without an encoder: pass embeddings=")
+        return [_unit(e) for e in enc.encode_dialogues(dialogues)]
+
+    # -- fitting ------------------------------------------------------------------------------------
+    def fit(self, dialogues: Sequence[Any], embeddings: Sequence[np.ndarray] | None = None,
+            show_progress: bool = False) -> WorkflowDetector:
+        """Fit on conformant dialogues: the node texts, the repeat structure and each task's threshold.
+
+        Args:
+            dialogues: Conformant records with ``task`` and ``turns`` (records with
+                ``system_nodes`` also label their system turns).
+            embeddings: One ``(n_turns, d)`` array per dialogue; None: encoded.
+            show_progress: Unused (kept for the detectors' common signature).
+
+        Returns:
+            self.
+
+        Raises:
+            ValueError: Invalid parameters (all listed), no dialogues, a dialogue without ``task``, a
+                task the workflow source lacks, or no workflow source.
+        """
+        del show_progress
+        self._validate_params()
+        self.__dict__.pop("thresholds_", None)  # a refit calibrates raw deviations
+        rows = list(dialogues)
+        if not rows:
+            raise ValueError("WorkflowDetector.fit: no conformant dialogues")
+        missing = [str(d.get("dialogue_id", i)) if isinstance(d, Mapping) else str(i)
+                   for i, d in enumerate(rows) if _task(d) is None]
+        if missing:
+            raise ValueError(f"WorkflowDetector.fit: {len(missing)} dialogue(s) without a 'task' field "
+                             f"(e.g. {', '.join(missing[:3])}); the detector needs each dialogue's task")
+        source = resolve_workflow(self.workflow)
+        tasks = sorted({_task(d) for d in rows})
+        unknown = [t for t in tasks if t not in source.tasks]
+        if unknown:
+            raise ValueError(f"WorkflowDetector.fit: task(s) {', '.join(unknown)} not in the workflow source "
+                             f"(it has {', '.join(sorted(source.tasks)[:30])}); pass the source they come from as workflow=")
+        turns = [as_turns(d["turns"] if isinstance(d, Mapping) else d) for d in rows]
+        emb = self._embed(turns, embeddings)
+        base = NodeAssigner(None, 0.0, self.reject_margin)
+        base.encoder = self._encoder()
+        base.fit(source)
+        self.min_similarity_ = (auto_min_similarity(base, self.auto_quantile) if self.min_similarity == "auto"
+                                else float(self.min_similarity))
+        base.min_similarity = self.min_similarity_
+        self.structures_ = {t: workflow_structure(source.tasks[t]) for t in tasks}
+        task_of = [_task(d) for d in rows]
+        sys_rows = [self._system_rows(t) for t in turns]
+        # nodes a conformant dialogue of the task says twice or more (loops the graph does not draw)
+        self.repeatable_ = {t: set() for t in tasks}
+        for i in range(len(rows)):
+            nodes = base.assign(task_of[i], emb[i][sys_rows[i]]).nodes
+            seen: set[str] = set()
+            for n in (x for x in nodes if x is not None):
+                if n in seen:
+                    self.repeatable_[task_of[i]].add(n)
+                seen.add(n)
+        self.repeatable_ = {t: frozenset(v) for t, v in self.repeatable_.items()}
+        # calibration statistics (cross-fit: each dialogue scored with the others folds' texts)
+        stats: dict[str, list[float]] = {t: [] for t in tasks}
+        if self.calibration == "cross_fit" and len(rows) >= 2:
+            from .streaming.decision import calibration_fold_ids
+
+            by_task = {t: [i for i in range(len(rows)) if task_of[i] == t] for t in tasks}
+            for t, idx in by_task.items():
+                if len(idx) < 2:
+                    stats[t].extend(self._statistic(base, t, turns[i], emb[i], sys_rows[i]) for i in idx)
+                    continue
+                fold = calibration_fold_ids(len(idx), self.calibration_folds, self.calibration_seed)
+                for f in np.unique(fold):
+                    train = [idx[j] for j in np.flatnonzero(fold != f)]
+                    a = self._with_train_texts(base, [(t, emb[i][sys_rows[i]]) for i in train])
+                    stats[t].extend(self._statistic(a, t, turns[idx[j]], emb[idx[j]], sys_rows[idx[j]])
+                                    for j in np.flatnonzero(fold == f))
+            final = self._with_train_texts(base, [(task_of[i], emb[i][sys_rows[i]]) for i in range(len(rows))])
+        else:
+            final = self._with_train_texts(base, [(task_of[i], emb[i][sys_rows[i]]) for i in range(len(rows))])
+            for i in range(len(rows)):
+                stats[task_of[i]].append(self._statistic(final, task_of[i], turns[i], emb[i], sys_rows[i]))
+        self.assigner_ = final
+        self.calibration_stats_ = {t: np.asarray(v, dtype=np.float64) for t, v in stats.items()}
+        self.thresholds_ = {t: self._threshold(v) for t, v in self.calibration_stats_.items()}
+        cents = {}
+        for t in tasks:
+            U = [e[[k for k, x in enumerate(tt) if x["speaker"] == "user"]] for tt, e, tk in zip(turns, emb, task_of) if tk == t]
+            U = [u for u in U if len(u)]
+            cents[t] = _unit(np.concatenate(U).mean(axis=0)) if U else None
+        self.user_centroids_ = cents
+        self.n_train_ = len(rows)
+        logger.info("wf detector: %d tasks, thresholds %s", len(tasks),
+                    {t: round(v, 4) for t, v in self.thresholds_.items()})
+        return self
+
+    @staticmethod
+    def _system_rows(turns: Sequence[Mapping[str, str]]) -> list[int]:
+        return [k for k, x in enumerate(turns) if x["speaker"] == "system"]
+
+    def _with_train_texts(self, base: NodeAssigner, parts: list[tuple[str, np.ndarray]]) -> NodeAssigner:
+        if not self.use_train_texts:
+            return base
+        return base.with_examples(parts)
+
+    def _statistic(self, assigner: NodeAssigner, task: str, turns, E: np.ndarray, sys_rows: list[int]) -> float:
+        d = self._deviations(assigner, task, turns, E)
+        return float(d.max()) if d.size else -math.inf
+
+    def _threshold(self, stats: np.ndarray) -> float:
+        from .streaming.decision import calibrate_threshold
+
+        finite = stats[np.isfinite(stats)]
+        if finite.size == 0:
+            return 0.0
+        t = calibrate_threshold(finite, "ss", self.false_alarm_rate, rule=self.threshold_rule,
+                                confidence=self.confidence)
+        return float(max(0.0, t))
+
+    def recalibrate(self, false_alarm_rate: float) -> WorkflowDetector:
+        """Move the operating point without refitting (the calibration statistics are kept).
+
+        Args:
+            false_alarm_rate: The new target in (0, 1).
+
+        Returns:
+            self.
+
+        Raises:
+            ValueError: An invalid rate.
+            NotFittedError: Not fitted.
+        """
+        self.check_is_fitted()
+        old, self.false_alarm_rate = self.false_alarm_rate, false_alarm_rate
+        try:
+            self._validate_params()
+        except ValueError:
+            self.false_alarm_rate = old
+            raise
+        self.thresholds_ = {t: self._threshold(v) for t, v in self.calibration_stats_.items()}
+        return self
+
+    # -- scoring --------------------------------------------------------------------------------------
+    def check_is_fitted(self) -> None:
+        """Raise unless :meth:`fit` (or :meth:`load`) has run.
+
+        Raises:
+            NotFittedError: Not fitted.
+        """
+        if not hasattr(self, "thresholds_"):
+            from .streaming._common import NotFittedError
+
+            raise NotFittedError("WorkflowDetector is not fitted: call fit(conformant_dialogues) first")
+
+    @property
+    def tasks(self) -> list[str]:
+        """The tasks the detector was fitted on."""
+        self.check_is_fitted()
+        return sorted(self.thresholds_)
+
+    def route(self, user_embeddings: np.ndarray, margin: float = 0.0) -> str | None:
+        """The fitted task whose train user turns the given user turns resemble most.
+
+        Args:
+            user_embeddings: The user turns seen so far, shape ``(n, d)`` (may be empty).
+            margin: Least lead (in summed cosine similarity) of the best task over the second for
+                a route; below it None (not sure yet).
+
+        Returns:
+            str | None: A fitted task, or None when unsure (or nothing is known yet).
+        """
+        self.check_is_fitted()
+        tasks = [t for t in self.tasks if self.user_centroids_.get(t) is not None]
+        U = np.asarray(user_embeddings, dtype=np.float64)
+        if len(tasks) == 1:
+            return tasks[0]
+        if not tasks or U.size == 0:
+            return None
+        C = np.stack([self.user_centroids_[t] for t in tasks])
+        s = (_unit(U.reshape(-1, C.shape[1])) @ C.T).sum(axis=0)
+        order = np.argsort(-s)
+        return tasks[int(order[0])] if s[order[0]] - s[order[1]] >= margin else None
+
+    def _deviations(self, assigner: NodeAssigner, task: str | None, turns, E: np.ndarray,
+                    routes: list[str] | None = None) -> np.ndarray:
+        rows = self._system_rows(turns)
+        if not rows:
+            return np.zeros(0)
+        answered = [any(x["speaker"] == "user" for x in turns[r + 1:(rows[j + 1] if j + 1 < len(rows) else len(turns))])
+                    for j, r in enumerate(rows)]
+        if task is None:
+            routes = routes or [self.route(E[[k for k in range(r) if turns[k]["speaker"] == "user"]], ROUTE_MARGIN)
+                                for r in rows]
+        else:
+            routes = [task] * len(rows)
+        out = np.empty(len(rows))
+        per_task: dict[str, np.ndarray] = {}
+        # one assignment per task needed; an unsure route (None) takes the task that fits best
+        for t in (self.tasks if None in routes else dict.fromkeys(routes)):
+            a = assigner.assign(t, E[rows])
+            rep = (repeat_flags(a.nodes, answered, self.structures_[t], self.repeatable_.get(t, frozenset()))
+                   if t in self.structures_ else None)
+            per_task[t] = turn_deviations(a.own_similarity, a.rival_similarity, rep,
+                                          min_similarity=self.min_similarity_, reject_margin=self.reject_margin,
+                                          repeat_weight=self.repeat_weight) - self._threshold_of(t)
+        for j, rt in enumerate(routes):
+            out[j] = per_task[rt][j] if rt is not None else min(v[j] for v in per_task.values())
+        return out
+
+    def _threshold_of(self, task: str) -> float:
+        return getattr(self, "thresholds_", {}).get(task, 0.0)
+
+    def assign(self, dialogue: Any, embeddings: np.ndarray | None = None):
+        """The node assignment of a dialogue's system turns (:class:`~.workflow_nodes.NodeAssignment`).
+
+        Args:
+            dialogue: A record (with ``task``; else routed) or a list of turns.
+            embeddings: ``(n_turns, d)``; None: encoded.
+
+        Returns:
+            NodeAssignment: Nodes (None: off-workflow), similarities, rivals, reasons.
+        """
+        self.check_is_fitted()
+        turns = as_turns(dialogue["turns"] if isinstance(dialogue, Mapping) and "turns" in dialogue else dialogue)
+        E = self._embed([turns], None if embeddings is None else [embeddings])[0]
+        task = _task(dialogue) or self.route(E[[k for k, x in enumerate(turns) if x["speaker"] == "user"]])
+        return self.assigner_.assign(task, E[self._system_rows(turns)])
+
+    def turn_deviations(self, dialogues: Sequence[Any], embeddings: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:
+        """How far every system turn of each dialogue deviates beyond its task's threshold (alarm where > 0).
+
+        Args:
+            dialogues: Records (``task`` used when present, else routed) or turn lists.
+            embeddings: One ``(n_turns, d)`` array per dialogue; None: encoded.
+
+        Returns:
+            list[np.ndarray]: One array per dialogue, one value per system turn: the turn's deviation
+            (:func:`turn_deviations`) minus the threshold of its task; for a dialogue without a
+            ``task``, of the task its user turns route to (:meth:`route`), and while the route is
+            unsure the smallest over the fitted tasks.
+        """
+        self.check_is_fitted()
+        turns = [as_turns(d["turns"] if isinstance(d, Mapping) and "turns" in d else d) for d in dialogues]
+        emb = self._embed(turns, embeddings)
+        return [self._deviations(self.assigner_, _task(d) if _task(d) in self.structures_ else None, t, e)
+                for d, t, e in zip(dialogues, turns, emb)]
+
+    def predict(self, dialogue: Any, embeddings: np.ndarray | None = None) -> int | None:
+        """The first deviating system turn (1-based) of one dialogue, or None.
+
+        Args:
+            dialogue: A record or a list of turns.
+            embeddings: ``(n_turns, d)``; None: encoded.
+
+        Returns:
+            int | None: The alarm's system turn.
+        """
+        return self.predict_many([dialogue], None if embeddings is None else [embeddings])[0]
+
+    def predict_many(self, dialogues: Sequence[Any], embeddings: Sequence[np.ndarray] | None = None,
+                     show_progress: bool = False) -> list[int | None]:
+        """:meth:`predict` of many dialogues (encoded in one batch).
+
+        Args:
+            dialogues: Records or turn lists.
+            embeddings: One ``(n_turns, d)`` array per dialogue; None: encoded.
+            show_progress: Unused (kept for the detectors' common signature).
+
+        Returns:
+            list[int | None]: One prediction per dialogue.
+        """
+        del show_progress
+        dialogues = list(dialogues)
+        return [first_alarm(dev, 0.0) for dev in self.turn_deviations(dialogues, embeddings)]
+
+    # -- streaming --------------------------------------------------------------------------------------
+    def start(self, task: str | None = None) -> WorkflowStream:
+        """A streaming session: feed turns one at a time with :meth:`WorkflowStream.update`.
+
+        Args:
+            task: The conversation's task; None: routed from its user turns.
+
+        Returns:
+            WorkflowStream: The session.
+
+        Raises:
+            KeyError: ``task`` was not fitted.
+        """
+        self.check_is_fitted()
+        if task is not None and task not in self.thresholds_:
+            raise KeyError(f"task {task!r} was not fitted (fitted: {', '.join(self.tasks)})")
+        return WorkflowStream(self, task)
+
+    # -- persistence ------------------------------------------------------------------------------------
+    def config(self) -> dict[str, Any]:
+        """The detector's parameters as JSON-safe values (the workflow as its spec string).
+
+        Returns:
+            dict[str, Any]: The configuration.
+        """
+        p = self.get_params()
+        p["workflow"] = self._workflow_spec()
+        enc = self.encoder
+        p["encoder"] = enc if isinstance(enc, str) or enc is None else (getattr(enc, "alias", None) or getattr(enc, "name", None))
+        return p
+
+    def _workflow_spec(self) -> str | None:
+        w = self.workflow
+        if w is None:
+            return None
+        if isinstance(w, str | os.PathLike):
+            return os.fspath(w)
+        path = getattr(w, "path", None)
+        kind = "star" if type(w).__name__ == "StarCorpus" else "workflow"
+        return f"{kind}:{path}" if path is not None else None
+
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write the fitted detector to a folder (``config.json`` + ``arrays.npz``), atomically per file.
+
+        The workflow source is saved by reference (its spec); loading reads it again.
+
+        Args:
+            path: The folder (created).
+
+        Returns:
+            Path: The folder.
+
+        Raises:
+            NotFittedError: Not fitted.
+        """
+        from dialfork_dataset.atomic import write_bytes_atomic, write_text_atomic
+
+        self.check_is_fitted()
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        a = self.assigner_
+        arrays = {"P": a.P_, "owners": a.owners_}
+        for t, v in self.calibration_stats_.items():
+            arrays[f"stats/{t}"] = v
+        for t, c in self.user_centroids_.items():
+            if c is not None:
+                arrays[f"user/{t}"] = c
+        import io
+
+        buf = io.BytesIO()
+        np.savez(buf, **arrays)
+        write_bytes_atomic(path / "arrays.npz", buf.getvalue())
+        meta = {"format": FORMAT, "format_version": 1, "config": self.config(), "thresholds": self.thresholds_,
+                "keys": [list(k) for k in a.keys_], "tasks": {t: [n for _, n in ks] for t, ks in a.tasks_.items()},
+                "fitted_tasks": self.tasks, "n_train": self.n_train_, "min_similarity": self.min_similarity_,
+                "repeatable": {t: sorted(v) for t, v in self.repeatable_.items()}}
+        write_text_atomic(path / "config.json", json.dumps(meta, indent=2) + "\n")
+        return path
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, encoder: Any = None, workflow: Any = None) -> WorkflowDetector:
+        """Load a folder written by :meth:`save`.
+
+        Args:
+            path: The folder.
+            encoder: Encoder override (alias/path/object); None: the saved name.
+            workflow: Workflow source override; None: the saved spec (or ``$DIALFORK_STAR_DIR``).
+
+        Returns:
+            WorkflowDetector: The fitted detector.
+
+        Raises:
+            ValueError: Not a saved workflow detector, or its arrays do not match its config.
+            FileNotFoundError: A file is missing.
+        """
+        path = Path(path)
+        meta = json.loads((path / "config.json").read_text(encoding="utf-8"))
+        if meta.get("format") != FORMAT:
+            raise ValueError(f"{path}: not a saved workflow detector (format {meta.get('format')!r})")
+        cfg = dict(meta["config"])
+        if encoder is not None:
+            cfg["encoder"] = encoder
+        if workflow is not None:
+            cfg["workflow"] = workflow
+        det = cls(**cfg)
+        source = resolve_workflow(det.workflow)
+        with np.load(path / "arrays.npz") as z:
+            arrays = {k: z[k] for k in z.files}
+        det.min_similarity_ = float(meta["min_similarity"])
+        a = NodeAssigner(det._encoder(), det.min_similarity_, det.reject_margin)
+        a.restore(source, [tuple(k) for k in meta["keys"]], meta["tasks"], arrays["P"], arrays["owners"])
+        det.assigner_ = a
+        tasks = list(meta["fitted_tasks"])
+        det.structures_ = {t: workflow_structure(source.tasks[t]) for t in tasks}
+        det.thresholds_ = {t: float(meta["thresholds"][t]) for t in tasks}
+        det.calibration_stats_ = {t: arrays.get(f"stats/{t}", np.zeros(0)) for t in tasks}
+        det.user_centroids_ = {t: arrays.get(f"user/{t}") for t in tasks}
+        det.n_train_ = int(meta.get("n_train", 0))
+        det.repeatable_ = {t: frozenset(meta.get("repeatable", {}).get(t, ())) for t in tasks}
+        return det
+
+
+class WorkflowStream:
+    """One conversation watched by a :class:`WorkflowDetector` (see :meth:`WorkflowDetector.start`).
+
+    Args:
+        detector: The fitted detector.
+        task: The conversation's task; None: routed from its user turns at each system turn.
+
+    Attributes:
+        turns: The turns seen so far.
+        deviations: The deviation of each system turn.
+        nodes: The node of each system turn (None: off-workflow).
+        flag: The first alarm's system turn, or None.
+    """
+
+    def __init__(self, detector: WorkflowDetector, task: str | None = None):
+        self._det = detector
+        self.task = task
+        self.turns: list[dict[str, str]] = []
+        self._E: list[np.ndarray] = []
+        self.deviations: list[float] = []
+        self.nodes: list[str | None] = []
+        self.routes: list[str | None] = []
+        self.flag: int | None = None
+
+    def update(self, turn: Any, embedding: np.ndarray | None = None) -> int | None:
+        """Feed the next turn; a system turn gets its deviation.
+
+        Args:
+            turn: ``{"speaker", "text"}``.
+            embedding: Its embedding; None: encoded with the detector's encoder.
+
+        Returns:
+            int | None: The system turn index of the alarm this turn raises (every deviating turn
+            alarms; :attr:`flag` keeps the first), or None.
+        """
+        t = as_turns([turn], where=f"turn {len(self.turns)}")[0]
+        det = self._det
+        if embedding is None:
+            enc = det._encoder()
+            if enc is None:
+                raise ValueError("update() without an embedding needs a detector built with an encoder")
+            embedding = enc.encode([t["text"]])[0]
+        self.turns.append(t)
+        self._E.append(_unit(np.asarray(embedding, dtype=np.float64).reshape(-1)))
+        if t["speaker"] != "system":
+            return None
+        E = np.stack(self._E)
+        users = [k for k, x in enumerate(self.turns) if x["speaker"] == "user"]
+        route = self.task or det.route(E[users], ROUTE_MARGIN)
+        self.routes.append(route)
+        # the deviation of this turn, exactly as offline: the system turns so far under the task (or
+        # the route each had when it was said; the repeat rule reads the earlier nodes)
+        d = det._deviations(det.assigner_, self.task, self.turns, E)
+        self.nodes.append(det.assigner_.assign(route, E[-1:]).nodes[0] if route is not None else None)
+        dev = float(d[-1])
+        self.deviations.append(dev)
+        if dev > 0:
+            j = len(self.deviations)
+            if self.flag is None:
+                self.flag = j
+            return j
+        return None
+
+
+__all__ = ["WorkflowDetector", "WorkflowStream", "WorkflowStructure", "auto_min_similarity", "first_alarm", "repeat_flags",
+           "resolve_workflow", "turn_deviations", "workflow_structure"]
