@@ -12,6 +12,7 @@ name       detector
 ``random`` :class:`RandomTurnBaseline` (``seed=``)
 ``llm``    :class:`LLMDetector` (``model=``, ``backend=``, ``with_workflow=``...)
 ``wf``     :class:`WorkflowDetector` (workflow-aware: node assignment with rejection, repeats)
+``wf-sup`` :class:`SupervisedWorkflowDetector` (per-turn classifier fitted on forked dialogues)
 =========  ===========================================================================
 """
 
@@ -26,7 +27,7 @@ from .baselines import FirstTurnBaseline, LastTurnBaseline, RandomTurnBaseline, 
 
 STREAMING_DETECTORS: tuple[str, ...] = ("it", "ss", "it+nc", "ss+nc")
 BASELINES: tuple[str, ...] = ("first", "last", "random")
-WORKFLOW_DETECTORS: tuple[str, ...] = ("wf",)
+WORKFLOW_DETECTORS: tuple[str, ...] = ("wf", "wf-sup")
 DETECTOR_NAMES: tuple[str, ...] = (*STREAMING_DETECTORS, *WORKFLOW_DETECTORS, *BASELINES, "llm")
 
 
@@ -56,6 +57,10 @@ def make_detector(name: str, **kwargs: Any):
         from .workflow_detector import WorkflowDetector
 
         return WorkflowDetector(**kwargs)
+    if key == "wf-sup":
+        from .workflow_supervised import SupervisedWorkflowDetector
+
+        return SupervisedWorkflowDetector(**kwargs)
     if key == "first":
         return FirstTurnBaseline(**kwargs)
     if key == "last":
@@ -99,4 +104,8 @@ def load_detector(path: str | os.PathLike, encoder: Any = None):
         from .workflow_detector import WorkflowDetector
 
         return WorkflowDetector.load(path, encoder=encoder)
+    if fmt == "dialfork-task3-workflow-supervised":
+        from .workflow_supervised import SupervisedWorkflowDetector
+
+        return SupervisedWorkflowDetector.load(path, encoder=encoder)
     raise ValueError(f"{cfg}: unknown detector format {fmt!r}")

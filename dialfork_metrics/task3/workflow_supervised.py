@@ -1,0 +1,949 @@
+"""A supervised streaming Task 3 detector (``wf-sup``): a per-turn classifier over workflow features.
+
+Where ``wf`` (:mod:`.workflow_detector`) alarms on a hand-set rule calibrated on conformant dialogues
+alone, ``wf-sup`` learns the rule from *forked* train dialogues. Each system turn ``j`` of a dialogue
+of task ``t`` gets task-independent features (:data:`FEATURES`, :func:`turn_features`), all causal
+(they read turns ``1..j`` only, so the detector streams):
+
+* the :class:`~.workflow_nodes.NodeAssigner`'s view: own-workflow similarity, best rival-workflow
+  similarity, their difference, ``wf``'s raw deviation, whether the turn was rejected (off-workflow),
+  the similarity to the nearest system turn of the task's conformant train dialogues;
+* the workflow graph's view: the answered question asked again (:func:`~.workflow_detector.repeat_flags`),
+  the number of question steps that dominate the turn's node in the graph
+  (``networkx.immediate_dominators`` from the start node) and were not said yet ("a query before its
+  slots were collected"), the same node as the previous system turn, the node a possible next step of
+  the previous one (through non-action nodes), a node that may come anywhere (greeting, closing, a
+  dead end);
+* the position: ``log j``, the previous turns' largest deviation and the change of the deviation.
+
+Labels (:func:`turn_labels`): the fork turn ``t_k`` of a fork is positive, the turns before it and
+every turn of a conformant dialogue negative, the turns after ``t_k`` are dropped. The classifier
+(:func:`fit_turn_classifier`) is a class-balanced logistic regression on standardised features
+(``model="logistic"``) or a histogram gradient boosting (``"hgb"``). A dialogue alarms at the first
+system turn whose probability exceeds the threshold, calibrated at ``false_alarm_rate`` on the
+conformant dialogues' largest *out-of-fold* probability (folds by source dialogue, so that a fork and
+its source are never on two sides; the features of a fold are computed with the node texts of the
+other folds' conformant dialogues, as a test dialogue is).
+
+The classifier never sees a task's name: fitted on the forks of some tasks, it scores the dialogues of
+any task of the workflow source (the leave-task-out protocol of issue 39). A task without conformant
+fit dialogues is read off the workflow's own texts alone.
+
+Saved folders hold arrays and JSON only (the logistic model's scaler and coefficients); a detector
+with ``model="hgb"`` cannot be saved (no pickle).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dialfork_dataset.turns import as_turns
+
+from .workflow_detector import (
+    ROUTE_MARGIN,
+    THRESHOLD_RULES,
+    WorkflowDetector,
+    WorkflowStructure,
+    _task,
+    _unit,
+    auto_min_similarity,
+    repeat_flags,
+    resolve_workflow,
+    turn_deviations,
+    workflow_structure,
+)
+from .workflow_nodes import GENERIC_NODE_NAMES, NodeAssigner
+
+logger = logging.getLogger("dialfork_metrics.task3.workflow_supervised")
+
+FORMAT = "dialfork-task3-workflow-supervised"
+MODELS = ("logistic", "hgb")
+FEATURES: tuple[str, ...] = (
+    "own", "rival", "rival_minus_own", "deviation", "train_similarity", "off_workflow", "repeat",
+    "missing_asks", "same_as_previous", "allowed_transition", "anywhere_node", "log_turn",
+    "previous_max_deviation", "deviation_change",
+)
+"""The per-turn features, in column order (see the module doc)."""
+_NO_RIVAL = -1.0
+_FORK_SUFFIX = re.compile(r"-(WIC|GR|CSC|SSPC)-k\d+(-[A-Za-z_]+)?$")
+
+
+# -- the workflow graph's view ------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class TaskGraph:
+    """What the features read of one task's workflow graph.
+
+    Attributes:
+        structure: The repeat rule's :class:`~.workflow_detector.WorkflowStructure`.
+        dominating_asks: node -> the question steps that dominate it (every path from the start
+            node to it passes them).
+        next_actions: node -> the action nodes that may follow it (through non-action nodes).
+        anywhere: Nodes that may come at any point (generic names, dead ends, unreachable from the
+            start node).
+    """
+
+    structure: WorkflowStructure
+    dominating_asks: Mapping[str, frozenset[str]]
+    next_actions: Mapping[str, frozenset[str]]
+    anywhere: frozenset[str]
+
+
+def task_graph(task: Any) -> TaskGraph:
+    """The :class:`TaskGraph` of a workflow task.
+
+    The start node is ``hello`` when the graph has it, else the source node with the most
+    descendants.
+
+    Args:
+        task: A workflow task (``kinds`` and ``digraph()``).
+
+    Returns:
+        TaskGraph: Its dominating question steps, next action steps and anywhere nodes.
+    """
+    import networkx as nx
+
+    g = task.digraph()
+    kinds = dict(task.kinds)
+    structure = workflow_structure(task)
+    dom: dict[str, frozenset[str]] = {}
+    reachable: set[str] = set()
+    if g.number_of_nodes():
+        sources = [n for n in g.nodes if g.in_degree(n) == 0] or list(g.nodes)
+        root = "hello" if "hello" in g else max(sources, key=lambda n: (len(nx.descendants(g, n)), str(n)))
+        idom = nx.immediate_dominators(g, root)
+        reachable = set(idom)
+        for n in idom:
+            chain, m = [], n
+            while idom.get(m) is not None and idom[m] != m:
+                m = idom[m]
+                chain.append(m)
+            dom[n] = frozenset(c for c in chain if c in structure.asks)
+    nxt: dict[str, frozenset[str]] = {}
+    for n in g.nodes:
+        out, stack, seen = set(), list(g.successors(n)), set()
+        while stack:
+            m = stack.pop()
+            if m in seen:
+                continue
+            seen.add(m)
+            if kinds.get(m) == "action":
+                out.add(m)
+            else:
+                stack.extend(g.successors(m))
+        nxt[n] = frozenset(out)
+    actions = [n for n, k in kinds.items() if k == "action"]
+    anywhere = frozenset(n for n in actions if n in GENERIC_NODE_NAMES or "bye" in n.split("_")
+                         or n in structure.resets or n not in reachable)
+    return TaskGraph(structure, dom, nxt, anywhere)
+
+
+def turn_features(own: np.ndarray, rival: np.ndarray, train_similarity: np.ndarray, nodes: Sequence[str | None],
+                  answered: Sequence[bool], graph: TaskGraph, *, repeatable: frozenset[str] | set[str] = frozenset(),
+                  min_similarity: float, reject_margin: float) -> np.ndarray:
+    """The feature matrix of a dialogue's system turns (columns :data:`FEATURES`); row ``j`` reads turns ``<= j`` only.
+
+    Args:
+        own: Similarity to the best node of the task's workflow, per system turn.
+        rival: Similarity to the best node of another workflow (``-inf``: none).
+        train_similarity: Similarity to the nearest conformant train system turn of the task
+            (NaN: none known; the own similarity is used).
+        nodes: The assigned node of each system turn (None: off-workflow).
+        answered: Whether a user turn followed each system turn (row ``j`` reads it for turns ``< j``).
+        graph: The task's :class:`TaskGraph`.
+        repeatable: Nodes the task's conformant dialogues say more than once.
+        min_similarity: The own-similarity floor of the deviation.
+        reject_margin: The rival margin of the deviation.
+
+    Returns:
+        np.ndarray: float64, shape ``(n, len(FEATURES))``.
+
+    Example:
+        >>> g = TaskGraph(WorkflowStructure(frozenset({"ask"}), {"ask": frozenset({"inform"}), "inform": frozenset()},
+        ...               frozenset()), {"ask": frozenset(), "inform": frozenset({"ask"})},
+        ...               {"ask": frozenset({"inform"}), "inform": frozenset()}, frozenset())
+        >>> X = turn_features(np.array([0.9, 0.8]), np.array([0.1, -np.inf]), np.array([np.nan, 0.7]),
+        ...                   ["inform", "ask"], [True, True], g, min_similarity=0.45, reject_margin=0.1)
+        >>> float(X[0, FEATURES.index("missing_asks")]), float(X[1, FEATURES.index("allowed_transition")])
+        (1.0, 0.0)
+    """
+    own = np.asarray(own, dtype=np.float64)
+    n = own.size
+    rival = np.asarray(rival, dtype=np.float64)
+    rival = np.where(np.isfinite(rival), rival, _NO_RIVAL)
+    train = np.asarray(train_similarity, dtype=np.float64)
+    train = np.where(np.isfinite(train), train, own)
+    rep = repeat_flags(list(nodes), list(answered), graph.structure, frozenset(repeatable))
+    dev = turn_deviations(own, rival, None, min_similarity=min_similarity, reject_margin=reject_margin)
+    X = np.zeros((n, len(FEATURES)))
+    X[:, 0], X[:, 1], X[:, 2], X[:, 3], X[:, 4] = own, rival, rival - own, dev, train
+    visited: set[str] = set()
+    prev: str | None = None
+    for j, node in enumerate(nodes):
+        X[j, 5] = float(node is None)
+        X[j, 6] = float(rep[j])
+        if node is not None:
+            X[j, 7] = float(len(graph.dominating_asks.get(node, frozenset()) - visited))
+            X[j, 8] = float(prev is not None and node == prev)
+            X[j, 9] = float(prev is not None and node in graph.next_actions.get(prev, frozenset()))
+            X[j, 10] = float(node in graph.anywhere)
+        X[j, 11] = math.log(j + 1)
+        X[j, 12] = float(dev[:j].max()) if j else -1.0
+        X[j, 13] = float(dev[j] - dev[j - 1]) if j else 0.0
+        if node is not None:
+            visited.add(node)
+        prev = node
+    return X
+
+
+def turn_labels(num_system_turns: int, fork_turn: int | None) -> np.ndarray:
+    """The per-turn labels of one dialogue: 1 at the fork turn, 0 before it, -1 (dropped) after it.
+
+    Args:
+        num_system_turns: The dialogue's number of system turns ``T``.
+        fork_turn: The 1-based fork turn ``t_k``; None for a conformant dialogue (all 0).
+
+    Returns:
+        np.ndarray: int64 of length ``T``.
+
+    Raises:
+        ValueError: ``fork_turn`` outside ``1..T``.
+
+    Example:
+        >>> turn_labels(4, 2).tolist(), turn_labels(3, None).tolist()
+        ([0, 1, -1, -1], [0, 0, 0])
+    """
+    y = np.zeros(num_system_turns, dtype=np.int64)
+    if fork_turn is None:
+        return y
+    if not 1 <= fork_turn <= num_system_turns:
+        raise ValueError(f"fork_turn {fork_turn} outside 1..{num_system_turns}")
+    y[fork_turn - 1] = 1
+    y[fork_turn:] = -1
+    return y
+
+
+# -- the classifier core (arrays only) -----------------------------------------------------------------
+
+class TurnClassifier:
+    """A fitted per-turn classifier: :meth:`probability` of a deviation for feature rows.
+
+    The logistic model is kept as arrays (``mean``, ``scale``, ``coef``, ``intercept``), so it is
+    evaluated with numpy and saved without pickle; ``hgb`` keeps scikit-learn's estimator. A training
+    set with one class only gives a constant (its share of positives).
+
+    Args:
+        model: ``"logistic"``, ``"hgb"`` or ``"constant"``.
+        arrays: The logistic model's arrays, or ``{"p": [p]}`` for the constant.
+        estimator: The ``hgb`` estimator.
+    """
+
+    def __init__(self, model: str, arrays: Mapping[str, np.ndarray] | None = None, estimator: Any = None):
+        self.model = model
+        self.arrays = {k: np.asarray(v, dtype=np.float64) for k, v in (arrays or {}).items()}
+        self.estimator = estimator
+
+    def probability(self, X: np.ndarray) -> np.ndarray:
+        """The probability of a deviation of each row.
+
+        Args:
+            X: Feature rows, shape ``(n, len(FEATURES))``.
+
+        Returns:
+            np.ndarray: float64 of length ``n``.
+        """
+        X = np.asarray(X, dtype=np.float64).reshape(-1, len(FEATURES))
+        if self.model == "constant":
+            return np.full(len(X), float(self.arrays["p"][0]))
+        if self.model == "logistic":
+            a = self.arrays
+            z = ((X - a["mean"]) / a["scale"]) @ a["coef"] + a["intercept"][0]
+            return 1.0 / (1.0 + np.exp(-np.clip(z, -500, 500)))
+        if not len(X):
+            return np.zeros(0)
+        return np.asarray(self.estimator.predict_proba(X)[:, 1], dtype=np.float64)
+
+
+def fit_turn_classifier(X: np.ndarray, y: np.ndarray, model: str = "logistic", *, C: float = 1.0,
+                        seed: int = 0) -> TurnClassifier:
+    """Fit the per-turn classifier on labelled feature rows.
+
+    Args:
+        X: Feature rows, shape ``(n, f)``.
+        y: 0/1 labels, shape ``(n,)``.
+        model: ``"logistic"`` (class-balanced logistic regression on standardised features) or
+            ``"hgb"`` (class-balanced ``HistGradientBoostingClassifier``).
+        C: Inverse regularisation strength of the logistic model.
+        seed: Random state of ``hgb``.
+
+    Returns:
+        TurnClassifier: The fitted classifier.
+
+    Raises:
+        ValueError: An unknown model, or ``X`` and ``y`` of different lengths.
+
+    Example:
+        >>> X = np.array([[0.0], [0.1], [0.9], [1.0]]); y = np.array([0, 0, 1, 1])
+        >>> clf = fit_turn_classifier(np.hstack([X] * 14), y)
+        >>> (clf.probability(np.hstack([X] * 14)) > 0.5).astype(int).tolist()
+        [0, 0, 1, 1]
+    """
+    X = np.asarray(X, dtype=np.float64)
+    y = np.asarray(y, dtype=np.int64)
+    if model not in MODELS:
+        raise ValueError(f"model must be one of {MODELS}, got {model!r}")
+    if X.ndim != 2 or len(X) != len(y):
+        raise ValueError(f"fit_turn_classifier: X of shape {X.shape} for {len(y)} labels")
+    if len(np.unique(y)) < 2:
+        return TurnClassifier("constant", {"p": np.array([float(y.mean()) if y.size else 0.0])})
+    if model == "logistic":
+        from sklearn.linear_model import LogisticRegression
+        from sklearn.pipeline import Pipeline
+        from sklearn.preprocessing import StandardScaler
+
+        pipe = Pipeline([("scale", StandardScaler()),
+                         ("clf", LogisticRegression(C=C, class_weight="balanced", max_iter=2000))]).fit(X, y)
+        sc, lr = pipe.named_steps["scale"], pipe.named_steps["clf"]
+        scale = np.where(sc.scale_ > 0, sc.scale_, 1.0)
+        return TurnClassifier("logistic", {"mean": sc.mean_, "scale": scale, "coef": lr.coef_[0],
+                                           "intercept": lr.intercept_})
+    from sklearn.ensemble import HistGradientBoostingClassifier
+
+    est = HistGradientBoostingClassifier(class_weight="balanced", random_state=seed, max_iter=100,
+                                         learning_rate=0.1, max_leaf_nodes=15).fit(X, y)
+    return TurnClassifier("hgb", estimator=est)
+
+
+def out_of_fold_probabilities(X: np.ndarray, y: np.ndarray, fold: np.ndarray, model: str = "logistic", *,
+                              C: float = 1.0, seed: int = 0) -> np.ndarray:
+    """Each row's probability under a classifier fitted on the other folds' rows.
+
+    Args:
+        X: Feature rows, shape ``(n, f)``.
+        y: 0/1 labels, shape ``(n,)``.
+        fold: The fold of each row (rows of one dialogue, or of one source, share it).
+        model: As :func:`fit_turn_classifier`.
+        C: As :func:`fit_turn_classifier`.
+        seed: As :func:`fit_turn_classifier`.
+
+    Returns:
+        np.ndarray: float64 of length ``n``.
+    """
+    fold = np.asarray(fold)
+    out = np.empty(len(y))
+    for f in np.unique(fold):
+        te = fold == f
+        out[te] = fit_turn_classifier(X[~te], y[~te], model, C=C, seed=seed).probability(X[te])
+    return out
+
+
+def source_of(record: Any, index: int = 0) -> str:
+    """The source dialogue of a record: ``source_id``, else its id without a fork suffix (``-GR-k2``).
+
+    Args:
+        record: A record (mapping) or a list of turns.
+        index: Its position (the group of a record without an id).
+
+    Returns:
+        str: The group key that keeps a fork with its source.
+
+    Example:
+        >>> source_of({"dialogue_id": "weather-4-GR-k2"}), source_of({"dialogue_id": "w-1-SSPC-k1-skip"})
+        ('weather-4', 'w-1')
+    """
+    if isinstance(record, Mapping):
+        if record.get("source_id"):
+            return str(record["source_id"])
+        if record.get("dialogue_id"):
+            return _FORK_SUFFIX.sub("", str(record["dialogue_id"]))
+    return f"#{index}"
+
+
+# -- the detector -----------------------------------------------------------------------------------------
+
+class SupervisedWorkflowDetector(WorkflowDetector):
+    """Supervised streaming Task 3 detector (registry name ``wf-sup``; see the module doc).
+
+    It reuses :class:`~.workflow_detector.WorkflowDetector`'s machinery (encoding, node assignment,
+    routing of a dialogue without ``task``) and replaces its rule by a per-turn classifier.
+
+    Args:
+        workflow: The dialogues' workflow source (object, spec or path); None: ``$DIALFORK_STAR_DIR``.
+        encoder: Encoder alias/path or object; None: pass ``embeddings`` everywhere.
+        model: ``"logistic"`` (default) or ``"hgb"``.
+        C: Inverse regularisation strength of the logistic model.
+        false_alarm_rate: Target share of conformant dialogues that alarm (default 5%).
+        min_similarity: The own-similarity floor of the deviation feature; ``"auto"``: read off the
+            workflow's texts (:func:`~.workflow_detector.auto_min_similarity`).
+        auto_quantile: The quantile of ``min_similarity="auto"``.
+        reject_margin: The rival margin of the node assigner and the deviation feature.
+        use_train_texts: Add the conformant fit dialogues' system turns to their nodes' texts.
+        folds: Folds (by source dialogue) of the out-of-fold features and probabilities (>= 2).
+        seed: Seed of ``hgb``.
+        threshold_rule: ``"upper_bound"`` (default), ``"conformal"`` or ``"percentile"``.
+        confidence: Confidence of ``upper_bound``.
+
+    Fitted attributes: ``assigner_``, ``classifier_`` (:class:`TurnClassifier`), ``threshold_``,
+    ``calibration_stats_`` (the conformant fit dialogues' largest out-of-fold probability),
+    ``fitted_tasks_``, ``forked_tasks_`` (tasks with forks in the fit set), ``train_turns_`` (task ->
+    conformant system-turn embeddings), ``repeatable_``, ``user_centroids_``, ``min_similarity_``,
+    ``source_``, ``n_train_``, ``n_forks_``.
+    """
+
+    name = "wf-sup"
+
+    def __init__(self, workflow: Any = None, encoder: Any = "minilm", model: str = "logistic", C: float = 1.0,
+                 false_alarm_rate: float = 0.05, min_similarity: float | str = "auto", auto_quantile: float = 0.05,
+                 reject_margin: float = 0.1, use_train_texts: bool = True, folds: int = 5, seed: int = 0,
+                 threshold_rule: str = "upper_bound", confidence: float = 0.95):
+        self.workflow = workflow
+        self.encoder = encoder
+        self.model = model
+        self.C = C
+        self.false_alarm_rate = false_alarm_rate
+        self.min_similarity = min_similarity
+        self.auto_quantile = auto_quantile
+        self.reject_margin = reject_margin
+        self.use_train_texts = use_train_texts
+        self.folds = folds
+        self.seed = seed
+        self.threshold_rule = threshold_rule
+        self.confidence = confidence
+
+    def __repr__(self) -> str:
+        fitted = f", tasks={self.fitted_tasks_}" if hasattr(self, "classifier_") else ""
+        return f"SupervisedWorkflowDetector(model={self.model!r}, false_alarm_rate={self.false_alarm_rate}{fitted})"
+
+    _CONSTRAINTS: dict[str, Any] = {
+        "model": lambda v: v in MODELS,
+        "C": lambda v: isinstance(v, int | float) and not isinstance(v, bool) and v > 0,
+        "false_alarm_rate": lambda v: isinstance(v, int | float) and 0 < v < 1,
+        "min_similarity": lambda v: v == "auto" or (isinstance(v, int | float) and -1 <= v <= 1),
+        "auto_quantile": lambda v: isinstance(v, int | float) and 0 < v < 1,
+        "reject_margin": lambda v: isinstance(v, int | float) and -2 <= v <= 2,
+        "use_train_texts": lambda v: isinstance(v, bool),
+        "folds": lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 2,
+        "seed": lambda v: isinstance(v, int) and not isinstance(v, bool),
+        "threshold_rule": lambda v: v in THRESHOLD_RULES,
+        "confidence": lambda v: isinstance(v, int | float) and 0 < v < 1,
+    }
+    _EXPECTED = {"model": f"one of {MODELS}", "C": "a number > 0", "false_alarm_rate": "in (0, 1)",
+                 "min_similarity": "'auto' or in [-1, 1]", "auto_quantile": "in (0, 1)",
+                 "reject_margin": "in [-2, 2]", "use_train_texts": "a bool", "folds": "an integer >= 2",
+                 "seed": "an integer", "threshold_rule": f"one of {THRESHOLD_RULES}", "confidence": "in (0, 1)"}
+
+    def _validate_params(self) -> None:
+        errs = [f"{k} must be {self._EXPECTED[k]}, got {getattr(self, k)!r}"
+                for k, ok in self._CONSTRAINTS.items() if not ok(getattr(self, k))]
+        if errs:
+            raise ValueError("SupervisedWorkflowDetector: " + "; ".join(errs))
+
+    # -- per-task pieces ----------------------------------------------------------------------------------
+    def _graph(self, task: str) -> TaskGraph:
+        cache = self.__dict__.setdefault("_graphs", {})
+        if task not in cache:
+            cache[task] = task_graph(self.source_.tasks[task])
+        return cache[task]
+
+    def _features(self, assigner: NodeAssigner, task: str, turns: Sequence[Mapping[str, str]], E: np.ndarray,
+                  train_turns: Mapping[str, np.ndarray]) -> np.ndarray:
+        rows = self._system_rows(turns)
+        if not rows:
+            return np.zeros((0, len(FEATURES)))
+        answered = [any(x["speaker"] == "user" for x in turns[r + 1:(rows[j + 1] if j + 1 < len(rows) else len(turns))])
+                    for j, r in enumerate(rows)]
+        a = assigner.assign(task, E[rows])
+        T = train_turns.get(task)
+        train_sim = (E[rows] @ T.T).max(axis=1) if T is not None and len(T) else np.full(len(rows), np.nan)
+        return turn_features(a.own_similarity, a.rival_similarity, train_sim, a.nodes, answered, self._graph(task),
+                             repeatable=self.repeatable_.get(task, frozenset()),
+                             min_similarity=self.min_similarity_, reject_margin=self.reject_margin)
+
+    def _probabilities(self, task: str | None, turns, E: np.ndarray) -> np.ndarray:
+        """Raw per-system-turn probabilities (routed like ``wf`` when ``task`` is None)."""
+        rows = self._system_rows(turns)
+        if not rows:
+            return np.zeros(0)
+        if task is not None:
+            return self.classifier_.probability(self._features(self.assigner_, task, turns, E, self.train_turns_))
+        routes = [self.route(E[[k for k in range(r) if turns[k]["speaker"] == "user"]], ROUTE_MARGIN) for r in rows]
+        per_task = {t: self.classifier_.probability(self._features(self.assigner_, t, turns, E, self.train_turns_))
+                    for t in (self.tasks if None in routes else dict.fromkeys(routes))}
+        return np.array([per_task[rt][j] if rt is not None else min(v[j] for v in per_task.values())
+                         for j, rt in enumerate(routes)])
+
+    def _known_task(self, d: Any) -> str | None:
+        t = _task(d)
+        return t if t is not None and t in self.source_.tasks else None
+
+    # -- fitting ------------------------------------------------------------------------------------------
+    def fit(self, dialogues: Sequence[Any], embeddings: Sequence[np.ndarray] | None = None,
+            show_progress: bool = False) -> SupervisedWorkflowDetector:
+        """Fit on forked and conformant dialogues: node texts, the per-turn classifier, its threshold.
+
+        Args:
+            dialogues: Records with ``task``, ``turns``, ``hallucination_type`` (None: conformant) and,
+                for forks, ``fork_turn`` (1-based system turn). Both kinds are needed.
+            embeddings: One ``(n_turns, d)`` array per dialogue; None: encoded.
+            show_progress: Unused (kept for the detectors' common signature).
+
+        Returns:
+            self.
+
+        Raises:
+            ValueError: Invalid parameters (all listed), no dialogues, no forks (``wf-sup`` learns
+                from forks; ``wf`` fits on conformant dialogues alone), no conformant dialogues,
+                records without ``task`` or with a bad ``fork_turn`` (listed), a task the workflow
+                source lacks, or no workflow source.
+        """
+        del show_progress
+        self._validate_params()
+        rows = list(dialogues)
+        if not rows:
+            raise ValueError("SupervisedWorkflowDetector.fit: no dialogues")
+        name = [str(d.get("dialogue_id", i)) if isinstance(d, Mapping) else str(i) for i, d in enumerate(rows)]
+        missing = [name[i] for i, d in enumerate(rows) if _task(d) is None]
+        if missing:
+            raise ValueError(f"SupervisedWorkflowDetector.fit: {len(missing)} dialogue(s) without a 'task' field "
+                             f"(e.g. {', '.join(missing[:3])}); the detector needs each dialogue's task")
+        is_fork = [bool(d.get("hallucination_type")) for d in rows]
+        if not any(is_fork):
+            raise ValueError("SupervisedWorkflowDetector.fit: no forked dialogues; wf-sup learns from forked train "
+                             "dialogues (records with hallucination_type and fork_turn, e.g. a corpus's task3 test "
+                             "split or the star-human track's train split); to fit on conformant dialogues alone "
+                             "use the wf detector (make_detector('wf'))")
+        if all(is_fork):
+            raise ValueError("SupervisedWorkflowDetector.fit: no conformant dialogues (hallucination_type None); "
+                             "they give the negatives, the node texts and the threshold")
+        turns = [as_turns(d["turns"]) for d in rows]
+        sys_rows = [self._system_rows(t) for t in turns]
+        labels, bad = [], []
+        for i, d in enumerate(rows):
+            try:
+                labels.append(turn_labels(len(sys_rows[i]), d.get("fork_turn") if is_fork[i] else None))
+            except (TypeError, ValueError) as e:
+                bad.append(f"{name[i]}: {e}")
+        if bad:
+            raise ValueError(f"SupervisedWorkflowDetector.fit: {len(bad)} fork(s) without a valid fork_turn "
+                             f"(1-based system turn): {'; '.join(bad[:5])}")
+        source = resolve_workflow(self.workflow)
+        task_of = [_task(d) for d in rows]
+        unknown = sorted({t for t in task_of if t not in source.tasks})
+        if unknown:
+            raise ValueError(f"SupervisedWorkflowDetector.fit: task(s) {', '.join(unknown)} not in the workflow "
+                             f"source; pass the source they come from as workflow=")
+        self.__dict__.pop("_graphs", None)
+        self.source_ = source
+        emb = self._embed(turns, embeddings)
+        base = NodeAssigner(None, 0.0, self.reject_margin)
+        base.encoder = self._encoder()
+        base.fit(source)
+        self.min_similarity_ = (auto_min_similarity(base, self.auto_quantile) if self.min_similarity == "auto"
+                                else float(self.min_similarity))
+        base.min_similarity = self.min_similarity_
+        conf = [i for i in range(len(rows)) if not is_fork[i]]
+        self.repeatable_ = self._repeatable(base, [(task_of[i], emb[i][sys_rows[i]]) for i in conf])
+        # folds by source: a fork and its source on one side; each fold's features use the others' texts
+        groups = [source_of(d, i) for i, d in enumerate(rows)]
+        uniq = sorted(set(groups))
+        k = min(self.folds, len(uniq))
+        if k < 2:
+            raise ValueError("SupervisedWorkflowDetector.fit: the dialogues come from one source dialogue; "
+                             "out-of-fold calibration needs at least two")
+        from sklearn.model_selection import GroupKFold
+
+        dlg_fold = np.empty(len(rows), dtype=np.int64)
+        for f, (_, te) in enumerate(GroupKFold(n_splits=k).split(np.zeros(len(rows)), groups=groups)):
+            dlg_fold[te] = f
+        X_parts, y_parts, f_parts, d_parts = [], [], [], []
+        for f in range(k):
+            parts = [(task_of[i], emb[i][sys_rows[i]]) for i in conf if dlg_fold[i] != f]
+            assigner = self._with_train_texts(base, parts)
+            train = self._train_turns(parts)
+            for i in np.flatnonzero(dlg_fold == f):
+                X = self._features(assigner, task_of[i], turns[i], emb[i], train)
+                keep = labels[i] >= 0
+                X_parts.append(X[keep])
+                y_parts.append(labels[i][keep])
+                f_parts.append(np.full(int(keep.sum()), f))
+                d_parts.append(np.full(int(keep.sum()), i))
+        X, y = np.concatenate(X_parts), np.concatenate(y_parts)
+        fold, dlg = np.concatenate(f_parts), np.concatenate(d_parts)
+        oof = out_of_fold_probabilities(X, y, fold, self.model, C=self.C, seed=self.seed)
+        self.calibration_stats_ = np.array([oof[dlg == i].max() for i in conf if (dlg == i).any()])
+        self.classifier_ = fit_turn_classifier(X, y, self.model, C=self.C, seed=self.seed)
+        all_parts = [(task_of[i], emb[i][sys_rows[i]]) for i in conf]
+        self.assigner_ = self._with_train_texts(base, all_parts)
+        self.train_turns_ = self._train_turns(all_parts)
+        self.fitted_tasks_ = sorted(set(task_of))
+        self.forked_tasks_ = sorted({task_of[i] for i in range(len(rows)) if is_fork[i]})
+        self.user_centroids_ = self._centroids(turns, emb, task_of)
+        self.threshold_ = self._threshold(self.calibration_stats_)
+        self.n_train_ = len(rows)
+        self.n_forks_ = int(sum(is_fork))
+        self.oof_probabilities_ = oof
+        self.oof_labels_ = y
+        logger.info("wf-sup (%s): %d dialogues (%d forks), %d turns (%d positive), threshold %.4f", self.model,
+                    len(rows), self.n_forks_, len(y), int(y.sum()), self.threshold_)
+        return self
+
+    @staticmethod
+    def _repeatable(base: NodeAssigner, parts: list[tuple[str, np.ndarray]]) -> dict[str, frozenset[str]]:
+        out: dict[str, set[str]] = {}
+        for t, E in parts:
+            seen: set[str] = set()
+            for n in (x for x in base.assign(t, E).nodes if x is not None):
+                if n in seen:
+                    out.setdefault(t, set()).add(n)
+                seen.add(n)
+        return {t: frozenset(v) for t, v in out.items()}
+
+    @staticmethod
+    def _train_turns(parts: list[tuple[str, np.ndarray]]) -> dict[str, np.ndarray]:
+        out: dict[str, list[np.ndarray]] = {}
+        for t, E in parts:
+            if len(E):
+                out.setdefault(t, []).append(E)
+        return {t: np.concatenate(v) for t, v in out.items()}
+
+    def _centroids(self, turns, emb, task_of) -> dict[str, np.ndarray | None]:
+        cents: dict[str, np.ndarray | None] = {}
+        for t in sorted(set(task_of)):
+            U = [e[[k for k, x in enumerate(tt) if x["speaker"] == "user"]] for tt, e, tk in zip(turns, emb, task_of)
+                 if tk == t]
+            U = [u for u in U if len(u)]
+            cents[t] = _unit(np.concatenate(U).mean(axis=0)) if U else None
+        return cents
+
+    def _threshold(self, stats: np.ndarray) -> float:
+        from .streaming.decision import calibrate_threshold
+
+        finite = np.asarray(stats, dtype=np.float64)
+        finite = finite[np.isfinite(finite)]
+        if finite.size == 0:
+            return 0.5
+        return float(calibrate_threshold(finite, "ss", self.false_alarm_rate, rule=self.threshold_rule,
+                                         confidence=self.confidence))
+
+    def recalibrate(self, false_alarm_rate: float) -> SupervisedWorkflowDetector:
+        """Move the operating point without refitting (the out-of-fold statistics are kept).
+
+        Args:
+            false_alarm_rate: The new target in (0, 1).
+
+        Returns:
+            self.
+
+        Raises:
+            ValueError: An invalid rate.
+            NotFittedError: Not fitted.
+        """
+        self.check_is_fitted()
+        old, self.false_alarm_rate = self.false_alarm_rate, false_alarm_rate
+        try:
+            self._validate_params()
+        except ValueError:
+            self.false_alarm_rate = old
+            raise
+        self.threshold_ = self._threshold(self.calibration_stats_)
+        return self
+
+    # -- scoring -----------------------------------------------------------------------------------------
+    def check_is_fitted(self) -> None:
+        """Raise unless :meth:`fit` (or :meth:`load`) has run.
+
+        Raises:
+            NotFittedError: Not fitted.
+        """
+        if not hasattr(self, "classifier_"):
+            from .streaming._common import NotFittedError
+
+            raise NotFittedError("SupervisedWorkflowDetector is not fitted: call fit(forked_and_conformant_dialogues) "
+                                 "first")
+
+    @property
+    def tasks(self) -> list[str]:
+        """The tasks of the fit dialogues (any task of the workflow source can be scored)."""
+        self.check_is_fitted()
+        return list(self.fitted_tasks_)
+
+    def turn_features(self, dialogue: Any, embeddings: np.ndarray | None = None) -> np.ndarray:
+        """The feature matrix of a dialogue's system turns (columns :data:`FEATURES`).
+
+        Args:
+            dialogue: A record with a ``task`` of the workflow source.
+            embeddings: ``(n_turns, d)``; None: encoded.
+
+        Returns:
+            np.ndarray: shape ``(T, len(FEATURES))``.
+
+        Raises:
+            ValueError: The record has no ``task`` of the workflow source.
+        """
+        self.check_is_fitted()
+        task = self._known_task(dialogue)
+        if task is None:
+            raise ValueError("turn_features needs a record with a 'task' of the workflow source")
+        turns = as_turns(dialogue["turns"])
+        E = self._embed([turns], None if embeddings is None else [embeddings])[0]
+        return self._features(self.assigner_, task, turns, E, self.train_turns_)
+
+    def turn_probabilities(self, dialogues: Sequence[Any], embeddings: Sequence[np.ndarray] | None = None
+                           ) -> list[np.ndarray]:
+        """The classifier's probability of a deviation at every system turn of each dialogue.
+
+        Args:
+            dialogues: Records (``task`` of the workflow source used when present, else routed
+                among the fitted tasks as ``wf`` does) or turn lists.
+            embeddings: One ``(n_turns, d)`` array per dialogue; None: encoded.
+
+        Returns:
+            list[np.ndarray]: One array per dialogue, one value per system turn.
+        """
+        self.check_is_fitted()
+        dialogues = list(dialogues)
+        turns = [as_turns(d["turns"] if isinstance(d, Mapping) and "turns" in d else d) for d in dialogues]
+        emb = self._embed(turns, embeddings)
+        return [self._probabilities(self._known_task(d), t, e) for d, t, e in zip(dialogues, turns, emb)]
+
+    def turn_deviations(self, dialogues: Sequence[Any], embeddings: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:
+        """Each system turn's probability minus the threshold (alarm where > 0; ``wf``'s contract).
+
+        Args:
+            dialogues: Records or turn lists (as :meth:`turn_probabilities`).
+            embeddings: One ``(n_turns, d)`` array per dialogue; None: encoded.
+
+        Returns:
+            list[np.ndarray]: One array per dialogue, one value per system turn.
+        """
+        return [p - self.threshold_ for p in self.turn_probabilities(dialogues, embeddings)]
+
+    # -- streaming ----------------------------------------------------------------------------------------
+    def start(self, task: str | None = None) -> SupervisedStream:
+        """A streaming session: feed turns one at a time with :meth:`SupervisedStream.update`.
+
+        Args:
+            task: The conversation's task (any task of the workflow source); None: routed from its
+                user turns among the fitted tasks.
+
+        Returns:
+            SupervisedStream: The session.
+
+        Raises:
+            KeyError: ``task`` is not a task of the workflow source.
+        """
+        self.check_is_fitted()
+        if task is not None and task not in self.source_.tasks:
+            raise KeyError(f"task {task!r} is not in the workflow source (it has {', '.join(sorted(self.source_.tasks))})")
+        return SupervisedStream(self, task)
+
+    def step(self, state: Any, speaker: str, embedding: np.ndarray, task: str) -> Any:
+        """Not supported: the guard's per-turn state machine is ``wf``'s (use :meth:`start`).
+
+        Args:
+            state: Unused.
+            speaker: Unused.
+            embedding: Unused.
+            task: Unused.
+
+        Returns:
+            Never returns.
+
+        Raises:
+            NotImplementedError: Always.
+        """
+        raise NotImplementedError("wf-sup has no guard step(): stream a conversation with start(task).update(turn), "
+                                  "or monitor with the wf detector")
+
+    def fingerprint_arrays(self) -> dict[str, Any]:
+        """Not supported (the guard's monitor fingerprint is ``wf``'s).
+
+        Returns:
+            Never returns.
+
+        Raises:
+            NotImplementedError: Always.
+        """
+        raise NotImplementedError("wf-sup is not a guard monitor detector; use the wf detector there")
+
+    @property
+    def threshold(self) -> float:
+        """The probability threshold (one for every task)."""
+        self.check_is_fitted()
+        return self.threshold_
+
+    # -- persistence --------------------------------------------------------------------------------------
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write the fitted detector to a folder (``config.json`` + ``arrays.npz``; no pickle).
+
+        The workflow source is saved by reference (its spec); loading reads it again.
+
+        Args:
+            path: The folder (created).
+
+        Returns:
+            Path: The folder.
+
+        Raises:
+            NotFittedError: Not fitted.
+            ValueError: ``model="hgb"``: a boosted model would need pickle (refit with
+                ``model="logistic"`` to save, or keep the object in memory).
+        """
+        import io
+
+        from dialfork_dataset.atomic import write_bytes_atomic, write_text_atomic
+
+        self.check_is_fitted()
+        if self.classifier_.model == "hgb":
+            raise ValueError("SupervisedWorkflowDetector.save: a model='hgb' detector cannot be saved without "
+                             "pickle (which runs code on load); refit with model='logistic' to save it")
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        a = self.assigner_
+        arrays: dict[str, np.ndarray] = {"P": a.P_, "owners": a.owners_, "stats": self.calibration_stats_}
+        for k, v in self.classifier_.arrays.items():
+            arrays[f"clf/{k}"] = v
+        for t, v in self.train_turns_.items():
+            arrays[f"train/{t}"] = v
+        for t, c in self.user_centroids_.items():
+            if c is not None:
+                arrays[f"user/{t}"] = c
+        buf = io.BytesIO()
+        np.savez(buf, **arrays)
+        write_bytes_atomic(path / "arrays.npz", buf.getvalue())
+        meta = {"format": FORMAT, "format_version": 1, "config": self.config(), "threshold": self.threshold_,
+                "classifier": self.classifier_.model, "features": list(FEATURES),
+                "keys": [list(k) for k in a.keys_], "tasks": {t: [n for _, n in ks] for t, ks in a.tasks_.items()},
+                "fitted_tasks": self.fitted_tasks_, "forked_tasks": self.forked_tasks_, "n_train": self.n_train_,
+                "n_forks": self.n_forks_, "min_similarity": self.min_similarity_,
+                "repeatable": {t: sorted(v) for t, v in self.repeatable_.items()}}
+        write_text_atomic(path / "config.json", json.dumps(meta, indent=2) + "\n")
+        return path
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, encoder: Any = None, workflow: Any = None) -> SupervisedWorkflowDetector:
+        """Load a folder written by :meth:`save`.
+
+        Args:
+            path: The folder.
+            encoder: Encoder override (alias/path/object); None: the saved name.
+            workflow: Workflow source override; None: the saved spec (or ``$DIALFORK_STAR_DIR``).
+
+        Returns:
+            SupervisedWorkflowDetector: The fitted detector.
+
+        Raises:
+            ValueError: Not a saved ``wf-sup`` detector, features of another version, or arrays that
+                do not match the config.
+            FileNotFoundError: A file is missing.
+        """
+        path = Path(path)
+        meta = json.loads((path / "config.json").read_text(encoding="utf-8"))
+        if meta.get("format") != FORMAT:
+            raise ValueError(f"{path}: not a saved wf-sup detector (format {meta.get('format')!r})")
+        if meta.get("features") != list(FEATURES):
+            raise ValueError(f"{path}: saved with features {meta.get('features')}, this version computes "
+                             f"{list(FEATURES)}; refit the detector")
+        cfg = dict(meta["config"])
+        if encoder is not None:
+            cfg["encoder"] = encoder
+        if workflow is not None:
+            cfg["workflow"] = workflow
+        det = cls(**cfg)
+        det.source_ = resolve_workflow(det.workflow)
+        with np.load(path / "arrays.npz") as z:
+            arrays = {k: z[k] for k in z.files}
+        det.min_similarity_ = float(meta["min_similarity"])
+        a = NodeAssigner(det._encoder(), det.min_similarity_, det.reject_margin)
+        a.restore(det.source_, [tuple(k) for k in meta["keys"]], meta["tasks"], arrays["P"], arrays["owners"])
+        det.assigner_ = a
+        det.classifier_ = TurnClassifier(meta["classifier"], {k[4:]: v for k, v in arrays.items() if k.startswith("clf/")})
+        if det.classifier_.model == "logistic" and det.classifier_.arrays["coef"].shape != (len(FEATURES),):
+            raise ValueError(f"{path}: the saved coefficients do not match {len(FEATURES)} features (a corrupt or "
+                             "edited file: refit and save again)")
+        det.threshold_ = float(meta["threshold"])
+        det.calibration_stats_ = arrays.get("stats", np.zeros(0))
+        det.fitted_tasks_ = list(meta["fitted_tasks"])
+        det.forked_tasks_ = list(meta.get("forked_tasks", []))
+        det.train_turns_ = {k[6:]: v for k, v in arrays.items() if k.startswith("train/")}
+        det.user_centroids_ = {t: arrays.get(f"user/{t}") for t in det.fitted_tasks_}
+        det.repeatable_ = {t: frozenset(v) for t, v in meta.get("repeatable", {}).items()}
+        det.n_train_ = int(meta.get("n_train", 0))
+        det.n_forks_ = int(meta.get("n_forks", 0))
+        return det
+
+
+class SupervisedStream:
+    """One conversation watched by a :class:`SupervisedWorkflowDetector` (see :meth:`~SupervisedWorkflowDetector.start`).
+
+    Args:
+        detector: The fitted detector.
+        task: The conversation's task; None: routed from its user turns at each system turn.
+
+    Attributes:
+        turns: The turns seen so far.
+        probabilities: The probability of each system turn.
+        deviations: Probability minus threshold of each system turn.
+        flag: The first alarm's system turn, or None.
+    """
+
+    def __init__(self, detector: SupervisedWorkflowDetector, task: str | None = None):
+        self._det = detector
+        self.task = task
+        self.turns: list[dict[str, str]] = []
+        self._E: list[np.ndarray] = []
+        self.probabilities: list[float] = []
+        self.deviations: list[float] = []
+        self.flag: int | None = None
+
+    def update(self, turn: Any, embedding: np.ndarray | None = None) -> int | None:
+        """Feed the next turn; a system turn gets its probability.
+
+        Args:
+            turn: ``{"speaker", "text"}``.
+            embedding: Its embedding; None: encoded with the detector's encoder.
+
+        Returns:
+            int | None: The system turn index of the alarm this turn raises (:attr:`flag` keeps
+            the first), or None.
+
+        Raises:
+            ValueError: No embedding and a detector without an encoder.
+        """
+        t = as_turns([turn], where=f"turn {len(self.turns)}")[0]
+        det = self._det
+        if embedding is None:
+            enc = det._encoder()
+            if enc is None:
+                raise ValueError("update() without an embedding needs a detector built with an encoder")
+            embedding = enc.encode([t["text"]])[0]
+        self.turns.append(t)
+        self._E.append(_unit(np.asarray(embedding, dtype=np.float64).reshape(-1)))
+        if t["speaker"] != "system":
+            return None
+        # the features are causal: the last row over the turns so far is the offline row
+        p = float(det._probabilities(self.task, self.turns, np.stack(self._E))[-1])
+        self.probabilities.append(p)
+        dev = p - det.threshold_
+        self.deviations.append(dev)
+        if dev > 0:
+            j = len(self.deviations)
+            if self.flag is None:
+                self.flag = j
+            return j
+        return None
+
+
+__all__ = ["FEATURES", "MODELS", "SupervisedStream", "SupervisedWorkflowDetector", "TaskGraph", "TurnClassifier",
+           "fit_turn_classifier", "out_of_fold_probabilities", "source_of", "task_graph", "turn_features",
+           "turn_labels"]
