@@ -44,7 +44,7 @@ install: $(VENV)/.installed
 
 DEMO_TASKS ?= weather,doctor_schedule,apartment_schedule
 DEMO_PER_TASK ?= 16
-DEMO_DETECTOR ?= ss+nc
+DEMO_DETECTOR ?= wf
 DEMO_GUARD_TASK ?= weather
 # audited dialogues per task and agent: the audit estimates FlowKL from 5 on (fewer: n/a, SPEC 10)
 DEMO_AUDIT_PER_TASK ?= 6
@@ -72,12 +72,12 @@ demo: install
 	$(PY) -m leaderboard export $(DEMO_OUT)/corpus $(DEMO_OUT)/hub --hidden $(DEMO_SECRET)/hidden \
 	  --key-file $(DEMO_SECRET)/hidden_key.json --gold-dir $(DEMO_OUT)/hub-gold --star $(STAR) --overwrite $(DEMO_PLUMBING)
 	$(PY) -m dialfork_dataset check $(DEMO_OUT)/hub
-	$(PY) -m dialfork_metrics.bench --data $(DEMO_OUT)/hub --tasks 1,2,3 --encoders minilm \
+	$(PY) -m dialfork_metrics.bench --data $(DEMO_OUT)/hub --tasks 1,2,3 --encoders minilm --star $(STAR) \
 	  --out $(DEMO_OUT)/reports --bootstrap-resamples 10000
 	mkdir -p $(DEMO_OUT)/submission
 	$(PY) -m dialfork_metrics.task3 predict --data $(DEMO_OUT)/hub --split blind --detector $(DEMO_DETECTOR) \
-	  --encoder minilm --out $(DEMO_OUT)/submission/streaming.jsonl
-	printf '%s\n' '{"method": "$(DEMO_DETECTOR) (MiniLM, selected settings)", "regime": "streaming", "used_conformant_train": true, "model_name": "all-MiniLM-L6-v2", "model_size": "22M", "code_url": "https://github.com/idiap/dialfork", "open_source": true, "contact": "demo@example.org", "submitter": "demo"}' \
+	  --workflow star:$(STAR) --encoder minilm --out $(DEMO_OUT)/submission/streaming.jsonl
+	printf '%s\n' '{"method": "$(DEMO_DETECTOR) (MiniLM, workflow-aware)", "regime": "streaming", "used_conformant_train": true, "model_name": "all-MiniLM-L6-v2", "model_size": "22M", "code_url": "https://github.com/idiap/dialfork", "open_source": true, "contact": "demo@example.org", "submitter": "demo"}' \
 	  > $(DEMO_OUT)/submission/streaming.metadata.json
 	$(PY) -m leaderboard validate $(DEMO_OUT)/submission/streaming.jsonl --track detector --blind $(DEMO_OUT)/hub
 	rm -rf $(DEMO_OUT)/leaderboard
@@ -85,7 +85,8 @@ demo: install
 	  --blind $(DEMO_OUT)/hub --results $(DEMO_OUT)/leaderboard --submitter demo
 	$(PY) -m leaderboard render --results $(DEMO_OUT)/leaderboard --out $(DEMO_OUT)/site \
 	  --audit $(DEMO_OUT)/hub-gold/audit_report.json
-	$(PY) -m dialfork_metrics.guard replay --fit --data $(DEMO_OUT)/hub --task $(DEMO_GUARD_TASK) --monitor $(DEMO_OUT)/guard/$(DEMO_GUARD_TASK).monitor
+	$(PY) -m dialfork_metrics.guard replay --fit --data $(DEMO_OUT)/hub --task $(DEMO_GUARD_TASK) --workflow star:$(STAR) \
+	  --monitor $(DEMO_OUT)/guard/$(DEMO_GUARD_TASK).monitor
 	$(PY) -m dialfork_metrics.audit.demo --star $(STAR) --reference $(DEMO_OUT)/corpus --tasks $(DEMO_TASKS) --per-task $(DEMO_AUDIT_PER_TASK) --out $(DEMO_OUT)/audit
 	@echo "demo done: corpus $(DEMO_OUT)/hub (audit: $(DEMO_OUT)/hub-gold/audit_report.json), reports $(DEMO_OUT)/reports/report.md, leaderboard $(DEMO_OUT)/site/index.html, guard $(DEMO_OUT)/guard, agent audit $(DEMO_OUT)/audit"
 

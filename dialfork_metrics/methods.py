@@ -17,7 +17,7 @@ TASK1_METHODS: tuple[str, ...] = ("flowkl", "fbd", "prd", "turn_count_diff", "wo
 TASK2_METHODS: tuple[str, ...] = ("mean_turn", "full_dialog", "flowdtw", "flowscore", "turn_count_diff",
                                   "word_count_diff", "shared_prefix", "random")
 #: Task 3 (SPEC 8) detectors: the trivial baselines, then the streaming detectors.
-TASK3_DETECTORS: tuple[str, ...] = ("first", "last", "random", "it", "ss", "it+nc", "ss+nc")
+TASK3_DETECTORS: tuple[str, ...] = ("first", "last", "random", "it", "ss", "it+nc", "ss+nc", "wf")
 
 #: The paper's Holm family for Task 1 (Appendix J): FlowKL against each other distance method.
 #: The length controls and Random are sanity checks, not competitors, so they stay out of the
@@ -31,11 +31,13 @@ LABELS: dict[str, str] = {
     "word_count_diff": "Word-count diff", "random": "Random", "mean_turn": "Mean", "full_dialog": "Full",
     "flowdtw": "FlowDTW", "flowscore": "FlowScore", "shared_prefix": "Shared prefix",
     "first": "Always first", "last": "Always last", "it": "IT", "ss": "SS", "it+nc": "IT+NC", "ss+nc": "SS+NC",
+    "wf": "WF (workflow-aware)", "wf-sup": "WF-sup (supervised)",
 }
 
 #: Regimes whose winners Appendix I compares; a detector not listed is its own regime "other".
 TASK3_REGIMES: dict[str, tuple[str, ...]] = {"baselines": ("first", "last", "random"),
-                                             "streaming": ("it", "ss", "it+nc", "ss+nc")}
+                                             "streaming": ("it", "ss", "it+nc", "ss+nc"),
+                                             "workflow-aware": ("wf", "wf-sup")}
 
 
 def label(method: str) -> str:

@@ -31,7 +31,8 @@ def build_parser() -> argparse.ArgumentParser:
                          "knowledge base (generation/kb_tools.py)")
     ap.add_argument("--max-tool-rounds", type=int, default=None,
                     help="rounds of tool calls per agent turn before it must answer (default 4)")
-    ap.add_argument("--detector", default="it", help="streaming detector: it, ss, it+nc, ss+nc")
+    ap.add_argument("--detector", default="wf",
+                    help="Task 3 detector: wf (workflow-aware, default), or the paper's it, ss, it+nc, ss+nc")
     ap.add_argument("--encoder", default="minilm")
     ap.add_argument("--timeout", type=float, default=60.0)
     ap.add_argument("--max-retries", type=int, default=3)

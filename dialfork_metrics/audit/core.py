@@ -249,7 +249,9 @@ def run_conversations(jobs: Sequence[Job], client: Any, corpus: Any, encoder: An
 
     from generation.api import TemplateBackend
 
-    from .user import DEFAULT_MIN_SIMILARITY, StepMatcher
+    from ..task3.workflow_detector import auto_min_similarity
+    from ..task3.workflow_nodes import NodeAssigner
+    from .user import AssignerStepMatcher
 
     backend = TemplateBackend()
     backend.bind_corpus(corpus)
@@ -258,10 +260,14 @@ def run_conversations(jobs: Sequence[Job], client: Any, corpus: Any, encoder: An
     todo = [j for j in jobs if not store.done(j.dialogue_id)]
     if len(todo) < len(jobs):
         logger.info("resuming: %d of %d dialogues already done", len(jobs) - len(todo), len(jobs))
+    if todo:
+        # one node assigner over every task of the source (the other tasks are the rivals that
+        # reject a turn of another workflow); the floor read off the workflow's own phrasings
+        assigner = NodeAssigner(enc, min_similarity=0.0).fit(corpus)
+        assigner.min_similarity = auto_min_similarity(assigner) if min_similarity is None else float(min_similarity)
     for j in todo:
         if j.task.name not in matchers:
-            matchers[j.task.name] = StepMatcher(backend.model(j.task), enc,
-                                                DEFAULT_MIN_SIMILARITY if min_similarity is None else min_similarity)
+            matchers[j.task.name] = AssignerStepMatcher(assigner, j.task.name, backend.model(j.task))
     with ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="audit") as pool:
         futs = [pool.submit(converse, j, client, backend, matchers[j.task.name], enc, sampling, 4, user_client, tools)
                 for j in todo]
@@ -297,7 +303,7 @@ def make_client(agent: str, model: str, api_key_env: str | None = None, timeout:
 
 def audit_agent(agent: str, model: str, tasks: Sequence[str], reference: Any, *, star: str | os.PathLike | None = None,
                 source: str | None = None, per_task: int | None = 5, scenarios: Any = None, out: str | os.PathLike,
-                api_key_env: str | None = None, concurrency: int = 4, encoder: Any = "minilm", detector: str = "it",
+                api_key_env: str | None = None, concurrency: int = 4, encoder: Any = "minilm", detector: str = "wf",
                 sampling: Mapping[str, Any] | None = None, seed: int = 0, timeout: float = 60.0,
                 max_retries: int = 3, backoff: float = 0.5, min_similarity: float | None = None,
                 detector_options: Mapping[str, Any] | None = None, happy_only: bool = False,
@@ -430,6 +436,6 @@ def audit_agent(agent: str, model: str, tasks: Sequence[str], reference: Any, *,
     backend = TemplateBackend()
     backend.bind_corpus(corpus)
     report = score_audit(jobs, store, refs, enc, backend, detector=detector, agent=agent, model=model,
-                         detector_options=detector_options)
+                         detector_options=detector_options, workflow=corpus)
     report.save(store.out)
     return report

@@ -149,7 +149,8 @@ def audit_detector_options(detector: str, options: Mapping[str, Any] | None = No
 
 
 def score_task(task: str, jobs: Sequence[Job], store: Store, refs: list[dict[str, Any]], encoder: Any, model: Any,
-               detector: str = "it", detector_options: Mapping[str, Any] | None = None) -> dict[str, Any]:
+               detector: str = "wf", detector_options: Mapping[str, Any] | None = None,
+               workflow: Any = None) -> dict[str, Any]:
     from ..dialogue import flowscore
     from ..flowgraph import flowkl_crossfit
     from ..task3 import make_detector
@@ -165,6 +166,8 @@ def score_task(task: str, jobs: Sequence[Job], store: Store, refs: list[dict[str
     opts = audit_detector_options(detector, detector_options)
     if opts.get("calibration") == "cross_fit" and len(refs) < 2:
         opts["calibration"] = "in_sample"
+    if detector == "wf":
+        opts = {"workflow": workflow, **opts}
     det = make_detector(detector, encoder=encoder, **opts).fit(refs) if recs else None
     flags = det.predict_many(recs) if recs else []
     by_scenario = {}
@@ -213,12 +216,12 @@ def score_task(task: str, jobs: Sequence[Job], store: Store, refs: list[dict[str
 
 
 def score_audit(jobs: Sequence[Job], store: Store, refs: Mapping[str, list[dict[str, Any]]], encoder: Any,
-                backend: Any, detector: str = "it", agent: str = "", model: str = "",
-                detector_options: Mapping[str, Any] | None = None) -> AuditReport:
+                backend: Any, detector: str = "wf", agent: str = "", model: str = "",
+                detector_options: Mapping[str, Any] | None = None, workflow: Any = None) -> AuditReport:
     tasks = list(dict.fromkeys(j.task.name for j in jobs))
     task_obj = {j.task.name: j.task for j in jobs}
     per = [score_task(t, jobs, store, refs[t], encoder, backend.model(task_obj[t]), detector,
-                      detector_options) for t in tasks]
+                      detector_options, workflow) for t in tasks]
     return AuditReport(agent=agent, model=model, detector=detector, tasks=per)
 
 

@@ -78,6 +78,45 @@ class StepMatcher:
         return StepMatch(self.owners[i] if sim >= self.min_similarity else None, sim)
 
 
+class AssignerStepMatcher:
+    """:class:`StepMatcher`'s interface over the toolkit's node assigner
+    (:class:`~dialfork_metrics.task3.workflow_nodes.NodeAssigner`): a turn maps to the step of its
+    task's workflow it says, or to none when another task's workflow fits it better, it says nothing
+    the workflow says, or it asks nothing while the step is a question (issue 39: the audit, the
+    detectors and the guard read turns the same way).
+
+    Args:
+        assigner: A fitted ``NodeAssigner`` (all tasks of the audit's source: the rivals).
+        task: The audited task.
+        model: The task's workflow model (``TemplateBackend.model(task)``), kept for the users.
+    """
+
+    def __init__(self, assigner: Any, task: str, model: Any):
+        self.assigner = assigner
+        self.task = task
+        self.model = model
+        assigner.task_nodes(task)
+
+    @property
+    def min_similarity(self) -> float:
+        """The assigner's own-workflow floor."""
+        return float(self.assigner.min_similarity)
+
+    def match(self, embedding: np.ndarray, text: str | None = None) -> StepMatch:
+        """The step one utterance says (None: off-workflow).
+
+        Args:
+            embedding: The utterance's embedding, shape ``(dim,)``.
+            text: Its text, when known (a statement is then not taken for a question step).
+
+        Returns:
+            A ``StepMatch``: ``node`` (None when rejected) and ``similarity`` (to the best own step).
+        """
+        a = self.assigner.assign(self.task, np.asarray(embedding, dtype=np.float64).reshape(1, -1),
+                                 texts=None if text is None else [text])
+        return StepMatch(a.nodes[0], float(a.own_similarity[0]))
+
+
 class TemplateUser:
     """One simulated user per dialogue (the template simulator's ``Sim`` plus the step matcher).
 
@@ -131,7 +170,8 @@ class TemplateUser:
         """
         from generation.api import GENERIC_NODES, Rng, enter_node
 
-        mt = self.matcher.match(embedding)
+        mt = self.matcher.match(embedding, text) if isinstance(self.matcher, AssignerStepMatcher) \
+            else self.matcher.match(embedding)
         self.steps.append(mt.node)
         self.similarities.append(mt.similarity)
         sim = self.sim
@@ -249,7 +289,8 @@ class LLMUser:
         return text
 
     def hear(self, text: str, embedding: np.ndarray, turn_index: int) -> StepMatch:
-        mt = self.matcher.match(embedding)
+        mt = self.matcher.match(embedding, text) if isinstance(self.matcher, AssignerStepMatcher) \
+            else self.matcher.match(embedding)
         self.steps.append(mt.node)
         self.similarities.append(mt.similarity)
         self.messages.append({"role": "user", "content": text})

@@ -44,6 +44,12 @@ def parse_pair_encoder(spec: str | None) -> str | dict[str, str] | None:
     return out
 
 
+def _workflow_arg(a: argparse.Namespace) -> str | None:
+    """The workflow source of the wf detector: ``--star`` when given (None: the corpus's own)."""
+    star = getattr(a, "star", None)
+    return str(star) if star else None
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The benchmark's argument parser (``--data`` required unless ``--track star-human``; ``--help``
     lists every option).
@@ -62,7 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="template: the corpus given by --data; star-human: STAR's human dialogues and their edited "
                         "forks, built from --star into OUT/star-human-data with --seed as its seed (reused when built with "
                         "the same settings)")
-    p.add_argument("--star", default=None, help="STAR folder with its human dialogues (--track star-human)")
+    p.add_argument("--star", default=None, help="STAR folder: its human dialogues (--track star-human) and the workflows of the wf "
+                        "detector (default: the corpus's manifest, else $DIALFORK_STAR_DIR)")
     p.add_argument("--variant", choices=["picked", "typed"], default="picked",
                    help="star-human system turn text: the picked suggestion or the wizard's typed draft")
     p.add_argument("--tasks", default="1,2,3", help="comma-separated tasks among 1,2,3 (default: all)")
@@ -178,7 +185,8 @@ def _main(a: argparse.Namespace) -> int:
                             task1_compare=_csv_list(a.task1_compare),
                             task3_kwargs={"preset": a.task3_preset, "order": a.order, "scope": a.task3_scope,
                                           "select": a.task3_select, "false_alarm_rate": a.false_alarm_rate,
-                                          "ablations": not a.no_task3_ablations})
+                                          "ablations": not a.no_task3_ablations,
+                                          "workflow": _workflow_arg(a)})
     except (BenchError, ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

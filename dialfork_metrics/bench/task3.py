@@ -75,7 +75,7 @@ def run_task3(corpus: Corpus, encoder: Any, detectors: Sequence[str] = TASK3_DET
               preset: str = "selected", scope: str | None = None, false_alarm_rate: float = 0.05,
               select: bool = False, selection_kwargs: Mapping[str, Any] | None = None, ablations: bool = True,
               ablation_orders: Sequence[int] = TASK3_ABLATION_ORDERS, paper_table: bool = True,
-              ablation_max_forks_per_source: int | None = None) -> dict[str, Any]:
+              ablation_max_forks_per_source: int | None = None, workflow: Any = None) -> dict[str, Any]:
     """Fit each detector on the conformant train split, predict the test split, score (SPEC 8).
 
     Streaming detectors run with ``preset`` (``"selected"``: the packaged per-encoder settings;
@@ -107,6 +107,9 @@ def run_task3(corpus: Corpus, encoder: Any, detectors: Sequence[str] = TASK3_DET
         ablation_orders: The N values of the order ablation.
         paper_table: Add ``"table9"`` (the paper's protocol at N=3).
         ablation_max_forks_per_source: Most forks per source in the ablations' test set; None: all.
+        workflow: The workflow source of ``wf`` (object or spec); None: the one the corpus's
+            manifest names, else ``$DIALFORK_STAR_DIR``; without any, ``wf`` is skipped (logged,
+            listed under ``"skipped"``).
 
     Returns:
         A dict with ``n_train``, ``n_test``, ``preset``, ``false_alarm_rate``, ``results``
@@ -162,7 +165,17 @@ def run_task3(corpus: Corpus, encoder: Any, detectors: Sequence[str] = TASK3_DET
                                    save_to=None if save_dir is None else Path(save_dir) / name.replace("+", "_"))
             results[name], predictions[name] = r["result"], r["predictions"]
             continue
-        det = make_detector(name, **({"seed": seed} if name == "random" else {}))
+        if name == "wf":
+            from ..task3.workflow_detector import workflow_for_data
+
+            wf_source = workflow or workflow_for_data(corpus.origin)
+            if wf_source is None:
+                logger.warning("Task 3: wf skipped: no workflow source (pass --star or set $DIALFORK_STAR_DIR)")
+                out.setdefault("skipped", {})[name] = "no workflow source (--star or $DIALFORK_STAR_DIR)"
+                continue
+            det = make_detector("wf", encoder=encoder, workflow=wf_source, false_alarm_rate=false_alarm_rate)
+        else:
+            det = make_detector(name, **({"seed": seed} if name == "random" else {}))
         t0 = time.perf_counter()
         det.fit(train)
         preds = det.predict_many(test, show_progress=progress)

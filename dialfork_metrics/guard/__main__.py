@@ -34,9 +34,14 @@ def _build_parser() -> argparse.ArgumentParser:
     def fit_args(p, required: bool):
         p.add_argument("--data", required=required, help="corpus: Hub-layout folder, generator output folder or Hub id")
         p.add_argument("--task", required=required, help="the task whose conformant train dialogues fit the monitor")
-        p.add_argument("--detector", default="ss+nc", choices=STREAMING_DETECTORS, help="default ss+nc")
+        p.add_argument("--detector", default="wf", choices=("wf", *STREAMING_DETECTORS),
+                       help="wf (workflow-aware, default; warns when a conversation looks like another task) or a "
+                            "streaming IT/SS detector")
+        p.add_argument("--workflow", default=None, metavar="SPEC",
+                       help="wf: the task's workflow source (star:PATH, workflow:FILE.yaml; default: the corpus's "
+                            "own source when it names one, else $DIALFORK_STAR_DIR)")
         p.add_argument("--encoder", default="minilm", help="encoder alias or path (default minilm)")
-        p.add_argument("--order", type=int, default=6, help="N of the N-gram LM (default 6)")
+        p.add_argument("--order", type=int, default=6, help="N of the N-gram LM of IT/SS (default 6)")
         p.add_argument("--false-alarm-rate", type=float, default=None, help="calibration target (detector default)")
 
     f = sub.add_parser("fit", help="fit a monitor on a task's conformant train dialogues and save it")
@@ -161,6 +166,10 @@ def _fit(args: argparse.Namespace):
     opts: dict[str, Any] = {}
     if args.false_alarm_rate is not None:
         opts["false_alarm_rate"] = args.false_alarm_rate
+    if args.detector == "wf":
+        from dialfork_metrics.task3.workflow_detector import workflow_for_data
+
+        opts["workflow"] = args.workflow or workflow_for_data(args.data)
     mon = Monitor.fit(train, detector=args.detector, encoder=args.encoder, order=args.order, **opts)
     return mon
 

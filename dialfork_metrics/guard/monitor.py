@@ -65,6 +65,7 @@ class Verdict:
         threshold: The detector's calibrated threshold.
         speaker: ``"user"`` or ``"system"``.
         raised: This turn itself crossed the threshold.
+        warning: Why the conversation does not look like the monitor's task, or None.
     """
 
     turn: int
@@ -86,6 +87,9 @@ class Verdict:
     """``"user"`` or ``"system"``."""
     raised: bool = False
     """This turn itself crossed the threshold (``alarm`` also covers earlier turns)."""
+    warning: str | None = None
+    """Set when the conversation does not look like the monitor's task (workflow-aware monitors:
+    most system turns so far fit another task's workflow, or none)."""
 
     def to_dict(self) -> dict[str, Any]:
         """The verdict as a JSON-ready dict (one key per field; a non-finite ``score`` becomes None).
@@ -159,17 +163,53 @@ FINGERPRINT_KEYS = ("method", "node_confidence", "order", "K", "tau", "backoff")
 # ``position_weight`` also decides verdicts: detector_fingerprint hashes it when it is not 0
 
 
+def _default_detector(task: str | None, workflow: Any) -> str:
+    """``"wf"`` when the task's workflow can be found, else ``"ss+nc"`` (logged)."""
+    if task is None:
+        logger.info("Monitor.fit: dialogues without a task: the workflow-free ss+nc detector")
+        return "ss+nc"
+    from dialfork_metrics.task3.workflow_detector import resolve_workflow
+
+    try:
+        source = resolve_workflow(workflow)
+    except (ValueError, OSError) as e:
+        logger.warning("Monitor.fit: no workflow for task %r (%s): the workflow-free ss+nc detector; pass "
+                       "workflow= (or set $DIALFORK_STAR_DIR) for the workflow-aware wf", task, e)
+        return "ss+nc"
+    if task not in source.tasks:
+        logger.warning("Monitor.fit: task %r is not in the workflow source: the workflow-free ss+nc detector", task)
+        return "ss+nc"
+    return "wf"
+
+
+def _is_workflow(detector: Any) -> bool:
+    from dialfork_metrics.task3.workflow_detector import WorkflowDetector
+
+    return isinstance(detector, WorkflowDetector)
+
+
 def detector_fingerprint(detector: Any) -> str:
     """SHA-256 over everything that decides a verdict: :data:`FINGERPRINT_KEYS`, the threshold, the
     node centroids and offsets, and the N-gram counts.
 
     Args:
-        detector: A fitted :class:`~dialfork_metrics.task3.streaming.StreamingDetector`.
+        detector: A fitted :class:`~dialfork_metrics.task3.streaming.StreamingDetector` or
+            :class:`~dialfork_metrics.task3.workflow_detector.WorkflowDetector` (its parameters,
+            thresholds, node keys and arrays).
 
     Returns:
         The hex digest (64 characters).
     """
     h = hashlib.sha256()
+    if _is_workflow(detector):
+        h.update(b"wf")
+        for k, v in sorted(detector.fingerprint_arrays().items()):
+            h.update(k.encode())
+            if isinstance(v, np.ndarray):
+                h.update(np.ascontiguousarray(v).tobytes())
+            else:
+                h.update(json.dumps(v, sort_keys=True).encode())
+        return h.hexdigest()
     cfg = detector.config()
     h.update(json.dumps({k: cfg.get(k) for k in FINGERPRINT_KEYS}, sort_keys=True).encode())
     if cfg.get("position_weight"):  # decides verdicts; hashed only when set, so older monitors keep theirs
@@ -194,23 +234,34 @@ class Monitor:
     :meth:`Session.observe` must pass ``embedding=``).
 
     Args:
-        detector: A fitted :class:`~dialfork_metrics.task3.streaming.StreamingDetector`.
-        task: The task the monitor watches (saved with it); None: unknown.
+        detector: A fitted :class:`~dialfork_metrics.task3.workflow_detector.WorkflowDetector`
+            (``wf``, the default: it knows the workflow, so it also warns when a conversation looks
+            like another task) or :class:`~dialfork_metrics.task3.streaming.StreamingDetector`.
+        task: The task the monitor watches (saved with it); None: unknown (a workflow-aware
+            detector fitted on one task gives it).
         max_cache_texts: Clear the encoder's memory cache when it holds more texts than this
             (never changes a verdict).
 
     Raises:
-        TypeError: ``detector`` is not a :class:`StreamingDetector`.
-        ValueError: The detector is not fitted.
+        TypeError: ``detector`` is neither detector class.
+        ValueError: The detector is not fitted, or a workflow-aware one watches several tasks.
     """
 
     def __init__(self, detector: Any, *, task: str | None = None,
                  max_cache_texts: int = DEFAULT_MAX_CACHE_TEXTS):
         from dialfork_metrics.task3.streaming import StreamingDetector
 
-        if not isinstance(detector, StreamingDetector):
-            raise TypeError(f"Monitor needs a fitted StreamingDetector, got {type(detector).__name__}")
-        detector._check_fitted()
+        if _is_workflow(detector):
+            detector.check_is_fitted()
+            if task is None and len(detector.tasks) == 1:
+                task = detector.tasks[0]
+            if task not in detector.tasks:
+                raise ValueError(f"a workflow-aware monitor watches one fitted task; got task={task!r} for a "
+                                 f"detector fitted on {', '.join(detector.tasks)}")
+        elif not isinstance(detector, StreamingDetector):
+            raise TypeError(f"Monitor needs a fitted WorkflowDetector or StreamingDetector, got {type(detector).__name__}")
+        else:
+            detector._check_fitted()
         self.detector = detector
         self.task = task
         self.max_cache_texts = int(max_cache_texts)
@@ -219,29 +270,56 @@ class Monitor:
 
     def __repr__(self) -> str:
         task = f", task={self.task!r}" if self.task else ""
+        if self.workflow_aware:
+            return f"Monitor('wf', threshold={self.threshold:.6g}{task})"
         return (f"Monitor({self.detector.name!r}, N={self.detector.order}, V={self.detector.vocab_size}, "
                 f"threshold={self.detector.threshold:.6g}{task})")
 
+    @property
+    def workflow_aware(self) -> bool:
+        """Whether the detector is the workflow-aware ``wf`` (else a streaming IT/SS detector)."""
+        return _is_workflow(self.detector)
+
+    @property
+    def threshold(self) -> float:
+        """The alarm threshold of the watched task."""
+        if self.workflow_aware:
+            return float(self.detector.thresholds_[self.task])
+        return float(self.detector.threshold)
+
+    @property
+    def dim(self) -> int:
+        """The embedding size the detector reads."""
+        if self.workflow_aware:
+            return self.detector.dim
+        return int(next(iter(self.detector.centroids.values())).shape[1])
+
     # -- fitting -------------------------------------------------------------------------------
     @classmethod
-    def fit(cls, dialogues: Any, *, detector: str = "ss+nc", encoder: Any = "minilm", order: int = 6,
+    def fit(cls, dialogues: Any, *, detector: str | None = None, encoder: Any = "minilm", order: int = 6,
             embeddings: Sequence[np.ndarray] | None = None, show_progress: bool = False,
-            **detector_options: Any) -> Monitor:
-        """Fit ``detector`` (``"it"``, ``"ss"``, ``"it+nc"``, ``"ss+nc"``) on conformant dialogues of
-        one task. ``detector_options`` go to :class:`StreamingDetector` (``K``, ``tau``,
-        ``distance_threshold``, ``false_alarm_rate``, ``calibration``, ...); ``embeddings`` (one
-        ``(n_turns, d)`` array per dialogue) skips the encoder at fit time.
+            workflow: Any = None, **detector_options: Any) -> Monitor:
+        """Fit ``detector`` (``"wf"``, the default, or ``"it"``, ``"ss"``, ``"it+nc"``, ``"ss+nc"``) on
+        conformant dialogues of one task. ``detector_options`` go to the detector
+        (:class:`~dialfork_metrics.task3.workflow_detector.WorkflowDetector`: ``false_alarm_rate``,
+        ``min_similarity``...; :class:`StreamingDetector`: ``K``, ``tau``, ``distance_threshold``...);
+        ``embeddings`` (one ``(n_turns, d)`` array per dialogue) skips the encoder at fit time.
 
         Args:
             dialogues: Conformant dialogues of one task: a list of records or of turn lists, or a
                 ``datasets`` split.
-            detector: ``"it"``, ``"ss"``, ``"it+nc"`` or ``"ss+nc"``.
+            detector: ``"wf"`` (workflow-aware), ``"it"``, ``"ss"``, ``"it+nc"`` or ``"ss+nc"``; None
+                (default): ``"wf"`` when the records name a ``task`` that the workflow source
+                (``workflow``, else ``$DIALFORK_STAR_DIR``) has, else ``"ss+nc"`` (bare turn lists,
+                a task without a known workflow; logged).
             encoder: Encoder alias/path or object; None: none (then ``embeddings`` are needed
                 here and in every :meth:`Session.observe`).
-            order: N of the N-gram LM.
+            order: N of the N-gram LM (streaming IT/SS detectors only).
             embeddings: One ``(n_turns, d)`` array per dialogue, or None to encode them.
             show_progress: Show progress bars while fitting.
-            **detector_options: Further :class:`StreamingDetector` options.
+            workflow: ``wf`` only: the dialogues' workflow source (a StarCorpus, ``star:PATH``,
+                ``workflow:FILE``); None: ``$DIALFORK_STAR_DIR``.
+            **detector_options: Further options of the detector.
 
         Returns:
             The fitted :class:`Monitor` (``task`` read from the records when they carry it).
@@ -253,13 +331,21 @@ class Monitor:
         """
         from dialfork_metrics.task3.detectors import STREAMING_DETECTORS, make_detector
 
-        key = str(detector).strip().lower()
-        if key not in STREAMING_DETECTORS:
-            raise ValueError(f"the guard runs a streaming detector ({', '.join(STREAMING_DETECTORS)}), "
-                             f"got {detector!r}")
         rows = _as_dialogues(dialogues)
         task = _task_of(rows)
-        det = make_detector(key, order=order, encoder=encoder, **detector_options)
+        if detector is None:
+            detector = _default_detector(task, workflow)
+        key = str(detector).strip().lower()
+        if key not in (*STREAMING_DETECTORS, "wf"):
+            raise ValueError(f"the guard runs a streaming detector (wf, {', '.join(STREAMING_DETECTORS)}), "
+                             f"got {detector!r}")
+        if key == "wf":
+            if task is None:
+                raise ValueError("Monitor.fit(detector='wf') needs records with a 'task' field (the workflow "
+                                 "to follow); give records, or detector='ss+nc' for bare turn lists")
+            det = make_detector("wf", encoder=encoder, workflow=workflow, **detector_options)
+        else:
+            det = make_detector(key, order=order, encoder=encoder, **detector_options)
         det.fit(rows, embeddings=embeddings, show_progress=show_progress)
         if det.encoder is not None and hasattr(det.encoder, "clear_cache"):
             # fit encoded the train turns in batches; a live turn is encoded alone. Start clean, so a
@@ -285,8 +371,8 @@ class Monitor:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         meta = {"format": FORMAT, "format_version": FORMAT_VERSION, "fingerprint": self.fingerprint,
-                "task": self.task, "detector": self.detector.config(), "threshold": self.detector.threshold,
-                "vocab_size": self.detector.vocab_size, "n_train": self.detector.n_train}
+                "task": self.task, "detector": self.detector.config(), "threshold": self.threshold,
+                "vocab_size": getattr(self.detector, "vocab_size", None), "n_train": self.detector.n_train}
         with tempfile.TemporaryDirectory(prefix=".monitor.", dir=path.parent) as td:
             self.detector.save(Path(td) / "detector")
             fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -358,7 +444,13 @@ class Monitor:
                         raise MonitorFileError(f"{path}: unexpected member {name!r}")
                     (det_dir / leaf).write_bytes(z.read(name))
             try:
-                det = StreamingDetector.load(det_dir, encoder=encoder)
+                fmt = json.loads((det_dir / "config.json").read_text(encoding="utf-8")).get("format")
+                if fmt == "dialfork-task3-workflow":
+                    from dialfork_metrics.task3.workflow_detector import WorkflowDetector
+
+                    det = WorkflowDetector.load(det_dir, encoder=encoder)
+                else:
+                    det = StreamingDetector.load(det_dir, encoder=encoder)
             except (OSError, ValueError, KeyError) as e:
                 raise MonitorFileError(f"{path}: corrupt detector ({type(e).__name__}: {e})") from e
         mon = cls(det, task=meta.get("task"))
@@ -410,12 +502,12 @@ class Monitor:
         Raises:
             ValueError: The monitor has no encoder.
         """
-        enc = self.detector.encoder
+        enc = self.detector._encoder() if self.workflow_aware else self.detector.encoder
         if enc is None:
             raise ValueError("this monitor has no encoder: pass embedding= to observe(), or load it with "
                              "Monitor.load(path, encoder='minilm')")
         if not texts:
-            return np.zeros((0, next(iter(self.detector.centroids.values())).shape[1]))
+            return np.zeros((0, self.dim))
         with self._lock:
             e = np.stack([np.asarray(enc.encode([t])[0], dtype=np.float64) for t in texts])
             if hasattr(enc, "clear_cache") and len(enc) > self.max_cache_texts:
@@ -435,9 +527,13 @@ class Monitor:
 
         Raises:
             ValueError: The embedding's size differs from the detector's or it has NaN/inf.
+            TypeError: The monitor's detector is workflow-aware (it has no node ids; a session
+                observes turns with :meth:`Session.observe`).
         """
+        if self.workflow_aware:
+            raise TypeError("a workflow-aware monitor has no integer nodes: use session().observe(...)")
         e = np.asarray(embedding, dtype=np.float64).reshape(1, -1)
-        dim = next(iter(self.detector.centroids.values())).shape[1]
+        dim = self.dim
         if e.shape[1] != dim or not np.all(np.isfinite(e)):
             raise ValueError(f"embedding of shape {e.shape[1:]} (finite: {bool(np.all(np.isfinite(e)))}); the "
                              f"monitor needs {dim} finite values (the encoder it was fitted with)")
@@ -483,6 +579,7 @@ class Session:
 
         self.monitor = monitor
         self._step = StepState()
+        self._wf: dict[str, Any] | None = None  # a workflow-aware monitor's step state
         self.first_alarm: int | None = None
         if state is not None:
             self._restore(state)
@@ -490,12 +587,12 @@ class Session:
     @property
     def turn(self) -> int:
         """Number of turns observed so far."""
-        return self._step.n_turns
+        return self._wf["turn"] if self._wf else self._step.n_turns
 
     @property
     def system_turn(self) -> int:
         """Number of system turns observed so far."""
-        return self._step.n_system
+        return self._wf["system_turn"] if self._wf else self._step.n_system
 
     @property
     def alarm(self) -> bool:
@@ -522,8 +619,26 @@ class Session:
         where = f"turn {self.turn + 1}"
         _check_speaker(speaker, where)
         _check_text(text, where)
+        if self.monitor.workflow_aware:
+            if embedding is None:
+                e = self.monitor.encode(text) if speaker == "system" else None
+            else:
+                e = np.asarray(embedding, dtype=np.float64).reshape(-1)
+                if e.shape[0] != self.monitor.dim or not np.all(np.isfinite(e)):
+                    raise ValueError(f"{where}: embedding of shape {e.shape} (finite: {bool(np.all(np.isfinite(e)))}); "
+                                     f"the monitor needs {self.monitor.dim} finite values")
+            return self._observe_workflow(speaker, e)
         e = self.monitor.encode(text) if embedding is None else embedding
         return self.observe_node(speaker, *self.monitor.assign(speaker, e))
+
+    def _observe_workflow(self, speaker: str, embedding: np.ndarray | None) -> Verdict:
+        mon = self.monitor
+        self._wf, r = mon.detector.step(self._wf, speaker, embedding, mon.task)
+        if r.alarm and self.first_alarm is None:
+            self.first_alarm = r.system_turn
+        return Verdict(turn=self._wf["turn"], system_turn=r.system_turn, alarm=self.first_alarm is not None,
+                       first_alarm=self.first_alarm, score=r.deviation, threshold=float(r.threshold),
+                       speaker=speaker, raised=r.alarm, warning=off_task_warning(self._wf, mon.task))
 
     def observe_node(self, speaker: str, node: int, confidence: float) -> Verdict:
         """:meth:`observe` with the turn's node already assigned (:meth:`Monitor.assign`).
@@ -551,8 +666,14 @@ class Session:
 
         Returns:
             A dict with ``format``, ``version``, ``monitor`` (the fingerprint), ``turn``,
-            ``system_turn``, ``context`` (the last N-1 node ids), ``prev_p`` and ``first_alarm``.
+            ``system_turn``, ``first_alarm`` and, for a streaming detector, ``context`` (the last
+            N-1 node ids) and ``prev_p``; for a workflow-aware one ``workflow`` (the node of each
+            system turn, whether it was answered, off-task counts).
         """
+        if self.monitor.workflow_aware:
+            w = self._wf or {"turn": 0, "system_turn": 0, "nodes": [], "answered": [], "off_task": {}, "unfamiliar": 0}
+            return {"format": STATE_FORMAT, "version": STATE_VERSION, "monitor": self.monitor.fingerprint,
+                    "turn": w["turn"], "system_turn": w["system_turn"], "workflow": w, "first_alarm": self.first_alarm}
         s = self._step
         return {"format": STATE_FORMAT, "version": STATE_VERSION, "monitor": self.monitor.fingerprint,
                 "turn": s.n_turns, "system_turn": s.n_system, "context": list(s.context), "prev_p": s.prev_p,
@@ -577,6 +698,9 @@ class Session:
                              "restores only into the monitor that produced it")
         det = self.monitor.detector
         errs = []
+        if self.monitor.workflow_aware:
+            self._restore_workflow(state)
+            return
 
         def _int(k: str, lo: int = 0) -> int:
             v = state.get(k)
@@ -609,6 +733,74 @@ class Session:
         self.first_alarm = fa
 
 
+    def _restore_workflow(self, state: Mapping[str, Any]) -> None:
+        w = state.get("workflow")
+        errs = []
+        nodes_ok = set(self.monitor.detector.assigner_.task_nodes(self.monitor.task))
+        if not isinstance(w, Mapping):
+            raise ValueError("invalid session state: 'workflow' must be the workflow-aware step state")
+        n, ns = w.get("turn"), w.get("system_turn")
+        for k, v in (("turn", n), ("system_turn", ns), ("unfamiliar", w.get("unfamiliar"))):
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                errs.append(f"{k} must be an integer >= 0, got {v!r}")
+        nodes, answered, off = w.get("nodes"), w.get("answered"), w.get("off_task")
+        if not isinstance(nodes, list) or any(x is not None and x not in nodes_ok for x in nodes):
+            errs.append(f"nodes must list nodes of {self.monitor.task!r} (or null)")
+        elif not isinstance(ns, int) or len(nodes) != ns:
+            errs.append(f"nodes holds {len(nodes)} entries for {ns!r} system turns")
+        if not isinstance(answered, list) or not all(isinstance(x, bool) for x in answered) \
+                or (isinstance(nodes, list) and len(answered) != len(nodes)):
+            errs.append("answered must be one boolean per system turn")
+        if not isinstance(off, Mapping) or any(not isinstance(v, int) or isinstance(v, bool) or v < 0
+                                                for v in off.values()):
+            errs.append("off_task must map task names to counts")
+        if isinstance(n, int) and isinstance(ns, int) and ns > n:
+            errs.append(f"system_turn {ns} > turn {n}")
+        fa = state.get("first_alarm")
+        if fa is not None and (isinstance(fa, bool) or not isinstance(fa, int)
+                               or not 1 <= fa <= max(ns if isinstance(ns, int) else 1, 1)):
+            errs.append(f"first_alarm must be null or a system turn so far, got {fa!r}")
+        if errs:
+            raise ValueError("invalid session state: " + "; ".join(errs))
+        self._wf = {"turn": n, "system_turn": ns, "nodes": list(nodes), "answered": list(answered),
+                    "off_task": dict(off), "unfamiliar": w["unfamiliar"]}
+        self.first_alarm = fa
+
+
+def off_task_warning(state: Mapping[str, Any], task: str | None, min_turns: int = 2) -> str | None:
+    """The guard's warning that a conversation does not look like the monitor's task.
+
+    Raised once at least ``min_turns`` system turns were said and most of them fit another task's
+    workflow better than the monitor's (the most frequent such task is named), or fit no step of it.
+
+    Args:
+        state: A workflow-aware session's step state (``system_turn``, ``off_task``, ``unfamiliar``).
+        task: The monitor's task.
+        min_turns: Least system turns before warning.
+
+    Returns:
+        str | None: The warning, or None.
+
+    Example:
+        >>> off_task_warning({"system_turn": 3, "off_task": {"bank_balance": 2}, "unfamiliar": 0}, "weather")
+        "the conversation does not look like task 'weather': 2 of 3 system turns fit task 'bank_balance' better"
+    """
+    ns = int(state.get("system_turn") or 0)
+    if ns < min_turns:
+        return None
+    off = dict(state.get("off_task") or {})
+    n_off = sum(off.values())
+    unfamiliar = int(state.get("unfamiliar") or 0)
+    if 2 * (n_off + unfamiliar) <= ns:
+        return None
+    if n_off >= unfamiliar and off:
+        other = max(sorted(off), key=lambda t: off[t])
+        return (f"the conversation does not look like task {task!r}: {n_off} of {ns} system turns fit task "
+                f"{other!r} better")
+    return (f"the conversation does not look like task {task!r}: {n_off + unfamiliar} of {ns} system turns fit "
+            f"no step of its workflow")
+
+
 def dumps_state(state: Mapping[str, Any]) -> str:
     """Compact JSON of a session state (what the proxy stores).
 
@@ -624,4 +816,5 @@ def dumps_state(state: Mapping[str, Any]) -> str:
     return json.dumps(state, separators=(",", ":"), allow_nan=False)
 
 
-__all__ = ["Monitor", "MonitorFileError", "Session", "Verdict", "detector_fingerprint", "dumps_state"]
+__all__ = ["Monitor", "MonitorFileError", "Session", "Verdict", "detector_fingerprint", "dumps_state",
+           "off_task_warning"]

@@ -155,7 +155,7 @@ def conversation_id(headers: Mapping[str, str]) -> str:
 
 def empty_verdict(threshold: float) -> dict[str, Any]:
     return {"turn": 0, "system_turn": None, "alarm": False, "first_alarm": None, "score": None,
-            "threshold": threshold, "speaker": None, "raised": False}
+            "threshold": threshold, "speaker": None, "raised": False, "warning": None}
 
 
 # -- the app -----------------------------------------------------------------------------------------
@@ -286,7 +286,7 @@ class Guard:
 
     def _dialfork(self, ctx, reply_verdicts: list[Verdict], blocked: bool) -> dict[str, Any]:
         allv = ctx["verdicts"] + reply_verdicts
-        last = allv[-1].to_dict() if allv else (ctx["last"] or empty_verdict(self.monitor.detector.threshold))
+        last = allv[-1].to_dict() if allv else (ctx["last"] or empty_verdict(self.monitor.threshold))
         return {**last, "blocked": blocked, "conversation_id": ctx["conv"][3:] if ctx["conv"] else None,
                 "observed": [v.to_dict() for v in allv], "mode": self.config.mode}
 
@@ -498,7 +498,7 @@ def create_app(monitor: Monitor, store: Store, config: GuardConfig, on_startup=N
     @app.get("/healthz")
     async def healthz():
         det = monitor.detector
-        return {"status": "ok", "mode": config.mode, "detector": det.name, "order": det.order, "task": monitor.task,
+        return {"status": "ok", "mode": config.mode, "detector": det.name, "order": getattr(det, "order", None), "task": monitor.task,
                 "monitor": monitor.fingerprint, "upstream": config.upstream}
 
     @app.get("/metrics")

@@ -35,7 +35,11 @@ def _build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("predict", help="fit a detector on the task3 train split and predict the test (or blind) set",
                        description="Fit a Task 3 detector on the conformant task3 train split and write predictions.")
     p.add_argument("--data", required=True, help="Hub dataset id, Hub-layout folder, or generator output folder")
-    p.add_argument("--detector", default="it+nc", choices=DETECTOR_NAMES, help="detector name (default it+nc)")
+    p.add_argument("--detector", default="wf", choices=DETECTOR_NAMES,
+                   help="detector name (default wf: workflow-aware; it, ss, it+nc, ss+nc are the paper's)")
+    p.add_argument("--workflow", default=None, metavar="SPEC",
+                   help="wf: the dialogues' workflow source (star:PATH or workflow:FILE.yaml; default: the one the "
+                        "corpus's manifest names, else $DIALFORK_STAR_DIR)")
     p.add_argument("--out", required=True, help="output predictions (.jsonl)")
     p.add_argument("--split", default="test", choices=("test", "blind", "train"),
                    help="what to predict: the labelled test split, the blind leaderboard set, or train")
@@ -103,6 +107,11 @@ def _detector_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         return {"order": args.order, "K": args.K, "tau": args.tau, "distance_threshold": args.distance_threshold,
                 "false_alarm_rate": args.false_alarm_rate, "backoff": args.backoff, "encoder": args.encoder,
                 "calibration": args.calibration, "scope": args.scope, "preset": args.preset}
+    if args.detector == "wf":
+        from .workflow_detector import workflow_for_data
+
+        return {"false_alarm_rate": args.false_alarm_rate,
+                "workflow": args.workflow or workflow_for_data(args.data) or _manifest_star(args.data)}
     if args.detector == "random":
         return {"seed": args.seed}
     if args.detector == "llm":
@@ -168,16 +177,23 @@ def cmd_predict(args: argparse.Namespace) -> int:
     out = Path(args.out)
     progress = not (args.no_progress or args.quiet)
     streaming = args.detector in STREAMING_DETECTORS
-    encoder = _encoder(args) if streaming else None
+    workflow_aware = args.detector == "wf"
+    encoder = _encoder(args) if streaming or workflow_aware else None
 
     if args.load_detector:
         det = load_detector(args.load_detector, encoder=encoder)
         logger.info("loaded %r from %s", det, args.load_detector)
     else:
         kw = _detector_kwargs(args)
-        if streaming:
+        if streaming or workflow_aware:
             kw["encoder"] = encoder
         det = make_detector(args.detector, **kw)
+        if workflow_aware:
+            train = load_examples(args.data, "train")
+            print(f"fitting wf on {len(train)} conformant train dialogues", file=sys.stderr)
+            det.fit(train)
+            print(f"  own-workflow floor {det.min_similarity_:.3f}; thresholds "
+                  + ", ".join(f"{t} {v:.3g}" for t, v in det.thresholds_.items()), file=sys.stderr)
         if streaming:
             train = load_examples(args.data, "train")
             print(f"fitting {args.detector} on {len(train)} conformant train dialogues", file=sys.stderr)
@@ -222,6 +238,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
         report.update({"threshold": det.threshold, "thresholds": {str(k): v for k, v in det.thresholds.items()},
                        "vocab_size": det.vocab_size, "n_train": det.n_train,
                        "train_false_alarm_rate": det.train_false_alarm_rate})
+    if workflow_aware:
+        report.update({"thresholds": dict(det.thresholds_), "min_similarity": det.min_similarity_, "n_train": det.n_train_})
     if reports:
         llm = {k: sum(r[k] for r in reports) for k in ("n", "turn", "none", "unparsable", "out_of_range", "too_long")}
         llm["examples"] = [x for r in reports for x in r["examples"]][:20]

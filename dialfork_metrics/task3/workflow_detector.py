@@ -219,6 +219,29 @@ def auto_min_similarity(assigner: NodeAssigner, quantile: float = 0.05) -> float
     return float(np.clip(np.quantile(v, quantile), 0.3, 0.6))
 
 
+@dataclass(frozen=True)
+class WorkflowStepResult:
+    """One turn's outcome under :meth:`WorkflowDetector.step`.
+
+    Attributes:
+        system_turn: The 1-based system turn index (None on a user turn).
+        alarm: The turn's deviation exceeds the threshold.
+        deviation: The turn's deviation (None on a user turn).
+        threshold: The task's threshold.
+        node: The assigned node (None: off-workflow or a user turn).
+        reason: None, ``"off-task"`` or ``"unfamiliar"`` (why the node is None).
+        rival_task: The task whose workflow fits the turn best among the others.
+    """
+
+    system_turn: int | None
+    alarm: bool
+    deviation: float | None
+    threshold: float
+    node: str | None
+    reason: str | None
+    rival_task: str | None
+
+
 # -- sources -----------------------------------------------------------------------------------------
 
 def resolve_workflow(workflow: Any = None) -> Any:
@@ -248,6 +271,42 @@ def resolve_workflow(workflow: Any = None) -> Any:
     from dialfork_dataset.sources import open_source
 
     return open_source(spec)
+
+
+def workflow_for_data(data: Any) -> str | None:
+    """The workflow source a corpus names, for a detector that needs the workflow.
+
+    A generator output folder's ``manifest.json`` names its source (``config.star``); the STAR
+    human track's names its STAR copy (``star``). A relative path is tried as given, then against the
+    corpus folder. Otherwise ``$DIALFORK_STAR_DIR`` (None when unset).
+
+    Args:
+        data: A corpus folder or Hub id (anything but a local folder gives the environment's).
+
+    Returns:
+        str | None: A source spec (``star:PATH``, ``workflow:PATH``, a path), or None.
+    """
+    env = os.environ.get("DIALFORK_STAR_DIR") or None
+    try:
+        folder = Path(os.fspath(data))
+    except TypeError:
+        return env
+    m = folder / "manifest.json"
+    if not m.is_file():
+        return env
+    try:
+        meta = json.loads(m.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return env
+    spec = (meta.get("config") or {}).get("star") if isinstance(meta.get("config"), Mapping) else None
+    spec = spec or meta.get("star")
+    if not isinstance(spec, str) or not spec:
+        return env
+    kind, sep, path = spec.partition(":") if spec.split(":", 1)[0] in ("star", "workflow") else ("", "", spec)
+    for cand in (Path(path), folder / path):
+        if cand.exists():
+            return f"{kind}{sep}{cand}" if sep else str(cand)
+    return env
 
 
 def _task(d: Any) -> str | None:
@@ -664,6 +723,90 @@ class WorkflowDetector:
             raise KeyError(f"task {task!r} was not fitted (fitted: {', '.join(self.tasks)})")
         return WorkflowStream(self, task)
 
+    def step(self, state: Mapping[str, Any] | None, speaker: str, embedding: np.ndarray, task: str
+             ) -> tuple[dict[str, Any], WorkflowStepResult]:
+        """Advance one conversation of a known task by one turn (what the guard runs per turn).
+
+        The state is a small JSON-safe dict: turn counters, the node of each system turn so far and
+        whether a user answered it (what the repeat rule reads), and the off-task counts per rival
+        task. The deviation of a system turn equals the offline one (:meth:`turn_deviations`).
+
+        Args:
+            state: The previous state (None: a new conversation).
+            speaker: ``"user"`` or ``"system"``.
+            embedding: The turn's embedding, shape ``(d,)``.
+            task: The conversation's task (fitted).
+
+        Returns:
+            ``(state, result)``: the new state and the :class:`WorkflowStepResult` of the turn.
+
+        Raises:
+            KeyError: ``task`` was not fitted.
+        """
+        self.check_is_fitted()
+        if task not in self.thresholds_:
+            raise KeyError(f"task {task!r} was not fitted (fitted: {', '.join(self.tasks)})")
+        st = {"turn": 0, "system_turn": 0, "nodes": [], "answered": [], "off_task": {}, "unfamiliar": 0}
+        if state:
+            st.update({k: (list(v) if isinstance(v, list) else dict(v) if isinstance(v, dict) else v)
+                       for k, v in state.items()})
+        thr = self._threshold_of(task)
+        st["turn"] += 1
+        if speaker != "system":
+            if st["answered"]:
+                st["answered"][-1] = True
+            return st, WorkflowStepResult(None, False, None, thr, None, None, None)
+        a = self.assigner_.assign(task, np.asarray(embedding, dtype=np.float64).reshape(1, -1))
+        st["system_turn"] += 1
+        st["nodes"].append(a.nodes[0])
+        st["answered"].append(False)
+        rep = repeat_flags(st["nodes"], st["answered"], self.structures_[task], self.repeatable_.get(task, frozenset()))
+        dev = float(turn_deviations(a.own_similarity, a.rival_similarity, rep[-1:], min_similarity=self.min_similarity_,
+                                    reject_margin=self.reject_margin, repeat_weight=self.repeat_weight)[0])
+        reason, rival_task = a.reasons[0], (a.rival[0].split(":")[0] if a.rival[0] else None)
+        if reason == "off-task" and rival_task:
+            st["off_task"][rival_task] = st["off_task"].get(rival_task, 0) + 1
+        elif reason == "unfamiliar":
+            st["unfamiliar"] += 1
+        return st, WorkflowStepResult(st["system_turn"], dev > thr, dev, thr, a.nodes[0], reason, rival_task)
+
+    @property
+    def threshold(self) -> float:
+        """The threshold of the only fitted task (a monitor's detector watches one task).
+
+        Raises:
+            ValueError: The detector was fitted on several tasks (see :attr:`thresholds_`).
+        """
+        self.check_is_fitted()
+        if len(self.thresholds_) != 1:
+            raise ValueError(f"fitted on {len(self.thresholds_)} tasks: read thresholds_[task]")
+        return next(iter(self.thresholds_.values()))
+
+    @property
+    def n_train(self) -> int:
+        """The number of conformant dialogues it was fitted on."""
+        self.check_is_fitted()
+        return self.n_train_
+
+    @property
+    def dim(self) -> int:
+        """The embedding size it reads."""
+        self.check_is_fitted()
+        return int(self.assigner_.P_.shape[1])
+
+    def fingerprint_arrays(self) -> dict[str, Any]:
+        """What decides a verdict besides the turns: the guard's monitor fingerprint hashes it.
+
+        Returns:
+            dict[str, Any]: Parameters, thresholds, node keys, repeatable nodes and the arrays.
+        """
+        self.check_is_fitted()
+        return {"params": {"min_similarity": self.min_similarity_, "reject_margin": self.reject_margin,
+                           "repeat_weight": self.repeat_weight},
+                "thresholds": self.thresholds_, "keys": [list(k) for k in self.assigner_.keys_],
+                "repeatable": {t: sorted(v) for t, v in self.repeatable_.items()},
+                "P": self.assigner_.P_, "owners": self.assigner_.owners_}
+
     # -- persistence ------------------------------------------------------------------------------------
     def config(self) -> dict[str, Any]:
         """The detector's parameters as JSON-safe values (the workflow as its spec string).
@@ -832,5 +975,5 @@ class WorkflowStream:
         return None
 
 
-__all__ = ["WorkflowDetector", "WorkflowStream", "WorkflowStructure", "auto_min_similarity", "first_alarm", "repeat_flags",
+__all__ = ["WorkflowDetector", "WorkflowStepResult", "WorkflowStream", "WorkflowStructure", "workflow_for_data", "auto_min_similarity", "first_alarm", "repeat_flags",
            "resolve_workflow", "turn_deviations", "workflow_structure"]

@@ -43,6 +43,31 @@ DEFAULT_REJECT_MARGIN = 0.05
 GENERIC_NODE_NAMES = frozenset({"hello", "anything_else", "out_of_scope", "goodbye", "bye"})
 """Node names that are generic whatever the source (more are found: names shared by tasks)."""
 
+QUESTION_SHARE = 0.8
+"""A node is a question step when at least this share of its texts ask (:func:`asks`) (ours)."""
+
+_REQUEST = re.compile(r"^\W*(please|kindly|tell|specify|give|provide|enter|state|say|share|confirm|let me know|"
+                      r"i need|i'll need|i will need|could|can|may|would|will|what|which|where|when|who|whom|"
+                      r"whose|how|do|does|did|are|is there|have|has)\b|\bplease\b", re.IGNORECASE)
+
+
+def asks(text: str) -> bool:
+    """Whether an utterance asks something: a question mark, or a request ("Please specify the day.",
+    "Tell me the city.") by its first words.
+
+    Args:
+        text: The utterance.
+
+    Returns:
+        bool: True for a question or a request.
+
+    Example:
+        >>> asks("Please specify the day for the forecast."), asks("Tuesday is a great day to talk about the weather.")
+        (True, False)
+    """
+    t = str(text)
+    return "?" in t or bool(_REQUEST.search(t))
+
 _PH = re.compile(r"\{(\w+)(?::[^}]*)?\}")
 
 
@@ -312,6 +337,9 @@ class NodeAssigner:
         self.owners_ = np.asarray(owners, dtype=np.int64)
         self.tasks_ = {t: [(t, n) for n in per_task[t]] for t in names}
         self._index_masks(per_task)
+        self.question_mask_ = np.array([len(self.texts_[k]) > 0 and
+                                        sum(asks(x) for x in self.texts_[k]) >= QUESTION_SHARE * len(self.texts_[k])
+                                        for k in self.keys_], dtype=bool)
         logger.info("node assigner: %d tasks, %d nodes, %d texts", len(names), len(self.keys_), len(flat))
         return self
 
@@ -365,7 +393,6 @@ class NodeAssigner:
         Raises:
             ValueError: The arrays do not match the keys.
         """
-        del source
         keys = [tuple(k) for k in keys]
         owners = np.asarray(owners, dtype=np.int64)
         if len(owners) != len(P) or (owners.size and (owners.min() < 0 or owners.max() >= len(keys))):
@@ -375,8 +402,13 @@ class NodeAssigner:
         self.P_ = np.asarray(P, dtype=np.float64)
         self.owners_ = owners
         self.tasks_ = {t: [(t, n) for n in ns] for t, ns in tasks.items()}
-        self.texts_ = {}
+        all_tasks = source if isinstance(source, Mapping) else getattr(source, "tasks", {})
+        texts = {t: node_texts(all_tasks[t]) if t in all_tasks else {} for t in tasks}
+        self.texts_ = {k: list(texts.get(k[0], {}).get(k[1], [])) for k in keys}
         self._index_masks({t: list(ns) for t, ns in tasks.items()})
+        self.question_mask_ = np.array([len(self.texts_[k]) > 0 and
+                                        sum(asks(x) for x in self.texts_[k]) >= QUESTION_SHARE * len(self.texts_[k])
+                                        for k in self.keys_], dtype=bool)
         return self
 
     def _index_masks(self, per_task: Mapping[str, Sequence[str]]) -> None:
@@ -437,12 +469,15 @@ class NodeAssigner:
             raise KeyError(f"task {task!r} is not among the node assigner's tasks ({', '.join(sorted(self.tasks_))})")
         return [n for _, n in self.tasks_[task]]
 
-    def assign(self, task: str, embeddings: np.ndarray) -> NodeAssignment:
+    def assign(self, task: str, embeddings: np.ndarray, texts: Sequence[str] | None = None) -> NodeAssignment:
         """Assign system turns of ``task`` (given as embeddings) to its nodes.
 
         Args:
             task: The task the turns should follow.
             embeddings: Their embeddings, shape ``(n, d)`` (the assigner's encoder's space).
+            texts: The turns' texts, when at hand: a turn that asks nothing (:func:`asks`) is then
+                not assigned to a question step (a node whose texts ask), so "Tuesday is a great
+                day to talk about the weather." does not count as asking for the day.
 
         Returns:
             NodeAssignment: Per turn node (None: rejected), similarities and rival.
@@ -453,6 +488,13 @@ class NodeAssigner:
         """
         self.task_nodes(task)
         S = self.similarities(embeddings)
+        if texts is not None:
+            if len(texts) != len(S):
+                raise ValueError(f"{len(texts)} texts for {len(S)} embeddings")
+            q = self.question_mask_
+            for i, t in enumerate(texts):
+                if not asks(t):
+                    S[i, q] = -np.inf
         node, own_sim, rival_sim, rival_node = assign_rows(S, self._own[task], self._rival[task],
                                                            float(self.min_similarity), float(self.reject_margin))
         best_own = np.flatnonzero(self._own[task])[S[:, self._own[task]].argmax(axis=1)] if len(S) else np.zeros(0, int)
@@ -479,8 +521,10 @@ class NodeAssigner:
         Returns:
             NodeAssignment: As :meth:`assign`.
         """
-        return self.assign(task, self._encode(texts) if texts else np.zeros((0, self.P_.shape[1])))
+        texts = list(texts)
+        return self.assign(task, self._encode(texts) if texts else np.zeros((0, self.P_.shape[1])),
+                           texts=texts)
 
 
-__all__ = ["DEFAULT_MIN_SIMILARITY", "DEFAULT_REJECT_MARGIN", "NodeAssigner", "NodeAssignment",
+__all__ = ["asks", "DEFAULT_MIN_SIMILARITY", "DEFAULT_REJECT_MARGIN", "NodeAssigner", "NodeAssignment",
            "WorkflowTextError", "assign_rows", "node_similarities", "node_texts"]

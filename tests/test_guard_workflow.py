@@ -1,0 +1,134 @@
+"""The guard with the workflow-aware detector (issue 39 item 6): alarms where the docs say, warns
+when a conversation looks like another task, and keeps the monitor file and session state exact."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from dialfork_metrics.guard import Monitor
+
+
+@pytest.fixture(scope="module")
+def star(star_dir):
+    from dialfork_dataset.star import StarCorpus
+
+    return StarCorpus(star_dir)
+
+
+@pytest.fixture(scope="module")
+def data(template_corpus):
+    from dialfork_metrics.task3 import load_examples
+
+    return load_examples(template_corpus, "train"), load_examples(template_corpus, "test")
+
+
+@pytest.fixture(scope="module")
+def monitor(star, data):
+    train, _ = data
+    return Monitor.fit([d for d in train if d["task"] == "weather"], workflow=star)
+
+
+def test_default_monitor_is_workflow_aware_when_the_workflow_is_known(monitor, data, star, monkeypatch):
+    assert monitor.workflow_aware and monitor.task == "weather"
+    assert "wf" in repr(monitor)
+    train, _ = data
+    # no workflow to be found: the workflow-free detector, as before (Monitor.fit(records) keeps working)
+    monkeypatch.delenv("DIALFORK_STAR_DIR", raising=False)
+    plain = Monitor.fit([d for d in train if d["task"] == "weather"], order=3)
+    assert not plain.workflow_aware
+    monkeypatch.setenv("DIALFORK_STAR_DIR", str(star.path))
+    assert Monitor.fit([d for d in train if d["task"] == "weather"]).workflow_aware
+
+
+def test_loyalty_programme_offer_alarms(monitor):
+    """docs/guard.md's in-process example: the agent offers a loyalty programme instead of asking."""
+    s = monitor.session()
+    s.observe("user", "Hi, what's the weather in Paris tomorrow?")
+    v = s.observe("system", "Would you like to join our loyalty programme?")
+    assert v.alarm and v.raised and v.first_alarm == 1
+    assert v.score > v.threshold
+
+
+def test_conformant_turns_do_not_alarm(monitor):
+    s = monitor.session()
+    for speaker, text in [("user", "Hi there."), ("system", "Hello, how can I help?"),
+                          ("user", "I'd like the weather, please."),
+                          ("system", "For what day would you like the weather forecast?"), ("user", "Tuesday."),
+                          ("system", "For what location would you like the weather forecast?"), ("user", "Detroit.")]:
+        v = s.observe(speaker, text)
+    assert not v.alarm and v.warning is None
+
+
+def test_another_tasks_conversation_alarms_and_warns(monitor, data):
+    """Replaying doctor_schedule dialogues through the weather monitor: alarms, and a warning naming
+    the task they look like."""
+    _, test = data
+    doctor = [d for d in test if d["task"] == "doctor_schedule" and d["hallucination_type"] is None]
+    assert doctor
+    warned = 0
+    for d in doctor:
+        verdicts = monitor.replay(d)
+        assert verdicts[-1].alarm
+        warned += any(v.warning and "doctor" in v.warning for v in verdicts)
+    assert warned >= len(doctor) // 2
+
+
+def test_session_equals_the_detector_and_state_restores_exactly(monitor, data):
+    _, test = data
+    weather = [d for d in test if d["task"] == "weather"][:12]
+    preds = monitor.detector.predict_many(weather)
+    for d, p in zip(weather, preds):
+        s = monitor.session()
+        for i, t in enumerate(d["turns"]):
+            if i == len(d["turns"]) // 2:  # save and resume halfway
+                s = monitor.session(json.dumps(s.state()))
+            s.observe(t["speaker"], t["text"])
+        assert s.first_alarm == p
+
+
+def test_monitor_file_round_trip(monitor, data, tmp_path):
+    path = monitor.save(tmp_path / "weather.monitor")
+    back = Monitor.load(path)
+    assert back.workflow_aware and back.fingerprint == monitor.fingerprint and back.task == "weather"
+    _, test = data
+    d = next(d for d in test if d["task"] == "weather" and d["hallucination_type"] == "WIC")
+    assert [v.to_dict() for v in back.replay(d)] == [v.to_dict() for v in monitor.replay(d)]
+
+
+def test_bad_session_state_is_refused(monitor):
+    s = monitor.session()
+    s.observe("system", "Hello, how can I help?")
+    st = s.state()
+    bad = json.loads(json.dumps(st))
+    bad["workflow"]["nodes"] = ["not_a_node"]
+    with pytest.raises(ValueError, match="nodes must list nodes"):
+        monitor.session(bad)
+    bad = json.loads(json.dumps(st))
+    bad["workflow"]["answered"] = [True, True]
+    with pytest.raises(ValueError, match="answered"):
+        monitor.session(bad)
+    with pytest.raises(ValueError, match="embedding"):
+        monitor.session().observe("system", "hi", embedding=np.zeros(3))
+
+
+def test_readme_quickstart_4_fork_is_flagged_at_its_fork_turn(template_hub, star_dir, monkeypatch):
+    """README Quickstart 4 plays the first weather WIC fork of the hub's test split through the proxy,
+    with the monitor `guard replay --fit --data HUB --task weather` writes: the first alarm is the
+    fork turn (the proxy's verdicts equal the in-process session's, tests/test_guard_proxy.py)."""
+    from dialfork_metrics.task3 import load_examples
+
+    monkeypatch.setenv("DIALFORK_STAR_DIR", str(star_dir))
+    hub, _ = template_hub
+    train = [d for d in load_examples(hub, "train") if d["task"] == "weather"]
+    mon = Monitor.fit(train)  # what `guard replay --fit` does (wf: the workflow from $DIALFORK_STAR_DIR)
+    assert mon.workflow_aware
+    fork = next(d for d in load_examples(hub) if d["task"] == "weather" and d["hallucination_type"] == "WIC")
+    assert mon.replay(fork)[-1].first_alarm == fork["fork_turn"]
+    # and every weather WIC fork of the test split is caught, nearly all at its fork turn
+    wic = [d for d in load_examples(hub) if d["task"] == "weather" and d["hallucination_type"] == "WIC"]
+    firsts = [mon.replay(d)[-1].first_alarm for d in wic]
+    assert all(f is not None and f >= d["fork_turn"] for f, d in zip(firsts, wic))
+    assert np.mean([f == d["fork_turn"] for f, d in zip(firsts, wic)]) >= 0.75
