@@ -28,7 +28,7 @@ from ..stats import (
 )
 from .common import BenchError, _check_methods, _unit_rng
 from .corpus import Corpus
-from .protocols import DEFAULT_N_REFERENCES, TASK2_PROTOCOLS, cross_references
+from .protocols import DEFAULT_N_REFERENCES, TASK2_PROTOCOLS, _source_key, cross_references
 
 logger = logging.getLogger(__name__)
 
@@ -111,7 +111,7 @@ def _run_task2_cross(corpus: Corpus, quartets: list[dict[str, Any]], encoder: An
     kept, expanded = [], []
     for q in quartets:
         sid = q["source"]["dialogue_id"]
-        rs = refs.get(sid, [])
+        rs = refs.get(_source_key(q["source"]), [])
         if not rs:
             msg = (f"Task 2 unit ({sid}, {q['type']}) under the cross protocol: task {q['source'].get('task')!r} has "
                    f"no conformant dialogue from another source (give the task two sources or more)")
