@@ -192,10 +192,12 @@ def run_benchmark(data: str | os.PathLike, tasks: Sequence[int] = (1, 2, 3), enc
                 timings[f"task2:{name}"] = time.perf_counter() - t0
             if "cross" in protocols:
                 t0 = time.perf_counter()
+                cross_skipped: list[str] = []
                 with _summarised(f"Task 2 cross ({name})"):
                     task2_cross_by_encoder[name] = run_task2(corpus, enc, task2_methods, seed=seed, custom=custom,
-                                                             skipped=skipped, protocol="cross",
+                                                             skipped=cross_skipped, protocol="cross",
                                                              n_references=n_references)
+                _merge_skipped(skipped, cross_skipped)
                 timings[f"task2_cross:{name}"] = time.perf_counter() - t0
         if 3 in tasks:
             t0 = time.perf_counter()
@@ -250,11 +252,21 @@ def _task1_stages(report: dict[str, Any], corpus: Corpus, enc: Any, name: str, *
     draw (the same-source one when it ran)."""
     graph = None
     loaded: dict[str, Any] = {}  # the pair encoders, shared by the protocols: pairs are encoded once
+    skipped = kw.pop("skipped")
     for p in protocols:
         key = "task1" if p == "same-source" else "task1_cross"
-        report[key], g = _task1_stage(corpus, enc, name, protocol=p, loaded=loaded, **kw)
+        mine: list[str] = []
+        report[key], g = _task1_stage(corpus, enc, name, protocol=p, loaded=loaded, skipped=mine, **kw)
+        _merge_skipped(skipped, mine)
         graph = graph or g
     return graph
+
+
+def _merge_skipped(skipped: list[str], more: Sequence[str]) -> None:
+    """Append the messages of ``more`` not already in ``skipped`` (a unit the protocols share, e.g. one
+    missing a fork position, is reported once)."""
+    seen = set(skipped)
+    skipped.extend(m for m in more if m not in seen)
 
 
 def _task1_stage(corpus: Corpus, enc: Any, name: str, *, methods, pair_names, seed, skipped, progress, prd_kwargs,

@@ -145,7 +145,8 @@ TASK2_CONTROLS: tuple[str, ...] = ("shared_prefix", "turn_count_diff", "word_cou
 TASK1_FLOW_METHODS: tuple[str, ...] = ("flowkl",)
 TASK1_CONTROLS: tuple[str, ...] = ("turn_count_diff", "word_count_diff", "random")
 _PROTOCOL_WORDS = {"same-source": "the same-source protocol (the paper's: each fork against its own source)",
-                   "cross": "the cross-reference protocol (references from other scenarios, no turn shared)"}
+                   "cross": "the cross-reference protocol (references from other scenarios: nothing copied from the "
+                            "fork's source)"}
 
 
 def control_beats_sentence(tau: Mapping[str, Mapping[str, Any]], protocol: str, flow_methods: Sequence[str],
