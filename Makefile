@@ -72,7 +72,7 @@ demo: install
 	$(PY) -m leaderboard export $(DEMO_OUT)/corpus $(DEMO_OUT)/hub --hidden $(DEMO_SECRET)/hidden \
 	  --key-file $(DEMO_SECRET)/hidden_key.json --gold-dir $(DEMO_OUT)/hub-gold --star $(STAR) --overwrite $(DEMO_PLUMBING)
 	$(PY) -m dialfork_dataset check $(DEMO_OUT)/hub
-	$(PY) -m dialfork_metrics.bench --data $(DEMO_OUT)/hub --tasks 1,2,3 --encoders minilm --star $(STAR) \
+	$(PY) -m dialfork_metrics.bench --data $(DEMO_OUT)/hub --tasks 1,2,3 --encoders minilm --star $(STAR) --task2-protocol both \
 	  --out $(DEMO_OUT)/reports --bootstrap-resamples 10000
 	mkdir -p $(DEMO_OUT)/submission
 	$(PY) -m dialfork_metrics.task3 predict --data $(DEMO_OUT)/hub --split blind --detector $(DEMO_DETECTOR) \

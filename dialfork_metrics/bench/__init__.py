@@ -21,7 +21,8 @@ graph of one task (PNG + GraphML). The pure computations live in the ``run_task*
 
 Modules: :mod:`.common` (errors, method checks, log summaries), :mod:`.corpus` (loading and
 encoding a corpus), :mod:`.task1`, :mod:`.task2`, :mod:`.task3` (one per task), :mod:`.runner`
-(:func:`run_benchmark`), :mod:`.cli` (:func:`main`). Every name is re-exported here.
+(:func:`run_benchmark`), :mod:`.cli` (:func:`main`), :mod:`.protocols` (the same-source and
+cross-reference protocols of Tasks 1 and 2, ``--task2-protocol``). Every name is re-exported here.
 """
 
 from __future__ import annotations
@@ -40,16 +41,23 @@ from ..methods import (
 from .cli import build_parser, main, parse_pair_encoder
 from .common import DEFAULT_PRD, UNIT_LINES, BenchError
 from .corpus import Corpus, load_corpus, prepare_encoder
+from .protocols import (
+    DEFAULT_N_REFERENCES,
+    TASK2_PROTOCOLS,
+    cross_references,
+    parse_task2_protocol,
+    task1_cross_units,
+)
 from .runner import package_versions, run_benchmark
 from .task1 import run_task1, summarise_task1, task1_comparisons, tau_confidence_intervals
 from .task2 import distance_by_k, load_custom_metric, run_task2, summarise_task2, task2_significance
 from .task3 import SWEEP_MAE_WEIGHTS, TABLE9_ORDER, TASK3_ABLATION_ORDERS, run_task3, task3_weight_sweep
 
 __all__ = [
-    "DEFAULT_PRD", "LABELS", "SWEEP_MAE_WEIGHTS", "TABLE9_ORDER", "TASK1_COMPARED", "TASK1_METHODS",
-    "TASK1_REFERENCE", "TASK2_METHODS", "TASK3_ABLATION_ORDERS", "TASK3_DETECTORS", "TASK3_REGIMES", "TYPES",
-    "UNIT_LINES", "BenchError", "Corpus", "build_parser", "distance_by_k", "load_corpus", "load_custom_metric",
-    "main", "package_versions", "parse_pair_encoder", "prepare_encoder", "run_benchmark", "run_task1", "run_task2",
+    "DEFAULT_N_REFERENCES", "DEFAULT_PRD", "LABELS", "SWEEP_MAE_WEIGHTS", "TABLE9_ORDER", "TASK1_COMPARED", "TASK1_METHODS",
+    "TASK1_REFERENCE", "TASK2_METHODS", "TASK2_PROTOCOLS", "TASK3_ABLATION_ORDERS", "TASK3_DETECTORS", "TASK3_REGIMES", "TYPES",
+    "UNIT_LINES", "BenchError", "Corpus", "build_parser", "cross_references", "distance_by_k", "load_corpus", "load_custom_metric",
+    "main", "package_versions", "parse_pair_encoder", "parse_task2_protocol", "prepare_encoder", "run_benchmark", "run_task1", "run_task2",
     "run_task3", "summarise_task1", "summarise_task2", "task1_comparisons", "task2_significance",
-    "task3_weight_sweep", "tau_confidence_intervals",
+    "task1_cross_units", "task3_weight_sweep", "tau_confidence_intervals",
 ]

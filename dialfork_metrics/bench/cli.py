@@ -14,6 +14,7 @@ from ..methods import (
     TASK3_DETECTORS,
 )
 from .common import DEFAULT_PRD, BenchError, _csv_list
+from .protocols import DEFAULT_N_REFERENCES
 from .runner import run_benchmark
 
 
@@ -87,6 +88,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--task1-methods", default=",".join(TASK1_METHODS), help="comma-separated Task 1 methods")
     p.add_argument("--task2-methods", default=",".join(TASK2_METHODS), help="comma-separated Task 2 methods")
     p.add_argument("--task3-detectors", default=",".join(TASK3_DETECTORS), help="comma-separated Task 3 detectors")
+    p.add_argument("--task2-protocol", choices=["same-source", "cross", "both"], default="same-source",
+                   help="reference protocol of Tasks 2 and 1: the paper's same-source (each fork against its own "
+                        "source), cross (each fork against --n-references conformant dialogues of other scenarios of "
+                        "its task, no turn shared; Task 1: reference set from sources disjoint from the forks') or "
+                        "both, side by side in the report")
+    p.add_argument("--n-references", type=int, default=DEFAULT_N_REFERENCES,
+                   help="conformant references per fork under the cross protocol (distances averaged; seeded)")
     p.add_argument("--metric", action="append", default=[], metavar="NAME=module:function|EVALUATE_PATH",
                    help="add a user Task 2 distance as a row (repeatable)")
     p.add_argument("--graph-task", default=None, help="task whose flow graph is drawn (default: the first)")
@@ -145,6 +153,9 @@ def _main(a: argparse.Namespace) -> int:
     if a.order is not None and a.order < 1:
         print(f"error: --order N must be an integer >= 1, got {a.order}", file=sys.stderr)
         return 2
+    if a.n_references < 1:
+        print(f"error: --n-references must be an integer >= 1, got {a.n_references}", file=sys.stderr)
+        return 2
     if not 0 < a.false_alarm_rate < 1:
         print(f"error: --false-alarm-rate must be in (0, 1), got {a.false_alarm_rate}", file=sys.stderr)
         return 2
@@ -183,6 +194,7 @@ def _main(a: argparse.Namespace) -> int:
                             prd_kwargs={"num_runs": a.prd_runs, "n_init": a.prd_n_init, "kmeans": a.prd_kmeans},
                             task1_encoder=a.task1_encoder, pair_encoder=pair,
                             task1_compare=_csv_list(a.task1_compare),
+                            task2_protocol=a.task2_protocol, n_references=a.n_references,
                             task3_kwargs={"preset": a.task3_preset, "order": a.order, "scope": a.task3_scope,
                                           "select": a.task3_select, "false_alarm_rate": a.false_alarm_rate,
                                           "ablations": not a.no_task3_ablations,

@@ -17,6 +17,7 @@ from ..methods import (
 )
 from .common import DEFAULT_PRD, BenchError, _check_methods, _summarised
 from .corpus import Corpus, load_corpus, prepare_encoder
+from .protocols import DEFAULT_N_REFERENCES, cross_references, parse_task2_protocol
 from .task1 import _pair_encoder, run_task1, task1_comparisons, tau_confidence_intervals
 from .task2 import distance_by_k, load_custom_metric, run_task2, task2_significance
 from .task3 import run_task3, task3_weight_sweep
@@ -53,7 +54,8 @@ def run_benchmark(data: str | os.PathLike, tasks: Sequence[int] = (1, 2, 3), enc
                   cache_dir: str | None = None, prd_kwargs: Mapping[str, Any] | None = None,
                   task1_encoder: str | None = None, pair_encoder: str | Mapping[str, str] | None = None,
                   task1_compare: Sequence[str] = TASK1_COMPARED, runtime: str = "torch",
-                  task3_kwargs: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                  task3_kwargs: Mapping[str, Any] | None = None, task2_protocol: str = "same-source",
+                  n_references: int = DEFAULT_N_REFERENCES) -> dict[str, Any]:
     """Run the benchmark and (when ``out`` is given) write every report. Returns the report dict.
 
     ``prd_kwargs`` go to :func:`~dialfork_metrics.setlevel.prd_from_embeddings` (``num_runs``,
@@ -66,6 +68,12 @@ def run_benchmark(data: str | os.PathLike, tasks: Sequence[int] = (1, 2, 3), enc
     family, :data:`TASK1_COMPARED`). ``runtime``: the encoders' runtime (``"torch"``, ``"onnx"``,
     ``"onnx-int8"``; see :mod:`dialfork_metrics.runtimes`). ``task3_kwargs`` go to :func:`run_task3`
     (``preset``, ``order``, ``scope``, ``select``, ``false_alarm_rate``, ``ablations``, ...).
+
+    ``task2_protocol`` (:mod:`~dialfork_metrics.bench.protocols`): ``"same-source"`` (the paper's,
+    the default), ``"cross"`` (each fork against ``n_references`` conformant dialogues of other
+    scenarios; Task 1's reference set from sources disjoint from the forks') or ``"both"``. The
+    same-source results go to ``task1``/``task2`` as before, the cross ones to
+    ``task1_cross``/``task2_cross``.
 
     Args:
         data: A generator output folder, an exported Hub layout folder, or a Hub dataset id
@@ -94,6 +102,8 @@ def run_benchmark(data: str | os.PathLike, tasks: Sequence[int] = (1, 2, 3), enc
         task1_compare: Methods FlowKL is tested against in Task 1 (one Holm family).
         runtime: Encoder runtime: ``"torch"``, ``"onnx"`` or ``"onnx-int8"``.
         task3_kwargs: Keyword arguments of :func:`run_task3`.
+        task2_protocol: ``"same-source"``, ``"cross"`` or ``"both"`` (Tasks 1 and 2).
+        n_references: Conformant references per source under the cross protocol.
 
     Returns:
         The report dict: ``meta`` (data, corpus fingerprint, counts, tasks, encoders, seed,
@@ -101,11 +111,13 @@ def run_benchmark(data: str | os.PathLike, tasks: Sequence[int] = (1, 2, 3), enc
         ``skipped`` (messages of the units and configs that could not be computed), ``timings``
         (seconds per stage, ``total`` and ``encoding_share``), and per task run ``task1``,
         ``task2`` (``per_encoder`` and ``significance``), ``task3`` (per encoder, without the
-        per-dialogue predictions) and ``task3_weight_sweep`` (per encoder).
+        per-dialogue predictions) and ``task3_weight_sweep`` (per encoder); under the cross
+        protocol ``task1_cross`` and ``task2_cross``, laid out as ``task1`` and ``task2``
+        (``meta`` names the ``task2_protocols`` and ``n_references``).
 
     Raises:
-        BenchError: An unknown task or method, no encoder, a bad ``pair_encoder`` mapping or
-            custom metric, an unreadable corpus, or a corpus without a train and a test split
+        BenchError: An unknown task, method or protocol, ``n_references`` below 1, no encoder, a
+            bad ``pair_encoder`` mapping or custom metric, an unreadable corpus, or a corpus without a train and a test split
             for Task 3.
         ValueError: An unknown encoder name.
         RecordError: The corpus folder holds invalid records.
@@ -130,6 +142,9 @@ def run_benchmark(data: str | os.PathLike, tasks: Sequence[int] = (1, 2, 3), enc
     _check_methods(task2_methods, TASK2_METHODS, "Task 2")
     _check_methods(task3_detectors, TASK3_DETECTORS, "Task 3")
     custom = dict(load_custom_metric(s) for s in custom_metrics)
+    protocols = parse_task2_protocol(task2_protocol)
+    if "cross" in protocols:
+        cross_references([], n_references)  # a bad count -> BenchError before any work
 
     t_start = time.perf_counter()
     timings: dict[str, float] = {}
@@ -140,35 +155,50 @@ def run_benchmark(data: str | os.PathLike, tasks: Sequence[int] = (1, 2, 3), enc
         "meta": {"data": str(data), "fingerprint": corpus.fingerprint(), "n_records": len(corpus.records),
                  "n_conformant": len(corpus.conformant), "tasks": list(tasks), "encoders": list(encoders),
                  "seed": seed, "bootstrap_resamples": n_resamples, "runtime": runtime, "prd": dict(prd_kwargs or {}),
-                 "task1_encoders": {"flowkl": t1_name, **pair_names}, "versions": package_versions()},
+                 "task1_encoders": {"flowkl": t1_name, **pair_names}, "versions": package_versions(),
+                 "task2_protocols": list(protocols),
+                 **({"n_references": n_references} if "cross" in protocols else {})},
         "skipped": skipped,
     }
     task2_by_encoder: dict[str, Any] = {}
+    task2_cross_by_encoder: dict[str, Any] = {}
     task3_by_encoder: dict[str, Any] = {}
     graph = None
     t1_kw = dict(methods=task1_methods, pair_names=pair_names, seed=seed, skipped=skipped, progress=progress,
                  prd_kwargs=prd_kwargs, compare=task1_compare, n_resamples=n_resamples, timings=timings,
-                 device=device, batch_size=batch_size, cache_dir=cache_dir, graph_task=graph_task)
+                 device=device, batch_size=batch_size, cache_dir=cache_dir, graph_task=graph_task,
+                 protocols=protocols)
     t1_resolved = resolve_encoder_name(t1_name)
     if 1 in tasks and all(resolve_encoder_name(e) != t1_resolved for e in encoders):
         enc1 = prepare_encoder(t1_name, corpus.records, device=device, batch_size=batch_size, cache_dir=cache_dir,
                                transcripts=False, timings=timings, progress=progress, runtime=runtime)
-        report["task1"], graph = _task1_stage(corpus, enc1, t1_name, **t1_kw)
+        graph = _task1_stages(report, corpus, enc1, t1_name, **t1_kw)
         del enc1
     for name in encoders:
-        runs_task1 = 1 in tasks and "task1" not in report and resolve_encoder_name(name) == t1_resolved
+        runs_task1 = (1 in tasks and "task1" not in report and "task1_cross" not in report
+                      and resolve_encoder_name(name) == t1_resolved)
         if not (runs_task1 or 2 in tasks or 3 in tasks):
             continue
         enc = prepare_encoder(name, corpus.records, device=device, batch_size=batch_size, cache_dir=cache_dir,
                               transcripts=2 in tasks, timings=timings, progress=progress, runtime=runtime)
         if runs_task1:
-            report["task1"], graph = _task1_stage(corpus, enc, name, **t1_kw)
+            graph = _task1_stages(report, corpus, enc, name, **t1_kw)
         if 2 in tasks:
             t0 = time.perf_counter()
-            with _summarised(f"Task 2 ({name})"):
-                task2_by_encoder[name] = run_task2(corpus, enc, task2_methods, seed=seed, custom=custom,
-                                                   skipped=skipped)
-            timings[f"task2:{name}"] = time.perf_counter() - t0
+            if "same-source" in protocols:
+                with _summarised(f"Task 2 ({name})"):
+                    task2_by_encoder[name] = run_task2(corpus, enc, task2_methods, seed=seed, custom=custom,
+                                                       skipped=skipped)
+                timings[f"task2:{name}"] = time.perf_counter() - t0
+            if "cross" in protocols:
+                t0 = time.perf_counter()
+                cross_skipped: list[str] = []
+                with _summarised(f"Task 2 cross ({name})"):
+                    task2_cross_by_encoder[name] = run_task2(corpus, enc, task2_methods, seed=seed, custom=custom,
+                                                             skipped=cross_skipped, protocol="cross",
+                                                             n_references=n_references)
+                _merge_skipped(skipped, cross_skipped)
+                timings[f"task2_cross:{name}"] = time.perf_counter() - t0
         if 3 in tasks:
             t0 = time.perf_counter()
             with _summarised(f"Task 3 ({name})"):
@@ -176,13 +206,18 @@ def run_benchmark(data: str | os.PathLike, tasks: Sequence[int] = (1, 2, 3), enc
             r3.pop("predictions")
             task3_by_encoder[name] = r3
             timings[f"task3:{name}"] = time.perf_counter() - t0
-    if 2 in tasks:
+    for key, by_encoder in (("task2", task2_by_encoder), ("task2_cross", task2_cross_by_encoder)):
+        if 2 not in tasks or not by_encoder:
+            continue
         t0 = time.perf_counter()
-        report["task2"] = {"per_encoder": {e: {"summary": r["summary"], "units": r["units"], "methods": r["methods"]}
-                                           for e, r in task2_by_encoder.items()},
-                           "significance": task2_significance(task2_by_encoder, n_resamples=n_resamples, seed=seed)}
-        _task2_intervals(report["task2"]["per_encoder"], n_resamples, seed)
-        timings["task2:significance"] = time.perf_counter() - t0
+        report[key] = {"per_encoder": {e: {"summary": r["summary"], "units": r["units"], "methods": r["methods"]}
+                                       for e, r in by_encoder.items()},
+                       "significance": task2_significance(by_encoder, n_resamples=n_resamples, seed=seed),
+                       "protocol": "same-source" if key == "task2" else "cross"}
+        if key == "task2_cross":
+            report[key]["n_references"] = n_references
+        _task2_intervals(report[key]["per_encoder"], n_resamples, seed)
+        timings[f"{key}:significance"] = time.perf_counter() - t0
     if 3 in tasks:
         report["task3"] = task3_by_encoder
         report["task3_weight_sweep"] = {e: task3_weight_sweep(r["results"]) for e, r in task3_by_encoder.items()}
@@ -211,13 +246,37 @@ def _pair_encoder_names(pair_encoder: str | Mapping[str, str] | None, default: s
     return {m: pair_encoder.get(m) or default for m in ("fbd", "prd")}
 
 
+def _task1_stages(report: dict[str, Any], corpus: Corpus, enc: Any, name: str, *, protocols: Sequence[str],
+                  **kw: Any) -> Any:
+    """Task 1 under each protocol into ``report`` (``task1``, ``task1_cross``); returns the graph to
+    draw (the same-source one when it ran)."""
+    graph = None
+    loaded: dict[str, Any] = {}  # the pair encoders, shared by the protocols: pairs are encoded once
+    skipped = kw.pop("skipped")
+    for p in protocols:
+        key = "task1" if p == "same-source" else "task1_cross"
+        mine: list[str] = []
+        report[key], g = _task1_stage(corpus, enc, name, protocol=p, loaded=loaded, skipped=mine, **kw)
+        _merge_skipped(skipped, mine)
+        graph = graph or g
+    return graph
+
+
+def _merge_skipped(skipped: list[str], more: Sequence[str]) -> None:
+    """Append the messages of ``more`` not already in ``skipped`` (a unit the protocols share, e.g. one
+    missing a fork position, is reported once)."""
+    seen = set(skipped)
+    skipped.extend(m for m in more if m not in seen)
+
+
 def _task1_stage(corpus: Corpus, enc: Any, name: str, *, methods, pair_names, seed, skipped, progress, prd_kwargs,
-                 compare, n_resamples, timings, device, batch_size, cache_dir, graph_task) -> tuple[dict, Any]:
+                 compare, n_resamples, timings, device, batch_size, cache_dir, graph_task,
+                 protocol: str = "same-source", loaded: dict[str, Any] | None = None) -> tuple[dict, Any]:
     """Task 1 with ``enc`` for FlowKL and the pair encoders named in ``pair_names``; every (system,
     user) pair of the corpus is encoded once per pair model, up front. Returns (report part, graph)."""
     from ..encoders import get_encoder, resolve_encoder_name
 
-    loaded: dict[str, Any] = {}
+    loaded = {} if loaded is None else loaded
     pes: dict[str, Any] = {}
     for m in (m for m in ("fbd", "prd") if m in methods):
         key = resolve_encoder_name(pair_names[m])
@@ -233,10 +292,10 @@ def _task1_stage(corpus: Corpus, enc: Any, name: str, *, methods, pair_names, se
         pes[m] = loaded[key]
     t0 = time.perf_counter()
     r1 = run_task1(corpus, enc, methods, seed=seed, skipped=skipped, progress=progress, pair_encoder=pes,
-                   prd_kwargs=prd_kwargs)
+                   prd_kwargs=prd_kwargs, protocol=protocol)
     r1["comparisons"] = task1_comparisons(r1["units"], against=compare, n_resamples=n_resamples, seed=seed)
     r1["summary"]["tau_ci"] = tau_confidence_intervals(r1["units"], methods, "task", n_resamples, seed)
-    timings["task1"] = time.perf_counter() - t0
+    timings["task1" if protocol == "same-source" else "task1_cross"] = time.perf_counter() - t0
     graphs = {k: v for k, v in r1.pop("graphs").items() if isinstance(k, str)}
     gt = graph_task or (sorted(graphs)[0] if graphs else None)
     used = {"flowkl": name, **{m: pair_names[m] for m in pes}}

@@ -30,14 +30,21 @@ from ..stats import (
 )
 from .common import BenchError, _check_methods, _CountingFilter, _summarised, _unit_rng
 from .corpus import Corpus
+from .protocols import TASK2_PROTOCOLS, task1_cross_units
 
 logger = logging.getLogger(__name__)
 
 
 def run_task1(corpus: Corpus, encoder: Any, methods: Sequence[str] = TASK1_METHODS, seed: int = 0,
               flowkl_kwargs: Mapping[str, Any] | None = None, prd_kwargs: Mapping[str, Any] | None = None,
-              skipped: list[str] | None = None, progress: bool = True, pair_encoder: Any = None) -> dict[str, Any]:
+              skipped: list[str] | None = None, progress: bool = True, pair_encoder: Any = None,
+              protocol: str = "same-source") -> dict[str, Any]:
     """Task 1 per (task, type) unit: d_k for each method, tau, exact recovery; with statistics.
+
+    ``protocol``: ``"same-source"`` (the paper's: the task's whole conformant set, which holds the
+    forks' sources, against each fork set) or ``"cross"`` (the task's sources split in two seeded
+    halves, the conformant dialogues of one half against the forks of the other;
+    :func:`~dialfork_metrics.bench.protocols.task1_cross_units`).
 
     ``encoder`` embeds the turns of FlowKL's graph. ``pair_encoder``: a
     :class:`~dialfork_metrics.pair_encoder.PairEncoder` for FBD and PRD, or a mapping
@@ -56,22 +63,28 @@ def run_task1(corpus: Corpus, encoder: Any, methods: Sequence[str] = TASK1_METHO
         progress: Show a progress bar over the units.
         pair_encoder: A ``PairEncoder``, an encoder name, or a mapping ``{"fbd": ..., "prd": ...}``
             of those; None: one over ``encoder``.
+        protocol: ``"same-source"`` or ``"cross"``.
 
     Returns:
         A dict with ``units`` (one row per unit and method: ``task``, ``type``, ``method``,
         ``distances`` d_1..d_4, ``tau``, ``exact``, ``p_perm``; the last two None for
         ``random``), ``summary`` (:func:`summarise_task1`), ``graphs`` (task -> FlowKL's fitted
-        flow graph) and ``fbd_small_n_sets`` (sets whose FBD covariance was singular).
+        flow graph), ``fbd_small_n_sets`` (sets whose FBD covariance was singular) and
+        ``protocol``.
 
     Raises:
-        BenchError: An unknown method, or a ``pair_encoder`` mapping with a key other than
-            ``fbd``/``prd``.
+        BenchError: An unknown method or protocol, or a ``pair_encoder`` mapping with a key other
+            than ``fbd``/``prd``.
     """
     from dialfork_dataset.views import task1_sets
 
     _check_methods(methods, TASK1_METHODS, "Task 1")
+    if protocol not in TASK2_PROTOCOLS:
+        raise BenchError(f"unknown Task 1 protocol {protocol!r}; known: {', '.join(TASK2_PROTOCOLS)}")
     skipped = skipped if skipped is not None else []
     units = task1_sets(corpus.records, skipped=skipped)
+    if protocol == "cross":
+        units = task1_cross_units(units, seed=seed, skipped=skipped)
     graphs: dict[str, Any] = {}
     need_pairs = [m for m in ("fbd", "prd") if m in methods]
     pair_encoders = _pair_encoders_by_method(pair_encoder, need_pairs, encoder)
@@ -88,7 +101,7 @@ def run_task1(corpus: Corpus, encoder: Any, methods: Sequence[str] = TASK1_METHO
                        "the Frechet estimate is biased at small n (SPEC 7); compare FBD only between sets of similar size",
                        small_n.count)
     return {"units": rows, "summary": summarise_task1(rows, methods), "graphs": graphs,
-            "fbd_small_n_sets": small_n.count}
+            "fbd_small_n_sets": small_n.count, "protocol": protocol}
 
 
 def _pair_encoders_by_method(pair_encoder: Any, methods: Sequence[str], encoder: Any) -> dict[str, Any]:

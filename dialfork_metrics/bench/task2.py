@@ -28,6 +28,7 @@ from ..stats import (
 )
 from .common import BenchError, _check_methods, _unit_rng
 from .corpus import Corpus
+from .protocols import DEFAULT_N_REFERENCES, TASK2_PROTOCOLS, _source_key, cross_references
 
 logger = logging.getLogger(__name__)
 
@@ -35,8 +36,15 @@ logger = logging.getLogger(__name__)
 # ----------------------------------------------------------------------------- Task 2
 def run_task2(corpus: Corpus, encoder: Any, methods: Sequence[str] = TASK2_METHODS, seed: int = 0,
               custom: Mapping[str, Callable[[Any, Any], float]] | None = None,
-              skipped: list[str] | None = None) -> dict[str, Any]:
+              skipped: list[str] | None = None, protocol: str = "same-source",
+              n_references: int = DEFAULT_N_REFERENCES) -> dict[str, Any]:
     """Task 2 per (source, type) unit: d_k per method and tau; summary per type.
+
+    ``protocol`` (:mod:`~dialfork_metrics.bench.protocols`): ``"same-source"`` (the paper's)
+    compares each fork with its own source D+; ``"cross"`` compares it with ``n_references``
+    conformant dialogues of the same task from other sources (seeded, the same for the unit's four
+    forks) and takes the mean distance, so no reference turn is shared with the fork. Under
+    ``cross`` a unit whose task has no other source is skipped with a reason.
 
     Args:
         corpus: The :class:`~dialfork_metrics.bench.corpus.Corpus`; its units (a conformant
@@ -48,22 +56,30 @@ def run_task2(corpus: Corpus, encoder: Any, methods: Sequence[str] = TASK2_METHO
         custom: User distances, name -> ``fn(source_record, fork_record) -> float``
             (:func:`load_custom_metric`); each becomes a row.
         skipped: A list that receives one message per unit that could not be built; None: a new list.
+        protocol: ``"same-source"`` or ``"cross"``.
+        n_references: References per source under ``"cross"`` (fewer when the task has fewer
+            other sources).
 
     Returns:
         A dict with ``units`` (one row per unit and method: ``source_id``, ``type``, ``method``,
-        ``distances`` d_1..d_4, ``tau``), ``summary`` (:func:`summarise_task2`) and ``methods``
-        (``methods`` then the custom names).
+        ``distances`` d_1..d_4, ``tau``; under ``cross`` also ``references``, the reference
+        dialogue ids), ``summary`` (:func:`summarise_task2`), ``methods`` (``methods`` then the
+        custom names) and ``protocol`` (plus ``n_references`` under ``cross``).
 
     Raises:
-        BenchError: An unknown method.
+        BenchError: An unknown method or protocol, or ``n_references`` below 1.
     """
     from dialfork_dataset.views import task2_quartets
 
     from ..dialogue import score_quartets
 
     _check_methods(methods, TASK2_METHODS, "Task 2")
+    if protocol not in TASK2_PROTOCOLS:
+        raise BenchError(f"unknown Task 2 protocol {protocol!r}; known: {', '.join(TASK2_PROTOCOLS)}")
     skipped = skipped if skipped is not None else []
     quartets = task2_quartets(corpus.records, skipped=skipped)
+    if protocol == "cross":
+        return _run_task2_cross(corpus, quartets, encoder, methods, seed, custom, skipped, n_references)
     core = [m for m in methods if m != "random"]
     scored = score_quartets(quartets, methods=core, encoder=encoder) if quartets else []
     rows: list[dict[str, Any]] = []
@@ -80,7 +96,56 @@ def run_task2(corpus: Corpus, encoder: Any, methods: Sequence[str] = TASK2_METHO
             rows.append({"source_id": s["source_id"], "type": s["type"], "method": name, "distances": d,
                          "tau": ranking_tau(d)})
     all_methods = list(methods) + list(custom or {})
-    return {"units": rows, "summary": summarise_task2(rows, all_methods), "methods": all_methods}
+    return {"units": rows, "summary": summarise_task2(rows, all_methods), "methods": all_methods,
+            "protocol": "same-source"}
+
+
+def _run_task2_cross(corpus: Corpus, quartets: list[dict[str, Any]], encoder: Any, methods: Sequence[str], seed: int,
+                     custom: Mapping[str, Callable[[Any, Any], float]] | None, skipped: list[str],
+                     n_references: int) -> dict[str, Any]:
+    """:func:`run_task2` under the cross protocol: each unit's four forks against its source's
+    references (:func:`~dialfork_metrics.bench.protocols.cross_references`), d_k the mean over them."""
+    from ..dialogue import score_quartets
+
+    refs = cross_references(corpus.conformant, n_references, seed)
+    kept, expanded = [], []
+    for q in quartets:
+        sid = q["source"]["dialogue_id"]
+        rs = refs.get(_source_key(q["source"]), [])
+        if not rs:
+            msg = (f"Task 2 unit ({sid}, {q['type']}) under the cross protocol: task {q['source'].get('task')!r} has "
+                   f"no conformant dialogue from another source (give the task two sources or more)")
+            logger.warning("skipped %s", msg)
+            skipped.append(msg)
+            continue
+        kept.append((q, rs))
+        expanded += [{"source": r, "type": q["type"], "forks": q["forks"]} for r in rs]
+    short = sorted({q["source"]["dialogue_id"] for q, rs in kept if len(rs) < n_references})
+    if short:
+        logger.warning("Task 2 cross protocol: %d source(s) have fewer than %d other sources in their task and use "
+                       "all of them (e.g. %s)", len(short), n_references, short[0])
+    core = [m for m in methods if m != "random"]
+    scored = score_quartets(expanded, methods=core, encoder=encoder) if expanded else []
+    rows: list[dict[str, Any]] = []
+    i = 0
+    for q, rs in kept:
+        block, i = scored[i:i + len(rs)], i + len(rs)
+        sid, h, ids = q["source"]["dialogue_id"], q["type"], [r["dialogue_id"] for r in rs]
+        for m in core:
+            d = [float(np.mean([b["distances"][m][j] for b in block])) for j in range(len(FORK_POSITIONS))]
+            rows.append({"source_id": sid, "type": h, "method": m, "distances": d, "tau": ranking_tau(d),
+                         "references": ids})
+        if "random" in methods:
+            rows.append({"source_id": sid, "type": h, "method": "random", "references": ids,
+                         "distances": [float(_unit_rng(seed, "task2-cross", sid, h, k).random())
+                                       for k in FORK_POSITIONS], "tau": 0.0})
+        for name, fn in (custom or {}).items():
+            d = [float(np.mean([fn(r, q["forks"][k]) for r in rs])) for k in FORK_POSITIONS]
+            rows.append({"source_id": sid, "type": h, "method": name, "distances": d, "tau": ranking_tau(d),
+                         "references": ids})
+    all_methods = list(methods) + list(custom or {})
+    return {"units": rows, "summary": summarise_task2(rows, all_methods), "methods": all_methods,
+            "protocol": "cross", "n_references": n_references}
 
 
 def summarise_task2(rows: Sequence[Mapping[str, Any]], methods: Sequence[str]) -> dict[str, Any]:

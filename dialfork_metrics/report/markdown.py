@@ -18,7 +18,8 @@ def _f(v: Any, nd: int = 3, pct: bool = False) -> str:
         return "–"
     if pct:
         return f"{100 * v:.1f}%"
-    return f"{v:.{nd}f}"
+    out = f"{v:.{nd}f}"
+    return out[1:] if out.startswith("-") and not out.strip("-0.") else out  # no "-0.000"
 
 
 def _p(v: Any) -> str:
@@ -58,8 +59,11 @@ def task1_markdown(t1: Mapping[str, Any]) -> str:
     for m, vals in s["tau"].items():
         rows.append([_label(m)] + [_f(vals.get(h)) for h in TYPES] + [_f(vals.get("Avg")), _f(s["exact_recovery"].get(m), pct=True),
                                                                         _p(s["fisher_p"].get(m))])
-    md = [f"### Table 2. Task 1: set-to-set distance (Kendall tau, {_task1_encoders(t1)}, {s['n_units']} units)",
+    cross = ", cross-reference protocol" if t1.get("protocol") == "cross" else ""
+    md = [f"### Table 2. Task 1: set-to-set distance (Kendall tau, {_task1_encoders(t1)}, {s['n_units']} units{cross})",
           "", markdown_table(["Method", *TYPES, "Avg", "Exact recovery", "p (Fisher, vs chance)"], rows)]
+    line = control_beats_sentence(s["tau"], t1.get("protocol") or "same-source", TASK1_FLOW_METHODS, TASK1_CONTROLS)
+    md += ["", line] if line else []
     comp = t1.get("comparisons") or []
     if comp:
         md += ["", task1_comparisons_markdown(comp)]
@@ -91,31 +95,183 @@ def task1_comparisons_markdown(comp: Sequence[Mapping[str, Any]]) -> str:
                                       "p (Holm)"], rows)])
 
 
+def _protocol_suffix(part: Mapping[str, Any]) -> str:
+    """``""`` for the paper's same-source protocol (its tables read as before), else the protocol."""
+    if part.get("protocol") != "cross":
+        return ""
+    n = part.get("n_references")
+    if not n:
+        return ", cross-reference protocol"
+    return f", cross-reference protocol ({n} reference{'' if n == 1 else 's'} per fork)"
+
+
 def task2_markdown(t2: Mapping[str, Any]) -> str:
     """Table 3 per encoder (Task 2: tau per type and Avg), then Table 7 when ``t2`` has the
-    significance rows.
+    significance rows. Under the cross protocol the titles say so; a sentence follows each
+    Table 3 saying whether a control beats a flow-aware method (:func:`control_beats_sentence`).
 
     Args:
-        t2: The report's ``task2`` part (``per_encoder``; optional ``significance``).
+        t2: The report's ``task2`` or ``task2_cross`` part (``per_encoder``; optional
+            ``significance``, ``protocol``, ``n_references``).
 
     Returns:
         The Markdown text (no trailing newline).
     """
     md = []
+    suffix = _protocol_suffix(t2)
     for enc, res in t2["per_encoder"].items():
         s = res["summary"]
         rows = [[_label(m)] + [_f(vals.get(h)) for h in TYPES] + [_f(vals.get("Avg"))] for m, vals in s["tau"].items()]
-        md += [f"### Table 3. Task 2: dialogue-to-dialogue distance (Kendall tau, encoder `{enc}`, {s['n_units']} units)",
-               "", markdown_table(["Method", *TYPES, "Avg"], rows), ""]
+        md += [f"### Table 3. Task 2: dialogue-to-dialogue distance (Kendall tau, encoder `{enc}`, {s['n_units']} units"
+               f"{suffix})", "", markdown_table(["Method", *TYPES, "Avg"], rows), ""]
+        line = control_beats_sentence(s["tau"], t2.get("protocol") or "same-source", TASK2_FLOW_METHODS,
+                                      TASK2_CONTROLS)
+        md += [line, ""] if line else []
     sig = t2.get("significance") or []
     if sig:
         rows = [[r["encoder"], _label(r["method"]), str(r["n_units"]), _f(r["mean_diff"]),
                  f"[{_f(r['ci_low'])}, {_f(r['ci_high'])}]", _stat(r.get("W"), 0), _p(r["p_wilcoxon_holm"]),
                  _stat(r.get("t"), 2), _p(r["p_ttest_holm"])] for r in sig]
-        md += ["### Table 7. FlowScore against each method (tau difference per unit; one-sided tests, Holm across encoders)",
+        md += [f"### Table 7. FlowScore against each method (tau difference per unit; one-sided tests, Holm across "
+               f"encoders{suffix})",
                "", markdown_table(["Encoder", "Method", "N", "Mean Delta", "95% CI (bootstrap)", "W", "p W (Holm)",
                                    "t", "p t (Holm)"], rows)]
     return "\n".join(md)
+
+
+#: The flow-aware methods and the controls whose order the reports put in words (issue 38).
+TASK2_FLOW_METHODS: tuple[str, ...] = ("flowscore", "flowdtw")
+TASK2_CONTROLS: tuple[str, ...] = ("shared_prefix", "turn_count_diff", "word_count_diff", "random")
+TASK1_FLOW_METHODS: tuple[str, ...] = ("flowkl",)
+TASK1_CONTROLS: tuple[str, ...] = ("turn_count_diff", "word_count_diff", "random")
+_PROTOCOL_WORDS = {"same-source": "the same-source protocol (the paper's: each fork against its own source)",
+                   "cross": "the cross-reference protocol (references from other scenarios: nothing copied from the "
+                            "fork's source)"}
+
+
+def control_beats_sentence(tau: Mapping[str, Mapping[str, Any]], protocol: str, flow_methods: Sequence[str],
+                           controls: Sequence[str]) -> str:
+    """One sentence saying, in words, which control beats (or ties with, at three decimals) which
+    flow-aware method on average tau under a protocol, and what that means: the protocol rewards
+    what the control measures (copied opening turns, length) rather than the flow; or that no
+    control does.
+
+    Args:
+        tau: A summary's ``tau`` table (method -> ``"Avg"`` -> mean tau).
+        protocol: ``"same-source"`` or ``"cross"``.
+        flow_methods: The flow-aware methods (e.g. FlowScore, FlowDTW).
+        controls: The controls (e.g. Shared prefix, the length diffs, Random).
+
+    Returns:
+        The sentence (Markdown, no trailing newline); ``""`` when the table has no flow-aware method
+        or no control.
+    """
+    avg = {m: (tau.get(m) or {}).get("Avg") for m in (*flow_methods, *controls)}
+    flows = [m for m in flow_methods if avg.get(m) is not None]
+    ctrls = [m for m in controls if avg.get(m) is not None]
+    if not flows or not ctrls:
+        return ""
+    where = _PROTOCOL_WORDS.get(protocol, protocol)
+    parts, who = [], []
+    for c in ctrls:
+        beats = [f for f in flows if round(avg[c], 3) > round(avg[f], 3)]
+        ties = [f for f in flows if round(avg[c], 3) == round(avg[f], 3)]
+        for verb, fs in (("beats", beats), ("ties with", ties)):
+            if fs:
+                parts.append(f"{_label(c)} (tau {avg[c]:.3f}) {verb} "
+                             + " and ".join(f"{_label(f)} ({avg[f]:.3f})" for f in fs))
+                who.append(c)
+    if not parts:
+        return (f"Under {where} no control ({', '.join(_label(c) for c in ctrls)}) beats or ties with "
+                f"{' or '.join(_label(f) for f in flows)} on average tau.")
+    copying = "shared_prefix" in who
+    why = ("a distance that only counts the opening turns a fork shares with its reference ranks the forks as well as "
+           "the flow-aware metric or better, so this protocol rewards copying the source's prefix and cannot tell a "
+           "flow-aware metric from turn copying" if copying else
+           "a control that ignores the flow ranks the forks as well as the flow-aware metric or better, so under this "
+           "protocol the ranking is carried by what the control measures (length or chance), not by the flow")
+    return (f"**Under {where}, a control beats or ties with a flow-aware method:** {'; '.join(parts)}. That is, "
+            f"{why}.")
+
+
+def task2_protocols_markdown(same: Mapping[str, Any], cross: Mapping[str, Any]) -> str:
+    """Tables 3 and 7 under both protocols side by side (issue 38): per encoder, each method's tau
+    per type and Avg under the same-source protocol, then under the cross-reference protocol, and
+    a sentence under the table for each protocol where a control beats a flow-aware method;
+    then Table 7 (FlowScore against each method) under both.
+
+    Args:
+        same: The report's ``task2`` part (same-source).
+        cross: The report's ``task2_cross`` part.
+
+    Returns:
+        The Markdown text (no trailing newline).
+    """
+    n = cross.get("n_references")
+    md = []
+    for enc in [e for e in same["per_encoder"] if e in cross["per_encoder"]]:
+        s, c = same["per_encoder"][enc]["summary"], cross["per_encoder"][enc]["summary"]
+        methods = list(dict.fromkeys([*s["tau"], *c["tau"]]))
+        rows = [[_label(m)] + [_f((s["tau"].get(m) or {}).get(h)) for h in (*TYPES, "Avg")]
+                + [_f((c["tau"].get(m) or {}).get(h)) for h in (*TYPES, "Avg")] for m in methods]
+        md += [f"### Table 3. Task 2: dialogue-to-dialogue distance (Kendall tau, encoder `{enc}`): same-source "
+               f"({s['n_units']} units) | cross-reference ({c['n_units']} units, {n} reference{'' if n == 1 else 's'} per fork)",
+               "",
+               markdown_table(["Method", *(f"same {h}" for h in TYPES), "**same Avg**", *(f"cross {h}" for h in TYPES),
+                               "**cross Avg**"], rows), ""]
+        for p, t in (("same-source", s["tau"]), ("cross", c["tau"])):
+            line = control_beats_sentence(t, p, TASK2_FLOW_METHODS, TASK2_CONTROLS)
+            if line:
+                md += [line, ""]
+    sig = {p: {(r["encoder"], r["method"]): r for r in (part.get("significance") or [])}
+           for p, part in (("same-source", same), ("cross", cross))}
+    keys = list(dict.fromkeys([*sig["same-source"], *sig["cross"]]))
+    if keys:
+        def cells(r):
+            if r is None:
+                return ["–", "–", "–"]
+            return [_f(r["mean_diff"]), f"[{_f(r['ci_low'])}, {_f(r['ci_high'])}]", _p(r["p_wilcoxon_holm"])]
+
+        rows = [[e, _label(m)] + cells(sig["same-source"].get((e, m))) + cells(sig["cross"].get((e, m)))
+                for e, m in keys]
+        md += ["### Table 7. FlowScore against each method (tau difference per unit; one-sided Wilcoxon, Holm across "
+               "encoders): same-source | cross-reference", "",
+               markdown_table(["Encoder", "Method", "same Mean Delta", "same 95% CI", "same p W (Holm)",
+                               "cross Mean Delta", "cross 95% CI", "cross p W (Holm)"], rows)]
+    return "\n".join(md)
+
+
+def task1_protocols_markdown(same: Mapping[str, Any], cross: Mapping[str, Any]) -> str:
+    """Table 2 (Task 1) under both protocols side by side: tau per type and Avg, and exact recovery,
+    same-source then cross-reference (the reference set from sources disjoint from the forks'),
+    with a sentence for each protocol where a control beats FlowKL.
+
+    Args:
+        same: The report's ``task1`` part.
+        cross: The report's ``task1_cross`` part.
+
+    Returns:
+        The Markdown text (no trailing newline).
+    """
+    s, c = same["summary"], cross["summary"]
+    methods = list(dict.fromkeys([*s["tau"], *c["tau"]]))
+    rows = [[_label(m)] + [_f((s["tau"].get(m) or {}).get(h)) for h in (*TYPES, "Avg")]
+            + [_f(s["exact_recovery"].get(m), pct=True)]
+            + [_f((c["tau"].get(m) or {}).get(h)) for h in (*TYPES, "Avg")]
+            + [_f(c["exact_recovery"].get(m), pct=True)] for m in methods]
+    md = [f"### Table 2. Task 1: set-to-set distance (Kendall tau, {_task1_encoders(same)}): same-source "
+          f"({s['n_units']} units) | cross-reference ({c['n_units']} units; reference set from half of each task's "
+          f"sources, forks from the other half)", "",
+          markdown_table(["Method", *(f"same {h}" for h in TYPES), "**same Avg**", "same exact",
+                          *(f"cross {h}" for h in TYPES), "**cross Avg**", "cross exact"], rows), ""]
+    for p, t in (("same-source", s["tau"]), ("cross", c["tau"])):
+        line = control_beats_sentence(t, p, TASK1_FLOW_METHODS, TASK1_CONTROLS)
+        if line:
+            md += [line, ""]
+    for name, part in (("same-source", same), ("cross-reference", cross)):
+        if part.get("comparisons"):
+            md += [f"{name}: " + task1_comparisons_markdown(part["comparisons"]), ""]
+    return "\n".join(md).rstrip("\n")
 
 
 def _task3_rows(results: Mapping[str, Mapping[str, Any]]) -> list[list[str]]:
@@ -328,10 +484,14 @@ def report_markdown(report: Mapping[str, Any], figures: Sequence[tuple[str, str]
           f"Data: `{meta['data']}` (fingerprint `{meta['fingerprint'][:16]}`), {meta['n_records']:,} dialogues "
           f"({meta['n_conformant']:,} conformant). Encoders: {', '.join(f'`{e}`' for e in meta['encoders'])}. "
           f"Seed {meta['seed']}. Wall time {t['total']:.1f} s, of which encoding {100 * t['encoding_share']:.1f}%.", ""]
-    if "task1" in report:
-        md += [task1_markdown(report["task1"]), ""]
-    if "task2" in report:
-        md += [task2_markdown(report["task2"]), ""]
+    if "task1" in report and "task1_cross" in report:
+        md += [task1_protocols_markdown(report["task1"], report["task1_cross"]), ""]
+    elif "task1" in report or "task1_cross" in report:
+        md += [task1_markdown(report.get("task1") or report["task1_cross"]), ""]
+    if "task2" in report and "task2_cross" in report:
+        md += [task2_protocols_markdown(report["task2"], report["task2_cross"]), ""]
+    elif "task2" in report or "task2_cross" in report:
+        md += [task2_markdown(report.get("task2") or report["task2_cross"]), ""]
     if "task3" in report:
         md += [task3_markdown(report["task3"]), ""]
         md += [task3_all_turns_markdown(report["task3"]), ""]

@@ -45,7 +45,8 @@ def write_reports(report: Mapping[str, Any], out: str | os.PathLike, plots: bool
         caption), ``report.json``, the CSV files of the tasks present (``task1_units.csv``,
         ``task1_summary.csv``, ``task1_comparisons.csv``, ``task2_units_<encoder>.csv``,
         ``task2_summary.csv``, ``task2_significance.csv``, ``task3.csv``,
-        ``task3_all_turns.csv``, ``task3_weight_sweep.csv``), then the figures.
+        ``task3_all_turns.csv``, ``task3_weight_sweep.csv``; under the cross protocol also the
+        ``task1_cross_*`` and ``task2_cross_*`` files, laid out alike), then the figures.
     """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -69,25 +70,30 @@ def write_reports(report: Mapping[str, Any], out: str | os.PathLike, plots: bool
     text("report.md", report_markdown(report, [(p.name, captions.get(p.name, p.stem)) for p in figures
                                                if p.suffix == ".png"]))
     text("report.json", json.dumps(report, indent=1, default=float) + "\n")
-    if "task1" in report:
-        t1 = report["task1"]
-        text("task1_units.csv", _csv(t1["units"], ["task", "type", "method", "distances", "tau", "exact", "p_perm"]))
+    for key in ("task1", "task1_cross"):
+        if key not in report:
+            continue
+        t1 = report[key]
+        text(f"{key}_units.csv", _csv(t1["units"], ["task", "type", "method", "distances", "tau", "exact", "p_perm"]))
         rows = [{"method": m, **{h: v.get(h) for h in (*TYPES, "Avg")},
                  "exact_recovery": t1["summary"]["exact_recovery"].get(m), "fisher_p": t1["summary"]["fisher_p"].get(m)}
                 for m, v in t1["summary"]["tau"].items()]
-        text("task1_summary.csv", _csv(rows, ["method", *TYPES, "Avg", "exact_recovery", "fisher_p"]))
+        text(f"{key}_summary.csv", _csv(rows, ["method", *TYPES, "Avg", "exact_recovery", "fisher_p"]))
         if t1.get("comparisons"):
-            text("task1_comparisons.csv", _csv(t1["comparisons"], ["a", "b", "n_units", "mean_diff", "ci_low", "ci_high",
+            text(f"{key}_comparisons.csv", _csv(t1["comparisons"], ["a", "b", "n_units", "mean_diff", "ci_low", "ci_high",
                                                                    "p", "p_holm"]))
-    if "task2" in report:
-        t2 = report["task2"]
+    for key in ("task2", "task2_cross"):
+        if key not in report:
+            continue
+        t2 = report[key]
         rows = []
+        unit_fields = ["source_id", "type", "method", "distances", "tau"] + (["references"] if key == "task2_cross" else [])
         for enc, res in t2["per_encoder"].items():
             safe = enc.replace("/", "_")
-            text(f"task2_units_{safe}.csv", _csv(res["units"], ["source_id", "type", "method", "distances", "tau"]))
+            text(f"{key}_units_{safe}.csv", _csv(res["units"], unit_fields))
             rows += [{"encoder": enc, "method": m, **{h: v.get(h) for h in (*TYPES, "Avg")}} for m, v in res["summary"]["tau"].items()]
-        text("task2_summary.csv", _csv(rows, ["encoder", "method", *TYPES, "Avg"]))
-        text("task2_significance.csv", _csv(t2["significance"], ["encoder", "method", "n_units", "mean_diff", "ci_low", "ci_high",
+        text(f"{key}_summary.csv", _csv(rows, ["encoder", "method", *TYPES, "Avg"]))
+        text(f"{key}_significance.csv", _csv(t2["significance"], ["encoder", "method", "n_units", "mean_diff", "ci_low", "ci_high",
                                                                   "W", "p_wilcoxon", "p_wilcoxon_holm", "t", "p_ttest",
                                                                   "p_ttest_holm"]))
     if "task3" in report:
