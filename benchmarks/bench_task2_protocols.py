@@ -11,10 +11,10 @@ against its own source) and under the cross-reference protocol (each fork agains
 ``--n-references`` conformant human dialogues of its task from other scenarios, no turn shared),
 and the script prints Table 3 side by side (``dialfork_metrics.report.task2_protocols_markdown``).
 
-This builder is deliberately minimal: once ``dialfork_dataset.star.human``
-(``build_star_human_track``, the real-text track of the detection issue, branch ``star-human``)
-is merged, switch to its records, or run ``python -m dialfork_metrics.bench --data DIR --tasks 2
---task2-protocol both`` on its folder form.
+This builder is deliberately minimal (WIC-only edits, the issue's measurement); the full real-text
+track with every edit kind is ``dialfork_dataset.star.human`` (``python -m dialfork_dataset
+star-human --out DIR``, then ``python -m dialfork_metrics.bench --data DIR --tasks 2
+--task2-protocol both``; docs/metrics-task2.md).
 
 Usage: ``python benchmarks/bench_task2_protocols.py [--tasks weather,doctor_schedule,...]
 [--per-task 10] [--n-references 3] [--seed 0] [--encoder minilm] [--out results.md]``
