@@ -34,7 +34,7 @@ hidden split (SPEC section 4): draw a key file once, then generate the public co
 scenarios it does not reserve, and the hidden corpus from the reserved ones with its secret seed:
   python -m dialfork_dataset keygen secret/hidden_key.json
   python -m generation --star STAR --out public --hidden-key secret/hidden_key.json --split public
-  python -m generation --star STAR --out secret/hidden --hidden-key secret/hidden_key.json --split hidden \
+  python -m generation --star STAR --out secret/hidden --hidden-key secret/hidden_key.json --split hidden \\
       --backend openai --model MODEL        # the official hidden set: an LLM backend
 
 Rerunning the same command resumes an interrupted run (finished scenarios are skipped) and the
