@@ -296,6 +296,28 @@ def source_identity(spec: str | os.PathLike) -> str:
     return str(path) if kind == "star" else f"workflow:{path}"
 
 
+def source_record(spec: str | os.PathLike) -> str:
+    """The spec as a generation manifest records it: the path as given (relative paths stay relative
+    to the folder the command ran in, so a manifest names no machine's absolute path), a workflow
+    file prefixed ``workflow:``. Two records name the same source when their
+    :func:`source_identity` is equal.
+
+    Args:
+        spec: A spec string or path (see :func:`parse_source_spec`).
+
+    Returns:
+        str: The path as given (STAR) or ``workflow:<path as given>``.
+
+    Raises:
+        SourceError: ``star:`` or ``workflow:`` with nothing after it.
+    """
+    text = os.fspath(spec)
+    kind, _ = parse_source_spec(text)
+    prefix, sep, rest = text.partition(":")
+    given = rest if sep and prefix in SOURCE_KINDS else text
+    return given if kind == "star" else f"workflow:{given}"
+
+
 def open_source(spec: Any = None) -> WorkflowSource:
     """The source named by ``spec``: a spec string or path (module doc), an object that already is
     a source (returned as is), or None (STAR at ``$DIALFORK_STAR_DIR``).
@@ -361,4 +383,4 @@ def require(source: WorkflowSource, feature: str, tasks: Sequence[str] | None = 
 
 
 __all__ = ["FEATURES", "ScenarioLike", "SourceError", "WorkflowSource", "is_source", "WorkflowTask",
-           "open_source", "parse_source_spec", "require", "source_identity"]
+           "open_source", "parse_source_spec", "require", "source_identity", "source_record"]
