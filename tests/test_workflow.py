@@ -420,3 +420,21 @@ def test_cli_takes_the_example_folder(tmp_path, capsys):
     rc = main(["--source", f"workflow:{folder}", "--out", str(tmp_path / "c"), "--tasks", "insurance_claim_status",
                "--per-task", "1", "--no-progress"])
     assert rc == 0 and "17 records (1 conformant, 16 forks" in capsys.readouterr().out
+
+
+def test_annotation_rereads_a_folder_source_when_one_of_its_files_changes(tmp_path):
+    import os
+
+    from annotation.corpus import workflow_source
+
+    folder = tmp_path / "flows"
+    folder.mkdir()
+    data = yaml.safe_load(EXAMPLE.read_text())
+    dump_workflow(data, folder / "a.yaml")
+    first = workflow_source(f"workflow:{folder}")
+    assert workflow_source(f"workflow:{folder}") is first  # unchanged: read once
+    dump_workflow(_renamed(data, "_b"), folder / "a.yaml")  # edited in place: the folder's mtime may not move
+    st = (folder / "a.yaml").stat()
+    os.utime(folder / "a.yaml", ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    again = workflow_source(f"workflow:{folder}")
+    assert again is not first and "insurance_claim_status_b" in again.tasks
