@@ -140,11 +140,19 @@ def _step_views(steps: Any) -> list[StepView]:
 
 
 def _stamp(spec: str) -> int:
-    """What changes when a source's files change: the mtime of the workflow file, or of a STAR copy's
-    ``scenarios.jsonl`` (else of its folder)."""
+    """What changes when a source's files change: the mtime of the workflow file (the latest of a
+    folder of workflow files, and of the folder), or of a STAR copy's ``scenarios.jsonl`` (else of
+    its folder)."""
     from dialfork_dataset.sources import parse_source_spec
 
-    _kind, path = parse_source_spec(spec)
+    kind, path = parse_source_spec(spec)
+    if kind == "workflow" and path.is_dir():
+        from dialfork_dataset.workflow import workflow_files
+
+        try:
+            return max(p.stat().st_mtime_ns for p in [path, *workflow_files(path)])
+        except OSError:
+            return 0
     for p in (path / "scenarios.jsonl", path):
         try:
             return p.stat().st_mtime_ns

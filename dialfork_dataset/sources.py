@@ -9,8 +9,9 @@ else; ``is_source(obj)`` checks that the names are there (not their types) witho
 Spec strings, as the CLIs take them (``--source``)::
 
     star:PATH         a STAR copy (folder with tasks/ and apis/)
-    workflow:PATH     a workflow file (YAML)
-    PATH              a folder: STAR; a .yaml/.yml file: a workflow file
+    workflow:PATH     a workflow file (YAML), or a folder of them (its *.yaml/*.yml files: one source)
+    PATH              a folder: STAR (a folder without tasks/ that holds .yaml/.yml files: workflow
+                      files); a .yaml/.yml file: a workflow file
 
 Optional parts of a source. A backend that needs one asks :meth:`WorkflowTask.missing` and
 raises :class:`SourceError` naming the task and the missing field. Features:
@@ -259,7 +260,8 @@ def parse_source_spec(spec: str | os.PathLike) -> tuple[str, Path]:
 
     Args:
         spec: ``star:PATH``, ``workflow:PATH`` or a bare path (a ``.yaml``/``.yml`` name or an
-            existing file is a workflow file; anything else a STAR copy). ``~`` is expanded.
+            existing file is a workflow file, and so is a folder without ``tasks/`` that holds
+            such files; anything else a STAR copy). ``~`` is expanded.
 
     Returns:
         tuple[str, Path]: ``("star" | "workflow", absolute path)``; the path need not exist.
@@ -276,6 +278,8 @@ def parse_source_spec(spec: str | os.PathLike) -> tuple[str, Path]:
     p = Path(text).expanduser().resolve()
     if p.suffix.lower() in (".yaml", ".yml") or p.is_file():
         return "workflow", p
+    if p.is_dir() and not (p / "tasks").is_dir() and any(p.glob("*.y*ml")):
+        return "workflow", p  # a folder of workflow files
     return "star", p
 
 
@@ -294,6 +298,28 @@ def source_identity(spec: str | os.PathLike) -> str:
     """
     kind, path = parse_source_spec(spec)
     return str(path) if kind == "star" else f"workflow:{path}"
+
+
+def source_record(spec: str | os.PathLike) -> str:
+    """The spec as a generation manifest records it: the path as given (relative paths stay relative
+    to the folder the command ran in, so a manifest names no machine's absolute path), a workflow
+    file prefixed ``workflow:``. Two records name the same source when their
+    :func:`source_identity` is equal.
+
+    Args:
+        spec: A spec string or path (see :func:`parse_source_spec`).
+
+    Returns:
+        str: The path as given (STAR) or ``workflow:<path as given>``.
+
+    Raises:
+        SourceError: ``star:`` or ``workflow:`` with nothing after it.
+    """
+    text = os.fspath(spec)
+    kind, _ = parse_source_spec(text)
+    prefix, sep, rest = text.partition(":")
+    given = rest if sep and prefix in SOURCE_KINDS else text
+    return given if kind == "star" else f"workflow:{given}"
 
 
 def open_source(spec: Any = None) -> WorkflowSource:
@@ -361,4 +387,4 @@ def require(source: WorkflowSource, feature: str, tasks: Sequence[str] | None = 
 
 
 __all__ = ["FEATURES", "ScenarioLike", "SourceError", "WorkflowSource", "is_source", "WorkflowTask",
-           "open_source", "parse_source_spec", "require", "source_identity"]
+           "open_source", "parse_source_spec", "require", "source_identity", "source_record"]

@@ -40,9 +40,10 @@ from .workflow_check import (  # noqa: F401  (re-exported: the public API of wor
     SCHEMA_PATH,
     WorkflowError,
     _raise,
-    _read_checked,
     load_yaml_lines,
+    read_workflows,
     validate_workflow,
+    workflow_files,
     workflow_schema,
 )
 
@@ -269,45 +270,54 @@ def _build_scenario(sc: dict[str, Any], task: WorkflowTask) -> WorkflowScenario:
 
 
 class WorkflowCorpus:
-    """A workflow file as a :class:`~dialfork_dataset.sources.WorkflowSource`.
+    """A workflow file, or a folder of workflow files, as a :class:`~dialfork_dataset.sources.WorkflowSource`.
 
-    The file is validated at construction; :class:`WorkflowError` lists every problem.
+    The file (every ``*.yaml``/``*.yml`` file of the folder, in name order) is validated at
+    construction; :class:`WorkflowError` lists every problem of every file. A folder is one source:
+    the union of its files' tasks, scenarios and knowledge-base tables (task names and scenario ids
+    unique across the files).
 
     Args:
-        path: The workflow file (``~`` expanded).
+        path: The workflow file or folder (``~`` expanded).
 
     Attributes:
-        path: The resolved file.
-        data: The parsed file.
-        name: The file's ``name``, else the file's stem.
+        path: The resolved file or folder.
+        files: The workflow files read, in order (``[path]`` for a file).
+        data: The parsed file (a folder: its first file's).
+        name: The file's ``name``, else the file's stem (a folder: the folder's name).
         tasks: Task name -> :class:`WorkflowTask`.
         domains: Domain -> its task names (sorted by domain).
 
     Raises:
-        WorkflowError: The file is unreadable or invalid (every ``file:line: field: problem``).
+        WorkflowError: A file is unreadable or invalid, the folder holds no workflow file, or its
+            files clash (every ``file:line: field: problem``).
     """
 
     layout = "workflow"
 
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path).expanduser().resolve()
-        data, lines, errors = _read_checked(self.path)
+        loaded, errors = read_workflows(self.path)
         if errors:
             _raise(errors, self.path)
-        self.data = data
-        self.name: str = data.get("name") or self.path.stem
-        kb = data.get("kb") or {}
+        self.files: list[Path] = [f for f, _, _ in loaded]
+        self.data = loaded[0][1]
+        self.name: str = self.path.name if self.path.is_dir() else (self.data.get("name") or self.path.stem)
         self.tasks: dict[str, WorkflowTask] = {}
         self._scenarios: list[WorkflowScenario] = []
-        for ti, t in enumerate(data["tasks"]):
-            task = _build_task(t, ti, kb, self.path, lines)
-            self.tasks[task.name] = task
-            self._scenarios += [_build_scenario(sc, task) for sc in t["scenarios"]]
+        self._dbs: dict[str, Any] = {}
+        for f, data, lines in loaded:
+            kb = data.get("kb") or {}
+            for ti, t in enumerate(data["tasks"]):
+                task = _build_task(t, ti, kb, f, lines)
+                self.tasks[task.name] = task
+                self._scenarios += [_build_scenario(sc, task) for sc in t["scenarios"]]
+            for name, table in kb.items():
+                self._dbs.setdefault(name, [_star_field(fd, table.get("rows")) for fd in table["fields"]])
         domains: dict[str, list[str]] = defaultdict(list)
         for name, t in self.tasks.items():
             domains[t.domain].append(name)
         self.domains: dict[str, list[str]] = dict(sorted(domains.items()))
-        self._dbs = {name: [_star_field(f, table.get("rows")) for f in table["fields"]] for name, table in kb.items()}
 
     def __repr__(self) -> str:
         return f"WorkflowCorpus({str(self.path)!r}, tasks={len(self.tasks)})"
@@ -411,4 +421,4 @@ class WorkflowCorpus:
 
 
 __all__ = ["FORMAT", "SCHEMA_PATH", "WorkflowCorpus", "WorkflowError", "WorkflowScenario", "WorkflowTask",
-           "load_yaml_lines", "validate_workflow", "workflow_schema"]
+           "load_yaml_lines", "read_workflows", "validate_workflow", "workflow_files", "workflow_schema"]

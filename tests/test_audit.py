@@ -312,3 +312,70 @@ def test_audit_detector_settings_are_the_single_threshold_selection():
         assert {k: best[k] for k in SELECTABLE if k != "position_weight"} == want, name
         assert audit_detector_options(name) == {**want, "position_weight": 0.0}
     assert audit_detector_options("it", {}) == {} and audit_detector_options("first") == {}
+
+
+def test_cli_help_states_every_default():
+    import argparse
+
+    from dialfork_metrics.audit.__main__ import build_parser
+
+    text = build_parser().format_help()
+    for flag, default in (("--concurrency", "4"), ("--encoder", "minilm"), ("--timeout", "60.0"),
+                          ("--max-retries", "3")):
+        (action,) = [a for a in build_parser()._actions if flag in a.option_strings]
+        assert f"(default: {default})" in action.help and len(action.help) > 30, (flag, action.help)
+    missing = [a.option_strings[0] for a in build_parser()._actions
+               if a.option_strings and not a.required and not isinstance(a, argparse._HelpAction)
+               and "default" not in (a.help or "")]
+    assert not missing and "--timeout" in text
+
+
+@pytest.fixture()
+def root_404_server():
+    """An OpenAI-compatible server whose API root is /v1: anything else answers 404 (port 0, a thread)."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+
+        def _send(self, status, body):
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self):
+            ok = self.path == "/v1/models"
+            self._send(200 if ok else 404, b'{"data": [{"id": "m"}]}' if ok else b'{"detail": "Not Found"}')
+
+        def do_POST(self):
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            self._send(404, b'{"detail": "Not Found"}')
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    try:
+        yield f"http://127.0.0.1:{srv.server_address[1]}"
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+def test_404_hint_names_the_cli_flags_from_the_cli(tmp_path, star_dir, reference, capsys, root_404_server):
+    from dialfork_metrics.audit.__main__ import main
+
+    url = root_404_server  # no /v1: every POST /chat/completions is a 404
+    rc = main(["--agent", url, "--model", "m", "--star", str(star_dir), "--tasks", "weather", "--per-task", "1",
+               "--reference", str(reference), "--out", str(tmp_path / "cli"), "--max-retries", "0"])
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert rc == 2 and err.startswith("error: every dialogue failed")
+    assert f"--agent {url} is wrong" in err and f"e.g. --agent {url}/v1" in err and f"curl {url}/models" in err
+    assert "--model 'm'" in err and "OpenAICompatClient" not in err
+    # from Python, the hint names the Python arguments and call
+    with pytest.raises(AuditError, match=r"base_url .* is wrong .*OpenAICompatClient\.list_models\(\)"):
+        audit_agent(url, "m", ["weather"], reference, star=star_dir, per_task=1, out=tmp_path / "py",
+                    max_retries=0, show_progress=False)

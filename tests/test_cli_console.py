@@ -52,6 +52,25 @@ def test_every_option_states_its_default():
     assert not missing, missing
 
 
+def test_help_examples_are_one_command_a_line():
+    """Each example of a --help text is on its own line; a long one continues with `\\` on the next,
+    indented line (issue 37: two commands of `python -m generation --help` ran together)."""
+    from dialfork_metrics.audit.__main__ import build_parser as audit
+    from dialfork_metrics.guard.__main__ import _build_parser as guard
+
+    texts = {name: p.format_help() for name, p in {**_parsers(), "audit": audit(), "guard": guard()}.items()}
+    for name, text in texts.items():
+        lines = text.splitlines()
+        for i, line in enumerate(lines):
+            assert line.count("python -m ") <= 1, (name, line)
+            if line.rstrip().endswith("\\"):
+                nxt = lines[i + 1]
+                assert nxt.startswith("  ") and "python -m " not in nxt, (name, line, nxt)
+    gen = texts["dialfork-generate"].splitlines()
+    hidden = next(i for i, line in enumerate(gen) if "--split hidden" in line)
+    assert gen[hidden].endswith("--split hidden \\") and gen[hidden + 1].strip().startswith("--backend openai")
+
+
 def test_every_cli_has_verbose_and_quiet():
     for name, parser in _parsers().items():
         opts = {o for a in parser._actions for o in a.option_strings}

@@ -63,3 +63,28 @@ def test_strict_build_fails_on_a_broken_reference(tmp_path):
     assert proc.returncode != 0
     out = proc.stdout + proc.stderr
     assert "nowhere.md" in out or "no_such_function" in out
+
+
+def test_figures_agree_across_pages_and_with_their_results_file():
+    """Issue 37: the pages gave `make test` 18 and 13 minutes, the guard's overhead 3.6, 67 and
+    12-26 ms, and a load average of 15 for a results file that records 1.05. One source per figure."""
+    import json
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    index = (ROOT / "docs" / "index.md").read_text(encoding="utf-8")
+    guard_md = (ROOT / "docs" / "guard.md").read_text(encoding="utf-8")
+    minutes = {page: set(re.findall(r"make test .*?about (\d+) minutes", text))
+               for page, text in (("README.md", readme), ("docs/index.md", index))}
+    assert minutes["README.md"] == minutes["docs/index.md"] and len(minutes["README.md"]) == 1, minutes
+    assert "about 10 and {} minutes".format(*minutes["README.md"]) in index
+    res = json.loads((ROOT / "benchmarks" / "results" / "guard.json").read_text(encoding="utf-8"))
+    overhead = f"{res['overhead']['overhead_ms_median']:.1f} ms"
+    load = f"load average of {res['load_average_at_start']:.2f}"
+    assert f"guard proxy adds {overhead} (median" in readme and load in readme
+    perf = guard_md[guard_md.index("## Performance"):guard_md.index("## Limits")]
+    table = perf[:perf.index("**Under load.**")]
+    assert load in table and f"**{overhead}**" in table
+    assert f"**{res['in_process']['ratio_median']:.2f}x**" in table and f"{res['load']['turns']:,} turns" in table
+    assert "load average of about 15" not in guard_md and "neither met nor refuted" not in guard_md
+    for part in ("guardrail", "audit"):  # what the toolkit holds, on both pages
+        assert part in readme.split("## Set-up")[0] and part in index.split("## Set-up")[0]

@@ -26,10 +26,21 @@ REFS = [{"num_system_turns": 5, "hallucination_type": None, "fork_turn": None},
         {"num_system_turns": 6, "hallucination_type": "GR", "fork_turn": 2}]
 
 
+def _space_checkout(name: str, tmp_path: Path) -> Path:
+    """The module folder copied as a Space's repository is checked out: not under the module's name."""
+    import shutil
+
+    dest = tmp_path / "space"
+    shutil.copytree(M.module_path(name), dest, ignore=shutil.ignore_patterns("__pycache__"))
+    return dest
+
+
 @pytest.mark.skipif(not HAS_GRADIO, reason="gradio is not installed (pip install 'dialfork[leaderboard]')")
 @pytest.mark.parametrize("name", M.available())
-def test_space_app_starts_in_its_folder(name, tmp_path):
-    folder = Path(M.module_path(name))
+def test_space_app_starts_in_a_folder_of_another_name(name, tmp_path):
+    """`cp -r dialfork_metrics/modules/<name> space && cd space && python app.py` (issue 37: it looked
+    for space/space.py)."""
+    folder = _space_checkout(name, tmp_path)
 
     def launch(port):
         return [sys.executable, "app.py"], {
@@ -49,6 +60,32 @@ def test_space_app_starts_in_its_folder(name, tmp_path):
         assert list((tmp_path / "modules").rglob(f"{name}.py"))
     finally:
         stop(proc)  # the app's own PID
+
+
+@pytest.mark.parametrize("name", M.available())
+def test_the_module_script_is_found_by_its_own_name(name, tmp_path, monkeypatch):
+    import evaluate
+
+    from dialfork_metrics.modules.space import module_script
+
+    monkeypatch.setenv("HF_EVALUATE_OFFLINE", "1")
+    monkeypatch.setenv("HF_MODULES_CACHE", str(tmp_path / "modules"))
+    folder = _space_checkout(name, tmp_path)
+    script = module_script(folder)
+    assert script == folder / f"{name}.py"
+    assert evaluate.load(str(script)).name == name
+
+
+def test_a_space_folder_without_one_module_script_is_refused(tmp_path):
+    from dialfork_metrics.modules.space import module_script
+
+    (tmp_path / "app.py").write_text("")
+    with pytest.raises(FileNotFoundError, match="found none. Copy the whole module folder"):
+        module_script(tmp_path)
+    (tmp_path / "a.py").write_text("")
+    (tmp_path / "b.py").write_text("")
+    with pytest.raises(FileNotFoundError, match="found a.py, b.py"):
+        module_script(tmp_path)
 
 
 def test_compute_json_words_errors():

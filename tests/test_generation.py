@@ -151,6 +151,30 @@ def test_manifest_contents(corpus, star_dir):
     assert Manifest.load(out).counts == m["counts"]
 
 
+def test_manifest_records_the_source_as_given_not_an_absolute_path(tmp_path, star_dir, monkeypatch):
+    """Issue 37: the manifest named this machine's absolute STAR path. It records --star as given
+    (relative to the folder the command ran in, as the task3 and leaderboard readers resolve it); a
+    rerun naming the same folder another way resumes, another folder is refused."""
+    from leaderboard.__main__ import _recorded_source
+
+    monkeypatch.chdir(tmp_path)
+    rel = os.path.relpath(star_dir, tmp_path)
+    cfg = GenerationConfig(star=rel, out="c", tasks=("weather",), per_task=1, seed=7)
+    generate_corpus(cfg, progress=False)
+    text = (tmp_path / "c" / "manifest.json").read_text()
+    assert json.loads(text)["config"]["star"] == rel and not os.path.isabs(rel)
+    assert json.dumps(str(Path(star_dir).resolve())) not in text
+    assert _recorded_source("c") == rel  # the leaderboard's reader finds the source again
+    before = _corpus_bytes(tmp_path / "c")
+    for same in (str(Path(star_dir).resolve()), f"star:{rel}", rel + "/"):
+        generate_corpus(GenerationConfig(star=same, out="c", tasks=("weather",), per_task=1, seed=7),
+                        progress=False)  # complete already: nothing to do, not refused
+    assert _corpus_bytes(tmp_path / "c") == before
+    with pytest.raises(GenerationError, match="differing setting.*star"):
+        generate_corpus(GenerationConfig(star=str(tmp_path), out="c", tasks=("weather",), per_task=1, seed=7),
+                        progress=False)
+
+
 # ------------------------------------------------------------------ determinism, resume, modes
 
 

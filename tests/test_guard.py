@@ -327,6 +327,30 @@ def test_load_refuses_bad_files_with_a_clear_message(tmp_path, monitors):
     assert not (tmp_path.parent / "evil.json").exists()
 
 
+def test_truncated_or_corrupt_monitor_files_say_so_and_how_to_remake_them(template_corpus, tmp_path, monitors,
+                                                                         capsys):
+    from dialfork_metrics.guard.__main__ import main
+
+    data = monitors[("ss+nc", 6)].save(tmp_path / "good.monitor").read_bytes()
+    (tmp_path / "cut.monitor").write_bytes(data[: len(data) // 2])  # a copy cut short
+    (tmp_path / "empty.monitor").write_bytes(b"")
+    flipped = bytearray(data)
+    at = data.index(b"monitor.json") + 40  # inside the first member's compressed bytes
+    flipped[at] ^= 0xFF
+    (tmp_path / "flipped.monitor").write_bytes(bytes(flipped))
+    for name in ("cut.monitor", "empty.monitor", "flipped.monitor"):
+        with pytest.raises(MonitorFileError) as e:
+            Monitor.load(tmp_path / name)
+        msg = str(e.value)
+        assert msg.startswith(f"{tmp_path / name}: the monitor file is truncated or corrupt"), msg
+        assert "Monitor.fit(...).save(path)" in msg and "python -m dialfork_metrics.guard fit" in msg
+        assert "File is not a zip file" not in msg
+    assert main(["replay", "--monitor", str(tmp_path / "cut.monitor"), "--data", str(template_corpus),
+                 "--task", "weather"]) == 2
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("error:")]
+    assert len(err) == 1 and "cut.monitor: the monitor file is truncated or corrupt" in err[0]
+
+
 # -- end to end: STAR template corpus, packaged MiniLM -----------------------------------------------------
 @pytest.mark.slow
 def test_equivalence_on_every_dialogue_of_a_template_corpus(template_corpus, tmp_path):

@@ -337,3 +337,67 @@ def test_store_refuses_another_monitors_db_and_non_sqlite(monitor, tmp_path):
     with pytest.raises(StoreError, match="not a usable SQLite"):
         Store(tmp_path / "junk.db", monitor.fingerprint)
     assert Store(tmp_path / "s.db", monitor.fingerprint).count() == 0
+
+
+# -- the upstream URL is checked at start-up -----------------------------------------------------------
+@pytest.mark.parametrize("tail", ["", "/"])
+def test_serve_refuses_an_upstream_url_without_v1(corpus, tmp_path, capsys, tail):
+    from dialfork_metrics.guard.__main__ import main
+
+    with ThreadServer(create_fake_upstream(corpus[1])) as up:
+        # the monitor file does not exist: the URL is checked first, before the model loads
+        rc = main(["serve", "--upstream", up.url + tail, "--monitor", str(tmp_path / "absent.monitor"),
+                   "--db", str(tmp_path / "s.db"), "--port", "0"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1, err
+    assert err.startswith("error: --upstream " + up.url)
+    assert err.endswith(f"use --upstream {up.url}/v1")
+    assert f"GET {up.url}/models: 404; GET {up.url}/v1/models: 200" in err
+    assert not (tmp_path / "s.db").exists()
+
+
+def test_check_upstream_accepts_api_roots_and_only_warns_when_not_up(corpus, caplog):
+    import logging
+
+    from fastapi import FastAPI
+
+    from dialfork_metrics.guard.proxy import check_upstream
+
+    with ThreadServer(create_fake_upstream(corpus[1])) as up:
+        check_upstream(up.url + "/v1")
+        check_upstream(up.url + "/v1/")
+    other = FastAPI()  # a server whose API root is not /v1 but that lists its models there
+
+    @other.get("/openai/models")
+    async def models():
+        return {"object": "list", "data": [{"id": "m"}]}
+
+    with ThreadServer(other) as srv:
+        check_upstream(srv.url + "/openai")
+        with pytest.raises(ValueError, match=r"use --upstream http://127\.0\.0\.1:\d+/elsewhere/v1$"):
+            check_upstream(srv.url + "/elsewhere")
+    with socket.socket() as s:  # bound, never listening: the upstream is not up yet
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}"
+        with caplog.at_level(logging.WARNING, logger="dialfork_metrics.guard"):
+            check_upstream(dead + "/v1", timeout=2.0)  # not an error: it may start after the guard
+        assert any("not up yet" in r.getMessage() and r.levelno == logging.WARNING for r in caplog.records)
+        with pytest.raises(ValueError, match=r"unreachable.*use --upstream http://127\.0\.0\.1:\d+/v1$"):
+            check_upstream(dead, timeout=2.0)
+    with pytest.raises(ValueError, match="not an http"):
+        check_upstream("127.0.0.1:8000/v1")
+
+
+def test_the_normal_start_is_logged_as_info(tmp_path, caplog):
+    import logging
+
+    from dialfork_metrics.guard.__main__ import _ready_writer
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        with caplog.at_level(logging.INFO, logger="dialfork_metrics.guard"):
+            _ready_writer(s, str(tmp_path / "ready.json"))()
+    (rec,) = [r for r in caplog.records if "serving on" in r.getMessage()]
+    assert rec.levelno == logging.INFO  # a normal start is no warning
+    assert json.loads((tmp_path / "ready.json").read_text())["port"] == port

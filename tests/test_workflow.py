@@ -350,3 +350,91 @@ def test_export_audits_against_the_source_recorded_in_the_manifest(tmp_path, mon
     assert _recorded_source(str(corpus)) is None  # moved away: the caller falls back to $DIALFORK_STAR_DIR
     (corpus / "manifest.json").write_text("{not json", encoding="utf-8")
     assert _recorded_source(str(corpus)) is None
+
+
+def _renamed(data, suffix):
+    """The example's tasks and scenarios under other names (a second file of a folder)."""
+    d = copy.deepcopy(data)
+    for t in d["tasks"]:
+        t["name"] += suffix
+        for sc in t["scenarios"]:
+            sc["id"] = f"{sc['id']}{suffix}"
+    return d
+
+
+def test_a_folder_of_workflow_files_is_one_source(tmp_path, capsys):
+    """Issue 37: `workflow validate FOLDER` and `--source workflow:FOLDER` answered 'Is a directory'."""
+    from dialfork_dataset.__main__ import main as dataset_main
+    from dialfork_dataset.sources import open_source
+
+    data = yaml.safe_load(EXAMPLE.read_text())
+    folder = tmp_path / "flows"
+    folder.mkdir()
+    dump_workflow(data, folder / "a.yaml")
+    dump_workflow(_renamed(data, "_b"), folder / "b.yml")
+    (folder / "notes.txt").write_text("not a workflow file")
+    wf = WorkflowCorpus(folder)
+    assert [f.name for f in wf.files] == ["a.yaml", "b.yml"] and wf.name == "flows"
+    assert len(wf.tasks) == 4 and len(wf.scenarios) == 56 and wf.domains == {"insurance": list(wf.tasks)}
+    assert wf.scenario("cs01_b").task == "insurance_claim_status_b"
+    assert set(wf.dbs) == set(data["kb"])
+    for spec in (f"workflow:{folder}", str(folder)):  # a bare folder without tasks/ holding .yaml files
+        assert isinstance(open_source(spec), WorkflowCorpus)
+    assert validate_workflow(folder) == []
+    assert dataset_main(["workflow", "validate", str(folder)]) == 0
+    assert "valid (2 file(s), 4 task(s), 1 domain(s), 56 scenario(s))" in capsys.readouterr().out
+    # every file's problems are collected before anything is raised, each with its file and line
+    (tmp_path / "broken").mkdir()
+    for name in ("x.yaml", "y.yaml"):
+        (tmp_path / "broken" / name).write_text(BROKEN)
+    errs = validate_workflow(tmp_path / "broken")
+    assert len(errs) == 22 and sum(e.startswith(str(tmp_path / "broken" / "y.yaml") + ":") for e in errs) == 11
+    with pytest.raises(WorkflowError, match="workflow folder") as e:
+        WorkflowCorpus(tmp_path / "broken")
+    assert len(e.value.errors) == 22
+    # the files together: task names and scenario ids unique across them, shared tables alike
+    (tmp_path / "clash").mkdir()
+    dump_workflow(data, tmp_path / "clash" / "a.yaml")
+    other = _renamed(data, "_c")
+    other["tasks"][0]["name"] = data["tasks"][0]["name"]
+    other["tasks"][1]["scenarios"][0]["id"] = data["tasks"][0]["scenarios"][0]["id"]
+    table = next(iter(other["kb"]))
+    other["kb"][table]["rows"] = other["kb"][table]["rows"][:1]
+    dump_workflow(other, tmp_path / "clash" / "b.yaml")
+    errs = validate_workflow(tmp_path / "clash")
+    b = str(tmp_path / "clash" / "b.yaml")
+    assert len(errs) == 3 and all(e.startswith(b + ":") and f"{tmp_path / 'clash' / 'a.yaml'}" in e for e in errs)
+    assert {e.split(": ")[1] for e in errs} == {"tasks[0].name", "tasks[1].scenarios[0].id", f"kb.{table}"}
+    (tmp_path / "empty").mkdir()
+    (err,) = validate_workflow(tmp_path / "empty")
+    assert err.startswith(f"{tmp_path / 'empty'}: no workflow files (*.yaml, *.yml) in this folder")
+
+
+def test_cli_takes_the_example_folder(tmp_path, capsys):
+    from generation.cli import main
+
+    folder = EXAMPLE.parent
+    r = subprocess.run([sys.executable, "-m", "dialfork_dataset", "workflow", "validate", "examples/workflows"],
+                       capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0 and "valid (1 file(s), 2 task(s)" in r.stdout, r.stderr
+    rc = main(["--source", f"workflow:{folder}", "--out", str(tmp_path / "c"), "--tasks", "insurance_claim_status",
+               "--per-task", "1", "--no-progress"])
+    assert rc == 0 and "17 records (1 conformant, 16 forks" in capsys.readouterr().out
+
+
+def test_annotation_rereads_a_folder_source_when_one_of_its_files_changes(tmp_path):
+    import os
+
+    from annotation.corpus import workflow_source
+
+    folder = tmp_path / "flows"
+    folder.mkdir()
+    data = yaml.safe_load(EXAMPLE.read_text())
+    dump_workflow(data, folder / "a.yaml")
+    first = workflow_source(f"workflow:{folder}")
+    assert workflow_source(f"workflow:{folder}") is first  # unchanged: read once
+    dump_workflow(_renamed(data, "_b"), folder / "a.yaml")  # edited in place: the folder's mtime may not move
+    st = (folder / "a.yaml").stat()
+    os.utime(folder / "a.yaml", ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    again = workflow_source(f"workflow:{folder}")
+    assert again is not first and "insurance_claim_status_b" in again.tasks

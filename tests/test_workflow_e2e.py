@@ -35,7 +35,7 @@ def pipeline(tmp_path_factory):
 
 def test_generation_from_the_workflow_file(pipeline):
     m = pipeline["manifest"]
-    assert m["config"]["star"] == f"workflow:{EXAMPLE.resolve()}"
+    assert m["config"]["star"] == f"workflow:{EXAMPLE}"  # as given
     assert m.counts["total"] == {"scenarios": 2 * PER_TASK, "kept": 2 * PER_TASK, "dropped": 0,
                                  "conformant": 2 * PER_TASK, "forks": 2 * PER_TASK * 16, "records": 2 * PER_TASK * 17}
     recs = [json.loads(line) for t in TASKS for line in (pipeline["root"] / "corpus" / f"{t}.jsonl").open()]

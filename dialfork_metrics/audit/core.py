@@ -279,9 +279,11 @@ def run_conversations(jobs: Sequence[Job], client: Any, corpus: Any, encoder: An
 
 
 def make_client(agent: str, model: str, api_key_env: str | None = None, timeout: float = 60.0,
-                max_retries: int = 3, backoff: float = 0.5, role: str = "agent"):
+                max_retries: int = 3, backoff: float = 0.5, role: str = "agent",
+                option_names: Mapping[str, str] | None = None):
     """The project's OpenAI-compatible client for the agent (or the LLM user, ``role``), checked
-    (reachable, serves ``model``)."""
+    (reachable, serves ``model``). ``option_names``: the CLI flags of the URL and the model, named
+    by the client's error hints (:class:`~generation.llm.client.OpenAICompatClient`)."""
     from generation.api import EndpointError, OpenAICompatClient
 
     api_key = None
@@ -291,7 +293,7 @@ def make_client(agent: str, model: str, api_key_env: str | None = None, timeout:
             raise AuditError(f"--api-key-env {api_key_env}: that environment variable is not set")
     try:
         client = OpenAICompatClient(agent, model, api_key=api_key, timeout=timeout, max_retries=max_retries,
-                                    concurrency=1, backoff=backoff)
+                                    concurrency=1, backoff=backoff, option_names=option_names)
     except ValueError as e:
         raise AuditError(f"{role} {agent!r}: {e}") from None
     try:
@@ -308,7 +310,8 @@ def audit_agent(agent: str, model: str, tasks: Sequence[str], reference: Any, *,
                 max_retries: int = 3, backoff: float = 0.5, min_similarity: float | None = None,
                 detector_options: Mapping[str, Any] | None = None, happy_only: bool = False,
                 user: str = "template", user_model: str | None = None, user_api_key_env: str | None = None,
-                kb_tools: bool = False, max_tool_rounds: int | None = None, show_progress: bool = True):
+                kb_tools: bool = False, max_tool_rounds: int | None = None, show_progress: bool = True,
+                cli_hints: bool = False):
     """Audit the agent served at ``agent`` (OpenAI-compatible API root) as ``model``.
 
     Runs ``per_task`` scenarios of each task of ``tasks`` (or the ``scenarios`` given) with the
@@ -364,6 +367,8 @@ def audit_agent(agent: str, model: str, tasks: Sequence[str], reference: Any, *,
         max_tool_rounds: Most rounds of tool calls per agent turn with ``kb_tools``; None:
             :data:`generation.kb_tools.DEFAULT_MAX_TOOL_ROUNDS` (4).
         show_progress: Show a tqdm bar over the dialogues.
+        cli_hints: Endpoint error hints name the command-line flags (``--agent``, ``--model``,
+            ``--user``, ``--user-model``) instead of Python calls (``python -m dialfork_metrics.audit``).
 
     Returns:
         The :class:`~dialfork_metrics.audit.report.AuditReport`, one dict of figures per task;
@@ -401,14 +406,17 @@ def audit_agent(agent: str, model: str, tasks: Sequence[str], reference: Any, *,
         if not user_model:
             raise AuditError("an openai:URL user needs the served model's name (--user-model)")
         user_client = make_client(url, user_model, user_api_key_env, timeout, max_retries, backoff,
-                                  role="simulated user")
+                                  role="simulated user",
+                                  option_names={"base_url": "--user openai:", "model": "--user-model"}
+                                  if cli_hints else None)
     store = Store(out)
     generator = f"agent:{model}"
     others = sorted({r.get("generator") for r in [*store.records.values(), *store.failed.values()]} - {generator})
     if others:
         raise AuditError(f"{store.out} holds dialogues of {', '.join(map(str, others))}, not of {generator}; "
                          "give another --out (a rerun resumes only the same agent's audit)")
-    client = make_client(agent, model, api_key_env, timeout, max_retries, backoff)
+    client = make_client(agent, model, api_key_env, timeout, max_retries, backoff,
+                         option_names={"base_url": "--agent", "model": "--model"} if cli_hints else None)
     tool_agent = None
     if kb_tools:
         from generation.api import KBExecutor, ToolSpecError

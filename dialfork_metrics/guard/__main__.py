@@ -103,7 +103,7 @@ def _ready_writer(sock: socket.socket, ready_file: str | None):
     host, port = sock.getsockname()[:2]
 
     def ready():
-        logger.warning("serving on http://%s:%d (pid %d)", host, port, os.getpid())
+        logger.info("serving on http://%s:%d (pid %d)", host, port, os.getpid())
         if ready_file:
             write_json_atomic(ready_file, {"host": host, "port": port, "pid": os.getpid()})
 
@@ -120,11 +120,12 @@ def _run(app, sock: socket.socket, log_level: str) -> int:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from .monitor import Monitor
-    from .proxy import GuardConfig, create_app
+    from .proxy import GuardConfig, check_upstream, create_app
     from .store import Store
 
     config = GuardConfig(upstream=args.upstream, mode=args.mode, fallback=args.fallback,
                          max_body_bytes=args.max_body_bytes, upstream_timeout=args.upstream_timeout)
+    check_upstream(args.upstream, timeout=min(5.0, args.upstream_timeout))  # before the model loads
     monitor = Monitor.load(args.monitor)
     if monitor.detector.encoder is None:
         raise ValueError(f"{args.monitor}: the monitor has no encoder (fitted on precomputed embeddings); refit it "
@@ -229,6 +230,11 @@ def main(argv: list[str] | None = None) -> int:
 
     args = _build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    # the guard's own progress (the upstream check, "serving on ...") is INFO and shown; other
+    # libraries stay at WARNING. --log-level error/critical quiets the guard too.
+    asked = logging.getLevelName(str(getattr(args, "log_level", "warning")).upper())
+    asked = asked if isinstance(asked, int) else logging.WARNING
+    logger.setLevel(min(asked, logging.INFO) if asked <= logging.WARNING else asked)
     cmds = {"fit": cmd_fit, "replay": cmd_replay, "serve": cmd_serve, "fake-upstream": cmd_fake_upstream}
     try:
         if getattr(args, "data", None) is not None:

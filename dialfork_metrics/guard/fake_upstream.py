@@ -101,6 +101,10 @@ def create_fake_upstream(dialogues: Sequence[Any], delay_s: float = 0.0, model: 
 
         return StreamingResponse(events(), media_type="text/event-stream", headers=headers)
 
+    @app.get("/v1/models")
+    async def models():
+        return {"object": "list", "data": [{"id": model, "object": "model", "owned_by": "dialfork"}]}
+
     @app.get("/healthz")
     async def healthz():
         return {"status": "ok", "dialogues": len(book.by_id)}

@@ -52,6 +52,35 @@ class MonitorFileError(ValueError):
     """A monitor file that cannot be used (missing, not a monitor, unknown version, corrupt)."""
 
 
+def _first_bad_member(z: zipfile.ZipFile) -> str | None:
+    """What is wrong with the first member of ``z`` that does not read back (CRC, truncation), or None."""
+    import zlib
+
+    try:
+        bad = z.testzip()
+    except (zipfile.BadZipFile, OSError, EOFError, zlib.error) as e:
+        return f"{type(e).__name__}: {e}"
+    return None if bad is None else f"member {bad!r} does not match its checksum"
+
+
+_REMAKE = "make it again with Monitor.fit(...).save(path) or 'python -m dialfork_metrics.guard fit'"
+
+
+def _unreadable_zip(path: Path, e: Exception) -> MonitorFileError:
+    """The error for a monitor file that ``zipfile`` cannot read: truncated or corrupt when it
+    starts like a zip file (or is empty), otherwise not a monitor file at all."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(4)
+    except OSError:
+        head = b""
+    if head == b"" or head.startswith(b"PK"):
+        why = "empty" if head == b"" else "its zip directory is missing" if isinstance(e, zipfile.BadZipFile) \
+            else f"{type(e).__name__}: {e}"
+        return MonitorFileError(f"{path}: the monitor file is truncated or corrupt ({why}); {_REMAKE}")
+    return MonitorFileError(f"{path}: not a DialFork monitor file (not a zip file); {_REMAKE}")
+
+
 @dataclass(frozen=True)
 class Verdict:
     """The guardrail's answer after one observed turn.
@@ -416,9 +445,11 @@ class Monitor:
                                    "'python -m dialfork_metrics.guard fit')")
         try:
             z = zipfile.ZipFile(path)
-        except (zipfile.BadZipFile, OSError) as e:
-            raise MonitorFileError(f"{path}: not a DialFork monitor file ({e})") from e
+        except (zipfile.BadZipFile, OSError, EOFError) as e:
+            raise _unreadable_zip(path, e) from e
         with z, tempfile.TemporaryDirectory(prefix="dialfork-monitor-") as td:
+            if (bad := _first_bad_member(z)) is not None:
+                raise MonitorFileError(f"{path}: the monitor file is truncated or corrupt ({bad}); {_REMAKE}")
             names = set(z.namelist())
             if _ZIP_META not in names:
                 raise MonitorFileError(f"{path}: not a DialFork monitor file (no {_ZIP_META})")

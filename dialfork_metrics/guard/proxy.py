@@ -92,6 +92,58 @@ class GuardConfig:
         return self.upstream.rstrip("/") + "/chat/completions"
 
 
+def check_upstream(upstream: str, timeout: float = 5.0, option: str = "--upstream") -> None:
+    """Check at start-up that ``upstream`` is an OpenAI API root (the URL ``/chat/completions`` is
+    appended to), so that a wrong base does not turn every request into a bare 404.
+
+    A root whose path ends in ``/v1`` is accepted; an upstream that is not up yet only logs a warning.
+    Any other path is accepted only when the upstream answers ``GET <upstream>/models`` with
+    something other than 404 (a server with another API root); otherwise it is refused, with the
+    fix (``<upstream>/v1``) and what ``<upstream>/v1/models`` answered.
+
+    Args:
+        upstream: The upstream base URL as given (``--upstream``).
+        timeout: Seconds to wait for each probe.
+        option: The name of the setting, for the message.
+
+    Raises:
+        ValueError: the URL is not http(s), or its path is not the API root (one line naming
+            ``option``, the URL and the fix).
+    """
+    from urllib.parse import urlsplit
+
+    import httpx
+
+    base = upstream.rstrip("/")
+    parts = urlsplit(base)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ValueError(f"{option} {upstream!r} is not an http(s) URL; use e.g. {option} http://127.0.0.1:8000/v1")
+    path = parts.path
+
+    def probe(url: str) -> int | str:
+        try:
+            return httpx.get(url, timeout=timeout).status_code
+        except httpx.HTTPError as e:
+            return f"unreachable ({type(e).__name__})"
+
+    status = probe(base + "/models")
+    if path.endswith("/v1"):
+        if isinstance(status, str):
+            logger.warning("%s %s: the upstream is not up yet (GET %s/models: %s); requests get 502 until it is",
+                           option, upstream, base, status)
+        elif status != 200:
+            logger.info("%s %s: GET %s/models answered %s; serving anyway", option, upstream, base, status)
+        return
+    if isinstance(status, int) and status != 404:
+        logger.info("%s %s: the path does not end in /v1, but GET %s/models answers %d: taken as the API root",
+                    option, upstream, base, status)
+        return
+    v1 = probe(base + "/v1/models")
+    seen = f"GET {base}/models: {status}; GET {base}/v1/models: {v1}"
+    raise ValueError(f"{option} {upstream} is not the upstream's OpenAI API root (the proxy posts to "
+                     f"<upstream>/chat/completions; {seen}); use {option} {base}/v1")
+
+
 class BadRequest(Exception):
     def __init__(self, status: int, message: str, param: str | None = None, kind: str = "invalid_request_error"):
         super().__init__(message)

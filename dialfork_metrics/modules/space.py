@@ -8,8 +8,9 @@ current Spaces do not run; each module folder's ``app.py`` calls :func:`launch` 
 
     launch(Path(__file__).resolve().parent, example={"predictions": [...], "references": [...]})
 
-The app loads the module script **beside** ``app.py`` (``evaluate.load(<that folder>)``, not
-from the Hub), shows the metric card (the folder's ``README.md`` without its front matter),
+The app loads the module script **beside** ``app.py`` by its own file name
+(``evaluate.load(<folder>/<module>.py)``, not from the Hub, and not ``evaluate.load(<folder>)``,
+which wants the folder named after the module: a Space's checkout is not), shows the metric card (the folder's ``README.md`` without its front matter),
 and computes the metric on JSON inputs: ``predictions`` and ``references`` as JSON lists, in
 the format of the card's *Inputs* section. Errors are shown in words, never as a traceback.
 ``python app.py`` in the folder starts it, as a Space does; ``GRADIO_SERVER_NAME`` and
@@ -29,6 +30,29 @@ from typing import Any
 logger = logging.getLogger(__name__)
 
 _FRONT_MATTER = re.compile(r"^---\n.*?\n---\n", flags=re.S)
+
+
+def module_script(folder: str | os.PathLike) -> Path:
+    """The ``evaluate`` module script in a Space's ``folder``: its one ``.py`` file besides
+    ``app.py`` (whatever the folder is called).
+
+    Args:
+        folder: The Space's folder (``app.py``, ``README.md``, ``<module>.py``).
+
+    Returns:
+        Path: The script, e.g. ``folder/flowscore.py``.
+
+    Raises:
+        FileNotFoundError: ``folder`` holds no module script, or more than one (they are named).
+    """
+    folder = Path(folder)
+    scripts = sorted(p for p in folder.glob("*.py") if p.name not in ("app.py", "__init__.py"))
+    if len(scripts) != 1:
+        found = ", ".join(p.name for p in scripts) or "none"
+        raise FileNotFoundError(f"{folder}: a Space folder holds app.py and one evaluate module script "
+                                f"(<module>.py); found {found}. Copy the whole module folder "
+                                "(e.g. dialfork_metrics/modules/flowscore) into the Space")
+    return scripts[0]
 
 
 def card_text(folder: str | os.PathLike) -> str:
@@ -72,7 +96,7 @@ def build_demo(folder: str | os.PathLike, example: Mapping[str, Any] | None = No
     if module is None:
         import evaluate
 
-        module = evaluate.load(str(folder))
+        module = evaluate.load(str(module_script(folder)))
     example = dict(example or {})
     ex_pred = json.dumps(example.get("predictions", []), ensure_ascii=False, indent=1)
     ex_ref = json.dumps(example.get("references", []), ensure_ascii=False, indent=1)
@@ -110,4 +134,4 @@ def launch(folder: str | os.PathLike, example: Mapping[str, Any] | None = None, 
     build_demo(folder, example).launch(**launch_kwargs)
 
 
-__all__ = ["build_demo", "card_text", "compute_json", "launch"]
+__all__ = ["build_demo", "card_text", "compute_json", "launch", "module_script"]

@@ -8,7 +8,7 @@ from typing import Any
 
 from dialfork_dataset.forks import MIN_SYSTEM_TURNS
 from dialfork_dataset.records import PREFIX_MODES
-from dialfork_dataset.sources import source_identity
+from dialfork_dataset.sources import source_record
 
 from ..compound import parse_compound_plan, plan_text
 from ..variants import VARIANT_DRAWS
@@ -177,7 +177,9 @@ class GenerationConfig:
         """The settings that determine the records (compared on resume / when refusing to mix).
 
         Returns:
-            A JSON-serialisable dict (recorded as the manifest's ``config``): the source's identity,
+            A JSON-serialisable dict (recorded as the manifest's ``config``): the source as given
+                (``star``: :func:`~dialfork_dataset.sources.source_record`, no absolute path unless one
+                was given; a resume compares it resolved),
                 the backend, its options without :data:`NON_IDENTITY_OPTIONS` (sorted), the sorted tasks,
                 the selection, seed, prefix, budget, variant-draw and filter settings (``reword_rate`` as
                 :attr:`effective_reword_rate`, ``compound`` as plan text) and ``kb_tools`` only when
@@ -186,7 +188,7 @@ class GenerationConfig:
                 pool's ``variants_version``).
         """
         return {
-            "star": source_identity(self.star),
+            "star": source_record(self.star),
             "backend": self.backend,
             "backend_options": {k: v for k, v in sorted(self.backend_options.items()) if k not in NON_IDENTITY_OPTIONS},
             "tasks": sorted(self.tasks) if self.tasks else None,

@@ -23,8 +23,22 @@ from .shards import RUN_FILE, SHARDS_DIR
 from .units import RunContext, Unit
 
 
+def _same_source(a: Any, b: Any) -> bool:
+    """Two recorded sources name the same one (paths as given, or absolute as older runs recorded
+    them, compared resolved from the current folder)."""
+    if a == b:
+        return True
+    from dialfork_dataset.sources import source_identity
+
+    try:
+        return isinstance(a, str) and isinstance(b, str) and source_identity(a) == source_identity(b)
+    except ValueError:
+        return False
+
+
 def _diff_settings(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
-    return [f"{k}: existing {a.get(k)!r} vs requested {b.get(k)!r}" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+    return [f"{k}: existing {a.get(k)!r} vs requested {b.get(k)!r}" for k in sorted(set(a) | set(b))
+            if not (_same_source(a.get(k), b.get(k)) if k == "star" else a.get(k) == b.get(k))]
 
 
 def _writable(folder: Path) -> bool:

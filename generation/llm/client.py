@@ -141,6 +141,9 @@ class OpenAICompatClient:
             seconds before retry ``attempt + 1``.
         max_backoff: the longest wait between retries, in seconds (>= 0, default 30); a
             ``Retry-After`` header lengthens a wait up to it.
+        option_names: the command-line flags that set ``base_url`` and ``model``, e.g.
+            ``{"base_url": "--agent", "model": "--model"}``, for a CLI's error hints (default None:
+            the hints name this class's arguments and Python calls).
 
     Raises:
         ValueError: an argument is out of range (every problem is listed).
@@ -157,6 +160,7 @@ class OpenAICompatClient:
         concurrency: int = 8,
         backoff: float = 0.5,
         max_backoff: float = 30.0,
+        option_names: Mapping[str, str] | None = None,
     ):
         errors = []
         if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
@@ -183,6 +187,7 @@ class OpenAICompatClient:
         self.concurrency = concurrency
         self.backoff = float(backoff)
         self.max_backoff = float(max_backoff)
+        self.option_names = dict(option_names or {})
         self._lock = threading.Lock()
         self.stats = {"requests": 0, "retries": 0}
         """Running totals over the client's life: HTTP requests sent and retries among them."""
@@ -276,7 +281,18 @@ class OpenAICompatClient:
 
     def _permanent_error(self, status: int, msg: str, index: int | None) -> EndpointError:
         where = f" (conversation {index} of the batch)" if index is not None else ""
-        if status == 404:
+        url_opt, model_opt = self.option_names.get("base_url"), self.option_names.get("model")
+        if status == 404 and url_opt:
+            def flag(url: str) -> str:  # "--agent URL", "--user openai:URL"
+                return f"{url_opt}{url}" if url_opt.endswith(":") else f"{url_opt} {url}"
+
+            fix = "" if self.base_url.endswith("/v1") else f", e.g. {flag(self.base_url + '/v1')}"
+            hint = (
+                f"{model_opt or 'the model'} {self.model!r} is unknown to the server, or {flag(self.base_url)} "
+                f"is wrong (it is usually the API root ending in /v1{fix}); list the served models with "
+                f"curl {self.base_url}/models"
+            )
+        elif status == 404:
             hint = (
                 f"model {self.model!r} is unknown to the server, or base_url {self.base_url!r} is wrong "
                 "(it is usually the API root ending in /v1); list the served models with "
@@ -331,7 +347,7 @@ class OpenAICompatClient:
         if self.model not in models:
             raise EndpointError(
                 f"{self.base_url} does not serve model {self.model!r}; it serves {models}. "
-                "Pass one of these as the model.",
+                f"Pass one of these as {self.option_names.get('model', 'the model')}.",
                 status=404,
             )
 
