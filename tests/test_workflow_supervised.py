@@ -140,8 +140,9 @@ def test_wf_sup_beats_wf_at_the_fork_turn_on_held_out_sources(star, sup, halves)
     log.info("wf-sup: at t_k %.3f, at or after %.3f, false alarms %.3f; wf: %.3f, %.3f, %.3f",
              at, after, fa, wf_at, wf_after, wf_fa)
     assert sup.n_forks_ > 0 and 0 < sup.threshold_ < 1
-    assert sup.calibration_stats_.size == sum(r["hallucination_type"] is None for r in fit)
-    assert at >= 0.6, at            # measured 0.78 (wf 0.48)
+    assert sum(v.size for v in sup.calibration_stats_.values()) == sum(r["hallucination_type"] is None for r in fit)
+    assert set(sup.thresholds_) == {"weather", "doctor_schedule"}
+    assert at >= 0.6, at            # measured 0.81 (wf 0.53)
     assert at >= wf_at, (at, wf_at)
     assert after >= 0.7, after
 
@@ -174,7 +175,7 @@ def test_wf_sup_save_load_round_trip(sup, halves, tmp_path, star):
     sup.save(tmp_path / "sup")
     back = load_detector(tmp_path / "sup")
     assert isinstance(back, SupervisedWorkflowDetector)
-    assert back.threshold_ == sup.threshold_
+    assert back.threshold_ == sup.threshold_ and back.thresholds_ == sup.thresholds_
     assert back.predict_many(held[:20]) == sup.predict_many(held[:20])
     for a, b in zip(back.turn_deviations(held[:5]), sup.turn_deviations(held[:5])):
         np.testing.assert_allclose(a, b, atol=1e-12)
@@ -191,9 +192,9 @@ def test_wf_sup_bad_input(star, halves):
     with pytest.raises(ValueError, match="no conformant dialogues"):
         SupervisedWorkflowDetector(workflow=star).fit([r for r in fit if r["hallucination_type"]])
     with pytest.raises(ValueError) as e:
-        make_detector("wf-sup", workflow=star, model="svm", C=-1, folds=1, false_alarm_rate=0).fit(fit)
+        make_detector("wf-sup", workflow=star, model="svm", C=-1, folds=1, false_alarm_rate=0, threshold_scope="x").fit(fit)
     msg = str(e.value)
-    assert all(k in msg for k in ("model", "C must", "folds", "false_alarm_rate"))
+    assert all(k in msg for k in ("model", "C must", "folds", "false_alarm_rate", "threshold_scope"))
     bad = [dict(r) for r in fit[:20]]
     fork = next(r for r in bad if r["hallucination_type"])
     fork["fork_turn"] = 99
@@ -226,4 +227,4 @@ def test_wf_sup_leave_task_out(star, halves):
     rows = [r for r in held if r["task"] == "doctor_schedule"]
     at, after, fa = _recall(rows, det.predict_many(rows))
     log.info("leave-task-out weather -> doctor_schedule: at t_k %.3f, at or after %.3f, false alarms %.3f", at, after, fa)
-    assert after >= 0.4, after      # measured 0.xx
+    assert after >= 0.6, after      # measured 0.94 (at t_k 0.94)

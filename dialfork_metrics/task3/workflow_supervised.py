@@ -68,6 +68,7 @@ logger = logging.getLogger("dialfork_metrics.task3.workflow_supervised")
 
 FORMAT = "dialfork-task3-workflow-supervised"
 MODELS = ("logistic", "hgb")
+THRESHOLD_SCOPES = ("task", "global")
 FEATURES: tuple[str, ...] = (
     "own", "rival", "rival_minus_own", "deviation", "train_similarity", "off_workflow", "repeat",
     "missing_asks", "same_as_previous", "allowed_transition", "anywhere_node", "log_turn",
@@ -392,9 +393,14 @@ class SupervisedWorkflowDetector(WorkflowDetector):
         seed: Seed of ``hgb``.
         threshold_rule: ``"upper_bound"`` (default), ``"conformal"`` or ``"percentile"``.
         confidence: Confidence of ``upper_bound``.
+        threshold_scope: ``"task"`` (default): a threshold per task with conformant fit dialogues,
+            calibrated on them (a task whose conformant dialogues the classifier finds odd, e.g. STAR
+            trivia's question loop, does not silence the others), the global one for other tasks;
+            ``"global"``: one threshold over all conformant fit dialogues.
 
-    Fitted attributes: ``assigner_``, ``classifier_`` (:class:`TurnClassifier`), ``threshold_``,
-    ``calibration_stats_`` (the conformant fit dialogues' largest out-of-fold probability),
+    Fitted attributes: ``assigner_``, ``classifier_`` (:class:`TurnClassifier`), ``threshold_``
+    (global), ``thresholds_`` (task -> threshold), ``calibration_stats_`` (task -> the conformant fit
+    dialogues' largest out-of-fold probability),
     ``fitted_tasks_``, ``forked_tasks_`` (tasks with forks in the fit set), ``train_turns_`` (task ->
     conformant system-turn embeddings), ``repeatable_``, ``user_centroids_``, ``min_similarity_``,
     ``source_``, ``n_train_``, ``n_forks_``.
@@ -405,7 +411,7 @@ class SupervisedWorkflowDetector(WorkflowDetector):
     def __init__(self, workflow: Any = None, encoder: Any = "minilm", model: str = "logistic", C: float = 1.0,
                  false_alarm_rate: float = 0.05, min_similarity: float | str = "auto", auto_quantile: float = 0.05,
                  reject_margin: float = 0.1, use_train_texts: bool = True, folds: int = 5, seed: int = 0,
-                 threshold_rule: str = "upper_bound", confidence: float = 0.95):
+                 threshold_rule: str = "upper_bound", confidence: float = 0.95, threshold_scope: str = "task"):
         self.workflow = workflow
         self.encoder = encoder
         self.model = model
@@ -419,6 +425,7 @@ class SupervisedWorkflowDetector(WorkflowDetector):
         self.seed = seed
         self.threshold_rule = threshold_rule
         self.confidence = confidence
+        self.threshold_scope = threshold_scope
 
     def __repr__(self) -> str:
         fitted = f", tasks={self.fitted_tasks_}" if hasattr(self, "classifier_") else ""
@@ -436,11 +443,13 @@ class SupervisedWorkflowDetector(WorkflowDetector):
         "seed": lambda v: isinstance(v, int) and not isinstance(v, bool),
         "threshold_rule": lambda v: v in THRESHOLD_RULES,
         "confidence": lambda v: isinstance(v, int | float) and 0 < v < 1,
+        "threshold_scope": lambda v: v in THRESHOLD_SCOPES,
     }
     _EXPECTED = {"model": f"one of {MODELS}", "C": "a number > 0", "false_alarm_rate": "in (0, 1)",
                  "min_similarity": "'auto' or in [-1, 1]", "auto_quantile": "in (0, 1)",
                  "reject_margin": "in [-2, 2]", "use_train_texts": "a bool", "folds": "an integer >= 2",
-                 "seed": "an integer", "threshold_rule": f"one of {THRESHOLD_RULES}", "confidence": "in (0, 1)"}
+                 "seed": "an integer", "threshold_rule": f"one of {THRESHOLD_RULES}", "confidence": "in (0, 1)",
+                 "threshold_scope": f"one of {THRESHOLD_SCOPES}"}
 
     def _validate_params(self) -> None:
         errs = [f"{k} must be {self._EXPECTED[k]}, got {getattr(self, k)!r}"
@@ -469,16 +478,24 @@ class SupervisedWorkflowDetector(WorkflowDetector):
                              repeatable=self.repeatable_.get(task, frozenset()),
                              min_similarity=self.min_similarity_, reject_margin=self.reject_margin)
 
-    def _probabilities(self, task: str | None, turns, E: np.ndarray) -> np.ndarray:
-        """Raw per-system-turn probabilities (routed like ``wf`` when ``task`` is None)."""
+    def _threshold_of(self, task: str) -> float:
+        return self.thresholds_.get(task, self.threshold_)
+
+    def _probabilities(self, task: str | None, turns, E: np.ndarray, subtract: bool = False) -> np.ndarray:
+        """Per-system-turn probabilities (minus the task's threshold with ``subtract``); routed like
+        ``wf`` when ``task`` is None (while unsure, the smallest over the fitted tasks)."""
         rows = self._system_rows(turns)
         if not rows:
             return np.zeros(0)
+
+        def score(t: str) -> np.ndarray:
+            p = self.classifier_.probability(self._features(self.assigner_, t, turns, E, self.train_turns_))
+            return p - self._threshold_of(t) if subtract else p
+
         if task is not None:
-            return self.classifier_.probability(self._features(self.assigner_, task, turns, E, self.train_turns_))
+            return score(task)
         routes = [self.route(E[[k for k in range(r) if turns[k]["speaker"] == "user"]], ROUTE_MARGIN) for r in rows]
-        per_task = {t: self.classifier_.probability(self._features(self.assigner_, t, turns, E, self.train_turns_))
-                    for t in (self.tasks if None in routes else dict.fromkeys(routes))}
+        per_task = {t: score(t) for t in (self.tasks if None in routes else dict.fromkeys(routes))}
         return np.array([per_task[rt][j] if rt is not None else min(v[j] for v in per_task.values())
                          for j, rt in enumerate(routes)])
 
@@ -580,7 +597,11 @@ class SupervisedWorkflowDetector(WorkflowDetector):
         X, y = np.concatenate(X_parts), np.concatenate(y_parts)
         fold, dlg = np.concatenate(f_parts), np.concatenate(d_parts)
         oof = out_of_fold_probabilities(X, y, fold, self.model, C=self.C, seed=self.seed)
-        self.calibration_stats_ = np.array([oof[dlg == i].max() for i in conf if (dlg == i).any()])
+        stats: dict[str, list[float]] = {}
+        for i in conf:
+            if (dlg == i).any():
+                stats.setdefault(task_of[i], []).append(float(oof[dlg == i].max()))
+        self.calibration_stats_ = {t: np.asarray(v) for t, v in sorted(stats.items())}
         self.classifier_ = fit_turn_classifier(X, y, self.model, C=self.C, seed=self.seed)
         all_parts = [(task_of[i], emb[i][sys_rows[i]]) for i in conf]
         self.assigner_ = self._with_train_texts(base, all_parts)
@@ -588,7 +609,7 @@ class SupervisedWorkflowDetector(WorkflowDetector):
         self.fitted_tasks_ = sorted(set(task_of))
         self.forked_tasks_ = sorted({task_of[i] for i in range(len(rows)) if is_fork[i]})
         self.user_centroids_ = self._centroids(turns, emb, task_of)
-        self.threshold_ = self._threshold(self.calibration_stats_)
+        self._set_thresholds()
         self.n_train_ = len(rows)
         self.n_forks_ = int(sum(is_fork))
         self.oof_probabilities_ = oof
@@ -596,6 +617,12 @@ class SupervisedWorkflowDetector(WorkflowDetector):
         logger.info("wf-sup (%s): %d dialogues (%d forks), %d turns (%d positive), threshold %.4f", self.model,
                     len(rows), self.n_forks_, len(y), int(y.sum()), self.threshold_)
         return self
+
+    def _set_thresholds(self) -> None:
+        stats = self.calibration_stats_
+        self.threshold_ = self._threshold(np.concatenate(list(stats.values())) if stats else np.zeros(0))
+        self.thresholds_ = ({t: self._threshold(v) for t, v in stats.items()} if self.threshold_scope == "task"
+                            else {})
 
     @staticmethod
     def _repeatable(base: NodeAssigner, parts: list[tuple[str, np.ndarray]]) -> dict[str, frozenset[str]]:
@@ -655,7 +682,7 @@ class SupervisedWorkflowDetector(WorkflowDetector):
         except ValueError:
             self.false_alarm_rate = old
             raise
-        self.threshold_ = self._threshold(self.calibration_stats_)
+        self._set_thresholds()
         return self
 
     # -- scoring -----------------------------------------------------------------------------------------
@@ -717,7 +744,7 @@ class SupervisedWorkflowDetector(WorkflowDetector):
         return [self._probabilities(self._known_task(d), t, e) for d, t, e in zip(dialogues, turns, emb)]
 
     def turn_deviations(self, dialogues: Sequence[Any], embeddings: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:
-        """Each system turn's probability minus the threshold (alarm where > 0; ``wf``'s contract).
+        """Each system turn's probability minus its task's threshold (alarm where > 0; ``wf``'s contract).
 
         Args:
             dialogues: Records or turn lists (as :meth:`turn_probabilities`).
@@ -726,7 +753,11 @@ class SupervisedWorkflowDetector(WorkflowDetector):
         Returns:
             list[np.ndarray]: One array per dialogue, one value per system turn.
         """
-        return [p - self.threshold_ for p in self.turn_probabilities(dialogues, embeddings)]
+        self.check_is_fitted()
+        dialogues = list(dialogues)
+        turns = [as_turns(d["turns"] if isinstance(d, Mapping) and "turns" in d else d) for d in dialogues]
+        emb = self._embed(turns, embeddings)
+        return [self._probabilities(self._known_task(d), t, e, subtract=True) for d, t, e in zip(dialogues, turns, emb)]
 
     # -- streaming ----------------------------------------------------------------------------------------
     def start(self, task: str | None = None) -> SupervisedStream:
@@ -778,7 +809,7 @@ class SupervisedWorkflowDetector(WorkflowDetector):
 
     @property
     def threshold(self) -> float:
-        """The probability threshold (one for every task)."""
+        """The global probability threshold (tasks in :attr:`thresholds_` have their own)."""
         self.check_is_fitted()
         return self.threshold_
 
@@ -810,7 +841,9 @@ class SupervisedWorkflowDetector(WorkflowDetector):
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         a = self.assigner_
-        arrays: dict[str, np.ndarray] = {"P": a.P_, "owners": a.owners_, "stats": self.calibration_stats_}
+        arrays: dict[str, np.ndarray] = {"P": a.P_, "owners": a.owners_}
+        for t, v in self.calibration_stats_.items():
+            arrays[f"stats/{t}"] = v
         for k, v in self.classifier_.arrays.items():
             arrays[f"clf/{k}"] = v
         for t, v in self.train_turns_.items():
@@ -822,7 +855,7 @@ class SupervisedWorkflowDetector(WorkflowDetector):
         np.savez(buf, **arrays)
         write_bytes_atomic(path / "arrays.npz", buf.getvalue())
         meta = {"format": FORMAT, "format_version": 1, "config": self.config(), "threshold": self.threshold_,
-                "classifier": self.classifier_.model, "features": list(FEATURES),
+                "thresholds": self.thresholds_, "classifier": self.classifier_.model, "features": list(FEATURES),
                 "keys": [list(k) for k in a.keys_], "tasks": {t: [n for _, n in ks] for t, ks in a.tasks_.items()},
                 "fitted_tasks": self.fitted_tasks_, "forked_tasks": self.forked_tasks_, "n_train": self.n_train_,
                 "n_forks": self.n_forks_, "min_similarity": self.min_similarity_,
@@ -872,7 +905,8 @@ class SupervisedWorkflowDetector(WorkflowDetector):
             raise ValueError(f"{path}: the saved coefficients do not match {len(FEATURES)} features (a corrupt or "
                              "edited file: refit and save again)")
         det.threshold_ = float(meta["threshold"])
-        det.calibration_stats_ = arrays.get("stats", np.zeros(0))
+        det.thresholds_ = {t: float(v) for t, v in meta.get("thresholds", {}).items()}
+        det.calibration_stats_ = {k[6:]: v for k, v in arrays.items() if k.startswith("stats/")}
         det.fitted_tasks_ = list(meta["fitted_tasks"])
         det.forked_tasks_ = list(meta.get("forked_tasks", []))
         det.train_turns_ = {k[6:]: v for k, v in arrays.items() if k.startswith("train/")}
@@ -892,8 +926,7 @@ class SupervisedStream:
 
     Attributes:
         turns: The turns seen so far.
-        probabilities: The probability of each system turn.
-        deviations: Probability minus threshold of each system turn.
+        deviations: Probability minus the task's threshold, per system turn.
         flag: The first alarm's system turn, or None.
     """
 
@@ -902,12 +935,11 @@ class SupervisedStream:
         self.task = task
         self.turns: list[dict[str, str]] = []
         self._E: list[np.ndarray] = []
-        self.probabilities: list[float] = []
         self.deviations: list[float] = []
         self.flag: int | None = None
 
     def update(self, turn: Any, embedding: np.ndarray | None = None) -> int | None:
-        """Feed the next turn; a system turn gets its probability.
+        """Feed the next turn; a system turn gets its deviation (probability minus threshold).
 
         Args:
             turn: ``{"speaker", "text"}``.
@@ -932,9 +964,7 @@ class SupervisedStream:
         if t["speaker"] != "system":
             return None
         # the features are causal: the last row over the turns so far is the offline row
-        p = float(det._probabilities(self.task, self.turns, np.stack(self._E))[-1])
-        self.probabilities.append(p)
-        dev = p - det.threshold_
+        dev = float(det._probabilities(self.task, self.turns, np.stack(self._E), subtract=True)[-1])
         self.deviations.append(dev)
         if dev > 0:
             j = len(self.deviations)
