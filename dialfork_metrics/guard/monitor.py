@@ -214,7 +214,8 @@ def _default_detector(task: str | None, workflow: Any) -> str:
 def _is_workflow(detector: Any) -> bool:
     from dialfork_metrics.task3.workflow_detector import WorkflowDetector
 
-    return isinstance(detector, WorkflowDetector)
+    # the guard steps wf turn by turn; wf-sup (a subclass) has no per-turn step state to save
+    return isinstance(detector, WorkflowDetector) and detector.name == "wf"
 
 
 def detector_fingerprint(detector: Any) -> str:

@@ -34,7 +34,6 @@ import logging
 import math
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,283 +41,29 @@ import numpy as np
 
 from dialfork_dataset.turns import as_turns
 
-from .workflow_nodes import DEFAULT_MIN_SIMILARITY, NodeAssigner
+from .workflow_nodes import NodeAssigner
+from .workflow_rules import (  # the pure rules, re-exported here
+    CALIBRATIONS,
+    DEFAULT_REJECT_MARGIN,
+    DEFAULT_REPEAT_WEIGHT,
+    ROUTE_MARGIN,
+    THRESHOLD_RULES,
+    WorkflowStepResult,
+    WorkflowStructure,
+    _task,
+    _unit,
+    auto_min_similarity,
+    first_alarm,
+    repeat_flags,
+    resolve_workflow,
+    turn_deviations,
+    workflow_for_data,
+    workflow_structure,
+)
 
 logger = logging.getLogger("dialfork_metrics.task3.workflow_detector")
 
 FORMAT = "dialfork-task3-workflow"
-DEFAULT_REJECT_MARGIN = 0.1
-"""Margin by which another workflow must fit a turn better before it counts against it (ours)."""
-DEFAULT_REPEAT_WEIGHT = 0.0
-"""Deviation added by an answered question step asked again (ours). 0 by default: STAR's human
-wizards re-ask answered steps in 12% of their conformant dialogues (a new request, an unclear
-answer, loops the graph does not draw), so the rule costs more false alarms than it finds; 1.0
-alarms at every repeat (docs/task3_detectors.md has both)."""
-CALIBRATIONS = ("cross_fit", "in_sample")
-ROUTE_MARGIN = 0.1
-"""Lead of the best task's user-turn similarity needed to route a dialogue without a ``task`` (ours);
-until then a system turn counts against the fitted task it fits best."""
-THRESHOLD_RULES = ("percentile", "conformal", "upper_bound")
-
-
-# -- pure core --------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class WorkflowStructure:
-    """What the repeat rule reads of a workflow graph.
-
-    Attributes:
-        asks: The question steps (action nodes whose name has the word ``ask``, not ``confirm``).
-        leads_to: node -> the nodes reachable from it in the workflow graph.
-        resets: Action nodes with no next step (after them a conversation may start over).
-    """
-
-    asks: frozenset[str]
-    leads_to: Mapping[str, frozenset[str]]
-    resets: frozenset[str]
-
-
-def workflow_structure(task: Any) -> WorkflowStructure:
-    """The :class:`WorkflowStructure` of a workflow task.
-
-    Args:
-        task: A workflow task (``kinds`` and ``digraph()``).
-
-    Returns:
-        WorkflowStructure: Its question steps, reachability and dead ends.
-    """
-    import networkx as nx
-
-    g = task.digraph()
-    kinds = dict(task.kinds)
-    asks = frozenset(n for n, k in kinds.items() if k == "action" and "ask" in n.split("_")
-                     and "confirm" not in n.split("_"))
-    leads = {n: frozenset(nx.descendants(g, n)) for n in g.nodes}
-    resets = frozenset(n for n in g.nodes if kinds.get(n) == "action" and not leads[n])
-    return WorkflowStructure(asks, leads, resets)
-
-
-def repeat_flags(nodes: Sequence[str | None], answered: Sequence[bool], structure: WorkflowStructure,
-                 repeatable: frozenset[str] | set[str] = frozenset()) -> np.ndarray:
-    """Whether each system turn asks again a question step answered earlier (the SSPC repeat).
-
-    A turn at node ``n`` repeats when ``n`` is a question step said before at turn ``i``, a user
-    turn answered turn ``i``, some other step was said in between (an immediate re-ask is a
-    clarification), and none of the steps said in between leads back to ``n`` in the workflow graph
-    or is a dead end (after which a conversation may start over).
-
-    Args:
-        nodes: The assigned node of each system turn (None: off-workflow).
-        answered: Whether a user turn followed each system turn.
-        structure: The task's :class:`WorkflowStructure`.
-        repeatable: Nodes that conformant dialogues of the task say more than once (a loop the
-            graph does not draw, e.g. STAR trivia's next question): never a repeat.
-
-    Returns:
-        np.ndarray: 0/1 per system turn.
-
-    Example:
-        >>> st = WorkflowStructure(frozenset({"ask_day", "ask_city"}), {"ask_day": frozenset({"ask_city"}),
-        ...                        "ask_city": frozenset()}, frozenset())
-        >>> repeat_flags(["ask_day", "ask_city", "ask_day"], [True, True, True], st).tolist()
-        [0, 0, 1]
-        >>> repeat_flags(["ask_day", "ask_day"], [True, True], st).tolist()  # clarification
-        [0, 0]
-    """
-    out = np.zeros(len(nodes), dtype=np.int64)
-    last: dict[str, int] = {}
-    for j, n in enumerate(nodes):
-        if n is None:
-            continue
-        i = last.get(n)
-        if n in structure.asks and n not in repeatable and i is not None and answered[i]:
-            between = [m for m in nodes[i + 1:j] if m is not None]
-            if between and any(m != n for m in between) and not any(
-                    n in structure.leads_to.get(m, ()) or m in structure.resets for m in between):
-                out[j] = 1
-        last[n] = j
-    return out
-
-
-def turn_deviations(own: np.ndarray, rival: np.ndarray, repeats: np.ndarray | None = None, *,
-                    min_similarity: float = DEFAULT_MIN_SIMILARITY, reject_margin: float = DEFAULT_REJECT_MARGIN,
-                    repeat_weight: float = DEFAULT_REPEAT_WEIGHT) -> np.ndarray:
-    """The deviation of each system turn (see the module doc); positive: the assigner rejects it.
-
-    Args:
-        own: Similarity to the best node of the task's own workflow, per system turn.
-        rival: Similarity to the best node of another workflow (``-inf``: none).
-        repeats: 0/1 repeat flags (:func:`repeat_flags`), or None.
-        min_similarity: The absolute floor of the own similarity.
-        reject_margin: How much better another workflow must fit.
-        repeat_weight: Deviation added by a repeat.
-
-    Returns:
-        np.ndarray: float64 per system turn.
-
-    Example:
-        >>> turn_deviations(np.array([0.9, 0.3, 0.6]), np.array([0.2, 0.2, 0.8]), min_similarity=0.45,
-        ...                 reject_margin=0.1).round(2).tolist()
-        [-0.45, 0.15, 0.1]
-    """
-    own = np.asarray(own, dtype=np.float64)
-    rival = np.asarray(rival, dtype=np.float64)
-    d = np.maximum(rival - own - reject_margin, min_similarity - own)
-    if repeats is not None:
-        d = d + repeat_weight * np.asarray(repeats, dtype=np.float64)
-    return d
-
-
-def first_alarm(deviations: np.ndarray, threshold: float) -> int | None:
-    """The first system turn (1-based) whose deviation exceeds ``threshold``, or None.
-
-    Args:
-        deviations: Per system turn.
-        threshold: The alarm threshold.
-
-    Returns:
-        int | None: The 1-based system turn index.
-
-    Example:
-        >>> first_alarm(np.array([-0.2, 0.05, 0.3]), 0.1)
-        3
-    """
-    hit = np.flatnonzero(np.asarray(deviations) > threshold)
-    return int(hit[0]) + 1 if hit.size else None
-
-
-def auto_min_similarity(assigner: NodeAssigner, quantile: float = 0.05) -> float:
-    """The own-similarity floor read off the workflow's own texts (no dialogue needed).
-
-    Each text of each node is held out in turn and compared with every *other* text of its task;
-    the floor is the ``quantile`` of those best similarities, so that all but ``quantile`` of the
-    workflow's own phrasings (STAR's ``wizard_nlu_training_data.md`` examples are human
-    paraphrases) would be recognised as the workflow's. Clipped to [0.3, 0.6].
-
-    Args:
-        assigner: A fitted :class:`NodeAssigner` (workflow texts only).
-        quantile: The share of the workflow's own phrasings allowed below the floor.
-
-    Returns:
-        float: The floor.
-    """
-    assigner.check_is_fitted()
-    P, owners = assigner.P_, assigner.owners_
-    task = np.array([assigner.keys_[i][0] for i in owners], dtype=object)
-    best = np.full(len(P), np.nan)
-    for t in np.unique(task):
-        idx = np.flatnonzero(task == t)
-        if len(idx) < 2:
-            continue
-        S = P[idx] @ P[idx].T
-        np.fill_diagonal(S, -np.inf)
-        best[idx] = S.max(axis=1)
-    v = best[np.isfinite(best)]
-    if not v.size:
-        return DEFAULT_MIN_SIMILARITY
-    return float(np.clip(np.quantile(v, quantile), 0.3, 0.6))
-
-
-@dataclass(frozen=True)
-class WorkflowStepResult:
-    """One turn's outcome under :meth:`WorkflowDetector.step`.
-
-    Attributes:
-        system_turn: The 1-based system turn index (None on a user turn).
-        alarm: The turn's deviation exceeds the threshold.
-        deviation: The turn's deviation (None on a user turn).
-        threshold: The task's threshold.
-        node: The assigned node (None: off-workflow or a user turn).
-        reason: None, ``"off-task"`` or ``"unfamiliar"`` (why the node is None).
-        rival_task: The task whose workflow fits the turn best among the others.
-    """
-
-    system_turn: int | None
-    alarm: bool
-    deviation: float | None
-    threshold: float
-    node: str | None
-    reason: str | None
-    rival_task: str | None
-
-
-# -- sources -----------------------------------------------------------------------------------------
-
-def resolve_workflow(workflow: Any = None) -> Any:
-    """The workflow source of a detector: ``workflow`` as given, parsed, or STAR from the environment.
-
-    Args:
-        workflow: A source object (with ``tasks``), a spec string (``star:PATH``, ``workflow:PATH``,
-            a folder or a ``.yaml`` file), a path, or None (``$DIALFORK_STAR_DIR``).
-
-    Returns:
-        The workflow source.
-
-    Raises:
-        ValueError: None given and ``$DIALFORK_STAR_DIR`` unset, or the spec cannot be read (the
-            message says what to pass).
-    """
-    if workflow is not None and not isinstance(workflow, str | os.PathLike):
-        if not hasattr(workflow, "tasks"):
-            raise ValueError(f"workflow must be a workflow source (with .tasks), a spec or a path, got "
-                             f"{type(workflow).__name__}")
-        return workflow
-    spec = os.fspath(workflow) if workflow is not None else os.environ.get("DIALFORK_STAR_DIR")
-    if not spec:
-        raise ValueError("the workflow-aware detector needs the dialogues' workflows: pass workflow= "
-                         "(a StarCorpus, 'star:PATH' or 'workflow:FILE.yaml') or set $DIALFORK_STAR_DIR "
-                         "to a STAR copy")
-    from dialfork_dataset.sources import open_source
-
-    return open_source(spec)
-
-
-def workflow_for_data(data: Any) -> str | None:
-    """The workflow source a corpus names, for a detector that needs the workflow.
-
-    A generator output folder's ``manifest.json`` names its source (``config.star``); the STAR
-    human track's names its STAR copy (``star``). A relative path is tried as given, then against the
-    corpus folder. Otherwise ``$DIALFORK_STAR_DIR`` (None when unset).
-
-    Args:
-        data: A corpus folder or Hub id (anything but a local folder gives the environment's).
-
-    Returns:
-        str | None: A source spec (``star:PATH``, ``workflow:PATH``, a path), or None.
-    """
-    env = os.environ.get("DIALFORK_STAR_DIR") or None
-    try:
-        folder = Path(os.fspath(data))
-    except TypeError:
-        return env
-    m = folder / "manifest.json"
-    if not m.is_file():
-        return env
-    try:
-        meta = json.loads(m.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return env
-    spec = (meta.get("config") or {}).get("star") if isinstance(meta.get("config"), Mapping) else None
-    spec = spec or meta.get("star")
-    if not isinstance(spec, str) or not spec:
-        return env
-    kind, sep, path = spec.partition(":") if spec.split(":", 1)[0] in ("star", "workflow") else ("", "", spec)
-    for cand in (Path(path), folder / path):
-        if cand.exists():
-            return f"{kind}{sep}{cand}" if sep else str(cand)
-    return env
-
-
-def _task(d: Any) -> str | None:
-    t = d.get("task") if isinstance(d, Mapping) else None
-    return str(t) if t else None
-
-
-def _unit(E: np.ndarray) -> np.ndarray:
-    E = np.asarray(E, dtype=np.float64)
-    n = np.linalg.norm(E, axis=-1, keepdims=True)
-    return E / np.where(n > 0, n, 1.0)
-
 
 # -- the detector ------------------------------------------------------------------------------------
 
