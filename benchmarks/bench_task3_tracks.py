@@ -75,6 +75,19 @@ RATES = (0.01, 0.05)
 TYPE_ORDER = ("WIC", "GR", "CSC", "SSPC", "SSPC-skip", "SSPC-repeat")
 
 
+def code_state() -> dict[str, Any]:
+    """The commit the run started from and the library files that differed from it (uncommitted work)."""
+    def git(*a: str) -> str:
+        try:
+            return subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True, check=True).stdout.rstrip("\n")
+        except (OSError, subprocess.CalledProcessError):
+            return ""
+
+    dirty = [line[3:] for line in git("status", "--porcelain", "--", "dialfork_metrics/task3", "dialfork_metrics/encoders",
+                                      "dialfork_dataset", "generation").splitlines() if line.strip()]
+    return {"commit": git("rev-parse", "--short", "HEAD").strip() or None, "uncommitted": dirty}
+
+
 def star_default() -> str:
     env = os.environ.get("DIALFORK_STAR_DIR")
     return env if env else str(ROOT.parent / "shared" / "star")
@@ -238,7 +251,9 @@ def run_fit_stage(name: str, fit: str, args: argparse.Namespace, enc: Any, workf
     # wf-sup: fitted per half of the tasks, predicting the other half
     groups = ([(sorted(set(args.tasks)), sorted(set(args.tasks)))] if name != "wf-sup" else
               [(h, o) for h, o in zip(task_halves(args.tasks), task_halves(args.tasks)[::-1])])
-    result: dict[str, Any] = {"detector": name, "fit": fit, "tracks": {}, "fit_seconds": 0.0, "models": []}
+    result: dict[str, Any] = {"detector": name, "fit": fit, "tracks": {}, "fit_seconds": 0.0, "models": [],
+                              "code": args.code, "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+                              "loadavg_start": round(os.getloadavg()[0], 2)}
     per_track: dict[str, dict[str, Any]] = {t: {"excess": {}, "pred": {}} for t in FITS[fit]}
     for train_tasks, eval_tasks in groups:
         sel = [i for i, r in enumerate(rows) if r["task"] in train_tasks]
@@ -270,6 +285,7 @@ def run_fit_stage(name: str, fit: str, args: argparse.Namespace, enc: Any, workf
             log(f"  {fit}/{name}/{tname}: {mism} dialogue(s) whose first excess > 0 differs from predict_many")
     result["tracks"] = per_track
     result["seconds"] = time.perf_counter() - t0
+    result["loadavg_end"] = round(os.getloadavg()[0], 2)
     write_json(path, result)
     log(f"stage {fit}/{name}: {result['seconds']:.0f} s")
     return result
@@ -389,62 +405,78 @@ def node_stage(args: argparse.Namespace, enc: Any, workflow: Any, fits: dict, tr
 
 
 # ---------------------------------------------------------------------------------------- latency
+def latency_configs(spec: str) -> list[tuple[str, int]]:
+    """``"torch:2,torch:1,onnx:1"`` -> [(runtime, threads)]; threads 0: the machine's cores."""
+    out = []
+    for part in spec.split(","):
+        rt, _, th = part.strip().partition(":")
+        out.append((rt, int(th or 0) or (os.cpu_count() or 1)))
+    return out
+
+
+def time_stream(det: Any, fast: Any, dialogues: list[dict], n_turns: int) -> dict:
+    """Per-turn wall time of encoding a turn's text and feeding it to a fresh stream per dialogue."""
+    times: list[float] = []
+    sys_times: list[float] = []
+    enc_times: list[float] = []
+    load_before = os.getloadavg()[0]
+    for r in dialogues:
+        if len(times) >= n_turns:
+            break
+        stream = det.start(r["task"])
+        for t in r["turns"][: n_turns - len(times)]:
+            t0 = time.perf_counter()
+            e = fast.encode([t["text"]])[0]
+            t1 = time.perf_counter()
+            stream.update(t, embedding=e)
+            dt = (time.perf_counter() - t0) * 1000
+            times.append(dt)
+            enc_times.append((t1 - t0) * 1000)
+            if t["speaker"] == "system":
+                sys_times.append(dt)
+    upd = np.subtract(times, enc_times)
+    return {"turns": len(times), "p50_ms": float(np.percentile(times, 50)),
+            "p95_ms": float(np.percentile(times, 95)), "max_ms": float(max(times)),
+            "system_turns": len(sys_times),
+            "system_p95_ms": float(np.percentile(sys_times, 95)) if sys_times else None,
+            "encode_p50_ms": float(np.percentile(enc_times, 50)), "encode_p95_ms": float(np.percentile(enc_times, 95)),
+            "update_p50_ms": float(np.percentile(upd, 50)), "update_p95_ms": float(np.percentile(upd, 95)),
+            "loadavg_before": round(load_before, 2), "loadavg_after": round(os.getloadavg()[0], 2)}
+
+
 def latency_stage(args: argparse.Namespace, enc: Any, tracks: dict, stages: dict, out: Path) -> dict:
+    """Streaming latency of ``wf`` and ``ss+nc`` (fitted without human dialogues) per encoder runtime
+    and thread count: a warm model, no embedding cache, the human-picked test dialogues' turns in order."""
     path = out / "stages" / "latency.json"
     cached = read_json(path)
-    if cached is not None and not args.redo_stage("latency"):
+    if cached is not None and "configs" in cached and not args.redo_stage("latency"):
         log(f"stage latency: reused {path}")
         return cached
+    import torch
+
     from dialfork_metrics.encoders import Encoder
     from dialfork_metrics.task3 import load_detector
 
-    fast = Encoder("minilm", model=enc.model, memory_cache_bytes=0, show_progress=False)  # no cache
-    for _ in range(3):
-        fast.encode(["warm-up turn for the timing"])
     dialogues = tracks["human-picked"]
-    res: dict[str, Any] = {"nproc": os.cpu_count(), "torch_threads": None}
-    try:
-        import torch
-
-        res["torch_threads"] = torch.get_num_threads()
-    except ImportError:
-        pass
-    for name in ("wf", "ss+nc"):
-        st = stages.get(("no-human", name))
-        if not st or not st.get("models"):
-            continue
-        det = load_detector(out / st["models"][0]["path"], encoder=fast)
-        load_before = os.getloadavg()[0]
-        times: list[float] = []
-        sys_times: list[float] = []
-        enc_times: list[float] = []
-        for r in dialogues:
-            if len(times) >= args.latency_turns:
-                break
-            stream = det.start(r["task"])
-            for t in r["turns"]:
-                if len(times) >= args.latency_turns:
-                    break
-                t0 = time.perf_counter()
-                e = fast.encode([t["text"]])[0]
-                t1 = time.perf_counter()
-                stream.update(t, embedding=e)
-                dt = (time.perf_counter() - t0) * 1000
-                times.append(dt)
-                enc_times.append((t1 - t0) * 1000)
-                if t["speaker"] == "system":
-                    sys_times.append(dt)
-        res[name] = {"turns": len(times), "p50_ms": float(np.percentile(times, 50)),
-                     "p95_ms": float(np.percentile(times, 95)), "max_ms": float(max(times)),
-                     "system_turns": len(sys_times),
-                     "system_p95_ms": float(np.percentile(sys_times, 95)) if sys_times else None,
-                     "encode_p50_ms": float(np.percentile(enc_times, 50)),
-                     "encode_p95_ms": float(np.percentile(enc_times, 95)),
-                     "update_p50_ms": float(np.percentile(np.subtract(times, enc_times), 50)),
-                     "update_p95_ms": float(np.percentile(np.subtract(times, enc_times), 95)),
-                     "loadavg_before": load_before,
-                     "loadavg_after": os.getloadavg()[0]}
-        log(f"latency {name}: p50 {res[name]['p50_ms']:.1f} ms, p95 {res[name]['p95_ms']:.1f} ms")
+    res: dict[str, Any] = {"nproc": os.cpu_count(), "configs": {}}
+    default_threads = torch.get_num_threads()
+    for rt, th in latency_configs(args.latency_configs):
+        torch.set_num_threads(th)
+        key = f"{rt}, {th} thread{'s' if th > 1 else ''}"
+        fast = (Encoder("minilm", model=enc.model, memory_cache_bytes=0, show_progress=False) if rt == "torch"
+                else Encoder("minilm", memory_cache_bytes=0, show_progress=False, runtime=rt))
+        for _ in range(5):
+            fast.encode(["warm-up turn for the timing"])
+        res["configs"][key] = {}
+        for name in ("wf", "ss+nc"):
+            st = stages.get(("no-human", name))
+            if not st or not st.get("models"):
+                continue
+            det = load_detector(out / st["models"][0]["path"], encoder=fast)
+            v = res["configs"][key][name] = time_stream(det, fast, dialogues, args.latency_turns)
+            log(f"latency {key} {name}: p50 {v['p50_ms']:.1f} ms, p95 {v['p95_ms']:.1f} ms "
+                f"(encoding p95 {v['encode_p95_ms']:.1f} ms; load {v['loadavg_before']})")
+    torch.set_num_threads(default_threads)
     write_json(path, res)
     return res
 
@@ -486,9 +518,29 @@ def tables(results: dict) -> list[str]:
     return lines
 
 
+def summary_table(results: dict) -> list[str]:
+    """One row per (fit, track, detector): the operating point and the threshold-free recalls."""
+    lines = ["| fit | track | detector | Score | FA % | recall @1% FA | recall @5% FA | WIC @5% | GR @5% | CSC @5% "
+             "| SSPC @5% (skip / repeat) | median delay |",
+             "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for fit, tr in FITS.items():
+        for tname in tr:
+            for det, m in results["metrics"].get(fit, {}).get(tname, {}).items():
+                bt = m["by_type"]
+
+                def r5(h: str, bt: dict = bt) -> str:
+                    return pct(bt[h]["recall_at_0.05"]) if h in bt else "-"
+
+                sspc = r5("SSPC") if "SSPC" in bt else f"{r5('SSPC-skip')} / {r5('SSPC-repeat')}"
+                lines.append(f"| {fit} | {tname} | {det} | {num(m['score'])} | {pct(m['false_alarms'])} | "
+                             f"{pct(bt['all']['recall_at_0.01'])} | {pct(bt['all']['recall_at_0.05'])} | {r5('WIC')} | "
+                             f"{r5('GR')} | {r5('CSC')} | {sspc} | {num(bt['all']['median_delay'])} |")
+    return lines
+
+
 def targets(results: dict) -> list[dict]:
     m = results["metrics"].get("no-human", {})
-    lat = results.get("latency", {}).get("wf", {})
+    lat = results.get("latency", {}).get("configs", {})
 
     def g(track: str, *keys: str) -> Any:
         x: Any = m.get(track, {}).get("wf")
@@ -519,9 +571,10 @@ def targets(results: dict) -> list[dict]:
         add(f"Score >= {bar} on {t}", v, None if v is None else v >= bar, num(v))
     v = g("template", "by_type", "all", "recall_at_0.01")
     add("recall at 1% FA >= 0.6 on template test", v, None if v is None else v >= 0.6, num(v, 3))
-    v = lat.get("p95_ms")
-    add("p95 per-turn latency <= 100 ms (streaming wf, encoding included)", v, None if v is None else v <= 100,
-        num(v) + " ms")
+    for key, dets in lat.items():
+        v = dets.get("wf", {}).get("p95_ms")
+        add(f"p95 per-turn latency <= 100 ms (streaming wf, encoding included; {key})", v,
+            None if v is None else v <= 100, num(v) + " ms")
     return rows
 
 
@@ -529,15 +582,29 @@ def write_md(results: dict, path: Path) -> None:
     r = results
     lines = ["# Task 3 detectors on three tracks (issue 39, items 2 and 4)", "",
              "Written by `benchmarks/bench_task3_tracks.py`. Command:", "", "```", r["command"], "```", "",
-             f"Machine: {r['machine']['nproc']} CPU cores (nproc), load average {r['machine']['loadavg_start']} at the start "
-             f"and {r['machine']['loadavg_end']} at the end; Python {r['machine']['python']}; encoder {r['encoder']}. "
-             f"Tasks: {', '.join(r['tasks'])}.", ""]
+             f"Machine: {r['machine']['nproc']} CPU cores (nproc), shared with other jobs; load average (1 min) "
+             f"{r['machine']['loadavg_start']} at the start and {r['machine']['loadavg_end']} at the end of the invocation "
+             "that assembled this report, and per stage: "
+             + ", ".join(f"{k} {v[0]}-{v[1]} ({r['stage_seconds'].get(k, 0):.0f} s)"
+                         for k, v in r.get("stage_loadavg", {}).items()) + f"; Python {r['machine']['python']}; encoder {r['encoder']}. "
+             f"Tasks: {', '.join(r['tasks'])}.", "",
+             f"Code: commit {r['code']['commit']}"
+             + (f", with uncommitted changes in {', '.join(r['code']['uncommitted'])}" if r['code']['uncommitted'] else "")
+             + " (at the start of the invocation that assembled this report).", ""]
+    codes = {json.dumps(c, sort_keys=True) for c in r.get("stage_code", {}).values()}
+    if codes != {json.dumps(r["code"], sort_keys=True)}:
+        lines += ["Code of each stage (at the start of the process that ran it; a stage reused from an earlier "
+                  "invocation keeps its own; `null`: not recorded):", ""]
+        lines += [f"* {k}: commit {c['commit']}, uncommitted {', '.join(c['uncommitted']) or 'none'}" if c else
+                  f"* {k}: null" for k, c in r.get("stage_code", {}).items()]
+        lines.append("")
     if r.get("notes"):
         lines += ["Notes:", ""] + [f"* {n}" for n in r["notes"]] + [""]
     lines += ["## Targets (default `wf`, fitted without human dialogues)", "",
               "| target | value | met |", "| --- | ---: | --- |"]
     for t in r["targets"]:
         lines.append(f"| {t['target']} | {t['shown']} | {'-' if t['met'] is None else ('met' if t['met'] else 'not met')} |")
+    lines += ["", "## Summary", ""] + summary_table(r)
     lines += ["", "## Columns", "",
               "* Score, false alarms: at the detector's own operating point (5% false alarms on its fit "
               "dialogues); false alarms = share of the track's conformant dialogues with an alarm.",
@@ -548,34 +615,42 @@ def write_md(results: dict, path: Path) -> None:
               "t_k / at or after t_k / before t_k; delay = first alarm - t_k (system turns) over the forks "
               "caught at or after t_k.",
               "* `wf-sup` is always scored on tasks held out of its training (two halves of the tasks, both ways).",
+              "* Summary: FA = false alarms at the operating point; recall @x% FA over all forks and per type "
+              "(threshold-free, as above); median delay over all forks caught at or after t_k.",
               ""]
     lines += tables(r)
     lines += ["## Node assignment against STAR's action labels (held-out human turns)", "",
-              "| assigner | track | system turns | accuracy % | non-generic accuracy % | own turns rejected % "
-              "| label not a workflow node % | other tasks' turns | other tasks' turns rejected % |",
-              "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+              "| assigner | track | system turns | accuracy % | accuracy on labels the workflow has % "
+              "| non-generic accuracy % | own turns rejected % | label not a workflow node % | other tasks' turns "
+              "| other tasks' turns rejected % |",
+              "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for v in r["nodes"].values():
         if not isinstance(v, dict):
             continue
-        lines.append(f"| {v['assigner']} | {v['track']} | {v['system_turns']} | {pct(v['accuracy'])} | "
+        unk = v["gold_not_in_workflow"]
+        known = None if v["accuracy"] is None or unk is None or unk >= 1 else v["accuracy"] / (1 - unk)
+        lines.append(f"| {v['assigner']} | {v['track']} | {v['system_turns']} | {pct(v['accuracy'])} | {pct(known)} | "
                      f"{pct(v['accuracy_non_generic'])} | {pct(v['rejected_own'])} | {pct(v['gold_not_in_workflow'])} | "
                      f"{v['other_task_turns']} | {pct(v['other_task_rejected'])} |")
-    lines += ["", "Other tasks' turns: every system turn of a held-out conformant human dialogue assigned under each "
+    lines += ["", "Accuracy: share of the held-out conformant dialogues' system turns (test split) assigned their "
+              "STAR action label; on labels the workflow has: among the turns whose label is a node of the task's "
+              "workflow (a label the workflow lacks can never be matched). ",
+              "", "Other tasks' turns: every system turn of a held-out conformant human dialogue assigned under each "
               "other task of the run, leaving out generic nodes and nodes whose name the other task also has; "
               "rejected = assigned to no node.", "",
               "## Latency (streaming, one turn: encode its text + update)", "",
-              "| detector | turns | p50 ms | p95 ms | system-turn p95 ms | max ms | encoding alone p50 / p95 ms "
-              "| update alone p50 / p95 ms | load average before / after |",
-              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
-    for name in ("wf", "ss+nc"):
-        v = r["latency"].get(name)
-        if v:
-            lines.append(f"| {name} | {v['turns']} | {num(v['p50_ms'])} | {num(v['p95_ms'])} | "
+              "| encoder runtime | detector | turns | p50 ms | p95 ms | system-turn p95 ms | max ms "
+              "| encoding alone p50 / p95 ms | update alone p50 / p95 ms | load average before / after |",
+              "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for key, dets in r["latency"].get("configs", {}).items():
+        for name, v in dets.items():
+            lines.append(f"| {key} | {name} | {v['turns']} | {num(v['p50_ms'])} | {num(v['p95_ms'])} | "
                          f"{num(v['system_p95_ms'])} | {num(v['max_ms'])} | {num(v['encode_p50_ms'])} / "
                          f"{num(v['encode_p95_ms'])} | {num(v['update_p50_ms'])} / {num(v['update_p95_ms'])} | "
                          f"{num(v['loadavg_before'], 2)} / {num(v['loadavg_after'], 2)} |")
-    lines += ["", f"Torch threads {r['latency'].get('torch_threads')}; nproc {r['latency'].get('nproc')}; "
-              "turns of the human-picked test dialogues in order; the fitted no-human detectors.", ""]
+    lines += ["", f"nproc {r['latency'].get('nproc')}; the turns of the human-picked test dialogues in order, a "
+              "fresh stream per dialogue; the detectors fitted without human dialogues; the load average is the "
+              "whole machine's (other jobs included).", ""]
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines), encoding="utf-8")
 
@@ -593,6 +668,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", default=str(ROOT / "benchmarks" / "results" / "task3_tracks.json"))
     ap.add_argument("--md", default=str(ROOT / "benchmarks" / "results" / "task3_tracks.md"))
     ap.add_argument("--latency-turns", type=int, default=300)
+    ap.add_argument("--latency-configs", default="torch:0,torch:1,onnx:1",
+                    help="encoder runtime:threads to time (threads 0: all cores; default torch:0,torch:1,onnx:1)")
     ap.add_argument("--redo", default="", help="comma-separated stages to recompute (e.g. nodes,latency,no-human__wf; all)")
     args = ap.parse_args(argv)
     args.tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
@@ -601,6 +678,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     load_start = round(os.getloadavg()[0], 2)
+    code = args.code = code_state()  # the library is imported below: this is the code every stage of this run uses
     shown_argv = [a for a in (sys.argv[1:] if argv is None else argv)]
     command = "python benchmarks/bench_task3_tracks.py" + "".join(" " + shlex.quote(a) for a in shown_argv)
 
@@ -646,11 +724,13 @@ def main(argv: list[str] | None = None) -> int:
             met[fit][tname] = {d: met[fit][tname][d] for d in usable if d in met[fit][tname]}
     results = {
         "command": command, "tasks": args.tasks, "per_task": args.per_task, "seed": args.seed, "encoder": "minilm",
-        "detectors": usable, "notes": notes, "data": info,
+        "detectors": usable, "notes": notes, "data": info, "code": code,
         "machine": {"nproc": os.cpu_count(), "loadavg_start": load_start, "loadavg_end": round(os.getloadavg()[0], 2),
                     "python": platform.python_version()},
         "stage_seconds": {f"{f}/{d}": round(s.get("seconds", 0.0), 1) for (f, d), s in stages.items()},
         "fit_seconds": {f"{f}/{d}": round(s.get("fit_seconds", 0.0), 1) for (f, d), s in stages.items()},
+        "stage_code": {f"{f}/{d}": s.get("code") for (f, d), s in stages.items()},
+        "stage_loadavg": {f"{f}/{d}": [s.get("loadavg_start"), s.get("loadavg_end")] for (f, d), s in stages.items()},
         "consistency_mismatches": {f"{f}/{d}/{t}": v["excess_vs_predict_mismatch"]
                                    for (f, d), s in stages.items() for t, v in s["tracks"].items()},
         "metrics": met, "nodes": nodes, "latency": lat,
