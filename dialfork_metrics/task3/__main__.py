@@ -180,6 +180,10 @@ def cmd_predict(args: argparse.Namespace) -> int:
     workflow_aware = args.detector == "wf"
     encoder = _encoder(args) if streaming or workflow_aware else None
 
+    if args.detector == "wf-sup" and not args.load_detector:
+        raise ValueError("--detector wf-sup learns from forked dialogues, which the task3 train split does not "
+                         "hold: fit it in Python (make_detector('wf-sup', ...).fit(train_with_forks)), save it, and "
+                         "pass --load-detector DIR; or use wf, fitted on conformant dialogues alone")
     if args.load_detector:
         det = load_detector(args.load_detector, encoder=encoder)
         logger.info("loaded %r from %s", det, args.load_detector)

@@ -44,11 +44,19 @@ GENERIC_NODE_NAMES = frozenset({"hello", "anything_else", "out_of_scope", "goodb
 """Node names that are generic whatever the source (more are found: names shared by tasks)."""
 
 QUESTION_SHARE = 0.8
-"""A node is a question step when at least this share of its texts ask (:func:`asks`) (ours)."""
+"""A node is a question step when its name has the word ``ask`` and at least this share of its texts
+ask (:func:`asks`) (ours). An inform step that ends in an offer ("... Would you like me to book it?")
+is no question step: a plain offer ("I can book this for you if you want.") still says it."""
 
-_REQUEST = re.compile(r"^\W*(please|kindly|tell|specify|give|provide|enter|state|say|share|confirm|let me know|"
-                      r"i need|i'll need|i will need|could|can|may|would|will|what|which|where|when|who|whom|"
-                      r"whose|how|do|does|did|are|is there|have|has)\b|\bplease\b", re.IGNORECASE)
+_REQUEST = re.compile(r"^\W*(please|kindly|tell|specify|give|provide|enter|state|say|share|confirm|pick|choose|"
+                      r"select|name|describe|send|spell|let me know|i need|i'll need|i will need|you need to|"
+                      r"you must|you have to|could|can|may|would|will|what|which|where|when|who|whom|whose|how|"
+                      r"do|does|did|are|is there|have|has)\b|\bplease\b", re.IGNORECASE)
+
+
+def _question_mask(keys: Sequence[tuple[str, str]], texts: Mapping[tuple[str, str], Sequence[str]]) -> np.ndarray:
+    return np.array([bool(texts[k]) and "ask" in k[1].split("_")
+                     and sum(asks(x) for x in texts[k]) >= QUESTION_SHARE * len(texts[k]) for k in keys], dtype=bool)
 
 
 def asks(text: str) -> bool:
@@ -337,9 +345,7 @@ class NodeAssigner:
         self.owners_ = np.asarray(owners, dtype=np.int64)
         self.tasks_ = {t: [(t, n) for n in per_task[t]] for t in names}
         self._index_masks(per_task)
-        self.question_mask_ = np.array([len(self.texts_[k]) > 0 and
-                                        sum(asks(x) for x in self.texts_[k]) >= QUESTION_SHARE * len(self.texts_[k])
-                                        for k in self.keys_], dtype=bool)
+        self.question_mask_ = _question_mask(self.keys_, self.texts_)
         logger.info("node assigner: %d tasks, %d nodes, %d texts", len(names), len(self.keys_), len(flat))
         return self
 
@@ -406,9 +412,7 @@ class NodeAssigner:
         texts = {t: node_texts(all_tasks[t]) if t in all_tasks else {} for t in tasks}
         self.texts_ = {k: list(texts.get(k[0], {}).get(k[1], [])) for k in keys}
         self._index_masks({t: list(ns) for t, ns in tasks.items()})
-        self.question_mask_ = np.array([len(self.texts_[k]) > 0 and
-                                        sum(asks(x) for x in self.texts_[k]) >= QUESTION_SHARE * len(self.texts_[k])
-                                        for k in self.keys_], dtype=bool)
+        self.question_mask_ = _question_mask(self.keys_, self.texts_)
         return self
 
     def _index_masks(self, per_task: Mapping[str, Sequence[str]]) -> None:
