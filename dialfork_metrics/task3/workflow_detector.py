@@ -314,8 +314,11 @@ class WorkflowDetector:
         except ValueError:
             self.false_alarm_rate = old
             raise
-        self.thresholds_ = {t: self._threshold(v) for t, v in self.calibration_stats_.items()}
+        self._set_thresholds()
         return self
+
+    def _set_thresholds(self) -> None:
+        self.thresholds_ = {t: self._threshold(v) for t, v in self.calibration_stats_.items()}
 
     # -- scoring --------------------------------------------------------------------------------------
     def check_is_fitted(self) -> None:

@@ -363,29 +363,6 @@ class SupervisedWorkflowDetector(WorkflowDetector):
         return float(calibrate_threshold(finite, "ss", self.false_alarm_rate, rule=self.threshold_rule,
                                          confidence=self.confidence))
 
-    def recalibrate(self, false_alarm_rate: float) -> SupervisedWorkflowDetector:
-        """Move the operating point without refitting (the out-of-fold statistics are kept).
-
-        Args:
-            false_alarm_rate: The new target in (0, 1).
-
-        Returns:
-            self.
-
-        Raises:
-            ValueError: An invalid rate.
-            NotFittedError: Not fitted.
-        """
-        self.check_is_fitted()
-        old, self.false_alarm_rate = self.false_alarm_rate, false_alarm_rate
-        try:
-            self._validate_params()
-        except ValueError:
-            self.false_alarm_rate = old
-            raise
-        self._set_thresholds()
-        return self
-
     # -- scoring -----------------------------------------------------------------------------------------
     def check_is_fitted(self) -> None:
         """Raise unless :meth:`fit` (or :meth:`load`) has run.
