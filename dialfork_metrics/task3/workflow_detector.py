@@ -98,6 +98,7 @@ class WorkflowDetector:
     """
 
     name = "wf"
+    FORMAT = FORMAT
 
     def __init__(self, workflow: Any = None, encoder: Any = "minilm", false_alarm_rate: float = 0.05,
                  min_similarity: float | str = "auto", reject_margin: float = DEFAULT_REJECT_MARGIN,
@@ -179,6 +180,11 @@ class WorkflowDetector:
         if enc is None:
             raise ValueError("WorkflowDetector without an encoder: pass embeddings=")
         return [_unit(e) for e in enc.encode_dialogues(dialogues)]
+
+    def _turns_and_embeddings(self, dialogues: Sequence[Any], embeddings: Any
+                              ) -> tuple[list[list[dict[str, str]]], list[np.ndarray]]:
+        turns = [as_turns(d["turns"] if isinstance(d, Mapping) and "turns" in d else d) for d in dialogues]
+        return turns, self._embed(turns, embeddings)
 
     # -- fitting ------------------------------------------------------------------------------------
     def fit(self, dialogues: Sequence[Any], embeddings: Sequence[np.ndarray] | None = None,
@@ -420,8 +426,7 @@ class WorkflowDetector:
             unsure the smallest over the fitted tasks.
         """
         self.check_is_fitted()
-        turns = [as_turns(d["turns"] if isinstance(d, Mapping) and "turns" in d else d) for d in dialogues]
-        emb = self._embed(turns, embeddings)
+        turns, emb = self._turns_and_embeddings(dialogues, embeddings)
         return [self._deviations(self.assigner_, _task(d) if _task(d) in self.structures_ else None, t, e)
                 for d, t, e in zip(dialogues, turns, emb)]
 
@@ -592,28 +597,29 @@ class WorkflowDetector:
         Raises:
             NotFittedError: Not fitted.
         """
+        self.check_is_fitted()
+        return self._write(path, {}, {"thresholds": self.thresholds_, "fitted_tasks": self.tasks})
+
+    def _write(self, path: str | os.PathLike, arrays: Mapping[str, np.ndarray], meta: Mapping[str, Any]) -> Path:
+        """Write what every workflow-aware detector keeps (node texts, statistics, routing, config)
+        plus a subclass's ``arrays`` and ``meta``, each file atomically."""
+        import io
+
         from dialfork_dataset.atomic import write_bytes_atomic, write_text_atomic
 
-        self.check_is_fitted()
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         a = self.assigner_
-        arrays = {"P": a.P_, "owners": a.owners_}
-        for t, v in self.calibration_stats_.items():
-            arrays[f"stats/{t}"] = v
-        for t, c in self.user_centroids_.items():
-            if c is not None:
-                arrays[f"user/{t}"] = c
-        import io
-
+        out = {"P": a.P_, "owners": a.owners_, **{f"stats/{t}": v for t, v in self.calibration_stats_.items()},
+               **{f"user/{t}": c for t, c in self.user_centroids_.items() if c is not None}, **arrays}
         buf = io.BytesIO()
-        np.savez(buf, **arrays)
+        np.savez(buf, **out)
         write_bytes_atomic(path / "arrays.npz", buf.getvalue())
-        meta = {"format": FORMAT, "format_version": 1, "config": self.config(), "thresholds": self.thresholds_,
+        full = {"format": self.FORMAT, "format_version": 1, "config": self.config(),
                 "keys": [list(k) for k in a.keys_], "tasks": {t: [n for _, n in ks] for t, ks in a.tasks_.items()},
-                "fitted_tasks": self.tasks, "n_train": self.n_train_, "min_similarity": self.min_similarity_,
-                "repeatable": {t: sorted(v) for t, v in self.repeatable_.items()}}
-        write_text_atomic(path / "config.json", json.dumps(meta, indent=2) + "\n")
+                "n_train": self.n_train_, "min_similarity": self.min_similarity_,
+                "repeatable": {t: sorted(v) for t, v in self.repeatable_.items()}, **meta}
+        write_text_atomic(path / "config.json", json.dumps(full, indent=2) + "\n")
         return path
 
     @classmethod
@@ -632,10 +638,24 @@ class WorkflowDetector:
             ValueError: Not a saved workflow detector, or its arrays do not match its config.
             FileNotFoundError: A file is missing.
         """
+        det, meta, arrays, source = cls._read(path, encoder, workflow)
+        tasks = list(meta["fitted_tasks"])
+        det.structures_ = {t: workflow_structure(source.tasks[t]) for t in tasks}
+        det.thresholds_ = {t: float(meta["thresholds"][t]) for t in tasks}
+        det.calibration_stats_ = {t: arrays.get(f"stats/{t}", np.zeros(0)) for t in tasks}
+        det.user_centroids_ = {t: arrays.get(f"user/{t}") for t in tasks}
+        return det
+
+    @classmethod
+    def _read(cls, path: str | os.PathLike, encoder: Any, workflow: Any
+              ) -> tuple[Any, dict[str, Any], dict[str, np.ndarray], Any]:
+        """Read what :meth:`_write` wrote: ``(detector, meta, arrays, workflow source)``, the detector
+        constructed from the saved config (``encoder``/``workflow`` override it) with its node
+        assigner, floor, training size and repeatable nodes restored."""
         path = Path(path)
         meta = json.loads((path / "config.json").read_text(encoding="utf-8"))
-        if meta.get("format") != FORMAT:
-            raise ValueError(f"{path}: not a saved workflow detector (format {meta.get('format')!r})")
+        if meta.get("format") != cls.FORMAT:
+            raise ValueError(f"{path}: not a saved {cls.name} detector (format {meta.get('format')!r})")
         cfg = dict(meta["config"])
         if encoder is not None:
             cfg["encoder"] = encoder
@@ -649,14 +669,9 @@ class WorkflowDetector:
         a = NodeAssigner(det._encoder(), det.min_similarity_, det.reject_margin)
         a.restore(source, [tuple(k) for k in meta["keys"]], meta["tasks"], arrays["P"], arrays["owners"])
         det.assigner_ = a
-        tasks = list(meta["fitted_tasks"])
-        det.structures_ = {t: workflow_structure(source.tasks[t]) for t in tasks}
-        det.thresholds_ = {t: float(meta["thresholds"][t]) for t in tasks}
-        det.calibration_stats_ = {t: arrays.get(f"stats/{t}", np.zeros(0)) for t in tasks}
-        det.user_centroids_ = {t: arrays.get(f"user/{t}") for t in tasks}
         det.n_train_ = int(meta.get("n_train", 0))
-        det.repeatable_ = {t: frozenset(meta.get("repeatable", {}).get(t, ())) for t in tasks}
-        return det
+        det.repeatable_ = {t: frozenset(v) for t, v in meta.get("repeatable", {}).items()}
+        return det, meta, arrays, source
 
 
 class WorkflowStream:

@@ -35,7 +35,6 @@ with ``model="hgb"`` cannot be saved (no pickle).
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from collections.abc import Mapping, Sequence
@@ -108,6 +107,7 @@ class SupervisedWorkflowDetector(WorkflowDetector):
     """
 
     name = "wf-sup"
+    FORMAT = FORMAT
 
     def __init__(self, workflow: Any = None, encoder: Any = "minilm", model: str = "logistic", C: float = 1.0,
                  false_alarm_rate: float = 0.05, min_similarity: float | str = "auto", auto_quantile: float = 0.05,
@@ -417,8 +417,7 @@ class SupervisedWorkflowDetector(WorkflowDetector):
         """
         self.check_is_fitted()
         dialogues = list(dialogues)
-        turns = [as_turns(d["turns"] if isinstance(d, Mapping) and "turns" in d else d) for d in dialogues]
-        emb = self._embed(turns, embeddings)
+        turns, emb = self._turns_and_embeddings(dialogues, embeddings)
         return [self._probabilities(self._known_task(d), t, e) for d, t, e in zip(dialogues, turns, emb)]
 
     def turn_deviations(self, dialogues: Sequence[Any], embeddings: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:
@@ -433,8 +432,7 @@ class SupervisedWorkflowDetector(WorkflowDetector):
         """
         self.check_is_fitted()
         dialogues = list(dialogues)
-        turns = [as_turns(d["turns"] if isinstance(d, Mapping) and "turns" in d else d) for d in dialogues]
-        emb = self._embed(turns, embeddings)
+        turns, emb = self._turns_and_embeddings(dialogues, embeddings)
         return [self._probabilities(self._known_task(d), t, e, subtract=True) for d, t, e in zip(dialogues, turns, emb)]
 
     # -- streaming ----------------------------------------------------------------------------------------
@@ -508,38 +506,16 @@ class SupervisedWorkflowDetector(WorkflowDetector):
             ValueError: ``model="hgb"``: a boosted model would need pickle (refit with
                 ``model="logistic"`` to save, or keep the object in memory).
         """
-        import io
-
-        from dialfork_dataset.atomic import write_bytes_atomic, write_text_atomic
-
         self.check_is_fitted()
         if self.classifier_.model == "hgb":
             raise ValueError("SupervisedWorkflowDetector.save: a model='hgb' detector cannot be saved without "
                              "pickle (which runs code on load); refit with model='logistic' to save it")
-        path = Path(path)
-        path.mkdir(parents=True, exist_ok=True)
-        a = self.assigner_
-        arrays: dict[str, np.ndarray] = {"P": a.P_, "owners": a.owners_}
-        for t, v in self.calibration_stats_.items():
-            arrays[f"stats/{t}"] = v
-        for k, v in self.classifier_.arrays.items():
-            arrays[f"clf/{k}"] = v
-        for t, v in self.train_turns_.items():
-            arrays[f"train/{t}"] = v
-        for t, c in self.user_centroids_.items():
-            if c is not None:
-                arrays[f"user/{t}"] = c
-        buf = io.BytesIO()
-        np.savez(buf, **arrays)
-        write_bytes_atomic(path / "arrays.npz", buf.getvalue())
-        meta = {"format": FORMAT, "format_version": 1, "config": self.config(), "threshold": self.threshold_,
-                "thresholds": self.thresholds_, "classifier": self.classifier_.model, "features": list(FEATURES),
-                "keys": [list(k) for k in a.keys_], "tasks": {t: [n for _, n in ks] for t, ks in a.tasks_.items()},
-                "fitted_tasks": self.fitted_tasks_, "forked_tasks": self.forked_tasks_, "n_train": self.n_train_,
-                "n_forks": self.n_forks_, "min_similarity": self.min_similarity_,
-                "repeatable": {t: sorted(v) for t, v in self.repeatable_.items()}}
-        write_text_atomic(path / "config.json", json.dumps(meta, indent=2) + "\n")
-        return path
+        arrays = {**{f"clf/{k}": v for k, v in self.classifier_.arrays.items()},
+                  **{f"train/{t}": v for t, v in self.train_turns_.items()}}
+        return self._write(path, arrays, {
+            "threshold": self.threshold_, "thresholds": self.thresholds_, "classifier": self.classifier_.model,
+            "features": list(FEATURES), "fitted_tasks": self.fitted_tasks_, "forked_tasks": self.forked_tasks_,
+            "n_forks": self.n_forks_})
 
     @classmethod
     def load(cls, path: str | os.PathLike, encoder: Any = None, workflow: Any = None) -> SupervisedWorkflowDetector:
@@ -558,26 +534,10 @@ class SupervisedWorkflowDetector(WorkflowDetector):
                 do not match the config.
             FileNotFoundError: A file is missing.
         """
-        path = Path(path)
-        meta = json.loads((path / "config.json").read_text(encoding="utf-8"))
-        if meta.get("format") != FORMAT:
-            raise ValueError(f"{path}: not a saved wf-sup detector (format {meta.get('format')!r})")
+        det, meta, arrays, det.source_ = cls._read(path, encoder, workflow)
         if meta.get("features") != list(FEATURES):
             raise ValueError(f"{path}: saved with features {meta.get('features')}, this version computes "
                              f"{list(FEATURES)}; refit the detector")
-        cfg = dict(meta["config"])
-        if encoder is not None:
-            cfg["encoder"] = encoder
-        if workflow is not None:
-            cfg["workflow"] = workflow
-        det = cls(**cfg)
-        det.source_ = resolve_workflow(det.workflow)
-        with np.load(path / "arrays.npz") as z:
-            arrays = {k: z[k] for k in z.files}
-        det.min_similarity_ = float(meta["min_similarity"])
-        a = NodeAssigner(det._encoder(), det.min_similarity_, det.reject_margin)
-        a.restore(det.source_, [tuple(k) for k in meta["keys"]], meta["tasks"], arrays["P"], arrays["owners"])
-        det.assigner_ = a
         det.classifier_ = TurnClassifier(meta["classifier"], {k[4:]: v for k, v in arrays.items() if k.startswith("clf/")})
         if det.classifier_.model == "logistic" and det.classifier_.arrays["coef"].shape != (len(FEATURES),):
             raise ValueError(f"{path}: the saved coefficients do not match {len(FEATURES)} features (a corrupt or "
@@ -589,8 +549,6 @@ class SupervisedWorkflowDetector(WorkflowDetector):
         det.forked_tasks_ = list(meta.get("forked_tasks", []))
         det.train_turns_ = {k[6:]: v for k, v in arrays.items() if k.startswith("train/")}
         det.user_centroids_ = {t: arrays.get(f"user/{t}") for t in det.fitted_tasks_}
-        det.repeatable_ = {t: frozenset(v) for t, v in meta.get("repeatable", {}).items()}
-        det.n_train_ = int(meta.get("n_train", 0))
         det.n_forks_ = int(meta.get("n_forks", 0))
         return det
 
