@@ -401,3 +401,29 @@ def test_the_normal_start_is_logged_as_info(tmp_path, caplog):
     (rec,) = [r for r in caplog.records if "serving on" in r.getMessage()]
     assert rec.levelno == logging.INFO  # a normal start is no warning
     assert json.loads((tmp_path / "ready.json").read_text())["port"] == port
+
+
+# -- the workflow-aware monitor (wf, the default) over HTTP ---------------------------------------------
+@pytest.fixture(scope="module")
+def wf_monitor(corpus, star_dir):
+    from dialfork_dataset.star import StarCorpus
+
+    return Monitor.fit(corpus[0], workflow=StarCorpus(star_dir))
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_proxy_verdicts_equal_in_process_with_the_workflow_aware_monitor(wf_monitor, corpus, upstream, tmp_path,
+                                                                         stream):
+    """The wf session's state goes through the proxy's store between requests (one request per agent
+    turn): verdicts, warnings and the first alarm equal the in-process replay and the detector's."""
+    assert wf_monitor.workflow_aware
+    dialogues = _forks_and_conformant(corpus[1])
+    with _proxy(wf_monitor, upstream.url + "/v1", tmp_path / "s.db") as px, \
+            httpx.Client(timeout=CLIENT_TIMEOUT_S) as c:
+        for d in dialogues:
+            dfs, _ = _play(c, px.url, d, stream=stream)
+            assert [df["observed"] for df in dfs] == _expected(wf_monitor, d)
+            first = next((df["first_alarm"] for df in dfs if df["alarm"]), None)
+            assert first == wf_monitor.detector.predict(d)
+        h = c.get(px.url + "/healthz").json()
+    assert h["detector"] == "wf" and h["monitor"] == wf_monitor.fingerprint and h["order"] is None
