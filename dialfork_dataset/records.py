@@ -41,6 +41,7 @@ RECORD_FIELDS: tuple[str, ...] = (
     "prefix_divergence",
     "code_version",
     "injections",
+    "conformance",
 )
 #: Fields a conformant record must leave null.
 FORK_ONLY_FIELDS: tuple[str, ...] = (
@@ -57,6 +58,14 @@ FORK_ONLY_FIELDS: tuple[str, ...] = (
 #: Keys of one injection of a compound fork (SPEC section 3): ``{type, variant, turn}``.
 INJECTION_FIELDS: tuple[str, ...] = ("type", "variant", "turn")
 DECODING_FIELDS: tuple[str, ...] = ("temperature", "top_p", "top_k", "max_new_tokens")
+#: Keys of ``conformance``, the check of a generated conformant dialogue D+ (``python -m generation
+#: --check-conformance``, :mod:`generation.conformance`), carried by the D+ and each of its forks; null
+#: when unchecked. ``check``: the check's name; ``conformant``: its verdict; ``coverage``: the share of the
+#: workflow's happy-path content steps said; ``skipped``: those not said; ``off_workflow``: the system
+#: turns (1-based) another task's workflow fits better; ``unfamiliar``: system turns near no workflow step;
+#: ``reached_outcome``: whether the workflow's outcome step was said.
+CONFORMANCE_FIELDS: tuple[str, ...] = ("check", "conformant", "coverage", "skipped", "off_workflow", "unfamiliar",
+                                       "reached_outcome")
 
 #: Deepest nesting a record may hold (a turn's text sits at depth 3: record > turns > turn).
 MAX_NESTING = 8
@@ -212,6 +221,8 @@ class DialogueRecord:
         prefix_divergence: How many turns before t_k differ from the source (forks only).
         code_version: The code version that generated the record; ``""`` when unknown.
         injections: Compound forks only: every injection ``{type, variant, turn}``.
+        conformance: The check of the source D+ against its workflow (:data:`CONFORMANCE_FIELDS`);
+            None when unchecked.
     """
 
     dialogue_id: str
@@ -236,6 +247,9 @@ class DialogueRecord:
     injections: list[dict[str, Any]] | None = None
     """Compound forks only: every injection ``{type, variant, turn}``, turns strictly increasing; the
     single-injection fields hold the first one."""
+    conformance: dict[str, Any] | None = None
+    """The generation engine's check of the source D+ (:data:`CONFORMANCE_FIELDS`), on D+ and its
+    forks; None when unchecked."""
 
     @property
     def is_conformant(self) -> bool:
@@ -320,6 +334,15 @@ def record_features():
             "prefix_divergence": Value("int32"),
             "code_version": Value("string"),
             "injections": List({"type": Value("string"), "variant": Value("string"), "turn": Value("int32")}),
+            "conformance": {
+                "check": Value("string"),
+                "conformant": Value("bool"),
+                "coverage": Value("float64"),
+                "skipped": List(Value("string")),
+                "off_workflow": List(Value("int32")),
+                "unfamiliar": List(Value("int32")),
+                "reached_outcome": Value("bool"),
+            },
         }
     )
 
@@ -482,12 +505,60 @@ def record_errors(record: Mapping[str, Any]) -> list[str]:
             errs.append(f"prefix_divergence: must be a non-negative integer, got {show(pdv)}")
         if record.get("injections") is not None:
             errs += _injection_errors(record, T)
+    if record.get("conformance") is not None:
+        errs += [f"conformance.{e}" if not e.startswith("conformance") else e
+                 for e in conformance_errors(record["conformance"], T)]
     cv = record.get("code_version")
     if cv is not None and not isinstance(cv, str):
         errs.append(f"code_version: must be a string, got {show(cv)}")
     unknown = set(record) - set(RECORD_FIELDS)
     if unknown:
         errs.append(f"record: unknown field(s) {sorted(unknown)} (known: {', '.join(RECORD_FIELDS)})")
+    return errs
+
+
+def conformance_errors(value: Any, num_system_turns: int | None = None) -> list[str]:
+    """What is wrong with a ``conformance`` value (:data:`CONFORMANCE_FIELDS`).
+
+    Args:
+        value: The value (a record's ``conformance``, or a check's result).
+        num_system_turns: The dialogue's T, when known: turn numbers must lie in 1..T.
+
+    Returns:
+        list[str]: ``"<key>: <reason>"`` per problem; empty when well formed.
+
+    Example:
+        >>> conformance_errors({"check": "x", "conformant": True, "coverage": 1.0, "skipped": [],
+        ...                     "off_workflow": [], "unfamiliar": [5], "reached_outcome": True}, 4)
+        ['unfamiliar: turn numbers must be integers in 1..4, got [5]']
+    """
+    if not isinstance(value, Mapping):
+        return [f"conformance: must be an object with {', '.join(CONFORMANCE_FIELDS)}, got {show(value)}"]
+    errs = []
+    missing = [k for k in CONFORMANCE_FIELDS if k not in value]
+    extra = sorted(set(value) - set(CONFORMANCE_FIELDS))
+    if missing:
+        errs.append(f"conformance: missing {', '.join(missing)}")
+    if extra:
+        errs.append(f"conformance: unknown field(s) {extra} (known: {', '.join(CONFORMANCE_FIELDS)})")
+    c = value.get("check")
+    if "check" in value and not (isinstance(c, str) and c.strip()):
+        errs.append(f"check: must be a non-empty string (the check's name), got {show(c)}")
+    for k in ("conformant", "reached_outcome"):
+        if k in value and not isinstance(value[k], bool):
+            errs.append(f"{k}: must be true or false, got {show(value[k])}")
+    cov = value.get("coverage")
+    if "coverage" in value and (isinstance(cov, bool) or not isinstance(cov, int | float) or not 0.0 <= cov <= 1.0):
+        errs.append(f"coverage: must be a number in [0, 1], got {show(cov)}")
+    sk = value.get("skipped")
+    if "skipped" in value and not (isinstance(sk, list) and all(isinstance(x, str) for x in sk)):
+        errs.append(f"skipped: must be a list of step names, got {show(sk)}")
+    hi = INT32_MAX if num_system_turns is None else num_system_turns
+    for k in ("off_workflow", "unfamiliar"):
+        v = value.get(k)
+        if k in value and not (isinstance(v, list) and all(_is_int(x) and 1 <= x <= hi for x in v)):
+            errs.append(f"{k}: turn numbers must be integers in 1..{'T' if num_system_turns is None else hi}, "
+                        f"got {show(v)}")
     return errs
 
 

@@ -124,6 +124,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="LLM backends (openai): offer the system agent its task's knowledge-base tool, run against "
                         "the source's KB tables, so that its query steps return real rows (default: off; "
                         "docs/generating-llms.md)")
+    chk = p.add_mutually_exclusive_group()
+    chk.add_argument("--check-conformance", nargs="?", const="workflow-nodes", default=None, metavar="CHECK",
+                     help="check each conformant dialogue D+ against its workflow (step coverage, turns of another "
+                          "workflow) and record the result in it and its forks (`conformance`) and in the manifest; "
+                          "CHECK names an installed check (default workflow-nodes). Default: on for LLM backends, "
+                          "off for the template backend (its D+ follow the workflow by construction)")
+    chk.add_argument("--no-check-conformance", action="store_true",
+                     help="do not check D+ (LLM backends check by default)")
     p.add_argument("--budget", type=int, default=None,
                    help="length budget in turns for every task (default: each task's STAR maximum)")
     p.add_argument("--workers", type=int, default=1, help="worker processes (template backend; default 1)")
@@ -203,12 +211,33 @@ def config_options(args: argparse.Namespace) -> dict:
         args: the parsed arguments.
 
     Returns:
-        ``reword_rate``, ``variant_draw``, ``min_system_turns``, ``multitask``, ``compound`` and
-            ``kb_tools``, as field name -> value.
+        ``reword_rate``, ``variant_draw``, ``min_system_turns``, ``multitask``, ``compound``,
+            ``kb_tools`` and ``check_conformance`` (:func:`conformance_check`), as field name -> value.
     """
     return {"reword_rate": args.reword_rate, "variant_draw": args.variant_draw,
             "min_system_turns": args.min_system_turns, "multitask": args.multitask,
-            "compound": args.compound, "kb_tools": args.kb_tools}
+            "compound": args.compound, "kb_tools": args.kb_tools, "check_conformance": conformance_check(args)}
+
+
+def conformance_check(args: argparse.Namespace) -> str | None:
+    """The conformance check in force (:mod:`generation.conformance`): ``--check-conformance [CHECK]``,
+    none with ``--no-check-conformance``, else the default check for backends that role-play with a
+    language model (they may not follow the workflow) and none for the template backend.
+
+    Args:
+        args: the parsed arguments.
+
+    Returns:
+        The check's name, or None.
+    """
+    from .conformance import DEFAULT_CHECK
+
+    if getattr(args, "no_check_conformance", False):
+        return None
+    if getattr(args, "check_conformance", None):
+        return args.check_conformance
+    # by name: importing an LLM backend's module to ask it would load torch before any work
+    return None if args.backend == "template" else DEFAULT_CHECK
 
 
 def task_names(args: argparse.Namespace) -> tuple[str, ...] | None:
@@ -292,5 +321,5 @@ def hidden_split_selection(args: argparse.Namespace, tasks: tuple[str, ...] | No
     return seed, scenarios, corpus
 
 
-__all__ = ["EPILOG", "backend_options", "build_config", "build_parser", "config_options", "hidden_split_selection",
+__all__ = ["EPILOG", "backend_options", "build_config", "build_parser", "config_options", "conformance_check", "hidden_split_selection",
            "source_spec", "star_folder", "task_names"]

@@ -6,7 +6,8 @@
     render   --results DIR [DIR ...] --out site/ [--private DIR --reveal-private] [--title T] [--audit REPORT]
     audit    HUB --gold GOLD [--star STAR] [--regen-seeds N] [--plumbing-only] [--honest PRED.jsonl ...]
              [--json] [--out REPORT.json]
-    export   SRC DEST [--hidden DIR] [--key-file KEY] [--gold-dir GOLD] [--star STAR] [--plumbing-only] [--no-audit] ...
+    export   SRC DEST [--hidden DIR] [--key-file KEY] [--gold-dir GOLD] [--star STAR] [--plumbing-only]
+             [--require-conformant] [--no-audit] ...
 
 Exit status: 0 on success, 1 when the submission is invalid (every problem is listed), 2 on a
 usage error, 3 when the rate limit is reached or a result already exists. ``audit`` exits 1 when a
@@ -125,6 +126,10 @@ def _add_export_parser(sub: Any) -> None:
                    help="a plumbing-only release (a template hidden set, for demos and tests): the audit records "
                         "failures of its simulator-aware attacks as waived, and the card says in plain words that "
                         "the hidden set's scores do not rank detectors")
+    s.add_argument("--require-conformant", action="store_true",
+                   help="drop the sources whose D+ the generation engine's conformance check flagged (with their "
+                        "forks); every D+ must carry a check (python -m generation --check-conformance, the default "
+                        "for LLM backends). Default: keep them, marked, and count them in the card")
     s.add_argument("--overwrite", action="store_true")
 
 
@@ -290,7 +295,8 @@ def _cmd_export(a: argparse.Namespace) -> int:
         info = export_hub_layout(a.src, a.dest, a.gold_dir, hidden=a.hidden, compound=a.compound, key=a.key_file,
                                  split_seed=a.split_seed,
                                  blind_key=a.blind_key, hidden_fraction=a.hidden_fraction,
-                                 public_fraction=a.public_fraction, overwrite=a.overwrite, audit=audit)
+                                 public_fraction=a.public_fraction, overwrite=a.overwrite, audit=audit,
+                                 require_conformant=a.require_conformant)
     except AuditFailed as e:
         print(e.report.format_text(), file=sys.stderr)
         print(f"error: the audit failed ({e.report.worst()}); nothing was published", file=sys.stderr)

@@ -170,6 +170,51 @@ def _compound_rows(compound: str | os.PathLike | Sequence[Mapping[str, Any]], pu
     return out
 
 
+def conformance_summary(records: Sequence[Mapping[str, Any]], dropped: int = 0) -> dict[str, Any]:
+    """What the generation engine's check (``conformance``, :mod:`generation.conformance`) says of a
+    corpus's conformant dialogues.
+
+    Args:
+        records: Records (D+ and forks).
+        dropped: How many flagged D+ were already dropped (for the card).
+
+    Returns:
+        dict: ``conformant`` (D+ count), ``checked`` (D+ carrying a check), ``flagged`` (checked D+
+        found not conformant), ``flagged_forks`` (records of those sources that are forks),
+        ``flagged_ids`` (sorted), ``checks`` (the checks' names) and ``dropped``.
+    """
+    heads = [r for r in records if r["hallucination_type"] is None]
+    checked = [r for r in heads if r.get("conformance")]
+    flagged = {r["dialogue_id"] for r in checked if not r["conformance"]["conformant"]}
+    return {"conformant": len(heads), "checked": len(checked), "flagged": len(flagged),
+            "flagged_forks": sum(1 for r in records if r["hallucination_type"] is not None and r["source_id"] in flagged),
+            "flagged_ids": sorted(flagged), "checks": sorted({r["conformance"]["check"] for r in checked}),
+            "dropped": dropped}
+
+
+def drop_nonconformant(records: Sequence[Mapping[str, Any]], what: str = "the corpus") -> tuple[list[Mapping[str, Any]], int]:
+    """The records without the sources the conformance check flagged (their D+ and forks).
+
+    Args:
+        records: Records (D+ and forks), every D+ checked.
+        what: The corpus's name, for the error.
+
+    Returns:
+        tuple: The kept records and how many D+ were dropped.
+
+    Raises:
+        ValueError: A conformant dialogue carries no check (the error says how to get one).
+    """
+    unchecked = [r["dialogue_id"] for r in records if r["hallucination_type"] is None and not r.get("conformance")]
+    if unchecked:
+        raise ValueError(
+            f"--require-conformant: {len(unchecked)} conformant dialogue(s) of {what} carry no conformance check "
+            f"(e.g. {', '.join(unchecked[:3])}); generate with `python -m generation ... --check-conformance` "
+            "(the default for LLM backends) or export without --require-conformant")
+    bad = {r["dialogue_id"] for r in records if r["hallucination_type"] is None and not r["conformance"]["conformant"]}
+    return [r for r in records if r["source_id"] not in bad], len(bad)
+
+
 def export_hub_layout(
     src: str | os.PathLike | Sequence[Mapping[str, Any]],
     dest: str | os.PathLike,
@@ -187,6 +232,7 @@ def export_hub_layout(
     max_rows_per_shard: int = 50_000,
     overwrite: bool = False,
     audit: Callable[[Path, Path], Any] | None = None,
+    require_conformant: bool = False,
 ) -> dict[str, Any]:
     """Write the Hub layout: public configs from ``src``, blind sets from the hidden sources.
 
@@ -239,12 +285,16 @@ def export_hub_layout(
             :data:`AUDIT_FILE` holds) and ``format_text()``, as
             :class:`leaderboard.audit.AuditReport`; ``functools.partial(run_audit, star=...)``
             passes options.
+        require_conformant: Drop the sources (D+ and forks) whose D+ the generation engine's
+            conformance check flagged (``conformance.conformant`` false); every D+ must carry a
+            check. False (default) keeps them, marked, and counts them in the card.
 
     Returns:
         dict[str, Any]: ``{"dest", "gold_dir"}`` (absolute paths as strings), ``"counts"``
         (config -> {split -> rows}), ``"gold_revision"`` (sha256 hex of the two gold files),
         ``"hidden"`` (mode, records, sources, fraction, shares, the tracks' ``mix``, generators,
-        prefix modes, ``disjointness`` counts) and, with ``audit``, ``"audit": {"ok", "worst"}``.
+        prefix modes, ``disjointness`` counts), ``"conformance"`` (:func:`conformance_summary` of the
+        public and hidden records, without ids) and, with ``audit``, ``"audit": {"ok", "worst"}``.
 
     Raises:
         ValueError: ``gold_dir`` and ``dest`` nest; ``public_fraction``, ``metric_share`` or
@@ -283,10 +333,16 @@ def export_hub_layout(
             raise FileExistsError(f"{p} exists and is not empty; pass overwrite=True (--overwrite) to replace it")
 
     records = load_records(src)
+    n_dropped = 0
+    if require_conformant:
+        records, n_dropped = drop_nonconformant(records, str(src) if isinstance(src, str | os.PathLike) else "src")
     if not any(r["hallucination_type"] is None for r in records):
         raise ValueError(f"{src}: no conformant records; the layout needs conformant dialogues and their forks")
     if hidden is not None:
         hidden_records = load_records(hidden)
+        if require_conformant:
+            hidden_records, d = drop_nonconformant(hidden_records, "the hidden corpus")
+            n_dropped += d
         hseed = _corpus_seed(hidden)
         if hk.hidden_seed_hex is not None and hseed is not None and hseed != hk.hidden_seed:
             raise ValueError(f"{hidden}: this hidden corpus was not generated with the key file's secret seed; "
@@ -315,6 +371,9 @@ def export_hub_layout(
                                 conformant_share=conformant_share, public_fraction=public_fraction)
     rows = all_config_rows(public_records, split_seed)
     if compound is not None:
+        if require_conformant:
+            compound, d = drop_nonconformant(load_records(compound), "the compound corpus")
+            n_dropped += d
         rows[COMPOUND_CONFIG] = _compound_rows(compound, public_records, hidden_records, split_seed)
         disjoint = assert_disjoint(public_records + [r for s in SPLITS for r in rows[COMPOUND_CONFIG][s]],
                                    hidden_records)
@@ -393,6 +452,7 @@ def export_hub_layout(
             "domains": len({r["domain"] for r in public_records}),
             "generators": sorted({r["generator"] for r in public_records}),
             "hidden": hidden_info,
+            "conformance": conformance_summary(list(public_records) + list(hidden_records), n_dropped),
         }
         card = build_card(counts, feats, sizes, stats, DEFAULT_CONFIG, revision,
                           _example_row(rows["forked"]["test"] or rows["task3"]["train"]))
@@ -412,7 +472,8 @@ def export_hub_layout(
     logger.info("exported %d public + %d hidden records to %s (gold in %s)", len(public_records), len(hidden_records),
                 dest, gold)
     out = {"dest": str(dest), "gold_dir": str(gold), "counts": counts, "gold_revision": revision,
-           "hidden": {k: v for k, v in hidden_info.items() if k not in ("note", "fraction_text")}}
+           "hidden": {k: v for k, v in hidden_info.items() if k not in ("note", "fraction_text")},
+           "conformance": {k: v for k, v in stats["conformance"].items() if k != "flagged_ids"}}
     if audit_report is not None:
         out["audit"] = {"ok": audit_report.ok, "worst": audit_report.worst()}
     return out
@@ -434,6 +495,8 @@ __all__ = [
     "DataSource",
     "DataSourceError",
     "blind_features",
+    "conformance_summary",
+    "drop_nonconformant",
     "blind_pair_features",
     "build_card",
     "classify_folder",

@@ -50,11 +50,43 @@ def card_fields() -> dict[str, str]:
         "code_version": "the generator's code version (with the seed and decoding: what regenerates the dialogue)",
         "injections": "compound forks only (`compound` config): every injection `{type, variant, turn}`, turns "
                       "increasing; null otherwise",
+        "conformance": "the check of the source D+ against its workflow, on D+ and each of its forks "
+                       "(`python -m generation --check-conformance`; null: unchecked): `{check, conformant, "
+                       "coverage, skipped, off_workflow, unfamiliar, reached_outcome}`; a D+ with `conformant` "
+                       "false did not follow its workflow, so its forks are no controlled deviations",
     }
     missing = [f for f in RECORD_FIELDS if f not in meaning]
     if missing:  # a new record field must be documented on the card
         raise ValueError(f"card_fields: no meaning written for record field(s) {missing}")
     return {f: meaning[f] for f in RECORD_FIELDS}
+
+
+def conformance_md(summary: Mapping[str, Any] | None) -> str:
+    """The card's paragraph on the check of the generated conformant dialogues (issue 39).
+
+    Args:
+        summary: :func:`dialfork_dataset.hub.conformance_summary`'s dict, or None.
+
+    Returns:
+        str: One Markdown paragraph.
+
+    Example:
+        >>> conformance_md({"conformant": 4, "checked": 4, "flagged": 1, "flagged_forks": 16, "dropped": 0,
+        ...                 "checks": ["workflow-nodes"]}).split(":")[0]
+        'Conformance check of D+ (`workflow-nodes`)'
+    """
+    s = summary or {}
+    if not s.get("checked"):
+        return ("Conformance check of D+: none (generated without `--check-conformance`; the template backend's D+ "
+                "follow their workflow by construction, an LLM's need not).")
+    dropped = s.get("dropped", 0)
+    checks = ", ".join(f"`{c}`" for c in s.get("checks", [])) or "?"
+    tail = (f" They were dropped with their forks (`--require-conformant`): {dropped:,} D+ removed."
+            if dropped else " They are kept and marked (`conformance.conformant` false on them and their forks); "
+            "`--require-conformant` drops them.")
+    return (f"Conformance check of D+ ({checks}): {s['checked']:,} of {s['conformant']:,} public and hidden "
+            f"conformant dialogues checked; {s['flagged']:,} did not follow their workflow (a turn of another "
+            f"workflow, or too few of its steps), with {s['flagged_forks']:,} forks.{tail}")
 
 
 def size_category(config_counts: Mapping[str, Mapping[str, int]]) -> str:
@@ -234,6 +266,8 @@ which gives a ground-truth ordering without any judge.
 This copy: {stats['records'].get('conformant', 0):,} public conformant dialogues and
 {stats['records'].get('forked', 0):,} public forks over {stats['tasks']} tasks ({stats['domains']} domains),
 plus the hidden leaderboard sets below; generator(s): {', '.join(f'`{g}`' for g in stats['generators'])}.
+
+{conformance_md(stats.get("conformance"))}
 
 Links: code and documentation [{CODE_URL}]({CODE_URL}); leaderboard Space
 [{LEADERBOARD_SPACE}]({LEADERBOARD_SPACE}); metric Spaces {spaces}.

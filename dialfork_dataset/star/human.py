@@ -399,6 +399,7 @@ def _record(h: HumanDialogue, *, seed: int, split: str, turns: Sequence[Mapping[
         "prefix_divergence": 0 if fork else None,
         "code_version": _code_version(),
         "injections": None,
+        "conformance": None,
         "split": split,
         "track": TRACK,
         "text_variant": h.variant,

@@ -62,6 +62,8 @@ class GenerationConfig:
             ``None`` (default) makes the 16 single forks per source.
         kb_tools: offer the LLM system agent its task's knowledge-base tool (tool-calling backends
             only; default ``False``).
+        check_conformance: the name of the check run on each D+ (:mod:`generation.conformance`),
+            e.g. ``"workflow-nodes"``; ``None`` (default): unchecked.
         workers: worker processes for the template backend (default 1: in process; > 1 needs the
             ``fork`` start method and is refused for LLM backends). Does not change the corpus.
         batch_size: scenarios advanced in lockstep per backend batch (default 64). Does not change
@@ -110,6 +112,10 @@ class GenerationConfig:
     """Offer the LLM system agent its task's knowledge-base tool (:mod:`generation.kb_tools`), so that
     its query steps return rows of the source's KB instead of invented ones (LLM backends that call
     tools only: ``openai``). Recorded in the manifest's ``config`` when on."""
+    check_conformance: str | None = None
+    """The check run on each D+ (:mod:`generation.conformance`; ``"workflow-nodes"``), whose result every
+    record of the scenario carries as ``conformance``; None (default): unchecked. Recorded in the
+    manifest's ``config`` when on (``python -m generation`` turns it on for LLM backends)."""
     # execution knobs (do not change the corpus)
     workers: int = 1
     batch_size: int = 64
@@ -164,6 +170,10 @@ class GenerationConfig:
             errs.append(f"workers must be an integer >= 1, got {self.workers!r}")
         if not is_int(self.batch_size) or self.batch_size < 1:
             errs.append(f"batch_size must be an integer >= 1, got {self.batch_size!r}")
+        if self.check_conformance is not None and not (isinstance(self.check_conformance, str)
+                                                       and self.check_conformance.strip()):
+            errs.append(f"check_conformance must be a check's name (e.g. 'workflow-nodes') or None, got "
+                        f"{self.check_conformance!r}")
         if not isinstance(self.kb_tools, bool):
             errs.append(f"kb_tools must be true or false, got {self.kb_tools!r}")
         if isinstance(self.tasks, str):
@@ -182,8 +192,8 @@ class GenerationConfig:
                 was given; a resume compares it resolved),
                 the backend, its options without :data:`NON_IDENTITY_OPTIONS` (sorted), the sorted tasks,
                 the selection, seed, prefix, budget, variant-draw and filter settings (``reword_rate`` as
-                :attr:`effective_reword_rate`, ``compound`` as plan text) and ``kb_tools`` only when
-                it is on. Execution knobs (``workers``, ``batch_size``, ``keep_shards``) and ``out``
+                :attr:`effective_reword_rate`, ``compound`` as plan text), ``kb_tools`` and
+                ``check_conformance`` only when on. Execution knobs (``workers``, ``batch_size``, ``keep_shards``) and ``out``
                 are left out, and so is ``variants_path`` (the run file and the manifest record the
                 pool's ``variants_version``).
         """
@@ -205,6 +215,7 @@ class GenerationConfig:
             "compound": plan_text(self.compound) if self.compound else None,
             # only when on: the identity (and manifest) of every corpus made without tools is unchanged
             **({"kb_tools": True} if self.kb_tools else {}),
+            **({"check_conformance": self.check_conformance} if self.check_conformance else {}),
         }
 
     @property

@@ -52,7 +52,9 @@ class Manifest:
     @property
     def counts(self) -> dict[str, Any]:
         """The manifest's ``counts``: ``total``, ``per_task``, ``prefix_divergence``,
-        ``forks_same_at_fork_turn`` and ``replay_fallbacks``."""
+        ``forks_same_at_fork_turn`` and ``replay_fallbacks``. With ``check_conformance``, ``total``
+        and each task also hold ``conformance``: ``checked``, ``flagged`` (D+ the check found not
+        conformant), ``flagged_forks`` (their forks) and, per task, ``flagged_ids``."""
         return self.data["counts"]
 
     @property
@@ -187,6 +189,14 @@ def merge_shards(out_dir: str | os.PathLike, keep_shards: bool = False, wall_sec
                     c["forks"] += m["records"] - 1
                     c["records"] += m["records"]
                     ts.append(m["T"])
+                    if m.get("conformant") is not None:  # checked (generation.conformance)
+                        cc = c.setdefault("conformance", {"checked": 0, "flagged": 0, "flagged_forks": 0,
+                                                          "flagged_ids": []})
+                        cc["checked"] += 1
+                        if not m["conformant"]:
+                            cc["flagged"] += 1
+                            cc["flagged_forks"] += m["records"] - 1
+                            cc["flagged_ids"].append(uid)
                     pdiv_sum += m.get("prefix_divergence", 0)
                     same += m.get("same_at_fork", 0)
                     fallbacks += m.get("replay_fallbacks", 0)
@@ -198,6 +208,10 @@ def merge_shards(out_dir: str | os.PathLike, keep_shards: bool = False, wall_sec
             for k in ("scenarios", "kept", "conformant", "forks", "records"):
                 totals[k] += c[k]
             totals["dropped"] += sum(c["dropped"].values())
+            if "conformance" in c:
+                tc = totals.setdefault("conformance", {"checked": 0, "flagged": 0, "flagged_forks": 0})
+                for k in tc:
+                    tc[k] += c["conformance"][k]  # the ids stay per task
         if corrupt:
             raise _corrupt_error(out, corrupt)
     n_forks = totals["forks"]

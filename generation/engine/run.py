@@ -135,6 +135,10 @@ def prepare(config: GenerationConfig, backend: Backend | None = None, scenarios:
             backend.bind_tools(KBExecutor(corpus, config.tasks))
         except ToolSpecError as e:
             raise GenerationError(f"--kb-tools: {e}", [str(e)]) from e
+    if config.check_conformance:  # an unknown or broken check fails before any generation
+        from ..conformance import load_check
+
+        load_check(config.check_conformance)
     ctx = make_context(corpus, config, backend)
     units = plan_units(corpus, config, scenarios)
     if not units:
@@ -195,6 +199,13 @@ def generate_corpus(config: GenerationConfig, backend: Backend | None = None, sc
                 config.workers)
     if done:
         logger.info("%s: resuming, %d scenario(s) done, %d to go", spath.name, len(done), len(mine))
+    check = None
+    if config.check_conformance and mine:
+        from ..conformance import load_check
+
+        names = sorted({u.task for u in mine})
+        check = load_check(config.check_conformance)().fit(corpus, names)
+        logger.info("%s: every D+ checked with %s", out, config.check_conformance)
     writer = ShardWriter(spath)
     from tqdm.auto import tqdm
 
@@ -203,6 +214,11 @@ def generate_corpus(config: GenerationConfig, backend: Backend | None = None, sc
                disable=not progress, smoothing=0.05)
 
     def consume(results: Iterable[UnitResult]) -> None:
+        results = list(results)
+        if check is not None:
+            from ..conformance import apply_check
+
+            apply_check(check, results)
         for r in results:
             writer.write_unit(r)
             bar.update(per_source)

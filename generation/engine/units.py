@@ -128,6 +128,7 @@ def _record(ctx: RunContext, d: Dialogue, source_id: str, prefix_divergence: int
         "prefix_divergence": prefix_divergence if f else None,
         "code_version": ctx.code_version,
         "injections": [{"type": x.htype, "variant": x.variant.id, "turn": x.turn} for x in steps] if steps else None,
+        "conformance": None,  # the D+ check's result, set by generation.conformance.apply_check when on
     }
 
 
@@ -295,6 +296,8 @@ class UnitResult:
         prefix_divergence: the sum over its forks of prefix turns that differ from D+.
         same_at_fork: how many forks have a system turn t_k identical to D+'s.
         replay_fallbacks: how many forks fell back to D+'s prefix.
+        conformant: the conformance check's verdict on D+ (:mod:`generation.conformance`); None
+            when unchecked.
     """
 
     unit_id: str
@@ -308,6 +311,7 @@ class UnitResult:
     prefix_divergence: int = 0
     same_at_fork: int = 0
     replay_fallbacks: int = 0
+    conformant: bool | None = None
 
     def marker(self, nbytes: int) -> str:
         """The unit's marker line (without newline), written right after its records.
@@ -317,8 +321,8 @@ class UnitResult:
 
         Returns:
             A JSON object line starting ``{"_unit":`` with the unit's id, ordinal, task, kept,
-                reason, ``T``, ``records`` (line count), ``bytes``, ``seconds``, the fork counts and
-                ``line_sha256`` (each line's :func:`~generation.engine.shards.line_hash`).
+                reason, ``T``, ``records`` (line count), ``bytes``, ``seconds``, the fork counts,
+                ``conformant`` (only when checked) and ``line_sha256`` (each line's :func:`~generation.engine.shards.line_hash`).
         """
         # line_sha256: a short hash of each record line, checked at merge (a corrupt shard is refused)
         return dumps({"_unit": self.unit_id, "ordinal": self.ordinal, "task": self.task, "kept": self.kept,
@@ -326,6 +330,7 @@ class UnitResult:
                       "bytes": nbytes, "seconds": round(self.seconds, 4),
                       "prefix_divergence": self.prefix_divergence, "same_at_fork": self.same_at_fork,
                       "replay_fallbacks": self.replay_fallbacks,
+                      **({} if self.conformant is None else {"conformant": self.conformant}),
                       "line_sha256": [line_hash(line.encode("utf-8")) for line in self.lines]})
 
 
