@@ -7,7 +7,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAR ?= $(if $(DIALFORK_STAR_DIR),$(DIALFORK_STAR_DIR),../shared/star)
 DEMO_OUT ?= demo_out
-EXTRAS ?= dev,stats,annotation,leaderboard,guard,onnx,llm,docs
+EXTRAS ?= dev,stats,annotation,leaderboard,guard,onnx,llm,docs,torchmetrics
 # llama.cpp as llama-cpp-python needs it: the library only (no multimodal helper, tools or tests), for
 # a portable x86-64 CPU (AVX2/FMA/F16C) instead of -march=native: a native build on a CPU with AMX
 # compiles AMX tile kernels, which crash (general protection fault in libggml-cpu) where the sandbox

@@ -203,6 +203,33 @@ def _as_list(dialogues: Any, set_name: str) -> list:
     return list(dialogues)
 
 
+def fbd_pairing(pairing: str | None = None, compat: str | None = None) -> str:
+    """The turn pairing FBD uses for ``pairing`` and ``compat`` (:func:`fbd`'s rule, shared with
+    :class:`dialfork_metrics.torchmetrics.FBD`).
+
+    Args:
+        pairing: ``"system_user"``, ``"user_system"``, ``"sliding"`` or None (the default of ``compat``).
+        compat: None or ``"sdialog"`` (sliding pairs).
+
+    Returns:
+        The pairing: ``pairing`` if given, else ``"sliding"`` with ``compat="sdialog"`` and
+        ``"system_user"`` (SPEC) without.
+
+    Raises:
+        ValueError: An unknown ``compat`` or ``pairing``, or a pairing other than ``"sliding"``
+            with ``compat="sdialog"``.
+    """
+    if compat not in (None, "sdialog"):
+        raise ValueError(f"unknown compat {compat!r}; expected None or 'sdialog'")
+    if pairing is None:
+        return "sliding" if compat == "sdialog" else "system_user"
+    if compat == "sdialog" and pairing != "sliding":
+        raise ValueError("compat='sdialog' pairs every turn with its successor (pairing='sliding')")
+    if pairing not in PAIRINGS:
+        raise ValueError(f"unknown pairing {pairing!r}; expected one of {PAIRINGS}")
+    return pairing
+
+
 def fbd(ref_set: Any, tgt_set: Any, encoder: Any = None, *, pairing: str | None = None, compat: str | None = None,
         batch_size: int = 64, return_details: bool = False) -> float | dict:
     """FBD between two sets of dialogues on their turn-pair embeddings (``dialfork_metrics.pair_encoder``).
@@ -230,12 +257,7 @@ def fbd(ref_set: Any, tgt_set: Any, encoder: Any = None, *, pairing: str | None 
             ``compat="sdialog"``, or bad sets (fewer than 2 dialogues, empty dialogue or turn; the
             message names the set and the dialogue).
     """
-    if compat not in (None, "sdialog"):
-        raise ValueError(f"unknown compat {compat!r}; expected None or 'sdialog'")
-    if pairing is None:
-        pairing = "sliding" if compat == "sdialog" else "system_user"
-    elif compat == "sdialog" and pairing != "sliding":
-        raise ValueError("compat='sdialog' pairs every turn with its successor (pairing='sliding')")
+    pairing = fbd_pairing(pairing, compat)
     pe = _pair_encoder(encoder, batch_size)
     X_ref, X_tgt = _set_pairs(pe, ref_set, tgt_set, pairing)
     value = fbd_from_embeddings(X_ref, X_tgt)
@@ -336,6 +358,7 @@ def set_word_count_diff(ref_set: Sequence[Any], tgt_set: Sequence[Any]) -> float
 __all__ = [
     "fbd",
     "fbd_from_embeddings",
+    "fbd_pairing",
     "frechet_distance",
     "prd",
     "prd_curve",
