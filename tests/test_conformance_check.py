@@ -237,3 +237,36 @@ def test_check_results_are_json_round_trips(real):
     recs, _ = real
     for r in recs[:3]:
         assert json.loads(json.dumps(r["conformance"])) == r["conformance"]
+
+
+def test_an_llm_backend_is_checked_by_default_and_its_babble_flagged(tmp_path, star_dir):
+    """``python -m generation --backend transformers`` with a tiny random model (no download): the
+    CLI checks D+ by default; one-token babble follows no workflow, so every D+ is flagged."""
+    from test_gen_hf import tiny_corpus_model
+
+    from generation.cli import main
+
+    model = tiny_corpus_model(tmp_path / "m", star_dir)
+    out = tmp_path / "llm"
+    rc = main(["--backend", "transformers", "--model", model, "--backend-option", "max_new_tokens=1",
+               "--star", str(star_dir), "--out", str(out), "--tasks", "weather", "--per-task", "1", "--budget", "8",
+               "--no-progress", "--quiet"])
+    assert rc == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["config"]["check_conformance"] == gc.DEFAULT_CHECK
+    heads = [r for r in _records(out) if r["hallucination_type"] is None]
+    assert heads and all(r["conformance"]["check"] == gc.DEFAULT_CHECK for r in heads)
+    assert all(not r["conformance"]["conformant"] for r in heads)
+    assert manifest["counts"]["total"]["conformance"]["flagged"] == len(heads)
+
+
+def test_leaderboard_export_require_conformant_on_an_unchecked_corpus_says_how_to_check(tmp_path, star_dir, capsys):
+    from leaderboard.__main__ import main
+
+    out = tmp_path / "plain"
+    generate_corpus(GenerationConfig(star=str(star_dir), out=str(out), tasks=TASKS, per_task=2), progress=False)
+    rc = main(["export", str(out), str(tmp_path / "hub"), "--blind-key", "ab" * 32, "--no-audit",
+               "--require-conformant"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "--require-conformant" in err and "--check-conformance" in err
+    assert not (tmp_path / "hub").exists()
