@@ -27,6 +27,7 @@ from .backends.template import (
     build_hal,
     enter_node,
     hal_system_turn,
+    read_answer,
     system_turn,
     user_turn,
 )
@@ -60,6 +61,7 @@ __all__ = [
     "build_hal",
     "enter_node",
     "hal_system_turn",
+    "read_answer",
     "system_turn",
     "user_turn",
     # the dialogue engine, prompts, KB tools, variant pools

@@ -1,14 +1,17 @@
 """``python -m dialfork_metrics.audit.demo``: audit the faithful and the derailed fake agents side by
 side (the last step of ``make demo``; see docs/audit.md). Writes ``OUT/<kind>/`` (dialogues and
-report of each agent) and ``OUT/comparison.md``, and prints the comparison."""
+report of each agent), ``OUT/comparison.md`` and ``OUT/comparison.json``, and prints the comparison.
+A row whose agents' 95% intervals overlap is marked as not a ranking (``ranks`` column)."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from .report import COLUMNS, AuditReport, cell, flowkl_notes
 
@@ -16,19 +19,101 @@ BETTER = {"completion": "higher", "coverage": "higher", "skipped": "lower", "rep
           "out_of_order": "lower", "alarm_rate": "lower", "flowkl": "lower", "flowscore": "lower"}
 
 
-def side_by_side(reports: Mapping[str, AuditReport]) -> str:
-    """One Markdown table: a row per (task, score), a column per agent."""
+RANKS = "yes: intervals disjoint"
+NOT_A_RANKING = "no: intervals overlap"
+RANKING_LEGEND = ("ranks: where the agents' 95% intervals overlap (\"no: intervals overlap\"), the row is not a "
+                  "ranking: the data do not tell which agent is better on that score, whichever value is lower or "
+                  "higher; \"-\": the score has no interval.")
+
+
+def intervals_overlap(intervals: Sequence[Sequence[float] | None]) -> bool | None:
+    """Whether any two of the agents' intervals on one score overlap (closed intervals: touching
+    ends overlap).
+
+    Args:
+        intervals: One ``[low, high]`` (or None: no interval) per agent.
+
+    Returns:
+        True when some two intervals overlap, False when all are pairwise disjoint, None when fewer
+        than two agents have an interval (nothing to compare).
+
+    Raises:
+        ValueError: An interval is not two numbers with low <= high.
+    """
+    known = []
+    for i, ci in enumerate(intervals):
+        if ci is None:
+            continue
+        if len(ci) != 2 or not ci[0] <= ci[1]:
+            raise ValueError(f"interval {i}: expected [low, high] with low <= high, got {list(ci)!r}")
+        known.append((float(ci[0]), float(ci[1])))
+    if len(known) < 2:
+        return None
+    return any(a[0] <= b[1] and b[0] <= a[1] for j, a in enumerate(known) for b in known[j + 1:])
+
+
+def comparison_rows(reports: Mapping[str, AuditReport]) -> list[dict[str, Any]]:
+    """The comparison of the audited agents: one row per (task, score).
+
+    Args:
+        reports: Agent name -> its :class:`AuditReport` (same tasks, the first report's order).
+
+    Returns:
+        One dict per row: ``task``, ``score`` (the column key), ``label``, ``better`` ("higher" or
+        "lower"), ``values`` (agent -> the figure, None without data), ``intervals`` (agent ->
+        ``[low, high]`` or None), ``cells`` (agent -> the table cell) and ``ranks``: None when the
+        score has no intervals to compare, False when two agents' intervals overlap (the row is
+        not a ranking), True when all are disjoint.
+    """
     names = list(reports)
-    lines = ["| task | score | better | " + " | ".join(names) + " |", "| --- | --- | --- |" + " --- |" * len(names)]
-    tasks = [t["task"] for t in next(iter(reports.values())).tasks]
-    for task in tasks:
+    rows = []
+    for task in [t["task"] for t in next(iter(reports.values())).tasks]:
         for key, label in COLUMNS:
             if key not in BETTER:
                 continue
-            vals = [cell(reports[n].task(task), key) for n in names]
-            lines.append(f"| {task} | {label} | {BETTER[key]} | " + " | ".join(vals) + " |")
+            figs = {n: reports[n].task(task) for n in names}
+            cis = {n: (list(f[f"{key}_ci"]) if f.get(f"{key}_ci") and f.get(key) is not None else None)
+                   for n, f in figs.items()}
+            overlap = intervals_overlap(list(cis.values()))
+            rows.append({"task": task, "score": key, "label": label, "better": BETTER[key],
+                         "values": {n: f.get(key) for n, f in figs.items()}, "intervals": cis,
+                         "cells": {n: cell(f, key) for n, f in figs.items()},
+                         "ranks": None if overlap is None else not overlap})
+    return rows
+
+
+def side_by_side(reports: Mapping[str, AuditReport]) -> str:
+    """One Markdown table: a row per (task, score), a column per agent, and a ``ranks`` column
+    that marks the rows whose intervals overlap as not a ranking (:func:`comparison_rows`).
+
+    Args:
+        reports: Agent name -> its :class:`AuditReport`.
+
+    Returns:
+        The table, the ranking legend and the FlowKL notes, as Markdown.
+    """
+    names = list(reports)
+    lines = ["| task | score | better | " + " | ".join(names) + " | ranks |",
+             "| --- | --- | --- |" + " --- |" * (len(names) + 1)]
+    for r in comparison_rows(reports):
+        ranks = "-" if r["ranks"] is None else RANKS if r["ranks"] else NOT_A_RANKING
+        lines.append(f"| {r['task']} | {r['label']} | {r['better']} | " + " | ".join(r["cells"][n] for n in names)
+                     + f" | {ranks} |")
     notes = [f"{n}: {line}" for n in names for line in flowkl_notes(reports[n].tasks)[1:]]
-    return "\n".join(lines + ["", flowkl_notes([])[0], *notes]) + "\n"
+    return "\n".join(lines + ["", RANKING_LEGEND, "", flowkl_notes([])[0], *notes]) + "\n"
+
+
+def comparison_json(reports: Mapping[str, AuditReport]) -> str:
+    """The comparison as JSON: ``{"agents": [...], "legend": ..., "rows": comparison_rows(...)}``.
+
+    Args:
+        reports: Agent name -> its :class:`AuditReport`.
+
+    Returns:
+        The JSON text (indented).
+    """
+    return json.dumps({"agents": list(reports), "legend": RANKING_LEGEND, "rows": comparison_rows(reports)},
+                      indent=2, ensure_ascii=False)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -77,6 +162,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     table = side_by_side(reports)
     write_text_atomic(Path(a.out) / "comparison.md", "# Agent audit: faithful vs derailed fake agent\n\n" + table)
+    write_text_atomic(Path(a.out) / "comparison.json", comparison_json(reports))
     print(table)
     print(f"audit reports: {a.out}/faithful/report.html, {a.out}/derailed/report.html")
     return 0

@@ -1,6 +1,8 @@
 """Fake agents behind an OpenAI-compatible endpoint on 127.0.0.1, for tests and the demo.
 
-* ``faithful``: replays the template backend's conformant system policy (STAR's workflow walk);
+* ``faithful``: replays the template backend's conformant system policy (STAR's workflow walk),
+  filling its templates with the values the user gave (``generation.api.read_answer``: the
+  forecast is for the day and city the user asked about);
 * ``derailed``: the same policy until system turn ``derail_at``, then the template backend's
   hallucination plan (WIC: the substitute task's workflow; SSPC: skip a step / jump to the
   outcome), as the benchmark's forks do at t_k;
@@ -129,7 +131,7 @@ class AgentPolicy:
         Raises:
             ValueError: The first message is not the system prompt, or it names no known service.
         """
-        from generation.api import Rng, Sim, build_hal, hal_system_turn, stable_seed, system_turn
+        from generation.api import Rng, Sim, build_hal, hal_system_turn, read_answer, stable_seed, system_turn
 
         if not messages or messages[0].get("role") != "system":
             raise ValueError("the first message must be the system prompt")
@@ -144,6 +146,7 @@ class AgentPolicy:
         n_sys = 0
         for i, msg in enumerate([*convo, None]):
             if msg is not None and msg["role"] == "user":
+                read_answer(sim, sim.prev, msg["content"])  # the values the user gives fill the later templates
                 sim.answer = self._answer(msg["content"], sim)
                 d.turns.append({"speaker": "user", "text": msg["content"]})
                 continue

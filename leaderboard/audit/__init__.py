@@ -6,9 +6,11 @@ baselines (Random, always-first, always-last):
 
 * **verbatim lookup**: every blind dialogue (and every metric-track candidate) whose turn sequence
   occurs in a public config gets that config's label;
-* **sibling grouping** (detector track): blind dialogues that share their opening are grouped;
-  the group's medoid (most shared prefix) is called conformant, every other member is flagged at
-  its first system turn that differs from the medoid;
+* **sibling grouping** (detector track): blind dialogues that share their opening user and
+  system turns are grouped; the group's medoid (its system turns share most with the others') is
+  called D+ (conformant), every other member is flagged at its first system turn that differs from
+  the medoid's; a dialogue alone in its group is its own D+ (called conformant) or, the other rule,
+  gets Random's guess: both rules are scored and the stronger is reported (issue 37);
 * **regeneration**: the template simulator of the public code is run with the public seeds
   (0..9 by default) over the first scenarios of each public task; a blind dialogue found there
   gets the regenerated label;
@@ -41,17 +43,20 @@ always-last are printed next to every cheat.
 Modules: :mod:`.report` (thresholds, results), :mod:`.scoring` (public data, matched Random),
 :mod:`.attacks` (the cheats), :mod:`.simulator` and :mod:`.learned` (what the simulator-aware and
 public-data cheats learn), :mod:`.cheater` (those cheats on one blind set), :mod:`.run`
-(:func:`run_audit`, :func:`audit_corpora`); every name is re-exported here.
+(:func:`run_audit`, :func:`audit_corpora`); every name is re-exported here. :mod:`.power` (the
+blind-set size at which a cheat's gap becomes significant) is imported on its own.
 """
 
 from __future__ import annotations
 
 from .attacks import (
     MIN_PER_BIN,
+    SINGLETON_RULES,
     correlation_attacks,
     lookup_attack,
     pair_diff_distances,
     regenerate,
+    sibling_attack,
     sibling_predictions,
 )
 from .cheater import (
@@ -112,6 +117,8 @@ __all__ = [
     "read_public_configs",
     "regenerate",
     "run_audit",
+    "SINGLETON_RULES",
+    "sibling_attack",
     "sibling_predictions",
     "system_prefix_keys",
     "turns_key",

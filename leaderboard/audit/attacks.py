@@ -79,35 +79,100 @@ def lookup_attack(name: str, labelled: Sequence[Mapping[str, Any]], blind: Seque
     return out
 
 
-def sibling_predictions(blind: Sequence[Mapping[str, Any]], min_shared: int = 1) -> dict[str, int | None]:
-    """Group blind dialogues by their shared opening; call each group's medoid conformant and flag
-    every other member at its first system turn that differs from the medoid.
+#: What :func:`sibling_predictions` predicts for a blind dialogue that shares its opening with no
+#: other: ``"conformant"`` (it is its own group's D+: called conformant, what a cheater does) or
+#: ``"abstain"`` (no guess: the audit's Random fallback).
+SINGLETON_RULES = ("conformant", "abstain")
+
+
+def _system_texts(turns: Sequence[Mapping[str, Any]]) -> list[str]:
+    return [t["text"] for t in turns if t["speaker"] == "system"]
+
+
+def _first_difference(a: Sequence[str], b: Sequence[str]) -> int:
+    """1-based index of the first system turn where ``a`` differs from ``b`` (``a`` longer or equal
+    throughout: the turn after the shared ones)."""
+    return common_prefix(a, b) + 1
+
+
+def sibling_predictions(blind: Sequence[Mapping[str, Any]], min_shared: int = 1,
+                        singletons: str = "conformant") -> dict[str, int | None]:
+    """The sibling cheat: group blind dialogues by their opening (the turns up to system turn
+    ``min_shared``: the opening user and system turns); in each group take the member whose system
+    turns share most with the others' (the sum, over the others, of the system turns equal from the
+    start) as D+ and call it conformant, and flag every other member at its first system turn that
+    differs from D+'s (capped at its length). D+ and its latest forks share equally much (each
+    latest fork shares with every other member what D+ does); such a tie goes to the larger id,
+    as before: a guess, the Score punishing a cheat that flags nothing far more than one wrong flag.
 
     Args:
         blind: The blind rows (``dialogue_id``, ``turns``, ``num_system_turns``).
         min_shared: System turns two dialogues must share from the start to be grouped (>= 1).
+        singletons: What a dialogue alone in its group gets (:data:`SINGLETON_RULES`):
+            ``"conformant"`` (None: it is its own D+) or ``"abstain"`` (absent: no guess).
 
     Returns:
-        ``{dialogue_id: None (the medoid: conformant) or the predicted system turn}`` for the
-        dialogues in groups of two or more; the others are absent (no guess).
+        ``{dialogue_id: None (called conformant) or the predicted system turn}``; with
+        ``singletons="abstain"`` only the dialogues in groups of two or more.
+
+    Raises:
+        ValueError: ``min_shared`` is below 1 or ``singletons`` is not a rule of
+            :data:`SINGLETON_RULES`.
     """
+    if min_shared < 1:
+        raise ValueError(f"sibling_predictions: min_shared must be >= 1, got {min_shared}")
+    if singletons not in SINGLETON_RULES:
+        raise ValueError(f"sibling_predictions: singletons must be one of {SINGLETON_RULES}, got {singletons!r}")
     keys = {b["dialogue_id"]: system_prefix_keys(b["turns"]) for b in blind}
+    texts = {b["dialogue_id"]: _system_texts(b["turns"]) for b in blind}
     T = {b["dialogue_id"]: int(b["num_system_turns"]) for b in blind}
     buckets: dict[str, list[str]] = defaultdict(list)
     for did, k in keys.items():
-        if len(k) >= min_shared:
-            buckets[k[min_shared - 1]].append(did)
+        # a dialogue shorter than the opening is a group of its own
+        buckets[k[min_shared - 1] if len(k) >= min_shared else "\x00" + did].append(did)
     known: dict[str, int | None] = {}
     for members in buckets.values():
         if len(members) < 2:
+            if singletons == "conformant":
+                known[members[0]] = None
             continue
-        lcp = {(a, b): common_prefix(keys[a], keys[b]) for a in members for b in members if a != b}
-        medoid = max(members, key=lambda a: (sum(lcp[(a, b)] for b in members if b != a), a))
-        known[medoid] = None
+        shared = {(a, b): common_prefix(texts[a], texts[b]) for a in members for b in members if a != b}
+        dplus = max(members, key=lambda a: (sum(shared[(a, b)] for b in members if b != a), a))
+        known[dplus] = None
         for a in members:
-            if a != medoid:
-                known[a] = min(lcp[(a, medoid)] + 1, T[a])
+            if a != dplus:
+                known[a] = max(1, min(_first_difference(texts[a], texts[dplus]), T[a]))
     return known
+
+
+def sibling_attack(blind: Sequence[Mapping[str, Any]], det: _Detector) -> AttackResult:
+    """The sibling cheat scored: :func:`sibling_predictions` under each rule of
+    :data:`SINGLETON_RULES`, the one that beats its matched Random by most reported (a cheater
+    submits the better one).
+
+    Args:
+        blind: The blind rows (``dialogue_id``, ``turns``, ``num_system_turns``).
+        det: The run's detector-track scorer.
+
+    Returns:
+        The detector-track result, its detail naming the groups found and the singleton rule.
+    """
+    best = None
+    start = det.rng.bit_generator.state  # every rule meets the same matched draws
+    for rule in SINGLETON_RULES:
+        det.rng.bit_generator.state = start
+        known = sibling_predictions(blind, singletons=rule)
+        res = _detector_result("sibling grouping (blind set)", det, known, "")
+        if best is None or (res.margin, -res.p_value) > (best[1].margin, -best[1].p_value):
+            best = (rule, res, known, det.rng.bit_generator.state)
+    rule, res, known, after = best
+    det.rng.bit_generator.state = after  # later attacks draw as after one sibling attack
+    grouped = sum(1 for v in sibling_predictions(blind, singletons="abstain"))
+    flagged = sum(v is not None for v in known.values())
+    res.detail = (f"{grouped}/{len(blind)} blind dialogues share an opening with another ({flagged} flagged); "
+                  + ("a dialogue alone in its group called conformant" if rule == "conformant"
+                     else "Random's guess for a dialogue alone in its group"))
+    return res
 
 
 def pair_diff_distances(pairs: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, float]]:

@@ -14,7 +14,7 @@ from .attacks import (
     lookup_attack,
     pair_diff_distances,
     regenerate,
-    sibling_predictions,
+    sibling_attack,
 )
 from .cheater import honest_results, simulator_attacks
 from .report import (
@@ -27,7 +27,7 @@ from .report import (
     AttackResult,
     AuditReport,
 )
-from .scoring import _Detector, _detector_result, _Metric, _metric_result, _read_config, read_public_configs
+from .scoring import _Detector, _Metric, _metric_result, _read_config, read_public_configs
 
 logger = logging.getLogger("leaderboard.audit")
 
@@ -109,9 +109,7 @@ def run_audit(hub: str | os.PathLike, gold_dir: str | os.PathLike, *, star: str 
     report.attacks += lookup_attack("verbatim lookup (public configs)", labelled, blind, pairs, det, met,
                                     f"{len(public)} public config(s)")
     say("sibling grouping")
-    sib = sibling_predictions(blind)
-    report.attacks.append(_detector_result("sibling grouping (blind set)", det, sib,
-                                           f"{len(sib)}/{len(blind)} blind dialogues share an opening with another"))
+    report.attacks.append(sibling_attack(blind, det))
     tasks = sorted({r["task"] for r in labelled if r.get("task")})
     if star is None or not list(regen_seeds) or not tasks:
         why = "no STAR folder given" if star is None else "no public task" if not tasks else "no seeds"

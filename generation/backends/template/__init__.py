@@ -51,7 +51,7 @@ re-exported here.
 
 from __future__ import annotations
 
-from .acts import answer_slot, criteria_reply, enter_node, goodbye, user_line
+from .acts import answer_slot, criteria_reply, enter_node, goodbye, read_answer, user_line
 from .backend import TemplateBackend
 from .data import (
     ASK_ALIASES,
@@ -92,6 +92,7 @@ __all__ = [
     "hal_user_turn",
     "load_template_data",
     "pick_phrasing",
+    "read_answer",
     "system_turn",
     "user_line",
     "user_turn",

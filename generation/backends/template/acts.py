@@ -10,6 +10,7 @@ from ...seeds import Rng, stable_seed
 from .data import FREE_TEXT_KEYS, pick_phrasing
 from .model import Slot
 from .sim import Sim
+from .values import find_category
 
 
 def user_line(data: dict[str, Any], key: str, rng: Rng, **kw: str) -> str:
@@ -129,6 +130,56 @@ def criteria_reply(sim: Sim, rng: Rng) -> str:
     return user_line(sim.data, "criteria", rng, v=phrase)
 
 
+def _pool_value(pool: list[str], text: str, readable: str) -> tuple[bool, str | None]:
+    """Whether ``text`` is a line of ``pool`` (its ``{r}`` the readable slot name), and the ``{v}``
+    it holds (None when the line has no ``{v}``). Bare ``"{v}"`` lines are left out."""
+    for p in sorted((p for p in pool if p.strip() != "{v}"), key=len, reverse=True):
+        pat = re.escape(p).replace(re.escape("{r}"), re.escape(readable)).replace(re.escape("{v}"), "(?P<v>.+?)")
+        mm = re.fullmatch(pat, text, re.I)
+        if mm:
+            return True, (mm.group("v").strip() if "v" in mm.groupdict() else None)
+    return False, None
+
+
+def read_answer(sim: Sim, node: str | None, text: str) -> str | None:
+    """The system's reading of the user's reply to ask node ``node``: the slot value it states,
+    recorded in ``sim.given`` (so the templates the system says later, e.g. a forecast's
+    ``{day}`` and ``{city}``, fill in what the user asked for). The inverse of
+    :func:`answer_slot`: a categorical slot's value is the category the reply names, another
+    slot's the ``{v}`` of the ``answer`` pool line the reply is, else the whole reply.
+
+    Args:
+        sim: the dialogue's simulator (its model's ask nodes and slots, its phrasing pools).
+        node: the node the system said last (None, or a node asking no slot: nothing is read).
+        text: the user's reply.
+
+    Returns:
+        The value recorded, or None when nothing was read: ``node`` asks no slot, the reply is
+        off-topic chat or says the value is not known, or it names none of a categorical slot's
+        categories.
+    """
+    slot = sim.m.ask_slot.get(node) if node is not None else None
+    t = " ".join(str(text).split())
+    if slot is None or not t:
+        return None
+    users = sim.data["user"]
+    readable = sim.m.ask_readable.get(node) or slot.readable
+    for key in ("chit_chat", "unknown"):
+        if _pool_value(list(users.get(key, ())), t, readable)[0]:
+            return None
+    if slot.type == "bool":
+        low = t.lower()
+        v = "yes" if any(low == y.lower() for y in users["yes"]) else "no" if any(
+            low == n.lower() for n in users["no"]) else None
+    elif slot.type == "cat" and slot.categories:
+        v = find_category(slot.categories, t)
+    else:
+        found, v = _pool_value(list(users["answer"]), t, readable)
+        if not found:
+            v = t
+    if v:
+        sim.given[slot.name] = v
+    return v or None
 
 
 def enter_node(sim: Sim, node: str, rng: Rng) -> None:
@@ -178,4 +229,4 @@ def goodbye(sim: Sim, rng: Rng) -> str:
     return "Thank you and goodbye."
 
 
-__all__ = ["answer_slot", "criteria_reply", "enter_node", "goodbye", "invent_free", "user_line"]
+__all__ = ["answer_slot", "criteria_reply", "enter_node", "goodbye", "invent_free", "read_answer", "user_line"]

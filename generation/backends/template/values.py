@@ -14,8 +14,16 @@ from .data import PERSON_SLOTS
 from .model import Slot, TaskModel
 
 
-def _find_category(cats: Sequence[str], text: str) -> str | None:
-    """The category mentioned first in ``text`` (whole words, case-insensitive), if any."""
+def find_category(cats: Sequence[str], text: str) -> str | None:
+    """The category mentioned first in ``text`` (whole words, case-insensitive), if any.
+
+    Args:
+        cats: The slot's categories.
+        text: A scenario text or a user's reply.
+
+    Returns:
+        The category found earliest (the longer one at a tie), or None.
+    """
     best: tuple[int, str] | None = None
     low = text.lower()
     for c in cats:
@@ -72,7 +80,7 @@ def _goal_values(m: TaskModel, text: str, seed: int, data: dict[str, Any]) -> tu
             if s.name == "ApplicationFeePaid" or set(c.lower() for c in s.categories) <= {"yes", "no"}:
                 v = "No" if re.search(r"not (yet )?paid|haven't paid", text, re.I) else s.categories[0]
             else:
-                v = _find_category(s.categories, text)
+                v = find_category(s.categories, text)
                 if s.name == "ArrivalCity" and v is not None and goal.get("DepartureCity") == v:
                     v = None
                 if s.name.startswith("End") and v is not None and goal.get("Start" + s.name[3:]) == v:
@@ -174,4 +182,4 @@ def _invent(s: Slot, rng: Rng, data: dict[str, Any], goal: dict[str, str]) -> st
     return rng.choice(free)
 
 
-__all__ = ["cached_goal"]
+__all__ = ["cached_goal", "find_category"]
