@@ -565,34 +565,57 @@ def draw_hidden_tracks(records: Sequence[Mapping[str, Any]], key: bytes, *,
     return HiddenTracks(detector, metric, mix)
 
 
-def latin_cells(rng: random.Random) -> list[tuple[str, int]]:
-    """The 16 (type, k) cells in a secret order whose every block of four holds each type and each
-    fork position once (a Latin square with permuted rows and columns), so that any prefix of the
-    order is balanced to within one dialogue per type and per position.
+def latin_cells(rng: random.Random, types: Sequence[str] | None = None,
+                positions: Sequence[int] | None = None) -> list[tuple[str, int]]:
+    """Every (type, k) cell once, in a secret order whose every prefix is balanced to within one
+    dialogue per type and per fork position.
+
+    With as many types as positions (the taxonomy's 4 x 4) the order is a Latin square with permuted
+    rows and columns, its blocks of four (each type and each position once) shuffled inside. With n
+    types and m positions in general, cell i of the order (before the secret relabelling of types and
+    positions and the shuffle of blocks) is ``(type i mod n, position (i + i // L) mod m)``, ``L =
+    lcm(n, m)``: types cycle, positions cycle and shift by one each block of L cells, which by the
+    Chinese remainder theorem visits every one of the n * m cells once (block b holds the cells whose
+    position minus type is b modulo gcd(n, m)); blocks are balanced, so their order is free.
 
     Args:
         rng: The (secret) random generator that shuffles types, positions and blocks.
+        types: The hallucination types (default: the taxonomy's, in order).
+        positions: The fork positions (default: the taxonomy's).
 
     Returns:
-        list[tuple[str, int]]: The 16 ``(hallucination_type, fork_position)`` cells, each once.
+        list[tuple[str, int]]: The ``len(types) * len(positions)`` ``(hallucination_type,
+        fork_position)`` cells, each once.
 
     Raises:
-        ValueError: The taxonomy's number of types differs from its number of fork positions (a
-            Latin square needs them equal).
+        ValueError: No type or no position.
+
+    Example:
+        >>> import random
+        >>> cells = latin_cells(random.Random(0), ["A", "B", "C"], [1, 2])
+        >>> sorted(cells) == [(t, k) for t in "ABC" for k in (1, 2)], len(cells)
+        (True, 6)
     """
-    types = list(HALLUCINATION_TYPES)
-    ks = list(FORK_POSITIONS)
-    n = len(types)
-    if len(ks) != n:  # a Latin square needs as many positions as types
-        raise ValueError(f"latin_cells: {n} types but {len(ks)} fork positions")
+    import math
+
+    types = list(HALLUCINATION_TYPES if types is None else types)
+    ks = list(FORK_POSITIONS if positions is None else positions)
+    n, m = len(types), len(ks)
+    if not n or not m:
+        raise ValueError(f"latin_cells: {n} types and {m} fork positions; both must be non-empty")
     rng.shuffle(types)
     rng.shuffle(ks)
-    out = []
-    for b in range(n):
-        block = [(types[i], ks[(i + b) % n]) for i in range(n)]
-        rng.shuffle(block)
-        out += block
-    return out
+    if m == n:  # the square (the draw of every key made so far is unchanged)
+        out = []
+        for b in range(n):
+            block = [(types[i], ks[(i + b) % n]) for i in range(n)]
+            rng.shuffle(block)
+            out += block
+        return out
+    L = n * m // math.gcd(n, m)
+    blocks = [[(types[i % n], ks[(i + b) % m]) for i in range(b * L, (b + 1) * L)] for b in range(n * m // L)]
+    rng.shuffle(blocks)
+    return [c for block in blocks for c in block]
 
 
 def blind_mix(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:

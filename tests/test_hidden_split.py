@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import subprocess
 import sys
 from collections import Counter
@@ -124,6 +125,29 @@ def test_latin_cells_balance_every_block():
     for b in range(4):
         block = cells[4 * b: 4 * b + 4]
         assert len({h for h, _ in block}) == 4 and len({k for _, k in block}) == 4
+
+
+@pytest.mark.parametrize("n,m", [(5, 4), (4, 5), (6, 4), (3, 3), (2, 6), (1, 4), (4, 1)])
+def test_latin_cells_for_any_number_of_types_and_positions(n, m):
+    """Issue 36: a fifth type (or another number of positions) keeps every cell once and every prefix
+    of the order balanced to within one per type and per position."""
+    types, ks = [f"T{i}" for i in range(n)], list(range(1, m + 1))
+    for seed in range(5):
+        cells = latin_cells(random.Random(seed), types, ks)
+        assert sorted(cells) == sorted((t, k) for t in types for k in ks)
+        for j in range(1, len(cells) + 1):
+            ct, ck = Counter(t for t, _ in cells[:j]), Counter(k for _, k in cells[:j])
+            assert max(ct[t] for t in types) - min(ct[t] for t in types) <= 1
+            assert max(ck[k] for k in ks) - min(ck[k] for k in ks) <= 1
+
+
+def test_latin_cells_of_the_taxonomy_are_unchanged_by_the_general_form():
+    """The 4 x 4 draw of an existing key is what it was (the square path), given the same generator."""
+    a = latin_cells(secret_rng(KEY, "t"))
+    b = latin_cells(secret_rng(KEY, "t"), ["WIC", "SSPC", "GR", "CSC"], [1, 2, 3, 4])
+    assert a == b
+    with pytest.raises(ValueError, match="both must be non-empty"):
+        latin_cells(random.Random(0), [], [1])
 
 
 def test_draw_one_dialogue_per_source_balanced_and_tracks_disjoint():
