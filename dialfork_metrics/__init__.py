@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dialfork_dataset.lazy import lazy_exports
 
+from .registry import exports as _metric_exports
+
 # public name -> submodule that defines it
 _EXPORTS: dict[str, str] = {
     # encoders
@@ -21,23 +23,14 @@ _EXPORTS: dict[str, str] = {
     "mean_turn_distance": "distances",
     "flowscore_batch_from_embeddings": "distances",
     "flowdtw_batch_from_embeddings": "distances",
-    # Task 2, dialogue level
-    "flowscore": "dialogue",
-    "flowdtw": "dialogue",
-    "mean_turn": "dialogue",
-    "full_dialog": "dialogue",
-    "turn_count_diff": "dialogue",
-    "word_count_diff": "dialogue",
-    "shared_prefix": "dialogue",
+    # Task 2 at the dialogue level (flowscore, ...), fbd, prd, flowkl: the registry's metric functions
+    **_metric_exports(),
     # Task 1, embedding level and set level
     "fbd_from_embeddings": "setlevel",
     "prd_from_embeddings": "setlevel",
-    "fbd": "setlevel",
-    "prd": "setlevel",
     "set_turn_count_diff": "setlevel",
     "set_word_count_diff": "setlevel",
     "FlowGraph": "flowgraph",
-    "flowkl": "flowgraph",
     "flowkl_from_likelihoods": "flowgraph",
     # Task 3
     "score_predictions": "task3",
