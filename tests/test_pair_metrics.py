@@ -48,3 +48,15 @@ def test_every_spec_resolves_and_its_module_is_packaged():
     # the dataset card links the published Spaces (dialfork_dataset cannot import the registry):
     # each must be a packaged module
     assert set(METRIC_SPACES) <= set(available())
+
+
+def test_registry_functions_are_exported_lazily():
+    import subprocess
+    import sys
+
+    import dialfork_metrics as dm
+
+    assert set(registry.exports()) <= set(dm.__all__)
+    assert dm.flowscore is registry.resolve(registry.get("flowscore").fn)
+    code = "import sys, dialfork_metrics; assert 'numpy' not in sys.modules, sorted(sys.modules)"
+    subprocess.run([sys.executable, "-c", code], check=True)
