@@ -25,9 +25,15 @@ import numpy as np
 
 from dialfork_dataset.turns import as_turns
 
-EMBEDDING_METHODS = ("flowscore", "flowdtw", "mean_turn", "full_dialog")
-CONTROL_METHODS = ("turn_count_diff", "word_count_diff", "shared_prefix")
-ALL_METHODS = EMBEDDING_METHODS + CONTROL_METHODS
+from . import registry
+from .registry import NameView
+
+#: The registry's encoder-based pair metrics (live views of :mod:`dialfork_metrics.registry`).
+EMBEDDING_METHODS = NameView(lambda: registry.names("pair", inputs=("similarity", "turn_embeddings", "transcripts")))
+#: The registry's pair controls :func:`score_pairs` computes (length, prefix; not the seeded Random).
+CONTROL_METHODS = NameView(lambda: registry.names("pair", inputs=("turns",), control=True))
+#: Every pair metric :func:`score_pairs` computes (all but the benchmark's seeded Random).
+ALL_METHODS = NameView(lambda: registry.names("pair", inputs=("similarity", "turn_embeddings", "transcripts", "turns")))
 
 
 # ---------------------------------------------------------------------------- inputs
@@ -79,39 +85,43 @@ def score_pairs(
 
 def _score(refs: list, cands: list, rnames: list[str], cnames: list[str], methods: Sequence[str] | None,
            encoder: Any) -> dict[str, np.ndarray]:
-    methods = list(ALL_METHODS if methods is None else methods)
-    unknown = [m for m in methods if m not in ALL_METHODS]
+    known = tuple(ALL_METHODS)
+    methods = list(known if methods is None else methods)
+    unknown = [m for m in methods if m not in known]
     if unknown:
-        raise ValueError(f"unknown Task 2 method(s) {unknown}; available: {', '.join(ALL_METHODS)}")
+        raise ValueError(f"unknown Task 2 method(s) {unknown}; available: {', '.join(known)} (register one with "
+                         "dialfork_metrics.registry.register)")
     names = rnames + cnames
     turns = [as_turns(d, names[i]) for i, d in enumerate(refs + cands)]  # validates everything first
     K = len(refs)
-    out: dict[str, np.ndarray] = {}
     if K == 0:
         return {m: np.zeros(0) for m in methods}
-    emb_methods = [m for m in methods if m in ("flowscore", "flowdtw", "mean_turn")]
-    if emb_methods or "full_dialog" in methods:
+    specs = [registry.get(m) for m in methods]
+    by_input = {i: [s for s in specs if s.input == i] for i in registry.PAIR_INPUTS}
+    pair_names = [f"{rnames[k]} vs {cnames[k]}" for k in range(K)]
+    out: dict[str, np.ndarray] = {}
+    if any(s.input in ("similarity", "turn_embeddings", "transcripts") for s in specs):
         from .encoders import get_encoder
 
         enc = get_encoder(encoder)
-    if emb_methods:
+    if by_input["similarity"] or by_input["turn_embeddings"]:
         from .distances import task2_embedding_scores
 
-        E = enc.encode_dialogues(turns, names=names)
-        E = [_unit64(e) for e in E]
-        res = task2_embedding_scores(E[:K], E[K:], [f"{rnames[k]} vs {cnames[k]}" for k in range(K)], emb_methods)
-        for m in emb_methods:
-            out[m] = res[m]
-    if "full_dialog" in methods:
+        E = [_unit64(e) for e in enc.encode_dialogues(turns, names=names)]
+        out.update(task2_embedding_scores(E[:K], E[K:], pair_names,
+                                          [s.name for s in by_input["similarity"] + by_input["turn_embeddings"]]))
+    if by_input["transcripts"]:
         T = _unit64(enc.encode_transcripts(turns, names=names))
-        out["full_dialog"] = 1.0 - np.clip(np.einsum("kd,kd->k", T[:K], T[K:]), -1.0, 1.0)
-    if "turn_count_diff" in methods:
-        out["turn_count_diff"] = np.array([abs(len(turns[k]) - len(turns[K + k])) for k in range(K)], dtype=np.float64)
-    if "word_count_diff" in methods:
-        wc = [_word_count(t) for t in turns]
-        out["word_count_diff"] = np.array([abs(wc[k] - wc[K + k]) for k in range(K)], dtype=np.float64)
-    if "shared_prefix" in methods:
-        out["shared_prefix"] = np.array([-_shared_prefix_len(turns[k], turns[K + k]) for k in range(K)], dtype=np.float64)
+        for s in by_input["transcripts"]:
+            out[s.name] = s.core_fn()(T[:K], T[K:])
+    for s in by_input["turns"]:
+        out[s.name] = s.core_fn()(turns[:K], turns[K:])
+    for m in methods:
+        v = np.asarray(out[m], dtype=np.float64)
+        if v.shape != (K,):
+            raise ValueError(f"Task 2 metric {m!r}: its core returned shape {v.shape} for {K} pairs (expected ({K},); "
+                             "see dialfork_metrics.registry.PAIR_INPUTS)")
+        out[m] = v
     return {m: out[m] for m in methods}
 
 
@@ -135,6 +145,45 @@ def _shared_prefix_len(a: list[dict[str, str]], b: list[dict[str, str]]) -> int:
             break
         n += 1
     return n
+
+
+def turn_count_diffs(refs: Sequence[list[dict[str, str]]], cands: Sequence[list[dict[str, str]]]) -> np.ndarray:
+    """|turns(D) - turns(D')| for many pairs of validated turn lists (the registry's core).
+
+    Args:
+        refs: Reference dialogues as ``{speaker, text}`` lists.
+        cands: Candidate dialogues, one per reference.
+
+    Returns:
+        A ``(K,)`` float64 array.
+    """
+    return np.array([abs(len(a) - len(b)) for a, b in zip(refs, cands)], dtype=np.float64)
+
+
+def word_count_diffs(refs: Sequence[list[dict[str, str]]], cands: Sequence[list[dict[str, str]]]) -> np.ndarray:
+    """|words(D) - words(D')| (whitespace-separated, all turns) for many pairs (the registry's core).
+
+    Args:
+        refs: Reference dialogues as ``{speaker, text}`` lists.
+        cands: Candidate dialogues, one per reference.
+
+    Returns:
+        A ``(K,)`` float64 array.
+    """
+    return np.array([abs(_word_count(a) - _word_count(b)) for a, b in zip(refs, cands)], dtype=np.float64)
+
+
+def shared_prefixes(refs: Sequence[list[dict[str, str]]], cands: Sequence[list[dict[str, str]]]) -> np.ndarray:
+    """Minus the number of opening turns shared verbatim, for many pairs (the registry's core).
+
+    Args:
+        refs: Reference dialogues as ``{speaker, text}`` lists.
+        cands: Candidate dialogues, one per reference.
+
+    Returns:
+        A ``(K,)`` float64 array (<= 0).
+    """
+    return np.array([-_shared_prefix_len(a, b) for a, b in zip(refs, cands)], dtype=np.float64)
 
 
 def _one(method: str, ref: Any, cand: Any, encoder: Any, batched: bool):
@@ -331,7 +380,8 @@ def score_quartets(
     """Task 2 over units ``{"source": record, "type": h, "forks": {1: rec, 2: rec, 3: rec, 4: rec}}``
     (``dialfork_dataset.views.task2_quartets``): one encoder pass over all dialogues, then every
     method for all (source, fork) pairs. Returns one row per unit:
-    ``{"source_id", "type", "distances": {method: [d_1..d_4]}, "tau": {method: tau}}``."""
+    ``{"source_id", "type", "distances": {method: [d_1..d_4]}, "tau": {method: tau}}`` (a metric
+    whose registry ``direction`` is ``"higher"``, a similarity, is ranked on its negated values)."""
     methods = list(ALL_METHODS if methods is None else methods)
     refs, cands, keys = [], [], []
     for u, q in enumerate(quartets):
@@ -346,6 +396,8 @@ def score_quartets(
             cands.append(forks[k])
             keys.append((u, k))
     scores = score_pairs(refs, cands, methods, encoder)
+    # a similarity (higher is closer) ranks the forks the other way round
+    sign = {m: -1.0 if registry.get(m).direction == "higher" else 1.0 for m in methods}
     rows: list[dict[str, Any]] = []
     for q in quartets:
         src = q["source"]
@@ -355,7 +407,7 @@ def score_quartets(
         for m in methods:
             rows[u]["distances"][m].append(float(scores[m][i]))
     for r in rows:
-        r["tau"] = {m: kendall_tau_order(r["distances"][m]) for m in methods}
+        r["tau"] = {m: kendall_tau_order([sign[m] * d for d in r["distances"][m]]) for m in methods}
     return rows
 
 
@@ -371,6 +423,9 @@ __all__ = [
     "score_pairs",
     "score_quartets",
     "shared_prefix",
+    "shared_prefixes",
     "turn_count_diff",
+    "turn_count_diffs",
     "word_count_diff",
+    "word_count_diffs",
 ]

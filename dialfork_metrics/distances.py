@@ -430,46 +430,119 @@ def mean_turn_many(refs: Sequence[np.ndarray], cands: Sequence[np.ndarray],
     return 1.0 - np.clip(np.einsum("kd,kd->k", mr, mc) / (nr * nc), -1.0, 1.0)
 
 
+def flowscore_block(S: np.ndarray, n_lens: np.ndarray, m_lens: np.ndarray) -> np.ndarray:
+    """FlowScore distances of one padded similarity block (the registry's ``"similarity"`` core).
+
+    Args:
+        S: ``(B, N, M)`` cosine similarities, ``-inf`` in padded cells (:func:`similarity_blocks`).
+        n_lens: ``(B,)`` reference turn counts.
+        m_lens: ``(B,)`` candidate turn counts.
+
+    Returns:
+        A ``(B,)`` float64 array of distances in [0, 1].
+    """
+    return _flowscore_block(S, n_lens, m_lens)
+
+
+def flowdtw_block(S: np.ndarray, n_lens: np.ndarray, m_lens: np.ndarray) -> np.ndarray:
+    """FlowDTW distances of one padded similarity block (the registry's ``"similarity"`` core).
+
+    Args:
+        S: ``(B, N, M)`` cosine similarities, ``-inf`` in padded cells (:func:`similarity_blocks`).
+        n_lens: ``(B,)`` reference turn counts.
+        m_lens: ``(B,)`` candidate turn counts.
+
+    Returns:
+        A ``(B,)`` float64 array of distances.
+    """
+    res = np.empty(S.shape[0], dtype=np.float64)
+    _dtw_padded(S, n_lens, m_lens, res)
+    return res
+
+
+def unit_cosine_distances(A: np.ndarray, B: np.ndarray) -> np.ndarray:
+    """Row-wise ``1 - cos`` of unit rows (Full-dialog over transcript embeddings), clipped to [0, 2].
+
+    Args:
+        A: ``(K, d)`` unit rows.
+        B: ``(K, d)`` unit rows.
+
+    Returns:
+        A ``(K,)`` float64 array.
+    """
+    return 1.0 - np.clip(np.einsum("kd,kd->k", A, B), -1.0, 1.0)
+
+
+def block_scores(refs: Sequence[np.ndarray], cands: Sequence[np.ndarray],
+                 kernels: dict[str, Any]) -> dict[str, np.ndarray]:
+    """Several block kernels ``kernel(S, n_lens, m_lens) -> (B,)`` over one pass of the padded
+    similarity blocks of validated, unit-row pairs.
+
+    Args:
+        refs: Reference turn embeddings, one ``(n_k, d)`` matrix per pair.
+        cands: Candidate turn embeddings, one ``(m_k, d)`` matrix per pair.
+        kernels: Name -> kernel (e.g. :func:`flowscore_block`, :func:`flowdtw_block`).
+
+    Returns:
+        ``{name: (K,) float64 array}`` in the order of the pairs.
+    """
+    out = {m: np.empty(len(refs)) for m in kernels}
+    if kernels:
+        for idx, S, nl, ml in similarity_blocks(refs, cands):
+            for m, kernel in kernels.items():
+                out[m][idx] = kernel(S, nl, ml)
+    return out
+
+
 def task2_embedding_scores(refs: Sequence[np.ndarray], cands: Sequence[np.ndarray],
                            names: Sequence[str] | None = None,
-                           methods: Sequence[str] = ("flowscore", "flowdtw", "mean_turn")) -> dict[str, np.ndarray]:
-    """FlowScore, FlowDTW and/or Mean-turn (``methods``) of validated, unit-row pairs from one pass
-    over the similarity blocks (used by the dialogue-level batched API); ``names[k]`` names pair
-    ``k`` in errors."""
-    unknown = set(methods) - {"flowscore", "flowdtw", "mean_turn"}
+                           methods: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+    """The registry's turn-embedding pair metrics (input ``"similarity"`` or ``"turn_embeddings"``:
+    FlowScore, FlowDTW, Mean-turn, ...) of validated, unit-row pairs, the similarity-block ones
+    from one pass over the blocks (used by the dialogue-level batched API).
+
+    Args:
+        refs: Reference turn embeddings, one unit-row ``(n_k, d)`` matrix per pair.
+        cands: Candidate turn embeddings, one unit-row ``(m_k, d)`` matrix per pair.
+        names: ``names[k]`` names pair ``k`` in errors.
+        methods: The methods; None: every such registered metric.
+
+    Returns:
+        ``{method: (K,) float64 array}``.
+
+    Raises:
+        ValueError: A method is not a registered turn-embedding pair metric.
+    """
+    from .registry import get
+    from .registry import names as registered
+
+    known = registered("pair", inputs=("similarity", "turn_embeddings"))
+    methods = known if methods is None else methods
+    unknown = sorted(set(methods) - set(known))
     if unknown:
-        raise ValueError(f"unknown embedding-level method(s) {sorted(unknown)}")
-    K = len(refs)
-    out: dict[str, np.ndarray] = {}
-    if "flowscore" in methods or "flowdtw" in methods:
-        fs = np.empty(K)
-        dtw = np.empty(K)
-        for idx, S, nl, ml in similarity_blocks(refs, cands):
-            if "flowscore" in methods:
-                fs[idx] = _flowscore_block(S, nl, ml)
-            if "flowdtw" in methods:
-                res = np.empty(len(idx))
-                _dtw_padded(S, nl, ml, res)
-                dtw[idx] = res
-        if "flowscore" in methods:
-            out["flowscore"] = fs
-        if "flowdtw" in methods:
-            out["flowdtw"] = dtw
-    if "mean_turn" in methods:
-        out["mean_turn"] = mean_turn_many(refs, cands, names)
-    return out
+        raise ValueError(f"unknown embedding-level method(s) {unknown}; known: {', '.join(known)}")
+    specs = [get(m) for m in methods]
+    out = block_scores(refs, cands, {s.name: s.core_fn() for s in specs if s.input == "similarity"})
+    for s in specs:
+        if s.input == "turn_embeddings":
+            out[s.name] = np.asarray(s.core_fn()(refs, cands, names), dtype=np.float64)
+    return {m: out[m] for m in methods}
 
 
 __all__ = [
     "BLOCK_CELLS",
+    "block_scores",
     "cosine_distance",
     "flowdtw_batch_from_embeddings",
+    "flowdtw_block",
     "flowdtw_from_embeddings",
     "flowdtw_path_length",
     "flowscore_batch_from_embeddings",
+    "flowscore_block",
     "flowscore_from_embeddings",
     "mean_turn_distance",
     "mean_turn_many",
     "similarity_blocks",
     "task2_embedding_scores",
+    "unit_cosine_distances",
 ]

@@ -1,7 +1,8 @@
 """The benchmark's method and detector names, their display labels and their regimes.
 
 The one place that lists what ``dialfork_metrics.bench`` runs and how ``dialfork_metrics.report``
-names it: both import from here (so neither imports the other).
+names it: both import from here (so neither imports the other). Metric names and labels are views
+of :mod:`dialfork_metrics.registry`.
 
 >>> label("flowkl"), label("my_metric")
 ('FlowKL', 'my_metric')
@@ -11,11 +12,15 @@ names it: both import from here (so neither imports the other).
 
 from __future__ import annotations
 
-#: Task 1 (SPEC 5) methods, in the order of the paper's Table 2.
-TASK1_METHODS: tuple[str, ...] = ("flowkl", "fbd", "prd", "turn_count_diff", "word_count_diff", "random")
-#: Task 2 (SPEC 6) methods, in the order of the paper's Table 3.
-TASK2_METHODS: tuple[str, ...] = ("mean_turn", "full_dialog", "flowdtw", "flowscore", "turn_count_diff",
-                                  "word_count_diff", "shared_prefix", "random")
+from collections.abc import Mapping, Sequence
+
+from .registry import LabelView, NameView, names
+
+#: Task 1 (SPEC 5) methods, in the order of the paper's Table 2: a live view of the registry's set
+#: metrics (:mod:`dialfork_metrics.registry`), so a metric registered at run time is listed.
+TASK1_METHODS: Sequence[str] = NameView(lambda: names("set"))
+#: Task 2 (SPEC 6) methods, in the order of the paper's Table 3: the registry's pair metrics.
+TASK2_METHODS: Sequence[str] = NameView(lambda: names("pair"))
 #: Task 3 (SPEC 8) detectors: the trivial baselines, then the streaming detectors.
 TASK3_DETECTORS: tuple[str, ...] = ("first", "last", "random", "it", "ss", "it+nc", "ss+nc", "wf")
 
@@ -25,14 +30,11 @@ TASK3_DETECTORS: tuple[str, ...] = ("first", "last", "random", "it", "ss", "it+n
 TASK1_REFERENCE = "flowkl"
 TASK1_COMPARED: tuple[str, ...] = ("fbd", "prd")
 
-#: Display label of each method and detector in the reports.
-LABELS: dict[str, str] = {
-    "flowkl": "FlowKL", "fbd": "FBD", "prd": "PRD", "turn_count_diff": "Turn-count diff",
-    "word_count_diff": "Word-count diff", "random": "Random", "mean_turn": "Mean", "full_dialog": "Full",
-    "flowdtw": "FlowDTW", "flowscore": "FlowScore", "shared_prefix": "Shared prefix",
-    "first": "Always first", "last": "Always last", "it": "IT", "ss": "SS", "it+nc": "IT+NC", "ss+nc": "SS+NC",
-    "wf": "WF (workflow-aware)", "wf-sup": "WF-sup (supervised)",
-}
+#: Display label of each method (from the registry) and detector in the reports.
+LABELS: Mapping[str, str] = LabelView({
+    "first": "Always first", "last": "Always last", "random": "Random", "it": "IT", "ss": "SS", "it+nc": "IT+NC",
+    "ss+nc": "SS+NC", "wf": "WF (workflow-aware)", "wf-sup": "WF-sup (supervised)",
+})
 
 #: Regimes whose winners Appendix I compares; a detector not listed is its own regime "other".
 TASK3_REGIMES: dict[str, tuple[str, ...]] = {"baselines": ("first", "last", "random"),

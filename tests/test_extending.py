@@ -1,6 +1,8 @@
 """docs/extending.md, followed: each checklist done with a toy example of a few lines.
 
-* a new metric: a ``(ref, cand) -> distance`` function plugged into Task 2 (``--metric``);
+* a new metric: a ``(ref, cand) -> distance`` function plugged into Task 2 (``--metric``), and
+  a built-in one: one :class:`dialfork_metrics.registry.MetricSpec` registered at run time, seen by
+  ``score_pairs``, the benchmark's tables, the report and the method lists;
 * a new generation backend: a class registered in ``generation.backends.BACKENDS``;
 * a new workflow source: a dict in the workflow-file format, and a class implementing
   ``dialfork_dataset.sources.WorkflowSource``;
@@ -60,6 +62,89 @@ def test_new_metric_plugs_into_task2(small_corpus):
     assert all(len(r["distances"]) == 4 and all(0 <= d <= 1 for d in r["distances"]) for r in rows)
     assert all(-1 <= r["tau"] <= 1 for r in rows)
     assert "vocab" in t2["methods"] and t2["summary"]["tau"]["vocab"]["Avg"] is not None
+
+
+def toy_jaccard_core(refs: list, cands: list):
+    """The toy metric as a registry core: validated turn lists in, one distance per pair out."""
+    import numpy as np
+
+    return np.array([toy_vocabulary_distance({"turns": a}, {"turns": b}) for a, b in zip(refs, cands)])
+
+
+def toy_set_vocabulary(ctx, task: str, ref: list, tgt: list) -> float:
+    """Toy Task 1 metric (a registry set core): 1 - Jaccard of the two sets' word sets."""
+    return toy_vocabulary_distance({"turns": [t for d in ref for t in d["turns"]]},
+                                   {"turns": [t for d in tgt for t in d["turns"]]})
+
+
+@pytest.fixture
+def toy_registered():
+    """The built-in checklist's one entry (the function is the toy above), undone afterwards."""
+    from dialfork_metrics.registry import MetricSpec, register, unregister
+
+    register(MetricSpec("vocab", "pair", "Vocabulary (Jaccard)", core=toy_jaccard_core, input="turns"))
+    register(MetricSpec("vocab", "set", "Vocabulary (Jaccard)", core=toy_set_vocabulary))
+    yield
+    unregister("vocab", "pair")
+    unregister("vocab", "set")
+
+
+def test_new_builtin_metric_is_one_registry_entry(small_corpus, toy_registered):
+    from pair_metric_tester import PairMetricTester
+
+    from dialfork_metrics import bench
+    from dialfork_metrics.dialogue import ALL_METHODS, score_pairs
+    from dialfork_metrics.methods import LABELS, TASK1_METHODS, TASK2_METHODS
+    from dialfork_metrics.report.markdown import task1_markdown, task2_markdown
+
+    # the method lists, old names included
+    assert "vocab" in TASK2_METHODS and "vocab" in bench.TASK2_METHODS and "vocab" in ALL_METHODS
+    assert "vocab" in TASK1_METHODS and LABELS["vocab"] == "Vocabulary (Jaccard)"
+    # score_pairs, and the shared tester's checks
+    ref, cand = ["Hello there.", "Hi, how can I help?"], ["Hello.", "Hi, how can I help you?"]
+    assert score_pairs([ref], [cand], ["vocab"], encoder=None)["vocab"][0] == pytest.approx(
+        toy_vocabulary_distance({"turns": [{"text": t} for t in ref]}, {"turns": [{"text": t} for t in cand]}))
+    tester = PairMetricTester("vocab")
+    tester.check_entry_points()
+    tester.check_input_forms()
+    tester.check_bad_row_named()
+    # the benchmark's Task 2 and Task 1 tables and the report
+    corpus = bench.load_corpus(small_corpus)
+    t2 = bench.run_task2(corpus, encoder=None, methods=("vocab", "random"))
+    assert t2["methods"] == ["vocab", "random"] and t2["summary"]["tau"]["vocab"]["Avg"] is not None
+    assert len([r for r in t2["units"] if r["method"] == "vocab"]) == 2 * 2 * 4
+    assert "| Vocabulary (Jaccard) |" in task2_markdown({"per_encoder": {"none": t2}})
+    t1 = bench.run_task1(corpus, encoder=None, methods=("vocab", "random"), progress=False)
+    rows = [r for r in t1["units"] if r["method"] == "vocab"]
+    assert rows and all(len(r["distances"]) == 4 and -1 <= r["tau"] <= 1 for r in rows)
+    assert "Vocabulary (Jaccard)" in task1_markdown(t1)
+
+
+def test_a_similarity_ranks_the_other_way(toy_registered):
+    """``direction="higher"``: a similarity's tau is the distance's, on the negated values."""
+    from dialfork_metrics.dialogue import score_quartets
+    from dialfork_metrics.registry import MetricSpec, register, unregister
+
+    register(MetricSpec("vocab_sim", "pair", "Vocabulary overlap", input="turns", direction="higher",
+                        core=lambda refs, cands: 1.0 - toy_jaccard_core(refs, cands)))
+    try:
+        src = ["Book a table for two.", "For when?", "Tonight at eight.", "Done: tonight at eight."]
+        forks = {k: src[:k] + ["Would you like a pizza instead?", "No."] for k in (1, 2, 3)}
+        (row,) = score_quartets([{"source": src, "type": "x", "forks": forks}], ["vocab", "vocab_sim"], None)
+        assert row["tau"]["vocab_sim"] == row["tau"]["vocab"]
+    finally:
+        unregister("vocab_sim")
+
+
+def test_registry_refuses_bad_entries():
+    from dialfork_metrics.registry import MetricSpec, get, register
+
+    with pytest.raises(ValueError, match="already registered"):
+        register(MetricSpec("flowscore", "pair", "Again", core=toy_jaccard_core, input="turns"))
+    with pytest.raises(ValueError, match="metric 'x': a pair metric declares input="):
+        MetricSpec("x", "pair", "X", core=toy_jaccard_core)
+    with pytest.raises(ValueError, match="unknown Task 2 .pair. metric 'nope'; registered: mean_turn"):
+        get("nope")
 
 
 # -- a new generation backend -----------------------------------------------------------------------

@@ -7,6 +7,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from .. import registry
 from ..methods import (
     TASK1_COMPARED,
     TASK1_METHODS,
@@ -39,7 +40,7 @@ def parse_pair_encoder(spec: str | None) -> str | dict[str, str] | None:
     for part in _csv_list(spec):
         metric, _, name = part.partition("=")
         metric, name = metric.strip().lower(), name.strip()
-        if metric not in ("fbd", "prd") or not name:
+        if metric not in registry.names("set", needs="pair_encoder") or not name:
             raise BenchError(f"--pair-encoder {spec!r}: expected NAME or fbd=NAME,prd=NAME")
         out[metric] = name
     return out

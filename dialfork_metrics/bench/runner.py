@@ -9,6 +9,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .. import registry
 from ..methods import (
     TASK1_COMPARED,
     TASK1_METHODS,
@@ -235,15 +236,15 @@ def run_benchmark(data: str | os.PathLike, tasks: Sequence[int] = (1, 2, 3), enc
 
 
 def _pair_encoder_names(pair_encoder: str | Mapping[str, str] | None, default: str) -> dict[str, str]:
-    """``{"fbd": name, "prd": name}`` from ``--pair-encoder`` (one name, or per metric)."""
-    if pair_encoder is None:
-        return {"fbd": default, "prd": default}
-    if isinstance(pair_encoder, str):
-        return {"fbd": pair_encoder, "prd": pair_encoder}
-    unknown = set(pair_encoder) - {"fbd", "prd"}
+    """``{"fbd": name, "prd": name}`` (the registry's set metrics that need a pair encoder) from
+    ``--pair-encoder`` (one name, or per metric)."""
+    known = registry.names("set", needs="pair_encoder")
+    if pair_encoder is None or isinstance(pair_encoder, str):
+        return {m: pair_encoder or default for m in known}
+    unknown = set(pair_encoder) - set(known)
     if unknown:
-        raise BenchError(f"pair encoders are given per metric 'fbd' and 'prd', got {sorted(unknown)}")
-    return {m: pair_encoder.get(m) or default for m in ("fbd", "prd")}
+        raise BenchError(f"pair encoders are given per metric ({', '.join(known)}), got {sorted(unknown)}")
+    return {m: pair_encoder.get(m) or default for m in known}
 
 
 def _task1_stages(report: dict[str, Any], corpus: Corpus, enc: Any, name: str, *, protocols: Sequence[str],
@@ -278,7 +279,7 @@ def _task1_stage(corpus: Corpus, enc: Any, name: str, *, methods, pair_names, se
 
     loaded = {} if loaded is None else loaded
     pes: dict[str, Any] = {}
-    for m in (m for m in ("fbd", "prd") if m in methods):
+    for m in (m for m in methods if "pair_encoder" in registry.get(m, "set").needs):
         key = resolve_encoder_name(pair_names[m])
         if key not in loaded:
             t0 = time.perf_counter()

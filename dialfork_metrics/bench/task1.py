@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -13,6 +14,7 @@ import numpy as np
 from dialfork_dataset.taxonomy import FORK_POSITIONS
 from dialfork_dataset.taxonomy import HALLUCINATION_TYPES as TYPES
 
+from .. import registry
 from ..methods import (
     TASK1_COMPARED,
     TASK1_METHODS,
@@ -86,7 +88,7 @@ def run_task1(corpus: Corpus, encoder: Any, methods: Sequence[str] = TASK1_METHO
     if protocol == "cross":
         units = task1_cross_units(units, seed=seed, skipped=skipped)
     graphs: dict[str, Any] = {}
-    need_pairs = [m for m in ("fbd", "prd") if m in methods]
+    need_pairs = [m for m in methods if "pair_encoder" in registry.get(m, "set").needs]
     pair_encoders = _pair_encoders_by_method(pair_encoder, need_pairs, encoder)
     small_n = _CountingFilter("covariance is singular")
     logging.getLogger("dialfork_metrics.setlevel").addFilter(small_n)
@@ -107,9 +109,10 @@ def run_task1(corpus: Corpus, encoder: Any, methods: Sequence[str] = TASK1_METHO
 def _pair_encoders_by_method(pair_encoder: Any, methods: Sequence[str], encoder: Any) -> dict[str, Any]:
     """``{"fbd": PairEncoder, "prd": PairEncoder}`` for the set metrics in ``methods``."""
     if isinstance(pair_encoder, Mapping):
-        unknown = set(pair_encoder) - {"fbd", "prd"}
+        known = registry.names("set", needs="pair_encoder")
+        unknown = set(pair_encoder) - set(known)
         if unknown:
-            raise BenchError(f"pair encoders are given per metric 'fbd' and 'prd', got {sorted(unknown)}")
+            raise BenchError(f"pair encoders are given per metric ({', '.join(known)}), got {sorted(unknown)}")
         spec = {m: pair_encoder.get(m) or encoder for m in methods}
     else:
         spec = {m: pair_encoder if pair_encoder is not None else encoder for m in methods}
@@ -123,29 +126,120 @@ def _pair_encoders_by_method(pair_encoder: Any, methods: Sequence[str], encoder:
     return out
 
 
+@dataclass
+class Task1Context:
+    """What a set metric's unit function (its registry ``core``) reads besides the two sets.
+
+    Args:
+        encoder: The turn encoder (FlowKL's graph).
+        seed: The benchmark's seed (PRD).
+        flowkl_kwargs: FlowKL's keyword arguments.
+        prd_kwargs: PRD's keyword arguments (on top of ``seed``).
+        pair_encoders: Metric name -> its ``PairEncoder`` (the metrics that need one).
+        graphs: Task -> FlowKL's fitted graph (filled as units are scored).
+        cache: Reference-set pair embeddings, reused across a task's units.
+    """
+
+    encoder: Any
+    seed: int = 0
+    flowkl_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    prd_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    pair_encoders: Mapping[str, Any] = field(default_factory=dict)
+    graphs: dict = field(default_factory=dict)
+    cache: dict = field(default_factory=dict)
+
+
+def flowkl_unit(ctx: Task1Context, task: str, ref, tgt) -> float:
+    """FlowKL of one Task 1 unit (the registry's core of ``flowkl``).
+
+    Args:
+        ctx: The benchmark's :class:`Task1Context`.
+        task: The task (one flow graph per task).
+        ref: The reference set (the task's conformant dialogues).
+        tgt: The fork set.
+
+    Returns:
+        The distance.
+    """
+    return _flowkl(task, ref, tgt, ctx.encoder, ctx.graphs, ctx.flowkl_kwargs)
+
+
+def fbd_unit(ctx: Task1Context, task: str, ref, tgt) -> float:
+    """FBD of one Task 1 unit (the registry's core of ``fbd``); arguments as :func:`flowkl_unit`.
+
+    Args:
+        ctx: The benchmark's :class:`Task1Context`.
+        task: The task (its reference embeddings are cached).
+        ref: The reference set.
+        tgt: The fork set.
+
+    Returns:
+        The distance.
+    """
+    return _set_metric("fbd", task, ref, tgt, ctx.pair_encoders["fbd"], ctx.cache)
+
+
+def prd_unit(ctx: Task1Context, task: str, ref, tgt) -> float:
+    """PRD of one Task 1 unit (the registry's core of ``prd``), seeded with the benchmark's seed.
+
+    Args:
+        ctx: The benchmark's :class:`Task1Context`.
+        task: The task (its reference embeddings are cached).
+        ref: The reference set.
+        tgt: The fork set.
+
+    Returns:
+        The distance.
+    """
+    return _set_metric("prd", task, ref, tgt, ctx.pair_encoders["prd"], ctx.cache,
+                       {"seed": ctx.seed, **ctx.prd_kwargs})
+
+
+def turn_count_unit(ctx: Task1Context, task: str, ref, tgt) -> float:
+    """|mean turns of the fork set - mean turns of the reference set| (Task 1's turn-count control).
+
+    Args:
+        ctx: Unused (the uniform signature of unit functions).
+        task: Unused.
+        ref: The reference set.
+        tgt: The fork set.
+
+    Returns:
+        The absolute difference.
+    """
+    return abs(_mean_len(tgt, "turns") - _mean_len(ref, "turns"))
+
+
+def word_count_unit(ctx: Task1Context, task: str, ref, tgt) -> float:
+    """|mean words of the fork set - mean words of the reference set| (Task 1's word-count control).
+
+    Args:
+        ctx: Unused (the uniform signature of unit functions).
+        task: Unused.
+        ref: The reference set.
+        tgt: The fork set.
+
+    Returns:
+        The absolute difference.
+    """
+    return abs(_mean_len(tgt, "words") - _mean_len(ref, "words"))
+
+
 def _task1_rows(units, methods, encoder, seed, flowkl_kwargs, prd_kwargs, graphs, pair_encoders, progress) -> list[dict]:
     from tqdm.auto import tqdm
 
+    ctx = Task1Context(encoder, seed, flowkl_kwargs or {}, prd_kwargs or {}, pair_encoders, graphs)
+    cores = {m: registry.get(m, "set").core_fn() for m in methods if registry.get(m, "set").core is not None}
     rows: list[dict[str, Any]] = []
-    pair_cache: dict[Any, np.ndarray] = {}
     for (task, h), unit in tqdm(sorted(units.items()), desc="Task 1 units", disable=not progress):
         ref = unit["reference"]
         d: dict[str, list[float]] = {m: [] for m in methods}
         for k in FORK_POSITIONS:
             tgt = unit[k]
             for m in methods:
-                if m == "flowkl":
-                    d[m].append(_flowkl(task, ref, tgt, encoder, graphs, flowkl_kwargs or {}))
-                elif m == "fbd":
-                    d[m].append(_set_metric("fbd", task, ref, tgt, pair_encoders["fbd"], pair_cache))
-                elif m == "prd":
-                    d[m].append(_set_metric("prd", task, ref, tgt, pair_encoders["prd"], pair_cache,
-                                            {"seed": seed, **(prd_kwargs or {})}))
-                elif m == "turn_count_diff":
-                    d[m].append(abs(_mean_len(tgt, "turns") - _mean_len(ref, "turns")))
-                elif m == "word_count_diff":
-                    d[m].append(abs(_mean_len(tgt, "words") - _mean_len(ref, "words")))
-                elif m == "random":
+                if m in cores:
+                    d[m].append(float(cores[m](ctx, task, ref, tgt)))
+                else:  # the seeded control (Random)
                     d[m].append(float(_unit_rng(seed, "task1", task, h, k).random()))
         for m in methods:
             tau = 0.0 if m == "random" else ranking_tau(d[m])  # Random = its expectation, 0 exactly

@@ -15,6 +15,7 @@ import numpy as np
 from dialfork_dataset.taxonomy import FORK_POSITIONS
 from dialfork_dataset.taxonomy import HALLUCINATION_TYPES as TYPES
 
+from .. import registry
 from ..methods import (
     TASK2_METHODS,
 )
@@ -80,7 +81,7 @@ def run_task2(corpus: Corpus, encoder: Any, methods: Sequence[str] = TASK2_METHO
     quartets = task2_quartets(corpus.records, skipped=skipped)
     if protocol == "cross":
         return _run_task2_cross(corpus, quartets, encoder, methods, seed, custom, skipped, n_references)
-    core = [m for m in methods if m != "random"]
+    core = [m for m in methods if registry.get(m).input != "seed"]  # the seeded Random is drawn here
     scored = score_quartets(quartets, methods=core, encoder=encoder) if quartets else []
     rows: list[dict[str, Any]] = []
     for q, s in zip(quartets, scored):
@@ -124,7 +125,7 @@ def _run_task2_cross(corpus: Corpus, quartets: list[dict[str, Any]], encoder: An
     if short:
         logger.warning("Task 2 cross protocol: %d source(s) have fewer than %d other sources in their task and use "
                        "all of them (e.g. %s)", len(short), n_references, short[0])
-    core = [m for m in methods if m != "random"]
+    core = [m for m in methods if registry.get(m).input != "seed"]  # the seeded Random is drawn here
     scored = score_quartets(expanded, methods=core, encoder=encoder) if expanded else []
     rows: list[dict[str, Any]] = []
     i = 0

@@ -1,0 +1,357 @@
+"""The metric registry: one entry per Task 1 (set-level) and Task 2 (pair-level) metric.
+
+Every list of metric names in the toolkit is a view of this registry: the benchmark's method
+lists (:data:`dialfork_metrics.methods.TASK1_METHODS`, ``TASK2_METHODS``, ``LABELS``), the
+dialogue-level method groups (``dialfork_metrics.dialogue.EMBEDDING_METHODS``, ...), the
+dispatch of :func:`dialfork_metrics.dialogue.score_pairs` and of the benchmark's Task 1 units,
+and the dialogue-level functions ``dialfork_metrics`` exports. Adding a built-in metric is one
+:class:`MetricSpec` below, its function, and optionally an ``evaluate`` module folder.
+
+Functions are named lazily (``"package.module:attr"``) so that importing the registry imports
+no numpy, scipy or torch; :func:`resolve` imports them on first use.
+
+>>> spec = get("flowscore")
+>>> spec.level, spec.input, spec.direction, spec.label, spec.module
+('pair', 'similarity', 'lower', 'FlowScore', 'flowscore')
+>>> names("set")[:3]
+('flowkl', 'fbd', 'prd')
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+#: ``"pair"``: a distance between two dialogues (Task 2); ``"set"``: between two sets (Task 1).
+LEVELS: tuple[str, ...] = ("pair", "set")
+#: ``"lower"``: a lower value means closer (a distance); ``"higher"``: closer (a similarity).
+DIRECTIONS: tuple[str, ...] = ("lower", "higher")
+#: What a pair metric's ``core`` is called with, once for all pairs of a ``score_pairs`` call:
+#:
+#: * ``"similarity"``: ``core(S, n_lens, m_lens) -> (B,)`` over padded cosine-similarity blocks
+#:   of unit turn embeddings (``-inf`` in padded cells; one pass shared by all such metrics);
+#: * ``"turn_embeddings"``: ``core(refs, cands, names) -> (K,)`` over lists of unit-row
+#:   ``(n_turns, d)`` float64 matrices;
+#: * ``"transcripts"``: ``core(T_ref, T_cand) -> (K,)`` over unit transcript embeddings ``(K, d)``;
+#: * ``"turns"``: ``core(ref_turns, cand_turns) -> (K,)`` over validated ``{speaker, text}`` lists;
+#: * ``"seed"``: no core; the benchmark draws the value from a seeded generator (Random).
+PAIR_INPUTS: tuple[str, ...] = ("similarity", "turn_embeddings", "transcripts", "turns", "seed")
+#: What a metric needs from its caller: a turn ``encoder``, a ``pair_encoder`` (FBD, PRD), a fitted
+#: ``flow_graph`` (FlowKL), workflow ``nodes``, or a ``seed`` (Random).
+NEEDS: tuple[str, ...] = ("encoder", "pair_encoder", "flow_graph", "nodes", "seed")
+_ENCODED = ("similarity", "turn_embeddings", "transcripts")
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    """What the toolkit reads about one metric.
+
+    Args:
+        name: The method name (``--task2-methods``, ``score_pairs(methods=...)``, report rows).
+        level: ``"pair"`` (Task 2) or ``"set"`` (Task 1); a name may exist at both levels.
+        label: Its display label in the reports.
+        core: What the toolkit calls: for a pair metric, the batch core whose arguments
+            ``input`` names; for a set metric, the benchmark's unit function
+            ``core(ctx, task, reference_set, fork_set) -> float``
+            (:mod:`dialfork_metrics.bench.task1`). A callable or ``"module:attr"``; None for Random.
+        fn: The public function users call (e.g. ``dialfork_metrics.flowscore``), a callable or
+            ``"module:attr"``; a ``"dialfork_metrics.<sub>:<name>"`` string with ``<name>`` equal
+            to the metric's name is exported by ``dialfork_metrics``. None: none of its own.
+        input: Pair metrics only: one of :data:`PAIR_INPUTS`.
+        needs: What the metric needs from its caller (:data:`NEEDS`); for a pair metric,
+            ``"encoder"`` is implied by an encoded ``input`` and ``"seed"`` by ``input="seed"``.
+        direction: ``"lower"`` (a lower value is closer: a distance) or ``"higher"``.
+        module: The packaged ``evaluate`` module computing it (``dialfork_metrics/modules/<module>``).
+        control: A control (length, prefix, chance), not a competitor.
+
+    Raises:
+        ValueError: A field is out of its vocabulary (the message names the metric and the field).
+    """
+
+    name: str
+    level: str
+    label: str
+    core: str | Callable[..., Any] | None = None
+    fn: str | Callable[..., Any] | None = None
+    input: str | None = None
+    needs: tuple[str, ...] = ()
+    direction: str = "lower"
+    module: str | None = None
+    control: bool = False
+
+    def __post_init__(self) -> None:
+        where = f"metric {self.name!r}"
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"{where}: the name must be a non-empty string")
+        if self.level not in LEVELS:
+            raise ValueError(f"{where}: level {self.level!r} is not one of {LEVELS}")
+        if self.direction not in DIRECTIONS:
+            raise ValueError(f"{where}: direction {self.direction!r} is not one of {DIRECTIONS}")
+        if self.level == "pair" and self.input not in PAIR_INPUTS:
+            raise ValueError(f"{where}: a pair metric declares input= one of {PAIR_INPUTS}, got {self.input!r}")
+        if self.level == "set" and self.input is not None:
+            raise ValueError(f"{where}: input= is for pair metrics only (a set metric's core takes the unit)")
+        bad = [n for n in self.needs if n not in NEEDS]
+        if bad:
+            raise ValueError(f"{where}: unknown needs {bad}; known: {NEEDS}")
+        needs = set(self.needs)
+        if self.input in _ENCODED:
+            needs.add("encoder")
+        if self.input == "seed":
+            needs.add("seed")
+        object.__setattr__(self, "needs", tuple(n for n in NEEDS if n in needs))
+        if self.core is None and "seed" not in self.needs:
+            raise ValueError(f"{where}: no core= (the function the toolkit calls); only a seeded control has none")
+
+    def core_fn(self) -> Callable[..., Any]:
+        """The core, imported on first use.
+
+        Returns:
+            The callable ``core`` names.
+        """
+        return resolve(self.core, f"metric {self.name!r} core")
+
+
+def resolve(ref: str | Callable[..., Any] | None, what: str = "entry") -> Callable[..., Any]:
+    """A callable from ``"package.module:attr"`` (imported now) or the callable itself.
+
+    Args:
+        ref: A callable or a ``"module:attr"`` string.
+        what: What the reference is, for the error message.
+
+    Returns:
+        The callable.
+
+    Raises:
+        ValueError: ``ref`` is None, not ``"module:attr"``, or cannot be imported.
+    """
+    if callable(ref):
+        return ref
+    if not isinstance(ref, str) or ":" not in ref:
+        raise ValueError(f"{what}: expected a callable or 'package.module:attr', got {ref!r}")
+    mod, _, attr = ref.partition(":")
+    try:
+        return getattr(importlib.import_module(mod), attr)
+    except (ImportError, AttributeError) as e:
+        raise ValueError(f"{what}: cannot import {attr!r} from {mod!r} ({e})") from e
+
+
+_REGISTRY: dict[tuple[str, str], MetricSpec] = {}
+
+
+def register(spec: MetricSpec, *, replace: bool = False) -> MetricSpec:
+    """Add a metric; it is seen at once by every method list, dispatch and report.
+
+    Args:
+        spec: The metric's :class:`MetricSpec`.
+        replace: Replace an entry of the same name and level (else that is an error).
+
+    Returns:
+        ``spec``, so that ``register`` can be used inline.
+
+    Raises:
+        ValueError: A metric of that name and level is registered and ``replace`` is False, or the
+            same name at the other level has another label.
+    """
+    key = (spec.level, spec.name)
+    if key in _REGISTRY and not replace:
+        raise ValueError(f"a {spec.level} metric {spec.name!r} is already registered (pass replace=True to "
+                         "replace it, or pick another name)")
+    twin = next((s for (lv, n), s in _REGISTRY.items() if n == spec.name and lv != spec.level), None)
+    if twin is not None and twin.label != spec.label:
+        raise ValueError(f"metric {spec.name!r}: label {spec.label!r} differs from the {twin.level} metric's "
+                         f"{twin.label!r}; the reports label a name once (use the same label or another name)")
+    _REGISTRY[key] = spec
+    logger.debug("registered %s metric %r", spec.level, spec.name)
+    return spec
+
+
+def unregister(name: str, level: str = "pair") -> MetricSpec:
+    """Remove a metric (tests use it to undo a run-time registration).
+
+    Args:
+        name: The metric's name.
+        level: ``"pair"`` or ``"set"``.
+
+    Returns:
+        The removed :class:`MetricSpec`.
+
+    Raises:
+        ValueError: No such metric (the message lists the registered ones).
+    """
+    spec = get(name, level)
+    del _REGISTRY[(level, name)]
+    return spec
+
+
+def get(name: str, level: str = "pair") -> MetricSpec:
+    """The :class:`MetricSpec` of a registered metric.
+
+    Args:
+        name: The metric's name.
+        level: ``"pair"`` (Task 2) or ``"set"`` (Task 1).
+
+    Returns:
+        Its spec.
+
+    Raises:
+        ValueError: No such metric at that level (the message lists the registered ones).
+    """
+    spec = _REGISTRY.get((level, name))
+    if spec is None:
+        raise ValueError(f"unknown {'Task 2 (pair)' if level == 'pair' else 'Task 1 (set)'} metric {name!r}; "
+                         f"registered: {', '.join(names(level))} (add one with dialfork_metrics.registry.register)")
+    return spec
+
+
+def specs(level: str | None = None) -> list[MetricSpec]:
+    """Registered specs in registration order (the order of the paper's tables).
+
+    Args:
+        level: ``"pair"``, ``"set"`` or None for both.
+
+    Returns:
+        The specs.
+    """
+    return [s for s in _REGISTRY.values() if level is None or s.level == level]
+
+
+def names(level: str = "pair", *, inputs: Sequence[str] | None = None, control: bool | None = None,
+          needs: str | None = None) -> tuple[str, ...]:
+    """Names of the registered metrics of a level, in table order, optionally filtered.
+
+    Args:
+        level: ``"pair"`` or ``"set"``.
+        inputs: Keep pair metrics whose ``input`` is one of these.
+        control: Keep controls only (True) or competitors only (False).
+        needs: Keep metrics that need this (:data:`NEEDS`).
+
+    Returns:
+        The names.
+    """
+    return tuple(s.name for s in specs(level) if (inputs is None or s.input in inputs)
+                 and (control is None or s.control == control) and (needs is None or needs in s.needs))
+
+
+def exports() -> dict[str, str]:
+    """The dialogue-level functions ``dialfork_metrics`` exports: name -> submodule.
+
+    Returns:
+        ``{name: submodule}`` for every spec whose ``fn`` is ``"dialfork_metrics.<sub>:<name>"``.
+    """
+    out = {}
+    for s in specs():
+        if isinstance(s.fn, str) and s.fn.startswith("dialfork_metrics."):
+            mod, _, attr = s.fn.partition(":")
+            if attr == s.name and "." not in mod[len("dialfork_metrics."):]:
+                out[attr] = mod[len("dialfork_metrics."):]
+    return out
+
+
+class NameView(Sequence[str]):
+    """A live, read-only, tuple-like view of registered names (so that a metric registered at run
+    time appears in ``TASK2_METHODS`` and the other old names).
+
+    Args:
+        select: A function returning the current names.
+    """
+
+    def __init__(self, select: Callable[[], tuple[str, ...]]):
+        self._select = select
+
+    def __getitem__(self, i):
+        return self._select()[i]
+
+    def __len__(self) -> int:
+        return len(self._select())
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._select())
+
+    def __contains__(self, x: object) -> bool:
+        return x in self._select()
+
+    def __eq__(self, other: object) -> bool:
+        return tuple(self) == (tuple(other) if isinstance(other, Sequence) and not isinstance(other, str) else other)
+
+    def __hash__(self) -> int:
+        return hash(self._select())
+
+    def __add__(self, other: Sequence[str]) -> tuple[str, ...]:
+        return self._select() + tuple(other)
+
+    def __radd__(self, other: Sequence[str]) -> tuple[str, ...]:
+        return tuple(other) + self._select()
+
+    def __repr__(self) -> str:
+        return repr(self._select())
+
+
+class LabelView(Mapping[str, str]):
+    """A live view ``name -> display label`` over both levels, plus fixed extra labels.
+
+    Args:
+        extra: Labels of names that are not metrics (e.g. Task 3 detectors).
+    """
+
+    def __init__(self, extra: Mapping[str, str]):
+        self._extra = dict(extra)
+
+    def _all(self) -> dict[str, str]:
+        return {**{s.name: s.label for s in specs()}, **self._extra}
+
+    def __getitem__(self, k: str) -> str:
+        return self._all()[k]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._all())
+
+    def __len__(self) -> int:
+        return len(self._all())
+
+    def __repr__(self) -> str:
+        return repr(self._all())
+
+
+# ----------------------------------------------------------------------------- built-in metrics
+# Task 2 (pair level), in the order of the paper's Table 3.
+_D, _DL = "dialfork_metrics.distances", "dialfork_metrics.dialogue"
+for _spec in (
+    MetricSpec("mean_turn", "pair", "Mean", f"{_D}:mean_turn_many", f"{_DL}:mean_turn", "turn_embeddings"),
+    MetricSpec("full_dialog", "pair", "Full", f"{_D}:unit_cosine_distances", f"{_DL}:full_dialog", "transcripts"),
+    MetricSpec("flowdtw", "pair", "FlowDTW", f"{_D}:flowdtw_block", f"{_DL}:flowdtw", "similarity", module="flowdtw"),
+    MetricSpec("flowscore", "pair", "FlowScore", f"{_D}:flowscore_block", f"{_DL}:flowscore", "similarity",
+               module="flowscore"),
+    MetricSpec("turn_count_diff", "pair", "Turn-count diff", f"{_DL}:turn_count_diffs", f"{_DL}:turn_count_diff",
+               "turns", control=True),
+    MetricSpec("word_count_diff", "pair", "Word-count diff", f"{_DL}:word_count_diffs", f"{_DL}:word_count_diff",
+               "turns", control=True),
+    MetricSpec("shared_prefix", "pair", "Shared prefix", f"{_DL}:shared_prefixes", f"{_DL}:shared_prefix", "turns",
+               control=True),
+    MetricSpec("random", "pair", "Random", input="seed", control=True),
+    # Task 1 (set level), in the order of the paper's Table 2; cores are the benchmark's unit functions
+    MetricSpec("flowkl", "set", "FlowKL", "dialfork_metrics.bench.task1:flowkl_unit", "dialfork_metrics.flowgraph:flowkl",
+               needs=("encoder", "flow_graph"), module="flowkl"),
+    MetricSpec("fbd", "set", "FBD", "dialfork_metrics.bench.task1:fbd_unit", "dialfork_metrics.setlevel:fbd",
+               needs=("pair_encoder",)),
+    MetricSpec("prd", "set", "PRD", "dialfork_metrics.bench.task1:prd_unit", "dialfork_metrics.setlevel:prd",
+               needs=("pair_encoder", "seed")),
+    MetricSpec("turn_count_diff", "set", "Turn-count diff", "dialfork_metrics.bench.task1:turn_count_unit",
+               "dialfork_metrics.setlevel:set_turn_count_diff", control=True),
+    MetricSpec("word_count_diff", "set", "Word-count diff", "dialfork_metrics.bench.task1:word_count_unit",
+               "dialfork_metrics.setlevel:set_word_count_diff", control=True),
+    MetricSpec("random", "set", "Random", needs=("seed",), control=True),
+):
+    register(_spec)
+del _spec
+
+
+__all__ = [
+    "DIRECTIONS", "LEVELS", "LabelView", "MetricSpec", "NEEDS", "NameView", "PAIR_INPUTS", "exports", "get", "names",
+    "register", "resolve", "specs", "unregister",
+]
