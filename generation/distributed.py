@@ -20,9 +20,11 @@ Because scenarios are dealt to shards by their position in the canonical plan, t
 the canonical order, and a dialogue's text does not depend on which other dialogues share its batch
 (:mod:`generation.backends.hf`), 1 process and N processes write the same corpus for the same seeds.
 
-The transformers backend is placed on the process's device (``PartialState().device``: ``cuda:i``
-under a multi-GPU launch) unless ``device`` is given in its options. The barrier waits up to
-``barrier_timeout`` seconds (default 7 days): shards can take very different times.
+A backend is placed on the process's device by its registry entry's ``placement``
+(:attr:`generation.backends.BackendSpec.placement`): the transformers backend's,
+:func:`~generation.backends.placement.place_on_process_device`, sets ``device`` to
+``PartialState().device`` (``cuda:i`` under a multi-GPU launch) unless ``device`` is given in its
+options. The barrier waits up to ``barrier_timeout`` seconds (default 7 days): shards can take very different times.
 """
 
 from __future__ import annotations
@@ -123,28 +125,29 @@ def existing_num_shards(out: str | os.PathLike) -> int | None:
 
 
 def backend_options_for_process(config: Any, state: Any) -> dict[str, Any]:
-    """``config.backend_options`` with the transformers backend placed on this process's device.
+    """``config.backend_options`` placed on this process's device by the backend's registered
+    placement (:attr:`generation.backends.BackendSpec.placement`; the ``transformers`` backend's is
+    :func:`~generation.backends.placement.place_on_process_device`).
 
     Args:
         config: the run's :class:`~generation.engine.GenerationConfig`.
         state: this process's ``PartialState``.
 
     Returns:
-        A copy of the options; for the ``transformers`` backend without a ``device`` (or with
-            ``"auto"``) under several processes, ``device`` is set to the process's device.
+        A copy of the options, as the placement returns it; unchanged for a backend without a
+            placement (or not registered: an object passed in).
 
     Raises:
-        ValueError: ``device_map`` is given for the transformers backend under several processes.
+        ValueError: the placement refuses the options (e.g. ``device_map`` for the transformers
+            backend under several processes).
     """
+    from .backends import BACKENDS, load_attr
+
     opts = dict(config.backend_options)
-    if config.backend == "transformers" and opts.get("device") in (None, "auto") and state.num_processes > 1:
-        if opts.get("device_map") is not None:
-            raise ValueError(
-                "device_map cannot be combined with several processes (each process holds one model copy on its "
-                "own device); launch one process per model copy, or one process with device_map='auto'"
-            )
-        opts["device"] = str(state.device)
-    return opts
+    spec = BACKENDS.get(config.backend)
+    if spec is None or spec.placement is None:
+        return opts
+    return load_attr(spec.placement, f"backend {config.backend!r}'s placement")(opts, state)
 
 
 def generate_distributed(

@@ -78,7 +78,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "turns).",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--backend", default="template", choices=sorted(BACKENDS),
-                   help="generator backend (default: template, the CPU simulator built from STAR)")
+                   help="generator backend, from the registry (generation.backends.BACKENDS): "
+                        + "; ".join(f"{n}: {b.needs}" if b.needs else n for n, b in sorted(BACKENDS.items()))
+                        + " (default: template, the CPU simulator built from the source's surface templates)")
     p.add_argument("--backend-option", action="append", default=[], type=_parse_option, metavar="KEY=VALUE",
                    help="backend constructor option (repeatable; VALUE parsed as JSON when possible), "
                         "e.g. model=google/gemma-3-1b-it (default: none)")
@@ -222,7 +224,8 @@ def config_options(args: argparse.Namespace) -> dict:
 def conformance_check(args: argparse.Namespace) -> str | None:
     """The conformance check in force (:mod:`generation.conformance`): ``--check-conformance [CHECK]``,
     none with ``--no-check-conformance``, else the default check for backends that role-play with a
-    language model (they may not follow the workflow) and none for the template backend.
+    language model (they may not follow the workflow; :attr:`generation.backends.BackendSpec.llm`)
+    and none for the others (the template backend).
 
     Args:
         args: the parsed arguments.
@@ -236,8 +239,9 @@ def conformance_check(args: argparse.Namespace) -> str | None:
         return None
     if getattr(args, "check_conformance", None):
         return args.check_conformance
-    # by name: importing an LLM backend's module to ask it would load torch before any work
-    return None if args.backend == "template" else DEFAULT_CHECK
+    # the registry says (importing an LLM backend's module to ask it would load torch before any work)
+    spec = BACKENDS.get(args.backend)
+    return DEFAULT_CHECK if spec is None or spec.llm else None
 
 
 def task_names(args: argparse.Namespace) -> tuple[str, ...] | None:

@@ -84,11 +84,15 @@ def _package_of(module: str, path: Path) -> str:
 
 
 def _strings(node: ast.AST) -> list[str]:
-    """The string constants among the values of a dict literal or a dict comprehension."""
+    """The string constants among the values of a dict literal or a dict comprehension, and the
+    ``"module:attr"`` strings anywhere in a tuple or list literal (a table of registry specs)."""
     if isinstance(node, ast.Dict):
         return [v.value for v in node.values if isinstance(v, ast.Constant) and isinstance(v.value, str)]
     if isinstance(node, ast.DictComp) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
         return [node.value.value]
+    if isinstance(node, (ast.Tuple, ast.List)):  # a table of specs: their "module:attr" strings
+        return [c.value for c in ast.walk(node) if isinstance(c, ast.Constant) and isinstance(c.value, str)
+                and c.value.count(":") == 1]
     return []
 
 

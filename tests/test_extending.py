@@ -3,7 +3,8 @@
 * a new metric: a ``(ref, cand) -> distance`` function plugged into Task 2 (``--metric``), and
   a built-in one: one :class:`dialfork_metrics.registry.MetricSpec` registered at run time, seen by
   ``score_pairs``, the benchmark's tables, the report and the method lists;
-* a new generation backend: a class registered in ``generation.backends.BACKENDS``;
+* a new generation backend: a class registered with ``generation.backends.register_backend``, seen
+  by the engine, the CLI, the device placement and the records' version;
 * a new workflow source: a dict in the workflow-file format, and a class implementing
   ``dialfork_dataset.sources.WorkflowSource``;
 * a new hallucination type: the taxonomy extended, in a subprocess (the taxonomy is read at import
@@ -169,12 +170,27 @@ class ToyBackend:
         return out
 
 
-def test_new_backend_registers_and_generates(tmp_path, monkeypatch):
+def toy_place(options: dict, state) -> dict:
+    """Toy device placement (a BackendSpec's ``placement``): the process's device as ``greeting`` suffix."""
+    return {**options, "greeting": f"{options.get('greeting', 'Hello')} from {state.device}"}
+
+
+@pytest.fixture
+def toy_backend():
+    """Checklist step 2, at run time: one registry entry (step 1, the class, is ToyBackend above)."""
+    from generation.backends import BackendSpec, register_backend, unregister_backend
+
+    spec = register_backend(BackendSpec("toy", "test_extending:ToyBackend", llm=True,
+                                        placement="test_extending:toy_place", needs="nothing (a toy)"))
+    yield spec
+    unregister_backend("toy")
+
+
+def test_new_backend_registers_and_generates(tmp_path, toy_backend):
     from dialfork_dataset.forks import system_turn_positions
     from generation import GenerationConfig, generate_corpus
-    from generation.backends import BACKENDS, get_backend
+    from generation.backends import get_backend
 
-    monkeypatch.setitem(BACKENDS, "toy", "test_extending:ToyBackend")  # the registry, restored after the test
     assert isinstance(get_backend("toy", greeting="Hi"), ToyBackend)
     out = tmp_path / "toy_corpus"
     generate_corpus(GenerationConfig(star=f"workflow:{EXAMPLE}", out=str(out), backend="toy",
@@ -188,6 +204,50 @@ def test_new_backend_registers_and_generates(tmp_path, monkeypatch):
         t = system_turn_positions(f["turns"])[f["fork_turn"] - 1]  # t_k counts system turns from 1
         assert [x["text"] for x in f["turns"][:t]] == [x["text"] for x in parent["turns"][:t]]
         assert f["turns"][t]["text"] != parent["turns"][t]["text"]
+
+
+def test_new_backend_is_seen_by_the_cli_placement_and_version(tmp_path, toy_backend, capsys):
+    """The registry entry is all the rest needs: ``--backend toy`` (choices read at parse time), the
+    default conformance check (``llm``), device placement under accelerate (``placement``), the
+    records' code_version (``target``)."""
+    from types import SimpleNamespace
+
+    from generation.backends import BACKENDS, UnknownBackendError, get_backend, unregister_backend
+    from generation.cli import main
+    from generation.conformance import DEFAULT_CHECK
+    from generation.distributed import backend_options_for_process
+    from generation.engine.version import backend_code_files
+    from generation.options import build_parser, conformance_check
+
+    out = tmp_path / "cli"
+    argv = ["--backend", "toy", "--backend-option", "greeting=Hey", "--source", f"workflow:{EXAMPLE}",
+            "--out", str(out), "--per-task", "1", "--no-progress", "--quiet"]
+    assert conformance_check(build_parser().parse_args(argv)) == DEFAULT_CHECK  # an LLM backend: D+ checked
+    assert main([*argv, "--no-check-conformance"]) == 0, capsys.readouterr().err
+    recs = read_records(out)
+    assert len(recs) == 2 * 17 and {r["generator"] for r in recs} == {"toy"}
+    assert all(t["text"].startswith("Hey,") for r in recs for t in r["turns"])
+    assert "toy: nothing (a toy)" in " ".join(build_parser().format_help().split())
+    config = SimpleNamespace(backend="toy", backend_options={"greeting": "Hi"})
+    assert backend_options_for_process(config, SimpleNamespace(num_processes=2, device="cuda:1")) == \
+        {"greeting": "Hi from cuda:1"}
+    assert [p.name for p in backend_code_files("toy")] == ["test_extending.py"]
+    unregister_backend("toy")
+    assert "toy" not in BACKENDS
+    with pytest.raises(UnknownBackendError, match="unknown backend 'toy'; registered: template, transformers, openai"):
+        get_backend("toy")
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(argv)  # no longer a choice
+    assert "invalid choice: 'toy'" in capsys.readouterr().err
+
+
+def test_backend_registry_refuses_bad_entries():
+    from generation.backends import BackendSpec, register_backend
+
+    with pytest.raises(ValueError, match="backend 'template' is already registered"):
+        register_backend("template", "x:Y")
+    with pytest.raises(ValueError, match="backend 'bad': target must be 'module:attr'"):
+        BackendSpec("bad", "no_colon")
 
 
 # -- a new workflow source --------------------------------------------------------------------------

@@ -34,10 +34,10 @@ def backend_code_files(backend: str) -> list[Path]:
     """
     from ..backends import BACKENDS
 
-    target = BACKENDS.get(backend)
-    if target is None:
+    entry = BACKENDS.get(backend)
+    if entry is None:
         return []
-    spec = importlib.util.find_spec(target.partition(":")[0])
+    spec = importlib.util.find_spec(entry.target.partition(":")[0])
     if spec is None or spec.origin is None:
         return []
     if spec.submodule_search_locations:  # a package
