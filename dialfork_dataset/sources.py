@@ -10,8 +10,14 @@ Spec strings, as the CLIs take them (``--source``)::
 
     star:PATH         a STAR copy (folder with tasks/ and apis/)
     workflow:PATH     a workflow file (YAML), or a folder of them (its *.yaml/*.yml files: one source)
+    KIND:PATH         a kind registered with :func:`register_source_kind` (:data:`SOURCE_KINDS`)
     PATH              a folder: STAR (a folder without tasks/ that holds .yaml/.yml files: workflow
                       files); a .yaml/.yml file: a workflow file
+
+:func:`parse_source_spec` is the one parser of these strings; every CLI and library function that
+takes a source spec goes through it (and :func:`open_source`). Each kind is one
+:class:`SourceKind` in :data:`SOURCE_KINDS`: its opener, and what the dataset card says of the
+source material (source dataset, licence, credit).
 
 Optional parts of a source. A backend that needs one asks :meth:`WorkflowTask.missing` and
 raises :class:`SourceError` naming the task and the missing field. Features:
@@ -24,8 +30,11 @@ raises :class:`SourceError` naming the task and the missing field. Features:
 
 from __future__ import annotations
 
+import importlib
 import os
-from collections.abc import Mapping, Sequence
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -33,7 +42,108 @@ from .errors import SourceError
 
 #: The optional parts a backend may require of a task (see :meth:`WorkflowTask.missing`).
 FEATURES = ("surface_templates", "api", "kb")
-SOURCE_KINDS = ("star", "workflow")
+
+
+@dataclass(frozen=True)
+class SourceKind:
+    """One kind of workflow source, named by its spec prefix (``KIND:PATH``).
+
+    Attributes:
+        name: the spec prefix (``star``, ``workflow``, ...).
+        opener: ``"module:attr"`` (imported on first use) or a callable: ``opener(path) -> source``,
+            ``path`` the resolved :class:`~pathlib.Path`.
+        describe: what ``PATH`` is, in a few words (help texts and errors).
+        title: the source's name as the dataset card uses it (``"the STAR scenarios"``: ``"STAR"``).
+        source_dataset: the card's ``source_datasets`` entry (e.g. ``"extended|other-star"``);
+            ``None``: none is declared (and the card's tags do not name the source).
+        licence: the source material's licence (e.g. ``"MIT"``); ``None``: not declared.
+        credit: where the material comes from, as the card's "How it was made" says it (e.g.
+            ``"STAR (Mosig et al., 2020; MIT)"``).
+        note: a further clause for that paragraph (e.g. that STAR's human dialogues are left out).
+        available: ``available(path) -> bool``: whether a recorded source can still be opened
+            (default: the path exists).
+        bare: record the spec as the bare path (STAR only, as before source kinds existed, so old
+            runs resume); otherwise ``KIND:PATH``.
+    """
+
+    name: str
+    opener: str | Callable[[Path], Any]
+    describe: str = "a path"
+    title: str = "workflow-file"
+    source_dataset: str | None = None
+    licence: str | None = None
+    credit: str = "the workflow files given to the generator"
+    note: str | None = None
+    available: Callable[[Path], bool] = Path.exists
+    bare: bool = False
+
+    def open(self, path: Path) -> Any:
+        """The source at ``path``.
+
+        Args:
+            path: the resolved path of the spec.
+
+        Returns:
+            The opener's source.
+        """
+        opener = self.opener
+        if isinstance(opener, str):
+            mod, _, attr = opener.partition(":")
+            opener = getattr(importlib.import_module(mod), attr)
+        return opener(path)
+
+
+#: The source-kind registry: spec prefix -> :class:`SourceKind`.
+SOURCE_KINDS: dict[str, SourceKind] = {}
+
+
+def register_source_kind(kind: SourceKind, *, replace: bool = False) -> SourceKind:
+    """Register a source kind: ``KIND:PATH`` then opens with it everywhere a spec is taken.
+
+    Args:
+        kind: the kind.
+        replace: allow replacing a registered kind of that name (default ``False``).
+
+    Returns:
+        ``kind``.
+
+    Raises:
+        ValueError: the name is already registered (and ``replace`` is false), or is not an
+            identifier of 2 characters or more (a one-letter name would read as a Windows drive).
+    """
+    if not (kind.name.isidentifier() and len(kind.name) > 1):
+        raise ValueError(f"source kind {kind.name!r}: the name must be an identifier of 2 characters or more")
+    if kind.name in SOURCE_KINDS and not replace:
+        raise ValueError(f"source kind {kind.name!r} is already registered; pass replace=True or pick another name")
+    SOURCE_KINDS[kind.name] = kind
+    return kind
+
+
+def unregister_source_kind(name: str) -> None:
+    """Remove source kind ``name`` (nothing happens when it is not registered).
+
+    Args:
+        name: a registered kind's name.
+    """
+    SOURCE_KINDS.pop(name, None)
+
+
+def source_kind(name: str) -> SourceKind:
+    """The :class:`SourceKind` registered as ``name``.
+
+    Args:
+        name: a key of :data:`SOURCE_KINDS`.
+
+    Returns:
+        The kind.
+
+    Raises:
+        SourceError: ``name`` is not registered (the message lists the registered kinds).
+    """
+    if name not in SOURCE_KINDS:
+        raise SourceError(f"unknown source kind {name!r}; registered: {', '.join(SOURCE_KINDS)} "
+                          "(add one with dialfork_dataset.sources.register_source_kind)")
+    return SOURCE_KINDS[name]
 
 
 @runtime_checkable
@@ -256,26 +366,33 @@ def is_source(obj: Any) -> bool:
 
 
 def parse_source_spec(spec: str | os.PathLike) -> tuple[str, Path]:
-    """``(kind, path)`` of a spec string (see the module doc); the path is resolved.
+    """``(kind, path)`` of a spec string (see the module doc); the path is resolved. The one parser
+    of source specs.
 
     Args:
-        spec: ``star:PATH``, ``workflow:PATH`` or a bare path (a ``.yaml``/``.yml`` name or an
-            existing file is a workflow file, and so is a folder without ``tasks/`` that holds
-            such files; anything else a STAR copy). ``~`` is expanded.
+        spec: ``KIND:PATH`` (a kind of :data:`SOURCE_KINDS`: ``star``, ``workflow``, ...) or a bare
+            path (a ``.yaml``/``.yml`` name or an existing file is a workflow file, and so is a
+            folder without ``tasks/`` that holds such files; anything else a STAR copy). ``~`` is
+            expanded.
 
     Returns:
-        tuple[str, Path]: ``("star" | "workflow", absolute path)``; the path need not exist.
+        tuple[str, Path]: ``(kind, absolute path)``; the path need not exist.
 
     Raises:
-        SourceError: ``star:`` or ``workflow:`` with nothing after it.
+        SourceError: ``KIND:`` with nothing after it, or a ``WORD:PATH`` that names no registered
+            kind (and no existing path): the message lists the registered kinds.
     """
     text = os.fspath(spec)
     kind, sep, rest = text.partition(":")
     if sep and kind in SOURCE_KINDS:
         if not rest:
-            raise SourceError(f"source {text!r}: no path after '{kind}:'")
+            raise SourceError(f"source {text!r}: no path after '{kind}:' (give {kind}:PATH, "
+                              f"PATH {SOURCE_KINDS[kind].describe})")
         return kind, Path(rest).expanduser().resolve()
     p = Path(text).expanduser().resolve()
+    if sep and rest and kind.isidentifier() and len(kind) > 1 and not p.exists():
+        raise SourceError(f"source {text!r}: unknown source kind {kind!r}; registered: {', '.join(SOURCE_KINDS)} "
+                          "(give KIND:PATH, or add the kind with dialfork_dataset.sources.register_source_kind)")
     if p.suffix.lower() in (".yaml", ".yml") or p.is_file():
         return "workflow", p
     if p.is_dir() and not (p / "tasks").is_dir() and any(p.glob("*.y*ml")):
@@ -285,41 +402,81 @@ def parse_source_spec(spec: str | os.PathLike) -> tuple[str, Path]:
 
 def source_identity(spec: str | os.PathLike) -> str:
     """The spec in a canonical form (a generation run's identity): a STAR copy by its resolved path
-    (as before sources existed, so old runs resume), a workflow file as ``workflow:<resolved path>``.
+    (as before sources existed, so old runs resume), any other kind as ``KIND:<resolved path>``.
 
     Args:
         spec: A spec string or path (see :func:`parse_source_spec`).
 
     Returns:
-        str: The resolved path (STAR) or ``workflow:<resolved path>``.
+        str: The resolved path (STAR) or ``KIND:<resolved path>``.
 
     Raises:
-        SourceError: ``star:`` or ``workflow:`` with nothing after it.
+        SourceError: ``KIND:`` with nothing after it.
     """
     kind, path = parse_source_spec(spec)
-    return str(path) if kind == "star" else f"workflow:{path}"
+    return str(path) if SOURCE_KINDS[kind].bare else f"{kind}:{path}"
 
 
 def source_record(spec: str | os.PathLike) -> str:
     """The spec as a generation manifest records it: the path as given (relative paths stay relative
-    to the folder the command ran in, so a manifest names no machine's absolute path), a workflow
-    file prefixed ``workflow:``. Two records name the same source when their
+    to the folder the command ran in, so a manifest names no machine's absolute path), prefixed
+    ``KIND:`` unless the kind is STAR. Two records name the same source when their
     :func:`source_identity` is equal.
 
     Args:
         spec: A spec string or path (see :func:`parse_source_spec`).
 
     Returns:
-        str: The path as given (STAR) or ``workflow:<path as given>``.
+        str: The path as given (STAR) or ``KIND:<path as given>``.
 
     Raises:
-        SourceError: ``star:`` or ``workflow:`` with nothing after it.
+        SourceError: ``KIND:`` with nothing after it.
     """
     text = os.fspath(spec)
     kind, _ = parse_source_spec(text)
     prefix, sep, rest = text.partition(":")
     given = rest if sep and prefix in SOURCE_KINDS else text
-    return given if kind == "star" else f"workflow:{given}"
+    return given if SOURCE_KINDS[kind].bare else f"{kind}:{given}"
+
+
+def recorded_source(spec: Any) -> str | None:
+    """A recorded source spec (a generation manifest's ``config.star``), if it can still be opened.
+
+    Args:
+        spec: the recorded spec (anything: a manifest may hold any JSON).
+
+    Returns:
+        ``spec`` when it is a spec string whose kind's ``available(path)`` holds (STAR: a folder
+            with ``tasks/``; other kinds: the path exists), else ``None``.
+    """
+    if not isinstance(spec, str) or not spec:
+        return None
+    try:
+        kind, path = parse_source_spec(spec)
+    except SourceError:
+        return None
+    return spec if SOURCE_KINDS[kind].available(path) else None
+
+
+def card_source(spec: Any = None) -> dict[str, Any]:
+    """What the dataset card says of a corpus's source material, from its kind's declaration.
+
+    Args:
+        spec: the corpus's recorded source spec (``None`` or unparseable: STAR, the corpus's
+            default source).
+
+    Returns:
+        ``{"kind", "title", "source_dataset", "licence", "credit", "note"}`` of the spec's kind.
+    """
+    kind = "star"
+    if isinstance(spec, str | os.PathLike) and os.fspath(spec):
+        try:
+            kind, _ = parse_source_spec(spec)
+        except SourceError:
+            pass
+    k = SOURCE_KINDS[kind]
+    return {"kind": k.name, "title": k.title, "source_dataset": k.source_dataset, "licence": k.licence,
+            "credit": k.credit, "note": k.note}
 
 
 def open_source(spec: Any = None) -> WorkflowSource:
@@ -330,33 +487,68 @@ def open_source(spec: Any = None) -> WorkflowSource:
         spec: A spec string or path, a source object, or None.
 
     Returns:
-        WorkflowSource: A :class:`~dialfork_dataset.star.StarCorpus`, a
-        :class:`~dialfork_dataset.workflow.WorkflowCorpus`, or ``spec`` itself.
+        WorkflowSource: What the kind's opener returns (a :class:`~dialfork_dataset.star.StarCorpus`,
+        a :class:`~dialfork_dataset.workflow.WorkflowCorpus`, ...), or ``spec`` itself.
 
     Raises:
-        SourceError: ``spec`` is an object that is not a source, or an empty ``star:`` /
-            ``workflow:`` spec; a workflow file's problems
-            (:class:`~dialfork_dataset.workflow_check.WorkflowError`, a subclass).
+        SourceError: ``spec`` is an object that is not a source, or an empty ``KIND:`` spec; a
+            workflow file's problems (:class:`~dialfork_dataset.workflow_check.WorkflowError`, a
+            subclass).
         StarError: The STAR copy is missing or wrong (or ``$DIALFORK_STAR_DIR`` is unset when
             ``spec`` is None).
     """
     if spec is not None and not isinstance(spec, (str, os.PathLike)):
         if is_source(spec):
             return spec
-        raise SourceError(f"not a workflow source: {type(spec).__name__} (give star:PATH, workflow:PATH or an "
-                          "object with tasks, domains, scenarios, length_budget, ...)")
+        raise SourceError(f"not a workflow source: {type(spec).__name__} (give "
+                          f"{', '.join(k + ':PATH' for k in SOURCE_KINDS)} or an object with tasks, domains, "
+                          "scenarios, length_budget, ...)")
     if spec is None:
         from .star import StarCorpus
 
         return StarCorpus()
     kind, path = parse_source_spec(spec)
-    if kind == "workflow":
-        from .workflow import WorkflowCorpus
+    return SOURCE_KINDS[kind].open(path)
 
-        return WorkflowCorpus(path)
-    from .star import StarCorpus
 
-    return StarCorpus(path)
+def source_spec_of(source: Any) -> str | None:
+    """The spec that reopens a source object: ``KIND:<its path>`` for an object whose class is a
+    registered kind's opener and that has a ``path``.
+
+    Args:
+        source: a source object (or a spec string, returned as is).
+
+    Returns:
+        The spec, or ``None`` when no registered kind opens such objects (or it has no ``path``).
+    """
+    if source is None or isinstance(source, str | os.PathLike):
+        return None if source is None else os.fspath(source)
+    path = getattr(source, "path", None)
+    for k in SOURCE_KINDS.values():
+        opener = k.opener
+        if isinstance(opener, str):  # an object of the class was made, so its module is loaded
+            mod, _, attr = opener.partition(":")
+            opener = getattr(sys.modules.get(mod), attr, None)
+        if path is not None and isinstance(opener, type) and isinstance(source, opener):
+            return f"{k.name}:{path}"
+    return None
+
+
+def _star_available(path: Path) -> bool:
+    return (path / "tasks").is_dir()
+
+
+#: The built-in source kinds, in the order the registry lists them.
+BUILTIN_SOURCE_KINDS = (
+    SourceKind("star", "dialfork_dataset.star:StarCorpus", "a STAR copy (a folder with tasks/ and apis/)",
+               title="STAR", source_dataset="extended|other-star", licence="MIT",
+               credit="STAR (Mosig et al., 2020; MIT)", note="STAR's human dialogues are not part of DialFork",
+               available=_star_available, bare=True),
+    SourceKind("workflow", "dialfork_dataset.workflow:WorkflowCorpus",
+               "a workflow file (YAML, docs/workflows.md) or a folder of them"),
+)
+for _kind in BUILTIN_SOURCE_KINDS:
+    register_source_kind(_kind)
 
 
 def require(source: WorkflowSource, feature: str, tasks: Sequence[str] | None = None, *,
@@ -386,5 +578,7 @@ def require(source: WorkflowSource, feature: str, tasks: Sequence[str] | None = 
                           + "\n".join(f"- {e}" for e in errors), errors)
 
 
-__all__ = ["FEATURES", "ScenarioLike", "SourceError", "WorkflowSource", "is_source", "WorkflowTask",
-           "open_source", "parse_source_spec", "require", "source_identity", "source_record"]
+__all__ = ["FEATURES", "SOURCE_KINDS", "ScenarioLike", "SourceError", "SourceKind", "WorkflowSource", "WorkflowTask",
+           "card_source", "is_source", "open_source", "parse_source_spec", "recorded_source", "register_source_kind",
+           "require", "source_identity", "source_kind", "source_record", "source_spec_of",
+           "unregister_source_kind", "BUILTIN_SOURCE_KINDS"]

@@ -166,7 +166,9 @@ class LLMJudge:
     ----------
     model: model id/path (transformers) or served model name (openai).
     backend: ``"transformers"`` or ``"openai"`` (ignored when ``client`` is given).
-    star_dir: STAR folder for the workflow text (default ``$DIALFORK_STAR_DIR`` or the reader's).
+    star_dir: workflow source for the workflow text: a STAR folder or any source spec
+        (``workflow:PATH``, ``KIND:PATH``: :func:`dialfork_dataset.sources.open_source`; default
+        ``$DIALFORK_STAR_DIR``).
     workflows: ``{task: workflow text}`` overriding STAR.
     base_url, api_key: endpoint of the openai backend.
     batch_size, max_new_tokens, device, dtype: generation settings.
@@ -223,10 +225,10 @@ class LLMJudge:
 
     def workflow_for(self, task: str) -> str:
         if task not in self.workflows:
-            from dialfork_dataset.star import StarCorpus
+            from dialfork_dataset.sources import open_source
 
-            if self._star is None:
-                self._star = StarCorpus(self.star_dir) if self.star_dir is not None else StarCorpus()
+            if self._star is None:  # any source spec (dialfork_dataset.sources); None: $DIALFORK_STAR_DIR
+                self._star = open_source(self.star_dir)
             self.workflows[task] = self._star.task(task).render_steps(with_templates=False)
         return self.workflows[task]
 

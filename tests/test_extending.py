@@ -5,8 +5,9 @@
   ``score_pairs``, the benchmark's tables, the report and the method lists;
 * a new generation backend: a class registered with ``generation.backends.register_backend``, seen
   by the engine, the CLI, the device placement and the records' version;
-* a new workflow source: a dict in the workflow-file format, and a class implementing
-  ``dialfork_dataset.sources.WorkflowSource``;
+* a new workflow source: a dict in the workflow-file format, a class implementing
+  ``dialfork_dataset.sources.WorkflowSource``, and a source kind (``toy:PATH``) registered with
+  ``dialfork_dataset.sources.register_source_kind``, seen by every CLI that takes a source spec;
 * a new hallucination type: the taxonomy extended, in a subprocess (the taxonomy is read at import
   time by every module, so the test edits the module's source before anything imports it; nothing
   is monkeypatched in this process).
@@ -308,6 +309,78 @@ def test_new_workflow_source_class(tmp_path):
                     progress=False)
     used = {r["scenario_id"] for r in read_records(out)}  # fc05 and cs05 (unhappy) are left out
     assert used == {"fc01", "fc02", "fc03", "fc04", "fc06", "cs01", "cs02", "cs03", "cs04", "cs06"}
+
+
+def open_toy(path):
+    """Toy source kind's opener: a workflow file, its happy scenarios only."""
+    from dialfork_dataset.workflow import WorkflowCorpus
+
+    return HappyOnly(WorkflowCorpus(path))
+
+
+@pytest.fixture
+def toy_source_kind():
+    """The class checklist's step 4, at run time: one registry entry makes ``toy:PATH`` a spec."""
+    from dialfork_dataset.sources import SourceKind, register_source_kind, unregister_source_kind
+
+    kind = register_source_kind(SourceKind("toy", "test_extending:open_toy", "a workflow file (happy scenarios)",
+                                           title="toy", source_dataset="original", licence="CC0-1.0",
+                                           credit="a toy workflow file (CC0-1.0)"))
+    yield kind
+    unregister_source_kind("toy")
+
+
+def test_new_source_kind_is_one_registry_entry(tmp_path, toy_source_kind, capsys):
+    """``toy:PATH`` works wherever a source spec is taken: ``python -m generation --source`` (its
+    ``main()``, in process), the one spec parser, the audit's ``--source``, Task 3's source read back
+    from a corpus's manifest, the judge's workflow text and the dataset card's credits."""
+    from dialfork_dataset.sources import (
+        card_source,
+        open_source,
+        parse_source_spec,
+        recorded_source,
+        source_identity,
+        source_spec_of,
+    )
+    from dialfork_metrics.audit.core import parse_source
+    from dialfork_metrics.judge import LLMJudge
+    from dialfork_metrics.task3.__main__ import _manifest_star
+    from generation.cli import main
+    from generation.options import build_parser
+
+    spec = f"toy:{EXAMPLE}"
+    assert parse_source_spec(spec) == ("toy", EXAMPLE.resolve()) and source_identity(spec) == f"toy:{EXAMPLE.resolve()}"
+    assert isinstance(open_source(spec), HappyOnly)
+    assert "toy:PATH, a workflow file (happy scenarios)" in " ".join(build_parser().format_help().split())
+    out = tmp_path / "toy_source"
+    assert main(["--source", spec, "--out", str(out), "--per-task", "5", "--no-progress", "--quiet"]) == 0, \
+        capsys.readouterr().err
+    used = {r["scenario_id"] for r in read_records(out)}  # the unhappy fc05 and cs05 are left out
+    assert used == {"fc01", "fc02", "fc03", "fc04", "fc06", "cs01", "cs02", "cs03", "cs04", "cs06"}
+    assert json.loads((out / "manifest.json").read_text(encoding="utf-8"))["config"]["star"] == spec
+    assert _manifest_star(str(out)) == recorded_source(spec) == spec  # Task 3 reads the source back
+    assert parse_source(spec, None) == spec  # the agent audit's --source
+    judge = LLMJudge(client=object(), star_dir=spec)
+    assert judge.workflow_for("insurance_claim_status") == \
+        open_source(spec).task("insurance_claim_status").render_steps(with_templates=False)
+    assert card_source(spec) == {"kind": "toy", "title": "toy", "source_dataset": "original", "licence": "CC0-1.0",
+                                 "credit": "a toy workflow file (CC0-1.0)", "note": None}
+    assert card_source(None)["source_dataset"] == "extended|other-star"  # a corpus without a manifest: STAR
+    assert source_spec_of(open_source(f"workflow:{EXAMPLE}")) == f"workflow:{EXAMPLE.resolve()}"
+
+
+def test_an_unknown_source_kind_lists_the_registered_ones(toy_source_kind):
+    from dialfork_dataset.sources import SourceError, SourceKind, parse_source_spec, register_source_kind
+    from dialfork_metrics.audit.core import AuditError, parse_source
+
+    with pytest.raises(SourceError, match="unknown source kind 'toyy'; registered: star, workflow, toy"):
+        parse_source_spec("toyy:/nowhere")
+    with pytest.raises(AuditError, match="expected star:PATH or workflow:PATH or toy:PATH"):
+        parse_source("toyy:/nowhere", None)
+    with pytest.raises(SourceError, match="no path after 'toy:'"):
+        parse_source_spec("toy:")
+    with pytest.raises(ValueError, match="source kind 'star' is already registered"):
+        register_source_kind(SourceKind("star", "x:y"))
 
 
 # -- a new hallucination type -----------------------------------------------------------------------

@@ -73,6 +73,7 @@ from ..hidden import (
     turns_hash,
 )
 from ..jsonl import write_jsonl
+from ..sources import card_source
 from .blind import blind_features, blind_pair_features, make_blind, make_hidden_blind
 from .card import add_audit_section, build_card, features_yaml, read_card_gold_revision
 from .card import example_row as _example_row
@@ -126,15 +127,16 @@ def _resolve_key(key: HiddenKey | str | os.PathLike | None, blind_key: bytes | s
     return hk
 
 
-def _corpus_seed(src: Any) -> int | None:
-    """The base seed in a generator output folder's manifest.json (None when there is none)."""
+def _corpus_seed(src: Any, field: str = "seed") -> Any:
+    """The base seed (or another ``config`` ``field``, e.g. the source spec ``"star"``) in a
+    generator output folder's manifest.json (None when there is none)."""
     if not isinstance(src, str | os.PathLike):
         return None
     m = Path(src) / "manifest.json"
     if not m.is_file():
         return None
     try:
-        return json.loads(m.read_text(encoding="utf-8"))["config"]["seed"]
+        return json.loads(m.read_text(encoding="utf-8"))["config"][field]
     except (KeyError, TypeError, json.JSONDecodeError):
         return None
 
@@ -453,6 +455,7 @@ def export_hub_layout(
             "generators": sorted({r["generator"] for r in public_records}),
             "hidden": hidden_info,
             "conformance": conformance_summary(list(public_records) + list(hidden_records), n_dropped),
+            "source": card_source(_corpus_seed(src, "star")),  # what the card credits: the source kind's
         }
         card = build_card(counts, feats, sizes, stats, DEFAULT_CONFIG, revision,
                           _example_row(rows["forked"]["test"] or rows["task3"]["train"]))

@@ -15,7 +15,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--agent", required=True, help="the agent's API root, e.g. http://127.0.0.1:8000/v1")
     ap.add_argument("--model", required=True, help="the served model name")
     ap.add_argument("--api-key-env", default=None, help="environment variable holding the bearer token")
-    ap.add_argument("--source", default=None, help="workflow source: star:PATH or workflow:PATH (a workflow file or a folder of them)")
+    ap.add_argument("--source", default=None, help="workflow source: star:PATH or workflow:PATH (a workflow file or a folder of them); KIND:PATH for any kind of dialfork_dataset.sources.SOURCE_KINDS")
     ap.add_argument("--star", default=None, help="STAR copy (same as --source star:PATH; default $DIALFORK_STAR_DIR)")
     ap.add_argument("--tasks", required=True, help="comma-separated task names of the source")
     ap.add_argument("--per-task", type=int, default=5, help="scenarios per task (default 5)")

@@ -26,16 +26,24 @@ DEFAULT_SAMPLING: dict[str, Any] = {"temperature": 0.0, "max_tokens": 256}
 
 
 def parse_source(source: str | None, star: str | None) -> str | None:
-    """The workflow source spec to open: ``star:PATH`` or ``workflow:PATH`` (``--source``), else the
-    ``--star`` path (None: ``$DIALFORK_STAR_DIR``)."""
+    """The workflow source spec to open: ``KIND:PATH`` (``--source``; a kind of
+    :data:`dialfork_dataset.sources.SOURCE_KINDS`, parsed by its one parser), else the ``--star``
+    path (None: ``$DIALFORK_STAR_DIR``)."""
+    from dialfork_dataset.sources import SOURCE_KINDS, SourceError, parse_source_spec, source_record
+
     if source is None:
         return star
     kind, sep, path = str(source).partition(":")
-    if not sep or not path or kind not in ("star", "workflow"):
-        raise AuditError(f"--source {source!r}: expected star:PATH or workflow:PATH")
+    if not sep or kind not in SOURCE_KINDS:
+        raise AuditError(f"--source {source!r}: expected {' or '.join(k + ':PATH' for k in SOURCE_KINDS)} "
+                         "(the registered source kinds)")
+    try:
+        parse_source_spec(source)
+    except SourceError as e:
+        raise AuditError(f"--source: {e}") from None
     if star is not None and (kind != "star" or os.path.abspath(star) != os.path.abspath(path)):
         raise AuditError(f"--source {source!r} and --star {star!r} name different workflow sources; give one")
-    return path if kind == "star" else f"workflow:{path}"
+    return source_record(source)
 
 
 def open_audit_source(spec: str | None):

@@ -368,7 +368,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kind", choices=KINDS, default="faithful")
     ap.add_argument("--model", default=None)
     ap.add_argument("--star", default=None, help="STAR copy (default $DIALFORK_STAR_DIR)")
-    ap.add_argument("--source", default=None, help="workflow source (star:PATH or workflow:PATH) instead of --star")
+    ap.add_argument("--source", default=None, help="workflow source (star:PATH or workflow:PATH) instead of --star; KIND:PATH for any kind of dialfork_dataset.sources.SOURCE_KINDS")
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--derail-at", type=int, default=DEFAULT_DERAIL_AT)
     ap.add_argument("--htypes", default=",".join(DEFAULT_HTYPES), help="derailed: hallucination types, cycled by seed")

@@ -118,8 +118,8 @@ def _detector_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         api_key = _api_key(args)
         star_dir = args.star_dir
         if star_dir is None and args.with_workflow:
-            made_from = _manifest_star(args.data)  # a workflow file wins over $DIALFORK_STAR_DIR
-            if made_from is not None and (made_from.startswith("workflow:") or not os.environ.get("DIALFORK_STAR_DIR")):
+            made_from = _manifest_star(args.data)  # a source of another kind wins over $DIALFORK_STAR_DIR
+            if made_from is not None and (_source_kind(made_from) != "star" or not os.environ.get("DIALFORK_STAR_DIR")):
                 star_dir = made_from
         return {"model": args.model, "backend": args.backend, "base_url": args.base_url, "api_key": api_key,
                 "with_workflow": args.with_workflow, "star_dir": star_dir, "prompt": args.prompt,
@@ -143,16 +143,23 @@ def _api_key(args: argparse.Namespace) -> str | None:
 
 
 def _manifest_star(data: str) -> str | None:
-    """The workflow source (STAR folder or ``workflow:FILE``) a generator output folder was made from
-    (its manifest), if it still exists."""
+    """The workflow source spec (a STAR folder, ``workflow:FILE``, any registered ``KIND:PATH``) a
+    generator output folder was made from (its manifest), if it can still be opened
+    (:func:`dialfork_dataset.sources.recorded_source`)."""
+    from dialfork_dataset.sources import recorded_source
+
     m = Path(data) / "manifest.json"
     try:
         star = json.loads(m.read_text(encoding="utf-8"))["config"]["star"]
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    if isinstance(star, str) and star.startswith("workflow:"):  # a workflow file (dialfork_dataset.sources)
-        return star if Path(star[len("workflow:"):]).is_file() else None
-    return star if (Path(star) / "tasks").is_dir() else None
+    return recorded_source(star)
+
+
+def _source_kind(spec: str) -> str:
+    from dialfork_dataset.sources import parse_source_spec
+
+    return parse_source_spec(spec)[0]
 
 
 def _encoder(args: argparse.Namespace):

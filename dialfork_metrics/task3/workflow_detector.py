@@ -574,14 +574,9 @@ class WorkflowDetector:
         return p
 
     def _workflow_spec(self) -> str | None:
-        w = self.workflow
-        if w is None:
-            return None
-        if isinstance(w, str | os.PathLike):
-            return os.fspath(w)
-        path = getattr(w, "path", None)
-        kind = "star" if type(w).__name__ == "StarCorpus" else "workflow"
-        return f"{kind}:{path}" if path is not None else None
+        from dialfork_dataset.sources import source_spec_of
+
+        return source_spec_of(self.workflow)  # a spec as given, or KIND:PATH of a registered kind's object
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write the fitted detector to a folder (``config.json`` + ``arrays.npz``), atomically per file.
