@@ -194,13 +194,17 @@ def fisher_combine(pvalues: Sequence[float]) -> float:
 
 
 def holm(pvalues: Sequence[float]) -> list[float]:
-    """Holm-adjusted p-values (``statsmodels`` ``multipletests(method="holm")``), input order."""
-    from statsmodels.stats.multitest import multipletests
-
+    """Holm-adjusted p-values, input order: the values of ``statsmodels``'
+    ``multipletests(method="holm")``, computed here because that function runs ``gc.collect()`` on
+    every call (a quarter of a second in a process holding torch; the benchmark makes dozens)."""
     p = _pvalues(pvalues, "holm")
     if p.size == 0:
         return []
-    return [float(x) for x in multipletests(p, method="holm")[1]]
+    order = np.argsort(p)
+    adjusted = np.minimum(np.maximum.accumulate(p[order] * np.arange(p.size, 0, -1)), 1.0)
+    out = np.empty_like(adjusted)
+    out[order] = adjusted
+    return [float(x) for x in out]
 
 
 def wilcoxon_greater(diff: Sequence[float]) -> float:
