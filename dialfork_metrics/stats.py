@@ -17,8 +17,8 @@ that those libraries do not offer:
   chance, enumerating the 4! = 24 orderings (scipy's ``permutation_test`` would sample or
   enumerate the same set, but over a generic statistic; enumerating the 24 is exact and
   vectorised here);
-* :func:`fisher_combine` (``scipy.stats.combine_pvalues``), :func:`holm`
-  (``statsmodels.stats.multitest.multipletests``), :func:`wilcoxon_greater`
+* :func:`fisher_combine` (``scipy.stats.combine_pvalues``), :func:`holm` (the values of
+  ``statsmodels.stats.multitest.multipletests``, computed here), :func:`wilcoxon_greater`
   (``scipy.stats.wilcoxon``), :func:`paired_t_greater` (``scipy.stats.ttest_1samp``) and
   :func:`bootstrap_mean_ci` (``scipy.stats.bootstrap``, seeded);
 * :func:`wilcoxon_greater_test` / :func:`paired_t_greater_test`: the same tests with their
