@@ -64,9 +64,9 @@ demo-install: $(VENV)/.demo-installed
 install: $(VENV)/.installed
 
 DEMO_TASKS ?= weather,doctor_schedule,apartment_schedule
-# scenarios per task: 12 keeps the audit's reference above its 10 conformant dialogues per task
-# (FlowKL, SPEC 10) and the whole demo within 5 minutes on 2 cores, the install included
-DEMO_PER_TASK ?= 12
+# scenarios per task: 10 gives the audit's reference the 10 conformant dialogues per task its FlowKL
+# needs (SPEC 10) and keeps the whole demo within 5 minutes on 2 cores, the install included
+DEMO_PER_TASK ?= 10
 DEMO_DETECTOR ?= wf
 DEMO_GUARD_TASK ?= weather
 # audited dialogues per task and agent: the audit estimates FlowKL from 5 on (fewer: n/a, SPEC 10)
