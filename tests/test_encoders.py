@@ -154,6 +154,23 @@ def test_disk_cache_roundtrip(minilm, tmp_path, caplog):
     np.testing.assert_array_equal(Ed, Ea)
 
 
+def test_the_environment_names_a_shared_disk_cache(minilm, tmp_path, monkeypatch):
+    """$DIALFORK_EMBEDDING_CACHE: encoders built without cache_dir share one disk cache (make demo's
+    commands reuse each other's embeddings); an explicit cache_dir still wins."""
+    monkeypatch.setenv("DIALFORK_EMBEDDING_CACHE", str(tmp_path / "env"))
+    a = fresh(minilm)
+    Ea = a.encode(TEXTS)
+    assert a.cache_dir == str(tmp_path / "env") and list((tmp_path / "env").rglob("*.npz"))
+    b = fresh(minilm)
+    np.testing.assert_array_equal(b.encode(TEXTS), Ea)
+    assert b.stats["disk_hits"] == 4 and b.stats["encoded"] == 0
+    c = fresh(minilm, cache_dir=tmp_path / "own")
+    c.encode(TEXTS[:1])
+    assert c.stats["disk_hits"] == 0 and list((tmp_path / "own").rglob("*.npz"))
+    monkeypatch.setenv("DIALFORK_EMBEDDING_CACHE", "")
+    assert fresh(minilm).cache_dir is None
+
+
 def test_get_encoder_shares_instances(minilm):
     assert get_encoder("minilm") is minilm
     assert get_encoder("MiniLM") is minilm

@@ -551,6 +551,59 @@ def test_injection_placement_with_a_recording_backend(tmp_path, star_dir):
         assert rec["decoding"]["temperature"] == 1.3
 
 
+def _recording_tqdm(monkeypatch):
+    """Replace tqdm.auto.tqdm (the engine imports it at call time) by a subclass that records each
+    bar's description, whether it was created disabled (close() disables every bar), its update
+    amounts and its postfixes."""
+    import tqdm.auto
+
+    bars = []
+
+    class RecordingTqdm(tqdm.auto.tqdm):
+        def __init__(self, *a, **kw):
+            super().__init__(*a, **kw)
+            self.label, self.off, self.updates, self.postfixes = kw["desc"], kw.get("disable", False), [], []
+            bars.append(self)
+
+        def update(self, n=1):
+            self.updates.append(n)
+            return super().update(n)
+
+        def set_postfix_str(self, s="", refresh=True):
+            self.postfixes.append(s)
+            return super().set_postfix_str(s, refresh)
+
+    monkeypatch.setattr(tqdm.auto, "tqdm", RecordingTqdm)
+    return bars
+
+
+def test_llm_backends_show_turns_advance(tmp_path, star_dir, monkeypatch, capsys):
+    """Issue 37: an LLM backend's turns show on a second bar, one update per lockstep step (the
+    dialogue bar moves only once a whole scenario and its forks are done)."""
+    bars = _recording_tqdm(monkeypatch)
+    be = RecordingBackend()
+    calls = []
+    generate = be.generate
+    monkeypatch.setattr(be, "generate", lambda reqs: calls.append(len(reqs)) or generate(reqs))
+    cfg = GenerationConfig(star=str(star_dir), out=str(tmp_path / "llm"), tasks=("weather",), per_task=2, backend="fake")
+    generate_corpus(cfg, backend=be, progress=True)
+    by_desc = {b.label: b for b in bars}
+    dlg, turns = by_desc["generate[0]"], by_desc["turns[0]"]
+    assert not turns.off and turns.updates == calls  # one update per backend call, its utterance count
+    assert turns.n == len(be.requests) == sum(calls)
+    assert turns.postfixes[0] == "D+" and turns.postfixes[-1] == "forks"
+    assert dlg.updates == [17, 17]
+    assert "turns[0]" in capsys.readouterr().err  # drawn on stderr
+
+
+def test_the_template_backend_has_no_turn_bar(tmp_path, star_dir, monkeypatch):
+    bars = _recording_tqdm(monkeypatch)
+    cfg = GenerationConfig(star=str(star_dir), out=str(tmp_path / "t"), tasks=("weather",), per_task=2)
+    generate_corpus(cfg, progress=True)
+    turns = [b for b in bars if b.label.startswith("turns")]
+    assert len(turns) == 1 and turns[0].off and turns[0].updates == []
+
+
 def injection_message_for(rec):
     from generation.engine import ForkSpec
     from generation.variants import load_variants

@@ -79,3 +79,17 @@ def test_bootstrap_deterministic_and_covering():
     se = d.std(ddof=1) / math.sqrt(d.size)
     assert a[0] == pytest.approx(d.mean() - 1.96 * se, abs=0.03)
     assert bootstrap_mean_ci([0.5, 0.5, 0.5]) == (0.5, 0.5)
+
+
+def test_holm_equals_statsmodels():
+    """holm() computes Holm's step-down adjustment itself (statsmodels runs gc.collect() on every
+    call): the same values as multipletests(method="holm"), ties, ones and zeros included."""
+    from statsmodels.stats.multitest import multipletests
+
+    rng = np.random.default_rng(0)
+    cases = [[0.01], [0.04, 0.01, 0.03], [0.2, 0.2, 0.2, 0.001], [0.0, 1.0, 0.5, 0.5], [0.9, 0.8, 0.95]]
+    cases += [rng.uniform(0, 1, n).round(3).tolist() for n in (2, 5, 17, 40)]
+    cases += [(rng.uniform(0, 0.05, 12)).tolist()]
+    for p in cases:
+        assert holm(p) == pytest.approx(multipletests(p, method="holm")[1].tolist(), abs=1e-15), p
+    assert holm([]) == []

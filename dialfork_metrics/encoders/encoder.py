@@ -33,6 +33,10 @@ def _validate_texts(texts: Any, what: str = "text") -> list[str]:
     return out
 
 
+#: environment variable naming a persistent embedding cache folder for encoders built without one
+EMBEDDING_CACHE_ENV = "DIALFORK_EMBEDDING_CACHE"
+
+
 class Encoder:
     """A sentence-transformers encoder with de-duplication and caching.
 
@@ -42,7 +46,9 @@ class Encoder:
         device: torch device (``None``: sentence-transformers' choice, GPU when available).
         batch_size: texts per forward pass.
         cache_dir: optional folder for a persistent embedding cache keyed by (model, text hash);
-            ``None`` keeps the cache in memory only.
+            ``None``: the folder in ``$DIALFORK_EMBEDDING_CACHE`` when it is set (so that the
+            commands of one pipeline, e.g. ``make demo``'s, share their embeddings), else the
+            cache stays in memory only.
         show_progress: ``True``/``False`` to force the progress bar on/off; ``None`` shows it for
             jobs of more than :data:`PROGRESS_MIN_TEXTS` new texts.
         max_seq_length: override the model's truncation length (tokens); part of the cache key.
@@ -96,6 +102,8 @@ class Encoder:
         self.show_progress = show_progress
         self.max_seq_length = max_seq_length
         self.prompt_name = prompt_name
+        if cache_dir is None:
+            cache_dir = os.environ.get(EMBEDDING_CACHE_ENV) or None
         self.cache_dir = cache_dir
         self._model = model
         if model is not None and max_seq_length is not None:

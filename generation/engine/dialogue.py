@@ -9,6 +9,7 @@ cuts a dialogue ``cut_after`` turns later.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -208,7 +209,8 @@ def _append_turn(d: Dialogue, speaker: str, text: str, uses_messages: bool) -> N
         _add_to_contexts(d, speaker, text)
 
 
-def run_dialogues(dialogues: list[Dialogue], backend: Backend, uses_messages: bool | None = None) -> None:
+def run_dialogues(dialogues: list[Dialogue], backend: Backend, uses_messages: bool | None = None,
+                  on_step: Callable[[int], None] | None = None) -> None:
     """Advance ``dialogues`` in lockstep until each ends (closing token or hard cut).
 
     Each step sends one :class:`~generation.backends.base.TurnRequest` per active dialogue in one
@@ -221,6 +223,8 @@ def run_dialogues(dialogues: list[Dialogue], backend: Backend, uses_messages: bo
         backend: the backend that writes every turn.
         uses_messages: whether to keep chat contexts (role prompts, injections, wrap-up) for the
             backend; ``None`` (default) reads ``backend.uses_messages`` (``True`` when absent).
+        on_step: called after each ``backend.generate`` call with the number of utterances it
+            wrote (a progress bar's per-turn update); ``None`` (default): nothing is called.
 
     Raises:
         RuntimeError: the backend returned a different number of utterances than requests, or an
@@ -260,6 +264,8 @@ def run_dialogues(dialogues: list[Dialogue], backend: Backend, uses_messages: bo
         texts = backend.generate(reqs)
         if len(texts) != len(reqs):
             raise RuntimeError(f"backend {backend.name!r} returned {len(texts)} utterances for {len(reqs)} requests")
+        if on_step is not None:
+            on_step(len(reqs))
         still: list[Dialogue] = []
         for d, req, text in zip(active, reqs, texts):
             if text.__class__ is not str:

@@ -163,7 +163,8 @@ def generate_corpus(config: GenerationConfig, backend: Backend | None = None, sc
         shard_index: this process's 0-based shard; it generates units ``shard_index``,
             ``shard_index + num_shards``, ... of the plan.
         num_shards: the number of shards (processes) of the run (default 1).
-        progress: show a tqdm progress bar (default ``True``).
+        progress: show tqdm progress bars (default ``True``): dialogues written and, for an LLM
+            backend (``uses_messages``) in one process, the turns written so far.
         corpus: an already opened workflow source; ``None`` (default) opens ``config.star``.
         on_unit: called with each :class:`UnitResult` once it is on disk.
 
@@ -210,8 +211,20 @@ def generate_corpus(config: GenerationConfig, backend: Backend | None = None, sc
     from tqdm.auto import tqdm
 
     per_source = 1 + (1 if config.compound else FORKS_PER_SOURCE)
+    bs = config.batch_size
+    batches = [mine[i:i + bs] for i in range(0, len(mine), bs)]
+    pooled = config.workers > 1 and len(batches) > 1
     bar = tqdm(total=len(mine) * per_source, unit="dlg", desc=f"generate[{shard_index}]",
                disable=not progress, smoothing=0.05)
+    # An LLM takes seconds to minutes per lockstep step and a batch's dialogues all finish at its
+    # end: a second bar counts the turns written so far (phase D+ or forks) so that work shows
+    # before the first dialogue is done. Not for the template (milliseconds) nor worker processes.
+    turns = tqdm(unit="turn", desc=f"turns[{shard_index}]", position=1, leave=False, smoothing=0.05,
+                 disable=not progress or pooled or not getattr(backend, "uses_messages", True))
+
+    def on_step(phase: str, n: int) -> None:
+        turns.set_postfix_str(phase, refresh=False)
+        turns.update(n)
 
     def consume(results: Iterable[UnitResult]) -> None:
         results = list(results)
@@ -226,9 +239,7 @@ def generate_corpus(config: GenerationConfig, backend: Backend | None = None, sc
                 on_unit(r)
 
     try:
-        bs = config.batch_size
-        batches = [mine[i:i + bs] for i in range(0, len(mine), bs)]
-        if config.workers > 1 and len(batches) > 1:
+        if pooled:
             import multiprocessing as mp
 
             _WORKER.update(ctx=ctx, backend=backend)
@@ -240,9 +251,10 @@ def generate_corpus(config: GenerationConfig, backend: Backend | None = None, sc
                     consume(res)
         else:
             for b in batches:
-                consume(generate_units(ctx, b, backend))
+                consume(generate_units(ctx, b, backend, None if turns.disable else on_step))
     finally:
         writer.close()
+        turns.close()
         bar.close()
         close = getattr(backend, "close", None)
         if owns_backend and callable(close):  # a backend passed in belongs to the caller

@@ -7,9 +7,10 @@ validated record lines, which the shard writer appends to disk one unit at a tim
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -334,7 +335,12 @@ class UnitResult:
                       "line_sha256": [line_hash(line.encode("utf-8")) for line in self.lines]})
 
 
-def generate_units(ctx: RunContext, units: Sequence[Unit], backend: Backend) -> list[UnitResult]:
+def _phase(on_step: Callable[[str, int], None] | None, phase: str) -> Callable[[int], None] | None:
+    return None if on_step is None else functools.partial(on_step, phase)
+
+
+def generate_units(ctx: RunContext, units: Sequence[Unit], backend: Backend,
+                   on_step: Callable[[str, int], None] | None = None) -> list[UnitResult]:
     """Generate a batch of units: their D+ in lockstep, then all their forks in lockstep.
 
     A D+ with fewer than ``config.min_system_turns`` system turns is dropped (``too_short``); a
@@ -344,6 +350,8 @@ def generate_units(ctx: RunContext, units: Sequence[Unit], backend: Backend) -> 
         ctx: the run's context (:func:`make_context`).
         units: the units to generate, in plan order.
         backend: the backend that writes every turn.
+        on_step: called after each lockstep step with the phase (``"D+"``, then ``"forks"``) and
+            the number of utterances the step wrote; ``None`` (default): nothing is called.
 
     Returns:
         One result (:class:`UnitResult`) per unit, in the order of ``units``.
@@ -359,13 +367,13 @@ def generate_units(ctx: RunContext, units: Sequence[Unit], backend: Backend) -> 
     uses_messages = getattr(backend, "uses_messages", True)
     exact = bool(getattr(backend, "exact", False))
     sources = [conformant_dialogue(ctx, u) for u in units]
-    run_dialogues(sources, backend, uses_messages)
+    run_dialogues(sources, backend, uses_messages, _phase(on_step, "D+"))
     min_t = ctx.config.min_system_turns
     kept = [s for s in sources if s.n_system >= min_t]
     make_forks = compound_forks if ctx.config.compound else single_forks
     forks_of: dict[str, list[Dialogue]] = {s.key: make_forks(ctx, s) for s in kept}
     all_forks = [f for fs in forks_of.values() for f in fs]
-    run_dialogues(all_forks, backend, uses_messages)
+    run_dialogues(all_forks, backend, uses_messages, _phase(on_step, "forks"))
     per_unit = (time.perf_counter() - t0) / max(len(units), 1)
     results = []
     for u, s in zip(units, sources):
