@@ -246,6 +246,10 @@ class Guard:
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="guard-encoder")
         self.client = None
 
+    def shutdown(self) -> None:
+        """Stop the encoder thread once its queued encodings finish (the app's shutdown)."""
+        self._pool.shutdown(wait=True)
+
     async def _encode(self, texts: list[str]):
         """``(embeddings, seconds)`` of ``texts`` (one hop to the encoder thread; none for no text)."""
         if not texts:
@@ -530,7 +534,7 @@ def create_app(monitor: Monitor, store: Store, config: GuardConfig, on_startup=N
             yield
         finally:
             await guard.client.aclose()
-            guard._pool.shutdown(wait=True)
+            guard.shutdown()
 
     app = FastAPI(title="DialFork guard", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.state.guard = guard

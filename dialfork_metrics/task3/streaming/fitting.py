@@ -36,7 +36,23 @@ class FitMixin:
     def fit(self, dialogues: Sequence[Any], embeddings: Sequence[np.ndarray] | None = None,
             show_progress: bool = False) -> Self:
         """Fit nodes, the N-gram LM and the threshold on conformant train dialogues (one model per
-        task with ``scope="task"``)."""
+        task with ``scope="task"``).
+
+        Args:
+            dialogues: Conformant train dialogues: records (with ``task`` for ``scope="task"``) or
+                lists of turns; forks (a ``hallucination_type``) are refused.
+            embeddings: One ``(n_turns, d)`` array per dialogue; None: encoded with the encoder.
+            show_progress: Show progress bars (encoding, one model per task).
+
+        Returns:
+            The detector itself, fitted.
+
+        Raises:
+            ValueError: A constructor parameter breaks the constraint table (all listed), no
+                dialogue, a fork, a malformed or one-turn dialogue, or bad embeddings.
+            TypeError: ``dialogues`` is not a list of dialogues.
+        """
+        self._validate_params()
         if isinstance(dialogues, Mapping | str) or not isinstance(dialogues, Sequence):
             raise TypeError("fit() takes a list of conformant dialogues (records, or lists of turns)")
         if len(dialogues) == 0:
@@ -233,7 +249,7 @@ class FitMixin:
         stored calibration statistics for the new target (exactly what ``fit`` would choose)."""
         if not 0 < false_alarm_rate < 1:
             raise ValueError(f"false_alarm_rate must be in (0, 1), got {false_alarm_rate!r}")
-        self._check_fitted()
+        self.check_is_fitted()
         self.false_alarm_rate = float(false_alarm_rate)
         for m in self.models().values():
             m.false_alarm_rate = float(false_alarm_rate)

@@ -63,7 +63,7 @@ class PersistenceMixin:
         model per task, each task's model goes to ``path/tasks/<i>/`` and ``config.json`` lists them."""
         from dialfork_dataset.jsonl import write_json_atomic
 
-        self._check_fitted()
+        self.check_is_fitted()
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         meta: dict[str, Any] = {"format": FORMAT, "format_version": FORMAT_VERSION, **self.config(),
