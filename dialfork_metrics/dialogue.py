@@ -75,9 +75,21 @@ def score_pairs(
     """Several Task 2 distances for many (reference, candidate) pairs.
 
     Turns of all dialogues are encoded in one pass (transcripts too, once, when ``full_dialog``
-    is asked), then the math runs over all pairs at once. Returns ``{method: (n_pairs,) array}``.
-    ``encoder``: an alias, a model path/id or an :class:`~dialfork_metrics.encoders.Encoder`
-    (shared instances are reused across calls, so their cache persists).
+    is asked), then the math runs over all pairs at once.
+
+    Args:
+        references: The reference dialogues (records, lists of turns or of turn strings).
+        candidates: The candidate dialogues, one per reference, in the same order.
+        methods: Registered Task 2 method names; None: all of them.
+        encoder: An alias, a model path/id or an :class:`~dialfork_metrics.encoders.Encoder`
+            (shared instances are reused across calls, so their cache persists).
+
+    Returns:
+        dict[str, np.ndarray]: ``{method: (n_pairs,) array}``.
+
+    Raises:
+        ValueError: The two lists differ in length, a dialogue is malformed (named), or a method
+            is unknown.
     """
     refs, cands, rnames, cnames = _pairs(references, candidates, batched=True)
     return _score(refs, cands, rnames, cnames, methods, encoder)

@@ -246,7 +246,18 @@ class FitMixin:
 
     def recalibrate(self, false_alarm_rate: float) -> Self:
         """Move the operating point without refitting: the threshold(s) become the percentile of the
-        stored calibration statistics for the new target (exactly what ``fit`` would choose)."""
+        stored calibration statistics for the new target (exactly what ``fit`` would choose).
+
+        Args:
+            false_alarm_rate: The new target share of conformant dialogues that alarm, in (0, 1).
+
+        Returns:
+            The detector itself, with the new threshold(s).
+
+        Raises:
+            ValueError: ``false_alarm_rate`` is not in (0, 1).
+            NotFittedError: The detector is not fitted.
+        """
         if not 0 < false_alarm_rate < 1:
             raise ValueError(f"false_alarm_rate must be in (0, 1), got {false_alarm_rate!r}")
         self.check_is_fitted()

@@ -28,10 +28,20 @@ class PersistenceMixin:
     """``settings``/``config``/``save``/``load`` of :class:`~.detector.StreamingDetector`."""
 
     def settings(self) -> dict[str, Any]:
-        """The six :data:`SELECTABLE` settings this detector runs with."""
+        """The six :data:`SELECTABLE` settings this detector runs with.
+
+        Returns:
+            dict[str, Any]: setting -> value (presets resolved).
+        """
         return {k: getattr(self, k) for k in SELECTABLE}
 
     def config(self) -> dict[str, Any]:
+        """The detector's settings as saved in ``config.json``.
+
+        Returns:
+            dict[str, Any]: the registry name, every constructor setting, where each selectable
+            setting came from (``settings_source``) and the encoder's name.
+        """
         return {
             "detector": self.name,
             "method": self.method,
@@ -60,7 +70,17 @@ class PersistenceMixin:
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write ``config.json`` + ``arrays.npz`` into folder ``path`` (atomic per file); with one
-        model per task, each task's model goes to ``path/tasks/<i>/`` and ``config.json`` lists them."""
+        model per task, each task's model goes to ``path/tasks/<i>/`` and ``config.json`` lists them.
+
+        Args:
+            path: The folder (created if missing).
+
+        Returns:
+            The folder's path.
+
+        Raises:
+            NotFittedError: The detector is not fitted.
+        """
         from dialfork_dataset.jsonl import write_json_atomic
 
         self.check_is_fitted()
@@ -111,9 +131,21 @@ class PersistenceMixin:
 
     @classmethod
     def load(cls, path: str | os.PathLike, encoder: Any = None) -> Self:
-        """Load a detector saved by :meth:`save`. ``encoder`` overrides the saved encoder name.
-        Folders written before scopes and presets existed (format version 1) load as the single
-        pooled model they hold, with its saved settings."""
+        """Load a detector saved by :meth:`save`. Folders written before scopes and presets existed
+        (format version 1) load as the single pooled model they hold, with its saved settings.
+
+        Args:
+            path: The folder holding ``config.json``.
+            encoder: Overrides the saved encoder name (alias, path or object); None: the saved one.
+
+        Returns:
+            The fitted detector.
+
+        Raises:
+            FileNotFoundError: The folder has no ``config.json``.
+            ValueError: ``config.json`` is not a streaming detector's, or its format version is newer
+                than this code.
+        """
         path = Path(path)
         cfg_path = path / "config.json"
         if not cfg_path.is_file():

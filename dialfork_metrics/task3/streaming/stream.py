@@ -62,7 +62,11 @@ class StepResult:
 
 class StepModel(Protocol):
     """What a :class:`Stream` reads from its detector: a fitted
-    :class:`~.detector.StreamingDetector` (one task's model) is one."""
+    :class:`~.detector.StreamingDetector` (one task's model) is one.
+
+    Attributes:
+        encoder: The encoder of turns given without an embedding (``None``: embeddings must be given).
+    """
 
     encoder: Any
     """The encoder of turns given without an embedding (``None``: embeddings must be given)."""
@@ -81,7 +85,17 @@ class StepModel(Protocol):
 
     def step(self, state: StepState, speaker: str, node: int, confidence: float = 1.0
              ) -> tuple[StepState, StepResult]:
-        """One turn of the streaming loop: the next state and the turn's outcome."""
+        """One turn of the streaming loop: the next state and the turn's outcome.
+
+        Args:
+            state: The state carried from the previous turn.
+            speaker: The turn's speaker.
+            node: The turn's global node id.
+            confidence: The turn's node confidence.
+
+        Returns:
+            ``(next_state, result)``.
+        """
         ...
 
 
