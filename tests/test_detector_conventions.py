@@ -85,3 +85,25 @@ def test_guard_and_audits_call_no_private_name_of_another_object():
     assert len(files) > 5
     bad = [u for f in files for u in _private_uses(f)]
     assert not bad, "private names used across objects (make them public):\n" + "\n".join(bad)
+
+
+@pytest.mark.parametrize("name", ["it", "ss+nc", "wf", "random"])
+def test_init_stores_parameters_and_fit_adds_underscore_attributes(name):
+    kwargs = {} if name == "random" else {"encoder": None}
+    if name in ("it", "ss+nc"):
+        kwargs["distance_threshold"] = 0.9
+    det = make_detector(name, **kwargs)
+    public = {k for k in vars(det) if not k.startswith("_")}
+    # StreamingDetector also records where each preset-resolved setting came from
+    assert public - {"settings_source"} <= set(det.get_params()), public - set(det.get_params())
+    assert not [k for k in public if k.endswith("_")]
+    if name == "wf":
+        return  # fitting needs a workflow (tests/test_workflow_detector.py)
+    det.fit(TRAIN, embeddings=TRAIN_E)
+    added = {k for k in vars(det) if not k.startswith("_")} - public
+    assert all(k.endswith("_") for k in added), added
+    if name != "random":
+        assert {"lm_", "threshold_", "centroids_", "n_train_", "tasks_"} <= added
+        assert det.threshold == det.threshold_ and det.n_train == det.n_train_ == len(TRAIN)
+        with pytest.raises(AttributeError, match="threshold is a fitted attribute, read-only"):
+            det.threshold = 0.5

@@ -13,7 +13,6 @@ import numpy as np
 
 from dialfork_dataset.turns import as_turns
 
-from ..ngram import NgramLM
 from ..params import Constraint, integer, interval, one_of, validate_params
 from ._common import NotFittedError, _encoder_name, _task_of, _where, resolve_encoder
 from .decision import (
@@ -46,6 +45,26 @@ PERCENTILE_METHODS: tuple[str, ...] = (
 """``numpy.percentile``'s methods (the valid ``percentile_method`` values)."""
 
 logger = logging.getLogger("dialfork_metrics.task3.streaming")
+
+
+class _FittedAlias:
+    """The old public name of a fitted attribute, read-only (``centroids`` reads ``centroids_``);
+    before ``fit`` it reads as the empty value (``{}``, ``[]``, ``0`` or ``None``)."""
+
+    def __init__(self, empty: Any):
+        self.empty = empty
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj: Any, owner: type | None = None) -> Any:
+        if obj is None:
+            return self
+        value = obj.__dict__.get(self.name + "_", self)
+        return type(self.empty)() if value is self and self.empty is not None else (None if value is self else value)
+
+    def __set__(self, obj: Any, value: Any) -> None:
+        raise AttributeError(f"{self.name} is a fitted attribute, read-only: fit() or load() sets {self.name}_")
 
 
 class StreamingDetector(FitMixin, PersistenceMixin):
@@ -102,11 +121,38 @@ class StreamingDetector(FitMixin, PersistenceMixin):
             early alarm then needs stronger evidence: a false alarm at system turn ``j`` interrupts
             the ``T + 1 - j`` turns left (what MAE_c charges).
 
+    The constructor checks and stores the settings (presets resolved); :meth:`fit` checks them
+    again against the class's constraint table (``_CONSTRAINTS``) and sets the fitted attributes,
+    whose names end in ``_`` (scikit-learn's convention): ``centroids_``, ``node_offsets_``,
+    ``lm_``, ``threshold_``, ``calibration_stats_``, ``train_false_alarm_rate_``, ``n_train_``,
+    ``task_models_``, ``tasks_``. The names without ``_`` remain as read-only aliases.
+
     Raises:
         ValueError: Any invalid setting (all of them listed in one message), an unknown preset, or
             no selected settings for the detector.
         TypeError: ``encoder`` is neither ``None``, a string nor an encoder object.
     """
+
+    # fitted attributes (scikit-learn's trailing underscore), set by fit() or load(); the names
+    # without it are read-only aliases kept for existing code
+    centroids = _FittedAlias({})
+    """Per speaker, the ``(n_nodes, d)`` unit centroids of one model (``centroids_``)."""
+    node_offsets = _FittedAlias({})
+    """Per speaker, the global id of its first node (``node_offsets_``)."""
+    lm = _FittedAlias(None)
+    """The fitted :class:`~dialfork_metrics.task3.ngram.NgramLM` of one model (``lm_``)."""
+    threshold = _FittedAlias(None)
+    """The alarm threshold of one model (``threshold_``)."""
+    calibration_stats = _FittedAlias(None)
+    """The calibration statistic of each train dialogue of one model (``calibration_stats_``)."""
+    train_false_alarm_rate = _FittedAlias(None)
+    """The share of train dialogues that alarm (``train_false_alarm_rate_``)."""
+    n_train = _FittedAlias(0)
+    """The number of train dialogues (``n_train_``)."""
+    task_models = _FittedAlias({})
+    """``scope="task"`` with several tasks: one fitted single-model detector per task (``task_models_``)."""
+    tasks = _FittedAlias([])
+    """The task(s) the detector was fitted on, ``[None]`` for dialogues without a task (``tasks_``)."""
 
     _CONSTRAINTS: dict[str, Constraint] = {
         "method": one_of(METHODS),
@@ -177,18 +223,6 @@ class StreamingDetector(FitMixin, PersistenceMixin):
         self._encoder_spec = encoder
         self._encoder = None
         self._parent: StreamingDetector | None = None
-        # fitted state of one model (scope="pooled", or scope="task" with a single task)
-        self.centroids: dict[str, np.ndarray] = {}
-        self.node_offsets: dict[str, int] = {}
-        self.lm: NgramLM | None = None
-        self.threshold: float | None = None
-        self.calibration_stats: np.ndarray | None = None
-        self.train_false_alarm_rate: float | None = None
-        self.n_train: int = 0
-        # scope="task" with several tasks: one fitted single-model detector per task
-        self.task_models: dict[str | None, StreamingDetector] = {}
-        self.tasks: list[str | None] = []
-        """The task(s) the detector was fitted on (``[None]`` for dialogues without a task field)."""
 
     # -- parameters --------------------------------------------------------------------------
     def get_params(self) -> dict[str, Any]:

@@ -121,13 +121,13 @@ class PersistenceMixin:
     def _load_model(self, path: Path, meta: Mapping[str, Any]) -> None:
         with np.load(path / "arrays.npz", allow_pickle=False) as z:
             arrays = {k: z[k] for k in z.files}
-        self.centroids = {sp: arrays[f"centroids_{sp}"] for sp in meta["speakers"]}
-        self.node_offsets = {sp: int(o) for sp, o in meta["node_offsets"].items()}
-        self.lm = NgramLM.from_arrays(self.order, int(meta["vocab_size"]), arrays, backoff=self.backoff)
-        self.calibration_stats = arrays["calibration_stats"]
-        self.threshold = float(meta["threshold"])
-        self.n_train = int(meta["n_train"])
-        self.train_false_alarm_rate = meta.get("train_false_alarm_rate")
+        self.centroids_ = {sp: arrays[f"centroids_{sp}"] for sp in meta["speakers"]}
+        self.node_offsets_ = {sp: int(o) for sp, o in meta["node_offsets"].items()}
+        self.lm_ = NgramLM.from_arrays(self.order, int(meta["vocab_size"]), arrays, backoff=self.backoff)
+        self.calibration_stats_ = arrays["calibration_stats"]
+        self.threshold_ = float(meta["threshold"])
+        self.n_train_ = int(meta["n_train"])
+        self.train_false_alarm_rate_ = meta.get("train_false_alarm_rate")
 
     @classmethod
     def load(cls, path: str | os.PathLike, encoder: Any = None) -> Self:
@@ -170,17 +170,18 @@ class PersistenceMixin:
                   position_weight=meta.get("position_weight", 0.0))
         if "settings_source" in meta:
             det.settings_source = dict(meta["settings_source"])
-        det.tasks = list(meta.get("tasks", [None]))
+        det.tasks_ = list(meta.get("tasks", [None]))
         if meta.get("task_models"):
+            det.task_models_ = {}
             for entry in meta["task_models"]:
                 sub = det._submodel()
                 sub_path = path / entry["folder"]
                 sub_meta = json.loads((sub_path / "config.json").read_text(encoding="utf-8"))
                 sub._load_model(sub_path, sub_meta)
-                sub.tasks = [entry["task"]]
-                det.task_models[entry["task"]] = sub
-            det.n_train = int(meta["n_train"])
-            det.train_false_alarm_rate = meta.get("train_false_alarm_rate")
+                sub.tasks_ = [entry["task"]]
+                det.task_models_[entry["task"]] = sub
+            det.n_train_ = int(meta["n_train"])
+            det.train_false_alarm_rate_ = meta.get("train_false_alarm_rate")
         else:
             det._load_model(path, meta)
         return det
