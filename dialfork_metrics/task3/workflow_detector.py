@@ -710,6 +710,9 @@ class WorkflowStream:
         Returns:
             int | None: The system turn index of the alarm this turn raises (every deviating turn
             alarms; :attr:`flag` keeps the first), or None.
+
+        Raises:
+            ValueError: A malformed turn, or no embedding and no encoder.
         """
         t = as_turns([turn], where=f"turn {len(self.turns)}")[0]
         det = self._det
