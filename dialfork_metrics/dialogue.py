@@ -75,9 +75,21 @@ def score_pairs(
     """Several Task 2 distances for many (reference, candidate) pairs.
 
     Turns of all dialogues are encoded in one pass (transcripts too, once, when ``full_dialog``
-    is asked), then the math runs over all pairs at once. Returns ``{method: (n_pairs,) array}``.
-    ``encoder``: an alias, a model path/id or an :class:`~dialfork_metrics.encoders.Encoder`
-    (shared instances are reused across calls, so their cache persists).
+    is asked), then the math runs over all pairs at once.
+
+    Args:
+        references: The reference dialogues (records, lists of turns or of turn strings).
+        candidates: The candidate dialogues, one per reference, in the same order.
+        methods: Registered Task 2 method names; None: all of them.
+        encoder: An alias, a model path/id or an :class:`~dialfork_metrics.encoders.Encoder`
+            (shared instances are reused across calls, so their cache persists).
+
+    Returns:
+        dict[str, np.ndarray]: ``{method: (n_pairs,) array}``.
+
+    Raises:
+        ValueError: The two lists differ in length, a dialogue is malformed (named), or a method
+            is unknown.
     """
     refs, cands, rnames, cnames = _pairs(references, candidates, batched=True)
     return _score(refs, cands, rnames, cnames, methods, encoder)
@@ -216,7 +228,7 @@ def flowscore(ref: Any, cand: Any, encoder: Any = "minilm", *, batched: bool = F
             ``batched=True``), or batched inputs differ in length.
 
     Example:
-        >>> flowscore(["hi", "your name?"], ["hi", "your name?"])  # doctest: +SKIP
+        >>> round(flowscore(["hi", "your name?"], ["hi", "your name?"]), 4)  # the packaged MiniLM
         0.0
     """
     return _one("flowscore", ref, cand, encoder, batched)
@@ -242,6 +254,10 @@ def flowdtw(ref: Any, cand: Any, encoder: Any = "minilm", *, batched: bool = Fal
         ValueError: A dialogue is empty, has an empty turn or an unknown speaker (the message names
             the pair and the dialogue id), a single call is given lists of dialogues (pass
             ``batched=True``), or batched inputs differ in length.
+
+    Example:
+        >>> round(flowdtw(["hi", "your name?"], ["hi", "your name?"]), 4)  # the packaged MiniLM
+        0.0
     """
     return _one("flowdtw", ref, cand, encoder, batched)
 
@@ -289,6 +305,10 @@ def full_dialog(ref: Any, cand: Any, encoder: Any = "minilm", *, batched: bool =
         ValueError: A dialogue is empty, has an empty turn or an unknown speaker (the message names
             the pair and the dialogue id), a single call is given lists of dialogues (pass
             ``batched=True``), or batched inputs differ in length.
+
+    Example:
+        >>> round(full_dialog(["hi", "your name?"], ["hi", "your name?"]), 4)  # the packaged MiniLM
+        0.0
     """
     return _one("full_dialog", ref, cand, encoder, batched)
 
@@ -310,6 +330,12 @@ def turn_count_diff(ref: Any, cand: Any, *, batched: bool = False):
         ValueError: A dialogue is empty, has an empty turn or an unknown speaker (the message names
             the pair and the dialogue id), a single call is given lists of dialogues (pass
             ``batched=True``), or batched inputs differ in length.
+
+    Example:
+        >>> turn_count_diff(["hi", "your name?"], ["hello", "what is your name?", "bye"])
+        1.0
+        >>> turn_count_diff([["hi", "ok"]], [["hi", "ok"]], batched=True)
+        array([0.])
     """
     return _one("turn_count_diff", ref, cand, None, batched)
 
@@ -332,6 +358,10 @@ def word_count_diff(ref: Any, cand: Any, *, batched: bool = False):
         ValueError: A dialogue is empty, has an empty turn or an unknown speaker (the message names
             the pair and the dialogue id), a single call is given lists of dialogues (pass
             ``batched=True``), or batched inputs differ in length.
+
+    Example:
+        >>> word_count_diff(["hi", "your name?"], ["hello", "what is your name?"])
+        2.0
     """
     return _one("word_count_diff", ref, cand, None, batched)
 
@@ -361,7 +391,23 @@ def shared_prefix(ref: Any, cand: Any, *, batched: bool = False):
 # ---------------------------------------------------------------------------- Task 2 units
 def kendall_tau_order(distances: Sequence[float]) -> float:
     """Kendall's tau-b between (d_1..d_k) and (k, ..., 2, 1) (SPEC section 6); 0 when undefined
-    (all distances equal): :func:`dialfork_metrics.stats.kendall_tau` with ``undefined="zero"``."""
+    (all distances equal): :func:`dialfork_metrics.stats.kendall_tau` with ``undefined="zero"``.
+
+    Args:
+        distances: One distance per fork position, the earliest fork first (at least 2).
+
+    Returns:
+        tau in [-1, 1]: 1 when the earlier a fork, the farther it is from its source.
+
+    Raises:
+        ValueError: Fewer than 2 distances, not 1-D, or NaN/inf among them.
+
+    Example:
+        >>> kendall_tau_order([0.1, 0.2, 0.3, 0.4])  # the later the fork, the farther: reversed
+        -1.0
+        >>> kendall_tau_order([0.4, 0.3, 0.2, 0.1])  # the earlier the fork, the farther
+        1.0
+    """
     from .stats import kendall_tau
 
     d = np.asarray(distances, dtype=np.float64)
@@ -379,9 +425,22 @@ def score_quartets(
 ) -> list[dict[str, Any]]:
     """Task 2 over units ``{"source": record, "type": h, "forks": {1: rec, 2: rec, 3: rec, 4: rec}}``
     (``dialfork_dataset.views.task2_quartets``): one encoder pass over all dialogues, then every
-    method for all (source, fork) pairs. Returns one row per unit:
-    ``{"source_id", "type", "distances": {method: [d_1..d_4]}, "tau": {method: tau}}`` (a metric
-    whose registry ``direction`` is ``"higher"``, a similarity, is ranked on its negated values)."""
+    method for all (source, fork) pairs.
+
+    Args:
+        quartets: The units: a source record, its hallucination type and its forks by position.
+        methods: Registered Task 2 method names; None: all of them.
+        encoder: An alias, a model path/id or an encoder object.
+
+    Returns:
+        One row per unit: ``{"source_id", "type", "distances": {method: [d_1..d_4]},
+        "tau": {method: tau}}`` (a metric whose registry ``direction`` is ``"higher"``, a
+        similarity, is ranked on its negated values).
+
+    Raises:
+        ValueError: A unit is not ``{"source", "type", "forks"}``, has fewer than 2 forks, a
+            dialogue is malformed, or a method is unknown.
+    """
     methods = list(ALL_METHODS if methods is None else methods)
     refs, cands, keys = [], [], []
     for u, q in enumerate(quartets):

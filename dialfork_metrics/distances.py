@@ -117,6 +117,15 @@ def flowscore_from_embeddings(E_ref: Any, E_cand: Any, *, normalize: bool = True
     Raises:
         ValueError: An empty matrix, mismatched dimensions, NaN/inf or an all-zero row (the message
             names ``where``, the side and the turn).
+
+    Example:
+        >>> import numpy as np
+        >>> E = np.array([[1.0, 0.0], [0.0, 1.0]])
+        >>> F = np.array([[1.0, 0.0], [1.0, 1.0]])
+        >>> flowscore_from_embeddings(E, E)
+        0.0
+        >>> round(flowscore_from_embeddings(E, F), 4)
+        0.1464
     """
     A, B = _check_pair(E_ref, E_cand, where, normalize)
     S = A @ B.T
@@ -183,6 +192,12 @@ def flowdtw_from_embeddings(E_ref: Any, E_cand: Any, *, normalize: bool = True, 
     Raises:
         ValueError: An empty matrix, mismatched dimensions, NaN/inf or an all-zero row (the message
             names ``where``, the side and the turn).
+
+    Example:
+        >>> import numpy as np
+        >>> E = np.array([[1.0, 0.0], [0.0, 1.0]])
+        >>> round(flowdtw_from_embeddings(E, np.array([[1.0, 0.0], [1.0, 1.0]])), 4)
+        0.1464
     """
     A, B = _check_pair(E_ref, E_cand, where, normalize)
     S = np.ascontiguousarray(A @ B.T)
@@ -191,7 +206,22 @@ def flowdtw_from_embeddings(E_ref: Any, E_cand: Any, *, normalize: bool = True, 
 
 
 def flowdtw_path_length(E_ref: Any, E_cand: Any, *, normalize: bool = True) -> tuple[float, int]:
-    """(Gamma(n, m), L): the accumulated cost and the number of cells on the optimal path."""
+    """(Gamma(n, m), L): the accumulated cost and the number of cells on the optimal path.
+
+    Args:
+        E_ref: The reference's turn embeddings, ``(n, d)``.
+        E_cand: The candidate's turn embeddings, ``(m, d)``.
+        normalize: L2-normalise the rows first (False: they must already be unit rows).
+
+    Returns:
+        ``(cost, length)``: the float ``Gamma(n, m)`` and the int ``L`` (FlowDTW is their ratio).
+
+    Example:
+        >>> import numpy as np
+        >>> cost, length = flowdtw_path_length(np.eye(2), np.array([[1.0, 0.0], [1.0, 1.0]]))
+        >>> round(cost, 4), length
+        (0.2929, 2)
+    """
     A, B = _check_pair(E_ref, E_cand, None, normalize)
     S = np.ascontiguousarray(A @ B.T)
     g, L = _dtw_core(S, S.shape[0], S.shape[1])
@@ -213,13 +243,35 @@ def mean_turn_distance(E_ref: Any, E_cand: Any, *, normalize: bool = True, where
     Raises:
         ValueError: An empty matrix, mismatched dimensions, NaN/inf or an all-zero row (the message
             names ``where``, the side and the turn).
+
+    Example:
+        >>> import numpy as np
+        >>> round(mean_turn_distance(np.eye(2), np.array([[1.0, 0.0], [1.0, 1.0]])), 4)
+        0.0761
     """
     A, B = _check_pair(E_ref, E_cand, where, normalize)
     return cosine_distance(A.mean(axis=0), B.mean(axis=0), where=where, what="mean turn embedding")
 
 
 def cosine_distance(u: Any, v: Any, *, where: str | None = None, what: str = "embedding") -> float:
-    """1 - cos(u, v) of two vectors (Full-dialog on transcript embeddings, Mean-turn)."""
+    """1 - cos(u, v) of two vectors (Full-dialog on transcript embeddings, Mean-turn).
+
+    Args:
+        u: The first vector (any shape; flattened).
+        v: The second vector, as many values.
+        where: Names the pair in errors (e.g. the dialogue ids).
+        what: Names the vectors in errors.
+
+    Returns:
+        The distance in [0, 2].
+
+    Raises:
+        ValueError: The dimensions differ, a vector holds NaN or inf, or has zero norm.
+
+    Example:
+        >>> cosine_distance([1.0, 0.0], [0.0, 1.0])
+        1.0
+    """
     pre = f"{where}: " if where else ""
     a = np.asarray(u, dtype=np.float64).ravel()
     b = np.asarray(v, dtype=np.float64).ravel()
@@ -308,8 +360,15 @@ def similarity_blocks(
 ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
     """Padded cosine-similarity blocks over pairs ``(refs[k], cands[k])`` (unit rows, same dim).
 
-    Pairs are sorted by size so that padding stays small; each block yields
-    ``(pair_indices (B,), S (B, N, M) float64 with -inf in padded cells, n_lens (B,), m_lens (B,))``.
+    Pairs are sorted by size so that padding stays small.
+
+    Args:
+        refs: Reference turn embeddings, one ``(n_k, d)`` unit-row array per pair.
+        cands: Candidate turn embeddings, one ``(m_k, d)`` unit-row array per pair.
+        block_cells: At most this many cells (pairs x N x M) per block; None: ``BLOCK_CELLS``.
+
+    Yields:
+        ``(pair_indices (B,), S (B, N, M) float64 with -inf in padded cells, n_lens (B,), m_lens (B,))``.
     """
     block_cells = BLOCK_CELLS if block_cells is None else block_cells
     n = np.array([r.shape[0] for r in refs], dtype=np.int64)
@@ -412,8 +471,19 @@ def _flowdtw_many(refs, cands) -> np.ndarray:
 
 def mean_turn_many(refs: Sequence[np.ndarray], cands: Sequence[np.ndarray],
                    names: Sequence[str] | None = None) -> np.ndarray:
-    """Mean-turn distance of many validated pairs, vectorised over the pairs. ``names[k]`` names
-    pair ``k`` in errors (a dialogue whose mean turn embedding is zero has no cosine)."""
+    """Mean-turn distance of many validated pairs, vectorised over the pairs.
+
+    Args:
+        refs: Reference turn embeddings, one ``(n_k, d)`` array per pair.
+        cands: Candidate turn embeddings, one ``(m_k, d)`` array per pair.
+        names: ``names[k]`` names pair ``k`` in errors; None: ``"pair k"``.
+
+    Returns:
+        A ``(K,)`` float64 array of ``1 - cos(mean e, mean e')``.
+
+    Raises:
+        ValueError: A dialogue's mean turn embedding is zero (its cosine is undefined).
+    """
     K = len(refs)
     if K == 0:
         return np.zeros(0)

@@ -65,7 +65,15 @@ PROMPTS: dict[int, str] = {
 
 
 def render_marked_dialogue(turns: Sequence[Mapping[str, str]], fork_turn: int | None = None) -> str:
-    """Dialogue lines as in the Task 3 prompts, turns from system turn ``fork_turn`` on marked ``>>``."""
+    """Dialogue lines as in the Task 3 prompts, turns from system turn ``fork_turn`` on marked ``>>``.
+
+    Args:
+        turns: The dialogue's ``{"speaker", "text"}`` turns.
+        fork_turn: The 1-based system turn from which lines are marked; None: no mark.
+
+    Returns:
+        The dialogue as text, one line per turn.
+    """
     lines, k, marked = [], 0, False
     for t in turns:
         if t["speaker"] == "system":
@@ -85,8 +93,15 @@ def _answer_part(text: str | None) -> str:
 
 
 def parse_rating(text: str | None) -> int | None:
-    """The 0-100 rating in a reply (the first integer after the last ``Answer:``, else the last
-    integer of the reply); ``None`` when there is none or it is outside 0..100."""
+    """The 0-100 rating in a reply: the first integer after the last ``Answer:``, else the last
+    integer of the reply.
+
+    Args:
+        text: The judge's reply (None: no reply).
+
+    Returns:
+        The rating, or ``None`` when there is none or it is outside 0..100.
+    """
     part = _answer_part(text)
     nums = re.findall(r"(?<![\d.])\d{1,3}(?![\d.])", part)
     if not nums:
@@ -96,7 +111,15 @@ def parse_rating(text: str | None) -> int | None:
 
 
 def parse_choice(text: str | None, options: Sequence[str]) -> str | None:
-    """The first of ``options`` (whole word, case-insensitive) in the reply's answer part."""
+    """The first of ``options`` (whole word, case-insensitive) in the reply's answer part.
+
+    Args:
+        text: The judge's reply (None: no reply).
+        options: The allowed answers, lower case.
+
+    Returns:
+        The option found, or ``None``.
+    """
     part = _answer_part(text).lower()
     best = None
     for o in options:
@@ -107,9 +130,17 @@ def parse_choice(text: str | None, options: Sequence[str]) -> str | None:
 
 
 def parse_cue_answer(text: str | None, num_system_turns: int) -> tuple[str | None, int | None, str]:
-    """``(answer, onset turn, status)`` of a step-2 reply. ``status``: ``"ok"``,
-    ``"unparsable"`` (no yes/partly/no), ``"no_onset"`` (yes/partly without a turn in 1..T; the
-    answer is kept, the onset is ``None``)."""
+    """``(answer, onset turn, status)`` of a step-2 reply.
+
+    Args:
+        text: The judge's reply (None: no reply).
+        num_system_turns: ``T``, the dialogue's number of system turns.
+
+    Returns:
+        ``(answer, onset, status)``: ``status`` is ``"ok"``, ``"unparsable"`` (no yes/partly/no)
+        or ``"no_onset"`` (yes/partly without a turn in 1..T; the answer is kept, the onset is
+        ``None``).
+    """
     from .task3.parsing import check_range, parse_turn_answer
 
     ans = parse_choice(text, CUE_ANSWERS)
@@ -127,7 +158,18 @@ def parse_cue_answer(text: str | None, num_system_turns: int) -> tuple[str | Non
 
 def fit_calibration(raw: Sequence[float], target: Sequence[float]):
     """An increasing isotonic map from raw judge ratings to people's ratings (0..100, clipped
-    outside the fitted range): a fitted ``sklearn.isotonic.IsotonicRegression``."""
+    outside the fitted range).
+
+    Args:
+        raw: The judge's ratings.
+        target: People's ratings of the same items.
+
+    Returns:
+        A fitted ``sklearn.isotonic.IsotonicRegression``.
+
+    Raises:
+        ValueError: The two are not matching 1-D arrays of at least 2 ratings.
+    """
     from sklearn.isotonic import IsotonicRegression
 
     x, y = np.asarray(raw, dtype=float), np.asarray(target, dtype=float)
@@ -140,7 +182,21 @@ def cross_fit(raw: Sequence[float], target: Sequence[float], groups: Sequence[An
               seed: int = 0) -> np.ndarray:
     """Out-of-fold calibrated ratings: each item is mapped by an isotonic map fitted on the
     other folds (``GroupKFold``-style folds over ``groups``, assigned at random with ``seed``),
-    so that no conversation, nor any other of its source, calibrates itself."""
+    so that no conversation, nor any other of its source, calibrates itself.
+
+    Args:
+        raw: The judge's ratings.
+        target: People's ratings of the same items.
+        groups: Each item's group (its source): a group never calibrates itself.
+        n_folds: The number of folds (at most the number of groups).
+        seed: Seed of the assignment of groups to folds.
+
+    Returns:
+        The calibrated ratings, one per item.
+
+    Raises:
+        ValueError: Fewer than 2 groups, or a fold's calibration data is too small.
+    """
     x, y = np.asarray(raw, dtype=float), np.asarray(target, dtype=float)
     g = np.asarray([str(v) for v in groups])
     uniq = np.unique(g)
@@ -162,23 +218,27 @@ def cross_fit(raw: Sequence[float], target: Sequence[float], groups: Sequence[An
 class LLMJudge:
     """The judge (see the module doc).
 
-    Parameters
-    ----------
-    model: model id/path (transformers) or served model name (openai).
-    backend: ``"transformers"`` or ``"openai"`` (ignored when ``client`` is given).
-    star_dir: workflow source for the workflow text: a STAR folder or any source spec
-        (``workflow:PATH``, ``KIND:PATH``: :func:`dialfork_dataset.sources.open_source`; default
-        ``$DIALFORK_STAR_DIR``).
-    workflows: ``{task: workflow text}`` overriding STAR.
-    base_url, api_key: endpoint of the openai backend.
-    batch_size, max_new_tokens, device, dtype: generation settings.
-    prompts: ``{step: template}`` overriding :data:`PROMPTS` (``str.format`` fields ``task``,
-        ``workflow``, ``dialogue``, ``num_system_turns``, ``cue``, ``fork_turn``,
-        ``instruction``, ``step2``).
-    client: any object with ``chat(batch, **sampling) -> list[str]``.
-    gguf_file: the transformers backend's GGUF file inside the folder ``model`` (None: ``model``
-        alone names it: a model folder or Hub id, a registry name such as ``"smollm2"``, a ``.gguf``
-        path); see :class:`~dialfork_metrics.task3.llm.TransformersChat`.
+    Args:
+        model: Model id/path (transformers) or served model name (openai).
+        backend: ``"transformers"`` or ``"openai"`` (ignored when ``client`` is given).
+        star_dir: Workflow source for the workflow text: a STAR folder or any source spec
+            (``workflow:PATH``, ``KIND:PATH``: :func:`dialfork_dataset.sources.open_source`; default
+            ``$DIALFORK_STAR_DIR``).
+        workflows: ``{task: workflow text}`` overriding STAR.
+        base_url: Endpoint of the openai backend.
+        api_key: Key of the openai backend.
+        batch_size: Conversations per generation batch.
+        max_new_tokens: Tokens generated per answer.
+        device: Device of the transformers backend (None: automatic).
+        dtype: Dtype of the transformers backend.
+        prompts: ``{step: template}`` overriding :data:`PROMPTS` (``str.format`` fields ``task``,
+            ``workflow``, ``dialogue``, ``num_system_turns``, ``cue``, ``fork_turn``,
+            ``instruction``, ``step2``).
+        client: Any object with ``chat(batch, **sampling) -> list[str]``.
+        show_progress: Show progress bars.
+        gguf_file: The transformers backend's GGUF file inside the folder ``model`` (None:
+            ``model`` alone names it: a model folder or Hub id, a registry name such as
+            ``"smollm2"``, a ``.gguf`` path); see :class:`~dialfork_metrics.task3.llm.TransformersChat`.
     """
 
     def __init__(self, model: str | None = None, backend: str = "transformers",
@@ -220,10 +280,23 @@ class LLMJudge:
         return f"LLMJudge(model={self.model!r}, backend={self.backend!r})"
 
     def config(self) -> dict[str, Any]:
+        """The judge's settings, as reports record them.
+
+        Returns:
+            ``{"judge", "model", "backend", "max_new_tokens"}`` (and ``gguf_file`` when set).
+        """
         return {"judge": "llm", "model": self.model, "backend": self.backend, "max_new_tokens": self.max_new_tokens,
                 **({"gguf_file": self.gguf_file} if self.gguf_file else {})}
 
     def workflow_for(self, task: str) -> str:
+        """The workflow text shown to the judge for ``task`` (``workflows`` first, else STAR's, read once).
+
+        Args:
+            task: The STAR task.
+
+        Returns:
+            The workflow's steps as text.
+        """
         if task not in self.workflows:
             from dialfork_dataset.sources import open_source
 
@@ -265,18 +338,26 @@ class LLMJudge:
 
     def judge(self, items: Sequence[Mapping[str, Any]], cache: str | os.PathLike | None = None,
               chunk_size: int = 256) -> list[dict[str, Any]]:
-        """Answers to the three steps for each item: a mapping with ``dialogue_id``, ``task``,
-        ``turns``, ``cue`` (the step-2 text), ``fork_turn`` and ``step3`` (whether step 3 is
-        asked: forks with t_k > 1) and ``injected_instruction`` (shown in step 3).
+        """Answers to the three steps for each item. :attr:`last_report` counts unusable answers.
 
-        Returns one dict per item: ``dialogue_id``, ``slider_raw`` (0..100 or ``None``),
-        ``cue_answer``, ``onset_turn``, ``status`` (of the step-2 reply, see
-        :func:`parse_cue_answer`), ``prefix_answer`` (``None`` when not asked or unparsable) and
-        ``replies`` (the raw texts). :attr:`last_report` counts unusable answers.
+        Args:
+            items: Mappings with ``dialogue_id``, ``task``, ``turns``, ``cue`` (the step-2 text),
+                ``fork_turn``, ``step3`` (whether step 3 is asked: forks with t_k > 1) and
+                ``injected_instruction`` (shown in step 3).
+            cache: A JSONL file; items are judged in chunks of ``chunk_size`` and each chunk's
+                answers are appended (fsync'd) as it completes, so a killed run resumes where it
+                stopped (an item is reused only when the model, the prompts and what it is shown are
+                unchanged). None: no cache.
+            chunk_size: Items per chunk (>= 1).
 
-        ``cache``: a JSONL file; items are judged in chunks of ``chunk_size`` and each chunk's
-        answers are appended (fsync'd) as it completes, so a killed run resumes where it stopped
-        (an item is reused only when the model, the prompts and what it is shown are unchanged)."""
+        Returns:
+            One dict per item: ``dialogue_id``, ``slider_raw`` (0..100 or ``None``), ``cue_answer``,
+            ``onset_turn``, ``status`` (of the step-2 reply, see :func:`parse_cue_answer`),
+            ``prefix_answer`` (``None`` when not asked or unparsable) and ``replies`` (the raw texts).
+
+        Raises:
+            ValueError: Invalid items (each named), or ``chunk_size`` is not an integer >= 1.
+        """
         items = list(items)
         errs = [f"item {i}: missing {k!r}" for i, it in enumerate(items) for k in ("dialogue_id", "task", "turns", "cue")
                 if k not in it]

@@ -43,10 +43,24 @@ TASK3_REGIMES: dict[str, tuple[str, ...]] = {"baselines": ("first", "last", "ran
 
 
 def label(method: str) -> str:
-    """The display label of a method or detector (a user metric keeps its own name)."""
+    """The display label of a method or detector (a user metric keeps its own name).
+
+    Args:
+        method: A method or detector name.
+
+    Returns:
+        Its label in tables and figures.
+    """
     return LABELS.get(method, method)
 
 
 def regime(detector: str) -> str:
-    """The Appendix I regime of a Task 3 detector: ``"baselines"``, ``"streaming"`` or ``"other"``."""
+    """The Appendix I regime of a Task 3 detector.
+
+    Args:
+        detector: A Task 3 detector name.
+
+    Returns:
+        ``"baselines"``, ``"streaming"`` or ``"other"``.
+    """
     return next((r for r, ds in TASK3_REGIMES.items() if detector in ds), "other")

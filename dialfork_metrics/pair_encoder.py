@@ -45,16 +45,31 @@ PAIRINGS = ("system_user", "user_system", "sliding")
 
 
 def as_encoder(encoder: Any = None) -> Any:
-    """An :class:`~dialfork_metrics.Encoder` from ``None`` (packaged MiniLM), an alias/path, or a
-    ready encoder object (anything with ``encode(texts) -> (n, d)``), returned as is: a fresh
-    (unshared) :func:`~dialfork_metrics.encoders.get_encoder`."""
+    """A fresh (unshared) :func:`~dialfork_metrics.encoders.get_encoder`.
+
+    Args:
+        encoder: ``None`` (the packaged MiniLM), an alias/path, or a ready encoder object
+            (anything with ``encode(texts) -> (n, d)``), returned as is.
+
+    Returns:
+        The encoder.
+    """
     from .encoders import get_encoder
 
     return get_encoder(encoder, shared=False)
 
 
 def dialogue_name(dialogue: Any, index: int, set_name: str) -> str:
-    """``"reference set dialogue 3 ('weather-4')"``: how errors name a dialogue of a set."""
+    """``"reference set dialogue 3 ('weather-4')"``: how errors name a dialogue of a set.
+
+    Args:
+        dialogue: The dialogue (its ``dialogue_id`` is quoted when it has one).
+        index: Its index in the set.
+        set_name: The set's name.
+
+    Returns:
+        The name.
+    """
     did = None
     if isinstance(dialogue, dict):
         did = dialogue.get("dialogue_id")
@@ -64,7 +79,20 @@ def dialogue_name(dialogue: Any, index: int, set_name: str) -> str:
 
 
 def turn_pairs(dialogue: Any, pairing: str = "system_user", where: str | None = None) -> list[tuple[str, str]]:
-    """The consecutive turn pairs of one dialogue (any input :func:`as_turns` accepts)."""
+    """The consecutive turn pairs of one dialogue (any input :func:`as_turns` accepts).
+
+    Args:
+        dialogue: The dialogue.
+        pairing: ``"system_user"`` (a system turn and the user's answer), ``"user_system"`` or
+            ``"sliding"`` (every two consecutive turns).
+        where: Names the dialogue in errors.
+
+    Returns:
+        The ``(first text, second text)`` pairs, in order.
+
+    Raises:
+        ValueError: An unknown pairing, or a malformed dialogue.
+    """
     if pairing not in PAIRINGS:
         raise ValueError(f"unknown pairing {pairing!r}; expected one of {PAIRINGS}")
     turns = as_turns(dialogue, where)
@@ -80,7 +108,19 @@ def turn_pairs(dialogue: Any, pairing: str = "system_user", where: str | None = 
 
 
 def set_turn_pairs(dialogues: Sequence[Any], pairing: str = "system_user", set_name: str = "set") -> list[tuple[str, str]]:
-    """All turn pairs of a set of dialogues, in order."""
+    """All turn pairs of a set of dialogues, in order.
+
+    Args:
+        dialogues: The set.
+        pairing: As :func:`turn_pairs`.
+        set_name: Names the set in errors.
+
+    Returns:
+        The pairs of every dialogue, concatenated.
+
+    Raises:
+        ValueError: ``dialogues`` is not a list of dialogues, or one is malformed.
+    """
     if isinstance(dialogues, (str, bytes)) or not isinstance(dialogues, Sequence):
         raise ValueError(f"{set_name}: expected a list of dialogues, got {type(dialogues).__name__}")
     pairs: list[tuple[str, str]] = []
@@ -98,29 +138,26 @@ def _pair_key(a: str, b: str) -> bytes:
 class PairEncoder:
     """``[CLS]`` embeddings of text pairs with the transformer of a sentence-transformers encoder.
 
-    Parameters
-    ----------
-    encoder:
-        ``None`` (packaged MiniLM), an alias/path for :class:`~dialfork_metrics.Encoder`, or an
-        ``Encoder`` instance (its ``.model`` is reused, no second load).
-    batch_size:
-        Pairs per forward pass.
-    max_length:
-        Truncation length in tokens of a pair (``"longest_first"``). ``None``: the tokenizer's own
-        ``model_max_length`` as saved with the model (what sdialog uses; 512 for MiniLM).
-    show_progress:
-        Progress bar; ``None``: only for more than 2,000 new pairs.
-    cache_dir:
-        Folder of a persistent pair-embedding cache (the same atomic shard store as
-        :class:`~dialfork_metrics.Encoder`'s, under its own key: model, ``"pairs"``, truncation
-        length). ``None``: the encoder's own ``cache_dir``, if it has one; ``False``: memory only.
-    memory_cache_bytes:
-        Bound of the in-memory pair-embedding cache, an LRU
-        (:class:`~dialfork_metrics.encoders.EmbeddingLRU`). ``None``: the encoder's own bound
-        (default 1 GiB); ``0``: no memory cache.
-    runtime:
-        ``"torch"``, ``"onnx"`` or ``"onnx-int8"`` (see :mod:`dialfork_metrics.runtimes`);
-        ``None``: the encoder's own ``runtime`` (``"torch"`` for an encoder without one).
+    Args:
+        encoder: ``None`` (packaged MiniLM), an alias/path for :class:`~dialfork_metrics.Encoder`,
+            or an ``Encoder`` instance (its ``.model`` is reused, no second load).
+        batch_size: Pairs per forward pass.
+        max_length: Truncation length in tokens of a pair (``"longest_first"``). ``None``: the
+            tokenizer's own ``model_max_length`` as saved with the model (what sdialog uses; 512
+            for MiniLM).
+        show_progress: Progress bar; ``None``: only for more than 2,000 new pairs.
+        cache_dir: Folder of a persistent pair-embedding cache (the same atomic shard store as
+            :class:`~dialfork_metrics.Encoder`'s, under its own key: model, ``"pairs"``, truncation
+            length). ``None``: the encoder's own ``cache_dir``, if it has one; ``False``: memory only.
+        memory_cache_bytes: Bound of the in-memory pair-embedding cache, an LRU
+            (:class:`~dialfork_metrics.encoders.EmbeddingLRU`). ``None``: the encoder's own bound
+            (default 1 GiB); ``0``: no memory cache.
+        runtime: ``"torch"``, ``"onnx"`` or ``"onnx-int8"`` (see :mod:`dialfork_metrics.runtimes`);
+            ``None``: the encoder's own ``runtime`` (``"torch"`` for an encoder without one).
+
+    Raises:
+        ValueError: ``batch_size`` is not a positive int, ``max_length`` not an int >= 2, or an
+            unknown runtime.
     """
 
     def __init__(self, encoder: Any = None, batch_size: int = 64, max_length: int | None = None,
@@ -195,7 +232,19 @@ class PairEncoder:
             self.max_length = ml
 
     def encode_pairs(self, firsts: Sequence[str], seconds: Sequence[str]) -> np.ndarray:
-        """``(n, hidden)`` float32 ``[CLS]`` embeddings of the pairs ``(firsts[i], seconds[i])``."""
+        """``[CLS]`` embeddings of the pairs ``(firsts[i], seconds[i])``, from the caches when there.
+
+        Args:
+            firsts: The first texts.
+            seconds: The second texts, one per first text.
+
+        Returns:
+            ``(n, hidden)`` float32 embeddings (``(0, 0)`` for no pair).
+
+        Raises:
+            ValueError: The two lists differ in length, a text is empty or not a string, or the
+                encoder is not a transformer-based sentence-transformers model.
+        """
         if len(firsts) != len(seconds):
             raise ValueError(f"{len(firsts)} first texts but {len(seconds)} second texts")
         keys = list(zip(firsts, seconds))
@@ -277,7 +326,19 @@ class PairEncoder:
         return out
 
     def encode_sets(self, dialogues: Sequence[Any], pairing: str = "system_user", set_name: str = "set") -> np.ndarray:
-        """Pair embeddings of all the turn pairs of a set of dialogues, ``(n_pairs, hidden)``."""
+        """Pair embeddings of all the turn pairs of a set of dialogues.
+
+        Args:
+            dialogues: The set.
+            pairing: As :func:`turn_pairs`.
+            set_name: Names the set in errors.
+
+        Returns:
+            ``(n_pairs, hidden)`` float32 embeddings.
+
+        Raises:
+            ValueError: The set has no such turn pair, or a dialogue is malformed.
+        """
         pairs = set_turn_pairs(dialogues, pairing, set_name)
         if not pairs:
             raise ValueError(f"{set_name}: no {pairing} turn pairs in {len(dialogues)} dialogues")
@@ -290,9 +351,15 @@ _PAIR_ENCODERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 def pair_encoder_for(encoder: Any = None, batch_size: int = 64, show_progress: bool | None = None) -> PairEncoder:
     """The :class:`PairEncoder` of ``encoder``, created once per encoder object and batch size.
 
-    ``encoder`` may be a ``PairEncoder`` (returned as is), an ``Encoder`` (its pair encoder is
-    remembered for as long as the encoder lives, so pair embeddings are reused across calls), or
-    ``None``/a name (a new encoder and pair encoder each call).
+    Args:
+        encoder: A ``PairEncoder`` (returned as is), an ``Encoder`` (its pair encoder is
+            remembered for as long as the encoder lives, so pair embeddings are reused across
+            calls), or ``None``/a name (a new encoder and pair encoder each call).
+        batch_size: Pairs per forward pass.
+        show_progress: Progress bar; ``None``: unchanged (new: only for many new pairs).
+
+    Returns:
+        The pair encoder.
     """
     if isinstance(encoder, PairEncoder):
         return encoder

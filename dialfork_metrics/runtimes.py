@@ -54,7 +54,18 @@ _PROBE = ["Hello, how can I help you today?", "I would like to book a table for 
 
 
 def check_runtime(runtime: Any) -> str:
-    """``runtime`` if it is one of :data:`RUNTIMES`, else ``ValueError`` listing them."""
+    """``runtime`` if it is one of :data:`RUNTIMES` (and, for an onnx runtime, onnxruntime is installed).
+
+    Args:
+        runtime: ``"torch"``, ``"onnx"`` or ``"onnx-int8"``.
+
+    Returns:
+        ``runtime``.
+
+    Raises:
+        ValueError: An unknown runtime (the message lists them), or an onnx runtime without
+            onnxruntime installed.
+    """
     if runtime not in RUNTIMES:
         raise ValueError(f"unknown encoder runtime {runtime!r}; expected one of {', '.join(RUNTIMES)}")
     if runtime != "torch":
@@ -66,7 +77,19 @@ def check_runtime(runtime: Any) -> str:
 
 
 def check_dtype(dtype: Any, runtime: str, device: Any) -> str | None:
-    """``None``/``"fp32"`` -> ``None``; ``"bf16"``/``"fp16"`` only with the torch runtime on CUDA."""
+    """The dtype to cast an encoder to: ``"bf16"``/``"fp16"`` only with the torch runtime on CUDA.
+
+    Args:
+        dtype: ``None``, ``"fp32"``, ``"bf16"`` or ``"fp16"``.
+        runtime: The encoder's runtime.
+        device: The encoder's device (None: automatic).
+
+    Returns:
+        ``None`` for ``None``/``"fp32"`` (no cast), else ``dtype``.
+
+    Raises:
+        ValueError: An unknown dtype, a half dtype with an onnx runtime or on a non-CUDA device.
+    """
     if dtype is None or dtype == "fp32":
         return None
     if dtype not in DTYPES:
@@ -79,7 +102,18 @@ def check_dtype(dtype: Any, runtime: str, device: Any) -> str | None:
 
 
 def cast_model(st_model: Any, dtype: str | None) -> Any:
-    """Cast a loaded model to ``dtype`` (``"bf16"``/``"fp16"``); it must sit on a CUDA device."""
+    """Cast a loaded model to ``dtype`` (``"bf16"``/``"fp16"``); it must sit on a CUDA device.
+
+    Args:
+        st_model: A loaded sentence-transformers model.
+        dtype: ``"bf16"``, ``"fp16"`` or ``None`` (no cast).
+
+    Returns:
+        The model, cast.
+
+    Raises:
+        ValueError: A half dtype for a model that is not on a CUDA device.
+    """
     if dtype is None:
         return st_model
     import torch
@@ -92,19 +126,38 @@ def cast_model(st_model: Any, dtype: str | None) -> Any:
 
 
 def cache_key_suffix(runtime: str, dtype: str | None) -> str:
-    """What a non-default runtime/dtype adds to an embedding disk-cache key ("" for the default)."""
+    """What a non-default runtime/dtype adds to an embedding disk-cache key.
+
+    Args:
+        runtime: The encoder's runtime.
+        dtype: The encoder's dtype (None: fp32).
+
+    Returns:
+        ``"|runtime=...|dtype=..."`` parts, ``""`` for torch in fp32.
+    """
     return (f"|runtime={runtime}" if runtime != "torch" else "") + (f"|dtype={dtype}" if dtype else "")
 
 
 def onnx_cache_dir() -> Path:
-    """Folder of exported models: ``$DIALFORK_ONNX_CACHE``, else ``~/.cache/dialfork/onnx``."""
+    """Folder of exported models: ``$DIALFORK_ONNX_CACHE``, else ``~/.cache/dialfork/onnx``.
+
+    Returns:
+        The folder's path (not created).
+    """
     env = os.environ.get("DIALFORK_ONNX_CACHE")
     return Path(env).expanduser() if env else Path.home() / ".cache" / "dialfork" / "onnx"
 
 
 def model_fingerprint(auto_model: Any) -> str:
     """sha256 over the model's configuration, every weight's bytes and the exporter's version
-    (this module's, torch's, the opset): the same weights give the same key under any name."""
+    (this module's, torch's, the opset): the same weights give the same key under any name.
+
+    Args:
+        auto_model: A loaded ``transformers`` model.
+
+    Returns:
+        The first 24 hex digits of the hash.
+    """
     import torch
 
     h = hashlib.sha256()
@@ -151,10 +204,22 @@ def _export(auto_model: Any, input_names: list[str], path: Path) -> None:
 
 class OnnxTransformer:
     """A transformer's forward pass (``last_hidden_state``) in an onnxruntime session.
-
     Callable like the torch model on a batch of torch tensors (``input_ids``, ``attention_mask``,
     ``token_type_ids``), returning an object with ``.last_hidden_state`` (a torch tensor), so that
     code written for the torch model runs unchanged; :meth:`run` takes and returns numpy arrays.
+
+    The model is exported once (checked against the torch forward) into the export cache, keyed by
+    :func:`model_fingerprint`, and quantised there for int8.
+
+    Args:
+        auto_model: The loaded ``transformers`` model.
+        name: The model's name (in messages).
+        int8: Run the dynamically quantised int8 export.
+        cache_dir: The export cache (None: :func:`onnx_cache_dir`).
+        threads: onnxruntime's intra-op threads (None: torch's thread count).
+
+    Raises:
+        ValueError: The export differs from the torch forward by more than ``EXPORT_ATOL``.
     """
 
     training = False
@@ -234,16 +299,46 @@ class OnnxTransformer:
 
     # the parts of the torch.nn.Module interface that the pair encoder uses
     def parameters(self):
+        """A dummy CPU tensor (the part of ``torch.nn.Module.parameters`` callers use: the device).
+
+        Yields:
+            One zero tensor.
+        """
         yield self._dummy
 
     def eval(self):
+        """No-op (``torch.nn.Module.eval``): the session has no training mode.
+
+        Returns:
+            The runner itself.
+        """
         return self
 
     def train(self, mode: bool = True):
+        """No-op (``torch.nn.Module.train``): the session has no training mode.
+
+        Args:
+            mode: Ignored.
+
+        Returns:
+            The runner itself.
+        """
         return self
 
     def run(self, features: dict[str, Any]) -> np.ndarray:
-        """``last_hidden_state`` (float32, ``(batch, seq, hidden)``) of a tokenized batch."""
+        """``last_hidden_state`` of a tokenized batch.
+
+        Args:
+            features: The tokenizer's output (numpy arrays or torch tensors): ``input_ids``,
+                ``attention_mask`` and, for models that take it, ``token_type_ids`` (zeros when
+                missing).
+
+        Returns:
+            float32 ``(batch, seq, hidden)``.
+
+        Raises:
+            ValueError: The batch lacks an input the model needs.
+        """
         feed = {}
         for n in self.input_names:
             v = features.get(n)
@@ -269,7 +364,22 @@ class OnnxTransformer:
 def st_encode(st_model: Any, runner: OnnxTransformer, texts: Sequence[str], batch_size: int = 64,
               prompt_name: str | None = None) -> np.ndarray:
     """What ``st_model.encode(texts, normalize_embeddings=False)`` returns, with the transformer
-    run by ``runner``: the model's own tokenizer and its modules after the transformer."""
+    run by ``runner``: the model's own tokenizer and its modules after the transformer.
+
+    Args:
+        st_model: The loaded sentence-transformers model.
+        runner: Runs its transformer (:func:`runner_for`).
+        texts: The texts.
+        batch_size: Texts per forward pass (longest first).
+        prompt_name: One of the model's prompts, prepended to every text (None: none).
+
+    Returns:
+        ``(len(texts), d)`` float32 embeddings (``(0, 0)`` for no text).
+
+    Raises:
+        ValueError: ``prompt_name`` is not one of the model's prompts, or the model's pooling
+            excludes the prompt.
+    """
     import torch
 
     modules = list(st_model)
@@ -313,7 +423,20 @@ _LOCK = threading.Lock()
 
 def runner_for(st_model: Any, name: str, runtime: str) -> OnnxTransformer:
     """The :class:`OnnxTransformer` of a loaded sentence-transformers model (one per model and
-    runtime, shared by its :class:`Encoder` and :class:`PairEncoder`)."""
+    runtime, shared by its :class:`Encoder` and :class:`PairEncoder`).
+
+    Args:
+        st_model: The loaded sentence-transformers model.
+        name: The model's name (in messages and the export's folder).
+        runtime: ``"onnx"`` or ``"onnx-int8"``.
+
+    Returns:
+        The runner, exported (or read from the export cache) on first use.
+
+    Raises:
+        ValueError: An unknown or the torch runtime, or a model whose first module is not a
+            transformer.
+    """
     check_runtime(runtime)
     if runtime == "torch":
         raise ValueError("runner_for is for the onnx runtimes")

@@ -61,9 +61,18 @@ def dialog2flow_prune(raw_counts: np.ndarray, node_fr: np.ndarray, start: int, e
     """Edge counts after dialog2flow's ``create_graph`` clean-up (self-loops, node and edge pruning,
     unreachable-node removal), in its order.
 
-    ``raw_counts`` (n, n): transition counts over all nodes, self-loops included; ``node_fr`` (n,):
-    occurrences of each node as a destination (``[start]``/``[end]`` have weight 1 regardless).
-    Returns the remaining counts (pruned edges and nodes set to 0, self-loops removed).
+    Args:
+        raw_counts: ``(n, n)`` transition counts over all nodes, self-loops included.
+        node_fr: ``(n,)`` occurrences of each node as a destination (``[start]``/``[end]`` have
+            weight 1 regardless).
+        start: The index of the ``[start]`` node.
+        end: The index of the ``[end]`` node.
+        node_threshold: Nodes whose weight (occurrences over the largest) is below it are pruned.
+        edge_threshold: Edges whose weight (share of the source's outgoing counts) is below it are
+            pruned.
+
+    Returns:
+        The remaining counts (pruned edges and nodes set to 0, self-loops removed).
     """
     import networkx as nx
 
@@ -102,7 +111,15 @@ def dialog2flow_prune(raw_counts: np.ndarray, node_fr: np.ndarray, start: int, e
 
 def sdialog_flow_score(sum_log: np.ndarray, n_counted: np.ndarray) -> np.ndarray:
     """``DialogFlowScore.score``: ``exp(sum) ** (1 / (n + 1))``, computed as sdialog does (an
-    ``exp`` that underflows to 0 for very long dialogues gives 0, as in sdialog)."""
+    ``exp`` that underflows to 0 for very long dialogues gives 0, as in sdialog).
+
+    Args:
+        sum_log: Per dialogue, the sum of the log transition probabilities.
+        n_counted: Per dialogue, the number of transitions counted.
+
+    Returns:
+        The scores, one per dialogue.
+    """
     sum_log = np.asarray(sum_log, dtype=float)
     n = np.asarray(n_counted, dtype=float) + 1.0
     with np.errstate(under="ignore"):
@@ -111,7 +128,15 @@ def sdialog_flow_score(sum_log: np.ndarray, n_counted: np.ndarray) -> np.ndarray
 
 def to_sdialog_dialogs(dialogues: Sequence[Any], set_name: str = "set") -> list[dict]:
     """Dialogues as sdialog ``Dialog`` JSON dicts (``{"id", "turns": [{"speaker", "text"}]}``),
-    speakers ``"user"``/``"system"`` as DialFork writes them (sdialog maps those names to itself)."""
+    speakers ``"user"``/``"system"`` as DialFork writes them (sdialog maps those names to itself).
+
+    Args:
+        dialogues: Records, lists of turns or of turn strings.
+        set_name: Names the set in ids of dialogues without a ``dialogue_id`` and in errors.
+
+    Returns:
+        One dict per dialogue.
+    """
     from dialfork_dataset.turns import as_turns
 
     from .pair_encoder import dialogue_name
@@ -126,7 +151,13 @@ def to_sdialog_dialogs(dialogues: Sequence[Any], set_name: str = "set") -> list[
 
 
 def write_sdialog_json(path: str | os.PathLike, dialogues: Sequence[Any], set_name: str = "set") -> None:
-    """Write :func:`to_sdialog_dialogs` as one JSON list, atomically (the benchmark's hand-over)."""
+    """Write :func:`to_sdialog_dialogs` as one JSON list, atomically (the benchmark's hand-over).
+
+    Args:
+        path: The JSON file.
+        dialogues: The dialogues.
+        set_name: As :func:`to_sdialog_dialogs`.
+    """
     from dialfork_dataset.atomic import write_text_atomic
 
     write_text_atomic(path, json.dumps(to_sdialog_dialogs(dialogues, set_name), ensure_ascii=False))

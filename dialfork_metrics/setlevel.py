@@ -60,7 +60,22 @@ def _psd_sqrt(S: np.ndarray) -> np.ndarray:
 
 
 def frechet_distance(mu1: Any, S1: Any, mu2: Any, S2: Any) -> float:
-    """Frechet distance between N(mu1, S1) and N(mu2, S2), via symmetric eigendecompositions."""
+    """Frechet distance between N(mu1, S1) and N(mu2, S2), via symmetric eigendecompositions.
+
+    ``|mu1 - mu2|^2 + Tr S1 + Tr S2 - 2 Tr (S1^(1/2) S2 S1^(1/2))^(1/2)``, clipped at 0.
+
+    Args:
+        mu1: Mean of the first Gaussian, ``d`` values.
+        S1: Covariance of the first Gaussian, ``(d, d)``.
+        mu2: Mean of the second Gaussian, ``d`` values.
+        S2: Covariance of the second Gaussian, ``(d, d)``.
+
+    Returns:
+        The distance (>= 0).
+
+    Raises:
+        ValueError: The shapes do not match, or an input holds NaN or inf.
+    """
     mu1, mu2 = np.atleast_1d(np.asarray(mu1, dtype=np.float64)), np.atleast_1d(np.asarray(mu2, dtype=np.float64))
     S1, S2 = np.atleast_2d(np.asarray(S1, dtype=np.float64)), np.atleast_2d(np.asarray(S2, dtype=np.float64))
     d = mu1.shape[0]
@@ -106,7 +121,21 @@ def fbd_from_embeddings(X_ref: Any, X_tgt: Any) -> float:
 
 
 def prd_curve(ref_hist: Any, tgt_hist: Any, num_angles: int = 1001, epsilon: float = 1e-10) -> tuple[np.ndarray, np.ndarray]:
-    """Sajjadi et al.'s PRD curve of two histograms: ``(precision, recall)``, ``num_angles`` each."""
+    """Sajjadi et al.'s PRD curve of two histograms over the same bins.
+
+    Args:
+        ref_hist: The reference distribution's bin masses, 1-D.
+        tgt_hist: The target distribution's bin masses, same shape.
+        num_angles: Points on the curve (slopes ``tan`` of evenly spaced angles), in ``[3, 1e6]``.
+        epsilon: Keeps the angles off 0 and pi/2, in (0, 0.1).
+
+    Returns:
+        ``(precision, recall)``: two arrays of ``num_angles`` values in [0, 1].
+
+    Raises:
+        ValueError: ``epsilon`` or ``num_angles`` out of range, or the histograms are not 1-D of
+            equal length.
+    """
     if not 0 < epsilon < 0.1:
         raise ValueError(f"epsilon must be in (0, 0.1), got {epsilon}")
     if not 3 <= num_angles <= 1_000_000:

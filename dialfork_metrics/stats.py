@@ -149,7 +149,14 @@ def ranking_tau(distances: Sequence[float], expected: Sequence[float] = EXPECTED
 
 
 def exact_recovery(distances: Sequence[float]) -> bool:
-    """Whether the predicted order is exactly right: d_1 > d_2 > d_3 > d_4 (strict)."""
+    """Whether the predicted order is exactly right: d_1 > d_2 > d_3 > d_4 (strict).
+
+    Args:
+        distances: The distances of the forks, the earliest fork first.
+
+    Returns:
+        True when they strictly decrease.
+    """
     d = np.asarray(distances, dtype=float)
     return bool(np.all(d[:-1] > d[1:]))
 
@@ -160,6 +167,12 @@ def unit_permutation_pvalue(distances: Sequence[float]) -> float:
     Under the null the fork positions are exchangeable, so every ordering of the observed
     distances is equally likely; with 4 positions there are 24 orderings, enumerated exactly
     (ties in ``d`` are kept as ties, so an all-equal unit gets p = 1).
+
+    Args:
+        distances: The unit's distances, the earliest fork first.
+
+    Returns:
+        The p-value in (0, 1].
     """
     d = list(map(float, distances))
     obs = ranking_tau(d)
@@ -184,7 +197,17 @@ def _pvalues(pvalues: Sequence[float], what: str) -> np.ndarray:
 
 
 def fisher_combine(pvalues: Sequence[float]) -> float:
-    """Fisher's combined p-value (``scipy.stats.combine_pvalues(method="fisher")``)."""
+    """Fisher's combined p-value (``scipy.stats.combine_pvalues(method="fisher")``).
+
+    Args:
+        pvalues: Independent p-values in [0, 1] (zeros are clipped to 1e-300).
+
+    Returns:
+        The combined p-value.
+
+    Raises:
+        ValueError: No p-values, or one outside [0, 1] (NaN included).
+    """
     from scipy.stats import combine_pvalues
 
     p = _pvalues(pvalues, "fisher_combine")
@@ -196,7 +219,14 @@ def fisher_combine(pvalues: Sequence[float]) -> float:
 def holm(pvalues: Sequence[float]) -> list[float]:
     """Holm-adjusted p-values, input order: the values of ``statsmodels``'
     ``multipletests(method="holm")``, computed here because that function runs ``gc.collect()`` on
-    every call (a quarter of a second in a process holding torch; the benchmark makes dozens)."""
+    every call (a quarter of a second in a process holding torch; the benchmark makes dozens).
+
+    Args:
+        pvalues: The p-values in [0, 1].
+
+    Returns:
+        The adjusted p-values, in the order given (empty for none).
+    """
     p = _pvalues(pvalues, "holm")
     if p.size == 0:
         return []
@@ -212,6 +242,15 @@ def wilcoxon_greater(diff: Sequence[float]) -> float:
 
     Zero differences are dropped (``zero_method="wilcox"``, the classical test); if every
     difference is zero there is no evidence either way and p = 1.0 (scipy would return NaN).
+
+    Args:
+        diff: The paired differences (NaN/inf refused).
+
+    Returns:
+        The p-value.
+
+    Raises:
+        ValueError: The differences hold NaN or inf, or there are none.
     """
     from scipy.stats import wilcoxon
 
@@ -224,7 +263,17 @@ def wilcoxon_greater(diff: Sequence[float]) -> float:
 
 
 def paired_t_greater(diff: Sequence[float]) -> float:
-    """One-sided paired t-test p-value (mean difference > 0); constant differences -> 0 or 1."""
+    """One-sided paired t-test p-value (mean difference > 0); constant differences -> 0 or 1.
+
+    Args:
+        diff: The paired differences (NaN/inf refused).
+
+    Returns:
+        The p-value.
+
+    Raises:
+        ValueError: The differences hold NaN or inf, or there are fewer than 2.
+    """
     from scipy.stats import ttest_1samp
 
     x = _finite(diff, "paired_t_greater")
@@ -237,7 +286,20 @@ def paired_t_greater(diff: Sequence[float]) -> float:
 
 def bootstrap_mean_ci(diff: Sequence[float], n_resamples: int = 10_000, seed: int = 0,
                       confidence: float = 0.95) -> tuple[float, float]:
-    """Paired bootstrap percentile CI of the mean difference (``scipy.stats.bootstrap``, seeded)."""
+    """Paired bootstrap percentile CI of the mean difference (``scipy.stats.bootstrap``, seeded).
+
+    Args:
+        diff: The paired differences (NaN/inf refused).
+        n_resamples: Bootstrap resamples.
+        seed: Seed of the resampling.
+        confidence: The interval's confidence level.
+
+    Returns:
+        ``(low, high)``; constant differences give the degenerate ``(c, c)``.
+
+    Raises:
+        ValueError: The differences hold NaN or inf, or there are fewer than 2.
+    """
     from scipy.stats import bootstrap
 
     x = _finite(diff, "bootstrap_mean_ci")
@@ -253,7 +315,17 @@ def bootstrap_mean_ci(diff: Sequence[float], n_resamples: int = 10_000, seed: in
 def wilcoxon_greater_test(diff: Sequence[float]) -> tuple[float, float]:
     """``(W, p)``: the one-sided Wilcoxon signed-rank statistic (sum of the ranks of the positive
     differences, zeros dropped, as ``scipy.stats.wilcoxon`` reports it) and its p-value
-    (:func:`wilcoxon_greater`). All-zero differences -> ``(0.0, 1.0)``."""
+    (:func:`wilcoxon_greater`).
+
+    Args:
+        diff: The paired differences (NaN/inf refused).
+
+    Returns:
+        ``(W, p)``; all-zero differences give ``(0.0, 1.0)``.
+
+    Raises:
+        ValueError: The differences hold NaN or inf, or there are none.
+    """
     from scipy.stats import wilcoxon
 
     x = _finite(diff, "wilcoxon_greater_test")
@@ -267,8 +339,18 @@ def wilcoxon_greater_test(diff: Sequence[float]) -> tuple[float, float]:
 
 def paired_t_greater_test(diff: Sequence[float]) -> tuple[float, float]:
     """``(t, p)``: the one-sample t statistic of the paired differences against 0 and its
-    one-sided p-value (:func:`paired_t_greater`). Constant differences have no variance:
-    ``t`` is then +inf, -inf or 0 (by the sign of the constant) and p is 0, 1 or 1."""
+    one-sided p-value (:func:`paired_t_greater`).
+
+    Args:
+        diff: The paired differences (NaN/inf refused).
+
+    Returns:
+        ``(t, p)``. Constant differences have no variance: ``t`` is then +inf, -inf or 0 (by the
+        sign of the constant) and p is 0, 1 or 1.
+
+    Raises:
+        ValueError: The differences hold NaN or inf, or there are fewer than 2.
+    """
     from scipy.stats import ttest_1samp
 
     x = _finite(diff, "paired_t_greater_test")
@@ -281,7 +363,17 @@ def paired_t_greater_test(diff: Sequence[float]) -> tuple[float, float]:
 
 
 def wilcoxon_two_sided(diff: Sequence[float]) -> float:
-    """Two-sided Wilcoxon signed-rank p-value of paired differences (zeros dropped); all zero -> 1."""
+    """Two-sided Wilcoxon signed-rank p-value of paired differences (zeros dropped).
+
+    Args:
+        diff: The paired differences (NaN/inf refused).
+
+    Returns:
+        The p-value; 1.0 when every difference is zero.
+
+    Raises:
+        ValueError: The differences hold NaN or inf, or there are none.
+    """
     from scipy.stats import wilcoxon
 
     x = _finite(diff, "wilcoxon_two_sided")
@@ -294,12 +386,23 @@ def wilcoxon_two_sided(diff: Sequence[float]) -> float:
 
 def bootstrap_column_means_ci(X: np.ndarray | Sequence[Sequence[float]], n_resamples: int = 10_000, seed: int = 0,
                               confidence: float = 0.95, batch: int = 500) -> tuple[np.ndarray, np.ndarray]:
-    """Percentile bootstrap CIs of the mean of each column of ``X`` (``(n_units, m)``), the rows
-    (units) resampled jointly: ``scipy.stats.bootstrap`` with ``axis=0``, seeded, in batches of
-    ``batch`` resamples to bound memory. Returns ``(low, high)``, each of shape ``(m,)``; a constant
-    column gets the degenerate interval ``[c, c]``.
+    """Percentile bootstrap CIs of the mean of each column of ``X``, the rows (units) resampled
+    jointly: ``scipy.stats.bootstrap`` with ``axis=0``, seeded, in batches of ``batch``
+    resamples to bound memory. With one column this is :func:`bootstrap_mean_ci` (same seed,
+    same resamples, same interval).
 
-    With one column this is :func:`bootstrap_mean_ci` (same seed, same resamples, same interval).
+    Args:
+        X: ``(n_units, m)`` values (a 1-D array is one column).
+        n_resamples: Bootstrap resamples.
+        seed: Seed of the resampling.
+        confidence: The intervals' confidence level.
+        batch: Resamples per batch.
+
+    Returns:
+        ``(low, high)``, each of shape ``(m,)``; a constant column gets ``[c, c]``.
+
+    Raises:
+        ValueError: ``X`` is not a matrix, holds NaN or inf, or has fewer than 2 rows.
     """
     from scipy.stats import bootstrap
 

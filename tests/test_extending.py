@@ -470,3 +470,29 @@ def test_counting_the_records_of_a_source(small_corpus):
 
     per_source = Counter(r["source_id"] for r in read_records(small_corpus) if r["hallucination_type"])
     assert set(per_source.values()) == {FORKS_PER_SOURCE}
+
+
+# -- argument order (docs/extending.md, "Argument order") ------------------------------------------
+def _params_of(path: Path, name: str) -> list[list[str]]:
+    import ast
+
+    return [[a.arg for a in n.args.args if a.arg != "self"]
+            for n in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+            if isinstance(n, ast.FunctionDef) and n.name == name]
+
+
+def test_argument_order_per_layer():
+    root = Path(__file__).resolve().parents[1] / "dialfork_metrics"
+    # evaluate modules and torchmetrics: predictions, references (evaluate's order)
+    modules = sorted((root / "modules").glob("*/*.py"))
+    computes = [p for f in modules for p in _params_of(f, "_compute")]
+    assert len(computes) >= 4 and all(p[:2] == ["predictions", "references"] for p in computes), computes
+    updates = _params_of(root / "torchmetrics.py", "update")
+    assert len(updates) >= 3 and all(p[:2] == ["predictions", "references"] for p in updates), updates
+    # functions: the reference first (d(D, D'), KL(reference || target))
+    for fn in ("flowscore", "flowdtw", "mean_turn", "full_dialog", "turn_count_diff", "word_count_diff",
+               "shared_prefix"):
+        assert _params_of(root / "dialogue.py", fn)[0][:2] == ["ref", "cand"], fn
+    assert _params_of(root / "dialogue.py", "score_pairs")[0][:2] == ["references", "candidates"]
+    for fn in ("fbd_from_embeddings", "prd_from_embeddings"):
+        assert _params_of(root / "setlevel.py", fn)[0][:2] == ["X_ref", "X_tgt"], fn

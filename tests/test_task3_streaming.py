@@ -139,7 +139,7 @@ def test_ngram_is_a_distribution(seqs, order, history, backoff):
 def test_ngram_bad_order():
     with pytest.raises(ValueError, match="N-gram order"):
         NgramLM(0, 3)
-    with pytest.raises(ValueError, match="order N must be an integer >= 1"):
+    with pytest.raises(ValueError, match="order must be an integer >= 1"):
         make_detector("it", order=0, encoder=None)
 
 

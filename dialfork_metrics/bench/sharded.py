@@ -27,8 +27,17 @@ logger = logging.getLogger("dialfork_metrics.sharded")
 def sharded_bench_encoding(a: Any, pair: Any = None, state: Any = None) -> bool:
     """The ``accelerate launch`` step of ``python -m dialfork_metrics.bench``: encode the corpus of
     ``a.data`` for every encoder of the run across the processes into ``a.cache_dir`` (a temporary
-    folder, set on ``a``, when none is given). Returns whether this process goes on to run the
-    benchmark: ``True`` for the main process (and always when not launched), ``False`` for the others.
+    folder, set on ``a``, when none is given).
+
+    Args:
+        a: The parsed command line of the benchmark.
+        pair: The Task 1 pair encoder(s), as ``--pair-encoder``: one name, or a name per set
+            metric (None: the Task 1 encoder).
+        state: The ``accelerate`` process state (None: read from the environment).
+
+    Returns:
+        Whether this process goes on to run the benchmark: ``True`` for the main process (and
+        always when not launched), ``False`` for the others.
     """
     if state is None and not launched_by_accelerate():
         return True

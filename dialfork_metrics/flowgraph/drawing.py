@@ -12,8 +12,14 @@ from dialfork_dataset.atomic import atomic_path
 
 
 def to_networkx(graph: Any):
-    """``graph`` (a fitted FlowGraph) as a ``networkx.DiGraph`` (nodes: name, speaker, count, example;
-    edges: count, prob)."""
+    """``graph`` (a fitted FlowGraph) as a ``networkx.DiGraph``.
+
+    Args:
+        graph: A fitted :class:`~dialfork_metrics.flowgraph.FlowGraph`.
+
+    Returns:
+        The graph: nodes carry ``speaker``, ``count`` and ``example``; edges ``count`` and ``prob``.
+    """
     import networkx as nx
 
     graph._check_fitted()

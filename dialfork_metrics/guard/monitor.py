@@ -291,7 +291,7 @@ class Monitor:
         elif not isinstance(detector, StreamingDetector):
             raise TypeError(f"Monitor needs a fitted WorkflowDetector or StreamingDetector, got {type(detector).__name__}")
         else:
-            detector._check_fitted()
+            detector.check_is_fitted()
         self.detector = detector
         self.task = task
         self.max_cache_texts = int(max_cache_texts)
@@ -534,7 +534,7 @@ class Monitor:
         Raises:
             ValueError: The monitor has no encoder.
         """
-        enc = self.detector._encoder() if self.workflow_aware else self.detector.encoder
+        enc = self.detector.get_encoder() if self.workflow_aware else self.detector.encoder
         if enc is None:
             raise ValueError("this monitor has no encoder: pass embedding= to observe(), or load it with "
                              "Monitor.load(path, encoder='minilm')")
@@ -569,7 +569,7 @@ class Monitor:
         if e.shape[1] != dim or not np.all(np.isfinite(e)):
             raise ValueError(f"embedding of shape {e.shape[1:]} (finite: {bool(np.all(np.isfinite(e)))}); the "
                              f"monitor needs {dim} finite values (the encoder it was fitted with)")
-        node, conf = self.detector._assign(speaker, e)
+        node, conf = self.detector.assign(speaker, e)
         return int(node[0]), float(conf[0])
 
     def replay(self, dialogue: Any, embeddings: np.ndarray | None = None) -> list[Verdict]:

@@ -65,6 +65,19 @@ def _passthrough(headers: Mapping[str, str]) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class GuardConfig:
+    """The proxy's settings, checked when built.
+
+    Attributes:
+        upstream: The upstream's OpenAI base URL (e.g. ``http://127.0.0.1:8000/v1``).
+        mode: ``"annotate"`` (each reply carries its verdict) or ``"block"`` (also replace the
+            reply that raises the conversation's first alarm by ``fallback``).
+        fallback: The message sent instead of a blocked reply.
+        max_body_bytes: The largest request body accepted (>= 1024).
+        upstream_timeout: Seconds to wait for the upstream (> 0).
+
+    Raises:
+        ValueError: Every bad setting, in one message.
+    """
     upstream: str
     """The upstream's OpenAI base URL (e.g. ``http://127.0.0.1:8000/v1``)."""
     mode: str = "annotate"
@@ -145,6 +158,14 @@ def check_upstream(upstream: str, timeout: float = 5.0, option: str = "--upstrea
 
 
 class BadRequest(Exception):
+    """A request the proxy refuses, answered as an OpenAI-style error.
+
+    Args:
+        status: The HTTP status (400, 413, ...).
+        message: What is wrong and how to fix it.
+        param: The request field at fault, when there is one.
+        kind: The OpenAI error ``type``.
+    """
     def __init__(self, status: int, message: str, param: str | None = None, kind: str = "invalid_request_error"):
         super().__init__(message)
         self.status, self.message, self.param, self.kind = status, message, param, kind
@@ -152,7 +173,19 @@ class BadRequest(Exception):
 
 # -- request parsing (pure) ------------------------------------------------------------------------
 def message_text(content: Any, where: str) -> str | None:
-    """The text of a message's ``content`` (a string, a list of parts, or null)."""
+    """The text of a message's ``content`` (a string, a list of parts, or null).
+
+    Args:
+        content: The message's ``content``.
+        where: Names the message in errors (``"messages[3]"``).
+
+    Returns:
+        The text (text parts joined by newlines), or ``None`` for null content.
+
+    Raises:
+        BadRequest: A content part without a ``type``, a text part without a string ``text``,
+            or content of another type.
+    """
     if content is None or isinstance(content, str):
         return content
     if isinstance(content, list):
@@ -170,7 +203,21 @@ def message_text(content: Any, where: str) -> str | None:
 
 
 def parse_turns(body: Any) -> list[tuple[str, str]]:
-    """The dialogue turns ``[(speaker, text), ...]`` of a chat completion request body."""
+    """The dialogue turns ``[(speaker, text), ...]`` of a chat completion request body.
+
+    User messages become ``user`` turns and assistant messages ``system`` turns; system,
+    developer, tool and function messages and empty texts are skipped.
+
+    Args:
+        body: The parsed JSON body.
+
+    Returns:
+        The turns, in order.
+
+    Raises:
+        BadRequest: The body is not an object, ``messages`` is not a non-empty list, ``stream`` is
+            not a boolean, or a message is malformed (named by index).
+    """
     if not isinstance(body, Mapping):
         raise BadRequest(400, f"the request body must be a JSON object, got {type(body).__name__}")
     msgs = body.get("messages")
@@ -196,6 +243,18 @@ def parse_turns(body: Any) -> list[tuple[str, str]]:
 
 
 def conversation_id(headers: Mapping[str, str]) -> str:
+    """The conversation key of a request, from its ``X-Conversation-Id`` header.
+
+    Args:
+        headers: The request headers (lower-case names).
+
+    Returns:
+        ``"id:<header>"``, or ``""`` without the header (the history then identifies the
+        conversation).
+
+    Raises:
+        BadRequest: The header is blank, too long or holds control characters.
+    """
     cid = headers.get("x-conversation-id")
     if cid is None:
         return ""
@@ -206,6 +265,14 @@ def conversation_id(headers: Mapping[str, str]) -> str:
 
 
 def empty_verdict(threshold: float) -> dict[str, Any]:
+    """The verdict reported before any turn was observed.
+
+    Args:
+        threshold: The monitor's threshold.
+
+    Returns:
+        A verdict dict with no turn, no score and no alarm.
+    """
     return {"turn": 0, "system_turn": None, "alarm": False, "first_alarm": None, "score": None,
             "threshold": threshold, "speaker": None, "raised": False, "warning": None}
 
@@ -235,7 +302,13 @@ class _Metrics:
 
 
 class Guard:
-    """The proxy's request logic (one per app)."""
+    """The proxy's request logic (one per app).
+
+    Args:
+        monitor: The fitted monitor that scores the turns.
+        store: The durable session state.
+        config: The proxy's settings.
+    """
 
     def __init__(self, monitor: Monitor, store: Store, config: GuardConfig):
         self.monitor, self.store, self.config = monitor, store, config
@@ -245,6 +318,10 @@ class Guard:
         # under a millisecond) runs on the event loop, so a request hops to the worker only to encode
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="guard-encoder")
         self.client = None
+
+    def shutdown(self) -> None:
+        """Stop the encoder thread once its queued encodings finish (the app's shutdown)."""
+        self._pool.shutdown(wait=True)
 
     async def _encode(self, texts: list[str]):
         """``(embeddings, seconds)`` of ``texts`` (one hop to the encoder thread; none for no text)."""
@@ -305,6 +382,20 @@ class Guard:
         return s, rows, verdicts
 
     async def handle(self, headers: Mapping[str, str], raw: bytes, stream_label: list[str]):
+        """Answer one chat completion request: observe its history, forward it upstream, observe the
+        reply and attach (or, in ``block`` mode, enforce) the verdict.
+
+        Args:
+            headers: The request headers.
+            raw: The raw request body.
+            stream_label: A one-item list set to ``"true"``/``"false"`` (the metrics label).
+
+        Returns:
+            The response: JSON, or a streaming response for ``"stream": true``.
+
+        Raises:
+            BadRequest: The body is not valid JSON or not a valid chat completion request.
+        """
         t_start = time.perf_counter()
         try:
             body = json.loads(raw)
@@ -512,7 +603,17 @@ async def _read_limited(request, limit: int) -> bytes:
 
 
 def create_app(monitor: Monitor, store: Store, config: GuardConfig, on_startup=None):
-    """The FastAPI app of the proxy. ``on_startup`` is called once the app is ready to serve."""
+    """The FastAPI app of the proxy.
+
+    Args:
+        monitor: The fitted monitor.
+        store: The session state database.
+        config: The proxy's settings.
+        on_startup: Called once the app is ready to serve.
+
+    Returns:
+        The app: ``POST /v1/chat/completions``, ``GET /healthz`` and ``GET /metrics``.
+    """
     import httpx
     from fastapi import FastAPI
     from fastapi.responses import JSONResponse, Response
@@ -530,7 +631,7 @@ def create_app(monitor: Monitor, store: Store, config: GuardConfig, on_startup=N
             yield
         finally:
             await guard.client.aclose()
-            guard._pool.shutdown(wait=True)
+            guard.shutdown()
 
     app = FastAPI(title="DialFork guard", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.state.guard = guard

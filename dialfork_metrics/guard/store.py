@@ -32,7 +32,16 @@ SCHEMA_VERSION = 1
 
 
 def chain(prev: str, speaker: str, text: str) -> str:
-    """The prefix hash after one more turn (SHA-256 over the previous hash, speaker and text)."""
+    """The prefix hash after one more turn (SHA-256 over the previous hash, speaker and text).
+
+    Args:
+        prev: The hash of the turns before (``""`` at the start).
+        speaker: The turn's speaker.
+        text: The turn's text as the client sees it.
+
+    Returns:
+        The new hash, 64 hex digits.
+    """
     h = hashlib.sha256()
     h.update(prev.encode())
     h.update(b"\x00" + speaker.encode() + b"\x00")
@@ -41,7 +50,14 @@ def chain(prev: str, speaker: str, text: str) -> str:
 
 
 def prefix_hashes(turns: Sequence[tuple[str, str]]) -> list[str]:
-    """``h_1..h_n`` of ``[(speaker, text), ...]`` (``h_0 = ""``)."""
+    """``h_1..h_n`` of ``[(speaker, text), ...]`` (``h_0 = ""``).
+
+    Args:
+        turns: The conversation's ``(speaker, text)`` turns, in order.
+
+    Returns:
+        One hash per turn: ``h_i`` covers the first ``i`` turns.
+    """
     out, h = [], ""
     for sp, text in turns:
         h = chain(h, sp, text)
@@ -51,6 +67,17 @@ def prefix_hashes(turns: Sequence[tuple[str, str]]) -> list[str]:
 
 @dataclass(frozen=True)
 class Row:
+    """One observed turn as stored.
+
+    Attributes:
+        conv: The conversation id.
+        prefix: The hash of the conversation up to and including this turn (:func:`prefix_hashes`).
+        idx: The number of turns up to and including this one.
+        speaker: The turn's speaker.
+        state: The session state after the turn (``Session.state()``).
+        verdict: The turn's verdict.
+        blocked: Whether the proxy replaced this (assistant) turn by its fallback text.
+    """
     conv: str
     prefix: str
     idx: int
@@ -65,7 +92,20 @@ class StoreError(RuntimeError):
 
 
 class Store:
-    """One SQLite file; safe to use from several threads (one connection, serialised by a lock)."""
+    """One SQLite file; safe to use from several threads (one connection, serialised by a lock).
+
+    Args:
+        path: The database file (its folder is created).
+        monitor_fingerprint: The fingerprint of the monitor whose sessions the file holds; a file
+            of another monitor is refused.
+        synchronous: SQLite's ``synchronous``: ``"NORMAL"`` (survives a killed process) or
+            ``"FULL"`` (also a power cut, at an fsync per request).
+
+    Raises:
+        ValueError: ``synchronous`` is neither ``NORMAL`` nor ``FULL``.
+        StoreError: The file is not a usable SQLite database, has another schema version, or
+            holds sessions of another monitor.
+    """
 
     def __init__(self, path: str | Path, monitor_fingerprint: str, synchronous: str = "NORMAL"):
         if synchronous.upper() not in ("NORMAL", "FULL"):
@@ -115,7 +155,15 @@ class Store:
     def longest_prefix(self, conv: str, hashes: Sequence[str]) -> tuple[int, dict[str, Any] | None,
                                                                       dict[str, Any] | None]:
         """``(i, state, verdict)``: the number of leading turns already observed in ``conv`` and the
-        session state and verdict after them (``(0, None, None)`` for a new conversation)."""
+        session state and verdict after them.
+
+        Args:
+            conv: The conversation id.
+            hashes: The prefix hashes of the request's history (:func:`prefix_hashes`).
+
+        Returns:
+            ``(i, state, verdict)``; ``(0, None, None)`` for a new conversation.
+        """
         if not hashes:
             return 0, None, None
         best = (0, None, None)
@@ -130,13 +178,25 @@ class Store:
         return best
 
     def get(self, conv: str, prefix: str) -> tuple[dict[str, Any], dict[str, Any]] | None:
-        """``(state, verdict)`` stored for exactly this prefix, or ``None``."""
+        """``(state, verdict)`` stored for exactly this prefix, or ``None``.
+
+        Args:
+            conv: The conversation id.
+            prefix: A prefix hash.
+
+        Returns:
+            ``(state, verdict)``, or ``None`` when that prefix was never stored.
+        """
         with self._lock:
             r = self._db.execute("SELECT state, verdict FROM turns WHERE conv = ? AND prefix = ?", (conv, prefix)).fetchone()
         return None if r is None else (json.loads(r[0]), json.loads(r[1]))
 
     def put(self, rows: Sequence[Row]) -> None:
-        """Insert the rows of one request in one transaction (idempotent)."""
+        """Insert the rows of one request in one transaction (idempotent).
+
+        Args:
+            rows: The request's observed turns.
+        """
         if not rows:
             return
         now = time.time()
@@ -147,7 +207,14 @@ class Store:
                   json.dumps(r.verdict, separators=(",", ":"), allow_nan=False), int(r.blocked), now) for r in rows])
 
     def conversation(self, conv: str) -> list[dict[str, Any]]:
-        """Every stored turn of ``conv`` (all branches), by turn index."""
+        """Every stored turn of ``conv`` (all branches), by turn index.
+
+        Args:
+            conv: The conversation id.
+
+        Returns:
+            One ``{"turn", "speaker", "prefix", "verdict", "blocked"}`` dict per stored turn.
+        """
         with self._lock:
             rows = self._db.execute("SELECT idx, speaker, prefix, verdict, blocked FROM turns WHERE conv = ? "
                                     "ORDER BY idx, created", (conv,)).fetchall()
@@ -155,9 +222,15 @@ class Store:
                 for i, sp, p, v, b in rows]
 
     def count(self) -> int:
+        """The number of stored turns, all conversations.
+
+        Returns:
+            The row count.
+        """
         with self._lock:
             return int(self._db.execute("SELECT COUNT(*) FROM turns").fetchone()[0])
 
     def close(self) -> None:
+        """Close the database connection."""
         with self._lock:
             self._db.close()

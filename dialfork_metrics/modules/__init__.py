@@ -223,19 +223,47 @@ class RejectEmpty:
     _row = "row"
 
     def add_batch(self, *, predictions=None, references=None, **kwargs):
-        """``evaluate.Metric.add_batch``, refusing an empty batch with this module's message."""
+        """``evaluate.Metric.add_batch``, refusing an empty batch with this module's message.
+
+        Args:
+            predictions: The batch's predictions.
+            references: The batch's references.
+            **kwargs: Passed to ``evaluate.Metric.add_batch``.
+
+        Returns:
+            What ``evaluate.Metric.add_batch`` returns.
+        """
         reject_empty(self._module, self._row, predictions, references)
         return super().add_batch(predictions=predictions, references=references, **kwargs)
 
     def compute(self, *, predictions=None, references=None, **kwargs):
-        """``evaluate.Metric.compute``, refusing empty predictions/references with this module's message."""
+        """``evaluate.Metric.compute``, refusing empty predictions/references with this module's message.
+
+        Args:
+            predictions: The predictions (None: those added with ``add_batch``).
+            references: The references (None: those added with ``add_batch``).
+            **kwargs: The module's options, passed to ``evaluate.Metric.compute``.
+
+        Returns:
+            The module's result dict.
+        """
         reject_empty(self._module, self._row, predictions, references)
         return super().compute(predictions=predictions, references=references, **kwargs)
 
 
 def metric_info(description: str, inputs_description: str, features: Any, extra_references: tuple[str, ...] = ()):
     """The ``evaluate.MetricInfo`` every DialFork module returns from ``_info`` (one citation,
-    homepage and license for all; the module gives its texts, features and extra references)."""
+    homepage and license for all; the module gives its texts, features and extra references).
+
+    Args:
+        description: The module's description.
+        inputs_description: What ``compute`` takes and returns.
+        features: The module's ``datasets.Features`` (or a list of them).
+        extra_references: More reference URLs, after the homepage.
+
+    Returns:
+        The ``evaluate.MetricInfo``.
+    """
     import evaluate
 
     return evaluate.MetricInfo(

@@ -21,6 +21,8 @@ import numpy as np
 from dialfork_dataset.forks import system_turn_positions
 from dialfork_dataset.turns import as_turns, transcript
 
+from .params import Constraint, integer, validate_params
+
 FORMAT = "dialfork-task3-baseline"
 
 
@@ -39,9 +41,21 @@ def _where(d: Any, i: int) -> str:
 
 class _Baseline:
     name = "baseline"
+    _CONSTRAINTS: dict[str, Constraint] = {}
+
+    def get_params(self) -> dict[str, Any]:
+        """The constructor's parameters (scikit-learn's ``get_params``).
+
+        Returns:
+            dict[str, Any]: name -> value (empty for the first and last turn baselines).
+        """
+        return {k: getattr(self, k) for k in self._CONSTRAINTS}
+
+    def _validate_params(self) -> None:
+        validate_params(type(self).__name__, self.get_params(), self._CONSTRAINTS)
 
     def fit(self, dialogues: Sequence[Any] | None = None, embeddings: Any = None, **_: Any) -> _Baseline:
-        """No-op (trivial baselines need no training); returns ``self``.
+        """Check the parameters (trivial baselines need no training); returns ``self``.
 
         Args:
             dialogues: Ignored.
@@ -49,7 +63,11 @@ class _Baseline:
 
         Returns:
             The baseline itself.
+
+        Raises:
+            ValueError: A parameter breaks the class's constraint table.
         """
+        self._validate_params()
         return self
 
     def _predict_T(self, T: int, dialogue: Any) -> int | None:
@@ -66,8 +84,9 @@ class _Baseline:
             A 1-based system turn index in ``1..T``.
 
         Raises:
-            ValueError: The dialogue is malformed or has no system turn.
+            ValueError: The dialogue is malformed or has no system turn, or a bad parameter.
         """
+        self._validate_params()
         return self._predict_T(_num_system_turns(dialogue, _where(dialogue, 0)), dialogue)
 
     def predict_many(self, dialogues: Sequence[Any], embeddings: Any = None, show_progress: bool = False
@@ -83,8 +102,10 @@ class _Baseline:
             One 1-based system turn index per dialogue, in order.
 
         Raises:
-            ValueError: A dialogue is malformed or has no system turn (named by id or index).
+            ValueError: A dialogue is malformed or has no system turn (named by id or index), or a
+                bad parameter.
         """
+        self._validate_params()
         return [self._predict_T(_num_system_turns(d, _where(d, i)), d) for i, d in enumerate(dialogues)]
 
     def config(self) -> dict[str, Any]:
@@ -140,15 +161,14 @@ class RandomTurnBaseline(_Baseline):
     Args:
         seed: A non-negative int; with the dialogue's key it seeds each dialogue's draw.
 
-    Raises:
-        ValueError: ``seed`` is not a non-negative int (bools rejected).
+    The constructor only stores ``seed``; ``fit``, ``predict`` and ``predict_many`` check it
+    (a non-negative int, bools rejected) and raise ``ValueError`` otherwise.
     """
 
     name = "random"
+    _CONSTRAINTS: dict[str, Constraint] = {"seed": integer(0)}
 
     def __init__(self, seed: int = 0):
-        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-            raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
         self.seed = seed
 
     def _predict_T(self, T: int, dialogue: Any) -> int:

@@ -26,7 +26,11 @@ MAX_INT_DIGITS = 30
 
 
 class NonFinite:
-    """Stands for NaN / Infinity / -Infinity, which Python's json accepts but JSON does not."""
+    """Stands for NaN / Infinity / -Infinity, which Python's json accepts but JSON does not.
+
+    Args:
+        text: The literal as written (``"NaN"``, ``"Infinity"`` or ``"-Infinity"``).
+    """
 
     __slots__ = ("text",)
 
@@ -38,7 +42,11 @@ class NonFinite:
 
 
 class HugeInt:
-    """An integer literal of more than :data:`MAX_INT_DIGITS` digits, kept unconverted."""
+    """An integer literal of more than :data:`MAX_INT_DIGITS` digits, kept unconverted.
+
+    Args:
+        text: The literal's digits, with a leading ``-`` when negative.
+    """
 
     __slots__ = ("digits", "negative")
 
@@ -74,26 +82,61 @@ def _parse_int(text: str) -> int | HugeInt:
 def strict_json_decoder() -> json.JSONDecoder:
     """A ``json.JSONDecoder`` with the markers above. Its ``decode`` still raises
     ``json.JSONDecodeError`` for bad syntax and ``RecursionError`` for absurd nesting: callers
-    turn both into a problem on that line."""
+    turn both into a problem on that line.
+
+    Returns:
+        The decoder (NaN/Infinity as :class:`NonFinite`, long integers as :class:`HugeInt`,
+        objects with a repeated key as :class:`DupKeys`).
+    """
     return json.JSONDecoder(object_pairs_hook=_pairs_hook, parse_constant=NonFinite, parse_int=_parse_int)
 
 
 def shorten(s: str, n: int = 40) -> str:
-    """``s`` cut to ``n`` characters (with ``...``): ids and values quoted in messages stay short."""
+    """``s`` cut to ``n`` characters (with ``...``): ids and values quoted in messages stay short.
+
+    Args:
+        s: The text.
+        n: The most characters kept, ``...`` included.
+
+    Returns:
+        ``s`` itself when short enough, else its first ``n - 3`` characters and ``...``.
+    """
     return s if len(s) <= n else s[: n - 3] + "..."
 
 
 def is_bool(v: Any) -> bool:
+    """Whether ``v`` is a boolean (``bool`` or a numpy ``bool_``).
+
+    Args:
+        v: Any value.
+
+    Returns:
+        True for a boolean.
+    """
     return isinstance(v, bool) or getattr(getattr(v, "dtype", None), "kind", None) == "b"  # numpy bool_
 
 
 def is_int(v: Any) -> bool:
-    """An integer (``int`` or a numpy integer), never a boolean."""
+    """An integer (``int`` or a numpy integer), never a boolean.
+
+    Args:
+        v: Any value.
+
+    Returns:
+        True for an integer.
+    """
     return isinstance(v, numbers.Integral) and not is_bool(v)
 
 
 def describe(v: Any) -> str:
-    """A short description of a value for an error message (never the whole of a long value)."""
+    """A short description of a value for an error message (never the whole of a long value).
+
+    Args:
+        v: Any value read from a submission.
+
+    Returns:
+        Words such as ``"a float (3.0)"``, ``"null"`` or ``"an array"``.
+    """
     if is_bool(v):
         return f"a boolean ({json.dumps(bool(v))})"
     if isinstance(v, NonFinite):
@@ -124,7 +167,14 @@ def _int_text(n: int) -> str:
 
 
 def is_numeric_string(s: str) -> bool:
-    """Whether ``s`` parses as a float (a number sent as a string: reported as such)."""
+    """Whether ``s`` parses as a float (a number sent as a string: reported as such).
+
+    Args:
+        s: The string.
+
+    Returns:
+        True when ``float(s)`` succeeds.
+    """
     try:
         float(s)
     except ValueError:
@@ -135,9 +185,14 @@ def is_numeric_string(s: str) -> bool:
 def check_prediction(v: Any, T: int | None = None) -> tuple[str, str] | None:
     """``(code, message)`` for an invalid Task 3 prediction value, None when it is valid.
 
-    ``T`` is the dialogue's number of system turns (``None`` when unknown: no upper bound).
-    Codes: ``out_of_range`` (an integer outside ``1..T``, including ``-1`` and ``0``) and
-    ``bad_value`` (anything that is not an integer or None).
+    Args:
+        v: The prediction: a system turn index or None.
+        T: The dialogue's number of system turns (``None`` when unknown: no upper bound).
+
+    Returns:
+        None for a valid value, else ``(code, message)``: code ``out_of_range`` (an integer outside
+        ``1..T``, including ``-1`` and ``0``) or ``bad_value`` (anything that is not an integer or
+        None); the message says how to write the value instead.
     """
     if v is None:
         return None
@@ -169,10 +224,18 @@ def check_prediction(v: Any, T: int | None = None) -> tuple[str, str] | None:
 
 
 def check_predictions(values: list[Any], turns: list[Any] | None = None, start: int = 0) -> list[str]:
-    """Messages ``"row i: ..."`` for every invalid value of a list of predictions (``turns``:
-    each row's ``T`` or None; rows numbered from ``start``), in the words of
+    """Messages ``"row i: ..."`` for every invalid value of a list of predictions, in the words of
     :func:`check_prediction`. Used by the ``task3`` evaluate module before evaluate casts the
-    column (which would turn ``3.0`` or ``True`` into an integer)."""
+    column (which would turn ``3.0`` or ``True`` into an integer).
+
+    Args:
+        values: The predictions.
+        turns: Each row's ``T`` (number of system turns) or None; None: no upper bound.
+        start: The number of the first row in the messages.
+
+    Returns:
+        One message per invalid value, in row order (empty when all are valid).
+    """
     out = []
     for i, v in enumerate(values):
         T = turns[i] if turns is not None and i < len(turns) else None

@@ -160,7 +160,16 @@ def _collect(predictions: Any, errors: list[str], locations: Sequence[str] | Non
 def collect_prediction_rows(rows: Sequence[Any], locations: Sequence[str] | None = None,
                             ) -> tuple[dict[str, Any], list[str]]:
     """``({dialogue_id: prediction}, errors)`` of prediction rows, before any gold is known: the
-    shape checks of :func:`score_predictions` plus the value type (an integer or null)."""
+    shape checks of :func:`score_predictions` plus the value type (an integer or null).
+
+    Args:
+        rows: Prediction rows ``{"dialogue_id", "prediction"}``.
+        locations: Names each row in errors (e.g. ``"file.jsonl:3"``); None: ``"row i"``.
+
+    Returns:
+        ``(predictions, errors)``: the first prediction of each dialogue id, and one message per
+        problem (empty when all rows are valid).
+    """
     errors: list[str] = []
     preds = _collect(rows, errors, locations)
     where: dict[Any, str] = {}
@@ -398,9 +407,16 @@ def score_predictions(
 def system_turn_positions(turns: Sequence[Mapping[str, Any]]) -> list[int]:
     """1-based positions, among all turns, of the system turns of ``turns`` (in order).
 
-    >>> system_turn_positions([{"speaker": "user"}, {"speaker": "system"}, {"speaker": "user"},
-    ...                        {"speaker": "system"}])
-    [2, 4]
+    Args:
+        turns: The dialogue's ``{"speaker", ...}`` turns.
+
+    Returns:
+        The positions, ascending.
+
+    Example:
+        >>> system_turn_positions([{"speaker": "user"}, {"speaker": "system"}, {"speaker": "user"},
+        ...                        {"speaker": "system"}])
+        [2, 4]
     """
     return [i for i, t in enumerate(turns, 1) if t.get("speaker") == "system"]
 
@@ -412,8 +428,14 @@ def mae_all_turns(predictions: Mapping[str, int | None], gold_by_id: Mapping[str
     A system turn ``s`` sits at position ``pos(s)`` among the ``N`` turns of its dialogue; the
     dialogue end is ``N + 1``. Forked: ``|pos(pred) - pos(t_k)|``, reference ``|pos(T) - pos(t_k)|``
     (always-last); conformant: ``N + 1 - pos(pred)``, reference ``N + 1 - pos(1)`` (always-first).
-    ``None`` when a gold row has no ``turns`` or its turns do not hold ``num_system_turns`` system
-    turns (the all-turns unit is then undefined). ``predictions`` must already be valid.
+
+    Args:
+        predictions: Valid predictions by dialogue id.
+        gold_by_id: Gold rows by dialogue id, with ``turns`` and ``num_system_turns``.
+
+    Returns:
+        The all-turns MAEs and references, or ``None`` when a gold row has no ``turns`` or its
+        turns do not hold ``num_system_turns`` system turns (the all-turns unit is then undefined).
     """
     err_h: dict[str, list[int]] = {h: [] for h in TYPES}
     present: set[str] = set()

@@ -90,7 +90,19 @@ FALSE_ALARM_POINTS: tuple[float, ...] = (0.01, 0.05, 0.10)
 # --------------------------------------------------------------------------------------------
 def source_folds(records: Sequence[Mapping[str, Any]], n_folds: int = 3, seed: int = 0) -> dict[str, int]:
     """Fold of every source id: within each task, a seeded permutation of its sources dealt
-    round-robin, so every fold holds sources of every task with enough sources."""
+    round-robin, so every fold holds sources of every task with enough sources.
+
+    Args:
+        records: Records with ``task`` and ``source_id`` (or ``dialogue_id`` for a source).
+        n_folds: The number of folds (>= 2).
+        seed: Seed of the permutations.
+
+    Returns:
+        dict[str, int]: source id -> fold in ``0..n_folds-1``.
+
+    Raises:
+        ValueError: ``n_folds`` < 2.
+    """
     if n_folds < 2:
         raise ValueError(f"n_folds must be >= 2, got {n_folds}")
     by_task: dict[str, set[str]] = {}
@@ -113,9 +125,18 @@ def _source(r: Mapping[str, Any]) -> str:
 
 def first_alarms(p_list: Sequence[np.ndarray], sys_turns: Sequence[np.ndarray], method: str,
                  threshold: float, position_weight: float = 0.0) -> list[int | None]:
-    """The streaming prediction of each dialogue from its ``p_t``: the system turn of the first
-    alarm (``sys_turns[i][pos]`` maps a turn position to its system turn index) or ``None``;
-    ``position_weight`` as :func:`~dialfork_metrics.task3.streaming.turn_scores`."""
+    """The streaming prediction of each dialogue from its ``p_t``: the system turn of the first alarm.
+
+    Args:
+        p_list: Per dialogue, ``p_t`` of every turn.
+        sys_turns: Per dialogue, the system turn index of every turn position.
+        method: ``"it"`` (alarm below the threshold) or ``"ss"`` (above).
+        threshold: The alarm threshold.
+        position_weight: ``gamma``, as :func:`~dialfork_metrics.task3.streaming.turn_scores`.
+
+    Returns:
+        Per dialogue, the system turn index of the first alarm, or ``None``.
+    """
     out: list[int | None] = []
     for p, st in zip(p_list, sys_turns):
         s = turn_scores(p, method, st, position_weight)
@@ -129,15 +150,32 @@ def tradeoff_curve(stats: np.ndarray, keys: Sequence[Any], is_fork: Sequence[boo
                    levels: Sequence[float] | None = None, percentile_method: str = "linear",
                    threshold_rule: str = "percentile", confidence: float = DEFAULT_CONFIDENCE) -> dict[str, np.ndarray]:
     """Conformant false-alarm rate and hallucinated coverage of a fitted detector at each
-    operating point ``a`` in ``levels`` (default 0..1 in 401 steps plus 1%, 5%, 10%).
+    operating point ``a`` in ``levels``.
 
-    ``stats``/``keys`` come from :meth:`StreamingDetector.dialogue_statistics` on the test
-    dialogues, ``calibration_stats`` maps each key to the stored statistics of its model
-    (``{k: m.calibration_stats for k, m in det.models().items()}``). The two end points
-    ``(0, 0)`` and ``(1, 1)`` (never / always alarm) are included. ``threshold_rule`` maps each
-    level to a threshold (:func:`calibrate_threshold`); the default, ``"percentile"``, sweeps the
-    thresholds most finely; the detector's own rule puts its operating point on the curve at
-    ``a = false_alarm_rate``."""
+    The two end points ``(0, 0)`` and ``(1, 1)`` (never / always alarm) are included.
+
+    Args:
+        stats: Per test dialogue, the statistic of
+            :meth:`StreamingDetector.dialogue_statistics`.
+        keys: Per test dialogue, the key of the model that watched it (from the same call).
+        is_fork: Per test dialogue, whether it is a fork (hallucinated).
+        calibration_stats: Each key's stored calibration statistics
+            (``{k: m.calibration_stats for k, m in det.models().items()}``).
+        method: ``"it"`` or ``"ss"``.
+        levels: The operating points; None: 0..1 in 401 steps plus 1%, 5% and 10%.
+        percentile_method: ``numpy.percentile``'s method.
+        threshold_rule: Maps each level to a threshold (:func:`calibrate_threshold`); the default,
+            ``"percentile"``, sweeps the thresholds most finely; the detector's own rule puts its
+            operating point on the curve at ``a = false_alarm_rate``.
+        confidence: The confidence of ``threshold_rule="upper_bound"``.
+
+    Returns:
+        ``{"level", "cov_c", "cov_h"}``: arrays of the levels (NaN at the two end points), the
+        conformant false-alarm rates and the hallucinated coverages.
+
+    Raises:
+        ValueError: The test dialogues are all forks or all conformant.
+    """
     stats = np.asarray(stats, dtype=np.float64)
     fork = np.asarray(is_fork, dtype=bool)
     if fork.all() or not fork.any():
@@ -165,7 +203,15 @@ def tradeoff_curve(stats: np.ndarray, keys: Sequence[Any], is_fork: Sequence[boo
 def coverage_at(curve: Mapping[str, np.ndarray], false_alarm_rate: float) -> float:
     """Hallucinated coverage at ``false_alarm_rate`` on the curve: the best coverage among
     points with at most that false-alarm rate, linearly interpolated towards the next point
-    (the usual ROC reading; the curve is monotone in both coordinates)."""
+    (the usual ROC reading; the curve is monotone in both coordinates).
+
+    Args:
+        curve: A :func:`tradeoff_curve` result.
+        false_alarm_rate: The conformant false-alarm rate to read the coverage at.
+
+    Returns:
+        The coverage in [0, 1].
+    """
     x = np.asarray(curve["cov_c"], dtype=np.float64)
     y = np.asarray(curve["cov_h"], dtype=np.float64)
     order = np.lexsort((y, x))
@@ -178,7 +224,13 @@ def coverage_at(curve: Mapping[str, np.ndarray], false_alarm_rate: float) -> flo
 # --------------------------------------------------------------------------------------------
 @dataclass
 class Selection:
-    """Result of :func:`select_settings`."""
+    """Result of :func:`select_settings`.
+
+    Attributes:
+        chosen: Per detector, the chosen settings.
+        table: One row per (detector, setting): the settings, held-out cov_c, cov_h, mae_h, Score.
+        meta: How the selection ran (folds, seed, operating point, ...).
+    """
 
     chosen: dict[str, dict[str, Any]]
     """Per detector, the chosen :data:`SELECTABLE` settings."""
@@ -187,9 +239,22 @@ class Selection:
     meta: dict[str, Any] = field(default_factory=dict)
 
     def settings_for(self, detector: str) -> dict[str, Any]:
+        """The chosen settings of one detector.
+
+        Args:
+            detector: A streaming detector name (``"it"``, ``"ss+nc"``, ...).
+
+        Returns:
+            A copy of its :data:`SELECTABLE` settings.
+        """
         return dict(self.chosen[detector])
 
     def to_json(self) -> dict[str, Any]:
+        """The selection as JSON-ready data.
+
+        Returns:
+            ``{"chosen", "table", "meta"}``.
+        """
         return {"chosen": self.chosen, "table": self.table, "meta": self.meta}
 
 
@@ -299,17 +364,43 @@ def select_settings(records: Sequence[Mapping[str, Any]], embeddings: Sequence[n
                     progress: bool = False) -> Selection:
     """Choose each detector's settings by cross-validation over the train sources (module doc).
 
-    ``records``: the *train* split, conformant dialogues and their forks (fields ``dialogue_id``,
-    ``source_id``, ``task``, ``turns``, ``num_system_turns``, ``hallucination_type``,
-    ``fork_turn``); ``embeddings``: one ``(n_turns, d)`` array per record (any encoder).
-    ``max_sources_per_task`` caps the train sources used per task (seeded draw) to bound the cost
-    on a large corpus; ``max_forks_per_source`` caps the forks evaluated per held-out source.
     Each table row carries the 95% Clopper-Pearson interval of its held-out false-alarm rate
     (``cov_c_ci``, over ``n_conformant`` held-out conformant dialogues); a warning is logged when
     the interval of a rate equal to the target is wider than +/- :data:`MAX_FALSE_ALARM_HALF_WIDTH`,
     where the selection cannot tell settings near the target apart (16 sources per task of the
     full template corpus give 384 held-out conformant dialogues, +/- 2.3 points; all its 2,328
     give +/- 0.9).
+
+    Args:
+        records: The *train* split, conformant dialogues and their forks (fields ``dialogue_id``,
+            ``source_id``, ``task``, ``turns``, ``num_system_turns``, ``hallucination_type``,
+            ``fork_turn``).
+        embeddings: One ``(n_turns, d)`` array per record (any encoder).
+        detectors: The streaming detectors to select for.
+        grid: Candidate values per selectable setting; None: :data:`DEFAULT_GRID`.
+        n_folds: Cross-validation folds over the sources.
+        seed: Seed of the folds and of the source caps.
+        false_alarm_rate: The operating point the detectors are fitted at.
+        tolerance: A setting qualifies when its held-out false-alarm rate is at most
+            ``false_alarm_rate + tolerance`` (module doc).
+        max_forks_per_source: Caps the forks evaluated per held-out source (None: all).
+        K: The node confidence's number of nearest centroids.
+        tau: The node confidence's temperature.
+        calibration_folds: Folds of ``calibration="cross_fit"``.
+        calibration_seed: Seed of those folds.
+        max_sources_per_task: Caps the train sources used per task (seeded draw) to bound the
+            cost on a large corpus (None: all).
+        threshold_rule: The detectors' threshold rule.
+        confidence: The confidence of ``threshold_rule="upper_bound"``.
+        cross_fit_nodes: How ``cross_fit`` gets each fold's nodes.
+        progress: Show progress bars.
+
+    Returns:
+        The :class:`Selection`: the chosen settings per detector and the full table.
+
+    Raises:
+        ValueError: ``records`` and ``embeddings`` differ in length, an unknown detector, an
+            unknown or empty grid key, or no forks among the records.
     """
     from tqdm.auto import tqdm
 

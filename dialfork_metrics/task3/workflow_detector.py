@@ -41,6 +41,7 @@ import numpy as np
 
 from dialfork_dataset.turns import as_turns
 
+from .params import Constraint, boolean, either, integer, interval, one_of, validate_params
 from .workflow_nodes import NodeAssigner
 from .workflow_rules import (  # the pure rules, re-exported here
     CALIBRATIONS,
@@ -125,24 +126,19 @@ class WorkflowDetector:
         return f"WorkflowDetector(false_alarm_rate={self.false_alarm_rate}{fitted})"
 
     # -- parameters ---------------------------------------------------------------------------------
-    _CONSTRAINTS: dict[str, Any] = {
-        "false_alarm_rate": lambda v: isinstance(v, int | float) and 0 < v < 1,
-        "min_similarity": lambda v: v == "auto" or (isinstance(v, int | float) and -1 <= v <= 1),
-        "auto_quantile": lambda v: isinstance(v, int | float) and 0 < v < 1,
-        "reject_margin": lambda v: isinstance(v, int | float) and -2 <= v <= 2,
-        "repeat_weight": lambda v: isinstance(v, int | float) and v >= 0,
-        "use_train_texts": lambda v: isinstance(v, bool),
-        "calibration": lambda v: v in CALIBRATIONS,
-        "calibration_folds": lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 2,
-        "calibration_seed": lambda v: isinstance(v, int) and not isinstance(v, bool),
-        "threshold_rule": lambda v: v in THRESHOLD_RULES,
-        "confidence": lambda v: isinstance(v, int | float) and 0 < v < 1,
+    _CONSTRAINTS: dict[str, Constraint] = {
+        "false_alarm_rate": interval(0, 1),
+        "min_similarity": either(one_of(("auto",)), interval(-1, 1, "both")),
+        "auto_quantile": interval(0, 1),
+        "reject_margin": interval(-2, 2, "both"),
+        "repeat_weight": interval(0, None, "left"),
+        "use_train_texts": boolean(),
+        "calibration": one_of(CALIBRATIONS),
+        "calibration_folds": integer(2),
+        "calibration_seed": integer(),
+        "threshold_rule": one_of(THRESHOLD_RULES),
+        "confidence": interval(0, 1),
     }
-    _EXPECTED = {"false_alarm_rate": "in (0, 1)", "min_similarity": "'auto' or in [-1, 1]",
-                 "auto_quantile": "in (0, 1)", "reject_margin": "in [-2, 2]",
-                 "repeat_weight": ">= 0", "use_train_texts": "a bool", "calibration": f"one of {CALIBRATIONS}",
-                 "calibration_folds": "an integer >= 2", "calibration_seed": "an integer",
-                 "threshold_rule": f"one of {THRESHOLD_RULES}", "confidence": "in (0, 1)"}
 
     def get_params(self) -> dict[str, Any]:
         """The constructor's parameters (scikit-learn's ``get_params``).
@@ -153,13 +149,19 @@ class WorkflowDetector:
         return {k: getattr(self, k) for k in ("workflow", "encoder", *self._CONSTRAINTS)}
 
     def _validate_params(self) -> None:
-        errs = [f"{k} must be {self._EXPECTED[k]}, got {getattr(self, k)!r}"
-                for k, ok in self._CONSTRAINTS.items() if not ok(getattr(self, k))]
-        if errs:
-            raise ValueError("WorkflowDetector: " + "; ".join(errs))
+        validate_params("WorkflowDetector", {k: getattr(self, k) for k in self._CONSTRAINTS}, self._CONSTRAINTS)
 
     # -- encoding -----------------------------------------------------------------------------------
-    def _encoder(self):
+    def get_encoder(self):
+        """The encoder object the detector embeds turns with.
+
+        Returns:
+            ``None`` (``encoder=None``: embeddings must be passed), the shared instance of an
+            alias or path, or the encoder object given.
+
+        Raises:
+            TypeError: ``encoder`` is neither ``None``, a string nor an encoder object.
+        """
         from .streaming._common import resolve_encoder
 
         return resolve_encoder(self.encoder)
@@ -176,7 +178,7 @@ class WorkflowDetector:
                     raise ValueError(f"dialogue #{i}: embeddings of shape {e.shape} for {len(t)} turns")
                 out.append(_unit(e))
             return out
-        enc = self._encoder()
+        enc = self.get_encoder()
         if enc is None:
             raise ValueError("WorkflowDetector without an encoder: pass embeddings=")
         return [_unit(e) for e in enc.encode_dialogues(dialogues)]
@@ -224,7 +226,7 @@ class WorkflowDetector:
         turns = [as_turns(d["turns"] if isinstance(d, Mapping) else d) for d in rows]
         emb = self._embed(turns, embeddings)
         base = NodeAssigner(None, 0.0, self.reject_margin)
-        base.encoder = self._encoder()
+        base.encoder = self.get_encoder()
         base.fit(source)
         self.min_similarity_ = (auto_min_similarity(base, self.auto_quantile) if self.min_similarity == "auto"
                                 else float(self.min_similarity))
@@ -661,7 +663,7 @@ class WorkflowDetector:
         with np.load(path / "arrays.npz") as z:
             arrays = {k: z[k] for k in z.files}
         det.min_similarity_ = float(meta["min_similarity"])
-        a = NodeAssigner(det._encoder(), det.min_similarity_, det.reject_margin)
+        a = NodeAssigner(det.get_encoder(), det.min_similarity_, det.reject_margin)
         a.restore(source, [tuple(k) for k in meta["keys"]], meta["tasks"], arrays["P"], arrays["owners"])
         det.assigner_ = a
         det.n_train_ = int(meta.get("n_train", 0))
@@ -703,11 +705,14 @@ class WorkflowStream:
         Returns:
             int | None: The system turn index of the alarm this turn raises (every deviating turn
             alarms; :attr:`flag` keeps the first), or None.
+
+        Raises:
+            ValueError: A malformed turn, or no embedding and no encoder.
         """
         t = as_turns([turn], where=f"turn {len(self.turns)}")[0]
         det = self._det
         if embedding is None:
-            enc = det._encoder()
+            enc = det.get_encoder()
             if enc is None:
                 raise ValueError("update() without an embedding needs a detector built with an encoder")
             embedding = enc.encode([t["text"]])[0]

@@ -45,6 +45,7 @@ import numpy as np
 
 from dialfork_dataset.turns import as_turns
 
+from .params import Constraint, boolean, either, integer, interval, one_of, validate_params
 from .workflow_classifier import (
     FEATURES,
     FORMAT,
@@ -132,31 +133,23 @@ class SupervisedWorkflowDetector(WorkflowDetector):
         fitted = f", tasks={self.fitted_tasks_}" if hasattr(self, "classifier_") else ""
         return f"SupervisedWorkflowDetector(model={self.model!r}, false_alarm_rate={self.false_alarm_rate}{fitted})"
 
-    _CONSTRAINTS: dict[str, Any] = {
-        "model": lambda v: v in MODELS,
-        "C": lambda v: isinstance(v, int | float) and not isinstance(v, bool) and v > 0,
-        "false_alarm_rate": lambda v: isinstance(v, int | float) and 0 < v < 1,
-        "min_similarity": lambda v: v == "auto" or (isinstance(v, int | float) and -1 <= v <= 1),
-        "auto_quantile": lambda v: isinstance(v, int | float) and 0 < v < 1,
-        "reject_margin": lambda v: isinstance(v, int | float) and -2 <= v <= 2,
-        "use_train_texts": lambda v: isinstance(v, bool),
-        "folds": lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 2,
-        "seed": lambda v: isinstance(v, int) and not isinstance(v, bool),
-        "threshold_rule": lambda v: v in THRESHOLD_RULES,
-        "confidence": lambda v: isinstance(v, int | float) and 0 < v < 1,
-        "threshold_scope": lambda v: v in THRESHOLD_SCOPES,
+    _CONSTRAINTS: dict[str, Constraint] = {
+        "model": one_of(MODELS),
+        "C": interval(0, None),
+        "false_alarm_rate": interval(0, 1),
+        "min_similarity": either(one_of(("auto",)), interval(-1, 1, "both")),
+        "auto_quantile": interval(0, 1),
+        "reject_margin": interval(-2, 2, "both"),
+        "use_train_texts": boolean(),
+        "folds": integer(2),
+        "seed": integer(),
+        "threshold_rule": one_of(THRESHOLD_RULES),
+        "confidence": interval(0, 1),
+        "threshold_scope": one_of(THRESHOLD_SCOPES),
     }
-    _EXPECTED = {"model": f"one of {MODELS}", "C": "a number > 0", "false_alarm_rate": "in (0, 1)",
-                 "min_similarity": "'auto' or in [-1, 1]", "auto_quantile": "in (0, 1)",
-                 "reject_margin": "in [-2, 2]", "use_train_texts": "a bool", "folds": "an integer >= 2",
-                 "seed": "an integer", "threshold_rule": f"one of {THRESHOLD_RULES}", "confidence": "in (0, 1)",
-                 "threshold_scope": f"one of {THRESHOLD_SCOPES}"}
 
     def _validate_params(self) -> None:
-        errs = [f"{k} must be {self._EXPECTED[k]}, got {getattr(self, k)!r}"
-                for k, ok in self._CONSTRAINTS.items() if not ok(getattr(self, k))]
-        if errs:
-            raise ValueError("SupervisedWorkflowDetector: " + "; ".join(errs))
+        validate_params("SupervisedWorkflowDetector", {k: getattr(self, k) for k in self._CONSTRAINTS}, self._CONSTRAINTS)
 
     # -- per-task pieces ----------------------------------------------------------------------------------
     def _graph(self, task: str) -> TaskGraph:
@@ -264,7 +257,7 @@ class SupervisedWorkflowDetector(WorkflowDetector):
         self.source_ = source
         emb = self._embed(turns, embeddings)
         base = NodeAssigner(None, 0.0, self.reject_margin)
-        base.encoder = self._encoder()
+        base.encoder = self.get_encoder()
         base.fit(source)
         self.min_similarity_ = (auto_min_similarity(base, self.auto_quantile) if self.min_similarity == "auto"
                                 else float(self.min_similarity))
@@ -591,7 +584,7 @@ class SupervisedStream:
         t = as_turns([turn], where=f"turn {len(self.turns)}")[0]
         det = self._det
         if embedding is None:
-            enc = det._encoder()
+            enc = det.get_encoder()
             if enc is None:
                 raise ValueError("update() without an embedding needs a detector built with an encoder")
             embedding = enc.encode([t["text"]])[0]

@@ -13,7 +13,7 @@ import numpy as np
 
 from dialfork_dataset.turns import as_turns
 
-from ..ngram import NgramLM
+from ..params import Constraint, integer, interval, one_of, validate_params
 from ._common import NotFittedError, _encoder_name, _task_of, _where, resolve_encoder
 from .decision import (
     DEFAULT_CONFIDENCE,
@@ -39,7 +39,32 @@ from .presets import (
 )
 from .stream import StepResult, StepState, Stream
 
+PERCENTILE_METHODS: tuple[str, ...] = (
+    "inverted_cdf", "averaged_inverted_cdf", "closest_observation", "interpolated_inverted_cdf", "hazen",
+    "weibull", "linear", "median_unbiased", "normal_unbiased", "lower", "higher", "midpoint", "nearest")
+"""``numpy.percentile``'s methods (the valid ``percentile_method`` values)."""
+
 logger = logging.getLogger("dialfork_metrics.task3.streaming")
+
+
+class _FittedAlias:
+    """The old public name of a fitted attribute, read-only (``centroids`` reads ``centroids_``);
+    before ``fit`` it reads as the empty value (``{}``, ``[]``, ``0`` or ``None``)."""
+
+    def __init__(self, empty: Any):
+        self.empty = empty
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj: Any, owner: type | None = None) -> Any:
+        if obj is None:
+            return self
+        value = obj.__dict__.get(self.name + "_", self)
+        return type(self.empty)() if value is self and self.empty is not None else (None if value is self else value)
+
+    def __set__(self, obj: Any, value: Any) -> None:
+        raise AttributeError(f"{self.name} is a fitted attribute, read-only: fit() or load() sets {self.name}_")
 
 
 class StreamingDetector(FitMixin, PersistenceMixin):
@@ -96,11 +121,58 @@ class StreamingDetector(FitMixin, PersistenceMixin):
             early alarm then needs stronger evidence: a false alarm at system turn ``j`` interrupts
             the ``T + 1 - j`` turns left (what MAE_c charges).
 
+    The constructor checks and stores the settings (presets resolved); :meth:`fit` checks them
+    again against the class's constraint table (``_CONSTRAINTS``) and sets the fitted attributes,
+    whose names end in ``_`` (scikit-learn's convention): ``centroids_``, ``node_offsets_``,
+    ``lm_``, ``threshold_``, ``calibration_stats_``, ``train_false_alarm_rate_``, ``n_train_``,
+    ``task_models_``, ``tasks_``. The names without ``_`` remain as read-only aliases.
+
     Raises:
         ValueError: Any invalid setting (all of them listed in one message), an unknown preset, or
             no selected settings for the detector.
         TypeError: ``encoder`` is neither ``None``, a string nor an encoder object.
     """
+
+    # fitted attributes (scikit-learn's trailing underscore), set by fit() or load(); the names
+    # without it are read-only aliases kept for existing code
+    centroids = _FittedAlias({})
+    """Per speaker, the ``(n_nodes, d)`` unit centroids of one model (``centroids_``)."""
+    node_offsets = _FittedAlias({})
+    """Per speaker, the global id of its first node (``node_offsets_``)."""
+    lm = _FittedAlias(None)
+    """The fitted :class:`~dialfork_metrics.task3.ngram.NgramLM` of one model (``lm_``)."""
+    threshold = _FittedAlias(None)
+    """The alarm threshold of one model (``threshold_``)."""
+    calibration_stats = _FittedAlias(None)
+    """The calibration statistic of each train dialogue of one model (``calibration_stats_``)."""
+    train_false_alarm_rate = _FittedAlias(None)
+    """The share of train dialogues that alarm (``train_false_alarm_rate_``)."""
+    n_train = _FittedAlias(0)
+    """The number of train dialogues (``n_train_``)."""
+    task_models = _FittedAlias({})
+    """``scope="task"`` with several tasks: one fitted single-model detector per task (``task_models_``)."""
+    tasks = _FittedAlias([])
+    """The task(s) the detector was fitted on, ``[None]`` for dialogues without a task (``tasks_``)."""
+
+    _CONSTRAINTS: dict[str, Constraint] = {
+        "method": one_of(METHODS),
+        "preset": one_of(PRESETS),
+        "order": integer(1),
+        "K": integer(1),
+        "tau": interval(0, None),
+        "distance_threshold": interval(0, 2, "right"),
+        "false_alarm_rate": interval(0, 1),
+        "percentile_method": one_of(PERCENTILE_METHODS),
+        "calibration": one_of(CALIBRATIONS),
+        "calibration_folds": integer(2),
+        "calibration_seed": integer(),
+        "position_weight": interval(0, None, "left"),
+        "scope": one_of(SCOPES),
+        "threshold_rule": one_of(THRESHOLD_RULES),
+        "cross_fit_nodes": one_of(CROSS_FIT_NODES),
+        "confidence": interval(0, 1),
+    }
+    """The constraint table :meth:`fit` (and the constructor, on the preset-resolved values) checks."""
 
     def __init__(self, method: str = "it", node_confidence: bool = False, order: int | None = None,
                  K: int = DEFAULT_K, tau: float = DEFAULT_TAU,
@@ -111,13 +183,8 @@ class StreamingDetector(FitMixin, PersistenceMixin):
                  preset: str = "selected", threshold_rule: str | None = None,
                  confidence: float = DEFAULT_CONFIDENCE, cross_fit_nodes: str = "restrict",
                  position_weight: float | None = None):
-        errs = []
-        if method not in METHODS:
-            errs.append(f"method must be one of {METHODS}, got {method!r}")
-        if preset not in PRESETS:
-            errs.append(f"preset must be one of {PRESETS}, got {preset!r}")
-        if errs:
-            raise ValueError("StreamingDetector: " + "; ".join(errs))
+        validate_params("StreamingDetector", {"method": method, "preset": preset},
+                        {k: self._CONSTRAINTS[k] for k in ("method", "preset")})
         name = method + ("+nc" if node_confidence else "")
         explicit = {"order": order, "distance_threshold": distance_threshold, "backoff": backoff,
                     "calibration": calibration, "scope": scope, "position_weight": position_weight}
@@ -127,35 +194,14 @@ class StreamingDetector(FitMixin, PersistenceMixin):
         order, distance_threshold = settings["order"], settings["distance_threshold"]
         backoff, calibration, scope = settings["backoff"], settings["calibration"], settings["scope"]
         position_weight = settings["position_weight"]
-        if isinstance(order, bool) or not isinstance(order, int) or order < 1:
-            errs.append(f"order N must be an integer >= 1, got {order!r}")
-        if isinstance(K, bool) or not isinstance(K, int) or K < 1:
-            errs.append(f"K must be an integer >= 1, got {K!r}")
-        if not isinstance(tau, int | float) or isinstance(tau, bool) or not tau > 0:
-            errs.append(f"tau must be > 0, got {tau!r}")
-        if not isinstance(distance_threshold, int | float) or not 0 < distance_threshold <= 2:
-            errs.append(f"distance_threshold must be a cosine distance in (0, 2], got {distance_threshold!r}")
-        if not isinstance(false_alarm_rate, int | float) or not 0 < false_alarm_rate < 1:
-            errs.append(f"false_alarm_rate must be in (0, 1), got {false_alarm_rate!r}")
-        if calibration not in CALIBRATIONS:
-            errs.append(f"calibration must be one of {CALIBRATIONS}, got {calibration!r}")
-        if isinstance(calibration_folds, bool) or not isinstance(calibration_folds, int) or calibration_folds < 2:
-            errs.append(f"calibration_folds must be an integer >= 2, got {calibration_folds!r}")
-        if (isinstance(position_weight, bool) or not isinstance(position_weight, int | float)
-                or not math.isfinite(position_weight) or position_weight < 0):
-            errs.append(f"position_weight must be a finite number >= 0, got {position_weight!r}")
-        if scope not in SCOPES:
-            errs.append(f"scope must be one of {SCOPES}, got {scope!r}")
         if threshold_rule is None:
             threshold_rule = "percentile" if preset == "paper" else DEFAULT_THRESHOLD_RULE
-        if threshold_rule not in THRESHOLD_RULES:
-            errs.append(f"threshold_rule must be one of {THRESHOLD_RULES}, got {threshold_rule!r}")
-        if cross_fit_nodes not in CROSS_FIT_NODES:
-            errs.append(f"cross_fit_nodes must be one of {CROSS_FIT_NODES}, got {cross_fit_nodes!r}")
-        if not isinstance(confidence, int | float) or isinstance(confidence, bool) or not 0 < confidence < 1:
-            errs.append(f"confidence must be in (0, 1), got {confidence!r}")
-        if errs:
-            raise ValueError("StreamingDetector: " + "; ".join(errs))
+        validate_params("StreamingDetector", {
+            "order": order, "K": K, "tau": tau, "distance_threshold": distance_threshold,
+            "false_alarm_rate": false_alarm_rate, "calibration": calibration, "calibration_folds": calibration_folds,
+            "calibration_seed": calibration_seed, "position_weight": position_weight, "scope": scope,
+            "threshold_rule": threshold_rule, "cross_fit_nodes": cross_fit_nodes, "confidence": confidence,
+            "percentile_method": percentile_method}, self._CONSTRAINTS)
         self.method = method
         self.node_confidence = bool(node_confidence)
         self.order = order
@@ -177,18 +223,21 @@ class StreamingDetector(FitMixin, PersistenceMixin):
         self._encoder_spec = encoder
         self._encoder = None
         self._parent: StreamingDetector | None = None
-        # fitted state of one model (scope="pooled", or scope="task" with a single task)
-        self.centroids: dict[str, np.ndarray] = {}
-        self.node_offsets: dict[str, int] = {}
-        self.lm: NgramLM | None = None
-        self.threshold: float | None = None
-        self.calibration_stats: np.ndarray | None = None
-        self.train_false_alarm_rate: float | None = None
-        self.n_train: int = 0
-        # scope="task" with several tasks: one fitted single-model detector per task
-        self.task_models: dict[str | None, StreamingDetector] = {}
-        self.tasks: list[str | None] = []
-        """The task(s) the detector was fitted on (``[None]`` for dialogues without a task field)."""
+
+    # -- parameters --------------------------------------------------------------------------
+    def get_params(self) -> dict[str, Any]:
+        """The constructor's parameters, preset values resolved (scikit-learn's ``get_params``).
+
+        Returns:
+            dict[str, Any]: name -> value (``encoder`` as given: an alias, path or object).
+        """
+        params = {k: getattr(self, k) for k in self._CONSTRAINTS}
+        params["node_confidence"], params["backoff"] = self.node_confidence, self.backoff
+        params["encoder"] = self._encoder_spec
+        return params
+
+    def _validate_params(self) -> None:
+        validate_params("StreamingDetector", self.get_params(), self._CONSTRAINTS)
 
     # -- names, encoder ----------------------------------------------------------------------
     @property
@@ -229,16 +278,34 @@ class StreamingDetector(FitMixin, PersistenceMixin):
         return {k: m.threshold for k, m in self.models().items()}
 
     def models(self) -> dict[str | None, StreamingDetector]:
-        """The fitted single models by task: ``task_models``, or ``{task: self}`` for one model."""
-        self._check_fitted()
+        """The fitted single models by task: ``task_models``, or ``{task: self}`` for one model.
+
+        Returns:
+            dict: task (``None`` for a pooled model or dialogues without a task) -> single-model detector.
+
+        Raises:
+            NotFittedError: The detector is not fitted.
+        """
+        self.check_is_fitted()
         if self.task_models:
             return dict(self.task_models)
         return {(self.tasks[0] if len(self.tasks) == 1 else None): self}
 
     def for_task(self, task: str | None = None) -> StreamingDetector:
         """The single model that watches dialogues of ``task`` (``self`` when there is one model).
-        Its :meth:`start`, :meth:`step` and thresholds are those of that task."""
-        self._check_fitted()
+        Its :meth:`start`, :meth:`step` and thresholds are those of that task.
+
+        Args:
+            task: The STAR task; ``None`` for a pooled model or dialogues without a task field.
+
+        Returns:
+            The single-model detector of that task.
+
+        Raises:
+            NotFittedError: The detector is not fitted.
+            ValueError: No model was fitted for ``task``; the message lists the fitted tasks.
+        """
+        self.check_is_fitted()
         if not self.task_models:
             if task is not None and self.scope == "task" and self.tasks not in ([None], [task]):
                 raise ValueError(f"this detector was fitted on task(s) {self.tasks}, not {task!r}")
@@ -253,8 +320,20 @@ class StreamingDetector(FitMixin, PersistenceMixin):
         """The task whose model should watch a dialogue with no ``task`` field (e.g. the blind
         leaderboard set), decided at its first turn only (so streaming stays causal): the task
         model with the node most similar (cosine) to that turn among ``speaker``'s nodes; ties
-        go to the first task in sorted order."""
-        self._check_fitted()
+        go to the first task in sorted order.
+
+        Args:
+            speaker: The first turn's speaker, ``"user"`` or ``"system"``.
+            embedding: The first turn's embedding, ``d`` values.
+
+        Returns:
+            The task (of one model: its only task, or ``None`` when pooled).
+
+        Raises:
+            NotFittedError: The detector is not fitted.
+            ValueError: No task model has a node for ``speaker``.
+        """
+        self.check_is_fitted()
         if not self.task_models:
             return self.tasks[0] if len(self.tasks) == 1 else None
         e = np.asarray(embedding, dtype=np.float64).reshape(-1)
@@ -271,7 +350,12 @@ class StreamingDetector(FitMixin, PersistenceMixin):
             raise ValueError(f"no task model has a node for speaker {speaker!r}")
         return best
 
-    def _check_fitted(self) -> None:
+    def check_is_fitted(self) -> None:
+        """Raise unless :meth:`fit` (or :meth:`load`) has run (scikit-learn's ``check_is_fitted``).
+
+        Raises:
+            NotFittedError: Not fitted; the message says how to fit or load one.
+        """
         if not self.is_fitted:
             raise NotFittedError(f"this {self.name!r} detector is not fitted yet: call fit(conformant_train_dialogues) "
                                  "or load a saved detector with load_detector(path)")
@@ -306,8 +390,22 @@ class StreamingDetector(FitMixin, PersistenceMixin):
             raise ValueError(f"{len(errs)} bad embedding array(s):\n  " + "\n  ".join(errs[:20]))
         return out
 
-    def _assign(self, speaker: str, E: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Global node ids and node confidences of the rows of ``E`` (all spoken by ``speaker``)."""
+    def assign(self, speaker: str, E: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Global node ids and node confidences of the rows of ``E`` (one fitted model; all rows
+        spoken by ``speaker``).
+
+        Args:
+            speaker: ``"user"`` or ``"system"``.
+            E: Turn embeddings, shape ``(n, d)``.
+
+        Returns:
+            ``(nodes, confidences)``: int64 global node ids (the nearest centroid by cosine, offset
+            by the speaker's first node id) and float64 node confidences (all 1.0 without node
+            confidence), each of length ``n``.
+
+        Raises:
+            ValueError: ``speaker`` never spoke in the train dialogues (the model has no node for it).
+        """
         from dialfork_metrics.flowgraph import cosine_similarities, node_confidence
 
         C = self.centroids.get(speaker)
@@ -330,7 +428,7 @@ class StreamingDetector(FitMixin, PersistenceMixin):
             if not where:
                 continue
             E = np.stack([emb[i][j] for i, j in where])
-            idx, conf = self._assign(sp, E)
+            idx, conf = self.assign(sp, E)
             for (i, j), n, c in zip(where, idx.tolist(), conf.tolist()):
                 nodes[i][j] = n
                 confs[i][j] = c
@@ -341,14 +439,37 @@ class StreamingDetector(FitMixin, PersistenceMixin):
 
     def start(self, task: str | None = None) -> Stream:
         """Begin monitoring a new dialogue of ``task`` (needed only when the detector holds one model
-        per task); returns the stream (also kept for :meth:`update`)."""
-        self._check_fitted()
+        per task); the stream is also kept for :meth:`update`.
+
+        Args:
+            task: The dialogue's STAR task; ``None`` with one model.
+
+        Returns:
+            The new :class:`Stream`.
+
+        Raises:
+            NotFittedError: The detector is not fitted.
+            ValueError: No model for ``task``.
+        """
+        self.check_is_fitted()
         model = self.for_task(task)
         self._stream = Stream(model)
         return self._stream
 
     def update(self, turn: Any, embedding: np.ndarray | None = None) -> int | None:
-        """:meth:`Stream.update` on the stream opened by the last :meth:`start`."""
+        """:meth:`Stream.update` on the stream opened by the last :meth:`start`.
+
+        Args:
+            turn: A ``{"speaker", "text"}`` turn.
+            embedding: The turn's embedding, ``d`` values; None: encoded with the detector's encoder.
+
+        Returns:
+            The system turn index (1-based) of the alarm this turn raises, or ``None``.
+
+        Raises:
+            RuntimeError: :meth:`start` was not called.
+            ValueError: A malformed turn, or no embedding and no encoder.
+        """
         stream = getattr(self, "_stream", None)
         if stream is None:
             raise RuntimeError("call start() before update()")
@@ -358,7 +479,18 @@ class StreamingDetector(FitMixin, PersistenceMixin):
              ) -> tuple[StepState, StepResult]:
         """One turn of the streaming loop, as a pure function of the carried state: the decision
         rule of every streaming prediction (``predict``, ``update``, ``dialfork_metrics.guard``).
-        Constant cost per turn: only the last ``N-1`` nodes and ``p_{t-1}`` are read."""
+        Constant cost per turn: only the last ``N-1`` nodes and ``p_{t-1}`` are read.
+
+        Args:
+            state: The state carried from the previous turn (``StepState()`` at a dialogue's start).
+            speaker: The turn's speaker, ``"user"`` or ``"system"``.
+            node: The turn's global node id (:meth:`assign`).
+            confidence: The turn's node confidence (used by the ``+NC`` variants only).
+
+        Returns:
+            ``(next_state, result)``: the :class:`StepState` to carry to the next turn and this turn's
+            :class:`StepResult` (``p_t``, the compared score, whether it alarms, its system turn).
+        """
         lm = self.lm
         p = lm.prob(lm.context_of(state.context), node)
         if self.node_confidence:
@@ -381,7 +513,7 @@ class StreamingDetector(FitMixin, PersistenceMixin):
     # -- offline convenience (the streaming loop run over whole dialogues) ----------------------
     def _prepare(self, dialogues: Sequence[Any], embeddings: Any, show_progress: bool = False):
         """Validated turns, embeddings and, per model, the indices of the dialogues it watches."""
-        self._check_fitted()
+        self.check_is_fitted()
         names = [_where(d, i) for i, d in enumerate(dialogues)]
         turns_list = [as_turns(d, where=n) for d, n in zip(dialogues, names)]
         emb = self._embeddings(turns_list, embeddings, names, show_progress)
@@ -406,7 +538,19 @@ class StreamingDetector(FitMixin, PersistenceMixin):
 
     def turn_probabilities(self, dialogues: Sequence[Any], embeddings: Sequence[np.ndarray] | None = None
                            ) -> list[np.ndarray]:
-        """``p_t`` (``p_t^NC`` for NC detectors) of every turn of every dialogue."""
+        """``p_t`` (``p_t^NC`` for NC detectors) of every turn of every dialogue.
+
+        Args:
+            dialogues: Records or lists of turns (with ``task`` when the detector has one model per task).
+            embeddings: One ``(n_turns, d)`` array per dialogue; None: encoded.
+
+        Returns:
+            One float array per dialogue, one value per turn.
+
+        Raises:
+            NotFittedError: The detector is not fitted.
+            ValueError: A malformed dialogue, bad embeddings, or no model for a dialogue's task.
+        """
         turns_list, emb, groups = self._prepare(dialogues, embeddings)
         out: list[np.ndarray] = [np.empty(0)] * len(turns_list)
         for m, idx in groups:
@@ -421,7 +565,20 @@ class StreamingDetector(FitMixin, PersistenceMixin):
         for a one-turn dialogue under SS) and the task of the model that watched it. A dialogue
         raises an alarm at operating point ``a`` exactly when its statistic crosses
         ``calibrate_threshold(model.calibration_stats, method, a)`` (IT below, SS above): the
-        trade-off curve (:func:`dialfork_metrics.task3.selection.tradeoff_curve`) sweeps ``a``."""
+        trade-off curve (:func:`dialfork_metrics.task3.selection.tradeoff_curve`) sweeps ``a``.
+
+        Args:
+            dialogues: Records or lists of turns.
+            embeddings: One ``(n_turns, d)`` array per dialogue; None: encoded.
+
+        Returns:
+            ``(stats, tasks)``: a float array of one statistic per dialogue, and the task key of the
+            model that watched each dialogue.
+
+        Raises:
+            NotFittedError: The detector is not fitted.
+            ValueError: A malformed dialogue, bad embeddings, or no model for a dialogue's task.
+        """
         turns_list, emb, groups = self._prepare(dialogues, embeddings)
         stats = np.empty(len(turns_list))
         keys: list[str | None] = [None] * len(turns_list)
@@ -436,12 +593,37 @@ class StreamingDetector(FitMixin, PersistenceMixin):
         return stats, keys
 
     def predict(self, dialogue: Any, embeddings: np.ndarray | None = None) -> int | None:
-        """The first alarm of the streaming loop over ``dialogue`` (system turn index) or ``None``."""
+        """The first alarm of the streaming loop over ``dialogue``.
+
+        Args:
+            dialogue: A record, a list of ``{"speaker", "text"}`` dicts or of turn strings.
+            embeddings: The dialogue's turn embeddings, shape ``(n_turns, d)``; None: encoded.
+
+        Returns:
+            The 1-based system turn index of the first alarm, or ``None`` (no alarm: conformant).
+
+        Raises:
+            NotFittedError: The detector is not fitted.
+            ValueError: A malformed dialogue, bad embeddings, or no model for its task.
+        """
         return self.predict_many([dialogue], None if embeddings is None else [embeddings])[0]
 
     def predict_many(self, dialogues: Sequence[Any], embeddings: Sequence[np.ndarray] | None = None,
                      show_progress: bool = False) -> list[int | None]:
-        """:meth:`predict` for many dialogues: one encoder pass, batched node assignment."""
+        """:meth:`predict` for many dialogues: one encoder pass, batched node assignment.
+
+        Args:
+            dialogues: Records or lists of turns.
+            embeddings: One ``(n_turns, d)`` array per dialogue; None: encoded.
+            show_progress: Show a progress bar.
+
+        Returns:
+            Per dialogue, the 1-based system turn index of the first alarm or ``None``, in order.
+
+        Raises:
+            NotFittedError: The detector is not fitted.
+            ValueError: Malformed dialogues or bad embeddings (each named), or no model for a task.
+        """
         from tqdm.auto import tqdm
 
         turns_list, emb, groups = self._prepare(dialogues, embeddings, show_progress)

@@ -36,7 +36,23 @@ class FitMixin:
     def fit(self, dialogues: Sequence[Any], embeddings: Sequence[np.ndarray] | None = None,
             show_progress: bool = False) -> Self:
         """Fit nodes, the N-gram LM and the threshold on conformant train dialogues (one model per
-        task with ``scope="task"``)."""
+        task with ``scope="task"``).
+
+        Args:
+            dialogues: Conformant train dialogues: records (with ``task`` for ``scope="task"``) or
+                lists of turns; forks (a ``hallucination_type``) are refused.
+            embeddings: One ``(n_turns, d)`` array per dialogue; None: encoded with the encoder.
+            show_progress: Show progress bars (encoding, one model per task).
+
+        Returns:
+            The detector itself, fitted.
+
+        Raises:
+            ValueError: A constructor parameter breaks the constraint table (all listed), no
+                dialogue, a fork, a malformed or one-turn dialogue, or bad embeddings.
+            TypeError: ``dialogues`` is not a list of dialogues.
+        """
+        self._validate_params()
         if isinstance(dialogues, Mapping | str) or not isinstance(dialogues, Sequence):
             raise TypeError("fit() takes a list of conformant dialogues (records, or lists of turns)")
         if len(dialogues) == 0:
@@ -62,12 +78,12 @@ class FitMixin:
             tasks.append(_task_of(d))
         if errs:
             raise ValueError(f"cannot fit on these dialogues ({len(errs)} problem(s)):\n  " + "\n  ".join(errs[:20]))
-        self.task_models = {}
+        self.task_models_ = {}
         emb = self._embeddings(turns_list, embeddings, names, show_progress)
         groups: dict[str | None, list[int]] = {}
         for i, t in enumerate(tasks if self.scope == "task" else [None] * len(tasks)):
             groups.setdefault(t, []).append(i)
-        self.tasks = list(groups)
+        self.tasks_ = list(groups)
         if len(groups) == 1:
             self._fit_model(turns_list, emb)
             return self
@@ -76,12 +92,12 @@ class FitMixin:
         for task, idx in tqdm(sorted(groups.items(), key=lambda kv: str(kv[0])), desc=f"fit {self.name} per task",
                               disable=not show_progress, unit="task"):
             sub = self._submodel()
-            sub.tasks = [task]
+            sub.tasks_ = [task]
             sub._fit_model([turns_list[i] for i in idx], [emb[i] for i in idx], where=f"task {task!r}")
-            self.task_models[task] = sub
-        self.centroids, self.node_offsets, self.lm, self.threshold, self.calibration_stats = {}, {}, None, None, None
-        self.n_train = len(turns_list)
-        self.train_false_alarm_rate = float(sum(m.train_false_alarm_rate * m.n_train for m in self.task_models.values())
+            self.task_models_[task] = sub
+        self.centroids_, self.node_offsets_, self.lm_, self.threshold_, self.calibration_stats_ = {}, {}, None, None, None
+        self.n_train_ = len(turns_list)
+        self.train_false_alarm_rate_ = float(sum(m.train_false_alarm_rate * m.n_train for m in self.task_models.values())
                                             / self.n_train)
         return self
 
@@ -106,7 +122,7 @@ class FitMixin:
         skips the clustering (the settings selection cuts one precomputed tree)."""
         offset = self._fit_nodes(turns_list, emb, labels)
         nodes, confs = self._assign_many(turns_list, emb)
-        self.lm = NgramLM(self.order, offset, backoff=self.backoff).fit(nodes)
+        self.lm_ = NgramLM(self.order, offset, backoff=self.backoff).fit(nodes)
         p_train = [self._sequence_p(n, c) for n, c in zip(nodes, confs)]
         if self.calibration == "in_sample" or len(turns_list) < 2:
             if self.calibration == "cross_fit":
@@ -115,11 +131,11 @@ class FitMixin:
         else:
             p_calib = self._cross_fit_p(turns_list, emb, nodes, confs)
         sys_turns = [system_turn_index(t) for t in turns_list]
-        self.calibration_stats = np.asarray([calibration_statistic(p, self.method, j, self.position_weight)
+        self.calibration_stats_ = np.asarray([calibration_statistic(p, self.method, j, self.position_weight)
                                              for p, j in zip(p_calib, sys_turns)])
-        self.threshold = self._threshold(self.calibration_stats, self.false_alarm_rate)
-        self.n_train = len(turns_list)
-        self.train_false_alarm_rate = float(np.mean([alarms(p, self.method, self.threshold, j, self.position_weight).any()
+        self.threshold_ = self._threshold(self.calibration_stats, self.false_alarm_rate)
+        self.n_train_ = len(turns_list)
+        self.train_false_alarm_rate_ = float(np.mean([alarms(p, self.method, self.threshold, j, self.position_weight).any()
                                                      for p, j in zip(p_train, sys_turns)]))
         logger.info("fitted %s%s on %d dialogues: V=%d nodes, threshold=%.6g, train false-alarm rate %.3f",
                     self.name, f" ({where})" if where else "", self.n_train, offset, self.threshold,
@@ -154,7 +170,7 @@ class FitMixin:
         ``None``; clusters left without an utterance disappear)."""
         from dialfork_metrics.flowgraph import centroids_from_labels
 
-        self.centroids, self.node_offsets, self._node_labels = {}, {}, {}
+        self.centroids_, self.node_offsets_, self._node_labels = {}, {}, {}
         offset = 0
         for sp in SPEAKERS:
             E, owner = _speaker_rows(turns_list, emb, sp)
@@ -168,8 +184,8 @@ class FitMixin:
                     continue
                 E, lab = E[m], np.unique(lab[m], return_inverse=True)[1]
             C = _normalize_rows(centroids_from_labels(E, lab))
-            self.centroids[sp] = C
-            self.node_offsets[sp] = offset
+            self.centroids_[sp] = C
+            self.node_offsets_[sp] = offset
             offset += len(C)
         return offset
 
@@ -230,14 +246,25 @@ class FitMixin:
 
     def recalibrate(self, false_alarm_rate: float) -> Self:
         """Move the operating point without refitting: the threshold(s) become the percentile of the
-        stored calibration statistics for the new target (exactly what ``fit`` would choose)."""
+        stored calibration statistics for the new target (exactly what ``fit`` would choose).
+
+        Args:
+            false_alarm_rate: The new target share of conformant dialogues that alarm, in (0, 1).
+
+        Returns:
+            The detector itself, with the new threshold(s).
+
+        Raises:
+            ValueError: ``false_alarm_rate`` is not in (0, 1).
+            NotFittedError: The detector is not fitted.
+        """
         if not 0 < false_alarm_rate < 1:
             raise ValueError(f"false_alarm_rate must be in (0, 1), got {false_alarm_rate!r}")
-        self._check_fitted()
+        self.check_is_fitted()
         self.false_alarm_rate = float(false_alarm_rate)
         for m in self.models().values():
             m.false_alarm_rate = float(false_alarm_rate)
-            m.threshold = m._threshold(m.calibration_stats, false_alarm_rate)
+            m.threshold_ = m._threshold(m.calibration_stats, false_alarm_rate)
         return self
 
     # -- streaming ---------------------------------------------------------------------------

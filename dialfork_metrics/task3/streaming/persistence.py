@@ -28,10 +28,20 @@ class PersistenceMixin:
     """``settings``/``config``/``save``/``load`` of :class:`~.detector.StreamingDetector`."""
 
     def settings(self) -> dict[str, Any]:
-        """The six :data:`SELECTABLE` settings this detector runs with."""
+        """The six :data:`SELECTABLE` settings this detector runs with.
+
+        Returns:
+            dict[str, Any]: setting -> value (presets resolved).
+        """
         return {k: getattr(self, k) for k in SELECTABLE}
 
     def config(self) -> dict[str, Any]:
+        """The detector's settings as saved in ``config.json``.
+
+        Returns:
+            dict[str, Any]: the registry name, every constructor setting, where each selectable
+            setting came from (``settings_source``) and the encoder's name.
+        """
         return {
             "detector": self.name,
             "method": self.method,
@@ -60,10 +70,20 @@ class PersistenceMixin:
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write ``config.json`` + ``arrays.npz`` into folder ``path`` (atomic per file); with one
-        model per task, each task's model goes to ``path/tasks/<i>/`` and ``config.json`` lists them."""
+        model per task, each task's model goes to ``path/tasks/<i>/`` and ``config.json`` lists them.
+
+        Args:
+            path: The folder (created if missing).
+
+        Returns:
+            The folder's path.
+
+        Raises:
+            NotFittedError: The detector is not fitted.
+        """
         from dialfork_dataset.jsonl import write_json_atomic
 
-        self._check_fitted()
+        self.check_is_fitted()
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         meta: dict[str, Any] = {"format": FORMAT, "format_version": FORMAT_VERSION, **self.config(),
@@ -101,19 +121,31 @@ class PersistenceMixin:
     def _load_model(self, path: Path, meta: Mapping[str, Any]) -> None:
         with np.load(path / "arrays.npz", allow_pickle=False) as z:
             arrays = {k: z[k] for k in z.files}
-        self.centroids = {sp: arrays[f"centroids_{sp}"] for sp in meta["speakers"]}
-        self.node_offsets = {sp: int(o) for sp, o in meta["node_offsets"].items()}
-        self.lm = NgramLM.from_arrays(self.order, int(meta["vocab_size"]), arrays, backoff=self.backoff)
-        self.calibration_stats = arrays["calibration_stats"]
-        self.threshold = float(meta["threshold"])
-        self.n_train = int(meta["n_train"])
-        self.train_false_alarm_rate = meta.get("train_false_alarm_rate")
+        self.centroids_ = {sp: arrays[f"centroids_{sp}"] for sp in meta["speakers"]}
+        self.node_offsets_ = {sp: int(o) for sp, o in meta["node_offsets"].items()}
+        self.lm_ = NgramLM.from_arrays(self.order, int(meta["vocab_size"]), arrays, backoff=self.backoff)
+        self.calibration_stats_ = arrays["calibration_stats"]
+        self.threshold_ = float(meta["threshold"])
+        self.n_train_ = int(meta["n_train"])
+        self.train_false_alarm_rate_ = meta.get("train_false_alarm_rate")
 
     @classmethod
     def load(cls, path: str | os.PathLike, encoder: Any = None) -> Self:
-        """Load a detector saved by :meth:`save`. ``encoder`` overrides the saved encoder name.
-        Folders written before scopes and presets existed (format version 1) load as the single
-        pooled model they hold, with its saved settings."""
+        """Load a detector saved by :meth:`save`. Folders written before scopes and presets existed
+        (format version 1) load as the single pooled model they hold, with its saved settings.
+
+        Args:
+            path: The folder holding ``config.json``.
+            encoder: Overrides the saved encoder name (alias, path or object); None: the saved one.
+
+        Returns:
+            The fitted detector.
+
+        Raises:
+            FileNotFoundError: The folder has no ``config.json``.
+            ValueError: ``config.json`` is not a streaming detector's, or its format version is newer
+                than this code.
+        """
         path = Path(path)
         cfg_path = path / "config.json"
         if not cfg_path.is_file():
@@ -138,17 +170,18 @@ class PersistenceMixin:
                   position_weight=meta.get("position_weight", 0.0))
         if "settings_source" in meta:
             det.settings_source = dict(meta["settings_source"])
-        det.tasks = list(meta.get("tasks", [None]))
+        det.tasks_ = list(meta.get("tasks", [None]))
         if meta.get("task_models"):
+            det.task_models_ = {}
             for entry in meta["task_models"]:
                 sub = det._submodel()
                 sub_path = path / entry["folder"]
                 sub_meta = json.loads((sub_path / "config.json").read_text(encoding="utf-8"))
                 sub._load_model(sub_path, sub_meta)
-                sub.tasks = [entry["task"]]
-                det.task_models[entry["task"]] = sub
-            det.n_train = int(meta["n_train"])
-            det.train_false_alarm_rate = meta.get("train_false_alarm_rate")
+                sub.tasks_ = [entry["task"]]
+                det.task_models_[entry["task"]] = sub
+            det.n_train_ = int(meta["n_train"])
+            det.train_false_alarm_rate_ = meta.get("train_false_alarm_rate")
         else:
             det._load_model(path, meta)
         return det

@@ -62,18 +62,40 @@ class StepResult:
 
 class StepModel(Protocol):
     """What a :class:`Stream` reads from its detector: a fitted
-    :class:`~.detector.StreamingDetector` (one task's model) is one."""
+    :class:`~.detector.StreamingDetector` (one task's model) is one.
+
+    Attributes:
+        encoder: The encoder of turns given without an embedding (``None``: embeddings must be given).
+    """
 
     encoder: Any
     """The encoder of turns given without an embedding (``None``: embeddings must be given)."""
 
-    def _assign(self, speaker: str, E: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The nodes and node confidences of ``speaker``'s turn embeddings ``E`` (one row each)."""
+    def assign(self, speaker: str, E: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The nodes and node confidences of ``speaker``'s turn embeddings ``E`` (one row each).
+
+        Args:
+            speaker: ``"user"`` or ``"system"``.
+            E: The turn embeddings, shape ``(n, d)``.
+
+        Returns:
+            ``(nodes, confidences)``, each of length ``n``.
+        """
         ...
 
     def step(self, state: StepState, speaker: str, node: int, confidence: float = 1.0
              ) -> tuple[StepState, StepResult]:
-        """One turn of the streaming loop: the next state and the turn's outcome."""
+        """One turn of the streaming loop: the next state and the turn's outcome.
+
+        Args:
+            state: The state carried from the previous turn.
+            speaker: The turn's speaker.
+            node: The turn's global node id.
+            confidence: The turn's node confidence.
+
+        Returns:
+            ``(next_state, result)``.
+        """
         ...
 
 
@@ -125,7 +147,7 @@ class Stream:
                 raise ValueError("update() without an embedding needs a detector built with an encoder")
             embedding = det.encoder.encode([t["text"]])[0]
         e = np.asarray(embedding, dtype=np.float64).reshape(1, -1)
-        node, conf = det._assign(t["speaker"], e)
+        node, conf = det.assign(t["speaker"], e)
         return self.update_node(t, int(node[0]), float(conf[0]))
 
     def update_node(self, turn: Mapping[str, str], node: int, confidence: float = 1.0) -> int | None:
