@@ -308,14 +308,24 @@ def _builder_classes():
     import datasets
 
     class DialForkConfig(datasets.BuilderConfig):
-        """A DialFork config; ``split_seed`` fixes the deterministic train/test partition."""
+        """A DialFork config; ``split_seed`` fixes the deterministic train/test partition.
+
+        Args:
+            split_seed: The seed of the per-task train/test split.
+            **kwargs: ``datasets.BuilderConfig``'s (``name``, ``version``, ``description``, ...).
+        """
 
         def __init__(self, split_seed: int = DEFAULT_SPLIT_SEED, **kwargs):
             super().__init__(**kwargs)
             self.split_seed = split_seed
 
     class DialFork(datasets.GeneratorBasedBuilder):
-        """DialFork from a folder of generator record files (``data_dir=``)."""
+        """DialFork from a folder of generator record files (``data_dir=``).
+
+        Args:
+            *args: ``datasets.GeneratorBasedBuilder``'s positional arguments.
+            **kwargs: Its keyword arguments (``config_name``, ``data_dir``, ``cache_dir``, ...).
+        """
 
         VERSION = datasets.Version("1.0.0")
         BUILDER_CONFIG_CLASS = DialForkConfig

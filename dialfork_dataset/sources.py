@@ -44,6 +44,18 @@ from .errors import SourceError
 FEATURES = ("surface_templates", "api", "kb")
 
 
+def path_exists(path: Path) -> bool:
+    """Whether ``path`` exists (:class:`SourceKind`'s default ``available``).
+
+    Args:
+        path: The recorded source's path.
+
+    Returns:
+        bool: True when the path exists.
+    """
+    return Path(path).exists()
+
+
 @dataclass(frozen=True)
 class SourceKind:
     """One kind of workflow source, named by its spec prefix (``KIND:PATH``).
@@ -74,7 +86,7 @@ class SourceKind:
     licence: str | None = None
     credit: str = "the workflow files given to the generator"
     note: str | None = None
-    available: Callable[[Path], bool] = Path.exists
+    available: Callable[[Path], bool] = path_exists
     bare: bool = False
 
     def open(self, path: Path) -> Any:

@@ -45,7 +45,10 @@ def _public_objects():
     for mod in _modules():
         for name, obj in vars(mod).items():
             if (name.startswith("_") or not (inspect.isfunction(obj) or inspect.isclass(obj))
-                    or obj.__module__ != mod.__name__):
+                    or obj.__module__ != mod.__name__
+                    # made at run time inside a function and cached in the module (datasets' builder
+                    # classes): present or not depending on what ran before, so the walk skips them
+                    or "<locals>" in obj.__qualname__):
                 continue
             members = [(obj.__qualname__, obj)]
             if inspect.isclass(obj):
