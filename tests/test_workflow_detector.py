@@ -216,7 +216,7 @@ def test_a_statement_is_not_a_question_step(assigner):
     """Issue 39: the audit credited "Tuesday is a great day to talk about the weather." as the ask-day
     step (similarity 0.63). With its text, the assigner does not take a statement for a question."""
     turn = "Tuesday is a great day to talk about the weather."
-    E = assigner._encode([turn])
+    E = assigner.encode([turn])
     assert assigner.assign("weather", E).nodes[0] == "weather_ask_day"          # embeddings alone: fooled
     assert assigner.assign("weather", E, texts=[turn]).nodes[0] != "weather_ask_day"
     asked = assigner.assign_texts("weather", ["For what day would you like the weather forecast?"])
@@ -227,7 +227,7 @@ def test_audit_matcher_uses_the_assigner(assigner, star):
     from dialfork_metrics.audit.user import AssignerStepMatcher
 
     m = AssignerStepMatcher(assigner, "weather", model=None)
-    e = assigner._encode(["Could I get your PIN, please?"])[0]
+    e = assigner.encode(["Could I get your PIN, please?"])[0]
     assert m.match(e, "Could I get your PIN, please?").node is None          # another task's step
-    e = assigner._encode(["Which city do you want the forecast for?"])[0]
+    e = assigner.encode(["Which city do you want the forecast for?"])[0]
     assert m.match(e, "Which city do you want the forecast for?").node == "weather_ask_location"

@@ -257,8 +257,7 @@ def run_conversations(jobs: Sequence[Job], client: Any, corpus: Any, encoder: An
 
     from generation.api import TemplateBackend
 
-    from ..task3.workflow_detector import auto_min_similarity
-    from ..task3.workflow_nodes import NodeAssigner
+    from ..task3.workflow_rules import fit_workflow_assigner
     from .user import AssignerStepMatcher
 
     backend = TemplateBackend()
@@ -271,8 +270,7 @@ def run_conversations(jobs: Sequence[Job], client: Any, corpus: Any, encoder: An
     if todo:
         # one node assigner over every task of the source (the other tasks are the rivals that
         # reject a turn of another workflow); the floor read off the workflow's own phrasings
-        assigner = NodeAssigner(enc, min_similarity=0.0).fit(corpus)
-        assigner.min_similarity = auto_min_similarity(assigner) if min_similarity is None else float(min_similarity)
+        assigner = fit_workflow_assigner(corpus, enc, min_similarity)
     for j in todo:
         if j.task.name not in matchers:
             matchers[j.task.name] = AssignerStepMatcher(assigner, j.task.name, backend.model(j.task))

@@ -35,8 +35,6 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .workflow_nodes import NodeAssigner
-
 logger = logging.getLogger("dialfork_metrics.task3.conformance")
 
 CHECK_NAME = "workflow-nodes"
@@ -128,7 +126,7 @@ class WorkflowConformance:
         """
         from generation.api import TemplateBackend
 
-        from .workflow_rules import auto_min_similarity
+        from .workflow_rules import fit_workflow_assigner
 
         self._check_params()
         names = list(source.tasks) if tasks is None else list(tasks)
@@ -136,9 +134,7 @@ class WorkflowConformance:
         if unknown:
             raise ValueError(f"WorkflowConformance.fit: unknown task(s) {', '.join(map(repr, unknown))}; the source "
                              f"has {', '.join(sorted(source.tasks))}")
-        assigner = NodeAssigner(self.encoder, min_similarity=0.0).fit(source)
-        assigner.min_similarity = (auto_min_similarity(assigner) if self.min_similarity is None
-                                   else float(self.min_similarity))
+        assigner = fit_workflow_assigner(source, self.encoder, self.min_similarity)
         backend = TemplateBackend()
         backend.bind_corpus(source)
         self.models_ = {t: backend.model(source.tasks[t]) for t in names}
@@ -195,7 +191,7 @@ class WorkflowConformance:
         if missing:
             raise KeyError(f"task(s) {', '.join(map(repr, missing))} not fitted; fitted: {', '.join(sorted(self.models_))}")
         flat = [str(x) for _, turns in dialogues for x in turns]
-        E = self.assigner_._encode(flat) if flat else np.zeros((0, 1))
+        E = self.assigner_.encode(flat) if flat else np.zeros((0, 1))
         out, i = [], 0
         for task, turns in dialogues:
             n = len(turns)

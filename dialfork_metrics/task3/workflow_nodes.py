@@ -270,7 +270,18 @@ class NodeAssigner:
         if errs:
             raise ValueError("NodeAssigner: " + "; ".join(errs))
 
-    def _encode(self, texts: Sequence[str]) -> np.ndarray:
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        """Encode texts with the assigner's encoder, rows unit-normalised (the space of :meth:`assign`).
+
+        Args:
+            texts: The texts.
+
+        Returns:
+            np.ndarray: Shape ``(len(texts), d)``.
+
+        Raises:
+            ValueError: The assigner was built without an encoder.
+        """
         from .streaming._common import resolve_encoder
 
         enc = resolve_encoder(self.encoder) if isinstance(self.encoder, str) else self.encoder
@@ -341,7 +352,7 @@ class NodeAssigner:
         for i, k in enumerate(self.keys_):
             flat.extend(self.texts_[k])
             owners.extend([i] * len(self.texts_[k]))
-        self.P_ = self._encode(flat)
+        self.P_ = self.encode(flat)
         self.owners_ = np.asarray(owners, dtype=np.int64)
         self.tasks_ = {t: [(t, n) for n in per_task[t]] for t in names}
         self._index_masks(per_task)
@@ -526,7 +537,7 @@ class NodeAssigner:
             NodeAssignment: As :meth:`assign`.
         """
         texts = list(texts)
-        return self.assign(task, self._encode(texts) if texts else np.zeros((0, self.P_.shape[1])),
+        return self.assign(task, self.encode(texts) if texts else np.zeros((0, self.P_.shape[1])),
                            texts=texts)
 
 

@@ -187,6 +187,25 @@ def auto_min_similarity(assigner: NodeAssigner, quantile: float = 0.05) -> float
     return float(np.clip(np.quantile(v, quantile), 0.3, 0.6))
 
 
+def fit_workflow_assigner(source: Any, encoder: Any, min_similarity: float | None = None) -> NodeAssigner:
+    """A node assigner over every task of ``source`` (the other tasks are the rivals that reject a
+    turn of another workflow), its own-workflow floor read off the workflow's own phrasings
+    (:func:`auto_min_similarity`) unless given: what the audit's step coverage and the check of
+    generated D+ use.
+
+    Args:
+        source: A workflow source (every task is read).
+        encoder: The assigner's encoder (alias, path or object with ``encode``).
+        min_similarity: The floor; None reads it off the workflow texts.
+
+    Returns:
+        NodeAssigner: The fitted assigner.
+    """
+    assigner = NodeAssigner(encoder, min_similarity=0.0).fit(source)
+    assigner.min_similarity = auto_min_similarity(assigner) if min_similarity is None else float(min_similarity)
+    return assigner
+
+
 @dataclass(frozen=True)
 class WorkflowStepResult:
     """One turn's outcome under :meth:`WorkflowDetector.step`.
