@@ -66,6 +66,43 @@ def process_state(barrier_timeout: float = DEFAULT_BARRIER_TIMEOUT):
     return PartialState(cpu=cpu, timeout=timedelta(seconds=barrier_timeout))
 
 
+def is_worker_process(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether this is a launched process other than the main one (``RANK`` > 0 under
+    ``accelerate launch``/``torchrun``)."""
+    env = os.environ if environ is None else environ
+    if not launched_by_accelerate(env):
+        return False
+    try:
+        return int(env.get("RANK", "0") or 0) > 0
+    except ValueError:
+        return False
+
+
+def exit_worker(code: int = 0) -> None:
+    """End a worker process (not the main one) at once, without interpreter finalisation.
+
+    A gloo process group's C++ threads can still hold objects when the interpreter is torn down,
+    even after ``destroy_process_group()``; destroying them then aborts the process
+    ("terminate called without an active exception", SIGABRT; pytorch/pytorch#179291 describes
+    the teardown race). The worker's work is done by then: its shard files are renamed into place
+    before the collective that ends the sharded step. So its logs and streams are flushed and it
+    leaves with ``os._exit``; the main process, which runs the benchmark and removes the
+    temporary cache at exit, ends normally.
+
+    Args:
+        code: The exit status.
+    """
+    import sys
+
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe: nothing more can be said
+            pass
+    os._exit(int(code))
+
+
 # ----------------------------------------------------------------------------- pure parts
 def unique_by_length(items: Sequence[Any], length: Callable[[Any], int]) -> list[Any]:
     """The distinct ``items``, longest first, ties in sorted order: a fixed order for any input order."""
@@ -200,5 +237,6 @@ def broadcast(state: Any, value: Any) -> Any:
     return broadcast_object_list([value], from_process=0)[0]
 
 
-__all__ = ["all_ok", "broadcast", "corpus_pairs", "corpus_texts", "encode_shard_pairs", "encode_shard_texts", "global_batches",
-           "launched_by_accelerate", "my_batches", "process_state", "unique_by_length"]
+__all__ = ["all_ok", "broadcast", "corpus_pairs", "corpus_texts", "encode_shard_pairs", "encode_shard_texts", "exit_worker",
+           "global_batches", "is_worker_process", "launched_by_accelerate", "my_batches", "process_state",
+           "unique_by_length"]

@@ -13,7 +13,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from dialfork_metrics.sharded import global_batches, launched_by_accelerate, my_batches, unique_by_length
+from dialfork_metrics.sharded import (
+    global_batches,
+    is_worker_process,
+    launched_by_accelerate,
+    my_batches,
+    unique_by_length,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -45,6 +51,19 @@ def test_launched_by_accelerate():
     assert not launched_by_accelerate({})
     assert launched_by_accelerate({"ACCELERATE_MIXED_PRECISION": "no"})
     assert launched_by_accelerate({"WORLD_SIZE": "2"})
+    assert not is_worker_process({}) and not is_worker_process({"RANK": "1"})  # not launched: no worker
+    assert not is_worker_process({"WORLD_SIZE": "2", "RANK": "0"})
+    assert is_worker_process({"WORLD_SIZE": "2", "RANK": "1"})
+    assert not is_worker_process({"WORLD_SIZE": "2", "RANK": "x"})
+
+
+def test_a_worker_exits_with_its_code_and_its_logs_flushed(tmp_path):
+    script = ("import logging, sys; from dialfork_metrics.sharded import exit_worker\n"
+              "logging.basicConfig(level=logging.INFO, stream=sys.stderr)\n"
+              "logging.getLogger('w').info('shard written'); print('out', end='')\n"
+              "exit_worker(3)\n")
+    p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert p.returncode == 3 and p.stdout == "out" and "shard written" in p.stderr
 
 
 def test_a_shard_is_written_once_and_a_cached_batch_is_skipped(tmp_path):

@@ -5,4 +5,9 @@ import sys
 from .cli import main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    from ..sharded import exit_worker, is_worker_process
+
+    if is_worker_process():  # a launched worker is done once the sharded encoding is: leave
+        exit_worker(code or 0)  # without the gloo teardown that can abort it (see exit_worker)
+    sys.exit(code)
