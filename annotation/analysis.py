@@ -30,9 +30,9 @@ import pandas as pd
 from scipy import stats
 
 from dialfork_dataset.errors import CollectedErrors
-from dialfork_dataset.taxonomy import FORK_POSITIONS, HALLUCINATION_TYPES
+from dialfork_dataset.taxonomy import FORK_POSITIONS, breaking_types, hallucination_types
 
-from .design import BREAKING_TYPES, CUE_FOIL, CUE_TRUE
+from .design import CUE_FOIL, CUE_TRUE
 from .statistics import (  # noqa: F401  (re-exported: the public API of the analyses)
     N_BOOT,
     _f,
@@ -138,7 +138,7 @@ def prepare(judgments: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
         if d["cue_kind"] not in (CUE_TRUE, CUE_FOIL):
             errs.append(f"row {i}: cue_kind must be 'true' or 'foil', got {r.get('cue_kind')!r}")
         ht = d["hallucination_type"]
-        if ht is not None and ht not in HALLUCINATION_TYPES:
+        if ht is not None and ht not in hallucination_types():
             errs.append(f"row {i}: unknown hallucination_type {ht!r}")
         if ht is not None and d["fork_position"] not in FORK_POSITIONS:
             errs.append(f"row {i} (dialogue {r.get('dialogue_id')!r}): a fork needs fork_position 1..4")
@@ -204,11 +204,11 @@ def annotator_foils(df: pd.DataFrame, min_conformant: int = EXCLUSION_MIN_CONFOR
 # RQ1
 # --------------------------------------------------------------------------------------------
 
-def unit_taus(df: pd.DataFrame, types: Sequence[str] = BREAKING_TYPES,
+def unit_taus(df: pd.DataFrame, types: Sequence[str] | None = None,
               min_forks: int = MIN_FORKS_PER_UNIT) -> pd.DataFrame:
     """tau_b(slider, k) within each (annotator, task) over forks of ``types``, for units with at
     least ``min_forks`` such forks covering all four positions."""
-    f = df[df["is_fork"] & df["hallucination_type"].isin(list(types))]
+    f = df[df["is_fork"] & df["hallucination_type"].isin(list(breaking_types() if types is None else types))]
     rows = []
     for (a, t), g in f.groupby(["annotator", "task"], sort=True):
         if len(g) < min_forks or set(g["fork_position"]) != set(FORK_POSITIONS):
@@ -226,12 +226,12 @@ def summarize_taus(taus: Sequence[float], n_boot: int, seed: int) -> dict[str, A
             "p_wilcoxon_greater": wilcoxon_greater(v)}
 
 
-def superiority_units(df: pd.DataFrame, types: Sequence[str] = BREAKING_TYPES, low: Sequence[int] | None = None,
+def superiority_units(df: pd.DataFrame, types: Sequence[str] | None = None, low: Sequence[int] | None = None,
                       high: Sequence[int] | None = None) -> pd.DataFrame:
     """Per (annotator, task): ``wins`` and ``pairs`` over pairs of conversations at different
     positions (conformant = position 5): a win when the later one is rated higher, one half for
     a tie. ``low`` / ``high`` restrict the earlier / later position of a pair."""
-    d = df[(~df["is_fork"]) | df["hallucination_type"].isin(list(types))]
+    d = df[(~df["is_fork"]) | df["hallucination_type"].isin(list(breaking_types() if types is None else types))]
     rows = []
     for (a, t), g in d.groupby(["annotator", "task"], sort=True):
         pos, sl = g["position"].to_numpy(), g["slider"].to_numpy(float)
@@ -251,7 +251,7 @@ def superiority_units(df: pd.DataFrame, types: Sequence[str] = BREAKING_TYPES, l
     return pd.DataFrame(rows, columns=["annotator", "task", "wins", "pairs"])
 
 
-def probability_of_superiority(df: pd.DataFrame, types: Sequence[str] = BREAKING_TYPES,
+def probability_of_superiority(df: pd.DataFrame, types: Sequence[str] | None = None,
                                low: Sequence[int] | None = None, high: Sequence[int] | None = None,
                                n_boot: int = N_BOOT, seed: int = 0) -> dict[str, Any]:
     """Share of within-(annotator, task) pairs where the later position is rated higher (ties
@@ -281,10 +281,10 @@ def probability_of_superiority(df: pd.DataFrame, types: Sequence[str] = BREAKING
     return {"ps": float(w.sum() / p.sum()), "ci_low": lo, "ci_high": hi, "pairs": int(p.sum()), "units": len(u)}
 
 
-def conformant_highest(df: pd.DataFrame, types: Sequence[str] = BREAKING_TYPES) -> dict[str, Any]:
+def conformant_highest(df: pd.DataFrame, types: Sequence[str] | None = None) -> dict[str, Any]:
     """Share of (annotator, task) units (with a conformant and a fork) whose highest rating goes
     to a conformant dialogue (max conformant >= max fork)."""
-    d = df[(~df["is_fork"]) | df["hallucination_type"].isin(list(types))]
+    d = df[(~df["is_fork"]) | df["hallucination_type"].isin(list(breaking_types() if types is None else types))]
     n = c = 0
     for _, g in d.groupby(["annotator", "task"]):
         conf, fk = g[~g["is_fork"]]["slider"], g[g["is_fork"]]["slider"]
@@ -294,9 +294,9 @@ def conformant_highest(df: pd.DataFrame, types: Sequence[str] = BREAKING_TYPES) 
     return {"count": c, "n": n, "share": c / n if n else None}
 
 
-def quartet_taus(conv: pd.DataFrame, types: Sequence[str] = BREAKING_TYPES) -> pd.DataFrame:
+def quartet_taus(conv: pd.DataFrame, types: Sequence[str] | None = None) -> pd.DataFrame:
     """tau_b(mean slider, k) within each quartet (the four forks of one source under one type)."""
-    f = conv[conv["is_fork"] & conv["hallucination_type"].isin(list(types))]
+    f = conv[conv["is_fork"] & conv["hallucination_type"].isin(list(breaking_types() if types is None else types))]
     rows = []
     for (s, h), g in f.groupby(["source_id", "hallucination_type"], sort=True):
         if tuple(sorted(g["fork_position"])) != FORK_POSITIONS:
@@ -311,7 +311,7 @@ def mean_slider_by_position(conv: pd.DataFrame, types: Sequence[str], n_boot: in
     conformant), with bootstrap CIs over conversations."""
     out: dict[str, Any] = {}
     for k in FORK_POSITIONS:
-        v = conv[conv["is_fork"] & conv["hallucination_type"].isin(list(types)) & (conv["fork_position"] == k)]
+        v = conv[conv["is_fork"] & conv["hallucination_type"].isin(list(breaking_types() if types is None else types)) & (conv["fork_position"] == k)]
         x = v["mean_slider"].to_numpy(float)
         lo, hi = bootstrap_ci(x, _mean, n_boot, seed + k)
         out[f"k{k}"] = {"mean": _f(x.mean()) if len(x) else None, "ci_low": lo, "ci_high": hi, "n": len(x)}
@@ -324,7 +324,7 @@ def mean_slider_by_position(conv: pd.DataFrame, types: Sequence[str], n_boot: in
 def rq1(df: pd.DataFrame, conv: pd.DataFrame, n_boot: int = N_BOOT, seed: int = 0,
         min_forks: int = MIN_FORKS_PER_UNIT) -> dict[str, Any]:
     res: dict[str, Any] = {}
-    for name, types in (("breaking", BREAKING_TYPES), ("all", HALLUCINATION_TYPES)):
+    for name, types in (("breaking", breaking_types()), ("all", hallucination_types())):
         taus = unit_taus(df, types, min_forks)
         qt = quartet_taus(conv, types)
         res[name] = {
@@ -339,10 +339,10 @@ def rq1(df: pd.DataFrame, conv: pd.DataFrame, n_boot: int = N_BOOT, seed: int = 
             "tau_b_quartets": summarize_taus(qt["tau_b"], n_boot, seed),
             "mean_slider": mean_slider_by_position(conv, types, n_boot, seed),
         }
-    res["mean_slider_per_type"] = {h: mean_slider_by_position(conv, [h], n_boot, seed) for h in HALLUCINATION_TYPES}
+    res["mean_slider_per_type"] = {h: mean_slider_by_position(conv, [h], n_boot, seed) for h in hallucination_types()}
     res["superiority_conformant_vs_fork_per_type"] = {
         h: probability_of_superiority(df, [h], low=list(FORK_POSITIONS), high=[CONFORMANT_POSITION], n_boot=n_boot, seed=seed)
-        for h in HALLUCINATION_TYPES}
+        for h in hallucination_types()}
     return res
 
 
@@ -353,7 +353,7 @@ def rq1(df: pd.DataFrame, conv: pd.DataFrame, n_boot: int = N_BOOT, seed: int = 
 def rq2(conv: pd.DataFrame) -> dict[str, Any]:
     true = conv[conv["is_fork"] & (conv["cue_kind"] == CUE_TRUE)]
     per_type = {}
-    for h in HALLUCINATION_TYPES:
+    for h in hallucination_types():
         g = true[true["hallucination_type"] == h]
         per_type[h] = {**rate(int(g["confirmed"].sum()), len(g)),
                        "yes": int((g["cue_answer"] == "yes").sum()), "partly": int((g["cue_answer"] == "partly").sum())}

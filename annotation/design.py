@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from dialfork_dataset.taxonomy import FORK_POSITIONS, HALLUCINATION_TYPES
+from dialfork_dataset.taxonomy import FORK_POSITIONS, breaking_types, get_type, hallucination_types
 
 logger = logging.getLogger(__name__)
 
@@ -39,15 +39,14 @@ MAX_JUDGES: int = 3
 #: Conversations per mini-block: one fork at each position k=1..4 plus one conformant dialogue
 #: (ours, from the paper's counts: 342 forks and 86 conformant conversations, 4 to 1).
 BLOCK_SLOTS: tuple[str, ...] = ("k1", "k2", "k3", "k4", "conformant")
-#: Hallucination types of the WIC/SSPC/GR analyses (the types that break a workflow component).
-BREAKING_TYPES: tuple[str, ...] = ("WIC", "SSPC", "GR")
 
 CUE_TRUE = "true"
 CUE_FOIL = "foil"
 #: The step-2 cue of a WIC instruction (ours, after the paper, Appendix N: "for WIC, the
 #: description of the substitute task"); ``{description}`` is the substitute task's one-line
-#: description (STAR's ``wizard_task``, see :func:`annotation.corpus.task_descriptions`).
-WIC_CUE_TEMPLATE = "Leave the steps on the left and do another task instead: {description}"
+#: description (STAR's ``wizard_task``, see :func:`annotation.corpus.task_descriptions`). Each type
+#: with a substitute task declares its own in its registry entry (``HallucinationType.cue``).
+WIC_CUE_TEMPLATE: str = get_type("WIC").cue or ""
 
 
 def default_task_description(task: str) -> str:
@@ -60,12 +59,30 @@ def task_domain(task: str) -> str:
     return str(task).split("_", 1)[0]
 
 
-def wic_cue_text(substitute_task: str, tasks: Mapping[str, str] | None = None) -> str:
-    """The WIC cue of ``substitute_task``: :data:`WIC_CUE_TEMPLATE` with its description from
-    ``tasks`` (task -> description), else :func:`default_task_description`."""
+def substitute_cue_text(htype: str, substitute_task: str, tasks: Mapping[str, str] | None = None) -> str | None:
+    """The cue of a ``htype`` instruction whose fork follows ``substitute_task``: the type's cue
+    template (its registry entry's ``cue``) with the task's description from ``tasks`` (task ->
+    description), else :func:`default_task_description`.
+
+    Args:
+        htype: A registered type code.
+        substitute_task: The substitute task's name.
+        tasks: Task -> one-line description.
+
+    Returns:
+        The cue text; None when the type declares no cue template (its variants' own cues apply).
+    """
+    template = get_type(htype).cue
+    if template is None:
+        return None
     desc = (tasks or {}).get(substitute_task) or default_task_description(substitute_task)
     desc = " ".join(str(desc).split())
-    return WIC_CUE_TEMPLATE.format(description=desc[0].upper() + desc[1:] if desc else desc)
+    return template.format(description=desc[0].upper() + desc[1:] if desc else desc)
+
+
+def wic_cue_text(substitute_task: str, tasks: Mapping[str, str] | None = None) -> str:
+    """The WIC cue of ``substitute_task`` (:func:`substitute_cue_text` of ``"WIC"``)."""
+    return substitute_cue_text("WIC", substitute_task, tasks) or ""
 
 
 def foil_substitute(task: str, tasks: Mapping[str, str], u: float) -> str | None:
@@ -123,8 +140,9 @@ def true_cue_text(record: Mapping[str, Any], pool: Any, tasks: Mapping[str, str]
     back to the record's own ``instruction`` text, with a warning.
     """
     vid = record.get("variant")
-    if record.get("hallucination_type") == "WIC" and record.get("substitute_task"):
-        return vid, wic_cue_text(str(record["substitute_task"]), tasks)
+    htype = record.get("hallucination_type")
+    if htype is not None and record.get("substitute_task") and get_type(htype).cue is not None:
+        return vid, substitute_cue_text(htype, str(record["substitute_task"]), tasks) or ""
     try:
         return vid, pool.by_id(vid).cue
     except KeyError:
@@ -181,31 +199,34 @@ def assign_cue(record: Mapping[str, Any], study_seed: int, pool: Any,
     if own is not None and u >= foil_share:
         vid, text = true_cue_text(record, pool, tasks)
         return Cue(CUE_TRUE, own, vid, text, seed)
-    choices = [h for h in HALLUCINATION_TYPES if h != own]
+    choices = [h for h in hallucination_types() if h != own]
     htype = choices[min(int(ut * len(choices)), len(choices) - 1)]
     vs = _variant_list(pool, htype)
     v = vs[min(int(uv * len(vs)), len(vs) - 1)]
     text = v.cue
-    if htype == "WIC" and tasks:
+    if get_type(htype).cue is not None and tasks:
         sub = foil_substitute(str(record["task"]), tasks, us)
         if sub is not None:
-            text = wic_cue_text(sub, tasks)
+            text = substitute_cue_text(htype, sub, tasks) or text
     return Cue(CUE_FOIL, htype, v.id, text, seed)
 
 
 def latin_types(row: int) -> dict[int, str]:
-    """Hallucination type at each fork position k for Latin-square row ``row`` (0..3).
+    """Hallucination type at each fork position k for Latin-square row ``row`` (0..n-1, n the
+    number of registered types).
 
-    Over any four consecutive rows every (type, k) cell occurs exactly once.
+    Row r gives position k the type ``(k - 1 + r) mod n``: over any n consecutive rows every
+    (type, k) cell occurs exactly once, for any number of types (the paper's four: a 4 x 4 square).
 
     Args:
-        row: The Latin-square row; any integer, taken modulo 4.
+        row: The Latin-square row; any integer, taken modulo n.
 
     Returns:
         ``{k: hallucination type}`` for the fork positions k = 1..4.
     """
-    r = int(row) % len(HALLUCINATION_TYPES)
-    return {k: HALLUCINATION_TYPES[(k - 1 + r) % len(HALLUCINATION_TYPES)] for k in FORK_POSITIONS}
+    types = hallucination_types()
+    r = int(row) % len(types)
+    return {k: types[(k - 1 + r) % len(types)] for k in FORK_POSITIONS}
 
 
 def block_order(order_seed: int, n: int = len(BLOCK_SLOTS)) -> list[int]:
@@ -297,8 +318,8 @@ def draw_blocks(pool: TaskPool, annotators: Sequence[str], blocks_per_annotator:
     """Draw mini-blocks for ``annotators`` (round robin, ``blocks_per_annotator`` each).
 
     Sampling rules (paper, Appendix N): each fresh mini-block holds one fork at each position
-    k=1..4, with the types of Latin-square row ``next_row, next_row+1, ...`` (so every four fresh
-    blocks of a task cover each type x position once), plus one conformant dialogue; its five
+    k=1..4, with the types of Latin-square row ``next_row, next_row+1, ...`` (so every n fresh
+    blocks of a task, n the number of registered types, cover each type x position once), plus one conformant dialogue; its five
     conversations come from five distinct sources, none of which the annotator has seen (no
     annotator sees two versions of one source dialogue). Sources and conversations used least so
     far are preferred (ties broken at random). With probability ``overlap_share`` a block is
@@ -398,7 +419,7 @@ def draw_blocks(pool: TaskPool, annotators: Sequence[str], blocks_per_annotator:
                     s, d = pick(sorted(cands))
                     srcs.append(s)
                     dids.append(d)
-                block = Block(key, pool.task, row % 4, dids, srcs)
+                block = Block(key, pool.task, row % len(hallucination_types()), dids, srcs)
                 key += 1
                 row += 1
                 blocks.append(block)
@@ -410,3 +431,11 @@ def draw_blocks(pool: TaskPool, annotators: Sequence[str], blocks_per_annotator:
                 src_used[s] += 1
             out.append(BlockDraw(a, block, fresh, order_seed))
     return out
+
+
+def __getattr__(name: str):
+    """``BREAKING_TYPES``: the registered types that break a workflow component, when read
+    (:func:`dialfork_dataset.taxonomy.breaking_types`; the paper's WIC, SSPC and GR)."""
+    if name == "BREAKING_TYPES":
+        return breaking_types()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -12,11 +12,17 @@ from pathlib import Path
 from typing import Any
 
 from dialfork_dataset.atomic import atomic_path, write_text_atomic
-from dialfork_dataset.taxonomy import FORK_POSITIONS
+from dialfork_dataset.taxonomy import FORK_POSITIONS, breaking_types
 
 from .analysis import N_BOOT, analyse
 
 logger = logging.getLogger(__name__)
+
+
+def _and(items: Iterable[str]) -> str:
+    """``"a, b and c"``."""
+    items = list(items)
+    return ", ".join(items[:-1]) + (" and " if len(items) > 1 else "") + (items[-1] if items else "")
 
 
 def _pct(x: float | None, digits: int = 0) -> str:
@@ -42,7 +48,8 @@ def _p(p: float | None) -> str:
 
 def verdicts(res: Mapping[str, Any]) -> dict[str, str]:
     """A yes / no / inconclusive reading of each research question (ours, documented):
-    RQ1 yes when the lower CI bound of the mean within-unit tau_b (WIC/SSPC/GR) is above 0;
+    RQ1 yes when the lower CI bound of the mean within-unit tau_b (the workflow-breaking types:
+    WIC/SSPC/GR) is above 0;
     RQ2 yes when true instructions are confirmed significantly more often than foils on
     conformant dialogues (one-sided Fisher p < 0.05); RQ3 yes when at least half of the
     confirmed onsets are within one turn of t_k; RQ4 yes when the lower Wilson bound of
@@ -104,7 +111,7 @@ def table11(res: Mapping[str, Any], judge: Mapping[str, Any] | None = None) -> l
     lines.append("")
     if judge:
         cal = judge.get("calibration") or {}
-        lines += [f"Ratings are means over WIC, SSPC and GR forks; the judge's ratings are calibrated on the people's "
+        lines += [f"Ratings are means over {_and(breaking_types())} forks; the judge's ratings are calibrated on the people's "
                   f"({cal.get('method', 'n/a')}, cross-fitted in {cal.get('n_folds', 'n/a')} folds by source on the "
                   f"study's {cal.get('n', 'n/a')} conversations). Confirmation and onset are over forks shown the true "
                   "instruction; foils are those shown on conformant dialogues.", ""]
@@ -145,7 +152,7 @@ def markdown_report(res: Mapping[str, Any], judge: Mapping[str, Any] | None = No
               "each (annotator, task); conformant dialogues as anchor | "
               f"{v['RQ1']}: tau_b={_num(tu['mean'])}{_ci(tu)} within annotators ({tu['n']} units, {_p(tu['p_wilcoxon_greater'])}), "
               f"{_num(tq['mean'])}{_ci(tq)} over {tq['n']} quartets; P(later rated higher)={_pct(r1['superiority']['ps'])}"
-              f"{_ci(r1['superiority'], pct=True)} (WIC, SSPC, GR) |",
+              f"{_ci(r1['superiority'], pct=True)} ({', '.join(breaking_types())}) |",
               "| RQ2 | Does the injected behavior appear? | Type and variant labels | Step 2: yes / partly / no, against "
               "the true instruction or a foil | Confirmation rate per type (Wilson CIs) vs. foil confirmation rate | "
               f"{v['RQ2']}: {_pct(r2['true_overall']['rate'])}{_ci(r2['true_overall'], pct=True)} confirmed"

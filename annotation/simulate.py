@@ -1,7 +1,7 @@
 """Synthetic material for trying the tool without a generated corpus or real annotators.
 
 * :func:`synthetic_records`: small but valid DialFork records (SPEC section 4) of one task:
-  conformant dialogues and their 16 forks, with texts that make the deviation visible;
+  conformant dialogues and their forks (16 for the paper's four types), with texts that make the deviation visible;
 * :func:`simulate_judgments`: judgments of simulated annotators with known properties (how
   the slider depends on the fork position, how often instructions and foils are confirmed,
   where the onset is placed), in the format of :meth:`annotation.store.Study.export_rows`.
@@ -18,7 +18,7 @@ import numpy as np
 
 from dialfork_dataset.forks import fork_turns
 from dialfork_dataset.records import validate_record
-from dialfork_dataset.taxonomy import FORK_POSITIONS, FORKS_PER_SOURCE, HALLUCINATION_TYPES
+from dialfork_dataset.taxonomy import FORK_POSITIONS, forks_per_source, get_type, hallucination_types
 
 from .design import CUE_FOIL, CUE_TRUE, FOIL_SHARE_FORKED, derive_seed
 
@@ -27,12 +27,6 @@ _USER = ["Hi, I need some help.", "My name is {name}.", "It is for {day}.", "In 
 _SYSTEM = ["Hello, how can I help?", "May I have your name, please?", "For what day would you like it?",
            "For what location?", "Let me look that up for you.", "It will be sunny on {day} in {city}.",
            "Is there anything else that I can do for you?", "Thank you and goodbye.", "Have a nice day."]
-_DEVIANT = {
-    "WIC": "Would you like to book a table at a restaurant instead?",
-    "SSPC": "Let me ask again: what is your name?",
-    "GR": "Have you considered our premium subscription plan?",
-    "CSC": "Before we go on, please rate this chat from 1 to 5.",
-}
 _NAMES = ["Alex", "Sam", "Robin", "Kim", "Jo", "Lee", "Max", "Ana"]
 _CITIES = ["Paris", "Oslo", "Lima", "Rome", "Kyoto", "Quito", "Cairo", "Perth"]
 _DAYS = ["Monday", "Tuesday", "Friday", "Sunday"]
@@ -49,10 +43,12 @@ def _dialogue(T: int, rng: np.random.Generator) -> list[dict[str, str]]:
 
 def synthetic_records(task: str = "weather", n_sources: int = 6, seed: int = 0, pool: Any = None,
                       domain: str | None = None, min_turns: int = 6, max_turns: int = 8) -> list[dict[str, Any]]:
-    """``n_sources`` conformant dialogues of ``task`` with their 16 forks (valid records).
+    """``n_sources`` conformant dialogues of ``task`` with their forks, one per registered type
+    and position (16 for the paper's four types; valid records).
 
     Variants and instructions come from ``pool`` (default: the packaged variant file); a fork
-    keeps the conformant turns before t_k and deviates from system turn t_k on."""
+    keeps the conformant turns before t_k and says its type's ``example_line`` (its registry
+    entry) from system turn t_k on. A type with a substitute task records ``restaurant_book``."""
     if pool is None:
         from generation.variants import load_variants
 
@@ -74,17 +70,18 @@ def synthetic_records(task: str = "weather", n_sources: int = 6, seed: int = 0, 
         validate_record(conf)
         out.append(conf)
         ts = fork_turns(T)
-        for h in HALLUCINATION_TYPES:
+        for h in hallucination_types():
             variants = list(pool[h])
             for k in FORK_POSITIONS:
                 tk = ts[k - 1]
                 v = variants[int(rng.integers(len(variants)))]
-                sub = "restaurant_book" if h == "WIC" else None
+                spec = get_type(h)
+                sub = "restaurant_book" if spec.substitute else None
                 new, n = [], 0
                 for t in turns:
                     if t["speaker"] == "system":
                         n += 1
-                        new.append({"speaker": "system", "text": _DEVIANT[h] if n >= tk else t["text"]})
+                        new.append({"speaker": "system", "text": spec.example_line if n >= tk else t["text"]})
                     else:
                         new.append(dict(t))
                 rec = {**base, "dialogue_id": f"{sid}-{h}-k{k}", "turns": new, "hallucination_type": h,
@@ -97,14 +94,15 @@ def synthetic_records(task: str = "weather", n_sources: int = 6, seed: int = 0, 
 
 
 def simulate_judgments(n_annotators: int = 12, tasks: tuple[str, ...] = ("weather", "hotel_book"),
-                       forks_per_unit: int = FORKS_PER_SOURCE, conformant_per_unit: int = 4, seed: int = 0,
+                       forks_per_unit: int | None = None, conformant_per_unit: int = 4, seed: int = 0,
                        slope: float | Mapping[str, float] = 20.0, noise: float = 10.0, conformant_mean: float = 95.0,
                        base: float = 10.0, p_confirm_true: float = 0.9, p_confirm_foil: float = 0.1,
                        p_onset_exact: float = 0.7, p_prefix_yes: float = 0.9, overlap: int = 0,
                        foil_share: float = FOIL_SHARE_FORKED) -> list[dict[str, Any]]:
     """Judgments of simulated annotators (one row per judgment, export format).
 
-    Each annotator judges, per task, ``forks_per_unit`` forks (types and positions balanced) and
+    Each annotator judges, per task, ``forks_per_unit`` forks (default: one per registered type
+    and position; types and positions balanced) and
     ``conformant_per_unit`` conformant dialogues. The slider is ``base + slope[type] * (k - 1) +
     N(0, noise)`` for forks and ``conformant_mean + N(0, noise)`` for conformant dialogues,
     clipped to 0..100 (``slope=0``: pure noise). True instructions are confirmed with
@@ -112,7 +110,10 @@ def simulate_judgments(n_annotators: int = 12, tasks: tuple[str, ...] = ("weathe
     ``p_onset_exact``, else t_k + 1 or t_k + 2. ``overlap`` extra annotators re-judge the first
     annotator's conversations (agreement data)."""
     rng = np.random.default_rng(derive_seed("simulate", seed))
-    slopes = {h: float(slope[h]) if isinstance(slope, Mapping) else float(slope) for h in HALLUCINATION_TYPES}
+    types = hallucination_types()
+    per_source = forks_per_source()
+    forks_per_unit = per_source if forks_per_unit is None else int(forks_per_unit)
+    slopes = {h: float(slope[h]) if isinstance(slope, Mapping) else float(slope) for h in types}
     rows: list[dict[str, Any]] = []
 
     def judge(annot: str, conv: dict[str, Any], pos: int) -> dict[str, Any]:
@@ -141,22 +142,22 @@ def simulate_judgments(n_annotators: int = 12, tasks: tuple[str, ...] = ("weathe
         for task in tasks:
             convs = []
             for j in range(forks_per_unit):
-                h = HALLUCINATION_TYPES[j % len(HALLUCINATION_TYPES)]
-                k = FORK_POSITIONS[(j // len(HALLUCINATION_TYPES)) % len(FORK_POSITIONS)]
+                h = types[j % len(types)]
+                k = FORK_POSITIONS[(j // len(types)) % len(FORK_POSITIONS)]
                 # quartet (type h, source q) is split over annotators q+1..q+4 (mod n): no annotator
                 # sees two versions of a source, and every quartet is complete when n >= 4
-                src = f"{task}-{h}-{(a - k) % n_annotators}-{j // FORKS_PER_SOURCE}"
+                src = f"{task}-{h}-{(a - k) % n_annotators}-{j // per_source}"
                 T = int(np.random.default_rng(derive_seed("T", src)).integers(6, 12))
                 tk = fork_turns(T)[k - 1]
                 foil = rng.random() < foil_share
                 convs.append({"dialogue_id": f"{src}-k{k}", "source_id": src,
                               "task": task, "hallucination_type": h, "fork_position": k, "fork_turn": tk,
                               "num_system_turns": T, "cue_kind": CUE_FOIL if foil else CUE_TRUE,
-                              "cue_type": HALLUCINATION_TYPES[(j + 1) % len(HALLUCINATION_TYPES)] if foil else h})
+                              "cue_type": types[(j + 1) % len(types)] if foil else h})
             for j in range(conformant_per_unit):
                 convs.append({"dialogue_id": f"{task}-a{a}-c{j}", "source_id": f"{task}-a{a}-c{j}", "task": task,
                               "hallucination_type": None, "fork_position": None, "fork_turn": None,
-                              "num_system_turns": 8, "cue_kind": CUE_FOIL, "cue_type": HALLUCINATION_TYPES[j % len(HALLUCINATION_TYPES)]})
+                              "num_system_turns": 8, "cue_kind": CUE_FOIL, "cue_type": types[j % len(types)]})
             for i in rng.permutation(len(convs)):
                 rows.append(judge(f"A{a:02d}", convs[i], pos))
                 pos += 1

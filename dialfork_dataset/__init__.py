@@ -16,7 +16,6 @@ from .hub import export_hub_layout, load_blind, load_blind_pairs, load_gold, loa
 from .jsonl import JsonlAppender, JsonlError, read_jsonl, repair_torn_tail, validate_jsonl_file, write_jsonl
 from .lazy import lazy_exports
 from .records import (
-    HALLUCINATION_TYPES,
     RECORD_FIELDS,
     DialogueRecord,
     RecordError,
@@ -27,6 +26,14 @@ from .records import (
     validate_record,
     validate_records,
 )
+from .taxonomy import (
+    HallucinationType,
+    forks_per_source,
+    get_type,
+    hallucination_types,
+    register_type,
+    unregister_type,
+)
 from .turns import as_turns, transcript, turn_texts
 from .views import task1_sets, task2_quartets, task3_examples
 
@@ -36,7 +43,15 @@ __version__ = "0.1.0"
 # by its package (runpy warns otherwise)
 _STAR_EXPORTS = {n: "star" for n in ("Scenario", "StarCorpus", "StarError", "StarTask", "download_star",
                                       "resolve_star")}
-__getattr__, __dir__ = lazy_exports(__name__, _STAR_EXPORTS, globals())
+_lazy_getattr, __dir__ = lazy_exports(__name__, _STAR_EXPORTS, globals())
+
+
+def __getattr__(name: str):
+    """STAR's names on first use; ``HALLUCINATION_TYPES``: the registered types when read."""
+    if name == "HALLUCINATION_TYPES":
+        return hallucination_types()
+    return _lazy_getattr(name)
+
 
 __all__ = [
     "CONFIGS",
@@ -63,6 +78,12 @@ __all__ = [
     "transcript",
     "turn_texts",
     "HALLUCINATION_TYPES",
+    "HallucinationType",
+    "forks_per_source",
+    "get_type",
+    "hallucination_types",
+    "register_type",
+    "unregister_type",
     "RECORD_FIELDS",
     "DialogueRecord",
     "JsonlAppender",

@@ -27,7 +27,7 @@ from typing import Any
 from .citation import CITATION  # the one citation (re-exported here for the card and DatasetInfo)
 from .jsonl import JsonlError, iter_jsonl
 from .records import RecordError, dialogue_id_of, normalize_record, record_errors
-from .taxonomy import FORK_POSITIONS, FORKS_PER_SOURCE, HALLUCINATION_TYPES
+from .taxonomy import is_type, type_index
 
 logger = logging.getLogger(__name__)
 
@@ -35,7 +35,6 @@ CONFIGS: tuple[str, ...] = ("conformant", "forked", "task3")
 SPLITS: tuple[str, ...] = ("train", "test")
 DEFAULT_CONFIG = "task3"
 DEFAULT_SPLIT_SEED = 0
-_TYPE_ORDER = {h: i for i, h in enumerate(HALLUCINATION_TYPES)}
 
 
 def record_files(src: str | os.PathLike) -> list[Path]:
@@ -79,7 +78,7 @@ def sort_key(r: Mapping[str, Any]) -> tuple:
         none), dialogue_id)``.
     """
     h = r.get("hallucination_type")
-    return (r["task"], r["source_id"], -1 if h is None else _TYPE_ORDER.get(h, 99), r.get("fork_position") or 0,
+    return (r["task"], r["source_id"], -1 if h is None else (type_index(h) if is_type(h) else 99), r.get("fork_position") or 0,
             r["dialogue_id"])
 
 
@@ -333,8 +332,7 @@ def _builder_classes():
             DialForkConfig(name="conformant", version=datasets.Version("1.0.0"),
                            description="Conformant dialogues D+ (train/test halves per task)."),
             DialForkConfig(name="forked", version=datasets.Version("1.0.0"),
-                           description=f"The {FORKS_PER_SOURCE} forks ({len(HALLUCINATION_TYPES)} types x "
-                                       f"{len(FORK_POSITIONS)} positions) of each conformant dialogue."),
+                           description="The forks of each conformant dialogue: one per (hallucination type, fork position)."),
             DialForkConfig(name="task3", version=datasets.Version("1.0.0"),
                            description="Task 3: train = conformant train half; test = conformant test half + its forks."),
         ]

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import CollectedErrors
-from .taxonomy import FORK_POSITIONS, HALLUCINATION_TYPES
+from .taxonomy import FORK_POSITIONS, hallucination_types
 
 logger = logging.getLogger(__name__)
 
@@ -598,7 +598,7 @@ def latin_cells(rng: random.Random, types: Sequence[str] | None = None,
     """
     import math
 
-    types = list(HALLUCINATION_TYPES if types is None else types)
+    types = list(hallucination_types() if types is None else types)
     ks = list(FORK_POSITIONS if positions is None else positions)
     n, m = len(types), len(ks)
     if not n or not m:

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .errors import CollectedErrors
-from .taxonomy import FORK_POSITIONS, HALLUCINATION_TYPES
+from .taxonomy import FORK_POSITIONS, get_type, hallucination_types, is_type, substitute_types
 
 SPEAKERS: tuple[str, ...] = ("user", "system")
 PREFIX_MODES: tuple[str, ...] = ("replay", "reuse", "reword")
@@ -207,12 +207,12 @@ class DialogueRecord:
         turns: The dialogue, a list of :class:`Turn`.
         seed: The generation seed.
         generator: The generator (backend/model) that wrote the dialogue.
-        hallucination_type: None (conformant) or one of
-            :data:`~dialfork_dataset.taxonomy.HALLUCINATION_TYPES` (``WIC``, ``SSPC``, ``GR``,
-            ``CSC``).
+        hallucination_type: None (conformant) or a registered type code
+            (:func:`~dialfork_dataset.taxonomy.hallucination_types`: ``WIC``, ``SSPC``, ``GR``,
+            ``CSC``, ...).
         variant: The injected instruction's variant id (forks only).
         instruction: The exact instruction injected (forks only).
-        substitute_task: WIC only: the workflow followed instead.
+        substitute_task: Types with a substitute task only (WIC): the workflow followed instead.
         fork_position: k in :data:`~dialfork_dataset.taxonomy.FORK_POSITIONS` (1..4; forks only).
         fork_turn: t_k, the system-turn index of the injection (forks only).
         decoding: The decoding settings, keys :data:`DECODING_FIELDS` (``temperature``,
@@ -474,8 +474,8 @@ def record_errors(record: Mapping[str, Any]) -> list[str]:
         if isinstance(did, str) and isinstance(sid, str) and did and sid and did != sid:
             errs.append(f"source_id: a conformant record's source_id must equal its dialogue_id ({did!r})")
     else:
-        if not isinstance(htype, str) or htype not in HALLUCINATION_TYPES:
-            errs.append(f"hallucination_type: unknown type {show(htype)} (expected one of {', '.join(HALLUCINATION_TYPES)} or null)")
+        if not is_type(htype):
+            errs.append(f"hallucination_type: unknown type {show(htype)} (expected one of {', '.join(hallucination_types())} or null)")
         k = record.get("fork_position")
         if k is None:
             errs.append("fork_position: a forked record needs fork_position k in 1..4")
@@ -491,10 +491,12 @@ def record_errors(record: Mapping[str, Any]) -> list[str]:
             if v is None or not isinstance(v, str) or not v.strip():
                 errs.append(f"{name}: a forked record needs a non-empty {name}")
         sub = record.get("substitute_task")
-        if htype == "WIC" and not (isinstance(sub, str) and sub.strip()):
-            errs.append("substitute_task: a WIC fork must record its substitute_task")
-        if htype in HALLUCINATION_TYPES and htype != "WIC" and sub is not None:
-            errs.append("substitute_task: only WIC forks carry a substitute_task")
+        substitute = is_type(htype) and get_type(htype).substitute
+        if substitute and not (isinstance(sub, str) and sub.strip()):
+            errs.append(f"substitute_task: a {htype} fork must record its substitute_task")
+        if is_type(htype) and not substitute and sub is not None:
+            errs.append(f"substitute_task: only forks of a type with a substitute task "
+                        f"({', '.join(substitute_types()) or 'none'}) carry one")
         elif sub is not None and not isinstance(sub, str):
             errs.append(f"substitute_task: must be a string, got {show(sub)}")
         pm = record.get("prefix_mode")
@@ -574,7 +576,7 @@ def _injection_errors(record: Mapping[str, Any], T: int | None) -> list[str]:
         if not isinstance(x, Mapping) or set(x) != set(INJECTION_FIELDS):
             errs.append(f"injections[{i}]: must be an object with exactly {', '.join(INJECTION_FIELDS)}, got {show(x)}")
             continue
-        if not isinstance(x["type"], str) or x["type"] not in HALLUCINATION_TYPES:
+        if not is_type(x["type"]):
             errs.append(f"injections[{i}].type: unknown type {show(x['type'])}")
         if not isinstance(x["variant"], str) or not x["variant"].strip():
             errs.append(f"injections[{i}].variant: must be a non-empty string")
@@ -699,3 +701,10 @@ def system_turn_count(turns: Sequence[Mapping[str, Any]]) -> int:
         int: How many turns have ``speaker == "system"``.
     """
     return sum(1 for t in turns if t["speaker"] == "system")
+
+
+def __getattr__(name: str):
+    """``HALLUCINATION_TYPES``: the registered types when read (:mod:`dialfork_dataset.taxonomy`)."""
+    if name == "HALLUCINATION_TYPES":
+        return hallucination_types()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,53 +1,255 @@
 """The one place that names DialFork's hallucination types and fork positions (SPEC sections 2-3).
 
-Everything that lists the types, orders them for a table, names them for a reader or counts the
-forks of a source imports them from here. Adding a type means: add it to :data:`HALLUCINATION_TYPES`
-and :data:`TYPE_NAMES` (and to the two table orders), give it variants in
-``generation/variants.yaml`` and a planner in the template backend; see ``docs/extending.md``.
+A registry of :class:`HallucinationType` entries, in registration order. Everything that lists the
+types, orders them for a table, names them for a reader, counts the forks of a source or asks
+what a type needs reads it through the functions below, at call time, so a type registered at
+run time (:func:`register_type`) is seen everywhere: generation, record validation, the Hub
+export and its blind draw, the benchmark's tables, the leaderboard, the annotation study and the
+agent audit. Adding a built-in type is one entry at the end of :data:`BUILTIN_TYPES`, its planner
+and its variants (``docs/extending.md``).
 
->>> FORKS_PER_SOURCE
+A type's position in the registry is its seed index (:func:`type_index`): types are appended,
+never inserted, so that every corpus generated before keeps its forks.
+
+>>> hallucination_types()
+('WIC', 'SSPC', 'GR', 'CSC')
+>>> forks_per_source()
 16
->>> TABLE4_ORDER
+>>> table4_order()
 ('CSC', 'GR', 'SSPC', 'WIC')
 >>> display_name("GR")
 'goal replacement'
+>>> get_type("WIC").substitute, breaking_types()
+(True, ('WIC', 'SSPC', 'GR'))
+
+The paper's constant names still read (``taxonomy.HALLUCINATION_TYPES``, ``TYPE_NAMES``,
+``TABLE3_ORDER``, ``TABLE4_ORDER``, ``FORKS_PER_SOURCE``, ``EXPECTED_RANKING``): each is the
+registry's state when it is read; ``from dialfork_dataset.taxonomy import HALLUCINATION_TYPES``
+keeps the state at import, so library code calls the functions.
 """
 
 from __future__ import annotations
 
-#: The hallucination types in SPEC order (also the order of the paper's Tables 2 and 3).
-HALLUCINATION_TYPES: tuple[str, ...] = ("WIC", "SSPC", "GR", "CSC")
-
-#: Human-readable names of the types (SPEC section 2).
-TYPE_NAMES: dict[str, str] = {
-    "WIC": "workflow identity corruption",
-    "SSPC": "step selection corruption",
-    "GR": "goal replacement",
-    "CSC": "competing sub-goal",
-}
+import importlib
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 #: Fork positions k: the fork turn t_k of a source dialogue (SPEC section 3).
 FORK_POSITIONS: tuple[int, ...] = (1, 2, 3, 4)
 
-#: Column order of the per-type Kendall taus in the paper's Table 2 (Task 1) and Table 3 (Task 2).
-TABLE3_ORDER: tuple[str, ...] = HALLUCINATION_TYPES
-
-#: Column order of the per-type MAEs in the paper's Table 4 (Task 3): alphabetical, CSC first.
-TABLE4_ORDER: tuple[str, ...] = ("CSC", "GR", "SSPC", "WIC")
-
-#: Forks generated per source dialogue: one per (type, position).
-FORKS_PER_SOURCE: int = len(HALLUCINATION_TYPES) * len(FORK_POSITIONS)
-
 #: The expected ranking of the four forks of a unit by distance to the source (fork at t_1 is the
 #: farthest): the target of Task 1 and Task 2's Kendall tau.
 EXPECTED_RANKING: tuple[int, ...] = tuple(sorted(FORK_POSITIONS, reverse=True))
+
+_CODE = re.compile(r"^[A-Z][A-Z0-9_]{1,15}$")
+
+
+@dataclass(frozen=True)
+class HallucinationType:
+    """What the toolkit reads about one hallucination type.
+
+    Args:
+        code: The type's code, as records store it (``hallucination_type``): 2 to 16 capitals,
+            digits or ``_``, starting with a capital (``"WIC"``).
+        name: Its name for readers (``"workflow identity corruption"``).
+        breaks_task: Whether the type breaks a workflow component (the task's identity, its
+            steps or its goal). The annotation study's main analyses (RQ1) pool these types;
+            the paper's are WIC, SSPC and GR. A competing sub-goal (CSC) keeps the task.
+        substitute: Whether a fork follows another task's workflow from t_k on. Its record then
+            carries ``substitute_task`` (validated), the generator draws that task (same domain
+            first, seeded by the code), the template backend's planner reads it as
+            ``cx.d.substitute``, and the annotation cue names it (``cue``).
+        table4_key: Its sort key in Table 4 (Task 3's per-type MAE) and the leaderboard's
+            detector table; default the code (the paper's Table 4 is alphabetical).
+        planner: The template backend's planner: a ``generation.backends.template.planners.Planner``
+            or its ``"module:attr"`` name. Resolved (and imported) by the generator only, on
+            first use; ``None``: the template backend cannot inject this type (the LLM backends
+            need no planner: they receive the variant's instruction).
+        variant_check: Checks of the type's variant material (``template`` blocks of
+            ``variants.yaml``): ``check(items) -> list[str]`` over ``(location, template)``
+            pairs, a callable or its ``"module:attr"`` name, resolved by the variant loader;
+            ``None``: no checks beyond the common fields.
+        cue: The annotation study's step-2 cue for a type with ``substitute``: a template whose
+            ``{description}`` is the substitute task's one-line description; ``None``: the
+            variant's own ``cue`` text.
+        example_line: A system line that shows the deviation, for synthetic material (the
+            annotation tool's demo records; never a generated fork).
+
+    Raises:
+        ValueError: A field is malformed (the message names the type and the field).
+    """
+
+    code: str
+    name: str
+    breaks_task: bool = False
+    substitute: bool = False
+    table4_key: str | None = None
+    planner: str | Callable[..., Any] | Any | None = None
+    variant_check: str | Callable[..., Any] | None = None
+    cue: str | None = None
+    example_line: str = "Let us talk about something else entirely."
+
+    def __post_init__(self) -> None:
+        errs = []
+        if not isinstance(self.code, str) or not _CODE.match(self.code):
+            errs.append(f"code {self.code!r}: 2 to 16 capitals, digits or '_', starting with a capital")
+        if not isinstance(self.name, str) or not self.name.strip():
+            errs.append("name: a non-empty string")
+        if self.cue is not None and (not self.substitute or "{description}" not in self.cue):
+            errs.append("cue: only for a type with substitute=True, and it must contain {description}")
+        for f in ("planner", "variant_check"):
+            v = getattr(self, f)
+            if isinstance(v, str) and not re.match(r"^[\w.]+:[\w.]+$", v):
+                errs.append(f"{f} {v!r}: a 'module:attr' name or an object")
+        if not isinstance(self.example_line, str) or not self.example_line.strip():
+            errs.append("example_line: a non-empty string")
+        if errs:
+            raise ValueError(f"hallucination type {self.code!r}: " + "; ".join(errs))
+
+    @property
+    def sort_key(self) -> str:
+        """Its key in Table 4's order (``table4_key``, default the code)."""
+        return self.table4_key or self.code
+
+
+def resolve(ref: str | Any, what: str) -> Any:
+    """The object a ``"module:attr"`` name refers to (an object is returned as is).
+
+    Args:
+        ref: The name or the object.
+        what: What it is, for the error (``"planner of type TOY"``).
+
+    Returns:
+        The object.
+
+    Raises:
+        ImportError: The module or the attribute cannot be found; the message names ``what``.
+    """
+    if not isinstance(ref, str):
+        return ref
+    mod, _, attr = ref.partition(":")
+    try:
+        obj: Any = importlib.import_module(mod)
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError) as e:
+        raise ImportError(f"{what}: cannot import {ref!r} ({e})") from e
+    return obj
+
+
+_TYPES: dict[str, HallucinationType] = {}
+
+
+def register_type(spec: HallucinationType, *, replace: bool = False) -> HallucinationType:
+    """Register a hallucination type; it is appended to the order (its seed index).
+
+    Args:
+        spec: The type.
+        replace: Allow replacing a registered type of the same code (it keeps its position).
+
+    Returns:
+        ``spec``.
+
+    Raises:
+        TypeError: ``spec`` is not a :class:`HallucinationType`.
+        ValueError: The code is already registered and ``replace`` is false.
+    """
+    if not isinstance(spec, HallucinationType):
+        raise TypeError(f"register_type takes a HallucinationType, got {type(spec).__name__}")
+    if spec.code in _TYPES and not replace:
+        raise ValueError(f"hallucination type {spec.code!r} is already registered; pass replace=True or pick another code")
+    _TYPES[spec.code] = spec
+    return spec
+
+
+def unregister_type(code: str) -> HallucinationType | None:
+    """Remove a registered type (nothing happens when it is not registered).
+
+    Removing a type shifts the seed index of the types after it: meant for run-time additions
+    (tests, plug-ins), not for the built-in four.
+
+    Args:
+        code: The type's code.
+
+    Returns:
+        The removed entry, or None.
+    """
+    return _TYPES.pop(code, None)
+
+
+def get_type(code: str) -> HallucinationType:
+    """The registered entry of ``code``.
+
+    Args:
+        code: A type code.
+
+    Returns:
+        Its :class:`HallucinationType`.
+
+    Raises:
+        KeyError: ``code`` is not registered; the message lists the registered codes.
+    """
+    try:
+        return _TYPES[code]
+    except (KeyError, TypeError):
+        raise KeyError(f"unknown hallucination type {code!r}; known: {', '.join(_TYPES)}") from None
+
+
+def is_type(code: Any) -> bool:
+    """Whether ``code`` is a registered type code."""
+    return isinstance(code, str) and code in _TYPES
+
+
+def hallucination_types() -> tuple[str, ...]:
+    """The registered type codes, in registration order (SPEC order for the paper's four; the
+    order of the paper's Tables 2 and 3)."""
+    return tuple(_TYPES)
+
+
+def type_specs() -> tuple[HallucinationType, ...]:
+    """The registered entries, in registration order."""
+    return tuple(_TYPES.values())
+
+
+def type_names() -> dict[str, str]:
+    """Each type code to its name for readers (SPEC section 2)."""
+    return {c: s.name for c, s in _TYPES.items()}
+
+
+def table3_order() -> tuple[str, ...]:
+    """Column order of the per-type Kendall taus in Table 2 (Task 1) and Table 3 (Task 2): the
+    registration order."""
+    return hallucination_types()
+
+
+def table4_order() -> tuple[str, ...]:
+    """Column order of the per-type MAEs in Table 4 (Task 3): by ``table4_key`` (alphabetical
+    by default, CSC first)."""
+    return tuple(sorted(_TYPES, key=lambda c: (_TYPES[c].sort_key, c)))
+
+
+def breaking_types() -> tuple[str, ...]:
+    """The types that break a workflow component (``breaks_task``), in registration order."""
+    return tuple(c for c, s in _TYPES.items() if s.breaks_task)
+
+
+def substitute_types() -> tuple[str, ...]:
+    """The types whose forks follow a substitute task (``substitute``), in registration order."""
+    return tuple(c for c, s in _TYPES.items() if s.substitute)
+
+
+def forks_per_source() -> int:
+    """Forks generated per source dialogue: one per (type, position)."""
+    return len(_TYPES) * len(FORK_POSITIONS)
 
 
 def display_name(htype: str) -> str:
     """The human-readable name of a hallucination type.
 
     Args:
-        htype: a type code from :data:`HALLUCINATION_TYPES`.
+        htype: a registered type code.
 
     Returns:
         Its name, for example ``"goal replacement"`` for ``"GR"``.
@@ -55,17 +257,14 @@ def display_name(htype: str) -> str:
     Raises:
         KeyError: ``htype`` is not a known type; the message lists the known ones.
     """
-    try:
-        return TYPE_NAMES[htype]
-    except KeyError:
-        raise KeyError(f"unknown hallucination type {htype!r}; known: {', '.join(HALLUCINATION_TYPES)}") from None
+    return get_type(htype).name
 
 
 def type_index(htype: str) -> int:
-    """The position of ``htype`` in :data:`HALLUCINATION_TYPES` (used to derive stable seeds).
+    """The position of ``htype`` in the registry (used to derive stable seeds).
 
     Args:
-        htype: A hallucination type code (``"WIC"``, ``"SSPC"``, ``"GR"`` or ``"CSC"``).
+        htype: A registered type code.
 
     Returns:
         int: Its 0-based index.
@@ -73,4 +272,57 @@ def type_index(htype: str) -> int:
     Raises:
         ValueError: ``htype`` is not a hallucination type.
     """
-    return HALLUCINATION_TYPES.index(htype)
+    codes = hallucination_types()
+    if htype not in codes:
+        raise ValueError(f"unknown hallucination type {htype!r}; known: {', '.join(codes)}")
+    return codes.index(htype)
+
+
+_PLANNERS = "generation.backends.template.planners"
+_CHECKS = "generation.variants"
+
+#: The paper's four types (SPEC section 2), in SPEC order. The planners and variant checks are
+#: named, not imported: this package never imports ``generation``.
+BUILTIN_TYPES: tuple[HallucinationType, ...] = (
+    HallucinationType(
+        "WIC", "workflow identity corruption", breaks_task=True, substitute=True,
+        planner=f"{_PLANNERS}:WIC_PLANNER", variant_check=f"{_CHECKS}:check_wic_templates",
+        cue="Leave the steps on the left and do another task instead: {description}",
+        example_line="Would you like to book a table at a restaurant instead?"),
+    HallucinationType(
+        "SSPC", "step selection corruption", breaks_task=True,
+        planner=f"{_PLANNERS}:SSPC_PLANNER", variant_check=f"{_CHECKS}:check_sspc_templates",
+        example_line="Let me ask again: what is your name?"),
+    HallucinationType(
+        "GR", "goal replacement", breaks_task=True,
+        planner=f"{_PLANNERS}:GR_PLANNER", variant_check=f"{_CHECKS}:check_line_templates",
+        example_line="Have you considered our premium subscription plan?"),
+    HallucinationType(
+        "CSC", "competing sub-goal",
+        planner=f"{_PLANNERS}:CSC_PLANNER", variant_check=f"{_CHECKS}:check_line_templates",
+        example_line="Before we go on, please rate this chat from 1 to 5."),
+)
+for _spec in BUILTIN_TYPES:
+    register_type(_spec)
+del _spec
+
+_CONSTANTS: dict[str, Callable[[], Any]] = {
+    "HALLUCINATION_TYPES": hallucination_types,
+    "TYPE_NAMES": type_names,
+    "TABLE3_ORDER": table3_order,
+    "TABLE4_ORDER": table4_order,
+    "FORKS_PER_SOURCE": forks_per_source,
+}
+
+
+def __getattr__(name: str) -> Any:
+    """The paper's constant names, read from the registry when accessed (PEP 562)."""
+    if name in _CONSTANTS:
+        return _CONSTANTS[name]()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["BUILTIN_TYPES", "EXPECTED_RANKING", "FORK_POSITIONS", "HallucinationType", "breaking_types",
+           "display_name", "forks_per_source", "get_type", "hallucination_types", "is_type", "register_type",
+           "resolve", "substitute_types", "table3_order", "table4_order", "type_index", "type_names",
+           "type_specs", "unregister_type"]

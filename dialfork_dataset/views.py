@@ -14,7 +14,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .taxonomy import FORK_POSITIONS, HALLUCINATION_TYPES
+from .taxonomy import FORK_POSITIONS, hallucination_types
 
 logger = logging.getLogger(__name__)
 
@@ -77,7 +77,7 @@ def task1_sets(data: Any, min_reference: int = 2, skipped: list | None = None) -
             forks[(r["task"], r["hallucination_type"])][r["fork_position"]].append(r)
     out: dict[tuple[str, str], dict[Any, list]] = {}
     for task in sorted(set(refs) | {t for t, _ in forks}):
-        for h in HALLUCINATION_TYPES:
+        for h in hallucination_types():
             unit = forks.get((task, h))
             if len(refs.get(task, [])) < min_reference:
                 if unit:
@@ -118,7 +118,7 @@ def task2_quartets(data: Any, skipped: list | None = None) -> list[dict[str, Any
         if r["hallucination_type"] is not None:
             forks[(r["source_id"], r["hallucination_type"])][r["fork_position"]] = r
     out = []
-    for (sid, h), fk in sorted(forks.items(), key=lambda kv: (kv[0][0], HALLUCINATION_TYPES.index(kv[0][1]))):
+    for (sid, h), fk in sorted(forks.items(), key=lambda kv: (kv[0][0], hallucination_types().index(kv[0][1]))):
         if sid not in sources:
             skip.add(f"Task 2 unit ({sid}, {h}): source dialogue not in the data")
             continue

@@ -10,7 +10,7 @@ its single-injection fields (``hallucination_type``, ``variant``, ``fork_positio
 
 from __future__ import annotations
 
-from dialfork_dataset.taxonomy import FORK_POSITIONS, HALLUCINATION_TYPES
+from dialfork_dataset.taxonomy import FORK_POSITIONS, hallucination_types
 
 CompoundPlan = tuple[tuple[str, int], ...]
 
@@ -35,8 +35,8 @@ def parse_compound_plan(text: str) -> CompoundPlan:
     for item in items:
         h, sep, k = item.partition("@")
         h = h.strip().upper()
-        if not sep or h not in HALLUCINATION_TYPES or not k.strip().isdigit() or int(k) not in FORK_POSITIONS:
-            errors.append(f"{item!r}: expected TYPE@K with TYPE in {', '.join(HALLUCINATION_TYPES)} and K in "
+        if not sep or h not in hallucination_types() or not k.strip().isdigit() or int(k) not in FORK_POSITIONS:
+            errors.append(f"{item!r}: expected TYPE@K with TYPE in {', '.join(hallucination_types())} and K in "
                           f"{FORK_POSITIONS[0]}..{FORK_POSITIONS[-1]}")
             continue
         plan.append((h, int(k)))

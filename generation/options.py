@@ -15,7 +15,7 @@ from dialfork_dataset.console import add_verbosity_options, prog_name, state_def
 from dialfork_dataset.forks import MIN_SYSTEM_TURNS
 from dialfork_dataset.records import PREFIX_MODES
 from dialfork_dataset.sources import SOURCE_KINDS
-from dialfork_dataset.taxonomy import FORK_POSITIONS, FORKS_PER_SOURCE, HALLUCINATION_TYPES
+from dialfork_dataset.taxonomy import FORK_POSITIONS, forks_per_source, hallucination_types
 
 from .backends import BACKENDS
 from .engine import DEFAULT_REWORD_RATE, GenerationConfig, replace_config
@@ -74,8 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
     """
     p = argparse.ArgumentParser(
         prog=prog_name("generation"),
-        description=f"Generate DialFork dialogues: conformant role-plays of STAR scenarios and their {FORKS_PER_SOURCE} "
-                    f"controlled forks ({len(HALLUCINATION_TYPES)} hallucination types x {len(FORK_POSITIONS)} fork "
+        description=f"Generate DialFork dialogues: conformant role-plays of STAR scenarios and their {forks_per_source()} "
+                    f"controlled forks ({len(hallucination_types())} hallucination types x {len(FORK_POSITIONS)} fork "
                     "turns).",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--backend", default="template", choices=sorted(BACKENDS),
@@ -123,7 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default: single-task scenarios only)")
     p.add_argument("--compound", default=None, metavar="PLAN", type=_compound_plan,
                    help="compound forks: injections in order as TYPE@K, e.g. SSPC@1,GR@3 (SSPC before t_1, then GR "
-                        f"before t_3); each source gets this one fork instead of its {FORKS_PER_SOURCE} single forks")
+                        f"before t_3); each source gets this one fork instead of its {forks_per_source()} single forks")
     p.add_argument("--kb-tools", action="store_true",
                    help="LLM backends (openai): offer the system agent its task's knowledge-base tool, run against "
                         "the source's KB tables, so that its query steps return real rows (default: off; "

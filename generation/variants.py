@@ -9,7 +9,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from dialfork_dataset.taxonomy import HALLUCINATION_TYPES
+from dialfork_dataset.taxonomy import get_type, hallucination_types, resolve
 
 from .errors import VariantError
 from .seeds import Rng, fork_seed, stable_seed
@@ -27,7 +27,7 @@ class Variant:
 
     Attributes:
         id: the variant's id, unique over the whole pool (recorded in each fork's record).
-        type: its hallucination type, one of ``HALLUCINATION_TYPES`` (``"CSC"``, ``"GR"``,
+        type: its hallucination type, a registered code (``"CSC"``, ``"GR"``,
             ``"SSPC"``, ``"WIC"``).
         description: a one-line human description of the deviation.
         instruction: the instruction injected into an LLM backend at the fork turn; may hold the
@@ -68,7 +68,7 @@ class VariantPool:
 
     Attributes:
         version: the file's ``version`` (a positive integer).
-        types: each hallucination type (all four of ``HALLUCINATION_TYPES``) to its variants, at
+        types: each registered hallucination type to its variants, at
             least :data:`MIN_VARIANTS_PER_TYPE` each.
         path: where the pool was read from (the resolved file path), used in error messages.
     """
@@ -99,6 +99,60 @@ class VariantPool:
         raise KeyError(f"unknown variant id {vid!r} in {self.path}")
 
 
+def check_sspc_templates(items: Sequence[tuple[str, Mapping[str, Any]]]) -> list[str]:
+    """The SSPC variants' template material: each names one of :data:`SSPC_STRATEGIES`, and the
+    type holds each strategy exactly once (SPEC section 2).
+
+    Args:
+        items: ``(location, template)`` of each SSPC variant, in file order.
+
+    Returns:
+        One message per problem (empty when valid).
+    """
+    errs = [f"{loc}: template.strategy must be one of {SSPC_STRATEGIES}, got {tpl.get('strategy')!r}"
+            for loc, tpl in items if tpl.get("strategy") not in SSPC_STRATEGIES]
+    strategies = sorted(tpl.get("strategy", "") for _, tpl in items)
+    if strategies != sorted(SSPC_STRATEGIES):
+        where = items[0][0].split(": types.")[0] if items else "variants"
+        errs.append(f"{where}: types.SSPC must hold exactly the five strategies {SSPC_STRATEGIES} once each, got {strategies}")
+    return errs
+
+
+def check_line_templates(items: Sequence[tuple[str, Mapping[str, Any]]]) -> list[str]:
+    """GR's and CSC's template material: ``template.lines``, the variant's own utterances.
+
+    Args:
+        items: ``(location, template)`` of each variant of the type.
+
+    Returns:
+        One message per problem (empty when valid).
+    """
+    errs = []
+    for loc, tpl in items:
+        lines = tpl.get("lines")
+        if not isinstance(lines, Sequence) or isinstance(lines, str) or not lines:
+            errs.append(f"{loc}: template.lines must be a non-empty list of utterances")
+    return errs
+
+
+def check_wic_templates(items: Sequence[tuple[str, Mapping[str, Any]]]) -> list[str]:
+    """WIC's template material: an optional ``template.bridge``, a non-empty list of lines
+    (``""`` for no bridge).
+
+    Args:
+        items: ``(location, template)`` of each WIC variant.
+
+    Returns:
+        One message per problem (empty when valid).
+    """
+    errs = []
+    for loc, tpl in items:
+        br = tpl.get("bridge", [""])
+        if not isinstance(br, Sequence) or isinstance(br, str) or not br:
+            errs.append(f"{loc}: template.bridge must be a non-empty list (use \"\" for no bridge)")
+    return errs
+
+
 def _parse(data: Any, where: str) -> VariantPool:
     errs: list[str] = []
     if not isinstance(data, Mapping):
@@ -111,12 +165,14 @@ def _parse(data: Any, where: str) -> VariantPool:
         raise VariantError(f"{where}: 'types' must map each type to a list of variants", errs + [where])
     out: dict[str, tuple[Variant, ...]] = {}
     seen: set[str] = set()
-    for h in HALLUCINATION_TYPES:
+    codes = hallucination_types()
+    for h in codes:
         items = types.get(h)
         if not isinstance(items, Sequence) or isinstance(items, str):
             errs.append(f"{where}: types.{h}: missing list of variants")
             continue
         vs = []
+        checked: list[tuple[str, Mapping[str, Any]]] = []
         for i, it in enumerate(items):
             loc = f"{where}: types.{h}[{i}]"
             if not isinstance(it, Mapping):
@@ -138,35 +194,25 @@ def _parse(data: Any, where: str) -> VariantPool:
             if it["id"] in seen:
                 errs.append(f"{loc}: duplicate variant id {it['id']!r}")
             seen.add(it["id"])
-            if h == "SSPC" and tpl.get("strategy") not in SSPC_STRATEGIES:
-                errs.append(f"{loc}: template.strategy must be one of {SSPC_STRATEGIES}, got {tpl.get('strategy')!r}")
-            if h in ("GR", "CSC"):
-                lines = tpl.get("lines")
-                if not isinstance(lines, Sequence) or isinstance(lines, str) or not lines:
-                    errs.append(f"{loc}: template.lines must be a non-empty list of utterances")
-            if h == "WIC":
-                br = tpl.get("bridge", [""])
-                if not isinstance(br, Sequence) or isinstance(br, str) or not br:
-                    errs.append(f"{loc}: template.bridge must be a non-empty list (use \"\" for no bridge)")
+            checked.append((loc, tpl))
             vs.append(Variant(it["id"], h, it["description"].strip(), it["instruction"].strip(), it["cue"].strip(),
                               dict(tpl)))
+        check = get_type(h).variant_check
+        if check is not None:  # the type's own checks of its template material (its registry entry)
+            errs.extend(resolve(check, f"variant check of hallucination type {h!r}")(checked))
         if len(vs) < MIN_VARIANTS_PER_TYPE:
             errs.append(f"{where}: types.{h}: {len(vs)} valid variant(s), at least {MIN_VARIANTS_PER_TYPE} are required")
         out[h] = tuple(vs)
-    if "SSPC" in out:
-        strategies = sorted(v.template.get("strategy", "") for v in out["SSPC"])
-        if strategies != sorted(SSPC_STRATEGIES):
-            errs.append(f"{where}: types.SSPC must hold exactly the five strategies {SSPC_STRATEGIES} once each, got {strategies}")
-    extra = set(types) - set(HALLUCINATION_TYPES)
+    extra = set(types) - set(codes)
     if extra:
-        errs.append(f"{where}: unknown type(s) {sorted(extra)} (expected {HALLUCINATION_TYPES})")
+        errs.append(f"{where}: unknown type(s) {sorted(extra)} (expected {codes})")
     if errs:
         raise VariantError(f"{len(errs)} error(s) in variant file {where}:\n" + "\n".join(errs), errs)
     return VariantPool(version=version, types=out, path=where)
 
 
 @lru_cache(maxsize=8)
-def _load_cached(path: str, mtime_ns: int) -> VariantPool:
+def _load_cached(path: str, mtime_ns: int, codes: tuple[str, ...]) -> VariantPool:
     import yaml
 
     try:
@@ -180,12 +226,12 @@ def _load_cached(path: str, mtime_ns: int) -> VariantPool:
 def load_variants(path: str | Path | None = None) -> VariantPool:
     """Load and validate a variant pool (default: the packaged ``generation/variants.yaml``).
 
-    The parsed pool is cached per (resolved path, modification time), so an edited file is read
-    again.
+    The parsed pool is cached per (resolved path, modification time, registered types), so an
+    edited file, or a type registered since, is read again.
 
     Args:
-        path: a YAML variant file with ``version`` and ``types`` (each of the four hallucination
-            types mapped to a list of variants with ``id``, ``description``, ``instruction``,
+        path: a YAML variant file with ``version`` and ``types`` (each registered hallucination
+            type mapped to a list of variants with ``id``, ``description``, ``instruction``,
             ``cue`` and an optional ``template``); ``None`` (default) reads :data:`VARIANTS_PATH`.
 
     Returns:
@@ -195,15 +241,15 @@ def load_variants(path: str | Path | None = None) -> VariantPool:
         FileNotFoundError: ``path`` is not a file.
         VariantError: the YAML is malformed, or the pool is invalid (not a mapping, a bad
             ``version``, a type missing or unknown, a variant field missing or empty, a duplicate
-            id, fewer than :data:`MIN_VARIANTS_PER_TYPE` valid variants for a type, SSPC not
-            holding each of :data:`SSPC_STRATEGIES` exactly once, GR/CSC without
-            ``template.lines``, a WIC ``template.bridge`` that is not a non-empty list);
-            ``errors`` lists every problem.
+            id, fewer than :data:`MIN_VARIANTS_PER_TYPE` valid variants for a type, or what the
+            type's ``variant_check`` finds: SSPC not holding each of :data:`SSPC_STRATEGIES`
+            exactly once, GR/CSC without ``template.lines``, a WIC ``template.bridge`` that is
+            not a non-empty list); ``errors`` lists every problem.
     """
     p = Path(path) if path is not None else VARIANTS_PATH
     if not p.is_file():
         raise FileNotFoundError(f"variant file {p} not found")
-    return _load_cached(str(p.resolve()), p.stat().st_mtime_ns)
+    return _load_cached(str(p.resolve()), p.stat().st_mtime_ns, hallucination_types())
 
 
 #: How forks draw their variant (and WIC its substitute task). ``quartet`` (default): one draw per
@@ -252,10 +298,11 @@ def draw_variant(pool: VariantPool, base_seed: int, scenario_id: str, htype: str
 
 
 def draw_substitute_task(task: str, domain_of: Mapping[str, str], base_seed: int, scenario_id: str,
-                         k: int | None = None) -> str:
+                         k: int | None = None, htype: str = "WIC") -> str:
     """WIC's substitute workflow (SPEC section 2): another task of the same domain, or, when the
     domain has a single task, another task of another domain; uniform, seeded by
-    :func:`draw_seed` (base seed, scenario id, "WIC", k; k=None: one draw for the WIC quartet).
+    :func:`draw_seed` (base seed, scenario id, ``htype``, k; k=None: one draw for the quartet).
+    Every type with ``substitute`` in its registry entry draws this way.
     ``domain_of`` maps every available task to its domain.
 
     Args:
@@ -265,6 +312,8 @@ def draw_substitute_task(task: str, domain_of: Mapping[str, str], base_seed: int
         scenario_id: the STAR scenario's id.
         k: the fork position 1..4 for a per-fork draw, or ``None`` (default) for the WIC quartet's
             shared draw.
+        htype: the type whose fork follows the substitute (a type with ``substitute``, default
+            ``"WIC"``): it salts the draw.
 
     Returns:
         The substitute task's name (never ``task``), drawn uniformly from the sorted candidates.
@@ -279,4 +328,4 @@ def draw_substitute_task(task: str, domain_of: Mapping[str, str], base_seed: int
     pool = same or sorted(t for t, d in domain_of.items() if d != domain_of[task])
     if not pool:
         raise ValueError(f"draw_substitute_task: no other task than {task!r} to substitute")
-    return Rng(draw_seed(base_seed, scenario_id, "WIC", k), 2).choice(pool)
+    return Rng(draw_seed(base_seed, scenario_id, htype, k), 2).choice(pool)

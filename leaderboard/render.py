@@ -22,7 +22,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from dialfork_dataset.taxonomy import TABLE3_ORDER, TABLE4_ORDER
+from dialfork_dataset.taxonomy import table3_order, table4_order
 
 from .store import load_results
 
@@ -30,10 +30,6 @@ logger = logging.getLogger(__name__)
 
 TEMPLATE_DIR = Path(__file__).resolve().parent / "templates"
 DATA_DIR = Path(__file__).resolve().parent / "data"
-#: Column order of the per-type MAEs: the paper's Table 4 (CSC, GR, SSPC, WIC).
-DETECTOR_TYPES = TABLE4_ORDER
-#: Column order of the per-type taus: the paper's Tables 2-3 (WIC, SSPC, GR, CSC).
-METRIC_TYPES = TABLE3_ORDER
 REGIME_LABELS = {"streaming": "streaming", "offline": "offline", "offline+workflow": "offline + workflow",
                  "baseline": "baseline"}
 _URL_RE = re.compile(r"https?://[^\s\"<>]+")
@@ -114,7 +110,7 @@ def detector_row(result: Mapping[str, Any], private: Mapping[str, Any] | None = 
         "used_train": md.get("used_conformant_train"),
         "code_url": _safe_url(md.get("code_url")),
         "model_url": model_url(md),
-        "mae_by_type": {h: _num(by_type.get(h)) for h in DETECTOR_TYPES},
+        "mae_by_type": {h: _num(by_type.get(h)) for h in table4_order()},
         "mae_h": _num(sc.get("mae_h")),
         "cov_h_pct": _pct(sc.get("cov_h")),
         "mae_c": _num(sc.get("mae_c")),
@@ -144,7 +140,7 @@ def metric_row(result: Mapping[str, Any], private: Mapping[str, Any] | None = No
         "open_source": md.get("open_source"),
         "code_url": _safe_url(md.get("code_url")),
         "model_url": model_url(md),
-        "tau_by_type": {h: _num(by_type.get(h)) for h in METRIC_TYPES},
+        "tau_by_type": {h: _num(by_type.get(h)) for h in table3_order()},
         "tau": _num(sc.get("tau")),
         "tau_ci": _ci(sc.get("tau_ci")),
         "exact_pct": _pct(sc.get("exact_recovery")),
@@ -168,12 +164,12 @@ def reference_rows(track: str) -> list[dict[str, Any]]:
         if track == "detector":
             row.update({"regime": r.get("regime"), "model_size": r.get("model_size"), "open_source": None,
                         "used_train": None,
-                        "mae_by_type": {h: _num(r.get("mae_by_type", {}).get(h)) for h in DETECTOR_TYPES},
+                        "mae_by_type": {h: _num(r.get("mae_by_type", {}).get(h)) for h in table4_order()},
                         "mae_h": _num(r.get("mae_h")), "cov_h_pct": _num(r.get("cov_h_pct")),
                         "mae_c": _num(r.get("mae_c")), "cov_c_pct": _num(r.get("cov_c_pct")),
                         "score": _num(r.get("score"))})
         else:
-            row.update({"open_source": None, "tau_by_type": {h: _num(r.get("tau_by_type", {}).get(h)) for h in METRIC_TYPES},
+            row.update({"open_source": None, "tau_by_type": {h: _num(r.get("tau_by_type", {}).get(h)) for h in table3_order()},
                         "tau": _num(r.get("tau")), "exact_pct": None})
         out.append(row)
     return out
@@ -301,7 +297,7 @@ def _detector_table(rows: Sequence[Mapping[str, Any]], show_private: bool) -> st
             _th("Submitter", "str", first="ascending", txt=True), _th("Regime", "str", first="ascending", txt=True),
             _th("Model", "str", first="ascending", txt=True), _th("Size", "str", txt=True)]
     head += [_th(f"MAE {h}", "num", f"mean |pred - t_k| over flagged {h} forks (turns; lower is better)",
-                 first="ascending") for h in DETECTOR_TYPES]
+                 first="ascending") for h in table4_order()]
     head += [_th("Avg. MAE", "num", "MAE over all flagged forks (lower is better)", first="ascending"),
              _th("Cov. h %", "num", "share of forks flagged (higher is better)"),
              _th("MAE c", "num", "mean |(T+1) - pred| over flagged conformant dialogues (lower is better)",
@@ -318,7 +314,7 @@ def _detector_table(rows: Sequence[Mapping[str, Any]], show_private: bool) -> st
         cells = [_rank_cell(r), _method_cell(r), _td_score(r["score"], r.get("score_ci"), 2, "Score"),
                  _td_txt(r.get("submitter")), _td_txt(REGIME_LABELS.get(regime, regime), value=regime),
                  _model_cell(r), _td_txt(r.get("model_size"))]
-        cells += [_td_num(r["mae_by_type"].get(h)) for h in DETECTOR_TYPES]
+        cells += [_td_num(r["mae_by_type"].get(h)) for h in table4_order()]
         cells += [_td_num(r["mae_h"]), _td_num(r["cov_h_pct"]), _td_num(r["mae_c"]), _td_num(r["cov_c_pct"])]
         if show_private:
             cells.append(_td_num(r.get("private_score")))
@@ -333,7 +329,7 @@ def _metric_table(rows: Sequence[Mapping[str, Any]], show_private: bool) -> str:
             _th("Avg. \u03c4", "num", "mean of the four per-type mean Kendall tau-b (higher is better); 95% "
                                     "bootstrap interval below when computed", cls="score"),
             _th("Submitter", "str", first="ascending", txt=True), _th("Model", "str", first="ascending", txt=True)]
-    head += [_th(f"\u03c4 {h}", "num", f"mean Kendall tau-b over {h} units (higher is better)") for h in METRIC_TYPES]
+    head += [_th(f"\u03c4 {h}", "num", f"mean Kendall tau-b over {h} units (higher is better)") for h in table3_order()]
     head += [_th("Exact %", "num", "share of units whose fork order is exactly recovered")]
     if show_private:
         head.append(_th("Private \u03c4", "num", "Avg. tau on the private part"))
@@ -342,7 +338,7 @@ def _metric_table(rows: Sequence[Mapping[str, Any]], show_private: bool) -> str:
     for r in rows:
         cells = [_rank_cell(r), _method_cell(r), _td_score(r["tau"], r.get("tau_ci"), 3, "Avg. tau"),
                  _td_txt(r.get("submitter")), _model_cell(r)]
-        cells += [_td_num(r["tau_by_type"].get(h), 3) for h in METRIC_TYPES]
+        cells += [_td_num(r["tau_by_type"].get(h), 3) for h in table3_order()]
         cells += [_td_num(r["exact_pct"])]
         if show_private:
             cells.append(_td_num(r.get("private_score"), 3))

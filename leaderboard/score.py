@@ -23,13 +23,12 @@ from typing import Any
 
 import numpy as np
 
-from dialfork_dataset.taxonomy import FORK_POSITIONS, HALLUCINATION_TYPES
+from dialfork_dataset.taxonomy import FORK_POSITIONS, hallucination_types
 from dialfork_metrics.stats import kendall_tau_rows
 
 logger = logging.getLogger(__name__)
 
 SUBSETS = ("public", "private")
-TYPES = HALLUCINATION_TYPES
 #: Keys of ``score_predictions``' result copied into a leaderboard result (all aggregates).
 DETECTOR_KEYS = ("score", "components", "weights", "mae_h", "mae_h_by_type", "cov_h", "cov_h_by_type",
                  "mae_c", "cov_c", "mae_h_ref", "mae_c_ref", "counts")
@@ -209,7 +208,7 @@ def score_metric(distances: Mapping[str, float], gold2: Sequence[Mapping[str, An
         by_type: dict[str, float] = {}
         units_by_type: dict[str, int] = {}
         exact_by_type: dict[str, float] = {}
-        for h in TYPES:
+        for h in hallucination_types():
             m = t == h
             if m.any():
                 by_type[h] = float(tau[m].mean())
@@ -334,7 +333,7 @@ def metric_tau_ci(distances: Mapping[str, float], gold2: Sequence[Mapping[str, A
         d = np.array([[distances[p] for p in ps] for ps in pairs], dtype=float)
         tau = np.nan_to_num(kendall_tau_b_rows(d), nan=0.0)  # undefined counts as 0, as in score_metric
         t = np.array(types)
-        by_type = [tau[t == h] for h in TYPES if (t == h).any()]
+        by_type = [tau[t == h] for h in hallucination_types() if (t == h).any()]
 
         def stat(*idx, axis=-1, by_type=by_type):
             return np.mean([_resampled_sums(x[None, :], i)[..., 0] / x.shape[0] for x, i in zip(by_type, idx)], axis=0)

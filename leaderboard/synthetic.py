@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from dialfork_dataset.taxonomy import HALLUCINATION_TYPES as TYPES
+from dialfork_dataset.taxonomy import get_type, hallucination_types
 
 
 def synthetic_task3_test(n_sources: int, seed: int = 0, tasks: Sequence[str] = ("weather", "bank_fraud_report"),
@@ -47,7 +47,7 @@ def synthetic_task3_test(n_sources: int, seed: int = 0, tasks: Sequence[str] = (
         sid = f"{task}-{1000 + s}"
         rows.append({"dialogue_id": sid, "source_id": sid, "task": task, "hallucination_type": None,
                      "fork_position": None, "fork_turn": None, "num_system_turns": T, "turns": turns(T, sid)})
-        for h in TYPES:
+        for h in hallucination_types():
             for k, tk in enumerate(fork_turns(T), 1):
                 Tf = rng.randint(max(tk, 4), max_T + 4)
                 fid = f"{sid}-{h}-k{k}"
@@ -67,7 +67,7 @@ def to_records(rows: Sequence[Mapping[str, Any]], domain: str = "synthetic") -> 
         rec.update({"scenario_id": r["source_id"], "domain": domain, "seed": i, "generator": "template",
                     "variant": f"{h.lower()}-1" if h else None,
                     "instruction": f"synthetic {h} instruction" if h else None,
-                    "substitute_task": "other_task" if h == "WIC" else None})
+                    "substitute_task": "other_task" if h and get_type(h).substitute else None})
         out.append(rec)
     return out
 

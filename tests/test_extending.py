@@ -8,9 +8,9 @@
 * a new workflow source: a dict in the workflow-file format, a class implementing
   ``dialfork_dataset.sources.WorkflowSource``, and a source kind (``toy:PATH``) registered with
   ``dialfork_dataset.sources.register_source_kind``, seen by every CLI that takes a source spec;
-* a new hallucination type: the taxonomy extended, in a subprocess (the taxonomy is read at import
-  time by every module, so the test edits the module's source before anything imports it; nothing
-  is monkeypatched in this process).
+* a new hallucination type: ``tests/test_extending_type.py`` registers a toy fifth type at run time
+  and runs generation, export, ``load_dataset``, the benchmark, the annotation tool and the audit on
+  it; here, a type the registry does not name is refused by the variant pool.
 
 The toys generate from ``examples/workflows/insurance.yaml`` (two tasks, no STAR needed).
 """
@@ -18,10 +18,6 @@ The toys generate from ``examples/workflows/insurance.yaml`` (two tasks, no STAR
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import textwrap
 from collections import Counter
 from pathlib import Path
 
@@ -383,75 +379,7 @@ def test_an_unknown_source_kind_lists_the_registered_ones(toy_source_kind):
         register_source_kind(SourceKind("star", "x:y"))
 
 
-# -- a new hallucination type -----------------------------------------------------------------------
-TOY_TYPE_SCRIPT = r'''
-import importlib.util, json, sys, types
-from pathlib import Path
-
-root, variants_out, corpus_out = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
-# Step 1 of the checklist: add the type to dialfork_dataset/taxonomy.py. Here: the module's source,
-# edited, loaded as dialfork_dataset.taxonomy before any module reads it.
-path = root / "dialfork_dataset" / "taxonomy.py"
-src = path.read_text(encoding="utf-8")
-edits = [('("WIC", "SSPC", "GR", "CSC")\n', '("WIC", "SSPC", "GR", "CSC", "TOY")\n'),
-         ('    "CSC": "competing sub-goal",\n', '    "CSC": "competing sub-goal",\n    "TOY": "toy deviation",\n'),
-         ('("CSC", "GR", "SSPC", "WIC")', '("CSC", "GR", "SSPC", "TOY", "WIC")')]
-for old, new in edits:
-    assert src.count(old) == 1, f"taxonomy.py changed: cannot find {old!r}"
-    src = src.replace(old, new)
-taxonomy = types.ModuleType("dialfork_dataset.taxonomy")
-taxonomy.__file__ = str(path)
-exec(compile(src, str(path), "exec"), taxonomy.__dict__)
-sys.modules["dialfork_dataset.taxonomy"] = taxonomy
-
-from dialfork_dataset.records import HALLUCINATION_TYPES
-from dialfork_dataset.taxonomy import FORKS_PER_SOURCE, display_name
-from generation.variants import load_variants
-
-assert HALLUCINATION_TYPES[-1] == "TOY" and FORKS_PER_SOURCE == 20 and display_name("TOY") == "toy deviation"
-# Step 2: variants for the type in a variant pool (a copy of generation/variants.yaml here)
-import yaml
-pool = yaml.safe_load((root / "generation" / "variants.yaml").read_text(encoding="utf-8"))
-pool["types"]["TOY"] = [
-    {"id": f"toy-{i}", "description": "say the steps backwards", "cue": "The assistant goes through the steps backwards.",
-     "instruction": "From now on, go through the remaining steps of your workflow in reverse order."}
-    for i in range(len(pool["types"]["GR"]))]
-variants_out.write_text(yaml.safe_dump(pool, sort_keys=False), encoding="utf-8")
-assert [v.id for v in load_variants(variants_out)["TOY"]][:1] == ["toy-0"]
-result = {"pool": True}
-# Step 3: a planner for the template backend (the table of planners)
-try:
-    from generation.backends.template.planners import PLANNERS, Planner
-except ImportError:
-    result["planners"] = None  # this checkout has no table of planners yet
-else:
-    PLANNERS["TOY"] = Planner(lambda hal, cx: [("own", n) for n in reversed(cx.remaining)])
-    from generation import GenerationConfig, generate_corpus
-    generate_corpus(GenerationConfig(star=f"workflow:{root / 'examples/workflows/insurance.yaml'}",
-                                     out=str(corpus_out), per_task=1, variants_path=str(variants_out)),
-                    progress=False)
-    recs = [json.loads(line) for f in sorted(corpus_out.glob("*.jsonl")) for line in f.open()]
-    result["planners"] = sorted({r["hallucination_type"] for r in recs if r["hallucination_type"]})
-    result["toy_forks"] = sum(r["hallucination_type"] == "TOY" for r in recs)
-print(json.dumps(result))
-'''
-
-
-def test_new_hallucination_type(tmp_path):
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(TOY_TYPE_SCRIPT), str(ROOT),
-                           str(tmp_path / "variants.yaml"), str(tmp_path / "corpus")],
-                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert result["pool"] is True
-    if result["planners"] is None:
-        pytest.skip("no generation.backends.template.planners.PLANNERS in this checkout (the template backend's "
-                    "table of planners); the taxonomy and variant-pool steps passed")
-    assert result["planners"] == ["CSC", "GR", "SSPC", "TOY", "WIC"]
-    assert result["toy_forks"] == 2 * 4  # one source per task, one TOY fork per position
-
-
+# -- a new hallucination type: tests/test_extending_type.py registers one at run time -----------------
 def test_a_type_the_taxonomy_does_not_name_is_refused(tmp_path):
     """Without step 1, the variant pool refuses the type: the taxonomy is the one list."""
     from generation.variants import VariantError, load_variants

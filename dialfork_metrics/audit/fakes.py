@@ -40,6 +40,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import SimpleNamespace
 from typing import Any
 
+from dialfork_dataset.taxonomy import get_type, hallucination_types, is_type
+
 KINDS = ("faithful", "derailed", "garbage", "empty", "user", "tools")
 DEFAULT_DERAIL_AT = 3
 """System turn (1-based, t_k) at which the derailed fake leaves its workflow."""
@@ -63,19 +65,27 @@ class AgentPolicy:
         kind: ``"faithful"`` (follows the workflow) or ``"derailed"`` (leaves it at ``derail_at``).
         derail_at: System turn (1-based, t_k) from which the derailed agent follows a
             hallucination plan; ignored by the faithful agent.
-        htypes: Hallucination types the derailed agent uses (``WIC``, ``SSPC``, ``GR``, ``CSC``),
-            one per conversation, chosen by the conversation's seed.
+        htypes: Hallucination types the derailed agent uses (any registered type with a
+            planner: ``WIC``, ``SSPC``, ``GR``, ``CSC``, ...), one per conversation, chosen by
+            the conversation's seed.
+        variants: The variant pool the derailed agent draws from: a
+            :class:`generation.variants.VariantPool`, a variant file's path, or None (the
+            packaged file).
 
     Raises:
-        ValueError: ``kind`` is neither ``"faithful"`` nor ``"derailed"``.
+        ValueError: ``kind`` is neither ``"faithful"`` nor ``"derailed"``, or a type of
+            ``htypes`` is not registered.
     """
 
     def __init__(self, corpus: Any, kind: str = "faithful", derail_at: int = DEFAULT_DERAIL_AT,
-                 htypes: Sequence[str] = DEFAULT_HTYPES):
+                 htypes: Sequence[str] = DEFAULT_HTYPES, variants: Any = None):
         from generation.api import TemplateBackend, load_variants
 
         if kind not in ("faithful", "derailed"):
             raise ValueError(f"AgentPolicy: kind must be 'faithful' or 'derailed', got {kind!r}")
+        bad = [h for h in htypes if not is_type(h)]
+        if bad or not htypes:
+            raise ValueError(f"AgentPolicy: unknown hallucination type(s) {bad}; registered: {', '.join(hallucination_types())}")
         self.corpus = corpus
         self.kind = kind
         self.derail_at = int(derail_at)
@@ -83,7 +93,8 @@ class AgentPolicy:
         self.backend = TemplateBackend()
         self.backend.bind_corpus(corpus)
         self.by_service = {t.replace("_", " "): t for t in corpus.tasks}
-        self.variants = load_variants()
+        self.variants = variants if variants is not None and not isinstance(variants, (str, os.PathLike)) \
+            else load_variants(variants)
         data = self.backend.data["user"]
         self.answers: dict[str, str] = {}
         for key, ans in (("yes", "yes"), ("more_yes", "yes"), ("trip_yes", "yes"), ("no", "no"),
@@ -174,7 +185,7 @@ class AgentPolicy:
             pool = [v for v in pool if v.template.get("strategy") in SSPC_STRATEGIES] or pool
         variant = Rng(seed, 3).choice(pool)
         sub = None
-        if htype == "WIC":
+        if get_type(htype).substitute:
             same = sorted(n for n in self.corpus.tasks if n != task.name and self.corpus.tasks[n].domain == task.domain)
             others = same or sorted(n for n in self.corpus.tasks if n != task.name)
             sub = others[seed % len(others)]
@@ -298,6 +309,16 @@ def make_handler(kind: str, model: str, policy: AgentPolicy | None):
     return Handler
 
 
+def _policy(kind: str, source: str | None, derail_at: int, htypes: Sequence[str],
+            variants: str | os.PathLike | None) -> AgentPolicy | None:
+    """The policy behind a fake of ``kind`` (None for the kinds that need none)."""
+    if kind not in ("faithful", "derailed", "tools"):
+        return None
+    from dialfork_dataset.sources import open_source
+
+    return AgentPolicy(open_source(source), "faithful" if kind == "tools" else kind, derail_at, htypes, variants)
+
+
 @dataclass
 class FakeAgent:
     url: str
@@ -310,9 +331,12 @@ class FakeAgent:
 @contextlib.contextmanager
 def serve_fake_agent(kind: str = "faithful", star: str | os.PathLike | None = None, model: str | None = None,
                      derail_at: int = DEFAULT_DERAIL_AT, htypes: Sequence[str] = DEFAULT_HTYPES,
-                     timeout: float = 120.0, source: str | None = None) -> Iterator[FakeAgent]:
+                     timeout: float = 120.0, source: str | None = None, variants: str | os.PathLike | None = None,
+                     in_process: bool = False) -> Iterator[FakeAgent]:
     """Run a fake agent in a child process on 127.0.0.1 (port 0) and stop it by its PID on exit.
     ``source``: a workflow source spec (``workflow:PATH``) instead of the STAR copy ``star``.
+    ``in_process``: serve from a thread of this process instead, so that what was registered at
+    run time here (a hallucination type, a source kind) is seen by the fake.
 
     Args:
         kind: One of ``faithful``, ``derailed``, ``garbage``, ``empty``, ``user``, ``tools`` (see
@@ -323,10 +347,13 @@ def serve_fake_agent(kind: str = "faithful", star: str | os.PathLike | None = No
         htypes: Hallucination types of the ``derailed`` fake, chosen per conversation by its seed.
         timeout: Seconds to wait for the child to exit after SIGTERM before it is killed.
         source: A workflow source spec (``star:PATH`` or ``workflow:PATH``) used instead of ``star``.
+        variants: The variant file the ``derailed`` fake draws from (None: the packaged one).
+        in_process: Serve from a daemon thread of this process (stopped on exit) rather than a
+            child process.
 
     Yields:
         A :class:`FakeAgent` with the API root ``http://127.0.0.1:PORT/v1``, the model name, the
-        child's PID and the kind.
+        child's PID (this process's with ``in_process``) and the kind.
 
     Raises:
         ValueError: ``kind`` is not a known fake agent kind.
@@ -335,12 +362,29 @@ def serve_fake_agent(kind: str = "faithful", star: str | os.PathLike | None = No
     if kind not in KINDS:
         raise ValueError(f"unknown fake agent kind {kind!r}; known: {', '.join(KINDS)}")
     model = model or f"fake-{kind}"
+    if in_process:
+        import threading
+
+        srv = ThreadingHTTPServer(("127.0.0.1", 0), make_handler(kind, model, _policy(
+            kind, source if source is not None else (os.fspath(star) if star is not None else None), derail_at,
+            htypes, variants)))
+        thread = threading.Thread(target=srv.serve_forever, name=f"fake-{kind}", daemon=True)
+        thread.start()
+        try:
+            yield FakeAgent(f"http://127.0.0.1:{srv.server_address[1]}/v1", model, os.getpid(), kind)
+        finally:
+            srv.shutdown()
+            srv.server_close()
+            thread.join(timeout)
+        return
     cmd = [sys.executable, "-m", "dialfork_metrics.audit.fakes", "--kind", kind, "--model", model,
            "--derail-at", str(derail_at), "--htypes", ",".join(htypes)]
     if star is not None:
         cmd += ["--star", os.fspath(star)]
     if source is not None:
         cmd += ["--source", os.fspath(source)]
+    if variants is not None:
+        cmd += ["--variants", os.fspath(variants)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
     try:
         line = proc.stdout.readline()
@@ -372,17 +416,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--derail-at", type=int, default=DEFAULT_DERAIL_AT)
     ap.add_argument("--htypes", default=",".join(DEFAULT_HTYPES), help="derailed: hallucination types, cycled by seed")
+    ap.add_argument("--variants", default=None, help="derailed: the variant file (default: the packaged one)")
     a = ap.parse_args(argv)
-    policy = None
-    if a.kind in ("faithful", "derailed", "tools"):
-        from dialfork_dataset.sources import open_source
-
-        htypes = [h.strip() for h in a.htypes.split(",") if h.strip()]
-        bad = [h for h in htypes if h not in ("WIC", "SSPC", "GR", "CSC")]
-        if bad or not htypes:
-            ap.error(f"--htypes: unknown hallucination type(s) {bad}; use WIC, SSPC, GR, CSC")
-        policy = AgentPolicy(open_source(a.source or a.star), "faithful" if a.kind == "tools" else a.kind,
-                             a.derail_at, htypes)
+    htypes = [h.strip() for h in a.htypes.split(",") if h.strip()]
+    bad = [h for h in htypes if not is_type(h)]
+    if bad or not htypes:
+        ap.error(f"--htypes: unknown hallucination type(s) {bad}; use {', '.join(hallucination_types())}")
+    policy = _policy(a.kind, a.source or a.star, a.derail_at, htypes, a.variants)
     srv = ThreadingHTTPServer(("127.0.0.1", a.port), make_handler(a.kind, a.model or f"fake-{a.kind}", policy))
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     print(f"listening on {srv.server_address[1]}", flush=True)

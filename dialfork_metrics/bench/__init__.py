@@ -27,7 +27,7 @@ cross-reference protocols of Tasks 1 and 2, ``--task2-protocol``). Every name is
 
 from __future__ import annotations
 
-from dialfork_dataset.taxonomy import HALLUCINATION_TYPES as TYPES
+from dialfork_dataset.taxonomy import hallucination_types
 
 from ..methods import (
     LABELS,
@@ -55,9 +55,16 @@ from .task3 import SWEEP_MAE_WEIGHTS, TABLE9_ORDER, TASK3_ABLATION_ORDERS, run_t
 
 __all__ = [
     "DEFAULT_N_REFERENCES", "DEFAULT_PRD", "LABELS", "SWEEP_MAE_WEIGHTS", "TABLE9_ORDER", "TASK1_COMPARED", "TASK1_METHODS",
-    "TASK1_REFERENCE", "TASK2_METHODS", "TASK2_PROTOCOLS", "TASK3_ABLATION_ORDERS", "TASK3_DETECTORS", "TASK3_REGIMES", "TYPES",
+    "TASK1_REFERENCE", "TASK2_METHODS", "TASK2_PROTOCOLS", "TASK3_ABLATION_ORDERS", "TASK3_DETECTORS", "TASK3_REGIMES",
     "UNIT_LINES", "BenchError", "Corpus", "build_parser", "cross_references", "distance_by_k", "load_corpus", "load_custom_metric",
     "main", "package_versions", "parse_pair_encoder", "parse_task2_protocol", "prepare_encoder", "run_benchmark", "run_task1", "run_task2",
     "run_task3", "summarise_task1", "summarise_task2", "task1_comparisons", "task2_significance",
     "task1_cross_units", "task3_weight_sweep", "tau_confidence_intervals",
 ]
+
+
+def __getattr__(name: str):
+    """``TYPES``: the registered hallucination types when read (:mod:`dialfork_dataset.taxonomy`)."""
+    if name == "TYPES":
+        return hallucination_types()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

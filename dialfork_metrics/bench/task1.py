@@ -11,8 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from dialfork_dataset.taxonomy import FORK_POSITIONS
-from dialfork_dataset.taxonomy import HALLUCINATION_TYPES as TYPES
+from dialfork_dataset.taxonomy import FORK_POSITIONS, hallucination_types
 
 from .. import registry
 from ..methods import (
@@ -273,7 +272,7 @@ def summarise_task1(rows: Sequence[Mapping[str, Any]], methods: Sequence[str]) -
     fisher: dict[str, float | None] = {}
     for m in methods:
         table[m] = {}
-        for h in TYPES:
+        for h in hallucination_types():
             taus = [r["tau"] for r in by.get((m, h), [])]
             table[m][h] = float(np.mean(taus)) if taus else None
         vals = [v for v in table[m].values() if v is not None]
@@ -373,7 +372,7 @@ def tau_confidence_intervals(rows: Sequence[Mapping[str, Any]], methods: Sequenc
     for r in rows:
         tau[(r[group], r["type"])][r["method"]] = r["tau"]
     out: dict[str, dict[str, list[float] | None]] = {m: {} for m in methods}
-    for i, h in enumerate(TYPES):
+    for i, h in enumerate(hallucination_types()):
         keys = sorted(k for k in tau if k[1] == h and all(m in tau[k] for m in methods))
         if len(keys) < 2:
             for m in methods:
@@ -384,10 +383,10 @@ def tau_confidence_intervals(rows: Sequence[Mapping[str, Any]], methods: Sequenc
         for j, m in enumerate(methods):
             out[m][h] = [float(lo[j]), float(hi[j])]
     groups = sorted({k[0] for k in tau if all((k[0], h) in tau and all(m in tau[(k[0], h)] for m in methods)
-                                                 for h in TYPES)})
+                                                 for h in hallucination_types())})
     if len(groups) >= 2:
-        X = np.array([[np.mean([tau[(g, h)][m] for h in TYPES]) for m in methods] for g in groups])
-        lo, hi = bootstrap_column_means_ci(X, n_resamples=n_resamples, seed=seed + len(TYPES), batch=200)
+        X = np.array([[np.mean([tau[(g, h)][m] for h in hallucination_types()]) for m in methods] for g in groups])
+        lo, hi = bootstrap_column_means_ci(X, n_resamples=n_resamples, seed=seed + len(hallucination_types()), batch=200)
         for j, m in enumerate(methods):
             out[m]["Avg"] = [float(lo[j]), float(hi[j])]
     else:

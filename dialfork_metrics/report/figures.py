@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from dialfork_dataset.atomic import atomic_path
-from dialfork_dataset.taxonomy import HALLUCINATION_TYPES as TYPES
+from dialfork_dataset.taxonomy import hallucination_types
 
 from ..methods import label as _label
 from ..methods import regime
@@ -50,7 +50,7 @@ def plot_tau_bars_ci(table: Mapping[str, Mapping[str, Any]], ci: Mapping[str, Ma
     plt = _pyplot()
     import numpy as np
 
-    groups = [*TYPES, "Avg"]
+    groups = [*hallucination_types(), "Avg"]
     drawn = [m for m in table if any((table[m].get(g) or 0.0) != 0.0 for g in groups)]
     flat = [m for m in table if m not in drawn]
     x = np.arange(len(groups))
@@ -67,7 +67,7 @@ def plot_tau_bars_ci(table: Mapping[str, Mapping[str, Any]], ci: Mapping[str, Ma
         ax.bar(x + i * w - 0.4 + w / 2, vals, w, yerr=err, capsize=2, label=_label(m), color=cmap(i % 10),
                error_kw={"elinewidth": 0.8, "ecolor": "black"})
     ax.axhline(0, color="black", lw=0.8)
-    ax.axvline(len(TYPES) - 0.5, color="grey", lw=0.6, ls=":")
+    ax.axvline(len(hallucination_types()) - 0.5, color="grey", lw=0.6, ls=":")
     ax.set_xticks(x, groups)
     ax.set_ylabel("Kendall tau (mean over units)")
     ax.set_title(title)
@@ -103,11 +103,11 @@ def plot_distance_by_k_panels(curves: Mapping[str, Mapping[str, Mapping[str, Any
     methods = [m for m in curves if m != "random" and curves[m]]
     if not methods:
         return []
-    fig, axes = plt.subplots(len(methods), len(TYPES), figsize=(2.6 * len(TYPES), 1.9 * len(methods) + 0.6),
+    fig, axes = plt.subplots(len(methods), len(hallucination_types()), figsize=(2.6 * len(hallucination_types()), 1.9 * len(methods) + 0.6),
                              sharex=True, sharey="row", squeeze=False)
     ks = np.arange(1, 5)
     for i, m in enumerate(methods):
-        for j, h in enumerate(TYPES):
+        for j, h in enumerate(hallucination_types()):
             ax = axes[i, j]
             c = curves[m].get(h)
             if c:

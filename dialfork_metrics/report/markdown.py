@@ -6,7 +6,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from dialfork_dataset.taxonomy import HALLUCINATION_TYPES as TYPES
+from dialfork_dataset.taxonomy import hallucination_types
 
 from ..methods import label as _label
 
@@ -57,11 +57,11 @@ def task1_markdown(t1: Mapping[str, Any]) -> str:
     s = t1["summary"]
     rows = []
     for m, vals in s["tau"].items():
-        rows.append([_label(m)] + [_f(vals.get(h)) for h in TYPES] + [_f(vals.get("Avg")), _f(s["exact_recovery"].get(m), pct=True),
+        rows.append([_label(m)] + [_f(vals.get(h)) for h in hallucination_types()] + [_f(vals.get("Avg")), _f(s["exact_recovery"].get(m), pct=True),
                                                                         _p(s["fisher_p"].get(m))])
     cross = ", cross-reference protocol" if t1.get("protocol") == "cross" else ""
     md = [f"### Table 2. Task 1: set-to-set distance (Kendall tau, {_task1_encoders(t1)}, {s['n_units']} units{cross})",
-          "", markdown_table(["Method", *TYPES, "Avg", "Exact recovery", "p (Fisher, vs chance)"], rows)]
+          "", markdown_table(["Method", *hallucination_types(), "Avg", "Exact recovery", "p (Fisher, vs chance)"], rows)]
     line = control_beats_sentence(s["tau"], t1.get("protocol") or "same-source", TASK1_FLOW_METHODS, TASK1_CONTROLS)
     md += ["", line] if line else []
     comp = t1.get("comparisons") or []
@@ -121,9 +121,9 @@ def task2_markdown(t2: Mapping[str, Any]) -> str:
     suffix = _protocol_suffix(t2)
     for enc, res in t2["per_encoder"].items():
         s = res["summary"]
-        rows = [[_label(m)] + [_f(vals.get(h)) for h in TYPES] + [_f(vals.get("Avg"))] for m, vals in s["tau"].items()]
+        rows = [[_label(m)] + [_f(vals.get(h)) for h in hallucination_types()] + [_f(vals.get("Avg"))] for m, vals in s["tau"].items()]
         md += [f"### Table 3. Task 2: dialogue-to-dialogue distance (Kendall tau, encoder `{enc}`, {s['n_units']} units"
-               f"{suffix})", "", markdown_table(["Method", *TYPES, "Avg"], rows), ""]
+               f"{suffix})", "", markdown_table(["Method", *hallucination_types(), "Avg"], rows), ""]
         line = control_beats_sentence(s["tau"], t2.get("protocol") or "same-source", TASK2_FLOW_METHODS,
                                       TASK2_CONTROLS)
         md += [line, ""] if line else []
@@ -212,12 +212,12 @@ def task2_protocols_markdown(same: Mapping[str, Any], cross: Mapping[str, Any]) 
     for enc in [e for e in same["per_encoder"] if e in cross["per_encoder"]]:
         s, c = same["per_encoder"][enc]["summary"], cross["per_encoder"][enc]["summary"]
         methods = list(dict.fromkeys([*s["tau"], *c["tau"]]))
-        rows = [[_label(m)] + [_f((s["tau"].get(m) or {}).get(h)) for h in (*TYPES, "Avg")]
-                + [_f((c["tau"].get(m) or {}).get(h)) for h in (*TYPES, "Avg")] for m in methods]
+        rows = [[_label(m)] + [_f((s["tau"].get(m) or {}).get(h)) for h in (*hallucination_types(), "Avg")]
+                + [_f((c["tau"].get(m) or {}).get(h)) for h in (*hallucination_types(), "Avg")] for m in methods]
         md += [f"### Table 3. Task 2: dialogue-to-dialogue distance (Kendall tau, encoder `{enc}`): same-source "
                f"({s['n_units']} units) | cross-reference ({c['n_units']} units, {n} reference{'' if n == 1 else 's'} per fork)",
                "",
-               markdown_table(["Method", *(f"same {h}" for h in TYPES), "**same Avg**", *(f"cross {h}" for h in TYPES),
+               markdown_table(["Method", *(f"same {h}" for h in hallucination_types()), "**same Avg**", *(f"cross {h}" for h in hallucination_types()),
                                "**cross Avg**"], rows), ""]
         for p, t in (("same-source", s["tau"]), ("cross", c["tau"])):
             line = control_beats_sentence(t, p, TASK2_FLOW_METHODS, TASK2_CONTROLS)
@@ -255,15 +255,15 @@ def task1_protocols_markdown(same: Mapping[str, Any], cross: Mapping[str, Any]) 
     """
     s, c = same["summary"], cross["summary"]
     methods = list(dict.fromkeys([*s["tau"], *c["tau"]]))
-    rows = [[_label(m)] + [_f((s["tau"].get(m) or {}).get(h)) for h in (*TYPES, "Avg")]
+    rows = [[_label(m)] + [_f((s["tau"].get(m) or {}).get(h)) for h in (*hallucination_types(), "Avg")]
             + [_f(s["exact_recovery"].get(m), pct=True)]
-            + [_f((c["tau"].get(m) or {}).get(h)) for h in (*TYPES, "Avg")]
+            + [_f((c["tau"].get(m) or {}).get(h)) for h in (*hallucination_types(), "Avg")]
             + [_f(c["exact_recovery"].get(m), pct=True)] for m in methods]
     md = [f"### Table 2. Task 1: set-to-set distance (Kendall tau, {_task1_encoders(same)}): same-source "
           f"({s['n_units']} units) | cross-reference ({c['n_units']} units; reference set from half of each task's "
           f"sources, forks from the other half)", "",
-          markdown_table(["Method", *(f"same {h}" for h in TYPES), "**same Avg**", "same exact",
-                          *(f"cross {h}" for h in TYPES), "**cross Avg**", "cross exact"], rows), ""]
+          markdown_table(["Method", *(f"same {h}" for h in hallucination_types()), "**same Avg**", "same exact",
+                          *(f"cross {h}" for h in hallucination_types()), "**cross Avg**", "cross exact"], rows), ""]
     for p, t in (("same-source", s["tau"]), ("cross", c["tau"])):
         line = control_beats_sentence(t, p, TASK1_FLOW_METHODS, TASK1_CONTROLS)
         if line:
@@ -278,13 +278,14 @@ def _task3_rows(results: Mapping[str, Mapping[str, Any]]) -> list[list[str]]:
     rows = []
     for det, r in results.items():
         by = r.get("mae_h_by_type", {})
-        rows.append([_label(det)] + [_f(by.get(h), 2) for h in TYPES] +
+        rows.append([_label(det)] + [_f(by.get(h), 2) for h in hallucination_types()] +
                     [_f(r["mae_h"], 2), _f(r["cov_h"], pct=True), _f(r["mae_c"], 2), _f(r["cov_c"], pct=True),
                      _f(r["score"], 2)])
     return rows
 
 
-_TASK3_HEADER = ["Detector", *(f"MAE_h {h}" for h in TYPES), "MAE_h", "cov_h", "MAE_c", "cov_c", "Score"]
+def _task3_header() -> list[str]:
+    return ["Detector", *(f"MAE_h {h}" for h in hallucination_types()), "MAE_h", "cov_h", "MAE_c", "cov_c", "Score"]
 #: The paper's best streaming detector (IT+NC, D2F, Table 4): hallucinated coverage at its false alarms.
 PAPER_STREAMING_COVERAGE = 0.9382
 PAPER_STREAMING_FALSE_ALARMS = 0.0558
@@ -317,11 +318,11 @@ def task3_markdown(t3: Mapping[str, Any]) -> str:
         md += [f"### Tables 4 and 9. Task 3: first deviating turn, MAEs in system turns (encoder `{enc}`; {res['n_train']} train, "
                f"{res['n_test']} test dialogues; MAE_h_ref {_f(any_r['mae_h_ref'], 2)}, MAE_c_ref {_f(any_r['mae_c_ref'], 2)}; "
                f"streaming rows: {how}, operating point {100 * res.get('false_alarm_rate', 0.05):g}% false alarms)",
-               "", markdown_table(_TASK3_HEADER, _task3_rows(res["results"])), ""]
+               "", markdown_table(_task3_header(), _task3_rows(res["results"])), ""]
         md += [task3_operating_markdown(res), ""]
         for key, title in (("table9", f"Table 9 protocol (the paper's settings, N=3; encoder `{enc}`)"),):
             if res.get(key):
-                md += [f"#### {title}", "", markdown_table(_TASK3_HEADER, _task3_rows(res[key])), ""]
+                md += [f"#### {title}", "", markdown_table(_task3_header(), _task3_rows(res[key])), ""]
         md += [task3_ablation_markdown(res, enc), ""]
     return "\n".join(md)
 
@@ -409,13 +410,13 @@ def task3_all_turns_markdown(t3: Mapping[str, Any]) -> str:
             if a is None:
                 continue
             by = a.get("mae_h_by_type", {})
-            rows.append([_label(det)] + [_f(by.get(h), 2) for h in TYPES] + [_f(a["mae_h"], 2), _f(a["mae_c"], 2)])
+            rows.append([_label(det)] + [_f(by.get(h), 2) for h in hallucination_types()] + [_f(a["mae_h"], 2), _f(a["mae_c"], 2)])
         if not rows:
             continue
         a = next(r["all_turns"] for r in res["results"].values() if r.get("all_turns"))
         md += [f"### Table 4 (paper's unit). Task 3 MAEs in all turns, user + system (encoder `{enc}`; "
                f"MAE_h_ref {_f(a['mae_h_ref'], 2)}, MAE_c_ref {_f(a['mae_c_ref'], 2)}; coverages and Score as above)",
-               "", markdown_table(["Detector", *(f"MAE_h {h}" for h in TYPES), "MAE_h", "MAE_c"], rows), ""]
+               "", markdown_table(["Detector", *(f"MAE_h {h}" for h in hallucination_types()), "MAE_h", "MAE_c"], rows), ""]
     return "\n".join(md)
 
 

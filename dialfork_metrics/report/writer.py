@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from dialfork_dataset.atomic import write_text_atomic
-from dialfork_dataset.taxonomy import HALLUCINATION_TYPES as TYPES
+from dialfork_dataset.taxonomy import hallucination_types
 
 from .figures import write_figures
 from .markdown import report_markdown
@@ -75,10 +75,10 @@ def write_reports(report: Mapping[str, Any], out: str | os.PathLike, plots: bool
             continue
         t1 = report[key]
         text(f"{key}_units.csv", _csv(t1["units"], ["task", "type", "method", "distances", "tau", "exact", "p_perm"]))
-        rows = [{"method": m, **{h: v.get(h) for h in (*TYPES, "Avg")},
+        rows = [{"method": m, **{h: v.get(h) for h in (*hallucination_types(), "Avg")},
                  "exact_recovery": t1["summary"]["exact_recovery"].get(m), "fisher_p": t1["summary"]["fisher_p"].get(m)}
                 for m, v in t1["summary"]["tau"].items()]
-        text(f"{key}_summary.csv", _csv(rows, ["method", *TYPES, "Avg", "exact_recovery", "fisher_p"]))
+        text(f"{key}_summary.csv", _csv(rows, ["method", *hallucination_types(), "Avg", "exact_recovery", "fisher_p"]))
         if t1.get("comparisons"):
             text(f"{key}_comparisons.csv", _csv(t1["comparisons"], ["a", "b", "n_units", "mean_diff", "ci_low", "ci_high",
                                                                    "p", "p_holm"]))
@@ -91,8 +91,8 @@ def write_reports(report: Mapping[str, Any], out: str | os.PathLike, plots: bool
         for enc, res in t2["per_encoder"].items():
             safe = enc.replace("/", "_")
             text(f"{key}_units_{safe}.csv", _csv(res["units"], unit_fields))
-            rows += [{"encoder": enc, "method": m, **{h: v.get(h) for h in (*TYPES, "Avg")}} for m, v in res["summary"]["tau"].items()]
-        text(f"{key}_summary.csv", _csv(rows, ["encoder", "method", *TYPES, "Avg"]))
+            rows += [{"encoder": enc, "method": m, **{h: v.get(h) for h in (*hallucination_types(), "Avg")}} for m, v in res["summary"]["tau"].items()]
+        text(f"{key}_summary.csv", _csv(rows, ["encoder", "method", *hallucination_types(), "Avg"]))
         text(f"{key}_significance.csv", _csv(t2["significance"], ["encoder", "method", "n_units", "mean_diff", "ci_low", "ci_high",
                                                                   "W", "p_wilcoxon", "p_wilcoxon_holm", "t", "p_ttest",
                                                                   "p_ttest_holm"]))
@@ -100,9 +100,9 @@ def write_reports(report: Mapping[str, Any], out: str | os.PathLike, plots: bool
         rows = []
         for enc, res in report["task3"].items():
             for det, r in res["results"].items():
-                rows.append({"encoder": enc, "detector": det, **{f"mae_h_{h}": r.get("mae_h_by_type", {}).get(h) for h in TYPES},
+                rows.append({"encoder": enc, "detector": det, **{f"mae_h_{h}": r.get("mae_h_by_type", {}).get(h) for h in hallucination_types()},
                              **{k: r.get(k) for k in ("mae_h", "cov_h", "mae_c", "cov_c", "mae_h_ref", "mae_c_ref", "score")}})
-        text("task3.csv", _csv(rows, ["encoder", "detector", *(f"mae_h_{h}" for h in TYPES), "mae_h", "cov_h", "mae_c", "cov_c",
+        text("task3.csv", _csv(rows, ["encoder", "detector", *(f"mae_h_{h}" for h in hallucination_types()), "mae_h", "cov_h", "mae_c", "cov_c",
                                       "mae_h_ref", "mae_c_ref", "score"]))
     if "task3" in report:
         rows = []
@@ -110,10 +110,10 @@ def write_reports(report: Mapping[str, Any], out: str | os.PathLike, plots: bool
             for det, r in res["results"].items():
                 a = r.get("all_turns")
                 if a is not None:
-                    rows.append({"encoder": enc, "detector": det, **{f"mae_h_{h}": a["mae_h_by_type"].get(h) for h in TYPES},
+                    rows.append({"encoder": enc, "detector": det, **{f"mae_h_{h}": a["mae_h_by_type"].get(h) for h in hallucination_types()},
                                  **{k: a.get(k) for k in ("mae_h", "mae_c", "mae_h_ref", "mae_c_ref")}})
         if rows:
-            text("task3_all_turns.csv", _csv(rows, ["encoder", "detector", *(f"mae_h_{h}" for h in TYPES), "mae_h", "mae_c",
+            text("task3_all_turns.csv", _csv(rows, ["encoder", "detector", *(f"mae_h_{h}" for h in hallucination_types()), "mae_h", "mae_c",
                                                     "mae_h_ref", "mae_c_ref"]))
     if report.get("task3_weight_sweep"):
         rows = []

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from dialfork_dataset.sources import SourceError, open_source, require
-from dialfork_dataset.taxonomy import FORKS_PER_SOURCE
+from dialfork_dataset.taxonomy import forks_per_source
 
 from ..backends.base import Backend
 from ..errors import GenerationError
@@ -210,7 +210,7 @@ def generate_corpus(config: GenerationConfig, backend: Backend | None = None, sc
     writer = ShardWriter(spath)
     from tqdm.auto import tqdm
 
-    per_source = 1 + (1 if config.compound else FORKS_PER_SOURCE)
+    per_source = 1 + (1 if config.compound else forks_per_source())
     bs = config.batch_size
     batches = [mine[i:i + bs] for i in range(0, len(mine), bs)]
     pooled = config.workers > 1 and len(batches) > 1

@@ -17,7 +17,7 @@ from typing import Any
 from dialfork_dataset.forks import fork_turns, system_turn_to_position
 from dialfork_dataset.jsonl import dumps
 from dialfork_dataset.records import DECODING_FIELDS, validate_record
-from dialfork_dataset.taxonomy import HALLUCINATION_TYPES
+from dialfork_dataset.taxonomy import get_type, hallucination_types
 
 from ..backends.base import Backend
 from ..compound import compound_key
@@ -165,8 +165,8 @@ def single_forks(ctx: RunContext, src: Dialogue) -> list[Dialogue]:
             turns).
 
     Returns:
-        ``len(HALLUCINATION_TYPES) * 4`` (16) not yet generated fork dialogues, keyed
-            ``<src.key>-<type>-k<k>``, types in ``HALLUCINATION_TYPES`` order and k = 1..4.
+        ``forks_per_source()`` (16 for the paper's four types) not yet generated fork dialogues, keyed
+            ``<src.key>-<type>-k<k>``, types in registration order (:func:`~dialfork_dataset.taxonomy.hallucination_types`) and k = 1..4.
     """
     sid = str(src.scenario.scenario_id)
     ts = fork_turns(src.n_system)
@@ -174,11 +174,12 @@ def single_forks(ctx: RunContext, src: Dialogue) -> list[Dialogue]:
     # one draw per quartet (k=None) unless per-fork draws are asked for
     per_fork = ctx.config.variant_draw == "fork"
     reword = ctx.config.effective_reword_rate or 0.0
-    for h in HALLUCINATION_TYPES:
+    for h in hallucination_types():
         for k, t in enumerate(ts, 1):
             dk = k if per_fork else None
             variant = draw_variant(ctx.pool, ctx.config.seed, sid, h, dk)
-            sub = draw_substitute_task(src.task.name, ctx.domain_of, ctx.config.seed, sid, dk) if h == "WIC" else None
+            sub = (draw_substitute_task(src.task.name, ctx.domain_of, ctx.config.seed, sid, dk, htype=h)
+                   if get_type(h).substitute else None)
             instr = variant.render_instruction(sub, service_name(src.task))
             d = Dialogue(key=f"{src.key}-{h}-k{k}", task=src.task, scenario=src.scenario, seed=src.seed,
                          budget=src.budget, cut=src.cut, reference=src,
@@ -213,7 +214,8 @@ def compound_forks(ctx: RunContext, src: Dialogue) -> list[Dialogue]:
     for h, k in ctx.config.compound:
         dk = k if per_fork else None
         variant = draw_variant(ctx.pool, ctx.config.seed, sid, h, dk)
-        sub = draw_substitute_task(src.task.name, ctx.domain_of, ctx.config.seed, sid, dk) if h == "WIC" else None
+        sub = (draw_substitute_task(src.task.name, ctx.domain_of, ctx.config.seed, sid, dk, htype=h)
+               if get_type(h).substitute else None)
         specs.append(ForkSpec(h, k, ts[k - 1], variant, variant.render_instruction(sub, service_name(src.task)), sub))
     first = specs[0]
     d = Dialogue(key=compound_key(src.key, ctx.config.compound), task=src.task, scenario=src.scenario, seed=src.seed,

@@ -1,4 +1,5 @@
-"""Planning a fork's hallucination: one planner per hallucination type, in the table :data:`PLANNERS`.
+"""Planning a fork's hallucination: one planner per hallucination type, named by its entry in
+:mod:`dialfork_dataset.taxonomy` (:func:`planner_for`).
 
 At system turn t_k, :func:`build_hal` reads the conformant dialogue's remaining steps (``remaining``,
 from t_k to the closing) and completed steps (``completed``) and hands them to the planner of the
@@ -14,9 +15,8 @@ fork's type, which returns the plan's *body*: the steps the system says from t_k
 A planner may also set how the user reacts to the variant's lines (``Hal.line_reply``) and whether the
 user sometimes protests at the chaos (``Hal.chaotic``).
 
-Adding a hallucination type: add it to :mod:`dialfork_dataset.taxonomy`, give it variants in
-``generation/variants.yaml``, and add its :class:`Planner` to :data:`PLANNERS` (see
-``docs/extending.md``). Every draw a planner makes comes from the fork's random stream, in a fixed
+Adding a hallucination type: a :class:`~dialfork_dataset.taxonomy.HallucinationType` entry naming
+its :class:`Planner`, and variants in ``generation/variants.yaml`` (see ``docs/extending.md``). Every draw a planner makes comes from the fork's random stream, in a fixed
 order, so a fork is reproducible from its seed.
 """
 
@@ -261,13 +261,35 @@ def plan_csc(hal: Hal, cx: PlanContext) -> Body:
     return _with_goal_lines("own_aux", cx)
 
 
-#: The planner of each hallucination type (the keys are :data:`dialfork_dataset.taxonomy.HALLUCINATION_TYPES`).
-PLANNERS: dict[str, Planner] = {
-    "WIC": Planner(plan_wic),
-    "SSPC": Planner(plan_sspc),
-    "GR": Planner(plan_gr),
-    "CSC": Planner(plan_csc),
-}
+#: The planners of the paper's four types (named by their entries in :mod:`dialfork_dataset.taxonomy`).
+WIC_PLANNER = Planner(plan_wic)
+SSPC_PLANNER = Planner(plan_sspc)
+GR_PLANNER = Planner(plan_gr)
+CSC_PLANNER = Planner(plan_csc)
+
+
+def planner_for(htype: str) -> Planner:
+    """The template backend's planner of a hallucination type: its registry entry's ``planner``
+    (:class:`dialfork_dataset.taxonomy.HallucinationType`), imported on first use.
+
+    Args:
+        htype: A registered type code.
+
+    Returns:
+        The :class:`Planner` (a bare ``plan(hal, cx)`` function is wrapped in one).
+
+    Raises:
+        KeyError: The type is not registered, or its entry names no planner (the message says
+            where to add one).
+    """
+    from dialfork_dataset.taxonomy import get_type, resolve
+
+    spec = get_type(htype)
+    if spec.planner is None:
+        raise KeyError(f"the template backend has no planner for hallucination type {htype!r}: give its "
+                       "HallucinationType a planner (see docs/extending.md)")
+    planner = resolve(spec.planner, f"planner of hallucination type {htype!r}")
+    return planner if isinstance(planner, Planner) else Planner(planner)
 
 
 def build_hal(sim: Sim, d: Any, rng: Rng, backend: Any) -> Hal:
@@ -284,14 +306,11 @@ def build_hal(sim: Sim, d: Any, rng: Rng, backend: Any) -> Hal:
         The plan (:class:`Hal`), its body filled by the type's planner.
 
     Raises:
-        KeyError: :data:`PLANNERS` has no planner for the fork's hallucination type.
+        KeyError: the fork's hallucination type has no planner (:func:`planner_for`).
     """
     f = d.fork
     m = sim.m
-    planner = PLANNERS.get(f.htype)
-    if planner is None:
-        raise KeyError(f"the template backend has no planner for hallucination type {f.htype!r}: add one to "
-                       "generation.backends.template.planners.PLANNERS (see docs/extending.md)")
+    planner = planner_for(f.htype)
     hal = Hal(f.htype, f.variant, f)
     ref_trace: list[str] = d.reference.scratch["sim"].trace
     t = f.turn
@@ -311,5 +330,5 @@ def build_hal(sim: Sim, d: Any, rng: Rng, backend: Any) -> Hal:
     return hal
 
 
-__all__ = ["PLANNERS", "SSPC_PLANS", "Hal", "PlanContext", "Planner", "build_hal", "plan_csc", "plan_gr",
+__all__ = ["CSC_PLANNER", "GR_PLANNER", "SSPC_PLANNER", "SSPC_PLANS", "WIC_PLANNER", "Hal", "PlanContext", "Planner", "build_hal", "planner_for", "plan_csc", "plan_gr",
            "plan_sspc", "plan_wic"]

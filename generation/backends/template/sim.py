@@ -35,7 +35,7 @@ class Hal:
     step by step (``pos``), then the closing (``closing`` counts its turns).
 
     Args:
-        htype: the hallucination type (a key of :data:`PLANNERS`).
+        htype: the hallucination type (a registered type code, :mod:`dialfork_dataset.taxonomy`).
         variant: the fork's :class:`~generation.variants.Variant`; its ``template`` gives
             ``lines`` and ``user_replies``.
         spec: the engine's :class:`~generation.engine.dialogue.ForkSpec` this plan realises
