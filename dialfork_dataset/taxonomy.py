@@ -198,50 +198,87 @@ def get_type(code: str) -> HallucinationType:
 
 
 def is_type(code: Any) -> bool:
-    """Whether ``code`` is a registered type code."""
+    """Whether ``code`` is a registered type code.
+
+    Args:
+        code: Anything (a record's ``hallucination_type`` as read).
+
+    Returns:
+        True for a string naming a registered type.
+    """
     return isinstance(code, str) and code in _TYPES
 
 
 def hallucination_types() -> tuple[str, ...]:
-    """The registered type codes, in registration order (SPEC order for the paper's four; the
-    order of the paper's Tables 2 and 3)."""
+    """The registered type codes.
+
+    Returns:
+        The codes in registration order (SPEC order for the paper's four; the order of the
+        paper's Tables 2 and 3).
+    """
     return tuple(_TYPES)
 
 
 def type_specs() -> tuple[HallucinationType, ...]:
-    """The registered entries, in registration order."""
+    """The registered entries.
+
+    Returns:
+        The :class:`HallucinationType` entries, in registration order.
+    """
     return tuple(_TYPES.values())
 
 
 def type_names() -> dict[str, str]:
-    """Each type code to its name for readers (SPEC section 2)."""
+    """The names of the types for readers (SPEC section 2).
+
+    Returns:
+        Each type code mapped to its name, in registration order.
+    """
     return {c: s.name for c, s in _TYPES.items()}
 
 
 def table3_order() -> tuple[str, ...]:
-    """Column order of the per-type Kendall taus in Table 2 (Task 1) and Table 3 (Task 2): the
-    registration order."""
+    """Column order of the per-type Kendall taus in Table 2 (Task 1) and Table 3 (Task 2).
+
+    Returns:
+        The type codes in registration order.
+    """
     return hallucination_types()
 
 
 def table4_order() -> tuple[str, ...]:
-    """Column order of the per-type MAEs in Table 4 (Task 3): by ``table4_key`` (alphabetical
-    by default, CSC first)."""
+    """Column order of the per-type MAEs in Table 4 (Task 3).
+
+    Returns:
+        The type codes sorted by ``table4_key`` (alphabetical by default, CSC first).
+    """
     return tuple(sorted(_TYPES, key=lambda c: (_TYPES[c].sort_key, c)))
 
 
 def breaking_types() -> tuple[str, ...]:
-    """The types that break a workflow component (``breaks_task``), in registration order."""
+    """The types that break a workflow component.
+
+    Returns:
+        The codes of the types with ``breaks_task``, in registration order.
+    """
     return tuple(c for c, s in _TYPES.items() if s.breaks_task)
 
 
 def substitute_types() -> tuple[str, ...]:
-    """The types whose forks follow a substitute task (``substitute``), in registration order."""
+    """The types whose forks follow a substitute task.
+
+    Returns:
+        The codes of the types with ``substitute``, in registration order.
+    """
     return tuple(c for c, s in _TYPES.items() if s.substitute)
 
 
 def forks_per_source() -> int:
-    """Forks generated per source dialogue: one per (type, position)."""
+    """Forks generated per source dialogue.
+
+    Returns:
+        One per (registered type, fork position): 16 for the paper's four types.
+    """
     return len(_TYPES) * len(FORK_POSITIONS)
 
 

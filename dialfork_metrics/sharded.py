@@ -67,8 +67,14 @@ def process_state(barrier_timeout: float = DEFAULT_BARRIER_TIMEOUT):
 
 
 def is_worker_process(environ: Mapping[str, str] | None = None) -> bool:
-    """Whether this is a launched process other than the main one (``RANK`` > 0 under
-    ``accelerate launch``/``torchrun``)."""
+    """Whether this is a launched process other than the main one.
+
+    Args:
+        environ: The environment to read (None: ``os.environ``).
+
+    Returns:
+        True under ``accelerate launch``/``torchrun`` when ``RANK`` is above 0.
+    """
     env = os.environ if environ is None else environ
     if not launched_by_accelerate(env):
         return False

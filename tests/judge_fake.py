@@ -1,6 +1,7 @@
 """A fake OpenAI-compatible chat server on 127.0.0.1 (port 0) that answers the LLM judge's
-three prompts by reading the dialogue: the first assistant turn saying :data:`DEVIANT` (the
-synthetic GR line of ``annotation.simulate``) is where the deviation starts."""
+three prompts by reading the dialogue: the first assistant turn saying a type's example line (the
+line ``annotation.simulate`` writes from t_k on; :data:`DEVIANT` is GR's) is where the deviation
+starts."""
 
 from __future__ import annotations
 
@@ -10,15 +11,20 @@ import re
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from annotation.simulate import _DEVIANT
+from dialfork_dataset.taxonomy import get_type, type_specs
 
-DEVIANT = _DEVIANT["GR"]
-DEVIANT_LINES = set(_DEVIANT.values())
+DEVIANT = get_type("GR").example_line
+
+
+def deviant_lines() -> set[str]:
+    """The example lines of the registered types (read when a prompt is answered)."""
+    return {s.example_line for s in type_specs()}
 
 
 def fake_reply(prompt: str) -> str:
     sys_turns = re.findall(r"^(?:>> )?Assistant \[turn (\d+)\]: (.*)$", prompt, flags=re.M)
-    dev = [int(k) for k, text in sys_turns if text in DEVIANT_LINES]
+    lines = deviant_lines()
+    dev = [int(k) for k, text in sys_turns if text in lines]
     T = len(sys_turns)
     if "How well does it?" in prompt:
         return f"Answer: {round(100 * (dev[0] - 1) / T) if dev else 97}"
