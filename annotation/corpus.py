@@ -140,25 +140,13 @@ def _step_views(steps: Any) -> list[StepView]:
 
 
 def _stamp(spec: str) -> int:
-    """What changes when a source's files change: the mtime of the workflow file (the latest of a
-    folder of workflow files, and of the folder), or of a STAR copy's ``scenarios.jsonl`` (else of
-    its folder)."""
-    from dialfork_dataset.sources import parse_source_spec
+    """What changes when a source's files change: its kind's ``stamp`` (a workflow file's mtime, the
+    latest of a folder of workflow files, a STAR copy's ``scenarios.jsonl``; see
+    :class:`dialfork_dataset.sources.SourceKind`)."""
+    from dialfork_dataset.sources import parse_source_spec, source_kind
 
     kind, path = parse_source_spec(spec)
-    if kind == "workflow" and path.is_dir():
-        from dialfork_dataset.workflow import workflow_files
-
-        try:
-            return max(p.stat().st_mtime_ns for p in [path, *workflow_files(path)])
-        except OSError:
-            return 0
-    for p in (path / "scenarios.jsonl", path):
-        try:
-            return p.stat().st_mtime_ns
-        except OSError:
-            continue
-    return 0
+    return source_kind(kind).stamp(path)
 
 
 @lru_cache(maxsize=4)

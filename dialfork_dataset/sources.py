@@ -56,6 +56,22 @@ def path_exists(path: Path) -> bool:
     return Path(path).exists()
 
 
+def path_stamp(path: Path) -> int:
+    """The modification time of ``path`` in ns, 0 when it cannot be read (:class:`SourceKind`'s
+    default ``stamp``).
+
+    Args:
+        path: The source's path.
+
+    Returns:
+        int: ``st_mtime_ns``, or 0.
+    """
+    try:
+        return Path(path).stat().st_mtime_ns
+    except OSError:
+        return 0
+
+
 @dataclass(frozen=True)
 class SourceKind:
     """One kind of workflow source, named by its spec prefix (``KIND:PATH``).
@@ -74,6 +90,9 @@ class SourceKind:
         note: a further clause for that paragraph (e.g. that STAR's human dialogues are left out).
         available: ``available(path) -> bool``: whether a recorded source can still be opened
             (default: the path exists).
+        stamp: ``stamp(path) -> int``: what changes when the source's files change, for caches
+            that keep an opened source (the annotation tool's); default: the path's modification
+            time.
         bare: record the spec as the bare path (STAR only, as before source kinds existed, so old
             runs resume); otherwise ``KIND:PATH``.
     """
@@ -88,6 +107,7 @@ class SourceKind:
     note: str | None = None
     available: Callable[[Path], bool] = path_exists
     bare: bool = False
+    stamp: Callable[[Path], int] = path_stamp
 
     def open(self, path: Path) -> Any:
         """The source at ``path``.
@@ -550,14 +570,31 @@ def _star_available(path: Path) -> bool:
     return (path / "tasks").is_dir()
 
 
+def _star_stamp(path: Path) -> int:
+    """A STAR copy changes with its ``scenarios.jsonl`` (else its folder)."""
+    return path_stamp(path / "scenarios.jsonl") or path_stamp(path)
+
+
+def _workflow_stamp(path: Path) -> int:
+    """A workflow file's modification time; for a folder, the latest of it and its workflow files."""
+    if not Path(path).is_dir():
+        return path_stamp(path)
+    from .workflow import workflow_files
+
+    try:
+        return max(path_stamp(p) for p in [Path(path), *workflow_files(path)])
+    except OSError:
+        return 0
+
+
 #: The built-in source kinds, in the order the registry lists them.
 BUILTIN_SOURCE_KINDS = (
     SourceKind("star", "dialfork_dataset.star:StarCorpus", "a STAR copy (a folder with tasks/ and apis/)",
                title="STAR", source_dataset="extended|other-star", licence="MIT",
                credit="STAR (Mosig et al., 2020; MIT)", note="STAR's human dialogues are not part of DialFork",
-               available=_star_available, bare=True),
+               available=_star_available, bare=True, stamp=_star_stamp),
     SourceKind("workflow", "dialfork_dataset.workflow:WorkflowCorpus",
-               "a workflow file (YAML, docs/workflows.md) or a folder of them"),
+               "a workflow file (YAML, docs/workflows.md) or a folder of them", stamp=_workflow_stamp),
 )
 for _kind in BUILTIN_SOURCE_KINDS:
     register_source_kind(_kind)
@@ -593,4 +630,4 @@ def require(source: WorkflowSource, feature: str, tasks: Sequence[str] | None = 
 __all__ = ["FEATURES", "SOURCE_KINDS", "ScenarioLike", "SourceError", "SourceKind", "WorkflowSource", "WorkflowTask",
            "card_source", "is_source", "open_source", "parse_source_spec", "recorded_source", "register_source_kind",
            "require", "source_identity", "source_kind", "source_record", "source_spec_of",
-           "unregister_source_kind", "BUILTIN_SOURCE_KINDS"]
+           "unregister_source_kind", "BUILTIN_SOURCE_KINDS", "path_stamp"]

@@ -77,3 +77,29 @@ def test_annotating_a_corpus_generated_from_the_workflow_file(tmp_path):
     tok = study.overview(study.annotator_by_link(link))["next"]["token"]
     page = client.get(f"/a/{link}/c/{tok}").text
     assert 'id="workflow"' in page and "Ask the user for the incident type" in page
+
+
+def test_an_opened_source_is_read_again_when_its_kind_says_it_changed(tmp_path):
+    """The cache of opened sources keys on the source kind's ``stamp``: an edited workflow file in a
+    folder is read again; a registered kind brings its own stamp."""
+    import os
+
+    from annotation.corpus import workflow_source
+    from dialfork_dataset.sources import SourceKind, register_source_kind, unregister_source_kind
+
+    folder = tmp_path / "wf"
+    folder.mkdir()
+    (folder / "insurance.yaml").write_text(EXAMPLE.read_text(encoding="utf-8"), encoding="utf-8")
+    first = workflow_source(f"workflow:{folder}")
+    assert workflow_source(f"workflow:{folder}") is first  # unchanged: the cached source
+    st = (folder / "insurance.yaml").stat()
+    os.utime(folder / "insurance.yaml", ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    assert workflow_source(f"workflow:{folder}") is not first  # the folder's newest file changed
+    stamps = iter(range(100))
+    register_source_kind(SourceKind("stamped", "dialfork_dataset.workflow:WorkflowCorpus", "a workflow file",
+                                    stamp=lambda path: next(stamps)))
+    try:
+        a = workflow_source(f"stamped:{EXAMPLE}")
+        assert workflow_source(f"stamped:{EXAMPLE}") is not a  # its stamp changes on every call
+    finally:
+        unregister_source_kind("stamped")
