@@ -407,3 +407,17 @@ def test_cli_replay_fits_saves_and_prints_the_first_alarm(template_corpus, tmp_p
         mon.replay(test[did])  # each turn encoded alone (as the CLI did); predict then reads the same embeddings
         pred = mon.detector.predict(test[did])
         assert p == ("none" if pred is None else f"system turn {pred}")
+
+
+def test_the_cli_names_the_missing_extra(monkeypatch, capsys):
+    """Without the guard extra, ``python -m dialfork_metrics.guard`` says what to install instead of a
+    traceback from the web stack's import."""
+    import sys
+
+    from dialfork_metrics.guard.__main__ import main
+
+    monkeypatch.delitem(sys.modules, "dialfork_metrics.guard.proxy", raising=False)
+    monkeypatch.setitem(sys.modules, "fastapi", None)  # as if fastapi were not installed
+    assert main(["serve", "--help"]) == 2
+    err = capsys.readouterr().err
+    assert "the guard needs the 'guard' extra" in err and "'fastapi'" in err and "pip install 'dialfork[guard]'" in err

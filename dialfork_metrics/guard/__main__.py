@@ -20,6 +20,8 @@ import sys
 from typing import Any
 
 logger = logging.getLogger("dialfork_metrics.guard")
+#: What the guard extra installs (setup.cfg): a missing one is named, with the install command.
+_EXTRA_MODULES = frozenset({"fastapi", "uvicorn", "httpx", "starlette", "httptools", "uvloop"})
 
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -228,7 +230,15 @@ def main(argv: list[str] | None = None) -> int:
     from .monitor import MonitorFileError
     from .store import StoreError
 
-    args = _build_parser().parse_args(argv)
+    try:
+        parser = _build_parser()
+    except ModuleNotFoundError as e:  # the proxy's web stack comes with the guard extra
+        if (e.name or "").split(".")[0] not in _EXTRA_MODULES:
+            raise
+        print(f"error: the guard needs the 'guard' extra, which is not installed (no module {e.name!r}): "
+              "pip install 'dialfork[guard]'", file=sys.stderr)
+        return 2
+    args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     # the guard's own progress (the upstream check, "serving on ...") is INFO and shown; other
     # libraries stay at WARNING. --log-level error/critical quiets the guard too.
