@@ -198,50 +198,90 @@ def get_type(code: str) -> HallucinationType:
 
 
 def is_type(code: Any) -> bool:
-    """Whether ``code`` is a registered type code."""
+    """Whether ``code`` is a registered type code.
+
+    Args:
+        code: Any value.
+
+    Returns:
+        True when ``code`` is a string registered now; False otherwise (never raises).
+    """
     return isinstance(code, str) and code in _TYPES
 
 
 def hallucination_types() -> tuple[str, ...]:
     """The registered type codes, in registration order (SPEC order for the paper's four; the
-    order of the paper's Tables 2 and 3)."""
+    order of the paper's Tables 2 and 3).
+
+    Returns:
+        The codes, read from the registry at call time.
+    """
     return tuple(_TYPES)
 
 
 def type_specs() -> tuple[HallucinationType, ...]:
-    """The registered entries, in registration order."""
+    """The registered entries, in registration order.
+
+    Returns:
+        One :class:`HallucinationType` per registered type.
+    """
     return tuple(_TYPES.values())
 
 
 def type_names() -> dict[str, str]:
-    """Each type code to its name for readers (SPEC section 2)."""
+    """Each type code to its name for readers (SPEC section 2).
+
+    Returns:
+        ``{code: name}``, in registration order.
+    """
     return {c: s.name for c, s in _TYPES.items()}
 
 
 def table3_order() -> tuple[str, ...]:
     """Column order of the per-type Kendall taus in Table 2 (Task 1) and Table 3 (Task 2): the
-    registration order."""
+    registration order.
+
+    Returns:
+        The type codes, as :func:`hallucination_types`.
+    """
     return hallucination_types()
 
 
 def table4_order() -> tuple[str, ...]:
     """Column order of the per-type MAEs in Table 4 (Task 3): by ``table4_key`` (alphabetical
-    by default, CSC first)."""
+    by default, CSC first).
+
+    Returns:
+        The type codes sorted by their Table 4 key (``table4_key``, else the code), ties by code.
+    """
     return tuple(sorted(_TYPES, key=lambda c: (_TYPES[c].sort_key, c)))
 
 
 def breaking_types() -> tuple[str, ...]:
-    """The types that break a workflow component (``breaks_task``), in registration order."""
+    """The types that break a workflow component (``breaks_task``), in registration order.
+
+    Returns:
+        Their codes (empty when no registered type breaks the task).
+    """
     return tuple(c for c, s in _TYPES.items() if s.breaks_task)
 
 
 def substitute_types() -> tuple[str, ...]:
-    """The types whose forks follow a substitute task (``substitute``), in registration order."""
+    """The types whose forks follow a substitute task (``substitute``), in registration order.
+
+    Returns:
+        Their codes (empty when none has a substitute task).
+    """
     return tuple(c for c, s in _TYPES.items() if s.substitute)
 
 
 def forks_per_source() -> int:
-    """Forks generated per source dialogue: one per (type, position)."""
+    """Forks generated per source dialogue: one per (type, position).
+
+    Returns:
+        The number of registered types times the number of fork positions (16 for the paper's
+        four types and four positions).
+    """
     return len(_TYPES) * len(FORK_POSITIONS)
 
 

@@ -68,7 +68,15 @@ def process_state(barrier_timeout: float = DEFAULT_BARRIER_TIMEOUT):
 
 def is_worker_process(environ: Mapping[str, str] | None = None) -> bool:
     """Whether this is a launched process other than the main one (``RANK`` > 0 under
-    ``accelerate launch``/``torchrun``)."""
+    ``accelerate launch``/``torchrun``).
+
+    Args:
+        environ: The environment to read; None (default) reads ``os.environ``.
+
+    Returns:
+        True when the environment has a launcher's variables (:func:`launched_by_accelerate`) and
+        an integer ``RANK`` above 0; False otherwise (also for a ``RANK`` that is not an integer).
+    """
     env = os.environ if environ is None else environ
     if not launched_by_accelerate(env):
         return False
