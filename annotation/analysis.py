@@ -187,7 +187,22 @@ def annotator_foils(df: pd.DataFrame, min_conformant: int = EXCLUSION_MIN_CONFOR
                     max_rate: float = EXCLUSION_MAX_RATE) -> list[dict[str, Any]]:
     """Per annotator: foil false-confirmation rate on conformant dialogues (the exclusion
     criterion: at least ``min_conformant`` shown and more than ``max_rate`` confirmed), and on all
-    foils for information."""
+    foils for information.
+
+    Args:
+        df: Judgments as returned by :func:`prepare`.
+        min_conformant: Least number of conformant dialogues shown with a foil for the criterion
+            to apply (default 2).
+        max_rate: Share of those foils confirmed above which the annotator is excluded (default
+            0.5).
+
+    Returns:
+        One dict per annotator, sorted by annotator: ``annotator``, ``judgments`` (all of theirs),
+        ``conformant_foils`` / ``conformant_foils_confirmed`` (foils on conformant dialogues:
+        shown / confirmed), ``conformant_foil_rate`` (None when none was shown), ``assessed``
+        (at least ``min_conformant`` shown), ``excluded`` (assessed and rate above ``max_rate``),
+        ``all_foils`` / ``all_foils_confirmed`` (every foil, forks included).
+    """
     out = []
     for a, g in df.groupby("annotator", sort=True):
         conf = g[(~g["is_fork"]) & (g["cue_kind"] == CUE_FOIL)]
@@ -207,7 +222,20 @@ def annotator_foils(df: pd.DataFrame, min_conformant: int = EXCLUSION_MIN_CONFOR
 def unit_taus(df: pd.DataFrame, types: Sequence[str] | None = None,
               min_forks: int = MIN_FORKS_PER_UNIT) -> pd.DataFrame:
     """tau_b(slider, k) within each (annotator, task) over forks of ``types``, for units with at
-    least ``min_forks`` such forks covering all four positions."""
+    least ``min_forks`` such forks covering all four positions.
+
+    Args:
+        df: Judgments as returned by :func:`prepare`.
+        types: Hallucination types whose forks count; None (default) takes the
+            workflow-breaking types of the registry.
+        min_forks: Least number of such forks a unit needs (default 8).
+
+    Returns:
+        One row per qualifying unit, columns ``annotator``, ``task``, ``n`` (forks), ``tau_b``
+        (Kendall's tau_b of slider against fork position; 0.0 when undefined) and ``undefined``
+        (True when tau_b was undefined, i.e. constant sliders). Empty (same columns) when no unit
+        qualifies.
+    """
     f = df[df["is_fork"] & df["hallucination_type"].isin(list(breaking_types() if types is None else types))]
     rows = []
     for (a, t), g in f.groupby(["annotator", "task"], sort=True):
@@ -220,6 +248,18 @@ def unit_taus(df: pd.DataFrame, types: Sequence[str] | None = None,
 
 
 def summarize_taus(taus: Sequence[float], n_boot: int, seed: int) -> dict[str, Any]:
+    """Mean of a sample of tau_b values with a bootstrap CI and a one-sided Wilcoxon test.
+
+    Args:
+        taus: The tau_b values (one per unit or quartet).
+        n_boot: Bootstrap resamples of the interval.
+        seed: Seed of the bootstrap's random generator.
+
+    Returns:
+        ``{"mean": mean tau_b (None when empty), "ci_low", "ci_high": percentile bootstrap bounds
+        of the mean (None with fewer than two values), "n": number of values,
+        "p_wilcoxon_greater": p-value that the values exceed 0 (None when empty or all 0)}``.
+    """
     v = np.asarray(list(taus), float)
     lo, hi = bootstrap_ci(v, _mean, n_boot, seed)
     return {"mean": _f(v.mean()) if len(v) else None, "ci_low": lo, "ci_high": hi, "n": len(v),
@@ -230,7 +270,19 @@ def superiority_units(df: pd.DataFrame, types: Sequence[str] | None = None, low:
                       high: Sequence[int] | None = None) -> pd.DataFrame:
     """Per (annotator, task): ``wins`` and ``pairs`` over pairs of conversations at different
     positions (conformant = position 5): a win when the later one is rated higher, one half for
-    a tie. ``low`` / ``high`` restrict the earlier / later position of a pair."""
+    a tie. ``low`` / ``high`` restrict the earlier / later position of a pair.
+
+    Args:
+        df: Judgments as returned by :func:`prepare`.
+        types: Hallucination types whose forks take part (conformant dialogues always do); None
+            (default) takes the workflow-breaking types.
+        low: Positions allowed as the earlier member of a pair; None allows all.
+        high: Positions allowed as the later member of a pair; None allows all.
+
+    Returns:
+        One row per unit with at least one pair, columns ``annotator``, ``task``, ``wins``
+        (float: ties count 0.5) and ``pairs``; empty (same columns) when no unit has a pair.
+    """
     d = df[(~df["is_fork"]) | df["hallucination_type"].isin(list(breaking_types() if types is None else types))]
     rows = []
     for (a, t), g in d.groupby(["annotator", "task"], sort=True):
@@ -283,7 +335,18 @@ def probability_of_superiority(df: pd.DataFrame, types: Sequence[str] | None = N
 
 def conformant_highest(df: pd.DataFrame, types: Sequence[str] | None = None) -> dict[str, Any]:
     """Share of (annotator, task) units (with a conformant and a fork) whose highest rating goes
-    to a conformant dialogue (max conformant >= max fork)."""
+    to a conformant dialogue (max conformant >= max fork).
+
+    Args:
+        df: Judgments as returned by :func:`prepare`.
+        types: Hallucination types whose forks count; None (default) takes the
+            workflow-breaking types.
+
+    Returns:
+        ``{"count": units where a conformant dialogue has the highest slider (ties count), "n":
+        units with at least one conformant dialogue and one fork, "share": count / n (None when
+        n is 0)}``.
+    """
     d = df[(~df["is_fork"]) | df["hallucination_type"].isin(list(breaking_types() if types is None else types))]
     n = c = 0
     for _, g in d.groupby(["annotator", "task"]):
@@ -295,7 +358,17 @@ def conformant_highest(df: pd.DataFrame, types: Sequence[str] | None = None) -> 
 
 
 def quartet_taus(conv: pd.DataFrame, types: Sequence[str] | None = None) -> pd.DataFrame:
-    """tau_b(mean slider, k) within each quartet (the four forks of one source under one type)."""
+    """tau_b(mean slider, k) within each quartet (the four forks of one source under one type).
+
+    Args:
+        conv: One row per conversation, as returned by :func:`first_judgments`.
+        types: Hallucination types whose quartets count; None (default) takes the
+            workflow-breaking types.
+
+    Returns:
+        One row per complete quartet (all four positions annotated), columns ``source_id``,
+        ``type`` and ``tau_b`` (0.0 when undefined); empty (same columns) when there is none.
+    """
     f = conv[conv["is_fork"] & conv["hallucination_type"].isin(list(breaking_types() if types is None else types))]
     rows = []
     for (s, h), g in f.groupby(["source_id", "hallucination_type"], sort=True):
@@ -308,7 +381,19 @@ def quartet_taus(conv: pd.DataFrame, types: Sequence[str] | None = None) -> pd.D
 
 def mean_slider_by_position(conv: pd.DataFrame, types: Sequence[str], n_boot: int, seed: int) -> dict[str, Any]:
     """Mean of the conversations' mean sliders per position (k=1..4 over ``types``, and
-    conformant), with bootstrap CIs over conversations."""
+    conformant), with bootstrap CIs over conversations.
+
+    Args:
+        conv: One row per conversation, as returned by :func:`first_judgments`.
+        types: Hallucination types whose forks count; None takes the workflow-breaking types.
+        n_boot: Bootstrap resamples of each interval.
+        seed: Base seed: position k uses ``seed + k``, conformant dialogues ``seed + 5``.
+
+    Returns:
+        ``{"k1".."k4", "conformant": {"mean": mean of the mean sliders (0..100; None when empty),
+        "ci_low", "ci_high": percentile bootstrap bounds (None with fewer than two
+        conversations), "n": conversations}}``.
+    """
     out: dict[str, Any] = {}
     for k in FORK_POSITIONS:
         v = conv[conv["is_fork"] & conv["hallucination_type"].isin(list(breaking_types() if types is None else types)) & (conv["fork_position"] == k)]
@@ -323,6 +408,29 @@ def mean_slider_by_position(conv: pd.DataFrame, types: Sequence[str], n_boot: in
 
 def rq1(df: pd.DataFrame, conv: pd.DataFrame, n_boot: int = N_BOOT, seed: int = 0,
         min_forks: int = MIN_FORKS_PER_UNIT) -> dict[str, Any]:
+    """RQ1: do annotators rate forks lower the earlier the fork happens (slider vs. fork position)?
+
+    Computed twice: over the workflow-breaking types (``"breaking"``) and over every registered
+    type (``"all"``).
+
+    Args:
+        df: Judgments as returned by :func:`prepare` (every judgment: the slider analyses use
+            them all).
+        conv: One row per conversation, as returned by :func:`first_judgments`.
+        n_boot: Bootstrap resamples of every interval (default :data:`N_BOOT`, 10,000).
+        seed: Seed of the bootstrap generators.
+        min_forks: Least number of forks an (annotator, task) unit needs for its within-unit
+            tau_b (default 8).
+
+    Returns:
+        ``{"breaking", "all": {"types", "tau_b_within_units" (:func:`summarize_taus` of
+        :func:`unit_taus`), "units" (the unit rows), "superiority" (:func:`probability_of_superiority`
+        over all pairs), "superiority_k4_vs_k1", "superiority_conformant_vs_fork",
+        "conformant_highest", "tau_b_quartets" (:func:`summarize_taus` of :func:`quartet_taus`),
+        "mean_slider" (:func:`mean_slider_by_position`)}, "mean_slider_per_type": {type: mean
+        sliders by position}, "superiority_conformant_vs_fork_per_type": {type: probability of
+        superiority of conformant over that type's forks}}``.
+    """
     res: dict[str, Any] = {}
     for name, types in (("breaking", breaking_types()), ("all", hallucination_types())):
         taus = unit_taus(df, types, min_forks)
@@ -351,6 +459,20 @@ def rq1(df: pd.DataFrame, conv: pd.DataFrame, n_boot: int = N_BOOT, seed: int = 
 # --------------------------------------------------------------------------------------------
 
 def rq2(conv: pd.DataFrame) -> dict[str, Any]:
+    """RQ2: do annotators confirm the true instruction of a fork more often than a foil?
+
+    Args:
+        conv: One row per conversation (its first judgment), as returned by
+            :func:`first_judgments`.
+
+    Returns:
+        ``{"true_per_type": {type: rate of forks shown their true instruction and confirmed, plus
+        "yes" and "partly" counts}, "true_overall": the same over every type, "foil_conformant":
+        rate of foils confirmed on conformant dialogues, "foil_forked": rate of foils confirmed on
+        forks, "p_fisher_true_vs_foil_conformant", "p_fisher_true_vs_foil_forked": one-sided Fisher
+        p-values that the true rate exceeds the foil rate (None when a group is empty)}``; each
+        rate is a :func:`rate` dict (count, n, rate, Wilson interval).
+    """
     true = conv[conv["is_fork"] & (conv["cue_kind"] == CUE_TRUE)]
     per_type = {}
     for h in hallucination_types():
@@ -371,12 +493,31 @@ def rq2(conv: pd.DataFrame) -> dict[str, Any]:
 
 
 def onset_errors(conv: pd.DataFrame) -> np.ndarray:
-    """onset - t_k over forks shown their true instruction and confirmed."""
+    """onset - t_k over forks shown their true instruction and confirmed.
+
+    Args:
+        conv: One row per conversation, as returned by :func:`first_judgments`.
+
+    Returns:
+        One float per such fork with an onset turn: the annotated onset turn minus the fork turn
+        (0 exact, negative too early, positive too late).
+    """
     g = conv[conv["is_fork"] & (conv["cue_kind"] == CUE_TRUE) & conv["confirmed"] & conv["onset_turn"].notna()]
     return (g["onset_turn"].astype(float) - g["fork_turn"].astype(float)).to_numpy()
 
 
 def rq3(conv: pd.DataFrame) -> dict[str, Any]:
+    """RQ3: how close is the onset turn annotators mark to the fork's true turn?
+
+    Args:
+        conv: One row per conversation, as returned by :func:`first_judgments`.
+
+    Returns:
+        ``{"n": forks with a confirmed true instruction and an onset, "distribution": {error in
+        turns (str): count}, "exact", "within_one", "at_or_after": :func:`rate` dicts of errors
+        = 0, |error| <= 1 and error >= 0, "median_abs_error": median absolute error in turns
+        (None when n is 0)}``.
+    """
     d = onset_errors(conv)
     n = len(d)
     vals, counts = np.unique(d.astype(int), return_counts=True) if n else ([], [])
@@ -386,6 +527,16 @@ def rq3(conv: pd.DataFrame) -> dict[str, Any]:
 
 
 def rq4(conv: pd.DataFrame) -> dict[str, Any]:
+    """RQ4: do annotators judge the prefix before the fork as following the workflow?
+
+    Args:
+        conv: One row per conversation, as returned by :func:`first_judgments`.
+
+    Returns:
+        ``{"overall", "k1".."k4": {"n": forks with a prefix answer, "yes": :func:`rate` of "yes",
+        "mostly": count of "mostly", "no": count of the rest, "yes_or_mostly": :func:`rate` of
+        "yes" or "mostly"}}``.
+    """
     g = conv[conv["is_fork"] & conv["prefix_answer"].notna()]
     out: dict[str, Any] = {}
     for key, sub in [("overall", g)] + [(f"k{k}", g[g["fork_position"] == k]) for k in FORK_POSITIONS]:
@@ -402,7 +553,18 @@ def rq4(conv: pd.DataFrame) -> dict[str, Any]:
 
 def agreement(df: pd.DataFrame) -> dict[str, Any]:
     """On conversations judged by more than one annotator: raw agreement and Gwet's AC1 of the
-    categorical answers; Krippendorff's alpha (interval) of the slider and the onset turn."""
+    categorical answers; Krippendorff's alpha (interval) of the slider and the onset turn.
+
+    Args:
+        df: Judgments as returned by :func:`prepare`.
+
+    Returns:
+        ``{"conversations": conversations with two or more annotators, "judged_by": {number of
+        annotators (str): conversations}, "confirmation", "three_way", "prefix": :func:`gwet_ac1`
+        dicts (confirmed yes/no, cue answer yes/partly/no, prefix yes/mostly/no), "slider":
+        :func:`krippendorff_interval` dict, "onset": the same over confirmed onsets plus "pairs"
+        (pairs of onsets) and "pairs_within_one" (share within one turn; None without pairs)}``.
+    """
     multi = df[df.groupby("dialogue_id")["annotator"].transform("nunique") > 1]
     groups = [g for _, g in multi.groupby("dialogue_id", sort=True)]
     conf = [["yes" if c else "no" for c in g["confirmed"]] for g in groups]
@@ -428,7 +590,16 @@ def agreement(df: pd.DataFrame) -> dict[str, Any]:
 
 def learning_thirds(df: pd.DataFrame) -> dict[str, Any]:
     """Onset accuracy (within one turn), true-instruction confirmation and foil confirmation in
-    the first, middle and last third of each annotator's sequence (all of their judgments)."""
+    the first, middle and last third of each annotator's sequence (all of their judgments).
+
+    Args:
+        df: Judgments as returned by :func:`prepare` (``seq`` orders each annotator's sequence).
+
+    Returns:
+        ``{"first", "middle", "last": {"onset_within_one", "true_confirmed", "foil_confirmed"}}``,
+        each value a :func:`rate` dict; thirds come from ``numpy.array_split``, so earlier thirds
+        take the extra judgments.
+    """
     third = np.zeros(len(df), int)
     for _, idx in df.groupby("annotator").groups.items():
         idx = df.loc[idx].sort_values("seq").index.to_numpy()
@@ -452,7 +623,19 @@ def learning_thirds(df: pd.DataFrame) -> dict[str, Any]:
 def distance_correlation(conv: pd.DataFrame, distances: Mapping[str, Mapping[str, float]], n_boot: int = N_BOOT,
                          seed: int = 0) -> dict[str, Any]:
     """Spearman rho (bootstrap CI) between each method's distance mu(D+, D') and the perceived
-    deviation 100 - mean slider, over the annotated forks that have a distance."""
+    deviation 100 - mean slider, over the annotated forks that have a distance.
+
+    Args:
+        conv: One row per conversation, as returned by :func:`first_judgments`.
+        distances: ``{method: {dialogue_id: distance}}``; a None distance is skipped.
+        n_boot: Bootstrap resamples of each interval (default :data:`N_BOOT`, 10,000).
+        seed: Seed of the bootstrap generators.
+
+    Returns:
+        ``{method: {"rho", "p": scipy's Spearman rho and two-sided p-value, "ci_low", "ci_high":
+        percentile bootstrap bounds, "n": forks used}}``, methods sorted by name; rho, p and the
+        bounds are None with fewer than three forks or when either variable is constant.
+    """
     f = conv[conv["is_fork"]].set_index("dialogue_id")
     out = {}
     for method, dist in sorted(distances.items()):

@@ -84,7 +84,13 @@ def _limiter(cache: weakref.WeakKeyDictionary, size: int):
 class GuardMiddleware:
     """Pure ASGI middleware (no per-request task group, cheap under a burst): answers a request
     that ``guard(request)`` refuses, and adds :data:`SECURITY_HEADERS` (and ``Cache-Control:
-    no-store`` unless set) to every response."""
+    no-store`` unless set) to every response.
+
+    Args:
+        app: The ASGI app it wraps.
+        guard: Function of a Starlette ``Request`` returning the ``Response`` that refuses it, or
+            None to let it through to ``app``.
+    """
 
     def __init__(self, app, guard):
         self.app = app

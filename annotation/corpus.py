@@ -22,7 +22,19 @@ logger = logging.getLogger(__name__)
 def iter_corpus_files(corpus_dir: str | Path) -> list[Path]:
     """The record files of a corpus folder: those listed in the generator's ``manifest.json``
     (``files``) when there is one, else every ``*.jsonl`` / ``*.jsonl.gz`` directly in the folder
-    (or, if none, below it)."""
+    (or, if none, below it).
+
+    Args:
+        corpus_dir: The corpus folder (the generator's ``--out`` folder).
+
+    Returns:
+        The record files, sorted by name. A manifest whose ``files`` is not a non-empty object
+        (or that is not valid JSON) is ignored.
+
+    Raises:
+        FileNotFoundError: ``corpus_dir`` is not a folder, the manifest lists a file that is
+            missing, or no record file is found.
+    """
     root = Path(corpus_dir)
     if not root.is_dir():
         raise FileNotFoundError(f"corpus folder {root} not found (pass the generator's --out folder)")
@@ -98,7 +110,16 @@ def load_corpus(corpus_dir: str | Path) -> list[dict[str, Any]]:
 class StepView:
     """One line of the workflow panel: a numbered step (``kind`` "step", with its STAR response
     template shown on demand), a branch ("branch": "If the outcome is ..."), or a reference to an
-    earlier step ("goto": "Go back to step N")."""
+    earlier step ("goto": "Go back to step N").
+
+    Attributes:
+        kind: ``"step"``, ``"branch"`` or ``"goto"``.
+        text: The line's text.
+        number: The step's number as shown (e.g. ``"3"``); empty for branches and gotos.
+        template: The step's response template, or None when it has none (and for branches and
+            gotos).
+        children: The lines nested under it: a step's branches, a branch's steps.
+    """
 
     kind: str
     text: str
@@ -109,12 +130,27 @@ class StepView:
 
 @dataclass
 class WorkflowView:
+    """The annotator's view of one task's workflow (built by :func:`task_workflow`).
+
+    Attributes:
+        task: The task's name.
+        goal: One-line goal (the task's description, else "Help the user with TASK.").
+        steps: The top-level lines of the workflow (:class:`StepView` trees).
+        flowchart: Path of the task's flowchart image, or None when it has none.
+    """
+
     task: str
     goal: str
     steps: list[StepView]
     flowchart: Path | None
 
     def plain_text(self) -> str:
+        """The workflow as plain text: the goal, then one line per step, branch and goto, indented by
+        two spaces per nesting level (steps as ``"N. text"``).
+
+        Returns:
+            The lines joined by newlines.
+        """
         lines = [self.goal]
 
         def walk(steps: list[StepView], depth: int) -> None:
@@ -243,7 +279,15 @@ def task_workflow(source: str | Path, task: str) -> WorkflowView:
 
 
 def system_turn_numbers(turns: list[dict[str, str]]) -> Iterator[tuple[dict[str, str], int | None]]:
-    """Pairs (turn, system-turn index or None for user turns)."""
+    """Pairs (turn, system-turn index or None for user turns).
+
+    Args:
+        turns: The dialogue's turns, each with a ``speaker`` (``"system"`` or ``"user"``).
+
+    Yields:
+        ``(turn, n)``: the turn and its 1-based number among the system turns, or None for a user
+        turn.
+    """
     n = 0
     for t in turns:
         if t["speaker"] == "system":

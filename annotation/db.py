@@ -28,22 +28,59 @@ NEW, STEP1_DONE, STEP2_DONE, DONE = 0, 1, 2, 3
 
 
 def utcnow() -> datetime:
-    """Naive UTC now (stored naive: SQLite keeps no time zone)."""
+    """Naive UTC now (stored naive: SQLite keeps no time zone).
+
+    Returns:
+        The current UTC time without ``tzinfo``.
+    """
     return datetime.now(timezone.utc).replace(tzinfo=None)
 
 
 class Base(DeclarativeBase):
+    """The declarative base of the study's tables (``Base.metadata`` creates them).
+
+    Attributes:
+        metadata: SQLAlchemy's table collection of every model below.
+    """
+
     pass
 
 
 class Meta(Base):
+    """A key-value setting of the study (e.g. ``study_seed``, ``foil_share``, ``admin_hash``).
+
+    Attributes:
+        key: The setting's name (primary key).
+        value: Its value, as text.
+    """
+
     __tablename__ = "meta"
     key: Mapped[str] = mapped_column(String(64), primary_key=True)
     value: Mapped[str] = mapped_column(Text)
 
 
 class Conversation(Base):
-    """One corpus record and its step-2 cue (assigned once, from the study seed)."""
+    """One corpus record and its step-2 cue (assigned once, from the study seed).
+
+    Attributes:
+        id: Row id.
+        dialogue_id: The record's dialogue id (unique).
+        task: The record's task.
+        source_id: The conformant source dialogue it belongs to.
+        hallucination_type: The fork's type code; None for a conformant dialogue.
+        variant: The injected variant's id; None for a conformant dialogue.
+        fork_position: k (1..4); None for a conformant dialogue.
+        fork_turn: t_k, the system turn where the fork starts; None for a conformant dialogue.
+        num_system_turns: Number of system turns.
+        record: The whole record (JSON).
+        cue_seed: The seed the cue was drawn from.
+        cue_kind: ``"true"`` or ``"foil"``.
+        cue_type: The type code of the cue's variant.
+        cue_variant: The cue's variant id.
+        cue_text: The cue text shown in step 2.
+        true_cue_text: The cue of the fork's own variant (for a foil, what a true cue would have
+            shown); None for a conformant dialogue.
+    """
 
     __tablename__ = "conversation"
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
@@ -65,6 +102,15 @@ class Conversation(Base):
 
 
 class Annotator(Base):
+    """One annotator.
+
+    Attributes:
+        id: Row id.
+        name: Display name (unique).
+        link_token: The opaque token of the annotator's personal link (unique).
+        created_at: When the annotator was added (naive UTC).
+    """
+
     __tablename__ = "annotator"
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     name: Mapped[str] = mapped_column(String(128), unique=True)
@@ -73,6 +119,14 @@ class Annotator(Base):
 
 
 class IntroSeen(Base):
+    """An annotator has seen the introduction of a task (shown once per task).
+
+    Attributes:
+        annotator_id: The annotator (part of the primary key).
+        task: The task (part of the primary key).
+        seen_at: When (naive UTC).
+    """
+
     __tablename__ = "intro_seen"
     annotator_id: Mapped[int] = mapped_column(ForeignKey("annotator.id"), primary_key=True)
     task: Mapped[str] = mapped_column(String(128), primary_key=True)
@@ -80,6 +134,17 @@ class IntroSeen(Base):
 
 
 class Batch(Base):
+    """One call that drew mini-blocks for some annotators of a task.
+
+    Attributes:
+        id: Row id.
+        task: The task drawn from.
+        seed: The batch seed of the draw.
+        params: The draw's other parameters (``annotator_ids``, ``blocks_per_annotator``,
+            ``overlap_share``, ``max_judges``).
+        created_at: When (naive UTC).
+    """
+
     __tablename__ = "batch"
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     task: Mapped[str] = mapped_column(String(128))
@@ -89,7 +154,16 @@ class Batch(Base):
 
 
 class Block(Base):
-    """A mini-block: five conversations (slot order k1..k4, conformant)."""
+    """A mini-block: five conversations (slot order k1..k4, conformant).
+
+    Attributes:
+        id: The block's key (set by the draw, not auto-incremented).
+        task: The task.
+        batch_id: The batch that drew it first.
+        latin_row: The Latin-square row that gave its fork types.
+        dialogue_ids: The five dialogue ids, in slot order.
+        sources: Their five (distinct) source ids, in the same order.
+    """
 
     __tablename__ = "block"
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
@@ -101,7 +175,32 @@ class Block(Base):
 
 
 class Assignment(Base):
-    """One conversation given to one annotator, with its answers (one row, updated per step)."""
+    """One conversation given to one annotator, with its answers (one row, updated per step).
+
+    Attributes:
+        id: Row id.
+        token: The opaque token of the assignment's page (unique).
+        annotator_id: The annotator.
+        conversation_id: The conversation (an annotator gets each conversation at most once).
+        batch_id: The batch that assigned it.
+        block_id: The mini-block it belongs to.
+        block_fresh: Whether the block was drawn fresh for this annotator (False: a copy of
+            another annotator's block).
+        position: Rank in the annotator's sequence (1-based).
+        order_seed: Seed of the block's presentation order.
+        needs_step3: Whether step 3 (the prefix question) is asked: a fork with t_k > 1.
+        state: :data:`NEW`, :data:`STEP1_DONE`, :data:`STEP2_DONE` or :data:`DONE`.
+        slider: Step-1 rating, 0..100.
+        cue_answer: Step-2 answer: ``"yes"``, ``"partly"`` or ``"no"``.
+        onset_turn: Step-2 onset (a system-turn number), when the cue was confirmed.
+        prefix_answer: Step-3 answer: ``"yes"``, ``"mostly"`` or ``"no"``.
+        note: The annotator's free-text note.
+        assigned_at: When it was assigned (naive UTC).
+        step1_at: When step 1 was answered.
+        step2_at: When step 2 was answered.
+        step3_at: When step 3 was answered.
+        completed_at: When every step was answered.
+    """
 
     __tablename__ = "assignment"
     __table_args__ = (UniqueConstraint("annotator_id", "conversation_id", name="uq_annotator_conversation"),)
@@ -129,6 +228,13 @@ class Assignment(Base):
 
 
 class AdminSession(Base):
+    """An open admin session (the cookie's token is stored only as its digest).
+
+    Attributes:
+        digest: SHA-256 hex digest of the session token (primary key).
+        expires_at: When the session ends (naive UTC).
+    """
+
     __tablename__ = "admin_session"
     digest: Mapped[str] = mapped_column(String(64), primary_key=True)
     expires_at: Mapped[datetime] = mapped_column(DateTime())
@@ -136,7 +242,16 @@ class AdminSession(Base):
 
 class LoginThrottleRow(Base):
     """Admin-login throttle state (:class:`annotation.security.LoginThrottle`): one row per
-    client key, plus the global bucket under key ``"*"``. Times are Unix seconds."""
+    client key, plus the global bucket under key ``"*"``. Times are Unix seconds.
+
+    Attributes:
+        key: The client key (:func:`annotation.security.client_key`), or ``"*"``.
+        failures: Consecutive failed attempts of the client.
+        next_allowed: Time before which the client's next attempt is refused.
+        last_attempt: Time of the last attempt.
+        tokens: The global bucket's tokens at ``last_attempt`` (global row only).
+        version: Row version of the compare-and-set update.
+    """
 
     __tablename__ = "login_throttle"
     key: Mapped[str] = mapped_column(String(64), primary_key=True)

@@ -50,12 +50,26 @@ WIC_CUE_TEMPLATE: str = get_type("WIC").cue or ""
 
 
 def default_task_description(task: str) -> str:
-    """The description of a task no workflow source describes: its readable name."""
+    """The description of a task no workflow source describes: its readable name.
+
+    Args:
+        task: The task's name (e.g. ``hotel_book``).
+
+    Returns:
+        ``"Help the user with TASK."``, underscores replaced by spaces.
+    """
     return f"Help the user with {str(task).replace('_', ' ')}."
 
 
 def task_domain(task: str) -> str:
-    """A task's domain: its name up to the first underscore (as in STAR, ``hotel_book`` -> ``hotel``)."""
+    """A task's domain: its name up to the first underscore (as in STAR, ``hotel_book`` -> ``hotel``).
+
+    Args:
+        task: The task's name.
+
+    Returns:
+        The part before the first underscore (the whole name when it has none).
+    """
     return str(task).split("_", 1)[0]
 
 
@@ -81,14 +95,32 @@ def substitute_cue_text(htype: str, substitute_task: str, tasks: Mapping[str, st
 
 
 def wic_cue_text(substitute_task: str, tasks: Mapping[str, str] | None = None) -> str:
-    """The WIC cue of ``substitute_task`` (:func:`substitute_cue_text` of ``"WIC"``)."""
+    """The WIC cue of ``substitute_task`` (:func:`substitute_cue_text` of ``"WIC"``).
+
+    Args:
+        substitute_task: The substitute task's name.
+        tasks: Task -> one-line description; a task missing from it is described by
+            :func:`default_task_description`.
+
+    Returns:
+        The cue text; an empty string when the registered ``WIC`` type declares no cue template.
+    """
     return substitute_cue_text("WIC", substitute_task, tasks) or ""
 
 
 def foil_substitute(task: str, tasks: Mapping[str, str], u: float) -> str | None:
     """The substitute task named by a WIC foil shown on a dialogue of ``task``: uniform (by
     ``u`` in [0, 1)) over the other tasks of its domain, else over every other task, as the
-    generator draws a WIC fork's substitute; ``None`` when ``tasks`` holds no other task."""
+    generator draws a WIC fork's substitute; ``None`` when ``tasks`` holds no other task.
+
+    Args:
+        task: The task of the dialogue the foil is shown on.
+        tasks: The known tasks (task -> description; only the names are used).
+        u: A uniform draw in [0, 1) that picks the task.
+
+    Returns:
+        The substitute task's name, or None when ``tasks`` holds no task other than ``task``.
+    """
     others = sorted(t for t in tasks if t != task)
     same = [t for t in others if task_domain(t) == task_domain(task)]
     pool = same or others
@@ -98,7 +130,14 @@ def foil_substitute(task: str, tasks: Mapping[str, str], u: float) -> str | None
 
 
 def derive_seed(*parts: Any) -> int:
-    """A 63-bit seed from any parts (SHA-256 of their ``repr`` joined by ``\\x1f``)."""
+    """A 63-bit seed from any parts (SHA-256 of their ``repr`` joined by ``\\x1f``).
+
+    Args:
+        *parts: Any values; the same parts give the same seed in every process.
+
+    Returns:
+        A non-negative integer below 2**63.
+    """
     h = hashlib.sha256("\x1f".join(repr(p) for p in parts).encode("utf-8")).digest()
     return int.from_bytes(h[:8], "big") >> 1
 
@@ -133,11 +172,22 @@ def _variant_list(pool: Any, htype: str) -> list[Any]:
 
 
 def true_cue_text(record: Mapping[str, Any], pool: Any, tasks: Mapping[str, str] | None = None) -> tuple[str, str]:
-    """``(variant id, cue text)`` of a fork's injected variant. A WIC fork's cue is the
-    description of its substitute task (:func:`wic_cue_text`, descriptions from ``tasks``).
+    """``(variant id, cue text)`` of a fork's injected variant. A fork of a type with a cue
+    template (a registry entry with ``cue``, such as WIC) and a substitute task gets that
+    template filled with the substitute task's description (:func:`substitute_cue_text`,
+    descriptions from ``tasks``).
 
     A fork whose variant is not in ``pool`` (a corpus generated with another variant file) falls
     back to the record's own ``instruction`` text, with a warning.
+
+    Args:
+        record: A forked record (``variant``, ``hallucination_type``, ``substitute_task``,
+            ``instruction``).
+        pool: The variant pool (``pool.by_id(variant_id).cue``).
+        tasks: Task -> one-line description, for substitute-task cues.
+
+    Returns:
+        The record's variant id and the cue text (whitespace of a fallback instruction collapsed).
     """
     vid = record.get("variant")
     htype = record.get("hallucination_type")
@@ -287,7 +337,17 @@ class TaskPool:
 
 @dataclass
 class Block:
-    """A mini-block: five dialogue ids (slot order of :data:`BLOCK_SLOTS`) of five distinct sources."""
+    """A mini-block: five dialogue ids (slot order of :data:`BLOCK_SLOTS`) of five distinct sources.
+
+    Attributes:
+        key: The block's key (unique within the study).
+        task: The task of its conversations.
+        latin_row: The Latin-square row that gave the types of its forks (modulo the number of
+            registered types).
+        dialogue_ids: The five dialogue ids, in slot order (k1..k4, conformant).
+        sources: Their source ids, in the same order.
+        judges: The annotators it was given to so far.
+    """
 
     key: int
     task: str
@@ -299,7 +359,15 @@ class Block:
 
 @dataclass
 class BlockDraw:
-    """One mini-block given to one annotator by :func:`draw_blocks`."""
+    """One mini-block given to one annotator by :func:`draw_blocks`.
+
+    Attributes:
+        annotator: The annotator.
+        block: The block given.
+        fresh: True when the block was drawn for this annotator, False when it copies another
+            annotator's block (overlap).
+        order_seed: Seed of the block's presentation order (:func:`block_order`).
+    """
 
     annotator: str
     block: Block

@@ -80,7 +80,23 @@ def _show(v: Any) -> str:
 
 def parse_int(v: Any, name: str, lo: int | None = None, hi: int | None = None, default: Any = _MISSING) -> Any:
     """``v`` (a JSON number or a form string) as an int in ``[lo, hi]``, else :class:`Invalid`
-    (422) saying what was wrong. ``None`` / ``""`` give ``default`` when one is given."""
+    (422) saying what was wrong. ``None`` / ``""`` give ``default`` when one is given.
+
+    Args:
+        v: The value: an int, an integral float, or a string of an integer.
+        name: The field's name, for the message.
+        lo: Least allowed value (None: no bound).
+        hi: Greatest allowed value (None: no bound).
+        default: Returned for a missing value (None or ``""``); without it a missing value is
+            refused.
+
+    Returns:
+        The integer, or ``default`` for a missing value.
+
+    Raises:
+        Invalid: The value is missing and has no default, is not an integer (booleans are not),
+            or lies outside ``[lo, hi]``.
+    """
     if v is None or v == "":
         if default is not _MISSING:
             return default
@@ -102,7 +118,23 @@ def parse_int(v: Any, name: str, lo: int | None = None, hi: int | None = None, d
 
 
 def parse_float(v: Any, name: str, lo: float, hi: float, default: Any = _MISSING) -> Any:
-    """``v`` as a finite float in ``[lo, hi]``, else :class:`Invalid` (422)."""
+    """``v`` as a finite float in ``[lo, hi]``, else :class:`Invalid` (422).
+
+    Args:
+        v: The value: a number or a string of a decimal number.
+        name: The field's name, for the message.
+        lo: Least allowed value.
+        hi: Greatest allowed value.
+        default: Returned for a missing value (None or ``""``); without it a missing value is
+            refused.
+
+    Returns:
+        The float, or ``default`` for a missing value.
+
+    Raises:
+        Invalid: The value is missing and has no default, is not a finite number (booleans and
+            numbers of magnitude 1e18 or more are not), or lies outside ``[lo, hi]``.
+    """
     if v is None or v == "":
         if default is not _MISSING:
             return default
@@ -154,7 +186,17 @@ def _depth_ok(raw: bytes, limit: int) -> bool:
 def parse_json_body(raw: bytes) -> dict[str, Any]:
     """A request body that must be a flat JSON object, or :class:`Invalid` (422): malformed
     JSON, non-UTF-8, integers longer than 18 digits, NaN/Infinity, nesting deeper than
-    :data:`MAX_JSON_DEPTH` (checked before parsing) are all refused."""
+    :data:`MAX_JSON_DEPTH` (checked before parsing) are all refused.
+
+    Args:
+        raw: The request body's bytes.
+
+    Returns:
+        The parsed JSON object.
+
+    Raises:
+        Invalid: Any of the refusals above, or the JSON value is not an object.
+    """
     if not _depth_ok(raw, MAX_JSON_DEPTH):
         raise Invalid(f"the body nests deeper than {MAX_JSON_DEPTH} levels; send a flat JSON object")
     try:
@@ -171,4 +213,16 @@ def parse_json_body(raw: bytes) -> dict[str, Any]:
 
 
 def int_field(data: Mapping[str, Any], name: str) -> int | None:
+    """An optional integer field of a parsed body: :func:`parse_int` in [-10**18, 10**18].
+
+    Args:
+        data: The parsed body.
+        name: The field's name.
+
+    Returns:
+        The integer, or None when the field is missing, None or ``""``.
+
+    Raises:
+        Invalid: The field is not an integer or lies outside the range (from :func:`parse_int`).
+    """
     return parse_int(data.get(name), name, -(10**18), 10**18, default=None)

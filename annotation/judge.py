@@ -34,7 +34,17 @@ def _item(record: Mapping[str, Any], cue: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def study_items(study: Any) -> list[dict[str, Any]]:
-    """Judge items of the conversations people completed, with the cue stored for each."""
+    """Judge items of the conversations people completed, with the cue stored for each.
+
+    Args:
+        study: The study (:class:`annotation.store.Study`; its ``engine`` is read).
+
+    Returns:
+        One item per conversation with at least one completed assignment, by conversation row
+        id: ``dialogue_id``, ``task``, ``turns``, ``cue``, ``fork_turn``, ``step3`` (whether
+        step 3 applies), ``injected_instruction``, ``record`` and the stored ``cue_kind``,
+        ``cue_type``, ``cue_variant``, ``cue_text``.
+    """
     from sqlalchemy import select
     from sqlalchemy.orm import Session
 
@@ -49,7 +59,19 @@ def study_items(study: Any) -> list[dict[str, Any]]:
 
 def corpus_items(records: Iterable[Mapping[str, Any]], study_seed: int, pool: Any,
                  tasks: Mapping[str, str] | None = None, foil_share: float = FOIL_SHARE_FORKED) -> list[dict[str, Any]]:
-    """Judge items of every record, each with the cue the study would assign it."""
+    """Judge items of every record, each with the cue the study would assign it.
+
+    Args:
+        records: The corpus records.
+        study_seed: The study seed the cues are drawn from (:func:`assign_cue`).
+        pool: The variant pool.
+        tasks: Task -> one-line description, for substitute-task cues.
+        foil_share: Share of forks shown a foil instead of their true instruction (default
+            :data:`FOIL_SHARE_FORKED`).
+
+    Returns:
+        One item per record, in order, with the fields of :func:`study_items`.
+    """
     out = []
     for r in records:
         cue = assign_cue(r, study_seed, pool, foil_share, tasks=tasks)
@@ -59,7 +81,15 @@ def corpus_items(records: Iterable[Mapping[str, Any]], study_seed: int, pool: An
 
 
 def people_mean_slider(judgments: Iterable[Mapping[str, Any]]) -> dict[str, float]:
-    """Mean slider per conversation over the people who judged it."""
+    """Mean slider per conversation over the people who judged it.
+
+    Args:
+        judgments: Judgment rows (``dialogue_id``, ``slider``); rows without a slider (None or
+            ``""``) are skipped.
+
+    Returns:
+        ``{dialogue_id: mean slider (0..100)}`` over the conversations with at least one slider.
+    """
     acc: dict[str, list[float]] = defaultdict(list)
     for j in judgments:
         if j.get("slider") not in (None, ""):
@@ -71,7 +101,18 @@ def judge_rows(items: Sequence[Mapping[str, Any]], answers: Sequence[Mapping[str
                sliders: Sequence[float | None]) -> list[dict[str, Any]]:
     """The judge's answers as completed judgment rows (the export format; annotator
     :data:`JUDGE_ANNOTATOR`). Conversations with an unusable rating or step-2 answer are left
-    out (the judge's report counts them)."""
+    out (the judge's report counts them).
+
+    Args:
+        items: The judge items (:func:`study_items` / :func:`corpus_items`).
+        answers: The judge's answer per item (``slider_raw``, ``cue_answer``, ``onset_turn``,
+            ``prefix_answer``).
+        sliders: The calibrated slider per item (0..100), None when unusable.
+
+    Returns:
+        One row per usable item; ``position`` is the item's 1-based index, ``slider`` is rounded
+        to 3 decimals, ``prefix_answer`` is None where step 3 does not apply.
+    """
     rows = []
     for pos, (it, a, sl) in enumerate(zip(items, answers, sliders), 1):
         if sl is None or a["cue_answer"] is None:

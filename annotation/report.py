@@ -53,7 +53,14 @@ def verdicts(res: Mapping[str, Any]) -> dict[str, str]:
     RQ2 yes when true instructions are confirmed significantly more often than foils on
     conformant dialogues (one-sided Fisher p < 0.05); RQ3 yes when at least half of the
     confirmed onsets are within one turn of t_k; RQ4 yes when the lower Wilson bound of
-    "yes or mostly" is above 0.5. "n/a" without data."""
+    "yes or mostly" is above 0.5. "n/a" without data.
+
+    Args:
+        res: An :func:`annotation.analysis.analyse` result.
+
+    Returns:
+        ``{"RQ1".."RQ4": "Yes", "No" (RQ3 only), "Inconclusive" or "n/a"}``.
+    """
     out = {}
     t = res.get("rq1", {}).get("breaking", {}).get("tau_b_within_units", {})
     out["RQ1"] = "n/a" if t.get("ci_low") is None else ("Yes" if t["ci_low"] > 0 else "Inconclusive")
@@ -69,7 +76,16 @@ def verdicts(res: Mapping[str, Any]) -> dict[str, str]:
 def table11_cells(res: Mapping[str, Any] | None) -> list[str]:
     """One column of Table 11 from an :func:`analyse` result (``n/a`` cells without data):
     ratings per k over WIC/SSPC/GR forks, conformant rating, true instructions confirmed,
-    foils on conformant dialogues confirmed, onset exact / within one turn."""
+    foils on conformant dialogues confirmed, onset exact / within one turn.
+
+    Args:
+        res: An :func:`annotation.analysis.analyse` result, or None.
+
+    Returns:
+        Five cells as text: mean ratings ``"k1/k2/k3/k4"``, conformant mean rating, true
+        confirmed (%), foils confirmed (%, one decimal), ``"exact / within one"`` (%); five
+        ``"n/a"`` when ``res`` is empty or has no ``rq1``.
+    """
     if not res or "rq1" not in res:
         return ["n/a"] * 5
     ms = res["rq1"]["breaking"]["mean_slider"]
@@ -246,7 +262,15 @@ def markdown_report(res: Mapping[str, Any], judge: Mapping[str, Any] | None = No
 
 
 def summary_rows(res: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """Flat ``section, statistic, value, ci_low, ci_high, n`` rows of the headline numbers."""
+    """Flat ``section, statistic, value, ci_low, ci_high, n`` rows of the headline numbers.
+
+    Args:
+        res: An :func:`annotation.analysis.analyse` result.
+
+    Returns:
+        One dict per statistic (RQ1 to RQ4, agreement, distance correlations when present);
+        empty when ``res`` has no ``rq1``. Bounds and ``n`` are None where they do not apply.
+    """
     rows: list[dict[str, Any]] = []
 
     def add(section, stat, value, lo=None, hi=None, n=None):
@@ -290,7 +314,15 @@ def summary_rows(res: Mapping[str, Any]) -> list[dict[str, Any]]:
 def plot_figure8(res: Mapping[str, Any], path: str | Path) -> Path | None:
     """Figure 8's four panels: (a) mean rating per k (bars WIC/SSPC/GR, markers all types, plus
     conformant) with bootstrap CIs; (b) confirmation per type vs. foils with Wilson CIs;
-    (c) |onset - t_k| histogram; (d) prefix answers per k."""
+    (c) |onset - t_k| histogram; (d) prefix answers per k.
+
+    Args:
+        res: An :func:`annotation.analysis.analyse` result.
+        path: The PNG file to write (120 dpi; written atomically).
+
+    Returns:
+        ``path`` as a ``Path``, or None (nothing written) when ``res`` has no ``rq1``.
+    """
     if "rq1" not in res:
         return None
     import matplotlib
@@ -359,7 +391,15 @@ def plot_figure8(res: Mapping[str, Any], path: str | Path) -> Path | None:
 
 
 def jsonable(obj: Any) -> Any:
-    """``obj`` with numpy scalars converted and NaN replaced by ``None`` (strict JSON)."""
+    """``obj`` with numpy scalars converted and NaN replaced by ``None`` (strict JSON).
+
+    Args:
+        obj: Any value; mappings (keys made ``str``), lists and tuples are converted recursively.
+
+    Returns:
+        The converted value: mappings become dicts, tuples become lists, NaN and infinities
+        become None.
+    """
     import math
 
     import numpy as np

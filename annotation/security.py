@@ -21,11 +21,23 @@ SCRYPT_N, SCRYPT_R, SCRYPT_P, SCRYPT_DKLEN = 2**14, 8, 1, 32
 
 
 def new_token(nbytes: int = 18) -> str:
-    """An opaque URL-safe random token (``secrets``); ``nbytes`` of entropy."""
+    """An opaque URL-safe random token (``secrets``); ``nbytes`` of entropy.
+
+    Args:
+        nbytes: Random bytes (default 18, giving 24 characters).
+
+    Returns:
+        The token (URL-safe base64 text).
+    """
     return secrets.token_urlsafe(nbytes)
 
 
 def new_password() -> str:
+    """A random admin password (``secrets``, 12 random bytes), made when none is given at start.
+
+    Returns:
+        The password (16 URL-safe characters).
+    """
     return secrets.token_urlsafe(12)
 
 
@@ -77,7 +89,14 @@ def verify_password(password: str, stored: str) -> bool:
 
 
 def token_digest(token: str) -> str:
-    """SHA-256 hex digest of a session token (the database stores digests, never tokens)."""
+    """SHA-256 hex digest of a session token (the database stores digests, never tokens).
+
+    Args:
+        token: The token.
+
+    Returns:
+        64 lowercase hex characters.
+    """
     return hashlib.sha256(token.encode("utf-8")).hexdigest()
 
 
@@ -88,7 +107,15 @@ GLOBAL_KEY = "*"
 def client_key(host: str | None) -> str:
     """The throttle key of a client address: an IPv4 address as is, an IPv6 address by its /64
     prefix (one subscriber holds a whole /64, so single addresses would be free to rotate), any
-    other string (a Unix socket, a test client) as is, at most 64 characters."""
+    other string (a Unix socket, a test client) as is, at most 64 characters.
+
+    Args:
+        host: The client's address, or None.
+
+    Returns:
+        The key: ``"unknown"`` for an empty or None host; an IPv4-mapped IPv6 address gives its
+        IPv4 address.
+    """
     if not host:
         return "unknown"
     try:

@@ -48,7 +48,21 @@ def synthetic_records(task: str = "weather", n_sources: int = 6, seed: int = 0, 
 
     Variants and instructions come from ``pool`` (default: the packaged variant file); a fork
     keeps the conformant turns before t_k and says its type's ``example_line`` (its registry
-    entry) from system turn t_k on. A type with a substitute task records ``restaurant_book``."""
+    entry) from system turn t_k on. A type with a substitute task records ``restaurant_book``.
+
+    Args:
+        task: The task of every dialogue (default ``"weather"``).
+        n_sources: Number of conformant source dialogues (default 6).
+        seed: Seed of the draw (turn counts, variants); also stored in the records.
+        pool: The variant pool (type -> variants); None loads the packaged variant file.
+        domain: The records' domain; None takes the task's name up to the first underscore.
+        min_turns: Least number of system turns of a dialogue (default 6).
+        max_turns: Greatest number of system turns of a dialogue (default 8).
+
+    Returns:
+        The records, each source's conformant dialogue followed by its forks (by type, then
+        position); every record has passed ``validate_record``.
+    """
     if pool is None:
         from generation.variants import load_variants
 
@@ -108,7 +122,31 @@ def simulate_judgments(n_annotators: int = 12, tasks: tuple[str, ...] = ("weathe
     clipped to 0..100 (``slope=0``: pure noise). True instructions are confirmed with
     ``p_confirm_true``, foils with ``p_confirm_foil``; a confirmed onset is t_k with
     ``p_onset_exact``, else t_k + 1 or t_k + 2. ``overlap`` extra annotators re-judge the first
-    annotator's conversations (agreement data)."""
+    annotator's conversations (agreement data).
+
+    Args:
+        n_annotators: Number of annotators (default 12), named ``A00``, ``A01``, ...
+        tasks: The tasks each annotator judges.
+        forks_per_unit: Forks per (annotator, task); None: one per registered type and position.
+        conformant_per_unit: Conformant dialogues per (annotator, task); each is shown a foil.
+        seed: Seed of every draw.
+        slope: Slider points per position step, one number or ``{type: slope}`` (every
+            registered type needs an entry).
+        noise: Standard deviation of the slider noise, in slider points.
+        conformant_mean: Mean slider of conformant dialogues.
+        base: Mean slider of a fork at k=1.
+        p_confirm_true: Probability that a true instruction is confirmed.
+        p_confirm_foil: Probability that a foil is confirmed.
+        p_onset_exact: Probability that a confirmed onset is exactly t_k.
+        p_prefix_yes: Probability that the step-3 answer is ``"yes"`` (else ``"mostly"`` or
+            ``"no"``).
+        overlap: Extra annotators (``R00``, ...) who re-judge the first annotator's
+            conversations.
+        foil_share: Share of forks shown a foil (default :data:`FOIL_SHARE_FORKED`).
+
+    Returns:
+        The judgment rows, completed (``state`` 3), in each annotator's order.
+    """
     rng = np.random.default_rng(derive_seed("simulate", seed))
     types = hallucination_types()
     per_source = forks_per_source()

@@ -63,6 +63,16 @@ def wilson(count: int, n: int, alpha: float = 0.05) -> tuple[float | None, float
 
 
 def rate(count: int, n: int) -> dict[str, Any]:
+    """A proportion with its 95% Wilson interval, as the analyses report it.
+
+    Args:
+        count: Number of successes.
+        n: Number of trials.
+
+    Returns:
+        ``{"count", "n", "rate": count / n (None when n is 0), "ci_low", "ci_high": Wilson bounds
+        from :func:`wilson` (None when n <= 0)}``.
+    """
     lo, hi = wilson(count, n)
     return {"count": int(count), "n": int(n), "rate": (count / n) if n else None, "ci_low": lo, "ci_high": hi}
 
@@ -72,7 +82,23 @@ def bootstrap_ci(data: Sequence[np.ndarray] | np.ndarray, statistic, n_boot: int
     """Percentile bootstrap interval (``scipy.stats.bootstrap``, seeded ``numpy`` generator).
 
     ``data`` is one array or a tuple of same-length arrays resampled together (``paired``).
-    Returns ``(None, None)`` for fewer than two observations."""
+
+    Args:
+        data: One array of observations, or a tuple of same-length arrays (e.g. ``(x, y)``).
+            Anything that is not a tuple is taken as one array.
+        statistic: Function of the array(s) with an ``axis`` keyword (``vectorized``), e.g.
+            ``lambda x, axis=-1: x.mean(axis=axis)``.
+        n_boot: Bootstrap resamples (default :data:`N_BOOT`, 10,000).
+        seed: Seed of the ``numpy`` random generator.
+        level: Confidence level (default 0.95).
+        paired: Resample the arrays of a tuple together, by observation (default True); has no
+            effect on a single array.
+        vectorized: Whether ``statistic`` takes the ``axis`` keyword (default True).
+
+    Returns:
+        ``(low, high)`` percentile bounds (None for a NaN bound); ``(None, None)`` when there are
+        fewer than two observations.
+    """
     arrays = (np.asarray(data, float),) if isinstance(data, np.ndarray) or not isinstance(data, tuple) else tuple(
         np.asarray(a, float) for a in data)
     if len(arrays[0]) < 2:
@@ -92,7 +118,14 @@ def wilcoxon_greater(values: Sequence[float]) -> float | None:
 
     ``scipy.stats.wilcoxon`` with its exact null distribution when there are no zeros or tied
     absolute values and n <= 50, else the normal approximation with tie correction (ours: scipy's
-    "auto" would run a slow permutation test for small tied samples)."""
+    "auto" would run a slow permutation test for small tied samples).
+
+    Args:
+        values: The sample (e.g. one tau_b per unit); NaN values are dropped.
+
+    Returns:
+        The one-sided p-value, or None when no value is left or all values are 0.
+    """
     v = np.asarray(values, float)
     v = v[~np.isnan(v)]
     if len(v) == 0 or np.all(v == 0):
@@ -103,7 +136,18 @@ def wilcoxon_greater(values: Sequence[float]) -> float | None:
 
 
 def fisher_greater(c1: int, n1: int, c2: int, n2: int) -> float | None:
-    """One-sided Fisher exact test that rate 1 (c1/n1) exceeds rate 2 (c2/n2)."""
+    """One-sided Fisher exact test that rate 1 (c1/n1) exceeds rate 2 (c2/n2).
+
+    Args:
+        c1: Successes of the first group.
+        n1: Trials of the first group.
+        c2: Successes of the second group.
+        n2: Trials of the second group.
+
+    Returns:
+        The p-value of ``scipy.stats.fisher_exact`` (alternative: greater) on the 2x2 table, or
+        None when either group has no trials.
+    """
     if n1 == 0 or n2 == 0:
         return None
     return float(stats.fisher_exact([[c1, n1 - c1], [c2, n2 - c2]], alternative="greater").pvalue)
@@ -187,7 +231,17 @@ def krippendorff_interval(ratings: Sequence[Sequence[float]]) -> dict[str, Any]:
 
 def spearman_rho(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:
     """Spearman's rho along ``axis`` (Pearson correlation of ``scipy.stats.rankdata`` average ranks),
-    vectorized for the bootstrap; equals ``scipy.stats.spearmanr`` on 1-D input."""
+    vectorized for the bootstrap; equals ``scipy.stats.spearmanr`` on 1-D input.
+
+    Args:
+        x: The first variable (any shape).
+        y: The second variable, same shape as ``x``.
+        axis: The axis along which the items lie (default -1, the last).
+
+    Returns:
+        rho in [-1, 1] for each slice along ``axis`` (a 0-d array for 1-D input); NaN where a
+        variable is constant.
+    """
     rx = stats.rankdata(x, axis=axis)
     ry = stats.rankdata(y, axis=axis)
     rx = rx - rx.mean(axis=axis, keepdims=True)

@@ -25,6 +25,10 @@ def lazy_exports(package: str, exports: Mapping[str, str], namespace: dict[str, 
         tuple[Callable[[str], Any], Callable[[], list[str]]]: ``(__getattr__, __dir__)``.
         ``__getattr__`` raises ``AttributeError`` for a name not in ``exports``; ``__dir__`` lists
         the namespace and the exports, sorted.
+
+    Raises:
+        AttributeError: Not raised by this call: the returned ``__getattr__`` raises it for a name
+            not in ``exports``.
     """
 
     def __getattr__(name: str) -> Any:

@@ -50,13 +50,31 @@ DEFAULT_BARRIER_TIMEOUT = 24 * 3600.0
 
 
 def launched_by_accelerate(environ: Mapping[str, str] | None = None) -> bool:
-    """Whether this process was started by ``accelerate launch``/``torchrun`` (1 process or more)."""
+    """Whether this process was started by ``accelerate launch``/``torchrun`` (1 process or more).
+
+    Args:
+        environ: The environment to read; None (default) reads ``os.environ``.
+
+    Returns:
+        True when any of :data:`LAUNCH_ENV` is set.
+    """
     env = os.environ if environ is None else environ
     return any(k in env for k in LAUNCH_ENV)
 
 
 def process_state(barrier_timeout: float = DEFAULT_BARRIER_TIMEOUT):
-    """This process's ``accelerate.PartialState`` (a gloo group on CPUs, NCCL on GPUs)."""
+    """This process's ``accelerate.PartialState`` (a gloo group on CPUs, NCCL on GPUs).
+
+    The CPU is used when ``ACCELERATE_USE_CPU`` is true, or when ``WORLD_SIZE`` is above 1 and
+    no GPU is available.
+
+    Args:
+        barrier_timeout: Seconds a collective (a barrier) may wait for the other processes
+            (default 24 h).
+
+    Returns:
+        The process state (``process_index``, ``num_processes``, ``device``, ...).
+    """
     import torch
     from accelerate import PartialState
 
@@ -67,13 +85,15 @@ def process_state(barrier_timeout: float = DEFAULT_BARRIER_TIMEOUT):
 
 
 def is_worker_process(environ: Mapping[str, str] | None = None) -> bool:
-    """Whether this is a launched process other than the main one.
+    """Whether this is a launched process other than the main one (``RANK`` > 0 under
+    ``accelerate launch``/``torchrun``).
 
     Args:
-        environ: The environment to read (None: ``os.environ``).
+        environ: The environment to read; None (default) reads ``os.environ``.
 
     Returns:
-        True under ``accelerate launch``/``torchrun`` when ``RANK`` is above 0.
+        True when the environment has a launcher's variables (:func:`launched_by_accelerate`) and
+        an integer ``RANK`` above 0; False otherwise (also for a ``RANK`` that is not an integer).
     """
     env = os.environ if environ is None else environ
     if not launched_by_accelerate(env):
@@ -111,12 +131,31 @@ def exit_worker(code: int = 0) -> None:
 
 # ----------------------------------------------------------------------------- pure parts
 def unique_by_length(items: Sequence[Any], length: Callable[[Any], int]) -> list[Any]:
-    """The distinct ``items``, longest first, ties in sorted order: a fixed order for any input order."""
+    """The distinct ``items``, longest first, ties in sorted order: a fixed order for any input order.
+
+    Args:
+        items: Hashable, sortable items (texts, or pairs of texts).
+        length: The length of an item (e.g. ``len``).
+
+    Returns:
+        The distinct items, by decreasing length, then ascending.
+    """
     return sorted(dict.fromkeys(items), key=lambda x: (-length(x), x))
 
 
 def global_batches(items: Sequence[Any], batch_size: int) -> list[list[Any]]:
-    """``items`` cut into consecutive batches of ``batch_size`` (the last one shorter)."""
+    """``items`` cut into consecutive batches of ``batch_size`` (the last one shorter).
+
+    Args:
+        items: The items, in order.
+        batch_size: Items per batch (an integer >= 1).
+
+    Returns:
+        The batches; empty for no items.
+
+    Raises:
+        ValueError: ``batch_size`` is not a positive integer.
+    """
     if not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
     return [list(items[s:s + batch_size]) for s in range(0, len(items), batch_size)]
@@ -124,7 +163,19 @@ def global_batches(items: Sequence[Any], batch_size: int) -> list[list[Any]]:
 
 def my_batches(n_batches: int, process_index: int, num_processes: int) -> list[int]:
     """Indices of the batches of process ``process_index`` of ``num_processes``: round-robin, so
-    that each process gets long and short batches alike; disjoint, and together all of them."""
+    that each process gets long and short batches alike; disjoint, and together all of them.
+
+    Args:
+        n_batches: Number of global batches.
+        process_index: This process's index (0-based).
+        num_processes: Number of processes.
+
+    Returns:
+        ``process_index, process_index + num_processes, ...`` below ``n_batches``.
+
+    Raises:
+        ValueError: ``num_processes < 1`` or ``process_index`` is not in ``[0, num_processes)``.
+    """
     if num_processes < 1 or not 0 <= process_index < num_processes:
         raise ValueError(f"process {process_index} of {num_processes}: expected 0 <= index < num_processes >= 1")
     return list(range(process_index, n_batches, num_processes))
@@ -132,7 +183,15 @@ def my_batches(n_batches: int, process_index: int, num_processes: int) -> list[i
 
 def corpus_texts(records: Sequence[Any], transcripts: bool) -> list[str]:
     """Every turn text of ``records`` and, when ``transcripts``, every Full-dialog transcript:
-    the texts :func:`dialfork_metrics.bench.prepare_encoder` encodes."""
+    the texts :func:`dialfork_metrics.bench.prepare_encoder` encodes.
+
+    Args:
+        records: The corpus's dialogues.
+        transcripts: Also list each dialogue's transcript (when Task 2 runs).
+
+    Returns:
+        The texts, turn texts first (with repeats; see :func:`unique_by_length`).
+    """
     from dialfork_dataset.turns import transcript, turn_texts
 
     out = [t for d in records for t in turn_texts(d)]
@@ -142,7 +201,14 @@ def corpus_texts(records: Sequence[Any], transcripts: bool) -> list[str]:
 
 
 def corpus_pairs(records: Sequence[Any]) -> list[tuple[str, str]]:
-    """Every (system, user) turn pair of ``records``: what FBD and PRD encode in Task 1."""
+    """Every (system, user) turn pair of ``records``: what FBD and PRD encode in Task 1.
+
+    Args:
+        records: The corpus's dialogues.
+
+    Returns:
+        The ``(system turn, user turn)`` pairs (with repeats).
+    """
     from .pair_encoder import set_turn_pairs
 
     return set_turn_pairs(list(records), "system_user", "corpus")
@@ -151,7 +217,24 @@ def corpus_pairs(records: Sequence[Any]) -> list[tuple[str, str]]:
 # ----------------------------------------------------------------------------- encoding
 def encode_shard_texts(encoder: Any, texts: Sequence[str], state: Any, progress: bool = True) -> int:
     """Encode this process's shard of ``texts`` with ``encoder`` (an :class:`~.encoders.Encoder`
-    with a ``cache_dir``) into its disk cache, as one atomic shard file. Returns the rows written."""
+    with a ``cache_dir``) into its disk cache, as one atomic shard file. Returns the rows written.
+
+    The texts are made unique and cut into global batches (:func:`global_batches`); this process
+    encodes its batches (:func:`my_batches`), skipping a batch whose rows are all cached.
+
+    Args:
+        encoder: The encoder, with a disk cache.
+        texts: Every text to encode (all processes pass the same).
+        state: This process's state (:func:`process_state`: ``process_index``,
+            ``num_processes``, ``is_local_main_process``).
+        progress: Show a progress bar on the local main process (default True).
+
+    Returns:
+        The number of rows written to the cache (0 when every batch was cached).
+
+    Raises:
+        ValueError: The encoder has no disk cache.
+    """
     from .encoders.cache import _text_key
 
     batches = global_batches(unique_by_length(texts, len), encoder.batch_size)
@@ -160,7 +243,21 @@ def encode_shard_texts(encoder: Any, texts: Sequence[str], state: Any, progress:
 
 def encode_shard_pairs(pair_encoder: Any, pairs: Sequence[tuple[str, str]], state: Any, progress: bool = True) -> int:
     """As :func:`encode_shard_texts`, for the (first, second) pairs of a
-    :class:`~.pair_encoder.PairEncoder` with a ``cache_dir``."""
+    :class:`~.pair_encoder.PairEncoder` with a ``cache_dir``.
+
+    Args:
+        pair_encoder: The pair encoder, with a disk cache.
+        pairs: Every ``(first, second)`` pair to encode (all processes pass the same); a pair's
+            length is the sum of its two texts' lengths.
+        state: This process's state (:func:`process_state`).
+        progress: Show a progress bar on the local main process (default True).
+
+    Returns:
+        The number of rows written to the cache.
+
+    Raises:
+        ValueError: The pair encoder has no disk cache.
+    """
     from .pair_encoder import _pair_key
 
     batches = global_batches(unique_by_length(pairs, lambda p: len(p[0]) + len(p[1])), pair_encoder.batch_size)

@@ -47,15 +47,38 @@ DEFAULT_CHECK = "workflow-nodes"
 
 
 class ConformanceCheck(Protocol):
-    """What the engine calls (see the module's docstring)."""
+    """What the engine calls (see the module's docstring).
+
+    A check is made with no arguments, then fitted, then asked about many dialogues at once.
+
+    Attributes:
+        name: The check's name, as recorded in each result's ``check`` field.
+    """
 
     name: str
 
     def fit(self, source: Any, tasks: Sequence[str] | None = None) -> ConformanceCheck:
-        """Read the source's workflows (every task) for the tasks to check."""
+        """Read the source's workflows (every task) for the tasks to check.
+
+        Args:
+            source: The workflow source the dialogues were generated from.
+            tasks: The tasks whose dialogues will be checked; None: every task of the source.
+
+        Returns:
+            The fitted check itself.
+        """
 
     def check_many(self, dialogues: Sequence[tuple[str, Sequence[str]]]) -> list[dict[str, Any]]:
-        """One result (:data:`CONFORMANCE_FIELDS`) per ``(task, system turns)``."""
+        """One result (:data:`CONFORMANCE_FIELDS`) per ``(task, system turns)``.
+
+        Args:
+            dialogues: ``(task, system turns)`` pairs: the task's name and the dialogue's system turns
+                in order.
+
+        Returns:
+            One dict per dialogue, in input order, holding every field of
+            :data:`~dialfork_dataset.records.CONFORMANCE_FIELDS`.
+        """
 
 
 def _entry_points() -> dict[str, Any]:

@@ -46,14 +46,39 @@ _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~&])")
 
 def md_escape(text: str) -> str:
     """``text`` shown literally inside Markdown (every Markdown and HTML special character escaped):
-    ids, method names and messages that quote a submitter's data cannot format or link anything."""
+    ids, method names and messages that quote a submitter's data cannot format or link anything.
+
+    Args:
+        text: Any value; it is converted with ``str``.
+
+    Returns:
+        The text with a backslash before each special character and newlines replaced by spaces.
+    """
     return _MD_SPECIAL.sub(r"\\\1", str(text)).replace("\n", " ")
 
 
 def metadata_from_form(method: str, regime: str | None, used_conformant_train: bool, model_name: str | None,
                        model_size: str | None, code_url: str | None, open_source: bool, contact: str,
                        description: str | None = None, track: str = "detector") -> dict[str, Any]:
-    """The metadata object from the Space's form fields (empty strings become null / absent)."""
+    """The metadata object from the Space's form fields (empty strings become null / absent).
+
+    Args:
+        method: The method's name (stripped).
+        regime: The detector's regime; stored only on the detector track.
+        used_conformant_train: Whether the method used the conformant training dialogues.
+        model_name: The model's name, or empty.
+        model_size: The model's size, or empty.
+        code_url: A link to the code, or empty.
+        open_source: Whether the method is open source.
+        contact: The submitter's contact (stripped).
+        description: A free-text description, or empty (then absent from the result).
+        track: ``"detector"`` (default) or ``"metric"``.
+
+    Returns:
+        The metadata dict: ``track``, ``method``, ``used_conformant_train``, ``model_name``,
+        ``model_size``, ``code_url`` (None when empty), ``open_source``, ``contact``, plus
+        ``regime`` on the detector track and ``description`` when given.
+    """
 
     def opt(s: str | None) -> str | None:
         s = (s or "").strip()
@@ -393,6 +418,26 @@ def _data_dir(env: Mapping[str, str], dir_key: str, repo_key: str) -> str | None
 
 
 def app_from_env(env: Mapping[str, str] | None = None) -> LeaderboardApp:
+    """The leaderboard app configured from environment variables.
+
+    ``DIALFORK_BLIND_DIR`` (a Hub layout folder) or ``DIALFORK_BLIND_REPO`` (a dataset repo,
+    downloaded once), and ``DIALFORK_GOLD_DIR`` or ``DIALFORK_GOLD_REPO`` (with ``HF_TOKEN`` for a
+    private repo) give the data; ``DIALFORK_MAX_PER_DAY`` the results per submitter per UTC day
+    (default 5). With ``DIALFORK_RESULTS_REPO`` the results go to that Hub repo (private twins to
+    ``DIALFORK_PRIVATE_REPO``, local cache ``DIALFORK_RESULTS_CACHE``, default
+    ``results_cache``); else to the local folder ``DIALFORK_RESULTS_DIR`` (default
+    ``leaderboard_results``).
+
+    Args:
+        env: The variables to read; None (default) reads ``os.environ``.
+
+    Returns:
+        A :class:`LeaderboardApp` over that data and result store.
+
+    Raises:
+        ValueError: Neither a blind folder nor a blind repo, or neither a gold folder nor a gold
+            repo, is set.
+    """
     env = os.environ if env is None else env
     blind = _data_dir(env, "DIALFORK_BLIND_DIR", "DIALFORK_BLIND_REPO")
     gold = _data_dir(env, "DIALFORK_GOLD_DIR", "DIALFORK_GOLD_REPO")
@@ -411,6 +456,12 @@ def app_from_env(env: Mapping[str, str] | None = None) -> LeaderboardApp:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The command line of ``python -m leaderboard.app``.
+
+    Returns:
+        A parser with ``--blind``, ``--gold``, ``--results``, ``--no-login``, ``--host``,
+        ``--port`` and ``--max-per-day``.
+    """
     ap = argparse.ArgumentParser(prog="python -m leaderboard.app",
                                  description="Run the leaderboard Space (locally: add --no-login).")
     ap.add_argument("--blind", help="Hub layout folder (data/blind); default $DIALFORK_BLIND_DIR")
@@ -425,6 +476,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the leaderboard Space (Gradio) until it is stopped.
+
+    The options override the matching environment variables of :func:`app_from_env`. Errors in
+    the data folders or a missing ``gradio`` are printed to stderr instead of raised.
+
+    Args:
+        argv: The arguments; None (default) reads ``sys.argv``.
+
+    Returns:
+        0 after the server stops; 2 when the blind or gold folder is unusable, ``gradio`` is
+        missing, or a login is asked for outside a Space without an HF token.
+    """
     a = build_parser().parse_args(argv)
     env = dict(os.environ)
     for k, v in (("DIALFORK_BLIND_DIR", a.blind), ("DIALFORK_GOLD_DIR", a.gold), ("DIALFORK_RESULTS_DIR", a.results),

@@ -61,7 +61,16 @@ def _safe_url(u: Any) -> str | None:
 
 
 def model_url(md: Mapping[str, Any]) -> str | None:
-    """The metadata's ``model_url``, else the Hub page of a ``model_name`` shaped like a Hub id."""
+    """The metadata's ``model_url``, else the Hub page of a ``model_name`` shaped like a Hub id.
+
+    Args:
+        md: A result's metadata.
+
+    Returns:
+        A safe ``model_url`` (an http(s) URL of at most 300 characters), else
+        ``https://huggingface.co/<model_name>`` when the name looks like ``owner/name``, else
+        None.
+    """
     url = _safe_url(md.get("model_url"))
     if url:
         return url
@@ -95,7 +104,19 @@ def _pct(x: Any) -> float | None:
 
 
 def detector_row(result: Mapping[str, Any], private: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """A display row from a detector-track result (coverages in percent)."""
+    """A display row from a detector-track result (coverages in percent).
+
+    Args:
+        result: A stored detector-track result (public scores under ``scores.public``).
+        private: Its private twin, when the private Score should be shown; None leaves
+            ``private_score`` None.
+
+    Returns:
+        The row: ``kind`` ``"result"``, the method, submitter and metadata columns, safe links,
+        ``mae_by_type`` (Table 4 order), ``mae_h``, ``cov_h_pct``, ``mae_c``, ``cov_c_pct``,
+        ``score``, ``score_ci``, ``n`` (dialogues), ``date`` (YYYY-MM-DD), ``key`` and
+        ``private_score``; a number that is missing or not finite is None.
+    """
     md = result.get("metadata") or {}
     sc = (result.get("scores") or {}).get("public") or {}
     by_type = sc.get("mae_h_by_type") or {}
@@ -129,6 +150,19 @@ def detector_row(result: Mapping[str, Any], private: Mapping[str, Any] | None = 
 
 
 def metric_row(result: Mapping[str, Any], private: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """A display row from a metric-track result (exact recovery in percent).
+
+    Args:
+        result: A stored metric-track result (public scores under ``scores.public``).
+        private: Its private twin, when the private Avg. tau should be shown; None leaves
+            ``private_score`` None.
+
+    Returns:
+        The row: ``kind`` ``"result"``, the method, submitter and metadata columns, safe links,
+        ``tau_by_type`` (Table 3 order), ``tau``, ``tau_ci``, ``exact_pct``, ``n`` (units),
+        ``date`` (YYYY-MM-DD), ``key`` and ``private_score``; a number that is missing or not
+        finite is None.
+    """
     md = result.get("metadata") or {}
     sc = (result.get("scores") or {}).get("public") or {}
     by_type = sc.get("tau_by_type") or {}
@@ -156,6 +190,15 @@ def metric_row(result: Mapping[str, Any], private: Mapping[str, Any] | None = No
 
 
 def reference_rows(track: str) -> list[dict[str, Any]]:
+    """The paper's baselines of a track as display rows (``kind`` ``"reference"``, no rank).
+
+    Args:
+        track: ``"detector"`` or ``"metric"``.
+
+    Returns:
+        One row per baseline, with the columns of :func:`detector_row` or :func:`metric_row`
+        (submitter ``"paper (SOURCE)"``; columns the paper does not report are None).
+    """
     out = []
     for r in paper_baselines()[track]:
         row = {"kind": "reference", "submitter": f"paper ({r.get('source', '')})", "code_url": None, "date": "",
@@ -178,7 +221,17 @@ def reference_rows(track: str) -> list[dict[str, Any]]:
 def build_rows(results: Iterable[Mapping[str, Any]], private: Mapping[str, Mapping[str, Any]] | None = None,
                include_reference: bool = True) -> dict[str, list[dict[str, Any]]]:
     """``{"detector": rows, "metric": rows}``: results ranked by Score / tau (best first,
-    missing last), ``rank`` 1..n, then the paper's reference rows (no rank)."""
+    missing last), ``rank`` 1..n, then the paper's reference rows (no rank).
+
+    Args:
+        results: The stored public results; one with an unknown ``track`` is skipped with a
+            warning.
+        private: Private twins by result key; None: no private scores.
+        include_reference: Append the paper's baselines to each track (default True).
+
+    Returns:
+        The rows of each track. Ties are broken by date, then method name.
+    """
     out: dict[str, list[dict[str, Any]]] = {"detector": [], "metric": []}
     private = private or {}
     for r in results:
@@ -423,7 +476,11 @@ def audit_html(audit: Mapping[str, Any] | None, rows: Mapping[str, Sequence[Mapp
 
 
 def about_html() -> str:
-    """The About text (how to submit, what is scored, citation); the page's About tab and the Space's."""
+    """The About text (how to submit, what is scored, citation); the page's About tab and the Space's.
+
+    Returns:
+        The ``about.html`` template with the BibTeX entry and the code URL filled in (escaped).
+    """
     from dialfork_metrics.modules import DIALFORK_BIBTEX
 
     return _template("about.html").replace("@BIBTEX@", _esc(DIALFORK_BIBTEX)).replace("@CODE@", _esc(CODE_URL))
@@ -431,7 +488,15 @@ def about_html() -> str:
 
 def fill_template(template: str, values: Mapping[str, str]) -> str:
     """Substitute each ``@NAME@`` token of ``template`` in one pass over the template itself, so
-    a token that occurs inside a substituted value (a method named ``@FOOTER@``) stays literal."""
+    a token that occurs inside a substituted value (a method named ``@FOOTER@``) stays literal.
+
+    Args:
+        template: The template text.
+        values: Token name (without the ``@``) -> text to put in its place.
+
+    Returns:
+        The filled text; a token without a value is left as it is.
+    """
     def sub(m: re.Match[str]) -> str:
         return values[m.group(1)] if m.group(1) in values else m.group(0)
 

@@ -39,7 +39,17 @@ class GoldError(ValueError):
 
 
 def load_gold(gold_dir: str | os.PathLike) -> dict[str, Any]:
-    """The gold of the blind sets through ``dialfork_dataset.load_gold`` (task3, task2, manifest)."""
+    """The gold of the blind sets through ``dialfork_dataset.load_gold`` (task3, task2, manifest).
+
+    Args:
+        gold_dir: The gold folder.
+
+    Returns:
+        ``{"task3": rows, "task2": rows, "manifest": gold_manifest.json}``, as loaded.
+
+    Raises:
+        GoldError: The manifest has no ``revision``.
+    """
     from dialfork_dataset.hub import load_gold as _load
 
     gold = _load(Path(gold_dir))
@@ -54,6 +64,14 @@ def check_gold_revision(blind_dir: str | os.PathLike, gold: Mapping[str, Any]) -
     A layout without a card (e.g. the synthetic fixtures) is not checked; a card without the
     field, or with another revision, is refused: scoring a blind set against the labels of
     another release (or half of an interrupted export) would give meaningless numbers.
+
+    Args:
+        blind_dir: The Hub layout folder (its ``README.md`` is the card).
+        gold: The gold, as returned by :func:`load_gold`.
+
+    Raises:
+        GoldError: The card records no ``gold_revision``, or another revision than the gold's
+            manifest.
     """
     from dialfork_dataset.hub import read_card_gold_revision
 
@@ -71,6 +89,17 @@ def check_gold_revision(blind_dir: str | os.PathLike, gold: Mapping[str, Any]) -
 
 
 def split_subsets(rows: Sequence[Mapping[str, Any]]) -> dict[str, list[Mapping[str, Any]]]:
+    """Gold rows split by their ``subset`` column.
+
+    Args:
+        rows: Gold rows of Task 2 or Task 3.
+
+    Returns:
+        ``{"public": rows, "private": rows}``, each in input order (possibly empty).
+
+    Raises:
+        GoldError: A row's ``subset`` is neither ``"public"`` nor ``"private"``.
+    """
     out: dict[str, list[Mapping[str, Any]]] = {s: [] for s in SUBSETS}
     bad = 0
     for r in rows:
@@ -283,7 +312,17 @@ def detector_score_statistic(fork_sums: np.ndarray, n_fork: int, conf_sums: np.n
     """The Score of SPEC section 8 from the sums of the :func:`_detector_strata` columns
     (``(..., 3)``: flagged, error of the flagged, error of the reference predictor) over the
     forked and the conformant dialogues, vectorised over leading axes; equal to
-    ``score_predictions(...)["score"]`` on the original rows."""
+    ``score_predictions(...)["score"]`` on the original rows.
+
+    Args:
+        fork_sums: Column sums over the forked dialogues, shape ``(..., 3)``.
+        n_fork: Number of forked dialogues.
+        conf_sums: Column sums over the conformant dialogues, shape ``(..., 3)``.
+        n_conf: Number of conformant dialogues.
+
+    Returns:
+        The Score (0-100), one per leading index.
+    """
     from dialfork_metrics.task3.scorer import COMPONENT_FLOOR, SCORE_WEIGHTS
 
     def part(sums, n, none_value):
@@ -306,7 +345,22 @@ def detector_score_ci(predictions: Mapping[str, int | None], gold3: Sequence[Map
                       seed: int = CI_SEED) -> dict[str, list[float] | None]:
     """``{subset: [low, high] or None}``: percentile bootstrap interval of the Score, resampling
     the subset's forked and conformant dialogues separately (an aggregate: nothing per
-    dialogue leaves this function). None when a subset has fewer than 2 of either kind."""
+    dialogue leaves this function). None when a subset has fewer than 2 of either kind.
+
+    Args:
+        predictions: A predicted system turn per dialogue id (None: no deviation).
+        gold3: The Task 3 gold rows.
+        n_resamples: Bootstrap resamples (default 1000; 0 or fewer gives None).
+        level: Confidence level (default 0.95).
+        seed: Seed of the bootstrap generator (default 0).
+
+    Returns:
+        The interval of each subset (``"public"``, ``"private"``); None also for an empty
+        subset or a bound that is not finite.
+
+    Raises:
+        GoldError: A gold row has an unknown subset (from :func:`split_subsets`).
+    """
     out: dict[str, list[float] | None] = {}
     for s, rows in split_subsets(gold3).items():
         fork, conf = _detector_strata(predictions, rows)
@@ -323,7 +377,23 @@ def metric_tau_ci(distances: Mapping[str, float], gold2: Sequence[Mapping[str, A
                   n_resamples: int = CI_RESAMPLES, level: float = CI_LEVEL,
                   seed: int = CI_SEED) -> dict[str, list[float] | None]:
     """``{subset: [low, high] or None}``: percentile bootstrap interval of the Avg. tau (mean of
-    the per-type means), resampling each type's units separately."""
+    the per-type means), resampling each type's units separately.
+
+    Args:
+        distances: The submitted distance per pair id.
+        gold2: The Task 2 gold rows.
+        n_resamples: Bootstrap resamples (default 1000; 0 or fewer gives None).
+        level: Confidence level (default 0.95).
+        seed: Seed of the bootstrap generator (default 0).
+
+    Returns:
+        The interval of each subset (``"public"``, ``"private"``); None for an empty subset, a
+        type with fewer than 2 units, or a bound that is not finite. An undefined tau counts
+        as 0.
+
+    Raises:
+        GoldError: A gold row has an unknown subset (from :func:`split_subsets`).
+    """
     out: dict[str, list[float] | None] = {}
     for s, rows in split_subsets(gold2).items():
         if not rows:

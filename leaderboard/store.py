@@ -62,7 +62,15 @@ def utcnow() -> datetime:
 
 
 def slugify(name: str) -> str:
-    """File-name-safe slug of a method name (lowercase ASCII, digits, ``.``, ``_``, ``-``)."""
+    """File-name-safe slug of a method name (lowercase ASCII, digits, ``.``, ``_``, ``-``).
+
+    Args:
+        name: The method's name.
+
+    Returns:
+        At most 64 characters: accents dropped, every other run of characters replaced by
+        ``-``, leading and trailing ``-._`` stripped; ``"method"`` when nothing is left.
+    """
     s = unicodedata.normalize("NFKD", name).encode("ascii", "ignore").decode()
     s = re.sub(r"[^a-z0-9._-]+", "-", s.lower()).strip("-._")
     return (s or "method")[:64]
@@ -74,7 +82,18 @@ class InvalidSubmitterError(ValueError):
 
 def check_submitter(submitter: str) -> str:
     """``submitter`` if it is a valid id (a *full* match: ``"alice\\n"`` is refused, where
-    ``re.match`` with ``$`` would accept it), else :class:`InvalidSubmitterError`."""
+    ``re.match`` with ``$`` would accept it), else :class:`InvalidSubmitterError`.
+
+    Args:
+        submitter: The submitter's id: 1-64 letters, digits, ``.``, ``_`` or ``-``, starting
+            with a letter or digit.
+
+    Returns:
+        ``submitter``, unchanged.
+
+    Raises:
+        InvalidSubmitterError: ``submitter`` is not a string or not a valid id.
+    """
     if not isinstance(submitter, str) or not SUBMITTER_RE.fullmatch(submitter):
         shown = repr(submitter[:70] + ("..." if len(submitter) > 70 else "")) if isinstance(submitter, str) else \
             type(submitter).__name__
@@ -84,7 +103,20 @@ def check_submitter(submitter: str) -> str:
 
 
 def result_key(submitter: str, method: str, when: datetime) -> str:
-    """``<submitter>/<method-slug>/<UTC timestamp>.json`` (the same key in both areas)."""
+    """``<submitter>/<method-slug>/<UTC timestamp>.json`` (the same key in both areas).
+
+    Args:
+        submitter: The submitter's id.
+        method: The method's name (slugged with :func:`slugify`).
+        when: The submission time; must carry a time zone.
+
+    Returns:
+        The key; the timestamp has microseconds (``%Y%m%dT%H%M%S.%fZ``).
+
+    Raises:
+        InvalidSubmitterError: ``submitter`` is not a valid id.
+        ValueError: ``when`` is naive (no time zone).
+    """
     check_submitter(submitter)
     if when.tzinfo is None:
         raise ValueError("timestamps must be timezone-aware (UTC)")
@@ -93,6 +125,14 @@ def result_key(submitter: str, method: str, when: datetime) -> str:
 
 
 def parse_key(key: str) -> tuple[str, str, datetime] | None:
+    """The parts of a result key made by :func:`result_key`.
+
+    Args:
+        key: A key such as ``alice/my-method/20250101T120000.000000Z.json``.
+
+    Returns:
+        ``(submitter, method slug, UTC time)``, or None when ``key`` is not shaped like a key.
+    """
     m = _KEY_RE.fullmatch(key)
     if not m:
         return None

@@ -36,6 +36,12 @@ RESULT_SCHEMA_VERSION = 1
 
 
 def package_version() -> str:
+    """The version of the installed ``dialfork`` package, recorded in every result.
+
+    Returns:
+        The installed distribution's version, else ``dialfork_dataset.__version__`` (a source
+        checkout that is not installed).
+    """
     try:
         from importlib.metadata import PackageNotFoundError, version
 
@@ -52,7 +58,15 @@ def package_version() -> str:
 
 def blind_from_gold(gold: Mapping[str, Any]) -> BlindSet:
     """The public columns of the gold (ids, ``T``, pair ids): the same content as the blind set,
-    for ``score`` runs without ``--blind``."""
+    for ``score`` runs without ``--blind``.
+
+    Args:
+        gold: The gold, as returned by :func:`leaderboard.score.load_gold`.
+
+    Returns:
+        A ``BlindSet`` of the Task 3 dialogue ids with their ``num_system_turns`` and the Task 2
+        pair ids.
+    """
     return BlindSet.from_rows(
         ({"dialogue_id": r["dialogue_id"], "num_system_turns": r["num_system_turns"]} for r in gold["task3"]),
         (r["pair_id"] for r in gold["task2"]),
@@ -62,7 +76,14 @@ def blind_from_gold(gold: Mapping[str, Any]) -> BlindSet:
 
 @dataclass
 class Evaluation:
-    """A validated and scored submission, not yet stored."""
+    """A validated and scored submission, not yet stored.
+
+    Attributes:
+        report: The validation report.
+        scores: ``{"public": ..., "private": ...}`` scores of each subset.
+        public: The public result JSON (without key and timestamp until stored).
+        private: The private twin (the private subset's scores).
+    """
 
     report: ValidationReport
     scores: dict[str, Any]  # {"public": ..., "private": ...}
@@ -168,6 +189,14 @@ def evaluate(
 
 @dataclass
 class Stored:
+    """A submission once stored (returned by :func:`submit`).
+
+    Attributes:
+        key: The result's key in the store.
+        result: The public result as stored (with ``submitter``, ``key`` and ``submitted_at``).
+        evaluation: The evaluation it was made from.
+    """
+
     key: str
     result: dict[str, Any]
     evaluation: Evaluation

@@ -26,7 +26,21 @@ from dialfork_dataset.taxonomy import get_type, hallucination_types
 
 def synthetic_task3_test(n_sources: int, seed: int = 0, tasks: Sequence[str] = ("weather", "bank_fraud_report"),
                          max_T: int = 20, with_text: bool = True) -> list[dict[str, Any]]:
-    """Rows shaped like ``task3`` test records: each source has 16 forks (4 types x 4 k)."""
+    """Rows shaped like ``task3`` test records: each source has one fork per registered type
+    and position (16 for the paper's 4 types x 4 k).
+
+    Args:
+        n_sources: Number of source dialogues.
+        seed: Seed of the ``random.Random`` that draws the turn counts.
+        tasks: Tasks, given to the sources in turn.
+        max_T: Most system turns of a source (at least 4); a fork has up to ``max_T + 4``.
+        with_text: Fill ``turns`` with placeholder text (default True); False leaves them empty.
+
+    Returns:
+        Per source, its conformant row then its forks (by type, then k), with
+        ``dialogue_id``, ``source_id``, ``task``, ``hallucination_type``, ``fork_position``,
+        ``fork_turn``, ``num_system_turns`` and ``turns``.
+    """
     from dialfork_dataset.forks import fork_turns
 
     rng = random.Random(seed)
@@ -58,7 +72,16 @@ def synthetic_task3_test(n_sources: int, seed: int = 0, tasks: Sequence[str] = (
 
 def to_records(rows: Sequence[Mapping[str, Any]], domain: str = "synthetic") -> list[dict[str, Any]]:
     """Full SPEC-4 records (``dialfork_dataset.records``) from :func:`synthetic_task3_test` rows, for
-    end-to-end tests through ``dialfork_dataset.export_hub_layout``."""
+    end-to-end tests through ``dialfork_dataset.export_hub_layout``.
+
+    Args:
+        rows: Rows of :func:`synthetic_task3_test`.
+        domain: The records' domain (default ``"synthetic"``).
+
+    Returns:
+        One record per row, with placeholder ``variant``, ``instruction`` and (for a type with
+        a substitute task) ``substitute_task``; ``seed`` is the row index.
+    """
     out = []
     for i, r in enumerate(rows):
         h = r["hallucination_type"]
@@ -84,7 +107,19 @@ def write_blind_and_gold(task3_test: Sequence[Mapping[str, Any]], dest: str | os
                          gold_dir: str | os.PathLike, *, key: bytes = b"k" * 32,
                          public_fraction: float = 0.5) -> dict[str, Any]:
     """Write ``dest/data/blind``, ``dest/data/blind_task2`` and ``gold_dir`` like
-    ``dialfork_dataset.export_hub_layout`` does (same ids, gold rows and manifest fields)."""
+    ``dialfork_dataset.export_hub_layout`` does (same ids, gold rows and manifest fields).
+
+    Args:
+        task3_test: Task 3 test rows (:func:`synthetic_task3_test`).
+        dest: The layout folder to write.
+        gold_dir: The gold folder to write (made if missing).
+        key: The secret key of the blind ids (default 32 bytes of ``b"k"``).
+        public_fraction: Share of sources in the public subset (default 0.5).
+
+    Returns:
+        ``{"blind", "pairs", "gold3", "gold2": the rows written, "manifest": the gold
+        manifest}``.
+    """
     import pyarrow as pa
 
     from dialfork_dataset.hub import make_blind
@@ -183,7 +218,18 @@ def write_metadata(path: str | os.PathLike, **fields: Any) -> Path:
 
 def make_fixture(root: str | os.PathLike, n_sources: int = 3, seed: int = 0, **kw: Any) -> dict[str, Any]:
     """``root/hub`` (blind layout) and ``root/hub-gold`` (gold) from :func:`synthetic_task3_test`;
-    returns the paths, the task3 test rows and what :func:`write_blind_and_gold` returned."""
+    returns the paths, the task3 test rows and what :func:`write_blind_and_gold` returned.
+
+    Args:
+        root: The folder to write into.
+        n_sources: Number of source dialogues (default 3).
+        seed: Seed of the rows.
+        **kw: Further arguments of :func:`synthetic_task3_test`.
+
+    Returns:
+        ``{"root", "blind_dir", "gold_dir", "rows"}`` plus the keys of
+        :func:`write_blind_and_gold`.
+    """
     root = Path(root)
     rows = synthetic_task3_test(n_sources, seed=seed, **kw)
     info = write_blind_and_gold(rows, root / "hub", root / "hub-gold")

@@ -21,6 +21,10 @@ def card_fields() -> dict[str, str]:
 
     Returns:
         dict[str, str]: Field name -> its meaning (Markdown).
+
+    Raises:
+        ValueError: A record field has no meaning written here (a new field must be documented
+            on the card).
     """
     from ..records import RECORD_FIELDS
 

@@ -28,7 +28,20 @@ DEFAULT_SAMPLING: dict[str, Any] = {"temperature": 0.0, "max_tokens": 256}
 def parse_source(source: str | None, star: str | None) -> str | None:
     """The workflow source spec to open: ``KIND:PATH`` (``--source``; a kind of
     :data:`dialfork_dataset.sources.SOURCE_KINDS`, parsed by its one parser), else the ``--star``
-    path (None: ``$DIALFORK_STAR_DIR``)."""
+    path (None: ``$DIALFORK_STAR_DIR``).
+
+    Args:
+        source: The ``--source`` value, ``KIND:PATH``; None: use ``star``.
+        star: The ``--star`` path; None: ``$DIALFORK_STAR_DIR`` (read when the source is opened).
+
+    Returns:
+        The spec as a manifest records it (``source_record``: the path alone for STAR, else
+        ``KIND:PATH``), or ``star`` when no ``source`` is given.
+
+    Raises:
+        AuditError: ``source`` has no registered ``KIND:`` prefix, its kind's parser refuses it,
+            or ``star`` is also given and names another source.
+    """
     from dialfork_dataset.sources import SOURCE_KINDS, SourceError, parse_source_spec, source_record
 
     if source is None:
@@ -48,7 +61,18 @@ def parse_source(source: str | None, star: str | None) -> str | None:
 
 def open_audit_source(spec: str | None):
     """The :class:`~dialfork_dataset.sources.WorkflowSource` of a :func:`parse_source` spec, its
-    problems as an :class:`AuditError`."""
+    problems as an :class:`AuditError`.
+
+    Args:
+        spec: A spec from :func:`parse_source` (None: ``$DIALFORK_STAR_DIR``).
+
+    Returns:
+        The opened workflow source.
+
+    Raises:
+        AuditError: The source cannot be opened (a ``SourceError``, ``StarError`` or ``OSError``,
+            with its message).
+    """
     from dialfork_dataset.sources import SourceError, open_source
     from dialfork_dataset.star import StarError
 
@@ -67,7 +91,24 @@ def plan_jobs(corpus: Any, tasks: Sequence[str], per_task: int | None = None,
               happy_only: bool = False) -> list[Job]:
     """The (task, scenario) conversations to run: the first ``per_task`` single-task scenarios of each
     task in scenario-id order, or the ``scenarios`` given (ids; a mapping task -> ids, or a flat list
-    applied to every task). Every unknown task or scenario is reported at once."""
+    applied to every task). Every unknown task or scenario is reported at once.
+
+    Args:
+        corpus: The opened workflow source (``task``, ``length_budget``, ``scenarios_for``).
+        tasks: The tasks to audit.
+        per_task: Most scenarios per task (an integer >= 1); None: all of them.
+        scenarios: The scenario ids to run, per task or for every task; None: all, in id order.
+        seed: The run's seed; each conversation's seed derives from it and the scenario id.
+        happy_only: Only the scenarios on the workflow's happy path.
+
+    Returns:
+        One :class:`Job` per conversation, task by task.
+
+    Raises:
+        AuditError: ``tasks`` is empty, ``per_task`` is not an integer >= 1, or a task is unknown,
+            a scenario is not one of its single-task scenarios, or a task has no scenario to run
+            (every problem listed).
+    """
     from dialfork_dataset.sources import SourceError
     from dialfork_dataset.star import StarError
     from generation.api import dialogue_seed
@@ -128,7 +169,24 @@ def converse(job: Job, client: Any, backend: Any, matcher: Any, encoder: _Encode
     budget (plus ``max_extra_turns`` for the wrap-up) is spent. Upstream failures end the
     conversation with ``Outcome.error`` set. ``tools``: a :class:`ToolAgent` (the agent is offered
     the task's KB tools and its calls are run, :mod:`generation.kb_tools`); the calls are listed in
-    ``Outcome.extra["tool_calls"]``."""
+    ``Outcome.extra["tool_calls"]``.
+
+    Args:
+        job: The conversation to run.
+        client: The agent's client (``chat_one``); not used when ``tools`` is given.
+        backend: The template backend bound to the source (the user's workflow model).
+        matcher: The task's step matcher (maps each agent turn to a workflow step).
+        encoder: Encodes each agent turn for the matcher.
+        sampling: The agent's sampling parameters (also the LLM user's).
+        max_extra_turns: Turns allowed past the length budget for the wrap-up (default 4).
+        user_client: The LLM user's client; None: the template user.
+        tools: A :class:`ToolAgent`; None: no tools.
+
+    Returns:
+        The :class:`Outcome`: the turns, the matched steps and their similarities, whether the agent
+        ended the dialogue, the error (an upstream failure, a failing LLM user, or an empty agent
+        reply) and ``extra``.
+    """
     from generation.api import END_TOKEN, Dialogue, EndpointError, init_messages
 
     from .user import LLMUser, TemplateUser, UserError
@@ -191,7 +249,17 @@ class ToolAgent:
     ``openai`` client): each agent turn is a :func:`generation.kb_tools.run_tool_loop`, whose tool
     calls run against the source's KB tables (``executor``); the tool messages stay in the agent's
     history. Upstream failures (after the client's retries) raise
-    :class:`~generation.llm.client.EndpointError`."""
+    :class:`~generation.llm.client.EndpointError`.
+
+    Args:
+        agent: The agent's API root (OpenAI-compatible).
+        model: The model name.
+        executor: Runs a tool call against the KB tables.
+        api_key: The API key; None sends ``"none"``.
+        timeout: Seconds per request (default 60).
+        max_retries: Retries of the ``openai`` client (default 3).
+        max_rounds: Most rounds of tool calls per agent turn; None: the generator's default.
+    """
 
     def __init__(self, agent: str, model: str, executor: Any, api_key: str | None = None, timeout: float = 60.0,
                  max_retries: int = 3, max_rounds: int | None = None):
@@ -208,6 +276,22 @@ class ToolAgent:
 
     def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], seed: int,
                  sampling: Mapping[str, Any]) -> dict[str, Any]:
+        """One chat completion with the tools offered.
+
+        Args:
+            messages: The agent's history.
+            tools: The tools' JSON schemas (empty: no tool is offered).
+            seed: The request's seed.
+            sampling: The sampling parameters; None values are not sent.
+
+        Returns:
+            The assistant message: ``role``, ``content``, ``finish_reason`` and, when the model
+            called tools, ``tool_calls``.
+
+        Raises:
+            EndpointError: The server answers an HTTP error, the request fails, or the reply is not a
+                chat completion.
+        """
         import openai
 
         from generation.api import EndpointError
@@ -235,7 +319,17 @@ class ToolAgent:
         return out
 
     def turn(self, messages: list[dict[str, Any]], job: Job, sampling: Mapping[str, Any]):
-        """``(text, finish_reason, tool results)`` of one agent turn (``messages`` gets the tool traffic)."""
+        """``(text, finish_reason, tool results)`` of one agent turn (``messages`` gets the tool traffic).
+
+        Args:
+            messages: The agent's history; the tool calls and results are appended to it.
+            job: The conversation (its task, scenario and seed).
+            sampling: The sampling parameters.
+
+        Returns:
+            The reply text (``""`` when it has none), the finish reason (it says so when the model
+            was still calling tools after ``max_rounds`` rounds), and the results of the tool calls.
+        """
         from generation.api import run_tool_loop
 
         seed = job.seed % (2**31)
@@ -252,7 +346,24 @@ class ToolAgent:
 def run_conversations(jobs: Sequence[Job], client: Any, corpus: Any, encoder: Any, store: Store, generator: str,
                       sampling: Mapping[str, Any], concurrency: int = 4, min_similarity: float | None = None,
                       show_progress: bool = True, user_client: Any = None, tools: Any = None) -> None:
-    """Run every job not yet in ``store`` (``concurrency`` conversations at once)."""
+    """Run every job not yet in ``store`` (``concurrency`` conversations at once).
+
+    Each finished or failed conversation is added to ``store`` as it ends (a failure is logged).
+
+    Args:
+        jobs: The conversations to run (:func:`plan_jobs`).
+        client: The agent's client.
+        corpus: The workflow source.
+        encoder: The sentence encoder of the step matching.
+        store: Where the conversations are written; jobs already done there are skipped.
+        generator: The records' ``generator`` field.
+        sampling: The agent's sampling parameters.
+        concurrency: Conversations run at once (default 4; at least 1).
+        min_similarity: Floor of the step matching; None: read off the workflow's own phrasings.
+        show_progress: Show a progress bar (default True).
+        user_client: The LLM user's client; None: the template user.
+        tools: A :class:`ToolAgent`; None: no tools.
+    """
     from tqdm.auto import tqdm
 
     from generation.api import TemplateBackend
@@ -289,7 +400,25 @@ def make_client(agent: str, model: str, api_key_env: str | None = None, timeout:
                 option_names: Mapping[str, str] | None = None):
     """The project's OpenAI-compatible client for the agent (or the LLM user, ``role``), checked
     (reachable, serves ``model``). ``option_names``: the CLI flags of the URL and the model, named
-    by the client's error hints (:class:`~generation.llm.client.OpenAICompatClient`)."""
+    by the client's error hints (:class:`~generation.llm.client.OpenAICompatClient`).
+
+    Args:
+        agent: The server's API root.
+        model: The model name.
+        api_key_env: The environment variable holding the API key; None: no key.
+        timeout: Seconds per request (default 60).
+        max_retries: Retries of a failed request (default 3).
+        backoff: Base wait between retries in seconds, doubled at each retry (default 0.5).
+        role: ``"agent"`` or the LLM user's name, for the messages.
+        option_names: The CLI flags of the URL and the model, for the error hints.
+
+    Returns:
+        The checked ``OpenAICompatClient``.
+
+    Raises:
+        AuditError: ``api_key_env`` is not set, the client refuses its settings, or the server is
+            unreachable or does not serve ``model``.
+    """
     from generation.api import EndpointError, OpenAICompatClient
 
     api_key = None

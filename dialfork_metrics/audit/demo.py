@@ -137,6 +137,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Audit the faithful and the derailed fake agent and write their comparison.
+
+    Writes each agent's report under ``--out/faithful`` and ``--out/derailed``, then
+    ``comparison.md`` and ``comparison.json``, and prints the table.
+
+    Args:
+        argv: The arguments (see :func:`build_parser`); None reads ``sys.argv``.
+
+    Returns:
+        0 on success; 2 when the reference is unusable or the audit fails (the error is printed).
+
+    Raises:
+        AuditError: Never escapes: an unusable reference is raised as one inside and caught with
+            the audit's own errors, to be printed.
+    """
     a = build_parser().parse_args(argv)
     from dialfork_dataset.jsonl import write_text_atomic
 

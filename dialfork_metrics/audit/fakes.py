@@ -201,7 +201,15 @@ class AgentPolicy:
 
 def example_arguments(tool: Mapping[str, Any]) -> dict[str, Any]:
     """The ``tools`` fake's valid call: every required parameter set to the first value its JSON
-    Schema allows."""
+    Schema allows.
+
+    Args:
+        tool: A tool's OpenAI schema (``{"function": {"parameters": ...}}``).
+
+    Returns:
+        Required parameter -> value: the first ``enum`` value, else the integer ``minimum`` (1
+        without one), True, a one-item list, or ``"Alex Smith"`` for anything else.
+    """
     params = tool["function"]["parameters"]
     out: dict[str, Any] = {}
     for name in params.get("required", []):
@@ -220,7 +228,19 @@ def example_arguments(tool: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def tool_reply(body: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The ``tools`` fake's assistant message, or None to reply as the faithful agent."""
+    """The ``tools`` fake's assistant message, or None to reply as the faithful agent.
+
+    Args:
+        body: The chat request (``messages``, optional ``tools``).
+
+    Returns:
+        After tool results: ``Results: <content> | <content>``; when tools are offered and none
+        was called yet: two tool calls (a valid one and one whose arguments are not JSON);
+        otherwise None.
+
+    Raises:
+        ValueError: The tool results do not follow an assistant message with the same call ids.
+    """
     msgs = body["messages"]
     if msgs and msgs[-1].get("role") == "tool":
         k = len(msgs) - 1
@@ -243,7 +263,15 @@ def tool_reply(body: Mapping[str, Any]) -> dict[str, Any] | None:
 
 
 def scripted_user(messages: Sequence[Mapping[str, str]]) -> str:
-    """The ``user`` fake's turn: the agent's turns arrive as ``user`` messages, its own as ``assistant``."""
+    """The ``user`` fake's turn: the agent's turns arrive as ``user`` messages, its own as ``assistant``.
+
+    Args:
+        messages: The chat request's messages.
+
+    Returns:
+        ``"Hello."`` first; a goodbye with ``[END]`` after five own turns or when the agent's last
+        turn says bye; else ``"Yes, that's right."`` after a question and ``"OK, thank you."``.
+    """
     own = sum(m.get("role") == "assistant" for m in messages)
     last = next((m["content"] for m in reversed(messages) if m.get("role") == "user"), "")
     if own == 0:
@@ -258,12 +286,35 @@ def _key(text: str) -> str:
 
 
 def completion(text: str, model: str) -> dict[str, Any]:
+    """A minimal OpenAI chat completion with ``text`` as the assistant's message.
+
+    Args:
+        text: The reply.
+        model: The model name reported.
+
+    Returns:
+        The completion object (``finish_reason`` ``"stop"``; usage counts words).
+    """
     return {"id": "fake", "object": "chat.completion", "model": model,
             "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
             "usage": {"prompt_tokens": 0, "completion_tokens": len(text.split())}}
 
 
 def make_handler(kind: str, model: str, policy: AgentPolicy | None):
+    """The HTTP request handler class of a fake agent.
+
+    ``GET .../models`` lists ``model``; ``POST`` answers a chat completion by ``kind`` (an HTML page
+    for ``garbage``, empty content for ``empty``, the scripted user, tool calls, or ``policy``'s
+    reply), 400 for a request it cannot read.
+
+    Args:
+        kind: One of :data:`KINDS`.
+        model: The model name served.
+        policy: The agent policy of ``faithful``, ``derailed`` and ``tools``; None for the others.
+
+    Returns:
+        A ``BaseHTTPRequestHandler`` subclass for ``ThreadingHTTPServer``.
+    """
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, *a):
             pass
@@ -321,6 +372,15 @@ def _policy(kind: str, source: str | None, derail_at: int, htypes: Sequence[str]
 
 @dataclass
 class FakeAgent:
+    """A running fake agent (yielded by :func:`serve_fake_agent`).
+
+    Attributes:
+        url: API root, ``http://127.0.0.1:PORT/v1``.
+        model: The model name it serves.
+        pid: The child process's PID (this process's when served in process).
+        kind: One of :data:`KINDS`.
+    """
+
     url: str
     """API root, ``http://127.0.0.1:PORT/v1``."""
     model: str
@@ -405,6 +465,19 @@ def serve_fake_agent(kind: str = "faithful", star: str | os.PathLike | None = No
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Serve one fake agent until SIGTERM or Ctrl-C (``python -m dialfork_metrics.audit.fakes``).
+
+    Prints ``listening on PORT`` once bound (``--port 0``: a free port), which
+    :func:`serve_fake_agent` reads.
+
+    Args:
+        argv: The arguments (``--kind``, ``--model``, ``--star``, ``--source``, ``--port``,
+            ``--derail-at``, ``--htypes``, ``--variants``); None reads ``sys.argv``. An
+            ``--htypes`` value that names no registered type exits with status 2 (argparse).
+
+    Returns:
+        0 once the server stops.
+    """
     from dialfork_dataset.console import plain_text
 
     ap = argparse.ArgumentParser(prog="python -m dialfork_metrics.audit.fakes",

@@ -151,6 +151,29 @@ def audit_detector_options(detector: str, options: Mapping[str, Any] | None = No
 def score_task(task: str, jobs: Sequence[Job], store: Store, refs: list[dict[str, Any]], encoder: Any, model: Any,
                detector: str = "wf", detector_options: Mapping[str, Any] | None = None,
                workflow: Any = None) -> dict[str, Any]:
+    """The figures of one task (see the module doc): step coverage, completion, the detector's
+    alarms, FlowKL and FlowScore against the reference, tool calls and the most deviant
+    dialogues.
+
+    Args:
+        task: The task's name.
+        jobs: The audit's jobs (those of other tasks are ignored).
+        store: The audit's output (records, failures, matched steps).
+        refs: The task's conformant reference dialogues; those with fewer than two turns are
+            dropped.
+        encoder: The sentence encoder.
+        model: The task's workflow model (for step coverage).
+        detector: The Task 3 detector name (default ``"wf"``).
+        detector_options: Its options (:func:`audit_detector_options`).
+        workflow: The workflow source, given to the ``wf`` detector.
+
+    Returns:
+        The task's dict, with the keys listed under :class:`AuditReport` (plus ``flowkl_ci`` and
+        ``flowkl_note``); means over no dialogue are None.
+
+    Raises:
+        AuditError: No reference dialogue of the task has two turns or more.
+    """
     from ..dialogue import flowscore
     from ..flowgraph import flowkl_crossfit
     from ..task3 import make_detector
@@ -218,6 +241,26 @@ def score_task(task: str, jobs: Sequence[Job], store: Store, refs: list[dict[str
 def score_audit(jobs: Sequence[Job], store: Store, refs: Mapping[str, list[dict[str, Any]]], encoder: Any,
                 backend: Any, detector: str = "wf", agent: str = "", model: str = "",
                 detector_options: Mapping[str, Any] | None = None, workflow: Any = None) -> AuditReport:
+    """Score every task of an audit run (:func:`score_task`, tasks in job order).
+
+    Args:
+        jobs: The audit's jobs.
+        store: The audit's output.
+        refs: Task -> its conformant reference dialogues.
+        encoder: The sentence encoder.
+        backend: The template backend (``model(task)``: each task's workflow model).
+        detector: The Task 3 detector name (default ``"wf"``).
+        agent: The audited agent's API root, for the report.
+        model: The audited model's name, for the report.
+        detector_options: The detector's options (:func:`audit_detector_options`).
+        workflow: The workflow source, given to the ``wf`` detector.
+
+    Returns:
+        The :class:`AuditReport`.
+
+    Raises:
+        AuditError: A task has no usable reference dialogue (from :func:`score_task`).
+    """
     tasks = list(dict.fromkeys(j.task.name for j in jobs))
     task_obj = {j.task.name: j.task for j in jobs}
     per = [score_task(t, jobs, store, refs[t], encoder, backend.model(task_obj[t]), detector,
@@ -236,7 +279,15 @@ def _fmt(v: Any, nd: int = 3) -> str:
 def cell(t: Mapping[str, Any], key: str) -> str:
     """One table cell of a task's figure: :func:`_fmt` of the value, FlowKL with its interval
     (``0.041 [0.010, 0.200]``) or ``n/a`` when it was not estimated (the reason is printed under
-    the table)."""
+    the table).
+
+    Args:
+        t: A task's figures (:func:`score_task`).
+        key: The figure's key.
+
+    Returns:
+        The cell's text: ``-`` for None, floats with 3 decimals.
+    """
     if key != "flowkl":
         return _fmt(t.get(key))
     if t.get("flowkl") is None:
@@ -246,7 +297,14 @@ def cell(t: Mapping[str, Any], key: str) -> str:
 
 
 def flowkl_notes(tasks: Sequence[Mapping[str, Any]]) -> list[str]:
-    """The lines under a table that say what FlowKL is and why a task has none."""
+    """The lines under a table that say what FlowKL is and why a task has none.
+
+    Args:
+        tasks: The tasks' figures.
+
+    Returns:
+        The definition line, then one line per task without FlowKL that has a ``flowkl_note``.
+    """
     lines = ["FlowKL: divergence of the agent's flow likelihoods from the reference's (0: distributed alike; "
              "cross-fitted, never negative), with its 95% bootstrap interval."]
     lines += [f"FlowKL of {t['task']}: {t['flowkl_note']}." for t in tasks if t.get("flowkl") is None

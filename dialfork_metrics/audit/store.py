@@ -30,6 +30,15 @@ class AuditError(ValueError):
 
 @dataclass
 class Job:
+    """One conversation of the audit: a scenario of a task.
+
+    Attributes:
+        task: The task object of the workflow source.
+        scenario: The scenario the user plays.
+        seed: The conversation's seed.
+        budget: The task's length budget, in turns.
+    """
+
     task: Any
     scenario: Any
     seed: int
@@ -42,6 +51,18 @@ class Job:
 
 @dataclass
 class Outcome:
+    """What one conversation produced (:func:`~dialfork_metrics.audit.core.converse`).
+
+    Attributes:
+        job: The conversation's job.
+        turns: The turns, ``{speaker, text}``.
+        steps: The workflow step of each agent turn (None: off-workflow).
+        similarities: The similarity of each agent turn to its step.
+        ended_by_agent: Whether the agent closed the dialogue (goodbye step or ``[END]``).
+        error: Why the conversation stopped early; None when it finished.
+        extra: Further fields kept with the steps (``tool_calls`` with KB tools).
+    """
+
     job: Job
     turns: list[dict[str, str]]
     steps: list[str | None]
@@ -54,7 +75,14 @@ class Outcome:
 def record_decoding(sampling: Mapping[str, Any]) -> dict[str, Any]:
     """The record's ``decoding`` (SPEC 4: temperature, top_p, top_k, max_new_tokens) from the
     agent's OpenAI sampling parameters (``max_tokens`` is the OpenAI name of ``max_new_tokens``;
-    parameters the record has no field for are left out)."""
+    parameters the record has no field for are left out).
+
+    Args:
+        sampling: The agent's sampling parameters.
+
+    Returns:
+        The subset of those four fields that ``sampling`` sets.
+    """
     out = {k: sampling[k] for k in ("temperature", "top_p", "top_k", "max_new_tokens") if k in sampling}
     if "max_tokens" in sampling and "max_new_tokens" not in out:
         out["max_new_tokens"] = sampling["max_tokens"]
@@ -62,6 +90,17 @@ def record_decoding(sampling: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def record_of(o: Outcome, generator: str, decoding: Mapping[str, Any]) -> dict[str, Any]:
+    """The DialFork record (SPEC 4) of a finished conversation: a conformant dialogue whose
+    ``dialogue_id`` and ``source_id`` are the job's.
+
+    Args:
+        o: The conversation's outcome.
+        generator: The record's ``generator`` field.
+        decoding: The agent's sampling parameters (:func:`record_decoding`).
+
+    Returns:
+        The record (not validated here).
+    """
     from generation.api import code_version
 
     j = o.job
@@ -76,7 +115,19 @@ def record_of(o: Outcome, generator: str, decoding: Mapping[str, Any]) -> dict[s
 
 
 class Store:
-    """The audit's output folder: records and failures, each file rewritten atomically."""
+    """The audit's output folder: records and failures, each file rewritten atomically.
+
+    Existing files are read back, so that a rerun resumes.
+
+    Args:
+        out: The folder (made if missing).
+
+    Attributes:
+        out: The folder.
+        records: Dialogue id -> record of each finished conversation.
+        failed: Dialogue id -> failure (the error and the turns so far).
+        steps: Dialogue id -> matched steps, similarities, ``ended_by_agent`` and extras.
+    """
 
     def __init__(self, out: str | os.PathLike):
         from dialfork_dataset.jsonl import read_jsonl
@@ -93,9 +144,27 @@ class Store:
         self.steps: dict[str, Any] = json.loads(s.read_text(encoding="utf-8")) if s.is_file() else {}
 
     def done(self, dialogue_id: str) -> bool:
+        """Whether a conversation finished in an earlier run (its record and steps are stored).
+
+        Args:
+            dialogue_id: The job's dialogue id.
+
+        Returns:
+            True when both are stored.
+        """
         return dialogue_id in self.records and dialogue_id in self.steps
 
     def add(self, o: Outcome, generator: str, decoding: Mapping[str, Any]) -> None:
+        """Store an outcome and rewrite the files (thread-safe).
+
+        A finished conversation replaces any earlier failure of the same id; a failed one is listed
+        under the failures.
+
+        Args:
+            o: The outcome.
+            generator: The record's ``generator`` field.
+            decoding: The agent's sampling parameters.
+        """
         from dialfork_dataset.jsonl import write_json_atomic, write_jsonl
         from dialfork_dataset.records import validate_record
 

@@ -27,6 +27,13 @@ _PH = re.compile(r"\{(\w+)(?::[^}]*)?\}")
 
 @dataclass
 class StepMatch:
+    """The workflow step an agent turn was mapped to.
+
+    Attributes:
+        node: The step's name; None when no step is similar enough (off-workflow).
+        similarity: The similarity to the nearest step.
+    """
+
     node: str | None
     similarity: float
 
@@ -257,7 +264,16 @@ class LLMUser:
     """The ``openai:URL`` simulated user: an LLM behind an OpenAI-compatible server with the
     generator's user prompt (``generation/prompts/user_agent.txt``: STAR's user task and user
     guide; the wrap-up message at the length budget). Agent turns are still mapped to workflow steps
-    (for step coverage)."""
+    (for step coverage).
+
+    Args:
+        client: The user's client (``chat_one``).
+        model: The task's workflow model (its goodbye step).
+        matcher: The task's :class:`StepMatcher` (or :class:`AssignerStepMatcher`).
+        dialogue: The :class:`generation.engine.Dialogue` being built (its user messages).
+        seed: The dialogue's seed (the user's requests use ``seed + 1``).
+        sampling: The user's sampling parameters.
+    """
 
     def __init__(self, client: Any, model: Any, matcher: StepMatcher, dialogue: Any, seed: int,
                  sampling: dict[str, Any]):
@@ -273,6 +289,17 @@ class LLMUser:
         self.similarities: list[float] = []
 
     def say(self, turn_index: int) -> str:
+        """The user's next turn, from the LLM (the wrap-up message is added once the budget is reached).
+
+        Args:
+            turn_index: The 0-based index of the turn in the dialogue.
+
+        Returns:
+            The user's utterance (it may contain the ``[END]`` token to close the dialogue).
+
+        Raises:
+            UserError: The server failed (after its retries) or the reply is empty.
+        """
         from generation.api import END_TOKEN, EndpointError, render_prompt
 
         if self.d.wrapped and not self.wrapped:
@@ -289,6 +316,17 @@ class LLMUser:
         return text
 
     def hear(self, text: str, embedding: np.ndarray, turn_index: int) -> StepMatch:
+        """Map the agent's turn to a workflow step and add it to the user's history.
+
+        Args:
+            text: The agent's turn.
+            embedding: The turn's embedding, shape ``(dim,)``.
+            turn_index: The 0-based index of the turn in the dialogue (unused; kept for the users'
+                common interface).
+
+        Returns:
+            The turn's ``StepMatch`` (also appended to ``steps`` and ``similarities``).
+        """
         mt = self.matcher.match(embedding, text) if isinstance(self.matcher, AssignerStepMatcher) \
             else self.matcher.match(embedding)
         self.steps.append(mt.node)
@@ -297,4 +335,12 @@ class LLMUser:
         return mt
 
     def is_goodbye(self, node: str | None) -> bool:
+        """Whether a matched step closes the dialogue.
+
+        Args:
+            node: A step name from :meth:`hear` (None: off-workflow).
+
+        Returns:
+            True for the workflow's goodbye step or any step whose name contains ``bye``.
+        """
         return node is not None and (node == self.m.bye or "bye" in node)

@@ -27,7 +27,20 @@ UNKNOWN_REPLY = "Sorry, could you say that again?"
 
 
 class ReplayBook:
-    """Index of the recorded dialogues: (prefix hash) -> next system turn."""
+    """Index of the recorded dialogues: (prefix hash) -> next system turn.
+
+    Only the speakers and the user texts of a prefix count (assistant texts are whatever the client
+    was shown).
+
+    Args:
+        dialogues: The recorded dialogues (records with ``dialogue_id`` and ``turns``, or turn
+            lists, then keyed by their index).
+
+    Attributes:
+        by_id: Dialogue id -> its ``(speaker, text)`` turns.
+        first: Prefix hash -> the next system turn of the first dialogue (in file order) with that
+            prefix.
+    """
 
     def __init__(self, dialogues: Sequence[Any]):
         from dialfork_dataset.turns import as_turns
@@ -44,6 +57,17 @@ class ReplayBook:
                     self.first.setdefault(hashes[k], text)
 
     def reply(self, turns: Sequence[tuple[str, str]], dialogue_id: str | None) -> str | None:
+        """The recorded system turn that follows ``turns``.
+
+        Args:
+            turns: The conversation so far, ``(speaker, text)`` pairs.
+            dialogue_id: The dialogue to follow (the ``X-Fake-Dialogue`` header); None: the first
+                dialogue whose opening matches.
+
+        Returns:
+            The next system turn's text, or None when no dialogue matches (or the named one does not
+            match, or its next turn is not a system turn).
+        """
         if dialogue_id is not None:
             ref = self.by_id.get(dialogue_id)
             k = len(turns)
@@ -58,6 +82,19 @@ def _key(turns: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
 
 
 def create_fake_upstream(dialogues: Sequence[Any], delay_s: float = 0.0, model: str = "dialfork-replay"):
+    """The fake upstream as a FastAPI app (see the module's docstring).
+
+    Routes: ``POST /v1/chat/completions`` (a reply, or SSE chunks with ``stream: true``; 400 for
+    an unreadable body), ``GET /v1/models`` and ``GET /healthz``.
+
+    Args:
+        dialogues: The recorded dialogues it replays (:class:`ReplayBook`).
+        delay_s: Seconds to wait before each reply (default 0).
+        model: The model name it reports when a request names none.
+
+    Returns:
+        The ``fastapi.FastAPI`` app.
+    """
     from fastapi import FastAPI
     from fastapi.responses import JSONResponse, StreamingResponse
 

@@ -76,12 +76,18 @@ class ServerProcess:
         self.stop()
 
     def kill9(self) -> int:
+        """Kill the server with SIGKILL (no clean shutdown: a crash test) and close its log.
+
+        Returns:
+            The process's return code (``-9``).
+        """
         os.kill(self.proc.pid, signal.SIGKILL)
         rc = self.proc.wait(timeout=60)
         self.log.close()
         return rc
 
     def stop(self) -> None:
+        """Stop the server with SIGTERM if it runs (SIGKILL after 60 s), and close its log."""
         if self.proc.poll() is None:
             os.kill(self.proc.pid, signal.SIGTERM)
             try:
@@ -95,6 +101,17 @@ class ServerProcess:
 
 @dataclass
 class ConversationResult:
+    """What one client saw while playing one conversation through the proxy.
+
+    Attributes:
+        dialogue_id: The recorded dialogue played.
+        conversation_id: The ``X-Conversation-Id`` sent.
+        replies: The ``dialfork`` object of every reply, in order.
+        texts: The text of every reply, in order.
+        retries: Requests retried (a transport error, a 502/503 or an unreadable answer).
+        latencies: Seconds of each reply's final request.
+    """
+
     dialogue_id: str
     conversation_id: str
     replies: list[dict[str, Any]] = field(default_factory=list)
@@ -105,7 +122,15 @@ class ConversationResult:
 
 
 def turns_until_last_system(dialogue: Mapping[str, Any], max_turns: int | None = None) -> list[dict[str, str]]:
-    """The turns a client can play: up to ``max_turns``, ending at a system turn."""
+    """The turns a client can play: up to ``max_turns``, ending at a system turn.
+
+    Args:
+        dialogue: A record with ``turns``.
+        max_turns: Most turns to keep; None or 0: all.
+
+    Returns:
+        The first turns, trailing user turns dropped (empty when no system turn is left).
+    """
     turns = list(dialogue["turns"])[: max_turns or None]
     while turns and turns[-1]["speaker"] != "system":
         turns.pop()
@@ -223,7 +248,23 @@ def check_against_monitor(monitor, store, results: Sequence[ConversationResult],
     """Compare what the proxy stored and answered with the in-process ``monitor``: every turn of every
     conversation stored exactly once, at its index, with the in-process verdict; every reply's
     ``dialfork`` equal to the in-process verdict of that reply. Returns counts; raises
-    ``AssertionError`` describing the first difference."""
+    ``AssertionError`` describing the first difference.
+
+    Args:
+        monitor: The in-process monitor (``replay(turns)`` gives one verdict per turn).
+        store: The proxy's store (``conversation("id:<conversation id>")`` gives its rows).
+        results: The conversations played.
+        dialogues: The recorded dialogues by id.
+        max_turns: The ``max_turns`` the conversations were played with.
+
+    Returns:
+        ``{"conversations", "turns", "replies"}``: how many were checked.
+
+    Raises:
+        AssertionError: A turn is lost or stored twice, a stored speaker or verdict differs, the
+            number of replies differs from the system turns, a reply's ``dialfork`` differs, or
+            the reply texts are not the recorded system turns.
+    """
     n_turns = n_replies = 0
     for res in results:
         d = dialogues[res.dialogue_id]

@@ -56,7 +56,14 @@ def module_script(folder: str | os.PathLike) -> Path:
 
 
 def card_text(folder: str | os.PathLike) -> str:
-    """The metric card of ``folder/README.md`` without its Space YAML front matter."""
+    """The metric card of ``folder/README.md`` without its Space YAML front matter.
+
+    Args:
+        folder: The module's folder.
+
+    Returns:
+        The card's Markdown, stripped.
+    """
     text = (Path(folder) / "README.md").read_text(encoding="utf-8")
     return _FRONT_MATTER.sub("", text, count=1).strip()
 
@@ -64,7 +71,18 @@ def card_text(folder: str | os.PathLike) -> str:
 def compute_json(module: Any, predictions: str, references: str) -> tuple[dict[str, Any] | None, str]:
     """``(result, message)``: ``module.compute`` on the JSON texts ``predictions`` and
     ``references``; on bad input ``(None, what is wrong)`` (JSON syntax, not lists, different
-    lengths, or the module's own ``ValueError`` / ``TypeError`` message)."""
+    lengths, or the module's own ``ValueError`` / ``TypeError`` message).
+
+    Args:
+        module: A loaded ``evaluate`` module.
+        predictions: A JSON list, one item per example.
+        references: A JSON list, one item per prediction.
+
+    Returns:
+        ``(result of compute, "ok")``; or ``(None, message)`` when either text is not a JSON list,
+        the lists differ in length or are empty, or ``compute`` raises ``ValueError``,
+        ``TypeError`` or ``KeyError``.
+    """
     inputs: dict[str, Any] = {}
     for name, text in (("predictions", predictions), ("references", references)):
         try:
@@ -89,7 +107,20 @@ def compute_json(module: Any, predictions: str, references: str) -> tuple[dict[s
 
 
 def build_demo(folder: str | os.PathLike, example: Mapping[str, Any] | None = None, module: Any = None):
-    """The Gradio Blocks app of the module in ``folder`` (``module``: an already loaded one)."""
+    """The Gradio Blocks app of the module in ``folder`` (``module``: an already loaded one).
+
+    Two JSON editors (predictions, references), a Compute button, the result and any error,
+    then the metric card. An unexpected error in ``compute`` is logged, not shown.
+
+    Args:
+        folder: The module's folder (its script and ``README.md``).
+        example: ``{"predictions": [...], "references": [...]}`` filled in at start; None: empty
+            lists.
+        module: The loaded module; None loads the folder's script with ``evaluate.load``.
+
+    Returns:
+        The ``gradio.Blocks`` app (not launched).
+    """
     import gradio as gr
 
     folder = Path(folder).resolve()
@@ -127,7 +158,16 @@ def build_demo(folder: str | os.PathLike, example: Mapping[str, Any] | None = No
 
 
 def launch(folder: str | os.PathLike, example: Mapping[str, Any] | None = None, **launch_kwargs: Any) -> None:
-    """Build the app of ``folder`` and serve it (what a module's ``app.py`` does)."""
+    """Build the app of ``folder`` and serve it (what a module's ``app.py`` does).
+
+    Turns off Gradio's analytics unless ``GRADIO_ANALYTICS_ENABLED`` is set, and blocks until the
+    server stops.
+
+    Args:
+        folder: The module's folder.
+        example: The example shown at start (see :func:`build_demo`).
+        **launch_kwargs: Passed to ``Blocks.launch`` (``ssr_mode`` defaults to False).
+    """
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     launch_kwargs.setdefault("ssr_mode", False)

@@ -132,6 +132,11 @@ class GenerationConfig:
                 a non-integer seed, a ``reword_rate`` outside [0, 1] or without ``reword`` mode, an
                 invalid compound plan, non-boolean ``multitask``/``kb_tools``, a string or empty
                 ``tasks``); empty when the configuration is valid.
+
+        Raises:
+            ValueError: Never escapes: raised inside for a ``compound`` given as a string, and caught
+                (with the ``ValueError`` / ``TypeError`` of a plan :func:`parse_compound_plan`
+                refuses) to be returned as a message.
         """
         errs: list[str] = []
         if self.prefix_mode not in PREFIX_MODES:

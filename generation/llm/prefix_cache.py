@@ -59,7 +59,17 @@ def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
 @dataclass
 class Entry:
     """One agent's cached prefix: the ids fed and, per layer, ``(keys, values)`` of shape
-    ``(1, heads, len(ids), head_dim)``."""
+    ``(1, heads, len(ids), head_dim)``.
+
+    Attributes:
+        ids: The prompt's token ids (int64) whose keys and values are cached.
+        layers: Per layer, the ``(keys, values)`` tensors.
+        nbytes: Bytes the tensors take (counted against the cache's ``max_bytes``).
+        last_call: The ``generate`` call that last stored or used it (older entries are evicted
+            first).
+        head: ``(role, first min_reuse token ids)``: the bucket where prompts of other dialogues
+            with the same start find it; ``()`` when unset.
+    """
 
     ids: np.ndarray
     layers: list[tuple[Any, Any]]

@@ -47,7 +47,15 @@ def _reword_uniform(seed: int, turn_index: int, salt: str) -> float:
 
 def reword_salt(htype: str, k: int) -> str:
     """The salt of one fork's rewording draws: its type and k (the 16 forks of a source are
-    reworded independently of one another)."""
+    reworded independently of one another).
+
+    Args:
+        htype: The fork's type code.
+        k: The fork position (1..4).
+
+    Returns:
+        ``"<htype>-k<k>"``, e.g. ``"GR-k2"``.
+    """
     return f"{htype}-k{int(k)}"
 
 
@@ -81,6 +89,12 @@ def request_salt(request) -> str:
 
     Reads ``request.state`` (the engine's ``Dialogue``: ``fork``, ``injected``, ``reword_rate``);
     a request without one is never reworded.
+
+    Args:
+        request: The turn request (``seed``, ``turn_index``, ``state``).
+
+    Returns:
+        The salt, or ``""``.
     """
     d = getattr(request, "state", None)
     fork = getattr(d, "fork", None)

@@ -41,7 +41,20 @@ def load_template(name: str) -> str:
 
 
 def render(name: str, **values: object) -> str:
-    """Fill template ``name`` (``prompts/<name>.txt``); every placeholder must be given."""
+    """Fill template ``name`` (``prompts/<name>.txt``); every placeholder must be given.
+
+    Args:
+        name: The template's name, without ``.txt``.
+        **values: One value per ``{placeholder}`` (converted with ``str``); ``end_token``
+            defaults to :data:`END_TOKEN`. Extra values are ignored.
+
+    Returns:
+        The filled text.
+
+    Raises:
+        PromptError: A placeholder of the template has no value, or the template file does not
+            exist.
+    """
     text = load_template(name)
     values.setdefault("end_token", END_TOKEN)
     missing = sorted({m for m in _FIELD.findall(text) if m not in values})
@@ -51,6 +64,14 @@ def render(name: str, **values: object) -> str:
 
 
 def user_guide_block(user_guide: tuple[str, ...] | list[str]) -> str:
+    """The user agent's guide lines as a numbered block (template ``user_guide.txt``).
+
+    Args:
+        user_guide: The scenario's guide lines; blank ones are dropped, the rest stripped.
+
+    Returns:
+        The rendered block, or ``""`` when no line is left.
+    """
     items = [g.strip() for g in user_guide if g and g.strip()]
     if not items:
         return ""

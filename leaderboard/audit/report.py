@@ -119,12 +119,20 @@ class AuditReport:
         return not self.generators or "template" in self.generators
 
     def ceiling(self) -> AttackResult | None:
-        """The public-data ceiling (the supervised classifier's detector-track result), if run."""
+        """The public-data ceiling (the supervised classifier's detector-track result), if run.
+
+        Returns:
+            The first detector-track attack named as the ceiling that has a value, or None.
+        """
         return next((a for a in self.attacks if a.track == "detector" and a.name == CEILING
                      and a.value is not None), None)
 
     def best_honest(self) -> AttackResult | None:
-        """The honest detector with the best Score, if any was given."""
+        """The honest detector with the best Score, if any was given.
+
+        Returns:
+            The honest result with the highest ``value``, or None when none has a value.
+        """
         scored = [h for h in self.honest if h.value is not None]
         return max(scored, key=lambda h: h.value) if scored else None
 

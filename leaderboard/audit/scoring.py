@@ -142,7 +142,15 @@ class VectorScorer:
                                 self.mae_h_ref, self.mae_c_ref)
 
     def score_dict(self, preds: Mapping[str, int | None]) -> float:
-        """The Score of ``{dialogue_id: turn or None}`` (every row's id present)."""
+        """The Score of ``{dialogue_id: turn or None}`` (every row's id present).
+
+        Args:
+            preds: A predicted system turn per dialogue id; None or 0 means "no deviation". An id of
+                the rows that is missing raises ``KeyError``.
+
+        Returns:
+            The Score (0-100), as :meth:`score`; NaN without both kinds of dialogue.
+        """
         return self.score(np.asarray([float(preds[i] or 0) for i in self.ids]))
 
 

@@ -313,11 +313,26 @@ class PublicPools:
         return out
 
     def is_line(self, text: str) -> bool:
-        """Whether ``text`` is a GR or CSC line."""
+        """Whether ``text`` is a GR or CSC line.
+
+        Args:
+            text: A system turn.
+
+        Returns:
+            True when one of :attr:`system_lines` matches the whole text.
+        """
         return any(p.fullmatch(text) for p in self.system_lines)
 
     def bridge_rest(self, text: str) -> str | None:
-        """The turn after a WIC bridge at the start of ``text``, or None."""
+        """The turn after a WIC bridge at the start of ``text``, or None.
+
+        Args:
+            text: A system turn.
+
+        Returns:
+            The rest of the turn after the first bridge that matches the whole text, or None when
+            no bridge matches.
+        """
         for p in self.bridges:
             m = p.fullmatch(text)
             if m:
@@ -325,7 +340,14 @@ class PublicPools:
         return None
 
     def is_reaction(self, text: str) -> bool:
-        """Whether the user turn ``text`` is a reaction to a hallucinating system."""
+        """Whether the user turn ``text`` is a reaction to a hallucinating system.
+
+        Args:
+            text: A user turn.
+
+        Returns:
+            True when one of :attr:`reactions` matches the whole text.
+        """
         return any(p.fullmatch(text) for p in self.reactions)
 
 
