@@ -90,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
 
     logging.basicConfig(level=logging.INFO if args.progress else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from dialfork_dataset.taxonomy import hallucination_types
     from dialfork_metrics.bench import load_corpus, run_task3
 
     if args.defaults_from:
@@ -157,12 +158,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {d:6s} held out on train: cov_c {100 * row['cov_c']:.2f}% ({100 * row['cov_c_ci'][0]:.2f}-"
               f"{100 * row['cov_c_ci'][1]:.2f}%), Score {row['score']:.2f}")
     print(f"{'detector':8s} {'settings':55s} {'cov_c':>7s} {'cov_h':>7s} {'Score':>6s} {'cov@1%':>7s} {'cov@5%':>7s} "
-          f"{'cov@10%':>7s} {'@5% - paper':>11s}  MAE_h WIC/SSPC/GR/CSC | paper preset: cov_c, Score")
+          f"{'cov@10%':>7s} {'@5% - paper':>11s}  MAE_h {'/'.join(hallucination_types())} | paper preset: cov_c, Score")
     for d in streaming:
         r, s, c = res[d], res[d]["settings"], res[d]["coverage_at"]
         st = (f"{s['calibration']}, backoff={s['backoff']}, thr={s['distance_threshold']}, {s['scope']}, "
               f"N={s['order']}, pw={s.get('position_weight', 0.0):g}")
-        mae = "/".join(f"{r['mae_h_by_type'].get(h, float('nan')):.2f}" for h in ("WIC", "SSPC", "GR", "CSC"))
+        mae = "/".join(f"{r['mae_h_by_type'].get(h, float('nan')):.2f}" for h in hallucination_types())
         pr = paper["results"][d]
         print(f"{d:8s} {st:55s} {100 * r['cov_c']:6.2f}% {100 * r['cov_h']:6.2f}% {r['score']:6.2f} "
               f"{100 * c['0.01']:6.2f}% {100 * c['0.05']:6.2f}% {100 * c['0.1']:6.2f}% "

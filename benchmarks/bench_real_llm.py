@@ -436,6 +436,8 @@ def _f(v, nd=2, pct=False) -> str:
 
 
 def markdown(res: dict[str, Any], command: str) -> str:
+    from dialfork_dataset.taxonomy import table3_order
+
     g, th, wf = res["generate"], res["throughput"], res["workflow"]
     st = g["stats"]
     lines = [f"# Real LLM end to end: {res['model']}", "", f"Command: `{command}`", "",
@@ -477,7 +479,7 @@ def markdown(res: dict[str, Any], command: str) -> str:
     for key, title in (("task2_tau", "Task 2: Kendall tau per method (single forks vs their D+)"),
                        ("task1_tau", "Task 1: Kendall tau per method (fork sets vs the conformant set)")):
         taus = res[key]
-        types = [t for t in ("WIC", "SSPC", "GR", "CSC", "Avg") if any(t in v for v in taus.values())]
+        types = [t for t in (*table3_order(), "Avg") if any(t in v for v in taus.values())]
         lines += ["", f"## {title}", "", "| method | " + " | ".join(types) + " |", "|---|" + "---|" * len(types)]
         for m, v in taus.items():
             lines.append(f"| {m} | " + " | ".join(_f(v.get(t), 3) for t in types) + " |")

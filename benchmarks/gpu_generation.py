@@ -61,8 +61,9 @@ def main(argv=None) -> int:
     import torch
 
     from dialfork_dataset.star import StarCorpus
+    from dialfork_dataset.taxonomy import forks_per_source
     from generation.backends.hf import TransformersBackend
-    from generation.engine import FORKS_PER_SOURCE, GenerationConfig, generate_corpus, plan_units
+    from generation.engine import GenerationConfig, generate_corpus, plan_units
 
     tasks = tuple(t.strip() for t in args.tasks.split(",") if t.strip())
     per_task = max(1, -(-args.scenarios // len(tasks)))
@@ -89,7 +90,7 @@ def main(argv=None) -> int:
     tot = manifest.counts["total"]
     dialogues = tot["scenarios"] + tot["forks"]  # every D+ is generated, kept or not
     keep_rate = tot["kept"] / max(1, tot["scenarios"])
-    full_dialogues = len(full) * (1 + FORKS_PER_SOURCE * keep_rate)
+    full_dialogues = len(full) * (1 + forks_per_source() * keep_rate)
     st = backend.stats
     figures = {
         "model": args.model,

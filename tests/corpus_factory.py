@@ -5,7 +5,7 @@ from __future__ import annotations
 import zlib
 
 from dialfork_dataset.forks import fork_turns
-from dialfork_dataset.records import HALLUCINATION_TYPES
+from dialfork_dataset.taxonomy import get_type, hallucination_types
 
 
 def make_dialogue(n_system: int, tag: str, diverge_from: int | None = None, base: str = "") -> list[dict]:
@@ -34,12 +34,12 @@ def make_records(tasks=("weather", "trivia"), per_task=5, T=6, domain_of=None) -
                 "decoding": {"temperature": None, "top_p": None, "top_k": None, "max_new_tokens": None},
                 "prefix_mode": None, "prefix_divergence": None, "code_version": "test",
             })
-            for h in HALLUCINATION_TYPES:
+            for h in hallucination_types():
                 for k, tk in enumerate(fork_turns(t_sys), 1):
                     recs.append({
                         "dialogue_id": f"{sid}-{h}-k{k}", "source_id": sid, "scenario_id": scen, "task": task,
                         "domain": dom, "hallucination_type": h, "variant": f"{h.lower()}-v1",
-                        "instruction": f"Do {h}", "substitute_task": "other_task" if h == "WIC" else None,
+                        "instruction": f"Do {h}", "substitute_task": "other_task" if get_type(h).substitute else None,
                         "fork_position": k, "fork_turn": tk, "num_system_turns": t_sys,
                         "turns": make_dialogue(t_sys, h, tk, base), "seed": 1000 + j, "generator": "synthetic",
                         "decoding": {"temperature": None, "top_p": None, "top_k": None, "max_new_tokens": None},

@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 
 from dialfork_dataset.forks import fork_turns
-from dialfork_dataset.records import HALLUCINATION_TYPES
+from dialfork_dataset.taxonomy import get_type, hallucination_types
 
 DECODING = {"temperature": 1.3, "top_p": 0.95, "top_k": 64, "max_new_tokens": None}
 
@@ -20,7 +20,7 @@ def _rec(did, sid, scen, task, h, k, tk, turns, seed, mode=None, div=None):
     n_sys = sum(1 for t in turns if t["speaker"] == "system")
     return {"dialogue_id": did, "source_id": sid, "scenario_id": scen, "task": task, "domain": task.split("_")[0],
             "hallucination_type": h, "variant": f"{h.lower()}-v1" if h else None, "instruction": f"Do {h}" if h else None,
-            "substitute_task": "other_task" if h == "WIC" else None, "fork_position": k, "fork_turn": tk,
+            "substitute_task": "other_task" if h and get_type(h).substitute else None, "fork_position": k, "fork_turn": tk,
             "num_system_turns": n_sys, "turns": turns, "seed": seed, "generator": "llm-like-test",
             "decoding": DECODING, "prefix_mode": "replay" if h else None, "prefix_divergence": div if h else None,
             "code_version": "test"}
@@ -41,7 +41,7 @@ def llm_like_records(tasks=("weather", "trivia"), per_task=10, seed=0, prefix=""
             base = [(say("user", sid), say("system", sid)) for _ in range(T)]
             conf = [{"speaker": s, "text": x} for u, y in base for s, x in (("user", u), ("system", y))]
             recs.append(_rec(sid, sid, scen, task, None, None, None, conf, j))
-            for h in HALLUCINATION_TYPES:
+            for h in hallucination_types():
                 for k, tk in enumerate(fork_turns(T), 1):
                     turns, diverged, div = [], False, 0
                     for i in range(tk - 1):

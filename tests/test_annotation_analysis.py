@@ -14,6 +14,7 @@ pytest.importorskip("krippendorff")
 from annotation import analysis as A  # noqa: E402
 from annotation.report import load_answers, run_analyses  # noqa: E402
 from annotation.simulate import simulate_judgments  # noqa: E402
+from dialfork_dataset.taxonomy import forks_per_source  # noqa: E402
 
 NB = 300  # bootstrap resamples in tests
 
@@ -201,7 +202,7 @@ def test_distance_correlation_known_monotone():
     rng = np.random.default_rng(0)
     res = A.analyse(rows, distances={"exact": exact, "noise": {d: float(rng.random()) for d in exact}}, n_boot=NB)
     dc = res["distance_correlation"]
-    assert dc["exact"]["rho"] == pytest.approx(1.0) and dc["exact"]["n"] == 6 * 16
+    assert dc["exact"]["rho"] == pytest.approx(1.0) and dc["exact"]["n"] == 6 * forks_per_source()  # the forks each annotator judged
     assert abs(dc["noise"]["rho"]) < 0.3
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 
 import pytest
@@ -24,7 +25,7 @@ from annotation.design import (  # noqa: E402
     wic_cue_text,
 )
 from annotation.simulate import synthetic_records  # noqa: E402
-from dialfork_dataset.records import HALLUCINATION_TYPES  # noqa: E402
+from dialfork_dataset.taxonomy import forks_per_source, hallucination_types  # noqa: E402
 from generation.variants import load_variants  # noqa: E402
 
 
@@ -41,7 +42,7 @@ def records(pool):
 def test_synthetic_records_are_valid_and_complete(records):
     conf = [r for r in records if r["hallucination_type"] is None]
     forks = [r for r in records if r["hallucination_type"] is not None]
-    assert len(conf) == 20 and len(forks) == 20 * 16
+    assert len(conf) == 20 and len(forks) == 20 * forks_per_source()
     assert not any("fork" in t["text"].lower() for r in records for t in r["turns"])
 
 
@@ -59,7 +60,7 @@ def test_conformant_always_foil_forks_about_twenty_percent(records, pool):
         cue = assign_cue(r, 5, pool)
         if r["hallucination_type"] is None:
             assert cue.kind == CUE_FOIL
-            assert cue.htype in HALLUCINATION_TYPES
+            assert cue.htype in hallucination_types()
         else:
             kinds[cue.kind] += 1
             if cue.kind == CUE_FOIL:
@@ -84,9 +85,11 @@ def test_foil_share_extremes(records, pool):
 
 
 def test_latin_square_covers_every_type_position_once():
-    cells = [(h, k) for row in range(4) for k, h in latin_types(row).items()]
-    assert sorted(cells) == sorted((h, k) for h in HALLUCINATION_TYPES for k in (1, 2, 3, 4))
-    assert latin_types(5) == latin_types(1)
+    types = hallucination_types()
+    n = len(types)  # rows of the square: 4 for the paper's types
+    cells = [(h, k) for row in range(n) for k, h in latin_types(row).items()]
+    assert sorted(cells) == sorted((h, k) for h in types for k in (1, 2, 3, 4))
+    assert latin_types(n + 1) == latin_types(1)
 
 
 def test_block_order_is_a_reproducible_permutation():
@@ -122,10 +125,11 @@ def test_draw_blocks_sampling_rules(records):
     # two or three judges at most, and some overlap with overlap_share=0.3
     assert max(judges.values()) <= 3
     assert any(not d.fresh for d in draws)
-    # every four consecutive fresh blocks cover each type x position exactly once
-    for i in range(0, len(fresh_cells) - 3, 4):
-        cells = [c for b in fresh_cells[i:i + 4] for c in b]
-        assert len(set(cells)) == 16
+    # every n consecutive fresh blocks (n types: four for the paper's) cover each type x position exactly once
+    n = len(hallucination_types())
+    for i in range(0, len(fresh_cells) - (n - 1), n):
+        cells = [c for b in fresh_cells[i:i + n] for c in b]
+        assert len(set(cells)) == forks_per_source()
 
 
 def test_draw_blocks_is_reproducible_and_respects_history(records):
@@ -147,7 +151,7 @@ def test_copy_never_reuses_own_or_full_blocks(records):
 
 
 def test_sampling_error_names_the_annotator_and_slot(records):
-    pool = _pool_rows(records[:17 * 3])  # three sources
+    pool = _pool_rows(records[:(1 + forks_per_source()) * 3])  # three sources
     with pytest.raises(SamplingError, match="annotator 'solo'.*not seen"):
         draw_blocks(pool, ["solo"], 1, seed=0)
 
@@ -199,7 +203,7 @@ def test_generator_output_is_a_valid_study_corpus(tmp_path, star_dir, pool):
         pytest.skip(f"template generator unavailable: {proc.stderr[-300:]}")
     recs = load_corpus(out)
     study = Study(f"sqlite:///{tmp_path / 's.db'}", study_seed=1, variants=pool)
-    assert study.import_records(recs) == len(recs) > 16
+    assert study.import_records(recs) == len(recs) > forks_per_source()
     a = study.create_annotator("g")
     assert study.draw_batch("weather", [a["id"]], 1, seed=2)["assignments"] == 5
     forks = [r for r in recs if r["hallucination_type"]]
@@ -213,10 +217,11 @@ def test_corpus_files_follow_the_manifest(tmp_path, records):
     from annotation.corpus import load_corpus
     from dialfork_dataset.jsonl import write_jsonl
 
-    write_jsonl(tmp_path / "weather.jsonl", records[:17])
+    family = 1 + forks_per_source()  # one source's records: 17 for the paper's types
+    write_jsonl(tmp_path / "weather.jsonl", records[:family])
     write_jsonl(tmp_path / "predictions.jsonl", [{"dialogue_id": "x", "prediction": 3}])  # not records
-    (tmp_path / "manifest.json").write_text('{"files": {"weather.jsonl": {"records": 17}}}')
-    assert [r["dialogue_id"] for r in load_corpus(tmp_path)] == [r["dialogue_id"] for r in records[:17]]
+    (tmp_path / "manifest.json").write_text(json.dumps({"files": {"weather.jsonl": {"records": family}}}))
+    assert [r["dialogue_id"] for r in load_corpus(tmp_path)] == [r["dialogue_id"] for r in records[:family]]
     (tmp_path / "manifest.json").write_text('{"files": {"gone.jsonl": {}}}')
     with pytest.raises(FileNotFoundError, match="gone.jsonl"):
         load_corpus(tmp_path)

@@ -58,13 +58,14 @@ def test_annotating_a_corpus_generated_from_the_workflow_file(tmp_path):
     from annotation.app import create_app
     from annotation.corpus import load_corpus, task_descriptions
     from annotation.store import Study
+    from dialfork_dataset.taxonomy import forks_per_source
     from generation import GenerationConfig, generate_corpus
 
     generate_corpus(GenerationConfig(star=f"workflow:{EXAMPLE}", out=str(tmp_path / "corpus"), per_task=6,
                                      tasks=("insurance_file_claim",)), progress=False)
     records = load_corpus(tmp_path / "corpus")
     study = Study(f"sqlite:///{tmp_path / 'study.db'}", study_seed=1, task_descriptions=task_descriptions(EXAMPLE))
-    assert study.import_records(records) == len(records) == 6 * 17
+    assert study.import_records(records) == len(records) == 6 * (1 + forks_per_source())
     a = study.create_annotator("ann")
     study.draw_batch("insurance_file_claim", [a["id"]], 1, seed=3)
     client = TestClient(create_app(study, star_dir=f"workflow:{EXAMPLE}", analysis_dir=tmp_path / "an"))

@@ -12,6 +12,7 @@ import pytest
 
 from dialfork_dataset.jsonl import read_jsonl
 from dialfork_dataset.records import CONFORMANCE_FIELDS, conformance_errors, record_errors
+from dialfork_dataset.taxonomy import forks_per_source
 from generation import conformance as gc
 from generation.engine import GenerationConfig, GenerationError, generate_corpus
 from generation.options import build_parser, conformance_check
@@ -94,7 +95,7 @@ def test_the_engine_writes_each_check_into_d_plus_its_forks_and_the_manifest(tmp
         src = next(h for h in heads if h["dialogue_id"] == r["source_id"])
         assert r["conformance"] == src["conformance"]
     total = m.counts["total"]["conformance"]
-    assert total == {"checked": 4, "flagged": 1, "flagged_forks": 16}
+    assert total == {"checked": 4, "flagged": 1, "flagged_forks": forks_per_source()}  # the flagged D+'s forks
     task = next(t for t, c in m.counts["per_task"].items() if c["conformance"]["flagged"])
     assert m.counts["per_task"][task]["conformance"]["flagged_ids"] == flagged
     assert m["config"]["check_conformance"] == "flag-first"
@@ -155,7 +156,7 @@ def test_the_export_flags_and_counts_them_in_the_card(tmp_path, checked):
 
     info = export_hub_layout(checked, tmp_path / "hub", blind_key="ab" * 32, hidden_fraction=0.3)
     assert info["conformance"]["checked"] == 6 and info["conformance"]["flagged"] == 1
-    assert info["conformance"]["flagged_forks"] == 16 and info["conformance"]["dropped"] == 0
+    assert info["conformance"]["flagged_forks"] == forks_per_source() and info["conformance"]["dropped"] == 0
     card = (tmp_path / "hub" / "README.md").read_text()
     assert "Conformance check of D+ (`flag-first`): 6 of 6" in card and "1 did not follow their workflow" in card
     assert "`--require-conformant` drops them" in card

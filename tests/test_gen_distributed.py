@@ -14,6 +14,7 @@ import pytest
 
 pytest.importorskip("accelerate")
 
+from dialfork_dataset.taxonomy import forks_per_source  # noqa: E402
 from generation.distributed import (  # noqa: E402
     assign_shards,
     backend_options_for_process,
@@ -105,7 +106,8 @@ def test_one_and_two_processes_write_the_same_corpus(tmp_path, star_dir):
     one = GenerationConfig(star=str(star_dir), out=str(tmp_path / "one"), backend="transformers",
                            backend_options=opts, tasks=("weather",), per_task=2, budget=3)
     m1 = generate_distributed(one, backend=TransformersBackend(**opts), progress=False)
-    assert m1.counts["total"]["records"] == 34 and m1["num_shards"] == 1
+    n = forks_per_source()  # 16 for the paper's types
+    assert m1.counts["total"]["records"] == 2 * (1 + n) and m1["num_shards"] == 1
 
     # two CPU processes: accelerate launch of the CLI (--multi_gpu starts torchrun-style workers; with
     # no GPU, generation.distributed puts them in a gloo CPU group)
@@ -121,7 +123,7 @@ def test_one_and_two_processes_write_the_same_corpus(tmp_path, star_dir):
            "--no-check-conformance"]  # as the one-process config (the check is tested in test_conformance_check)
     proc = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-    assert "34 records (2 conformant, 32 forks; 0 scenario(s) dropped) from 2 process(es)" in proc.stdout
+    assert f"{2 * (1 + n)} records (2 conformant, {2 * n} forks; 0 scenario(s) dropped) from 2 process(es)" in proc.stdout
     assert "process 0/2: shard 0 of 2" in proc.stderr and "process 1/2: shard 1 of 2" in proc.stderr
 
     shards = sorted(p.name for p in (out2 / "shards").glob("shard-*"))

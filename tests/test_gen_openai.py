@@ -7,6 +7,7 @@ import json
 import pytest
 from test_openai_client import FakeOpenAIServer
 
+from dialfork_dataset.taxonomy import forks_per_source
 from generation.backends.base import TurnRequest
 from generation.backends.hf import turn_sampling_seed
 from generation.backends.openai_backend import OpenAIBackend, request_seed
@@ -126,7 +127,7 @@ def clean_run(tmp_path_factory, star_dir):
     with FakeOpenAIServer(max_requests=400) as srv:
         m = generate_corpus(_config(star_dir, out, srv.base_url), backend=backend(srv, concurrency=8),
                             progress=False)
-    assert m.counts["total"]["records"] == 34
+    assert m.counts["total"]["records"] == 2 * (1 + forks_per_source())
     return out, srv.chat_bodies
 
 
@@ -135,7 +136,7 @@ def test_engine_with_fake_server_replays_prefixes_and_injects_at_t_k(clean_run):
     recs = [json.loads(x) for x in (out / "weather.jsonl").read_text().splitlines()]
     assert all(r["generator"] == "fake-model" for r in recs)
     forks = [r for r in recs if r["hallucination_type"]]
-    assert len(forks) == 32 and all(f["prefix_divergence"] == 0 for f in forks)
+    assert len(forks) == 2 * forks_per_source() and all(f["prefix_divergence"] == 0 for f in forks)
     for f in forks:
         # the request for system turn t_k (turn index 2 t_k - 1: the user opens) ends with the instruction
         seed = request_seed(f["seed"], 2 * f["fork_turn"] - 1, "system")
@@ -160,8 +161,9 @@ def test_engine_garbage_mid_run_writes_nothing_half_way_and_resumes(tmp_path, st
     assert shard[-1].startswith('{"_unit":') and sum(x.startswith('{"_unit":') for x in shard) == 1
     with FakeOpenAIServer(max_requests=400) as srv:
         m = generate_corpus(_config(star_dir, out, srv.base_url), backend=backend(srv), progress=False)
-        assert srv.chat_count == 136  # only the unfinished scenario: D+ (8 turns) + 16 forks x 8 turns
-    assert m.counts["total"]["records"] == 34
+        # only the unfinished scenario: D+ (8 turns) + its forks x 8 turns (136 for the paper's types)
+        assert srv.chat_count == 8 + forks_per_source() * 8
+    assert m.counts["total"]["records"] == 2 * (1 + forks_per_source())
     assert (out / "weather.jsonl").read_bytes() == (clean_run[0] / "weather.jsonl").read_bytes()
 
 
@@ -195,7 +197,7 @@ def test_kb_tools_answer_the_system_agent_and_stay_out_of_the_records(tmp_path, 
         config = replace_config(_config(star_dir, out, srv.base_url), kb_tools=True, prefix_mode=prefix_mode)
         m = generate_corpus(config, backend=b, progress=False)
         bodies = srv.chat_bodies
-    assert m.counts["total"]["records"] == 34
+    assert m.counts["total"]["records"] == 2 * (1 + forks_per_source())
     assert m["config"]["kb_tools"] is True and b.describe()["kb_tools"] is True
     assert b.stats["tool_calls"] > 0 and b.stats["tool_errors"] == 0
     ex = KBExecutor(str(star_dir), ["weather"])

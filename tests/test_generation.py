@@ -13,7 +13,8 @@ import pytest
 
 from dialfork_dataset.forks import fork_turns, system_turn_to_position
 from dialfork_dataset.jsonl import read_jsonl, validate_jsonl_file
-from dialfork_dataset.records import HALLUCINATION_TYPES, RECORD_FIELDS, validate_record
+from dialfork_dataset.records import RECORD_FIELDS, validate_record
+from dialfork_dataset.taxonomy import forks_per_source, get_type, hallucination_types
 from generation import prompts
 from generation.backends import get_backend
 from generation.engine import (
@@ -54,7 +55,7 @@ def corpus(tmp_path_factory, star_dir):
 # ------------------------------------------------------------------ fork invariants (every type)
 
 
-@pytest.mark.parametrize("htype", HALLUCINATION_TYPES)
+@pytest.mark.parametrize("htype", hallucination_types())
 def test_fork_invariants_per_type(corpus, htype):
     _, _, recs = corpus
     sources = {r["dialogue_id"]: r for r in recs if r["hallucination_type"] is None}
@@ -78,7 +79,7 @@ def test_fork_invariants_per_type(corpus, htype):
         assert f["seed"] == src["seed"] and f["generator"] == "template"
         assert f["instruction"] == load_variants().by_id(f["variant"]).render_instruction(
             f["substitute_task"], f["task"].replace("_", " "))
-        if htype == "WIC":
+        if get_type(htype).substitute:  # WIC among the paper's types
             assert f["substitute_task"] and f["substitute_task"] != f["task"]
         else:
             assert f["substitute_task"] is None
@@ -96,17 +97,17 @@ def test_sixteen_forks_per_kept_source_and_valid_files(corpus):
     for s in sources:
         assert s["num_system_turns"] >= 4
         assert s["dialogue_id"] == f"{s['task']}-{s['scenario_id']}"
-        assert sorted(by_src[s["dialogue_id"]]) == sorted((h, k) for h in HALLUCINATION_TYPES for k in (1, 2, 3, 4))
+        assert sorted(by_src[s["dialogue_id"]]) == sorted((h, k) for h in hallucination_types() for k in (1, 2, 3, 4))
     for f in out.glob("*.jsonl"):
         validate_jsonl_file(f)
-    assert manifest.counts["total"]["records"] == len(recs) == 17 * len(sources)
+    assert manifest.counts["total"]["records"] == len(recs) == (1 + forks_per_source()) * len(sources)
     assert set(manifest["files"]) == {f.name for f in out.glob("*.jsonl")}
     assert not (out / "shards").exists()
 
 
 def test_records_in_canonical_order(corpus):
     out, _, _ = corpus
-    order = {h: i for i, h in enumerate(HALLUCINATION_TYPES)}
+    order = {h: i for i, h in enumerate(hallucination_types())}
     for f in out.glob("*.jsonl"):
         rows = read_jsonl(f)
         keys = [(int(r["scenario_id"]), -1 if r["hallucination_type"] is None else order[r["hallucination_type"]],
@@ -322,12 +323,12 @@ def test_merge_validates_shards_without_line_hashes(corpus, tmp_path, star_dir):
 def test_variant_pool_file():
     pool = load_variants()
     assert isinstance(pool.version, int)
-    for h in HALLUCINATION_TYPES:
+    for h in hallucination_types():
         assert len(pool[h]) >= 5
         for v in pool[h]:
             assert v.id and v.instruction and v.cue and v.description
     assert sorted(v.template["strategy"] for v in pool["SSPC"]) == sorted(SSPC_STRATEGIES)
-    ids = [v.id for h in HALLUCINATION_TYPES for v in pool[h]]
+    ids = [v.id for h in hallucination_types() for v in pool[h]]
     assert len(ids) == len(set(ids))
 
 
@@ -468,7 +469,7 @@ def test_cli(tmp_path, star_dir, capsys):
     out = tmp_path / "cli"
     assert main(["--star", str(star_dir), "--out", str(out), "--tasks", "weather", "--per-task", "2",
                  "--no-progress"]) == 0
-    assert "34 records" in capsys.readouterr().out
+    assert f"{2 * (1 + forks_per_source())} records" in capsys.readouterr().out
     assert main(["--star", str(star_dir), "--out", str(out), "--tasks", "weather", "--per-task", "2",
                  "--seed", "3", "--no-progress"]) == 2
     assert "seed" in capsys.readouterr().err
@@ -513,7 +514,7 @@ def test_injection_placement_with_a_recording_backend(tmp_path, star_dir):
     cfg = GenerationConfig(star=str(star_dir), out=str(out), tasks=("weather",), per_task=2, backend="fake")
     m = generate_corpus(cfg, backend=be, progress=False)
     recs = {r["dialogue_id"]: r for r in _records(out)}
-    assert m.counts["total"]["records"] == 34
+    assert m.counts["total"]["records"] == 2 * (1 + forks_per_source())
     by_key = defaultdict(list)
     for r in be.requests:
         by_key[r.dialogue_key].append(r)
@@ -592,7 +593,7 @@ def test_llm_backends_show_turns_advance(tmp_path, star_dir, monkeypatch, capsys
     assert not turns.off and turns.updates == calls  # one update per backend call, its utterance count
     assert turns.n == len(be.requests) == sum(calls)
     assert turns.postfixes[0] == "D+" and turns.postfixes[-1] == "forks"
-    assert dlg.updates == [17, 17]
+    assert dlg.updates == [1 + forks_per_source()] * 2  # D+ and its forks, per scenario
     assert "turns[0]" in capsys.readouterr().err  # drawn on stderr
 
 
@@ -619,7 +620,7 @@ def test_llm_ignoring_the_instruction_is_counted_not_hidden(tmp_path, star_dir):
                            budget=6, cut_after=5, prefix_mode="reuse")
     be = RecordingBackend(ignore=True)
     m = generate_corpus(cfg, backend=be, progress=False)
-    assert m.counts["forks_same_at_fork_turn"] == 16
+    assert m.counts["forks_same_at_fork_turn"] == forks_per_source()
     # wrap-up at the budget (6 turns) for both agents, cut 5 turns later
     for r in be.requests:
         wraps = [i for i, x in enumerate(r.messages) if x["content"] == prompts.render("wrap_up")]
@@ -654,13 +655,12 @@ def test_code_version_follows_the_backend_registry(monkeypatch):
 
 def test_every_hallucination_type_has_a_planner():
     """Adding a type touches the taxonomy, the variant pool and the template backend's planner table."""
-    from dialfork_dataset.taxonomy import HALLUCINATION_TYPES
     from generation.backends.template import SSPC_PLANS, Planner, planner_for
     from generation.variants import SSPC_STRATEGIES
 
-    assert all(isinstance(planner_for(h), Planner) for h in HALLUCINATION_TYPES)
+    assert all(isinstance(planner_for(h), Planner) for h in hallucination_types())
     assert set(SSPC_PLANS) == set(SSPC_STRATEGIES)
-    assert set(load_variants().types) == set(HALLUCINATION_TYPES)
+    assert set(load_variants().types) == set(hallucination_types())
 
 
 def test_generation_errors_share_one_base():

@@ -31,6 +31,7 @@ from dialfork_dataset.hidden import (
     write_key_file,
 )
 from dialfork_dataset.hub import export_hub_layout, load_blind, load_blind_pairs, load_gold, recover_export
+from dialfork_dataset.taxonomy import FORK_POSITIONS, forks_per_source, hallucination_types
 
 ROOT = Path(__file__).resolve().parents[1]
 KEY = bytes(range(32))
@@ -121,10 +122,11 @@ def test_star_scenario_split(star_dir):
 
 def test_latin_cells_balance_every_block():
     cells = latin_cells(secret_rng(KEY, "t"))
-    assert sorted(cells) == sorted((h, k) for h in ("WIC", "SSPC", "GR", "CSC") for k in (1, 2, 3, 4))
-    for b in range(4):
-        block = cells[4 * b: 4 * b + 4]
-        assert len({h for h, _ in block}) == 4 and len({k for _, k in block}) == 4
+    types = hallucination_types()
+    n, m = len(types), len(FORK_POSITIONS)  # 4 x 4 for the paper's types: blocks of four, each type and k once
+    assert sorted(cells) == sorted((h, k) for h in types for k in FORK_POSITIONS)
+    assert all(len({h for h, _ in cells[i: i + n]}) == n for i in range(0, len(cells), n))
+    assert all(len({k for _, k in cells[i: i + m]}) == m for i in range(0, len(cells), m))
 
 
 @pytest.mark.parametrize("n,m", [(5, 4), (4, 5), (6, 4), (3, 3), (2, 6), (1, 4), (4, 1)])
@@ -144,6 +146,7 @@ def test_latin_cells_for_any_number_of_types_and_positions(n, m):
 def test_latin_cells_of_the_taxonomy_are_unchanged_by_the_general_form():
     """The 4 x 4 draw of an existing key is what it was (the square path), given the same generator."""
     a = latin_cells(secret_rng(KEY, "t"))
+    # literal on purpose: the keys made so far drew over the paper's four types (the default)
     b = latin_cells(secret_rng(KEY, "t"), ["WIC", "SSPC", "GR", "CSC"], [1, 2, 3, 4])
     assert a == b
     with pytest.raises(ValueError, match="both must be non-empty"):
@@ -158,7 +161,7 @@ def test_draw_one_dialogue_per_source_balanced_and_tracks_disjoint():
     met_src = {r["source_id"] for r in tr.metric}
     assert not met_src & set(det_src)  # no source feeds both tracks
     assert len(met_src) == 3 * 12 and len(det_src) == 3 * 12
-    assert len(tr.metric) == len(met_src) * 17  # whole families on the metric track
+    assert len(tr.metric) == len(met_src) * (1 + forks_per_source())  # whole families on the metric track
     mix = tr.mix
     assert mix["dialogues"] == 36 and mix["subsets"] == {"private": 18, "public": 18}
     # conformant share 0.2 per subset (round(3.6) = 4 of 18), forks balanced over types and k
@@ -213,7 +216,7 @@ def test_export_publishes_nothing_hidden(corpora, tmp_path):
     pairs = load_blind_pairs(tmp_path / "hub")
     assert not any(turns_hash(b["turns"]) in pub_hashes for b in blind)
     assert not any(turns_hash(p["candidate"]) in pub_hashes or turns_hash(p["reference"]) in pub_hashes for p in pairs)
-    assert len(blind) == info["hidden"]["mix"]["dialogues"] == 16 and len(pairs) == 16 * 16
+    assert len(blind) == info["hidden"]["mix"]["dialogues"] == 16 and len(pairs) == 16 * forks_per_source()
     gold = load_gold(info["gold_dir"])
     key = json.loads((Path(info["gold_dir"]) / "blind_key.json").read_text())
     assert key["key"] == KEY.hex() and oct((Path(info["gold_dir"]) / "blind_key.json").stat().st_mode & 0o777) == "0o600"
@@ -224,7 +227,7 @@ def test_export_publishes_nothing_hidden(corpora, tmp_path):
 def test_export_refuses_leaks_and_public_seeds(corpora, tmp_path):
     pub, hid = corpora
     with pytest.raises(LeakError, match="scenario id"):
-        export_hub_layout(pub, tmp_path / "hub", hidden=pub[:17], blind_key=KEY.hex())
+        export_hub_layout(pub, tmp_path / "hub", hidden=pub[:1 + forks_per_source()], blind_key=KEY.hex())
     assert not (tmp_path / "hub").exists()
     from dialfork_dataset.jsonl import write_json_atomic, write_jsonl
 

@@ -22,6 +22,7 @@ from dialfork_dataset import (
     write_jsonl,
 )
 from dialfork_dataset.builder import CONFIGS, sort_key
+from dialfork_dataset.taxonomy import forks_per_source, hallucination_types
 
 PER_TASK = {"weather": 5, "trivia": 4, "bank_balance": 1}
 HIDDEN_PER_TASK = {"weather": 4, "trivia": 4}
@@ -64,15 +65,16 @@ def test_task3_split_sizes_floor_ceil(corpus):
     n_test_src = sum(n - n // 2 for n in PER_TASK.values())
     n_train_src = sum(n // 2 for n in PER_TASK.values())
     c = info["counts"]
-    assert c["task3"] == {"train": n_train_src, "test": n_test_src * 17}
+    forks = forks_per_source()  # 16 for the paper's four types
+    assert c["task3"] == {"train": n_train_src, "test": n_test_src * (1 + forks)}
     assert c["conformant"] == {"train": n_train_src, "test": n_test_src}
-    assert c["forked"] == {"train": n_train_src * 16, "test": n_test_src * 16}
-    # 8 hidden sources: per task 2 to the metric track (all 16 pairs each), 2 give one blind dialogue
+    assert c["forked"] == {"train": n_train_src * forks, "test": n_test_src * forks}
+    # 8 hidden sources: per task 2 to the metric track (all their pairs: one per fork), 2 give one blind dialogue
     assert c["blind"] == {"test": 4}
-    assert c["blind_task2"] == {"test": 4 * 16}
+    assert c["blind_task2"] == {"test": 4 * forks}
     mix = info["hidden"]["mix"]
     assert mix["dialogues"] == 4 and mix["conformant"] == 2 and mix["forked"] == 2
-    assert mix["subsets"] == {"private": 2, "public": 2} and mix["metric_units"] == 16
+    assert mix["subsets"] == {"private": 2, "public": 2} and mix["metric_units"] == 4 * len(hallucination_types())
 
 
 def test_split_is_deterministic_and_seeded():
@@ -280,16 +282,17 @@ def test_views(corpus):
     assert len(ex) == len(dd["test"]) and set(ex[0]) >= {"dialogue_id", "turns", "fork_turn", "num_system_turns"}
     skipped = []
     sets = task1_sets(recs, skipped=skipped)
-    # bank_balance has a single conformant dialogue: its 4 units are skipped, with a warning each
-    assert {t for t, _ in sets} == {"weather", "trivia"} and len(sets) == 8
-    assert len(skipped) == 4 and all("bank_balance" in s for s in skipped)
+    n_types = len(hallucination_types())  # 4 for the paper's types
+    # bank_balance has a single conformant dialogue: its units (one per type) are skipped, with a warning each
+    assert {t for t, _ in sets} == {"weather", "trivia"} and len(sets) == 2 * n_types
+    assert len(skipped) == n_types and all("bank_balance" in s for s in skipped)
     unit = sets[("weather", "GR")]
     assert len(unit["reference"]) == 5 and all(len(unit[k]) == 5 for k in (1, 2, 3, 4))
     quartets = task2_quartets(recs)
-    assert len(quartets) == sum(PER_TASK.values()) * 4
+    assert len(quartets) == sum(PER_TASK.values()) * n_types
     q = quartets[0]
     assert [q["forks"][k]["fork_position"] for k in (1, 2, 3, 4)] == [1, 2, 3, 4]
     incomplete = [r for r in recs if not (r["hallucination_type"] == "CSC" and r["fork_position"] == 3)]
     sk = []
-    assert len(task2_quartets(incomplete, skipped=sk)) == sum(PER_TASK.values()) * 3
+    assert len(task2_quartets(incomplete, skipped=sk)) == sum(PER_TASK.values()) * (n_types - 1)
     assert len(sk) == sum(PER_TASK.values()) and "missing fork position(s) [3]" in sk[0]

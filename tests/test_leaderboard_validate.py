@@ -12,6 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from dialfork_dataset.taxonomy import forks_per_source
 from leaderboard.synthetic import make_fixture, write_distances, write_metadata, write_predictions
 from leaderboard.validate import (
     BlindSet,
@@ -34,6 +35,16 @@ def env(tmp_path_factory):
 @pytest.fixture(scope="module")
 def blind(env):
     return BlindSet.from_dir(env["blind_dir"])
+
+
+def _n_blind() -> int:
+    """The fixture's blind dialogues: its 2 sources and all their forks (34 for the paper's types)."""
+    return 2 * (1 + forks_per_source())
+
+
+def _n_pairs() -> int:
+    """The fixture's blind pairs: one per fork of its 2 sources (32 for the paper's types)."""
+    return 2 * forks_per_source()
 
 
 def _valid_lines(env):
@@ -60,7 +71,7 @@ def test_blind_set_from_dir_matches_lead_loader(env, blind):
     rows = load_blind(env["blind_dir"])
     assert blind.turns == {r["dialogue_id"]: r["num_system_turns"] for r in rows}
     assert blind.pairs == {p["pair_id"] for p in load_blind_pairs(env["blind_dir"])}
-    assert len(blind.turns) == 2 * 17 and len(blind.pairs) == 2 * 16
+    assert len(blind.turns) == _n_blind() and len(blind.pairs) == _n_pairs()
     assert len(blind.revision()) == 64
 
 
@@ -150,7 +161,7 @@ def test_missing_and_unknown_fields(env, blind, tmp_path):
     by_line = {(p.line, p.code) for p in rep.errors}
     assert (1, "missing_field") in by_line and (2, "unknown_field") in by_line and (3, "missing_field") in by_line
     # line 3 has no id: its blind id is then missing from the file
-    assert ("missing_ids" in _codes(rep)) and "1 of 34 blind dialogues have no prediction" in str(rep.errors[-1])
+    assert ("missing_ids" in _codes(rep)) and f"1 of {_n_blind()} blind dialogues have no prediction" in str(rep.errors[-1])
     assert "use null for 'no deviation'" in str(rep.errors[0])
 
 
@@ -161,7 +172,7 @@ def test_bad_id_types(env, blind, tmp_path):
 
     rep = _single(env, blind, tmp_path, m)
     assert [(p.line, p.code) for p in rep.errors if p.code == "bad_id"] == [(1, "bad_id"), (2, "bad_id")]
-    assert "2 of 34 blind dialogues have no prediction" in rep.errors[-1].message
+    assert f"2 of {_n_blind()} blind dialogues have no prediction" in rep.errors[-1].message
 
 
 def test_duplicate_ids_name_both_lines(env, blind, tmp_path):
@@ -171,7 +182,8 @@ def test_duplicate_ids_name_both_lines(env, blind, tmp_path):
     rep = _single(env, blind, tmp_path, m)
     assert _codes(rep) == ["duplicate_id"]
     e = rep.errors[0]
-    assert (e.other_line, e.line) == (7, 35) and "on lines 7 and 35" in e.message
+    n = _n_blind() + 1  # the appended line
+    assert (e.other_line, e.line) == (7, n) and f"on lines 7 and {n}" in e.message
 
 
 def test_duplicate_key_inside_object(env, blind, tmp_path):
@@ -190,7 +202,7 @@ def test_unknown_ids_and_missing_blind_ids(env, blind, tmp_path):
     assert _codes(rep) == ["unknown_id", "missing_ids"]
     assert rep.errors[0].line == 21 and "not in the blind test set" in rep.errors[0].message
     miss = rep.errors[1].message
-    assert miss.startswith("14 of 34 blind dialogues have no prediction (first: ")
+    assert miss.startswith(f"{_n_blind() - 20} of {_n_blind()} blind dialogues have no prediction (first: ")
     assert miss.count("'d") == 10  # the first ten ids are named
 
 
@@ -319,7 +331,7 @@ def test_metric_track(env, blind, tmp_path):
     rep = validate_submission(p, "metric", blind)
     assert [(e.line, e.code) for e in rep.errors] == [(1, "bad_value"), (2, "bad_value"), (3, "bad_value"),
                                                         (None, "missing_ids")]
-    assert "1 of 32 blind pairs have no distance" in rep.errors[-1].message
+    assert f"1 of {_n_pairs()} blind pairs have no distance" in rep.errors[-1].message
 
 
 # ---- the hand-written line checks accept exactly what the JSON Schema accepts ------------------

@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+from dialfork_dataset.taxonomy import hallucination_types
 from dialfork_metrics.bench import distance_by_k, task3_weight_sweep, tau_confidence_intervals
 from dialfork_metrics.report import (
     plot_distance_by_k_panels,
@@ -13,7 +14,6 @@ from dialfork_metrics.report import (
 )
 from dialfork_metrics.task3.scorer import score_predictions
 
-TYPES = ("WIC", "SSPC", "GR", "CSC")
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
@@ -21,7 +21,7 @@ def _task2_units(n_sources=6, seed=0):
     rng = np.random.default_rng(seed)
     rows = []
     for s in range(n_sources):
-        for h in TYPES:
+        for h in hallucination_types():
             d = np.sort(rng.random(4))[::-1] + 0.05 * rng.random(4)
             rows.append({"source_id": f"s{s}", "type": h, "method": "flowscore", "distances": d.tolist(),
                          "tau": float(rng.uniform(0.5, 1))})
@@ -33,11 +33,11 @@ def _task2_units(n_sources=6, seed=0):
 
 
 def _task3_results():
-    gold, preds = [], {}
+    gold, preds, types = [], {}, hallucination_types()
     for i in range(12):
         turns = [{"speaker": "user" if j % 2 == 0 else "system", "text": "x"} for j in range(10)]
         g = {"dialogue_id": f"d{i}", "num_system_turns": 5, "turns": turns,
-             "hallucination_type": None if i < 4 else TYPES[i % 4], "fork_turn": None if i < 4 else 1 + i % 5}
+             "hallucination_type": None if i < 4 else types[i % len(types)], "fork_turn": None if i < 4 else 1 + i % 5}
         gold.append(g)
     out = {}
     for name, rule in {"first": lambda g: 1, "last": lambda g: 5, "it": lambda g: g["fork_turn"] or None,
@@ -51,11 +51,12 @@ def test_tau_ci_and_bars(tmp_path):
     rows = _task2_units()
     methods = ["flowscore", "turn_count_diff", "random"]
     ci = tau_confidence_intervals(rows, methods, "source_id", n_resamples=300, seed=1)
-    table = {m: {h: float(np.mean([r["tau"] for r in rows if r["method"] == m and r["type"] == h])) for h in TYPES}
+    types = hallucination_types()
+    table = {m: {h: float(np.mean([r["tau"] for r in rows if r["method"] == m and r["type"] == h])) for h in types}
              for m in methods}
     for m in methods:
-        table[m]["Avg"] = float(np.mean([table[m][h] for h in TYPES]))
-        for h in (*TYPES, "Avg"):
+        table[m]["Avg"] = float(np.mean([table[m][h] for h in types]))
+        for h in (*types, "Avg"):
             assert ci[m][h][0] <= table[m][h] + 1e-12 and table[m][h] <= ci[m][h][1] + 1e-12
     assert ci["random"]["WIC"] == [0.0, 0.0]
     drawn = plot_tau_bars_ci(table, ci, "tau", tmp_path / "tau.png")

@@ -11,6 +11,7 @@ import pytest
 from corpus_factory import make_dialogue, make_records
 from dialfork_dataset import load_records
 from dialfork_dataset.forks import fork_turns, position_to_system_turn
+from dialfork_dataset.taxonomy import forks_per_source
 from dialfork_metrics import distances as D
 from dialfork_metrics.dialogue import score_pairs
 from dialfork_metrics.stats import (
@@ -69,7 +70,7 @@ def test_task3_split_floor_half_and_all_16_forks():
     rows = all_config_rows(load_records(recs))
     assert len(rows["task3"]["train"]) == 3  # floor(7/2), conformant only
     assert all(r["hallucination_type"] is None for r in rows["task3"]["train"])
-    assert len(rows["task3"]["test"]) == 4 + 4 * 16
+    assert len(rows["task3"]["test"]) == 4 + 4 * forks_per_source()  # ceil(7/2) sources and all their forks
 
 
 # ------------------------------------------------------------------ SPEC 7: distances

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from corpus_factory import make_records
-from dialfork_dataset.records import HALLUCINATION_TYPES
+from dialfork_dataset.taxonomy import hallucination_types
 from dialfork_dataset.views import task2_quartets
 from dialfork_metrics.bench import (
     TASK2_METHODS,
@@ -69,7 +69,8 @@ def test_shared_prefix_is_an_oracle_under_same_source_and_scores_zero_under_cros
     assert _tau(same, "shared_prefix") == 1.0
     assert _tau(cross, "shared_prefix") == 0.0  # tau's no-information value: all four forks share nothing
     rows = [r for r in cross["units"] if r["method"] == "shared_prefix"]
-    assert len(rows) == 2 * 5 * 4 and all(r["distances"] == [0.0] * 4 and r["tau"] == 0.0 for r in rows)
+    assert len(rows) == 2 * 5 * len(hallucination_types())  # tasks x sources x types
+    assert all(r["distances"] == [0.0] * 4 and r["tau"] == 0.0 for r in rows)
     assert cross["protocol"] == "cross" and cross["n_references"] == 3
     # no reference is the fork's own source, and every reference is a conformant dialogue of the same task
     by_id = corpus.by_id
@@ -114,7 +115,7 @@ def test_a_task_with_a_single_source_is_skipped_with_a_reason():
     skipped: list[str] = []
     res = run_task2(corpus, WordHashEncoder(), ("flowscore", "shared_prefix"), protocol="cross", skipped=skipped)
     assert {r["source_id"].split("-")[0] for r in res["units"]} == {"trivia"}
-    assert len(skipped) == len(HALLUCINATION_TYPES)
+    assert len(skipped) == len(hallucination_types())
     assert all("cross protocol" in s and "no conformant dialogue from another source" in s for s in skipped)
     assert cross_references(corpus.conformant, 3)[recs[0]["dialogue_id"]] == []
 
@@ -160,7 +161,7 @@ def test_task1_cross_units_split_sources():
 def test_task1_cross_length_controls_only():
     recs = make_records(tasks=("weather",), per_task=6)
     res = run_task1(Corpus(recs, {}, "f"), None, ("turn_count_diff", "random"), protocol="cross", progress=False)
-    assert res["protocol"] == "cross" and res["summary"]["n_units"] == len(HALLUCINATION_TYPES)
+    assert res["protocol"] == "cross" and res["summary"]["n_units"] == len(hallucination_types())
 
 
 def test_control_sentence_says_what_a_control_beating_a_method_means():

@@ -13,6 +13,7 @@ from collections import defaultdict
 
 import pytest
 
+from dialfork_dataset.taxonomy import forks_per_source
 from dialfork_metrics.task3 import load_examples, make_detector, score_predictions
 
 GOLD_KEYS = ("dialogue_id", "num_system_turns", "hallucination_type", "fork_turn")
@@ -50,7 +51,7 @@ def test_streaming_detectors_beat_trivial_baselines(template_corpus):
     c = template_corpus
     assert len(c["train"]) == 40 and all(e["hallucination_type"] is None for e in c["train"])
     gold = [{k: e[k] for k in GOLD_KEYS} for e in c["test"]]
-    assert sum(g["hallucination_type"] is not None for g in gold) == 2 * 5 * 16
+    assert sum(g["hallucination_type"] is not None for g in gold) == 2 * 5 * forks_per_source()
 
     def score(preds):
         return score_predictions({g["dialogue_id"]: p for g, p in zip(gold, preds)}, gold)
@@ -103,7 +104,7 @@ def test_cli_predict_score_save_load(tiny_corpus, tmp_path):
     assert "fitting it+nc on 4 conformant train dialogues" in r.stderr
     rows = [json.loads(x) for x in preds.read_text().splitlines()]
     test = load_examples(tiny_corpus, "test")
-    assert [x["dialogue_id"] for x in rows] == [e["dialogue_id"] for e in test] and len(rows) == 4 + 4 * 16
+    assert [x["dialogue_id"] for x in rows] == [e["dialogue_id"] for e in test] and len(rows) == 4 + 4 * forks_per_source()
     assert not (tmp_path / "it.jsonl.partial").exists()
     report = json.loads((tmp_path / "it.jsonl.report.json").read_text())
     assert report["n"] == len(rows) and report["detector"]["detector"] == "it+nc"

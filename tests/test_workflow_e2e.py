@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from dialfork_dataset.taxonomy import forks_per_source, hallucination_types
+
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "workflows" / "insurance.yaml"
 TASKS = ("insurance_claim_status", "insurance_file_claim")
@@ -36,8 +38,9 @@ def pipeline(tmp_path_factory):
 def test_generation_from_the_workflow_file(pipeline):
     m = pipeline["manifest"]
     assert m["config"]["star"] == f"workflow:{EXAMPLE}"  # as given
-    assert m.counts["total"] == {"scenarios": 2 * PER_TASK, "kept": 2 * PER_TASK, "dropped": 0,
-                                 "conformant": 2 * PER_TASK, "forks": 2 * PER_TASK * 16, "records": 2 * PER_TASK * 17}
+    forks = forks_per_source()  # 16 for the paper's four types
+    assert m.counts["total"] == {"scenarios": 2 * PER_TASK, "kept": 2 * PER_TASK, "dropped": 0, "conformant": 2 * PER_TASK,
+                                 "forks": 2 * PER_TASK * forks, "records": 2 * PER_TASK * (1 + forks)}
     recs = [json.loads(line) for t in TASKS for line in (pipeline["root"] / "corpus" / f"{t}.jsonl").open()]
     assert {r["domain"] for r in recs} == {"insurance"}
     wic = [r for r in recs if r["hallucination_type"] == "WIC"]
@@ -60,12 +63,13 @@ def test_load_dataset_every_config(pipeline):
     n = {cfg: {s: len(d) for s, d in load_dataset(str(hub), cfg, cache_dir=str(cache)).items()}
          for cfg in ("conformant", "forked", "task3")}
     # two tasks, each PUBLIC public sources split in halves
+    forks = forks_per_source()
     assert n["conformant"] == {"train": PUBLIC, "test": PUBLIC}
-    assert n["forked"] == {"train": PUBLIC * 16, "test": PUBLIC * 16}
-    assert n["task3"] == {"train": PUBLIC, "test": PUBLIC + PUBLIC * 16}
+    assert n["forked"] == {"train": PUBLIC * forks, "test": PUBLIC * forks}
+    assert n["task3"] == {"train": PUBLIC, "test": PUBLIC + PUBLIC * forks}
     # the hidden sources: one per task feeds the detector track (one dialogue each), one the metric track
     counts = pipeline["info"]["counts"]
-    assert counts["blind"] == {"test": 2} and counts["blind_task2"] == {"test": 2 * 16}
+    assert counts["blind"] == {"test": 2} and counts["blind_task2"] == {"test": 2 * forks}
 
 
 def test_benchmark_tasks_1_to_3_and_a_streaming_detector(pipeline):
@@ -80,13 +84,13 @@ def test_benchmark_tasks_1_to_3_and_a_streaming_detector(pipeline):
                         progress=False, cache_dir=str(root / "emb"))
     units1 = rep["task1"]["units"]
     assert {(u["task"], u["type"]) for u in units1 if u["method"] == "flowkl"} == \
-        {(t, h) for t in TASKS for h in ("WIC", "SSPC", "GR", "CSC")}
+        {(t, h) for t in TASKS for h in hallucination_types()}
     assert all(-1 <= u["tau"] <= 1 for u in units1 if u["tau"] is not None)
     t2 = rep["task2"]["per_encoder"]["minilm"]["summary"]["tau"]
     assert t2["random"]["Avg"] == 0
     assert t2["flowscore"]["Avg"] > 0.3  # FlowScore orders the forks of a workflow it never saw
     t3 = rep["task3"]["minilm"]["results"]
-    assert t3["ss+nc"]["counts"]["dialogues"] == PUBLIC + PUBLIC * 16
+    assert t3["ss+nc"]["counts"]["dialogues"] == PUBLIC + PUBLIC * forks_per_source()
     assert max(t3[b]["score"] for b in ("first", "last")) < 1
 
     out = root / "submission" / "ss_nc.jsonl"
