@@ -76,6 +76,17 @@ def test_the_registry_sees_the_type(toy):
     assert taxonomy.table4_order() == ("CSC", "GR", "SSPC", "TOY", "WIC")
     assert taxonomy.breaking_types() == ("WIC", "SSPC", "GR", "TOY")
     assert taxonomy.HALLUCINATION_TYPES[-1] == "TOY" and taxonomy.display_name("TOY") == "toy reversal"
+    # the old constant names, wherever they are re-exported, read the registry when accessed
+    import dialfork_dataset
+    import generation.engine
+    from annotation import design
+    from dialfork_dataset import records
+    from dialfork_metrics import bench
+
+    for module in (dialfork_dataset, records, generation.engine):
+        assert module.HALLUCINATION_TYPES[-1] == "TOY", module.__name__
+    assert bench.TYPES[-1] == "TOY"
+    assert generation.engine.FORKS_PER_SOURCE == 20 and design.BREAKING_TYPES[-1] == "TOY"
 
 
 def test_the_variant_check_of_the_entry_runs(toy, tmp_path):

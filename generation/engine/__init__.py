@@ -31,8 +31,8 @@ here, so ``from generation.engine import X`` keeps working.
 
 from __future__ import annotations
 
+from dialfork_dataset import taxonomy as _taxonomy
 from dialfork_dataset.records import PREFIX_MODES
-from dialfork_dataset.taxonomy import FORKS_PER_SOURCE, HALLUCINATION_TYPES, TYPE_NAMES
 
 from ..backends.base import Backend, TurnRequest
 from ..errors import GenerationError
@@ -75,14 +75,11 @@ from .version import code_version
 
 __all__ = [
     "DEFAULT_REWORD_RATE",
-    "FORKS_PER_SOURCE",
-    "HALLUCINATION_TYPES",
     "MANIFEST_FORMAT",
     "NON_IDENTITY_OPTIONS",
     "PREFIX_MODES",
     "RUN_FILE",
     "SHARDS_DIR",
-    "TYPE_NAMES",
     "UNIT_MARKER",
     "Backend",
     "Dialogue",
@@ -121,3 +118,11 @@ __all__ = [
     "verify_shard_block",
     "write_run_file",
 ]
+
+
+def __getattr__(name: str):
+    """The taxonomy's constant names (``FORKS_PER_SOURCE``, ``HALLUCINATION_TYPES``, ``TYPE_NAMES``),
+    read from the type registry when accessed (:mod:`dialfork_dataset.taxonomy`)."""
+    if name in ("FORKS_PER_SOURCE", "HALLUCINATION_TYPES", "TYPE_NAMES"):
+        return getattr(_taxonomy, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
