@@ -359,21 +359,22 @@ class Monitor:
                 than one task, or the detector rejects its options or the data.
             TypeError: ``dialogues`` is a single dialogue or record, or not a list of dialogues.
         """
-        from dialfork_metrics.task3.detectors import STREAMING_DETECTORS, make_detector
+        from dialfork_metrics.task3.detectors import make_detector
+        from dialfork_metrics.task3.registry import detector_names, get_detector
 
         rows = _as_dialogues(dialogues)
         task = _task_of(rows)
         if detector is None:
             detector = _default_detector(task, workflow)
         key = str(detector).strip().lower()
-        if key not in (*STREAMING_DETECTORS, "wf"):
-            raise ValueError(f"the guard runs a streaming detector (wf, {', '.join(STREAMING_DETECTORS)}), "
-                             f"got {detector!r}")
-        if key == "wf":
+        guarded = detector_names(guard=True)
+        if key not in guarded:
+            raise ValueError(f"the guard runs a streaming detector ({', '.join(guarded)}), got {detector!r}")
+        if "workflow" in get_detector(key).needs:
             if task is None:
                 raise ValueError("Monitor.fit(detector='wf') needs records with a 'task' field (the workflow "
                                  "to follow); give records, or detector='ss+nc' for bare turn lists")
-            det = make_detector("wf", encoder=encoder, workflow=workflow, **detector_options)
+            det = make_detector(key, encoder=encoder, workflow=workflow, **detector_options)
         else:
             det = make_detector(key, order=order, encoder=encoder, **detector_options)
         det.fit(rows, embeddings=embeddings, show_progress=show_progress)
