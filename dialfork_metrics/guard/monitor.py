@@ -302,7 +302,7 @@ class Monitor:
         task = f", task={self.task!r}" if self.task else ""
         if self.workflow_aware:
             return f"Monitor('wf', threshold={self.threshold:.6g}{task})"
-        return (f"Monitor({self.detector.name!r}, N={self.detector.order}, V={self.detector.vocab_size}, "
+        return (f"Monitor({self.detector.name!r}, N={self.detector.order_}, V={self.detector.vocab_size}, "
                 f"threshold={self.detector.threshold:.6g}{task})")
 
     @property
@@ -744,7 +744,7 @@ class Session:
 
         n, ns = _int("turn"), _int("system_turn")
         ctx = state.get("context")
-        k = det.order - 1
+        k = det.order_ - 1
         if not isinstance(ctx, list) or any(isinstance(x, bool) or not isinstance(x, int)
                                             or not 0 <= x < det.vocab_size for x in ctx):
             errs.append(f"context must be a list of node ids in 0..{det.vocab_size - 1}")
