@@ -271,7 +271,7 @@ def calibration_check(corpus, enc, out_json: str, false_alarm_rate: float = 0.05
         p_list = []
         for i in range(0, len(test), 4000):  # bounded memory for the node assignment
             p_list += det.turn_probabilities(test[i:i + 4000], te_emb[i:i + 4000])
-        g = det.position_weight
+        g = det.position_weight_
         stats = np.array([-np.inf if (det.method == "ss" and len(p) < 2) else calibration_statistic(p, det.method, j, g)
                           for p, j in zip(p_list, sys_turns)])
         row = {"settings": det.settings(), "V": det.vocab_size, "variants": {}}
@@ -334,7 +334,7 @@ def split_check(corpus, enc, out_json: str, detectors, chosen, n_seeds: int = 5,
                                     **settings).fit(halves[fit_on], emb[fit_on])
                 p_list = det.turn_probabilities(halves[held], emb[held])
                 k = sum(p is not None for p in first_alarms(p_list, sys_turns[held], det.method, det.threshold,
-                                                            det.position_weight))
+                                                            det.position_weight_))
                 st = np.asarray(det.calibration_stats)
                 oof = float(np.mean(st < det.threshold) if det.method == "it" else np.mean(st > det.threshold))
                 n = len(halves[held])

@@ -215,7 +215,7 @@ def turn_excess(det: Any, name: str, rows: list[dict], embs: list[np.ndarray]) -
     for r, p in zip(rows, probs):
         m = det.for_task(r.get("task"))
         sys_idx = system_turn_index(r["turns"])
-        s = turn_scores(p, m.method, sys_idx, m.position_weight)
+        s = turn_scores(p, m.method, sys_idx, m.position_weight_)
         with np.errstate(divide="ignore"):
             ex = (np.log(m.threshold) - np.log(s)) if m.method == "it" else (s - m.threshold)
         T = int(sum(t["speaker"] == "system" for t in r["turns"]))

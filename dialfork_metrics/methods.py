@@ -2,7 +2,8 @@
 
 The one place that lists what ``dialfork_metrics.bench`` runs and how ``dialfork_metrics.report``
 names it: both import from here (so neither imports the other). Metric names and labels are views
-of :mod:`dialfork_metrics.registry`.
+of :mod:`dialfork_metrics.registry`; detector names, labels and regimes of
+:mod:`dialfork_metrics.task3.registry`.
 
 >>> label("flowkl"), label("my_metric")
 ('FlowKL', 'my_metric')
@@ -15,14 +16,17 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from .registry import LabelView, NameView, names
+from .task3.registry import RegimeView, detector_labels, detector_names
 
 #: Task 1 (SPEC 5) methods, in the order of the paper's Table 2: a live view of the registry's set
 #: metrics (:mod:`dialfork_metrics.registry`), so a metric registered at run time is listed.
 TASK1_METHODS: Sequence[str] = NameView(lambda: names("set"))
 #: Task 2 (SPEC 6) methods, in the order of the paper's Table 3: the registry's pair metrics.
 TASK2_METHODS: Sequence[str] = NameView(lambda: names("pair"))
-#: Task 3 (SPEC 8) detectors: the trivial baselines, then the streaming detectors.
-TASK3_DETECTORS: tuple[str, ...] = ("first", "last", "random", "it", "ss", "it+nc", "ss+nc", "wf")
+#: Task 3 (SPEC 8) detectors of the benchmark's default run: the trivial baselines, the streaming
+#: detectors, then the workflow-aware one; a live view of the detector registry
+#: (:mod:`dialfork_metrics.task3.registry`, ``in_benchmark=True``).
+TASK3_DETECTORS: Sequence[str] = NameView(lambda: detector_names(in_benchmark=True))
 
 #: The paper's Holm family for Task 1 (Appendix J): FlowKL against each other distance method.
 #: The length controls and Random are sanity checks, not competitors, so they stay out of the
@@ -30,16 +34,12 @@ TASK3_DETECTORS: tuple[str, ...] = ("first", "last", "random", "it", "ss", "it+n
 TASK1_REFERENCE = "flowkl"
 TASK1_COMPARED: tuple[str, ...] = ("fbd", "prd")
 
-#: Display label of each method (from the registry) and detector in the reports.
-LABELS: Mapping[str, str] = LabelView({
-    "first": "Always first", "last": "Always last", "random": "Random", "it": "IT", "ss": "SS", "it+nc": "IT+NC",
-    "ss+nc": "SS+NC", "wf": "WF (workflow-aware)", "wf-sup": "WF-sup (supervised)",
-})
+#: Display label of each method and detector in the reports (live views of both registries).
+LABELS: Mapping[str, str] = LabelView(detector_labels)
 
-#: Regimes whose winners Appendix I compares; a detector not listed is its own regime "other".
-TASK3_REGIMES: dict[str, tuple[str, ...]] = {"baselines": ("first", "last", "random"),
-                                             "streaming": ("it", "ss", "it+nc", "ss+nc"),
-                                             "workflow-aware": ("wf", "wf-sup")}
+#: Regimes whose winners Appendix I compares (regime -> detector names, a live view of the detector
+#: registry); a name no detector has is in the regime "other".
+TASK3_REGIMES: Mapping[str, tuple[str, ...]] = RegimeView()
 
 
 def label(method: str) -> str:
@@ -61,6 +61,6 @@ def regime(detector: str) -> str:
         detector: A Task 3 detector name.
 
     Returns:
-        ``"baselines"``, ``"streaming"`` or ``"other"``.
+        ``"baselines"``, ``"streaming"``, ``"workflow-aware"`` or ``"other"`` (also for an unknown name).
     """
     return next((r for r, ds in TASK3_REGIMES.items() if detector in ds), "other")

@@ -296,14 +296,16 @@ class LabelView(Mapping[str, str]):
     """A live view ``name -> display label`` over both levels, plus fixed extra labels.
 
     Args:
-        extra: Labels of names that are not metrics (e.g. Task 3 detectors).
+        extra: Labels of names that are not metrics (e.g. Task 3 detectors): a mapping, or a function
+            returning the current ones (read at each access, so the view stays live).
     """
 
-    def __init__(self, extra: Mapping[str, str]):
-        self._extra = dict(extra)
+    def __init__(self, extra: Mapping[str, str] | Callable[[], Mapping[str, str]]):
+        self._extra = extra if callable(extra) else dict(extra)
 
     def _all(self) -> dict[str, str]:
-        return {**{s.name: s.label for s in specs()}, **self._extra}
+        extra = self._extra() if callable(self._extra) else self._extra
+        return {**{s.name: s.label for s in specs()}, **extra}
 
     def __getitem__(self, k: str) -> str:
         return self._all()[k]

@@ -6,12 +6,13 @@ of another object."""
 from __future__ import annotations
 
 import ast
+import inspect
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from dialfork_metrics.task3 import NotFittedError, make_detector
+from dialfork_metrics.task3 import NotFittedError, StreamingDetector, make_detector
 from dialfork_metrics.task3.params import Constraint, either, integer, interval, one_of, validate_params
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -94,8 +95,7 @@ def test_init_stores_parameters_and_fit_adds_underscore_attributes(name):
         kwargs["distance_threshold"] = 0.9
     det = make_detector(name, **kwargs)
     public = {k for k in vars(det) if not k.startswith("_")}
-    # StreamingDetector also records where each preset-resolved setting came from
-    assert public - {"settings_source"} <= set(det.get_params()), public - set(det.get_params())
+    assert public <= set(det.get_params()), public - set(det.get_params())
     assert not [k for k in public if k.endswith("_")]
     if name == "wf":
         return  # fitting needs a workflow (tests/test_workflow_detector.py)
@@ -103,7 +103,40 @@ def test_init_stores_parameters_and_fit_adds_underscore_attributes(name):
     added = {k for k in vars(det) if not k.startswith("_")} - public
     assert all(k.endswith("_") for k in added), added
     if name != "random":
-        assert {"lm_", "threshold_", "centroids_", "n_train_", "tasks_"} <= added
+        assert {"lm_", "threshold_", "centroids_", "n_train_", "tasks_", "order_", "settings_source_"} <= added
         assert det.threshold == det.threshold_ and det.n_train == det.n_train_ == len(TRAIN)
         with pytest.raises(AttributeError, match="threshold is a fitted attribute, read-only"):
             det.threshold = 0.5
+
+
+@pytest.mark.parametrize("name", ["it", "ss+nc"])
+def test_streaming_init_stores_parameters_as_given_and_fit_resolves_presets(name):
+    """scikit-learn's convention for StreamingDetector: ``__init__`` stores its parameters as given
+    (a setting left to the preset stays None), ``get_params`` round-trips through the constructor
+    (``clone``), and ``fit`` resolves the presets into fitted ``_`` attributes without changing a
+    parameter."""
+    det = make_detector(name, encoder=None, distance_threshold=0.9, tau=1)
+    params = det.get_params()
+    assert set(params) == set(inspect.signature(StreamingDetector).parameters)
+    assert params["order"] is None and params["scope"] is None and params["threshold_rule"] is None
+    assert params["tau"] == 1 and type(params["tau"]) is int  # as given, not coerced
+    clone = StreamingDetector(**params)
+    assert clone.get_params() == params
+    det.fit(TRAIN, embeddings=TRAIN_E)
+    assert det.get_params() == params  # fit changes no parameter
+    assert det.order_ == det.settings()["order"] and det.scope_ == det.settings()["scope"]
+    assert det.settings_source["order"] == "preset:selected" and det.settings_source["distance_threshold"] == "explicit"
+    assert det.settings() == clone.settings()  # before fit, settings() resolves the parameters
+    clone.fit(TRAIN, embeddings=TRAIN_E)
+    assert clone.thresholds == det.thresholds and clone.config() == det.config()
+    assert clone.predict_many(TRAIN, embeddings=TRAIN_E) == det.predict_many(TRAIN, embeddings=TRAIN_E)
+
+
+def test_streaming_init_accepts_anything_and_fit_names_every_bad_parameter():
+    det = make_detector("it", encoder=None, order=0, tau=-1.0, scope="global", preset="paper")
+    assert (det.order, det.tau, det.scope) == (0, -1.0, "global")  # stored, not checked yet
+    with pytest.raises(ValueError, match=r"^StreamingDetector: order must be an integer >= 1, got 0; "
+                                         r"tau must be > 0, got -1.0; .*scope must be one of \('task', 'pooled'\)"):
+        det.fit(TRAIN, embeddings=TRAIN_E)
+    with pytest.raises(ValueError, match=r"StreamingDetector: preset must be one of \('selected', 'paper'\), got 'x'"):
+        make_detector("ss", encoder=None, preset="x").fit(TRAIN, embeddings=TRAIN_E)

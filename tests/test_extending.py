@@ -8,6 +8,9 @@
 * a new workflow source: a dict in the workflow-file format, a class implementing
   ``dialfork_dataset.sources.WorkflowSource``, and a source kind (``toy:PATH``) registered with
   ``dialfork_dataset.sources.register_source_kind``, seen by every CLI that takes a source spec;
+* a new Task 3 detector: one :class:`dialfork_metrics.task3.DetectorSpec` registered at run time
+  (a toy "always the middle turn"), seen by ``make_detector``, the name lists, the CLIs, the
+  benchmark's Task 3 run, its table and the weight sweep; bad entries are refused;
 * a new hallucination type: ``tests/test_extending_type.py`` registers a toy fifth type at run time
   and runs generation, export, ``load_dataset``, the benchmark, the annotation tool and the audit on
   it; here, a type the registry does not name is refused by the variant pool.
@@ -143,6 +146,94 @@ def test_registry_refuses_bad_entries():
         MetricSpec("x", "pair", "X", core=toy_jaccard_core)
     with pytest.raises(ValueError, match="unknown Task 2 .pair. metric 'nope'; registered: mean_turn"):
         get("nope")
+
+
+# -- a new Task 3 detector --------------------------------------------------------------------------
+class MiddleTurnDetector:
+    """Toy Task 3 detector: always the middle system turn (no training)."""
+
+    def __init__(self, seed: int = 0):
+        self.seed = seed  # unused: shows that the benchmark passes what the spec ``needs``
+
+    def fit(self, dialogues, embeddings=None, **_):
+        self.n_train_ = len(dialogues)
+        return self
+
+    def predict_many(self, dialogues, show_progress: bool = False):
+        from dialfork_dataset.turns import as_turns
+
+        return [(sum(t["speaker"] == "system" for t in as_turns(d)) + 1) // 2 for d in dialogues]
+
+
+@pytest.fixture
+def toy_detector():
+    """The Task 3 checklist's one entry (the class above, named lazily), undone afterwards."""
+    from dialfork_metrics.task3 import DetectorSpec, register_detector, unregister_detector
+
+    register_detector(DetectorSpec("middle", "Always middle", "baselines", "test_extending:MiddleTurnDetector",
+                                   needs=("seed",), in_benchmark=True, description="always the middle system turn"))
+    yield
+    unregister_detector("middle")
+
+
+def test_new_detector_is_one_registry_entry(small_corpus, toy_detector):
+    from dialfork_metrics import bench
+    from dialfork_metrics.methods import LABELS, TASK3_DETECTORS, TASK3_REGIMES, regime
+    from dialfork_metrics.report.markdown import _task3_header, task3_markdown, weight_sweep_markdown
+    from dialfork_metrics.task3 import DETECTOR_NAMES, make_detector
+    from dialfork_metrics.task3.__main__ import _build_parser as task3_parser
+
+    # the name lists, old names included, and the CLIs that take a detector name
+    assert "middle" in TASK3_DETECTORS and "middle" in bench.TASK3_DETECTORS and "middle" in DETECTOR_NAMES
+    assert LABELS["middle"] == "Always middle" and regime("middle") == "baselines"
+    assert TASK3_REGIMES["baselines"] == ("first", "last", "random", "middle")
+    assert task3_parser().parse_args(["predict", "--data", "x", "--out", "y", "--detector", "middle"]).detector == "middle"
+    assert "middle" in bench.build_parser().format_help()
+    det = make_detector("middle", seed=3)
+    assert isinstance(det, MiddleTurnDetector) and det.seed == 3
+    # the benchmark's Task 3 run, its table and the weight sweep
+    corpus = bench.load_corpus(small_corpus)
+    t3 = bench.run_task3(corpus, None, detectors=("first", "middle"), progress=False, ablations=False,
+                         paper_table=False)
+    assert list(t3["results"]) == ["first", "middle"]
+    test = t3["predictions"]["middle"]
+    assert len(test) == t3["n_test"] and all(isinstance(p, int) and p >= 1 for p in test.values())
+    assert t3["results"]["middle"]["score"] is not None
+    row = next(line for line in task3_markdown({"none": t3}).splitlines() if line.startswith("| Always middle |"))
+    cells = [c.strip() for c in row.strip().strip("|").split("|")]
+    assert len(cells) == len(_task3_header()) and cells[-1] not in ("", "-", "–")  # a Score
+    sweep = bench.task3_weight_sweep(t3["results"])
+    assert set(sweep["winners"]) == {"baselines"} and "middle" in sweep["scores"]
+    assert "Appendix I" in weight_sweep_markdown({"none": sweep})
+
+
+def test_detector_registry_refuses_bad_entries():
+    from dialfork_metrics import bench
+    from dialfork_metrics.task3 import DetectorSpec, get_detector, make_detector, register_detector
+
+    with pytest.raises(ValueError, match="a Task 3 detector 'it' is already registered"):
+        register_detector(DetectorSpec("it", "IT again", "streaming", MiddleTurnDetector))
+    with pytest.raises(ValueError, match=r"Task 3 detector 'x': regime 'fast' is not one of \('baselines'"):
+        DetectorSpec("x", "X", "fast", MiddleTurnDetector)
+    with pytest.raises(ValueError, match="Task 3 detector 'X': name must be a non-empty lower-case string"):
+        DetectorSpec("X", "X", "other", MiddleTurnDetector)
+    with pytest.raises(ValueError, match=r"Task 3 detector 'x': unknown needs \['gpu'\]; known: \('encoder'"):
+        DetectorSpec("x", "X", "other", MiddleTurnDetector, needs=("gpu",))
+    with pytest.raises(ValueError, match="Task 3 detector 'x': factory must be a class or function"):
+        DetectorSpec("x", "X", "other", "test_extending.MiddleTurnDetector")
+    with pytest.raises(ValueError, match=r"Task 3 detector 'x': in_benchmark=True but it needs \['forks'\]"):
+        DetectorSpec("x", "X", "other", MiddleTurnDetector, needs=("forks",), in_benchmark=True)
+    with pytest.raises(ValueError, match="Task 3 detector 'x' factory: cannot import 'Nope'"):
+        DetectorSpec("x", "X", "other", "test_extending:Nope").build()
+    with pytest.raises(TypeError, match="Task 3 detector 'it': method= is fixed by the name"):
+        make_detector("it", method="ss")
+    # an unknown name, everywhere a name is taken, lists the registered ones
+    with pytest.raises(ValueError, match="unknown Task 3 detector 'nope'; registered: first, last, random, it"):
+        get_detector("nope")
+    with pytest.raises(ValueError, match="unknown Task 3 detector 'nope'; registered: first, last, random, it"):
+        make_detector("nope")
+    with pytest.raises(bench.BenchError, match=r"unknown Task 3 method\(s\) \['nope'\]; known: first, last"):
+        bench.run_benchmark("unused", tasks=(3,), task3_detectors=("nope",))
 
 
 # -- a new generation backend -----------------------------------------------------------------------

@@ -152,7 +152,7 @@ def test_position_weight_enters_the_fingerprint_only_when_set(monitors):
 
     det = monitors[("ss+nc", 6)].detector
     zero, one, old = copy.deepcopy(det), copy.deepcopy(det), copy.deepcopy(det)
-    zero.position_weight, one.position_weight = 0.0, 1.0
+    zero.position_weight_, one.position_weight_ = 0.0, 1.0  # the fitted value the fingerprint covers
     assert detector_fingerprint(zero) != detector_fingerprint(one)
     # a gamma = 0 detector keeps the fingerprint of a version whose config had no such key
     cfg = {k: v for k, v in zero.config().items() if k != "position_weight"}

@@ -105,16 +105,17 @@ def test_tree_cut_validation():
 # -- presets and settings --------------------------------------------------------------------------
 def test_presets_and_explicit_overrides():
     paper = make_detector("it+nc", encoder=None, preset="paper")
-    assert paper.settings() == PAPER_SETTINGS and paper.scope == "task"
+    assert paper.settings() == PAPER_SETTINGS and paper.settings()["scope"] == "task" and paper.scope is None
     sel = make_detector("ss+nc", encoder="minilm")
     assert sel.settings() == preset_settings("selected", "ss+nc", "minilm")
     assert set(sel.settings_source.values()) == {"preset:selected"}
     det = make_detector("it", encoder=None, preset="paper", order=3, scope="pooled")
-    assert det.order == 3 and det.scope == "pooled" and det.calibration == "in_sample"
+    assert det.order == 3 and det.scope == "pooled" and det.calibration is None  # parameters as given
+    assert det.settings()["calibration"] == "in_sample"
     assert det.settings_source["order"] == "explicit" and det.settings_source["backoff"] == "preset:paper"
     for bad, match in (({"preset": "x"}, "preset must be"), ({"scope": "global"}, "scope must be")):
         with pytest.raises(ValueError, match=match):
-            make_detector("it", encoder=None, **bad)
+            make_detector("it", encoder=None, **bad).resolved_settings()
 
 
 # -- scope -----------------------------------------------------------------------------------------
@@ -138,7 +139,7 @@ def test_task_scope_is_one_pooled_model_per_task(tmp_path):
     with pytest.raises(ValueError, match="without a task model"):
         det.predict_many([{**TEST[0], "task": "zzz"}], embeddings=[TEST_E[0]])
     back = load_detector(det.save(tmp_path / "d"))
-    assert back.scope == "task" and sorted(back.task_models) == ["a", "b"]
+    assert back.scope_ == "task" and sorted(back.task_models) == ["a", "b"]
     assert back.predict_many(TEST, embeddings=TEST_E) == preds
     assert back.thresholds == det.thresholds
     cfg = json.loads((tmp_path / "d" / "config.json").read_text())
@@ -197,7 +198,7 @@ def test_curve_passes_through_the_operating_point(name):
     fork = [r["hallucination_type"] is not None for r in TEST]
     st, keys = det.dialogue_statistics(TEST, TEST_E)
     cur = tradeoff_curve(st, keys, fork, {k: m.calibration_stats for k, m in det.models().items()}, det.method,
-                         levels=[det.false_alarm_rate], threshold_rule=det.threshold_rule, confidence=det.confidence)
+                         levels=[det.false_alarm_rate], threshold_rule=det.threshold_rule_, confidence=det.confidence)
     flagged = np.array([p is not None for p in preds])
     assert cur["cov_c"][1] == pytest.approx(flagged[~np.array(fork)].mean())
     assert cur["cov_h"][1] == pytest.approx(flagged[np.array(fork)].mean())
@@ -206,7 +207,7 @@ def test_curve_passes_through_the_operating_point(name):
     ps = det.turn_probabilities(TEST, TEST_E)
     out = [first_alarms([p], [system_turn_index(r["turns"])], det.method, m[r["task"] if det.task_models else
                                                                               next(iter(m))].threshold,
-                        det.position_weight)[0]
+                        det.position_weight_)[0]
            for p, r in zip(ps, TEST)]
     assert out == preds
 

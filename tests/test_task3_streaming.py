@@ -140,7 +140,7 @@ def test_ngram_bad_order():
     with pytest.raises(ValueError, match="N-gram order"):
         NgramLM(0, 3)
     with pytest.raises(ValueError, match="order must be an integer >= 1"):
-        make_detector("it", order=0, encoder=None)
+        make_detector("it", order=0, encoder=None).fit(TRAIN, embeddings=TRAIN_E)
 
 
 # -- decision functions ----------------------------------------------------------------------------
@@ -284,16 +284,16 @@ def test_cross_fit_calibration_is_leave_one_out_with_n_folds(fitted):
     train, emb = TRAIN[:12], TRAIN_E[:12]
     det = StreamingDetector("it", encoder=None, calibration="cross_fit", calibration_folds=12,
                             cross_fit_nodes="fixed").fit(train, embeddings=emb)
-    assert make_detector("it", encoder=None, preset="paper").calibration == "in_sample"
-    assert det.calibration == "cross_fit"
+    assert make_detector("it", encoder=None, preset="paper").settings()["calibration"] == "in_sample"
+    assert det.calibration == det.calibration_ == "cross_fit"
     turns = [r["turns"] for r in train]
     nodes, _ = det._assign_many(turns, [np.asarray(e, dtype=np.float64) for e in emb])
     for i in (0, 5, 11):
-        lm = NgramLM(det.order, det.vocab_size).fit([n for j, n in enumerate(nodes) if j != i])
+        lm = NgramLM(det.order_, det.vocab_size).fit([n for j, n in enumerate(nodes) if j != i])
         assert det.calibration_stats[i] == pytest.approx(
-            calibration_statistic(lm.sequence_probs(nodes[i]), "it", system_turn_index(turns[i]), det.position_weight))
+            calibration_statistic(lm.sequence_probs(nodes[i]), "it", system_turn_index(turns[i]), det.position_weight_))
     with pytest.raises(ValueError, match="calibration must be one of"):
-        StreamingDetector("it", calibration="bogus")
+        StreamingDetector("it", calibration="bogus").fit(TRAIN, embeddings=TRAIN_E)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -341,13 +341,13 @@ def test_conformal_rule_false_alarm_rate_is_k_over_n_plus_1():
 
 
 def test_default_rule_and_presets():
-    assert make_detector("it", encoder=None).threshold_rule == "upper_bound"
-    assert make_detector("it", encoder=None, preset="paper").threshold_rule == "percentile"
+    assert make_detector("it", encoder=None).resolved_settings()[0]["threshold_rule"] == "upper_bound"
+    assert make_detector("it", encoder=None, preset="paper").resolved_settings()[0]["threshold_rule"] == "percentile"
     assert make_detector("it", encoder=None).cross_fit_nodes == "restrict"
     with pytest.raises(ValueError, match="threshold_rule must be one of"):
-        make_detector("it", encoder=None, threshold_rule="bogus")
+        make_detector("it", encoder=None, threshold_rule="bogus").resolved_settings()
     with pytest.raises(ValueError, match="cross_fit_nodes must be one of"):
-        make_detector("it", encoder=None, cross_fit_nodes="bogus")
+        make_detector("it", encoder=None, cross_fit_nodes="bogus").resolved_settings()
     det = make_detector("ss+nc", encoder=None, distance_threshold=0.55).fit(TRAIN, embeddings=TRAIN_E)
     m = max_calibration_alarms(len(TRAIN), det.false_alarm_rate, "upper_bound")
     # the rule bounds the calibration dialogues that alarm (SS: statistic above the threshold);
@@ -427,7 +427,7 @@ def test_position_weight_streaming_equals_offline_rule(name, gamma):
 
     det = make_detector(name, encoder=None, distance_threshold=0.55, threshold_rule="percentile",
                         position_weight=gamma).fit(TRAIN, embeddings=TRAIN_E)
-    assert det.position_weight == gamma and det.settings()["position_weight"] == gamma
+    assert det.position_weight == det.position_weight_ == gamma and det.settings()["position_weight"] == gamma
     ps = det.turn_probabilities(TEST, TEST_E)
     sys_turns = [system_turn_index(r["turns"]) for r in TEST]
     assert det.predict_many(TEST, embeddings=TEST_E) == first_alarms(ps, sys_turns, det.method, det.threshold, gamma)
@@ -462,8 +462,8 @@ def test_position_weight_saved_validated_and_old_files_load_as_zero(tmp_path):
     cfg = json.loads((path / "config.json").read_text())
     del cfg["position_weight"]  # a folder saved before the setting existed ran the single threshold
     (path / "config.json").write_text(json.dumps(cfg))
-    assert load_detector(path).position_weight == 0.0
+    assert load_detector(path).position_weight_ == 0.0
     for bad in (-1.0, float("nan"), float("inf"), True, "1"):
         with pytest.raises(ValueError, match="position_weight"):
-            make_detector("it", encoder=None, position_weight=bad)
-    assert make_detector("it", encoder=None, preset="paper").position_weight == 0.0
+            make_detector("it", encoder=None, position_weight=bad).fit(TRAIN, embeddings=TRAIN_E)
+    assert make_detector("it", encoder=None, preset="paper").settings()["position_weight"] == 0.0

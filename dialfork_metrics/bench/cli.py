@@ -14,6 +14,7 @@ from ..methods import (
     TASK2_METHODS,
     TASK3_DETECTORS,
 )
+from ..task3.registry import detector_names
 from .common import DEFAULT_PRD, BenchError, _csv_list
 from .protocols import DEFAULT_N_REFERENCES
 from .runner import run_benchmark
@@ -88,7 +89,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="seed of PRD, bootstrap and the random baselines")
     p.add_argument("--task1-methods", default=",".join(TASK1_METHODS), help="comma-separated Task 1 methods")
     p.add_argument("--task2-methods", default=",".join(TASK2_METHODS), help="comma-separated Task 2 methods")
-    p.add_argument("--task3-detectors", default=",".join(TASK3_DETECTORS), help="comma-separated Task 3 detectors")
+    p.add_argument("--task3-detectors", default=",".join(TASK3_DETECTORS),
+                   help="comma-separated Task 3 detectors (default: the benchmark's, %(default)s; registered: "
+                        + ", ".join(detector_names()) + ")")
     p.add_argument("--task2-protocol", choices=["same-source", "cross", "both"], default="same-source",
                    help="reference protocol of Tasks 2 and 1: the paper's same-source (each fork against its own "
                         "source), cross (each fork against --n-references conformant dialogues of other scenarios of "

@@ -86,7 +86,8 @@ def run_benchmark(data: str | os.PathLike, tasks: Sequence[int] = (1, 2, 3), enc
         seed: Seed of PRD, the bootstraps, the permutation tests and the random baselines.
         task1_methods: Task 1 methods (names of :data:`TASK1_METHODS`).
         task2_methods: Task 2 methods (names of :data:`TASK2_METHODS`).
-        task3_detectors: Task 3 detectors (names of :data:`TASK3_DETECTORS`).
+        task3_detectors: Task 3 detectors: registered names (:mod:`dialfork_metrics.task3.registry`;
+            default :data:`TASK3_DETECTORS`, those ``in_benchmark``).
         custom_metrics: User Task 2 distances, each ``NAME=module:function`` or an evaluate module
             path (:func:`load_custom_metric`).
         graph_task: Task whose flow graph is drawn; None: the first.
@@ -141,7 +142,9 @@ def run_benchmark(data: str | os.PathLike, tasks: Sequence[int] = (1, 2, 3), enc
     _check_methods(task1_compare, TASK1_METHODS, "Task 1 comparison")
     _check_methods(task1_methods, TASK1_METHODS, "Task 1")
     _check_methods(task2_methods, TASK2_METHODS, "Task 2")
-    _check_methods(task3_detectors, TASK3_DETECTORS, "Task 3")
+    from ..task3.registry import detector_names
+
+    _check_methods(task3_detectors, detector_names(), "Task 3")  # any registered detector
     custom = dict(load_custom_metric(s) for s in custom_metrics)
     protocols = parse_task2_protocol(task2_protocol)
     if "cross" in protocols:

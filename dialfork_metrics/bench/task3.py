@@ -92,7 +92,11 @@ def run_task3(corpus: Corpus, encoder: Any, detectors: Sequence[str] = TASK3_DET
     Args:
         corpus: The :class:`~dialfork_metrics.bench.corpus.Corpus` (train and test splits).
         encoder: The encoder of the streaming detectors (``encode_dialogues``), its cache filled.
-        detectors: Detector names (:data:`TASK3_DETECTORS`; :func:`dialfork_metrics.task3.make_detector`).
+        detectors: Names of registered detectors (:mod:`dialfork_metrics.task3.registry`; default
+            :data:`TASK3_DETECTORS`, the ``in_benchmark`` ones). Each is built with the keyword
+            arguments its spec ``needs`` (``encoder``, ``workflow``, ``false_alarm_rate``, ``seed``)
+            and fitted on the conformant train split; one that needs what the benchmark does not
+            supply (labelled forks, an LLM) is skipped (logged, listed under ``"skipped"``).
         seed: Seed of the random baseline, the settings selection and the ablations' fork subsample.
         order: N of the streaming detectors' N-gram LM, overriding the preset; None: the preset's.
         progress: Show progress bars.
@@ -107,9 +111,9 @@ def run_task3(corpus: Corpus, encoder: Any, detectors: Sequence[str] = TASK3_DET
         ablation_orders: The N values of the order ablation.
         paper_table: Add ``"table9"`` (the paper's protocol at N=3).
         ablation_max_forks_per_source: Most forks per source in the ablations' test set; None: all.
-        workflow: The workflow source of ``wf`` (object or spec); None: the one the corpus's
-            manifest names, else ``$DIALFORK_STAR_DIR``; without any, ``wf`` is skipped (logged,
-            listed under ``"skipped"``).
+        workflow: The workflow source of the detectors that need one (``wf``; object or spec);
+            None: the one the corpus's manifest names, else ``$DIALFORK_STAR_DIR``; without any,
+            they are skipped (logged, listed under ``"skipped"``).
 
     Returns:
         A dict with ``n_train``, ``n_test``, ``preset``, ``false_alarm_rate``, ``results``
@@ -121,19 +125,21 @@ def run_task3(corpus: Corpus, encoder: Any, detectors: Sequence[str] = TASK3_DET
 
     Raises:
         BenchError: The corpus has no conformant train dialogue or no test dialogue.
-        ValueError: An unknown detector name or bad streaming settings.
+        ValueError: An unknown detector name (the message lists the registered ones) or bad
+            streaming settings.
     """
     from dialfork_dataset.views import task3_examples
 
     from ..task3 import make_detector, score_predictions
-    from ..task3.detectors import STREAMING_DETECTORS
+    from ..task3.registry import BENCH_SUPPLIES, get_detector
     from ..task3.streaming import SCOPES
 
+    specs = {d: get_detector(d) for d in detectors}  # an unknown name: before any work
     train = corpus.split("train", forks=False)
     test = task3_examples(corpus.split("test", forks=True))
     if not train or not test:
         raise BenchError(f"Task 3 needs a train and a test split; got {len(train)} train and {len(test)} test dialogues")
-    streaming = [d for d in detectors if d in STREAMING_DETECTORS]
+    streaming = [d for d in detectors if specs[d].ngram]
     out: dict[str, Any] = {"n_train": len(train), "n_test": len(test), "preset": preset,
                            "false_alarm_rate": false_alarm_rate}
     train_emb = test_emb = None
@@ -158,24 +164,39 @@ def run_task3(corpus: Corpus, encoder: Any, detectors: Sequence[str] = TASK3_DET
                 overrides[d]["scope"] = scope
     results: dict[str, Any] = {}
     predictions: dict[str, dict[str, int | None]] = {}
+    wf_source: Any = None
     for name in detectors:
-        if name in STREAMING_DETECTORS:
+        spec = specs[name]
+        if spec.ngram:
             r = _task3_fit_predict(name, train, train_emb, test, test_emb, overrides[name], preset=preset,
                                    false_alarm_rate=false_alarm_rate, curve=True,
                                    save_to=None if save_dir is None else Path(save_dir) / name.replace("+", "_"))
             results[name], predictions[name] = r["result"], r["predictions"]
             continue
-        if name == "wf":
+        unsupplied = [n for n in spec.needs if n not in BENCH_SUPPLIES]
+        if unsupplied:
+            why = (f"needs {', '.join(unsupplied)}, which the benchmark does not supply (fit and score it in Python; "
+                   "wf-sup: benchmarks/bench_task3_tracks.py scores it leave-task-out)")
+            logger.warning("Task 3: %s skipped: %s", name, why)
+            out.setdefault("skipped", {})[name] = why
+            continue
+        kw: dict[str, Any] = {}
+        if "workflow" in spec.needs:
             from ..task3.workflow_detector import workflow_for_data
 
-            wf_source = workflow or workflow_for_data(corpus.origin)
+            wf_source = wf_source or workflow or workflow_for_data(corpus.origin)
             if wf_source is None:
-                logger.warning("Task 3: wf skipped: no workflow source (pass --star or set $DIALFORK_STAR_DIR)")
+                logger.warning("Task 3: %s skipped: no workflow source (pass --star or set $DIALFORK_STAR_DIR)", name)
                 out.setdefault("skipped", {})[name] = "no workflow source (--star or $DIALFORK_STAR_DIR)"
                 continue
-            det = make_detector("wf", encoder=encoder, workflow=wf_source, false_alarm_rate=false_alarm_rate)
-        else:
-            det = make_detector(name, **({"seed": seed} if name == "random" else {}))
+            kw["workflow"] = wf_source
+        if "encoder" in spec.needs:
+            kw["encoder"] = encoder
+        if "false_alarm_rate" in spec.needs:
+            kw["false_alarm_rate"] = false_alarm_rate
+        if "seed" in spec.needs:
+            kw["seed"] = seed
+        det = make_detector(name, **kw)
         t0 = time.perf_counter()
         det.fit(train)
         preds = det.predict_many(test, show_progress=progress)

@@ -25,7 +25,7 @@ _EXTRA_MODULES = frozenset({"fastapi", "uvicorn", "httpx", "starlette", "httptoo
 
 
 def _build_parser() -> argparse.ArgumentParser:
-    from dialfork_metrics.task3.detectors import STREAMING_DETECTORS
+    from dialfork_metrics.task3.registry import detector_names
 
     from .proxy import DEFAULT_FALLBACK, MODES
 
@@ -36,7 +36,7 @@ def _build_parser() -> argparse.ArgumentParser:
     def fit_args(p, required: bool):
         p.add_argument("--data", required=required, help="corpus: Hub-layout folder, generator output folder or Hub id")
         p.add_argument("--task", required=required, help="the task whose conformant train dialogues fit the monitor")
-        p.add_argument("--detector", default="wf", choices=("wf", *STREAMING_DETECTORS),
+        p.add_argument("--detector", default="wf", choices=detector_names(guard=True),
                        help="wf (workflow-aware, default; warns when a conversation looks like another task) or a "
                             "streaming IT/SS detector")
         p.add_argument("--workflow", default=None, metavar="SPEC",

@@ -302,7 +302,7 @@ class Monitor:
         task = f", task={self.task!r}" if self.task else ""
         if self.workflow_aware:
             return f"Monitor('wf', threshold={self.threshold:.6g}{task})"
-        return (f"Monitor({self.detector.name!r}, N={self.detector.order}, V={self.detector.vocab_size}, "
+        return (f"Monitor({self.detector.name!r}, N={self.detector.order_}, V={self.detector.vocab_size}, "
                 f"threshold={self.detector.threshold:.6g}{task})")
 
     @property
@@ -359,21 +359,22 @@ class Monitor:
                 than one task, or the detector rejects its options or the data.
             TypeError: ``dialogues`` is a single dialogue or record, or not a list of dialogues.
         """
-        from dialfork_metrics.task3.detectors import STREAMING_DETECTORS, make_detector
+        from dialfork_metrics.task3.detectors import make_detector
+        from dialfork_metrics.task3.registry import detector_names, get_detector
 
         rows = _as_dialogues(dialogues)
         task = _task_of(rows)
         if detector is None:
             detector = _default_detector(task, workflow)
         key = str(detector).strip().lower()
-        if key not in (*STREAMING_DETECTORS, "wf"):
-            raise ValueError(f"the guard runs a streaming detector (wf, {', '.join(STREAMING_DETECTORS)}), "
-                             f"got {detector!r}")
-        if key == "wf":
+        guarded = detector_names(guard=True)
+        if key not in guarded:
+            raise ValueError(f"the guard runs a streaming detector ({', '.join(guarded)}), got {detector!r}")
+        if "workflow" in get_detector(key).needs:
             if task is None:
                 raise ValueError("Monitor.fit(detector='wf') needs records with a 'task' field (the workflow "
                                  "to follow); give records, or detector='ss+nc' for bare turn lists")
-            det = make_detector("wf", encoder=encoder, workflow=workflow, **detector_options)
+            det = make_detector(key, encoder=encoder, workflow=workflow, **detector_options)
         else:
             det = make_detector(key, order=order, encoder=encoder, **detector_options)
         det.fit(rows, embeddings=embeddings, show_progress=show_progress)
@@ -743,7 +744,7 @@ class Session:
 
         n, ns = _int("turn"), _int("system_turn")
         ctx = state.get("context")
-        k = det.order - 1
+        k = det.order_ - 1
         if not isinstance(ctx, list) or any(isinstance(x, bool) or not isinstance(x, int)
                                             or not 0 <= x < det.vocab_size for x in ctx):
             errs.append(f"context must be a list of node ids in 0..{det.vocab_size - 1}")

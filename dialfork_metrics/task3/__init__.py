@@ -4,8 +4,9 @@ workflow?
 * scoring: :func:`score_predictions`, :func:`score_from_stats`, :func:`validate_predictions`,
   :class:`PredictionError`;
 * streaming detectors (IT, SS, +NC): :class:`StreamingDetector`; trivial baselines;
-  zero-shot LLM detectors: :class:`LLMDetector`; the registry :func:`make_detector` and
-  :func:`load_detector`;
+  zero-shot LLM detectors: :class:`LLMDetector`; :func:`make_detector` and :func:`load_detector`;
+* the detector registry (:mod:`dialfork_metrics.task3.registry`): :class:`DetectorSpec`,
+  :func:`register_detector`, :func:`unregister_detector`, :func:`get_detector`, :func:`detector_names`;
 * files: :func:`load_examples`, :func:`load_gold_rows`, :func:`read_predictions`,
   :func:`write_predictions`. CLI: ``python -m dialfork_metrics.task3 predict|score``.
 
@@ -37,6 +38,11 @@ _EXPORTS: dict[str, str] = {
     "DETECTOR_NAMES": "detectors",
     "make_detector": "detectors",
     "load_detector": "detectors",
+    "DetectorSpec": "registry",
+    "register_detector": "registry",
+    "unregister_detector": "registry",
+    "get_detector": "registry",
+    "detector_names": "registry",
     "load_examples": "io",
     "load_gold_rows": "io",
     "read_predictions": "io",

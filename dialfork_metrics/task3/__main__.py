@@ -26,7 +26,7 @@ DEFAULT_CHUNK = {"llm": 64}
 def _build_parser() -> argparse.ArgumentParser:
     from dialfork_dataset.console import add_verbosity_options, prog_name, state_defaults
 
-    from .detectors import DETECTOR_NAMES
+    from .registry import detector_names
 
     ap = argparse.ArgumentParser(prog=prog_name("dialfork_metrics.task3"),
                                  description="DialFork Task 3: predict and score the first deviating system turn.")
@@ -35,8 +35,8 @@ def _build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("predict", help="fit a detector on the task3 train split and predict the test (or blind) set",
                        description="Fit a Task 3 detector on the conformant task3 train split and write predictions.")
     p.add_argument("--data", required=True, help="Hub dataset id, Hub-layout folder, or generator output folder")
-    p.add_argument("--detector", default="wf", choices=DETECTOR_NAMES,
-                   help="detector name (default wf: workflow-aware; it, ss, it+nc, ss+nc are the paper's)")
+    p.add_argument("--detector", default="wf", choices=detector_names(),
+                   help="a registered detector (default wf: workflow-aware; it, ss, it+nc, ss+nc are the paper's)")
     p.add_argument("--workflow", default=None, metavar="SPEC",
                    help="wf: the dialogues' workflow source (star:PATH or workflow:FILE.yaml; default: the one the "
                         "corpus's manifest names, else $DIALFORK_STAR_DIR)")
@@ -101,31 +101,35 @@ def _build_parser() -> argparse.ArgumentParser:
 
 
 def _detector_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    from .detectors import STREAMING_DETECTORS
+    """The constructor options of ``--detector``, from what its registry entry needs."""
+    from .registry import get_detector
 
-    if args.detector in STREAMING_DETECTORS:
+    spec = get_detector(args.detector)
+    if spec.ngram:
         return {"order": args.order, "K": args.K, "tau": args.tau, "distance_threshold": args.distance_threshold,
                 "false_alarm_rate": args.false_alarm_rate, "backoff": args.backoff, "encoder": args.encoder,
                 "calibration": args.calibration, "scope": args.scope, "preset": args.preset}
-    if args.detector == "wf":
+    kw: dict[str, Any] = {}
+    if "false_alarm_rate" in spec.needs:
+        kw["false_alarm_rate"] = args.false_alarm_rate
+    if "workflow" in spec.needs:
         from .workflow_detector import workflow_for_data
 
-        return {"false_alarm_rate": args.false_alarm_rate,
-                "workflow": args.workflow or workflow_for_data(args.data) or _manifest_star(args.data)}
-    if args.detector == "random":
-        return {"seed": args.seed}
-    if args.detector == "llm":
+        kw["workflow"] = args.workflow or workflow_for_data(args.data) or _manifest_star(args.data)
+    if "seed" in spec.needs:
+        kw["seed"] = args.seed
+    if "model" in spec.needs:
         api_key = _api_key(args)
         star_dir = args.star_dir
         if star_dir is None and args.with_workflow:
             made_from = _manifest_star(args.data)  # a source of another kind wins over $DIALFORK_STAR_DIR
             if made_from is not None and (_source_kind(made_from) != "star" or not os.environ.get("DIALFORK_STAR_DIR")):
                 star_dir = made_from
-        return {"model": args.model, "backend": args.backend, "base_url": args.base_url, "api_key": api_key,
-                "with_workflow": args.with_workflow, "star_dir": star_dir, "prompt": args.prompt,
-                "batch_size": args.batch_size, "max_new_tokens": args.max_new_tokens, "device": args.device,
-                "show_progress": not (args.no_progress or args.quiet), "gguf_file": args.gguf_file}
-    return {}
+        kw.update({"model": args.model, "backend": args.backend, "base_url": args.base_url, "api_key": api_key,
+                   "with_workflow": args.with_workflow, "star_dir": star_dir, "prompt": args.prompt,
+                   "batch_size": args.batch_size, "max_new_tokens": args.max_new_tokens, "device": args.device,
+                   "show_progress": not (args.no_progress or args.quiet), "gguf_file": args.gguf_file})
+    return kw
 
 
 def _api_key(args: argparse.Namespace) -> str | None:
@@ -173,8 +177,9 @@ def cmd_predict(args: argparse.Namespace) -> int:
     from dialfork_dataset.hub import resolve_data
     from dialfork_dataset.jsonl import JsonlAppender, read_jsonl, repair_torn_tail, write_json_atomic
 
-    from .detectors import STREAMING_DETECTORS, load_detector, make_detector
+    from .detectors import load_detector, make_detector
     from .io import load_examples, write_predictions
+    from .registry import get_detector
 
     if args.order is not None and args.order < 1:
         raise ValueError(f"--order N must be >= 1, got {args.order}")
@@ -183,20 +188,23 @@ def cmd_predict(args: argparse.Namespace) -> int:
                  option="--data")
     out = Path(args.out)
     progress = not (args.no_progress or args.quiet)
-    streaming = args.detector in STREAMING_DETECTORS
-    workflow_aware = args.detector == "wf"
-    encoder = _encoder(args) if streaming or workflow_aware else None
+    spec = get_detector(args.detector)
+    streaming = spec.ngram
+    workflow_aware = spec.name == "wf"
+    # a loaded detector keeps its saved encoder unless it is streaming or wf (as before the registry)
+    encoder = (_encoder(args) if streaming or workflow_aware or ("encoder" in spec.needs and not args.load_detector)
+               else None)
 
-    if args.detector == "wf-sup" and not args.load_detector:
-        raise ValueError("--detector wf-sup learns from forked dialogues, which the task3 train split does not "
-                         "hold: fit it in Python (make_detector('wf-sup', ...).fit(train_with_forks)), save it, and "
+    if "forks" in spec.needs and not args.load_detector:
+        raise ValueError(f"--detector {spec.name} learns from forked dialogues, which the task3 train split does not "
+                         f"hold: fit it in Python (make_detector({spec.name!r}, ...).fit(train_with_forks)), save it, and "
                          "pass --load-detector DIR; or use wf, fitted on conformant dialogues alone")
     if args.load_detector:
         det = load_detector(args.load_detector, encoder=encoder)
         logger.info("loaded %r from %s", det, args.load_detector)
     else:
         kw = _detector_kwargs(args)
-        if streaming or workflow_aware:
+        if streaming or "encoder" in spec.needs:
             kw["encoder"] = encoder
         det = make_detector(args.detector, **kw)
         if workflow_aware:
@@ -205,6 +213,10 @@ def cmd_predict(args: argparse.Namespace) -> int:
             det.fit(train)
             print(f"  own-workflow floor {det.min_similarity_:.3f}; thresholds "
                   + ", ".join(f"{t} {v:.3g}" for t, v in det.thresholds_.items()), file=sys.stderr)
+        elif not streaming:  # the baselines, the LLM (both no-ops) and any registered detector
+            train = load_examples(args.data, "train")
+            logger.info("fitting %s on %d conformant train dialogues", spec.name, len(train))
+            det.fit(train)
         if streaming:
             train = load_examples(args.data, "train")
             print(f"fitting {args.detector} on {len(train)} conformant train dialogues", file=sys.stderr)

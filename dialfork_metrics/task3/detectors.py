@@ -1,4 +1,4 @@
-"""Registry of Task 3 detectors by name, and loading of saved detectors.
+"""Task 3 detectors by name (:mod:`dialfork_metrics.task3.registry`), and loading of saved detectors.
 
 =========  ===========================================================================
 name       detector
@@ -14,64 +14,52 @@ name       detector
 ``wf``     :class:`WorkflowDetector` (workflow-aware: node assignment with rejection, repeats)
 ``wf-sup`` :class:`SupervisedWorkflowDetector` (per-turn classifier fitted on forked dialogues)
 =========  ===========================================================================
+
+plus any detector registered with :func:`~dialfork_metrics.task3.registry.register_detector`.
+The name lists below are live views of the registry.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .baselines import FirstTurnBaseline, LastTurnBaseline, RandomTurnBaseline, load_baseline
+from ..registry import NameView
+from .baselines import load_baseline
+from .registry import detector_names, get_detector
 
-STREAMING_DETECTORS: tuple[str, ...] = ("it", "ss", "it+nc", "ss+nc")
-BASELINES: tuple[str, ...] = ("first", "last", "random")
-WORKFLOW_DETECTORS: tuple[str, ...] = ("wf", "wf-sup")
-DETECTOR_NAMES: tuple[str, ...] = (*STREAMING_DETECTORS, *WORKFLOW_DETECTORS, *BASELINES, "llm")
+#: The IT/SS N-gram detectors (``ngram=True``).
+STREAMING_DETECTORS: Sequence[str] = NameView(lambda: detector_names(ngram=True))
+#: The trivial baselines (regime ``"baselines"``).
+BASELINES: Sequence[str] = NameView(lambda: detector_names(regime="baselines"))
+#: The workflow-aware detectors (regime ``"workflow-aware"``).
+WORKFLOW_DETECTORS: Sequence[str] = NameView(lambda: detector_names(regime="workflow-aware"))
+#: Every registered detector.
+DETECTOR_NAMES: Sequence[str] = NameView(detector_names)
 
 
 def make_detector(name: str, **kwargs: Any):
     """A new (unfitted) detector by registry name; ``kwargs`` go to its constructor.
 
     Args:
-        name: A registry name (see the module doc; case and surrounding spaces ignored).
+        name: A registered name (see the module doc; case and surrounding spaces ignored).
         **kwargs: Constructor options of the detector (e.g. ``encoder=``, ``order=`` for the
             streaming detectors, ``seed=`` for ``random``, ``model=`` for ``llm``).
 
     Returns:
         The unfitted detector: a ``StreamingDetector`` (``method`` and ``node_confidence`` set
-        from the name), a baseline or an ``LLMDetector``.
+        from the name), a baseline, a workflow detector, an ``LLMDetector``, or what a registered
+        detector's factory builds.
 
     Raises:
-        ValueError: An unknown name, or options the detector's constructor rejects.
-        TypeError: An option the detector's constructor does not take.
+        ValueError: An unknown name (the message lists the registered ones), or options the
+            detector's constructor rejects.
+        TypeError: An option the detector's constructor does not take, or one its name fixes.
     """
-    key = str(name).strip().lower()
-    if key in STREAMING_DETECTORS:
-        from .streaming import StreamingDetector
-
-        method, _, nc = key.partition("+")
-        return StreamingDetector(method=method, node_confidence=bool(nc), **kwargs)
-    if key == "wf":
-        from .workflow_detector import WorkflowDetector
-
-        return WorkflowDetector(**kwargs)
-    if key == "wf-sup":
-        from .workflow_supervised import SupervisedWorkflowDetector
-
-        return SupervisedWorkflowDetector(**kwargs)
-    if key == "first":
-        return FirstTurnBaseline(**kwargs)
-    if key == "last":
-        return LastTurnBaseline(**kwargs)
-    if key == "random":
-        return RandomTurnBaseline(**kwargs)
-    if key == "llm":
-        from .llm import LLMDetector
-
-        return LLMDetector(**kwargs)
-    raise ValueError(f"unknown Task 3 detector {name!r}; known: {', '.join(DETECTOR_NAMES)}")
+    return get_detector(name).build(**kwargs)
 
 
 def load_detector(path: str | os.PathLike, encoder: Any = None):

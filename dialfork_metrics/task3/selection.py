@@ -299,7 +299,8 @@ def _node_model(distance_threshold: float, K: int, tau: float) -> StreamingDetec
     """An unfitted single model used only for its nodes (``node_confidence=True``: the assignment
     returns the confidences the NC detectors use)."""
     return StreamingDetector("it", True, order=1, K=K, tau=tau, distance_threshold=distance_threshold,
-                             backoff=False, calibration="in_sample", encoder=None, scope="pooled", preset="paper")
+                             backoff=False, calibration="in_sample", encoder=None, scope="pooled",
+                             preset="paper")._resolve_params()
 
 
 def _speaker_trees(turns_list: Sequence[Sequence[Mapping[str, str]]], emb: Sequence[np.ndarray]

@@ -121,16 +121,20 @@ class StreamingDetector(FitMixin, PersistenceMixin):
             early alarm then needs stronger evidence: a false alarm at system turn ``j`` interrupts
             the ``T + 1 - j`` turns left (what MAE_c charges).
 
-    The constructor checks and stores the settings (presets resolved); :meth:`fit` checks them
-    again against the class's constraint table (``_CONSTRAINTS``) and sets the fitted attributes,
-    whose names end in ``_`` (scikit-learn's convention): ``centroids_``, ``node_offsets_``,
-    ``lm_``, ``threshold_``, ``calibration_stats_``, ``train_false_alarm_rate_``, ``n_train_``,
-    ``task_models_``, ``tasks_``. The names without ``_`` remain as read-only aliases.
+    The constructor only stores its parameters, as given (scikit-learn's convention: a setting
+    left to the preset stays ``None``, so :meth:`get_params` and ``clone`` round-trip). :meth:`fit`
+    resolves the presets, checks every parameter against the class's constraint table
+    (``_CONSTRAINTS``) and sets the fitted attributes, whose names end in ``_``: the settings it
+    runs with (``order_``, ``distance_threshold_``, ``backoff_``, ``calibration_``, ``scope_``,
+    ``position_weight_``, ``threshold_rule_``, ``settings_source_``; :meth:`settings` reads them),
+    ``centroids_``, ``node_offsets_``, ``lm_``, ``threshold_``, ``calibration_stats_``,
+    ``train_false_alarm_rate_``, ``n_train_``, ``task_models_``, ``tasks_``. The names of the model's
+    fitted attributes without ``_`` remain as read-only aliases.
 
     Raises:
-        ValueError: Any invalid setting (all of them listed in one message), an unknown preset, or
-            no selected settings for the detector.
-        TypeError: ``encoder`` is neither ``None``, a string nor an encoder object.
+        ValueError: From :meth:`fit` (or :meth:`resolved_settings`): any invalid setting (all of them
+            listed in one message), an unknown preset, or no selected settings for the detector.
+        TypeError: ``encoder`` is neither ``None``, a string nor an encoder object (when it is resolved).
     """
 
     # fitted attributes (scikit-learn's trailing underscore), set by fit() or load(); the names
@@ -172,7 +176,7 @@ class StreamingDetector(FitMixin, PersistenceMixin):
         "cross_fit_nodes": one_of(CROSS_FIT_NODES),
         "confidence": interval(0, 1),
     }
-    """The constraint table :meth:`fit` (and the constructor, on the preset-resolved values) checks."""
+    """The constraint table :meth:`fit` checks, on the preset-resolved values (:meth:`resolved_settings`)."""
 
     def __init__(self, method: str = "it", node_confidence: bool = False, order: int | None = None,
                  K: int = DEFAULT_K, tau: float = DEFAULT_TAU,
@@ -183,42 +187,25 @@ class StreamingDetector(FitMixin, PersistenceMixin):
                  preset: str = "selected", threshold_rule: str | None = None,
                  confidence: float = DEFAULT_CONFIDENCE, cross_fit_nodes: str = "restrict",
                  position_weight: float | None = None):
-        validate_params("StreamingDetector", {"method": method, "preset": preset},
-                        {k: self._CONSTRAINTS[k] for k in ("method", "preset")})
-        name = method + ("+nc" if node_confidence else "")
-        explicit = {"order": order, "distance_threshold": distance_threshold, "backoff": backoff,
-                    "calibration": calibration, "scope": scope, "position_weight": position_weight}
-        defaults = preset_settings(preset, name, _encoder_name(encoder))
-        settings = {k: (defaults[k] if explicit[k] is None else explicit[k]) for k in SELECTABLE}
-        self.settings_source = {k: ("explicit" if explicit[k] is not None else f"preset:{preset}") for k in SELECTABLE}
-        order, distance_threshold = settings["order"], settings["distance_threshold"]
-        backoff, calibration, scope = settings["backoff"], settings["calibration"], settings["scope"]
-        position_weight = settings["position_weight"]
-        if threshold_rule is None:
-            threshold_rule = "percentile" if preset == "paper" else DEFAULT_THRESHOLD_RULE
-        validate_params("StreamingDetector", {
-            "order": order, "K": K, "tau": tau, "distance_threshold": distance_threshold,
-            "false_alarm_rate": false_alarm_rate, "calibration": calibration, "calibration_folds": calibration_folds,
-            "calibration_seed": calibration_seed, "position_weight": position_weight, "scope": scope,
-            "threshold_rule": threshold_rule, "cross_fit_nodes": cross_fit_nodes, "confidence": confidence,
-            "percentile_method": percentile_method}, self._CONSTRAINTS)
+        # scikit-learn's convention: store the parameters as given; fit() resolves the presets and
+        # checks them (_resolve_params), and the values it runs with are the fitted order_, scope_, ...
         self.method = method
-        self.node_confidence = bool(node_confidence)
+        self.node_confidence = node_confidence
         self.order = order
         self.K = K
-        self.tau = float(tau)
-        self.distance_threshold = float(distance_threshold)
-        self.false_alarm_rate = float(false_alarm_rate)
+        self.tau = tau
+        self.distance_threshold = distance_threshold
+        self.false_alarm_rate = false_alarm_rate
         self.percentile_method = percentile_method
         self.threshold_rule = threshold_rule
-        self.confidence = float(confidence)
+        self.confidence = confidence
         self.cross_fit_nodes = cross_fit_nodes
-        self.backoff = bool(backoff)
+        self.backoff = backoff
         self.calibration = calibration
         self.calibration_folds = calibration_folds
-        self.calibration_seed = int(calibration_seed)
+        self.calibration_seed = calibration_seed
         self.scope = scope
-        self.position_weight = float(position_weight)
+        self.position_weight = position_weight
         self.preset = preset
         self._encoder_spec = encoder
         self._encoder = None
@@ -226,7 +213,8 @@ class StreamingDetector(FitMixin, PersistenceMixin):
 
     # -- parameters --------------------------------------------------------------------------
     def get_params(self) -> dict[str, Any]:
-        """The constructor's parameters, preset values resolved (scikit-learn's ``get_params``).
+        """The constructor's parameters as given (scikit-learn's ``get_params``): a setting left to
+        the preset is ``None``; :meth:`settings` gives the values the detector runs with.
 
         Returns:
             dict[str, Any]: name -> value (``encoder`` as given: an alias, path or object).
@@ -236,8 +224,52 @@ class StreamingDetector(FitMixin, PersistenceMixin):
         params["encoder"] = self._encoder_spec
         return params
 
-    def _validate_params(self) -> None:
-        validate_params("StreamingDetector", self.get_params(), self._CONSTRAINTS)
+    def resolved_settings(self) -> tuple[dict[str, Any], dict[str, str]]:
+        """The settings the parameters resolve to (presets filled in), checked against the
+        constraint table; reads the parameters only (what :meth:`fit` runs with).
+
+        Returns:
+            ``(settings, source)``: the six :data:`SELECTABLE` settings plus ``threshold_rule``,
+            and for each selectable setting ``"explicit"`` or ``"preset:<preset>"``.
+
+        Raises:
+            ValueError: Any invalid parameter (all of them listed in one message), an unknown
+                preset, or no selected settings for the detector.
+        """
+        validate_params("StreamingDetector", {"method": self.method, "preset": self.preset},
+                        {k: self._CONSTRAINTS[k] for k in ("method", "preset")})
+        explicit = {k: getattr(self, k) for k in SELECTABLE}
+        defaults = preset_settings(self.preset, self.name, _encoder_name(self._encoder_spec))
+        settings = {k: (defaults[k] if explicit[k] is None else explicit[k]) for k in SELECTABLE}
+        rule = self.threshold_rule
+        settings["threshold_rule"] = rule if rule is not None else (
+            "percentile" if self.preset == "paper" else DEFAULT_THRESHOLD_RULE)
+        validate_params("StreamingDetector", {**self.get_params(), **settings}, self._CONSTRAINTS)
+        settings["distance_threshold"] = float(settings["distance_threshold"])
+        settings["backoff"] = bool(settings["backoff"])
+        settings["position_weight"] = float(settings["position_weight"])
+        source = {k: ("explicit" if explicit[k] is not None else f"preset:{self.preset}") for k in SELECTABLE}
+        return settings, source
+
+    def _resolve_params(self) -> StreamingDetector:
+        """Check the parameters and set the settings the detector runs with (``order_``, ``scope_``,
+        ..., ``settings_source_``); returns ``self``."""
+        settings, source = self.resolved_settings()
+        for k, v in settings.items():
+            setattr(self, k + "_", v)
+        self.settings_source_ = source
+        return self
+
+    @property
+    def settings_source(self) -> dict[str, str]:
+        """Where each selectable setting comes from: ``"explicit"`` or ``"preset:<preset>"`` (after
+        :meth:`fit` or :meth:`load`: those it was fitted with).
+
+        Raises:
+            ValueError: Not fitted, and the parameters are invalid.
+        """
+        source = self.__dict__.get("settings_source_")
+        return dict(source) if source is not None else self.resolved_settings()[1]
 
     # -- names, encoder ----------------------------------------------------------------------
     @property
@@ -247,7 +279,7 @@ class StreamingDetector(FitMixin, PersistenceMixin):
     def __repr__(self) -> str:
         fitted = f"fitted on {self.n_train}, V={self.vocab_size}" if self.is_fitted else "not fitted"
         scope = f", {len(self.task_models)} task models" if self.task_models else ""
-        return f"StreamingDetector({self.name!r}, N={self.order}, {fitted}{scope})"
+        return f"StreamingDetector({self.name!r}, N={self.__dict__.get('order_', self.order)}, {fitted}{scope})"
 
     @property
     def encoder(self):
@@ -307,7 +339,7 @@ class StreamingDetector(FitMixin, PersistenceMixin):
         """
         self.check_is_fitted()
         if not self.task_models:
-            if task is not None and self.scope == "task" and self.tasks not in ([None], [task]):
+            if task is not None and self.scope_ == "task" and self.tasks not in ([None], [task]):
                 raise ValueError(f"this detector was fitted on task(s) {self.tasks}, not {task!r}")
             return self
         if task not in self.task_models:
@@ -496,16 +528,17 @@ class StreamingDetector(FitMixin, PersistenceMixin):
         if self.node_confidence:
             p *= confidence
         n_system = state.n_system + (speaker == "system")
-        offset = self.position_weight * math.log(max(n_system, 1)) if self.position_weight else 0.0
+        gamma = self.position_weight_
+        offset = gamma * math.log(max(n_system, 1)) if gamma else 0.0
         if self.method == "it":  # the same expressions as decision.turn_scores
-            score: float | None = p * math.exp(-offset) if self.position_weight else p
+            score: float | None = p * math.exp(-offset) if gamma else p
             alarm = score < self.threshold
         else:  # the same expression as surprisal_jumps
             score = None if state.prev_p is None else (-math.log(p)) - (-math.log(state.prev_p))
-            if score is not None and self.position_weight:
+            if score is not None and gamma:
                 score = score + offset
             alarm = score is not None and score > self.threshold
-        k = self.order - 1
+        k = self.order_ - 1
         context = (*state.context, int(node))[-k:] if k else ()
         return (StepState(context, p, state.n_turns + 1, n_system),
                 StepResult(p, score, bool(alarm), max(n_system, 1)))
@@ -588,7 +621,7 @@ class StreamingDetector(FitMixin, PersistenceMixin):
             for i, n, c in zip(idx, nodes, confs):
                 p = m._sequence_p(n, c)
                 stats[i] = (-np.inf if (m.method == "ss" and len(p) < 2) else
-                            calibration_statistic(p, m.method, system_turn_index(turns_list[i]), m.position_weight))
+                            calibration_statistic(p, m.method, system_turn_index(turns_list[i]), m.position_weight_))
                 keys[i] = key_of[id(m)]
         return stats, keys
 

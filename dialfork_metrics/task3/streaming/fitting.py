@@ -52,7 +52,7 @@ class FitMixin:
                 dialogue, a fork, a malformed or one-turn dialogue, or bad embeddings.
             TypeError: ``dialogues`` is not a list of dialogues.
         """
-        self._validate_params()
+        self._resolve_params()
         if isinstance(dialogues, Mapping | str) or not isinstance(dialogues, Sequence):
             raise TypeError("fit() takes a list of conformant dialogues (records, or lists of turns)")
         if len(dialogues) == 0:
@@ -81,7 +81,7 @@ class FitMixin:
         self.task_models_ = {}
         emb = self._embeddings(turns_list, embeddings, names, show_progress)
         groups: dict[str | None, list[int]] = {}
-        for i, t in enumerate(tasks if self.scope == "task" else [None] * len(tasks)):
+        for i, t in enumerate(tasks if self.scope_ == "task" else [None] * len(tasks)):
             groups.setdefault(t, []).append(i)
         self.tasks_ = list(groups)
         if len(groups) == 1:
@@ -103,15 +103,16 @@ class FitMixin:
 
     def _submodel(self) -> Self:
         """An unfitted single model with this detector's settings (one task of ``scope="task"``)."""
-        sub = type(self)(method=self.method, node_confidence=self.node_confidence, order=self.order, K=self.K,
-                                tau=self.tau, distance_threshold=self.distance_threshold,
-                                false_alarm_rate=self.false_alarm_rate, percentile_method=self.percentile_method,
-                                backoff=self.backoff, calibration=self.calibration,
-                                calibration_folds=self.calibration_folds, calibration_seed=self.calibration_seed,
-                                encoder=None, scope="pooled", preset=self.preset,
-                                threshold_rule=self.threshold_rule, confidence=self.confidence,
-                                cross_fit_nodes=self.cross_fit_nodes, position_weight=self.position_weight)
-        sub.settings_source = dict(self.settings_source)
+        sub = type(self)(method=self.method, node_confidence=self.node_confidence, order=self.order_, K=self.K,
+                         tau=self.tau, distance_threshold=self.distance_threshold_,
+                         false_alarm_rate=self.false_alarm_rate, percentile_method=self.percentile_method,
+                         backoff=self.backoff_, calibration=self.calibration_,
+                         calibration_folds=self.calibration_folds, calibration_seed=self.calibration_seed,
+                         encoder=None, scope="pooled", preset=self.preset,
+                         threshold_rule=self.threshold_rule_, confidence=self.confidence,
+                         cross_fit_nodes=self.cross_fit_nodes, position_weight=self.position_weight_)
+        sub._resolve_params()
+        sub.settings_source_ = dict(self.settings_source_)
         sub._parent = self
         return sub
 
@@ -122,20 +123,20 @@ class FitMixin:
         skips the clustering (the settings selection cuts one precomputed tree)."""
         offset = self._fit_nodes(turns_list, emb, labels)
         nodes, confs = self._assign_many(turns_list, emb)
-        self.lm_ = NgramLM(self.order, offset, backoff=self.backoff).fit(nodes)
+        self.lm_ = NgramLM(self.order_, offset, backoff=self.backoff_).fit(nodes)
         p_train = [self._sequence_p(n, c) for n, c in zip(nodes, confs)]
-        if self.calibration == "in_sample" or len(turns_list) < 2:
-            if self.calibration == "cross_fit":
+        if self.calibration_ == "in_sample" or len(turns_list) < 2:
+            if self.calibration_ == "cross_fit":
                 logger.warning("%s: one train dialogue: cross_fit calibration falls back to in_sample", where or "fit")
             p_calib = p_train
         else:
             p_calib = self._cross_fit_p(turns_list, emb, nodes, confs)
         sys_turns = [system_turn_index(t) for t in turns_list]
-        self.calibration_stats_ = np.asarray([calibration_statistic(p, self.method, j, self.position_weight)
+        self.calibration_stats_ = np.asarray([calibration_statistic(p, self.method, j, self.position_weight_)
                                              for p, j in zip(p_calib, sys_turns)])
         self.threshold_ = self._threshold(self.calibration_stats, self.false_alarm_rate)
         self.n_train_ = len(turns_list)
-        self.train_false_alarm_rate_ = float(np.mean([alarms(p, self.method, self.threshold, j, self.position_weight).any()
+        self.train_false_alarm_rate_ = float(np.mean([alarms(p, self.method, self.threshold, j, self.position_weight_).any()
                                                      for p, j in zip(p_train, sys_turns)]))
         logger.info("fitted %s%s on %d dialogues: V=%d nodes, threshold=%.6g, train false-alarm rate %.3f",
                     self.name, f" ({where})" if where else "", self.n_train, offset, self.threshold,
@@ -158,7 +159,7 @@ class FitMixin:
             elif len(E) > 1:
                 # FlowKL's clustering (flowgraph.cluster_embeddings: the same partition, tested) as a cut
                 # of the memoised dendrogram, so detectors at other thresholds reuse the tree
-                labels_by_sp[sp] = cut_cluster_tree(cluster_tree(E), self.distance_threshold)
+                labels_by_sp[sp] = cut_cluster_tree(cluster_tree(E), self.distance_threshold_)
             else:
                 labels_by_sp[sp] = np.zeros(1, dtype=np.int64)
         return self._set_nodes(turns_list, emb, labels_by_sp)
@@ -223,7 +224,7 @@ class FitMixin:
                 except ValueError:  # a speaker only the held-out fold has: keep the split's nodes
                     logger.warning("cross_fit fold %d: a speaker absent from the other folds; the fold keeps the "
                                    "nodes of the whole split", f)
-            lm = NgramLM(self.order, V, backoff=self.backoff).fit(n_rest)
+            lm = NgramLM(self.order_, V, backoff=self.backoff_).fit(n_rest)
             for i, nn, cc in zip(held.tolist(), n_held, c_held):
                 p = lm.sequence_probs(nn)
                 out[i] = p * cc if self.node_confidence else p
@@ -231,10 +232,10 @@ class FitMixin:
 
     def _probe(self) -> Self:
         """An unfitted single model with the node settings of this one (for out-of-fold nodes)."""
-        return type(self)(method=self.method, node_confidence=self.node_confidence, order=self.order, K=self.K,
-                                 tau=self.tau, distance_threshold=self.distance_threshold, backoff=self.backoff,
-                                 calibration="in_sample", encoder=None, scope="pooled", preset="paper",
-                                position_weight=self.position_weight)
+        return type(self)(method=self.method, node_confidence=self.node_confidence, order=self.order_, K=self.K,
+                          tau=self.tau, distance_threshold=self.distance_threshold_, backoff=self.backoff_,
+                          calibration="in_sample", encoder=None, scope="pooled", preset="paper",
+                          position_weight=self.position_weight_)._resolve_params()
 
     def _sequence_p(self, nodes: np.ndarray, confs: np.ndarray) -> np.ndarray:
         p = self.lm.sequence_probs(nodes)
@@ -242,7 +243,7 @@ class FitMixin:
 
     def _threshold(self, stats: np.ndarray, false_alarm_rate: float) -> float:
         return calibrate_threshold(stats, self.method, false_alarm_rate, self.percentile_method,
-                                   self.threshold_rule, self.confidence)
+                                   self.threshold_rule_, self.confidence)
 
     def recalibrate(self, false_alarm_rate: float) -> Self:
         """Move the operating point without refitting: the threshold(s) become the percentile of the

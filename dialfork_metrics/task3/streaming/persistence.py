@@ -27,42 +27,59 @@ FORMAT_VERSION = 2
 class PersistenceMixin:
     """``settings``/``config``/``save``/``load`` of :class:`~.detector.StreamingDetector`."""
 
+    def _running(self) -> tuple[dict[str, Any], dict[str, str]]:
+        """The resolved settings (and their sources): the fitted ones, else those the parameters give."""
+        if "order_" in self.__dict__:
+            return ({k: getattr(self, k + "_") for k in (*SELECTABLE, "threshold_rule")},
+                    dict(self.settings_source_))
+        return self.resolved_settings()
+
     def settings(self) -> dict[str, Any]:
-        """The six :data:`SELECTABLE` settings this detector runs with.
+        """The six :data:`SELECTABLE` settings this detector runs with: the fitted ones
+        (``order_``, ...), or before :meth:`fit` those its parameters resolve to.
 
         Returns:
             dict[str, Any]: setting -> value (presets resolved).
+
+        Raises:
+            ValueError: Not fitted, and the parameters are invalid.
         """
-        return {k: getattr(self, k) for k in SELECTABLE}
+        settings = self._running()[0]
+        return {k: settings[k] for k in SELECTABLE}
 
     def config(self) -> dict[str, Any]:
         """The detector's settings as saved in ``config.json``.
 
         Returns:
-            dict[str, Any]: the registry name, every constructor setting, where each selectable
-            setting came from (``settings_source``) and the encoder's name.
+            dict[str, Any]: the registry name, every constructor setting (presets resolved, as
+            :meth:`settings`), where each selectable setting came from (``settings_source``) and
+            the encoder's name.
+
+        Raises:
+            ValueError: Not fitted, and the parameters are invalid.
         """
+        run, source = self._running()
         return {
             "detector": self.name,
             "method": self.method,
-            "node_confidence": self.node_confidence,
-            "order": self.order,
-            "position_weight": self.position_weight,
+            "node_confidence": bool(self.node_confidence),
+            "order": run["order"],
+            "position_weight": run["position_weight"],
             "K": self.K,
-            "tau": self.tau,
-            "distance_threshold": self.distance_threshold,
-            "false_alarm_rate": self.false_alarm_rate,
+            "tau": float(self.tau),
+            "distance_threshold": run["distance_threshold"],
+            "false_alarm_rate": float(self.false_alarm_rate),
             "percentile_method": self.percentile_method,
-            "threshold_rule": self.threshold_rule,
-            "confidence": self.confidence,
+            "threshold_rule": run["threshold_rule"],
+            "confidence": float(self.confidence),
             "cross_fit_nodes": self.cross_fit_nodes,
-            "backoff": self.backoff,
-            "calibration": self.calibration,
+            "backoff": run["backoff"],
+            "calibration": run["calibration"],
             "calibration_folds": self.calibration_folds,
-            "calibration_seed": self.calibration_seed,
-            "scope": self.scope,
+            "calibration_seed": int(self.calibration_seed),
+            "scope": run["scope"],
             "preset": self.preset,
-            "settings_source": dict(self.settings_source),
+            "settings_source": source,
             # the name it was built with (an alias stays an alias, not the resolved path)
             "encoder": _encoder_name(self._encoder_spec if self._encoder is None or isinstance(self._encoder_spec, str)
                                      else self._encoder),
@@ -123,7 +140,7 @@ class PersistenceMixin:
             arrays = {k: z[k] for k in z.files}
         self.centroids_ = {sp: arrays[f"centroids_{sp}"] for sp in meta["speakers"]}
         self.node_offsets_ = {sp: int(o) for sp, o in meta["node_offsets"].items()}
-        self.lm_ = NgramLM.from_arrays(self.order, int(meta["vocab_size"]), arrays, backoff=self.backoff)
+        self.lm_ = NgramLM.from_arrays(self.order_, int(meta["vocab_size"]), arrays, backoff=self.backoff_)
         self.calibration_stats_ = arrays["calibration_stats"]
         self.threshold_ = float(meta["threshold"])
         self.n_train_ = int(meta["n_train"])
@@ -167,9 +184,9 @@ class PersistenceMixin:
                   confidence=meta.get("confidence", DEFAULT_CONFIDENCE),
                   cross_fit_nodes=meta.get("cross_fit_nodes", "fixed"),
                   # saved before the position weight existed: the single threshold they ran with
-                  position_weight=meta.get("position_weight", 0.0))
+                  position_weight=meta.get("position_weight", 0.0))._resolve_params()
         if "settings_source" in meta:
-            det.settings_source = dict(meta["settings_source"])
+            det.settings_source_ = dict(meta["settings_source"])
         det.tasks_ = list(meta.get("tasks", [None]))
         if meta.get("task_models"):
             det.task_models_ = {}
