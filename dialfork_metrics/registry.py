@@ -68,6 +68,8 @@ class MetricSpec:
         direction: ``"lower"`` (a lower value is closer: a distance) or ``"higher"``.
         module: The packaged ``evaluate`` module computing it (``dialfork_metrics/modules/<module>``).
         control: A control (length, prefix, chance), not a competitor.
+        flow_aware: It compares the dialogues' flows (FlowScore, FlowDTW, FlowKL): the reports say
+            in words whether a control beats or ties with the flow-aware metrics.
 
     Raises:
         ValueError: A field is out of its vocabulary (the message names the metric and the field).
@@ -83,6 +85,7 @@ class MetricSpec:
     direction: str = "lower"
     module: str | None = None
     control: bool = False
+    flow_aware: bool = False
 
     def __post_init__(self) -> None:
         where = f"metric {self.name!r}"
@@ -222,7 +225,7 @@ def specs(level: str | None = None) -> list[MetricSpec]:
 
 
 def names(level: str = "pair", *, inputs: Sequence[str] | None = None, control: bool | None = None,
-          needs: str | None = None) -> tuple[str, ...]:
+          needs: str | None = None, flow_aware: bool | None = None) -> tuple[str, ...]:
     """Names of the registered metrics of a level, in table order, optionally filtered.
 
     Args:
@@ -230,12 +233,14 @@ def names(level: str = "pair", *, inputs: Sequence[str] | None = None, control: 
         inputs: Keep pair metrics whose ``input`` is one of these.
         control: Keep controls only (True) or competitors only (False).
         needs: Keep metrics that need this (:data:`NEEDS`).
+        flow_aware: Keep flow-aware metrics only (True) or the others only (False).
 
     Returns:
         The names.
     """
     return tuple(s.name for s in specs(level) if (inputs is None or s.input in inputs)
-                 and (control is None or s.control == control) and (needs is None or needs in s.needs))
+                 and (control is None or s.control == control) and (needs is None or needs in s.needs)
+                 and (flow_aware is None or s.flow_aware == flow_aware))
 
 
 def exports() -> dict[str, str]:
@@ -326,9 +331,10 @@ _D, _DL = "dialfork_metrics.distances", "dialfork_metrics.dialogue"
 for _spec in (
     MetricSpec("mean_turn", "pair", "Mean", f"{_D}:mean_turn_many", f"{_DL}:mean_turn", "turn_embeddings"),
     MetricSpec("full_dialog", "pair", "Full", f"{_D}:unit_cosine_distances", f"{_DL}:full_dialog", "transcripts"),
-    MetricSpec("flowdtw", "pair", "FlowDTW", f"{_D}:flowdtw_block", f"{_DL}:flowdtw", "similarity", module="flowdtw"),
+    MetricSpec("flowdtw", "pair", "FlowDTW", f"{_D}:flowdtw_block", f"{_DL}:flowdtw", "similarity", module="flowdtw",
+               flow_aware=True),
     MetricSpec("flowscore", "pair", "FlowScore", f"{_D}:flowscore_block", f"{_DL}:flowscore", "similarity",
-               module="flowscore"),
+               module="flowscore", flow_aware=True),
     MetricSpec("turn_count_diff", "pair", "Turn-count diff", f"{_DL}:turn_count_diffs", f"{_DL}:turn_count_diff",
                "turns", control=True),
     MetricSpec("word_count_diff", "pair", "Word-count diff", f"{_DL}:word_count_diffs", f"{_DL}:word_count_diff",
@@ -338,7 +344,7 @@ for _spec in (
     MetricSpec("random", "pair", "Random", input="seed", control=True),
     # Task 1 (set level), in the order of the paper's Table 2; cores are the benchmark's unit functions
     MetricSpec("flowkl", "set", "FlowKL", "dialfork_metrics.bench.task1:flowkl_unit", "dialfork_metrics.flowgraph:flowkl",
-               needs=("encoder", "flow_graph"), module="flowkl"),
+               needs=("encoder", "flow_graph"), module="flowkl", flow_aware=True),
     MetricSpec("fbd", "set", "FBD", "dialfork_metrics.bench.task1:fbd_unit", "dialfork_metrics.setlevel:fbd",
                needs=("pair_encoder",)),
     MetricSpec("prd", "set", "PRD", "dialfork_metrics.bench.task1:prd_unit", "dialfork_metrics.setlevel:prd",

@@ -137,6 +137,22 @@ def test_a_similarity_ranks_the_other_way(toy_registered):
         unregister("vocab_sim")
 
 
+def test_a_flow_aware_metric_is_compared_with_the_controls_in_words():
+    """The reports' sentence on controls reads the registry's ``flow_aware`` and ``control`` flags."""
+    from dialfork_metrics.registry import MetricSpec, register, unregister
+    from dialfork_metrics.report.markdown import TASK2_CONTROLS, TASK2_FLOW_METHODS, control_beats_sentence
+
+    register(MetricSpec("vocab_flow", "pair", "Vocab flow", core=lambda a, b: None, input="turns", flow_aware=True))
+    try:
+        assert "vocab_flow" in TASK2_FLOW_METHODS and "vocab_flow" not in TASK2_CONTROLS
+        tau = {"vocab_flow": {"Avg": 0.2}, "shared_prefix": {"Avg": 0.5}}
+        s = control_beats_sentence(tau, "same-source", TASK2_FLOW_METHODS, TASK2_CONTROLS)
+        assert "Shared prefix (tau 0.500) beats Vocab flow (0.200)" in s
+    finally:
+        unregister("vocab_flow")
+    assert "vocab_flow" not in TASK2_FLOW_METHODS
+
+
 def test_registry_refuses_bad_entries():
     from dialfork_metrics.registry import MetricSpec, get, register
 

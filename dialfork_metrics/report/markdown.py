@@ -9,6 +9,7 @@ from typing import Any
 from dialfork_dataset.taxonomy import hallucination_types
 
 from ..methods import label as _label
+from ..registry import NameView, names
 
 logger = logging.getLogger(__name__)
 
@@ -139,11 +140,12 @@ def task2_markdown(t2: Mapping[str, Any]) -> str:
     return "\n".join(md)
 
 
-#: The flow-aware methods and the controls whose order the reports put in words (issue 38).
-TASK2_FLOW_METHODS: tuple[str, ...] = ("flowscore", "flowdtw")
-TASK2_CONTROLS: tuple[str, ...] = ("shared_prefix", "turn_count_diff", "word_count_diff", "random")
-TASK1_FLOW_METHODS: tuple[str, ...] = ("flowkl",)
-TASK1_CONTROLS: tuple[str, ...] = ("turn_count_diff", "word_count_diff", "random")
+#: The flow-aware methods and the controls whose order the reports put in words (issue 38): live
+#: views of the metric registry's ``flow_aware`` and ``control`` flags.
+TASK2_FLOW_METHODS: Sequence[str] = NameView(lambda: names("pair", flow_aware=True))
+TASK2_CONTROLS: Sequence[str] = NameView(lambda: names("pair", control=True))
+TASK1_FLOW_METHODS: Sequence[str] = NameView(lambda: names("set", flow_aware=True))
+TASK1_CONTROLS: Sequence[str] = NameView(lambda: names("set", control=True))
 _PROTOCOL_WORDS = {"same-source": "the same-source protocol (the paper's: each fork against its own source)",
                    "cross": "the cross-reference protocol (references from other scenarios: nothing copied from the "
                             "fork's source)"}
