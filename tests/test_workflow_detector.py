@@ -202,6 +202,14 @@ def wf(star, template_corpus):
     return WorkflowDetector(workflow=star).fit(train), load_examples(template_corpus, "test")
 
 
+@pytest.fixture(scope="module")
+def wf_order(star, template_corpus):
+    """The detector with the order rule on (``order_weight=1``; off by default)."""
+    from dialfork_metrics.task3 import load_examples
+
+    return WorkflowDetector(workflow=star, order_weight=1.0).fit(load_examples(template_corpus, "train"))
+
+
 def test_workflow_detector_detects_template_forks(wf):
     det, test = wf
     pred = det.predict_many(test)
@@ -213,18 +221,20 @@ def test_workflow_detector_detects_template_forks(wf):
     assert 0.3 <= det.min_similarity_ <= 0.6
 
 
-def test_workflow_detector_catches_sspc_at_or_after_the_fork(wf, star, template_corpus):
+def test_workflow_detector_catches_sspc_at_or_after_the_fork(wf, wf_order, star, template_corpus):
     from dialfork_metrics.task3 import load_examples
 
-    det, test = wf
+    _, test = wf
     sspc = [d for d in test if d["hallucination_type"] == "SSPC"]
-    pred = det.predict_many(sspc)
-    caught = np.mean([p is not None and p >= d["fork_turn"] for d, p in zip(sspc, pred)])
-    assert caught >= 0.3, caught  # the similarities alone catch almost none (every turn is a workflow step)
-    # the rules off: the similarities' verdicts only
+
+    def caught(detector):
+        return np.mean([p is not None and p >= d["fork_turn"] for d, p in zip(sspc, detector.predict_many(sspc))])
+
+    det = wf_order
+    assert caught(det) >= 0.3  # the similarities alone catch almost none (every turn is a workflow step)
+    # the rules off: the similarities' verdicts only; the default (the repeat rule) lies in between
     off = WorkflowDetector(workflow=star, repeat_weight=0.0, order_weight=0.0).fit(load_examples(template_corpus, "train"))
-    pred_off = off.predict_many(sspc)
-    assert np.mean([p is not None and p >= d["fork_turn"] for d, p in zip(sspc, pred_off)]) < caught
+    assert caught(off) < caught(wf[0]) < caught(det)
     # what the conformant fit dialogues do is never flagged: fitted in-sample, none of their turns is
     train = load_examples(template_corpus, "train")
     for d in train:
@@ -236,8 +246,9 @@ def test_workflow_detector_catches_sspc_at_or_after_the_fork(wf, star, template_
         WorkflowDetector(workflow=star, order_weight=-1).fit(train)
 
 
-def test_workflow_detector_step_equals_offline_with_the_order_rules(wf):
-    det, test = wf
+def test_workflow_detector_step_equals_offline_with_the_order_rules(wf, wf_order):
+    _, test = wf
+    det = wf_order
     rows = [d for d in test if d["hallucination_type"] in ("SSPC", None)][:16]
     enc = det.get_encoder()
     for d in rows:

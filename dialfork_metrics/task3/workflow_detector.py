@@ -102,8 +102,9 @@ class WorkflowDetector:
         threshold_rule: ``"upper_bound"`` (default), ``"conformal"`` or ``"percentile"``
             (:func:`~dialfork_metrics.task3.streaming.calibrate_threshold`).
         confidence: Confidence of ``upper_bound``.
-        order_weight: Deviation of a step said after a later step of the workflow (ours, 1.0; 0:
-            off; :func:`order_flags`, :data:`DEFAULT_ORDER_WEIGHT`).
+        order_weight: Deviation of a step said after a later step of the workflow (ours; default
+            0: off; 1.0: such a turn alarms; :func:`order_flags`, :data:`DEFAULT_ORDER_WEIGHT`
+            says what it costs on human text).
 
     Fitted attributes: ``assigner_`` (:class:`NodeAssigner`), ``structures_`` (task ->
     :class:`WorkflowStructure`), ``thresholds_`` (task -> threshold), ``calibration_stats_`` (task ->
