@@ -9,6 +9,8 @@ from dialfork_metrics.task3.workflow_detector import (
     WorkflowDetector,
     WorkflowStructure,
     first_alarm,
+    order_flags,
+    order_pairs,
     repeat_flags,
     turn_deviations,
 )
@@ -70,6 +72,51 @@ def test_repeat_flags_clarification_loops_and_dead_ends():
     assert repeat_flags(["ask_day", "ask_city", "ask_day"], [False, True, True], st).tolist() == [0, 0, 0]
     assert repeat_flags(["ask_day", "sorry", "ask_day"], [True] * 3, st).tolist() == [0, 0, 0]  # start over
     assert repeat_flags(["ask_day", "ask_city", "ask_day"], [True] * 3, st, {"ask_day"}).tolist() == [0, 0, 0]
+
+
+_ORDER = WorkflowStructure(asks=frozenset({"ask_day", "ask_city"}),
+                           leads_to={"hello": frozenset({"ask_day", "ask_city", "query", "inform", "bye"}),
+                                     "ask_day": frozenset({"ask_city", "query", "inform", "bye"}),
+                                     "ask_city": frozenset({"query", "inform", "bye"}),
+                                     "query": frozenset({"inform", "bye"}), "inform": frozenset({"bye"}),
+                                     "bye": frozenset(), "sorry": frozenset()},
+                           resets=frozenset({"sorry", "bye"}))
+
+
+def test_order_flags_hand_worked():
+    # the workflow's order, and its two questions swapped (slots may come in any order): nothing
+    assert order_flags(["hello", "ask_day", "ask_city", "inform", "bye"], _ORDER).tolist() == [0] * 5
+    assert order_flags(["hello", "ask_city", "ask_day", "inform"], _ORDER).tolist() == [0] * 4
+    # SSPC reverse / jump: the outcome first, then the questions it needed
+    assert order_flags(["hello", "inform", "ask_city", "ask_day"], _ORDER).tolist() == [0, 0, 1, 1]
+    # a greeting after two steps goes back; after one it is only late; off-workflow turns are skipped
+    assert order_flags(["ask_day", None, "ask_city", "hello"], _ORDER).tolist() == [0, 0, 0, 1]
+    assert order_flags(["ask_day", "hello", "ask_city"], _ORDER).tolist() == [0, 0, 0]
+    assert order_flags(["ask_day", "hello"], _ORDER, min_before_start=1).tolist() == [0, 1]
+    # a dead end starts the conversation over; an allowed back step never counts
+    assert order_flags(["hello", "inform", "sorry", "ask_day"], _ORDER).tolist() == [0, 0, 0, 0]
+    assert order_flags(["hello", "inform", "ask_day"], _ORDER, {("inform", "ask_day")}).tolist() == [0, 0, 0]
+    # a repeat of the same step is the repeat rule's, not this one's
+    assert order_flags(["ask_day", "ask_city", "ask_day"], _ORDER).tolist() == [0, 0, 0]
+
+
+def test_order_pairs_are_what_order_flags_flags():
+    nodes = ["hello", "ask_day", "inform", "ask_city", "ask_day", "sorry", "ask_day"]
+    pairs = order_pairs(nodes, _ORDER)
+    assert pairs == {("inform", "ask_city"), ("inform", "ask_day")}
+    assert order_flags(nodes, _ORDER).tolist() == [0, 0, 0, 1, 1, 0, 0]
+    assert order_flags(nodes, _ORDER, pairs).tolist() == [0] * 7
+    assert order_pairs(["hello", "ask_day", "inform", "bye"], _ORDER) == set()
+
+
+def test_turn_deviations_adds_the_order_weight():
+    own, rival = np.array([0.9, 0.8, 0.7]), np.array([0.1, 0.1, -np.inf])
+    d = turn_deviations(own, rival, np.array([0, 1, 0]), order=np.array([0, 1, 1]), min_similarity=0.45,
+                        reject_margin=0.1, repeat_weight=0.5, order_weight=1.0)
+    np.testing.assert_allclose(d, [-0.45, -0.35 + 1.5, -0.25 + 1.0], atol=1e-12)
+    off = turn_deviations(own, rival, np.array([0, 1, 0]), order=np.array([0, 1, 1]), min_similarity=0.45,
+                          reject_margin=0.1, repeat_weight=0.0, order_weight=0.0)
+    np.testing.assert_allclose(off, [-0.45, -0.35, -0.25], atol=1e-12)
 
 
 class _Task:
@@ -155,6 +202,14 @@ def wf(star, template_corpus):
     return WorkflowDetector(workflow=star).fit(train), load_examples(template_corpus, "test")
 
 
+@pytest.fixture(scope="module")
+def wf_order(star, template_corpus):
+    """The detector with the order rule on (``order_weight=1``; off by default)."""
+    from dialfork_metrics.task3 import load_examples
+
+    return WorkflowDetector(workflow=star, order_weight=1.0).fit(load_examples(template_corpus, "train"))
+
+
 def test_workflow_detector_detects_template_forks(wf):
     det, test = wf
     pred = det.predict_many(test)
@@ -164,6 +219,46 @@ def test_workflow_detector_detects_template_forks(wf):
     assert np.mean([p is not None and p >= t for t, p in wic]) >= 0.8   # caught at or after t_k
     assert np.mean([p == t for t, p in wic]) >= 0.4                      # at t_k (doctor -> doctor_followup is ambiguous there)
     assert 0.3 <= det.min_similarity_ <= 0.6
+
+
+def test_workflow_detector_catches_sspc_at_or_after_the_fork(wf, wf_order, star, template_corpus):
+    from dialfork_metrics.task3 import load_examples
+
+    _, test = wf
+    sspc = [d for d in test if d["hallucination_type"] == "SSPC"]
+
+    def caught(detector):
+        return np.mean([p is not None and p >= d["fork_turn"] for d, p in zip(sspc, detector.predict_many(sspc))])
+
+    det = wf_order
+    assert caught(det) >= 0.3  # the similarities alone catch almost none (every turn is a workflow step)
+    # the rules off: the similarities' verdicts only; the default (the repeat rule) lies in between
+    off = WorkflowDetector(workflow=star, repeat_weight=0.0, order_weight=0.0).fit(load_examples(template_corpus, "train"))
+    assert caught(off) < caught(wf[0]) < caught(det)
+    # what the conformant fit dialogues do is never flagged: fitted in-sample, none of their turns is
+    train = load_examples(template_corpus, "train")
+    for d in train:
+        a = det.assign(d)
+        st = det.structures_[d["task"]]
+        assert not order_flags(a.nodes, st, det.order_allowed_[d["task"]]).any()
+    assert set(det.looping_) <= set(det.tasks)
+    with pytest.raises(ValueError, match="order_weight"):
+        WorkflowDetector(workflow=star, order_weight=-1).fit(train)
+
+
+def test_workflow_detector_step_equals_offline_with_the_order_rules(wf, wf_order):
+    _, test = wf
+    det = wf_order
+    rows = [d for d in test if d["hallucination_type"] in ("SSPC", None)][:16]
+    enc = det.get_encoder()
+    for d in rows:
+        E = enc.encode([t["text"] for t in d["turns"]])
+        state, devs = None, []
+        for t, e in zip(d["turns"], E):
+            state, r = det.step(state, t["speaker"], e, d["task"])
+            if r.deviation is not None:
+                devs.append(r.deviation - r.threshold)
+        np.testing.assert_allclose(devs, det.turn_deviations([d], [E])[0], atol=1e-6)
 
 
 def test_workflow_detector_streaming_equals_offline_and_routes(wf):

@@ -9,7 +9,15 @@ Each system turn is mapped to its task's workflow by the :class:`~.workflow_node
   inserted sub-goal) or an absolute floor (a turn that says nothing the workflow says);
 * ``+ repeat_weight`` when the turn asks again a question step that was answered, with other
   steps in between, and no step since leads back to it in the workflow graph
-  (:func:`repeat_flags`; an immediate re-ask is a clarification, not a repeat).
+  (:func:`repeat_flags`; an immediate re-ask is a clarification, not a repeat), unless the task
+  *loops* (its conformant fit dialogues repeat a question step: STAR trivia's next question);
+* ``+ order_weight`` when the turn's step comes before a step already said in the workflow graph
+  (:func:`order_flags`: a question after the outcome it leads to, an outcome before another that
+  precedes it, a greeting in mid-conversation; two question steps may come in any order), unless
+  the task's conformant fit dialogues take that back step too (:func:`order_pairs`).
+
+The last two are what catch SSPC (a step skipped, repeated, reversed or jumped over): such a turn
+is a step of the task's own workflow, so the similarities alone never reject it.
 
 A dialogue alarms at the first system turn whose deviation exceeds the task's threshold. The
 threshold is ``max(0, t)``, ``t`` calibrated on the conformant train dialogues at
@@ -45,6 +53,7 @@ from .params import Constraint, boolean, either, integer, interval, one_of, vali
 from .workflow_nodes import NodeAssigner
 from .workflow_rules import (  # the pure rules, re-exported here
     CALIBRATIONS,
+    DEFAULT_ORDER_WEIGHT,
     DEFAULT_REJECT_MARGIN,
     DEFAULT_REPEAT_WEIGHT,
     ROUTE_MARGIN,
@@ -55,6 +64,8 @@ from .workflow_rules import (  # the pure rules, re-exported here
     _unit,
     auto_min_similarity,
     first_alarm,
+    order_flags,
+    order_pairs,
     repeat_flags,
     resolve_workflow,
     turn_deviations,
@@ -81,7 +92,7 @@ class WorkflowDetector:
             share of the workflow's own phrasings through. No dialogue enters it.
         auto_quantile: The quantile of ``min_similarity="auto"`` (ours, 0.05).
         reject_margin: How much better another workflow must fit a turn (ours, 0.1).
-        repeat_weight: Deviation of an answered question asked again (ours, 0: off; see
+        repeat_weight: Deviation of an answered question asked again (ours, 1.0; 0: off; see
             :data:`DEFAULT_REPEAT_WEIGHT`).
         use_train_texts: Add the conformant train dialogues' system turns to their nodes' texts.
         calibration: ``"cross_fit"`` (each train dialogue scored with the texts of the other folds)
@@ -91,11 +102,16 @@ class WorkflowDetector:
         threshold_rule: ``"upper_bound"`` (default), ``"conformal"`` or ``"percentile"``
             (:func:`~dialfork_metrics.task3.streaming.calibrate_threshold`).
         confidence: Confidence of ``upper_bound``.
+        order_weight: Deviation of a step said after a later step of the workflow (ours; default
+            0: off; 1.0: such a turn alarms; :func:`order_flags`, :data:`DEFAULT_ORDER_WEIGHT`
+            says what it costs on human text).
 
     Fitted attributes: ``assigner_`` (:class:`NodeAssigner`), ``structures_`` (task ->
     :class:`WorkflowStructure`), ``thresholds_`` (task -> threshold), ``calibration_stats_`` (task ->
     statistics), ``user_centroids_`` (task -> mean user-turn embedding, to route a dialogue without a
-    ``task``), ``repeatable_`` (task -> nodes its conformant dialogues say more than once), ``n_train_``.
+    ``task``), ``repeatable_`` (task -> question steps its conformant dialogues repeat, by the repeat
+    rule), ``looping_`` (the tasks with such a step: no repeat rule), ``order_allowed_`` (task -> the
+    back steps its conformant dialogues take, :func:`order_pairs`), ``n_train_``.
     """
 
     name = "wf"
@@ -106,7 +122,8 @@ class WorkflowDetector:
                  repeat_weight: float = DEFAULT_REPEAT_WEIGHT, use_train_texts: bool = True,
                  auto_quantile: float = 0.05,
                  calibration: str = "cross_fit", calibration_folds: int = 5, calibration_seed: int = 0,
-                 threshold_rule: str = "upper_bound", confidence: float = 0.95):
+                 threshold_rule: str = "upper_bound", confidence: float = 0.95,
+                 order_weight: float = DEFAULT_ORDER_WEIGHT):
         self.workflow = workflow
         self.encoder = encoder
         self.false_alarm_rate = false_alarm_rate
@@ -120,6 +137,7 @@ class WorkflowDetector:
         self.calibration_seed = calibration_seed
         self.threshold_rule = threshold_rule
         self.confidence = confidence
+        self.order_weight = order_weight
 
     def __repr__(self) -> str:
         fitted = f", tasks={sorted(self.thresholds_)}" if hasattr(self, "thresholds_") else ""
@@ -138,6 +156,7 @@ class WorkflowDetector:
         "calibration_seed": integer(),
         "threshold_rule": one_of(THRESHOLD_RULES),
         "confidence": interval(0, 1),
+        "order_weight": interval(0, None, "left"),
     }
 
     def get_params(self) -> dict[str, Any]:
@@ -234,16 +253,20 @@ class WorkflowDetector:
         self.structures_ = {t: workflow_structure(source.tasks[t]) for t in tasks}
         task_of = [_task(d) for d in rows]
         sys_rows = [self._system_rows(t) for t in turns]
-        # nodes a conformant dialogue of the task says twice or more (loops the graph does not draw)
-        self.repeatable_ = {t: set() for t in tasks}
+        final = self._with_train_texts(base, [(task_of[i], emb[i][sys_rows[i]]) for i in range(len(rows))])
+        # what the task's conformant dialogues do that its graph does not draw: repeated question
+        # steps (a loop: the repeat rule is off for the task) and back steps (never flagged)
+        repeatable: dict[str, set[str]] = {t: set() for t in tasks}
+        allowed: dict[str, set[tuple[str, str]]] = {t: set() for t in tasks}
         for i in range(len(rows)):
-            nodes = base.assign(task_of[i], emb[i][sys_rows[i]]).nodes
-            seen: set[str] = set()
-            for n in (x for x in nodes if x is not None):
-                if n in seen:
-                    self.repeatable_[task_of[i]].add(n)
-                seen.add(n)
-        self.repeatable_ = {t: frozenset(v) for t, v in self.repeatable_.items()}
+            t = task_of[i]
+            nodes = final.assign(t, emb[i][sys_rows[i]]).nodes
+            flags = repeat_flags(nodes, self._answered(turns[i], sys_rows[i]), self.structures_[t])
+            repeatable[t].update(nodes[j] for j in np.flatnonzero(flags))
+            allowed[t] |= order_pairs(nodes, self.structures_[t])
+        self.repeatable_ = {t: frozenset(v) for t, v in repeatable.items()}
+        self.looping_ = frozenset(t for t, v in repeatable.items() if v)
+        self.order_allowed_ = {t: frozenset(v) for t, v in allowed.items()}
         # calibration statistics (cross-fit: each dialogue scored with the others folds' texts)
         stats: dict[str, list[float]] = {t: [] for t in tasks}
         if self.calibration == "cross_fit" and len(rows) >= 2:
@@ -260,9 +283,7 @@ class WorkflowDetector:
                     a = self._with_train_texts(base, [(t, emb[i][sys_rows[i]]) for i in train])
                     stats[t].extend(self._statistic(a, t, turns[idx[j]], emb[idx[j]], sys_rows[idx[j]])
                                     for j in np.flatnonzero(fold == f))
-            final = self._with_train_texts(base, [(task_of[i], emb[i][sys_rows[i]]) for i in range(len(rows))])
         else:
-            final = self._with_train_texts(base, [(task_of[i], emb[i][sys_rows[i]]) for i in range(len(rows))])
             for i in range(len(rows)):
                 stats[task_of[i]].append(self._statistic(final, task_of[i], turns[i], emb[i], sys_rows[i]))
         self.assigner_ = final
@@ -282,6 +303,24 @@ class WorkflowDetector:
     @staticmethod
     def _system_rows(turns: Sequence[Mapping[str, str]]) -> list[int]:
         return [k for k, x in enumerate(turns) if x["speaker"] == "system"]
+
+    @staticmethod
+    def _answered(turns: Sequence[Mapping[str, str]], rows: list[int]) -> list[bool]:
+        """Whether a user turn follows each system turn (before the next one)."""
+        return [any(x["speaker"] == "user" for x in turns[r + 1:(rows[j + 1] if j + 1 < len(rows) else len(turns))])
+                for j, r in enumerate(rows)]
+
+    def _flag_deviations(self, task: str, a: Any, answered: Sequence[bool]) -> np.ndarray:
+        """The raw deviations (threshold not subtracted) of one task's assignment ``a``, rules included."""
+        st = self.structures_.get(task)
+        rep = order = None
+        if st is not None:
+            if task not in getattr(self, "looping_", frozenset()):
+                rep = repeat_flags(a.nodes, answered, st, self.repeatable_.get(task, frozenset()))
+            order = order_flags(a.nodes, st, getattr(self, "order_allowed_", {}).get(task, frozenset()))
+        return turn_deviations(a.own_similarity, a.rival_similarity, rep, min_similarity=self.min_similarity_,
+                               reject_margin=self.reject_margin, repeat_weight=self.repeat_weight, order=order,
+                               order_weight=self.order_weight)
 
     def _with_train_texts(self, base: NodeAssigner, parts: list[tuple[str, np.ndarray]]) -> NodeAssigner:
         if not self.use_train_texts:
@@ -374,8 +413,7 @@ class WorkflowDetector:
         rows = self._system_rows(turns)
         if not rows:
             return np.zeros(0)
-        answered = [any(x["speaker"] == "user" for x in turns[r + 1:(rows[j + 1] if j + 1 < len(rows) else len(turns))])
-                    for j, r in enumerate(rows)]
+        answered = self._answered(turns, rows)
         if task is None:
             routes = routes or [self.route(E[[k for k in range(r) if turns[k]["speaker"] == "user"]], ROUTE_MARGIN)
                                 for r in rows]
@@ -386,11 +424,7 @@ class WorkflowDetector:
         # one assignment per task needed; an unsure route (None) takes the task that fits best
         for t in (self.tasks if None in routes else dict.fromkeys(routes)):
             a = assigner.assign(t, E[rows])
-            rep = (repeat_flags(a.nodes, answered, self.structures_[t], self.repeatable_.get(t, frozenset()))
-                   if t in self.structures_ else None)
-            per_task[t] = turn_deviations(a.own_similarity, a.rival_similarity, rep,
-                                          min_similarity=self.min_similarity_, reject_margin=self.reject_margin,
-                                          repeat_weight=self.repeat_weight) - self._threshold_of(t)
+            per_task[t] = self._flag_deviations(t, a, answered) - self._threshold_of(t)
         for j, rt in enumerate(routes):
             out[j] = per_task[rt][j] if rt is not None else min(v[j] for v in per_task.values())
         return out
@@ -515,9 +549,13 @@ class WorkflowDetector:
         st["system_turn"] += 1
         st["nodes"].append(a.nodes[0])
         st["answered"].append(False)
-        rep = repeat_flags(st["nodes"], st["answered"], self.structures_[task], self.repeatable_.get(task, frozenset()))
+        st_ = self.structures_[task]
+        rep = (repeat_flags(st["nodes"], st["answered"], st_, self.repeatable_.get(task, frozenset()))
+               if task not in getattr(self, "looping_", frozenset()) else np.zeros(len(st["nodes"])))
+        order = order_flags(st["nodes"], st_, getattr(self, "order_allowed_", {}).get(task, frozenset()))
         dev = float(turn_deviations(a.own_similarity, a.rival_similarity, rep[-1:], min_similarity=self.min_similarity_,
-                                    reject_margin=self.reject_margin, repeat_weight=self.repeat_weight)[0])
+                                    reject_margin=self.reject_margin, repeat_weight=self.repeat_weight,
+                                    order=order[-1:], order_weight=self.order_weight)[0])
         reason, rival_task = a.reasons[0], (a.rival[0].split(":")[0] if a.rival[0] else None)
         if reason == "off-task" and rival_task:
             st["off_task"][rival_task] = st["off_task"].get(rival_task, 0) + 1
@@ -557,9 +595,11 @@ class WorkflowDetector:
         """
         self.check_is_fitted()
         return {"params": {"min_similarity": self.min_similarity_, "reject_margin": self.reject_margin,
-                           "repeat_weight": self.repeat_weight},
+                           "repeat_weight": self.repeat_weight, "order_weight": self.order_weight},
                 "thresholds": self.thresholds_, "keys": [list(k) for k in self.assigner_.keys_],
                 "repeatable": {t: sorted(v) for t, v in self.repeatable_.items()},
+                "looping": sorted(getattr(self, "looping_", ())),
+                "order_allowed": {t: sorted(map(list, v)) for t, v in getattr(self, "order_allowed_", {}).items()},
                 "P": self.assigner_.P_, "owners": self.assigner_.owners_}
 
     # -- persistence ------------------------------------------------------------------------------------
@@ -615,7 +655,10 @@ class WorkflowDetector:
         full = {"format": self.FORMAT, "format_version": 1, "config": self.config(),
                 "keys": [list(k) for k in a.keys_], "tasks": {t: [n for _, n in ks] for t, ks in a.tasks_.items()},
                 "n_train": self.n_train_, "min_similarity": self.min_similarity_,
-                "repeatable": {t: sorted(v) for t, v in self.repeatable_.items()}, **meta}
+                "repeatable": {t: sorted(v) for t, v in self.repeatable_.items()},
+                "looping": sorted(getattr(self, "looping_", ())),
+                "order_allowed": {t: sorted(map(list, v)) for t, v in getattr(self, "order_allowed_", {}).items()},
+                **meta}
         write_text_atomic(path / "config.json", json.dumps(full, indent=2) + "\n")
         return path
 
@@ -668,6 +711,9 @@ class WorkflowDetector:
         det.assigner_ = a
         det.n_train_ = int(meta.get("n_train", 0))
         det.repeatable_ = {t: frozenset(v) for t, v in meta.get("repeatable", {}).items()}
+        # a folder saved before the order rule: every task with a repeated node loops
+        det.looping_ = frozenset(meta["looping"] if "looping" in meta else (t for t, v in det.repeatable_.items() if v))
+        det.order_allowed_ = {t: frozenset(tuple(p) for p in v) for t, v in meta.get("order_allowed", {}).items()}
         return det, meta, arrays, source
 
 
@@ -738,5 +784,5 @@ class WorkflowStream:
         return None
 
 
-__all__ = ["WorkflowDetector", "WorkflowStepResult", "WorkflowStream", "WorkflowStructure", "workflow_for_data", "auto_min_similarity", "first_alarm", "repeat_flags",
+__all__ = ["WorkflowDetector", "WorkflowStepResult", "WorkflowStream", "WorkflowStructure", "workflow_for_data", "auto_min_similarity", "first_alarm", "order_flags", "order_pairs", "repeat_flags",
            "resolve_workflow", "turn_deviations", "workflow_structure"]

@@ -1,5 +1,5 @@
 """The pure rules of the workflow-aware detector ``wf`` (:mod:`.workflow_detector`): the repeat
-rule over a workflow graph, the per-turn deviation, the own-workflow floor read off the workflow's
+and order rules over a workflow graph (SSPC: a step repeated, reversed or jumped over), the per-turn deviation, the own-workflow floor read off the workflow's
 texts, and where a detector finds the dialogues' workflow. Functions over arrays and plain values."""
 
 from __future__ import annotations
@@ -17,11 +17,20 @@ from .workflow_nodes import DEFAULT_MIN_SIMILARITY, NodeAssigner
 
 DEFAULT_REJECT_MARGIN = 0.1
 """Margin by which another workflow must fit a turn better before it counts against it (ours)."""
-DEFAULT_REPEAT_WEIGHT = 0.0
-"""Deviation added by an answered question step asked again (ours). 0 by default: STAR's human
-wizards re-ask answered steps in 12% of their conformant dialogues (a new request, an unclear
-answer, loops the graph does not draw), so the rule costs more false alarms than it finds; 1.0
-alarms at every repeat (docs/task3_detectors.md has both)."""
+DEFAULT_REPEAT_WEIGHT = 1.0
+"""Deviation added by an answered question step asked again (ours). 1.0: every repeat alarms (an
+on-workflow turn's deviation is above -1). STAR's human wizards re-ask answered steps in 12% of
+their conformant dialogues, but (on the human fit split) only in trivia, whose graph does not draw
+its question loop: a task whose conformant fit dialogues repeat a question step is a *looping*
+task and the rule is off for it (``WorkflowDetector.looping_``). 0 turns the rule off."""
+DEFAULT_ORDER_WEIGHT = 0.0
+"""Deviation added by a step said after a later step of the workflow (:func:`order_flags`; ours).
+1.0: every such turn alarms; 0 (default) turns the rule off. Off by default because it costs more
+on real text than it brings (benchmarks/bench_task3_tracks.py, no human fit): on the template
+test it raises SSPC recall at 5% false alarms from 25.0% (repeat rule only) to 58.3%, but on
+STAR's human-picked dialogues it raises three early false alarms (a new request after the
+outcome, a retry after a failed booking, a confirmation read as a question), which lowers the
+Score from 91.9 to 71.0 and recall at 1% false alarms from 0.613 to 0.271."""
 CALIBRATIONS = ("cross_fit", "in_sample")
 ROUTE_MARGIN = 0.1
 """Lead of the best task's user-turn similarity needed to route a dialogue without a ``task`` (ours);
@@ -108,9 +117,112 @@ def repeat_flags(nodes: Sequence[str | None], answered: Sequence[bool], structur
     return out
 
 
+def order_flags(nodes: Sequence[str | None], structure: WorkflowStructure,
+                allowed: frozenset[tuple[str, str]] | set[tuple[str, str]] = frozenset(), *,
+                start: str = "hello", min_before_start: int = 2) -> np.ndarray:
+    """Whether each system turn goes back in the workflow (the SSPC reversal and jump, ours).
+
+    A turn at node ``n`` goes back when a step ``m`` said earlier (since the last dead end, after
+    which a conversation may start over) is one that ``n`` leads to in the workflow graph while
+    ``m`` does not lead back to ``n``, unless
+
+    * both are question steps: slots may be asked in any order (users volunteer them; STAR's
+      wizards reorder them in about 4% of their conformant dialogues);
+    * ``(m, n)`` is in ``allowed`` (a back step the task's conformant dialogues take:
+      :func:`order_pairs`);
+    * ``n`` is the ``start`` node and fewer than ``min_before_start`` other steps were said (a
+      greeting after the first question is a late greeting, not a restart).
+
+    So a question asked after the outcome it leads to, an outcome said before another that precedes
+    it, or a greeting in mid-conversation raise it; a repeated step is :func:`repeat_flags`'s.
+
+    Args:
+        nodes: The assigned node of each system turn (None: off-workflow; skipped).
+        structure: The task's :class:`WorkflowStructure`.
+        allowed: ``(earlier step, later turn's step)`` pairs that never raise it.
+        start: The workflow's start node.
+        min_before_start: Steps other than ``start`` needed before a ``start`` turn goes back.
+
+    Returns:
+        np.ndarray: 0/1 per system turn.
+
+    Example:
+        >>> st = WorkflowStructure(frozenset({"ask_day", "ask_city"}),
+        ...                        {"hello": frozenset({"ask_day", "ask_city", "inform"}),
+        ...                         "ask_day": frozenset({"ask_city", "inform"}), "ask_city": frozenset({"inform"}),
+        ...                         "inform": frozenset()}, frozenset())
+        >>> order_flags(["hello", "ask_city", "ask_day", "inform"], st).tolist()  # slots in any order
+        [0, 0, 0, 0]
+        >>> order_flags(["hello", "inform", "ask_day", "ask_city"], st).tolist()  # asked after the outcome
+        [0, 0, 1, 1]
+        >>> order_flags(["ask_day", "ask_city", "hello"], st).tolist()  # greeting in mid-conversation
+        [0, 0, 1]
+        >>> order_flags(["hello", "inform", "ask_day"], st, {("inform", "ask_day")}).tolist()
+        [0, 0, 0]
+    """
+    out = np.zeros(len(nodes), dtype=np.int64)
+    seen: list[str] = []
+    for j, n in enumerate(nodes):
+        if n is None:
+            continue
+        if n in structure.resets:
+            seen = []
+            continue
+        if n != start or sum(m != start for m in seen) >= min_before_start:
+            ahead = structure.leads_to.get(n, frozenset())
+            for m in seen:
+                if (m != n and m in ahead and n not in structure.leads_to.get(m, ())
+                        and not (n in structure.asks and m in structure.asks) and (m, n) not in allowed):
+                    out[j] = 1
+                    break
+        seen.append(n)
+    return out
+
+
+def order_pairs(nodes: Sequence[str | None], structure: WorkflowStructure, *, start: str = "hello",
+                min_before_start: int = 2) -> set[tuple[str, str]]:
+    """The ``(earlier step, step)`` pairs at which :func:`order_flags` flags a dialogue.
+
+    Fitted on conformant dialogues, they are the back steps a task's conversations take that its
+    graph does not draw (e.g. STAR trivia's next question after an answer); the detector passes them
+    as ``allowed``.
+
+    Args:
+        nodes: The assigned node of each system turn (None: off-workflow).
+        structure: The task's :class:`WorkflowStructure`.
+        start: As in :func:`order_flags`.
+        min_before_start: As in :func:`order_flags`.
+
+    Returns:
+        set[tuple[str, str]]: The pairs.
+
+    Example:
+        >>> st = WorkflowStructure(frozenset({"ask"}), {"ask": frozenset({"inform"}), "inform": frozenset()},
+        ...                        frozenset())
+        >>> sorted(order_pairs(["ask", "inform", "ask"], st))
+        [('inform', 'ask')]
+    """
+    out: set[tuple[str, str]] = set()
+    seen: list[str] = []
+    for n in nodes:
+        if n is None:
+            continue
+        if n in structure.resets:
+            seen = []
+            continue
+        flagged = order_flags(seen + [n], structure, start=start, min_before_start=min_before_start)
+        if flagged[-1]:
+            ahead = structure.leads_to.get(n, frozenset())
+            out.update((m, n) for m in seen if m != n and m in ahead and n not in structure.leads_to.get(m, ())
+                       and not (n in structure.asks and m in structure.asks))
+        seen.append(n)
+    return out
+
+
 def turn_deviations(own: np.ndarray, rival: np.ndarray, repeats: np.ndarray | None = None, *,
                     min_similarity: float = DEFAULT_MIN_SIMILARITY, reject_margin: float = DEFAULT_REJECT_MARGIN,
-                    repeat_weight: float = DEFAULT_REPEAT_WEIGHT) -> np.ndarray:
+                    repeat_weight: float = DEFAULT_REPEAT_WEIGHT, order: np.ndarray | None = None,
+                    order_weight: float = DEFAULT_ORDER_WEIGHT) -> np.ndarray:
     """The deviation of each system turn (see the module doc); positive: the assigner rejects it.
 
     Args:
@@ -120,6 +232,8 @@ def turn_deviations(own: np.ndarray, rival: np.ndarray, repeats: np.ndarray | No
         min_similarity: The absolute floor of the own similarity.
         reject_margin: How much better another workflow must fit.
         repeat_weight: Deviation added by a repeat.
+        order: 0/1 flags of a step said after a later one (:func:`order_flags`), or None.
+        order_weight: Deviation added by such a step.
 
     Returns:
         np.ndarray: float64 per system turn.
@@ -128,12 +242,17 @@ def turn_deviations(own: np.ndarray, rival: np.ndarray, repeats: np.ndarray | No
         >>> turn_deviations(np.array([0.9, 0.3, 0.6]), np.array([0.2, 0.2, 0.8]), min_similarity=0.45,
         ...                 reject_margin=0.1).round(2).tolist()
         [-0.45, 0.15, 0.1]
+        >>> turn_deviations(np.array([0.9, 0.9]), np.array([0.2, 0.2]), None, order=np.array([0, 1]),
+        ...                 min_similarity=0.45, reject_margin=0.1, order_weight=1.0).round(2).tolist()
+        [-0.45, 0.55]
     """
     own = np.asarray(own, dtype=np.float64)
     rival = np.asarray(rival, dtype=np.float64)
     d = np.maximum(rival - own - reject_margin, min_similarity - own)
     if repeats is not None:
         d = d + repeat_weight * np.asarray(repeats, dtype=np.float64)
+    if order is not None:
+        d = d + order_weight * np.asarray(order, dtype=np.float64)
     return d
 
 
