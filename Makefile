@@ -146,6 +146,7 @@ docs: install
 
 lint: install
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 
 bench: install
 	for f in benchmarks/bench_*.py; do $(PY) $$f || exit 1; done

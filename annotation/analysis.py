@@ -56,8 +56,21 @@ CONFORMANT_POSITION = FORK_POSITIONS[-1] + 1  # conformant dialogues rank after 
 MIN_FORKS_PER_UNIT = 8
 EXCLUSION_MIN_CONFORMANT = 2
 EXCLUSION_MAX_RATE = 0.5
-REQUIRED = ("annotator", "task", "dialogue_id", "source_id", "hallucination_type", "fork_position", "fork_turn",
-            "cue_kind", "cue_type", "slider", "cue_answer", "onset_turn", "prefix_answer")
+REQUIRED = (
+    "annotator",
+    "task",
+    "dialogue_id",
+    "source_id",
+    "hallucination_type",
+    "fork_position",
+    "fork_turn",
+    "cue_kind",
+    "cue_type",
+    "slider",
+    "cue_answer",
+    "onset_turn",
+    "prefix_answer",
+)
 
 
 class AnswersError(CollectedErrors):
@@ -75,6 +88,7 @@ class AnswersError(CollectedErrors):
 # --------------------------------------------------------------------------------------------
 # data preparation
 # --------------------------------------------------------------------------------------------
+
 
 def _none(v: Any) -> Any:
     if v is None:
@@ -132,9 +146,13 @@ def prepare(judgments: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
             errs.append(f"row {i} (dialogue {r.get('dialogue_id')!r}): non-numeric value ({e})")
             continue
         if d["slider"] is None or not 0 <= d["slider"] <= 100:
-            errs.append(f"row {i} (dialogue {r.get('dialogue_id')!r}): slider must be in 0..100, got {r.get('slider')!r}")
+            errs.append(
+                f"row {i} (dialogue {r.get('dialogue_id')!r}): slider must be in 0..100, got {r.get('slider')!r}"
+            )
         if d["cue_answer"] not in ("yes", "partly", "no"):
-            errs.append(f"row {i} (dialogue {r.get('dialogue_id')!r}): cue_answer must be yes/partly/no, got {r.get('cue_answer')!r}")
+            errs.append(
+                f"row {i} (dialogue {r.get('dialogue_id')!r}): cue_answer must be yes/partly/no, got {r.get('cue_answer')!r}"
+            )
         if d["cue_kind"] not in (CUE_TRUE, CUE_FOIL):
             errs.append(f"row {i}: cue_kind must be 'true' or 'foil', got {r.get('cue_kind')!r}")
         ht = d["hallucination_type"]
@@ -150,7 +168,9 @@ def prepare(judgments: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
     cols = list(REQUIRED) + ["seq_key", "completed_at", "row"]
     df = pd.DataFrame(out, columns=cols) if out else pd.DataFrame(columns=cols)
     df["is_fork"] = df["hallucination_type"].notna()
-    df["position"] = [int(k) if f else CONFORMANT_POSITION for k, f in zip(df["fork_position"], df["is_fork"])]
+    df["position"] = [
+        int(k) if f else CONFORMANT_POSITION for k, f in zip(df["fork_position"], df["is_fork"])
+    ]
     df["confirmed"] = df["cue_answer"].isin(CONFIRMED)
     df = df.sort_values(["annotator", "seq_key", "row"]).reset_index(drop=True)
     df["seq"] = df.groupby("annotator").cumcount()
@@ -173,7 +193,12 @@ def first_judgments(df: pd.DataFrame) -> pd.DataFrame:
     if df.empty:
         return df.assign(mean_slider=pd.Series(dtype=float), n_judges=pd.Series(dtype=int))
     g = df.groupby("dialogue_id")
-    first = df.sort_values(["completed_at", "row"]).groupby("dialogue_id", sort=False).head(1).set_index("dialogue_id")
+    first = (
+        df.sort_values(["completed_at", "row"])
+        .groupby("dialogue_id", sort=False)
+        .head(1)
+        .set_index("dialogue_id")
+    )
     first["mean_slider"] = g["slider"].mean()
     first["n_judges"] = g.size()
     return first.reset_index()
@@ -183,8 +208,10 @@ def first_judgments(df: pd.DataFrame) -> pd.DataFrame:
 # exclusion
 # --------------------------------------------------------------------------------------------
 
-def annotator_foils(df: pd.DataFrame, min_conformant: int = EXCLUSION_MIN_CONFORMANT,
-                    max_rate: float = EXCLUSION_MAX_RATE) -> list[dict[str, Any]]:
+
+def annotator_foils(
+    df: pd.DataFrame, min_conformant: int = EXCLUSION_MIN_CONFORMANT, max_rate: float = EXCLUSION_MAX_RATE
+) -> list[dict[str, Any]]:
     """Per annotator: foil false-confirmation rate on conformant dialogues (the exclusion
     criterion: at least ``min_conformant`` shown and more than ``max_rate`` confirmed), and on all
     foils for information.
@@ -208,10 +235,19 @@ def annotator_foils(df: pd.DataFrame, min_conformant: int = EXCLUSION_MIN_CONFOR
         conf = g[(~g["is_fork"]) & (g["cue_kind"] == CUE_FOIL)]
         allf = g[g["cue_kind"] == CUE_FOIL]
         n, c = len(conf), int(conf["confirmed"].sum())
-        out.append({"annotator": a, "judgments": len(g), "conformant_foils": n, "conformant_foils_confirmed": c,
-                    "conformant_foil_rate": c / n if n else None, "assessed": n >= min_conformant,
-                    "excluded": bool(n >= min_conformant and c / n > max_rate),
-                    "all_foils": len(allf), "all_foils_confirmed": int(allf["confirmed"].sum())})
+        out.append(
+            {
+                "annotator": a,
+                "judgments": len(g),
+                "conformant_foils": n,
+                "conformant_foils_confirmed": c,
+                "conformant_foil_rate": c / n if n else None,
+                "assessed": n >= min_conformant,
+                "excluded": bool(n >= min_conformant and c / n > max_rate),
+                "all_foils": len(allf),
+                "all_foils_confirmed": int(allf["confirmed"].sum()),
+            }
+        )
     return out
 
 
@@ -219,8 +255,10 @@ def annotator_foils(df: pd.DataFrame, min_conformant: int = EXCLUSION_MIN_CONFOR
 # RQ1
 # --------------------------------------------------------------------------------------------
 
-def unit_taus(df: pd.DataFrame, types: Sequence[str] | None = None,
-              min_forks: int = MIN_FORKS_PER_UNIT) -> pd.DataFrame:
+
+def unit_taus(
+    df: pd.DataFrame, types: Sequence[str] | None = None, min_forks: int = MIN_FORKS_PER_UNIT
+) -> pd.DataFrame:
     """tau_b(slider, k) within each (annotator, task) over forks of ``types``, for units with at
     least ``min_forks`` such forks covering all four positions.
 
@@ -242,8 +280,15 @@ def unit_taus(df: pd.DataFrame, types: Sequence[str] | None = None,
         if len(g) < min_forks or set(g["fork_position"]) != set(FORK_POSITIONS):
             continue
         tau = kendall_tau_b(g["slider"], g["fork_position"])
-        rows.append({"annotator": a, "task": t, "n": len(g), "tau_b": 0.0 if math.isnan(tau) else tau,
-                     "undefined": math.isnan(tau)})
+        rows.append(
+            {
+                "annotator": a,
+                "task": t,
+                "n": len(g),
+                "tau_b": 0.0 if math.isnan(tau) else tau,
+                "undefined": math.isnan(tau),
+            }
+        )
     return pd.DataFrame(rows, columns=["annotator", "task", "n", "tau_b", "undefined"])
 
 
@@ -262,12 +307,21 @@ def summarize_taus(taus: Sequence[float], n_boot: int, seed: int) -> dict[str, A
     """
     v = np.asarray(list(taus), float)
     lo, hi = bootstrap_ci(v, _mean, n_boot, seed)
-    return {"mean": _f(v.mean()) if len(v) else None, "ci_low": lo, "ci_high": hi, "n": len(v),
-            "p_wilcoxon_greater": wilcoxon_greater(v)}
+    return {
+        "mean": _f(v.mean()) if len(v) else None,
+        "ci_low": lo,
+        "ci_high": hi,
+        "n": len(v),
+        "p_wilcoxon_greater": wilcoxon_greater(v),
+    }
 
 
-def superiority_units(df: pd.DataFrame, types: Sequence[str] | None = None, low: Sequence[int] | None = None,
-                      high: Sequence[int] | None = None) -> pd.DataFrame:
+def superiority_units(
+    df: pd.DataFrame,
+    types: Sequence[str] | None = None,
+    low: Sequence[int] | None = None,
+    high: Sequence[int] | None = None,
+) -> pd.DataFrame:
     """Per (annotator, task): ``wins`` and ``pairs`` over pairs of conversations at different
     positions (conformant = position 5): a win when the later one is rated higher, one half for
     a tie. ``low`` / ``high`` restrict the earlier / later position of a pair.
@@ -283,7 +337,9 @@ def superiority_units(df: pd.DataFrame, types: Sequence[str] | None = None, low:
         One row per unit with at least one pair, columns ``annotator``, ``task``, ``wins``
         (float: ties count 0.5) and ``pairs``; empty (same columns) when no unit has a pair.
     """
-    d = df[(~df["is_fork"]) | df["hallucination_type"].isin(list(breaking_types() if types is None else types))]
+    d = df[
+        (~df["is_fork"]) | df["hallucination_type"].isin(list(breaking_types() if types is None else types))
+    ]
     rows = []
     for (a, t), g in d.groupby(["annotator", "task"], sort=True):
         pos, sl = g["position"].to_numpy(), g["slider"].to_numpy(float)
@@ -303,9 +359,14 @@ def superiority_units(df: pd.DataFrame, types: Sequence[str] | None = None, low:
     return pd.DataFrame(rows, columns=["annotator", "task", "wins", "pairs"])
 
 
-def probability_of_superiority(df: pd.DataFrame, types: Sequence[str] | None = None,
-                               low: Sequence[int] | None = None, high: Sequence[int] | None = None,
-                               n_boot: int = N_BOOT, seed: int = 0) -> dict[str, Any]:
+def probability_of_superiority(
+    df: pd.DataFrame,
+    types: Sequence[str] | None = None,
+    low: Sequence[int] | None = None,
+    high: Sequence[int] | None = None,
+    n_boot: int = N_BOOT,
+    seed: int = 0,
+) -> dict[str, Any]:
     """Share of within-(annotator, task) pairs where the later position is rated higher (ties
     1/2), with a bootstrap CI over (annotator, task) units (ratio of summed wins to pairs).
 
@@ -330,7 +391,13 @@ def probability_of_superiority(df: pd.DataFrame, types: Sequence[str] | None = N
         return {"ps": None, "ci_low": None, "ci_high": None, "pairs": 0, "units": 0}
     w, p = u["wins"].to_numpy(float), u["pairs"].to_numpy(float)
     lo, hi = bootstrap_ci((w, p), lambda a, b, axis=-1: a.sum(axis=axis) / b.sum(axis=axis), n_boot, seed)
-    return {"ps": float(w.sum() / p.sum()), "ci_low": lo, "ci_high": hi, "pairs": int(p.sum()), "units": len(u)}
+    return {
+        "ps": float(w.sum() / p.sum()),
+        "ci_low": lo,
+        "ci_high": hi,
+        "pairs": int(p.sum()),
+        "units": len(u),
+    }
 
 
 def conformant_highest(df: pd.DataFrame, types: Sequence[str] | None = None) -> dict[str, Any]:
@@ -347,7 +414,9 @@ def conformant_highest(df: pd.DataFrame, types: Sequence[str] | None = None) -> 
         units with at least one conformant dialogue and one fork, "share": count / n (None when
         n is 0)}``.
     """
-    d = df[(~df["is_fork"]) | df["hallucination_type"].isin(list(breaking_types() if types is None else types))]
+    d = df[
+        (~df["is_fork"]) | df["hallucination_type"].isin(list(breaking_types() if types is None else types))
+    ]
     n = c = 0
     for _, g in d.groupby(["annotator", "task"]):
         conf, fk = g[~g["is_fork"]]["slider"], g[g["is_fork"]]["slider"]
@@ -369,7 +438,9 @@ def quartet_taus(conv: pd.DataFrame, types: Sequence[str] | None = None) -> pd.D
         One row per complete quartet (all four positions annotated), columns ``source_id``,
         ``type`` and ``tau_b`` (0.0 when undefined); empty (same columns) when there is none.
     """
-    f = conv[conv["is_fork"] & conv["hallucination_type"].isin(list(breaking_types() if types is None else types))]
+    f = conv[
+        conv["is_fork"] & conv["hallucination_type"].isin(list(breaking_types() if types is None else types))
+    ]
     rows = []
     for (s, h), g in f.groupby(["source_id", "hallucination_type"], sort=True):
         if tuple(sorted(g["fork_position"])) != FORK_POSITIONS:
@@ -379,7 +450,9 @@ def quartet_taus(conv: pd.DataFrame, types: Sequence[str] | None = None) -> pd.D
     return pd.DataFrame(rows, columns=["source_id", "type", "tau_b"])
 
 
-def mean_slider_by_position(conv: pd.DataFrame, types: Sequence[str], n_boot: int, seed: int) -> dict[str, Any]:
+def mean_slider_by_position(
+    conv: pd.DataFrame, types: Sequence[str], n_boot: int, seed: int
+) -> dict[str, Any]:
     """Mean of the conversations' mean sliders per position (k=1..4 over ``types``, and
     conformant), with bootstrap CIs over conversations.
 
@@ -396,7 +469,11 @@ def mean_slider_by_position(conv: pd.DataFrame, types: Sequence[str], n_boot: in
     """
     out: dict[str, Any] = {}
     for k in FORK_POSITIONS:
-        v = conv[conv["is_fork"] & conv["hallucination_type"].isin(list(breaking_types() if types is None else types)) & (conv["fork_position"] == k)]
+        v = conv[
+            conv["is_fork"]
+            & conv["hallucination_type"].isin(list(breaking_types() if types is None else types))
+            & (conv["fork_position"] == k)
+        ]
         x = v["mean_slider"].to_numpy(float)
         lo, hi = bootstrap_ci(x, _mean, n_boot, seed + k)
         out[f"k{k}"] = {"mean": _f(x.mean()) if len(x) else None, "ci_low": lo, "ci_high": hi, "n": len(x)}
@@ -406,8 +483,13 @@ def mean_slider_by_position(conv: pd.DataFrame, types: Sequence[str], n_boot: in
     return out
 
 
-def rq1(df: pd.DataFrame, conv: pd.DataFrame, n_boot: int = N_BOOT, seed: int = 0,
-        min_forks: int = MIN_FORKS_PER_UNIT) -> dict[str, Any]:
+def rq1(
+    df: pd.DataFrame,
+    conv: pd.DataFrame,
+    n_boot: int = N_BOOT,
+    seed: int = 0,
+    min_forks: int = MIN_FORKS_PER_UNIT,
+) -> dict[str, Any]:
     """RQ1: do annotators rate forks lower the earlier the fork happens (slider vs. fork position)?
 
     Computed twice: over the workflow-breaking types (``"breaking"``) and over every registered
@@ -440,23 +522,32 @@ def rq1(df: pd.DataFrame, conv: pd.DataFrame, n_boot: int = N_BOOT, seed: int = 
             "tau_b_within_units": summarize_taus(taus["tau_b"], n_boot, seed),
             "units": taus.to_dict(orient="records"),
             "superiority": probability_of_superiority(df, types, n_boot=n_boot, seed=seed),
-            "superiority_k4_vs_k1": probability_of_superiority(df, types, low=[1], high=[4], n_boot=n_boot, seed=seed),
+            "superiority_k4_vs_k1": probability_of_superiority(
+                df, types, low=[1], high=[4], n_boot=n_boot, seed=seed
+            ),
             "superiority_conformant_vs_fork": probability_of_superiority(
-                df, types, low=list(FORK_POSITIONS), high=[CONFORMANT_POSITION], n_boot=n_boot, seed=seed),
+                df, types, low=list(FORK_POSITIONS), high=[CONFORMANT_POSITION], n_boot=n_boot, seed=seed
+            ),
             "conformant_highest": conformant_highest(df, types),
             "tau_b_quartets": summarize_taus(qt["tau_b"], n_boot, seed),
             "mean_slider": mean_slider_by_position(conv, types, n_boot, seed),
         }
-    res["mean_slider_per_type"] = {h: mean_slider_by_position(conv, [h], n_boot, seed) for h in hallucination_types()}
+    res["mean_slider_per_type"] = {
+        h: mean_slider_by_position(conv, [h], n_boot, seed) for h in hallucination_types()
+    }
     res["superiority_conformant_vs_fork_per_type"] = {
-        h: probability_of_superiority(df, [h], low=list(FORK_POSITIONS), high=[CONFORMANT_POSITION], n_boot=n_boot, seed=seed)
-        for h in hallucination_types()}
+        h: probability_of_superiority(
+            df, [h], low=list(FORK_POSITIONS), high=[CONFORMANT_POSITION], n_boot=n_boot, seed=seed
+        )
+        for h in hallucination_types()
+    }
     return res
 
 
 # --------------------------------------------------------------------------------------------
 # RQ2-RQ4 (first judgment per conversation)
 # --------------------------------------------------------------------------------------------
+
 
 def rq2(conv: pd.DataFrame) -> dict[str, Any]:
     """RQ2: do annotators confirm the true instruction of a fork more often than a foil?
@@ -477,19 +568,32 @@ def rq2(conv: pd.DataFrame) -> dict[str, Any]:
     per_type = {}
     for h in hallucination_types():
         g = true[true["hallucination_type"] == h]
-        per_type[h] = {**rate(int(g["confirmed"].sum()), len(g)),
-                       "yes": int((g["cue_answer"] == "yes").sum()), "partly": int((g["cue_answer"] == "partly").sum())}
-    overall = {**rate(int(true["confirmed"].sum()), len(true)),
-               "yes": int((true["cue_answer"] == "yes").sum()), "partly": int((true["cue_answer"] == "partly").sum())}
+        per_type[h] = {
+            **rate(int(g["confirmed"].sum()), len(g)),
+            "yes": int((g["cue_answer"] == "yes").sum()),
+            "partly": int((g["cue_answer"] == "partly").sum()),
+        }
+    overall = {
+        **rate(int(true["confirmed"].sum()), len(true)),
+        "yes": int((true["cue_answer"] == "yes").sum()),
+        "partly": int((true["cue_answer"] == "partly").sum()),
+    }
     fc = conv[(~conv["is_fork"]) & (conv["cue_kind"] == CUE_FOIL)]
     ff = conv[conv["is_fork"] & (conv["cue_kind"] == CUE_FOIL)]
     foil_conf = rate(int(fc["confirmed"].sum()), len(fc))
     foil_fork = rate(int(ff["confirmed"].sum()), len(ff))
-    return {"true_per_type": per_type, "true_overall": overall, "foil_conformant": foil_conf, "foil_forked": foil_fork,
-            "p_fisher_true_vs_foil_conformant": fisher_greater(overall["count"], overall["n"], foil_conf["count"],
-                                                               foil_conf["n"]),
-            "p_fisher_true_vs_foil_forked": fisher_greater(overall["count"], overall["n"], foil_fork["count"],
-                                                           foil_fork["n"])}
+    return {
+        "true_per_type": per_type,
+        "true_overall": overall,
+        "foil_conformant": foil_conf,
+        "foil_forked": foil_fork,
+        "p_fisher_true_vs_foil_conformant": fisher_greater(
+            overall["count"], overall["n"], foil_conf["count"], foil_conf["n"]
+        ),
+        "p_fisher_true_vs_foil_forked": fisher_greater(
+            overall["count"], overall["n"], foil_fork["count"], foil_fork["n"]
+        ),
+    }
 
 
 def onset_errors(conv: pd.DataFrame) -> np.ndarray:
@@ -502,7 +606,9 @@ def onset_errors(conv: pd.DataFrame) -> np.ndarray:
         One float per such fork with an onset turn: the annotated onset turn minus the fork turn
         (0 exact, negative too early, positive too late).
     """
-    g = conv[conv["is_fork"] & (conv["cue_kind"] == CUE_TRUE) & conv["confirmed"] & conv["onset_turn"].notna()]
+    g = conv[
+        conv["is_fork"] & (conv["cue_kind"] == CUE_TRUE) & conv["confirmed"] & conv["onset_turn"].notna()
+    ]
     return (g["onset_turn"].astype(float) - g["fork_turn"].astype(float)).to_numpy()
 
 
@@ -521,9 +627,14 @@ def rq3(conv: pd.DataFrame) -> dict[str, Any]:
     d = onset_errors(conv)
     n = len(d)
     vals, counts = np.unique(d.astype(int), return_counts=True) if n else ([], [])
-    return {"n": n, "distribution": {str(int(v)): int(c) for v, c in zip(vals, counts)},
-            "exact": rate(int((d == 0).sum()), n), "within_one": rate(int((np.abs(d) <= 1).sum()), n),
-            "at_or_after": rate(int((d >= 0).sum()), n), "median_abs_error": _f(np.median(np.abs(d))) if n else None}
+    return {
+        "n": n,
+        "distribution": {str(int(v)): int(c) for v, c in zip(vals, counts)},
+        "exact": rate(int((d == 0).sum()), n),
+        "within_one": rate(int((np.abs(d) <= 1).sum()), n),
+        "at_or_after": rate(int((d >= 0).sum()), n),
+        "median_abs_error": _f(np.median(np.abs(d))) if n else None,
+    }
 
 
 def rq4(conv: pd.DataFrame) -> dict[str, Any]:
@@ -541,15 +652,24 @@ def rq4(conv: pd.DataFrame) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, sub in [("overall", g)] + [(f"k{k}", g[g["fork_position"] == k]) for k in FORK_POSITIONS]:
         n = len(sub)
-        yes, mostly = int((sub["prefix_answer"] == "yes").sum()), int((sub["prefix_answer"] == "mostly").sum())
-        out[key] = {"n": n, "yes": rate(yes, n), "mostly": mostly, "no": n - yes - mostly,
-                    "yes_or_mostly": rate(yes + mostly, n)}
+        yes, mostly = (
+            int((sub["prefix_answer"] == "yes").sum()),
+            int((sub["prefix_answer"] == "mostly").sum()),
+        )
+        out[key] = {
+            "n": n,
+            "yes": rate(yes, n),
+            "mostly": mostly,
+            "no": n - yes - mostly,
+            "yes_or_mostly": rate(yes + mostly, n),
+        }
     return out
 
 
 # --------------------------------------------------------------------------------------------
 # agreement, learning, distances
 # --------------------------------------------------------------------------------------------
+
 
 def agreement(df: pd.DataFrame) -> dict[str, Any]:
     """On conversations judged by more than one annotator: raw agreement and Gwet's AC1 of the
@@ -570,22 +690,35 @@ def agreement(df: pd.DataFrame) -> dict[str, Any]:
     conf = [["yes" if c else "no" for c in g["confirmed"]] for g in groups]
     three = [list(g["cue_answer"]) for g in groups]
     prefix = [[v for v in g["prefix_answer"] if v is not None] for g in groups]
-    onsets = [[v for v, c in zip(g["onset_turn"], g["confirmed"]) if c and v is not None and not pd.isna(v)]
-              for g in groups]
+    onsets = [
+        [v for v, c in zip(g["onset_turn"], g["confirmed"]) if c and v is not None and not pd.isna(v)]
+        for g in groups
+    ]
     pairs = within = 0
     for o in onsets:
         for a, b in combinations(o, 2):
             pairs += 1
             within += int(abs(a - b) <= 1)
-    return {"conversations": len(groups),
-            "judged_by": {str(k): int(v) for k, v in multi.groupby("dialogue_id")["annotator"].nunique()
-                          .value_counts().sort_index().items()},
-            "confirmation": gwet_ac1(conf, ["yes", "no"]),
-            "three_way": gwet_ac1(three, ["yes", "partly", "no"]),
-            "prefix": gwet_ac1(prefix, ["yes", "mostly", "no"]),
-            "slider": krippendorff_interval([list(g["slider"]) for g in groups]),
-            "onset": {**krippendorff_interval(onsets), "pairs": pairs,
-                      "pairs_within_one": within / pairs if pairs else None}}
+    return {
+        "conversations": len(groups),
+        "judged_by": {
+            str(k): int(v)
+            for k, v in multi.groupby("dialogue_id")["annotator"]
+            .nunique()
+            .value_counts()
+            .sort_index()
+            .items()
+        },
+        "confirmation": gwet_ac1(conf, ["yes", "no"]),
+        "three_way": gwet_ac1(three, ["yes", "partly", "no"]),
+        "prefix": gwet_ac1(prefix, ["yes", "mostly", "no"]),
+        "slider": krippendorff_interval([list(g["slider"]) for g in groups]),
+        "onset": {
+            **krippendorff_interval(onsets),
+            "pairs": pairs,
+            "pairs_within_one": within / pairs if pairs else None,
+        },
+    }
 
 
 def learning_thirds(df: pd.DataFrame) -> dict[str, Any]:
@@ -613,15 +746,17 @@ def learning_thirds(df: pd.DataFrame) -> dict[str, Any]:
         onset = true[true["confirmed"] & true["onset_turn"].notna()]
         err = (onset["onset_turn"].astype(float) - onset["fork_turn"].astype(float)).abs()
         foils = g[g["cue_kind"] == CUE_FOIL]
-        out[name] = {"onset_within_one": rate(int((err <= 1).sum()), len(err)),
-                     "true_confirmed": rate(int(true["confirmed"].sum()), len(true)),
-                     "foil_confirmed": rate(int(foils["confirmed"].sum()), len(foils))}
+        out[name] = {
+            "onset_within_one": rate(int((err <= 1).sum()), len(err)),
+            "true_confirmed": rate(int(true["confirmed"].sum()), len(true)),
+            "foil_confirmed": rate(int(foils["confirmed"].sum()), len(foils)),
+        }
     return out
 
 
-
-def distance_correlation(conv: pd.DataFrame, distances: Mapping[str, Mapping[str, float]], n_boot: int = N_BOOT,
-                         seed: int = 0) -> dict[str, Any]:
+def distance_correlation(
+    conv: pd.DataFrame, distances: Mapping[str, Mapping[str, float]], n_boot: int = N_BOOT, seed: int = 0
+) -> dict[str, Any]:
     """Spearman rho (bootstrap CI) between each method's distance mu(D+, D') and the perceived
     deviation 100 - mean slider, over the annotated forks that have a distance.
 
@@ -651,9 +786,14 @@ def distance_correlation(conv: pd.DataFrame, distances: Mapping[str, Mapping[str
     return out
 
 
-def analyse(judgments: Iterable[Mapping[str, Any]], distances: Mapping[str, Mapping[str, float]] | None = None,
-            n_boot: int = N_BOOT, seed: int = 0, apply_exclusion: bool = True,
-            min_forks: int = MIN_FORKS_PER_UNIT) -> dict[str, Any]:
+def analyse(
+    judgments: Iterable[Mapping[str, Any]],
+    distances: Mapping[str, Mapping[str, float]] | None = None,
+    n_boot: int = N_BOOT,
+    seed: int = 0,
+    apply_exclusion: bool = True,
+    min_forks: int = MIN_FORKS_PER_UNIT,
+) -> dict[str, Any]:
     """All analyses of Appendix N as one JSON-able dict (see the module docstring).
 
     Args:
@@ -688,14 +828,24 @@ def analyse(judgments: Iterable[Mapping[str, Any]], distances: Mapping[str, Mapp
         df = df[~df["annotator"].isin(excluded)].reset_index(drop=True)
     conv = first_judgments(df)
     res: dict[str, Any] = {
-        "counts": {"judgments": len(df), "conversations": len(conv), "annotators": int(df["annotator"].nunique()),
-                   "forked": int(conv["is_fork"].sum()) if len(conv) else 0,
-                   "conformant": int((~conv["is_fork"]).sum()) if len(conv) else 0,
-                   "tasks": sorted(df["task"].unique().tolist())},
-        "parameters": {"n_boot": n_boot, "seed": seed, "min_forks_per_unit": min_forks,
-                       "apply_exclusion": apply_exclusion, "exclusion_min_conformant": EXCLUSION_MIN_CONFORMANT,
-                       "exclusion_max_rate": EXCLUSION_MAX_RATE},
-        "annotator_foils": foils, "excluded_annotators": excluded,
+        "counts": {
+            "judgments": len(df),
+            "conversations": len(conv),
+            "annotators": int(df["annotator"].nunique()),
+            "forked": int(conv["is_fork"].sum()) if len(conv) else 0,
+            "conformant": int((~conv["is_fork"]).sum()) if len(conv) else 0,
+            "tasks": sorted(df["task"].unique().tolist()),
+        },
+        "parameters": {
+            "n_boot": n_boot,
+            "seed": seed,
+            "min_forks_per_unit": min_forks,
+            "apply_exclusion": apply_exclusion,
+            "exclusion_min_conformant": EXCLUSION_MIN_CONFORMANT,
+            "exclusion_max_rate": EXCLUSION_MAX_RATE,
+        },
+        "annotator_foils": foils,
+        "excluded_annotators": excluded,
     }
     if len(df) == 0:
         return res

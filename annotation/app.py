@@ -37,8 +37,10 @@ MAX_PASSWORD_CHARS = 1024
 VERIFY_THREADS = 1
 #: Worker threads doing login-throttle bookkeeping at once (a burst waits as coroutines, not threads).
 THROTTLE_THREADS = 2
-CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; object-src 'none'; "
-       "base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
+CSP = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; object-src 'none'; "
+    "base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+)
 SECURITY_HEADERS = {
     "Content-Security-Policy": CSP,
     "X-Content-Type-Options": "nosniff",
@@ -118,9 +120,15 @@ class GuardMiddleware:
         await self.app(scope, receive, send_secured)
 
 
-def create_app(study: Study, star_dir: str | Path | None = None, analysis_dir: str | Path | None = None,
-               throttle: LoginThrottle | None = None, secure_cookies: bool = False,
-               analysis_options: dict[str, Any] | None = None, trusted_origins: Sequence[str] = ()) -> FastAPI:
+def create_app(
+    study: Study,
+    star_dir: str | Path | None = None,
+    analysis_dir: str | Path | None = None,
+    throttle: LoginThrottle | None = None,
+    secure_cookies: bool = False,
+    analysis_options: dict[str, Any] | None = None,
+    trusted_origins: Sequence[str] = (),
+) -> FastAPI:
     """The ASGI app over ``study``: the annotators' pages, the JSON API and the admin panel.
 
     Args:
@@ -176,8 +184,9 @@ def create_app(study: Study, star_dir: str | Path | None = None, analysis_dir: s
     def refuse(request: Request, status: int, message: str) -> Response:
         if wants_json(request) or "text/html" not in request.headers.get("accept", ""):
             return JSONResponse({"error": message}, status_code=status)
-        return templates.TemplateResponse(request, "error.html", {"message": message, "status": status},
-                                          status_code=status)
+        return templates.TemplateResponse(
+            request, "error.html", {"message": message, "status": status}, status_code=status
+        )
 
     def cross_site(request: Request) -> str | None:
         """Why a POST is refused as cross-site (``None``: it is not). The browser's Origin (or,
@@ -202,8 +211,12 @@ def create_app(study: Study, star_dir: str | Path | None = None, analysis_dir: s
         why = cross_site(request)
         if why is not None:
             logger.warning("refused a cross-site %s %s (%s)", request.method, request.url.path, why)
-            return refuse(request, 403, f"cross-site request refused ({why} is not this site); reload the page "
-                                        "and submit again from the study's own address")
+            return refuse(
+                request,
+                403,
+                f"cross-site request refused ({why} is not this site); reload the page "
+                "and submit again from the study's own address",
+            )
         if request.headers.get("transfer-encoding", "").lower() == "chunked":
             return refuse(request, 411, "send the request body with a Content-Length")
         try:
@@ -220,14 +233,17 @@ def create_app(study: Study, star_dir: str | Path | None = None, analysis_dir: s
     async def annotation_error(request: Request, exc: AnnotationError):
         if wants_json(request):
             return JSONResponse({"error": exc.message}, status_code=exc.status)
-        return templates.TemplateResponse(request, "error.html", {"message": exc.message, "status": exc.status},
-                                          status_code=exc.status)
+        return templates.TemplateResponse(
+            request, "error.html", {"message": exc.message, "status": exc.status}, status_code=exc.status
+        )
 
     @app.exception_handler(AdminRequired)
     async def admin_required(request: Request, exc: AdminRequired):
         if wants_json(request) or request.method != "GET":
-            return JSONResponse({"error": "the admin panel needs the admin password (log in at /admin/login)"},
-                                status_code=401)
+            return JSONResponse(
+                {"error": "the admin panel needs the admin password (log in at /admin/login)"},
+                status_code=401,
+            )
         return RedirectResponse("/admin/login", status_code=303)
 
     async def read_body(request: Request) -> dict[str, Any]:
@@ -266,8 +282,9 @@ def create_app(study: Study, star_dir: str | Path | None = None, analysis_dir: s
     def intro(request: Request, link: str, task: str):
         a = annotator(link)
         check_task(a, task)
-        return templates.TemplateResponse(request, "intro.html", {
-            "link": link, "task": task, "wf": workflow(task), "ov": study.overview(a)})
+        return templates.TemplateResponse(
+            request, "intro.html", {"link": link, "task": task, "wf": workflow(task), "ov": study.overview(a)}
+        )
 
     @app.post("/a/{link}/intro/{task}")
     def intro_done(link: str, task: str):
@@ -283,7 +300,9 @@ def create_app(study: Study, star_dir: str | Path | None = None, analysis_dir: s
         wf = workflow(task)
         if wf is None or wf.flowchart is None:
             raise NotFound("no flowchart for this task")
-        return FileResponse(wf.flowchart, media_type="image/jpeg", headers={"Cache-Control": "private, max-age=3600"})
+        return FileResponse(
+            wf.flowchart, media_type="image/jpeg", headers={"Cache-Control": "private, max-age=3600"}
+        )
 
     @app.get("/a/{link}/c/{token}", response_class=HTMLResponse)
     def conversation(request: Request, link: str, token: str):
@@ -294,8 +313,11 @@ def create_app(study: Study, star_dir: str | Path | None = None, analysis_dir: s
         p = study.step_payload(a, token)
         if p["step"] == "done":
             return RedirectResponse(f"/a/{link}/next", status_code=303)
-        resp = templates.TemplateResponse(request, "conversation.html", {
-            "link": link, "p": p, "wf": workflow(p["task"]), "ov": study.overview(a)})
+        resp = templates.TemplateResponse(
+            request,
+            "conversation.html",
+            {"link": link, "p": p, "wf": workflow(p["task"]), "ov": study.overview(a)},
+        )
         resp.headers[STEP_HEADER] = str(p["step"])
         return resp
 
@@ -352,26 +374,41 @@ def create_app(study: Study, star_dir: str | Path | None = None, analysis_dir: s
         # process already knows is answered at once, on the loop, without a thread or a query.
         wait = throttle.quick_wait(who)
         if wait <= 0:
-            wait = await anyio.to_thread.run_sync(throttle.attempt, who,
-                                                  limiter=_limiter(throttle_limiters, THROTTLE_THREADS))
+            wait = await anyio.to_thread.run_sync(
+                throttle.attempt, who, limiter=_limiter(throttle_limiters, THROTTLE_THREADS)
+            )
         if wait > 0:
             secs = max(1, math.ceil(wait))
             return templates.TemplateResponse(
-                request, "login.html", {"message": f"Too many failed attempts; try again in {secs} s."},
-                status_code=429, headers={"Retry-After": str(secs)})
+                request,
+                "login.html",
+                {"message": f"Too many failed attempts; try again in {secs} s."},
+                status_code=429,
+                headers={"Retry-After": str(secs)},
+            )
         form = await request.form()
         pw = form.get("password")
         ok = isinstance(pw, str) and 0 < len(pw) <= MAX_PASSWORD_CHARS
         if ok:  # scrypt in a worker thread: the event loop keeps serving annotators meanwhile
-            ok = await anyio.to_thread.run_sync(study.check_admin_password, pw,
-                                                limiter=_limiter(verify_limiters, VERIFY_THREADS))
+            ok = await anyio.to_thread.run_sync(
+                study.check_admin_password, pw, limiter=_limiter(verify_limiters, VERIFY_THREADS)
+            )
         if not ok:
-            return templates.TemplateResponse(request, "login.html", {"message": "Wrong password."},
-                                              status_code=401)
-        await anyio.to_thread.run_sync(throttle.success, who, limiter=_limiter(throttle_limiters, THROTTLE_THREADS))
+            return templates.TemplateResponse(
+                request, "login.html", {"message": "Wrong password."}, status_code=401
+            )
+        await anyio.to_thread.run_sync(
+            throttle.success, who, limiter=_limiter(throttle_limiters, THROTTLE_THREADS)
+        )
         resp = RedirectResponse("/admin", status_code=303)
-        resp.set_cookie(ADMIN_COOKIE, study.new_admin_session(), httponly=True, samesite="strict",
-                        secure=secure_cookies, path="/")
+        resp.set_cookie(
+            ADMIN_COOKIE,
+            study.new_admin_session(),
+            httponly=True,
+            samesite="strict",
+            secure=secure_cookies,
+            path="/",
+        )
         return resp
 
     @app.post("/admin/logout")
@@ -385,11 +422,21 @@ def create_app(study: Study, star_dir: str | Path | None = None, analysis_dir: s
     def admin(request: Request, created: str | None = None, batch: str | None = None):
         require_admin(request)
         base = str(request.base_url).rstrip("/")
-        return templates.TemplateResponse(request, "admin.html", {
-            "annotators": study.annotators(), "progress": study.progress(), "tasks": study.tasks(),
-            "base": base, "created": created, "batch": batch,
-            "report": (analysis_dir / "report.md").read_text(encoding="utf-8")
-            if (analysis_dir / "report.md").is_file() else None})
+        return templates.TemplateResponse(
+            request,
+            "admin.html",
+            {
+                "annotators": study.annotators(),
+                "progress": study.progress(),
+                "tasks": study.tasks(),
+                "base": base,
+                "created": created,
+                "batch": batch,
+                "report": (analysis_dir / "report.md").read_text(encoding="utf-8")
+                if (analysis_dir / "report.md").is_file()
+                else None,
+            },
+        )
 
     @app.post("/admin/annotators")
     async def add_annotator(request: Request):
@@ -437,7 +484,9 @@ def create_app(study: Study, star_dir: str | Path | None = None, analysis_dir: s
     @app.get("/admin/export.json")
     def export_json(request: Request):
         require_admin(request)
-        return JSONResponse(study.export_rows(), headers={"Content-Disposition": 'attachment; filename="answers.json"'})
+        return JSONResponse(
+            study.export_rows(), headers={"Content-Disposition": 'attachment; filename="answers.json"'}
+        )
 
     @app.get("/admin/export.csv")
     def export_csv(request: Request):
@@ -446,8 +495,11 @@ def create_app(study: Study, star_dir: str | Path | None = None, analysis_dir: s
         w = csv.DictWriter(buf, fieldnames=list(Study.EXPORT_FIELDS))
         w.writeheader()
         w.writerows({k: neutralize_cell(v) for k, v in r.items()} for r in study.export_rows())
-        return Response(buf.getvalue(), media_type="text/csv",
-                        headers={"Content-Disposition": 'attachment; filename="answers.csv"'})
+        return Response(
+            buf.getvalue(),
+            media_type="text/csv",
+            headers={"Content-Disposition": 'attachment; filename="answers.csv"'},
+        )
 
     @app.post("/admin/analyses")
     def recompute(request: Request):

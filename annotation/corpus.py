@@ -48,13 +48,17 @@ def iter_corpus_files(corpus_dir: str | Path) -> list[Path]:
             files = [root / name for name in sorted(listed)]
             missing = [str(f) for f in files if not f.is_file()]
             if missing:
-                raise FileNotFoundError(f"{manifest} lists record files that are missing: {', '.join(missing)}")
+                raise FileNotFoundError(
+                    f"{manifest} lists record files that are missing: {', '.join(missing)}"
+                )
             return files
 
     def is_records(p: Path) -> bool:
         return p.is_file() and (p.name.endswith(".jsonl") or p.name.endswith(".jsonl.gz"))
 
-    files = sorted(p for p in root.iterdir() if is_records(p)) or sorted(p for p in root.rglob("*") if is_records(p))
+    files = sorted(p for p in root.iterdir() if is_records(p)) or sorted(
+        p for p in root.rglob("*") if is_records(p)
+    )
     if not files:
         raise FileNotFoundError(f"corpus folder {root} holds no *.jsonl record files")
     return files
@@ -168,9 +172,14 @@ def _step_views(steps: Any) -> list[StepView]:
         if getattr(st, "goto", None) is not None:
             out.append(StepView("goto", f"{st.text}."))
             continue
-        branches = [StepView("branch", f"If the outcome is \"{' '.join(str(b.text or b.label).split())}\":",
-                             children=_step_views(b.steps) or [StepView("goto", "(no further step)")])
-                    for b in getattr(st, "branches", None) or []]
+        branches = [
+            StepView(
+                "branch",
+                f'If the outcome is "{" ".join(str(b.text or b.label).split())}":',
+                children=_step_views(b.steps) or [StepView("goto", "(no further step)")],
+            )
+            for b in getattr(st, "branches", None) or []
+        ]
         out.append(StepView("step", str(st.text), str(st.number), st.template or None, branches))
     return out
 

@@ -271,10 +271,14 @@ def _check_sqlite_path(database: str | None) -> None:
 
     path = Path(database).expanduser()
     if path.is_dir():
-        raise ValueError(f"study database {database}: is a folder; give a file path, e.g. {path / 'study.db'}")
+        raise ValueError(
+            f"study database {database}: is a folder; give a file path, e.g. {path / 'study.db'}"
+        )
     if not path.parent.is_dir():
-        raise FileNotFoundError(f"study database {database}: the folder {path.parent} does not exist; create it "
-                                f"(mkdir -p {path.parent}) or give a path in an existing folder")
+        raise FileNotFoundError(
+            f"study database {database}: the folder {path.parent} does not exist; create it "
+            f"(mkdir -p {path.parent}) or give a path in an existing folder"
+        )
 
 
 def make_engine(url: str) -> Engine:
@@ -312,6 +316,7 @@ def make_engine(url: str) -> Engine:
     except ArgumentError as e:
         raise ValueError(f"study database {shown}: {e}") from None
     if url.startswith("sqlite"):
+
         @event.listens_for(engine, "connect")
         def _pragmas(dbapi_conn, _rec):  # pragma: no cover - trivial
             cur = dbapi_conn.cursor()
@@ -319,6 +324,7 @@ def make_engine(url: str) -> Engine:
             cur.execute("PRAGMA journal_mode=WAL")
             cur.execute("PRAGMA synchronous=FULL")
             cur.close()
+
     try:
         Base.metadata.create_all(engine)
     except SQLAlchemyError as e:  # unreadable file, no permission, server down, not a database...

@@ -73,7 +73,9 @@ def task_domain(task: str) -> str:
     return str(task).split("_", 1)[0]
 
 
-def substitute_cue_text(htype: str, substitute_task: str, tasks: Mapping[str, str] | None = None) -> str | None:
+def substitute_cue_text(
+    htype: str, substitute_task: str, tasks: Mapping[str, str] | None = None
+) -> str | None:
     """The cue of a ``htype`` instruction whose fork follows ``substitute_task``: the type's cue
     template (its registry entry's ``cue``) with the task's description from ``tasks`` (task ->
     description), else :func:`default_task_description`.
@@ -171,7 +173,9 @@ def _variant_list(pool: Any, htype: str) -> list[Any]:
     return vs
 
 
-def true_cue_text(record: Mapping[str, Any], pool: Any, tasks: Mapping[str, str] | None = None) -> tuple[str, str]:
+def true_cue_text(
+    record: Mapping[str, Any], pool: Any, tasks: Mapping[str, str] | None = None
+) -> tuple[str, str]:
     """``(variant id, cue text)`` of a fork's injected variant. A fork of a type with a cue
     template (a registry entry with ``cue``, such as WIC) and a substitute task gets that
     template filled with the substitute task's description (:func:`substitute_cue_text`,
@@ -196,13 +200,21 @@ def true_cue_text(record: Mapping[str, Any], pool: Any, tasks: Mapping[str, str]
     try:
         return vid, pool.by_id(vid).cue
     except KeyError:
-        logger.warning("dialogue %r: variant %r is not in the variant file; showing its instruction text as the cue",
-                       record.get("dialogue_id"), vid)
+        logger.warning(
+            "dialogue %r: variant %r is not in the variant file; showing its instruction text as the cue",
+            record.get("dialogue_id"),
+            vid,
+        )
         return vid, " ".join(str(record.get("instruction") or "").split())
 
 
-def assign_cue(record: Mapping[str, Any], study_seed: int, pool: Any,
-               foil_share: float = FOIL_SHARE_FORKED, tasks: Mapping[str, str] | None = None) -> Cue:
+def assign_cue(
+    record: Mapping[str, Any],
+    study_seed: int,
+    pool: Any,
+    foil_share: float = FOIL_SHARE_FORKED,
+    tasks: Mapping[str, str] | None = None,
+) -> Cue:
     """The step-2 cue of one conversation (deterministic in ``(study_seed, dialogue_id)`` and
     the task catalog ``tasks``).
 
@@ -379,10 +391,20 @@ class SamplingError(ValueError):
     """The pool cannot supply the requested mini-blocks (too few unseen sources)."""
 
 
-def draw_blocks(pool: TaskPool, annotators: Sequence[str], blocks_per_annotator: int, seed: int, *,
-                existing: Sequence[Block] = (), seen_sources: Mapping[str, Iterable[str]] | None = None,
-                usage: Mapping[str, int] | None = None, next_row: int = 0, next_key: int = 0,
-                overlap_share: float = OVERLAP_SHARE, max_judges: int = MAX_JUDGES) -> list[BlockDraw]:
+def draw_blocks(
+    pool: TaskPool,
+    annotators: Sequence[str],
+    blocks_per_annotator: int,
+    seed: int,
+    *,
+    existing: Sequence[Block] = (),
+    seen_sources: Mapping[str, Iterable[str]] | None = None,
+    usage: Mapping[str, int] | None = None,
+    next_row: int = 0,
+    next_key: int = 0,
+    overlap_share: float = OVERLAP_SHARE,
+    max_judges: int = MAX_JUDGES,
+) -> list[BlockDraw]:
     """Draw mini-blocks for ``annotators`` (round robin, ``blocks_per_annotator`` each).
 
     Sampling rules (paper, Appendix N): each fresh mini-block holds one fork at each position
@@ -451,8 +473,10 @@ def draw_blocks(pool: TaskPool, annotators: Sequence[str], blocks_per_annotator:
     def pick(candidates: list[tuple[str, str]]) -> tuple[str, str]:
         # candidates: (source, dialogue id); least-used conversation, then least-used source.
         jitter = rng.random(len(candidates))
-        best = min(range(len(candidates)),
-                   key=lambda i: (used[candidates[i][1]], src_used[candidates[i][0]], jitter[i]))
+        best = min(
+            range(len(candidates)),
+            key=lambda i: (used[candidates[i][1]], src_used[candidates[i][0]], jitter[i]),
+        )
         return candidates[best]
 
     for _round in range(blocks_per_annotator):
@@ -460,8 +484,14 @@ def draw_blocks(pool: TaskPool, annotators: Sequence[str], blocks_per_annotator:
             order_seed = derive_seed("order", int(seed), a, key, len(out))
             copy = None
             if blocks and float(rng.random()) < overlap_share:
-                eligible = [b for b in blocks if a not in b.judges and len(b.judges) < max_judges
-                            and b.task == pool.task and not (set(b.sources) & seen[a])]
+                eligible = [
+                    b
+                    for b in blocks
+                    if a not in b.judges
+                    and len(b.judges) < max_judges
+                    and b.task == pool.task
+                    and not (set(b.sources) & seen[a])
+                ]
                 if eligible:
                     copy = eligible[int(rng.integers(len(eligible)))]
             if copy is not None:
@@ -472,18 +502,27 @@ def draw_blocks(pool: TaskPool, annotators: Sequence[str], blocks_per_annotator:
                 srcs: list[str] = []
                 for slot in BLOCK_SLOTS:
                     if slot == "conformant":
-                        cands = [(s, d) for s, d in pool.conformant.items()
-                                 if s not in seen[a] and s not in srcs]
+                        cands = [
+                            (s, d) for s, d in pool.conformant.items() if s not in seen[a] and s not in srcs
+                        ]
                     else:
                         k = int(slot[1])
-                        cands = [(s, d) for (s, h, kk), d in pool.forks.items()
-                                 if h == types[k] and kk == k and s not in seen[a] and s not in srcs]
+                        cands = [
+                            (s, d)
+                            for (s, h, kk), d in pool.forks.items()
+                            if h == types[k] and kk == k and s not in seen[a] and s not in srcs
+                        ]
                     if not cands:
-                        what = "a conformant dialogue" if slot == "conformant" else f"a {types[int(slot[1])]} fork at k={slot[1]}"
+                        what = (
+                            "a conformant dialogue"
+                            if slot == "conformant"
+                            else f"a {types[int(slot[1])]} fork at k={slot[1]}"
+                        )
                         raise SamplingError(
                             f"task {pool.task!r}: no source left for annotator {a!r} with {what} they have not "
                             f"seen ({len(pool.sources)} sources in the corpus, {len(seen[a])} seen); draw fewer "
-                            f"blocks or add conversations to the corpus")
+                            f"blocks or add conversations to the corpus"
+                        )
                     s, d = pick(sorted(cands))
                     srcs.append(s)
                     dids.append(d)

@@ -78,7 +78,9 @@ def _show(v: Any) -> str:
     return r if len(r) <= 40 else r[:37] + "..."
 
 
-def parse_int(v: Any, name: str, lo: int | None = None, hi: int | None = None, default: Any = _MISSING) -> Any:
+def parse_int(
+    v: Any, name: str, lo: int | None = None, hi: int | None = None, default: Any = _MISSING
+) -> Any:
     """``v`` (a JSON number or a form string) as an int in ``[lo, hi]``, else :class:`Invalid`
     (422) saying what was wrong. ``None`` / ``""`` give ``default`` when one is given.
 

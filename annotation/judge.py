@@ -28,9 +28,17 @@ JUDGE_ANNOTATOR = "llm-judge"
 def _item(record: Mapping[str, Any], cue: Mapping[str, Any]) -> dict[str, Any]:
     forked = record.get("hallucination_type") is not None
     tk = record.get("fork_turn")
-    return {"dialogue_id": record["dialogue_id"], "task": record["task"], "turns": record["turns"],
-            "cue": cue["cue_text"], "fork_turn": tk, "step3": bool(forked and tk and int(tk) > 1),
-            "injected_instruction": " ".join(str(record.get("instruction") or "").split()), "record": record, **cue}
+    return {
+        "dialogue_id": record["dialogue_id"],
+        "task": record["task"],
+        "turns": record["turns"],
+        "cue": cue["cue_text"],
+        "fork_turn": tk,
+        "step3": bool(forked and tk and int(tk) > 1),
+        "injected_instruction": " ".join(str(record.get("instruction") or "").split()),
+        "record": record,
+        **cue,
+    }
 
 
 def study_items(study: Any) -> list[dict[str, Any]]:
@@ -53,12 +61,27 @@ def study_items(study: Any) -> list[dict[str, Any]]:
     with Session(study.engine) as s:
         ids = set(s.scalars(select(Assignment.conversation_id).where(Assignment.state == DONE)))
         convs = [s.get(Conversation, i) for i in sorted(ids)]
-        return [_item(c.record, {"cue_kind": c.cue_kind, "cue_type": c.cue_type, "cue_variant": c.cue_variant,
-                                 "cue_text": c.cue_text}) for c in convs]
+        return [
+            _item(
+                c.record,
+                {
+                    "cue_kind": c.cue_kind,
+                    "cue_type": c.cue_type,
+                    "cue_variant": c.cue_variant,
+                    "cue_text": c.cue_text,
+                },
+            )
+            for c in convs
+        ]
 
 
-def corpus_items(records: Iterable[Mapping[str, Any]], study_seed: int, pool: Any,
-                 tasks: Mapping[str, str] | None = None, foil_share: float = FOIL_SHARE_FORKED) -> list[dict[str, Any]]:
+def corpus_items(
+    records: Iterable[Mapping[str, Any]],
+    study_seed: int,
+    pool: Any,
+    tasks: Mapping[str, str] | None = None,
+    foil_share: float = FOIL_SHARE_FORKED,
+) -> list[dict[str, Any]]:
     """Judge items of every record, each with the cue the study would assign it.
 
     Args:
@@ -75,8 +98,17 @@ def corpus_items(records: Iterable[Mapping[str, Any]], study_seed: int, pool: An
     out = []
     for r in records:
         cue = assign_cue(r, study_seed, pool, foil_share, tasks=tasks)
-        out.append(_item(r, {"cue_kind": cue.kind, "cue_type": cue.htype, "cue_variant": cue.variant,
-                             "cue_text": cue.text}))
+        out.append(
+            _item(
+                r,
+                {
+                    "cue_kind": cue.kind,
+                    "cue_type": cue.htype,
+                    "cue_variant": cue.variant,
+                    "cue_text": cue.text,
+                },
+            )
+        )
     return out
 
 
@@ -97,8 +129,9 @@ def people_mean_slider(judgments: Iterable[Mapping[str, Any]]) -> dict[str, floa
     return {d: float(np.mean(v)) for d, v in acc.items()}
 
 
-def judge_rows(items: Sequence[Mapping[str, Any]], answers: Sequence[Mapping[str, Any]],
-               sliders: Sequence[float | None]) -> list[dict[str, Any]]:
+def judge_rows(
+    items: Sequence[Mapping[str, Any]], answers: Sequence[Mapping[str, Any]], sliders: Sequence[float | None]
+) -> list[dict[str, Any]]:
     """The judge's answers as completed judgment rows (the export format; annotator
     :data:`JUDGE_ANNOTATOR`). Conversations with an unusable rating or step-2 answer are left
     out (the judge's report counts them).
@@ -118,20 +151,44 @@ def judge_rows(items: Sequence[Mapping[str, Any]], answers: Sequence[Mapping[str
         if sl is None or a["cue_answer"] is None:
             continue
         r = it["record"]
-        rows.append({"annotator": JUDGE_ANNOTATOR, "annotator_id": 0, "position": pos, "dialogue_id": r["dialogue_id"],
-                     "source_id": r["source_id"], "task": r["task"], "hallucination_type": r.get("hallucination_type"),
-                     "variant": r.get("variant"), "fork_position": r.get("fork_position"),
-                     "fork_turn": r.get("fork_turn"), "num_system_turns": r.get("num_system_turns"),
-                     "cue_kind": it["cue_kind"], "cue_type": it["cue_type"], "cue_variant": it["cue_variant"],
-                     "cue_text": it["cue_text"], "state": 3, "slider": round(float(sl), 3),
-                     "slider_raw": a["slider_raw"], "cue_answer": a["cue_answer"], "onset_turn": a["onset_turn"],
-                     "prefix_answer": a["prefix_answer"] if it["step3"] else None, "note": None})
+        rows.append(
+            {
+                "annotator": JUDGE_ANNOTATOR,
+                "annotator_id": 0,
+                "position": pos,
+                "dialogue_id": r["dialogue_id"],
+                "source_id": r["source_id"],
+                "task": r["task"],
+                "hallucination_type": r.get("hallucination_type"),
+                "variant": r.get("variant"),
+                "fork_position": r.get("fork_position"),
+                "fork_turn": r.get("fork_turn"),
+                "num_system_turns": r.get("num_system_turns"),
+                "cue_kind": it["cue_kind"],
+                "cue_type": it["cue_type"],
+                "cue_variant": it["cue_variant"],
+                "cue_text": it["cue_text"],
+                "state": 3,
+                "slider": round(float(sl), 3),
+                "slider_raw": a["slider_raw"],
+                "cue_answer": a["cue_answer"],
+                "onset_turn": a["onset_turn"],
+                "prefix_answer": a["prefix_answer"] if it["step3"] else None,
+                "note": None,
+            }
+        )
     return rows
 
 
-def run_judge(judge: Any, study: Any, records: Sequence[Mapping[str, Any]] | None = None,
-              calibration: str = "isotonic", n_folds: int = 5, seed: int = 0,
-              cache: str | Path | None = None) -> dict[str, Any]:
+def run_judge(
+    judge: Any,
+    study: Any,
+    records: Sequence[Mapping[str, Any]] | None = None,
+    calibration: str = "isotonic",
+    n_folds: int = 5,
+    seed: int = 0,
+    cache: str | Path | None = None,
+) -> dict[str, Any]:
     """Judge the study's conversations (and ``records``, the whole corpus, when given).
 
     Args:
@@ -170,7 +227,9 @@ def run_judge(judge: Any, study: Any, records: Sequence[Mapping[str, Any]] | Non
     people = people_mean_slider(study.judgments())
     items = study_items(study)
     if not items:
-        raise ValueError("the study has no completed judgments yet: the judge is calibrated on the people's answers")
+        raise ValueError(
+            "the study has no completed judgments yet: the judge is calibrated on the people's answers"
+        )
     answers = judge.judge(items, cache=cache)
     report = {"study": dict(judge.last_report or {})}
     raw = np.array([np.nan if a["slider_raw"] is None else float(a["slider_raw"]) for a in answers])
@@ -181,13 +240,18 @@ def run_judge(judge: Any, study: Any, records: Sequence[Mapping[str, Any]] | Non
     full = None
     if calibration == "isotonic":
         if ok.sum() < 2:
-            raise ValueError("isotonic calibration needs at least 2 conversations rated by both the judge and people")
+            raise ValueError(
+                "isotonic calibration needs at least 2 conversations rated by both the judge and people"
+            )
         groups = [it["record"]["source_id"] for it, k in zip(items, ok) if k]
         oof = cross_fit(raw[ok], target[ok], groups, n_folds=n_folds, seed=seed)
         for i, v in zip(np.flatnonzero(ok), oof):
             sliders[i] = float(v)
         full = fit_calibration(raw[ok], target[ok])
-        cal["map"] = {"x": [float(x) for x in full.X_thresholds_], "y": [float(y) for y in full.y_thresholds_]}
+        cal["map"] = {
+            "x": [float(x) for x in full.X_thresholds_],
+            "y": [float(y) for y in full.y_thresholds_],
+        }
     out: dict[str, Any] = {"study": judge_rows(items, answers, sliders), "all": None, "calibration": cal}
     if records is not None:
         catalog = study.task_catalog() or None
@@ -195,7 +259,9 @@ def run_judge(judge: Any, study: Any, records: Sequence[Mapping[str, Any]] | Non
         all_items = corpus_items(records, study.study_seed, study.variants, catalog, foil_share)
         all_answers = judge.judge(all_items, cache=cache)
         report["all"] = dict(judge.last_report or {})
-        raw_all = np.array([np.nan if a["slider_raw"] is None else float(a["slider_raw"]) for a in all_answers])
+        raw_all = np.array(
+            [np.nan if a["slider_raw"] is None else float(a["slider_raw"]) for a in all_answers]
+        )
         mapped = raw_all.copy()
         have = ~np.isnan(raw_all)
         if full is not None and have.any():

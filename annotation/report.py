@@ -90,13 +90,22 @@ def table11_cells(res: Mapping[str, Any] | None) -> list[str]:
         return ["n/a"] * 5
     ms = res["rq1"]["breaking"]["mean_slider"]
     r2, r3 = res["rq2"], res["rq3"]
-    return ["/".join(_num(ms[f"k{k}"]["mean"], 0) for k in FORK_POSITIONS), _num(ms["conformant"]["mean"], 0),
-            _pct(r2["true_overall"]["rate"]), _pct(r2["foil_conformant"]["rate"], 1),
-            f"{_pct(r3['exact']['rate'])} / {_pct(r3['within_one']['rate'])}"]
+    return [
+        "/".join(_num(ms[f"k{k}"]["mean"], 0) for k in FORK_POSITIONS),
+        _num(ms["conformant"]["mean"], 0),
+        _pct(r2["true_overall"]["rate"]),
+        _pct(r2["foil_conformant"]["rate"], 1),
+        f"{_pct(r3['exact']['rate'])} / {_pct(r3['within_one']['rate'])}",
+    ]
 
 
-TABLE11_ROWS = ("Rating, k=1/2/3/4", "Rating, conformant", "Instruction confirmed", "Foil confirmed",
-                "Onset at t_k / within +-1")
+TABLE11_ROWS = (
+    "Rating, k=1/2/3/4",
+    "Rating, conformant",
+    "Instruction confirmed",
+    "Foil confirmed",
+    "Onset at t_k / within +-1",
+)
 
 
 def table11(res: Mapping[str, Any], judge: Mapping[str, Any] | None = None) -> list[str]:
@@ -127,10 +136,13 @@ def table11(res: Mapping[str, Any], judge: Mapping[str, Any] | None = None) -> l
     lines.append("")
     if judge:
         cal = judge.get("calibration") or {}
-        lines += [f"Ratings are means over {_and(breaking_types())} forks; the judge's ratings are calibrated on the people's "
-                  f"({cal.get('method', 'n/a')}, cross-fitted in {cal.get('n_folds', 'n/a')} folds by source on the "
-                  f"study's {cal.get('n', 'n/a')} conversations). Confirmation and onset are over forks shown the true "
-                  "instruction; foils are those shown on conformant dialogues.", ""]
+        lines += [
+            f"Ratings are means over {_and(breaking_types())} forks; the judge's ratings are calibrated on the people's "
+            f"({cal.get('method', 'n/a')}, cross-fitted in {cal.get('n_folds', 'n/a')} folds by source on the "
+            f"study's {cal.get('n', 'n/a')} conversations). Confirmation and onset are over forks shown the true "
+            "instruction; foils are those shown on conformant dialogues.",
+            "",
+        ]
     return lines
 
 
@@ -147,11 +159,15 @@ def markdown_report(res: Mapping[str, Any], judge: Mapping[str, Any] | None = No
         yet." when ``res`` has no analyses.
     """
     c = res["counts"]
-    lines = ["# Human study: analyses (paper, Appendix N)", "",
-             f"{c['judgments']} judgments of {c['conversations']} conversations ({c['forked']} forked, "
-             f"{c['conformant']} conformant) by {c['annotators']} annotators; tasks: {', '.join(c['tasks']) or 'none'}.",
-             f"Bootstrap: {res['parameters']['n_boot']} resamples, seed {res['parameters']['seed']}. "
-             f"Excluded annotators (foil criterion): {', '.join(res['excluded_annotators']) or 'none'}.", ""]
+    lines = [
+        "# Human study: analyses (paper, Appendix N)",
+        "",
+        f"{c['judgments']} judgments of {c['conversations']} conversations ({c['forked']} forked, "
+        f"{c['conformant']} conformant) by {c['annotators']} annotators; tasks: {', '.join(c['tasks']) or 'none'}.",
+        f"Bootstrap: {res['parameters']['n_boot']} resamples, seed {res['parameters']['seed']}. "
+        f"Excluded annotators (foil criterion): {', '.join(res['excluded_annotators']) or 'none'}.",
+        "",
+    ]
     if "rq1" not in res:
         lines.append("No completed judgments yet.")
         return "\n".join(lines) + "\n"
@@ -160,102 +176,169 @@ def markdown_report(res: Mapping[str, Any], judge: Mapping[str, Any] | None = No
     tu, tq = r1["tau_b_within_units"], r1["tau_b_quartets"]
     r2, r3, r4 = res["rq2"], res["rq3"], res["rq4"]
     per_type = [x["rate"] for x in r2["true_per_type"].values() if x["rate"] is not None]
-    lines += ["## Table 10: research questions", "",
-              "| RQ | Question | Validates | Measure | Statistic | Result |",
-              "| --- | --- | --- | --- | --- | --- |",
-              "| RQ1 | Does fork position track perceived procedural deviation? | Fork order k (Tasks 1-2) | "
-              "Step 1: 0-100 conformance slider, before any cue | Kendall tau_b and probability of superiority within "
-              "each (annotator, task); conformant dialogues as anchor | "
-              f"{v['RQ1']}: tau_b={_num(tu['mean'])}{_ci(tu)} within annotators ({tu['n']} units, {_p(tu['p_wilcoxon_greater'])}), "
-              f"{_num(tq['mean'])}{_ci(tq)} over {tq['n']} quartets; P(later rated higher)={_pct(r1['superiority']['ps'])}"
-              f"{_ci(r1['superiority'], pct=True)} ({', '.join(breaking_types())}) |",
-              "| RQ2 | Does the injected behavior appear? | Type and variant labels | Step 2: yes / partly / no, against "
-              "the true instruction or a foil | Confirmation rate per type (Wilson CIs) vs. foil confirmation rate | "
-              f"{v['RQ2']}: {_pct(r2['true_overall']['rate'])}{_ci(r2['true_overall'], pct=True)} confirmed"
-              + (f" ({_pct(min(per_type))}-{_pct(max(per_type))} per type)" if per_type else "")
-              + f", vs. {_pct(r2['foil_conformant']['rate'])} for foils on conformant dialogues "
-              f"({_p(r2['p_fisher_true_vs_foil_conformant'])}) |",
-              "| RQ3 | Does it start at the intended turn? | Fork turn t_k (Task 3) | Step 2: first assistant turn "
-              "where it starts, before the fork is shown | abs(onset - t_k) distribution; share exact and within +-1 "
-              f"turn | {v['RQ3']}: {_pct(r3['exact']['rate'])} exact, {_pct(r3['within_one']['rate'])} within one turn "
-              f"(n={r3['n']}) |",
-              "| RQ4 | Is the pre-fork part conformant? | Seeded replay of the prefix | Step 3: yes / mostly / no, "
-              "for forks with t_k>1 | Conformance rate (Wilson CI) | "
-              f"{v['RQ4']}: {_pct(r4['overall']['yes_or_mostly']['rate'])}{_ci(r4['overall']['yes_or_mostly'], pct=True)} "
-              f"followed or mostly followed (n={r4['overall']['n']}) |", ""]
+    lines += [
+        "## Table 10: research questions",
+        "",
+        "| RQ | Question | Validates | Measure | Statistic | Result |",
+        "| --- | --- | --- | --- | --- | --- |",
+        "| RQ1 | Does fork position track perceived procedural deviation? | Fork order k (Tasks 1-2) | "
+        "Step 1: 0-100 conformance slider, before any cue | Kendall tau_b and probability of superiority within "
+        "each (annotator, task); conformant dialogues as anchor | "
+        f"{v['RQ1']}: tau_b={_num(tu['mean'])}{_ci(tu)} within annotators ({tu['n']} units, {_p(tu['p_wilcoxon_greater'])}), "
+        f"{_num(tq['mean'])}{_ci(tq)} over {tq['n']} quartets; P(later rated higher)={_pct(r1['superiority']['ps'])}"
+        f"{_ci(r1['superiority'], pct=True)} ({', '.join(breaking_types())}) |",
+        "| RQ2 | Does the injected behavior appear? | Type and variant labels | Step 2: yes / partly / no, against "
+        "the true instruction or a foil | Confirmation rate per type (Wilson CIs) vs. foil confirmation rate | "
+        f"{v['RQ2']}: {_pct(r2['true_overall']['rate'])}{_ci(r2['true_overall'], pct=True)} confirmed"
+        + (f" ({_pct(min(per_type))}-{_pct(max(per_type))} per type)" if per_type else "")
+        + f", vs. {_pct(r2['foil_conformant']['rate'])} for foils on conformant dialogues "
+        f"({_p(r2['p_fisher_true_vs_foil_conformant'])}) |",
+        "| RQ3 | Does it start at the intended turn? | Fork turn t_k (Task 3) | Step 2: first assistant turn "
+        "where it starts, before the fork is shown | abs(onset - t_k) distribution; share exact and within +-1 "
+        f"turn | {v['RQ3']}: {_pct(r3['exact']['rate'])} exact, {_pct(r3['within_one']['rate'])} within one turn "
+        f"(n={r3['n']}) |",
+        "| RQ4 | Is the pre-fork part conformant? | Seeded replay of the prefix | Step 3: yes / mostly / no, "
+        "for forks with t_k>1 | Conformance rate (Wilson CI) | "
+        f"{v['RQ4']}: {_pct(r4['overall']['yes_or_mostly']['rate'])}{_ci(r4['overall']['yes_or_mostly'], pct=True)} "
+        f"followed or mostly followed (n={r4['overall']['n']}) |",
+        "",
+    ]
     lines += table11(res, judge)
     lines += ["## RQ1: blind conformance rating", ""]
     for name in ("breaking", "all"):
         r = res["rq1"][name]
-        lines += [f"### Types {', '.join(r['types'])}", "",
-                  "| statistic | value | 95% CI | n |", "| --- | --- | --- | --- |"]
-        for label, d, key in (("mean tau_b within (annotator, task)", r["tau_b_within_units"], "mean"),
-                              ("mean tau_b within quartets", r["tau_b_quartets"], "mean")):
-            lines.append(f"| {label} ({_p(d['p_wilcoxon_greater'])}, one-sided Wilcoxon) | {_num(d[key])} | "
-                         f"{_ci(d).strip()} | {d['n']} |")
-        for label, key in (("P(later fork rated higher)", "superiority"), ("P(k=4 above k=1)", "superiority_k4_vs_k1"),
-                           ("P(conformant above fork)", "superiority_conformant_vs_fork")):
+        lines += [
+            f"### Types {', '.join(r['types'])}",
+            "",
+            "| statistic | value | 95% CI | n |",
+            "| --- | --- | --- | --- |",
+        ]
+        for label, d, key in (
+            ("mean tau_b within (annotator, task)", r["tau_b_within_units"], "mean"),
+            ("mean tau_b within quartets", r["tau_b_quartets"], "mean"),
+        ):
+            lines.append(
+                f"| {label} ({_p(d['p_wilcoxon_greater'])}, one-sided Wilcoxon) | {_num(d[key])} | "
+                f"{_ci(d).strip()} | {d['n']} |"
+            )
+        for label, key in (
+            ("P(later fork rated higher)", "superiority"),
+            ("P(k=4 above k=1)", "superiority_k4_vs_k1"),
+            ("P(conformant above fork)", "superiority_conformant_vs_fork"),
+        ):
             d = r[key]
-            lines.append(f"| {label} | {_pct(d['ps'])} | {_ci(d, pct=True).strip()} | {d['pairs']} pairs, {d['units']} units |")
+            lines.append(
+                f"| {label} | {_pct(d['ps'])} | {_ci(d, pct=True).strip()} | {d['pairs']} pairs, {d['units']} units |"
+            )
         ch = r["conformant_highest"]
         lines.append(f"| conformant rated highest | {_pct(ch['share'])} | | {ch['n']} units |")
         for k in ("k1", "k2", "k3", "k4", "conformant"):
             d = r["mean_slider"][k]
             lines.append(f"| mean rating, {k} | {_num(d['mean'], 1)} | {_ci(d).strip()} | {d['n']} |")
         lines.append("")
-    lines += ["### Mean rating per type and position", "", "| type | k=1 | k=2 | k=3 | k=4 |", "| --- | --- | --- | --- | --- |"]
+    lines += [
+        "### Mean rating per type and position",
+        "",
+        "| type | k=1 | k=2 | k=3 | k=4 |",
+        "| --- | --- | --- | --- | --- |",
+    ]
     for h, d in res["rq1"]["mean_slider_per_type"].items():
-        lines.append(f"| {h} | " + " | ".join(_num(d[f'k{k}']['mean'], 1) for k in FORK_POSITIONS) + " |")
-    lines += ["", "## RQ2: confirmation of the injected instruction", "",
-              "| shown | confirmed | 95% Wilson CI | yes | partly | n |", "| --- | --- | --- | --- | --- | --- |"]
+        lines.append(f"| {h} | " + " | ".join(_num(d[f"k{k}"]["mean"], 1) for k in FORK_POSITIONS) + " |")
+    lines += [
+        "",
+        "## RQ2: confirmation of the injected instruction",
+        "",
+        "| shown | confirmed | 95% Wilson CI | yes | partly | n |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
     for h, d in r2["true_per_type"].items():
-        lines.append(f"| true instruction, {h} | {_pct(d['rate'])} | {_ci(d, pct=True).strip()} | {d['yes']} | {d['partly']} | {d['n']} |")
+        lines.append(
+            f"| true instruction, {h} | {_pct(d['rate'])} | {_ci(d, pct=True).strip()} | {d['yes']} | {d['partly']} | {d['n']} |"
+        )
     d = r2["true_overall"]
-    lines.append(f"| true instruction, all | {_pct(d['rate'])} | {_ci(d, pct=True).strip()} | {d['yes']} | {d['partly']} | {d['n']} |")
+    lines.append(
+        f"| true instruction, all | {_pct(d['rate'])} | {_ci(d, pct=True).strip()} | {d['yes']} | {d['partly']} | {d['n']} |"
+    )
     for label, key in (("foil on conformant", "foil_conformant"), ("foil on forked", "foil_forked")):
         d = r2[key]
         lines.append(f"| {label} | {_pct(d['rate'])} | {_ci(d, pct=True).strip()} | | | {d['n']} |")
-    lines += ["", f"One-sided Fisher exact test, true vs. foils on conformant: {_p(r2['p_fisher_true_vs_foil_conformant'])}; "
-              f"true vs. foils on forked: {_p(r2['p_fisher_true_vs_foil_forked'])}.", "",
-              "## RQ3: onset of the injected behavior", "",
-              f"Over {r3['n']} confirmed true instructions: exact {_pct(r3['exact']['rate'])}{_ci(r3['exact'], pct=True)}, "
-              f"within one turn {_pct(r3['within_one']['rate'])}{_ci(r3['within_one'], pct=True)}, at or after t_k "
-              f"{_pct(r3['at_or_after']['rate'])}, median absolute error {_num(r3['median_abs_error'], 1)}.", "",
-              "| onset - t_k | count |", "| --- | --- |"]
+    lines += [
+        "",
+        f"One-sided Fisher exact test, true vs. foils on conformant: {_p(r2['p_fisher_true_vs_foil_conformant'])}; "
+        f"true vs. foils on forked: {_p(r2['p_fisher_true_vs_foil_forked'])}.",
+        "",
+        "## RQ3: onset of the injected behavior",
+        "",
+        f"Over {r3['n']} confirmed true instructions: exact {_pct(r3['exact']['rate'])}{_ci(r3['exact'], pct=True)}, "
+        f"within one turn {_pct(r3['within_one']['rate'])}{_ci(r3['within_one'], pct=True)}, at or after t_k "
+        f"{_pct(r3['at_or_after']['rate'])}, median absolute error {_num(r3['median_abs_error'], 1)}.",
+        "",
+        "| onset - t_k | count |",
+        "| --- | --- |",
+    ]
     lines += [f"| {k} | {n} |" for k, n in r3["distribution"].items()]
-    lines += ["", "## RQ4: the part before the fork", "",
-              "| k | yes | mostly | no | yes or mostly | 95% Wilson CI | n |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    lines += [
+        "",
+        "## RQ4: the part before the fork",
+        "",
+        "| k | yes | mostly | no | yes or mostly | 95% Wilson CI | n |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for k in ("k2", "k3", "k4", "overall"):
         d = r4[k]
-        lines.append(f"| {k} | {d['yes']['count']} | {d['mostly']} | {d['no']} | {_pct(d['yes_or_mostly']['rate'])} | "
-                     f"{_ci(d['yes_or_mostly'], pct=True).strip()} | {d['n']} |")
+        lines.append(
+            f"| {k} | {d['yes']['count']} | {d['mostly']} | {d['no']} | {_pct(d['yes_or_mostly']['rate'])} | "
+            f"{_ci(d['yes_or_mostly'], pct=True).strip()} | {d['n']} |"
+        )
     a = res["agreement"]
-    lines += ["", "## Agreement (conversations judged by more than one annotator)", "",
-              f"{a['conversations']} conversations (judged by: {a['judged_by']}).", "",
-              "| answer | raw agreement | Gwet's AC1 | Krippendorff's alpha (interval) | n |",
-              "| --- | --- | --- | --- | --- |",
-              f"| confirmation (yes/partly vs no) | {_num(a['confirmation']['raw'])} | {_num(a['confirmation']['ac1'])} | | {a['confirmation']['n_subjects']} |",
-              f"| step 2, three-way | {_num(a['three_way']['raw'])} | {_num(a['three_way']['ac1'])} | | {a['three_way']['n_subjects']} |",
-              f"| prefix (step 3) | {_num(a['prefix']['raw'])} | {_num(a['prefix']['ac1'])} | | {a['prefix']['n_subjects']} |",
-              f"| slider | | | {_num(a['slider']['alpha'])} | {a['slider']['n_subjects']} |",
-              f"| onset turn | | | {_num(a['onset']['alpha'])} | {a['onset']['n_subjects']} |", "",
-              f"Annotator pairs placing the onset within one turn of each other: {_pct(a['onset']['pairs_within_one'])} "
-              f"({a['onset']['pairs']} pairs).", "",
-              "## Annotators: foil false confirmation (exclusion criterion)", "",
-              "| annotator | judgments | conformant foils | confirmed | rate | assessed | excluded |",
-              "| --- | --- | --- | --- | --- | --- | --- |"]
+    lines += [
+        "",
+        "## Agreement (conversations judged by more than one annotator)",
+        "",
+        f"{a['conversations']} conversations (judged by: {a['judged_by']}).",
+        "",
+        "| answer | raw agreement | Gwet's AC1 | Krippendorff's alpha (interval) | n |",
+        "| --- | --- | --- | --- | --- |",
+        f"| confirmation (yes/partly vs no) | {_num(a['confirmation']['raw'])} | {_num(a['confirmation']['ac1'])} | | {a['confirmation']['n_subjects']} |",
+        f"| step 2, three-way | {_num(a['three_way']['raw'])} | {_num(a['three_way']['ac1'])} | | {a['three_way']['n_subjects']} |",
+        f"| prefix (step 3) | {_num(a['prefix']['raw'])} | {_num(a['prefix']['ac1'])} | | {a['prefix']['n_subjects']} |",
+        f"| slider | | | {_num(a['slider']['alpha'])} | {a['slider']['n_subjects']} |",
+        f"| onset turn | | | {_num(a['onset']['alpha'])} | {a['onset']['n_subjects']} |",
+        "",
+        f"Annotator pairs placing the onset within one turn of each other: {_pct(a['onset']['pairs_within_one'])} "
+        f"({a['onset']['pairs']} pairs).",
+        "",
+        "## Annotators: foil false confirmation (exclusion criterion)",
+        "",
+        "| annotator | judgments | conformant foils | confirmed | rate | assessed | excluded |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for f in res["annotator_foils"]:
-        lines.append(f"| {f['annotator']} | {f['judgments']} | {f['conformant_foils']} | {f['conformant_foils_confirmed']} | "
-                     f"{_pct(f['conformant_foil_rate'])} | {'yes' if f['assessed'] else 'no'} | {'yes' if f['excluded'] else 'no'} |")
-    lines += ["", "## Learning across each annotator's sequence", "",
-              "| third | onset within one | true confirmed | foil confirmed |", "| --- | --- | --- | --- |"]
+        lines.append(
+            f"| {f['annotator']} | {f['judgments']} | {f['conformant_foils']} | {f['conformant_foils_confirmed']} | "
+            f"{_pct(f['conformant_foil_rate'])} | {'yes' if f['assessed'] else 'no'} | {'yes' if f['excluded'] else 'no'} |"
+        )
+    lines += [
+        "",
+        "## Learning across each annotator's sequence",
+        "",
+        "| third | onset within one | true confirmed | foil confirmed |",
+        "| --- | --- | --- | --- |",
+    ]
     for t, d in res["learning"].items():
-        lines.append(f"| {t} | {_pct(d['onset_within_one']['rate'])} (n={d['onset_within_one']['n']}) | "
-                     f"{_pct(d['true_confirmed']['rate'])} (n={d['true_confirmed']['n']}) | "
-                     f"{_pct(d['foil_confirmed']['rate'])} (n={d['foil_confirmed']['n']}) |")
+        lines.append(
+            f"| {t} | {_pct(d['onset_within_one']['rate'])} (n={d['onset_within_one']['n']}) | "
+            f"{_pct(d['true_confirmed']['rate'])} (n={d['true_confirmed']['n']}) | "
+            f"{_pct(d['foil_confirmed']['rate'])} (n={d['foil_confirmed']['n']}) |"
+        )
     if "distance_correlation" in res:
-        lines += ["", "## Task-2 distances vs. perceived deviation (100 - mean slider)", "",
-                  "| method | Spearman rho | 95% CI | p | n |", "| --- | --- | --- | --- | --- |"]
+        lines += [
+            "",
+            "## Task-2 distances vs. perceived deviation (100 - mean slider)",
+            "",
+            "| method | Spearman rho | 95% CI | p | n |",
+            "| --- | --- | --- | --- | --- |",
+        ]
         for m, d in res["distance_correlation"].items():
             lines.append(f"| {m} | {_num(d['rho'])} | {_ci(d).strip()} | {_p(d['p'])} | {d['n']} |")
     return "\n".join(lines) + "\n"
@@ -274,7 +357,9 @@ def summary_rows(res: Mapping[str, Any]) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
 
     def add(section, stat, value, lo=None, hi=None, n=None):
-        rows.append({"section": section, "statistic": stat, "value": value, "ci_low": lo, "ci_high": hi, "n": n})
+        rows.append(
+            {"section": section, "statistic": stat, "value": value, "ci_low": lo, "ci_high": hi, "n": n}
+        )
 
     if "rq1" not in res:
         return rows
@@ -298,8 +383,14 @@ def summary_rows(res: Mapping[str, Any]) -> list[dict[str, Any]]:
         d = res["rq3"][key]
         add("rq3", key, d["rate"], d["ci_low"], d["ci_high"], d["n"])
     for k, d in res["rq4"].items():
-        add("rq4", f"yes_or_mostly_{k}", d["yes_or_mostly"]["rate"], d["yes_or_mostly"]["ci_low"],
-            d["yes_or_mostly"]["ci_high"], d["n"])
+        add(
+            "rq4",
+            f"yes_or_mostly_{k}",
+            d["yes_or_mostly"]["rate"],
+            d["yes_or_mostly"]["ci_low"],
+            d["yes_or_mostly"]["ci_high"],
+            d["n"],
+        )
     a = res["agreement"]
     for key in ("confirmation", "three_way", "prefix"):
         add("agreement", f"{key}_raw", a[key]["raw"], n=a[key]["n_subjects"])
@@ -343,7 +434,9 @@ def plot_figure8(res: Mapping[str, Any], path: str | Path) -> Path | None:
 
     m, e = err(br)
     x = np.arange(len(keys))
-    ax[0].bar(x, np.nan_to_num(m), yerr=e, color=["#c6dbef", "#9ecae1", "#6baed6", "#3182bd", "#31a354"], capsize=3)
+    ax[0].bar(
+        x, np.nan_to_num(m), yerr=e, color=["#c6dbef", "#9ecae1", "#6baed6", "#3182bd", "#31a354"], capsize=3
+    )
     m2, e2 = err(al)
     ax[0].errorbar(x[:4], m2[:4], yerr=e2[:, :4], fmt="o", color="k", capsize=3, label="all four types")
     ax[0].set_xticks(x, ["k=1", "k=2", "k=3", "k=4", "conf."])
@@ -356,8 +449,13 @@ def plot_figure8(res: Mapping[str, Any], path: str | Path) -> Path | None:
     vals = np.array([np.nan if d["rate"] is None else 100 * d["rate"] for d in ds])
     lo = np.array([np.nan if d["ci_low"] is None else 100 * d["ci_low"] for d in ds])
     hi = np.array([np.nan if d["ci_high"] is None else 100 * d["ci_high"] for d in ds])
-    ax[1].bar(range(len(ds)), np.nan_to_num(vals), yerr=np.clip([np.nan_to_num(vals - lo), np.nan_to_num(hi - vals)], 0, None),
-              color=["#3182bd"] * 4 + ["#bdbdbd"] * 2, capsize=3)
+    ax[1].bar(
+        range(len(ds)),
+        np.nan_to_num(vals),
+        yerr=np.clip([np.nan_to_num(vals - lo), np.nan_to_num(hi - vals)], 0, None),
+        color=["#3182bd"] * 4 + ["#bdbdbd"] * 2,
+        capsize=3,
+    )
     ax[1].set_xticks(range(len(ds)), labels, rotation=30, fontsize=8)
     ax[1].set_ylim(0, 100)
     ax[1].set_title("(b) RQ2: confirmed (%)")
@@ -373,8 +471,14 @@ def plot_figure8(res: Mapping[str, Any], path: str | Path) -> Path | None:
     r4 = res["rq4"]
     bottom = np.zeros(3)
     for ans, col in (("yes", "#31a354"), ("mostly", "#fdae6b"), ("no", "#de2d26")):
-        v = np.array([(r4[k]["yes"]["count"] if ans == "yes" else r4[k][ans]) / r4[k]["n"] * 100 if r4[k]["n"] else 0
-                      for k in ("k2", "k3", "k4")])
+        v = np.array(
+            [
+                (r4[k]["yes"]["count"] if ans == "yes" else r4[k][ans]) / r4[k]["n"] * 100
+                if r4[k]["n"]
+                else 0
+                for k in ("k2", "k3", "k4")
+            ]
+        )
         ax[3].bar(range(3), v, bottom=bottom, color=col, label=ans)
         bottom += v
     ax[3].set_xticks(range(3), ["k=2", "k=3", "k=4"])
@@ -415,10 +519,16 @@ def jsonable(obj: Any) -> Any:
     return obj
 
 
-def run_analyses(judgments: Iterable[Mapping[str, Any]], out_dir: str | Path,
-                 distances: Mapping[str, Mapping[str, float]] | None = None, n_boot: int = N_BOOT, seed: int = 0,
-                 apply_exclusion: bool = True, plots: bool = True,
-                 judge: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def run_analyses(
+    judgments: Iterable[Mapping[str, Any]],
+    out_dir: str | Path,
+    distances: Mapping[str, Mapping[str, float]] | None = None,
+    n_boot: int = N_BOOT,
+    seed: int = 0,
+    apply_exclusion: bool = True,
+    plots: bool = True,
+    judge: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
     """Run :func:`annotation.analysis.analyse` and write ``report.md``, ``analyses.json``,
     ``summary.csv`` and (with ``plots``) ``figure8.png`` into ``out_dir`` (atomically).
 
@@ -448,16 +558,27 @@ def run_analyses(judgments: Iterable[Mapping[str, Any]], out_dir: str | Path,
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    res = jsonable(analyse(judgments, distances=distances, n_boot=n_boot, seed=seed, apply_exclusion=apply_exclusion))
+    res = jsonable(
+        analyse(judgments, distances=distances, n_boot=n_boot, seed=seed, apply_exclusion=apply_exclusion)
+    )
     res["verdicts"] = verdicts(res)
     judged = None
     if judge is not None:
-        judged = {"model": judge.get("model"), "calibration": judge.get("calibration"), "report": judge.get("report"),
-                  "study": jsonable(analyse(judge["study"], n_boot=n_boot, seed=seed, apply_exclusion=False)),
-                  "all": (jsonable(analyse(judge["all"], n_boot=n_boot, seed=seed, apply_exclusion=False))
-                          if judge.get("all") is not None else None)}
+        judged = {
+            "model": judge.get("model"),
+            "calibration": judge.get("calibration"),
+            "report": judge.get("report"),
+            "study": jsonable(analyse(judge["study"], n_boot=n_boot, seed=seed, apply_exclusion=False)),
+            "all": (
+                jsonable(analyse(judge["all"], n_boot=n_boot, seed=seed, apply_exclusion=False))
+                if judge.get("all") is not None
+                else None
+            ),
+        }
         res["llm_judge"] = judged
-    write_text_atomic(out / "analyses.json", json.dumps(res, ensure_ascii=False, indent=2, allow_nan=False) + "\n")
+    write_text_atomic(
+        out / "analyses.json", json.dumps(res, ensure_ascii=False, indent=2, allow_nan=False) + "\n"
+    )
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=["section", "statistic", "value", "ci_low", "ci_high", "n"])
     w.writeheader()

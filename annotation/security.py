@@ -81,8 +81,14 @@ def verify_password(password: str, stored: str) -> bool:
         if algo != "scrypt":
             return False
         expected = bytes.fromhex(hash_hex)
-        dk = hashlib.scrypt(str(password).encode("utf-8"), salt=bytes.fromhex(salt_hex), n=int(n), r=int(r),
-                            p=int(p), dklen=len(expected))
+        dk = hashlib.scrypt(
+            str(password).encode("utf-8"),
+            salt=bytes.fromhex(salt_hex),
+            n=int(n),
+            r=int(r),
+            p=int(p),
+            dklen=len(expected),
+        )
     except (ValueError, AttributeError, TypeError):
         return False
     return hmac.compare_digest(dk, expected)
@@ -174,14 +180,28 @@ class LoginThrottle:
         ValueError: Any limit is out of range (every problem named in one message).
     """
 
-    def __init__(self, engine: Any = None, *, free_failures: int = 3, base_delay_s: float = 1.0,
-                 max_delay_s: float = 900.0, forget_s: float = 3600.0, global_rate: float = 1.0,
-                 global_burst: int = 20, cache_s: float = 1.0, clock=time.time):
+    def __init__(
+        self,
+        engine: Any = None,
+        *,
+        free_failures: int = 3,
+        base_delay_s: float = 1.0,
+        max_delay_s: float = 900.0,
+        forget_s: float = 3600.0,
+        global_rate: float = 1.0,
+        global_burst: int = 20,
+        cache_s: float = 1.0,
+        clock=time.time,
+    ):
         errs = []
         if not isinstance(free_failures, int) or free_failures < 1:
             errs.append(f"free_failures must be an integer >= 1, got {free_failures!r}")
-        for name, v in (("base_delay_s", base_delay_s), ("max_delay_s", max_delay_s), ("forget_s", forget_s),
-                        ("global_rate", global_rate)):
+        for name, v in (
+            ("base_delay_s", base_delay_s),
+            ("max_delay_s", max_delay_s),
+            ("forget_s", forget_s),
+            ("global_rate", global_rate),
+        ):
             if not isinstance(v, (int, float)) or not v > 0 or not math.isfinite(v):
                 errs.append(f"{name} must be a positive number, got {v!r}")
         if not isinstance(cache_s, (int, float)) or not 0 <= cache_s < 60:
@@ -196,7 +216,9 @@ class LoginThrottle:
 
             from .db import Base
 
-            engine = create_engine("sqlite://", poolclass=StaticPool, connect_args={"check_same_thread": False})
+            engine = create_engine(
+                "sqlite://", poolclass=StaticPool, connect_args={"check_same_thread": False}
+            )
             Base.metadata.create_all(engine)
         self.engine = engine
         self.free_failures = free_failures
@@ -217,9 +239,14 @@ class LoginThrottle:
             ``free_failures``, ``base_delay_s``, ``max_delay_s``, ``forget_s``, ``global_rate``
             and ``global_burst``.
         """
-        return {"free_failures": self.free_failures, "base_delay_s": self.base_delay_s,
-                "max_delay_s": self.max_delay_s, "forget_s": self.forget_s, "global_rate": self.global_rate,
-                "global_burst": self.global_burst}
+        return {
+            "free_failures": self.free_failures,
+            "base_delay_s": self.base_delay_s,
+            "max_delay_s": self.max_delay_s,
+            "forget_s": self.forget_s,
+            "global_rate": self.global_rate,
+            "global_burst": self.global_burst,
+        }
 
     def delay(self, failures: int) -> float:
         """Seconds a client must wait after its ``failures``-th consecutive failure.
@@ -253,8 +280,12 @@ class LoginThrottle:
             s.add(row_cls(key=key, version=1, **values))
             s.flush()  # IntegrityError if another process inserted it meanwhile
             return
-        res = s.execute(update(row_cls).where(row_cls.key == key, row_cls.version == row.version)
-                        .values(version=row.version + 1, **values).execution_options(synchronize_session=False))
+        res = s.execute(
+            update(row_cls)
+            .where(row_cls.key == key, row_cls.version == row.version)
+            .values(version=row.version + 1, **values)
+            .execution_options(synchronize_session=False)
+        )
         if res.rowcount != 1:
             raise _Race()
 
@@ -269,7 +300,7 @@ class LoginThrottle:
                         return fn(s)
                 except (_Race, IntegrityError, OperationalError) as e:  # another process won the race
                     last = e
-            time.sleep(min(0.05, 0.001 * 2 ** i))
+            time.sleep(min(0.05, 0.001 * 2**i))
         raise RuntimeError(f"login throttle: the database stayed busy ({last})")
 
     def _remember(self, key: str, until: float, now: float) -> None:
@@ -331,8 +362,12 @@ class LoginThrottle:
                 return wait
             failures += 1
             next_allowed = now + self.delay(failures)
-            self._write(s, Row, key, row, failures=failures, next_allowed=next_allowed, last_attempt=now, tokens=0.0)
-            self._write(s, Row, GLOBAL_KEY, g, failures=0, next_allowed=0.0, last_attempt=now, tokens=tokens - 1.0)
+            self._write(
+                s, Row, key, row, failures=failures, next_allowed=next_allowed, last_attempt=now, tokens=0.0
+            )
+            self._write(
+                s, Row, GLOBAL_KEY, g, failures=0, next_allowed=0.0, last_attempt=now, tokens=tokens - 1.0
+            )
             if next_allowed > now:
                 self._remember(key, next_allowed, now)
             return 0.0
@@ -412,8 +447,13 @@ class LoginThrottle:
         out = []
         for r in rows:
             if r.key == GLOBAL_KEY:
-                out.append({"client": "(all clients)", "tokens": round(self._tokens(r, now), 2),
-                            "wait_s": round(max(0.0, (1.0 - self._tokens(r, now)) / self.global_rate), 1)})
+                out.append(
+                    {
+                        "client": "(all clients)",
+                        "tokens": round(self._tokens(r, now), 2),
+                        "wait_s": round(max(0.0, (1.0 - self._tokens(r, now)) / self.global_rate), 1),
+                    }
+                )
             else:
                 f, na = self._client_state(r, now)
                 out.append({"client": r.key, "failures": f, "wait_s": round(max(0.0, na - now), 1)})
@@ -451,7 +491,11 @@ def restore_cell(value: Any) -> Any:
         The string without its leading apostrophe when the apostrophe precedes a formula
         trigger or another apostrophe, else ``value`` unchanged.
     """
-    if isinstance(value, str) and len(value) >= 2 and value[0] == "'" and (value[1] in FORMULA_TRIGGERS
-                                                                             or value[1] == "'"):
+    if (
+        isinstance(value, str)
+        and len(value) >= 2
+        and value[0] == "'"
+        and (value[1] in FORMULA_TRIGGERS or value[1] == "'")
+    ):
         return value[1:]
     return value

@@ -22,11 +22,28 @@ from dialfork_dataset.taxonomy import FORK_POSITIONS, forks_per_source, get_type
 
 from .design import CUE_FOIL, CUE_TRUE, FOIL_SHARE_FORKED, derive_seed
 
-_USER = ["Hi, I need some help.", "My name is {name}.", "It is for {day}.", "In {city}, please.",
-         "Yes, that sounds right.", "Could you repeat that?", "Great, thanks.", "No, that is all.", "Bye!"]
-_SYSTEM = ["Hello, how can I help?", "May I have your name, please?", "For what day would you like it?",
-           "For what location?", "Let me look that up for you.", "It will be sunny on {day} in {city}.",
-           "Is there anything else that I can do for you?", "Thank you and goodbye.", "Have a nice day."]
+_USER = [
+    "Hi, I need some help.",
+    "My name is {name}.",
+    "It is for {day}.",
+    "In {city}, please.",
+    "Yes, that sounds right.",
+    "Could you repeat that?",
+    "Great, thanks.",
+    "No, that is all.",
+    "Bye!",
+]
+_SYSTEM = [
+    "Hello, how can I help?",
+    "May I have your name, please?",
+    "For what day would you like it?",
+    "For what location?",
+    "Let me look that up for you.",
+    "It will be sunny on {day} in {city}.",
+    "Is there anything else that I can do for you?",
+    "Thank you and goodbye.",
+    "Have a nice day.",
+]
 _NAMES = ["Alex", "Sam", "Robin", "Kim", "Jo", "Lee", "Max", "Ana"]
 _CITIES = ["Paris", "Oslo", "Lima", "Rome", "Kyoto", "Quito", "Cairo", "Perth"]
 _DAYS = ["Monday", "Tuesday", "Friday", "Sunday"]
@@ -41,8 +58,15 @@ def _dialogue(T: int, rng: np.random.Generator) -> list[dict[str, str]]:
     return turns
 
 
-def synthetic_records(task: str = "weather", n_sources: int = 6, seed: int = 0, pool: Any = None,
-                      domain: str | None = None, min_turns: int = 6, max_turns: int = 8) -> list[dict[str, Any]]:
+def synthetic_records(
+    task: str = "weather",
+    n_sources: int = 6,
+    seed: int = 0,
+    pool: Any = None,
+    domain: str | None = None,
+    min_turns: int = 6,
+    max_turns: int = 8,
+) -> list[dict[str, Any]]:
     """``n_sources`` conformant dialogues of ``task`` with their forks, one per registered type
     and position (16 for the paper's four types; valid records).
 
@@ -74,13 +98,30 @@ def synthetic_records(task: str = "weather", n_sources: int = 6, seed: int = 0, 
         T = int(rng.integers(min_turns, max_turns + 1))
         turns = _dialogue(T, rng)
         sid = f"{task}-{1000 + i}"
-        base = {"source_id": sid, "scenario_id": str(1000 + i), "task": task, "domain": domain,
-                "num_system_turns": T, "seed": int(seed) * 1000 + i, "generator": "synthetic",
-                "decoding": {"temperature": None, "top_p": None, "top_k": None, "max_new_tokens": None},
-                "code_version": "synthetic"}
-        conf = {**base, "dialogue_id": sid, "turns": turns, "hallucination_type": None, "variant": None,
-                "instruction": None, "substitute_task": None, "fork_position": None, "fork_turn": None,
-                "prefix_mode": None, "prefix_divergence": None}
+        base = {
+            "source_id": sid,
+            "scenario_id": str(1000 + i),
+            "task": task,
+            "domain": domain,
+            "num_system_turns": T,
+            "seed": int(seed) * 1000 + i,
+            "generator": "synthetic",
+            "decoding": {"temperature": None, "top_p": None, "top_k": None, "max_new_tokens": None},
+            "code_version": "synthetic",
+        }
+        conf = {
+            **base,
+            "dialogue_id": sid,
+            "turns": turns,
+            "hallucination_type": None,
+            "variant": None,
+            "instruction": None,
+            "substitute_task": None,
+            "fork_position": None,
+            "fork_turn": None,
+            "prefix_mode": None,
+            "prefix_divergence": None,
+        }
         validate_record(conf)
         out.append(conf)
         ts = fork_turns(T)
@@ -98,21 +139,41 @@ def synthetic_records(task: str = "weather", n_sources: int = 6, seed: int = 0, 
                         new.append({"speaker": "system", "text": spec.example_line if n >= tk else t["text"]})
                     else:
                         new.append(dict(t))
-                rec = {**base, "dialogue_id": f"{sid}-{h}-k{k}", "turns": new, "hallucination_type": h,
-                       "variant": v.id, "instruction": v.render_instruction(sub, task.replace("_", " ")),
-                       "substitute_task": sub, "fork_position": k, "fork_turn": tk, "prefix_mode": "reuse",
-                       "prefix_divergence": 0}
+                rec = {
+                    **base,
+                    "dialogue_id": f"{sid}-{h}-k{k}",
+                    "turns": new,
+                    "hallucination_type": h,
+                    "variant": v.id,
+                    "instruction": v.render_instruction(sub, task.replace("_", " ")),
+                    "substitute_task": sub,
+                    "fork_position": k,
+                    "fork_turn": tk,
+                    "prefix_mode": "reuse",
+                    "prefix_divergence": 0,
+                }
                 validate_record(rec)
                 out.append(rec)
     return out
 
 
-def simulate_judgments(n_annotators: int = 12, tasks: tuple[str, ...] = ("weather", "hotel_book"),
-                       forks_per_unit: int | None = None, conformant_per_unit: int = 4, seed: int = 0,
-                       slope: float | Mapping[str, float] = 20.0, noise: float = 10.0, conformant_mean: float = 95.0,
-                       base: float = 10.0, p_confirm_true: float = 0.9, p_confirm_foil: float = 0.1,
-                       p_onset_exact: float = 0.7, p_prefix_yes: float = 0.9, overlap: int = 0,
-                       foil_share: float = FOIL_SHARE_FORKED) -> list[dict[str, Any]]:
+def simulate_judgments(
+    n_annotators: int = 12,
+    tasks: tuple[str, ...] = ("weather", "hotel_book"),
+    forks_per_unit: int | None = None,
+    conformant_per_unit: int = 4,
+    seed: int = 0,
+    slope: float | Mapping[str, float] = 20.0,
+    noise: float = 10.0,
+    conformant_mean: float = 95.0,
+    base: float = 10.0,
+    p_confirm_true: float = 0.9,
+    p_confirm_foil: float = 0.1,
+    p_onset_exact: float = 0.7,
+    p_prefix_yes: float = 0.9,
+    overlap: int = 0,
+    foil_share: float = FOIL_SHARE_FORKED,
+) -> list[dict[str, Any]]:
     """Judgments of simulated annotators (one row per judgment, export format).
 
     Each annotator judges, per task, ``forks_per_unit`` forks (default: one per registered type
@@ -170,9 +231,19 @@ def simulate_judgments(n_annotators: int = 12, tasks: tuple[str, ...] = ("weathe
         prefix = None
         if h is not None and conv["fork_turn"] > 1:
             prefix = "yes" if rng.random() < p_prefix_yes else str(rng.choice(["mostly", "no"]))
-        return {**conv, "annotator": annot, "annotator_id": None, "position": pos, "slider": slider,
-                "cue_answer": ans, "onset_turn": onset, "prefix_answer": prefix, "note": None, "state": 3,
-                "completed_at": f"2026-01-01T00:00:{len(rows):06d}"}
+        return {
+            **conv,
+            "annotator": annot,
+            "annotator_id": None,
+            "position": pos,
+            "slider": slider,
+            "cue_answer": ans,
+            "onset_turn": onset,
+            "prefix_answer": prefix,
+            "note": None,
+            "state": 3,
+            "completed_at": f"2026-01-01T00:00:{len(rows):06d}",
+        }
 
     first_convs: list[dict[str, Any]] = []
     for a in range(n_annotators):
@@ -188,14 +259,33 @@ def simulate_judgments(n_annotators: int = 12, tasks: tuple[str, ...] = ("weathe
                 T = int(np.random.default_rng(derive_seed("T", src)).integers(6, 12))
                 tk = fork_turns(T)[k - 1]
                 foil = rng.random() < foil_share
-                convs.append({"dialogue_id": f"{src}-k{k}", "source_id": src,
-                              "task": task, "hallucination_type": h, "fork_position": k, "fork_turn": tk,
-                              "num_system_turns": T, "cue_kind": CUE_FOIL if foil else CUE_TRUE,
-                              "cue_type": types[(j + 1) % len(types)] if foil else h})
+                convs.append(
+                    {
+                        "dialogue_id": f"{src}-k{k}",
+                        "source_id": src,
+                        "task": task,
+                        "hallucination_type": h,
+                        "fork_position": k,
+                        "fork_turn": tk,
+                        "num_system_turns": T,
+                        "cue_kind": CUE_FOIL if foil else CUE_TRUE,
+                        "cue_type": types[(j + 1) % len(types)] if foil else h,
+                    }
+                )
             for j in range(conformant_per_unit):
-                convs.append({"dialogue_id": f"{task}-a{a}-c{j}", "source_id": f"{task}-a{a}-c{j}", "task": task,
-                              "hallucination_type": None, "fork_position": None, "fork_turn": None,
-                              "num_system_turns": 8, "cue_kind": CUE_FOIL, "cue_type": types[j % len(types)]})
+                convs.append(
+                    {
+                        "dialogue_id": f"{task}-a{a}-c{j}",
+                        "source_id": f"{task}-a{a}-c{j}",
+                        "task": task,
+                        "hallucination_type": None,
+                        "fork_position": None,
+                        "fork_turn": None,
+                        "num_system_turns": 8,
+                        "cue_kind": CUE_FOIL,
+                        "cue_type": types[j % len(types)],
+                    }
+                )
             for i in rng.permutation(len(convs)):
                 rows.append(judge(f"A{a:02d}", convs[i], pos))
                 pos += 1

@@ -77,8 +77,15 @@ def rate(count: int, n: int) -> dict[str, Any]:
     return {"count": int(count), "n": int(n), "rate": (count / n) if n else None, "ci_low": lo, "ci_high": hi}
 
 
-def bootstrap_ci(data: Sequence[np.ndarray] | np.ndarray, statistic, n_boot: int = N_BOOT, seed: int = 0,
-                 level: float = 0.95, paired: bool = True, vectorized: bool = True) -> tuple[float | None, float | None]:
+def bootstrap_ci(
+    data: Sequence[np.ndarray] | np.ndarray,
+    statistic,
+    n_boot: int = N_BOOT,
+    seed: int = 0,
+    level: float = 0.95,
+    paired: bool = True,
+    vectorized: bool = True,
+) -> tuple[float | None, float | None]:
     """Percentile bootstrap interval (``scipy.stats.bootstrap``, seeded ``numpy`` generator).
 
     ``data`` is one array or a tuple of same-length arrays resampled together (``paired``).
@@ -99,12 +106,23 @@ def bootstrap_ci(data: Sequence[np.ndarray] | np.ndarray, statistic, n_boot: int
         ``(low, high)`` percentile bounds (None for a NaN bound); ``(None, None)`` when there are
         fewer than two observations.
     """
-    arrays = (np.asarray(data, float),) if isinstance(data, np.ndarray) or not isinstance(data, tuple) else tuple(
-        np.asarray(a, float) for a in data)
+    arrays = (
+        (np.asarray(data, float),)
+        if isinstance(data, np.ndarray) or not isinstance(data, tuple)
+        else tuple(np.asarray(a, float) for a in data)
+    )
     if len(arrays[0]) < 2:
         return None, None
-    res = stats.bootstrap(arrays, statistic, n_resamples=n_boot, confidence_level=level, method="percentile",
-                          paired=paired and len(arrays) > 1, vectorized=vectorized, rng=np.random.default_rng(seed))
+    res = stats.bootstrap(
+        arrays,
+        statistic,
+        n_resamples=n_boot,
+        confidence_level=level,
+        method="percentile",
+        paired=paired and len(arrays) > 1,
+        vectorized=vectorized,
+        rng=np.random.default_rng(seed),
+    )
     lo, hi = res.confidence_interval
     return _f(lo), _f(hi)
 
@@ -191,8 +209,9 @@ def gwet_ac1(ratings: Sequence[Sequence[Any]], categories: Sequence[Any]) -> dic
     try:
         from irrCAC.raw import CAC
 
-        frame = pd.DataFrame([r + [None] * (width - len(r)) for r in subj],
-                             columns=[f"rater{i}" for i in range(width)])
+        frame = pd.DataFrame(
+            [r + [None] * (width - len(r)) for r in subj], columns=[f"rater{i}" for i in range(width)]
+        )
         res = CAC(frame, categories=cats).gwet()["est"]
         ac1, pa = float(res["coefficient_value"]), float(res["pa"])
     except ImportError:  # irrCAC missing: the same statistic from the formula above
@@ -212,7 +231,10 @@ def krippendorff_interval(ratings: Sequence[Sequence[float]]) -> dict[str, Any]:
         ``{"alpha": Krippendorff's interval alpha, "n_subjects": subjects counted}``; ``alpha`` is
         None when no subject has two ratings or all ratings are equal (alpha undefined).
     """
-    subj = [[float(v) for v in r if v is not None and not (isinstance(v, float) and math.isnan(v))] for r in ratings]
+    subj = [
+        [float(v) for v in r if v is not None and not (isinstance(v, float) and math.isnan(v))]
+        for r in ratings
+    ]
     subj = [r for r in subj if len(r) >= 2]
     if not subj:
         return {"alpha": None, "n_subjects": 0}

@@ -97,20 +97,30 @@ class Study(StudyAdmin, StudyExport):
             with.
     """
 
-    def __init__(self, db_url: str, variants: Any = None, study_seed: int | None = None,
-                 foil_share: float = FOIL_SHARE_FORKED, task_descriptions: Mapping[str, str] | None = None):
+    def __init__(
+        self,
+        db_url: str,
+        variants: Any = None,
+        study_seed: int | None = None,
+        foil_share: float = FOIL_SHARE_FORKED,
+        task_descriptions: Mapping[str, str] | None = None,
+    ):
         self.engine = make_engine(db_url)
         self.foil_share = foil_share
         self._variants = variants
-        self._given_tasks = {str(k): " ".join(str(v).split()) for k, v in (task_descriptions or {}).items() if v}
+        self._given_tasks = {
+            str(k): " ".join(str(v).split()) for k, v in (task_descriptions or {}).items() if v
+        }
         with Session(self.engine) as s, s.begin():
             if s.get(Meta, "study_seed") is None:
                 seed = int(study_seed) if study_seed is not None else secrets.randbits(62)
                 s.add(Meta(key="study_seed", value=str(seed)))
                 s.add(Meta(key="foil_share", value=repr(foil_share)))
             elif study_seed is not None and int(s.get(Meta, "study_seed").value) != int(study_seed):
-                raise ValueError(f"{db_url}: the study seed is {s.get(Meta, 'study_seed').value}, not {study_seed}; "
-                                 "a study keeps its seed (use a new database for a new seed)")
+                raise ValueError(
+                    f"{db_url}: the study seed is {s.get(Meta, 'study_seed').value}, not {study_seed}; "
+                    "a study keeps its seed (use a new database for a new seed)"
+                )
 
     # -- setup ---------------------------------------------------------------------------------
     @property
@@ -168,17 +178,31 @@ class Study(StudyAdmin, StudyExport):
                 if r["dialogue_id"] in have:
                     continue
                 cue = assign_cue(r, seed, self.variants, foil_share, tasks=catalog)
-                true_text = true_cue_text(r, self.variants, catalog)[1] if r.get("hallucination_type") else None
-                rows.append(dict(
-                    dialogue_id=r["dialogue_id"], task=r["task"], source_id=r["source_id"],
-                    hallucination_type=r.get("hallucination_type"), variant=r.get("variant"),
-                    fork_position=r.get("fork_position"), fork_turn=r.get("fork_turn"),
-                    num_system_turns=int(r["num_system_turns"]), record=dict(r), cue_seed=cue.seed,
-                    cue_kind=cue.kind, cue_type=cue.htype, cue_variant=cue.variant, cue_text=cue.text,
-                    true_cue_text=true_text))
+                true_text = (
+                    true_cue_text(r, self.variants, catalog)[1] if r.get("hallucination_type") else None
+                )
+                rows.append(
+                    dict(
+                        dialogue_id=r["dialogue_id"],
+                        task=r["task"],
+                        source_id=r["source_id"],
+                        hallucination_type=r.get("hallucination_type"),
+                        variant=r.get("variant"),
+                        fork_position=r.get("fork_position"),
+                        fork_turn=r.get("fork_turn"),
+                        num_system_turns=int(r["num_system_turns"]),
+                        record=dict(r),
+                        cue_seed=cue.seed,
+                        cue_kind=cue.kind,
+                        cue_type=cue.htype,
+                        cue_variant=cue.variant,
+                        cue_text=cue.text,
+                        true_cue_text=true_text,
+                    )
+                )
                 have.add(r["dialogue_id"])
             for i in range(0, len(rows), 2000):
-                s.execute(insert(Conversation), rows[i:i + 2000])
+                s.execute(insert(Conversation), rows[i : i + 2000])
             n = len(rows)
         logger.info("imported %d new conversation(s)", n)
         return n
@@ -227,9 +251,15 @@ class Study(StudyAdmin, StudyExport):
             return sorted(s.scalars(select(Conversation.task).distinct()))
 
     # -- batches --------------------------------------------------------------------------------
-    def draw_batch(self, task: str, annotator_ids: Sequence[int], blocks_per_annotator: int = 1,
-                   seed: int | None = None, overlap_share: float = OVERLAP_SHARE,
-                   max_judges: int = MAX_JUDGES) -> dict[str, Any]:
+    def draw_batch(
+        self,
+        task: str,
+        annotator_ids: Sequence[int],
+        blocks_per_annotator: int = 1,
+        seed: int | None = None,
+        overlap_share: float = OVERLAP_SHARE,
+        max_judges: int = MAX_JUDGES,
+    ) -> dict[str, Any]:
         """Draw mini-blocks of ``task`` for the annotators and assign them (one transaction).
 
         Returns ``{"batch_id", "seed", "assignments", "blocks", "fresh_blocks"}``.
@@ -259,19 +289,37 @@ class Study(StudyAdmin, StudyExport):
             raise Invalid("choose at least one annotator for the batch")
         seed = int(seed) if seed is not None else secrets.randbits(62)
         try:
-            return self._draw_batch(task, annotator_ids, blocks_per_annotator, seed, overlap_share, max_judges)
+            return self._draw_batch(
+                task, annotator_ids, blocks_per_annotator, seed, overlap_share, max_judges
+            )
         except IntegrityError:  # another batch was drawn at the same moment (same block ids)
-            raise Conflict("another batch was drawn at the same time; nothing was assigned, draw again") from None
+            raise Conflict(
+                "another batch was drawn at the same time; nothing was assigned, draw again"
+            ) from None
 
     def _draw_batch(self, task, annotator_ids, blocks_per_annotator, seed, overlap_share, max_judges):
         with Session(self.engine) as s, s.begin():
-            rows = s.execute(select(Conversation.dialogue_id, Conversation.source_id, Conversation.task,
-                                    Conversation.hallucination_type, Conversation.fork_position)
-                             .where(Conversation.task == task)).mappings().all()
+            rows = (
+                s.execute(
+                    select(
+                        Conversation.dialogue_id,
+                        Conversation.source_id,
+                        Conversation.task,
+                        Conversation.hallucination_type,
+                        Conversation.fork_position,
+                    ).where(Conversation.task == task)
+                )
+                .mappings()
+                .all()
+            )
             if not rows:
-                raise Invalid(f"task {task!r} has no conversations in this study (tasks: {', '.join(self.tasks())})")
+                raise Invalid(
+                    f"task {task!r} has no conversations in this study (tasks: {', '.join(self.tasks())})"
+                )
             pool = TaskPool.from_rows(task, rows)
-            annots = {a.id: a for a in s.scalars(select(Annotator).where(Annotator.id.in_(list(annotator_ids))))}
+            annots = {
+                a.id: a for a in s.scalars(select(Annotator).where(Annotator.id.in_(list(annotator_ids))))
+            }
             missing = [i for i in annotator_ids if i not in annots]
             if missing:
                 raise Invalid(f"unknown annotator id(s) {missing}")
@@ -280,8 +328,10 @@ class Study(StudyAdmin, StudyExport):
             seen: dict[str, set[str]] = defaultdict(set)
             usage: dict[str, int] = defaultdict(int)
             for aid, src, did in s.execute(
-                    select(Assignment.annotator_id, Conversation.source_id, Conversation.dialogue_id)
-                    .join(Conversation, Assignment.conversation_id == Conversation.id)):
+                select(Assignment.annotator_id, Conversation.source_id, Conversation.dialogue_id).join(
+                    Conversation, Assignment.conversation_id == Conversation.id
+                )
+            ):
                 seen[str(aid)].add(src)
                 usage[did] += 1
             existing = []
@@ -290,40 +340,94 @@ class Study(StudyAdmin, StudyExport):
                 judges[bid].append(str(aid))
             n_fresh = 0
             for b in s.scalars(select(Block).where(Block.task == task).order_by(Block.id)):
-                existing.append(BlockSpec(b.id, b.task, b.latin_row, list(b.dialogue_ids), list(b.sources),
-                                          sorted(judges[b.id])))
+                existing.append(
+                    BlockSpec(
+                        b.id, b.task, b.latin_row, list(b.dialogue_ids), list(b.sources), sorted(judges[b.id])
+                    )
+                )
                 n_fresh += 1
             next_key = (s.scalar(select(func.max(Block.id))) or 0) + 1
-            draws = draw_blocks(pool, names, blocks_per_annotator, seed, existing=existing, seen_sources=seen,
-                                usage=usage, next_row=n_fresh, next_key=next_key, overlap_share=overlap_share,
-                                max_judges=max_judges)
-            batch = Batch(task=task, seed=seed, params={
-                "annotator_ids": list(annotator_ids), "blocks_per_annotator": blocks_per_annotator,
-                "overlap_share": overlap_share, "max_judges": max_judges})
+            draws = draw_blocks(
+                pool,
+                names,
+                blocks_per_annotator,
+                seed,
+                existing=existing,
+                seen_sources=seen,
+                usage=usage,
+                next_row=n_fresh,
+                next_key=next_key,
+                overlap_share=overlap_share,
+                max_judges=max_judges,
+            )
+            batch = Batch(
+                task=task,
+                seed=seed,
+                params={
+                    "annotator_ids": list(annotator_ids),
+                    "blocks_per_annotator": blocks_per_annotator,
+                    "overlap_share": overlap_share,
+                    "max_judges": max_judges,
+                },
+            )
             s.add(batch)
             s.flush()
-            conv_id = dict(s.execute(select(Conversation.dialogue_id, Conversation.id)
-                                     .where(Conversation.task == task)).all())
-            conv_need3 = {c.id: (c.hallucination_type is not None and (c.fork_turn or 0) > 1)
-                          for c in s.scalars(select(Conversation).where(Conversation.task == task))}
-            next_pos = {aid: (s.scalar(select(func.max(Assignment.position))
-                                       .where(Assignment.annotator_id == aid)) or 0) + 1 for aid in annotator_ids}
+            conv_id = dict(
+                s.execute(
+                    select(Conversation.dialogue_id, Conversation.id).where(Conversation.task == task)
+                ).all()
+            )
+            conv_need3 = {
+                c.id: (c.hallucination_type is not None and (c.fork_turn or 0) > 1)
+                for c in s.scalars(select(Conversation).where(Conversation.task == task))
+            }
+            next_pos = {
+                aid: (
+                    s.scalar(select(func.max(Assignment.position)).where(Assignment.annotator_id == aid)) or 0
+                )
+                + 1
+                for aid in annotator_ids
+            }
             n_assign = 0
             for d in draws:
                 aid = int(d.annotator)
                 if d.fresh:
-                    s.add(Block(id=d.block.key, task=task, batch_id=batch.id, latin_row=d.block.latin_row,
-                                dialogue_ids=d.block.dialogue_ids, sources=d.block.sources))
+                    s.add(
+                        Block(
+                            id=d.block.key,
+                            task=task,
+                            batch_id=batch.id,
+                            latin_row=d.block.latin_row,
+                            dialogue_ids=d.block.dialogue_ids,
+                            sources=d.block.sources,
+                        )
+                    )
                     s.flush()
                 for slot in block_order(d.order_seed, len(d.block.dialogue_ids)):
                     cid = conv_id[d.block.dialogue_ids[slot]]
-                    s.add(Assignment(token=new_token(18), annotator_id=aid, conversation_id=cid, batch_id=batch.id,
-                                     block_id=d.block.key, block_fresh=d.fresh, position=next_pos[aid],
-                                     order_seed=d.order_seed, needs_step3=conv_need3[cid], state=NEW))
+                    s.add(
+                        Assignment(
+                            token=new_token(18),
+                            annotator_id=aid,
+                            conversation_id=cid,
+                            batch_id=batch.id,
+                            block_id=d.block.key,
+                            block_fresh=d.fresh,
+                            position=next_pos[aid],
+                            order_seed=d.order_seed,
+                            needs_step3=conv_need3[cid],
+                            state=NEW,
+                        )
+                    )
                     next_pos[aid] += 1
                     n_assign += 1
-            return {"batch_id": batch.id, "seed": seed, "assignments": n_assign, "blocks": len(draws),
-                    "fresh_blocks": sum(d.fresh for d in draws)}
+            return {
+                "batch_id": batch.id,
+                "seed": seed,
+                "assignments": n_assign,
+                "blocks": len(draws),
+                "fresh_blocks": sum(d.fresh for d in draws),
+            }
 
     # -- annotator side -------------------------------------------------------------------------
     def overview(self, annotator: Annotator) -> dict[str, Any]:
@@ -337,10 +441,12 @@ class Study(StudyAdmin, StudyExport):
             "intro_due": bool, "done", "total"}``.
         """
         with Session(self.engine) as s:
-            rows = s.execute(select(Assignment.token, Assignment.state, Assignment.position, Conversation.task)
-                             .join(Conversation, Assignment.conversation_id == Conversation.id)
-                             .where(Assignment.annotator_id == annotator.id)
-                             .order_by(Assignment.position)).all()
+            rows = s.execute(
+                select(Assignment.token, Assignment.state, Assignment.position, Conversation.task)
+                .join(Conversation, Assignment.conversation_id == Conversation.id)
+                .where(Assignment.annotator_id == annotator.id)
+                .order_by(Assignment.position)
+            ).all()
             seen = set(s.scalars(select(IntroSeen.task).where(IntroSeen.annotator_id == annotator.id)))
         tasks: dict[str, dict[str, int]] = {}
         nxt = None
@@ -351,9 +457,14 @@ class Study(StudyAdmin, StudyExport):
                 t["done"] += 1
             elif nxt is None:
                 nxt = {"token": tok, "task": task}
-        return {"name": annotator.name, "tasks": tasks, "next": nxt,
-                "intro_due": nxt is not None and nxt["task"] not in seen,
-                "done": sum(t["done"] for t in tasks.values()), "total": sum(t["total"] for t in tasks.values())}
+        return {
+            "name": annotator.name,
+            "tasks": tasks,
+            "next": nxt,
+            "intro_due": nxt is not None and nxt["task"] not in seen,
+            "done": sum(t["done"] for t in tasks.values()),
+            "total": sum(t["total"] for t in tasks.values()),
+        }
 
     def mark_intro_seen(self, annotator: Annotator, task: str) -> None:
         """Record that the annotator read the introduction of ``task`` (idempotent).
@@ -389,13 +500,19 @@ class Study(StudyAdmin, StudyExport):
             The distinct task names, sorted.
         """
         with Session(self.engine) as s:
-            return sorted(s.scalars(select(Conversation.task).distinct()
-                                    .join(Assignment, Assignment.conversation_id == Conversation.id)
-                                    .where(Assignment.annotator_id == annotator.id)))
+            return sorted(
+                s.scalars(
+                    select(Conversation.task)
+                    .distinct()
+                    .join(Assignment, Assignment.conversation_id == Conversation.id)
+                    .where(Assignment.annotator_id == annotator.id)
+                )
+            )
 
     def _load(self, s: Session, annotator: Annotator, token: str) -> tuple[Assignment, Conversation]:
-        a = s.scalar(select(Assignment).where(Assignment.token == str(token),
-                                              Assignment.annotator_id == annotator.id))
+        a = s.scalar(
+            select(Assignment).where(Assignment.token == str(token), Assignment.annotator_id == annotator.id)
+        )
         if a is None:
             # the same answer for a token of another annotator and for no token at all
             raise NotFound("no such conversation in your assignments")
@@ -421,16 +538,23 @@ class Study(StudyAdmin, StudyExport):
     def _check_intro(s: Session, a: Assignment, c: Conversation) -> None:
         """The intro step, enforced here and not only by the pages' redirects."""
         if s.get(IntroSeen, (a.annotator_id, c.task)) is None:
-            raise Conflict(f"read the introduction of task {c.task!r} first (open your personal link, or "
-                           f"/a/<your link>/intro/{c.task})")
+            raise Conflict(
+                f"read the introduction of task {c.task!r} first (open your personal link, or "
+                f"/a/<your link>/intro/{c.task})"
+            )
 
     def _check_current(self, s: Session, a: Assignment) -> None:
         if a.state == DONE:
             return
-        first = s.scalar(select(func.min(Assignment.position)).where(Assignment.annotator_id == a.annotator_id,
-                                                                     Assignment.state != DONE))
+        first = s.scalar(
+            select(func.min(Assignment.position)).where(
+                Assignment.annotator_id == a.annotator_id, Assignment.state != DONE
+            )
+        )
         if first is not None and a.position != first:
-            raise Conflict("finish your current conversation first: conversations are annotated in the given order")
+            raise Conflict(
+                "finish your current conversation first: conversations are annotated in the given order"
+            )
 
     @staticmethod
     def _turns(c: Conversation) -> list[dict[str, Any]]:
@@ -483,11 +607,19 @@ class Study(StudyAdmin, StudyExport):
             if current is not None and step > current:
                 raise Conflict(f"step {step} cannot be requested before step {current} is submitted")
             if step == 3 and not a.needs_step3:
-                raise NotFound("this conversation has no step 3 (there is no part before the highlighted region)")
+                raise NotFound(
+                    "this conversation has no step 3 (there is no part before the highlighted region)"
+                )
             # Nothing before step 3 may tell a fork from a conformant dialogue: not even whether a
             # step 3 will follow (it exists only for forks with t_k > 1).
-            p: dict[str, Any] = {"step": step, "token": a.token, "task": c.task, "turns": self._turns(c),
-                                 "num_assistant_turns": c.num_system_turns, "question": STEP1_QUESTION}
+            p: dict[str, Any] = {
+                "step": step,
+                "token": a.token,
+                "task": c.task,
+                "turns": self._turns(c),
+                "num_assistant_turns": c.num_system_turns,
+                "question": STEP1_QUESTION,
+            }
             if step == 1:
                 p["answer"] = {"slider": a.slider} if a.state >= STEP1_DONE else None
                 return p
@@ -497,17 +629,19 @@ class Study(StudyAdmin, StudyExport):
             p["options"] = list(CUE_ANSWERS)
             p["slider"] = a.slider
             if step == 2:
-                p["answer"] = ({"answer": a.cue_answer, "onset_turn": a.onset_turn}
-                               if a.state >= STEP2_DONE else None)
+                p["answer"] = (
+                    {"answer": a.cue_answer, "onset_turn": a.onset_turn} if a.state >= STEP2_DONE else None
+                )
                 return p
             p["question"] = STEP3_QUESTION
             p["options"] = list(PREFIX_ANSWERS)
             p["step2"] = {"answer": a.cue_answer, "onset_turn": a.onset_turn, "cue": c.cue_text}
             # as in the paper: the instruction actually injected, next to the step-2 answer
-            p["injected_instruction"] = (" ".join(str(c.record.get("instruction") or "").split())
-                                         or c.true_cue_text)
+            p["injected_instruction"] = (
+                " ".join(str(c.record.get("instruction") or "").split()) or c.true_cue_text
+            )
             p["fork_turn"] = c.fork_turn
-            p["answer"] = ({"prefix": a.prefix_answer, "note": a.note} if a.state >= DONE else None)
+            p["answer"] = {"prefix": a.prefix_answer, "note": a.note} if a.state >= DONE else None
             return p
 
     def submit(self, annotator: Annotator, token: str, step: int, data: Mapping[str, Any]) -> dict[str, Any]:
@@ -550,7 +684,9 @@ class Study(StudyAdmin, StudyExport):
             if step == 3 and not a.needs_step3:
                 raise Conflict("this conversation has no step 3")
             if a.state >= step:
-                raise Conflict(f"step {step} was already submitted; an answer cannot be changed once the next step is shown")
+                raise Conflict(
+                    f"step {step} was already submitted; an answer cannot be changed once the next step is shown"
+                )
             now = utcnow()
             unknown = set(data) - {"slider", "answer", "onset_turn", "prefix", "note"}
             if unknown:
@@ -570,14 +706,22 @@ class Study(StudyAdmin, StudyExport):
                 T = c.num_system_turns
                 if ans in ("yes", "partly"):
                     if onset is None:
-                        raise Invalid(f"with '{ans}', click the first assistant turn where it starts (onset_turn)")
+                        raise Invalid(
+                            f"with '{ans}', click the first assistant turn where it starts (onset_turn)"
+                        )
                     if not 1 <= onset <= T:
-                        raise Invalid(f"onset_turn {onset} is not an assistant turn (assistant turns are numbered 1 to {T})")
+                        raise Invalid(
+                            f"onset_turn {onset} is not an assistant turn (assistant turns are numbered 1 to {T})"
+                        )
                 elif onset is not None:
                     raise Invalid("with 'no', leave onset_turn empty")
                 done = not a.needs_step3
-                values = {"cue_answer": ans, "onset_turn": onset, "step2_at": now,
-                          "state": DONE if done else STEP2_DONE}
+                values = {
+                    "cue_answer": ans,
+                    "onset_turn": onset,
+                    "step2_at": now,
+                    "state": DONE if done else STEP2_DONE,
+                }
                 if done:
                     values["completed_at"] = now
             else:
@@ -587,14 +731,35 @@ class Study(StudyAdmin, StudyExport):
                 note = data.get("note") or None
                 if note is not None and (not isinstance(note, str) or len(note) > MAX_NOTE_CHARS):
                     raise Invalid(f"note must be text of at most {MAX_NOTE_CHARS} characters")
-                values = {"prefix_answer": ans, "note": note, "step3_at": now, "state": DONE, "completed_at": now}
-            res = s.execute(update(Assignment).where(Assignment.id == a.id, Assignment.state == step - 1)
-                            .values(**values).execution_options(synchronize_session=False))
+                values = {
+                    "prefix_answer": ans,
+                    "note": note,
+                    "step3_at": now,
+                    "state": DONE,
+                    "completed_at": now,
+                }
+            res = s.execute(
+                update(Assignment)
+                .where(Assignment.id == a.id, Assignment.state == step - 1)
+                .values(**values)
+                .execution_options(synchronize_session=False)
+            )
             if res.rowcount != 1:  # a concurrent submission won the race
                 raise Conflict(f"step {step} was already submitted")
             state = values["state"]
             return {"state": state, "next_step": None if state == DONE else state + 1}
 
 
-__all__ = ["AnnotationError", "Conflict", "Invalid", "NotFound", "Study", "derive_seed", "parse_float", "parse_int",
-           "parse_json_body", "reconstruct_presentation", "recompute_cue"]
+__all__ = [
+    "AnnotationError",
+    "Conflict",
+    "Invalid",
+    "NotFound",
+    "Study",
+    "derive_seed",
+    "parse_float",
+    "parse_int",
+    "parse_json_body",
+    "reconstruct_presentation",
+    "recompute_cue",
+]

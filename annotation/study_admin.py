@@ -63,7 +63,11 @@ class StudyAdmin:
         tok = new_token(24)
         with Session(self.engine) as s, s.begin():
             s.query(AdminSession).filter(AdminSession.expires_at < utcnow()).delete()
-            s.add(AdminSession(digest=token_digest(tok), expires_at=utcnow() + timedelta(hours=ADMIN_SESSION_HOURS)))
+            s.add(
+                AdminSession(
+                    digest=token_digest(tok), expires_at=utcnow() + timedelta(hours=ADMIN_SESSION_HOURS)
+                )
+            )
         return tok
 
     def check_admin_session(self, token: str | None) -> bool:
@@ -130,8 +134,10 @@ class StudyAdmin:
             ``{"id", "name", "link_token"}`` per annotator, by id.
         """
         with Session(self.engine) as s:
-            return [{"id": a.id, "name": a.name, "link_token": a.link_token}
-                    for a in s.scalars(select(Annotator).order_by(Annotator.id))]
+            return [
+                {"id": a.id, "name": a.name, "link_token": a.link_token}
+                for a in s.scalars(select(Annotator).order_by(Annotator.id))
+            ]
 
     def annotator_by_link(self, link_token: str) -> Annotator:
         """The annotator whose personal link holds ``link_token``.

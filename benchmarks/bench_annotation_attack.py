@@ -76,29 +76,59 @@ async def _run(base: str, link: str, burst: int, delay_s: float, separate: bool)
                 await asyncio.sleep(wait)
                 r = await client.post("/admin/login", data={"password": PASSWORD}, headers=origin)
                 admin["after_retry_after"] = r.status_code
-        return {"codes": dict(sorted(codes.items())), "annotator_s": latency, "burst_s": burst_s, "admin": admin}
+        return {
+            "codes": dict(sorted(codes.items())),
+            "annotator_s": latency,
+            "burst_s": burst_s,
+            "admin": admin,
+        }
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--burst", type=int, default=300, help="concurrent wrong passwords (default: 300)")
-    ap.add_argument("--root", default=str(Path(__file__).resolve().parents[1]),
-                    help="checkout whose annotation package is served (default: this tree)")
-    ap.add_argument("--delay", type=float, default=2.0,
-                    help="seconds after the burst starts when the annotator's request is sent (default: 2, when the "
-                         "whole burst has reached the server)")
-    ap.add_argument("--annotator-client", choices=("same", "separate"), default="separate",
-                    help="send the annotator's request from another thread with its own connection (separate: the "
-                         "server's latency) or from the burst's own client (same: also waits for that client's "
-                         "300 connections) (default: separate)")
+    ap.add_argument(
+        "--root",
+        default=str(Path(__file__).resolve().parents[1]),
+        help="checkout whose annotation package is served (default: this tree)",
+    )
+    ap.add_argument(
+        "--delay",
+        type=float,
+        default=2.0,
+        help="seconds after the burst starts when the annotator's request is sent (default: 2, when the "
+        "whole burst has reached the server)",
+    )
+    ap.add_argument(
+        "--annotator-client",
+        choices=("same", "separate"),
+        default="separate",
+        help="send the annotator's request from another thread with its own connection (separate: the "
+        "server's latency) or from the burst's own client (same: also waits for that client's "
+        "300 connections) (default: separate)",
+    )
     a = ap.parse_args(argv)
     port = _free_port()
     base = f"http://127.0.0.1:{port}"
     env = {**os.environ, "PYTHONPATH": a.root, "PYTHONUNBUFFERED": "1"}
     with tempfile.TemporaryDirectory() as tmp:
-        cmd = [sys.executable, "-m", "annotation", "demo", "--db", f"sqlite:///{tmp}/study.db", "--port", str(port),
-               "--admin-password", PASSWORD, "--analysis-dir", f"{tmp}/an"]
-        proc = subprocess.Popen(cmd, cwd=tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        cmd = [
+            sys.executable,
+            "-m",
+            "annotation",
+            "demo",
+            "--db",
+            f"sqlite:///{tmp}/study.db",
+            "--port",
+            str(port),
+            "--admin-password",
+            PASSWORD,
+            "--analysis-dir",
+            f"{tmp}/an",
+        ]
+        proc = subprocess.Popen(
+            cmd, cwd=tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
         try:
             link = None
             lines = []
@@ -132,8 +162,10 @@ def main(argv=None) -> int:
                 proc.kill()
     print(f"code: {a.root}")
     print(f"burst of {a.burst} wrong passwords: status counts {res['codes']} in {res['burst_s']:.2f} s")
-    print(f"annotator page during the burst ({a.annotator_client} client, sent {a.delay:g} s in): {res['annotator_s']:.3f} s "
-          f"(ratio to the {TARGET_S:g} s target: {res['annotator_s'] / TARGET_S:.2f})")
+    print(
+        f"annotator page during the burst ({a.annotator_client} client, sent {a.delay:g} s in): {res['annotator_s']:.3f} s "
+        f"(ratio to the {TARGET_S:g} s target: {res['annotator_s'] / TARGET_S:.2f})"
+    )
     print(f"real admin afterwards: {res['admin']}")
     return 0
 

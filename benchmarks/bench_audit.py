@@ -57,8 +57,10 @@ def main() -> int:
     OpenAICompatClient.chat_one = timed
     with tempfile.TemporaryDirectory() as tmp:
         ref = Path(tmp) / "ref"
-        generate_corpus(GenerationConfig(star=a.star, out=str(ref), tasks=TASKS, per_task=max(30, a.per_task), seed=0),
-                        progress=False)
+        generate_corpus(
+            GenerationConfig(star=a.star, out=str(ref), tasks=TASKS, per_task=max(30, a.per_task), seed=0),
+            progress=False,
+        )
         conformant = [r for r in load_records(ref) if r["hallucination_type"] is None]
         enc = Encoder("minilm")
         enc.encode(["warm-up"])
@@ -67,8 +69,18 @@ def main() -> int:
         t_ref = time.perf_counter() - t
         with serve_fake_agent("faithful", star=a.star) as fa:
             t = time.perf_counter()
-            audit_agent(fa.url, fa.model, TASKS, conformant, star=a.star, per_task=a.per_task, out=Path(tmp) / "audit",
-                        concurrency=1, encoder=enc, show_progress=False)
+            audit_agent(
+                fa.url,
+                fa.model,
+                TASKS,
+                conformant,
+                star=a.star,
+                per_task=a.per_task,
+                out=Path(tmp) / "audit",
+                concurrency=1,
+                encoder=enc,
+                show_progress=False,
+            )
             t_audit = time.perf_counter() - t
         recs = load_records(Path(tmp) / "audit")
         fresh = Encoder("minilm")
@@ -79,10 +91,14 @@ def main() -> int:
     n_turns = sum(len(r["turns"]) for r in recs)
     overhead = t_audit - waited[0]
     print(f"{len(recs)} dialogues, {n_turns} turns; reference: {len(conformant)} conformant dialogues")
-    print(f"audit wall {t_audit:.2f} s, waiting for the agent {waited[0]:.2f} s, own overhead {overhead:.2f} s")
+    print(
+        f"audit wall {t_audit:.2f} s, waiting for the agent {waited[0]:.2f} s, own overhead {overhead:.2f} s"
+    )
     print(f"baseline (encode the audited turns once): {t_base:.2f} s; reference encoding {t_ref:.2f} s")
     ratio = overhead / t_base
-    print(f"ratio overhead / baseline = {ratio:.2f} (target <= {TARGET}: {'met' if ratio <= TARGET else 'NOT met'})")
+    print(
+        f"ratio overhead / baseline = {ratio:.2f} (target <= {TARGET}: {'met' if ratio <= TARGET else 'NOT met'})"
+    )
     print(f"with the reference encoding counted: {(overhead + t_ref) / t_base:.2f}")
     return 0
 

@@ -37,8 +37,13 @@ def _rates(results, floor):
     n = len(results) or 1
     off = sum(bool(x["off_workflow"]) for x in results)
     low = sum(not x["off_workflow"] and x["coverage"] < floor for x in results)
-    return {"n": len(results), "pass": round(1 - (off + low) / n, 4), "off_workflow": round(off / n, 4),
-            "low_coverage": round(low / n, 4), "mean_coverage": round(sum(x["coverage"] for x in results) / n, 4)}
+    return {
+        "n": len(results),
+        "pass": round(1 - (off + low) / n, 4),
+        "off_workflow": round(off / n, 4),
+        "low_coverage": round(low / n, 4),
+        "mean_coverage": round(sum(x["coverage"] for x in results) / n, 4),
+    }
 
 
 def main() -> None:
@@ -49,7 +54,9 @@ def main() -> None:
     from generation.engine import GenerationConfig, generate_corpus
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--star", default=os.environ.get("DIALFORK_STAR_DIR", str(ROOT.parent / "shared" / "star")))
+    ap.add_argument(
+        "--star", default=os.environ.get("DIALFORK_STAR_DIR", str(ROOT.parent / "shared" / "star"))
+    )
     ap.add_argument("--tasks", default="weather,doctor_schedule,apartment_schedule")
     ap.add_argument("--per-task", type=int, default=16)
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "conformance_check"))
@@ -65,8 +72,9 @@ def main() -> None:
         rows[f"human-{variant} (conformant)"] = {f"{f:g}": _rates(res, f) for f in FLOORS}
     tasks = tuple(t for t in a.tasks.split(",") if t)
     with tempfile.TemporaryDirectory() as tmp:
-        generate_corpus(GenerationConfig(star=a.star, out=tmp, tasks=tasks, per_task=a.per_task, seed=0),
-                        progress=False)
+        generate_corpus(
+            GenerationConfig(star=a.star, out=tmp, tasks=tasks, per_task=a.per_task, seed=0), progress=False
+        )
         recs = [r for f in sorted(Path(tmp).glob("*.jsonl")) for r in read_jsonl(f)]
     t0 = time.perf_counter()
     res = check.check_many([(r["task"], _sys(r["turns"])) for r in recs])
@@ -77,22 +85,40 @@ def main() -> None:
     for k in sorted(by, key=lambda k: (k != "template D+", k)):
         rows[k] = {f"{f:g}": _rates(by[k], f) for f in FLOORS}
     default = f"{DEFAULT_MIN_COVERAGE:g}"
-    md = ["# The check of generated D+ (workflow-nodes)", "",
-          "Command: `HF_HUB_OFFLINE=1 python benchmarks/bench_conformance_check.py`", "",
-          f"Fit on every STAR task: {fit_s:.1f} s; check: {per_dlg_ms:.1f} ms per dialogue (batched), "
-          f"on {os.cpu_count()} CPU(s), load average {os.getloadavg()[0]:.2f}.", "",
-          f"Share passed (conformant) at the default coverage floor {default} and at others; on human and "
-          "template D+ every flag is false, on forks every flag is a catch.", "",
-          "| dialogues | n | off-workflow turn | " + " | ".join(f"pass @ floor {f:g}" for f in FLOORS) + " |",
-          "| --- | ---: | ---: | " + " | ".join("---:" for _ in FLOORS) + " |"]
+    md = [
+        "# The check of generated D+ (workflow-nodes)",
+        "",
+        "Command: `HF_HUB_OFFLINE=1 python benchmarks/bench_conformance_check.py`",
+        "",
+        f"Fit on every STAR task: {fit_s:.1f} s; check: {per_dlg_ms:.1f} ms per dialogue (batched), "
+        f"on {os.cpu_count()} CPU(s), load average {os.getloadavg()[0]:.2f}.",
+        "",
+        f"Share passed (conformant) at the default coverage floor {default} and at others; on human and "
+        "template D+ every flag is false, on forks every flag is a catch.",
+        "",
+        "| dialogues | n | off-workflow turn | " + " | ".join(f"pass @ floor {f:g}" for f in FLOORS) + " |",
+        "| --- | ---: | ---: | " + " | ".join("---:" for _ in FLOORS) + " |",
+    ]
     for k, v in rows.items():
-        md.append(f"| {k} | {v[default]['n']} | {100 * v[default]['off_workflow']:.1f}% | "
-                  + " | ".join(f"{100 * v[f'{f:g}']['pass']:.1f}%" for f in FLOORS) + " |")
+        md.append(
+            f"| {k} | {v[default]['n']} | {100 * v[default]['off_workflow']:.1f}% | "
+            + " | ".join(f"{100 * v[f'{f:g}']['pass']:.1f}%" for f in FLOORS)
+            + " |"
+        )
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps({"fit_seconds": round(fit_s, 2), "check_ms_per_dialogue":
-                                                    round(per_dlg_ms, 2), "default_floor": DEFAULT_MIN_COVERAGE,
-                                                    "load_average": os.getloadavg()[0], "rows": rows}, indent=2))
+    out.with_suffix(".json").write_text(
+        json.dumps(
+            {
+                "fit_seconds": round(fit_s, 2),
+                "check_ms_per_dialogue": round(per_dlg_ms, 2),
+                "default_floor": DEFAULT_MIN_COVERAGE,
+                "load_average": os.getloadavg()[0],
+                "rows": rows,
+            },
+            indent=2,
+        )
+    )
     out.with_suffix(".md").write_text("\n".join(md) + "\n")
     print("\n".join(md))
 

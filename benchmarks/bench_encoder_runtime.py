@@ -49,9 +49,13 @@ def star_dialogue_turns(star: Path):
     from dialfork_dataset.star import StarCorpus
 
     for d in StarCorpus(star).human_dialogues():
-        yield [("user" if e["agent"] == "User" else "system", e["text"]) for e in d["events"]
-               if isinstance(e.get("text"), str) and e["text"].strip()
-               and e.get("action") in ("utter", "pick_suggestion")]
+        yield [
+            ("user" if e["agent"] == "User" else "system", e["text"])
+            for e in d["events"]
+            if isinstance(e.get("text"), str)
+            and e["text"].strip()
+            and e.get("action") in ("utter", "pick_suggestion")
+        ]
 
 
 def star_turns(star: Path, n_texts: int, n_pairs: int) -> tuple[list[str], list[tuple[str, str]]]:
@@ -90,9 +94,16 @@ def project(summary_path: Path, ratios: dict[str, float]) -> dict:
     total = t["total"]
     rest = total - enc_turns - enc_pairs
     onnx = enc_turns / ratios["transcripts"] + enc_pairs / ratios["pairs"] + rest
-    return {"from": str(summary_path), "torch_total_s": round(total, 1), "encode_turns_and_transcripts_s": round(enc_turns, 1),
-            "encode_pairs_s": round(enc_pairs, 1), "rest_s": round(rest, 1), "ratios_used": ratios,
-            "projected_onnx_total_s": round(onnx, 1), "projected_time_ratio_onnx_vs_torch": round(onnx / total, 3)}
+    return {
+        "from": str(summary_path),
+        "torch_total_s": round(total, 1),
+        "encode_turns_and_transcripts_s": round(enc_turns, 1),
+        "encode_pairs_s": round(enc_pairs, 1),
+        "rest_s": round(rest, 1),
+        "ratios_used": ratios,
+        "projected_onnx_total_s": round(onnx, 1),
+        "projected_time_ratio_onnx_vs_torch": round(onnx / total, 3),
+    }
 
 
 def _numbers(obj, path=""):
@@ -115,8 +126,11 @@ def _rankings(rep: dict) -> dict[str, list[str]]:
     def order(d: dict, key) -> list[str]:
         return sorted(d, key=lambda m: (-(key(d[m]) if key(d[m]) is not None else float("-inf")), m))
 
-    return {"task1_by_avg_tau": order(t1, lambda r: r["Avg"]), "task2_by_avg_tau": order(t2, lambda r: r["Avg"]),
-            "task3_by_score": order(t3, lambda r: r["score"])}
+    return {
+        "task1_by_avg_tau": order(t1, lambda r: r["Avg"]),
+        "task2_by_avg_tau": order(t2, lambda r: r["Avg"]),
+        "task3_by_score": order(t3, lambda r: r["score"]),
+    }
 
 
 def drift(args, runtimes: list[str]) -> dict:
@@ -124,10 +138,28 @@ def drift(args, runtimes: list[str]) -> dict:
     from generation import GenerationConfig, generate_corpus
 
     corpus = Path(args.out) / "drift_corpus"
-    generate_corpus(GenerationConfig(star=str(args.star), out=str(corpus), tasks=tuple(args.drift_tasks.split(",")),
-                                     per_task=args.drift_per_task, seed=0), progress=False)
-    reps = {rt: run_benchmark(corpus, tasks=(1, 2, 3), encoders=("minilm",), out=None, n_resamples=1000,
-                              progress=False, runtime=rt) for rt in runtimes}
+    generate_corpus(
+        GenerationConfig(
+            star=str(args.star),
+            out=str(corpus),
+            tasks=tuple(args.drift_tasks.split(",")),
+            per_task=args.drift_per_task,
+            seed=0,
+        ),
+        progress=False,
+    )
+    reps = {
+        rt: run_benchmark(
+            corpus,
+            tasks=(1, 2, 3),
+            encoders=("minilm",),
+            out=None,
+            n_resamples=1000,
+            progress=False,
+            runtime=rt,
+        )
+        for rt in runtimes
+    }
     base = dict(_numbers({k: reps["torch"][k] for k in ("task1", "task2", "task3")}))
     rank0 = _rankings(reps["torch"])
     out = {"corpus": str(corpus), "n_records": reps["torch"]["meta"]["n_records"]}
@@ -137,23 +169,38 @@ def drift(args, runtimes: list[str]) -> dict:
         key = lambda k: ("/summary/tau/" in k) or k.endswith("/score")  # noqa: E731
         tau_score = {k: d for k, d in diffs.items() if key(k)}
         rk = _rankings(reps[rt])
-        out[rt] = {"numbers_compared": len(diffs), "max_abs_diff_any": max(diffs.values(), default=0.0),
-                   "numbers_differing_at_4_decimals": sum(d >= 5e-5 for d in diffs.values()),
-                   "max_abs_diff_tau_or_score": max(tau_score.values(), default=0.0),
-                   "tau_and_score_diffs": {k: round(d, 6) for k, d in sorted(tau_score.items()) if d > 0},
-                   "rankings_changed": {k: {"torch": rank0[k], rt: rk[k]} for k in rk if rk[k] != rank0[k]}}
+        out[rt] = {
+            "numbers_compared": len(diffs),
+            "max_abs_diff_any": max(diffs.values(), default=0.0),
+            "numbers_differing_at_4_decimals": sum(d >= 5e-5 for d in diffs.values()),
+            "max_abs_diff_tau_or_score": max(tau_score.values(), default=0.0),
+            "tau_and_score_diffs": {k: round(d, 6) for k, d in sorted(tau_score.items()) if d > 0},
+            "rankings_changed": {k: {"torch": rank0[k], rt: rk[k]} for k in rk if rk[k] != rank0[k]},
+        }
     return out
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--star", type=Path, default=Path(os.environ.get("DIALFORK_STAR_DIR", ROOT.parent / "shared" / "star")))
+    ap.add_argument(
+        "--star",
+        type=Path,
+        default=Path(os.environ.get("DIALFORK_STAR_DIR", ROOT.parent / "shared" / "star")),
+    )
     ap.add_argument("--n-texts", type=int, default=2000)
     ap.add_argument("--n-pairs", type=int, default=500)
-    ap.add_argument("--n-transcripts", type=int, default=0,
-                    help="also time this many whole-dialogue transcripts (256-token Full-dialog inputs)")
-    ap.add_argument("--project", type=Path, default=None,
-                    help="a torch bench_pipeline summary JSON: project its time with onnx (needs --n-transcripts)")
+    ap.add_argument(
+        "--n-transcripts",
+        type=int,
+        default=0,
+        help="also time this many whole-dialogue transcripts (256-token Full-dialog inputs)",
+    )
+    ap.add_argument(
+        "--project",
+        type=Path,
+        default=None,
+        help="a torch bench_pipeline summary JSON: project its time with onnx (needs --n-transcripts)",
+    )
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--int8", action="store_true", help="also time runtime='onnx-int8' and report its drift")
@@ -176,10 +223,16 @@ def main() -> int:
         ap.error("--project needs --n-transcripts > 0 and --n-pairs > 0")
     runtimes = ["torch", "onnx"] + (["onnx-int8"] if args.int8 else [])
     base = Encoder("minilm", batch_size=args.batch_size, show_progress=False)
-    encs = {rt: base if rt == "torch" else Encoder("minilm", batch_size=args.batch_size, show_progress=False,
-                                                   runtime=rt, model=base.model) for rt in runtimes}
-    pencs = {rt: PairEncoder(e, batch_size=args.batch_size, show_progress=False, cache_dir=False)
-             for rt, e in encs.items()}
+    encs = {
+        rt: base
+        if rt == "torch"
+        else Encoder("minilm", batch_size=args.batch_size, show_progress=False, runtime=rt, model=base.model)
+        for rt in runtimes
+    }
+    pencs = {
+        rt: PairEncoder(e, batch_size=args.batch_size, show_progress=False, cache_dir=False)
+        for rt, e in encs.items()
+    }
     t0 = time.perf_counter()
     for rt in runtimes:  # warm-up, and the export (cached on disk) outside the timings
         encs[rt].encode(texts[:8])
@@ -205,9 +258,17 @@ def main() -> int:
                 t = time.perf_counter()
                 emb["transcripts"][rt] = encs[rt].encode(transcripts)
                 times["transcripts"][rt].append(time.perf_counter() - t)
-    summary: dict = {"n_texts": len(texts), "n_pairs": len(pairs), "n_transcripts": len(transcripts), "repeats": args.repeats,
-                     "batch_size": args.batch_size, "torch_threads": torch.get_num_threads(), "cpus": os.cpu_count(),
-                     "setup_and_export_s": round(setup_s, 1), "load_before": [round(x, 2) for x in load_before]}
+    summary: dict = {
+        "n_texts": len(texts),
+        "n_pairs": len(pairs),
+        "n_transcripts": len(transcripts),
+        "repeats": args.repeats,
+        "batch_size": args.batch_size,
+        "torch_threads": torch.get_num_threads(),
+        "cpus": os.cpu_count(),
+        "setup_and_export_s": round(setup_s, 1),
+        "load_before": [round(x, 2) for x in load_before],
+    }
     for what in kinds:
         if not times[what]["torch"]:
             continue
@@ -215,19 +276,28 @@ def main() -> int:
         n = len(ref)
         for rt in runtimes:
             per = times[what][rt]
-            row = {"seconds": [round(x, 2) for x in per], "per_s_median": round(n / statistics.median(per), 1)}
+            row = {
+                "seconds": [round(x, 2) for x in per],
+                "per_s_median": round(n / statistics.median(per), 1),
+            }
             if rt != "torch":
                 ratios = [a / b for a, b in zip(times[what]["torch"], per)]
                 got = emb[what][rt].astype(np.float64)
                 cos = (ref * got).sum(1) / np.linalg.norm(ref, axis=1) / np.linalg.norm(got, axis=1)
-                row.update({"ratio_vs_torch_each": [round(x, 3) for x in ratios],
-                            "ratio_vs_torch_median": round(statistics.median(ratios), 3),
-                            "min_cosine_to_torch": float(cos.min()), "max_abs_diff": float(np.abs(ref - got).max())})
+                row.update(
+                    {
+                        "ratio_vs_torch_each": [round(x, 3) for x in ratios],
+                        "ratio_vs_torch_median": round(statistics.median(ratios), 3),
+                        "min_cosine_to_torch": float(cos.min()),
+                        "max_abs_diff": float(np.abs(ref - got).max()),
+                    }
+                )
             summary[f"{what}:{rt}"] = row
     summary["load_after"] = [round(x, 2) for x in os.getloadavg()]
     if args.project:
-        summary["projection"] = project(args.project, {w: summary[f"{w}:onnx"]["ratio_vs_torch_median"]
-                                                       for w in ("transcripts", "pairs")})
+        summary["projection"] = project(
+            args.project, {w: summary[f"{w}:onnx"]["ratio_vs_torch_median"] for w in ("transcripts", "pairs")}
+        )
     if args.drift:
         summary["drift"] = drift(args, runtimes)
     text = json.dumps(summary, indent=2)
@@ -237,16 +307,20 @@ def main() -> int:
         Path(args.json).write_text(text)
     o = summary["texts:onnx"]
     ok = o["ratio_vs_torch_median"] >= 1.4 and o["min_cosine_to_torch"] >= 1 - 1e-6
-    print(f"onnx vs torch: {o['ratio_vs_torch_median']:.2f}x the texts/s (median of {args.repeats}), min cosine "
-          f"{o['min_cosine_to_torch']:.9f}; target >= 1.4x with cosine >= 1 - 1e-6: {'met' if ok else 'NOT met'}")
+    print(
+        f"onnx vs torch: {o['ratio_vs_torch_median']:.2f}x the texts/s (median of {args.repeats}), min cosine "
+        f"{o['min_cosine_to_torch']:.9f}; target >= 1.4x with cosine >= 1 - 1e-6: {'met' if ok else 'NOT met'}"
+    )
     if "pairs:onnx" in summary:
         print(f"onnx vs torch on turn pairs: {summary['pairs:onnx']['ratio_vs_torch_median']:.2f}x")
     if "transcripts:onnx" in summary:
         print(f"onnx vs torch on transcripts: {summary['transcripts:onnx']['ratio_vs_torch_median']:.2f}x")
     if "projection" in summary:
         pr = summary["projection"]
-        print(f"projected bench_pipeline time with onnx: {pr['projected_onnx_total_s']:.0f} s against torch's "
-              f"{pr['torch_total_s']:.0f} s, {pr['projected_time_ratio_onnx_vs_torch']:.2f}x the time (target <= 0.7x)")
+        print(
+            f"projected bench_pipeline time with onnx: {pr['projected_onnx_total_s']:.0f} s against torch's "
+            f"{pr['torch_total_s']:.0f} s, {pr['projected_time_ratio_onnx_vs_torch']:.2f}x the time (target <= 0.7x)"
+        )
     return 0
 
 

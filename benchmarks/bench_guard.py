@@ -88,11 +88,14 @@ def in_process(monitor_path, dialogues, n_turns: int, seed: int = 0) -> dict:
         step.append(time.perf_counter() - a)
     out = {
         "turns": len(t_obs),
-        "observe_ms_median": 1000 * statistics.median(t_obs), "encode_ms_median": 1000 * statistics.median(t_enc),
-        "observe_ms_p99": 1000 * pct(t_obs, 99), "encode_ms_p99": 1000 * pct(t_enc, 99),
+        "observe_ms_median": 1000 * statistics.median(t_obs),
+        "encode_ms_median": 1000 * statistics.median(t_enc),
+        "observe_ms_p99": 1000 * pct(t_obs, 99),
+        "encode_ms_p99": 1000 * pct(t_enc, 99),
         "ratio_median": statistics.median(t_obs) / statistics.median(t_enc),
         "ratio_p99": pct(t_obs, 99) / pct(t_enc, 99),
-        "per_turn_ratio_median": statistics.median(ratios), "per_turn_ratio_p99": pct(ratios, 99),
+        "per_turn_ratio_median": statistics.median(ratios),
+        "per_turn_ratio_p99": pct(ratios, 99),
         "step_us_turns_1_20": 1e6 * statistics.median(step[:20]),
         "step_us_turns_381_400": 1e6 * statistics.median(step[380:]),
     }
@@ -105,15 +108,23 @@ def _cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def overhead(proxy_url: str, upstream_url: str, dialogues, n: int, prefix: str = "overhead/",
-             proxy_pid: int | None = None) -> dict:
+def overhead(
+    proxy_url: str,
+    upstream_url: str,
+    dialogues,
+    n: int,
+    prefix: str = "overhead/",
+    proxy_pid: int | None = None,
+) -> dict:
     import httpx
 
     from dialfork_metrics.guard.loadgen import turns_until_last_system
 
     over, direct, proxied, enc = [], [], [], []
     with httpx.Client(timeout=120) as c:
-        c.post(upstream_url + "/v1/chat/completions", json={"messages": [{"role": "user", "content": "warm"}]})
+        c.post(
+            upstream_url + "/v1/chat/completions", json={"messages": [{"role": "user", "content": "warm"}]}
+        )
         cpu0 = _cpu_s(proxy_pid) if proxy_pid else None
         for d in dialogues:
             msgs = []
@@ -142,24 +153,35 @@ def overhead(proxy_url: str, upstream_url: str, dialogues, n: int, prefix: str =
             if len(over) >= n:
                 break
         cpu = (_cpu_s(proxy_pid) - cpu0) / len(over) if proxy_pid else None
-    return {"requests": len(over), "proxy_cpu_ms_per_request": None if cpu is None else 1000 * cpu,
-            "overhead_ms_median": 1000 * statistics.median(over),
-            "overhead_ms_p90": 1000 * pct(over, 90), "overhead_ms_p95": 1000 * pct(over, 95),
-            "direct_ms_median": 1000 * statistics.median(direct),
-            "proxied_ms_median": 1000 * statistics.median(proxied), "encode_ms_median": 1000 * statistics.median(enc)}
+    return {
+        "requests": len(over),
+        "proxy_cpu_ms_per_request": None if cpu is None else 1000 * cpu,
+        "overhead_ms_median": 1000 * statistics.median(over),
+        "overhead_ms_p90": 1000 * pct(over, 90),
+        "overhead_ms_p95": 1000 * pct(over, 95),
+        "direct_ms_median": 1000 * statistics.median(direct),
+        "proxied_ms_median": 1000 * statistics.median(proxied),
+        "encode_ms_median": 1000 * statistics.median(enc),
+    }
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--task", default="doctor_schedule")
     ap.add_argument("--per-task", type=int, default=30, help="scenarios of the generated template corpus")
-    ap.add_argument("--star", default=os.environ.get("DIALFORK_STAR_DIR",
-                                                     str(Path(__file__).resolve().parents[2] / "shared" / "star")))
+    ap.add_argument(
+        "--star",
+        default=os.environ.get(
+            "DIALFORK_STAR_DIR", str(Path(__file__).resolve().parents[2] / "shared" / "star")
+        ),
+    )
     ap.add_argument("--conversations", type=int, default=50)
     ap.add_argument("--turns", type=int, default=20)
     ap.add_argument("--in-process-turns", type=int, default=200)
     ap.add_argument("--overhead-requests", type=int, default=100)
-    ap.add_argument("--kill-at", type=float, default=0.4, help="share of the crash run's replies before SIGKILL")
+    ap.add_argument(
+        "--kill-at", type=float, default=0.4, help="share of the crash run's replies before SIGKILL"
+    )
     ap.add_argument("--json", default=None, help="also write the figures here")
     ap.add_argument("--only-overhead", action="store_true", help="stop after the proxy overhead step")
     args = ap.parse_args(argv)
@@ -178,16 +200,24 @@ def main(argv=None) -> int:
     from generation.engine import GenerationConfig, generate_corpus
 
     work = Path(tempfile.mkdtemp(prefix="bench_guard_"))
-    generate_corpus(GenerationConfig(star=args.star, out=str(work / "corpus"), tasks=(args.task,),
-                                     per_task=args.per_task), progress=False)
+    generate_corpus(
+        GenerationConfig(
+            star=args.star, out=str(work / "corpus"), tasks=(args.task,), per_task=args.per_task
+        ),
+        progress=False,
+    )
     train, test = load_examples(work / "corpus", "train"), load_examples(work / "corpus", "test")
     t = time.perf_counter()
     mon = Monitor.fit(train, detector="ss+nc", encoder="minilm")
     path = mon.save(work / f"{args.task}.monitor")
-    print(f"corpus: {len(train)} train, {len(test)} test dialogues; fitted {mon!r} in {time.perf_counter() - t:.1f} s")
+    print(
+        f"corpus: {len(train)} train, {len(test)} test dialogues; fitted {mon!r} in {time.perf_counter() - t:.1f} s"
+    )
     long_enough = [d for d in test if len(turns_until_last_system(d, args.turns)) == args.turns]
     if len(long_enough) < args.conversations:
-        raise SystemExit(f"only {len(long_enough)} test dialogues have {args.turns} playable turns; raise --per-task")
+        raise SystemExit(
+            f"only {len(long_enough)} test dialogues have {args.turns} playable turns; raise --per-task"
+        )
     # the conformant dialogues and forks of as few sources as possible: forks share their opening with
     # their source, so conversations share turns (as users of one agent do) and the run stays short
     by_source: dict[str, list] = {}
@@ -198,35 +228,50 @@ def main(argv=None) -> int:
     conv = [d for g in groups for d in g][: args.conversations]
     random.Random(0).shuffle(conv)
     write_jsonl(work / "dialogues.jsonl", test)
-    figures: dict = {"task": args.task, "train_dialogues": len(train), "conversations": args.conversations,
-                     "turns_per_conversation": args.turns, "cpus": os.cpu_count(),
-                     "load_average_at_start": os.getloadavg()[0]}
+    figures: dict = {
+        "task": args.task,
+        "train_dialogues": len(train),
+        "conversations": args.conversations,
+        "turns_per_conversation": args.turns,
+        "cpus": os.cpu_count(),
+        "load_average_at_start": os.getloadavg()[0],
+    }
 
-    figures["in_process"] = ip = in_process(path, conv, args.in_process_turns if not args.only_overhead else 5)
-    print(f"in-process: observe {ip['observe_ms_median']:.2f} ms vs encode alone {ip['encode_ms_median']:.2f} ms "
-          f"median -> ratio {ip['ratio_median']:.3f} (target <= 1.5); p99 {ip['observe_ms_p99']:.2f} vs "
-          f"{ip['encode_ms_p99']:.2f} ms -> ratio {ip['ratio_p99']:.3f} (target <= 3); per-turn ratio median "
-          f"{ip['per_turn_ratio_median']:.3f}; detector step {ip['step_us_turns_1_20']:.0f} us at turns 1-20, "
-          f"{ip['step_us_turns_381_400']:.0f} us at turns 381-400")
+    figures["in_process"] = ip = in_process(
+        path, conv, args.in_process_turns if not args.only_overhead else 5
+    )
+    print(
+        f"in-process: observe {ip['observe_ms_median']:.2f} ms vs encode alone {ip['encode_ms_median']:.2f} ms "
+        f"median -> ratio {ip['ratio_median']:.3f} (target <= 1.5); p99 {ip['observe_ms_p99']:.2f} vs "
+        f"{ip['encode_ms_p99']:.2f} ms -> ratio {ip['ratio_p99']:.3f} (target <= 3); per-turn ratio median "
+        f"{ip['per_turn_ratio_median']:.3f}; detector step {ip['step_us_turns_1_20']:.0f} us at turns 1-20, "
+        f"{ip['step_us_turns_381_400']:.0f} us at turns 381-400"
+    )
 
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
-    up = ServerProcess(["fake-upstream", "--dialogues", work / "dialogues.jsonl", "--port", 0], work, "upstream",
-                       env=env)
+    up = ServerProcess(
+        ["fake-upstream", "--dialogues", work / "dialogues.jsonl", "--port", 0], work, "upstream", env=env
+    )
     serve = ["serve", "--upstream", up.url + "/v1", "--monitor", path]
     try:
         px = ServerProcess([*serve, "--db", work / "load.db", "--port", 0], work, "proxy", env=env)
         try:
             figures["overhead"] = ov = overhead(px.url, up.url, conv, args.overhead_requests)
-            print(f"proxy overhead (excluding encoding): median {ov['overhead_ms_median']:.2f} ms (target <= 10), "
-                  f"p90 {ov['overhead_ms_p90']:.2f} ms, p95 {ov['overhead_ms_p95']:.2f} ms over {ov['requests']} requests; direct "
-                  f"{ov['direct_ms_median']:.2f} ms, proxied {ov['proxied_ms_median']:.2f} ms, encoding "
-                  f"{ov['encode_ms_median']:.2f} ms")
+            print(
+                f"proxy overhead (excluding encoding): median {ov['overhead_ms_median']:.2f} ms (target <= 10), "
+                f"p90 {ov['overhead_ms_p90']:.2f} ms, p95 {ov['overhead_ms_p95']:.2f} ms over {ov['requests']} requests; direct "
+                f"{ov['direct_ms_median']:.2f} ms, proxied {ov['proxied_ms_median']:.2f} ms, encoding "
+                f"{ov['encode_ms_median']:.2f} ms"
+            )
             # the same requests again as new conversations: every text is in the proxy's encoder cache, so
             # the proxy's CPU time per request is its own work (parsing, hashing, SQLite, forwarding)
-            figures["overhead_cached"] = oc = overhead(px.url, up.url, conv, args.overhead_requests,
-                                                       prefix="overhead-cached/", proxy_pid=px.proc.pid)
-            print(f"proxy overhead, texts cached: median {oc['overhead_ms_median']:.2f} ms, p90 "
-                  f"{oc['overhead_ms_p90']:.2f} ms, p95 {oc['overhead_ms_p95']:.2f} ms; proxy CPU {oc['proxy_cpu_ms_per_request']:.2f} ms per request")
+            figures["overhead_cached"] = oc = overhead(
+                px.url, up.url, conv, args.overhead_requests, prefix="overhead-cached/", proxy_pid=px.proc.pid
+            )
+            print(
+                f"proxy overhead, texts cached: median {oc['overhead_ms_median']:.2f} ms, p90 "
+                f"{oc['overhead_ms_p90']:.2f} ms, p95 {oc['overhead_ms_p95']:.2f} ms; proxy CPU {oc['proxy_cpu_ms_per_request']:.2f} ms per request"
+            )
             if args.only_overhead:
                 return 0
             t = time.perf_counter()
@@ -238,14 +283,24 @@ def main(argv=None) -> int:
         by_id = {d["dialogue_id"]: d for d in conv}
         counts = check_against_monitor(ref, Store(work / "load.db", ref.fingerprint), res, by_id, args.turns)
         lat = [x for r in res for x in r.latencies]
-        figures["load"] = ld = {**counts, "wall_s": wall, "replies_per_s": counts["replies"] / wall,
-                                "latency_ms_p50": 1000 * pct(lat, 50), "latency_ms_p99": 1000 * pct(lat, 99),
-                                "retries": sum(r.retries for r in res), "lost": 0, "duplicated": 0,
-                                "misattributed": 0, "equal_to_in_process": True}
-        print(f"load: {ld['conversations']} conversations x {args.turns} turns = {ld['turns']} turns "
-              f"({ld['replies']} requests) in {wall:.1f} s, {ld['replies_per_s']:.1f} req/s, p50 "
-              f"{ld['latency_ms_p50']:.0f} ms, p99 {ld['latency_ms_p99']:.0f} ms; 0 lost / duplicated / "
-              f"misattributed; every verdict equal to the in-process Monitor's")
+        figures["load"] = ld = {
+            **counts,
+            "wall_s": wall,
+            "replies_per_s": counts["replies"] / wall,
+            "latency_ms_p50": 1000 * pct(lat, 50),
+            "latency_ms_p99": 1000 * pct(lat, 99),
+            "retries": sum(r.retries for r in res),
+            "lost": 0,
+            "duplicated": 0,
+            "misattributed": 0,
+            "equal_to_in_process": True,
+        }
+        print(
+            f"load: {ld['conversations']} conversations x {args.turns} turns = {ld['turns']} turns "
+            f"({ld['replies']} requests) in {wall:.1f} s, {ld['replies_per_s']:.1f} req/s, p50 "
+            f"{ld['latency_ms_p50']:.0f} ms, p99 {ld['latency_ms_p99']:.0f} ms; 0 lost / duplicated / "
+            f"misattributed; every verdict equal to the in-process Monitor's"
+        )
 
         total = counts["replies"]
         done: list[str] = []
@@ -258,37 +313,66 @@ def main(argv=None) -> int:
 
         px = ServerProcess([*serve, "--db", work / "crash.db", "--port", 0], work, "proxy-crash", env=env)
         out: dict = {}
-        player = threading.Thread(target=lambda: out.setdefault("r", play(
-            px.url, conv, concurrency=args.conversations, max_turns=args.turns, retry_for=900, on_reply=on_reply)))
+        player = threading.Thread(
+            target=lambda: out.setdefault(
+                "r",
+                play(
+                    px.url,
+                    conv,
+                    concurrency=args.conversations,
+                    max_turns=args.turns,
+                    retry_for=900,
+                    on_reply=on_reply,
+                ),
+            )
+        )
         player.start()
         reached.wait(timeout=1800)
         rc = px.kill9()
         at = len(done)
         t = time.perf_counter()
-        px = ServerProcess([*serve, "--db", work / "crash.db", "--port", px.port], work, "proxy-restart", env=env)
+        px = ServerProcess(
+            [*serve, "--db", work / "crash.db", "--port", px.port], work, "proxy-restart", env=env
+        )
         restart_s = time.perf_counter() - t
         try:
             player.join()
         finally:
             px.stop()
         crash_res = out["r"]
-        counts2 = check_against_monitor(ref, Store(work / "crash.db", ref.fingerprint), crash_res, by_id, args.turns)
+        counts2 = check_against_monitor(
+            ref, Store(work / "crash.db", ref.fingerprint), crash_res, by_id, args.turns
+        )
         a, b = Store(work / "load.db", ref.fingerprint), Store(work / "crash.db", ref.fingerprint)
-        same = all([(r["turn"], r["speaker"], r["verdict"]) for r in a.conversation("id:" + r0.conversation_id)]
-                   == [(r["turn"], r["speaker"], r["verdict"]) for r in b.conversation("id:" + r0.conversation_id)]
-                   for r0 in crash_res)
+        same = all(
+            [(r["turn"], r["speaker"], r["verdict"]) for r in a.conversation("id:" + r0.conversation_id)]
+            == [(r["turn"], r["speaker"], r["verdict"]) for r in b.conversation("id:" + r0.conversation_id)]
+            for r0 in crash_res
+        )
         assert same, "the crash run's verdicts differ from the uninterrupted run's"
-        figures["crash"] = cr = {**counts2, "killed_after_replies": at, "exit_code": rc, "restart_s": restart_s,
-                                 "client_retries": sum(r.retries for r in crash_res),
-                                 "identical_to_uninterrupted": same, "equal_to_in_process": True}
-        print(f"crash: SIGKILL (exit {rc}) after {at}/{total} replies, restarted in {restart_s:.1f} s, "
-              f"{cr['client_retries']} client retries; all {counts2['turns']} turns stored once, verdicts identical "
-              f"to the uninterrupted run and to the in-process Monitor")
+        figures["crash"] = cr = {
+            **counts2,
+            "killed_after_replies": at,
+            "exit_code": rc,
+            "restart_s": restart_s,
+            "client_retries": sum(r.retries for r in crash_res),
+            "identical_to_uninterrupted": same,
+            "equal_to_in_process": True,
+        }
+        print(
+            f"crash: SIGKILL (exit {rc}) after {at}/{total} replies, restarted in {restart_s:.1f} s, "
+            f"{cr['client_retries']} client retries; all {counts2['turns']} turns stored once, verdicts identical "
+            f"to the uninterrupted run and to the in-process Monitor"
+        )
     finally:
         up.stop()
-    figures["targets_met"] = {"in_process_median": ip["ratio_median"] <= 1.5, "in_process_p99": ip["ratio_p99"] <= 3,
-                              "proxy_overhead_median": figures["overhead"]["overhead_ms_median"] <= 10,
-                              "load": True, "crash": True}
+    figures["targets_met"] = {
+        "in_process_median": ip["ratio_median"] <= 1.5,
+        "in_process_p99": ip["ratio_p99"] <= 3,
+        "proxy_overhead_median": figures["overhead"]["overhead_ms_median"] <= 10,
+        "load": True,
+        "crash": True,
+    }
     print("targets met:", figures["targets_met"])
     if args.json:
         write_json_atomic(args.json, figures)

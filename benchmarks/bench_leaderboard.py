@@ -37,11 +37,15 @@ def main(argv=None) -> int:
         tmp = Path(tmp)
         t = time.perf_counter()
         env = make_fixture(tmp, n_sources=a.sources, seed=0)
-        print(f"setup: {len(env['blind']):,} blind dialogues, {len(env['pairs']):,} pairs "
-              f"({time.perf_counter() - t:.1f} s, not timed)")
+        print(
+            f"setup: {len(env['blind']):,} blind dialogues, {len(env['pairs']):,} pairs "
+            f"({time.perf_counter() - t:.1f} s, not timed)"
+        )
         rng = random.Random(0)
-        preds = {b["dialogue_id"]: (None if rng.random() < 0.2 else rng.randint(1, b["num_system_turns"]))
-                 for b in env["blind"]}
+        preds = {
+            b["dialogue_id"]: (None if rng.random() < 0.2 else rng.randint(1, b["num_system_turns"]))
+            for b in env["blind"]
+        }
         conf = {d: rng.random() for d in preds}
         sub = write_predictions(preds, tmp / "sub.jsonl", confidences=conf)
         write_metadata(tmp / "sub.metadata.json", method="Random")
@@ -59,9 +63,11 @@ def main(argv=None) -> int:
                 times.append(time.perf_counter() - t)
             med = statistics.median(times)
             main_score = ev.scores["public"]["score" if track == "detector" else "tau"]
-            print(f"{track}: validate + score {med:.3f} s (median of {a.repeats}; min {min(times):.3f} s); "
-                  f"ratio to the {TARGET_S:.0f} s target: {med / TARGET_S:.3f} "
-                  f"({'met' if med < TARGET_S else 'MISSED'}); public score {main_score:.3f}")
+            print(
+                f"{track}: validate + score {med:.3f} s (median of {a.repeats}; min {min(times):.3f} s); "
+                f"ratio to the {TARGET_S:.0f} s target: {med / TARGET_S:.3f} "
+                f"({'met' if med < TARGET_S else 'MISSED'}); public score {main_score:.3f}"
+            )
     return 0
 
 

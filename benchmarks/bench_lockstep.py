@@ -23,23 +23,32 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-SYSTEM = ("You are the assistant of a weather service. Follow the workflow faithfully: greet the user, ask for "
-          "the city, ask for the day, look the forecast up, tell it, ask if there is anything else. " * 2)
+SYSTEM = (
+    "You are the assistant of a weather service. Follow the workflow faithfully: greet the user, ask for "
+    "the city, ask for the day, look the forecast up, tell it, ask if there is anything else. " * 2
+)
 
 
 def run(backend, n: int, turns: int, lockstep: bool) -> tuple[float, list[list[str]]]:
     from generation.backends.base import TurnRequest
 
-    histories = [[{"role": "system", "content": SYSTEM}, {"role": "user", "content": f"Hi, I am user {i}."}]
-                 for i in range(n)]
+    histories = [
+        [{"role": "system", "content": SYSTEM}, {"role": "user", "content": f"Hi, I am user {i}."}]
+        for i in range(n)
+    ]
     texts: list[list[str]] = [[] for _ in range(n)]
     t0 = time.perf_counter()
     if lockstep:
         for k in range(turns):
-            reqs = [TurnRequest(f"d{i}", "system", list(h), 1000 + i, 2 * k + 1) for i, h in enumerate(histories)]
+            reqs = [
+                TurnRequest(f"d{i}", "system", list(h), 1000 + i, 2 * k + 1) for i, h in enumerate(histories)
+            ]
             for i, out in enumerate(backend.generate(reqs)):
                 texts[i].append(out)
-                histories[i] += [{"role": "assistant", "content": out}, {"role": "user", "content": f"ok {k}"}]
+                histories[i] += [
+                    {"role": "assistant", "content": out},
+                    {"role": "user", "content": f"ok {k}"},
+                ]
     else:
         for i, h in enumerate(histories):
             for k in range(turns):
@@ -55,7 +64,9 @@ def main(argv=None) -> int:
     ap.add_argument("--turns", type=int, default=4)
     ap.add_argument("--max-new-tokens", type=int, default=16)
     ap.add_argument("--device", default="cpu")
-    ap.add_argument("--model", default=None, help="a chat model id/path (default: a tiny random Llama built here)")
+    ap.add_argument(
+        "--model", default=None, help="a chat model id/path (default: a tiny random Llama built here)"
+    )
     args = ap.parse_args(argv)
 
     import torch
@@ -63,19 +74,34 @@ def main(argv=None) -> int:
     from generation.backends.hf import TransformersBackend, build_tiny_chat_model
 
     with tempfile.TemporaryDirectory() as tmp:
-        model = args.model or str(build_tiny_chat_model(Path(tmp) / "tiny", train_texts=[SYSTEM] * 4, vocab_size=600,
-                                                        hidden_size=64, num_layers=2, num_heads=4))
-        backend = TransformersBackend(model, max_new_tokens=args.max_new_tokens, batch_size=args.dialogues,
-                                      device=args.device, end_strings=())
+        model = args.model or str(
+            build_tiny_chat_model(
+                Path(tmp) / "tiny",
+                train_texts=[SYSTEM] * 4,
+                vocab_size=600,
+                hidden_size=64,
+                num_layers=2,
+                num_heads=4,
+            )
+        )
+        backend = TransformersBackend(
+            model,
+            max_new_tokens=args.max_new_tokens,
+            batch_size=args.dialogues,
+            device=args.device,
+            end_strings=(),
+        )
         backend.load()
         run(backend, 2, 1, True)  # warm-up
         t_lock, lock_texts = run(backend, args.dialogues, args.turns, lockstep=True)
         t_one, one_texts = run(backend, args.dialogues, args.turns, lockstep=False)
     same = lock_texts == one_texts
     d_lock, d_one = args.dialogues / t_lock, args.dialogues / t_one
-    print(f"model: {'tiny random Llama (hidden 64, 2 layers)' if args.model is None else args.model} on {args.device}; "
-          f"{args.dialogues} dialogues x {args.turns} turns, max_new_tokens={args.max_new_tokens}, "
-          f"torch threads={torch.get_num_threads()}")
+    print(
+        f"model: {'tiny random Llama (hidden 64, 2 layers)' if args.model is None else args.model} on {args.device}; "
+        f"{args.dialogues} dialogues x {args.turns} turns, max_new_tokens={args.max_new_tokens}, "
+        f"torch threads={torch.get_num_threads()}"
+    )
     print(f"one dialogue at a time: {t_one:8.2f} s  {d_one:8.3f} dialogues/s")
     print(f"lockstep batching     : {t_lock:8.2f} s  {d_lock:8.3f} dialogues/s")
     print(f"ratio lockstep / one-at-a-time: {d_lock / d_one:.1f}x (target >= 5x)")

@@ -44,8 +44,11 @@ def shared_prefix_tau(out: Path) -> dict[str, float]:
         res[h] = float(np.mean([r["tau"]["shared_prefix"] for r in rows if r["type"] == h]))
     res["Avg"] = float(np.mean([res[h] for h in types]))
     src = {r["dialogue_id"]: r for r in records if r["hallucination_type"] is None}
-    n_prefix = sum(system_turn_to_position(src[r["source_id"]]["turns"], r["fork_turn"])
-                   for r in records if r["hallucination_type"] is not None)
+    n_prefix = sum(
+        system_turn_to_position(src[r["source_id"]]["turns"], r["fork_turn"])
+        for r in records
+        if r["hallucination_type"] is not None
+    )
     n_div = sum(r["prefix_divergence"] for r in records if r["hallucination_type"] is not None)
     res["realised_rate"] = n_div / n_prefix if n_prefix else 0.0
     res["units"] = len(rows)
@@ -61,21 +64,40 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--per-task", type=int, default=20)
     p.add_argument("--seed", type=int, default=0)
     rates = sorted({0.0, 0.02, DEFAULT_REWORD_RATE, 0.1, 0.2})
-    p.add_argument("--rates", default=",".join(f"{r:g}" for r in rates),
-                   help="comma-separated rewording rates (default includes the packaged default)")
+    p.add_argument(
+        "--rates",
+        default=",".join(f"{r:g}" for r in rates),
+        help="comma-separated rewording rates (default includes the packaged default)",
+    )
     args = p.parse_args(argv)
     tasks = tuple(t for t in args.tasks.split(",") if t)
-    print(f"Shared-prefix control, Task 2 tau (paper, LLM replay: {PAPER_SHARED_PREFIX_TAU}); template corpus "
-          f"{len(tasks)} task(s) x {args.per_task} scenarios, seed {args.seed}; default rate {DEFAULT_REWORD_RATE}")
-    print(f"{'rate':>6} {'realised':>9} {'WIC':>6} {'SSPC':>6} {'GR':>6} {'CSC':>6} {'Avg':>6} {'Avg-paper':>10} units")
+    print(
+        f"Shared-prefix control, Task 2 tau (paper, LLM replay: {PAPER_SHARED_PREFIX_TAU}); template corpus "
+        f"{len(tasks)} task(s) x {args.per_task} scenarios, seed {args.seed}; default rate {DEFAULT_REWORD_RATE}"
+    )
+    print(
+        f"{'rate':>6} {'realised':>9} {'WIC':>6} {'SSPC':>6} {'GR':>6} {'CSC':>6} {'Avg':>6} {'Avg-paper':>10} units"
+    )
     with tempfile.TemporaryDirectory() as tmp:
         for rate in (float(x) for x in args.rates.split(",") if x):
             out = Path(tmp) / f"r{rate}"
-            generate_corpus(GenerationConfig(star=args.star, out=str(out), tasks=tasks, per_task=args.per_task,
-                                             seed=args.seed, prefix_mode="reword", reword_rate=rate), progress=False)
+            generate_corpus(
+                GenerationConfig(
+                    star=args.star,
+                    out=str(out),
+                    tasks=tasks,
+                    per_task=args.per_task,
+                    seed=args.seed,
+                    prefix_mode="reword",
+                    reword_rate=rate,
+                ),
+                progress=False,
+            )
             r = shared_prefix_tau(out)
-            print(f"{rate:>6.3f} {r['realised_rate']:>9.3f} {r['WIC']:>6.3f} {r['SSPC']:>6.3f} {r['GR']:>6.3f} "
-                  f"{r['CSC']:>6.3f} {r['Avg']:>6.3f} {r['Avg'] - PAPER_SHARED_PREFIX_TAU:>+10.3f} {r['units']}")
+            print(
+                f"{rate:>6.3f} {r['realised_rate']:>9.3f} {r['WIC']:>6.3f} {r['SSPC']:>6.3f} {r['GR']:>6.3f} "
+                f"{r['CSC']:>6.3f} {r['Avg']:>6.3f} {r['Avg'] - PAPER_SHARED_PREFIX_TAU:>+10.3f} {r['units']}"
+            )
     return 0
 
 

@@ -68,7 +68,9 @@ def star_dialogues(path: Path) -> list[dict]:
                     turns.append({"speaker": "user", "text": text})
                 elif e.get("agent") == "Wizard" and e.get("action") in ("utter", "pick_suggestion"):
                     turns.append({"speaker": "system", "text": text})
-            out.append({"dialogue_id": f"{d['tasks'][0]}-{d['dialogue_id']}", "task": d["tasks"][0], "turns": turns})
+            out.append(
+                {"dialogue_id": f"{d['tasks'][0]}-{d['dialogue_id']}", "task": d["tasks"][0], "turns": turns}
+            )
     return out
 
 
@@ -90,8 +92,10 @@ def spliced_quartets(dialogues: list[dict], units: int, seed: int = 0) -> list[d
             cut = system_turn_to_position(src["turns"], t_k)
             T2 = sum(t["speaker"] == "system" for t in donor["turns"])
             dcut = system_turn_to_position(donor["turns"], min(t_k, T2))
-            forks[k] = {"dialogue_id": f"{src['dialogue_id']}-SPLICE-k{k}",
-                        "turns": src["turns"][:cut] + donor["turns"][dcut:]}
+            forks[k] = {
+                "dialogue_id": f"{src['dialogue_id']}-SPLICE-k{k}",
+                "turns": src["turns"][:cut] + donor["turns"][dcut:],
+            }
         quartets.append({"source": src, "type": "SPLICE", "forks": forks})
     return quartets
 
@@ -103,7 +107,9 @@ def load_quartets(args) -> tuple[list[dict], str]:
 
         q = task2_quartets(load_records(args.data))
         return q[: args.units] if args.units else q, f"generated corpus {args.data}"
-    return spliced_quartets(star_dialogues(star_dir()), args.units, args.seed), "STAR human dialogues + spliced forks"
+    return spliced_quartets(
+        star_dialogues(star_dir()), args.units, args.seed
+    ), "STAR human dialogues + spliced forks"
 
 
 def timed(fn, repeats: int = 1):
@@ -149,8 +155,10 @@ def main(argv: list[str] | None = None) -> int:
     unique_turns = list(dict.fromkeys(t["text"] for d in turns for t in d))
     unique_transcripts = list(dict.fromkeys(transcript(d) for d in turns))
     n_pairs = len(pair_index)
-    print(f"corpus: {corpus}: {len(quartets)} units, {n_pairs} pairs, {sum(map(len, turns))} turns, "
-          f"{len(unique_turns)} unique turns, {len(unique_transcripts)} unique transcripts")
+    print(
+        f"corpus: {corpus}: {len(quartets)} units, {n_pairs} pairs, {sum(map(len, turns))} turns, "
+        f"{len(unique_turns)} unique turns, {len(unique_transcripts)} unique transcripts"
+    )
 
     # warm-up: model load, first forward pass, numba compilation (not counted)
     t0 = time.perf_counter()
@@ -175,7 +183,10 @@ def main(argv: list[str] | None = None) -> int:
     pairs = [(E[a], E[b]) for a, b in pair_index]
 
     def loop():
-        return ([flowscore_from_embeddings(a, b) for a, b in pairs], [flowdtw_from_embeddings(a, b) for a, b in pairs])
+        return (
+            [flowscore_from_embeddings(a, b) for a, b in pairs],
+            [flowdtw_from_embeddings(a, b) for a, b in pairs],
+        )
 
     def batched():
         return flowscore_batch_from_embeddings(pairs), flowdtw_batch_from_embeddings(pairs)
@@ -188,34 +199,57 @@ def main(argv: list[str] | None = None) -> int:
     t_loop, (fs_l, dtw_l) = timed(loop, args.math_repeats)
     t_batch, (fs_b, dtw_b) = timed(batched, args.math_repeats)
     t_one, (fs_o, dtw_o) = timed(one_pass, args.math_repeats)
-    max_diff = float(max(np.abs(np.asarray(fs_l) - fs_b).max(), np.abs(np.asarray(dtw_l) - dtw_b).max(),
-                         np.abs(np.asarray(fs_l) - fs_o).max(), np.abs(np.asarray(dtw_l) - dtw_o).max()))
+    max_diff = float(
+        max(
+            np.abs(np.asarray(fs_l) - fs_b).max(),
+            np.abs(np.asarray(dtw_l) - dtw_b).max(),
+            np.abs(np.asarray(fs_l) - fs_o).max(),
+            np.abs(np.asarray(dtw_l) - dtw_o).max(),
+        )
+    )
 
     mean_tau = {m: float(np.mean([r["tau"][m] for r in rows_all])) for m in ALL_METHODS}
     figures = {
-        "corpus": corpus, "units": len(quartets), "pairs": n_pairs, "unique_turns": len(unique_turns),
-        "unique_transcripts": len(unique_transcripts), "encoder": shared.name, "warmup_s": warm,
-        "encode_turns_s": t_enc_turns, "encode_transcripts_s": t_enc_tr,
-        "task2_turns_s": t_task2_turns, "task2_all_s": t_task2_all,
+        "corpus": corpus,
+        "units": len(quartets),
+        "pairs": n_pairs,
+        "unique_turns": len(unique_turns),
+        "unique_transcripts": len(unique_transcripts),
+        "encoder": shared.name,
+        "warmup_s": warm,
+        "encode_turns_s": t_enc_turns,
+        "encode_transcripts_s": t_enc_tr,
+        "task2_turns_s": t_task2_turns,
+        "task2_all_s": t_task2_all,
         "ratio_task2_turns_vs_encode_turns": t_task2_turns / t_enc_turns,
         "ratio_task2_all_vs_encode_all": t_task2_all / (t_enc_turns + t_enc_tr),
         "ratio_task2_all_vs_encode_turns": t_task2_all / t_enc_turns,
-        "math_pairs": len(pairs), "math_loop_s": t_loop, "math_batched_s": t_batch,
-        "ratio_loop_vs_batched": t_loop / t_batch, "math_one_pass_s": t_one,
-        "ratio_loop_vs_one_pass": t_loop / t_one, "math_max_abs_diff": max_diff,
+        "math_pairs": len(pairs),
+        "math_loop_s": t_loop,
+        "math_batched_s": t_batch,
+        "ratio_loop_vs_batched": t_loop / t_batch,
+        "math_one_pass_s": t_one,
+        "ratio_loop_vs_one_pass": t_loop / t_one,
+        "math_max_abs_diff": max_diff,
         "mean_tau": mean_tau,
     }
     print(f"warm-up (model load, first pass, numba compile; not counted): {warm:.2f} s")
     print(f"encode unique turns once:        {t_enc_turns:8.2f} s")
     print(f"encode unique transcripts once:  {t_enc_tr:8.2f} s")
-    print(f"Task 2 (FlowScore, FlowDTW, Mean, controls, tau): {t_task2_turns:8.2f} s  "
-          f"ratio vs encoding turns = {figures['ratio_task2_turns_vs_encode_turns']:.3f}x (target <= 1.2)")
-    print(f"Task 2 (all, with Full-dialog):   {t_task2_all:8.2f} s  "
-          f"ratio vs encoding turns + transcripts = {figures['ratio_task2_all_vs_encode_all']:.3f}x (target <= 1.2); "
-          f"vs turns only = {figures['ratio_task2_all_vs_encode_turns']:.3f}x")
-    print(f"math on {len(pairs)} pairs (FlowScore + FlowDTW): per-pair loop {t_loop:.3f} s; batched functions "
-          f"{t_batch:.3f} s (loop/batched = {figures['ratio_loop_vs_batched']:.2f}x); one validated similarity pass "
-          f"for both (plus Mean-turn) {t_one:.3f} s (loop/one-pass = {figures['ratio_loop_vs_one_pass']:.2f}x); max |diff| {max_diff:.1e}")
+    print(
+        f"Task 2 (FlowScore, FlowDTW, Mean, controls, tau): {t_task2_turns:8.2f} s  "
+        f"ratio vs encoding turns = {figures['ratio_task2_turns_vs_encode_turns']:.3f}x (target <= 1.2)"
+    )
+    print(
+        f"Task 2 (all, with Full-dialog):   {t_task2_all:8.2f} s  "
+        f"ratio vs encoding turns + transcripts = {figures['ratio_task2_all_vs_encode_all']:.3f}x (target <= 1.2); "
+        f"vs turns only = {figures['ratio_task2_all_vs_encode_turns']:.3f}x"
+    )
+    print(
+        f"math on {len(pairs)} pairs (FlowScore + FlowDTW): per-pair loop {t_loop:.3f} s; batched functions "
+        f"{t_batch:.3f} s (loop/batched = {figures['ratio_loop_vs_batched']:.2f}x); one validated similarity pass "
+        f"for both (plus Mean-turn) {t_one:.3f} s (loop/one-pass = {figures['ratio_loop_vs_one_pass']:.2f}x); max |diff| {max_diff:.1e}"
+    )
     print("mean Kendall tau per method: " + ", ".join(f"{m} {v:+.3f}" for m, v in mean_tau.items()))
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=2) + "\n", encoding="utf-8")

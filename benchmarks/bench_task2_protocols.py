@@ -70,9 +70,18 @@ def conformant_human(star, tasks: list[str], per_task: int, seed: int) -> dict[s
                 turns.append({"speaker": "system", "text": text})
         if _n_system(turns) >= 4 and turns and turns[0]["speaker"] == "user":
             sid = f"human-{task}-{d['scenario_id']}"
-            by_task[task].append({"dialogue_id": sid, "source_id": sid, "scenario_id": d["scenario_id"], "task": task,
-                                  "hallucination_type": None, "fork_position": None, "fork_turn": None,
-                                  "turns": turns})
+            by_task[task].append(
+                {
+                    "dialogue_id": sid,
+                    "source_id": sid,
+                    "scenario_id": d["scenario_id"],
+                    "task": task,
+                    "hallucination_type": None,
+                    "fork_position": None,
+                    "fork_turn": None,
+                    "turns": turns,
+                }
+            )
     rng = np.random.default_rng(seed)
     out = {}
     for task in tasks:
@@ -96,9 +105,17 @@ def replaced_forks(sources: dict[str, list[dict]], seed: int) -> list[dict]:
             for k, t_k in enumerate(fork_turns(T), 1):
                 cut = system_turn_to_position(src["turns"], t_k)
                 dcut = system_turn_to_position(donor["turns"], min(t_k, T2))
-                out.append({**src, "dialogue_id": f"{src['dialogue_id']}-WIC-k{k}", "hallucination_type": "WIC",
-                            "fork_position": k, "fork_turn": t_k, "donor_id": donor["dialogue_id"],
-                            "turns": src["turns"][:cut] + donor["turns"][dcut:]})
+                out.append(
+                    {
+                        **src,
+                        "dialogue_id": f"{src['dialogue_id']}-WIC-k{k}",
+                        "hallucination_type": "WIC",
+                        "fork_position": k,
+                        "fork_turn": t_k,
+                        "donor_id": donor["dialogue_id"],
+                        "turns": src["turns"][:cut] + donor["turns"][dcut:],
+                    }
+                )
     return out
 
 
@@ -121,27 +138,40 @@ def main(argv: list[str] | None = None) -> int:
     from dialfork_metrics.report import task2_protocols_markdown
 
     t0 = time.perf_counter()
-    sources = conformant_human(StarCorpus(a.star), [t.strip() for t in a.tasks.split(",") if t.strip()],
-                               a.per_task, a.seed)
+    sources = conformant_human(
+        StarCorpus(a.star), [t.strip() for t in a.tasks.split(",") if t.strip()], a.per_task, a.seed
+    )
     records = [r for v in sources.values() for r in v] + replaced_forks(sources, a.seed)
     corpus = Corpus(records, {}, f"STAR human ({a.star})")
     n_src = sum(len(v) for v in sources.values())
-    print(f"{n_src} conformant human dialogues ({', '.join(f'{t} {len(v)}' for t, v in sources.items())}), "
-          f"{len(records) - n_src} forks; built in {time.perf_counter() - t0:.1f} s", flush=True)
+    print(
+        f"{n_src} conformant human dialogues ({', '.join(f'{t} {len(v)}' for t, v in sources.items())}), "
+        f"{len(records) - n_src} forks; built in {time.perf_counter() - t0:.1f} s",
+        flush=True,
+    )
     t0 = time.perf_counter()
     enc = prepare_encoder(a.encoder, records, progress=False)
     print(f"encoded in {time.perf_counter() - t0:.1f} s", flush=True)
     parts = {}
     for protocol, key in (("same-source", "task2"), ("cross", "task2_cross")):
         res = run_task2(corpus, enc, seed=a.seed, protocol=protocol, n_references=a.n_references)
-        per_encoder = {a.encoder: {"summary": res["summary"], "units": res["units"], "methods": res["methods"]}}
+        per_encoder = {
+            a.encoder: {"summary": res["summary"], "units": res["units"], "methods": res["methods"]}
+        }
         _task2_intervals(per_encoder, a.bootstrap_resamples, a.seed)
-        parts[key] = {"per_encoder": per_encoder, "protocol": protocol, "n_references": a.n_references,
-                      "significance": task2_significance({a.encoder: res}, n_resamples=a.bootstrap_resamples,
-                                                         seed=a.seed)}
+        parts[key] = {
+            "per_encoder": per_encoder,
+            "protocol": protocol,
+            "n_references": a.n_references,
+            "significance": task2_significance(
+                {a.encoder: res}, n_resamples=a.bootstrap_resamples, seed=a.seed
+            ),
+        }
     md = task2_protocols_markdown(parts["task2"], parts["task2_cross"])
-    head = (f"STAR human text, rest replaced by another task's from system turn t_k: {n_src} sources x 4 forks "
-            f"(type WIC), encoder `{a.encoder}`, seed {a.seed}, {a.n_references} references per fork under cross.")
+    head = (
+        f"STAR human text, rest replaced by another task's from system turn t_k: {n_src} sources x 4 forks "
+        f"(type WIC), encoder `{a.encoder}`, seed {a.seed}, {a.n_references} references per fork under cross."
+    )
     print(head + "\n\n" + md)
     if a.out:
         Path(a.out).write_text(head + "\n\n" + md + "\n", encoding="utf-8")

@@ -33,7 +33,12 @@ def main(argv=None) -> int:
     ap.add_argument("--data", default=None)
     ap.add_argument("--tasks", default="weather,bank_balance,hotel_book,doctor_schedule")
     ap.add_argument("--per-task", type=int, default=40)
-    ap.add_argument("--star", default=os.environ.get("DIALFORK_STAR_DIR", str(Path(__file__).resolve().parents[2] / "shared" / "star")))
+    ap.add_argument(
+        "--star",
+        default=os.environ.get(
+            "DIALFORK_STAR_DIR", str(Path(__file__).resolve().parents[2] / "shared" / "star")
+        ),
+    )
     ap.add_argument("--encoder", default="minilm")
     args = ap.parse_args(argv)
 
@@ -46,8 +51,12 @@ def main(argv=None) -> int:
 
         data = tempfile.mkdtemp(prefix="bench_task3_")
         t = time.perf_counter()
-        generate_corpus(GenerationConfig(star=args.star, out=data, tasks=tuple(args.tasks.split(",")),
-                                         per_task=args.per_task), progress=False)
+        generate_corpus(
+            GenerationConfig(
+                star=args.star, out=data, tasks=tuple(args.tasks.split(",")), per_task=args.per_task
+            ),
+            progress=False,
+        )
         print(f"generated a template corpus in {time.perf_counter() - t:.1f} s (not counted): {data}")
     train, test = load_examples(data, "train"), load_examples(data, "test")
     n_turns = sum(len(e["turns"]) for e in train + test)
@@ -67,7 +76,10 @@ def main(argv=None) -> int:
         one.encode([x + " "])  # defeat the cache: one forward pass per turn
     t_one = (time.perf_counter() - t) / len(texts)
 
-    gold = [{k: e[k] for k in ("dialogue_id", "num_system_turns", "hallucination_type", "fork_turn")} for e in test]
+    gold = [
+        {k: e[k] for k in ("dialogue_id", "num_system_turns", "hallucination_type", "fork_turn")}
+        for e in test
+    ]
 
     def score(preds):
         return score_predictions({g["dialogue_id"]: p for g, p in zip(gold, preds)}, gold)["score"]
@@ -89,10 +101,12 @@ def main(argv=None) -> int:
                 s.update(turn, x)
                 lat.append(time.perf_counter() - t)
         per_turn = statistics.median(lat)
-        print(f"{name:6s} Score {score(preds):6.2f}  fit {t_fit:.2f} s  predict {t_pred:.2f} s  "
-              f"ratio (fit+predict)/encode {(t_fit + t_pred) / t_enc:.3f} (target < 0.5)  "
-              f"update {1e6 * per_turn:.0f} us/turn vs encoding one turn {1e3 * t_one:.1f} ms: "
-              f"ratio {per_turn / t_one:.3f} (target < 0.1)")
+        print(
+            f"{name:6s} Score {score(preds):6.2f}  fit {t_fit:.2f} s  predict {t_pred:.2f} s  "
+            f"ratio (fit+predict)/encode {(t_fit + t_pred) / t_enc:.3f} (target < 0.5)  "
+            f"update {1e6 * per_turn:.0f} us/turn vs encoding one turn {1e3 * t_one:.1f} ms: "
+            f"ratio {per_turn / t_one:.3f} (target < 0.1)"
+        )
     return 0
 
 

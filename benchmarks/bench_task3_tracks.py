@@ -67,8 +67,9 @@ sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
 
-DEFAULT_TASKS = ("weather,doctor_schedule,apartment_schedule,bank_balance,ride_book,trivia,hotel_book,"
-                 "restaurant_book")
+DEFAULT_TASKS = (
+    "weather,doctor_schedule,apartment_schedule,bank_balance,ride_book,trivia,hotel_book,restaurant_book"
+)
 TRACKS = ("template", "human-picked", "human-typed")
 FITS = {"no-human": TRACKS, "human": ("human-picked", "human-typed")}
 RATES = (0.01, 0.05)
@@ -79,14 +80,28 @@ TYPE_ORDER = ("WIC", "GR", "CSC", "SSPC", "SSPC-skip", "SSPC-repeat")
 
 def code_state() -> dict[str, Any]:
     """The commit the run started from and the library files that differed from it (uncommitted work)."""
+
     def git(*a: str) -> str:
         try:
-            return subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True, check=True).stdout.rstrip("\n")
+            return subprocess.run(
+                ["git", *a], cwd=ROOT, capture_output=True, text=True, check=True
+            ).stdout.rstrip("\n")
         except (OSError, subprocess.CalledProcessError):
             return ""
 
-    dirty = [line[3:] for line in git("status", "--porcelain", "--", "dialfork_metrics/task3", "dialfork_metrics/encoders",
-                                      "dialfork_dataset", "generation").splitlines() if line.strip()]
+    dirty = [
+        line[3:]
+        for line in git(
+            "status",
+            "--porcelain",
+            "--",
+            "dialfork_metrics/task3",
+            "dialfork_metrics/encoders",
+            "dialfork_dataset",
+            "generation",
+        ).splitlines()
+        if line.strip()
+    ]
     return {"commit": git("rev-parse", "--short", "HEAD").strip() or None, "uncommitted": dirty}
 
 
@@ -119,16 +134,36 @@ def type_key(r: dict) -> str | None:
     return h
 
 
-def load_tracks(args: argparse.Namespace, out: Path) -> tuple[dict[str, list[dict]], dict[str, list[dict]], dict]:
+def load_tracks(
+    args: argparse.Namespace, out: Path
+) -> tuple[dict[str, list[dict]], dict[str, list[dict]], dict]:
     """(tracks: name -> test records, fit sets: fit -> train records (conformant + forks), info)."""
     from dialfork_dataset.star.human import build_star_human_track
     from dialfork_metrics.task3 import load_examples
 
     tpl = out / "template"
     if not (tpl / "manifest.json").is_file():
-        cmd = [sys.executable, "-m", "generation", "--backend", "template", "--star", args.star, "--out", str(tpl),
-               "--tasks", ",".join(args.tasks), "--per-task", str(args.per_task), "--seed", str(args.seed),
-               "--prefix-mode", "reword", "--no-progress", "-q"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "generation",
+            "--backend",
+            "template",
+            "--star",
+            args.star,
+            "--out",
+            str(tpl),
+            "--tasks",
+            ",".join(args.tasks),
+            "--per-task",
+            str(args.per_task),
+            "--seed",
+            str(args.seed),
+            "--prefix-mode",
+            "reword",
+            "--no-progress",
+            "-q",
+        ]
         log("generating the template corpus: " + " ".join(shlex.quote(c) for c in cmd))
         subprocess.run(cmd, check=True, cwd=ROOT)
     train_conf = load_examples(tpl, "train")
@@ -137,17 +172,35 @@ def load_tracks(args: argparse.Namespace, out: Path) -> tuple[dict[str, list[dic
     raw = []
     for f in sorted(tpl.glob("*.jsonl")):
         raw.extend(json.loads(line) for line in f.read_text(encoding="utf-8").splitlines() if line.strip())
-    train_forks = [{k: r.get(k) for k in ("dialogue_id", "turns", "num_system_turns", "hallucination_type",
-                                          "fork_position", "fork_turn", "task")}
-                   for r in raw if r["hallucination_type"] is not None and r.get("source_id") in train_ids]
+    train_forks = [
+        {
+            k: r.get(k)
+            for k in (
+                "dialogue_id",
+                "turns",
+                "num_system_turns",
+                "hallucination_type",
+                "fork_position",
+                "fork_turn",
+                "task",
+            )
+        }
+        for r in raw
+        if r["hallucination_type"] is not None and r.get("source_id") in train_ids
+    ]
     tracks = {"template": test}
     fits = {"no-human": train_conf + train_forks}
-    info: dict[str, Any] = {"template": {"train_conformant": len(train_conf), "train_forks": len(train_forks)}}
+    info: dict[str, Any] = {
+        "template": {"train_conformant": len(train_conf), "train_forks": len(train_forks)}
+    }
     for variant in ("picked", "typed"):
         tr = build_star_human_track(args.star, tasks=args.tasks, variant=variant, seed=args.seed)
         tracks[f"human-{variant}"] = tr.split("test")
-        info[f"human-{variant}"] = {"stats_forks": tr.stats["forks_by_edit"], "split": tr.stats["split"],
-                                    "dropped": {k: v for k, v in tr.stats["dropped"].items()}}
+        info[f"human-{variant}"] = {
+            "stats_forks": tr.stats["forks_by_edit"],
+            "split": tr.stats["split"],
+            "dropped": {k: v for k, v in tr.stats["dropped"].items()},
+        }
         if variant == "picked":
             fits["human"] = tr.split("train")
     for name, rows in tracks.items():
@@ -239,8 +292,16 @@ def task_halves(tasks: list[str]) -> list[list[str]]:
     return [ts[0::2], ts[1::2]]
 
 
-def run_fit_stage(name: str, fit: str, args: argparse.Namespace, enc: Any, workflow: Any,
-                  fits: dict[str, list[dict]], tracks: dict[str, list[dict]], out: Path) -> dict:
+def run_fit_stage(
+    name: str,
+    fit: str,
+    args: argparse.Namespace,
+    enc: Any,
+    workflow: Any,
+    fits: dict[str, list[dict]],
+    tracks: dict[str, list[dict]],
+    out: Path,
+) -> dict:
     """Fit ``name`` on ``fit``'s rows and score every track of the fit; kept in ``out/stages``."""
     path = out / "stages" / f"{fit}__{name}.json"
     cached = read_json(path)
@@ -251,11 +312,21 @@ def run_fit_stage(name: str, fit: str, args: argparse.Namespace, enc: Any, workf
     rows = fits[fit]
     embs = embed(enc, rows)
     # wf-sup: fitted per half of the tasks, predicting the other half
-    groups = ([(sorted(set(args.tasks)), sorted(set(args.tasks)))] if name != "wf-sup" else
-              [(h, o) for h, o in zip(task_halves(args.tasks), task_halves(args.tasks)[::-1])])
-    result: dict[str, Any] = {"detector": name, "fit": fit, "tracks": {}, "fit_seconds": 0.0, "models": [],
-                              "code": args.code, "started": time.strftime("%Y-%m-%d %H:%M:%S"),
-                              "loadavg_start": round(os.getloadavg()[0], 2)}
+    groups = (
+        [(sorted(set(args.tasks)), sorted(set(args.tasks)))]
+        if name != "wf-sup"
+        else [(h, o) for h, o in zip(task_halves(args.tasks), task_halves(args.tasks)[::-1])]
+    )
+    result: dict[str, Any] = {
+        "detector": name,
+        "fit": fit,
+        "tracks": {},
+        "fit_seconds": 0.0,
+        "models": [],
+        "code": args.code,
+        "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "loadavg_start": round(os.getloadavg()[0], 2),
+    }
     per_track: dict[str, dict[str, Any]] = {t: {"excess": {}, "pred": {}} for t in FITS[fit]}
     for train_tasks, eval_tasks in groups:
         sel = [i for i, r in enumerate(rows) if r["task"] in train_tasks]
@@ -267,8 +338,13 @@ def run_fit_stage(name: str, fit: str, args: argparse.Namespace, enc: Any, workf
         if hasattr(det, "save"):
             try:
                 det.save(out / "models" / tag)
-                result["models"].append({"path": str((out / "models" / tag).relative_to(out)),
-                                         "train_tasks": train_tasks, "eval_tasks": eval_tasks})
+                result["models"].append(
+                    {
+                        "path": str((out / "models" / tag).relative_to(out)),
+                        "train_tasks": train_tasks,
+                        "eval_tasks": eval_tasks,
+                    }
+                )
             except Exception as e:  # a detector that cannot be saved is still scored
                 log(f"  {tag}: not saved ({type(e).__name__}: {e})")
         for tname in FITS[fit]:
@@ -284,7 +360,9 @@ def run_fit_stage(name: str, fit: str, args: argparse.Namespace, enc: Any, workf
         mism = sum(first_above(d["excess"][k], 0.0) != d["pred"][k] for k in d["pred"])
         d["excess_vs_predict_mismatch"] = mism
         if mism:
-            log(f"  {fit}/{name}/{tname}: {mism} dialogue(s) whose first excess > 0 differs from predict_many")
+            log(
+                f"  {fit}/{name}/{tname}: {mism} dialogue(s) whose first excess > 0 differs from predict_many"
+            )
     result["tracks"] = per_track
     result["seconds"] = time.perf_counter() - t0
     result["loadavg_end"] = round(os.getloadavg()[0], 2)
@@ -301,14 +379,28 @@ def metrics(rows: list[dict], stage_track: dict) -> dict:
     byid = {r["dialogue_id"]: r for r in rows}
     rows = [byid[i] for i in ids]
     preds = {i: stage_track["pred"][i] for i in ids}
-    gold = [{"dialogue_id": r["dialogue_id"], "num_system_turns": r["num_system_turns"],
-             "hallucination_type": r["hallucination_type"], "fork_turn": r["fork_turn"]} for r in rows]
+    gold = [
+        {
+            "dialogue_id": r["dialogue_id"],
+            "num_system_turns": r["num_system_turns"],
+            "hallucination_type": r["hallucination_type"],
+            "fork_turn": r["fork_turn"],
+        }
+        for r in rows
+    ]
     sc = score_predictions(preds, gold)
     conf = conformant(rows)
     fk = forks(rows)
-    out: dict[str, Any] = {"score": sc["score"], "false_alarms": sc["cov_c"], "n_conformant": len(conf),
-                           "n_forks": len(fk), "mae_h": sc["mae_h"], "mae_c": sc["mae_c"], "cov_h": sc["cov_h"],
-                           "by_type": {}}
+    out: dict[str, Any] = {
+        "score": sc["score"],
+        "false_alarms": sc["cov_c"],
+        "n_conformant": len(conf),
+        "n_forks": len(fk),
+        "mae_h": sc["mae_h"],
+        "mae_c": sc["mae_c"],
+        "cov_h": sc["cov_h"],
+        "by_type": {},
+    }
     # threshold-free: thresholds read off the conformant dialogues' largest turn score
     maxes = np.asarray([max(stage_track["excess"][r["dialogue_id"]], default=-np.inf) for r in conf])
     thr: dict[float, float] = {}
@@ -333,10 +425,17 @@ def metrics(rows: list[dict], stage_track: dict) -> dict:
             if p is not None and p >= tk:
                 after += 1
                 delays.append(p - tk)
-        row = {"n": len(rs), "recall_exact": exact / len(rs), "recall_at_or_after": after / len(rs),
-               "median_delay": float(np.median(delays)) if delays else None,
-               "premature": sum(preds[r["dialogue_id"]] is not None and preds[r["dialogue_id"]] < int(r["fork_turn"])
-                                for r in rs) / len(rs)}
+        row = {
+            "n": len(rs),
+            "recall_exact": exact / len(rs),
+            "recall_at_or_after": after / len(rs),
+            "median_delay": float(np.median(delays)) if delays else None,
+            "premature": sum(
+                preds[r["dialogue_id"]] is not None and preds[r["dialogue_id"]] < int(r["fork_turn"])
+                for r in rs
+            )
+            / len(rs),
+        }
         for a in RATES:
             hit = 0
             for r in rs:
@@ -348,7 +447,9 @@ def metrics(rows: list[dict], stage_track: dict) -> dict:
 
 
 # ---------------------------------------------------------------------------------------- nodes
-def node_stage(args: argparse.Namespace, enc: Any, workflow: Any, fits: dict, tracks: dict, out: Path) -> dict:
+def node_stage(
+    args: argparse.Namespace, enc: Any, workflow: Any, fits: dict, tracks: dict, out: Path
+) -> dict:
     path = out / "stages" / "nodes.json"
     cached = read_json(path)
     if cached is not None and not args.redo_stage("nodes"):
@@ -358,8 +459,10 @@ def node_stage(args: argparse.Namespace, enc: Any, workflow: Any, fits: dict, tr
 
     t0 = time.perf_counter()
     human_train = conformant(fits["human"])
-    assigners = {"workflow only": NodeAssigner(enc).fit(workflow),
-                 "workflow + human fit split": NodeAssigner(enc).fit(workflow, dialogues=human_train)}
+    assigners = {
+        "workflow only": NodeAssigner(enc).fit(workflow),
+        "workflow + human fit split": NodeAssigner(enc).fit(workflow, dialogues=human_train),
+    }
     res: dict[str, Any] = {}
     for aname, na in assigners.items():
         generic = set(na.generic_)
@@ -387,19 +490,30 @@ def node_stage(args: argparse.Namespace, enc: Any, workflow: Any, fits: dict, tr
                 for other in args.tasks:
                     if other == r["task"]:
                         continue
-                    keep = [i for i, g in enumerate(gold) if g is not None and g not in generic
-                            and g not in task_nodes[other]]
+                    keep = [
+                        i
+                        for i, g in enumerate(gold)
+                        if g is not None and g not in generic and g not in task_nodes[other]
+                    ]
                     if not keep:
                         continue
                     b = na.assign(other, e[[sys_rows[i] for i in keep]])
                     other_n += len(keep)
                     other_rej += sum(x is None for x in b.nodes)
             res[f"{aname}|{tname}"] = {
-                "assigner": aname, "track": tname, "system_turns": n, "accuracy": ok / n if n else None,
-                "rejected_own": rejected / n if n else None, "gold_not_in_workflow": unknown / n if n else None,
-                "non_generic_turns": n_ng, "accuracy_non_generic": ok_ng / n_ng if n_ng else None,
-                "other_task_turns": other_n, "other_task_rejected": other_rej / other_n if other_n else None,
-                "min_similarity": na.min_similarity, "reject_margin": na.reject_margin}
+                "assigner": aname,
+                "track": tname,
+                "system_turns": n,
+                "accuracy": ok / n if n else None,
+                "rejected_own": rejected / n if n else None,
+                "gold_not_in_workflow": unknown / n if n else None,
+                "non_generic_turns": n_ng,
+                "accuracy_non_generic": ok_ng / n_ng if n_ng else None,
+                "other_task_turns": other_n,
+                "other_task_rejected": other_rej / other_n if other_n else None,
+                "min_similarity": na.min_similarity,
+                "reject_margin": na.reject_margin,
+            }
     res["seconds"] = time.perf_counter() - t0
     write_json(path, res)
     log(f"stage nodes: {res['seconds']:.0f} s")
@@ -437,13 +551,20 @@ def time_stream(det: Any, fast: Any, dialogues: list[dict], n_turns: int) -> dic
             if t["speaker"] == "system":
                 sys_times.append(dt)
     upd = np.subtract(times, enc_times)
-    return {"turns": len(times), "p50_ms": float(np.percentile(times, 50)),
-            "p95_ms": float(np.percentile(times, 95)), "max_ms": float(max(times)),
-            "system_turns": len(sys_times),
-            "system_p95_ms": float(np.percentile(sys_times, 95)) if sys_times else None,
-            "encode_p50_ms": float(np.percentile(enc_times, 50)), "encode_p95_ms": float(np.percentile(enc_times, 95)),
-            "update_p50_ms": float(np.percentile(upd, 50)), "update_p95_ms": float(np.percentile(upd, 95)),
-            "loadavg_before": round(load_before, 2), "loadavg_after": round(os.getloadavg()[0], 2)}
+    return {
+        "turns": len(times),
+        "p50_ms": float(np.percentile(times, 50)),
+        "p95_ms": float(np.percentile(times, 95)),
+        "max_ms": float(max(times)),
+        "system_turns": len(sys_times),
+        "system_p95_ms": float(np.percentile(sys_times, 95)) if sys_times else None,
+        "encode_p50_ms": float(np.percentile(enc_times, 50)),
+        "encode_p95_ms": float(np.percentile(enc_times, 95)),
+        "update_p50_ms": float(np.percentile(upd, 50)),
+        "update_p95_ms": float(np.percentile(upd, 95)),
+        "loadavg_before": round(load_before, 2),
+        "loadavg_after": round(os.getloadavg()[0], 2),
+    }
 
 
 def latency_stage(args: argparse.Namespace, enc: Any, tracks: dict, stages: dict, out: Path) -> dict:
@@ -465,8 +586,11 @@ def latency_stage(args: argparse.Namespace, enc: Any, tracks: dict, stages: dict
     for rt, th in latency_configs(args.latency_configs):
         torch.set_num_threads(th)
         key = f"{rt}, {th} thread{'s' if th > 1 else ''}"
-        fast = (Encoder("minilm", model=enc.model, memory_cache_bytes=0, show_progress=False) if rt == "torch"
-                else Encoder("minilm", memory_cache_bytes=0, show_progress=False, runtime=rt))
+        fast = (
+            Encoder("minilm", model=enc.model, memory_cache_bytes=0, show_progress=False)
+            if rt == "torch"
+            else Encoder("minilm", memory_cache_bytes=0, show_progress=False, runtime=rt)
+        )
         for _ in range(5):
             fast.encode(["warm-up turn for the timing"])
         res["configs"][key] = {}
@@ -476,8 +600,10 @@ def latency_stage(args: argparse.Namespace, enc: Any, tracks: dict, stages: dict
                 continue
             det = load_detector(out / st["models"][0]["path"], encoder=fast)
             v = res["configs"][key][name] = time_stream(det, fast, dialogues, args.latency_turns)
-            log(f"latency {key} {name}: p50 {v['p50_ms']:.1f} ms, p95 {v['p95_ms']:.1f} ms "
-                f"(encoding p95 {v['encode_p95_ms']:.1f} ms; load {v['loadavg_before']})")
+            log(
+                f"latency {key} {name}: p50 {v['p50_ms']:.1f} ms, p95 {v['p95_ms']:.1f} ms "
+                f"(encoding p95 {v['encode_p95_ms']:.1f} ms; load {v['loadavg_before']})"
+            )
     torch.set_num_threads(default_threads)
     write_json(path, res)
     return res
@@ -502,20 +628,32 @@ def tables(results: dict) -> list[str]:
             lines += [f"### fit {fit} / track {tname}", ""]
             any_m = next(iter(block.values()))
             types = [h for h in TYPE_ORDER if h in any_m["by_type"]]
-            types += [h for h in any_m["by_type"] if h not in TYPE_ORDER and h != "all"] + ["all"]  # a registered type
-            lines.append(f"{any_m['n_conformant']} conformant dialogues, {any_m['n_forks']} forks "
-                         + "(" + ", ".join(f"{h} {any_m['by_type'][h]['n']}" for h in types if h != "all") + ").")
+            types += [h for h in any_m["by_type"] if h not in TYPE_ORDER and h != "all"] + [
+                "all"
+            ]  # a registered type
+            lines.append(
+                f"{any_m['n_conformant']} conformant dialogues, {any_m['n_forks']} forks "
+                + "("
+                + ", ".join(f"{h} {any_m['by_type'][h]['n']}" for h in types if h != "all")
+                + ")."
+            )
             lines.append("")
-            lines.append("| detector | Score | false alarms % | type | recall @1% FA | recall @5% FA "
-                         "| recall at t_k % | recall >= t_k % | premature % | median delay |")
+            lines.append(
+                "| detector | Score | false alarms % | type | recall @1% FA | recall @5% FA "
+                "| recall at t_k % | recall >= t_k % | premature % | median delay |"
+            )
             lines.append("| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
             for det, m in block.items():
                 for i, h in enumerate(types):
                     b = m["by_type"][h]
-                    head = (f"| {det} | {num(m['score'])} | {pct(m['false_alarms'])} |" if i == 0 else "| | | |")
-                    lines.append(f"{head} {h} | {pct(b['recall_at_0.01'])} | {pct(b['recall_at_0.05'])} | "
-                                 f"{pct(b['recall_exact'])} | {pct(b['recall_at_or_after'])} | {pct(b['premature'])} | "
-                                 f"{num(b['median_delay'])} |")
+                    head = (
+                        f"| {det} | {num(m['score'])} | {pct(m['false_alarms'])} |" if i == 0 else "| | | |"
+                    )
+                    lines.append(
+                        f"{head} {h} | {pct(b['recall_at_0.01'])} | {pct(b['recall_at_0.05'])} | "
+                        f"{pct(b['recall_exact'])} | {pct(b['recall_at_or_after'])} | {pct(b['premature'])} | "
+                        f"{num(b['median_delay'])} |"
+                    )
             fa = ", ".join(f"{d}: {pct(m['fa_at_0.01'])} / {pct(m['fa_at_0.05'])}" for d, m in block.items())
             lines += ["", f"Conformant dialogues alarming at the 1% / 5% thresholds (ties): {fa}.", ""]
     return lines
@@ -523,9 +661,11 @@ def tables(results: dict) -> list[str]:
 
 def summary_table(results: dict) -> list[str]:
     """One row per (fit, track, detector): the operating point and the threshold-free recalls."""
-    lines = ["| fit | track | detector | Score | FA % | recall @1% FA | recall @5% FA | WIC @5% | GR @5% | CSC @5% "
-             "| SSPC @5% (skip / repeat) | median delay |",
-             "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    lines = [
+        "| fit | track | detector | Score | FA % | recall @1% FA | recall @5% FA | WIC @5% | GR @5% | CSC @5% "
+        "| SSPC @5% (skip / repeat) | median delay |",
+        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
     for fit, tr in FITS.items():
         for tname in tr:
             for det, m in results["metrics"].get(fit, {}).get(tname, {}).items():
@@ -535,9 +675,11 @@ def summary_table(results: dict) -> list[str]:
                     return pct(bt[h]["recall_at_0.05"]) if h in bt else "-"
 
                 sspc = r5("SSPC") if "SSPC" in bt else f"{r5('SSPC-skip')} / {r5('SSPC-repeat')}"
-                lines.append(f"| {fit} | {tname} | {det} | {num(m['score'])} | {pct(m['false_alarms'])} | "
-                             f"{pct(bt['all']['recall_at_0.01'])} | {pct(bt['all']['recall_at_0.05'])} | {r5('WIC')} | "
-                             f"{r5('GR')} | {r5('CSC')} | {sspc} | {num(bt['all']['median_delay'])} |")
+                lines.append(
+                    f"| {fit} | {tname} | {det} | {num(m['score'])} | {pct(m['false_alarms'])} | "
+                    f"{pct(bt['all']['recall_at_0.01'])} | {pct(bt['all']['recall_at_0.05'])} | {r5('WIC')} | "
+                    f"{r5('GR')} | {r5('CSC')} | {sspc} | {num(bt['all']['median_delay'])} |"
+                )
     return lines
 
 
@@ -564,7 +706,12 @@ def targets(results: dict) -> list[dict]:
     for t in TRACKS:
         for h, bar in (("WIC", 0.9), ("CSC", 0.7)):
             v = g(t, "by_type", h, "recall_at_0.05")
-            add(f"{h} recall >= {int(bar * 100)}% at 5% FA ({t})", v, None if v is None else v >= bar, pct(v) + "%")
+            add(
+                f"{h} recall >= {int(bar * 100)}% at 5% FA ({t})",
+                v,
+                None if v is None else v >= bar,
+                pct(v) + "%",
+            )
         sspc = [k for k in ("SSPC", "SSPC-skip", "SSPC-repeat") if g(t, "by_type", k) is not None]
         for k in sspc:
             v = g(t, "by_type", k, "recall_at_0.05")
@@ -576,84 +723,139 @@ def targets(results: dict) -> list[dict]:
     add("recall at 1% FA >= 0.6 on template test", v, None if v is None else v >= 0.6, num(v, 3))
     for key, dets in lat.items():
         v = dets.get("wf", {}).get("p95_ms")
-        add(f"p95 per-turn latency <= 100 ms (streaming wf, encoding included; {key})", v,
-            None if v is None else v <= 100, num(v) + " ms")
+        add(
+            f"p95 per-turn latency <= 100 ms (streaming wf, encoding included; {key})",
+            v,
+            None if v is None else v <= 100,
+            num(v) + " ms",
+        )
     return rows
 
 
 def write_md(results: dict, path: Path) -> None:
     r = results
-    lines = ["# Task 3 detectors on three tracks (issue 39, items 2 and 4)", "",
-             "Written by `benchmarks/bench_task3_tracks.py`. Command:", "", "```", r["command"], "```", "",
-             f"Machine: {r['machine']['nproc']} CPU cores (nproc), shared with other jobs; load average (1 min) "
-             f"{r['machine']['loadavg_start']} at the start and {r['machine']['loadavg_end']} at the end of the invocation "
-             "that assembled this report, and per stage: "
-             + ", ".join(f"{k} {v[0]}-{v[1]} ({r['stage_seconds'].get(k, 0):.0f} s)"
-                         for k, v in r.get("stage_loadavg", {}).items()) + f"; Python {r['machine']['python']}; encoder {r['encoder']}. "
-             f"Tasks: {', '.join(r['tasks'])}.", "",
-             f"Code: commit {r['code']['commit']}"
-             + (f", with uncommitted changes in {', '.join(r['code']['uncommitted'])}" if r['code']['uncommitted'] else "")
-             + " (at the start of the invocation that assembled this report).", ""]
+    lines = [
+        "# Task 3 detectors on three tracks (issue 39, items 2 and 4)",
+        "",
+        "Written by `benchmarks/bench_task3_tracks.py`. Command:",
+        "",
+        "```",
+        r["command"],
+        "```",
+        "",
+        f"Machine: {r['machine']['nproc']} CPU cores (nproc), shared with other jobs; load average (1 min) "
+        f"{r['machine']['loadavg_start']} at the start and {r['machine']['loadavg_end']} at the end of the invocation "
+        "that assembled this report, and per stage: "
+        + ", ".join(
+            f"{k} {v[0]}-{v[1]} ({r['stage_seconds'].get(k, 0):.0f} s)"
+            for k, v in r.get("stage_loadavg", {}).items()
+        )
+        + f"; Python {r['machine']['python']}; encoder {r['encoder']}. "
+        f"Tasks: {', '.join(r['tasks'])}.",
+        "",
+        f"Code: commit {r['code']['commit']}"
+        + (
+            f", with uncommitted changes in {', '.join(r['code']['uncommitted'])}"
+            if r["code"]["uncommitted"]
+            else ""
+        )
+        + " (at the start of the invocation that assembled this report).",
+        "",
+    ]
     codes = {json.dumps(c, sort_keys=True) for c in r.get("stage_code", {}).values()}
     if codes != {json.dumps(r["code"], sort_keys=True)}:
-        lines += ["Code of each stage (at the start of the process that ran it; a stage reused from an earlier "
-                  "invocation keeps its own; `null`: not recorded):", ""]
-        lines += [f"* {k}: commit {c['commit']}, uncommitted {', '.join(c['uncommitted']) or 'none'}" if c else
-                  f"* {k}: null" for k, c in r.get("stage_code", {}).items()]
+        lines += [
+            "Code of each stage (at the start of the process that ran it; a stage reused from an earlier "
+            "invocation keeps its own; `null`: not recorded):",
+            "",
+        ]
+        lines += [
+            f"* {k}: commit {c['commit']}, uncommitted {', '.join(c['uncommitted']) or 'none'}"
+            if c
+            else f"* {k}: null"
+            for k, c in r.get("stage_code", {}).items()
+        ]
         lines.append("")
     if r.get("notes"):
         lines += ["Notes:", ""] + [f"* {n}" for n in r["notes"]] + [""]
-    lines += ["## Targets (default `wf`, fitted without human dialogues)", "",
-              "| target | value | met |", "| --- | ---: | --- |"]
+    lines += [
+        "## Targets (default `wf`, fitted without human dialogues)",
+        "",
+        "| target | value | met |",
+        "| --- | ---: | --- |",
+    ]
     for t in r["targets"]:
-        lines.append(f"| {t['target']} | {t['shown']} | {'-' if t['met'] is None else ('met' if t['met'] else 'not met')} |")
+        lines.append(
+            f"| {t['target']} | {t['shown']} | {'-' if t['met'] is None else ('met' if t['met'] else 'not met')} |"
+        )
     lines += ["", "## Summary", ""] + summary_table(r)
-    lines += ["", "## Columns", "",
-              "* Score, false alarms: at the detector's own operating point (5% false alarms on its fit "
-              "dialogues); false alarms = share of the track's conformant dialogues with an alarm.",
-              "* recall @1% / @5% FA: threshold-free; one threshold on the per-turn excess score read off the "
-              "track's own conformant dialogues so that at most 1% (5%) of them alarm; recall = share of the "
-              "type's forks whose first turn above it is at or after t_k (an alarm before t_k is a miss).",
-              "* recall at t_k / >= t_k, premature, median delay: at the operating point; first alarm exactly at "
-              "t_k / at or after t_k / before t_k; delay = first alarm - t_k (system turns) over the forks "
-              "caught at or after t_k.",
-              "* `wf-sup` is always scored on tasks held out of its training (two halves of the tasks, both ways).",
-              "* Summary: FA = false alarms at the operating point; recall @x% FA over all forks and per type "
-              "(threshold-free, as above); median delay over all forks caught at or after t_k.",
-              ""]
+    lines += [
+        "",
+        "## Columns",
+        "",
+        "* Score, false alarms: at the detector's own operating point (5% false alarms on its fit "
+        "dialogues); false alarms = share of the track's conformant dialogues with an alarm.",
+        "* recall @1% / @5% FA: threshold-free; one threshold on the per-turn excess score read off the "
+        "track's own conformant dialogues so that at most 1% (5%) of them alarm; recall = share of the "
+        "type's forks whose first turn above it is at or after t_k (an alarm before t_k is a miss).",
+        "* recall at t_k / >= t_k, premature, median delay: at the operating point; first alarm exactly at "
+        "t_k / at or after t_k / before t_k; delay = first alarm - t_k (system turns) over the forks "
+        "caught at or after t_k.",
+        "* `wf-sup` is always scored on tasks held out of its training (two halves of the tasks, both ways).",
+        "* Summary: FA = false alarms at the operating point; recall @x% FA over all forks and per type "
+        "(threshold-free, as above); median delay over all forks caught at or after t_k.",
+        "",
+    ]
     lines += tables(r)
-    lines += ["## Node assignment against STAR's action labels (held-out human turns)", "",
-              "| assigner | track | system turns | accuracy % | accuracy on labels the workflow has % "
-              "| non-generic accuracy % | own turns rejected % | label not a workflow node % | other tasks' turns "
-              "| other tasks' turns rejected % |",
-              "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    lines += [
+        "## Node assignment against STAR's action labels (held-out human turns)",
+        "",
+        "| assigner | track | system turns | accuracy % | accuracy on labels the workflow has % "
+        "| non-generic accuracy % | own turns rejected % | label not a workflow node % | other tasks' turns "
+        "| other tasks' turns rejected % |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
     for v in r["nodes"].values():
         if not isinstance(v, dict):
             continue
         unk = v["gold_not_in_workflow"]
         known = None if v["accuracy"] is None or unk is None or unk >= 1 else v["accuracy"] / (1 - unk)
-        lines.append(f"| {v['assigner']} | {v['track']} | {v['system_turns']} | {pct(v['accuracy'])} | {pct(known)} | "
-                     f"{pct(v['accuracy_non_generic'])} | {pct(v['rejected_own'])} | {pct(v['gold_not_in_workflow'])} | "
-                     f"{v['other_task_turns']} | {pct(v['other_task_rejected'])} |")
-    lines += ["", "Accuracy: share of the held-out conformant dialogues' system turns (test split) assigned their "
-              "STAR action label; on labels the workflow has: among the turns whose label is a node of the task's "
-              "workflow (a label the workflow lacks can never be matched). ",
-              "", "Other tasks' turns: every system turn of a held-out conformant human dialogue assigned under each "
-              "other task of the run, leaving out generic nodes and nodes whose name the other task also has; "
-              "rejected = assigned to no node.", "",
-              "## Latency (streaming, one turn: encode its text + update)", "",
-              "| encoder runtime | detector | turns | p50 ms | p95 ms | system-turn p95 ms | max ms "
-              "| encoding alone p50 / p95 ms | update alone p50 / p95 ms | load average before / after |",
-              "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+        lines.append(
+            f"| {v['assigner']} | {v['track']} | {v['system_turns']} | {pct(v['accuracy'])} | {pct(known)} | "
+            f"{pct(v['accuracy_non_generic'])} | {pct(v['rejected_own'])} | {pct(v['gold_not_in_workflow'])} | "
+            f"{v['other_task_turns']} | {pct(v['other_task_rejected'])} |"
+        )
+    lines += [
+        "",
+        "Accuracy: share of the held-out conformant dialogues' system turns (test split) assigned their "
+        "STAR action label; on labels the workflow has: among the turns whose label is a node of the task's "
+        "workflow (a label the workflow lacks can never be matched). ",
+        "",
+        "Other tasks' turns: every system turn of a held-out conformant human dialogue assigned under each "
+        "other task of the run, leaving out generic nodes and nodes whose name the other task also has; "
+        "rejected = assigned to no node.",
+        "",
+        "## Latency (streaming, one turn: encode its text + update)",
+        "",
+        "| encoder runtime | detector | turns | p50 ms | p95 ms | system-turn p95 ms | max ms "
+        "| encoding alone p50 / p95 ms | update alone p50 / p95 ms | load average before / after |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
     for key, dets in r["latency"].get("configs", {}).items():
         for name, v in dets.items():
-            lines.append(f"| {key} | {name} | {v['turns']} | {num(v['p50_ms'])} | {num(v['p95_ms'])} | "
-                         f"{num(v['system_p95_ms'])} | {num(v['max_ms'])} | {num(v['encode_p50_ms'])} / "
-                         f"{num(v['encode_p95_ms'])} | {num(v['update_p50_ms'])} / {num(v['update_p95_ms'])} | "
-                         f"{num(v['loadavg_before'], 2)} / {num(v['loadavg_after'], 2)} |")
-    lines += ["", f"nproc {r['latency'].get('nproc')}; the turns of the human-picked test dialogues in order, a "
-              "fresh stream per dialogue; the detectors fitted without human dialogues; the load average is the "
-              "whole machine's (other jobs included).", ""]
+            lines.append(
+                f"| {key} | {name} | {v['turns']} | {num(v['p50_ms'])} | {num(v['p95_ms'])} | "
+                f"{num(v['system_p95_ms'])} | {num(v['max_ms'])} | {num(v['encode_p50_ms'])} / "
+                f"{num(v['encode_p95_ms'])} | {num(v['update_p50_ms'])} / {num(v['update_p95_ms'])} | "
+                f"{num(v['loadavg_before'], 2)} / {num(v['loadavg_after'], 2)} |"
+            )
+    lines += [
+        "",
+        f"nproc {r['latency'].get('nproc')}; the turns of the human-picked test dialogues in order, a "
+        "fresh stream per dialogue; the detectors fitted without human dialogues; the load average is the "
+        "whole machine's (other jobs included).",
+        "",
+    ]
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines), encoding="utf-8")
 
@@ -661,19 +863,35 @@ def write_md(results: dict, path: Path) -> None:
 # ---------------------------------------------------------------------------------------- main
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--star", default=star_default(), help="STAR folder (default ../shared/star or $DIALFORK_STAR_DIR)")
-    ap.add_argument("--tasks", default=DEFAULT_TASKS, help="comma-separated tasks (template and human tracks)")
-    ap.add_argument("--per-task", type=int, default=12, help="template corpus: scenarios per task (default 12)")
+    ap.add_argument(
+        "--star", default=star_default(), help="STAR folder (default ../shared/star or $DIALFORK_STAR_DIR)"
+    )
+    ap.add_argument(
+        "--tasks", default=DEFAULT_TASKS, help="comma-separated tasks (template and human tracks)"
+    )
+    ap.add_argument(
+        "--per-task", type=int, default=12, help="template corpus: scenarios per task (default 12)"
+    )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--detectors", default="it,ss+nc,wf,wf-sup")
-    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "out" / "task3_tracks"),
-                    help="working folder: the template corpus, stage results, fitted detectors, embedding cache")
+    ap.add_argument(
+        "--out",
+        default=str(ROOT / "benchmarks" / "out" / "task3_tracks"),
+        help="working folder: the template corpus, stage results, fitted detectors, embedding cache",
+    )
     ap.add_argument("--json", default=str(ROOT / "benchmarks" / "results" / "task3_tracks.json"))
     ap.add_argument("--md", default=str(ROOT / "benchmarks" / "results" / "task3_tracks.md"))
     ap.add_argument("--latency-turns", type=int, default=300)
-    ap.add_argument("--latency-configs", default="torch:0,torch:1,onnx:1",
-                    help="encoder runtime:threads to time (threads 0: all cores; default torch:0,torch:1,onnx:1)")
-    ap.add_argument("--redo", default="", help="comma-separated stages to recompute (e.g. nodes,latency,no-human__wf; all)")
+    ap.add_argument(
+        "--latency-configs",
+        default="torch:0,torch:1,onnx:1",
+        help="encoder runtime:threads to time (threads 0: all cores; default torch:0,torch:1,onnx:1)",
+    )
+    ap.add_argument(
+        "--redo",
+        default="",
+        help="comma-separated stages to recompute (e.g. nodes,latency,no-human__wf; all)",
+    )
     args = ap.parse_args(argv)
     args.tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
     redo = {s.strip() for s in args.redo.split(",") if s.strip()}
@@ -681,7 +899,9 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     load_start = round(os.getloadavg()[0], 2)
-    code = args.code = code_state()  # the library is imported below: this is the code every stage of this run uses
+    code = args.code = (
+        code_state()
+    )  # the library is imported below: this is the code every stage of this run uses
     shown_argv = [a for a in (sys.argv[1:] if argv is None else argv)]
     command = "python benchmarks/bench_task3_tracks.py" + "".join(" " + shlex.quote(a) for a in shown_argv)
 
@@ -705,8 +925,10 @@ def main(argv: list[str] | None = None) -> int:
             log(notes[-1])
     del make_detector
     if not any(r.get("hallucination_type") == "GR" for r in tracks["human-picked"]):
-        notes.append("The star-human tracks have no GR forks: GR needs another task of the same domain among "
-                     "the run's tasks (SPEC 8).")
+        notes.append(
+            "The star-human tracks have no GR forks: GR needs another task of the same domain among "
+            "the run's tasks (SPEC 8)."
+        )
     stages: dict[tuple[str, str], dict] = {}
     for fit in FITS:
         for d in usable:
@@ -726,17 +948,35 @@ def main(argv: list[str] | None = None) -> int:
         for tname in met[fit]:
             met[fit][tname] = {d: met[fit][tname][d] for d in usable if d in met[fit][tname]}
     results = {
-        "command": command, "tasks": args.tasks, "per_task": args.per_task, "seed": args.seed, "encoder": "minilm",
-        "detectors": usable, "notes": notes, "data": info, "code": code,
-        "machine": {"nproc": os.cpu_count(), "loadavg_start": load_start, "loadavg_end": round(os.getloadavg()[0], 2),
-                    "python": platform.python_version()},
+        "command": command,
+        "tasks": args.tasks,
+        "per_task": args.per_task,
+        "seed": args.seed,
+        "encoder": "minilm",
+        "detectors": usable,
+        "notes": notes,
+        "data": info,
+        "code": code,
+        "machine": {
+            "nproc": os.cpu_count(),
+            "loadavg_start": load_start,
+            "loadavg_end": round(os.getloadavg()[0], 2),
+            "python": platform.python_version(),
+        },
         "stage_seconds": {f"{f}/{d}": round(s.get("seconds", 0.0), 1) for (f, d), s in stages.items()},
         "fit_seconds": {f"{f}/{d}": round(s.get("fit_seconds", 0.0), 1) for (f, d), s in stages.items()},
         "stage_code": {f"{f}/{d}": s.get("code") for (f, d), s in stages.items()},
-        "stage_loadavg": {f"{f}/{d}": [s.get("loadavg_start"), s.get("loadavg_end")] for (f, d), s in stages.items()},
-        "consistency_mismatches": {f"{f}/{d}/{t}": v["excess_vs_predict_mismatch"]
-                                   for (f, d), s in stages.items() for t, v in s["tracks"].items()},
-        "metrics": met, "nodes": nodes, "latency": lat,
+        "stage_loadavg": {
+            f"{f}/{d}": [s.get("loadavg_start"), s.get("loadavg_end")] for (f, d), s in stages.items()
+        },
+        "consistency_mismatches": {
+            f"{f}/{d}/{t}": v["excess_vs_predict_mismatch"]
+            for (f, d), s in stages.items()
+            for t, v in s["tracks"].items()
+        },
+        "metrics": met,
+        "nodes": nodes,
+        "latency": lat,
     }
     results["targets"] = targets(results)
     write_json(Path(args.json), results)
@@ -744,7 +984,9 @@ def main(argv: list[str] | None = None) -> int:
     log(f"wrote {args.json} and {args.md}")
     print("\n".join(tables(results)))
     for t in results["targets"]:
-        print(f"{t['target']}: {t['shown']} ({'-' if t['met'] is None else ('met' if t['met'] else 'NOT met')})")
+        print(
+            f"{t['target']}: {t['shown']} ({'-' if t['met'] is None else ('met' if t['met'] else 'NOT met')})"
+        )
     return 0
 
 

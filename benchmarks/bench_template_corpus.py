@@ -47,8 +47,9 @@ def main(argv: list[str] | None = None) -> int:
         if out.exists():
             shutil.rmtree(out)
     workers = 1 if args.profile else args.workers
-    cfg = GenerationConfig(star=args.star, out=str(out), per_task=args.per_task, workers=workers,
-                           batch_size=args.batch_size)
+    cfg = GenerationConfig(
+        star=args.star, out=str(out), per_task=args.per_task, workers=workers, batch_size=args.batch_size
+    )
     load0 = os.getloadavg()
     ru0 = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
@@ -89,11 +90,15 @@ def main(argv: list[str] | None = None) -> int:
             result["estimated_full_corpus_seconds"] = round(est, 1)
             result["ratio_target_over_estimate"] = round(TARGET_SECONDS / est, 2)
         print(json.dumps(result, indent=2))
-        print(f"{n} dialogues in {wall:.1f} s = {n / wall:.0f} dialogues/s with {workers} worker(s) "
-              f"(load average {load0[0]:.1f} -> {load1[0]:.1f} on {os.cpu_count()} cores)")
+        print(
+            f"{n} dialogues in {wall:.1f} s = {n / wall:.0f} dialogues/s with {workers} worker(s) "
+            f"(load average {load0[0]:.1f} -> {load1[0]:.1f} on {os.cpu_count()} cores)"
+        )
         if full:
-            print(f"target: the full corpus in {TARGET_SECONDS:.0f} s -> ratio target/measured = {TARGET_SECONDS / wall:.2f} "
-                  f"({'met' if wall <= TARGET_SECONDS else 'NOT met'})")
+            print(
+                f"target: the full corpus in {TARGET_SECONDS:.0f} s -> ratio target/measured = {TARGET_SECONDS / wall:.2f} "
+                f"({'met' if wall <= TARGET_SECONDS else 'NOT met'})"
+            )
         if args.profile:
             pstats.Stats(prof).sort_stats("cumulative").print_stats(25)
             pstats.Stats(prof).sort_stats("tottime").print_stats(20)

@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 VENV = ROOT / "benchmarks" / "_venvs" / "sdialog"
 DEFAULT_STAR = ROOT.parent / "shared" / "star"
 
-WORKER = r'''
+WORKER = r"""
 import json, sys, time, os, logging
 logging.disable(logging.WARNING)
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -65,7 +65,7 @@ if "fbd" in args["metrics"]:
     v = fb(tgts)
     out["fbd"] = {"value": v, "time": time.perf_counter() - t}
 json.dump(out, open(args["out"], "w"))
-'''
+"""
 
 
 def load_star_task(star: Path, task: str) -> list[dict]:
@@ -115,10 +115,19 @@ def padded_tokens(dialogues: list[dict], model: str, batch_size: int = 64, sdial
     lens = [len(x) for x in tok([a for a, _ in pairs], [b for _, b in pairs], truncation=True)["input_ids"]]
     longest = max(lens)
     ulen = sorted(dict(zip(pairs, lens)).values())
-    ours = sum(max(ulen[i:i + batch_size]) * len(ulen[i:i + batch_size]) for i in range(0, len(ulen), batch_size))
+    ours = sum(
+        max(ulen[i : i + batch_size]) * len(ulen[i : i + batch_size]) for i in range(0, len(ulen), batch_size)
+    )
     sd = longest * len(lens)
-    return {"pairs": len(lens), "unique_pairs": len(ulen), "longest": longest, "sdialog": sd, "ours": ours,
-            "bound": sd / ours, "sdialog_batch": sdialog_batch}
+    return {
+        "pairs": len(lens),
+        "unique_pairs": len(ulen),
+        "longest": longest,
+        "sdialog": sd,
+        "ours": ours,
+        "bound": sd / ours,
+        "sdialog_batch": sdialog_batch,
+    }
 
 
 def print_fbd_bounds(star: Path, n: int) -> None:
@@ -136,10 +145,14 @@ def print_fbd_bounds(star: Path, n: int) -> None:
             continue
         t = padded_tokens(dialogues[:n], model)
         bounds.append(t["bound"])
-        print(f"{task:24s} longest pair {t['longest']:4d} tokens | sdialog {t['sdialog']:8,} positions | "
-              f"ours {t['ours']:8,} | ratio {t['bound']:.2f}x")
+        print(
+            f"{task:24s} longest pair {t['longest']:4d} tokens | sdialog {t['sdialog']:8,} positions | "
+            f"ours {t['ours']:8,} | ratio {t['bound']:.2f}x"
+        )
     if bounds:
-        print(f"{len(bounds)} tasks: ratio {min(bounds):.2f}x to {max(bounds):.2f}x (median {sorted(bounds)[len(bounds) // 2]:.2f}x)")
+        print(
+            f"{len(bounds)} tasks: ratio {min(bounds):.2f}x to {max(bounds):.2f}x (median {sorted(bounds)[len(bounds) // 2]:.2f}x)"
+        )
 
 
 def rel(a: float, b: float) -> float:
@@ -155,11 +168,18 @@ def main() -> None:
     ap.add_argument("--metrics", default="flowkl,fbd", help="comma-separated: flowkl,fbd")
     ap.add_argument("--no-build", action="store_true", help="do not build the sdialog venv if missing")
     ap.add_argument("--json", type=Path, help="also write the figures here")
-    ap.add_argument("--runtime", default="torch", choices=["torch", "onnx", "onnx-int8"],
-                    help="DialFork's encoder runtime (onnx: exported once and cached on disk; the export is not timed)")
-    ap.add_argument("--fbd-bound-all-tasks", action="store_true",
-                    help="only print, for every STAR task with enough single-task dialogues, the FBD token-position "
-                         "ratio sdialog/ours (the ceiling of a value-preserving cold speed-up); runs no model")
+    ap.add_argument(
+        "--runtime",
+        default="torch",
+        choices=["torch", "onnx", "onnx-int8"],
+        help="DialFork's encoder runtime (onnx: exported once and cached on disk; the export is not timed)",
+    )
+    ap.add_argument(
+        "--fbd-bound-all-tasks",
+        action="store_true",
+        help="only print, for every STAR task with enough single-task dialogues, the FBD token-position "
+        "ratio sdialog/ours (the ceiling of a value-preserving cold speed-up); runs no model",
+    )
     args = ap.parse_args()
     metrics = [m for m in args.metrics.split(",") if m]
 
@@ -170,34 +190,55 @@ def main() -> None:
         return
     dialogues = load_star_task(args.star, args.task)
     if len(dialogues) < args.n_ref + args.n_tgt:
-        sys.exit(f"task {args.task} has {len(dialogues)} single-task dialogues, need {args.n_ref + args.n_tgt}")
+        sys.exit(
+            f"task {args.task} has {len(dialogues)} single-task dialogues, need {args.n_ref + args.n_tgt}"
+        )
     ref, tgt = dialogues[: args.n_ref], dialogues[args.n_ref : args.n_ref + args.n_tgt]
     n_turns = sum(len(d["turns"]) for d in ref + tgt)
     load0 = os.getloadavg()
-    print(f"STAR task {args.task}: {len(ref)} reference vs {len(tgt)} target dialogues ({n_turns} turns); "
-          f"{os.cpu_count()} CPUs, load average {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f}", flush=True)
+    print(
+        f"STAR task {args.task}: {len(ref)} reference vs {len(tgt)} target dialogues ({n_turns} turns); "
+        f"{os.cpu_count()} CPUs, load average {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f}",
+        flush=True,
+    )
 
     from dialfork_metrics.encoders import packaged_minilm_path
     from dialfork_metrics.sdialog_compat import write_sdialog_json
 
     model = packaged_minilm_path()
     py = ensure_venv(not args.no_build)
-    results: dict = {"task": args.task, "n_ref": len(ref), "n_tgt": len(tgt), "n_turns": n_turns,
-                     "load_before": load0, "cpus": os.cpu_count()}
+    results: dict = {
+        "task": args.task,
+        "n_ref": len(ref),
+        "n_tgt": len(tgt),
+        "n_turns": n_turns,
+        "load_before": load0,
+        "cpus": os.cpu_count(),
+    }
     with tempfile.TemporaryDirectory() as tmp:
         write_sdialog_json(Path(tmp) / "ref.json", ref, "reference set")
         write_sdialog_json(Path(tmp) / "tgt.json", tgt, "target set")
         (Path(tmp) / "worker.py").write_text(WORKER)
-        (Path(tmp) / "args.json").write_text(json.dumps({
-            "ref": str(Path(tmp) / "ref.json"), "tgt": str(Path(tmp) / "tgt.json"), "model": model,
-            "metrics": metrics, "out": str(Path(tmp) / "out.json")}))
+        (Path(tmp) / "args.json").write_text(
+            json.dumps(
+                {
+                    "ref": str(Path(tmp) / "ref.json"),
+                    "tgt": str(Path(tmp) / "tgt.json"),
+                    "model": model,
+                    "metrics": metrics,
+                    "out": str(Path(tmp) / "out.json"),
+                }
+            )
+        )
         print("running sdialog 0.5.3 ...", flush=True)
         t = time.perf_counter()
         proc = subprocess.run([str(py), "worker.py", "args.json"], cwd=tmp, capture_output=True, text=True)
         if proc.returncode != 0:
             sys.exit(f"sdialog worker failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
         sd = json.loads((Path(tmp) / "out.json").read_text())
-        print(f"  sdialog subprocess wall time {time.perf_counter() - t:.1f} s (imports included)", flush=True)
+        print(
+            f"  sdialog subprocess wall time {time.perf_counter() - t:.1f} s (imports included)", flush=True
+        )
 
     import numpy as np
     import sentence_transformers  # noqa: F401  (imports are outside the timings, as in the sdialog worker)
@@ -227,46 +268,90 @@ def main() -> None:
         det, t_cold, t_warm, _ = cold_and_warm(flowkl)
         s = sd["flowkl"]
         lr, lt = np.asarray(s["ref_scores"]), np.asarray(s["tgt_scores"])
-        d_scores = max(float(np.max(np.abs(det["likelihoods_ref"] - lr) / np.abs(lr))),
-                       float(np.max(np.abs(det["likelihoods_tgt"] - lt) / np.abs(lt))))
-        r = {"sdialog": s["value"], "ours": det["flowkl"], "rel_diff": rel(det["flowkl"], s["value"]),
-             "max_rel_diff_flow_scores": d_scores, "sdialog_s": s["time"], "ours_s": t_cold, "ours_warm_s": t_warm,
-             "speedup": s["time"] / t_cold, "speedup_warm": s["time"] / t_warm,
-             "vocab_size": {"sdialog": s["vocab_size"], "ours": det["graph"].vocab_size}}
+        d_scores = max(
+            float(np.max(np.abs(det["likelihoods_ref"] - lr) / np.abs(lr))),
+            float(np.max(np.abs(det["likelihoods_tgt"] - lt) / np.abs(lt))),
+        )
+        r = {
+            "sdialog": s["value"],
+            "ours": det["flowkl"],
+            "rel_diff": rel(det["flowkl"], s["value"]),
+            "max_rel_diff_flow_scores": d_scores,
+            "sdialog_s": s["time"],
+            "ours_s": t_cold,
+            "ours_warm_s": t_warm,
+            "speedup": s["time"] / t_cold,
+            "speedup_warm": s["time"] / t_warm,
+            "vocab_size": {"sdialog": s["vocab_size"], "ours": det["graph"].vocab_size},
+        }
         results["flowkl"] = r
-        print(f"FlowKL  sdialog {r['sdialog']:.8g} in {r['sdialog_s']:.2f} s | ours {r['ours']:.8g} in "
-              f"{r['ours_s']:.2f} s (warm {r['ours_warm_s']:.2f} s) | speed ratio {r['speedup']:.1f}x "
-              f"(warm {r['speedup_warm']:.1f}x) | rel. diff {r['rel_diff']:.2e} | per-dialogue flow scores "
-              f"max rel. diff {d_scores:.2e} | V {r['vocab_size']}", flush=True)
+        print(
+            f"FlowKL  sdialog {r['sdialog']:.8g} in {r['sdialog_s']:.2f} s | ours {r['ours']:.8g} in "
+            f"{r['ours_s']:.2f} s (warm {r['ours_warm_s']:.2f} s) | speed ratio {r['speedup']:.1f}x "
+            f"(warm {r['speedup_warm']:.1f}x) | rel. diff {r['rel_diff']:.2e} | per-dialogue flow scores "
+            f"max rel. diff {d_scores:.2e} | V {r['vocab_size']}",
+            flush=True,
+        )
     if "fbd" in metrics:
         det, t_cold, t_warm, enc = cold_and_warm(fbd)
         with tempfile.TemporaryDirectory() as cache:  # a second process of a user with --cache-dir
-            fbd(ref, tgt, Encoder("minilm", model=enc.model, cache_dir=cache, runtime=args.runtime), compat="sdialog")
+            fbd(
+                ref,
+                tgt,
+                Encoder("minilm", model=enc.model, cache_dir=cache, runtime=args.runtime),
+                compat="sdialog",
+            )
             t = time.perf_counter()
-            v_disk = fbd(ref, tgt, Encoder("minilm", model=enc.model, cache_dir=cache, runtime=args.runtime), compat="sdialog")
+            v_disk = fbd(
+                ref,
+                tgt,
+                Encoder("minilm", model=enc.model, cache_dir=cache, runtime=args.runtime),
+                compat="sdialog",
+            )
             t_disk = time.perf_counter() - t
         s = sd["fbd"]
         tokens = padded_tokens(ref + tgt, model)
-        r = {"sdialog": s["value"], "ours": det["fbd"], "rel_diff": rel(det["fbd"], s["value"]),
-             "n_ref": det["n_ref"], "n_tgt": det["n_tgt"], "sdialog_s": s["time"], "ours_s": t_cold,
-             "ours_warm_s": t_warm, "speedup": s["time"] / t_cold, "speedup_warm": s["time"] / t_warm,
-             "ours_disk_cache_s": t_disk, "speedup_disk_cache": s["time"] / t_disk,
-             "rel_diff_disk_cache": rel(v_disk, s["value"]), "tokens": tokens}
+        r = {
+            "sdialog": s["value"],
+            "ours": det["fbd"],
+            "rel_diff": rel(det["fbd"], s["value"]),
+            "n_ref": det["n_ref"],
+            "n_tgt": det["n_tgt"],
+            "sdialog_s": s["time"],
+            "ours_s": t_cold,
+            "ours_warm_s": t_warm,
+            "speedup": s["time"] / t_cold,
+            "speedup_warm": s["time"] / t_warm,
+            "ours_disk_cache_s": t_disk,
+            "speedup_disk_cache": s["time"] / t_disk,
+            "rel_diff_disk_cache": rel(v_disk, s["value"]),
+            "tokens": tokens,
+        }
         results["fbd"] = r
-        print(f"FBD     sdialog {r['sdialog']:.8g} in {r['sdialog_s']:.2f} s | ours {r['ours']:.8g} in "
-              f"{r['ours_s']:.2f} s (warm {r['ours_warm_s']:.2f} s) | speed ratio {r['speedup']:.1f}x "
-              f"(warm {r['speedup_warm']:.1f}x) | rel. diff {r['rel_diff']:.2e} | n pairs {r['n_ref']}/{r['n_tgt']}",
-              flush=True)
-        print(f"FBD     rerun from the disk cache (new encoder, cache_dir): {t_disk:.3f} s, {r['speedup_disk_cache']:.0f}x "
-              f"sdialog, rel. diff {r['rel_diff_disk_cache']:.2e}", flush=True)
-        print(f"FBD     transformer input: sdialog pads all {tokens['pairs']} pairs to the longest "
-              f"({tokens['longest']} tokens) = {tokens['sdialog']:,} token positions; ours encodes {tokens['unique_pairs']} "
-              f"unique pairs batched by length = {tokens['ours']:,} positions ({tokens['bound']:.2f}x fewer). Both run the same "
-              "fp32 forward per position, so that ratio bounds a cold speed-up that keeps the values.", flush=True)
+        print(
+            f"FBD     sdialog {r['sdialog']:.8g} in {r['sdialog_s']:.2f} s | ours {r['ours']:.8g} in "
+            f"{r['ours_s']:.2f} s (warm {r['ours_warm_s']:.2f} s) | speed ratio {r['speedup']:.1f}x "
+            f"(warm {r['speedup_warm']:.1f}x) | rel. diff {r['rel_diff']:.2e} | n pairs {r['n_ref']}/{r['n_tgt']}",
+            flush=True,
+        )
+        print(
+            f"FBD     rerun from the disk cache (new encoder, cache_dir): {t_disk:.3f} s, {r['speedup_disk_cache']:.0f}x "
+            f"sdialog, rel. diff {r['rel_diff_disk_cache']:.2e}",
+            flush=True,
+        )
+        print(
+            f"FBD     transformer input: sdialog pads all {tokens['pairs']} pairs to the longest "
+            f"({tokens['longest']} tokens) = {tokens['sdialog']:,} token positions; ours encodes {tokens['unique_pairs']} "
+            f"unique pairs batched by length = {tokens['ours']:,} positions ({tokens['bound']:.2f}x fewer). Both run the same "
+            "fp32 forward per position, so that ratio bounds a cold speed-up that keeps the values.",
+            flush=True,
+        )
     load1 = os.getloadavg()
     results["load_after"] = load1
-    print(f"load average after: {load1[0]:.2f} {load1[1]:.2f} {load1[2]:.2f} (shared machine: other jobs "
-          "slow both sides alike only if they run throughout)")
+    print(
+        f"load average after: {load1[0]:.2f} {load1[1]:.2f} {load1[2]:.2f} (shared machine: other jobs "
+        "slow both sides alike only if they run throughout)"
+    )
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(results, indent=2))

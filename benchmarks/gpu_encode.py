@@ -39,7 +39,7 @@ def _timed(fn, items: list, step: int, deadline: float) -> tuple[int, float, lis
     """Run ``fn`` over ``items`` in steps until done or past ``deadline``: (n done, seconds, outputs)."""
     done, outs, t0 = 0, [], time.perf_counter()
     while done < len(items) and (done == 0 or time.perf_counter() < deadline):  # at least one step
-        chunk = items[done:done + step]
+        chunk = items[done : done + step]
         outs.append(fn(chunk))
         done += len(chunk)
     return done, time.perf_counter() - t0, outs
@@ -47,10 +47,18 @@ def _timed(fn, items: list, step: int, deadline: float) -> tuple[int, float, lis
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--star", type=Path, default=Path(os.environ.get("DIALFORK_STAR_DIR", ROOT.parent / "shared" / "star")))
+    ap.add_argument(
+        "--star",
+        type=Path,
+        default=Path(os.environ.get("DIALFORK_STAR_DIR", ROOT.parent / "shared" / "star")),
+    )
     ap.add_argument("--encoder", default="minilm")
-    ap.add_argument("--device", default="cuda", help="device of the accelerated runs (cuda, cuda:1, cpu for a dry run)")
-    ap.add_argument("--dtype", default="fp32,bf16", help="comma-separated among fp32, bf16, fp16 (half: CUDA only)")
+    ap.add_argument(
+        "--device", default="cuda", help="device of the accelerated runs (cuda, cuda:1, cpu for a dry run)"
+    )
+    ap.add_argument(
+        "--dtype", default="fp32,bf16", help="comma-separated among fp32, bf16, fp16 (half: CUDA only)"
+    )
     ap.add_argument("--n-texts", type=int, default=20000)
     ap.add_argument("--n-pairs", type=int, default=5000)
     ap.add_argument("--cpu-texts", type=int, default=2000, help="texts timed on the CPU (the baseline)")
@@ -71,9 +79,17 @@ def main() -> int:
 
     texts, pairs = star_turns(args.star, args.n_texts, args.n_pairs)
     cuda = torch.cuda.is_available()
-    out: dict = {"n_texts": len(texts), "n_pairs": len(pairs), "device": args.device, "cuda_available": cuda,
-                 "gpu": torch.cuda.get_device_name(0) if cuda else None, "torch": torch.__version__,
-                 "cpu_threads": torch.get_num_threads(), "max_seconds": args.max_seconds, "runs": {}}
+    out: dict = {
+        "n_texts": len(texts),
+        "n_pairs": len(pairs),
+        "device": args.device,
+        "cuda_available": cuda,
+        "gpu": torch.cuda.get_device_name(0) if cuda else None,
+        "torch": torch.__version__,
+        "cpu_threads": torch.get_num_threads(),
+        "max_seconds": args.max_seconds,
+        "runs": {},
+    }
 
     def run(label: str, enc: Encoder, share: float, n_texts: int, n_pairs: int) -> dict:
         enc.encode(texts[:4])  # load / export outside the timing
@@ -87,12 +103,19 @@ def main() -> int:
         n, s, embs = _timed(enc.encode, texts[:n_texts], step, mid)
         row = {"texts": n, "texts_s": round(s, 2), "texts_per_s": round(n / s, 1) if s else None}
         firsts, seconds = [a for a, _ in pairs[:n_pairs]], [b for _, b in pairs[:n_pairs]]
-        pn, ps, pembs = _timed(lambda ch: pe.encode_pairs([a for a, _ in ch], [b for _, b in ch]),
-                               list(zip(firsts, seconds)), max(enc.batch_size * 4, 256), budget_end)
+        pn, ps, pembs = _timed(
+            lambda ch: pe.encode_pairs([a for a, _ in ch], [b for _, b in ch]),
+            list(zip(firsts, seconds)),
+            max(enc.batch_size * 4, 256),
+            budget_end,
+        )
         row.update({"pairs": pn, "pairs_s": round(ps, 2), "pairs_per_s": round(pn / ps, 1) if ps else None})
         row["_emb"] = np.concatenate(embs) if embs else np.zeros((0, 0))
         out["runs"][label] = row
-        print(f"{label}: {row['texts_per_s']} texts/s ({n} texts), {row['pairs_per_s']} pairs/s ({pn} pairs)", flush=True)
+        print(
+            f"{label}: {row['texts_per_s']} texts/s ({n} texts), {row['pairs_per_s']} pairs/s ({pn} pairs)",
+            flush=True,
+        )
         return row
 
     # the CPU baseline: a quarter of the time left at most, ONNX a third of the rest, then the GPU runs
@@ -101,8 +124,14 @@ def main() -> int:
     try:
         import onnxruntime  # noqa: F401
 
-        onnx = Encoder(args.encoder, device="cpu", batch_size=args.cpu_batch_size, show_progress=False,
-                       runtime="onnx", model=cpu.model)
+        onnx = Encoder(
+            args.encoder,
+            device="cpu",
+            batch_size=args.cpu_batch_size,
+            show_progress=False,
+            runtime="onnx",
+            model=cpu.model,
+        )
         run("cpu:onnx", onnx, 1 / 3, args.cpu_texts, max(1, args.cpu_texts // 4))
     except ImportError:
         pass
@@ -115,8 +144,13 @@ def main() -> int:
         if dt != "fp32" and not str(args.device).startswith("cuda"):
             print(f"{args.device}:{dt}: skipped (half precision needs CUDA)")
             continue
-        enc = Encoder(args.encoder, device=args.device, batch_size=args.batch_size, show_progress=False,
-                      dtype=None if dt == "fp32" else dt)
+        enc = Encoder(
+            args.encoder,
+            device=args.device,
+            batch_size=args.batch_size,
+            show_progress=False,
+            dtype=None if dt == "fp32" else dt,
+        )
         row = run(f"{args.device}:{dt}", enc, 1 / (len(dtypes) - i), len(texts), len(pairs))
         if dt == "fp32":
             fp32 = row
@@ -124,7 +158,10 @@ def main() -> int:
             m = min(len(row["_emb"]), len(fp32["_emb"]))
             a, b = fp32["_emb"][:m].astype(np.float64), row["_emb"][:m].astype(np.float64)
             cos = (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
-            row["drift_vs_fp32"] = {"min_cosine": float(cos.min()), "max_abs_diff": float(np.abs(a - b).max())}
+            row["drift_vs_fp32"] = {
+                "min_cosine": float(cos.min()),
+                "max_abs_diff": float(np.abs(a - b).max()),
+            }
         del enc
     for label, row in out["runs"].items():
         row.pop("_emb", None)

@@ -41,19 +41,28 @@ DEFAULT_TASKS = "weather,bank_balance,doctor_followup,ride_status"
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__,
+    )
     ap.add_argument("--model", required=True, help="chat model: Hub id or local folder")
     ap.add_argument("--star", default=str(Path(__file__).resolve().parents[2] / "shared" / "star"))
     ap.add_argument("--tasks", default=DEFAULT_TASKS, help=f"comma-separated tasks (default {DEFAULT_TASKS})")
     ap.add_argument("--scenarios", type=int, default=8, help="scenarios to generate (spread over the tasks)")
-    ap.add_argument("--batch-size", type=int, default=128, help="rows per lockstep forward (backend batch_size)")
+    ap.add_argument(
+        "--batch-size", type=int, default=128, help="rows per lockstep forward (backend batch_size)"
+    )
     ap.add_argument("--engine-batch", type=int, default=64, help="scenarios advanced together by the engine")
     ap.add_argument("--max-new-tokens", type=int, default=128)
-    ap.add_argument("--budget", type=int, default=None, help="length budget in turns (default: STAR's per task)")
+    ap.add_argument(
+        "--budget", type=int, default=None, help="length budget in turns (default: STAR's per task)"
+    )
     ap.add_argument("--device", default="auto")
     ap.add_argument("--dtype", default="auto")
-    ap.add_argument("--out", default=None, help="keep the generated corpus here (default: a temporary folder)")
+    ap.add_argument(
+        "--out", default=None, help="keep the generated corpus here (default: a temporary folder)"
+    )
     ap.add_argument("--json", default=None, help="also write the figures to this JSON file")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -68,8 +77,13 @@ def main(argv=None) -> int:
     tasks = tuple(t.strip() for t in args.tasks.split(",") if t.strip())
     per_task = max(1, -(-args.scenarios // len(tasks)))
     t0 = time.perf_counter()
-    backend = TransformersBackend(args.model, max_new_tokens=args.max_new_tokens, batch_size=args.batch_size,
-                                  device=args.device, dtype=args.dtype)
+    backend = TransformersBackend(
+        args.model,
+        max_new_tokens=args.max_new_tokens,
+        batch_size=args.batch_size,
+        device=args.device,
+        dtype=args.dtype,
+    )
     backend.load()
     load_s = time.perf_counter() - t0
     cuda = torch.cuda.is_available() and str(backend.describe()["device"]).startswith("cuda")
@@ -79,9 +93,16 @@ def main(argv=None) -> int:
     corpus = StarCorpus(args.star)
     with tempfile.TemporaryDirectory() as tmp:
         out = args.out or str(Path(tmp) / "corpus")
-        cfg = GenerationConfig(star=args.star, out=out, backend="transformers",
-                               backend_options={"model": args.model, "max_new_tokens": args.max_new_tokens},
-                               tasks=tasks, per_task=per_task, budget=args.budget, batch_size=args.engine_batch)
+        cfg = GenerationConfig(
+            star=args.star,
+            out=out,
+            backend="transformers",
+            backend_options={"model": args.model, "max_new_tokens": args.max_new_tokens},
+            tasks=tasks,
+            per_task=per_task,
+            budget=args.budget,
+            batch_size=args.engine_batch,
+        )
         t1 = time.perf_counter()
         manifest = generate_corpus(cfg, backend=backend, progress=True, corpus=corpus)
         gen_s = time.perf_counter() - t1
@@ -115,14 +136,20 @@ def main(argv=None) -> int:
         "peak_gpu_memory_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2) if cuda else None,
         "oom_retries": st["oom_retries"],
     }
-    print(f"model {args.model} on {figures['device']} ({figures['dtype']}"
-          f"{', ' + figures['gpu'] if figures['gpu'] else ''}); loaded in {load_s:.1f} s")
-    print(f"generated {tot['scenarios']} scenarios ({tot['kept']} kept) = {dialogues} dialogues in {gen_s:.1f} s")
+    print(
+        f"model {args.model} on {figures['device']} ({figures['dtype']}"
+        f"{', ' + figures['gpu'] if figures['gpu'] else ''}); loaded in {load_s:.1f} s"
+    )
+    print(
+        f"generated {tot['scenarios']} scenarios ({tot['kept']} kept) = {dialogues} dialogues in {gen_s:.1f} s"
+    )
     print(f"  new tokens/s    : {figures['new_tokens_per_s']:>12,.1f}   ({st['new_tokens']:,} tokens)")
     print(f"  prompt tokens/s : {figures['prompt_tokens_per_s']:>12,.1f}   ({st['prompt_tokens']:,} tokens)")
     print(f"  dialogues/s     : {figures['dialogues_per_s']:>12,.4f}")
-    print(f"full corpus: {len(full)} single-task scenarios -> ~{figures['full_corpus_dialogues_est']:,} dialogues "
-          f"-> ~{figures['full_corpus_hours_est']:,.2f} h on this machine")
+    print(
+        f"full corpus: {len(full)} single-task scenarios -> ~{figures['full_corpus_dialogues_est']:,} dialogues "
+        f"-> ~{figures['full_corpus_hours_est']:,.2f} h on this machine"
+    )
     if cuda:
         print(f"peak GPU memory: {figures['peak_gpu_memory_gib']} GiB")
     if args.json:

@@ -41,8 +41,9 @@ __version__ = "0.1.0"
 
 # STAR is exported lazily: `python -m dialfork_dataset.star` must find the module not yet imported
 # by its package (runpy warns otherwise)
-_STAR_EXPORTS = {n: "star" for n in ("Scenario", "StarCorpus", "StarError", "StarTask", "download_star",
-                                      "resolve_star")}
+_STAR_EXPORTS = {
+    n: "star" for n in ("Scenario", "StarCorpus", "StarError", "StarTask", "download_star", "resolve_star")
+}
 _lazy_getattr, __dir__ = lazy_exports(__name__, _STAR_EXPORTS, globals())
 
 

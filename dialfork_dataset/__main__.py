@@ -45,8 +45,10 @@ def _cmd_keygen(a: argparse.Namespace) -> int:
     from .hidden import HiddenKey, write_key_file
 
     path = write_key_file(a.out, HiddenKey.generate(a.hidden_fraction))
-    print(f"wrote {path} (mode 0600): a {8 * 32}-bit HMAC key and a 128-bit hidden seed. Keep it with the gold; "
-          "never publish or commit it.")
+    print(
+        f"wrote {path} (mode 0600): a {8 * 32}-bit HMAC key and a 128-bit hidden seed. Keep it with the gold; "
+        "never publish or commit it."
+    )
     return 0
 
 
@@ -57,11 +59,16 @@ def _cmd_check(a: argparse.Namespace) -> int:
     configs = [c.strip() for c in a.configs.split(",") if c.strip()]
     unknown = [c for c in configs if c not in LAYOUT_CONFIGS]
     if unknown or not configs:
-        raise ValueError(f"--configs {a.configs!r}: unknown config(s) {', '.join(unknown) or '(none given)'}; "
-                         f"a layout has {', '.join(LAYOUT_CONFIGS)}")
+        raise ValueError(
+            f"--configs {a.configs!r}: unknown config(s) {', '.join(unknown) or '(none given)'}; "
+            f"a layout has {', '.join(LAYOUT_CONFIGS)}"
+        )
     for cfg in configs:
         dd = load_layout(src.path if src.path is not None else src.value, cfg)
-        print(f"load_dataset({str(a.dest)!r}, {cfg!r}): " + ", ".join(f"{s}={len(ds):,}" for s, ds in dd.items()))
+        print(
+            f"load_dataset({str(a.dest)!r}, {cfg!r}): "
+            + ", ".join(f"{s}={len(ds):,}" for s, ds in dd.items())
+        )
     return 0
 
 
@@ -77,14 +84,18 @@ def _cmd_push(a: argparse.Namespace) -> int:
 def _cmd_star_human(a: argparse.Namespace) -> int:
     from .star.human import build_star_human_track, write_star_human_track
 
-    track = build_star_human_track(a.star, tasks=a.tasks, variant=a.variant, seed=a.seed,
-                                   fit_fraction=a.fit_fraction)
+    track = build_star_human_track(
+        a.star, tasks=a.tasks, variant=a.variant, seed=a.seed, fit_fraction=a.fit_fraction
+    )
     out = write_star_human_track(track, a.out, star=a.star, overwrite=a.overwrite)
     s = track.stats
     n_conf = sum(s["conformant"].values())
-    print(f"wrote {out}: star-human track ({a.variant} text), {n_conf} conformant dialogues of {len(s['tasks'])} "
-          f"task(s) and {sum(s['forks'].values())} forks (" + ", ".join(f"{h} {n}" for h, n in s["forks"].items())
-          + f"); {s['typed_fallbacks']} typed fallback(s); stats in {out / 'manifest.json'}")
+    print(
+        f"wrote {out}: star-human track ({a.variant} text), {n_conf} conformant dialogues of {len(s['tasks'])} "
+        f"task(s) and {sum(s['forks'].values())} forks ("
+        + ", ".join(f"{h} {n}" for h, n in s["forks"].items())
+        + f"); {s['typed_fallbacks']} typed fallback(s); stats in {out / 'manifest.json'}"
+    )
     return 0
 
 
@@ -101,28 +112,50 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("validate", help="validate a record file or folder; reports every bad line")
     s.add_argument("src")
     s.set_defaults(func=_cmd_validate)
-    s = sub.add_parser("keygen", help="draw the hidden split's secrets (HMAC key + 128-bit hidden seed) into a file")
+    s = sub.add_parser(
+        "keygen", help="draw the hidden split's secrets (HMAC key + 128-bit hidden seed) into a file"
+    )
     s.add_argument("out", help="key file to write (refuses to replace one)")
-    s.add_argument("--hidden-fraction", type=float, default=0.2,
-                   help="share of each task's STAR scenarios reserved for the hidden split (default 0.2)")
+    s.add_argument(
+        "--hidden-fraction",
+        type=float,
+        default=0.2,
+        help="share of each task's STAR scenarios reserved for the hidden split (default 0.2)",
+    )
     s.set_defaults(func=_cmd_keygen)
     s = sub.add_parser("check", help="load every config of a layout with datasets.load_dataset (offline)")
     s.add_argument("dest")
-    s.add_argument("--configs", default="conformant,forked,task3,blind,blind_task2",
-                   help="comma-separated configs to load")
+    s.add_argument(
+        "--configs",
+        default="conformant,forked,task3,blind,blind_task2",
+        help="comma-separated configs to load",
+    )
     s.set_defaults(func=_cmd_check)
     s = sub.add_parser("push", help="upload a layout to a Hub dataset repo")
     s.add_argument("dest")
     s.add_argument("repo_id")
     s.add_argument("--private", action="store_true", help="create the Hub repo as private")
-    s.add_argument("--endpoint", default=None, help="Hub endpoint URL (default: $HF_ENDPOINT or huggingface.co)")
+    s.add_argument(
+        "--endpoint", default=None, help="Hub endpoint URL (default: $HF_ENDPOINT or huggingface.co)"
+    )
     s.set_defaults(func=_cmd_push)
-    s = sub.add_parser("star-human", help="write the star-human track of Task 3: STAR's conformant human dialogues "
-                       "and forks made by editing them at a known turn (a folder load_examples and the benchmark read)")
-    s.add_argument("--star", required=True, help="STAR folder with its human dialogues (dialogues.jsonl.gz or dialogues/)")
+    s = sub.add_parser(
+        "star-human",
+        help="write the star-human track of Task 3: STAR's conformant human dialogues "
+        "and forks made by editing them at a known turn (a folder load_examples and the benchmark read)",
+    )
+    s.add_argument(
+        "--star",
+        required=True,
+        help="STAR folder with its human dialogues (dialogues.jsonl.gz or dialogues/)",
+    )
     s.add_argument("--out", required=True, help="folder to write (refuses to replace one unless --overwrite)")
-    s.add_argument("--variant", choices=["picked", "typed"], default="picked",
-                   help="system turn text: the picked suggestion or the wizard's typed draft")
+    s.add_argument(
+        "--variant",
+        choices=["picked", "typed"],
+        default="picked",
+        help="system turn text: the picked suggestion or the wizard's typed draft",
+    )
     s.add_argument("--tasks", default=None, help="comma-separated STAR tasks (default: all)")
     s.add_argument("--seed", type=int, default=0, help="seed of the fit/test split and the donor draws")
     s.add_argument("--fit-fraction", type=float, default=0.5, help="share of each task's dialogues in train")

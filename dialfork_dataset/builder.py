@@ -59,8 +59,12 @@ def record_files(src: str | os.PathLike) -> list[Path]:
     if not src.is_dir():
         raise FileNotFoundError(f"{src}: no such record file or folder")
     files = sorted(
-        p for p in src.rglob("*") if p.is_file() and (p.name.endswith(".jsonl") or p.name.endswith(".jsonl.gz"))
-        and not p.name.startswith(".") and "shards" not in p.relative_to(src).parts[:-1]
+        p
+        for p in src.rglob("*")
+        if p.is_file()
+        and (p.name.endswith(".jsonl") or p.name.endswith(".jsonl.gz"))
+        and not p.name.startswith(".")
+        and "shards" not in p.relative_to(src).parts[:-1]
     )
     if not files:
         raise FileNotFoundError(f"{src}: holds no *.jsonl record files (expected the generator's output)")
@@ -78,11 +82,18 @@ def sort_key(r: Mapping[str, Any]) -> tuple:
         none), dialogue_id)``.
     """
     h = r.get("hallucination_type")
-    return (r["task"], r["source_id"], -1 if h is None else (type_index(h) if is_type(h) else 99), r.get("fork_position") or 0,
-            r["dialogue_id"])
+    return (
+        r["task"],
+        r["source_id"],
+        -1 if h is None else (type_index(h) if is_type(h) else 99),
+        r.get("fork_position") or 0,
+        r["dialogue_id"],
+    )
 
 
-def load_records(src: str | os.PathLike | Sequence[Mapping[str, Any]], validate: bool = True) -> list[dict[str, Any]]:
+def load_records(
+    src: str | os.PathLike | Sequence[Mapping[str, Any]], validate: bool = True
+) -> list[dict[str, Any]]:
     """Read every record of a generator output folder (or take a list), validate, sort canonically.
 
     Args:
@@ -132,7 +143,9 @@ def load_records(src: str | os.PathLike | Sequence[Mapping[str, Any]], validate:
                 where.setdefault(rec["dialogue_id"], loc)
     if validate and not errors:
         errors.extend(_cross_record_errors(records, where))
-    RecordError.raise_if(errors, f"the records of {src if isinstance(src, (str, os.PathLike)) else 'the given list'}")
+    RecordError.raise_if(
+        errors, f"the records of {src if isinstance(src, (str, os.PathLike)) else 'the given list'}"
+    )
     records.sort(key=sort_key)
     return records
 
@@ -152,22 +165,28 @@ def _cross_record_errors(records: Sequence[Mapping[str, Any]], where: Mapping[st
         if r["hallucination_type"] is None:
             sources[did] = r
             if r["num_system_turns"] < MIN_SYSTEM_TURNS:  # SPEC 1: kept only if T >= 4
-                errs.append(f"{where.get(did, '?')}: dialogue_id={did!r}: a conformant dialogue needs "
-                            f"T >= {MIN_SYSTEM_TURNS} system turns to admit four fork turns, has T="
-                            f"{r['num_system_turns']} (drop it)")
+                errs.append(
+                    f"{where.get(did, '?')}: dialogue_id={did!r}: a conformant dialogue needs "
+                    f"T >= {MIN_SYSTEM_TURNS} system turns to admit four fork turns, has T="
+                    f"{r['num_system_turns']} (drop it)"
+                )
     for r in records:
         if r["hallucination_type"] is None:
             continue
         unit = (r["source_id"], r["hallucination_type"], r["fork_position"])
         first = units.setdefault(unit, r["dialogue_id"])
         if first != r["dialogue_id"]:
-            errs.append(f"{where.get(r['dialogue_id'], '?')}: dialogue_id={r['dialogue_id']!r}: same source, type "
-                        f"and fork position as {first!r} ({unit[1]}, k={unit[2]} of {unit[0]!r}); keep one")
+            errs.append(
+                f"{where.get(r['dialogue_id'], '?')}: dialogue_id={r['dialogue_id']!r}: same source, type "
+                f"and fork position as {first!r} ({unit[1]}, k={unit[2]} of {unit[0]!r}); keep one"
+            )
         src = sources.get(r["source_id"])
         loc = where.get(r["dialogue_id"], "?")
         if src is None:
-            errs.append(f"{loc}: dialogue_id={r['dialogue_id']!r}: source_id {r['source_id']!r} is not a conformant "
-                        "record of this corpus (add the source or drop the fork)")
+            errs.append(
+                f"{loc}: dialogue_id={r['dialogue_id']!r}: source_id {r['source_id']!r} is not a conformant "
+                "record of this corpus (add the source or drop the fork)"
+            )
             continue
         from .forks import fork_turns
 
@@ -177,11 +196,15 @@ def _cross_record_errors(records: Sequence[Mapping[str, Any]], where: Mapping[st
             errs.append(f"{loc}: dialogue_id={r['dialogue_id']!r}: source cannot be forked: {e}")
             continue
         if r["fork_turn"] != expected:
-            errs.append(f"{loc}: dialogue_id={r['dialogue_id']!r}: fork_turn {r['fork_turn']} != t_{r['fork_position']}"
-                        f" = {expected} of its source (T={src['num_system_turns']})")
+            errs.append(
+                f"{loc}: dialogue_id={r['dialogue_id']!r}: fork_turn {r['fork_turn']} != t_{r['fork_position']}"
+                f" = {expected} of its source (T={src['num_system_turns']})"
+            )
         for k in ("task", "scenario_id", "domain"):
             if r[k] != src[k]:
-                errs.append(f"{loc}: dialogue_id={r['dialogue_id']!r}: {k} {r[k]!r} differs from its source's {src[k]!r}")
+                errs.append(
+                    f"{loc}: dialogue_id={r['dialogue_id']!r}: {k} {r[k]!r} differs from its source's {src[k]!r}"
+                )
     return errs
 
 
@@ -189,7 +212,9 @@ def _rank(split_seed: int, source_id: str) -> str:
     return hashlib.sha256(f"{split_seed}:{source_id}".encode()).hexdigest()
 
 
-def split_sources(records: Iterable[Mapping[str, Any]], split_seed: int = DEFAULT_SPLIT_SEED) -> dict[str, str]:
+def split_sources(
+    records: Iterable[Mapping[str, Any]], split_seed: int = DEFAULT_SPLIT_SEED
+) -> dict[str, str]:
     """Assign each conformant source to train or test (SPEC section 4).
 
     Per task the conformant sources are ordered by a seeded hash of their id and the first
@@ -215,8 +240,13 @@ def split_sources(records: Iterable[Mapping[str, Any]], split_seed: int = DEFAUL
     return out
 
 
-def config_split_rows(records: Sequence[Mapping[str, Any]], config: str, split: str,
-                      split_seed: int = DEFAULT_SPLIT_SEED, assignment: Mapping[str, str] | None = None) -> list[Mapping[str, Any]]:
+def config_split_rows(
+    records: Sequence[Mapping[str, Any]],
+    config: str,
+    split: str,
+    split_seed: int = DEFAULT_SPLIT_SEED,
+    assignment: Mapping[str, str] | None = None,
+) -> list[Mapping[str, Any]]:
     """The rows of ``config``/``split`` in canonical order.
 
     ``conformant``: the conformant sources of the split; ``forked``: the forks of the split's
@@ -240,7 +270,9 @@ def config_split_rows(records: Sequence[Mapping[str, Any]], config: str, split: 
     if config not in CONFIGS:
         raise ValueError(f"unknown config {config!r}; DialFork has {', '.join(CONFIGS)}")
     if split not in SPLITS:
-        raise ValueError(f"unknown split {split!r} for config {config!r}; expected one of {', '.join(SPLITS)}")
+        raise ValueError(
+            f"unknown split {split!r} for config {config!r}; expected one of {', '.join(SPLITS)}"
+        )
     assignment = assignment if assignment is not None else split_sources(records, split_seed)
     rows = []
     for r in records:
@@ -257,7 +289,9 @@ def config_split_rows(records: Sequence[Mapping[str, Any]], config: str, split: 
     return rows
 
 
-def all_config_rows(records: Sequence[Mapping[str, Any]], split_seed: int = DEFAULT_SPLIT_SEED) -> dict[str, dict[str, list]]:
+def all_config_rows(
+    records: Sequence[Mapping[str, Any]], split_seed: int = DEFAULT_SPLIT_SEED
+) -> dict[str, dict[str, list]]:
     """The rows of every public config and split (:func:`config_split_rows`, one assignment).
 
     Args:
@@ -271,8 +305,11 @@ def all_config_rows(records: Sequence[Mapping[str, Any]], split_seed: int = DEFA
     return {c: {s: config_split_rows(records, c, s, assignment=assignment) for s in SPLITS} for c in CONFIGS}
 
 
-def compound_config_rows(records: Sequence[Mapping[str, Any]], split_seed: int = DEFAULT_SPLIT_SEED,
-                         assignment: Mapping[str, str] | None = None) -> dict[str, list[Mapping[str, Any]]]:
+def compound_config_rows(
+    records: Sequence[Mapping[str, Any]],
+    split_seed: int = DEFAULT_SPLIT_SEED,
+    assignment: Mapping[str, str] | None = None,
+) -> dict[str, list[Mapping[str, Any]]]:
     """The rows of the ``compound`` config (split -> rows, canonical order) of a compound corpus.
 
     Each split holds the compound forks (records with ``injections``) of its sources and those
@@ -329,12 +366,21 @@ def _builder_classes():
         VERSION = datasets.Version("1.0.0")
         BUILDER_CONFIG_CLASS = DialForkConfig
         BUILDER_CONFIGS = [
-            DialForkConfig(name="conformant", version=datasets.Version("1.0.0"),
-                           description="Conformant dialogues D+ (train/test halves per task)."),
-            DialForkConfig(name="forked", version=datasets.Version("1.0.0"),
-                           description="The forks of each conformant dialogue: one per (hallucination type, fork position)."),
-            DialForkConfig(name="task3", version=datasets.Version("1.0.0"),
-                           description="Task 3: train = conformant train half; test = conformant test half + its forks."),
+            DialForkConfig(
+                name="conformant",
+                version=datasets.Version("1.0.0"),
+                description="Conformant dialogues D+ (train/test halves per task).",
+            ),
+            DialForkConfig(
+                name="forked",
+                version=datasets.Version("1.0.0"),
+                description="The forks of each conformant dialogue: one per (hallucination type, fork position).",
+            ),
+            DialForkConfig(
+                name="task3",
+                version=datasets.Version("1.0.0"),
+                description="Task 3: train = conformant train half; test = conformant test half + its forks.",
+            ),
         ]
         DEFAULT_CONFIG_NAME = DEFAULT_CONFIG
 
@@ -358,7 +404,9 @@ def _builder_classes():
             return [
                 datasets.SplitGenerator(
                     name=getattr(datasets.Split, s.upper()),
-                    gen_kwargs={"rows": config_split_rows(records, self.config.name, s, assignment=assignment)},
+                    gen_kwargs={
+                        "rows": config_split_rows(records, self.config.name, s, assignment=assignment)
+                    },
                 )
                 for s in SPLITS
             ]
@@ -380,8 +428,12 @@ def __getattr__(name: str):  # lazy: datasets is heavy
     raise AttributeError(name)
 
 
-def build_dataset(src: str | os.PathLike, config: str = DEFAULT_CONFIG, split_seed: int = DEFAULT_SPLIT_SEED,
-                  cache_dir: str | None = None):
+def build_dataset(
+    src: str | os.PathLike,
+    config: str = DEFAULT_CONFIG,
+    split_seed: int = DEFAULT_SPLIT_SEED,
+    cache_dir: str | None = None,
+):
     """Build a config from a folder of record files (the ``GeneratorBasedBuilder``).
 
     Args:
@@ -407,7 +459,6 @@ def build_dataset(src: str | os.PathLike, config: str = DEFAULT_CONFIG, split_se
     return b.as_dataset()
 
 
-
 __all__ = [
     "CONFIGS",
     "SPLITS",
@@ -421,4 +472,3 @@ __all__ = [
     "sort_key",
     "split_sources",
 ]
-

@@ -88,10 +88,18 @@ def add_verbosity_options(parser: argparse.ArgumentParser, default: str = "INFO"
     """
     more = logging.getLevelName(_more_verbose(logging.getLevelName(default))).lower()
     g = parser.add_mutually_exclusive_group()
-    g.add_argument("-v", "--verbose", action="store_true",
-                   help=f"log lines from {more} up (default: off, {default.lower()} and up)")
-    g.add_argument("-q", "--quiet", action="store_true",
-                   help="errors only: no log lines below ERROR and no progress bars (default: off)")
+    g.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help=f"log lines from {more} up (default: off, {default.lower()} and up)",
+    )
+    g.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        help="errors only: no log lines below ERROR and no progress bars (default: off)",
+    )
 
 
 def state_defaults(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -113,8 +121,12 @@ def state_defaults(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
             for sub in dict.fromkeys(action.choices.values()):
                 state_defaults(sub)
             continue
-        if (not action.option_strings or action.required or action.help == argparse.SUPPRESS
-                or action.default == argparse.SUPPRESS):
+        if (
+            not action.option_strings
+            or action.required
+            or action.help == argparse.SUPPRESS
+            or action.default == argparse.SUPPRESS
+        ):
             continue
         if isinstance(action, argparse._HelpAction | argparse._VersionAction):
             continue
@@ -134,8 +146,9 @@ def state_defaults(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 
 @contextmanager
-def console(verbose: bool = False, quiet: bool = False, default: str | int = logging.INFO,
-            fmt: str = DEFAULT_FORMAT) -> Iterator[None]:
+def console(
+    verbose: bool = False, quiet: bool = False, default: str | int = logging.INFO, fmt: str = DEFAULT_FORMAT
+) -> Iterator[None]:
     """Configure logging and progress bars for one CLI run (see the module doc).
 
     The level is ``default`` (INFO or WARNING), one step more verbose with ``verbose``, ERROR
@@ -220,5 +233,12 @@ def _quiet_loaded_libraries() -> None:
             pass
 
 
-__all__ = ["QUIET_ENV", "add_verbosity_options", "console", "plain_text", "progress_disabled", "prog_name",
-           "state_defaults"]
+__all__ = [
+    "QUIET_ENV",
+    "add_verbosity_options",
+    "console",
+    "plain_text",
+    "progress_disabled",
+    "prog_name",
+    "state_defaults",
+]

@@ -84,22 +84,28 @@ def parse_key(value: bytes | str | None, what: str = "blind key") -> bytes:
             than :data:`MIN_KEY_BYTES` (32) bytes.
     """
     if value is None or (isinstance(value, str | bytes) and len(value) == 0):
-        raise HiddenKeyError(f"the {what} is empty: give at least {MIN_KEY_BYTES} random bytes "
-                             f"(e.g. `python -c 'import secrets; print(secrets.token_hex({MIN_KEY_BYTES}))'`, "
-                             "or `python -m dialfork_dataset keygen FILE`)")
+        raise HiddenKeyError(
+            f"the {what} is empty: give at least {MIN_KEY_BYTES} random bytes "
+            f"(e.g. `python -c 'import secrets; print(secrets.token_hex({MIN_KEY_BYTES}))'`, "
+            "or `python -m dialfork_dataset keygen FILE`)"
+        )
     if isinstance(value, str):
         try:
             key = bytes.fromhex(value.strip())
         except ValueError:
-            raise HiddenKeyError(f"the {what} is not a hex string ({len(value)} characters); give "
-                                 f"{2 * MIN_KEY_BYTES} hex digits ({MIN_KEY_BYTES} random bytes)") from None
+            raise HiddenKeyError(
+                f"the {what} is not a hex string ({len(value)} characters); give "
+                f"{2 * MIN_KEY_BYTES} hex digits ({MIN_KEY_BYTES} random bytes)"
+            ) from None
     elif isinstance(value, bytes):
         key = value
     else:
         raise HiddenKeyError(f"the {what} must be a hex string or bytes, got {type(value).__name__}")
     if len(key) < MIN_KEY_BYTES:
-        raise HiddenKeyError(f"the {what} has {len(key)} bytes; at least {MIN_KEY_BYTES} random bytes are needed "
-                             f"({2 * MIN_KEY_BYTES} hex digits). Draw one with `python -m dialfork_dataset keygen FILE`")
+        raise HiddenKeyError(
+            f"the {what} has {len(key)} bytes; at least {MIN_KEY_BYTES} random bytes are needed "
+            f"({2 * MIN_KEY_BYTES} hex digits). Draw one with `python -m dialfork_dataset keygen FILE`"
+        )
     return key
 
 
@@ -118,8 +124,10 @@ def parse_seed(value: str | int | None, what: str = "hidden seed") -> int:
             :data:`MIN_SEED_BYTES` (16) bytes.
     """
     if isinstance(value, int) and not isinstance(value, bool):
-        raise HiddenKeyError(f"the {what} must be a hex string of at least {2 * MIN_SEED_BYTES} digits, not an "
-                             "integer (an integer hides how many random bits it was drawn with)")
+        raise HiddenKeyError(
+            f"the {what} must be a hex string of at least {2 * MIN_SEED_BYTES} digits, not an "
+            "integer (an integer hides how many random bits it was drawn with)"
+        )
     if not isinstance(value, str) or not value.strip():
         raise HiddenKeyError(f"the {what} is empty: give at least {MIN_SEED_BYTES} random bytes as hex")
     s = value.strip()
@@ -172,7 +180,9 @@ class HiddenKey:
             HiddenKeyError: The key has no hidden seed.
         """
         if self.hidden_seed_hex is None:
-            raise HiddenKeyError("this key has no hidden seed; draw a key file with `python -m dialfork_dataset keygen`")
+            raise HiddenKeyError(
+                "this key has no hidden seed; draw a key file with `python -m dialfork_dataset keygen`"
+            )
         return parse_seed(self.hidden_seed_hex)
 
     @classmethod
@@ -194,9 +204,13 @@ class HiddenKey:
             dict[str, Any]: ``{"format", "key" (hex), "hidden_seed" (hex or None),
             "hidden_fraction", "note"}``.
         """
-        return {"format": KEY_FORMAT, "key": self.key.hex(), "hidden_seed": self.hidden_seed_hex,
-                "hidden_fraction": self.hidden_fraction,
-                "note": "secret: keep with the gold only; never publish or commit this file"}
+        return {
+            "format": KEY_FORMAT,
+            "key": self.key.hex(),
+            "hidden_seed": self.hidden_seed_hex,
+            "hidden_fraction": self.hidden_fraction,
+            "note": "secret: keep with the gold only; never publish or commit this file",
+        }
 
     @classmethod
     def from_json(cls, obj: Any, where: str = "key file") -> HiddenKey:
@@ -214,11 +228,16 @@ class HiddenKey:
             HiddenKeyError: ``obj`` is not an object with ``key``, or a value is malformed.
         """
         if not isinstance(obj, Mapping) or "key" not in obj:
-            raise HiddenKeyError(f"{where}: not a DialFork key file (a JSON object with 'key'); draw one with "
-                                 "`python -m dialfork_dataset keygen FILE`")
+            raise HiddenKeyError(
+                f"{where}: not a DialFork key file (a JSON object with 'key'); draw one with "
+                "`python -m dialfork_dataset keygen FILE`"
+            )
         try:
-            return cls(parse_key(obj["key"], f"key in {where}"), obj.get("hidden_seed"),
-                       obj.get("hidden_fraction", DEFAULT_HIDDEN_FRACTION))
+            return cls(
+                parse_key(obj["key"], f"key in {where}"),
+                obj.get("hidden_seed"),
+                obj.get("hidden_fraction", DEFAULT_HIDDEN_FRACTION),
+            )
         except HiddenKeyError as e:
             raise HiddenKeyError(f"{where}: {e}") from None
 
@@ -241,8 +260,10 @@ def write_key_file(path: str | os.PathLike, key: HiddenKey, overwrite: bool = Fa
 
     path = Path(path)
     if path.exists() and not overwrite:
-        raise FileExistsError(f"{path} exists: a key file is never replaced silently (the gold made with it "
-                              "would become unscorable); remove it or choose another path")
+        raise FileExistsError(
+            f"{path} exists: a key file is never replaced silently (the gold made with it "
+            "would become unscorable); remove it or choose another path"
+        )
     with atomic_path(path) as tmp:
         os.chmod(tmp, 0o600)  # private before the secret is written, not after
         tmp.write_text(json.dumps(key.to_json(), ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
@@ -264,7 +285,9 @@ def read_key_file(path: str | os.PathLike) -> HiddenKey:
     """
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such key file; draw one with `python -m dialfork_dataset keygen {path}`")
+        raise FileNotFoundError(
+            f"{path}: no such key file; draw one with `python -m dialfork_dataset keygen {path}`"
+        )
     try:
         obj = json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
@@ -333,8 +356,9 @@ def n_reserved(n: int, fraction: float) -> int:
     return min(n - 1, max(1, round(fraction * n)))
 
 
-def reserve(items_by_task: Mapping[str, Iterable[str]], key: bytes,
-            fraction: float = DEFAULT_HIDDEN_FRACTION) -> dict[str, set[str]]:
+def reserve(
+    items_by_task: Mapping[str, Iterable[str]], key: bytes, fraction: float = DEFAULT_HIDDEN_FRACTION
+) -> dict[str, set[str]]:
     """``{task: reserved ids}``: per task the :func:`n_reserved` ids of smallest keyed rank.
 
     A task with a single item reserves nothing (a warning names it): it would have no public side.
@@ -358,8 +382,9 @@ def reserve(items_by_task: Mapping[str, Iterable[str]], key: bytes,
     return out
 
 
-def star_scenario_split(corpus: Any, key: HiddenKey, tasks: Sequence[str] | None = None
-                        ) -> dict[str, dict[str, list[str]]]:
+def star_scenario_split(
+    corpus: Any, key: HiddenKey, tasks: Sequence[str] | None = None
+) -> dict[str, dict[str, list[str]]]:
     """``{task: {"public": [...], "hidden": [...]}}`` over the single-task STAR scenarios of each
     task (``corpus``: a :class:`~dialfork_dataset.sources.WorkflowSource`), in id order. The universe is every single-task
     scenario of the task, whatever the generation options, so the split is stable.
@@ -378,8 +403,10 @@ def star_scenario_split(corpus: Any, key: HiddenKey, tasks: Sequence[str] | None
     names = sorted(tasks) if tasks else sorted(corpus.tasks)
     universe = {t: [s.scenario_id for s in corpus.scenarios_for(task=t, single_task=True)] for t in names}
     hidden = reserve(universe, key.key, key.hidden_fraction)
-    return {t: {"public": [s for s in ids if s not in hidden[t]], "hidden": [s for s in ids if s in hidden[t]]}
-            for t, ids in universe.items()}
+    return {
+        t: {"public": [s for s in ids if s not in hidden[t]], "hidden": [s for s in ids if s in hidden[t]]}
+        for t, ids in universe.items()
+    }
 
 
 # --------------------------------------------------------------------------- disjointness
@@ -409,7 +436,9 @@ class LeakError(CollectedErrors):
     """
 
 
-def assert_disjoint(public: Sequence[Mapping[str, Any]], hidden: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+def assert_disjoint(
+    public: Sequence[Mapping[str, Any]], hidden: Sequence[Mapping[str, Any]]
+) -> dict[str, int]:
     """Raise :class:`LeakError` unless the hidden records share no scenario id and no turn sequence
     (by hash) with the public records. Returns the counts checked.
 
@@ -429,16 +458,22 @@ def assert_disjoint(public: Sequence[Mapping[str, Any]], hidden: Sequence[Mappin
     errs = []
     shared = sorted({str(r["scenario_id"]) for r in hidden} & pub_scen)
     if shared:
-        errs.append(f"{len(shared)} scenario id(s) occur in both the public and the hidden records (e.g. "
-                    f"{shared[:5]}): generate the public corpus with --split public and the hidden one with "
-                    "--split hidden from the same key file")
+        errs.append(
+            f"{len(shared)} scenario id(s) occur in both the public and the hidden records (e.g. "
+            f"{shared[:5]}): generate the public corpus with --split public and the hidden one with "
+            "--split hidden from the same key file"
+        )
     dup = [r["dialogue_id"] for r in hidden if turns_hash(r["turns"]) in pub_hash]
     if dup:
-        errs.append(f"{len(dup)} hidden dialogue(s) have a turn sequence that also occurs in the public records "
-                    f"(e.g. {dup[:5]})")
+        errs.append(
+            f"{len(dup)} hidden dialogue(s) have a turn sequence that also occurs in the public records "
+            f"(e.g. {dup[:5]})"
+        )
     if errs:
-        raise LeakError("the hidden split is not disjoint from the public data:\n" + "\n".join(f"- {e}" for e in errs),
-                        errs)
+        raise LeakError(
+            "the hidden split is not disjoint from the public data:\n" + "\n".join(f"- {e}" for e in errs),
+            errs,
+        )
     return {"public_records": len(public), "hidden_records": len(hidden), "public_scenarios": len(pub_scen)}
 
 
@@ -481,10 +516,14 @@ class HiddenTracks:
     mix: dict[str, Any]  # counts: conformant share, types, k, tasks, subsets (stated in the card)
 
 
-def draw_hidden_tracks(records: Sequence[Mapping[str, Any]], key: bytes, *,
-                       metric_share: float = DEFAULT_METRIC_SHARE,
-                       conformant_share: float = DEFAULT_CONFORMANT_SHARE,
-                       public_fraction: float = DEFAULT_PUBLIC_FRACTION) -> HiddenTracks:
+def draw_hidden_tracks(
+    records: Sequence[Mapping[str, Any]],
+    key: bytes,
+    *,
+    metric_share: float = DEFAULT_METRIC_SHARE,
+    conformant_share: float = DEFAULT_CONFORMANT_SHARE,
+    public_fraction: float = DEFAULT_PUBLIC_FRACTION,
+) -> HiddenTracks:
     """Split the hidden sources between the two tracks and draw the detector blind set.
 
     Per task, ``n_reserved(n, metric_share)`` sources (at least one when the task has two or more)
@@ -511,8 +550,11 @@ def draw_hidden_tracks(records: Sequence[Mapping[str, Any]], key: bytes, *,
     Raises:
         ValueError: A share or fraction is not a number in (0, 1).
     """
-    for name, v in (("metric_share", metric_share), ("conformant_share", conformant_share),
-                    ("public_fraction", public_fraction)):
+    for name, v in (
+        ("metric_share", metric_share),
+        ("conformant_share", conformant_share),
+        ("public_fraction", public_fraction),
+    ):
         if isinstance(v, bool) or not isinstance(v, int | float) or not 0.0 < v < 1.0:
             raise ValueError(f"{name} must be a number in (0, 1), got {v!r}")
     fam = _families(records)
@@ -561,12 +603,15 @@ def draw_hidden_tracks(records: Sequence[Mapping[str, Any]], key: bytes, *,
         metric += [{**r, "subset": subset[sid]} for _, r in sorted(f["forks"].items())]
     mix = blind_mix(detector)
     mix["metric_sources"] = len(met_sources)
-    mix["metric_units"] = len({(r["source_id"], r["hallucination_type"]) for r in metric if r["hallucination_type"]})
+    mix["metric_units"] = len(
+        {(r["source_id"], r["hallucination_type"]) for r in metric if r["hallucination_type"]}
+    )
     return HiddenTracks(detector, metric, mix)
 
 
-def latin_cells(rng: random.Random, types: Sequence[str] | None = None,
-                positions: Sequence[int] | None = None) -> list[tuple[str, int]]:
+def latin_cells(
+    rng: random.Random, types: Sequence[str] | None = None, positions: Sequence[int] | None = None
+) -> list[tuple[str, int]]:
     """Every (type, k) cell once, in a secret order whose every prefix is balanced to within one
     dialogue per type and per fork position.
 
@@ -639,17 +684,40 @@ def blind_mix(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "conformant": conf,
         "forked": n - conf,
         "conformant_share": round(conf / n, 4) if n else None,
-        "types": dict(sorted(Counter(r["hallucination_type"] for r in rows if r["hallucination_type"]).items())),
-        "fork_positions": {f"k{k}": c for k, c in sorted(Counter(r["fork_position"] for r in rows
-                                                                   if r["hallucination_type"]).items())},
+        "types": dict(
+            sorted(Counter(r["hallucination_type"] for r in rows if r["hallucination_type"]).items())
+        ),
+        "fork_positions": {
+            f"k{k}": c
+            for k, c in sorted(Counter(r["fork_position"] for r in rows if r["hallucination_type"]).items())
+        },
         "tasks": len({r["task"] for r in rows}),
         "subsets": dict(sorted(Counter(r.get("subset") for r in rows).items())),
     }
 
 
 __all__ = [
-    "DEFAULT_CONFORMANT_SHARE", "DEFAULT_HIDDEN_FRACTION", "DEFAULT_METRIC_SHARE", "HiddenKey", "HiddenKeyError",
-    "HiddenTracks", "LeakError", "MIN_KEY_BYTES", "MIN_SEED_BYTES", "assert_disjoint", "blind_mix",
-    "draw_hidden_tracks", "keyed_token", "keyed_unit", "n_reserved", "parse_key", "parse_seed", "read_key_file",
-    "reserve", "secret_rng", "star_scenario_split", "turns_hash", "write_key_file",
+    "DEFAULT_CONFORMANT_SHARE",
+    "DEFAULT_HIDDEN_FRACTION",
+    "DEFAULT_METRIC_SHARE",
+    "HiddenKey",
+    "HiddenKeyError",
+    "HiddenTracks",
+    "LeakError",
+    "MIN_KEY_BYTES",
+    "MIN_SEED_BYTES",
+    "assert_disjoint",
+    "blind_mix",
+    "draw_hidden_tracks",
+    "keyed_token",
+    "keyed_unit",
+    "n_reserved",
+    "parse_key",
+    "parse_seed",
+    "read_key_file",
+    "reserve",
+    "secret_rng",
+    "star_scenario_split",
+    "turns_hash",
+    "write_key_file",
 ]

@@ -99,13 +99,17 @@ def iter_jsonl(path: str | os.PathLike, collect: bool = False) -> Iterator[tuple
             try:
                 obj = json.loads(raw.decode("utf-8"), parse_int=_parse_int)
             except UnicodeDecodeError as e:
-                msg = (f"{path}:{lineno}: {_context(raw.decode('utf-8', 'replace'), _BAD_UTF8)}not valid UTF-8 "
-                       f"(byte 0x{raw[e.start]:02x} at byte {e.start + 1} of the line: {e.reason})")
+                msg = (
+                    f"{path}:{lineno}: {_context(raw.decode('utf-8', 'replace'), _BAD_UTF8)}not valid UTF-8 "
+                    f"(byte 0x{raw[e.start]:02x} at byte {e.start + 1} of the line: {e.reason})"
+                )
             except json.JSONDecodeError as e:
                 msg = f"{path}:{lineno}: malformed JSON ({e.msg} at column {e.colno})"
             except RecursionError:
-                msg = (f"{path}:{lineno}: {_context(raw.decode('utf-8', 'replace'), _TOO_DEEP)}malformed JSON "
-                       "(nested too deeply to parse)")
+                msg = (
+                    f"{path}:{lineno}: {_context(raw.decode('utf-8', 'replace'), _TOO_DEEP)}malformed JSON "
+                    "(nested too deeply to parse)"
+                )
             if msg is not None:
                 if not collect:
                     raise JsonlError(msg + "; fix or remove that line", [msg]) from None
@@ -345,7 +349,9 @@ def validate_jsonl_file(path: str | os.PathLike) -> list[Mapping[str, Any]]:
                 errors.append(f"{path}:{lineno}: dialogue_id={dialogue_id_of(obj)}: {e}")
             if isinstance(did, str):
                 if did in seen:
-                    errors.append(f"{path}:{lineno}: dialogue_id={did!r}: duplicate id (first on line {seen[did]})")
+                    errors.append(
+                        f"{path}:{lineno}: dialogue_id={did!r}: duplicate id (first on line {seen[did]})"
+                    )
                 else:
                     seen[did] = lineno
             records.append(obj)

@@ -64,8 +64,15 @@ DECODING_FIELDS: tuple[str, ...] = ("temperature", "top_p", "top_k", "max_new_to
 #: workflow's happy-path content steps said; ``skipped``: those not said; ``off_workflow``: the system
 #: turns (1-based) another task's workflow fits better; ``unfamiliar``: system turns near no workflow step;
 #: ``reached_outcome``: whether the workflow's outcome step was said.
-CONFORMANCE_FIELDS: tuple[str, ...] = ("check", "conformant", "coverage", "skipped", "off_workflow", "unfamiliar",
-                                       "reached_outcome")
+CONFORMANCE_FIELDS: tuple[str, ...] = (
+    "check",
+    "conformant",
+    "coverage",
+    "skipped",
+    "off_workflow",
+    "unfamiliar",
+    "reached_outcome",
+)
 
 #: Deepest nesting a record may hold (a turn's text sits at depth 3: record > turns > turn).
 MAX_NESTING = 8
@@ -370,7 +377,10 @@ def normalize_record(d: Mapping[str, Any]) -> dict[str, Any]:
         elif k == "code_version" and v is None:
             v = ""
         elif k == "turns" and isinstance(v, list | tuple):
-            v = [{"speaker": t.get("speaker"), "text": t.get("text")} if isinstance(t, Mapping) else t for t in v]
+            v = [
+                {"speaker": t.get("speaker"), "text": t.get("text")} if isinstance(t, Mapping) else t
+                for t in v
+            ]
         elif k == "turns" and v is None:
             v = []
         out[k] = v
@@ -475,7 +485,9 @@ def record_errors(record: Mapping[str, Any]) -> list[str]:
             errs.append(f"source_id: a conformant record's source_id must equal its dialogue_id ({did!r})")
     else:
         if not is_type(htype):
-            errs.append(f"hallucination_type: unknown type {show(htype)} (expected one of {', '.join(hallucination_types())} or null)")
+            errs.append(
+                f"hallucination_type: unknown type {show(htype)} (expected one of {', '.join(hallucination_types())} or null)"
+            )
         k = record.get("fork_position")
         if k is None:
             errs.append("fork_position: a forked record needs fork_position k in 1..4")
@@ -495,8 +507,10 @@ def record_errors(record: Mapping[str, Any]) -> list[str]:
         if substitute and not (isinstance(sub, str) and sub.strip()):
             errs.append(f"substitute_task: a {htype} fork must record its substitute_task")
         if is_type(htype) and not substitute and sub is not None:
-            errs.append(f"substitute_task: only forks of a type with a substitute task "
-                        f"({', '.join(substitute_types()) or 'none'}) carry one")
+            errs.append(
+                f"substitute_task: only forks of a type with a substitute task "
+                f"({', '.join(substitute_types()) or 'none'}) carry one"
+            )
         elif sub is not None and not isinstance(sub, str):
             errs.append(f"substitute_task: must be a string, got {show(sub)}")
         pm = record.get("prefix_mode")
@@ -508,8 +522,10 @@ def record_errors(record: Mapping[str, Any]) -> list[str]:
         if record.get("injections") is not None:
             errs += _injection_errors(record, T)
     if record.get("conformance") is not None:
-        errs += [f"conformance.{e}" if not e.startswith("conformance") else e
-                 for e in conformance_errors(record["conformance"], T)]
+        errs += [
+            f"conformance.{e}" if not e.startswith("conformance") else e
+            for e in conformance_errors(record["conformance"], T)
+        ]
     cv = record.get("code_version")
     if cv is not None and not isinstance(cv, str):
         errs.append(f"code_version: must be a string, got {show(cv)}")
@@ -550,7 +566,9 @@ def conformance_errors(value: Any, num_system_turns: int | None = None) -> list[
         if k in value and not isinstance(value[k], bool):
             errs.append(f"{k}: must be true or false, got {show(value[k])}")
     cov = value.get("coverage")
-    if "coverage" in value and (isinstance(cov, bool) or not isinstance(cov, int | float) or not 0.0 <= cov <= 1.0):
+    if "coverage" in value and (
+        isinstance(cov, bool) or not isinstance(cov, int | float) or not 0.0 <= cov <= 1.0
+    ):
         errs.append(f"coverage: must be a number in [0, 1], got {show(cov)}")
     sk = value.get("skipped")
     if "skipped" in value and not (isinstance(sk, list) and all(isinstance(x, str) for x in sk)):
@@ -559,8 +577,10 @@ def conformance_errors(value: Any, num_system_turns: int | None = None) -> list[
     for k in ("off_workflow", "unfamiliar"):
         v = value.get(k)
         if k in value and not (isinstance(v, list) and all(_is_int(x) and 1 <= x <= hi for x in v)):
-            errs.append(f"{k}: turn numbers must be integers in 1..{'T' if num_system_turns is None else hi}, "
-                        f"got {show(v)}")
+            errs.append(
+                f"{k}: turn numbers must be integers in 1..{'T' if num_system_turns is None else hi}, "
+                f"got {show(v)}"
+            )
     return errs
 
 
@@ -569,12 +589,16 @@ def _injection_errors(record: Mapping[str, Any], T: int | None) -> list[str]:
     increasing in 1..T, the first one equal to the single-injection fields."""
     inj = record["injections"]
     if not isinstance(inj, Sequence) or isinstance(inj, str) or len(inj) < 2:
-        return [f"injections: a compound fork lists at least 2 injections {{type, variant, turn}}, got {show(inj)}"]
+        return [
+            f"injections: a compound fork lists at least 2 injections {{type, variant, turn}}, got {show(inj)}"
+        ]
     errs: list[str] = []
     prev = 0
     for i, x in enumerate(inj):
         if not isinstance(x, Mapping) or set(x) != set(INJECTION_FIELDS):
-            errs.append(f"injections[{i}]: must be an object with exactly {', '.join(INJECTION_FIELDS)}, got {show(x)}")
+            errs.append(
+                f"injections[{i}]: must be an object with exactly {', '.join(INJECTION_FIELDS)}, got {show(x)}"
+            )
             continue
         if not is_type(x["type"]):
             errs.append(f"injections[{i}].type: unknown type {show(x['type'])}")
@@ -582,14 +606,22 @@ def _injection_errors(record: Mapping[str, Any], T: int | None) -> list[str]:
             errs.append(f"injections[{i}].variant: must be a non-empty string")
         t = x["turn"]
         if not _is_int(t) or t <= prev or (T is not None and t > T):
-            errs.append(f"injections[{i}].turn: turns must increase strictly within 1..T (T={T}); got {show(t)} after {prev}")
+            errs.append(
+                f"injections[{i}].turn: turns must increase strictly within 1..T (T={T}); got {show(t)} after {prev}"
+            )
         prev = t if _is_int(t) else prev
     if not errs:
         first = inj[0]
-        for key, field_name in (("type", "hallucination_type"), ("variant", "variant"), ("turn", "fork_turn")):
+        for key, field_name in (
+            ("type", "hallucination_type"),
+            ("variant", "variant"),
+            ("turn", "fork_turn"),
+        ):
             if record.get(field_name) != first[key]:
-                errs.append(f"{field_name}: a compound fork's {field_name} is its first injection's {key} "
-                            f"({show(first[key])}), got {show(record.get(field_name))}")
+                errs.append(
+                    f"{field_name}: a compound fork's {field_name} is its first injection's {key} "
+                    f"({show(first[key])}), got {show(record.get(field_name))}"
+                )
     return errs
 
 

@@ -146,7 +146,9 @@ def register_source_kind(kind: SourceKind, *, replace: bool = False) -> SourceKi
     if not (kind.name.isidentifier() and len(kind.name) > 1):
         raise ValueError(f"source kind {kind.name!r}: the name must be an identifier of 2 characters or more")
     if kind.name in SOURCE_KINDS and not replace:
-        raise ValueError(f"source kind {kind.name!r} is already registered; pass replace=True or pick another name")
+        raise ValueError(
+            f"source kind {kind.name!r} is already registered; pass replace=True or pick another name"
+        )
     SOURCE_KINDS[kind.name] = kind
     return kind
 
@@ -173,8 +175,10 @@ def source_kind(name: str) -> SourceKind:
         SourceError: ``name`` is not registered (the message lists the registered kinds).
     """
     if name not in SOURCE_KINDS:
-        raise SourceError(f"unknown source kind {name!r}; registered: {', '.join(SOURCE_KINDS)} "
-                          "(add one with dialfork_dataset.sources.register_source_kind)")
+        raise SourceError(
+            f"unknown source kind {name!r}; registered: {', '.join(SOURCE_KINDS)} "
+            "(add one with dialfork_dataset.sources.register_source_kind)"
+        )
     return SOURCE_KINDS[name]
 
 
@@ -276,8 +280,9 @@ class WorkflowTask(Protocol):
     def steps(self) -> list[Any]:
         """Numbered steps with nested branches (:class:`~dialfork_dataset.star.WorkflowStep`)."""
 
-    def render_steps(self, with_templates: bool = True, include_other: bool = True,
-                     include_instructions: bool = True) -> str:
+    def render_steps(
+        self, with_templates: bool = True, include_other: bool = True, include_instructions: bool = True
+    ) -> str:
         """The workflow as numbered plain-language text (for LLM prompts and annotators).
 
         Args:
@@ -355,8 +360,9 @@ class WorkflowSource(Protocol):
         """
         ...
 
-    def scenarios_for(self, task: str | None = None, single_task: bool = True,
-                      happy: bool | None = None) -> list[ScenarioLike]:
+    def scenarios_for(
+        self, task: str | None = None, single_task: bool = True, happy: bool | None = None
+    ) -> list[ScenarioLike]:
         """The scenarios of ``task``, filtered.
 
         Args:
@@ -418,13 +424,17 @@ def parse_source_spec(spec: str | os.PathLike) -> tuple[str, Path]:
     kind, sep, rest = text.partition(":")
     if sep and kind in SOURCE_KINDS:
         if not rest:
-            raise SourceError(f"source {text!r}: no path after '{kind}:' (give {kind}:PATH, "
-                              f"PATH {SOURCE_KINDS[kind].describe})")
+            raise SourceError(
+                f"source {text!r}: no path after '{kind}:' (give {kind}:PATH, "
+                f"PATH {SOURCE_KINDS[kind].describe})"
+            )
         return kind, Path(rest).expanduser().resolve()
     p = Path(text).expanduser().resolve()
     if sep and rest and kind.isidentifier() and len(kind) > 1 and not p.exists():
-        raise SourceError(f"source {text!r}: unknown source kind {kind!r}; registered: {', '.join(SOURCE_KINDS)} "
-                          "(give KIND:PATH, or add the kind with dialfork_dataset.sources.register_source_kind)")
+        raise SourceError(
+            f"source {text!r}: unknown source kind {kind!r}; registered: {', '.join(SOURCE_KINDS)} "
+            "(give KIND:PATH, or add the kind with dialfork_dataset.sources.register_source_kind)"
+        )
     if p.suffix.lower() in (".yaml", ".yml") or p.is_file():
         return "workflow", p
     if p.is_dir() and not (p / "tasks").is_dir() and any(p.glob("*.y*ml")):
@@ -507,8 +517,14 @@ def card_source(spec: Any = None) -> dict[str, Any]:
         except SourceError:
             pass
     k = SOURCE_KINDS[kind]
-    return {"kind": k.name, "title": k.title, "source_dataset": k.source_dataset, "licence": k.licence,
-            "credit": k.credit, "note": k.note}
+    return {
+        "kind": k.name,
+        "title": k.title,
+        "source_dataset": k.source_dataset,
+        "licence": k.licence,
+        "credit": k.credit,
+        "note": k.note,
+    }
 
 
 def open_source(spec: Any = None) -> WorkflowSource:
@@ -532,9 +548,11 @@ def open_source(spec: Any = None) -> WorkflowSource:
     if spec is not None and not isinstance(spec, (str, os.PathLike)):
         if is_source(spec):
             return spec
-        raise SourceError(f"not a workflow source: {type(spec).__name__} (give "
-                          f"{', '.join(k + ':PATH' for k in SOURCE_KINDS)} or an object with tasks, domains, "
-                          "scenarios, length_budget, ...)")
+        raise SourceError(
+            f"not a workflow source: {type(spec).__name__} (give "
+            f"{', '.join(k + ':PATH' for k in SOURCE_KINDS)} or an object with tasks, domains, "
+            "scenarios, length_budget, ...)"
+        )
     if spec is None:
         from .star import StarCorpus
 
@@ -589,19 +607,37 @@ def _workflow_stamp(path: Path) -> int:
 
 #: The built-in source kinds, in the order the registry lists them.
 BUILTIN_SOURCE_KINDS = (
-    SourceKind("star", "dialfork_dataset.star:StarCorpus", "a STAR copy (a folder with tasks/ and apis/)",
-               title="STAR", source_dataset="extended|other-star", licence="MIT",
-               credit="STAR (Mosig et al., 2020; MIT)", note="STAR's human dialogues are not part of DialFork",
-               available=_star_available, bare=True, stamp=_star_stamp),
-    SourceKind("workflow", "dialfork_dataset.workflow:WorkflowCorpus",
-               "a workflow file (YAML, docs/workflows.md) or a folder of them", stamp=_workflow_stamp),
+    SourceKind(
+        "star",
+        "dialfork_dataset.star:StarCorpus",
+        "a STAR copy (a folder with tasks/ and apis/)",
+        title="STAR",
+        source_dataset="extended|other-star",
+        licence="MIT",
+        credit="STAR (Mosig et al., 2020; MIT)",
+        note="STAR's human dialogues are not part of DialFork",
+        available=_star_available,
+        bare=True,
+        stamp=_star_stamp,
+    ),
+    SourceKind(
+        "workflow",
+        "dialfork_dataset.workflow:WorkflowCorpus",
+        "a workflow file (YAML, docs/workflows.md) or a folder of them",
+        stamp=_workflow_stamp,
+    ),
 )
 for _kind in BUILTIN_SOURCE_KINDS:
     register_source_kind(_kind)
 
 
-def require(source: WorkflowSource, feature: str, tasks: Sequence[str] | None = None, *,
-            needed_by: str = "this backend") -> None:
+def require(
+    source: WorkflowSource,
+    feature: str,
+    tasks: Sequence[str] | None = None,
+    *,
+    needed_by: str = "this backend",
+) -> None:
     """Raise :class:`SourceError` naming every task (of ``tasks``, default all) and field that
     ``feature`` lacks.
 
@@ -623,11 +659,33 @@ def require(source: WorkflowSource, feature: str, tasks: Sequence[str] | None = 
         for f in source.tasks[name].missing(feature, source.dbs):
             errors.append(f"task {name}: missing {f}")
     if errors:
-        raise SourceError(f"{needed_by} needs {feature.replace('_', ' ')}, which the source lacks:\n"
-                          + "\n".join(f"- {e}" for e in errors), errors)
+        raise SourceError(
+            f"{needed_by} needs {feature.replace('_', ' ')}, which the source lacks:\n"
+            + "\n".join(f"- {e}" for e in errors),
+            errors,
+        )
 
 
-__all__ = ["FEATURES", "SOURCE_KINDS", "ScenarioLike", "SourceError", "SourceKind", "WorkflowSource", "WorkflowTask",
-           "card_source", "is_source", "open_source", "parse_source_spec", "recorded_source", "register_source_kind",
-           "require", "source_identity", "source_kind", "source_record", "source_spec_of",
-           "unregister_source_kind", "BUILTIN_SOURCE_KINDS", "path_stamp"]
+__all__ = [
+    "FEATURES",
+    "SOURCE_KINDS",
+    "ScenarioLike",
+    "SourceError",
+    "SourceKind",
+    "WorkflowSource",
+    "WorkflowTask",
+    "card_source",
+    "is_source",
+    "open_source",
+    "parse_source_spec",
+    "recorded_source",
+    "register_source_kind",
+    "require",
+    "source_identity",
+    "source_kind",
+    "source_record",
+    "source_spec_of",
+    "unregister_source_kind",
+    "BUILTIN_SOURCE_KINDS",
+    "path_stamp",
+]

@@ -159,7 +159,9 @@ def register_type(spec: HallucinationType, *, replace: bool = False) -> Hallucin
     if not isinstance(spec, HallucinationType):
         raise TypeError(f"register_type takes a HallucinationType, got {type(spec).__name__}")
     if spec.code in _TYPES and not replace:
-        raise ValueError(f"hallucination type {spec.code!r} is already registered; pass replace=True or pick another code")
+        raise ValueError(
+            f"hallucination type {spec.code!r} is already registered; pass replace=True or pick another code"
+        )
     _TYPES[spec.code] = spec
     return spec
 
@@ -322,22 +324,38 @@ _CHECKS = "generation.variants"
 #: named, not imported: this package never imports ``generation``.
 BUILTIN_TYPES: tuple[HallucinationType, ...] = (
     HallucinationType(
-        "WIC", "workflow identity corruption", breaks_task=True, substitute=True,
-        planner=f"{_PLANNERS}:WIC_PLANNER", variant_check=f"{_CHECKS}:check_wic_templates",
+        "WIC",
+        "workflow identity corruption",
+        breaks_task=True,
+        substitute=True,
+        planner=f"{_PLANNERS}:WIC_PLANNER",
+        variant_check=f"{_CHECKS}:check_wic_templates",
         cue="Leave the steps on the left and do another task instead: {description}",
-        example_line="Would you like to book a table at a restaurant instead?"),
+        example_line="Would you like to book a table at a restaurant instead?",
+    ),
     HallucinationType(
-        "SSPC", "step selection corruption", breaks_task=True,
-        planner=f"{_PLANNERS}:SSPC_PLANNER", variant_check=f"{_CHECKS}:check_sspc_templates",
-        example_line="Let me ask again: what is your name?"),
+        "SSPC",
+        "step selection corruption",
+        breaks_task=True,
+        planner=f"{_PLANNERS}:SSPC_PLANNER",
+        variant_check=f"{_CHECKS}:check_sspc_templates",
+        example_line="Let me ask again: what is your name?",
+    ),
     HallucinationType(
-        "GR", "goal replacement", breaks_task=True,
-        planner=f"{_PLANNERS}:GR_PLANNER", variant_check=f"{_CHECKS}:check_line_templates",
-        example_line="Have you considered our premium subscription plan?"),
+        "GR",
+        "goal replacement",
+        breaks_task=True,
+        planner=f"{_PLANNERS}:GR_PLANNER",
+        variant_check=f"{_CHECKS}:check_line_templates",
+        example_line="Have you considered our premium subscription plan?",
+    ),
     HallucinationType(
-        "CSC", "competing sub-goal",
-        planner=f"{_PLANNERS}:CSC_PLANNER", variant_check=f"{_CHECKS}:check_line_templates",
-        example_line="Before we go on, please rate this chat from 1 to 5."),
+        "CSC",
+        "competing sub-goal",
+        planner=f"{_PLANNERS}:CSC_PLANNER",
+        variant_check=f"{_CHECKS}:check_line_templates",
+        example_line="Before we go on, please rate this chat from 1 to 5.",
+    ),
 )
 for _spec in BUILTIN_TYPES:
     register_type(_spec)
@@ -359,7 +377,24 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["BUILTIN_TYPES", "EXPECTED_RANKING", "FORK_POSITIONS", "HallucinationType", "breaking_types",
-           "display_name", "forks_per_source", "get_type", "hallucination_types", "is_type", "register_type",
-           "resolve", "substitute_types", "table3_order", "table4_order", "type_index", "type_names",
-           "type_specs", "unregister_type"]
+__all__ = [
+    "BUILTIN_TYPES",
+    "EXPECTED_RANKING",
+    "FORK_POSITIONS",
+    "HallucinationType",
+    "breaking_types",
+    "display_name",
+    "forks_per_source",
+    "get_type",
+    "hallucination_types",
+    "is_type",
+    "register_type",
+    "resolve",
+    "substitute_types",
+    "table3_order",
+    "table4_order",
+    "type_index",
+    "type_names",
+    "type_specs",
+    "unregister_type",
+]

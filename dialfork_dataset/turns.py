@@ -53,7 +53,9 @@ def as_turns(dialogue: Any, where: str | None = None, allow_empty: bool = False)
         elif isinstance(t, Mapping):
             sp, text = t.get("speaker"), t.get("text")
         else:
-            raise ValueError(f"{name}: turn {i} must be a string or a {{speaker, text}} dict, got {type(t).__name__}")
+            raise ValueError(
+                f"{name}: turn {i} must be a string or a {{speaker, text}} dict, got {type(t).__name__}"
+            )
         if sp not in ("user", "system"):
             raise ValueError(f"{name}: turn {i} has unknown speaker {sp!r} (expected 'user' or 'system')")
         if not isinstance(text, str):

@@ -51,7 +51,9 @@ class _SkipLog(list):
         logger.warning("skipped %s", what)
 
 
-def task1_sets(data: Any, min_reference: int = 2, skipped: list | None = None) -> dict[tuple[str, str], dict[Any, list]]:
+def task1_sets(
+    data: Any, min_reference: int = 2, skipped: list | None = None
+) -> dict[tuple[str, str], dict[Any, list]]:
     """Task 1 units: per (task, type), the conformant reference set and the forks at each position.
 
     A (task, type) unit is skipped (with a warning, appended to ``skipped``) when the task has
@@ -81,7 +83,9 @@ def task1_sets(data: Any, min_reference: int = 2, skipped: list | None = None) -
             unit = forks.get((task, h))
             if len(refs.get(task, [])) < min_reference:
                 if unit:
-                    skip.add(f"Task 1 unit ({task}, {h}): {len(refs.get(task, []))} conformant dialogue(s) < {min_reference}")
+                    skip.add(
+                        f"Task 1 unit ({task}, {h}): {len(refs.get(task, []))} conformant dialogue(s) < {min_reference}"
+                    )
                 continue
             if not unit:
                 skip.add(f"Task 1 unit ({task}, {h}): no forks of this type")
@@ -118,7 +122,9 @@ def task2_quartets(data: Any, skipped: list | None = None) -> list[dict[str, Any
         if r["hallucination_type"] is not None:
             forks[(r["source_id"], r["hallucination_type"])][r["fork_position"]] = r
     out = []
-    for (sid, h), fk in sorted(forks.items(), key=lambda kv: (kv[0][0], hallucination_types().index(kv[0][1]))):
+    for (sid, h), fk in sorted(
+        forks.items(), key=lambda kv: (kv[0][0], hallucination_types().index(kv[0][1]))
+    ):
         if sid not in sources:
             skip.add(f"Task 2 unit ({sid}, {h}): source dialogue not in the data")
             continue
@@ -143,5 +149,13 @@ def task3_examples(data: Any) -> list[dict[str, Any]]:
         One dict per dialogue: ``dialogue_id, turns, num_system_turns, hallucination_type,
         fork_position, fork_turn, task`` (conformant: type, position and turn null).
     """
-    keys = ("dialogue_id", "turns", "num_system_turns", "hallucination_type", "fork_position", "fork_turn", "task")
+    keys = (
+        "dialogue_id",
+        "turns",
+        "num_system_turns",
+        "hallucination_type",
+        "fork_position",
+        "fork_turn",
+        "task",
+    )
     return [{k: r.get(k) for k in keys} for r in _dedup(_rows(data))]

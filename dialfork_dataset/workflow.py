@@ -166,8 +166,11 @@ class WorkflowTask(StarTask):
             ValueError: ``feature`` is not one of the three.
         """
         if feature == "surface_templates":
-            return [f"{self.step_paths.get(n, n)}.say (surface template of step {n!r})"
-                    for n in _reachable_actions(self) if not self.template(n)]
+            return [
+                f"{self.step_paths.get(n, n)}.say (surface template of step {n!r})"
+                for n in _reachable_actions(self)
+                if not self.template(n)
+            ]
         if feature == "api":
             return [] if self.api is not None else [f"tasks[{self.name}].api"]
         if feature == "kb":
@@ -191,8 +194,9 @@ def _reachable_actions(task: StarTask) -> list[str]:
     return out
 
 
-def _build_task(t: dict[str, Any], ti: int, kb: dict[str, Any], path: Path,
-                lines: dict[tuple, int]) -> WorkflowTask:
+def _build_task(
+    t: dict[str, Any], ti: int, kb: dict[str, Any], path: Path, lines: dict[tuple, int]
+) -> WorkflowTask:
     replies: dict[str, str] = {}
     responses: dict[str, str] = {}
     graph: dict[str, str] = {}
@@ -235,18 +239,37 @@ def _build_task(t: dict[str, Any], ti: int, kb: dict[str, Any], path: Path,
         a = t["api"]
         table = kb.get(a.get("kb")) if a.get("kb") else None
         rows = (table or {}).get("rows")
-        api = StarApi(name=t["name"], function=a["function"], db=a.get("kb") or "",
-                      inputs=[_star_field(f, rows) for f in a["inputs"]],
-                      outputs=[_star_field(f, rows) for f in a.get("outputs") or []],
-                      required=list(a.get("required") or []))
+        api = StarApi(
+            name=t["name"],
+            function=a["function"],
+            db=a.get("kb") or "",
+            inputs=[_star_field(f, rows) for f in a["inputs"]],
+            outputs=[_star_field(f, rows) for f in a.get("outputs") or []],
+            required=list(a.get("required") or []),
+        )
     return WorkflowTask(
-        name=t["name"], domain=t.get("domain") or task_domain(t["name"]),
-        function=api.function if api else t["name"], replies=replies, graph=graph, responses=responses, nlu=nlu,
-        instructions=t.get("instructions"), flowchart=None, api=api, start_node=t.get("start") or t["steps"][0]["id"],
-        explicit_kinds=kinds, explicit_branch_parents=parents, asks=asks, request=t.get("request"),
-        description=t.get("description") or "", budget=int(t["length_budget"]),
-        user_acts={k: list(v) for k, v in (t.get("user_acts") or {}).items()}, source_file=path,
-        step_paths=step_paths, descriptions=descriptions)
+        name=t["name"],
+        domain=t.get("domain") or task_domain(t["name"]),
+        function=api.function if api else t["name"],
+        replies=replies,
+        graph=graph,
+        responses=responses,
+        nlu=nlu,
+        instructions=t.get("instructions"),
+        flowchart=None,
+        api=api,
+        start_node=t.get("start") or t["steps"][0]["id"],
+        explicit_kinds=kinds,
+        explicit_branch_parents=parents,
+        asks=asks,
+        request=t.get("request"),
+        description=t.get("description") or "",
+        budget=int(t["length_budget"]),
+        user_acts={k: list(v) for k, v in (t.get("user_acts") or {}).items()},
+        source_file=path,
+        step_paths=step_paths,
+        descriptions=descriptions,
+    )
 
 
 def _readable(task: WorkflowTask, slot: str) -> str:
@@ -257,16 +280,31 @@ def _readable(task: WorkflowTask, slot: str) -> str:
 
 
 def _build_scenario(sc: dict[str, Any], task: WorkflowTask) -> WorkflowScenario:
-    slots = {k: (("yes" if v else "no") if isinstance(v, bool) else str(v)) for k, v in (sc.get("slots") or {}).items()}
+    slots = {
+        k: (("yes" if v else "no") if isinstance(v, bool) else str(v))
+        for k, v in (sc.get("slots") or {}).items()
+    }
     persona = (sc.get("persona") or "").strip()
     user_task = " ".join(x for x in (sc["goal"].strip(), persona) if x)
-    guide = tuple(sc.get("guide") or ()) + tuple(f"Your {_readable(task, k)} is {v}." for k, v in slots.items())
+    guide = tuple(sc.get("guide") or ()) + tuple(
+        f"Your {_readable(task, k)} is {v}." for k, v in slots.items()
+    )
     return WorkflowScenario(
-        scenario_id=str(sc["id"]), tasks=(task.name,), domains=(task.domain,), happy=bool(sc.get("happy", True)),
-        multitask=False, completion_level="", user_task=user_task,
+        scenario_id=str(sc["id"]),
+        tasks=(task.name,),
+        domains=(task.domain,),
+        happy=bool(sc.get("happy", True)),
+        multitask=False,
+        completion_level="",
+        user_task=user_task,
         wizard_task=task.description or f"Help the user {task.request or task.name.replace('_', ' ')}.",
-        user_guide=guide, n_user_utterances=0, n_system_utterances=0,
-        goal=sc["goal"].strip(), persona=persona, slot_values=slots)
+        user_guide=guide,
+        n_user_utterances=0,
+        n_system_utterances=0,
+        goal=sc["goal"].strip(),
+        persona=persona,
+        slot_values=slots,
+    )
 
 
 class WorkflowCorpus:
@@ -347,7 +385,9 @@ class WorkflowCorpus:
         try:
             return self.tasks[name]
         except KeyError:
-            raise WorkflowError(f"unknown task {name!r} in {self.path}; tasks: {', '.join(self.tasks)}") from None
+            raise WorkflowError(
+                f"unknown task {name!r} in {self.path}; tasks: {', '.join(self.tasks)}"
+            ) from None
 
     def scenario(self, scenario_id: str | int) -> WorkflowScenario:
         """The scenario with id ``scenario_id`` (compared as a string).
@@ -366,8 +406,9 @@ class WorkflowCorpus:
                 return s
         raise WorkflowError(f"no scenario with id {scenario_id!r} in {self.path}")
 
-    def scenarios_for(self, task: str | None = None, single_task: bool = True,
-                      happy: bool | None = None) -> list[WorkflowScenario]:
+    def scenarios_for(
+        self, task: str | None = None, single_task: bool = True, happy: bool | None = None
+    ) -> list[WorkflowScenario]:
         """The scenarios of ``task`` (every scenario of a workflow file is single-task).
 
         Args:
@@ -384,8 +425,11 @@ class WorkflowCorpus:
         """
         if task is not None:
             self.task(task)
-        return [s for s in self._scenarios if (task is None or task in s.tasks)
-                and (happy is None or s.happy == happy)]
+        return [
+            s
+            for s in self._scenarios
+            if (task is None or task in s.tasks) and (happy is None or s.happy == happy)
+        ]
 
     def length_budget(self, task: str, single_task_only: bool = True) -> int:
         """The task's ``length_budget`` from the file.
@@ -412,13 +456,33 @@ class WorkflowCorpus:
             "single_task_scenarios", "length_budget"}``.
         """
         return {
-            "path": str(self.path), "layout": self.layout, "tasks": len(self.tasks), "domains": len(self.domains),
-            "scenarios": len(self._scenarios), "single_task_scenarios": len(self._scenarios),
-            "per_task": {n: {"domain": t.domain, "single_task_scenarios": len(self.scenarios_for(n)),
-                             "length_budget": t.budget} for n, t in self.tasks.items()},
+            "path": str(self.path),
+            "layout": self.layout,
+            "tasks": len(self.tasks),
+            "domains": len(self.domains),
+            "scenarios": len(self._scenarios),
+            "single_task_scenarios": len(self._scenarios),
+            "per_task": {
+                n: {
+                    "domain": t.domain,
+                    "single_task_scenarios": len(self.scenarios_for(n)),
+                    "length_budget": t.budget,
+                }
+                for n, t in self.tasks.items()
+            },
         }
 
 
-
-__all__ = ["FORMAT", "SCHEMA_PATH", "WorkflowCorpus", "WorkflowError", "WorkflowScenario", "WorkflowTask",
-           "load_yaml_lines", "read_workflows", "validate_workflow", "workflow_files", "workflow_schema"]
+__all__ = [
+    "FORMAT",
+    "SCHEMA_PATH",
+    "WorkflowCorpus",
+    "WorkflowError",
+    "WorkflowScenario",
+    "WorkflowTask",
+    "load_yaml_lines",
+    "read_workflows",
+    "validate_workflow",
+    "workflow_files",
+    "workflow_schema",
+]

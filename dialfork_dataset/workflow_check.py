@@ -43,8 +43,9 @@ def _path_str(path: Iterable[Any]) -> str:
 
 
 _TIMESTAMP = "tag:yaml.org,2002:timestamp"
-_PLAIN_TAGS = frozenset(f"tag:yaml.org,2002:{t}" for t in ("str", "int", "float", "bool", "null", "map", "seq",
-                                                          "timestamp"))
+_PLAIN_TAGS = frozenset(
+    f"tag:yaml.org,2002:{t}" for t in ("str", "int", "float", "bool", "null", "map", "seq", "timestamp")
+)
 
 
 def load_yaml_lines(path: str | os.PathLike) -> tuple[Any, dict[tuple, int]]:
@@ -100,10 +101,14 @@ def load_yaml_lines(path: str | os.PathLike) -> tuple[Any, dict[tuple, int]]:
     def build(node: Any, where: tuple) -> Any:
         count[0] += 1
         if count[0] > MAX_NODES:
-            raise WorkflowError(f"{p}: more than {MAX_NODES} YAML nodes (aliases expanded); refusing the file")
+            raise WorkflowError(
+                f"{p}: more than {MAX_NODES} YAML nodes (aliases expanded); refusing the file"
+            )
         lines.setdefault(where, node.start_mark.line + 1)
         if node.tag not in _PLAIN_TAGS:  # !!python/..., !custom...: never constructed
-            errors.append(f"{p}:{node.start_mark.line + 1}: {_path_str(where)}: unsupported YAML tag {node.tag!r}")
+            errors.append(
+                f"{p}:{node.start_mark.line + 1}: {_path_str(where)}: unsupported YAML tag {node.tag!r}"
+            )
             return None
         if node.tag == _TIMESTAMP:  # a date is text here (3 March, 2024-03-03 alike)
             return str(node.value)
@@ -111,12 +116,16 @@ def load_yaml_lines(path: str | os.PathLike) -> tuple[Any, dict[tuple, int]]:
             out: dict[str, Any] = {}
             for k, v in node.value:
                 if k.tag == "tag:yaml.org,2002:merge":
-                    errors.append(f"{p}:{k.start_mark.line + 1}: {_path_str(where)}: merge keys (<<) are not supported")
+                    errors.append(
+                        f"{p}:{k.start_mark.line + 1}: {_path_str(where)}: merge keys (<<) are not supported"
+                    )
                     continue
                 key = constructor.construct_object(k) if isinstance(k, yaml.ScalarNode) else None
                 if not isinstance(key, str):
-                    errors.append(f"{p}:{k.start_mark.line + 1}: {_path_str(where)}: keys must be strings, got "
-                                  f"{type(key).__name__}")
+                    errors.append(
+                        f"{p}:{k.start_mark.line + 1}: {_path_str(where)}: keys must be strings, got "
+                        f"{type(key).__name__}"
+                    )
                     continue
                 if key in out:
                     errors.append(f"{p}:{k.start_mark.line + 1}: {_path_str((*where, key))}: duplicate key")
@@ -182,7 +191,9 @@ def _schema_errors(data: Any, at: _Where) -> list[str]:
                     hint = f" (did you mean {near[0]!r}?)" if near else f"; known fields: {', '.join(known)}"
                     out.append(at((*best.absolute_path, k), f"unknown field {k!r}{hint}"))
             continue
-        out.append(at(best.absolute_path, best.message if len(best.message) < 300 else best.message[:297] + "..."))
+        out.append(
+            at(best.absolute_path, best.message if len(best.message) < 300 else best.message[:297] + "...")
+        )
     return out
 
 
@@ -198,13 +209,20 @@ def _semantic_errors(data: dict[str, Any], at: _Where) -> list[str]:
         for r, row in enumerate(table.get("rows") or []):
             for k in row:
                 if k not in names:
-                    errs.append(at(("kb", tname, "rows", r, k), f"no field {k!r} in table {tname!r}; fields: {names}"))
+                    errs.append(
+                        at(("kb", tname, "rows", r, k), f"no field {k!r} in table {tname!r}; fields: {names}")
+                    )
     task_names: dict[str, int] = {}
     scenario_ids: dict[str, tuple] = {}
     for ti, t in enumerate(data["tasks"]):
         tp = ("tasks", ti)
         if t["name"] in task_names:
-            errs.append(at((*tp, "name"), f"duplicate task name {t['name']!r} (first at tasks[{task_names[t['name']]}])"))
+            errs.append(
+                at(
+                    (*tp, "name"),
+                    f"duplicate task name {t['name']!r} (first at tasks[{task_names[t['name']]}])",
+                )
+            )
         task_names.setdefault(t["name"], ti)
         api = t.get("api")
         slots: dict[str, dict[str, Any]] = {}
@@ -215,14 +233,26 @@ def _semantic_errors(data: dict[str, Any], at: _Where) -> list[str]:
                 slots.setdefault(f["name"], f)
             for i, r in enumerate(api.get("required") or []):
                 if r not in slots:
-                    errs.append(at((*tp, "api", "required", i), f"{r!r} is not an input slot; slots: {sorted(slots)}"))
+                    errs.append(
+                        at((*tp, "api", "required", i), f"{r!r} is not an input slot; slots: {sorted(slots)}")
+                    )
             if api.get("kb") is not None and api["kb"] not in kb:
-                errs.append(at((*tp, "api", "kb"), f"no knowledge-base table {api['kb']!r} under 'kb'; tables: {sorted(kb)}"))
+                errs.append(
+                    at(
+                        (*tp, "api", "kb"),
+                        f"no knowledge-base table {api['kb']!r} under 'kb'; tables: {sorted(kb)}",
+                    )
+                )
         steps = t["steps"]
         ids: dict[str, int] = {}
         for si, s in enumerate(steps):
             if s["id"] in ids:
-                errs.append(at((*tp, "steps", si, "id"), f"duplicate step id {s['id']!r} (first at steps[{ids[s['id']]}])"))
+                errs.append(
+                    at(
+                        (*tp, "steps", si, "id"),
+                        f"duplicate step id {s['id']!r} (first at steps[{ids[s['id']]}])",
+                    )
+                )
             ids.setdefault(s["id"], si)
         outcomes: dict[str, tuple[int, int, dict[str, Any]]] = {}
         for si, s in enumerate(steps):
@@ -230,13 +260,23 @@ def _semantic_errors(data: dict[str, Any], at: _Where) -> list[str]:
                 o = b["outcome"]
                 bp = (*tp, "steps", si, "branches", bi)
                 if o in ids:
-                    errs.append(at((*bp, "outcome"), f"outcome {o!r} is also a step id; give the outcome its own name"))
+                    errs.append(
+                        at(
+                            (*bp, "outcome"),
+                            f"outcome {o!r} is also a step id; give the outcome its own name",
+                        )
+                    )
                 if o in outcomes:
                     psi, pbi, prev = outcomes[o]
                     for key in ("next", "text"):
                         if b.get(key) != prev.get(key):
-                            errs.append(at((*bp, key), f"outcome {o!r} has {key} {b.get(key)!r} here but {prev.get(key)!r} at "
-                                                        f"steps[{psi}].branches[{pbi}]; an outcome label leads to one place"))
+                            errs.append(
+                                at(
+                                    (*bp, key),
+                                    f"outcome {o!r} has {key} {b.get(key)!r} here but {prev.get(key)!r} at "
+                                    f"steps[{psi}].branches[{pbi}]; an outcome label leads to one place",
+                                )
+                            )
                 else:
                     outcomes[o] = (si, bi, b)
         known = set(ids) | set(outcomes)
@@ -246,25 +286,51 @@ def _semantic_errors(data: dict[str, Any], at: _Where) -> list[str]:
                 errs.append(at((*sp, "next"), f"no step or outcome {s['next']!r} in task {t['name']!r}"))
             for bi, b in enumerate(s.get("branches") or []):
                 if b.get("next") is not None and b["next"] not in known:
-                    errs.append(at((*sp, "branches", bi, "next"), f"no step or outcome {b['next']!r} in task {t['name']!r}"))
+                    errs.append(
+                        at(
+                            (*sp, "branches", bi, "next"),
+                            f"no step or outcome {b['next']!r} in task {t['name']!r}",
+                        )
+                    )
             kind = s.get("kind", "action")
             if kind == "query" and "say" in s:
-                errs.append(at((*sp, "say"), "a query step is an API call, not said; use 'label' for its flowchart text"))
+                errs.append(
+                    at(
+                        (*sp, "say"),
+                        "a query step is an API call, not said; use 'label' for its flowchart text",
+                    )
+                )
             if kind == "query" and "ask" in s:
                 errs.append(at((*sp, "ask"), "a query step asks nothing; put 'ask' on the action that asks"))
             if "ask" in s and s["ask"] not in slots:
-                errs.append(at((*sp, "ask"), f"{s['ask']!r} is not an input slot of the task's api; slots: {sorted(slots)}"
-                               if api is not None else f"{s['ask']!r}: the task has no 'api' with input slots"))
+                errs.append(
+                    at(
+                        (*sp, "ask"),
+                        f"{s['ask']!r} is not an input slot of the task's api; slots: {sorted(slots)}"
+                        if api is not None
+                        else f"{s['ask']!r}: the task has no 'api' with input slots",
+                    )
+                )
         if t.get("start") is not None and t["start"] not in ids:
             errs.append(at((*tp, "start"), f"no step {t['start']!r} in task {t['name']!r}"))
         for ci, sc in enumerate(t["scenarios"]):
             cp = (*tp, "scenarios", ci)
             if sc["id"] in scenario_ids:
-                errs.append(at((*cp, "id"), f"duplicate scenario id {sc['id']!r} (first at {_path_str(scenario_ids[sc['id']])})"))
+                errs.append(
+                    at(
+                        (*cp, "id"),
+                        f"duplicate scenario id {sc['id']!r} (first at {_path_str(scenario_ids[sc['id']])})",
+                    )
+                )
             scenario_ids.setdefault(sc["id"], cp)
             for k, v in (sc.get("slots") or {}).items():
                 if k not in slots:
-                    errs.append(at((*cp, "slots", k), f"{k!r} is not an input slot of task {t['name']!r}; slots: {sorted(slots)}"))
+                    errs.append(
+                        at(
+                            (*cp, "slots", k),
+                            f"{k!r} is not an input slot of task {t['name']!r}; slots: {sorted(slots)}",
+                        )
+                    )
                     continue
                 cats = slots[k].get("categories")
                 if cats and v not in cats and str(v) not in map(str, cats):
@@ -282,8 +348,10 @@ def workflow_files(folder: str | os.PathLike) -> list[Path]:
         list[Path]: The files, sorted by name (empty when there are none).
     """
     folder = Path(folder)
-    return sorted((p for p in folder.iterdir() if p.is_file() and p.suffix.lower() in (".yaml", ".yml")),
-                  key=lambda p: p.name)
+    return sorted(
+        (p for p in folder.iterdir() if p.is_file() and p.suffix.lower() in (".yaml", ".yml")),
+        key=lambda p: p.name,
+    )
 
 
 def read_workflows(path: str | os.PathLike) -> tuple[list[tuple[Path, Any, dict[tuple, int]]], list[str]]:
@@ -305,8 +373,10 @@ def read_workflows(path: str | os.PathLike) -> tuple[list[tuple[Path, Any, dict[
         return [(p, data, lines)], errs
     files = workflow_files(p)
     if not files:
-        return [], [f"{p}: no workflow files (*.yaml, *.yml) in this folder; give a workflow file or a folder "
-                    "that holds some"]
+        return [], [
+            f"{p}: no workflow files (*.yaml, *.yml) in this folder; give a workflow file or a folder "
+            "that holds some"
+        ]
     read = [(f, *_read_checked(f)) for f in files]
     errors = [e for _, _, _, errs in read for e in errs]
     loaded = [(f, data, lines) for f, data, lines, _ in read]
@@ -325,16 +395,27 @@ def _cross_file_errors(loaded: list[tuple[Path, Any, dict[tuple, int]]]) -> list
         at = _Where(f, lines)
         for name, table in (data.get("kb") or {}).items():
             if name in tables and tables[name][1] != table:
-                errs.append(at(("kb", name), f"table {name!r} is also defined, differently, in {tables[name][0]}"))
+                errs.append(
+                    at(("kb", name), f"table {name!r} is also defined, differently, in {tables[name][0]}")
+                )
             tables.setdefault(name, (str(f), table))
         for ti, t in enumerate(data["tasks"]):
             if t["name"] in tasks:
-                errs.append(at(("tasks", ti, "name"), f"duplicate task name {t['name']!r} (also in {tasks[t['name']]})"))
+                errs.append(
+                    at(
+                        ("tasks", ti, "name"),
+                        f"duplicate task name {t['name']!r} (also in {tasks[t['name']]})",
+                    )
+                )
             tasks.setdefault(t["name"], str(f))
             for ci, sc in enumerate(t["scenarios"]):
                 if sc["id"] in scenarios and scenarios[sc["id"]] != str(f):
-                    errs.append(at(("tasks", ti, "scenarios", ci, "id"),
-                                   f"duplicate scenario id {sc['id']!r} (also in {scenarios[sc['id']]})"))
+                    errs.append(
+                        at(
+                            ("tasks", ti, "scenarios", ci, "id"),
+                            f"duplicate scenario id {sc['id']!r} (also in {scenarios[sc['id']]})",
+                        )
+                    )
                 scenarios.setdefault(sc["id"], str(f))
     return errs
 
@@ -369,6 +450,15 @@ def _read_checked(p: Path) -> tuple[Any, dict[tuple, int], list[str]]:
     return data, lines, _semantic_errors(data, at)
 
 
-
-__all__ = ["FORMAT", "MAX_BYTES", "MAX_NODES", "SCHEMA_PATH", "WorkflowError", "load_yaml_lines", "read_workflows",
-           "validate_workflow", "workflow_files", "workflow_schema"]
+__all__ = [
+    "FORMAT",
+    "MAX_BYTES",
+    "MAX_NODES",
+    "SCHEMA_PATH",
+    "WorkflowError",
+    "load_yaml_lines",
+    "read_workflows",
+    "validate_workflow",
+    "workflow_files",
+    "workflow_schema",
+]

@@ -89,15 +89,21 @@ def workflow_from_star(corpus: Any, tasks: Iterable[str], max_scenarios: int | N
             if bs:
                 s["branches"] = bs
             steps.append(s)
-        task: dict[str, Any] = {"name": name, "domain": t.domain, "length_budget": max(4, int(corpus.length_budget(name)))}
+        task: dict[str, Any] = {
+            "name": name,
+            "domain": t.domain,
+            "length_budget": max(4, int(corpus.length_budget(name))),
+        }
         if t.instructions:
             task["instructions"] = t.instructions
         task["start"] = t.start_node
         if t.api is not None:
-            api: dict[str, Any] = {"function": t.function,
-                                   "inputs": [_file_field(f) for f in t.api.inputs],
-                                   "outputs": [_file_field(f) for f in t.api.outputs if isinstance(f, dict) and "Name" in f],
-                                   "required": list(t.api.required)}
+            api: dict[str, Any] = {
+                "function": t.function,
+                "inputs": [_file_field(f) for f in t.api.inputs],
+                "outputs": [_file_field(f) for f in t.api.outputs if isinstance(f, dict) and "Name" in f],
+                "required": list(t.api.required),
+            }
             db = corpus.dbs.get(t.api.db)
             if isinstance(db, list):
                 fields = [_file_field(f) for f in db if isinstance(f, dict) and "Name" in f]
@@ -108,8 +114,14 @@ def workflow_from_star(corpus: Any, tasks: Iterable[str], max_scenarios: int | N
             task["api"] = api
         task["steps"] = steps
         scs = corpus.scenarios_for(name)[:max_scenarios] if max_scenarios else corpus.scenarios_for(name)
-        task["scenarios"] = [{"id": s.scenario_id, "goal": " ".join(s.user_task.split()) or "(no goal)",
-                              "happy": bool(s.happy)} for s in scs]
+        task["scenarios"] = [
+            {
+                "id": s.scenario_id,
+                "goal": " ".join(s.user_task.split()) or "(no goal)",
+                "happy": bool(s.happy),
+            }
+            for s in scs
+        ]
         out_tasks.append(task)
     data: dict[str, Any] = {"format": FORMAT, "name": "star-" + "-".join(names)[:60]}
     if kb:
@@ -142,10 +154,15 @@ def add_cli(sub: Any) -> None:
         sub: The object returned by ``ArgumentParser.add_subparsers()``; each new subcommand sets
             ``func`` (the handler, returning an exit status).
     """
-    w = sub.add_parser("workflow", help="workflow files: validate, show a task's steps, write STAR tasks as one")
+    w = sub.add_parser(
+        "workflow", help="workflow files: validate, show a task's steps, write STAR tasks as one"
+    )
     wsub = w.add_subparsers(dest="workflow_cmd", required=True)
-    p = wsub.add_parser("validate", help="check a workflow file, or a folder of them (every file, then the files "
-                                          "together); every problem as file:line: field: problem")
+    p = wsub.add_parser(
+        "validate",
+        help="check a workflow file, or a folder of them (every file, then the files "
+        "together); every problem as file:line: field: problem",
+    )
     p.add_argument("path", help="a workflow file (.yaml/.yml) or a folder of workflow files")
     p.set_defaults(func=_cmd_validate)
     p = wsub.add_parser("steps", help="print a task's numbered workflow as generation prompts show it")
@@ -153,7 +170,9 @@ def add_cli(sub: Any) -> None:
     p.add_argument("task")
     p.add_argument("--no-templates", action="store_true")
     p.set_defaults(func=_cmd_steps)
-    p = wsub.add_parser("from-star", help="write STAR tasks as a workflow file (a starting point for your own)")
+    p = wsub.add_parser(
+        "from-star", help="write STAR tasks as a workflow file (a starting point for your own)"
+    )
     p.add_argument("tasks", help="comma-separated STAR task names")
     p.add_argument("out", help="YAML file to write")
     p.add_argument("--star", default=None, help="STAR folder (default: $DIALFORK_STAR_DIR)")
@@ -170,7 +189,9 @@ def _cmd_validate(a: Any) -> int:
         return 2
     c = WorkflowCorpus(a.path)
     files = f"{len(c.files)} file(s), " if Path(a.path).is_dir() else ""
-    print(f"{a.path}: valid ({files}{len(c.tasks)} task(s), {len(c.domains)} domain(s), {len(c.scenarios)} scenario(s))")
+    print(
+        f"{a.path}: valid ({files}{len(c.tasks)} task(s), {len(c.domains)} domain(s), {len(c.scenarios)} scenario(s))"
+    )
     return 0
 
 
@@ -188,8 +209,6 @@ def _cmd_from_star(a: Any) -> int:
     dump_workflow(data, a.out)
     print(f"{a.out}: {len(data['tasks'])} task(s)")
     return 0
-
-
 
 
 __all__ = ["add_cli", "dump_workflow", "workflow_from_star"]

@@ -29,11 +29,15 @@ from . import registry
 from .registry import NameView
 
 #: The registry's encoder-based pair metrics (live views of :mod:`dialfork_metrics.registry`).
-EMBEDDING_METHODS = NameView(lambda: registry.names("pair", inputs=("similarity", "turn_embeddings", "transcripts")))
+EMBEDDING_METHODS = NameView(
+    lambda: registry.names("pair", inputs=("similarity", "turn_embeddings", "transcripts"))
+)
 #: The registry's pair controls :func:`score_pairs` computes (length, prefix; not the seeded Random).
 CONTROL_METHODS = NameView(lambda: registry.names("pair", inputs=("turns",), control=True))
 #: Every pair metric :func:`score_pairs` computes (all but the benchmark's seeded Random).
-ALL_METHODS = NameView(lambda: registry.names("pair", inputs=("similarity", "turn_embeddings", "transcripts", "turns")))
+ALL_METHODS = NameView(
+    lambda: registry.names("pair", inputs=("similarity", "turn_embeddings", "transcripts", "turns"))
+)
 
 
 # ---------------------------------------------------------------------------- inputs
@@ -52,9 +56,15 @@ def _pairs(ref: Any, cand: Any, batched: bool) -> tuple[list, list, list[str], l
         # any iterable of dialogues: lists, a datasets.Dataset (rows), a Column such as ds["turns"]
         refs, cands = list(ref), list(cand)
         if len(refs) != len(cands):
-            raise ValueError(f"batched=True: {len(refs)} references but {len(cands)} candidates (one per pair)")
-        return (refs, cands, [_label(d, "reference", i) for i, d in enumerate(refs)],
-                [_label(d, "candidate", i) for i, d in enumerate(cands)])
+            raise ValueError(
+                f"batched=True: {len(refs)} references but {len(cands)} candidates (one per pair)"
+            )
+        return (
+            refs,
+            cands,
+            [_label(d, "reference", i) for i, d in enumerate(refs)],
+            [_label(d, "candidate", i) for i, d in enumerate(cands)],
+        )
     for what, x in (("reference", ref), ("candidate", cand)):
         if isinstance(x, Sequence) and not isinstance(x, str) and len(x) and isinstance(x[0], list | tuple):
             raise ValueError(f"{what} looks like a list of dialogues: pass batched=True to score many pairs")
@@ -95,14 +105,17 @@ def score_pairs(
     return _score(refs, cands, rnames, cnames, methods, encoder)
 
 
-def _score(refs: list, cands: list, rnames: list[str], cnames: list[str], methods: Sequence[str] | None,
-           encoder: Any) -> dict[str, np.ndarray]:
+def _score(
+    refs: list, cands: list, rnames: list[str], cnames: list[str], methods: Sequence[str] | None, encoder: Any
+) -> dict[str, np.ndarray]:
     known = tuple(ALL_METHODS)
     methods = list(known if methods is None else methods)
     unknown = [m for m in methods if m not in known]
     if unknown:
-        raise ValueError(f"unknown Task 2 method(s) {unknown}; available: {', '.join(known)} (register one with "
-                         "dialfork_metrics.registry.register)")
+        raise ValueError(
+            f"unknown Task 2 method(s) {unknown}; available: {', '.join(known)} (register one with "
+            "dialfork_metrics.registry.register)"
+        )
     names = rnames + cnames
     turns = [as_turns(d, names[i]) for i, d in enumerate(refs + cands)]  # validates everything first
     K = len(refs)
@@ -120,8 +133,14 @@ def _score(refs: list, cands: list, rnames: list[str], cnames: list[str], method
         from .distances import task2_embedding_scores
 
         E = [_unit64(e) for e in enc.encode_dialogues(turns, names=names)]
-        out.update(task2_embedding_scores(E[:K], E[K:], pair_names,
-                                          [s.name for s in by_input["similarity"] + by_input["turn_embeddings"]]))
+        out.update(
+            task2_embedding_scores(
+                E[:K],
+                E[K:],
+                pair_names,
+                [s.name for s in by_input["similarity"] + by_input["turn_embeddings"]],
+            )
+        )
     if by_input["transcripts"]:
         T = _unit64(enc.encode_transcripts(turns, names=names))
         for s in by_input["transcripts"]:
@@ -131,8 +150,10 @@ def _score(refs: list, cands: list, rnames: list[str], cnames: list[str], method
     for m in methods:
         v = np.asarray(out[m], dtype=np.float64)
         if v.shape != (K,):
-            raise ValueError(f"Task 2 metric {m!r}: its core returned shape {v.shape} for {K} pairs (expected ({K},); "
-                             "see dialfork_metrics.registry.PAIR_INPUTS)")
+            raise ValueError(
+                f"Task 2 metric {m!r}: its core returned shape {v.shape} for {K} pairs (expected ({K},); "
+                "see dialfork_metrics.registry.PAIR_INPUTS)"
+            )
         out[m] = v
     return {m: out[m] for m in methods}
 
@@ -159,7 +180,9 @@ def _shared_prefix_len(a: list[dict[str, str]], b: list[dict[str, str]]) -> int:
     return n
 
 
-def turn_count_diffs(refs: Sequence[list[dict[str, str]]], cands: Sequence[list[dict[str, str]]]) -> np.ndarray:
+def turn_count_diffs(
+    refs: Sequence[list[dict[str, str]]], cands: Sequence[list[dict[str, str]]]
+) -> np.ndarray:
     """|turns(D) - turns(D')| for many pairs of validated turn lists (the registry's core).
 
     Args:
@@ -172,7 +195,9 @@ def turn_count_diffs(refs: Sequence[list[dict[str, str]]], cands: Sequence[list[
     return np.array([abs(len(a) - len(b)) for a, b in zip(refs, cands)], dtype=np.float64)
 
 
-def word_count_diffs(refs: Sequence[list[dict[str, str]]], cands: Sequence[list[dict[str, str]]]) -> np.ndarray:
+def word_count_diffs(
+    refs: Sequence[list[dict[str, str]]], cands: Sequence[list[dict[str, str]]]
+) -> np.ndarray:
     """|words(D) - words(D')| (whitespace-separated, all turns) for many pairs (the registry's core).
 
     Args:
@@ -185,7 +210,9 @@ def word_count_diffs(refs: Sequence[list[dict[str, str]]], cands: Sequence[list[
     return np.array([abs(_word_count(a) - _word_count(b)) for a, b in zip(refs, cands)], dtype=np.float64)
 
 
-def shared_prefixes(refs: Sequence[list[dict[str, str]]], cands: Sequence[list[dict[str, str]]]) -> np.ndarray:
+def shared_prefixes(
+    refs: Sequence[list[dict[str, str]]], cands: Sequence[list[dict[str, str]]]
+) -> np.ndarray:
     """Minus the number of opening turns shared verbatim, for many pairs (the registry's core).
 
     Args:
@@ -460,8 +487,13 @@ def score_quartets(
     rows: list[dict[str, Any]] = []
     for q in quartets:
         src = q["source"]
-        rows.append({"source_id": src.get("dialogue_id") if isinstance(src, Mapping) else None,
-                     "type": q.get("type"), "distances": {m: [] for m in methods}})
+        rows.append(
+            {
+                "source_id": src.get("dialogue_id") if isinstance(src, Mapping) else None,
+                "type": q.get("type"),
+                "distances": {m: [] for m in methods},
+            }
+        )
     for i, (u, _k) in enumerate(keys):
         for m in methods:
             rows[u]["distances"][m].append(float(scores[m][i]))

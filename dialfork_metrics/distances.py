@@ -63,7 +63,9 @@ def _check(E: Any, what: str, normalize: bool) -> np.ndarray:
         # ties, so a 1-ulp difference in a row norm could change the path and L
         norms = _row_norms(A)
         if (norms == 0).any():
-            raise ValueError(f"{what}: turn {int(np.flatnonzero(norms[:, 0] == 0)[0])} embedding is all zeros")
+            raise ValueError(
+                f"{what}: turn {int(np.flatnonzero(norms[:, 0] == 0)[0])} embedding is all zeros"
+            )
         A = A / norms
     return A
 
@@ -99,7 +101,9 @@ def _distance_from_pr(P, R) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------- single pair
-def flowscore_from_embeddings(E_ref: Any, E_cand: Any, *, normalize: bool = True, where: str | None = None) -> float:
+def flowscore_from_embeddings(
+    E_ref: Any, E_cand: Any, *, normalize: bool = True, where: str | None = None
+) -> float:
     """FlowScore distance 1 - F between two dialogues' turn embeddings (SPEC section 7).
 
     S = E E'^T; P = mean_j max_i S_ij, R = mean_i max_j S_ij; F = 2PR/(P+R) with P and R clipped
@@ -175,7 +179,9 @@ def _dtw_padded(S, n_lens, m_lens, out):  # pragma: no cover - compiled
         out[b] = g / L
 
 
-def flowdtw_from_embeddings(E_ref: Any, E_cand: Any, *, normalize: bool = True, where: str | None = None) -> float:
+def flowdtw_from_embeddings(
+    E_ref: Any, E_cand: Any, *, normalize: bool = True, where: str | None = None
+) -> float:
     """FlowDTW distance Gamma(n, m) / L between two dialogues' turn embeddings (SPEC section 7).
 
     Cost 1 - cosine; ties broken diagonal, then (i-1, j), then (i, j-1); L = cells on the optimal path.
@@ -306,7 +312,9 @@ def _check_pairs(pairs: Any, normalize: bool, names: Sequence[str] | None):
             if A.dtype.kind not in "fiub":
                 A = _check(E, f"{where}: {side}", False)  # raises with the reason (non-numeric...)
             if A.ndim != 2:
-                raise ValueError(f"{where}: {side}: embeddings must be 2-D (n_turns, dim), got shape {A.shape}")
+                raise ValueError(
+                    f"{where}: {side}: embeddings must be 2-D (n_turns, dim), got shape {A.shape}"
+                )
             if A.shape[0] == 0:
                 raise ValueError(f"{where}: {side}: empty dialogue (0 turn embeddings)")
             if A.shape[1] == 0:
@@ -469,8 +477,9 @@ def _flowdtw_many(refs, cands) -> np.ndarray:
     return out
 
 
-def mean_turn_many(refs: Sequence[np.ndarray], cands: Sequence[np.ndarray],
-                   names: Sequence[str] | None = None) -> np.ndarray:
+def mean_turn_many(
+    refs: Sequence[np.ndarray], cands: Sequence[np.ndarray], names: Sequence[str] | None = None
+) -> np.ndarray:
     """Mean-turn distance of many validated pairs, vectorised over the pairs.
 
     Args:
@@ -495,8 +504,10 @@ def mean_turn_many(refs: Sequence[np.ndarray], cands: Sequence[np.ndarray],
         k = int(bad[0])
         side = "reference" if nr[k] == 0 else "candidate"
         where = names[k] if names is not None else f"pair {k}"
-        raise ValueError(f"{where}: the {side}'s mean turn embedding has zero norm (its turn embeddings cancel "
-                         "out): Mean-turn cosine undefined")
+        raise ValueError(
+            f"{where}: the {side}'s mean turn embedding has zero norm (its turn embeddings cancel "
+            "out): Mean-turn cosine undefined"
+        )
     return 1.0 - np.clip(np.einsum("kd,kd->k", mr, mc) / (nr * nc), -1.0, 1.0)
 
 
@@ -543,8 +554,9 @@ def unit_cosine_distances(A: np.ndarray, B: np.ndarray) -> np.ndarray:
     return 1.0 - np.clip(np.einsum("kd,kd->k", A, B), -1.0, 1.0)
 
 
-def block_scores(refs: Sequence[np.ndarray], cands: Sequence[np.ndarray],
-                 kernels: dict[str, Any]) -> dict[str, np.ndarray]:
+def block_scores(
+    refs: Sequence[np.ndarray], cands: Sequence[np.ndarray], kernels: dict[str, Any]
+) -> dict[str, np.ndarray]:
     """Several block kernels ``kernel(S, n_lens, m_lens) -> (B,)`` over one pass of the padded
     similarity blocks of validated, unit-row pairs.
 
@@ -564,9 +576,12 @@ def block_scores(refs: Sequence[np.ndarray], cands: Sequence[np.ndarray],
     return out
 
 
-def task2_embedding_scores(refs: Sequence[np.ndarray], cands: Sequence[np.ndarray],
-                           names: Sequence[str] | None = None,
-                           methods: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+def task2_embedding_scores(
+    refs: Sequence[np.ndarray],
+    cands: Sequence[np.ndarray],
+    names: Sequence[str] | None = None,
+    methods: Sequence[str] | None = None,
+) -> dict[str, np.ndarray]:
     """The registry's turn-embedding pair metrics (input ``"similarity"`` or ``"turn_embeddings"``:
     FlowScore, FlowDTW, Mean-turn, ...) of validated, unit-row pairs, the similarity-block ones
     from one pass over the blocks (used by the dialogue-level batched API).

@@ -46,21 +46,32 @@ CALIBRATIONS = ("isotonic", "none")
 CUE_ANSWERS = ("yes", "partly", "no")
 PREFIX_ANSWERS = ("yes", "mostly", "no")
 
-_INTRO = ("You are checking whether a customer-service assistant follows the steps of its workflow. "
-          "Only the assistant is judged; the exact wording of its turns does not matter, only the steps it "
-          "performs.\n\nTask: {task}\n\nWorkflow (the steps the assistant was told to follow):\n{workflow}\n\n"
-          "Conversation (assistant turns are numbered 1 to {num_system_turns}):\n{dialogue}\n\n")
+_INTRO = (
+    "You are checking whether a customer-service assistant follows the steps of its workflow. "
+    "Only the assistant is judged; the exact wording of its turns does not matter, only the steps it "
+    "performs.\n\nTask: {task}\n\nWorkflow (the steps the assistant was told to follow):\n{workflow}\n\n"
+    "Conversation (assistant turns are numbered 1 to {num_system_turns}):\n{dialogue}\n\n"
+)
 PROMPTS: dict[int, str] = {
-    1: _INTRO + ("The assistant was told to follow the steps of the workflow. How well does it? Answer with one "
-                 "integer from 0 (it ignores them) to 100 (it follows them), as 'Answer: N'."),
-    2: _INTRO + ("At some point, the assistant was given an extra instruction. From then on, it was meant to:\n"
-                 "\"{cue}\"\nDoes that happen in this conversation? Answer 'Answer: yes', 'Answer: partly' or "
-                 "'Answer: no'. With yes or partly, add the first assistant turn where it starts to happen, as "
-                 "'Answer: yes, turn N'."),
-    3: _INTRO + ("The extra instruction was given before assistant turn {fork_turn}; the turns from there on are "
-                 "marked with '>>'. The instruction actually given was:\n\"{instruction}\"\nYour earlier answer "
-                 "was: {step2}.\nBefore the marked part, did the assistant follow the steps? Answer 'Answer: yes', "
-                 "'Answer: mostly' or 'Answer: no'."),
+    1: _INTRO
+    + (
+        "The assistant was told to follow the steps of the workflow. How well does it? Answer with one "
+        "integer from 0 (it ignores them) to 100 (it follows them), as 'Answer: N'."
+    ),
+    2: _INTRO
+    + (
+        "At some point, the assistant was given an extra instruction. From then on, it was meant to:\n"
+        "\"{cue}\"\nDoes that happen in this conversation? Answer 'Answer: yes', 'Answer: partly' or "
+        "'Answer: no'. With yes or partly, add the first assistant turn where it starts to happen, as "
+        "'Answer: yes, turn N'."
+    ),
+    3: _INTRO
+    + (
+        "The extra instruction was given before assistant turn {fork_turn}; the turns from there on are "
+        "marked with '>>'. The instruction actually given was:\n\"{instruction}\"\nYour earlier answer "
+        "was: {step2}.\nBefore the marked part, did the assistant follow the steps? Answer 'Answer: yes', "
+        "'Answer: mostly' or 'Answer: no'."
+    ),
 }
 
 
@@ -156,6 +167,7 @@ def parse_cue_answer(text: str | None, num_system_turns: int) -> tuple[str | Non
 
 # ----------------------------------------------------------------------------------- calibration
 
+
 def fit_calibration(raw: Sequence[float], target: Sequence[float]):
     """An increasing isotonic map from raw judge ratings to people's ratings (0..100, clipped
     outside the fitted range).
@@ -174,12 +186,15 @@ def fit_calibration(raw: Sequence[float], target: Sequence[float]):
 
     x, y = np.asarray(raw, dtype=float), np.asarray(target, dtype=float)
     if x.shape != y.shape or x.ndim != 1 or len(x) < 2:
-        raise ValueError(f"calibration needs matching 1-d arrays of at least 2 ratings, got {x.shape} and {y.shape}")
+        raise ValueError(
+            f"calibration needs matching 1-d arrays of at least 2 ratings, got {x.shape} and {y.shape}"
+        )
     return IsotonicRegression(y_min=0.0, y_max=100.0, increasing=True, out_of_bounds="clip").fit(x, y)
 
 
-def cross_fit(raw: Sequence[float], target: Sequence[float], groups: Sequence[Any], n_folds: int = 5,
-              seed: int = 0) -> np.ndarray:
+def cross_fit(
+    raw: Sequence[float], target: Sequence[float], groups: Sequence[Any], n_folds: int = 5, seed: int = 0
+) -> np.ndarray:
     """Out-of-fold calibrated ratings: each item is mapped by an isotonic map fitted on the
     other folds (``GroupKFold``-style folds over ``groups``, assigned at random with ``seed``),
     so that no conversation, nor any other of its source, calibrates itself.
@@ -215,6 +230,7 @@ def cross_fit(raw: Sequence[float], target: Sequence[float], groups: Sequence[An
 
 # ----------------------------------------------------------------------------------- the judge
 
+
 class LLMJudge:
     """The judge (see the module doc).
 
@@ -241,17 +257,30 @@ class LLMJudge:
             ``"smollm2"``, a ``.gguf`` path); see :class:`~dialfork_metrics.task3.llm.TransformersChat`.
     """
 
-    def __init__(self, model: str | None = None, backend: str = "transformers",
-                 star_dir: str | os.PathLike | None = None, workflows: Mapping[str, str] | None = None,
-                 base_url: str | None = None, api_key: str | None = None, batch_size: int = 8,
-                 max_new_tokens: int = 32, device: str | None = None, dtype: str = "auto",
-                 prompts: Mapping[int, str] | None = None, client: Any = None, show_progress: bool = False,
-                 gguf_file: str | None = None):
+    def __init__(
+        self,
+        model: str | None = None,
+        backend: str = "transformers",
+        star_dir: str | os.PathLike | None = None,
+        workflows: Mapping[str, str] | None = None,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        batch_size: int = 8,
+        max_new_tokens: int = 32,
+        device: str | None = None,
+        dtype: str = "auto",
+        prompts: Mapping[int, str] | None = None,
+        client: Any = None,
+        show_progress: bool = False,
+        gguf_file: str | None = None,
+    ):
         if client is None:
             if backend not in BACKENDS:
                 raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
             if not model:
-                raise ValueError("LLMJudge needs model= (a local chat model id/path, or the served model name)")
+                raise ValueError(
+                    "LLMJudge needs model= (a local chat model id/path, or the served model name)"
+                )
             if backend == "openai" and not base_url:
                 raise ValueError("the openai backend needs base_url= (e.g. http://127.0.0.1:8000/v1)")
         self.model = model
@@ -266,9 +295,15 @@ class LLMJudge:
         elif backend == "transformers":
             from .task3.llm import TransformersChat
 
-            self.client = TransformersChat(model, device=device, dtype=dtype, batch_size=batch_size,
-                                           max_new_tokens=max_new_tokens, show_progress=show_progress,
-                                           gguf_file=gguf_file)
+            self.client = TransformersChat(
+                model,
+                device=device,
+                dtype=dtype,
+                batch_size=batch_size,
+                max_new_tokens=max_new_tokens,
+                show_progress=show_progress,
+                gguf_file=gguf_file,
+            )
         else:
             from generation.api import OpenAICompatClient
 
@@ -285,8 +320,13 @@ class LLMJudge:
         Returns:
             ``{"judge", "model", "backend", "max_new_tokens"}`` (and ``gguf_file`` when set).
         """
-        return {"judge": "llm", "model": self.model, "backend": self.backend, "max_new_tokens": self.max_new_tokens,
-                **({"gguf_file": self.gguf_file} if self.gguf_file else {})}
+        return {
+            "judge": "llm",
+            "model": self.model,
+            "backend": self.backend,
+            "max_new_tokens": self.max_new_tokens,
+            **({"gguf_file": self.gguf_file} if self.gguf_file else {}),
+        }
 
     def workflow_for(self, task: str) -> str:
         """The workflow text shown to the judge for ``task`` (``workflows`` first, else STAR's, read once).
@@ -308,10 +348,16 @@ class LLMJudge:
     def _fields(self, item: Mapping[str, Any]) -> dict[str, Any]:
         turns = item["turns"]
         T = sum(1 for t in turns if t["speaker"] == "system")
-        return {"task": item.get("task", ""), "workflow": self.workflow_for(item["task"]),
-                "dialogue": render_marked_dialogue(turns), "num_system_turns": T, "cue": item.get("cue", ""),
-                "fork_turn": item.get("fork_turn"), "instruction": item.get("injected_instruction") or "",
-                "step2": ""}
+        return {
+            "task": item.get("task", ""),
+            "workflow": self.workflow_for(item["task"]),
+            "dialogue": render_marked_dialogue(turns),
+            "num_system_turns": T,
+            "cue": item.get("cue", ""),
+            "fork_turn": item.get("fork_turn"),
+            "instruction": item.get("injected_instruction") or "",
+            "step2": "",
+        }
 
     def _chat(self, prompts: list[str]) -> list[str]:
         if not prompts:
@@ -331,13 +377,30 @@ class LLMJudge:
         import hashlib
         import json
 
-        blob = json.dumps([self.config(), self.prompts, item["dialogue_id"], item["task"], item["turns"], item["cue"],
-                           item.get("fork_turn"), bool(item.get("step3")), item.get("injected_instruction")],
-                          sort_keys=True, ensure_ascii=False, default=str)
+        blob = json.dumps(
+            [
+                self.config(),
+                self.prompts,
+                item["dialogue_id"],
+                item["task"],
+                item["turns"],
+                item["cue"],
+                item.get("fork_turn"),
+                bool(item.get("step3")),
+                item.get("injected_instruction"),
+            ],
+            sort_keys=True,
+            ensure_ascii=False,
+            default=str,
+        )
         return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
-    def judge(self, items: Sequence[Mapping[str, Any]], cache: str | os.PathLike | None = None,
-              chunk_size: int = 256) -> list[dict[str, Any]]:
+    def judge(
+        self,
+        items: Sequence[Mapping[str, Any]],
+        cache: str | os.PathLike | None = None,
+        chunk_size: int = 256,
+    ) -> list[dict[str, Any]]:
         """Answers to the three steps for each item. :attr:`last_report` counts unusable answers.
 
         Args:
@@ -359,10 +422,17 @@ class LLMJudge:
             ValueError: Invalid items (each named), or ``chunk_size`` is not an integer >= 1.
         """
         items = list(items)
-        errs = [f"item {i}: missing {k!r}" for i, it in enumerate(items) for k in ("dialogue_id", "task", "turns", "cue")
-                if k not in it]
-        errs += [f"item {i} ({it['dialogue_id']!r}): step 3 needs fork_turn >= 2" for i, it in enumerate(items)
-                 if it.get("step3") and not (isinstance(it.get("fork_turn"), int) and it["fork_turn"] >= 2)]
+        errs = [
+            f"item {i}: missing {k!r}"
+            for i, it in enumerate(items)
+            for k in ("dialogue_id", "task", "turns", "cue")
+            if k not in it
+        ]
+        errs += [
+            f"item {i} ({it['dialogue_id']!r}): step 3 needs fork_turn >= 2"
+            for i, it in enumerate(items)
+            if it.get("step3") and not (isinstance(it.get("fork_turn"), int) and it["fork_turn"] >= 2)
+        ]
         if errs:
             raise ValueError(f"{len(errs)} invalid judge item(s):\n  " + "\n  ".join(errs[:20]))
         if not isinstance(chunk_size, int) or chunk_size < 1:
@@ -379,18 +449,22 @@ class LLMJudge:
                     done[row["key"]] = row["answer"]
         todo = [i for i, k in enumerate(keys) if k not in done]
         if done:
-            logger.info("LLM judge: %d of %d items from the cache %s", len(items) - len(todo), len(items), cache)
+            logger.info(
+                "LLM judge: %d of %d items from the cache %s", len(items) - len(todo), len(items), cache
+            )
         out_by_index: dict[int, dict[str, Any]] = {i: done[k] for i, k in enumerate(keys) if k in done}
         appender = JsonlAppender(cache) if cache is not None else None
         try:
             starts = range(0, len(todo), chunk_size)
             for s0 in tqdm(starts, desc="LLM judge", unit="chunk", disable=len(starts) < 2):
-                idx = todo[s0:s0 + chunk_size]
+                idx = todo[s0 : s0 + chunk_size]
                 answers = self._judge_chunk([items[i] for i in idx])
                 out_by_index.update(zip(idx, answers))
                 if appender is not None:
-                    appender.extend({"key": keys[i], "dialogue_id": items[i]["dialogue_id"], "answer": a}
-                                    for i, a in zip(idx, answers))
+                    appender.extend(
+                        {"key": keys[i], "dialogue_id": items[i]["dialogue_id"], "answer": a}
+                        for i, a in zip(idx, answers)
+                    )
         finally:
             if appender is not None:
                 appender.close()
@@ -400,31 +474,50 @@ class LLMJudge:
             status["rating_unparsable"] += o["slider_raw"] is None
             status[f"cue_{o['status']}"] += 1
             status["prefix_unparsable"] += len(o["replies"]) == 3 and o["prefix_answer"] is None
-        self.last_report = {"n": len(items), "from_cache": len(items) - len(todo),
-                            "step3_asked": sum(len(o["replies"]) == 3 for o in out),
-                            **{k: int(v) for k, v in sorted(status.items())}, **self.config()}
+        self.last_report = {
+            "n": len(items),
+            "from_cache": len(items) - len(todo),
+            "step3_asked": sum(len(o["replies"]) == 3 for o in out),
+            **{k: int(v) for k, v in sorted(status.items())},
+            **self.config(),
+        }
         bad = status["rating_unparsable"] + status["cue_unparsable"]
         if bad:
-            logger.warning("LLM judge: %d of %d conversations have an unusable rating or step-2 answer; see "
-                           "last_report", bad, len(items))
+            logger.warning(
+                "LLM judge: %d of %d conversations have an unusable rating or step-2 answer; see last_report",
+                bad,
+                len(items),
+            )
         return out
 
     def _judge_chunk(self, items: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
         fields = [self._fields(it) for it in items]
-        replies = self._chat([self.prompts[1].format(**f) for f in fields]
-                             + [self.prompts[2].format(**f) for f in fields])
-        r1, r2 = replies[:len(items)], replies[len(items):]
+        replies = self._chat(
+            [self.prompts[1].format(**f) for f in fields] + [self.prompts[2].format(**f) for f in fields]
+        )
+        r1, r2 = replies[: len(items)], replies[len(items) :]
         out: list[dict[str, Any]] = []
         for it, f, a1, a2 in zip(items, fields, r1, r2):
             ans, onset, st = parse_cue_answer(a2, f["num_system_turns"])
-            out.append({"dialogue_id": it["dialogue_id"], "slider_raw": parse_rating(a1), "cue_answer": ans,
-                        "onset_turn": onset, "status": st, "prefix_answer": None, "replies": [a1, a2]})
+            out.append(
+                {
+                    "dialogue_id": it["dialogue_id"],
+                    "slider_raw": parse_rating(a1),
+                    "cue_answer": ans,
+                    "onset_turn": onset,
+                    "status": st,
+                    "prefix_answer": None,
+                    "replies": [a1, a2],
+                }
+            )
         idx3 = [i for i, it in enumerate(items) if it.get("step3") and out[i]["cue_answer"] is not None]
         p3 = []
         for i in idx3:
             f = dict(fields[i], dialogue=render_marked_dialogue(items[i]["turns"], items[i]["fork_turn"]))
             o = out[i]
-            f["step2"] = o["cue_answer"] + (f" (from assistant turn {o['onset_turn']})" if o["onset_turn"] else "")
+            f["step2"] = o["cue_answer"] + (
+                f" (from assistant turn {o['onset_turn']})" if o["onset_turn"] else ""
+            )
             p3.append(self.prompts[3].format(**f))
         for i, a3 in zip(idx3, self._chat(p3)):
             out[i]["prefix_answer"] = parse_choice(a3, PREFIX_ANSWERS)
@@ -432,5 +525,15 @@ class LLMJudge:
         return out
 
 
-__all__ = ["BACKENDS", "CALIBRATIONS", "LLMJudge", "PROMPTS", "cross_fit", "fit_calibration", "parse_choice",
-           "parse_cue_answer", "parse_rating", "render_marked_dialogue"]
+__all__ = [
+    "BACKENDS",
+    "CALIBRATIONS",
+    "LLMJudge",
+    "PROMPTS",
+    "cross_fit",
+    "fit_calibration",
+    "parse_choice",
+    "parse_cue_answer",
+    "parse_rating",
+    "render_marked_dialogue",
+]

@@ -78,7 +78,9 @@ def dialogue_name(dialogue: Any, index: int, set_name: str) -> str:
     return f"{set_name} dialogue {index}" + (f" ({did!r})" if did is not None else "")
 
 
-def turn_pairs(dialogue: Any, pairing: str = "system_user", where: str | None = None) -> list[tuple[str, str]]:
+def turn_pairs(
+    dialogue: Any, pairing: str = "system_user", where: str | None = None
+) -> list[tuple[str, str]]:
     """The consecutive turn pairs of one dialogue (any input :func:`as_turns` accepts).
 
     Args:
@@ -107,7 +109,9 @@ def turn_pairs(dialogue: Any, pairing: str = "system_user", where: str | None = 
     return out
 
 
-def set_turn_pairs(dialogues: Sequence[Any], pairing: str = "system_user", set_name: str = "set") -> list[tuple[str, str]]:
+def set_turn_pairs(
+    dialogues: Sequence[Any], pairing: str = "system_user", set_name: str = "set"
+) -> list[tuple[str, str]]:
     """All turn pairs of a set of dialogues, in order.
 
     Args:
@@ -160,9 +164,16 @@ class PairEncoder:
             unknown runtime.
     """
 
-    def __init__(self, encoder: Any = None, batch_size: int = 64, max_length: int | None = None,
-                 show_progress: bool | None = None, cache_dir: str | os.PathLike | None | bool = None,
-                 memory_cache_bytes: int | None = None, runtime: str | None = None):
+    def __init__(
+        self,
+        encoder: Any = None,
+        batch_size: int = 64,
+        max_length: int | None = None,
+        show_progress: bool | None = None,
+        cache_dir: str | os.PathLike | None | bool = None,
+        memory_cache_bytes: int | None = None,
+        runtime: str | None = None,
+    ):
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
         if max_length is not None and (not isinstance(max_length, int) or max_length < 2):
@@ -170,7 +181,9 @@ class PairEncoder:
         self.encoder = as_encoder(encoder)
         from .runtimes import cache_key_suffix, check_runtime
 
-        self.runtime = check_runtime(getattr(self.encoder, "runtime", "torch") if runtime is None else runtime)
+        self.runtime = check_runtime(
+            getattr(self.encoder, "runtime", "torch") if runtime is None else runtime
+        )
         self.batch_size = batch_size
         self.max_length = max_length
         self.show_progress = show_progress
@@ -181,8 +194,11 @@ class PairEncoder:
         if self.cache_dir is not None:  # keyed by the requested length: a hit needs no model load
             from .encoders.cache import _DiskCache
 
-            self._disk = _DiskCache(self.cache_dir, f"{self.name}|pairs-cls|max_length={max_length or 'model'}"
-                                    + cache_key_suffix(self.runtime, getattr(self.encoder, "dtype", None)))
+            self._disk = _DiskCache(
+                self.cache_dir,
+                f"{self.name}|pairs-cls|max_length={max_length or 'model'}"
+                + cache_key_suffix(self.runtime, getattr(self.encoder, "dtype", None)),
+            )
         from .encoders import DEFAULT_MEMORY_CACHE_BYTES, EmbeddingLRU
 
         if memory_cache_bytes is None:
@@ -204,7 +220,9 @@ class PairEncoder:
 
         st = getattr(self.encoder, "model", None)
         if st is None:
-            raise ValueError("the encoder has no .model (a SentenceTransformer); cannot build pair embeddings")
+            raise ValueError(
+                "the encoder has no .model (a SentenceTransformer); cannot build pair embeddings"
+            )
         first = st[0]
         auto_model = getattr(first, "auto_model", None)
         tok = getattr(first, "tokenizer", None)
@@ -217,7 +235,9 @@ class PairEncoder:
         try:
             self._tokenizer = AutoTokenizer.from_pretrained(path)
         except (OSError, ValueError) as e:  # a tokenizer not saved on disk: use the module's own
-            logger.warning("could not reload the tokenizer from %s (%s); using the encoder's tokenizer", path, e)
+            logger.warning(
+                "could not reload the tokenizer from %s (%s); using the encoder's tokenizer", path, e
+            )
             self._tokenizer = tok
         self._model = auto_model
         if self.runtime != "torch":  # onnxruntime, called like the torch model
@@ -255,7 +275,9 @@ class PairEncoder:
         if not keys:
             return np.zeros((0, 0), dtype=np.float32)
         index: dict[tuple[str, str], int] = {}
-        inverse = np.fromiter((index.setdefault(k, len(index)) for k in keys), dtype=np.int64, count=len(keys))
+        inverse = np.fromiter(
+            (index.setdefault(k, len(index)) for k in keys), dtype=np.int64, count=len(keys)
+        )
         unique = list(index)
         hit, rows = self._cache.get(unique)
         self.stats["memory_hits"] += int(np.count_nonzero(hit[inverse]))
@@ -270,7 +292,9 @@ class PairEncoder:
                 if h in found:
                     new[k] = np.asarray(found[h], dtype=np.float32)
             self.stats["disk_hits"] += len(new)
-        todo = sorted(k for k in missing if k not in new)  # a fixed order: batches do not depend on input order
+        todo = sorted(
+            k for k in missing if k not in new
+        )  # a fixed order: batches do not depend on input order
         if todo:
             emb = self._encode_new(todo)
             new.update(zip(todo, emb))
@@ -307,11 +331,17 @@ class PairEncoder:
         order = sorted(range(len(todo)), key=lambda i: len(toks["input_ids"][i]))
         out: np.ndarray | None = None
         try:
-            with torch.inference_mode(), tqdm(total=len(todo), desc="pair embeddings", unit="pair",
-                                              disable=not show, leave=False) as bar:
+            with (
+                torch.inference_mode(),
+                tqdm(
+                    total=len(todo), desc="pair embeddings", unit="pair", disable=not show, leave=False
+                ) as bar,
+            ):
                 for s in range(0, len(order), self.batch_size):
-                    idx = order[s:s + self.batch_size]
-                    enc = tok.pad({n: [toks[n][i] for i in idx] for n in names}, padding=True, return_tensors="pt")
+                    idx = order[s : s + self.batch_size]
+                    enc = tok.pad(
+                        {n: [toks[n][i] for i in idx] for n in names}, padding=True, return_tensors="pt"
+                    )
                     enc = {k: v.to(device) for k, v in enc.items()}
                     cls = model(**enc).last_hidden_state[:, 0].float().cpu().numpy()
                     if out is None:
@@ -325,7 +355,9 @@ class PairEncoder:
         assert out is not None
         return out
 
-    def encode_sets(self, dialogues: Sequence[Any], pairing: str = "system_user", set_name: str = "set") -> np.ndarray:
+    def encode_sets(
+        self, dialogues: Sequence[Any], pairing: str = "system_user", set_name: str = "set"
+    ) -> np.ndarray:
         """Pair embeddings of all the turn pairs of a set of dialogues.
 
         Args:
@@ -348,7 +380,9 @@ class PairEncoder:
 _PAIR_ENCODERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def pair_encoder_for(encoder: Any = None, batch_size: int = 64, show_progress: bool | None = None) -> PairEncoder:
+def pair_encoder_for(
+    encoder: Any = None, batch_size: int = 64, show_progress: bool | None = None
+) -> PairEncoder:
     """The :class:`PairEncoder` of ``encoder``, created once per encoder object and batch size.
 
     Args:

@@ -96,7 +96,9 @@ class MetricSpec:
         if self.direction not in DIRECTIONS:
             raise ValueError(f"{where}: direction {self.direction!r} is not one of {DIRECTIONS}")
         if self.level == "pair" and self.input not in PAIR_INPUTS:
-            raise ValueError(f"{where}: a pair metric declares input= one of {PAIR_INPUTS}, got {self.input!r}")
+            raise ValueError(
+                f"{where}: a pair metric declares input= one of {PAIR_INPUTS}, got {self.input!r}"
+            )
         if self.level == "set" and self.input is not None:
             raise ValueError(f"{where}: input= is for pair metrics only (a set metric's core takes the unit)")
         bad = [n for n in self.needs if n not in NEEDS]
@@ -109,7 +111,9 @@ class MetricSpec:
             needs.add("seed")
         object.__setattr__(self, "needs", tuple(n for n in NEEDS if n in needs))
         if self.core is None and "seed" not in self.needs:
-            raise ValueError(f"{where}: no core= (the function the toolkit calls); only a seeded control has none")
+            raise ValueError(
+                f"{where}: no core= (the function the toolkit calls); only a seeded control has none"
+            )
 
     def core_fn(self) -> Callable[..., Any]:
         """The core, imported on first use.
@@ -163,12 +167,16 @@ def register(spec: MetricSpec, *, replace: bool = False) -> MetricSpec:
     """
     key = (spec.level, spec.name)
     if key in _REGISTRY and not replace:
-        raise ValueError(f"a {spec.level} metric {spec.name!r} is already registered (pass replace=True to "
-                         "replace it, or pick another name)")
+        raise ValueError(
+            f"a {spec.level} metric {spec.name!r} is already registered (pass replace=True to "
+            "replace it, or pick another name)"
+        )
     twin = next((s for (lv, n), s in _REGISTRY.items() if n == spec.name and lv != spec.level), None)
     if twin is not None and twin.label != spec.label:
-        raise ValueError(f"metric {spec.name!r}: label {spec.label!r} differs from the {twin.level} metric's "
-                         f"{twin.label!r}; the reports label a name once (use the same label or another name)")
+        raise ValueError(
+            f"metric {spec.name!r}: label {spec.label!r} differs from the {twin.level} metric's "
+            f"{twin.label!r}; the reports label a name once (use the same label or another name)"
+        )
     _REGISTRY[key] = spec
     logger.debug("registered %s metric %r", spec.level, spec.name)
     return spec
@@ -207,8 +215,10 @@ def get(name: str, level: str = "pair") -> MetricSpec:
     """
     spec = _REGISTRY.get((level, name))
     if spec is None:
-        raise ValueError(f"unknown {'Task 2 (pair)' if level == 'pair' else 'Task 1 (set)'} metric {name!r}; "
-                         f"registered: {', '.join(names(level))} (add one with dialfork_metrics.registry.register)")
+        raise ValueError(
+            f"unknown {'Task 2 (pair)' if level == 'pair' else 'Task 1 (set)'} metric {name!r}; "
+            f"registered: {', '.join(names(level))} (add one with dialfork_metrics.registry.register)"
+        )
     return spec
 
 
@@ -224,8 +234,14 @@ def specs(level: str | None = None) -> list[MetricSpec]:
     return [s for s in _REGISTRY.values() if level is None or s.level == level]
 
 
-def names(level: str = "pair", *, inputs: Sequence[str] | None = None, control: bool | None = None,
-          needs: str | None = None, flow_aware: bool | None = None) -> tuple[str, ...]:
+def names(
+    level: str = "pair",
+    *,
+    inputs: Sequence[str] | None = None,
+    control: bool | None = None,
+    needs: str | None = None,
+    flow_aware: bool | None = None,
+) -> tuple[str, ...]:
     """Names of the registered metrics of a level, in table order, optionally filtered.
 
     Args:
@@ -238,9 +254,14 @@ def names(level: str = "pair", *, inputs: Sequence[str] | None = None, control: 
     Returns:
         The names.
     """
-    return tuple(s.name for s in specs(level) if (inputs is None or s.input in inputs)
-                 and (control is None or s.control == control) and (needs is None or needs in s.needs)
-                 and (flow_aware is None or s.flow_aware == flow_aware))
+    return tuple(
+        s.name
+        for s in specs(level)
+        if (inputs is None or s.input in inputs)
+        and (control is None or s.control == control)
+        and (needs is None or needs in s.needs)
+        and (flow_aware is None or s.flow_aware == flow_aware)
+    )
 
 
 def exports() -> dict[str, str]:
@@ -253,8 +274,8 @@ def exports() -> dict[str, str]:
     for s in specs():
         if isinstance(s.fn, str) and s.fn.startswith("dialfork_metrics."):
             mod, _, attr = s.fn.partition(":")
-            if attr == s.name and "." not in mod[len("dialfork_metrics."):]:
-                out[attr] = mod[len("dialfork_metrics."):]
+            if attr == s.name and "." not in mod[len("dialfork_metrics.") :]:
+                out[attr] = mod[len("dialfork_metrics.") :]
     return out
 
 
@@ -282,7 +303,9 @@ class NameView(Sequence[str]):
         return x in self._select()
 
     def __eq__(self, other: object) -> bool:
-        return tuple(self) == (tuple(other) if isinstance(other, Sequence) and not isinstance(other, str) else other)
+        return tuple(self) == (
+            tuple(other) if isinstance(other, Sequence) and not isinstance(other, str) else other
+        )
 
     def __hash__(self) -> int:
         return hash(self._select())
@@ -330,29 +353,100 @@ class LabelView(Mapping[str, str]):
 _D, _DL = "dialfork_metrics.distances", "dialfork_metrics.dialogue"
 for _spec in (
     MetricSpec("mean_turn", "pair", "Mean", f"{_D}:mean_turn_many", f"{_DL}:mean_turn", "turn_embeddings"),
-    MetricSpec("full_dialog", "pair", "Full", f"{_D}:unit_cosine_distances", f"{_DL}:full_dialog", "transcripts"),
-    MetricSpec("flowdtw", "pair", "FlowDTW", f"{_D}:flowdtw_block", f"{_DL}:flowdtw", "similarity", module="flowdtw",
-               flow_aware=True),
-    MetricSpec("flowscore", "pair", "FlowScore", f"{_D}:flowscore_block", f"{_DL}:flowscore", "similarity",
-               module="flowscore", flow_aware=True),
-    MetricSpec("turn_count_diff", "pair", "Turn-count diff", f"{_DL}:turn_count_diffs", f"{_DL}:turn_count_diff",
-               "turns", control=True),
-    MetricSpec("word_count_diff", "pair", "Word-count diff", f"{_DL}:word_count_diffs", f"{_DL}:word_count_diff",
-               "turns", control=True),
-    MetricSpec("shared_prefix", "pair", "Shared prefix", f"{_DL}:shared_prefixes", f"{_DL}:shared_prefix", "turns",
-               control=True),
+    MetricSpec(
+        "full_dialog", "pair", "Full", f"{_D}:unit_cosine_distances", f"{_DL}:full_dialog", "transcripts"
+    ),
+    MetricSpec(
+        "flowdtw",
+        "pair",
+        "FlowDTW",
+        f"{_D}:flowdtw_block",
+        f"{_DL}:flowdtw",
+        "similarity",
+        module="flowdtw",
+        flow_aware=True,
+    ),
+    MetricSpec(
+        "flowscore",
+        "pair",
+        "FlowScore",
+        f"{_D}:flowscore_block",
+        f"{_DL}:flowscore",
+        "similarity",
+        module="flowscore",
+        flow_aware=True,
+    ),
+    MetricSpec(
+        "turn_count_diff",
+        "pair",
+        "Turn-count diff",
+        f"{_DL}:turn_count_diffs",
+        f"{_DL}:turn_count_diff",
+        "turns",
+        control=True,
+    ),
+    MetricSpec(
+        "word_count_diff",
+        "pair",
+        "Word-count diff",
+        f"{_DL}:word_count_diffs",
+        f"{_DL}:word_count_diff",
+        "turns",
+        control=True,
+    ),
+    MetricSpec(
+        "shared_prefix",
+        "pair",
+        "Shared prefix",
+        f"{_DL}:shared_prefixes",
+        f"{_DL}:shared_prefix",
+        "turns",
+        control=True,
+    ),
     MetricSpec("random", "pair", "Random", input="seed", control=True),
     # Task 1 (set level), in the order of the paper's Table 2; cores are the benchmark's unit functions
-    MetricSpec("flowkl", "set", "FlowKL", "dialfork_metrics.bench.task1:flowkl_unit", "dialfork_metrics.flowgraph:flowkl",
-               needs=("encoder", "flow_graph"), module="flowkl", flow_aware=True),
-    MetricSpec("fbd", "set", "FBD", "dialfork_metrics.bench.task1:fbd_unit", "dialfork_metrics.setlevel:fbd",
-               needs=("pair_encoder",)),
-    MetricSpec("prd", "set", "PRD", "dialfork_metrics.bench.task1:prd_unit", "dialfork_metrics.setlevel:prd",
-               needs=("pair_encoder", "seed")),
-    MetricSpec("turn_count_diff", "set", "Turn-count diff", "dialfork_metrics.bench.task1:turn_count_unit",
-               "dialfork_metrics.setlevel:set_turn_count_diff", control=True),
-    MetricSpec("word_count_diff", "set", "Word-count diff", "dialfork_metrics.bench.task1:word_count_unit",
-               "dialfork_metrics.setlevel:set_word_count_diff", control=True),
+    MetricSpec(
+        "flowkl",
+        "set",
+        "FlowKL",
+        "dialfork_metrics.bench.task1:flowkl_unit",
+        "dialfork_metrics.flowgraph:flowkl",
+        needs=("encoder", "flow_graph"),
+        module="flowkl",
+        flow_aware=True,
+    ),
+    MetricSpec(
+        "fbd",
+        "set",
+        "FBD",
+        "dialfork_metrics.bench.task1:fbd_unit",
+        "dialfork_metrics.setlevel:fbd",
+        needs=("pair_encoder",),
+    ),
+    MetricSpec(
+        "prd",
+        "set",
+        "PRD",
+        "dialfork_metrics.bench.task1:prd_unit",
+        "dialfork_metrics.setlevel:prd",
+        needs=("pair_encoder", "seed"),
+    ),
+    MetricSpec(
+        "turn_count_diff",
+        "set",
+        "Turn-count diff",
+        "dialfork_metrics.bench.task1:turn_count_unit",
+        "dialfork_metrics.setlevel:set_turn_count_diff",
+        control=True,
+    ),
+    MetricSpec(
+        "word_count_diff",
+        "set",
+        "Word-count diff",
+        "dialfork_metrics.bench.task1:word_count_unit",
+        "dialfork_metrics.setlevel:set_word_count_diff",
+        control=True,
+    ),
     MetricSpec("random", "set", "Random", needs=("seed",), control=True),
 ):
     register(_spec)
@@ -360,6 +454,18 @@ del _spec
 
 
 __all__ = [
-    "DIRECTIONS", "LEVELS", "LabelView", "MetricSpec", "NEEDS", "NameView", "PAIR_INPUTS", "exports", "get", "names",
-    "register", "resolve", "specs", "unregister",
+    "DIRECTIONS",
+    "LEVELS",
+    "LabelView",
+    "MetricSpec",
+    "NEEDS",
+    "NameView",
+    "PAIR_INPUTS",
+    "exports",
+    "get",
+    "names",
+    "register",
+    "resolve",
+    "specs",
+    "unregister",
 ]

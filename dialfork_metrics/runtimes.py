@@ -49,8 +49,12 @@ ONNX_OPSET = 17
 #: Largest abs difference of the hidden states (torch vs onnx fp32) accepted at export time.
 EXPORT_ATOL = 1e-4
 _INPUTS = ("input_ids", "attention_mask", "token_type_ids")
-_PROBE = ["Hello, how can I help you today?", "I would like to book a table for two at seven tonight, please.",
-          "ok", "What is the name and the address of the restaurant?"]
+_PROBE = [
+    "Hello, how can I help you today?",
+    "I would like to book a table for two at seven tonight, please.",
+    "ok",
+    "What is the name and the address of the restaurant?",
+]
 
 
 def check_runtime(runtime: Any) -> str:
@@ -72,7 +76,9 @@ def check_runtime(runtime: Any) -> str:
         try:
             import onnxruntime  # noqa: F401
         except ImportError as e:
-            raise ValueError(f"runtime={runtime!r} needs onnxruntime and onnx: pip install 'dialfork[onnx]'") from e
+            raise ValueError(
+                f"runtime={runtime!r} needs onnxruntime and onnx: pip install 'dialfork[onnx]'"
+            ) from e
     return runtime
 
 
@@ -95,9 +101,13 @@ def check_dtype(dtype: Any, runtime: str, device: Any) -> str | None:
     if dtype not in DTYPES:
         raise ValueError(f"unknown dtype {dtype!r}; expected one of {', '.join(DTYPES)} (or None)")
     if runtime != "torch":
-        raise ValueError(f"dtype={dtype!r} is for runtime='torch' on CUDA; runtime={runtime!r} is fp32/int8 on the CPU")
+        raise ValueError(
+            f"dtype={dtype!r} is for runtime='torch' on CUDA; runtime={runtime!r} is fp32/int8 on the CPU"
+        )
     if device is not None and not str(device).startswith("cuda"):
-        raise ValueError(f"dtype={dtype!r} needs a CUDA device, got device={device!r}; use dtype=None on the CPU")
+        raise ValueError(
+            f"dtype={dtype!r} needs a CUDA device, got device={device!r}; use dtype=None on the CPU"
+        )
     return dtype
 
 
@@ -120,8 +130,10 @@ def cast_model(st_model: Any, dtype: str | None) -> Any:
 
     device = next(st_model.parameters()).device
     if device.type != "cuda":
-        raise ValueError(f"dtype={dtype!r} needs a CUDA device but the model is on {device}; "
-                         "pass device='cuda' on a GPU machine or dtype=None")
+        raise ValueError(
+            f"dtype={dtype!r} needs a CUDA device but the model is on {device}; "
+            "pass device='cuda' on a GPU machine or dtype=None"
+        )
     return st_model.to({"bf16": torch.bfloat16, "fp16": torch.float16}[dtype])
 
 
@@ -163,7 +175,11 @@ def model_fingerprint(auto_model: Any) -> str:
     h = hashlib.sha256()
     h.update(f"exporter={EXPORTER_VERSION}|opset={ONNX_OPSET}|torch={torch.__version__}".encode())
     cfg = auto_model.config.to_dict() if hasattr(auto_model.config, "to_dict") else {}
-    cfg = {k: v for k, v in cfg.items() if not k.startswith("_") and k not in ("transformers_version", "name_or_path")}
+    cfg = {
+        k: v
+        for k, v in cfg.items()
+        if not k.startswith("_") and k not in ("transformers_version", "name_or_path")
+    }
     h.update(json.dumps(cfg, sort_keys=True, default=str).encode())
     for k, v in auto_model.state_dict().items():
         h.update(k.encode())
@@ -197,9 +213,16 @@ def _export(auto_model: Any, input_names: list[str], path: Path) -> None:
     axes = {n: {0: "batch", 1: "sequence"} for n in [*input_names, "last_hidden_state"]}
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")
-        torch.onnx.export(Wrapper(model).eval(), args, str(path), input_names=input_names,
-                          output_names=["last_hidden_state"], dynamic_axes=axes, opset_version=ONNX_OPSET,
-                          dynamo=False)
+        torch.onnx.export(
+            Wrapper(model).eval(),
+            args,
+            str(path),
+            input_names=input_names,
+            output_names=["last_hidden_state"],
+            dynamic_axes=axes,
+            opset_version=ONNX_OPSET,
+            dynamo=False,
+        )
 
 
 class OnnxTransformer:
@@ -224,8 +247,14 @@ class OnnxTransformer:
 
     training = False
 
-    def __init__(self, auto_model: Any, name: str, int8: bool = False, cache_dir: str | os.PathLike | None = None,
-                 threads: int | None = None):
+    def __init__(
+        self,
+        auto_model: Any,
+        name: str,
+        int8: bool = False,
+        cache_dir: str | os.PathLike | None = None,
+        threads: int | None = None,
+    ):
         import inspect
 
         import onnxruntime as ort
@@ -237,7 +266,9 @@ class OnnxTransformer:
         self.int8 = int8
         root = Path(cache_dir).expanduser() if cache_dir is not None else onnx_cache_dir()
         fp = model_fingerprint(auto_model)
-        slug = "".join(c if c.isalnum() or c in "._-" else "_" for c in str(auto_model.config.model_type))[-40:]
+        slug = "".join(c if c.isalnum() or c in "._-" else "_" for c in str(auto_model.config.model_type))[
+            -40:
+        ]
         self.path = root / f"{slug}-{fp}" / ("model-int8.onnx" if int8 else "model.onnx")
         fp32 = self.path.with_name("model.onnx")
         if not fp32.is_file():
@@ -270,7 +301,9 @@ class OnnxTransformer:
         from transformers import AutoTokenizer
 
         try:
-            tok = AutoTokenizer.from_pretrained(getattr(auto_model.config, "_name_or_path", None) or self.name)
+            tok = AutoTokenizer.from_pretrained(
+                getattr(auto_model.config, "_name_or_path", None) or self.name
+            )
             feats = tok(_PROBE, padding=True, return_tensors="pt")
         except (OSError, ValueError, TypeError):
             gen = torch.Generator().manual_seed(0)
@@ -285,7 +318,12 @@ class OnnxTransformer:
         try:
             with torch.no_grad():
                 dev = next(auto_model.parameters()).device
-                ref = auto_model(**{k: v.to(dev) for k, v in feats.items()}).last_hidden_state.float().cpu().numpy()
+                ref = (
+                    auto_model(**{k: v.to(dev) for k, v in feats.items()})
+                    .last_hidden_state.float()
+                    .cpu()
+                    .numpy()
+                )
         finally:
             auto_model.train(was)
         sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
@@ -293,8 +331,10 @@ class OnnxTransformer:
         mask = feats["attention_mask"].numpy().astype(bool)
         diff = float(np.abs(got - ref)[mask].max())
         if not diff <= EXPORT_ATOL:
-            raise ValueError(f"the ONNX export of {self.name} differs from torch by {diff:.3g} (> {EXPORT_ATOL}); "
-                             "use runtime='torch' for this model")
+            raise ValueError(
+                f"the ONNX export of {self.name} differs from torch by {diff:.3g} (> {EXPORT_ATOL}); "
+                "use runtime='torch' for this model"
+            )
         logger.info("ONNX export of %s: max abs diff to torch %.3g", self.name, diff)
 
     # the parts of the torch.nn.Module interface that the pair encoder uses
@@ -361,8 +401,13 @@ class OnnxTransformer:
         return out
 
 
-def st_encode(st_model: Any, runner: OnnxTransformer, texts: Sequence[str], batch_size: int = 64,
-              prompt_name: str | None = None) -> np.ndarray:
+def st_encode(
+    st_model: Any,
+    runner: OnnxTransformer,
+    texts: Sequence[str],
+    batch_size: int = 64,
+    prompt_name: str | None = None,
+) -> np.ndarray:
     """What ``st_model.encode(texts, normalize_embeddings=False)`` returns, with the transformer
     run by ``runner``: the model's own tokenizer and its modules after the transformer.
 
@@ -404,7 +449,7 @@ def st_encode(st_model: Any, runner: OnnxTransformer, texts: Sequence[str], batc
     out: np.ndarray | None = None
     with torch.inference_mode():
         for s in range(0, len(order), batch_size):
-            idx = order[s:s + batch_size]
+            idx = order[s : s + batch_size]
             feats = tokenize([texts[i] for i in idx])
             feats = {k: v for k, v in feats.items() if isinstance(v, torch.Tensor)}
             feats["token_embeddings"] = torch.from_numpy(runner.run(feats))
@@ -442,8 +487,10 @@ def runner_for(st_model: Any, name: str, runtime: str) -> OnnxTransformer:
         raise ValueError("runner_for is for the onnx runtimes")
     auto_model = getattr(st_model[0], "auto_model", None)
     if auto_model is None:
-        raise ValueError(f"runtime={runtime!r} needs a transformer-based sentence-transformers model "
-                         f"(its first module {type(st_model[0]).__name__} has no auto_model)")
+        raise ValueError(
+            f"runtime={runtime!r} needs a transformer-based sentence-transformers model "
+            f"(its first module {type(st_model[0]).__name__} has no auto_model)"
+        )
     with _LOCK:
         per = _RUNNERS.setdefault(st_model, {})
         r = per.get(runtime)
@@ -452,5 +499,15 @@ def runner_for(st_model: Any, name: str, runtime: str) -> OnnxTransformer:
         return r
 
 
-__all__ = ["DTYPES", "EXPORTER_VERSION", "ONNX_OPSET", "OnnxTransformer", "RUNTIMES", "check_dtype", "check_runtime",
-           "onnx_cache_dir", "runner_for", "st_encode"]
+__all__ = [
+    "DTYPES",
+    "EXPORTER_VERSION",
+    "ONNX_OPSET",
+    "OnnxTransformer",
+    "RUNTIMES",
+    "check_dtype",
+    "check_runtime",
+    "onnx_cache_dir",
+    "runner_for",
+    "st_encode",
+]

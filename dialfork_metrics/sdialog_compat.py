@@ -56,8 +56,14 @@ SDIALOG_DENSITY_FLOOR = 1e-12
 SDIALOG_FBD_PAIRING = "sliding"
 
 
-def dialog2flow_prune(raw_counts: np.ndarray, node_fr: np.ndarray, start: int, end: int,
-                      node_threshold: float, edge_threshold: float) -> np.ndarray:
+def dialog2flow_prune(
+    raw_counts: np.ndarray,
+    node_fr: np.ndarray,
+    start: int,
+    end: int,
+    node_threshold: float,
+    edge_threshold: float,
+) -> np.ndarray:
     """Edge counts after dialog2flow's ``create_graph`` clean-up (self-loops, node and edge pruning,
     unreachable-node removal), in its order.
 
@@ -145,8 +151,12 @@ def to_sdialog_dialogs(dialogues: Sequence[Any], set_name: str = "set") -> list[
     for i, d in enumerate(dialogues):
         turns = as_turns(d, dialogue_name(d, i, set_name))
         did = d.get("dialogue_id") if isinstance(d, dict) else None
-        out.append({"id": str(did if did is not None else f"{set_name}-{i}"),
-                    "turns": [{"speaker": t["speaker"], "text": t["text"]} for t in turns]})
+        out.append(
+            {
+                "id": str(did if did is not None else f"{set_name}-{i}"),
+                "turns": [{"speaker": t["speaker"], "text": t["text"]} for t in turns],
+            }
+        )
     return out
 
 

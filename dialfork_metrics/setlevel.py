@@ -47,10 +47,14 @@ def _check_pair_sets(X_ref: Any, X_tgt: Any, min_n: int = 2) -> tuple[np.ndarray
             raise ValueError(f"{name}: needs at least {min_n} embeddings, got {X.shape[0]}")
         if not np.all(np.isfinite(X)):
             bad = np.argwhere(~np.isfinite(X))[0]
-            raise ValueError(f"{name}: embeddings contain NaN or inf (first at row {bad[0]}, column {bad[1]})")
+            raise ValueError(
+                f"{name}: embeddings contain NaN or inf (first at row {bad[0]}, column {bad[1]})"
+            )
         out.append(X.astype(np.float64, copy=False))
     if out[0].shape[1] != out[1].shape[1]:
-        raise ValueError(f"mismatched dimensions: reference set {out[0].shape[1]}, target set {out[1].shape[1]}")
+        raise ValueError(
+            f"mismatched dimensions: reference set {out[0].shape[1]}, target set {out[1].shape[1]}"
+        )
     return out[0], out[1]
 
 
@@ -76,11 +80,16 @@ def frechet_distance(mu1: Any, S1: Any, mu2: Any, S2: Any) -> float:
     Raises:
         ValueError: The shapes do not match, or an input holds NaN or inf.
     """
-    mu1, mu2 = np.atleast_1d(np.asarray(mu1, dtype=np.float64)), np.atleast_1d(np.asarray(mu2, dtype=np.float64))
+    mu1, mu2 = (
+        np.atleast_1d(np.asarray(mu1, dtype=np.float64)),
+        np.atleast_1d(np.asarray(mu2, dtype=np.float64)),
+    )
     S1, S2 = np.atleast_2d(np.asarray(S1, dtype=np.float64)), np.atleast_2d(np.asarray(S2, dtype=np.float64))
     d = mu1.shape[0]
     if mu2.shape != (d,) or S1.shape != (d, d) or S2.shape != (d, d):
-        raise ValueError(f"shapes do not match: mu1 {mu1.shape}, S1 {S1.shape}, mu2 {mu2.shape}, S2 {S2.shape}")
+        raise ValueError(
+            f"shapes do not match: mu1 {mu1.shape}, S1 {S1.shape}, mu2 {mu2.shape}, S2 {S2.shape}"
+        )
     for name, a in (("mu1", mu1), ("S1", S1), ("mu2", mu2), ("S2", S2)):
         if not np.all(np.isfinite(a)):
             raise ValueError(f"{name} contains NaN or inf")
@@ -113,14 +122,21 @@ def fbd_from_embeddings(X_ref: Any, X_tgt: Any) -> float:
     d = X1.shape[1]
     for name, X in (("reference", X1), ("target", X2)):
         if X.shape[0] <= d:
-            logger.warning("FBD: the %s set has n=%d <= d=%d embeddings: its covariance is singular and the "
-                           "estimate strongly biased", name, X.shape[0], d)
+            logger.warning(
+                "FBD: the %s set has n=%d <= d=%d embeddings: its covariance is singular and the "
+                "estimate strongly biased",
+                name,
+                X.shape[0],
+                d,
+            )
     mu1, mu2 = X1.mean(axis=0), X2.mean(axis=0)
     S1, S2 = np.cov(X1, rowvar=False), np.cov(X2, rowvar=False)
     return frechet_distance(mu1, S1, mu2, S2)
 
 
-def prd_curve(ref_hist: Any, tgt_hist: Any, num_angles: int = 1001, epsilon: float = 1e-10) -> tuple[np.ndarray, np.ndarray]:
+def prd_curve(
+    ref_hist: Any, tgt_hist: Any, num_angles: int = 1001, epsilon: float = 1e-10
+) -> tuple[np.ndarray, np.ndarray]:
     """Sajjadi et al.'s PRD curve of two histograms over the same bins.
 
     Args:
@@ -156,8 +172,18 @@ def _max_f1(precision: np.ndarray, recall: np.ndarray) -> float:
     return float(f1.max())
 
 
-def prd_from_embeddings(X_ref: Any, X_tgt: Any, num_clusters: int = 20, num_angles: int = 1001, num_runs: int = 10,
-                        seed: int = 0, *, kmeans: str = "minibatch", n_init: int = 10, epsilon: float = 1e-10) -> float:
+def prd_from_embeddings(
+    X_ref: Any,
+    X_tgt: Any,
+    num_clusters: int = 20,
+    num_angles: int = 1001,
+    num_runs: int = 10,
+    seed: int = 0,
+    *,
+    kmeans: str = "minibatch",
+    n_init: int = 10,
+    epsilon: float = 1e-10,
+) -> float:
     """PRD distance ``1 - max F1`` of the run-averaged PRD curve (module docstring).
 
     Per run, k-means on ``[target; reference]``, the two cluster histograms and the PRD curve over
@@ -194,16 +220,20 @@ def prd_from_embeddings(X_ref: Any, X_tgt: Any, num_clusters: int = 20, num_angl
     if kmeans not in ("minibatch", "full"):
         raise ValueError(f"kmeans must be 'minibatch' or 'full', got {kmeans!r}")
     if X1.shape[0] != X2.shape[0]:
-        logger.info("PRD: %d reference vs %d target embeddings (unbalanced sets bias the clustering towards the "
-                    "larger one)", X1.shape[0], X2.shape[0])
+        logger.info(
+            "PRD: %d reference vs %d target embeddings (unbalanced sets bias the clustering towards the "
+            "larger one)",
+            X1.shape[0],
+            X2.shape[0],
+        )
     data = np.vstack([X2, X1])
     seeds = np.random.SeedSequence(seed).generate_state(num_runs)
     precisions, recalls = [], []
     for r in range(num_runs):
         cls = MiniBatchKMeans if kmeans == "minibatch" else KMeans
         labels = cls(n_clusters=num_clusters, n_init=n_init, random_state=int(seeds[r])).fit(data).labels_
-        tgt_hist = np.bincount(labels[:X2.shape[0]], minlength=num_clusters) / X2.shape[0]
-        ref_hist = np.bincount(labels[X2.shape[0]:], minlength=num_clusters) / X1.shape[0]
+        tgt_hist = np.bincount(labels[: X2.shape[0]], minlength=num_clusters) / X2.shape[0]
+        ref_hist = np.bincount(labels[X2.shape[0] :], minlength=num_clusters) / X1.shape[0]
         p, rc = prd_curve(ref_hist, tgt_hist, num_angles, epsilon)
         precisions.append(p)
         recalls.append(rc)
@@ -259,8 +289,16 @@ def fbd_pairing(pairing: str | None = None, compat: str | None = None) -> str:
     return pairing
 
 
-def fbd(ref_set: Any, tgt_set: Any, encoder: Any = None, *, pairing: str | None = None, compat: str | None = None,
-        batch_size: int = 64, return_details: bool = False) -> float | dict:
+def fbd(
+    ref_set: Any,
+    tgt_set: Any,
+    encoder: Any = None,
+    *,
+    pairing: str | None = None,
+    compat: str | None = None,
+    batch_size: int = 64,
+    return_details: bool = False,
+) -> float | dict:
     """FBD between two sets of dialogues on their turn-pair embeddings (``dialfork_metrics.pair_encoder``).
 
     ``||mu1 - mu2||^2 + Tr(S1 + S2 - 2 (S1 S2)^(1/2))`` over the ``[CLS]`` embeddings of consecutive
@@ -290,16 +328,35 @@ def fbd(ref_set: Any, tgt_set: Any, encoder: Any = None, *, pairing: str | None 
     pe = _pair_encoder(encoder, batch_size)
     X_ref, X_tgt = _set_pairs(pe, ref_set, tgt_set, pairing)
     value = fbd_from_embeddings(X_ref, X_tgt)
-    logger.info("FBD = %.6g (n_ref=%d, n_tgt=%d pairs, d=%d)", value, X_ref.shape[0], X_tgt.shape[0], X_ref.shape[1])
+    logger.info(
+        "FBD = %.6g (n_ref=%d, n_tgt=%d pairs, d=%d)", value, X_ref.shape[0], X_tgt.shape[0], X_ref.shape[1]
+    )
     if return_details:
-        return {"fbd": value, "n_ref": int(X_ref.shape[0]), "n_tgt": int(X_tgt.shape[0]), "dim": int(X_ref.shape[1]),
-                "encoder": pe.name, "pairing": pairing}
+        return {
+            "fbd": value,
+            "n_ref": int(X_ref.shape[0]),
+            "n_tgt": int(X_tgt.shape[0]),
+            "dim": int(X_ref.shape[1]),
+            "encoder": pe.name,
+            "pairing": pairing,
+        }
     return value
 
 
-def prd(ref_set: Any, tgt_set: Any, encoder: Any = None, *, pairing: str = "system_user", num_clusters: int = 20,
-        num_angles: int = 1001, num_runs: int = 10, seed: int = 0, kmeans: str = "minibatch", batch_size: int = 64,
-        return_details: bool = False) -> float | dict:
+def prd(
+    ref_set: Any,
+    tgt_set: Any,
+    encoder: Any = None,
+    *,
+    pairing: str = "system_user",
+    num_clusters: int = 20,
+    num_angles: int = 1001,
+    num_runs: int = 10,
+    seed: int = 0,
+    kmeans: str = "minibatch",
+    batch_size: int = 64,
+    return_details: bool = False,
+) -> float | dict:
     """PRD distance between two sets of dialogues on their turn-pair embeddings.
 
     ``1 - max F1`` of the PRD curve averaged over ``num_runs`` clusterings (see ``prd_from_embeddings``).
@@ -330,8 +387,13 @@ def prd(ref_set: Any, tgt_set: Any, encoder: Any = None, *, pairing: str = "syst
     X_ref, X_tgt = _set_pairs(pe, ref_set, tgt_set, pairing)
     value = prd_from_embeddings(X_ref, X_tgt, num_clusters, num_angles, num_runs, seed, kmeans=kmeans)
     if return_details:
-        return {"prd": value, "n_ref": int(X_ref.shape[0]), "n_tgt": int(X_tgt.shape[0]), "encoder": pe.name,
-                "pairing": pairing}
+        return {
+            "prd": value,
+            "n_ref": int(X_ref.shape[0]),
+            "n_tgt": int(X_tgt.shape[0]),
+            "encoder": pe.name,
+            "pairing": pairing,
+        }
     return value
 
 
@@ -361,7 +423,12 @@ def set_turn_count_diff(ref_set: Sequence[Any], tgt_set: Sequence[Any]) -> float
         ValueError: A set with fewer than 2 dialogues, an empty dialogue or turn, or an unknown
             speaker (the message names the set and the dialogue).
     """
-    return float(abs(_set_lengths(tgt_set, "target set", False).mean() - _set_lengths(ref_set, "reference set", False).mean()))
+    return float(
+        abs(
+            _set_lengths(tgt_set, "target set", False).mean()
+            - _set_lengths(ref_set, "reference set", False).mean()
+        )
+    )
 
 
 def set_word_count_diff(ref_set: Sequence[Any], tgt_set: Sequence[Any]) -> float:
@@ -381,7 +448,12 @@ def set_word_count_diff(ref_set: Sequence[Any], tgt_set: Sequence[Any]) -> float
         ValueError: A set with fewer than 2 dialogues, an empty dialogue or turn, or an unknown
             speaker (the message names the set and the dialogue).
     """
-    return float(abs(_set_lengths(tgt_set, "target set", True).mean() - _set_lengths(ref_set, "reference set", True).mean()))
+    return float(
+        abs(
+            _set_lengths(tgt_set, "target set", True).mean()
+            - _set_lengths(ref_set, "reference set", True).mean()
+        )
+    )
 
 
 __all__ = [

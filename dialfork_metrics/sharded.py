@@ -80,7 +80,8 @@ def process_state(barrier_timeout: float = DEFAULT_BARRIER_TIMEOUT):
 
     world = int(os.environ.get("WORLD_SIZE", "1") or 1)
     cpu = os.environ.get("ACCELERATE_USE_CPU", "false").lower() in ("1", "true", "yes") or (
-        world > 1 and not torch.cuda.is_available())
+        world > 1 and not torch.cuda.is_available()
+    )
     return PartialState(cpu=cpu, timeout=timedelta(seconds=barrier_timeout))
 
 
@@ -158,7 +159,7 @@ def global_batches(items: Sequence[Any], batch_size: int) -> list[list[Any]]:
     """
     if not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
-    return [list(items[s:s + batch_size]) for s in range(0, len(items), batch_size)]
+    return [list(items[s : s + batch_size]) for s in range(0, len(items), batch_size)]
 
 
 def my_batches(n_batches: int, process_index: int, num_processes: int) -> list[int]:
@@ -177,7 +178,9 @@ def my_batches(n_batches: int, process_index: int, num_processes: int) -> list[i
         ValueError: ``num_processes < 1`` or ``process_index`` is not in ``[0, num_processes)``.
     """
     if num_processes < 1 or not 0 <= process_index < num_processes:
-        raise ValueError(f"process {process_index} of {num_processes}: expected 0 <= index < num_processes >= 1")
+        raise ValueError(
+            f"process {process_index} of {num_processes}: expected 0 <= index < num_processes >= 1"
+        )
     return list(range(process_index, n_batches, num_processes))
 
 
@@ -241,7 +244,9 @@ def encode_shard_texts(encoder: Any, texts: Sequence[str], state: Any, progress:
     return _encode_shard(encoder, batches, state, lambda b: encoder.encode(b), _text_key, "texts", progress)
 
 
-def encode_shard_pairs(pair_encoder: Any, pairs: Sequence[tuple[str, str]], state: Any, progress: bool = True) -> int:
+def encode_shard_pairs(
+    pair_encoder: Any, pairs: Sequence[tuple[str, str]], state: Any, progress: bool = True
+) -> int:
     """As :func:`encode_shard_texts`, for the (first, second) pairs of a
     :class:`~.pair_encoder.PairEncoder` with a ``cache_dir``.
 
@@ -260,14 +265,29 @@ def encode_shard_pairs(pair_encoder: Any, pairs: Sequence[tuple[str, str]], stat
     """
     from .pair_encoder import _pair_key
 
-    batches = global_batches(unique_by_length(pairs, lambda p: len(p[0]) + len(p[1])), pair_encoder.batch_size)
-    return _encode_shard(pair_encoder, batches, state,
-                         lambda b: pair_encoder.encode_pairs([a for a, _ in b], [s for _, s in b]),
-                         lambda p: _pair_key(*p), "pairs", progress)
+    batches = global_batches(
+        unique_by_length(pairs, lambda p: len(p[0]) + len(p[1])), pair_encoder.batch_size
+    )
+    return _encode_shard(
+        pair_encoder,
+        batches,
+        state,
+        lambda b: pair_encoder.encode_pairs([a for a, _ in b], [s for _, s in b]),
+        lambda p: _pair_key(*p),
+        "pairs",
+        progress,
+    )
 
 
-def _encode_shard(enc: Any, batches: list[list[Any]], state: Any, encode: Callable[[list[Any]], np.ndarray],
-                  key: Callable[[Any], bytes], what: str, progress: bool) -> int:
+def _encode_shard(
+    enc: Any,
+    batches: list[list[Any]],
+    state: Any,
+    encode: Callable[[list[Any]], np.ndarray],
+    key: Callable[[Any], bytes],
+    what: str,
+    progress: bool,
+) -> int:
     disk = getattr(enc, "_disk", None)
     if disk is None:
         raise ValueError("sharded encoding needs an encoder with a disk cache (cache_dir=...)")
@@ -279,12 +299,23 @@ def _encode_shard(enc: Any, batches: list[list[Any]], state: Any, encode: Callab
     from dialfork_dataset.console import progress_disabled
 
     n_items = sum(len(batches[i]) for i in mine)
-    logger.info("process %d/%d: %d of %d batches of %s (%d items)", state.process_index, state.num_processes,
-                len(mine), len(batches), what, n_items)
+    logger.info(
+        "process %d/%d: %d of %d batches of %s (%d items)",
+        state.process_index,
+        state.num_processes,
+        len(mine),
+        len(batches),
+        what,
+        n_items,
+    )
     enc._disk = None  # one shard file per process at the end, not one per batch
     try:
-        with tqdm(total=n_items, desc=f"encoding {what} (process {state.process_index})", unit=what[:-1],
-                  disable=not progress or progress_disabled() or not state.is_local_main_process) as bar:
+        with tqdm(
+            total=n_items,
+            desc=f"encoding {what} (process {state.process_index})",
+            unit=what[:-1],
+            disable=not progress or progress_disabled() or not state.is_local_main_process,
+        ) as bar:
             for i in mine:
                 batch = batches[i]
                 bkeys = [key(x) for x in batch]
@@ -340,6 +371,18 @@ def broadcast(state: Any, value: Any) -> Any:
     return broadcast_object_list([value], from_process=0)[0]
 
 
-__all__ = ["all_ok", "broadcast", "corpus_pairs", "corpus_texts", "encode_shard_pairs", "encode_shard_texts", "exit_worker",
-           "global_batches", "is_worker_process", "launched_by_accelerate", "my_batches", "process_state",
-           "unique_by_length"]
+__all__ = [
+    "all_ok",
+    "broadcast",
+    "corpus_pairs",
+    "corpus_texts",
+    "encode_shard_pairs",
+    "encode_shard_texts",
+    "exit_worker",
+    "global_batches",
+    "is_worker_process",
+    "launched_by_accelerate",
+    "my_batches",
+    "process_state",
+    "unique_by_length",
+]

@@ -74,16 +74,18 @@ def kendall_tau(x: Sequence[float], y: Sequence[float] = EXPECTED_ORDER, *, unde
     fallback = _undefined_value(undefined)
     a, b = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     if a.shape != b.shape or a.ndim != 1 or a.size < 2:
-        raise ValueError(f"Kendall tau needs two 1-d sequences of the same length >= 2, got shapes {a.shape} "
-                         f"and {b.shape}")
+        raise ValueError(
+            f"Kendall tau needs two 1-d sequences of the same length >= 2, got shapes {a.shape} and {b.shape}"
+        )
     if np.all(a == a[0]) or np.all(b == b[0]):
         return fallback
     tau = kendalltau(a, b).statistic
     return float(tau) if math.isfinite(tau) else fallback
 
 
-def kendall_tau_rows(d: Sequence[Sequence[float]], target: Sequence[float] = EXPECTED_ORDER, *,
-                     undefined: str = "zero") -> np.ndarray:
+def kendall_tau_rows(
+    d: Sequence[Sequence[float]], target: Sequence[float] = EXPECTED_ORDER, *, undefined: str = "zero"
+) -> np.ndarray:
     """:func:`kendall_tau` of each row of ``d`` (n, m) against ``target`` (m,), vectorised.
 
     The same number as ``scipy.stats.kendalltau(row, target).statistic`` (ties included; tested),
@@ -183,8 +185,9 @@ def unit_permutation_pvalue(distances: Sequence[float]) -> float:
 def _finite(x: Sequence[float], what: str) -> np.ndarray:
     a = np.asarray(x, dtype=float)
     if not np.all(np.isfinite(a)):
-        raise ValueError(f"{what}: {int(np.sum(~np.isfinite(a)))} value(s) are NaN or inf; "
-                         "every unit needs a finite value")
+        raise ValueError(
+            f"{what}: {int(np.sum(~np.isfinite(a)))} value(s) are NaN or inf; every unit needs a finite value"
+        )
     return a
 
 
@@ -284,8 +287,9 @@ def paired_t_greater(diff: Sequence[float]) -> float:
     return float(ttest_1samp(x, 0.0, alternative="greater").pvalue)
 
 
-def bootstrap_mean_ci(diff: Sequence[float], n_resamples: int = 10_000, seed: int = 0,
-                      confidence: float = 0.95) -> tuple[float, float]:
+def bootstrap_mean_ci(
+    diff: Sequence[float], n_resamples: int = 10_000, seed: int = 0, confidence: float = 0.95
+) -> tuple[float, float]:
     """Paired bootstrap percentile CI of the mean difference (``scipy.stats.bootstrap``, seeded).
 
     Args:
@@ -307,8 +311,15 @@ def bootstrap_mean_ci(diff: Sequence[float], n_resamples: int = 10_000, seed: in
         raise ValueError("bootstrap_mean_ci: need at least 2 paired differences")
     if np.all(x == x[0]):
         return float(x[0]), float(x[0])
-    res = bootstrap((x,), np.mean, n_resamples=n_resamples, confidence_level=confidence, method="percentile",
-                    rng=np.random.default_rng(seed), vectorized=True)
+    res = bootstrap(
+        (x,),
+        np.mean,
+        n_resamples=n_resamples,
+        confidence_level=confidence,
+        method="percentile",
+        rng=np.random.default_rng(seed),
+        vectorized=True,
+    )
     return float(res.confidence_interval.low), float(res.confidence_interval.high)
 
 
@@ -384,8 +395,13 @@ def wilcoxon_two_sided(diff: Sequence[float]) -> float:
     return float(wilcoxon(x, zero_method="wilcox").pvalue)
 
 
-def bootstrap_column_means_ci(X: np.ndarray | Sequence[Sequence[float]], n_resamples: int = 10_000, seed: int = 0,
-                              confidence: float = 0.95, batch: int = 500) -> tuple[np.ndarray, np.ndarray]:
+def bootstrap_column_means_ci(
+    X: np.ndarray | Sequence[Sequence[float]],
+    n_resamples: int = 10_000,
+    seed: int = 0,
+    confidence: float = 0.95,
+    batch: int = 500,
+) -> tuple[np.ndarray, np.ndarray]:
     """Percentile bootstrap CIs of the mean of each column of ``X``, the rows (units) resampled
     jointly: ``scipy.stats.bootstrap`` with ``axis=0``, seeded, in batches of ``batch``
     resamples to bound memory. With one column this is :func:`bootstrap_mean_ci` (same seed,
@@ -418,9 +434,17 @@ def bootstrap_column_means_ci(X: np.ndarray | Sequence[Sequence[float]], n_resam
     lo, hi = A[0].copy(), A[0].copy()
     var = np.flatnonzero(~const)
     if var.size:
-        res = bootstrap((A[:, var],), np.mean, n_resamples=n_resamples, confidence_level=confidence,
-                        method="percentile", rng=np.random.default_rng(seed), vectorized=True, axis=0,
-                        batch=batch)
+        res = bootstrap(
+            (A[:, var],),
+            np.mean,
+            n_resamples=n_resamples,
+            confidence_level=confidence,
+            method="percentile",
+            rng=np.random.default_rng(seed),
+            vectorized=True,
+            axis=0,
+            batch=batch,
+        )
         lo[var] = res.confidence_interval.low
         hi[var] = res.confidence_interval.high
     return lo, hi

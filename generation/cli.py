@@ -40,29 +40,46 @@ def main(argv: list[str] | None = None) -> int:
         0 on success (the record counts are printed), 2 for bad input or a failed generation (the
             error is printed to stderr in one line).
     """
-    if distributed.launched_distributed():  # `accelerate launch -m generation ...`: shard across the processes
+    if (
+        distributed.launched_distributed()
+    ):  # `accelerate launch -m generation ...`: shard across the processes
         return distributed.main(argv)
     args = build_parser().parse_args(argv)
     tasks = task_names(args)
     with console(args.verbose, args.quiet, fmt="%(asctime)s %(levelname)s %(name)s: %(message)s"):
         try:
-            args.star = source_spec(args)  # --source star:PATH | workflow:PATH, --star PATH, $DIALFORK_STAR_DIR
+            args.star = source_spec(
+                args
+            )  # --source star:PATH | workflow:PATH, --star PATH, $DIALFORK_STAR_DIR
             seed, scenarios, corpus = hidden_split_selection(args, tasks)
         except (GenerationError, ValueError, FileNotFoundError) as e:
             print(f"error: {e}", file=sys.stderr)
             return 2
         config = build_config(args, tasks, seed, workers=args.workers)
         try:
-            manifest = generate_corpus(config, progress=not (args.no_progress or args.quiet), scenarios=scenarios,
-                                       corpus=corpus)
+            manifest = generate_corpus(
+                config, progress=not (args.no_progress or args.quiet), scenarios=scenarios, corpus=corpus
+            )
         except (GenerationError, UnknownBackendError) as e:
             print(f"error: {e}", file=sys.stderr)
             return 2
     t = manifest.counts["total"]
-    print(f"{t['records']} records ({t['conformant']} conformant, {t['forks']} forks; "
-          f"{t['dropped']} scenario(s) dropped) -> {Path(args.out)} (manifest.json)")
+    print(
+        f"{t['records']} records ({t['conformant']} conformant, {t['forks']} forks; "
+        f"{t['dropped']} scenario(s) dropped) -> {Path(args.out)} (manifest.json)"
+    )
     return 0
 
 
-__all__ = ["EPILOG", "backend_options", "build_config", "build_parser", "config_options", "hidden_split_selection",
-           "main", "source_spec", "star_folder", "task_names"]
+__all__ = [
+    "EPILOG",
+    "backend_options",
+    "build_config",
+    "build_parser",
+    "config_options",
+    "hidden_split_selection",
+    "main",
+    "source_spec",
+    "star_folder",
+    "task_names",
+]

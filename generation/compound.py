@@ -35,9 +35,16 @@ def parse_compound_plan(text: str) -> CompoundPlan:
     for item in items:
         h, sep, k = item.partition("@")
         h = h.strip().upper()
-        if not sep or h not in hallucination_types() or not k.strip().isdigit() or int(k) not in FORK_POSITIONS:
-            errors.append(f"{item!r}: expected TYPE@K with TYPE in {', '.join(hallucination_types())} and K in "
-                          f"{FORK_POSITIONS[0]}..{FORK_POSITIONS[-1]}")
+        if (
+            not sep
+            or h not in hallucination_types()
+            or not k.strip().isdigit()
+            or int(k) not in FORK_POSITIONS
+        ):
+            errors.append(
+                f"{item!r}: expected TYPE@K with TYPE in {', '.join(hallucination_types())} and K in "
+                f"{FORK_POSITIONS[0]}..{FORK_POSITIONS[-1]}"
+            )
             continue
         plan.append((h, int(k)))
     if not errors and len(plan) < 2:

@@ -120,12 +120,15 @@ def load_check(name: str) -> type:
         raise GenerationError(
             f"--check-conformance {name}: no such check is installed (installed: {', '.join(have) or 'none'}); "
             "the toolkit's own is workflow-nodes, registered when the package is installed (`pip install -e .`)",
-            [f"unknown conformance check {name!r}"])
+            [f"unknown conformance check {name!r}"],
+        )
     try:
         return ep.load()
     except Exception as e:  # an import error in a plugin: say which
-        raise GenerationError(f"--check-conformance {name}: {ep.value} does not load ({type(e).__name__}: {e})",
-                              [f"conformance check {name!r} does not load"]) from e
+        raise GenerationError(
+            f"--check-conformance {name}: {ep.value} does not load ({type(e).__name__}: {e})",
+            [f"conformance check {name!r} does not load"],
+        ) from e
 
 
 def result_errors(result: Any, num_system_turns: int | None = None) -> list[str]:
@@ -160,17 +163,24 @@ def apply_check(check: Any, units: Sequence[Any]) -> None:
     if not kept:
         return
     heads = [json.loads(u.lines[0]) for u in kept]
-    results = check.check_many([(h["task"], [t["text"] for t in h["turns"] if t["speaker"] == "system"])
-                                for h in heads])
+    results = check.check_many(
+        [(h["task"], [t["text"] for t in h["turns"] if t["speaker"] == "system"]) for h in heads]
+    )
     if len(results) != len(kept):
-        raise GenerationError(f"conformance check {getattr(check, 'name', check)!r}: {len(results)} results for "
-                              f"{len(kept)} dialogues", ["conformance check: wrong number of results"])
+        raise GenerationError(
+            f"conformance check {getattr(check, 'name', check)!r}: {len(results)} results for "
+            f"{len(kept)} dialogues",
+            ["conformance check: wrong number of results"],
+        )
     for u, h, res in zip(kept, heads, results):
         T = sum(1 for t in h["turns"] if t["speaker"] == "system")
         errs = result_errors(res, T)
         if errs:
-            raise GenerationError(f"conformance check {getattr(check, 'name', check)!r} on {h['dialogue_id']}: "
-                                  + "; ".join(errs), errs)
+            raise GenerationError(
+                f"conformance check {getattr(check, 'name', check)!r} on {h['dialogue_id']}: "
+                + "; ".join(errs),
+                errs,
+            )
         res = {k: res[k] for k in CONFORMANCE_FIELDS}
         lines = []
         for line in u.lines:
@@ -181,5 +191,12 @@ def apply_check(check: Any, units: Sequence[Any]) -> None:
         u.conformant = bool(res["conformant"])
 
 
-__all__ = ["DEFAULT_CHECK", "ENTRY_POINT_GROUP", "ConformanceCheck", "apply_check", "available_checks", "load_check",
-           "result_errors"]
+__all__ = [
+    "DEFAULT_CHECK",
+    "ENTRY_POINT_GROUP",
+    "ConformanceCheck",
+    "apply_check",
+    "available_checks",
+    "load_check",
+    "result_errors",
+]

@@ -193,12 +193,20 @@ def generate_distributed(
     out = Path(config.out)
     n = existing_num_shards(out) or num_shards or state.num_processes
     if existing_num_shards(out) and num_shards and num_shards != existing_num_shards(out):
-        logger.warning("%s: resuming an unfinished run of %d shards (ignoring num_shards=%d)", out,
-                       existing_num_shards(out), num_shards)
+        logger.warning(
+            "%s: resuming an unfinished run of %d shards (ignoring num_shards=%d)",
+            out,
+            existing_num_shards(out),
+            num_shards,
+        )
     mine = assign_shards(n, state)
     if n < state.num_processes and not mine:
-        logger.warning("process %d has no shard (%d shards for %d processes)", state.process_index, n,
-                       state.num_processes)
+        logger.warning(
+            "process %d has no shard (%d shards for %d processes)",
+            state.process_index,
+            n,
+            state.num_processes,
+        )
     error: BaseException | None = None
     try:
         if mine:
@@ -217,7 +225,9 @@ def generate_distributed(
     if error is not None:
         raise error
     if failed:
-        raise GenerationError(f"{out}: another process failed (see its log); rerun the same command to resume")
+        raise GenerationError(
+            f"{out}: another process failed (see its log); rerun the same command to resume"
+        )
     if state.is_main_process:
         try:
             merge_shards(out, keep_shards=config.keep_shards)
@@ -265,7 +275,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     state = process_state()
     level = logging.DEBUG if args.verbose else logging.ERROR if args.quiet else logging.INFO
-    logging.basicConfig(level=level, format=f"%(asctime)s %(levelname)s [{state.process_index}] %(name)s: %(message)s")
+    logging.basicConfig(
+        level=level, format=f"%(asctime)s %(levelname)s [{state.process_index}] %(name)s: %(message)s"
+    )
     tasks = task_names(args)
     try:
         args.star = source_spec(args)  # --source star:PATH | workflow:PATH, --star PATH, $DIALFORK_STAR_DIR
@@ -275,15 +287,18 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     config = build_config(args, tasks, seed, workers=1)
     try:
-        manifest = generate_distributed(config, scenarios=scenarios, progress=not (args.no_progress or args.quiet),
-                                        state=state)
+        manifest = generate_distributed(
+            config, scenarios=scenarios, progress=not (args.no_progress or args.quiet), state=state
+        )
     except (GenerationError, UnknownBackendError, ValueError, RuntimeError) as e:
         print(f"error [process {state.process_index}]: {e}", file=sys.stderr)
         return 2
     if state.is_main_process:
         t = manifest.counts["total"]
-        print(f"{t['records']} records ({t['conformant']} conformant, {t['forks']} forks; {t['dropped']} "
-              f"scenario(s) dropped) from {state.num_processes} process(es) -> {args.out} (manifest.json)")
+        print(
+            f"{t['records']} records ({t['conformant']} conformant, {t['forks']} forks; {t['dropped']} "
+            f"scenario(s) dropped) from {state.num_processes} process(es) -> {args.out} (manifest.json)"
+        )
     return 0
 
 

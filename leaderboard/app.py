@@ -57,9 +57,18 @@ def md_escape(text: str) -> str:
     return _MD_SPECIAL.sub(r"\\\1", str(text)).replace("\n", " ")
 
 
-def metadata_from_form(method: str, regime: str | None, used_conformant_train: bool, model_name: str | None,
-                       model_size: str | None, code_url: str | None, open_source: bool, contact: str,
-                       description: str | None = None, track: str = "detector") -> dict[str, Any]:
+def metadata_from_form(
+    method: str,
+    regime: str | None,
+    used_conformant_train: bool,
+    model_name: str | None,
+    model_size: str | None,
+    code_url: str | None,
+    open_source: bool,
+    contact: str,
+    description: str | None = None,
+    track: str = "detector",
+) -> dict[str, Any]:
     """The metadata object from the Space's form fields (empty strings become null / absent).
 
     Args:
@@ -117,7 +126,9 @@ def _errors_markdown(report_dict: Mapping[str, Any], limit: int = ERRORS_SHOWN) 
         where = f"line {e['line']}: " if "line" in e else ""
         lines.append(f"- {md_escape(where + e['message'])}")
     if total > min(limit, len(errs)):
-        lines.append(f"- ... and {total - min(limit, len(errs)):,} more (the report lists the first {len(errs)})")
+        lines.append(
+            f"- ... and {total - min(limit, len(errs)):,} more (the report lists the first {len(errs)})"
+        )
     return "\n".join(lines)
 
 
@@ -158,8 +169,9 @@ class LeaderboardApp:
         return self._blind
 
     # ------------------------------------------------------------------ handlers
-    def handle_validate(self, file_path: str | None, metadata: Mapping[str, Any] | None,
-                        track: str = "detector") -> tuple[str, dict[str, Any]]:
+    def handle_validate(
+        self, file_path: str | None, metadata: Mapping[str, Any] | None, track: str = "detector"
+    ) -> tuple[str, dict[str, Any]]:
         """(markdown status, JSON report) for an uploaded file; never touches the gold.
 
         Args:
@@ -173,13 +185,16 @@ class LeaderboardApp:
         """
         if not file_path:
             return "Upload a submission file first.", {"ok": False, "errors": []}
-        rep = validate_submission(file_path, track, self.blind, metadata=dict(metadata or {}),
-                                  max_bytes=self.max_bytes)
+        rep = validate_submission(
+            file_path, track, self.blind, metadata=dict(metadata or {}), max_bytes=self.max_bytes
+        )
         d = rep.to_dict()
         d["file"] = Path(file_path).name
         if rep.ok:
             s = rep.summary
-            extra = (f", {s['flagged']:,} flagged ({100 * s['share_flagged']:.1f}%)" if track == "detector" else "")
+            extra = (
+                f", {s['flagged']:,} flagged ({100 * s['share_flagged']:.1f}%)" if track == "detector" else ""
+            )
             return f"**Valid** {track} submission: {s['lines']:,} lines{extra}.", d
         return _errors_markdown(d), d
 
@@ -191,8 +206,14 @@ class LeaderboardApp:
         who = submitter if submitter else _username(profile)
         return (who, None) if who else (None, "Enter a submitter name (letters, digits, '.', '_' or '-').")
 
-    def handle_submit(self, file_path: str | None, metadata: Mapping[str, Any] | None, track: str = "detector",
-                      profile: Any = None, submitter: str | None = None) -> tuple[str, dict[str, Any]]:
+    def handle_submit(
+        self,
+        file_path: str | None,
+        metadata: Mapping[str, Any] | None,
+        track: str = "detector",
+        profile: Any = None,
+        submitter: str | None = None,
+    ) -> tuple[str, dict[str, Any]]:
         """Validate, score and store; returns (markdown status, public result or report).
 
         The submitter is the logged-in user when ``require_login`` (any ``submitter`` argument
@@ -216,8 +237,16 @@ class LeaderboardApp:
         if refusal:
             return refusal, {"ok": False}
         try:
-            st = submit(file_path, track=track, gold=self.gold_dir, blind=self.blind, store=self.store,
-                        submitter=who, metadata=dict(metadata or {}), max_bytes=self.max_bytes)
+            st = submit(
+                file_path,
+                track=track,
+                gold=self.gold_dir,
+                blind=self.blind,
+                store=self.store,
+                submitter=who,
+                metadata=dict(metadata or {}),
+                max_bytes=self.max_bytes,
+            )
         except SubmissionError as e:
             d = e.report.to_dict()
             d["file"] = Path(file_path).name
@@ -228,12 +257,15 @@ class LeaderboardApp:
         main = pub.get("score") if track == "detector" else pub.get("tau")
         label = "Score" if track == "detector" else "Avg. tau"
         shown = "n/a" if main is None else f"{main:.2f}" if track == "detector" else f"{main:.3f}"
-        msg = (f"**Stored** as `{st.key}`. Public {label}: **{shown}**. "
-               "The private score is withheld until the maintainers reveal it.")
+        msg = (
+            f"**Stored** as `{st.key}`. Public {label}: **{shown}**. "
+            "The private score is withheld until the maintainers reveal it."
+        )
         return msg, st.result
 
-    def handle_dry_run(self, file_path: str | None, metadata: Mapping[str, Any] | None,
-                       track: str = "detector") -> tuple[str, dict[str, Any]]:
+    def handle_dry_run(
+        self, file_path: str | None, metadata: Mapping[str, Any] | None, track: str = "detector"
+    ) -> tuple[str, dict[str, Any]]:
         """Validate and score without storing (public scores only).
 
         Args:
@@ -248,8 +280,14 @@ class LeaderboardApp:
         if not file_path:
             return "Upload a submission file first.", {"ok": False}
         try:
-            ev = evaluate(file_path, track=track, gold=self.gold_dir, blind=self.blind,
-                          metadata=dict(metadata or {}), max_bytes=self.max_bytes)
+            ev = evaluate(
+                file_path,
+                track=track,
+                gold=self.gold_dir,
+                blind=self.blind,
+                metadata=dict(metadata or {}),
+                max_bytes=self.max_bytes,
+            )
         except SubmissionError as e:
             d = e.report.to_dict()
             return _errors_markdown(d), d
@@ -306,8 +344,10 @@ class LeaderboardApp:
             The iframe element as an HTML string (the page escaped into ``srcdoc``).
         """
         page = self.handle_refresh(embedded=True)  # the Space has the title and an About tab of its own
-        return (f'<iframe title="DialFork leaderboard" sandbox="allow-scripts allow-popups allow-popups-to-escape-sandbox" style="width:100%;height:900px;border:0" '
-                f'srcdoc="{html.escape(page, quote=True)}"></iframe>')
+        return (
+            f'<iframe title="DialFork leaderboard" sandbox="allow-scripts allow-popups allow-popups-to-escape-sandbox" style="width:100%;height:900px;border:0" '
+            f'srcdoc="{html.escape(page, quote=True)}"></iframe>'
+        )
 
     # ------------------------------------------------------------------ UI
     def build(self):
@@ -325,7 +365,9 @@ class LeaderboardApp:
         try:
             import gradio as gr
         except ImportError:
-            raise ImportError("the leaderboard Space needs gradio: pip install 'dialfork[leaderboard]'") from None
+            raise ImportError(
+                "the leaderboard Space needs gradio: pip install 'dialfork[leaderboard]'"
+            ) from None
 
         def safe(fn):
             def run(*args):
@@ -333,12 +375,17 @@ class LeaderboardApp:
                     return fn(*args)
                 except Exception:  # never a traceback (nor gold details) in the page; the log has it
                     logger.exception("leaderboard handler failed")
-                    return "**Internal error**; nothing was stored. The maintainers have the log.", {"ok": False}
+                    return "**Internal error**; nothing was stored. The maintainers have the log.", {
+                        "ok": False
+                    }
+
             return run
 
         with gr.Blocks(title="DialFork leaderboard") as demo:
-            gr.Markdown("# DialFork leaderboard\nProcedural hallucination in conversational agents: submit detector "
-                        "predictions (Task 3) or distances (Task 2) for the blind test set.")
+            gr.Markdown(
+                "# DialFork leaderboard\nProcedural hallucination in conversational agents: submit detector "
+                "predictions (Task 3) or distances (Task 2) for the blind test set."
+            )
             with gr.Tab("Leaderboard"):
                 page = gr.HTML(self.page_iframe())
                 gr.Button("Refresh", elem_id="refresh").click(self.page_iframe, outputs=page)
@@ -347,10 +394,13 @@ class LeaderboardApp:
                     gr.LoginButton()
                     submitter_box = None
                 else:
-                    submitter_box = gr.Textbox(label="Submitter (your account or team id)", elem_id="submitter")
+                    submitter_box = gr.Textbox(
+                        label="Submitter (your account or team id)", elem_id="submitter"
+                    )
                 track = gr.Radio(["detector", "metric"], value="detector", label="Track", elem_id="track")
-                upload = gr.File(label="Submission (.jsonl)", type="filepath", file_types=[".jsonl"],
-                                 elem_id="upload")
+                upload = gr.File(
+                    label="Submission (.jsonl)", type="filepath", file_types=[".jsonl"], elem_id="upload"
+                )
                 with gr.Row():
                     method = gr.Textbox(label="Method name", elem_id="method")
                     regime = gr.Dropdown(list(REGIMES), value="streaming", label="Regime (detector track)")
@@ -367,8 +417,18 @@ class LeaderboardApp:
                     submit_btn = gr.Button("Submit", variant="primary", elem_id="submit")
                 status = gr.Markdown(elem_id="status")
                 report = gr.JSON(label="Report")
-                form = [method, regime, used_train, model_name, model_size, code_url, open_source, contact,
-                        description, track]
+                form = [
+                    method,
+                    regime,
+                    used_train,
+                    model_name,
+                    model_size,
+                    code_url,
+                    open_source,
+                    contact,
+                    description,
+                    track,
+                ]
 
                 def metadata(*fields):
                     return metadata_from_form(*fields)
@@ -379,27 +439,54 @@ class LeaderboardApp:
 
                 validate_btn.click(do_validate, inputs=[upload, *form], outputs=[status, report])
                 if self.require_login:
+
                     @safe
                     def _submit_oauth(path, *fields_and_profile):
                         *fields, profile = fields_and_profile
                         return self.handle_submit(path, metadata(*fields), fields[-1], profile=profile)
 
                     # Gradio injects the logged-in user into a parameter annotated gr.OAuthProfile
-                    def do_submit(path, method, regime, used_train, model_name, model_size, code_url, open_source,
-                                  contact, description, track, profile: gr.OAuthProfile | None):
-                        return _submit_oauth(path, method, regime, used_train, model_name, model_size, code_url,
-                                             open_source, contact, description, track, profile)
+                    def do_submit(
+                        path,
+                        method,
+                        regime,
+                        used_train,
+                        model_name,
+                        model_size,
+                        code_url,
+                        open_source,
+                        contact,
+                        description,
+                        track,
+                        profile: gr.OAuthProfile | None,
+                    ):
+                        return _submit_oauth(
+                            path,
+                            method,
+                            regime,
+                            used_train,
+                            model_name,
+                            model_size,
+                            code_url,
+                            open_source,
+                            contact,
+                            description,
+                            track,
+                            profile,
+                        )
 
                     inputs = [upload, *form]
                 else:
+
                     @safe
                     def do_submit(path, *fields_and_submitter):
                         *fields, who = fields_and_submitter
                         return self.handle_submit(path, metadata(*fields), fields[-1], submitter=who or None)
 
                     inputs = [upload, *form, submitter_box]
-                submit_btn.click(do_submit, inputs=inputs, outputs=[status, report], concurrency_limit=1) \
-                    .then(self.page_iframe, outputs=page)
+                submit_btn.click(
+                    do_submit, inputs=inputs, outputs=[status, report], concurrency_limit=1
+                ).then(self.page_iframe, outputs=page)
             with gr.Tab("About"):
                 gr.HTML(about_html())
         return demo
@@ -442,12 +529,19 @@ def app_from_env(env: Mapping[str, str] | None = None) -> LeaderboardApp:
     blind = _data_dir(env, "DIALFORK_BLIND_DIR", "DIALFORK_BLIND_REPO")
     gold = _data_dir(env, "DIALFORK_GOLD_DIR", "DIALFORK_GOLD_REPO")
     if not blind or not gold:
-        raise ValueError("set DIALFORK_BLIND_DIR (Hub layout with data/blind) or DIALFORK_BLIND_REPO, and "
-                         "DIALFORK_GOLD_DIR (gold folder) or DIALFORK_GOLD_REPO (a private dataset repo)")
+        raise ValueError(
+            "set DIALFORK_BLIND_DIR (Hub layout with data/blind) or DIALFORK_BLIND_REPO, and "
+            "DIALFORK_GOLD_DIR (gold folder) or DIALFORK_GOLD_REPO (a private dataset repo)"
+        )
     per_day = int(env.get("DIALFORK_MAX_PER_DAY", "5"))
     if env.get("DIALFORK_RESULTS_REPO"):
-        store: ResultStore = HubStore(env["DIALFORK_RESULTS_REPO"], private_repo_id=env.get("DIALFORK_PRIVATE_REPO"),
-                                      token=env.get("HF_TOKEN"), max_per_day=per_day, create=True)
+        store: ResultStore = HubStore(
+            env["DIALFORK_RESULTS_REPO"],
+            private_repo_id=env.get("DIALFORK_PRIVATE_REPO"),
+            token=env.get("HF_TOKEN"),
+            max_per_day=per_day,
+            create=True,
+        )
         cache = env.get("DIALFORK_RESULTS_CACHE", "results_cache")
     else:
         store = LocalStore(env.get("DIALFORK_RESULTS_DIR", "leaderboard_results"), max_per_day=per_day)
@@ -462,15 +556,23 @@ def build_parser() -> argparse.ArgumentParser:
         A parser with ``--blind``, ``--gold``, ``--results``, ``--no-login``, ``--host``,
         ``--port`` and ``--max-per-day``.
     """
-    ap = argparse.ArgumentParser(prog="python -m leaderboard.app",
-                                 description="Run the leaderboard Space (locally: add --no-login).")
+    ap = argparse.ArgumentParser(
+        prog="python -m leaderboard.app", description="Run the leaderboard Space (locally: add --no-login)."
+    )
     ap.add_argument("--blind", help="Hub layout folder (data/blind); default $DIALFORK_BLIND_DIR")
     ap.add_argument("--gold", help="gold folder; default $DIALFORK_GOLD_DIR")
     ap.add_argument("--results", help="local results store; default $DIALFORK_RESULTS_DIR")
-    ap.add_argument("--no-login", action="store_true",
-                    help="no Hugging Face login (no OAuth): the form asks for the submitter (local use)")
-    ap.add_argument("--host", default=None, help="address to bind (default: Gradio's, 127.0.0.1 or $GRADIO_SERVER_NAME)")
-    ap.add_argument("--port", type=int, default=None, help="port (default: Gradio's, 7860 or $GRADIO_SERVER_PORT)")
+    ap.add_argument(
+        "--no-login",
+        action="store_true",
+        help="no Hugging Face login (no OAuth): the form asks for the submitter (local use)",
+    )
+    ap.add_argument(
+        "--host", default=None, help="address to bind (default: Gradio's, 127.0.0.1 or $GRADIO_SERVER_NAME)"
+    )
+    ap.add_argument(
+        "--port", type=int, default=None, help="port (default: Gradio's, 7860 or $GRADIO_SERVER_PORT)"
+    )
     ap.add_argument("--max-per-day", type=int, default=None, help="rate limit per submitter per UTC day")
     return ap
 
@@ -490,15 +592,22 @@ def main(argv: list[str] | None = None) -> int:
     """
     a = build_parser().parse_args(argv)
     env = dict(os.environ)
-    for k, v in (("DIALFORK_BLIND_DIR", a.blind), ("DIALFORK_GOLD_DIR", a.gold), ("DIALFORK_RESULTS_DIR", a.results),
-                 ("DIALFORK_MAX_PER_DAY", None if a.max_per_day is None else str(a.max_per_day))):
+    for k, v in (
+        ("DIALFORK_BLIND_DIR", a.blind),
+        ("DIALFORK_GOLD_DIR", a.gold),
+        ("DIALFORK_RESULTS_DIR", a.results),
+        ("DIALFORK_MAX_PER_DAY", None if a.max_per_day is None else str(a.max_per_day)),
+    ):
         if v:
             env[k] = v
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
         from dialfork_dataset.hub import resolve_data
 
-        for option, var, kind in (("--blind", "DIALFORK_BLIND_DIR", "layout"), ("--gold", "DIALFORK_GOLD_DIR", "gold")):
+        for option, var, kind in (
+            ("--blind", "DIALFORK_BLIND_DIR", "layout"),
+            ("--gold", "DIALFORK_GOLD_DIR", "gold"),
+        ):
             if env.get(var):  # a mistyped folder, given or from the environment: "no such folder", at once
                 resolve_data(env[var], accept=(kind,), option=option if getattr(a, option[2:]) else f"${var}")
         app = app_from_env(env)
@@ -515,8 +624,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}{hint}", file=sys.stderr)
         return 2
     demo.queue(default_concurrency_limit=4)
-    demo.launch(server_name=a.host, server_port=a.port, max_file_size=app.max_bytes, ssr_mode=False,
-                show_error=False)
+    demo.launch(
+        server_name=a.host, server_port=a.port, max_file_size=app.max_bytes, ssr_mode=False, show_error=False
+    )
     return 0
 
 

@@ -30,8 +30,12 @@ logger = logging.getLogger(__name__)
 
 TEMPLATE_DIR = Path(__file__).resolve().parent / "templates"
 DATA_DIR = Path(__file__).resolve().parent / "data"
-REGIME_LABELS = {"streaming": "streaming", "offline": "offline", "offline+workflow": "offline + workflow",
-                 "baseline": "baseline"}
+REGIME_LABELS = {
+    "streaming": "streaming",
+    "offline": "offline",
+    "offline+workflow": "offline + workflow",
+    "baseline": "baseline",
+}
 _URL_RE = re.compile(r"https?://[^\s\"<>]+")
 #: A Hugging Face Hub model id (``org/name``): the model column links to its Hub page.
 _HUB_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.-]{0,95}")
@@ -144,7 +148,7 @@ def detector_row(result: Mapping[str, Any], private: Mapping[str, Any] | None = 
         "private_score": None,
     }
     if private is not None:
-        ps = ((private.get("scores") or {}).get("private") or {})
+        ps = (private.get("scores") or {}).get("private") or {}
         row["private_score"] = _num(ps.get("score"))
     return row
 
@@ -184,7 +188,7 @@ def metric_row(result: Mapping[str, Any], private: Mapping[str, Any] | None = No
         "private_score": None,
     }
     if private is not None:
-        ps = ((private.get("scores") or {}).get("private") or {})
+        ps = (private.get("scores") or {}).get("private") or {}
         row["private_score"] = _num(ps.get("tau"))
     return row
 
@@ -201,25 +205,53 @@ def reference_rows(track: str) -> list[dict[str, Any]]:
     """
     out = []
     for r in paper_baselines()[track]:
-        row = {"kind": "reference", "submitter": f"paper ({r.get('source', '')})", "code_url": None, "date": "",
-               "model_url": model_url({"model_name": r.get("model_name")}), "score_ci": None, "tau_ci": None,
-               "model_name": r.get("model_name"), "private_score": None, "n": None, "key": None, "method": r["method"]}
+        row = {
+            "kind": "reference",
+            "submitter": f"paper ({r.get('source', '')})",
+            "code_url": None,
+            "date": "",
+            "model_url": model_url({"model_name": r.get("model_name")}),
+            "score_ci": None,
+            "tau_ci": None,
+            "model_name": r.get("model_name"),
+            "private_score": None,
+            "n": None,
+            "key": None,
+            "method": r["method"],
+        }
         if track == "detector":
-            row.update({"regime": r.get("regime"), "model_size": r.get("model_size"), "open_source": None,
-                        "used_train": None,
-                        "mae_by_type": {h: _num(r.get("mae_by_type", {}).get(h)) for h in table4_order()},
-                        "mae_h": _num(r.get("mae_h")), "cov_h_pct": _num(r.get("cov_h_pct")),
-                        "mae_c": _num(r.get("mae_c")), "cov_c_pct": _num(r.get("cov_c_pct")),
-                        "score": _num(r.get("score"))})
+            row.update(
+                {
+                    "regime": r.get("regime"),
+                    "model_size": r.get("model_size"),
+                    "open_source": None,
+                    "used_train": None,
+                    "mae_by_type": {h: _num(r.get("mae_by_type", {}).get(h)) for h in table4_order()},
+                    "mae_h": _num(r.get("mae_h")),
+                    "cov_h_pct": _num(r.get("cov_h_pct")),
+                    "mae_c": _num(r.get("mae_c")),
+                    "cov_c_pct": _num(r.get("cov_c_pct")),
+                    "score": _num(r.get("score")),
+                }
+            )
         else:
-            row.update({"open_source": None, "tau_by_type": {h: _num(r.get("tau_by_type", {}).get(h)) for h in table3_order()},
-                        "tau": _num(r.get("tau")), "exact_pct": None})
+            row.update(
+                {
+                    "open_source": None,
+                    "tau_by_type": {h: _num(r.get("tau_by_type", {}).get(h)) for h in table3_order()},
+                    "tau": _num(r.get("tau")),
+                    "exact_pct": None,
+                }
+            )
         out.append(row)
     return out
 
 
-def build_rows(results: Iterable[Mapping[str, Any]], private: Mapping[str, Mapping[str, Any]] | None = None,
-               include_reference: bool = True) -> dict[str, list[dict[str, Any]]]:
+def build_rows(
+    results: Iterable[Mapping[str, Any]],
+    private: Mapping[str, Mapping[str, Any]] | None = None,
+    include_reference: bool = True,
+) -> dict[str, list[dict[str, Any]]]:
     """``{"detector": rows, "metric": rows}``: results ranked by Score / tau (best first,
     missing last), ``rank`` 1..n, then the paper's reference rows (no rank).
 
@@ -243,7 +275,9 @@ def build_rows(results: Iterable[Mapping[str, Any]], private: Mapping[str, Mappi
         out[track].append(make(r, private.get(r.get("key"))))
     for track, key in (("detector", "score"), ("metric", "tau")):
         rows = out[track]
-        rows.sort(key=lambda x: (x[key] is None, -(x[key] or 0.0), x.get("date") or "", x.get("method") or ""))
+        rows.sort(
+            key=lambda x: (x[key] is None, -(x[key] or 0.0), x.get("date") or "", x.get("method") or "")
+        )
         for i, row in enumerate(rows, 1):
             row["rank"] = i
         if include_reference:
@@ -280,7 +314,9 @@ def _td_score(v: float | None, ci: tuple[float, float] | None, nd: int, what: st
 def _td_txt(text: Any, value: Any = None, inner: str | None = None) -> str:
     v = text if value is None else value
     data = "" if v is None or v == "" else f' data-value="{_esc(v)}"'
-    return f'<td class="txt"{data}>{inner if inner is not None else _esc(text if text is not None else "")}</td>'
+    return (
+        f'<td class="txt"{data}>{inner if inner is not None else _esc(text if text is not None else "")}</td>'
+    )
 
 
 def _bool(v: Any) -> str:
@@ -313,8 +349,9 @@ def _code_cell(row: Mapping[str, Any]) -> str:
     return _td_txt(url, inner=_link(url, "code"))
 
 
-def _th(label: str, typ: str | None, title: str = "", first: str = "descending", txt: bool = False,
-        cls: str = "") -> str:
+def _th(
+    label: str, typ: str | None, title: str = "", first: str = "descending", txt: bool = False, cls: str = ""
+) -> str:
     attrs = []
     if typ:
         attrs.append(f'data-type="{typ}"')
@@ -324,7 +361,7 @@ def _th(label: str, typ: str | None, title: str = "", first: str = "descending",
         attrs.append(f'class="{classes}"')
     if title:
         attrs.append(f'title="{_esc(title)}"')
-    return f"<th {' '.join(attrs)} scope=\"col\">{_esc(label)}</th>"
+    return f'<th {" ".join(attrs)} scope="col">{_esc(label)}</th>'
 
 
 def _rank_cell(row: Mapping[str, Any]) -> str:
@@ -339,58 +376,118 @@ def _search_text(row: Mapping[str, Any]) -> str:
 
 def _tr(row: Mapping[str, Any], cells: list[str], regime: str) -> str:
     cls = "reference" if row["kind"] == "reference" else "result"
-    return (f'<tr class="{cls}" data-regime="{_esc(regime)}" data-search="{_esc(_search_text(row))}">'
-            + "".join(cells) + "</tr>")
+    return (
+        f'<tr class="{cls}" data-regime="{_esc(regime)}" data-search="{_esc(_search_text(row))}">'
+        + "".join(cells)
+        + "</tr>"
+    )
 
 
 def _detector_table(rows: Sequence[Mapping[str, Any]], show_private: bool) -> str:
-    head = [_th("#", "num", "rank by Score", first="ascending"), _th("Method", "str", first="ascending", txt=True),
-            _th("Score", "num", "SPEC section 8, 0-100 (higher is better); 95% bootstrap interval below when "
-                                "computed", cls="score"),
-            _th("Submitter", "str", first="ascending", txt=True), _th("Regime", "str", first="ascending", txt=True),
-            _th("Model", "str", first="ascending", txt=True), _th("Size", "str", txt=True)]
-    head += [_th(f"MAE {h}", "num", f"mean |pred - t_k| over flagged {h} forks (turns; lower is better)",
-                 first="ascending") for h in table4_order()]
-    head += [_th("Avg. MAE", "num", "MAE over all flagged forks (lower is better)", first="ascending"),
-             _th("Cov. h %", "num", "share of forks flagged (higher is better)"),
-             _th("MAE c", "num", "mean |(T+1) - pred| over flagged conformant dialogues (lower is better)",
-                 first="ascending"),
-             _th("Cov. c %", "num", "share of conformant dialogues flagged: false alarms (lower is better)",
-                 first="ascending")]
+    head = [
+        _th("#", "num", "rank by Score", first="ascending"),
+        _th("Method", "str", first="ascending", txt=True),
+        _th(
+            "Score",
+            "num",
+            "SPEC section 8, 0-100 (higher is better); 95% bootstrap interval below when computed",
+            cls="score",
+        ),
+        _th("Submitter", "str", first="ascending", txt=True),
+        _th("Regime", "str", first="ascending", txt=True),
+        _th("Model", "str", first="ascending", txt=True),
+        _th("Size", "str", txt=True),
+    ]
+    head += [
+        _th(
+            f"MAE {h}",
+            "num",
+            f"mean |pred - t_k| over flagged {h} forks (turns; lower is better)",
+            first="ascending",
+        )
+        for h in table4_order()
+    ]
+    head += [
+        _th("Avg. MAE", "num", "MAE over all flagged forks (lower is better)", first="ascending"),
+        _th("Cov. h %", "num", "share of forks flagged (higher is better)"),
+        _th(
+            "MAE c",
+            "num",
+            "mean |(T+1) - pred| over flagged conformant dialogues (lower is better)",
+            first="ascending",
+        ),
+        _th(
+            "Cov. c %",
+            "num",
+            "share of conformant dialogues flagged: false alarms (lower is better)",
+            first="ascending",
+        ),
+    ]
     if show_private:
         head.append(_th("Private Score", "num", "Score on the private part of the blind set"))
-    head += [_th("Open", "str", "open-source code", txt=True), _th("Train", "str", "used the conformant train split", txt=True),
-             _th("Code", None, txt=True), _th("Date", "str", txt=True)]
+    head += [
+        _th("Open", "str", "open-source code", txt=True),
+        _th("Train", "str", "used the conformant train split", txt=True),
+        _th("Code", None, txt=True),
+        _th("Date", "str", txt=True),
+    ]
     body = []
     for r in rows:
         regime = r.get("regime") or ""
-        cells = [_rank_cell(r), _method_cell(r), _td_score(r["score"], r.get("score_ci"), 2, "Score"),
-                 _td_txt(r.get("submitter")), _td_txt(REGIME_LABELS.get(regime, regime), value=regime),
-                 _model_cell(r), _td_txt(r.get("model_size"))]
+        cells = [
+            _rank_cell(r),
+            _method_cell(r),
+            _td_score(r["score"], r.get("score_ci"), 2, "Score"),
+            _td_txt(r.get("submitter")),
+            _td_txt(REGIME_LABELS.get(regime, regime), value=regime),
+            _model_cell(r),
+            _td_txt(r.get("model_size")),
+        ]
         cells += [_td_num(r["mae_by_type"].get(h)) for h in table4_order()]
         cells += [_td_num(r["mae_h"]), _td_num(r["cov_h_pct"]), _td_num(r["mae_c"]), _td_num(r["cov_c_pct"])]
         if show_private:
             cells.append(_td_num(r.get("private_score")))
-        cells += [_td_txt(_bool(r.get("open_source"))), _td_txt(_bool(r.get("used_train"))), _code_cell(r),
-                  _td_txt(r.get("date"))]
+        cells += [
+            _td_txt(_bool(r.get("open_source"))),
+            _td_txt(_bool(r.get("used_train"))),
+            _code_cell(r),
+            _td_txt(r.get("date")),
+        ]
         body.append(_tr(r, cells, regime))
     return _table("detector", head, body, rows)
 
 
 def _metric_table(rows: Sequence[Mapping[str, Any]], show_private: bool) -> str:
-    head = [_th("#", "num", "rank by Avg. tau", first="ascending"), _th("Method", "str", first="ascending", txt=True),
-            _th("Avg. \u03c4", "num", "mean of the four per-type mean Kendall tau-b (higher is better); 95% "
-                                    "bootstrap interval below when computed", cls="score"),
-            _th("Submitter", "str", first="ascending", txt=True), _th("Model", "str", first="ascending", txt=True)]
-    head += [_th(f"\u03c4 {h}", "num", f"mean Kendall tau-b over {h} units (higher is better)") for h in table3_order()]
+    head = [
+        _th("#", "num", "rank by Avg. tau", first="ascending"),
+        _th("Method", "str", first="ascending", txt=True),
+        _th(
+            "Avg. \u03c4",
+            "num",
+            "mean of the four per-type mean Kendall tau-b (higher is better); 95% "
+            "bootstrap interval below when computed",
+            cls="score",
+        ),
+        _th("Submitter", "str", first="ascending", txt=True),
+        _th("Model", "str", first="ascending", txt=True),
+    ]
+    head += [
+        _th(f"\u03c4 {h}", "num", f"mean Kendall tau-b over {h} units (higher is better)")
+        for h in table3_order()
+    ]
     head += [_th("Exact %", "num", "share of units whose fork order is exactly recovered")]
     if show_private:
         head.append(_th("Private \u03c4", "num", "Avg. tau on the private part"))
     head += [_th("Open", "str", txt=True), _th("Code", None, txt=True), _th("Date", "str", txt=True)]
     body = []
     for r in rows:
-        cells = [_rank_cell(r), _method_cell(r), _td_score(r["tau"], r.get("tau_ci"), 3, "Avg. tau"),
-                 _td_txt(r.get("submitter")), _model_cell(r)]
+        cells = [
+            _rank_cell(r),
+            _method_cell(r),
+            _td_score(r["tau"], r.get("tau_ci"), 3, "Avg. tau"),
+            _td_txt(r.get("submitter")),
+            _model_cell(r),
+        ]
         cells += [_td_num(r["tau_by_type"].get(h), 3) for h in table3_order()]
         cells += [_td_num(r["exact_pct"])]
         if show_private:
@@ -405,13 +502,17 @@ def _table(track: str, head: list[str], body: list[str], rows: Sequence[Mapping[
     collapses and expands them (each ``tbody`` sorts on its own: references are never ranked)."""
     results = [b for b, r in zip(body, rows) if r["kind"] != "reference"]
     refs = [b for b, r in zip(body, rows) if r["kind"] == "reference"]
-    out = (f'<div class="tablewrap"><table class="lb" id="{track}-table"><thead><tr>{"".join(head)}</tr></thead>'
-           f'<tbody class="results">{"".join(results)}</tbody>')
+    out = (
+        f'<div class="tablewrap"><table class="lb" id="{track}-table"><thead><tr>{"".join(head)}</tr></thead>'
+        f'<tbody class="results">{"".join(results)}</tbody>'
+    )
     if refs:
-        out += (f'<tbody class="references"><tr class="group"><th colspan="{len(head)}" scope="rowgroup">'
-                f'<button type="button" class="toggle-reference" id="toggle-reference-{track}" aria-expanded="true">'
-                f'Paper reference rows ({len(refs)})</button> <span class="hint">measured on the paper\'s test set; '
-                f'never ranked</span></th></tr>{"".join(refs)}</tbody>')
+        out += (
+            f'<tbody class="references"><tr class="group"><th colspan="{len(head)}" scope="rowgroup">'
+            f'<button type="button" class="toggle-reference" id="toggle-reference-{track}" aria-expanded="true">'
+            f'Paper reference rows ({len(refs)})</button> <span class="hint">measured on the paper\'s test set; '
+            f"never ranked</span></th></tr>{''.join(refs)}</tbody>"
+        )
     return out + "</table></div>"
 
 
@@ -433,8 +534,10 @@ def audit_html(audit: Mapping[str, Any] | None, rows: Mapping[str, Sequence[Mapp
         An HTML ``section`` (every value escaped).
     """
     if not audit:
-        return ('<section id="audit" class="audit"><h2>Release audit</h2><p class="note">No audit report was given '
-                'to this page (<code>leaderboard render --audit GOLD/audit_report.json</code>).</p></section>')
+        return (
+            '<section id="audit" class="audit"><h2>Release audit</h2><p class="note">No audit report was given '
+            "to this page (<code>leaderboard render --audit GOLD/audit_report.json</code>).</p></section>"
+        )
     attacks = [a for a in audit.get("attacks") or [] if isinstance(a, Mapping)]
     honest = [a for a in audit.get("honest") or [] if isinstance(a, Mapping)]
     waived = any(a.get("waived") for a in attacks)
@@ -444,35 +547,57 @@ def audit_html(audit: Mapping[str, Any] | None, rows: Mapping[str, Sequence[Mapp
     for a in [*attacks, *honest]:
         track = str(a.get("track") or "")
         status = str(a.get("status") or "")
-        verdict = "FAIL (waived: plumbing only)" if a.get("waived") else (
-            "reported, not a verdict" if status == "reported" else status)
+        verdict = (
+            "FAIL (waived: plumbing only)"
+            if a.get("waived")
+            else ("reported, not a verdict" if status == "reported" else status)
+        )
         cls = "fail" if status == "FAIL" else ""
-        body.append(f'<tr class="{cls}"><td class="txt">{_esc(a.get("name"))}</td><td class="txt">{_esc(track)}</td>'
-                    f'<td>{_audit_value(a.get("value"), track)}</td>'
-                    f'<td>{_audit_value(a.get("matched_random"), "detector")}</td>'
-                    f'<td class="txt">{_esc(verdict)}</td></tr>')
-    ceiling = next((a for a in attacks if a.get("track") == "detector" and a.get("status") == "reported"
-                    and _num(a.get("value")) is not None), None)
-    best = next((r for r in rows.get("detector", ()) if r.get("kind") == "result" and r.get("score") is not None),
-                None)
+        body.append(
+            f'<tr class="{cls}"><td class="txt">{_esc(a.get("name"))}</td><td class="txt">{_esc(track)}</td>'
+            f"<td>{_audit_value(a.get('value'), track)}</td>"
+            f"<td>{_audit_value(a.get('matched_random'), 'detector')}</td>"
+            f'<td class="txt">{_esc(verdict)}</td></tr>'
+        )
+    ceiling = next(
+        (
+            a
+            for a in attacks
+            if a.get("track") == "detector"
+            and a.get("status") == "reported"
+            and _num(a.get("value")) is not None
+        ),
+        None,
+    )
+    best = next(
+        (r for r in rows.get("detector", ()) if r.get("kind") == "result" and r.get("score") is not None),
+        None,
+    )
     line = ""
     if ceiling is not None:
-        line = (f'<p class="note">Public-data ceiling: Score {_num(ceiling["value"]):.2f} on the whole blind set '
-                '(a supervised classifier fitted on the public labelled configs; learning from them is allowed, so '
-                'it is reported, not a verdict)')
+        line = (
+            f'<p class="note">Public-data ceiling: Score {_num(ceiling["value"]):.2f} on the whole blind set '
+            "(a supervised classifier fitted on the public labelled configs; learning from them is allowed, so "
+            "it is reported, not a verdict)"
+        )
         if best is not None:
-            line += (f'; best detector on this board: {_esc(best.get("method"))}, Score {best["score"]:.2f} '
-                     '(public part)')
+            line += (
+                f"; best detector on this board: {_esc(best.get('method'))}, Score {best['score']:.2f} "
+                "(public part)"
+            )
         line += ".</p>"
     th = audit.get("thresholds") or {}
-    return (f'<section id="audit" class="audit {state}"><h2>Release audit</h2>'
-            f'<p class="verdict"><strong>Verdict:</strong> {_esc(audit.get("verdict") or ("PASS" if audit.get("ok") else "FAIL"))}</p>'
-            f'{line}<details><summary>Every attack ({len(attacks)}), built from the public files and code only; '
-            f'a detector-track attack fails beyond its matched Random + {_esc(th.get("detector_margin", 5))} Score '
-            f'points, a metric-track attack above tau {_esc(th.get("metric_tau_max", 0.8))}</summary>'
-            '<div class="tablewrap"><table class="audit"><thead><tr><th class="txt">Attack</th><th class="txt">Track'
-            '</th><th>Score / \u03c4</th><th>Matched Random</th><th class="txt">Verdict</th></tr></thead><tbody>'
-            + "".join(body) + "</tbody></table></div></details></section>")
+    return (
+        f'<section id="audit" class="audit {state}"><h2>Release audit</h2>'
+        f'<p class="verdict"><strong>Verdict:</strong> {_esc(audit.get("verdict") or ("PASS" if audit.get("ok") else "FAIL"))}</p>'
+        f"{line}<details><summary>Every attack ({len(attacks)}), built from the public files and code only; "
+        f"a detector-track attack fails beyond its matched Random + {_esc(th.get('detector_margin', 5))} Score "
+        f"points, a metric-track attack above tau {_esc(th.get('metric_tau_max', 0.8))}</summary>"
+        '<div class="tablewrap"><table class="audit"><thead><tr><th class="txt">Attack</th><th class="txt">Track'
+        '</th><th>Score / \u03c4</th><th>Matched Random</th><th class="txt">Verdict</th></tr></thead><tbody>'
+        + "".join(body)
+        + "</tbody></table></div></details></section>"
+    )
 
 
 def about_html() -> str:
@@ -483,7 +608,9 @@ def about_html() -> str:
     """
     from dialfork_metrics.modules import DIALFORK_BIBTEX
 
-    return _template("about.html").replace("@BIBTEX@", _esc(DIALFORK_BIBTEX)).replace("@CODE@", _esc(CODE_URL))
+    return (
+        _template("about.html").replace("@BIBTEX@", _esc(DIALFORK_BIBTEX)).replace("@CODE@", _esc(CODE_URL))
+    )
 
 
 def fill_template(template: str, values: Mapping[str, str]) -> str:
@@ -497,16 +624,24 @@ def fill_template(template: str, values: Mapping[str, str]) -> str:
     Returns:
         The filled text; a token without a value is left as it is.
     """
+
     def sub(m: re.Match[str]) -> str:
         return values[m.group(1)] if m.group(1) in values else m.group(0)
 
     return _TOKEN_RE.sub(sub, template)
 
 
-def render_html(results: Iterable[Mapping[str, Any]], *, private: Mapping[str, Mapping[str, Any]] | None = None,
-                reveal_private: bool = False, title: str = "DialFork leaderboard",
-                generated_at: datetime | None = None, include_reference: bool = True,
-                audit: Mapping[str, Any] | None = None, embedded: bool = False) -> str:
+def render_html(
+    results: Iterable[Mapping[str, Any]],
+    *,
+    private: Mapping[str, Mapping[str, Any]] | None = None,
+    reveal_private: bool = False,
+    title: str = "DialFork leaderboard",
+    generated_at: datetime | None = None,
+    include_reference: bool = True,
+    audit: Mapping[str, Any] | None = None,
+    embedded: bool = False,
+) -> str:
     """The page as a string. ``private``: ``{key: private twin}`` (used only if ``reveal_private``).
 
     Args:
@@ -537,58 +672,82 @@ def render_html(results: Iterable[Mapping[str, Any]], *, private: Mapping[str, M
     n_det = sum(1 for r in rows["detector"] if r["kind"] == "result")
     n_met = sum(1 for r in rows["metric"] if r["kind"] == "result")
     generated_at = generated_at or datetime.now(timezone.utc)
-    regimes = "".join(f'<option value="{_esc(k)}">{_esc(v)}</option>' for k, v in REGIME_LABELS.items()
-                      if k != "baseline")
+    regimes = "".join(
+        f'<option value="{_esc(k)}">{_esc(v)}</option>' for k, v in REGIME_LABELS.items() if k != "baseline"
+    )
     note_ref = _esc(paper_baselines()["source"])
-    search = ('<label>Search <input type="search" class="search" id="search-{t}" placeholder="method, submitter, '
-              'model" autocomplete="off"></label>')
-    nav = "" if embedded else f"""
+    search = (
+        '<label>Search <input type="search" class="search" id="search-{t}" placeholder="method, submitter, '
+        'model" autocomplete="off"></label>'
+    )
+    nav = (
+        ""
+        if embedded
+        else f"""
 <nav class="tabs" role="tablist">
 <a href="#board" role="tab" class="tab" id="tab-board" aria-controls="board">Leaderboard</a>
 <a href="#about" role="tab" class="tab" id="tab-about" aria-controls="about">About</a>
 <a href="{_esc(CODE_URL)}" class="ext" rel="noopener noreferrer" target="_blank">Code</a>
 </nav>"""
-    about = "" if embedded else f"""
+    )
+    about = (
+        ""
+        if embedded
+        else f"""
 <div id="about" class="panel" role="tabpanel" aria-labelledby="tab-about">
 {about_html()}
 </div>"""
+    )
     body = f"""{nav}
 <div id="board" class="panel" role="tabpanel" aria-labelledby="tab-board">
-{audit_html(audit, rows) if audit is not None else ''}
+{audit_html(audit, rows) if audit is not None else ""}
 <section id="detector">
 <h2>Detector track (Task 3: first deviating system turn)</h2>
-<p class="note">Ranked by Score on the public part of the blind test set ({n_det} result{'s' if n_det != 1 else ''}).
-Coverages in percent; MAEs in system turns. {'Private scores are revealed.' if reveal_private else 'Private scores are withheld until the maintainers reveal them.'}</p>
+<p class="note">Ranked by Score on the public part of the blind test set ({n_det} result{"s" if n_det != 1 else ""}).
+Coverages in percent; MAEs in system turns. {"Private scores are revealed." if reveal_private else "Private scores are withheld until the maintainers reveal them."}</p>
 <div class="controls">
 {search.format(t="detector")}
 <label>Regime <select class="regime-filter" id="regime-filter"><option value="all">all</option>{regimes}</select></label>
 </div>
-{_detector_table(rows['detector'], reveal_private)}
-{'' if n_det else '<p class="empty">No detector results yet.</p>'}
+{_detector_table(rows["detector"], reveal_private)}
+{"" if n_det else '<p class="empty">No detector results yet.</p>'}
 </section>
 <section id="metric">
 <h2>Metric track (Task 2: dialogue-to-dialogue distance)</h2>
 <p class="note">Ranked by the mean Kendall tau-b between each unit's four distances and the fork order (4, 3, 2, 1),
-averaged per type and over the four types ({n_met} result{'s' if n_met != 1 else ''}).</p>
+averaged per type and over the four types ({n_met} result{"s" if n_met != 1 else ""}).</p>
 <div class="controls">
 {search.format(t="metric")}
 </div>
-{_metric_table(rows['metric'], reveal_private)}
-{'' if n_met else '<p class="empty">No metric results yet.</p>'}
+{_metric_table(rows["metric"], reveal_private)}
+{"" if n_met else '<p class="empty">No metric results yet.</p>'}
 </section>
 <p class="note">Reference rows: {note_ref}</p>
 </div>{about}
 """
-    subtitle = (f"Procedural hallucination detection on the blind DialFork test set. "
-                f"Generated {generated_at.astimezone(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}.")
-    footer = (f'Submit on the Space or check a file with <code>python -m leaderboard validate</code>; formats: '
-              f'<code>leaderboard/schema/*.json</code>. Code: <a href="{_esc(CODE_URL)}" rel="noopener noreferrer">'
-              f'{_esc(CODE_URL)}</a>.')
+    subtitle = (
+        f"Procedural hallucination detection on the blind DialFork test set. "
+        f"Generated {generated_at.astimezone(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}."
+    )
+    footer = (
+        f"Submit on the Space or check a file with <code>python -m leaderboard validate</code>; formats: "
+        f'<code>leaderboard/schema/*.json</code>. Code: <a href="{_esc(CODE_URL)}" rel="noopener noreferrer">'
+        f"{_esc(CODE_URL)}</a>."
+    )
     js = _template("page.js")
     if "</script" in js.lower():
         raise ValueError("page.js must not contain '</script'")
-    page = fill_template(_template("page.html"), {"CSS": _template("page.css"), "JS": js, "BODY": body,
-                                                  "SUBTITLE": _esc(subtitle), "FOOTER": footer, "TITLE": _esc(title)})
+    page = fill_template(
+        _template("page.html"),
+        {
+            "CSS": _template("page.css"),
+            "JS": js,
+            "BODY": body,
+            "SUBTITLE": _esc(subtitle),
+            "FOOTER": footer,
+            "TITLE": _esc(title),
+        },
+    )
     if embedded:  # the Space shows the title above the frame: keep only the "Generated" line
         page = page.replace(f"<header>\n<h1>{_esc(title)}</h1>\n", "<header>\n", 1)
     return page
@@ -605,10 +764,16 @@ def _private_by_key(paths: Iterable[str | os.PathLike]) -> dict[str, dict[str, A
     return out
 
 
-def render_site(results_dirs: str | os.PathLike | Sequence[str | os.PathLike], out: str | os.PathLike, *,
-                private_dir: str | os.PathLike | None = None, reveal_private: bool = False,
-                title: str = "DialFork leaderboard", generated_at: datetime | None = None,
-                audit: Mapping[str, Any] | None = None) -> Path:
+def render_site(
+    results_dirs: str | os.PathLike | Sequence[str | os.PathLike],
+    out: str | os.PathLike,
+    *,
+    private_dir: str | os.PathLike | None = None,
+    reveal_private: bool = False,
+    title: str = "DialFork leaderboard",
+    generated_at: datetime | None = None,
+    audit: Mapping[str, Any] | None = None,
+) -> Path:
     """Read every result under ``results_dirs`` and write ``out/index.html`` atomically.
 
     Args:
@@ -638,8 +803,14 @@ def render_site(results_dirs: str | os.PathLike | Sequence[str | os.PathLike], o
     private = _private_by_key([private_dir]) if (private_dir is not None and reveal_private) else None
     if reveal_private and private_dir is None:
         raise ValueError("reveal_private needs private_dir (the private area of the store)")
-    page = render_html(results, private=private, reveal_private=reveal_private, title=title,
-                       generated_at=generated_at, audit=audit)
+    page = render_html(
+        results,
+        private=private,
+        reveal_private=reveal_private,
+        title=title,
+        generated_at=generated_at,
+        audit=audit,
+    )
     out = Path(out)
     target = out / "index.html" if out.suffix.lower() != ".html" else out
     write_text_atomic(target, page)

@@ -30,8 +30,20 @@ logger = logging.getLogger(__name__)
 
 SUBSETS = ("public", "private")
 #: Keys of ``score_predictions``' result copied into a leaderboard result (all aggregates).
-DETECTOR_KEYS = ("score", "components", "weights", "mae_h", "mae_h_by_type", "cov_h", "cov_h_by_type",
-                 "mae_c", "cov_c", "mae_h_ref", "mae_c_ref", "counts")
+DETECTOR_KEYS = (
+    "score",
+    "components",
+    "weights",
+    "mae_h",
+    "mae_h_by_type",
+    "cov_h",
+    "cov_h_by_type",
+    "mae_c",
+    "cov_c",
+    "mae_h_ref",
+    "mae_c_ref",
+    "counts",
+)
 
 
 class GoldError(ValueError):
@@ -81,11 +93,15 @@ def check_gold_revision(blind_dir: str | os.PathLike, gold: Mapping[str, Any]) -
         return
     actual = gold.get("manifest", {}).get("revision")
     if not recorded:
-        raise GoldError(f"{blind_dir}/README.md records no gold_revision: re-export the layout with this toolkit")
+        raise GoldError(
+            f"{blind_dir}/README.md records no gold_revision: re-export the layout with this toolkit"
+        )
     if recorded != actual:
-        raise GoldError(f"the gold's revision {str(actual)[:12]} does not match the revision {recorded[:12]} recorded "
-                        f"in {blind_dir}/README.md: --gold and --blind come from different exports (or an export "
-                        "was interrupted; rerun it)")
+        raise GoldError(
+            f"the gold's revision {str(actual)[:12]} does not match the revision {recorded[:12]} recorded "
+            f"in {blind_dir}/README.md: --gold and --blind come from different exports (or an export "
+            "was interrupted; rerun it)"
+        )
 
 
 def split_subsets(rows: Sequence[Mapping[str, Any]]) -> dict[str, list[Mapping[str, Any]]]:
@@ -109,14 +125,18 @@ def split_subsets(rows: Sequence[Mapping[str, Any]]) -> dict[str, list[Mapping[s
             continue
         out[s].append(r)
     if bad:
-        raise GoldError(f"{bad} gold row(s) have a 'subset' other than 'public'/'private'; re-export the gold")
+        raise GoldError(
+            f"{bad} gold row(s) have a 'subset' other than 'public'/'private'; re-export the gold"
+        )
     return out
 
 
 # --------------------------------------------------------------------------- Task 3
 
 
-def score_detector(predictions: Mapping[str, int | None], gold3: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def score_detector(
+    predictions: Mapping[str, int | None], gold3: Sequence[Mapping[str, Any]]
+) -> dict[str, Any]:
     """Score validated detector-track predictions on the public and the private part.
 
     Args:
@@ -139,9 +159,11 @@ def score_detector(predictions: Mapping[str, int | None], gold3: Sequence[Mappin
     if gold_ids != set(predictions):
         extra = len(set(predictions) - gold_ids)
         missing = len(gold_ids - set(predictions))
-        raise ValueError(f"the predictions do not cover the gold's blind set ({missing} gold ids without a prediction, "
-                         f"{extra} predictions for ids outside it): was the submission validated against the blind "
-                         "set of this gold release?")
+        raise ValueError(
+            f"the predictions do not cover the gold's blind set ({missing} gold ids without a prediction, "
+            f"{extra} predictions for ids outside it): was the submission validated against the blind "
+            "set of this gold release?"
+        )
     out: dict[str, Any] = {}
     for s in SUBSETS:
         rows = by_subset[s]
@@ -154,8 +176,10 @@ def score_detector(predictions: Mapping[str, int | None], gold3: Sequence[Mappin
         except PredictionError as e:
             # Validation against the blind set should make this impossible; do not echo the
             # scorer's messages (they are written against the gold), only their number.
-            raise ValueError(f"the Task 3 scorer rejected {len(e.errors)} prediction(s) that passed validation; "
-                             "check that --blind and --gold come from the same export") from None
+            raise ValueError(
+                f"the Task 3 scorer rejected {len(e.errors)} prediction(s) that passed validation; "
+                "check that --blind and --gold come from the same export"
+            ) from None
         out[s] = {k: res[k] for k in DETECTOR_KEYS}
     return out
 
@@ -197,8 +221,10 @@ def _units(rows: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[str], lis
             bad += 1
     incomplete = sum(1 for u in units.values() if tuple(sorted(u)) != FORK_POSITIONS)
     if bad or incomplete:
-        raise GoldError(f"Task 2 gold is malformed: {incomplete} unit(s) without exactly fork positions 1..4, "
-                        f"{bad} inconsistent row(s); re-export the gold")
+        raise GoldError(
+            f"Task 2 gold is malformed: {incomplete} unit(s) without exactly fork positions 1..4, "
+            f"{bad} inconsistent row(s); re-export the gold"
+        )
     ids = list(units)
     return ids, [types[u] for u in ids], [[units[u][k] for k in FORK_POSITIONS] for u in ids]
 
@@ -221,8 +247,10 @@ def score_metric(distances: Mapping[str, float], gold2: Sequence[Mapping[str, An
     """
     gold_ids = {r["pair_id"] for r in gold2}
     if gold_ids != set(distances):
-        raise ValueError("the distances do not cover the gold's Task 2 pairs: was the submission validated against "
-                         "the blind set of this gold release?")
+        raise ValueError(
+            "the distances do not cover the gold's Task 2 pairs: was the submission validated against "
+            "the blind set of this gold release?"
+        )
     out: dict[str, Any] = {}
     for s, rows in split_subsets(gold2).items():
         if not rows:
@@ -249,7 +277,11 @@ def score_metric(distances: Mapping[str, float], gold2: Sequence[Mapping[str, An
             "exact_recovery": float((tau >= 1.0 - 1e-12).mean()),
             "exact_recovery_by_type": exact_by_type,
             "undefined_units": int(undefined.sum()),
-            "counts": {"units": int(tau.shape[0]), "pairs": int(tau.shape[0] * 4), "units_by_type": units_by_type},
+            "counts": {
+                "units": int(tau.shape[0]),
+                "pairs": int(tau.shape[0] * 4),
+                "units_by_type": units_by_type,
+            },
         }
     return out
 
@@ -262,8 +294,9 @@ CI_LEVEL = 0.95
 CI_SEED = 0
 
 
-def _bootstrap_ci(strata: Sequence[np.ndarray], statistic, n_resamples: int, level: float,
-                  seed: int) -> list[float] | None:
+def _bootstrap_ci(
+    strata: Sequence[np.ndarray], statistic, n_resamples: int, level: float, seed: int
+) -> list[float] | None:
     """Percentile interval of ``statistic`` under a stratified bootstrap: each stratum's rows are
     resampled with replacement on their own (``scipy.stats.bootstrap`` over one index array per
     stratum), so every resample keeps the design's mix (e.g. forked vs conformant dialogues).
@@ -273,14 +306,24 @@ def _bootstrap_ci(strata: Sequence[np.ndarray], statistic, n_resamples: int, lev
     if n_resamples <= 0 or any(len(x) < 2 for x in strata):
         return None
     idx = tuple(np.arange(len(x), dtype=np.intp) for x in strata)
-    res = bootstrap(idx, statistic, paired=False, vectorized=True, n_resamples=n_resamples,
-                    confidence_level=level, method="percentile", batch=100, random_state=np.random.default_rng(seed))
+    res = bootstrap(
+        idx,
+        statistic,
+        paired=False,
+        vectorized=True,
+        n_resamples=n_resamples,
+        confidence_level=level,
+        method="percentile",
+        batch=100,
+        random_state=np.random.default_rng(seed),
+    )
     lo, hi = float(res.confidence_interval.low), float(res.confidence_interval.high)
     return [lo, hi] if np.isfinite(lo) and np.isfinite(hi) else None
 
 
-def _detector_strata(predictions: Mapping[str, int | None],
-                     rows: Sequence[Mapping[str, Any]]) -> tuple[np.ndarray, np.ndarray]:
+def _detector_strata(
+    predictions: Mapping[str, int | None], rows: Sequence[Mapping[str, Any]]
+) -> tuple[np.ndarray, np.ndarray]:
     """Per forked and per conformant dialogue, ``(flagged, error of the flag, error of the
     reference predictor)`` as arrays of shape ``(3, n)`` (the quantities ``score_predictions``
     averages: always-last for forks, always-first for conformant dialogues)."""
@@ -308,7 +351,9 @@ def _resampled_sums(cols: np.ndarray, idx: np.ndarray) -> np.ndarray:
     return (counts @ cols.T).reshape(*idx.shape[:-1], cols.shape[0])
 
 
-def detector_score_statistic(fork_sums: np.ndarray, n_fork: int, conf_sums: np.ndarray, n_conf: int) -> np.ndarray:
+def detector_score_statistic(
+    fork_sums: np.ndarray, n_fork: int, conf_sums: np.ndarray, n_conf: int
+) -> np.ndarray:
     """The Score of SPEC section 8 from the sums of the :func:`_detector_strata` columns
     (``(..., 3)``: flagged, error of the flagged, error of the reference predictor) over the
     forked and the conformant dialogues, vectorised over leading axes; equal to
@@ -336,13 +381,20 @@ def detector_score_statistic(fork_sums: np.ndarray, n_fork: int, conf_sums: np.n
 
     a1, cov_h = part(fork_sums, n_fork, 0.0)
     a2, cov_c = part(conf_sums, n_conf, 1.0)
-    logs = sum(w * np.log(np.maximum(x, COMPONENT_FLOOR)) for w, x in zip(SCORE_WEIGHTS, (a1, a2, cov_h, 1 - cov_c)))
+    logs = sum(
+        w * np.log(np.maximum(x, COMPONENT_FLOOR)) for w, x in zip(SCORE_WEIGHTS, (a1, a2, cov_h, 1 - cov_c))
+    )
     return 100.0 * np.exp(logs)
 
 
-def detector_score_ci(predictions: Mapping[str, int | None], gold3: Sequence[Mapping[str, Any]], *,
-                      n_resamples: int = CI_RESAMPLES, level: float = CI_LEVEL,
-                      seed: int = CI_SEED) -> dict[str, list[float] | None]:
+def detector_score_ci(
+    predictions: Mapping[str, int | None],
+    gold3: Sequence[Mapping[str, Any]],
+    *,
+    n_resamples: int = CI_RESAMPLES,
+    level: float = CI_LEVEL,
+    seed: int = CI_SEED,
+) -> dict[str, list[float] | None]:
     """``{subset: [low, high] or None}``: percentile bootstrap interval of the Score, resampling
     the subset's forked and conformant dialogues separately (an aggregate: nothing per
     dialogue leaves this function). None when a subset has fewer than 2 of either kind.
@@ -366,16 +418,22 @@ def detector_score_ci(predictions: Mapping[str, int | None], gold3: Sequence[Map
         fork, conf = _detector_strata(predictions, rows)
 
         def stat(i_f, i_c, axis=-1, fork=fork, conf=conf):
-            return detector_score_statistic(_resampled_sums(fork, i_f), fork.shape[1],
-                                            _resampled_sums(conf, i_c), conf.shape[1])
+            return detector_score_statistic(
+                _resampled_sums(fork, i_f), fork.shape[1], _resampled_sums(conf, i_c), conf.shape[1]
+            )
 
         out[s] = _bootstrap_ci([fork[0], conf[0]], stat, n_resamples, level, seed) if rows else None
     return out
 
 
-def metric_tau_ci(distances: Mapping[str, float], gold2: Sequence[Mapping[str, Any]], *,
-                  n_resamples: int = CI_RESAMPLES, level: float = CI_LEVEL,
-                  seed: int = CI_SEED) -> dict[str, list[float] | None]:
+def metric_tau_ci(
+    distances: Mapping[str, float],
+    gold2: Sequence[Mapping[str, Any]],
+    *,
+    n_resamples: int = CI_RESAMPLES,
+    level: float = CI_LEVEL,
+    seed: int = CI_SEED,
+) -> dict[str, list[float] | None]:
     """``{subset: [low, high] or None}``: percentile bootstrap interval of the Avg. tau (mean of
     the per-type means), resampling each type's units separately.
 
@@ -406,7 +464,9 @@ def metric_tau_ci(distances: Mapping[str, float], gold2: Sequence[Mapping[str, A
         by_type = [tau[t == h] for h in hallucination_types() if (t == h).any()]
 
         def stat(*idx, axis=-1, by_type=by_type):
-            return np.mean([_resampled_sums(x[None, :], i)[..., 0] / x.shape[0] for x, i in zip(by_type, idx)], axis=0)
+            return np.mean(
+                [_resampled_sums(x[None, :], i)[..., 0] / x.shape[0] for x, i in zip(by_type, idx)], axis=0
+            )
 
         out[s] = _bootstrap_ci(by_type, stat, n_resamples, level, seed)
     return out

@@ -41,7 +41,9 @@ PRIVATE_AREA = "private"
 DEFAULT_MAX_PER_DAY = 5
 TIMESTAMP_FORMAT = "%Y%m%dT%H%M%S.%fZ"
 SUBMITTER_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # always used with fullmatch
-_KEY_RE = re.compile(r"([A-Za-z0-9][A-Za-z0-9._-]{0,63})/([a-z0-9][a-z0-9._-]{0,63})/(\d{8}T\d{6}\.\d{6}Z)\.json")
+_KEY_RE = re.compile(
+    r"([A-Za-z0-9][A-Za-z0-9._-]{0,63})/([a-z0-9][a-z0-9._-]{0,63})/(\d{8}T\d{6}\.\d{6}Z)\.json"
+)
 
 
 class ResultExistsError(FileExistsError):
@@ -95,10 +97,15 @@ def check_submitter(submitter: str) -> str:
         InvalidSubmitterError: ``submitter`` is not a string or not a valid id.
     """
     if not isinstance(submitter, str) or not SUBMITTER_RE.fullmatch(submitter):
-        shown = repr(submitter[:70] + ("..." if len(submitter) > 70 else "")) if isinstance(submitter, str) else \
-            type(submitter).__name__
-        raise InvalidSubmitterError(f"submitter {shown} is not a valid id: 1-64 letters, digits, '.', '_' or '-', "
-                                    "starting with a letter or digit, and nothing else (no spaces or newlines)")
+        shown = (
+            repr(submitter[:70] + ("..." if len(submitter) > 70 else ""))
+            if isinstance(submitter, str)
+            else type(submitter).__name__
+        )
+        raise InvalidSubmitterError(
+            f"submitter {shown} is not a valid id: 1-64 letters, digits, '.', '_' or '-', "
+            "starting with a letter or digit, and nothing else (no spaces or newlines)"
+        )
     return submitter
 
 
@@ -141,7 +148,9 @@ def parse_key(key: str) -> tuple[str, str, datetime] | None:
 
 
 def _dumps(obj: Any) -> bytes:
-    return (json.dumps(obj, ensure_ascii=False, indent=2, sort_keys=False, allow_nan=False) + "\n").encode("utf-8")
+    return (json.dumps(obj, ensure_ascii=False, indent=2, sort_keys=False, allow_nan=False) + "\n").encode(
+        "utf-8"
+    )
 
 
 class ResultStore:
@@ -249,8 +258,10 @@ class ResultStore:
         used = self.count_today(submitter, now)
         if used >= self.max_per_day:
             tomorrow = (now.astimezone(timezone.utc) + timedelta(days=1)).strftime("%Y-%m-%d")
-            raise RateLimitError(f"submitter {submitter!r} already stored {used} result(s) today (limit "
-                                 f"{self.max_per_day} per UTC day); try again from {tomorrow} 00:00 UTC")
+            raise RateLimitError(
+                f"submitter {submitter!r} already stored {used} result(s) today (limit "
+                f"{self.max_per_day} per UTC day); try again from {tomorrow} 00:00 UTC"
+            )
         return self.max_per_day - used
 
     @contextmanager
@@ -265,12 +276,20 @@ class ResultStore:
         Yields:
             Nothing; the lock is held inside the ``with`` block.
         """
-        locks: dict[str, threading.Lock] = self.__dict__.setdefault("_submitter_locks", {})  # atomic setdefault
+        locks: dict[str, threading.Lock] = self.__dict__.setdefault(
+            "_submitter_locks", {}
+        )  # atomic setdefault
         with locks.setdefault(submitter, threading.Lock()):
             yield
 
-    def put(self, submitter: str, method: str, public: Mapping[str, Any], private: Mapping[str, Any] | None = None,
-            now: datetime | None = None) -> str:
+    def put(
+        self,
+        submitter: str,
+        method: str,
+        public: Mapping[str, Any],
+        private: Mapping[str, Any] | None = None,
+        now: datetime | None = None,
+    ) -> str:
         """Store a new result (and its private twin); returns its key. Checks the rate limit and
         writes under :meth:`submitter_lock` (a check and a write are one step), refuses to
         overwrite anything (:class:`ResultExistsError`).
@@ -317,8 +336,14 @@ class LocalStore(ResultStore):
         clock: Returns the current time (timezone-aware); None: UTC now. Tests inject one.
     """
 
-    def __init__(self, root: str | os.PathLike, *, private_root: str | os.PathLike | None = None,
-                 max_per_day: int = DEFAULT_MAX_PER_DAY, clock: Callable[[], datetime] | None = None):
+    def __init__(
+        self,
+        root: str | os.PathLike,
+        *,
+        private_root: str | os.PathLike | None = None,
+        max_per_day: int = DEFAULT_MAX_PER_DAY,
+        clock: Callable[[], datetime] | None = None,
+    ):
         self.root = Path(root)
         self.private_root = Path(private_root) if private_root is not None else self.root / PRIVATE_AREA
         self.max_per_day = int(max_per_day)
@@ -407,9 +432,19 @@ class HubStore(ResultStore):
         ValueError: ``private_repo_id`` equals ``repo_id``.
     """
 
-    def __init__(self, repo_id: str, *, private_repo_id: str | None = None, api: Any = None, token: str | None = None,
-                 endpoint: str | None = None, max_per_day: int = DEFAULT_MAX_PER_DAY,
-                 clock: Callable[[], datetime] | None = None, create: bool = False, max_retries: int = 3):
+    def __init__(
+        self,
+        repo_id: str,
+        *,
+        private_repo_id: str | None = None,
+        api: Any = None,
+        token: str | None = None,
+        endpoint: str | None = None,
+        max_per_day: int = DEFAULT_MAX_PER_DAY,
+        clock: Callable[[], datetime] | None = None,
+        create: bool = False,
+        max_retries: int = 3,
+    ):
         if api is None:
             from huggingface_hub import HfApi
 
@@ -418,8 +453,10 @@ class HubStore(ResultStore):
         self.repo_id = repo_id
         self.private_repo_id = private_repo_id or f"{repo_id}-private"
         if self.private_repo_id == repo_id:
-            raise ValueError("private_repo_id must differ from repo_id: private scores and contacts never go "
-                             "into the public results repo")
+            raise ValueError(
+                "private_repo_id must differ from repo_id: private scores and contacts never go "
+                "into the public results repo"
+            )
         self.max_per_day = int(max_per_day)
         self.max_retries = int(max_retries)
         if clock is not None:
@@ -443,7 +480,7 @@ class HubStore(ResultStore):
 
     def _keys(self, area: str) -> list[str]:
         prefix = f"{area}/"
-        return [f[len(prefix):] for f in self._files(area, None) if f.startswith(prefix)]
+        return [f[len(prefix) :] for f in self._files(area, None) if f.startswith(prefix)]
 
     def _read(self, area: str, key: str) -> bytes:
         path = self.api.hf_hub_download(self._repo(area), f"{area}/{key}", repo_type="dataset")
@@ -459,8 +496,13 @@ class HubStore(ResultStore):
             if path in set(self._files(area, head)):
                 raise ResultExistsError(f"{repo}:{path} already exists; results are immutable")
             try:
-                self.api.create_commit(repo, [CommitOperationAdd(path_in_repo=path, path_or_fileobj=data)],
-                                       commit_message=f"Add result {key}", repo_type="dataset", parent_commit=head)
+                self.api.create_commit(
+                    repo,
+                    [CommitOperationAdd(path_in_repo=path, path_or_fileobj=data)],
+                    commit_message=f"Add result {key}",
+                    repo_type="dataset",
+                    parent_commit=head,
+                )
                 return
             except Exception as e:  # a concurrent commit moved the head: check again, then retry
                 if not _is_conflict(e) or attempt == self.max_retries:

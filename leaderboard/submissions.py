@@ -95,12 +95,23 @@ def _configuration(track: str, max_bytes: int) -> dict[str, Any]:
     if track == "detector":
         from dialfork_metrics.task3.scorer import COMPONENT_FLOOR, SCORE_WEIGHTS
 
-        return {"scorer": "dialfork_metrics.task3.scorer.score_predictions", "score_weights": list(SCORE_WEIGHTS),
-                "component_floor": COMPONENT_FLOOR, "subsets": list(_score.SUBSETS), "max_bytes": max_bytes,
-                "submission_schema": "detector_submission.v1.json"}
-    return {"scorer": "leaderboard.score.score_metric", "statistic": "kendall tau-b vs (4,3,2,1) per unit",
-            "undefined_tau": 0.0, "average": "mean of the per-type means", "subsets": list(_score.SUBSETS),
-            "max_bytes": max_bytes, "submission_schema": "metric_submission.v1.json"}
+        return {
+            "scorer": "dialfork_metrics.task3.scorer.score_predictions",
+            "score_weights": list(SCORE_WEIGHTS),
+            "component_floor": COMPONENT_FLOOR,
+            "subsets": list(_score.SUBSETS),
+            "max_bytes": max_bytes,
+            "submission_schema": "detector_submission.v1.json",
+        }
+    return {
+        "scorer": "leaderboard.score.score_metric",
+        "statistic": "kendall tau-b vs (4,3,2,1) per unit",
+        "undefined_tau": 0.0,
+        "average": "mean of the per-type means",
+        "subsets": list(_score.SUBSETS),
+        "max_bytes": max_bytes,
+        "submission_schema": "metric_submission.v1.json",
+    }
 
 
 def evaluate(
@@ -165,10 +176,15 @@ def evaluate(
         "metadata": public_metadata(md),
         "scores": {"public": scores["public"]},
         "private_scores": "withheld until the maintainers reveal them",
-        "configuration": {**_configuration(track, max_bytes),
-                          "interval": {"method": "percentile bootstrap over " + ("dialogues" if track == "detector"
-                                                                                  else "units"),
-                                       "level": _score.CI_LEVEL, "resamples": ci_resamples, "seed": _score.CI_SEED}},
+        "configuration": {
+            **_configuration(track, max_bytes),
+            "interval": {
+                "method": "percentile bootstrap over " + ("dialogues" if track == "detector" else "units"),
+                "level": _score.CI_LEVEL,
+                "resamples": ci_resamples,
+                "seed": _score.CI_SEED,
+            },
+        },
         "submission": {"sha256": report.sha256, "bytes": report.n_bytes, **report.summary},
         "blind_revision": blind_set.revision(),
         "gold_revision": gold_d["manifest"]["revision"],
@@ -247,18 +263,35 @@ def submit(
         try:
             check_submitter(submitter)
         except InvalidSubmitterError as e:
-            raise SubmissionError(ValidationReport(path=str(submission), track=track, errors=[
-                Problem("bad_submitter", str(e), field="submitter")])) from None
+            raise SubmissionError(
+                ValidationReport(
+                    path=str(submission),
+                    track=track,
+                    errors=[Problem("bad_submitter", str(e), field="submitter")],
+                )
+            ) from None
         store.check_rate_limit(submitter, now)
-    ev = evaluate(submission, track=track, gold=gold, blind=blind, metadata=metadata, max_bytes=max_bytes,
-                  ci_resamples=ci_resamples)
+    ev = evaluate(
+        submission,
+        track=track,
+        gold=gold,
+        blind=blind,
+        metadata=metadata,
+        max_bytes=max_bytes,
+        ci_resamples=ci_resamples,
+    )
     who = submitter or (ev.report.metadata or {}).get("submitter")
     if not who:
         raise ValueError("no submitter: pass --submitter NAME or set 'submitter' in the metadata")
     check_submitter(who)
     store.check_rate_limit(who, now)
     key = result_key(who, ev.public["method"], now)
-    public = {**ev.public, "submitter": who, "key": key, "submitted_at": now.astimezone(timezone.utc).isoformat()}
+    public = {
+        **ev.public,
+        "submitter": who,
+        "key": key,
+        "submitted_at": now.astimezone(timezone.utc).isoformat(),
+    }
     public["metadata"] = {**public["metadata"], "submitter": who}
     private = {**ev.private, "submitter": who, "key": key}
     bad = [e.message for e in schema_validator("result").iter_errors(public)]
@@ -266,8 +299,6 @@ def submit(
         raise RuntimeError(f"internal error: the result does not match result.v1.json: {bad}")
     stored_key = store.put(who, ev.public["method"], public, private, now=now)
     return Stored(key=stored_key, result=public, evaluation=ev)
-
-
 
 
 def demo_round_trip(
@@ -320,12 +351,33 @@ def demo_round_trip(
     report = validate_submission(sub, "detector", BlindSet.from_dir(blind), metadata=md_path)
     report.raise_for_errors()
     store = LocalStore(out / "store", max_per_day=max_per_day)
-    st = submit(sub, track="detector", gold=gold, blind=blind, store=store, submitter=submitter, metadata=md_path)
+    st = submit(
+        sub, track="detector", gold=gold, blind=blind, store=store, submitter=submitter, metadata=md_path
+    )
     page = render_site(out / "store" / "results", out / "site")
-    logger.info("demo submission %s: public Score %s; page %s", st.key, st.result["scores"]["public"].get("score"), page)
-    return {"submission": sub, "metadata": md_path, "key": st.key, "result": st.result, "page": page,
-            "validation": report.summary}
+    logger.info(
+        "demo submission %s: public Score %s; page %s",
+        st.key,
+        st.result["scores"]["public"].get("score"),
+        page,
+    )
+    return {
+        "submission": sub,
+        "metadata": md_path,
+        "key": st.key,
+        "result": st.result,
+        "page": page,
+        "validation": report.summary,
+    }
 
 
-__all__ = ["Evaluation", "Stored", "SubmissionError", "blind_from_gold", "demo_round_trip", "evaluate",
-           "package_version", "submit"]
+__all__ = [
+    "Evaluation",
+    "Stored",
+    "SubmissionError",
+    "blind_from_gold",
+    "demo_round_trip",
+    "evaluate",
+    "package_version",
+    "submit",
+]

@@ -24,8 +24,13 @@ from typing import Any
 from dialfork_dataset.taxonomy import get_type, hallucination_types
 
 
-def synthetic_task3_test(n_sources: int, seed: int = 0, tasks: Sequence[str] = ("weather", "bank_fraud_report"),
-                         max_T: int = 20, with_text: bool = True) -> list[dict[str, Any]]:
+def synthetic_task3_test(
+    n_sources: int,
+    seed: int = 0,
+    tasks: Sequence[str] = ("weather", "bank_fraud_report"),
+    max_T: int = 20,
+    with_text: bool = True,
+) -> list[dict[str, Any]]:
     """Rows shaped like ``task3`` test records: each source has one fork per registered type
     and position (16 for the paper's 4 types x 4 k).
 
@@ -59,14 +64,34 @@ def synthetic_task3_test(n_sources: int, seed: int = 0, tasks: Sequence[str] = (
         task = tasks[s % len(tasks)]
         T = rng.randint(4, max_T)
         sid = f"{task}-{1000 + s}"
-        rows.append({"dialogue_id": sid, "source_id": sid, "task": task, "hallucination_type": None,
-                     "fork_position": None, "fork_turn": None, "num_system_turns": T, "turns": turns(T, sid)})
+        rows.append(
+            {
+                "dialogue_id": sid,
+                "source_id": sid,
+                "task": task,
+                "hallucination_type": None,
+                "fork_position": None,
+                "fork_turn": None,
+                "num_system_turns": T,
+                "turns": turns(T, sid),
+            }
+        )
         for h in hallucination_types():
             for k, tk in enumerate(fork_turns(T), 1):
                 Tf = rng.randint(max(tk, 4), max_T + 4)
                 fid = f"{sid}-{h}-k{k}"
-                rows.append({"dialogue_id": fid, "source_id": sid, "task": task, "hallucination_type": h,
-                             "fork_position": k, "fork_turn": tk, "num_system_turns": Tf, "turns": turns(Tf, fid)})
+                rows.append(
+                    {
+                        "dialogue_id": fid,
+                        "source_id": sid,
+                        "task": task,
+                        "hallucination_type": h,
+                        "fork_position": k,
+                        "fork_turn": tk,
+                        "num_system_turns": Tf,
+                        "turns": turns(Tf, fid),
+                    }
+                )
     return rows
 
 
@@ -85,12 +110,30 @@ def to_records(rows: Sequence[Mapping[str, Any]], domain: str = "synthetic") -> 
     out = []
     for i, r in enumerate(rows):
         h = r["hallucination_type"]
-        rec = {k: r[k] for k in ("dialogue_id", "source_id", "task", "hallucination_type", "fork_position",
-                                 "fork_turn", "num_system_turns", "turns")}
-        rec.update({"scenario_id": r["source_id"], "domain": domain, "seed": i, "generator": "template",
-                    "variant": f"{h.lower()}-1" if h else None,
-                    "instruction": f"synthetic {h} instruction" if h else None,
-                    "substitute_task": "other_task" if h and get_type(h).substitute else None})
+        rec = {
+            k: r[k]
+            for k in (
+                "dialogue_id",
+                "source_id",
+                "task",
+                "hallucination_type",
+                "fork_position",
+                "fork_turn",
+                "num_system_turns",
+                "turns",
+            )
+        }
+        rec.update(
+            {
+                "scenario_id": r["source_id"],
+                "domain": domain,
+                "seed": i,
+                "generator": "template",
+                "variant": f"{h.lower()}-1" if h else None,
+                "instruction": f"synthetic {h} instruction" if h else None,
+                "substitute_task": "other_task" if h and get_type(h).substitute else None,
+            }
+        )
         out.append(rec)
     return out
 
@@ -103,9 +146,14 @@ def _write_parquet(rows: list[Mapping[str, Any]], path: Path, schema) -> None:
     pq.write_table(pa.Table.from_pylist([dict(r) for r in rows], schema=schema), path)
 
 
-def write_blind_and_gold(task3_test: Sequence[Mapping[str, Any]], dest: str | os.PathLike,
-                         gold_dir: str | os.PathLike, *, key: bytes = b"k" * 32,
-                         public_fraction: float = 0.5) -> dict[str, Any]:
+def write_blind_and_gold(
+    task3_test: Sequence[Mapping[str, Any]],
+    dest: str | os.PathLike,
+    gold_dir: str | os.PathLike,
+    *,
+    key: bytes = b"k" * 32,
+    public_fraction: float = 0.5,
+) -> dict[str, Any]:
     """Write ``dest/data/blind``, ``dest/data/blind_task2`` and ``gold_dir`` like
     ``dialfork_dataset.export_hub_layout`` does (same ids, gold rows and manifest fields).
 
@@ -128,10 +176,18 @@ def write_blind_and_gold(task3_test: Sequence[Mapping[str, Any]], dest: str | os
     blind, pairs, gold3, gold2 = make_blind(list(task3_test), key, public_fraction)
     dest, gold_dir = Path(dest), Path(gold_dir)
     turn = pa.struct([("speaker", pa.string()), ("text", pa.string())])
-    _write_parquet(blind, dest / "data" / "blind" / "test-00000-of-00001.parquet",
-                   pa.schema([("dialogue_id", pa.string()), ("turns", pa.list_(turn)), ("num_system_turns", pa.int32())]))
-    _write_parquet(pairs, dest / "data" / "blind_task2" / "test-00000-of-00001.parquet",
-                   pa.schema([("pair_id", pa.string()), ("reference_id", pa.string()), ("candidate_id", pa.string())]))
+    _write_parquet(
+        blind,
+        dest / "data" / "blind" / "test-00000-of-00001.parquet",
+        pa.schema(
+            [("dialogue_id", pa.string()), ("turns", pa.list_(turn)), ("num_system_turns", pa.int32())]
+        ),
+    )
+    _write_parquet(
+        pairs,
+        dest / "data" / "blind_task2" / "test-00000-of-00001.parquet",
+        pa.schema([("pair_id", pa.string()), ("reference_id", pa.string()), ("candidate_id", pa.string())]),
+    )
     gold_dir.mkdir(parents=True, exist_ok=True)
     write_jsonl(gold_dir / "task3_gold.jsonl", gold3)
     write_jsonl(gold_dir / "task2_gold.jsonl", gold2)
@@ -142,15 +198,23 @@ def write_blind_and_gold(task3_test: Sequence[Mapping[str, Any]], dest: str | os
         "revision": digest.hexdigest(),
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "public_fraction": public_fraction,
-        "counts": {"task3": dict(Counter(g["subset"] for g in gold3)), "task2": dict(Counter(g["subset"] for g in gold2))},
+        "counts": {
+            "task3": dict(Counter(g["subset"] for g in gold3)),
+            "task2": dict(Counter(g["subset"] for g in gold2)),
+        },
     }
     write_json_atomic(gold_dir / "gold_manifest.json", manifest)
-    write_json_atomic(gold_dir / "blind_key.json", {"key": key.hex(), "note": "secret: keep with the gold only"})
+    write_json_atomic(
+        gold_dir / "blind_key.json", {"key": key.hex(), "note": "secret: keep with the gold only"}
+    )
     return {"blind": blind, "pairs": pairs, "gold3": gold3, "gold2": gold2, "manifest": manifest}
 
 
-def write_predictions(predictions: Mapping[str, int | None], path: str | os.PathLike,
-                      confidences: Mapping[str, float] | None = None) -> Path:
+def write_predictions(
+    predictions: Mapping[str, int | None],
+    path: str | os.PathLike,
+    confidences: Mapping[str, float] | None = None,
+) -> Path:
     """Write a detector-track submission (one ``{"dialogue_id", "prediction"}`` line per id).
 
     Args:
@@ -207,9 +271,16 @@ def write_metadata(path: str | os.PathLike, **fields: Any) -> Path:
     Returns:
         ``path`` as a :class:`~pathlib.Path`.
     """
-    md: dict[str, Any] = {"method": "example", "regime": "streaming", "used_conformant_train": True,
-                          "model_name": None, "model_size": None, "code_url": None, "open_source": True,
-                          "contact": "someone@example.org"}
+    md: dict[str, Any] = {
+        "method": "example",
+        "regime": "streaming",
+        "used_conformant_train": True,
+        "model_name": None,
+        "model_size": None,
+        "code_url": None,
+        "open_source": True,
+        "contact": "someone@example.org",
+    }
     md.update(fields)
     path = Path(path)
     path.write_text(json.dumps(md, indent=2) + "\n", encoding="utf-8")

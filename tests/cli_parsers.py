@@ -20,14 +20,24 @@ def all_parsers() -> dict[str, argparse.ArgumentParser]:
     from leaderboard.__main__ import build_parser as leaderboard
     from leaderboard.app import build_parser as leaderboard_app
 
-    return {"dialfork_dataset": dataset(), "dialfork_dataset.star": star(), "generation": generation(),
-            "dialfork_metrics.bench": bench(), "dialfork_metrics.task3": task3(), "dialfork_metrics.guard": guard(),
-            "dialfork_metrics.audit": audit(), "dialfork_metrics.audit.demo": audit_demo(),
-            "leaderboard": leaderboard(), "leaderboard.app": leaderboard_app(), "annotation": annotation()}
+    return {
+        "dialfork_dataset": dataset(),
+        "dialfork_dataset.star": star(),
+        "generation": generation(),
+        "dialfork_metrics.bench": bench(),
+        "dialfork_metrics.task3": task3(),
+        "dialfork_metrics.guard": guard(),
+        "dialfork_metrics.audit": audit(),
+        "dialfork_metrics.audit.demo": audit_demo(),
+        "leaderboard": leaderboard(),
+        "leaderboard.app": leaderboard_app(),
+        "annotation": annotation(),
+    }
 
 
 def all_help_texts() -> Iterator[tuple[str, str]]:
     """``(program and sub-commands, the --help text)`` of every parser and sub-command parser."""
+
     def walk(name: str, parser: argparse.ArgumentParser) -> Iterator[tuple[str, str]]:
         yield name, parser.format_help()
         for action in parser._actions:

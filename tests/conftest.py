@@ -36,8 +36,12 @@ def template_corpus(tmp_path_factory, star_dir) -> Path:
     from generation import GenerationConfig, generate_corpus
 
     out = tmp_path_factory.mktemp("template_corpus") / "corpus"
-    generate_corpus(GenerationConfig(star=str(star_dir), out=str(out), tasks=("weather", "doctor_schedule"),
-                                     per_task=8, seed=0), progress=False)
+    generate_corpus(
+        GenerationConfig(
+            star=str(star_dir), out=str(out), tasks=("weather", "doctor_schedule"), per_task=8, seed=0
+        ),
+        progress=False,
+    )
     return out
 
 

@@ -35,7 +35,12 @@ def dialogue(rng: np.random.Generator, derail_at: int | None = None, noise: floa
         workflow = 1 if derail_at is not None and step >= derail_at else 0
         alt = workflow == 0 and step == 5 and rng.random() < 0.3
         for speaker, axis in zip(("user", "system"), _turn_kinds(step, workflow, alt)):
-            turns.append({"speaker": speaker, "text": f"{speaker} turn of step {step} (workflow {workflow}, axis {axis})"})
+            turns.append(
+                {
+                    "speaker": speaker,
+                    "text": f"{speaker} turn of step {step} (workflow {workflow}, axis {axis})",
+                }
+            )
             v = _direction(axis) + noise * rng.standard_normal(DIM)
             embs.append(v / np.linalg.norm(v))
         if workflow == 0 and 1 <= step <= 4 and rng.random() < 0.2:
@@ -54,5 +59,8 @@ def dialogue_set(n: int, seed: int, derail_at: int | None = None):
 def agent_sets(n_ref: int = 30, n_tgt: int = 8, seed: int = 0, derail_at: int = 3):
     """A reference set, a faithful agent's set (new draws of the same flow) and a derailed agent's
     set (the same flow up to step ``derail_at``, then another workflow), each ``(dialogues, embeddings)``."""
-    return (dialogue_set(n_ref, seed), dialogue_set(n_tgt, seed + 1000),
-            dialogue_set(n_tgt, seed + 2000, derail_at=derail_at))
+    return (
+        dialogue_set(n_ref, seed),
+        dialogue_set(n_tgt, seed + 1000),
+        dialogue_set(n_tgt, seed + 2000, derail_at=derail_at),
+    )

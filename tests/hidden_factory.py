@@ -18,15 +18,32 @@ DECODING = {"temperature": 1.3, "top_p": 0.95, "top_k": 64, "max_new_tokens": No
 
 def _rec(did, sid, scen, task, h, k, tk, turns, seed, mode=None, div=None):
     n_sys = sum(1 for t in turns if t["speaker"] == "system")
-    return {"dialogue_id": did, "source_id": sid, "scenario_id": scen, "task": task, "domain": task.split("_")[0],
-            "hallucination_type": h, "variant": f"{h.lower()}-v1" if h else None, "instruction": f"Do {h}" if h else None,
-            "substitute_task": "other_task" if h and get_type(h).substitute else None, "fork_position": k, "fork_turn": tk,
-            "num_system_turns": n_sys, "turns": turns, "seed": seed, "generator": "llm-like-test",
-            "decoding": DECODING, "prefix_mode": "replay" if h else None, "prefix_divergence": div if h else None,
-            "code_version": "test"}
+    return {
+        "dialogue_id": did,
+        "source_id": sid,
+        "scenario_id": scen,
+        "task": task,
+        "domain": task.split("_")[0],
+        "hallucination_type": h,
+        "variant": f"{h.lower()}-v1" if h else None,
+        "instruction": f"Do {h}" if h else None,
+        "substitute_task": "other_task" if h and get_type(h).substitute else None,
+        "fork_position": k,
+        "fork_turn": tk,
+        "num_system_turns": n_sys,
+        "turns": turns,
+        "seed": seed,
+        "generator": "llm-like-test",
+        "decoding": DECODING,
+        "prefix_mode": "replay" if h else None,
+        "prefix_divergence": div if h else None,
+        "code_version": "test",
+    }
 
 
-def llm_like_records(tasks=("weather", "trivia"), per_task=10, seed=0, prefix="", reword=0.2, t_range=(6, 14)):
+def llm_like_records(
+    tasks=("weather", "trivia"), per_task=10, seed=0, prefix="", reword=0.2, t_range=(6, 14)
+):
     rng = random.Random(seed)
 
     def say(who, tag):
@@ -51,6 +68,9 @@ def llm_like_records(tasks=("weather", "trivia"), per_task=10, seed=0, prefix=""
                             turns.append({"speaker": who, "text": say(who, "reworded") if diverged else x})
                     Tf = rng.randint(max(tk, t_range[0]), t_range[1])
                     for _ in range(tk - 1, Tf):
-                        turns += [{"speaker": "user", "text": say("user", h)}, {"speaker": "system", "text": say("system", h)}]
+                        turns += [
+                            {"speaker": "user", "text": say("user", h)},
+                            {"speaker": "system", "text": say("system", h)},
+                        ]
                     recs.append(_rec(f"{sid}-{h}-k{k}", sid, scen, task, h, k, tk, turns, j, div=div))
     return recs

@@ -88,11 +88,18 @@ def _strings(node: ast.AST) -> list[str]:
     ``"module:attr"`` strings anywhere in a tuple or list literal (a table of registry specs)."""
     if isinstance(node, ast.Dict):
         return [v.value for v in node.values if isinstance(v, ast.Constant) and isinstance(v.value, str)]
-    if isinstance(node, ast.DictComp) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
+    if (
+        isinstance(node, ast.DictComp)
+        and isinstance(node.value, ast.Constant)
+        and isinstance(node.value.value, str)
+    ):
         return [node.value.value]
     if isinstance(node, (ast.Tuple, ast.List)):  # a table of specs: their "module:attr" strings
-        return [c.value for c in ast.walk(node) if isinstance(c, ast.Constant) and isinstance(c.value, str)
-                and c.value.count(":") == 1]
+        return [
+            c.value
+            for c in ast.walk(node)
+            if isinstance(c, ast.Constant) and isinstance(c.value, str) and c.value.count(":") == 1
+        ]
     return []
 
 
@@ -105,7 +112,8 @@ def _dynamic_targets(tree: ast.Module) -> list[tuple[str, int, bool]]:
     """
     calls = {
         (n.func.attr if isinstance(n.func, ast.Attribute) else getattr(n.func, "id", None))
-        for n in ast.walk(tree) if isinstance(n, ast.Call)
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Call)
     }
     if not calls & {"lazy_exports", "import_module"}:
         return []
@@ -144,8 +152,11 @@ def module_edges(module: str, path: Path, modules: Mapping[str, Path]) -> list[E
     for name, line, relative in _dynamic_targets(tree):
         target = f"{package}.{name}" if relative else name
         found.append((target if target in modules else None, line))
-    return [Edge(module, target, path, line)
-            for target, line in dict.fromkeys(found) if target is not None and target != module]
+    return [
+        Edge(module, target, path, line)
+        for target, line in dict.fromkeys(found)
+        if target is not None and target != module
+    ]
 
 
 def import_graph(root: Path, tops: Iterable[str]) -> tuple[nx.DiGraph, list[Edge]]:
@@ -164,8 +175,12 @@ def top(module: str) -> str:
     return module.partition(".")[0]
 
 
-def layering_violations(edges: Iterable[Edge], allowed: Mapping[str, Iterable[str]], root: Path,
-                        entry_points: Mapping[str, Iterable[str]] | None = None) -> list[str]:
+def layering_violations(
+    edges: Iterable[Edge],
+    allowed: Mapping[str, Iterable[str]],
+    root: Path,
+    entry_points: Mapping[str, Iterable[str]] | None = None,
+) -> list[str]:
     """One line per import across packages that the layering does not allow.
 
     Args:
@@ -183,8 +198,10 @@ def layering_violations(edges: Iterable[Edge], allowed: Mapping[str, Iterable[st
         if src == dst or dst in set(allowed.get(src, ())) or e.imported in set(entry_points.get(src, ())):
             continue
         may = sorted(set(allowed.get(src, ()))) + sorted(set(entry_points.get(src, ())))
-        out.append(f"{e.where(root)}: {e.importer} imports {e.imported}, but {src} may import only "
-                   f"{', '.join(may) or 'nothing outside itself'}")
+        out.append(
+            f"{e.where(root)}: {e.importer} imports {e.imported}, but {src} may import only "
+            f"{', '.join(may) or 'nothing outside itself'}"
+        )
     return out
 
 
@@ -198,5 +215,7 @@ def cycles(graph: nx.DiGraph, edges: Iterable[Edge], root: Path) -> list[str]:
     for scc in sorted(sorted(c) for c in nx.strongly_connected_components(graph) if len(c) > 1):
         cycle = next(nx.simple_cycles(graph.subgraph(scc)))
         steps = [f"{a} ({where[(a, b)]})" for a, b in zip(cycle, cycle[1:] + cycle[:1])]
-        out.append(f"{len(scc)} modules in a cycle ({', '.join(scc)}): " + " -> ".join(steps) + f" -> {cycle[0]}")
+        out.append(
+            f"{len(scc)} modules in a cycle ({', '.join(scc)}): " + " -> ".join(steps) + f" -> {cycle[0]}"
+        )
     return out

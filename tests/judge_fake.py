@@ -44,9 +44,17 @@ class FakeJudgeHandler(BaseHTTPRequestHandler):
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         type(self).bodies.append(body)
-        reply = {"choices": [{"index": 0, "message": {"role": "assistant",
-                                                      "content": fake_reply(body["messages"][-1]["content"])},
-                              "finish_reason": "stop"}], "model": body["model"], "object": "chat.completion"}
+        reply = {
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": fake_reply(body["messages"][-1]["content"])},
+                    "finish_reason": "stop",
+                }
+            ],
+            "model": body["model"],
+            "object": "chat.completion",
+        }
         data = json.dumps(reply).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")

@@ -46,8 +46,12 @@ def stop(proc: subprocess.Popen) -> None:
         proc.wait()
 
 
-def start_app(launch: Callable[[int], tuple[list[str], dict]], cwd: Path, log_dir: Path,
-              ready_paths: tuple[str, ...] = ("/", "/config")) -> tuple[subprocess.Popen, str, Path]:
+def start_app(
+    launch: Callable[[int], tuple[list[str], dict]],
+    cwd: Path,
+    log_dir: Path,
+    ready_paths: tuple[str, ...] = ("/", "/config"),
+) -> tuple[subprocess.Popen, str, Path]:
     """Start ``launch(port)`` (its command and environment) until it serves every path in
     ``ready_paths`` with 200; returns the process, its base URL and its log. Fails the test with
     every log when it exited :data:`APP_STARTS` times before serving, or did not serve within
@@ -70,6 +74,10 @@ def start_app(launch: Callable[[int], tuple[list[str], dict]], cwd: Path, log_di
             time.sleep(0.5)
         else:
             stop(proc)
-            pytest.fail(f"the app did not serve {base} within {APP_START_S:.0f} s:\n{log.read_text()[-3000:]}")
-    pytest.fail(f"the app exited {APP_STARTS} times before serving:\n" +
-                "\n".join(f"--- {p.name}\n{p.read_text()[-2000:]}" for p in logs))
+            pytest.fail(
+                f"the app did not serve {base} within {APP_START_S:.0f} s:\n{log.read_text()[-3000:]}"
+            )
+    pytest.fail(
+        f"the app exited {APP_STARTS} times before serving:\n"
+        + "\n".join(f"--- {p.name}\n{p.read_text()[-2000:]}" for p in logs)
+    )

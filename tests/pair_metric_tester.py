@@ -23,10 +23,17 @@ import pytest
 from dialfork_metrics import registry
 from dialfork_metrics.dialogue import score_pairs
 
-REF = ["Hi, I want to book a doctor appointment.", "Sure. What is your name?", "Mark Smith.",
-       "Which doctor would you like to see?", "Dr. Morgan, please.", "You are booked for Monday at 10."]
+REF = [
+    "Hi, I want to book a doctor appointment.",
+    "Sure. What is your name?",
+    "Mark Smith.",
+    "Which doctor would you like to see?",
+    "Dr. Morgan, please.",
+    "You are booked for Monday at 10.",
+]
 FORKS = [
-    REF[:3] + ["Would you like to try our co-living apartments instead?", "No, a doctor!", "They have a gym."],
+    REF[:3]
+    + ["Would you like to try our co-living apartments instead?", "No, a doctor!", "They have a gym."],
     REF[:1] + ["Our rooftop bar opens at six.", "What?"],
     REF[:5] + ["You are booked for Friday at 9.", "Thanks.", "Bye."],
     REF[::-1],
@@ -97,14 +104,26 @@ class PairMetricTester:
         refs, cands = [p[0] for p in PAIRS], [p[1] for p in PAIRS]
         base = self.scores(refs, cands)
         assert base.shape == (len(PAIRS),) and base.dtype == np.float64 and np.isfinite(base).all()
-        np.testing.assert_allclose(self.scores(refs, cands, list(registry.names("pair", inputs=(
-            "similarity", "turn_embeddings", "transcripts", "turns")))), base, rtol=0, atol=self.atol)
+        np.testing.assert_allclose(
+            self.scores(
+                refs,
+                cands,
+                list(
+                    registry.names("pair", inputs=("similarity", "turn_embeddings", "transcripts", "turns"))
+                ),
+            ),
+            base,
+            rtol=0,
+            atol=self.atol,
+        )
         if self.spec.fn is not None:
             fn = registry.resolve(self.spec.fn)
             single = [fn(r, c, **self._kw()) for r, c in PAIRS]
             assert all(isinstance(v, float) for v in single)
             np.testing.assert_allclose(single, base, rtol=0, atol=self.atol)
-            np.testing.assert_allclose(fn(refs, cands, batched=True, **self._kw()), base, rtol=0, atol=self.atol)
+            np.testing.assert_allclose(
+                fn(refs, cands, batched=True, **self._kw()), base, rtol=0, atol=self.atol
+            )
         # the same pair scores the same in any batch (order, neighbours)
         np.testing.assert_allclose(self.scores(refs[::-1], cands[::-1])[::-1], base, rtol=0, atol=self.atol)
         return base
@@ -114,8 +133,10 @@ class PairMetricTester:
         refs, cands = [p[0] for p in PAIRS], [p[1] for p in PAIRS]
         base = self.scores(refs, cands)
         dicts = self.scores([as_dicts(r) for r in refs], [as_dicts(c) for c in cands])
-        records = self.scores([{"dialogue_id": f"r{i}", "turns": as_dicts(r)} for i, r in enumerate(refs)],
-                              [{"dialogue_id": f"c{i}", "turns": as_dicts(c)} for i, c in enumerate(cands)])
+        records = self.scores(
+            [{"dialogue_id": f"r{i}", "turns": as_dicts(r)} for i, r in enumerate(refs)],
+            [{"dialogue_id": f"c{i}", "turns": as_dicts(c)} for i, c in enumerate(cands)],
+        )
         np.testing.assert_allclose(dicts, base, rtol=0, atol=self.atol)
         np.testing.assert_allclose(records, base, rtol=0, atol=self.atol)
 

@@ -19,17 +19,45 @@ from dialfork_dataset.taxonomy import forks_per_source  # noqa: E402
 NB = 300  # bootstrap resamples in tests
 
 
-def _row(annotator, did, k, slider, *, task="weather", source=None, htype="WIC", cue_kind="true", answer="yes",
-         onset=None, tk=None, prefix=None, t=0):
+def _row(
+    annotator,
+    did,
+    k,
+    slider,
+    *,
+    task="weather",
+    source=None,
+    htype="WIC",
+    cue_kind="true",
+    answer="yes",
+    onset=None,
+    tk=None,
+    prefix=None,
+    t=0,
+):
     conformant = k is None
-    return {"annotator": annotator, "task": task, "dialogue_id": did, "source_id": source or did,
-            "hallucination_type": None if conformant else htype, "fork_position": k,
-            "fork_turn": None if conformant else (tk if tk is not None else k + 1), "num_system_turns": 8,
-            "cue_kind": "foil" if conformant else cue_kind, "cue_type": "GR", "slider": slider, "cue_answer": answer,
-            "onset_turn": onset, "prefix_answer": prefix, "position": t, "completed_at": f"2026-01-01T00:00:{t:02d}"}
+    return {
+        "annotator": annotator,
+        "task": task,
+        "dialogue_id": did,
+        "source_id": source or did,
+        "hallucination_type": None if conformant else htype,
+        "fork_position": k,
+        "fork_turn": None if conformant else (tk if tk is not None else k + 1),
+        "num_system_turns": 8,
+        "cue_kind": "foil" if conformant else cue_kind,
+        "cue_type": "GR",
+        "slider": slider,
+        "cue_answer": answer,
+        "onset_turn": onset,
+        "prefix_answer": prefix,
+        "position": t,
+        "completed_at": f"2026-01-01T00:00:{t:02d}",
+    }
 
 
 # ------------------------------------------------------------------ hand-worked primitives
+
 
 def test_kendall_tau_b_hand_worked():
     # k = 1,1,2,2,3,3,4,4 and strictly rising ratings: 24 untied pairs, all concordant, 4 tied in k
@@ -69,7 +97,9 @@ def test_gwet_ac1_hand_worked_and_matches_fallback():
     table = np.array([[s.count(c) for c in cats] for s in subj], float)
     got = A.gwet_ac1(subj, cats)
     ac1, pa, _ = A._gwet_ac1_counts(table)
-    assert got["ac1"] == pytest.approx(ac1, abs=1e-5) and got["raw"] == pytest.approx(pa, abs=1e-5)  # irrCAC: 5 digits
+    assert got["ac1"] == pytest.approx(ac1, abs=1e-5) and got["raw"] == pytest.approx(
+        pa, abs=1e-5
+    )  # irrCAC: 5 digits
 
 
 def test_gwet_ac1_without_irrcac(monkeypatch):
@@ -132,7 +162,9 @@ def test_prepare_reports_every_bad_row():
 def test_exclusion_criterion():
     rows = []
     for i in range(3):  # annotator x confirms 2 of 3 conformant foils -> excluded
-        rows.append(_row("x", f"cx{i}", None, 90, answer="yes" if i < 2 else "no", onset=2 if i < 2 else None, t=i))
+        rows.append(
+            _row("x", f"cx{i}", None, 90, answer="yes" if i < 2 else "no", onset=2 if i < 2 else None, t=i)
+        )
     rows.append(_row("y", "cy0", None, 90, answer="yes", onset=1))  # only one conformant: not assessed
     f = {r["annotator"]: r for r in A.annotator_foils(A.prepare(rows))}
     assert f["x"]["excluded"] and f["x"]["conformant_foil_rate"] == pytest.approx(2 / 3)
@@ -142,6 +174,7 @@ def test_exclusion_criterion():
 
 
 # ------------------------------------------------------------------ simulated annotators
+
 
 def test_ratings_rising_with_k_give_positive_tau():
     rows = simulate_judgments(n_annotators=8, tasks=("weather",), slope=20.0, noise=8.0, seed=2)
@@ -153,12 +186,21 @@ def test_ratings_rising_with_k_give_positive_tau():
     assert q["n"] == 8 * 3 and q["mean"] > 0.6  # quartets split over four annotators
     assert res["rq1"]["breaking"]["superiority"]["ps"] > 0.85
     ms = res["rq1"]["breaking"]["mean_slider"]
-    assert ms["k1"]["mean"] < ms["k2"]["mean"] < ms["k3"]["mean"] < ms["k4"]["mean"] < ms["conformant"]["mean"]
+    assert (
+        ms["k1"]["mean"] < ms["k2"]["mean"] < ms["k3"]["mean"] < ms["k4"]["mean"] < ms["conformant"]["mean"]
+    )
 
 
 def test_pure_noise_gives_tau_about_zero():
-    rows = simulate_judgments(n_annotators=16, tasks=("weather", "hotel_book"), slope=0.0, base=50.0,
-                              conformant_mean=50.0, noise=25.0, seed=3)
+    rows = simulate_judgments(
+        n_annotators=16,
+        tasks=("weather", "hotel_book"),
+        slope=0.0,
+        base=50.0,
+        conformant_mean=50.0,
+        noise=25.0,
+        seed=3,
+    )
     res = A.analyse(rows, n_boot=NB, seed=0)
     t = res["rq1"]["all"]["tau_b_within_units"]
     assert abs(t["mean"]) < 0.1 and t["ci_low"] < 0 < t["ci_high"]
@@ -166,18 +208,33 @@ def test_pure_noise_gives_tau_about_zero():
 
 
 def test_per_type_slopes_are_recovered():
-    rows = simulate_judgments(n_annotators=8, tasks=("weather",), slope={"WIC": 20, "SSPC": 20, "GR": 20, "CSC": 0},
-                              base=40, noise=5, seed=4)
+    rows = simulate_judgments(
+        n_annotators=8,
+        tasks=("weather",),
+        slope={"WIC": 20, "SSPC": 20, "GR": 20, "CSC": 0},
+        base=40,
+        noise=5,
+        seed=4,
+    )
     res = A.analyse(rows, n_boot=NB)
     csc = res["rq1"]["mean_slider_per_type"]["CSC"]
     gr = res["rq1"]["mean_slider_per_type"]["GR"]
     assert abs(csc["k4"]["mean"] - csc["k1"]["mean"]) < 8 and gr["k4"]["mean"] - gr["k1"]["mean"] > 50
-    assert res["rq1"]["breaking"]["tau_b_within_units"]["mean"] > res["rq1"]["all"]["tau_b_within_units"]["mean"]
+    assert (
+        res["rq1"]["breaking"]["tau_b_within_units"]["mean"] > res["rq1"]["all"]["tau_b_within_units"]["mean"]
+    )
 
 
 def test_confirmation_foils_agreement_and_learning():
-    rows = simulate_judgments(n_annotators=10, tasks=("weather",), p_confirm_true=0.9, p_confirm_foil=0.05,
-                              p_onset_exact=1.0, overlap=2, seed=5)
+    rows = simulate_judgments(
+        n_annotators=10,
+        tasks=("weather",),
+        p_confirm_true=0.9,
+        p_confirm_foil=0.05,
+        p_onset_exact=1.0,
+        overlap=2,
+        seed=5,
+    )
     res = A.analyse(rows, n_boot=NB)
     r2 = res["rq2"]
     assert r2["true_overall"]["rate"] > 0.8 and r2["foil_conformant"]["rate"] < 0.2
@@ -200,9 +257,13 @@ def test_distance_correlation_known_monotone():
         conv_mean.setdefault(r["dialogue_id"], []).append(r["slider"])
     exact = {d: 100 - float(np.mean(v)) for d, v in conv_mean.items()}
     rng = np.random.default_rng(0)
-    res = A.analyse(rows, distances={"exact": exact, "noise": {d: float(rng.random()) for d in exact}}, n_boot=NB)
+    res = A.analyse(
+        rows, distances={"exact": exact, "noise": {d: float(rng.random()) for d in exact}}, n_boot=NB
+    )
     dc = res["distance_correlation"]
-    assert dc["exact"]["rho"] == pytest.approx(1.0) and dc["exact"]["n"] == 6 * forks_per_source()  # the forks each annotator judged
+    assert (
+        dc["exact"]["rho"] == pytest.approx(1.0) and dc["exact"]["n"] == 6 * forks_per_source()
+    )  # the forks each annotator judged
     assert abs(dc["noise"]["rho"]) < 0.3
 
 
@@ -228,10 +289,24 @@ def test_cli_analyse_on_exported_answers(tmp_path, capsys):
     (tmp_path / "answers.json").write_text(json.dumps(rows))
     assert len(load_answers(tmp_path / "answers.json")) == len(rows)
     dist = tmp_path / "d.csv"
-    dist.write_text("dialogue_id,method,distance\n" + "".join(
-        f"{r['dialogue_id']},m,{i}\n" for i, r in enumerate(rows) if r["hallucination_type"]))
-    rc = main(["analyse", "--answers", str(tmp_path / "answers.json"), "--out", str(tmp_path / "out"),
-               "--n-boot", "200", "--no-plots", "--distances", str(dist)])
+    dist.write_text(
+        "dialogue_id,method,distance\n"
+        + "".join(f"{r['dialogue_id']},m,{i}\n" for i, r in enumerate(rows) if r["hallucination_type"])
+    )
+    rc = main(
+        [
+            "analyse",
+            "--answers",
+            str(tmp_path / "answers.json"),
+            "--out",
+            str(tmp_path / "out"),
+            "--n-boot",
+            "200",
+            "--no-plots",
+            "--distances",
+            str(dist),
+        ]
+    )
     assert rc == 0
     assert "judgments analysed" in capsys.readouterr().out
     assert "Task-2 distances" in (tmp_path / "out" / "report.md").read_text()

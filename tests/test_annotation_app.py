@@ -67,13 +67,26 @@ def env(tmp_path, records, star_dir, template_db):
     study = Study(f"sqlite:///{tmp_path / 'study.db'}")
     clock = Clock()
     throttle = LoginThrottle(study.engine, clock=clock)
-    app = create_app(study, star_dir=star_dir, analysis_dir=tmp_path / "an", throttle=throttle,
-                     analysis_options={"n_boot": 100, "plots": False})
+    app = create_app(
+        study,
+        star_dir=star_dir,
+        analysis_dir=tmp_path / "an",
+        throttle=throttle,
+        analysis_options={"n_boot": 100, "plots": False},
+    )
     for who in (a, b):  # the API tests start after the intro; test_intro_* undo this
         study.mark_intro_seen(study.annotator_by_link(who["link_token"]), "weather")
     client = TestClient(app)
-    return {"study": study, "client": client, "a": a, "b": b, "clock": clock, "records": records, "app": app,
-            "throttle": throttle}
+    return {
+        "study": study,
+        "client": client,
+        "a": a,
+        "b": b,
+        "clock": clock,
+        "records": records,
+        "app": app,
+        "throttle": throttle,
+    }
 
 
 def _forget_intros(env):
@@ -123,8 +136,13 @@ def _tokens(env, who):
     from annotation.db import Assignment
 
     with Session(env["study"].engine) as s:
-        return list(s.scalars(select(Assignment.token).where(Assignment.annotator_id == env[who]["id"])
-                              .order_by(Assignment.position)))
+        return list(
+            s.scalars(
+                select(Assignment.token)
+                .where(Assignment.annotator_id == env[who]["id"])
+                .order_by(Assignment.position)
+            )
+        )
 
 
 def _api(env, who, token, step=None):
@@ -138,6 +156,7 @@ def _login(client):
 
 # ------------------------------------------------------------------ admin security
 
+
 def test_admin_routes_refuse_without_password(env):
     c = env["client"]
     r = c.get("/admin", follow_redirects=False)
@@ -147,8 +166,11 @@ def test_admin_routes_refuse_without_password(env):
         assert r.status_code == 401 and "password" in r.json()["error"]
     r = c.get("/admin/export.csv", follow_redirects=False)
     assert r.status_code == 303 and "dialogue_id" not in r.text
-    for path, data in (("/admin/annotators", {"name": "eve"}), ("/admin/batches", {"task": "weather"}),
-                       ("/admin/analyses", {})):
+    for path, data in (
+        ("/admin/annotators", {"name": "eve"}),
+        ("/admin/batches", {"task": "weather"}),
+        ("/admin/analyses", {}),
+    ):
         r = c.post(path, data=data)
         assert r.status_code == 401
     assert [a["name"] for a in env["study"].annotators()] == ["alice", "bob"]  # nothing created
@@ -265,6 +287,7 @@ def test_logout_ends_the_session(env):
 
 # ------------------------------------------------------------------ annotator isolation and opacity
 
+
 def test_link_reaches_only_own_assignments(env):
     c = env["client"]
     ta, tb = _next(env, "a"), _next(env, "b")
@@ -311,6 +334,7 @@ def test_tokens_are_opaque_and_pages_leak_no_labels(env):
 
 # ------------------------------------------------------------------ gating
 
+
 def test_steps_are_gated_and_ordered(env):
     c = env["client"]
     tok = _next(env)
@@ -322,7 +346,8 @@ def test_steps_are_gated_and_ordered(env):
     r = c.post(_api(env, "a", tok, 2), json={"answer": "no"})
     assert r.status_code == 409 and "before step 1" in r.json()["error"]
     r3 = [c.get(_api(env, "a", t, 3)) for t in _tokens(env, "a")] + [
-        c.post(_api(env, "a", t, 3), json={"prefix": "yes"}) for t in _tokens(env, "a")[:1]]
+        c.post(_api(env, "a", t, 3), json={"prefix": "yes"}) for t in _tokens(env, "a")[:1]
+    ]
     # before step 2, step 3 is refused the same way whether or not the conversation has one
     assert {r.status_code for r in r3} == {409}
     assert c.post(_api(env, "a", tok, 1), json={"slider": 70}).status_code == 200
@@ -361,15 +386,18 @@ def test_replayed_submissions_change_nothing(env):
     assert _state(env, tok) == after
 
 
-@pytest.mark.parametrize("step,body,needle", [
-    (1, {"slider": 101}, "between 0 and 100"),
-    (1, {"slider": -1}, "between 0 and 100"),
-    (1, {"slider": "abc"}, "integer"),
-    (1, {"slider": 50.5}, "integer"),
-    (1, {"slider": True}, "integer"),
-    (1, {}, "needs 'slider'"),
-    (1, {"slider": 5, "cue": "x"}, "unknown field"),
-])
+@pytest.mark.parametrize(
+    "step,body,needle",
+    [
+        (1, {"slider": 101}, "between 0 and 100"),
+        (1, {"slider": -1}, "between 0 and 100"),
+        (1, {"slider": "abc"}, "integer"),
+        (1, {"slider": 50.5}, "integer"),
+        (1, {"slider": True}, "integer"),
+        (1, {}, "needs 'slider'"),
+        (1, {"slider": 5, "cue": "x"}, "unknown field"),
+    ],
+)
 def test_malformed_step1_is_refused(env, step, body, needle):
     tok = _next(env)
     before = _state(env, tok)
@@ -384,11 +412,13 @@ def test_malformed_step2_and_step3_are_refused(env, records):
     c.post(_api(env, "a", tok, 1), json={"slider": 10})
     T = c.get(_api(env, "a", tok)).json()["num_assistant_turns"]
     before = _state(env, tok)
-    for body, needle in (({"answer": "maybe"}, "one of yes, partly, no"),
-                         ({"answer": "yes"}, "click the first assistant turn"),
-                         ({"answer": "partly", "onset_turn": T + 1}, "is not an assistant turn"),
-                         ({"answer": "yes", "onset_turn": 0}, "is not an assistant turn"),
-                         ({"answer": "no", "onset_turn": 2}, "leave onset_turn empty")):
+    for body, needle in (
+        ({"answer": "maybe"}, "one of yes, partly, no"),
+        ({"answer": "yes"}, "click the first assistant turn"),
+        ({"answer": "partly", "onset_turn": T + 1}, "is not an assistant turn"),
+        ({"answer": "yes", "onset_turn": 0}, "is not an assistant turn"),
+        ({"answer": "no", "onset_turn": 2}, "leave onset_turn empty"),
+    ):
         r = c.post(_api(env, "a", tok, 2), json=body)
         assert r.status_code == 422 and needle in r.json()["error"], (body, r.text)
     r = c.post(_api(env, "a", tok, 2), content=b"{not json", headers={"content-type": "application/json"})
@@ -430,8 +460,13 @@ def test_conversations_follow_the_assigned_order(env):
     from annotation.db import Assignment
 
     with Session(study.engine) as s:
-        toks = list(s.scalars(select(Assignment.token).where(Assignment.annotator_id == env["a"]["id"])
-                              .order_by(Assignment.position)))
+        toks = list(
+            s.scalars(
+                select(Assignment.token)
+                .where(Assignment.annotator_id == env["a"]["id"])
+                .order_by(Assignment.position)
+            )
+        )
     r = c.post(_api(env, "a", toks[1], 1), json={"slider": 5})
     assert r.status_code == 409 and "current conversation first" in r.json()["error"]
     assert _state(env, toks[1])[0] == 0
@@ -471,6 +506,7 @@ def test_concurrent_duplicate_submissions_record_one_answer(env):
 
 # ------------------------------------------------------------------ pages, admin workflow, reconstruction
 
+
 def test_intro_first_then_workflow_panel_and_flowchart(env):
     _forget_intros(env)
     c = env["client"]
@@ -499,11 +535,21 @@ def test_admin_creates_annotator_draws_batch_monitors_exports_and_analyses(env, 
     page = c.get("/admin").text
     assert f"/a/{carol['link_token']}" in page
     assert c.post("/admin/annotators", data={"name": "carol"}).status_code == 409
-    r = c.post("/admin/batches", data={"task": "weather", "annotator_ids": [str(carol["id"])],
-                                       "blocks_per_annotator": "2", "seed": "5"}, follow_redirects=False)
+    r = c.post(
+        "/admin/batches",
+        data={
+            "task": "weather",
+            "annotator_ids": [str(carol["id"])],
+            "blocks_per_annotator": "2",
+            "seed": "5",
+        },
+        follow_redirects=False,
+    )
     assert r.status_code == 303
-    r = c.post("/admin/batches", data={"task": "weather", "annotator_ids": [str(carol["id"])],
-                                       "blocks_per_annotator": "50"})
+    r = c.post(
+        "/admin/batches",
+        data={"task": "weather", "annotator_ids": [str(carol["id"])], "blocks_per_annotator": "50"},
+    )
     assert r.status_code == 422 and "no source left" in r.text
     prog = {(p["annotator"], p["task"]): p for p in c.get("/admin/progress.json").json()}
     assert prog[("carol", "weather")]["assigned"] == 10 and prog[("carol", "weather")]["done"] == 0
@@ -520,7 +566,10 @@ def test_admin_creates_annotator_draws_batch_monitors_exports_and_analyses(env, 
     done = [r for r in rows if r["state"] == 3]
     assert len(done) == 1 and done[0]["annotator"] == "carol" and done[0]["slider"] == 50
     csv_text = c.get("/admin/export.csv").text
-    assert csv_text.splitlines()[0].startswith("annotator,annotator_id,position") and len(csv_text.splitlines()) == len(rows) + 1
+    assert (
+        csv_text.splitlines()[0].startswith("annotator,annotator_id,position")
+        and len(csv_text.splitlines()) == len(rows) + 1
+    )
     (tmp_path / "answers.csv").write_text(csv_text)
     from annotation.analysis import analyse
     from annotation.report import load_answers
@@ -544,7 +593,12 @@ def test_presentation_and_cues_are_reconstructible(env):
     kinds = {}
     for r in rows:
         cue = recompute_cue(study, r["dialogue_id"])
-        assert (cue.kind, cue.variant, cue.text, cue.seed) == (r["cue_kind"], r["cue_variant"], r["cue_text"], r["cue_seed"])
+        assert (cue.kind, cue.variant, cue.text, cue.seed) == (
+            r["cue_kind"],
+            r["cue_variant"],
+            r["cue_text"],
+            r["cue_seed"],
+        )
         kinds[r["dialogue_id"]] = cue.kind
         if by_id[r["dialogue_id"]]["hallucination_type"] is None:
             assert cue.kind == "foil"
@@ -569,13 +623,21 @@ def test_cli_serve_prints_password_and_links(tmp_path, records, star_dir, monkey
     assert main(["add-annotator", "--db", db, "--name", "dora"]) == 0
     link_token = capsys.readouterr().out.strip().split("/a/")[1]
     called = {}
-    monkeypatch.setattr(uvicorn, "run", lambda app, host, port, log_level: called.update(host=host, port=port))
-    assert main(["serve", "--db", db, "--corpus", str(corpus), "--star", str(star_dir), "--port", "8999"]) == 0
+    monkeypatch.setattr(
+        uvicorn, "run", lambda app, host, port, log_level: called.update(host=host, port=port)
+    )
+    assert (
+        main(["serve", "--db", db, "--corpus", str(corpus), "--star", str(star_dir), "--port", "8999"]) == 0
+    )
     out = capsys.readouterr().out
     assert called == {"host": "127.0.0.1", "port": 8999}
     pw = next(line for line in out.splitlines() if line.startswith("Admin password:")).split()[2]
     assert Study(db).check_admin_password(pw)
-    assert f"http://127.0.0.1:8999/a/{link_token}" in out and "add-annotator" in out and "204 new conversation(s)" in out
+    assert (
+        f"http://127.0.0.1:8999/a/{link_token}" in out
+        and "add-annotator" in out
+        and "204 new conversation(s)" in out
+    )
     assert main(["draw-batch", "--db", db, "--task", "weather", "--annotators", "dora", "--seed", "1"]) == 0
     assert json.loads(capsys.readouterr().out.strip())["assignments"] == 5
     assert main(["draw-batch", "--db", db, "--task", "weather", "--annotators", "nobody"]) == 2

@@ -57,11 +57,23 @@ def env(tmp_path, template_db, star_dir):
     study = Study(f"sqlite:///{tmp_path / 'study.db'}")
     clock = Clock()
     throttle = LoginThrottle(study.engine, clock=clock)
-    app = create_app(study, star_dir=star_dir, analysis_dir=tmp_path / "an", throttle=throttle,
-                     trusted_origins=["https://study.example.org"])
+    app = create_app(
+        study,
+        star_dir=star_dir,
+        analysis_dir=tmp_path / "an",
+        throttle=throttle,
+        trusted_origins=["https://study.example.org"],
+    )
     ann = study.annotator_by_link(a["link_token"])
-    return {"study": study, "app": app, "client": TestClient(app), "link": a["link_token"], "ann": ann,
-            "clock": clock, "throttle": throttle}
+    return {
+        "study": study,
+        "app": app,
+        "client": TestClient(app),
+        "link": a["link_token"],
+        "ann": ann,
+        "clock": clock,
+        "throttle": throttle,
+    }
 
 
 def _token(env):
@@ -85,8 +97,11 @@ class LiveServer:
     def __init__(self, app):
         import uvicorn
 
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning",
-                                                    lifespan="off", limit_concurrency=1000))
+        self.server = uvicorn.Server(
+            uvicorn.Config(
+                app, host="127.0.0.1", port=0, log_level="warning", lifespan="off", limit_concurrency=1000
+            )
+        )
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
     def __enter__(self) -> str:
@@ -106,6 +121,7 @@ class LiveServer:
 
 # ------------------------------------------------------------------ login bursts (real server)
 
+
 def test_login_burst_is_throttled_and_annotators_are_not_stalled(env):
     """The issue's acceptance test: 40 concurrent wrong passwords get at least 30 answers 429,
     and an annotator's page requested during the burst comes back in under 1 s (scaled up by
@@ -123,7 +139,9 @@ def test_login_burst_is_throttled_and_annotators_are_not_stalled(env):
                 baseline.append(time.perf_counter() - t)
 
             async def wrong(i):
-                return (await c.post("/admin/login", data={"password": f"guess-{i}"}, headers={"Origin": base})).status_code
+                return (
+                    await c.post("/admin/login", data={"password": f"guess-{i}"}, headers={"Origin": base})
+                ).status_code
 
             def annotator():  # its own thread and connection: the server's latency, not this loop's
                 time.sleep(0.02)  # inside the burst
@@ -136,8 +154,9 @@ def test_login_burst_is_throttled_and_annotators_are_not_stalled(env):
             r = await c.post("/admin/login", data={"password": PASSWORD}, headers={"Origin": base})
             blocked = (r.status_code, r.headers.get("Retry-After"))
             clock.t += int(r.headers["Retry-After"])  # the documented backoff, on the injected clock
-            r = await c.post("/admin/login", data={"password": PASSWORD}, headers={"Origin": base},
-                             follow_redirects=False)
+            r = await c.post(
+                "/admin/login", data={"password": PASSWORD}, headers={"Origin": base}, follow_redirects=False
+            )
             return statistics.median(baseline), res[0], res[1:], blocked, r.status_code
 
     with LiveServer(env["app"]) as base:
@@ -217,6 +236,7 @@ def test_concurrent_attempts_are_counted_before_verification(env, monkeypatch):
 
 # ------------------------------------------------------------------ malformed input
 
+
 @pytest.mark.parametrize("value", ["²", "--5", "5" * 5000, "٣", "1e3", " ", "0x10", "+-1"])
 def test_malformed_form_numbers_get_422(env, value):
     c, link = env["client"], env["link"]
@@ -228,19 +248,22 @@ def test_malformed_form_numbers_get_422(env, value):
     assert _state(env, tok) == before
 
 
-@pytest.mark.parametrize("raw,needle", [
-    (b'{"slider": ' + b"9" * 5000 + b"}", "digits"),
-    (b'{"slider": ' + b"1" * 19 + b"}", "digits"),
-    (b'{"slider": NaN}', "not a number"),
-    (b'{"slider": Infinity}', "not a number"),
-    (b'{"slider": 1e999}', "slider"),
-    (b'{"slider": ' + b"[" * 20_000 + b"]" * 20_000 + b"}", "nests deeper"),
-    (b'{"a":' * 50 + b"1" + b"}" * 50, "nests deeper"),
-    (b'{"slider": [50]}', "integer"),
-    (b'{"slider": {"v": 50}}', "integer"),
-    (b'{"slider": "\\u00b2"}', "integer"),
-    (b"\xff\xfe", "UTF-8"),
-])
+@pytest.mark.parametrize(
+    "raw,needle",
+    [
+        (b'{"slider": ' + b"9" * 5000 + b"}", "digits"),
+        (b'{"slider": ' + b"1" * 19 + b"}", "digits"),
+        (b'{"slider": NaN}', "not a number"),
+        (b'{"slider": Infinity}', "not a number"),
+        (b'{"slider": 1e999}', "slider"),
+        (b'{"slider": ' + b"[" * 20_000 + b"]" * 20_000 + b"}", "nests deeper"),
+        (b'{"a":' * 50 + b"1" + b"}" * 50, "nests deeper"),
+        (b'{"slider": [50]}', "integer"),
+        (b'{"slider": {"v": 50}}', "integer"),
+        (b'{"slider": "\\u00b2"}', "integer"),
+        (b"\xff\xfe", "UTF-8"),
+    ],
+)
 def test_malformed_json_bodies_get_422(env, raw, needle):
     c, link = env["client"], env["link"]
     env["study"].mark_intro_seen(env["ann"], "weather")
@@ -255,8 +278,14 @@ def test_admin_numbers_and_body_size(env):
     c = env["client"]
     assert c.post("/admin/login", data={"password": PASSWORD}, follow_redirects=False).status_code == 303
     aid = str(env["study"].annotators()[0]["id"])
-    for field, value in (("blocks_per_annotator", "²"), ("seed", "--5"), ("seed", "9" * 5000),
-                         ("overlap_share", "nan"), ("overlap_share", "1e309"), ("blocks_per_annotator", "0")):
+    for field, value in (
+        ("blocks_per_annotator", "²"),
+        ("seed", "--5"),
+        ("seed", "9" * 5000),
+        ("overlap_share", "nan"),
+        ("overlap_share", "1e309"),
+        ("blocks_per_annotator", "0"),
+    ):
         r = c.post("/admin/batches", data={"task": "weather", "annotator_ids": [aid], field: value})
         assert r.status_code == 422 and field in r.text, (field, value, r.text[:200])
     for ids in (["²"], ["--5"], ["9" * 5000]):
@@ -272,15 +301,20 @@ def test_admin_numbers_and_body_size(env):
 
 # ------------------------------------------------------------------ cross-site requests, headers
 
+
 def test_cross_site_posts_are_refused(env):
     c, link, study = env["client"], env["link"], env["study"]
     study.mark_intro_seen(env["ann"], "weather")
     tok = _token(env)
     before = _state(env, tok)
     url = f"/api/a/{link}/c/{tok}/step/1"
-    for headers in ({"Origin": "https://evil.example"}, {"Origin": "null"},
-                    {"Origin": "http://testserver.evil.example"}, {"Referer": "https://evil.example/page"},
-                    {"Origin": "https://evil.example", "Referer": "http://testserver/a/x"}):
+    for headers in (
+        {"Origin": "https://evil.example"},
+        {"Origin": "null"},
+        {"Origin": "http://testserver.evil.example"},
+        {"Referer": "https://evil.example/page"},
+        {"Origin": "https://evil.example", "Referer": "http://testserver/a/x"},
+    ):
         r = c.post(url, json={"slider": 10}, headers=headers)
         assert r.status_code == 403 and "cross-site" in r.json()["error"], headers
     assert _state(env, tok) == before
@@ -294,11 +328,19 @@ def test_cross_site_posts_are_refused(env):
     assert r.status_code == 403 and env["throttle"].status() == before_login
     # same origin, a trusted origin, and non-browser clients (neither header) pass
     assert c.post(url, json={"slider": 10}, headers={"Origin": "http://testserver"}).status_code == 200
-    r = c.post("/admin/annotators", data={"name": "carol"}, headers={"Origin": "https://study.example.org"},
-               follow_redirects=False)
+    r = c.post(
+        "/admin/annotators",
+        data={"name": "carol"},
+        headers={"Origin": "https://study.example.org"},
+        follow_redirects=False,
+    )
     assert r.status_code == 303
-    r = c.post("/admin/annotators", data={"name": "dave"}, headers={"Referer": "http://testserver/admin"},
-               follow_redirects=False)
+    r = c.post(
+        "/admin/annotators",
+        data={"name": "dave"},
+        headers={"Referer": "http://testserver/admin"},
+        follow_redirects=False,
+    )
     assert r.status_code == 303
     with pytest.raises(ValueError, match="trusted origins"):
         create_app(study, trusted_origins=["not an origin"])
@@ -306,23 +348,35 @@ def test_cross_site_posts_are_refused(env):
 
 def test_security_headers_on_every_response(env):
     c, link = env["client"], env["link"]
-    for r in (c.get(f"/a/{link}"), c.get("/admin/login"), c.get("/static/app.js"), c.get("/a/unknown"),
-              c.post("/admin/login", data={"password": "x"})):
+    for r in (
+        c.get(f"/a/{link}"),
+        c.get("/admin/login"),
+        c.get("/static/app.js"),
+        c.get("/a/unknown"),
+        c.post("/admin/login", data={"password": "x"}),
+    ):
         h = r.headers
         assert "frame-ancestors 'none'" in h["content-security-policy"]
-        assert "script-src 'self'" in h["content-security-policy"] and "unsafe-inline" not in h["content-security-policy"]
+        assert (
+            "script-src 'self'" in h["content-security-policy"]
+            and "unsafe-inline" not in h["content-security-policy"]
+        )
         assert h["x-content-type-options"] == "nosniff" and h["referrer-policy"] == "same-origin"
         assert h["x-frame-options"] == "DENY"
 
 
 # ------------------------------------------------------------------ intro step, exports
 
+
 def test_intro_step_is_enforced_by_the_server(env):
     c, link = env["client"], env["link"]
     tok = _token(env)
-    for r in (c.get(f"/api/a/{link}/c/{tok}"), c.get(f"/api/a/{link}/c/{tok}/step/1"),
-              c.post(f"/api/a/{link}/c/{tok}/step/1", json={"slider": 40}),
-              c.post(f"/a/{link}/c/{tok}/step/1", data={"slider": "40"})):
+    for r in (
+        c.get(f"/api/a/{link}/c/{tok}"),
+        c.get(f"/api/a/{link}/c/{tok}/step/1"),
+        c.post(f"/api/a/{link}/c/{tok}/step/1", json={"slider": 40}),
+        c.post(f"/a/{link}/c/{tok}/step/1", data={"slider": "40"}),
+    ):
         assert r.status_code == 409 and "introduction" in r.text
     assert _state(env, tok)[0] == 0
     assert c.post(f"/a/{link}/intro/weather", follow_redirects=False).status_code == 303

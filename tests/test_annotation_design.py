@@ -69,8 +69,11 @@ def test_conformant_always_foil_forks_about_twenty_percent(records, pool):
                 assert cue.text in {v.cue for v in pool[cue.htype]}
             else:
                 assert cue.htype == r["hallucination_type"] and cue.variant == r["variant"]
-                expected = (wic_cue_text(r["substitute_task"]) if r["hallucination_type"] == "WIC"
-                            else pool.by_id(r["variant"]).cue)
+                expected = (
+                    wic_cue_text(r["substitute_task"])
+                    if r["hallucination_type"] == "WIC"
+                    else pool.by_id(r["variant"]).cue
+                )
                 assert cue.text == expected
     share = kinds[CUE_FOIL] / (kinds[CUE_FOIL] + kinds[CUE_TRUE])
     assert 0.14 < share < 0.26, share  # 320 forks, Bernoulli(0.2): 3 sd ~ 0.067
@@ -128,7 +131,7 @@ def test_draw_blocks_sampling_rules(records):
     # every n consecutive fresh blocks (n types: four for the paper's) cover each type x position exactly once
     n = len(hallucination_types())
     for i in range(0, len(fresh_cells) - (n - 1), n):
-        cells = [c for b in fresh_cells[i:i + n] for c in b]
+        cells = [c for b in fresh_cells[i : i + n] for c in b]
         assert len(set(cells)) == forks_per_source()
 
 
@@ -145,13 +148,15 @@ def test_draw_blocks_is_reproducible_and_respects_history(records):
 
 def test_copy_never_reuses_own_or_full_blocks(records):
     pool = _pool_rows(records)
-    full = Block(99, "weather", 0, ["weather-1000-WIC-k1"] * 5, ["s1", "s2", "s3", "s4", "s5"], ["p", "q", "r"])
+    full = Block(
+        99, "weather", 0, ["weather-1000-WIC-k1"] * 5, ["s1", "s2", "s3", "s4", "s5"], ["p", "q", "r"]
+    )
     draws = draw_blocks(pool, ["z"], 1, seed=3, existing=[full], overlap_share=1.0, next_key=100)
     assert draws[0].fresh  # the only existing block already has three judges
 
 
 def test_sampling_error_names_the_annotator_and_slot(records):
-    pool = _pool_rows(records[:(1 + forks_per_source()) * 3])  # three sources
+    pool = _pool_rows(records[: (1 + forks_per_source()) * 3])  # three sources
     with pytest.raises(SamplingError, match="annotator 'solo'.*not seen"):
         draw_blocks(pool, ["solo"], 1, seed=0)
 
@@ -174,7 +179,12 @@ def test_load_corpus_collects_every_error(tmp_path, records):
     from dialfork_dataset.jsonl import write_jsonl
     from dialfork_dataset.records import RecordError
 
-    bad = [dict(records[0]), dict(records[1], fork_position=9), dict(records[2], num_system_turns=99), records[0]]
+    bad = [
+        dict(records[0]),
+        dict(records[1], fork_position=9),
+        dict(records[2], num_system_turns=99),
+        records[0],
+    ]
     write_jsonl(tmp_path / "a.jsonl", bad)
     with pytest.raises(RecordError) as e:
         load_corpus(tmp_path)
@@ -196,9 +206,26 @@ def test_generator_output_is_a_valid_study_corpus(tmp_path, star_dir, pool):
     from annotation.store import Study
 
     out = tmp_path / "gen"
-    proc = subprocess.run([sys.executable, "-m", "generation", "--backend", "template", "--star", str(star_dir),
-                           "--out", str(out), "--tasks", "weather", "--per-task", "6"],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "generation",
+            "--backend",
+            "template",
+            "--star",
+            str(star_dir),
+            "--out",
+            str(out),
+            "--tasks",
+            "weather",
+            "--per-task",
+            "6",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     if proc.returncode != 0:
         pytest.skip(f"template generator unavailable: {proc.stderr[-300:]}")
     recs = load_corpus(out)
@@ -210,7 +237,9 @@ def test_generator_output_is_a_valid_study_corpus(tmp_path, star_dir, pool):
     generic = {v.cue for vs in pool.types.values() for v in vs}
     for r in forks:
         text = assign_cue(r, 1, pool).text
-        assert text in generic or (r["hallucination_type"] == "WIC" and text == wic_cue_text(r["substitute_task"]))
+        assert text in generic or (
+            r["hallucination_type"] == "WIC" and text == wic_cue_text(r["substitute_task"])
+        )
 
 
 def test_corpus_files_follow_the_manifest(tmp_path, records):
@@ -243,7 +272,7 @@ def test_wic_cues_carry_the_substitute_task_description(records, pool, star_dir)
             assert cue.text in {v.cue for v in pool[cue.htype]}
             continue
         assert cue.text.startswith(prefix)
-        desc = cue.text[len(prefix):]
+        desc = cue.text[len(prefix) :]
         assert desc in tasks.values()
         if cue.kind == CUE_TRUE:
             wic_true += 1

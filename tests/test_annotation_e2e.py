@@ -29,7 +29,9 @@ pytestmark = pytest.mark.chromium
 def _need_browser():
     if not (os.path.exists(CHROMIUM) or shutil.which(CHROMIUM)):
         pytest.skip(f"Debian's chromium not found at {CHROMIUM} (apt-get install -y chromium)")
-    pytest.importorskip("playwright.sync_api", reason="Playwright for Python is not installed (pip install playwright)")
+    pytest.importorskip(
+        "playwright.sync_api", reason="Playwright for Python is not installed (pip install playwright)"
+    )
     pytest.importorskip("uvicorn")
 
 
@@ -38,8 +40,9 @@ def _pick_study_seed(records, pool):
     fork shown its true instruction with a step 3, and the conformant dialogue (always a foil)."""
     from annotation.design import TaskPool, assign_cue, draw_blocks
 
-    block = draw_blocks(TaskPool.from_rows("weather", records), ["1"], 1, BATCH_SEED, next_row=0,
-                        next_key=1)[0].block
+    block = draw_blocks(TaskPool.from_rows("weather", records), ["1"], 1, BATCH_SEED, next_row=0, next_key=1)[
+        0
+    ].block
     by_id = {r["dialogue_id"]: r for r in records}
     recs = [by_id[d] for d in block.dialogue_ids]
     for seed in range(1000):
@@ -63,11 +66,17 @@ def server(tmp_path, star_dir):
 
     pool = load_variants()
     records = synthetic_records("weather", 8, seed=4, pool=pool)
-    study = Study(f"sqlite:///{tmp_path / 'study.db'}", study_seed=_pick_study_seed(records, pool), variants=pool)
+    study = Study(
+        f"sqlite:///{tmp_path / 'study.db'}", study_seed=_pick_study_seed(records, pool), variants=pool
+    )
     study.import_records(records)
     study.set_admin_password(PASSWORD)
-    app = create_app(study, star_dir=star_dir, analysis_dir=tmp_path / "analyses",
-                     analysis_options={"n_boot": 100, "plots": False})
+    app = create_app(
+        study,
+        star_dir=star_dir,
+        analysis_dir=tmp_path / "analyses",
+        analysis_options={"n_boot": 100, "plots": False},
+    )
     # port 0: the server binds a free port itself (no window for another process to take it)
     srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="off"))
     th = threading.Thread(target=srv.run, daemon=True)
@@ -94,10 +103,13 @@ def test_admin_and_annotator_in_chromium(server):
     from annotation.db import Conversation
 
     with Session(study.engine) as s:  # every cue of the study (WIC cues name a substitute task)
-        all_cues = {v.cue for vs in pool.types.values() for v in vs} | set(s.scalars(select(Conversation.cue_text)))
+        all_cues = {v.cue for vs in pool.types.values() for v in vs} | set(
+            s.scalars(select(Conversation.cue_text))
+        )
 
     def cues_in(body: str) -> list[str]:  # bodies are recorded HTML-unescaped
         return [c for c in all_cues if c in body]
+
     received: list[dict] = []
 
     def record(resp):
@@ -107,8 +119,14 @@ def test_admin_and_annotator_in_chromium(server):
             body = html.unescape(resp.body().decode("utf-8", "replace"))
         except Exception:  # redirects carry no body; a page navigated away before its body was read
             body = None
-        received.append({"url": resp.url, "step": resp.headers.get("x-annotation-step"), "body": body,
-                         "status": resp.status})
+        received.append(
+            {
+                "url": resp.url,
+                "step": resp.headers.get("x-annotation-step"),
+                "body": body,
+                "status": resp.status,
+            }
+        )
 
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, timeout=STEP_MS)
@@ -147,8 +165,11 @@ def test_admin_and_annotator_in_chromium(server):
             assert "/intro/weather" in ann.url
             assert "Ask the user for the day" in ann.inner_text("#workflow")
             # the flowchart image loads after the page (it may still be loading on a loaded machine)
-            ann.wait_for_function("() => { const i = document.querySelector('.flowchart img');"
-                                  " return i !== null && i.complete && i.naturalWidth > 0; }", timeout=STEP_MS)
+            ann.wait_for_function(
+                "() => { const i = document.querySelector('.flowchart img');"
+                " return i !== null && i.complete && i.naturalWidth > 0; }",
+                timeout=STEP_MS,
+            )
             ann.click("#start-task")
 
             steps_seen = []
@@ -214,7 +235,9 @@ def test_admin_and_annotator_in_chromium(server):
     conv_pages = [x for x in received if x["step"] is not None and x["body"] is not None]
     assert {x["step"] for x in conv_pages} == {"1", "2", "3"}  # every step's payload was read
     for x in received:
-        if "/admin" in x["url"] or x["body"] is None:  # an unread body (a navigation race) holds nothing to check
+        if (
+            "/admin" in x["url"] or x["body"] is None
+        ):  # an unread body (a navigation race) holds nothing to check
             continue
         low = x["body"].lower()
         if x["step"] in (None, "1"):

@@ -32,7 +32,9 @@ def study(tmp_path, records, star_dir):
     from annotation.corpus import task_descriptions
     from annotation.db import Assignment, Conversation
 
-    st = Study(f"sqlite:///{tmp_path / 'study.db'}", study_seed=11, task_descriptions=task_descriptions(star_dir))
+    st = Study(
+        f"sqlite:///{tmp_path / 'study.db'}", study_seed=11, task_descriptions=task_descriptions(star_dir)
+    )
     st.import_records(records)
     by_id = {r["dialogue_id"]: r for r in records}
     rng = np.random.default_rng(0)
@@ -48,8 +50,15 @@ def study(tmp_path, records, star_dir):
                 conv = s.get(Conversation, a_row.conversation_id)
                 rec, cue_kind = by_id[conv.dialogue_id], conv.cue_kind
             k = rec["fork_position"]
-            st.submit(ann, tok, 1, {"slider": int(np.clip((95 if k is None else 15 * k) + rng.normal(0, 5), 0, 100))})
-            body = {"answer": "yes", "onset_turn": rec["fork_turn"]} if cue_kind == "true" else {"answer": "no"}
+            st.submit(
+                ann,
+                tok,
+                1,
+                {"slider": int(np.clip((95 if k is None else 15 * k) + rng.normal(0, 5), 0, 100))},
+            )
+            body = (
+                {"answer": "yes", "onset_turn": rec["fork_turn"]} if cue_kind == "true" else {"answer": "no"}
+            )
             if st.submit(ann, tok, 2, body)["next_step"] == 3:
                 st.submit(ann, tok, 3, {"prefix": "yes"})
     return st
@@ -69,7 +78,9 @@ def test_judge_on_the_study_and_the_corpus(study, records, star_dir):
     assert all(r["cue_text"] == stored[r["dialogue_id"]] for r in res["study"])  # the cue people saw
     assert len(res["all"]) == len(records)
     cal = res["calibration"]
-    assert cal["method"] == "isotonic" and cal["n"] == len(stored) and cal["map"]["x"] == sorted(cal["map"]["x"])
+    assert (
+        cal["method"] == "isotonic" and cal["n"] == len(stored) and cal["map"]["x"] == sorted(cal["map"]["x"])
+    )
     # the corpus column applies the map fitted on the study: increasing in the raw rating
     pairs = sorted((r["slider_raw"], r["slider"]) for r in res["all"])
     assert all(b[1] >= a[1] - 1e-9 for a, b in zip(pairs, pairs[1:]))
@@ -92,14 +103,38 @@ def test_table11_in_the_report_and_the_cli(study, records, tmp_path, star_dir, c
     db = str(study.engine.url)
     out = tmp_path / "judged"
     with serve_fake_judge() as url:
-        rc = main(["judge", "--db", db, "--out", str(out), "--model", "fake-judge", "--backend", "openai",
-                   "--base-url", url, "--corpus", str(corpus), "--star", str(star_dir), "--n-boot", "50",
-                   "--no-plots", "--folds", "3"])
+        rc = main(
+            [
+                "judge",
+                "--db",
+                db,
+                "--out",
+                str(out),
+                "--model",
+                "fake-judge",
+                "--backend",
+                "openai",
+                "--base-url",
+                url,
+                "--corpus",
+                str(corpus),
+                "--star",
+                str(star_dir),
+                "--n-boot",
+                "50",
+                "--no-plots",
+                "--folds",
+                "3",
+            ]
+        )
     assert rc == 0 and "Table 11" in capsys.readouterr().out
     report = (out / "report.md").read_text(encoding="utf-8")
     assert "## Table 11: the calibrated LLM judge next to the people" in report
     header = next(line for line in report.splitlines() if line.startswith("| | People"))
-    assert header == "| | People (this study) | LLM judge (fake-judge), study | LLM judge (fake-judge), all dialogues |"
+    assert (
+        header
+        == "| | People (this study) | LLM judge (fake-judge), study | LLM judge (fake-judge), all dialogues |"
+    )
     onset = next(line for line in report.splitlines() if line.startswith("| Onset at t_k"))
     assert onset.endswith("| 100% / 100% | 100% / 100% |")
     res = json.loads((out / "analyses.json").read_text(encoding="utf-8"))
@@ -107,7 +142,9 @@ def test_table11_in_the_report_and_the_cli(study, records, tmp_path, star_dir, c
     assert res["llm_judge"]["study"]["counts"]["judgments"] == 40  # 40 distinct conversations (no overlap)
     assert len(read_jsonl(out / "judge_all.jsonl")) == len(records)
     # without a judge the report keeps the people-only layout
-    assert main(["analyse", "--db", db, "--out", str(tmp_path / "plain"), "--n-boot", "50", "--no-plots"]) == 0
+    assert (
+        main(["analyse", "--db", db, "--out", str(tmp_path / "plain"), "--n-boot", "50", "--no-plots"]) == 0
+    )
     assert "| | People (this study) |" in (tmp_path / "plain" / "report.md").read_text(encoding="utf-8")
 
 

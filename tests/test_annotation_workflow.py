@@ -24,7 +24,9 @@ def test_workflow_view_and_descriptions_from_a_workflow_file(spec):
     assert isinstance(workflow_source(spec), WorkflowSource)
     desc = task_descriptions(spec)
     assert sorted(desc) == list(TASKS)
-    assert desc["insurance_file_claim"].startswith("You are an insurance service agent. Help the customer file")
+    assert desc["insurance_file_claim"].startswith(
+        "You are an insurance service agent. Help the customer file"
+    )
     wf = task_workflow(spec, "insurance_file_claim")
     assert wf.goal == desc["insurance_file_claim"] and wf.flowchart is None
     assert wf.steps[0].number == "1" and wf.steps[0].template  # the step's surface template, on demand
@@ -32,8 +34,9 @@ def test_workflow_view_and_descriptions_from_a_workflow_file(spec):
     assert "Ask the user for the policy number" in text and 'If the outcome is "Yes":' in text
     # the same numbered steps as the source's own rendering
     steps = workflow_source(spec).task("insurance_file_claim").steps()
-    assert [s.number for s in wf.steps] == [str(s.number) for s in steps if s.goto is None] + \
-        ["" for s in steps if s.goto is not None]
+    assert [s.number for s in wf.steps] == [str(s.number) for s in steps if s.goto is None] + [
+        "" for s in steps if s.goto is not None
+    ]
 
 
 def test_workflow_view_of_an_unknown_task_names_the_task():
@@ -61,10 +64,19 @@ def test_annotating_a_corpus_generated_from_the_workflow_file(tmp_path):
     from dialfork_dataset.taxonomy import forks_per_source
     from generation import GenerationConfig, generate_corpus
 
-    generate_corpus(GenerationConfig(star=f"workflow:{EXAMPLE}", out=str(tmp_path / "corpus"), per_task=6,
-                                     tasks=("insurance_file_claim",)), progress=False)
+    generate_corpus(
+        GenerationConfig(
+            star=f"workflow:{EXAMPLE}",
+            out=str(tmp_path / "corpus"),
+            per_task=6,
+            tasks=("insurance_file_claim",),
+        ),
+        progress=False,
+    )
     records = load_corpus(tmp_path / "corpus")
-    study = Study(f"sqlite:///{tmp_path / 'study.db'}", study_seed=1, task_descriptions=task_descriptions(EXAMPLE))
+    study = Study(
+        f"sqlite:///{tmp_path / 'study.db'}", study_seed=1, task_descriptions=task_descriptions(EXAMPLE)
+    )
     assert study.import_records(records) == len(records) == 6 * (1 + forks_per_source())
     a = study.create_annotator("ann")
     study.draw_batch("insurance_file_claim", [a["id"]], 1, seed=3)
@@ -72,7 +84,10 @@ def test_annotating_a_corpus_generated_from_the_workflow_file(tmp_path):
     link = a["link_token"]
     intro = client.get(f"/a/{link}/intro/insurance_file_claim")
     assert intro.status_code == 200
-    assert "Help the customer file a new claim" in intro.text and "Ask the user for the policy number" in intro.text
+    assert (
+        "Help the customer file a new claim" in intro.text
+        and "Ask the user for the policy number" in intro.text
+    )
     assert client.get(f"/a/{link}/flowchart/insurance_file_claim").status_code == 404  # the file has none
     client.post(f"/a/{link}/intro/insurance_file_claim")
     tok = study.overview(study.annotator_by_link(link))["next"]["token"]
@@ -97,8 +112,14 @@ def test_an_opened_source_is_read_again_when_its_kind_says_it_changed(tmp_path):
     os.utime(folder / "insurance.yaml", ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
     assert workflow_source(f"workflow:{folder}") is not first  # the folder's newest file changed
     stamps = iter(range(100))
-    register_source_kind(SourceKind("stamped", "dialfork_dataset.workflow:WorkflowCorpus", "a workflow file",
-                                    stamp=lambda path: next(stamps)))
+    register_source_kind(
+        SourceKind(
+            "stamped",
+            "dialfork_dataset.workflow:WorkflowCorpus",
+            "a workflow file",
+            stamp=lambda path: next(stamps),
+        )
+    )
     try:
         a = workflow_source(f"stamped:{EXAMPLE}")
         assert workflow_source(f"stamped:{EXAMPLE}") is not a  # its stamp changes on every call

@@ -18,8 +18,9 @@ def reference(tmp_path_factory, star_dir):
     from generation import GenerationConfig, generate_corpus
 
     out = tmp_path_factory.mktemp("audit_ref") / "corpus"
-    generate_corpus(GenerationConfig(star=str(star_dir), out=str(out), tasks=TASKS, per_task=30, seed=0),
-                    progress=False)
+    generate_corpus(
+        GenerationConfig(star=str(star_dir), out=str(out), tasks=TASKS, per_task=30, seed=0), progress=False
+    )
     return out
 
 
@@ -31,8 +32,21 @@ def audits(tmp_path_factory, star_dir, reference):
         # WIC (another workflow from t_k on): a margin that 5 dialogues per task show on every score
         with serve_fake_agent(kind, star=star_dir, htypes=("WIC",)) as fa:
             # happy scenarios: the fakes have no KB, so every look-up of theirs succeeds (like with like)
-            reps[kind] = (audit_agent(fa.url, fa.model, TASKS, reference, star=star_dir, per_task=PER_TASK, out=out,
-                                      concurrency=3, happy_only=True, show_progress=False), out)
+            reps[kind] = (
+                audit_agent(
+                    fa.url,
+                    fa.model,
+                    TASKS,
+                    reference,
+                    star=star_dir,
+                    per_task=PER_TASK,
+                    out=out,
+                    concurrency=3,
+                    happy_only=True,
+                    show_progress=False,
+                ),
+                out,
+            )
     return reps
 
 
@@ -87,8 +101,18 @@ def test_rerun_skips_completed_scenarios(audits, star_dir, reference):
     rep, out = audits["faithful"]
     before = (out / "dialogues.jsonl").read_bytes()
     with serve_fake_agent("garbage", star=star_dir, model="fake-faithful") as fa:
-        again = audit_agent(fa.url, fa.model, TASKS, reference, star=star_dir, per_task=PER_TASK, out=out,
-                            happy_only=True, show_progress=False, max_retries=0)
+        again = audit_agent(
+            fa.url,
+            fa.model,
+            TASKS,
+            reference,
+            star=star_dir,
+            per_task=PER_TASK,
+            out=out,
+            happy_only=True,
+            show_progress=False,
+            max_retries=0,
+        )
     assert (out / "dialogues.jsonl").read_bytes() == before
     assert json.loads((out / "failed.json").read_text()) == []
     assert [t["coverage"] for t in again.tasks] == [t["coverage"] for t in rep.tasks]
@@ -97,48 +121,136 @@ def test_rerun_skips_completed_scenarios(audits, star_dir, reference):
 def test_unreachable_agent(tmp_path, star_dir, reference, dead_port):
     url = f"http://127.0.0.1:{dead_port}/v1"
     with pytest.raises(AuditError, match="is not usable"):
-        audit_agent(url, "m", TASKS[:1], reference, star=star_dir, per_task=1, out=tmp_path, max_retries=0,
-                    show_progress=False)
+        audit_agent(
+            url,
+            "m",
+            TASKS[:1],
+            reference,
+            star=star_dir,
+            per_task=1,
+            out=tmp_path,
+            max_retries=0,
+            show_progress=False,
+        )
 
 
 @pytest.mark.parametrize("kind, message", [("garbage", "not JSON"), ("empty", "empty reply")])
 def test_failing_agents_are_recorded_and_reported(tmp_path, star_dir, reference, kind, message):
     with serve_fake_agent(kind, star=star_dir) as fa:
         with pytest.raises(AuditError, match=message):
-            audit_agent(fa.url, fa.model, TASKS[:1], reference, star=star_dir, per_task=2, out=tmp_path,
-                        max_retries=0, backoff=0.01, show_progress=False)
+            audit_agent(
+                fa.url,
+                fa.model,
+                TASKS[:1],
+                reference,
+                star=star_dir,
+                per_task=2,
+                out=tmp_path,
+                max_retries=0,
+                backoff=0.01,
+                show_progress=False,
+            )
     failed = json.loads((tmp_path / "failed.json").read_text())
     assert len(failed) == 2 and all(message in f["error"] for f in failed)
 
 
 def test_scenario_the_source_lacks(tmp_path, star_dir, reference):
     with pytest.raises(AuditError, match="'999999' is not a single-task scenario of task 'weather'"):
-        audit_agent("http://127.0.0.1:9/v1", "m", ["weather"], reference, star=star_dir, scenarios=["999999"],
-                    out=tmp_path, show_progress=False)
+        audit_agent(
+            "http://127.0.0.1:9/v1",
+            "m",
+            ["weather"],
+            reference,
+            star=star_dir,
+            scenarios=["999999"],
+            out=tmp_path,
+            show_progress=False,
+        )
     with pytest.raises(AuditError, match="unknown STAR task 'nope'"):
-        audit_agent("http://127.0.0.1:9/v1", "m", ["nope"], reference, star=star_dir, out=tmp_path,
-                    show_progress=False)
+        audit_agent(
+            "http://127.0.0.1:9/v1",
+            "m",
+            ["nope"],
+            reference,
+            star=star_dir,
+            out=tmp_path,
+            show_progress=False,
+        )
 
 
 def test_reference_without_conformant_dialogues_of_a_task(tmp_path, star_dir, reference):
     with pytest.raises(AuditError, match="no conformant dialogue of task.*trivia"):
-        audit_agent("http://127.0.0.1:9/v1", "m", ["weather", "trivia"], reference, star=star_dir, per_task=1,
-                    out=tmp_path, show_progress=False)
+        audit_agent(
+            "http://127.0.0.1:9/v1",
+            "m",
+            ["weather", "trivia"],
+            reference,
+            star=star_dir,
+            per_task=1,
+            out=tmp_path,
+            show_progress=False,
+        )
 
 
 def test_cli_bad_input_is_one_line_exit_2(tmp_path, star_dir, reference, capsys, dead_port):
     from dialfork_metrics.audit.__main__ import main
 
     url = f"http://127.0.0.1:{dead_port}/v1"
-    rc = main(["--agent", url, "--model", "m", "--source", f"star:{star_dir}", "--tasks", "weather", "--per-task", "1",
-               "--reference", str(reference), "--out", str(tmp_path), "--max-retries", "0"])
+    rc = main(
+        [
+            "--agent",
+            url,
+            "--model",
+            "m",
+            "--source",
+            f"star:{star_dir}",
+            "--tasks",
+            "weather",
+            "--per-task",
+            "1",
+            "--reference",
+            str(reference),
+            "--out",
+            str(tmp_path),
+            "--max-retries",
+            "0",
+        ]
+    )
     err = capsys.readouterr().err
     assert rc == 2 and err.startswith("error: agent") and err.count("\n") == 1
-    rc = main(["--agent", url, "--model", "m", "--source", f"csv:{tmp_path}", "--tasks", "weather",
-               "--reference", str(reference), "--out", str(tmp_path)])
+    rc = main(
+        [
+            "--agent",
+            url,
+            "--model",
+            "m",
+            "--source",
+            f"csv:{tmp_path}",
+            "--tasks",
+            "weather",
+            "--reference",
+            str(reference),
+            "--out",
+            str(tmp_path),
+        ]
+    )
     assert rc == 2 and "star:PATH or workflow:PATH" in capsys.readouterr().err
-    rc = main(["--agent", url, "--model", "m", "--source", f"workflow:{tmp_path / 'none.yaml'}", "--tasks", "weather",
-               "--reference", str(reference), "--out", str(tmp_path)])
+    rc = main(
+        [
+            "--agent",
+            url,
+            "--model",
+            "m",
+            "--source",
+            f"workflow:{tmp_path / 'none.yaml'}",
+            "--tasks",
+            "weather",
+            "--reference",
+            str(reference),
+            "--out",
+            str(tmp_path),
+        ]
+    )
     err = capsys.readouterr().err
     assert rc == 2 and "none.yaml" in err and err.count("\n") == 1
 
@@ -164,14 +276,42 @@ def test_html_report_escapes_what_the_agent_says():
     from dialfork_metrics.audit import AuditReport
 
     evil = "<script>alert(1)</script><img src=x onerror=alert(2)>"
-    row = {"dialogue_id": "audit-weather-1", "scenario_id": "1", "steps": [None], "completed": False,
-           "coverage": {"coverage": 0.0}, "first_alarm": 1, "flowscore": 0.5}
-    task = {"task": "weather", "dialogues": 1, "failed": 1, "completion": 0.0, "coverage": 0.0, "skipped": 1.0,
-            "repeated": 0.0, "out_of_order": 0.0, "off_workflow": 1.0, "alarm_rate": 1.0,
-            "first_alarms": {"audit-weather-1": 1}, "flowkl": None, "flowscore": 0.5, "flowscore_n": 1,
-            "failures": [{"dialogue_id": "audit-weather-2", "error": evil}], "dialogue_rows": [row],
-            "deviant": [{"dialogue_id": "audit-weather-1", "flowscore": 0.5, "first_alarm": 1, "flagged_position": 1,
-                         "turns": [{"speaker": "user", "text": "hi"}, {"speaker": "system", "text": evil}]}]}
+    row = {
+        "dialogue_id": "audit-weather-1",
+        "scenario_id": "1",
+        "steps": [None],
+        "completed": False,
+        "coverage": {"coverage": 0.0},
+        "first_alarm": 1,
+        "flowscore": 0.5,
+    }
+    task = {
+        "task": "weather",
+        "dialogues": 1,
+        "failed": 1,
+        "completion": 0.0,
+        "coverage": 0.0,
+        "skipped": 1.0,
+        "repeated": 0.0,
+        "out_of_order": 0.0,
+        "off_workflow": 1.0,
+        "alarm_rate": 1.0,
+        "first_alarms": {"audit-weather-1": 1},
+        "flowkl": None,
+        "flowscore": 0.5,
+        "flowscore_n": 1,
+        "failures": [{"dialogue_id": "audit-weather-2", "error": evil}],
+        "dialogue_rows": [row],
+        "deviant": [
+            {
+                "dialogue_id": "audit-weather-1",
+                "flowscore": 0.5,
+                "first_alarm": 1,
+                "flagged_position": 1,
+                "turns": [{"speaker": "user", "text": "hi"}, {"speaker": "system", "text": evil}],
+            }
+        ],
+    }
     page = AuditReport(agent="http://x/<b>", model=evil, detector="it", tasks=[task]).to_html()
     assert "<script>" not in page and "<img src=x" not in page and "&lt;script&gt;" in page
     assert page.count("<img ") == 1  # the plot only
@@ -180,9 +320,22 @@ def test_html_report_escapes_what_the_agent_says():
 def test_openai_user(tmp_path, star_dir, reference, dead_port):
     from dialfork_metrics.audit.fakes import scripted_user
 
-    with serve_fake_agent("faithful", star=star_dir) as agent, serve_fake_agent("user", star=star_dir) as user:
-        rep = audit_agent(agent.url, agent.model, ["weather"], reference, star=star_dir, per_task=1, out=tmp_path,
-                          user=f"openai:{user.url}", user_model=user.model, show_progress=False)
+    with (
+        serve_fake_agent("faithful", star=star_dir) as agent,
+        serve_fake_agent("user", star=star_dir) as user,
+    ):
+        rep = audit_agent(
+            agent.url,
+            agent.model,
+            ["weather"],
+            reference,
+            star=star_dir,
+            per_task=1,
+            out=tmp_path,
+            user=f"openai:{user.url}",
+            user_model=user.model,
+            show_progress=False,
+        )
     rec = json.loads((tmp_path / "dialogues.jsonl").read_text().splitlines()[0])
     users = [t["text"] for t in rec["turns"] if t["speaker"] == "user"]
     assert users[0] == "Hello." and users[-1] == "Thanks, that's all. Goodbye!"
@@ -190,28 +343,72 @@ def test_openai_user(tmp_path, star_dir, reference, dead_port):
     assert rep.task("weather")["dialogues"] == 1
     assert scripted_user([{"role": "user", "content": "x"}]) == "Hello."
     with pytest.raises(AuditError, match="simulated user http://127.0.0.1:.* is not usable"):
-        audit_agent(agent.url, agent.model, ["weather"], reference, star=star_dir, per_task=1, out=tmp_path,
-                    user=f"openai:http://127.0.0.1:{dead_port}/v1", user_model="u", max_retries=0,
-                    show_progress=False)
+        audit_agent(
+            agent.url,
+            agent.model,
+            ["weather"],
+            reference,
+            star=star_dir,
+            per_task=1,
+            out=tmp_path,
+            user=f"openai:http://127.0.0.1:{dead_port}/v1",
+            user_model="u",
+            max_retries=0,
+            show_progress=False,
+        )
     with pytest.raises(AuditError, match="--user-model"):
-        audit_agent(agent.url, agent.model, ["weather"], reference, star=star_dir, per_task=1, out=tmp_path,
-                    user="openai:http://127.0.0.1:9/v1", show_progress=False)
+        audit_agent(
+            agent.url,
+            agent.model,
+            ["weather"],
+            reference,
+            star=star_dir,
+            per_task=1,
+            out=tmp_path,
+            user="openai:http://127.0.0.1:9/v1",
+            show_progress=False,
+        )
 
 
 def test_failed_dialogues_are_retried_by_a_rerun(tmp_path, star_dir, reference):
     with serve_fake_agent("empty", star=star_dir, model="agent") as fa:
         with pytest.raises(AuditError, match="every dialogue failed"):
-            audit_agent(fa.url, fa.model, ["weather"], reference, star=star_dir, per_task=2, out=tmp_path,
-                        max_retries=0, show_progress=False)
+            audit_agent(
+                fa.url,
+                fa.model,
+                ["weather"],
+                reference,
+                star=star_dir,
+                per_task=2,
+                out=tmp_path,
+                max_retries=0,
+                show_progress=False,
+            )
     assert len(json.loads((tmp_path / "failed.json").read_text())) == 2
     with serve_fake_agent("faithful", star=star_dir, model="agent") as fa:
-        rep = audit_agent(fa.url, fa.model, ["weather"], reference, star=star_dir, per_task=2, out=tmp_path,
-                          show_progress=False)
+        rep = audit_agent(
+            fa.url,
+            fa.model,
+            ["weather"],
+            reference,
+            star=star_dir,
+            per_task=2,
+            out=tmp_path,
+            show_progress=False,
+        )
     assert json.loads((tmp_path / "failed.json").read_text()) == []
     assert rep.task("weather")["dialogues"] == 2 and rep.task("weather")["failed"] == 0
     with pytest.raises(AuditError, match="holds dialogues of agent:agent, not of agent:other"):
-        audit_agent("http://127.0.0.1:9/v1", "other", ["weather"], reference, star=star_dir, per_task=2, out=tmp_path,
-                    show_progress=False)
+        audit_agent(
+            "http://127.0.0.1:9/v1",
+            "other",
+            ["weather"],
+            reference,
+            star=star_dir,
+            per_task=2,
+            out=tmp_path,
+            show_progress=False,
+        )
 
 
 def test_plan_and_source_parsing(star_dir):
@@ -245,8 +442,17 @@ def test_kb_tools_results_come_back_as_tool_messages(tmp_path, star_dir, referen
     from generation.kb_tools import KBExecutor
 
     with serve_fake_agent("tools", star=star_dir) as fa:
-        rep = audit_agent(fa.url, fa.model, ["weather"], reference, star=star_dir, per_task=2, out=tmp_path,
-                          kb_tools=True, show_progress=False)
+        rep = audit_agent(
+            fa.url,
+            fa.model,
+            ["weather"],
+            reference,
+            star=star_dir,
+            per_task=2,
+            out=tmp_path,
+            kb_tools=True,
+            show_progress=False,
+        )
     ex = KBExecutor(str(star_dir), ["weather"])
     (tool,) = ex.tools("weather")
     corpus = StarCorpus(star_dir)
@@ -277,12 +483,23 @@ def test_workflow_source(tmp_path):
     src = f"workflow:{wf}"
     tasks = ["insurance_file_claim", "insurance_claim_status"]
     ref = tmp_path / "ref"
-    generate_corpus(GenerationConfig(star=src, out=str(ref), tasks=tuple(tasks), per_task=6, seed=0), progress=False)
+    generate_corpus(
+        GenerationConfig(star=src, out=str(ref), tasks=tuple(tasks), per_task=6, seed=0), progress=False
+    )
     reps = {}
     for kind in ("faithful", "derailed"):
         with serve_fake_agent(kind, source=src, htypes=("SSPC",)) as fa:
-            reps[kind] = audit_agent(fa.url, fa.model, tasks, ref, source=src, per_task=3, out=tmp_path / kind,
-                                     kb_tools=False, show_progress=False)
+            reps[kind] = audit_agent(
+                fa.url,
+                fa.model,
+                tasks,
+                ref,
+                source=src,
+                per_task=3,
+                out=tmp_path / kind,
+                kb_tools=False,
+                show_progress=False,
+            )
     for task in tasks:
         g, b = reps["faithful"].task(task), reps["derailed"].task(task)
         assert g["dialogues"] == b["dialogues"] == 3 and g["failed"] == 0
@@ -290,8 +507,16 @@ def test_workflow_source(tmp_path):
     recs = [json.loads(x) for x in (tmp_path / "faithful" / "dialogues.jsonl").read_text().splitlines()]
     assert {r["task"] for r in recs} == set(tasks) and all(r["domain"] == "insurance" for r in recs)
     with pytest.raises(AuditError, match="weather"):
-        audit_agent("http://127.0.0.1:9/v1", "m", ["weather"], ref, source=src, per_task=1, out=tmp_path / "x",
-                    show_progress=False)
+        audit_agent(
+            "http://127.0.0.1:9/v1",
+            "m",
+            ["weather"],
+            ref,
+            source=src,
+            per_task=1,
+            out=tmp_path / "x",
+            show_progress=False,
+        )
 
 
 def test_audit_detector_settings_are_the_single_threshold_selection():
@@ -302,12 +527,18 @@ def test_audit_detector_settings_are_the_single_threshold_selection():
     from dialfork_metrics.audit.report import SINGLE_THRESHOLD_SETTINGS, audit_detector_options
     from dialfork_metrics.task3.streaming import SELECTABLE
 
-    run = json.loads((Path(__file__).resolve().parents[1] / "benchmarks" / "results"
-                      / "detectors_full_pw6.json").read_text(encoding="utf-8"))
+    run = json.loads(
+        (
+            Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "detectors_full_pw6.json"
+        ).read_text(encoding="utf-8")
+    )
     target = run["selection_meta"]["false_alarm_rate"]
     for name, want in SINGLE_THRESHOLD_SETTINGS.items():
-        rows = [r for r in run["selection_table"]
-                if r["detector"] == name and r["position_weight"] == 0 and r["cov_c"] <= target]
+        rows = [
+            r
+            for r in run["selection_table"]
+            if r["detector"] == name and r["position_weight"] == 0 and r["cov_c"] <= target
+        ]
         best = max(rows, key=lambda r: r["score"])
         assert {k: best[k] for k in SELECTABLE if k != "position_weight"} == want, name
         assert audit_detector_options(name) == {**want, "position_weight": 0.0}
@@ -320,13 +551,22 @@ def test_cli_help_states_every_default():
     from dialfork_metrics.audit.__main__ import build_parser
 
     text = build_parser().format_help()
-    for flag, default in (("--concurrency", "4"), ("--encoder", "minilm"), ("--timeout", "60.0"),
-                          ("--max-retries", "3")):
+    for flag, default in (
+        ("--concurrency", "4"),
+        ("--encoder", "minilm"),
+        ("--timeout", "60.0"),
+        ("--max-retries", "3"),
+    ):
         (action,) = [a for a in build_parser()._actions if flag in a.option_strings]
         assert f"(default: {default})" in action.help and len(action.help) > 30, (flag, action.help)
-    missing = [a.option_strings[0] for a in build_parser()._actions
-               if a.option_strings and not a.required and not isinstance(a, argparse._HelpAction)
-               and "default" not in (a.help or "")]
+    missing = [
+        a.option_strings[0]
+        for a in build_parser()._actions
+        if a.option_strings
+        and not a.required
+        and not isinstance(a, argparse._HelpAction)
+        and "default" not in (a.help or "")
+    ]
     assert not missing and "--timeout" in text
 
 
@@ -369,13 +609,42 @@ def test_404_hint_names_the_cli_flags_from_the_cli(tmp_path, star_dir, reference
     from dialfork_metrics.audit.__main__ import main
 
     url = root_404_server  # no /v1: every POST /chat/completions is a 404
-    rc = main(["--agent", url, "--model", "m", "--star", str(star_dir), "--tasks", "weather", "--per-task", "1",
-               "--reference", str(reference), "--out", str(tmp_path / "cli"), "--max-retries", "0"])
+    rc = main(
+        [
+            "--agent",
+            url,
+            "--model",
+            "m",
+            "--star",
+            str(star_dir),
+            "--tasks",
+            "weather",
+            "--per-task",
+            "1",
+            "--reference",
+            str(reference),
+            "--out",
+            str(tmp_path / "cli"),
+            "--max-retries",
+            "0",
+        ]
+    )
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert rc == 2 and err.startswith("error: every dialogue failed")
-    assert f"--agent {url} is wrong" in err and f"e.g. --agent {url}/v1" in err and f"curl {url}/models" in err
+    assert (
+        f"--agent {url} is wrong" in err and f"e.g. --agent {url}/v1" in err and f"curl {url}/models" in err
+    )
     assert "--model 'm'" in err and "OpenAICompatClient" not in err
     # from Python, the hint names the Python arguments and call
     with pytest.raises(AuditError, match=r"base_url .* is wrong .*OpenAICompatClient\.list_models\(\)"):
-        audit_agent(url, "m", ["weather"], reference, star=star_dir, per_task=1, out=tmp_path / "py",
-                    max_retries=0, show_progress=False)
+        audit_agent(
+            url,
+            "m",
+            ["weather"],
+            reference,
+            star=star_dir,
+            per_task=1,
+            out=tmp_path / "py",
+            max_retries=0,
+            show_progress=False,
+        )

@@ -21,25 +21,45 @@ from dialfork_metrics.audit.report import AuditReport
 
 
 def _task(name, flowkl, ci, **figs):
-    base = {"task": name, "completion": 1.0, "coverage": 1.0, "skipped": 0.0, "repeated": 0.0,
-            "out_of_order": 0.0, "alarm_rate": 0.0, "flowscore": 0.2, "flowkl": flowkl, "flowkl_ci": ci,
-            "flowkl_note": None}
+    base = {
+        "task": name,
+        "completion": 1.0,
+        "coverage": 1.0,
+        "skipped": 0.0,
+        "repeated": 0.0,
+        "out_of_order": 0.0,
+        "alarm_rate": 0.0,
+        "flowscore": 0.2,
+        "flowkl": flowkl,
+        "flowkl_ci": ci,
+        "flowkl_note": None,
+    }
     return {**base, **figs}
 
 
 def _reports():
     # weather: disjoint intervals (a ranking); doctor_schedule: lower value but overlapping intervals
     # (the demo's case, issue 37); bank_balance: one agent has no FlowKL (nothing to compare)
-    faithful = AuditReport("http://x/v1", "fake-faithful", "wf", [
-        _task("weather", 0.169, [0.042, 0.772]),
-        _task("doctor_schedule", 0.915, [0.395, 4.252]),
-        _task("bank_balance", None, None, flowkl_note="3 audited dialogues (FlowKL needs at least 5)"),
-    ])
-    derailed = AuditReport("http://x/v1", "fake-derailed", "wf", [
-        _task("weather", 2.369, [1.316, 9.104], completion=0.0),
-        _task("doctor_schedule", 0.650, [0.349, 7.037], completion=0.2),
-        _task("bank_balance", 1.2, [0.5, 3.0]),
-    ])
+    faithful = AuditReport(
+        "http://x/v1",
+        "fake-faithful",
+        "wf",
+        [
+            _task("weather", 0.169, [0.042, 0.772]),
+            _task("doctor_schedule", 0.915, [0.395, 4.252]),
+            _task("bank_balance", None, None, flowkl_note="3 audited dialogues (FlowKL needs at least 5)"),
+        ],
+    )
+    derailed = AuditReport(
+        "http://x/v1",
+        "fake-derailed",
+        "wf",
+        [
+            _task("weather", 2.369, [1.316, 9.104], completion=0.0),
+            _task("doctor_schedule", 0.650, [0.349, 7.037], completion=0.2),
+            _task("bank_balance", 1.2, [0.5, 3.0]),
+        ],
+    )
     return {"faithful": faithful, "derailed": derailed}
 
 
@@ -60,8 +80,10 @@ def test_rows_mark_overlapping_intervals_as_not_a_ranking():
     assert rows[("doctor_schedule", "flowkl")]["ranks"] is False
     assert rows[("bank_balance", "flowkl")]["ranks"] is None  # one interval only
     assert rows[("weather", "completion")]["ranks"] is None  # no interval at all
-    assert rows[("doctor_schedule", "flowkl")]["intervals"] == {"faithful": [0.395, 4.252],
-                                                                "derailed": [0.349, 7.037]}
+    assert rows[("doctor_schedule", "flowkl")]["intervals"] == {
+        "faithful": [0.395, 4.252],
+        "derailed": [0.349, 7.037],
+    }
 
 
 def test_markdown_and_json_carry_the_marker_and_its_legend():
@@ -69,7 +91,11 @@ def test_markdown_and_json_carry_the_marker_and_its_legend():
     md = side_by_side(reps)
     header = md.splitlines()[0]
     assert header.endswith("| ranks |")
-    line = {tuple(c.strip() for c in ln.strip("|").split("|")[:2]): ln for ln in md.splitlines() if ln.startswith("| ")}
+    line = {
+        tuple(c.strip() for c in ln.strip("|").split("|")[:2]): ln
+        for ln in md.splitlines()
+        if ln.startswith("| ")
+    }
     assert line[("doctor_schedule", "FlowKL")].rstrip().endswith(f"| {NOT_A_RANKING} |")
     assert line[("weather", "FlowKL")].rstrip().endswith(f"| {RANKS} |")
     assert line[("bank_balance", "FlowKL")].rstrip().endswith("| - |")
@@ -114,29 +140,46 @@ def _node_of(policy, task):
     return lambda text: table.get(text.strip())
 
 
-@pytest.mark.parametrize(("opening", "day", "city", "day_line", "city_line"), [
-    ("Hello.", "Tuesday", "Detroit", "Sure: {}.", "It's {}."),
-    ("Hi there.", "Wednesday", "San Francisco", "It's {}.", "That would be {}."),
-    ("Hey, good morning.", "Friday", "Chicago", "{}, please.", "{}"),
-    ("Hi!", "Sunday", "Los Angeles", "That would be {}.", "Sure: {}."),
-    ("Hello there!", "Monday", "New York City", "{}", "The city is {}."),
-])
+@pytest.mark.parametrize(
+    ("opening", "day", "city", "day_line", "city_line"),
+    [
+        ("Hello.", "Tuesday", "Detroit", "Sure: {}.", "It's {}."),
+        ("Hi there.", "Wednesday", "San Francisco", "It's {}.", "That would be {}."),
+        ("Hey, good morning.", "Friday", "Chicago", "{}, please.", "{}"),
+        ("Hi!", "Sunday", "Los Angeles", "That would be {}.", "Sure: {}."),
+        ("Hello there!", "Monday", "New York City", "{}", "The city is {}."),
+    ],
+)
 def test_faithful_forecast_is_for_the_users_day_and_city(faithful, opening, day, city, day_line, city_line):
     node = _node_of(faithful, "weather")
     lines = {"weather_ask_day": day_line.format(day), "weather_ask_location": city_line.format(city)}
-    forecast = _converse(faithful, "weather", opening, lambda t: lines.get(node(t), "I need you to tell me the weather."),
-                         lambda t: "degrees" in t)
+    forecast = _converse(
+        faithful,
+        "weather",
+        opening,
+        lambda t: lines.get(node(t), "I need you to tell me the weather."),
+        lambda t: "degrees" in t,
+    )
     assert f" on {day} " in forecast and f" in {city}," in forecast, forecast
 
 
 def test_faithful_booking_is_with_the_users_doctor(faithful):
     node = _node_of(faithful, "doctor_schedule")
     for opening, doctor in (("Hello.", "Dr. Morgan"), ("Hi there.", "Dr. Alexis"), ("Hi!", "Dr. Johnson")):
-        lines = {"ask_name": "The name is Alex Smith.", "doctor_ask_doctor_name": f"It's {doctor}.",
-                 "doctor_ask_day": "Monday.", "doctor_ask_start_time": "3 pm", "doctor_ask_symptoms": "A sore throat."}
-        text = _converse(faithful, "doctor schedule", opening,
-                         lambda t, lines=lines: lines.get(node(t), "I'd like to book an appointment with my doctor."),
-                         lambda t: "is available at" in t or "is booked for you" in t)
+        lines = {
+            "ask_name": "The name is Alex Smith.",
+            "doctor_ask_doctor_name": f"It's {doctor}.",
+            "doctor_ask_day": "Monday.",
+            "doctor_ask_start_time": "3 pm",
+            "doctor_ask_symptoms": "A sore throat.",
+        }
+        text = _converse(
+            faithful,
+            "doctor schedule",
+            opening,
+            lambda t, lines=lines: lines.get(node(t), "I'd like to book an appointment with my doctor."),
+            lambda t: "is available at" in t or "is booked for you" in t,
+        )
         assert doctor in text, (doctor, text)
 
 

@@ -24,8 +24,15 @@ from dialfork_metrics.stats import holm
 def bench(template_hub, tmp_path_factory):
     hub, _ = template_hub
     out = tmp_path_factory.mktemp("bench_out")
-    rep = run_benchmark(hub, tasks=(1, 2, 3), encoders=("minilm",), out=out, n_resamples=500, progress=False,
-                        prd_kwargs={"num_runs": 3, "n_init": 3})
+    rep = run_benchmark(
+        hub,
+        tasks=(1, 2, 3),
+        encoders=("minilm",),
+        out=out,
+        n_resamples=500,
+        progress=False,
+        prd_kwargs={"num_runs": 3, "n_init": 3},
+    )
     return rep, out
 
 
@@ -69,10 +76,16 @@ def test_report_json_reloads_and_files_written(bench):
     back = json.loads((out / "report.json").read_text())
     assert back["meta"]["fingerprint"] == rep["meta"]["fingerprint"]
     assert back["task2"]["per_encoder"]["minilm"]["summary"]["tau"]["flowscore"]["Avg"] == pytest.approx(
-        rep["task2"]["per_encoder"]["minilm"]["summary"]["tau"]["flowscore"]["Avg"])
+        rep["task2"]["per_encoder"]["minilm"]["summary"]["tau"]["flowscore"]["Avg"]
+    )
     assert set(back["meta"]["versions"]) >= {"numpy", "scipy", "datasets"}
-    for name in ("task1_tau.png", "task2_tau_minilm.png", "task2_distance_by_k_minilm.png", "task3_summary_minilm.png",
-                 "task3_weights_minilm.png"):
+    for name in (
+        "task1_tau.png",
+        "task2_tau_minilm.png",
+        "task2_distance_by_k_minilm.png",
+        "task3_summary_minilm.png",
+        "task3_weights_minilm.png",
+    ):
         data = (out / name).read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000, name
     graphs = sorted(out.glob("flowgraph_*"))
@@ -87,8 +100,17 @@ def test_statistics_match_hand_worked():
     for i, d in enumerate([[4, 3, 2, 1], [4, 3, 1, 2], [1, 2, 3, 4]]):
         from dialfork_metrics.stats import exact_recovery, ranking_tau, unit_permutation_pvalue
 
-        rows.append({"task": f"t{i}", "type": "WIC", "method": "m", "distances": d, "tau": ranking_tau(d),
-                     "exact": exact_recovery(d), "p_perm": unit_permutation_pvalue(d)})
+        rows.append(
+            {
+                "task": f"t{i}",
+                "type": "WIC",
+                "method": "m",
+                "distances": d,
+                "tau": ranking_tau(d),
+                "exact": exact_recovery(d),
+                "p_perm": unit_permutation_pvalue(d),
+            }
+        )
     s = summarise_task1(rows, ["m"])
     assert s["tau"]["m"]["WIC"] == pytest.approx((1 + 4 / 6 - 1) / 3)
     assert s["exact_recovery"]["m"] == pytest.approx(1 / 3)
@@ -100,10 +122,24 @@ def test_statistics_match_hand_worked():
     for enc, shift in (("e1", 0.5), ("e2", 0.1)):
         units = []
         for u in range(12):
-            units.append({"source_id": f"s{u}", "type": "GR", "method": "flowscore", "distances": [4, 3, 2, 1],
-                          "tau": 1.0})
-            units.append({"source_id": f"s{u}", "type": "GR", "method": "mean_turn", "distances": [1, 2, 3, 4],
-                          "tau": 1.0 - shift - 0.01 * u})
+            units.append(
+                {
+                    "source_id": f"s{u}",
+                    "type": "GR",
+                    "method": "flowscore",
+                    "distances": [4, 3, 2, 1],
+                    "tau": 1.0,
+                }
+            )
+            units.append(
+                {
+                    "source_id": f"s{u}",
+                    "type": "GR",
+                    "method": "mean_turn",
+                    "distances": [1, 2, 3, 4],
+                    "tau": 1.0 - shift - 0.01 * u,
+                }
+            )
         per[enc] = {"units": units, "methods": ["flowscore", "mean_turn"]}
     sig = task2_significance(per, n_resamples=1000, seed=3)
     raw = [r["p_wilcoxon"] for r in sig]
@@ -113,9 +149,16 @@ def test_statistics_match_hand_worked():
 
 def test_custom_metric_row(template_hub, tmp_path):
     hub, _ = template_hub
-    rep = run_benchmark(hub, tasks=(2,), encoders=("minilm",), out=None, n_resamples=200, progress=False,
-                        task2_methods=("turn_count_diff", "flowscore"),
-                        custom_metrics=["mylen=dialfork_metrics.dialogue:turn_count_diff"])
+    rep = run_benchmark(
+        hub,
+        tasks=(2,),
+        encoders=("minilm",),
+        out=None,
+        n_resamples=200,
+        progress=False,
+        task2_methods=("turn_count_diff", "flowscore"),
+        custom_metrics=["mylen=dialfork_metrics.dialogue:turn_count_diff"],
+    )
     t = rep["task2"]["per_encoder"]["minilm"]["summary"]["tau"]
     assert t["mylen"] == t["turn_count_diff"]
 
@@ -138,8 +181,15 @@ def test_missing_config_and_incomplete_units_are_skipped(template_hub, tmp_path)
     cut = tmp_path / "hub"
     shutil.copytree(hub, cut)
     shutil.rmtree(cut / "data" / "forked")  # a corpus missing a config
-    rep = run_benchmark(cut, tasks=(2,), encoders=("minilm",), out=None, task2_methods=("turn_count_diff",),
-                        n_resamples=100, progress=False)
+    rep = run_benchmark(
+        cut,
+        tasks=(2,),
+        encoders=("minilm",),
+        out=None,
+        task2_methods=("turn_count_diff",),
+        n_resamples=100,
+        progress=False,
+    )
     assert rep["meta"]["n_skipped_units"] >= 2
     assert any("config 'forked'" in s for s in rep["skipped"])
     assert rep["task2"]["per_encoder"]["minilm"]["summary"]["n_units"] == 0
@@ -153,12 +203,16 @@ def test_paper_statistics_and_units(bench):
     units = rep["task2"]["per_encoder"]["minilm"]["units"]
     tau = {(u["source_id"], u["type"], u["method"]): u["tau"] for u in units}
     for r in rep["task2"]["significance"]:
-        diff = [tau[(s_, h, "flowscore")] - tau[(s_, h, r["method"])] for (s_, h, m) in tau if m == "flowscore"]
+        diff = [
+            tau[(s_, h, "flowscore")] - tau[(s_, h, r["method"])] for (s_, h, m) in tau if m == "flowscore"
+        ]
         if any(diff) and len(set(diff)) > 1:
             assert r["W"] == wilcoxon(diff, alternative="greater", zero_method="wilcox").statistic
             assert r["t"] == pytest.approx(ttest_1samp(diff, 0.0).statistic)
     md = (out / "report.md").read_text()
-    assert "| Encoder | Method | N | Mean Delta | 95% CI (bootstrap) | W | p W (Holm) | t | p t (Holm) |" in md
+    assert (
+        "| Encoder | Method | N | Mean Delta | 95% CI (bootstrap) | W | p W (Holm) | t | p t (Holm) |" in md
+    )
     # Appendix J: FlowKL against FBD and PRD only, one Holm family, CI around the mean
     comp = rep["task1"]["comparisons"]
     assert [(c["a"], c["b"]) for c in comp] == [("flowkl", "fbd"), ("flowkl", "prd")]
@@ -177,8 +231,14 @@ def test_paper_statistics_and_units(bench):
     curves = rep["task2"]["per_encoder"]["minilm"]["summary"]["distance_by_k"]
     fs = [u["distances"] for u in units if u["method"] == "flowscore" and u["type"] == "GR"]
     assert curves["flowscore"]["GR"]["mean"] == pytest.approx(list(np.mean(fs, axis=0)))
-    assert all(lo <= m_ <= hi for lo, m_, hi in zip(curves["flowscore"]["GR"]["low"], curves["flowscore"]["GR"]["mean"],
-                                                      curves["flowscore"]["GR"]["high"]))
+    assert all(
+        lo <= m_ <= hi
+        for lo, m_, hi in zip(
+            curves["flowscore"]["GR"]["low"],
+            curves["flowscore"]["GR"]["mean"],
+            curves["flowscore"]["GR"]["high"],
+        )
+    )
     # Task 3: MAEs in both units, labelled; all turns are longer than system turns
     t3 = rep["task3"]["minilm"]["results"]
     for r in t3.values():

@@ -40,7 +40,10 @@ def test_parse_pair_encoder():
 
 def test_bad_encoder_options_exit_2(template_hub, tmp_path, capsys):
     hub, _ = template_hub
-    assert main(["--data", str(hub), "--tasks", "1", "--pair-encoder", "flowkl=minilm", "--out", str(tmp_path)]) == 2
+    assert (
+        main(["--data", str(hub), "--tasks", "1", "--pair-encoder", "flowkl=minilm", "--out", str(tmp_path)])
+        == 2
+    )
     err = capsys.readouterr().err
     assert err.startswith("error: --pair-encoder") and err.count("\n") == 1
     assert main(["--data", str(hub), "--tasks", "1", "--task1-encoder", "nope", "--out", str(tmp_path)]) == 2
@@ -49,8 +52,15 @@ def test_bad_encoder_options_exit_2(template_hub, tmp_path, capsys):
 def test_each_task1_metric_has_its_own_encoder(template_hub, tmp_path):
     hub, _ = template_hub
     tiny = str(_tiny_encoder_dir(tmp_path / "tiny"))
-    kw = dict(tasks=(1,), encoders=("minilm",), out=None, n_resamples=200, progress=False,
-              task1_methods=("flowkl", "fbd", "prd"), prd_kwargs={"num_runs": 1, "n_init": 1})
+    kw = dict(
+        tasks=(1,),
+        encoders=("minilm",),
+        out=None,
+        n_resamples=200,
+        progress=False,
+        task1_methods=("flowkl", "fbd", "prd"),
+        prd_kwargs={"num_runs": 1, "n_init": 1},
+    )
     base = run_benchmark(hub, **kw)
     mixed = run_benchmark(hub, pair_encoder={"fbd": tiny}, **kw)
     assert base["task1"]["encoders"] == {"flowkl": "minilm", "fbd": "minilm", "prd": "minilm"}

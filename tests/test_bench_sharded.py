@@ -58,10 +58,12 @@ def test_launched_by_accelerate():
 
 
 def test_a_worker_exits_with_its_code_and_its_logs_flushed(tmp_path):
-    script = ("import logging, sys; from dialfork_metrics.sharded import exit_worker\n"
-              "logging.basicConfig(level=logging.INFO, stream=sys.stderr)\n"
-              "logging.getLogger('w').info('shard written'); print('out', end='')\n"
-              "exit_worker(3)\n")
+    script = (
+        "import logging, sys; from dialfork_metrics.sharded import exit_worker\n"
+        "logging.basicConfig(level=logging.INFO, stream=sys.stderr)\n"
+        "logging.getLogger('w').info('shard written'); print('out', end='')\n"
+        "exit_worker(3)\n"
+    )
     p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert p.returncode == 3 and p.stdout == "out" and "shard written" in p.stderr
 
@@ -99,24 +101,62 @@ def test_one_and_two_processes_give_the_same_report(tmp_path, star_dir):
     from generation import GenerationConfig, generate_corpus
 
     corpus = tmp_path / "corpus"
-    generate_corpus(GenerationConfig(star=str(star_dir), out=str(corpus), tasks=("weather",), per_task=1, seed=0),
-                    progress=False)
-    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
-           "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    bench = ["-m", "dialfork_metrics.bench", "--data", str(corpus), "--tasks", "1,2",
-             "--task1-methods", "flowkl,fbd,turn_count_diff", "--task1-compare", "fbd",
-             "--task2-methods", "mean_turn,full_dialog,flowscore", "--bootstrap-resamples", "50",
-             "--no-plots", "--batch-size", "16"]
+    generate_corpus(
+        GenerationConfig(star=str(star_dir), out=str(corpus), tasks=("weather",), per_task=1, seed=0),
+        progress=False,
+    )
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+        "OMP_NUM_THREADS": "1",
+        "HF_HUB_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+    }
+    bench = [
+        "-m",
+        "dialfork_metrics.bench",
+        "--data",
+        str(corpus),
+        "--tasks",
+        "1,2",
+        "--task1-methods",
+        "flowkl,fbd,turn_count_diff",
+        "--task1-compare",
+        "fbd",
+        "--task2-methods",
+        "mean_turn,full_dialog,flowscore",
+        "--bootstrap-resamples",
+        "50",
+        "--no-plots",
+        "--batch-size",
+        "16",
+    ]
     procs = {}
     for n in (1, 2):
         # on a machine without GPUs, --multi_gpu starts torchrun-style workers that form a gloo CPU group
         # (accelerate's --cpu always starts one process)
-        launch = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", str(n), "--num_machines", "1",
-                  "--mixed_precision", "no", "--dynamo_backend", "no"]
+        launch = [
+            sys.executable,
+            "-m",
+            "accelerate.commands.launch",
+            "--num_processes",
+            str(n),
+            "--num_machines",
+            "1",
+            "--mixed_precision",
+            "no",
+            "--dynamo_backend",
+            "no",
+        ]
         launch += ["--multi_gpu", "--main_process_port", str(free_port())] if n > 1 else ["--cpu"]
-        procs[n] = subprocess.Popen(launch + bench + ["--out", str(tmp_path / f"out{n}"),
-                                                      "--cache-dir", str(tmp_path / f"cache{n}")],
-                                    env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        procs[n] = subprocess.Popen(
+            launch + bench + ["--out", str(tmp_path / f"out{n}"), "--cache-dir", str(tmp_path / f"cache{n}")],
+            env=env,
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
     logs = {}
     for n, p in procs.items():
         so, se = p.communicate(timeout=1200)

@@ -13,8 +13,11 @@ import pytest
 from dialfork_dataset.citation import CITATION
 
 ROOT = Path(__file__).resolve().parents[1]
-MARKDOWN = ["README.md", "docs/index.md", *(f"dialfork_metrics/modules/{m}/README.md"
-                                           for m in ("flowscore", "flowdtw", "flowkl", "task3"))]
+MARKDOWN = [
+    "README.md",
+    "docs/index.md",
+    *(f"dialfork_metrics/modules/{m}/README.md" for m in ("flowscore", "flowdtw", "flowkl", "task3")),
+]
 
 
 def _bibtex_blocks(text: str) -> list[str]:
@@ -24,9 +27,16 @@ def _bibtex_blocks(text: str) -> list[str]:
 def test_every_bibtex_in_the_repository_is_listed_here():
     """A new page with a citation block must be added to MARKDOWN (and so be checked)."""
     # the repository's own pages, tracked or new, never what a run wrote (demo_out/, site/: ignored)
-    listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "*.md"], cwd=ROOT,
-                            capture_output=True, text=True, check=True).stdout.split()
-    found = sorted(p for p in set(listed) if (ROOT / p).is_file() and "@misc{" in (ROOT / p).read_text(encoding="utf-8"))
+    listed = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "*.md"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    found = sorted(
+        p for p in set(listed) if (ROOT / p).is_file() and "@misc{" in (ROOT / p).read_text(encoding="utf-8")
+    )
     assert found == sorted(MARKDOWN)
 
 

@@ -27,8 +27,14 @@ def _parsers() -> dict[str, argparse.ArgumentParser]:
     from generation.cli import build_parser as generation
     from leaderboard.__main__ import build_parser as leaderboard
 
-    return {"dialfork-dataset": dataset(), "dialfork-generate": generation(), "dialfork-bench": bench(),
-            "dialfork-task3": task3(), "dialfork-leaderboard": leaderboard(), "star": star()}
+    return {
+        "dialfork-dataset": dataset(),
+        "dialfork-generate": generation(),
+        "dialfork-bench": bench(),
+        "dialfork-task3": task3(),
+        "dialfork-leaderboard": leaderboard(),
+        "star": star(),
+    }
 
 
 def _walk(parser: argparse.ArgumentParser, path: str):
@@ -69,7 +75,9 @@ def test_help_examples_are_one_command_a_line():
                 assert nxt.startswith("  ") and "python -m " not in nxt, (name, line, nxt)
     gen = texts["dialfork-generate"].splitlines()
     hidden = next(i for i, line in enumerate(gen) if "--split hidden" in line)
-    assert gen[hidden].endswith("--split hidden \\") and gen[hidden + 1].strip().startswith("--backend openai")
+    assert gen[hidden].endswith("--split hidden \\") and gen[hidden + 1].strip().startswith(
+        "--backend openai"
+    )
 
 
 def test_every_cli_has_verbose_and_quiet():
@@ -85,11 +93,16 @@ def test_every_cli_has_verbose_and_quiet():
             assert {"--quiet", "--verbose"} <= opts, name
 
 
-@pytest.mark.parametrize("script, module", [
-    ("dialfork-dataset", "dialfork_dataset"), ("dialfork-generate", "generation"),
-    ("dialfork-bench", "dialfork_metrics.bench"), ("dialfork-task3", "dialfork_metrics.task3"),
-    ("dialfork-leaderboard", "leaderboard"),
-])
+@pytest.mark.parametrize(
+    "script, module",
+    [
+        ("dialfork-dataset", "dialfork_dataset"),
+        ("dialfork-generate", "generation"),
+        ("dialfork-bench", "dialfork_metrics.bench"),
+        ("dialfork-task3", "dialfork_metrics.task3"),
+        ("dialfork-leaderboard", "leaderboard"),
+    ],
+)
 def test_console_scripts_print_their_own_names(monkeypatch, script, module):
     monkeypatch.setattr(sys, "argv", [f"/usr/local/bin/{script}", "--help"])
     assert prog_name(module) == script
@@ -131,14 +144,30 @@ def test_quiet_silences_logs_and_bars_and_star_env_is_read(tmp_path, star_dir):
     assert f"{1 + forks_per_source()} records" in quiet.stdout  # D+ and its forks
     assert (tmp_path / "a" / "weather.jsonl").read_bytes() == (tmp_path / "b" / "weather.jsonl").read_bytes()
     env = {k: v for k, v in os.environ.items() if k != "DIALFORK_STAR_DIR"}
-    missing = subprocess.run([sys.executable, *args, "--out", str(tmp_path / "c")], capture_output=True, text=True,
-                             env={**env, "PYTHONPATH": str(ROOT)}, timeout=300)
+    missing = subprocess.run(
+        [sys.executable, *args, "--out", str(tmp_path / "c")],
+        capture_output=True,
+        text=True,
+        env={**env, "PYTHONPATH": str(ROOT)},
+        timeout=300,
+    )
     assert missing.returncode == 2 and "--star PATH, or set DIALFORK_STAR_DIR" in missing.stderr
     assert "Traceback" not in missing.stderr
 
 
 def test_star_module_runs_without_runpy_warning(star_dir):
-    r = _run(["-W", "error::RuntimeWarning", "-m", "dialfork_dataset.star", "steps", "weather", "--path", str(star_dir)])
+    r = _run(
+        [
+            "-W",
+            "error::RuntimeWarning",
+            "-m",
+            "dialfork_dataset.star",
+            "steps",
+            "weather",
+            "--path",
+            str(star_dir),
+        ]
+    )
     assert r.returncode == 0 and "RuntimeWarning" not in r.stderr, r.stderr
     assert r.stdout.startswith("1. ")
 
@@ -178,8 +207,10 @@ def test_leaderboard_validate_blind_accepts_a_hub_id(template_hub, monkeypatch, 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     assert main(["validate", "sub.jsonl", "--blind", "nobody/nothing", "--no-metadata"]) == 2
     err = capsys.readouterr().err
-    assert ("--blind nobody/nothing: no local folder of that name, and as a Hub dataset id it cannot be loaded: "
-            "the Hub is offline (HF_HUB_OFFLINE=1)") in err
+    assert (
+        "--blind nobody/nothing: no local folder of that name, and as a Hub dataset id it cannot be loaded: "
+        "the Hub is offline (HF_HUB_OFFLINE=1)"
+    ) in err
 
 
 def test_per_unit_info_lines_become_one_summary_per_stage(caplog):
@@ -193,7 +224,9 @@ def test_per_unit_info_lines_become_one_summary_per_stage(caplog):
                 setlevel.info("FBD = %.6g (n_ref=%d, n_tgt=%d pairs, d=%d)", 1.0, 20, 30, 384)
             setlevel.warning("something else")
     lines = [r.getMessage() for r in caplog.records]
-    assert lines == ["something else",
-                     "Task 1 (48 units): 48 PRD comparisons of unbalanced sets (reference and target sizes differ: "
-                     "the clustering leans towards the larger set); 48 FBD values"]
+    assert lines == [
+        "something else",
+        "Task 1 (48 units): 48 PRD comparisons of unbalanced sets (reference and target sizes differ: "
+        "the clustering leans towards the larger set); 48 FBD values",
+    ]
     setlevel.info("PRD: 1 reference vs 2 target embeddings (unbalanced sets bias ...)")  # filter removed

@@ -18,20 +18,41 @@ def test_plans():
     assert plan_text((("SSPC", 1), ("GR", 3))) == "SSPC@1,GR@3"
     assert compound_key("weather-4", (("SSPC", 1), ("GR", 3))) == "weather-4-SSPC+GR-k1+k3"
     assert compound_key("weather-4", (("SSPC", 1), ("GR", 3))).rsplit("-", 2)[0] == "weather-4"
-    for bad, why in (("GR@3,SSPC@1", "increase strictly"), ("SSPC@1,GR@1", "increase strictly"),
-                     ("SSPC@1", "at least two"), ("XX@1,GR@2", "TYPE@K"), ("SSPC@5,GR@6", "TYPE@K"),
-                     ("SSPC1,GR@2", "TYPE@K"), ("", "at least two")):
+    for bad, why in (
+        ("GR@3,SSPC@1", "increase strictly"),
+        ("SSPC@1,GR@1", "increase strictly"),
+        ("SSPC@1", "at least two"),
+        ("XX@1,GR@2", "TYPE@K"),
+        ("SSPC@5,GR@6", "TYPE@K"),
+        ("SSPC1,GR@2", "TYPE@K"),
+        ("", "at least two"),
+    ):
         with pytest.raises(ValueError, match=why):
             parse_compound_plan(bad)
 
 
 def _fork(**kw):
-    r = {"dialogue_id": "t-1-SSPC+GR-k1+k3", "source_id": "t-1", "scenario_id": "1", "task": "t", "domain": "t",
-         "hallucination_type": "SSPC", "variant": "sspc-repeat", "instruction": "Repeat a step.",
-         "substitute_task": None, "fork_position": 1, "fork_turn": 1, "num_system_turns": 5,
-         "turns": [{"speaker": s, "text": "x"} for s in ("user", "system") * 5], "seed": 1, "generator": "template",
-         "injections": [{"type": "SSPC", "variant": "sspc-repeat", "turn": 1},
-                        {"type": "GR", "variant": "gr-upsell", "turn": 3}]}
+    r = {
+        "dialogue_id": "t-1-SSPC+GR-k1+k3",
+        "source_id": "t-1",
+        "scenario_id": "1",
+        "task": "t",
+        "domain": "t",
+        "hallucination_type": "SSPC",
+        "variant": "sspc-repeat",
+        "instruction": "Repeat a step.",
+        "substitute_task": None,
+        "fork_position": 1,
+        "fork_turn": 1,
+        "num_system_turns": 5,
+        "turns": [{"speaker": s, "text": "x"} for s in ("user", "system") * 5],
+        "seed": 1,
+        "generator": "template",
+        "injections": [
+            {"type": "SSPC", "variant": "sspc-repeat", "turn": 1},
+            {"type": "GR", "variant": "gr-upsell", "turn": 3},
+        ],
+    }
     r.update(kw)
     return r
 
@@ -39,20 +60,64 @@ def _fork(**kw):
 def test_injections_field_validation():
     validate_record(_fork())
     validate_record(_fork(injections=None))  # a single fork
-    assert any("strictly" in e for e in record_errors(_fork(injections=[
-        {"type": "SSPC", "variant": "a", "turn": 1}, {"type": "GR", "variant": "b", "turn": 1}])))
-    assert any("1..T (T=5)" in e for e in record_errors(_fork(injections=[
-        {"type": "SSPC", "variant": "sspc-repeat", "turn": 1}, {"type": "GR", "variant": "b", "turn": 6}])))
-    assert any("at least 2" in e for e in record_errors(_fork(injections=[{"type": "SSPC", "variant": "a", "turn": 1}])))
-    assert any("unknown type 'XX'" in e for e in record_errors(_fork(injections=[
-        {"type": "SSPC", "variant": "sspc-repeat", "turn": 1}, {"type": "XX", "variant": "b", "turn": 2}])))
-    assert any("exactly type, variant, turn" in e for e in record_errors(_fork(injections=[
-        {"type": "SSPC", "variant": "sspc-repeat", "turn": 1}, {"type": "GR", "turn": 2}])))
+    assert any(
+        "strictly" in e
+        for e in record_errors(
+            _fork(
+                injections=[
+                    {"type": "SSPC", "variant": "a", "turn": 1},
+                    {"type": "GR", "variant": "b", "turn": 1},
+                ]
+            )
+        )
+    )
+    assert any(
+        "1..T (T=5)" in e
+        for e in record_errors(
+            _fork(
+                injections=[
+                    {"type": "SSPC", "variant": "sspc-repeat", "turn": 1},
+                    {"type": "GR", "variant": "b", "turn": 6},
+                ]
+            )
+        )
+    )
+    assert any(
+        "at least 2" in e
+        for e in record_errors(_fork(injections=[{"type": "SSPC", "variant": "a", "turn": 1}]))
+    )
+    assert any(
+        "unknown type 'XX'" in e
+        for e in record_errors(
+            _fork(
+                injections=[
+                    {"type": "SSPC", "variant": "sspc-repeat", "turn": 1},
+                    {"type": "XX", "variant": "b", "turn": 2},
+                ]
+            )
+        )
+    )
+    assert any(
+        "exactly type, variant, turn" in e
+        for e in record_errors(
+            _fork(
+                injections=[{"type": "SSPC", "variant": "sspc-repeat", "turn": 1}, {"type": "GR", "turn": 2}]
+            )
+        )
+    )
     errs = record_errors(_fork(fork_turn=3, variant="other"))
-    assert any(e.startswith("fork_turn: a compound fork's fork_turn is its first injection's turn") for e in errs)
+    assert any(
+        e.startswith("fork_turn: a compound fork's fork_turn is its first injection's turn") for e in errs
+    )
     assert any(e.startswith("variant: a compound fork's variant") for e in errs)
-    conf = _fork(hallucination_type=None, variant=None, instruction=None, fork_position=None, fork_turn=None,
-                 dialogue_id="t-1")
+    conf = _fork(
+        hallucination_type=None,
+        variant=None,
+        instruction=None,
+        fork_position=None,
+        fork_turn=None,
+        dialogue_id="t-1",
+    )
     assert any(e.startswith("injections: a conformant record") for e in record_errors(conf))
 
 
@@ -69,11 +134,19 @@ def test_compound_fork_diverges_at_each_injection(star_dir, tmp_path):
 
     common = {"star": str(star_dir), "tasks": ("weather", "bank_balance"), "per_task": 3}
     generate_corpus(GenerationConfig(out=str(tmp_path / "single"), **common), progress=False)
-    m = generate_corpus(GenerationConfig(out=str(tmp_path / "compound"), compound=(("SSPC", 1), ("GR", 3)), **common),
-                        progress=False)
+    m = generate_corpus(
+        GenerationConfig(out=str(tmp_path / "compound"), compound=(("SSPC", 1), ("GR", 3)), **common),
+        progress=False,
+    )
     assert m["config"]["compound"] == "SSPC@1,GR@3"
-    single = {**_records(tmp_path / "single" / "weather.jsonl"), **_records(tmp_path / "single" / "bank_balance.jsonl")}
-    comp = {**_records(tmp_path / "compound" / "weather.jsonl"), **_records(tmp_path / "compound" / "bank_balance.jsonl")}
+    single = {
+        **_records(tmp_path / "single" / "weather.jsonl"),
+        **_records(tmp_path / "single" / "bank_balance.jsonl"),
+    }
+    comp = {
+        **_records(tmp_path / "compound" / "weather.jsonl"),
+        **_records(tmp_path / "compound" / "bank_balance.jsonl"),
+    }
     forks = [r for r in comp.values() if r["hallucination_type"] is not None]
     assert len(forks) == 6 and m.counts["total"]["forks"] == 6
     for r in forks:
@@ -83,8 +156,12 @@ def test_compound_fork_diverges_at_each_injection(star_dir, tmp_path):
         inj = r["injections"]
         t1, t3 = inj[0]["turn"], inj[1]["turn"]
         assert [x["type"] for x in inj] == ["SSPC", "GR"] and t1 == 1 and t1 < t3
-        assert (r["hallucination_type"], r["fork_position"], r["fork_turn"], r["variant"]) == \
-            ("SSPC", 1, t1, inj[0]["variant"])
+        assert (r["hallucination_type"], r["fork_position"], r["fork_turn"], r["variant"]) == (
+            "SSPC",
+            1,
+            t1,
+            inj[0]["variant"],
+        )
         first = single[f"{r['source_id']}-SSPC-k1"]
         assert first["variant"] == inj[0]["variant"]
         i1, i3 = _system_index(r["turns"], t1), _system_index(r["turns"], t3)
@@ -97,8 +174,12 @@ def test_compound_fork_diverges_at_each_injection(star_dir, tmp_path):
     # Task 3 scores a compound fork on its earliest injection
     from dialfork_metrics.task3 import score_predictions
 
-    gold = [{k: r[k] for k in ("dialogue_id", "num_system_turns", "hallucination_type", "fork_turn")}
-            for r in comp.values()]
-    exact = score_predictions({r["dialogue_id"]: r["injections"][0]["turn"] if r["injections"] else None
-                               for r in comp.values()}, gold)
+    gold = [
+        {k: r[k] for k in ("dialogue_id", "num_system_turns", "hallucination_type", "fork_turn")}
+        for r in comp.values()
+    ]
+    exact = score_predictions(
+        {r["dialogue_id"]: r["injections"][0]["turn"] if r["injections"] else None for r in comp.values()},
+        gold,
+    )
     assert exact["mae_h"] == 0 and exact["cov_c"] == 0

@@ -15,7 +15,9 @@ def folders(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "out" / "hub" / "data").mkdir(parents=True)
     (tmp_path / "out" / "hub" / "README.md").write_text("---\n---\n")
-    write_jsonl(tmp_path / "out" / "corpus" / "r.jsonl", make_records(tasks=("weather",), per_task=1, T=4)[:1])
+    write_jsonl(
+        tmp_path / "out" / "corpus" / "r.jsonl", make_records(tasks=("weather",), per_task=1, T=4)[:1]
+    )
     (tmp_path / "out" / "hub-gold").mkdir()
     (tmp_path / "out" / "hub-gold" / "task3_gold.jsonl").write_text("")
     (tmp_path / "out" / "hub-gold" / "gold_manifest.json").write_text("{}")
@@ -38,12 +40,16 @@ def test_missing_folders(folders, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(DataNotFoundError) as e:
         resolve_data("out/hbu", option="--data")
-    assert str(e.value) == ("--data out/hbu: no such folder (did you mean out/hub?); read as a Hub dataset id it "
-                            "cannot be loaded either: the Hub is offline (HF_HUB_OFFLINE=1) and no copy of it is cached")
+    assert str(e.value) == (
+        "--data out/hbu: no such folder (did you mean out/hub?); read as a Hub dataset id it "
+        "cannot be loaded either: the Hub is offline (HF_HUB_OFFLINE=1) and no copy of it is cached"
+    )
     assert isinstance(e.value, FileNotFoundError) and isinstance(e.value, ValueError)
     with pytest.raises(DataNotFoundError, match=r"^out/a/b: no such folder or file; give "):
         resolve_data("out/a/b")
-    with pytest.raises(DataNotFoundError, match=r"^org/name: no local folder of that name, and as a Hub dataset id"):
+    with pytest.raises(
+        DataNotFoundError, match=r"^org/name: no local folder of that name, and as a Hub dataset id"
+    ):
         resolve_data("org/name")
     with pytest.raises(DataNotFoundError, match="empty"):
         resolve_data(" ")
@@ -60,22 +66,37 @@ def test_hub_ids_when_online_or_cached(folders, monkeypatch, tmp_path):
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hubcache"))
     (tmp_path / "hubcache" / "datasets--idiap--dialfork").mkdir(parents=True)
     assert resolve_data("idiap/dialfork").kind == "hub"  # offline, but cached: datasets reads it
-    assert looks_like_hub_id("idiap/dialfork") and not looks_like_hub_id("./x/y") and not looks_like_hub_id("a/b/c")
+    assert (
+        looks_like_hub_id("idiap/dialfork")
+        and not looks_like_hub_id("./x/y")
+        and not looks_like_hub_id("a/b/c")
+    )
     assert not looks_like_hub_id("out/x.jsonl")
 
 
 def test_wrong_kinds(folders):
-    with pytest.raises(DataSourceError, match=r"^--data out/hub-gold is a gold folder \(labels and keys: "
-                                              r"gold_manifest.json, task3_gold.jsonl\), not the dialogues: give the "
-                                              r"public Hub layout \(out/hub here\)"):
+    with pytest.raises(
+        DataSourceError,
+        match=r"^--data out/hub-gold is a gold folder \(labels and keys: "
+        r"gold_manifest.json, task3_gold.jsonl\), not the dialogues: give the "
+        r"public Hub layout \(out/hub here\)",
+    ):
         resolve_data("out/hub-gold", option="--data")
-    with pytest.raises(DataSourceError, match=r"out/hub is a public Hub layout, not a gold folder: give the gold "
-                                              r"folder \(.*hub-gold here\)"):
+    with pytest.raises(
+        DataSourceError,
+        match=r"out/hub is a public Hub layout, not a gold folder: give the gold "
+        r"folder \(.*hub-gold here\)",
+    ):
         resolve_data("out/hub", accept=("gold",))
-    with pytest.raises(DataSourceError, match=r"out/corpus is a generator output folder, not a Hub layout: export it "
-                                              r"first \(python -m dialfork_dataset export out/corpus DEST\)"):
+    with pytest.raises(
+        DataSourceError,
+        match=r"out/corpus is a generator output folder, not a Hub layout: export it "
+        r"first \(python -m dialfork_dataset export out/corpus DEST\)",
+    ):
         resolve_data("out/corpus", accept=("layout", "hub"))
-    with pytest.raises(DataSourceError, match=r"out/notes: not a DialFork corpus \(no data/ folder, no \*.jsonl"):
+    with pytest.raises(
+        DataSourceError, match=r"out/notes: not a DialFork corpus \(no data/ folder, no \*.jsonl"
+    ):
         resolve_data("out/notes")
     with pytest.raises(ValueError, match="accept must name kinds"):
         resolve_data("out/hub", accept=("nope",))

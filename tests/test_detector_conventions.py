@@ -17,8 +17,15 @@ from dialfork_metrics.task3.params import Constraint, either, integer, interval,
 
 ROOT = Path(__file__).resolve().parents[1]
 
-TRAIN = [[{"speaker": "user", "text": f"u{i}"}, {"speaker": "system", "text": f"s{i}"},
-          {"speaker": "user", "text": f"v{i}"}, {"speaker": "system", "text": f"t{i}"}] for i in range(12)]
+TRAIN = [
+    [
+        {"speaker": "user", "text": f"u{i}"},
+        {"speaker": "system", "text": f"s{i}"},
+        {"speaker": "user", "text": f"v{i}"},
+        {"speaker": "system", "text": f"t{i}"},
+    ]
+    for i in range(12)
+]
 TRAIN_E = [np.random.default_rng(i).normal(size=(4, 6)) for i in range(12)]
 
 
@@ -41,13 +48,16 @@ def test_validate_params_lists_every_bad_value():
         validate_params("Demo", {"k": 0, "rule": "c", "x": 1}, table)
 
 
-@pytest.mark.parametrize("name, param, bad, match", [
-    ("it", "order", 0, "order must be an integer >= 1"),
-    ("ss+nc", "tau", -1.0, "tau must be > 0"),
-    ("wf", "false_alarm_rate", 2.0, "false_alarm_rate must be in"),
-    ("wf-sup", "folds", 1, "folds must be an integer >= 2"),
-    ("random", "seed", -1, "seed must be an integer >= 0"),
-])
+@pytest.mark.parametrize(
+    "name, param, bad, match",
+    [
+        ("it", "order", 0, "order must be an integer >= 1"),
+        ("ss+nc", "tau", -1.0, "tau must be > 0"),
+        ("wf", "false_alarm_rate", 2.0, "false_alarm_rate must be in"),
+        ("wf-sup", "folds", 1, "folds must be an integer >= 2"),
+        ("random", "seed", -1, "seed must be an integer >= 0"),
+    ],
+)
 def test_fit_checks_parameters_set_after_construction(name, param, bad, match):
     det = make_detector(name, **({} if name == "random" else {"encoder": None}))
     assert param in det.get_params()
@@ -74,15 +84,22 @@ def test_streaming_assign_is_public():
 def _private_uses(path: Path) -> list[str]:
     out = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")
-                and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"))):
+        if (
+            isinstance(node, ast.Attribute)
+            and node.attr.startswith("_")
+            and not node.attr.startswith("__")
+            and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"))
+        ):
             out.append(f"{path.relative_to(ROOT)}:{node.lineno}: {ast.unparse(node)}")
     return out
 
 
 def test_guard_and_audits_call_no_private_name_of_another_object():
-    files = [f for d in ("dialfork_metrics/guard", "dialfork_metrics/audit", "leaderboard/audit")
-             for f in sorted((ROOT / d).rglob("*.py"))]
+    files = [
+        f
+        for d in ("dialfork_metrics/guard", "dialfork_metrics/audit", "leaderboard/audit")
+        for f in sorted((ROOT / d).rglob("*.py"))
+    ]
     assert len(files) > 5
     bad = [u for f in files for u in _private_uses(f)]
     assert not bad, "private names used across objects (make them public):\n" + "\n".join(bad)
@@ -103,7 +120,15 @@ def test_init_stores_parameters_and_fit_adds_underscore_attributes(name):
     added = {k for k in vars(det) if not k.startswith("_")} - public
     assert all(k.endswith("_") for k in added), added
     if name != "random":
-        assert {"lm_", "threshold_", "centroids_", "n_train_", "tasks_", "order_", "settings_source_"} <= added
+        assert {
+            "lm_",
+            "threshold_",
+            "centroids_",
+            "n_train_",
+            "tasks_",
+            "order_",
+            "settings_source_",
+        } <= added
         assert det.threshold == det.threshold_ and det.n_train == det.n_train_ == len(TRAIN)
         with pytest.raises(AttributeError, match="threshold is a fitted attribute, read-only"):
             det.threshold = 0.5
@@ -125,7 +150,10 @@ def test_streaming_init_stores_parameters_as_given_and_fit_resolves_presets(name
     det.fit(TRAIN, embeddings=TRAIN_E)
     assert det.get_params() == params  # fit changes no parameter
     assert det.order_ == det.settings()["order"] and det.scope_ == det.settings()["scope"]
-    assert det.settings_source["order"] == "preset:selected" and det.settings_source["distance_threshold"] == "explicit"
+    assert (
+        det.settings_source["order"] == "preset:selected"
+        and det.settings_source["distance_threshold"] == "explicit"
+    )
     assert det.settings() == clone.settings()  # before fit, settings() resolves the parameters
     clone.fit(TRAIN, embeddings=TRAIN_E)
     assert clone.thresholds == det.thresholds and clone.config() == det.config()
@@ -135,8 +163,13 @@ def test_streaming_init_stores_parameters_as_given_and_fit_resolves_presets(name
 def test_streaming_init_accepts_anything_and_fit_names_every_bad_parameter():
     det = make_detector("it", encoder=None, order=0, tau=-1.0, scope="global", preset="paper")
     assert (det.order, det.tau, det.scope) == (0, -1.0, "global")  # stored, not checked yet
-    with pytest.raises(ValueError, match=r"^StreamingDetector: order must be an integer >= 1, got 0; "
-                                         r"tau must be > 0, got -1.0; .*scope must be one of \('task', 'pooled'\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"^StreamingDetector: order must be an integer >= 1, got 0; "
+        r"tau must be > 0, got -1.0; .*scope must be one of \('task', 'pooled'\)",
+    ):
         det.fit(TRAIN, embeddings=TRAIN_E)
-    with pytest.raises(ValueError, match=r"StreamingDetector: preset must be one of \('selected', 'paper'\), got 'x'"):
+    with pytest.raises(
+        ValueError, match=r"StreamingDetector: preset must be one of \('selected', 'paper'\), got 'x'"
+    ):
         make_detector("ss", encoder=None, preset="x").fit(TRAIN, embeddings=TRAIN_E)

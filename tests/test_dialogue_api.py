@@ -9,10 +9,19 @@ import dialfork_metrics as dm
 from dialfork_metrics import dialogue as DLG
 from dialfork_metrics.encoders import get_encoder
 
-REF = ["Hi, I want to book a doctor appointment.", "Sure. What is your name?", "Mark Smith.",
-       "Which doctor would you like to see?", "Dr. Morgan, please.", "You are booked for Monday at 10."]
-FORK = REF[:3] + ["Would you like to try our co-living apartments instead?", "No, a doctor!",
-                  "They come with a gym and a rooftop."]
+REF = [
+    "Hi, I want to book a doctor appointment.",
+    "Sure. What is your name?",
+    "Mark Smith.",
+    "Which doctor would you like to see?",
+    "Dr. Morgan, please.",
+    "You are booked for Monday at 10.",
+]
+FORK = REF[:3] + [
+    "Would you like to try our co-living apartments instead?",
+    "No, a doctor!",
+    "They come with a gym and a rooftop.",
+]
 
 
 def as_dicts(turns):
@@ -52,7 +61,9 @@ def test_turn_order(enc):
 
 def test_matches_embedding_level(enc):
     Er, Ec = enc.encode(REF), enc.encode(FORK)
-    assert dm.flowscore(REF, FORK, encoder=enc) == pytest.approx(dm.flowscore_from_embeddings(Er, Ec), abs=1e-9)
+    assert dm.flowscore(REF, FORK, encoder=enc) == pytest.approx(
+        dm.flowscore_from_embeddings(Er, Ec), abs=1e-9
+    )
     assert dm.flowdtw(REF, FORK, encoder=enc) == pytest.approx(dm.flowdtw_from_embeddings(Er, Ec), abs=1e-9)
     assert dm.mean_turn(REF, FORK, encoder=enc) == pytest.approx(dm.mean_turn_distance(Er, Ec), abs=1e-9)
     T = enc.encode_transcripts([REF, FORK]).astype(np.float64)
@@ -109,8 +120,10 @@ def test_score_quartets_on_spliced_forks(enc):
     source = REF + ["Thanks!", "Bye."]
     src = {"dialogue_id": "doctor-1", "turns": as_dicts(source)}
     tail = ["Do you want a loyalty card?", "No.", "Please rate us.", "Fine.", "One more survey?", "No!", "Ok"]
-    forks = {k: {"dialogue_id": f"doctor-1-GR-k{k}", "turns": as_dicts(source[: 2 * k] + tail[: 9 - 2 * k])}
-             for k in (1, 2, 3, 4)}
+    forks = {
+        k: {"dialogue_id": f"doctor-1-GR-k{k}", "turns": as_dicts(source[: 2 * k] + tail[: 9 - 2 * k])}
+        for k in (1, 2, 3, 4)
+    }
     rows = DLG.score_quartets([{"source": src, "type": "GR", "forks": forks}], encoder=enc)
     assert len(rows) == 1 and rows[0]["source_id"] == "doctor-1" and rows[0]["type"] == "GR"
     assert rows[0]["distances"]["shared_prefix"] == [-2.0, -4.0, -6.0, -8.0]
@@ -151,8 +164,7 @@ def test_datasets_rows_and_columns(enc):
 
     from dialfork_dataset.records import record_features
 
-    feats = datasets.Features({"dialogue_id": datasets.Value("string"),
-                               "turns": record_features()["turns"]})
+    feats = datasets.Features({"dialogue_id": datasets.Value("string"), "turns": record_features()["turns"]})
     ds = datasets.Dataset.from_list(
         [{"dialogue_id": "a", "turns": as_dicts(REF)}, {"dialogue_id": "b", "turns": as_dicts(FORK)}],
         features=feats,
@@ -160,5 +172,9 @@ def test_datasets_rows_and_columns(enc):
     expected = dm.flowscore([REF, REF], [REF, FORK], encoder=enc, batched=True)
     refs = datasets.Dataset.from_list([{"dialogue_id": "a", "turns": as_dicts(REF)}] * 2, features=feats)
     np.testing.assert_allclose(dm.flowscore(refs, ds, encoder=enc, batched=True), expected, atol=1e-12)
-    np.testing.assert_allclose(dm.flowscore(refs["turns"], ds["turns"], encoder=enc, batched=True), expected, atol=1e-12)
-    assert dm.flowdtw(ds[0], ds[1], encoder=enc) == pytest.approx(dm.flowdtw(REF, FORK, encoder=enc), abs=1e-12)
+    np.testing.assert_allclose(
+        dm.flowscore(refs["turns"], ds["turns"], encoder=enc, batched=True), expected, atol=1e-12
+    )
+    assert dm.flowdtw(ds[0], ds[1], encoder=enc) == pytest.approx(
+        dm.flowdtw(REF, FORK, encoder=enc), abs=1e-12
+    )

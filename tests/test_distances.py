@@ -162,7 +162,9 @@ def test_negative_cosines_with_padding_are_masked_with_minus_inf():
     ref = np.array([E1, E2])
     cand = -np.array([E1, E2, E3 * 0 + (E1 + E2) * R2])
     single = flowscore_from_embeddings(ref, cand)
-    batch = flowscore_batch_from_embeddings([(ref, cand), (unit(np.random.default_rng(0), 6, 3), np.array([E1]))])
+    batch = flowscore_batch_from_embeddings(
+        [(ref, cand), (unit(np.random.default_rng(0), 6, 3), np.array([E1]))]
+    )
     assert batch[0] == pytest.approx(single, abs=1e-12)
     # FlowDTW: 1x1 with S = [[-1]] costs 2 on a path of one cell, padded or not
     dtw = flowdtw_batch_from_embeddings([(np.array([E1]), np.array([-E1])), pair1])

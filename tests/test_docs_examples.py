@@ -39,11 +39,19 @@ def _sybil(bash_env: dict[str, str], cwd: Path):
 
     def run_bash(example) -> None:
         source = example.parsed
-        proc = subprocess.run(["bash", "-euo", "pipefail", "-c", source], cwd=cwd, env=bash_env,
-                              capture_output=True, text=True, timeout=900)
+        proc = subprocess.run(
+            ["bash", "-euo", "pipefail", "-c", source],
+            cwd=cwd,
+            env=bash_env,
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
         if proc.returncode != 0:
-            raise AssertionError(f"exit {proc.returncode}\n--- command\n{source}\n--- stdout\n"
-                                 f"{proc.stdout[-4000:]}\n--- stderr\n{proc.stderr[-4000:]}")
+            raise AssertionError(
+                f"exit {proc.returncode}\n--- command\n{source}\n--- stdout\n"
+                f"{proc.stdout[-4000:]}\n--- stderr\n{proc.stderr[-4000:]}"
+            )
 
     return Sybil(parsers=[PythonCodeBlockParser(), CodeBlockParser("bash", run_bash), SkipParser()])
 
@@ -54,7 +62,7 @@ def test_every_skip_gives_a_reason():
     for page in PAGES:
         for m in SKIP_RE.finditer(page.read_text(encoding="utf-8")):
             if m.group(1) != "end" and not m.group(2).strip().strip('"'):
-                line = page.read_text(encoding="utf-8")[:m.start()].count("\n") + 1
+                line = page.read_text(encoding="utf-8")[: m.start()].count("\n") + 1
                 bad.append(f"{page.relative_to(ROOT)}:{line}: {m.group(0)}")
     assert not bad, "skip directives without a reason:\n" + "\n".join(bad)
 
@@ -93,9 +101,27 @@ def workspace(tmp_path_factory, template_corpus, template_hub, star_dir) -> tupl
     env["PATH"] = f"{bindir}{os.pathsep}{env.get('PATH', '')}"
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
     env["DIALFORK_STAR_DIR"] = str(star_dir)
-    subprocess.run([sys.executable, "-m", "dialfork_metrics.guard", "replay", "--fit", "--data", str(demo / "hub"),
-                    "--task", "weather", "--monitor", str(demo / "guard" / "weather.monitor")],
-                   cwd=ws, env=env, check=True, capture_output=True, text=True, timeout=900)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dialfork_metrics.guard",
+            "replay",
+            "--fit",
+            "--data",
+            str(demo / "hub"),
+            "--task",
+            "weather",
+            "--monitor",
+            str(demo / "guard" / "weather.monitor"),
+        ],
+        cwd=ws,
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     return ws, env
 
 
@@ -114,8 +140,9 @@ def test_page_examples_run(page: Path, workspace, monkeypatch):
             skipped.append(f"line {example.line}: {e}")
             continue
         except Exception as e:
-            raise AssertionError(f"{page.relative_to(ROOT)}, example at line {example.line} failed: "
-                                 f"{type(e).__name__}: {e}") from e
+            raise AssertionError(
+                f"{page.relative_to(ROOT)}, example at line {example.line} failed: {type(e).__name__}: {e}"
+            ) from e
         ran += 1
     if ran == 0 and not skipped:
         pytest.skip(f"{page.name}: no runnable example")

@@ -44,11 +44,14 @@ def _public_objects():
     seen = set()
     for mod in _modules():
         for name, obj in vars(mod).items():
-            if (name.startswith("_") or not (inspect.isfunction(obj) or inspect.isclass(obj))
-                    or obj.__module__ != mod.__name__
-                    # made at run time inside a function and cached in the module (datasets' builder
-                    # classes): present or not depending on what ran before, so the walk skips them
-                    or "<locals>" in obj.__qualname__):
+            if (
+                name.startswith("_")
+                or not (inspect.isfunction(obj) or inspect.isclass(obj))
+                or obj.__module__ != mod.__name__
+                # made at run time inside a function and cached in the module (datasets' builder
+                # classes): present or not depending on what ran before, so the walk skips them
+                or "<locals>" in obj.__qualname__
+            ):
                 continue
             members = [(obj.__qualname__, obj)]
             if inspect.isclass(obj):
@@ -86,8 +89,12 @@ def _missing(obj) -> list[str]:
     if inspect.isfunction(obj):
         fn = ast.parse(textwrap.dedent(inspect.getsource(obj))).body[0]
         returns_none = isinstance(fn.returns, ast.Constant) and fn.returns.value is None
-        if not returns_none and "Returns:" not in doc and "Yields:" not in doc and any(
-                isinstance(n, ast.Return) and n.value is not None for n in ast.walk(fn)):
+        if (
+            not returns_none
+            and "Returns:" not in doc
+            and "Yields:" not in doc
+            and any(isinstance(n, ast.Return) and n.value is not None for n in ast.walk(fn))
+        ):
             need.append("Returns")
         if "Raises:" not in doc and any(isinstance(n, ast.Raise) for n in ast.walk(fn)):
             need.append("Raises")
@@ -98,19 +105,28 @@ def test_public_api_has_args_returns_raises():
     objects = list(_public_objects())
     assert len(objects) > 1000  # the walk found every module's functions, classes and methods
     names = {k for k, _ in objects}
-    for key in ("dialfork_metrics.dialogue.score_pairs", "dialfork_metrics.setlevel.prd_curve",
-                "dialfork_metrics.task3.streaming.detector.StreamingDetector.predict_many"):
+    for key in (
+        "dialfork_metrics.dialogue.score_pairs",
+        "dialfork_metrics.setlevel.prd_curve",
+        "dialfork_metrics.task3.streaming.detector.StreamingDetector.predict_many",
+    ):
         assert key in names
     found = {k: m for k, o in objects if (m := _missing(o))}
     allowed = _read_gaps()
     new = [f"{k}: {', '.join(m)}" for k, m in found.items() if not set(m) <= set(allowed.get(k, ()))]
-    assert not new, (f"{len(new)} public objects lack docstring sections (write them; "
-                     "tests/docstring_gaps.txt only lists older gaps):\n" + "\n".join(new))
+    assert not new, (
+        f"{len(new)} public objects lack docstring sections (write them; "
+        "tests/docstring_gaps.txt only lists older gaps):\n" + "\n".join(new)
+    )
     fixed = [f"{k}: {', '.join(m)}" for k, m in allowed.items() if found.get(k) != m]
-    assert not fixed, (f"{len(fixed)} lines of tests/docstring_gaps.txt are out of date (fixed or gone): "
-                       "write each line as below, or delete it when nothing is missing:\n"
-                       + "\n".join(f"{k}: {', '.join(found[k])}" if k in found else f"{k}: (delete)"
-                                    for k in (x.partition(":")[0] for x in fixed)))
+    assert not fixed, (
+        f"{len(fixed)} lines of tests/docstring_gaps.txt are out of date (fixed or gone): "
+        "write each line as below, or delete it when nothing is missing:\n"
+        + "\n".join(
+            f"{k}: {', '.join(found[k])}" if k in found else f"{k}: (delete)"
+            for k in (x.partition(":")[0] for x in fixed)
+        )
+    )
 
 
 def test_the_check_has_teeth():

@@ -13,7 +13,9 @@ import pytest
 FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 
 
-@pytest.mark.parametrize("module, at_least", [("dialfork_metrics.distances", 5), ("dialfork_metrics.dialogue", 6)])
+@pytest.mark.parametrize(
+    "module, at_least", [("dialfork_metrics.distances", 5), ("dialfork_metrics.dialogue", 6)]
+)
 def test_docstring_examples_run(module, at_least):
     mod = importlib.import_module(module)
     finder = doctest.DocTestFinder(exclude_empty=True)
@@ -25,4 +27,6 @@ def test_docstring_examples_run(module, at_least):
         runner.run(t)
     result = runner.summarize(verbose=False)
     assert len(tests) >= at_least, f"{module}: only {len(tests)} docstrings with examples"
-    assert result.failed == 0, f"{result.failed} of {result.attempted} examples of {module} failed (output above)"
+    assert result.failed == 0, (
+        f"{result.failed} of {result.attempted} examples of {module} failed (output above)"
+    )

@@ -8,9 +8,15 @@ import pytest
 from dialfork_metrics.encoders import Encoder
 from dialfork_metrics.pair_encoder import PairEncoder
 
-TEXTS = ["Hello, how can I help you today?", "I would like to book a table for two at seven tonight.",
-         "ok", "What is the weather in Paris tomorrow?", "Sure. Which doctor would you like to see, and when?",
-         "thanks, bye", "Could you tell me the name and the address of the restaurant, please? " * 3]
+TEXTS = [
+    "Hello, how can I help you today?",
+    "I would like to book a table for two at seven tonight.",
+    "ok",
+    "What is the weather in Paris tomorrow?",
+    "Sure. Which doctor would you like to see, and when?",
+    "thanks, bye",
+    "Could you tell me the name and the address of the restaurant, please? " * 3,
+]
 
 
 def _onnx_or_skip():
@@ -139,13 +145,26 @@ def test_tasks_1_to_3_identical_to_4_decimals(template_corpus, onnx_cache):
     """The whole benchmark (Tasks 1-3) with runtime='onnx' equals runtime='torch' to 4 decimals."""
     from dialfork_metrics.bench import run_benchmark
 
-    reps = {rt: run_benchmark(template_corpus, tasks=(1, 2, 3), encoders=("minilm",), out=None, n_resamples=200,
-                              progress=False, runtime=rt, prd_kwargs={"num_runs": 2})
-            for rt in ("torch", "onnx")}
+    reps = {
+        rt: run_benchmark(
+            template_corpus,
+            tasks=(1, 2, 3),
+            encoders=("minilm",),
+            out=None,
+            n_resamples=200,
+            progress=False,
+            runtime=rt,
+            prd_kwargs={"num_runs": 2},
+        )
+        for rt in ("torch", "onnx")
+    }
     got = {rt: dict(_numbers({k: r[k] for k in ("task1", "task2", "task3")})) for rt, r in reps.items()}
     assert got["torch"].keys() == got["onnx"].keys() and len(got["torch"]) > 100
-    bad = {k: (v, got["onnx"][k]) for k, v in got["torch"].items()
-           if not (np.isnan(v) and np.isnan(got["onnx"][k])) and not abs(v - got["onnx"][k]) < 5e-5}
+    bad = {
+        k: (v, got["onnx"][k])
+        for k, v in got["torch"].items()
+        if not (np.isnan(v) and np.isnan(got["onnx"][k])) and not abs(v - got["onnx"][k]) < 5e-5
+    }
     assert not bad, f"{len(bad)} of {len(got['torch'])} numbers differ at 4 decimals: {list(bad.items())[:5]}"
 
 

@@ -21,8 +21,14 @@ PAPER_IDS = {
     "DSE": "aws-ai/dse-bert-base",
 }
 
-TEXTS = ["Hello, I would like to book an apartment viewing.", "What is your name?", "Mark.",
-         "Which apartment would you like to see?", "What is your name?", "Mark."]
+TEXTS = [
+    "Hello, I would like to book an apartment viewing.",
+    "What is your name?",
+    "Mark.",
+    "Which apartment would you like to see?",
+    "What is your name?",
+    "Mark.",
+]
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +70,9 @@ def test_paths_and_hub_ids_pass_through(tmp_path):
 
 @pytest.mark.parametrize("bad", ["nope", "", "   ", "a/b/c", None, 3])
 def test_unknown_encoder_name_lists_aliases(bad):
-    with pytest.raises(ValueError, match="minilm, d2f, sbert, labse, bge-m3, qwen3-embedding, embeddinggemma, dse"):
+    with pytest.raises(
+        ValueError, match="minilm, d2f, sbert, labse, bge-m3, qwen3-embedding, embeddinggemma, dse"
+    ):
         resolve_encoder_name(bad)
     with pytest.raises(ValueError):
         Encoder(bad)
@@ -192,7 +200,9 @@ def test_disk_cache_compacts_many_shards(tmp_path):
 
 def test_transcript_truncation_is_reported(minilm, caplog):
     enc = fresh(minilm)
-    long_dialogue = [f"This is a rather long turn number {i} about booking a doctor appointment." for i in range(60)]
+    long_dialogue = [
+        f"This is a rather long turn number {i} about booking a doctor appointment." for i in range(60)
+    ]
     with caplog.at_level(logging.WARNING, logger="dialfork_metrics.encoders"):
         enc.encode_transcripts([long_dialogue, TEXTS[:2]])
     assert enc.stats["truncated"] == 1 and "1 of 2 transcripts exceed" in caplog.text
@@ -223,13 +233,13 @@ def test_lru_keeps_the_cache_at_its_cap_with_unchanged_results():
 
     texts = [f"generation {i}: the assistant offers something else" for i in range(10_000)]
     unbounded = Encoder("hash", model=_HashModel())
-    expected = np.concatenate([unbounded.encode(texts[s:s + 500]) for s in range(0, 10_000, 500)])
+    expected = np.concatenate([unbounded.encode(texts[s : s + 500]) for s in range(0, 10_000, 500)])
     assert len(unbounded) == 10_000
     cap = 64 * 1024  # 64 KiB: a few hundred 16-d rows with their texts
     enc = Encoder("hash", model=_HashModel(), memory_cache_bytes=cap)
     sizes = []
     for s in range(0, 10_000, 500):  # a training loop scoring 500 new generations per step
-        np.testing.assert_array_equal(enc.encode(texts[s:s + 500]), expected[s:s + 500])
+        np.testing.assert_array_equal(enc.encode(texts[s : s + 500]), expected[s : s + 500])
         sizes.append(enc.memory_cache_bytes)
     assert max(sizes) <= cap and sizes[-1] > cap * 0.9  # full, never over
     assert enc._memory._slab.nbytes <= cap  # the slab itself stays within the bound
@@ -238,7 +248,9 @@ def test_lru_keeps_the_cache_at_its_cap_with_unchanged_results():
     encoded = enc.stats["encoded"]
     np.testing.assert_array_equal(enc.encode(texts[-5:]), expected[-5:])
     assert enc.stats["encoded"] == encoded
-    np.testing.assert_array_equal(enc.encode(texts[:5] + texts[-1:]), np.concatenate([expected[:5], expected[-1:]]))
+    np.testing.assert_array_equal(
+        enc.encode(texts[:5] + texts[-1:]), np.concatenate([expected[:5], expected[-1:]])
+    )
     assert enc.stats["encoded"] == encoded + 5
     # one job larger than the cap: the result is still complete and correct
     big = Encoder("hash", model=_HashModel(), memory_cache_bytes=cap)

@@ -23,8 +23,13 @@ from dialfork_metrics.encoders import get_encoder
 DISCOVERED = M.available()
 OURS = ["flowscore", "flowdtw"]
 
-REF = ["Hi, I want to book a doctor appointment.", "Sure. What is your name?", "Mark Smith.",
-       "Which doctor would you like to see?", "Dr. Morgan, please."]
+REF = [
+    "Hi, I want to book a doctor appointment.",
+    "Sure. What is your name?",
+    "Mark Smith.",
+    "Which doctor would you like to see?",
+    "Dr. Morgan, please.",
+]
 FORK = REF[:2] + ["Would you like to try our co-living apartments instead?", "No, a doctor!"]
 OTHER = ["I need a taxi to the airport.", "When do you want to leave?", "At 5 pm."]
 
@@ -88,7 +93,9 @@ def test_space_files_and_card(name):
     reqs = (folder / "requirements.txt").read_text(encoding="utf-8")
     assert "evaluate" in reqs and "dialfork" in reqs
     script = (folder / f"{name}.py").read_text(encoding="utf-8")
-    assert not re.search(r"^from \.", script, flags=re.M), f"{name}: no relative imports (see docs/evaluate_modules.md)"
+    assert not re.search(r"^from \.", script, flags=re.M), (
+        f"{name}: no relative imports (see docs/evaluate_modules.md)"
+    )
 
 
 @pytest.mark.parametrize("name", DISCOVERED)

@@ -22,8 +22,10 @@ from leaderboard.validate import check_line_object
 ROOT = Path(__file__).resolve().parents[1]
 HAS_GRADIO = importlib.util.find_spec("gradio") is not None
 
-REFS = [{"num_system_turns": 5, "hallucination_type": None, "fork_turn": None},
-        {"num_system_turns": 6, "hallucination_type": "GR", "fork_turn": 2}]
+REFS = [
+    {"num_system_turns": 5, "hallucination_type": None, "fork_turn": None},
+    {"num_system_turns": 6, "hallucination_type": "GR", "fork_turn": 2},
+]
 
 
 def _space_checkout(name: str, tmp_path: Path) -> Path:
@@ -44,9 +46,16 @@ def test_space_app_starts_in_a_folder_of_another_name(name, tmp_path):
 
     def launch(port):
         return [sys.executable, "app.py"], {
-            **os.environ, "PYTHONPATH": str(ROOT), "GRADIO_SERVER_NAME": "127.0.0.1", "GRADIO_SERVER_PORT": str(port),
-            "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1", "HF_EVALUATE_OFFLINE": "1",
-            "HF_DATASETS_OFFLINE": "1", "HF_MODULES_CACHE": str(tmp_path / "modules")}
+            **os.environ,
+            "PYTHONPATH": str(ROOT),
+            "GRADIO_SERVER_NAME": "127.0.0.1",
+            "GRADIO_SERVER_PORT": str(port),
+            "GRADIO_ANALYTICS_ENABLED": "False",
+            "HF_HUB_OFFLINE": "1",
+            "HF_EVALUATE_OFFLINE": "1",
+            "HF_DATASETS_OFFLINE": "1",
+            "HF_MODULES_CACHE": str(tmp_path / "modules"),
+        }
 
     # started again on a fresh port if Gradio's own start-up checks (5 s, 3 s) miss under load
     proc, base, _ = start_app(launch, folder, tmp_path)
@@ -91,18 +100,42 @@ def test_a_space_folder_without_one_module_script_is_refused(tmp_path):
 def test_compute_json_words_errors():
     task3 = dm.load("task3")
     res, msg = compute_json(task3, "[null, 3]", json.dumps(REFS))
-    assert msg == "ok" and res["task3"] == pytest.approx(task3.compute(predictions=[None, 3], references=REFS)["task3"])
+    assert msg == "ok" and res["task3"] == pytest.approx(
+        task3.compute(predictions=[None, 3], references=REFS)["task3"]
+    )
     assert compute_json(task3, "[null, 3", json.dumps(REFS))[1].startswith("predictions is not valid JSON")
     assert "must be a JSON list" in compute_json(task3, "{}", json.dumps(REFS))[1]
     assert "has 1 items but references has 2" in compute_json(task3, "[1]", json.dumps(REFS))[1]
     deep = "[" * 100_000 + "]" * 100_000
     assert "could not be read" in compute_json(task3, deep, json.dumps(REFS))[1]
     res, msg = compute_json(task3, "[3.0, 3]", json.dumps(REFS))
-    assert res is None and "row 0: prediction is a float (3.0); turn indices are JSON integers (write 3)" in msg
+    assert (
+        res is None and "row 0: prediction is a float (3.0); turn indices are JSON integers (write 3)" in msg
+    )
 
 
-VALUES = [None, 1, 3, 6, 7, 0, -1, -5, 3.0, 2.5, True, False, "3", "null", "abc", [1], {"a": 1}, 10**40,
-          float("nan"), float("inf")]
+VALUES = [
+    None,
+    1,
+    3,
+    6,
+    7,
+    0,
+    -1,
+    -5,
+    3.0,
+    2.5,
+    True,
+    False,
+    "3",
+    "null",
+    "abc",
+    [1],
+    {"a": 1},
+    10**40,
+    float("nan"),
+    float("inf"),
+]
 
 
 @pytest.mark.parametrize("value", VALUES, ids=repr)
@@ -110,12 +143,17 @@ def test_task3_module_and_leaderboard_agree(value):
     """Same value, same T: the module and the leaderboard's line check accept or refuse it
     together, with the same words."""
     T = 6
-    lb = [m for code, m, f in check_line_object({"dialogue_id": "d", "prediction": value}, "detector", T)
-          if f == "prediction"]
+    lb = [
+        m
+        for code, m, f in check_line_object({"dialogue_id": "d", "prediction": value}, "detector", T)
+        if f == "prediction"
+    ]
     problem = check_prediction(value, T)
     task3 = dm.load("task3")
-    refs = [{"num_system_turns": T, "hallucination_type": "GR", "fork_turn": 2},
-            {"num_system_turns": 5, "hallucination_type": None, "fork_turn": None}]
+    refs = [
+        {"num_system_turns": T, "hallucination_type": "GR", "fork_turn": 2},
+        {"num_system_turns": 5, "hallucination_type": None, "fork_turn": None},
+    ]
     try:
         task3.compute(predictions=[value, None], references=refs)
         module_errors: list[str] = []

@@ -74,8 +74,9 @@ def toy_jaccard_core(refs: list, cands: list):
 
 def toy_set_vocabulary(ctx, task: str, ref: list, tgt: list) -> float:
     """Toy Task 1 metric (a registry set core): 1 - Jaccard of the two sets' word sets."""
-    return toy_vocabulary_distance({"turns": [t for d in ref for t in d["turns"]]},
-                                   {"turns": [t for d in tgt for t in d["turns"]]})
+    return toy_vocabulary_distance(
+        {"turns": [t for d in ref for t in d["turns"]]}, {"turns": [t for d in tgt for t in d["turns"]]}
+    )
 
 
 @pytest.fixture
@@ -104,7 +105,8 @@ def test_new_builtin_metric_is_one_registry_entry(small_corpus, toy_registered):
     # score_pairs, and the shared tester's checks
     ref, cand = ["Hello there.", "Hi, how can I help?"], ["Hello.", "Hi, how can I help you?"]
     assert score_pairs([ref], [cand], ["vocab"], encoder=None)["vocab"][0] == pytest.approx(
-        toy_vocabulary_distance({"turns": [{"text": t} for t in ref]}, {"turns": [{"text": t} for t in cand]}))
+        toy_vocabulary_distance({"turns": [{"text": t} for t in ref]}, {"turns": [{"text": t} for t in cand]})
+    )
     tester = PairMetricTester("vocab")
     tester.check_entry_points()
     tester.check_input_forms()
@@ -126,8 +128,16 @@ def test_a_similarity_ranks_the_other_way(toy_registered):
     from dialfork_metrics.dialogue import score_quartets
     from dialfork_metrics.registry import MetricSpec, register, unregister
 
-    register(MetricSpec("vocab_sim", "pair", "Vocabulary overlap", input="turns", direction="higher",
-                        core=lambda refs, cands: 1.0 - toy_jaccard_core(refs, cands)))
+    register(
+        MetricSpec(
+            "vocab_sim",
+            "pair",
+            "Vocabulary overlap",
+            input="turns",
+            direction="higher",
+            core=lambda refs, cands: 1.0 - toy_jaccard_core(refs, cands),
+        )
+    )
     try:
         src = ["Book a table for two.", "For when?", "Tonight at eight.", "Done: tonight at eight."]
         forks = {k: src[:k] + ["Would you like a pizza instead?", "No."] for k in (1, 2, 3)}
@@ -142,7 +152,9 @@ def test_a_flow_aware_metric_is_compared_with_the_controls_in_words():
     from dialfork_metrics.registry import MetricSpec, register, unregister
     from dialfork_metrics.report.markdown import TASK2_CONTROLS, TASK2_FLOW_METHODS, control_beats_sentence
 
-    register(MetricSpec("vocab_flow", "pair", "Vocab flow", core=lambda a, b: None, input="turns", flow_aware=True))
+    register(
+        MetricSpec("vocab_flow", "pair", "Vocab flow", core=lambda a, b: None, input="turns", flow_aware=True)
+    )
     try:
         assert "vocab_flow" in TASK2_FLOW_METHODS and "vocab_flow" not in TASK2_CONTROLS
         tau = {"vocab_flow": {"Avg": 0.2}, "shared_prefix": {"Avg": 0.5}}
@@ -186,8 +198,17 @@ def toy_detector():
     """The Task 3 checklist's one entry (the class above, named lazily), undone afterwards."""
     from dialfork_metrics.task3 import DetectorSpec, register_detector, unregister_detector
 
-    register_detector(DetectorSpec("middle", "Always middle", "baselines", "test_extending:MiddleTurnDetector",
-                                   needs=("seed",), in_benchmark=True, description="always the middle system turn"))
+    register_detector(
+        DetectorSpec(
+            "middle",
+            "Always middle",
+            "baselines",
+            "test_extending:MiddleTurnDetector",
+            needs=("seed",),
+            in_benchmark=True,
+            description="always the middle system turn",
+        )
+    )
     yield
     unregister_detector("middle")
 
@@ -203,19 +224,25 @@ def test_new_detector_is_one_registry_entry(small_corpus, toy_detector):
     assert "middle" in TASK3_DETECTORS and "middle" in bench.TASK3_DETECTORS and "middle" in DETECTOR_NAMES
     assert LABELS["middle"] == "Always middle" and regime("middle") == "baselines"
     assert TASK3_REGIMES["baselines"] == ("first", "last", "random", "middle")
-    assert task3_parser().parse_args(["predict", "--data", "x", "--out", "y", "--detector", "middle"]).detector == "middle"
+    assert (
+        task3_parser().parse_args(["predict", "--data", "x", "--out", "y", "--detector", "middle"]).detector
+        == "middle"
+    )
     assert "middle" in bench.build_parser().format_help()
     det = make_detector("middle", seed=3)
     assert isinstance(det, MiddleTurnDetector) and det.seed == 3
     # the benchmark's Task 3 run, its table and the weight sweep
     corpus = bench.load_corpus(small_corpus)
-    t3 = bench.run_task3(corpus, None, detectors=("first", "middle"), progress=False, ablations=False,
-                         paper_table=False)
+    t3 = bench.run_task3(
+        corpus, None, detectors=("first", "middle"), progress=False, ablations=False, paper_table=False
+    )
     assert list(t3["results"]) == ["first", "middle"]
     test = t3["predictions"]["middle"]
     assert len(test) == t3["n_test"] and all(isinstance(p, int) and p >= 1 for p in test.values())
     assert t3["results"]["middle"]["score"] is not None
-    row = next(line for line in task3_markdown({"none": t3}).splitlines() if line.startswith("| Always middle |"))
+    row = next(
+        line for line in task3_markdown({"none": t3}).splitlines() if line.startswith("| Always middle |")
+    )
     cells = [c.strip() for c in row.strip().strip("|").split("|")]
     assert len(cells) == len(_task3_header()) and cells[-1] not in ("", "-", "–")  # a Score
     sweep = bench.task3_weight_sweep(t3["results"])
@@ -244,9 +271,13 @@ def test_detector_registry_refuses_bad_entries():
     with pytest.raises(TypeError, match="Task 3 detector 'it': method= is fixed by the name"):
         make_detector("it", method="ss")
     # an unknown name, everywhere a name is taken, lists the registered ones
-    with pytest.raises(ValueError, match="unknown Task 3 detector 'nope'; registered: first, last, random, it"):
+    with pytest.raises(
+        ValueError, match="unknown Task 3 detector 'nope'; registered: first, last, random, it"
+    ):
         get_detector("nope")
-    with pytest.raises(ValueError, match="unknown Task 3 detector 'nope'; registered: first, last, random, it"):
+    with pytest.raises(
+        ValueError, match="unknown Task 3 detector 'nope'; registered: first, last, random, it"
+    ):
         make_detector("nope")
     with pytest.raises(bench.BenchError, match=r"unknown Task 3 method\(s\) \['nope'\]; known: first, last"):
         bench.run_benchmark("unused", tasks=(3,), task3_detectors=("nope",))
@@ -284,8 +315,15 @@ def toy_backend():
     """Checklist step 2, at run time: one registry entry (step 1, the class, is ToyBackend above)."""
     from generation.backends import BackendSpec, register_backend, unregister_backend
 
-    spec = register_backend(BackendSpec("toy", "test_extending:ToyBackend", llm=True,
-                                        placement="test_extending:toy_place", needs="nothing (a toy)"))
+    spec = register_backend(
+        BackendSpec(
+            "toy",
+            "test_extending:ToyBackend",
+            llm=True,
+            placement="test_extending:toy_place",
+            needs="nothing (a toy)",
+        )
+    )
     yield spec
     unregister_backend("toy")
 
@@ -297,8 +335,16 @@ def test_new_backend_registers_and_generates(tmp_path, toy_backend):
 
     assert isinstance(get_backend("toy", greeting="Hi"), ToyBackend)
     out = tmp_path / "toy_corpus"
-    generate_corpus(GenerationConfig(star=f"workflow:{EXAMPLE}", out=str(out), backend="toy",
-                                     backend_options={"greeting": "Hi"}, per_task=1), progress=False)
+    generate_corpus(
+        GenerationConfig(
+            star=f"workflow:{EXAMPLE}",
+            out=str(out),
+            backend="toy",
+            backend_options={"greeting": "Hi"},
+            per_task=1,
+        ),
+        progress=False,
+    )
     recs = read_records(out)
     assert len(recs) == 2 * 17 and {r["generator"] for r in recs} == {"toy"}
     forks = [r for r in recs if r["hallucination_type"]]
@@ -324,8 +370,20 @@ def test_new_backend_is_seen_by_the_cli_placement_and_version(tmp_path, toy_back
     from generation.options import build_parser, conformance_check
 
     out = tmp_path / "cli"
-    argv = ["--backend", "toy", "--backend-option", "greeting=Hey", "--source", f"workflow:{EXAMPLE}",
-            "--out", str(out), "--per-task", "1", "--no-progress", "--quiet"]
+    argv = [
+        "--backend",
+        "toy",
+        "--backend-option",
+        "greeting=Hey",
+        "--source",
+        f"workflow:{EXAMPLE}",
+        "--out",
+        str(out),
+        "--per-task",
+        "1",
+        "--no-progress",
+        "--quiet",
+    ]
     assert conformance_check(build_parser().parse_args(argv)) == DEFAULT_CHECK  # an LLM backend: D+ checked
     assert main([*argv, "--no-check-conformance"]) == 0, capsys.readouterr().err
     recs = read_records(out)
@@ -333,12 +391,15 @@ def test_new_backend_is_seen_by_the_cli_placement_and_version(tmp_path, toy_back
     assert all(t["text"].startswith("Hey,") for r in recs for t in r["turns"])
     assert "toy: nothing (a toy)" in " ".join(build_parser().format_help().split())
     config = SimpleNamespace(backend="toy", backend_options={"greeting": "Hi"})
-    assert backend_options_for_process(config, SimpleNamespace(num_processes=2, device="cuda:1")) == \
-        {"greeting": "Hi from cuda:1"}
+    assert backend_options_for_process(config, SimpleNamespace(num_processes=2, device="cuda:1")) == {
+        "greeting": "Hi from cuda:1"
+    }
     assert [p.name for p in backend_code_files("toy")] == ["test_extending.py"]
     unregister_backend("toy")
     assert "toy" not in BACKENDS
-    with pytest.raises(UnknownBackendError, match="unknown backend 'toy'; registered: template, transformers, openai"):
+    with pytest.raises(
+        UnknownBackendError, match="unknown backend 'toy'; registered: template, transformers, openai"
+    ):
         get_backend("toy")
     with pytest.raises(SystemExit):
         build_parser().parse_args(argv)  # no longer a choice
@@ -366,14 +427,18 @@ def test_new_workflow_source_from_a_dict(tmp_path):
     path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
     assert validate_workflow(path) == []
     src = open_source(f"workflow:{path}")
-    assert list(src.tasks) == ["insurance_claim_status"] and src.domains == {"claims": ["insurance_claim_status"]}
+    assert list(src.tasks) == ["insurance_claim_status"] and src.domains == {
+        "claims": ["insurance_claim_status"]
+    }
     steps = src.task("insurance_claim_status").steps()
     assert steps and src.task("insurance_claim_status").digraph().number_of_nodes() >= len(steps)
 
     data["tasks"][0]["steps"][0]["next"] = "no_such_step"
     path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
     problems = validate_workflow(path)
-    assert problems and all(p.startswith(f"{path}:") for p in problems) and "no_such_step" in "".join(problems)
+    assert (
+        problems and all(p.startswith(f"{path}:") for p in problems) and "no_such_step" in "".join(problems)
+    )
 
 
 class HappyOnly:
@@ -408,8 +473,9 @@ def test_new_workflow_source_class(tmp_path):
     assert is_source(src) and open_source(src) is src
     require(src, "surface_templates", needed_by="the template backend")  # what the template backend needs
     out = tmp_path / "happy"
-    generate_corpus(GenerationConfig(star=f"workflow:{EXAMPLE}", out=str(out), per_task=5), corpus=src,
-                    progress=False)
+    generate_corpus(
+        GenerationConfig(star=f"workflow:{EXAMPLE}", out=str(out), per_task=5), corpus=src, progress=False
+    )
     used = {r["scenario_id"] for r in read_records(out)}  # fc05 and cs05 (unhappy) are left out
     assert used == {"fc01", "fc02", "fc03", "fc04", "fc06", "cs01", "cs02", "cs03", "cs04", "cs06"}
 
@@ -426,9 +492,17 @@ def toy_source_kind():
     """The class checklist's step 4, at run time: one registry entry makes ``toy:PATH`` a spec."""
     from dialfork_dataset.sources import SourceKind, register_source_kind, unregister_source_kind
 
-    kind = register_source_kind(SourceKind("toy", "test_extending:open_toy", "a workflow file (happy scenarios)",
-                                           title="toy", source_dataset="original", licence="CC0-1.0",
-                                           credit="a toy workflow file (CC0-1.0)"))
+    kind = register_source_kind(
+        SourceKind(
+            "toy",
+            "test_extending:open_toy",
+            "a workflow file (happy scenarios)",
+            title="toy",
+            source_dataset="original",
+            licence="CC0-1.0",
+            credit="a toy workflow file (CC0-1.0)",
+        )
+    )
     yield kind
     unregister_source_kind("toy")
 
@@ -452,22 +526,33 @@ def test_new_source_kind_is_one_registry_entry(tmp_path, toy_source_kind, capsys
     from generation.options import build_parser
 
     spec = f"toy:{EXAMPLE}"
-    assert parse_source_spec(spec) == ("toy", EXAMPLE.resolve()) and source_identity(spec) == f"toy:{EXAMPLE.resolve()}"
+    assert (
+        parse_source_spec(spec) == ("toy", EXAMPLE.resolve())
+        and source_identity(spec) == f"toy:{EXAMPLE.resolve()}"
+    )
     assert isinstance(open_source(spec), HappyOnly)
     assert "toy:PATH, a workflow file (happy scenarios)" in " ".join(build_parser().format_help().split())
     out = tmp_path / "toy_source"
-    assert main(["--source", spec, "--out", str(out), "--per-task", "5", "--no-progress", "--quiet"]) == 0, \
+    assert main(["--source", spec, "--out", str(out), "--per-task", "5", "--no-progress", "--quiet"]) == 0, (
         capsys.readouterr().err
+    )
     used = {r["scenario_id"] for r in read_records(out)}  # the unhappy fc05 and cs05 are left out
     assert used == {"fc01", "fc02", "fc03", "fc04", "fc06", "cs01", "cs02", "cs03", "cs04", "cs06"}
     assert json.loads((out / "manifest.json").read_text(encoding="utf-8"))["config"]["star"] == spec
     assert _manifest_star(str(out)) == recorded_source(spec) == spec  # Task 3 reads the source back
     assert parse_source(spec, None) == spec  # the agent audit's --source
     judge = LLMJudge(client=object(), star_dir=spec)
-    assert judge.workflow_for("insurance_claim_status") == \
-        open_source(spec).task("insurance_claim_status").render_steps(with_templates=False)
-    assert card_source(spec) == {"kind": "toy", "title": "toy", "source_dataset": "original", "licence": "CC0-1.0",
-                                 "credit": "a toy workflow file (CC0-1.0)", "note": None}
+    assert judge.workflow_for("insurance_claim_status") == open_source(spec).task(
+        "insurance_claim_status"
+    ).render_steps(with_templates=False)
+    assert card_source(spec) == {
+        "kind": "toy",
+        "title": "toy",
+        "source_dataset": "original",
+        "licence": "CC0-1.0",
+        "credit": "a toy workflow file (CC0-1.0)",
+        "note": None,
+    }
     assert card_source(None)["source_dataset"] == "extended|other-star"  # a corpus without a manifest: STAR
     assert source_spec_of(open_source(f"workflow:{EXAMPLE}")) == f"workflow:{EXAMPLE.resolve()}"
 
@@ -511,9 +596,11 @@ def test_counting_the_records_of_a_source(small_corpus):
 def _params_of(path: Path, name: str) -> list[list[str]]:
     import ast
 
-    return [[a.arg for a in n.args.args if a.arg != "self"]
-            for n in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
-            if isinstance(n, ast.FunctionDef) and n.name == name]
+    return [
+        [a.arg for a in n.args.args if a.arg != "self"]
+        for n in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(n, ast.FunctionDef) and n.name == name
+    ]
 
 
 def test_argument_order_per_layer():
@@ -525,8 +612,15 @@ def test_argument_order_per_layer():
     updates = _params_of(root / "torchmetrics.py", "update")
     assert len(updates) >= 3 and all(p[:2] == ["predictions", "references"] for p in updates), updates
     # functions: the reference first (d(D, D'), KL(reference || target))
-    for fn in ("flowscore", "flowdtw", "mean_turn", "full_dialog", "turn_count_diff", "word_count_diff",
-               "shared_prefix"):
+    for fn in (
+        "flowscore",
+        "flowdtw",
+        "mean_turn",
+        "full_dialog",
+        "turn_count_diff",
+        "word_count_diff",
+        "shared_prefix",
+    ):
         assert _params_of(root / "dialogue.py", fn)[0][:2] == ["ref", "cand"], fn
     assert _params_of(root / "dialogue.py", "score_pairs")[0][:2] == ["references", "candidates"]
     for fn in ("fbd_from_embeddings", "prd_from_embeddings"):

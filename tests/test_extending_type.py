@@ -35,11 +35,21 @@ def plan_reversed(hal, cx):
 
 def check_toy_templates(items):
     """The toy type's variant check: a ``template.order``, when given, must be ``reversed``."""
-    return [f"{loc}: template.order must be 'reversed'" for loc, tpl in items if tpl.get("order", "reversed") != "reversed"]
+    return [
+        f"{loc}: template.order must be 'reversed'"
+        for loc, tpl in items
+        if tpl.get("order", "reversed") != "reversed"
+    ]
 
 
-TOY = HallucinationType("TOY", "toy reversal", breaks_task=True, planner=plan_reversed,
-                        variant_check=check_toy_templates, example_line="Let us do the last step first.")
+TOY = HallucinationType(
+    "TOY",
+    "toy reversal",
+    breaks_task=True,
+    planner=plan_reversed,
+    variant_check=check_toy_templates,
+    example_line="Let us do the last step first.",
+)
 
 
 def read_records(folder: Path) -> list[dict]:
@@ -56,15 +66,24 @@ def toy(tmp_path_factory):
     try:
         pool = yaml.safe_load((ROOT / "generation" / "variants.yaml").read_text(encoding="utf-8"))
         pool["types"]["TOY"] = [
-            {"id": f"toy-{i}", "description": "say the steps backwards", "template": {"order": "reversed"},
-             "cue": "The assistant goes through the steps backwards.",
-             "instruction": "From now on, go through the remaining steps of your workflow in reverse order."}
-            for i in range(5)]
+            {
+                "id": f"toy-{i}",
+                "description": "say the steps backwards",
+                "template": {"order": "reversed"},
+                "cue": "The assistant goes through the steps backwards.",
+                "instruction": "From now on, go through the remaining steps of your workflow in reverse order.",
+            }
+            for i in range(5)
+        ]
         variants = root / "variants.yaml"
         variants.write_text(yaml.safe_dump(pool, sort_keys=False), encoding="utf-8")
         corpus = root / "corpus"
-        generate_corpus(GenerationConfig(star=f"workflow:{EXAMPLE}", out=str(corpus), per_task=PER_TASK,
-                                         variants_path=str(variants)), progress=False)
+        generate_corpus(
+            GenerationConfig(
+                star=f"workflow:{EXAMPLE}", out=str(corpus), per_task=PER_TASK, variants_path=str(variants)
+            ),
+            progress=False,
+        )
         yield {"root": root, "variants": variants, "corpus": corpus, "records": read_records(corpus)}
     finally:
         taxonomy.unregister_type("TOY")
@@ -117,8 +136,8 @@ def test_generation_forks_every_source_with_the_type(toy):
         src = [t["text"] for t in by_id[r["source_id"]]["turns"] if t["speaker"] == "system"]
         own = [t["text"] for t in r["turns"] if t["speaker"] == "system"]
         tk = r["fork_turn"]
-        assert own[:tk - 1] == src[:tk - 1]
-        assert own[tk - 1:] != src[tk - 1:], r["dialogue_id"]
+        assert own[: tk - 1] == src[: tk - 1]
+        assert own[tk - 1 :] != src[tk - 1 :], r["dialogue_id"]
 
 
 def test_export_hidden_split_and_load_dataset(toy, tmp_path):
@@ -147,10 +166,19 @@ def test_export_hidden_split_and_load_dataset(toy, tmp_path):
 def test_the_benchmark_tables_have_a_column_for_the_type(toy, tmp_path):
     from dialfork_metrics.bench import run_benchmark
 
-    rep = run_benchmark(str(toy["corpus"]), tasks=(1, 2, 3), encoders=("minilm",), out=str(tmp_path / "bench"),
-                        task1_methods=("turn_count_diff", "random"), task2_methods=("flowscore", "random"),
-                        task3_detectors=("last", "it"), n_resamples=50, plots=False, progress=False,
-                        task3_kwargs={"ablations": False})
+    rep = run_benchmark(
+        str(toy["corpus"]),
+        tasks=(1, 2, 3),
+        encoders=("minilm",),
+        out=str(tmp_path / "bench"),
+        task1_methods=("turn_count_diff", "random"),
+        task2_methods=("flowscore", "random"),
+        task3_detectors=("last", "it"),
+        n_resamples=50,
+        plots=False,
+        progress=False,
+        task3_kwargs={"ablations": False},
+    )
     md = (tmp_path / "bench" / "report.md").read_text(encoding="utf-8")
     header_t3 = "| Method | WIC | SSPC | GR | CSC | TOY | Avg |"
     assert header_t3 in md  # Tables 2 and 3 (Task 1, Task 2): registration order
@@ -170,8 +198,12 @@ def test_the_annotation_demo_and_analyses_use_the_type(toy, tmp_path):
 
     pool = load_variants(toy["variants"])
     # the demo (no --corpus: a synthetic corpus whose forks include the new type; cues from its variants)
-    assert annotation_main(["demo", "--db", str(tmp_path / "study.db"), "--variants", str(toy["variants"]),
-                            "--no-serve"]) == 0
+    assert (
+        annotation_main(
+            ["demo", "--db", str(tmp_path / "study.db"), "--variants", str(toy["variants"]), "--no-serve"]
+        )
+        == 0
+    )
     recs = synthetic_records("weather", 10, seed=0, pool=pool)
     toy_forks = [r for r in recs if r["hallucination_type"] == "TOY"]
     assert len(toy_forks) == 10 * 4
@@ -200,11 +232,26 @@ def test_the_audit_flags_a_fake_agent_that_injects_the_type(toy, tmp_path):
     tasks = sorted({r["task"] for r in toy["records"]})
     reports = {}
     for kind in ("faithful", "derailed"):
-        with serve_fake_agent(kind, source=f"workflow:{EXAMPLE}", htypes=("TOY",), variants=toy["variants"],
-                              derail_at=2, in_process=True) as fa:
-            reports[kind] = audit_agent(fa.url, fa.model, tasks, toy["corpus"], source=f"workflow:{EXAMPLE}",
-                                        per_task=3, out=tmp_path / kind, concurrency=2, happy_only=True,
-                                        show_progress=False)
+        with serve_fake_agent(
+            kind,
+            source=f"workflow:{EXAMPLE}",
+            htypes=("TOY",),
+            variants=toy["variants"],
+            derail_at=2,
+            in_process=True,
+        ) as fa:
+            reports[kind] = audit_agent(
+                fa.url,
+                fa.model,
+                tasks,
+                toy["corpus"],
+                source=f"workflow:{EXAMPLE}",
+                per_task=3,
+                out=tmp_path / kind,
+                concurrency=2,
+                happy_only=True,
+                show_progress=False,
+            )
     for task in tasks:
         good, bad = reports["faithful"].task(task), reports["derailed"].task(task)
         assert good["failed"] == bad["failed"] == 0

@@ -114,7 +114,9 @@ def test_hand_worked_likelihoods():
     # include_end adds B -> [end] (3/6)
     assert g.likelihood(d1, e1, include_end=True) == pytest.approx(np.prod(p + [1 / 2]) ** (1 / 5))
     # sdialog's normalisation: exp(sum) ** (1 / (n + 1))
-    assert g.likelihood(d1, e1, compat="sdialog", node_confidence=False) == pytest.approx(np.prod(p) ** (1 / 5))
+    assert g.likelihood(d1, e1, compat="sdialog", node_confidence=False) == pytest.approx(
+        np.prod(p) ** (1 / 5)
+    )
     # unseen C -> B: known-only keeps start -> C; all edges adds 1 / (out(C) + V) = 1/7
     x, ex = dlg("CB")
     assert g.likelihood(x, ex) == pytest.approx(3 / 7)
@@ -215,12 +217,15 @@ def test_flowkl_degenerate_sets_defined_and_deterministic():
     assert np.isfinite(v) and v > 0 and v == flowkl_from_likelihoods(a, c)
 
 
-@pytest.mark.parametrize("bad, match", [
-    (([0.1], [0.1, 0.2]), "reference set: a density needs at least 2"),
-    (([0.1, 0.2], [0.3]), "target set: a density needs at least 2"),
-    (([0.1, np.nan], [0.1, 0.2]), "reference set: likelihoods contain NaN"),
-    (([[0.1, 0.2]], [0.1, 0.2]), "1-D"),
-])
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        (([0.1], [0.1, 0.2]), "reference set: a density needs at least 2"),
+        (([0.1, 0.2], [0.3]), "target set: a density needs at least 2"),
+        (([0.1, np.nan], [0.1, 0.2]), "reference set: likelihoods contain NaN"),
+        (([[0.1, 0.2]], [0.1, 0.2]), "1-D"),
+    ],
+)
 def test_flowkl_from_likelihoods_bad_input(bad, match):
     with pytest.raises(ValueError, match=match):
         flowkl_from_likelihoods(*bad)
@@ -293,9 +298,19 @@ def encoder():
 
 def _star_like():
     base = [
-        ["Hi, what's the weather in Paris?", "Which day?", "Tomorrow please.", "It will be sunny in Paris tomorrow."],
+        [
+            "Hi, what's the weather in Paris?",
+            "Which day?",
+            "Tomorrow please.",
+            "It will be sunny in Paris tomorrow.",
+        ],
         ["Weather for Rome today?", "Sure, for today?", "Yes today.", "Rome is rainy today."],
-        ["Is it going to rain in Oslo?", "Which day would you like?", "Friday.", "No rain in Oslo on Friday."],
+        [
+            "Is it going to rain in Oslo?",
+            "Which day would you like?",
+            "Friday.",
+            "No rain in Oslo on Friday.",
+        ],
         ["Hello, I need the forecast for Madrid.", "For which day?", "Monday.", "Madrid: cloudy on Monday."],
     ]
     other = [
@@ -321,6 +336,8 @@ def test_flowkl_with_encoder_and_evaluate_module(encoder):
     mod.add_batch(predictions=[ref], references=[ref])
     out2 = mod.compute()
     assert out2["scores"][0] == pytest.approx(core, rel=1e-9) and out2["scores"][1] == 0.0
-    dicts = [[{"speaker": "user" if i % 2 == 0 else "system", "text": t} for i, t in enumerate(d)] for d in ref]
+    dicts = [
+        [{"speaker": "user" if i % 2 == 0 else "system", "text": t} for i, t in enumerate(d)] for d in ref
+    ]
     out3 = mod.compute(predictions=[dicts], references=[dicts])
     assert out3["flowkl"] == 0.0

@@ -40,7 +40,9 @@ def test_layout_columns_edges_and_selection():
     assert [xy[i][0] for i in (5, 0, 1, 4, 6)] == [0, 1, 2, 3, 4]  # columns follow the turn position
     assert xy[1][0] == xy[2][0]
     # top 1 edge per node, only between kept nodes
-    assert (0, 1, pytest.approx(3 / 5)) in lay["edges"] and not any(a == 0 and b == 2 for a, b, _ in lay["edges"])
+    assert (0, 1, pytest.approx(3 / 5)) in lay["edges"] and not any(
+        a == 0 and b == 2 for a, b, _ in lay["edges"]
+    )
     assert all(a in xy and b in xy for a, b, _ in lay["edges"])
     assert len([e for e in lay["edges"] if e[0] == 0]) == 1
     assert lay["max_column"] == 2
@@ -57,12 +59,13 @@ def test_draw_renders_a_workflow(tmp_path):
     spk = {"A": "system", "B": "system", "C": "user", "D": "user"}
     dialogues, embs = [], []
     for pattern in ("CADB", "CACA", "CADB"):
-        dialogues.append([{"speaker": spk[n], "text": f"{n}: a long central utterance of node {n} " * 3}
-                          for n in pattern])
+        dialogues.append(
+            [{"speaker": spk[n], "text": f"{n}: a long central utterance of node {n} " * 3} for n in pattern]
+        )
         embs.append(np.array([vec[n] for n in pattern], dtype=float))
     g = FlowGraph().fit(dialogues, embeddings=embs)
     pos = g.typical_positions()
-    assert pos[g.start] == 0 and pos[g.end] > np.nanmax(pos[:g.vocab_size])
+    assert pos[g.start] == 0 and pos[g.end] > np.nanmax(pos[: g.vocab_size])
     g.draw(tmp_path / "g.png", max_nodes=10, top_edges=2)
     data = (tmp_path / "g.png").read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000

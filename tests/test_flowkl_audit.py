@@ -39,7 +39,7 @@ def test_same_distribution_is_near_zero_and_grows_with_the_shift():
     assert same < 0.05 and same < shifted[0] < shifted[1] < shifted[2]
     # KL of two Gaussians of equal width sigma' (sigma widened by the common kernel): d^2 / (2 sigma'^2)
     h = shared_bandwidth(ref)
-    expected = 0.02 ** 2 / (2 * (0.02 ** 2 + h ** 2))
+    expected = 0.02**2 / (2 * (0.02**2 + h**2))
     assert shifted[1] == pytest.approx(expected, rel=0.35)
 
 
@@ -77,8 +77,12 @@ def test_a_tight_target_no_longer_reads_as_far():
 def test_crossfit_ranks_a_faithful_agent_before_a_derailed_one_on_a_known_flow():
     for seed in range(3):
         ref, faithful, derailed = agent_sets(n_ref=30, n_tgt=8, seed=seed)
-        f = flowkl_crossfit(ref[0], faithful[0], ref_embeddings=ref[1], tgt_embeddings=faithful[1], n_boot=200)
-        d = flowkl_crossfit(ref[0], derailed[0], ref_embeddings=ref[1], tgt_embeddings=derailed[1], n_boot=200)
+        f = flowkl_crossfit(
+            ref[0], faithful[0], ref_embeddings=ref[1], tgt_embeddings=faithful[1], n_boot=200
+        )
+        d = flowkl_crossfit(
+            ref[0], derailed[0], ref_embeddings=ref[1], tgt_embeddings=derailed[1], n_boot=200
+        )
         assert 0.0 <= f["flowkl"] < d["flowkl"], (seed, f, d)
         assert f["ci_low"] <= f["ci_high"] and d["ci_low"] <= d["ci_high"]
         assert f["ci_high"] < d["ci_low"], (seed, f, d)
@@ -92,8 +96,14 @@ def test_crossfit_likelihoods_are_out_of_sample():
     new = dialogue_set(30, seed=6)
     lik = crossfit_likelihoods(ref[0], new[0], ref_embeddings=ref[1], tgt_embeddings=new[1])
     assert lik["likelihoods_ref"].shape == (30,) and lik["likelihoods_tgt"].shape == (5, 30)
-    details = flowkl(ref[0], new[0], ref_embeddings=ref[1], tgt_embeddings=new[1], use_only_known_edges=False,
-                     return_details=True)
+    details = flowkl(
+        ref[0],
+        new[0],
+        ref_embeddings=ref[1],
+        tgt_embeddings=new[1],
+        use_only_known_edges=False,
+        return_details=True,
+    )
     gap_in = details["likelihoods_ref"].mean() - details["likelihoods_tgt"].mean()
     gap_cross = lik["likelihoods_ref"].mean() - lik["likelihoods_tgt"].mean()
     assert abs(gap_cross) < gap_in
@@ -105,7 +115,10 @@ def test_crossfit_refuses_small_sets_and_bad_options():
     assert out["flowkl"] is None and out["ci_low"] is None
     assert out["note"] == "not estimated: 4 target dialogues, fewer than 5"
     small = flowkl_crossfit(ref[0][:6], faithful[0], ref_embeddings=ref[1][:6], tgt_embeddings=faithful[1])
-    assert small["note"] == "not estimated: 6 reference dialogues, fewer than 10 and 4 target dialogues, fewer than 5"
+    assert (
+        small["note"]
+        == "not estimated: 6 reference dialogues, fewer than 10 and 4 target dialogues, fewer than 5"
+    )
     with pytest.raises(ValueError, match="n_boot"):
         flowkl_crossfit(ref[0], faithful[0], n_boot=-1)
     with pytest.raises(ValueError, match="confidence"):
@@ -118,6 +131,10 @@ def test_crossfit_refuses_small_sets_and_bad_options():
 
 def test_crossfit_is_deterministic():
     ref, faithful, _ = agent_sets(n_ref=20, n_tgt=6, seed=3)
-    a = flowkl_crossfit(ref[0], faithful[0], ref_embeddings=ref[1], tgt_embeddings=faithful[1], n_boot=50, seed=7)
-    b = flowkl_crossfit(ref[0], faithful[0], ref_embeddings=ref[1], tgt_embeddings=faithful[1], n_boot=50, seed=7)
+    a = flowkl_crossfit(
+        ref[0], faithful[0], ref_embeddings=ref[1], tgt_embeddings=faithful[1], n_boot=50, seed=7
+    )
+    b = flowkl_crossfit(
+        ref[0], faithful[0], ref_embeddings=ref[1], tgt_embeddings=faithful[1], n_boot=50, seed=7
+    )
     assert a == b

@@ -71,8 +71,11 @@ def test_no_lazy_export_is_shadowed_by_a_submodule():
     clashes = []
     for top in ("dialfork_dataset", "generation", "dialfork_metrics", "leaderboard", "annotation"):
         root = importlib.import_module(top)
-        packages = [root] + [importlib.import_module(i.name)
-                             for i in pkgutil.walk_packages(root.__path__, top + ".") if i.ispkg]
+        packages = [root] + [
+            importlib.import_module(i.name)
+            for i in pkgutil.walk_packages(root.__path__, top + ".")
+            if i.ispkg
+        ]
         for pkg in packages:
             exports = getattr(pkg, "_EXPORTS", None) or {}
             submodules = {i.name for i in pkgutil.iter_modules(pkg.__path__)}

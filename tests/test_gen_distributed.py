@@ -24,6 +24,7 @@ from generation.distributed import (  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -103,27 +104,72 @@ def test_one_and_two_processes_write_the_same_corpus(tmp_path, star_dir):
     opts = {"model": model, "max_new_tokens": 1}
 
     # one process (not launched): the plain path
-    one = GenerationConfig(star=str(star_dir), out=str(tmp_path / "one"), backend="transformers",
-                           backend_options=opts, tasks=("weather",), per_task=2, budget=3)
+    one = GenerationConfig(
+        star=str(star_dir),
+        out=str(tmp_path / "one"),
+        backend="transformers",
+        backend_options=opts,
+        tasks=("weather",),
+        per_task=2,
+        budget=3,
+    )
     m1 = generate_distributed(one, backend=TransformersBackend(**opts), progress=False)
     n = forks_per_source()  # 16 for the paper's types
     assert m1.counts["total"]["records"] == 2 * (1 + n) and m1["num_shards"] == 1
 
     # two CPU processes: accelerate launch of the CLI (--multi_gpu starts torchrun-style workers; with
     # no GPU, generation.distributed puts them in a gloo CPU group)
-    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
-           "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+        "OMP_NUM_THREADS": "1",
+        "HF_HUB_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+    }
     out2 = tmp_path / "two"
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-           "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-           "--main_process_port", str(free_port()), "-m", "generation",  # the CLI hands off to the sharding
-           "--backend", "transformers", "--model", str(model), "--backend-option", "max_new_tokens=1",
-           "--star", str(star_dir), "--out", str(out2), "--tasks", "weather", "--per-task", "2", "--budget", "3",
-           "--keep-shards", "--no-progress",
-           "--no-check-conformance"]  # as the one-process config (the check is tested in test_conformance_check)
+    cmd = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--multi_gpu",
+        "--num_processes",
+        "2",
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+        "--main_process_port",
+        str(free_port()),
+        "-m",
+        "generation",  # the CLI hands off to the sharding
+        "--backend",
+        "transformers",
+        "--model",
+        str(model),
+        "--backend-option",
+        "max_new_tokens=1",
+        "--star",
+        str(star_dir),
+        "--out",
+        str(out2),
+        "--tasks",
+        "weather",
+        "--per-task",
+        "2",
+        "--budget",
+        "3",
+        "--keep-shards",
+        "--no-progress",
+        "--no-check-conformance",
+    ]  # as the one-process config (the check is tested in test_conformance_check)
     proc = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-    assert f"{2 * (1 + n)} records (2 conformant, {2 * n} forks; 0 scenario(s) dropped) from 2 process(es)" in proc.stdout
+    assert (
+        f"{2 * (1 + n)} records (2 conformant, {2 * n} forks; 0 scenario(s) dropped) from 2 process(es)"
+        in proc.stdout
+    )
     assert "process 0/2: shard 0 of 2" in proc.stderr and "process 1/2: shard 1 of 2" in proc.stderr
 
     shards = sorted(p.name for p in (out2 / "shards").glob("shard-*"))
@@ -159,11 +205,29 @@ def test_a_failed_process_stops_every_process_and_nothing_is_merged(tmp_path, st
     launcher.write_text(FAILING_LAUNCHER)
     out = tmp_path / "out"
     cfg = {"star": str(star_dir), "out": str(out), "backend": "template", "tasks": ["weather"], "per_task": 2}
-    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
-           "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-           "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-           "--main_process_port", str(free_port()), str(launcher), json.dumps(cfg)]
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+        "OMP_NUM_THREADS": "1",
+    }
+    cmd = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--multi_gpu",
+        "--num_processes",
+        "2",
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+        "--main_process_port",
+        str(free_port()),
+        str(launcher),
+        json.dumps(cfg),
+    ]
     proc = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=180)
     assert proc.returncode != 0
     assert "process 1: RuntimeError: simulated crash in process 1" in proc.stderr

@@ -50,8 +50,13 @@ def make_request(i: int, turns: int = 2, seed: int | None = None, turn_index: in
         msgs.append({"role": "user", "content": f"user says {i}.{t} " * (1 + i % 2)})
         msgs.append({"role": "assistant", "content": f"ok {t}"})
     msgs.append({"role": "user", "content": f"last question {i}"})
-    return TurnRequest(dialogue_key=f"d{i}", role=role, messages=msgs, seed=1000 + i if seed is None else seed,
-                       turn_index=turn_index)
+    return TurnRequest(
+        dialogue_key=f"d{i}",
+        role=role,
+        messages=msgs,
+        seed=1000 + i if seed is None else seed,
+        turn_index=turn_index,
+    )
 
 
 # -- pure functions ----------------------------------------------------------------------------
@@ -63,7 +68,13 @@ def test_sample_tokens_known_answers():
     assert sample_tokens(p, u([0.63]), 1.0, 0, 0.7).item() == 1
     assert sample_tokens(p, u([0.9999]), 1.0, 0, 0.7).item() == 1  # never a dropped token
     # no top-p: CDF boundaries at 0.5, 0.8, 1.0
-    assert [sample_tokens(p, u([x]), 1.0, 0, 1.0).item() for x in (0.1, 0.49, 0.51, 0.79, 0.81)] == [0, 0, 1, 1, 2]
+    assert [sample_tokens(p, u([x]), 1.0, 0, 1.0).item() for x in (0.1, 0.49, 0.51, 0.79, 0.81)] == [
+        0,
+        0,
+        1,
+        1,
+        2,
+    ]
     # top-k 2 without top-p: (0.625, 0.375)
     assert sample_tokens(p, u([0.7]), 1.0, 2, 1.0).item() == 1
     assert sample_tokens(p, u([0.7]), 1.0, 1, 1.0).item() == 0
@@ -87,36 +98,59 @@ def test_sample_tokens_rows_are_independent():
 def test_turn_sampling_seed_is_stable_and_distinct():
     s = turn_sampling_seed(7, 3, "system")
     assert s == turn_sampling_seed(7, 3, "system") and 0 <= s < 2**63
-    others = {turn_sampling_seed(7, 3, "user"), turn_sampling_seed(7, 4, "system"), turn_sampling_seed(8, 3, "system")}
+    others = {
+        turn_sampling_seed(7, 3, "user"),
+        turn_sampling_seed(7, 4, "system"),
+        turn_sampling_seed(8, 3, "system"),
+    }
     assert s not in others and len(others) == 3
 
 
 def test_merge_system_messages_keeps_instructions_at_their_turn():
     S = {"role": "system", "content": "ROLE"}
-    U1, A1, U2 = ({"role": "user", "content": "u1"}, {"role": "assistant", "content": "a1"},
-                  {"role": "user", "content": "u2"})
+    U1, A1, U2 = (
+        {"role": "user", "content": "u1"},
+        {"role": "assistant", "content": "a1"},
+        {"role": "user", "content": "u2"},
+    )
     INJ = {"role": "system", "content": "INJECT"}
     assert merge_system_messages([S, U1, A1, U2, INJ]) == [
-        {"role": "user", "content": "ROLE\n\nu1"}, A1, {"role": "user", "content": "u2\n\nINJECT"}]
+        {"role": "user", "content": "ROLE\n\nu1"},
+        A1,
+        {"role": "user", "content": "u2\n\nINJECT"},
+    ]
     # history after the injection: the instruction stays on the user turn it followed
     A2 = {"role": "assistant", "content": "a2"}
     U3 = {"role": "user", "content": "u3"}
     assert merge_system_messages([S, U1, A1, U2, INJ, A2, U3]) == [
-        {"role": "user", "content": "ROLE\n\nu1"}, A1, {"role": "user", "content": "u2\n\nINJECT"}, A2, U3]
+        {"role": "user", "content": "ROLE\n\nu1"},
+        A1,
+        {"role": "user", "content": "u2\n\nINJECT"},
+        A2,
+        U3,
+    ]
     # the agent speaks first: the role prompt becomes a user message of its own
     assert merge_system_messages([S, A1, U1]) == [{"role": "user", "content": "ROLE"}, A1, U1]
     # two system messages in a row (wrap-up + injection) are joined; none left
     W = {"role": "system", "content": "WRAP"}
     out = merge_system_messages([S, U1, A1, W, INJ])
-    assert out == [{"role": "user", "content": "ROLE\n\nu1"}, A1, {"role": "user", "content": "WRAP\n\nINJECT"}]
+    assert out == [
+        {"role": "user", "content": "ROLE\n\nu1"},
+        A1,
+        {"role": "user", "content": "WRAP\n\nINJECT"},
+    ]
     assert all(m["role"] != "system" for m in out)
     assert all(a["role"] != b["role"] for a, b in zip(out, out[1:]))
 
 
 def test_drop_oldest_turn():
-    msgs = [{"role": "system", "content": "s"}, {"role": "user", "content": "u1"},
-            {"role": "assistant", "content": "a1"}, {"role": "system", "content": "inj"},
-            {"role": "user", "content": "u2"}]
+    msgs = [
+        {"role": "system", "content": "s"},
+        {"role": "user", "content": "u1"},
+        {"role": "assistant", "content": "a1"},
+        {"role": "system", "content": "inj"},
+        {"role": "user", "content": "u2"},
+    ]
     one = drop_oldest_turn(msgs)
     assert [m["content"] for m in one] == ["s", "a1", "inj", "u2"]
     two = drop_oldest_turn(one)
@@ -172,8 +206,9 @@ def test_text_is_independent_of_batch_composition_and_size(backend):
 def test_rows_leaving_the_batch_early_do_not_change_the_others(tiny_model):
     """Stop strings end rows at different steps: the finished rows leave the batch (and the KV cache)
     while the others go on; every text still equals the one generated alone."""
-    b = TransformersBackend(tiny_model, max_new_tokens=24, batch_size=8, stop=list("aeiouAEIOU0123456789"),
-                            end_strings=())
+    b = TransformersBackend(
+        tiny_model, max_new_tokens=24, batch_size=8, stop=list("aeiouAEIOU0123456789"), end_strings=()
+    )
     alone = []
     for i in range(6):
         r = make_request(i)
@@ -195,8 +230,8 @@ def test_left_padding_changes_logits_only_at_float_noise(backend):
     inp = torch.full((3, width), backend.pad_id)
     mask = torch.zeros((3, width), dtype=torch.long)
     for r, x in enumerate(ids):
-        inp[r, width - len(x):] = torch.tensor(x)
-        mask[r, width - len(x):] = 1
+        inp[r, width - len(x) :] = torch.tensor(x)
+        mask[r, width - len(x) :] = 1
     pos = (mask.cumsum(-1) - 1).clamp(min=0)
     with torch.inference_mode():
         batched = model(input_ids=inp, attention_mask=mask, position_ids=pos).logits[:, -1].float()
@@ -252,12 +287,18 @@ def test_stop_and_end_strings(tiny_model):
 def test_template_without_system_role_merges_and_keeps_injection_at_its_turn(tiny_nosys_model):
     b = TransformersBackend(tiny_nosys_model, max_new_tokens=5)
     assert b.system_role == "merge"
-    msgs = [{"role": "system", "content": "ROLE PROMPT"}, {"role": "user", "content": "hi"},
-            {"role": "assistant", "content": "hello"}, {"role": "user", "content": "book it"},
-            {"role": "system", "content": "INJECTED INSTRUCTION"}]
+    msgs = [
+        {"role": "system", "content": "ROLE PROMPT"},
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "hello"},
+        {"role": "user", "content": "book it"},
+        {"role": "system", "content": "INJECTED INSTRUCTION"},
+    ]
     text = b.render_prompt(msgs)
-    assert text == ("<s><start_of_turn>user\nROLE PROMPT\n\nhi<end_of_turn>\n<start_of_turn>model\nhello<end_of_turn>\n"
-                    "<start_of_turn>user\nbook it\n\nINJECTED INSTRUCTION<end_of_turn>\n<start_of_turn>model\n")
+    assert text == (
+        "<s><start_of_turn>user\nROLE PROMPT\n\nhi<end_of_turn>\n<start_of_turn>model\nhello<end_of_turn>\n"
+        "<start_of_turn>user\nbook it\n\nINJECTED INSTRUCTION<end_of_turn>\n<start_of_turn>model\n"
+    )
     out = b.generate([TurnRequest("d", "system", msgs, 1, 3)])
     assert isinstance(out[0], str)
     with pytest.raises(ChatTemplateError, match="rejects the conversation.*System role not supported"):
@@ -271,7 +312,9 @@ def test_tokenizer_without_chat_template(tmp_path, tmp_path_factory):
     tpl = tmp_path / "t.jinja"
     tpl.write_text(NO_SYSTEM_TEMPLATE)
     b = TransformersBackend(str(p), chat_template=str(tpl), max_new_tokens=3)
-    assert b.system_role == "merge" and "<start_of_turn>user" in b.render_prompt([{"role": "user", "content": "x"}])
+    assert b.system_role == "merge" and "<start_of_turn>user" in b.render_prompt(
+        [{"role": "user", "content": "x"}]
+    )
 
 
 def test_unknown_model_is_a_clear_error(tmp_path):
@@ -286,8 +329,21 @@ def test_unknown_model_is_a_clear_error(tmp_path):
 def test_cli_reports_an_unknown_model_in_one_line(tmp_path, star_dir, capsys):
     from generation.cli import main
 
-    rc = main(["--backend", "transformers", "--backend-option", f"model={tmp_path / 'no' / 'model'}",
-               "--star", str(star_dir), "--out", str(tmp_path / "out"), "--tasks", "weather", "--no-progress"])
+    rc = main(
+        [
+            "--backend",
+            "transformers",
+            "--backend-option",
+            f"model={tmp_path / 'no' / 'model'}",
+            "--star",
+            str(star_dir),
+            "--out",
+            str(tmp_path / "out"),
+            "--tasks",
+            "weather",
+            "--no-progress",
+        ]
+    )
     assert rc == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "no such folder" in err and not (tmp_path / "out").exists()
@@ -302,11 +358,18 @@ def test_context_overflow_truncates_oldest_turns_or_raises(tiny_model):
     assert isinstance(text, str) and long.extra["truncated_messages"] == dropped
     # the kept context is the system prompt plus the most recent turns
     rendered = b.render_prompt(drop_n(long.messages, dropped))
-    assert "You are agent 0" in rendered and "last question 0" in rendered and "user says 0.0 " not in rendered
-    with pytest.raises(ContextOverflowError, match=r"dialogue 'd0', turn 4: .*exceeds the context window of 200"):
-        TransformersBackend(tiny_model, max_new_tokens=8, max_context=200, context_overflow="error").generate([long])
-    huge_system = TurnRequest("dx", "system", [{"role": "system", "content": "x" * 500},
-                                               {"role": "user", "content": "hi"}], 1, 1)
+    assert (
+        "You are agent 0" in rendered and "last question 0" in rendered and "user says 0.0 " not in rendered
+    )
+    with pytest.raises(
+        ContextOverflowError, match=r"dialogue 'd0', turn 4: .*exceeds the context window of 200"
+    ):
+        TransformersBackend(tiny_model, max_new_tokens=8, max_context=200, context_overflow="error").generate(
+            [long]
+        )
+    huge_system = TurnRequest(
+        "dx", "system", [{"role": "system", "content": "x" * 500}, {"role": "user", "content": "hi"}], 1, 1
+    )
     with pytest.raises(ContextOverflowError, match="dialogue 'dx'"):
         b.generate([huge_system])
 
@@ -320,7 +383,9 @@ def drop_n(msgs, n):
 def test_bad_requests_are_rejected_before_any_work(backend):
     good = make_request(0)
     bad = TurnRequest("dz", "system", [{"role": "wizard", "content": "x"}], "s", 0)
-    with pytest.raises(ValueError, match=r"request 1 \(dialogue 'dz', turn 0\), message 0.*seed must be an int"):
+    with pytest.raises(
+        ValueError, match=r"request 1 \(dialogue 'dz', turn 0\), message 0.*seed must be an int"
+    ):
         backend.generate([good, bad])
     assert backend.generate([]) == []
 
@@ -355,15 +420,25 @@ def test_engine_replay_prefixes_are_exact_and_injection_is_at_t_k(tmp_path, star
 
     model = tiny_corpus_model(tmp_path / "m", star_dir)
     rec = Recorder(TransformersBackend(model, max_new_tokens=2, batch_size=64))
-    cfg = GenerationConfig(star=str(star_dir), out=str(tmp_path / "out"), backend="transformers",
-                           backend_options={"model": model, "max_new_tokens": 2}, tasks=("weather",), per_task=1,
-                           budget=3)
+    cfg = GenerationConfig(
+        star=str(star_dir),
+        out=str(tmp_path / "out"),
+        backend="transformers",
+        backend_options={"model": model, "max_new_tokens": 2},
+        tasks=("weather",),
+        per_task=1,
+        budget=3,
+    )
     manifest = generate_corpus(cfg, backend=rec, progress=False)
     assert manifest.counts["total"]["records"] == 1 + forks_per_source()  # one D+ and its forks
     records = [json.loads(line) for line in (tmp_path / "out" / "weather.jsonl").read_text().splitlines()]
     src, forks = records[0], records[1:]
-    assert src["generator"] == model and src["decoding"] == {"temperature": 1.3, "top_p": 0.95, "top_k": 64,
-                                                              "max_new_tokens": 2}
+    assert src["generator"] == model and src["decoding"] == {
+        "temperature": 1.3,
+        "top_p": 0.95,
+        "top_k": 64,
+        "max_new_tokens": 2,
+    }
     for f in forks:
         assert f["prefix_mode"] == "replay" and f["prefix_divergence"] == 0
         cut = [i for i, t in enumerate(f["turns"]) if t["speaker"] == "system"][f["fork_turn"] - 1]
@@ -390,7 +465,7 @@ def test_engine_replay_prefixes_are_exact_and_injection_is_at_t_k(tmp_path, star
             assert "<|im_start|>system\nNew instruction" in prompt
             # without a system role: appended to the user turn just before t_k
             merged = nosys.render_prompt(msgs)
-            tail = merged[merged.rindex("<start_of_turn>user\n"):]
+            tail = merged[merged.rindex("<start_of_turn>user\n") :]
             assert f["instruction"] in tail and tail.endswith("<end_of_turn>\n<start_of_turn>model\n")
             assert merged.count(f["instruction"]) == 1
             checked += 1
@@ -403,16 +478,28 @@ def test_engine_replay_prefixes_are_exact_and_injection_is_at_t_k(tmp_path, star
 def _converse(b, turns: int = 4, dialogues: int = 3):
     """Each dialogue's system agent answers ``turns`` times; its context grows by its reply and a
     user message each time (as in the engine), and every dialogue of a step is one generate call."""
-    ctx = [[{"role": "system", "content": f"You are agent {i}. Follow the workflow: greet, ask, answer."},
-            {"role": "user", "content": f"hello number {i}"}] for i in range(dialogues)]
+    ctx = [
+        [
+            {"role": "system", "content": f"You are agent {i}. Follow the workflow: greet, ask, answer."},
+            {"role": "user", "content": f"hello number {i}"},
+        ]
+        for i in range(dialogues)
+    ]
     texts = []
     for t in range(turns):
-        reqs = [TurnRequest(dialogue_key=f"conv{i}", role="system", messages=list(c), seed=7 + i, turn_index=2 * t + 1)
-                for i, c in enumerate(ctx)]
+        reqs = [
+            TurnRequest(
+                dialogue_key=f"conv{i}", role="system", messages=list(c), seed=7 + i, turn_index=2 * t + 1
+            )
+            for i, c in enumerate(ctx)
+        ]
         out = b.generate(reqs)
         texts.append(out)
         for c, reply in zip(ctx, out):
-            c += [{"role": "assistant", "content": reply}, {"role": "user", "content": f"user turn {t} " * (1 + t % 2)}]
+            c += [
+                {"role": "assistant", "content": reply},
+                {"role": "user", "content": f"user turn {t} " * (1 + t % 2)},
+            ]
     return texts
 
 
@@ -424,7 +511,10 @@ def test_prefix_cache_gives_the_same_text_and_prefills_less(tiny_model):
     assert on.stats["prompt_tokens"] == off.stats["prompt_tokens"]
     assert on.stats["prefilled_tokens"] + on.stats["reused_tokens"] == on.stats["prompt_tokens"]
     # turns 2-4 of each dialogue reuse the previous prompt: the role prompt is prefilled once
-    assert on.prefix_cache.stats["hits"] == 9 and on.stats["prefilled_tokens"] < 0.5 * off.stats["prefilled_tokens"]
+    assert (
+        on.prefix_cache.stats["hits"] == 9
+        and on.stats["prefilled_tokens"] < 0.5 * off.stats["prefilled_tokens"]
+    )
 
 
 def test_prefix_cache_logits_match_a_full_prefill(tiny_model):
@@ -445,7 +535,9 @@ def test_prefix_cache_logits_match_a_full_prefill(tiny_model):
     assert rows[0].cached == len(entry.ids)  # its own entry; row 1 shares the role prompt's start with conv0
     inp, mask, pos, past = b._prefill_inputs(rows)
     with torch.inference_mode():
-        batched = model(input_ids=inp, attention_mask=mask, position_ids=pos, **{b._cache_kw: past}).logits[:, -1]
+        batched = model(input_ids=inp, attention_mask=mask, position_ids=pos, **{b._cache_kw: past}).logits[
+            :, -1
+        ]
         for r, x in enumerate((ids, p1)):
             alone = model(input_ids=torch.tensor([x])).logits[0, -1]
             assert (batched[r] - alone).abs().max().item() < 1e-4
@@ -462,10 +554,18 @@ def test_prefix_cache_budget(tiny_model):
     small.prefix_cache.max_bytes = int(one * 1.5)  # room for one entry
     small.generate([make_request(i) for i in range(3)])
     assert len(small.prefix_cache.entries) == 1 and small.prefix_cache.stats["not_stored"] == 2
-    other = TurnRequest(dialogue_key="z", role="system", messages=[{"role": "system", "content": "Another role."},
-                                                                  {"role": "user", "content": "hi"}], seed=1, turn_index=1)
+    other = TurnRequest(
+        dialogue_key="z",
+        role="system",
+        messages=[{"role": "system", "content": "Another role."}, {"role": "user", "content": "hi"}],
+        seed=1,
+        turn_index=1,
+    )
     small.generate([other])  # stored within the budget (least recently used entries make room)
-    assert ("z", "system") in small.prefix_cache.entries and small.prefix_cache.nbytes <= small.prefix_cache.max_bytes
+    assert (
+        "z",
+        "system",
+    ) in small.prefix_cache.entries and small.prefix_cache.nbytes <= small.prefix_cache.max_bytes
     with pytest.raises(ValueError, match="prefix_cache_mb must be an integer >= 0"):
         TransformersBackend(tiny_model, prefix_cache_mb=-1)
 
@@ -478,8 +578,10 @@ def test_a_replayed_fork_reuses_its_sources_cache(tiny_model):
     for b in (on, off):
         _converse(b, turns=3, dialogues=2)
     before = on.prefix_cache.stats["shared_hits"]
-    ctx = [{"role": "system", "content": "You are agent 0. Follow the workflow: greet, ask, answer."},
-           {"role": "user", "content": "hello number 0"}]
+    ctx = [
+        {"role": "system", "content": "You are agent 0. Follow the workflow: greet, ask, answer."},
+        {"role": "user", "content": "hello number 0"},
+    ]
     fork = [TurnRequest(dialogue_key="conv0-GR-k1", role="system", messages=ctx, seed=7, turn_index=1)]
     assert on.generate(fork) == off.generate(fork)
     assert on.prefix_cache.stats["shared_hits"] == before + 1
@@ -520,10 +622,20 @@ def test_engine_reword_mode_with_an_llm(tmp_path, star_dir):
     model = tiny_corpus_model(tmp_path / "m", star_dir)
 
     def run(name, mode, rate=None):
-        cfg = GenerationConfig(star=str(star_dir), out=str(tmp_path / name), backend="transformers",
-                               backend_options={"model": model, "max_new_tokens": 3}, tasks=("weather",),
-                               per_task=1, budget=4, prefix_mode=mode, reword_rate=rate)
-        generate_corpus(cfg, backend=TransformersBackend(model, max_new_tokens=3, batch_size=64), progress=False)
+        cfg = GenerationConfig(
+            star=str(star_dir),
+            out=str(tmp_path / name),
+            backend="transformers",
+            backend_options={"model": model, "max_new_tokens": 3},
+            tasks=("weather",),
+            per_task=1,
+            budget=4,
+            prefix_mode=mode,
+            reword_rate=rate,
+        )
+        generate_corpus(
+            cfg, backend=TransformersBackend(model, max_new_tokens=3, batch_size=64), progress=False
+        )
         return [json.loads(x) for x in (tmp_path / name / "weather.jsonl").read_text().splitlines()]
 
     replay, zero, one = run("replay", "replay"), run("zero", "reword", 0.0), run("one", "reword", 1.0)

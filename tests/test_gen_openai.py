@@ -13,9 +13,13 @@ from generation.backends.hf import turn_sampling_seed
 from generation.backends.openai_backend import OpenAIBackend, request_seed
 from generation.llm.client import EndpointError
 
-MSGS = [{"role": "system", "content": "ROLE"}, {"role": "user", "content": "hi"},
-        {"role": "assistant", "content": "hello"}, {"role": "user", "content": "book it"},
-        {"role": "system", "content": "INJECT"}]
+MSGS = [
+    {"role": "system", "content": "ROLE"},
+    {"role": "user", "content": "hi"},
+    {"role": "assistant", "content": "hello"},
+    {"role": "user", "content": "book it"},
+    {"role": "system", "content": "INJECT"},
+]
 
 
 def backend(srv, **kw):
@@ -34,15 +38,22 @@ def test_generate_sends_seeds_sampling_and_messages():
         b = backend(srv, max_new_tokens=40, stop=["\nUser:"], concurrency=4)
         assert b.decoding() == {"temperature": 1.3, "top_p": 0.95, "top_k": 64, "max_new_tokens": 40}
         assert b.name == "fake-model" and b.describe()["base_url"] == srv.base_url
-        reqs = [TurnRequest(f"d{i}", "system", MSGS[:4] + [{"role": "user", "content": f"q{i}"}], 100 + i, 3)
-                for i in range(6)]
+        reqs = [
+            TurnRequest(f"d{i}", "system", MSGS[:4] + [{"role": "user", "content": f"q{i}"}], 100 + i, 3)
+            for i in range(6)
+        ]
         out = b.generate(reqs)
         seeds = [request_seed(100 + i, 3, "system") for i in range(6)]
         assert out == [f"seed={s} n=5 last=q{i}" for i, s in enumerate(seeds)]
         body = next(x for x in srv.chat_bodies if x["seed"] == seeds[0])
         assert body["messages"] == MSGS[:4] + [{"role": "user", "content": "q0"}]
         assert (body["temperature"], body["top_p"], body["top_k"], body["max_tokens"], body["stop"]) == (
-            1.3, 0.95, 64, 40, ["\nUser:"])
+            1.3,
+            0.95,
+            64,
+            40,
+            ["\nUser:"],
+        )
         assert all(r.extra["finish_reason"] == "stop" and r.extra["attempts"] == 1 for r in reqs)
         assert b.stats["requests"] == 6 and b.stats["new_tokens"] == 12
         # same request, same seed -> same text, whatever else is in the batch
@@ -56,8 +67,11 @@ def test_top_k_zero_is_not_sent_and_merge_folds_system_messages():
         b.generate([TurnRequest("d", "system", MSGS, 1, 3)])
         body = srv.chat_bodies[-1]
         assert "top_k" not in body and body["repetition_penalty"] == 1.0
-        assert body["messages"] == [{"role": "user", "content": "ROLE\n\nhi"}, {"role": "assistant", "content": "hello"},
-                                    {"role": "user", "content": "book it\n\nINJECT"}]
+        assert body["messages"] == [
+            {"role": "user", "content": "ROLE\n\nhi"},
+            {"role": "assistant", "content": "hello"},
+            {"role": "user", "content": "book it\n\nINJECT"},
+        ]
 
 
 def test_unreachable_server_fails_at_construction(dead_port):
@@ -68,9 +82,25 @@ def test_unreachable_server_fails_at_construction(dead_port):
 def test_cli_reports_an_unreachable_server_in_one_line(tmp_path, star_dir, capsys, dead_port):
     from generation.cli import main
 
-    rc = main(["--backend", "openai", "--backend-option", "model=m", "--backend-option",
-               f"base_url=http://127.0.0.1:{dead_port}/v1", "--backend-option", "max_retries=0",
-               "--star", str(star_dir), "--out", str(tmp_path / "out"), "--tasks", "weather", "--no-progress"])
+    rc = main(
+        [
+            "--backend",
+            "openai",
+            "--backend-option",
+            "model=m",
+            "--backend-option",
+            f"base_url=http://127.0.0.1:{dead_port}/v1",
+            "--backend-option",
+            "max_retries=0",
+            "--star",
+            str(star_dir),
+            "--out",
+            str(tmp_path / "out"),
+            "--tasks",
+            "weather",
+            "--no-progress",
+        ]
+    )
     assert rc == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "cannot reach" in err and "Traceback" not in err
@@ -113,9 +143,16 @@ def test_bad_options_and_requests():
 def _config(star_dir, out, base_url):
     from generation.engine import GenerationConfig
 
-    return GenerationConfig(star=str(star_dir), out=str(out), backend="openai",
-                            backend_options={"model": "fake-model", "base_url": base_url}, tasks=("weather",),
-                            per_task=2, budget=3, batch_size=1)
+    return GenerationConfig(
+        star=str(star_dir),
+        out=str(out),
+        backend="openai",
+        backend_options={"model": "fake-model", "base_url": base_url},
+        tasks=("weather",),
+        per_task=2,
+        budget=3,
+        batch_size=1,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -125,8 +162,9 @@ def clean_run(tmp_path_factory, star_dir):
 
     out = tmp_path_factory.mktemp("openai-clean") / "out"
     with FakeOpenAIServer(max_requests=400) as srv:
-        m = generate_corpus(_config(star_dir, out, srv.base_url), backend=backend(srv, concurrency=8),
-                            progress=False)
+        m = generate_corpus(
+            _config(star_dir, out, srv.base_url), backend=backend(srv, concurrency=8), progress=False
+        )
     assert m.counts["total"]["records"] == 2 * (1 + forks_per_source())
     return out, srv.chat_bodies
 
@@ -154,8 +192,9 @@ def test_engine_garbage_mid_run_writes_nothing_half_way_and_resumes(tmp_path, st
     out = tmp_path / "out"
     with FakeOpenAIServer(handler=garbage_after(180), max_requests=400) as srv:
         with pytest.raises(EndpointError, match="garbage reply"):
-            generate_corpus(_config(star_dir, out, srv.base_url), backend=backend(srv, max_retries=1),
-                            progress=False)
+            generate_corpus(
+                _config(star_dir, out, srv.base_url), backend=backend(srv, max_retries=1), progress=False
+            )
     assert not (out / "manifest.json").exists() and not (out / "weather.jsonl").exists()
     shard = (out / "shards" / "shard-00000-of-00001.jsonl.part").read_text().splitlines()
     assert shard[-1].startswith('{"_unit":') and sum(x.startswith('{"_unit":') for x in shard) == 1
@@ -176,11 +215,21 @@ def _tool_calling_handler(body, n):
     msgs = body["messages"]
     first_turn = not any(m["role"] == "assistant" for m in msgs)
     if body.get("tools") and first_turn:
-        call = {"id": f"call_{body['seed']}", "type": "function",
-                "function": {"name": body["tools"][0]["function"]["name"], "arguments": json.dumps(TOOL_ARGS)}}
-        reply = {"choices": [{"index": 0, "finish_reason": "tool_calls",
-                              "message": {"role": "assistant", "content": None, "tool_calls": [call]}}],
-                 "usage": {"prompt_tokens": 3, "completion_tokens": 1}}
+        call = {
+            "id": f"call_{body['seed']}",
+            "type": "function",
+            "function": {"name": body["tools"][0]["function"]["name"], "arguments": json.dumps(TOOL_ARGS)},
+        }
+        reply = {
+            "choices": [
+                {
+                    "index": 0,
+                    "finish_reason": "tool_calls",
+                    "message": {"role": "assistant", "content": None, "tool_calls": [call]},
+                }
+            ],
+            "usage": {"prompt_tokens": 3, "completion_tokens": 1},
+        }
         return 200, json.dumps(reply).encode(), None
     return None
 
@@ -204,9 +253,12 @@ def test_kb_tools_answer_the_system_agent_and_stay_out_of_the_records(tmp_path, 
     corpus = StarCorpus(star_dir)
     recs = [json.loads(x) for x in (out / "weather.jsonl").read_text().splitlines()]
     for r in recs:  # the records hold text turns only
-        assert all(set(t) == {"speaker", "text"} and isinstance(t["text"], str) and t["text"] for t in r["turns"])
+        assert all(
+            set(t) == {"speaker", "text"} and isinstance(t["text"], str) and t["text"] for t in r["turns"]
+        )
         assert [t["speaker"] for t in r["turns"]] == ["user", "system"] * (len(r["turns"]) // 2) + (
-            ["user"] if len(r["turns"]) % 2 else [])
+            ["user"] if len(r["turns"]) % 2 else []
+        )
     for r in (x for x in recs if x["hallucination_type"] is None):
         happy = corpus.scenario(r["scenario_id"]).happy
         rows = ex.execute("weather", json.dumps(TOOL_ARGS), happy=happy, seed=r["seed"]).content
@@ -214,25 +266,35 @@ def test_kb_tools_answer_the_system_agent_and_stay_out_of_the_records(tmp_path, 
         cid = f"call_{seed}"
         # the request after the call carries the call and its answer, with the executor's rows
         after = [x for x in bodies if x["seed"] == seed and x["messages"][-1]["role"] == "tool"]
-        assert after and all(x["messages"][-1] == {"role": "tool", "tool_call_id": cid, "content": rows}
-                             for x in after)
+        assert after and all(
+            x["messages"][-1] == {"role": "tool", "tool_call_id": cid, "content": rows} for x in after
+        )
         assert after[0]["messages"][-2]["tool_calls"][0]["id"] == cid
         # later system turns still see it, before the first system turn's text (instructions aside)
         later = [x for x in bodies if x["seed"] == request_seed(r["seed"], 3, "system")]
-        assert later and all([mm["role"] for mm in x["messages"] if mm["role"] != "system"][:4] == [
-            "user", "assistant", "tool", "assistant"] for x in later)
+        assert later and all(
+            [mm["role"] for mm in x["messages"] if mm["role"] != "system"][:4]
+            == ["user", "assistant", "tool", "assistant"]
+            for x in later
+        )
     for x in bodies:
         if "tools" in x:
             assert [t["function"]["name"] for t in x["tools"]] == ["weather"]
     users = [x for x in bodies if _is_user_request(x)]
     assert users and not any("tools" in x for x in users)  # the user agent is offered no tool ...
-    assert not any(mm["role"] == "tool" or "tool_calls" in mm for x in users for mm in x["messages"])  # nor sees any
+    assert not any(
+        mm["role"] == "tool" or "tool_calls" in mm for x in users for mm in x["messages"]
+    )  # nor sees any
     if prefix_mode == "reuse":  # a fork's first request (at t_k >= 2) has its parent's tool traffic
         forks = [x for x in recs if x["hallucination_type"] is not None and x["fork_turn"] >= 2]
         assert forks
         for f in forks:
-            at_tk = [x for x in bodies if x["seed"] == request_seed(f["seed"], 2 * f["fork_turn"] - 1, "system")
-                     and f["instruction"] in x["messages"][-1]["content"]]
+            at_tk = [
+                x
+                for x in bodies
+                if x["seed"] == request_seed(f["seed"], 2 * f["fork_turn"] - 1, "system")
+                and f["instruction"] in x["messages"][-1]["content"]
+            ]
             assert at_tk and all(any(mm["role"] == "tool" for mm in x["messages"]) for x in at_tk)
 
 
@@ -240,7 +302,11 @@ def _is_user_request(body) -> bool:
     """A user agent's request: its role prompt is the user agent's (the user opening cue follows it)."""
     from generation import prompts
 
-    return body["messages"][1]["content"] == prompts.render("user_opening") if len(body["messages"]) > 1 else False
+    return (
+        body["messages"][1]["content"] == prompts.render("user_opening")
+        if len(body["messages"]) > 1
+        else False
+    )
 
 
 def test_without_kb_tools_no_tools_are_sent(clean_run):
@@ -253,9 +319,18 @@ def test_without_kb_tools_no_tools_are_sent(clean_run):
 def test_kb_tools_is_refused_for_backends_that_cannot_call_tools(tmp_path, star_dir, name):
     from generation.engine import GenerationConfig, GenerationError, prepare
 
-    config = GenerationConfig(star=str(star_dir), out=str(tmp_path / "out"), backend=name, tasks=("weather",),
-                              per_task=1, kb_tools=True, backend_options={"model": "never-loaded"})
-    with pytest.raises(GenerationError, match=r"--kb-tools: the .* backend cannot call tools.*--backend openai"):
+    config = GenerationConfig(
+        star=str(star_dir),
+        out=str(tmp_path / "out"),
+        backend=name,
+        tasks=("weather",),
+        per_task=1,
+        kb_tools=True,
+        backend_options={"model": "never-loaded"},
+    )
+    with pytest.raises(
+        GenerationError, match=r"--kb-tools: the .* backend cannot call tools.*--backend openai"
+    ):
         prepare(config)
     assert not (tmp_path / "out").exists()
 
@@ -263,8 +338,18 @@ def test_kb_tools_is_refused_for_backends_that_cannot_call_tools(tmp_path, star_
 def test_cli_kb_tools_with_the_template_backend_is_a_one_line_error(tmp_path, star_dir, capsys):
     from generation.cli import main
 
-    rc = main(["--star", str(star_dir), "--out", str(tmp_path / "out"), "--tasks", "weather", "--kb-tools",
-               "--no-progress"])
+    rc = main(
+        [
+            "--star",
+            str(star_dir),
+            "--out",
+            str(tmp_path / "out"),
+            "--tasks",
+            "weather",
+            "--kb-tools",
+            "--no-progress",
+        ]
+    )
     assert rc == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "--kb-tools" in err and "Traceback" not in err
@@ -274,13 +359,22 @@ def test_merge_keeps_the_tool_traffic_intact():
     from generation.llm.messages import merge_system_messages
 
     call = {"id": "c1", "type": "function", "function": {"name": "weather", "arguments": "{}"}}
-    msgs = [{"role": "system", "content": "ROLE"}, {"role": "user", "content": "hi"},
-            {"role": "assistant", "content": "", "tool_calls": [call]},
-            {"role": "tool", "tool_call_id": "c1", "content": '{"count": 0, "rows": []}'},
-            {"role": "assistant", "content": "nothing found"}, {"role": "user", "content": "ok"},
-            {"role": "system", "content": "INJECT"}]
-    assert merge_system_messages(msgs) == [{"role": "user", "content": "ROLE\n\nhi"}, msgs[2], msgs[3], msgs[4],
-                                           {"role": "user", "content": "ok\n\nINJECT"}]
+    msgs = [
+        {"role": "system", "content": "ROLE"},
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": '{"count": 0, "rows": []}'},
+        {"role": "assistant", "content": "nothing found"},
+        {"role": "user", "content": "ok"},
+        {"role": "system", "content": "INJECT"},
+    ]
+    assert merge_system_messages(msgs) == [
+        {"role": "user", "content": "ROLE\n\nhi"},
+        msgs[2],
+        msgs[3],
+        msgs[4],
+        {"role": "user", "content": "ok\n\nINJECT"},
+    ]
 
 
 def test_a_reworded_prefix_turn_is_sent_with_the_forks_seed():
@@ -292,14 +386,21 @@ def test_a_reworded_prefix_turn_is_sent_with_the_forks_seed():
 
     fork = SimpleNamespace(htype="GR", k=2)
     salt = reword_salt("GR", 2)
-    seed = next(s for s in range(1000) if prefix_turn_reworded(s, 1, 0.3, salt) and not prefix_turn_reworded(s, 0, 0.3, salt))
+    seed = next(
+        s
+        for s in range(1000)
+        if prefix_turn_reworded(s, 1, 0.3, salt) and not prefix_turn_reworded(s, 0, 0.3, salt)
+    )
     state = SimpleNamespace(fork=fork, injected=False, reword_rate=0.3)
     with FakeOpenAIServer() as srv:
         b = backend(srv)
-        kept, reworded = (TurnRequest("d-GR-k2", "user", MSGS[:2], seed, 0, state),
-                          TurnRequest("d-GR-k2", "system", MSGS[:3], seed, 1, state))
-        after = TurnRequest("d-GR-k2", "system", MSGS[:3], seed, 1, SimpleNamespace(fork=fork, injected=True,
-                                                                                    reword_rate=0.3))
+        kept, reworded = (
+            TurnRequest("d-GR-k2", "user", MSGS[:2], seed, 0, state),
+            TurnRequest("d-GR-k2", "system", MSGS[:3], seed, 1, state),
+        )
+        after = TurnRequest(
+            "d-GR-k2", "system", MSGS[:3], seed, 1, SimpleNamespace(fork=fork, injected=True, reword_rate=0.3)
+        )
         out = b.generate([kept, reworded, after])
     assert out[0].startswith(f"seed={request_seed(seed, 0, 'user')} ")
     assert out[1].startswith(f"seed={request_seed(seed, 1, 'system', salt)} ")

@@ -78,7 +78,8 @@ def test_fork_invariants_per_type(corpus, htype):
         assert f["prefix_mode"] == "replay" and f["prefix_divergence"] == 0
         assert f["seed"] == src["seed"] and f["generator"] == "template"
         assert f["instruction"] == load_variants().by_id(f["variant"]).render_instruction(
-            f["substitute_task"], f["task"].replace("_", " "))
+            f["substitute_task"], f["task"].replace("_", " ")
+        )
         if get_type(htype).substitute:  # WIC among the paper's types
             assert f["substitute_task"] and f["substitute_task"] != f["task"]
         else:
@@ -97,7 +98,9 @@ def test_sixteen_forks_per_kept_source_and_valid_files(corpus):
     for s in sources:
         assert s["num_system_turns"] >= 4
         assert s["dialogue_id"] == f"{s['task']}-{s['scenario_id']}"
-        assert sorted(by_src[s["dialogue_id"]]) == sorted((h, k) for h in hallucination_types() for k in (1, 2, 3, 4))
+        assert sorted(by_src[s["dialogue_id"]]) == sorted(
+            (h, k) for h in hallucination_types() for k in (1, 2, 3, 4)
+        )
     for f in out.glob("*.jsonl"):
         validate_jsonl_file(f)
     assert manifest.counts["total"]["records"] == len(recs) == (1 + forks_per_source()) * len(sources)
@@ -110,8 +113,14 @@ def test_records_in_canonical_order(corpus):
     order = {h: i for i, h in enumerate(hallucination_types())}
     for f in out.glob("*.jsonl"):
         rows = read_jsonl(f)
-        keys = [(int(r["scenario_id"]), -1 if r["hallucination_type"] is None else order[r["hallucination_type"]],
-                 r["fork_position"] or 0) for r in rows]
+        keys = [
+            (
+                int(r["scenario_id"]),
+                -1 if r["hallucination_type"] is None else order[r["hallucination_type"]],
+                r["fork_position"] or 0,
+            )
+            for r in rows
+        ]
         assert keys == sorted(keys)
 
 
@@ -132,7 +141,9 @@ def test_simulated_dialogues_are_varied_and_end_cleanly(corpus):
         d = defaultdict(list)
         for r in recs:
             if r["hallucination_type"] == h:
-                d[r["fork_position"]].append(r["num_system_turns"] - recs_by_id[r["source_id"]]["num_system_turns"])
+                d[r["fork_position"]].append(
+                    r["num_system_turns"] - recs_by_id[r["source_id"]]["num_system_turns"]
+                )
         for k in (1, 2, 3, 4):
             assert all(-1 <= x <= 3 for x in d[k]), (h, k, d[k])
             assert sum(x >= 1 for x in d[k]) >= 0.7 * len(d[k])
@@ -168,12 +179,15 @@ def test_manifest_records_the_source_as_given_not_an_absolute_path(tmp_path, sta
     assert _recorded_source("c") == rel  # the leaderboard's reader finds the source again
     before = _corpus_bytes(tmp_path / "c")
     for same in (str(Path(star_dir).resolve()), f"star:{rel}", rel + "/"):
-        generate_corpus(GenerationConfig(star=same, out="c", tasks=("weather",), per_task=1, seed=7),
-                        progress=False)  # complete already: nothing to do, not refused
+        generate_corpus(
+            GenerationConfig(star=same, out="c", tasks=("weather",), per_task=1, seed=7), progress=False
+        )  # complete already: nothing to do, not refused
     assert _corpus_bytes(tmp_path / "c") == before
     with pytest.raises(GenerationError, match="differing setting.*star"):
-        generate_corpus(GenerationConfig(star=str(tmp_path), out="c", tasks=("weather",), per_task=1, seed=7),
-                        progress=False)
+        generate_corpus(
+            GenerationConfig(star=str(tmp_path), out="c", tasks=("weather",), per_task=1, seed=7),
+            progress=False,
+        )
 
 
 # ------------------------------------------------------------------ determinism, resume, modes
@@ -182,24 +196,30 @@ def test_manifest_records_the_source_as_given_not_an_absolute_path(tmp_path, sta
 def test_determinism_and_worker_independence(corpus, tmp_path, star_dir):
     out, _, _ = corpus
     again = tmp_path / "again"
-    cfg = GenerationConfig(star=str(star_dir), out=str(again), tasks=TASKS, per_task=3, seed=7,
-                           workers=2, batch_size=2)
+    cfg = GenerationConfig(
+        star=str(star_dir), out=str(again), tasks=TASKS, per_task=3, seed=7, workers=2, batch_size=2
+    )
     generate_corpus(cfg, progress=False)
     assert _corpus_bytes(again) == _corpus_bytes(out)
     # rerunning a complete run does nothing and keeps the bytes
     generate_corpus(cfg, progress=False)
     assert _corpus_bytes(again) == _corpus_bytes(out)
     other = tmp_path / "other"
-    generate_corpus(GenerationConfig(star=str(star_dir), out=str(other), tasks=TASKS, per_task=3, seed=8),
-                    progress=False)
+    generate_corpus(
+        GenerationConfig(star=str(star_dir), out=str(other), tasks=TASKS, per_task=3, seed=8), progress=False
+    )
     assert _corpus_bytes(other) != _corpus_bytes(out)
 
 
 def test_reuse_mode_equals_replay_for_the_exact_backend(corpus, tmp_path, star_dir):
     out, _, recs = corpus
     reuse = tmp_path / "reuse"
-    generate_corpus(GenerationConfig(star=str(star_dir), out=str(reuse), tasks=TASKS, per_task=3, seed=7,
-                                     prefix_mode="reuse"), progress=False)
+    generate_corpus(
+        GenerationConfig(
+            star=str(star_dir), out=str(reuse), tasks=TASKS, per_task=3, seed=7, prefix_mode="reuse"
+        ),
+        progress=False,
+    )
     r2 = _records(reuse)
     assert len(r2) == len(recs)
     for a, b in zip(recs, r2):
@@ -228,7 +248,9 @@ def test_resume_after_torn_and_unfinished_units(corpus, tmp_path, star_dir):
 
     out, _, _ = corpus
     work = tmp_path / "torn"
-    cfg = GenerationConfig(star=str(star_dir), out=str(work), tasks=TASKS, per_task=3, seed=7, keep_shards=True)
+    cfg = GenerationConfig(
+        star=str(star_dir), out=str(work), tasks=TASKS, per_task=3, seed=7, keep_shards=True
+    )
     generate_corpus(cfg, progress=False)
     spath = shard_path(work, 0, 1)
     data = spath.read_bytes()
@@ -236,7 +258,7 @@ def test_resume_after_torn_and_unfinished_units(corpus, tmp_path, star_dir):
     # keep 5 full units + 7 records of the 6th + half a line
     markers = [i for i, ln in enumerate(lines) if ln.startswith(b'{"_unit":')]
     cut = markers[4] + 1
-    partial = b"".join(lines[:cut + 7]) + lines[cut + 7][: len(lines[cut + 7]) // 2]
+    partial = b"".join(lines[: cut + 7]) + lines[cut + 7][: len(lines[cut + 7]) // 2]
     spath.write_bytes(partial)
     (work / "manifest.json").unlink()
     for f in work.glob("*.jsonl"):
@@ -280,7 +302,10 @@ def test_merge_refuses_a_same_length_corruption(corpus, tmp_path, star_dir, wher
     with pytest.raises(GenerationError) as ei:
         merge_shards(work)
     msg = str(ei.value)
-    assert f"{s1}:{i + 1}: dialogue_id={did!r}: the record differs from the one written at generation time" in msg
+    assert (
+        f"{s1}:{i + 1}: dialogue_id={did!r}: the record differs from the one written at generation time"
+        in msg
+    )
     if where == "speaker":
         assert f"{s1}:{i + 1}: dialogue_id={did!r}: turns[" in msg and "must be 'user' or 'system'" in msg
     assert f"remove {s1} and rerun the same generation command" in msg and str(s0) + ":" not in msg
@@ -313,7 +338,9 @@ def test_merge_validates_shards_without_line_hashes(corpus, tmp_path, star_dir):
     i = next(k for k, ln in enumerate(lines) if b'"num_system_turns":' in ln)
     lines[i] = lines[i].replace(b'"seed":', b'"seex":', 1)
     s0.write_bytes(b"".join(lines))
-    with pytest.raises(GenerationError, match=rf"{s0}:{i + 1}: dialogue_id='[^']+': seed: must be an integer"):
+    with pytest.raises(
+        GenerationError, match=rf"{s0}:{i + 1}: dialogue_id='[^']+': seed: must be an integer"
+    ):
         merge_shards(work)
 
 
@@ -388,7 +415,9 @@ def _cfg(star_dir, out, **kw):
 def test_bad_inputs_are_refused_and_write_nothing(tmp_path, star_dir):
     out = tmp_path / "o"
     with pytest.raises(GenerationError, match="unknown task"):
-        generate_corpus(GenerationConfig(star=str(star_dir), out=str(out), tasks=("weather", "nope")), progress=False)
+        generate_corpus(
+            GenerationConfig(star=str(star_dir), out=str(out), tasks=("weather", "nope")), progress=False
+        )
     with pytest.raises(GenerationError, match="budget must be an integer >= 1"):
         generate_corpus(_cfg(star_dir, out, budget=0), progress=False)
     with pytest.raises(GenerationError, match="prefix mode"):
@@ -455,8 +484,12 @@ def test_refuses_to_mix_configurations(tmp_path, star_dir):
 
 def test_budget_cuts_and_drops(tmp_path, star_dir):
     out = tmp_path / "o"
-    m = generate_corpus(GenerationConfig(star=str(star_dir), out=str(out), tasks=("weather",), per_task=4, budget=3,
-                                         cut_after=2), progress=False)
+    m = generate_corpus(
+        GenerationConfig(
+            star=str(star_dir), out=str(out), tasks=("weather",), per_task=4, budget=3, cut_after=2
+        ),
+        progress=False,
+    )
     # 3 + 2 turns at most -> at most 2 system turns: every scenario is dropped as too short
     assert m.counts["total"]["kept"] == 0
     assert m.counts["per_task"]["weather"]["dropped"] == {"too_short": 4}
@@ -467,13 +500,45 @@ def test_cli(tmp_path, star_dir, capsys):
     from generation.cli import main
 
     out = tmp_path / "cli"
-    assert main(["--star", str(star_dir), "--out", str(out), "--tasks", "weather", "--per-task", "2",
-                 "--no-progress"]) == 0
+    assert (
+        main(
+            [
+                "--star",
+                str(star_dir),
+                "--out",
+                str(out),
+                "--tasks",
+                "weather",
+                "--per-task",
+                "2",
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     assert f"{2 * (1 + forks_per_source())} records" in capsys.readouterr().out
-    assert main(["--star", str(star_dir), "--out", str(out), "--tasks", "weather", "--per-task", "2",
-                 "--seed", "3", "--no-progress"]) == 2
+    assert (
+        main(
+            [
+                "--star",
+                str(star_dir),
+                "--out",
+                str(out),
+                "--tasks",
+                "weather",
+                "--per-task",
+                "2",
+                "--seed",
+                "3",
+                "--no-progress",
+            ]
+        )
+        == 2
+    )
     assert "seed" in capsys.readouterr().err
-    assert main(["--star", str(star_dir), "--out", str(tmp_path / "x"), "--tasks", "nope", "--no-progress"]) == 2
+    assert (
+        main(["--star", str(star_dir), "--out", str(tmp_path / "x"), "--tasks", "nope", "--no-progress"]) == 2
+    )
     with pytest.raises(SystemExit) as e:
         main(["--help"])
     assert e.value.code == 0
@@ -499,9 +564,13 @@ class RecordingBackend:
         out = []
         for r in requests:
             self.requests.append(r)
-            injected = any(m["role"] == "system" and m["content"].startswith("New instruction") for m in r.messages)
+            injected = any(
+                m["role"] == "system" and m["content"].startswith("New instruction") for m in r.messages
+            )
             if r.role == "system":
-                text = f"system turn {r.turn_index}" + (" HALLUCINATING" if injected and not self.ignore else "")
+                text = f"system turn {r.turn_index}" + (
+                    " HALLUCINATING" if injected and not self.ignore else ""
+                )
             else:
                 text = f"user turn {r.turn_index}" + (f" {prompts.END_TOKEN}" if r.turn_index >= 12 else "")
             out.append(text)
@@ -522,16 +591,22 @@ def test_injection_placement_with_a_recording_backend(tmp_path, star_dir):
         reqs = by_key[did]
         sys_reqs = [r for r in reqs if r.role == "system"]
         user_reqs = [r for r in reqs if r.role == "user"]
-        assert sys_reqs[0].messages[0]["role"] == "system" and "follow this workflow faithfully" in \
-            sys_reqs[0].messages[0]["content"].lower()
+        assert (
+            sys_reqs[0].messages[0]["role"] == "system"
+            and "follow this workflow faithfully" in sys_reqs[0].messages[0]["content"].lower()
+        )
         assert "[weather_ask_day]" in sys_reqs[0].messages[0]["content"]  # the rendered workflow
-        assert user_reqs[0].messages[0]["role"] == "system" and "do not volunteer all details" in \
-            user_reqs[0].messages[0]["content"].lower()
+        assert (
+            user_reqs[0].messages[0]["role"] == "system"
+            and "do not volunteer all details" in user_reqs[0].messages[0]["content"].lower()
+        )
         assert user_reqs[0].messages[1]["role"] == "user"
         for r in user_reqs:
             assert not any(x["content"].startswith("New instruction") for x in r.messages)
         if rec["hallucination_type"] is None:
-            assert all(not any(x["content"].startswith("New instruction") for x in r.messages) for r in sys_reqs)
+            assert all(
+                not any(x["content"].startswith("New instruction") for x in r.messages) for r in sys_reqs
+            )
             continue
         tk = rec["fork_turn"]
         inj = injection_message_for(rec)
@@ -586,7 +661,9 @@ def test_llm_backends_show_turns_advance(tmp_path, star_dir, monkeypatch, capsys
     calls = []
     generate = be.generate
     monkeypatch.setattr(be, "generate", lambda reqs: calls.append(len(reqs)) or generate(reqs))
-    cfg = GenerationConfig(star=str(star_dir), out=str(tmp_path / "llm"), tasks=("weather",), per_task=2, backend="fake")
+    cfg = GenerationConfig(
+        star=str(star_dir), out=str(tmp_path / "llm"), tasks=("weather",), per_task=2, backend="fake"
+    )
     generate_corpus(cfg, backend=be, progress=True)
     by_desc = {b.label: b for b in bars}
     dlg, turns = by_desc["generate[0]"], by_desc["turns[0]"]
@@ -610,14 +687,30 @@ def injection_message_for(rec):
     from generation.variants import load_variants
 
     v = load_variants().by_id(rec["variant"])
-    return injection_message(ForkSpec(rec["hallucination_type"], rec["fork_position"], rec["fork_turn"], v,
-                                      rec["instruction"], rec["substitute_task"]))
+    return injection_message(
+        ForkSpec(
+            rec["hallucination_type"],
+            rec["fork_position"],
+            rec["fork_turn"],
+            v,
+            rec["instruction"],
+            rec["substitute_task"],
+        )
+    )
 
 
 def test_llm_ignoring_the_instruction_is_counted_not_hidden(tmp_path, star_dir):
     out = tmp_path / "llm2"
-    cfg = GenerationConfig(star=str(star_dir), out=str(out), tasks=("weather",), per_task=1, backend="fake",
-                           budget=6, cut_after=5, prefix_mode="reuse")
+    cfg = GenerationConfig(
+        star=str(star_dir),
+        out=str(out),
+        tasks=("weather",),
+        per_task=1,
+        backend="fake",
+        budget=6,
+        cut_after=5,
+        prefix_mode="reuse",
+    )
     be = RecordingBackend(ignore=True)
     m = generate_corpus(cfg, backend=be, progress=False)
     assert m.counts["forks_same_at_fork_turn"] == forks_per_source()
@@ -668,7 +761,11 @@ def test_generation_errors_share_one_base():
     from generation.errors import GenerationError, PromptError, UnknownBackendError, VariantError
 
     for cls in (PromptError, UnknownBackendError, VariantError):
-        assert issubclass(cls, GenerationError) and issubclass(cls, CollectedErrors) and issubclass(cls, ValueError)
+        assert (
+            issubclass(cls, GenerationError)
+            and issubclass(cls, CollectedErrors)
+            and issubclass(cls, ValueError)
+        )
     with pytest.raises(UnknownBackendError) as e:
         get_backend("nope")
     assert e.value.errors == [str(e.value)]
@@ -692,7 +789,9 @@ def test_cli_and_distributed_do_not_import_each_other():
 
 def test_every_star_task_simulates_and_forks(tmp_path, star_dir):
     out = tmp_path / "all"
-    m = generate_corpus(GenerationConfig(star=str(star_dir), out=str(out), per_task=1, seed=11), progress=False)
+    m = generate_corpus(
+        GenerationConfig(star=str(star_dir), out=str(out), per_task=1, seed=11), progress=False
+    )
     assert len(m.counts["per_task"]) == 24
     recs = _records(out)
     conf = [r for r in recs if r["hallucination_type"] is None]
@@ -710,8 +809,9 @@ def test_plan_units_selection(star_dir):
     from generation.engine import plan_units
 
     c = StarCorpus(star_dir)
-    cfg = GenerationConfig(star=str(star_dir), out="unused", tasks=("weather", "bank_balance"), per_task=5,
-                           happy_only=True)
+    cfg = GenerationConfig(
+        star=str(star_dir), out="unused", tasks=("weather", "bank_balance"), per_task=5, happy_only=True
+    )
     units = plan_units(c, cfg)
     assert [u.task for u in units] == ["bank_balance"] * 5 + ["weather"] * 5
     assert all(u.scenario.happy and not u.scenario.multitask for u in units)
@@ -720,7 +820,9 @@ def test_plan_units_selection(star_dir):
     assert [u.ordinal for u in units] == list(range(10))
     all_weather = plan_units(c, GenerationConfig(star=str(star_dir), out="x", tasks=("weather",)))
     assert len(all_weather) == len(c.scenarios_for("weather")) == 222
-    own = plan_units(c, GenerationConfig(star=str(star_dir), out="x"), scenarios=c.scenarios_for("trivia")[:3])
+    own = plan_units(
+        c, GenerationConfig(star=str(star_dir), out="x"), scenarios=c.scenarios_for("trivia")[:3]
+    )
     assert [u.unit_id for u in own] == [f"trivia-{s.scenario_id}" for s in c.scenarios_for("trivia")[:3]]
     assert GenerationConfig(star="s", out="o", tasks="weather").check()
 

@@ -35,8 +35,12 @@ def _quartets(recs: list[dict]) -> dict[tuple[str, str], dict[int, dict]]:
 def runs(tmp_path_factory, star_dir):
     root = tmp_path_factory.mktemp("draws")
     for draw in ("quartet", "fork"):
-        generate_corpus(GenerationConfig(star=str(star_dir), out=str(root / draw), tasks=TASKS, per_task=6, seed=4,
-                                         variant_draw=draw), progress=False)
+        generate_corpus(
+            GenerationConfig(
+                star=str(star_dir), out=str(root / draw), tasks=TASKS, per_task=6, seed=4, variant_draw=draw
+            ),
+            progress=False,
+        )
     return root
 
 
@@ -59,7 +63,9 @@ def test_one_variant_and_substitute_per_quartet_by_default(runs):
         else:
             assert subs == {None}
         # the four forks differ in their fork turn only
-        assert [f["fork_turn"] for f in (fk[k] for k in (1, 2, 3, 4))] == list(fork_turns(src[sid]["num_system_turns"]))
+        assert [f["fork_turn"] for f in (fk[k] for k in (1, 2, 3, 4))] == list(
+            fork_turns(src[sid]["num_system_turns"])
+        )
     m = json.loads((runs / "quartet" / "manifest.json").read_text())
     assert m["config"]["variant_draw"] == "quartet"
 
@@ -91,20 +97,34 @@ def test_quartet_draws_cover_the_pool_and_keep_the_substitute_rule(star_dir):
         assert set(seen) == {v.id for v in pool[h]}
         assert max(seen.values()) < 2.5 * 400 / len(pool[h])
     domain_of = {n: t.domain for n, t in StarCorpus(star_dir).tasks.items()}
-    assert {draw_substitute_task("hotel_book", domain_of, 0, str(i)) for i in range(40)} == \
-        {"hotel_search", "hotel_service_request"}
-    assert all(domain_of[draw_substitute_task("weather", domain_of, 0, str(i))] != "weather" for i in range(20))
+    assert {draw_substitute_task("hotel_book", domain_of, 0, str(i)) for i in range(40)} == {
+        "hotel_search",
+        "hotel_service_request",
+    }
+    assert all(
+        domain_of[draw_substitute_task("weather", domain_of, 0, str(i))] != "weather" for i in range(20)
+    )
     # quartet and fork seeds are distinct streams
     assert draw_seed(0, "1", "WIC", None) not in {draw_seed(0, "1", "WIC", k) for k in (1, 2, 3, 4)}
 
 
 def test_variant_draw_is_part_of_the_configuration(runs, star_dir):
     with pytest.raises(GenerationError, match="variant_draw: existing 'quartet' vs requested 'fork'"):
-        generate_corpus(GenerationConfig(star=str(star_dir), out=str(runs / "quartet"), tasks=TASKS, per_task=6,
-                                         seed=4, variant_draw="fork"), progress=False)
+        generate_corpus(
+            GenerationConfig(
+                star=str(star_dir),
+                out=str(runs / "quartet"),
+                tasks=TASKS,
+                per_task=6,
+                seed=4,
+                variant_draw="fork",
+            ),
+            progress=False,
+        )
     with pytest.raises(GenerationError, match="variant_draw 'each' is unknown"):
-        generate_corpus(GenerationConfig(star=str(star_dir), out=str(runs / "z"), variant_draw="each"),
-                        progress=False)
+        generate_corpus(
+            GenerationConfig(star=str(star_dir), out=str(runs / "z"), variant_draw="each"), progress=False
+        )
 
 
 # ------------------------------------------------------------------ scenario filters
@@ -112,13 +132,18 @@ def test_variant_draw_is_part_of_the_configuration(runs, star_dir):
 
 def test_min_system_turns_filter(tmp_path, star_dir):
     base = tmp_path / "t4"
-    m4 = generate_corpus(GenerationConfig(star=str(star_dir), out=str(base), tasks=TASKS, per_task=6, seed=4),
-                         progress=False)
+    m4 = generate_corpus(
+        GenerationConfig(star=str(star_dir), out=str(base), tasks=TASKS, per_task=6, seed=4), progress=False
+    )
     ts = sorted(r["num_system_turns"] for r in _records(base) if r["hallucination_type"] is None)
     cut = ts[len(ts) // 2]  # a threshold that drops some and keeps some
     out = tmp_path / "strict"
-    m = generate_corpus(GenerationConfig(star=str(star_dir), out=str(out), tasks=TASKS, per_task=6, seed=4,
-                                         min_system_turns=cut), progress=False)
+    m = generate_corpus(
+        GenerationConfig(
+            star=str(star_dir), out=str(out), tasks=TASKS, per_task=6, seed=4, min_system_turns=cut
+        ),
+        progress=False,
+    )
     kept = [r for r in _records(out) if r["hallucination_type"] is None]
     assert all(r["num_system_turns"] >= cut for r in kept)
     assert len(kept) == sum(t >= cut for t in ts) == m.counts["total"]["kept"]
@@ -132,8 +157,12 @@ def test_min_system_turns_filter(tmp_path, star_dir):
 @pytest.mark.parametrize("bad", [3, 0, 4.5, "4"])
 def test_min_system_turns_below_four_is_refused(tmp_path, star_dir, bad):
     with pytest.raises(GenerationError, match="min_system_turns must be an integer >= 4"):
-        generate_corpus(GenerationConfig(star=str(star_dir), out=str(tmp_path / "o"), tasks=("weather",),
-                                         min_system_turns=bad), progress=False)
+        generate_corpus(
+            GenerationConfig(
+                star=str(star_dir), out=str(tmp_path / "o"), tasks=("weather",), min_system_turns=bad
+            ),
+            progress=False,
+        )
     assert not (tmp_path / "o").exists()
 
 
@@ -148,11 +177,17 @@ def test_multitask_scenarios_on_request(tmp_path, star_dir):
     assert any(not u.scenario.single_task for u in both)
     # given scenarios: a multi-task one is role-played once per task (unit ids stay distinct)
     multi = [s for s in c.scenarios if not s.single_task and {"weather", "bank_balance"} <= set(s.tasks)][:2]
-    cfg = GenerationConfig(star=str(star_dir), out=str(tmp_path / "mt"), tasks=("weather", "bank_balance"),
-                           multitask=True, seed=1)
+    cfg = GenerationConfig(
+        star=str(star_dir),
+        out=str(tmp_path / "mt"),
+        tasks=("weather", "bank_balance"),
+        multitask=True,
+        seed=1,
+    )
     units = plan_units(c, cfg, scenarios=multi)
-    assert sorted(u.unit_id for u in units) == sorted(f"{t}-{s.scenario_id}" for s in multi
-                                                       for t in ("bank_balance", "weather"))
+    assert sorted(u.unit_id for u in units) == sorted(
+        f"{t}-{s.scenario_id}" for s in multi for t in ("bank_balance", "weather")
+    )
     m = generate_corpus(cfg, scenarios=multi, progress=False)
     recs = _records(tmp_path / "mt")
     for r in recs:
@@ -167,7 +202,10 @@ def test_cli_filter_and_draw_options(tmp_path, star_dir, capsys):
 
     args = ["--star", str(star_dir), "--tasks", "weather", "--per-task", "2", "--no-progress"]
     out = tmp_path / "cli"
-    assert main(args + ["--out", str(out), "--variant-draw", "fork", "--min-system-turns", "5", "--multitask"]) == 0
+    assert (
+        main(args + ["--out", str(out), "--variant-draw", "fork", "--min-system-turns", "5", "--multitask"])
+        == 0
+    )
     cfg = json.loads((out / "manifest.json").read_text())["config"]
     assert (cfg["variant_draw"], cfg["min_system_turns"], cfg["multitask"]) == ("fork", 5, True)
     capsys.readouterr()

@@ -24,13 +24,33 @@ def _bytes(out: Path) -> dict[str, bytes]:
 
 def test_resume_after_sigkill_is_byte_identical(tmp_path, star_dir):
     ref = tmp_path / "ref"
-    generate_corpus(GenerationConfig(star=str(star_dir), out=str(ref), tasks=tuple(TASKS.split(",")), per_task=10,
-                                     seed=3, batch_size=2), progress=False)
+    generate_corpus(
+        GenerationConfig(
+            star=str(star_dir), out=str(ref), tasks=tuple(TASKS.split(",")), per_task=10, seed=3, batch_size=2
+        ),
+        progress=False,
+    )
     expected = _bytes(ref)
     total = sum(len(b) for b in expected.values())
     out = tmp_path / "killed"
-    cmd = [sys.executable, "-m", "generation", "--star", str(star_dir), "--out", str(out), "--tasks", TASKS,
-           "--per-task", "10", "--seed", "3", "--batch-size", "2", "--no-progress"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "generation",
+        "--star",
+        str(star_dir),
+        "--out",
+        str(out),
+        "--tasks",
+        TASKS,
+        "--per-task",
+        "10",
+        "--seed",
+        "3",
+        "--batch-size",
+        "2",
+        "--no-progress",
+    ]
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     rng = random.Random(20261130)
     thresholds = sorted(rng.uniform(0.05, 0.95) * total for _ in range(4))

@@ -105,8 +105,11 @@ def test_reworded_forks_take_the_same_dialogue_acts(corpora):
     for f, s, cut, _d in _prefix_diffs(_records(corpora / "r30")):
         r = replay[f["dialogue_id"]]
         assert f["turns"][cut:] == r["turns"][cut:]
-        assert (f["variant"], f["instruction"], f["substitute_task"]) == (r["variant"], r["instruction"],
-                                                                           r["substitute_task"])
+        assert (f["variant"], f["instruction"], f["substitute_task"]) == (
+            r["variant"],
+            r["instruction"],
+            r["substitute_task"],
+        )
         for a, b in zip(f["turns"][:cut], s["turns"][:cut]):
             if a != b:
                 digits = [w for w in b["text"].replace(".", " ").split() if w.isdigit()]
@@ -119,8 +122,15 @@ def test_workflow_path_is_unchanged(star_dir):
     from generation.backends import get_backend
 
     corpus = StarCorpus(star_dir)
-    cfg = GenerationConfig(star=str(star_dir), out="unused", tasks=("bank_balance", "apartment_search"),
-                           per_task=3, seed=5, prefix_mode="reword", reword_rate=0.5)
+    cfg = GenerationConfig(
+        star=str(star_dir),
+        out="unused",
+        tasks=("bank_balance", "apartment_search"),
+        per_task=3,
+        seed=5,
+        prefix_mode="reword",
+        reword_rate=0.5,
+    )
     be = get_backend("template")
     ctx = make_context(corpus, cfg, be)
     sources = [conformant_dialogue(ctx, u) for u in plan_units(corpus, cfg)]
@@ -140,8 +150,9 @@ def test_workflow_path_is_unchanged(star_dir):
 def test_determinism_rate_zero_and_default(corpora, tmp_path, star_dir):
     # same seed, same text
     again = tmp_path / "again"
-    generate_corpus(_cfg(star_dir, again, prefix_mode="reword", reword_rate=0.3, workers=2, batch_size=3),
-                    progress=False)
+    generate_corpus(
+        _cfg(star_dir, again, prefix_mode="reword", reword_rate=0.3, workers=2, batch_size=3), progress=False
+    )
     assert _bytes(again) == _bytes(corpora / "r30")
     # rate 0 is replay (only the records' prefix_mode says reword)
     zero = tmp_path / "zero"
@@ -161,16 +172,21 @@ def test_determinism_rate_zero_and_default(corpora, tmp_path, star_dir):
 
 def test_a_rate_change_is_refused_on_resume(corpora, star_dir):
     with pytest.raises(GenerationError, match="reword_rate: existing 0.3 vs requested 0.2"):
-        generate_corpus(_cfg(star_dir, corpora / "r30", prefix_mode="reword", reword_rate=0.2), progress=False)
+        generate_corpus(
+            _cfg(star_dir, corpora / "r30", prefix_mode="reword", reword_rate=0.2), progress=False
+        )
 
 
-@pytest.mark.parametrize("kw, msg", [
-    ({"prefix_mode": "reword", "reword_rate": 1.5}, "reword_rate must be a number in"),
-    ({"prefix_mode": "reword", "reword_rate": float("nan")}, "reword_rate must be a number in"),
-    ({"prefix_mode": "reword", "reword_rate": True}, "reword_rate must be a number in"),
-    ({"prefix_mode": "reword", "reword_rate": "0.1"}, "reword_rate must be a number in"),
-    ({"prefix_mode": "replay", "reword_rate": 0.1}, "applies to prefix mode 'reword' only"),
-])
+@pytest.mark.parametrize(
+    "kw, msg",
+    [
+        ({"prefix_mode": "reword", "reword_rate": 1.5}, "reword_rate must be a number in"),
+        ({"prefix_mode": "reword", "reword_rate": float("nan")}, "reword_rate must be a number in"),
+        ({"prefix_mode": "reword", "reword_rate": True}, "reword_rate must be a number in"),
+        ({"prefix_mode": "reword", "reword_rate": "0.1"}, "reword_rate must be a number in"),
+        ({"prefix_mode": "replay", "reword_rate": 0.1}, "applies to prefix mode 'reword' only"),
+    ],
+)
 def test_bad_rates_are_refused(tmp_path, star_dir, kw, msg):
     out = tmp_path / "o"
     with pytest.raises(GenerationError, match=msg):
@@ -196,8 +212,9 @@ def test_a_backend_without_rewords_refuses_reword(tmp_path, star_dir):
 
     out = tmp_path / "llm"
     with pytest.raises(GenerationError, match="fake-llm does not"):
-        generate_corpus(_cfg(star_dir, out, backend="fake", prefix_mode="reword"), backend=ChatBackend(),
-                        progress=False)
+        generate_corpus(
+            _cfg(star_dir, out, backend="fake", prefix_mode="reword"), backend=ChatBackend(), progress=False
+        )
     assert not out.exists()
 
 
@@ -236,9 +253,17 @@ def test_default_rate_puts_the_shared_prefix_control_near_the_paper(tmp_path, st
     from dialfork_metrics.dialogue import score_quartets
 
     out = tmp_path / "calib"
-    generate_corpus(GenerationConfig(star=str(star_dir), out=str(out), per_task=10, seed=0,
-                                     tasks=("weather", "bank_balance", "hotel_book", "doctor_schedule",
-                                            "apartment_search", "trivia"), prefix_mode="reword"), progress=False)
+    generate_corpus(
+        GenerationConfig(
+            star=str(star_dir),
+            out=str(out),
+            per_task=10,
+            seed=0,
+            tasks=("weather", "bank_balance", "hotel_book", "doctor_schedule", "apartment_search", "trivia"),
+            prefix_mode="reword",
+        ),
+        progress=False,
+    )
     rows = score_quartets(task2_quartets(_records(out)), methods=["shared_prefix"])
     tau = float(np.mean([r["tau"]["shared_prefix"] for r in rows]))
     assert len(rows) == 240

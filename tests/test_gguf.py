@@ -21,8 +21,9 @@ ROOT = Path(__file__).resolve().parents[1]
 CHATML = "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
 
 
-def write_gguf(path: Path, *, arch: str = "llama", types: tuple[str, ...] = ("F32",),
-               chat_template: str | None = CHATML) -> Path:
+def write_gguf(
+    path: Path, *, arch: str = "llama", types: tuple[str, ...] = ("F32",), chat_template: str | None = CHATML
+) -> Path:
     """A header-valid GGUF file: one 32-element tensor per entry of ``types`` (raw bytes for
     quantised types), ``general.architecture`` and optionally a chat template."""
     w = gguf.GGUFWriter(str(path), arch)
@@ -100,13 +101,15 @@ def test_locate_forms(tmp_path):
     p = write_gguf(tmp_path / "m.gguf")
     assert G.locate_gguf(str(tmp_path), "m.gguf") == p.resolve()
     assert G.locate_gguf(str(p)) == p.resolve()
-    assert G.locate_gguf(str(tmp_path), str(p)) == p.resolve()       # an absolute --gguf-file
-    assert G.locate_gguf("Qwen/Qwen2.5-7B-Instruct") is None           # an ordinary model
+    assert G.locate_gguf(str(tmp_path), str(p)) == p.resolve()  # an absolute --gguf-file
+    assert G.locate_gguf("Qwen/Qwen2.5-7B-Instruct") is None  # an ordinary model
     assert G.locate_gguf(str(tmp_path)) is None
 
 
 def test_registry_names_an_uninstalled_package_and_the_fix(monkeypatch):
-    monkeypatch.setitem(G.REGISTRY, "nomodel", G.RegisteredModel("dialfork-no-such-dist", "x", "x.gguf", "a test"))
+    monkeypatch.setitem(
+        G.REGISTRY, "nomodel", G.RegisteredModel("dialfork-no-such-dist", "x", "x.gguf", "a test")
+    )
     with pytest.raises(ModelLoadError) as e:
         G.locate_gguf("nomodel")
     assert "dialfork-no-such-dist" in str(e.value) and G.INSTALL_HINT in str(e.value)
@@ -162,10 +165,20 @@ def test_interrupted_conversion_leaves_no_finished_folder(tmp_path, monkeypatch)
 
 
 def _run_generation(args, tmp_path):
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "DIALFORK_GGUF_CACHE": str(tmp_path / "cache"),
-           "HF_HUB_OFFLINE": "1"}
-    return subprocess.run([sys.executable, "-m", "generation", *args], capture_output=True, text=True, env=env,
-                          cwd=tmp_path, timeout=300)
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "DIALFORK_GGUF_CACHE": str(tmp_path / "cache"),
+        "HF_HUB_OFFLINE": "1",
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "generation", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=300,
+    )
 
 
 @pytest.mark.parametrize("case", ["missing", "unsupported"])
@@ -175,8 +188,25 @@ def test_generation_cli_bad_gguf_names_the_file_and_leaves_no_output(tmp_path, s
     write_gguf(folder / "tiny.Q8_1.gguf", types=("Q8_1",))
     name = "tiny.Q4_K_M.gguf" if case == "missing" else "tiny.Q8_1.gguf"
     out = tmp_path / "out"
-    r = _run_generation(["--backend", "transformers", "--model", str(folder), "--gguf-file", name,
-                         "--star", str(star_dir), "--tasks", "weather", "--per-task", "1", "--out", str(out)], tmp_path)
+    r = _run_generation(
+        [
+            "--backend",
+            "transformers",
+            "--model",
+            str(folder),
+            "--gguf-file",
+            name,
+            "--star",
+            str(star_dir),
+            "--tasks",
+            "weather",
+            "--per-task",
+            "1",
+            "--out",
+            str(out),
+        ],
+        tmp_path,
+    )
     assert r.returncode == 2, r.stderr
     assert "Traceback" not in r.stderr
     assert name in r.stderr

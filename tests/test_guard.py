@@ -49,8 +49,12 @@ def _dialogue(rng, name, fork_k=None):
         off = fork_at is not None and k >= fork_at
         turns.append({"speaker": "system", "text": f"system {'off' if off else 'on'} {s}"})
         emb.append(_unit((OFF[rng.integers(4)] if off else SYS[s]) + 0.1 * rng.normal(size=D) / np.sqrt(D)))
-    rec = {"dialogue_id": name, "task": "synthetic", "turns": turns,
-           "hallucination_type": None if fork_at is None else "SSPC"}
+    rec = {
+        "dialogue_id": name,
+        "task": "synthetic",
+        "turns": turns,
+        "hallucination_type": None if fork_at is None else "SSPC",
+    }
     return rec, np.stack(emb)
 
 
@@ -101,8 +105,9 @@ def test_first_alarm_equals_task3_streaming_prediction(monitors, name, order):
             if first.speaker == "system":  # raised by a system turn: that very turn is the prediction
                 assert first.system_turn == pred
             else:  # raised by a user turn: the latest system turn before it (1 if none), SPEC 8
-                assert first.system_turn is None and pred == max(1, sum(v.speaker == "system" for v in verdicts
-                                                                      [: first.turn]))
+                assert first.system_turn is None and pred == max(
+                    1, sum(v.speaker == "system" for v in verdicts[: first.turn])
+                )
     assert n_alarm < len(TEST)
     if order > 1:  # a unigram model cannot see order; with context the comparison sees both outcomes
         assert n_alarm > 0
@@ -188,20 +193,23 @@ def test_state_is_constant_size():
     assert max(sizes[5:]) - min(sizes[5:]) <= 40  # only digits of numbers vary, never a growing history
 
 
-@pytest.mark.parametrize("patch,msg", [
-    ({"monitor": "0" * 64}, "another monitor"),
-    ({"format": "x"}, "not a guard session state"),
-    ({"version": 99}, "version"),
-    ({"context": [10**6]}, "node ids"),
-    ({"context": [True]}, "node ids"),
-    ({"turn": -1}, "turn"),
-    ({"turn": 1.5}, "turn"),
-    ({"system_turn": 10**6}, "system_turn"),
-    ({"prev_p": 2.0}, "prev_p"),
-    ({"prev_p": None}, "prev_p"),
-    ({"first_alarm": 0}, "first_alarm"),
-    ({"first_alarm": 10**6}, "first_alarm"),
-])
+@pytest.mark.parametrize(
+    "patch,msg",
+    [
+        ({"monitor": "0" * 64}, "another monitor"),
+        ({"format": "x"}, "not a guard session state"),
+        ({"version": 99}, "version"),
+        ({"context": [10**6]}, "node ids"),
+        ({"context": [True]}, "node ids"),
+        ({"turn": -1}, "turn"),
+        ({"turn": 1.5}, "turn"),
+        ({"system_turn": 10**6}, "system_turn"),
+        ({"prev_p": 2.0}, "prev_p"),
+        ({"prev_p": None}, "prev_p"),
+        ({"first_alarm": 0}, "first_alarm"),
+        ({"first_alarm": 10**6}, "first_alarm"),
+    ],
+)
 def test_restoring_a_bad_state_is_refused(monitors, patch, msg):
     mon = monitors[("ss+nc", 6)]
     s = mon.session()
@@ -227,9 +235,13 @@ def test_bad_turns_are_refused_and_leave_the_session_unchanged(monitors):
     s = mon.session()
     s.observe("user", "hello", embedding=TEST_E[0][0])
     before = s.state()
-    for sp, text, emb in [("assistant", "hi", TEST_E[0][1]), ("system", "   ", TEST_E[0][1]),
-                          ("system", 3, TEST_E[0][1]), ("system", "hi", np.ones(D + 1)),
-                          ("system", "hi", np.full(D, np.nan))]:
+    for sp, text, emb in [
+        ("assistant", "hi", TEST_E[0][1]),
+        ("system", "   ", TEST_E[0][1]),
+        ("system", 3, TEST_E[0][1]),
+        ("system", "hi", np.ones(D + 1)),
+        ("system", "hi", np.full(D, np.nan)),
+    ]:
         with pytest.raises(ValueError):
             s.observe(sp, text, embedding=emb)
         assert s.state() == before
@@ -328,8 +340,9 @@ def test_load_refuses_bad_files_with_a_clear_message(tmp_path, monitors):
     assert not (tmp_path.parent / "evil.json").exists()
 
 
-def test_truncated_or_corrupt_monitor_files_say_so_and_how_to_remake_them(template_corpus, tmp_path, monitors,
-                                                                         capsys):
+def test_truncated_or_corrupt_monitor_files_say_so_and_how_to_remake_them(
+    template_corpus, tmp_path, monitors, capsys
+):
     from dialfork_metrics.guard.__main__ import main
 
     data = monitors[("ss+nc", 6)].save(tmp_path / "good.monitor").read_bytes()
@@ -346,8 +359,20 @@ def test_truncated_or_corrupt_monitor_files_say_so_and_how_to_remake_them(templa
         assert msg.startswith(f"{tmp_path / name}: the monitor file is truncated or corrupt"), msg
         assert "Monitor.fit(...).save(path)" in msg and "python -m dialfork_metrics.guard fit" in msg
         assert "File is not a zip file" not in msg
-    assert main(["replay", "--monitor", str(tmp_path / "cut.monitor"), "--data", str(template_corpus),
-                 "--task", "weather"]) == 2
+    assert (
+        main(
+            [
+                "replay",
+                "--monitor",
+                str(tmp_path / "cut.monitor"),
+                "--data",
+                str(template_corpus),
+                "--task",
+                "weather",
+            ]
+        )
+        == 2
+    )
     err = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("error:")]
     assert len(err) == 1 and "cut.monitor: the monitor file is truncated or corrupt" in err[0]
 
@@ -364,8 +389,9 @@ def test_equivalence_on_every_dialogue_of_a_template_corpus(template_corpus, tmp
     test = [e for e in load_examples(template_corpus, "test") if e["task"] == task]
     # fit on every conformant dialogue of the task (train and test): with 4 train dialogues everything
     # alarms; the equivalence must be seen on dialogues with and without an alarm
-    mon = Monitor.fit([e for e in train + test if e["hallucination_type"] is None], detector="ss+nc",
-                      encoder="minilm")
+    mon = Monitor.fit(
+        [e for e in train + test if e["hallucination_type"] is None], detector="ss+nc", encoder="minilm"
+    )
     verdicts = [mon.replay(d) for d in test]  # turn by turn, each turn encoded once, alone
     preds = mon.detector.predict_many(test)  # the Task 3 streaming prediction of the same detector
     firsts = [next((v.first_alarm for v in vs if v.alarm), None) for vs in verdicts]
@@ -381,11 +407,26 @@ def test_equivalence_on_every_dialogue_of_a_template_corpus(template_corpus, tmp
 def test_cli_bad_input_exits_2_with_one_line(template_corpus, tmp_path, capsys):
     from dialfork_metrics.guard.__main__ import main
 
-    assert main(["fit", "--data", str(template_corpus), "--task", "no_such_task", "--out", str(tmp_path / "m")]) == 2
+    assert (
+        main(["fit", "--data", str(template_corpus), "--task", "no_such_task", "--out", str(tmp_path / "m")])
+        == 2
+    )
     err = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("error:")]  # not datasets' bars
     assert len(err) == 1 and "no_such_task" in err[0] and "weather" in err[0]
-    assert main(["replay", "--monitor", str(tmp_path / "missing.monitor"), "--data", str(template_corpus),
-                 "--task", "weather"]) == 2
+    assert (
+        main(
+            [
+                "replay",
+                "--monitor",
+                str(tmp_path / "missing.monitor"),
+                "--data",
+                str(template_corpus),
+                "--task",
+                "weather",
+            ]
+        )
+        == 2
+    )
     assert "no such monitor file" in capsys.readouterr().err
 
 
@@ -395,7 +436,10 @@ def test_cli_replay_fits_saves_and_prints_the_first_alarm(template_corpus, tmp_p
     from dialfork_metrics.task3 import load_examples
 
     path = tmp_path / "guard" / "weather.monitor"
-    assert main(["replay", "--fit", "--data", str(template_corpus), "--task", "weather", "--monitor", str(path)]) == 0
+    assert (
+        main(["replay", "--fit", "--data", str(template_corpus), "--task", "weather", "--monitor", str(path)])
+        == 0
+    )
     out = capsys.readouterr().out
     assert path.is_file() and Monitor.load(path).task == "weather"
     assert "(conformant" in out and "(fork " in out and out.count("first alarm: ") == 2
@@ -405,7 +449,9 @@ def test_cli_replay_fits_saves_and_prints_the_first_alarm(template_corpus, tmp_p
     shown = re.findall(r"^(\S+) \(", out, flags=re.M)
     printed = re.findall(r"first alarm: (none|system turn \d+)", out)
     for did, p in zip(shown, printed):
-        mon.replay(test[did])  # each turn encoded alone (as the CLI did); predict then reads the same embeddings
+        mon.replay(
+            test[did]
+        )  # each turn encoded alone (as the CLI did); predict then reads the same embeddings
         pred = mon.detector.predict(test[did])
         assert p == ("none" if pred is None else f"system turn {pred}")
 
@@ -421,4 +467,8 @@ def test_the_cli_names_the_missing_extra(monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "fastapi", None)  # as if fastapi were not installed
     assert main(["serve", "--help"]) == 2
     err = capsys.readouterr().err
-    assert "the guard needs the 'guard' extra" in err and "'fastapi'" in err and "pip install 'dialfork[guard]'" in err
+    assert (
+        "the guard needs the 'guard' extra" in err
+        and "'fastapi'" in err
+        and "pip install 'dialfork[guard]'" in err
+    )

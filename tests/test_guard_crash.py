@@ -52,8 +52,9 @@ def setup(template_corpus, tmp_path_factory):
     train = [e for e in load_examples(template_corpus, "train") if e["task"] == "weather"]
     test = [e for e in load_examples(template_corpus, "test") if e["task"] == "weather"]
     path = Monitor.fit(train, detector="ss+nc", encoder="minilm").save(root / "weather.monitor")
-    dialogues = [e for e in test if e["hallucination_type"] is None][:3] + \
-        [e for e in test if e["hallucination_type"] is not None][::9][:7]
+    dialogues = [e for e in test if e["hallucination_type"] is None][:3] + [
+        e for e in test if e["hallucination_type"] is not None
+    ][::9][:7]
     write_jsonl(root / "dialogues.jsonl", dialogues)
     up = Proc(["fake-upstream", "--dialogues", root / "dialogues.jsonl", "--port", 0], root, "upstream")
     yield {"root": root, "monitor": path, "dialogues": dialogues, "upstream": up}
@@ -80,11 +81,16 @@ def test_kill9_mid_run_then_restart_gives_the_uninterrupted_verdicts(setup):
             third.set()
 
     out = {}
-    player = threading.Thread(target=lambda: out.setdefault("r", play(proxy.url, dialogues, concurrency=len(dialogues),
-                                                                      retry_for=900, on_reply=on_reply)))
+    player = threading.Thread(
+        target=lambda: out.setdefault(
+            "r", play(proxy.url, dialogues, concurrency=len(dialogues), retry_for=900, on_reply=on_reply)
+        )
+    )
     player.start()
     assert third.wait(timeout=900), "the run did not get a third of the way"
-    assert proxy.kill9() == -signal.SIGKILL  # in the middle of the run: requests in flight are lost to their clients
+    assert (
+        proxy.kill9() == -signal.SIGKILL
+    )  # in the middle of the run: requests in flight are lost to their clients
     n_killed = len(done)
     proxy = Proc([*args, "--port", port], root, "proxy")  # same address, same database
     try:
@@ -92,8 +98,12 @@ def test_kill9_mid_run_then_restart_gives_the_uninterrupted_verdicts(setup):
         assert not player.is_alive()
         results = out["r"]
         assert n_killed < total and sum(r.retries for r in results) > 0  # the kill did interrupt the run
-        counts = check_against_monitor(Monitor.load(setup["monitor"]), Store(db, Monitor.load(setup["monitor"]).fingerprint),
-                                       results, {d["dialogue_id"]: d for d in dialogues})
+        counts = check_against_monitor(
+            Monitor.load(setup["monitor"]),
+            Store(db, Monitor.load(setup["monitor"]).fingerprint),
+            results,
+            {d["dialogue_id"]: d for d in dialogues},
+        )
         assert counts["replies"] == total and counts["conversations"] == len(dialogues)
     finally:
         proxy.stop()
@@ -105,8 +115,13 @@ def test_startup_refuses_unusable_monitor_and_db(setup, tmp_path):
     up = setup["upstream"].url + "/v1"
 
     def run(*args):
-        p = subprocess.run(_cli("serve", "--upstream", up, "--port", 0, *args), capture_output=True, text=True,
-                           env=_env(), timeout=600)
+        p = subprocess.run(
+            _cli("serve", "--upstream", up, "--port", 0, *args),
+            capture_output=True,
+            text=True,
+            env=_env(),
+            timeout=600,
+        )
         return p.returncode, p.stderr.strip().splitlines()
 
     rc, err = run("--monitor", tmp_path / "nope.monitor", "--db", tmp_path / "a.db")
@@ -125,6 +140,11 @@ def test_startup_refuses_unusable_monitor_and_db(setup, tmp_path):
     Store(tmp_path / "other.db", "0" * 64).close()
     rc, err = run("--monitor", setup["monitor"], "--db", tmp_path / "other.db")
     assert rc == 2 and len(err) == 1 and "another monitor" in err[0]
-    p = subprocess.run(_cli("serve", "--upstream", "ftp://x", "--monitor", setup["monitor"], "--db", tmp_path / "c.db"),
-                       capture_output=True, text=True, env=_env(), timeout=600)
+    p = subprocess.run(
+        _cli("serve", "--upstream", "ftp://x", "--monitor", setup["monitor"], "--db", tmp_path / "c.db"),
+        capture_output=True,
+        text=True,
+        env=_env(),
+        timeout=600,
+    )
     assert p.returncode == 2 and "http(s) URL" in p.stderr

@@ -109,7 +109,9 @@ def upstream(corpus):
 
 
 def _proxy(monitor, upstream_url, db, **kw):
-    return ThreadServer(create_app(monitor, Store(db, monitor.fingerprint), GuardConfig(upstream=upstream_url, **kw)))
+    return ThreadServer(
+        create_app(monitor, Store(db, monitor.fingerprint), GuardConfig(upstream=upstream_url, **kw))
+    )
 
 
 def _forks_and_conformant(test, n=6):
@@ -129,8 +131,9 @@ def _play(client, url, d, stream=False, conv=True, headers=None):
         h = {"X-Fake-Dialogue": d["dialogue_id"], **(headers or {})}
         if conv:
             h["X-Conversation-Id"] = d["dialogue_id"] + ("/s" if stream else "")
-        r = client.post(url + "/v1/chat/completions", json={"model": "m", "messages": msgs, "stream": stream},
-                        headers=h)
+        r = client.post(
+            url + "/v1/chat/completions", json={"model": "m", "messages": msgs, "stream": stream}, headers=h
+        )
         assert r.status_code == 200, r.text
         assert r.headers["x-fake-matched"] == "true"
         if stream:
@@ -167,7 +170,10 @@ def _expected(monitor, d):
 @pytest.mark.parametrize("stream", [False, True])
 def test_proxy_verdicts_equal_in_process(monitor, corpus, upstream, tmp_path, stream):
     dialogues = _forks_and_conformant(corpus[1])
-    with _proxy(monitor, upstream.url + "/v1", tmp_path / "s.db") as px, httpx.Client(timeout=CLIENT_TIMEOUT_S) as c:
+    with (
+        _proxy(monitor, upstream.url + "/v1", tmp_path / "s.db") as px,
+        httpx.Client(timeout=CLIENT_TIMEOUT_S) as c,
+    ):
         for d in dialogues:
             dfs, texts = _play(c, px.url, d, stream=stream)
             assert texts == [t["text"] for t in d["turns"] if t["speaker"] == "system"]
@@ -175,14 +181,17 @@ def test_proxy_verdicts_equal_in_process(monitor, corpus, upstream, tmp_path, st
             assert [df["observed"] for df in dfs] == exp
             for df, g in zip(dfs, exp):
                 assert {k: df[k] for k in g[-1]} == g[-1]
-                assert df["blocked"] is False and df["conversation_id"] == d["dialogue_id"] + ("/s" if stream else "")
+                assert df["blocked"] is False and df["conversation_id"] == d["dialogue_id"] + (
+                    "/s" if stream else ""
+                )
             first = next((df["first_alarm"] for df in dfs if df["alarm"]), None)
             assert first == monitor.detector.predict(d)
         m = c.get(px.url + "/metrics").text
     n_turns = sum(len(d["turns"]) for d in dialogues)
     assert _metric(m, "dialfork_guard_turns_total") == n_turns  # every turn observed exactly once
     assert _metric(m, "dialfork_guard_requests_total", outcome="ok") == sum(
-        t["speaker"] == "system" for d in dialogues for t in d["turns"])
+        t["speaker"] == "system" for d in dialogues for t in d["turns"]
+    )
 
 
 def _metric(text: str, name: str, **labels) -> float:
@@ -198,7 +207,10 @@ def _metric(text: str, name: str, **labels) -> float:
 
 def test_history_hash_mode_retries_and_no_double_counting(monitor, corpus, upstream, tmp_path):
     d = _forks_and_conformant(corpus[1])[3]
-    with _proxy(monitor, upstream.url + "/v1", tmp_path / "s.db") as px, httpx.Client(timeout=CLIENT_TIMEOUT_S) as c:
+    with (
+        _proxy(monitor, upstream.url + "/v1", tmp_path / "s.db") as px,
+        httpx.Client(timeout=CLIENT_TIMEOUT_S) as c,
+    ):
         dfs, _ = _play(c, px.url, d, conv=False)
         assert [df["observed"] for df in dfs] == _expected(monitor, d)
         assert all(df["conversation_id"] is None for df in dfs)
@@ -215,15 +227,22 @@ def test_block_mode_replaces_the_first_alarm_reply(monitor, corpus, upstream, tm
     assert forks
     d = forks[0]
     fallback = "Let me hand you over to a colleague."
-    with _proxy(monitor, upstream.url + "/v1", tmp_path / "s.db", mode="block", fallback=fallback) as px, \
-            httpx.Client(timeout=CLIENT_TIMEOUT_S) as c:
+    with (
+        _proxy(monitor, upstream.url + "/v1", tmp_path / "s.db", mode="block", fallback=fallback) as px,
+        httpx.Client(timeout=CLIENT_TIMEOUT_S) as c,
+    ):
         for stream in (False, True):
             dfs, texts = _play(c, px.url, d, stream=stream)
             blocked = [i for i, df in enumerate(dfs) if df["blocked"]]
             i = next(i for i, df in enumerate(dfs) if df["alarm"])
             assert blocked == [i] and texts[i] == fallback  # exactly the reply that raised the first alarm
-            assert all(t == ref for j, (t, ref) in enumerate(zip(texts, [
-                t["text"] for t in d["turns"] if t["speaker"] == "system"])) if j != i)
+            assert all(
+                t == ref
+                for j, (t, ref) in enumerate(
+                    zip(texts, [t["text"] for t in d["turns"] if t["speaker"] == "system"])
+                )
+                if j != i
+            )
             # the client sent the fallback back in its history: the conversation went on without a break
             assert [df["observed"] for df in dfs] == _expected(monitor, d)
         m = c.get(px.url + "/metrics").text
@@ -238,30 +257,51 @@ def test_bad_requests_get_400_with_the_reason(monitor, upstream, tmp_path):
         (json.dumps({"messages": "hi"}).encode(), "messages", "'messages' must be a non-empty list"),
         (json.dumps({"messages": []}).encode(), "messages", "'messages' must be a non-empty list"),
         (json.dumps({"messages": [{"role": "hacker", "content": "x"}]}).encode(), "messages[0].role", "role"),
-        (json.dumps({"messages": [{"role": "user", "content": 5}]}).encode(), "messages[0].content", "content"),
-        (json.dumps({"messages": [{"role": "user", "content": [{"text": "x"}]}]}).encode(), "messages[0].content",
-         "type"),
+        (
+            json.dumps({"messages": [{"role": "user", "content": 5}]}).encode(),
+            "messages[0].content",
+            "content",
+        ),
+        (
+            json.dumps({"messages": [{"role": "user", "content": [{"text": "x"}]}]}).encode(),
+            "messages[0].content",
+            "type",
+        ),
         (json.dumps({"messages": ["x"]}).encode(), "messages[0]", "object"),
-        (json.dumps({"messages": [{"role": "user", "content": "x"}], "stream": "yes"}).encode(), "stream", "stream"),
+        (
+            json.dumps({"messages": [{"role": "user", "content": "x"}], "stream": "yes"}).encode(),
+            "stream",
+            "stream",
+        ),
         (json.dumps([1, 2]).encode(), None, "JSON object"),
     ]
-    with _proxy(monitor, upstream.url + "/v1", tmp_path / "s.db") as px, httpx.Client(timeout=CLIENT_TIMEOUT_S) as c:
+    with (
+        _proxy(monitor, upstream.url + "/v1", tmp_path / "s.db") as px,
+        httpx.Client(timeout=CLIENT_TIMEOUT_S) as c,
+    ):
         for raw, param, msg in cases:
-            r = c.post(px.url + "/v1/chat/completions", content=raw, headers={"content-type": "application/json"})
+            r = c.post(
+                px.url + "/v1/chat/completions", content=raw, headers={"content-type": "application/json"}
+            )
             assert r.status_code == 400, (raw[:40], r.text)
             err = r.json()["error"]
             assert msg in err["message"] and err["param"] == param
         for bad in ("x" * 300, "a\tb"):
-            r = c.post(px.url + "/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}]},
-                       headers={"X-Conversation-Id": bad})
+            r = c.post(
+                px.url + "/v1/chat/completions",
+                json={"messages": [{"role": "user", "content": "hi"}]},
+                headers={"X-Conversation-Id": bad},
+            )
             assert r.status_code == 400 and r.json()["error"]["param"] == "X-Conversation-Id"
         assert _metric(c.get(px.url + "/metrics").text, "dialfork_guard_turns_total") == 0
 
 
 def test_oversized_bodies_get_413(monitor, upstream, tmp_path):
     big = json.dumps({"messages": [{"role": "user", "content": "x" * 5000}]}).encode()
-    with _proxy(monitor, upstream.url + "/v1", tmp_path / "s.db", max_body_bytes=4096) as px, \
-            httpx.Client(timeout=CLIENT_TIMEOUT_S) as c:
+    with (
+        _proxy(monitor, upstream.url + "/v1", tmp_path / "s.db", max_body_bytes=4096) as px,
+        httpx.Client(timeout=CLIENT_TIMEOUT_S) as c,
+    ):
         assert c.post(px.url + "/v1/chat/completions", content=big).status_code == 413
         chunked = c.post(px.url + "/v1/chat/completions", content=iter([big[:3000], big[3000:]]))  # no length
         assert chunked.status_code == 413 and "limit" in chunked.json()["error"]["message"]
@@ -272,27 +312,48 @@ def test_upstream_down_slow_or_failing(monitor, corpus, tmp_path):
     with socket.socket() as s:  # bound, never listening: connections are refused, and no other
         s.bind(("127.0.0.1", 0))  # process can take the port while the test runs
         dead = s.getsockname()[1]
-        with _proxy(monitor, f"http://127.0.0.1:{dead}/v1", tmp_path / "a.db") as px, httpx.Client(timeout=CLIENT_TIMEOUT_S) as c:
+        with (
+            _proxy(monitor, f"http://127.0.0.1:{dead}/v1", tmp_path / "a.db") as px,
+            httpx.Client(timeout=CLIENT_TIMEOUT_S) as c,
+        ):
             for stream in (False, True):
                 r = c.post(px.url + "/v1/chat/completions", json={**body, "stream": stream})
                 assert r.status_code == 502 and "unreachable" in r.json()["error"]["message"]
-            assert _metric(c.get(px.url + "/metrics").text, "dialfork_guard_upstream_errors_total",
-                           kind="unreachable") == 2
-    with ThreadServer(create_fake_upstream(corpus[1], delay_s=2.0)) as slow, \
-            _proxy(monitor, slow.url + "/v1", tmp_path / "b.db", upstream_timeout=0.3) as px, \
-            httpx.Client(timeout=CLIENT_TIMEOUT_S) as c:
+            assert (
+                _metric(
+                    c.get(px.url + "/metrics").text,
+                    "dialfork_guard_upstream_errors_total",
+                    kind="unreachable",
+                )
+                == 2
+            )
+    with (
+        ThreadServer(create_fake_upstream(corpus[1], delay_s=2.0)) as slow,
+        _proxy(monitor, slow.url + "/v1", tmp_path / "b.db", upstream_timeout=0.3) as px,
+        httpx.Client(timeout=CLIENT_TIMEOUT_S) as c,
+    ):
         r = c.post(px.url + "/v1/chat/completions", json=body)
         assert r.status_code == 504 and "did not answer within 0.3 s" in r.json()["error"]["message"]
-    with ThreadServer(create_fake_upstream(corpus[1])) as up, \
-            _proxy(monitor, up.url + "/v1", tmp_path / "c.db") as px, httpx.Client(timeout=CLIENT_TIMEOUT_S) as c:
-        r = c.post(px.url + "/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}],
-                                                           "stream": False}, headers={"X-Fake-Dialogue": "nope"})
-        assert r.status_code == 200 and r.json()["dialfork"]["turn"] == 2  # unmatched: the fake's generic reply
+    with (
+        ThreadServer(create_fake_upstream(corpus[1])) as up,
+        _proxy(monitor, up.url + "/v1", tmp_path / "c.db") as px,
+        httpx.Client(timeout=CLIENT_TIMEOUT_S) as c,
+    ):
+        r = c.post(
+            px.url + "/v1/chat/completions",
+            json={"messages": [{"role": "user", "content": "hi"}], "stream": False},
+            headers={"X-Fake-Dialogue": "nope"},
+        )
+        assert (
+            r.status_code == 200 and r.json()["dialfork"]["turn"] == 2
+        )  # unmatched: the fake's generic reply
         bad = httpx.post(up.url + "/v1/chat/completions", content=b"{}")
         assert bad.status_code == 400
         # instructions and tool traffic are not turns: only the reply is observed
-        r = c.post(px.url + "/v1/chat/completions", json={"messages": [{"role": "system", "content": "Be nice."},
-                                                                       {"role": "tool", "content": "x"}]})
+        r = c.post(
+            px.url + "/v1/chat/completions",
+            json={"messages": [{"role": "system", "content": "Be nice."}, {"role": "tool", "content": "x"}]},
+        )
         assert r.status_code == 200 and r.json()["dialfork"]["turn"] == 1
 
 
@@ -306,8 +367,11 @@ def test_upstream_error_status_is_passed_through(monitor, tmp_path):
     async def fail():
         return JSONResponse({"error": {"message": "model not found"}}, status_code=404)
 
-    with ThreadServer(app) as up, _proxy(monitor, up.url + "/v1", tmp_path / "s.db") as px, \
-            httpx.Client(timeout=CLIENT_TIMEOUT_S) as c:
+    with (
+        ThreadServer(app) as up,
+        _proxy(monitor, up.url + "/v1", tmp_path / "s.db") as px,
+        httpx.Client(timeout=CLIENT_TIMEOUT_S) as c,
+    ):
         r = c.post(px.url + "/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}]})
         assert r.status_code == 404 and r.json()["error"]["message"] == "model not found"
         m = c.get(px.url + "/metrics").text
@@ -317,16 +381,27 @@ def test_upstream_error_status_is_passed_through(monitor, tmp_path):
 def test_healthz_and_metrics_format(monitor, corpus, upstream, tmp_path):
     from prometheus_client.parser import text_string_to_metric_families
 
-    with _proxy(monitor, upstream.url + "/v1", tmp_path / "s.db") as px, httpx.Client(timeout=CLIENT_TIMEOUT_S) as c:
+    with (
+        _proxy(monitor, upstream.url + "/v1", tmp_path / "s.db") as px,
+        httpx.Client(timeout=CLIENT_TIMEOUT_S) as c,
+    ):
         h = c.get(px.url + "/healthz").json()
         assert h["status"] == "ok" and h["monitor"] == monitor.fingerprint and h["detector"] == "ss+nc"
         _play(c, px.url, corpus[1][0])
         r = c.get(px.url + "/metrics")
         assert r.headers["content-type"].startswith("text/plain")
         names = {f.name for f in text_string_to_metric_families(r.text)}
-    assert {"dialfork_guard_turns", "dialfork_guard_alarms", "dialfork_guard_requests", "dialfork_guard_upstream_errors",
-            "dialfork_guard_request_seconds", "dialfork_guard_encode_seconds", "dialfork_guard_upstream_seconds",
-            "dialfork_guard_overhead_seconds", "dialfork_guard_blocked"} <= names
+    assert {
+        "dialfork_guard_turns",
+        "dialfork_guard_alarms",
+        "dialfork_guard_requests",
+        "dialfork_guard_upstream_errors",
+        "dialfork_guard_request_seconds",
+        "dialfork_guard_encode_seconds",
+        "dialfork_guard_upstream_seconds",
+        "dialfork_guard_overhead_seconds",
+        "dialfork_guard_blocked",
+    } <= names
 
 
 def test_store_refuses_another_monitors_db_and_non_sqlite(monitor, tmp_path):
@@ -346,8 +421,19 @@ def test_serve_refuses_an_upstream_url_without_v1(corpus, tmp_path, capsys, tail
 
     with ThreadServer(create_fake_upstream(corpus[1])) as up:
         # the monitor file does not exist: the URL is checked first, before the model loads
-        rc = main(["serve", "--upstream", up.url + tail, "--monitor", str(tmp_path / "absent.monitor"),
-                   "--db", str(tmp_path / "s.db"), "--port", "0"])
+        rc = main(
+            [
+                "serve",
+                "--upstream",
+                up.url + tail,
+                "--monitor",
+                str(tmp_path / "absent.monitor"),
+                "--db",
+                str(tmp_path / "s.db"),
+                "--port",
+                "0",
+            ]
+        )
     err = capsys.readouterr().err.strip()
     assert rc == 2 and len(err.splitlines()) == 1, err
     assert err.startswith("error: --upstream " + up.url)
@@ -412,14 +498,17 @@ def wf_monitor(corpus, star_dir):
 
 
 @pytest.mark.parametrize("stream", [False, True])
-def test_proxy_verdicts_equal_in_process_with_the_workflow_aware_monitor(wf_monitor, corpus, upstream, tmp_path,
-                                                                         stream):
+def test_proxy_verdicts_equal_in_process_with_the_workflow_aware_monitor(
+    wf_monitor, corpus, upstream, tmp_path, stream
+):
     """The wf session's state goes through the proxy's store between requests (one request per agent
     turn): verdicts, warnings and the first alarm equal the in-process replay and the detector's."""
     assert wf_monitor.workflow_aware
     dialogues = _forks_and_conformant(corpus[1])
-    with _proxy(wf_monitor, upstream.url + "/v1", tmp_path / "s.db") as px, \
-            httpx.Client(timeout=CLIENT_TIMEOUT_S) as c:
+    with (
+        _proxy(wf_monitor, upstream.url + "/v1", tmp_path / "s.db") as px,
+        httpx.Client(timeout=CLIENT_TIMEOUT_S) as c,
+    ):
         for d in dialogues:
             dfs, _ = _play(c, px.url, d, stream=stream)
             assert [df["observed"] for df in dfs] == _expected(wf_monitor, d)

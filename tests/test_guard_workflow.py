@@ -54,10 +54,15 @@ def test_loyalty_programme_offer_alarms(monitor):
 
 def test_conformant_turns_do_not_alarm(monitor):
     s = monitor.session()
-    for speaker, text in [("user", "Hi there."), ("system", "Hello, how can I help?"),
-                          ("user", "I'd like the weather, please."),
-                          ("system", "For what day would you like the weather forecast?"), ("user", "Tuesday."),
-                          ("system", "For what location would you like the weather forecast?"), ("user", "Detroit.")]:
+    for speaker, text in [
+        ("user", "Hi there."),
+        ("system", "Hello, how can I help?"),
+        ("user", "I'd like the weather, please."),
+        ("system", "For what day would you like the weather forecast?"),
+        ("user", "Tuesday."),
+        ("system", "For what location would you like the weather forecast?"),
+        ("user", "Detroit."),
+    ]:
         v = s.observe(speaker, text)
     assert not v.alarm and v.warning is None
 

@@ -40,8 +40,18 @@ KEY = bytes(range(32))
 # ---- keys ------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("bad, msg", [(None, "empty"), ("", "empty"), (b"", "empty"), ("ab" * 31, "31 bytes"),
-                                      ("zz" * 32, "not a hex"), (b"k" * 16, "16 bytes"), (12, "hex string or bytes")])
+@pytest.mark.parametrize(
+    "bad, msg",
+    [
+        (None, "empty"),
+        ("", "empty"),
+        (b"", "empty"),
+        ("ab" * 31, "31 bytes"),
+        ("zz" * 32, "not a hex"),
+        (b"k" * 16, "16 bytes"),
+        (12, "hex string or bytes"),
+    ],
+)
 def test_parse_key_refuses_empty_short_and_malformed(bad, msg):
     with pytest.raises(HiddenKeyError, match=msg):
         parse_key(bad)
@@ -76,12 +86,22 @@ def test_key_file_roundtrip_mode_and_no_overwrite(tmp_path):
 
 
 def test_keygen_cli(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "dialfork_dataset", "keygen", str(tmp_path / "k.json")],
-                       capture_output=True, text=True, cwd=ROOT, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "dialfork_dataset", "keygen", str(tmp_path / "k.json")],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
     assert r.returncode == 0 and "128-bit" in r.stdout
     assert read_key_file(tmp_path / "k.json").hidden_seed.bit_length() <= 128
-    r = subprocess.run([sys.executable, "-m", "dialfork_dataset", "keygen", str(tmp_path / "k.json")],
-                       capture_output=True, text=True, cwd=ROOT, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "dialfork_dataset", "keygen", str(tmp_path / "k.json")],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
     assert r.returncode == 2 and "never replaced" in r.stderr and "Traceback" not in r.stderr
 
 
@@ -123,10 +143,13 @@ def test_star_scenario_split(star_dir):
 def test_latin_cells_balance_every_block():
     cells = latin_cells(secret_rng(KEY, "t"))
     types = hallucination_types()
-    n, m = len(types), len(FORK_POSITIONS)  # 4 x 4 for the paper's types: blocks of four, each type and k once
+    n, m = (
+        len(types),
+        len(FORK_POSITIONS),
+    )  # 4 x 4 for the paper's types: blocks of four, each type and k once
     assert sorted(cells) == sorted((h, k) for h in types for k in FORK_POSITIONS)
-    assert all(len({h for h, _ in cells[i: i + n]}) == n for i in range(0, len(cells), n))
-    assert all(len({k for _, k in cells[i: i + m]}) == m for i in range(0, len(cells), m))
+    assert all(len({h for h, _ in cells[i : i + n]}) == n for i in range(0, len(cells), n))
+    assert all(len({k for _, k in cells[i : i + m]}) == m for i in range(0, len(cells), m))
 
 
 @pytest.mark.parametrize("n,m", [(5, 4), (4, 5), (6, 4), (3, 3), (2, 6), (1, 4), (4, 1)])
@@ -172,8 +195,12 @@ def test_draw_one_dialogue_per_source_balanced_and_tracks_disjoint():
         kinds = {r["hallucination_type"] is None for r in tr.detector if r["subset"] == part}
         assert kinds == {True, False}  # the Score needs both kinds in each part
     # secret but reproducible: the same key draws the same set, another key another one
-    assert [r["dialogue_id"] for r in draw_hidden_tracks(recs, KEY).detector] == [r["dialogue_id"] for r in tr.detector]
-    assert {r["dialogue_id"] for r in draw_hidden_tracks(recs, bytes(32)).detector} != {r["dialogue_id"] for r in tr.detector}
+    assert [r["dialogue_id"] for r in draw_hidden_tracks(recs, KEY).detector] == [
+        r["dialogue_id"] for r in tr.detector
+    ]
+    assert {r["dialogue_id"] for r in draw_hidden_tracks(recs, bytes(32)).detector} != {
+        r["dialogue_id"] for r in tr.detector
+    }
 
 
 def test_assert_disjoint_by_scenario_and_by_turns_hash():
@@ -193,8 +220,10 @@ def test_assert_disjoint_by_scenario_and_by_turns_hash():
 
 @pytest.fixture(scope="module")
 def corpora():
-    return (llm_like_records(tasks=("weather", "trivia"), per_task=8, seed=1),
-            llm_like_records(tasks=("weather", "trivia"), per_task=16, seed=2, prefix="h", reword=0.1))
+    return (
+        llm_like_records(tasks=("weather", "trivia"), per_task=8, seed=1),
+        llm_like_records(tasks=("weather", "trivia"), per_task=16, seed=2, prefix="h", reword=0.1),
+    )
 
 
 def _public_rows(hub: Path) -> list[dict]:
@@ -215,11 +244,16 @@ def test_export_publishes_nothing_hidden(corpora, tmp_path):
     blind = load_blind(tmp_path / "hub")
     pairs = load_blind_pairs(tmp_path / "hub")
     assert not any(turns_hash(b["turns"]) in pub_hashes for b in blind)
-    assert not any(turns_hash(p["candidate"]) in pub_hashes or turns_hash(p["reference"]) in pub_hashes for p in pairs)
+    assert not any(
+        turns_hash(p["candidate"]) in pub_hashes or turns_hash(p["reference"]) in pub_hashes for p in pairs
+    )
     assert len(blind) == info["hidden"]["mix"]["dialogues"] == 16 and len(pairs) == 16 * forks_per_source()
     gold = load_gold(info["gold_dir"])
     key = json.loads((Path(info["gold_dir"]) / "blind_key.json").read_text())
-    assert key["key"] == KEY.hex() and oct((Path(info["gold_dir"]) / "blind_key.json").stat().st_mode & 0o777) == "0o600"
+    assert (
+        key["key"] == KEY.hex()
+        and oct((Path(info["gold_dir"]) / "blind_key.json").stat().st_mode & 0o777) == "0o600"
+    )
     assert gold["manifest"]["hidden"]["mode"].startswith("separate hidden corpus")
     assert oct((tmp_path / "hub").stat().st_mode & 0o777) == "0o755"
 
@@ -227,7 +261,7 @@ def test_export_publishes_nothing_hidden(corpora, tmp_path):
 def test_export_refuses_leaks_and_public_seeds(corpora, tmp_path):
     pub, hid = corpora
     with pytest.raises(LeakError, match="scenario id"):
-        export_hub_layout(pub, tmp_path / "hub", hidden=pub[:1 + forks_per_source()], blind_key=KEY.hex())
+        export_hub_layout(pub, tmp_path / "hub", hidden=pub[: 1 + forks_per_source()], blind_key=KEY.hex())
     assert not (tmp_path / "hub").exists()
     from dialfork_dataset.jsonl import write_json_atomic, write_jsonl
 
@@ -251,7 +285,9 @@ def test_dataset_card(corpora, tmp_path):
     card = DatasetCard.load(tmp_path / "hub" / "README.md")
     d = card.data.to_dict()
     assert d["source_datasets"] == ["extended|other-star"]
-    assert d["annotations_creators"] == ["machine-generated"] and d["language_creators"] == ["machine-generated"]
+    assert d["annotations_creators"] == ["machine-generated"] and d["language_creators"] == [
+        "machine-generated"
+    ]
     assert "synthetic" in d["tags"] and d["gold_revision"] == info["gold_revision"]
     for ci in d["dataset_info"]:
         assert ci["download_size"] > 0 and ci["dataset_size"] == sum(s["num_bytes"] for s in ci["splits"]) > 0
@@ -335,8 +371,23 @@ def test_score_refuses_other_gold(corpora, tmp_path):
     (tmp_path / "g2" / "gold_manifest.json").write_text(json.dumps(m))
     with pytest.raises(GoldError, match="does not match"):
         evaluate(sub, track="detector", gold=tmp_path / "g2", blind=tmp_path / "a")
-    r = subprocess.run([sys.executable, "-m", "leaderboard", "score", str(sub), "--gold", str(tmp_path / "g2"),
-                        "--blind", str(tmp_path / "a")], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "leaderboard",
+            "score",
+            str(sub),
+            "--gold",
+            str(tmp_path / "g2"),
+            "--blind",
+            str(tmp_path / "a"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
     assert r.returncode == 2 and "does not match" in r.stderr and "Traceback" not in r.stderr
 
 
@@ -348,8 +399,17 @@ def test_generation_cli_public_and_hidden_sides(star_dir, tmp_path):
     from generation.cli import main
 
     key = write_key_file(tmp_path / "key.json", HiddenKey(bytes(range(3, 35)), "2e" * 16))  # fixed: no flakes
-    common = ["--star", str(star_dir), "--tasks", "weather", "--per-task", "3", "--no-progress",
-              "--hidden-key", str(key)]
+    common = [
+        "--star",
+        str(star_dir),
+        "--tasks",
+        "weather",
+        "--per-task",
+        "3",
+        "--no-progress",
+        "--hidden-key",
+        str(key),
+    ]
     assert main([*common, "--out", str(tmp_path / "pub"), "--split", "public"]) == 0
     assert main([*common, "--out", str(tmp_path / "hid"), "--split", "hidden"]) == 0
     pub, hid = load_records(tmp_path / "pub"), load_records(tmp_path / "hid")

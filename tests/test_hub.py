@@ -60,7 +60,9 @@ def test_task3_split_sizes_floor_ceil(corpus):
     _, recs, info = corpus
     assign = split_sources(recs)
     for task, n in PER_TASK.items():
-        sides = Counter(assign[r["dialogue_id"]] for r in recs if r["task"] == task and r["hallucination_type"] is None)
+        sides = Counter(
+            assign[r["dialogue_id"]] for r in recs if r["task"] == task and r["hallucination_type"] is None
+        )
         assert sides["train"] == n // 2 and sides["test"] == n - n // 2
     n_test_src = sum(n - n // 2 for n in PER_TASK.values())
     n_train_src = sum(n // 2 for n in PER_TASK.values())
@@ -74,7 +76,9 @@ def test_task3_split_sizes_floor_ceil(corpus):
     assert c["blind_task2"] == {"test": 4 * forks}
     mix = info["hidden"]["mix"]
     assert mix["dialogues"] == 4 and mix["conformant"] == 2 and mix["forked"] == 2
-    assert mix["subsets"] == {"private": 2, "public": 2} and mix["metric_units"] == 4 * len(hallucination_types())
+    assert mix["subsets"] == {"private": 2, "public": 2} and mix["metric_units"] == 4 * len(
+        hallucination_types()
+    )
 
 
 def test_split_is_deterministic_and_seeded():
@@ -104,7 +108,9 @@ def test_load_dataset_roundtrip_every_config(corpus):
         for split, ds in dd.items():
             assert ds.features == record_features()
             rows = list(ds)
-            assert [r["dialogue_id"] for r in rows] == [r["dialogue_id"] for r in canon if r["dialogue_id"] in {x["dialogue_id"] for x in rows}]
+            assert [r["dialogue_id"] for r in rows] == [
+                r["dialogue_id"] for r in canon if r["dialogue_id"] in {x["dialogue_id"] for x in rows}
+            ]
             for r in rows:
                 assert r == by_id[r["dialogue_id"]]
                 assert assign[r["source_id"]] == split
@@ -135,7 +141,9 @@ def test_blind_ids_opaque_and_gold_outside(corpus):
     gold = load_gold(info["gold_dir"])
     # ids carry no information: fixed-length hex tokens, no task/type/k/seed, random order
     real_ids = {r["dialogue_id"] for r in recs}
-    words = {w for r in recs for w in (r["task"], r["hallucination_type"], str(r["seed"]), r["scenario_id"]) if w}
+    words = {
+        w for r in recs for w in (r["task"], r["hallucination_type"], str(r["seed"]), r["scenario_id"]) if w
+    }
     for b in blind:
         assert re.fullmatch(r"d[0-9a-f]{20}", b["dialogue_id"])
         assert b["dialogue_id"] not in real_ids
@@ -157,7 +165,9 @@ def test_blind_ids_opaque_and_gold_outside(corpus):
     # no blind dialogue and no metric pair occurs in a public config (and no hidden text at all)
     hub = root / "hub"
     assert info["gold_dir"] != str(hub) and not str(info["gold_dir"]).startswith(str(hub) + "/")
-    public_bytes = b"".join(p.read_bytes() for p in (hub / "data").rglob("*.parquet") if "blind" not in p.parts[-2])
+    public_bytes = b"".join(
+        p.read_bytes() for p in (hub / "data").rglob("*.parquet") if "blind" not in p.parts[-2]
+    )
     assert b"hidden " not in public_bytes
     all_public = b"".join(p.read_bytes() for p in hub.rglob("*") if p.is_file())
     gold_lines = (root / "hub-gold" / "task3_gold.jsonl").read_bytes().splitlines()
@@ -213,19 +223,29 @@ def test_export_runs_the_given_audit_on_the_staged_layout(corpus, tmp_path):
 
     def audit(ok):
         def run(hub, gold):
-            seen.append((hub, gold, sorted(p.name for p in (hub / "data").iterdir()), (gold / "blind_key.json").is_file()))
+            seen.append(
+                (
+                    hub,
+                    gold,
+                    sorted(p.name for p in (hub / "data").iterdir()),
+                    (gold / "blind_key.json").is_file(),
+                )
+            )
             return _Report(ok)
+
         return run
 
-    info = export_hub_layout(root / "src", tmp_path / "hub", hidden=root / "hidden", blind_key="5a" * 32,
-                             audit=audit(True))
+    info = export_hub_layout(
+        root / "src", tmp_path / "hub", hidden=root / "hidden", blind_key="5a" * 32, audit=audit(True)
+    )
     hub, gold, configs, has_key = seen[0]
     assert hub.parent == tmp_path and hub.name.startswith(".hub.tmp-") and has_key and "blind" in configs
     assert info["audit"] == {"ok": True, "worst": "pass"}
     assert json.loads((tmp_path / "hub-gold" / AUDIT_FILE).read_text()) == {"ok": True}
     with pytest.raises(AuditFailed, match="ok=False"):
-        export_hub_layout(root / "src", tmp_path / "bad", hidden=root / "hidden", blind_key="5a" * 32,
-                          audit=audit(False))
+        export_hub_layout(
+            root / "src", tmp_path / "bad", hidden=root / "hidden", blind_key="5a" * 32, audit=audit(False)
+        )
     assert not (tmp_path / "bad").exists() and not (tmp_path / "bad-gold").exists()
     with pytest.raises(TypeError, match="callable"):
         export_hub_layout(root / "src", tmp_path / "old", hidden=root / "hidden", audit=True)
@@ -260,7 +280,9 @@ def test_push_to_hub_with_mocked_client(corpus, tmp_path):
     root, _, _ = corpus
     api = mock.MagicMock()
     push_to_hub(root / "hub", "idiap/dialfork-test", api=api, private=True)
-    api.create_repo.assert_called_once_with(repo_id="idiap/dialfork-test", repo_type="dataset", private=True, exist_ok=True)
+    api.create_repo.assert_called_once_with(
+        repo_id="idiap/dialfork-test", repo_type="dataset", private=True, exist_ok=True
+    )
     kw = api.upload_folder.call_args.kwargs
     assert kw["repo_id"] == "idiap/dialfork-test" and kw["repo_type"] == "dataset"
     assert kw["folder_path"] == str(root / "hub")
@@ -279,7 +301,12 @@ def test_views(corpus):
     root, recs, _ = corpus
     dd = load_dataset(str(root / "hub"), "task3", cache_dir=str(root / "hf_cache"))
     ex = task3_examples(dd["test"])
-    assert len(ex) == len(dd["test"]) and set(ex[0]) >= {"dialogue_id", "turns", "fork_turn", "num_system_turns"}
+    assert len(ex) == len(dd["test"]) and set(ex[0]) >= {
+        "dialogue_id",
+        "turns",
+        "fork_turn",
+        "num_system_turns",
+    }
     skipped = []
     sets = task1_sets(recs, skipped=skipped)
     n_types = len(hallucination_types())  # 4 for the paper's types

@@ -32,8 +32,14 @@ def layout(corpora):
     from dialfork_dataset.hub import export_hub_layout
     from leaderboard.audit import run_audit
 
-    info = export_hub_layout(corpora / "single", corpora / "hub", corpora / "gold", blind_key=KEY,
-                             compound=corpora / "compound", audit=run_audit)
+    info = export_hub_layout(
+        corpora / "single",
+        corpora / "hub",
+        corpora / "gold",
+        blind_key=KEY,
+        compound=corpora / "compound",
+        audit=run_audit,
+    )
     return corpora / "hub", info
 
 
@@ -57,7 +63,11 @@ def test_compound_config_loads_with_load_dataset(layout):
             inj = r["injections"]
             assert [(x["type"], x["turn"]) for x in inj][0] == ("SSPC", r["fork_turn"])
             assert [x["type"] for x in inj] == ["SSPC", "GR"] and inj[0]["turn"] < inj[1]["turn"]
-            assert (r["hallucination_type"], r["fork_position"], r["variant"]) == ("SSPC", 1, inj[0]["variant"])
+            assert (r["hallucination_type"], r["fork_position"], r["variant"]) == (
+                "SSPC",
+                1,
+                inj[0]["variant"],
+            )
             assert r["source_id"] in sources  # the fork's source is a row of the same split
             assert side[r["source_id"]] == split  # on the same side as in the public configs
     # one compound fork per public source: the hidden sources' families are left out
@@ -71,8 +81,11 @@ def test_compound_rows_of_hidden_scenarios_are_left_out(layout, corpora):
     from dialfork_dataset.hub import load_gold, load_layout
 
     hub, info = layout
-    compound_scenarios = {json.loads(line)["scenario_id"] for t in TASKS
-                          for line in (corpora / "compound" / f"{t}.jsonl").open()}
+    compound_scenarios = {
+        json.loads(line)["scenario_id"]
+        for t in TASKS
+        for line in (corpora / "compound" / f"{t}.jsonl").open()
+    }
     published = {r["scenario_id"] for s in ("train", "test") for r in load_layout(hub, "compound")[s]}
     hidden_sources = info["hidden"]["sources"]
     assert hidden_sources >= len(TASKS) and len(compound_scenarios) - len(published) == hidden_sources
@@ -87,9 +100,12 @@ def test_card_and_load_split_know_the_compound_config(layout):
     hub, _ = layout
     card = DatasetCard.load(hub / "README.md")
     configs = {c["config_name"]: c for c in card.data.to_dict()["configs"]}
-    assert configs["compound"]["data_files"] == [{"split": s, "path": f"data/compound/{s}-*.parquet"}
-                                                 for s in ("train", "test")]
-    assert "`compound` config holds" in card.text and 'load_dataset("idiap/dialfork", "compound")' in card.text
+    assert configs["compound"]["data_files"] == [
+        {"split": s, "path": f"data/compound/{s}-*.parquet"} for s in ("train", "test")
+    ]
+    assert (
+        "`compound` config holds" in card.text and 'load_dataset("idiap/dialfork", "compound")' in card.text
+    )
     test = load_split(hub, "compound", split="test")
     assert Counter(r["hallucination_type"] for r in test) == {None: len(test) // 2, "SSPC": len(test) // 2}
 
@@ -107,11 +123,37 @@ def test_cli_export_with_compound(corpora, tmp_path, capsys):
     from leaderboard.__main__ import main as leaderboard_main
 
     dest = tmp_path / "hub"
-    assert leaderboard_main(["export", str(corpora / "single"), str(dest), "--compound", str(corpora / "compound"),
-                 "--blind-key", KEY, "--no-audit"]) == 0
+    assert (
+        leaderboard_main(
+            [
+                "export",
+                str(corpora / "single"),
+                str(dest),
+                "--compound",
+                str(corpora / "compound"),
+                "--blind-key",
+                KEY,
+                "--no-audit",
+            ]
+        )
+        == 0
+    )
     info = json.loads(capsys.readouterr().out)
     assert set(info["counts"]) == {"conformant", "forked", "task3", "compound", "blind", "blind_task2"}
     assert main(["check", str(dest), "--configs", "compound"]) == 0
     assert "load_dataset(" in capsys.readouterr().out and (dest / "data" / "compound").is_dir()
-    assert leaderboard_main(["export", str(corpora / "single"), str(tmp_path / "bad"), "--compound", str(tmp_path / "none"),
-                 "--blind-key", KEY, "--no-audit"]) == 2
+    assert (
+        leaderboard_main(
+            [
+                "export",
+                str(corpora / "single"),
+                str(tmp_path / "bad"),
+                "--compound",
+                str(tmp_path / "none"),
+                "--blind-key",
+                KEY,
+                "--no-audit",
+            ]
+        )
+        == 2
+    )

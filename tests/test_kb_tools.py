@@ -29,13 +29,22 @@ def claims():
 
 
 def test_field_schema_by_type():
-    assert field_schema({"Name": "Day", "Type": "Categorical", "Categories": ["Mon", "Tue"]}) == \
-        {"type": "string", "enum": ["Mon", "Tue"], "description": "Day"}
-    assert field_schema({"Name": "T", "Type": "Integer", "Min": -5, "Max": 30, "ReadableName": "Temp"}) == \
-        {"type": "integer", "minimum": -5, "maximum": 30, "description": "Temp"}
+    assert field_schema({"Name": "Day", "Type": "Categorical", "Categories": ["Mon", "Tue"]}) == {
+        "type": "string",
+        "enum": ["Mon", "Tue"],
+        "description": "Day",
+    }
+    assert field_schema({"Name": "T", "Type": "Integer", "Min": -5, "Max": 30, "ReadableName": "Temp"}) == {
+        "type": "integer",
+        "minimum": -5,
+        "maximum": 30,
+        "description": "Temp",
+    }
     assert field_schema({"Name": "B", "Type": "Boolean"})["type"] == "boolean"
-    assert field_schema({"Name": "A", "Type": "CategoricalMultiple", "Categories": ["x"]})["items"] == \
-        {"type": "string", "enum": ["x"]}
+    assert field_schema({"Name": "A", "Type": "CategoricalMultiple", "Categories": ["x"]})["items"] == {
+        "type": "string",
+        "enum": ["x"],
+    }
     assert field_schema({"Name": "N", "Type": "ShortString"})["type"] == "string"
 
 
@@ -61,32 +70,43 @@ def test_valid_call_is_deterministic_and_respects_the_arguments(star_tools):
         assert row["Day"] == "Monday" and row["City"] == "Chicago"
         assert -5 <= row["TemperatureCelsius"] <= 30
         assert set(row) == {"City", "Weather", "TemperatureCelsius", "Day"}  # the API's outputs
-    assert len({json.dumps(r, sort_keys=True) for r in body["rows"]}) == len(body["rows"])  # no duplicate rows
+    assert len({json.dumps(r, sort_keys=True) for r in body["rows"]}) == len(
+        body["rows"]
+    )  # no duplicate rows
 
 
 def test_happy_lookups_succeed_unhappy_ones_fail_a_third_of_the_time(star_tools):
-    happy = [json.loads(star_tools.execute("weather", {"Day": d}, seed=s).content)["count"]
-             for d in WEATHER_DAYS for s in range(30)]
+    happy = [
+        json.loads(star_tools.execute("weather", {"Day": d}, seed=s).content)["count"]
+        for d in WEATHER_DAYS
+        for s in range(30)
+    ]
     assert min(happy) >= 1
-    unhappy = [json.loads(star_tools.execute("weather", {"Day": d}, happy=False, seed=s).content)["count"]
-               for d in WEATHER_DAYS for s in range(30)]
+    unhappy = [
+        json.loads(star_tools.execute("weather", {"Day": d}, happy=False, seed=s).content)["count"]
+        for d in WEATHER_DAYS
+        for s in range(30)
+    ]
     share = sum(c == 0 for c in unhappy) / len(unhappy)
     assert 0.2 < share < 0.47, share  # 1/3 by the stable hash (210 calls)
 
 
-@pytest.mark.parametrize("args, fragments", [
-    ('{"Day": "Funday"}', ["Day must be one of"]),
-    ('{"City": "Chicago"}', ["missing required argument(s) ['Day']"]),
-    ('{"Day": "Monday", "Foo": 1}', ["unknown argument(s) ['Foo']"]),
-    ('{"Day": "Monday", "TemperatureCelsius": 99}', ["between -5 and 30"]),
-    ('{"Day": "Monday", "TemperatureCelsius": "warm"}', ["must be an integer"]),
-    ('{"Day": 3, "Foo": 1}', ["Day must be one of", "unknown argument"]),  # all problems at once
-    ("{not json", ["not valid JSON"]),
-    ("[1, 2]", ["must be a JSON object"]),
-    ('"Monday"', ["must be a JSON object"]),
-    ("x" * 20000, ["longer than"]),
-    ("[" * 100000 + "]" * 100000, ["longer than"]),
-])
+@pytest.mark.parametrize(
+    "args, fragments",
+    [
+        ('{"Day": "Funday"}', ["Day must be one of"]),
+        ('{"City": "Chicago"}', ["missing required argument(s) ['Day']"]),
+        ('{"Day": "Monday", "Foo": 1}', ["unknown argument(s) ['Foo']"]),
+        ('{"Day": "Monday", "TemperatureCelsius": 99}', ["between -5 and 30"]),
+        ('{"Day": "Monday", "TemperatureCelsius": "warm"}', ["must be an integer"]),
+        ('{"Day": 3, "Foo": 1}', ["Day must be one of", "unknown argument"]),  # all problems at once
+        ("{not json", ["not valid JSON"]),
+        ("[1, 2]", ["must be a JSON object"]),
+        ('"Monday"', ["must be a JSON object"]),
+        ("x" * 20000, ["longer than"]),
+        ("[" * 100000 + "]" * 100000, ["longer than"]),
+    ],
+)
 def test_invalid_calls_get_an_error_result_never_an_exception(star_tools, args, fragments):
     r = star_tools.execute("weather", args)
     assert not r.ok and r.rows == ()
@@ -108,12 +128,19 @@ def test_stored_rows_are_filtered(claims):
     body = json.loads(r.content)
     assert body["count"] == 1 and body["rows"][0]["ClaimStatus"] == "approved"
     assert body["rows"][0]["AdjusterName"] == "Tom Becker"
-    none = json.loads(claims.execute("claim_status", {"FullName": "Ana Lopez", "ClaimNumber": 111111}).content)
+    none = json.loads(
+        claims.execute("claim_status", {"FullName": "Ana Lopez", "ClaimNumber": 111111}).content
+    )
     assert none == {"count": 0, "rows": []}
 
 
 def test_an_action_gets_one_row(claims):
-    args = {"FullName": "Ana Lopez", "PolicyNumber": "HM-30021", "IncidentType": "theft", "IncidentDate": "4 January"}
+    args = {
+        "FullName": "Ana Lopez",
+        "PolicyNumber": "HM-30021",
+        "IncidentType": "theft",
+        "IncidentDate": "4 January",
+    }
     a, b = claims.execute("file_claim", args), claims.execute("file_claim", json.dumps(args))
     assert a.ok and a.content == b.content
     body = json.loads(a.content)
@@ -124,10 +151,12 @@ def test_an_action_gets_one_row(claims):
 
 
 def test_tool_messages_answer_every_call_in_order(star_tools):
-    calls = [{"id": "a", "type": "function", "function": {"name": "weather", "arguments": '{"Day": "Monday"}'}},
-             {"id": "b", "type": "function", "function": {"name": "weather", "arguments": "{oops"}},
-             {"id": "c", "type": "function"},
-             "garbage"]
+    calls = [
+        {"id": "a", "type": "function", "function": {"name": "weather", "arguments": '{"Day": "Monday"}'}},
+        {"id": "b", "type": "function", "function": {"name": "weather", "arguments": "{oops"}},
+        {"id": "c", "type": "function"},
+        "garbage",
+    ]
     msgs, res = tool_messages(star_tools, calls, seed=3)
     assert [m["role"] for m in msgs] == ["tool"] * 4
     assert [m["tool_call_id"] for m in msgs] == ["a", "b", "c", "call_3"]
@@ -142,13 +171,27 @@ def test_run_tool_loop_with_a_scripted_model(star_tools):
     def complete(messages, tools):
         seen.append((len(messages), [t["function"]["name"] for t in tools]))
         if messages[-1]["role"] != "tool":
-            return {"role": "assistant", "content": None, "tool_calls": [
-                {"id": "x1", "type": "function", "function": {"name": "weather", "arguments": '{"Day": "Friday"}'}}]}
-        return {"role": "assistant", "content": "It is " + json.loads(messages[-1]["content"])["rows"][0]["Weather"]}
+            return {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": "x1",
+                        "type": "function",
+                        "function": {"name": "weather", "arguments": '{"Day": "Friday"}'},
+                    }
+                ],
+            }
+        return {
+            "role": "assistant",
+            "content": "It is " + json.loads(messages[-1]["content"])["rows"][0]["Weather"],
+        }
 
     messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "weather on Friday?"}]
     msg, results = run_tool_loop(complete, messages, star_tools, "weather", seed=1)
-    expect = json.loads(star_tools.execute("weather", {"Day": "Friday"}, seed=1).content)["rows"][0]["Weather"]
+    expect = json.loads(star_tools.execute("weather", {"Day": "Friday"}, seed=1).content)["rows"][0][
+        "Weather"
+    ]
     assert msg["content"] == f"It is {expect}"
     assert [m["role"] for m in messages] == ["system", "user", "assistant", "tool"]
     assert messages[2]["content"] is None and messages[3]["tool_call_id"] == "x1"
@@ -160,10 +203,17 @@ def test_run_tool_loop_stops_a_model_that_only_calls_tools(star_tools):
 
     def complete(messages, tools):
         offered.append(len(tools))
-        return {"role": "assistant", "content": None, "tool_calls": [
-            {"id": "x", "type": "function", "function": {"name": "weather", "arguments": "{}"}}]}
+        return {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "x", "type": "function", "function": {"name": "weather", "arguments": "{}"}}
+            ],
+        }
 
-    msg, results = run_tool_loop(complete, [{"role": "user", "content": "hi"}], star_tools, "weather", max_rounds=2)
+    msg, results = run_tool_loop(
+        complete, [{"role": "user", "content": "hi"}], star_tools, "weather", max_rounds=2
+    )
     assert offered == [1, 1, 0]  # the last request offers no tool
     assert len(results) == 2 and not any(r.ok for r in results) and msg.get("tool_calls")
 

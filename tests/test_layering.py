@@ -59,7 +59,9 @@ def test_the_layering_table_is_a_dag_with_nothing_above_the_top():
 def test_no_import_runs_against_the_layering(tree):
     graph, edges = tree
     by_top = {t: sum(1 for m in graph if m.partition(".")[0] == t) for t in PACKAGES + CONSUMERS}
-    assert min(by_top.values()) >= 1 and graph.number_of_nodes() > 200 and graph.number_of_edges() > 600, by_top
+    assert min(by_top.values()) >= 1 and graph.number_of_nodes() > 200 and graph.number_of_edges() > 600, (
+        by_top
+    )
     bad = layering_violations(edges, ALLOWED, ROOT, ENTRY_POINTS)
     assert not bad, f"{len(bad)} import(s) against the layering:\n" + "\n".join(bad)
 
@@ -99,15 +101,17 @@ def _write(root: Path, files: dict[str, str]) -> None:
 
 
 def test_checks_report_a_known_cycle_and_a_known_upward_import(tmp_path):
-    _write(tmp_path, {
-        "low/__init__.py": """\
+    _write(
+        tmp_path,
+        {
+            "low/__init__.py": """\
             from .lazy import lazy_exports
             _EXPORTS = {"Thing": "a"}
             __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
             """,
-        "low/lazy.py": "def lazy_exports(*a):\n    return None, None\n",
-        "low/a.py": "from .b import helper\n",  # a -> b
-        "low/b.py": """\
+            "low/lazy.py": "def lazy_exports(*a):\n    return None, None\n",
+            "low/a.py": "from .b import helper\n",  # a -> b
+            "low/b.py": """\
             import os
 
 
@@ -115,23 +119,41 @@ def test_checks_report_a_known_cycle_and_a_known_upward_import(tmp_path):
                 from . import a  # b -> a, inside a function: still a cycle
                 return a, os
             """,
-        "low/c.py": """\
+            "low/c.py": """\
             from typing import TYPE_CHECKING
 
             if TYPE_CHECKING:
                 from high.top import Top  # c -> high.top: upward, even if only for the type checker
             """,
-        "low/sub/__init__.py": "",
-        "low/sub/d.py": "from .. import c\nfrom ..a import helper\n",  # two levels: low.c, low.a
-        "high/__init__.py": "",
-        "high/top.py": "import low.a\nimport json\n",  # allowed: high -> low
-    })
+            "low/sub/__init__.py": "",
+            "low/sub/d.py": "from .. import c\nfrom ..a import helper\n",  # two levels: low.c, low.a
+            "high/__init__.py": "",
+            "high/top.py": "import low.a\nimport json\n",  # allowed: high -> low
+        },
+    )
     modules = module_files(tmp_path, ("low", "high"))
-    assert set(modules) == {"low", "low.lazy", "low.a", "low.b", "low.c", "low.sub", "low.sub.d", "high", "high.top"}
+    assert set(modules) == {
+        "low",
+        "low.lazy",
+        "low.a",
+        "low.b",
+        "low.c",
+        "low.sub",
+        "low.sub.d",
+        "high",
+        "high.top",
+    }
     graph, edges = import_graph(tmp_path, ("low", "high"))
-    assert set(graph.edges) == {("low", "low.lazy"), ("low", "low.a"), ("low.a", "low.b"), ("low.b", "low.a"),
-                                ("low.c", "high.top"), ("low.sub.d", "low.c"), ("low.sub.d", "low.a"),
-                                ("high.top", "low.a")}
+    assert set(graph.edges) == {
+        ("low", "low.lazy"),
+        ("low", "low.a"),
+        ("low.a", "low.b"),
+        ("low.b", "low.a"),
+        ("low.c", "high.top"),
+        ("low.sub.d", "low.c"),
+        ("low.sub.d", "low.a"),
+        ("high.top", "low.a"),
+    }
 
     bad = layering_violations(edges, {"low": (), "high": ("low",)}, tmp_path)
     assert bad == ["low/c.py:4: low.c imports high.top, but low may import only nothing outside itself"]
@@ -140,17 +162,22 @@ def test_checks_report_a_known_cycle_and_a_known_upward_import(tmp_path):
 
     found = cycles(graph, edges, tmp_path)
     assert len(found) == 1 and found[0].startswith("2 modules in a cycle (low.a, low.b): ")
-    assert "low.a (low/a.py:1) -> low.b (low/b.py:5) -> low.a" in found[0] \
+    assert (
+        "low.a (low/a.py:1) -> low.b (low/b.py:5) -> low.a" in found[0]
         or "low.b (low/b.py:5) -> low.a (low/a.py:1) -> low.b" in found[0]
+    )
 
 
 def test_relative_imports_resolve_to_modules_or_their_package(tmp_path):
-    _write(tmp_path, {
-        "p/__init__.py": "VALUE = 1\n",
-        "p/q/__init__.py": "from .. import VALUE\nfrom . import r\n",  # p (a name of p), p.q.r (a module)
-        "p/q/r.py": "from .. import q\nimport p.q.missing\nfrom p.q.r import nothing\n",
-        "p/q/deep.py": "from .... import x\n",
-    })
+    _write(
+        tmp_path,
+        {
+            "p/__init__.py": "VALUE = 1\n",
+            "p/q/__init__.py": "from .. import VALUE\nfrom . import r\n",  # p (a name of p), p.q.r (a module)
+            "p/q/r.py": "from .. import q\nimport p.q.missing\nfrom p.q.r import nothing\n",
+            "p/q/deep.py": "from .... import x\n",
+        },
+    )
     modules = module_files(tmp_path, ("p",))
     edges = {(e.imported, e.line) for e in module_edges("p.q", modules["p.q"], modules)}
     assert edges == {("p", 1), ("p.q.r", 2)}

@@ -21,7 +21,9 @@ configs:
 def _layout(root, ids):
     (root / "data" / "conformant").mkdir(parents=True)
     (root / "README.md").write_text(CARD)
-    pq.write_table(pa.table({"dialogue_id": ids}), root / "data" / "conformant" / "train-00000-of-00001.parquet")
+    pq.write_table(
+        pa.table({"dialogue_id": ids}), root / "data" / "conformant" / "train-00000-of-00001.parquet"
+    )
     return root
 
 
@@ -38,6 +40,8 @@ def test_same_named_folders_read_their_own_rows(tmp_path, monkeypatch):
     # a rewritten file is a new cache entry, an unchanged folder the same one
     key = local_layout_cache_dir(b)
     assert local_layout_cache_dir(b) == key
-    pq.write_table(pa.table({"dialogue_id": ["b1", "b2"]}), b / "data" / "conformant" / "train-00000-of-00001.parquet")
+    pq.write_table(
+        pa.table({"dialogue_id": ["b1", "b2"]}), b / "data" / "conformant" / "train-00000-of-00001.parquet"
+    )
     assert local_layout_cache_dir(b) != key
     assert load_layout(b, "conformant", split="train")["dialogue_id"] == ["b1", "b2"]

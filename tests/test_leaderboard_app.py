@@ -46,8 +46,17 @@ class Clock:
 
 
 def _form(**kw):
-    md = {"method": "Local method", "regime": "offline", "used_conformant_train": False, "model_name": None,
-          "model_size": "7B", "code_url": None, "open_source": True, "contact": "x@y.org", "track": "detector"}
+    md = {
+        "method": "Local method",
+        "regime": "offline",
+        "used_conformant_train": False,
+        "model_name": None,
+        "model_size": "7B",
+        "code_url": None,
+        "open_source": True,
+        "contact": "x@y.org",
+        "track": "detector",
+    }
     md.update(kw)
     return md
 
@@ -77,21 +86,33 @@ def test_on_a_space_only_the_oauth_user_counts(env, tmp_path):
     app = _app(env, tmp_path, require_login=True)
     sub = write_predictions({b["dialogue_id"]: 2 for b in env["blind"]}, tmp_path / "s.jsonl")
     assert app.handle_submit(str(sub), _form(), submitter="mallory")[0].startswith("Log in")
-    msg, res = app.handle_submit(str(sub), _form(submitter="mallory"), profile=type("P", (), {"username": "bob"})(),
-                                 submitter="mallory")
+    msg, res = app.handle_submit(
+        str(sub),
+        _form(submitter="mallory"),
+        profile=type("P", (), {"username": "bob"})(),
+        submitter="mallory",
+    )
     assert res["submitter"] == "bob" and res["metadata"]["submitter"] == "bob" and "bob/" in res["key"]
 
 
 def test_errors_in_plain_words_capped_and_escaped(env, tmp_path):
     app = _app(env, tmp_path, require_login=False)
-    lines = [json.dumps({"dialogue_id": f"[x](javascript:alert(1))-{i}" + "z" * 200, "prediction": 1.5})
-             for i in range(300)]
+    lines = [
+        json.dumps({"dialogue_id": f"[x](javascript:alert(1))-{i}" + "z" * 200, "prediction": 1.5})
+        for i in range(300)
+    ]
     bad = tmp_path / "bad.jsonl"
     bad.write_text("\n".join(lines) + "\n", encoding="utf-8")
     msg, rep = app.handle_validate(str(bad), _form(model_size="big", submitter="a b"))
-    assert rep["n_errors"] > 100 and len(rep["errors"]) == 100 and rep["errors_omitted"] == rep["n_errors"] - 100
-    assert msg.startswith(f"**{rep['n_errors']:,} error(s)**") and "more (the report lists the first 100)" in msg
-    assert "](javascript" not in msg and "zzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzz" not in msg  # ids shortened
+    assert (
+        rep["n_errors"] > 100 and len(rep["errors"]) == 100 and rep["errors_omitted"] == rep["n_errors"] - 100
+    )
+    assert (
+        msg.startswith(f"**{rep['n_errors']:,} error(s)**") and "more (the report lists the first 100)" in msg
+    )
+    assert (
+        "](javascript" not in msg and "zzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzz" not in msg
+    )  # ids shortened
     text = json.dumps(rep)
     assert "does not match" not in text and "is not of type" not in text  # no raw jsonschema text
     assert md_escape("*a* [b](c) <i>") == r"\*a\* \[b\]\(c\) \<i\>"
@@ -108,13 +129,20 @@ def test_rate_limit_holds_under_concurrent_submissions(env, tmp_path):
             return n
 
     store = SlowCount(tmp_path / "store", clock=Clock(T0), max_per_day=3)
-    app = LeaderboardApp(blind_dir=str(env["blind_dir"]), gold_dir=str(env["gold_dir"]), store=store,
-                         require_login=False)
+    app = LeaderboardApp(
+        blind_dir=str(env["blind_dir"]), gold_dir=str(env["gold_dir"]), store=store, require_login=False
+    )
     app.blind  # noqa: B018 - read once, before the threads
     sub = write_predictions({b["dialogue_id"]: 2 for b in env["blind"]}, tmp_path / "s.jsonl")
     out: list[str] = []
-    threads = [threading.Thread(target=lambda i=i: out.append(
-        app.handle_submit(str(sub), _form(method=f"m{i}"), submitter="eve")[0])) for i in range(8)]
+    threads = [
+        threading.Thread(
+            target=lambda i=i: out.append(
+                app.handle_submit(str(sub), _form(method=f"m{i}"), submitter="eve")[0]
+            )
+        )
+        for i in range(8)
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -145,9 +173,22 @@ def test_rate_limit_holds_across_processes(env, tmp_path):
         "    print('refused')\n"
     )
     envv = {**os.environ, "PYTHONPATH": str(ROOT)}
-    procs = [subprocess.Popen([sys.executable, "-c", script.replace("ci_resamples=0", f"ci_resamples=0, metadata="
-                                                                    f"{str(tmp_path / 's.metadata.json')!r}")],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=envv) for _ in range(4)]
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                script.replace(
+                    "ci_resamples=0", f"ci_resamples=0, metadata={str(tmp_path / 's.metadata.json')!r}"
+                ),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=envv,
+        )
+        for _ in range(4)
+    ]
     outs = [p.communicate(timeout=300) for p in procs]
     results = sorted(o.strip().splitlines()[-1] if o.strip() else e[-300:] for o, e in outs)
     assert results == ["refused", "refused", "stored", "stored"], outs
@@ -176,11 +217,31 @@ print(json.dumps({"kinds": kinds, "labels": labels, "expects_oauth": bool(demo.e
 def test_build_with_and_without_login(env, tmp_path, mode):
     envv = {**os.environ, "PYTHONPATH": str(ROOT), "GRADIO_ANALYTICS_ENABLED": "False"}
     if mode == "login":  # what a Space with hf_oauth: true provides (nothing is contacted while building)
-        envv.update({"SYSTEM": "spaces", "SPACE_ID": "idiap/dialfork-leaderboard", "OAUTH_CLIENT_ID": "test-client",
-                     "OAUTH_CLIENT_SECRET": "test-secret", "OAUTH_SCOPES": "openid profile",
-                     "OPENID_PROVIDER_URL": "https://huggingface.co"})
-    r = subprocess.run([sys.executable, "-c", _BUILD, str(env["blind_dir"]), str(env["gold_dir"]),
-                        str(tmp_path / "store"), mode], capture_output=True, text=True, timeout=300, env=envv)
+        envv.update(
+            {
+                "SYSTEM": "spaces",
+                "SPACE_ID": "idiap/dialfork-leaderboard",
+                "OAUTH_CLIENT_ID": "test-client",
+                "OAUTH_CLIENT_SECRET": "test-secret",
+                "OAUTH_SCOPES": "openid profile",
+                "OPENID_PROVIDER_URL": "https://huggingface.co",
+            }
+        )
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            _BUILD,
+            str(env["blind_dir"]),
+            str(env["gold_dir"]),
+            str(tmp_path / "store"),
+            mode,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=envv,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     got = json.loads(r.stdout.strip().splitlines()[-1])
     if mode == "no-login":
@@ -219,8 +280,20 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu"]  # Playwright adds its own hea
 def served_app(env, tmp_path):
     if not HAS_GRADIO:
         pytest.skip("gradio is not installed (pip install 'dialfork[leaderboard]')")
-    cmd = [sys.executable, "-m", "leaderboard.app", "--blind", str(env["blind_dir"]), "--gold", str(env["gold_dir"]),
-           "--results", str(tmp_path / "store"), "--no-login", "--host", "127.0.0.1"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "leaderboard.app",
+        "--blind",
+        str(env["blind_dir"]),
+        "--gold",
+        str(env["gold_dir"]),
+        "--results",
+        str(tmp_path / "store"),
+        "--no-login",
+        "--host",
+        "127.0.0.1",
+    ]
     envv = {**os.environ, "PYTHONPATH": str(ROOT), "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1"}
     proc, base, log = start_app(lambda port: ([*cmd, "--port", str(port)], envv), tmp_path, tmp_path)
     try:
@@ -263,9 +336,10 @@ def _upload(page, path: Path, sync_api, seen: list[str], tries: int = 3) -> None
         try:
             sync_api.expect(_shown(box, path.name)).to_be_visible(timeout=STEP_MS)
         except AssertionError as e:
-            raise AssertionError(f"{e}\n#upload after the upload answered {resp.status} {resp.text()[:300]}:\n"
-                                 f"{box.evaluate('b => b.outerHTML')[:4000]}\nconsole:\n" +
-                                 "\n".join(seen[-30:])) from None
+            raise AssertionError(
+                f"{e}\n#upload after the upload answered {resp.status} {resp.text()[:300]}:\n"
+                f"{box.evaluate('b => b.outerHTML')[:4000]}\nconsole:\n" + "\n".join(seen[-30:])
+            ) from None
         return
     raise AssertionError(f"the front end never uploaded {path.name} after {tries} tries")
 
@@ -291,7 +365,9 @@ def test_validate_submit_and_table_in_chromium(served_app, env, tmp_path):
             seen: list[str] = []  # what the front end said and fetched, for a failure's message
             page.on("console", lambda m: seen.append(f"{m.type}: {m.text}"))
             page.on("requestfinished", lambda r: seen.append(f"net: {r.method} {r.url[:120]}"))
-            page.on("requestfailed", lambda r: seen.append(f"net FAILED: {r.method} {r.url[:120]} {r.failure}"))
+            page.on(
+                "requestfailed", lambda r: seen.append(f"net FAILED: {r.method} {r.url[:120]} {r.failure}")
+            )
             page.goto(served_app["base"])
             page.get_by_role("tab", name="Submit").click()
             expect(page.locator("#upload input[type=file]")).to_have_count(1, timeout=STEP_MS)  # front end up
@@ -309,7 +385,9 @@ def test_validate_submit_and_table_in_chromium(served_app, env, tmp_path):
             assert "is not in the blind test set" in text
 
             # the good file: valid, then stored
-            page.locator("#upload button[aria-label*='Clear'], #upload button[aria-label*='clear']").first.click()
+            page.locator(
+                "#upload button[aria-label*='Clear'], #upload button[aria-label*='clear']"
+            ).first.click()
             # the upload box re-renders its file input once the clear is processed: wait for that,
             # so the new file does not go to the input being replaced
             expect(_shown(page.locator("#upload"), "bad.jsonl")).to_have_count(0, timeout=STEP_MS)
@@ -353,7 +431,9 @@ def test_space_folder():
     assert meta["hf_oauth"] is True and "leaderboard" in meta["tags"]
     reqs = (folder / "requirements.txt").read_text(encoding="utf-8").splitlines()
     gradio_req = [r for r in reqs if r.startswith("gradio")]
-    assert gradio_req and gradio_req[0].startswith("gradio[oauth]") and str(meta["sdk_version"]) in gradio_req[0]
+    assert (
+        gradio_req and gradio_req[0].startswith("gradio[oauth]") and str(meta["sdk_version"]) in gradio_req[0]
+    )
     assert any(r.startswith("dialfork[leaderboard]") for r in reqs)
     # the Space's app.py runs leaderboard.app with login (no --no-login)
     src = (folder / "app.py").read_text(encoding="utf-8")

@@ -58,12 +58,19 @@ def test_prefix_keys_and_diffing_by_hand():
     ref, k3, k1 = d("a", "b", "c", "d"), d("a", "b", "X", "Y"), d("Z", "b", "c", "d")
     assert common_prefix(system_prefix_keys(ref), system_prefix_keys(k3)) == 2
     assert common_prefix(system_prefix_keys(ref), system_prefix_keys(k1)) == 0
-    dist = pair_diff_distances([{"pair_id": "p1", "reference": ref, "candidate": k3},
-                                {"pair_id": "p2", "reference": ref, "candidate": k1}])
+    dist = pair_diff_distances(
+        [
+            {"pair_id": "p1", "reference": ref, "candidate": k3},
+            {"pair_id": "p2", "reference": ref, "candidate": k1},
+        ]
+    )
     assert dist["shared prefix"] == {"p1": -2.0, "p2": -0.0}
     assert dist["identical turns"] == {"p1": -6.0, "p2": -7.0}  # k1 differs in one turn only
     # siblings: the medoid is called conformant, the others are flagged where they leave it
-    blind = [{"dialogue_id": i, "turns": t, "num_system_turns": 4} for i, t in (("r", ref), ("f", k3), ("g", d("a", "Q", "c", "d")))]
+    blind = [
+        {"dialogue_id": i, "turns": t, "num_system_turns": 4}
+        for i, t in (("r", ref), ("f", k3), ("g", d("a", "Q", "c", "d")))
+    ]
     assert sibling_predictions(blind) == {"r": None, "f": 3, "g": 2}
 
 
@@ -76,9 +83,20 @@ def template_split(tmp_path_factory, star_dir):
     from generation.cli import main
 
     root = tmp_path_factory.mktemp("audit")
-    key = write_key_file(root / "key.json", HiddenKey(bytes(range(7, 39)), "0f" * 16, 0.3))  # fixed: no flakes
-    common = ["--star", str(star_dir), "--tasks", "weather", "--per-task", "20", "--no-progress",
-              "--hidden-key", str(key)]
+    key = write_key_file(
+        root / "key.json", HiddenKey(bytes(range(7, 39)), "0f" * 16, 0.3)
+    )  # fixed: no flakes
+    common = [
+        "--star",
+        str(star_dir),
+        "--tasks",
+        "weather",
+        "--per-task",
+        "20",
+        "--no-progress",
+        "--hidden-key",
+        str(key),
+    ]
     assert main([*common, "--out", str(root / "pub"), "--split", "public"]) == 0
     assert main([*common, "--out", str(root / "hid"), "--split", "hidden"]) == 0
     return root, key
@@ -111,7 +129,11 @@ def test_fixed_template_layout_detector_track_passes(fixed_template):
 
 
 def _public_task3_test(hub: Path) -> list[dict]:
-    return [r for f in sorted((hub / "data" / "task3").glob("test-*.parquet")) for r in pq.read_table(f).to_pylist()]
+    return [
+        r
+        for f in sorted((hub / "data" / "task3").glob("test-*.parquet"))
+        for r in pq.read_table(f).to_pylist()
+    ]
 
 
 def _leaky_copy(fixed_hub: Path, fixed_gold: Path, dest: Path, rows: list[dict]) -> tuple[Path, Path]:
@@ -151,8 +173,14 @@ def test_hidden_siblings_are_caught_by_sibling_grouping(fixed_template, template
 
 def test_public_seed_hidden_set_is_caught_by_regeneration(template_split, tmp_path, star_dir):
     root, _ = template_split
-    export_hub_layout(root / "pub", tmp_path / "hub", tmp_path / "gold", blind_key=KEY.hex(), hidden_fraction=0.8,
-                      metric_share=0.2)  # 13 blind dialogues: enough for a significant margin
+    export_hub_layout(
+        root / "pub",
+        tmp_path / "hub",
+        tmp_path / "gold",
+        blind_key=KEY.hex(),
+        hidden_fraction=0.8,
+        metric_share=0.2,
+    )  # 13 blind dialogues: enough for a significant margin
     rep = audit(tmp_path / "hub", tmp_path / "gold", star_dir, seeds=(0, 1))
     det, met = by_name(rep, "detector"), by_name(rep, "metric")
     assert det["verbatim lookup"].status == "pass" and det["sibling grouping"].status == "pass"
@@ -164,8 +192,15 @@ def test_export_runs_the_audit_and_publishes_nothing_on_failure(template_split, 
     root, _ = template_split
     opts = {"star": star_dir, "regen_seeds": (0,), "regen_scenarios_per_task": 40}
     with pytest.raises(AuditFailed) as ei:
-        export_hub_layout(root / "pub", tmp_path / "hub", tmp_path / "gold", blind_key=KEY.hex(),
-                          hidden_fraction=0.8, metric_share=0.2, audit=functools.partial(run_audit, **opts))
+        export_hub_layout(
+            root / "pub",
+            tmp_path / "hub",
+            tmp_path / "gold",
+            blind_key=KEY.hex(),
+            hidden_fraction=0.8,
+            metric_share=0.2,
+            audit=functools.partial(run_audit, **opts),
+        )
     assert "regeneration" in ei.value.report.worst()
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing published, no staging left
 
@@ -178,7 +213,9 @@ def fixed_llm_like(tmp_path_factory):
     root = tmp_path_factory.mktemp("llm_like")
     pub = llm_like_records(tasks=("weather", "trivia"), per_task=8, seed=1)
     hid = llm_like_records(tasks=("weather", "trivia"), per_task=40, seed=2, prefix="h", reword=0.1)
-    info = export_hub_layout(pub, root / "hub", root / "gold", hidden=hid, blind_key=KEY.hex(), audit=run_audit)
+    info = export_hub_layout(
+        pub, root / "hub", root / "gold", hidden=hid, blind_key=KEY.hex(), audit=run_audit
+    )
     return root, info
 
 
@@ -193,14 +230,20 @@ def test_fixed_layout_passes_every_attack(fixed_llm_like):
     pair = next(a for a in rep["attacks"] if a["name"].startswith("pair diffing"))
     assert 0.3 < pair["value"] < METRIC_TAU_MAX  # a control, not an oracle (paper, LLM replay: 0.682)
     # the simulator-aware attacks find no template fingerprint and no template length in LLM-like text
-    new = {(a["name"], a["track"]): a for a in rep["attacks"] if a["simulator_aware"] and a["status"] != "skipped"}
+    new = {
+        (a["name"], a["track"]): a
+        for a in rep["attacks"]
+        if a["simulator_aware"] and a["status"] != "skipped"
+    }
     assert {n for n, _ in new} == {FINGERPRINTS, LENGTH, NODE_PREFIX}
     assert all(a["status"] == "pass" and not a["waived"] for a in new.values())
     fp = new[(FINGERPRINTS, "detector")]
     assert "0/40 blind dialogues flagged" in fp["detail"] and fp["margin"] <= 0  # all called conformant
     # the public-data ceiling is reported on both tracks, never a verdict
     assert {a["track"] for a in rep["attacks"] if a["name"] == CEILING and a["status"] == "reported"} == {
-        "detector", "metric"}
+        "detector",
+        "metric",
+    }
     assert new[(NODE_PREFIX, "metric")]["value"] < METRIC_TAU_MAX
 
 
@@ -212,7 +255,9 @@ def test_row_order_sorted_by_label_is_caught(fixed_llm_like, tmp_path):
 
     gold = {g["dialogue_id"]: g for g in load_gold(root / "gold")["task3"]}
     blind = load_blind(hub)
-    blind.sort(key=lambda b: (gold[b["dialogue_id"]]["fork_turn"] or 0) / b["num_system_turns"])  # leaks the label
+    blind.sort(
+        key=lambda b: (gold[b["dialogue_id"]]["fork_turn"] or 0) / b["num_system_turns"]
+    )  # leaks the label
     f = next((hub / "data" / "blind").glob("*.parquet"))
     pq.write_table(pa.Table.from_pylist(blind, schema=pq.read_schema(f)), f)
     rep = run_audit(hub, root / "gold")
@@ -227,19 +272,57 @@ def test_audit_cli(fixed_llm_like, tmp_path):
     root, _ = fixed_llm_like
     write_predictions({b["dialogue_id"]: None for b in load_blind(root / "hub")}, tmp_path / "silent.jsonl")
     write_metadata(tmp_path / "silent.metadata.json", method="never alarms")
-    r = subprocess.run([sys.executable, "-m", "leaderboard", "audit", str(root / "hub"), "--gold", str(root / "gold"),
-                        "--regen-seeds", "0", "--out", str(tmp_path / "a.json"), "--honest", str(tmp_path / "silent.jsonl")],
-                       capture_output=True, text=True, cwd=ROOT, timeout=300)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "leaderboard",
+            "audit",
+            str(root / "hub"),
+            "--gold",
+            str(root / "gold"),
+            "--regen-seeds",
+            "0",
+            "--out",
+            str(tmp_path / "a.json"),
+            "--honest",
+            str(tmp_path / "silent.jsonl"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr
-    for w in ("verbatim lookup", "sibling grouping", "regeneration", "pair diffing", "correlations", "Random",
-              "first", "last", "verdict: PASS", "simulator fingerprints", "length rule", "node-level shared prefix",
-              "public-data ceiling", "honest detector: never alarms"):
+    for w in (
+        "verbatim lookup",
+        "sibling grouping",
+        "regeneration",
+        "pair diffing",
+        "correlations",
+        "Random",
+        "first",
+        "last",
+        "verdict: PASS",
+        "simulator fingerprints",
+        "length rule",
+        "node-level shared prefix",
+        "public-data ceiling",
+        "honest detector: never alarms",
+    ):
         assert w in r.stdout
     rep = json.loads((tmp_path / "a.json").read_text())
-    assert [h["name"] for h in rep["honest"]] == ["honest detector: never alarms"] and rep["verdict"].startswith("PASS")
+    assert [h["name"] for h in rep["honest"]] == ["honest detector: never alarms"] and rep[
+        "verdict"
+    ].startswith("PASS")
     assert "plumbing only" not in rep["verdict"]  # an LLM-like hidden set: no plain-words warning
-    r = subprocess.run([sys.executable, "-m", "leaderboard", "audit", str(tmp_path), "--gold", str(root / "gold")],
-                       capture_output=True, text=True, cwd=ROOT, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-m", "leaderboard", "audit", str(tmp_path), "--gold", str(root / "gold")],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
     # a folder that is no layout at all is named as such before anything is read (issue 31)
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert f"error: HUB {tmp_path}: not a DialFork corpus (no data/ folder" in r.stderr

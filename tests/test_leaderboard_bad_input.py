@@ -29,7 +29,13 @@ def env(tmp_path_factory):
 def _lines(env, value_at_3: str | None = None) -> list[str]:
     out = [json.dumps({"dialogue_id": b["dialogue_id"], "prediction": None}) for b in env["blind"]]
     if value_at_3 is not None:
-        out[2] = '{"dialogue_id": ' + json.dumps(env["blind"][2]["dialogue_id"]) + ', "prediction": ' + value_at_3 + "}"
+        out[2] = (
+            '{"dialogue_id": '
+            + json.dumps(env["blind"][2]["dialogue_id"])
+            + ', "prediction": '
+            + value_at_3
+            + "}"
+        )
     return out
 
 
@@ -54,8 +60,12 @@ def test_deeply_nested_json(env, tmp_path, capsys, depth):
     assert rc == 1 and ":3: " in out
     rep = validate_submission(p, "detector", BlindSet.from_dir(env["blind_dir"]))
     assert [e.line for e in rep.errors if e.line is not None] == [3]  # (+ its id counted as missing)
-    assert rep.errors[0].message.endswith(("is an array; write an integer system turn index or null",
-                                           "nested too deeply to read; each line is one flat object"))
+    assert rep.errors[0].message.endswith(
+        (
+            "is an array; write an integer system turn index or null",
+            "nested too deeply to read; each line is one flat object",
+        )
+    )
 
 
 @pytest.mark.parametrize("digits", [40, 4_000, 5_000, 20_000])
@@ -84,7 +94,11 @@ def test_fifty_megabyte_line(env, tmp_path, capsys):
         fh.write(b'{"dialogue_id": "' + b"x" * (50 * 1024 * 1024) + b'", "prediction": null}\n')
     write_metadata(tmp_path / "big.metadata.json", method="Big")
     rc, out = _validate(env, p, capsys)
-    assert rc == 1 and "over the 33,554,432-byte cap" in out and ":1: line is longer than 65,536 characters" in out
+    assert (
+        rc == 1
+        and "over the 33,554,432-byte cap" in out
+        and ":1: line is longer than 65,536 characters" in out
+    )
     # a cap raised by the maintainers: the line is still refused, by its number, without parsing it
     rc, out = _validate(env, p, capsys, "--max-bytes", 64 * 1024 * 1024)
     assert rc == 1 and ":1: line is 52,428," in out and "x" * 100 not in out
@@ -96,8 +110,13 @@ def test_fifty_megabyte_line_in_a_real_process(env, tmp_path):
     with open(p, "w", encoding="utf-8") as fh:
         fh.write(good[0] + "\n" + '{"dialogue_id": "' + "y" * (50 * 1024 * 1024) + '"}\n')
     write_metadata(tmp_path / "big2.metadata.json", method="Big")
-    r = subprocess.run([sys.executable, "-m", "leaderboard", "validate", str(p), "--blind", str(env["blind_dir"])],
-                       capture_output=True, text=True, cwd=ROOT, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-m", "leaderboard", "validate", str(p), "--blind", str(env["blind_dir"])],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
     assert r.returncode == 1 and "Traceback" not in r.stderr and ":2: line is longer than" in r.stderr
 
 
@@ -107,14 +126,20 @@ def test_submitter_with_a_trailing_newline(env, tmp_path, capsys):
     sub = write_predictions({b["dialogue_id"]: 2 for b in env["blind"]}, tmp_path / "s.jsonl")
     write_metadata(tmp_path / "s.metadata.json", method="Newline")
     store = tmp_path / "store"
-    rc = main(["score", str(sub), "--gold", str(env["gold_dir"]), "--results", str(store), "--submitter", "alice\n"])
+    rc = main(
+        ["score", str(sub), "--gold", str(env["gold_dir"]), "--results", str(store), "--submitter", "alice\n"]
+    )
     cap = capsys.readouterr()
     assert rc == 1 and "Traceback" not in cap.err and "not a valid id" in cap.err and "'alice\\n'" in cap.err
     # the same name in the metadata: a metadata error naming the field
     write_metadata(tmp_path / "s.metadata.json", method="Newline", submitter="alice\n")
     rc = main(["score", str(sub), "--gold", str(env["gold_dir"]), "--results", str(store)])
     cap = capsys.readouterr()
-    assert rc == 1 and "metadata: submitter must be 1 to 64 letters" in cap.err and 'got a string ("alice\\n")' in cap.err
+    assert (
+        rc == 1
+        and "metadata: submitter must be 1 to 64 letters" in cap.err
+        and 'got a string ("alice\\n")' in cap.err
+    )
     assert not (store / "results").exists()
 
 
@@ -127,8 +152,9 @@ def test_hostile_metadata(env, tmp_path, capsys, payload):
 
 
 def test_error_report_is_capped(env, tmp_path, capsys):
-    lines = _lines(env) + [json.dumps({"dialogue_id": f"extra-{i}" + "q" * 500, "prediction": 1.5})
-                           for i in range(5000)]
+    lines = _lines(env) + [
+        json.dumps({"dialogue_id": f"extra-{i}" + "q" * 500, "prediction": 1.5}) for i in range(5000)
+    ]
     p = _write(tmp_path, "many", lines)
     rep = validate_submission(p, "detector", BlindSet.from_dir(env["blind_dir"]))
     assert len(rep.errors) == 100 and rep.n_errors == 10_000 and rep.to_dict()["errors_omitted"] == 9_900
@@ -142,16 +168,38 @@ def test_nothing_one_submitter_sends_alters_another(env, tmp_path):
     store = LocalStore(tmp_path / "store", clock=lambda: next(t), max_per_day=50)
     sub = write_predictions({b["dialogue_id"]: 2 for b in env["blind"]}, tmp_path / "s.jsonl")
     write_metadata(tmp_path / "bob.metadata.json", method="Bob's method")
-    bob = submit(sub, track="detector", gold=env["gold_dir"], store=store, submitter="bob",
-                 metadata=tmp_path / "bob.metadata.json", ci_resamples=0)
+    bob = submit(
+        sub,
+        track="detector",
+        gold=env["gold_dir"],
+        store=store,
+        submitter="bob",
+        metadata=tmp_path / "bob.metadata.json",
+        ci_resamples=0,
+    )
     before = {p: p.read_bytes() for p in (tmp_path / "store").rglob("*.json")}
-    hostile_methods = ["../../bob/bob-s-method", "bob's method", "..", "@FOOTER@", "@BODY@", "</script><b>x",
-                       "/etc/passwd", "bob/x"]
+    hostile_methods = [
+        "../../bob/bob-s-method",
+        "bob's method",
+        "..",
+        "@FOOTER@",
+        "@BODY@",
+        "</script><b>x",
+        "/etc/passwd",
+        "bob/x",
+    ]
     for i, method in enumerate(hostile_methods):
         md = tmp_path / f"m{i}.metadata.json"
         write_metadata(md, method=method, submitter="bob")  # claims to be bob; the submitter given wins
-        st = submit(sub, track="detector", gold=env["gold_dir"], store=store, submitter="mallory", metadata=md,
-                    ci_resamples=0)
+        st = submit(
+            sub,
+            track="detector",
+            gold=env["gold_dir"],
+            store=store,
+            submitter="mallory",
+            metadata=md,
+            ci_resamples=0,
+        )
         assert st.key.startswith("mallory/") and st.result["metadata"]["submitter"] == "mallory"
     for bad in ("bob/..", "../bob", "bob\n", ".bob", "bob mallory", "b" * 65):
         with pytest.raises(ValueError):
@@ -166,4 +214,6 @@ def test_nothing_one_submitter_sends_alters_another(env, tmp_path):
     # the page keeps every name literal: no template token is substituted inside user data
     page = render_html(store.results())
     assert ">@FOOTER@<" in page and ">@BODY@<" in page and "</script><b>" not in page
-    assert page.count("Submit on the Space or check a file") == 1 and page.count('<section id="detector">') == 1
+    assert (
+        page.count("Submit on the Space or check a file") == 1 and page.count('<section id="detector">') == 1
+    )

@@ -26,7 +26,9 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 pytestmark = [
     pytest.mark.chromium,
-    pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (apt-get install -y chromium)"),
+    pytest.mark.skipif(
+        CHROMIUM is None, reason="Debian's chromium is not installed (apt-get install -y chromium)"
+    ),
 ]
 
 
@@ -40,8 +42,10 @@ class CDP:
         try:
             import websocket  # websocket-client, a dev dependency
         except ImportError:
-            pytest.fail("the Chromium page test drives Chromium through websocket-client: pip install websocket-client "
-                        "(part of the dev extra)")
+            pytest.fail(
+                "the Chromium page test drives Chromium through websocket-client: pip install websocket-client "
+                "(part of the dev extra)"
+            )
         self.ws = websocket.create_connection(ws_url, timeout=timeout, suppress_origin=True)
         self.next_id = 0
         self.events: list[dict] = []
@@ -85,10 +89,23 @@ def browser(tmp_path):
     profile = tmp_path / "profile"
     profile.mkdir()
     proc = subprocess.Popen(
-        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-extensions",
-         f"--user-data-dir={profile}", "--remote-debugging-port=0", "about:blank"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        [
+            CHROMIUM,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+            "--disable-extensions",
+            f"--user-data-dir={profile}",
+            "--remote-debugging-port=0",
+            "about:blank",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         port_file = profile / "DevToolsActivePort"
         end = time.monotonic() + STEP_S
@@ -108,19 +125,46 @@ def browser(tmp_path):
 
 
 def _result(method, score, regime, i, cov=0.9):
-    return {"schema": "dialfork-leaderboard-result", "track": "detector", "method": method, "submitter": f"team{i}",
-            "key": f"team{i}/m{i}/20260504T0900{i:02d}.000000Z.json", "submitted_at": f"2026-05-0{1 + i % 9}T09:00:00+00:00",
-            "metadata": {"method": method, "regime": regime, "code_url": f"https://example.org/{i}",
-                         "open_source": i % 2 == 0, "used_conformant_train": True, "model_name": "sentence-transformers/all-MiniLM-L6-v2" if i == 0 else f"model-{i}",
-                         "model_size": None},
-            "scores": {"public": {"score": score, "mae_h": 1.0 + i, "mae_h_by_type": {"WIC": 1.0 * i, "CSC": 2.0},
-                                  "cov_h": cov, "mae_c": None if i == 2 else 3.0, "cov_c": 0.05,
-                                  "counts": {"dialogues": 100}}}}
+    return {
+        "schema": "dialfork-leaderboard-result",
+        "track": "detector",
+        "method": method,
+        "submitter": f"team{i}",
+        "key": f"team{i}/m{i}/20260504T0900{i:02d}.000000Z.json",
+        "submitted_at": f"2026-05-0{1 + i % 9}T09:00:00+00:00",
+        "metadata": {
+            "method": method,
+            "regime": regime,
+            "code_url": f"https://example.org/{i}",
+            "open_source": i % 2 == 0,
+            "used_conformant_train": True,
+            "model_name": "sentence-transformers/all-MiniLM-L6-v2" if i == 0 else f"model-{i}",
+            "model_size": None,
+        },
+        "scores": {
+            "public": {
+                "score": score,
+                "mae_h": 1.0 + i,
+                "mae_h_by_type": {"WIC": 1.0 * i, "CSC": 2.0},
+                "cov_h": cov,
+                "mae_c": None if i == 2 else 3.0,
+                "cov_c": 0.05,
+                "counts": {"dialogues": 100},
+            }
+        },
+    }
 
 
 RESULTS = [
-    dict(_result("Alpha", 55.5, "streaming", 0), scores={"public": {**_result("Alpha", 55.5, "streaming", 0)["scores"][
-        "public"], "score_ci": [51.25, 59.75]}}),
+    dict(
+        _result("Alpha", 55.5, "streaming", 0),
+        scores={
+            "public": {
+                **_result("Alpha", 55.5, "streaming", 0)["scores"]["public"],
+                "score_ci": [51.25, 59.75],
+            }
+        },
+    ),
     _result("beta", 80.25, "offline", 1),
     _result("Gamma", None, "offline+workflow", 2),
     _result("Delta", 12.0, "streaming", 3),
@@ -134,8 +178,12 @@ def _write_page(tmp_path: Path) -> Path:
         p = d / r["key"]
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(json.dumps(r), encoding="utf-8")
-    metric = dict(RESULTS[0], track="metric", key="team9/x/20260504T090000.000000Z.json",
-                  scores={"public": {"tau": 0.5, "tau_by_type": {"WIC": 0.5}, "exact_recovery": 0.25}})
+    metric = dict(
+        RESULTS[0],
+        track="metric",
+        key="team9/x/20260504T090000.000000Z.json",
+        scores={"public": {"tau": 0.5, "tau_by_type": {"WIC": 0.5}, "exact_recovery": 0.25}},
+    )
     (d / metric["key"]).parent.mkdir(parents=True, exist_ok=True)
     (d / metric["key"]).write_text(json.dumps(metric), encoding="utf-8")
     return render_site(d, tmp_path / "site")
@@ -166,14 +214,17 @@ def test_page_in_headless_chromium(browser, tmp_path):
     assert cdp.js("document.querySelectorAll('#detector-table tbody tr.result').length") == len(RESULTS)
     assert cdp.js("document.querySelectorAll('#metric-table tbody tr.result').length") == 1
     n_ref = len(paper_baselines()["detector"])
-    assert cdp.js("document.querySelectorAll('#detector-table tbody.references tr.reference').length") == n_ref
+    assert (
+        cdp.js("document.querySelectorAll('#detector-table tbody.references tr.reference').length") == n_ref
+    )
     assert cdp.js("document.querySelectorAll('#detector-table tbody.results tr.reference').length") == 0
     score = cdp.js(f"{COLUMN}('detector-table', 'Score')")
     method = cdp.js(f"{COLUMN}('detector-table', 'Method')")
     assert method == 1 and score == 2  # Score sits next to Method
     # the bootstrap interval under the Score where one was computed
-    assert cdp.js("Array.from(document.querySelectorAll('#detector-table td.score .ci')).map(e => e.textContent)") \
-        == ["[51.25, 59.75]"]
+    assert cdp.js(
+        "Array.from(document.querySelectorAll('#detector-table td.score .ci')).map(e => e.textContent)"
+    ) == ["[51.25, 59.75]"]
 
     def results_col(idx):
         return cdp.js(f"{VALUES}('detector-table', {idx}, false)")
@@ -188,10 +239,15 @@ def test_page_in_headless_chromium(browser, tmp_path):
     cdp.js(click % score)
     vals = results_col(score)
     assert [float(v) for v in vals[:-1]] == [12.0, 55.5, 67.0, 80.25] and vals[-1] is None
-    assert cdp.js(f"document.querySelectorAll('#detector-table thead th')[{score}].getAttribute('aria-sort')") == "ascending"
+    assert (
+        cdp.js(f"document.querySelectorAll('#detector-table thead th')[{score}].getAttribute('aria-sort')")
+        == "ascending"
+    )
     # the reference rows are sorted too, on their own, under their (collapsible) group header
-    ref_scores = cdp.js(f"Array.from(document.querySelectorAll('#detector-table tbody.references tr.reference'))"
-                        f".map(r => r.cells[{score}].getAttribute('data-value')).filter(v => v !== null)")
+    ref_scores = cdp.js(
+        f"Array.from(document.querySelectorAll('#detector-table tbody.references tr.reference'))"
+        f".map(r => r.cells[{score}].getAttribute('data-value')).filter(v => v !== null)"
+    )
     assert [float(v) for v in ref_scores] == sorted(float(v) for v in ref_scores)
     assert cdp.js("document.querySelector('#detector-table tbody.references').rows[0].className") == "group"
     # text column: ascending first, case-insensitive locale order
@@ -201,57 +257,84 @@ def test_page_in_headless_chromium(browser, tmp_path):
     assert results_col(method) == ["Gamma", "epsilon", "Delta", "beta", "Alpha"]
 
     # regime filter
-    set_regime = ("(function (v) { var s = document.getElementById('regime-filter'); s.value = v;"
-                  " s.dispatchEvent(new Event('change')); })('%s')")
-    visible = ("Array.from(document.querySelectorAll('#detector-table tbody tr:not(.group)')).filter(function (r) {"
-               " return !r.hidden; }).map(function (r) { return [r.className, r.getAttribute('data-regime')]; })")
+    set_regime = (
+        "(function (v) { var s = document.getElementById('regime-filter'); s.value = v;"
+        " s.dispatchEvent(new Event('change')); })('%s')"
+    )
+    visible = (
+        "Array.from(document.querySelectorAll('#detector-table tbody tr:not(.group)')).filter(function (r) {"
+        " return !r.hidden; }).map(function (r) { return [r.className, r.getAttribute('data-regime')]; })"
+    )
     cdp.js(set_regime % "offline")
     rows = cdp.js(visible)
     assert sorted(cls for cls, reg in rows if cls == "result") == ["result", "result"]
-    assert {reg for _, reg in rows} <= {"offline", "baseline"} and ("reference", "offline") in [tuple(r) for r in rows]
+    assert {reg for _, reg in rows} <= {"offline", "baseline"} and ("reference", "offline") in [
+        tuple(r) for r in rows
+    ]
     assert sorted(results_col(method)) == ["beta", "epsilon"]
     cdp.js(set_regime % "offline+workflow")
     assert results_col(method) == ["Gamma"]
     cdp.js("document.getElementById('toggle-reference-detector').click()")
     assert all(cls == "result" for cls, _ in cdp.js(visible))
-    assert cdp.js("document.getElementById('toggle-reference-detector').getAttribute('aria-expanded')") == "false"
+    assert (
+        cdp.js("document.getElementById('toggle-reference-detector').getAttribute('aria-expanded')")
+        == "false"
+    )
     cdp.js(set_regime % "all")
     assert len(results_col(method)) == len(RESULTS)
     assert cdp.js("document.querySelectorAll('#detector-table tbody tr.reference:not([hidden])').length") == 0
     cdp.js("document.getElementById('toggle-reference-detector').click()")
-    assert cdp.js("document.querySelectorAll('#detector-table tbody tr.reference:not([hidden])').length") == n_ref
+    assert (
+        cdp.js("document.querySelectorAll('#detector-table tbody tr.reference:not([hidden])').length")
+        == n_ref
+    )
 
     # search box: every word must occur in the method, submitter, model or regime
-    search = ("(function (v) { var s = document.getElementById('search-detector'); s.value = v;"
-              " s.dispatchEvent(new Event('input')); })('%s')")
+    search = (
+        "(function (v) { var s = document.getElementById('search-detector'); s.value = v;"
+        " s.dispatchEvent(new Event('input')); })('%s')"
+    )
     cdp.js(search % "EPS")
     assert results_col(method) == ["epsilon"]
     cdp.js(search % "model-1 team1")
     assert results_col(method) == ["beta"]
     cdp.js(search % "random")  # a paper reference row
-    assert results_col(method) == [] and cdp.js(
-        "Array.from(document.querySelectorAll('#detector-table tr.reference:not([hidden])')).length") >= 1
+    assert (
+        results_col(method) == []
+        and cdp.js(
+            "Array.from(document.querySelectorAll('#detector-table tr.reference:not([hidden])')).length"
+        )
+        >= 1
+    )
     cdp.js(search % "")
     assert len(results_col(method)) == len(RESULTS)
 
     # links to the model (a Hub id links to its Hub page) and to the code
     hub = "a[href='https://huggingface.co/sentence-transformers/all-MiniLM-L6-v2']"
-    assert cdp.js(f"document.querySelectorAll(\"#detector-table {hub}\").length") == 1
-    assert cdp.js("document.querySelectorAll(\"#detector-table a[href^='https://example.org/']\").length") == len(RESULTS)
+    assert cdp.js(f'document.querySelectorAll("#detector-table {hub}").length') == 1
+    assert cdp.js(
+        "document.querySelectorAll(\"#detector-table a[href^='https://example.org/']\").length"
+    ) == len(RESULTS)
 
     # the About tab: how to submit and the citation
     assert cdp.js("document.getElementById('about').hidden") is True
     cdp.js("document.getElementById('tab-about').click()")
     assert cdp.js("document.getElementById('board').hidden") is True
     about = cdp.js("document.getElementById('about').innerText")
-    assert "How to submit" in about and "@misc{dialfork2026" in about and "python -m leaderboard validate" in about
+    assert (
+        "How to submit" in about
+        and "@misc{dialfork2026" in about
+        and "python -m leaderboard validate" in about
+    )
     cdp.js("document.getElementById('tab-board').click()")
     assert cdp.js("document.getElementById('board').hidden") is False
 
     # at 1280 px the Score column is on screen, without scrolling the table
     cdp.call("Emulation.setDeviceMetricsOverride", width=1280, height=900, deviceScaleFactor=1, mobile=False)
-    rect = cdp.js(f"(function () {{ var r = document.querySelectorAll('#detector-table thead th')[{score}]"
-                  ".getBoundingClientRect(); return [r.left, r.right]; })()")
+    rect = cdp.js(
+        f"(function () {{ var r = document.querySelectorAll('#detector-table thead th')[{score}]"
+        ".getBoundingClientRect(); return [r.left, r.right]; })()"
+    )
     assert 0 < rect[0] < rect[1] <= 1280, rect
     shot = base64.b64decode(cdp.call("Page.captureScreenshot", format="png")["data"])
     assert shot[:8] == b"\x89PNG\r\n\x1a\n" and int.from_bytes(shot[16:20], "big") == 1280
@@ -260,9 +343,18 @@ def test_page_in_headless_chromium(browser, tmp_path):
     (out / "leaderboard_1280.png").write_bytes(shot)
 
     # no console errors, no exceptions, no request except the page itself
-    errors = [e for e in cdp.events if e["method"] == "Runtime.exceptionThrown"
-              or (e["method"] == "Runtime.consoleAPICalled" and e["params"]["type"] in ("error", "assert", "warning"))
-              or (e["method"] == "Log.entryAdded" and e["params"]["entry"]["level"] in ("error", "warning"))]
+    errors = [
+        e
+        for e in cdp.events
+        if e["method"] == "Runtime.exceptionThrown"
+        or (
+            e["method"] == "Runtime.consoleAPICalled"
+            and e["params"]["type"] in ("error", "assert", "warning")
+        )
+        or (e["method"] == "Log.entryAdded" and e["params"]["entry"]["level"] in ("error", "warning"))
+    ]
     assert errors == [], errors
-    requests = [e["params"]["request"]["url"] for e in cdp.events if e["method"] == "Network.requestWillBeSent"]
+    requests = [
+        e["params"]["request"]["url"] for e in cdp.events if e["method"] == "Network.requestWillBeSent"
+    ]
     assert requests and all(u == page.as_uri() for u in requests), requests

@@ -21,23 +21,53 @@ ROOT = Path(__file__).resolve().parents[1]
 T0 = datetime(2026, 5, 4, 9, 0, tzinfo=timezone.utc)
 
 
-def fake_result(method, score, regime="streaming", key=None, code_url=None, submitter="alice", track="detector"):
+def fake_result(
+    method, score, regime="streaming", key=None, code_url=None, submitter="alice", track="detector"
+):
     if track == "detector":
-        sc = {"score": score, "mae_h": 2.0, "mae_h_by_type": {"WIC": 1.0, "SSPC": 2.0, "GR": 3.0, "CSC": 4.0},
-              "cov_h": 0.9, "mae_c": 5.0, "cov_c": 0.1, "counts": {"dialogues": 10}}
+        sc = {
+            "score": score,
+            "mae_h": 2.0,
+            "mae_h_by_type": {"WIC": 1.0, "SSPC": 2.0, "GR": 3.0, "CSC": 4.0},
+            "cov_h": 0.9,
+            "mae_c": 5.0,
+            "cov_c": 0.1,
+            "counts": {"dialogues": 10},
+        }
     else:
-        sc = {"tau": score, "tau_by_type": {"WIC": 0.1, "SSPC": 0.2, "GR": 0.3, "CSC": 0.4}, "exact_recovery": 0.5,
-              "counts": {"units": 4}}
-    return {"schema": "dialfork-leaderboard-result", "track": track, "method": method, "submitter": submitter,
-            "key": key or f"{submitter}/{method.lower()}/20260504T090000.000000Z.json",
-            "submitted_at": "2026-05-04T09:00:00+00:00",
-            "metadata": {"method": method, "regime": regime, "code_url": code_url, "open_source": True,
-                         "used_conformant_train": True, "model_name": "enc", "model_size": "22M"},
-            "scores": {"public": sc}}
+        sc = {
+            "tau": score,
+            "tau_by_type": {"WIC": 0.1, "SSPC": 0.2, "GR": 0.3, "CSC": 0.4},
+            "exact_recovery": 0.5,
+            "counts": {"units": 4},
+        }
+    return {
+        "schema": "dialfork-leaderboard-result",
+        "track": track,
+        "method": method,
+        "submitter": submitter,
+        "key": key or f"{submitter}/{method.lower()}/20260504T090000.000000Z.json",
+        "submitted_at": "2026-05-04T09:00:00+00:00",
+        "metadata": {
+            "method": method,
+            "regime": regime,
+            "code_url": code_url,
+            "open_source": True,
+            "used_conformant_train": True,
+            "model_name": "enc",
+            "model_size": "22M",
+        },
+        "scores": {"public": sc},
+    }
 
 
 def test_rows_ranked_with_reference_rows_last():
-    res = [fake_result("B", 50.0), fake_result("A", 70.0), fake_result("C", None), fake_result("M", 0.5, track="metric")]
+    res = [
+        fake_result("B", 50.0),
+        fake_result("A", 70.0),
+        fake_result("C", None),
+        fake_result("M", 0.5, track="metric"),
+    ]
     rows = build_rows(res)
     det = rows["detector"]
     assert [r["method"] for r in det if r["kind"] == "result"] == ["A", "B", "C"]
@@ -47,9 +77,16 @@ def test_rows_ranked_with_reference_rows_last():
     assert det[0]["cov_h_pct"] == pytest.approx(90.0) and det[0]["mae_by_type"]["CSC"] == 4.0
     assert [r["method"] for r in rows["metric"] if r["kind"] == "result"] == ["M"]
     assert paper_baselines()["detector"][0] == {
-        "method": "Random", "regime": "baseline", "source": "Table 4",
-        "mae_by_type": {"CSC": 6.31, "GR": 7.92, "SSPC": 5.74, "WIC": 6.44}, "mae_h": 6.60, "cov_h_pct": 100.00,
-        "mae_c": 7.50, "cov_c_pct": 100.00, "score": 0.94}
+        "method": "Random",
+        "regime": "baseline",
+        "source": "Table 4",
+        "mae_by_type": {"CSC": 6.31, "GR": 7.92, "SSPC": 5.74, "WIC": 6.44},
+        "mae_h": 6.60,
+        "cov_h_pct": 100.00,
+        "mae_c": 7.50,
+        "cov_c_pct": 100.00,
+        "score": 0.94,
+    }
 
 
 def test_page_is_self_contained_and_escaped():
@@ -58,8 +95,10 @@ def test_page_is_self_contained_and_escaped():
     page = render_html([evil, good], generated_at=T0)
     assert "<script>alert" not in page and "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;" in page
     assert "javascript:alert" not in page
-    assert ('<a href="https://github.com/org/repo" rel="noopener noreferrer nofollow" target="_blank">code</a>'
-            in page)
+    assert (
+        '<a href="https://github.com/org/repo" rel="noopener noreferrer nofollow" target="_blank">code</a>'
+        in page
+    )
     # nothing the browser would fetch: no src/link/import/url(), and a CSP forbidding any request
     assert not re.search(r"\bsrc\s*=|<link\b|@import|url\(", page, re.I)
     assert "default-src 'none'" in page
@@ -67,9 +106,11 @@ def test_page_is_self_contained_and_escaped():
     # the link and its sort key, the code of the project (page header, About, footer)
     # (+ the Hub pages of the paper rows' models named by a Hub id)
     assert {u for u in urls if not u.startswith("https://huggingface.co/")} == {
-        "https://github.com/org/repo", "https://github.com/idiap/dialfork"}
+        "https://github.com/org/repo",
+        "https://github.com/idiap/dialfork",
+    }
     assert page.count('<tr class="result"') == 2
-    assert page.count('<script>') == 1  # the inline script only
+    assert page.count("<script>") == 1  # the inline script only
     assert "2026-05-04 09:00 UTC" in page
 
 
@@ -85,7 +126,8 @@ def test_private_scores_only_when_revealed():
 def test_empty_page_still_has_reference_rows():
     page = render_html([])
     assert "No detector results yet." in page and page.count('<tr class="reference"') == (
-        len(paper_baselines()["detector"]) + len(paper_baselines()["metric"]))
+        len(paper_baselines()["detector"]) + len(paper_baselines()["metric"])
+    )
 
 
 # ---- the Space handlers ------------------------------------------------------------------
@@ -106,24 +148,44 @@ class Clock:
 
 
 def _form(**kw):
-    vals = {"method": "Space method", "regime": "offline", "used_conformant_train": False, "model_name": " ",
-            "model_size": "7B", "code_url": "https://example.org/code", "open_source": True,
-            "contact": "x@y.org", "description": "", "track": "detector"}
+    vals = {
+        "method": "Space method",
+        "regime": "offline",
+        "used_conformant_train": False,
+        "model_name": " ",
+        "model_size": "7B",
+        "code_url": "https://example.org/code",
+        "open_source": True,
+        "contact": "x@y.org",
+        "description": "",
+        "track": "detector",
+    }
     vals.update(kw)
     return metadata_from_form(**vals)
 
 
 def test_metadata_from_form():
     md = _form()
-    assert md == {"track": "detector", "method": "Space method", "used_conformant_train": False, "model_name": None,
-                  "model_size": "7B", "code_url": "https://example.org/code", "open_source": True,
-                  "contact": "x@y.org", "regime": "offline"}
+    assert md == {
+        "track": "detector",
+        "method": "Space method",
+        "used_conformant_train": False,
+        "model_name": None,
+        "model_size": "7B",
+        "code_url": "https://example.org/code",
+        "open_source": True,
+        "contact": "x@y.org",
+        "regime": "offline",
+    }
     assert "regime" not in _form(track="metric")
 
 
 def test_space_handlers(env, tmp_path):
-    app = LeaderboardApp(blind_dir=str(env["blind_dir"]), gold_dir=str(env["gold_dir"]),
-                         store=LocalStore(tmp_path / "store", clock=Clock(T0), max_per_day=1))
+    app = LeaderboardApp(
+        blind_dir=str(env["blind_dir"]),
+        gold_dir=str(env["gold_dir"]),
+        store=LocalStore(tmp_path / "store", clock=Clock(T0), max_per_day=1),
+    )
     sub = write_predictions({b["dialogue_id"]: 2 for b in env["blind"]}, tmp_path / "s.jsonl")
     msg, rep = app.handle_validate(str(sub), _form())
     assert msg.startswith("**Valid** detector submission: 34 lines, 34 flagged") and rep["ok"]
@@ -151,14 +213,22 @@ def test_space_handlers(env, tmp_path):
 def test_app_from_env(env, tmp_path):
     with pytest.raises(ValueError, match="DIALFORK_BLIND_DIR"):
         app_from_env({})
-    app = app_from_env({"DIALFORK_BLIND_DIR": str(env["blind_dir"]), "DIALFORK_GOLD_DIR": str(env["gold_dir"]),
-                        "DIALFORK_RESULTS_DIR": str(tmp_path / "r"), "DIALFORK_MAX_PER_DAY": "7"})
+    app = app_from_env(
+        {
+            "DIALFORK_BLIND_DIR": str(env["blind_dir"]),
+            "DIALFORK_GOLD_DIR": str(env["gold_dir"]),
+            "DIALFORK_RESULTS_DIR": str(tmp_path / "r"),
+            "DIALFORK_MAX_PER_DAY": "7",
+        }
+    )
     assert isinstance(app.store, LocalStore) and app.store.max_per_day == 7
 
 
 @pytest.mark.skipif(importlib.util.find_spec("gradio") is not None, reason="gradio is installed")
 def test_build_without_gradio_says_how_to_install(env, tmp_path):
-    app = LeaderboardApp(blind_dir=str(env["blind_dir"]), gold_dir=str(env["gold_dir"]), store=LocalStore(tmp_path))
+    app = LeaderboardApp(
+        blind_dir=str(env["blind_dir"]), gold_dir=str(env["gold_dir"]), store=LocalStore(tmp_path)
+    )
     with pytest.raises(ImportError, match=r"dialfork\[leaderboard\]"):
         app.build()
 
@@ -171,14 +241,42 @@ def test_cli_render_and_reveal(env, tmp_path):
     write_metadata(tmp_path / "n.metadata.json", method="Never flags", submitter="ivan")
     submit(sub, track="detector", gold=env["gold_dir"], store=st)
     out = tmp_path / "site"
-    r = subprocess.run([sys.executable, "-m", "leaderboard", "render", "--results", str(tmp_path / "store"),
-                        "--out", str(out)], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "leaderboard",
+            "render",
+            "--results",
+            str(tmp_path / "store"),
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
     page = (out / "index.html").read_text(encoding="utf-8")
     assert "Never flags" in page and "Private Score" not in page
-    r = subprocess.run([sys.executable, "-m", "leaderboard", "render", "--results", str(tmp_path / "store"),
-                        "--out", str(tmp_path / "site2"), "--reveal-private"], capture_output=True, text=True,
-                       cwd=ROOT, timeout=120)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "leaderboard",
+            "render",
+            "--results",
+            str(tmp_path / "store"),
+            "--out",
+            str(tmp_path / "site2"),
+            "--reveal-private",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
     assert "Private Score" in (tmp_path / "site2" / "index.html").read_text(encoding="utf-8")
     # site/ from render_site directly: a folder gets index.html, a .html path is used as is

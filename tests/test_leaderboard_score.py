@@ -42,13 +42,17 @@ SECRET_TASKS = ("zqsecrettaskalpha", "zqsecrettaskbeta")
 @pytest.fixture(scope="module")
 def env(tmp_path_factory):
     # no transcript text: the task names (gold-only here) must then appear nowhere but in the gold
-    return make_fixture(tmp_path_factory.mktemp("lbs"), n_sources=6, seed=5, tasks=SECRET_TASKS, with_text=False)
+    return make_fixture(
+        tmp_path_factory.mktemp("lbs"), n_sources=6, seed=5, tasks=SECRET_TASKS, with_text=False
+    )
 
 
 def _random_predictions(env, seed=0, p_null=0.3):
     rng = random.Random(seed)
-    return {b["dialogue_id"]: (None if rng.random() < p_null else rng.randint(1, b["num_system_turns"]))
-            for b in env["blind"]}
+    return {
+        b["dialogue_id"]: (None if rng.random() < p_null else rng.randint(1, b["num_system_turns"]))
+        for b in env["blind"]
+    }
 
 
 def _submission(env, tmp_path, preds, name="sub", **md):
@@ -62,7 +66,9 @@ def _submission(env, tmp_path, preds, name="sub", **md):
 
 def test_scores_equal_direct_scorer_calls(env, tmp_path):
     preds = _random_predictions(env)
-    ev = evaluate(_submission(env, tmp_path, preds), track="detector", gold=env["gold_dir"], blind=env["blind_dir"])
+    ev = evaluate(
+        _submission(env, tmp_path, preds), track="detector", gold=env["gold_dir"], blind=env["blind_dir"]
+    )
     parts = split_subsets(env["gold3"])
     assert parts["public"] and parts["private"]
     for s in ("public", "private"):
@@ -74,7 +80,9 @@ def test_scores_equal_direct_scorer_calls(env, tmp_path):
     assert ev.public["gold_revision"] == env["manifest"]["revision"]
     import hashlib
 
-    assert ev.public["submission"]["sha256"] == hashlib.sha256((tmp_path / "sub.jsonl").read_bytes()).hexdigest()
+    assert (
+        ev.public["submission"]["sha256"] == hashlib.sha256((tmp_path / "sub.jsonl").read_bytes()).hexdigest()
+    )
 
 
 def test_public_private_split_follows_gold_subset_by_source(env):
@@ -101,7 +109,10 @@ def test_bootstrap_statistic_equals_the_scorer_and_known_intervals(env):
     parts = split_subsets(env["gold3"])
     for seed in range(5):  # the vectorised Score of the interval is the scorer's Score
         rng = random.Random(seed)
-        preds = {d: (None if rng.random() < 0.4 else rng.randint(1, g["num_system_turns"])) for d, g in gold.items()}
+        preds = {
+            d: (None if rng.random() < 0.4 else rng.randint(1, g["num_system_turns"]))
+            for d, g in gold.items()
+        }
         for rows in parts.values():
             fork, conf = _detector_strata(preds, rows)
             want = score_predictions({r["dialogue_id"]: preds[r["dialogue_id"]] for r in rows}, rows)["score"]
@@ -237,12 +248,32 @@ def test_gold_appears_in_no_output(env, tmp_path, caplog):
     for f in (tmp_path / "store").rglob("*.json"):
         outputs.append(f.read_text(encoding="utf-8"))
     # the CLI: score (stdout, --json), render, and an invalid submission's errors
-    r = subprocess.run([sys.executable, "-m", "leaderboard", "score", str(sub), "--gold", str(env["gold_dir"])],
-                       capture_output=True, text=True, cwd=ROOT, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "leaderboard", "score", str(sub), "--gold", str(env["gold_dir"])],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
     outputs += [r.stdout, r.stderr]
-    r = subprocess.run([sys.executable, "-m", "leaderboard", "-v", "render", "--results", str(tmp_path / "store"),
-                        "--out", str(tmp_path / "site")], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "leaderboard",
+            "-v",
+            "render",
+            "--results",
+            str(tmp_path / "store"),
+            "--out",
+            str(tmp_path / "site"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
     outputs += [r.stdout, r.stderr, (tmp_path / "site" / "index.html").read_text(encoding="utf-8")]
     for text in outputs:
@@ -252,8 +283,13 @@ def test_gold_appears_in_no_output(env, tmp_path, caplog):
     bsub = _submission(env, tmp_path, bad, name="bad")
     with pytest.raises(SubmissionError) as ei:
         evaluate(bsub, track="detector", gold=env["gold_dir"])
-    r = subprocess.run([sys.executable, "-m", "leaderboard", "score", str(bsub), "--gold", str(env["gold_dir"]),
-                        "--json"], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "leaderboard", "score", str(bsub), "--gold", str(env["gold_dir"]), "--json"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
     assert r.returncode == 1
     for text in (str(ei.value), "\n".join(str(p) for p in ei.value.report.errors), r.stdout, r.stderr):
         _assert_no_gold(text, env, allow_blind_ids=True)
@@ -265,18 +301,55 @@ def test_gold_appears_in_no_output(env, tmp_path, caplog):
 
 def test_cli_score_stores_and_json(env, tmp_path):
     sub = _submission(env, tmp_path, _random_predictions(env, seed=2))
-    r = subprocess.run([sys.executable, "-m", "leaderboard", "score", str(sub), "--gold", str(env["gold_dir"]),
-                        "--blind", str(env["blind_dir"]), "--results", str(tmp_path / "st"), "--submitter", "dave",
-                        "--json"], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "leaderboard",
+            "score",
+            str(sub),
+            "--gold",
+            str(env["gold_dir"]),
+            "--blind",
+            str(env["blind_dir"]),
+            "--results",
+            str(tmp_path / "st"),
+            "--submitter",
+            "dave",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
     res = json.loads(r.stdout)
     assert res["submitter"] == "dave" and res["key"].startswith("dave/random-detector/")
     assert (tmp_path / "st" / "results" / res["key"]).is_file()
     assert (tmp_path / "st" / "private" / res["key"]).is_file()
     assert "contact" not in res["metadata"]
-    r = subprocess.run([sys.executable, "-m", "leaderboard", "score", str(sub), "--gold", str(env["gold_dir"]),
-                        "--results", str(tmp_path / "st"), "--submitter", "dave", "--max-per-day", "1"],
-                       capture_output=True, text=True, cwd=ROOT, timeout=120)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "leaderboard",
+            "score",
+            str(sub),
+            "--gold",
+            str(env["gold_dir"]),
+            "--results",
+            str(tmp_path / "st"),
+            "--submitter",
+            "dave",
+            "--max-per-day",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
     assert r.returncode == 3 and "limit 1 per UTC day" in r.stderr
 
 
@@ -300,20 +373,33 @@ def test_end_to_end_through_export_hub_layout(tmp_path):
     parts = split_subsets(gold["task3"])
     for s in ("public", "private"):
         if parts[s]:
-            assert {k: v for k, v in ev.scores[s].items() if k != "score_ci"} == score_predictions({r["dialogue_id"]: preds[r["dialogue_id"]] for r in parts[s]},
-                                                     parts[s])
+            assert {k: v for k, v in ev.scores[s].items() if k != "score_ci"} == score_predictions(
+                {r["dialogue_id"]: preds[r["dialogue_id"]] for r in parts[s]}, parts[s]
+            )
 
 
 def test_demo_round_trip(env, tmp_path):
     from leaderboard.submissions import demo_round_trip
 
     preds = {b["dialogue_id"]: None for b in env["blind"]}
-    md = {"method": "Streaming demo", "regime": "streaming", "used_conformant_train": True, "model_name": "minilm",
-          "model_size": "22M", "code_url": None, "open_source": True, "contact": "demo@example.org"}
-    out = demo_round_trip(preds, blind=env["blind_dir"], gold=env["gold_dir"], out_dir=tmp_path / "demo", metadata=md)
+    md = {
+        "method": "Streaming demo",
+        "regime": "streaming",
+        "used_conformant_train": True,
+        "model_name": "minilm",
+        "model_size": "22M",
+        "code_url": None,
+        "open_source": True,
+        "contact": "demo@example.org",
+    }
+    out = demo_round_trip(
+        preds, blind=env["blind_dir"], gold=env["gold_dir"], out_dir=tmp_path / "demo", metadata=md
+    )
     assert out["validation"]["flagged"] == 0 and out["key"].startswith("demo/streaming-demo/")
     page = out["page"].read_text(encoding="utf-8")
     assert "Streaming demo" in page and page.count('<tr class="result"') == 1
     assert out["result"]["scores"]["public"]["cov_h"] == 0.0
     with pytest.raises(SubmissionError):
-        demo_round_trip({}, blind=env["blind_dir"], gold=env["gold_dir"], out_dir=tmp_path / "d2", metadata=md)
+        demo_round_trip(
+            {}, blind=env["blind_dir"], gold=env["gold_dir"], out_dir=tmp_path / "d2", metadata=md
+        )

@@ -16,7 +16,10 @@ T = 6
 def _dialogue(opening: str, system: list[str]) -> list[dict[str, str]]:
     turns = []
     for i, s in enumerate(system):
-        turns += [{"speaker": "user", "text": opening if i == 0 else f"u{i}"}, {"speaker": "system", "text": s}]
+        turns += [
+            {"speaker": "user", "text": opening if i == 0 else f"u{i}"},
+            {"speaker": "system", "text": s},
+        ]
     return turns
 
 
@@ -26,15 +29,23 @@ def _blind_set(families: int = 12, singles: int = 8):
     blind, gold = [], []
 
     def add(did, opening, system, fork_turn):
-        blind.append({"dialogue_id": did, "turns": _dialogue(opening, system), "num_system_turns": len(system)})
-        gold.append({"dialogue_id": did, "num_system_turns": len(system), "fork_turn": fork_turn,
-                     "hallucination_type": None if fork_turn is None else "SSPC"})
+        blind.append(
+            {"dialogue_id": did, "turns": _dialogue(opening, system), "num_system_turns": len(system)}
+        )
+        gold.append(
+            {
+                "dialogue_id": did,
+                "num_system_turns": len(system),
+                "fork_turn": fork_turn,
+                "hallucination_type": None if fork_turn is None else "SSPC",
+            }
+        )
 
     for f in range(families):
         dplus = [f"s{f}-{j}" for j in range(1, T + 1)]
         add(f"f{f}-z", f"hi {f}", dplus, None)  # D+ ties with its latest fork: the larger id wins the tie
         for k in (2, 3, 5):
-            add(f"f{f}-k{k}", f"hi {f}", dplus[:k - 1] + [f"X{f}-{j}" for j in range(k, T + 1)], k)
+            add(f"f{f}-k{k}", f"hi {f}", dplus[: k - 1] + [f"X{f}-{j}" for j in range(k, T + 1)], k)
     for i in range(singles):
         system = [f"alone{i}-{j}" for j in range(1, T + 1)]
         add(f"s{i}", f"hello {i}", system, None if i % 2 == 0 else 4)
@@ -56,24 +67,45 @@ def test_dplus_is_the_member_sharing_most_and_ties_go_to_the_larger_id():
     sys_ = ["a", "b", "c", "d"]
 
     def blind(ids):
-        systems = (sys_, ["a", "b", "X", "Y"], ["a", "Q", "c", "d"], ["a", "b", "c", "W"], ["a", "P", "Z", "Z"])
-        return [{"dialogue_id": i, "turns": _dialogue("hi", s), "num_system_turns": 4} for i, s in zip(ids, systems)]
+        systems = (
+            sys_,
+            ["a", "b", "X", "Y"],
+            ["a", "Q", "c", "d"],
+            ["a", "b", "c", "W"],
+            ["a", "P", "Z", "Z"],
+        )
+        return [
+            {"dialogue_id": i, "turns": _dialogue("hi", s), "num_system_turns": 4}
+            for i, s in zip(ids, systems)
+        ]
 
     # shared leading system turns, summed: D+ 2+1+3+1 = 7, the fork at 4 3+2+1+1 = 7 (a tie: D+ and its
     # latest fork share the same with everyone), the fork at 3 6, at 2 4 and 4
     assert sibling_predictions(blind(["z", "a-k3", "b-k2", "c-k4", "d-k2"])) == {
-        "z": None, "a-k3": 3, "b-k2": 2, "c-k4": 4, "d-k2": 2}
+        "z": None,
+        "a-k3": 3,
+        "b-k2": 2,
+        "c-k4": 4,
+        "d-k2": 2,
+    }
     # the tie lost: the latest fork is taken for D+, D+ is flagged where they part, the rest unchanged
     assert sibling_predictions(blind(["a", "b-k3", "c-k2", "z-k4", "d-k2"])) == {
-        "a": 4, "b-k3": 3, "c-k2": 2, "z-k4": None, "d-k2": 2}
+        "a": 4,
+        "b-k3": 3,
+        "c-k2": 2,
+        "z-k4": None,
+        "d-k2": 2,
+    }
 
 
 def test_the_issue_s_example_still_holds():
     def d(*texts):
         return _dialogue("u0", list(texts))
 
-    blind = [{"dialogue_id": i, "turns": t, "num_system_turns": 4}
-             for i, t in (("r", d("a", "b", "c", "d")), ("f", d("a", "b", "X", "Y")), ("g", d("a", "Q", "c", "d")))]
+    blind = [
+        {"dialogue_id": i, "turns": t, "num_system_turns": 4}
+        for i, t in (("r", d("a", "b", "c", "d")), ("f", d("a", "b", "X", "Y")), ("g", d("a", "Q", "c", "d")))
+    ]
     assert sibling_predictions(blind) == {"r": None, "f": 3, "g": 2}
 
 
@@ -91,10 +123,13 @@ def test_attack_beats_random_and_fails_the_release():
     res = sibling_attack(blind, det)
     assert res.name == "sibling grouping (blind set)" and res.track == "detector"
     # every label recovered but the 4 singleton forks, called conformant: a3 = 36/40, the rest 1
-    assert res.value == pytest.approx(100 * 0.9 ** 0.15) and res.status == "FAIL"
+    assert res.value == pytest.approx(100 * 0.9**0.15) and res.status == "FAIL"
     assert res.margin > DETECTOR_MARGIN and res.p_value < ALPHA
     assert res.value > det.random() + 50
-    assert "48/56 blind dialogues share an opening" in res.detail and "alone in its group called conformant" in res.detail
+    assert (
+        "48/56 blind dialogues share an opening" in res.detail
+        and "alone in its group called conformant" in res.detail
+    )
 
 
 def test_attack_draws_as_one_attack_from_the_shared_stream():
@@ -115,8 +150,9 @@ def test_the_stronger_singleton_rule_is_reported(families, singles):
     res = sibling_attack(blind, _Detector(gold, 400, 0))
     margins = {}
     for rule in ("conformant", "abstain"):
-        margins[rule] = _detector_result("", _Detector(gold, 400, 0), sibling_predictions(blind, singletons=rule),
-                                         "").margin
+        margins[rule] = _detector_result(
+            "", _Detector(gold, 400, 0), sibling_predictions(blind, singletons=rule), ""
+        ).margin
     assert res.margin == pytest.approx(max(margins.values()))
     best = max(margins, key=lambda r: (margins[r], r == "conformant"))
     assert ("called conformant" if best == "conformant" else "Random's guess") in res.detail
@@ -129,8 +165,15 @@ def _two_flag_gold():
     """24 dialogues like the demo's blind set (4 conformant, 20 forks), and a cheat that calls all
     conformant but two forks, flagged one turn after their fork turn: Score 64.2 against a matched
     Random of 43.5, p = 0.12 (the profile of the issue's 69.1 against 38.0)."""
-    gold = [{"dialogue_id": f"d{i:02d}", "num_system_turns": 10, "hallucination_type": None if i < 4 else "GR",
-             "fork_turn": None if i < 4 else 2 + i % 8} for i in range(24)]
+    gold = [
+        {
+            "dialogue_id": f"d{i:02d}",
+            "num_system_turns": 10,
+            "hallucination_type": None if i < 4 else "GR",
+            "fork_turn": None if i < 4 else 2 + i % 8,
+        }
+        for i in range(24)
+    ]
     pred = {g["dialogue_id"]: None for g in gold}
     pred["d10"], pred["d17"] = gold[10]["fork_turn"] + 1, gold[17]["fork_turn"] + 1  # one turn late
     return gold, pred

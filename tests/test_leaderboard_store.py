@@ -174,7 +174,9 @@ def test_hub_store_roundtrip_private_repo_and_sync(tmp_path):
     st = HubStore("org/dialfork-results", api=api, clock=clock, create=True, max_per_day=2)
     assert api.repos["org/dialfork-results-private"]["private"] is True
     k = st.put("alice", "M", _res(1), {"contact": "a@x.org"})
-    assert api.repos["org/dialfork-results"]["files"] == {f"results/{k}": json.dumps(_res(1), indent=2).encode() + b"\n"}
+    assert api.repos["org/dialfork-results"]["files"] == {
+        f"results/{k}": json.dumps(_res(1), indent=2).encode() + b"\n"
+    }
     assert list(api.repos["org/dialfork-results-private"]["files"]) == [f"private/{k}"]
     assert st.results() == [_res(1)]
     assert st.results("private") == [{"contact": "a@x.org"}]
@@ -211,10 +213,14 @@ def test_submit_through_hub_store(tmp_path):
     env = make_fixture(tmp_path / "fx", n_sources=2, seed=1, with_text=False)
     preds = {b["dialogue_id"]: 1 for b in env["blind"]}
     sub = write_predictions(preds, tmp_path / "p.jsonl")
-    write_metadata(tmp_path / "p.metadata.json", method="Always first", contact="me@lab.org", code_url="https://x.org/c")
+    write_metadata(
+        tmp_path / "p.metadata.json", method="Always first", contact="me@lab.org", code_url="https://x.org/c"
+    )
     api = FakeHfApi(tmp_path)
     st = HubStore("o/r", api=api, create=True, clock=Clock(T0))
-    out = submit(sub, track="detector", gold=env["gold_dir"], blind=env["blind_dir"], store=st, submitter="frank")
+    out = submit(
+        sub, track="detector", gold=env["gold_dir"], blind=env["blind_dir"], store=st, submitter="frank"
+    )
     pub = json.loads(api.repos["o/r"]["files"][f"results/{out.key}"])
     priv = json.loads(api.repos["o/r-private"]["files"][f"private/{out.key}"])
     assert pub == out.result and pub["submitted_at"] == T0.isoformat()

@@ -84,8 +84,15 @@ def test_valid_file_summary(env, blind, tmp_path):
     p = _write(tmp_path / "ok.jsonl", lines)
     rep = validate_submission(p, "detector", blind)
     assert rep.ok, rep.format_text()
-    assert rep.summary == {"lines": 34, "blind_size": 34, "valid_ids": 34, "flagged": 2, "not_flagged": 32,
-                           "share_flagged": round(2 / 34, 4), "with_confidence": 1}
+    assert rep.summary == {
+        "lines": 34,
+        "blind_size": 34,
+        "valid_ids": 34,
+        "flagged": 2,
+        "not_flagged": 32,
+        "share_flagged": round(2 / 34, 4),
+        "with_confidence": 1,
+    }
     assert rep.values[first["dialogue_id"]] == first["num_system_turns"]
     assert len(rep.sha256) == 64 and rep.n_bytes == p.stat().st_size
 
@@ -108,19 +115,22 @@ def _single(env, blind, tmp_path, mutate, name="f.jsonl"):
     return validate_submission(p, "detector", blind)
 
 
-@pytest.mark.parametrize("value, code, needle", [
-    (True, "bad_value", "boolean (true)"),
-    (False, "bad_value", "boolean (false)"),
-    (3.0, "bad_value", "float (3.0); turn indices are JSON integers (write 3)"),
-    (2.5, "bad_value", "float (2.5)"),
-    ("3", "bad_value", 'string ("3"); write the number without quotes'),
-    ("null", "bad_value", "write null without quotes"),
-    ("abc", "bad_value", 'string ("abc")'),
-    ([1], "bad_value", "an array"),
-    (-1, "out_of_range", "write null for 'no deviation' (never -1)"),
-    (0, "out_of_range", "indices start at 1"),
-    (99, "out_of_range", "outside 1..T"),
-])
+@pytest.mark.parametrize(
+    "value, code, needle",
+    [
+        (True, "bad_value", "boolean (true)"),
+        (False, "bad_value", "boolean (false)"),
+        (3.0, "bad_value", "float (3.0); turn indices are JSON integers (write 3)"),
+        (2.5, "bad_value", "float (2.5)"),
+        ("3", "bad_value", 'string ("3"); write the number without quotes'),
+        ("null", "bad_value", "write null without quotes"),
+        ("abc", "bad_value", 'string ("abc")'),
+        ([1], "bad_value", "an array"),
+        (-1, "out_of_range", "write null for 'no deviation' (never -1)"),
+        (0, "out_of_range", "indices start at 1"),
+        (99, "out_of_range", "outside 1..T"),
+    ],
+)
 def test_each_bad_prediction_value(env, blind, tmp_path, value, code, needle):
     def m(lines):
         lines[4]["prediction"] = value
@@ -138,7 +148,9 @@ def test_prediction_above_T_names_T(env, blind, tmp_path):
         lines[0]["prediction"] = T + 1
 
     rep = _single(env, blind, tmp_path, m)
-    assert rep.errors[0].message.endswith(f"prediction {T + 1} outside 1..T (T={T} system turns in this dialogue)")
+    assert rep.errors[0].message.endswith(
+        f"prediction {T + 1} outside 1..T (T={T} system turns in this dialogue)"
+    )
 
 
 @pytest.mark.parametrize("token", ["NaN", "Infinity", "-Infinity"])
@@ -159,9 +171,15 @@ def test_missing_and_unknown_fields(env, blind, tmp_path):
 
     rep = _single(env, blind, tmp_path, m)
     by_line = {(p.line, p.code) for p in rep.errors}
-    assert (1, "missing_field") in by_line and (2, "unknown_field") in by_line and (3, "missing_field") in by_line
+    assert (
+        (1, "missing_field") in by_line
+        and (2, "unknown_field") in by_line
+        and (3, "missing_field") in by_line
+    )
     # line 3 has no id: its blind id is then missing from the file
-    assert ("missing_ids" in _codes(rep)) and f"1 of {_n_blind()} blind dialogues have no prediction" in str(rep.errors[-1])
+    assert ("missing_ids" in _codes(rep)) and f"1 of {_n_blind()} blind dialogues have no prediction" in str(
+        rep.errors[-1]
+    )
     assert "use null for 'no deviation'" in str(rep.errors[0])
 
 
@@ -274,8 +292,17 @@ def test_metadata_not_json(env, blind, tmp_path):
 
 
 def test_metadata_invalid_fields_all_reported():
-    md = {"method": "", "regime": "online", "used_conformant_train": "yes", "model_name": None, "model_size": "big",
-          "code_url": "ftp://x", "open_source": True, "contact": "secret-address", "colour": "red"}
+    md = {
+        "method": "",
+        "regime": "online",
+        "used_conformant_train": "yes",
+        "model_name": None,
+        "model_size": "big",
+        "code_url": "ftp://x",
+        "open_source": True,
+        "contact": "secret-address",
+        "colour": "red",
+    }
     probs = metadata_problems(md, "detector")
     fields = sorted({p.field or "" for p in probs})
     assert fields == ["", "code_url", "contact", "method", "model_size", "regime", "used_conformant_train"]
@@ -284,8 +311,15 @@ def test_metadata_invalid_fields_all_reported():
 
 
 def test_metadata_regime_required_for_detector_not_metric():
-    md = {"method": "m", "used_conformant_train": False, "model_name": None, "model_size": None, "code_url": None,
-          "open_source": False, "contact": "a@b.org"}
+    md = {
+        "method": "m",
+        "used_conformant_train": False,
+        "model_name": None,
+        "model_size": None,
+        "code_url": None,
+        "open_source": False,
+        "contact": "a@b.org",
+    }
     assert [p.field for p in metadata_problems(md, "detector")] == ["regime"]
     assert "regime" in metadata_problems(md, "detector")[0].message
     assert metadata_problems(md, "metric") == []
@@ -309,7 +343,15 @@ def test_several_errors_at_once(env, blind, tmp_path):
     (tmp_path / "many.metadata.json").write_text(json.dumps({"method": "x"}), encoding="utf-8")
     rep = validate_submission(p, "detector", blind)
     codes = _codes(rep)
-    for c in ("bom", "bad_value", "not_json", "duplicate_id", "unknown_id", "missing_ids", "metadata_invalid"):
+    for c in (
+        "bom",
+        "bad_value",
+        "not_json",
+        "duplicate_id",
+        "unknown_id",
+        "missing_ids",
+        "metadata_invalid",
+    ):
         assert c in codes, (c, rep.format_text())
     assert codes.count("bad_value") == 3
     assert [e.line for e in rep.errors if e.code != "metadata_invalid"][:7] == [1, 1, 2, 3, 7, 35, 36]
@@ -329,15 +371,25 @@ def test_metric_track(env, blind, tmp_path):
     lines[2] = lines[2].replace(lines[2].split(":")[-1], "true}")
     p.write_text("\n".join(lines[:-1]) + "\n")
     rep = validate_submission(p, "metric", blind)
-    assert [(e.line, e.code) for e in rep.errors] == [(1, "bad_value"), (2, "bad_value"), (3, "bad_value"),
-                                                        (None, "missing_ids")]
+    assert [(e.line, e.code) for e in rep.errors] == [
+        (1, "bad_value"),
+        (2, "bad_value"),
+        (3, "bad_value"),
+        (None, "missing_ids"),
+    ]
     assert f"1 of {_n_pairs()} blind pairs have no distance" in rep.errors[-1].message
 
 
 # ---- the hand-written line checks accept exactly what the JSON Schema accepts ------------------
 
-_values = st.one_of(st.none(), st.booleans(), st.integers(-5, 40), st.floats(allow_nan=True, allow_infinity=True),
-                    st.text(max_size=3), st.lists(st.integers(), max_size=2))
+_values = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-5, 40),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=3),
+    st.lists(st.integers(), max_size=2),
+)
 _keys = st.sampled_from(["dialogue_id", "prediction", "confidence", "pair_id", "distance", "other"])
 
 
@@ -347,7 +399,9 @@ def test_line_checks_agree_with_json_schema(obj, track):
     from leaderboard.validate.lines import _NonFinite
 
     # what json.loads gives us: NaN/Infinity become the non-finite marker, ids strings mostly
-    parsed = {k: (_NonFinite("NaN") if isinstance(v, float) and not math.isfinite(v) else v) for k, v in obj.items()}
+    parsed = {
+        k: (_NonFinite("NaN") if isinstance(v, float) and not math.isfinite(v) else v) for k, v in obj.items()
+    }
     ok_hand = not check_line_object(parsed, track, T=None)
     schema_obj = {k: (float("nan") if isinstance(v, _NonFinite) else v) for k, v in parsed.items()}
     ok_schema = schema_validator(track).is_valid(schema_obj)
@@ -367,8 +421,13 @@ def test_schemas_are_valid_draft_2020_12():
 
 
 def _cli(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "leaderboard", *map(str, args)], capture_output=True, text=True,
-                          cwd=cwd or ROOT, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "leaderboard", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=cwd or ROOT,
+        timeout=120,
+    )
 
 
 def test_cli_validate_exit_codes_and_json(env, tmp_path):
@@ -383,6 +442,11 @@ def test_cli_validate_exit_codes_and_json(env, tmp_path):
     assert r.returncode == 1
     rep = json.loads(r.stdout)
     assert rep["ok"] is False and rep["n_errors"] == len(rep["errors"]) == 4
-    assert [e["code"] for e in rep["errors"]] == ["bad_value", "unknown_id", "missing_ids", "metadata_missing"]
+    assert [e["code"] for e in rep["errors"]] == [
+        "bad_value",
+        "unknown_id",
+        "missing_ids",
+        "metadata_missing",
+    ]
     r = _cli("validate", bad, "--blind", tmp_path / "nowhere")
     assert r.returncode == 2 and f"error: --blind {tmp_path / 'nowhere'}: no such folder or file" in r.stderr

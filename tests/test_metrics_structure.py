@@ -62,18 +62,28 @@ def _code_lines(path: Path) -> int:
     for node in ast.walk(ast.parse(text)):
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
             first = node.body[0]
-            if (isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
-                    and isinstance(first.value.value, str)):
+            if (
+                isinstance(first, ast.Expr)
+                and isinstance(first.value, ast.Constant)
+                and isinstance(first.value.value, str)
+            ):
                 doc_ends.add(first.end_lineno)
-    return sum(1 for tok in tokenize.generate_tokens(io.StringIO(text).readline)
-               if tok.type == tokenize.NEWLINE and tok.start[0] not in doc_ends)
+    return sum(
+        1
+        for tok in tokenize.generate_tokens(io.StringIO(text).readline)
+        if tok.type == tokenize.NEWLINE and tok.start[0] not in doc_ends
+    )
 
 
 def test_no_module_over_about_450_statements():
     """Modules stay small enough to read: at most ~450 logical lines of code (docstrings, comments
     and blank lines not counted; about 500 physical lines before the code was formatted)."""
-    owned = [*(ROOT / "dialfork_metrics").glob("*.py"), *(ROOT / "dialfork_metrics").glob("*/*.py"),
-             *(ROOT / "leaderboard").glob("*.py"), *(ROOT / "leaderboard").glob("*/*.py")]
+    owned = [
+        *(ROOT / "dialfork_metrics").glob("*.py"),
+        *(ROOT / "dialfork_metrics").glob("*/*.py"),
+        *(ROOT / "leaderboard").glob("*.py"),
+        *(ROOT / "leaderboard").glob("*/*.py"),
+    ]
     long = {str(f.relative_to(ROOT)): n for f in owned if (n := _code_lines(f)) > 450}
     assert not long
 
@@ -82,7 +92,7 @@ def test_code_lines_skip_docstrings_and_comments(tmp_path):
     f = tmp_path / "m.py"
     f.write_text('"""Module\ndoc."""\n\n# c\ndef g(x):\n    """Doc\n\n    more."""\n    return x  # y\n')
     assert _code_lines(f) == 2
-    f.write_text('def g(x):\n    return max(\n        x,\n        1,\n    )\n')  # one statement over 4 lines
+    f.write_text("def g(x):\n    return max(\n        x,\n        1,\n    )\n")  # one statement over 4 lines
     assert _code_lines(f) == 2
 
 
@@ -102,9 +112,14 @@ def test_collected_errors_share_one_base(tmp_path):
     from dialfork_metrics.task3.scorer import score_predictions
     from leaderboard.validate import Problem, SubmissionError, ValidationReport
 
-    rep = ValidationReport(path="sub.jsonl", track="detector",
-                           errors=[Problem("bad", "prediction must be an integer", line=3, file="sub.jsonl"),
-                                   Problem("dup", "duplicate id", line=9, file="sub.jsonl")])
+    rep = ValidationReport(
+        path="sub.jsonl",
+        track="detector",
+        errors=[
+            Problem("bad", "prediction must be an integer", line=3, file="sub.jsonl"),
+            Problem("dup", "duplicate id", line=9, file="sub.jsonl"),
+        ],
+    )
     with pytest.raises(CollectedErrors) as e:
         rep.raise_for_errors()
     assert isinstance(e.value, SubmissionError) and e.value.report is rep

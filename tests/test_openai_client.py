@@ -29,7 +29,13 @@ def completion_body(text, finish_reason="stop", usage=None) -> bytes:
         {
             "id": "cmpl-1",
             "object": "chat.completion",
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish_reason}],
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": text},
+                    "finish_reason": finish_reason,
+                }
+            ],
             "usage": usage or {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5},
         }
     ).encode()
@@ -102,8 +108,14 @@ class FakeOpenAIServer:
                 raw = self.rfile.read(length)
                 body = json.loads(raw)
                 with outer.lock:
-                    outer.requests.append({"method": "POST", "path": self.path, "body": body,
-                                           "auth": self.headers.get("Authorization")})
+                    outer.requests.append(
+                        {
+                            "method": "POST",
+                            "path": self.path,
+                            "body": body,
+                            "auth": self.headers.get("Authorization"),
+                        }
+                    )
                     outer.chat_count += 1
                     n = outer.chat_count
                     outer.in_flight += 1
@@ -120,8 +132,13 @@ class FakeOpenAIServer:
                         if outer.delay:
                             time.sleep(outer.delay)
                         if body.get("model") not in outer.models:
-                            msg = {"error": {"message": f"The model `{body.get('model')}` does not exist.",
-                                             "type": "NotFoundError", "code": 404}}
+                            msg = {
+                                "error": {
+                                    "message": f"The model `{body.get('model')}` does not exist.",
+                                    "type": "NotFoundError",
+                                    "code": 404,
+                                }
+                            }
                             resp = (404, json.dumps(msg).encode(), None)
                         else:
                             out = outer.handler(body, n) if outer.handler else None
@@ -142,7 +159,9 @@ class FakeOpenAIServer:
         self.httpd.daemon_threads = True
         self.port = self.httpd.server_address[1]
         self.base_url = f"http://127.0.0.1:{self.port}/v1"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self.thread = threading.Thread(
+            target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
 
     def __enter__(self):
         self.thread.start()
@@ -177,13 +196,20 @@ CONV = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "
 def test_chat_returns_replies_in_order_with_seeds_and_sampling():
     with FakeOpenAIServer() as srv:
         c = client(srv, concurrency=4, api_key="k123")
-        batch = [CONV + [{"role": "assistant", "content": "x"}, {"role": "user", "content": f"q{i}"}] for i in range(7)]
-        out = c.chat(batch, seeds=list(range(100, 107)), temperature=1.3, top_p=0.95, top_k=64, max_tokens=None)
+        batch = [
+            CONV + [{"role": "assistant", "content": "x"}, {"role": "user", "content": f"q{i}"}]
+            for i in range(7)
+        ]
+        out = c.chat(
+            batch, seeds=list(range(100, 107)), temperature=1.3, top_p=0.95, top_k=64, max_tokens=None
+        )
         assert out == [f"seed={100 + i} n=4 last=q{i}" for i in range(7)]
         bodies = sorted(srv.chat_bodies, key=lambda b: b["seed"])
         assert [b["seed"] for b in bodies] == list(range(100, 107))
         b = bodies[0]
-        assert b["model"] == "fake-model" and b["temperature"] == 1.3 and b["top_p"] == 0.95 and b["top_k"] == 64
+        assert (
+            b["model"] == "fake-model" and b["temperature"] == 1.3 and b["top_p"] == 0.95 and b["top_k"] == 64
+        )
         assert "max_tokens" not in b and b["stream"] is False
         assert all(r["auth"] == "Bearer k123" for r in srv.requests)
         assert srv.chat_count == 7
@@ -261,7 +287,9 @@ def test_check_model_ok_and_tolerates_servers_without_models_route():
 
 
 def test_bad_key_fails_at_once():
-    with FakeOpenAIServer(handler=lambda b, n: (401, b'{"error": {"message": "Incorrect API key"}}', {})) as srv:
+    with FakeOpenAIServer(
+        handler=lambda b, n: (401, b'{"error": {"message": "Incorrect API key"}}', {})
+    ) as srv:
         with pytest.raises(EndpointError, match="Incorrect API key.*refused the API key"):
             client(srv, max_retries=3).chat([CONV])
         assert srv.chat_count == 1
@@ -272,7 +300,9 @@ def test_unreachable_server_is_a_clear_error(dead_port):
     c = OpenAICompatClient(f"http://127.0.0.1:{port}/v1", "m", max_retries=2, backoff=0.01, timeout=2)
     # "Connection refused" (not "timed out"): each attempt failed at once instead of waiting for the
     # timeout; no wall-clock assert (the machine may be loaded)
-    with pytest.raises(EndpointError, match=r"failed after 3 attempt\(s\): cannot reach .*Connection refused.*Is the server") as ei:
+    with pytest.raises(
+        EndpointError, match=r"failed after 3 attempt\(s\): cannot reach .*Connection refused.*Is the server"
+    ) as ei:
         c.chat([CONV])
     assert ei.value.status is None
 
@@ -305,8 +335,14 @@ def test_bad_input_is_rejected_before_any_request():
         with pytest.raises(ValueError) as ei:
             c.chat([[], [{"role": "wizard", "content": 3}], "text"], seeds=[1, "x"])
         msg = str(ei.value)
-        for part in ("conversation 0: empty", "conversation 1, message 0: role 'wizard'", "'content' must be a string",
-                     "conversation 2: expected a list", "seeds has 2 entries for 3", "seeds[1] = 'x'"):
+        for part in (
+            "conversation 0: empty",
+            "conversation 1, message 0: role 'wizard'",
+            "'content' must be a string",
+            "conversation 2: expected a list",
+            "seeds has 2 entries for 3",
+            "seeds[1] = 'x'",
+        ):
             assert part in msg
         assert srv.requests == []
         assert c.chat([]) == []
@@ -318,32 +354,51 @@ def test_parse_chat_completion_known_answers():
     r = parse_chat_completion(completion_body("hi", "length", {"completion_tokens": 7}))
     assert r == ChatReply("hi", "length", {"completion_tokens": 7})
     assert parse_chat_completion(completion_body("")).text == ""
-    for bad, why in [(b"\xff", "not UTF-8"), (b"[1]", "not an object"), (b"{}", "no 'choices'"),
-                     (b'{"choices": [{}]}', "no 'message'"),
-                     (b'{"error": {"message": "kaput"}}', "kaput")]:
+    for bad, why in [
+        (b"\xff", "not UTF-8"),
+        (b"[1]", "not an object"),
+        (b"{}", "no 'choices'"),
+        (b'{"choices": [{}]}', "no 'message'"),
+        (b'{"error": {"message": "kaput"}}', "kaput"),
+    ]:
         with pytest.raises(ValueError, match=why):
             parse_chat_completion(bad)
 
 
 def test_validate_messages():
     assert validate_messages(CONV) == []
-    assert validate_messages("hi") == ["conversation: expected a list of {'role', 'content'} messages, got str"]
+    assert validate_messages("hi") == [
+        "conversation: expected a list of {'role', 'content'} messages, got str"
+    ]
 
 
-TOOL_CALL = {"id": "call_1", "type": "function", "function": {"name": "lookup_claim", "arguments": '{"n": 381204}'}}
+TOOL_CALL = {
+    "id": "call_1",
+    "type": "function",
+    "function": {"name": "lookup_claim", "arguments": '{"n": 381204}'},
+}
 
 
 def test_tool_calling_messages_are_valid_and_sent_intact():
-    conv = CONV + [{"role": "assistant", "content": None, "tool_calls": [TOOL_CALL]},
-                   {"role": "tool", "tool_call_id": "call_1", "content": '{"status": "approved"}'}]
+    conv = CONV + [
+        {"role": "assistant", "content": None, "tool_calls": [TOOL_CALL]},
+        {"role": "tool", "tool_call_id": "call_1", "content": '{"status": "approved"}'},
+    ]
     assert validate_messages(conv) == []
     assert validate_messages([{"role": "tool", "tool_call_id": "call_1", "content": None}]) == []
-    bad = [{"role": "user", "content": None}, {"role": "user", "content": "x", "tool_calls": [TOOL_CALL]},
-           {"role": "assistant", "content": None, "tool_calls": [{"function": {}}]}, {"role": "tool", "content": "r"}]
+    bad = [
+        {"role": "user", "content": None},
+        {"role": "user", "content": "x", "tool_calls": [TOOL_CALL]},
+        {"role": "assistant", "content": None, "tool_calls": [{"function": {}}]},
+        {"role": "tool", "content": "r"},
+    ]
     problems = validate_messages(bad)
-    for part in ("message 0: 'content' must be a string, got NoneType (null is allowed only with tool_calls",
-                 "message 1: only assistant messages carry 'tool_calls'", "message 2: tool_calls[0] needs a 'function'",
-                 "message 3: a tool result needs 'tool_call_id'"):
+    for part in (
+        "message 0: 'content' must be a string, got NoneType (null is allowed only with tool_calls",
+        "message 1: only assistant messages carry 'tool_calls'",
+        "message 2: tool_calls[0] needs a 'function'",
+        "message 3: a tool result needs 'tool_call_id'",
+    ):
         assert any(part in p for p in problems), (part, problems)
     tools = [{"type": "function", "function": {"name": "lookup_claim", "parameters": {"type": "object"}}}]
     with FakeOpenAIServer() as srv:
@@ -354,8 +409,15 @@ def test_tool_calling_messages_are_valid_and_sent_intact():
 
 
 def test_a_tool_call_reply_is_parsed_not_retried():
-    reply = {"choices": [{"index": 0, "finish_reason": "tool_calls",
-                          "message": {"role": "assistant", "content": None, "tool_calls": [TOOL_CALL]}}]}
+    reply = {
+        "choices": [
+            {
+                "index": 0,
+                "finish_reason": "tool_calls",
+                "message": {"role": "assistant", "content": None, "tool_calls": [TOOL_CALL]},
+            }
+        ]
+    }
     with FakeOpenAIServer(handler=lambda b, n: (200, json.dumps(reply).encode(), {})) as srv:
         r = client(srv, max_retries=3).chat_full([CONV])[0]
         assert srv.chat_count == 1

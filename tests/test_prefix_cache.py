@@ -19,8 +19,16 @@ def nbytes(n: int) -> int:
     return 2 * 2 * n * 4 * 4  # layers x (k, v) x positions x dim x float32
 
 
-@pytest.mark.parametrize("a,b,expected", [([], [], 0), ([1, 2, 3], [1, 2, 3], 3), ([1, 2, 3], [1, 2], 2),
-                                          ([1, 2, 3], [1, 9, 3], 1), ([4], [5], 0)])
+@pytest.mark.parametrize(
+    "a,b,expected",
+    [
+        ([], [], 0),
+        ([1, 2, 3], [1, 2, 3], 3),
+        ([1, 2, 3], [1, 2], 2),
+        ([1, 2, 3], [1, 9, 3], 1),
+        ([4], [5], 0),
+    ],
+)
 def test_common_prefix_length(a, b, expected):
     assert common_prefix_length(a, b) == expected == common_prefix_length(b, a)
 
@@ -34,7 +42,7 @@ def test_lookup_cuts_to_the_common_prefix_and_keeps_one_token_to_feed():
     assert n == 12 and past[0][0].shape == (1, 1, 12, 4) and past[1][1][0, 0, -1, 0].item() == -11
     n, past = c.lookup(("d", "system"), ids)  # the very same prompt: the last token is fed again
     assert n == 19
-    assert c.lookup(("d", "user"), ids) == (0, None)          # another agent (no entry of its role)
+    assert c.lookup(("d", "user"), ids) == (0, None)  # another agent (no entry of its role)
     assert c.lookup(("d", "system"), [1] + ids) == (0, None)  # no common prefix
     assert c.lookup(("d", "system"), ids[:1] + [0] * 5) == (0, None)  # shorter than min_reuse
     assert c.stats["hits"] == 2 and c.stats["misses"] == 3 and c.stats["reused_tokens"] == 31
@@ -48,10 +56,10 @@ def test_budget_evicts_entries_unused_in_this_call_then_refuses():
     assert c.nbytes == nbytes(10) * 2
     assert not c.store(("c", "system"), list(range(10)), layers(10))  # both used in this call: kept
     c.new_call()
-    c.lookup(("b", "system"), list(range(10)))                       # b used again, a not
-    assert c.store(("c", "system"), list(range(10)), layers(10))     # a is dropped for c
+    c.lookup(("b", "system"), list(range(10)))  # b used again, a not
+    assert c.store(("c", "system"), list(range(10)), layers(10))  # a is dropped for c
     assert set(c.entries) == {("b", "system"), ("c", "system")}
-    assert c.store(("b", "system"), list(range(5)), layers(5))       # a replacement frees the old one
+    assert c.store(("b", "system"), list(range(5)), layers(5))  # a replacement frees the old one
     assert c.nbytes == nbytes(10) + nbytes(5)
 
 
@@ -77,7 +85,11 @@ def test_another_dialogues_entry_serves_a_shared_prefix():
 
 def test_zero_budget_disables_and_bad_settings():
     off = PrefixCache(0)
-    assert not off.enabled and not off.store(("a", "system"), [1], layers(1)) and off.lookup(("a", "system"), [1]) == (0, None)
+    assert (
+        not off.enabled
+        and not off.store(("a", "system"), [1], layers(1))
+        and off.lookup(("a", "system"), [1]) == (0, None)
+    )
     with pytest.raises(ValueError, match="max_bytes"):
         PrefixCache(-1)
     with pytest.raises(ValueError, match="min_reuse"):

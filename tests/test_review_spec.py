@@ -39,8 +39,14 @@ def test_conformant_record_with_fewer_than_4_system_turns_is_rejected():
     # SPEC 1: a conformant dialogue is kept only if T >= 4. A corpus holding one with T = 3 (and
     # therefore no forks) must not load silently: it would enter the floor(n/2) split.
     recs = make_records(tasks=("weather",), per_task=1, T=6)
-    short = dict(recs[0], dialogue_id="weather-short", source_id="weather-short", scenario_id="99",
-                 num_system_turns=3, turns=make_dialogue(3, "", None, "short"))
+    short = dict(
+        recs[0],
+        dialogue_id="weather-short",
+        source_id="weather-short",
+        scenario_id="99",
+        num_system_turns=3,
+        turns=make_dialogue(3, "", None, "short"),
+    )
     with pytest.raises(ValueError, match=r"weather-short.*T=3.*at least 4|weather-short.*T >= 4"):
         load_records([*recs, short])
 
@@ -121,8 +127,10 @@ def test_dialogue_level_mean_turn_error_names_the_dialogue():
     from dialfork_metrics.encoders import Encoder
 
     enc = Encoder("fixed", model=_FixedModel())
-    ref = {"dialogue_id": "zero-mean", "turns": [{"speaker": "user", "text": "hello"},
-                                                   {"speaker": "system", "text": "olleh"}]}
+    ref = {
+        "dialogue_id": "zero-mean",
+        "turns": [{"speaker": "user", "text": "hello"}, {"speaker": "system", "text": "olleh"}],
+    }
     cand = ["hello", "steps"]
     with pytest.raises(ValueError, match="zero-mean"):
         score_pairs([ref], [cand], ["mean_turn"], encoder=enc)
@@ -141,8 +149,13 @@ def test_shared_prefix_counts_opening_turns_verbatim():
 
 # ------------------------------------------------------------------ SPEC 8: Task 3
 def test_flag_at_user_turn_maps_to_latest_system_turn_before_it():
-    turns = [{"speaker": "user"}, {"speaker": "user"}, {"speaker": "system"}, {"speaker": "user"},
-             {"speaker": "system"}]
+    turns = [
+        {"speaker": "user"},
+        {"speaker": "user"},
+        {"speaker": "system"},
+        {"speaker": "user"},
+        {"speaker": "system"},
+    ]
     assert [position_to_system_turn(turns, p) for p in range(5)] == [1, 1, 1, 1, 2]
 
 
@@ -218,8 +231,10 @@ def test_batched_flowdtw_equals_single_exactly_with_repeated_turns():
         A = base[rng.integers(0, 4, size=n)] * rng.uniform(0.5, 2)
         B = base[rng.integers(0, 4, size=m)] * rng.uniform(0.5, 2)
         single = D.flowdtw_from_embeddings(A, B)
-        others = [(rng.normal(size=(rng.integers(1, 20), 16)), rng.normal(size=(rng.integers(1, 20), 16)))
-                  for _ in range(5)]
+        others = [
+            (rng.normal(size=(rng.integers(1, 20), 16)), rng.normal(size=(rng.integers(1, 20), 16)))
+            for _ in range(5)
+        ]
         assert D.flowdtw_batch_from_embeddings([(A, B), *others])[0] == single
 
 

@@ -56,7 +56,9 @@ def test_fbd_singular_covariance_small_n_is_finite():
     assert np.isfinite(v) and v > 0
 
 
-@pytest.mark.parametrize("fn", [fbd_from_embeddings, lambda a, b: prd_from_embeddings(a, b, num_clusters=2, num_runs=1)])
+@pytest.mark.parametrize(
+    "fn", [fbd_from_embeddings, lambda a, b: prd_from_embeddings(a, b, num_clusters=2, num_runs=1)]
+)
 def test_bad_embeddings(fn):
     X = np.ones((5, 3))
     with pytest.raises(ValueError, match="reference set: needs at least 2"):
@@ -65,7 +67,9 @@ def test_bad_embeddings(fn):
         fn(X, X[:1])
     bad = X.copy()
     bad[3, 1] = np.nan
-    with pytest.raises(ValueError, match=r"target set: embeddings contain NaN or inf \(first at row 3, column 1\)"):
+    with pytest.raises(
+        ValueError, match=r"target set: embeddings contain NaN or inf \(first at row 3, column 1\)"
+    ):
         fn(X, bad)
     with pytest.raises(ValueError, match="mismatched dimensions: reference set 3, target set 4"):
         fn(X, np.ones((5, 4)))
@@ -109,15 +113,24 @@ def test_prd_bad_parameters():
 
 # ---------------------------------------------------------------- pairs and controls
 
-DLG = [{"speaker": "user", "text": "hi"}, {"speaker": "system", "text": "hello"},
-       {"speaker": "user", "text": "book"}, {"speaker": "system", "text": "done"},
-       {"speaker": "system", "text": "bye"}]
+DLG = [
+    {"speaker": "user", "text": "hi"},
+    {"speaker": "system", "text": "hello"},
+    {"speaker": "user", "text": "book"},
+    {"speaker": "system", "text": "done"},
+    {"speaker": "system", "text": "bye"},
+]
 
 
 def test_turn_pairs():
     assert turn_pairs(DLG, "system_user") == [("hello", "book")]
     assert turn_pairs(DLG, "user_system") == [("hi", "hello"), ("book", "done")]
-    assert turn_pairs(DLG, "sliding") == [("hi", "hello"), ("hello", "book"), ("book", "done"), ("done", "bye")]
+    assert turn_pairs(DLG, "sliding") == [
+        ("hi", "hello"),
+        ("hello", "book"),
+        ("book", "done"),
+        ("done", "bye"),
+    ]
     with pytest.raises(ValueError, match="unknown pairing"):
         turn_pairs(DLG, "other")
 
@@ -157,7 +170,11 @@ def test_pair_encoder_matches_direct_cls(encoder):
     tok = AutoTokenizer.from_pretrained(encoder.name)
     model = AutoModel.from_pretrained(encoder.name).eval()
     with torch.no_grad():
-        ref = model(**tok(a, b, padding=True, truncation=True, return_tensors="pt")).last_hidden_state[:, 0].numpy()
+        ref = (
+            model(**tok(a, b, padding=True, truncation=True, return_tensors="pt"))
+            .last_hidden_state[:, 0]
+            .numpy()
+        )
     np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5)
     assert len(pe._cache) == 3
     again = pe.encode_pairs(a[:1] * 2, b[:1] * 2)
@@ -208,12 +225,16 @@ def test_pair_encoder_disk_cache_and_memo(encoder, tmp_path):
 def test_fbd_prd_on_dialogues(encoder):
     from dialfork_metrics import fbd, prd
 
-    ref = [["Hi, weather in Paris?", "Which day?", "Tomorrow.", "Sunny tomorrow.", "Thanks!", "Bye."],
-           ["Forecast for Rome?", "For which day?", "Today.", "Rainy today.", "Ok.", "Goodbye."],
-           ["Rain in Oslo?", "Which day would you like?", "Friday.", "No rain on Friday.", "Great.", "Bye!"]]
-    tgt = [["Hi, weather in Paris?", "Want to try co-living?", "What?", "It's great.", "No.", "Sign up!"],
-           ["Forecast for Rome?", "Join our loyalty plan?", "No.", "Are you sure?", "Yes.", "Ok."],
-           ["Rain in Oslo?", "What is your name?", "Ann.", "Is your name Ann?", "Yes.", "Ann, right?"]]
+    ref = [
+        ["Hi, weather in Paris?", "Which day?", "Tomorrow.", "Sunny tomorrow.", "Thanks!", "Bye."],
+        ["Forecast for Rome?", "For which day?", "Today.", "Rainy today.", "Ok.", "Goodbye."],
+        ["Rain in Oslo?", "Which day would you like?", "Friday.", "No rain on Friday.", "Great.", "Bye!"],
+    ]
+    tgt = [
+        ["Hi, weather in Paris?", "Want to try co-living?", "What?", "It's great.", "No.", "Sign up!"],
+        ["Forecast for Rome?", "Join our loyalty plan?", "No.", "Are you sure?", "Yes.", "Ok."],
+        ["Rain in Oslo?", "What is your name?", "Ann.", "Is your name Ann?", "Yes.", "Ann, right?"],
+    ]
     det = fbd(ref, tgt, encoder, return_details=True)
     assert det["n_ref"] == 6 and det["n_tgt"] == 6 and det["pairing"] == "system_user" and det["fbd"] > 0
     assert fbd(ref, ref, encoder) == pytest.approx(0.0, abs=1e-6)
@@ -225,7 +246,9 @@ def test_fbd_prd_on_dialogues(encoder):
         fbd(ref, [tgt[0][:3]], encoder)  # one (system, user) pair
     v = prd(ref, tgt, encoder, pairing="sliding", num_clusters=3, num_runs=2)
     assert 0.0 <= v <= 1.0
-    assert prd(ref, ref, encoder, pairing="sliding", num_clusters=3, num_runs=2) == pytest.approx(0.0, abs=1e-9)
+    assert prd(ref, ref, encoder, pairing="sliding", num_clusters=3, num_runs=2) == pytest.approx(
+        0.0, abs=1e-9
+    )
 
 
 def test_pair_encoder_memory_is_bounded_and_its_bar_counts_pairs(encoder, monkeypatch):
@@ -245,7 +268,9 @@ def test_pair_encoder_memory_is_bounded_and_its_bar_counts_pairs(encoder, monkey
     a = [f"Which day would you like, option {i}?" for i in range(7)]
     b = [f"Tuesday number {i}." for i in range(7)]
     full = PairEncoder(encoder, batch_size=2, cache_dir=False, show_progress=True).encode_pairs(a, b)
-    assert len(bars) == 1 and bars[0].total == 7 and bars[0].n == 7 and bars[0].unit == "pair"  # not 4 batches
+    assert (
+        len(bars) == 1 and bars[0].total == 7 and bars[0].n == 7 and bars[0].unit == "pair"
+    )  # not 4 batches
     cap = 3 * (384 * 4 + 300)
     pe = PairEncoder(encoder, batch_size=2, cache_dir=False, memory_cache_bytes=cap)
     got = pe.encode_pairs(a, b)

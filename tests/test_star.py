@@ -41,7 +41,12 @@ def raw_rows(star_dir: Path) -> list[dict]:
         return [json.loads(line) for line in fh if line.strip()]
 
 
-ORIG_IDS = (1, 4, 29, 1553)  # doctor_followup (no task folder copied), weather, trivia (null domain), multitask
+ORIG_IDS = (
+    1,
+    4,
+    29,
+    1553,
+)  # doctor_followup (no task folder copied), weather, trivia (null domain), multitask
 ORIG_TASKS = ("apartment_schedule", "trivia", "weather")
 
 _SNAKE_TO_CAMEL = {"api": "APIName", "action_label": "ActionLabel", "total_items": "TotalItems"}
@@ -53,18 +58,29 @@ def _camel(key: str) -> str:
 
 def _to_original(row: dict, dialogue: dict) -> dict:
     """A compact-layout scenario + dialogue written back in RasaHQ/STAR's per-file format."""
-    events = [{_camel(k): v for k, v in e.items() if not (k == "text" and v is None)} for e in dialogue["events"]]
+    events = [
+        {_camel(k): v for k, v in e.items() if not (k == "text" and v is None)} for e in dialogue["events"]
+    ]
     return {
-        "AnonymizedUserWorkerID": "u", "AnonymizedWizardWorkerID": "w", "BatchID": "woz_test",
-        "CompletionLevel": row["completion_level"], "DialogueID": row["dialogue_id"], "Events": events,
+        "AnonymizedUserWorkerID": "u",
+        "AnonymizedWizardWorkerID": "w",
+        "BatchID": "woz_test",
+        "CompletionLevel": row["completion_level"],
+        "DialogueID": row["dialogue_id"],
+        "Events": events,
         "FORMAT-VERSION": 7,
         "Scenario": {
-            "Domains": row["domains"], "Happy": row["happy"], "MultiTask": row["multitask"],
-            "UserTask": row["user_task"], "WizardTask": row["wizard_task"],
-            "WizardCapabilities": [{"Domain": t.split("_")[0], "SchemaImage": f"{t}.jpg", "Task": t}
-                                   for t in row["tasks"]],
+            "Domains": row["domains"],
+            "Happy": row["happy"],
+            "MultiTask": row["multitask"],
+            "UserTask": row["user_task"],
+            "WizardTask": row["wizard_task"],
+            "WizardCapabilities": [
+                {"Domain": t.split("_")[0], "SchemaImage": f"{t}.jpg", "Task": t} for t in row["tasks"]
+            ],
         },
-        "UserQuestionnaire": [], "WizardQuestionnaire": [],
+        "UserQuestionnaire": [],
+        "WizardQuestionnaire": [],
     }
 
 
@@ -97,7 +113,9 @@ def original_copy(tmp_path_factory, star_dir: Path, raw_rows, shared_dialogues) 
     (root / "dialogues").mkdir()
     rows = {r["dialogue_id"]: r for r in raw_rows}
     for i in ORIG_IDS:
-        (root / "dialogues" / f"{i}.json").write_text(json.dumps(_to_original(rows[i], shared_dialogues[i]), indent=2))
+        (root / "dialogues" / f"{i}.json").write_text(
+            json.dumps(_to_original(rows[i], shared_dialogues[i]), indent=2)
+        )
     return root
 
 
@@ -107,10 +125,26 @@ def small_copy(tmp_path: Path, star_dir: Path) -> Path:
     root = tmp_path / "star"
     _copy_tasks_and_apis(star_dir, root, tasks=("apartment_schedule", "weather"))
     (root / "scenarios.jsonl").write_text(
-        "\n".join(json.dumps({"dialogue_id": i, "tasks": ["weather"], "domains": ["weather"], "happy": True,
-                              "multitask": False, "completion_level": "Complete", "user_task": "u",
-                              "wizard_task": "w", "user_guide": [], "n_user_utterances": i,
-                              "n_system_utterances": i + 1}) for i in (3, 1, 2)) + "\n")
+        "\n".join(
+            json.dumps(
+                {
+                    "dialogue_id": i,
+                    "tasks": ["weather"],
+                    "domains": ["weather"],
+                    "happy": True,
+                    "multitask": False,
+                    "completion_level": "Complete",
+                    "user_task": "u",
+                    "wizard_task": "w",
+                    "user_guide": [],
+                    "n_user_utterances": i,
+                    "n_system_utterances": i + 1,
+                }
+            )
+            for i in (3, 1, 2)
+        )
+        + "\n"
+    )
     return root
 
 
@@ -124,8 +158,21 @@ def test_counts(corpus: StarCorpus, raw_rows):
     assert len(corpus.scenarios) == 6652 == len(raw_rows)
     assert sum(s.single_task for s in corpus.scenarios) == 4671
     assert [s.scenario_id for s in corpus.scenarios] == [str(i) for i in range(1, 6653)]
-    assert set(corpus.domains) == {"apartment", "bank", "doctor", "hotel", "meeting", "party", "plane",
-                                   "restaurant", "ride", "spaceship", "trip", "trivia", "weather"}
+    assert set(corpus.domains) == {
+        "apartment",
+        "bank",
+        "doctor",
+        "hotel",
+        "meeting",
+        "party",
+        "plane",
+        "restaurant",
+        "ride",
+        "spaceship",
+        "trip",
+        "trivia",
+        "weather",
+    }
     assert corpus.domains["ride"] == ["ride_book", "ride_change", "ride_status"]
     assert corpus.domains["weather"] == ["weather"]
     assert sum(len(v) for v in corpus.domains.values()) == 24
@@ -150,7 +197,11 @@ def test_scenario_fields_match_jsonl(corpus: StarCorpus, raw_rows):
         s = corpus.scenario(row["dialogue_id"])
         assert s.scenario_id == str(row["dialogue_id"])
         assert s.tasks == tuple(row["tasks"]) and s.user_guide == tuple(row["user_guide"])
-        assert (s.happy, s.multitask, s.completion_level) == (row["happy"], row["multitask"], row["completion_level"])
+        assert (s.happy, s.multitask, s.completion_level) == (
+            row["happy"],
+            row["multitask"],
+            row["completion_level"],
+        )
         assert (s.user_task, s.wizard_task) == (row["user_task"], row["wizard_task"])
         assert s.length == row["n_user_utterances"] + row["n_system_utterances"]
     # STAR's null domain of some trivia dialogues is filled from the task name
@@ -166,8 +217,11 @@ def test_scenario_fields_match_jsonl(corpus: StarCorpus, raw_rows):
 
 def test_length_budgets_computed_independently(corpus: StarCorpus, raw_rows):
     for task in ("apartment_schedule", "trivia", "ride_change"):
-        single = [r["n_user_utterances"] + r["n_system_utterances"] for r in raw_rows
-                  if r["tasks"] == [task] and not r["multitask"]]
+        single = [
+            r["n_user_utterances"] + r["n_system_utterances"]
+            for r in raw_rows
+            if r["tasks"] == [task] and not r["multitask"]
+        ]
         anyt = [r["n_user_utterances"] + r["n_system_utterances"] for r in raw_rows if task in r["tasks"]]
         assert corpus.length_budget(task) == max(single)
         assert corpus.length_budget(task, single_task_only=False) == max(anyt)
@@ -181,7 +235,9 @@ def test_scenarios_for(corpus: StarCorpus, raw_rows):
     assert all(s.tasks == ("weather",) for s in w)
     happy = corpus.scenarios_for("weather", happy=True)
     assert len(happy) == sum(r["tasks"] == ["weather"] and r["happy"] for r in raw_rows)
-    assert len(corpus.scenarios_for("weather", single_task=False)) == sum("weather" in r["tasks"] for r in raw_rows)
+    assert len(corpus.scenarios_for("weather", single_task=False)) == sum(
+        "weather" in r["tasks"] for r in raw_rows
+    )
     assert len(corpus.scenarios_for()) == 4671
     with pytest.raises(StarError, match="unknown STAR task 'wether'.*weather"):
         corpus.scenarios_for("wether")
@@ -190,8 +246,11 @@ def test_scenarios_for(corpus: StarCorpus, raw_rows):
 def test_summary(corpus: StarCorpus):
     s = corpus.summary()
     assert (s["tasks"], s["domains"], s["scenarios"], s["single_task_scenarios"]) == (24, 13, 6652, 4671)
-    assert s["per_task"]["apartment_schedule"] == {"domain": "apartment", "single_task_scenarios": 340,
-                                                   "length_budget": 30}
+    assert s["per_task"]["apartment_schedule"] == {
+        "domain": "apartment",
+        "single_task_scenarios": 340,
+        "length_budget": 30,
+    }
     assert sum(v["single_task_scenarios"] for v in s["per_task"].values()) == 4671
 
 
@@ -202,7 +261,9 @@ def test_human_dialogues(corpus: StarCorpus):
         s = corpus.scenario(d["scenario_id"])
         assert d["tasks"] == list(s.tasks)
         n_user = sum(e["agent"] == "User" and e["action"] == "utter" for e in d["events"])
-        n_sys = sum(e["agent"] == "Wizard" and e["action"] in ("utter", "pick_suggestion") for e in d["events"])
+        n_sys = sum(
+            e["agent"] == "Wizard" and e["action"] in ("utter", "pick_suggestion") for e in d["events"]
+        )
         assert (n_user, n_sys) == (s.n_user_utterances, s.n_system_utterances)
     it.close()
 
@@ -210,21 +271,48 @@ def test_human_dialogues(corpus: StarCorpus):
 # ------------------------------------------------------------------------------------------ workflows
 
 EXPECTED_PARENTS = {
-    "apartment_schedule": {"available": ["query_check"], "unavailable": ["query_check"],
-                           "yes": ["apartment_inform_viewing_available"], "no": ["apartment_inform_viewing_available"]},
-    "bank_balance": {"info_missing": ["bank_ask_pin"], "info_missing2": ["bank_ask_childhood_pets_name"],
-                     "query_success": ["query"], "query_failure": ["query"]},
-    "hotel_book": {"available": ["query_check"], "unavailable": ["query_check"], "yes": ["hotel_ask_confirm_booking"],
-                   "no": ["hotel_ask_confirm_booking"], "query_success": ["query_book"], "query_failure": ["query_book"]},
-    "ride_book": {"query_success": ["query_check"], "query_failure": ["query_check"],
-                  "yes": ["ride_ask_confirm_booking"], "no": ["ride_ask_confirm_booking"]},
+    "apartment_schedule": {
+        "available": ["query_check"],
+        "unavailable": ["query_check"],
+        "yes": ["apartment_inform_viewing_available"],
+        "no": ["apartment_inform_viewing_available"],
+    },
+    "bank_balance": {
+        "info_missing": ["bank_ask_pin"],
+        "info_missing2": ["bank_ask_childhood_pets_name"],
+        "query_success": ["query"],
+        "query_failure": ["query"],
+    },
+    "hotel_book": {
+        "available": ["query_check"],
+        "unavailable": ["query_check"],
+        "yes": ["hotel_ask_confirm_booking"],
+        "no": ["hotel_ask_confirm_booking"],
+        "query_success": ["query_book"],
+        "query_failure": ["query_book"],
+    },
+    "ride_book": {
+        "query_success": ["query_check"],
+        "query_failure": ["query_check"],
+        "yes": ["ride_ask_confirm_booking"],
+        "no": ["ride_ask_confirm_booking"],
+    },
     "spaceship_access_codes": {"no": ["anything_else"]},
-    "trip_directions": {"yes": ["trip_inform_simple_step_ask_proceed"], "no": ["trip_inform_simple_step_ask_proceed"],
-                        "done": ["trip_inform_simple_step_ask_proceed"]},
-    "trivia": {"correct": ["trivia_ask_question"], "incorrect": ["trivia_ask_question"],
-               "noanswer": ["trivia_ask_question"],
-               "done": ["trivia_inform_answer_correct_ask_next", "trivia_inform_answer_incorrect_ask_next",
-                        "trivia_inform_answer_2_ask_next"]},
+    "trip_directions": {
+        "yes": ["trip_inform_simple_step_ask_proceed"],
+        "no": ["trip_inform_simple_step_ask_proceed"],
+        "done": ["trip_inform_simple_step_ask_proceed"],
+    },
+    "trivia": {
+        "correct": ["trivia_ask_question"],
+        "incorrect": ["trivia_ask_question"],
+        "noanswer": ["trivia_ask_question"],
+        "done": [
+            "trivia_inform_answer_correct_ask_next",
+            "trivia_inform_answer_incorrect_ask_next",
+            "trivia_inform_answer_2_ask_next",
+        ],
+    },
     "weather": {},
 }
 
@@ -335,14 +423,36 @@ def test_bank_detour_rendering(corpus: StarCorpus):
 
 
 def test_inference_on_handmade_workflow():
-    replies = {"hello": "Hi", "ask_x": "What x?", "inform_ok": "Done, {x:s}.", "inform_ko": "Sorry.",
-               "yes": "Yes", "no": "No", "query": "Query", "available": "Available", "unavailable": "Unavailable"}
-    graph = {"hello": "ask_x", "ask_x": "query", "available": "inform_ok", "unavailable": "inform_ko",
-             "no": "ask_x"}
+    replies = {
+        "hello": "Hi",
+        "ask_x": "What x?",
+        "inform_ok": "Done, {x:s}.",
+        "inform_ko": "Sorry.",
+        "yes": "Yes",
+        "no": "No",
+        "query": "Query",
+        "available": "Available",
+        "unavailable": "Unavailable",
+    }
+    graph = {
+        "hello": "ask_x",
+        "ask_x": "query",
+        "available": "inform_ok",
+        "unavailable": "inform_ko",
+        "no": "ask_x",
+    }
     kinds = node_kinds(replies, graph, responses=None)
-    assert kinds == {"hello": "action", "ask_x": "action", "inform_ok": "action", "inform_ko": "action",
-                     "yes": "branch", "no": "branch", "query": "query", "available": "branch",
-                     "unavailable": "branch"}
+    assert kinds == {
+        "hello": "action",
+        "ask_x": "action",
+        "inform_ok": "action",
+        "inform_ko": "action",
+        "yes": "branch",
+        "no": "branch",
+        "query": "query",
+        "available": "branch",
+        "unavailable": "branch",
+    }
     parents = infer_branch_parents(replies, graph, kinds)
     # inform_ko is not a question, inform_ok ends with "." -> yes/no fall back to... no open question
     assert parents["available"] == ["query"] and parents["unavailable"] == ["query"]
@@ -363,8 +473,9 @@ def test_original_layout_gives_same_scenarios(original_copy: Path, corpus: StarC
     for s in orig.scenarios:
         assert s == corpus.scenario(s.scenario_id)
     assert orig.length_budget("weather") == corpus.scenario(4).length
-    assert orig.length_budget("weather", single_task_only=False) == max(corpus.scenario(4).length,
-                                                                        corpus.scenario(1553).length)
+    assert orig.length_budget("weather", single_task_only=False) == max(
+        corpus.scenario(4).length, corpus.scenario(1553).length
+    )
     dialogues = list(orig.human_dialogues())
     assert [d["scenario_id"] for d in dialogues] == [str(i) for i in ORIG_IDS]
     for d in dialogues:
@@ -377,7 +488,9 @@ def test_original_layout_gives_same_scenarios(original_copy: Path, corpus: StarC
 def test_original_layout_bad_dialogue(original_copy: Path, tmp_path: Path):
     root = tmp_path / "STAR"
     shutil.copytree(original_copy, root)
-    (root / "dialogues" / "7.json").write_text('{"DialogueID": 7, "Events": [],\n "Scenario": {"Happy": tru}}')
+    (root / "dialogues" / "7.json").write_text(
+        '{"DialogueID": 7, "Events": [],\n "Scenario": {"Happy": tru}}'
+    )
     d = json.loads((root / "dialogues" / "4.json").read_text())
     del d["Scenario"]["UserTask"]
     (root / "dialogues" / "4.json").write_text(json.dumps(d))
@@ -413,7 +526,9 @@ def test_unknown_graph_node(small_copy: Path):
     p.write_text(json.dumps(data))
     with pytest.raises(StarError, match="unknown target node 'apartment_ask_colour'") as ei:
         StarCorpus(small_copy)
-    assert "apartment_schedule.json: graph edge 'apartment_ask_day' -> 'apartment_ask_colour'" in str(ei.value)
+    assert "apartment_schedule.json: graph edge 'apartment_ask_day' -> 'apartment_ask_colour'" in str(
+        ei.value
+    )
     with pytest.raises(StarError, match="apartment_ask_colour"):
         StarTask.load(p.parent)
 
@@ -441,7 +556,9 @@ def test_all_problems_collected(small_copy: Path):
 
 def test_unknown_task_name(small_copy: Path):
     c = StarCorpus(small_copy)
-    with pytest.raises(StarError, match="unknown STAR task 'hotel_book'.*known tasks: apartment_schedule, weather"):
+    with pytest.raises(
+        StarError, match="unknown STAR task 'hotel_book'.*known tasks: apartment_schedule, weather"
+    ):
         c.task("hotel_book")
 
 

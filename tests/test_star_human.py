@@ -67,10 +67,12 @@ def test_every_fork_deviates_first_at_its_fork_turn(picked, typed):
             T, tk, k = src["num_system_turns"], r["fork_turn"], r["fork_position"]
             assert tk == fork_turns(T)[k - 1], r["dialogue_id"]
             pf, ps = system_turn_positions(r["turns"]), system_turn_positions(src["turns"])
-            assert r["turns"][:pf[tk - 1]] == src["turns"][:ps[tk - 1]], r["dialogue_id"]  # identical prefix
+            assert r["turns"][: pf[tk - 1]] == src["turns"][: ps[tk - 1]], r[
+                "dialogue_id"
+            ]  # identical prefix
             assert r["turns"][pf[tk - 1]]["text"] != src["turns"][ps[tk - 1]]["text"], r["dialogue_id"]
             assert len(r["system_nodes"]) == len(r["system_node_tasks"]) == r["num_system_turns"] == len(pf)
-            assert r["system_nodes"][:tk - 1] == src["system_nodes"][:tk - 1]
+            assert r["system_nodes"][: tk - 1] == src["system_nodes"][: tk - 1]
             assert r["hallucination_type"] == EDIT_TYPES[r["edit"]] and r["variant"] == r["edit"]
             suffix = f"-{r['edit']}" if r["edit"] in ("skip", "repeat") else ""
             assert r["dialogue_id"] == f"{src['dialogue_id']}-{r['hallucination_type']}-k{k}{suffix}"
@@ -94,31 +96,39 @@ def test_each_edit_does_what_it_says(picked, corpus):
         if e in ("wic", "gr"):
             donor = by_id[r["donor_id"]]
             dtask = donor["task"]
-            assert (task_domain(dtask) != src["domain"]) if e == "wic" else (dtask != src["task"] and task_domain(dtask) == src["domain"])
+            assert (
+                (task_domain(dtask) != src["domain"])
+                if e == "wic"
+                else (dtask != src["task"] and task_domain(dtask) == src["domain"])
+            )
             assert r["substitute_task"] == (dtask if e == "wic" else None)
-            assert r["turns"][pf[tk - 1]:] == donor["turns"][system_turn_positions(donor["turns"])[1]:]
-            assert r["system_nodes"][tk - 1:] == donor["system_nodes"][1:]
-            assert r["system_node_tasks"] == [src["task"]] * (tk - 1) + [dtask] * (donor["num_system_turns"] - 1)
+            assert r["turns"][pf[tk - 1] :] == donor["turns"][system_turn_positions(donor["turns"])[1] :]
+            assert r["system_nodes"][tk - 1 :] == donor["system_nodes"][1:]
+            assert r["system_node_tasks"] == [src["task"]] * (tk - 1) + [dtask] * (
+                donor["num_system_turns"] - 1
+            )
         elif e == "csc":
             donor = by_id[r["donor_id"]]
             dp = system_turn_positions(donor["turns"])
             assert donor["task"] != src["task"] and Tf == T + 2
-            assert r["turns"][pf[tk - 1]:pf[tk + 1]] == donor["turns"][dp[1]:dp[3]]
-            assert r["turns"][pf[tk + 1]:] == src["turns"][ps[tk - 1]:]  # the source resumes at t_k
-            assert r["system_node_tasks"][tk - 1:tk + 1] == [donor["task"]] * 2
+            assert r["turns"][pf[tk - 1] : pf[tk + 1]] == donor["turns"][dp[1] : dp[3]]
+            assert r["turns"][pf[tk + 1] :] == src["turns"][ps[tk - 1] :]  # the source resumes at t_k
+            assert r["system_node_tasks"][tk - 1 : tk + 1] == [donor["task"]] * 2
         elif e == "skip":
             assert tk < T and Tf == T - 1 and r["donor_id"] is None
-            assert r["turns"] == src["turns"][:ps[tk - 1]] + src["turns"][ps[tk]:]
-            assert r["system_nodes"] == src["system_nodes"][:tk - 1] + src["system_nodes"][tk:]
+            assert r["turns"] == src["turns"][: ps[tk - 1]] + src["turns"][ps[tk] :]
+            assert r["system_nodes"] == src["system_nodes"][: tk - 1] + src["system_nodes"][tk:]
         else:  # repeat
             assert Tf == T + 1 and r["donor_id"] is None
             q = r["turns"][pf[tk - 1]]
             label = r["system_nodes"][tk - 1]
             j = next(j for j in range(1, tk) if _sys(src)[j - 1] == q and src["system_nodes"][j - 1] == label)
             assert {"ask", "request"} & set(label.split("_"))
-            assert r["turns"][pf[tk - 1]:pf[tk]] == src["turns"][ps[j - 1]:ps[j]]  # the question and its answer
-            assert len(r["turns"][pf[tk - 1]:pf[tk]]) >= 2
-            assert r["turns"][pf[tk]:] == src["turns"][ps[tk - 1]:]
+            assert (
+                r["turns"][pf[tk - 1] : pf[tk]] == src["turns"][ps[j - 1] : ps[j]]
+            )  # the question and its answer
+            assert len(r["turns"][pf[tk - 1] : pf[tk]]) >= 2
+            assert r["turns"][pf[tk] :] == src["turns"][ps[tk - 1] :]
     assert set(seen) == set(EDITS)
 
 
@@ -127,11 +137,14 @@ def test_records_pass_the_record_validation_and_ids_are_unique(picked, typed):
         bad = [(r["dialogue_id"], e) for r in track.records for e in record_errors(core_record(r))]
         assert not bad, bad[:5]
         assert len({r["dialogue_id"] for r in track.records}) == len(track.records)
-        assert all(list(r)[-len(TRACK_FIELDS):] == list(TRACK_FIELDS) for r in track.records)
+        assert all(list(r)[-len(TRACK_FIELDS) :] == list(TRACK_FIELDS) for r in track.records)
         conf = [r for r in track.records if r["edit"] is None]
         assert all(r["dialogue_id"] == r["source_id"] == f"star-{r['scenario_id']}" for r in conf)
-        assert all(r["prefix_mode"] == "reuse" and r["prefix_divergence"] == 0 and r["instruction"]
-                   for r in track.records if r["edit"] is not None)
+        assert all(
+            r["prefix_mode"] == "reuse" and r["prefix_divergence"] == 0 and r["instruction"]
+            for r in track.records
+            if r["edit"] is not None
+        )
 
 
 def test_stats_count_forks_and_drops_and_no_gr_for_a_task_alone_in_its_domain(picked):
@@ -182,8 +195,14 @@ def test_the_conformance_rule_on_hand_made_dialogues(scenario):
     utter.insert(3, _ev("Wizard", "utter", "typed by hand"))
     cases = {
         "wizard utter": (scenario, utter),
-        "multi-task": (dataclasses.replace(scenario, tasks=("weather", "trivia"), multitask=True), _events(4)),
-        "not Complete": (dataclasses.replace(scenario, completion_level="EarlyDisconnectDuringDialogue"), _events(4)),
+        "multi-task": (
+            dataclasses.replace(scenario, tasks=("weather", "trivia"), multitask=True),
+            _events(4),
+        ),
+        "not Complete": (
+            dataclasses.replace(scenario, completion_level="EarlyDisconnectDuringDialogue"),
+            _events(4),
+        ),
         "not happy": (dataclasses.replace(scenario, happy=False), _events(4)),
         "T < 4": (scenario, _events(3)),
         "unlabelled pick": (scenario, _events(3) + [_ev("Wizard", "pick_suggestion", "no label")]),
@@ -204,11 +223,18 @@ def test_the_conformance_rule_on_hand_made_dialogues(scenario):
     assert "single-task" in CONFORMANCE_RULE and "T >= 4" in CONFORMANCE_RULE
 
 
-def test_typed_variant_takes_the_last_draft_before_each_pick_and_counts_fallbacks(scenario, picked, typed, corpus):
+def test_typed_variant_takes_the_last_draft_before_each_pick_and_counts_fallbacks(
+    scenario, picked, typed, corpus
+):
     ev = _events(4)
     del ev[9:11]  # no draft before the third pick: the picked text, counted
     h = human_dialogue(scenario, ev, variant="typed")
-    assert [t["text"] for t in h.turns if t["speaker"] == "system"] == ["draft 1", "draft 2", "picked 3", "draft 4"]
+    assert [t["text"] for t in h.turns if t["speaker"] == "system"] == [
+        "draft 1",
+        "draft 2",
+        "picked 3",
+        "draft 4",
+    ]
     assert h.typed_fallbacks == 1
     assert h.system_nodes == human_dialogue(scenario, ev).system_nodes
     assert human_dialogue(scenario, ev).typed_fallbacks == 0
@@ -218,10 +244,14 @@ def test_typed_variant_takes_the_last_draft_before_each_pick_and_counts_fallback
     cp = {r["dialogue_id"]: r for r in picked.records if r["edit"] is None}
     ct = {r["dialogue_id"]: r for r in typed.records if r["edit"] is None}
     assert cp.keys() == ct.keys()
-    assert all(cp[i]["system_nodes"] == ct[i]["system_nodes"] and cp[i]["split"] == ct[i]["split"] for i in cp)
+    assert all(
+        cp[i]["system_nodes"] == ct[i]["system_nodes"] and cp[i]["split"] == ct[i]["split"] for i in cp
+    )
     assert sum(_sys(cp[i]) != _sys(ct[i]) for i in cp) > 0.9 * len(cp)
     assert all(r["text_variant"] == "typed" and r["generator"] == "star-human:typed" for r in typed.records)
-    assert typed.stats["typed_fallbacks"] == sum(h.typed_fallbacks for h in conformant_human_dialogues(corpus, TASKS, "typed"))
+    assert typed.stats["typed_fallbacks"] == sum(
+        h.typed_fallbacks for h in conformant_human_dialogues(corpus, TASKS, "typed")
+    )
     assert picked.stats["typed_fallbacks"] == 0
 
 
@@ -235,7 +265,10 @@ def test_split_is_disjoint_stratified_seeded_and_donors_stay_on_their_side(picke
     for r in picked.records:
         if r["donor_id"] is not None:
             assert by_id[r["donor_id"]]["split"] == r["split"], r["dialogue_id"]
-    texts = {s: {t["text"] for r in picked.split(s) if r["edit"] is None for t in r["turns"]} for s in ("train", "test")}
+    texts = {
+        s: {t["text"] for r in picked.split(s) if r["edit"] is None for t in r["turns"]}
+        for s in ("train", "test")
+    }
     train_forks = {t["text"] for r in picked.split("train") for t in r["turns"]}
     assert train_forks <= texts["train"]  # no test text in a train record (forks included)
     again = build_star_human_track(corpus, tasks=TASKS, seed=0)
@@ -243,7 +276,9 @@ def test_split_is_disjoint_stratified_seeded_and_donors_stay_on_their_side(picke
     other = build_star_human_track(corpus, tasks=TASKS, seed=1, fit_fraction=0.25)
     split1 = {r["dialogue_id"]: r["split"] for r in other.records if r["edit"] is None}
     assert split1 != {r["dialogue_id"]: r["split"] for r in conf}
-    assert sum(v == "train" for v in split1.values()) == sum(int(n * 0.25) for n in other.stats["conformant"].values())
+    assert sum(v == "train" for v in split1.values()) == sum(
+        int(n * 0.25) for n in other.stats["conformant"].values()
+    )
 
 
 # ----------------------------------------------------------------------------- writing, CLI, bad input
@@ -253,20 +288,38 @@ def test_cli_round_trip_through_load_examples(tmp_path, star_dir, capsys):
 
     out = tmp_path / "track"
     star_arg = os.path.relpath(star_dir)
-    args = ["star-human", "--star", star_arg, "--out", str(out), "--tasks", "weather,doctor_schedule", "--variant",
-            "typed", "--seed", "3"]
+    args = [
+        "star-human",
+        "--star",
+        star_arg,
+        "--out",
+        str(out),
+        "--tasks",
+        "weather,doctor_schedule",
+        "--variant",
+        "typed",
+        "--seed",
+        "3",
+    ]
     assert main(args) == 0
     assert "star-human track (typed text)" in capsys.readouterr().out
     m = read_track_manifest(out)
-    assert m["star"] == star_arg and m["variant"] == "typed" and m["seed"] == 3 and m["rule"] == CONFORMANCE_RULE
+    assert (
+        m["star"] == star_arg and m["variant"] == "typed" and m["seed"] == 3 and m["rule"] == CONFORMANCE_RULE
+    )
     assert m["tasks"] == ["weather", "doctor_schedule"] and m["stats"]["forks"]["WIC"] > 0
     track = build_star_human_track(star_dir, tasks=["weather", "doctor_schedule"], variant="typed", seed=3)
     train, test = load_examples(out, "train"), load_examples(out, "test")
-    assert {e["dialogue_id"] for e in train} == {r["dialogue_id"] for r in track.split("train") if r["edit"] is None}
+    assert {e["dialogue_id"] for e in train} == {
+        r["dialogue_id"] for r in track.split("train") if r["edit"] is None
+    }
     assert {e["dialogue_id"] for e in test} == {r["dialogue_id"] for r in track.split("test")}
     ex = {e["dialogue_id"]: e for e in test}
     for r in track.split("test"):
-        assert ex[r["dialogue_id"]]["turns"] == r["turns"] and ex[r["dialogue_id"]]["fork_turn"] == r["fork_turn"]
+        assert (
+            ex[r["dialogue_id"]]["turns"] == r["turns"]
+            and ex[r["dialogue_id"]]["fork_turn"] == r["fork_turn"]
+        )
     assert len((out / "star_human.jsonl").read_text().splitlines()) == len(track.records)
     # no silent replacement; --overwrite replaces; a folder of something else is never replaced
     assert main(args) == 2 and "--overwrite" in capsys.readouterr().err
@@ -297,13 +350,19 @@ def test_a_star_copy_without_human_dialogues_is_one_clear_line(tmp_path, star_di
     assert str(bare.resolve() / "dialogues.jsonl.gz") in msg and "dialogues/" in msg
     assert main(["star-human", "--star", str(bare), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("error: the star-human track needs") and not (tmp_path / "o").exists()
+    assert (
+        err.count("\n") == 1
+        and err.startswith("error: the star-human track needs")
+        and not (tmp_path / "o").exists()
+    )
 
 
 def test_unknown_tasks_are_listed_with_the_known_ones(star_dir, capsys):
     from dialfork_dataset.__main__ import main
 
-    with pytest.raises(StarError, match=r"unknown STAR task\(s\) nope, wether; known tasks: apartment_schedule.*weather"):
+    with pytest.raises(
+        StarError, match=r"unknown STAR task\(s\) nope, wether; known tasks: apartment_schedule.*weather"
+    ):
         build_star_human_track(star_dir, tasks=["nope", "weather", "wether"])
     assert main(["star-human", "--star", str(star_dir), "--out", "unused", "--tasks", "nope"]) == 2
     assert "known tasks:" in capsys.readouterr().err

@@ -32,7 +32,9 @@ def test_ranking_tau_known_values():
 
 
 def test_exact_recovery():
-    assert exact_recovery([4, 3, 2, 1]) and not exact_recovery([4, 3, 3, 1]) and not exact_recovery([1, 2, 3, 4])
+    assert (
+        exact_recovery([4, 3, 2, 1]) and not exact_recovery([4, 3, 3, 1]) and not exact_recovery([1, 2, 3, 4])
+    )
 
 
 def test_permutation_pvalue_exact():
@@ -63,7 +65,9 @@ def test_wilcoxon_and_t_match_scipy():
     rng = np.random.default_rng(0)
     d = rng.normal(0.3, 1, 40)
     assert wilcoxon_greater(d) == pytest.approx(ss.wilcoxon(d, alternative="greater").pvalue)
-    assert paired_t_greater(d) == pytest.approx(ss.ttest_rel(d, np.zeros_like(d), alternative="greater").pvalue)
+    assert paired_t_greater(d) == pytest.approx(
+        ss.ttest_rel(d, np.zeros_like(d), alternative="greater").pvalue
+    )
     assert wilcoxon_greater(np.zeros(5)) == 1.0
     assert paired_t_greater([0.2, 0.2, 0.2]) == 0.0
 

@@ -41,7 +41,9 @@ def test_scalar_equals_scipy_on_every_tie_pattern():
     for row in _all_units():
         assert kendall_tau(row) == pytest.approx(_scipy(row), abs=1e-12)
         nan_policy = kendall_tau(row, undefined="nan")
-        assert (math.isnan(nan_policy) and np.all(row == row[0])) or nan_policy == pytest.approx(_scipy(row), abs=1e-12)
+        assert (math.isnan(nan_policy) and np.all(row == row[0])) or nan_policy == pytest.approx(
+            _scipy(row), abs=1e-12
+        )
 
 
 @pytest.mark.parametrize("undefined", ["zero", "nan"])

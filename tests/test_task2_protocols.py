@@ -55,7 +55,9 @@ class WordHashEncoder:
 @pytest.fixture(scope="module")
 def corpus():
     recs = make_records(tasks=("weather", "trivia"), per_task=5)
-    return Corpus(recs, {r["dialogue_id"]: "test" for r in recs if r["hallucination_type"] is None}, "factory")
+    return Corpus(
+        recs, {r["dialogue_id"]: "test" for r in recs if r["hallucination_type"] is None}, "factory"
+    )
 
 
 def _tau(res, method):
@@ -76,8 +78,10 @@ def test_shared_prefix_is_an_oracle_under_same_source_and_scores_zero_under_cros
     by_id = corpus.by_id
     for r in cross["units"]:
         assert len(r["references"]) == 3 and r["source_id"] not in r["references"]
-        assert all(by_id[i]["hallucination_type"] is None and by_id[i]["task"] == by_id[r["source_id"]]["task"]
-                   for i in r["references"])
+        assert all(
+            by_id[i]["hallucination_type"] is None and by_id[i]["task"] == by_id[r["source_id"]]["task"]
+            for i in r["references"]
+        )
 
 
 def test_same_source_is_unchanged(corpus):
@@ -85,7 +89,9 @@ def test_same_source_is_unchanged(corpus):
     enc = WordHashEncoder()
     res = run_task2(corpus, enc, CORE)
     assert res == run_task2(corpus, enc, CORE, protocol="same-source")
-    direct = score_quartets(task2_quartets(corpus.records), methods=[m for m in CORE if m != "random"], encoder=enc)
+    direct = score_quartets(
+        task2_quartets(corpus.records), methods=[m for m in CORE if m != "random"], encoder=enc
+    )
     got = {(r["source_id"], r["type"], r["method"]): (r["distances"], r["tau"]) for r in res["units"]}
     for s in direct:
         for m, d in s["distances"].items():
@@ -99,21 +105,31 @@ def test_cross_is_seeded_and_the_mean_over_references(corpus):
     b = run_task2(corpus, enc, CORE, protocol="cross", seed=8, n_references=2)
     assert [r["references"] for r in a["units"]] != [r["references"] for r in b["units"]]
     row = next(r for r in a["units"] if r["method"] == "flowscore")
-    q = next(q for q in task2_quartets(corpus.records)
-             if q["source"]["dialogue_id"] == row["source_id"] and q["type"] == row["type"])
-    per_ref = score_quartets([{"source": corpus.by_id[i], "type": q["type"], "forks": q["forks"]}
-                              for i in row["references"]], methods=["flowscore"], encoder=enc)
+    q = next(
+        q
+        for q in task2_quartets(corpus.records)
+        if q["source"]["dialogue_id"] == row["source_id"] and q["type"] == row["type"]
+    )
+    per_ref = score_quartets(
+        [{"source": corpus.by_id[i], "type": q["type"], "forks": q["forks"]} for i in row["references"]],
+        methods=["flowscore"],
+        encoder=enc,
+    )
     want = [float(np.mean([p["distances"]["flowscore"][k] for p in per_ref])) for k in range(4)]
     assert row["distances"] == pytest.approx(want, abs=1e-12)
     refs = cross_references(corpus.conformant, 2, seed=7)
-    assert refs == cross_references(list(reversed(corpus.conformant)), 2, seed=7)  # record order does not matter
+    assert refs == cross_references(
+        list(reversed(corpus.conformant)), 2, seed=7
+    )  # record order does not matter
 
 
 def test_a_task_with_a_single_source_is_skipped_with_a_reason():
     recs = make_records(tasks=("weather",), per_task=1) + make_records(tasks=("trivia",), per_task=3)
     corpus = Corpus(recs, {}, "factory")
     skipped: list[str] = []
-    res = run_task2(corpus, WordHashEncoder(), ("flowscore", "shared_prefix"), protocol="cross", skipped=skipped)
+    res = run_task2(
+        corpus, WordHashEncoder(), ("flowscore", "shared_prefix"), protocol="cross", skipped=skipped
+    )
     assert {r["source_id"].split("-")[0] for r in res["units"]} == {"trivia"}
     assert len(skipped) == len(hallucination_types())
     assert all("cross protocol" in s and "no conformant dialogue from another source" in s for s in skipped)
@@ -160,19 +176,28 @@ def test_task1_cross_units_split_sources():
 
 def test_task1_cross_length_controls_only():
     recs = make_records(tasks=("weather",), per_task=6)
-    res = run_task1(Corpus(recs, {}, "f"), None, ("turn_count_diff", "random"), protocol="cross", progress=False)
+    res = run_task1(
+        Corpus(recs, {}, "f"), None, ("turn_count_diff", "random"), protocol="cross", progress=False
+    )
     assert res["protocol"] == "cross" and res["summary"]["n_units"] == len(hallucination_types())
 
 
 def test_control_sentence_says_what_a_control_beating_a_method_means():
-    tau = {"flowscore": {"Avg": 0.575}, "flowdtw": {"Avg": 0.625}, "shared_prefix": {"Avg": 0.653},
-           "turn_count_diff": {"Avg": 0.1}}
-    s = control_beats_sentence(tau, "same-source", ("flowscore", "flowdtw"), ("shared_prefix", "turn_count_diff"))
+    tau = {
+        "flowscore": {"Avg": 0.575},
+        "flowdtw": {"Avg": 0.625},
+        "shared_prefix": {"Avg": 0.653},
+        "turn_count_diff": {"Avg": 0.1},
+    }
+    s = control_beats_sentence(
+        tau, "same-source", ("flowscore", "flowdtw"), ("shared_prefix", "turn_count_diff")
+    )
     assert "Shared prefix (tau 0.653) beats FlowScore (0.575) and FlowDTW (0.625)" in s
     assert "rewards copying" in s
     tau["shared_prefix"]["Avg"] = 0.5752
     assert "Shared prefix (tau 0.575) ties with FlowScore (0.575)" in control_beats_sentence(
-        tau, "same-source", ("flowscore", "flowdtw"), ("shared_prefix",))
+        tau, "same-source", ("flowscore", "flowdtw"), ("shared_prefix",)
+    )
     tau["shared_prefix"]["Avg"] = 0.0
     s = control_beats_sentence(tau, "cross", ("flowscore", "flowdtw"), ("shared_prefix", "turn_count_diff"))
     assert s.startswith("Under the cross-reference protocol") and "no control" in s
@@ -180,8 +205,17 @@ def test_control_sentence_says_what_a_control_beating_a_method_means():
 
 def test_end_to_end_both_protocols_on_a_template_corpus(template_corpus, tmp_path):
     out = tmp_path / "rep"
-    rep = run_benchmark(template_corpus, tasks=(2,), encoders=("minilm",), out=out, n_resamples=200, plots=False,
-                        progress=False, task2_protocol="both", n_references=3)
+    rep = run_benchmark(
+        template_corpus,
+        tasks=(2,),
+        encoders=("minilm",),
+        out=out,
+        n_resamples=200,
+        plots=False,
+        progress=False,
+        task2_protocol="both",
+        n_references=3,
+    )
     same = rep["task2"]["per_encoder"]["minilm"]["summary"]["tau"]
     cross = rep["task2_cross"]["per_encoder"]["minilm"]["summary"]["tau"]
     assert list(same) == list(cross) == list(TASK2_METHODS)
@@ -189,9 +223,12 @@ def test_end_to_end_both_protocols_on_a_template_corpus(template_corpus, tmp_pat
     # under cross the copied prefix is gone: Shared prefix carries (almost) no ranking
     assert abs(cross["shared_prefix"]["Avg"]) < 0.25 < same["shared_prefix"]["Avg"]
     assert cross["flowscore"]["Avg"] > cross["shared_prefix"]["Avg"]
-    only = run_benchmark(template_corpus, tasks=(2,), encoders=("minilm",), n_resamples=200, plots=False,
-                         progress=False)
-    assert only["task2"]["per_encoder"] == rep["task2"]["per_encoder"]  # same-source bit-identical under "both"
+    only = run_benchmark(
+        template_corpus, tasks=(2,), encoders=("minilm",), n_resamples=200, plots=False, progress=False
+    )
+    assert (
+        only["task2"]["per_encoder"] == rep["task2"]["per_encoder"]
+    )  # same-source bit-identical under "both"
     assert "task2_cross" not in only and only["meta"]["task2_protocols"] == ["same-source"]
     md = (out / "report.md").read_text()
     assert "same-source (" in md and "cross-reference (" in md and md.count("### Table 3.") == 1

@@ -49,8 +49,17 @@ class _Handler(BaseHTTPRequestHandler):
         type(self).bodies.append(body)
         prompt = body["messages"][-1]["content"]
         m = re.search(r"\[\[ANSWER:(.*?)\]\]", prompt)
-        reply = {"choices": [{"index": 0, "message": {"role": "assistant", "content": m.group(1) if m else "NONE"},
-                              "finish_reason": "stop"}], "model": body["model"], "object": "chat.completion"}
+        reply = {
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": m.group(1) if m else "NONE"},
+                    "finish_reason": "stop",
+                }
+            ],
+            "model": body["model"],
+            "object": "chat.completion",
+        }
         data = json.dumps(reply).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
@@ -79,14 +88,18 @@ def test_openai_backend_end_to_end(fake_server):
         dialogue("d5", 4, "[[ANSWER:System turn 9]]"),
         dialogue("d6", 5, "[[ANSWER:The dialogue follows the workflow]]"),
     ]
-    det = make_detector("llm", model="fake-model", backend="openai", base_url=fake_server, api_key="k",
-                        max_new_tokens=8)
+    det = make_detector(
+        "llm", model="fake-model", backend="openai", base_url=fake_server, api_key="k", max_new_tokens=8
+    )
     assert det.fit(dialogues) is det
     preds = det.predict_many(dialogues)
     assert preds == [2, 3, None, None, None, None]
     rep = det.last_report
     assert (rep["n"], rep["turn"], rep["none"], rep["unparsable"], rep["out_of_range"]) == (6, 2, 2, 1, 1)
-    assert [(e["dialogue_id"], e["status"]) for e in rep["examples"]] == [("d4", "unparsable"), ("d5", "out_of_range")]
+    assert [(e["dialogue_id"], e["status"]) for e in rep["examples"]] == [
+        ("d4", "unparsable"),
+        ("d5", "out_of_range"),
+    ]
     assert rep["examples"][0]["answer"] == "I like turtles"
     body = _Handler.bodies[0]
     assert body["model"] == "fake-model" and body["temperature"] == 0.0 and body["max_tokens"] == 8
@@ -94,8 +107,13 @@ def test_openai_backend_end_to_end(fake_server):
 
 
 def test_openai_with_workflow(fake_server):
-    det = LLMDetector(model="m", backend="openai", base_url=fake_server, with_workflow=True,
-                      workflows={"weather": "1. Ask for the city\n2. Give the forecast"})
+    det = LLMDetector(
+        model="m",
+        backend="openai",
+        base_url=fake_server,
+        with_workflow=True,
+        workflows={"weather": "1. Ask for the city\n2. Give the forecast"},
+    )
     assert det.predict_many([dialogue("w", 4, "[[ANSWER:4]]")]) == [4]
     assert "2. Give the forecast" in _Handler.bodies[-1]["messages"][0]["content"]
     blind = {"dialogue_id": "x", "turns": dialogue("x", 4)["turns"]}
@@ -104,7 +122,9 @@ def test_openai_with_workflow(fake_server):
 
 
 def test_with_workflow_from_star(star_dir, fake_server):
-    det = LLMDetector(model="m", backend="openai", base_url=fake_server, with_workflow=True, star_dir=star_dir)
+    det = LLMDetector(
+        model="m", backend="openai", base_url=fake_server, with_workflow=True, star_dir=star_dir
+    )
     assert det.predict_many([dialogue("w", 4, "[[ANSWER:none]]", task="weather")]) == [None]
     prompt = _Handler.bodies[-1]["messages"][0]["content"]
     wf = prompt.split("Workflow:")[1].split("The assistant's turns")[0]
@@ -128,8 +148,9 @@ def tiny_model(tmp_path_factory):
 
 def test_transformers_backend_end_to_end(tiny_model):
     dialogues = [dialogue(f"t{i}", n) for i, n in enumerate([4, 6, 5, 8, 4])]
-    det = make_detector("llm", model=tiny_model, backend="transformers", batch_size=2, max_new_tokens=4,
-                        device="cpu")
+    det = make_detector(
+        "llm", model=tiny_model, backend="transformers", batch_size=2, max_new_tokens=4, device="cpu"
+    )
     preds = det.predict_many(dialogues)
     rep = det.last_report
     assert len(preds) == 5 and rep["n"] == 5
@@ -139,8 +160,11 @@ def test_transformers_backend_end_to_end(tiny_model):
         parsed = check_range(parse_turn_answer(a), d["num_system_turns"])
         assert parsed.value == p
         assert p is None or 1 <= p <= d["num_system_turns"]
-    bad = [a for a, d in zip(answers, dialogues)
-           if check_range(parse_turn_answer(a), d["num_system_turns"]).status in ("unparsable", "out_of_range")]
+    bad = [
+        a
+        for a, d in zip(answers, dialogues)
+        if check_range(parse_turn_answer(a), d["num_system_turns"]).status in ("unparsable", "out_of_range")
+    ]
     assert [e["answer"] for e in rep["examples"]] == [a[:300] for a in bad]
     # left padding: batching does not change greedy answers
     one = make_detector("llm", model=tiny_model, batch_size=1, max_new_tokens=4, device="cpu")

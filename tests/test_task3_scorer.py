@@ -30,11 +30,11 @@ def test_table4_always_first_and_last():
 
 def test_score_from_stats_special_cases():
     # nothing flagged at all: a1 = 0 (no flagged fork), a2 = 1, a3 = 0, a4 = 1
-    assert score_from_stats(None, 0.0, None, 0.0, 10.0, 10.0) == pytest.approx(100 * 1e-12 ** 0.5)
+    assert score_from_stats(None, 0.0, None, 0.0, 10.0, 10.0) == pytest.approx(100 * 1e-12**0.5)
     # perfect localisation, full coverage, no false alarm
     assert score_from_stats(0.0, 1.0, None, 0.0, 10.0, 10.0) == pytest.approx(100.0)
     # MAE worse than the reference clips at 0
-    assert score_from_stats(20.0, 1.0, None, 0.0, 10.0, 10.0) == pytest.approx(100 * 1e-12 ** 0.35)
+    assert score_from_stats(20.0, 1.0, None, 0.0, 10.0, 10.0) == pytest.approx(100 * 1e-12**0.35)
     with pytest.raises(ValueError, match="fraction"):
         score_from_stats(1.0, 93.8, 1.0, 0.05, 10.0, 10.0)  # a percentage, not a fraction
     with pytest.raises(ValueError, match="mae_h"):
@@ -69,11 +69,17 @@ def test_worked_example():
     a = r["components"]
     assert a["a1"] == pytest.approx(7 / 11) and a["a2"] == pytest.approx(5 / 9)
     assert a["a3"] == pytest.approx(0.75) and a["a4"] == pytest.approx(0.5)
-    expected = 100 * (7 / 11) ** 0.35 * (5 / 9) ** 0.35 * 0.75 ** 0.15 * 0.5 ** 0.15
+    expected = 100 * (7 / 11) ** 0.35 * (5 / 9) ** 0.35 * 0.75**0.15 * 0.5**0.15
     assert r["score"] == pytest.approx(expected)
     assert round(r["score"], 2) == 59.99
-    assert r["counts"] == {"dialogues": 6, "forked": 4, "conformant": 2, "forked_flagged": 3,
-                           "conformant_flagged": 1, "forked_by_type": {"WIC": 1, "SSPC": 1, "GR": 1, "CSC": 1}}
+    assert r["counts"] == {
+        "dialogues": 6,
+        "forked": 4,
+        "conformant": 2,
+        "forked_flagged": 3,
+        "conformant_flagged": 1,
+        "forked_by_type": {"WIC": 1, "SSPC": 1, "GR": 1, "CSC": 1},
+    }
     # list-of-rows input gives the same result, and the result is JSON-serialisable
     rows = [{"dialogue_id": k, "prediction": v} for k, v in PRED.items()]
     assert score_predictions(rows, GOLD) == r
@@ -111,21 +117,28 @@ def test_gold_without_conformant_has_no_score():
 # -- validation ----------------------------------------------------------------------------------
 def test_validation_collects_every_error_without_leaking_gold():
     rows = [
-        {"dialogue_id": "c1", "prediction": True},        # bool
-        {"dialogue_id": "c2", "prediction": 2.0},         # float
-        {"dialogue_id": "f1", "prediction": "3"},         # numeric string
-        {"dialogue_id": "f2", "prediction": 9},           # outside 1..T
-        {"dialogue_id": "f2", "prediction": 1},           # duplicate
-        {"dialogue_id": "zz", "prediction": 1},           # unknown
-        {"dialogue_id": "f3", "prediction": 0},           # outside 1..T
+        {"dialogue_id": "c1", "prediction": True},  # bool
+        {"dialogue_id": "c2", "prediction": 2.0},  # float
+        {"dialogue_id": "f1", "prediction": "3"},  # numeric string
+        {"dialogue_id": "f2", "prediction": 9},  # outside 1..T
+        {"dialogue_id": "f2", "prediction": 1},  # duplicate
+        {"dialogue_id": "zz", "prediction": 1},  # unknown
+        {"dialogue_id": "f3", "prediction": 0},  # outside 1..T
         # f4 missing
     ]
     errs = validate_predictions(rows, GOLD)
     text = "\n".join(errs)
     assert len(errs) == 8, errs
-    for needle in ("boolean", "float", "string", "prediction 9 outside 1..T (T=6) for dialogue 'f2'",
-                   "duplicate dialogue_id 'f2'", "unknown dialogue_id 'zz'", "missing prediction for dialogue 'f4'",
-                   "prediction 0 outside"):
+    for needle in (
+        "boolean",
+        "float",
+        "string",
+        "prediction 9 outside 1..T (T=6) for dialogue 'f2'",
+        "duplicate dialogue_id 'f2'",
+        "unknown dialogue_id 'zz'",
+        "missing prediction for dialogue 'f4'",
+        "prediction 0 outside",
+    ):
         assert needle in text, needle
     for secret in ("WIC", "SSPC", "GR", "CSC", "fork"):
         assert secret not in text
@@ -140,14 +153,22 @@ def test_validation_of_container_shapes():
     errs = validate_predictions([["c1", 1], {"dialogue_id": "c2"}], GOLD)
     assert any("expected an object" in e for e in errs) and any("no 'prediction'" in e for e in errs)
     with pytest.raises(ValueError, match="gold"):
-        score_predictions(PRED, [{"dialogue_id": "x", "num_system_turns": 4, "hallucination_type": "WIC",
-                                  "fork_turn": 9}])
+        score_predictions(
+            PRED, [{"dialogue_id": "x", "num_system_turns": 4, "hallucination_type": "WIC", "fork_turn": 9}]
+        )
 
 
 def test_scorer_is_fast_on_18000_dialogues():
     # not a timing assertion (see benchmarks/task3_scorer.py); a smoke test at full blind-set scale
-    gold = [{"dialogue_id": f"d{i}", "num_system_turns": 12, "hallucination_type": None if i % 17 == 0 else "GR",
-             "fork_turn": None if i % 17 == 0 else 1 + i % 12} for i in range(18000)]
+    gold = [
+        {
+            "dialogue_id": f"d{i}",
+            "num_system_turns": 12,
+            "hallucination_type": None if i % 17 == 0 else "GR",
+            "fork_turn": None if i % 17 == 0 else 1 + i % 12,
+        }
+        for i in range(18000)
+    ]
     r = score_predictions({g["dialogue_id"]: 1 + i % 12 for i, g in enumerate(gold)}, gold)
     assert r["counts"]["dialogues"] == 18000
 
@@ -155,8 +176,11 @@ def test_scorer_is_fast_on_18000_dialogues():
 # -- prediction files ----------------------------------------------------------------------------
 def test_read_predictions_reports_line_numbers(tmp_path):
     f = tmp_path / "p.jsonl"
-    f.write_text('{"dialogue_id": "a", "prediction": 1}\n{bad json\n[1, 2]\n{"dialogue_id": "b", "prediction": 1.5}\n'
-                 '{"dialogue_id": "a", "prediction": null}\n{"prediction": 2}\n', encoding="utf-8")
+    f.write_text(
+        '{"dialogue_id": "a", "prediction": 1}\n{bad json\n[1, 2]\n{"dialogue_id": "b", "prediction": 1.5}\n'
+        '{"dialogue_id": "a", "prediction": null}\n{"prediction": 2}\n',
+        encoding="utf-8",
+    )
     with pytest.raises(PredictionError) as ei:
         read_predictions(f)
     errs = "\n".join(ei.value.errors)
@@ -170,14 +194,31 @@ def test_cli_score(tmp_path):
     pred.write_text("".join(json.dumps({"dialogue_id": k, "prediction": v}) + "\n" for k, v in PRED.items()))
     gold = tmp_path / "task3_gold.jsonl"
     gold.write_text("".join(json.dumps({**g, "subset": "public"}) + "\n" for g in GOLD))
-    out = subprocess.run([sys.executable, "-m", "dialfork_metrics.task3", "score", str(pred), "--gold", str(gold),
-                          "--json-out", str(tmp_path / "r.json")], capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dialfork_metrics.task3",
+            "score",
+            str(pred),
+            "--gold",
+            str(gold),
+            "--json-out",
+            str(tmp_path / "r.json"),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert "59.99" in out.stdout
     assert json.loads((tmp_path / "r.json").read_text())["score"] == pytest.approx(59.985, abs=0.01)
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"dialogue_id": "c1", "prediction": "3"}\n')
-    out = subprocess.run([sys.executable, "-m", "dialfork_metrics.task3", "score", str(bad), "--gold", str(gold)],
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "dialfork_metrics.task3", "score", str(bad), "--gold", str(gold)],
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode == 2 and "bad.jsonl:1:" in out.stderr
 
 
@@ -189,17 +230,52 @@ def test_cli_score_subset_scores_one_part_of_a_whole_blind_prediction_file(tmp_p
     pred = tmp_path / "p.jsonl"
     pred.write_text("".join(json.dumps({"dialogue_id": k, "prediction": v}) + "\n" for k, v in PRED.items()))
     gold = tmp_path / "task3_gold.jsonl"
-    gold.write_text("".join(json.dumps({**g, "subset": "public"}) + "\n" for g in GOLD)
-                    + "".join(json.dumps({**g, "dialogue_id": "priv-" + g["dialogue_id"], "subset": "private"}) + "\n"
-                              for g in GOLD))
+    gold.write_text(
+        "".join(json.dumps({**g, "subset": "public"}) + "\n" for g in GOLD)
+        + "".join(
+            json.dumps({**g, "dialogue_id": "priv-" + g["dialogue_id"], "subset": "private"}) + "\n"
+            for g in GOLD
+        )
+    )
     with_private = tmp_path / "p_all.jsonl"
-    with_private.write_text(pred.read_text() + "".join(
-        json.dumps({"dialogue_id": "priv-" + k, "prediction": None}) + "\n" for k in PRED))
-    assert main(["score", str(with_private), "--gold", str(gold), "--subset", "public",
-                 "--json-out", str(tmp_path / "pub.json")]) == 0
-    assert main(["score", str(pred), "--gold", str(gold), "--subset", "all", "--json-out", str(tmp_path / "x.json")]) == 2
+    with_private.write_text(
+        pred.read_text()
+        + "".join(json.dumps({"dialogue_id": "priv-" + k, "prediction": None}) + "\n" for k in PRED)
+    )
+    assert (
+        main(
+            [
+                "score",
+                str(with_private),
+                "--gold",
+                str(gold),
+                "--subset",
+                "public",
+                "--json-out",
+                str(tmp_path / "pub.json"),
+            ]
+        )
+        == 0
+    )
+    assert (
+        main(
+            [
+                "score",
+                str(pred),
+                "--gold",
+                str(gold),
+                "--subset",
+                "all",
+                "--json-out",
+                str(tmp_path / "x.json"),
+            ]
+        )
+        == 2
+    )
     public = json.loads((tmp_path / "pub.json").read_text())
     assert public["score"] == pytest.approx(59.985, abs=0.01)  # the public part alone, as test_cli_score
     stray = tmp_path / "stray.jsonl"
-    stray.write_text(with_private.read_text() + json.dumps({"dialogue_id": "nowhere", "prediction": 1}) + "\n")
+    stray.write_text(
+        with_private.read_text() + json.dumps({"dialogue_id": "nowhere", "prediction": 1}) + "\n"
+    )
     assert main(["score", str(stray), "--gold", str(gold), "--subset", "public"]) == 2

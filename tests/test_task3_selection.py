@@ -32,7 +32,9 @@ def _unit(rng, n):
 
 
 PROTO_RNG = np.random.default_rng(42)
-PROTOS = {task: {"user": _unit(PROTO_RNG, N_STEPS), "system": _unit(PROTO_RNG, N_STEPS)} for task in ("a", "b")}
+PROTOS = {
+    task: {"user": _unit(PROTO_RNG, N_STEPS), "system": _unit(PROTO_RNG, N_STEPS)} for task in ("a", "b")
+}
 OFF = _unit(PROTO_RNG, 4)
 
 
@@ -54,9 +56,16 @@ def _dialogue(rng, task, source, k=None, htype="SSPC"):
         off = fork_at is not None and i >= fork_at
         turns.append({"speaker": "system", "text": f"s{s}"})
         emb.append(_noisy(OFF[int(rng.integers(len(OFF)))] if off else PROTOS[task]["system"][s], rng))
-    rec = {"dialogue_id": f"{source}" + (f"-{htype}-k{k}" if k else ""), "source_id": source, "task": task,
-           "turns": turns, "num_system_turns": T, "hallucination_type": htype if k else None,
-           "fork_position": k, "fork_turn": fork_at}
+    rec = {
+        "dialogue_id": f"{source}" + (f"-{htype}-k{k}" if k else ""),
+        "source_id": source,
+        "task": task,
+        "turns": turns,
+        "num_system_turns": T,
+        "hallucination_type": htype if k else None,
+        "fork_position": k,
+        "fork_turn": fork_at,
+    }
     return rec, np.stack(emb)
 
 
@@ -77,8 +86,14 @@ TRAIN, TRAIN_E = _corpus(0, 24)
 TEST, TEST_E = _corpus(1, 10)
 CONF = [(r, e) for r, e in zip(TRAIN, TRAIN_E) if r["hallucination_type"] is None]
 CONF_R, CONF_E = [r for r, _ in CONF], [e for _, e in CONF]
-SMALL_GRID = {"calibration": ("in_sample", "cross_fit"), "backoff": (False,), "distance_threshold": (0.3, 0.6),
-              "scope": ("task", "pooled"), "order": (2, 3), "position_weight": (0.0, 1.0)}
+SMALL_GRID = {
+    "calibration": ("in_sample", "cross_fit"),
+    "backoff": (False,),
+    "distance_threshold": (0.3, 0.6),
+    "scope": ("task", "pooled"),
+    "order": (2, 3),
+    "position_weight": (0.0, 1.0),
+}
 
 
 # -- clustering: one tree, many cuts -------------------------------------------------------------
@@ -121,16 +136,20 @@ def test_presets_and_explicit_overrides():
 # -- scope -----------------------------------------------------------------------------------------
 def test_task_scope_is_one_pooled_model_per_task(tmp_path):
     det = make_detector("it+nc", encoder=None, scope="task", order=2, calibration="in_sample").fit(
-        CONF_R, embeddings=CONF_E)
+        CONF_R, embeddings=CONF_E
+    )
     assert sorted(det.task_models) == ["a", "b"] and det.threshold is None
     preds = det.predict_many(TEST, embeddings=TEST_E)
     for task in ("a", "b"):
         idx = [i for i, r in enumerate(CONF_R) if r["task"] == task]
         solo = make_detector("it+nc", encoder=None, scope="pooled", order=2, calibration="in_sample").fit(
-            [CONF_R[i] for i in idx], embeddings=[CONF_E[i] for i in idx])
+            [CONF_R[i] for i in idx], embeddings=[CONF_E[i] for i in idx]
+        )
         assert det.for_task(task).threshold == solo.threshold
         ti = [i for i, r in enumerate(TEST) if r["task"] == task]
-        assert [preds[i] for i in ti] == solo.predict_many([TEST[i] for i in ti], embeddings=[TEST_E[i] for i in ti])
+        assert [preds[i] for i in ti] == solo.predict_many(
+            [TEST[i] for i in ti], embeddings=[TEST_E[i] for i in ti]
+        )
         stream = det.start(task)  # streaming, per task
         outs = [stream.update(t, e) for t, e in zip(TEST[ti[1]]["turns"], TEST_E[ti[1]])]
         assert stream.flag == preds[ti[1]] and stream.flag == next((o for o in outs if o is not None), None)
@@ -150,7 +169,9 @@ def test_pooled_scope_and_single_task_are_one_model():
     pooled = make_detector("ss", encoder=None, scope="pooled").fit(CONF_R, embeddings=CONF_E)
     assert not pooled.task_models and pooled.threshold is not None and pooled.start() is not None
     one = [i for i, r in enumerate(CONF_R) if r["task"] == "a"]
-    det = make_detector("ss", encoder=None, scope="task").fit([CONF_R[i] for i in one], embeddings=[CONF_E[i] for i in one])
+    det = make_detector("ss", encoder=None, scope="task").fit(
+        [CONF_R[i] for i in one], embeddings=[CONF_E[i] for i in one]
+    )
     assert not det.task_models and det.tasks == ["a"] and det.for_task("a") is det
     with pytest.raises(ValueError, match="fitted on task"):
         det.for_task("b")
@@ -161,7 +182,9 @@ def test_pooled_scope_and_single_task_are_one_model():
 def test_recalibrate_equals_refit(name):
     det = make_detector(name, encoder=None, calibration="cross_fit").fit(CONF_R, embeddings=CONF_E)
     det.recalibrate(0.2)
-    ref = make_detector(name, encoder=None, calibration="cross_fit", false_alarm_rate=0.2).fit(CONF_R, embeddings=CONF_E)
+    ref = make_detector(name, encoder=None, calibration="cross_fit", false_alarm_rate=0.2).fit(
+        CONF_R, embeddings=CONF_E
+    )
     assert det.thresholds == ref.thresholds
     assert det.predict_many(TEST, embeddings=TEST_E) == ref.predict_many(TEST, embeddings=TEST_E)
 
@@ -171,8 +194,11 @@ def test_cross_fit_meets_the_target_on_held_out_dialogues():
     rates = {}
     for cal in ("in_sample", "cross_fit"):
         det = make_detector("it", encoder=None, calibration=cal, order=3, false_alarm_rate=0.1).fit(
-            CONF_R, embeddings=CONF_E)
-        rates[cal] = np.mean([p is not None for p in det.predict_many([r for r, _ in held], [e for _, e in held])])
+            CONF_R, embeddings=CONF_E
+        )
+        rates[cal] = np.mean(
+            [p is not None for p in det.predict_many([r for r, _ in held], [e for _, e in held])]
+        )
     assert rates["cross_fit"] <= rates["in_sample"]
 
 
@@ -197,18 +223,32 @@ def test_curve_passes_through_the_operating_point(name):
     preds = det.predict_many(TEST, embeddings=TEST_E)
     fork = [r["hallucination_type"] is not None for r in TEST]
     st, keys = det.dialogue_statistics(TEST, TEST_E)
-    cur = tradeoff_curve(st, keys, fork, {k: m.calibration_stats for k, m in det.models().items()}, det.method,
-                         levels=[det.false_alarm_rate], threshold_rule=det.threshold_rule_, confidence=det.confidence)
+    cur = tradeoff_curve(
+        st,
+        keys,
+        fork,
+        {k: m.calibration_stats for k, m in det.models().items()},
+        det.method,
+        levels=[det.false_alarm_rate],
+        threshold_rule=det.threshold_rule_,
+        confidence=det.confidence,
+    )
     flagged = np.array([p is not None for p in preds])
     assert cur["cov_c"][1] == pytest.approx(flagged[~np.array(fork)].mean())
     assert cur["cov_h"][1] == pytest.approx(flagged[np.array(fork)].mean())
     # first_alarms on p_t reproduces the streaming predictions
     m = det.models()
     ps = det.turn_probabilities(TEST, TEST_E)
-    out = [first_alarms([p], [system_turn_index(r["turns"])], det.method, m[r["task"] if det.task_models else
-                                                                              next(iter(m))].threshold,
-                        det.position_weight_)[0]
-           for p, r in zip(ps, TEST)]
+    out = [
+        first_alarms(
+            [p],
+            [system_turn_index(r["turns"])],
+            det.method,
+            m[r["task"] if det.task_models else next(iter(m))].threshold,
+            det.position_weight_,
+        )[0]
+        for p, r in zip(ps, TEST)
+    ]
     assert out == preds
 
 
@@ -239,9 +279,14 @@ def test_selection_chooses_and_is_reproducible(caplog):
         assert len(rows) == 32
         best = next(r for r in rows if all(r[k] == s[k] for k in SELECTABLE))
         ok = [r for r in rows if r["cov_c"] <= 0.1 + 0.01]
-        assert best["score"] == max(r["score"] for r in ok) if ok else best["cov_c"] == min(r["cov_c"] for r in rows)
-    again = select_settings(list(reversed(TRAIN)), list(reversed(TRAIN_E)), grid=SMALL_GRID, n_folds=3,
-                            false_alarm_rate=0.1)
+        assert (
+            best["score"] == max(r["score"] for r in ok)
+            if ok
+            else best["cov_c"] == min(r["cov_c"] for r in rows)
+        )
+    again = select_settings(
+        list(reversed(TRAIN)), list(reversed(TRAIN_E)), grid=SMALL_GRID, n_folds=3, false_alarm_rate=0.1
+    )
     assert again.chosen == sel.chosen
     with pytest.raises(ValueError, match="forks of the train sources"):
         select_settings(CONF_R, CONF_E, grid=SMALL_GRID)
@@ -251,16 +296,30 @@ def test_selection_chooses_and_is_reproducible(caplog):
 
 @pytest.mark.parametrize("name,gamma", [("it", 0.0), ("it", 1.0), ("ss+nc", 0.5)])
 def test_selection_held_out_rows_match_a_detector_fitted_on_the_other_folds(name, gamma):
-    grid = {"calibration": ("cross_fit",), "backoff": (True,), "distance_threshold": (0.6,), "scope": ("pooled",),
-            "order": (3,), "position_weight": (gamma,)}
+    grid = {
+        "calibration": ("cross_fit",),
+        "backoff": (True,),
+        "distance_threshold": (0.6,),
+        "scope": ("pooled",),
+        "order": (3,),
+        "position_weight": (gamma,),
+    }
     sel = select_settings(TRAIN, TRAIN_E, grid=grid, n_folds=2, max_forks_per_source=None, detectors=(name,))
     folds = source_folds(TRAIN, 2, seed=0)
     preds = {}
     for f in (0, 1):
         # in the selection's canonical order (by dialogue id): the cross_fit folds are dealt by position
-        fit = sorted([(r, e) for r, e in zip(TRAIN, TRAIN_E) if folds[r["source_id"]] != f and r["hallucination_type"] is None],
-                     key=lambda x: str(x[0]["dialogue_id"]))
-        det = make_detector(name, encoder=None, **grid_one(grid)).fit([r for r, _ in fit], embeddings=[e for _, e in fit])
+        fit = sorted(
+            [
+                (r, e)
+                for r, e in zip(TRAIN, TRAIN_E)
+                if folds[r["source_id"]] != f and r["hallucination_type"] is None
+            ],
+            key=lambda x: str(x[0]["dialogue_id"]),
+        )
+        det = make_detector(name, encoder=None, **grid_one(grid)).fit(
+            [r for r, _ in fit], embeddings=[e for _, e in fit]
+        )
         held = [(r, e) for r, e in zip(TRAIN, TRAIN_E) if folds[r["source_id"]] == f]
         for (r, _), p in zip(held, det.predict_many([r for r, _ in held], [e for _, e in held])):
             preds[r["dialogue_id"]] = p
@@ -283,10 +342,22 @@ def test_bench_selection_never_reads_test_labels(template_corpus):
 
     corpus = load_corpus(template_corpus)
     enc = Encoder("minilm", show_progress=False)
-    grid = {"calibration": ("in_sample", "cross_fit"), "backoff": (False,), "distance_threshold": (0.55, 0.8),
-            "scope": ("task",), "order": (3,), "position_weight": (0.0, 1.0)}
-    kw = {"detectors": ("it", "ss+nc"), "select": True, "selection_kwargs": {"grid": grid, "n_folds": 2},
-          "ablations": False, "paper_table": False, "progress": False}
+    grid = {
+        "calibration": ("in_sample", "cross_fit"),
+        "backoff": (False,),
+        "distance_threshold": (0.55, 0.8),
+        "scope": ("task",),
+        "order": (3,),
+        "position_weight": (0.0, 1.0),
+    }
+    kw = {
+        "detectors": ("it", "ss+nc"),
+        "select": True,
+        "selection_kwargs": {"grid": grid, "n_folds": 2},
+        "ablations": False,
+        "paper_table": False,
+        "progress": False,
+    }
     a = run_task3(corpus, enc, **kw)
     recs = [dict(r) for r in corpus.records]
     by_source: dict[str, list[dict]] = {}
@@ -303,8 +374,10 @@ def test_bench_selection_never_reads_test_labels(template_corpus):
     assert a["selection"]["chosen"] == b["selection"]["chosen"]
     assert a["selection"]["table"] == b["selection"]["table"]
     assert a["results"]["it"]["settings"] == a["selection"]["chosen"]["it"]
-    assert a["results"]["it"]["score"] != b["results"]["it"]["score"] or a["results"]["it"]["cov_c"] != \
-        b["results"]["it"]["cov_c"]  # the shuffle did change the test labels the scores are computed from
+    assert (
+        a["results"]["it"]["score"] != b["results"]["it"]["score"]
+        or a["results"]["it"]["cov_c"] != b["results"]["it"]["cov_c"]
+    )  # the shuffle did change the test labels the scores are computed from
 
 
 def test_bench_task3_tables_curve_and_ablations(template_corpus, tmp_path):
@@ -315,8 +388,14 @@ def test_bench_task3_tables_curve_and_ablations(template_corpus, tmp_path):
     from dialfork_metrics.report import write_reports
 
     corpus = load_corpus(template_corpus)
-    r3 = run_task3(corpus, Encoder("minilm", show_progress=False), detectors=("first", "it", "ss+nc"),
-                   ablation_orders=(2, 3), ablation_max_forks_per_source=2, progress=False)
+    r3 = run_task3(
+        corpus,
+        Encoder("minilm", show_progress=False),
+        detectors=("first", "it", "ss+nc"),
+        ablation_orders=(2, 3),
+        ablation_max_forks_per_source=2,
+        progress=False,
+    )
     r3.pop("predictions")
     for d in ("it", "ss+nc"):
         r = r3["results"][d]
@@ -325,16 +404,35 @@ def test_bench_task3_tables_curve_and_ablations(template_corpus, tmp_path):
         assert r["coverage_at"]["0.01"] <= r["coverage_at"]["0.05"] <= r["coverage_at"]["0.1"]
         assert r3["table9"][d]["settings"] == {**PAPER_SETTINGS, "order": 3}
         assert [r3["ablation_order"][n][d]["settings"]["order"] for n in ("2", "3")] == [2, 3]
-        assert {sc: r3["ablation_scope"][sc][d]["n_models"] for sc in ("task", "pooled")} == {"task": 2, "pooled": 1}
+        assert {sc: r3["ablation_scope"][sc][d]["n_models"] for sc in ("task", "pooled")} == {
+            "task": 2,
+            "pooled": 1,
+        }
     assert "curve" not in r3["results"]["first"]
     assert r3["ablation_n_test"] < r3["n_test"]
-    report = {"meta": {"data": "x", "fingerprint": "0" * 16, "n_records": 1, "n_conformant": 1, "encoders": ["minilm"],
-                       "seed": 0}, "timings": {"total": 1.0, "encoding_share": 0.5}, "task3": {"minilm": r3},
-              "skipped": []}
+    report = {
+        "meta": {
+            "data": "x",
+            "fingerprint": "0" * 16,
+            "n_records": 1,
+            "n_conformant": 1,
+            "encoders": ["minilm"],
+            "seed": 0,
+        },
+        "timings": {"total": 1.0, "encoding_share": 0.5},
+        "task3": {"minilm": r3},
+        "skipped": [],
+    }
     write_reports(report, tmp_path)
     md = (tmp_path / "report.md").read_text()
-    for title in ("Tables 4 and 9.", "Table 9 protocol (the paper's settings, N=3", "cov_h @5% FA",
-                  "Ablation: N-gram order N", "Ablation: fitting scope", "vs paper 93.82%"):
+    for title in (
+        "Tables 4 and 9.",
+        "Table 9 protocol (the paper's settings, N=3",
+        "cov_h @5% FA",
+        "Ablation: N-gram order N",
+        "Ablation: fitting scope",
+        "vs paper 93.82%",
+    ):
         assert title in md, title
     png = (tmp_path / "task3_tradeoff_minilm.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
@@ -343,7 +441,9 @@ def test_bench_task3_tables_curve_and_ablations(template_corpus, tmp_path):
 def test_dialogues_without_task_are_routed_at_their_first_turn():
     det = make_detector("it", encoder=None, scope="task", order=2).fit(CONF_R, embeddings=CONF_E)
     blind = [{k: v for k, v in r.items() if k != "task"} for r in TEST]
-    assert [det.route_task(r["turns"][0]["speaker"], e[0]) for r, e in zip(TEST, TEST_E)] == [r["task"] for r in TEST]
+    assert [det.route_task(r["turns"][0]["speaker"], e[0]) for r, e in zip(TEST, TEST_E)] == [
+        r["task"] for r in TEST
+    ]
     assert det.predict_many(blind, embeddings=TEST_E) == det.predict_many(TEST, embeddings=TEST_E)
 
 
@@ -351,8 +451,11 @@ def test_fork_subsample_draws_positions_uniformly_not_the_earliest():
     from dialfork_metrics.task3.selection import _subsample_forks
 
     recs = [{"dialogue_id": "s-conf", "source_id": "s", "hallucination_type": None}]
-    recs += [{"dialogue_id": f"s-{pos}-{h}", "source_id": "s", "hallucination_type": h, "fork_position": pos}
-             for pos in range(1, 9) for h in ("WIC", "GR")]
+    recs += [
+        {"dialogue_id": f"s-{pos}-{h}", "source_id": "s", "hallucination_type": h, "fork_position": pos}
+        for pos in range(1, 9)
+        for h in ("WIC", "GR")
+    ]
     drawn = []
     for seed in range(40):
         keep = _subsample_forks(recs, 4, seed)

@@ -76,8 +76,13 @@ def make_dialogue(rng: np.random.Generator, name: str, fork_at: int | None = Non
         turns.append({"speaker": "system", "text": f"system {'off' if off else 'does'} step {s}"})
         emb.append(_noisy(OFF[rng.integers(len(OFF))] if off else SYS[s], rng))
     T = len(steps)
-    rec = {"dialogue_id": name, "turns": turns, "num_system_turns": T,
-           "hallucination_type": None if fork_at is None else "SSPC", "fork_turn": fork_at}
+    rec = {
+        "dialogue_id": name,
+        "turns": turns,
+        "num_system_turns": T,
+        "hallucination_type": None if fork_at is None else "SSPC",
+        "fork_turn": fork_at,
+    }
     return rec, np.stack(emb)
 
 
@@ -106,8 +111,12 @@ def fitted():
     # the paper's percentile rule (80 train dialogues leave the default upper-bound rule no train alarm)
     # and the paper's single threshold (position_weight 0: an alarm at the fork turn itself; the packaged
     # weight, chosen for the full corpus, delays it; its own tests are under "position weight" below)
-    return {n: make_detector(n, encoder=None, distance_threshold=0.55, threshold_rule="percentile",
-                             position_weight=0.0).fit(TRAIN, embeddings=TRAIN_E) for n in NAMES}
+    return {
+        n: make_detector(
+            n, encoder=None, distance_threshold=0.55, threshold_rule="percentile", position_weight=0.0
+        ).fit(TRAIN, embeddings=TRAIN_E)
+        for n in NAMES
+    }
 
 
 # -- N-gram LM -----------------------------------------------------------------------------------
@@ -125,8 +134,12 @@ def test_ngram_hand_worked():
     assert NgramLM(order=1, vocab_size=3).fit([[0, 0, 1]]).prob((), 0) == pytest.approx(3 / 6)
 
 
-@given(st.lists(st.lists(st.integers(0, 4), min_size=1, max_size=8), min_size=1, max_size=6),
-       st.integers(1, 4), st.lists(st.integers(0, 4), max_size=5), st.booleans())
+@given(
+    st.lists(st.lists(st.integers(0, 4), min_size=1, max_size=8), min_size=1, max_size=6),
+    st.integers(1, 4),
+    st.lists(st.integers(0, 4), max_size=5),
+    st.booleans(),
+)
 @settings(max_examples=40, deadline=None)
 def test_ngram_is_a_distribution(seqs, order, history, backoff):
     lm = NgramLM(order, 5, backoff=backoff).fit(seqs)
@@ -169,11 +182,16 @@ def test_calibration_false_alarm_rate_on_train(fitted, name):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_streaming_beats_trivial_baselines_on_synthetic_forks(fitted, name):
-    gold = [{k: r[k] for k in ("dialogue_id", "num_system_turns", "hallucination_type", "fork_turn")} for r in TEST]
+    gold = [
+        {k: r[k] for k in ("dialogue_id", "num_system_turns", "hallucination_type", "fork_turn")}
+        for r in TEST
+    ]
     preds = fitted[name].predict_many(TEST, embeddings=TEST_E)
     r = score_predictions({g["dialogue_id"]: p for g, p in zip(gold, preds)}, gold)
-    base = [score_predictions({g["dialogue_id"]: b.predict(t) for g, t in zip(gold, TEST)}, gold)["score"]
-            for b in (FirstTurnBaseline(), LastTurnBaseline(), RandomTurnBaseline(seed=3))]
+    base = [
+        score_predictions({g["dialogue_id"]: b.predict(t) for g, t in zip(gold, TEST)}, gold)["score"]
+        for b in (FirstTurnBaseline(), LastTurnBaseline(), RandomTurnBaseline(seed=3))
+    ]
     assert r["score"] > max(base) + 20, (r, base)
     assert r["cov_h"] > (0.9 if name.startswith("it") else 0.6) and r["mae_h"] < 1.0
 
@@ -232,7 +250,9 @@ def test_save_load_roundtrip(fitted, tmp_path):
         back = load_detector(path)
         assert back.name == name and back.threshold == det.threshold
         assert back.predict_many(TEST, embeddings=TEST_E) == det.predict_many(TEST, embeddings=TEST_E)
-        for a, b in zip(back.turn_probabilities(TEST[:5], TEST_E[:5]), det.turn_probabilities(TEST[:5], TEST_E[:5])):
+        for a, b in zip(
+            back.turn_probabilities(TEST[:5], TEST_E[:5]), det.turn_probabilities(TEST[:5], TEST_E[:5])
+        ):
             np.testing.assert_array_equal(a, b)
     for b in (FirstTurnBaseline(), RandomTurnBaseline(seed=5)):
         back = load_detector(b.save(tmp_path / b.name))
@@ -282,8 +302,9 @@ def test_trivial_baselines():
 
 def test_cross_fit_calibration_is_leave_one_out_with_n_folds(fitted):
     train, emb = TRAIN[:12], TRAIN_E[:12]
-    det = StreamingDetector("it", encoder=None, calibration="cross_fit", calibration_folds=12,
-                            cross_fit_nodes="fixed").fit(train, embeddings=emb)
+    det = StreamingDetector(
+        "it", encoder=None, calibration="cross_fit", calibration_folds=12, cross_fit_nodes="fixed"
+    ).fit(train, embeddings=emb)
     assert make_detector("it", encoder=None, preset="paper").settings()["calibration"] == "in_sample"
     assert det.calibration == det.calibration_ == "cross_fit"
     turns = [r["turns"] for r in train]
@@ -291,7 +312,10 @@ def test_cross_fit_calibration_is_leave_one_out_with_n_folds(fitted):
     for i in (0, 5, 11):
         lm = NgramLM(det.order_, det.vocab_size).fit([n for j, n in enumerate(nodes) if j != i])
         assert det.calibration_stats[i] == pytest.approx(
-            calibration_statistic(lm.sequence_probs(nodes[i]), "it", system_turn_index(turns[i]), det.position_weight_))
+            calibration_statistic(
+                lm.sequence_probs(nodes[i]), "it", system_turn_index(turns[i]), det.position_weight_
+            )
+        )
     with pytest.raises(ValueError, match="calibration must be one of"):
         StreamingDetector("it", calibration="bogus").fit(TRAIN, embeddings=TRAIN_E)
 
@@ -313,7 +337,9 @@ def test_threshold_rules_known_answers():
     # upper bound: m = 0 qualifies from n = 59 on at 5% and 95% (1 - 0.05 ** (1 / n) <= 0.05)
     assert max_calibration_alarms(59, 0.05, "upper_bound") == 0
     assert max_calibration_alarms(58, 0.05, "upper_bound") is None
-    assert max_calibration_alarms(10_000, 0.05, "upper_bound") < max_calibration_alarms(10_000, 0.05, "conformal")
+    assert max_calibration_alarms(10_000, 0.05, "upper_bound") < max_calibration_alarms(
+        10_000, 0.05, "conformal"
+    )
     assert max_calibration_alarms(50, 0.05) is None
     stats = np.arange(1.0, 10.0)  # n = 9, a = 0.2: one calibration alarm
     assert calibrate_threshold(stats, "it", 0.2, rule="conformal") == 2.0
@@ -324,7 +350,9 @@ def test_threshold_rules_known_answers():
     assert calibrate_threshold(np.ones(100), "it", 0.2, rule="conformal") == 1.0
     # n < 59: upper_bound falls back to conformal, and to the percentile below 1/a - 1 dialogues
     assert calibrate_threshold(stats, "it", 0.2, rule="upper_bound") == 2.0
-    assert calibrate_threshold(stats, "it", 0.05, rule="upper_bound") == calibrate_threshold(stats, "it", 0.05)
+    assert calibrate_threshold(stats, "it", 0.05, rule="upper_bound") == calibrate_threshold(
+        stats, "it", 0.05
+    )
     with pytest.raises(ValueError, match="unknown threshold rule"):
         calibrate_threshold(stats, "it", 0.2, rule="bogus")
 
@@ -342,7 +370,10 @@ def test_conformal_rule_false_alarm_rate_is_k_over_n_plus_1():
 
 def test_default_rule_and_presets():
     assert make_detector("it", encoder=None).resolved_settings()[0]["threshold_rule"] == "upper_bound"
-    assert make_detector("it", encoder=None, preset="paper").resolved_settings()[0]["threshold_rule"] == "percentile"
+    assert (
+        make_detector("it", encoder=None, preset="paper").resolved_settings()[0]["threshold_rule"]
+        == "percentile"
+    )
     assert make_detector("it", encoder=None).cross_fit_nodes == "restrict"
     with pytest.raises(ValueError, match="threshold_rule must be one of"):
         make_detector("it", encoder=None, threshold_rule="bogus").resolved_settings()
@@ -359,15 +390,24 @@ def test_default_rule_and_presets():
 @pytest.mark.parametrize("name", ("it", "ss+nc"))
 def test_cross_fit_recluster_is_a_detector_fitted_on_the_other_folds(name):
     train, emb = TRAIN[:20], TRAIN_E[:20]
-    det = make_detector(name, encoder=None, calibration="cross_fit", calibration_folds=4, cross_fit_nodes="recluster",
-                        distance_threshold=0.55, order=3, backoff=True).fit(train, embeddings=emb)
+    det = make_detector(
+        name,
+        encoder=None,
+        calibration="cross_fit",
+        calibration_folds=4,
+        cross_fit_nodes="recluster",
+        distance_threshold=0.55,
+        order=3,
+        backoff=True,
+    ).fit(train, embeddings=emb)
     from dialfork_metrics.task3.streaming import calibration_fold_ids
 
     fold = calibration_fold_ids(20, 4, 0)
     for f in range(4):
         rest = [i for i in range(20) if fold[i] != f]
-        ref = make_detector(name, encoder=None, calibration="in_sample", distance_threshold=0.55, order=3,
-                            backoff=True).fit([train[i] for i in rest], embeddings=[emb[i] for i in rest])
+        ref = make_detector(
+            name, encoder=None, calibration="in_sample", distance_threshold=0.55, order=3, backoff=True
+        ).fit([train[i] for i in rest], embeddings=[emb[i] for i in rest])
         held = [i for i in range(20) if fold[i] == f]
         st, _ = ref.dialogue_statistics([train[i] for i in held], [emb[i] for i in held])
         np.testing.assert_allclose(det.calibration_stats[held], st, rtol=1e-12)
@@ -379,23 +419,35 @@ def test_cross_fit_restrict_drops_a_node_only_the_fold_has():
     train, emb = [dict(r) for r in TRAIN[:20]], [np.array(e) for e in TRAIN_E[:20]]
     emb[3][1] = OFF[0]
     # position_weight 0: the statistic is min_t p_t, so dialogue 3's is its lone utterance's
-    det = {m: make_detector("it+nc", encoder=None, calibration="cross_fit", calibration_folds=20, cross_fit_nodes=m,
-                            distance_threshold=0.55, order=2, position_weight=0.0).fit(train, embeddings=emb)
-           for m in ("fixed", "restrict")}
+    det = {
+        m: make_detector(
+            "it+nc",
+            encoder=None,
+            calibration="cross_fit",
+            calibration_folds=20,
+            cross_fit_nodes=m,
+            distance_threshold=0.55,
+            order=2,
+            position_weight=0.0,
+        ).fit(train, embeddings=emb)
+        for m in ("fixed", "restrict")
+    }
     assert det["fixed"].vocab_size == det["restrict"].vocab_size
     # the lone utterance is certain of its own node (confidence ~1) but not of its out-of-fold one
     assert det["restrict"].calibration_stats[3] < det["fixed"].calibration_stats[3]
     others = [i for i in range(20) if i != 3]
-    np.testing.assert_allclose(det["restrict"].calibration_stats[others], det["fixed"].calibration_stats[others],
-                               rtol=0.2)
+    np.testing.assert_allclose(
+        det["restrict"].calibration_stats[others], det["fixed"].calibration_stats[others], rtol=0.2
+    )
 
 
 # -- position weight ------------------------------------------------------------------------------------
 def test_position_weight_closed_forms():
     p = np.array([0.5, 0.25, 0.5, 0.01])
     j = np.array([1, 1, 2, 4])  # the system turn of each position
-    assert system_turn_index([{"speaker": s} for s in ("user", "system", "system", "user", "system")]).tolist() \
-        == [1, 1, 2, 2, 3]
+    assert system_turn_index(
+        [{"speaker": s} for s in ("user", "system", "system", "user", "system")]
+    ).tolist() == [1, 1, 2, 2, 3]
     np.testing.assert_allclose(position_offsets(j, 1.0, 4), np.log(j))
     # gamma = 0 is the paper's rule exactly, with or without the system turns
     assert turn_scores(p, "it").tolist() == p.tolist()
@@ -425,12 +477,15 @@ def test_position_weight_streaming_equals_offline_rule(name, gamma):
     decisions, bit for bit: the selection's held-out rows are the detector's predictions."""
     from dialfork_metrics.task3.selection import first_alarms
 
-    det = make_detector(name, encoder=None, distance_threshold=0.55, threshold_rule="percentile",
-                        position_weight=gamma).fit(TRAIN, embeddings=TRAIN_E)
+    det = make_detector(
+        name, encoder=None, distance_threshold=0.55, threshold_rule="percentile", position_weight=gamma
+    ).fit(TRAIN, embeddings=TRAIN_E)
     assert det.position_weight == det.position_weight_ == gamma and det.settings()["position_weight"] == gamma
     ps = det.turn_probabilities(TEST, TEST_E)
     sys_turns = [system_turn_index(r["turns"]) for r in TEST]
-    assert det.predict_many(TEST, embeddings=TEST_E) == first_alarms(ps, sys_turns, det.method, det.threshold, gamma)
+    assert det.predict_many(TEST, embeddings=TEST_E) == first_alarms(
+        ps, sys_turns, det.method, det.threshold, gamma
+    )
     # the train false-alarm rate is the one of the weighted statistic the threshold was read from
     preds = det.predict_many(TRAIN, embeddings=TRAIN_E)
     assert np.mean([p is not None for p in preds]) == pytest.approx(det.train_false_alarm_rate)
@@ -442,7 +497,12 @@ def test_position_weight_streaming_equals_offline_rule(name, gamma):
 def test_position_weight_moves_false_alarms_later():
     """On conformant dialogues at one false-alarm budget, a positive weight can only move the alarms
     that remain towards later system turns on average (the calibration is on the weighted statistic)."""
-    kw = {"encoder": None, "distance_threshold": 0.55, "threshold_rule": "percentile", "false_alarm_rate": 0.3}
+    kw = {
+        "encoder": None,
+        "distance_threshold": 0.55,
+        "threshold_rule": "percentile",
+        "false_alarm_rate": 0.3,
+    }
     conf = [(r, e) for r, e in zip(TEST, TEST_E) if r.get("hallucination_type") is None]
     late = {}
     for gamma in (0.0, 2.0):
@@ -454,7 +514,9 @@ def test_position_weight_moves_false_alarms_later():
 
 
 def test_position_weight_saved_validated_and_old_files_load_as_zero(tmp_path):
-    det = make_detector("ss+nc", encoder=None, distance_threshold=0.55, position_weight=1.0).fit(TRAIN, embeddings=TRAIN_E)
+    det = make_detector("ss+nc", encoder=None, distance_threshold=0.55, position_weight=1.0).fit(
+        TRAIN, embeddings=TRAIN_E
+    )
     path = det.save(tmp_path / "d")
     back = load_detector(path)
     assert back.position_weight == 1.0 and back.threshold == det.threshold

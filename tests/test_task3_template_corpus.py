@@ -22,8 +22,10 @@ GOLD_KEYS = ("dialogue_id", "num_system_turns", "hallucination_type", "fork_turn
 def _generate(star_dir, out, tasks, per_task):
     from generation.engine import GenerationConfig, generate_corpus
 
-    generate_corpus(GenerationConfig(star=str(star_dir), out=str(out), tasks=tuple(tasks), per_task=per_task),
-                    progress=False)
+    generate_corpus(
+        GenerationConfig(star=str(star_dir), out=str(out), tasks=tuple(tasks), per_task=per_task),
+        progress=False,
+    )
     return out
 
 
@@ -41,9 +43,16 @@ def template_corpus(star_dir, tmp_path_factory):
         if e["hallucination_type"] is None:
             by_task[e["task"]].append(e["dialogue_id"])
     sources = {s for ids in by_task.values() for s in ids[:5]}
-    test = [e for e in test if e["hallucination_type"] is None or e["dialogue_id"].rsplit("-", 2)[0] in sources]
+    test = [
+        e for e in test if e["hallucination_type"] is None or e["dialogue_id"].rsplit("-", 2)[0] in sources
+    ]
     enc = Encoder("minilm", show_progress=False, cache_dir=root / "cache")
-    return {"train": train, "test": test, "Etr": enc.encode_dialogues(train), "Ete": enc.encode_dialogues(test)}
+    return {
+        "train": train,
+        "test": test,
+        "Etr": enc.encode_dialogues(train),
+        "Ete": enc.encode_dialogues(test),
+    }
 
 
 @pytest.mark.slow
@@ -56,7 +65,9 @@ def test_streaming_detectors_beat_trivial_baselines(template_corpus):
     def score(preds):
         return score_predictions({g["dialogue_id"]: p for g, p in zip(gold, preds)}, gold)
 
-    baselines = {n: score(make_detector(n).predict_many(c["test"]))["score"] for n in ("first", "last", "random")}
+    baselines = {
+        n: score(make_detector(n).predict_many(c["test"]))["score"] for n in ("first", "last", "random")
+    }
     assert max(baselines.values()) < 5
     results = {}
     for name in ("it", "ss", "it+nc", "ss+nc"):
@@ -99,24 +110,62 @@ def tiny_corpus(star_dir, tmp_path_factory):
 @pytest.mark.slow
 def test_cli_predict_score_save_load(tiny_corpus, tmp_path):
     preds, cache, saved = tmp_path / "it.jsonl", tmp_path / "cache", tmp_path / "det"
-    r = _cli("predict", "--data", tiny_corpus, "--detector", "it+nc", "--out", preds, "--cache-dir", cache,
-             "--save-detector", saved, "--no-progress")
+    r = _cli(
+        "predict",
+        "--data",
+        tiny_corpus,
+        "--detector",
+        "it+nc",
+        "--out",
+        preds,
+        "--cache-dir",
+        cache,
+        "--save-detector",
+        saved,
+        "--no-progress",
+    )
     assert "fitting it+nc on 4 conformant train dialogues" in r.stderr
     rows = [json.loads(x) for x in preds.read_text().splitlines()]
     test = load_examples(tiny_corpus, "test")
-    assert [x["dialogue_id"] for x in rows] == [e["dialogue_id"] for e in test] and len(rows) == 4 + 4 * forks_per_source()
+    assert [x["dialogue_id"] for x in rows] == [e["dialogue_id"] for e in test] and len(
+        rows
+    ) == 4 + 4 * forks_per_source()
     assert not (tmp_path / "it.jsonl.partial").exists()
     report = json.loads((tmp_path / "it.jsonl.report.json").read_text())
     assert report["n"] == len(rows) and report["detector"]["detector"] == "it+nc"
     s = _cli("score", preds, "--data", tiny_corpus)
-    assert "Score" in s.stdout and json.loads(s.stdout[s.stdout.index("{"):])["counts"]["dialogues"] == len(rows)
+    assert "Score" in s.stdout and json.loads(s.stdout[s.stdout.index("{") :])["counts"]["dialogues"] == len(
+        rows
+    )
     cfg = json.loads((saved / "config.json").read_text())  # reloading is covered by test_task3_streaming
     assert cfg["detector"] == "it+nc" and cfg["threshold"] == report["threshold"]
     # a saved baseline goes through --load-detector without refitting
-    _cli("predict", "--data", tiny_corpus, "--detector", "random", "--seed", 7, "--out", tmp_path / "r1.jsonl",
-         "--save-detector", tmp_path / "rnd", "--no-progress")
-    _cli("predict", "--data", tiny_corpus, "--detector", "random", "--load-detector", tmp_path / "rnd",
-         "--out", tmp_path / "r2.jsonl", "--no-progress")
+    _cli(
+        "predict",
+        "--data",
+        tiny_corpus,
+        "--detector",
+        "random",
+        "--seed",
+        7,
+        "--out",
+        tmp_path / "r1.jsonl",
+        "--save-detector",
+        tmp_path / "rnd",
+        "--no-progress",
+    )
+    _cli(
+        "predict",
+        "--data",
+        tiny_corpus,
+        "--detector",
+        "random",
+        "--load-detector",
+        tmp_path / "rnd",
+        "--out",
+        tmp_path / "r2.jsonl",
+        "--no-progress",
+    )
     assert (tmp_path / "r1.jsonl").read_text() == (tmp_path / "r2.jsonl").read_text()
 
 
@@ -128,8 +177,10 @@ def test_cli_resume_blind_and_errors(tiny_corpus, tmp_path):
     test = load_examples(tiny_corpus, "test")
     # an interrupted run left 10 predictions (and a torn line): the next run resumes
     partial = tmp_path / "first.jsonl.partial"
-    partial.write_text("".join(json.dumps({"dialogue_id": e["dialogue_id"], "prediction": 1}) + "\n"
-                               for e in test[:10]) + '{"dialogue_id": "tor')
+    partial.write_text(
+        "".join(json.dumps({"dialogue_id": e["dialogue_id"], "prediction": 1}) + "\n" for e in test[:10])
+        + '{"dialogue_id": "tor'
+    )
     r = _cli("predict", "--data", tiny_corpus, "--detector", "first", "--out", out, "--no-progress")
     assert "resuming: 10 predictions" in r.stderr
     assert len(out.read_text().splitlines()) == len(test) and not partial.exists()
@@ -137,22 +188,53 @@ def test_cli_resume_blind_and_errors(tiny_corpus, tmp_path):
     dest = tmp_path / "hub"
     info = export_hub_layout(tiny_corpus, dest)
     blind_out = tmp_path / "blind.jsonl"
-    _cli("predict", "--data", dest, "--split", "blind", "--detector", "random", "--out", blind_out, "--no-progress")
+    _cli(
+        "predict",
+        "--data",
+        dest,
+        "--split",
+        "blind",
+        "--detector",
+        "random",
+        "--out",
+        blind_out,
+        "--no-progress",
+    )
     s = _cli("score", blind_out, "--gold", info["gold_dir"])
     from dialfork_dataset.hub import load_gold  # one blind dialogue per hidden source (SPEC 4)
 
     n_blind = len(load_gold(info["gold_dir"])["task3"])
-    assert json.loads(s.stdout[s.stdout.index("{"):])["counts"]["dialogues"] == n_blind >= 1
+    assert json.loads(s.stdout[s.stdout.index("{") :])["counts"]["dialogues"] == n_blind >= 1
     # bad input: clear errors, exit code 2
-    bad = _cli("predict", "--data", tiny_corpus, "--detector", "it", "--order", "0", "--out", tmp_path / "x.jsonl",
-               check=False)
+    bad = _cli(
+        "predict",
+        "--data",
+        tiny_corpus,
+        "--detector",
+        "it",
+        "--order",
+        "0",
+        "--out",
+        tmp_path / "x.jsonl",
+        check=False,
+    )
     assert bad.returncode == 2 and "--order N must be >= 1" in bad.stderr
-    missing = _cli("predict", "--data", tmp_path / "nope", "--detector", "first", "--out", tmp_path / "y.jsonl",
-                   check=False)
+    missing = _cli(
+        "predict",
+        "--data",
+        tmp_path / "nope",
+        "--detector",
+        "first",
+        "--out",
+        tmp_path / "y.jsonl",
+        check=False,
+    )
     assert missing.returncode == 2 and "nope" in missing.stderr
     assert "predict" in _cli("predict", "--help").stdout
     # the module entry point itself (one subprocess)
-    r = subprocess.run([sys.executable, "-m", "dialfork_metrics.task3", "--help"], capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, "-m", "dialfork_metrics.task3", "--help"], capture_output=True, text=True
+    )
     assert r.returncode == 0 and "score" in r.stdout
 
 
@@ -169,8 +251,17 @@ def test_cli_llm_openai_reports_unparsable_answers(tiny_corpus, tmp_path):
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             n_sys = body["messages"][0]["content"].count("Assistant [turn ")
             content = "Turn 2" if n_sys % 2 == 0 else "I cannot tell."
-            data = json.dumps({"choices": [{"index": 0, "message": {"role": "assistant", "content": content},
-                                            "finish_reason": "stop"}]}).encode()
+            data = json.dumps(
+                {
+                    "choices": [
+                        {
+                            "index": 0,
+                            "message": {"role": "assistant", "content": content},
+                            "finish_reason": "stop",
+                        }
+                    ]
+                }
+            ).encode()
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
@@ -181,9 +272,23 @@ def test_cli_llm_openai_reports_unparsable_answers(tiny_corpus, tmp_path):
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     try:
         out = tmp_path / "llm.jsonl"
-        r = _cli("predict", "--data", tiny_corpus, "--detector", "llm", "--backend", "openai", "--model", "fake",
-                 "--base-url", f"http://127.0.0.1:{srv.server_address[1]}/v1", "--with-workflow", "--out", out,
-                 "--no-progress")
+        r = _cli(
+            "predict",
+            "--data",
+            tiny_corpus,
+            "--detector",
+            "llm",
+            "--backend",
+            "openai",
+            "--model",
+            "fake",
+            "--base-url",
+            f"http://127.0.0.1:{srv.server_address[1]}/v1",
+            "--with-workflow",
+            "--out",
+            out,
+            "--no-progress",
+        )
     finally:
         srv.shutdown()
         srv.server_close()

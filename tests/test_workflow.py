@@ -44,8 +44,11 @@ def star(star_dir):
 
 def _graph_view(task):
     g = task.digraph()
-    return (dict(g.graph), {n: dict(d) for n, d in g.nodes(data=True)},
-            {(a, b, d["edge"]) for a, b, d in g.edges(data=True)})
+    return (
+        dict(g.graph),
+        {n: dict(d) for n, d in g.nodes(data=True)},
+        {(a, b, d["edge"]) for a, b, d in g.edges(data=True)},
+    )
 
 
 # -- the two readers agree -------------------------------------------------------------------------------
@@ -61,7 +64,9 @@ def test_every_star_task_reads_back_from_a_workflow_file_into_the_same_graph_and
     for name, t in star.tasks.items():
         w = wf.task(name)
         assert dict(w.kinds) == dict(t.kinds), name
-        assert {b: sorted(p) for b, p in w.branch_parents.items()} == {b: sorted(p) for b, p in t.branch_parents.items()}
+        assert {b: sorted(p) for b, p in w.branch_parents.items()} == {
+            b: sorted(p) for b, p in t.branch_parents.items()
+        }
         assert _graph_view(w) == _graph_view(t), name
         assert w.steps() == t.steps(), name
         assert w.render_steps() == t.render_steps(), name
@@ -74,7 +79,12 @@ def test_workflow_steps_hand_checked():
     """A two-step loop and a merge, numbered as the STAR reader numbers them."""
     t = WorkflowCorpus(EXAMPLE).task("insurance_claim_status")
     steps = t.steps()
-    assert [s.node for s in steps] == ["hello", "insurance_ask_name", "insurance_ask_claim_number", "query_check"]
+    assert [s.node for s in steps] == [
+        "hello",
+        "insurance_ask_name",
+        "insurance_ask_claim_number",
+        "query_check",
+    ]
     found, missing = steps[3].branches
     assert (found.label, missing.label) == ("available", "unavailable")
     assert [s.number for s in found.steps] == [5, 6]
@@ -83,8 +93,10 @@ def test_workflow_steps_hand_checked():
     assert no.steps[0].goto == 8  # "Continue with step 8" (anything_else, numbered under "yes")
     assert [(s.number, s.goto) for s in missing.steps] == [(9, None), (8, 8)]
     text = t.render_steps()
-    assert '4. Query the knowledge base (claim_status) to check availability [query_check]' in text
-    assert "6. Offer to tell the user the expected payout [insurance_ask_payout]" in text  # the step's own description
+    assert "4. Query the knowledge base (claim_status) to check availability [query_check]" in text
+    assert (
+        "6. Offer to tell the user the expected payout [insurance_ask_payout]" in text
+    )  # the step's own description
 
 
 # -- the source contract -----------------------------------------------------------------------------------
@@ -107,9 +119,16 @@ def test_both_readers_are_sources_and_specs_resolve(star_dir, tmp_path):
         open_source("workflow:")
     assert wf.length_budget("insurance_file_claim") == 30
     sc = wf.scenario("fc05")
-    assert sc.task == "insurance_file_claim" and not sc.happy and sc.slot_values["IncidentType"] == "fire damage"
+    assert (
+        sc.task == "insurance_file_claim" and not sc.happy and sc.slot_values["IncidentType"] == "fire damage"
+    )
     assert "Your policy number is HM-51782." in sc.user_guide and sc.persona in sc.user_task
-    assert wf.dbs["insurance_claims"][2]["Categories"] == ["Nadia Rossi", "Tom Becker", "Priya Shah", "Luis Ortega"]
+    assert wf.dbs["insurance_claims"][2]["Categories"] == [
+        "Nadia Rossi",
+        "Tom Becker",
+        "Priya Shah",
+        "Luis Ortega",
+    ]
 
 
 def test_missing_surface_templates_name_the_task_and_the_field(tmp_path):
@@ -128,7 +147,10 @@ def test_missing_surface_templates_name_the_task_and_the_field(tmp_path):
 
     from generation.engine import GenerationConfig, GenerationError, generate_corpus
 
-    with pytest.raises(GenerationError, match=r"(?s)template backend needs surface templates.*task insurance_claim_status: missing .*steps\[2\]\.say"):
+    with pytest.raises(
+        GenerationError,
+        match=r"(?s)template backend needs surface templates.*task insurance_claim_status: missing .*steps\[2\]\.say",
+    ):
         generate_corpus(GenerationConfig(star=f"workflow:{path}", out=str(tmp_path / "out")), progress=False)
     assert not (tmp_path / "out" / "manifest.json").exists()
 
@@ -225,8 +247,12 @@ def test_validate_reports_schema_problems_with_lines(tmp_path):
     text = path.read_text().splitlines()
     probs = _problems(path)
     fields = sorted(f for _, f, _ in probs)
-    assert fields == ["tasks[0].length_budget", "tasks[0].steps[1].nxt", "tasks[1].scenarios[0].happy",
-                      "tasks[1].scenarios[1]"]
+    assert fields == [
+        "tasks[0].length_budget",
+        "tasks[0].steps[1].nxt",
+        "tasks[1].scenarios[0].happy",
+        "tasks[1].scenarios[1]",
+    ]
     msgs = {f: (int(loc.rsplit(":", 1)[1]), m) for loc, f, m in probs}
     line, msg = msgs["tasks[0].length_budget"]
     assert text[line - 1].strip() == "length_budget: thirty" and "not of type 'integer'" in msg
@@ -251,12 +277,17 @@ def test_yaml_attacks_and_malformed_files(tmp_path):
     assert err.startswith(f"{p}:4: malformed YAML")
     p.write_text("format: x\nformat: y\n1: z\n")
     errs = validate_workflow(p)
-    assert f"{p}:2: format: duplicate key" in errs and any(e.startswith(f"{p}:3: ") and "keys must be strings" in e
-                                                          for e in errs)
+    assert f"{p}:2: format: duplicate key" in errs and any(
+        e.startswith(f"{p}:3: ") and "keys must be strings" in e for e in errs
+    )
     marker = tmp_path / "pwned"
-    p.write_text(f"format: dialfork-workflow/1\ntasks:\n  - !!python/object/apply:os.system ['touch {marker}']\n")
+    p.write_text(
+        f"format: dialfork-workflow/1\ntasks:\n  - !!python/object/apply:os.system ['touch {marker}']\n"
+    )
     (err,) = validate_workflow(p)
-    assert err.startswith(f"{p}:3: tasks[0]: unsupported YAML tag 'tag:yaml.org,2002:python/object/apply:os.system'")
+    assert err.startswith(
+        f"{p}:3: tasks[0]: unsupported YAML tag 'tag:yaml.org,2002:python/object/apply:os.system'"
+    )
     assert not marker.exists()
     p.write_text("")
     assert "empty file" in validate_workflow(p)[0]
@@ -286,15 +317,29 @@ def test_example_gives_task1_enough_units():
     for name in wf.tasks:
         scs = wf.scenarios_for(name)
         assert len(scs) >= 12 and any(not s.happy for s in scs)
-    assert json.loads(json.dumps(wf.summary()))["per_task"]["insurance_claim_status"]["single_task_scenarios"] == 14
+    assert (
+        json.loads(json.dumps(wf.summary()))["per_task"]["insurance_claim_status"]["single_task_scenarios"]
+        == 14
+    )
 
 
 def test_generation_cli_takes_a_source(tmp_path, star_dir, capsys, monkeypatch):
     from generation.cli import main
 
     out = tmp_path / "claims"
-    rc = main(["--source", f"workflow:{EXAMPLE}", "--out", str(out), "--tasks", "insurance_claim_status",
-               "--per-task", "2", "--no-progress"])
+    rc = main(
+        [
+            "--source",
+            f"workflow:{EXAMPLE}",
+            "--out",
+            str(out),
+            "--tasks",
+            "insurance_claim_status",
+            "--per-task",
+            "2",
+            "--no-progress",
+        ]
+    )
     n = forks_per_source()
     assert rc == 0 and f"{2 * (1 + n)} records (2 conformant, {2 * n} forks" in capsys.readouterr().out
     first = json.loads((out / "insurance_claim_status.jsonl").open().readline())
@@ -306,11 +351,17 @@ def test_generation_cli_takes_a_source(tmp_path, star_dir, capsys, monkeypatch):
     monkeypatch.delenv("DIALFORK_STAR_DIR", raising=False)
     assert main(["--out", str(tmp_path / "x")]) == 2
     assert "--source KIND:PATH or --star PATH, or set DIALFORK_STAR_DIR" in capsys.readouterr().err
-    rc = main(["--source", f"workflow:{tmp_path / 'missing.yaml'}", "--out", str(tmp_path / "y"), "--no-progress"])
+    rc = main(
+        ["--source", f"workflow:{tmp_path / 'missing.yaml'}", "--out", str(tmp_path / "y"), "--no-progress"]
+    )
     err = capsys.readouterr().err
     assert rc == 2 and "no such workflow file" in err and "Traceback" not in err
     rc = main(["--source", f"workflow:{EXAMPLE}", "--out", str(tmp_path / "z"), "--tasks", "weather"])
-    assert rc == 2 and "unknown task(s) ['weather']; the source's tasks are: insurance_claim_status" in capsys.readouterr().err
+    assert (
+        rc == 2
+        and "unknown task(s) ['weather']; the source's tasks are: insurance_claim_status"
+        in capsys.readouterr().err
+    )
 
 
 def test_llm_detector_renders_the_workflow_of_a_workflow_file():
@@ -329,8 +380,14 @@ def test_llm_detector_renders_the_workflow_of_a_workflow_file():
     turns = [{"speaker": s, "text": f"{s} says something"} for s in ("user", "system") * 4]
     assert det.predict_many([{"dialogue_id": "d", "turns": turns, "task": "insurance_file_claim"}]) == [None]
     prompt = json.dumps(client.batches[-1])
-    assert "Read the claim's details back and ask the user to confirm them [insurance_ask_confirm_claim]" in prompt
-    assert det.workflow_for("insurance_file_claim") == WorkflowCorpus(EXAMPLE).task("insurance_file_claim").render_steps()
+    assert (
+        "Read the claim's details back and ask the user to confirm them [insurance_ask_confirm_claim]"
+        in prompt
+    )
+    assert (
+        det.workflow_for("insurance_file_claim")
+        == WorkflowCorpus(EXAMPLE).task("insurance_file_claim").render_steps()
+    )
 
 
 def test_export_audits_against_the_source_recorded_in_the_manifest(tmp_path, monkeypatch):
@@ -346,7 +403,9 @@ def test_export_audits_against_the_source_recorded_in_the_manifest(tmp_path, mon
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     assert _recorded_source(str(corpus)) is None  # no manifest
-    (corpus / "manifest.json").write_text(json.dumps({"config": {"star": f"workflow:{wf}"}}), encoding="utf-8")
+    (corpus / "manifest.json").write_text(
+        json.dumps({"config": {"star": f"workflow:{wf}"}}), encoding="utf-8"
+    )
     assert _recorded_source(str(corpus)) == f"workflow:{wf}"
     wf.unlink()
     assert _recorded_source(str(corpus)) is None  # moved away: the caller falls back to $DIALFORK_STAR_DIR
@@ -390,7 +449,9 @@ def test_a_folder_of_workflow_files_is_one_source(tmp_path, capsys):
     for name in ("x.yaml", "y.yaml"):
         (tmp_path / "broken" / name).write_text(BROKEN)
     errs = validate_workflow(tmp_path / "broken")
-    assert len(errs) == 22 and sum(e.startswith(str(tmp_path / "broken" / "y.yaml") + ":") for e in errs) == 11
+    assert (
+        len(errs) == 22 and sum(e.startswith(str(tmp_path / "broken" / "y.yaml") + ":") for e in errs) == 11
+    )
     with pytest.raises(WorkflowError, match="workflow folder") as e:
         WorkflowCorpus(tmp_path / "broken")
     assert len(e.value.errors) == 22
@@ -405,7 +466,9 @@ def test_a_folder_of_workflow_files_is_one_source(tmp_path, capsys):
     dump_workflow(other, tmp_path / "clash" / "b.yaml")
     errs = validate_workflow(tmp_path / "clash")
     b = str(tmp_path / "clash" / "b.yaml")
-    assert len(errs) == 3 and all(e.startswith(b + ":") and f"{tmp_path / 'clash' / 'a.yaml'}" in e for e in errs)
+    assert len(errs) == 3 and all(
+        e.startswith(b + ":") and f"{tmp_path / 'clash' / 'a.yaml'}" in e for e in errs
+    )
     assert {e.split(": ")[1] for e in errs} == {"tasks[0].name", "tasks[1].scenarios[0].id", f"kb.{table}"}
     (tmp_path / "empty").mkdir()
     (err,) = validate_workflow(tmp_path / "empty")
@@ -416,11 +479,26 @@ def test_cli_takes_the_example_folder(tmp_path, capsys):
     from generation.cli import main
 
     folder = EXAMPLE.parent
-    r = subprocess.run([sys.executable, "-m", "dialfork_dataset", "workflow", "validate", "examples/workflows"],
-                       capture_output=True, text=True, cwd=ROOT)
+    r = subprocess.run(
+        [sys.executable, "-m", "dialfork_dataset", "workflow", "validate", "examples/workflows"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert r.returncode == 0 and "valid (1 file(s), 2 task(s)" in r.stdout, r.stderr
-    rc = main(["--source", f"workflow:{folder}", "--out", str(tmp_path / "c"), "--tasks", "insurance_claim_status",
-               "--per-task", "1", "--no-progress"])
+    rc = main(
+        [
+            "--source",
+            f"workflow:{folder}",
+            "--out",
+            str(tmp_path / "c"),
+            "--tasks",
+            "insurance_claim_status",
+            "--per-task",
+            "1",
+            "--no-progress",
+        ]
+    )
     n = forks_per_source()
     assert rc == 0 and f"{1 + n} records (1 conformant, {n} forks" in capsys.readouterr().out
 

@@ -33,8 +33,12 @@ def test_node_similarities_is_the_best_text_of_each_node():
     P /= np.linalg.norm(P, axis=1, keepdims=True)
     owners = np.array([2, 0, 2, 1, 0, 2, 1])
     S = node_similarities(E, P, owners, 4)
-    naive = np.array([[max((E[i] @ P[r] for r in range(7) if owners[r] == n), default=-np.inf) for n in range(4)]
-                      for i in range(5)])
+    naive = np.array(
+        [
+            [max((E[i] @ P[r] for r in range(7) if owners[r] == n), default=-np.inf) for n in range(4)]
+            for i in range(5)
+        ]
+    )
     np.testing.assert_allclose(S, naive)
     assert np.isneginf(S[:, 3]).all()  # a node without texts
 
@@ -42,10 +46,14 @@ def test_node_similarities_is_the_best_text_of_each_node():
 def test_assign_rows_rejects_unfamiliar_and_off_task_turns():
     own = np.array([True, True, False, False])
     rival = np.array([False, False, True, False])  # node 3: another task's generic node
-    S = np.array([[0.9, 0.1, 0.2, 0.95],   # generic rival ignored: assigned to 0
-                  [0.6, 0.2, 0.75, 0.0],   # rival better by 0.15 >= 0.1: rejected
-                  [0.6, 0.2, 0.65, 0.0],   # rival better by 0.05 < 0.1: kept
-                  [0.3, 0.2, 0.1, 0.0]])   # below the floor: rejected
+    S = np.array(
+        [
+            [0.9, 0.1, 0.2, 0.95],  # generic rival ignored: assigned to 0
+            [0.6, 0.2, 0.75, 0.0],  # rival better by 0.15 >= 0.1: rejected
+            [0.6, 0.2, 0.65, 0.0],  # rival better by 0.05 < 0.1: kept
+            [0.3, 0.2, 0.1, 0.0],
+        ]
+    )  # below the floor: rejected
     node, own_sim, rival_sim, rival_node = assign_rows(S, own, rival, 0.45, 0.1)
     assert node.tolist() == [0, -1, 0, -1]
     np.testing.assert_allclose(own_sim, [0.9, 0.6, 0.6, 0.3])
@@ -55,7 +63,9 @@ def test_assign_rows_rejects_unfamiliar_and_off_task_turns():
 def test_turn_deviations_and_first_alarm_hand_worked():
     own = np.array([0.9, 0.5, 0.6, 0.3])
     rival = np.array([0.1, 0.7, 0.65, -np.inf])
-    d = turn_deviations(own, rival, np.array([0, 0, 1, 0]), min_similarity=0.45, reject_margin=0.1, repeat_weight=1.0)
+    d = turn_deviations(
+        own, rival, np.array([0, 0, 1, 0]), min_similarity=0.45, reject_margin=0.1, repeat_weight=1.0
+    )
     np.testing.assert_allclose(d, [-0.45, 0.1, 0.95, 0.15], atol=1e-12)
     assert first_alarm(d, 0.12) == 3
     assert first_alarm(d, 0.0) == 2
@@ -63,24 +73,36 @@ def test_turn_deviations_and_first_alarm_hand_worked():
 
 
 def test_repeat_flags_clarification_loops_and_dead_ends():
-    st = WorkflowStructure(asks=frozenset({"ask_day", "ask_city"}),
-                           leads_to={"ask_day": frozenset({"ask_city", "inform"}), "ask_city": frozenset({"inform"}),
-                                     "inform": frozenset(), "sorry": frozenset()},
-                           resets=frozenset({"sorry"}))
+    st = WorkflowStructure(
+        asks=frozenset({"ask_day", "ask_city"}),
+        leads_to={
+            "ask_day": frozenset({"ask_city", "inform"}),
+            "ask_city": frozenset({"inform"}),
+            "inform": frozenset(),
+            "sorry": frozenset(),
+        },
+        resets=frozenset({"sorry"}),
+    )
     assert repeat_flags(["ask_day", "ask_city", "ask_day"], [True] * 3, st).tolist() == [0, 0, 1]
-    assert repeat_flags(["ask_day", "ask_day"], [True] * 2, st).tolist() == [0, 0]          # clarification
+    assert repeat_flags(["ask_day", "ask_day"], [True] * 2, st).tolist() == [0, 0]  # clarification
     assert repeat_flags(["ask_day", "ask_city", "ask_day"], [False, True, True], st).tolist() == [0, 0, 0]
     assert repeat_flags(["ask_day", "sorry", "ask_day"], [True] * 3, st).tolist() == [0, 0, 0]  # start over
     assert repeat_flags(["ask_day", "ask_city", "ask_day"], [True] * 3, st, {"ask_day"}).tolist() == [0, 0, 0]
 
 
-_ORDER = WorkflowStructure(asks=frozenset({"ask_day", "ask_city"}),
-                           leads_to={"hello": frozenset({"ask_day", "ask_city", "query", "inform", "bye"}),
-                                     "ask_day": frozenset({"ask_city", "query", "inform", "bye"}),
-                                     "ask_city": frozenset({"query", "inform", "bye"}),
-                                     "query": frozenset({"inform", "bye"}), "inform": frozenset({"bye"}),
-                                     "bye": frozenset(), "sorry": frozenset()},
-                           resets=frozenset({"sorry", "bye"}))
+_ORDER = WorkflowStructure(
+    asks=frozenset({"ask_day", "ask_city"}),
+    leads_to={
+        "hello": frozenset({"ask_day", "ask_city", "query", "inform", "bye"}),
+        "ask_day": frozenset({"ask_city", "query", "inform", "bye"}),
+        "ask_city": frozenset({"query", "inform", "bye"}),
+        "query": frozenset({"inform", "bye"}),
+        "inform": frozenset({"bye"}),
+        "bye": frozenset(),
+        "sorry": frozenset(),
+    },
+    resets=frozenset({"sorry", "bye"}),
+)
 
 
 def test_order_flags_hand_worked():
@@ -111,11 +133,27 @@ def test_order_pairs_are_what_order_flags_flags():
 
 def test_turn_deviations_adds_the_order_weight():
     own, rival = np.array([0.9, 0.8, 0.7]), np.array([0.1, 0.1, -np.inf])
-    d = turn_deviations(own, rival, np.array([0, 1, 0]), order=np.array([0, 1, 1]), min_similarity=0.45,
-                        reject_margin=0.1, repeat_weight=0.5, order_weight=1.0)
+    d = turn_deviations(
+        own,
+        rival,
+        np.array([0, 1, 0]),
+        order=np.array([0, 1, 1]),
+        min_similarity=0.45,
+        reject_margin=0.1,
+        repeat_weight=0.5,
+        order_weight=1.0,
+    )
     np.testing.assert_allclose(d, [-0.45, -0.35 + 1.5, -0.25 + 1.0], atol=1e-12)
-    off = turn_deviations(own, rival, np.array([0, 1, 0]), order=np.array([0, 1, 1]), min_similarity=0.45,
-                          reject_margin=0.1, repeat_weight=0.0, order_weight=0.0)
+    off = turn_deviations(
+        own,
+        rival,
+        np.array([0, 1, 0]),
+        order=np.array([0, 1, 1]),
+        min_similarity=0.45,
+        reject_margin=0.1,
+        repeat_weight=0.0,
+        order_weight=0.0,
+    )
     np.testing.assert_allclose(off, [-0.45, -0.35, -0.25], atol=1e-12)
 
 
@@ -131,8 +169,11 @@ class _Task:
 
 
 def test_node_texts_names_every_node_without_text():
-    t = _Task("demo", {"hello": "Hi!", "ask_day": "", "ask_city": None, "query": None},
-              kinds={"hello": "action", "ask_day": "action", "ask_city": "action", "query": "query"})
+    t = _Task(
+        "demo",
+        {"hello": "Hi!", "ask_day": "", "ask_city": None, "query": None},
+        kinds={"hello": "action", "ask_day": "action", "ask_city": "action", "query": "query"},
+    )
     with pytest.raises(WorkflowTextError) as e:
         node_texts(t)
     msg = str(e.value)
@@ -171,14 +212,18 @@ def test_node_assigner_accuracy_on_held_out_human_turns(assigner, human):
         acc += [n == g for n, g in zip(a.nodes, d.system_nodes)]
         rejected += [n is None for n in a.nodes]
     assert len(acc) > 300
-    assert np.mean(acc) >= 0.8, np.mean(acc)          # 0.88 over all 24 tasks (docs/task3_detectors.md)
+    assert np.mean(acc) >= 0.8, np.mean(acc)  # 0.88 over all 24 tasks (docs/task3_detectors.md)
     assert np.mean(rejected) <= 0.05
 
 
 def test_node_assigner_rejects_another_tasks_turns(assigner, human):
-    bank = [t["text"] for d in human if d.task == "bank_balance" for t, n in
-            zip([x for x in d.turns if x["speaker"] == "system"], d.system_nodes)
-            if n not in assigner.generic_ and "bye" not in n]
+    bank = [
+        t["text"]
+        for d in human
+        if d.task == "bank_balance"
+        for t, n in zip([x for x in d.turns if x["speaker"] == "system"], d.system_nodes)
+        if n not in assigner.generic_ and "bye" not in n
+    ]
     a = assigner.assign_texts("weather", bank)
     assert np.mean([n is None for n in a.nodes]) >= 0.9
     assert {r for r in a.reasons if r} <= {"off-task", "unfamiliar"}
@@ -216,8 +261,8 @@ def test_workflow_detector_detects_template_forks(wf):
     conf = [p for g, p in zip(test, pred) if g["hallucination_type"] is None]
     wic = [(g["fork_turn"], p) for g, p in zip(test, pred) if g["hallucination_type"] == "WIC"]
     assert np.mean([p is not None for p in conf]) <= 0.2
-    assert np.mean([p is not None and p >= t for t, p in wic]) >= 0.8   # caught at or after t_k
-    assert np.mean([p == t for t, p in wic]) >= 0.4                      # at t_k (doctor -> doctor_followup is ambiguous there)
+    assert np.mean([p is not None and p >= t for t, p in wic]) >= 0.8  # caught at or after t_k
+    assert np.mean([p == t for t, p in wic]) >= 0.4  # at t_k (doctor -> doctor_followup is ambiguous there)
     assert 0.3 <= det.min_similarity_ <= 0.6
 
 
@@ -228,12 +273,16 @@ def test_workflow_detector_catches_sspc_at_or_after_the_fork(wf, wf_order, star,
     sspc = [d for d in test if d["hallucination_type"] == "SSPC"]
 
     def caught(detector):
-        return np.mean([p is not None and p >= d["fork_turn"] for d, p in zip(sspc, detector.predict_many(sspc))])
+        return np.mean(
+            [p is not None and p >= d["fork_turn"] for d, p in zip(sspc, detector.predict_many(sspc))]
+        )
 
     det = wf_order
     assert caught(det) >= 0.3  # the similarities alone catch almost none (every turn is a workflow step)
     # the rules off: the similarities' verdicts only; the default (the repeat rule) lies in between
-    off = WorkflowDetector(workflow=star, repeat_weight=0.0, order_weight=0.0).fit(load_examples(template_corpus, "train"))
+    off = WorkflowDetector(workflow=star, repeat_weight=0.0, order_weight=0.0).fit(
+        load_examples(template_corpus, "train")
+    )
     assert caught(off) < caught(wf[0]) < caught(det)
     # what the conformant fit dialogues do is never flagged: fitted in-sample, none of their turns is
     train = load_examples(template_corpus, "train")
@@ -312,7 +361,7 @@ def test_a_statement_is_not_a_question_step(assigner):
     step (similarity 0.63). With its text, the assigner does not take a statement for a question."""
     turn = "Tuesday is a great day to talk about the weather."
     E = assigner.encode([turn])
-    assert assigner.assign("weather", E).nodes[0] == "weather_ask_day"          # embeddings alone: fooled
+    assert assigner.assign("weather", E).nodes[0] == "weather_ask_day"  # embeddings alone: fooled
     assert assigner.assign("weather", E, texts=[turn]).nodes[0] != "weather_ask_day"
     asked = assigner.assign_texts("weather", ["For what day would you like the weather forecast?"])
     assert asked.nodes == ["weather_ask_day"]
@@ -323,6 +372,6 @@ def test_audit_matcher_uses_the_assigner(assigner, star):
 
     m = AssignerStepMatcher(assigner, "weather", model=None)
     e = assigner.encode(["Could I get your PIN, please?"])[0]
-    assert m.match(e, "Could I get your PIN, please?").node is None          # another task's step
+    assert m.match(e, "Could I get your PIN, please?").node is None  # another task's step
     e = assigner.encode(["Which city do you want the forecast for?"])[0]
     assert m.match(e, "Which city do you want the forecast for?").node == "weather_ask_location"

@@ -109,8 +109,9 @@ from .swap import swap_together as _swap_together
 logger = logging.getLogger(__name__)
 
 
-def _resolve_key(key: HiddenKey | str | os.PathLike | None, blind_key: bytes | str | None,
-                 hidden_fraction: float | None) -> HiddenKey:
+def _resolve_key(
+    key: HiddenKey | str | os.PathLike | None, blind_key: bytes | str | None, hidden_fraction: float | None
+) -> HiddenKey:
     if key is not None and blind_key is not None:
         raise ValueError("give key (a key file or HiddenKey) or blind_key (hex), not both")
     if isinstance(key, HiddenKey):
@@ -118,8 +119,11 @@ def _resolve_key(key: HiddenKey | str | os.PathLike | None, blind_key: bytes | s
     elif key is not None:
         hk = read_key_file(key)
     elif blind_key is not None:
-        return HiddenKey(parse_key(blind_key), None,
-                         hidden_fraction if hidden_fraction is not None else DEFAULT_HIDDEN_FRACTION)
+        return HiddenKey(
+            parse_key(blind_key),
+            None,
+            hidden_fraction if hidden_fraction is not None else DEFAULT_HIDDEN_FRACTION,
+        )
     else:  # a random key; no hidden seed (the hidden records were not generated with one from this key)
         hk = HiddenKey(HiddenKey.generate().key, None, DEFAULT_HIDDEN_FRACTION)
     if hidden_fraction is not None and hidden_fraction != hk.hidden_fraction:
@@ -141,8 +145,12 @@ def _corpus_seed(src: Any, field: str = "seed") -> Any:
         return None
 
 
-def _compound_rows(compound: str | os.PathLike | Sequence[Mapping[str, Any]], public: Sequence[Mapping[str, Any]],
-                   hidden: Sequence[Mapping[str, Any]], split_seed: int) -> dict[str, list[dict[str, Any]]]:
+def _compound_rows(
+    compound: str | os.PathLike | Sequence[Mapping[str, Any]],
+    public: Sequence[Mapping[str, Any]],
+    hidden: Sequence[Mapping[str, Any]],
+    split_seed: int,
+) -> dict[str, list[dict[str, Any]]]:
     """The ``compound`` config's rows (split -> rows) from a compound corpus.
 
     Every fork of the corpus must be a compound fork (``injections`` set): a corpus of single forks
@@ -153,22 +161,33 @@ def _compound_rows(compound: str | os.PathLike | Sequence[Mapping[str, Any]], pu
     """
     records = load_records(compound)
     where = compound if isinstance(compound, str | os.PathLike) else "the compound records"
-    single = [r["dialogue_id"] for r in records if r["hallucination_type"] is not None and not r.get("injections")]
+    single = [
+        r["dialogue_id"] for r in records if r["hallucination_type"] is not None and not r.get("injections")
+    ]
     if single:
-        raise ValueError(f"{where}: {len(single)} single fork(s) (e.g. {single[:3]}) in the compound corpus; give the "
-                         "output of `python -m generation --compound PLAN` (single forks belong in src)")
+        raise ValueError(
+            f"{where}: {len(single)} single fork(s) (e.g. {single[:3]}) in the compound corpus; give the "
+            "output of `python -m generation --compound PLAN` (single forks belong in src)"
+        )
     if not any(r.get("injections") for r in records):
-        raise ValueError(f"{where}: no compound fork; generate them with `python -m generation --compound PLAN`")
+        raise ValueError(
+            f"{where}: no compound fork; generate them with `python -m generation --compound PLAN`"
+        )
     hidden_scenarios = {str(r["scenario_id"]) for r in hidden}
     hidden_turns = {turns_hash(r["turns"]) for r in hidden}
-    leaking = {r["source_id"] for r in records
-               if str(r["scenario_id"]) in hidden_scenarios or turns_hash(r["turns"]) in hidden_turns}
+    leaking = {
+        r["source_id"]
+        for r in records
+        if str(r["scenario_id"]) in hidden_scenarios or turns_hash(r["turns"]) in hidden_turns
+    }
     kept = [r for r in records if r["source_id"] not in leaking]
     if leaking:
         logger.info("compound config: %d famil(ies) of hidden scenarios left out", len(leaking))
     out = compound_config_rows(kept, split_seed, assignment=split_sources(public, split_seed))
     if not any(out.values()):
-        raise ValueError(f"{where}: every compound fork belongs to a hidden scenario; nothing left to publish")
+        raise ValueError(
+            f"{where}: every compound fork belongs to a hidden scenario; nothing left to publish"
+        )
     return out
 
 
@@ -188,13 +207,22 @@ def conformance_summary(records: Sequence[Mapping[str, Any]], dropped: int = 0) 
     heads = [r for r in records if r["hallucination_type"] is None]
     checked = [r for r in heads if r.get("conformance")]
     flagged = {r["dialogue_id"] for r in checked if not r["conformance"]["conformant"]}
-    return {"conformant": len(heads), "checked": len(checked), "flagged": len(flagged),
-            "flagged_forks": sum(1 for r in records if r["hallucination_type"] is not None and r["source_id"] in flagged),
-            "flagged_ids": sorted(flagged), "checks": sorted({r["conformance"]["check"] for r in checked}),
-            "dropped": dropped}
+    return {
+        "conformant": len(heads),
+        "checked": len(checked),
+        "flagged": len(flagged),
+        "flagged_forks": sum(
+            1 for r in records if r["hallucination_type"] is not None and r["source_id"] in flagged
+        ),
+        "flagged_ids": sorted(flagged),
+        "checks": sorted({r["conformance"]["check"] for r in checked}),
+        "dropped": dropped,
+    }
 
 
-def drop_nonconformant(records: Sequence[Mapping[str, Any]], what: str = "the corpus") -> tuple[list[Mapping[str, Any]], int]:
+def drop_nonconformant(
+    records: Sequence[Mapping[str, Any]], what: str = "the corpus"
+) -> tuple[list[Mapping[str, Any]], int]:
     """The records without the sources the conformance check flagged (their D+ and forks).
 
     Args:
@@ -207,13 +235,20 @@ def drop_nonconformant(records: Sequence[Mapping[str, Any]], what: str = "the co
     Raises:
         ValueError: A conformant dialogue carries no check (the error says how to get one).
     """
-    unchecked = [r["dialogue_id"] for r in records if r["hallucination_type"] is None and not r.get("conformance")]
+    unchecked = [
+        r["dialogue_id"] for r in records if r["hallucination_type"] is None and not r.get("conformance")
+    ]
     if unchecked:
         raise ValueError(
             f"--require-conformant: {len(unchecked)} conformant dialogue(s) of {what} carry no conformance check "
             f"(e.g. {', '.join(unchecked[:3])}); generate with `python -m generation ... --check-conformance` "
-            "(the default for LLM backends) or export without --require-conformant")
-    bad = {r["dialogue_id"] for r in records if r["hallucination_type"] is None and not r["conformance"]["conformant"]}
+            "(the default for LLM backends) or export without --require-conformant"
+        )
+    bad = {
+        r["dialogue_id"]
+        for r in records
+        if r["hallucination_type"] is None and not r["conformance"]["conformant"]
+    }
     return [r for r in records if r["source_id"] not in bad], len(bad)
 
 
@@ -318,12 +353,16 @@ def export_hub_layout(
     from ..records import record_features
 
     if audit is not None and not callable(audit):
-        raise TypeError(f"audit must be a callable (staged_layout, staged_gold) -> report, e.g. "
-                        f"leaderboard.audit.run_audit, or None; got {audit!r}")
+        raise TypeError(
+            f"audit must be a callable (staged_layout, staged_gold) -> report, e.g. "
+            f"leaderboard.audit.run_audit, or None; got {audit!r}"
+        )
     dest = Path(dest).resolve()
     gold = Path(gold_dir).resolve() if gold_dir is not None else default_gold_dir(dest)
     if gold == dest or dest in gold.parents:
-        raise ValueError(f"gold_dir {gold} lies inside the public layout {dest}; put it outside (e.g. {default_gold_dir(dest)})")
+        raise ValueError(
+            f"gold_dir {gold} lies inside the public layout {dest}; put it outside (e.g. {default_gold_dir(dest)})"
+        )
     if gold in dest.parents:
         raise ValueError(f"the public layout {dest} lies inside gold_dir {gold}; put them side by side")
     if isinstance(public_fraction, bool) or not 0.0 < public_fraction < 1.0:
@@ -332,14 +371,20 @@ def export_hub_layout(
     recover_export(dest, gold)
     for p in (dest, gold):
         if p.exists() and any(p.iterdir()) and not overwrite:
-            raise FileExistsError(f"{p} exists and is not empty; pass overwrite=True (--overwrite) to replace it")
+            raise FileExistsError(
+                f"{p} exists and is not empty; pass overwrite=True (--overwrite) to replace it"
+            )
 
     records = load_records(src)
     n_dropped = 0
     if require_conformant:
-        records, n_dropped = drop_nonconformant(records, str(src) if isinstance(src, str | os.PathLike) else "src")
+        records, n_dropped = drop_nonconformant(
+            records, str(src) if isinstance(src, str | os.PathLike) else "src"
+        )
     if not any(r["hallucination_type"] is None for r in records):
-        raise ValueError(f"{src}: no conformant records; the layout needs conformant dialogues and their forks")
+        raise ValueError(
+            f"{src}: no conformant records; the layout needs conformant dialogues and their forks"
+        )
     if hidden is not None:
         hidden_records = load_records(hidden)
         if require_conformant:
@@ -347,11 +392,15 @@ def export_hub_layout(
             n_dropped += d
         hseed = _corpus_seed(hidden)
         if hk.hidden_seed_hex is not None and hseed is not None and hseed != hk.hidden_seed:
-            raise ValueError(f"{hidden}: this hidden corpus was not generated with the key file's secret seed; "
-                             "generate it with `python -m generation --hidden-key KEY --split hidden ...`")
+            raise ValueError(
+                f"{hidden}: this hidden corpus was not generated with the key file's secret seed; "
+                "generate it with `python -m generation --hidden-key KEY --split hidden ...`"
+            )
         if hseed is not None and int(hseed).bit_length() < 100:
-            raise ValueError(f"{hidden}: the hidden corpus was generated with the public seed {hseed}; anyone can "
-                             "regenerate it. Generate it with `--hidden-key KEY --split hidden` (a 128-bit secret seed)")
+            raise ValueError(
+                f"{hidden}: the hidden corpus was generated with the public seed {hseed}; anyone can "
+                "regenerate it. Generate it with `--hidden-key KEY --split hidden` (a 128-bit secret seed)"
+            )
         public_records = records
         mode = "separate hidden corpus (secret seed)"
     else:
@@ -363,22 +412,33 @@ def export_hub_layout(
         hidden_records = [r for r in records if r["source_id"] in reserved]
         public_records = [r for r in records if r["source_id"] not in reserved]
         mode = "reserved from the public corpus (public seed)"
-        logger.warning("no hidden corpus given: %d source(s) reserved from %s; their seed is public, so a template "
-                       "corpus is regenerable (fine for tests, not for a release)", len(reserved),
-                       src if isinstance(src, str | os.PathLike) else "the given records")
+        logger.warning(
+            "no hidden corpus given: %d source(s) reserved from %s; their seed is public, so a template "
+            "corpus is regenerable (fine for tests, not for a release)",
+            len(reserved),
+            src if isinstance(src, str | os.PathLike) else "the given records",
+        )
     if not any(r["hallucination_type"] is None for r in hidden_records):
-        raise ValueError("the hidden split holds no conformant source; give a hidden corpus or more sources per task")
+        raise ValueError(
+            "the hidden split holds no conformant source; give a hidden corpus or more sources per task"
+        )
     disjoint = assert_disjoint(public_records, hidden_records)
-    tracks = draw_hidden_tracks(hidden_records, hk.key, metric_share=metric_share,
-                                conformant_share=conformant_share, public_fraction=public_fraction)
+    tracks = draw_hidden_tracks(
+        hidden_records,
+        hk.key,
+        metric_share=metric_share,
+        conformant_share=conformant_share,
+        public_fraction=public_fraction,
+    )
     rows = all_config_rows(public_records, split_seed)
     if compound is not None:
         if require_conformant:
             compound, d = drop_nonconformant(load_records(compound), "the compound corpus")
             n_dropped += d
         rows[COMPOUND_CONFIG] = _compound_rows(compound, public_records, hidden_records, split_seed)
-        disjoint = assert_disjoint(public_records + [r for s in SPLITS for r in rows[COMPOUND_CONFIG][s]],
-                                   hidden_records)
+        disjoint = assert_disjoint(
+            public_records + [r for s in SPLITS for r in rows[COMPOUND_CONFIG][s]], hidden_records
+        )
     features = record_features()
     blind, pairs, gold3, gold2 = make_hidden_blind(tracks.detector, tracks.metric, hk.key)
 
@@ -413,7 +473,10 @@ def export_hub_layout(
         hidden_info["note"] = (
             "- This hidden set was made by the template simulator: it is for plumbing only (demos and tests). "
             "Anyone who runs the public simulator can fingerprint its dialogues, so its scores do not rank "
-            "detectors; official hidden sets come from an LLM backend run.\n" if template else "")
+            "detectors; official hidden sets come from an LLM backend run.\n"
+            if template
+            else ""
+        )
         manifest = {
             "revision": revision,
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -434,7 +497,10 @@ def export_hub_layout(
         sizes: dict[str, dict[str, Any]] = {}
         datasets.disable_progress_bars()
         outputs = [(cfg, split, rows[cfg][split], features) for cfg in rows for split in SPLITS]
-        outputs += [(BLIND_CONFIG, "test", blind, blind_features()), (BLIND_PAIRS_CONFIG, "test", pairs, blind_pair_features())]
+        outputs += [
+            (BLIND_CONFIG, "test", blind, blind_features()),
+            (BLIND_PAIRS_CONFIG, "test", pairs, blind_pair_features()),
+        ]
         for cfg, split, data, f in outputs:
             d = tmp / "data" / cfg
             d.mkdir(parents=True, exist_ok=True)
@@ -443,13 +509,26 @@ def export_hub_layout(
             feats[cfg] = f
             sizes.setdefault(cfg, {"num_bytes": {}, "download_size": 0})["num_bytes"][split] = nbytes
         for cfg in sizes:
-            sizes[cfg]["download_size"] = sum(p.stat().st_size for p in (tmp / "data" / cfg).glob("*.parquet"))
+            sizes[cfg]["download_size"] = sum(
+                p.stat().st_size for p in (tmp / "data" / cfg).glob("*.parquet")
+            )
         stats = {
-            "records": {"conformant": sum(1 for r in public_records if r["hallucination_type"] is None),
-                        "forked": sum(1 for r in public_records if r["hallucination_type"] is not None),
-                        **({COMPOUND_CONFIG: sum(1 for s in SPLITS for r in rows[COMPOUND_CONFIG][s]
-                                                 if r["hallucination_type"] is not None)}
-                           if COMPOUND_CONFIG in rows else {})},
+            "records": {
+                "conformant": sum(1 for r in public_records if r["hallucination_type"] is None),
+                "forked": sum(1 for r in public_records if r["hallucination_type"] is not None),
+                **(
+                    {
+                        COMPOUND_CONFIG: sum(
+                            1
+                            for s in SPLITS
+                            for r in rows[COMPOUND_CONFIG][s]
+                            if r["hallucination_type"] is not None
+                        )
+                    }
+                    if COMPOUND_CONFIG in rows
+                    else {}
+                ),
+            },
             "tasks": len({r["task"] for r in public_records}),
             "domains": len({r["domain"] for r in public_records}),
             "generators": sorted({r["generator"] for r in public_records}),
@@ -457,8 +536,15 @@ def export_hub_layout(
             "conformance": conformance_summary(list(public_records) + list(hidden_records), n_dropped),
             "source": card_source(_corpus_seed(src, "star")),  # what the card credits: the source kind's
         }
-        card = build_card(counts, feats, sizes, stats, DEFAULT_CONFIG, revision,
-                          _example_row(rows["forked"]["test"] or rows["task3"]["train"]))
+        card = build_card(
+            counts,
+            feats,
+            sizes,
+            stats,
+            DEFAULT_CONFIG,
+            revision,
+            _example_row(rows["forked"]["test"] or rows["task3"]["train"]),
+        )
         card.save(str(tmp / "README.md"))
         if audit is not None:
             audit_report = audit(tmp, tmp_gold)
@@ -472,11 +558,21 @@ def export_hub_layout(
             shutil.rmtree(tmp, ignore_errors=True)
             shutil.rmtree(tmp_gold, ignore_errors=True)
         raise
-    logger.info("exported %d public + %d hidden records to %s (gold in %s)", len(public_records), len(hidden_records),
-                dest, gold)
-    out = {"dest": str(dest), "gold_dir": str(gold), "counts": counts, "gold_revision": revision,
-           "hidden": {k: v for k, v in hidden_info.items() if k not in ("note", "fraction_text")},
-           "conformance": {k: v for k, v in stats["conformance"].items() if k != "flagged_ids"}}
+    logger.info(
+        "exported %d public + %d hidden records to %s (gold in %s)",
+        len(public_records),
+        len(hidden_records),
+        dest,
+        gold,
+    )
+    out = {
+        "dest": str(dest),
+        "gold_dir": str(gold),
+        "counts": counts,
+        "gold_revision": revision,
+        "hidden": {k: v for k, v in hidden_info.items() if k not in ("note", "fraction_text")},
+        "conformance": {k: v for k, v in stats["conformance"].items() if k != "flagged_ids"},
+    }
     if audit_report is not None:
         out["audit"] = {"ok": audit_report.ok, "worst": audit_report.worst()}
     return out

@@ -24,11 +24,13 @@ def blind_features():
     """
     from datasets import Features, List, Value
 
-    return Features({
-        "dialogue_id": Value("string"),
-        "turns": List({"speaker": Value("string"), "text": Value("string")}),
-        "num_system_turns": Value("int32"),
-    })
+    return Features(
+        {
+            "dialogue_id": Value("string"),
+            "turns": List({"speaker": Value("string"), "text": Value("string")}),
+            "num_system_turns": Value("int32"),
+        }
+    )
 
 
 def blind_pair_features():
@@ -42,8 +44,15 @@ def blind_pair_features():
     from datasets import Features, List, Value
 
     turns = List({"speaker": Value("string"), "text": Value("string")})
-    return Features({"pair_id": Value("string"), "reference_id": Value("string"), "candidate_id": Value("string"),
-                     "reference": turns, "candidate": turns})
+    return Features(
+        {
+            "pair_id": Value("string"),
+            "reference_id": Value("string"),
+            "candidate_id": Value("string"),
+            "reference": turns,
+            "candidate": turns,
+        }
+    )
 
 
 def _keyed(key: bytes, kind: str, value: str, n: int = 20) -> str:
@@ -57,7 +66,9 @@ def _legacy_public(key: bytes, source_id: str, public_fraction: float) -> bool:
     return int.from_bytes(h[:8], "big") / 2**64 < public_fraction
 
 
-def make_blind(task3_test: Sequence[Mapping[str, Any]], key: bytes, public_fraction: float = DEFAULT_PUBLIC_FRACTION):
+def make_blind(
+    task3_test: Sequence[Mapping[str, Any]], key: bytes, public_fraction: float = DEFAULT_PUBLIC_FRACTION
+):
     """The all-rows blind layout: every task3 test row blind, pairs between blind ids (pure function).
 
     This is NOT what :func:`export_hub_layout` publishes (it holds siblings, so sibling grouping
@@ -90,18 +101,33 @@ def make_blind(task3_test: Sequence[Mapping[str, Any]], key: bytes, public_fract
     bid = {r["dialogue_id"]: "d" + _keyed(key, "dialogue", r["dialogue_id"]) for r in task3_test}
     if len(set(bid.values())) != len(bid):  # 80-bit ids: a collision means a broken key
         raise RuntimeError("blind id collision; export again with another key")
-    blind = sorted(({"dialogue_id": bid[r["dialogue_id"]], "turns": [dict(t) for t in r["turns"]],
-                     "num_system_turns": r["num_system_turns"]} for r in task3_test), key=lambda x: x["dialogue_id"])
-    sub = {r["source_id"]: "public" if _legacy_public(key, r["source_id"], public_fraction) else "private"
-           for r in task3_test}
-    gold3 = sorted((_gold3_row(bid[r["dialogue_id"]], r, sub[r["source_id"]]) for r in task3_test),
-                   key=lambda x: x["dialogue_id"])
+    blind = sorted(
+        (
+            {
+                "dialogue_id": bid[r["dialogue_id"]],
+                "turns": [dict(t) for t in r["turns"]],
+                "num_system_turns": r["num_system_turns"],
+            }
+            for r in task3_test
+        ),
+        key=lambda x: x["dialogue_id"],
+    )
+    sub = {
+        r["source_id"]: "public" if _legacy_public(key, r["source_id"], public_fraction) else "private"
+        for r in task3_test
+    }
+    gold3 = sorted(
+        (_gold3_row(bid[r["dialogue_id"]], r, sub[r["source_id"]]) for r in task3_test),
+        key=lambda x: x["dialogue_id"],
+    )
     pairs, gold2 = [], []
     for r in task3_test:
         if r["hallucination_type"] is None or r["source_id"] not in bid:
             continue
         pid = "p" + _keyed(key, "pair", r["dialogue_id"])
-        pairs.append({"pair_id": pid, "reference_id": bid[r["source_id"]], "candidate_id": bid[r["dialogue_id"]]})
+        pairs.append(
+            {"pair_id": pid, "reference_id": bid[r["source_id"]], "candidate_id": bid[r["dialogue_id"]]}
+        )
         gold2.append(_gold2_row(pid, key, r, sub[r["source_id"]]))
     pairs.sort(key=lambda x: x["pair_id"])
     gold2.sort(key=lambda x: x["pair_id"])
@@ -109,15 +135,26 @@ def make_blind(task3_test: Sequence[Mapping[str, Any]], key: bytes, public_fract
 
 
 def _gold3_row(blind_id: str, r: Mapping[str, Any], subset: str) -> dict[str, Any]:
-    return {"dialogue_id": blind_id, "num_system_turns": r["num_system_turns"],
-            "hallucination_type": r["hallucination_type"], "fork_position": r["fork_position"],
-            "fork_turn": r["fork_turn"], "task": r["task"], "subset": subset}
+    return {
+        "dialogue_id": blind_id,
+        "num_system_turns": r["num_system_turns"],
+        "hallucination_type": r["hallucination_type"],
+        "fork_position": r["fork_position"],
+        "fork_turn": r["fork_turn"],
+        "task": r["task"],
+        "subset": subset,
+    }
 
 
 def _gold2_row(pair_id: str, key: bytes, r: Mapping[str, Any], subset: str) -> dict[str, Any]:
-    return {"pair_id": pair_id, "unit_id": "u" + _keyed(key, "unit", f"{r['source_id']}\x00{r['hallucination_type']}"),
-            "hallucination_type": r["hallucination_type"], "fork_position": r["fork_position"], "task": r["task"],
-            "subset": subset}
+    return {
+        "pair_id": pair_id,
+        "unit_id": "u" + _keyed(key, "unit", f"{r['source_id']}\x00{r['hallucination_type']}"),
+        "hallucination_type": r["hallucination_type"],
+        "fork_position": r["fork_position"],
+        "task": r["task"],
+        "subset": subset,
+    }
 
 
 def make_hidden_blind(detector: Sequence[Mapping[str, Any]], metric: Sequence[Mapping[str, Any]], key: bytes):
@@ -151,10 +188,20 @@ def make_hidden_blind(detector: Sequence[Mapping[str, Any]], metric: Sequence[Ma
     bid = {i: "d" + _keyed(key, "dialogue", i) for i in ids}
     if len(set(bid.values())) != len(set(ids)):
         raise RuntimeError("blind id collision; export again with another key")
-    blind = sorted(({"dialogue_id": bid[r["dialogue_id"]], "turns": [dict(t) for t in r["turns"]],
-                     "num_system_turns": r["num_system_turns"]} for r in detector), key=lambda x: x["dialogue_id"])
-    gold3 = sorted((_gold3_row(bid[r["dialogue_id"]], r, r["subset"]) for r in detector),
-                   key=lambda x: x["dialogue_id"])
+    blind = sorted(
+        (
+            {
+                "dialogue_id": bid[r["dialogue_id"]],
+                "turns": [dict(t) for t in r["turns"]],
+                "num_system_turns": r["num_system_turns"],
+            }
+            for r in detector
+        ),
+        key=lambda x: x["dialogue_id"],
+    )
+    gold3 = sorted(
+        (_gold3_row(bid[r["dialogue_id"]], r, r["subset"]) for r in detector), key=lambda x: x["dialogue_id"]
+    )
     sources = {r["dialogue_id"]: r for r in metric if r["hallucination_type"] is None}
     units: dict[tuple[str, str], dict[int, Mapping[str, Any]]] = defaultdict(dict)
     for r in metric:
@@ -168,8 +215,15 @@ def make_hidden_blind(detector: Sequence[Mapping[str, Any]], metric: Sequence[Ma
         ref = sources[sid]
         for _k, r in sorted(forks.items()):
             pid = "p" + _keyed(key, "pair", r["dialogue_id"])
-            pairs.append({"pair_id": pid, "reference_id": bid[sid], "candidate_id": bid[r["dialogue_id"]],
-                          "reference": [dict(t) for t in ref["turns"]], "candidate": [dict(t) for t in r["turns"]]})
+            pairs.append(
+                {
+                    "pair_id": pid,
+                    "reference_id": bid[sid],
+                    "candidate_id": bid[r["dialogue_id"]],
+                    "reference": [dict(t) for t in ref["turns"]],
+                    "candidate": [dict(t) for t in r["turns"]],
+                }
+            )
             gold2.append(_gold2_row(pid, key, r, r["subset"]))
     pairs.sort(key=lambda x: x["pair_id"])
     gold2.sort(key=lambda x: x["pair_id"])

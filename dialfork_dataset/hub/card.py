@@ -38,7 +38,7 @@ def card_fields() -> dict[str, str]:
         "hallucination_type": f"null (conformant) or {' / '.join(hallucination_types())}",
         "variant": "the id of the hallucination variant injected (null for a conformant dialogue)",
         "instruction": "the exact instruction injected into the system agent before t_k (null for a conformant "
-                       "dialogue)",
+        "dialogue)",
         "substitute_task": "WIC only: the task whose workflow is followed instead",
         "fork_position": f"k in {k_range}",
         "fork_turn": "t_k = 1 + round((k-1) T / 4), a system-turn index (1-based)",
@@ -47,18 +47,18 @@ def card_fields() -> dict[str, str]:
         "seed": "the generation seed",
         "generator": "the backend and model that generated the dialogue",
         "decoding": "`{temperature, top_p, top_k, max_new_tokens}` of the generation (null values for the "
-                    "template backend)",
+        "template backend)",
         "prefix_mode": "how a fork's turns before t_k were made: `replay` (regenerated with the same seed), "
-                       "`reuse` (copied from D+) or `reword` (each realised in another surface form at a "
-                       "calibrated rate)",
+        "`reuse` (copied from D+) or `reword` (each realised in another surface form at a "
+        "calibrated rate)",
         "prefix_divergence": "how many turns before t_k differ from D+",
         "code_version": "the generator's code version (with the seed and decoding: what regenerates the dialogue)",
         "injections": "compound forks only (`compound` config): every injection `{type, variant, turn}`, turns "
-                      "increasing; null otherwise",
+        "increasing; null otherwise",
         "conformance": "the check of the source D+ against its workflow, on D+ and each of its forks "
-                       "(`python -m generation --check-conformance`; null: unchecked): `{check, conformant, "
-                       "coverage, skipped, off_workflow, unfamiliar, reached_outcome}`; a D+ with `conformant` "
-                       "false did not follow its workflow, so its forks are no controlled deviations",
+        "(`python -m generation --check-conformance`; null: unchecked): `{check, conformant, "
+        "coverage, skipped, off_workflow, unfamiliar, reached_outcome}`; a D+ with `conformant` "
+        "false did not follow its workflow, so its forks are no controlled deviations",
     }
     missing = [f for f in RECORD_FIELDS if f not in meaning]
     if missing:  # a new record field must be documented on the card
@@ -82,16 +82,23 @@ def conformance_md(summary: Mapping[str, Any] | None) -> str:
     """
     s = summary or {}
     if not s.get("checked"):
-        return ("Conformance check of D+: none (generated without `--check-conformance`; the template backend's D+ "
-                "follow their workflow by construction, an LLM's need not).")
+        return (
+            "Conformance check of D+: none (generated without `--check-conformance`; the template backend's D+ "
+            "follow their workflow by construction, an LLM's need not)."
+        )
     dropped = s.get("dropped", 0)
     checks = ", ".join(f"`{c}`" for c in s.get("checks", [])) or "?"
-    tail = (f" They were dropped with their forks (`--require-conformant`): {dropped:,} D+ removed."
-            if dropped else " They are kept and marked (`conformance.conformant` false on them and their forks); "
-            "`--require-conformant` drops them.")
-    return (f"Conformance check of D+ ({checks}): {s['checked']:,} of {s['conformant']:,} public and hidden "
-            f"conformant dialogues checked; {s['flagged']:,} did not follow their workflow (a turn of another "
-            f"workflow, or too few of its steps), with {s['flagged_forks']:,} forks.{tail}")
+    tail = (
+        f" They were dropped with their forks (`--require-conformant`): {dropped:,} D+ removed."
+        if dropped
+        else " They are kept and marked (`conformance.conformant` false on them and their forks); "
+        "`--require-conformant` drops them."
+    )
+    return (
+        f"Conformance check of D+ ({checks}): {s['checked']:,} of {s['conformant']:,} public and hidden "
+        f"conformant dialogues checked; {s['flagged']:,} did not follow their workflow (a turn of another "
+        f"workflow, or too few of its steps), with {s['flagged_forks']:,} forks.{tail}"
+    )
 
 
 def size_category(config_counts: Mapping[str, Mapping[str, int]]) -> str:
@@ -109,7 +116,12 @@ def size_category(config_counts: Mapping[str, Mapping[str, int]]) -> str:
 
 
 def _size_category(n: int) -> str:
-    for lim, cat in ((1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K"), (1_000_000, "100K<n<1M")):
+    for lim, cat in (
+        (1_000, "n<1K"),
+        (10_000, "1K<n<10K"),
+        (100_000, "10K<n<100K"),
+        (1_000_000, "100K<n<1M"),
+    ):
         if n < lim:
             return cat
     return "1M<n<10M"
@@ -144,8 +156,13 @@ def features_yaml(features: Any) -> list[dict[str, Any]]:
             return {"struct": [{"name": k, **one(v)} for k, v in f.items()]}
         if List is not None and isinstance(f, List):
             inner = one(f.feature)
-            return {"list": inner["dtype"] if set(inner) == {"dtype"} else inner["struct"] if set(inner) == {"struct"}
-                    else inner}
+            return {
+                "list": inner["dtype"]
+                if set(inner) == {"dtype"}
+                else inner["struct"]
+                if set(inner) == {"struct"}
+                else inner
+            }
         raise TypeError(f"features_yaml: unsupported feature type {type(f).__name__}")
 
     return [{"name": k, **one(v)} for k, v in features.items()]
@@ -167,16 +184,23 @@ def example_row(rows: Sequence[Mapping[str, Any]], max_turns: int = 4) -> str:
     if r is None:
         return "{}"
     ex = {k: r.get(k) for k in RECORD_FIELDS}  # every field of the record, in the Fields table's order
-    ex["turns"] = [dict(t) for t in r["turns"][:max_turns]] + ([{"...": f"{len(r['turns']) - max_turns} more turns"}]
-                                                               if len(r["turns"]) > max_turns else [])
+    ex["turns"] = [dict(t) for t in r["turns"][:max_turns]] + (
+        [{"...": f"{len(r['turns']) - max_turns} more turns"}] if len(r["turns"]) > max_turns else []
+    )
     if isinstance(ex.get("decoding"), Mapping):
         ex["decoding"] = dict(ex["decoding"])
     return json.dumps(ex, indent=2, ensure_ascii=False, default=str)
 
 
-def build_card(config_counts: Mapping[str, Mapping[str, int]], features_by_config: Mapping[str, Any],
-               sizes: Mapping[str, Mapping[str, Any]], stats: Mapping[str, Any], default_config: str,
-               gold_revision: str, example: str) -> Any:
+def build_card(
+    config_counts: Mapping[str, Mapping[str, int]],
+    features_by_config: Mapping[str, Any],
+    sizes: Mapping[str, Mapping[str, Any]],
+    stats: Mapping[str, Any],
+    default_config: str,
+    gold_revision: str,
+    example: str,
+) -> Any:
     """The dataset card (``huggingface_hub.DatasetCard``) of a layout.
 
     ``sizes[cfg]``: ``{"num_bytes": {split: arrow bytes}, "download_size": parquet bytes}``;
@@ -211,19 +235,25 @@ def build_card(config_counts: Mapping[str, Mapping[str, int]], features_by_confi
     configs_yaml = []
     infos_yaml = []
     for cfg, counts in config_counts.items():
-        entry: dict[str, Any] = {"config_name": cfg,
-                                 "data_files": [{"split": s, "path": f"data/{cfg}/{s}-*.parquet"} for s in counts]}
+        entry: dict[str, Any] = {
+            "config_name": cfg,
+            "data_files": [{"split": s, "path": f"data/{cfg}/{s}-*.parquet"} for s in counts],
+        }
         if cfg == default_config:
             entry["default"] = True
         configs_yaml.append(entry)
         nb = sizes[cfg]["num_bytes"]
-        infos_yaml.append({
-            "config_name": cfg,
-            "features": features_yaml(features_by_config[cfg]),
-            "splits": [{"name": s, "num_bytes": int(nb[s]), "num_examples": int(n)} for s, n in counts.items()],
-            "download_size": int(sizes[cfg]["download_size"]),
-            "dataset_size": int(sum(nb.values())),
-        })
+        infos_yaml.append(
+            {
+                "config_name": cfg,
+                "features": features_yaml(features_by_config[cfg]),
+                "splits": [
+                    {"name": s, "num_bytes": int(nb[s]), "num_examples": int(n)} for s, n in counts.items()
+                ],
+                "download_size": int(sizes[cfg]["download_size"]),
+                "dataset_size": int(sum(nb.values())),
+            }
+        )
     source = stats.get("source") or card_source()  # the source kind's declaration (default: STAR)
     types_md = ", ".join(f"{t} {display_name(t)}" for t in hallucination_types())
     k_range = f"{FORK_POSITIONS[0]}..{FORK_POSITIONS[-1]}"
@@ -232,9 +262,16 @@ def build_card(config_counts: Mapping[str, Mapping[str, int]], features_by_confi
         f"\n\nThe `{COMPOUND_CONFIG}` config holds {n_compound:,} compound forks (several injections each, "
         "`injections: [{type, variant, turn}]` with increasing turns; the single-injection fields are the "
         "first injection's, so Task 3 scores the earliest one) and their conformant sources, split like "
-        "the public sources." if n_compound else "")
-    compound_load = (f'\ncompound = load_dataset("idiap/dialfork", "{COMPOUND_CONFIG}")    '
-                     "# forks with several injections, and their sources" if n_compound else "")
+        "the public sources."
+        if n_compound
+        else ""
+    )
+    compound_load = (
+        f'\ncompound = load_dataset("idiap/dialfork", "{COMPOUND_CONFIG}")    '
+        "# forks with several injections, and their sources"
+        if n_compound
+        else ""
+    )
     data = DatasetCardData(
         pretty_name="DialFork",
         license="cc-by-4.0",
@@ -245,15 +282,28 @@ def build_card(config_counts: Mapping[str, Mapping[str, int]], features_by_confi
         source_datasets=[source["source_dataset"]] if source["source_dataset"] else None,
         task_categories=["text-classification", "sentence-similarity", "text-generation"],
         size_categories=[size_category(config_counts)],
-        tags=["synthetic", "dialogue", "hallucination", "procedural-hallucination", "task-oriented-dialogue",
-              "workflow", *([source["title"]] if source["source_dataset"] else []), "leaderboard"],
+        tags=[
+            "synthetic",
+            "dialogue",
+            "hallucination",
+            "procedural-hallucination",
+            "task-oriented-dialogue",
+            "workflow",
+            *([source["title"]] if source["source_dataset"] else []),
+            "leaderboard",
+        ],
         configs=configs_yaml,
         dataset_info=infos_yaml,
         gold_revision=gold_revision,
     )
     counts_md = "\n".join(
-        f"| `{c}` | " + " | ".join(f"{config_counts[c].get(s, 0):,}" if s in config_counts[c] else "-"
-                                   for s in ("train", "test")) + " |" for c in config_counts)
+        f"| `{c}` | "
+        + " | ".join(
+            f"{config_counts[c].get(s, 0):,}" if s in config_counts[c] else "-" for s in ("train", "test")
+        )
+        + " |"
+        for c in config_counts
+    )
     h = stats["hidden"]
     mix = h["mix"]
     types = ", ".join(f"{t} {n}" for t, n in mix["types"].items()) or "none"
@@ -266,13 +316,13 @@ def build_card(config_counts: Mapping[str, Mapping[str, int]], features_by_confi
 DialFork measures **procedural hallucination** in conversational agents: dialogues whose every
 sentence is fluent and plausible but that skip steps, change goal, repeat work or chase a
 competing goal instead of following their workflow. Conformant dialogues D+ are generated by
-two agents role-playing {source['title']} scenarios; each is then re-run with the same seed and one of {len(hallucination_types())}
+two agents role-playing {source["title"]} scenarios; each is then re-run with the same seed and one of {len(hallucination_types())}
 hallucination types ({types_md}) injected just before system turn t_k, k = {k_range}. Earlier forks deviate more,
 which gives a ground-truth ordering without any judge.
 
-This copy: {stats['records'].get('conformant', 0):,} public conformant dialogues and
-{stats['records'].get('forked', 0):,} public forks over {stats['tasks']} tasks ({stats['domains']} domains),
-plus the hidden leaderboard sets below; generator(s): {', '.join(f'`{g}`' for g in stats['generators'])}.
+This copy: {stats["records"].get("conformant", 0):,} public conformant dialogues and
+{stats["records"].get("forked", 0):,} public forks over {stats["tasks"]} tasks ({stats["domains"]} domains),
+plus the hidden leaderboard sets below; generator(s): {", ".join(f"`{g}`" for g in stats["generators"])}.
 
 {conformance_md(stats.get("conformance"))}
 
@@ -319,20 +369,20 @@ forks of each test source (train is conformant only, for calibration).{compound_
 Everything in `conformant`, `forked` and `task3` is public, with labels, for research and for
 training. The leaderboard is scored on **hidden** sources that appear nowhere else:
 
-- Per task, a keyed selection ({h['fraction_text']} of the task's {source['title']} scenarios) is reserved for the
+- Per task, a keyed selection ({h["fraction_text"]} of the task's {source["title"]} scenarios) is reserved for the
   hidden split. No dialogue of a reserved scenario is in a public config; the export checks this
   by scenario id and by a hash of every turn sequence.
 - The hidden dialogues were generated with a secret seed (at least 128 bits) that no public
   file holds; regenerating with the public code and public seeds does not reproduce them.
 - `blind` (detector track, Task 3) holds **one dialogue per hidden source**, so no blind
-  dialogue has a sibling to be compared with. This release: {mix['dialogues']:,} dialogues, of which
-  {mix['conformant']:,} conformant ({100 * (mix['conformant_share'] or 0):.0f}%) and {mix['forked']:,} forks (types: {types};
+  dialogue has a sibling to be compared with. This release: {mix["dialogues"]:,} dialogues, of which
+  {mix["conformant"]:,} conformant ({100 * (mix["conformant_share"] or 0):.0f}%) and {mix["forked"]:,} forks (types: {types};
   positions: {ks}), drawn by a secret draw that balances types, positions and the
   conformant share. The Score needs both kinds: it rewards flagging forks at the right turn and
   leaving conformant dialogues unflagged.
 - `blind_task2` (metric track, Task 2) pairs a reference (conformant) dialogue with each of its
-  forks, inline, for {h['mix'].get('metric_units', 0):,} (source, type) units of other hidden sources (no source feeds
-  both tracks). Fork prefix mode(s) of the hidden set: {', '.join(f'`{m}`' for m in h['prefix_modes']) or 'n/a'}.
+  forks, inline, for {h["mix"].get("metric_units", 0):,} (source, type) units of other hidden sources (no source feeds
+  both tracks). Fork prefix mode(s) of the hidden set: {", ".join(f"`{m}`" for m in h["prefix_modes"]) or "n/a"}.
 - Ids are opaque keyed hashes, rows are in a random order, and labels stay with the scorer. The
   gold revision this card belongs to is `{gold_revision}`; the scorer refuses any other.
 - Each release is audited (`python -m leaderboard audit`): verbatim lookup in every public
@@ -342,11 +392,11 @@ training. The leaderboard is scored on **hidden** sources that appear nowhere el
   length rule, the node-level shared prefix); a release where a cheat beats its matched Random by
   more than 5 Score points, or reaches a metric-track tau above 0.8, is not published. A
   supervised classifier fitted on the public configs is reported as the public-data ceiling.
-{h['note']}
+{h["note"]}
 ## How it was made
 
-Scenarios, workflows and role-play instructions come from {source['credit']}. Every
-dialogue is newly generated{'; ' + source['note'] if source['note'] else ''}. See the paper and
+Scenarios, workflows and role-play instructions come from {source["credit"]}. Every
+dialogue is newly generated{"; " + source["note"] if source["note"] else ""}. See the paper and
 the `dialfork` toolkit (`python -m generation`) to regenerate or extend the corpus.
 
 ## Limitations
@@ -410,28 +460,56 @@ def audit_markdown(report: Mapping[str, Any]) -> str:
     rows = []
     for a in [*(report.get("attacks") or []), *(report.get("honest") or [])]:
         status = a.get("status", "")
-        verdict = ("FAIL (waived: plumbing only)" if a.get("waived") else
-                   "reported, not a verdict" if status == "reported" else status)
-        rows.append(f"| {a.get('name', '')} | {a.get('track', '')} | {_fmt_value(a.get('value'), a.get('track', ''))} "
-                    f"| {_fmt_value(a.get('matched_random'), 'detector')} | {verdict} |")
-    ceiling = next((a for a in report.get("attacks") or [] if a.get("track") == "detector"
-                    and a.get("status") == "reported" and isinstance(a.get("value"), int | float)), None)
+        verdict = (
+            "FAIL (waived: plumbing only)"
+            if a.get("waived")
+            else "reported, not a verdict"
+            if status == "reported"
+            else status
+        )
+        rows.append(
+            f"| {a.get('name', '')} | {a.get('track', '')} | {_fmt_value(a.get('value'), a.get('track', ''))} "
+            f"| {_fmt_value(a.get('matched_random'), 'detector')} | {verdict} |"
+        )
+    ceiling = next(
+        (
+            a
+            for a in report.get("attacks") or []
+            if a.get("track") == "detector"
+            and a.get("status") == "reported"
+            and isinstance(a.get("value"), int | float)
+        ),
+        None,
+    )
     honest = [h for h in report.get("honest") or [] if isinstance(h.get("value"), int | float)]
     best = max(honest, key=lambda h: h["value"]) if honest else None
-    lines = [AUDIT_HEADING, "",
-             f"**Verdict:** {report.get('verdict') or ('PASS' if report.get('ok') else 'FAIL')}", "",
-             "A cheater holds every public file and the public code; each attack below is built from that alone "
-             "and scored on the blind set (detector track: Score, next to the same predictions dealt to random "
-             f"blind dialogues, the *matched Random*; metric track: Kendall tau). An attack fails beyond matched "
-             f"Random + {th.get('detector_margin', 5):g} Score points (p < {th.get('alpha', 0.01):g}) or above tau "
-             f"{th.get('metric_tau_max', 0.8):g}.", "",
-             "| attack | track | Score / tau | matched Random | verdict |", "| --- | --- | --- | --- | --- |", *rows]
+    lines = [
+        AUDIT_HEADING,
+        "",
+        f"**Verdict:** {report.get('verdict') or ('PASS' if report.get('ok') else 'FAIL')}",
+        "",
+        "A cheater holds every public file and the public code; each attack below is built from that alone "
+        "and scored on the blind set (detector track: Score, next to the same predictions dealt to random "
+        f"blind dialogues, the *matched Random*; metric track: Kendall tau). An attack fails beyond matched "
+        f"Random + {th.get('detector_margin', 5):g} Score points (p < {th.get('alpha', 0.01):g}) or above tau "
+        f"{th.get('metric_tau_max', 0.8):g}.",
+        "",
+        "| attack | track | Score / tau | matched Random | verdict |",
+        "| --- | --- | --- | --- | --- |",
+        *rows,
+    ]
     if ceiling is not None:
-        lines += ["", f"Public-data ceiling (a supervised classifier fitted on the public labelled configs; learning "
-                      f"from them is allowed, so it is reported, not a verdict): Score {ceiling['value']:.2f}"
-                      + (f", next to the best honest detector given to the audit "
-                         f"({str(best['name']).removeprefix('honest detector: ')}): Score {best['value']:.2f}."
-                         if best is not None else ".")]
+        lines += [
+            "",
+            f"Public-data ceiling (a supervised classifier fitted on the public labelled configs; learning "
+            f"from them is allowed, so it is reported, not a verdict): Score {ceiling['value']:.2f}"
+            + (
+                f", next to the best honest detector given to the audit "
+                f"({str(best['name']).removeprefix('honest detector: ')}): Score {best['value']:.2f}."
+                if best is not None
+                else "."
+            ),
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -450,8 +528,12 @@ def add_audit_section(card_path: str | os.PathLike, report: Mapping[str, Any]) -
     start = text.find("\n" + AUDIT_HEADING + "\n")
     if start >= 0:  # replace the previous section, up to the next heading of the same level
         end = text.find("\n## ", start + len(AUDIT_HEADING) + 2)
-        text = text[:start + 1] + (text[end + 1:] if end >= 0 else "")
+        text = text[: start + 1] + (text[end + 1 :] if end >= 0 else "")
     section = audit_markdown(report) + "\n"
     anchor = text.find("\n## How it was made")
-    text = text[:anchor + 1] + section + text[anchor + 1:] if anchor >= 0 else text.rstrip("\n") + "\n\n" + section
+    text = (
+        text[: anchor + 1] + section + text[anchor + 1 :]
+        if anchor >= 0
+        else text.rstrip("\n") + "\n\n" + section
+    )
     write_text_atomic(path, text)

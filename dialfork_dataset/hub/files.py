@@ -15,7 +15,9 @@ from ..jsonl import read_jsonl
 from .layout import BLIND_CONFIG, BLIND_PAIRS_CONFIG, GOLD_FILES, LAYOUT_CONFIGS
 
 
-def write_parquet(rows: list[Mapping[str, Any]], features, path: Path, max_rows_per_shard: int) -> tuple[list[str], int]:
+def write_parquet(
+    rows: list[Mapping[str, Any]], features, path: Path, max_rows_per_shard: int
+) -> tuple[list[str], int]:
     """Write ``rows`` as parquet shards ``<split>-XXXXX-of-YYYYY.parquet``; returns (names, arrow bytes).
 
     Args:
@@ -35,10 +37,13 @@ def write_parquet(rows: list[Mapping[str, Any]], features, path: Path, max_rows_
     names = []
     nbytes = 0
     for i in range(n_shards):
-        part = rows[i * max_rows_per_shard:(i + 1) * max_rows_per_shard]
+        part = rows[i * max_rows_per_shard : (i + 1) * max_rows_per_shard]
         name = f"{path.name}-{i:05d}-of-{n_shards:05d}.parquet"
-        ds = (datasets.Dataset.from_list([dict(r) for r in part], features=features) if part
-              else datasets.Dataset.from_dict({k: [] for k in features}, features=features))
+        ds = (
+            datasets.Dataset.from_list([dict(r) for r in part], features=features)
+            if part
+            else datasets.Dataset.from_dict({k: [] for k in features}, features=features)
+        )
         nbytes += int(ds.data.nbytes)
         ds.to_parquet(str(path.parent / name))
         names.append(name)
@@ -64,7 +69,9 @@ def read_parquet_rows(folder: str | os.PathLike, pattern: str = "*.parquet") -> 
     folder = Path(folder)
     files = sorted(folder.glob(pattern))
     if not files:
-        raise FileNotFoundError(f"{folder}: no parquet files (is this a DialFork Hub layout from export_hub_layout?)")
+        raise FileNotFoundError(
+            f"{folder}: no parquet files (is this a DialFork Hub layout from export_hub_layout?)"
+        )
     rows: list[dict[str, Any]] = []
     for f in files:
         rows.extend(pq.read_table(f).to_pylist())
@@ -131,9 +138,17 @@ def load_gold(gold_dir: str | os.PathLike) -> dict[str, Any]:
     }
 
 
-def push_to_hub(dest: str | os.PathLike, repo_id: str, *, token: str | None = None, private: bool = False,
-                revision: str | None = None, commit_message: str = "Upload DialFork", api: Any = None,
-                endpoint: str | None = None) -> Any:
+def push_to_hub(
+    dest: str | os.PathLike,
+    repo_id: str,
+    *,
+    token: str | None = None,
+    private: bool = False,
+    revision: str | None = None,
+    commit_message: str = "Upload DialFork",
+    api: Any = None,
+    endpoint: str | None = None,
+) -> Any:
     """Upload a layout written by :func:`export_hub_layout` as a Hub dataset repo.
 
     Refuses a folder that holds gold files (labels must never be published). ``api`` may be an
@@ -162,7 +177,9 @@ def push_to_hub(dest: str | os.PathLike, repo_id: str, *, token: str | None = No
     """
     dest = Path(dest)
     if not (dest / "README.md").exists() or not (dest / "data").is_dir():
-        raise FileNotFoundError(f"{dest}: not a DialFork Hub layout (README.md and data/ expected); run export first")
+        raise FileNotFoundError(
+            f"{dest}: not a DialFork Hub layout (README.md and data/ expected); run export first"
+        )
     leaked = [str(p.relative_to(dest)) for p in dest.rglob("*") if p.name in GOLD_FILES]
     if leaked:
         raise ValueError(f"{dest} holds gold files {leaked}: remove them; gold must never be published")
@@ -171,8 +188,14 @@ def push_to_hub(dest: str | os.PathLike, repo_id: str, *, token: str | None = No
 
         api = HfApi(endpoint=endpoint, token=token)
     api.create_repo(repo_id=repo_id, repo_type="dataset", private=private, exist_ok=True)
-    return api.upload_folder(folder_path=str(dest), repo_id=repo_id, repo_type="dataset", revision=revision,
-                             commit_message=commit_message, allow_patterns=["README.md", "data/**"])
+    return api.upload_folder(
+        folder_path=str(dest),
+        repo_id=repo_id,
+        repo_type="dataset",
+        revision=revision,
+        commit_message=commit_message,
+        allow_patterns=["README.md", "data/**"],
+    )
 
 
 def local_layout_cache_dir(folder: str | os.PathLike) -> str:
@@ -219,8 +242,12 @@ def load_layout(folder: str | os.PathLike, config: str, split: str | None = None
     return load_dataset(str(folder), config, split=split, cache_dir=local_layout_cache_dir(folder))
 
 
-def load_split(data: str | os.PathLike, config: str = DEFAULT_CONFIG, split: str | None = None,
-               split_seed: int = DEFAULT_SPLIT_SEED):
+def load_split(
+    data: str | os.PathLike,
+    config: str = DEFAULT_CONFIG,
+    split: str | None = None,
+    split_seed: int = DEFAULT_SPLIT_SEED,
+):
     """Load a config from a Hub id, a Hub-layout folder, or a generator output folder.
 
     Returns a ``datasets.Dataset`` (``split`` given) or ``DatasetDict``.
@@ -266,5 +293,7 @@ def load_split(data: str | os.PathLike, config: str = DEFAULT_CONFIG, split: str
     except (ValueError, FileNotFoundError):
         raise
     except Exception as e:  # noqa: BLE001 - the Hub client's errors (offline, unknown repo) are many
-        raise DataSourceError(f"{data}: no such local folder, and loading it as a Hub dataset id failed "
-                              f"({type(e).__name__}: {e})") from e
+        raise DataSourceError(
+            f"{data}: no such local folder, and loading it as a Hub dataset id failed "
+            f"({type(e).__name__}: {e})"
+        ) from e

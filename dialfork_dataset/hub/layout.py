@@ -32,8 +32,10 @@ class AuditFailed(RuntimeError):
 
     def __init__(self, report: Any):
         self.report = report
-        super().__init__("the leaderboard audit found a working cheat; the export was not published:\n"
-                         + report.format_text())
+        super().__init__(
+            "the leaderboard audit found a working cheat; the export was not published:\n"
+            + report.format_text()
+        )
 
 
 def default_gold_dir(dest: str | os.PathLike) -> Path:

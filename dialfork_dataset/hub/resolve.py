@@ -91,7 +91,9 @@ def hub_offline() -> bool:
     Returns:
         bool: True when either variable is set to a true value.
     """
-    return any(os.environ.get(k, "").strip().lower() in _TRUE for k in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"))
+    return any(
+        os.environ.get(k, "").strip().lower() in _TRUE for k in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
+    )
 
 
 def hub_cached(repo_id: str) -> bool:
@@ -107,7 +109,9 @@ def hub_cached(repo_id: str) -> bool:
     """
     owner, _, name = repo_id.partition("/")
     hf_home = Path(os.environ.get("HF_HOME") or Path.home() / ".cache" / "huggingface")
-    hub_cache = Path(os.environ.get("HF_HUB_CACHE") or os.environ.get("HUGGINGFACE_HUB_CACHE") or hf_home / "hub")
+    hub_cache = Path(
+        os.environ.get("HF_HUB_CACHE") or os.environ.get("HUGGINGFACE_HUB_CACHE") or hf_home / "hub"
+    )
     ds_cache = Path(os.environ.get("HF_DATASETS_CACHE") or hf_home / "datasets")
     return (hub_cache / f"datasets--{owner}--{name}").is_dir() or (ds_cache / f"{owner}___{name}").is_dir()
 
@@ -182,8 +186,12 @@ def _gold_partner(path: Path) -> Path | None:
     return None
 
 
-def resolve_data(value: str | os.PathLike, *, accept: Iterable[str] = ("layout", "corpus", "hub"),
-                 option: str | None = None) -> DataSource:
+def resolve_data(
+    value: str | os.PathLike,
+    *,
+    accept: Iterable[str] = ("layout", "corpus", "hub"),
+    option: str | None = None,
+) -> DataSource:
     """Tell what a corpus argument names, or raise with what to do instead.
 
     Args:
@@ -219,11 +227,15 @@ def resolve_data(value: str | os.PathLike, *, accept: Iterable[str] = ("layout",
                 return DataSource("hub", text)
             offline = "the Hub is offline (HF_HUB_OFFLINE=1) and no copy of it is cached"
             if p.parent.is_dir():  # demo_out/hubb: a mistyped local folder, most likely
-                raise DataNotFoundError(f"{where}: no such folder{hint}; read as a Hub dataset id it cannot be "
-                                        f"loaded either: {offline}")
-            raise DataNotFoundError(f"{where}: no local folder of that name, and as a Hub dataset id it cannot be "
-                                    f"loaded: {offline} (unset HF_HUB_OFFLINE and HF_DATASETS_OFFLINE to "
-                                    "download it)")
+                raise DataNotFoundError(
+                    f"{where}: no such folder{hint}; read as a Hub dataset id it cannot be "
+                    f"loaded either: {offline}"
+                )
+            raise DataNotFoundError(
+                f"{where}: no local folder of that name, and as a Hub dataset id it cannot be "
+                f"loaded: {offline} (unset HF_HUB_OFFLINE and HF_DATASETS_OFFLINE to "
+                "download it)"
+            )
         raise DataNotFoundError(f"{where}: no such folder or file{hint}; give {_accepted(accept)}")
     kind = classify_folder(p)
     if kind in accept:
@@ -234,21 +246,38 @@ def resolve_data(value: str | os.PathLike, *, accept: Iterable[str] = ("layout",
         raise DataSourceError(
             f"{where} is a gold folder (labels and keys: {', '.join(m for m in GOLD_MARKERS if (p / m).exists()) or p.name}"
             f"), not the dialogues: give the public Hub layout{instead}; the gold goes to --gold "
-            "(leaderboard score, task3 score)")
+            "(leaderboard score, task3 score)"
+        )
     if kind == "layout" and "gold" in accept:
         from .layout import default_gold_dir
 
         gold = default_gold_dir(p)
         instead = f" ({gold} here)" if gold.is_dir() else f" (export's --gold-dir, by default {gold})"
-        raise DataSourceError(f"{where} is a public Hub layout, not a gold folder: give the gold folder{instead}")
+        raise DataSourceError(
+            f"{where} is a public Hub layout, not a gold folder: give the gold folder{instead}"
+        )
     if kind == "corpus" and "layout" in accept:
-        raise DataSourceError(f"{where} is a generator output folder, not a Hub layout: export it first "
-                              f"(python -m dialfork_dataset export {text} DEST)")
+        raise DataSourceError(
+            f"{where} is a generator output folder, not a Hub layout: export it first "
+            f"(python -m dialfork_dataset export {text} DEST)"
+        )
     if kind is None:
-        raise DataSourceError(f"{where}: not a DialFork corpus (no data/ folder, no *.jsonl records, no gold "
-                              f"files); give {_accepted(accept)}")
+        raise DataSourceError(
+            f"{where}: not a DialFork corpus (no data/ folder, no *.jsonl records, no gold "
+            f"files); give {_accepted(accept)}"
+        )
     raise DataSourceError(f"{where} is {_KIND_WORDS[kind]}; give {_accepted(accept)}")
 
 
-__all__ = ["GOLD_MARKERS", "KINDS", "DataNotFoundError", "DataSource", "DataSourceError", "classify_folder",
-           "hub_cached", "hub_offline", "looks_like_hub_id", "resolve_data"]
+__all__ = [
+    "GOLD_MARKERS",
+    "KINDS",
+    "DataNotFoundError",
+    "DataSource",
+    "DataSourceError",
+    "classify_folder",
+    "hub_cached",
+    "hub_offline",
+    "looks_like_hub_id",
+    "resolve_data",
+]

@@ -52,9 +52,18 @@ from .graph import WorkflowBranch, WorkflowStep, describe_node, infer_branch_par
 from .scenarios import Scenario, count_utterances, normalize_event, scenario_from_dialogue, scenario_from_row
 from .task import StarTask
 
-_HUMAN_EXPORTS = {n: "human" for n in ("CONFORMANCE_RULE", "HumanDialogue", "StarHumanTrack", "build_star_human_track",
-                                        "conformant_human_dialogues", "ensure_star_human_track",
-                                        "write_star_human_track")}
+_HUMAN_EXPORTS = {
+    n: "human"
+    for n in (
+        "CONFORMANCE_RULE",
+        "HumanDialogue",
+        "StarHumanTrack",
+        "build_star_human_track",
+        "conformant_human_dialogues",
+        "ensure_star_human_track",
+        "write_star_human_track",
+    )
+}
 __getattr__, __dir__ = lazy_exports(__name__, _HUMAN_EXPORTS, globals())
 
 __all__ = [

@@ -48,7 +48,9 @@ class StarApi:
         for s in self.inputs:
             if s.get("Name") == slot:
                 return s
-        raise StarError(f"API {self.name}: no input slot {slot!r}; slots: {[s.get('Name') for s in self.inputs]}")
+        raise StarError(
+            f"API {self.name}: no input slot {slot!r}; slots: {[s.get('Name') for s in self.inputs]}"
+        )
 
     def categories(self, slot: str) -> list[str]:
         """The categorical values of input ``slot`` ([] for free-text slots).
@@ -84,7 +86,13 @@ class StarApi:
             errors.append(f"{path}: expected a JSON object, got {type(data).__name__}")
             return None
         bad = []
-        for key, typ in (("input", list), ("output", list), ("required", list), ("db", str), ("function", str)):
+        for key, typ in (
+            ("input", list),
+            ("output", list),
+            ("required", list),
+            ("db", str),
+            ("function", str),
+        ):
             if not isinstance(data.get(key), typ):
                 bad.append(f"{key!r} missing or not a {typ.__name__}")
         if not bad:
@@ -98,6 +106,12 @@ class StarApi:
         if bad:
             errors.append(f"{path}: " + "; ".join(bad))
             return None
-        return cls(name=path.stem, function=data["function"], db=data["db"], inputs=data["input"],
-                   outputs=data["output"], required=list(data["required"]),
-                   returns_count=bool(data.get("returns_count", False)))
+        return cls(
+            name=path.stem,
+            function=data["function"],
+            db=data["db"],
+            inputs=data["input"],
+            outputs=data["output"],
+            required=list(data["required"]),
+            returns_count=bool(data.get("returns_count", False)),
+        )

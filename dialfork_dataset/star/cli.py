@@ -9,7 +9,9 @@ from .common import DEFAULT_STAR_URL, STAR_ENV, StarError
 from .corpus import StarCorpus
 from .download import download_star, resolve_star
 
-_DESCRIPTION = "Reader of the STAR corpus (Mosig, Mehri and Kober, 2020): task workflows, APIs, scenarios, dialogues."
+_DESCRIPTION = (
+    "Reader of the STAR corpus (Mosig, Mehri and Kober, 2020): task workflows, APIs, scenarios, dialogues."
+)
 
 
 def build_parser():
@@ -66,8 +68,11 @@ def _main(args) -> int:
         if args.cmd == "summary":
             print(json.dumps(StarCorpus(resolve_star(args.path)).summary(), indent=2))
         elif args.cmd == "steps":
-            print(StarCorpus(resolve_star(args.path)).task(args.task).render_steps(
-                with_templates=not args.no_templates))
+            print(
+                StarCorpus(resolve_star(args.path))
+                .task(args.task)
+                .render_steps(with_templates=not args.no_templates)
+            )
         else:
             print(download_star(args.dest, args.url, force=args.force))
     except StarError as e:

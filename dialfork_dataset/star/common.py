@@ -26,9 +26,9 @@ ANSWER_FAMILIES: tuple[tuple[str, ...], ...] = (
     ("yes", "no"),
     ("done",),
 )
-KNOWN_OUTCOMES = frozenset(
-    n for fam, _ in QUERY_OUTCOME_FAMILIES for n in fam
-) | frozenset(n for fam in ANSWER_FAMILIES for n in fam)
+KNOWN_OUTCOMES = frozenset(n for fam, _ in QUERY_OUTCOME_FAMILIES for n in fam) | frozenset(
+    n for fam in ANSWER_FAMILIES for n in fam
+)
 GLOBAL_RE = re.compile(r"(^|_)(anything_else|out_of_scope|nothing_found|bye|goodbye)(_|$)|goodbye|_bye$")
 #: How many problems a :class:`StarError` message lists (``.errors`` holds all).
 MAX_LISTED_ERRORS = 50

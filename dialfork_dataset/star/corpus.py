@@ -57,11 +57,15 @@ class StarCorpus:
             path = resolve_star(None)
         self.path = Path(path).expanduser().resolve()
         if not self.path.is_dir():
-            raise StarError(f"{self.path}: no such folder; download STAR with "
-                            "dialfork_dataset.star.download_star(dest) or set $" + STAR_ENV)
+            raise StarError(
+                f"{self.path}: no such folder; download STAR with "
+                "dialfork_dataset.star.download_star(dest) or set $" + STAR_ENV
+            )
         if not (self.path / "tasks").is_dir():
-            raise StarError(f"{self.path}: not a STAR copy (no tasks/ folder); point to the root of a STAR "
-                            "copy or download one with dialfork_dataset.star.download_star(dest)")
+            raise StarError(
+                f"{self.path}: not a STAR copy (no tasks/ folder); point to the root of a STAR "
+                "copy or download one with dialfork_dataset.star.download_star(dest)"
+            )
         if (self.path / "scenarios.jsonl").is_file():
             self.layout = "compact"
         elif (self.path / "dialogues").is_dir():
@@ -110,8 +114,9 @@ class StarCorpus:
         try:
             return self.tasks[name]
         except KeyError:
-            raise StarError(f"unknown STAR task {name!r} in {self.path}; known tasks: "
-                            + ", ".join(self.tasks)) from None
+            raise StarError(
+                f"unknown STAR task {name!r} in {self.path}; known tasks: " + ", ".join(self.tasks)
+            ) from None
 
     # ---- scenarios
 
@@ -150,15 +155,19 @@ class StarCorpus:
                     if s is not None:
                         out.append(s)
         else:
-            raise StarError(f"{self.path}: no scenarios.jsonl and no dialogues/ folder; this STAR copy has "
-                            "tasks only (download the full repository with download_star)")
+            raise StarError(
+                f"{self.path}: no scenarios.jsonl and no dialogues/ folder; this STAR copy has "
+                "tasks only (download the full repository with download_star)"
+            )
         seen: Counter[str] = Counter(s.scenario_id for s in out)
         errors += [f"{self.path}: scenario id {i} appears {c} times" for i, c in seen.items() if c > 1]
         unknown = sorted({t for s in out for t in s.tasks} - set(self.tasks))
         if unknown:
             log.warning("%s: scenarios name tasks with no folder under tasks/: %s", self.path, unknown)
         raise_collected(errors, f"STAR scenarios of {self.path}")
-        out.sort(key=lambda s: (0, int(s.scenario_id), "") if s.scenario_id.isdigit() else (1, 0, s.scenario_id))
+        out.sort(
+            key=lambda s: (0, int(s.scenario_id), "") if s.scenario_id.isdigit() else (1, 0, s.scenario_id)
+        )
         return out
 
     @cached_property
@@ -182,8 +191,9 @@ class StarCorpus:
         except KeyError:
             raise StarError(f"no STAR scenario with id {scenario_id!r} in {self.path}") from None
 
-    def scenarios_for(self, task: str | None = None, single_task: bool = True,
-                      happy: bool | None = None) -> list[Scenario]:
+    def scenarios_for(
+        self, task: str | None = None, single_task: bool = True, happy: bool | None = None
+    ) -> list[Scenario]:
         """Scenarios involving ``task`` (any task when None); ``single_task`` keeps only single-task
         scenarios (one task, ``multitask`` false); ``happy`` filters on the happy flag when not None.
 
@@ -200,10 +210,13 @@ class StarCorpus:
         """
         if task is not None:
             self.task(task)
-        return [s for s in self.scenarios
-                if (task is None or task in s.tasks)
-                and (not single_task or s.single_task)
-                and (happy is None or s.happy == happy)]
+        return [
+            s
+            for s in self.scenarios
+            if (task is None or task in s.tasks)
+            and (not single_task or s.single_task)
+            and (happy is None or s.happy == happy)
+        ]
 
     def length_budget(self, task: str, single_task_only: bool = True) -> int:
         """SPEC 3 length budget of ``task``: the maximum ``n_user + n_system`` over the task's STAR human
@@ -222,8 +235,10 @@ class StarCorpus:
         """
         lengths = [s.length for s in self.scenarios_for(task, single_task=single_task_only)]
         if not lengths:
-            raise StarError(f"task {task!r} has no {'single-task ' if single_task_only else ''}"
-                            f"STAR dialogue in {self.path}: no length budget")
+            raise StarError(
+                f"task {task!r} has no {'single-task ' if single_task_only else ''}"
+                f"STAR dialogue in {self.path}: no length budget"
+            )
         return max(lengths)
 
     # ---- knowledge bases and dialogues
@@ -273,10 +288,19 @@ class StarCorpus:
                         d = json.loads(line)
                     except json.JSONDecodeError as e:
                         raise StarError(f"{path}:{lineno}:{e.colno}: malformed JSON ({e.msg})") from None
-                    if not isinstance(d, dict) or "dialogue_id" not in d or not isinstance(d.get("events"), list):
-                        raise StarError(f"{path}:{lineno}: expected an object with 'dialogue_id' and 'events'")
-                    yield {"scenario_id": str(d["dialogue_id"]), "tasks": list(d.get("tasks") or []),
-                           "events": [normalize_event(e) for e in d["events"]]}
+                    if (
+                        not isinstance(d, dict)
+                        or "dialogue_id" not in d
+                        or not isinstance(d.get("events"), list)
+                    ):
+                        raise StarError(
+                            f"{path}:{lineno}: expected an object with 'dialogue_id' and 'events'"
+                        )
+                    yield {
+                        "scenario_id": str(d["dialogue_id"]),
+                        "tasks": list(d.get("tasks") or []),
+                        "events": [normalize_event(e) for e in d["events"]],
+                    }
         elif self.layout == "original":
             for f in _dialogue_files(self.path / "dialogues"):
                 errors: list[str] = []
@@ -284,8 +308,11 @@ class StarCorpus:
                 s = scenario_from_dialogue(data, str(f), errors) if data is not None else None
                 if s is None:
                     raise_collected(errors, str(f))
-                yield {"scenario_id": s.scenario_id, "tasks": list(s.tasks),
-                       "events": [normalize_event(e) for e in data["Events"] if isinstance(e, dict)]}
+                yield {
+                    "scenario_id": s.scenario_id,
+                    "tasks": list(s.tasks),
+                    "events": [normalize_event(e) for e in data["Events"] if isinstance(e, dict)],
+                }
         else:
             raise StarError(f"{self.path}: no human dialogues (neither dialogues.jsonl.gz nor dialogues/)")
 
@@ -310,7 +337,11 @@ class StarCorpus:
                 "length_budget": max((s.length for s in single), default=None),
             }
         return {
-            "path": str(self.path), "layout": self.layout, "tasks": len(self.tasks), "domains": len(self.domains),
-            "scenarios": len(self.scenarios), "single_task_scenarios": sum(s.single_task for s in self.scenarios),
+            "path": str(self.path),
+            "layout": self.layout,
+            "tasks": len(self.tasks),
+            "domains": len(self.domains),
+            "scenarios": len(self.scenarios),
+            "single_task_scenarios": sum(s.single_task for s in self.scenarios),
             "per_task": per_task,
         }

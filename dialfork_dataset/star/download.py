@@ -36,14 +36,17 @@ def resolve_star(path: str | os.PathLike | None = None) -> Path:
                 f"no STAR folder given and ${STAR_ENV} is not set. Either pass the path of a STAR copy, "
                 f"set {STAR_ENV}=/path/to/star, or download it (network needed) with\n"
                 "  python -c 'from dialfork_dataset.star import download_star; download_star(\"star\")'\n"
-                f"which fetches RasaHQ/STAR at commit {STAR_COMMIT[:12]} from GitHub.")
+                f"which fetches RasaHQ/STAR at commit {STAR_COMMIT[:12]} from GitHub."
+            )
         path, origin = env, f"${STAR_ENV}"
     else:
         origin = "the given path"
     p = Path(path).expanduser().resolve()
     if not is_star_dir(p):
-        raise StarError(f"{p} ({origin}) is not a STAR copy: it needs tasks/ and apis/ folders. Download one "
-                        "with dialfork_dataset.star.download_star(dest).")
+        raise StarError(
+            f"{p} ({origin}) is not a STAR copy: it needs tasks/ and apis/ folders. Download one "
+            "with dialfork_dataset.star.download_star(dest)."
+        )
     return p
 
 
@@ -56,8 +59,14 @@ def _find_star_root(folder: Path) -> Path | None:
     return None
 
 
-def download_star(dest: str | os.PathLike, url: str = DEFAULT_STAR_URL, *, force: bool = False,
-                  timeout: float = 60.0, progress: bool | None = None) -> Path:
+def download_star(
+    dest: str | os.PathLike,
+    url: str = DEFAULT_STAR_URL,
+    *,
+    force: bool = False,
+    timeout: float = 60.0,
+    progress: bool | None = None,
+) -> Path:
     """Download and extract the public STAR repository (a zip archive, GitHub's archive of RasaHQ/STAR
     at commit :data:`STAR_COMMIT` by default) into ``dest`` and return ``dest``.
 
@@ -105,19 +114,28 @@ def download_star(dest: str | os.PathLike, url: str = DEFAULT_STAR_URL, *, force
         try:
             with urllib.request.urlopen(url, timeout=timeout) as resp, archive.open("wb") as out:
                 total = int(resp.headers.get("Content-Length") or 0) or None
-                with tqdm(total=total, unit="B", unit_scale=True, desc="STAR download",
-                          disable=True if progress_disabled() else None if progress is None else not progress) as bar:
+                with tqdm(
+                    total=total,
+                    unit="B",
+                    unit_scale=True,
+                    desc="STAR download",
+                    disable=True if progress_disabled() else None if progress is None else not progress,
+                ) as bar:
                     while chunk := resp.read(1 << 20):
                         out.write(chunk)
                         bar.update(len(chunk))
         except urllib.error.HTTPError as e:
-            raise StarError(f"downloading STAR from {url} failed: HTTP {e.code} {e.reason}. Check the URL "
-                            "(default: the GitHub archive of RasaHQ/STAR) or download it by hand and pass "
-                            "its folder.") from None
+            raise StarError(
+                f"downloading STAR from {url} failed: HTTP {e.code} {e.reason}. Check the URL "
+                "(default: the GitHub archive of RasaHQ/STAR) or download it by hand and pass "
+                "its folder."
+            ) from None
         except (urllib.error.URLError, OSError) as e:
             reason = getattr(e, "reason", e)
-            raise StarError(f"downloading STAR from {url} failed: {reason}. Check the network, or download "
-                            "the archive by hand, extract it and pass its folder.") from None
+            raise StarError(
+                f"downloading STAR from {url} failed: {reason}. Check the network, or download "
+                "the archive by hand, extract it and pass its folder."
+            ) from None
         extract = work / "extract"
         try:
             with zipfile.ZipFile(archive) as zf:

@@ -60,8 +60,9 @@ def _is_global(node: str) -> bool:
     return bool(GLOBAL_RE.search(node))
 
 
-def node_kinds(replies: dict[str, str], graph: dict[str, str], responses: dict[str, str] | None,
-               start: str = START_NODE) -> dict[str, str]:
+def node_kinds(
+    replies: dict[str, str], graph: dict[str, str], responses: dict[str, str] | None, start: str = START_NODE
+) -> dict[str, str]:
     """``action`` / ``query`` / ``branch`` for every node of ``replies``, ``responses`` and ``graph``.
 
     Nodes of ``responses.json`` (what the system role could say) are actions. Query nodes are the
@@ -100,8 +101,9 @@ def node_kinds(replies: dict[str, str], graph: dict[str, str], responses: dict[s
     return kinds
 
 
-def infer_branch_parents(replies: dict[str, str], graph: dict[str, str], kinds: dict[str, str],
-                         start: str = START_NODE) -> dict[str, list[str]]:
+def infer_branch_parents(
+    replies: dict[str, str], graph: dict[str, str], kinds: dict[str, str], start: str = START_NODE
+) -> dict[str, list[str]]:
     """Parent node(s) of each branch node; a branch with no inferable parent maps to [].
 
     STAR task files give one "next" per node, so the outcome edges of the flowchart are implicit.
@@ -218,7 +220,9 @@ def infer_branch_parents(replies: dict[str, str], graph: dict[str, str], kinds: 
                 c = graph.get(c)
             ps: list[str] = []
             if c is not None and c in reach and chain:
-                ps = [p for p in order if graph.get(p) == c and kinds.get(p) == "action" and p not in chain][:1]
+                ps = [p for p in order if graph.get(p) == c and kinds.get(p) == "action" and p not in chain][
+                    :1
+                ]
             if not ps:
                 stem, num = series_key(b)
                 prev = [p for p in chains if series_key(p)[0] == stem and series_key(p)[1] < num]
@@ -277,7 +281,7 @@ def describe_node(node: str, kind: str, domain: str = "", function: str = "") ->
         if node.endswith("_book"):
             return f"Query the knowledge base{api} to make the booking"
         return f"Query the knowledge base{api}"
-    name = node[len(domain) + 1:] if domain and node.startswith(domain + "_") else node
+    name = node[len(domain) + 1 :] if domain and node.startswith(domain + "_") else node
     words = name.split("_")
     if words and words[-1].isdigit():
         words = words[:-1]

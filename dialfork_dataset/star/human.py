@@ -83,8 +83,15 @@ EDITS: tuple[str, ...] = ("wic", "gr", "csc", "skip", "repeat")
 #: Edit kind -> the hallucination type it stands for.
 EDIT_TYPES: dict[str, str] = {"wic": "WIC", "gr": "GR", "csc": "CSC", "skip": "SSPC", "repeat": "SSPC"}
 #: The record fields of this track beyond :data:`~dialfork_dataset.records.RECORD_FIELDS`.
-TRACK_FIELDS: tuple[str, ...] = ("split", "track", "text_variant", "edit", "system_nodes", "system_node_tasks",
-                                 "donor_id")
+TRACK_FIELDS: tuple[str, ...] = (
+    "split",
+    "track",
+    "text_variant",
+    "edit",
+    "system_nodes",
+    "system_node_tasks",
+    "donor_id",
+)
 #: The fewest system turns of a conformant dialogue (four distinct fork turns, SPEC section 1).
 MIN_TURNS = 4
 #: The manifest format of a written track.
@@ -96,7 +103,7 @@ TRACK_CONFIGS: tuple[str, ...] = ("conformant", "forked", "task3")
 
 CONFORMANCE_RULE = (
     "A STAR human dialogue is a conformant dialogue of the star-human track when its scenario is "
-    "single-task (one task, multitask false), happy is true and completion_level is \"Complete\" "
+    'single-task (one task, multitask false), happy is true and completion_level is "Complete" '
     "(scenarios.jsonl), every system turn is a Wizard pick_suggestion carrying an action_label (a "
     "Wizard utter turn disqualifies the dialogue), and it has T >= 4 system turns. Turns are the User "
     "utter and Wizard pick_suggestion events with non-empty text, in order; consecutive turns of one "
@@ -187,8 +194,9 @@ def exclusion_reason(scenario: Any, events: Sequence[Mapping[str, Any]]) -> str 
     return None
 
 
-def human_dialogue(scenario: Any, events: Sequence[Mapping[str, Any]], variant: str = "picked"
-                   ) -> HumanDialogue | None:
+def human_dialogue(
+    scenario: Any, events: Sequence[Mapping[str, Any]], variant: str = "picked"
+) -> HumanDialogue | None:
     """The conformant dialogue made of one STAR human dialogue, or None when it is not conformant.
 
     Args:
@@ -224,8 +232,9 @@ def human_dialogue(scenario: Any, events: Sequence[Mapping[str, Any]], variant: 
             nodes.append(e["action_label"].strip())
             draft = None
     task = scenario.tasks[0]
-    return HumanDialogue(str(scenario.scenario_id), task, task_domain(task), tuple(turns), tuple(nodes),
-                         variant, fallbacks)
+    return HumanDialogue(
+        str(scenario.scenario_id), task, task_domain(task), tuple(turns), tuple(nodes), variant, fallbacks
+    )
 
 
 def _check_variant(variant: str) -> None:
@@ -239,9 +248,11 @@ def _corpus(star: Any):
     corpus = star if isinstance(star, StarCorpus) else StarCorpus(star)
     p = corpus.path
     if not (p / "dialogues.jsonl.gz").is_file() and not (p / "dialogues").is_dir():
-        raise StarError(f"the star-human track needs STAR's human dialogues (dialogues.jsonl.gz or dialogues/): "
-                        f"looked for {p / 'dialogues.jsonl.gz'} and {p / 'dialogues'}/, found neither; point "
-                        "--star to a full STAR copy (dialfork_dataset.star.download_star)")
+        raise StarError(
+            f"the star-human track needs STAR's human dialogues (dialogues.jsonl.gz or dialogues/): "
+            f"looked for {p / 'dialogues.jsonl.gz'} and {p / 'dialogues'}/, found neither; point "
+            "--star to a full STAR copy (dialfork_dataset.star.download_star)"
+        )
     return corpus
 
 
@@ -253,8 +264,10 @@ def _check_tasks(corpus: Any, tasks: Iterable[str] | None) -> list[str]:
     tasks = list(dict.fromkeys(tasks))
     unknown = [t for t in tasks if t not in corpus.tasks]
     if unknown or not tasks:
-        raise StarError(f"unknown STAR task(s) {', '.join(unknown) or '(none given)'}; known tasks: "
-                        + ", ".join(corpus.tasks))
+        raise StarError(
+            f"unknown STAR task(s) {', '.join(unknown) or '(none given)'}; known tasks: "
+            + ", ".join(corpus.tasks)
+        )
     return tasks
 
 
@@ -281,8 +294,9 @@ def _id_key(scenario_id: str) -> tuple:
     return (0, int(scenario_id), "") if scenario_id.isdigit() else (1, 0, scenario_id)
 
 
-def conformant_human_dialogues(star: Any, tasks: Iterable[str] | None = None, variant: str = "picked"
-                               ) -> list[HumanDialogue]:
+def conformant_human_dialogues(
+    star: Any, tasks: Iterable[str] | None = None, variant: str = "picked"
+) -> list[HumanDialogue]:
     """The conformant human dialogues of STAR (:data:`CONFORMANCE_RULE`), by task then id.
 
     Args:
@@ -365,18 +379,33 @@ def _is_question(label: str) -> bool:
 def _exchange(h: HumanDialogue, pos: Sequence[int], j: int) -> list[dict[str, str]]:
     """System turn ``j`` (1-based) and the user turns after it, up to the next system turn."""
     end = pos[j] if j < len(pos) else len(h.turns)
-    return list(h.turns[pos[j - 1]:end])
+    return list(h.turns[pos[j - 1] : end])
 
 
-def _record(h: HumanDialogue, *, seed: int, split: str, turns: Sequence[Mapping[str, str]],
-            nodes: Sequence[str], node_tasks: Sequence[str], edit: str | None = None, k: int | None = None,
-            tk: int | None = None, instruction: str | None = None, substitute_task: str | None = None,
-            donor_id: str | None = None) -> dict[str, Any]:
+def _record(
+    h: HumanDialogue,
+    *,
+    seed: int,
+    split: str,
+    turns: Sequence[Mapping[str, str]],
+    nodes: Sequence[str],
+    node_tasks: Sequence[str],
+    edit: str | None = None,
+    k: int | None = None,
+    tk: int | None = None,
+    instruction: str | None = None,
+    substitute_task: str | None = None,
+    donor_id: str | None = None,
+) -> dict[str, Any]:
     from ..records import DECODING_FIELDS
 
     fork = edit is not None
     htype = EDIT_TYPES[edit] if fork else None
-    did = h.dialogue_id if not fork else f"{h.dialogue_id}-{htype}-k{k}" + ("-" + edit if htype == "SSPC" else "")
+    did = (
+        h.dialogue_id
+        if not fork
+        else f"{h.dialogue_id}-{htype}-k{k}" + ("-" + edit if htype == "SSPC" else "")
+    )
     turns = [{"speaker": t["speaker"], "text": t["text"]} for t in turns]
     return {
         "dialogue_id": did,
@@ -420,8 +449,15 @@ def _draw(rng: Any, seq: Sequence[Any]) -> Any:
     return seq[int(rng.integers(len(seq)))]
 
 
-def _forks(h: HumanDialogue, *, seed: int, split: str, pool: Mapping[str, Sequence[HumanDialogue]],
-           domains: Mapping[str, Sequence[str]], stats: dict[str, Any]) -> list[dict[str, Any]]:
+def _forks(
+    h: HumanDialogue,
+    *,
+    seed: int,
+    split: str,
+    pool: Mapping[str, Sequence[HumanDialogue]],
+    domains: Mapping[str, Sequence[str]],
+    stats: dict[str, Any],
+) -> list[dict[str, Any]]:
     """Every fork of ``h`` (``pool``: task -> conformant dialogues of ``h``'s split)."""
     from ..forks import fork_turns
 
@@ -436,8 +472,8 @@ def _forks(h: HumanDialogue, *, seed: int, split: str, pool: Mapping[str, Sequen
     other_task = [t for t in pool if t != h.task and pool[t]]
     alone = len(domains.get(h.domain, ())) < 2
     for k, tk in enumerate(fork_turns(T), 1):
-        prefix = list(h.turns[:pos[tk - 1]])
-        rest = list(h.turns[pos[tk - 1]:])
+        prefix = list(h.turns[: pos[tk - 1]])
+        rest = list(h.turns[pos[tk - 1] :])
         src_text = h.turns[pos[tk - 1]]["text"]
         for edit in EDITS:
             rng = _rng(seed, f"{h.dialogue_id}|{edit}|k{k}")
@@ -456,45 +492,72 @@ def _forks(h: HumanDialogue, *, seed: int, split: str, pool: Mapping[str, Sequen
                 if edit == "csc":
                     ins = _exchange(donor, dpos, 2) + _exchange(donor, dpos, 3)
                     turns = prefix + ins + rest
-                    fnodes = nodes[:tk - 1] + list(donor.system_nodes[1:3]) + nodes[tk - 1:]
-                    ftasks = own[:tk - 1] + [dtask] * 2 + own[tk - 1:]
-                    what = (f"two exchanges of {donor.dialogue_id} ({dtask}, its system turns 2 and 3 with the user's "
-                            f"answers) inserted before system turn {tk}; the source resumes at system turn {tk}")
+                    fnodes = nodes[: tk - 1] + list(donor.system_nodes[1:3]) + nodes[tk - 1 :]
+                    ftasks = own[: tk - 1] + [dtask] * 2 + own[tk - 1 :]
+                    what = (
+                        f"two exchanges of {donor.dialogue_id} ({dtask}, its system turns 2 and 3 with the user's "
+                        f"answers) inserted before system turn {tk}; the source resumes at system turn {tk}"
+                    )
                 else:
-                    turns = prefix + list(donor.turns[dpos[1]:])
-                    fnodes = nodes[:tk - 1] + list(donor.system_nodes[1:])
-                    ftasks = own[:tk - 1] + [dtask] * (donor.num_system_turns - 1)
-                    what = (f"from system turn {tk} on, the turns of {donor.dialogue_id} ({dtask}, "
-                            f"{'another domain' if edit == 'wic' else 'the same domain'}) from its system turn 2 on")
+                    turns = prefix + list(donor.turns[dpos[1] :])
+                    fnodes = nodes[: tk - 1] + list(donor.system_nodes[1:])
+                    ftasks = own[: tk - 1] + [dtask] * (donor.num_system_turns - 1)
+                    what = (
+                        f"from system turn {tk} on, the turns of {donor.dialogue_id} ({dtask}, "
+                        f"{'another domain' if edit == 'wic' else 'the same domain'}) from its system turn 2 on"
+                    )
                 kw = {"donor_id": donor.dialogue_id, "substitute_task": dtask if edit == "wic" else None}
             elif edit == "skip":
                 if tk >= T:
                     dropped["skip_last_turn"] += 1
                     continue
-                turns = prefix + list(h.turns[pos[tk]:])
-                fnodes, ftasks = nodes[:tk - 1] + nodes[tk:], own[:-1]
+                turns = prefix + list(h.turns[pos[tk] :])
+                fnodes, ftasks = nodes[: tk - 1] + nodes[tk:], own[:-1]
                 what = f"system turn {tk} and the user turns answering it removed"
             else:  # repeat
-                asked = [j for j in range(1, tk) if _is_question(nodes[j - 1]) and len(_exchange(h, pos, j)) > 1]
+                asked = [
+                    j for j in range(1, tk) if _is_question(nodes[j - 1]) and len(_exchange(h, pos, j)) > 1
+                ]
                 if not asked:
                     dropped["repeat_no_question"] += 1
                     continue
                 j = int(_draw(rng, asked))
                 turns = prefix + _exchange(h, pos, j) + rest
-                fnodes, ftasks = nodes[:tk - 1] + [nodes[j - 1]] + nodes[tk - 1:], own + [h.task]
-                what = (f"the question of system turn {j} ({nodes[j - 1]}) and the user's answer asked again at "
-                        f"system turn {tk}; the source resumes after it")
+                fnodes, ftasks = nodes[: tk - 1] + [nodes[j - 1]] + nodes[tk - 1 :], own + [h.task]
+                what = (
+                    f"the question of system turn {j} ({nodes[j - 1]}) and the user's answer asked again at "
+                    f"system turn {tk}; the source resumes after it"
+                )
             new_text = [t for t in turns if t["speaker"] == "system"][tk - 1]["text"]
             if new_text == src_text:
                 dropped["identical_turn"][edit] += 1
                 continue
-            out.append(_record(h, seed=seed, split=split, turns=turns, nodes=fnodes, node_tasks=ftasks, edit=edit,
-                               k=k, tk=tk, instruction=f"no instruction (human text edited, {edit}): {what}", **kw))
+            out.append(
+                _record(
+                    h,
+                    seed=seed,
+                    split=split,
+                    turns=turns,
+                    nodes=fnodes,
+                    node_tasks=ftasks,
+                    edit=edit,
+                    k=k,
+                    tk=tk,
+                    instruction=f"no instruction (human text edited, {edit}): {what}",
+                    **kw,
+                )
+            )
     return out
 
 
-def build_star_human_track(star: Any, *, tasks: Iterable[str] | None = None, variant: str = "picked",
-                           seed: int = 0, fit_fraction: float = 0.5) -> StarHumanTrack:
+def build_star_human_track(
+    star: Any,
+    *,
+    tasks: Iterable[str] | None = None,
+    variant: str = "picked",
+    seed: int = 0,
+    fit_fraction: float = 0.5,
+) -> StarHumanTrack:
     """Build the star-human track: conformant human dialogues of STAR and their edited forks.
 
     Args:
@@ -520,7 +583,11 @@ def build_star_human_track(star: Any, *, tasks: Iterable[str] | None = None, var
     _check_variant(variant)
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
-    if isinstance(fit_fraction, bool) or not isinstance(fit_fraction, int | float) or not 0 < fit_fraction < 1:
+    if (
+        isinstance(fit_fraction, bool)
+        or not isinstance(fit_fraction, int | float)
+        or not 0 < fit_fraction < 1
+    ):
         raise ValueError(f"fit_fraction must be a number in (0, 1), got {fit_fraction!r}")
     corpus = _corpus(star)
     tasks = _check_tasks(corpus, tasks)
@@ -533,11 +600,21 @@ def build_star_human_track(star: Any, *, tasks: Iterable[str] | None = None, var
     for t in tasks:
         domains[task_domain(t)].append(t)
     stats: dict[str, Any] = {
-        "track": TRACK, "variant": variant, "seed": seed, "fit_fraction": fit_fraction, "tasks": tasks,
-        "conformant": {t: 0 for t in tasks}, "split": {t: dict.fromkeys(SPLITS, 0) for t in tasks},
+        "track": TRACK,
+        "variant": variant,
+        "seed": seed,
+        "fit_fraction": fit_fraction,
+        "tasks": tasks,
+        "conformant": {t: 0 for t in tasks},
+        "split": {t: dict.fromkeys(SPLITS, 0) for t in tasks},
         "excluded": dict(sorted(excluded.items())),
-        "dropped": {"identical_turn": Counter(), "no_donor": Counter(), "gr_single_task_domain": 0,
-                    "skip_last_turn": 0, "repeat_no_question": 0},
+        "dropped": {
+            "identical_turn": Counter(),
+            "no_donor": Counter(),
+            "gr_single_task_domain": 0,
+            "skip_last_turn": 0,
+            "repeat_no_question": 0,
+        },
         "gr_single_task_domain_tasks": sorted(t for t in tasks if len(domains[task_domain(t)]) < 2),
     }
     records: list[dict[str, Any]] = []
@@ -545,8 +622,16 @@ def build_star_human_track(star: Any, *, tasks: Iterable[str] | None = None, var
         split = assignment[h.dialogue_id]
         stats["conformant"][h.task] += 1
         stats["split"][h.task][split] += 1
-        records.append(_record(h, seed=seed, split=split, turns=h.turns, nodes=h.system_nodes,
-                               node_tasks=[h.task] * h.num_system_turns))
+        records.append(
+            _record(
+                h,
+                seed=seed,
+                split=split,
+                turns=h.turns,
+                nodes=h.system_nodes,
+                node_tasks=[h.task] * h.num_system_turns,
+            )
+        )
         records.extend(_forks(h, seed=seed, split=split, pool=pools[split], domains=domains, stats=stats))
     forks = [r for r in records if r["edit"] is not None]
     per_task: dict[str, Counter] = {t: Counter() for t in tasks}
@@ -563,8 +648,13 @@ def build_star_human_track(star: Any, *, tasks: Iterable[str] | None = None, var
     stats["system_turns"] = sum(h.num_system_turns for h in dialogues)
     stats["typed_fallbacks"] = sum(h.typed_fallbacks for h in dialogues)
     stats["records"] = len(records)
-    log.info("star-human track (%s): %d conformant dialogues, %d forks, %d records", variant, len(dialogues),
-             len(forks), len(records))
+    log.info(
+        "star-human track (%s): %d conformant dialogues, %d forks, %d records",
+        variant,
+        len(dialogues),
+        len(forks),
+        len(records),
+    )
     return StarHumanTrack(records, stats)
 
 
@@ -609,22 +699,39 @@ def _card(counts: Mapping[str, Mapping[str, int]], stats: Mapping[str, Any]) -> 
             lines += [f"  - split: {s}", f"    path: data/{cfg}/{s}-*.parquet"]
         if cfg == "task3":
             lines.append("  default: true")
-    lines += ["---", "", f"# DialFork {TRACK} track ({stats['variant']} text)", "",
-              "STAR's human role-play dialogues (Mosig, Mehri and Kober, 2020; MIT license) that follow their "
-              "workflow, and forks made by editing them at a known system turn. Written by "
-              "`python -m dialfork_dataset star-human`; `manifest.json` holds the rule, the settings and the "
-              "stats.", "", "| config | " + " | ".join(counts["task3"]) + " |", "| --- | --- | --- |"]
-    lines += [f"| {cfg} | " + " | ".join(str(n) for n in counts[cfg].values()) + " |" for cfg in TRACK_CONFIGS]
+    lines += [
+        "---",
+        "",
+        f"# DialFork {TRACK} track ({stats['variant']} text)",
+        "",
+        "STAR's human role-play dialogues (Mosig, Mehri and Kober, 2020; MIT license) that follow their "
+        "workflow, and forks made by editing them at a known system turn. Written by "
+        "`python -m dialfork_dataset star-human`; `manifest.json` holds the rule, the settings and the "
+        "stats.",
+        "",
+        "| config | " + " | ".join(counts["task3"]) + " |",
+        "| --- | --- | --- |",
+    ]
+    lines += [
+        f"| {cfg} | " + " | ".join(str(n) for n in counts[cfg].values()) + " |" for cfg in TRACK_CONFIGS
+    ]
     return "\n".join(lines) + "\n"
 
 
 def _settings(stats: Mapping[str, Any], star: str) -> dict[str, Any]:
-    return {"track": TRACK, "star": star, "variant": stats["variant"], "seed": stats["seed"],
-            "fit_fraction": stats["fit_fraction"], "tasks": list(stats["tasks"])}
+    return {
+        "track": TRACK,
+        "star": star,
+        "variant": stats["variant"],
+        "seed": stats["seed"],
+        "fit_fraction": stats["fit_fraction"],
+        "tasks": list(stats["tasks"]),
+    }
 
 
-def write_star_human_track(track: StarHumanTrack, out: str | os.PathLike, *, star: str | os.PathLike,
-                           overwrite: bool = False) -> Path:
+def write_star_human_track(
+    track: StarHumanTrack, out: str | os.PathLike, *, star: str | os.PathLike, overwrite: bool = False
+) -> Path:
     """Write the track as a folder the toolkit reads like a Hub layout.
 
     The folder holds ``data/<config>/<split>-00000-of-00001.parquet`` for the configs ``conformant``
@@ -660,12 +767,18 @@ def write_star_human_track(track: StarHumanTrack, out: str | os.PathLike, *, sta
     from ..records import RecordError, validate_records
 
     validate_records((core_record(r) for r in track.records), "the star-human track")
-    missing = [f"record {i}: dialogue_id={r.get('dialogue_id')!r}: missing track field(s) "
-               f"{[k for k in TRACK_FIELDS if k not in r]}" for i, r in enumerate(track.records, 1)
-               if any(k not in r for k in TRACK_FIELDS)]
-    bad_split = [f"record {i}: dialogue_id={r.get('dialogue_id')!r}: split must be one of {', '.join(SPLITS)}, "
-                 f"got {r.get('split')!r}" for i, r in enumerate(track.records, 1)
-                 if r.get("split") not in SPLITS and not any(k not in r for k in TRACK_FIELDS)]
+    missing = [
+        f"record {i}: dialogue_id={r.get('dialogue_id')!r}: missing track field(s) "
+        f"{[k for k in TRACK_FIELDS if k not in r]}"
+        for i, r in enumerate(track.records, 1)
+        if any(k not in r for k in TRACK_FIELDS)
+    ]
+    bad_split = [
+        f"record {i}: dialogue_id={r.get('dialogue_id')!r}: split must be one of {', '.join(SPLITS)}, "
+        f"got {r.get('split')!r}"
+        for i, r in enumerate(track.records, 1)
+        if r.get("split") not in SPLITS and not any(k not in r for k in TRACK_FIELDS)
+    ]
     RecordError.raise_if(missing + bad_split, "the star-human track")
     out = Path(out)
     if out.exists():
@@ -677,11 +790,15 @@ def write_star_human_track(track: StarHumanTrack, out: str | os.PathLike, *, sta
             except (OSError, ValueError):
                 ours = False
         if not overwrite:
-            raise FileExistsError(f"{out}: already exists; pass --overwrite (overwrite=True) to replace a track "
-                                  "written before, or choose another --out")
+            raise FileExistsError(
+                f"{out}: already exists; pass --overwrite (overwrite=True) to replace a track "
+                "written before, or choose another --out"
+            )
         if not ours:
-            raise FileExistsError(f"{out}: exists and is not a {TRACK} track folder (no manifest.json of format "
-                                  f"{MANIFEST_FORMAT}); not replaced: choose another --out")
+            raise FileExistsError(
+                f"{out}: exists and is not a {TRACK} track folder (no manifest.json of format "
+                f"{MANIFEST_FORMAT}); not replaced: choose another --out"
+            )
     assignment = {r["dialogue_id"]: r["split"] for r in track.records if r["edit"] is None}
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
@@ -697,17 +814,28 @@ def write_star_human_track(track: StarHumanTrack, out: str | os.PathLike, *, sta
                 (tmp / "data" / cfg).mkdir(parents=True)
                 for s in SPLITS:
                     rows = config_split_rows(track.records, cfg, s, assignment=assignment)
-                    write_parquet(list(rows), features, tmp / "data" / cfg / s, max_rows_per_shard=len(rows) or 1)
+                    write_parquet(
+                        list(rows), features, tmp / "data" / cfg / s, max_rows_per_shard=len(rows) or 1
+                    )
                     counts.setdefault(cfg, {})[s] = len(rows)
         finally:
             if was_enabled:
                 datasets.enable_progress_bars()
         write_jsonl(tmp / RECORDS_FILE, track.records)
         (tmp / "README.md").write_text(_card(counts, track.stats), encoding="utf-8")
-        write_json_atomic(tmp / "manifest.json", {
-            "format": MANIFEST_FORMAT, **_settings(track.stats, str(star)), "rule": CONFORMANCE_RULE,
-            "edits": {e: EDIT_TYPES[e] for e in EDITS}, "track_fields": list(TRACK_FIELDS),
-            "files": {RECORDS_FILE: len(track.records)}, "counts": counts, "stats": track.stats})
+        write_json_atomic(
+            tmp / "manifest.json",
+            {
+                "format": MANIFEST_FORMAT,
+                **_settings(track.stats, str(star)),
+                "rule": CONFORMANCE_RULE,
+                "edits": {e: EDIT_TYPES[e] for e in EDITS},
+                "track_fields": list(TRACK_FIELDS),
+                "files": {RECORDS_FILE: len(track.records)},
+                "counts": counts,
+                "stats": track.stats,
+            },
+        )
         if out.exists():
             old = out.with_name(f".{out.name}.old-{os.getpid()}")
             os.replace(out, old)
@@ -742,8 +870,15 @@ def read_track_manifest(folder: str | os.PathLike) -> dict[str, Any] | None:
     return m if isinstance(m, dict) and m.get("format") == MANIFEST_FORMAT else None
 
 
-def ensure_star_human_track(star: str | os.PathLike, out: str | os.PathLike, *, tasks: Iterable[str] | None = None,
-                            variant: str = "picked", seed: int = 0, fit_fraction: float = 0.5) -> Path:
+def ensure_star_human_track(
+    star: str | os.PathLike,
+    out: str | os.PathLike,
+    *,
+    tasks: Iterable[str] | None = None,
+    variant: str = "picked",
+    seed: int = 0,
+    fit_fraction: float = 0.5,
+) -> Path:
     """A written track at ``out``: reused when its manifest has the same settings (STAR path as
     given, variant, seed, fit fraction, tasks), else built and written (replacing a track written
     before with other settings).
@@ -768,15 +903,25 @@ def ensure_star_human_track(star: str | os.PathLike, out: str | os.PathLike, *, 
     corpus = _corpus(star)
     names = _check_tasks(corpus, tasks)
     out = Path(out)
-    want = {"track": TRACK, "star": str(star), "variant": variant, "seed": seed, "fit_fraction": fit_fraction,
-            "tasks": names}
+    want = {
+        "track": TRACK,
+        "star": str(star),
+        "variant": variant,
+        "seed": seed,
+        "fit_fraction": fit_fraction,
+        "tasks": names,
+    }
     out.parent.mkdir(parents=True, exist_ok=True)
-    with _lock(out.with_name(f".{out.name}.lock")):  # processes of one launch build it once, the others reuse it
+    with _lock(
+        out.with_name(f".{out.name}.lock")
+    ):  # processes of one launch build it once, the others reuse it
         m = read_track_manifest(out)
         if m is not None and {k: m.get(k) for k in want} == want:
             log.info("reusing the %s track in %s (same settings)", TRACK, out)
             return out
-        track = build_star_human_track(corpus, tasks=names, variant=variant, seed=seed, fit_fraction=fit_fraction)
+        track = build_star_human_track(
+            corpus, tasks=names, variant=variant, seed=seed, fit_fraction=fit_fraction
+        )
         return write_star_human_track(track, out, star=star, overwrite=True)
 
 

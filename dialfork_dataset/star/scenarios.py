@@ -59,8 +59,10 @@ class Scenario:
             StarError: The scenario has more than one task (or none).
         """
         if len(self.tasks) != 1:
-            raise StarError(f"scenario {self.scenario_id} has {len(self.tasks)} tasks {list(self.tasks)}; "
-                            "use .tasks for multi-task scenarios")
+            raise StarError(
+                f"scenario {self.scenario_id} has {len(self.tasks)} tasks {list(self.tasks)}; "
+                "use .tasks for multi-task scenarios"
+            )
         return self.tasks[0]
 
     def to_dict(self) -> dict[str, Any]:
@@ -71,10 +73,17 @@ class Scenario:
             ``scenario_id`` for ``dialogue_id``).
         """
         return {
-            "scenario_id": self.scenario_id, "tasks": list(self.tasks), "domains": list(self.domains),
-            "happy": self.happy, "multitask": self.multitask, "completion_level": self.completion_level,
-            "user_task": self.user_task, "wizard_task": self.wizard_task, "user_guide": list(self.user_guide),
-            "n_user_utterances": self.n_user_utterances, "n_system_utterances": self.n_system_utterances,
+            "scenario_id": self.scenario_id,
+            "tasks": list(self.tasks),
+            "domains": list(self.domains),
+            "happy": self.happy,
+            "multitask": self.multitask,
+            "completion_level": self.completion_level,
+            "user_task": self.user_task,
+            "wizard_task": self.wizard_task,
+            "user_guide": list(self.user_guide),
+            "n_user_utterances": self.n_user_utterances,
+            "n_system_utterances": self.n_system_utterances,
         }
 
 
@@ -92,8 +101,15 @@ def _fill_domains(domains: Iterable[Any], tasks: tuple[str, ...]) -> tuple[str, 
 
 
 _SCENARIO_TYPES: dict[str, type | tuple[type, ...]] = {
-    "tasks": list, "domains": list, "happy": bool, "multitask": bool, "completion_level": str,
-    "user_task": str, "wizard_task": str, "user_guide": list, "n_user_utterances": int,
+    "tasks": list,
+    "domains": list,
+    "happy": bool,
+    "multitask": bool,
+    "completion_level": str,
+    "user_task": str,
+    "wizard_task": str,
+    "user_guide": list,
+    "n_user_utterances": int,
     "n_system_utterances": int,
 }
 
@@ -130,11 +146,17 @@ def scenario_from_row(row: Any, where: str, errors: list[str]) -> Scenario | Non
         return None
     tasks = tuple(row["tasks"])
     return Scenario(
-        scenario_id=str(row["dialogue_id"]), tasks=tasks, domains=_fill_domains(row["domains"], tasks),
-        happy=row["happy"], multitask=row["multitask"], completion_level=row["completion_level"],
-        user_task=row["user_task"], wizard_task=row["wizard_task"],
+        scenario_id=str(row["dialogue_id"]),
+        tasks=tasks,
+        domains=_fill_domains(row["domains"], tasks),
+        happy=row["happy"],
+        multitask=row["multitask"],
+        completion_level=row["completion_level"],
+        user_task=row["user_task"],
+        wizard_task=row["wizard_task"],
         user_guide=tuple(str(g) for g in row["user_guide"]),
-        n_user_utterances=row["n_user_utterances"], n_system_utterances=row["n_system_utterances"],
+        n_user_utterances=row["n_user_utterances"],
+        n_system_utterances=row["n_system_utterances"],
     )
 
 
@@ -224,8 +246,13 @@ def scenario_from_dialogue(dialogue: Any, where: str, errors: list[str]) -> Scen
     for t in tasks_raw:
         if isinstance(t, str) and t not in tasks:
             tasks.append(t)
-    for key, typ in (("Domains", list), ("Happy", bool), ("MultiTask", bool), ("UserTask", str),
-                     ("WizardTask", str)):
+    for key, typ in (
+        ("Domains", list),
+        ("Happy", bool),
+        ("MultiTask", bool),
+        ("UserTask", str),
+        ("WizardTask", str),
+    ):
         if not isinstance(sc.get(key), typ):
             bad.append(f"Scenario.{key} missing or not a {typ.__name__}")
     if not tasks:
@@ -237,12 +264,22 @@ def scenario_from_dialogue(dialogue: Any, where: str, errors: list[str]) -> Scen
         return None
     norm = [normalize_event(e) for e in events if isinstance(e, dict)]
     n_user, n_sys = count_utterances(norm)
-    guide = tuple(e["text"] for e in norm
-                  if e.get("agent") == "UserGuide" and e.get("action") == "instruct" and e["text"] is not None)
+    guide = tuple(
+        e["text"]
+        for e in norm
+        if e.get("agent") == "UserGuide" and e.get("action") == "instruct" and e["text"] is not None
+    )
     tasks_t = tuple(tasks)
     return Scenario(
-        scenario_id=str(dialogue["DialogueID"]), tasks=tasks_t, domains=_fill_domains(sc["Domains"], tasks_t),
-        happy=sc["Happy"], multitask=sc["MultiTask"], completion_level=dialogue["CompletionLevel"],
-        user_task=sc["UserTask"], wizard_task=sc["WizardTask"], user_guide=guide,
-        n_user_utterances=n_user, n_system_utterances=n_sys,
+        scenario_id=str(dialogue["DialogueID"]),
+        tasks=tasks_t,
+        domains=_fill_domains(sc["Domains"], tasks_t),
+        happy=sc["Happy"],
+        multitask=sc["MultiTask"],
+        completion_level=dialogue["CompletionLevel"],
+        user_task=sc["UserTask"],
+        wizard_task=sc["WizardTask"],
+        user_guide=guide,
+        n_user_utterances=n_user,
+        n_system_utterances=n_sys,
     )

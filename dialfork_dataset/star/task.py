@@ -51,8 +51,9 @@ class StarTask:
     start_node: str = START_NODE
 
     @classmethod
-    def load(cls, task_dir: str | os.PathLike, api: StarApi | None = None,
-             errors: list[str] | None = None) -> StarTask | None:
+    def load(
+        cls, task_dir: str | os.PathLike, api: StarApi | None = None, errors: list[str] | None = None
+    ) -> StarTask | None:
         """Read ``task_dir``. With ``errors`` given, problems are appended there and None is returned;
         otherwise a :class:`StarError` listing every problem of the folder is raised.
 
@@ -85,22 +86,28 @@ class StarTask:
         return task if len(errs) == n0 else None
 
     @classmethod
-    def _from_parts(cls, name: str, task_dir: Path, main: Path, data: Any, api: StarApi | None,
-                    errs: list[str]) -> StarTask | None:
+    def _from_parts(
+        cls, name: str, task_dir: Path, main: Path, data: Any, api: StarApi | None, errs: list[str]
+    ) -> StarTask | None:
         n0 = len(errs)
         if not isinstance(data, dict):
-            errs.append(f"{main}: expected a JSON object with 'task', 'replies', 'graph', got {type(data).__name__}")
+            errs.append(
+                f"{main}: expected a JSON object with 'task', 'replies', 'graph', got {type(data).__name__}"
+            )
             return None
         for key in ("replies", "graph"):
             val = data.get(key)
-            if not isinstance(val, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in val.items()):
+            if not isinstance(val, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in val.items()
+            ):
                 errs.append(f"{main}: {key!r} missing or not an object of strings (node -> text/node)")
         resp_path = task_dir / "responses.json"
         responses = None
         if resp_path.exists():
             responses = read_json(resp_path, errs, "responses file")
-            if responses is not None and not (isinstance(responses, dict)
-                                              and all(isinstance(v, str) for v in responses.values())):
+            if responses is not None and not (
+                isinstance(responses, dict) and all(isinstance(v, str) for v in responses.values())
+            ):
                 errs.append(f"{resp_path}: expected an object node -> response template")
                 responses = None
         if not isinstance(data.get("task"), str):
@@ -117,17 +124,28 @@ class StarTask:
             for node, role in ((src, "source"), (dst, "target")):
                 if node in known or node.startswith("query") or node in KNOWN_OUTCOMES:
                     continue
-                errs.append(f"{main}: graph edge {src!r} -> {dst!r}: unknown {role} node {node!r} "
-                            "(no reply in 'replies' or responses.json, and not a query/branch node)")
+                errs.append(
+                    f"{main}: graph edge {src!r} -> {dst!r}: unknown {role} node {node!r} "
+                    "(no reply in 'replies' or responses.json, and not a query/branch node)"
+                )
         nlu = _parse_nlu(task_dir / "wizard_nlu_training_data.md", errs)
         instr_path = task_dir / "instructions.txt"
         instructions = instr_path.read_text(encoding="utf-8").strip() if instr_path.exists() else None
         jpg = task_dir / f"{name}.jpg"
         if len(errs) > n0:
             return None
-        return cls(name=name, domain=task_domain(name), function=data["task"], replies=dict(replies),
-                   graph=dict(graph), responses=dict(responses or {}), nlu=nlu, instructions=instructions,
-                   flowchart=jpg if jpg.exists() else None, api=api)
+        return cls(
+            name=name,
+            domain=task_domain(name),
+            function=data["task"],
+            replies=dict(replies),
+            graph=dict(graph),
+            responses=dict(responses or {}),
+            nlu=nlu,
+            instructions=instructions,
+            flowchart=jpg if jpg.exists() else None,
+            api=api,
+        )
 
     # ---- what backends need (dialfork_dataset.sources.WorkflowTask)
 
@@ -149,15 +167,21 @@ class StarTask:
         """
         if feature == "surface_templates":
             steps = [n for n in walk_order(self.steps()) if self.kinds.get(n) == "action"]
-            return [f"response template of step {n!r} (responses.json or 'replies' of {self.name}.json)"
-                    for n in steps if not self.template(n)]
+            return [
+                f"response template of step {n!r} (responses.json or 'replies' of {self.name}.json)"
+                for n in steps
+                if not self.template(n)
+            ]
         if feature == "api":
             return [] if self.api is not None else [f"API (apis/apis/{self.name}.json)"]
         if feature == "kb":
             if self.api is None:
                 return [f"API (apis/apis/{self.name}.json), which names the knowledge base"]
-            return [] if dbs is not None and (self.api.db in dbs or self.domain in dbs) else \
-                [f"knowledge base {self.api.db!r} (apis/dbs/{self.api.db}.json)"]
+            return (
+                []
+                if dbs is not None and (self.api.db in dbs or self.domain in dbs)
+                else [f"knowledge base {self.api.db!r} (apis/dbs/{self.api.db}.json)"]
+            )
         raise ValueError(f"unknown feature {feature!r}; known: surface_templates, api, kb")
 
     # ---- structure
@@ -289,16 +313,23 @@ class StarTask:
                 kind = kinds.get(node, "action")
                 if kind == "action" and kids:
                     kind = "branch"
-                step = WorkflowStep(number=counter[0], node=node, kind=kind,
-                                    text=self.describe(node),
-                                    template=self.template(node))
+                step = WorkflowStep(
+                    number=counter[0],
+                    node=node,
+                    kind=kind,
+                    text=self.describe(node),
+                    template=self.template(node),
+                )
                 out.append(step)
                 path = (*path, node)
                 nxt = self.graph.get(node)
                 inner = pending | main_line(nxt)
                 for b in kids:
-                    step.branches.append(WorkflowBranch(label=b, text=self.replies.get(b, b),
-                                                        steps=walk(self.graph.get(b), path, inner)))
+                    step.branches.append(
+                        WorkflowBranch(
+                            label=b, text=self.replies.get(b, b), steps=walk(self.graph.get(b), path, inner)
+                        )
+                    )
                 node = nxt
             return out
 
@@ -309,8 +340,9 @@ class StarTask:
             step.text = f"{'Go back to' if loop else 'Continue with'} step {n}"
         return steps
 
-    def render_steps(self, with_templates: bool = True, include_other: bool = True,
-                     include_instructions: bool = True) -> str:
+    def render_steps(
+        self, with_templates: bool = True, include_other: bool = True, include_instructions: bool = True
+    ) -> str:
         """The workflow as numbered plain-language text (for LLM prompts and annotators).
 
         Each step shows its node id in brackets and, with ``with_templates``, its response template;
@@ -396,7 +428,9 @@ def _parse_nlu(path: Path, errors: list[str]) -> dict[str, list[str]]:
         s = line.strip()
         if s.startswith("##"):
             head = s.lstrip("#").strip()
-            current = out.setdefault(head.split(":", 1)[1].strip(), []) if head.startswith("intent:") else None
+            current = (
+                out.setdefault(head.split(":", 1)[1].strip(), []) if head.startswith("intent:") else None
+            )
         elif current is not None and s.startswith("- "):
             current.append(s[2:].strip())
     return out

@@ -10,37 +10,75 @@ from dialfork_dataset.console import state_defaults
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m dialfork_metrics.audit",
-                                 description="Audit how well an agent follows its workflows (docs/audit.md).")
+    ap = argparse.ArgumentParser(
+        prog="python -m dialfork_metrics.audit",
+        description="Audit how well an agent follows its workflows (docs/audit.md).",
+    )
     ap.add_argument("--agent", required=True, help="the agent's API root, e.g. http://127.0.0.1:8000/v1")
     ap.add_argument("--model", required=True, help="the served model name")
     ap.add_argument("--api-key-env", default=None, help="environment variable holding the bearer token")
-    ap.add_argument("--source", default=None, help="workflow source: star:PATH or workflow:PATH (a workflow file or a folder of them); KIND:PATH for any kind of dialfork_dataset.sources.SOURCE_KINDS")
-    ap.add_argument("--star", default=None, help="STAR copy (same as --source star:PATH; default $DIALFORK_STAR_DIR)")
+    ap.add_argument(
+        "--source",
+        default=None,
+        help="workflow source: star:PATH or workflow:PATH (a workflow file or a folder of them); KIND:PATH for any kind of dialfork_dataset.sources.SOURCE_KINDS",
+    )
+    ap.add_argument(
+        "--star", default=None, help="STAR copy (same as --source star:PATH; default $DIALFORK_STAR_DIR)"
+    )
     ap.add_argument("--tasks", required=True, help="comma-separated task names of the source")
     ap.add_argument("--per-task", type=int, default=5, help="scenarios per task (default 5)")
     ap.add_argument("--scenarios", default=None, help="comma-separated scenario ids (instead of the first N)")
-    ap.add_argument("--happy-only", action="store_true",
-                    help="audit happy scenarios only, against the reference's happy-scenario dialogues")
+    ap.add_argument(
+        "--happy-only",
+        action="store_true",
+        help="audit happy scenarios only, against the reference's happy-scenario dialogues",
+    )
     ap.add_argument("--user", default="template", help="simulated user: template (default) or openai:URL")
     ap.add_argument("--user-model", default=None, help="model name of the openai:URL user")
-    ap.add_argument("--user-api-key-env", default=None, help="environment variable with the user server's token")
-    ap.add_argument("--reference", required=True, help="corpus folder or exported Hub folder with conformant dialogues")
+    ap.add_argument(
+        "--user-api-key-env", default=None, help="environment variable with the user server's token"
+    )
+    ap.add_argument(
+        "--reference", required=True, help="corpus folder or exported Hub folder with conformant dialogues"
+    )
     ap.add_argument("--out", required=True, help="output folder (dialogues, report); a rerun resumes")
-    ap.add_argument("--concurrency", type=int, default=4, help="conversations with the agent in flight at once")
-    ap.add_argument("--kb-tools", action="store_true",
-                    help="offer the agent the task's API as an OpenAI tool and answer its calls from the source's "
-                         "knowledge base (generation/kb_tools.py)")
-    ap.add_argument("--max-tool-rounds", type=int, default=None,
-                    help="rounds of tool calls per agent turn before it must answer (default 4)")
-    ap.add_argument("--detector", default="wf",
-                    help="Task 3 detector: wf (workflow-aware, default), or the paper's it, ss, it+nc, ss+nc")
-    ap.add_argument("--encoder", default="minilm",
-                    help="sentence encoder of the detector and the scores: alias (minilm, ...) or model path")
-    ap.add_argument("--timeout", type=float, default=60.0,
-                    help="seconds to wait for one reply of the agent (or the LLM user) before retrying")
-    ap.add_argument("--max-retries", type=int, default=3,
-                    help="retries of a failed request (timeout, connection error, 5xx) before the dialogue fails")
+    ap.add_argument(
+        "--concurrency", type=int, default=4, help="conversations with the agent in flight at once"
+    )
+    ap.add_argument(
+        "--kb-tools",
+        action="store_true",
+        help="offer the agent the task's API as an OpenAI tool and answer its calls from the source's "
+        "knowledge base (generation/kb_tools.py)",
+    )
+    ap.add_argument(
+        "--max-tool-rounds",
+        type=int,
+        default=None,
+        help="rounds of tool calls per agent turn before it must answer (default 4)",
+    )
+    ap.add_argument(
+        "--detector",
+        default="wf",
+        help="Task 3 detector: wf (workflow-aware, default), or the paper's it, ss, it+nc, ss+nc",
+    )
+    ap.add_argument(
+        "--encoder",
+        default="minilm",
+        help="sentence encoder of the detector and the scores: alias (minilm, ...) or model path",
+    )
+    ap.add_argument(
+        "--timeout",
+        type=float,
+        default=60.0,
+        help="seconds to wait for one reply of the agent (or the LLM user) before retrying",
+    )
+    ap.add_argument(
+        "--max-retries",
+        type=int,
+        default=3,
+        help="retries of a failed request (timeout, connection error, 5xx) before the dialogue fails",
+    )
     return state_defaults(ap)
 
 
@@ -68,12 +106,30 @@ def main(argv: list[str] | None = None) -> int:
         from dialfork_dataset.hub import resolve_data
 
         resolve_data(a.reference, accept=("corpus", "layout"), option="--reference")  # before STAR is read
-        report = audit_agent(a.agent, a.model, tasks, a.reference, star=a.star, source=a.source,
-                             per_task=None if scen else a.per_task, scenarios=scen, out=a.out,
-                             api_key_env=a.api_key_env, concurrency=a.concurrency, encoder=a.encoder,
-                             detector=a.detector, timeout=a.timeout, happy_only=a.happy_only, user=a.user,
-                             user_model=a.user_model, user_api_key_env=a.user_api_key_env, max_retries=a.max_retries,
-                             kb_tools=a.kb_tools, max_tool_rounds=a.max_tool_rounds, cli_hints=True)
+        report = audit_agent(
+            a.agent,
+            a.model,
+            tasks,
+            a.reference,
+            star=a.star,
+            source=a.source,
+            per_task=None if scen else a.per_task,
+            scenarios=scen,
+            out=a.out,
+            api_key_env=a.api_key_env,
+            concurrency=a.concurrency,
+            encoder=a.encoder,
+            detector=a.detector,
+            timeout=a.timeout,
+            happy_only=a.happy_only,
+            user=a.user,
+            user_model=a.user_model,
+            user_api_key_env=a.user_api_key_env,
+            max_retries=a.max_retries,
+            kb_tools=a.kb_tools,
+            max_tool_rounds=a.max_tool_rounds,
+            cli_hints=True,
+        )
     except (AuditError, EndpointError, ValueError) as e:
         msg = " ".join(str(e).split())
         print(f"error: {msg}", file=sys.stderr)

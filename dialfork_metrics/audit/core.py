@@ -48,8 +48,10 @@ def parse_source(source: str | None, star: str | None) -> str | None:
         return star
     kind, sep, path = str(source).partition(":")
     if not sep or kind not in SOURCE_KINDS:
-        raise AuditError(f"--source {source!r}: expected {' or '.join(k + ':PATH' for k in SOURCE_KINDS)} "
-                         "(the registered source kinds)")
+        raise AuditError(
+            f"--source {source!r}: expected {' or '.join(k + ':PATH' for k in SOURCE_KINDS)} "
+            "(the registered source kinds)"
+        )
     try:
         parse_source_spec(source)
     except SourceError as e:
@@ -86,9 +88,14 @@ def _sid_key(sid: str) -> tuple:
     return (0, int(sid), sid) if str(sid).isdigit() else (1, 0, str(sid))
 
 
-def plan_jobs(corpus: Any, tasks: Sequence[str], per_task: int | None = None,
-              scenarios: Mapping[str, Sequence[str]] | Sequence[str] | None = None, seed: int = 0,
-              happy_only: bool = False) -> list[Job]:
+def plan_jobs(
+    corpus: Any,
+    tasks: Sequence[str],
+    per_task: int | None = None,
+    scenarios: Mapping[str, Sequence[str]] | Sequence[str] | None = None,
+    seed: int = 0,
+    happy_only: bool = False,
+) -> list[Job]:
     """The (task, scenario) conversations to run: the first ``per_task`` single-task scenarios of each
     task in scenario-id order, or the ``scenarios`` given (ids; a mapping task -> ids, or a flat list
     applied to every task). Every unknown task or scenario is reported at once.
@@ -126,15 +133,19 @@ def plan_jobs(corpus: Any, tasks: Sequence[str], per_task: int | None = None,
         except (StarError, SourceError, KeyError) as e:
             errs.append(str(e).strip('"'))
             continue
-        avail = {str(s.scenario_id): s for s in corpus.scenarios_for(name, happy=True if happy_only else None)}
+        avail = {
+            str(s.scenario_id): s for s in corpus.scenarios_for(name, happy=True if happy_only else None)
+        }
         if scenarios is not None:
             want = scenarios.get(name, ()) if isinstance(scenarios, Mapping) else scenarios
             chosen = []
             for sid in want:
                 if str(sid) not in avail:
-                    errs.append(f"scenario {sid!r} is not a single-task{' happy' if happy_only else ''} scenario of "
-                                f"task {name!r} in the source "
-                                f"{corpus.path} (it has {len(avail)}, e.g. {', '.join(sorted(avail, key=_sid_key)[:3])})")
+                    errs.append(
+                        f"scenario {sid!r} is not a single-task{' happy' if happy_only else ''} scenario of "
+                        f"task {name!r} in the source "
+                        f"{corpus.path} (it has {len(avail)}, e.g. {', '.join(sorted(avail, key=_sid_key)[:3])})"
+                    )
                 else:
                     chosen.append(avail[str(sid)])
         else:
@@ -162,9 +173,17 @@ class _Encoder:
             return self.encoder.encode(texts)
 
 
-def converse(job: Job, client: Any, backend: Any, matcher: Any, encoder: _Encoder,
-             sampling: Mapping[str, Any], max_extra_turns: int = 4, user_client: Any = None,
-             tools: Any = None) -> Outcome:
+def converse(
+    job: Job,
+    client: Any,
+    backend: Any,
+    matcher: Any,
+    encoder: _Encoder,
+    sampling: Mapping[str, Any],
+    max_extra_turns: int = 4,
+    user_client: Any = None,
+    tools: Any = None,
+) -> Outcome:
     """One conversation: template user first, then the agent, until one ends it or the length
     budget (plus ``max_extra_turns`` for the wrap-up) is spent. Upstream failures end the
     conversation with ``Outcome.error`` set. ``tools``: a :class:`ToolAgent` (the agent is offered
@@ -191,8 +210,14 @@ def converse(job: Job, client: Any, backend: Any, matcher: Any, encoder: _Encode
 
     from .user import LLMUser, TemplateUser, UserError
 
-    d = Dialogue(key=job.dialogue_id, task=job.task, scenario=job.scenario, seed=job.seed, budget=job.budget,
-                 cut=job.budget + max_extra_turns)
+    d = Dialogue(
+        key=job.dialogue_id,
+        task=job.task,
+        scenario=job.scenario,
+        seed=job.seed,
+        budget=job.budget,
+        cut=job.budget + max_extra_turns,
+    )
     init_messages(d)
     messages = list(d.system_messages)
     if user_client is None:
@@ -230,8 +255,10 @@ def converse(job: Job, client: Any, backend: Any, matcher: Any, encoder: _Encode
         done = END_TOKEN in raw
         text = raw.replace(END_TOKEN, "").strip()
         if not text:
-            error = (f"turn {i}: the agent returned an empty reply (finish_reason={finish!r}); "
-                     "check the model name, max_tokens and the server's chat template")
+            error = (
+                f"turn {i}: the agent returned an empty reply (finish_reason={finish!r}); "
+                "check the model name, max_tokens and the server's chat template"
+            )
             break
         d.turns.append({"speaker": "system", "text": text})
         d.n_system += 1
@@ -261,8 +288,16 @@ class ToolAgent:
         max_rounds: Most rounds of tool calls per agent turn; None: the generator's default.
     """
 
-    def __init__(self, agent: str, model: str, executor: Any, api_key: str | None = None, timeout: float = 60.0,
-                 max_retries: int = 3, max_rounds: int | None = None):
+    def __init__(
+        self,
+        agent: str,
+        model: str,
+        executor: Any,
+        api_key: str | None = None,
+        timeout: float = 60.0,
+        max_retries: int = 3,
+        max_rounds: int | None = None,
+    ):
         import openai
 
         from generation.api import DEFAULT_MAX_TOOL_ROUNDS
@@ -271,11 +306,17 @@ class ToolAgent:
         self.url = agent
         self.executor = executor
         self.max_rounds = DEFAULT_MAX_TOOL_ROUNDS if max_rounds is None else int(max_rounds)
-        self.client = openai.OpenAI(base_url=agent, api_key=api_key or "none", timeout=timeout,
-                                    max_retries=max_retries)
+        self.client = openai.OpenAI(
+            base_url=agent, api_key=api_key or "none", timeout=timeout, max_retries=max_retries
+        )
 
-    def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], seed: int,
-                 sampling: Mapping[str, Any]) -> dict[str, Any]:
+    def complete(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        seed: int,
+        sampling: Mapping[str, Any],
+    ) -> dict[str, Any]:
         """One chat completion with the tools offered.
 
         Args:
@@ -302,20 +343,33 @@ class ToolAgent:
         try:
             resp = self.client.chat.completions.create(model=self.model, messages=messages, seed=seed, **kw)
         except openai.APIStatusError as e:
-            raise EndpointError(f"POST {self.url}/chat/completions: HTTP {e.status_code}: {e.message}",
-                                status=e.status_code) from None
+            raise EndpointError(
+                f"POST {self.url}/chat/completions: HTTP {e.status_code}: {e.message}", status=e.status_code
+            ) from None
         except openai.APIError as e:
             raise EndpointError(f"POST {self.url}/chat/completions failed: {type(e).__name__}: {e}") from None
         choices = getattr(resp, "choices", None)
         if not choices or getattr(choices[0], "message", None) is None:
-            raise EndpointError(f"POST {self.url}/chat/completions: the reply is not a chat completion "
-                                f"(not JSON with choices[0].message): {str(resp)[:200]!r}")
+            raise EndpointError(
+                f"POST {self.url}/chat/completions: the reply is not a chat completion "
+                f"(not JSON with choices[0].message): {str(resp)[:200]!r}"
+            )
         m = choices[0].message
-        out: dict[str, Any] = {"role": "assistant", "content": m.content, "finish_reason": choices[0].finish_reason}
+        out: dict[str, Any] = {
+            "role": "assistant",
+            "content": m.content,
+            "finish_reason": choices[0].finish_reason,
+        }
         if m.tool_calls:
-            out["tool_calls"] = [{"id": c.id, "type": "function",
-                                  "function": {"name": c.function.name, "arguments": c.function.arguments}}
-                                 for c in m.tool_calls if getattr(c, "function", None) is not None]
+            out["tool_calls"] = [
+                {
+                    "id": c.id,
+                    "type": "function",
+                    "function": {"name": c.function.name, "arguments": c.function.arguments},
+                }
+                for c in m.tool_calls
+                if getattr(c, "function", None) is not None
+            ]
         return out
 
     def turn(self, messages: list[dict[str, Any]], job: Job, sampling: Mapping[str, Any]):
@@ -333,9 +387,15 @@ class ToolAgent:
         from generation.api import run_tool_loop
 
         seed = job.seed % (2**31)
-        msg, results = run_tool_loop(lambda ms, ts: self.complete(ms, ts, seed, sampling), messages, self.executor,
-                                     job.task.name, happy=bool(job.scenario.happy), seed=job.seed,
-                                     max_rounds=self.max_rounds)
+        msg, results = run_tool_loop(
+            lambda ms, ts: self.complete(ms, ts, seed, sampling),
+            messages,
+            self.executor,
+            job.task.name,
+            happy=bool(job.scenario.happy),
+            seed=job.seed,
+            max_rounds=self.max_rounds,
+        )
         text = msg.get("content") if isinstance(msg.get("content"), str) else ""
         finish = msg.get("finish_reason")
         if msg.get("tool_calls"):
@@ -343,9 +403,20 @@ class ToolAgent:
         return text, finish, results
 
 
-def run_conversations(jobs: Sequence[Job], client: Any, corpus: Any, encoder: Any, store: Store, generator: str,
-                      sampling: Mapping[str, Any], concurrency: int = 4, min_similarity: float | None = None,
-                      show_progress: bool = True, user_client: Any = None, tools: Any = None) -> None:
+def run_conversations(
+    jobs: Sequence[Job],
+    client: Any,
+    corpus: Any,
+    encoder: Any,
+    store: Store,
+    generator: str,
+    sampling: Mapping[str, Any],
+    concurrency: int = 4,
+    min_similarity: float | None = None,
+    show_progress: bool = True,
+    user_client: Any = None,
+    tools: Any = None,
+) -> None:
     """Run every job not yet in ``store`` (``concurrency`` conversations at once).
 
     Each finished or failed conversation is added to ``store`` as it ends (a failure is logged).
@@ -386,18 +457,31 @@ def run_conversations(jobs: Sequence[Job], client: Any, corpus: Any, encoder: An
         if j.task.name not in matchers:
             matchers[j.task.name] = AssignerStepMatcher(assigner, j.task.name, backend.model(j.task))
     with ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="audit") as pool:
-        futs = [pool.submit(converse, j, client, backend, matchers[j.task.name], enc, sampling, 4, user_client, tools)
-                for j in todo]
-        for f in tqdm(as_completed(futs), total=len(futs), desc="audit", unit="dlg", disable=not show_progress):
+        futs = [
+            pool.submit(
+                converse, j, client, backend, matchers[j.task.name], enc, sampling, 4, user_client, tools
+            )
+            for j in todo
+        ]
+        for f in tqdm(
+            as_completed(futs), total=len(futs), desc="audit", unit="dlg", disable=not show_progress
+        ):
             o = f.result()
             if o.error:
                 logger.warning("%s failed: %s", o.job.dialogue_id, o.error)
             store.add(o, generator, sampling)
 
 
-def make_client(agent: str, model: str, api_key_env: str | None = None, timeout: float = 60.0,
-                max_retries: int = 3, backoff: float = 0.5, role: str = "agent",
-                option_names: Mapping[str, str] | None = None):
+def make_client(
+    agent: str,
+    model: str,
+    api_key_env: str | None = None,
+    timeout: float = 60.0,
+    max_retries: int = 3,
+    backoff: float = 0.5,
+    role: str = "agent",
+    option_names: Mapping[str, str] | None = None,
+):
     """The project's OpenAI-compatible client for the agent (or the LLM user, ``role``), checked
     (reachable, serves ``model``). ``option_names``: the CLI flags of the URL and the model, named
     by the client's error hints (:class:`~generation.llm.client.OpenAICompatClient`).
@@ -427,8 +511,16 @@ def make_client(agent: str, model: str, api_key_env: str | None = None, timeout:
         if not api_key:
             raise AuditError(f"--api-key-env {api_key_env}: that environment variable is not set")
     try:
-        client = OpenAICompatClient(agent, model, api_key=api_key, timeout=timeout, max_retries=max_retries,
-                                    concurrency=1, backoff=backoff, option_names=option_names)
+        client = OpenAICompatClient(
+            agent,
+            model,
+            api_key=api_key,
+            timeout=timeout,
+            max_retries=max_retries,
+            concurrency=1,
+            backoff=backoff,
+            option_names=option_names,
+        )
     except ValueError as e:
         raise AuditError(f"{role} {agent!r}: {e}") from None
     try:
@@ -438,15 +530,37 @@ def make_client(agent: str, model: str, api_key_env: str | None = None, timeout:
     return client
 
 
-def audit_agent(agent: str, model: str, tasks: Sequence[str], reference: Any, *, star: str | os.PathLike | None = None,
-                source: str | None = None, per_task: int | None = 5, scenarios: Any = None, out: str | os.PathLike,
-                api_key_env: str | None = None, concurrency: int = 4, encoder: Any = "minilm", detector: str = "wf",
-                sampling: Mapping[str, Any] | None = None, seed: int = 0, timeout: float = 60.0,
-                max_retries: int = 3, backoff: float = 0.5, min_similarity: float | None = None,
-                detector_options: Mapping[str, Any] | None = None, happy_only: bool = False,
-                user: str = "template", user_model: str | None = None, user_api_key_env: str | None = None,
-                kb_tools: bool = False, max_tool_rounds: int | None = None, show_progress: bool = True,
-                cli_hints: bool = False):
+def audit_agent(
+    agent: str,
+    model: str,
+    tasks: Sequence[str],
+    reference: Any,
+    *,
+    star: str | os.PathLike | None = None,
+    source: str | None = None,
+    per_task: int | None = 5,
+    scenarios: Any = None,
+    out: str | os.PathLike,
+    api_key_env: str | None = None,
+    concurrency: int = 4,
+    encoder: Any = "minilm",
+    detector: str = "wf",
+    sampling: Mapping[str, Any] | None = None,
+    seed: int = 0,
+    timeout: float = 60.0,
+    max_retries: int = 3,
+    backoff: float = 0.5,
+    min_similarity: float | None = None,
+    detector_options: Mapping[str, Any] | None = None,
+    happy_only: bool = False,
+    user: str = "template",
+    user_model: str | None = None,
+    user_api_key_env: str | None = None,
+    kb_tools: bool = False,
+    max_tool_rounds: int | None = None,
+    show_progress: bool = True,
+    cli_hints: bool = False,
+):
     """Audit the agent served at ``agent`` (OpenAI-compatible API root) as ``model``.
 
     Runs ``per_task`` scenarios of each task of ``tasks`` (or the ``scenarios`` given) with the
@@ -531,8 +645,10 @@ def audit_agent(agent: str, model: str, tasks: Sequence[str], reference: Any, *,
         refs = {t: [r for r in rs if str(r["scenario_id"]) in happy] for t, rs in refs.items()}
         empty = [t for t, rs in refs.items() if not rs]
         if empty:
-            raise AuditError(f"reference {reference}: no conformant dialogue of a happy scenario of task(s) "
-                             + ", ".join(empty))
+            raise AuditError(
+                f"reference {reference}: no conformant dialogue of a happy scenario of task(s) "
+                + ", ".join(empty)
+            )
     user_client = None
     if user != "template":
         kind, sep, url = str(user).partition(":")
@@ -540,18 +656,35 @@ def audit_agent(agent: str, model: str, tasks: Sequence[str], reference: Any, *,
             raise AuditError(f"user {user!r}: expected 'template' or 'openai:URL'")
         if not user_model:
             raise AuditError("an openai:URL user needs the served model's name (--user-model)")
-        user_client = make_client(url, user_model, user_api_key_env, timeout, max_retries, backoff,
-                                  role="simulated user",
-                                  option_names={"base_url": "--user openai:", "model": "--user-model"}
-                                  if cli_hints else None)
+        user_client = make_client(
+            url,
+            user_model,
+            user_api_key_env,
+            timeout,
+            max_retries,
+            backoff,
+            role="simulated user",
+            option_names={"base_url": "--user openai:", "model": "--user-model"} if cli_hints else None,
+        )
     store = Store(out)
     generator = f"agent:{model}"
-    others = sorted({r.get("generator") for r in [*store.records.values(), *store.failed.values()]} - {generator})
+    others = sorted(
+        {r.get("generator") for r in [*store.records.values(), *store.failed.values()]} - {generator}
+    )
     if others:
-        raise AuditError(f"{store.out} holds dialogues of {', '.join(map(str, others))}, not of {generator}; "
-                         "give another --out (a rerun resumes only the same agent's audit)")
-    client = make_client(agent, model, api_key_env, timeout, max_retries, backoff,
-                         option_names={"base_url": "--agent", "model": "--model"} if cli_hints else None)
+        raise AuditError(
+            f"{store.out} holds dialogues of {', '.join(map(str, others))}, not of {generator}; "
+            "give another --out (a rerun resumes only the same agent's audit)"
+        )
+    client = make_client(
+        agent,
+        model,
+        api_key_env,
+        timeout,
+        max_retries,
+        backoff,
+        option_names={"base_url": "--agent", "model": "--model"} if cli_hints else None,
+    )
     tool_agent = None
     if kb_tools:
         from generation.api import KBExecutor, ToolSpecError
@@ -567,18 +700,41 @@ def audit_agent(agent: str, model: str, tasks: Sequence[str], reference: Any, *,
         tool_agent = ToolAgent(agent, model, executor, key, timeout, max_retries, max_tool_rounds)
     enc = get_encoder(encoder)
     sampling = dict(DEFAULT_SAMPLING if sampling is None else sampling)
-    run_conversations(jobs, client, corpus, enc, store, generator, sampling, concurrency, min_similarity,
-                      show_progress, user_client, tool_agent)
+    run_conversations(
+        jobs,
+        client,
+        corpus,
+        enc,
+        store,
+        generator,
+        sampling,
+        concurrency,
+        min_similarity,
+        show_progress,
+        user_client,
+        tool_agent,
+    )
     ids = {j.dialogue_id for j in jobs}
     if ids and all(i in store.failed for i in ids):
         first = next(store.failed[i]["error"] for i in sorted(ids))
-        raise AuditError(f"every dialogue failed ({len(ids)}); first error: {first} "
-                         f"(details in {store.out / FAILED_FILE})")
+        raise AuditError(
+            f"every dialogue failed ({len(ids)}); first error: {first} (details in {store.out / FAILED_FILE})"
+        )
     from generation.api import TemplateBackend
 
     backend = TemplateBackend()
     backend.bind_corpus(corpus)
-    report = score_audit(jobs, store, refs, enc, backend, detector=detector, agent=agent, model=model,
-                         detector_options=detector_options, workflow=corpus)
+    report = score_audit(
+        jobs,
+        store,
+        refs,
+        enc,
+        backend,
+        detector=detector,
+        agent=agent,
+        model=model,
+        detector_options=detector_options,
+        workflow=corpus,
+    )
     report.save(store.out)
     return report

@@ -15,15 +15,25 @@ from typing import Any
 
 from .report import COLUMNS, AuditReport, cell, flowkl_notes
 
-BETTER = {"completion": "higher", "coverage": "higher", "skipped": "lower", "repeated": "lower",
-          "out_of_order": "lower", "alarm_rate": "lower", "flowkl": "lower", "flowscore": "lower"}
+BETTER = {
+    "completion": "higher",
+    "coverage": "higher",
+    "skipped": "lower",
+    "repeated": "lower",
+    "out_of_order": "lower",
+    "alarm_rate": "lower",
+    "flowkl": "lower",
+    "flowscore": "lower",
+}
 
 
 RANKS = "yes: intervals disjoint"
 NOT_A_RANKING = "no: intervals overlap"
-RANKING_LEGEND = ("ranks: where the agents' 95% intervals overlap (\"no: intervals overlap\"), the row is not a "
-                  "ranking: the data do not tell which agent is better on that score, whichever value is lower or "
-                  "higher; \"-\": the score has no interval.")
+RANKING_LEGEND = (
+    'ranks: where the agents\' 95% intervals overlap ("no: intervals overlap"), the row is not a '
+    "ranking: the data do not tell which agent is better on that score, whichever value is lower or "
+    'higher; "-": the score has no interval.'
+)
 
 
 def intervals_overlap(intervals: Sequence[Sequence[float] | None]) -> bool | None:
@@ -49,7 +59,7 @@ def intervals_overlap(intervals: Sequence[Sequence[float] | None]) -> bool | Non
         known.append((float(ci[0]), float(ci[1])))
     if len(known) < 2:
         return None
-    return any(a[0] <= b[1] and b[0] <= a[1] for j, a in enumerate(known) for b in known[j + 1:])
+    return any(a[0] <= b[1] and b[0] <= a[1] for j, a in enumerate(known) for b in known[j + 1 :])
 
 
 def comparison_rows(reports: Mapping[str, AuditReport]) -> list[dict[str, Any]]:
@@ -72,13 +82,23 @@ def comparison_rows(reports: Mapping[str, AuditReport]) -> list[dict[str, Any]]:
             if key not in BETTER:
                 continue
             figs = {n: reports[n].task(task) for n in names}
-            cis = {n: (list(f[f"{key}_ci"]) if f.get(f"{key}_ci") and f.get(key) is not None else None)
-                   for n, f in figs.items()}
+            cis = {
+                n: (list(f[f"{key}_ci"]) if f.get(f"{key}_ci") and f.get(key) is not None else None)
+                for n, f in figs.items()
+            }
             overlap = intervals_overlap(list(cis.values()))
-            rows.append({"task": task, "score": key, "label": label, "better": BETTER[key],
-                         "values": {n: f.get(key) for n, f in figs.items()}, "intervals": cis,
-                         "cells": {n: cell(f, key) for n, f in figs.items()},
-                         "ranks": None if overlap is None else not overlap})
+            rows.append(
+                {
+                    "task": task,
+                    "score": key,
+                    "label": label,
+                    "better": BETTER[key],
+                    "values": {n: f.get(key) for n, f in figs.items()},
+                    "intervals": cis,
+                    "cells": {n: cell(f, key) for n, f in figs.items()},
+                    "ranks": None if overlap is None else not overlap,
+                }
+            )
     return rows
 
 
@@ -93,12 +113,17 @@ def side_by_side(reports: Mapping[str, AuditReport]) -> str:
         The table, the ranking legend and the FlowKL notes, as Markdown.
     """
     names = list(reports)
-    lines = ["| task | score | better | " + " | ".join(names) + " | ranks |",
-             "| --- | --- | --- |" + " --- |" * (len(names) + 1)]
+    lines = [
+        "| task | score | better | " + " | ".join(names) + " | ranks |",
+        "| --- | --- | --- |" + " --- |" * (len(names) + 1),
+    ]
     for r in comparison_rows(reports):
         ranks = "-" if r["ranks"] is None else RANKS if r["ranks"] else NOT_A_RANKING
-        lines.append(f"| {r['task']} | {r['label']} | {r['better']} | " + " | ".join(r["cells"][n] for n in names)
-                     + f" | {ranks} |")
+        lines.append(
+            f"| {r['task']} | {r['label']} | {r['better']} | "
+            + " | ".join(r["cells"][n] for n in names)
+            + f" | {ranks} |"
+        )
     notes = [f"{n}: {line}" for n in names for line in flowkl_notes(reports[n].tasks)[1:]]
     return "\n".join(lines + ["", RANKING_LEGEND, "", flowkl_notes([])[0], *notes]) + "\n"
 
@@ -112,8 +137,11 @@ def comparison_json(reports: Mapping[str, AuditReport]) -> str:
     Returns:
         The JSON text (indented).
     """
-    return json.dumps({"agents": list(reports), "legend": RANKING_LEGEND, "rows": comparison_rows(reports)},
-                      indent=2, ensure_ascii=False)
+    return json.dumps(
+        {"agents": list(reports), "legend": RANKING_LEGEND, "rows": comparison_rows(reports)},
+        indent=2,
+        ensure_ascii=False,
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -124,14 +152,24 @@ def build_parser() -> argparse.ArgumentParser:
     """
     from dialfork_dataset.console import plain_text
 
-    ap = argparse.ArgumentParser(prog="python -m dialfork_metrics.audit.demo",
-                                 description=plain_text(__doc__.split("\n\n")[0]))
-    ap.add_argument("--star", default=os.environ.get("DIALFORK_STAR_DIR"),
-                    help="STAR folder (default: $DIALFORK_STAR_DIR)")
-    ap.add_argument("--reference", required=True, help="corpus folder or exported Hub folder with conformant dialogues")
+    ap = argparse.ArgumentParser(
+        prog="python -m dialfork_metrics.audit.demo", description=plain_text(__doc__.split("\n\n")[0])
+    )
+    ap.add_argument(
+        "--star",
+        default=os.environ.get("DIALFORK_STAR_DIR"),
+        help="STAR folder (default: $DIALFORK_STAR_DIR)",
+    )
+    ap.add_argument(
+        "--reference", required=True, help="corpus folder or exported Hub folder with conformant dialogues"
+    )
     ap.add_argument("--tasks", required=True, help="comma-separated task names")
-    ap.add_argument("--per-task", type=int, default=6,
-                    help="scenarios audited per task and agent (default 6; FlowKL needs at least 5)")
+    ap.add_argument(
+        "--per-task",
+        type=int,
+        default=6,
+        help="scenarios audited per task and agent (default 6; FlowKL needs at least 5)",
+    )
     ap.add_argument("--out", required=True, help="output folder (one sub-folder per agent, comparison.md)")
     return ap
 
@@ -170,13 +208,23 @@ def main(argv: list[str] | None = None) -> int:
             raise AuditError(str(e)) from None
         for kind in ("faithful", "derailed"):
             with serve_fake_agent(kind, star=a.star) as fa:
-                reports[kind] = audit_agent(fa.url, fa.model, tasks, a.reference, star=a.star, per_task=a.per_task,
-                                            out=Path(a.out) / kind, show_progress=False)
+                reports[kind] = audit_agent(
+                    fa.url,
+                    fa.model,
+                    tasks,
+                    a.reference,
+                    star=a.star,
+                    per_task=a.per_task,
+                    out=Path(a.out) / kind,
+                    show_progress=False,
+                )
     except AuditError as e:
         print("error: " + " ".join(str(e).split()), file=sys.stderr)
         return 2
     table = side_by_side(reports)
-    write_text_atomic(Path(a.out) / "comparison.md", "# Agent audit: faithful vs derailed fake agent\n\n" + table)
+    write_text_atomic(
+        Path(a.out) / "comparison.md", "# Agent audit: faithful vs derailed fake agent\n\n" + table
+    )
     write_text_atomic(Path(a.out) / "comparison.json", comparison_json(reports))
     print(table)
     print(f"audit reports: {a.out}/faithful/report.html, {a.out}/derailed/report.html")

@@ -77,15 +77,23 @@ class AgentPolicy:
             ``htypes`` is not registered.
     """
 
-    def __init__(self, corpus: Any, kind: str = "faithful", derail_at: int = DEFAULT_DERAIL_AT,
-                 htypes: Sequence[str] = DEFAULT_HTYPES, variants: Any = None):
+    def __init__(
+        self,
+        corpus: Any,
+        kind: str = "faithful",
+        derail_at: int = DEFAULT_DERAIL_AT,
+        htypes: Sequence[str] = DEFAULT_HTYPES,
+        variants: Any = None,
+    ):
         from generation.api import TemplateBackend, load_variants
 
         if kind not in ("faithful", "derailed"):
             raise ValueError(f"AgentPolicy: kind must be 'faithful' or 'derailed', got {kind!r}")
         bad = [h for h in htypes if not is_type(h)]
         if bad or not htypes:
-            raise ValueError(f"AgentPolicy: unknown hallucination type(s) {bad}; registered: {', '.join(hallucination_types())}")
+            raise ValueError(
+                f"AgentPolicy: unknown hallucination type(s) {bad}; registered: {', '.join(hallucination_types())}"
+            )
         self.corpus = corpus
         self.kind = kind
         self.derail_at = int(derail_at)
@@ -93,13 +101,24 @@ class AgentPolicy:
         self.backend = TemplateBackend()
         self.backend.bind_corpus(corpus)
         self.by_service = {t.replace("_", " "): t for t in corpus.tasks}
-        self.variants = variants if variants is not None and not isinstance(variants, (str, os.PathLike)) \
+        self.variants = (
+            variants
+            if variants is not None and not isinstance(variants, (str, os.PathLike))
             else load_variants(variants)
+        )
         data = self.backend.data["user"]
         self.answers: dict[str, str] = {}
-        for key, ans in (("yes", "yes"), ("more_yes", "yes"), ("trip_yes", "yes"), ("no", "no"),
-                         ("more_no", "no"), ("trip_no", "no"), ("trip_done", "done"), ("chit_chat", "chat"),
-                         ("close", "close")):
+        for key, ans in (
+            ("yes", "yes"),
+            ("more_yes", "yes"),
+            ("trip_yes", "yes"),
+            ("no", "no"),
+            ("more_no", "no"),
+            ("trip_no", "no"),
+            ("trip_done", "done"),
+            ("chit_chat", "chat"),
+            ("close", "close"),
+        ):
             for text in data.get(key, ()):
                 if "{" not in text:
                     self.answers.setdefault(_key(text), ans)
@@ -148,16 +167,30 @@ class AgentPolicy:
             raise ValueError("the first message must be the system prompt")
         prompt = messages[0]["content"]
         task = self.corpus.task(self.task_of(prompt))
-        convo = [m for m in messages[1:] if m.get("role") in ("user", "assistant") and isinstance(m.get("content"), str)]
+        convo = [
+            m
+            for m in messages[1:]
+            if m.get("role") in ("user", "assistant") and isinstance(m.get("content"), str)
+        ]
         seed = stable_seed("fake-agent", prompt, convo[0]["content"] if convo else "") % (2**62)
         m = self.backend.model(task)
         sim = Sim(m, _HappyScenario(), seed, self.backend.data)
-        d = SimpleNamespace(turns=[], wrapped=False, fork=None, injected=False, seed=seed, scenario=_HappyScenario(),
-                            reference=None, substitute=None)
+        d = SimpleNamespace(
+            turns=[],
+            wrapped=False,
+            fork=None,
+            injected=False,
+            seed=seed,
+            scenario=_HappyScenario(),
+            reference=None,
+            substitute=None,
+        )
         n_sys = 0
         for i, msg in enumerate([*convo, None]):
             if msg is not None and msg["role"] == "user":
-                read_answer(sim, sim.prev, msg["content"])  # the values the user gives fill the later templates
+                read_answer(
+                    sim, sim.prev, msg["content"]
+                )  # the values the user gives fill the later templates
                 sim.answer = self._answer(msg["content"], sim)
                 d.turns.append({"speaker": "user", "text": msg["content"]})
                 continue
@@ -186,14 +219,16 @@ class AgentPolicy:
         variant = Rng(seed, 3).choice(pool)
         sub = None
         if get_type(htype).substitute:
-            same = sorted(n for n in self.corpus.tasks if n != task.name and self.corpus.tasks[n].domain == task.domain)
+            same = sorted(
+                n for n in self.corpus.tasks if n != task.name and self.corpus.tasks[n].domain == task.domain
+            )
             others = same or sorted(n for n in self.corpus.tasks if n != task.name)
             sub = others[seed % len(others)]
             d.substitute = self.corpus.task(sub)
         trace = list(sim.trace)
         happy = list(m.happy_trace)
         last = max((j for j, n in enumerate(happy) if n in trace), default=-1)
-        ref_trace = trace + happy[last + 1:]
+        ref_trace = trace + happy[last + 1 :]
         d.reference = SimpleNamespace(scratch={"sim": SimpleNamespace(trace=ref_trace)}, turns=[])
         d.fork = ForkSpec(htype=htype, k=1, turn=t, variant=variant, instruction="", substitute_task=sub)
         d.injected = True
@@ -255,10 +290,18 @@ def tool_reply(body: Mapping[str, Any]) -> dict[str, Any] | None:
     tools = body.get("tools") or []
     if tools and not any(m.get("role") == "tool" for m in msgs):
         name = tools[0]["function"]["name"]
-        return {"role": "assistant", "content": None, "tool_calls": [
-            {"id": "call_ok", "type": "function",
-             "function": {"name": name, "arguments": json.dumps(example_arguments(tools[0]))}},
-            {"id": "call_bad", "type": "function", "function": {"name": name, "arguments": "{not json"}}]}
+        return {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_ok",
+                    "type": "function",
+                    "function": {"name": name, "arguments": json.dumps(example_arguments(tools[0]))},
+                },
+                {"id": "call_bad", "type": "function", "function": {"name": name, "arguments": "{not json"}},
+            ],
+        }
     return None
 
 
@@ -295,9 +338,13 @@ def completion(text: str, model: str) -> dict[str, Any]:
     Returns:
         The completion object (``finish_reason`` ``"stop"``; usage counts words).
     """
-    return {"id": "fake", "object": "chat.completion", "model": model,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": 0, "completion_tokens": len(text.split())}}
+    return {
+        "id": "fake",
+        "object": "chat.completion",
+        "model": model,
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 0, "completion_tokens": len(text.split())},
+    }
 
 
 def make_handler(kind: str, model: str, policy: AgentPolicy | None):
@@ -315,6 +362,7 @@ def make_handler(kind: str, model: str, policy: AgentPolicy | None):
     Returns:
         A ``BaseHTTPRequestHandler`` subclass for ``ThreadingHTTPServer``.
     """
+
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, *a):
             pass
@@ -360,14 +408,17 @@ def make_handler(kind: str, model: str, policy: AgentPolicy | None):
     return Handler
 
 
-def _policy(kind: str, source: str | None, derail_at: int, htypes: Sequence[str],
-            variants: str | os.PathLike | None) -> AgentPolicy | None:
+def _policy(
+    kind: str, source: str | None, derail_at: int, htypes: Sequence[str], variants: str | os.PathLike | None
+) -> AgentPolicy | None:
     """The policy behind a fake of ``kind`` (None for the kinds that need none)."""
     if kind not in ("faithful", "derailed", "tools"):
         return None
     from dialfork_dataset.sources import open_source
 
-    return AgentPolicy(open_source(source), "faithful" if kind == "tools" else kind, derail_at, htypes, variants)
+    return AgentPolicy(
+        open_source(source), "faithful" if kind == "tools" else kind, derail_at, htypes, variants
+    )
 
 
 @dataclass
@@ -389,10 +440,17 @@ class FakeAgent:
 
 
 @contextlib.contextmanager
-def serve_fake_agent(kind: str = "faithful", star: str | os.PathLike | None = None, model: str | None = None,
-                     derail_at: int = DEFAULT_DERAIL_AT, htypes: Sequence[str] = DEFAULT_HTYPES,
-                     timeout: float = 120.0, source: str | None = None, variants: str | os.PathLike | None = None,
-                     in_process: bool = False) -> Iterator[FakeAgent]:
+def serve_fake_agent(
+    kind: str = "faithful",
+    star: str | os.PathLike | None = None,
+    model: str | None = None,
+    derail_at: int = DEFAULT_DERAIL_AT,
+    htypes: Sequence[str] = DEFAULT_HTYPES,
+    timeout: float = 120.0,
+    source: str | None = None,
+    variants: str | os.PathLike | None = None,
+    in_process: bool = False,
+) -> Iterator[FakeAgent]:
     """Run a fake agent in a child process on 127.0.0.1 (port 0) and stop it by its PID on exit.
     ``source``: a workflow source spec (``workflow:PATH``) instead of the STAR copy ``star``.
     ``in_process``: serve from a thread of this process instead, so that what was registered at
@@ -425,9 +483,20 @@ def serve_fake_agent(kind: str = "faithful", star: str | os.PathLike | None = No
     if in_process:
         import threading
 
-        srv = ThreadingHTTPServer(("127.0.0.1", 0), make_handler(kind, model, _policy(
-            kind, source if source is not None else (os.fspath(star) if star is not None else None), derail_at,
-            htypes, variants)))
+        srv = ThreadingHTTPServer(
+            ("127.0.0.1", 0),
+            make_handler(
+                kind,
+                model,
+                _policy(
+                    kind,
+                    source if source is not None else (os.fspath(star) if star is not None else None),
+                    derail_at,
+                    htypes,
+                    variants,
+                ),
+            ),
+        )
         thread = threading.Thread(target=srv.serve_forever, name=f"fake-{kind}", daemon=True)
         thread.start()
         try:
@@ -437,8 +506,19 @@ def serve_fake_agent(kind: str = "faithful", star: str | os.PathLike | None = No
             srv.server_close()
             thread.join(timeout)
         return
-    cmd = [sys.executable, "-m", "dialfork_metrics.audit.fakes", "--kind", kind, "--model", model,
-           "--derail-at", str(derail_at), "--htypes", ",".join(htypes)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "dialfork_metrics.audit.fakes",
+        "--kind",
+        kind,
+        "--model",
+        model,
+        "--derail-at",
+        str(derail_at),
+        "--htypes",
+        ",".join(htypes),
+    ]
     if star is not None:
         cmd += ["--star", os.fspath(star)]
     if source is not None:
@@ -480,15 +560,22 @@ def main(argv: list[str] | None = None) -> int:
     """
     from dialfork_dataset.console import plain_text
 
-    ap = argparse.ArgumentParser(prog="python -m dialfork_metrics.audit.fakes",
-                                 description=plain_text(__doc__.split("\n\n")[0]))
+    ap = argparse.ArgumentParser(
+        prog="python -m dialfork_metrics.audit.fakes", description=plain_text(__doc__.split("\n\n")[0])
+    )
     ap.add_argument("--kind", choices=KINDS, default="faithful")
     ap.add_argument("--model", default=None)
     ap.add_argument("--star", default=None, help="STAR copy (default $DIALFORK_STAR_DIR)")
-    ap.add_argument("--source", default=None, help="workflow source (star:PATH or workflow:PATH) instead of --star; KIND:PATH for any kind of dialfork_dataset.sources.SOURCE_KINDS")
+    ap.add_argument(
+        "--source",
+        default=None,
+        help="workflow source (star:PATH or workflow:PATH) instead of --star; KIND:PATH for any kind of dialfork_dataset.sources.SOURCE_KINDS",
+    )
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--derail-at", type=int, default=DEFAULT_DERAIL_AT)
-    ap.add_argument("--htypes", default=",".join(DEFAULT_HTYPES), help="derailed: hallucination types, cycled by seed")
+    ap.add_argument(
+        "--htypes", default=",".join(DEFAULT_HTYPES), help="derailed: hallucination types, cycled by seed"
+    )
     ap.add_argument("--variants", default=None, help="derailed: the variant file (default: the packaged one)")
     a = ap.parse_args(argv)
     htypes = [h.strip() for h in a.htypes.split(",") if h.strip()]
@@ -496,7 +583,9 @@ def main(argv: list[str] | None = None) -> int:
     if bad or not htypes:
         ap.error(f"--htypes: unknown hallucination type(s) {bad}; use {', '.join(hallucination_types())}")
     policy = _policy(a.kind, a.source or a.star, a.derail_at, htypes, a.variants)
-    srv = ThreadingHTTPServer(("127.0.0.1", a.port), make_handler(a.kind, a.model or f"fake-{a.kind}", policy))
+    srv = ThreadingHTTPServer(
+        ("127.0.0.1", a.port), make_handler(a.kind, a.model or f"fake-{a.kind}", policy)
+    )
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     print(f"listening on {srv.server_address[1]}", flush=True)
     try:

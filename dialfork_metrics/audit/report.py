@@ -87,9 +87,11 @@ def load_reference(reference: Any, tasks: Sequence[str]) -> dict[str, list[dict[
             out[r["task"]].append(r)
     missing = [t for t, rs in out.items() if not rs]
     if missing:
-        raise AuditError(f"{where} has no conformant dialogue of task(s) {', '.join(missing)}; the audit needs "
-                         "them to fit the detectors and for FlowKL/FlowScore (generate them with "
-                         "python -m generation --tasks " + ",".join(missing) + ")")
+        raise AuditError(
+            f"{where} has no conformant dialogue of task(s) {', '.join(missing)}; the audit needs "
+            "them to fit the detectors and for FlowKL/FlowScore (generate them with "
+            "python -m generation --tasks " + ",".join(missing) + ")"
+        )
     return out
 
 
@@ -114,10 +116,34 @@ def _system_position(turns: Sequence[Mapping[str, str]], k: int) -> int | None:
 
 
 SINGLE_THRESHOLD_SETTINGS: dict[str, dict[str, Any]] = {
-    "it": {"calibration": "cross_fit", "backoff": True, "distance_threshold": 0.7, "scope": "pooled", "order": 3},
-    "it+nc": {"calibration": "cross_fit", "backoff": True, "distance_threshold": 0.7, "scope": "pooled", "order": 3},
-    "ss": {"calibration": "in_sample", "backoff": True, "distance_threshold": 0.85, "scope": "task", "order": 6},
-    "ss+nc": {"calibration": "cross_fit", "backoff": True, "distance_threshold": 0.85, "scope": "task", "order": 6},
+    "it": {
+        "calibration": "cross_fit",
+        "backoff": True,
+        "distance_threshold": 0.7,
+        "scope": "pooled",
+        "order": 3,
+    },
+    "it+nc": {
+        "calibration": "cross_fit",
+        "backoff": True,
+        "distance_threshold": 0.7,
+        "scope": "pooled",
+        "order": 3,
+    },
+    "ss": {
+        "calibration": "in_sample",
+        "backoff": True,
+        "distance_threshold": 0.85,
+        "scope": "task",
+        "order": 6,
+    },
+    "ss+nc": {
+        "calibration": "cross_fit",
+        "backoff": True,
+        "distance_threshold": 0.85,
+        "scope": "task",
+        "order": 6,
+    },
 }
 """Per streaming detector, the settings the train-only selection chooses on the full template corpus
 with MiniLM when the position weight is held at 0, the paper's single threshold
@@ -148,9 +174,17 @@ def audit_detector_options(detector: str, options: Mapping[str, Any] | None = No
     return {} if base is None else {**base, "position_weight": 0.0}
 
 
-def score_task(task: str, jobs: Sequence[Job], store: Store, refs: list[dict[str, Any]], encoder: Any, model: Any,
-               detector: str = "wf", detector_options: Mapping[str, Any] | None = None,
-               workflow: Any = None) -> dict[str, Any]:
+def score_task(
+    task: str,
+    jobs: Sequence[Job],
+    store: Store,
+    refs: list[dict[str, Any]],
+    encoder: Any,
+    model: Any,
+    detector: str = "wf",
+    detector_options: Mapping[str, Any] | None = None,
+    workflow: Any = None,
+) -> dict[str, Any]:
     """The figures of one task (see the module doc): step coverage, completion, the detector's
     alarms, FlowKL and FlowScore against the reference, tool calls and the most deviant
     dialogues.
@@ -202,22 +236,49 @@ def score_task(task: str, jobs: Sequence[Job], store: Store, refs: list[dict[str
         ref = by_scenario.get(r["scenario_id"])
         fs = float(flowscore(ref, r, encoder)) if ref is not None else None
         tc = st.get("tool_calls")
-        rows.append({"dialogue_id": r["dialogue_id"], "scenario_id": r["scenario_id"], "turns": r["turns"],
-                     "tool_calls": None if tc is None else len(tc),
-                     "tool_errors": None if tc is None else sum(not c.get("ok") for c in tc),
-                     "steps": st.get("steps", []), "completed": bool(cov["reached_outcome"] and not cov["skipped"] and st.get("ended_by_agent")),
-                     "coverage": cov, "first_alarm": flag, "flowscore": fs})
-    fkl = flowkl_crossfit(refs, recs, encoder) if recs else {"flowkl": None, "ci_low": None, "note": "no dialogue"}
-    dev = sorted(rows, key=lambda x: (-(x["flowscore"] if x["flowscore"] is not None else -1.0),
-                                      x["first_alarm"] if x["first_alarm"] is not None else 1e9))[:3]
+        rows.append(
+            {
+                "dialogue_id": r["dialogue_id"],
+                "scenario_id": r["scenario_id"],
+                "turns": r["turns"],
+                "tool_calls": None if tc is None else len(tc),
+                "tool_errors": None if tc is None else sum(not c.get("ok") for c in tc),
+                "steps": st.get("steps", []),
+                "completed": bool(cov["reached_outcome"] and not cov["skipped"] and st.get("ended_by_agent")),
+                "coverage": cov,
+                "first_alarm": flag,
+                "flowscore": fs,
+            }
+        )
+    fkl = (
+        flowkl_crossfit(refs, recs, encoder)
+        if recs
+        else {"flowkl": None, "ci_low": None, "note": "no dialogue"}
+    )
+    dev = sorted(
+        rows,
+        key=lambda x: (
+            -(x["flowscore"] if x["flowscore"] is not None else -1.0),
+            x["first_alarm"] if x["first_alarm"] is not None else 1e9,
+        ),
+    )[:3]
     deviant = []
     for x in dev:
         pos = _system_position(x["turns"], x["first_alarm"]) if x["first_alarm"] is not None else None
-        deviant.append({"dialogue_id": x["dialogue_id"], "flowscore": x["flowscore"], "first_alarm": x["first_alarm"],
-                        "flagged_position": pos, "turns": x["turns"]})
+        deviant.append(
+            {
+                "dialogue_id": x["dialogue_id"],
+                "flowscore": x["flowscore"],
+                "first_alarm": x["first_alarm"],
+                "flagged_position": pos,
+                "turns": x["turns"],
+            }
+        )
     n = len(rows)
     return {
-        "task": task, "dialogues": n, "failed": len(failed),
+        "task": task,
+        "dialogues": n,
+        "failed": len(failed),
         "failures": [{"dialogue_id": f["dialogue_id"], "error": f["error"]} for f in failed],
         "completion": sum(x["completed"] for x in rows) / n if n else None,
         "coverage": _mean([x["coverage"]["coverage"] for x in rows]),
@@ -227,20 +288,32 @@ def score_task(task: str, jobs: Sequence[Job], store: Store, refs: list[dict[str
         "off_workflow": _mean([x["coverage"]["off_workflow"] for x in rows]),
         "alarm_rate": sum(x["first_alarm"] is not None for x in rows) / n if n else None,
         "first_alarms": {x["dialogue_id"]: x["first_alarm"] for x in rows},
-        "flowkl": fkl["flowkl"], "flowkl_ci": None if fkl["ci_low"] is None else [fkl["ci_low"], fkl["ci_high"]],
-        "flowkl_note": fkl["note"], "flowscore": _mean([x["flowscore"] for x in rows]),
+        "flowkl": fkl["flowkl"],
+        "flowkl_ci": None if fkl["ci_low"] is None else [fkl["ci_low"], fkl["ci_high"]],
+        "flowkl_note": fkl["note"],
+        "flowscore": _mean([x["flowscore"] for x in rows]),
         "tool_calls": _sum_known([x["tool_calls"] for x in rows]),
         "tool_errors": _sum_known([x["tool_errors"] for x in rows]),
         "flowscore_n": sum(x["flowscore"] is not None for x in rows),
-        "reference_dialogues": len(refs), "detector": detector,
+        "reference_dialogues": len(refs),
+        "detector": detector,
         "dialogue_rows": [{k: v for k, v in x.items() if k != "turns"} for x in rows],
         "deviant": deviant,
     }
 
 
-def score_audit(jobs: Sequence[Job], store: Store, refs: Mapping[str, list[dict[str, Any]]], encoder: Any,
-                backend: Any, detector: str = "wf", agent: str = "", model: str = "",
-                detector_options: Mapping[str, Any] | None = None, workflow: Any = None) -> AuditReport:
+def score_audit(
+    jobs: Sequence[Job],
+    store: Store,
+    refs: Mapping[str, list[dict[str, Any]]],
+    encoder: Any,
+    backend: Any,
+    detector: str = "wf",
+    agent: str = "",
+    model: str = "",
+    detector_options: Mapping[str, Any] | None = None,
+    workflow: Any = None,
+) -> AuditReport:
     """Score every task of an audit run (:func:`score_task`, tasks in job order).
 
     Args:
@@ -263,8 +336,12 @@ def score_audit(jobs: Sequence[Job], store: Store, refs: Mapping[str, list[dict[
     """
     tasks = list(dict.fromkeys(j.task.name for j in jobs))
     task_obj = {j.task.name: j.task for j in jobs}
-    per = [score_task(t, jobs, store, refs[t], encoder, backend.model(task_obj[t]), detector,
-                      detector_options, workflow) for t in tasks]
+    per = [
+        score_task(
+            t, jobs, store, refs[t], encoder, backend.model(task_obj[t]), detector, detector_options, workflow
+        )
+        for t in tasks
+    ]
     return AuditReport(agent=agent, model=model, detector=detector, tasks=per)
 
 
@@ -305,17 +382,32 @@ def flowkl_notes(tasks: Sequence[Mapping[str, Any]]) -> list[str]:
     Returns:
         The definition line, then one line per task without FlowKL that has a ``flowkl_note``.
     """
-    lines = ["FlowKL: divergence of the agent's flow likelihoods from the reference's (0: distributed alike; "
-             "cross-fitted, never negative), with its 95% bootstrap interval."]
-    lines += [f"FlowKL of {t['task']}: {t['flowkl_note']}." for t in tasks if t.get("flowkl") is None
-              and t.get("flowkl_note")]
+    lines = [
+        "FlowKL: divergence of the agent's flow likelihoods from the reference's (0: distributed alike; "
+        "cross-fitted, never negative), with its 95% bootstrap interval."
+    ]
+    lines += [
+        f"FlowKL of {t['task']}: {t['flowkl_note']}."
+        for t in tasks
+        if t.get("flowkl") is None and t.get("flowkl_note")
+    ]
     return lines
 
 
-COLUMNS = (("dialogues", "dialogues"), ("failed", "failed"), ("completion", "completion"),
-           ("coverage", "coverage"), ("skipped", "skipped"), ("repeated", "repeated"),
-           ("out_of_order", "out of order"), ("alarm_rate", "alarm rate"), ("flowkl", "FlowKL"),
-           ("flowscore", "FlowScore dist."), ("tool_calls", "tool calls"), ("tool_errors", "tool errors"))
+COLUMNS = (
+    ("dialogues", "dialogues"),
+    ("failed", "failed"),
+    ("completion", "completion"),
+    ("coverage", "coverage"),
+    ("skipped", "skipped"),
+    ("repeated", "repeated"),
+    ("out_of_order", "out of order"),
+    ("alarm_rate", "alarm rate"),
+    ("flowkl", "FlowKL"),
+    ("flowscore", "FlowScore dist."),
+    ("tool_calls", "tool calls"),
+    ("tool_errors", "tool errors"),
+)
 
 
 @dataclass
@@ -378,8 +470,10 @@ class AuditReport:
     def _deviant_md(self, t: dict[str, Any]) -> list[str]:
         out = []
         for d in t["deviant"]:
-            out.append(f"**{d['dialogue_id']}** (FlowScore distance {_fmt(d['flowscore'])}, "
-                       f"first alarm at system turn {_fmt(d['first_alarm'])})\n")
+            out.append(
+                f"**{d['dialogue_id']}** (FlowScore distance {_fmt(d['flowscore'])}, "
+                f"first alarm at system turn {_fmt(d['first_alarm'])})\n"
+            )
             for i, turn in enumerate(d["turns"]):
                 line = f"{turn['speaker']}: {' '.join(turn['text'].split())}"  # one line per turn
                 out.append(f"> **>> {line}**  " if i == d["flagged_position"] else f"> {line}  ")
@@ -393,18 +487,25 @@ class AuditReport:
         Returns:
             The Markdown text.
         """
-        lines = [f"# Agent audit: {self.model} at {self.agent}", "",
-                 f"Detector: `{self.detector}` (fitted per task on the reference's conformant dialogues). "
-                 "Higher completion and coverage are better; lower alarm rate, FlowKL and FlowScore distance are better.",
-                 "", "| task | " + " | ".join(h for _, h in COLUMNS) + " |",
-                 "| --- |" + " --- |" * len(COLUMNS)]
+        lines = [
+            f"# Agent audit: {self.model} at {self.agent}",
+            "",
+            f"Detector: `{self.detector}` (fitted per task on the reference's conformant dialogues). "
+            "Higher completion and coverage are better; lower alarm rate, FlowKL and FlowScore distance are better.",
+            "",
+            "| task | " + " | ".join(h for _, h in COLUMNS) + " |",
+            "| --- |" + " --- |" * len(COLUMNS),
+        ]
         for t in self.tasks:
             lines.append(f"| {t['task']} | " + " | ".join(cell(t, k) for k, _ in COLUMNS) + " |")
         lines += [""] + flowkl_notes(self.tasks)
         for t in self.tasks:
             lines += ["", f"## {t['task']}", ""]
             if t["failures"]:
-                lines.append("Failed dialogues: " + "; ".join(f"{f['dialogue_id']}: {f['error']}" for f in t["failures"]))
+                lines.append(
+                    "Failed dialogues: "
+                    + "; ".join(f"{f['dialogue_id']}: {f['error']}" for f in t["failures"])
+                )
                 lines.append("")
             fa = [v for v in t["first_alarms"].values() if v is not None]
             lines.append(f"First-alarm system turns: {sorted(fa) if fa else 'none'}")
@@ -442,12 +543,24 @@ class AuditReport:
         ax.set_ylabel("step coverage (bars)\nFlowScore distance (dots)", fontsize=8)
         ax.set_xlabel("scenario", fontsize=8)
         ax.tick_params(axis="y", labelsize=7)
-        ax.legend(handles=[Patch(fc="#2e86c1", label="coverage, no alarm"),
-                           Patch(fc="#c0392b", label="coverage, alarm raised"),
-                           Line2D([], [], color="k", marker="o", ls="", ms=4, label="FlowScore distance")],
-                  fontsize=7, loc="lower left", bbox_to_anchor=(0.0, 1.0), ncol=3, frameon=False, borderaxespad=0.2)
-        ax.set_title(f"{t['task']}: completion {_fmt(t['completion'], 2)}, alarm rate {_fmt(t['alarm_rate'], 2)}",
-                     fontsize=9, pad=22)
+        ax.legend(
+            handles=[
+                Patch(fc="#2e86c1", label="coverage, no alarm"),
+                Patch(fc="#c0392b", label="coverage, alarm raised"),
+                Line2D([], [], color="k", marker="o", ls="", ms=4, label="FlowScore distance"),
+            ],
+            fontsize=7,
+            loc="lower left",
+            bbox_to_anchor=(0.0, 1.0),
+            ncol=3,
+            frameon=False,
+            borderaxespad=0.2,
+        )
+        ax.set_title(
+            f"{t['task']}: completion {_fmt(t['completion'], 2)}, alarm rate {_fmt(t['alarm_rate'], 2)}",
+            fontsize=9,
+            pad=22,
+        )
         fig.tight_layout()
         return fig
 
@@ -479,32 +592,42 @@ class AuditReport:
             The HTML text (all report text escaped).
         """
         e = html.escape
-        parts = ["<!doctype html><html><head><meta charset='utf-8'>",
-                 f"<title>Agent audit: {e(self.model)}</title>",
-                 "<style>body{font-family:sans-serif;max-width:70em;margin:auto}td,th{padding:2px 8px}"
-                 "table{border-collapse:collapse}tr:nth-child(even){background:#f4f4f4}.flag{background:#fdd;"
-                 "font-weight:bold}.turn{margin:0;font-size:90%}</style></head><body>",
-                 f"<h1>Agent audit: {e(self.model)} at {e(self.agent)}</h1>",
-                 f"<p>Detector <code>{e(self.detector)}</code>. Higher completion and coverage are better; lower alarm "
-                 "rate, FlowKL and FlowScore distance are better.</p><table><tr><th>task</th>"
-                 + "".join(f"<th>{e(h)}</th>" for _, h in COLUMNS) + "</tr>"]
+        parts = [
+            "<!doctype html><html><head><meta charset='utf-8'>",
+            f"<title>Agent audit: {e(self.model)}</title>",
+            "<style>body{font-family:sans-serif;max-width:70em;margin:auto}td,th{padding:2px 8px}"
+            "table{border-collapse:collapse}tr:nth-child(even){background:#f4f4f4}.flag{background:#fdd;"
+            "font-weight:bold}.turn{margin:0;font-size:90%}</style></head><body>",
+            f"<h1>Agent audit: {e(self.model)} at {e(self.agent)}</h1>",
+            f"<p>Detector <code>{e(self.detector)}</code>. Higher completion and coverage are better; lower alarm "
+            "rate, FlowKL and FlowScore distance are better.</p><table><tr><th>task</th>"
+            + "".join(f"<th>{e(h)}</th>" for _, h in COLUMNS)
+            + "</tr>",
+        ]
         for t in self.tasks:
-            parts.append(f"<tr><td>{e(t['task'])}</td>" + "".join(f"<td>{e(cell(t, k))}</td>" for k, _ in COLUMNS)
-                         + "</tr>")
+            parts.append(
+                f"<tr><td>{e(t['task'])}</td>"
+                + "".join(f"<td>{e(cell(t, k))}</td>" for k, _ in COLUMNS)
+                + "</tr>"
+            )
         parts.append("</table>")
         parts += [f"<p class='note'>{e(line)}</p>" for line in flowkl_notes(self.tasks)]
         for t in self.tasks:
             parts.append(f"<h2>{e(t['task'])}</h2>")
             if t["dialogue_rows"]:
                 png = base64.b64encode(self.plot_png(t)).decode("ascii")
-                parts.append(f"<img alt='per-dialogue coverage and FlowScore of {e(t['task'])}' "
-                             f"src='data:image/png;base64,{png}'>")
+                parts.append(
+                    f"<img alt='per-dialogue coverage and FlowScore of {e(t['task'])}' "
+                    f"src='data:image/png;base64,{png}'>"
+                )
             for f in t["failures"]:
                 parts.append(f"<p>Failed: {e(f['dialogue_id'])}: {e(f['error'])}</p>")
             parts.append("<h3>Most deviant dialogues</h3>")
             for d in t["deviant"]:
-                parts.append(f"<h4>{e(d['dialogue_id'])} (FlowScore distance {e(_fmt(d['flowscore']))}, "
-                             f"first alarm at system turn {e(_fmt(d['first_alarm']))})</h4>")
+                parts.append(
+                    f"<h4>{e(d['dialogue_id'])} (FlowScore distance {e(_fmt(d['flowscore']))}, "
+                    f"first alarm at system turn {e(_fmt(d['first_alarm']))})</h4>"
+                )
                 for i, turn in enumerate(d["turns"]):
                     cls = "turn flag" if i == d["flagged_position"] else "turn"
                     parts.append(f"<p class='{cls}'>{e(turn['speaker'])}: {e(turn['text'])}</p>")

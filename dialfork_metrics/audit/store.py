@@ -105,11 +105,24 @@ def record_of(o: Outcome, generator: str, decoding: Mapping[str, Any]) -> dict[s
 
     j = o.job
     return {
-        "dialogue_id": j.dialogue_id, "source_id": j.dialogue_id, "scenario_id": str(j.scenario.scenario_id),
-        "task": j.task.name, "domain": j.task.domain, "hallucination_type": None, "variant": None,
-        "instruction": None, "substitute_task": None, "fork_position": None, "fork_turn": None,
-        "num_system_turns": sum(t["speaker"] == "system" for t in o.turns), "turns": o.turns, "seed": j.seed,
-        "generator": generator, "decoding": record_decoding(decoding), "prefix_mode": None, "prefix_divergence": None,
+        "dialogue_id": j.dialogue_id,
+        "source_id": j.dialogue_id,
+        "scenario_id": str(j.scenario.scenario_id),
+        "task": j.task.name,
+        "domain": j.task.domain,
+        "hallucination_type": None,
+        "variant": None,
+        "instruction": None,
+        "substitute_task": None,
+        "fork_position": None,
+        "fork_turn": None,
+        "num_system_turns": sum(t["speaker"] == "system" for t in o.turns),
+        "turns": o.turns,
+        "seed": j.seed,
+        "generator": generator,
+        "decoding": record_decoding(decoding),
+        "prefix_mode": None,
+        "prefix_divergence": None,
         "code_version": code_version("openai"),
     }
 
@@ -139,8 +152,9 @@ class Store:
         self.records: dict[str, dict] = {r["dialogue_id"]: r for r in read_jsonl(p)} if p.is_file() else {}
         import json
 
-        self.failed: dict[str, dict] = {r["dialogue_id"]: r for r in json.loads(f.read_text(encoding="utf-8"))} \
-            if f.is_file() else {}
+        self.failed: dict[str, dict] = (
+            {r["dialogue_id"]: r for r in json.loads(f.read_text(encoding="utf-8"))} if f.is_file() else {}
+        )
         self.steps: dict[str, Any] = json.loads(s.read_text(encoding="utf-8")) if s.is_file() else {}
 
     def done(self, dialogue_id: str) -> bool:
@@ -175,12 +189,22 @@ class Store:
                 validate_record(rec)
                 self.records[did] = rec
                 self.failed.pop(did, None)
-                self.steps[did] = {"steps": o.steps, "similarities": [round(x, 6) for x in o.similarities],
-                                   "ended_by_agent": o.ended_by_agent, **o.extra}
+                self.steps[did] = {
+                    "steps": o.steps,
+                    "similarities": [round(x, 6) for x in o.similarities],
+                    "ended_by_agent": o.ended_by_agent,
+                    **o.extra,
+                }
                 write_json_atomic(self.out / STEPS_FILE, self.steps)
                 write_jsonl(self.out / DIALOGUES_FILE, self.records.values())
             else:
-                self.failed[did] = {"dialogue_id": did, "task": o.job.task.name,
-                                    "scenario_id": str(o.job.scenario.scenario_id), "generator": generator,
-                                    "error": o.error, "turns": o.turns, **o.extra}
+                self.failed[did] = {
+                    "dialogue_id": did,
+                    "task": o.job.task.name,
+                    "scenario_id": str(o.job.scenario.scenario_id),
+                    "generator": generator,
+                    "error": o.error,
+                    "turns": o.turns,
+                    **o.extra,
+                }
             write_json_atomic(self.out / FAILED_FILE, list(self.failed.values()))

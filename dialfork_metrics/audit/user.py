@@ -119,8 +119,11 @@ class AssignerStepMatcher:
         Returns:
             A ``StepMatch``: ``node`` (None when rejected) and ``similarity`` (to the best own step).
         """
-        a = self.assigner.assign(self.task, np.asarray(embedding, dtype=np.float64).reshape(1, -1),
-                                 texts=None if text is None else [text])
+        a = self.assigner.assign(
+            self.task,
+            np.asarray(embedding, dtype=np.float64).reshape(1, -1),
+            texts=None if text is None else [text],
+        )
         return StepMatch(a.nodes[0], float(a.own_similarity[0]))
 
 
@@ -137,7 +140,9 @@ class TemplateUser:
         dialogue: The :class:`generation.engine.Dialogue` being built (the user reads its turns).
     """
 
-    def __init__(self, backend: Any, task: Any, scenario: Any, seed: int, matcher: StepMatcher, dialogue: Any):
+    def __init__(
+        self, backend: Any, task: Any, scenario: Any, seed: int, matcher: StepMatcher, dialogue: Any
+    ):
         from generation.api import Sim
 
         self.backend = backend
@@ -177,8 +182,11 @@ class TemplateUser:
         """
         from generation.api import GENERIC_NODES, Rng, enter_node
 
-        mt = self.matcher.match(embedding, text) if isinstance(self.matcher, AssignerStepMatcher) \
+        mt = (
+            self.matcher.match(embedding, text)
+            if isinstance(self.matcher, AssignerStepMatcher)
             else self.matcher.match(embedding)
+        )
         self.steps.append(mt.node)
         self.similarities.append(mt.similarity)
         sim = self.sim
@@ -248,9 +256,12 @@ def step_coverage(steps: list[str | None], model: Any) -> dict[str, Any]:
     visited = [n for n in required if n in seen]
     out_of_order = sum(1 for a, b in zip(firsts, firsts[1:]) if order[b] < order[a])
     return {
-        "required": len(required), "visited": len(visited),
-        "skipped": [n for n in required if n not in seen], "repeated": repeated,
-        "out_of_order": out_of_order, "off_workflow": sum(1 for n in steps if n is None),
+        "required": len(required),
+        "visited": len(visited),
+        "skipped": [n for n in required if n not in seen],
+        "repeated": repeated,
+        "out_of_order": out_of_order,
+        "off_workflow": sum(1 for n in steps if n is None),
         "coverage": len(visited) / len(required) if required else 1.0,
         "reached_outcome": model.outcome is not None and model.outcome in seen,
     }
@@ -275,8 +286,15 @@ class LLMUser:
         sampling: The user's sampling parameters.
     """
 
-    def __init__(self, client: Any, model: Any, matcher: StepMatcher, dialogue: Any, seed: int,
-                 sampling: dict[str, Any]):
+    def __init__(
+        self,
+        client: Any,
+        model: Any,
+        matcher: StepMatcher,
+        dialogue: Any,
+        seed: int,
+        sampling: dict[str, Any],
+    ):
         self.client = client
         self.m = model
         self.matcher = matcher
@@ -327,8 +345,11 @@ class LLMUser:
         Returns:
             The turn's ``StepMatch`` (also appended to ``steps`` and ``similarities``).
         """
-        mt = self.matcher.match(embedding, text) if isinstance(self.matcher, AssignerStepMatcher) \
+        mt = (
+            self.matcher.match(embedding, text)
+            if isinstance(self.matcher, AssignerStepMatcher)
             else self.matcher.match(embedding)
+        )
         self.steps.append(mt.node)
         self.similarities.append(mt.similarity)
         self.messages.append({"role": "user", "content": text})

@@ -14,6 +14,7 @@ import numpy as np
 
 logger = logging.getLogger(__name__)
 
+
 def _csv_list(s: str) -> list[str]:
     """The non-empty, stripped items of a comma-separated option value."""
     return [x.strip() for x in s.split(",") if x.strip()]
@@ -48,7 +49,7 @@ class _InfoSummary(logging.Filter):
 #: Per-unit INFO lines of the set-level metrics, summarised once per stage by the benchmark.
 UNIT_LINES = {
     "unbalanced sets": "PRD comparisons of unbalanced sets (reference and target sizes differ: the clustering "
-                       "leans towards the larger set)",
+    "leans towards the larger set)",
     "FBD = ": "FBD values",
     "FlowGraph: ": "FlowGraph node sets",
     "have no known transition": "sets with dialogues without a known FlowGraph transition (L = 0)",
@@ -57,8 +58,11 @@ UNIT_LINES = {
 
 
 @contextmanager
-def _summarised(stage: str, kinds: Mapping[str, str] = UNIT_LINES,
-                loggers: Sequence[str] = ("dialfork_metrics.setlevel", "dialfork_metrics.flowgraph")):
+def _summarised(
+    stage: str,
+    kinds: Mapping[str, str] = UNIT_LINES,
+    loggers: Sequence[str] = ("dialfork_metrics.setlevel", "dialfork_metrics.flowgraph"),
+):
     """One INFO line for ``stage`` counting the per-unit lines of ``kinds`` it swallowed."""
     f = _InfoSummary(kinds)
     for name in loggers:
@@ -100,5 +104,3 @@ def _check_methods(methods: Sequence[str], known: Sequence[str], what: str) -> N
 def _unit_rng(seed: int, *key: Any) -> np.random.Generator:
     h = hashlib.sha256(json.dumps([seed, *key]).encode()).digest()
     return np.random.default_rng(int.from_bytes(h[:8], "little"))
-
-

@@ -47,8 +47,11 @@ class Corpus:
         Returns:
             The records, in corpus order.
         """
-        return [r for r in self.records if self.assignment.get(r["source_id"]) == name
-                and (forks or r["hallucination_type"] is None)]
+        return [
+            r
+            for r in self.records
+            if self.assignment.get(r["source_id"]) == name and (forks or r["hallucination_type"] is None)
+        ]
 
     def fingerprint(self) -> str:
         """A content hash of the corpus, independent of record order.
@@ -111,8 +114,10 @@ def load_corpus(data: str | os.PathLike, skipped: list[str] | None = None) -> Co
                 if r["hallucination_type"] is None:
                     assignment[r["dialogue_id"]] = split
     if not found:
-        raise BenchError(f"{data}: neither a generator output folder nor a DialFork layout with the "
-                         "'conformant'/'forked' configs")
+        raise BenchError(
+            f"{data}: neither a generator output folder nor a DialFork layout with the "
+            "'conformant'/'forked' configs"
+        )
     from dialfork_dataset.builder import sort_key
 
     recs = sorted(records.values(), key=sort_key)
@@ -137,9 +142,18 @@ def _load_config_split(data: Any, cfg: str, split: str) -> list[dict[str, Any]]:
 
 
 # ----------------------------------------------------------------------------- encoders
-def prepare_encoder(name: str, records: Sequence[Mapping[str, Any]], *, device: str | None = None,
-                    batch_size: int = 64, cache_dir: str | None = None, transcripts: bool = True,
-                    timings: dict[str, float] | None = None, progress: bool = True, runtime: str = "torch"):
+def prepare_encoder(
+    name: str,
+    records: Sequence[Mapping[str, Any]],
+    *,
+    device: str | None = None,
+    batch_size: int = 64,
+    cache_dir: str | None = None,
+    transcripts: bool = True,
+    timings: dict[str, float] | None = None,
+    progress: bool = True,
+    runtime: str = "torch",
+):
     """Load an encoder and encode every unique turn (and transcript) of ``records`` once.
 
     Args:
@@ -159,13 +173,18 @@ def prepare_encoder(name: str, records: Sequence[Mapping[str, Any]], *, device: 
     from ..encoders import get_encoder
 
     t0 = time.perf_counter()
-    enc = get_encoder(name, shared=False, device=device, batch_size=batch_size, cache_dir=cache_dir,
-                  show_progress=None if progress else False, runtime=runtime)
+    enc = get_encoder(
+        name,
+        shared=False,
+        device=device,
+        batch_size=batch_size,
+        cache_dir=cache_dir,
+        show_progress=None if progress else False,
+        runtime=runtime,
+    )
     enc.encode_dialogues(list(records))
     if transcripts:
         enc.encode_transcripts(list(records))
     if timings is not None:
         timings[f"encode:{name}"] = time.perf_counter() - t0
     return enc
-
-

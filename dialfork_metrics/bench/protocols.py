@@ -57,17 +57,20 @@ def parse_task2_protocol(value: str) -> tuple[str, ...]:
         return TASK2_PROTOCOLS
     if v in TASK2_PROTOCOLS:
         return (v,)
-    raise BenchError(f"--task2-protocol {value!r}: expected one of same-source, cross, both "
-                     "(same-source is the paper's protocol; cross compares each fork with conformant "
-                     "dialogues of other scenarios)")
+    raise BenchError(
+        f"--task2-protocol {value!r}: expected one of same-source, cross, both "
+        "(same-source is the paper's protocol; cross compares each fork with conformant "
+        "dialogues of other scenarios)"
+    )
 
 
 def _source_key(r: Mapping[str, Any]) -> str:
     return str(r.get("source_id") or r["dialogue_id"])
 
 
-def cross_references(conformant: Sequence[Mapping[str, Any]], n_references: int = DEFAULT_N_REFERENCES,
-                     seed: int = 0) -> dict[str, list[Mapping[str, Any]]]:
+def cross_references(
+    conformant: Sequence[Mapping[str, Any]], n_references: int = DEFAULT_N_REFERENCES, seed: int = 0
+) -> dict[str, list[Mapping[str, Any]]]:
     """The cross-protocol references of each conformant source: up to ``n_references`` conformant
     dialogues of the same task from other sources (and other scenarios when records name one).
 
@@ -89,8 +92,10 @@ def cross_references(conformant: Sequence[Mapping[str, Any]], n_references: int 
         BenchError: ``n_references`` is not a positive integer.
     """
     if isinstance(n_references, bool) or not isinstance(n_references, int) or n_references < 1:
-        raise BenchError(f"n_references must be an integer >= 1 (conformant references per fork under the cross "
-                         f"protocol), got {n_references!r}")
+        raise BenchError(
+            f"n_references must be an integer >= 1 (conformant references per fork under the cross "
+            f"protocol), got {n_references!r}"
+        )
     by_task: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
     for r in conformant:
         by_task[r["task"]].append(r)
@@ -98,8 +103,10 @@ def cross_references(conformant: Sequence[Mapping[str, Any]], n_references: int 
     for recs in by_task.values():
         for r in recs:
             sid, scen = _source_key(r), r.get("scenario_id")
-            pool = sorted((o for o in recs if _source_key(o) != sid and (scen is None or o.get("scenario_id") != scen)),
-                          key=lambda o: (_source_key(o), o["dialogue_id"]))
+            pool = sorted(
+                (o for o in recs if _source_key(o) != sid and (scen is None or o.get("scenario_id") != scen)),
+                key=lambda o: (_source_key(o), o["dialogue_id"]),
+            )
             if len(pool) <= n_references:
                 out[sid] = list(pool)
                 continue
@@ -108,8 +115,12 @@ def cross_references(conformant: Sequence[Mapping[str, Any]], n_references: int 
     return out
 
 
-def task1_cross_units(units: Mapping[tuple[str, str], Mapping[Any, list]], seed: int = 0, min_reference: int = 2,
-                      skipped: list[str] | None = None) -> dict[tuple[str, str], dict[Any, list]]:
+def task1_cross_units(
+    units: Mapping[tuple[str, str], Mapping[Any, list]],
+    seed: int = 0,
+    min_reference: int = 2,
+    skipped: list[str] | None = None,
+) -> dict[tuple[str, str], dict[Any, list]]:
     """Task 1 units under the cross protocol: per task, its sources split in two seeded halves;
     the reference set is the conformant dialogues of the first half, each fork set keeps the forks
     of the second half only, so no reference dialogue is the source of a fork.
@@ -137,18 +148,33 @@ def task1_cross_units(units: Mapping[tuple[str, str], Mapping[Any, list]], seed:
         ref = [r for r in unit["reference"] if _source_key(r) in ref_src]
         forks = {k: [r for r in unit[k] if _source_key(r) in fork_src] for k in FORK_POSITIONS}
         missing = [k for k in FORK_POSITIONS if not forks[k]]
-        why = (f"{len(ref)} reference dialogue(s) < {min_reference}" if len(ref) < min_reference else
-               f"no forks at position(s) {missing} among the held-out half's sources" if missing else None)
+        why = (
+            f"{len(ref)} reference dialogue(s) < {min_reference}"
+            if len(ref) < min_reference
+            else f"no forks at position(s) {missing} among the held-out half's sources"
+            if missing
+            else None
+        )
         if why:
             msg = f"Task 1 unit ({task}, {h}) under the cross protocol: {why} (the task has too few sources to split)"
             logger.warning("skipped %s", msg)
             if skipped is not None:
                 skipped.append(msg)
             continue
-        out[(task, h)] = {"reference": ref, **forks, "reference_sources": sorted(ref_src),
-                          "fork_sources": sorted(fork_src)}
+        out[(task, h)] = {
+            "reference": ref,
+            **forks,
+            "reference_sources": sorted(ref_src),
+            "fork_sources": sorted(fork_src),
+        }
     return out
 
 
-__all__ = ["DEFAULT_N_REFERENCES", "PROTOCOL_LABELS", "TASK2_PROTOCOLS", "cross_references", "parse_task2_protocol",
-           "task1_cross_units"]
+__all__ = [
+    "DEFAULT_N_REFERENCES",
+    "PROTOCOL_LABELS",
+    "TASK2_PROTOCOLS",
+    "cross_references",
+    "parse_task2_protocol",
+    "task1_cross_units",
+]

@@ -38,8 +38,19 @@ def package_versions() -> dict[str, str]:
     from importlib.metadata import PackageNotFoundError, version
 
     out = {"python": sys.version.split()[0]}
-    for pkg in ("dialfork", "numpy", "scipy", "scikit-learn", "torch", "transformers", "sentence-transformers",
-                "datasets", "evaluate", "statsmodels", "numba"):
+    for pkg in (
+        "dialfork",
+        "numpy",
+        "scipy",
+        "scikit-learn",
+        "torch",
+        "transformers",
+        "sentence-transformers",
+        "datasets",
+        "evaluate",
+        "statsmodels",
+        "numba",
+    ):
         try:
             out[pkg] = version(pkg)
         except PackageNotFoundError:
@@ -47,16 +58,32 @@ def package_versions() -> dict[str, str]:
     return out
 
 
-def run_benchmark(data: str | os.PathLike, tasks: Sequence[int] = (1, 2, 3), encoders: Sequence[str] = ("minilm",),
-                  out: str | os.PathLike | None = None, seed: int = 0, task1_methods: Sequence[str] = TASK1_METHODS,
-                  task2_methods: Sequence[str] = TASK2_METHODS, task3_detectors: Sequence[str] = TASK3_DETECTORS,
-                  custom_metrics: Sequence[str] = (), graph_task: str | None = None, device: str | None = None,
-                  batch_size: int = 64, n_resamples: int = 10_000, plots: bool = True, progress: bool = True,
-                  cache_dir: str | None = None, prd_kwargs: Mapping[str, Any] | None = None,
-                  task1_encoder: str | None = None, pair_encoder: str | Mapping[str, str] | None = None,
-                  task1_compare: Sequence[str] = TASK1_COMPARED, runtime: str = "torch",
-                  task3_kwargs: Mapping[str, Any] | None = None, task2_protocol: str = "same-source",
-                  n_references: int = DEFAULT_N_REFERENCES) -> dict[str, Any]:
+def run_benchmark(
+    data: str | os.PathLike,
+    tasks: Sequence[int] = (1, 2, 3),
+    encoders: Sequence[str] = ("minilm",),
+    out: str | os.PathLike | None = None,
+    seed: int = 0,
+    task1_methods: Sequence[str] = TASK1_METHODS,
+    task2_methods: Sequence[str] = TASK2_METHODS,
+    task3_detectors: Sequence[str] = TASK3_DETECTORS,
+    custom_metrics: Sequence[str] = (),
+    graph_task: str | None = None,
+    device: str | None = None,
+    batch_size: int = 64,
+    n_resamples: int = 10_000,
+    plots: bool = True,
+    progress: bool = True,
+    cache_dir: str | None = None,
+    prd_kwargs: Mapping[str, Any] | None = None,
+    task1_encoder: str | None = None,
+    pair_encoder: str | Mapping[str, str] | None = None,
+    task1_compare: Sequence[str] = TASK1_COMPARED,
+    runtime: str = "torch",
+    task3_kwargs: Mapping[str, Any] | None = None,
+    task2_protocol: str = "same-source",
+    n_references: int = DEFAULT_N_REFERENCES,
+) -> dict[str, Any]:
     """Run the benchmark and (when ``out`` is given) write every report. Returns the report dict.
 
     ``prd_kwargs`` go to :func:`~dialfork_metrics.setlevel.prd_from_embeddings` (``num_runs``,
@@ -156,57 +183,111 @@ def run_benchmark(data: str | os.PathLike, tasks: Sequence[int] = (1, 2, 3), enc
     corpus = load_corpus(data, skipped)
     timings["load"] = time.perf_counter() - t_start
     report: dict[str, Any] = {
-        "meta": {"data": str(data), "fingerprint": corpus.fingerprint(), "n_records": len(corpus.records),
-                 "n_conformant": len(corpus.conformant), "tasks": list(tasks), "encoders": list(encoders),
-                 "seed": seed, "bootstrap_resamples": n_resamples, "runtime": runtime, "prd": dict(prd_kwargs or {}),
-                 "task1_encoders": {"flowkl": t1_name, **pair_names}, "versions": package_versions(),
-                 "task2_protocols": list(protocols),
-                 **({"n_references": n_references} if "cross" in protocols else {})},
+        "meta": {
+            "data": str(data),
+            "fingerprint": corpus.fingerprint(),
+            "n_records": len(corpus.records),
+            "n_conformant": len(corpus.conformant),
+            "tasks": list(tasks),
+            "encoders": list(encoders),
+            "seed": seed,
+            "bootstrap_resamples": n_resamples,
+            "runtime": runtime,
+            "prd": dict(prd_kwargs or {}),
+            "task1_encoders": {"flowkl": t1_name, **pair_names},
+            "versions": package_versions(),
+            "task2_protocols": list(protocols),
+            **({"n_references": n_references} if "cross" in protocols else {}),
+        },
         "skipped": skipped,
     }
     task2_by_encoder: dict[str, Any] = {}
     task2_cross_by_encoder: dict[str, Any] = {}
     task3_by_encoder: dict[str, Any] = {}
     graph = None
-    t1_kw = dict(methods=task1_methods, pair_names=pair_names, seed=seed, skipped=skipped, progress=progress,
-                 prd_kwargs=prd_kwargs, compare=task1_compare, n_resamples=n_resamples, timings=timings,
-                 device=device, batch_size=batch_size, cache_dir=cache_dir, graph_task=graph_task,
-                 protocols=protocols)
+    t1_kw = dict(
+        methods=task1_methods,
+        pair_names=pair_names,
+        seed=seed,
+        skipped=skipped,
+        progress=progress,
+        prd_kwargs=prd_kwargs,
+        compare=task1_compare,
+        n_resamples=n_resamples,
+        timings=timings,
+        device=device,
+        batch_size=batch_size,
+        cache_dir=cache_dir,
+        graph_task=graph_task,
+        protocols=protocols,
+    )
     t1_resolved = resolve_encoder_name(t1_name)
     if 1 in tasks and all(resolve_encoder_name(e) != t1_resolved for e in encoders):
-        enc1 = prepare_encoder(t1_name, corpus.records, device=device, batch_size=batch_size, cache_dir=cache_dir,
-                               transcripts=False, timings=timings, progress=progress, runtime=runtime)
+        enc1 = prepare_encoder(
+            t1_name,
+            corpus.records,
+            device=device,
+            batch_size=batch_size,
+            cache_dir=cache_dir,
+            transcripts=False,
+            timings=timings,
+            progress=progress,
+            runtime=runtime,
+        )
         graph = _task1_stages(report, corpus, enc1, t1_name, **t1_kw)
         del enc1
     for name in encoders:
-        runs_task1 = (1 in tasks and "task1" not in report and "task1_cross" not in report
-                      and resolve_encoder_name(name) == t1_resolved)
+        runs_task1 = (
+            1 in tasks
+            and "task1" not in report
+            and "task1_cross" not in report
+            and resolve_encoder_name(name) == t1_resolved
+        )
         if not (runs_task1 or 2 in tasks or 3 in tasks):
             continue
-        enc = prepare_encoder(name, corpus.records, device=device, batch_size=batch_size, cache_dir=cache_dir,
-                              transcripts=2 in tasks, timings=timings, progress=progress, runtime=runtime)
+        enc = prepare_encoder(
+            name,
+            corpus.records,
+            device=device,
+            batch_size=batch_size,
+            cache_dir=cache_dir,
+            transcripts=2 in tasks,
+            timings=timings,
+            progress=progress,
+            runtime=runtime,
+        )
         if runs_task1:
             graph = _task1_stages(report, corpus, enc, name, **t1_kw)
         if 2 in tasks:
             t0 = time.perf_counter()
             if "same-source" in protocols:
                 with _summarised(f"Task 2 ({name})"):
-                    task2_by_encoder[name] = run_task2(corpus, enc, task2_methods, seed=seed, custom=custom,
-                                                       skipped=skipped)
+                    task2_by_encoder[name] = run_task2(
+                        corpus, enc, task2_methods, seed=seed, custom=custom, skipped=skipped
+                    )
                 timings[f"task2:{name}"] = time.perf_counter() - t0
             if "cross" in protocols:
                 t0 = time.perf_counter()
                 cross_skipped: list[str] = []
                 with _summarised(f"Task 2 cross ({name})"):
-                    task2_cross_by_encoder[name] = run_task2(corpus, enc, task2_methods, seed=seed, custom=custom,
-                                                             skipped=cross_skipped, protocol="cross",
-                                                             n_references=n_references)
+                    task2_cross_by_encoder[name] = run_task2(
+                        corpus,
+                        enc,
+                        task2_methods,
+                        seed=seed,
+                        custom=custom,
+                        skipped=cross_skipped,
+                        protocol="cross",
+                        n_references=n_references,
+                    )
                 _merge_skipped(skipped, cross_skipped)
                 timings[f"task2_cross:{name}"] = time.perf_counter() - t0
         if 3 in tasks:
             t0 = time.perf_counter()
             with _summarised(f"Task 3 ({name})"):
-                r3 = run_task3(corpus, enc, task3_detectors, seed=seed, progress=progress, **(task3_kwargs or {}))
+                r3 = run_task3(
+                    corpus, enc, task3_detectors, seed=seed, progress=progress, **(task3_kwargs or {})
+                )
             r3.pop("predictions")
             task3_by_encoder[name] = r3
             timings[f"task3:{name}"] = time.perf_counter() - t0
@@ -214,17 +295,23 @@ def run_benchmark(data: str | os.PathLike, tasks: Sequence[int] = (1, 2, 3), enc
         if 2 not in tasks or not by_encoder:
             continue
         t0 = time.perf_counter()
-        report[key] = {"per_encoder": {e: {"summary": r["summary"], "units": r["units"], "methods": r["methods"]}
-                                       for e, r in by_encoder.items()},
-                       "significance": task2_significance(by_encoder, n_resamples=n_resamples, seed=seed),
-                       "protocol": "same-source" if key == "task2" else "cross"}
+        report[key] = {
+            "per_encoder": {
+                e: {"summary": r["summary"], "units": r["units"], "methods": r["methods"]}
+                for e, r in by_encoder.items()
+            },
+            "significance": task2_significance(by_encoder, n_resamples=n_resamples, seed=seed),
+            "protocol": "same-source" if key == "task2" else "cross",
+        }
         if key == "task2_cross":
             report[key]["n_references"] = n_references
         _task2_intervals(report[key]["per_encoder"], n_resamples, seed)
         timings[f"{key}:significance"] = time.perf_counter() - t0
     if 3 in tasks:
         report["task3"] = task3_by_encoder
-        report["task3_weight_sweep"] = {e: task3_weight_sweep(r["results"]) for e, r in task3_by_encoder.items()}
+        report["task3_weight_sweep"] = {
+            e: task3_weight_sweep(r["results"]) for e, r in task3_by_encoder.items()
+        }
     timings["total"] = time.perf_counter() - t_start
     enc_time = sum(v for k, v in timings.items() if k.startswith("encode:"))
     timings["encoding_share"] = enc_time / timings["total"] if timings["total"] else 0.0
@@ -250,8 +337,9 @@ def _pair_encoder_names(pair_encoder: str | Mapping[str, str] | None, default: s
     return {m: pair_encoder.get(m) or default for m in known}
 
 
-def _task1_stages(report: dict[str, Any], corpus: Corpus, enc: Any, name: str, *, protocols: Sequence[str],
-                  **kw: Any) -> Any:
+def _task1_stages(
+    report: dict[str, Any], corpus: Corpus, enc: Any, name: str, *, protocols: Sequence[str], **kw: Any
+) -> Any:
     """Task 1 under each protocol into ``report`` (``task1``, ``task1_cross``); returns the graph to
     draw (the same-source one when it ran)."""
     graph = None
@@ -273,9 +361,27 @@ def _merge_skipped(skipped: list[str], more: Sequence[str]) -> None:
     skipped.extend(m for m in more if m not in seen)
 
 
-def _task1_stage(corpus: Corpus, enc: Any, name: str, *, methods, pair_names, seed, skipped, progress, prd_kwargs,
-                 compare, n_resamples, timings, device, batch_size, cache_dir, graph_task,
-                 protocol: str = "same-source", loaded: dict[str, Any] | None = None) -> tuple[dict, Any]:
+def _task1_stage(
+    corpus: Corpus,
+    enc: Any,
+    name: str,
+    *,
+    methods,
+    pair_names,
+    seed,
+    skipped,
+    progress,
+    prd_kwargs,
+    compare,
+    n_resamples,
+    timings,
+    device,
+    batch_size,
+    cache_dir,
+    graph_task,
+    protocol: str = "same-source",
+    loaded: dict[str, Any] | None = None,
+) -> tuple[dict, Any]:
     """Task 1 with ``enc`` for FlowKL and the pair encoders named in ``pair_names``; every (system,
     user) pair of the corpus is encoded once per pair model, up front. Returns (report part, graph)."""
     from ..encoders import get_encoder, resolve_encoder_name
@@ -286,17 +392,36 @@ def _task1_stage(corpus: Corpus, enc: Any, name: str, *, methods, pair_names, se
         key = resolve_encoder_name(pair_names[m])
         if key not in loaded:
             t0 = time.perf_counter()
-            base = enc if key == resolve_encoder_name(name) else get_encoder(
-                pair_names[m], shared=False, device=device, batch_size=batch_size, cache_dir=cache_dir,
-                show_progress=None if progress else False, runtime=getattr(enc, "runtime", "torch"))
+            base = (
+                enc
+                if key == resolve_encoder_name(name)
+                else get_encoder(
+                    pair_names[m],
+                    shared=False,
+                    device=device,
+                    batch_size=batch_size,
+                    cache_dir=cache_dir,
+                    show_progress=None if progress else False,
+                    runtime=getattr(enc, "runtime", "torch"),
+                )
+            )
             pe = _pair_encoder(base, progress)
             pe.encode_sets(corpus.records)  # every (system, user) pair once; Task 1 reads the cache
             timings[f"encode:{pair_names[m]}:pairs"] = time.perf_counter() - t0
             loaded[key] = pe
         pes[m] = loaded[key]
     t0 = time.perf_counter()
-    r1 = run_task1(corpus, enc, methods, seed=seed, skipped=skipped, progress=progress, pair_encoder=pes,
-                   prd_kwargs=prd_kwargs, protocol=protocol)
+    r1 = run_task1(
+        corpus,
+        enc,
+        methods,
+        seed=seed,
+        skipped=skipped,
+        progress=progress,
+        pair_encoder=pes,
+        prd_kwargs=prd_kwargs,
+        protocol=protocol,
+    )
     r1["comparisons"] = task1_comparisons(r1["units"], against=compare, n_resamples=n_resamples, seed=seed)
     r1["summary"]["tau_ci"] = tau_confidence_intervals(r1["units"], methods, "task", n_resamples, seed)
     timings["task1" if protocol == "same-source" else "task1_cross"] = time.perf_counter() - t0
@@ -309,7 +434,7 @@ def _task1_stage(corpus: Corpus, enc: Any, name: str, *, methods, pair_names, se
 def _task2_intervals(per_encoder: Mapping[str, dict[str, Any]], n_resamples: int, seed: int) -> None:
     """Add each encoder's tau CIs and absolute distance-by-k curves (with CIs) to its summary."""
     for res in per_encoder.values():
-        res["summary"]["tau_ci"] = tau_confidence_intervals(res["units"], res["methods"], "source_id", n_resamples, seed)
+        res["summary"]["tau_ci"] = tau_confidence_intervals(
+            res["units"], res["methods"], "source_id", n_resamples, seed
+        )
         res["summary"]["distance_by_k"] = distance_by_k(res["units"], res["methods"], n_resamples, seed)
-
-

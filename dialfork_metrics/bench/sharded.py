@@ -80,20 +80,29 @@ def sharded_bench_encoding(a: Any, pair: Any = None, state: Any = None) -> bool:
         def encoder(name: str) -> Any:
             r = resolve_encoder_name(name)
             if r not in loaded:
-                loaded[r] = Encoder(name, device=device, batch_size=a.batch_size, cache_dir=a.cache_dir,
-                                    show_progress=False, runtime=a.runtime)
+                loaded[r] = Encoder(
+                    name,
+                    device=device,
+                    batch_size=a.batch_size,
+                    cache_dir=a.cache_dir,
+                    show_progress=False,
+                    runtime=a.runtime,
+                )
             return loaded[r]
 
         for name, transcripts in texts_of.values():
             n = encode_shard_texts(encoder(name), corpus_texts(records, transcripts), state, progress)
             logger.info("process %d: %d new embeddings of %s", state.process_index, n, name)
         for name in pairs_of.values():
-            n = encode_shard_pairs(PairEncoder(encoder(name), show_progress=False), corpus_pairs(records), state,
-                                   progress)
+            n = encode_shard_pairs(
+                PairEncoder(encoder(name), show_progress=False), corpus_pairs(records), state, progress
+            )
             logger.info("process %d: %d new pair embeddings of %s", state.process_index, n, name)
     except Exception as e:  # noqa: BLE001 - every process must learn of it (collective below)
         error = e
-    all_ok(state, error, BenchError)  # also the barrier: every shard file is renamed into place before this returns
+    all_ok(
+        state, error, BenchError
+    )  # also the barrier: every shard file is renamed into place before this returns
     if temp is not None:
         import atexit
 

@@ -36,10 +36,18 @@ from .protocols import TASK2_PROTOCOLS, task1_cross_units
 logger = logging.getLogger(__name__)
 
 
-def run_task1(corpus: Corpus, encoder: Any, methods: Sequence[str] = TASK1_METHODS, seed: int = 0,
-              flowkl_kwargs: Mapping[str, Any] | None = None, prd_kwargs: Mapping[str, Any] | None = None,
-              skipped: list[str] | None = None, progress: bool = True, pair_encoder: Any = None,
-              protocol: str = "same-source") -> dict[str, Any]:
+def run_task1(
+    corpus: Corpus,
+    encoder: Any,
+    methods: Sequence[str] = TASK1_METHODS,
+    seed: int = 0,
+    flowkl_kwargs: Mapping[str, Any] | None = None,
+    prd_kwargs: Mapping[str, Any] | None = None,
+    skipped: list[str] | None = None,
+    progress: bool = True,
+    pair_encoder: Any = None,
+    protocol: str = "same-source",
+) -> dict[str, Any]:
     """Task 1 per (task, type) unit: d_k for each method, tau, exact recovery; with statistics.
 
     ``protocol``: ``"same-source"`` (the paper's: the task's whole conformant set, which holds the
@@ -93,16 +101,24 @@ def run_task1(corpus: Corpus, encoder: Any, methods: Sequence[str] = TASK1_METHO
     logging.getLogger("dialfork_metrics.setlevel").addFilter(small_n)
     try:
         with _summarised(f"Task 1 ({len(units)} units)"):
-            rows = _task1_rows(units, methods, encoder, seed, flowkl_kwargs, prd_kwargs, graphs, pair_encoders,
-                               progress)
+            rows = _task1_rows(
+                units, methods, encoder, seed, flowkl_kwargs, prd_kwargs, graphs, pair_encoders, progress
+            )
     finally:
         logging.getLogger("dialfork_metrics.setlevel").removeFilter(small_n)
     if small_n.count:
-        logger.warning("FBD: %d set(s) had no more pair embeddings than dimensions: their covariance is singular and "
-                       "the Frechet estimate is biased at small n (SPEC 7); compare FBD only between sets of similar size",
-                       small_n.count)
-    return {"units": rows, "summary": summarise_task1(rows, methods), "graphs": graphs,
-            "fbd_small_n_sets": small_n.count, "protocol": protocol}
+        logger.warning(
+            "FBD: %d set(s) had no more pair embeddings than dimensions: their covariance is singular and "
+            "the Frechet estimate is biased at small n (SPEC 7); compare FBD only between sets of similar size",
+            small_n.count,
+        )
+    return {
+        "units": rows,
+        "summary": summarise_task1(rows, methods),
+        "graphs": graphs,
+        "fbd_small_n_sets": small_n.count,
+        "protocol": protocol,
+    }
 
 
 def _pair_encoders_by_method(pair_encoder: Any, methods: Sequence[str], encoder: Any) -> dict[str, Any]:
@@ -111,7 +127,9 @@ def _pair_encoders_by_method(pair_encoder: Any, methods: Sequence[str], encoder:
         known = registry.names("set", needs="pair_encoder")
         unknown = set(pair_encoder) - set(known)
         if unknown:
-            raise BenchError(f"pair encoders are given per metric ({', '.join(known)}), got {sorted(unknown)}")
+            raise BenchError(
+                f"pair encoders are given per metric ({', '.join(known)}), got {sorted(unknown)}"
+            )
         spec = {m: pair_encoder.get(m) or encoder for m in methods}
     else:
         spec = {m: pair_encoder if pair_encoder is not None else encoder for m in methods}
@@ -190,8 +208,9 @@ def prd_unit(ctx: Task1Context, task: str, ref, tgt) -> float:
     Returns:
         The distance.
     """
-    return _set_metric("prd", task, ref, tgt, ctx.pair_encoders["prd"], ctx.cache,
-                       {"seed": ctx.seed, **ctx.prd_kwargs})
+    return _set_metric(
+        "prd", task, ref, tgt, ctx.pair_encoders["prd"], ctx.cache, {"seed": ctx.seed, **ctx.prd_kwargs}
+    )
 
 
 def turn_count_unit(ctx: Task1Context, task: str, ref, tgt) -> float:
@@ -224,7 +243,9 @@ def word_count_unit(ctx: Task1Context, task: str, ref, tgt) -> float:
     return abs(_mean_len(tgt, "words") - _mean_len(ref, "words"))
 
 
-def _task1_rows(units, methods, encoder, seed, flowkl_kwargs, prd_kwargs, graphs, pair_encoders, progress) -> list[dict]:
+def _task1_rows(
+    units, methods, encoder, seed, flowkl_kwargs, prd_kwargs, graphs, pair_encoders, progress
+) -> list[dict]:
     from tqdm.auto import tqdm
 
     ctx = Task1Context(encoder, seed, flowkl_kwargs or {}, prd_kwargs or {}, pair_encoders, graphs)
@@ -242,9 +263,17 @@ def _task1_rows(units, methods, encoder, seed, flowkl_kwargs, prd_kwargs, graphs
                     d[m].append(float(_unit_rng(seed, "task1", task, h, k).random()))
         for m in methods:
             tau = 0.0 if m == "random" else ranking_tau(d[m])  # Random = its expectation, 0 exactly
-            rows.append({"task": task, "type": h, "method": m, "distances": d[m], "tau": tau,
-                         "exact": exact_recovery(d[m]) if m != "random" else None,
-                         "p_perm": unit_permutation_pvalue(d[m]) if m != "random" else None})
+            rows.append(
+                {
+                    "task": task,
+                    "type": h,
+                    "method": m,
+                    "distances": d[m],
+                    "tau": tau,
+                    "exact": exact_recovery(d[m]) if m != "random" else None,
+                    "p_perm": unit_permutation_pvalue(d[m]) if m != "random" else None,
+                }
+            )
     return rows
 
 
@@ -289,7 +318,7 @@ def summarise_task1(rows: Sequence[Mapping[str, Any]], methods: Sequence[str]) -
     unit_tau = {m: {(r["task"], r["type"]): r["tau"] for r in rows if r["method"] == m} for m in methods}
     pairs, pvals = [], []
     for i, a in enumerate(real):
-        for b in real[i + 1:]:
+        for b in real[i + 1 :]:
             keys = sorted(set(unit_tau[a]) & set(unit_tau[b]))
             diff = np.array([unit_tau[a][k] - unit_tau[b][k] for k in keys])
             if diff.size == 0:
@@ -303,11 +332,13 @@ def summarise_task1(rows: Sequence[Mapping[str, Any]], methods: Sequence[str]) -
     return {"tau": table, "exact_recovery": exact, "fisher_p": fisher, "pairwise": pairs, "n_units": n_units}
 
 
-
-
-def task1_comparisons(rows: Sequence[Mapping[str, Any]], reference: str = TASK1_REFERENCE,
-                      against: Sequence[str] = TASK1_COMPARED, n_resamples: int = 10_000,
-                      seed: int = 0) -> list[dict[str, Any]]:
+def task1_comparisons(
+    rows: Sequence[Mapping[str, Any]],
+    reference: str = TASK1_REFERENCE,
+    against: Sequence[str] = TASK1_COMPARED,
+    n_resamples: int = 10_000,
+    seed: int = 0,
+) -> list[dict[str, Any]]:
     """Appendix J: ``reference`` (FlowKL) against each method of ``against`` over the shared
     (task, type) units: mean Delta tau = tau(reference) - tau(method), its paired bootstrap 95% CI
     (:func:`~dialfork_metrics.stats.bootstrap_mean_ci`, seeded), the two-sided paired Wilcoxon
@@ -340,15 +371,29 @@ def task1_comparisons(rows: Sequence[Mapping[str, Any]], reference: str = TASK1_
             continue
         diff = np.array([unit_tau[reference][k] - unit_tau[m][k] for k in keys])
         lo, hi = bootstrap_mean_ci(diff, n_resamples=n_resamples, seed=seed)
-        out.append({"a": reference, "b": m, "n_units": int(diff.size), "mean_diff": float(diff.mean()),
-                    "ci_low": lo, "ci_high": hi, "p": wilcoxon_two_sided(diff)})
+        out.append(
+            {
+                "a": reference,
+                "b": m,
+                "n_units": int(diff.size),
+                "mean_diff": float(diff.mean()),
+                "ci_low": lo,
+                "ci_high": hi,
+                "p": wilcoxon_two_sided(diff),
+            }
+        )
     for r, ph in zip(out, holm([r["p"] for r in out])):
         r["p_holm"] = ph
     return out
 
 
-def tau_confidence_intervals(rows: Sequence[Mapping[str, Any]], methods: Sequence[str], group: str,
-                             n_resamples: int = 10_000, seed: int = 0) -> dict[str, dict[str, list[float] | None]]:
+def tau_confidence_intervals(
+    rows: Sequence[Mapping[str, Any]],
+    methods: Sequence[str],
+    group: str,
+    n_resamples: int = 10_000,
+    seed: int = 0,
+) -> dict[str, dict[str, list[float] | None]]:
     """Percentile bootstrap 95% CIs of each cell of a tau table (Tables 2 and 3).
 
     Per type: the mean tau over that type's units, the units resampled jointly across methods
@@ -382,11 +427,22 @@ def tau_confidence_intervals(rows: Sequence[Mapping[str, Any]], methods: Sequenc
         lo, hi = bootstrap_column_means_ci(X, n_resamples=n_resamples, seed=seed + i, batch=200)
         for j, m in enumerate(methods):
             out[m][h] = [float(lo[j]), float(hi[j])]
-    groups = sorted({k[0] for k in tau if all((k[0], h) in tau and all(m in tau[(k[0], h)] for m in methods)
-                                                 for h in hallucination_types())})
+    groups = sorted(
+        {
+            k[0]
+            for k in tau
+            if all(
+                (k[0], h) in tau and all(m in tau[(k[0], h)] for m in methods) for h in hallucination_types()
+            )
+        }
+    )
     if len(groups) >= 2:
-        X = np.array([[np.mean([tau[(g, h)][m] for h in hallucination_types()]) for m in methods] for g in groups])
-        lo, hi = bootstrap_column_means_ci(X, n_resamples=n_resamples, seed=seed + len(hallucination_types()), batch=200)
+        X = np.array(
+            [[np.mean([tau[(g, h)][m] for h in hallucination_types()]) for m in methods] for g in groups]
+        )
+        lo, hi = bootstrap_column_means_ci(
+            X, n_resamples=n_resamples, seed=seed + len(hallucination_types()), batch=200
+        )
         for j, m in enumerate(methods):
             out[m]["Avg"] = [float(lo[j]), float(hi[j])]
     else:
@@ -425,7 +481,9 @@ def _pair_encoder(encoder: Any, progress: bool = True):
     return pair_encoder_for(encoder, show_progress=None if progress else False)
 
 
-def _set_metric(name: str, task: str, ref, tgt, pair_encoder, cache: dict, kwargs: Mapping[str, Any] | None = None) -> float:
+def _set_metric(
+    name: str, task: str, ref, tgt, pair_encoder, cache: dict, kwargs: Mapping[str, Any] | None = None
+) -> float:
     from ..setlevel import fbd_from_embeddings, prd_from_embeddings
 
     def emb(dialogues):
@@ -439,5 +497,3 @@ def _set_metric(name: str, task: str, ref, tgt, pair_encoder, cache: dict, kwarg
     if name == "fbd":
         return float(fbd_from_embeddings(X, Y))
     return float(prd_from_embeddings(X, Y, **(kwargs or {})))
-
-

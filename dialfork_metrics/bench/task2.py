@@ -34,10 +34,16 @@ logger = logging.getLogger(__name__)
 
 
 # ----------------------------------------------------------------------------- Task 2
-def run_task2(corpus: Corpus, encoder: Any, methods: Sequence[str] = TASK2_METHODS, seed: int = 0,
-              custom: Mapping[str, Callable[[Any, Any], float]] | None = None,
-              skipped: list[str] | None = None, protocol: str = "same-source",
-              n_references: int = DEFAULT_N_REFERENCES) -> dict[str, Any]:
+def run_task2(
+    corpus: Corpus,
+    encoder: Any,
+    methods: Sequence[str] = TASK2_METHODS,
+    seed: int = 0,
+    custom: Mapping[str, Callable[[Any, Any], float]] | None = None,
+    skipped: list[str] | None = None,
+    protocol: str = "same-source",
+    n_references: int = DEFAULT_N_REFERENCES,
+) -> dict[str, Any]:
     """Task 2 per (source, type) unit: d_k per method and tau; summary per type.
 
     ``protocol`` (:mod:`~dialfork_metrics.bench.protocols`): ``"same-source"`` (the paper's)
@@ -85,24 +91,58 @@ def run_task2(corpus: Corpus, encoder: Any, methods: Sequence[str] = TASK2_METHO
     rows: list[dict[str, Any]] = []
     for q, s in zip(quartets, scored):
         for m in core:
-            rows.append({"source_id": s["source_id"], "type": s["type"], "method": m,
-                         "distances": s["distances"][m], "tau": s["tau"][m]})
+            rows.append(
+                {
+                    "source_id": s["source_id"],
+                    "type": s["type"],
+                    "method": m,
+                    "distances": s["distances"][m],
+                    "tau": s["tau"][m],
+                }
+            )
         if "random" in methods:
-            rows.append({"source_id": s["source_id"], "type": s["type"], "method": "random",
-                         "distances": [float(_unit_rng(seed, "task2", s["source_id"], s["type"], k).random())
-                                       for k in FORK_POSITIONS], "tau": 0.0})
+            rows.append(
+                {
+                    "source_id": s["source_id"],
+                    "type": s["type"],
+                    "method": "random",
+                    "distances": [
+                        float(_unit_rng(seed, "task2", s["source_id"], s["type"], k).random())
+                        for k in FORK_POSITIONS
+                    ],
+                    "tau": 0.0,
+                }
+            )
         for name, fn in (custom or {}).items():
             d = [float(fn(q["source"], q["forks"][k])) for k in FORK_POSITIONS]
-            rows.append({"source_id": s["source_id"], "type": s["type"], "method": name, "distances": d,
-                         "tau": ranking_tau(d)})
+            rows.append(
+                {
+                    "source_id": s["source_id"],
+                    "type": s["type"],
+                    "method": name,
+                    "distances": d,
+                    "tau": ranking_tau(d),
+                }
+            )
     all_methods = list(methods) + list(custom or {})
-    return {"units": rows, "summary": summarise_task2(rows, all_methods), "methods": all_methods,
-            "protocol": "same-source"}
+    return {
+        "units": rows,
+        "summary": summarise_task2(rows, all_methods),
+        "methods": all_methods,
+        "protocol": "same-source",
+    }
 
 
-def _run_task2_cross(corpus: Corpus, quartets: list[dict[str, Any]], encoder: Any, methods: Sequence[str], seed: int,
-                     custom: Mapping[str, Callable[[Any, Any], float]] | None, skipped: list[str],
-                     n_references: int) -> dict[str, Any]:
+def _run_task2_cross(
+    corpus: Corpus,
+    quartets: list[dict[str, Any]],
+    encoder: Any,
+    methods: Sequence[str],
+    seed: int,
+    custom: Mapping[str, Callable[[Any, Any], float]] | None,
+    skipped: list[str],
+    n_references: int,
+) -> dict[str, Any]:
     """:func:`run_task2` under the cross protocol: each unit's four forks against its source's
     references (:func:`~dialfork_metrics.bench.protocols.cross_references`), d_k the mean over them."""
     from ..dialogue import score_quartets
@@ -113,8 +153,10 @@ def _run_task2_cross(corpus: Corpus, quartets: list[dict[str, Any]], encoder: An
         sid = q["source"]["dialogue_id"]
         rs = refs.get(_source_key(q["source"]), [])
         if not rs:
-            msg = (f"Task 2 unit ({sid}, {q['type']}) under the cross protocol: task {q['source'].get('task')!r} has "
-                   f"no conformant dialogue from another source (give the task two sources or more)")
+            msg = (
+                f"Task 2 unit ({sid}, {q['type']}) under the cross protocol: task {q['source'].get('task')!r} has "
+                f"no conformant dialogue from another source (give the task two sources or more)"
+            )
             logger.warning("skipped %s", msg)
             skipped.append(msg)
             continue
@@ -122,30 +164,65 @@ def _run_task2_cross(corpus: Corpus, quartets: list[dict[str, Any]], encoder: An
         expanded += [{"source": r, "type": q["type"], "forks": q["forks"]} for r in rs]
     short = sorted({q["source"]["dialogue_id"] for q, rs in kept if len(rs) < n_references})
     if short:
-        logger.warning("Task 2 cross protocol: %d source(s) have fewer than %d other sources in their task and use "
-                       "all of them (e.g. %s)", len(short), n_references, short[0])
+        logger.warning(
+            "Task 2 cross protocol: %d source(s) have fewer than %d other sources in their task and use "
+            "all of them (e.g. %s)",
+            len(short),
+            n_references,
+            short[0],
+        )
     core = [m for m in methods if registry.get(m).input != "seed"]  # the seeded Random is drawn here
     scored = score_quartets(expanded, methods=core, encoder=encoder) if expanded else []
     rows: list[dict[str, Any]] = []
     i = 0
     for q, rs in kept:
-        block, i = scored[i:i + len(rs)], i + len(rs)
+        block, i = scored[i : i + len(rs)], i + len(rs)
         sid, h, ids = q["source"]["dialogue_id"], q["type"], [r["dialogue_id"] for r in rs]
         for m in core:
             d = [float(np.mean([b["distances"][m][j] for b in block])) for j in range(len(FORK_POSITIONS))]
-            rows.append({"source_id": sid, "type": h, "method": m, "distances": d, "tau": ranking_tau(d),
-                         "references": ids})
+            rows.append(
+                {
+                    "source_id": sid,
+                    "type": h,
+                    "method": m,
+                    "distances": d,
+                    "tau": ranking_tau(d),
+                    "references": ids,
+                }
+            )
         if "random" in methods:
-            rows.append({"source_id": sid, "type": h, "method": "random", "references": ids,
-                         "distances": [float(_unit_rng(seed, "task2-cross", sid, h, k).random())
-                                       for k in FORK_POSITIONS], "tau": 0.0})
+            rows.append(
+                {
+                    "source_id": sid,
+                    "type": h,
+                    "method": "random",
+                    "references": ids,
+                    "distances": [
+                        float(_unit_rng(seed, "task2-cross", sid, h, k).random()) for k in FORK_POSITIONS
+                    ],
+                    "tau": 0.0,
+                }
+            )
         for name, fn in (custom or {}).items():
             d = [float(np.mean([fn(r, q["forks"][k]) for r in rs])) for k in FORK_POSITIONS]
-            rows.append({"source_id": sid, "type": h, "method": name, "distances": d, "tau": ranking_tau(d),
-                         "references": ids})
+            rows.append(
+                {
+                    "source_id": sid,
+                    "type": h,
+                    "method": name,
+                    "distances": d,
+                    "tau": ranking_tau(d),
+                    "references": ids,
+                }
+            )
     all_methods = list(methods) + list(custom or {})
-    return {"units": rows, "summary": summarise_task2(rows, all_methods), "methods": all_methods,
-            "protocol": "cross", "n_references": n_references}
+    return {
+        "units": rows,
+        "summary": summarise_task2(rows, all_methods),
+        "methods": all_methods,
+        "protocol": "cross",
+        "n_references": n_references,
+    }
 
 
 def summarise_task2(rows: Sequence[Mapping[str, Any]], methods: Sequence[str]) -> dict[str, Any]:
@@ -168,7 +245,9 @@ def summarise_task2(rows: Sequence[Mapping[str, Any]], methods: Sequence[str]) -
             dist_k[r["method"]][k].append(v)
     table = {}
     for m in methods:
-        table[m] = {h: (float(np.mean(by[(m, h)])) if by.get((m, h)) else None) for h in hallucination_types()}
+        table[m] = {
+            h: (float(np.mean(by[(m, h)])) if by.get((m, h)) else None) for h in hallucination_types()
+        }
         vals = [v for v in table[m].values() if v is not None]
         table[m]["Avg"] = float(np.mean(vals)) if vals else None
     mean_by_k = {m: {k: float(np.mean(v)) for k, v in sorted(dist_k[m].items())} for m in methods}
@@ -176,8 +255,9 @@ def summarise_task2(rows: Sequence[Mapping[str, Any]], methods: Sequence[str]) -
     return {"tau": table, "mean_distance_by_k": mean_by_k, "n_units": n_units}
 
 
-def distance_by_k(rows: Sequence[Mapping[str, Any]], methods: Sequence[str], n_resamples: int = 10_000,
-                  seed: int = 0) -> dict[str, dict[str, dict[str, list[float]]]]:
+def distance_by_k(
+    rows: Sequence[Mapping[str, Any]], methods: Sequence[str], n_resamples: int = 10_000, seed: int = 0
+) -> dict[str, dict[str, dict[str, list[float]]]]:
     """Mean distance d_k per (method, type, fork position k), in the method's own units (not
     rescaled), with a percentile bootstrap 95% CI over the type's units (the units resampled
     jointly across methods and positions; :func:`~dialfork_metrics.stats.bootstrap_column_means_ci`).
@@ -203,7 +283,9 @@ def distance_by_k(rows: Sequence[Mapping[str, Any]], methods: Sequence[str], n_r
         keys = sorted(k for k in dist if k[1] == h and all(m in dist[k] for m in methods))
         if not keys:
             continue
-        X = np.array([[v for m in methods for v in dist[k][m]] for k in keys], dtype=float)  # (units, 4 * methods)
+        X = np.array(
+            [[v for m in methods for v in dist[k][m]] for k in keys], dtype=float
+        )  # (units, 4 * methods)
         mean = X.mean(axis=0)
         if len(keys) >= 2:
             lo, hi = bootstrap_column_means_ci(X, n_resamples=n_resamples, seed=seed + i, batch=100)
@@ -211,13 +293,21 @@ def distance_by_k(rows: Sequence[Mapping[str, Any]], methods: Sequence[str], n_r
             lo, hi = mean, mean
         for j, m in enumerate(methods):
             sl = slice(4 * j, 4 * j + 4)
-            out[m][h] = {"mean": mean[sl].tolist(), "low": np.asarray(lo)[sl].tolist(),
-                         "high": np.asarray(hi)[sl].tolist(), "n": len(keys)}
+            out[m][h] = {
+                "mean": mean[sl].tolist(),
+                "low": np.asarray(lo)[sl].tolist(),
+                "high": np.asarray(hi)[sl].tolist(),
+                "n": len(keys),
+            }
     return out
 
 
-def task2_significance(per_encoder: Mapping[str, Mapping[str, Any]], reference: str = "flowscore",
-                       n_resamples: int = 10_000, seed: int = 0) -> list[dict[str, Any]]:
+def task2_significance(
+    per_encoder: Mapping[str, Mapping[str, Any]],
+    reference: str = "flowscore",
+    n_resamples: int = 10_000,
+    seed: int = 0,
+) -> list[dict[str, Any]]:
     """Table 7: FlowScore tau minus each method's tau per unit; one-sided Wilcoxon (statistic ``W``,
     the sum of the positive ranks) and paired t-test (statistic ``t``), Holm-corrected across
     encoders within each (method, test); bootstrap 95% CI.
@@ -251,9 +341,20 @@ def task2_significance(per_encoder: Mapping[str, Mapping[str, Any]], reference: 
             lo, hi = bootstrap_mean_ci(diff, n_resamples=n_resamples, seed=seed)
             w, p_w = wilcoxon_greater_test(diff)
             t, p_t = paired_t_greater_test(diff)
-            out.append({"encoder": enc, "method": m, "n_units": int(diff.size), "mean_diff": float(diff.mean()),
-                        "ci_low": lo, "ci_high": hi, "W": w, "p_wilcoxon": p_w,
-                        "t": t if np.isfinite(t) else None, "p_ttest": p_t})  # constant differences: t undefined
+            out.append(
+                {
+                    "encoder": enc,
+                    "method": m,
+                    "n_units": int(diff.size),
+                    "mean_diff": float(diff.mean()),
+                    "ci_low": lo,
+                    "ci_high": hi,
+                    "W": w,
+                    "p_wilcoxon": p_w,
+                    "t": t if np.isfinite(t) else None,
+                    "p_ttest": p_t,
+                }
+            )  # constant differences: t undefined
     for test in ("p_wilcoxon", "p_ttest"):
         for m in {r["method"] for r in out}:
             grp = [r for r in out if r["method"] == m]
@@ -307,5 +408,3 @@ def load_custom_metric(spec: str) -> tuple[str, Callable[[Any, Any], float]]:
 
         return name, f
     raise BenchError(f"--metric {spec!r}: expected NAME=module:function or the path of an evaluate module")
-
-

@@ -29,9 +29,19 @@ TASK3_ABLATION_ORDERS: tuple[int, ...] = (2, 3, 6, 10)
 TABLE9_ORDER = 3
 
 
-def _task3_fit_predict(name: str, train, train_emb, test, test_emb, settings: Mapping[str, Any], *,
-                       preset: str = "selected", false_alarm_rate: float = 0.05, curve: bool = False,
-                       save_to: str | os.PathLike | None = None) -> dict[str, Any]:
+def _task3_fit_predict(
+    name: str,
+    train,
+    train_emb,
+    test,
+    test_emb,
+    settings: Mapping[str, Any],
+    *,
+    preset: str = "selected",
+    false_alarm_rate: float = 0.05,
+    curve: bool = False,
+    save_to: str | os.PathLike | None = None,
+) -> dict[str, Any]:
     """Fit one streaming detector on the conformant train split, predict and score the test
     split; ``curve`` adds its trade-off curve and the coverage at 1/5/10% false alarms."""
     from ..task3 import make_detector, score_predictions
@@ -52,30 +62,56 @@ def _task3_fit_predict(name: str, train, train_emb, test, test_emb, settings: Ma
     res["n_models"] = len(th)
     if curve:
         stats, keys = det.dialogue_statistics(test, test_emb)
-        cur = tradeoff_curve(stats, keys, [ex["hallucination_type"] is not None for ex in test],
-                             {k: m.calibration_stats for k, m in det.models().items()}, det.method)
-        res["curve"] = {"level": [None if np.isnan(v) else float(v) for v in cur["level"]],
-                        "cov_c": cur["cov_c"].tolist(), "cov_h": cur["cov_h"].tolist()}
+        cur = tradeoff_curve(
+            stats,
+            keys,
+            [ex["hallucination_type"] is not None for ex in test],
+            {k: m.calibration_stats for k, m in det.models().items()},
+            det.method,
+        )
+        res["curve"] = {
+            "level": [None if np.isnan(v) else float(v) for v in cur["level"]],
+            "cov_c": cur["cov_c"].tolist(),
+            "cov_h": cur["cov_h"].tolist(),
+        }
         res["coverage_at"] = {f"{a:g}": coverage_at(cur, a) for a in FALSE_ALARM_POINTS}
     if save_to is not None:
         det.save(save_to)
     return {"result": res, "predictions": pmap}
 
 
-def _subsample_test(test: Sequence[Mapping[str, Any]], records_by_id: Mapping[str, Mapping[str, Any]],
-                    max_forks_per_source: int | None, seed: int) -> list[int]:
+def _subsample_test(
+    test: Sequence[Mapping[str, Any]],
+    records_by_id: Mapping[str, Mapping[str, Any]],
+    max_forks_per_source: int | None,
+    seed: int,
+) -> list[int]:
     from ..task3.selection import _subsample_forks
 
     recs = [{**ex, "source_id": records_by_id.get(ex["dialogue_id"], {}).get("source_id")} for ex in test]
     return _subsample_forks(recs, max_forks_per_source, seed)
 
 
-def run_task3(corpus: Corpus, encoder: Any, detectors: Sequence[str] = TASK3_DETECTORS, seed: int = 0,
-              order: int | None = None, progress: bool = True, save_dir: str | os.PathLike | None = None, *,
-              preset: str = "selected", scope: str | None = None, false_alarm_rate: float = 0.05,
-              select: bool = False, selection_kwargs: Mapping[str, Any] | None = None, ablations: bool = True,
-              ablation_orders: Sequence[int] = TASK3_ABLATION_ORDERS, paper_table: bool = True,
-              ablation_max_forks_per_source: int | None = None, workflow: Any = None) -> dict[str, Any]:
+def run_task3(
+    corpus: Corpus,
+    encoder: Any,
+    detectors: Sequence[str] = TASK3_DETECTORS,
+    seed: int = 0,
+    order: int | None = None,
+    progress: bool = True,
+    save_dir: str | os.PathLike | None = None,
+    *,
+    preset: str = "selected",
+    scope: str | None = None,
+    false_alarm_rate: float = 0.05,
+    select: bool = False,
+    selection_kwargs: Mapping[str, Any] | None = None,
+    ablations: bool = True,
+    ablation_orders: Sequence[int] = TASK3_ABLATION_ORDERS,
+    paper_table: bool = True,
+    ablation_max_forks_per_source: int | None = None,
+    workflow: Any = None,
+) -> dict[str, Any]:
     """Fit each detector on the conformant train split, predict the test split, score (SPEC 8).
 
     Streaming detectors run with ``preset`` (``"selected"``: the packaged per-encoder settings;
@@ -138,10 +174,16 @@ def run_task3(corpus: Corpus, encoder: Any, detectors: Sequence[str] = TASK3_DET
     train = corpus.split("train", forks=False)
     test = task3_examples(corpus.split("test", forks=True))
     if not train or not test:
-        raise BenchError(f"Task 3 needs a train and a test split; got {len(train)} train and {len(test)} test dialogues")
+        raise BenchError(
+            f"Task 3 needs a train and a test split; got {len(train)} train and {len(test)} test dialogues"
+        )
     streaming = [d for d in detectors if specs[d].ngram]
-    out: dict[str, Any] = {"n_train": len(train), "n_test": len(test), "preset": preset,
-                           "false_alarm_rate": false_alarm_rate}
+    out: dict[str, Any] = {
+        "n_train": len(train),
+        "n_test": len(test),
+        "preset": preset,
+        "false_alarm_rate": false_alarm_rate,
+    }
     train_emb = test_emb = None
     if streaming:
         train_emb = encoder.encode_dialogues(train)
@@ -152,8 +194,15 @@ def run_task3(corpus: Corpus, encoder: Any, detectors: Sequence[str] = TASK3_DET
 
         sel_recs = corpus.split("train", forks=True)  # train sources only: never the test split
         t0 = time.perf_counter()
-        sel = select_settings(sel_recs, encoder.encode_dialogues(sel_recs), detectors=streaming, seed=seed,
-                              false_alarm_rate=false_alarm_rate, progress=progress, **(selection_kwargs or {}))
+        sel = select_settings(
+            sel_recs,
+            encoder.encode_dialogues(sel_recs),
+            detectors=streaming,
+            seed=seed,
+            false_alarm_rate=false_alarm_rate,
+            progress=progress,
+            **(selection_kwargs or {}),
+        )
         out["selection"] = {**sel.to_json(), "seconds": time.perf_counter() - t0}
         overrides = {d: sel.settings_for(d) for d in streaming}
     else:
@@ -168,15 +217,26 @@ def run_task3(corpus: Corpus, encoder: Any, detectors: Sequence[str] = TASK3_DET
     for name in detectors:
         spec = specs[name]
         if spec.ngram:
-            r = _task3_fit_predict(name, train, train_emb, test, test_emb, overrides[name], preset=preset,
-                                   false_alarm_rate=false_alarm_rate, curve=True,
-                                   save_to=None if save_dir is None else Path(save_dir) / name.replace("+", "_"))
+            r = _task3_fit_predict(
+                name,
+                train,
+                train_emb,
+                test,
+                test_emb,
+                overrides[name],
+                preset=preset,
+                false_alarm_rate=false_alarm_rate,
+                curve=True,
+                save_to=None if save_dir is None else Path(save_dir) / name.replace("+", "_"),
+            )
             results[name], predictions[name] = r["result"], r["predictions"]
             continue
         unsupplied = [n for n in spec.needs if n not in BENCH_SUPPLIES]
         if unsupplied:
-            why = (f"needs {', '.join(unsupplied)}, which the benchmark does not supply (fit and score it in Python; "
-                   "wf-sup: benchmarks/bench_task3_tracks.py scores it leave-task-out)")
+            why = (
+                f"needs {', '.join(unsupplied)}, which the benchmark does not supply (fit and score it in Python; "
+                "wf-sup: benchmarks/bench_task3_tracks.py scores it leave-task-out)"
+            )
             logger.warning("Task 3: %s skipped: %s", name, why)
             out.setdefault("skipped", {})[name] = why
             continue
@@ -186,7 +246,9 @@ def run_task3(corpus: Corpus, encoder: Any, detectors: Sequence[str] = TASK3_DET
 
             wf_source = wf_source or workflow or workflow_for_data(corpus.origin)
             if wf_source is None:
-                logger.warning("Task 3: %s skipped: no workflow source (pass --star or set $DIALFORK_STAR_DIR)", name)
+                logger.warning(
+                    "Task 3: %s skipped: no workflow source (pass --star or set $DIALFORK_STAR_DIR)", name
+                )
                 out.setdefault("skipped", {})[name] = "no workflow source (--star or $DIALFORK_STAR_DIR)"
                 continue
             kw["workflow"] = wf_source
@@ -207,21 +269,56 @@ def run_task3(corpus: Corpus, encoder: Any, detectors: Sequence[str] = TASK3_DET
     out["results"] = results
     out["predictions"] = predictions
     if streaming and paper_table:
-        out["table9"] = {d: _task3_fit_predict(d, train, train_emb, test, test_emb, {"order": TABLE9_ORDER},
-                                               preset="paper", false_alarm_rate=false_alarm_rate)["result"]
-                         for d in streaming}
+        out["table9"] = {
+            d: _task3_fit_predict(
+                d,
+                train,
+                train_emb,
+                test,
+                test_emb,
+                {"order": TABLE9_ORDER},
+                preset="paper",
+                false_alarm_rate=false_alarm_rate,
+            )["result"]
+            for d in streaming
+        }
     if streaming and ablations:
         keep = _subsample_test(test, corpus.by_id, ablation_max_forks_per_source, seed)
         sub, sub_emb = [test[i] for i in keep], [test_emb[i] for i in keep]
         out["ablation_n_test"] = len(sub)
         base = {d: {**results[d]["settings"]} for d in streaming}
-        out["ablation_order"] = {str(n): {d: _task3_fit_predict(d, train, train_emb, sub, sub_emb,
-                                                                {**base[d], "order": n}, preset=preset,
-                                                                false_alarm_rate=false_alarm_rate)["result"]
-                                          for d in streaming} for n in ablation_orders}
-        out["ablation_scope"] = {sc: {d: _task3_fit_predict(d, train, train_emb, sub, sub_emb, {**base[d], "scope": sc},
-                                                            preset=preset, false_alarm_rate=false_alarm_rate)["result"]
-                                      for d in streaming} for sc in SCOPES}
+        out["ablation_order"] = {
+            str(n): {
+                d: _task3_fit_predict(
+                    d,
+                    train,
+                    train_emb,
+                    sub,
+                    sub_emb,
+                    {**base[d], "order": n},
+                    preset=preset,
+                    false_alarm_rate=false_alarm_rate,
+                )["result"]
+                for d in streaming
+            }
+            for n in ablation_orders
+        }
+        out["ablation_scope"] = {
+            sc: {
+                d: _task3_fit_predict(
+                    d,
+                    train,
+                    train_emb,
+                    sub,
+                    sub_emb,
+                    {**base[d], "scope": sc},
+                    preset=preset,
+                    false_alarm_rate=false_alarm_rate,
+                )["result"]
+                for d in streaming
+            }
+            for sc in SCOPES
+        }
     return out
 
 
@@ -230,8 +327,9 @@ def run_task3(corpus: Corpus, encoder: Any, detectors: Sequence[str] = TASK3_DET
 SWEEP_MAE_WEIGHTS: tuple[float, ...] = (0.25, 0.275, 0.30, 0.325, 0.35, 0.375, 0.40)
 
 
-def task3_weight_sweep(results: Mapping[str, Mapping[str, Any]],
-                       mae_weights: Sequence[float] = SWEEP_MAE_WEIGHTS) -> dict[str, Any]:
+def task3_weight_sweep(
+    results: Mapping[str, Mapping[str, Any]], mae_weights: Sequence[float] = SWEEP_MAE_WEIGHTS
+) -> dict[str, Any]:
     """Appendix I: the Score of every detector under each weight vector ``(w, w, 0.5 - w, 0.5 - w)``
     for ``w`` in ``mae_weights``, recomputed from its MAEs, coverages and references
     (:func:`~dialfork_metrics.task3.scorer.score_from_stats`; the unit of the MAEs does not matter,
@@ -263,17 +361,30 @@ def task3_weight_sweep(results: Mapping[str, Mapping[str, Any]],
         ws.append([float(w), float(w), 0.5 - float(w), 0.5 - float(w)])
     scores: dict[str, list[float]] = {}
     for det, r in results.items():
-        if r.get("mae_h_ref") is None or r.get("mae_c_ref") is None or r.get("cov_h") is None or r.get("cov_c") is None:
+        if (
+            r.get("mae_h_ref") is None
+            or r.get("mae_c_ref") is None
+            or r.get("cov_h") is None
+            or r.get("cov_c") is None
+        ):
             continue
-        scores[det] = [score_from_stats(r["mae_h"], r["cov_h"], r["mae_c"], r["cov_c"], r["mae_h_ref"],
-                                        r["mae_c_ref"], weights=wv) for wv in ws]
+        scores[det] = [
+            score_from_stats(
+                r["mae_h"], r["cov_h"], r["mae_c"], r["cov_c"], r["mae_h_ref"], r["mae_c_ref"], weights=wv
+            )
+            for wv in ws
+        ]
     winners: dict[str, list[str]] = {}
     for det in scores:
         winners.setdefault(regime(det), [])
     for reg in winners:
         dets = sorted(d for d in scores if regime(d) == reg)
-        winners[reg] = [max(dets, key=lambda d, i=i: scores[d][i]) for i in range(len(ws))]  # ties: first name
-    return {"weights": ws, "scores": scores, "winners": winners,
-            "stable": {reg: len(set(w)) == 1 for reg, w in winners.items()}}
-
-
+        winners[reg] = [
+            max(dets, key=lambda d, i=i: scores[d][i]) for i in range(len(ws))
+        ]  # ties: first name
+    return {
+        "weights": ws,
+        "scores": scores,
+        "winners": winners,
+        "stable": {reg: len(set(w)) == 1 for reg, w in winners.items()},
+    }

@@ -19,5 +19,13 @@ from .cache import DEFAULT_MEMORY_CACHE_BYTES, EmbeddingLRU
 from .encoder import PROGRESS_MIN_TEXTS, Encoder, get_encoder  # noqa: F401
 from .names import ENCODER_ALIASES, packaged_minilm_path, portable_encoder_id, resolve_encoder_name
 
-__all__ = ["DEFAULT_MEMORY_CACHE_BYTES", "ENCODER_ALIASES", "EmbeddingLRU", "Encoder", "get_encoder", "packaged_minilm_path", "portable_encoder_id",
-           "resolve_encoder_name"]
+__all__ = [
+    "DEFAULT_MEMORY_CACHE_BYTES",
+    "ENCODER_ALIASES",
+    "EmbeddingLRU",
+    "Encoder",
+    "get_encoder",
+    "packaged_minilm_path",
+    "portable_encoder_id",
+    "resolve_encoder_name",
+]

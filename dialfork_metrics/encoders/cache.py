@@ -207,7 +207,11 @@ class _DiskCache:
 
     def _shards(self) -> list[Path]:
         # a shard being written is a hidden temporary file (dialfork_dataset.atomic): not read
-        return sorted(p for p in self.dir.glob("*.npz") if not p.name.startswith(".")) if self.dir.is_dir() else []
+        return (
+            sorted(p for p in self.dir.glob("*.npz") if not p.name.startswith("."))
+            if self.dir.is_dir()
+            else []
+        )
 
     def _load(self) -> dict[bytes, np.ndarray]:
         if self._index is None:
@@ -251,5 +255,3 @@ class _DiskCache:
         index = self._load()
         for k, row in zip(keys, emb):
             index[k] = row
-
-

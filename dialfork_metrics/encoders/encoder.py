@@ -114,12 +114,22 @@ class Encoder:
             self._model = cast_model(model, self.dtype)
         self._memory = EmbeddingLRU(memory_cache_bytes)  # text -> embedding, bounded in bytes
         self._disk = (
-            _DiskCache(cache_dir, f"{self.name}|msl={max_seq_length}|prompt={prompt_name}"
-                       + cache_key_suffix(self.runtime, self.dtype))
+            _DiskCache(
+                cache_dir,
+                f"{self.name}|msl={max_seq_length}|prompt={prompt_name}"
+                + cache_key_suffix(self.runtime, self.dtype),
+            )
             if cache_dir is not None
             else None
         )
-        self.stats = {"requested": 0, "unique": 0, "memory_hits": 0, "disk_hits": 0, "encoded": 0, "evicted": 0}
+        self.stats = {
+            "requested": 0,
+            "unique": 0,
+            "memory_hits": 0,
+            "disk_hits": 0,
+            "encoded": 0,
+            "evicted": 0,
+        }
 
     def __repr__(self) -> str:
         return f"Encoder({self.name!r}, cached={len(self._memory)})"
@@ -193,13 +203,19 @@ class Encoder:
         if show:
             from tqdm.auto import tqdm
 
-            label = self.alias if isinstance(self.alias, str) and "/" not in self.alias else Path(self.name).name
+            label = (
+                self.alias if isinstance(self.alias, str) and "/" not in self.alias else Path(self.name).name
+            )
             bar = tqdm(total=len(texts), desc=f"encoding ({label})", unit="text")
         try:
             for s in range(0, len(order), chunk):
                 idx = order[s : s + chunk]
-                kwargs: dict[str, Any] = {"batch_size": self.batch_size, "show_progress_bar": False,
-                                          "convert_to_numpy": True, "normalize_embeddings": False}
+                kwargs: dict[str, Any] = {
+                    "batch_size": self.batch_size,
+                    "show_progress_bar": False,
+                    "convert_to_numpy": True,
+                    "normalize_embeddings": False,
+                }
                 if self.prompt_name is not None:
                     kwargs["prompt_name"] = self.prompt_name
                 emb = np.asarray(self._forward([texts[i] for i in idx], kwargs), dtype=np.float32)
@@ -220,8 +236,13 @@ class Encoder:
             return self.model.encode(texts, **kwargs)
         from ..runtimes import runner_for, st_encode
 
-        return st_encode(self.model, runner_for(self.model, self.name, self.runtime), texts,
-                         batch_size=self.batch_size, prompt_name=self.prompt_name)
+        return st_encode(
+            self.model,
+            runner_for(self.model, self.name, self.runtime),
+            texts,
+            batch_size=self.batch_size,
+            prompt_name=self.prompt_name,
+        )
 
     # ------------------------------------------------------------------ public API
     def encode(self, texts: Sequence[str]) -> np.ndarray:
@@ -245,7 +266,9 @@ class Encoder:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         index: dict[str, int] = {}
-        inverse = np.fromiter((index.setdefault(t, len(index)) for t in texts), dtype=np.int64, count=len(texts))
+        inverse = np.fromiter(
+            (index.setdefault(t, len(index)) for t in texts), dtype=np.int64, count=len(texts)
+        )
         unique = list(index)
         self.stats["unique"] += len(unique)
         slots = self._memory.lookup(unique)
@@ -290,7 +313,9 @@ class Encoder:
         self.stats["evicted"] = self._memory.evicted
         return out[inverse]
 
-    def encode_dialogues(self, dialogues: Sequence[Any], names: Sequence[str] | None = None) -> list[np.ndarray]:
+    def encode_dialogues(
+        self, dialogues: Sequence[Any], names: Sequence[str] | None = None
+    ) -> list[np.ndarray]:
         """Turn embeddings of many dialogues in one encoder pass: one ``(n_turns, dim)`` array each.
 
         A dialogue is a list of turn strings, a list of ``{speaker, text}`` or a record; invalid
@@ -349,8 +374,14 @@ class Encoder:
         n = sum(ln > limit for ln in lengths)
         self.stats["truncated"] = self.stats.get("truncated", 0) + n
         if n:
-            logger.warning("Full-dialog: %d of %d transcripts exceed %s's max_seq_length (%d tokens) and are "
-                           "truncated to their opening", n, len(texts), Path(self.name).name, limit)
+            logger.warning(
+                "Full-dialog: %d of %d transcripts exceed %s's max_seq_length (%d tokens) and are "
+                "truncated to their opening",
+                n,
+                len(texts),
+                Path(self.name).name,
+                limit,
+            )
 
     def clear_cache(self) -> None:
         """Forget the memory cache (the disk cache, if any, is kept)."""
@@ -407,12 +438,15 @@ def get_encoder(encoder: Any = "minilm", *, shared: bool = True, **kwargs: Any) 
     Raises:
         ValueError: an unknown name or option, or an object that cannot encode.
     """
-    if isinstance(encoder, Encoder) or (encoder is not None and not isinstance(encoder, str)
-                                        and hasattr(encoder, "encode")):
+    if isinstance(encoder, Encoder) or (
+        encoder is not None and not isinstance(encoder, str) and hasattr(encoder, "encode")
+    ):
         return encoder
     if encoder is not None and not isinstance(encoder, str):
-        raise ValueError(f"encoder must be None, an encoder name/path or an object with .encode(texts), "
-                         f"got {type(encoder).__name__}")
+        raise ValueError(
+            f"encoder must be None, an encoder name/path or an object with .encode(texts), "
+            f"got {type(encoder).__name__}"
+        )
     import inspect
 
     defaults = {k: p.default for k, p in inspect.signature(Encoder.__init__).parameters.items()}
@@ -428,5 +462,3 @@ def get_encoder(encoder: Any = "minilm", *, shared: bool = True, **kwargs: Any) 
     if enc is None:
         enc = _SHARED[key] = Encoder(name, **kwargs)
     return enc
-
-

@@ -25,9 +25,16 @@ ENCODER_ALIASES: dict[str, str] = {
 
 # spellings accepted for each alias: case, '-', '_' and spaces are ignored ("BGE-M3", "bge_m3",
 # "Qwen3-Embedding", "EmbeddingGemma", "D2F" ...), plus a few short forms.
-_EXTRA_SPELLINGS = {"qwen3emb": "qwen3-embedding", "qwen3": "qwen3-embedding", "gemma": "embeddinggemma",
-                    "dialog2flow": "d2f", "allminilml6v2": "minilm", "mpnet": "sbert"}
+_EXTRA_SPELLINGS = {
+    "qwen3emb": "qwen3-embedding",
+    "qwen3": "qwen3-embedding",
+    "gemma": "embeddinggemma",
+    "dialog2flow": "d2f",
+    "allminilml6v2": "minilm",
+    "mpnet": "sbert",
+}
 _HUB_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
+
 
 def _norm_alias(name: str) -> str:
     return re.sub(r"[\s_\-]+", "", name.strip().lower())
@@ -124,5 +131,3 @@ def portable_encoder_id(name: str, resolved: str | None = None) -> str:
 
 def _alias_list() -> str:
     return ", ".join(ENCODER_ALIASES)
-
-

@@ -47,7 +47,9 @@ def cluster_embeddings(E: Any, distance_threshold: float = 0.55) -> np.ndarray:
 
     E = _check_matrix(E)
     if not (0.0 < float(distance_threshold) <= 2.0):
-        raise ValueError(f"distance_threshold must be in (0, 2] (a cosine distance), got {distance_threshold}")
+        raise ValueError(
+            f"distance_threshold must be in (0, 2] (a cosine distance), got {distance_threshold}"
+        )
     if E.shape[0] == 0:
         raise ValueError("cannot cluster 0 embeddings")
     if np.any(np.linalg.norm(E, axis=1) == 0):
@@ -56,13 +58,18 @@ def cluster_embeddings(E: Any, distance_threshold: float = 0.55) -> np.ndarray:
         return np.zeros(1, dtype=np.int64)
     # The same utterances are often clustered several times in one process (the four streaming
     # detectors of Task 3, a FlowGraph per type of a task): memoise on the exact bytes.
-    key = (hashlib.sha1(np.ascontiguousarray(E).view(np.uint8)).hexdigest(), E.shape, E.dtype.str,
-           float(distance_threshold))
+    key = (
+        hashlib.sha1(np.ascontiguousarray(E).view(np.uint8)).hexdigest(),
+        E.shape,
+        E.dtype.str,
+        float(distance_threshold),
+    )
     hit = _memo_get(_CLUSTER_CACHE, key)
     if hit is not None:
         return hit
-    model = AgglomerativeClustering(n_clusters=None, metric="cosine", linkage="average",
-                                    distance_threshold=float(distance_threshold))
+    model = AgglomerativeClustering(
+        n_clusters=None, metric="cosine", linkage="average", distance_threshold=float(distance_threshold)
+    )
     labels = model.fit(E).labels_.astype(np.int64)
     return _memo_put(_CLUSTER_CACHE, key, labels, _CLUSTER_CACHE_SIZE)
 
@@ -146,7 +153,9 @@ def cut_cluster_tree(Z: np.ndarray, distance_threshold: float) -> np.ndarray:
     from scipy.cluster.hierarchy import fcluster
 
     if not (0.0 < float(distance_threshold) <= 2.0):
-        raise ValueError(f"distance_threshold must be in (0, 2] (a cosine distance), got {distance_threshold}")
+        raise ValueError(
+            f"distance_threshold must be in (0, 2] (a cosine distance), got {distance_threshold}"
+        )
     # fcluster merges heights <= t; scikit-learn merges heights < t
     raw = fcluster(Z, np.nextafter(float(distance_threshold), -np.inf), criterion="distance")
     _, first, inv = np.unique(raw, return_index=True, return_inverse=True)
@@ -263,5 +272,3 @@ def laplace_probabilities(counts: np.ndarray, vocab_size: int) -> np.ndarray:
     counts = np.asarray(counts)
     out = counts.sum(axis=1, keepdims=True)
     return (counts + 1.0) / (out + float(vocab_size))
-
-

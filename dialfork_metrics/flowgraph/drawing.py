@@ -26,11 +26,19 @@ def to_networkx(graph: Any):
     G = nx.DiGraph()
     for i, name in enumerate(graph.node_names):
         sp = name.split(":")[0] if ":" in name else ""
-        G.add_node(name, speaker=sp, count=int(graph.node_counts[i]) if i < graph.vocab_size else graph.n_dialogues,
-                   example=graph.examples[i])
+        G.add_node(
+            name,
+            speaker=sp,
+            count=int(graph.node_counts[i]) if i < graph.vocab_size else graph.n_dialogues,
+            example=graph.examples[i],
+        )
     for a, b in zip(*np.nonzero(graph.counts)):
-        G.add_edge(graph.node_names[a], graph.node_names[b], count=int(graph.counts[a, b]),
-                   prob=graph.transition_prob(int(a), int(b)))
+        G.add_edge(
+            graph.node_names[a],
+            graph.node_names[b],
+            count=int(graph.counts[a, b]),
+            prob=graph.transition_prob(int(a), int(b)),
+        )
     return G
 
 
@@ -39,8 +47,16 @@ def to_networkx(graph: Any):
 MAX_FIGURE_WIDTH_IN = 10.0
 
 
-def draw_flowgraph(graph: Any, path: str | os.PathLike, max_nodes: int = 40, top_edges: int = 2, label_chars: int = 60,
-                   dpi: int = 150, max_per_column: int | None = 5, orientation: str = "vertical") -> None:
+def draw_flowgraph(
+    graph: Any,
+    path: str | os.PathLike,
+    max_nodes: int = 40,
+    top_edges: int = 2,
+    label_chars: int = 60,
+    dpi: int = 150,
+    max_per_column: int | None = 5,
+    orientation: str = "vertical",
+) -> None:
     """Draw ``graph`` (a fitted FlowGraph) as a workflow (PNG, matplotlib Agg).
 
     Nodes: the ``max_nodes`` most visited (and at most ``max_per_column`` at one typical turn
@@ -82,8 +98,16 @@ def draw_flowgraph(graph: Any, path: str | os.PathLike, max_nodes: int = 40, top
     from matplotlib.patches import FancyArrowPatch, Patch
 
     graph._check_fitted()
-    layout = workflow_layout(graph.counts, graph.typical_positions(), graph.node_counts, graph.start, graph.end,
-                             max_nodes=max_nodes, top_edges=top_edges, max_per_column=max_per_column)
+    layout = workflow_layout(
+        graph.counts,
+        graph.typical_positions(),
+        graph.node_counts,
+        graph.start,
+        graph.end,
+        max_nodes=max_nodes,
+        top_edges=top_edges,
+        max_per_column=max_per_column,
+    )
     layer_xy, edges = layout["xy"], layout["edges"]
     n_layers = max(1, len({x for x, _ in layer_xy.values()}))
     breadth = max(1, layout["max_column"])
@@ -106,17 +130,34 @@ def draw_flowgraph(graph: Any, path: str | os.PathLike, max_nodes: int = 40, top
             sp = name.split(":")[0]
             label = f"{_shorten(graph.examples[i], label_chars)}\n({sp}, n={int(graph.node_counts[i])})"
             face = colours.get(sp, "#e0e0e0")
-        boxes[i] = ax.text(x, y, label, ha="center", va="center", fontsize=6.5, zorder=3, wrap=False,
-                           bbox={"boxstyle": "round,pad=0.3", "fc": face, "ec": "#424242", "lw": 0.6})
+        boxes[i] = ax.text(
+            x,
+            y,
+            label,
+            ha="center",
+            va="center",
+            fontsize=6.5,
+            zorder=3,
+            wrap=False,
+            bbox={"boxstyle": "round,pad=0.3", "fc": face, "ec": "#424242", "lw": 0.6},
+        )
     pmax = max([p for _, _, p in edges] + [1e-9])
     for a, b, prob in edges:
         back = layer_xy[b][0] < layer_xy[a][0]  # to an earlier turn position
         same = layer_xy[b][0] == layer_xy[a][0]
-        arrow = FancyArrowPatch(xy[a], xy[b], arrowstyle="-|>", mutation_scale=7,
-                                connectionstyle=f"arc3,rad={0.35 if back or same else 0.08}",
-                                lw=0.4 + 3.6 * prob / pmax, color="#c62828" if back else "#37474f",
-                                alpha=(0.25 if back else 0.35) + 0.5 * prob / pmax, zorder=1, patchA=boxes[a].get_bbox_patch(),
-                                patchB=boxes[b].get_bbox_patch())
+        arrow = FancyArrowPatch(
+            xy[a],
+            xy[b],
+            arrowstyle="-|>",
+            mutation_scale=7,
+            connectionstyle=f"arc3,rad={0.35 if back or same else 0.08}",
+            lw=0.4 + 3.6 * prob / pmax,
+            color="#c62828" if back else "#37474f",
+            alpha=(0.25 if back else 0.35) + 0.5 * prob / pmax,
+            zorder=1,
+            patchA=boxes[a].get_bbox_patch(),
+            patchB=boxes[b].get_bbox_patch(),
+        )
         ax.add_patch(arrow)
     xs = [x for x, _ in xy.values()]
     ys = [y for _, y in xy.values()]
@@ -124,14 +165,24 @@ def draw_flowgraph(graph: Any, path: str | os.PathLike, max_nodes: int = 40, top
     ax.set_ylim(min(ys) - 0.8, max(ys) + 0.8)
     ax.invert_yaxis()
     ax.set_axis_off()
-    ax.legend(handles=[Patch(fc=colours["user"], ec="#424242", label="user node"),
-                       Patch(fc=colours["system"], ec="#424242", label="system node"),
-                       Patch(fc="#37474f", label="edge (width: probability)"),
-                       Patch(fc="#c62828", label="edge back to an earlier position")],
-              loc="upper center", bbox_to_anchor=(0.5, -0.005), ncol=2, fontsize=7, frameon=False)
+    ax.legend(
+        handles=[
+            Patch(fc=colours["user"], ec="#424242", label="user node"),
+            Patch(fc=colours["system"], ec="#424242", label="system node"),
+            Patch(fc="#37474f", label="edge (width: probability)"),
+            Patch(fc="#c62828", label="edge back to an earlier position"),
+        ],
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.005),
+        ncol=2,
+        fontsize=7,
+        frameon=False,
+    )
     where = "rows" if vertical else "columns"
-    title = (f"FlowGraph: {len(xy) - 2} of {graph.vocab_size} nodes (most visited), top {top_edges} edges per "
-             f"node, {where} by typical turn position ({graph.n_dialogues} reference dialogues)")
+    title = (
+        f"FlowGraph: {len(xy) - 2} of {graph.vocab_size} nodes (most visited), top {top_edges} edges per "
+        f"node, {where} by typical turn position ({graph.n_dialogues} reference dialogues)"
+    )
     ax.set_title("\n".join(textwrap.wrap(title, int(figsize[0] * 13))), fontsize=9)
     fig.tight_layout()
     try:
@@ -141,7 +192,9 @@ def draw_flowgraph(graph: Any, path: str | os.PathLike, max_nodes: int = 40, top
         plt.close(fig)
 
 
-def expected_turn_positions(counts: Any, start: int, end: int, max_steps: int = 1000, tol: float = 1e-9) -> np.ndarray:
+def expected_turn_positions(
+    counts: Any, start: int, end: int, max_steps: int = 1000, tol: float = 1e-9
+) -> np.ndarray:
     """The expected turn position of each node under the Markov chain of ``counts`` (row-normalised
     transition counts, walked from ``start`` until the mass reaching ``end`` leaves ``tol``):
     ``sum_t t * P(at node at turn t) / sum_t P(at node at turn t)``. A node the walk never reaches
@@ -184,8 +237,17 @@ def expected_turn_positions(counts: Any, start: int, end: int, max_steps: int = 
     return pos
 
 
-def workflow_layout(counts: Any, positions: Any, node_counts: Any, start: int, end: int, max_nodes: int = 40,
-                    top_edges: int = 2, sweeps: int = 4, max_per_column: int | None = None) -> dict[str, Any]:
+def workflow_layout(
+    counts: Any,
+    positions: Any,
+    node_counts: Any,
+    start: int,
+    end: int,
+    max_nodes: int = 40,
+    top_edges: int = 2,
+    sweeps: int = 4,
+    max_per_column: int | None = None,
+) -> dict[str, Any]:
     """A layered (Sugiyama-style) layout of a flow graph, as pure data.
 
     Keeps ``start``, ``end`` and the ``max_nodes`` most visited nodes; column ``x`` = the rounded
@@ -235,7 +297,9 @@ def workflow_layout(counts: Any, positions: Any, node_counts: Any, start: int, e
     for a in keep:
         if out[a] <= 0:
             continue
-        cand = sorted((b for b in np.flatnonzero(C[a]) if int(b) in kept and int(b) != a), key=lambda b: (-C[a, b], b))
+        cand = sorted(
+            (b for b in np.flatnonzero(C[a]) if int(b) in kept and int(b) != a), key=lambda b: (-C[a, b], b)
+        )
         edges += [(a, int(b), float(C[a, b] / out[a])) for b in cand[:top_edges]]
     col = {i: int(round(pos[i])) for i in keep if i not in (start, end)}
     last = max(col.values(), default=0) + 1
@@ -256,9 +320,11 @@ def workflow_layout(counts: Any, positions: Any, node_counts: Any, start: int, e
             y[i] = float(r)
     for _ in range(sweeps):
         for c in sorted(columns)[1:]:
+
             def bary(i: int, c: int = c) -> float:
                 ps = [(y[a], p) for a, p in preds.get(i, []) if col[a] < c]
                 return sum(v * p for v, p in ps) / sum(p for _, p in ps) if ps else y[i]
+
             columns[c].sort(key=lambda i: (bary(i), i))
             for r, i in enumerate(columns[c]):
                 y[i] = float(r)
@@ -279,5 +345,3 @@ def _shorten(text: str, n: int, width: int = 24) -> str:
     if len(t) > n:
         t = t[: n - 1].rsplit(" ", 1)[0].rstrip(",.;:") + "…"
     return "\n".join(textwrap.wrap(t, width)) or "(empty)"
-
-

@@ -39,15 +39,20 @@ _FORMAT_VERSION = 1
 def _prepare_set(dialogues: Any, set_name: str) -> list[list[dict[str, str]]]:
     if isinstance(dialogues, (str, bytes)) or not isinstance(dialogues, Sequence):
         # a datasets.Dataset is not a Sequence but iterates rows
-        if hasattr(dialogues, "__iter__") and hasattr(dialogues, "__len__") and not isinstance(dialogues, (str, bytes)):
+        if (
+            hasattr(dialogues, "__iter__")
+            and hasattr(dialogues, "__len__")
+            and not isinstance(dialogues, (str, bytes))
+        ):
             dialogues = list(dialogues)
         else:
             raise ValueError(f"{set_name}: expected a list of dialogues, got {type(dialogues).__name__}")
     return [as_turns(d, dialogue_name(d, i, set_name)) for i, d in enumerate(dialogues)]
 
 
-def _check_set_embeddings(embeddings: Any, sets: list[list[dict[str, str]]], set_name: str,
-                          dim: int | None = None) -> list[np.ndarray]:
+def _check_set_embeddings(
+    embeddings: Any, sets: list[list[dict[str, str]]], set_name: str, dim: int | None = None
+) -> list[np.ndarray]:
     if isinstance(embeddings, np.ndarray) or not isinstance(embeddings, Sequence):
         raise ValueError(f"{set_name} embeddings: expected a list with one (n_turns, d) array per dialogue")
     if len(embeddings) != len(sets):
@@ -56,7 +61,9 @@ def _check_set_embeddings(embeddings: Any, sets: list[list[dict[str, str]]], set
     for i, (E, turns) in enumerate(zip(embeddings, sets)):
         E = _check_matrix(E, f"{set_name} embeddings of dialogue {i}")
         if E.shape[0] != len(turns):
-            raise ValueError(f"{set_name} embeddings of dialogue {i}: {E.shape[0]} rows for {len(turns)} turns")
+            raise ValueError(
+                f"{set_name} embeddings of dialogue {i}: {E.shape[0]} rows for {len(turns)} turns"
+            )
         if dim is None:
             dim = E.shape[1]
         elif E.shape[1] != dim:
@@ -75,7 +82,7 @@ def _encode_sets(encoder: Any, sets: list[list[list[dict[str, str]]]]) -> list[l
     for s in sets:
         cur = []
         for d in s:
-            cur.append(E[pos:pos + len(d)])
+            cur.append(E[pos : pos + len(d)])
             pos += len(d)
         out.append(cur)
     return out
@@ -106,8 +113,15 @@ class FlowGraph:
     utterance nearest each centroid).
     """
 
-    def __init__(self, encoder: Any = None, distance_threshold: float = 0.55, *, self_loops: bool = False,
-                 node_prune_threshold: float = 0.0, edge_prune_threshold: float = 0.0):
+    def __init__(
+        self,
+        encoder: Any = None,
+        distance_threshold: float = 0.55,
+        *,
+        self_loops: bool = False,
+        node_prune_threshold: float = 0.0,
+        edge_prune_threshold: float = 0.0,
+    ):
         self._encoder_spec = encoder
         self._encoder = None
         self.distance_threshold = float(distance_threshold)
@@ -141,7 +155,9 @@ class FlowGraph:
             return _check_set_embeddings(embeddings, sets, set_name, dim)
         E = _encode_sets(self.encoder, [sets])[0]
         if dim is not None and E and E[0].shape[1] != dim:
-            raise ValueError(f"{set_name}: the encoder gives dimension {E[0].shape[1]} but the graph was fitted on {dim}")
+            raise ValueError(
+                f"{set_name}: the encoder gives dimension {E[0].shape[1]} but the graph was fitted on {dim}"
+            )
         return E
 
     def _dim(self) -> int:
@@ -218,7 +234,7 @@ class FlowGraph:
         node_fr = np.zeros(n, dtype=np.int64)
         pos = 0
         for d in sets:
-            seq = labels_all[pos:pos + len(d)]
+            seq = labels_all[pos : pos + len(d)]
             pos += len(d)
             path = np.concatenate([[self.start], seq, [self.end]])
             np.add.at(raw, (path[:-1], path[1:]), 1)
@@ -234,8 +250,14 @@ class FlowGraph:
         if self.node_prune_threshold > 0 or self.edge_prune_threshold > 0:
             from ..sdialog_compat import dialog2flow_prune
 
-            counts = dialog2flow_prune(raw, self.node_counts, self.start, self.end,
-                                       self.node_prune_threshold, self.edge_prune_threshold)
+            counts = dialog2flow_prune(
+                raw,
+                self.node_counts,
+                self.start,
+                self.end,
+                self.node_prune_threshold,
+                self.edge_prune_threshold,
+            )
             if self.self_loops:
                 np.fill_diagonal(counts, np.diag(raw))
         else:
@@ -265,7 +287,9 @@ class FlowGraph:
         try:
             return self.node_names.index(node)
         except ValueError:
-            raise ValueError(f"unknown node {node!r}; nodes are e.g. {self.node_names[:3]} and [start]/[end]") from None
+            raise ValueError(
+                f"unknown node {node!r}; nodes are e.g. {self.node_names[:3]} and [start]/[end]"
+            ) from None
 
     def transition_prob(self, a: int | str, b: int | str) -> float:
         """Laplace-smoothed ``P(b | a) = (count(a, b) + 1) / (out(a) + V)``.
@@ -300,8 +324,15 @@ class FlowGraph:
         self._check_fitted()
         return bool(self.counts[self.node_index(a), self.node_index(b)] > 0)
 
-    def _assign(self, sets: list[list[dict[str, str]]], embs: list[np.ndarray], set_name: str,
-                K: int = 64, tau: float = 0.05, confidence: bool = True) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    def _assign(
+        self,
+        sets: list[list[dict[str, str]]],
+        embs: list[np.ndarray],
+        set_name: str,
+        K: int = 64,
+        tau: float = 0.05,
+        confidence: bool = True,
+    ) -> tuple[list[np.ndarray], list[np.ndarray]]:
         """Global node ids and node confidences of every turn of a set (batched per speaker)."""
         self._check_fitted()
         speakers = np.array([t["speaker"] for d in sets for t in d])
@@ -327,8 +358,8 @@ class FlowGraph:
                 conf[mask] = node_confidence(S, K, tau)
         out_n, out_c, pos = [], [], 0
         for d in sets:
-            out_n.append(nodes[pos:pos + len(d)])
-            out_c.append(conf[pos:pos + len(d)])
+            out_n.append(nodes[pos : pos + len(d)])
+            out_c.append(conf[pos : pos + len(d)])
             pos += len(d)
         return out_n, out_c
 
@@ -347,8 +378,9 @@ class FlowGraph:
         """
         return self.node_sequence_with_confidence(dialogue, embeddings, confidence=False)[0]
 
-    def node_sequence_with_confidence(self, dialogue: Any, embeddings: Any = None, K: int = 64, tau: float = 0.05,
-                                      confidence: bool = True) -> tuple[list[int], np.ndarray]:
+    def node_sequence_with_confidence(
+        self, dialogue: Any, embeddings: Any = None, K: int = 64, tau: float = 0.05, confidence: bool = True
+    ) -> tuple[list[int], np.ndarray]:
         """Global node ids and node confidences ``c_t`` (:func:`node_confidence`) of one dialogue.
 
         Args:
@@ -365,11 +397,19 @@ class FlowGraph:
             ValueError: As :meth:`node_sequences`.
         """
         seqs, confs = self.node_sequences(
-            [dialogue], None if embeddings is None else [embeddings], K=K, tau=tau, confidence=confidence)
+            [dialogue], None if embeddings is None else [embeddings], K=K, tau=tau, confidence=confidence
+        )
         return seqs[0], confs[0]
 
-    def node_sequences(self, dialogues: Any, embeddings: Any = None, K: int = 64, tau: float = 0.05,
-                       confidence: bool = True, set_name: str = "set") -> tuple[list[list[int]], list[np.ndarray]]:
+    def node_sequences(
+        self,
+        dialogues: Any,
+        embeddings: Any = None,
+        K: int = 64,
+        tau: float = 0.05,
+        confidence: bool = True,
+        set_name: str = "set",
+    ) -> tuple[list[list[int]], list[np.ndarray]]:
         """Batched :meth:`node_sequence_with_confidence` over many dialogues (one encoder pass).
 
         Args:
@@ -408,13 +448,26 @@ class FlowGraph:
             ValueError: ``no_known_edges="drop"``, or as :meth:`likelihoods`.
         """
         if kwargs.get("no_known_edges") == "drop":
-            raise ValueError("no_known_edges='drop' applies to sets (likelihoods); use 'zero' or 'raise' here")
+            raise ValueError(
+                "no_known_edges='drop' applies to sets (likelihoods); use 'zero' or 'raise' here"
+            )
         out = self.likelihoods([dialogue], None if embeddings is None else [embeddings], **kwargs)
         return float(out[0])
 
-    def likelihoods(self, dialogues: Any, embeddings: Any = None, *, use_only_known_edges: bool | None = None,
-                    node_confidence: bool | None = None, K: int = 64, tau: float = 0.05, include_end: bool = False,
-                    no_known_edges: str = "zero", compat: str | None = None, set_name: str = "set") -> np.ndarray:
+    def likelihoods(
+        self,
+        dialogues: Any,
+        embeddings: Any = None,
+        *,
+        use_only_known_edges: bool | None = None,
+        node_confidence: bool | None = None,
+        K: int = 64,
+        tau: float = 0.05,
+        include_end: bool = False,
+        no_known_edges: str = "zero",
+        compat: str | None = None,
+        set_name: str = "set",
+    ) -> np.ndarray:
         """``L(D)`` for every dialogue of a set (vectorised).
 
         Defaults: the paper's reading (``use_only_known_edges=True``, ``node_confidence=False``);
@@ -489,13 +542,22 @@ class FlowGraph:
         empty = k == 0
         if empty.any():
             idx = np.flatnonzero(empty)
-            names = ", ".join(dialogue_name(dialogues[i] if isinstance(dialogues, Sequence) else None, int(i), set_name)
-                              for i in idx[:5])
+            names = ", ".join(
+                dialogue_name(dialogues[i] if isinstance(dialogues, Sequence) else None, int(i), set_name)
+                for i in idx[:5]
+            )
             if no_known_edges == "raise":
-                raise ValueError(f"{names}: no transition is an edge of the graph, L(D) is undefined "
-                                 "(use no_known_edges='zero' or 'drop', or use_only_known_edges=False)")
-            logger.info("%d dialogue(s) of the %s have no known transition (%s): L = %s",
-                        len(idx), set_name, names, "dropped" if no_known_edges == "drop" else "0")
+                raise ValueError(
+                    f"{names}: no transition is an edge of the graph, L(D) is undefined "
+                    "(use no_known_edges='zero' or 'drop', or use_only_known_edges=False)"
+                )
+            logger.info(
+                "%d dialogue(s) of the %s have no known transition (%s): L = %s",
+                len(idx),
+                set_name,
+                names,
+                "dropped" if no_known_edges == "drop" else "0",
+            )
             if no_known_edges == "drop":
                 return L[~empty]
             L[empty] = 0.0
@@ -541,8 +603,16 @@ class FlowGraph:
         pos[self.end] = (finite.max() if finite.size else 0.0) + 1.0
         return pos
 
-    def draw(self, path: str | os.PathLike, max_nodes: int = 40, top_edges: int = 2, label_chars: int = 60,
-             dpi: int = 150, max_per_column: int | None = 5, orientation: str = "vertical") -> None:
+    def draw(
+        self,
+        path: str | os.PathLike,
+        max_nodes: int = 40,
+        top_edges: int = 2,
+        label_chars: int = 60,
+        dpi: int = 150,
+        max_per_column: int | None = 5,
+        orientation: str = "vertical",
+    ) -> None:
         """Draw the graph as a workflow (PNG): :func:`~dialfork_metrics.flowgraph.drawing.draw_flowgraph`.
 
         Args:
@@ -554,8 +624,16 @@ class FlowGraph:
             max_per_column: Most nodes drawn at one turn position; None: no limit.
             orientation: ``"vertical"`` (top to bottom, fits page width) or ``"horizontal"``.
         """
-        draw_flowgraph(self, path, max_nodes=max_nodes, top_edges=top_edges, label_chars=label_chars, dpi=dpi,
-                       max_per_column=max_per_column, orientation=orientation)
+        draw_flowgraph(
+            self,
+            path,
+            max_nodes=max_nodes,
+            top_edges=top_edges,
+            label_chars=label_chars,
+            dpi=dpi,
+            max_per_column=max_per_column,
+            orientation=orientation,
+        )
 
     def save(self, path: str | os.PathLike) -> None:
         """Save the fitted graph (``.npz``: centroids, counts, names, parameters), atomically.
@@ -567,16 +645,29 @@ class FlowGraph:
             ValueError: The graph is not fitted.
         """
         self._check_fitted()
-        meta = {"format_version": _FORMAT_VERSION, "distance_threshold": self.distance_threshold,
-                "self_loops": self.self_loops, "node_prune_threshold": self.node_prune_threshold,
-                "edge_prune_threshold": self.edge_prune_threshold, "speakers": list(self.speakers),
-                "node_offset": self.node_offset, "node_names": self.node_names, "examples": self.examples,
-                "n_dialogues": self.n_dialogues, "encoder_name": self.encoder_name}
+        meta = {
+            "format_version": _FORMAT_VERSION,
+            "distance_threshold": self.distance_threshold,
+            "self_loops": self.self_loops,
+            "node_prune_threshold": self.node_prune_threshold,
+            "edge_prune_threshold": self.edge_prune_threshold,
+            "speakers": list(self.speakers),
+            "node_offset": self.node_offset,
+            "node_names": self.node_names,
+            "examples": self.examples,
+            "n_dialogues": self.n_dialogues,
+            "encoder_name": self.encoder_name,
+        }
         arrays = {f"centroids_{sp}": self.centroids[sp] for sp in self.speakers}
 
         with atomic_path(path, suffix=os.path.splitext(os.fspath(path))[1]) as tmp, open(tmp, "wb") as f:
-            np.savez_compressed(f, meta=np.array(json.dumps(meta)), raw_counts=self.raw_counts,
-                                node_counts=self.node_counts, **arrays)
+            np.savez_compressed(
+                f,
+                meta=np.array(json.dumps(meta)),
+                raw_counts=self.raw_counts,
+                node_counts=self.node_counts,
+                **arrays,
+            )
 
     @classmethod
     def load(cls, path: str | os.PathLike, encoder: Any = None) -> FlowGraph:
@@ -600,10 +691,16 @@ class FlowGraph:
         except (OSError, ValueError, KeyError) as e:
             raise ValueError(f"{path}: not a FlowGraph file written by FlowGraph.save ({e})") from e
         if meta.get("format_version") != _FORMAT_VERSION:
-            raise ValueError(f"{path}: FlowGraph format {meta.get('format_version')}, expected {_FORMAT_VERSION}")
-        g = cls(encoder if encoder is not None else meta.get("encoder_name"), meta["distance_threshold"],
-                self_loops=meta["self_loops"], node_prune_threshold=meta["node_prune_threshold"],
-                edge_prune_threshold=meta["edge_prune_threshold"])
+            raise ValueError(
+                f"{path}: FlowGraph format {meta.get('format_version')}, expected {_FORMAT_VERSION}"
+            )
+        g = cls(
+            encoder if encoder is not None else meta.get("encoder_name"),
+            meta["distance_threshold"],
+            self_loops=meta["self_loops"],
+            node_prune_threshold=meta["node_prune_threshold"],
+            edge_prune_threshold=meta["edge_prune_threshold"],
+        )
         g.speakers = tuple(meta["speakers"])
         g.node_offset = {k: int(v) for k, v in meta["node_offset"].items()}
         g.node_names = list(meta["node_names"])
@@ -620,7 +717,7 @@ class FlowGraph:
     def __repr__(self) -> str:
         if self.counts is None:
             return f"FlowGraph(distance_threshold={self.distance_threshold}, unfitted)"
-        return (f"FlowGraph({self.vocab_size} nodes, {int((self.counts > 0).sum())} edges, "
-                f"{self.n_dialogues} dialogues, distance_threshold={self.distance_threshold})")
-
-
+        return (
+            f"FlowGraph({self.vocab_size} nodes, {int((self.counts > 0).sum())} edges, "
+            f"{self.n_dialogues} dialogues, distance_threshold={self.distance_threshold})"
+        )

@@ -29,8 +29,15 @@ def _scott_kde(values: np.ndarray, bw_method: Any):
     return gaussian_kde(values, bw_method=bw_method)
 
 
-def flowkl_from_likelihoods(l_ref: Any, l_tgt: Any, *, grid_size: int = 100, density_floor: float = 1e-12,
-                            bw_method: Any = None, normalize: bool = False) -> float:
+def flowkl_from_likelihoods(
+    l_ref: Any,
+    l_tgt: Any,
+    *,
+    grid_size: int = 100,
+    density_floor: float = 1e-12,
+    bw_method: Any = None,
+    normalize: bool = False,
+) -> float:
     """KL(p_ref || p_tgt) of the Gaussian KDEs of two sets of per-dialogue likelihoods.
 
     ``bw_method=None`` is scipy's Scott rule. Grid: ``grid_size`` points over the union's range;
@@ -70,7 +77,9 @@ def flowkl_from_likelihoods(l_ref: Any, l_tgt: Any, *, grid_size: int = 100, den
         if a.shape[0] < 2:
             raise ValueError(f"{name}: a density needs at least 2 dialogues, got {a.shape[0]}")
         if not np.all(np.isfinite(a)):
-            raise ValueError(f"{name}: likelihoods contain NaN or inf (index {int(np.flatnonzero(~np.isfinite(a))[0])})")
+            raise ValueError(
+                f"{name}: likelihoods contain NaN or inf (index {int(np.flatnonzero(~np.isfinite(a))[0])})"
+            )
         arrays.append(a)
     if grid_size < 2:
         raise ValueError(f"grid_size must be >= 2, got {grid_size}")
@@ -88,8 +97,12 @@ def flowkl_from_likelihoods(l_ref: Any, l_tgt: Any, *, grid_size: int = 100, den
             except np.linalg.LinAlgError:  # near-zero variance: fall through to the fallback
                 pass
         bw = a.shape[0] ** (-1.0 / 5.0) * float(np.std(union, ddof=1))
-        logger.info("FlowKL: a set of %d likelihoods has zero variance; Gaussian of std %.3g at %.6g",
-                    a.shape[0], bw, float(a.mean()))
+        logger.info(
+            "FlowKL: a set of %d likelihoods has zero variance; Gaussian of std %.3g at %.6g",
+            a.shape[0],
+            bw,
+            float(a.mean()),
+        )
         z = (grid[:, None] - a[None, :]) / bw
         return np.exp(-0.5 * z * z).mean(axis=1) / (bw * math.sqrt(2 * math.pi))
 
@@ -107,7 +120,9 @@ def _finite_1d(v: Any, name: str, least: int) -> np.ndarray:
     if a.shape[0] < least:
         raise ValueError(f"{name}: a density needs at least {least} values, got {a.shape[0]}")
     if not np.all(np.isfinite(a)):
-        raise ValueError(f"{name}: likelihoods contain NaN or inf (index {int(np.flatnonzero(~np.isfinite(a))[0])})")
+        raise ValueError(
+            f"{name}: likelihoods contain NaN or inf (index {int(np.flatnonzero(~np.isfinite(a))[0])})"
+        )
     return a
 
 
@@ -131,8 +146,16 @@ def shared_bandwidth(l_ref: Any, l_tgt: Any = None) -> float:
     return float(np.std(u, ddof=1)) * u.shape[0] ** (-0.2) if u.shape[0] > 1 else 0.0
 
 
-def kl_shared_bandwidth(l_ref: Any, l_tgt: Any, *, tgt_weights: Any = None, bandwidth: float | None = None,
-                        grid_size: int = 256, pad: float = 4.0, density_floor: float = 1e-12) -> float:
+def kl_shared_bandwidth(
+    l_ref: Any,
+    l_tgt: Any,
+    *,
+    tgt_weights: Any = None,
+    bandwidth: float | None = None,
+    grid_size: int = 256,
+    pad: float = 4.0,
+    density_floor: float = 1e-12,
+) -> float:
     """KL(p_ref || p_tgt) of two Gaussian KDEs that share one bandwidth, on a grid holding both.
 
     ``p_ref`` and ``p_tgt`` are Gaussian KDEs of the two sets with the same bandwidth
@@ -169,7 +192,11 @@ def kl_shared_bandwidth(l_ref: Any, l_tgt: Any, *, tgt_weights: Any = None, band
         raise ValueError(f"grid_size must be >= 2, got {grid_size}")
     if pad < 0:
         raise ValueError(f"pad must be >= 0, got {pad}")
-    w = np.full(b.shape[0], 1.0 / b.shape[0]) if tgt_weights is None else np.asarray(tgt_weights, dtype=np.float64)
+    w = (
+        np.full(b.shape[0], 1.0 / b.shape[0])
+        if tgt_weights is None
+        else np.asarray(tgt_weights, dtype=np.float64)
+    )
     if w.shape != b.shape or not np.all(np.isfinite(w)) or np.any(w < 0) or w.sum() <= 0:
         raise ValueError(f"tgt_weights: expected {b.shape[0]} non-negative finite weights, not all 0")
     w = w / w.sum()
@@ -190,5 +217,3 @@ def kl_shared_bandwidth(l_ref: Any, l_tgt: Any, *, tgt_weights: Any = None, band
     q = np.clip(density(b, w), density_floor, None)
     p, q = p / p.sum(), q / q.sum()
     return max(0.0, float(np.sum(p * np.log(p / q))))
-
-

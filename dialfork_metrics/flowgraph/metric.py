@@ -8,12 +8,28 @@ from .graph import FlowGraph, _encode_sets, _prepare_set
 from .kde import flowkl_from_likelihoods
 
 
-def flowkl(ref_set: Any, tgt_set: Any, encoder: Any = None, *, graph: FlowGraph | None = None,
-           ref_embeddings: Any = None, tgt_embeddings: Any = None, distance_threshold: float = 0.55,
-           use_only_known_edges: bool | None = None, node_confidence: bool | None = None, K: int = 64,
-           tau: float = 0.05, include_end: bool = False, self_loops: bool = False, no_known_edges: str = "zero",
-           grid_size: int = 100, density_floor: float = 1e-12, bw_method: Any = None, compat: str | None = None,
-           return_details: bool = False) -> float | dict:
+def flowkl(
+    ref_set: Any,
+    tgt_set: Any,
+    encoder: Any = None,
+    *,
+    graph: FlowGraph | None = None,
+    ref_embeddings: Any = None,
+    tgt_embeddings: Any = None,
+    distance_threshold: float = 0.55,
+    use_only_known_edges: bool | None = None,
+    node_confidence: bool | None = None,
+    K: int = 64,
+    tau: float = 0.05,
+    include_end: bool = False,
+    self_loops: bool = False,
+    no_known_edges: str = "zero",
+    grid_size: int = 100,
+    density_floor: float = 1e-12,
+    bw_method: Any = None,
+    compat: str | None = None,
+    return_details: bool = False,
+) -> float | dict:
     """FlowKL(ref_set, tgt_set) = KL(p_ref || p_tgt) of the KDEs of ``L(D)`` (SPEC section 7).
 
     ``ref_set``/``tgt_set``: lists of dialogues (turn strings, ``{speaker, text}`` dicts or
@@ -65,14 +81,23 @@ def flowkl(ref_set: Any, tgt_set: Any, encoder: Any = None, *, graph: FlowGraph 
         if compat == "sdialog":
             from ..sdialog_compat import SDIALOG_EDGE_PRUNE_THRESHOLD, SDIALOG_NODE_PRUNE_THRESHOLD
 
-            graph = FlowGraph(encoder, distance_threshold, self_loops=False,
-                              node_prune_threshold=SDIALOG_NODE_PRUNE_THRESHOLD,
-                              edge_prune_threshold=SDIALOG_EDGE_PRUNE_THRESHOLD)
+            graph = FlowGraph(
+                encoder,
+                distance_threshold,
+                self_loops=False,
+                node_prune_threshold=SDIALOG_NODE_PRUNE_THRESHOLD,
+                edge_prune_threshold=SDIALOG_EDGE_PRUNE_THRESHOLD,
+            )
         else:
             graph = FlowGraph(encoder, distance_threshold, self_loops=self_loops)
     if ref_embeddings is None or tgt_embeddings is None:
         todo = [s for s, e in ((ref, ref_embeddings), (tgt, tgt_embeddings)) if e is None]
-        if graph.counts is not None and graph._encoder is None and graph._encoder_spec is None and encoder is not None:
+        if (
+            graph.counts is not None
+            and graph._encoder is None
+            and graph._encoder_spec is None
+            and encoder is not None
+        ):
             graph._encoder_spec = encoder
         enc = graph.encoder
         encoded = _encode_sets(enc, todo)
@@ -82,18 +107,30 @@ def flowkl(ref_set: Any, tgt_set: Any, encoder: Any = None, *, graph: FlowGraph 
             tgt_embeddings = encoded.pop(0)
     if graph.counts is None:
         graph.fit(ref, ref_embeddings)
-    opts = dict(use_only_known_edges=use_only_known_edges, node_confidence=node_confidence, K=K, tau=tau,
-                include_end=include_end, no_known_edges=no_known_edges, compat=compat)
+    opts = dict(
+        use_only_known_edges=use_only_known_edges,
+        node_confidence=node_confidence,
+        K=K,
+        tau=tau,
+        include_end=include_end,
+        no_known_edges=no_known_edges,
+        compat=compat,
+    )
     l_ref = graph.likelihoods(ref, ref_embeddings, set_name="reference set", **opts)
     l_tgt = graph.likelihoods(tgt, tgt_embeddings, set_name="target set", **opts)
-    value = flowkl_from_likelihoods(l_ref, l_tgt, grid_size=grid_size, density_floor=density_floor,
-                                    bw_method=bw_method)
+    value = flowkl_from_likelihoods(
+        l_ref, l_tgt, grid_size=grid_size, density_floor=density_floor, bw_method=bw_method
+    )
     if return_details:
-        return {"flowkl": value, "likelihoods_ref": l_ref, "likelihoods_tgt": l_tgt,
-                "n_ref": int(l_ref.shape[0]), "n_tgt": int(l_tgt.shape[0]), "graph": graph}
+        return {
+            "flowkl": value,
+            "likelihoods_ref": l_ref,
+            "likelihoods_tgt": l_tgt,
+            "n_ref": int(l_ref.shape[0]),
+            "n_tgt": int(l_tgt.shape[0]),
+            "graph": graph,
+        }
     return value
-
-
 
 
 #: Fewest dialogues of each set for which :func:`flowkl_crossfit` gives a value: below them a KDE
@@ -103,9 +140,18 @@ MIN_CROSSFIT_REFERENCE = 10
 MIN_CROSSFIT_TARGET = 5
 
 
-def crossfit_likelihoods(ref_set: Any, tgt_set: Any, encoder: Any = None, *, folds: int = 5, seed: int = 0,
-                         distance_threshold: float = 0.55, use_only_known_edges: bool = False,
-                         ref_embeddings: Any = None, tgt_embeddings: Any = None) -> dict[str, Any]:
+def crossfit_likelihoods(
+    ref_set: Any,
+    tgt_set: Any,
+    encoder: Any = None,
+    *,
+    folds: int = 5,
+    seed: int = 0,
+    distance_threshold: float = 0.55,
+    use_only_known_edges: bool = False,
+    ref_embeddings: Any = None,
+    tgt_embeddings: Any = None,
+) -> dict[str, Any]:
     """Likelihoods ``L(D)`` of a reference set and a target set drawn the same way: every one
     scored by a graph that was not fitted on it.
 
@@ -163,18 +209,32 @@ def crossfit_likelihoods(ref_set: Any, tgt_set: Any, encoder: Any = None, *, fol
     for j in range(folds):
         fit = [i for i in range(len(ref)) if fold_of[i] != j]
         held = [i for i in range(len(ref)) if fold_of[i] == j]
-        graph = FlowGraph(encoder, distance_threshold).fit([ref[i] for i in fit], [ref_embeddings[i] for i in fit])
-        l_ref[held] = graph.likelihoods([ref[i] for i in held], [ref_embeddings[i] for i in held],
-                                        set_name="reference set", **opts)
+        graph = FlowGraph(encoder, distance_threshold).fit(
+            [ref[i] for i in fit], [ref_embeddings[i] for i in fit]
+        )
+        l_ref[held] = graph.likelihoods(
+            [ref[i] for i in held], [ref_embeddings[i] for i in held], set_name="reference set", **opts
+        )
         l_tgt[j] = graph.likelihoods(tgt, tgt_embeddings, set_name="target set", **opts)
     return {"likelihoods_ref": l_ref, "likelihoods_tgt": l_tgt, "folds": folds}
 
 
-def flowkl_crossfit(ref_set: Any, tgt_set: Any, encoder: Any = None, *, folds: int = 5, seed: int = 0,
-                    distance_threshold: float = 0.55, use_only_known_edges: bool = False, n_boot: int = 1000,
-                    confidence: float = 0.95, min_ref: int = MIN_CROSSFIT_REFERENCE,
-                    min_tgt: int = MIN_CROSSFIT_TARGET, ref_embeddings: Any = None,
-                    tgt_embeddings: Any = None) -> dict[str, Any]:
+def flowkl_crossfit(
+    ref_set: Any,
+    tgt_set: Any,
+    encoder: Any = None,
+    *,
+    folds: int = 5,
+    seed: int = 0,
+    distance_threshold: float = 0.55,
+    use_only_known_edges: bool = False,
+    n_boot: int = 1000,
+    confidence: float = 0.95,
+    min_ref: int = MIN_CROSSFIT_REFERENCE,
+    min_tgt: int = MIN_CROSSFIT_TARGET,
+    ref_embeddings: Any = None,
+    tgt_embeddings: Any = None,
+) -> dict[str, Any]:
     """FlowKL for a small target set, as the agent audit reports it (SPEC section 10, ours): the
     reference and the target drawn comparably, one smoothing for both, never negative, with a
     bootstrap interval, and no value where the sets are too small to carry one.
@@ -225,16 +285,35 @@ def flowkl_crossfit(ref_set: Any, tgt_set: Any, encoder: Any = None, *, folds: i
     if min_ref < 2 or min_tgt < 1:
         raise ValueError(f"min_ref must be >= 2 and min_tgt >= 1, got {min_ref} and {min_tgt}")
     n_ref, n_tgt = len(_prepare_set(ref_set, "reference set")), len(_prepare_set(tgt_set, "target set"))
-    out: dict[str, Any] = {"flowkl": None, "ci_low": None, "ci_high": None, "n_ref": n_ref, "n_tgt": n_tgt,
-                           "folds": None, "confidence": confidence, "note": None}
-    short = [f"{n} {what} dialogues, fewer than {least}" for n, what, least in
-             ((n_ref, "reference", min_ref), (n_tgt, "target", min_tgt)) if n < least]
+    out: dict[str, Any] = {
+        "flowkl": None,
+        "ci_low": None,
+        "ci_high": None,
+        "n_ref": n_ref,
+        "n_tgt": n_tgt,
+        "folds": None,
+        "confidence": confidence,
+        "note": None,
+    }
+    short = [
+        f"{n} {what} dialogues, fewer than {least}"
+        for n, what, least in ((n_ref, "reference", min_ref), (n_tgt, "target", min_tgt))
+        if n < least
+    ]
     if short:
         out["note"] = "not estimated: " + " and ".join(short)
         return out
-    lik = crossfit_likelihoods(ref_set, tgt_set, encoder, folds=folds, seed=seed,
-                               distance_threshold=distance_threshold, use_only_known_edges=use_only_known_edges,
-                               ref_embeddings=ref_embeddings, tgt_embeddings=tgt_embeddings)
+    lik = crossfit_likelihoods(
+        ref_set,
+        tgt_set,
+        encoder,
+        folds=folds,
+        seed=seed,
+        distance_threshold=distance_threshold,
+        use_only_known_edges=use_only_known_edges,
+        ref_embeddings=ref_embeddings,
+        tgt_embeddings=tgt_embeddings,
+    )
     l_ref, l_tgt, k = lik["likelihoods_ref"], lik["likelihoods_tgt"], lik["folds"]
 
     def kl(ref_idx: np.ndarray, tgt_idx: np.ndarray) -> float:
@@ -245,7 +324,9 @@ def flowkl_crossfit(ref_set: Any, tgt_set: Any, encoder: Any = None, *, folds: i
     out["flowkl"] = kl(np.arange(n_ref), np.arange(n_tgt))
     if n_boot:
         rng = np.random.default_rng(seed)
-        boot = np.array([kl(rng.integers(0, n_ref, n_ref), rng.integers(0, n_tgt, n_tgt)) for _ in range(n_boot)])
+        boot = np.array(
+            [kl(rng.integers(0, n_ref, n_ref), rng.integers(0, n_tgt, n_tgt)) for _ in range(n_boot)]
+        )
         alpha = (1.0 - confidence) / 2.0
         out["ci_low"], out["ci_high"] = (float(v) for v in np.quantile(boot, [alpha, 1.0 - alpha]))
     return out

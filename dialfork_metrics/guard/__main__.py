@@ -29,22 +29,38 @@ def _build_parser() -> argparse.ArgumentParser:
 
     from .proxy import DEFAULT_FALLBACK, MODES
 
-    ap = argparse.ArgumentParser(prog="python -m dialfork_metrics.guard",
-                                 description="DialFork guard: flag procedural deviation in live conversations.")
+    ap = argparse.ArgumentParser(
+        prog="python -m dialfork_metrics.guard",
+        description="DialFork guard: flag procedural deviation in live conversations.",
+    )
     sub = ap.add_subparsers(dest="command", required=True)
 
     def fit_args(p, required: bool):
-        p.add_argument("--data", required=required, help="corpus: Hub-layout folder, generator output folder or Hub id")
-        p.add_argument("--task", required=required, help="the task whose conformant train dialogues fit the monitor")
-        p.add_argument("--detector", default="wf", choices=detector_names(guard=True),
-                       help="wf (workflow-aware, default; warns when a conversation looks like another task) or a "
-                            "streaming IT/SS detector")
-        p.add_argument("--workflow", default=None, metavar="SPEC",
-                       help="wf: the task's workflow source (star:PATH, workflow:FILE.yaml; default: the corpus's "
-                            "own source when it names one, else $DIALFORK_STAR_DIR)")
+        p.add_argument(
+            "--data", required=required, help="corpus: Hub-layout folder, generator output folder or Hub id"
+        )
+        p.add_argument(
+            "--task", required=required, help="the task whose conformant train dialogues fit the monitor"
+        )
+        p.add_argument(
+            "--detector",
+            default="wf",
+            choices=detector_names(guard=True),
+            help="wf (workflow-aware, default; warns when a conversation looks like another task) or a "
+            "streaming IT/SS detector",
+        )
+        p.add_argument(
+            "--workflow",
+            default=None,
+            metavar="SPEC",
+            help="wf: the task's workflow source (star:PATH, workflow:FILE.yaml; default: the corpus's "
+            "own source when it names one, else $DIALFORK_STAR_DIR)",
+        )
         p.add_argument("--encoder", default="minilm", help="encoder alias or path (default minilm)")
         p.add_argument("--order", type=int, default=6, help="N of the N-gram LM of IT/SS (default 6)")
-        p.add_argument("--false-alarm-rate", type=float, default=None, help="calibration target (detector default)")
+        p.add_argument(
+            "--false-alarm-rate", type=float, default=None, help="calibration target (detector default)"
+        )
 
     f = sub.add_parser("fit", help="fit a monitor on a task's conformant train dialogues and save it")
     fit_args(f, True)
@@ -52,27 +68,45 @@ def _build_parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("replay", help="replay a conformant and a forked test dialogue through a monitor")
     r.add_argument("--monitor", required=True, help="monitor file (written first with --fit)")
-    r.add_argument("--fit", action="store_true", help="fit the monitor on --data/--task and save it to --monitor")
+    r.add_argument(
+        "--fit", action="store_true", help="fit the monitor on --data/--task and save it to --monitor"
+    )
     fit_args(r, True)
-    r.add_argument("--dialogue", action="append", default=None,
-                   help="dialogue id(s) of the test split to replay (default: the first conformant and first fork)")
+    r.add_argument(
+        "--dialogue",
+        action="append",
+        default=None,
+        help="dialogue id(s) of the test split to replay (default: the first conformant and first fork)",
+    )
 
     s = sub.add_parser("serve", help="run the OpenAI-compatible guard proxy")
-    s.add_argument("--upstream", required=True, help="upstream OpenAI base URL, e.g. http://127.0.0.1:8000/v1")
+    s.add_argument(
+        "--upstream", required=True, help="upstream OpenAI base URL, e.g. http://127.0.0.1:8000/v1"
+    )
     s.add_argument("--monitor", required=True, help="monitor file (Monitor.save / guard fit)")
     s.add_argument("--db", required=True, help="SQLite state file (created if missing)")
     s.add_argument("--host", default="127.0.0.1")
     s.add_argument("--port", type=int, default=8100, help="0 picks a free port (see --ready-file)")
     s.add_argument("--mode", default="annotate", choices=MODES)
-    s.add_argument("--fallback", default=DEFAULT_FALLBACK, help="block mode: the message that replaces a flagged reply")
-    s.add_argument("--max-body-bytes", type=int, default=1 << 20, help="larger request bodies get 413 (default 1 MiB)")
+    s.add_argument(
+        "--fallback", default=DEFAULT_FALLBACK, help="block mode: the message that replaces a flagged reply"
+    )
+    s.add_argument(
+        "--max-body-bytes", type=int, default=1 << 20, help="larger request bodies get 413 (default 1 MiB)"
+    )
     s.add_argument("--upstream-timeout", type=float, default=60.0, help="seconds before 504 (default 60)")
-    s.add_argument("--synchronous", default="NORMAL", choices=("NORMAL", "FULL"),
-                   help="SQLite synchronous: NORMAL survives a killed process, FULL also a power cut")
+    s.add_argument(
+        "--synchronous",
+        default="NORMAL",
+        choices=("NORMAL", "FULL"),
+        help="SQLite synchronous: NORMAL survives a killed process, FULL also a power cut",
+    )
     s.add_argument("--ready-file", default=None, help="write {host, port, pid} JSON here once serving")
     s.add_argument("--log-level", default="warning")
 
-    u = sub.add_parser("fake-upstream", help="a deterministic OpenAI-compatible server replaying recorded dialogues")
+    u = sub.add_parser(
+        "fake-upstream", help="a deterministic OpenAI-compatible server replaying recorded dialogues"
+    )
     src = u.add_mutually_exclusive_group(required=True)
     src.add_argument("--data", help="corpus whose task3 --split dialogues are played")
     src.add_argument("--dialogues", help="JSON Lines file of dialogues (records or lists of turns)")
@@ -125,18 +159,28 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from .proxy import GuardConfig, check_upstream, create_app
     from .store import Store
 
-    config = GuardConfig(upstream=args.upstream, mode=args.mode, fallback=args.fallback,
-                         max_body_bytes=args.max_body_bytes, upstream_timeout=args.upstream_timeout)
+    config = GuardConfig(
+        upstream=args.upstream,
+        mode=args.mode,
+        fallback=args.fallback,
+        max_body_bytes=args.max_body_bytes,
+        upstream_timeout=args.upstream_timeout,
+    )
     check_upstream(args.upstream, timeout=min(5.0, args.upstream_timeout))  # before the model loads
     monitor = Monitor.load(args.monitor)
     if monitor.detector.encoder is None:
-        raise ValueError(f"{args.monitor}: the monitor has no encoder (fitted on precomputed embeddings); refit it "
-                         "with an encoder to serve it")
+        raise ValueError(
+            f"{args.monitor}: the monitor has no encoder (fitted on precomputed embeddings); refit it "
+            "with an encoder to serve it"
+        )
     store = Store(args.db, monitor.fingerprint, synchronous=args.synchronous)
     monitor.encode("Hello!")  # load the model now, not on the first request
     sock = _listen(args.host, args.port)
-    return _run(create_app(monitor, store, config, on_startup=_ready_writer(sock, args.ready_file)), sock,
-                args.log_level)
+    return _run(
+        create_app(monitor, store, config, on_startup=_ready_writer(sock, args.ready_file)),
+        sock,
+        args.log_level,
+    )
 
 
 def cmd_fake_upstream(args: argparse.Namespace) -> int:
@@ -165,7 +209,9 @@ def _fit(args: argparse.Namespace):
     train = [e for e in load_examples(args.data, "train") if e.get("task") == args.task]
     if not train:
         tasks = sorted({e.get("task") for e in load_examples(args.data, "train")})
-        raise ValueError(f"no train dialogues of task {args.task!r} in {args.data} (tasks: {', '.join(tasks)})")
+        raise ValueError(
+            f"no train dialogues of task {args.task!r} in {args.data} (tasks: {', '.join(tasks)})"
+        )
     opts: dict[str, Any] = {}
     if args.false_alarm_rate is not None:
         opts["false_alarm_rate"] = args.false_alarm_rate
@@ -192,25 +238,34 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if args.fit:
         mon = _fit(args)
         mon.save(args.monitor)
-        print(f"fitted {mon!r} on {mon.detector.n_train} conformant dialogues of {args.task}; saved to {args.monitor}")
+        print(
+            f"fitted {mon!r} on {mon.detector.n_train} conformant dialogues of {args.task}; saved to {args.monitor}"
+        )
     mon = Monitor.load(args.monitor)
     test = [e for e in load_examples(args.data, "test") if e.get("task") == args.task]
     if args.dialogue:
         by_id = {e["dialogue_id"]: e for e in test}
         missing = [d for d in args.dialogue if d not in by_id]
         if missing:
-            raise ValueError(f"dialogue(s) {', '.join(missing)} not in the {args.task} test split of {args.data}")
+            raise ValueError(
+                f"dialogue(s) {', '.join(missing)} not in the {args.task} test split of {args.data}"
+            )
         chosen = [by_id[d] for d in args.dialogue]
     else:
         conf = [e for e in test if e["hallucination_type"] is None]
         forks = [e for e in test if e["hallucination_type"] is not None]
         if not conf or not forks:
-            raise ValueError(f"the {args.task} test split of {args.data} needs a conformant and a forked dialogue")
+            raise ValueError(
+                f"the {args.task} test split of {args.data} needs a conformant and a forked dialogue"
+            )
         # a fork injected mid-dialogue (position 3) shows the silence before the alarm best
         chosen = [conf[0], next((f for f in forks if f.get("fork_position") == 3), forks[0])]
     for d in chosen:
-        kind = "conformant" if d["hallucination_type"] is None else \
-            f"fork {d['hallucination_type']} injected at system turn {d['fork_turn']}"
+        kind = (
+            "conformant"
+            if d["hallucination_type"] is None
+            else f"fork {d['hallucination_type']} injected at system turn {d['fork_turn']}"
+        )
         print(f"\n{d['dialogue_id']} ({kind}, {d['num_system_turns']} system turns)")
         session, shown = mon.session(), False
         for t in d["turns"]:
@@ -220,9 +275,13 @@ def cmd_replay(args: argparse.Namespace) -> int:
                 where = f"system turn {v.system_turn:>2}" if v.system_turn else "user turn     "
                 mark = "  <-- first alarm" if v.alarm and not shown else ""
                 shown = shown or v.alarm
-                print(f"  {where}  alarm={str(v.alarm):5}  score={score:>7} (threshold {v.threshold:.3f})  "
-                      f"{t['text'][:60]!r}{mark}")
-        print(f"  first alarm: {'none' if session.first_alarm is None else f'system turn {session.first_alarm}'}")
+                print(
+                    f"  {where}  alarm={str(v.alarm):5}  score={score:>7} (threshold {v.threshold:.3f})  "
+                    f"{t['text'][:60]!r}{mark}"
+                )
+        print(
+            f"  first alarm: {'none' if session.first_alarm is None else f'system turn {session.first_alarm}'}"
+        )
     return 0
 
 
@@ -235,8 +294,11 @@ def main(argv: list[str] | None = None) -> int:
     except ModuleNotFoundError as e:  # the proxy's web stack comes with the guard extra
         if (e.name or "").split(".")[0] not in _EXTRA_MODULES:
             raise
-        print(f"error: the guard needs the 'guard' extra, which is not installed (no module {e.name!r}): "
-              "pip install 'dialfork[guard]'", file=sys.stderr)
+        print(
+            f"error: the guard needs the 'guard' extra, which is not installed (no module {e.name!r}): "
+            "pip install 'dialfork[guard]'",
+            file=sys.stderr,
+        )
         return 2
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")

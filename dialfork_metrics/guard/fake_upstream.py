@@ -108,8 +108,10 @@ def create_fake_upstream(dialogues: Sequence[Any], delay_s: float = 0.0, model: 
             body = json.loads(await request.body())
             turns = parse_turns(body)
         except (ValueError, BadRequest) as e:
-            return JSONResponse({"error": {"message": getattr(e, "message", str(e)), "type": "invalid_request_error"}},
-                                status_code=400)
+            return JSONResponse(
+                {"error": {"message": getattr(e, "message", str(e)), "type": "invalid_request_error"}},
+                status_code=400,
+            )
         if delay_s:
             await asyncio.sleep(delay_s)
         text = book.reply(turns, request.headers.get("x-fake-dialogue"))
@@ -119,20 +121,53 @@ def create_fake_upstream(dialogues: Sequence[Any], delay_s: float = 0.0, model: 
         cid, created = f"chatcmpl-fake-{counter['n']}", int(time.time())
         headers = {"X-Fake-Matched": str(matched).lower()}
         if not body.get("stream"):
-            return JSONResponse({
-                "id": cid, "object": "chat.completion", "created": created, "model": body.get("model", model),
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
-                "usage": {"prompt_tokens": 0, "completion_tokens": len(text.split()), "total_tokens": 0}},
-                headers=headers)
+            return JSONResponse(
+                {
+                    "id": cid,
+                    "object": "chat.completion",
+                    "created": created,
+                    "model": body.get("model", model),
+                    "choices": [
+                        {
+                            "index": 0,
+                            "message": {"role": "assistant", "content": text},
+                            "finish_reason": "stop",
+                        }
+                    ],
+                    "usage": {"prompt_tokens": 0, "completion_tokens": len(text.split()), "total_tokens": 0},
+                },
+                headers=headers,
+            )
 
         async def events():
-            base = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": body.get("model", model)}
-            yield _sse({**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
-                                             "finish_reason": None}]})
+            base = {
+                "id": cid,
+                "object": "chat.completion.chunk",
+                "created": created,
+                "model": body.get("model", model),
+            }
+            yield _sse(
+                {
+                    **base,
+                    "choices": [
+                        {"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}
+                    ],
+                }
+            )
             words = text.split(" ")
             for j, w in enumerate(words):
-                yield _sse({**base, "choices": [{"index": 0, "delta": {"content": w if j == 0 else " " + w},
-                                                 "finish_reason": None}]})
+                yield _sse(
+                    {
+                        **base,
+                        "choices": [
+                            {
+                                "index": 0,
+                                "delta": {"content": w if j == 0 else " " + w},
+                                "finish_reason": None,
+                            }
+                        ],
+                    }
+                )
             yield _sse({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
             yield b"data: [DONE]\n\n"
 

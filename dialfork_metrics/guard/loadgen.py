@@ -43,22 +43,38 @@ class ServerProcess:
             serve within ``timeout`` seconds, or its ready file names another process.
     """
 
-    def __init__(self, args: Sequence[Any], workdir: str | os.PathLike, name: str, timeout: float = 600,
-                 env: Mapping[str, str] | None = None):
+    def __init__(
+        self,
+        args: Sequence[Any],
+        workdir: str | os.PathLike,
+        name: str,
+        timeout: float = 600,
+        env: Mapping[str, str] | None = None,
+    ):
         workdir = Path(workdir)
         self.name = name
         self.ready = workdir / f"{name}.ready.json"
         self.ready.unlink(missing_ok=True)
         self.log_path = workdir / f"{name}.log"
         self.log = open(self.log_path, "ab")
-        cmd = [sys.executable, "-m", "dialfork_metrics.guard", *map(str, args), "--ready-file", str(self.ready)]
-        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT,
-                                     env=dict(env) if env is not None else None)
+        cmd = [
+            sys.executable,
+            "-m",
+            "dialfork_metrics.guard",
+            *map(str, args),
+            "--ready-file",
+            str(self.ready),
+        ]
+        self.proc = subprocess.Popen(
+            cmd, stdout=self.log, stderr=subprocess.STDOUT, env=dict(env) if env is not None else None
+        )
         deadline = time.monotonic() + timeout
         while not self.ready.exists():
             if self.proc.poll() is not None:
                 self.log.close()
-                raise RuntimeError(f"{name} exited with {self.proc.returncode}: {self.log_path.read_text()[-2000:]}")
+                raise RuntimeError(
+                    f"{name} exited with {self.proc.returncode}: {self.log_path.read_text()[-2000:]}"
+                )
             if time.monotonic() > deadline:
                 self.stop()
                 raise RuntimeError(f"{name} did not start within {timeout} s")
@@ -121,7 +137,9 @@ class ConversationResult:
     latencies: list[float] = field(default_factory=list)
 
 
-def turns_until_last_system(dialogue: Mapping[str, Any], max_turns: int | None = None) -> list[dict[str, str]]:
+def turns_until_last_system(
+    dialogue: Mapping[str, Any], max_turns: int | None = None
+) -> list[dict[str, str]]:
     """The turns a client can play: up to ``max_turns``, ending at a system turn.
 
     Args:
@@ -137,9 +155,16 @@ def turns_until_last_system(dialogue: Mapping[str, Any], max_turns: int | None =
     return turns
 
 
-async def _play_one(client, url: str, d: Mapping[str, Any], conv: str, turns: Sequence[Mapping[str, str]],
-                    stream: bool, retry_for: float, on_reply: Callable[[str, int], None] | None
-                    ) -> ConversationResult:
+async def _play_one(
+    client,
+    url: str,
+    d: Mapping[str, Any],
+    conv: str,
+    turns: Sequence[Mapping[str, str]],
+    stream: bool,
+    retry_for: float,
+    on_reply: Callable[[str, int], None] | None,
+) -> ConversationResult:
     import httpx
 
     res = ConversationResult(d["dialogue_id"], conv)
@@ -180,10 +205,18 @@ async def _play_one(client, url: str, d: Mapping[str, Any], conv: str, turns: Se
     return res
 
 
-async def play_async(base_url: str, dialogues: Sequence[Mapping[str, Any]], *, concurrency: int = 50,
-                     max_turns: int | None = None, stream: bool = False, conversation_prefix: str = "",
-                     retry_for: float = 300.0, timeout: float = 120.0,
-                     on_reply: Callable[[str, int], None] | None = None) -> list[ConversationResult]:
+async def play_async(
+    base_url: str,
+    dialogues: Sequence[Mapping[str, Any]],
+    *,
+    concurrency: int = 50,
+    max_turns: int | None = None,
+    stream: bool = False,
+    conversation_prefix: str = "",
+    retry_for: float = 300.0,
+    timeout: float = 120.0,
+    on_reply: Callable[[str, int], None] | None = None,
+) -> list[ConversationResult]:
     """Play the user side of recorded dialogues through a guard proxy, concurrently.
 
     Each dialogue is one conversation (``X-Conversation-Id: <conversation_prefix><dialogue_id>``):
@@ -217,10 +250,19 @@ async def play_async(base_url: str, dialogues: Sequence[Mapping[str, Any]], *, c
     sem = asyncio.Semaphore(concurrency)
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     async with httpx.AsyncClient(timeout=timeout, limits=limits) as client:
+
         async def one(d):
             async with sem:
-                return await _play_one(client, url, d, conversation_prefix + d["dialogue_id"],
-                                       turns_until_last_system(d, max_turns), stream, retry_for, on_reply)
+                return await _play_one(
+                    client,
+                    url,
+                    d,
+                    conversation_prefix + d["dialogue_id"],
+                    turns_until_last_system(d, max_turns),
+                    stream,
+                    retry_for,
+                    on_reply,
+                )
 
         return list(await asyncio.gather(*(one(d) for d in dialogues)))
 
@@ -243,8 +285,13 @@ def play(base_url: str, dialogues: Sequence[Mapping[str, Any]], **kw: Any) -> li
     return asyncio.run(play_async(base_url, dialogues, **kw))
 
 
-def check_against_monitor(monitor, store, results: Sequence[ConversationResult],
-                          dialogues: Mapping[str, Mapping[str, Any]], max_turns: int | None = None) -> dict[str, int]:
+def check_against_monitor(
+    monitor,
+    store,
+    results: Sequence[ConversationResult],
+    dialogues: Mapping[str, Mapping[str, Any]],
+    max_turns: int | None = None,
+) -> dict[str, int]:
     """Compare what the proxy stored and answered with the in-process ``monitor``: every turn of every
     conversation stored exactly once, at its index, with the in-process verdict; every reply's
     ``dialfork`` equal to the in-process verdict of that reply. Returns counts; raises
@@ -275,15 +322,21 @@ def check_against_monitor(monitor, store, results: Sequence[ConversationResult],
         if idx != list(range(1, len(turns) + 1)):
             lost = sorted(set(range(1, len(turns) + 1)) - set(idx))
             dup = sorted({i for i in idx if idx.count(i) > 1})
-            raise AssertionError(f"{res.conversation_id}: stored turns {len(idx)} for {len(turns)} played "
-                                 f"(lost {lost[:5]}, duplicated {dup[:5]})")
+            raise AssertionError(
+                f"{res.conversation_id}: stored turns {len(idx)} for {len(turns)} played "
+                f"(lost {lost[:5]}, duplicated {dup[:5]})"
+            )
         for r, t, e in zip(rows, turns, expected):
             if r["speaker"] != t["speaker"] or r["verdict"] != e:
-                raise AssertionError(f"{res.conversation_id} turn {r['turn']}: stored {r['speaker']} {r['verdict']} "
-                                     f"but in process {t['speaker']} {e}")
+                raise AssertionError(
+                    f"{res.conversation_id} turn {r['turn']}: stored {r['speaker']} {r['verdict']} "
+                    f"but in process {t['speaker']} {e}"
+                )
         sys_expected = [e for e in expected if e["speaker"] == "system"]
         if len(res.replies) != len(sys_expected):
-            raise AssertionError(f"{res.conversation_id}: {len(res.replies)} replies for {len(sys_expected)} system turns")
+            raise AssertionError(
+                f"{res.conversation_id}: {len(res.replies)} replies for {len(sys_expected)} system turns"
+            )
         for k, (df, e) in enumerate(zip(res.replies, sys_expected), 1):
             got = {key: df.get(key) for key in e}
             if got != e:

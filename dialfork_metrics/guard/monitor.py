@@ -75,8 +75,13 @@ def _unreadable_zip(path: Path, e: Exception) -> MonitorFileError:
     except OSError:
         head = b""
     if head == b"" or head.startswith(b"PK"):
-        why = "empty" if head == b"" else "its zip directory is missing" if isinstance(e, zipfile.BadZipFile) \
+        why = (
+            "empty"
+            if head == b""
+            else "its zip directory is missing"
+            if isinstance(e, zipfile.BadZipFile)
             else f"{type(e).__name__}: {e}"
+        )
         return MonitorFileError(f"{path}: the monitor file is truncated or corrupt ({why}); {_REMAKE}")
     return MonitorFileError(f"{path}: not a DialFork monitor file (not a zip file); {_REMAKE}")
 
@@ -164,8 +169,10 @@ def _check_text(text: Any, where: str) -> str:
 def _as_dialogues(dialogues: Any) -> list[Any]:
     """A list of dialogues from a list/iterable of records or turn lists, or a ``datasets`` split."""
     if isinstance(dialogues, str | bytes | Mapping):
-        raise TypeError("Monitor.fit() takes a list of conformant dialogues (records, lists of {speaker, text} "
-                        "turns, or a datasets split), not a single " + type(dialogues).__name__)
+        raise TypeError(
+            "Monitor.fit() takes a list of conformant dialogues (records, lists of {speaker, text} "
+            "turns, or a datasets split), not a single " + type(dialogues).__name__
+        )
     if hasattr(dialogues, "column_names") and hasattr(dialogues, "to_list"):  # datasets.Dataset
         rows = dialogues.to_list()
     elif isinstance(dialogues, Iterable):
@@ -180,8 +187,10 @@ def _as_dialogues(dialogues: Any) -> list[Any]:
 def _task_of(rows: Sequence[Any]) -> str | None:
     tasks = sorted({r["task"] for r in rows if isinstance(r, Mapping) and r.get("task")})
     if len(tasks) > 1:
-        raise ValueError(f"Monitor.fit() got dialogues of {len(tasks)} tasks ({', '.join(tasks[:5])}); a monitor "
-                         "watches one task's workflow: fit one Monitor per task")
+        raise ValueError(
+            f"Monitor.fit() got dialogues of {len(tasks)} tasks ({', '.join(tasks[:5])}); a monitor "
+            "watches one task's workflow: fit one Monitor per task"
+        )
     return tasks[0] if tasks else None
 
 
@@ -202,11 +211,17 @@ def _default_detector(task: str | None, workflow: Any) -> str:
     try:
         source = resolve_workflow(workflow)
     except (ValueError, OSError) as e:
-        logger.warning("Monitor.fit: no workflow for task %r (%s): the workflow-free ss+nc detector; pass "
-                       "workflow= (or set $DIALFORK_STAR_DIR) for the workflow-aware wf", task, e)
+        logger.warning(
+            "Monitor.fit: no workflow for task %r (%s): the workflow-free ss+nc detector; pass "
+            "workflow= (or set $DIALFORK_STAR_DIR) for the workflow-aware wf",
+            task,
+            e,
+        )
         return "ss+nc"
     if task not in source.tasks:
-        logger.warning("Monitor.fit: task %r is not in the workflow source: the workflow-free ss+nc detector", task)
+        logger.warning(
+            "Monitor.fit: task %r is not in the workflow source: the workflow-free ss+nc detector", task
+        )
         return "ss+nc"
     return "wf"
 
@@ -277,8 +292,9 @@ class Monitor:
         ValueError: The detector is not fitted, or a workflow-aware one watches several tasks.
     """
 
-    def __init__(self, detector: Any, *, task: str | None = None,
-                 max_cache_texts: int = DEFAULT_MAX_CACHE_TEXTS):
+    def __init__(
+        self, detector: Any, *, task: str | None = None, max_cache_texts: int = DEFAULT_MAX_CACHE_TEXTS
+    ):
         from dialfork_metrics.task3.streaming import StreamingDetector
 
         if _is_workflow(detector):
@@ -286,10 +302,14 @@ class Monitor:
             if task is None and len(detector.tasks) == 1:
                 task = detector.tasks[0]
             if task not in detector.tasks:
-                raise ValueError(f"a workflow-aware monitor watches one fitted task; got task={task!r} for a "
-                                 f"detector fitted on {', '.join(detector.tasks)}")
+                raise ValueError(
+                    f"a workflow-aware monitor watches one fitted task; got task={task!r} for a "
+                    f"detector fitted on {', '.join(detector.tasks)}"
+                )
         elif not isinstance(detector, StreamingDetector):
-            raise TypeError(f"Monitor needs a fitted WorkflowDetector or StreamingDetector, got {type(detector).__name__}")
+            raise TypeError(
+                f"Monitor needs a fitted WorkflowDetector or StreamingDetector, got {type(detector).__name__}"
+            )
         else:
             detector.check_is_fitted()
         self.detector = detector
@@ -302,8 +322,10 @@ class Monitor:
         task = f", task={self.task!r}" if self.task else ""
         if self.workflow_aware:
             return f"Monitor('wf', threshold={self.threshold:.6g}{task})"
-        return (f"Monitor({self.detector.name!r}, N={self.detector.order_}, V={self.detector.vocab_size}, "
-                f"threshold={self.detector.threshold:.6g}{task})")
+        return (
+            f"Monitor({self.detector.name!r}, N={self.detector.order_}, V={self.detector.vocab_size}, "
+            f"threshold={self.detector.threshold:.6g}{task})"
+        )
 
     @property
     def workflow_aware(self) -> bool:
@@ -326,9 +348,18 @@ class Monitor:
 
     # -- fitting -------------------------------------------------------------------------------
     @classmethod
-    def fit(cls, dialogues: Any, *, detector: str | None = None, encoder: Any = "minilm", order: int = 6,
-            embeddings: Sequence[np.ndarray] | None = None, show_progress: bool = False,
-            workflow: Any = None, **detector_options: Any) -> Monitor:
+    def fit(
+        cls,
+        dialogues: Any,
+        *,
+        detector: str | None = None,
+        encoder: Any = "minilm",
+        order: int = 6,
+        embeddings: Sequence[np.ndarray] | None = None,
+        show_progress: bool = False,
+        workflow: Any = None,
+        **detector_options: Any,
+    ) -> Monitor:
         """Fit ``detector`` (``"wf"``, the default, or ``"it"``, ``"ss"``, ``"it+nc"``, ``"ss+nc"``) on
         conformant dialogues of one task. ``detector_options`` go to the detector
         (:class:`~dialfork_metrics.task3.workflow_detector.WorkflowDetector`: ``false_alarm_rate``,
@@ -372,8 +403,10 @@ class Monitor:
             raise ValueError(f"the guard runs a streaming detector ({', '.join(guarded)}), got {detector!r}")
         if "workflow" in get_detector(key).needs:
             if task is None:
-                raise ValueError("Monitor.fit(detector='wf') needs records with a 'task' field (the workflow "
-                                 "to follow); give records, or detector='ss+nc' for bare turn lists")
+                raise ValueError(
+                    "Monitor.fit(detector='wf') needs records with a 'task' field (the workflow "
+                    "to follow); give records, or detector='ss+nc' for bare turn lists"
+                )
             det = make_detector(key, encoder=encoder, workflow=workflow, **detector_options)
         else:
             det = make_detector(key, order=order, encoder=encoder, **detector_options)
@@ -401,9 +434,16 @@ class Monitor:
 
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        meta = {"format": FORMAT, "format_version": FORMAT_VERSION, "fingerprint": self.fingerprint,
-                "task": self.task, "detector": self.detector.config(), "threshold": self.threshold,
-                "vocab_size": getattr(self.detector, "vocab_size", None), "n_train": self.detector.n_train}
+        meta = {
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
+            "fingerprint": self.fingerprint,
+            "task": self.task,
+            "detector": self.detector.config(),
+            "threshold": self.threshold,
+            "vocab_size": getattr(self.detector, "vocab_size", None),
+            "n_train": self.detector.n_train,
+        }
         with tempfile.TemporaryDirectory(prefix=".monitor.", dir=path.parent) as td:
             self.detector.save(Path(td) / "detector")
             fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -443,8 +483,10 @@ class Monitor:
 
         path = Path(path)
         if not path.is_file():
-            raise MonitorFileError(f"{path}: no such monitor file (make one with Monitor.fit(...).save(path) or "
-                                   "'python -m dialfork_metrics.guard fit')")
+            raise MonitorFileError(
+                f"{path}: no such monitor file (make one with Monitor.fit(...).save(path) or "
+                "'python -m dialfork_metrics.guard fit')"
+            )
         try:
             z = zipfile.ZipFile(path)
         except (zipfile.BadZipFile, OSError, EOFError) as e:
@@ -460,19 +502,26 @@ class Monitor:
             except (ValueError, UnicodeDecodeError) as e:
                 raise MonitorFileError(f"{path}: {_ZIP_META} is not valid JSON ({e})") from e
             if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-                raise MonitorFileError(f"{path}: not a DialFork monitor file (format "
-                                       f"{meta.get('format') if isinstance(meta, dict) else None!r})")
+                raise MonitorFileError(
+                    f"{path}: not a DialFork monitor file (format "
+                    f"{meta.get('format') if isinstance(meta, dict) else None!r})"
+                )
             version = meta.get("format_version")
             if not isinstance(version, int) or version < 1 or version > FORMAT_VERSION:
-                raise MonitorFileError(f"{path}: monitor format version {version!r} is not supported by this "
-                                       f"dialfork (it reads versions 1..{FORMAT_VERSION}); "
-                                       + ("upgrade dialfork" if isinstance(version, int) and version > FORMAT_VERSION
-                                          else "refit the monitor"))
+                raise MonitorFileError(
+                    f"{path}: monitor format version {version!r} is not supported by this "
+                    f"dialfork (it reads versions 1..{FORMAT_VERSION}); "
+                    + (
+                        "upgrade dialfork"
+                        if isinstance(version, int) and version > FORMAT_VERSION
+                        else "refit the monitor"
+                    )
+                )
             det_dir = Path(td) / "detector"
             det_dir.mkdir()
             for name in names:
                 if name.startswith(_ZIP_DETECTOR) and name != _ZIP_DETECTOR:
-                    leaf = name[len(_ZIP_DETECTOR):]
+                    leaf = name[len(_ZIP_DETECTOR) :]
                     if "/" in leaf or leaf.startswith(".") or leaf not in ("config.json", "arrays.npz"):
                         raise MonitorFileError(f"{path}: unexpected member {name!r}")
                     (det_dir / leaf).write_bytes(z.read(name))
@@ -537,8 +586,10 @@ class Monitor:
         """
         enc = self.detector.get_encoder() if self.workflow_aware else self.detector.encoder
         if enc is None:
-            raise ValueError("this monitor has no encoder: pass embedding= to observe(), or load it with "
-                             "Monitor.load(path, encoder='minilm')")
+            raise ValueError(
+                "this monitor has no encoder: pass embedding= to observe(), or load it with "
+                "Monitor.load(path, encoder='minilm')"
+            )
         if not texts:
             return np.zeros((0, self.dim))
         with self._lock:
@@ -568,8 +619,10 @@ class Monitor:
         e = np.asarray(embedding, dtype=np.float64).reshape(1, -1)
         dim = self.dim
         if e.shape[1] != dim or not np.all(np.isfinite(e)):
-            raise ValueError(f"embedding of shape {e.shape[1:]} (finite: {bool(np.all(np.isfinite(e)))}); the "
-                             f"monitor needs {dim} finite values (the encoder it was fitted with)")
+            raise ValueError(
+                f"embedding of shape {e.shape[1:]} (finite: {bool(np.all(np.isfinite(e)))}); the "
+                f"monitor needs {dim} finite values (the encoder it was fitted with)"
+            )
         node, conf = self.detector.assign(speaker, e)
         return int(node[0]), float(conf[0])
 
@@ -593,7 +646,9 @@ class Monitor:
         s = self.session()
         if embeddings is None:
             return [s.observe(t["speaker"], t["text"]) for t in turns]
-        return [s.observe(t["speaker"], t["text"], embedding=e) for t, e in zip(turns, embeddings, strict=True)]
+        return [
+            s.observe(t["speaker"], t["text"], embedding=e) for t, e in zip(turns, embeddings, strict=True)
+        ]
 
 
 class Session:
@@ -658,8 +713,10 @@ class Session:
             else:
                 e = np.asarray(embedding, dtype=np.float64).reshape(-1)
                 if e.shape[0] != self.monitor.dim or not np.all(np.isfinite(e)):
-                    raise ValueError(f"{where}: embedding of shape {e.shape} (finite: {bool(np.all(np.isfinite(e)))}); "
-                                     f"the monitor needs {self.monitor.dim} finite values")
+                    raise ValueError(
+                        f"{where}: embedding of shape {e.shape} (finite: {bool(np.all(np.isfinite(e)))}); "
+                        f"the monitor needs {self.monitor.dim} finite values"
+                    )
             return self._observe_workflow(speaker, e)
         e = self.monitor.encode(text) if embedding is None else embedding
         return self.observe_node(speaker, *self.monitor.assign(speaker, e))
@@ -669,9 +726,17 @@ class Session:
         self._wf, r = mon.detector.step(self._wf, speaker, embedding, mon.task)
         if r.alarm and self.first_alarm is None:
             self.first_alarm = r.system_turn
-        return Verdict(turn=self._wf["turn"], system_turn=r.system_turn, alarm=self.first_alarm is not None,
-                       first_alarm=self.first_alarm, score=r.deviation, threshold=float(r.threshold),
-                       speaker=speaker, raised=r.alarm, warning=off_task_warning(self._wf, mon.task))
+        return Verdict(
+            turn=self._wf["turn"],
+            system_turn=r.system_turn,
+            alarm=self.first_alarm is not None,
+            first_alarm=self.first_alarm,
+            score=r.deviation,
+            threshold=float(r.threshold),
+            speaker=speaker,
+            raised=r.alarm,
+            warning=off_task_warning(self._wf, mon.task),
+        )
 
     def observe_node(self, speaker: str, node: int, confidence: float) -> Verdict:
         """:meth:`observe` with the turn's node already assigned (:meth:`Monitor.assign`).
@@ -688,9 +753,16 @@ class Session:
         self._step, r = det.step(self._step, speaker, node, confidence)
         if r.alarm and self.first_alarm is None:
             self.first_alarm = r.system_turn
-        return Verdict(turn=self._step.n_turns, system_turn=self._step.n_system if speaker == "system" else None,
-                       alarm=self.first_alarm is not None, first_alarm=self.first_alarm, score=r.score,
-                       threshold=float(det.threshold), speaker=speaker, raised=r.alarm)
+        return Verdict(
+            turn=self._step.n_turns,
+            system_turn=self._step.n_system if speaker == "system" else None,
+            alarm=self.first_alarm is not None,
+            first_alarm=self.first_alarm,
+            score=r.score,
+            threshold=float(det.threshold),
+            speaker=speaker,
+            raised=r.alarm,
+        )
 
     # -- state ------------------------------------------------------------------------------------
     def state(self) -> dict[str, Any]:
@@ -704,13 +776,34 @@ class Session:
             system turn, whether it was answered, off-task counts).
         """
         if self.monitor.workflow_aware:
-            w = self._wf or {"turn": 0, "system_turn": 0, "nodes": [], "answered": [], "off_task": {}, "unfamiliar": 0}
-            return {"format": STATE_FORMAT, "version": STATE_VERSION, "monitor": self.monitor.fingerprint,
-                    "turn": w["turn"], "system_turn": w["system_turn"], "workflow": w, "first_alarm": self.first_alarm}
+            w = self._wf or {
+                "turn": 0,
+                "system_turn": 0,
+                "nodes": [],
+                "answered": [],
+                "off_task": {},
+                "unfamiliar": 0,
+            }
+            return {
+                "format": STATE_FORMAT,
+                "version": STATE_VERSION,
+                "monitor": self.monitor.fingerprint,
+                "turn": w["turn"],
+                "system_turn": w["system_turn"],
+                "workflow": w,
+                "first_alarm": self.first_alarm,
+            }
         s = self._step
-        return {"format": STATE_FORMAT, "version": STATE_VERSION, "monitor": self.monitor.fingerprint,
-                "turn": s.n_turns, "system_turn": s.n_system, "context": list(s.context), "prev_p": s.prev_p,
-                "first_alarm": self.first_alarm}
+        return {
+            "format": STATE_FORMAT,
+            "version": STATE_VERSION,
+            "monitor": self.monitor.fingerprint,
+            "turn": s.n_turns,
+            "system_turn": s.n_system,
+            "context": list(s.context),
+            "prev_p": s.prev_p,
+            "first_alarm": self.first_alarm,
+        }
 
     def _restore(self, state: Mapping[str, Any] | str) -> None:
         from dialfork_metrics.task3.streaming import StepState
@@ -725,10 +818,14 @@ class Session:
         if state.get("format") != STATE_FORMAT:
             raise ValueError(f"not a guard session state (format {state.get('format')!r})")
         if state.get("version") != STATE_VERSION:
-            raise ValueError(f"session state version {state.get('version')!r} is not supported ({STATE_VERSION})")
+            raise ValueError(
+                f"session state version {state.get('version')!r} is not supported ({STATE_VERSION})"
+            )
         if state.get("monitor") != self.monitor.fingerprint:
-            raise ValueError("this session state belongs to another monitor (fingerprint mismatch): a state "
-                             "restores only into the monitor that produced it")
+            raise ValueError(
+                "this session state belongs to another monitor (fingerprint mismatch): a state "
+                "restores only into the monitor that produced it"
+            )
         det = self.monitor.detector
         errs = []
         if self.monitor.workflow_aware:
@@ -745,16 +842,23 @@ class Session:
         n, ns = _int("turn"), _int("system_turn")
         ctx = state.get("context")
         k = det.order_ - 1
-        if not isinstance(ctx, list) or any(isinstance(x, bool) or not isinstance(x, int)
-                                            or not 0 <= x < det.vocab_size for x in ctx):
+        if not isinstance(ctx, list) or any(
+            isinstance(x, bool) or not isinstance(x, int) or not 0 <= x < det.vocab_size for x in ctx
+        ):
             errs.append(f"context must be a list of node ids in 0..{det.vocab_size - 1}")
             ctx = []
         elif len(ctx) != min(n, k):
             errs.append(f"context holds {len(ctx)} nodes, expected {min(n, k)} after {n} turns")
         prev = state.get("prev_p")
-        if n == 0 and prev is not None or n > 0 and (isinstance(prev, bool) or not isinstance(prev, float | int)
-                                                     or not 0 < prev <= 1):
-            errs.append(f"prev_p must be a probability in (0, 1] after the first turn (null before), got {prev!r}")
+        if (
+            n == 0
+            and prev is not None
+            or n > 0
+            and (isinstance(prev, bool) or not isinstance(prev, float | int) or not 0 < prev <= 1)
+        ):
+            errs.append(
+                f"prev_p must be a probability in (0, 1] after the first turn (null before), got {prev!r}"
+            )
         if ns > n:
             errs.append(f"system_turn {ns} > turn {n}")
         fa = state.get("first_alarm")
@@ -764,7 +868,6 @@ class Session:
             raise ValueError("invalid session state: " + "; ".join(errs))
         self._step = StepState(tuple(ctx), None if prev is None else float(prev), n, ns)
         self.first_alarm = fa
-
 
     def _restore_workflow(self, state: Mapping[str, Any]) -> None:
         w = state.get("workflow")
@@ -781,22 +884,35 @@ class Session:
             errs.append(f"nodes must list nodes of {self.monitor.task!r} (or null)")
         elif not isinstance(ns, int) or len(nodes) != ns:
             errs.append(f"nodes holds {len(nodes)} entries for {ns!r} system turns")
-        if not isinstance(answered, list) or not all(isinstance(x, bool) for x in answered) \
-                or (isinstance(nodes, list) and len(answered) != len(nodes)):
+        if (
+            not isinstance(answered, list)
+            or not all(isinstance(x, bool) for x in answered)
+            or (isinstance(nodes, list) and len(answered) != len(nodes))
+        ):
             errs.append("answered must be one boolean per system turn")
-        if not isinstance(off, Mapping) or any(not isinstance(v, int) or isinstance(v, bool) or v < 0
-                                                for v in off.values()):
+        if not isinstance(off, Mapping) or any(
+            not isinstance(v, int) or isinstance(v, bool) or v < 0 for v in off.values()
+        ):
             errs.append("off_task must map task names to counts")
         if isinstance(n, int) and isinstance(ns, int) and ns > n:
             errs.append(f"system_turn {ns} > turn {n}")
         fa = state.get("first_alarm")
-        if fa is not None and (isinstance(fa, bool) or not isinstance(fa, int)
-                               or not 1 <= fa <= max(ns if isinstance(ns, int) else 1, 1)):
+        if fa is not None and (
+            isinstance(fa, bool)
+            or not isinstance(fa, int)
+            or not 1 <= fa <= max(ns if isinstance(ns, int) else 1, 1)
+        ):
             errs.append(f"first_alarm must be null or a system turn so far, got {fa!r}")
         if errs:
             raise ValueError("invalid session state: " + "; ".join(errs))
-        self._wf = {"turn": n, "system_turn": ns, "nodes": list(nodes), "answered": list(answered),
-                    "off_task": dict(off), "unfamiliar": w["unfamiliar"]}
+        self._wf = {
+            "turn": n,
+            "system_turn": ns,
+            "nodes": list(nodes),
+            "answered": list(answered),
+            "off_task": dict(off),
+            "unfamiliar": w["unfamiliar"],
+        }
         self.first_alarm = fa
 
 
@@ -828,10 +944,14 @@ def off_task_warning(state: Mapping[str, Any], task: str | None, min_turns: int 
         return None
     if n_off >= unfamiliar and off:
         other = max(sorted(off), key=lambda t: off[t])
-        return (f"the conversation does not look like task {task!r}: {n_off} of {ns} system turns fit task "
-                f"{other!r} better")
-    return (f"the conversation does not look like task {task!r}: {n_off + unfamiliar} of {ns} system turns fit "
-            f"no step of its workflow")
+        return (
+            f"the conversation does not look like task {task!r}: {n_off} of {ns} system turns fit task "
+            f"{other!r} better"
+        )
+    return (
+        f"the conversation does not look like task {task!r}: {n_off + unfamiliar} of {ns} system turns fit "
+        f"no step of its workflow"
+    )
 
 
 def dumps_state(state: Mapping[str, Any]) -> str:
@@ -849,5 +969,12 @@ def dumps_state(state: Mapping[str, Any]) -> str:
     return json.dumps(state, separators=(",", ":"), allow_nan=False)
 
 
-__all__ = ["Monitor", "MonitorFileError", "Session", "Verdict", "detector_fingerprint", "dumps_state",
-           "off_task_warning"]
+__all__ = [
+    "Monitor",
+    "MonitorFileError",
+    "Session",
+    "Verdict",
+    "detector_fingerprint",
+    "dumps_state",
+    "off_task_warning",
+]

@@ -45,22 +45,38 @@ from .store import Row, Store, chain, prefix_hashes
 logger = logging.getLogger(__name__)
 
 MODES = ("annotate", "block")
-DEFAULT_FALLBACK = ("I'm sorry, I can't continue with that. Let me get back to the steps of your request, "
-                    "or connect you with a person who can help.")
+DEFAULT_FALLBACK = (
+    "I'm sorry, I can't continue with that. Let me get back to the steps of your request, "
+    "or connect you with a person who can help."
+)
 ROLE_SPEAKER = {"user": "user", "assistant": "system"}
 IGNORED_ROLES = ("system", "developer", "tool", "function")
 MAX_CONVERSATION_ID = 256
 # request headers that are the proxy's business, not the upstream's
-_HOP = {"host", "content-length", "transfer-encoding", "connection", "keep-alive", "accept-encoding", "te",
-        "upgrade", "proxy-authorization", "proxy-connection", "trailer"}
+_HOP = {
+    "host",
+    "content-length",
+    "transfer-encoding",
+    "connection",
+    "keep-alive",
+    "accept-encoding",
+    "te",
+    "upgrade",
+    "proxy-authorization",
+    "proxy-connection",
+    "trailer",
+}
 # upstream response headers the proxy sets itself
 _OWN = _HOP | {"content-type", "content-encoding", "date", "server"}
 
 
 def _passthrough(headers: Mapping[str, str]) -> dict[str, str]:
     """End-to-end upstream headers, lower-cased (the proxy's own headers, also lower-case, win)."""
-    return {k.lower(): v for k, v in headers.items()
-            if k.lower() not in _OWN and not k.lower().startswith("x-dialfork-") and k.lower() != "server-timing"}
+    return {
+        k.lower(): v
+        for k, v in headers.items()
+        if k.lower() not in _OWN and not k.lower().startswith("x-dialfork-") and k.lower() != "server-timing"
+    }
 
 
 @dataclass(frozen=True)
@@ -78,6 +94,7 @@ class GuardConfig:
     Raises:
         ValueError: Every bad setting, in one message.
     """
+
     upstream: str
     """The upstream's OpenAI base URL (e.g. ``http://127.0.0.1:8000/v1``)."""
     mode: str = "annotate"
@@ -130,7 +147,9 @@ def check_upstream(upstream: str, timeout: float = 5.0, option: str = "--upstrea
     base = upstream.rstrip("/")
     parts = urlsplit(base)
     if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise ValueError(f"{option} {upstream!r} is not an http(s) URL; use e.g. {option} http://127.0.0.1:8000/v1")
+        raise ValueError(
+            f"{option} {upstream!r} is not an http(s) URL; use e.g. {option} http://127.0.0.1:8000/v1"
+        )
     path = parts.path
 
     def probe(url: str) -> int | str:
@@ -142,19 +161,31 @@ def check_upstream(upstream: str, timeout: float = 5.0, option: str = "--upstrea
     status = probe(base + "/models")
     if path.endswith("/v1"):
         if isinstance(status, str):
-            logger.warning("%s %s: the upstream is not up yet (GET %s/models: %s); requests get 502 until it is",
-                           option, upstream, base, status)
+            logger.warning(
+                "%s %s: the upstream is not up yet (GET %s/models: %s); requests get 502 until it is",
+                option,
+                upstream,
+                base,
+                status,
+            )
         elif status != 200:
             logger.info("%s %s: GET %s/models answered %s; serving anyway", option, upstream, base, status)
         return
     if isinstance(status, int) and status != 404:
-        logger.info("%s %s: the path does not end in /v1, but GET %s/models answers %d: taken as the API root",
-                    option, upstream, base, status)
+        logger.info(
+            "%s %s: the path does not end in /v1, but GET %s/models answers %d: taken as the API root",
+            option,
+            upstream,
+            base,
+            status,
+        )
         return
     v1 = probe(base + "/v1/models")
     seen = f"GET {base}/models: {status}; GET {base}/v1/models: {v1}"
-    raise ValueError(f"{option} {upstream} is not the upstream's OpenAI API root (the proxy posts to "
-                     f"<upstream>/chat/completions; {seen}); use {option} {base}/v1")
+    raise ValueError(
+        f"{option} {upstream} is not the upstream's OpenAI API root (the proxy posts to "
+        f"<upstream>/chat/completions; {seen}); use {option} {base}/v1"
+    )
 
 
 class BadRequest(Exception):
@@ -166,7 +197,10 @@ class BadRequest(Exception):
         param: The request field at fault, when there is one.
         kind: The OpenAI error ``type``.
     """
-    def __init__(self, status: int, message: str, param: str | None = None, kind: str = "invalid_request_error"):
+
+    def __init__(
+        self, status: int, message: str, param: str | None = None, kind: str = "invalid_request_error"
+    ):
         super().__init__(message)
         self.status, self.message, self.param, self.kind = status, message, param, kind
 
@@ -192,14 +226,19 @@ def message_text(content: Any, where: str) -> str | None:
         parts = []
         for j, p in enumerate(content):
             if not isinstance(p, Mapping) or not isinstance(p.get("type"), str):
-                raise BadRequest(400, f"{where}.content[{j}] must be an object with a 'type'", f"{where}.content")
+                raise BadRequest(
+                    400, f"{where}.content[{j}] must be an object with a 'type'", f"{where}.content"
+                )
             if p["type"] == "text":
                 if not isinstance(p.get("text"), str):
                     raise BadRequest(400, f"{where}.content[{j}].text must be a string", f"{where}.content")
                 parts.append(p["text"])
         return "\n".join(parts)
-    raise BadRequest(400, f"{where}.content must be a string, a list of content parts or null, got "
-                          f"{type(content).__name__}", f"{where}.content")
+    raise BadRequest(
+        400,
+        f"{where}.content must be a string, a list of content parts or null, got {type(content).__name__}",
+        f"{where}.content",
+    )
 
 
 def parse_turns(body: Any) -> list[tuple[str, str]]:
@@ -232,8 +271,12 @@ def parse_turns(body: Any) -> list[tuple[str, str]]:
             raise BadRequest(400, f"{where} must be an object, got {type(m).__name__}", where)
         role = m.get("role")
         if role not in ROLE_SPEAKER and role not in IGNORED_ROLES:
-            raise BadRequest(400, f"{where}.role must be one of user, assistant, system, developer, tool, "
-                                  f"function; got {role!r}", f"{where}.role")
+            raise BadRequest(
+                400,
+                f"{where}.role must be one of user, assistant, system, developer, tool, "
+                f"function; got {role!r}",
+                f"{where}.role",
+            )
         text = message_text(m.get("content"), where)
         if role in ROLE_SPEAKER and text is not None and text.strip():
             turns.append((ROLE_SPEAKER[role], text))
@@ -259,8 +302,11 @@ def conversation_id(headers: Mapping[str, str]) -> str:
     if cid is None:
         return ""
     if not cid.strip() or len(cid) > MAX_CONVERSATION_ID or any(ord(c) < 32 or ord(c) == 127 for c in cid):
-        raise BadRequest(400, f"X-Conversation-Id must be 1..{MAX_CONVERSATION_ID} printable characters",
-                         "X-Conversation-Id")
+        raise BadRequest(
+            400,
+            f"X-Conversation-Id must be 1..{MAX_CONVERSATION_ID} printable characters",
+            "X-Conversation-Id",
+        )
     return "id:" + cid
 
 
@@ -273,8 +319,17 @@ def empty_verdict(threshold: float) -> dict[str, Any]:
     Returns:
         A verdict dict with no turn, no score and no alarm.
     """
-    return {"turn": 0, "system_turn": None, "alarm": False, "first_alarm": None, "score": None,
-            "threshold": threshold, "speaker": None, "raised": False, "warning": None}
+    return {
+        "turn": 0,
+        "system_turn": None,
+        "alarm": False,
+        "first_alarm": None,
+        "score": None,
+        "threshold": threshold,
+        "speaker": None,
+        "raised": False,
+        "warning": None,
+    }
 
 
 # -- the app -----------------------------------------------------------------------------------------
@@ -284,21 +339,38 @@ class _Metrics:
 
         r = self.registry = CollectorRegistry()
         ms = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
-        self.requests = Counter("dialfork_guard_requests", "chat completion requests", ["stream", "outcome"],
-                                registry=r)
+        self.requests = Counter(
+            "dialfork_guard_requests", "chat completion requests", ["stream", "outcome"], registry=r
+        )
         self.turns = Counter("dialfork_guard_turns", "turns observed", ["speaker"], registry=r)
-        self.alarms = Counter("dialfork_guard_alarms", "conversations whose first alarm was raised", registry=r)
-        self.blocked = Counter("dialfork_guard_blocked", "replies replaced by the fallback message", registry=r)
-        self.upstream_errors = Counter("dialfork_guard_upstream_errors", "upstream failures", ["kind"], registry=r)
-        self.request_seconds = Histogram("dialfork_guard_request_seconds", "time in the proxy per request",
-                                         ["stream"], buckets=ms, registry=r)
-        self.encode_seconds = Histogram("dialfork_guard_encode_seconds", "encoding + detector step per turn",
-                                        buckets=ms, registry=r)
-        self.upstream_seconds = Histogram("dialfork_guard_upstream_seconds", "upstream time per request",
-                                          buckets=ms, registry=r)
-        self.overhead_seconds = Histogram("dialfork_guard_overhead_seconds",
-                                          "proxy time minus upstream and encoding, per request", buckets=ms,
-                                          registry=r)
+        self.alarms = Counter(
+            "dialfork_guard_alarms", "conversations whose first alarm was raised", registry=r
+        )
+        self.blocked = Counter(
+            "dialfork_guard_blocked", "replies replaced by the fallback message", registry=r
+        )
+        self.upstream_errors = Counter(
+            "dialfork_guard_upstream_errors", "upstream failures", ["kind"], registry=r
+        )
+        self.request_seconds = Histogram(
+            "dialfork_guard_request_seconds",
+            "time in the proxy per request",
+            ["stream"],
+            buckets=ms,
+            registry=r,
+        )
+        self.encode_seconds = Histogram(
+            "dialfork_guard_encode_seconds", "encoding + detector step per turn", buckets=ms, registry=r
+        )
+        self.upstream_seconds = Histogram(
+            "dialfork_guard_upstream_seconds", "upstream time per request", buckets=ms, registry=r
+        )
+        self.overhead_seconds = Histogram(
+            "dialfork_guard_overhead_seconds",
+            "proxy time minus upstream and encoding, per request",
+            buckets=ms,
+            registry=r,
+        )
 
 
 class Guard:
@@ -344,8 +416,9 @@ class Guard:
         self.store.put(rows)  # what was observed is never observed twice
         return state, last, session, verdicts, enc, time.perf_counter()
 
-    async def _reply(self, conv: str, prefix_before: str, state: dict[str, Any], text: str,
-                     first_before: int | None):
+    async def _reply(
+        self, conv: str, prefix_before: str, state: dict[str, Any], text: str, first_before: int | None
+    ):
         """Observe the reply (reused when this exact reply was already observed: a retried request),
         decide blocking, commit. Returns (verdicts, blocked, delivered text, encoding seconds)."""
         prefix = chain(prefix_before, "system", text)
@@ -361,8 +434,18 @@ class Guard:
         delivered = self.config.fallback if blocked else text
         if blocked:
             self.metrics.blocked.inc()
-            rows = [Row(r.conv, chain(prefix_before, "system", delivered), r.idx, r.speaker, r.state, r.verdict, True)
-                    for r in rows]
+            rows = [
+                Row(
+                    r.conv,
+                    chain(prefix_before, "system", delivered),
+                    r.idx,
+                    r.speaker,
+                    r.state,
+                    r.verdict,
+                    True,
+                )
+                for r in rows
+            ]
         self.store.put(rows)
         return verdicts, blocked, delivered, enc
 
@@ -408,8 +491,13 @@ class Guard:
         hashes = prefix_hashes(turns)
         # the history's new turns are encoded while the upstream answers (they do not depend on it)
         history = asyncio.ensure_future(self._history(conv, hashes, turns))
-        ctx = {"t_start": t_start, "conv": conv, "prefix": hashes[-1] if hashes else "", "history": history,
-               "encode": 0.0}
+        ctx = {
+            "t_start": t_start,
+            "conv": conv,
+            "prefix": hashes[-1] if hashes else "",
+            "history": history,
+            "encode": 0.0,
+        }
         fwd = {k_: v for k_, v in headers.items() if k_.lower() not in _HOP}
         try:
             if stream:
@@ -423,31 +511,43 @@ class Guard:
         """Wait for the history's observation; its encoding counts as the request's encoding time
         only as far as it outlasted the upstream call (``Server-Timing: encode``)."""
         state, last, session, verdicts, enc, done = await ctx["history"]
-        ctx.update(session=session, verdicts=verdicts, last=verdicts[-1].to_dict() if verdicts else last,
-                   first_before=None if state is None else state.get("first_alarm"))
+        ctx.update(
+            session=session,
+            verdicts=verdicts,
+            last=verdicts[-1].to_dict() if verdicts else last,
+            first_before=None if state is None else state.get("first_alarm"),
+        )
         ctx["encode"] += min(enc, max(0.0, done - upstream_done))
 
     def _dialfork(self, ctx, reply_verdicts: list[Verdict], blocked: bool) -> dict[str, Any]:
         allv = ctx["verdicts"] + reply_verdicts
         last = allv[-1].to_dict() if allv else (ctx["last"] or empty_verdict(self.monitor.threshold))
-        return {**last, "blocked": blocked, "conversation_id": ctx["conv"][3:] if ctx["conv"] else None,
-                "observed": [v.to_dict() for v in allv], "mode": self.config.mode}
+        return {
+            **last,
+            "blocked": blocked,
+            "conversation_id": ctx["conv"][3:] if ctx["conv"] else None,
+            "observed": [v.to_dict() for v in allv],
+            "mode": self.config.mode,
+        }
 
     async def _observe_reply(self, ctx, text: str | None) -> tuple[list[Verdict], bool, str | None]:
         """Observe the reply (if it has text); returns (verdicts, blocked, delivered text)."""
         if text is None or not text.strip():
             return [], False, text
-        verdicts, blocked, delivered, enc = await self._reply(ctx["conv"], ctx["prefix"], ctx["session"].state(), text,
-                                                              ctx["first_before"])
+        verdicts, blocked, delivered, enc = await self._reply(
+            ctx["conv"], ctx["prefix"], ctx["session"].state(), text, ctx["first_before"]
+        )
         ctx["encode"] += enc
         return verdicts, blocked, delivered
 
     def _headers(self, dialfork: Mapping[str, Any], ctx, upstream_s: float) -> dict[str, str]:
         fa = dialfork.get("first_alarm")
-        return {"x-dialfork-alarm": "true" if dialfork.get("alarm") else "false",
-                "x-dialfork-first-alarm": "none" if fa is None else str(fa),
-                "x-dialfork-turn": str(dialfork.get("turn", 0)),
-                "server-timing": f"encode;dur={ctx['encode'] * 1000:.3f}, upstream;dur={upstream_s * 1000:.3f}"}
+        return {
+            "x-dialfork-alarm": "true" if dialfork.get("alarm") else "false",
+            "x-dialfork-first-alarm": "none" if fa is None else str(fa),
+            "x-dialfork-turn": str(dialfork.get("turn", 0)),
+            "server-timing": f"encode;dur={ctx['encode'] * 1000:.3f}, upstream;dur={upstream_s * 1000:.3f}",
+        }
 
     def _done(self, ctx, upstream_s: float, stream: str):
         total = time.perf_counter() - ctx["t_start"]
@@ -461,11 +561,18 @@ class Guard:
 
         if isinstance(e, httpx.TimeoutException):
             self.metrics.upstream_errors.labels("timeout").inc()
-            return BadRequest(504, f"the upstream {self.config.completions_url} did not answer within "
-                                   f"{self.config.upstream_timeout:g} s ({type(e).__name__})", kind="upstream_timeout")
+            return BadRequest(
+                504,
+                f"the upstream {self.config.completions_url} did not answer within "
+                f"{self.config.upstream_timeout:g} s ({type(e).__name__})",
+                kind="upstream_timeout",
+            )
         self.metrics.upstream_errors.labels("unreachable").inc()
-        return BadRequest(502, f"the upstream {self.config.completions_url} is unreachable ({type(e).__name__}: {e})",
-                          kind="upstream_unreachable")
+        return BadRequest(
+            502,
+            f"the upstream {self.config.completions_url} is unreachable ({type(e).__name__}: {e})",
+            kind="upstream_unreachable",
+        )
 
     async def _once(self, raw: bytes, fwd: dict[str, str], ctx):
         import httpx
@@ -481,16 +588,23 @@ class Guard:
         if r.status_code != 200:
             self.metrics.upstream_errors.labels(f"status_{r.status_code}").inc()
             self.metrics.requests.labels("false", "upstream_status").inc()
-            return Response(r.content, status_code=r.status_code, headers=_passthrough(r.headers),
-                            media_type=r.headers.get("content-type", "application/json"))
+            return Response(
+                r.content,
+                status_code=r.status_code,
+                headers=_passthrough(r.headers),
+                media_type=r.headers.get("content-type", "application/json"),
+            )
         try:
             data = r.json()
             msg = data["choices"][0]["message"]
             text = message_text(msg.get("content"), "choices[0].message")
         except (ValueError, KeyError, IndexError, TypeError, AttributeError, BadRequest) as e:
             self.metrics.upstream_errors.labels("invalid_response").inc()
-            raise BadRequest(502, f"the upstream returned an invalid chat completion ({type(e).__name__}: {e})",
-                             kind="upstream_invalid_response") from e
+            raise BadRequest(
+                502,
+                f"the upstream returned an invalid chat completion ({type(e).__name__}: {e})",
+                kind="upstream_invalid_response",
+            ) from e
         verdicts, blocked, delivered = await self._observe_reply(ctx, text)
         if blocked:
             msg["content"] = delivered
@@ -519,8 +633,12 @@ class Guard:
             await r.aclose()
             self.metrics.upstream_errors.labels(f"status_{r.status_code}").inc()
             self.metrics.requests.labels("true", "upstream_status").inc()
-            return Response(content, status_code=r.status_code, headers=_passthrough(r.headers),
-                            media_type=r.headers.get("content-type", "application/json"))
+            return Response(
+                content,
+                status_code=r.status_code,
+                headers=_passthrough(r.headers),
+                media_type=r.headers.get("content-type", "application/json"),
+            )
         block = self.config.mode == "block"
         before = self._dialfork(ctx, [], False)
 
@@ -552,8 +670,13 @@ class Guard:
                 kind = "timeout" if isinstance(e, httpx.TimeoutException) else "broken_stream"
                 self.metrics.upstream_errors.labels(kind).inc()
                 self.metrics.requests.labels("true", f"upstream_{kind}").inc()
-                err = {"error": {"message": f"the upstream stream failed ({type(e).__name__}: {e})",
-                                 "type": f"upstream_{kind}"}, "dialfork": before}
+                err = {
+                    "error": {
+                        "message": f"the upstream stream failed ({type(e).__name__}: {e})",
+                        "type": f"upstream_{kind}",
+                    },
+                    "dialfork": before,
+                }
                 yield f"\ndata: {json.dumps(err)}\n\ndata: [DONE]\n\n".encode()
                 return
             finally:
@@ -567,21 +690,39 @@ class Guard:
                 else:
                     yield ("\n".join(held) + "\n").encode()
             df = self._dialfork(ctx, verdicts, blocked)
-            tail = {"id": first.get("id", "dialfork"), "object": "chat.completion.chunk",
-                    "created": first.get("created", int(time.time())), "model": first.get("model", ""),
-                    "choices": [], "dialfork": df}
+            tail = {
+                "id": first.get("id", "dialfork"),
+                "object": "chat.completion.chunk",
+                "created": first.get("created", int(time.time())),
+                "model": first.get("model", ""),
+                "choices": [],
+                "dialfork": df,
+            }
             yield f"\ndata: {json.dumps(tail)}\n\ndata: [DONE]\n\n".encode()
             self._done(ctx, upstream_s, "true")
 
-        return StreamingResponse(events(), media_type="text/event-stream",
-                                 headers={**_passthrough(r.headers), **self._headers(before, ctx, 0.0),
-                                          "cache-control": "no-cache"})
+        return StreamingResponse(
+            events(),
+            media_type="text/event-stream",
+            headers={
+                **_passthrough(r.headers),
+                **self._headers(before, ctx, 0.0),
+                "cache-control": "no-cache",
+            },
+        )
 
 
 def _fallback_events(first: Mapping[str, Any], text: str) -> bytes:
-    base = {"id": first.get("id", "dialfork-blocked"), "object": "chat.completion.chunk",
-            "created": first.get("created", int(time.time())), "model": first.get("model", "")}
-    a = {**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": text}, "finish_reason": None}]}
+    base = {
+        "id": first.get("id", "dialfork-blocked"),
+        "object": "chat.completion.chunk",
+        "created": first.get("created", int(time.time())),
+        "model": first.get("model", ""),
+    }
+    a = {
+        **base,
+        "choices": [{"index": 0, "delta": {"role": "assistant", "content": text}, "finish_reason": None}],
+    }
     b = {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
     return f"data: {json.dumps(a)}\n\ndata: {json.dumps(b)}\n\n".encode()
 
@@ -624,7 +765,8 @@ def create_app(monitor: Monitor, store: Store, config: GuardConfig, on_startup=N
     async def lifespan(app):
         guard.client = httpx.AsyncClient(
             timeout=httpx.Timeout(config.upstream_timeout, connect=min(10.0, config.upstream_timeout)),
-            limits=httpx.Limits(max_connections=512, max_keepalive_connections=128))
+            limits=httpx.Limits(max_connections=512, max_keepalive_connections=128),
+        )
         if on_startup is not None:
             on_startup()
         try:
@@ -645,14 +787,23 @@ def create_app(monitor: Monitor, store: Store, config: GuardConfig, on_startup=N
         except BadRequest as e:
             outcome = {400: "bad_request", 413: "too_large", 502: "upstream_error", 504: "upstream_timeout"}
             guard.metrics.requests.labels(label[0], outcome.get(e.status, str(e.status))).inc()
-            return JSONResponse({"error": {"message": e.message, "type": e.kind, "param": e.param, "code": None}},
-                                status_code=e.status)
+            return JSONResponse(
+                {"error": {"message": e.message, "type": e.kind, "param": e.param, "code": None}},
+                status_code=e.status,
+            )
 
     @app.get("/healthz")
     async def healthz():
         det = monitor.detector
-        return {"status": "ok", "mode": config.mode, "detector": det.name, "order": getattr(det, "order", None), "task": monitor.task,
-                "monitor": monitor.fingerprint, "upstream": config.upstream}
+        return {
+            "status": "ok",
+            "mode": config.mode,
+            "detector": det.name,
+            "order": getattr(det, "order", None),
+            "task": monitor.task,
+            "monitor": monitor.fingerprint,
+            "upstream": config.upstream,
+        }
 
     @app.get("/metrics")
     async def metrics():

@@ -78,6 +78,7 @@ class Row:
         verdict: The turn's verdict.
         blocked: Whether the proxy replaced this (assistant) turn by its fallback text.
     """
+
     conv: str
     prefix: str
     idx: int
@@ -114,7 +115,9 @@ class Store:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
         try:
-            self._db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None, timeout=30)
+            self._db = sqlite3.connect(
+                str(self.path), check_same_thread=False, isolation_level=None, timeout=30
+            )
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute(f"PRAGMA synchronous={synchronous.upper()}")
             self._db.executescript("""
@@ -129,15 +132,21 @@ class Store:
             raise StoreError(f"{self.path}: not a usable SQLite state database ({e})") from e
         if not meta:
             with self._tx():
-                self._db.executemany("INSERT INTO meta VALUES (?, ?)",
-                                     [("schema_version", str(SCHEMA_VERSION)), ("monitor", monitor_fingerprint)])
+                self._db.executemany(
+                    "INSERT INTO meta VALUES (?, ?)",
+                    [("schema_version", str(SCHEMA_VERSION)), ("monitor", monitor_fingerprint)],
+                )
         else:
             if meta.get("schema_version") != str(SCHEMA_VERSION):
-                raise StoreError(f"{self.path}: state database schema {meta.get('schema_version')!r}, this dialfork "
-                                 f"reads {SCHEMA_VERSION}; use a new --db")
+                raise StoreError(
+                    f"{self.path}: state database schema {meta.get('schema_version')!r}, this dialfork "
+                    f"reads {SCHEMA_VERSION}; use a new --db"
+                )
             if meta.get("monitor") != monitor_fingerprint:
-                raise StoreError(f"{self.path}: holds sessions of another monitor ({meta.get('monitor', '?')[:12]}..., "
-                                 f"this one is {monitor_fingerprint[:12]}...); their states do not apply: use a new --db")
+                raise StoreError(
+                    f"{self.path}: holds sessions of another monitor ({meta.get('monitor', '?')[:12]}..., "
+                    f"this one is {monitor_fingerprint[:12]}...); their states do not apply: use a new --db"
+                )
 
     def _tx(self):
         db = self._db
@@ -152,8 +161,9 @@ class Store:
 
         return _T()
 
-    def longest_prefix(self, conv: str, hashes: Sequence[str]) -> tuple[int, dict[str, Any] | None,
-                                                                      dict[str, Any] | None]:
+    def longest_prefix(
+        self, conv: str, hashes: Sequence[str]
+    ) -> tuple[int, dict[str, Any] | None, dict[str, Any] | None]:
         """``(i, state, verdict)``: the number of leading turns already observed in ``conv`` and the
         session state and verdict after them.
 
@@ -170,8 +180,10 @@ class Store:
         with self._lock:
             for s in range(0, len(hashes), 500):
                 part = hashes[s : s + 500]
-                q = (f"SELECT idx, state, verdict FROM turns WHERE conv = ? AND prefix IN ({','.join('?' * len(part))}) "
-                     "ORDER BY idx DESC LIMIT 1")
+                q = (
+                    f"SELECT idx, state, verdict FROM turns WHERE conv = ? AND prefix IN ({','.join('?' * len(part))}) "
+                    "ORDER BY idx DESC LIMIT 1"
+                )
                 r = self._db.execute(q, (conv, *part)).fetchone()
                 if r and r[0] > best[0]:
                     best = (int(r[0]), json.loads(r[1]), json.loads(r[2]))
@@ -188,7 +200,9 @@ class Store:
             ``(state, verdict)``, or ``None`` when that prefix was never stored.
         """
         with self._lock:
-            r = self._db.execute("SELECT state, verdict FROM turns WHERE conv = ? AND prefix = ?", (conv, prefix)).fetchone()
+            r = self._db.execute(
+                "SELECT state, verdict FROM turns WHERE conv = ? AND prefix = ?", (conv, prefix)
+            ).fetchone()
         return None if r is None else (json.loads(r[0]), json.loads(r[1]))
 
     def put(self, rows: Sequence[Row]) -> None:
@@ -203,8 +217,20 @@ class Store:
         with self._lock, self._tx():
             self._db.executemany(
                 "INSERT OR REPLACE INTO turns VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                [(r.conv, r.prefix, r.idx, r.speaker, json.dumps(r.state, separators=(",", ":"), allow_nan=False),
-                  json.dumps(r.verdict, separators=(",", ":"), allow_nan=False), int(r.blocked), now) for r in rows])
+                [
+                    (
+                        r.conv,
+                        r.prefix,
+                        r.idx,
+                        r.speaker,
+                        json.dumps(r.state, separators=(",", ":"), allow_nan=False),
+                        json.dumps(r.verdict, separators=(",", ":"), allow_nan=False),
+                        int(r.blocked),
+                        now,
+                    )
+                    for r in rows
+                ],
+            )
 
     def conversation(self, conv: str) -> list[dict[str, Any]]:
         """Every stored turn of ``conv`` (all branches), by turn index.
@@ -216,10 +242,15 @@ class Store:
             One ``{"turn", "speaker", "prefix", "verdict", "blocked"}`` dict per stored turn.
         """
         with self._lock:
-            rows = self._db.execute("SELECT idx, speaker, prefix, verdict, blocked FROM turns WHERE conv = ? "
-                                    "ORDER BY idx, created", (conv,)).fetchall()
-        return [{"turn": i, "speaker": sp, "prefix": p, "verdict": json.loads(v), "blocked": bool(b)}
-                for i, sp, p, v, b in rows]
+            rows = self._db.execute(
+                "SELECT idx, speaker, prefix, verdict, blocked FROM turns WHERE conv = ? "
+                "ORDER BY idx, created",
+                (conv,),
+            ).fetchall()
+        return [
+            {"turn": i, "speaker": sp, "prefix": p, "verdict": json.loads(v), "blocked": bool(b)}
+            for i, sp, p, v, b in rows
+        ]
 
     def count(self) -> int:
         """The number of stored turns, all conversations.

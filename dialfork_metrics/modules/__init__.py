@@ -116,8 +116,6 @@ def dialogue_set_features():
     ]
 
 
-
-
 def module_encoder(
     encoder: Any = None,
     config_name: str | None = None,
@@ -210,9 +208,13 @@ def reject_empty(module: str, what: str, predictions: Any, references: Any) -> N
     n_pred = None if predictions is None else len(predictions)
     n_ref = None if references is None else len(references)
     if n_pred == 0 or n_ref == 0:
-        got = ", ".join(f"{n} {name}" for n, name in ((n_pred, "predictions"), (n_ref, "references")) if n is not None)
-        raise ValueError(f"{module}: nothing to score ({got}): give at least one {what}, as predictions=[...] and "
-                         "references=[...] of the same length")
+        got = ", ".join(
+            f"{n} {name}" for n, name in ((n_pred, "predictions"), (n_ref, "references")) if n is not None
+        )
+        raise ValueError(
+            f"{module}: nothing to score ({got}): give at least one {what}, as predictions=[...] and "
+            "references=[...] of the same length"
+        )
 
 
 class RejectEmpty:
@@ -251,7 +253,9 @@ class RejectEmpty:
         return super().compute(predictions=predictions, references=references, **kwargs)
 
 
-def metric_info(description: str, inputs_description: str, features: Any, extra_references: tuple[str, ...] = ()):
+def metric_info(
+    description: str, inputs_description: str, features: Any, extra_references: tuple[str, ...] = ()
+):
     """The ``evaluate.MetricInfo`` every DialFork module returns from ``_info`` (one citation,
     homepage and license for all; the module gives its texts, features and extra references).
 

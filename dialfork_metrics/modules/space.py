@@ -49,9 +49,11 @@ def module_script(folder: str | os.PathLike) -> Path:
     scripts = sorted(p for p in folder.glob("*.py") if p.name not in ("app.py", "__init__.py"))
     if len(scripts) != 1:
         found = ", ".join(p.name for p in scripts) or "none"
-        raise FileNotFoundError(f"{folder}: a Space folder holds app.py and one evaluate module script "
-                                f"(<module>.py); found {found}. Copy the whole module folder "
-                                "(e.g. dialfork_metrics/modules/flowscore) into the Space")
+        raise FileNotFoundError(
+            f"{folder}: a Space folder holds app.py and one evaluate module script "
+            f"(<module>.py); found {found}. Copy the whole module folder "
+            "(e.g. dialfork_metrics/modules/flowscore) into the Space"
+        )
     return scripts[0]
 
 
@@ -95,8 +97,10 @@ def compute_json(module: Any, predictions: str, references: str) -> tuple[dict[s
             return None, f"{name} must be a JSON list (one item per example)"
         inputs[name] = value
     if len(inputs["predictions"]) != len(inputs["references"]):
-        return None, (f"predictions has {len(inputs['predictions'])} items but references has "
-                      f"{len(inputs['references'])}; give one reference per prediction")
+        return None, (
+            f"predictions has {len(inputs['predictions'])} items but references has "
+            f"{len(inputs['references'])}; give one reference per prediction"
+        )
     if not inputs["predictions"]:
         return None, "give at least one prediction and its reference"
     try:
@@ -145,9 +149,12 @@ def build_demo(folder: str | os.PathLike, example: Mapping[str, Any] | None = No
     with gr.Blocks(title=folder.name) as demo:
         with gr.Row():
             with gr.Column():
-                predictions = gr.Code(ex_pred, language="json", label="predictions (JSON list)",
-                                      elem_id="predictions")
-                references = gr.Code(ex_ref, language="json", label="references (JSON list)", elem_id="references")
+                predictions = gr.Code(
+                    ex_pred, language="json", label="predictions (JSON list)", elem_id="predictions"
+                )
+                references = gr.Code(
+                    ex_ref, language="json", label="references (JSON list)", elem_id="references"
+                )
                 button = gr.Button("Compute", variant="primary", elem_id="compute")
             with gr.Column():
                 output = gr.JSON(label=f"{module.name} result", elem_id="result")

@@ -31,8 +31,9 @@ def _pyplot():
     return plt
 
 
-def plot_tau_bars_ci(table: Mapping[str, Mapping[str, Any]], ci: Mapping[str, Mapping[str, Any]] | None,
-                     title: str, path: Path) -> list[str]:
+def plot_tau_bars_ci(
+    table: Mapping[str, Mapping[str, Any]], ci: Mapping[str, Mapping[str, Any]] | None, title: str, path: Path
+) -> list[str]:
     """Grouped bars of a tau table (one group per type and Avg, one bar per method) with the
     bootstrap 95% CIs as error bars, the legend outside the axes. A method whose every cell is 0
     or missing (Random: 0 by definition) gets no bar and no legend entry; it is named under the
@@ -64,8 +65,16 @@ def plot_tau_bars_ci(table: Mapping[str, Mapping[str, Any]], ci: Mapping[str, Ma
             lo = np.array([(ci.get(m, {}).get(g) or [v, v])[0] for g, v in zip(groups, vals)], dtype=float)
             hi = np.array([(ci.get(m, {}).get(g) or [v, v])[1] for g, v in zip(groups, vals)], dtype=float)
             err = np.vstack([np.clip(vals - lo, 0, None), np.clip(hi - vals, 0, None)])
-        ax.bar(x + i * w - 0.4 + w / 2, vals, w, yerr=err, capsize=2, label=_label(m), color=cmap(i % 10),
-               error_kw={"elinewidth": 0.8, "ecolor": "black"})
+        ax.bar(
+            x + i * w - 0.4 + w / 2,
+            vals,
+            w,
+            yerr=err,
+            capsize=2,
+            label=_label(m),
+            color=cmap(i % 10),
+            error_kw={"elinewidth": 0.8, "ecolor": "black"},
+        )
     ax.axhline(0, color="black", lw=0.8)
     ax.axvline(len(hallucination_types()) - 0.5, color="grey", lw=0.6, ls=":")
     ax.set_xticks(x, groups)
@@ -82,7 +91,9 @@ def plot_tau_bars_ci(table: Mapping[str, Mapping[str, Any]], ci: Mapping[str, Ma
     return drawn
 
 
-def plot_distance_by_k_panels(curves: Mapping[str, Mapping[str, Mapping[str, Any]]], title: str, path: Path) -> list[str]:
+def plot_distance_by_k_panels(
+    curves: Mapping[str, Mapping[str, Mapping[str, Any]]], title: str, path: Path
+) -> list[str]:
     """Task 2: mean distance d_k against fork position k, in each method's own units (not
     rescaled), with its bootstrap 95% CI as a band; one row of panels per method (y shared
     within a row, so the four types compare), one column per type. Random is left out (its
@@ -103,8 +114,14 @@ def plot_distance_by_k_panels(curves: Mapping[str, Mapping[str, Mapping[str, Any
     methods = [m for m in curves if m != "random" and curves[m]]
     if not methods:
         return []
-    fig, axes = plt.subplots(len(methods), len(hallucination_types()), figsize=(2.6 * len(hallucination_types()), 1.9 * len(methods) + 0.6),
-                             sharex=True, sharey="row", squeeze=False)
+    fig, axes = plt.subplots(
+        len(methods),
+        len(hallucination_types()),
+        figsize=(2.6 * len(hallucination_types()), 1.9 * len(methods) + 0.6),
+        sharex=True,
+        sharey="row",
+        squeeze=False,
+    )
     ks = np.arange(1, 5)
     for i, m in enumerate(methods):
         for j, h in enumerate(hallucination_types()):
@@ -123,8 +140,11 @@ def plot_distance_by_k_panels(curves: Mapping[str, Mapping[str, Mapping[str, Any
     for ax in axes[-1]:
         ax.set_xticks(ks)
         ax.set_xlabel("fork position k", fontsize=8)
-    fig.suptitle(title + "\nmean distance to the source dialogue (own units), band: bootstrap 95% CI; "
-                 "expected to fall with k", fontsize=9)
+    fig.suptitle(
+        title + "\nmean distance to the source dialogue (own units), band: bootstrap 95% CI; "
+        "expected to fall with k",
+        fontsize=9,
+    )
     fig.tight_layout()
     _savefig(fig, path)
     plt.close(fig)
@@ -148,8 +168,9 @@ def plot_task3_summary(results: Mapping[str, Mapping[str, Any]], title: str, pat
 
     dets = list(results)
     y = np.arange(len(dets))
-    fig, axes = plt.subplots(1, 3, figsize=(13, 0.45 * len(dets) + 1.6), sharey=True,
-                             gridspec_kw={"width_ratios": [1.2, 1.2, 1]})
+    fig, axes = plt.subplots(
+        1, 3, figsize=(13, 0.45 * len(dets) + 1.6), sharey=True, gridspec_kw={"width_ratios": [1.2, 1.2, 1]}
+    )
     h = 0.38
 
     def bars(ax, key, offset, color, label, scale=1.0, fmt="{:.2f}"):
@@ -246,29 +267,53 @@ def write_figures(report: Mapping[str, Any], out: Path, captions: dict[str, str]
 
     if "task1" in report:
         s = report["task1"]["summary"]
-        draw(lambda d, t, p: plot_tau_bars_ci(d["tau"], d.get("tau_ci"), t, p), s,
-             "Task 1: Kendall tau per type", "task1_tau.png")
+        draw(
+            lambda d, t, p: plot_tau_bars_ci(d["tau"], d.get("tau_ci"), t, p),
+            s,
+            "Task 1: Kendall tau per type",
+            "task1_tau.png",
+        )
     if "task2" in report:
         for enc, res in report["task2"]["per_encoder"].items():
             safe = enc.replace("/", "_")
             s = res["summary"]
-            draw(lambda d, t, p: plot_tau_bars_ci(d["tau"], d.get("tau_ci"), t, p), s,
-                 f"Task 2 ({enc}): Kendall tau per type", f"task2_tau_{safe}.png")
+            draw(
+                lambda d, t, p: plot_tau_bars_ci(d["tau"], d.get("tau_ci"), t, p),
+                s,
+                f"Task 2 ({enc}): Kendall tau per type",
+                f"task2_tau_{safe}.png",
+            )
             if s.get("distance_by_k"):
-                draw(plot_distance_by_k_panels, s["distance_by_k"], f"Task 2 ({enc}): distance by fork position",
-                     f"task2_distance_by_k_{safe}.png")
+                draw(
+                    plot_distance_by_k_panels,
+                    s["distance_by_k"],
+                    f"Task 2 ({enc}): distance by fork position",
+                    f"task2_distance_by_k_{safe}.png",
+                )
     if "task3" in report:
         for enc, res in report["task3"].items():
             safe = enc.replace("/", "_")
-            draw(plot_task3_summary, res["results"], f"Task 3 ({enc}): localisation, coverage and Score",
-                 f"task3_summary_{safe}.png")
+            draw(
+                plot_task3_summary,
+                res["results"],
+                f"Task 3 ({enc}): localisation, coverage and Score",
+                f"task3_summary_{safe}.png",
+            )
             if any(r.get("curve") for r in res["results"].values()):
-                draw(plot_task3_tradeoff, res["results"], f"Task 3 ({enc}): coverage vs false alarms",
-                     f"task3_tradeoff_{safe}.png")
+                draw(
+                    plot_task3_tradeoff,
+                    res["results"],
+                    f"Task 3 ({enc}): coverage vs false alarms",
+                    f"task3_tradeoff_{safe}.png",
+                )
     for enc, sw in (report.get("task3_weight_sweep") or {}).items():
         safe = enc.replace("/", "_")
-        draw(plot_weight_sweep, sw, f"Task 3 ({enc}): Score under other weights (Appendix I)",
-             f"task3_weights_{safe}.png")
+        draw(
+            plot_weight_sweep,
+            sw,
+            f"Task 3 ({enc}): Score under other weights (Appendix I)",
+            f"task3_weights_{safe}.png",
+        )
     return written
 
 
@@ -289,8 +334,15 @@ def plot_task3_tradeoff(results: Mapping[str, Mapping[str, Any]], title: str, pa
         color = f"C{i}"
         ax.plot(r["curve"]["cov_c"], r["curve"]["cov_h"], color=color, lw=1.4, label=_label(det))
         ax.plot([r["cov_c"]], [r["cov_h"]], marker="o", color=color, ms=7, mec="black")
-    ax.plot([PAPER_STREAMING_FALSE_ALARMS], [PAPER_STREAMING_COVERAGE], marker="*", color="black", ms=11, ls="none",
-            label="paper IT+NC (D2F)")
+    ax.plot(
+        [PAPER_STREAMING_FALSE_ALARMS],
+        [PAPER_STREAMING_COVERAGE],
+        marker="*",
+        color="black",
+        ms=11,
+        ls="none",
+        label="paper IT+NC (D2F)",
+    )
     ax.axvline(0.05, color="grey", lw=0.8, ls="--")
     ax.set_xlim(0, 1)
     ax.set_ylim(0, 1.02)
@@ -300,6 +352,3 @@ def plot_task3_tradeoff(results: Mapping[str, Mapping[str, Any]], title: str, pa
     ax.legend(fontsize=7, loc="lower right")
     _savefig(fig, path)
     plt.close(fig)
-
-
-

@@ -29,7 +29,9 @@ def _csv(rows: Sequence[Mapping[str, Any]], fields: Sequence[str]) -> str:
     return buf.getvalue()
 
 
-def write_reports(report: Mapping[str, Any], out: str | os.PathLike, plots: bool = True, graph: Any = None) -> list[Path]:
+def write_reports(
+    report: Mapping[str, Any], out: str | os.PathLike, plots: bool = True, graph: Any = None
+) -> list[Path]:
     """Write report.md, report.json, CSVs and plots into ``out``; returns the written paths.
 
     Args:
@@ -60,71 +62,173 @@ def write_reports(report: Mapping[str, Any], out: str | os.PathLike, plots: bool
             g.to_graphml(out / f"flowgraph_{name}.graphml")
             g.draw(out / f"flowgraph_{name}.png")
             figures += [out / f"flowgraph_{name}.graphml", out / f"flowgraph_{name}.png"]
-            captions[f"flowgraph_{name}.png"] = (f"The flow graph of task {name} (FlowKL's graph on its conformant "
-                                                 f"dialogues; the whole graph: flowgraph_{name}.graphml)")
+            captions[f"flowgraph_{name}.png"] = (
+                f"The flow graph of task {name} (FlowKL's graph on its conformant "
+                f"dialogues; the whole graph: flowgraph_{name}.graphml)"
+            )
 
     def text(name: str, content: str) -> None:
         write_text_atomic(out / name, content)
         written.append(out / name)
 
-    text("report.md", report_markdown(report, [(p.name, captions.get(p.name, p.stem)) for p in figures
-                                               if p.suffix == ".png"]))
+    text(
+        "report.md",
+        report_markdown(
+            report, [(p.name, captions.get(p.name, p.stem)) for p in figures if p.suffix == ".png"]
+        ),
+    )
     text("report.json", json.dumps(report, indent=1, default=float) + "\n")
     for key in ("task1", "task1_cross"):
         if key not in report:
             continue
         t1 = report[key]
-        text(f"{key}_units.csv", _csv(t1["units"], ["task", "type", "method", "distances", "tau", "exact", "p_perm"]))
-        rows = [{"method": m, **{h: v.get(h) for h in (*hallucination_types(), "Avg")},
-                 "exact_recovery": t1["summary"]["exact_recovery"].get(m), "fisher_p": t1["summary"]["fisher_p"].get(m)}
-                for m, v in t1["summary"]["tau"].items()]
-        text(f"{key}_summary.csv", _csv(rows, ["method", *hallucination_types(), "Avg", "exact_recovery", "fisher_p"]))
+        text(
+            f"{key}_units.csv",
+            _csv(t1["units"], ["task", "type", "method", "distances", "tau", "exact", "p_perm"]),
+        )
+        rows = [
+            {
+                "method": m,
+                **{h: v.get(h) for h in (*hallucination_types(), "Avg")},
+                "exact_recovery": t1["summary"]["exact_recovery"].get(m),
+                "fisher_p": t1["summary"]["fisher_p"].get(m),
+            }
+            for m, v in t1["summary"]["tau"].items()
+        ]
+        text(
+            f"{key}_summary.csv",
+            _csv(rows, ["method", *hallucination_types(), "Avg", "exact_recovery", "fisher_p"]),
+        )
         if t1.get("comparisons"):
-            text(f"{key}_comparisons.csv", _csv(t1["comparisons"], ["a", "b", "n_units", "mean_diff", "ci_low", "ci_high",
-                                                                   "p", "p_holm"]))
+            text(
+                f"{key}_comparisons.csv",
+                _csv(
+                    t1["comparisons"], ["a", "b", "n_units", "mean_diff", "ci_low", "ci_high", "p", "p_holm"]
+                ),
+            )
     for key in ("task2", "task2_cross"):
         if key not in report:
             continue
         t2 = report[key]
         rows = []
-        unit_fields = ["source_id", "type", "method", "distances", "tau"] + (["references"] if key == "task2_cross" else [])
+        unit_fields = ["source_id", "type", "method", "distances", "tau"] + (
+            ["references"] if key == "task2_cross" else []
+        )
         for enc, res in t2["per_encoder"].items():
             safe = enc.replace("/", "_")
             text(f"{key}_units_{safe}.csv", _csv(res["units"], unit_fields))
-            rows += [{"encoder": enc, "method": m, **{h: v.get(h) for h in (*hallucination_types(), "Avg")}} for m, v in res["summary"]["tau"].items()]
+            rows += [
+                {"encoder": enc, "method": m, **{h: v.get(h) for h in (*hallucination_types(), "Avg")}}
+                for m, v in res["summary"]["tau"].items()
+            ]
         text(f"{key}_summary.csv", _csv(rows, ["encoder", "method", *hallucination_types(), "Avg"]))
-        text(f"{key}_significance.csv", _csv(t2["significance"], ["encoder", "method", "n_units", "mean_diff", "ci_low", "ci_high",
-                                                                  "W", "p_wilcoxon", "p_wilcoxon_holm", "t", "p_ttest",
-                                                                  "p_ttest_holm"]))
+        text(
+            f"{key}_significance.csv",
+            _csv(
+                t2["significance"],
+                [
+                    "encoder",
+                    "method",
+                    "n_units",
+                    "mean_diff",
+                    "ci_low",
+                    "ci_high",
+                    "W",
+                    "p_wilcoxon",
+                    "p_wilcoxon_holm",
+                    "t",
+                    "p_ttest",
+                    "p_ttest_holm",
+                ],
+            ),
+        )
     if "task3" in report:
         rows = []
         for enc, res in report["task3"].items():
             for det, r in res["results"].items():
-                rows.append({"encoder": enc, "detector": det, **{f"mae_h_{h}": r.get("mae_h_by_type", {}).get(h) for h in hallucination_types()},
-                             **{k: r.get(k) for k in ("mae_h", "cov_h", "mae_c", "cov_c", "mae_h_ref", "mae_c_ref", "score")}})
-        text("task3.csv", _csv(rows, ["encoder", "detector", *(f"mae_h_{h}" for h in hallucination_types()), "mae_h", "cov_h", "mae_c", "cov_c",
-                                      "mae_h_ref", "mae_c_ref", "score"]))
+                rows.append(
+                    {
+                        "encoder": enc,
+                        "detector": det,
+                        **{f"mae_h_{h}": r.get("mae_h_by_type", {}).get(h) for h in hallucination_types()},
+                        **{
+                            k: r.get(k)
+                            for k in ("mae_h", "cov_h", "mae_c", "cov_c", "mae_h_ref", "mae_c_ref", "score")
+                        },
+                    }
+                )
+        text(
+            "task3.csv",
+            _csv(
+                rows,
+                [
+                    "encoder",
+                    "detector",
+                    *(f"mae_h_{h}" for h in hallucination_types()),
+                    "mae_h",
+                    "cov_h",
+                    "mae_c",
+                    "cov_c",
+                    "mae_h_ref",
+                    "mae_c_ref",
+                    "score",
+                ],
+            ),
+        )
     if "task3" in report:
         rows = []
         for enc, res in report["task3"].items():
             for det, r in res["results"].items():
                 a = r.get("all_turns")
                 if a is not None:
-                    rows.append({"encoder": enc, "detector": det, **{f"mae_h_{h}": a["mae_h_by_type"].get(h) for h in hallucination_types()},
-                                 **{k: a.get(k) for k in ("mae_h", "mae_c", "mae_h_ref", "mae_c_ref")}})
+                    rows.append(
+                        {
+                            "encoder": enc,
+                            "detector": det,
+                            **{f"mae_h_{h}": a["mae_h_by_type"].get(h) for h in hallucination_types()},
+                            **{k: a.get(k) for k in ("mae_h", "mae_c", "mae_h_ref", "mae_c_ref")},
+                        }
+                    )
         if rows:
-            text("task3_all_turns.csv", _csv(rows, ["encoder", "detector", *(f"mae_h_{h}" for h in hallucination_types()), "mae_h", "mae_c",
-                                                    "mae_h_ref", "mae_c_ref"]))
+            text(
+                "task3_all_turns.csv",
+                _csv(
+                    rows,
+                    [
+                        "encoder",
+                        "detector",
+                        *(f"mae_h_{h}" for h in hallucination_types()),
+                        "mae_h",
+                        "mae_c",
+                        "mae_h_ref",
+                        "mae_c_ref",
+                    ],
+                ),
+            )
     if report.get("task3_weight_sweep"):
         rows = []
         for enc, sw in report["task3_weight_sweep"].items():
             for i, w in enumerate(sw["weights"]):
                 for det, sc in sw["scores"].items():
-                    rows.append({"encoder": enc, "w_mae_h": w[0], "w_mae_c": w[1], "w_cov_h": w[2], "w_cov_c": w[3],
-                                 "detector": det, "score": sc[i],
-                                 "regime_winner": any(v[i] == det for v in sw["winners"].values())})
-        text("task3_weight_sweep.csv", _csv(rows, ["encoder", "w_mae_h", "w_mae_c", "w_cov_h", "w_cov_c", "detector",
-                                                   "score", "regime_winner"]))
+                    rows.append(
+                        {
+                            "encoder": enc,
+                            "w_mae_h": w[0],
+                            "w_mae_c": w[1],
+                            "w_cov_h": w[2],
+                            "w_cov_c": w[3],
+                            "detector": det,
+                            "score": sc[i],
+                            "regime_winner": any(v[i] == det for v in sw["winners"].values()),
+                        }
+                    )
+        text(
+            "task3_weight_sweep.csv",
+            _csv(
+                rows,
+                ["encoder", "w_mae_h", "w_mae_c", "w_cov_h", "w_cov_c", "detector", "score", "regime_winner"],
+            ),
+        )
     written += figures
     logger.info("wrote %d report files to %s", len(written), out)
     return written

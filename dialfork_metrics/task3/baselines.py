@@ -89,8 +89,9 @@ class _Baseline:
         self._validate_params()
         return self._predict_T(_num_system_turns(dialogue, _where(dialogue, 0)), dialogue)
 
-    def predict_many(self, dialogues: Sequence[Any], embeddings: Any = None, show_progress: bool = False
-                     ) -> list[int | None]:
+    def predict_many(
+        self, dialogues: Sequence[Any], embeddings: Any = None, show_progress: bool = False
+    ) -> list[int | None]:
         """:meth:`predict` of every dialogue.
 
         Args:

@@ -45,8 +45,12 @@ DEFAULT_MAX_OFF_WORKFLOW = 0
 """Most system turns of another workflow a conformant D+ holds (ours)."""
 
 
-def judge(coverage: Mapping[str, Any], off_workflow: Sequence[int], min_coverage: float = DEFAULT_MIN_COVERAGE,
-          max_off_workflow: int = DEFAULT_MAX_OFF_WORKFLOW) -> bool:
+def judge(
+    coverage: Mapping[str, Any],
+    off_workflow: Sequence[int],
+    min_coverage: float = DEFAULT_MIN_COVERAGE,
+    max_off_workflow: int = DEFAULT_MAX_OFF_WORKFLOW,
+) -> bool:
     """The conformance rule over a dialogue's step coverage and off-workflow turns.
 
     Args:
@@ -89,8 +93,13 @@ class WorkflowConformance:
 
     name = CHECK_NAME
 
-    def __init__(self, encoder: Any = "minilm", min_coverage: float = DEFAULT_MIN_COVERAGE,
-                 max_off_workflow: int = DEFAULT_MAX_OFF_WORKFLOW, min_similarity: float | None = None):
+    def __init__(
+        self,
+        encoder: Any = "minilm",
+        min_coverage: float = DEFAULT_MIN_COVERAGE,
+        max_off_workflow: int = DEFAULT_MAX_OFF_WORKFLOW,
+        min_similarity: float | None = None,
+    ):
         self.encoder = encoder
         self.min_coverage = min_coverage
         self.max_off_workflow = max_off_workflow
@@ -98,13 +107,21 @@ class WorkflowConformance:
 
     def _check_params(self) -> None:
         errs = []
-        if isinstance(self.min_coverage, bool) or not isinstance(self.min_coverage, int | float) \
-                or not 0.0 <= self.min_coverage <= 1.0:
+        if (
+            isinstance(self.min_coverage, bool)
+            or not isinstance(self.min_coverage, int | float)
+            or not 0.0 <= self.min_coverage <= 1.0
+        ):
             errs.append(f"min_coverage must be a number in [0, 1], got {self.min_coverage!r}")
-        if isinstance(self.max_off_workflow, bool) or not isinstance(self.max_off_workflow, int) or self.max_off_workflow < 0:
+        if (
+            isinstance(self.max_off_workflow, bool)
+            or not isinstance(self.max_off_workflow, int)
+            or self.max_off_workflow < 0
+        ):
             errs.append(f"max_off_workflow must be an integer >= 0, got {self.max_off_workflow!r}")
-        if self.min_similarity is not None and (isinstance(self.min_similarity, bool)
-                                                or not isinstance(self.min_similarity, int | float)):
+        if self.min_similarity is not None and (
+            isinstance(self.min_similarity, bool) or not isinstance(self.min_similarity, int | float)
+        ):
             errs.append(f"min_similarity must be a number or None, got {self.min_similarity!r}")
         if errs:
             raise ValueError("WorkflowConformance: " + "; ".join(errs))
@@ -132,14 +149,18 @@ class WorkflowConformance:
         names = list(source.tasks) if tasks is None else list(tasks)
         unknown = [t for t in names if t not in source.tasks]
         if unknown:
-            raise ValueError(f"WorkflowConformance.fit: unknown task(s) {', '.join(map(repr, unknown))}; the source "
-                             f"has {', '.join(sorted(source.tasks))}")
+            raise ValueError(
+                f"WorkflowConformance.fit: unknown task(s) {', '.join(map(repr, unknown))}; the source "
+                f"has {', '.join(sorted(source.tasks))}"
+            )
         assigner = fit_workflow_assigner(source, self.encoder, self.min_similarity)
         backend = TemplateBackend()
         backend.bind_corpus(source)
         self.models_ = {t: backend.model(source.tasks[t]) for t in names}
         self.assigner_ = assigner
-        logger.info("conformance check: %d task(s), own-workflow floor %.3f", len(names), assigner.min_similarity)
+        logger.info(
+            "conformance check: %d task(s), own-workflow floor %.3f", len(names), assigner.min_similarity
+        )
         return self
 
     def check_is_fitted(self) -> None:
@@ -189,27 +210,31 @@ class WorkflowConformance:
         self.check_is_fitted()
         missing = sorted({t for t, _ in dialogues if t not in self.models_})
         if missing:
-            raise KeyError(f"task(s) {', '.join(map(repr, missing))} not fitted; fitted: {', '.join(sorted(self.models_))}")
+            raise KeyError(
+                f"task(s) {', '.join(map(repr, missing))} not fitted; fitted: {', '.join(sorted(self.models_))}"
+            )
         flat = [str(x) for _, turns in dialogues for x in turns]
         E = self.assigner_.encode(flat) if flat else np.zeros((0, 1))
         out, i = [], 0
         for task, turns in dialogues:
             n = len(turns)
-            a = self.assigner_.assign(task, E[i:i + n], texts=flat[i:i + n]) if n else None
+            a = self.assigner_.assign(task, E[i : i + n], texts=flat[i : i + n]) if n else None
             i += n
             nodes = a.nodes if a is not None else []
             reasons = a.reasons if a is not None else []
             cov = step_coverage(nodes, self.models_[task])
             off = [k + 1 for k, r in enumerate(reasons) if r == "off-task"]
-            out.append({
-                "check": self.name,
-                "conformant": judge(cov, off, self.min_coverage, self.max_off_workflow),
-                "coverage": round(float(cov["coverage"]), 4),
-                "skipped": list(cov["skipped"]),
-                "off_workflow": off,
-                "unfamiliar": [k + 1 for k, r in enumerate(reasons) if r == "unfamiliar"],
-                "reached_outcome": bool(cov["reached_outcome"]),
-            })
+            out.append(
+                {
+                    "check": self.name,
+                    "conformant": judge(cov, off, self.min_coverage, self.max_off_workflow),
+                    "coverage": round(float(cov["coverage"]), 4),
+                    "skipped": list(cov["skipped"]),
+                    "off_workflow": off,
+                    "unfamiliar": [k + 1 for k, r in enumerate(reasons) if r == "unfamiliar"],
+                    "reached_outcome": bool(cov["reached_outcome"]),
+                }
+            )
         return out
 
 

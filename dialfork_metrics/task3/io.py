@@ -46,27 +46,36 @@ def load_examples(data: str | os.PathLike, split: str = "test") -> list[dict[str
     if split == "blind":
         src = resolve_data(data, accept=("layout", "hub"))  # a generator output folder has no blind set
         try:
-            rows = load_blind(src.path) if src.is_local else list(load_split(src.value, "blind", split="test"))
+            rows = (
+                load_blind(src.path) if src.is_local else list(load_split(src.value, "blind", split="test"))
+            )
         except (ValueError, FileNotFoundError):
             raise
         except Exception as e:  # datasets/hub errors: say what was being loaded
             raise ValueError(f"cannot load the blind set from {str(data)!r}: {type(e).__name__}: {e}") from e
-        return [{"dialogue_id": r["dialogue_id"], "turns": r["turns"], "num_system_turns": r["num_system_turns"]}
-                for r in rows]
+        return [
+            {"dialogue_id": r["dialogue_id"], "turns": r["turns"], "num_system_turns": r["num_system_turns"]}
+            for r in rows
+        ]
     if split not in ("train", "test"):
         raise ValueError(f"split must be 'train', 'test' or 'blind', got {split!r}")
-    src = resolve_data(data)  # no such folder, a gold folder...: one clear message (dialfork_dataset.hub.resolve)
+    src = resolve_data(
+        data
+    )  # no such folder, a gold folder...: one clear message (dialfork_dataset.hub.resolve)
     try:
         ds = load_split(src.path if src.is_local else src.value, "task3", split=split)
     except (ValueError, FileNotFoundError):
         raise
     except Exception as e:  # datasets/hub errors (offline, unknown id...): say what was being loaded
-        raise ValueError(f"cannot load the task3 {split!r} split from {str(data)!r}: {type(e).__name__}: {e}") from e
+        raise ValueError(
+            f"cannot load the task3 {split!r} split from {str(data)!r}: {type(e).__name__}: {e}"
+        ) from e
     return task3_examples(ds)
 
 
-def load_gold_rows(gold: str | os.PathLike | None = None, data: str | os.PathLike | None = None,
-                   subset: str = "all") -> list[dict[str, Any]]:
+def load_gold_rows(
+    gold: str | os.PathLike | None = None, data: str | os.PathLike | None = None, subset: str = "all"
+) -> list[dict[str, Any]]:
     """Gold rows ``{dialogue_id, num_system_turns, hallucination_type, fork_turn}``.
 
     Args:
@@ -88,7 +97,9 @@ def load_gold_rows(gold: str | os.PathLike | None = None, data: str | os.PathLik
         g = Path(gold)
         f = g / "task3_gold.jsonl" if g.is_dir() else g
         if not f.is_file():
-            raise FileNotFoundError(f"{f}: no such gold file (expected task3_gold.jsonl from export_hub_layout)")
+            raise FileNotFoundError(
+                f"{f}: no such gold file (expected task3_gold.jsonl from export_hub_layout)"
+            )
         rows = read_jsonl(f, collect=True)
         if subset != "all":
             if subset not in ("public", "private"):

@@ -59,13 +59,19 @@ def load_prompt(with_workflow: bool = False, prompt: str | os.PathLike | None = 
         ValueError: ``prompt`` is neither an existing file nor text containing ``{dialogue}``.
     """
     if prompt is None:
-        return resources.files(__package__).joinpath("prompts", PROMPT_FILES[bool(with_workflow)]).read_text("utf-8")
+        return (
+            resources.files(__package__)
+            .joinpath("prompts", PROMPT_FILES[bool(with_workflow)])
+            .read_text("utf-8")
+        )
     p = Path(prompt) if not isinstance(prompt, str) or "\n" not in prompt else None
     if p is not None and p.is_file():
         return p.read_text(encoding="utf-8")
     if isinstance(prompt, str) and "{dialogue}" in prompt:
         return prompt
-    raise ValueError(f"prompt must be a template file or text containing '{{dialogue}}', got {str(prompt)[:60]!r}")
+    raise ValueError(
+        f"prompt must be a template file or text containing '{{dialogue}}', got {str(prompt)[:60]!r}"
+    )
 
 
 def render_dialogue(turns: Sequence[Mapping[str, str]]) -> str:
@@ -87,8 +93,9 @@ def render_dialogue(turns: Sequence[Mapping[str, str]]) -> str:
     return "\n".join(lines)
 
 
-def build_prompt(template: str, turns: Sequence[Mapping[str, str]], task: str | None = None,
-                 workflow: str | None = None) -> str:
+def build_prompt(
+    template: str, turns: Sequence[Mapping[str, str]], task: str | None = None, workflow: str | None = None
+) -> str:
     """The prompt of one dialogue: ``template`` with its fields filled.
 
     Args:
@@ -105,7 +112,12 @@ def build_prompt(template: str, turns: Sequence[Mapping[str, str]], task: str | 
             ``task`` and ``workflow``.
     """
     T = len(system_turn_positions(turns))
-    fields = {"dialogue": render_dialogue(turns), "num_system_turns": T, "task": task or "", "workflow": workflow or ""}
+    fields = {
+        "dialogue": render_dialogue(turns),
+        "num_system_turns": T,
+        "task": task or "",
+        "workflow": workflow or "",
+    }
     try:
         return template.format(**fields)
     except (KeyError, IndexError) as e:
@@ -144,9 +156,18 @@ class TransformersChat:
         ValueError: ``batch_size`` or ``max_new_tokens`` is not an int >= 1, or ``dtype`` is unknown.
     """
 
-    def __init__(self, model: str, device: str | None = None, dtype: str = "auto", batch_size: int = 8,
-                 max_new_tokens: int = 16, trust_remote_code: bool = False, show_progress: bool = False,
-                 gguf_file: str | None = None, gguf_cache: str | os.PathLike | None = None):
+    def __init__(
+        self,
+        model: str,
+        device: str | None = None,
+        dtype: str = "auto",
+        batch_size: int = 8,
+        max_new_tokens: int = 16,
+        trust_remote_code: bool = False,
+        show_progress: bool = False,
+        gguf_file: str | None = None,
+        gguf_cache: str | os.PathLike | None = None,
+    ):
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
         if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
@@ -173,17 +194,25 @@ class TransformersChat:
             return
         from generation.api import context_window, load_chat_model, load_chat_tokenizer, resolve_model
 
-        path = resolve_model(self.model_name, self.gguf_file, dtype=self.dtype,
-                             device="auto" if self.device in (None, "auto") else self.device,
-                             cache_dir=self.gguf_cache).path
+        path = resolve_model(
+            self.model_name,
+            self.gguf_file,
+            dtype=self.dtype,
+            device="auto" if self.device in (None, "auto") else self.device,
+            cache_dir=self.gguf_cache,
+        ).path
         tok = load_chat_tokenizer(path, trust_remote_code=self.trust_remote_code)
         tok.padding_side = "left"
         if tok.pad_token is None:
             tok.pad_token = tok.eos_token
         # device None: CUDA when available, else the CPU; "auto": spread over the GPUs (device_map)
         model, device = load_chat_model(
-            path, device="auto" if self.device in (None, "auto") else self.device, dtype=self.dtype,
-            device_map="auto" if self.device == "auto" else None, trust_remote_code=self.trust_remote_code)
+            path,
+            device="auto" if self.device in (None, "auto") else self.device,
+            dtype=self.dtype,
+            device_map="auto" if self.device == "auto" else None,
+            trust_remote_code=self.trust_remote_code,
+        )
         self._window = context_window(model.config, tok)
         if model.generation_config.pad_token_id is None:
             model.generation_config.pad_token_id = tok.pad_token_id
@@ -209,23 +238,36 @@ class TransformersChat:
 
         self._load()
         tok, model = self._tok, self._model
-        texts = [tok.apply_chat_template([dict(m) for m in conv], tokenize=False, add_generation_prompt=True)
-                 for conv in batch]
+        texts = [
+            tok.apply_chat_template([dict(m) for m in conv], tokenize=False, add_generation_prompt=True)
+            for conv in batch
+        ]
         lengths = [len(tok(t, add_special_tokens=False)["input_ids"]) for t in texts]
         self.last_too_long = set()
         if self._window:
             self.last_too_long = {i for i, n in enumerate(lengths) if n + self.max_new_tokens > self._window}
-        order = sorted((i for i in range(len(texts)) if i not in self.last_too_long), key=lambda i: -lengths[i])
+        order = sorted(
+            (i for i in range(len(texts)) if i not in self.last_too_long), key=lambda i: -lengths[i]
+        )
         out: list[str] = [""] * len(texts)
         starts = range(0, len(order), self.batch_size)
-        for s in tqdm(starts, desc=f"LLM {Path(self.model_name).name}", disable=not self.show_progress, unit="batch"):
+        for s in tqdm(
+            starts, desc=f"LLM {Path(self.model_name).name}", disable=not self.show_progress, unit="batch"
+        ):
             idx = order[s : s + self.batch_size]
             enc = tok([texts[i] for i in idx], return_tensors="pt", padding=True, add_special_tokens=False)
             enc = {k: v.to(self._device) for k, v in enc.items()}
             with torch.inference_mode():
-                gen = model.generate(**enc, do_sample=False, max_new_tokens=self.max_new_tokens,
-                                     pad_token_id=tok.pad_token_id, temperature=None, top_p=None, top_k=None)
-            new = gen[:, enc["input_ids"].shape[1]:]
+                gen = model.generate(
+                    **enc,
+                    do_sample=False,
+                    max_new_tokens=self.max_new_tokens,
+                    pad_token_id=tok.pad_token_id,
+                    temperature=None,
+                    top_p=None,
+                    top_k=None,
+                )
+            new = gen[:, enc["input_ids"].shape[1] :]
             for i, row in zip(idx, new):
                 out[i] = tok.decode(row, skip_special_tokens=True)
         return out
@@ -262,17 +304,32 @@ class LLMDetector:
 
     name = "llm"
 
-    def __init__(self, model: str | None = None, backend: str = "transformers", with_workflow: bool = False,
-                 star_dir: str | os.PathLike | None = None, workflows: Mapping[str, str] | None = None,
-                 base_url: str | None = None, api_key: str | None = None, batch_size: int = 8,
-                 max_new_tokens: int = 16, device: str | None = None, dtype: str = "auto",
-                 prompt: str | os.PathLike | None = None, client: Any = None, max_examples: int = 20,
-                 show_progress: bool = False, gguf_file: str | None = None):
+    def __init__(
+        self,
+        model: str | None = None,
+        backend: str = "transformers",
+        with_workflow: bool = False,
+        star_dir: str | os.PathLike | None = None,
+        workflows: Mapping[str, str] | None = None,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        batch_size: int = 8,
+        max_new_tokens: int = 16,
+        device: str | None = None,
+        dtype: str = "auto",
+        prompt: str | os.PathLike | None = None,
+        client: Any = None,
+        max_examples: int = 20,
+        show_progress: bool = False,
+        gguf_file: str | None = None,
+    ):
         if client is None:
             if backend not in BACKENDS:
                 raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
             if not model:
-                raise ValueError("LLMDetector needs model= (a local chat model id/path, or the served model name)")
+                raise ValueError(
+                    "LLMDetector needs model= (a local chat model id/path, or the served model name)"
+                )
             if backend == "openai" and not base_url:
                 raise ValueError("the openai backend needs base_url= (e.g. http://127.0.0.1:8000/v1)")
         self.model = model
@@ -289,9 +346,15 @@ class LLMDetector:
         if client is not None:
             self.client = client
         elif backend == "transformers":
-            self.client = TransformersChat(model, device=device, dtype=dtype, batch_size=batch_size,
-                                           max_new_tokens=max_new_tokens, show_progress=show_progress,
-                                           gguf_file=gguf_file)
+            self.client = TransformersChat(
+                model,
+                device=device,
+                dtype=dtype,
+                batch_size=batch_size,
+                max_new_tokens=max_new_tokens,
+                show_progress=show_progress,
+                gguf_file=gguf_file,
+            )
         else:
             from generation.api import OpenAICompatClient
 
@@ -301,7 +364,9 @@ class LLMDetector:
         self._star = None
 
     def __repr__(self) -> str:
-        return f"LLMDetector(model={self.model!r}, backend={self.backend!r}, with_workflow={self.with_workflow})"
+        return (
+            f"LLMDetector(model={self.model!r}, backend={self.backend!r}, with_workflow={self.with_workflow})"
+        )
 
     def fit(self, dialogues: Any = None, embeddings: Any = None, **_: Any) -> LLMDetector:
         """No-op (zero-shot); returns ``self``.
@@ -321,9 +386,14 @@ class LLMDetector:
         Returns:
             A dict with ``detector``, ``model``, ``backend``, ``with_workflow``, ``max_new_tokens``.
         """
-        return {"detector": self.name, "model": self.model, "backend": self.backend,
-                "with_workflow": self.with_workflow, "max_new_tokens": self.max_new_tokens,
-                **({"gguf_file": self.gguf_file} if self.gguf_file else {})}
+        return {
+            "detector": self.name,
+            "model": self.model,
+            "backend": self.backend,
+            "with_workflow": self.with_workflow,
+            "max_new_tokens": self.max_new_tokens,
+            **({"gguf_file": self.gguf_file} if self.gguf_file else {}),
+        }
 
     # -- prompts -----------------------------------------------------------------------------
     def workflow_for(self, task: str) -> str:
@@ -372,8 +442,10 @@ class LLMDetector:
             workflow = None
             if self.with_workflow:
                 if not task:
-                    errs.append(f"{where}: the with-workflow prompt needs the dialogue's 'task' (blind dialogues "
-                                "have none; use the without-workflow prompt)")
+                    errs.append(
+                        f"{where}: the with-workflow prompt needs the dialogue's 'task' (blind dialogues "
+                        "have none; use the without-workflow prompt)"
+                    )
                     continue
                 workflow = self.workflow_for(task)
             out.append(build_prompt(self.template, turns, task, workflow))
@@ -394,8 +466,9 @@ class LLMDetector:
         """
         return self.predict_many([dialogue])[0]
 
-    def predict_many(self, dialogues: Sequence[Any], embeddings: Any = None, show_progress: bool | None = None
-                     ) -> list[int | None]:
+    def predict_many(
+        self, dialogues: Sequence[Any], embeddings: Any = None, show_progress: bool | None = None
+    ) -> list[int | None]:
         """Ask the model about every dialogue; unusable answers count as None and are reported in
         :attr:`last_report` (the raw answers in :attr:`last_answers`).
 
@@ -434,9 +507,15 @@ class LLMDetector:
         rep = self.last_report
         bad = rep["unparsable"] + rep["out_of_range"] + rep["too_long"]
         if bad:
-            logger.warning("%d of %d LLM answers could not be used (%d unparsable, %d out of range, %d prompts too "
-                           "long for the model) and count as no deviation (null); see last_report", bad, len(parsed),
-                           rep["unparsable"], rep["out_of_range"], rep["too_long"])
+            logger.warning(
+                "%d of %d LLM answers could not be used (%d unparsable, %d out of range, %d prompts too "
+                "long for the model) and count as no deviation (null); see last_report",
+                bad,
+                len(parsed),
+                rep["unparsable"],
+                rep["out_of_range"],
+                rep["too_long"],
+            )
         return [p.value for p in parsed]
 
     def _report(self, dialogues: Sequence[Any], parsed: Sequence[ParsedAnswer]) -> dict[str, Any]:
@@ -445,7 +524,9 @@ class LLMDetector:
         for i, (d, p) in enumerate(zip(dialogues, parsed)):
             if p.status in UNUSABLE and len(examples) < self.max_examples:
                 did = d.get("dialogue_id") if isinstance(d, Mapping) else None
-                examples.append({"dialogue_id": did if did else f"#{i}", "status": p.status, "answer": p.raw[:300]})
+                examples.append(
+                    {"dialogue_id": did if did else f"#{i}", "status": p.status, "answer": p.raw[:300]}
+                )
         return {
             "n": len(parsed),
             "turn": counts.get("turn", 0),

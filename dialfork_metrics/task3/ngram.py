@@ -162,7 +162,9 @@ class NgramLM:
         return out
 
     @classmethod
-    def from_arrays(cls, order: int, vocab_size: int, arrays: dict[str, np.ndarray], backoff: bool = False) -> NgramLM:
+    def from_arrays(
+        cls, order: int, vocab_size: int, arrays: dict[str, np.ndarray], backoff: bool = False
+    ) -> NgramLM:
         """A model from :meth:`to_arrays` output (the context counts are rebuilt from the n-grams).
 
         Args:

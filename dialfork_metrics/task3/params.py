@@ -52,8 +52,10 @@ def integer(minimum: int | None = None) -> Constraint:
     """
     if minimum is None:
         return Constraint(lambda v: isinstance(v, numbers.Integral) and not isinstance(v, bool), "an integer")
-    return Constraint(lambda v: isinstance(v, numbers.Integral) and not isinstance(v, bool) and v >= minimum,
-                      f"an integer >= {minimum}")
+    return Constraint(
+        lambda v: isinstance(v, numbers.Integral) and not isinstance(v, bool) and v >= minimum,
+        f"an integer >= {minimum}",
+    )
 
 
 def interval(low: float | None, high: float | None, closed: str = "neither") -> Constraint:
@@ -110,7 +112,9 @@ def one_of(options: tuple[Any, ...]) -> Constraint:
     Returns:
         The constraint.
     """
-    return Constraint(lambda v: any(v == o and type(v) is type(o) for o in options), f"one of {tuple(options)}")
+    return Constraint(
+        lambda v: any(v == o and type(v) is type(o) for o in options), f"one of {tuple(options)}"
+    )
 
 
 def boolean() -> Constraint:
@@ -131,8 +135,9 @@ def either(*constraints: Constraint) -> Constraint:
     Returns:
         The constraint; its ``expected`` joins theirs with ``"or"``.
     """
-    return Constraint(lambda v: any(c.check(v) for c in constraints),
-                      " or ".join(c.expected for c in constraints))
+    return Constraint(
+        lambda v: any(c.check(v) for c in constraints), " or ".join(c.expected for c in constraints)
+    )
 
 
 def validate_params(owner: str, params: Mapping[str, Any], constraints: Mapping[str, Constraint]) -> None:
@@ -146,7 +151,10 @@ def validate_params(owner: str, params: Mapping[str, Any], constraints: Mapping[
     Raises:
         ValueError: ``"<owner>: <name> must be <expected>, got <value>; ..."`` for each bad value.
     """
-    errs = [f"{k} must be {c.expected}, got {params[k]!r}"
-            for k, c in constraints.items() if k in params and not c.check(params[k])]
+    errs = [
+        f"{k} must be {c.expected}, got {params[k]!r}"
+        for k, c in constraints.items()
+        if k in params and not c.check(params[k])
+    ]
     if errs:
         raise ValueError(f"{owner}: " + "; ".join(errs))

@@ -19,11 +19,50 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-_UNITS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve",
-          "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen"]
-_UNIT_ORD = ["zeroth", "first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth", "ninth", "tenth",
-             "eleventh", "twelfth", "thirteenth", "fourteenth", "fifteenth", "sixteenth", "seventeenth",
-             "eighteenth", "nineteenth"]
+_UNITS = [
+    "zero",
+    "one",
+    "two",
+    "three",
+    "four",
+    "five",
+    "six",
+    "seven",
+    "eight",
+    "nine",
+    "ten",
+    "eleven",
+    "twelve",
+    "thirteen",
+    "fourteen",
+    "fifteen",
+    "sixteen",
+    "seventeen",
+    "eighteen",
+    "nineteen",
+]
+_UNIT_ORD = [
+    "zeroth",
+    "first",
+    "second",
+    "third",
+    "fourth",
+    "fifth",
+    "sixth",
+    "seventh",
+    "eighth",
+    "ninth",
+    "tenth",
+    "eleventh",
+    "twelfth",
+    "thirteenth",
+    "fourteenth",
+    "fifteenth",
+    "sixteenth",
+    "seventeenth",
+    "eighteenth",
+    "nineteenth",
+]
 _TENS = {"twenty": 20, "thirty": 30, "forty": 40, "fifty": 50, "sixty": 60}
 _TENS_ORD = {"twentieth": 20, "thirtieth": 30, "fortieth": 40, "fiftieth": 50, "sixtieth": 60}
 
@@ -115,12 +154,12 @@ def parse_turn_answer(text: str | None) -> ParsedAnswer:
     raw = "" if text is None else str(text)
     s = _THINK.sub(" ", raw)
     if "</think>" in s.lower():  # an opening tag eaten by the chat template: keep what follows
-        s = s[s.lower().rindex("</think>") + len("</think>"):]
+        s = s[s.lower().rindex("</think>") + len("</think>") :]
     elif "<think>" in s.lower():  # reasoning cut off before the answer
         return ParsedAnswer(None, "unparsable", raw)
     m = list(_ANSWER.finditer(s))
     if m:
-        s = s[m[-1].end():]
+        s = s[m[-1].end() :]
     s = s.replace("*", " ").replace("`", " ").replace("_", " ").strip().lower()
     s = re.sub(r"\s+", " ", s)
     if not s:

@@ -88,15 +88,19 @@ class DetectorSpec:
     def __post_init__(self) -> None:
         where = f"Task 3 detector {self.name!r}"
         if not isinstance(self.name, str) or not self.name or self.name != self.name.strip().lower():
-            raise ValueError(f"{where}: name must be a non-empty lower-case string without surrounding spaces "
-                             "(make_detector lower-cases and strips the names it is given)")
+            raise ValueError(
+                f"{where}: name must be a non-empty lower-case string without surrounding spaces "
+                "(make_detector lower-cases and strips the names it is given)"
+            )
         if not isinstance(self.label, str) or not self.label.strip():
             raise ValueError(f"{where}: label must be a non-empty string (its name in the report's tables)")
         if self.regime not in REGIMES:
             raise ValueError(f"{where}: regime {self.regime!r} is not one of {REGIMES}")
         if not (callable(self.factory) or (isinstance(self.factory, str) and self.factory.count(":") == 1)):
-            raise ValueError(f"{where}: factory must be a class or function, or 'package.module:attr', "
-                             f"got {self.factory!r}")
+            raise ValueError(
+                f"{where}: factory must be a class or function, or 'package.module:attr', "
+                f"got {self.factory!r}"
+            )
         if isinstance(self.needs, str) or not all(isinstance(n, str) for n in self.needs):
             raise ValueError(f"{where}: needs must be a tuple of names from {NEEDS}, got {self.needs!r}")
         bad = [n for n in self.needs if n not in NEEDS]
@@ -110,8 +114,10 @@ class DetectorSpec:
             if not isinstance(getattr(self, flag), bool):
                 raise ValueError(f"{where}: {flag} must be True or False, got {getattr(self, flag)!r}")
         if self.in_benchmark and not set(self.needs) <= set(BENCH_SUPPLIES):
-            raise ValueError(f"{where}: in_benchmark=True but it needs {sorted(set(self.needs) - set(BENCH_SUPPLIES))}, "
-                             f"which the benchmark does not supply (it supplies {BENCH_SUPPLIES})")
+            raise ValueError(
+                f"{where}: in_benchmark=True but it needs {sorted(set(self.needs) - set(BENCH_SUPPLIES))}, "
+                f"which the benchmark does not supply (it supplies {BENCH_SUPPLIES})"
+            )
         if not isinstance(self.description, str):
             raise ValueError(f"{where}: description must be a string, got {self.description!r}")
 
@@ -141,8 +147,10 @@ class DetectorSpec:
         """
         fixed = sorted(set(kwargs) & set(self.options))
         if fixed:
-            raise TypeError(f"Task 3 detector {self.name!r}: {', '.join(k + '=' for k in fixed)} is fixed by the name "
-                            f"({self.options}); pick the detector whose name sets the value you want")
+            raise TypeError(
+                f"Task 3 detector {self.name!r}: {', '.join(k + '=' for k in fixed)} is fixed by the name "
+                f"({self.options}); pick the detector whose name sets the value you want"
+            )
         return self.factory_fn()(**self.options, **kwargs)
 
 
@@ -166,8 +174,10 @@ def register_detector(spec: DetectorSpec, *, replace: bool = False) -> DetectorS
     if not isinstance(spec, DetectorSpec):
         raise TypeError(f"register_detector takes a DetectorSpec, got {type(spec).__name__}")
     if spec.name in _REGISTRY and not replace:
-        raise ValueError(f"a Task 3 detector {spec.name!r} is already registered (pass replace=True to replace "
-                         "it, or pick another name)")
+        raise ValueError(
+            f"a Task 3 detector {spec.name!r} is already registered (pass replace=True to replace "
+            "it, or pick another name)"
+        )
     _REGISTRY[spec.name] = spec
     logger.debug("registered Task 3 detector %r", spec.name)
     return spec
@@ -204,8 +214,10 @@ def get_detector(name: str) -> DetectorSpec:
     """
     spec = _REGISTRY.get(str(name).strip().lower())
     if spec is None:
-        raise ValueError(f"unknown Task 3 detector {name!r}; registered: {', '.join(_REGISTRY)} (add one with "
-                         "dialfork_metrics.task3.register_detector)")
+        raise ValueError(
+            f"unknown Task 3 detector {name!r}; registered: {', '.join(_REGISTRY)} (add one with "
+            "dialfork_metrics.task3.register_detector)"
+        )
     return spec
 
 
@@ -218,8 +230,14 @@ def detector_specs() -> list[DetectorSpec]:
     return list(_REGISTRY.values())
 
 
-def detector_names(*, regime: str | None = None, in_benchmark: bool | None = None, ngram: bool | None = None,
-                   guard: bool | None = None, needs: str | None = None) -> tuple[str, ...]:
+def detector_names(
+    *,
+    regime: str | None = None,
+    in_benchmark: bool | None = None,
+    ngram: bool | None = None,
+    guard: bool | None = None,
+    needs: str | None = None,
+) -> tuple[str, ...]:
     """Names of the registered detectors, in table order, optionally filtered.
 
     Args:
@@ -232,10 +250,15 @@ def detector_names(*, regime: str | None = None, in_benchmark: bool | None = Non
     Returns:
         The names.
     """
-    return tuple(s.name for s in _REGISTRY.values()
-                 if (regime is None or s.regime == regime) and (in_benchmark is None or s.in_benchmark == in_benchmark)
-                 and (ngram is None or s.ngram == ngram) and (guard is None or s.guard == guard)
-                 and (needs is None or needs in s.needs))
+    return tuple(
+        s.name
+        for s in _REGISTRY.values()
+        if (regime is None or s.regime == regime)
+        and (in_benchmark is None or s.in_benchmark == in_benchmark)
+        and (ngram is None or s.ngram == ngram)
+        and (guard is None or s.guard == guard)
+        and (needs is None or needs in s.needs)
+    )
 
 
 def detector_labels() -> dict[str, str]:
@@ -273,38 +296,120 @@ class RegimeView(Mapping[str, tuple[str, ...]]):
 _B, _S = "dialfork_metrics.task3.baselines", "dialfork_metrics.task3.streaming:StreamingDetector"
 _STREAMING_NEEDS = ("encoder", "false_alarm_rate")
 for _spec in (
-    DetectorSpec("first", "Always first", "baselines", f"{_B}:FirstTurnBaseline", in_benchmark=True,
-                 description="always the first system turn"),
-    DetectorSpec("last", "Always last", "baselines", f"{_B}:LastTurnBaseline", in_benchmark=True,
-                 description="always the last system turn"),
-    DetectorSpec("random", "Random", "baselines", f"{_B}:RandomTurnBaseline", ("seed",), in_benchmark=True,
-                 description="a uniformly random system turn, seeded per dialogue"),
-    DetectorSpec("it", "IT", "streaming", _S, _STREAMING_NEEDS, {"method": "it", "node_confidence": False},
-                 in_benchmark=True, ngram=True, guard=True,
-                 description="Improbable Transition: the first turn whose N-gram probability falls below the threshold"),
-    DetectorSpec("ss", "SS", "streaming", _S, _STREAMING_NEEDS, {"method": "ss", "node_confidence": False},
-                 in_benchmark=True, ngram=True, guard=True,
-                 description="Surprisal Spike: the first turn whose surprisal jumps above the threshold"),
-    DetectorSpec("it+nc", "IT+NC", "streaming", _S, _STREAMING_NEEDS, {"method": "it", "node_confidence": True},
-                 in_benchmark=True, ngram=True, guard=True, description="IT with the probability weighted by node confidence"),
-    DetectorSpec("ss+nc", "SS+NC", "streaming", _S, _STREAMING_NEEDS, {"method": "ss", "node_confidence": True},
-                 in_benchmark=True, ngram=True, guard=True, description="SS with the probability weighted by node confidence"),
-    DetectorSpec("wf", "WF (workflow-aware)", "workflow-aware",
-                 "dialfork_metrics.task3.workflow_detector:WorkflowDetector", ("encoder", "workflow", "false_alarm_rate"),
-                 in_benchmark=True, guard=True,
-                 description="node assignment against the workflow, with rejection and repeats"),
-    DetectorSpec("wf-sup", "WF-sup (supervised)", "workflow-aware",
-                 "dialfork_metrics.task3.workflow_supervised:SupervisedWorkflowDetector",
-                 ("encoder", "workflow", "false_alarm_rate", "forks"),
-                 description="a per-turn classifier fitted on forked train dialogues"),
-    DetectorSpec("llm", "LLM (zero-shot)", "other", "dialfork_metrics.task3.llm:LLMDetector", ("model",),
-                 description="a zero-shot LLM asked for the first deviating system turn"),
+    DetectorSpec(
+        "first",
+        "Always first",
+        "baselines",
+        f"{_B}:FirstTurnBaseline",
+        in_benchmark=True,
+        description="always the first system turn",
+    ),
+    DetectorSpec(
+        "last",
+        "Always last",
+        "baselines",
+        f"{_B}:LastTurnBaseline",
+        in_benchmark=True,
+        description="always the last system turn",
+    ),
+    DetectorSpec(
+        "random",
+        "Random",
+        "baselines",
+        f"{_B}:RandomTurnBaseline",
+        ("seed",),
+        in_benchmark=True,
+        description="a uniformly random system turn, seeded per dialogue",
+    ),
+    DetectorSpec(
+        "it",
+        "IT",
+        "streaming",
+        _S,
+        _STREAMING_NEEDS,
+        {"method": "it", "node_confidence": False},
+        in_benchmark=True,
+        ngram=True,
+        guard=True,
+        description="Improbable Transition: the first turn whose N-gram probability falls below the threshold",
+    ),
+    DetectorSpec(
+        "ss",
+        "SS",
+        "streaming",
+        _S,
+        _STREAMING_NEEDS,
+        {"method": "ss", "node_confidence": False},
+        in_benchmark=True,
+        ngram=True,
+        guard=True,
+        description="Surprisal Spike: the first turn whose surprisal jumps above the threshold",
+    ),
+    DetectorSpec(
+        "it+nc",
+        "IT+NC",
+        "streaming",
+        _S,
+        _STREAMING_NEEDS,
+        {"method": "it", "node_confidence": True},
+        in_benchmark=True,
+        ngram=True,
+        guard=True,
+        description="IT with the probability weighted by node confidence",
+    ),
+    DetectorSpec(
+        "ss+nc",
+        "SS+NC",
+        "streaming",
+        _S,
+        _STREAMING_NEEDS,
+        {"method": "ss", "node_confidence": True},
+        in_benchmark=True,
+        ngram=True,
+        guard=True,
+        description="SS with the probability weighted by node confidence",
+    ),
+    DetectorSpec(
+        "wf",
+        "WF (workflow-aware)",
+        "workflow-aware",
+        "dialfork_metrics.task3.workflow_detector:WorkflowDetector",
+        ("encoder", "workflow", "false_alarm_rate"),
+        in_benchmark=True,
+        guard=True,
+        description="node assignment against the workflow, with rejection and repeats",
+    ),
+    DetectorSpec(
+        "wf-sup",
+        "WF-sup (supervised)",
+        "workflow-aware",
+        "dialfork_metrics.task3.workflow_supervised:SupervisedWorkflowDetector",
+        ("encoder", "workflow", "false_alarm_rate", "forks"),
+        description="a per-turn classifier fitted on forked train dialogues",
+    ),
+    DetectorSpec(
+        "llm",
+        "LLM (zero-shot)",
+        "other",
+        "dialfork_metrics.task3.llm:LLMDetector",
+        ("model",),
+        description="a zero-shot LLM asked for the first deviating system turn",
+    ),
 ):
     register_detector(_spec)
 del _spec
 
 
 __all__ = [
-    "BENCH_SUPPLIES", "DetectorSpec", "NEEDS", "REGIMES", "RegimeView", "detector_labels", "detector_names",
-    "detector_specs", "get_detector", "register_detector", "unregister_detector",
+    "BENCH_SUPPLIES",
+    "DetectorSpec",
+    "NEEDS",
+    "REGIMES",
+    "RegimeView",
+    "detector_labels",
+    "detector_names",
+    "detector_specs",
+    "get_detector",
+    "register_detector",
+    "unregister_detector",
 ]

@@ -201,9 +201,15 @@ def check_prediction(v: Any, T: int | None = None) -> tuple[str, str] | None:
         if v == -1:
             return "out_of_range", "prediction is -1; write null for 'no deviation' (never -1)"
         if v < 1:
-            return "out_of_range", f"prediction {_int_text(v)} is not a system turn index; indices start at 1 (null = no deviation)"
+            return (
+                "out_of_range",
+                f"prediction {_int_text(v)} is not a system turn index; indices start at 1 (null = no deviation)",
+            )
         if T is not None and v > T:
-            return "out_of_range", f"prediction {_int_text(v)} outside 1..T (T={T} system turns in this dialogue)"
+            return (
+                "out_of_range",
+                f"prediction {_int_text(v)} outside 1..T (T={T} system turns in this dialogue)",
+            )
         return None
     if isinstance(v, HugeInt):
         where = "indices start at 1" if v.negative else "far above any dialogue's number of system turns"
@@ -246,5 +252,16 @@ def check_predictions(values: list[Any], turns: list[Any] | None = None, start: 
     return out
 
 
-__all__ = ["MAX_INT_DIGITS", "DupKeys", "HugeInt", "NonFinite", "check_prediction", "check_predictions", "describe",
-           "is_bool", "is_int", "shorten", "strict_json_decoder"]
+__all__ = [
+    "MAX_INT_DIGITS",
+    "DupKeys",
+    "HugeInt",
+    "NonFinite",
+    "check_prediction",
+    "check_predictions",
+    "describe",
+    "is_bool",
+    "is_int",
+    "shorten",
+    "strict_json_decoder",
+]

@@ -108,8 +108,9 @@ def _gold_index(gold: Sequence[Mapping[str, Any]]) -> dict[str, Mapping[str, Any
                 errs.append(f"gold row {i} ({did!r}): fork_turn must be an integer in 1..T")
         out[did] = g
     if errs:
-        raise CollectedErrors(f"invalid gold set ({len(errs)} error(s)):\n  " + "\n  ".join(errs[:MAX_ERRORS_IN_MESSAGE]),
-                              errs)
+        raise CollectedErrors(
+            f"invalid gold set ({len(errs)} error(s)):\n  " + "\n  ".join(errs[:MAX_ERRORS_IN_MESSAGE]), errs
+        )
     return out
 
 
@@ -136,7 +137,9 @@ def _collect(predictions: Any, errors: list[str], locations: Sequence[str] | Non
     for i, row in enumerate(predictions):
         where = locations[i] if locations is not None else f"row {i + 1}"
         if not isinstance(row, Mapping):
-            errors.append(f"{where}: expected an object {{'dialogue_id', 'prediction'}}, got {type(row).__name__}")
+            errors.append(
+                f"{where}: expected an object {{'dialogue_id', 'prediction'}}, got {type(row).__name__}"
+            )
             continue
         did = row.get("dialogue_id")
         if not isinstance(did, str) or not did:
@@ -147,7 +150,9 @@ def _collect(predictions: Any, errors: list[str], locations: Sequence[str] | Non
             continue
         extra = set(row) - {"dialogue_id", "prediction"}
         if extra:
-            errors.append(f"{where}: dialogue {did!r}: unknown field(s) {sorted(extra)} (only 'dialogue_id', 'prediction')")
+            errors.append(
+                f"{where}: dialogue {did!r}: unknown field(s) {sorted(extra)} (only 'dialogue_id', 'prediction')"
+            )
         if did in first_row:
             errors.append(f"{where}: duplicate dialogue_id {did!r} (first given at {first_row[did]})")
             continue
@@ -156,8 +161,10 @@ def _collect(predictions: Any, errors: list[str], locations: Sequence[str] | Non
     return out
 
 
-def collect_prediction_rows(rows: Sequence[Any], locations: Sequence[str] | None = None,
-                            ) -> tuple[dict[str, Any], list[str]]:
+def collect_prediction_rows(
+    rows: Sequence[Any],
+    locations: Sequence[str] | None = None,
+) -> tuple[dict[str, Any], list[str]]:
     """``({dialogue_id: prediction}, errors)`` of prediction rows, before any gold is known: the
     shape checks of :func:`score_predictions` plus the value type (an integer or null).
 
@@ -177,12 +184,16 @@ def collect_prediction_rows(rows: Sequence[Any], locations: Sequence[str] | None
             where.setdefault(r.get("dialogue_id"), locations[i] if locations is not None else f"row {i + 1}")
     for did, v in preds.items():
         if v is not None and not _is_int(v):
-            errors.append(f"{where[did]}: prediction for {did!r} must be an integer system turn or null, "
-                          f"got {_describe_value(v)}")
+            errors.append(
+                f"{where[did]}: prediction for {did!r} must be an integer system turn or null, "
+                f"got {_describe_value(v)}"
+            )
     return preds, errors
 
 
-def _check_values(preds: Mapping[str, Any], gold_by_id: Mapping[str, Mapping[str, Any]], errors: list[str]) -> None:
+def _check_values(
+    preds: Mapping[str, Any], gold_by_id: Mapping[str, Mapping[str, Any]], errors: list[str]
+) -> None:
     unknown = [d for d in preds if d not in gold_by_id]
     for d in unknown:
         errors.append(f"unknown dialogue_id {d!r} (not in the gold set)")
@@ -294,7 +305,9 @@ def score_from_stats(
         if isinstance(v, bool) or not isinstance(v, int | float) or not 0.0 <= v <= 1.0:
             raise ValueError(f"{name} must be a fraction in [0, 1] (not a percentage), got {v!r}")
     for name, v in (("mae_h", mae_h), ("mae_c", mae_c)):
-        if v is not None and (isinstance(v, bool) or not isinstance(v, int | float) or v < 0 or math.isnan(v)):
+        if v is not None and (
+            isinstance(v, bool) or not isinstance(v, int | float) or v < 0 or math.isnan(v)
+        ):
             raise ValueError(f"{name} must be a non-negative number or None, got {v!r}")
     for name, v in (("mae_h_ref", mae_h_ref), ("mae_c_ref", mae_c_ref)):
         if isinstance(v, bool) or not isinstance(v, int | float) or v < 0 or math.isnan(v):
@@ -420,8 +433,10 @@ def system_turn_positions(turns: Sequence[Mapping[str, Any]]) -> list[int]:
     return [i for i, t in enumerate(turns, 1) if t.get("speaker") == "system"]
 
 
-def mae_all_turns(predictions: Mapping[str, int | None], gold_by_id: Mapping[str, Mapping[str, Any]],
-                  ) -> dict[str, Any] | None:
+def mae_all_turns(
+    predictions: Mapping[str, int | None],
+    gold_by_id: Mapping[str, Mapping[str, Any]],
+) -> dict[str, Any] | None:
     """The MAEs and references of :func:`score_predictions` in all turns (user + system).
 
     A system turn ``s`` sits at position ``pos(s)`` among the ``N`` turns of its dialogue; the
@@ -463,9 +478,14 @@ def mae_all_turns(predictions: Mapping[str, int | None], gold_by_id: Mapping[str
             if p is not None:
                 err_h[h].append(abs(pos[int(p) - 1] - fk))
     all_err_h = [e for h in hallucination_types() for e in err_h[h]]
-    return {"unit": "all turns", "mae_h": _mean(all_err_h),
-            "mae_h_by_type": {h: _mean(err_h[h]) for h in hallucination_types() if h in present},
-            "mae_c": _mean(err_c), "mae_h_ref": _mean(ref_h), "mae_c_ref": _mean(ref_c)}
+    return {
+        "unit": "all turns",
+        "mae_h": _mean(all_err_h),
+        "mae_h_by_type": {h: _mean(err_h[h]) for h in hallucination_types() if h in present},
+        "mae_c": _mean(err_c),
+        "mae_h_ref": _mean(ref_h),
+        "mae_c_ref": _mean(ref_c),
+    }
 
 
 def format_table(result: Mapping[str, Any]) -> str:

@@ -123,8 +123,13 @@ def _source(r: Mapping[str, Any]) -> str:
     return str(r.get("source_id") or r["dialogue_id"])
 
 
-def first_alarms(p_list: Sequence[np.ndarray], sys_turns: Sequence[np.ndarray], method: str,
-                 threshold: float, position_weight: float = 0.0) -> list[int | None]:
+def first_alarms(
+    p_list: Sequence[np.ndarray],
+    sys_turns: Sequence[np.ndarray],
+    method: str,
+    threshold: float,
+    position_weight: float = 0.0,
+) -> list[int | None]:
     """The streaming prediction of each dialogue from its ``p_t``: the system turn of the first alarm.
 
     Args:
@@ -145,10 +150,17 @@ def first_alarms(p_list: Sequence[np.ndarray], sys_turns: Sequence[np.ndarray], 
     return out
 
 
-def tradeoff_curve(stats: np.ndarray, keys: Sequence[Any], is_fork: Sequence[bool],
-                   calibration_stats: Mapping[Any, np.ndarray], method: str,
-                   levels: Sequence[float] | None = None, percentile_method: str = "linear",
-                   threshold_rule: str = "percentile", confidence: float = DEFAULT_CONFIDENCE) -> dict[str, np.ndarray]:
+def tradeoff_curve(
+    stats: np.ndarray,
+    keys: Sequence[Any],
+    is_fork: Sequence[bool],
+    calibration_stats: Mapping[Any, np.ndarray],
+    method: str,
+    levels: Sequence[float] | None = None,
+    percentile_method: str = "linear",
+    threshold_rule: str = "percentile",
+    confidence: float = DEFAULT_CONFIDENCE,
+) -> dict[str, np.ndarray]:
     """Conformant false-alarm rate and hallucinated coverage of a fitted detector at each
     operating point ``a`` in ``levels``.
 
@@ -189,8 +201,14 @@ def tradeoff_curve(stats: np.ndarray, keys: Sequence[Any], is_fork: Sequence[boo
     for a in levels:
         flagged = np.zeros(len(stats), dtype=bool)
         for k, mask in groups.items():
-            thr = calibrate_threshold(calibration_stats[k], method, float(min(max(a, 0.0), 1.0)), percentile_method,
-                                      threshold_rule, confidence)
+            thr = calibrate_threshold(
+                calibration_stats[k],
+                method,
+                float(min(max(a, 0.0), 1.0)),
+                percentile_method,
+                threshold_rule,
+                confidence,
+            )
             flagged[mask] = (stats[mask] < thr) if method == "it" else (stats[mask] > thr)
         cov_c.append(flagged[~fork].mean())
         cov_h.append(flagged[fork].mean())
@@ -269,7 +287,9 @@ def _grid_settings(grid: Mapping[str, Sequence[Any]]) -> list[dict[str, Any]]:
     return [dict(zip(SELECTABLE, combo)) for combo in itertools.product(*full.values())]
 
 
-def _subsample_forks(records: Sequence[Mapping[str, Any]], max_per_source: int | None, seed: int) -> list[int]:
+def _subsample_forks(
+    records: Sequence[Mapping[str, Any]], max_per_source: int | None, seed: int
+) -> list[int]:
     """Indices of the records kept: every conformant one and, per source, at most
     ``max_per_source`` forks at distinct fork positions drawn uniformly (seeded), one fork type
     per drawn position (seeded). Drawing the positions, not taking the earliest, keeps the held-out
@@ -285,7 +305,9 @@ def _subsample_forks(records: Sequence[Mapping[str, Any]], max_per_source: int |
         else:
             by_src.setdefault(_source(r), []).append(i)
     for src in sorted(by_src):
-        idx = sorted(by_src[src], key=lambda i: (records[i].get("fork_position") or 0, records[i]["dialogue_id"]))
+        idx = sorted(
+            by_src[src], key=lambda i: (records[i].get("fork_position") or 0, records[i]["dialogue_id"])
+        )
         by_pos: dict[Any, list[int]] = {}
         for i in idx:
             by_pos.setdefault(records[i].get("fork_position"), []).append(i)
@@ -298,13 +320,24 @@ def _subsample_forks(records: Sequence[Mapping[str, Any]], max_per_source: int |
 def _node_model(distance_threshold: float, K: int, tau: float) -> StreamingDetector:
     """An unfitted single model used only for its nodes (``node_confidence=True``: the assignment
     returns the confidences the NC detectors use)."""
-    return StreamingDetector("it", True, order=1, K=K, tau=tau, distance_threshold=distance_threshold,
-                             backoff=False, calibration="in_sample", encoder=None, scope="pooled",
-                             preset="paper")._resolve_params()
+    return StreamingDetector(
+        "it",
+        True,
+        order=1,
+        K=K,
+        tau=tau,
+        distance_threshold=distance_threshold,
+        backoff=False,
+        calibration="in_sample",
+        encoder=None,
+        scope="pooled",
+        preset="paper",
+    )._resolve_params()
 
 
-def _speaker_trees(turns_list: Sequence[Sequence[Mapping[str, str]]], emb: Sequence[np.ndarray]
-                   ) -> dict[str, np.ndarray | None]:
+def _speaker_trees(
+    turns_list: Sequence[Sequence[Mapping[str, str]]], emb: Sequence[np.ndarray]
+) -> dict[str, np.ndarray | None]:
     """Per speaker, the dendrogram of its utterances (``None`` for a single utterance)."""
     from dialfork_metrics.flowgraph import cluster_tree
 
@@ -324,14 +357,18 @@ def _inner_folds(turns_list, emb, calibration_folds: int, calibration_seed: int,
     out = []
     for f in range(int(fold.max()) + 1):
         rest, held = np.flatnonzero(fold != f).tolist(), np.flatnonzero(fold == f).tolist()
-        trees = (_speaker_trees([turns_list[i] for i in rest], [emb[i] for i in rest])
-                 if cross_fit_nodes == "recluster" else None)
+        trees = (
+            _speaker_trees([turns_list[i] for i in rest], [emb[i] for i in rest])
+            if cross_fit_nodes == "recluster"
+            else None
+        )
         out.append((fold != f, rest, held, trees))
     return out
 
 
-def _inner_assign(turns_list, emb, inner_fold, labels, thr: float, K: int, tau: float, cross_fit_nodes: str,
-                  split_nodes):
+def _inner_assign(
+    turns_list, emb, inner_fold, labels, thr: float, K: int, tau: float, cross_fit_nodes: str, split_nodes
+):
     """One ``cross_fit`` fold's nodes as :meth:`StreamingDetector._cross_fit_p` builds them:
     (V, nodes of the other folds, nodes and confidences of the fold). ``labels``: the fit set's
     clusters at ``thr``; ``split_nodes``: (V, nodes, confidences) of the whole fit set."""
@@ -343,7 +380,9 @@ def _inner_assign(turns_list, emb, inner_fold, labels, thr: float, K: int, tau: 
         return V, [n_all[i] for i in rest], [n_all[i] for i in held], [c_all[i] for i in held]
     m = _node_model(thr, K, tau)
     if cross_fit_nodes == "recluster":
-        lab = {sp: (np.zeros(1, np.int64) if Z is None else cut_cluster_tree(Z, thr)) for sp, Z in trees.items()}
+        lab = {
+            sp: (np.zeros(1, np.int64) if Z is None else cut_cluster_tree(Z, thr)) for sp, Z in trees.items()
+        }
         Vi = m._fit_nodes([turns_list[i] for i in rest], [emb[i] for i in rest], labels=lab)
     else:
         Vi = m._set_nodes(turns_list, emb, labels, keep=keep)
@@ -355,14 +394,27 @@ def _inner_assign(turns_list, emb, inner_fold, labels, thr: float, K: int, tau: 
     return Vi, n_rest, n_held, c_held
 
 
-def select_settings(records: Sequence[Mapping[str, Any]], embeddings: Sequence[np.ndarray], *,
-                    detectors: Sequence[str] = DETECTORS, grid: Mapping[str, Sequence[Any]] | None = None,
-                    n_folds: int = 3, seed: int = 0, false_alarm_rate: float = DEFAULT_FALSE_ALARM_RATE,
-                    tolerance: float = 0.0, max_forks_per_source: int | None = 4, K: int = DEFAULT_K,
-                    tau: float = DEFAULT_TAU, calibration_folds: int = 5, calibration_seed: int = 0,
-                    max_sources_per_task: int | None = None, threshold_rule: str = DEFAULT_THRESHOLD_RULE,
-                    confidence: float = DEFAULT_CONFIDENCE, cross_fit_nodes: str = "restrict",
-                    progress: bool = False) -> Selection:
+def select_settings(
+    records: Sequence[Mapping[str, Any]],
+    embeddings: Sequence[np.ndarray],
+    *,
+    detectors: Sequence[str] = DETECTORS,
+    grid: Mapping[str, Sequence[Any]] | None = None,
+    n_folds: int = 3,
+    seed: int = 0,
+    false_alarm_rate: float = DEFAULT_FALSE_ALARM_RATE,
+    tolerance: float = 0.0,
+    max_forks_per_source: int | None = 4,
+    K: int = DEFAULT_K,
+    tau: float = DEFAULT_TAU,
+    calibration_folds: int = 5,
+    calibration_seed: int = 0,
+    max_sources_per_task: int | None = None,
+    threshold_rule: str = DEFAULT_THRESHOLD_RULE,
+    confidence: float = DEFAULT_CONFIDENCE,
+    cross_fit_nodes: str = "restrict",
+    progress: bool = False,
+) -> Selection:
     """Choose each detector's settings by cross-validation over the train sources (module doc).
 
     Each table row carries the 95% Clopper-Pearson interval of its held-out false-alarm rate
@@ -425,31 +477,47 @@ def select_settings(records: Sequence[Mapping[str, Any]], embeddings: Sequence[n
             by_task.setdefault(str(r.get("task")), [])
             if _source(r) not in by_task[str(r.get("task"))]:
                 by_task[str(r.get("task"))].append(_source(r))
-        kept = {src for t in sorted(by_task) for src in
-                (sorted(by_task[t]) if len(by_task[t]) <= max_sources_per_task else
-                 [sorted(by_task[t])[i] for i in rng.choice(len(by_task[t]), max_sources_per_task, replace=False)])}
+        kept = {
+            src
+            for t in sorted(by_task)
+            for src in (
+                sorted(by_task[t])
+                if len(by_task[t]) <= max_sources_per_task
+                else [
+                    sorted(by_task[t])[i]
+                    for i in rng.choice(len(by_task[t]), max_sources_per_task, replace=False)
+                ]
+            )
+        }
         idx = [i for i, r in enumerate(records) if _source(r) in kept]
         records, embeddings = [records[i] for i in idx], [embeddings[i] for i in idx]
     keep = _subsample_forks(records, max_forks_per_source, seed)
     records = [records[i] for i in keep]
     embeddings = [np.asarray(embeddings[i], dtype=np.float64) for i in keep]
     if not any(r.get("hallucination_type") is not None for r in records):
-        raise ValueError("select_settings needs the forks of the train sources (labelled), got conformant only")
+        raise ValueError(
+            "select_settings needs the forks of the train sources (labelled), got conformant only"
+        )
     folds = source_folds(records, n_folds, seed)
     fold_of = np.asarray([folds[_source(r)] for r in records])
     sys_turns = [system_turn_index(r["turns"]) for r in records]
-    gold = [{k: r.get(k) for k in ("dialogue_id", "num_system_turns", "hallucination_type", "fork_turn")}
-            for r in records]
+    gold = [
+        {k: r.get(k) for k in ("dialogue_id", "num_system_turns", "hallucination_type", "fork_turn")}
+        for r in records
+    ]
     # predictions[(detector, setting index)][record index]
-    preds: dict[tuple[str, int], list[int | None]] = {(d, s): [None] * len(records)
-                                                      for d in detectors for s in range(len(settings))}
+    preds: dict[tuple[str, int], list[int | None]] = {
+        (d, s): [None] * len(records) for d in detectors for s in range(len(settings))
+    }
     scopes = sorted({s["scope"] for s in settings})
     thresholds = sorted({float(s["distance_threshold"]) for s in settings})
     lm_keys = sorted({(s["order"], s["backoff"]) for s in settings})
     n_steps = n_folds * len(scopes)
     bar = tqdm(total=n_steps, desc="task3 selection", disable=not progress, unit="fold x scope")
     for f in range(n_folds):
-        fit_idx = [i for i in range(len(records)) if fold_of[i] != f and records[i].get("hallucination_type") is None]
+        fit_idx = [
+            i for i in range(len(records)) if fold_of[i] != f and records[i].get("hallucination_type") is None
+        ]
         held_idx = [i for i in range(len(records)) if fold_of[i] == f]
         for scope in scopes:
             group_of = (lambda r: r.get("task")) if scope == "task" else (lambda r: None)
@@ -468,20 +536,45 @@ def select_settings(records: Sequence[Mapping[str, Any]], embeddings: Sequence[n
                 emb_fit = [embeddings[i] for i in gi]
                 trees = _speaker_trees(turns_fit, emb_fit)
                 cals = sorted({s["calibration"] for s in settings})
-                inner = (_inner_folds(turns_fit, emb_fit, calibration_folds, calibration_seed, cross_fit_nodes)
-                         if "cross_fit" in cals and len(gi) >= 2 else None)
+                inner = (
+                    _inner_folds(turns_fit, emb_fit, calibration_folds, calibration_seed, cross_fit_nodes)
+                    if "cross_fit" in cals and len(gi) >= 2
+                    else None
+                )
                 for thr in thresholds:
-                    labels = {sp: (np.zeros(1, np.int64) if Z is None else cut_cluster_tree(Z, thr))
-                              for sp, Z in trees.items()}
+                    labels = {
+                        sp: (np.zeros(1, np.int64) if Z is None else cut_cluster_tree(Z, thr))
+                        for sp, Z in trees.items()
+                    }
                     base = _node_model(thr, K, tau)
                     V = base._fit_nodes(turns_fit, emb_fit, labels=labels)
                     n_fit, c_fit = base._assign_many(turns_fit, emb_fit)
-                    n_held, c_held = base._assign_many([records[i]["turns"] for i in hi], [embeddings[i] for i in hi])
+                    n_held, c_held = base._assign_many(
+                        [records[i]["turns"] for i in hi], [embeddings[i] for i in hi]
+                    )
                     # cross_fit: per inner fold, nodes refitted on the other inner folds (as fit() does)
-                    inner_nodes = None if inner is None else [
-                        (fo[1], fo[2], *_inner_assign(turns_fit, emb_fit, fo, labels, thr, K, tau, cross_fit_nodes,
-                                                      (V, n_fit, c_fit)))
-                        for fo in inner]
+                    inner_nodes = (
+                        None
+                        if inner is None
+                        else [
+                            (
+                                fo[1],
+                                fo[2],
+                                *_inner_assign(
+                                    turns_fit,
+                                    emb_fit,
+                                    fo,
+                                    labels,
+                                    thr,
+                                    K,
+                                    tau,
+                                    cross_fit_nodes,
+                                    (V, n_fit, c_fit),
+                                ),
+                            )
+                            for fo in inner
+                        ]
+                    )
                     for order, backoff in lm_keys:
                         lm = NgramLM(order, V, backoff=backoff).fit(n_fit)
                         p_held = [lm.sequence_probs(n) for n in n_held]
@@ -499,18 +592,25 @@ def select_settings(records: Sequence[Mapping[str, Any]], embeddings: Sequence[n
                                     ps[k_], cs[k_] = lm_i.sequence_probs(nn), cc
                             calib[cal] = (ps, cs)
                         for si, s in enumerate(settings):
-                            if (s["scope"], float(s["distance_threshold"]), s["order"], s["backoff"]) != \
-                                    (scope, thr, order, backoff):
+                            if (s["scope"], float(s["distance_threshold"]), s["order"], s["backoff"]) != (
+                                scope,
+                                thr,
+                                order,
+                                backoff,
+                            ):
                                 continue
                             for d in detectors:
                                 method, nc = d.split("+")[0], d.endswith("+nc")
                                 p_cal, c_cal = calib[s["calibration"]]
                                 cp = [p * c for p, c in zip(p_cal, c_cal)] if nc else p_cal
                                 g = float(s["position_weight"])
-                                theta = calibrate_threshold([calibration_statistic(p, method, j, g)
-                                                             for p, j in zip(cp, fit_sys)], method,
-                                                            false_alarm_rate, rule=threshold_rule,
-                                                            confidence=confidence)
+                                theta = calibrate_threshold(
+                                    [calibration_statistic(p, method, j, g) for p, j in zip(cp, fit_sys)],
+                                    method,
+                                    false_alarm_rate,
+                                    rule=threshold_rule,
+                                    confidence=confidence,
+                                )
                                 ph = [p * c for p, c in zip(p_held, c_held)] if nc else p_held
                                 out = first_alarms(ph, [sys_turns[i] for i in hi], method, theta, g)
                                 row = preds[(d, si)]
@@ -526,17 +626,35 @@ def select_settings(records: Sequence[Mapping[str, Any]], embeddings: Sequence[n
         r = score_predictions({g["dialogue_id"]: p for g, p in zip(gold, row)}, gold)
         k = sum(p is not None for g, p in zip(gold, row) if g["hallucination_type"] is None)
         ci = binomtest(k, n_conf).proportion_ci(confidence_level=0.95, method="exact") if n_conf else None
-        table.append({"detector": d, **settings[si], "cov_c": r["cov_c"], "cov_h": r["cov_h"], "mae_h": r["mae_h"],
-                      "mae_c": r["mae_c"], "score": r["score"], "n_conformant": n_conf,
-                      "cov_c_ci": None if ci is None else [float(ci.low), float(ci.high)]})
+        table.append(
+            {
+                "detector": d,
+                **settings[si],
+                "cov_c": r["cov_c"],
+                "cov_h": r["cov_h"],
+                "mae_h": r["mae_h"],
+                "mae_c": r["mae_c"],
+                "score": r["score"],
+                "n_conformant": n_conf,
+                "cov_c_ci": None if ci is None else [float(ci.low), float(ci.high)],
+            }
+        )
     # resolution at the target: the 95% interval of a held-out rate equal to the target
-    at_target = binomtest(int(round(false_alarm_rate * n_conf)), n_conf).proportion_ci(method="exact") if n_conf else None
+    at_target = (
+        binomtest(int(round(false_alarm_rate * n_conf)), n_conf).proportion_ci(method="exact")
+        if n_conf
+        else None
+    )
     half = float("inf") if at_target is None else (at_target.high - at_target.low) / 2
     if half > MAX_FALSE_ALARM_HALF_WIDTH:
-        logger.warning("the held-out false-alarm rates rest on %d conformant dialogues (95%% interval +/-%.1f "
-                       "points at the target): the selection cannot tell settings near the %.1f%% target apart; "
-                       "use more train sources (max_sources_per_task=None uses them all)", n_conf, 100 * half,
-                       100 * false_alarm_rate)
+        logger.warning(
+            "the held-out false-alarm rates rest on %d conformant dialogues (95%% interval +/-%.1f "
+            "points at the target): the selection cannot tell settings near the %.1f%% target apart; "
+            "use more train sources (max_sources_per_task=None uses them all)",
+            n_conf,
+            100 * half,
+            100 * false_alarm_rate,
+        )
     chosen = {}
     for d in detectors:
         rows = [(i, t) for i, t in enumerate(table) if t["detector"] == d]
@@ -544,14 +662,28 @@ def select_settings(records: Sequence[Mapping[str, Any]], embeddings: Sequence[n
         if ok:
             best = max(ok, key=lambda it: (it[1]["score"], -it[0]))[1]
         else:
-            logger.warning("%s: no setting meets the %.1f%% false-alarm target on held-out train folds; choosing "
-                           "the lowest false-alarm rate", d, 100 * false_alarm_rate)
+            logger.warning(
+                "%s: no setting meets the %.1f%% false-alarm target on held-out train folds; choosing "
+                "the lowest false-alarm rate",
+                d,
+                100 * false_alarm_rate,
+            )
             best = min(rows, key=lambda it: (it[1]["cov_c"], -it[1]["score"], it[0]))[1]
         chosen[d] = {k: best[k] for k in SELECTABLE}
-    meta = {"n_records": len(records), "n_sources": len(folds), "n_folds": n_folds, "seed": seed,
-            "max_sources_per_task": max_sources_per_task, "n_conformant": n_conf,
-            "false_alarm_ci_half_width": half,
-            "false_alarm_rate": false_alarm_rate, "tolerance": tolerance, "threshold_rule": threshold_rule,
-            "confidence": confidence, "cross_fit_nodes": cross_fit_nodes, "max_forks_per_source": max_forks_per_source,
-            "grid": {k: list(v) for k, v in (grid or DEFAULT_GRID).items()}}
+    meta = {
+        "n_records": len(records),
+        "n_sources": len(folds),
+        "n_folds": n_folds,
+        "seed": seed,
+        "max_sources_per_task": max_sources_per_task,
+        "n_conformant": n_conf,
+        "false_alarm_ci_half_width": half,
+        "false_alarm_rate": false_alarm_rate,
+        "tolerance": tolerance,
+        "threshold_rule": threshold_rule,
+        "confidence": confidence,
+        "cross_fit_nodes": cross_fit_nodes,
+        "max_forks_per_source": max_forks_per_source,
+        "grid": {k: list(v) for k, v in (grid or DEFAULT_GRID).items()},
+    }
     return Selection(chosen=chosen, table=table, meta=meta)

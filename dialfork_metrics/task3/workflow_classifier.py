@@ -21,9 +21,20 @@ FORMAT = "dialfork-task3-workflow-supervised"
 MODELS = ("logistic", "hgb")
 THRESHOLD_SCOPES = ("task", "global")
 FEATURES: tuple[str, ...] = (
-    "own", "rival", "rival_minus_own", "deviation", "train_similarity", "off_workflow", "repeat",
-    "missing_asks", "same_as_previous", "allowed_transition", "anywhere_node", "log_turn",
-    "previous_max_deviation", "deviation_change",
+    "own",
+    "rival",
+    "rival_minus_own",
+    "deviation",
+    "train_similarity",
+    "off_workflow",
+    "repeat",
+    "missing_asks",
+    "same_as_previous",
+    "allowed_transition",
+    "anywhere_node",
+    "log_turn",
+    "previous_max_deviation",
+    "deviation_change",
 )
 """The per-turn features, in column order (see the module doc)."""
 _NO_RIVAL = -1.0
@@ -31,6 +42,7 @@ _FORK_SUFFIX = re.compile(r"-(WIC|GR|CSC|SSPC)-k\d+(-[A-Za-z_]+)?$")
 
 
 # -- the workflow graph's view ------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class TaskGraph:
@@ -95,14 +107,26 @@ def task_graph(task: Any) -> TaskGraph:
                 stack.extend(g.successors(m))
         nxt[n] = frozenset(out)
     actions = [n for n, k in kinds.items() if k == "action"]
-    anywhere = frozenset(n for n in actions if n in GENERIC_NODE_NAMES or "bye" in n.split("_")
-                         or n in structure.resets or n not in reachable)
+    anywhere = frozenset(
+        n
+        for n in actions
+        if n in GENERIC_NODE_NAMES or "bye" in n.split("_") or n in structure.resets or n not in reachable
+    )
     return TaskGraph(structure, dom, nxt, anywhere)
 
 
-def turn_features(own: np.ndarray, rival: np.ndarray, train_similarity: np.ndarray, nodes: Sequence[str | None],
-                  answered: Sequence[bool], graph: TaskGraph, *, repeatable: frozenset[str] | set[str] = frozenset(),
-                  min_similarity: float, reject_margin: float) -> np.ndarray:
+def turn_features(
+    own: np.ndarray,
+    rival: np.ndarray,
+    train_similarity: np.ndarray,
+    nodes: Sequence[str | None],
+    answered: Sequence[bool],
+    graph: TaskGraph,
+    *,
+    repeatable: frozenset[str] | set[str] = frozenset(),
+    min_similarity: float,
+    reject_margin: float,
+) -> np.ndarray:
     """The feature matrix of a dialogue's system turns (columns :data:`FEATURES`); row ``j`` reads turns ``<= j`` only.
 
     Args:
@@ -187,6 +211,7 @@ def turn_labels(num_system_turns: int, fork_turn: int | None) -> np.ndarray:
 
 # -- the classifier core (arrays only) -----------------------------------------------------------------
 
+
 class TurnClassifier:
     """A fitted per-turn classifier: :meth:`probability` of a deviation for feature rows.
 
@@ -226,8 +251,9 @@ class TurnClassifier:
         return np.asarray(self.estimator.predict_proba(X)[:, 1], dtype=np.float64)
 
 
-def fit_turn_classifier(X: np.ndarray, y: np.ndarray, model: str = "logistic", *, C: float = 1.0,
-                        seed: int = 0) -> TurnClassifier:
+def fit_turn_classifier(
+    X: np.ndarray, y: np.ndarray, model: str = "logistic", *, C: float = 1.0, seed: int = 0
+) -> TurnClassifier:
     """Fit the per-turn classifier on labelled feature rows.
 
     Args:
@@ -263,21 +289,28 @@ def fit_turn_classifier(X: np.ndarray, y: np.ndarray, model: str = "logistic", *
         from sklearn.pipeline import Pipeline
         from sklearn.preprocessing import StandardScaler
 
-        pipe = Pipeline([("scale", StandardScaler()),
-                         ("clf", LogisticRegression(C=C, class_weight="balanced", max_iter=2000))]).fit(X, y)
+        pipe = Pipeline(
+            [
+                ("scale", StandardScaler()),
+                ("clf", LogisticRegression(C=C, class_weight="balanced", max_iter=2000)),
+            ]
+        ).fit(X, y)
         sc, lr = pipe.named_steps["scale"], pipe.named_steps["clf"]
         scale = np.where(sc.scale_ > 0, sc.scale_, 1.0)
-        return TurnClassifier("logistic", {"mean": sc.mean_, "scale": scale, "coef": lr.coef_[0],
-                                           "intercept": lr.intercept_})
+        return TurnClassifier(
+            "logistic", {"mean": sc.mean_, "scale": scale, "coef": lr.coef_[0], "intercept": lr.intercept_}
+        )
     from sklearn.ensemble import HistGradientBoostingClassifier
 
-    est = HistGradientBoostingClassifier(class_weight="balanced", random_state=seed, max_iter=100,
-                                         learning_rate=0.1, max_leaf_nodes=15).fit(X, y)
+    est = HistGradientBoostingClassifier(
+        class_weight="balanced", random_state=seed, max_iter=100, learning_rate=0.1, max_leaf_nodes=15
+    ).fit(X, y)
     return TurnClassifier("hgb", estimator=est)
 
 
-def out_of_fold_probabilities(X: np.ndarray, y: np.ndarray, fold: np.ndarray, model: str = "logistic", *,
-                              C: float = 1.0, seed: int = 0) -> np.ndarray:
+def out_of_fold_probabilities(
+    X: np.ndarray, y: np.ndarray, fold: np.ndarray, model: str = "logistic", *, C: float = 1.0, seed: int = 0
+) -> np.ndarray:
     """Each row's probability under a classifier fitted on the other folds' rows.
 
     Args:

@@ -79,6 +79,7 @@ FORMAT = "dialfork-task3-workflow"
 
 # -- the detector ------------------------------------------------------------------------------------
 
+
 class WorkflowDetector:
     """Workflow-aware streaming Task 3 detector (registry name ``wf``; see the module doc).
 
@@ -117,13 +118,23 @@ class WorkflowDetector:
     name = "wf"
     FORMAT = FORMAT
 
-    def __init__(self, workflow: Any = None, encoder: Any = "minilm", false_alarm_rate: float = 0.05,
-                 min_similarity: float | str = "auto", reject_margin: float = DEFAULT_REJECT_MARGIN,
-                 repeat_weight: float = DEFAULT_REPEAT_WEIGHT, use_train_texts: bool = True,
-                 auto_quantile: float = 0.05,
-                 calibration: str = "cross_fit", calibration_folds: int = 5, calibration_seed: int = 0,
-                 threshold_rule: str = "upper_bound", confidence: float = 0.95,
-                 order_weight: float = DEFAULT_ORDER_WEIGHT):
+    def __init__(
+        self,
+        workflow: Any = None,
+        encoder: Any = "minilm",
+        false_alarm_rate: float = 0.05,
+        min_similarity: float | str = "auto",
+        reject_margin: float = DEFAULT_REJECT_MARGIN,
+        repeat_weight: float = DEFAULT_REPEAT_WEIGHT,
+        use_train_texts: bool = True,
+        auto_quantile: float = 0.05,
+        calibration: str = "cross_fit",
+        calibration_folds: int = 5,
+        calibration_seed: int = 0,
+        threshold_rule: str = "upper_bound",
+        confidence: float = 0.95,
+        order_weight: float = DEFAULT_ORDER_WEIGHT,
+    ):
         self.workflow = workflow
         self.encoder = encoder
         self.false_alarm_rate = false_alarm_rate
@@ -168,7 +179,9 @@ class WorkflowDetector:
         return {k: getattr(self, k) for k in ("workflow", "encoder", *self._CONSTRAINTS)}
 
     def _validate_params(self) -> None:
-        validate_params("WorkflowDetector", {k: getattr(self, k) for k in self._CONSTRAINTS}, self._CONSTRAINTS)
+        validate_params(
+            "WorkflowDetector", {k: getattr(self, k) for k in self._CONSTRAINTS}, self._CONSTRAINTS
+        )
 
     # -- encoding -----------------------------------------------------------------------------------
     def get_encoder(self):
@@ -202,14 +215,19 @@ class WorkflowDetector:
             raise ValueError("WorkflowDetector without an encoder: pass embeddings=")
         return [_unit(e) for e in enc.encode_dialogues(dialogues)]
 
-    def _turns_and_embeddings(self, dialogues: Sequence[Any], embeddings: Any
-                              ) -> tuple[list[list[dict[str, str]]], list[np.ndarray]]:
+    def _turns_and_embeddings(
+        self, dialogues: Sequence[Any], embeddings: Any
+    ) -> tuple[list[list[dict[str, str]]], list[np.ndarray]]:
         turns = [as_turns(d["turns"] if isinstance(d, Mapping) and "turns" in d else d) for d in dialogues]
         return turns, self._embed(turns, embeddings)
 
     # -- fitting ------------------------------------------------------------------------------------
-    def fit(self, dialogues: Sequence[Any], embeddings: Sequence[np.ndarray] | None = None,
-            show_progress: bool = False) -> WorkflowDetector:
+    def fit(
+        self,
+        dialogues: Sequence[Any],
+        embeddings: Sequence[np.ndarray] | None = None,
+        show_progress: bool = False,
+    ) -> WorkflowDetector:
         """Fit on conformant dialogues: the node texts, the repeat structure and each task's threshold.
 
         Args:
@@ -231,24 +249,34 @@ class WorkflowDetector:
         rows = list(dialogues)
         if not rows:
             raise ValueError("WorkflowDetector.fit: no conformant dialogues")
-        missing = [str(d.get("dialogue_id", i)) if isinstance(d, Mapping) else str(i)
-                   for i, d in enumerate(rows) if _task(d) is None]
+        missing = [
+            str(d.get("dialogue_id", i)) if isinstance(d, Mapping) else str(i)
+            for i, d in enumerate(rows)
+            if _task(d) is None
+        ]
         if missing:
-            raise ValueError(f"WorkflowDetector.fit: {len(missing)} dialogue(s) without a 'task' field "
-                             f"(e.g. {', '.join(missing[:3])}); the detector needs each dialogue's task")
+            raise ValueError(
+                f"WorkflowDetector.fit: {len(missing)} dialogue(s) without a 'task' field "
+                f"(e.g. {', '.join(missing[:3])}); the detector needs each dialogue's task"
+            )
         source = resolve_workflow(self.workflow)
         tasks = sorted({_task(d) for d in rows})
         unknown = [t for t in tasks if t not in source.tasks]
         if unknown:
-            raise ValueError(f"WorkflowDetector.fit: task(s) {', '.join(unknown)} not in the workflow source "
-                             f"(it has {', '.join(sorted(source.tasks)[:30])}); pass the source they come from as workflow=")
+            raise ValueError(
+                f"WorkflowDetector.fit: task(s) {', '.join(unknown)} not in the workflow source "
+                f"(it has {', '.join(sorted(source.tasks)[:30])}); pass the source they come from as workflow="
+            )
         turns = [as_turns(d["turns"] if isinstance(d, Mapping) else d) for d in rows]
         emb = self._embed(turns, embeddings)
         base = NodeAssigner(None, 0.0, self.reject_margin)
         base.encoder = self.get_encoder()
         base.fit(source)
-        self.min_similarity_ = (auto_min_similarity(base, self.auto_quantile) if self.min_similarity == "auto"
-                                else float(self.min_similarity))
+        self.min_similarity_ = (
+            auto_min_similarity(base, self.auto_quantile)
+            if self.min_similarity == "auto"
+            else float(self.min_similarity)
+        )
         base.min_similarity = self.min_similarity_
         self.structures_ = {t: workflow_structure(source.tasks[t]) for t in tasks}
         task_of = [_task(d) for d in rows]
@@ -281,8 +309,10 @@ class WorkflowDetector:
                 for f in np.unique(fold):
                     train = [idx[j] for j in np.flatnonzero(fold != f)]
                     a = self._with_train_texts(base, [(t, emb[i][sys_rows[i]]) for i in train])
-                    stats[t].extend(self._statistic(a, t, turns[idx[j]], emb[idx[j]], sys_rows[idx[j]])
-                                    for j in np.flatnonzero(fold == f))
+                    stats[t].extend(
+                        self._statistic(a, t, turns[idx[j]], emb[idx[j]], sys_rows[idx[j]])
+                        for j in np.flatnonzero(fold == f)
+                    )
         else:
             for i in range(len(rows)):
                 stats[task_of[i]].append(self._statistic(final, task_of[i], turns[i], emb[i], sys_rows[i]))
@@ -291,13 +321,20 @@ class WorkflowDetector:
         self.thresholds_ = {t: self._threshold(v) for t, v in self.calibration_stats_.items()}
         cents = {}
         for t in tasks:
-            U = [e[[k for k, x in enumerate(tt) if x["speaker"] == "user"]] for tt, e, tk in zip(turns, emb, task_of) if tk == t]
+            U = [
+                e[[k for k, x in enumerate(tt) if x["speaker"] == "user"]]
+                for tt, e, tk in zip(turns, emb, task_of)
+                if tk == t
+            ]
             U = [u for u in U if len(u)]
             cents[t] = _unit(np.concatenate(U).mean(axis=0)) if U else None
         self.user_centroids_ = cents
         self.n_train_ = len(rows)
-        logger.info("wf detector: %d tasks, thresholds %s", len(tasks),
-                    {t: round(v, 4) for t, v in self.thresholds_.items()})
+        logger.info(
+            "wf detector: %d tasks, thresholds %s",
+            len(tasks),
+            {t: round(v, 4) for t, v in self.thresholds_.items()},
+        )
         return self
 
     @staticmethod
@@ -307,8 +344,13 @@ class WorkflowDetector:
     @staticmethod
     def _answered(turns: Sequence[Mapping[str, str]], rows: list[int]) -> list[bool]:
         """Whether a user turn follows each system turn (before the next one)."""
-        return [any(x["speaker"] == "user" for x in turns[r + 1:(rows[j + 1] if j + 1 < len(rows) else len(turns))])
-                for j, r in enumerate(rows)]
+        return [
+            any(
+                x["speaker"] == "user"
+                for x in turns[r + 1 : (rows[j + 1] if j + 1 < len(rows) else len(turns))]
+            )
+            for j, r in enumerate(rows)
+        ]
 
     def _flag_deviations(self, task: str, a: Any, answered: Sequence[bool]) -> np.ndarray:
         """The raw deviations (threshold not subtracted) of one task's assignment ``a``, rules included."""
@@ -318,16 +360,25 @@ class WorkflowDetector:
             if task not in getattr(self, "looping_", frozenset()):
                 rep = repeat_flags(a.nodes, answered, st, self.repeatable_.get(task, frozenset()))
             order = order_flags(a.nodes, st, getattr(self, "order_allowed_", {}).get(task, frozenset()))
-        return turn_deviations(a.own_similarity, a.rival_similarity, rep, min_similarity=self.min_similarity_,
-                               reject_margin=self.reject_margin, repeat_weight=self.repeat_weight, order=order,
-                               order_weight=self.order_weight)
+        return turn_deviations(
+            a.own_similarity,
+            a.rival_similarity,
+            rep,
+            min_similarity=self.min_similarity_,
+            reject_margin=self.reject_margin,
+            repeat_weight=self.repeat_weight,
+            order=order,
+            order_weight=self.order_weight,
+        )
 
     def _with_train_texts(self, base: NodeAssigner, parts: list[tuple[str, np.ndarray]]) -> NodeAssigner:
         if not self.use_train_texts:
             return base
         return base.with_examples(parts)
 
-    def _statistic(self, assigner: NodeAssigner, task: str, turns, E: np.ndarray, sys_rows: list[int]) -> float:
+    def _statistic(
+        self, assigner: NodeAssigner, task: str, turns, E: np.ndarray, sys_rows: list[int]
+    ) -> float:
         d = self._deviations(assigner, task, turns, E)
         return float(d.max()) if d.size else -math.inf
 
@@ -337,8 +388,9 @@ class WorkflowDetector:
         finite = stats[np.isfinite(stats)]
         if finite.size == 0:
             return 0.0
-        t = calibrate_threshold(finite, "ss", self.false_alarm_rate, rule=self.threshold_rule,
-                                confidence=self.confidence)
+        t = calibrate_threshold(
+            finite, "ss", self.false_alarm_rate, rule=self.threshold_rule, confidence=self.confidence
+        )
         return float(max(0.0, t))
 
     def recalibrate(self, false_alarm_rate: float) -> WorkflowDetector:
@@ -408,21 +460,24 @@ class WorkflowDetector:
         order = np.argsort(-s)
         return tasks[int(order[0])] if s[order[0]] - s[order[1]] >= margin else None
 
-    def _deviations(self, assigner: NodeAssigner, task: str | None, turns, E: np.ndarray,
-                    routes: list[str] | None = None) -> np.ndarray:
+    def _deviations(
+        self, assigner: NodeAssigner, task: str | None, turns, E: np.ndarray, routes: list[str] | None = None
+    ) -> np.ndarray:
         rows = self._system_rows(turns)
         if not rows:
             return np.zeros(0)
         answered = self._answered(turns, rows)
         if task is None:
-            routes = routes or [self.route(E[[k for k in range(r) if turns[k]["speaker"] == "user"]], ROUTE_MARGIN)
-                                for r in rows]
+            routes = routes or [
+                self.route(E[[k for k in range(r) if turns[k]["speaker"] == "user"]], ROUTE_MARGIN)
+                for r in rows
+            ]
         else:
             routes = [task] * len(rows)
         out = np.empty(len(rows))
         per_task: dict[str, np.ndarray] = {}
         # one assignment per task needed; an unsure route (None) takes the task that fits best
-        for t in (self.tasks if None in routes else dict.fromkeys(routes)):
+        for t in self.tasks if None in routes else dict.fromkeys(routes):
             a = assigner.assign(t, E[rows])
             per_task[t] = self._flag_deviations(t, a, answered) - self._threshold_of(t)
         for j, rt in enumerate(routes):
@@ -443,12 +498,16 @@ class WorkflowDetector:
             NodeAssignment: Nodes (None: off-workflow), similarities, rivals, reasons.
         """
         self.check_is_fitted()
-        turns = as_turns(dialogue["turns"] if isinstance(dialogue, Mapping) and "turns" in dialogue else dialogue)
+        turns = as_turns(
+            dialogue["turns"] if isinstance(dialogue, Mapping) and "turns" in dialogue else dialogue
+        )
         E = self._embed([turns], None if embeddings is None else [embeddings])[0]
         task = _task(dialogue) or self.route(E[[k for k, x in enumerate(turns) if x["speaker"] == "user"]])
         return self.assigner_.assign(task, E[self._system_rows(turns)])
 
-    def turn_deviations(self, dialogues: Sequence[Any], embeddings: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:
+    def turn_deviations(
+        self, dialogues: Sequence[Any], embeddings: Sequence[np.ndarray] | None = None
+    ) -> list[np.ndarray]:
         """How far every system turn of each dialogue deviates beyond its task's threshold (alarm where > 0).
 
         Args:
@@ -463,8 +522,10 @@ class WorkflowDetector:
         """
         self.check_is_fitted()
         turns, emb = self._turns_and_embeddings(dialogues, embeddings)
-        return [self._deviations(self.assigner_, _task(d) if _task(d) in self.structures_ else None, t, e)
-                for d, t, e in zip(dialogues, turns, emb)]
+        return [
+            self._deviations(self.assigner_, _task(d) if _task(d) in self.structures_ else None, t, e)
+            for d, t, e in zip(dialogues, turns, emb)
+        ]
 
     def predict(self, dialogue: Any, embeddings: np.ndarray | None = None) -> int | None:
         """The first deviating system turn (1-based) of one dialogue, or None.
@@ -478,8 +539,12 @@ class WorkflowDetector:
         """
         return self.predict_many([dialogue], None if embeddings is None else [embeddings])[0]
 
-    def predict_many(self, dialogues: Sequence[Any], embeddings: Sequence[np.ndarray] | None = None,
-                     show_progress: bool = False) -> list[int | None]:
+    def predict_many(
+        self,
+        dialogues: Sequence[Any],
+        embeddings: Sequence[np.ndarray] | None = None,
+        show_progress: bool = False,
+    ) -> list[int | None]:
         """:meth:`predict` of many dialogues (encoded in one batch).
 
         Args:
@@ -512,8 +577,9 @@ class WorkflowDetector:
             raise KeyError(f"task {task!r} was not fitted (fitted: {', '.join(self.tasks)})")
         return WorkflowStream(self, task)
 
-    def step(self, state: Mapping[str, Any] | None, speaker: str, embedding: np.ndarray, task: str
-             ) -> tuple[dict[str, Any], WorkflowStepResult]:
+    def step(
+        self, state: Mapping[str, Any] | None, speaker: str, embedding: np.ndarray, task: str
+    ) -> tuple[dict[str, Any], WorkflowStepResult]:
         """Advance one conversation of a known task by one turn (what the guard runs per turn).
 
         The state is a small JSON-safe dict: turn counters, the node of each system turn so far and
@@ -537,8 +603,12 @@ class WorkflowDetector:
             raise KeyError(f"task {task!r} was not fitted (fitted: {', '.join(self.tasks)})")
         st = {"turn": 0, "system_turn": 0, "nodes": [], "answered": [], "off_task": {}, "unfamiliar": 0}
         if state:
-            st.update({k: (list(v) if isinstance(v, list) else dict(v) if isinstance(v, dict) else v)
-                       for k, v in state.items()})
+            st.update(
+                {
+                    k: (list(v) if isinstance(v, list) else dict(v) if isinstance(v, dict) else v)
+                    for k, v in state.items()
+                }
+            )
         thr = self._threshold_of(task)
         st["turn"] += 1
         if speaker != "system":
@@ -550,12 +620,24 @@ class WorkflowDetector:
         st["nodes"].append(a.nodes[0])
         st["answered"].append(False)
         st_ = self.structures_[task]
-        rep = (repeat_flags(st["nodes"], st["answered"], st_, self.repeatable_.get(task, frozenset()))
-               if task not in getattr(self, "looping_", frozenset()) else np.zeros(len(st["nodes"])))
+        rep = (
+            repeat_flags(st["nodes"], st["answered"], st_, self.repeatable_.get(task, frozenset()))
+            if task not in getattr(self, "looping_", frozenset())
+            else np.zeros(len(st["nodes"]))
+        )
         order = order_flags(st["nodes"], st_, getattr(self, "order_allowed_", {}).get(task, frozenset()))
-        dev = float(turn_deviations(a.own_similarity, a.rival_similarity, rep[-1:], min_similarity=self.min_similarity_,
-                                    reject_margin=self.reject_margin, repeat_weight=self.repeat_weight,
-                                    order=order[-1:], order_weight=self.order_weight)[0])
+        dev = float(
+            turn_deviations(
+                a.own_similarity,
+                a.rival_similarity,
+                rep[-1:],
+                min_similarity=self.min_similarity_,
+                reject_margin=self.reject_margin,
+                repeat_weight=self.repeat_weight,
+                order=order[-1:],
+                order_weight=self.order_weight,
+            )[0]
+        )
         reason, rival_task = a.reasons[0], (a.rival[0].split(":")[0] if a.rival[0] else None)
         if reason == "off-task" and rival_task:
             st["off_task"][rival_task] = st["off_task"].get(rival_task, 0) + 1
@@ -594,13 +676,23 @@ class WorkflowDetector:
             dict[str, Any]: Parameters, thresholds, node keys, repeatable nodes and the arrays.
         """
         self.check_is_fitted()
-        return {"params": {"min_similarity": self.min_similarity_, "reject_margin": self.reject_margin,
-                           "repeat_weight": self.repeat_weight, "order_weight": self.order_weight},
-                "thresholds": self.thresholds_, "keys": [list(k) for k in self.assigner_.keys_],
-                "repeatable": {t: sorted(v) for t, v in self.repeatable_.items()},
-                "looping": sorted(getattr(self, "looping_", ())),
-                "order_allowed": {t: sorted(map(list, v)) for t, v in getattr(self, "order_allowed_", {}).items()},
-                "P": self.assigner_.P_, "owners": self.assigner_.owners_}
+        return {
+            "params": {
+                "min_similarity": self.min_similarity_,
+                "reject_margin": self.reject_margin,
+                "repeat_weight": self.repeat_weight,
+                "order_weight": self.order_weight,
+            },
+            "thresholds": self.thresholds_,
+            "keys": [list(k) for k in self.assigner_.keys_],
+            "repeatable": {t: sorted(v) for t, v in self.repeatable_.items()},
+            "looping": sorted(getattr(self, "looping_", ())),
+            "order_allowed": {
+                t: sorted(map(list, v)) for t, v in getattr(self, "order_allowed_", {}).items()
+            },
+            "P": self.assigner_.P_,
+            "owners": self.assigner_.owners_,
+        }
 
     # -- persistence ------------------------------------------------------------------------------------
     def config(self) -> dict[str, Any]:
@@ -612,7 +704,11 @@ class WorkflowDetector:
         p = self.get_params()
         p["workflow"] = self._workflow_spec()
         enc = self.encoder
-        p["encoder"] = enc if isinstance(enc, str) or enc is None else (getattr(enc, "alias", None) or getattr(enc, "name", None))
+        p["encoder"] = (
+            enc
+            if isinstance(enc, str) or enc is None
+            else (getattr(enc, "alias", None) or getattr(enc, "name", None))
+        )
         return p
 
     def _workflow_spec(self) -> str | None:
@@ -637,7 +733,9 @@ class WorkflowDetector:
         self.check_is_fitted()
         return self._write(path, {}, {"thresholds": self.thresholds_, "fitted_tasks": self.tasks})
 
-    def _write(self, path: str | os.PathLike, arrays: Mapping[str, np.ndarray], meta: Mapping[str, Any]) -> Path:
+    def _write(
+        self, path: str | os.PathLike, arrays: Mapping[str, np.ndarray], meta: Mapping[str, Any]
+    ) -> Path:
         """Write what every workflow-aware detector keeps (node texts, statistics, routing, config)
         plus a subclass's ``arrays`` and ``meta``, each file atomically."""
         import io
@@ -647,18 +745,31 @@ class WorkflowDetector:
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         a = self.assigner_
-        out = {"P": a.P_, "owners": a.owners_, **{f"stats/{t}": v for t, v in self.calibration_stats_.items()},
-               **{f"user/{t}": c for t, c in self.user_centroids_.items() if c is not None}, **arrays}
+        out = {
+            "P": a.P_,
+            "owners": a.owners_,
+            **{f"stats/{t}": v for t, v in self.calibration_stats_.items()},
+            **{f"user/{t}": c for t, c in self.user_centroids_.items() if c is not None},
+            **arrays,
+        }
         buf = io.BytesIO()
         np.savez(buf, **out)
         write_bytes_atomic(path / "arrays.npz", buf.getvalue())
-        full = {"format": self.FORMAT, "format_version": 1, "config": self.config(),
-                "keys": [list(k) for k in a.keys_], "tasks": {t: [n for _, n in ks] for t, ks in a.tasks_.items()},
-                "n_train": self.n_train_, "min_similarity": self.min_similarity_,
-                "repeatable": {t: sorted(v) for t, v in self.repeatable_.items()},
-                "looping": sorted(getattr(self, "looping_", ())),
-                "order_allowed": {t: sorted(map(list, v)) for t, v in getattr(self, "order_allowed_", {}).items()},
-                **meta}
+        full = {
+            "format": self.FORMAT,
+            "format_version": 1,
+            "config": self.config(),
+            "keys": [list(k) for k in a.keys_],
+            "tasks": {t: [n for _, n in ks] for t, ks in a.tasks_.items()},
+            "n_train": self.n_train_,
+            "min_similarity": self.min_similarity_,
+            "repeatable": {t: sorted(v) for t, v in self.repeatable_.items()},
+            "looping": sorted(getattr(self, "looping_", ())),
+            "order_allowed": {
+                t: sorted(map(list, v)) for t, v in getattr(self, "order_allowed_", {}).items()
+            },
+            **meta,
+        }
         write_text_atomic(path / "config.json", json.dumps(full, indent=2) + "\n")
         return path
 
@@ -687,8 +798,9 @@ class WorkflowDetector:
         return det
 
     @classmethod
-    def _read(cls, path: str | os.PathLike, encoder: Any, workflow: Any
-              ) -> tuple[Any, dict[str, Any], dict[str, np.ndarray], Any]:
+    def _read(
+        cls, path: str | os.PathLike, encoder: Any, workflow: Any
+    ) -> tuple[Any, dict[str, Any], dict[str, np.ndarray], Any]:
         """Read what :meth:`_write` wrote: ``(detector, meta, arrays, workflow source)``, the detector
         constructed from the saved config (``encoder``/``workflow`` override it) with its node
         assigner, floor, training size and repeatable nodes restored."""
@@ -712,8 +824,12 @@ class WorkflowDetector:
         det.n_train_ = int(meta.get("n_train", 0))
         det.repeatable_ = {t: frozenset(v) for t, v in meta.get("repeatable", {}).items()}
         # a folder saved before the order rule: every task with a repeated node loops
-        det.looping_ = frozenset(meta["looping"] if "looping" in meta else (t for t, v in det.repeatable_.items() if v))
-        det.order_allowed_ = {t: frozenset(tuple(p) for p in v) for t, v in meta.get("order_allowed", {}).items()}
+        det.looping_ = frozenset(
+            meta["looping"] if "looping" in meta else (t for t, v in det.repeatable_.items() if v)
+        )
+        det.order_allowed_ = {
+            t: frozenset(tuple(p) for p in v) for t, v in meta.get("order_allowed", {}).items()
+        }
         return det, meta, arrays, source
 
 
@@ -784,5 +900,18 @@ class WorkflowStream:
         return None
 
 
-__all__ = ["WorkflowDetector", "WorkflowStepResult", "WorkflowStream", "WorkflowStructure", "workflow_for_data", "auto_min_similarity", "first_alarm", "order_flags", "order_pairs", "repeat_flags",
-           "resolve_workflow", "turn_deviations", "workflow_structure"]
+__all__ = [
+    "WorkflowDetector",
+    "WorkflowStepResult",
+    "WorkflowStream",
+    "WorkflowStructure",
+    "workflow_for_data",
+    "auto_min_similarity",
+    "first_alarm",
+    "order_flags",
+    "order_pairs",
+    "repeat_flags",
+    "resolve_workflow",
+    "turn_deviations",
+    "workflow_structure",
+]

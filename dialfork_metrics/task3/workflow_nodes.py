@@ -48,15 +48,27 @@ QUESTION_SHARE = 0.8
 ask (:func:`asks`) (ours). An inform step that ends in an offer ("... Would you like me to book it?")
 is no question step: a plain offer ("I can book this for you if you want.") still says it."""
 
-_REQUEST = re.compile(r"^\W*(please|kindly|tell|specify|give|provide|enter|state|say|share|confirm|pick|choose|"
-                      r"select|name|describe|send|spell|let me know|i need|i'll need|i will need|you need to|"
-                      r"you must|you have to|could|can|may|would|will|what|which|where|when|who|whom|whose|how|"
-                      r"do|does|did|are|is there|have|has)\b|\bplease\b", re.IGNORECASE)
+_REQUEST = re.compile(
+    r"^\W*(please|kindly|tell|specify|give|provide|enter|state|say|share|confirm|pick|choose|"
+    r"select|name|describe|send|spell|let me know|i need|i'll need|i will need|you need to|"
+    r"you must|you have to|could|can|may|would|will|what|which|where|when|who|whom|whose|how|"
+    r"do|does|did|are|is there|have|has)\b|\bplease\b",
+    re.IGNORECASE,
+)
 
 
-def _question_mask(keys: Sequence[tuple[str, str]], texts: Mapping[tuple[str, str], Sequence[str]]) -> np.ndarray:
-    return np.array([bool(texts[k]) and "ask" in k[1].split("_")
-                     and sum(asks(x) for x in texts[k]) >= QUESTION_SHARE * len(texts[k]) for k in keys], dtype=bool)
+def _question_mask(
+    keys: Sequence[tuple[str, str]], texts: Mapping[tuple[str, str], Sequence[str]]
+) -> np.ndarray:
+    return np.array(
+        [
+            bool(texts[k])
+            and "ask" in k[1].split("_")
+            and sum(asks(x) for x in texts[k]) >= QUESTION_SHARE * len(texts[k])
+            for k in keys
+        ],
+        dtype=bool,
+    )
 
 
 def asks(text: str) -> bool:
@@ -75,6 +87,7 @@ def asks(text: str) -> bool:
     """
     t = str(text)
     return "?" in t or bool(_REQUEST.search(t))
+
 
 _PH = re.compile(r"\{(\w+)(?::[^}]*)?\}")
 
@@ -126,10 +139,12 @@ def node_texts(task: Any) -> dict[str, list[str]]:
         if texts:
             out[node] = texts
         else:
-            errors.append(f"task {task.name!r}, node {node!r}: no text to recognise the step by "
-                          f"(STAR: responses.json[{node!r}], replies[{node!r}] and the intent {node!r} of "
-                          f"wizard_nlu_training_data.md are empty; a workflow file: give the step a "
-                          f"`say`, `label` or `alternatives`)")
+            errors.append(
+                f"task {task.name!r}, node {node!r}: no text to recognise the step by "
+                f"(STAR: responses.json[{node!r}], replies[{node!r}] and the intent {node!r} of "
+                f"wizard_nlu_training_data.md are empty; a workflow file: give the step a "
+                f"`say`, `label` or `alternatives`)"
+            )
     if errors:
         raise WorkflowTextError("; ".join(errors))
     return out
@@ -164,8 +179,9 @@ def node_similarities(E: np.ndarray, P: np.ndarray, owners: np.ndarray, n_nodes:
     return out
 
 
-def assign_rows(S: np.ndarray, own: np.ndarray, rival: np.ndarray, min_similarity: float,
-                reject_margin: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def assign_rows(
+    S: np.ndarray, own: np.ndarray, rival: np.ndarray, min_similarity: float, reject_margin: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Assign turns to the task's own nodes, with rejection (the pure rule behind :class:`NodeAssigner`).
 
     Args:
@@ -255,8 +271,12 @@ class NodeAssigner:
         ['weather_ask_location', None]
     """
 
-    def __init__(self, encoder: Any = "minilm", min_similarity: float = DEFAULT_MIN_SIMILARITY,
-                 reject_margin: float = DEFAULT_REJECT_MARGIN):
+    def __init__(
+        self,
+        encoder: Any = "minilm",
+        min_similarity: float = DEFAULT_MIN_SIMILARITY,
+        reject_margin: float = DEFAULT_REJECT_MARGIN,
+    ):
         self.encoder = encoder
         self.min_similarity = min_similarity
         self.reject_margin = reject_margin
@@ -291,8 +311,12 @@ class NodeAssigner:
         n = np.linalg.norm(E, axis=1, keepdims=True)
         return E / np.where(n > 0, n, 1.0)
 
-    def fit(self, source: Any, tasks: Sequence[str] | None = None,
-            dialogues: Sequence[Mapping[str, Any]] | None = None) -> NodeAssigner:
+    def fit(
+        self,
+        source: Any,
+        tasks: Sequence[str] | None = None,
+        dialogues: Sequence[Mapping[str, Any]] | None = None,
+    ) -> NodeAssigner:
         """Encode the texts of every node of ``source``'s workflows.
 
         Args:
@@ -315,13 +339,17 @@ class NodeAssigner:
         self._check_params()
         all_tasks = source if isinstance(source, Mapping) else getattr(source, "tasks", None)
         if not isinstance(all_tasks, Mapping) or not all_tasks:
-            raise ValueError("NodeAssigner.fit: source has no tasks (give a StarCorpus, a workflow corpus "
-                             "or a mapping task name -> task)")
+            raise ValueError(
+                "NodeAssigner.fit: source has no tasks (give a StarCorpus, a workflow corpus "
+                "or a mapping task name -> task)"
+            )
         names = list(all_tasks) if tasks is None else list(tasks)
         unknown = [t for t in names if t not in all_tasks]
         if unknown:
-            raise ValueError(f"NodeAssigner.fit: unknown task(s) {', '.join(map(repr, unknown))}; "
-                             f"the source has {', '.join(sorted(all_tasks))}")
+            raise ValueError(
+                f"NodeAssigner.fit: unknown task(s) {', '.join(map(repr, unknown))}; "
+                f"the source has {', '.join(sorted(all_tasks))}"
+            )
         per_task: dict[str, dict[str, list[str]]] = {}
         errors: list[str] = []
         for t in names:
@@ -331,7 +359,9 @@ class NodeAssigner:
                 errors.append(str(e))
         if errors:
             raise WorkflowTextError("; ".join(errors))
-        texts: dict[tuple[str, str], list[str]] = {(t, n): list(v) for t, nodes in per_task.items() for n, v in nodes.items()}
+        texts: dict[tuple[str, str], list[str]] = {
+            (t, n): list(v) for t, nodes in per_task.items() for n, v in nodes.items()
+        }
         for i, d in enumerate(dialogues or ()):
             labels = d.get("system_nodes")
             t = d.get("task")
@@ -339,7 +369,9 @@ class NodeAssigner:
                 continue
             sys = [x["text"] for x in d["turns"] if x["speaker"] == "system"]
             if len(labels) != len(sys):
-                errors.append(f"dialogue {d.get('dialogue_id', i)!r}: {len(labels)} system_nodes for {len(sys)} system turns")
+                errors.append(
+                    f"dialogue {d.get('dialogue_id', i)!r}: {len(labels)} system_nodes for {len(sys)} system turns"
+                )
                 continue
             for text, lab in zip(sys, labels):
                 if lab is not None and (t, lab) in texts and text.strip():
@@ -393,8 +425,14 @@ class NodeAssigner:
         new.owners_ = np.concatenate(owners)
         return new
 
-    def restore(self, source: Any, keys: Sequence[tuple[str, str]], tasks: Mapping[str, Sequence[str]],
-                P: np.ndarray, owners: np.ndarray) -> NodeAssigner:
+    def restore(
+        self,
+        source: Any,
+        keys: Sequence[tuple[str, str]],
+        tasks: Mapping[str, Sequence[str]],
+        P: np.ndarray,
+        owners: np.ndarray,
+    ) -> NodeAssigner:
         """Rebuild a fitted assigner from saved arrays (what a saved detector keeps).
 
         Args:
@@ -413,8 +451,10 @@ class NodeAssigner:
         keys = [tuple(k) for k in keys]
         owners = np.asarray(owners, dtype=np.int64)
         if len(owners) != len(P) or (owners.size and (owners.min() < 0 or owners.max() >= len(keys))):
-            raise ValueError(f"saved node assigner: {len(P)} embeddings, {len(owners)} owners, {len(keys)} nodes "
-                             "do not match (a corrupt or edited file: refit and save again)")
+            raise ValueError(
+                f"saved node assigner: {len(P)} embeddings, {len(owners)} owners, {len(keys)} nodes "
+                "do not match (a corrupt or edited file: refit and save again)"
+            )
         self.keys_ = keys
         self.P_ = np.asarray(P, dtype=np.float64)
         self.owners_ = owners
@@ -431,16 +471,21 @@ class NodeAssigner:
         for nodes in per_task.values():
             for n in nodes:
                 counts[n] = counts.get(n, 0) + 1
-        self.generic_ = frozenset(GENERIC_NODE_NAMES | {n for n, c in counts.items() if c > 1}
-                                  | {n for n in counts if "bye" in n.split("_")})
+        self.generic_ = frozenset(
+            GENERIC_NODE_NAMES
+            | {n for n, c in counts.items() if c > 1}
+            | {n for n in counts if "bye" in n.split("_")}
+        )
         key_task = np.array([k[0] for k in self.keys_], dtype=object)
         key_name = np.array([k[1] for k in self.keys_], dtype=object)
         key_universal = np.array([_universal(k[1]) for k in self.keys_], dtype=bool)
         self._own = {t: key_task == t for t in per_task}
         # another workflow's node is evidence of that workflow unless this task has a node of the same
         # name (shared steps such as ask_name within a domain) or it is universal (hello, bye...)
-        self._rival = {t: (key_task != t) & ~key_universal & ~np.isin(key_name, list(nodes))
-                       for t, nodes in per_task.items()}
+        self._rival = {
+            t: (key_task != t) & ~key_universal & ~np.isin(key_name, list(nodes))
+            for t, nodes in per_task.items()
+        }
 
     def check_is_fitted(self) -> None:
         """Raise unless :meth:`fit` has run.
@@ -481,7 +526,9 @@ class NodeAssigner:
         """
         self.check_is_fitted()
         if task not in self.tasks_:
-            raise KeyError(f"task {task!r} is not among the node assigner's tasks ({', '.join(sorted(self.tasks_))})")
+            raise KeyError(
+                f"task {task!r} is not among the node assigner's tasks ({', '.join(sorted(self.tasks_))})"
+            )
         return [n for _, n in self.tasks_[task]]
 
     def assign(self, task: str, embeddings: np.ndarray, texts: Sequence[str] | None = None) -> NodeAssignment:
@@ -510,9 +557,14 @@ class NodeAssigner:
             for i, t in enumerate(texts):
                 if not asks(t):
                     S[i, q] = -np.inf
-        node, own_sim, rival_sim, rival_node = assign_rows(S, self._own[task], self._rival[task],
-                                                           float(self.min_similarity), float(self.reject_margin))
-        best_own = np.flatnonzero(self._own[task])[S[:, self._own[task]].argmax(axis=1)] if len(S) else np.zeros(0, int)
+        node, own_sim, rival_sim, rival_node = assign_rows(
+            S, self._own[task], self._rival[task], float(self.min_similarity), float(self.reject_margin)
+        )
+        best_own = (
+            np.flatnonzero(self._own[task])[S[:, self._own[task]].argmax(axis=1)]
+            if len(S)
+            else np.zeros(0, int)
+        )
         reasons: list[str | None] = []
         for i in range(len(node)):
             if node[i] >= 0:
@@ -522,9 +574,14 @@ class NodeAssigner:
             else:
                 reasons.append("unfamiliar")
         return NodeAssignment(
-            task=task, nodes=[self.keys_[i][1] if i >= 0 else None for i in node],
-            best=[self.keys_[i][1] for i in best_own], own_similarity=own_sim, rival_similarity=rival_sim,
-            rival=[f"{self.keys_[i][0]}:{self.keys_[i][1]}" if i >= 0 else None for i in rival_node], reasons=reasons)
+            task=task,
+            nodes=[self.keys_[i][1] if i >= 0 else None for i in node],
+            best=[self.keys_[i][1] for i in best_own],
+            own_similarity=own_sim,
+            rival_similarity=rival_sim,
+            rival=[f"{self.keys_[i][0]}:{self.keys_[i][1]}" if i >= 0 else None for i in rival_node],
+            reasons=reasons,
+        )
 
     def assign_texts(self, task: str, texts: Sequence[str]) -> NodeAssignment:
         """Encode system turns with the assigner's encoder and assign them.
@@ -537,9 +594,19 @@ class NodeAssigner:
             NodeAssignment: As :meth:`assign`.
         """
         texts = list(texts)
-        return self.assign(task, self.encode(texts) if texts else np.zeros((0, self.P_.shape[1])),
-                           texts=texts)
+        return self.assign(
+            task, self.encode(texts) if texts else np.zeros((0, self.P_.shape[1])), texts=texts
+        )
 
 
-__all__ = ["asks", "DEFAULT_MIN_SIMILARITY", "DEFAULT_REJECT_MARGIN", "NodeAssigner", "NodeAssignment",
-           "WorkflowTextError", "assign_rows", "node_similarities", "node_texts"]
+__all__ = [
+    "asks",
+    "DEFAULT_MIN_SIMILARITY",
+    "DEFAULT_REJECT_MARGIN",
+    "NodeAssigner",
+    "NodeAssignment",
+    "WorkflowTextError",
+    "assign_rows",
+    "node_similarities",
+    "node_texts",
+]

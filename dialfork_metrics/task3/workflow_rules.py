@@ -40,6 +40,7 @@ THRESHOLD_RULES = ("percentile", "conformal", "upper_bound")
 
 # -- pure core --------------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class WorkflowStructure:
     """What the repeat rule reads of a workflow graph.
@@ -68,15 +69,22 @@ def workflow_structure(task: Any) -> WorkflowStructure:
 
     g = task.digraph()
     kinds = dict(task.kinds)
-    asks = frozenset(n for n, k in kinds.items() if k == "action" and "ask" in n.split("_")
-                     and "confirm" not in n.split("_"))
+    asks = frozenset(
+        n
+        for n, k in kinds.items()
+        if k == "action" and "ask" in n.split("_") and "confirm" not in n.split("_")
+    )
     leads = {n: frozenset(nx.descendants(g, n)) for n in g.nodes}
     resets = frozenset(n for n in g.nodes if kinds.get(n) == "action" and not leads[n])
     return WorkflowStructure(asks, leads, resets)
 
 
-def repeat_flags(nodes: Sequence[str | None], answered: Sequence[bool], structure: WorkflowStructure,
-                 repeatable: frozenset[str] | set[str] = frozenset()) -> np.ndarray:
+def repeat_flags(
+    nodes: Sequence[str | None],
+    answered: Sequence[bool],
+    structure: WorkflowStructure,
+    repeatable: frozenset[str] | set[str] = frozenset(),
+) -> np.ndarray:
     """Whether each system turn asks again a question step answered earlier (the SSPC repeat).
 
     A turn at node ``n`` repeats when ``n`` is a question step said before at turn ``i``, a user
@@ -109,17 +117,25 @@ def repeat_flags(nodes: Sequence[str | None], answered: Sequence[bool], structur
             continue
         i = last.get(n)
         if n in structure.asks and n not in repeatable and i is not None and answered[i]:
-            between = [m for m in nodes[i + 1:j] if m is not None]
-            if between and any(m != n for m in between) and not any(
-                    n in structure.leads_to.get(m, ()) or m in structure.resets for m in between):
+            between = [m for m in nodes[i + 1 : j] if m is not None]
+            if (
+                between
+                and any(m != n for m in between)
+                and not any(n in structure.leads_to.get(m, ()) or m in structure.resets for m in between)
+            ):
                 out[j] = 1
         last[n] = j
     return out
 
 
-def order_flags(nodes: Sequence[str | None], structure: WorkflowStructure,
-                allowed: frozenset[tuple[str, str]] | set[tuple[str, str]] = frozenset(), *,
-                start: str = "hello", min_before_start: int = 2) -> np.ndarray:
+def order_flags(
+    nodes: Sequence[str | None],
+    structure: WorkflowStructure,
+    allowed: frozenset[tuple[str, str]] | set[tuple[str, str]] = frozenset(),
+    *,
+    start: str = "hello",
+    min_before_start: int = 2,
+) -> np.ndarray:
     """Whether each system turn goes back in the workflow (the SSPC reversal and jump, ours).
 
     A turn at node ``n`` goes back when a step ``m`` said earlier (since the last dead end, after
@@ -171,16 +187,26 @@ def order_flags(nodes: Sequence[str | None], structure: WorkflowStructure,
         if n != start or sum(m != start for m in seen) >= min_before_start:
             ahead = structure.leads_to.get(n, frozenset())
             for m in seen:
-                if (m != n and m in ahead and n not in structure.leads_to.get(m, ())
-                        and not (n in structure.asks and m in structure.asks) and (m, n) not in allowed):
+                if (
+                    m != n
+                    and m in ahead
+                    and n not in structure.leads_to.get(m, ())
+                    and not (n in structure.asks and m in structure.asks)
+                    and (m, n) not in allowed
+                ):
                     out[j] = 1
                     break
         seen.append(n)
     return out
 
 
-def order_pairs(nodes: Sequence[str | None], structure: WorkflowStructure, *, start: str = "hello",
-                min_before_start: int = 2) -> set[tuple[str, str]]:
+def order_pairs(
+    nodes: Sequence[str | None],
+    structure: WorkflowStructure,
+    *,
+    start: str = "hello",
+    min_before_start: int = 2,
+) -> set[tuple[str, str]]:
     """The ``(earlier step, step)`` pairs at which :func:`order_flags` flags a dialogue.
 
     Fitted on conformant dialogues, they are the back steps a task's conversations take that its
@@ -213,16 +239,29 @@ def order_pairs(nodes: Sequence[str | None], structure: WorkflowStructure, *, st
         flagged = order_flags(seen + [n], structure, start=start, min_before_start=min_before_start)
         if flagged[-1]:
             ahead = structure.leads_to.get(n, frozenset())
-            out.update((m, n) for m in seen if m != n and m in ahead and n not in structure.leads_to.get(m, ())
-                       and not (n in structure.asks and m in structure.asks))
+            out.update(
+                (m, n)
+                for m in seen
+                if m != n
+                and m in ahead
+                and n not in structure.leads_to.get(m, ())
+                and not (n in structure.asks and m in structure.asks)
+            )
         seen.append(n)
     return out
 
 
-def turn_deviations(own: np.ndarray, rival: np.ndarray, repeats: np.ndarray | None = None, *,
-                    min_similarity: float = DEFAULT_MIN_SIMILARITY, reject_margin: float = DEFAULT_REJECT_MARGIN,
-                    repeat_weight: float = DEFAULT_REPEAT_WEIGHT, order: np.ndarray | None = None,
-                    order_weight: float = DEFAULT_ORDER_WEIGHT) -> np.ndarray:
+def turn_deviations(
+    own: np.ndarray,
+    rival: np.ndarray,
+    repeats: np.ndarray | None = None,
+    *,
+    min_similarity: float = DEFAULT_MIN_SIMILARITY,
+    reject_margin: float = DEFAULT_REJECT_MARGIN,
+    repeat_weight: float = DEFAULT_REPEAT_WEIGHT,
+    order: np.ndarray | None = None,
+    order_weight: float = DEFAULT_ORDER_WEIGHT,
+) -> np.ndarray:
     """The deviation of each system turn (see the module doc); positive: the assigner rejects it.
 
     Args:
@@ -321,7 +360,9 @@ def fit_workflow_assigner(source: Any, encoder: Any, min_similarity: float | Non
         NodeAssigner: The fitted assigner.
     """
     assigner = NodeAssigner(encoder, min_similarity=0.0).fit(source)
-    assigner.min_similarity = auto_min_similarity(assigner) if min_similarity is None else float(min_similarity)
+    assigner.min_similarity = (
+        auto_min_similarity(assigner) if min_similarity is None else float(min_similarity)
+    )
     return assigner
 
 
@@ -350,6 +391,7 @@ class WorkflowStepResult:
 
 # -- sources -----------------------------------------------------------------------------------------
 
+
 def resolve_workflow(workflow: Any = None) -> Any:
     """The workflow source of a detector: ``workflow`` as given, parsed, or STAR from the environment.
 
@@ -366,14 +408,18 @@ def resolve_workflow(workflow: Any = None) -> Any:
     """
     if workflow is not None and not isinstance(workflow, str | os.PathLike):
         if not hasattr(workflow, "tasks"):
-            raise ValueError(f"workflow must be a workflow source (with .tasks), a spec or a path, got "
-                             f"{type(workflow).__name__}")
+            raise ValueError(
+                f"workflow must be a workflow source (with .tasks), a spec or a path, got "
+                f"{type(workflow).__name__}"
+            )
         return workflow
     spec = os.fspath(workflow) if workflow is not None else os.environ.get("DIALFORK_STAR_DIR")
     if not spec:
-        raise ValueError("the workflow-aware detector needs the dialogues' workflows: pass workflow= "
-                         "(a StarCorpus, 'star:PATH' or 'workflow:FILE.yaml') or set $DIALFORK_STAR_DIR "
-                         "to a STAR copy")
+        raise ValueError(
+            "the workflow-aware detector needs the dialogues' workflows: pass workflow= "
+            "(a StarCorpus, 'star:PATH' or 'workflow:FILE.yaml') or set $DIALFORK_STAR_DIR "
+            "to a STAR copy"
+        )
     from dialfork_dataset.sources import open_source
 
     return open_source(spec)

@@ -73,6 +73,7 @@ from .workflow_nodes import NodeAssigner
 
 logger = logging.getLogger("dialfork_metrics.task3.workflow_supervised")
 
+
 class SupervisedWorkflowDetector(WorkflowDetector):
     """Supervised streaming Task 3 detector (registry name ``wf-sup``; see the module doc).
 
@@ -110,10 +111,23 @@ class SupervisedWorkflowDetector(WorkflowDetector):
     name = "wf-sup"
     FORMAT = FORMAT
 
-    def __init__(self, workflow: Any = None, encoder: Any = "minilm", model: str = "logistic", C: float = 1.0,
-                 false_alarm_rate: float = 0.05, min_similarity: float | str = "auto", auto_quantile: float = 0.05,
-                 reject_margin: float = 0.1, use_train_texts: bool = True, folds: int = 5, seed: int = 0,
-                 threshold_rule: str = "upper_bound", confidence: float = 0.95, threshold_scope: str = "task"):
+    def __init__(
+        self,
+        workflow: Any = None,
+        encoder: Any = "minilm",
+        model: str = "logistic",
+        C: float = 1.0,
+        false_alarm_rate: float = 0.05,
+        min_similarity: float | str = "auto",
+        auto_quantile: float = 0.05,
+        reject_margin: float = 0.1,
+        use_train_texts: bool = True,
+        folds: int = 5,
+        seed: int = 0,
+        threshold_rule: str = "upper_bound",
+        confidence: float = 0.95,
+        threshold_scope: str = "task",
+    ):
         self.workflow = workflow
         self.encoder = encoder
         self.model = model
@@ -149,7 +163,9 @@ class SupervisedWorkflowDetector(WorkflowDetector):
     }
 
     def _validate_params(self) -> None:
-        validate_params("SupervisedWorkflowDetector", {k: getattr(self, k) for k in self._CONSTRAINTS}, self._CONSTRAINTS)
+        validate_params(
+            "SupervisedWorkflowDetector", {k: getattr(self, k) for k in self._CONSTRAINTS}, self._CONSTRAINTS
+        )
 
     # -- per-task pieces ----------------------------------------------------------------------------------
     def _graph(self, task: str) -> TaskGraph:
@@ -158,19 +174,38 @@ class SupervisedWorkflowDetector(WorkflowDetector):
             cache[task] = task_graph(self.source_.tasks[task])
         return cache[task]
 
-    def _features(self, assigner: NodeAssigner, task: str, turns: Sequence[Mapping[str, str]], E: np.ndarray,
-                  train_turns: Mapping[str, np.ndarray]) -> np.ndarray:
+    def _features(
+        self,
+        assigner: NodeAssigner,
+        task: str,
+        turns: Sequence[Mapping[str, str]],
+        E: np.ndarray,
+        train_turns: Mapping[str, np.ndarray],
+    ) -> np.ndarray:
         rows = self._system_rows(turns)
         if not rows:
             return np.zeros((0, len(FEATURES)))
-        answered = [any(x["speaker"] == "user" for x in turns[r + 1:(rows[j + 1] if j + 1 < len(rows) else len(turns))])
-                    for j, r in enumerate(rows)]
+        answered = [
+            any(
+                x["speaker"] == "user"
+                for x in turns[r + 1 : (rows[j + 1] if j + 1 < len(rows) else len(turns))]
+            )
+            for j, r in enumerate(rows)
+        ]
         a = assigner.assign(task, E[rows])
         T = train_turns.get(task)
         train_sim = (E[rows] @ T.T).max(axis=1) if T is not None and len(T) else np.full(len(rows), np.nan)
-        return turn_features(a.own_similarity, a.rival_similarity, train_sim, a.nodes, answered, self._graph(task),
-                             repeatable=self.repeatable_.get(task, frozenset()),
-                             min_similarity=self.min_similarity_, reject_margin=self.reject_margin)
+        return turn_features(
+            a.own_similarity,
+            a.rival_similarity,
+            train_sim,
+            a.nodes,
+            answered,
+            self._graph(task),
+            repeatable=self.repeatable_.get(task, frozenset()),
+            min_similarity=self.min_similarity_,
+            reject_margin=self.reject_margin,
+        )
 
     def _threshold_of(self, task: str) -> float:
         return self.thresholds_.get(task, self.threshold_)
@@ -188,18 +223,28 @@ class SupervisedWorkflowDetector(WorkflowDetector):
 
         if task is not None:
             return score(task)
-        routes = [self.route(E[[k for k in range(r) if turns[k]["speaker"] == "user"]], ROUTE_MARGIN) for r in rows]
+        routes = [
+            self.route(E[[k for k in range(r) if turns[k]["speaker"] == "user"]], ROUTE_MARGIN) for r in rows
+        ]
         per_task = {t: score(t) for t in (self.tasks if None in routes else dict.fromkeys(routes))}
-        return np.array([per_task[rt][j] if rt is not None else min(v[j] for v in per_task.values())
-                         for j, rt in enumerate(routes)])
+        return np.array(
+            [
+                per_task[rt][j] if rt is not None else min(v[j] for v in per_task.values())
+                for j, rt in enumerate(routes)
+            ]
+        )
 
     def _known_task(self, d: Any) -> str | None:
         t = _task(d)
         return t if t is not None and t in self.source_.tasks else None
 
     # -- fitting ------------------------------------------------------------------------------------------
-    def fit(self, dialogues: Sequence[Any], embeddings: Sequence[np.ndarray] | None = None,
-            show_progress: bool = False) -> SupervisedWorkflowDetector:
+    def fit(
+        self,
+        dialogues: Sequence[Any],
+        embeddings: Sequence[np.ndarray] | None = None,
+        show_progress: bool = False,
+    ) -> SupervisedWorkflowDetector:
         """Fit on forked and conformant dialogues: node texts, the per-turn classifier, its threshold.
 
         Args:
@@ -222,20 +267,28 @@ class SupervisedWorkflowDetector(WorkflowDetector):
         rows = list(dialogues)
         if not rows:
             raise ValueError("SupervisedWorkflowDetector.fit: no dialogues")
-        name = [str(d.get("dialogue_id", i)) if isinstance(d, Mapping) else str(i) for i, d in enumerate(rows)]
+        name = [
+            str(d.get("dialogue_id", i)) if isinstance(d, Mapping) else str(i) for i, d in enumerate(rows)
+        ]
         missing = [name[i] for i, d in enumerate(rows) if _task(d) is None]
         if missing:
-            raise ValueError(f"SupervisedWorkflowDetector.fit: {len(missing)} dialogue(s) without a 'task' field "
-                             f"(e.g. {', '.join(missing[:3])}); the detector needs each dialogue's task")
+            raise ValueError(
+                f"SupervisedWorkflowDetector.fit: {len(missing)} dialogue(s) without a 'task' field "
+                f"(e.g. {', '.join(missing[:3])}); the detector needs each dialogue's task"
+            )
         is_fork = [bool(d.get("hallucination_type")) for d in rows]
         if not any(is_fork):
-            raise ValueError("SupervisedWorkflowDetector.fit: no forked dialogues; wf-sup learns from forked train "
-                             "dialogues (records with hallucination_type and fork_turn, e.g. a corpus's task3 test "
-                             "split or the star-human track's train split); to fit on conformant dialogues alone "
-                             "use the wf detector (make_detector('wf'))")
+            raise ValueError(
+                "SupervisedWorkflowDetector.fit: no forked dialogues; wf-sup learns from forked train "
+                "dialogues (records with hallucination_type and fork_turn, e.g. a corpus's task3 test "
+                "split or the star-human track's train split); to fit on conformant dialogues alone "
+                "use the wf detector (make_detector('wf'))"
+            )
         if all(is_fork):
-            raise ValueError("SupervisedWorkflowDetector.fit: no conformant dialogues (hallucination_type None); "
-                             "they give the negatives, the node texts and the threshold")
+            raise ValueError(
+                "SupervisedWorkflowDetector.fit: no conformant dialogues (hallucination_type None); "
+                "they give the negatives, the node texts and the threshold"
+            )
         turns = [as_turns(d["turns"]) for d in rows]
         sys_rows = [self._system_rows(t) for t in turns]
         labels, bad = [], []
@@ -245,22 +298,29 @@ class SupervisedWorkflowDetector(WorkflowDetector):
             except (TypeError, ValueError) as e:
                 bad.append(f"{name[i]}: {e}")
         if bad:
-            raise ValueError(f"SupervisedWorkflowDetector.fit: {len(bad)} fork(s) without a valid fork_turn "
-                             f"(1-based system turn): {'; '.join(bad[:5])}")
+            raise ValueError(
+                f"SupervisedWorkflowDetector.fit: {len(bad)} fork(s) without a valid fork_turn "
+                f"(1-based system turn): {'; '.join(bad[:5])}"
+            )
         source = resolve_workflow(self.workflow)
         task_of = [_task(d) for d in rows]
         unknown = sorted({t for t in task_of if t not in source.tasks})
         if unknown:
-            raise ValueError(f"SupervisedWorkflowDetector.fit: task(s) {', '.join(unknown)} not in the workflow "
-                             f"source; pass the source they come from as workflow=")
+            raise ValueError(
+                f"SupervisedWorkflowDetector.fit: task(s) {', '.join(unknown)} not in the workflow "
+                f"source; pass the source they come from as workflow="
+            )
         self.__dict__.pop("_graphs", None)
         self.source_ = source
         emb = self._embed(turns, embeddings)
         base = NodeAssigner(None, 0.0, self.reject_margin)
         base.encoder = self.get_encoder()
         base.fit(source)
-        self.min_similarity_ = (auto_min_similarity(base, self.auto_quantile) if self.min_similarity == "auto"
-                                else float(self.min_similarity))
+        self.min_similarity_ = (
+            auto_min_similarity(base, self.auto_quantile)
+            if self.min_similarity == "auto"
+            else float(self.min_similarity)
+        )
         base.min_similarity = self.min_similarity_
         conf = [i for i in range(len(rows)) if not is_fork[i]]
         self.repeatable_ = self._repeatable(base, [(task_of[i], emb[i][sys_rows[i]]) for i in conf])
@@ -269,8 +329,10 @@ class SupervisedWorkflowDetector(WorkflowDetector):
         uniq = sorted(set(groups))
         k = min(self.folds, len(uniq))
         if k < 2:
-            raise ValueError("SupervisedWorkflowDetector.fit: the dialogues come from one source dialogue; "
-                             "out-of-fold calibration needs at least two")
+            raise ValueError(
+                "SupervisedWorkflowDetector.fit: the dialogues come from one source dialogue; "
+                "out-of-fold calibration needs at least two"
+            )
         from sklearn.model_selection import GroupKFold
 
         dlg_fold = np.empty(len(rows), dtype=np.int64)
@@ -308,15 +370,23 @@ class SupervisedWorkflowDetector(WorkflowDetector):
         self.n_forks_ = int(sum(is_fork))
         self.oof_probabilities_ = oof
         self.oof_labels_ = y
-        logger.info("wf-sup (%s): %d dialogues (%d forks), %d turns (%d positive), threshold %.4f", self.model,
-                    len(rows), self.n_forks_, len(y), int(y.sum()), self.threshold_)
+        logger.info(
+            "wf-sup (%s): %d dialogues (%d forks), %d turns (%d positive), threshold %.4f",
+            self.model,
+            len(rows),
+            self.n_forks_,
+            len(y),
+            int(y.sum()),
+            self.threshold_,
+        )
         return self
 
     def _set_thresholds(self) -> None:
         stats = self.calibration_stats_
         self.threshold_ = self._threshold(np.concatenate(list(stats.values())) if stats else np.zeros(0))
-        self.thresholds_ = ({t: self._threshold(v) for t, v in stats.items()} if self.threshold_scope == "task"
-                            else {})
+        self.thresholds_ = (
+            {t: self._threshold(v) for t, v in stats.items()} if self.threshold_scope == "task" else {}
+        )
 
     @staticmethod
     def _repeatable(base: NodeAssigner, parts: list[tuple[str, np.ndarray]]) -> dict[str, frozenset[str]]:
@@ -340,8 +410,11 @@ class SupervisedWorkflowDetector(WorkflowDetector):
     def _centroids(self, turns, emb, task_of) -> dict[str, np.ndarray | None]:
         cents: dict[str, np.ndarray | None] = {}
         for t in sorted(set(task_of)):
-            U = [e[[k for k, x in enumerate(tt) if x["speaker"] == "user"]] for tt, e, tk in zip(turns, emb, task_of)
-                 if tk == t]
+            U = [
+                e[[k for k, x in enumerate(tt) if x["speaker"] == "user"]]
+                for tt, e, tk in zip(turns, emb, task_of)
+                if tk == t
+            ]
             U = [u for u in U if len(u)]
             cents[t] = _unit(np.concatenate(U).mean(axis=0)) if U else None
         return cents
@@ -353,8 +426,11 @@ class SupervisedWorkflowDetector(WorkflowDetector):
         finite = finite[np.isfinite(finite)]
         if finite.size == 0:
             return 0.5
-        return float(calibrate_threshold(finite, "ss", self.false_alarm_rate, rule=self.threshold_rule,
-                                         confidence=self.confidence))
+        return float(
+            calibrate_threshold(
+                finite, "ss", self.false_alarm_rate, rule=self.threshold_rule, confidence=self.confidence
+            )
+        )
 
     # -- scoring -----------------------------------------------------------------------------------------
     def check_is_fitted(self) -> None:
@@ -366,8 +442,9 @@ class SupervisedWorkflowDetector(WorkflowDetector):
         if not hasattr(self, "classifier_"):
             from .streaming._common import NotFittedError
 
-            raise NotFittedError("SupervisedWorkflowDetector is not fitted: call fit(forked_and_conformant_dialogues) "
-                                 "first")
+            raise NotFittedError(
+                "SupervisedWorkflowDetector is not fitted: call fit(forked_and_conformant_dialogues) first"
+            )
 
     @property
     def tasks(self) -> list[str]:
@@ -396,8 +473,9 @@ class SupervisedWorkflowDetector(WorkflowDetector):
         E = self._embed([turns], None if embeddings is None else [embeddings])[0]
         return self._features(self.assigner_, task, turns, E, self.train_turns_)
 
-    def turn_probabilities(self, dialogues: Sequence[Any], embeddings: Sequence[np.ndarray] | None = None
-                           ) -> list[np.ndarray]:
+    def turn_probabilities(
+        self, dialogues: Sequence[Any], embeddings: Sequence[np.ndarray] | None = None
+    ) -> list[np.ndarray]:
         """The classifier's probability of a deviation at every system turn of each dialogue.
 
         Args:
@@ -413,7 +491,9 @@ class SupervisedWorkflowDetector(WorkflowDetector):
         turns, emb = self._turns_and_embeddings(dialogues, embeddings)
         return [self._probabilities(self._known_task(d), t, e) for d, t, e in zip(dialogues, turns, emb)]
 
-    def turn_deviations(self, dialogues: Sequence[Any], embeddings: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:
+    def turn_deviations(
+        self, dialogues: Sequence[Any], embeddings: Sequence[np.ndarray] | None = None
+    ) -> list[np.ndarray]:
         """Each system turn's probability minus its task's threshold (alarm where > 0; ``wf``'s contract).
 
         Args:
@@ -426,7 +506,10 @@ class SupervisedWorkflowDetector(WorkflowDetector):
         self.check_is_fitted()
         dialogues = list(dialogues)
         turns, emb = self._turns_and_embeddings(dialogues, embeddings)
-        return [self._probabilities(self._known_task(d), t, e, subtract=True) for d, t, e in zip(dialogues, turns, emb)]
+        return [
+            self._probabilities(self._known_task(d), t, e, subtract=True)
+            for d, t, e in zip(dialogues, turns, emb)
+        ]
 
     # -- streaming ----------------------------------------------------------------------------------------
     def start(self, task: str | None = None) -> SupervisedStream:
@@ -444,7 +527,9 @@ class SupervisedWorkflowDetector(WorkflowDetector):
         """
         self.check_is_fitted()
         if task is not None and task not in self.source_.tasks:
-            raise KeyError(f"task {task!r} is not in the workflow source (it has {', '.join(sorted(self.source_.tasks))})")
+            raise KeyError(
+                f"task {task!r} is not in the workflow source (it has {', '.join(sorted(self.source_.tasks))})"
+            )
         return SupervisedStream(self, task)
 
     def step(self, state: Any, speaker: str, embedding: np.ndarray, task: str) -> Any:
@@ -462,8 +547,10 @@ class SupervisedWorkflowDetector(WorkflowDetector):
         Raises:
             NotImplementedError: Always.
         """
-        raise NotImplementedError("wf-sup has no guard step(): stream a conversation with start(task).update(turn), "
-                                  "or monitor with the wf detector")
+        raise NotImplementedError(
+            "wf-sup has no guard step(): stream a conversation with start(task).update(turn), "
+            "or monitor with the wf detector"
+        )
 
     def fingerprint_arrays(self) -> dict[str, Any]:
         """Not supported (the guard's monitor fingerprint is ``wf``'s).
@@ -501,17 +588,32 @@ class SupervisedWorkflowDetector(WorkflowDetector):
         """
         self.check_is_fitted()
         if self.classifier_.model == "hgb":
-            raise ValueError("SupervisedWorkflowDetector.save: a model='hgb' detector cannot be saved without "
-                             "pickle (which runs code on load); refit with model='logistic' to save it")
-        arrays = {**{f"clf/{k}": v for k, v in self.classifier_.arrays.items()},
-                  **{f"train/{t}": v for t, v in self.train_turns_.items()}}
-        return self._write(path, arrays, {
-            "threshold": self.threshold_, "thresholds": self.thresholds_, "classifier": self.classifier_.model,
-            "features": list(FEATURES), "fitted_tasks": self.fitted_tasks_, "forked_tasks": self.forked_tasks_,
-            "n_forks": self.n_forks_})
+            raise ValueError(
+                "SupervisedWorkflowDetector.save: a model='hgb' detector cannot be saved without "
+                "pickle (which runs code on load); refit with model='logistic' to save it"
+            )
+        arrays = {
+            **{f"clf/{k}": v for k, v in self.classifier_.arrays.items()},
+            **{f"train/{t}": v for t, v in self.train_turns_.items()},
+        }
+        return self._write(
+            path,
+            arrays,
+            {
+                "threshold": self.threshold_,
+                "thresholds": self.thresholds_,
+                "classifier": self.classifier_.model,
+                "features": list(FEATURES),
+                "fitted_tasks": self.fitted_tasks_,
+                "forked_tasks": self.forked_tasks_,
+                "n_forks": self.n_forks_,
+            },
+        )
 
     @classmethod
-    def load(cls, path: str | os.PathLike, encoder: Any = None, workflow: Any = None) -> SupervisedWorkflowDetector:
+    def load(
+        cls, path: str | os.PathLike, encoder: Any = None, workflow: Any = None
+    ) -> SupervisedWorkflowDetector:
         """Load a folder written by :meth:`save`.
 
         Args:
@@ -529,12 +631,18 @@ class SupervisedWorkflowDetector(WorkflowDetector):
         """
         det, meta, arrays, det.source_ = cls._read(path, encoder, workflow)
         if meta.get("features") != list(FEATURES):
-            raise ValueError(f"{path}: saved with features {meta.get('features')}, this version computes "
-                             f"{list(FEATURES)}; refit the detector")
-        det.classifier_ = TurnClassifier(meta["classifier"], {k[4:]: v for k, v in arrays.items() if k.startswith("clf/")})
+            raise ValueError(
+                f"{path}: saved with features {meta.get('features')}, this version computes "
+                f"{list(FEATURES)}; refit the detector"
+            )
+        det.classifier_ = TurnClassifier(
+            meta["classifier"], {k[4:]: v for k, v in arrays.items() if k.startswith("clf/")}
+        )
         if det.classifier_.model == "logistic" and det.classifier_.arrays["coef"].shape != (len(FEATURES),):
-            raise ValueError(f"{path}: the saved coefficients do not match {len(FEATURES)} features (a corrupt or "
-                             "edited file: refit and save again)")
+            raise ValueError(
+                f"{path}: the saved coefficients do not match {len(FEATURES)} features (a corrupt or "
+                "edited file: refit and save again)"
+            )
         det.threshold_ = float(meta["threshold"])
         det.thresholds_ = {t: float(v) for t, v in meta.get("thresholds", {}).items()}
         det.calibration_stats_ = {k[6:]: v for k, v in arrays.items() if k.startswith("stats/")}
@@ -603,6 +711,17 @@ class SupervisedStream:
         return None
 
 
-__all__ = ["FEATURES", "MODELS", "SupervisedStream", "SupervisedWorkflowDetector", "TaskGraph", "TurnClassifier",
-           "fit_turn_classifier", "out_of_fold_probabilities", "source_of", "task_graph", "turn_features",
-           "turn_labels"]
+__all__ = [
+    "FEATURES",
+    "MODELS",
+    "SupervisedStream",
+    "SupervisedWorkflowDetector",
+    "TaskGraph",
+    "TurnClassifier",
+    "fit_turn_classifier",
+    "out_of_fold_probabilities",
+    "source_of",
+    "task_graph",
+    "turn_features",
+    "turn_labels",
+]

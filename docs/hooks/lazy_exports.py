@@ -31,8 +31,12 @@ def _mapping(node: ast.AST) -> dict[str, str] | None:
         return {str(k): str(v) for k, v in value.items()}
     if isinstance(node, ast.DictComp) and len(node.generators) == 1:
         gen = node.generators[0]
-        if isinstance(node.value, ast.Constant) and isinstance(gen.target, ast.Name) \
-                and isinstance(node.key, ast.Name) and node.key.id == gen.target.id:
+        if (
+            isinstance(node.value, ast.Constant)
+            and isinstance(gen.target, ast.Name)
+            and isinstance(node.key, ast.Name)
+            and node.key.id == gen.target.id
+        ):
             try:
                 names = ast.literal_eval(gen.iter)
             except ValueError:
@@ -49,8 +53,13 @@ class LazyExports(griffe.Extension):
             return
         tree = ast.parse(mod.filepath.read_text(encoding="utf-8"))
         for stmt in tree.body:
-            targets = stmt.targets if isinstance(stmt, ast.Assign) else \
-                [stmt.target] if isinstance(stmt, ast.AnnAssign) else []
+            targets = (
+                stmt.targets
+                if isinstance(stmt, ast.Assign)
+                else [stmt.target]
+                if isinstance(stmt, ast.AnnAssign)
+                else []
+            )
             if not any(isinstance(t, ast.Name) and t.id in _NAMES for t in targets) or stmt.value is None:
                 continue
             for name, sub in (_mapping(stmt.value) or {}).items():

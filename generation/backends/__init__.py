@@ -50,8 +50,12 @@ class BackendSpec:
 
     def __post_init__(self):
         for field, value in (("target", self.target), ("placement", self.placement)):
-            if value is not None and (not isinstance(value, str) or value.count(":") != 1 or value.startswith(":")
-                                      or value.endswith(":")):
+            if value is not None and (
+                not isinstance(value, str)
+                or value.count(":") != 1
+                or value.startswith(":")
+                or value.endswith(":")
+            ):
                 raise ValueError(f"backend {self.name!r}: {field} must be 'module:attr', got {value!r}")
 
 
@@ -66,8 +70,9 @@ class _Registry(dict):
 BACKENDS: dict[str, BackendSpec] = _Registry()
 
 
-def register_backend(spec: BackendSpec | str, target: str | None = None, *, replace: bool = False,
-                     **fields: Any) -> BackendSpec:
+def register_backend(
+    spec: BackendSpec | str, target: str | None = None, *, replace: bool = False, **fields: Any
+) -> BackendSpec:
     """Register a backend, by spec or by name and ``"module:Class"``.
 
     Args:
@@ -85,8 +90,10 @@ def register_backend(spec: BackendSpec | str, target: str | None = None, *, repl
     if not isinstance(spec, BackendSpec):
         spec = BackendSpec(spec, target, **fields)
     if spec.name in BACKENDS and not replace:
-        raise ValueError(f"backend {spec.name!r} is already registered ({BACKENDS[spec.name].target}); "
-                         "pass replace=True or pick another name")
+        raise ValueError(
+            f"backend {spec.name!r} is already registered ({BACKENDS[spec.name].target}); "
+            "pass replace=True or pick another name"
+        )
     BACKENDS[spec.name] = spec
     return spec
 
@@ -113,8 +120,10 @@ def backend_spec(name: str) -> BackendSpec:
         UnknownBackendError: ``name`` is not registered (the message lists the registered names).
     """
     if name not in BACKENDS:
-        raise UnknownBackendError(f"unknown backend {name!r}; registered: {', '.join(BACKENDS)} "
-                                  "(add one with generation.backends.register_backend)")
+        raise UnknownBackendError(
+            f"unknown backend {name!r}; registered: {', '.join(BACKENDS)} "
+            "(add one with generation.backends.register_backend)"
+        )
     return BACKENDS[name]
 
 
@@ -140,7 +149,9 @@ def load_attr(target: str, what: str) -> Any:
     try:
         return getattr(module, attr)
     except AttributeError:
-        raise UnknownBackendError(f"{what}: module {mod} has no {attr!r} (registry entry {target!r})") from None
+        raise UnknownBackendError(
+            f"{what}: module {mod} has no {attr!r} (registry entry {target!r})"
+        ) from None
 
 
 def backend_class(name: str) -> type:
@@ -179,15 +190,36 @@ def get_backend(name: str, **options: Any) -> Backend:
 
 #: The built-in backends, in the order the registry lists them.
 BUILTIN_BACKENDS = (
-    BackendSpec("template", "generation.backends.template:TemplateBackend", llm=False,
-                needs="a source with surface templates (CPU, exact)"),
-    BackendSpec("transformers", "generation.backends.hf:TransformersBackend",
-                placement="generation.backends.placement:place_on_process_device", needs="a local chat model (GPU)"),
-    BackendSpec("openai", "generation.backends.openai_backend:OpenAIBackend",
-                needs="an OpenAI-compatible server"),
+    BackendSpec(
+        "template",
+        "generation.backends.template:TemplateBackend",
+        llm=False,
+        needs="a source with surface templates (CPU, exact)",
+    ),
+    BackendSpec(
+        "transformers",
+        "generation.backends.hf:TransformersBackend",
+        placement="generation.backends.placement:place_on_process_device",
+        needs="a local chat model (GPU)",
+    ),
+    BackendSpec(
+        "openai", "generation.backends.openai_backend:OpenAIBackend", needs="an OpenAI-compatible server"
+    ),
 )
 for _spec in BUILTIN_BACKENDS:
     register_backend(_spec)
 
-__all__ = ["BACKENDS", "Backend", "BUILTIN_BACKENDS", "BackendSpec", "TurnRequest", "UnknownBackendError", "backend_class",
-           "backend_spec", "get_backend", "load_attr", "register_backend", "unregister_backend"]
+__all__ = [
+    "BACKENDS",
+    "Backend",
+    "BUILTIN_BACKENDS",
+    "BackendSpec",
+    "TurnRequest",
+    "UnknownBackendError",
+    "backend_class",
+    "backend_spec",
+    "get_backend",
+    "load_attr",
+    "register_backend",
+    "unregister_backend",
+]

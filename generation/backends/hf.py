@@ -91,10 +91,14 @@ def _requests_errors(requests: Sequence[Any]) -> list[str]:
             errs.append(f"{where}: messages must be a non-empty list")
             continue
         for j, m in enumerate(r.messages):
-            if not isinstance(m, Mapping) or m.get("role") not in ("system", "user", "assistant") or not isinstance(
-                m.get("content"), str
+            if (
+                not isinstance(m, Mapping)
+                or m.get("role") not in ("system", "user", "assistant")
+                or not isinstance(m.get("content"), str)
             ):
-                errs.append(f"{where}, message {j}: expected {{'role': system|user|assistant, 'content': str}}, got {m!r}")
+                errs.append(
+                    f"{where}, message {j}: expected {{'role': system|user|assistant, 'content': str}}, got {m!r}"
+                )
         if not isinstance(r.seed, int) or isinstance(r.seed, bool):
             errs.append(f"{where}: seed must be an int, got {r.seed!r}")
     return errs
@@ -112,8 +116,9 @@ def _cache_layers(cache):
         return None
     layers = getattr(cache, "layers", None)
     if layers is not None:  # transformers >= 4.56
-        if not layers or any(type(layer).__name__ != "DynamicLayer" or getattr(layer, "keys", None) is None
-                             for layer in layers):
+        if not layers or any(
+            type(layer).__name__ != "DynamicLayer" or getattr(layer, "keys", None) is None for layer in layers
+        ):
             return None
         return [(layer.keys, layer.values) for layer in layers]
     keys, values = getattr(cache, "key_cache", None), getattr(cache, "value_cache", None)
@@ -268,7 +273,9 @@ class TransformersBackend:
             raise ValueError("TransformersBackend: " + "; ".join(errs))
         from ..llm.gguf import resolve_model
 
-        resolved = resolve_model(model, gguf_file, dtype=dtype, device=device, revision=revision, cache_dir=gguf_cache)
+        resolved = resolve_model(
+            model, gguf_file, dtype=dtype, device=device, revision=revision, cache_dir=gguf_cache
+        )
         self.model_id = model
         self.gguf_file = gguf_file
         self.gguf_source = resolved.gguf
@@ -292,8 +299,17 @@ class TransformersBackend:
         self.uses_messages = True
         self.rewords = True  # reword prefix mode: another random stream for a reworded prefix turn
         self.exact = False  # LLM forks are not guaranteed to differ at t_k (the engine only warns)
-        self.stats = {"prompt_tokens": 0, "new_tokens": 0, "forward_passes": 0, "rows": 0, "seconds": 0.0, "oom_retries": 0,
-                      "prefilled_tokens": 0, "reused_tokens": 0, "prefill_seconds": 0.0}
+        self.stats = {
+            "prompt_tokens": 0,
+            "new_tokens": 0,
+            "forward_passes": 0,
+            "rows": 0,
+            "seconds": 0.0,
+            "oom_retries": 0,
+            "prefilled_tokens": 0,
+            "reused_tokens": 0,
+            "prefill_seconds": 0.0,
+        }
         self._prefix_cache_mb = prefix_cache_mb
         self.prefix_cache = None  # a PrefixCache once the weights are loaded (load())
 
@@ -304,14 +320,18 @@ class TransformersBackend:
         self.eos_ids = self._eos_ids()
         self._watch = self.stop + self.end_strings
         self._watch_window = 4 * max((len(s) for s in self._watch), default=0) + 8
-        self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else min(self.eos_ids)
+        self.pad_id = (
+            self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else min(self.eos_ids)
+        )
 
     # -- loading (generation.llm.loader) ------------------------------------------------------
     def _load_config(self):
         return loader.load_config(self._load_path, self._revision_for_load, self.trust_remote_code)
 
     def _load_tokenizer(self, chat_template: str | None):
-        return loader.load_chat_tokenizer(self._load_path, self._revision_for_load, self.trust_remote_code, chat_template)
+        return loader.load_chat_tokenizer(
+            self._load_path, self._revision_for_load, self.trust_remote_code, chat_template
+        )
 
     @property
     def _revision_for_load(self) -> str | None:
@@ -326,7 +346,9 @@ class TransformersBackend:
     def _window_from_config(self) -> int:
         window = loader.context_window(self.config, self.tokenizer)
         if window is None:
-            raise ModelLoadError(f"{self.model_id!r}: cannot tell the context window from its config; pass max_context=")
+            raise ModelLoadError(
+                f"{self.model_id!r}: cannot tell the context window from its config; pass max_context="
+            )
         return window
 
     def _eos_ids(self) -> set[int]:
@@ -355,10 +377,16 @@ class TransformersBackend:
         import inspect
 
         model, self._input_device = loader.load_chat_model(
-            self._load_path, config=self.config, device=self._device_req, dtype=self._dtype_req,
-            device_map=self._device_map_req, trust_remote_code=self.trust_remote_code,
-            revision=self._revision_for_load, attn_implementation=self.attn_implementation,
-            gpu_fraction=self.gpu_fraction)
+            self._load_path,
+            config=self.config,
+            device=self._device_req,
+            dtype=self._dtype_req,
+            device_map=self._device_map_req,
+            trust_remote_code=self.trust_remote_code,
+            revision=self._revision_for_load,
+            attn_implementation=self.attn_implementation,
+            gpu_fraction=self.gpu_fraction,
+        )
         self._model = model
         params = inspect.signature(model.forward).parameters
         self._cache_kw = "cache" if "cache" in params else "past_key_values"  # renamed in transformers 5.x
@@ -388,8 +416,12 @@ class TransformersBackend:
         Returns:
             ``{"temperature", "top_p", "top_k", "max_new_tokens"}`` with this backend's values.
         """
-        return {"temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k,
-                "max_new_tokens": self.max_new_tokens}
+        return {
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "top_k": self.top_k,
+            "max_new_tokens": self.max_new_tokens,
+        }
 
     def describe(self) -> dict[str, Any]:
         """Everything that determines the text, for a run manifest.
@@ -401,13 +433,26 @@ class TransformersBackend:
                 GGUF model, ``gguf`` (the file's name and size in bytes).
         """
         device, dtype = self.resolved_device_dtype()
-        gguf = None if self.gguf_source is None else {"file": self.gguf_source.name,
-                                                      "bytes": self.gguf_source.stat().st_size}
-        return {**self.decoding(), "backend": "transformers", "model": self.model_id, "gguf": gguf,
-                "revision": self.revision,
-                "stop": list(self.stop), "end_strings": list(self.end_strings), "system_role": self.system_role, "context_overflow": self.context_overflow,
-                "max_context": self.max_context, "device": str(device), "dtype": str(dtype).replace("torch.", ""),
-                "sampler": SAMPLER_VERSION}
+        gguf = (
+            None
+            if self.gguf_source is None
+            else {"file": self.gguf_source.name, "bytes": self.gguf_source.stat().st_size}
+        )
+        return {
+            **self.decoding(),
+            "backend": "transformers",
+            "model": self.model_id,
+            "gguf": gguf,
+            "revision": self.revision,
+            "stop": list(self.stop),
+            "end_strings": list(self.end_strings),
+            "system_role": self.system_role,
+            "context_overflow": self.context_overflow,
+            "max_context": self.max_context,
+            "device": str(device),
+            "dtype": str(dtype).replace("torch.", ""),
+            "sampler": SAMPLER_VERSION,
+        }
 
     def render_prompt(self, messages: Sequence[Mapping[str, str]]) -> str:
         """The exact text the model reads for ``messages`` (chat template + generation prompt).
@@ -428,7 +473,9 @@ class TransformersBackend:
         try:
             return self._apply_template(msgs)
         except Exception as e:  # noqa: BLE001 - jinja2.TemplateError and template-raised errors
-            raise ChatTemplateError(f"the chat template of {self.model_id!r} rejects the conversation: {e}") from None
+            raise ChatTemplateError(
+                f"the chat template of {self.model_id!r} rejects the conversation: {e}"
+            ) from None
 
     def _encode(self, text: str) -> list[int]:
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
@@ -508,10 +555,22 @@ class TransformersBackend:
         for i, r in enumerate(requests):
             ids, dropped = self.prepare(r)
             if dropped:
-                logger.warning("dialogue %s turn %d: dropped the %d oldest messages to fit %d tokens",
-                               r.dialogue_key, r.turn_index, dropped, self.max_context)
-            prepared.append(_Prepared(i, ids, turn_sampling_seed(r.seed, r.turn_index, r.role, request_salt(r)), dropped,
-                                      key=(str(r.dialogue_key), str(r.role))))
+                logger.warning(
+                    "dialogue %s turn %d: dropped the %d oldest messages to fit %d tokens",
+                    r.dialogue_key,
+                    r.turn_index,
+                    dropped,
+                    self.max_context,
+                )
+            prepared.append(
+                _Prepared(
+                    i,
+                    ids,
+                    turn_sampling_seed(r.seed, r.turn_index, r.role, request_salt(r)),
+                    dropped,
+                    key=(str(r.dialogue_key), str(r.role)),
+                )
+            )
         self.load()
         self.prefix_cache.new_call()
         for p in prepared:
@@ -573,7 +632,9 @@ class TransformersBackend:
         half = max(1, len(chunk) // 2)
         self.stats["oom_retries"] += 1
         if half < self.batch_size:
-            logger.warning("out of memory with %d rows: batch_size %d -> %d", len(chunk), self.batch_size, half)
+            logger.warning(
+                "out of memory with %d rows: batch_size %d -> %d", len(chunk), self.batch_size, half
+            )
             self.batch_size = half
         out: dict[int, tuple[list[int], str]] = {}
         for i in range(0, len(chunk), half):
@@ -630,8 +691,17 @@ class TransformersBackend:
         valid = mask[row].bool()
         if int(valid.sum()) != len(fed) or layers is None:
             return
-        self.prefix_cache.store(p.key, fed, [(k[row : row + 1][:, :, valid.to(k.device)].clone(),
-                                             v[row : row + 1][:, :, valid.to(v.device)].clone()) for k, v in layers])
+        self.prefix_cache.store(
+            p.key,
+            fed,
+            [
+                (
+                    k[row : row + 1][:, :, valid.to(k.device)].clone(),
+                    v[row : row + 1][:, :, valid.to(v.device)].clone(),
+                )
+                for k, v in layers
+            ],
+        )
 
     def _run_chunk(self, chunk: list[_Prepared]) -> dict[int, tuple[list[int], str]]:
         """One lockstep decoding loop over ``chunk``; returns ``{index: (new token ids, finish reason)}``."""
@@ -654,21 +724,32 @@ class TransformersBackend:
         with torch.inference_mode():
             kw = {self._cache_kw: past} if past is not None else {}
             t_prefill = time.perf_counter()
-            out = model(input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True,
-                        **self._prefill_kw, **kw)
+            out = model(
+                input_ids=input_ids,
+                attention_mask=mask,
+                position_ids=positions,
+                use_cache=True,
+                **self._prefill_kw,
+                **kw,
+            )
             self.stats["prefill_seconds"] += time.perf_counter() - t_prefill
             self.stats["forward_passes"] += 1
             cache = _output_cache(out)
             if keep_prefix and _cache_layers(cache) is None:
-                logger.info("%s: its cache has sliding-window or recurrent layers; no prefix caching", self.model_id)
+                logger.info(
+                    "%s: its cache has sliding-window or recurrent layers; no prefix caching", self.model_id
+                )
                 self.prefix_cache.max_bytes = 0
                 keep_prefix = False
             last_pos = positions[:, -1]
             while True:
                 uniforms = torch.tensor(
-                    [torch.rand((), generator=gens[j], dtype=torch.float64).item() for j in active], dtype=torch.float64
+                    [torch.rand((), generator=gens[j], dtype=torch.float64).item() for j in active],
+                    dtype=torch.float64,
                 )
-                tokens = sample_tokens(out.logits[:, -1, :], uniforms, self.temperature, self.top_k, self.top_p)
+                tokens = sample_tokens(
+                    out.logits[:, -1, :], uniforms, self.temperature, self.top_k, self.top_p
+                )
                 keep = []
                 for r, (j, t) in enumerate(zip(active, tokens.tolist())):
                     fed = len(new[j])  # tokens of the reply already fed to the model (in the cache)
@@ -696,8 +777,13 @@ class TransformersBackend:
                     active = [active[r] for r in keep]
                 mask = torch.cat([mask, mask.new_ones((len(active), 1))], dim=1)
                 last_pos = last_pos + 1
-                out = model(input_ids=tokens.to(dev).reshape(-1, 1), attention_mask=mask,
-                            position_ids=last_pos.reshape(-1, 1), use_cache=True, **{self._cache_kw: cache})
+                out = model(
+                    input_ids=tokens.to(dev).reshape(-1, 1),
+                    attention_mask=mask,
+                    position_ids=last_pos.reshape(-1, 1),
+                    use_cache=True,
+                    **{self._cache_kw: cache},
+                )
                 self.stats["forward_passes"] += 1
         return {p.index: (new[row], finish[row] or "length") for row, p in enumerate(chunk)}
 

@@ -136,8 +136,15 @@ class OpenAIBackend:
             errs.append(f"system_role must be 'native' or 'merge', got {system_role!r}")
         if errs:
             raise ValueError("OpenAIBackend: " + "; ".join(errs))
-        self.client = OpenAICompatClient(base_url, model, api_key=api_key, timeout=timeout, max_retries=max_retries,
-                                         concurrency=concurrency, backoff=backoff)
+        self.client = OpenAICompatClient(
+            base_url,
+            model,
+            api_key=api_key,
+            timeout=timeout,
+            max_retries=max_retries,
+            concurrency=concurrency,
+            backoff=backoff,
+        )
         self.model = model
         self.name = name or model
         self.temperature = float(temperature)
@@ -162,8 +169,12 @@ class OpenAIBackend:
         Returns:
             ``{"temperature", "top_p", "top_k", "max_new_tokens"}`` with this backend's values.
         """
-        return {"temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k,
-                "max_new_tokens": self.max_new_tokens}
+        return {
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "top_k": self.top_k,
+            "max_new_tokens": self.max_new_tokens,
+        }
 
     def describe(self) -> dict[str, Any]:
         """Everything that determines the text, for a run manifest.
@@ -173,10 +184,17 @@ class OpenAIBackend:
                 ``extra_body``, how the request ``seed`` is made, and ``kb_tools: True`` when tools are
                 bound.
         """
-        return {**self.decoding(), "backend": "openai", "model": self.model, "base_url": self.client.base_url,
-                "stop": list(self.stop), "system_role": self.system_role, "extra_body": self.extra_body,
-                "seed": "request_seed(seed, turn_index, role)",
-                **({"kb_tools": True} if self.kb_executor is not None else {})}
+        return {
+            **self.decoding(),
+            "backend": "openai",
+            "model": self.model,
+            "base_url": self.client.base_url,
+            "stop": list(self.stop),
+            "system_role": self.system_role,
+            "extra_body": self.extra_body,
+            "seed": "request_seed(seed, turn_index, role)",
+            **({"kb_tools": True} if self.kb_executor is not None else {}),
+        }
 
     def bind_tools(self, executor: Any) -> None:
         """Offer the system agent its task's KB tools, run by ``executor`` (a
@@ -196,7 +214,11 @@ class OpenAIBackend:
             ``temperature``, ``top_p``, ``max_tokens``, ``top_k`` when > 0, ``stop`` when given, then
                 :attr:`extra_body` (which overrides any of them).
         """
-        s: dict[str, Any] = {"temperature": self.temperature, "top_p": self.top_p, "max_tokens": self.max_new_tokens}
+        s: dict[str, Any] = {
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "max_tokens": self.max_new_tokens,
+        }
         if self.top_k > 0:
             s["top_k"] = self.top_k
         if self.stop:
@@ -237,8 +259,11 @@ class OpenAIBackend:
                 named).
         """
         requests = list(requests)
-        bad = [f"request {i}: expected a TurnRequest, got {type(r).__name__}"
-               for i, r in enumerate(requests) if not isinstance(r, TurnRequest)]
+        bad = [
+            f"request {i}: expected a TurnRequest, got {type(r).__name__}"
+            for i, r in enumerate(requests)
+            if not isinstance(r, TurnRequest)
+        ]
         if bad:
             raise ValueError("OpenAIBackend.generate: " + "; ".join(bad))
         if not requests:
@@ -252,7 +277,9 @@ class OpenAIBackend:
         except EndpointError as e:
             if e.index is not None:
                 r = requests[e.index]
-                e = EndpointError(f"{e} [dialogue {r.dialogue_key!r}, turn {r.turn_index}]", e.status, e.index)
+                e = EndpointError(
+                    f"{e} [dialogue {r.dialogue_key!r}, turn {r.turn_index}]", e.status, e.index
+                )
             raise BackendEndpointError(e) from None
         except ValueError as e:
             keys = ", ".join(f"{i}={r.dialogue_key}" for i, r in enumerate(requests[:10]))
@@ -273,8 +300,12 @@ class OpenAIBackend:
             self.stats["new_tokens"] += int(rep.usage.get("completion_tokens") or 0)
             if rep.finish_reason == "length":
                 self.stats["length_cut"] += 1
-                logger.debug("dialogue %s turn %d: reply cut at max_tokens=%d", r.dialogue_key, r.turn_index,
-                             self.max_new_tokens)
+                logger.debug(
+                    "dialogue %s turn %d: reply cut at max_tokens=%d",
+                    r.dialogue_key,
+                    r.turn_index,
+                    self.max_new_tokens,
+                )
 
     # -- KB tools ------------------------------------------------------------------------------------
     def _tool_turn(self, index: int, r: TurnRequest, cancel: threading.Event) -> str:
@@ -298,15 +329,23 @@ class OpenAIBackend:
             msgs = _with_traffic(engine_msgs, traffic) + new
             if self.system_role == "merge":
                 msgs = merge_system_messages(msgs)
-            rep = self.client.chat_one(msgs, seed, index, cancel, **sampling, **({"tools": tools} if tools else {}))
+            rep = self.client.chat_one(
+                msgs, seed, index, cancel, **sampling, **({"tools": tools} if tools else {})
+            )
             self._count(r, rep)  # every request of the loop (r.extra ends with the last one's)
             out: dict[str, Any] = {"role": "assistant", "content": rep.text}
             if rep.tool_calls:
                 out["tool_calls"] = [dict(c) for c in rep.tool_calls]
             return out
 
-        msg, results = run_tool_loop(complete, own, self.kb_executor, task, happy=bool(getattr(d.scenario, "happy", True)),
-                                     seed=int(r.seed))
+        msg, results = run_tool_loop(
+            complete,
+            own,
+            self.kb_executor,
+            task,
+            happy=bool(getattr(d.scenario, "happy", True)),
+            seed=int(r.seed),
+        )
         traffic[ordinal] = own
         with self._stats_lock:
             self.stats["tool_calls"] += len(results)
@@ -318,15 +357,20 @@ class OpenAIBackend:
     def _generate_with_tools(self, requests: list[TurnRequest]) -> list[str]:
         from concurrent.futures import ThreadPoolExecutor
 
-        problems = [p for i, r in enumerate(requests)
-                    for p in validate_messages(self.messages_for(r), f"conversation {i}")]
+        problems = [
+            p
+            for i, r in enumerate(requests)
+            for p in validate_messages(self.messages_for(r), f"conversation {i}")
+        ]
         if problems:
             keys = ", ".join(f"{i}={r.dialogue_key}" for i, r in enumerate(requests[:10]))
             raise ValueError("invalid chat batch: " + "; ".join(problems) + f" (requests: {keys})")
         cancel = threading.Event()
         try:
-            with ThreadPoolExecutor(max_workers=max(1, min(self.client.concurrency, len(requests))),
-                                    thread_name_prefix="chat-tools") as pool:
+            with ThreadPoolExecutor(
+                max_workers=max(1, min(self.client.concurrency, len(requests))),
+                thread_name_prefix="chat-tools",
+            ) as pool:
                 futures = [pool.submit(self._tool_turn, i, r, cancel) for i, r in enumerate(requests)]
                 try:
                     return [f.result() for f in futures]
@@ -338,7 +382,9 @@ class OpenAIBackend:
         except EndpointError as e:
             if e.index is not None:
                 r = requests[e.index]
-                e = EndpointError(f"{e} [dialogue {r.dialogue_key!r}, turn {r.turn_index}]", e.status, e.index)
+                e = EndpointError(
+                    f"{e} [dialogue {r.dialogue_key!r}, turn {r.turn_index}]", e.status, e.index
+                )
             raise BackendEndpointError(e) from None
 
     def __repr__(self) -> str:
@@ -371,7 +417,9 @@ def _tool_traffic(d: Any) -> dict[int, list[dict[str, Any]]]:
     return traffic
 
 
-def _with_traffic(messages: list[dict[str, Any]], traffic: Mapping[int, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+def _with_traffic(
+    messages: list[dict[str, Any]], traffic: Mapping[int, list[dict[str, Any]]]
+) -> list[dict[str, Any]]:
     """``messages`` (the engine's context) with each earlier system turn's tool traffic put back
     just before that turn (the ``j``-th ``assistant`` message)."""
     if not traffic:

@@ -15,8 +15,21 @@ from ..variants import VARIANT_DRAWS
 
 #: Backend options that do not change the generated text (left out of the run's identity). The
 #: dtype is NOT among them: bf16 and float32 sample different tokens, so mixing them is refused.
-NON_IDENTITY_OPTIONS = frozenset({"device", "device_map", "batch_size", "concurrency", "timeout", "max_retries",
-                                  "api_key", "base_url", "cache_dir", "show_progress", "gguf_cache"})
+NON_IDENTITY_OPTIONS = frozenset(
+    {
+        "device",
+        "device_map",
+        "batch_size",
+        "concurrency",
+        "timeout",
+        "max_retries",
+        "api_key",
+        "base_url",
+        "cache_dir",
+        "show_progress",
+        "gguf_cache",
+    }
+)
 
 #: Default share of prefix turns reworded in ``reword`` mode (SPEC section 3, ours). Calibrated on a
 #: template corpus so that the Shared-prefix control's Task 2 tau lands near the paper's 0.682 (LLM
@@ -152,20 +165,28 @@ class GenerationConfig:
         if self.reword_rate is not None:
             r = self.reword_rate
             if self.prefix_mode != "reword":
-                errs.append(f"reword_rate={r!r} applies to prefix mode 'reword' only (prefix mode is "
-                            f"{self.prefix_mode!r}); drop it or use prefix_mode='reword'")
+                errs.append(
+                    f"reword_rate={r!r} applies to prefix mode 'reword' only (prefix mode is "
+                    f"{self.prefix_mode!r}); drop it or use prefix_mode='reword'"
+                )
             elif isinstance(r, bool) or not isinstance(r, int | float) or not 0.0 <= r <= 1.0:
                 errs.append(f"reword_rate must be a number in [0, 1], got {r!r}")
         if self.variant_draw not in VARIANT_DRAWS:
-            errs.append(f"variant_draw {self.variant_draw!r} is unknown: use one of {', '.join(VARIANT_DRAWS)}")
+            errs.append(
+                f"variant_draw {self.variant_draw!r} is unknown: use one of {', '.join(VARIANT_DRAWS)}"
+            )
         if not is_int(self.min_system_turns) or self.min_system_turns < MIN_SYSTEM_TURNS:
-            errs.append(f"min_system_turns must be an integer >= {MIN_SYSTEM_TURNS} (four distinct fork turns need "
-                        f"T >= {MIN_SYSTEM_TURNS}), got {self.min_system_turns!r}")
+            errs.append(
+                f"min_system_turns must be an integer >= {MIN_SYSTEM_TURNS} (four distinct fork turns need "
+                f"T >= {MIN_SYSTEM_TURNS}), got {self.min_system_turns!r}"
+            )
         if self.compound is not None:
             try:
                 if isinstance(self.compound, str):
-                    raise ValueError(f"compound must be a plan such as (('SSPC', 1), ('GR', 3)) (parse_compound_plan("
-                                     f"{self.compound!r})), not a string")
+                    raise ValueError(
+                        f"compound must be a plan such as (('SSPC', 1), ('GR', 3)) (parse_compound_plan("
+                        f"{self.compound!r})), not a string"
+                    )
                 parse_compound_plan(plan_text(self.compound))
             except (ValueError, TypeError) as e:
                 errs.append(str(e))
@@ -175,15 +196,20 @@ class GenerationConfig:
             errs.append(f"workers must be an integer >= 1, got {self.workers!r}")
         if not is_int(self.batch_size) or self.batch_size < 1:
             errs.append(f"batch_size must be an integer >= 1, got {self.batch_size!r}")
-        if self.check_conformance is not None and not (isinstance(self.check_conformance, str)
-                                                       and self.check_conformance.strip()):
-            errs.append(f"check_conformance must be a check's name (e.g. 'workflow-nodes') or None, got "
-                        f"{self.check_conformance!r}")
+        if self.check_conformance is not None and not (
+            isinstance(self.check_conformance, str) and self.check_conformance.strip()
+        ):
+            errs.append(
+                f"check_conformance must be a check's name (e.g. 'workflow-nodes') or None, got "
+                f"{self.check_conformance!r}"
+            )
         if not isinstance(self.kb_tools, bool):
             errs.append(f"kb_tools must be true or false, got {self.kb_tools!r}")
         if isinstance(self.tasks, str):
-            errs.append(f"tasks must be a sequence of task names, got the string {self.tasks!r} "
-                        f"(write tasks=({self.tasks!r},))")
+            errs.append(
+                f"tasks must be a sequence of task names, got the string {self.tasks!r} "
+                f"(write tasks=({self.tasks!r},))"
+            )
         elif self.tasks is not None and len(self.tasks) == 0:
             errs.append("tasks: an empty task list selects nothing (omit it to generate every task)")
         return errs
@@ -205,7 +231,9 @@ class GenerationConfig:
         return {
             "star": source_record(self.star),
             "backend": self.backend,
-            "backend_options": {k: v for k, v in sorted(self.backend_options.items()) if k not in NON_IDENTITY_OPTIONS},
+            "backend_options": {
+                k: v for k, v in sorted(self.backend_options.items()) if k not in NON_IDENTITY_OPTIONS
+            },
             "tasks": sorted(self.tasks) if self.tasks else None,
             "per_task": self.per_task,
             "happy_only": self.happy_only,
@@ -241,7 +269,6 @@ def is_int(v: Any) -> bool:
         ``True`` when ``v`` is an ``int`` (or subclass) other than ``True``/``False``.
     """
     return isinstance(v, int) and not isinstance(v, bool)
-
 
 
 def replace_config(config: GenerationConfig, **changes: Any) -> GenerationConfig:

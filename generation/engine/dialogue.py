@@ -159,8 +159,10 @@ def init_messages(d: Dialogue) -> None:
         "user_agent", user_task=sc.user_task, user_guide=prompts.user_guide_block(sc.user_guide)
     )
     d.system_messages = [{"role": "system", "content": sys_prompt}]
-    d.user_messages = [{"role": "system", "content": user_prompt},
-                       {"role": "user", "content": prompts.render("user_opening")}]
+    d.user_messages = [
+        {"role": "system", "content": user_prompt},
+        {"role": "user", "content": prompts.render("user_opening")},
+    ]
 
 
 def injection_message(fork: ForkSpec) -> dict[str, str]:
@@ -175,13 +177,22 @@ def injection_message(fork: ForkSpec) -> dict[str, str]:
     Raises:
         PromptError: the ``injection`` prompt template is missing or has an unknown placeholder.
     """
-    return {"role": "system", "content": prompts.render(
-        "injection", type_name=display_name(fork.htype), type_code=fork.htype, instruction=fork.instruction)}
+    return {
+        "role": "system",
+        "content": prompts.render(
+            "injection",
+            type_name=display_name(fork.htype),
+            type_code=fork.htype,
+            instruction=fork.instruction,
+        ),
+    }
 
 
 def _add_to_contexts(d: Dialogue, speaker: str, text: str) -> None:
     """A turn said by ``speaker``: its own past turn (``assistant``), what the other agent heard (``user``)."""
-    own, other = (d.system_messages, d.user_messages) if speaker == "system" else (d.user_messages, d.system_messages)
+    own, other = (
+        (d.system_messages, d.user_messages) if speaker == "system" else (d.user_messages, d.system_messages)
+    )
     own.append({"role": "assistant", "content": text})
     other.append({"role": "user", "content": text})
 
@@ -209,8 +220,12 @@ def _append_turn(d: Dialogue, speaker: str, text: str, uses_messages: bool) -> N
         _add_to_contexts(d, speaker, text)
 
 
-def run_dialogues(dialogues: list[Dialogue], backend: Backend, uses_messages: bool | None = None,
-                  on_step: Callable[[int], None] | None = None) -> None:
+def run_dialogues(
+    dialogues: list[Dialogue],
+    backend: Backend,
+    uses_messages: bool | None = None,
+    on_step: Callable[[int], None] | None = None,
+) -> None:
     """Advance ``dialogues`` in lockstep until each ends (closing token or hard cut).
 
     Each step sends one :class:`~generation.backends.base.TurnRequest` per active dialogue in one
@@ -259,18 +274,26 @@ def run_dialogues(dialogues: list[Dialogue], backend: Backend, uses_messages: bo
                     d.substitute = d.substitutes[d.fork.substitute_task]
                 if uses_messages:
                     d.system_messages.append(injection_message(d.fork))
-            msgs = (list(d.system_messages) if role == "system" else list(d.user_messages)) if uses_messages else []
+            msgs = (
+                (list(d.system_messages) if role == "system" else list(d.user_messages))
+                if uses_messages
+                else []
+            )
             reqs.append(TurnRequest(d.key, role, msgs, d.seed, n, d))
         texts = backend.generate(reqs)
         if len(texts) != len(reqs):
-            raise RuntimeError(f"backend {backend.name!r} returned {len(texts)} utterances for {len(reqs)} requests")
+            raise RuntimeError(
+                f"backend {backend.name!r} returned {len(texts)} utterances for {len(reqs)} requests"
+            )
         if on_step is not None:
             on_step(len(reqs))
         still: list[Dialogue] = []
         for d, req, text in zip(active, reqs, texts):
             if text.__class__ is not str:
-                raise RuntimeError(f"backend {backend.name!r} returned a {type(text).__name__} for {d.key} "
-                                   f"turn {req.turn_index}")
+                raise RuntimeError(
+                    f"backend {backend.name!r} returned a {type(text).__name__} for {d.key} "
+                    f"turn {req.turn_index}"
+                )
             closing = end in text
             if closing:
                 text = text.replace(end, "")
@@ -296,8 +319,9 @@ def run_dialogues(dialogues: list[Dialogue], backend: Backend, uses_messages: bo
 
 def _fallback_to_reuse(d: Dialogue, uses_messages: bool) -> None:
     """A replayed fork ended before its fork turn (an LLM drifted): copy D+'s prefix instead."""
-    logger.warning("%s: replayed prefix ended before system turn %d; falling back to D+'s prefix",
-                   d.key, d.fork.turn)
+    logger.warning(
+        "%s: replayed prefix ended before system turn %d; falling back to D+'s prefix", d.key, d.fork.turn
+    )
     ref = d.reference
     cut = system_turn_to_position(ref.turns, d.fork.turn)
     d.turns = [dict(t) for t in ref.turns[:cut]]
@@ -311,5 +335,13 @@ def _fallback_to_reuse(d: Dialogue, uses_messages: bool) -> None:
 #: The number of turns before system turn t (1-based): :func:`dialfork_dataset.forks.system_turn_to_position`.
 prefix_positions = system_turn_to_position
 
-__all__ = ["Dialogue", "ForkSpec", "init_messages", "injection_message", "prefix_positions", "run_dialogues",
-           "service_name", "start_messages"]
+__all__ = [
+    "Dialogue",
+    "ForkSpec",
+    "init_messages",
+    "injection_message",
+    "prefix_positions",
+    "run_dialogues",
+    "service_name",
+    "start_messages",
+]

@@ -97,22 +97,29 @@ def _finished_units(out: Path, run: dict[str, Any]) -> dict[str, tuple[Path, dic
     if missing:
         miss = set(missing)
         shards = sorted({j % n for j, (uid, _) in enumerate(run["units"]) if uid in miss})
-        raise GenerationError(f"{out}: {len(missing)} scenario(s) not generated yet (e.g. {missing[:3]}) in shard(s) "
-                              f"{shards}; rerun the generation (it resumes) before merging")
+        raise GenerationError(
+            f"{out}: {len(missing)} scenario(s) not generated yet (e.g. {missing[:3]}) in shard(s) "
+            f"{shards}; rerun the generation (it resumes) before merging"
+        )
     return done
 
 
 def _corrupt_error(out: Path, corrupt: list[str]) -> GenerationError:
     bad = sorted({e.split(":", 1)[0] for e in corrupt})
     shown = corrupt[:MAX_CORRUPT_SHOWN] + (
-        [f"... and {len(corrupt) - MAX_CORRUPT_SHOWN} more"] if len(corrupt) > MAX_CORRUPT_SHOWN else [])
+        [f"... and {len(corrupt) - MAX_CORRUPT_SHOWN} more"] if len(corrupt) > MAX_CORRUPT_SHOWN else []
+    )
     return GenerationError(
         f"{out}: {len(corrupt)} corrupt record line(s) in {len(bad)} shard(s); nothing was merged. "
         f"Regenerate the corrupt shard(s): remove {', '.join(bad)} and rerun the same generation "
-        "command (it regenerates only the removed shards).\n" + "\n".join(shown), corrupt)
+        "command (it regenerates only the removed shards).\n" + "\n".join(shown),
+        corrupt,
+    )
 
 
-def merge_shards(out_dir: str | os.PathLike, keep_shards: bool = False, wall_seconds: float | None = None) -> Manifest:
+def merge_shards(
+    out_dir: str | os.PathLike, keep_shards: bool = False, wall_seconds: float | None = None
+) -> Manifest:
     """Merge finished shards into ``<task>.jsonl`` files (canonical order) and write ``manifest.json``.
 
     Raises :class:`GenerationError` naming the shards that still miss units.
@@ -160,8 +167,15 @@ def merge_shards(out_dir: str | os.PathLike, keep_shards: bool = False, wall_sec
     with contextlib.ExitStack() as staged, contextlib.ExitStack() as handles:
         shard_files: dict[Path, Any] = {}
         for task in sorted(by_task):
-            c = {"scenarios": 0, "kept": 0, "dropped": {}, "conformant": 0, "forks": 0, "records": 0,
-                 "system_turns": {"min": None, "max": None, "mean": None}}
+            c = {
+                "scenarios": 0,
+                "kept": 0,
+                "dropped": {},
+                "conformant": 0,
+                "forks": 0,
+                "records": 0,
+                "system_turns": {"min": None, "max": None, "mean": None},
+            }
             ts = []
             fname = f"{task}.jsonl"
             h = hashlib.sha256()
@@ -190,8 +204,9 @@ def merge_shards(out_dir: str | os.PathLike, keep_shards: bool = False, wall_sec
                     c["records"] += m["records"]
                     ts.append(m["T"])
                     if m.get("conformant") is not None:  # checked (generation.conformance)
-                        cc = c.setdefault("conformance", {"checked": 0, "flagged": 0, "flagged_forks": 0,
-                                                          "flagged_ids": []})
+                        cc = c.setdefault(
+                            "conformance", {"checked": 0, "flagged": 0, "flagged_forks": 0, "flagged_ids": []}
+                        )
                         cc["checked"] += 1
                         if not m["conformant"]:
                             cc["flagged"] += 1
@@ -224,22 +239,37 @@ def merge_shards(out_dir: str | os.PathLike, keep_shards: bool = False, wall_sec
         "variants_version": run["variants_version"],
         "num_shards": n,
         "files": files,
-        "counts": {"total": totals, "per_task": per_task,
-                   "prefix_divergence": {"total_turns": pdiv_sum,
-                                         "mean_per_fork": round(pdiv_sum / n_forks, 4) if n_forks else 0.0},
-                   "forks_same_at_fork_turn": same, "replay_fallbacks": fallbacks},
-        "timings": {"started": run.get("started"),
-                    "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                    "generation_seconds": round(gen_seconds, 3),
-                    "merge_seconds": round(time.perf_counter() - t0, 3),
-                    "wall_seconds": round(wall_seconds, 3) if wall_seconds is not None else None},
+        "counts": {
+            "total": totals,
+            "per_task": per_task,
+            "prefix_divergence": {
+                "total_turns": pdiv_sum,
+                "mean_per_fork": round(pdiv_sum / n_forks, 4) if n_forks else 0.0,
+            },
+            "forks_same_at_fork_turn": same,
+            "replay_fallbacks": fallbacks,
+        },
+        "timings": {
+            "started": run.get("started"),
+            "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "generation_seconds": round(gen_seconds, 3),
+            "merge_seconds": round(time.perf_counter() - t0, 3),
+            "wall_seconds": round(wall_seconds, 3) if wall_seconds is not None else None,
+        },
     }
     mpath = out / "manifest.json"
     write_json_atomic(mpath, data)
     if not keep_shards:
         shutil.rmtree(out / SHARDS_DIR, ignore_errors=True)
-    logger.info("%s: %d records (%d kept of %d scenarios, %d dropped) in %d file(s)", out, totals["records"],
-                totals["kept"], totals["scenarios"], totals["dropped"], len(files))
+    logger.info(
+        "%s: %d records (%d kept of %d scenarios, %d dropped) in %d file(s)",
+        out,
+        totals["records"],
+        totals["kept"],
+        totals["scenarios"],
+        totals["dropped"],
+        len(files),
+    )
     return Manifest(data, mpath)
 
 

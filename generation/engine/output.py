@@ -37,8 +37,11 @@ def _same_source(a: Any, b: Any) -> bool:
 
 
 def _diff_settings(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
-    return [f"{k}: existing {a.get(k)!r} vs requested {b.get(k)!r}" for k in sorted(set(a) | set(b))
-            if not (_same_source(a.get(k), b.get(k)) if k == "star" else a.get(k) == b.get(k))]
+    return [
+        f"{k}: existing {a.get(k)!r} vs requested {b.get(k)!r}"
+        for k in sorted(set(a) | set(b))
+        if not (_same_source(a.get(k), b.get(k)) if k == "star" else a.get(k) == b.get(k))
+    ]
 
 
 def _writable(folder: Path) -> bool:
@@ -79,7 +82,9 @@ def check_output_dir(out: Path, identity: Mapping[str, Any]) -> str:
         raise GenerationError(f"output folder {out} exists and is not a folder")
     probe = out if out.exists() else next((p for p in out.parents if p.exists()), None)
     if probe is None or not probe.is_dir():
-        raise GenerationError(f"output folder {out} cannot be created: {probe} is not a folder; choose another --out")
+        raise GenerationError(
+            f"output folder {out} cannot be created: {probe} is not a folder; choose another --out"
+        )
     if not _writable(probe):
         raise GenerationError(f"output folder {out} is not writable (checked {probe}); choose another --out")
     if not out.exists():
@@ -96,21 +101,26 @@ def check_output_dir(out: Path, identity: Mapping[str, Any]) -> str:
             if diffs:
                 raise GenerationError(
                     f"output folder {out} holds records of a different configuration (refusing to mix them); "
-                    f"differing setting(s): " + "; ".join(diffs) + ". Use another --out or the same settings.",
-                    diffs)
+                    f"differing setting(s): "
+                    + "; ".join(diffs)
+                    + ". Use another --out or the same settings.",
+                    diffs,
+                )
             if p is mpath and not rpath.is_file():
                 return "complete"
             return "resume"
     stray = sorted(p.name for p in out.glob("*.jsonl*"))
     if stray:
-        raise GenerationError(f"output folder {out} holds record files {stray[:5]} not written by a run of this "
-                              f"generator (no manifest.json); use an empty --out")
+        raise GenerationError(
+            f"output folder {out} holds record files {stray[:5]} not written by a run of this "
+            f"generator (no manifest.json); use an empty --out"
+        )
     return "new"
 
 
-
-def write_run_file(out: Path, config: GenerationConfig, units: Sequence[Unit], num_shards: int,
-                   ctx: RunContext) -> None:
+def write_run_file(
+    out: Path, config: GenerationConfig, units: Sequence[Unit], num_shards: int, ctx: RunContext
+) -> None:
     """Write the run file of a new run; check an unfinished run's against this one (same plan, code, generator).
 
     Args:
@@ -125,10 +135,17 @@ def write_run_file(out: Path, config: GenerationConfig, units: Sequence[Unit], n
             code version, the generator, the decoding or the variants version.
     """
     rpath = out / SHARDS_DIR / RUN_FILE
-    data = {"config": config.identity(), "num_shards": num_shards, "generator": ctx.generator,
-            "decoding": ctx.decoding, "code_version": ctx.code_version, "variants_version": ctx.pool.version,
-            "variants_path": ctx.pool.path,
-            "units": [[u.unit_id, u.task] for u in units], "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    data = {
+        "config": config.identity(),
+        "num_shards": num_shards,
+        "generator": ctx.generator,
+        "decoding": ctx.decoding,
+        "code_version": ctx.code_version,
+        "variants_version": ctx.pool.version,
+        "variants_path": ctx.pool.path,
+        "units": [[u.unit_id, u.task] for u in units],
+        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
     if rpath.is_file():
         old = json.loads(rpath.read_text(encoding="utf-8"))
         for k in ("num_shards", "units", "code_version", "generator", "decoding", "variants_version"):
@@ -137,7 +154,9 @@ def write_run_file(out: Path, config: GenerationConfig, units: Sequence[Unit], n
                 raise GenerationError(
                     f"{out}: an unfinished run with a different {what} is in {rpath} (existing "
                     f"{_short(old.get(k))} vs requested {_short(data[k])}); finish it with the same settings or "
-                    f"use another --out", [k])
+                    f"use another --out",
+                    [k],
+                )
         return
     write_json_atomic(rpath, data, indent=None)
 
@@ -145,7 +164,6 @@ def write_run_file(out: Path, config: GenerationConfig, units: Sequence[Unit], n
 def _short(v: Any) -> str:
     s = repr(v)
     return s if len(s) < 80 else s[:77] + "..."
-
 
 
 __all__ = ["check_output_dir", "write_run_file"]

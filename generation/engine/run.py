@@ -29,7 +29,6 @@ from .units import RunContext, Unit, UnitResult, generate_units, make_context, p
 logger = logging.getLogger("generation")
 
 
-
 #: The context and backend of a worker process (set before the pool forks).
 _WORKER: dict[str, Any] = {}
 
@@ -62,8 +61,12 @@ def load_corpus(star: str):
         raise GenerationError(f"workflow source {star} is unusable: {e}") from e
 
 
-def prepare(config: GenerationConfig, backend: Backend | None = None, scenarios: Iterable[Any] | None = None,
-            corpus: Any = None) -> tuple[Any, list[Unit], Backend, RunContext, str]:
+def prepare(
+    config: GenerationConfig,
+    backend: Backend | None = None,
+    scenarios: Iterable[Any] | None = None,
+    corpus: Any = None,
+) -> tuple[Any, list[Unit], Backend, RunContext, str]:
     """Validate everything (nothing is written): returns (corpus, units, backend, context, state).
 
     Args:
@@ -100,29 +103,37 @@ def prepare(config: GenerationConfig, backend: Backend | None = None, scenarios:
     if config.tasks:
         unknown = [t for t in config.tasks if t not in corpus.tasks]
         if unknown:
-            raise GenerationError(f"unknown task(s) {unknown}; the source's tasks are: {', '.join(sorted(corpus.tasks))}",
-                                  [f"unknown task {t!r}" for t in unknown])
+            raise GenerationError(
+                f"unknown task(s) {unknown}; the source's tasks are: {', '.join(sorted(corpus.tasks))}",
+                [f"unknown task {t!r}" for t in unknown],
+            )
     if config.kb_tools:
         from ..backends import backend_class
 
         cls = type(backend) if backend is not None else backend_class(config.backend)
         if not callable(getattr(cls, "bind_tools", None)):
-            raise GenerationError(f"--kb-tools: the {getattr(backend, 'name', config.backend)} backend cannot call "
-                                  "tools (the template backend's query outcomes come from the source already; the "
-                                  "transformers backend has no tool loop); use --backend openai or drop --kb-tools",
-                                  ["kb_tools needs a backend that calls tools"])
+            raise GenerationError(
+                f"--kb-tools: the {getattr(backend, 'name', config.backend)} backend cannot call "
+                "tools (the template backend's query outcomes come from the source already; the "
+                "transformers backend has no tool loop); use --backend openai or drop --kb-tools",
+                ["kb_tools needs a backend that calls tools"],
+            )
     if backend is None:
         from ..backends import get_backend
 
         backend = get_backend(config.backend, **config.backend_options)
     if config.workers > 1 and getattr(backend, "uses_messages", True):
-        raise GenerationError(f"--workers {config.workers}: worker processes are for the template backend; an LLM "
-                              f"backend ({getattr(backend, 'name', config.backend)}) batches requests itself (raise "
-                              "--batch-size) and scales over devices with accelerate shards (generation.distributed)")
+        raise GenerationError(
+            f"--workers {config.workers}: worker processes are for the template backend; an LLM "
+            f"backend ({getattr(backend, 'name', config.backend)}) batches requests itself (raise "
+            "--batch-size) and scales over devices with accelerate shards (generation.distributed)"
+        )
     if config.prefix_mode == "reword" and not getattr(backend, "rewords", False):
-        raise GenerationError(f"prefix mode 'reword' needs a backend that rewords its prefixes on request (the "
-                              f"template, transformers and openai backends do); {getattr(backend, 'name', config.backend)}"
-                              " does not (no `rewords = True`): use --prefix-mode replay")
+        raise GenerationError(
+            f"prefix mode 'reword' needs a backend that rewords its prefixes on request (the "
+            f"template, transformers and openai backends do); {getattr(backend, 'name', config.backend)}"
+            " does not (no `rewords = True`): use --prefix-mode replay"
+        )
     try:  # the source must have what the backend needs (every task: WIC borrows other tasks' workflows)
         for feature in getattr(backend, "requires", ()):
             require(corpus, feature, needed_by=f"the {getattr(backend, 'name', config.backend)} backend")
@@ -146,9 +157,16 @@ def prepare(config: GenerationConfig, backend: Backend | None = None, scenarios:
     return corpus, units, backend, ctx, state
 
 
-def generate_corpus(config: GenerationConfig, backend: Backend | None = None, scenarios: Iterable[Any] | None = None,
-                    shard_index: int = 0, num_shards: int = 1, progress: bool = True, corpus: Any = None,
-                    on_unit: Callable[[UnitResult], None] | None = None) -> Manifest | None:
+def generate_corpus(
+    config: GenerationConfig,
+    backend: Backend | None = None,
+    scenarios: Iterable[Any] | None = None,
+    shard_index: int = 0,
+    num_shards: int = 1,
+    progress: bool = True,
+    corpus: Any = None,
+    on_unit: Callable[[UnitResult], None] | None = None,
+) -> Manifest | None:
     """Generate (or resume) shard ``shard_index`` of ``num_shards``; with one shard, also merge and
     return the :class:`Manifest`. With several shards it returns ``None``: call :func:`merge_shards`
     once every shard is done (e.g. on the main process after a barrier).
@@ -195,9 +213,16 @@ def generate_corpus(config: GenerationConfig, backend: Backend | None = None, sc
     spath = shard_path(out, shard_index, num_shards)
     done = read_shard(spath, truncate=True)
     mine = [u for u in units[shard_index::num_shards] if u.unit_id not in done]
-    logger.info("%s: %d scenario(s) in the plan, shard %d/%d holds %d; backend %s, %d worker(s)", out,
-                len(units), shard_index, num_shards, len(units[shard_index::num_shards]), ctx.generator,
-                config.workers)
+    logger.info(
+        "%s: %d scenario(s) in the plan, shard %d/%d holds %d; backend %s, %d worker(s)",
+        out,
+        len(units),
+        shard_index,
+        num_shards,
+        len(units[shard_index::num_shards]),
+        ctx.generator,
+        config.workers,
+    )
     if done:
         logger.info("%s: resuming, %d scenario(s) done, %d to go", spath.name, len(done), len(mine))
     check = None
@@ -212,15 +237,26 @@ def generate_corpus(config: GenerationConfig, backend: Backend | None = None, sc
 
     per_source = 1 + (1 if config.compound else forks_per_source())
     bs = config.batch_size
-    batches = [mine[i:i + bs] for i in range(0, len(mine), bs)]
+    batches = [mine[i : i + bs] for i in range(0, len(mine), bs)]
     pooled = config.workers > 1 and len(batches) > 1
-    bar = tqdm(total=len(mine) * per_source, unit="dlg", desc=f"generate[{shard_index}]",
-               disable=not progress, smoothing=0.05)
+    bar = tqdm(
+        total=len(mine) * per_source,
+        unit="dlg",
+        desc=f"generate[{shard_index}]",
+        disable=not progress,
+        smoothing=0.05,
+    )
     # An LLM takes seconds to minutes per lockstep step and a batch's dialogues all finish at its
     # end: a second bar counts the turns written so far (phase D+ or forks) so that work shows
     # before the first dialogue is done. Not for the template (milliseconds) nor worker processes.
-    turns = tqdm(unit="turn", desc=f"turns[{shard_index}]", position=1, leave=False, smoothing=0.05,
-                 disable=not progress or pooled or not getattr(backend, "uses_messages", True))
+    turns = tqdm(
+        unit="turn",
+        desc=f"turns[{shard_index}]",
+        position=1,
+        leave=False,
+        smoothing=0.05,
+        disable=not progress or pooled or not getattr(backend, "uses_messages", True),
+    )
 
     def on_step(phase: str, n: int) -> None:
         turns.set_postfix_str(phase, refresh=False)

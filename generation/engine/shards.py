@@ -77,8 +77,10 @@ def verify_shard_block(path: Path, marker: Mapping[str, Any], block: bytes) -> l
     first = int(marker.get("line", 0))
     lines = block.split(b"\n")
     if lines[-1] != b"" or len(lines) - 1 != marker["records"]:
-        return [f"{path}:{first}: unit {marker['_unit']!r}: {len(lines) - 1} record line(s) where the marker "
-                f"says {marker['records']}"]
+        return [
+            f"{path}:{first}: unit {marker['_unit']!r}: {len(lines) - 1} record line(s) where the marker "
+            f"says {marker['records']}"
+        ]
     hashes = marker.get("line_sha256")
     hashed = isinstance(hashes, list) and len(hashes) == len(lines) - 1
     errs: list[str] = []
@@ -93,8 +95,10 @@ def verify_shard_block(path: Path, marker: Mapping[str, Any], block: bytes) -> l
             continue
         did = dialogue_id_of(obj)
         if hashed:  # and the hash differs
-            errs.append(f"{where}: dialogue_id={did}: the record differs from the one written at generation "
-                        "time (hash mismatch)")
+            errs.append(
+                f"{where}: dialogue_id={did}: the record differs from the one written at generation "
+                "time (hash mismatch)"
+            )
         errs.extend(f"{where}: dialogue_id={did}: {e}" for e in record_errors(obj))
     return errs
 
@@ -138,9 +142,11 @@ def read_shard(path: Path, truncate: bool = False) -> dict[str, dict[str, Any]]:
                 except json.JSONDecodeError:
                     break
                 if m.get("bytes") != offset - block_start:
-                    raise GenerationError(f"{path}: unit {m.get('_unit')!r} marker says {m.get('bytes')} bytes of "
-                                          f"records but {offset - block_start} precede it; the shard is corrupt, "
-                                          f"remove {path} to regenerate it")
+                    raise GenerationError(
+                        f"{path}: unit {m.get('_unit')!r} marker says {m.get('bytes')} bytes of "
+                        f"records but {offset - block_start} precede it; the shard is corrupt, "
+                        f"remove {path} to regenerate it"
+                    )
                 m["offset"] = block_start
                 m["line"] = block_line + 1
                 done[m["_unit"]] = m
@@ -197,5 +203,13 @@ class ShardWriter:
             self._fh.close()
 
 
-__all__ = ["RUN_FILE", "SHARDS_DIR", "UNIT_MARKER", "ShardWriter", "line_hash", "read_shard", "shard_path",
-           "verify_shard_block"]
+__all__ = [
+    "RUN_FILE",
+    "SHARDS_DIR",
+    "UNIT_MARKER",
+    "ShardWriter",
+    "line_hash",
+    "read_shard",
+    "shard_path",
+    "verify_shard_block",
+]

@@ -30,6 +30,8 @@ from .shards import line_hash
 from .version import code_version
 
 logger = logging.getLogger("generation")
+
+
 @dataclass(frozen=True)
 class Unit:
     """A unit of work and of resume: one scenario of one task (its D+ and all its forks).
@@ -100,12 +102,18 @@ def make_context(corpus: Any, config: GenerationConfig, backend: Backend) -> Run
     dec = dict.fromkeys(DECODING_FIELDS)
     dec.update({k: v for k, v in (backend.decoding() or {}).items() if k in DECODING_FIELDS})
     domain_of = {name: t.domain for name, t in corpus.tasks.items()}
-    budgets = {name: (config.budget if config.budget is not None else int(corpus.length_budget(name)))
-               for name in corpus.tasks}
-    return RunContext(corpus, config, pool, str(backend.name), dec, code_version(config.backend), domain_of, budgets)
+    budgets = {
+        name: (config.budget if config.budget is not None else int(corpus.length_budget(name)))
+        for name in corpus.tasks
+    }
+    return RunContext(
+        corpus, config, pool, str(backend.name), dec, code_version(config.backend), domain_of, budgets
+    )
 
 
-def _record(ctx: RunContext, d: Dialogue, source_id: str, prefix_divergence: int | None = None) -> dict[str, Any]:
+def _record(
+    ctx: RunContext, d: Dialogue, source_id: str, prefix_divergence: int | None = None
+) -> dict[str, Any]:
     f = d.first_fork
     steps = [*d.applied, d.fork] if d.applied else None
     return {
@@ -128,7 +136,9 @@ def _record(ctx: RunContext, d: Dialogue, source_id: str, prefix_divergence: int
         "prefix_mode": ctx.config.prefix_mode if f else None,
         "prefix_divergence": prefix_divergence if f else None,
         "code_version": ctx.code_version,
-        "injections": [{"type": x.htype, "variant": x.variant.id, "turn": x.turn} for x in steps] if steps else None,
+        "injections": [{"type": x.htype, "variant": x.variant.id, "turn": x.turn} for x in steps]
+        if steps
+        else None,
         "conformance": None,  # the D+ check's result, set by generation.conformance.apply_check when on
     }
 
@@ -148,8 +158,14 @@ def conformant_dialogue(ctx: RunContext, unit: Unit) -> Dialogue:
     task = ctx.corpus.tasks[unit.task]
     budget = ctx.budgets[unit.task]
     sid = str(unit.scenario.scenario_id)
-    return Dialogue(key=unit.unit_id, task=task, scenario=unit.scenario, seed=dialogue_seed(ctx.config.seed, sid),
-                    budget=budget, cut=budget + ctx.config.cut_after)
+    return Dialogue(
+        key=unit.unit_id,
+        task=task,
+        scenario=unit.scenario,
+        seed=dialogue_seed(ctx.config.seed, sid),
+        budget=budget,
+        cut=budget + ctx.config.cut_after,
+    )
 
 
 def single_forks(ctx: RunContext, src: Dialogue) -> list[Dialogue]:
@@ -178,13 +194,24 @@ def single_forks(ctx: RunContext, src: Dialogue) -> list[Dialogue]:
         for k, t in enumerate(ts, 1):
             dk = k if per_fork else None
             variant = draw_variant(ctx.pool, ctx.config.seed, sid, h, dk)
-            sub = (draw_substitute_task(src.task.name, ctx.domain_of, ctx.config.seed, sid, dk, htype=h)
-                   if get_type(h).substitute else None)
+            sub = (
+                draw_substitute_task(src.task.name, ctx.domain_of, ctx.config.seed, sid, dk, htype=h)
+                if get_type(h).substitute
+                else None
+            )
             instr = variant.render_instruction(sub, service_name(src.task))
-            d = Dialogue(key=f"{src.key}-{h}-k{k}", task=src.task, scenario=src.scenario, seed=src.seed,
-                         budget=src.budget, cut=src.cut, reference=src,
-                         fork=ForkSpec(h, k, t, variant, instr, sub),
-                         substitute=ctx.corpus.tasks[sub] if sub else None, reword_rate=reword)
+            d = Dialogue(
+                key=f"{src.key}-{h}-k{k}",
+                task=src.task,
+                scenario=src.scenario,
+                seed=src.seed,
+                budget=src.budget,
+                cut=src.cut,
+                reference=src,
+                fork=ForkSpec(h, k, t, variant, instr, sub),
+                substitute=ctx.corpus.tasks[sub] if sub else None,
+                reword_rate=reword,
+            )
             if ctx.config.prefix_mode == "reuse":
                 cut = system_turn_to_position(src.turns, t)
                 d.turns = [dict(x) for x in src.turns[:cut]]
@@ -214,15 +241,31 @@ def compound_forks(ctx: RunContext, src: Dialogue) -> list[Dialogue]:
     for h, k in ctx.config.compound:
         dk = k if per_fork else None
         variant = draw_variant(ctx.pool, ctx.config.seed, sid, h, dk)
-        sub = (draw_substitute_task(src.task.name, ctx.domain_of, ctx.config.seed, sid, dk, htype=h)
-               if get_type(h).substitute else None)
-        specs.append(ForkSpec(h, k, ts[k - 1], variant, variant.render_instruction(sub, service_name(src.task)), sub))
+        sub = (
+            draw_substitute_task(src.task.name, ctx.domain_of, ctx.config.seed, sid, dk, htype=h)
+            if get_type(h).substitute
+            else None
+        )
+        specs.append(
+            ForkSpec(h, k, ts[k - 1], variant, variant.render_instruction(sub, service_name(src.task)), sub)
+        )
     first = specs[0]
-    d = Dialogue(key=compound_key(src.key, ctx.config.compound), task=src.task, scenario=src.scenario, seed=src.seed,
-                 budget=src.budget, cut=src.cut, reference=src, fork=first, pending=specs[1:],
-                 substitute=ctx.corpus.tasks[first.substitute_task] if first.substitute_task else None,
-                 reword_rate=ctx.config.effective_reword_rate or 0.0)
-    d.substitutes = {s.substitute_task: ctx.corpus.tasks[s.substitute_task] for s in specs if s.substitute_task}
+    d = Dialogue(
+        key=compound_key(src.key, ctx.config.compound),
+        task=src.task,
+        scenario=src.scenario,
+        seed=src.seed,
+        budget=src.budget,
+        cut=src.cut,
+        reference=src,
+        fork=first,
+        pending=specs[1:],
+        substitute=ctx.corpus.tasks[first.substitute_task] if first.substitute_task else None,
+        reword_rate=ctx.config.effective_reword_rate or 0.0,
+    )
+    d.substitutes = {
+        s.substitute_task: ctx.corpus.tasks[s.substitute_task] for s in specs if s.substitute_task
+    }
     if ctx.config.prefix_mode == "reuse":
         cut = system_turn_to_position(src.turns, first.turn)
         d.turns = [dict(x) for x in src.turns[:cut]]
@@ -278,9 +321,14 @@ def prefix_rewording(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
         diverging += d
         diverged += d > 0
         at_risk += n - d + 1 if d else n
-    return {"prefix_modes": dict(sorted(modes.items())), "forks": forks, "prefix_turns": turns,
-            "diverging_turns": diverging, "share": (diverging / turns) if turns else 0.0,
-            "rate": (diverged / at_risk) if at_risk else 0.0}
+    return {
+        "prefix_modes": dict(sorted(modes.items())),
+        "forks": forks,
+        "prefix_turns": turns,
+        "diverging_turns": diverging,
+        "share": (diverging / turns) if turns else 0.0,
+        "rate": (diverged / at_risk) if at_risk else 0.0,
+    }
 
 
 @dataclass
@@ -328,21 +376,36 @@ class UnitResult:
                 ``conformant`` (only when checked) and ``line_sha256`` (each line's :func:`~generation.engine.shards.line_hash`).
         """
         # line_sha256: a short hash of each record line, checked at merge (a corrupt shard is refused)
-        return dumps({"_unit": self.unit_id, "ordinal": self.ordinal, "task": self.task, "kept": self.kept,
-                      "reason": self.reason, "T": self.num_system_turns, "records": len(self.lines),
-                      "bytes": nbytes, "seconds": round(self.seconds, 4),
-                      "prefix_divergence": self.prefix_divergence, "same_at_fork": self.same_at_fork,
-                      "replay_fallbacks": self.replay_fallbacks,
-                      **({} if self.conformant is None else {"conformant": self.conformant}),
-                      "line_sha256": [line_hash(line.encode("utf-8")) for line in self.lines]})
+        return dumps(
+            {
+                "_unit": self.unit_id,
+                "ordinal": self.ordinal,
+                "task": self.task,
+                "kept": self.kept,
+                "reason": self.reason,
+                "T": self.num_system_turns,
+                "records": len(self.lines),
+                "bytes": nbytes,
+                "seconds": round(self.seconds, 4),
+                "prefix_divergence": self.prefix_divergence,
+                "same_at_fork": self.same_at_fork,
+                "replay_fallbacks": self.replay_fallbacks,
+                **({} if self.conformant is None else {"conformant": self.conformant}),
+                "line_sha256": [line_hash(line.encode("utf-8")) for line in self.lines],
+            }
+        )
 
 
 def _phase(on_step: Callable[[str, int], None] | None, phase: str) -> Callable[[int], None] | None:
     return None if on_step is None else functools.partial(on_step, phase)
 
 
-def generate_units(ctx: RunContext, units: Sequence[Unit], backend: Backend,
-                   on_step: Callable[[str, int], None] | None = None) -> list[UnitResult]:
+def generate_units(
+    ctx: RunContext,
+    units: Sequence[Unit],
+    backend: Backend,
+    on_step: Callable[[str, int], None] | None = None,
+) -> list[UnitResult]:
     """Generate a batch of units: their D+ in lockstep, then all their forks in lockstep.
 
     A D+ with fewer than ``config.min_system_turns`` system turns is dropped (``too_short``); a
@@ -380,9 +443,18 @@ def generate_units(ctx: RunContext, units: Sequence[Unit], backend: Backend,
     results = []
     for u, s in zip(units, sources):
         if s.n_system < min_t:
-            results.append(UnitResult(u.unit_id, u.ordinal, u.task, False,
-                                      f"too_short: T={s.n_system} < {min_t} system turns",
-                                      s.n_system, [], per_unit))
+            results.append(
+                UnitResult(
+                    u.unit_id,
+                    u.ordinal,
+                    u.task,
+                    False,
+                    f"too_short: T={s.n_system} < {min_t} system turns",
+                    s.n_system,
+                    [],
+                    per_unit,
+                )
+            )
             continue
         rec = _record(ctx, s, s.key)
         validate_record(rec)
@@ -390,28 +462,39 @@ def generate_units(ctx: RunContext, units: Sequence[Unit], backend: Backend,
         pdiv = same = fallbacks = 0
         for f in forks_of[s.key]:
             if f.pending:  # a compound fork that ended before its later injections: not what was planned
-                logger.warning("%s: ended after %d system turns, before the injection at turn %d; dropped",
-                               f.key, f.n_system, f.pending[0].turn)
+                logger.warning(
+                    "%s: ended after %d system turns, before the injection at turn %d; dropped",
+                    f.key,
+                    f.n_system,
+                    f.pending[0].turn,
+                )
                 continue
             div, is_same = _divergence(f)
             if ctx.config.prefix_mode == "reuse" and not f.replay_fallback:
                 div = 0
             if is_same:
                 if exact:
-                    raise RuntimeError(f"{f.key}: backend {backend.name!r} claims exact forks but system turn "
-                                       f"{f.first_fork.turn} equals D+'s")
-                logger.warning("%s: system turn t_k=%d is identical to D+'s (the backend ignored the instruction)",
-                               f.key, f.first_fork.turn)
+                    raise RuntimeError(
+                        f"{f.key}: backend {backend.name!r} claims exact forks but system turn "
+                        f"{f.first_fork.turn} equals D+'s"
+                    )
+                logger.warning(
+                    "%s: system turn t_k=%d is identical to D+'s (the backend ignored the instruction)",
+                    f.key,
+                    f.first_fork.turn,
+                )
             pdiv += div
             same += is_same
             fallbacks += f.replay_fallback
             r = _record(ctx, f, s.key, div)
             validate_record(r)
             lines.append(dumps(r))
-        results.append(UnitResult(u.unit_id, u.ordinal, u.task, True, "kept", s.n_system, lines, per_unit,
-                                  pdiv, same, fallbacks))
+        results.append(
+            UnitResult(
+                u.unit_id, u.ordinal, u.task, True, "kept", s.n_system, lines, per_unit, pdiv, same, fallbacks
+            )
+        )
     return results
-
 
 
 def _sid_key(sid: str) -> tuple:
@@ -451,9 +534,14 @@ def plan_units(corpus: Any, config: GenerationConfig, scenarios: Iterable[Any] |
             by_task.setdefault(t, []).append(sc)
     else:
         names = sorted(config.tasks) if config.tasks else sorted(corpus.tasks)
-        by_task = {t: list(corpus.scenarios_for(task=t, single_task=not config.multitask,
-                                                happy=True if config.happy_only else None))
-                   for t in names}
+        by_task = {
+            t: list(
+                corpus.scenarios_for(
+                    task=t, single_task=not config.multitask, happy=True if config.happy_only else None
+                )
+            )
+            for t in names
+        }
     units: list[Unit] = []
     for t in sorted(by_task):
         scs = sorted(by_task[t], key=lambda s: _sid_key(str(s.scenario_id)))
@@ -468,5 +556,15 @@ def plan_units(corpus: Any, config: GenerationConfig, scenarios: Iterable[Any] |
     return units
 
 
-__all__ = ["RunContext", "Unit", "UnitResult", "compound_forks", "conformant_dialogue", "generate_units",
-           "make_context", "plan_units", "prefix_rewording", "single_forks"]
+__all__ = [
+    "RunContext",
+    "Unit",
+    "UnitResult",
+    "compound_forks",
+    "conformant_dialogue",
+    "generate_units",
+    "make_context",
+    "plan_units",
+    "prefix_rewording",
+    "single_forks",
+]

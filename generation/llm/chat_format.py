@@ -79,8 +79,10 @@ def _message_errors(m: Any, where: str) -> list[str]:
     if content is None and (calls or role == "tool"):
         pass  # an assistant turn that only calls tools, or a tool result without text
     elif not isinstance(content, str):
-        errors.append(f"{where}: 'content' must be a string, got {type(content).__name__}"
-                      + (" (null is allowed only with tool_calls or in a tool result)" if content is None else ""))
+        errors.append(
+            f"{where}: 'content' must be a string, got {type(content).__name__}"
+            + (" (null is allowed only with tool_calls or in a tool result)" if content is None else "")
+        )
     if role == "tool" and not isinstance(m.get("tool_call_id"), str):
         errors.append(f"{where}: a tool result needs 'tool_call_id' (the id of the call it answers)")
     return errors
@@ -152,8 +154,9 @@ def parse_chat_completion(body: bytes | str) -> ChatReply:
         )
     usage = obj.get("usage") if isinstance(obj.get("usage"), dict) else {}
     finish = choices[0].get("finish_reason")
-    return ChatReply(text=content, finish_reason=finish if isinstance(finish, str) else None, usage=usage,
-                     tool_calls=calls)
+    return ChatReply(
+        text=content, finish_reason=finish if isinstance(finish, str) else None, usage=usage, tool_calls=calls
+    )
 
 
 def _snippet(text: str, n: int = 200) -> str:
@@ -226,5 +229,13 @@ def root_cause(e: BaseException) -> str:
     return str(e) or type(e).__name__
 
 
-__all__ = ["ROLES", "ChatReply", "EndpointError", "error_message", "parse_chat_completion", "parse_retry_after",
-           "root_cause", "validate_messages"]
+__all__ = [
+    "ROLES",
+    "ChatReply",
+    "EndpointError",
+    "error_message",
+    "parse_chat_completion",
+    "parse_retry_after",
+    "root_cause",
+    "validate_messages",
+]

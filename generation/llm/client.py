@@ -195,8 +195,13 @@ class OpenAICompatClient:
 
         cls = _openai_class()
         http = openai.DefaultHttpxClient(timeout=self.timeout, event_hooks={"request": [self._on_request]})
-        self.openai = cls(base_url=self.base_url, api_key=self.api_key or "no-key", timeout=self.timeout,
-                          max_retries=max_retries, http_client=http)
+        self.openai = cls(
+            base_url=self.base_url,
+            api_key=self.api_key or "no-key",
+            timeout=self.timeout,
+            max_retries=max_retries,
+            http_client=http,
+        )
         self._headers = {} if self.api_key else {"Authorization": openai.omit}
 
     def __repr__(self) -> str:
@@ -219,8 +224,15 @@ class OpenAICompatClient:
         wait = min(self.max_backoff, self.backoff * 2 ** max(0, attempts - 1))
         if retry_after is not None:
             wait = min(self.max_backoff, max(wait, retry_after))
-        logger.warning("%s (%s): attempt %d failed; retry %d of %d in %.2f s", self.base_url, self.model,
-                       attempts, attempts, self.max_retries, wait)
+        logger.warning(
+            "%s (%s): attempt %d failed; retry %d of %d in %.2f s",
+            self.base_url,
+            self.model,
+            attempts,
+            attempts,
+            self.max_retries,
+            wait,
+        )
         return wait
 
     def _on_request(self, request: Any) -> None:
@@ -249,7 +261,9 @@ class OpenAICompatClient:
                         break
                     time.sleep(self.retry_wait(_call.attempts))
                 left = self.max_retries - _call.attempts
-                client = self.openai if left == self.max_retries else self.openai.with_options(max_retries=left)
+                client = (
+                    self.openai if left == self.max_retries else self.openai.with_options(max_retries=left)
+                )
                 try:
                     return fn(client), _call.attempts
                 except _Garbage as e:
@@ -283,6 +297,7 @@ class OpenAICompatClient:
         where = f" (conversation {index} of the batch)" if index is not None else ""
         url_opt, model_opt = self.option_names.get("base_url"), self.option_names.get("model")
         if status == 404 and url_opt:
+
             def flag(url: str) -> str:  # "--agent URL", "--user openai:URL"
                 return f"{url_opt}{url}" if url_opt.endswith(":") else f"{url_opt} {url}"
 
@@ -304,7 +319,9 @@ class OpenAICompatClient:
             hint = f"model {self.model!r} is unknown to the server"
         else:
             hint = "the server rejected the request (check the sampling parameters it accepts)"
-        return EndpointError(f"{self.base_url}: HTTP {status}{where}: {msg}; {hint}", status=status, index=index)
+        return EndpointError(
+            f"{self.base_url}: HTTP {status}{where}: {msg}; {hint}", status=status, index=index
+        )
 
     # -- API ----------------------------------------------------------------------------------
     def list_models(self) -> list[str]:
@@ -455,7 +472,9 @@ class OpenAICompatClient:
             seeds = list(seeds)
             if len(seeds) != len(batch):
                 problems.append(f"seeds has {len(seeds)} entries for {len(batch)} conversations")
-            problems += [f"seeds[{i}] = {s!r} is not an integer" for i, s in enumerate(seeds) if not isinstance(s, int)]
+            problems += [
+                f"seeds[{i}] = {s!r} is not an integer" for i, s in enumerate(seeds) if not isinstance(s, int)
+            ]
         if problems:
             raise ValueError("invalid chat batch: " + "; ".join(problems))
         if not batch:
@@ -464,9 +483,12 @@ class OpenAICompatClient:
         if len(batch) == 1 or self.concurrency == 1:
             return [self.chat_one(c, s, i, **sampling) for i, (c, s) in enumerate(zip(batch, seeds))]
         cancel = threading.Event()
-        with ThreadPoolExecutor(max_workers=min(self.concurrency, len(batch)), thread_name_prefix="chat") as pool:
+        with ThreadPoolExecutor(
+            max_workers=min(self.concurrency, len(batch)), thread_name_prefix="chat"
+        ) as pool:
             futures = [
-                pool.submit(self.chat_one, c, s, i, cancel, **sampling) for i, (c, s) in enumerate(zip(batch, seeds))
+                pool.submit(self.chat_one, c, s, i, cancel, **sampling)
+                for i, (c, s) in enumerate(zip(batch, seeds))
             ]
             results: list[ChatReply] = []
             try:

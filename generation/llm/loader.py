@@ -31,8 +31,16 @@ from ..errors import GenerationError
 
 logger = logging.getLogger(__name__)
 
-DTYPE_NAMES = {"bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16", "fp16": "float16",
-               "half": "float16", "float32": "float32", "fp32": "float32", "float": "float32"}
+DTYPE_NAMES = {
+    "bfloat16": "bfloat16",
+    "bf16": "bfloat16",
+    "float16": "float16",
+    "fp16": "float16",
+    "half": "float16",
+    "float32": "float32",
+    "fp32": "float32",
+    "float": "float32",
+}
 """Accepted ``dtype`` spellings (plus ``"auto"`` and ``torch.dtype`` objects)."""
 
 END_OF_TURN_TOKENS = ("<|im_end|>", "<end_of_turn>", "<|eot_id|>", "<|end|>", "<|endoftext|>", "<turn|>")
@@ -128,8 +136,12 @@ def load_config(model: str, revision: str | None = None, trust_remote_code: bool
         ) from None
 
 
-def load_chat_tokenizer(model: str, revision: str | None = None, trust_remote_code: bool = False,
-                        chat_template: str | os.PathLike | None = None):
+def load_chat_tokenizer(
+    model: str,
+    revision: str | None = None,
+    trust_remote_code: bool = False,
+    chat_template: str | os.PathLike | None = None,
+):
     """The model's tokenizer, which must have a chat template (or get ``chat_template``: Jinja
     text, or the path of a ``.jinja`` file).
 
@@ -153,7 +165,9 @@ def load_chat_tokenizer(model: str, revision: str | None = None, trust_remote_co
     try:
         tok = AutoTokenizer.from_pretrained(model, revision=revision, trust_remote_code=trust_remote_code)
     except Exception as e:  # noqa: BLE001
-        raise ModelLoadError(f"cannot load the tokenizer of {model!r} ({type(e).__name__}: {_first_line(e)})") from None
+        raise ModelLoadError(
+            f"cannot load the tokenizer of {model!r} ({type(e).__name__}: {_first_line(e)})"
+        ) from None
     if chat_template is not None:
         text = str(chat_template)
         cp = Path(text).expanduser()
@@ -276,8 +290,11 @@ def resolve_device_dtype(device: Any = "auto", dtype: Any = "auto"):
     """
     import torch
 
-    dev = "cuda" if device in ("auto", None) and torch.cuda.is_available() else ("cpu" if device in ("auto", None)
-                                                                                   else device)
+    dev = (
+        "cuda"
+        if device in ("auto", None) and torch.cuda.is_available()
+        else ("cpu" if device in ("auto", None) else device)
+    )
     if isinstance(dtype, torch.dtype):
         return dev, dtype
     if dtype == "auto":
@@ -314,10 +331,18 @@ def model_bytes(config, dtype, trust_remote_code: bool = False) -> int:
     return sum(p.numel() for p in m.parameters()) * torch.empty((), dtype=dtype).element_size()
 
 
-def load_chat_model(model: str, *, config=None, device: Any = "auto", dtype: Any = "auto",
-                    device_map: str | dict | None = None, revision: str | None = None,
-                    trust_remote_code: bool = False, attn_implementation: str | None = None,
-                    gpu_fraction: float = 0.85):
+def load_chat_model(
+    model: str,
+    *,
+    config=None,
+    device: Any = "auto",
+    dtype: Any = "auto",
+    device_map: str | dict | None = None,
+    revision: str | None = None,
+    trust_remote_code: bool = False,
+    attn_implementation: str | None = None,
+    gpu_fraction: float = 0.85,
+):
     """Load the weights for generation; returns ``(model, input_device)``.
 
     ``input_device`` is where input tensors go (the first parameter's device under a
@@ -353,12 +378,20 @@ def load_chat_model(model: str, *, config=None, device: Any = "auto", dtype: Any
     dev, dt = resolve_device_dtype(device, dtype)
     if device_map is None and str(dev).startswith("cuda") and torch.cuda.is_available():
         total = torch.cuda.get_device_properties(torch.device(dev).index or 0).total_memory
-        need = model_bytes(config if config is not None else load_config(model, revision, trust_remote_code), dt,
-                           trust_remote_code)
+        need = model_bytes(
+            config if config is not None else load_config(model, revision, trust_remote_code),
+            dt,
+            trust_remote_code,
+        )
         if need > gpu_fraction * total:
-            logger.warning("%s needs %.1f GiB > %.0f%% of one GPU: device_map='auto' (%d GPU(s)%s)",
-                           model, need / 2**30, 100 * gpu_fraction, torch.cuda.device_count(),
-                           ", the rest offloaded to the CPU" if torch.cuda.device_count() == 1 else "")
+            logger.warning(
+                "%s needs %.1f GiB > %.0f%% of one GPU: device_map='auto' (%d GPU(s)%s)",
+                model,
+                need / 2**30,
+                100 * gpu_fraction,
+                torch.cuda.device_count(),
+                ", the rest offloaded to the CPU" if torch.cuda.device_count() == 1 else "",
+            )
             device_map = "auto"
     kw: dict[str, Any] = {"revision": revision, "trust_remote_code": trust_remote_code}
     if attn_implementation:
@@ -377,8 +410,10 @@ def load_chat_model(model: str, *, config=None, device: Any = "auto", dtype: Any
 
         m = AutoModelForImageTextToText.from_pretrained(model, **kw)
     except OSError as e:
-        raise ModelLoadError(f"cannot load the weights of {model!r}: {_first_line(e)} (a folder needs the weights "
-                             "saved by save_pretrained; a Hub id needs network access or the cache)") from None
+        raise ModelLoadError(
+            f"cannot load the weights of {model!r}: {_first_line(e)} (a folder needs the weights "
+            "saved by save_pretrained; a Hub id needs network access or the cache)"
+        ) from None
     if device_map is None:
         m = m.to(dev)
     m.eval()

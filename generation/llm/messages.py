@@ -9,7 +9,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 
-def merge_system_messages(messages: Sequence[Mapping[str, str]], joiner: str = "\n\n") -> list[dict[str, str]]:
+def merge_system_messages(
+    messages: Sequence[Mapping[str, str]], joiner: str = "\n\n"
+) -> list[dict[str, str]]:
     """Fold ``system`` messages into user messages, for chat templates without a system role.
 
     Each run of consecutive system messages (joined with ``joiner``) goes to a user message

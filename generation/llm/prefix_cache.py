@@ -102,8 +102,15 @@ class PrefixCache:
         self._by_head: dict[tuple[str, tuple[int, ...]], set[tuple[str, str]]] = {}
         self.nbytes = 0
         self.call = 0
-        self.stats = {"hits": 0, "shared_hits": 0, "misses": 0, "reused_tokens": 0, "stored": 0, "not_stored": 0,
-                      "evicted": 0}
+        self.stats = {
+            "hits": 0,
+            "shared_hits": 0,
+            "misses": 0,
+            "reused_tokens": 0,
+            "stored": 0,
+            "not_stored": 0,
+            "evicted": 0,
+        }
         self._warned = False
 
     @property
@@ -187,8 +194,10 @@ class PrefixCache:
             self._drop(key)
             self.stats["evicted"] -= 1  # replaced, not evicted
         if self.nbytes + nbytes > self.max_bytes:
-            for old in sorted((k for k, e in self.entries.items() if e.last_call < self.call),
-                              key=lambda k: self.entries[k].last_call):
+            for old in sorted(
+                (k for k, e in self.entries.items() if e.last_call < self.call),
+                key=lambda k: self.entries[k].last_call,
+            ):
                 self._drop(old)
                 if self.nbytes + nbytes <= self.max_bytes:
                     break
@@ -196,8 +205,11 @@ class PrefixCache:
             self.stats["not_stored"] += 1
             if not self._warned:
                 self._warned = True
-                logger.warning("prefix cache full (%.0f MiB): some prompts are prefilled in full; raise "
-                               "prefix_cache_mb or lower batch_size", self.max_bytes / 2**20)
+                logger.warning(
+                    "prefix cache full (%.0f MiB): some prompts are prefilled in full; raise "
+                    "prefix_cache_mb or lower batch_size",
+                    self.max_bytes / 2**20,
+                )
             return False
         head = self._head(key[1], ids)
         self.entries[key] = Entry(np.asarray(ids, dtype=np.int64), layers, nbytes, self.call, head)

@@ -146,5 +146,11 @@ def sample_tokens(logits, uniforms, temperature: float, top_k: int, top_p: float
     return idx.gather(1, choice).squeeze(1)
 
 
-__all__ = ["SAMPLER_VERSION", "prefix_turn_reworded", "request_salt", "reword_salt", "sample_tokens",
-           "turn_sampling_seed"]
+__all__ = [
+    "SAMPLER_VERSION",
+    "prefix_turn_reworded",
+    "request_salt",
+    "reword_salt",
+    "sample_tokens",
+    "turn_sampling_seed",
+]

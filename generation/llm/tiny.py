@@ -73,8 +73,9 @@ def build_tiny_chat_model(
 
         tok = Tokenizer(models.BPE())
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-        trainer = trainers.BpeTrainer(vocab_size=vocab_size, initial_alphabet=alphabet, show_progress=False,
-                                      special_tokens=[])
+        trainer = trainers.BpeTrainer(
+            vocab_size=vocab_size, initial_alphabet=alphabet, show_progress=False, special_tokens=[]
+        )
         tok.train_from_iterator(list(train_texts), trainer=trainer)
     else:
         tok = Tokenizer(models.BPE(vocab={c: i for i, c in enumerate(alphabet)}, merges=[]))
@@ -83,12 +84,21 @@ def build_tiny_chat_model(
     tok.add_special_tokens(specials)
     kw = {"chat_template": chat_template} if chat_template else {}
     eos = "<|im_end|>" if chat_template is None or "im_end" in chat_template else "<end_of_turn>"
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", bos_token="<s>", eos_token=eos, **kw)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, pad_token="<pad>", bos_token="<s>", eos_token=eos, **kw
+    )
     cfg = LlamaConfig(
-        vocab_size=len(fast), hidden_size=hidden_size, intermediate_size=2 * hidden_size,
-        num_hidden_layers=num_layers, num_attention_heads=num_heads, num_key_value_heads=max(1, num_heads // 2),
-        max_position_embeddings=max_positions, pad_token_id=fast.pad_token_id, bos_token_id=fast.bos_token_id,
-        eos_token_id=fast.eos_token_id, tie_word_embeddings=False,
+        vocab_size=len(fast),
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=num_heads,
+        num_key_value_heads=max(1, num_heads // 2),
+        max_position_embeddings=max_positions,
+        pad_token_id=fast.pad_token_id,
+        bos_token_id=fast.bos_token_id,
+        eos_token_id=fast.eos_token_id,
+        tie_word_embeddings=False,
     )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)

@@ -36,13 +36,21 @@ def _label_index(rows: Sequence[Mapping[str, Any]]) -> dict[str, tuple[int | Non
         if "turns" not in r or "hallucination_type" not in r:
             continue
         h = r.get("hallucination_type")
-        idx.setdefault(turns_key(r["turns"]), (None, None) if h is None else (r.get("fork_turn"), r.get("fork_position")))
+        idx.setdefault(
+            turns_key(r["turns"]), (None, None) if h is None else (r.get("fork_turn"), r.get("fork_position"))
+        )
     return idx
 
 
-def lookup_attack(name: str, labelled: Sequence[Mapping[str, Any]], blind: Sequence[Mapping[str, Any]],
-                  pairs: Sequence[Mapping[str, Any]], det: _Detector, met: _Metric | None,
-                  source: str) -> list[AttackResult]:
+def lookup_attack(
+    name: str,
+    labelled: Sequence[Mapping[str, Any]],
+    blind: Sequence[Mapping[str, Any]],
+    pairs: Sequence[Mapping[str, Any]],
+    det: _Detector,
+    met: _Metric | None,
+    source: str,
+) -> list[AttackResult]:
     """Label every blind dialogue / metric candidate whose exact turn sequence is in ``labelled``.
 
     Args:
@@ -74,8 +82,13 @@ def lookup_attack(name: str, labelled: Sequence[Mapping[str, Any]], blind: Seque
             hit = idx.get(turns_key(p["candidate"]))
             if hit is not None and hit[1] is not None:
                 dist[p["pair_id"]] = 5.0 - float(hit[1])
-        out.append(_metric_result(name, met.with_fallback(dist),
-                                  f"{len(dist)}/{len(pairs)} metric-track candidates found in {source}"))
+        out.append(
+            _metric_result(
+                name,
+                met.with_fallback(dist),
+                f"{len(dist)}/{len(pairs)} metric-track candidates found in {source}",
+            )
+        )
     return out
 
 
@@ -95,8 +108,9 @@ def _first_difference(a: Sequence[str], b: Sequence[str]) -> int:
     return common_prefix(a, b) + 1
 
 
-def sibling_predictions(blind: Sequence[Mapping[str, Any]], min_shared: int = 1,
-                        singletons: str = "conformant") -> dict[str, int | None]:
+def sibling_predictions(
+    blind: Sequence[Mapping[str, Any]], min_shared: int = 1, singletons: str = "conformant"
+) -> dict[str, int | None]:
     """The sibling cheat: group blind dialogues by their opening (the turns up to system turn
     ``min_shared``: the opening user and system turns); in each group take the member whose system
     turns share most with the others' (the sum, over the others, of the system turns equal from the
@@ -122,7 +136,9 @@ def sibling_predictions(blind: Sequence[Mapping[str, Any]], min_shared: int = 1,
     if min_shared < 1:
         raise ValueError(f"sibling_predictions: min_shared must be >= 1, got {min_shared}")
     if singletons not in SINGLETON_RULES:
-        raise ValueError(f"sibling_predictions: singletons must be one of {SINGLETON_RULES}, got {singletons!r}")
+        raise ValueError(
+            f"sibling_predictions: singletons must be one of {SINGLETON_RULES}, got {singletons!r}"
+        )
     keys = {b["dialogue_id"]: system_prefix_keys(b["turns"]) for b in blind}
     texts = {b["dialogue_id"]: _system_texts(b["turns"]) for b in blind}
     T = {b["dialogue_id"]: int(b["num_system_turns"]) for b in blind}
@@ -169,9 +185,14 @@ def sibling_attack(blind: Sequence[Mapping[str, Any]], det: _Detector) -> Attack
     det.rng.bit_generator.state = after  # later attacks draw as after one sibling attack
     grouped = sum(1 for v in sibling_predictions(blind, singletons="abstain"))
     flagged = sum(v is not None for v in known.values())
-    res.detail = (f"{grouped}/{len(blind)} blind dialogues share an opening with another ({flagged} flagged); "
-                  + ("a dialogue alone in its group called conformant" if rule == "conformant"
-                     else "Random's guess for a dialogue alone in its group"))
+    res.detail = (
+        f"{grouped}/{len(blind)} blind dialogues share an opening with another ({flagged} flagged); "
+        + (
+            "a dialogue alone in its group called conformant"
+            if rule == "conformant"
+            else "Random's guess for a dialogue alone in its group"
+        )
+    )
     return res
 
 
@@ -189,7 +210,9 @@ def pair_diff_distances(pairs: Sequence[Mapping[str, Any]]) -> dict[str, dict[st
     for p in pairs:
         ka, kb = system_prefix_keys(p["reference"]), system_prefix_keys(p["candidate"])
         prefix[p["pair_id"]] = -float(common_prefix(ka, kb))
-        same[p["pair_id"]] = -float(sum(1 for x, y in zip(p["reference"], p["candidate"]) if x["text"] == y["text"]))
+        same[p["pair_id"]] = -float(
+            sum(1 for x, y in zip(p["reference"], p["candidate"]) if x["text"] == y["text"])
+        )
     return {"shared prefix": prefix, "identical turns": same}
 
 
@@ -198,8 +221,9 @@ def pair_diff_distances(pairs: Sequence[Mapping[str, Any]]) -> dict[str, dict[st
 MIN_PER_BIN = 8
 
 
-def _binned_predictions(x: np.ndarray, T: np.ndarray, conf: np.ndarray, rel: np.ndarray, folds: int = 5,
-                        bins: int = 4) -> list[int | None]:
+def _binned_predictions(
+    x: np.ndarray, T: np.ndarray, conf: np.ndarray, rel: np.ndarray, folds: int = 5, bins: int = 4
+) -> list[int | None]:
     """Cross-fitted predictions from one feature: per quantile bin of the training folds (at most
     ``bins``, each with at least :data:`MIN_PER_BIN` dialogues), call the bin conformant when most
     of its dialogues are, else flag at the bin's median relative fork turn."""
@@ -237,9 +261,13 @@ def _chars(turns: Sequence[Mapping[str, Any]]) -> int:
     return sum(len(t["text"]) for t in turns)
 
 
-def correlation_attacks(blind: Sequence[Mapping[str, Any]], gold3: Sequence[Mapping[str, Any]],
-                        pairs: Sequence[Mapping[str, Any]], det: _Detector, met: _Metric | None
-                        ) -> list[AttackResult]:
+def correlation_attacks(
+    blind: Sequence[Mapping[str, Any]],
+    gold3: Sequence[Mapping[str, Any]],
+    pairs: Sequence[Mapping[str, Any]],
+    det: _Detector,
+    met: _Metric | None,
+) -> list[AttackResult]:
     """The correlation cheats: does an id, the row order or a length give the label away?
 
     Detector track: for each feature (id, row order, length in system turns, length in
@@ -267,12 +295,20 @@ def correlation_attacks(blind: Sequence[Mapping[str, Any]], gold3: Sequence[Mapp
     if rows:
         T = np.array([int(b["num_system_turns"]) for b in rows])
         conf = np.array([g[b["dialogue_id"]]["hallucination_type"] is None for b in rows])
-        rel = np.array([0.0 if c else (int(g[b["dialogue_id"]]["fork_turn"]) - 1) / max(int(b["num_system_turns"]) - 1, 1)
-                        for b, c in zip(rows, conf)])
-        feats = {"id": np.array([_id_value(b["dialogue_id"]) for b in rows]),
-                 "row order": np.arange(len(rows), dtype=float),
-                 "length (system turns)": T.astype(float),
-                 "length (characters)": np.array([_chars(b["turns"]) for b in rows], dtype=float)}
+        rel = np.array(
+            [
+                0.0
+                if c
+                else (int(g[b["dialogue_id"]]["fork_turn"]) - 1) / max(int(b["num_system_turns"]) - 1, 1)
+                for b, c in zip(rows, conf)
+            ]
+        )
+        feats = {
+            "id": np.array([_id_value(b["dialogue_id"]) for b in rows]),
+            "row order": np.arange(len(rows), dtype=float),
+            "length (system turns)": T.astype(float),
+            "length (characters)": np.array([_chars(b["turns"]) for b in rows], dtype=float),
+        }
         best = None
         for fname, x in feats.items():
             preds = dict(zip((b["dialogue_id"] for b in rows), _binned_predictions(x, T, conf, rel)))
@@ -281,16 +317,21 @@ def correlation_attacks(blind: Sequence[Mapping[str, Any]], gold3: Sequence[Mapp
             if best is None or (res.margin, -res.p_value) > (best[1].margin, -best[1].p_value):
                 best = (fname, res, tau)
         fname, res, tau = best
-        res.detail = (f"best feature: {fname} (Kendall tau with 'is conformant' {tau:+.3f}); binned predictor, "
-                      "5-fold cross-fitted on the gold")
+        res.detail = (
+            f"best feature: {fname} (Kendall tau with 'is conformant' {tau:+.3f}); binned predictor, "
+            "5-fold cross-fitted on the gold"
+        )
         out.append(res)
     if met is not None and pairs:
         feats2: dict[str, dict[str, float]] = {
             "pair id": {p["pair_id"]: _id_value(p["pair_id"]) for p in pairs},
             "row order": {p["pair_id"]: float(i) for i, p in enumerate(pairs)},
-            "turn-count diff": {p["pair_id"]: float(abs(len(p["candidate"]) - len(p["reference"]))) for p in pairs},
-            "length diff (characters)": {p["pair_id"]: float(abs(_chars(p["candidate"]) - _chars(p["reference"])))
-                                         for p in pairs},
+            "turn-count diff": {
+                p["pair_id"]: float(abs(len(p["candidate"]) - len(p["reference"]))) for p in pairs
+            },
+            "length diff (characters)": {
+                p["pair_id"]: float(abs(_chars(p["candidate"]) - _chars(p["reference"]))) for p in pairs
+            },
             "candidate length": {p["pair_id"]: float(len(p["candidate"])) for p in pairs},
         }
         best2 = None
@@ -299,13 +340,24 @@ def correlation_attacks(blind: Sequence[Mapping[str, Any]], gold3: Sequence[Mapp
                 t = met.tau({k: sign * v for k, v in d.items()})
                 if best2 is None or t > best2[1]:
                     best2 = (f"{'-' if sign < 0 else '+'}{fname}", t)
-        out.append(_metric_result("correlations (ids, order, lengths)", best2[1],
-                                  f"best feature: {best2[0]} as the distance (either sign tried)"))
+        out.append(
+            _metric_result(
+                "correlations (ids, order, lengths)",
+                best2[1],
+                f"best feature: {best2[0]} as the distance (either sign tried)",
+            )
+        )
     return out
 
 
-def regenerate(star: str | os.PathLike, tasks: Sequence[str], seeds: Sequence[int], prefix_modes: Sequence[str],
-               per_task: int, workdir: Path) -> tuple[list[dict[str, Any]], list[str]]:
+def regenerate(
+    star: str | os.PathLike,
+    tasks: Sequence[str],
+    seeds: Sequence[int],
+    prefix_modes: Sequence[str],
+    per_task: int,
+    workdir: Path,
+) -> tuple[list[dict[str, Any]], list[str]]:
     """Template corpora of the public code for each (seed, prefix mode) over the first ``per_task``
     single-task scenarios of each task; returns (records, notes).
 
@@ -342,9 +394,13 @@ def regenerate(star: str | os.PathLike, tasks: Sequence[str], seeds: Sequence[in
     for seed in seeds:
         for mode in modes:
             out = workdir / f"seed{seed}-{mode}"
-            generate_corpus(GenerationConfig(star=str(star), out=str(out), tasks=tuple(sorted(tasks)), seed=seed,
-                                             prefix_mode=mode), scenarios=scen, corpus=corpus, progress=False)
+            generate_corpus(
+                GenerationConfig(
+                    star=str(star), out=str(out), tasks=tuple(sorted(tasks)), seed=seed, prefix_mode=mode
+                ),
+                scenarios=scen,
+                corpus=corpus,
+                progress=False,
+            )
             records += load_records(out, validate=False)
     return records, notes
-
-

@@ -56,8 +56,9 @@ NODE_PREFIX = "node-level shared prefix (metric track)"
 HONEST = "honest detector"
 
 
-def _conformant_material(rows: Sequence[Mapping[str, Any]], regen: Sequence[Mapping[str, Any]]
-                         ) -> tuple[list[Mapping[str, Any]], list[tuple[str, Sequence[Mapping[str, Any]], int | None]]]:
+def _conformant_material(
+    rows: Sequence[Mapping[str, Any]], regen: Sequence[Mapping[str, Any]]
+) -> tuple[list[Mapping[str, Any]], list[tuple[str, Sequence[Mapping[str, Any]], int | None]]]:
     """Conformant dialogues (public and regenerated, once each) and every conformant stretch:
     ``(task, turns, upto)`` with ``upto`` the conformant system turns of a public fork's prefix."""
     conf: dict[str, Mapping[str, Any]] = {}
@@ -65,14 +66,19 @@ def _conformant_material(rows: Sequence[Mapping[str, Any]], regen: Sequence[Mapp
         if r.get("hallucination_type") is None and r.get("turns"):
             conf.setdefault(turns_key(r["turns"]), r)
     stretches: list[tuple[str, Sequence[Mapping[str, Any]], int | None]] = [
-        (r.get("task") or "", r["turns"], None) for r in conf.values()]
-    stretches += [(r.get("task") or "", r["turns"], int(r["fork_turn"]) - 1) for r in rows
-                  if r.get("hallucination_type") is not None and r.get("fork_turn")]
+        (r.get("task") or "", r["turns"], None) for r in conf.values()
+    ]
+    stretches += [
+        (r.get("task") or "", r["turns"], int(r["fork_turn"]) - 1)
+        for r in rows
+        if r.get("hallucination_type") is not None and r.get("fork_turn")
+    ]
     return list(conf.values()), stretches
 
 
-def _texts(stretches: Sequence[tuple[str, Sequence[Mapping[str, Any]], int | None]]
-           ) -> tuple[set[str], set[str], dict[str, set[str]]]:
+def _texts(
+    stretches: Sequence[tuple[str, Sequence[Mapping[str, Any]], int | None]],
+) -> tuple[set[str], set[str], dict[str, set[str]]]:
     sys_t, user_t, by_task = set(), set(), {}
     for task, turns, upto in stretches:
         st = system_turns(turns)[:upto]
@@ -90,10 +96,17 @@ def _texts(stretches: Sequence[tuple[str, Sequence[Mapping[str, Any]], int | Non
     return sys_t, user_t, by_task
 
 
-def simulator_attacks(blind: Sequence[Mapping[str, Any]], pairs: Sequence[Mapping[str, Any]],
-                      public: Mapping[str, Sequence[Mapping[str, Any]]], det: _Detector, met: _Metric | None, *,
-                      star: str | os.PathLike | None = None, regen: Sequence[Mapping[str, Any]] = (),
-                      say: Callable[[str], None] | None = None) -> tuple[list[AttackResult], list[str]]:
+def simulator_attacks(
+    blind: Sequence[Mapping[str, Any]],
+    pairs: Sequence[Mapping[str, Any]],
+    public: Mapping[str, Sequence[Mapping[str, Any]]],
+    det: _Detector,
+    met: _Metric | None,
+    *,
+    star: str | os.PathLike | None = None,
+    regen: Sequence[Mapping[str, Any]] = (),
+    say: Callable[[str], None] | None = None,
+) -> tuple[list[AttackResult], list[str]]:
     """Attacks (a)-(e) of issue 33 on one blind set (see the module doc).
 
     Args:
@@ -124,8 +137,10 @@ def simulator_attacks(blind: Sequence[Mapping[str, Any]], pairs: Sequence[Mappin
         try:
             table = PhrasingTable.from_source(star)
         except Exception as e:  # noqa: BLE001 - an unusable source only weakens the attacks
-            notes.append(f"simulator attacks: the workflow source {star} is unusable ({e}); the phrasing table "
-                         "is not used")
+            notes.append(
+                f"simulator attacks: the workflow source {star} is unusable ({e}); the phrasing table "
+                "is not used"
+            )
     pools = PublicPools.load(sys_t, user_t)
     guesser = TaskGuesser(rows, table)
     blind_tasks = dict(zip((b["dialogue_id"] for b in blind), guesser.guess(blind)))
@@ -151,34 +166,65 @@ def simulator_attacks(blind: Sequence[Mapping[str, Any]], pairs: Sequence[Mappin
     say("simulator fingerprints")
     preds, why = fingerprint_predictions(fp, blind, blind_tasks)
     src = "variants.yaml, template_data.yaml" + (", the simulator's phrasings" if table is not None else "")
-    out.append(det_res(FINGERPRINTS, preds,
-                       f"{sum(v is not None for v in preds.values())}/{len(blind)} blind dialogues flagged "
-                       f"({reasons(why)}); pools: {len(pools.system_lines)} lines, {len(pools.bridges)} bridges, "
-                       f"{len(pools.reactions)} reactions from {src} ({pools.pruned} pruned: a public conformant "
-                       "turn matches them)"))
+    out.append(
+        det_res(
+            FINGERPRINTS,
+            preds,
+            f"{sum(v is not None for v in preds.values())}/{len(blind)} blind dialogues flagged "
+            f"({reasons(why)}); pools: {len(pools.system_lines)} lines, {len(pools.bridges)} bridges, "
+            f"{len(pools.reactions)} reactions from {src} ({pools.pruned} pruned: a public conformant "
+            "turn matches them)",
+        )
+    )
     if met is not None and pairs:
         p_c, why_c = fingerprint_predictions(fp, cand, cand_tasks)
-        out.append(met_res(FINGERPRINTS, turn_distances(pairs, [p_c[c["dialogue_id"]] for c in cand]),
-                           f"distance = minus the candidate's first fingerprinted turn ({reasons(why_c)})"))
+        out.append(
+            met_res(
+                FINGERPRINTS,
+                turn_distances(pairs, [p_c[c["dialogue_id"]] for c in cand]),
+                f"distance = minus the candidate's first fingerprinted turn ({reasons(why_c)})",
+            )
+        )
     if table is None:
         for track in ("detector", "metric") if met is not None and pairs else ("detector",):
-            out.append(AttackResult(GRAMMAR, track, None, "not run: no workflow source (STAR) for the phrasing table",
-                                    "skipped", simulator_aware=True))
+            out.append(
+                AttackResult(
+                    GRAMMAR,
+                    track,
+                    None,
+                    "not run: no workflow source (STAR) for the phrasing table",
+                    "skipped",
+                    simulator_aware=True,
+                )
+            )
     else:
         say("node grammar")
         grammar = NodeGrammar(table).fit(stretches)
         n_trans = sum(len(v) for v in grammar.allowed.values())
         preds, why = fingerprint_predictions(fp, blind, blind_tasks, grammar)
-        alone = {b["dialogue_id"]: grammar.first_violation(b["turns"], blind_tasks[b["dialogue_id"]]) for b in blind}
-        out.append(det_res(GRAMMAR, preds,
-                           f"{sum(v is not None for v in preds.values())}/{len(blind)} flagged ({reasons(why)}); "
-                           f"grammar: {n_trans} node transitions of {grammar.dialogues:,} conformant dialogues and "
-                           f"prefixes ({len(regen):,} regenerated records); the grammar alone scores "
-                           f"{det.with_fallback(alone):.1f}"))
+        alone = {
+            b["dialogue_id"]: grammar.first_violation(b["turns"], blind_tasks[b["dialogue_id"]])
+            for b in blind
+        }
+        out.append(
+            det_res(
+                GRAMMAR,
+                preds,
+                f"{sum(v is not None for v in preds.values())}/{len(blind)} flagged ({reasons(why)}); "
+                f"grammar: {n_trans} node transitions of {grammar.dialogues:,} conformant dialogues and "
+                f"prefixes ({len(regen):,} regenerated records); the grammar alone scores "
+                f"{det.with_fallback(alone):.1f}",
+            )
+        )
         if met is not None and pairs:
             p_c, why_c = fingerprint_predictions(fp, cand, cand_tasks, grammar)
-            out.append(met_res(GRAMMAR, turn_distances(pairs, [p_c[c["dialogue_id"]] for c in cand]),
-                               f"distance = minus the candidate's first flagged turn ({reasons(why_c)})"))
+            out.append(
+                met_res(
+                    GRAMMAR,
+                    turn_distances(pairs, [p_c[c["dialogue_id"]] for c in cand]),
+                    f"distance = minus the candidate's first flagged turn ({reasons(why_c)})",
+                )
+            )
     say("public-data ceiling (TF-IDF + logistic regression)")
     try:
         clf = TurnClassifier().fit(rows)
@@ -186,27 +232,46 @@ def simulator_attacks(blind: Sequence[Mapping[str, Any]], pairs: Sequence[Mappin
         out.append(AttackResult(CEILING, "detector", None, f"not run: {e}", "skipped"))
     else:
         preds = dict(zip((b["dialogue_id"] for b in blind), clf.predict(blind)))
-        r = _detector_result(CEILING, det, preds,
-                             f"fitted on {len(rows):,} public labelled dialogues; threshold {clf.threshold:.3f} "
-                             f"(out-of-fold public Score {clf.public_score if clf.public_score is not None else float('nan'):.1f}); "
-                             "learning from the public data is allowed: reported, not a verdict")
+        r = _detector_result(
+            CEILING,
+            det,
+            preds,
+            f"fitted on {len(rows):,} public labelled dialogues; threshold {clf.threshold:.3f} "
+            f"(out-of-fold public Score {clf.public_score if clf.public_score is not None else float('nan'):.1f}); "
+            "learning from the public data is allowed: reported, not a verdict",
+        )
         r.status = "reported"
         out.append(r)
         if met is not None and pairs:
-            out.append(AttackResult(CEILING, "metric", met.tau(turn_distances(pairs, clf.predict(pairs, "candidate"))),
-                                    "distance = minus the candidate's first turn above the threshold", "reported"))
+            out.append(
+                AttackResult(
+                    CEILING,
+                    "metric",
+                    met.tau(turn_distances(pairs, clf.predict(pairs, "candidate"))),
+                    "distance = minus the candidate's first turn above the threshold",
+                    "reported",
+                )
+            )
     say("length rule")
     modal = modal_lengths(conformant)
     predict, desc = length_rule(rows, [r.get("task") for r in rows], modal)
     preds = predict(blind, [blind_tasks[b["dialogue_id"]] for b in blind])
-    out.append(det_res(LENGTH, preds, f"{desc}; modal T: " + ", ".join(f"{t} {m}" for t, m in sorted(modal.items()))))
+    out.append(
+        det_res(LENGTH, preds, f"{desc}; modal T: " + ", ".join(f"{t} {m}" for t, m in sorted(modal.items())))
+    )
     if met is not None and pairs:
         say("node-level shared prefix")
         d, why_th = node_prefix_distances(pairs, pair_tasks, table, public_pairs(rows))
-        out.append(met_res(NODE_PREFIX, d, "system turns mapped to workflow nodes ("
-                           + ("the simulator's phrasing table, then " if table is not None else "")
-                           + f"agglomerative clusters of character n-gram TF-IDF, {why_th}); distance = minus the "
-                             "shared node prefix of reference and candidate"))
+        out.append(
+            met_res(
+                NODE_PREFIX,
+                d,
+                "system turns mapped to workflow nodes ("
+                + ("the simulator's phrasing table, then " if table is not None else "")
+                + f"agglomerative clusters of character n-gram TF-IDF, {why_th}); distance = minus the "
+                "shared node prefix of reference and candidate",
+            )
+        )
     return out, notes
 
 
@@ -230,15 +295,30 @@ def honest_results(honest: Mapping[str, Mapping[str, int | None]], det: _Detecto
     T = dict(zip(det.ids, (int(t) for t in det.T)))
     out = []
     for name, preds in honest.items():
-        bad = [f"{i}: not a blind dialogue" if i not in T else f"{i}: {check_prediction(v, T[i])[1]}"
-               for i, v in preds.items() if i not in T or check_prediction(v, T[i]) is not None]
+        bad = [
+            f"{i}: not a blind dialogue" if i not in T else f"{i}: {check_prediction(v, T[i])[1]}"
+            for i, v in preds.items()
+            if i not in T or check_prediction(v, T[i]) is not None
+        ]
         if bad:
             raise ValueError(f"honest detector {name!r}: {len(bad)} bad prediction(s): " + "; ".join(bad[:5]))
-        r = _detector_result(f"{HONEST}: {name}", det, dict(preds),
-                             f"{len(preds)}/{len(det.ids)} blind dialogues predicted (Random for the others)")
+        r = _detector_result(
+            f"{HONEST}: {name}",
+            det,
+            dict(preds),
+            f"{len(preds)}/{len(det.ids)} blind dialogues predicted (Random for the others)",
+        )
         r.status = "reported"
         out.append(r)
     return out
 
 
-__all__ = ["FINGERPRINTS", "GRAMMAR", "HONEST", "LENGTH", "NODE_PREFIX", "honest_results", "simulator_attacks"]
+__all__ = [
+    "FINGERPRINTS",
+    "GRAMMAR",
+    "HONEST",
+    "LENGTH",
+    "NODE_PREFIX",
+    "honest_results",
+    "simulator_attacks",
+]

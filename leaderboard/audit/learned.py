@@ -88,7 +88,9 @@ class TaskGuesser:
             from sklearn.neighbors import NearestCentroid
             from sklearn.pipeline import make_pipeline
 
-            self._model = make_pipeline(TfidfVectorizer(sublinear_tf=True), NearestCentroid(metric="euclidean"))
+            self._model = make_pipeline(
+                TfidfVectorizer(sublinear_tf=True), NearestCentroid(metric="euclidean")
+            )
             self._model.fit([_system_text(r["turns"]) for r in rows], [r["task"] for r in rows])
 
     def guess(self, dialogues: Sequence[Mapping[str, Any]], key: str = "turns") -> list[str | None]:
@@ -104,8 +106,11 @@ class TaskGuesser:
         out: list[str | None] = []
         todo = []
         for i, d in enumerate(dialogues):
-            t = (self.table.guess_task([x for x, _ in system_turns(d[key])], self.tasks)
-                 if self.table is not None else None)
+            t = (
+                self.table.guess_task([x for x, _ in system_turns(d[key])], self.tasks)
+                if self.table is not None
+                else None
+            )
             out.append(t)
             if t is None:
                 todo.append(i)
@@ -160,10 +165,13 @@ def _length_preds(T: np.ndarray, m: np.ndarray, width: int, kind: str, c: float)
     return np.where(np.abs(T - m) <= width, 0.0, pos)  # NaN compares False: flagged
 
 
-def length_rule(public_rows: Sequence[Mapping[str, Any]], public_tasks: Sequence[str | None],
-                modal: Mapping[str, int], widths: Sequence[int] = (0, 1, 2, 3),
-                positions: Sequence[tuple[str, float]] = LENGTH_POSITIONS
-                ) -> tuple[Callable[[Sequence[Mapping[str, Any]], Sequence[str | None]], dict[str, int | None]], str]:
+def length_rule(
+    public_rows: Sequence[Mapping[str, Any]],
+    public_tasks: Sequence[str | None],
+    modal: Mapping[str, int],
+    widths: Sequence[int] = (0, 1, 2, 3),
+    positions: Sequence[tuple[str, float]] = LENGTH_POSITIONS,
+) -> tuple[Callable[[Sequence[Mapping[str, Any]], Sequence[str | None]], dict[str, int | None]], str]:
     """Attack (d): the length rule whose width and flag position score best on the public rows.
 
     A dialogue with ``|T - modal| <= width`` is called conformant, any other is flagged at one
@@ -179,9 +187,14 @@ def length_rule(public_rows: Sequence[Mapping[str, Any]], public_tasks: Sequence
     Returns:
         ``(predict, description)``: ``predict(rows, tasks)`` gives ``{dialogue_id: turn or None}``.
     """
-    def arrays(rows: Sequence[Mapping[str, Any]], tasks: Sequence[str | None]) -> tuple[np.ndarray, np.ndarray]:
-        return (np.asarray([float(r["num_system_turns"]) for r in rows]),
-                np.asarray([float(modal.get(t or "", np.nan)) for t in tasks]))
+
+    def arrays(
+        rows: Sequence[Mapping[str, Any]], tasks: Sequence[str | None]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        return (
+            np.asarray([float(r["num_system_turns"]) for r in rows]),
+            np.asarray([float(modal.get(t or "", np.nan)) for t in tasks]),
+        )
 
     best: tuple[float, int, tuple[str, float]] = (-1.0, 0, positions[0])
     if public_rows:
@@ -198,8 +211,10 @@ def length_rule(public_rows: Sequence[Mapping[str, Any]], public_tasks: Sequence
         p = _length_preds(*arrays(rows, tasks), w, *pos)
         return {r["dialogue_id"]: (int(x) if x > 0 else None) for r, x in zip(rows, p)}
 
-    return predict, (f"|T - the task's modal conformant T| <= {w} called conformant, others flagged at "
-                     f"{pos[0]} {pos[1]:g} (chosen on the public rows: Score {best[0]:.1f})")
+    return predict, (
+        f"|T - the task's modal conformant T| <= {w} called conformant, others flagged at "
+        f"{pos[0]} {pos[1]:g} (chosen on the public rows: Score {best[0]:.1f})"
+    )
 
 
 # --------------------------------------------------------------------------- attack (c): the text classifier
@@ -231,8 +246,9 @@ class TurnClassifier:
         self._lr = None
 
     @staticmethod
-    def _samples(rows: Sequence[Mapping[str, Any]], key: str = "turns"
-                 ) -> tuple[list[tuple[str, str, str]], np.ndarray, np.ndarray]:
+    def _samples(
+        rows: Sequence[Mapping[str, Any]], key: str = "turns"
+    ) -> tuple[list[tuple[str, str, str]], np.ndarray, np.ndarray]:
         """Every system turn's fields, its label (1 at a fork's first deviating turn) and owner row."""
         X, y, owner = [], [], []
         for i, r in enumerate(rows):
@@ -282,8 +298,10 @@ class TurnClassifier:
         X, y, owner = self._samples(rows)
         if len(set(y.tolist())) < 2:
             raise ValueError("the public rows need both conformant turns and deviating turns")
-        self._vecs = [TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True, min_df=2).fit([x[j] for x in X])
-                      for j in range(3)]
+        self._vecs = [
+            TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True, min_df=2).fit([x[j] for x in X])
+            for j in range(3)
+        ]
         M = self._matrix(X)
         groups = np.asarray([rows[i].get("source_id") or rows[i]["dialogue_id"] for i in owner])
         n_groups = len(set(groups.tolist()))
@@ -322,8 +340,11 @@ class TurnClassifier:
 # --------------------------------------------------------------------------- attack (e): node-level prefix
 
 
-def cluster_texts(texts: Sequence[str], thresholds: Sequence[float] = (NODE_CLUSTER_THRESHOLD,),
-                  max_clustered: int = MAX_CLUSTERED_TURNS) -> list[list[int]]:
+def cluster_texts(
+    texts: Sequence[str],
+    thresholds: Sequence[float] = (NODE_CLUSTER_THRESHOLD,),
+    max_clustered: int = MAX_CLUSTERED_TURNS,
+) -> list[list[int]]:
     """Agglomerative clusters (average linkage, cosine distance of character n-gram TF-IDF), the
     tree built once and cut at each threshold.
 
@@ -363,8 +384,9 @@ def cluster_texts(texts: Sequence[str], thresholds: Sequence[float] = (NODE_CLUS
     return out
 
 
-def public_pairs(rows: Sequence[Mapping[str, Any]], max_sources: int = 64
-                 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def public_pairs(
+    rows: Sequence[Mapping[str, Any]], max_sources: int = 64
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Metric-track pairs made from the public configs (a source and each of its forks), with their
     gold, to calibrate a metric-track cheat on public data.
 
@@ -390,18 +412,34 @@ def public_pairs(rows: Sequence[Mapping[str, Any]], max_sources: int = 64
             continue
         for f in sorted(forks, key=lambda f: f["fork_position"])[:4]:
             pid = f"{f['dialogue_id']}"
-            pairs.append({"pair_id": pid, "reference": sources[sid]["turns"], "candidate": f["turns"],
-                          "task": f.get("task")})
-            gold.append({"pair_id": pid, "unit_id": f"{sid}|{h}", "hallucination_type": h,
-                         "fork_position": int(f["fork_position"]), "task": f.get("task"), "subset": "public"})
+            pairs.append(
+                {
+                    "pair_id": pid,
+                    "reference": sources[sid]["turns"],
+                    "candidate": f["turns"],
+                    "task": f.get("task"),
+                }
+            )
+            gold.append(
+                {
+                    "pair_id": pid,
+                    "unit_id": f"{sid}|{h}",
+                    "hallucination_type": h,
+                    "fork_position": int(f["fork_position"]),
+                    "task": f.get("task"),
+                    "subset": "public",
+                }
+            )
     return pairs, gold
 
 
-def node_prefix_distances(pairs: Sequence[Mapping[str, Any]], tasks: Sequence[str | None],
-                          table: PhrasingTable | None,
-                          calibration: tuple[Sequence[Mapping[str, Any]], Sequence[Mapping[str, Any]]] | None = None,
-                          thresholds: Sequence[float] = NODE_CLUSTER_THRESHOLDS,
-                          ) -> tuple[dict[str, float], str]:
+def node_prefix_distances(
+    pairs: Sequence[Mapping[str, Any]],
+    tasks: Sequence[str | None],
+    table: PhrasingTable | None,
+    calibration: tuple[Sequence[Mapping[str, Any]], Sequence[Mapping[str, Any]]] | None = None,
+    thresholds: Sequence[float] = NODE_CLUSTER_THRESHOLDS,
+) -> tuple[dict[str, float], str]:
     """Attack (e): minus the shared node prefix of each pair's reference and candidate.
 
     A system turn's node is the phrasing table's (when it parses the turn), else its cluster
@@ -436,21 +474,30 @@ def node_prefix_distances(pairs: Sequence[Mapping[str, Any]], tasks: Sequence[st
         seqs.append(seq)
     ths = list(thresholds) if cal_pairs else [NODE_CLUSTER_THRESHOLD]
     cuts = cluster_texts(list(unparsed), ths)
-    texts = [[x for x, _ in system_turns(t)] for t in [p["reference"] for p in allp] + [p["candidate"] for p in allp]]
+    texts = [
+        [x for x, _ in system_turns(t)]
+        for t in [p["reference"] for p in allp] + [p["candidate"] for p in allp]
+    ]
     n = len(allp)
 
     def distances(cl: list[int]) -> list[float]:
-        nodes = [[lab if lab is not None else f"c:{cl[unparsed[texts[i][j]]]}" for j, lab in enumerate(seq)]
-                 for i, seq in enumerate(seqs)]
+        nodes = [
+            [lab if lab is not None else f"c:{cl[unparsed[texts[i][j]]]}" for j, lab in enumerate(seq)]
+            for i, seq in enumerate(seqs)
+        ]
         return [-float(common_prefix(nodes[i], nodes[n + i])) for i in range(n)]
 
     best, why = 0, f"clustering threshold {ths[0]:g}"
     if cal_pairs:
         met = _Metric(cal_gold, 1, 0)
-        taus = [met.tau(dict(zip((p["pair_id"] for p in cal_pairs), distances(cl)[len(pairs):]))) for cl in cuts]
+        taus = [
+            met.tau(dict(zip((p["pair_id"] for p in cal_pairs), distances(cl)[len(pairs) :]))) for cl in cuts
+        ]
         best = int(np.argmax(taus))
-        why = (f"clustering threshold {ths[best]:g}, chosen on {len(cal_pairs)} public pairs (their tau "
-               f"{taus[best]:.3f})")
+        why = (
+            f"clustering threshold {ths[best]:g}, chosen on {len(cal_pairs)} public pairs (their tau "
+            f"{taus[best]:.3f})"
+        )
     d = distances(cuts[best])
     return {p["pair_id"]: d[i] for i, p in enumerate(pairs)}, why
 
@@ -466,10 +513,24 @@ def turn_distances(pairs: Sequence[Mapping[str, Any]], first: Sequence[int | Non
     Returns:
         ``{pair_id: -predicted turn}``.
     """
-    return {p["pair_id"]: -float(t if t is not None else len(system_turns(p["candidate"])) + 1)
-            for p, t in zip(pairs, first)}
+    return {
+        p["pair_id"]: -float(t if t is not None else len(system_turns(p["candidate"])) + 1)
+        for p, t in zip(pairs, first)
+    }
 
 
-__all__ = ["LENGTH_POSITIONS", "MAX_CLUSTERED_TURNS", "NODE_CLUSTER_THRESHOLD", "NODE_CLUSTER_THRESHOLDS",
-           "TaskGuesser", "TurnClassifier", "cluster_texts", "labelled_rows", "length_rule", "modal_lengths",
-           "node_prefix_distances", "public_pairs", "turn_distances"]
+__all__ = [
+    "LENGTH_POSITIONS",
+    "MAX_CLUSTERED_TURNS",
+    "NODE_CLUSTER_THRESHOLD",
+    "NODE_CLUSTER_THRESHOLDS",
+    "TaskGuesser",
+    "TurnClassifier",
+    "cluster_texts",
+    "labelled_rows",
+    "length_rule",
+    "modal_lengths",
+    "node_prefix_distances",
+    "public_pairs",
+    "turn_distances",
+]

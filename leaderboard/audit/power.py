@@ -25,8 +25,9 @@ from .report import ALPHA, RANDOM_DRAWS
 logger = logging.getLogger("leaderboard.audit")
 
 
-def tiled(gold3: Sequence[Mapping[str, Any]], predictions: Mapping[str, int | None],
-          n: int) -> tuple[list[dict[str, Any]], dict[str, int | None]]:
+def tiled(
+    gold3: Sequence[Mapping[str, Any]], predictions: Mapping[str, int | None], n: int
+) -> tuple[list[dict[str, Any]], dict[str, int | None]]:
     """A blind set of ``n`` dialogues made by repeating ``gold3``, and the predictions with it.
 
     Args:
@@ -57,8 +58,13 @@ def tiled(gold3: Sequence[Mapping[str, Any]], predictions: Mapping[str, int | No
     return rows, preds
 
 
-def gap_at(gold3: Sequence[Mapping[str, Any]], predictions: Mapping[str, int | None], n: int,
-            draws: int = RANDOM_DRAWS, seed: int = 0) -> dict[str, float]:
+def gap_at(
+    gold3: Sequence[Mapping[str, Any]],
+    predictions: Mapping[str, int | None],
+    n: int,
+    draws: int = RANDOM_DRAWS,
+    seed: int = 0,
+) -> dict[str, float]:
     """The audit's test of ``predictions`` on the blind set repeated to ``n`` dialogues (:func:`tiled`).
 
     Args:
@@ -76,13 +82,23 @@ def gap_at(gold3: Sequence[Mapping[str, Any]], predictions: Mapping[str, int | N
 
     rows, preds = tiled(gold3, predictions, n)
     res = _detector_result("", _Detector(rows, draws, seed), preds, "")
-    return {"n": n, "value": float(res.value), "control": float(res.control), "margin": float(res.margin),
-            "p_value": float(res.p_value)}
+    return {
+        "n": n,
+        "value": float(res.value),
+        "control": float(res.control),
+        "margin": float(res.margin),
+        "p_value": float(res.p_value),
+    }
 
 
-def significant_size(gold3: Sequence[Mapping[str, Any]], predictions: Mapping[str, int | None],
-                     alpha: float = ALPHA, draws: int = RANDOM_DRAWS, seed: int = 0,
-                     max_copies: int = 40) -> dict[str, Any]:
+def significant_size(
+    gold3: Sequence[Mapping[str, Any]],
+    predictions: Mapping[str, int | None],
+    alpha: float = ALPHA,
+    draws: int = RANDOM_DRAWS,
+    seed: int = 0,
+    max_copies: int = 40,
+) -> dict[str, Any]:
     """The smallest blind-set size at which the audit's test finds the cheat's gap significant,
     in whole copies of the measured set (1, 2, ... up to ``max_copies``): a partial copy would
     change the set's mix of conformant dialogues and forks, hence the cheat's Score, not only the
@@ -107,8 +123,9 @@ def significant_size(gold3: Sequence[Mapping[str, Any]], predictions: Mapping[st
     if not 0.0 < alpha < 1.0:
         raise ValueError(f"significant_size: alpha must be in (0, 1), got {alpha}")
     if draws < round(1 / alpha):
-        raise ValueError(f"significant_size: a p-value below {alpha} needs at least {round(1 / alpha)} draws, "
-                         f"got {draws}")
+        raise ValueError(
+            f"significant_size: a p-value below {alpha} needs at least {round(1 / alpha)} draws, got {draws}"
+        )
     if max_copies < 1:
         raise ValueError(f"significant_size: max_copies must be >= 1, got {max_copies}")
     N = len(gold3)
@@ -144,18 +161,28 @@ def main(argv: list[str] | None = None) -> int:
     from .report import BLIND
     from .scoring import _Detector, _detector_result, _read_config
 
-    ap = argparse.ArgumentParser(prog="python -m leaderboard.audit.power", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m leaderboard.audit.power", description=__doc__.split("\n\n")[0]
+    )
     ap.add_argument("hub", help="the Hub layout (data/blind)")
     ap.add_argument("gold", help="the gold folder of the same export")
-    ap.add_argument("--alpha", type=float, action="append", default=None,
-                    help=f"significance level(s) (repeatable; default 0.05 and the audit's {ALPHA})")
+    ap.add_argument(
+        "--alpha",
+        type=float,
+        action="append",
+        default=None,
+        help=f"significance level(s) (repeatable; default 0.05 and the audit's {ALPHA})",
+    )
     ap.add_argument("--seed", type=int, default=0, help="seed of the Random draws (default 0, the audit's)")
     a = ap.parse_args(argv)
     from dialfork_dataset.hub import load_gold
 
     blind = _read_config(Path(a.hub) / "data" / BLIND)
     if not blind:
-        print(f"error: {a.hub}/data/{BLIND}: no parquet files; HUB must be a DialFork Hub layout", file=sys.stderr)
+        print(
+            f"error: {a.hub}/data/{BLIND}: no parquet files; HUB must be a DialFork Hub layout",
+            file=sys.stderr,
+        )
         return 2
     try:
         gold3 = load_gold(a.gold)["task3"]
@@ -163,20 +190,26 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: GOLD {a.gold}: {e}", file=sys.stderr)
         return 2
     det = _Detector(gold3, RANDOM_DRAWS, a.seed)
-    best = max(((rule, sibling_predictions(blind, singletons=rule)) for rule in SINGLETON_RULES),
-               key=lambda rk: _detector_result("", _Detector(gold3, RANDOM_DRAWS, a.seed), rk[1], "").margin)
+    best = max(
+        ((rule, sibling_predictions(blind, singletons=rule)) for rule in SINGLETON_RULES),
+        key=lambda rk: _detector_result("", _Detector(gold3, RANDOM_DRAWS, a.seed), rk[1], "").margin,
+    )
     rule, known = best
     res = _detector_result("", det, known, "")
-    print(f"sibling grouping ({rule} singletons) on {len(blind)} blind dialogues: Score {res.value:.1f}, "
-          f"matched Random {res.control:.1f}, p = {res.p_value:.3f}")
+    print(
+        f"sibling grouping ({rule} singletons) on {len(blind)} blind dialogues: Score {res.value:.1f}, "
+        f"matched Random {res.control:.1f}, p = {res.p_value:.3f}"
+    )
     for alpha in a.alpha or [0.05, ALPHA]:
         s = significant_size(gold3, known, alpha=alpha, seed=a.seed)
         if s["size"] is None:
             print(f"alpha {alpha}: not significant up to {40 * len(blind)} dialogues")
         else:
             r = s["at_size"]
-            print(f"alpha {alpha}: significant from {s['size']} blind dialogues "
-                  f"(Score {r['value']:.1f}, matched Random {r['control']:.1f}, p = {r['p_value']:.3g})")
+            print(
+                f"alpha {alpha}: significant from {s['size']} blind dialogues "
+                f"(Score {r['value']:.1f}, matched Random {r['control']:.1f}, p = {r['p_value']:.3g})"
+            )
     return 0
 
 

@@ -9,7 +9,6 @@ from typing import Any
 logger = logging.getLogger("leaderboard.audit")
 
 
-
 #: A cheat fails the audit when it beats Random by more than this many Score points (SPEC 4).
 DETECTOR_MARGIN = 5.0
 #: A metric-track cheat fails the audit above this Kendall tau (SPEC 4).
@@ -28,9 +27,11 @@ PAIRS = "blind_task2"
 #: The supervised text classifier's name: reported as the public-data ceiling, never a verdict.
 CEILING = "public-data ceiling (TF-IDF + LR)"
 #: What the audit says, in plain words, about a hidden set made by the template simulator.
-PLUMBING_ONLY_TEXT = ("A template-generated hidden set is for plumbing only: simulator-aware attacks built from the "
-                      "public code solve it, so its scores do not rank detectors. The official hidden set comes from "
-                      "an LLM backend.")
+PLUMBING_ONLY_TEXT = (
+    "A template-generated hidden set is for plumbing only: simulator-aware attacks built from the "
+    "public code solve it, so its scores do not rank detectors. The official hidden set comes from "
+    "an LLM backend."
+)
 
 
 # --------------------------------------------------------------------------- report
@@ -76,9 +77,18 @@ class AttackResult:
             ``name``, ``track``, ``value``, ``matched_random`` (``control``), ``margin``,
             ``p_value``, ``status``, ``simulator_aware``, ``waived`` and ``detail``.
         """
-        return {"name": self.name, "track": self.track, "value": self.value, "matched_random": self.control,
-                "margin": self.margin, "p_value": self.p_value, "status": self.status,
-                "simulator_aware": self.simulator_aware, "waived": self.waived, "detail": self.detail}
+        return {
+            "name": self.name,
+            "track": self.track,
+            "value": self.value,
+            "matched_random": self.control,
+            "margin": self.margin,
+            "p_value": self.p_value,
+            "status": self.status,
+            "simulator_aware": self.simulator_aware,
+            "waived": self.waived,
+            "detail": self.detail,
+        }
 
 
 @dataclass
@@ -124,8 +134,10 @@ class AuditReport:
         Returns:
             The first detector-track attack named as the ceiling that has a value, or None.
         """
-        return next((a for a in self.attacks if a.track == "detector" and a.name == CEILING
-                     and a.value is not None), None)
+        return next(
+            (a for a in self.attacks if a.track == "detector" and a.name == CEILING and a.value is not None),
+            None,
+        )
 
     def best_honest(self) -> AttackResult | None:
         """The honest detector with the best Score, if any was given.
@@ -148,11 +160,16 @@ class AuditReport:
         if not self.ok:
             out = f"FAIL: {self.worst()}; a release with this hidden set is not published."
         elif waived:
-            out = ("PASS FOR PLUMBING ONLY: simulator-aware attacks solve this hidden set ("
-                   + "; ".join(_short(a) for a in waived) + ").")
+            out = (
+                "PASS FOR PLUMBING ONLY: simulator-aware attacks solve this hidden set ("
+                + "; ".join(_short(a) for a in waived)
+                + ")."
+            )
         else:
-            out = (f"PASS: no attack beats its matched Random by more than {DETECTOR_MARGIN:g} Score points "
-                   f"(p < {ALPHA:g}) or reaches a metric-track tau above {METRIC_TAU_MAX:g}.")
+            out = (
+                f"PASS: no attack beats its matched Random by more than {DETECTOR_MARGIN:g} Score points "
+                f"(p < {ALPHA:g}) or reaches a metric-track tau above {METRIC_TAU_MAX:g}."
+            )
         if self.template_hidden or waived:
             out += " " + PLUMBING_ONLY_TEXT
         return out
@@ -167,8 +184,9 @@ class AuditReport:
         fails = [a for a in self.attacks if a.status == "FAIL" and not a.waived]
         if not fails:
             n = sum(a.waived for a in self.attacks)
-            return "no cheat beats the thresholds" + (f" ({n} simulator-aware failure(s) waived: plumbing only)"
-                                                       if n else "")
+            return "no cheat beats the thresholds" + (
+                f" ({n} simulator-aware failure(s) waived: plumbing only)" if n else ""
+            )
         return "; ".join(_short(a) for a in fails)
 
     def to_dict(self) -> dict[str, Any]:
@@ -180,11 +198,22 @@ class AuditReport:
             ``counts``, ``honest`` (each an :meth:`AttackResult.to_dict`), ``generators``,
             ``plumbing_only`` and ``verdict`` (:meth:`verdict`).
         """
-        return {"ok": self.ok, "thresholds": {"detector_margin": DETECTOR_MARGIN, "alpha": ALPHA,
-                                              "metric_tau_max": METRIC_TAU_MAX},
-                "baselines": self.baselines, "attacks": [a.to_dict() for a in self.attacks], "notes": self.notes,
-                "counts": self.counts, "honest": [h.to_dict() for h in self.honest], "generators": self.generators,
-                "plumbing_only": self.plumbing_only, "verdict": self.verdict()}
+        return {
+            "ok": self.ok,
+            "thresholds": {
+                "detector_margin": DETECTOR_MARGIN,
+                "alpha": ALPHA,
+                "metric_tau_max": METRIC_TAU_MAX,
+            },
+            "baselines": self.baselines,
+            "attacks": [a.to_dict() for a in self.attacks],
+            "notes": self.notes,
+            "counts": self.counts,
+            "honest": [h.to_dict() for h in self.honest],
+            "generators": self.generators,
+            "plumbing_only": self.plumbing_only,
+            "verdict": self.verdict(),
+        }
 
     def format_text(self) -> str:
         """The report as a text table for a terminal.
@@ -200,16 +229,20 @@ class AuditReport:
         def f(v, nd=2):
             return "-" if v is None else f"{v:.{nd}f}"
 
-        lines = [f"leaderboard audit: {self.counts.get('blind', 0)} blind dialogues, {self.counts.get('pairs', 0)} "
-                 f"metric-track pairs, {self.counts.get('public_rows', 0)} public rows",
-                 f"{'attack':<42} {'track':<8} {'cheat':>7} {'matched':>7} {'Random':>7} {'first':>6} {'last':>6}  "
-                 "verdict"]
+        lines = [
+            f"leaderboard audit: {self.counts.get('blind', 0)} blind dialogues, {self.counts.get('pairs', 0)} "
+            f"metric-track pairs, {self.counts.get('public_rows', 0)} public rows",
+            f"{'attack':<42} {'track':<8} {'cheat':>7} {'matched':>7} {'Random':>7} {'first':>6} {'last':>6}  "
+            "verdict",
+        ]
         for a in [*self.attacks, *self.honest]:
             if a.track == "detector":
                 row = (f(a.value), f(a.control), f(d.get("random")), f(d.get("first")), f(d.get("last")))
                 if a.status == "FAIL":
-                    verdict = (f"FAIL: beats its matched Random by {a.margin:+.2f} > {DETECTOR_MARGIN:g} Score points "
-                               f"(p={a.p_value:.3f})")
+                    verdict = (
+                        f"FAIL: beats its matched Random by {a.margin:+.2f} > {DETECTOR_MARGIN:g} Score points "
+                        f"(p={a.p_value:.3f})"
+                    )
                 elif a.status in ("skipped", "reported"):
                     verdict = a.status
                 else:
@@ -224,15 +257,19 @@ class AuditReport:
                     verdict = f"pass (tau <= {METRIC_TAU_MAX:g})"
             if a.waived:
                 verdict += " [waived: plumbing-only release]"
-            lines.append(f"{a.name:<42} {a.track:<8} {row[0]:>7} {row[1]:>7} {row[2]:>7} {row[3]:>6} {row[4]:>6}  "
-                         f"{verdict}")
+            lines.append(
+                f"{a.name:<42} {a.track:<8} {row[0]:>7} {row[1]:>7} {row[2]:>7} {row[3]:>6} {row[4]:>6}  "
+                f"{verdict}"
+            )
             if a.detail:
                 lines.append(f"{'':<4}{a.detail}")
         ceil, hon = self.ceiling(), self.best_honest()
         if ceil is not None:
-            lines.append(f"public-data ceiling (reported, not a verdict): Score {ceil.value:.2f} "
-                         f"(matched Random {f(ceil.control)})"
-                         + (f"; best {hon.name}: Score {hon.value:.2f}" if hon is not None else ""))
+            lines.append(
+                f"public-data ceiling (reported, not a verdict): Score {ceil.value:.2f} "
+                f"(matched Random {f(ceil.control)})"
+                + (f"; best {hon.name}: Score {hon.value:.2f}" if hon is not None else "")
+            )
         lines += [f"note: {n}" for n in self.notes]
         lines.append("verdict: " + ("PASS" if self.ok else "FAIL") + f" ({self.worst()})")
         lines.append(self.verdict())
@@ -245,5 +282,3 @@ def _short(a: AttackResult) -> str:
         ctl = f" (matched Random {a.control:.1f})" if a.control is not None else ""
         return f"{a.name}: Score {a.value:.3g}{ctl}"
     return f"{a.name}: tau {a.value:.3g}"
-
-

@@ -35,12 +35,19 @@ logger = logging.getLogger("leaderboard.audit")
 # --------------------------------------------------------------------------- the audit
 
 
-def run_audit(hub: str | os.PathLike, gold_dir: str | os.PathLike, *, star: str | os.PathLike | None = None,
-              regen_seeds: Sequence[int] = DEFAULT_REGEN_SEEDS,
-              regen_scenarios_per_task: int = DEFAULT_REGEN_SCENARIOS_PER_TASK,
-              draws: int = RANDOM_DRAWS, seed: int = 0,
-              progress: Callable[[str], None] | None = None, plumbing_only: bool = False,
-              honest: Mapping[str, Mapping[str, int | None]] | None = None) -> AuditReport:
+def run_audit(
+    hub: str | os.PathLike,
+    gold_dir: str | os.PathLike,
+    *,
+    star: str | os.PathLike | None = None,
+    regen_seeds: Sequence[int] = DEFAULT_REGEN_SEEDS,
+    regen_scenarios_per_task: int = DEFAULT_REGEN_SCENARIOS_PER_TASK,
+    draws: int = RANDOM_DRAWS,
+    seed: int = 0,
+    progress: Callable[[str], None] | None = None,
+    plumbing_only: bool = False,
+    honest: Mapping[str, Mapping[str, int | None]] | None = None,
+) -> AuditReport:
     """Run every attack on the layout ``hub`` and score it against ``gold_dir`` (see the module doc).
 
     The simulator-aware attacks (:mod:`.cheater`) run on whatever the blind set holds: to audit an
@@ -76,8 +83,10 @@ def run_audit(hub: str | os.PathLike, gold_dir: str | os.PathLike, *, star: str 
     from dialfork_dataset.hub import load_gold
 
     if draws < round(1 / ALPHA):
-        raise ValueError(f"draws must be at least {round(1 / ALPHA)} (a p-value below {ALPHA} needs that many "
-                         f"matched draws), got {draws}")
+        raise ValueError(
+            f"draws must be at least {round(1 / ALPHA)} (a p-value below {ALPHA} needs that many "
+            f"matched draws), got {draws}"
+        )
     hub, gold_dir = Path(hub), Path(gold_dir)
     say = progress or (lambda m: logger.info("audit: %s", m))
     blind = _read_config(hub / "data" / BLIND)
@@ -86,7 +95,9 @@ def run_audit(hub: str | os.PathLike, gold_dir: str | os.PathLike, *, star: str 
     pairs = _read_config(hub / "data" / PAIRS) if (hub / "data" / PAIRS).is_dir() else []
     if pairs and "candidate" not in pairs[0]:  # older layouts: pairs reference blind ids
         by_id = {b["dialogue_id"]: b["turns"] for b in blind}
-        pairs = [{**p, "reference": by_id[p["reference_id"]], "candidate": by_id[p["candidate_id"]]} for p in pairs]
+        pairs = [
+            {**p, "reference": by_id[p["reference_id"]], "candidate": by_id[p["candidate_id"]]} for p in pairs
+        ]
     public = read_public_configs(hub)
     gold = load_gold(gold_dir)
     det = _Detector(gold["task3"], draws, seed)
@@ -96,38 +107,70 @@ def run_audit(hub: str | os.PathLike, gold_dir: str | os.PathLike, *, star: str 
     first = score_predictions({i: 1 for i in det.ids}, det.gold)["score"]
     last = score_predictions({i: int(t) for i, t in zip(det.ids, det.T)}, det.gold)["score"]
     random_score = det.random()
-    report = AuditReport(baselines={"detector": {"random": random_score, "first": first, "last": last},
-                                    "metric": {"random": met.random() if met else None}},
-                         counts={"blind": len(blind), "pairs": len(pairs),
-                                 "public_rows": sum(len(v) for v in public.values())})
+    report = AuditReport(
+        baselines={
+            "detector": {"random": random_score, "first": first, "last": last},
+            "metric": {"random": met.random() if met else None},
+        },
+        counts={
+            "blind": len(blind),
+            "pairs": len(pairs),
+            "public_rows": sum(len(v) for v in public.values()),
+        },
+    )
     labelled = [r for rows in public.values() for r in rows]
     hidden = gold["manifest"].get("hidden") or {}
     report.generators = list(hidden.get("generators") or [])
     report.plumbing_only = bool(plumbing_only)
     regen: list[dict[str, Any]] = []
     say("verbatim lookup")
-    report.attacks += lookup_attack("verbatim lookup (public configs)", labelled, blind, pairs, det, met,
-                                    f"{len(public)} public config(s)")
+    report.attacks += lookup_attack(
+        "verbatim lookup (public configs)",
+        labelled,
+        blind,
+        pairs,
+        det,
+        met,
+        f"{len(public)} public config(s)",
+    )
     say("sibling grouping")
     report.attacks.append(sibling_attack(blind, det))
     tasks = sorted({r["task"] for r in labelled if r.get("task")})
     if star is None or not list(regen_seeds) or not tasks:
         why = "no STAR folder given" if star is None else "no public task" if not tasks else "no seeds"
         for track in ("detector", "metric"):
-            report.attacks.append(AttackResult("regeneration (public code, public seeds)", track, None,
-                                               f"not run: {why}", "skipped"))
+            report.attacks.append(
+                AttackResult(
+                    "regeneration (public code, public seeds)", track, None, f"not run: {why}", "skipped"
+                )
+            )
     else:
         # the modes of the public forks, plus the hidden set's (the card states them), plus the default
         hidden_modes = set((gold["manifest"].get("hidden") or {}).get("prefix_modes") or ())
-        modes = sorted({r.get("prefix_mode") for r in labelled if r.get("prefix_mode")} | hidden_modes | {"replay"})
+        modes = sorted(
+            {r.get("prefix_mode") for r in labelled if r.get("prefix_mode")} | hidden_modes | {"replay"}
+        )
         say(f"regeneration: {len(regen_seeds)} seed(s) x {len(modes)} prefix mode(s) x {len(tasks)} task(s)")
         with tempfile.TemporaryDirectory(prefix="dialfork-audit-") as tmp:
-            regen, notes = regenerate(star, tasks, list(regen_seeds), modes, regen_scenarios_per_task, Path(tmp))
+            regen, notes = regenerate(
+                star, tasks, list(regen_seeds), modes, regen_scenarios_per_task, Path(tmp)
+            )
         report.notes += notes
-        seeds_txt = f"seeds {min(regen_seeds)}-{max(regen_seeds)}" if len(regen_seeds) > 1 else f"seed {regen_seeds[0]}"
-        report.attacks += lookup_attack("regeneration (public code, public seeds)", regen, blind, pairs, det, met,
-                                        f"{len(regen):,} regenerated dialogues ({seeds_txt}, "
-                                        f"first {regen_scenarios_per_task} scenarios per task)")
+        seeds_txt = (
+            f"seeds {min(regen_seeds)}-{max(regen_seeds)}"
+            if len(regen_seeds) > 1
+            else f"seed {regen_seeds[0]}"
+        )
+        report.attacks += lookup_attack(
+            "regeneration (public code, public seeds)",
+            regen,
+            blind,
+            pairs,
+            det,
+            met,
+            f"{len(regen):,} regenerated dialogues ({seeds_txt}, "
+            f"first {regen_scenarios_per_task} scenarios per task)",
+        )
     if met is not None:
         say("pair diffing")
         best = max(((name, met.tau(d)) for name, d in pair_diff_distances(pairs).items()), key=lambda x: x[1])
@@ -144,20 +187,28 @@ def run_audit(hub: str | os.PathLike, gold_dir: str | os.PathLike, *, star: str 
         for a in report.attacks:
             a.waived = a.simulator_aware and a.status == "FAIL"
     if "template" in (hidden.get("generators") or []) or not hidden:
-        report.notes.append("the hidden set was made by the template simulator (or its generator is not recorded): "
-                            "anyone running the simulator as an oracle can reproduce its kind of dialogues; fine for "
-                            "demos and tests, an official hidden set comes from an LLM backend")
+        report.notes.append(
+            "the hidden set was made by the template simulator (or its generator is not recorded): "
+            "anyone running the simulator as an oracle can reproduce its kind of dialogues; fine for "
+            "demos and tests, an official hidden set comes from an LLM backend"
+        )
     if not hidden:
-        report.notes.append("the gold manifest has no 'hidden' section: this layout predates the hidden split")
+        report.notes.append(
+            "the gold manifest has no 'hidden' section: this layout predates the hidden split"
+        )
     return report
 
 
-
-def audit_corpora(public: str | os.PathLike | Sequence[Mapping[str, Any]],
-                  hidden: str | os.PathLike | Sequence[Mapping[str, Any]], *,
-                  key: str | os.PathLike | Any = None, blind_key: bytes | str | None = None,
-                  workdir: str | os.PathLike | None = None, export_options: Mapping[str, Any] | None = None,
-                  **options: Any) -> AuditReport:
+def audit_corpora(
+    public: str | os.PathLike | Sequence[Mapping[str, Any]],
+    hidden: str | os.PathLike | Sequence[Mapping[str, Any]],
+    *,
+    key: str | os.PathLike | Any = None,
+    blind_key: bytes | str | None = None,
+    workdir: str | os.PathLike | None = None,
+    export_options: Mapping[str, Any] | None = None,
+    **options: Any,
+) -> AuditReport:
     """Every attack on the release a public corpus and a hidden corpus make (template or LLM).
 
     The layout is exported without its audit into ``workdir`` (a temporary folder by default,
@@ -189,6 +240,14 @@ def audit_corpora(public: str | os.PathLike | Sequence[Mapping[str, Any]],
 
     with tempfile.TemporaryDirectory(prefix="dialfork-audit-corpora-") as tmp:
         root = Path(workdir) if workdir is not None else Path(tmp)
-        export_hub_layout(public, root / "hub", root / "gold", hidden=hidden, key=key, blind_key=blind_key,
-                          overwrite=True, **dict(export_options or {}))
+        export_hub_layout(
+            public,
+            root / "hub",
+            root / "gold",
+            hidden=hidden,
+            key=key,
+            blind_key=blind_key,
+            overwrite=True,
+            **dict(export_options or {}),
+        )
         return run_audit(root / "hub", root / "gold", **options)

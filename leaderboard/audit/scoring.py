@@ -138,8 +138,14 @@ class VectorScorer:
         fh, fc = flag & self.fork, flag & ~self.fork
         mae_h = float(np.mean(np.abs(pred - self.tk)[fh])) if fh.any() else None
         mae_c = float(np.mean(np.abs(self.T + 1 - pred)[fc])) if fc.any() else None
-        return score_from_stats(mae_h, float(fh.sum() / self.fork.sum()), mae_c, float(fc.sum() / (~self.fork).sum()),
-                                self.mae_h_ref, self.mae_c_ref)
+        return score_from_stats(
+            mae_h,
+            float(fh.sum() / self.fork.sum()),
+            mae_c,
+            float(fc.sum() / (~self.fork).sum()),
+            self.mae_h_ref,
+            self.mae_c_ref,
+        )
 
     def score_dict(self, preds: Mapping[str, int | None]) -> float:
         """The Score of ``{dialogue_id: turn or None}`` (every row's id present).
@@ -152,7 +158,6 @@ class VectorScorer:
             The Score (0-100), as :meth:`score`; NaN without both kinds of dialogue.
         """
         return self.score(np.asarray([float(preds[i] or 0) for i in self.ids]))
-
 
 
 class _Detector:
@@ -195,14 +200,18 @@ class _Detector:
         """Scores of ``known``'s predictions dealt to random dialogues (abstentions as they are, turns
         as relative positions rescaled to the receiving dialogue's T), Random for the rest."""
         idx, vals = self._known(known)
-        rel = np.asarray([np.nan if v is None else (int(v) - 1) / max(int(self.T[j]) - 1, 1)
-                          for j, v in zip(idx, vals)], dtype=float)
+        rel = np.asarray(
+            [np.nan if v is None else (int(v) - 1) / max(int(self.T[j]) - 1, 1) for j, v in zip(idx, vals)],
+            dtype=float,
+        )
         out = []
         for d in self.draws:
             p = d.astype(float)
             chosen = self.rng.choice(len(self.ids), size=len(rel), replace=False)
             T = self.T[chosen]
-            p[chosen] = np.where(np.isnan(rel), 0.0, np.clip(np.round(1 + np.nan_to_num(rel) * (T - 1)), 1, T))
+            p[chosen] = np.where(
+                np.isnan(rel), 0.0, np.clip(np.round(1 + np.nan_to_num(rel) * (T - 1)), 1, T)
+            )
             out.append(self._vec.score(p))
         return np.array(out)
 
@@ -242,10 +251,10 @@ def _detector_result(name: str, det: _Detector, known: Mapping[str, int | None],
     margin = value - float(control.mean())
     p = float((1 + (control >= value - 1e-9).sum()) / (1 + control.size))
     fail = margin > DETECTOR_MARGIN and p < ALPHA
-    return AttackResult(name, "detector", value, detail, "FAIL" if fail else "pass", margin, float(control.mean()), p)
+    return AttackResult(
+        name, "detector", value, detail, "FAIL" if fail else "pass", margin, float(control.mean()), p
+    )
 
 
 def _metric_result(name: str, value: float, detail: str) -> AttackResult:
     return AttackResult(name, "metric", value, detail, "FAIL" if value > METRIC_TAU_MAX else "pass")
-
-

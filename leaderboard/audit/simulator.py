@@ -58,7 +58,7 @@ def template_regex(template: str) -> str:
     """
     out, pos = [], 0
     for m in PLACEHOLDER.finditer(template):
-        out.append(_literal(template[pos:m.start()]))
+        out.append(_literal(template[pos : m.start()]))
         out.append(".+?")
         pos = m.end()
     out.append(_literal(template[pos:]))
@@ -85,9 +85,9 @@ def _specific(template: str) -> bool:
 def _first_word(template: str) -> str | None:
     """The first word every filling of ``template`` starts with; None when a placeholder touches it."""
     m = PLACEHOLDER.search(template)
-    head = template if m is None else template[:m.start()]
+    head = template if m is None else template[: m.start()]
     words = head.split()
-    if not words or (m is not None and not head[len(head.rstrip()):] and len(words) == 1):
+    if not words or (m is not None and not head[len(head.rstrip()) :] and len(words) == 1):
         return None  # empty, or the placeholder continues the first word
     return words[0]
 
@@ -114,7 +114,9 @@ class PhrasingTable:
             turn that has a single surface form (``template_data.yaml``'s ``reword.system``).
     """
 
-    def __init__(self, phrasings: Mapping[str, Mapping[str, Sequence[str]]], reword_markers: Sequence[str] = ()):
+    def __init__(
+        self, phrasings: Mapping[str, Mapping[str, Sequence[str]]], reword_markers: Sequence[str] = ()
+    ):
         self.tasks = sorted(phrasings)
         self._phrasings = {t: {n: tuple(ps) for n, ps in nodes.items()} for t, nodes in phrasings.items()}
         self._compiled: dict[str, tuple[re.Pattern[str] | None, list[str], re.Pattern[str] | None]] = {}
@@ -140,11 +142,18 @@ class PhrasingTable:
         hit = self._compiled.get(task)
         if hit is None:
             nodes = self._phrasings[task]
-            pairs = sorted(((n, p) for n, ps in nodes.items() for p in dict.fromkeys(ps) if _specific(p)),
-                           key=lambda x: (-_literal_len(x[1]), x[0], x[1]))
+            pairs = sorted(
+                ((n, p) for n, ps in nodes.items() for p in dict.fromkeys(ps) if _specific(p)),
+                key=lambda x: (-_literal_len(x[1]), x[0], x[1]),
+            )
             oos = [p for n, ps in nodes.items() if n in TRANSPARENT_NODES for p in ps if _specific(p)]
-            hit = (_alternation([p for _, p in pairs]), [n for n, _ in pairs],
-                   re.compile(r"(?:" + "|".join(template_regex(p) for p in oos) + r")\.?\s+(.+)", re.S) if oos else None)
+            hit = (
+                _alternation([p for _, p in pairs]),
+                [n for n, _ in pairs],
+                re.compile(r"(?:" + "|".join(template_regex(p) for p in oos) + r")\.?\s+(.+)", re.S)
+                if oos
+                else None,
+            )
             self._compiled[task] = hit
         return hit
 
@@ -199,7 +208,7 @@ class PhrasingTable:
         if out is None:
             for mk in self._markers:
                 if text.startswith(mk + " "):
-                    out = self._match(text[len(mk) + 1:].strip(), task)
+                    out = self._match(text[len(mk) + 1 :].strip(), task)
                     if out is not None:
                         break
         oos = self._patterns(task)[2]
@@ -224,11 +233,19 @@ class PhrasingTable:
         if key not in self._other:
             out = None
             if task is None or self.node(text, task) is None:
-                words = {w for x in (text, *(text[len(mk) + 1:] for mk in self._markers if text.startswith(mk + " ")))
-                         for w in x.split(None, 1)[:1]}
+                words = {
+                    w
+                    for x in (
+                        text,
+                        *(text[len(mk) + 1 :] for mk in self._markers if text.startswith(mk + " ")),
+                    )
+                    for w in x.split(None, 1)[:1]
+                }
                 cands = self._any_first.union(*(self._by_first.get(w, ()) for w in words))
-                out = next((t for t in self.tasks if t != task and t in cands and self.node(text, t) is not None),
-                           None)
+                out = next(
+                    (t for t in self.tasks if t != task and t in cands and self.node(text, t) is not None),
+                    None,
+                )
             self._other[key] = out
         return self._other[key]
 
@@ -366,7 +383,7 @@ def system_turns(turns: Sequence[Mapping[str, Any]]) -> list[tuple[str, str | No
     out: list[tuple[str, str | None]] = []
     for i, t in enumerate(turns):
         if t["speaker"] == "system":
-            nxt = next((u["text"] for u in turns[i + 1:] if u["speaker"] == "user"), None)
+            nxt = next((u["text"] for u in turns[i + 1 :] if u["speaker"] == "user"), None)
             out.append((t["text"].strip(), None if nxt is None else nxt.strip()))
     return out
 
@@ -406,18 +423,25 @@ class Fingerprinter:
         if self.pools.is_line(text):
             return "variant line"
         rest = self.pools.bridge_rest(text)
-        if rest is not None and (self.table is None or self.table.other_task(rest.strip(), None) is not None
-                                 or rest.strip() in self.conformant_system):
+        if rest is not None and (
+            self.table is None
+            or self.table.other_task(rest.strip(), None) is not None
+            or rest.strip() in self.conformant_system
+        ):
             return "WIC bridge"
         own = self.table.node(text, task) if self.table is not None else None
         if own is not None:
             return None
-        if text.startswith(FALLBACK_PREFIX) and text[len(FALLBACK_PREFIX):][:1].islower():
+        if text.startswith(FALLBACK_PREFIX) and text[len(FALLBACK_PREFIX) :][:1].islower():
             return "forced-difference fallback"
         if self.table is not None and task is not None and self.table.other_task(text, task) is not None:
             return "another task's phrasing"
-        if self.table is None and task is not None and text not in self.conformant_by_task.get(task, set()) \
-                and any(text in v for t, v in self.conformant_by_task.items() if t != task):
+        if (
+            self.table is None
+            and task is not None
+            and text not in self.conformant_by_task.get(task, set())
+            and any(text in v for t, v in self.conformant_by_task.items() if t != task)
+        ):
             return "another task's phrasing"
         return None
 
@@ -511,9 +535,12 @@ class NodeGrammar:
         return None
 
 
-def fingerprint_predictions(fp: Fingerprinter, dialogues: Sequence[Mapping[str, Any]],
-                            tasks: Mapping[str, str | None], grammar: NodeGrammar | None = None
-                            ) -> tuple[dict[str, int | None], Counter]:
+def fingerprint_predictions(
+    fp: Fingerprinter,
+    dialogues: Sequence[Mapping[str, Any]],
+    tasks: Mapping[str, str | None],
+    grammar: NodeGrammar | None = None,
+) -> tuple[dict[str, int | None], Counter]:
     """Attack (a), or (a) + (b) with a grammar: every dialogue's first fingerprinted (or
     ungrammatical) system turn; None where there is none.
 
@@ -539,5 +566,14 @@ def fingerprint_predictions(fp: Fingerprinter, dialogues: Sequence[Mapping[str, 
     return preds, why
 
 
-__all__ = ["FALLBACK_PREFIX", "REACTION_POOLS", "Fingerprinter", "NodeGrammar", "PhrasingTable", "PublicPools",
-           "fingerprint_predictions", "system_turns", "template_regex"]
+__all__ = [
+    "FALLBACK_PREFIX",
+    "REACTION_POOLS",
+    "Fingerprinter",
+    "NodeGrammar",
+    "PhrasingTable",
+    "PublicPools",
+    "fingerprint_predictions",
+    "system_turns",
+    "template_regex",
+]

@@ -48,8 +48,12 @@ class BlindSet:
         return h.hexdigest()
 
     @classmethod
-    def from_rows(cls, rows: Iterable[Mapping[str, Any]], pairs: Iterable[Mapping[str, Any] | str] = (),
-                  source: str = "") -> BlindSet:
+    def from_rows(
+        cls,
+        rows: Iterable[Mapping[str, Any]],
+        pairs: Iterable[Mapping[str, Any] | str] = (),
+        source: str = "",
+    ) -> BlindSet:
         """A blind set from rows already in memory.
 
         Args:
@@ -101,5 +105,3 @@ class BlindSet:
         for f in sorted((dest / "data" / "blind_task2").glob("*.parquet")):
             pids.extend(pq.read_table(f, columns=["pair_id"]).column("pair_id").to_pylist())
         return cls(turns=turns, pairs=frozenset(pids), source=str(dest))
-
-

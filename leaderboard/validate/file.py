@@ -58,8 +58,15 @@ def _decode(data: bytes, path: str, errors: list[Problem]) -> list[str | None]:
             try:
                 out.append(raw.decode("utf-8"))
             except UnicodeDecodeError as e:
-                errors.append(Problem("not_utf8", f"not valid UTF-8 (byte {raw[e.start:e.start + 1]!r} at column "
-                                                  f"{e.start + 1}); save the file as UTF-8", line=i, file=path))
+                errors.append(
+                    Problem(
+                        "not_utf8",
+                        f"not valid UTF-8 (byte {raw[e.start : e.start + 1]!r} at column "
+                        f"{e.start + 1}); save the file as UTF-8",
+                        line=i,
+                        file=path,
+                    )
+                )
                 out.append(None)
         return out
     return text.split("\n")
@@ -108,8 +115,10 @@ def validate_submission(
     id_field, value_field = TRACK_FIELDS[track]
     universe: Mapping[str, Any] | frozenset[str] = blind.turns if track == "detector" else blind.pairs
     if not universe:
-        raise ValueError(f"the blind set from {blind.source or '?'} has no "
-                         f"{'dialogues' if track == 'detector' else 'Task 2 pairs'}; is --blind the right folder?")
+        raise ValueError(
+            f"the blind set from {blind.source or '?'} has no "
+            f"{'dialogues' if track == 'detector' else 'Task 2 pairs'}; is --blind the right folder?"
+        )
 
     # ---- metadata (checked even when the file itself is broken: report everything at once)
     md_obj: Any = None
@@ -135,30 +144,61 @@ def validate_submission(
         return rep
     rep.n_bytes = size
     if size > max_bytes:
-        too_large = [Problem("too_large", f"file is {size:,} bytes, over the {max_bytes:,}-byte cap; a full "
-                                          "submission is far smaller: check that it holds one short line per id",
-                             file=spath)]
+        too_large = [
+            Problem(
+                "too_large",
+                f"file is {size:,} bytes, over the {max_bytes:,}-byte cap; a full "
+                "submission is far smaller: check that it holds one short line per id",
+                file=spath,
+            )
+        ]
         long_line = _first_long_line(p, max_bytes, max_line_chars)
         if long_line is not None:
-            too_large.append(Problem("line_too_long", f"line is longer than {max_line_chars:,} characters; each line "
-                                                      "holds one short JSON object", line=long_line, file=spath))
+            too_large.append(
+                Problem(
+                    "line_too_long",
+                    f"line is longer than {max_line_chars:,} characters; each line "
+                    "holds one short JSON object",
+                    line=long_line,
+                    file=spath,
+                )
+            )
         errs[:0] = too_large
         return rep
     data = p.read_bytes()
     rep.sha256 = hashlib.sha256(data).hexdigest()
     file_errs: list[Problem] = []
     if data.startswith((b"\xff\xfe", b"\xfe\xff")):
-        errs.insert(0, Problem("not_utf8", "file is UTF-16 (it starts with a UTF-16 byte-order mark); save it as "
-                                           "UTF-8 without BOM", line=1, file=spath))
+        errs.insert(
+            0,
+            Problem(
+                "not_utf8",
+                "file is UTF-16 (it starts with a UTF-16 byte-order mark); save it as UTF-8 without BOM",
+                line=1,
+                file=spath,
+            ),
+        )
         return rep
     if data.startswith(b"\xef\xbb\xbf"):
-        file_errs.append(Problem("bom", "file starts with a UTF-8 byte-order mark; save it as UTF-8 without BOM",
-                                 line=1, file=spath))
+        file_errs.append(
+            Problem(
+                "bom",
+                "file starts with a UTF-8 byte-order mark; save it as UTF-8 without BOM",
+                line=1,
+                file=spath,
+            )
+        )
         data = data[3:]
     if not data.strip():
-        file_errs.append(Problem("empty_file", f"file is empty; expected one JSON line per blind "
-                                               f"{'dialogue' if track == 'detector' else 'pair'} "
-                                               f"({len(universe):,} lines)", file=spath))
+        file_errs.append(
+            Problem(
+                "empty_file",
+                f"file is empty; expected one JSON line per blind "
+                f"{'dialogue' if track == 'detector' else 'pair'} "
+                f"({len(universe):,} lines)",
+                file=spath,
+            )
+        )
         errs[:0] = file_errs
         return rep
 
@@ -191,53 +231,105 @@ def validate_submission(
             continue
         n_lines += 1
         if len(line) > max_line_chars:
-            add(Problem("line_too_long", f"line is {len(line):,} characters long (the cap is {max_line_chars:,}); "
-                                         "each line holds one short JSON object", line=i, file=spath))
+            add(
+                Problem(
+                    "line_too_long",
+                    f"line is {len(line):,} characters long (the cap is {max_line_chars:,}); "
+                    "each line holds one short JSON object",
+                    line=i,
+                    file=spath,
+                )
+            )
             continue
         try:
             obj = decode(line)
         except json.JSONDecodeError as e:
-            add(Problem("not_json", f"not a JSON object ({e.msg} at column {e.colno}): {_short(line)!r}",
-                        line=i, file=spath))
+            add(
+                Problem(
+                    "not_json",
+                    f"not a JSON object ({e.msg} at column {e.colno}): {_short(line)!r}",
+                    line=i,
+                    file=spath,
+                )
+            )
             continue
         except RecursionError:
-            add(Problem("not_json", "arrays or objects nested too deeply to read; each line is one flat object",
-                        line=i, file=spath))
+            add(
+                Problem(
+                    "not_json",
+                    "arrays or objects nested too deeply to read; each line is one flat object",
+                    line=i,
+                    file=spath,
+                )
+            )
             continue
         did = obj.get(id_field) if isinstance(obj, dict) else None
         if isinstance(obj, dict) and obj.get("confidence") is not None:
             n_conf += 1
         T = turns.get(did) if (track == "detector" and isinstance(did, str)) else None
         for code, msg, fld in check_line_object(obj, track, T):
-            prefix = f"{id_field} {_short(did)!r}: " if isinstance(did, str) and did and code != "bad_id" else ""
+            prefix = (
+                f"{id_field} {_short(did)!r}: " if isinstance(did, str) and did and code != "bad_id" else ""
+            )
             add(Problem(code, prefix + msg, line=i, field=fld, file=spath))
         if not (isinstance(did, str) and did):
             continue
         if did in first_line:
-            add(Problem("duplicate_id", f"duplicate {id_field} {_short(did)!r} on lines {first_line[did]} and {i}; "
-                                        "keep exactly one line per id",
-                        line=i, other_line=first_line[did], field=id_field, file=spath))
+            add(
+                Problem(
+                    "duplicate_id",
+                    f"duplicate {id_field} {_short(did)!r} on lines {first_line[did]} and {i}; "
+                    "keep exactly one line per id",
+                    line=i,
+                    other_line=first_line[did],
+                    field=id_field,
+                    file=spath,
+                )
+            )
             continue
         first_line[did] = i
         if did not in universe:
             what = "blind test set" if track == "detector" else "blind Task 2 pair set"
-            add(Problem("unknown_id", f"{id_field} {_short(did)!r} is not in the {what}; "
-                                      "was the file made for another release?", line=i, field=id_field, file=spath))
+            add(
+                Problem(
+                    "unknown_id",
+                    f"{id_field} {_short(did)!r} is not in the {what}; "
+                    "was the file made for another release?",
+                    line=i,
+                    field=id_field,
+                    file=spath,
+                )
+            )
             continue
         values[did] = obj.get(value_field)
     if blank:
-        rep.warnings.append(Problem("blank_lines", f"{len(blank)} blank line(s) ignored (first: line {blank[0]})",
-                                    line=blank[0], file=spath))
+        rep.warnings.append(
+            Problem(
+                "blank_lines",
+                f"{len(blank)} blank line(s) ignored (first: line {blank[0]})",
+                line=blank[0],
+                file=spath,
+            )
+        )
     if n_lines == 0 and not any(p.code == "not_utf8" for p in file_errs):
         file_errs.append(Problem("empty_file", "file holds no JSON lines", file=spath))
     missing = [k for k in universe if k not in first_line]
     if missing and n_lines:
         shown = ", ".join(repr(m) for m in missing[:MISSING_IDS_SHOWN])
         what = "blind dialogues have no prediction" if track == "detector" else "blind pairs have no distance"
-        fix = ("add a line with \"prediction\": null for each dialogue the detector does not flag"
-               if track == "detector" else "give a distance for every pair of data/blind_task2")
-        add(Problem("missing_ids", f"{len(missing):,} of {len(universe):,} {what} (first: {shown}); {fix}",
-                    field=id_field, file=spath))
+        fix = (
+            'add a line with "prediction": null for each dialogue the detector does not flag'
+            if track == "detector"
+            else "give a distance for every pair of data/blind_task2"
+        )
+        add(
+            Problem(
+                "missing_ids",
+                f"{len(missing):,} of {len(universe):,} {what} (first: {shown}); {fix}",
+                field=id_field,
+                file=spath,
+            )
+        )
     errs[:0] = file_errs
     rep.n_omitted += omitted
     rep.cap_errors()
@@ -247,7 +339,9 @@ def validate_submission(
     return rep
 
 
-def _summary(track: str, values: Mapping[str, Any], n_lines: int, n_blind: int, n_conf: int) -> dict[str, Any]:
+def _summary(
+    track: str, values: Mapping[str, Any], n_lines: int, n_blind: int, n_conf: int
+) -> dict[str, Any]:
     s: dict[str, Any] = {"lines": n_lines, "blind_size": n_blind, "valid_ids": len(values)}
     if track == "detector":
         flagged = sum(1 for v in values.values() if v is not None)

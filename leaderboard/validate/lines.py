@@ -28,8 +28,6 @@ _short = shorten
 _decoder = strict_json_decoder()
 
 
-
-
 # --------------------------------------------------------------------------- line checks
 
 
@@ -54,7 +52,10 @@ def _check_distance(v: Any) -> str | None:
 
 
 _ALLOWED = {
-    "detector": (frozenset({"dialogue_id", "prediction"}), frozenset({"dialogue_id", "prediction", "confidence"})),
+    "detector": (
+        frozenset({"dialogue_id", "prediction"}),
+        frozenset({"dialogue_id", "prediction", "confidence"}),
+    ),
     "metric": (frozenset({"pair_id", "distance"}), frozenset({"pair_id", "distance"})),
 }
 
@@ -108,5 +109,3 @@ def check_line_object(obj: Any, track: str, T: int | None = None) -> list[tuple[
         if msg:
             out.append(("bad_value", msg, "confidence"))
     return out
-
-

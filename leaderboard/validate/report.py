@@ -42,7 +42,9 @@ class SubmissionError(CollectedErrors):
 
     def __init__(self, report: ValidationReport):
         self.report = report
-        super().__init__(report.format_text(max_errors=MAX_ERRORS_IN_MESSAGE), [str(p) for p in report.errors])
+        super().__init__(
+            report.format_text(max_errors=MAX_ERRORS_IN_MESSAGE), [str(p) for p in report.errors]
+        )
 
 
 # --------------------------------------------------------------------------- report
@@ -78,9 +80,18 @@ class Problem:
             ``code``, ``file``, ``line``, ``other_line``, ``field`` and ``message``, without
             the fields that are None.
         """
-        return {k: v for k, v in (("code", self.code), ("file", self.file), ("line", self.line),
-                                  ("other_line", self.other_line), ("field", self.field),
-                                  ("message", self.message)) if v is not None}
+        return {
+            k: v
+            for k, v in (
+                ("code", self.code),
+                ("file", self.file),
+                ("line", self.line),
+                ("other_line", self.other_line),
+                ("field", self.field),
+                ("message", self.message),
+            )
+            if v is not None
+        }
 
     def __str__(self) -> str:
         where = self.file or ""
@@ -176,7 +187,11 @@ class ValidationReport:
             shown = self.errors if max_errors is None else self.errors[:max_errors]
             lines.extend(f"  {p}" for p in shown)
             if len(shown) < self.n_errors:
-                hint = " (use --json for the first " + str(len(self.errors)) + ")" if len(shown) < len(self.errors) else ""
+                hint = (
+                    " (use --json for the first " + str(len(self.errors)) + ")"
+                    if len(shown) < len(self.errors)
+                    else ""
+                )
                 lines.append(f"  ... and {self.n_errors - len(shown):,} more{hint}")
         for w in self.warnings:
             lines.append(f"  warning: {w}")
@@ -201,5 +216,3 @@ class ValidationReport:
         """
         if self.errors:
             raise SubmissionError(self)
-
-

@@ -155,33 +155,66 @@ def load_metadata(path: str | os.PathLike) -> tuple[dict[str, Any] | None, list[
     """
     path = Path(path)
     if not path.is_file():
-        return None, [Problem("metadata_missing",
-                              f"metadata file {path} not found; write it (see leaderboard/schema/metadata.v1.json) "
-                              "or pass --metadata PATH", file=str(path))]
+        return None, [
+            Problem(
+                "metadata_missing",
+                f"metadata file {path} not found; write it (see leaderboard/schema/metadata.v1.json) "
+                "or pass --metadata PATH",
+                file=str(path),
+            )
+        ]
     size = path.stat().st_size
     if size > MAX_METADATA_BYTES:
-        return None, [Problem("metadata_too_large", f"metadata file is {size:,} bytes, over the "
-                                                    f"{MAX_METADATA_BYTES:,}-byte cap; it holds one small object",
-                              file=str(path))]
+        return None, [
+            Problem(
+                "metadata_too_large",
+                f"metadata file is {size:,} bytes, over the "
+                f"{MAX_METADATA_BYTES:,}-byte cap; it holds one small object",
+                file=str(path),
+            )
+        ]
     try:
         raw = path.read_bytes()
         if raw.startswith(b"\xef\xbb\xbf"):
-            return None, [Problem("bom", "metadata file starts with a byte-order mark; save it as UTF-8 without BOM",
-                                  file=str(path))]
+            return None, [
+                Problem(
+                    "bom",
+                    "metadata file starts with a byte-order mark; save it as UTF-8 without BOM",
+                    file=str(path),
+                )
+            ]
         obj = _decoder.decode(raw.decode("utf-8"))
     except UnicodeDecodeError as e:
         return None, [Problem("not_utf8", f"metadata is not valid UTF-8 ({e.reason})", file=str(path))]
     except json.JSONDecodeError as e:
-        return None, [Problem("metadata_not_json", f"metadata is not valid JSON ({e.msg} at line {e.lineno} "
-                                                   f"column {e.colno})", line=e.lineno, file=str(path))]
+        return None, [
+            Problem(
+                "metadata_not_json",
+                f"metadata is not valid JSON ({e.msg} at line {e.lineno} column {e.colno})",
+                line=e.lineno,
+                file=str(path),
+            )
+        ]
     except RecursionError:
-        return None, [Problem("metadata_not_json", "metadata nests arrays or objects too deeply to read; it is one "
-                                                   "flat object", file=str(path))]
+        return None, [
+            Problem(
+                "metadata_not_json",
+                "metadata nests arrays or objects too deeply to read; it is one flat object",
+                file=str(path),
+            )
+        ]
     return obj, []
 
 
-_TYPE_WORDS = {"string": "a string", "boolean": "true or false", "null": "null", "integer": "an integer",
-               "number": "a number", "object": "an object", "array": "an array"}
+_TYPE_WORDS = {
+    "string": "a string",
+    "boolean": "true or false",
+    "null": "null",
+    "integer": "an integer",
+    "number": "a number",
+    "object": "an object",
+    "array": "an array",
+}
 
 
 def _type_words(t: Any) -> str:
@@ -215,7 +248,10 @@ def _plain_message(err: Any, props: Mapping[str, Any]) -> tuple[str | None, str]
     if kind == "const":
         return where, f"{where} must be {json.dumps(err.validator_value)}{got}"
     if kind == "maxLength" and isinstance(err.instance, str):
-        return where, f"{where} is {len(err.instance):,} characters long; at most {err.validator_value} are allowed"
+        return (
+            where,
+            f"{where} is {len(err.instance):,} characters long; at most {err.validator_value} are allowed",
+        )
     if kind in ("pattern", "minLength", "format") and hint:
         return where, f"{where} must be {hint}{got}"
     return where, f"{where or 'metadata'} is not valid ({kind}){'' if private else got}"
@@ -237,12 +273,22 @@ def metadata_problems(metadata: Any, track: str, source: str | None = None) -> l
         metadata is valid.
     """
     if not isinstance(metadata, dict):
-        return [Problem("metadata_invalid", f"metadata must be a JSON object, got {_describe(metadata)}", file=source)]
+        return [
+            Problem(
+                "metadata_invalid", f"metadata must be a JSON object, got {_describe(metadata)}", file=source
+            )
+        ]
     probs: list[Problem] = []
     if "track" in metadata and metadata["track"] != track:
-        probs.append(Problem("metadata_invalid", f"metadata says track {_short(str(metadata['track']), 20)!r} but the "
-                                                 f"submission is validated as {track!r}; fix one of them",
-                             field="track", file=source))
+        probs.append(
+            Problem(
+                "metadata_invalid",
+                f"metadata says track {_short(str(metadata['track']), 20)!r} but the "
+                f"submission is validated as {track!r}; fix one of them",
+                field="track",
+                file=source,
+            )
+        )
     md = dict(metadata)
     md.setdefault("track", track)
     v = schema_validator("metadata")
@@ -269,5 +315,3 @@ def default_metadata_path(submission: str | os.PathLike) -> Path:
     p = Path(submission)
     stem = p.name[: -len(".jsonl")] if p.name.endswith(".jsonl") else p.stem
     return p.with_name(f"{stem}.metadata.json")
-
-

@@ -66,7 +66,9 @@ class Flowdtw(RejectEmpty, evaluate.Metric):
 
     def __init__(self, encoder=None, batch_size=64, device=None, embedding_cache_dir=None, **kwargs):
         # set before super().__init__, which calls _info(); unknown aliases fail here
-        self.encoder = module_encoder(encoder, kwargs.get("config_name"), batch_size, device, embedding_cache_dir)
+        self.encoder = module_encoder(
+            encoder, kwargs.get("config_name"), batch_size, device, embedding_cache_dir
+        )
         super().__init__(**kwargs)
 
     def _info(self):
@@ -76,5 +78,8 @@ class Flowdtw(RejectEmpty, evaluate.Metric):
         if len(predictions) == 0:
             raise ValueError("flowdtw: no (reference, prediction) pairs to score")
         scores = score_pairs(references, predictions, [_METHOD], self.encoder)[_METHOD]
-        return {_METHOD: float(scores.mean()), "scores": [float(s) for s in scores], "encoder": encoder_id(self.encoder)}
-
+        return {
+            _METHOD: float(scores.mean()),
+            "scores": [float(s) for s in scores],
+            "encoder": encoder_id(self.encoder),
+        }

@@ -73,19 +73,41 @@ class Flowkl(RejectEmpty, evaluate.Metric):
 
     _module, _row = "flowkl", "(reference set, target set) row, each set a list of at least 2 dialogues"
 
-    def __init__(self, encoder=None, batch_size=64, device=None, embedding_cache_dir=None, distance_threshold=0.55,
-                 use_only_known_edges=None, node_confidence=None, include_end=False, compat=None, **kwargs):
+    def __init__(
+        self,
+        encoder=None,
+        batch_size=64,
+        device=None,
+        embedding_cache_dir=None,
+        distance_threshold=0.55,
+        use_only_known_edges=None,
+        node_confidence=None,
+        include_end=False,
+        compat=None,
+        **kwargs,
+    ):
         # set before super().__init__, which calls _info(); unknown aliases fail here
-        self.encoder = module_encoder(encoder, kwargs.get("config_name"), batch_size, device, embedding_cache_dir)
+        self.encoder = module_encoder(
+            encoder, kwargs.get("config_name"), batch_size, device, embedding_cache_dir
+        )
         if compat not in (None, "sdialog"):
             raise ValueError(f"flowkl: unknown compat {compat!r}; expected None or 'sdialog'")
-        self.flowkl_options = {"distance_threshold": float(distance_threshold),
-                               "use_only_known_edges": use_only_known_edges, "node_confidence": node_confidence,
-                               "include_end": bool(include_end), "compat": compat}
+        self.flowkl_options = {
+            "distance_threshold": float(distance_threshold),
+            "use_only_known_edges": use_only_known_edges,
+            "node_confidence": node_confidence,
+            "include_end": bool(include_end),
+            "compat": compat,
+        }
         super().__init__(**kwargs)
 
     def _info(self):
-        return metric_info(_DESCRIPTION, _KWARGS_DESCRIPTION, dialogue_set_features(), ("https://github.com/idiap/sdialog", "https://arxiv.org/abs/2410.18481"))
+        return metric_info(
+            _DESCRIPTION,
+            _KWARGS_DESCRIPTION,
+            dialogue_set_features(),
+            ("https://github.com/idiap/sdialog", "https://arxiv.org/abs/2410.18481"),
+        )
 
     def _compute(self, predictions, references):
         if len(predictions) == 0:

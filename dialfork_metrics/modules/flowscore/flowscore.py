@@ -66,15 +66,22 @@ class Flowscore(RejectEmpty, evaluate.Metric):
 
     def __init__(self, encoder=None, batch_size=64, device=None, embedding_cache_dir=None, **kwargs):
         # set before super().__init__, which calls _info(); unknown aliases fail here
-        self.encoder = module_encoder(encoder, kwargs.get("config_name"), batch_size, device, embedding_cache_dir)
+        self.encoder = module_encoder(
+            encoder, kwargs.get("config_name"), batch_size, device, embedding_cache_dir
+        )
         super().__init__(**kwargs)
 
     def _info(self):
-        return metric_info(_DESCRIPTION, _KWARGS_DESCRIPTION, dialogue_features(), ("https://arxiv.org/abs/1904.09675",))
+        return metric_info(
+            _DESCRIPTION, _KWARGS_DESCRIPTION, dialogue_features(), ("https://arxiv.org/abs/1904.09675",)
+        )
 
     def _compute(self, predictions, references):
         if len(predictions) == 0:
             raise ValueError("flowscore: no (reference, prediction) pairs to score")
         scores = score_pairs(references, predictions, [_METHOD], self.encoder)[_METHOD]
-        return {_METHOD: float(scores.mean()), "scores": [float(s) for s in scores], "encoder": encoder_id(self.encoder)}
-
+        return {
+            _METHOD: float(scores.mean()),
+            "scores": [float(s) for s in scores],
+            "encoder": encoder_id(self.encoder),
+        }

@@ -97,14 +97,26 @@ class Task3(RejectEmpty, evaluate.Metric):
             self._rows_seen = 0
 
     def _info(self):
-        return metric_info(_DESCRIPTION, _KWARGS_DESCRIPTION, datasets.Features({"predictions": datasets.Value("int32"), "references": dict(_GOLD_FIELDS)}))
+        return metric_info(
+            _DESCRIPTION,
+            _KWARGS_DESCRIPTION,
+            datasets.Features({"predictions": datasets.Value("int32"), "references": dict(_GOLD_FIELDS)}),
+        )
 
     def _compute(self, predictions, references):
         gold = []
         for i, r in enumerate(references):
-            gold.append({"dialogue_id": f"row {i}", "num_system_turns": r["num_system_turns"],
-                         "hallucination_type": r["hallucination_type"], "fork_turn": r["fork_turn"]})
-        preds = [{"dialogue_id": g["dialogue_id"], "prediction": None if p is None else int(p)}
-                 for g, p in zip(gold, predictions)]
+            gold.append(
+                {
+                    "dialogue_id": f"row {i}",
+                    "num_system_turns": r["num_system_turns"],
+                    "hallucination_type": r["hallucination_type"],
+                    "fork_turn": r["fork_turn"],
+                }
+            )
+        preds = [
+            {"dialogue_id": g["dialogue_id"], "prediction": None if p is None else int(p)}
+            for g, p in zip(gold, predictions)
+        ]
         result = score_predictions(preds, gold)
         return {"task3": result["score"], **result}

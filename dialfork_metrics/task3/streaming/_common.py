@@ -23,6 +23,7 @@ def _where(d: Any, i: int) -> str:
         return f"dialogue {d['dialogue_id']!r}"
     return f"dialogue #{i}"
 
+
 def resolve_encoder(encoder: Any):
     """The encoder a streaming detector uses.
 
@@ -44,7 +45,9 @@ def resolve_encoder(encoder: Any):
 
         return get_encoder(encoder)
     if not hasattr(encoder, "encode_dialogues"):
-        raise TypeError("encoder must be an alias/path string or an object with encode() and encode_dialogues()")
+        raise TypeError(
+            "encoder must be an alias/path string or an object with encode() and encode_dialogues()"
+        )
     return encoder
 
 

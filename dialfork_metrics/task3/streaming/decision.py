@@ -63,7 +63,9 @@ def system_turn_index(turns: Sequence[Mapping[str, str]]) -> np.ndarray:
     return np.maximum(np.cumsum([t["speaker"] == "system" for t in turns]), 1)
 
 
-def position_offsets(sys_turns: np.ndarray | Sequence[int] | None, position_weight: float, n: int) -> np.ndarray:
+def position_offsets(
+    sys_turns: np.ndarray | Sequence[int] | None, position_weight: float, n: int
+) -> np.ndarray:
     """``gamma * log j_t`` per turn position, ``j_t`` the position's system turn index (``>= 1``):
     the amount by which the position weight (ours) lowers the evidence an alarm at system turn
     ``j`` needs. ``math.log`` per element, as the streaming loop computes it, so the offline and
@@ -85,15 +87,23 @@ def position_offsets(sys_turns: np.ndarray | Sequence[int] | None, position_weig
     if not position_weight:
         return np.zeros(n)
     if sys_turns is None or len(sys_turns) != n:
-        raise ValueError(f"position_weight={position_weight!r} needs the system turn index of each of the {n} turns, "
-                         f"got {None if sys_turns is None else len(sys_turns)}")
+        raise ValueError(
+            f"position_weight={position_weight!r} needs the system turn index of each of the {n} turns, "
+            f"got {None if sys_turns is None else len(sys_turns)}"
+        )
     j = np.maximum(np.asarray(sys_turns, dtype=np.int64), 1)
     uniq, inv = np.unique(j, return_inverse=True)
-    return np.asarray([float(position_weight) * math.log(int(u)) for u in uniq.tolist()], dtype=np.float64)[inv]
+    return np.asarray([float(position_weight) * math.log(int(u)) for u in uniq.tolist()], dtype=np.float64)[
+        inv
+    ]
 
 
-def turn_scores(p: np.ndarray, method: str, sys_turns: np.ndarray | Sequence[int] | None = None,
-                position_weight: float = 0.0) -> np.ndarray:
+def turn_scores(
+    p: np.ndarray,
+    method: str,
+    sys_turns: np.ndarray | Sequence[int] | None = None,
+    position_weight: float = 0.0,
+) -> np.ndarray:
     """Per turn, the statistic compared with the threshold.
 
     * IT: ``p_t * exp(-gamma log j_t) = p_t / j_t^gamma``; an alarm when it falls *below* the
@@ -133,8 +143,13 @@ def turn_scores(p: np.ndarray, method: str, sys_turns: np.ndarray | Sequence[int
     raise ValueError(f"unknown method {method!r}; expected one of {METHODS}")
 
 
-def alarms(p: np.ndarray, method: str, threshold: float, sys_turns: np.ndarray | Sequence[int] | None = None,
-           position_weight: float = 0.0) -> np.ndarray:
+def alarms(
+    p: np.ndarray,
+    method: str,
+    threshold: float,
+    sys_turns: np.ndarray | Sequence[int] | None = None,
+    position_weight: float = 0.0,
+) -> np.ndarray:
     """Boolean alarm per turn position: IT ``p_t / j_t^gamma < threshold``; SS
     ``Delta_t + gamma log j_t > threshold`` (:func:`turn_scores`; ``gamma = 0``: the paper's
     ``p_t < threshold`` and ``Delta_t > threshold``).
@@ -156,8 +171,12 @@ def alarms(p: np.ndarray, method: str, threshold: float, sys_turns: np.ndarray |
     return s < threshold if method == "it" else s > threshold
 
 
-def calibration_statistic(p: np.ndarray, method: str, sys_turns: np.ndarray | Sequence[int] | None = None,
-                          position_weight: float = 0.0) -> float:
+def calibration_statistic(
+    p: np.ndarray,
+    method: str,
+    sys_turns: np.ndarray | Sequence[int] | None = None,
+    position_weight: float = 0.0,
+) -> float:
     """Per-dialogue statistic the threshold is calibrated on: the extreme of :func:`turn_scores`,
     IT ``min_t p_t / j_t^gamma``, SS ``max_t (Delta_t + gamma log j_t)`` (``gamma = 0``: the
     paper's ``min_t p_t`` and ``max_t Delta_t``).
@@ -182,8 +201,9 @@ def calibration_statistic(p: np.ndarray, method: str, sys_turns: np.ndarray | Se
     return float(s.min()) if method == "it" else float(s[1:].max())
 
 
-def max_calibration_alarms(n: int, false_alarm_rate: float, rule: str = "percentile",
-                           confidence: float = DEFAULT_CONFIDENCE) -> int | None:
+def max_calibration_alarms(
+    n: int, false_alarm_rate: float, rule: str = "percentile", confidence: float = DEFAULT_CONFIDENCE
+) -> int | None:
     """How many of ``n`` calibration dialogues a threshold may let alarm under ``rule`` (``None``
     for ``"percentile"``, which interpolates instead of counting):
 
@@ -221,9 +241,14 @@ def max_calibration_alarms(n: int, false_alarm_rate: float, rule: str = "percent
     raise ValueError(f"unknown threshold rule {rule!r}; expected one of {THRESHOLD_RULES}")
 
 
-def calibrate_threshold(stats: Sequence[float], method: str, false_alarm_rate: float = DEFAULT_FALSE_ALARM_RATE,
-                        percentile_method: str = "linear", rule: str = "percentile",
-                        confidence: float = DEFAULT_CONFIDENCE) -> float:
+def calibrate_threshold(
+    stats: Sequence[float],
+    method: str,
+    false_alarm_rate: float = DEFAULT_FALSE_ALARM_RATE,
+    percentile_method: str = "linear",
+    rule: str = "percentile",
+    confidence: float = DEFAULT_CONFIDENCE,
+) -> float:
     """The alarm threshold for the calibration statistics ``stats`` at operating point ``a``.
 
     ``rule="percentile"`` (the paper's): IT the ``100*a``-th percentile of ``min p_t``, SS the
@@ -290,5 +315,3 @@ def calibration_fold_ids(n: int, folds: int, seed: int = 0) -> np.ndarray:
     fold = np.empty(n, dtype=np.int64)
     fold[np.random.default_rng(seed).permutation(n)] = np.arange(n) % k
     return fold
-
-

@@ -40,8 +40,20 @@ from .presets import (
 from .stream import StepResult, StepState, Stream
 
 PERCENTILE_METHODS: tuple[str, ...] = (
-    "inverted_cdf", "averaged_inverted_cdf", "closest_observation", "interpolated_inverted_cdf", "hazen",
-    "weibull", "linear", "median_unbiased", "normal_unbiased", "lower", "higher", "midpoint", "nearest")
+    "inverted_cdf",
+    "averaged_inverted_cdf",
+    "closest_observation",
+    "interpolated_inverted_cdf",
+    "hazen",
+    "weibull",
+    "linear",
+    "median_unbiased",
+    "normal_unbiased",
+    "lower",
+    "higher",
+    "midpoint",
+    "nearest",
+)
 """``numpy.percentile``'s methods (the valid ``percentile_method`` values)."""
 
 logger = logging.getLogger("dialfork_metrics.task3.streaming")
@@ -61,10 +73,16 @@ class _FittedAlias:
         if obj is None:
             return self
         value = obj.__dict__.get(self.name + "_", self)
-        return type(self.empty)() if value is self and self.empty is not None else (None if value is self else value)
+        return (
+            type(self.empty)()
+            if value is self and self.empty is not None
+            else (None if value is self else value)
+        )
 
     def __set__(self, obj: Any, value: Any) -> None:
-        raise AttributeError(f"{self.name} is a fitted attribute, read-only: fit() or load() sets {self.name}_")
+        raise AttributeError(
+            f"{self.name} is a fitted attribute, read-only: fit() or load() sets {self.name}_"
+        )
 
 
 class StreamingDetector(FitMixin, PersistenceMixin):
@@ -178,15 +196,28 @@ class StreamingDetector(FitMixin, PersistenceMixin):
     }
     """The constraint table :meth:`fit` checks, on the preset-resolved values (:meth:`resolved_settings`)."""
 
-    def __init__(self, method: str = "it", node_confidence: bool = False, order: int | None = None,
-                 K: int = DEFAULT_K, tau: float = DEFAULT_TAU,
-                 distance_threshold: float | None = None,
-                 false_alarm_rate: float = DEFAULT_FALSE_ALARM_RATE, percentile_method: str = "linear",
-                 backoff: bool | None = None, calibration: str | None = None, calibration_folds: int = 5,
-                 calibration_seed: int = 0, encoder: Any = "minilm", scope: str | None = None,
-                 preset: str = "selected", threshold_rule: str | None = None,
-                 confidence: float = DEFAULT_CONFIDENCE, cross_fit_nodes: str = "restrict",
-                 position_weight: float | None = None):
+    def __init__(
+        self,
+        method: str = "it",
+        node_confidence: bool = False,
+        order: int | None = None,
+        K: int = DEFAULT_K,
+        tau: float = DEFAULT_TAU,
+        distance_threshold: float | None = None,
+        false_alarm_rate: float = DEFAULT_FALSE_ALARM_RATE,
+        percentile_method: str = "linear",
+        backoff: bool | None = None,
+        calibration: str | None = None,
+        calibration_folds: int = 5,
+        calibration_seed: int = 0,
+        encoder: Any = "minilm",
+        scope: str | None = None,
+        preset: str = "selected",
+        threshold_rule: str | None = None,
+        confidence: float = DEFAULT_CONFIDENCE,
+        cross_fit_nodes: str = "restrict",
+        position_weight: float | None = None,
+    ):
         # scikit-learn's convention: store the parameters as given; fit() resolves the presets and
         # checks them (_resolve_params), and the values it runs with are the fitted order_, scope_, ...
         self.method = method
@@ -236,14 +267,18 @@ class StreamingDetector(FitMixin, PersistenceMixin):
             ValueError: Any invalid parameter (all of them listed in one message), an unknown
                 preset, or no selected settings for the detector.
         """
-        validate_params("StreamingDetector", {"method": self.method, "preset": self.preset},
-                        {k: self._CONSTRAINTS[k] for k in ("method", "preset")})
+        validate_params(
+            "StreamingDetector",
+            {"method": self.method, "preset": self.preset},
+            {k: self._CONSTRAINTS[k] for k in ("method", "preset")},
+        )
         explicit = {k: getattr(self, k) for k in SELECTABLE}
         defaults = preset_settings(self.preset, self.name, _encoder_name(self._encoder_spec))
         settings = {k: (defaults[k] if explicit[k] is None else explicit[k]) for k in SELECTABLE}
         rule = self.threshold_rule
-        settings["threshold_rule"] = rule if rule is not None else (
-            "percentile" if self.preset == "paper" else DEFAULT_THRESHOLD_RULE)
+        settings["threshold_rule"] = (
+            rule if rule is not None else ("percentile" if self.preset == "paper" else DEFAULT_THRESHOLD_RULE)
+        )
         validate_params("StreamingDetector", {**self.get_params(), **settings}, self._CONSTRAINTS)
         settings["distance_threshold"] = float(settings["distance_threshold"])
         settings["backoff"] = bool(settings["backoff"])
@@ -279,7 +314,9 @@ class StreamingDetector(FitMixin, PersistenceMixin):
     def __repr__(self) -> str:
         fitted = f"fitted on {self.n_train}, V={self.vocab_size}" if self.is_fitted else "not fitted"
         scope = f", {len(self.task_models)} task models" if self.task_models else ""
-        return f"StreamingDetector({self.name!r}, N={self.__dict__.get('order_', self.order)}, {fitted}{scope})"
+        return (
+            f"StreamingDetector({self.name!r}, N={self.__dict__.get('order_', self.order)}, {fitted}{scope})"
+        )
 
     @property
     def encoder(self):
@@ -302,7 +339,9 @@ class StreamingDetector(FitMixin, PersistenceMixin):
     @property
     def node_names(self) -> list[str]:
         """Global node names (``"user:0"``, ..., ``"system:0"``, ...), indexed by node id (one model)."""
-        return [f"{sp}:{i}" for sp in SPEAKERS if sp in self.centroids for i in range(len(self.centroids[sp]))]
+        return [
+            f"{sp}:{i}" for sp in SPEAKERS if sp in self.centroids for i in range(len(self.centroids[sp]))
+        ]
 
     @property
     def thresholds(self) -> dict[str | None, float]:
@@ -344,8 +383,10 @@ class StreamingDetector(FitMixin, PersistenceMixin):
             return self
         if task not in self.task_models:
             known = ", ".join(sorted(str(t) for t in self.task_models))
-            raise ValueError(f"no model for task {task!r} (scope='task'; fitted tasks: {known}); give each "
-                             "dialogue its 'task' field, or fit with scope='pooled'")
+            raise ValueError(
+                f"no model for task {task!r} (scope='task'; fitted tasks: {known}); give each "
+                "dialogue its 'task' field, or fit with scope='pooled'"
+            )
         return self.task_models[task]
 
     def route_task(self, speaker: str, embedding: np.ndarray) -> str | None:
@@ -389,16 +430,25 @@ class StreamingDetector(FitMixin, PersistenceMixin):
             NotFittedError: Not fitted; the message says how to fit or load one.
         """
         if not self.is_fitted:
-            raise NotFittedError(f"this {self.name!r} detector is not fitted yet: call fit(conformant_train_dialogues) "
-                                 "or load a saved detector with load_detector(path)")
+            raise NotFittedError(
+                f"this {self.name!r} detector is not fitted yet: call fit(conformant_train_dialogues) "
+                "or load a saved detector with load_detector(path)"
+            )
 
     # -- embeddings --------------------------------------------------------------------------
-    def _embeddings(self, turns_list: list[list[dict[str, str]]], embeddings: Any, names: list[str],
-                    show_progress: bool = False) -> list[np.ndarray]:
+    def _embeddings(
+        self,
+        turns_list: list[list[dict[str, str]]],
+        embeddings: Any,
+        names: list[str],
+        show_progress: bool = False,
+    ) -> list[np.ndarray]:
         if embeddings is None:
             if self.encoder is None:
-                raise ValueError("no encoder: pass embeddings= (one (n_turns, d) array per dialogue) or build "
-                                 "the detector with encoder='minilm' (or another alias/path)")
+                raise ValueError(
+                    "no encoder: pass embeddings= (one (n_turns, d) array per dialogue) or build "
+                    "the detector with encoder='minilm' (or another alias/path)"
+                )
             embeddings = self.encoder.encode_dialogues(turns_list)
         embeddings = list(embeddings)
         if len(embeddings) != len(turns_list):
@@ -411,10 +461,14 @@ class StreamingDetector(FitMixin, PersistenceMixin):
         for name, turns, e in zip(names, turns_list, embeddings):
             e = np.asarray(e, dtype=np.float64)
             if e.ndim != 2 or e.shape[0] != len(turns):
-                errs.append(f"{name}: embeddings of shape {e.shape} for {len(turns)} turns (expected (n_turns, d))")
+                errs.append(
+                    f"{name}: embeddings of shape {e.shape} for {len(turns)} turns (expected (n_turns, d))"
+                )
             elif dim is not None and e.shape[1] != dim:
-                errs.append(f"{name}: embedding dimension {e.shape[1]} but the detector was fitted with {dim} "
-                            "(use the same encoder as at fit time)")
+                errs.append(
+                    f"{name}: embedding dimension {e.shape[1]} but the detector was fitted with {dim} "
+                    "(use the same encoder as at fit time)"
+                )
             elif not np.all(np.isfinite(e)):
                 errs.append(f"{name}: embeddings contain NaN or inf")
             out.append(e)
@@ -442,8 +496,12 @@ class StreamingDetector(FitMixin, PersistenceMixin):
 
         C = self.centroids.get(speaker)
         if C is None:
-            raise ValueError(f"speaker {speaker!r} never spoke in the train dialogues; the detector has no node for it")
-        S = cosine_similarities(E, C)  # (n, n_nodes); the nearest node is the argmax (flowgraph.nearest_nodes)
+            raise ValueError(
+                f"speaker {speaker!r} never spoke in the train dialogues; the detector has no node for it"
+            )
+        S = cosine_similarities(
+            E, C
+        )  # (n, n_nodes); the nearest node is the argmax (flowgraph.nearest_nodes)
         idx = np.argmax(S, axis=1).astype(np.int64)
         if self.node_confidence:
             conf = np.asarray(node_confidence(S, K=self.K, tau=self.tau), dtype=np.float64)
@@ -456,7 +514,12 @@ class StreamingDetector(FitMixin, PersistenceMixin):
         nodes = [np.empty(len(t), dtype=np.int64) for t in turns_list]
         confs = [np.empty(len(t), dtype=np.float64) for t in turns_list]
         for sp in SPEAKERS:
-            where = [(i, j) for i, turns in enumerate(turns_list) for j, t in enumerate(turns) if t["speaker"] == sp]
+            where = [
+                (i, j)
+                for i, turns in enumerate(turns_list)
+                for j, t in enumerate(turns)
+                if t["speaker"] == sp
+            ]
             if not where:
                 continue
             E = np.stack([emb[i][j] for i, j in where])
@@ -465,7 +528,6 @@ class StreamingDetector(FitMixin, PersistenceMixin):
                 nodes[i][j] = n
                 confs[i][j] = c
         return nodes, confs
-
 
     # -- fitting -----------------------------------------------------------------------------
 
@@ -507,8 +569,9 @@ class StreamingDetector(FitMixin, PersistenceMixin):
             raise RuntimeError("call start() before update()")
         return stream.update(turn, embedding)
 
-    def step(self, state: StepState, speaker: str, node: int, confidence: float = 1.0
-             ) -> tuple[StepState, StepResult]:
+    def step(
+        self, state: StepState, speaker: str, node: int, confidence: float = 1.0
+    ) -> tuple[StepState, StepResult]:
         """One turn of the streaming loop, as a pure function of the carried state: the decision
         rule of every streaming prediction (``predict``, ``update``, ``dialfork_metrics.guard``).
         Constant cost per turn: only the last ``N-1`` nodes and ``p_{t-1}`` are read.
@@ -540,8 +603,10 @@ class StreamingDetector(FitMixin, PersistenceMixin):
             alarm = score is not None and score > self.threshold
         k = self.order_ - 1
         context = (*state.context, int(node))[-k:] if k else ()
-        return (StepState(context, p, state.n_turns + 1, n_system),
-                StepResult(p, score, bool(alarm), max(n_system, 1)))
+        return (
+            StepState(context, p, state.n_turns + 1, n_system),
+            StepResult(p, score, bool(alarm), max(n_system, 1)),
+        )
 
     # -- offline convenience (the streaming loop run over whole dialogues) ----------------------
     def _prepare(self, dialogues: Sequence[Any], embeddings: Any, show_progress: bool = False):
@@ -566,11 +631,14 @@ class StreamingDetector(FitMixin, PersistenceMixin):
                     continue
                 groups.setdefault(id(m), (m, []))[1].append(i)
             if errs:
-                raise ValueError(f"{len(errs)} dialogue(s) without a task model:\n  " + "\n  ".join(errs[:20]))
+                raise ValueError(
+                    f"{len(errs)} dialogue(s) without a task model:\n  " + "\n  ".join(errs[:20])
+                )
         return turns_list, emb, list(groups.values())
 
-    def turn_probabilities(self, dialogues: Sequence[Any], embeddings: Sequence[np.ndarray] | None = None
-                           ) -> list[np.ndarray]:
+    def turn_probabilities(
+        self, dialogues: Sequence[Any], embeddings: Sequence[np.ndarray] | None = None
+    ) -> list[np.ndarray]:
         """``p_t`` (``p_t^NC`` for NC detectors) of every turn of every dialogue.
 
         Args:
@@ -592,8 +660,9 @@ class StreamingDetector(FitMixin, PersistenceMixin):
                 out[i] = m._sequence_p(n, c)
         return out
 
-    def dialogue_statistics(self, dialogues: Sequence[Any], embeddings: Sequence[np.ndarray] | None = None
-                            ) -> tuple[np.ndarray, list[str | None]]:
+    def dialogue_statistics(
+        self, dialogues: Sequence[Any], embeddings: Sequence[np.ndarray] | None = None
+    ) -> tuple[np.ndarray, list[str | None]]:
         """Per dialogue, the calibration statistic (IT ``min_t p_t``, SS ``max_t Delta_t``; ``-inf``
         for a one-turn dialogue under SS) and the task of the model that watched it. A dialogue
         raises an alarm at operating point ``a`` exactly when its statistic crosses
@@ -620,8 +689,13 @@ class StreamingDetector(FitMixin, PersistenceMixin):
             nodes, confs = m._assign_many([turns_list[i] for i in idx], [emb[i] for i in idx])
             for i, n, c in zip(idx, nodes, confs):
                 p = m._sequence_p(n, c)
-                stats[i] = (-np.inf if (m.method == "ss" and len(p) < 2) else
-                            calibration_statistic(p, m.method, system_turn_index(turns_list[i]), m.position_weight_))
+                stats[i] = (
+                    -np.inf
+                    if (m.method == "ss" and len(p) < 2)
+                    else calibration_statistic(
+                        p, m.method, system_turn_index(turns_list[i]), m.position_weight_
+                    )
+                )
                 keys[i] = key_of[id(m)]
         return stats, keys
 
@@ -641,8 +715,12 @@ class StreamingDetector(FitMixin, PersistenceMixin):
         """
         return self.predict_many([dialogue], None if embeddings is None else [embeddings])[0]
 
-    def predict_many(self, dialogues: Sequence[Any], embeddings: Sequence[np.ndarray] | None = None,
-                     show_progress: bool = False) -> list[int | None]:
+    def predict_many(
+        self,
+        dialogues: Sequence[Any],
+        embeddings: Sequence[np.ndarray] | None = None,
+        show_progress: bool = False,
+    ) -> list[int | None]:
         """:meth:`predict` for many dialogues: one encoder pass, batched node assignment.
 
         Args:
@@ -661,7 +739,9 @@ class StreamingDetector(FitMixin, PersistenceMixin):
 
         turns_list, emb, groups = self._prepare(dialogues, embeddings, show_progress)
         out: list[int | None] = [None] * len(turns_list)
-        with tqdm(total=len(turns_list), desc=f"task3 {self.name}", disable=not show_progress, unit="dlg") as bar:
+        with tqdm(
+            total=len(turns_list), desc=f"task3 {self.name}", disable=not show_progress, unit="dlg"
+        ) as bar:
             for m, idx in groups:
                 nodes, confs = m._assign_many([turns_list[i] for i in idx], [emb[i] for i in idx])
                 for i, n, c in zip(idx, nodes, confs):

@@ -33,8 +33,12 @@ logger = logging.getLogger("dialfork_metrics.task3.streaming")
 class FitMixin:
     """``fit`` and calibration of :class:`~.detector.StreamingDetector`."""
 
-    def fit(self, dialogues: Sequence[Any], embeddings: Sequence[np.ndarray] | None = None,
-            show_progress: bool = False) -> Self:
+    def fit(
+        self,
+        dialogues: Sequence[Any],
+        embeddings: Sequence[np.ndarray] | None = None,
+        show_progress: bool = False,
+    ) -> Self:
         """Fit nodes, the N-gram LM and the threshold on conformant train dialogues (one model per
         task with ``scope="task"``).
 
@@ -62,8 +66,10 @@ class FitMixin:
             name = _where(d, i)
             if isinstance(d, Mapping) and d.get("hallucination_type") is not None:
                 # SPEC 8: streaming detectors may use only the conformant train split
-                errs.append(f"{name}: is a fork ({d['hallucination_type']}); fit() takes conformant train "
-                            "dialogues only (the task3 train split)")
+                errs.append(
+                    f"{name}: is a fork ({d['hallucination_type']}); fit() takes conformant train "
+                    "dialogues only (the task3 train split)"
+                )
                 continue
             try:
                 turns = as_turns(d, where=name)
@@ -71,13 +77,17 @@ class FitMixin:
                 errs.append(str(e))
                 continue
             if len(turns) < 2:
-                errs.append(f"{name}: has {len(turns)} turn; fitting needs dialogues of at least two turns "
-                            "(a transition, and a surprisal jump for SS)")
+                errs.append(
+                    f"{name}: has {len(turns)} turn; fitting needs dialogues of at least two turns "
+                    "(a transition, and a surprisal jump for SS)"
+                )
             turns_list.append(turns)
             names.append(name)
             tasks.append(_task_of(d))
         if errs:
-            raise ValueError(f"cannot fit on these dialogues ({len(errs)} problem(s)):\n  " + "\n  ".join(errs[:20]))
+            raise ValueError(
+                f"cannot fit on these dialogues ({len(errs)} problem(s)):\n  " + "\n  ".join(errs[:20])
+            )
         self.task_models_ = {}
         emb = self._embeddings(turns_list, embeddings, names, show_progress)
         groups: dict[str | None, list[int]] = {}
@@ -89,35 +99,64 @@ class FitMixin:
             return self
         from tqdm.auto import tqdm
 
-        for task, idx in tqdm(sorted(groups.items(), key=lambda kv: str(kv[0])), desc=f"fit {self.name} per task",
-                              disable=not show_progress, unit="task"):
+        for task, idx in tqdm(
+            sorted(groups.items(), key=lambda kv: str(kv[0])),
+            desc=f"fit {self.name} per task",
+            disable=not show_progress,
+            unit="task",
+        ):
             sub = self._submodel()
             sub.tasks_ = [task]
             sub._fit_model([turns_list[i] for i in idx], [emb[i] for i in idx], where=f"task {task!r}")
             self.task_models_[task] = sub
-        self.centroids_, self.node_offsets_, self.lm_, self.threshold_, self.calibration_stats_ = {}, {}, None, None, None
+        self.centroids_, self.node_offsets_, self.lm_, self.threshold_, self.calibration_stats_ = (
+            {},
+            {},
+            None,
+            None,
+            None,
+        )
         self.n_train_ = len(turns_list)
-        self.train_false_alarm_rate_ = float(sum(m.train_false_alarm_rate * m.n_train for m in self.task_models.values())
-                                            / self.n_train)
+        self.train_false_alarm_rate_ = float(
+            sum(m.train_false_alarm_rate * m.n_train for m in self.task_models.values()) / self.n_train
+        )
         return self
 
     def _submodel(self) -> Self:
         """An unfitted single model with this detector's settings (one task of ``scope="task"``)."""
-        sub = type(self)(method=self.method, node_confidence=self.node_confidence, order=self.order_, K=self.K,
-                         tau=self.tau, distance_threshold=self.distance_threshold_,
-                         false_alarm_rate=self.false_alarm_rate, percentile_method=self.percentile_method,
-                         backoff=self.backoff_, calibration=self.calibration_,
-                         calibration_folds=self.calibration_folds, calibration_seed=self.calibration_seed,
-                         encoder=None, scope="pooled", preset=self.preset,
-                         threshold_rule=self.threshold_rule_, confidence=self.confidence,
-                         cross_fit_nodes=self.cross_fit_nodes, position_weight=self.position_weight_)
+        sub = type(self)(
+            method=self.method,
+            node_confidence=self.node_confidence,
+            order=self.order_,
+            K=self.K,
+            tau=self.tau,
+            distance_threshold=self.distance_threshold_,
+            false_alarm_rate=self.false_alarm_rate,
+            percentile_method=self.percentile_method,
+            backoff=self.backoff_,
+            calibration=self.calibration_,
+            calibration_folds=self.calibration_folds,
+            calibration_seed=self.calibration_seed,
+            encoder=None,
+            scope="pooled",
+            preset=self.preset,
+            threshold_rule=self.threshold_rule_,
+            confidence=self.confidence,
+            cross_fit_nodes=self.cross_fit_nodes,
+            position_weight=self.position_weight_,
+        )
         sub._resolve_params()
         sub.settings_source_ = dict(self.settings_source_)
         sub._parent = self
         return sub
 
-    def _fit_model(self, turns_list: list[list[dict[str, str]]], emb: list[np.ndarray], where: str = "",
-                   labels: Mapping[str, np.ndarray] | None = None) -> None:
+    def _fit_model(
+        self,
+        turns_list: list[list[dict[str, str]]],
+        emb: list[np.ndarray],
+        where: str = "",
+        labels: Mapping[str, np.ndarray] | None = None,
+    ) -> None:
         """Fit one model (nodes, LM, threshold) on validated turns and their embeddings.
         ``labels`` (per speaker, the cluster label of each of that speaker's train turns in order)
         skips the clustering (the settings selection cuts one precomputed tree)."""
@@ -127,23 +166,45 @@ class FitMixin:
         p_train = [self._sequence_p(n, c) for n, c in zip(nodes, confs)]
         if self.calibration_ == "in_sample" or len(turns_list) < 2:
             if self.calibration_ == "cross_fit":
-                logger.warning("%s: one train dialogue: cross_fit calibration falls back to in_sample", where or "fit")
+                logger.warning(
+                    "%s: one train dialogue: cross_fit calibration falls back to in_sample", where or "fit"
+                )
             p_calib = p_train
         else:
             p_calib = self._cross_fit_p(turns_list, emb, nodes, confs)
         sys_turns = [system_turn_index(t) for t in turns_list]
-        self.calibration_stats_ = np.asarray([calibration_statistic(p, self.method, j, self.position_weight_)
-                                             for p, j in zip(p_calib, sys_turns)])
+        self.calibration_stats_ = np.asarray(
+            [
+                calibration_statistic(p, self.method, j, self.position_weight_)
+                for p, j in zip(p_calib, sys_turns)
+            ]
+        )
         self.threshold_ = self._threshold(self.calibration_stats, self.false_alarm_rate)
         self.n_train_ = len(turns_list)
-        self.train_false_alarm_rate_ = float(np.mean([alarms(p, self.method, self.threshold, j, self.position_weight_).any()
-                                                     for p, j in zip(p_train, sys_turns)]))
-        logger.info("fitted %s%s on %d dialogues: V=%d nodes, threshold=%.6g, train false-alarm rate %.3f",
-                    self.name, f" ({where})" if where else "", self.n_train, offset, self.threshold,
-                    self.train_false_alarm_rate)
+        self.train_false_alarm_rate_ = float(
+            np.mean(
+                [
+                    alarms(p, self.method, self.threshold, j, self.position_weight_).any()
+                    for p, j in zip(p_train, sys_turns)
+                ]
+            )
+        )
+        logger.info(
+            "fitted %s%s on %d dialogues: V=%d nodes, threshold=%.6g, train false-alarm rate %.3f",
+            self.name,
+            f" ({where})" if where else "",
+            self.n_train,
+            offset,
+            self.threshold,
+            self.train_false_alarm_rate,
+        )
 
-    def _fit_nodes(self, turns_list: list[list[dict[str, str]]], emb: list[np.ndarray],
-                   labels: Mapping[str, np.ndarray] | None = None) -> int:
+    def _fit_nodes(
+        self,
+        turns_list: list[list[dict[str, str]]],
+        emb: list[np.ndarray],
+        labels: Mapping[str, np.ndarray] | None = None,
+    ) -> int:
         """Cluster each speaker's utterances into nodes (centroids); returns the number of nodes.
         The cluster label of every utterance is kept in ``_node_labels`` (per speaker: labels and
         the index of the dialogue of each utterance) for the out-of-fold nodes of ``cross_fit``."""
@@ -164,8 +225,13 @@ class FitMixin:
                 labels_by_sp[sp] = np.zeros(1, dtype=np.int64)
         return self._set_nodes(turns_list, emb, labels_by_sp)
 
-    def _set_nodes(self, turns_list: list[list[dict[str, str]]], emb: list[np.ndarray],
-                   labels: Mapping[str, np.ndarray], keep: np.ndarray | None = None) -> int:
+    def _set_nodes(
+        self,
+        turns_list: list[list[dict[str, str]]],
+        emb: list[np.ndarray],
+        labels: Mapping[str, np.ndarray],
+        keep: np.ndarray | None = None,
+    ) -> int:
         """Nodes = the centroids of the clusters ``labels`` (per speaker, one label per utterance of
         ``turns_list``), computed from the utterances of the dialogues ``keep`` only (all when
         ``None``; clusters left without an utterance disappear)."""
@@ -190,8 +256,13 @@ class FitMixin:
             offset += len(C)
         return offset
 
-    def _cross_fit_p(self, turns_list: list[list[dict[str, str]]], emb: list[np.ndarray],
-                     nodes: list[np.ndarray], confs: list[np.ndarray]) -> list[np.ndarray]:
+    def _cross_fit_p(
+        self,
+        turns_list: list[list[dict[str, str]]],
+        emb: list[np.ndarray],
+        nodes: list[np.ndarray],
+        confs: list[np.ndarray],
+    ) -> list[np.ndarray]:
         """Out-of-fold ``p_t`` of every train dialogue: ``calibration_folds`` folds (seeded
         permutation); for each, the N-gram LM and (``cross_fit_nodes``) the nodes are refitted on
         the other folds, and the fold's dialogues are scored as unseen ones, as test dialogues will
@@ -222,8 +293,11 @@ class FitMixin:
                     n_held, c_held = probe._assign_many([turns_list[i] for i in held], [emb[i] for i in held])
                     V, n_rest = Vp, n_rest_p
                 except ValueError:  # a speaker only the held-out fold has: keep the split's nodes
-                    logger.warning("cross_fit fold %d: a speaker absent from the other folds; the fold keeps the "
-                                   "nodes of the whole split", f)
+                    logger.warning(
+                        "cross_fit fold %d: a speaker absent from the other folds; the fold keeps the "
+                        "nodes of the whole split",
+                        f,
+                    )
             lm = NgramLM(self.order_, V, backoff=self.backoff_).fit(n_rest)
             for i, nn, cc in zip(held.tolist(), n_held, c_held):
                 p = lm.sequence_probs(nn)
@@ -232,18 +306,34 @@ class FitMixin:
 
     def _probe(self) -> Self:
         """An unfitted single model with the node settings of this one (for out-of-fold nodes)."""
-        return type(self)(method=self.method, node_confidence=self.node_confidence, order=self.order_, K=self.K,
-                          tau=self.tau, distance_threshold=self.distance_threshold_, backoff=self.backoff_,
-                          calibration="in_sample", encoder=None, scope="pooled", preset="paper",
-                          position_weight=self.position_weight_)._resolve_params()
+        return type(self)(
+            method=self.method,
+            node_confidence=self.node_confidence,
+            order=self.order_,
+            K=self.K,
+            tau=self.tau,
+            distance_threshold=self.distance_threshold_,
+            backoff=self.backoff_,
+            calibration="in_sample",
+            encoder=None,
+            scope="pooled",
+            preset="paper",
+            position_weight=self.position_weight_,
+        )._resolve_params()
 
     def _sequence_p(self, nodes: np.ndarray, confs: np.ndarray) -> np.ndarray:
         p = self.lm.sequence_probs(nodes)
         return p * confs if self.node_confidence else p
 
     def _threshold(self, stats: np.ndarray, false_alarm_rate: float) -> float:
-        return calibrate_threshold(stats, self.method, false_alarm_rate, self.percentile_method,
-                                   self.threshold_rule_, self.confidence)
+        return calibrate_threshold(
+            stats,
+            self.method,
+            false_alarm_rate,
+            self.percentile_method,
+            self.threshold_rule_,
+            self.confidence,
+        )
 
     def recalibrate(self, false_alarm_rate: float) -> Self:
         """Move the operating point without refitting: the threshold(s) become the percentile of the
@@ -271,11 +361,16 @@ class FitMixin:
     # -- streaming ---------------------------------------------------------------------------
 
 
-def _speaker_rows(turns_list: Sequence[Sequence[Mapping[str, str]]], emb: Sequence[np.ndarray], speaker: str
-                  ) -> tuple[np.ndarray | None, np.ndarray]:
+def _speaker_rows(
+    turns_list: Sequence[Sequence[Mapping[str, str]]], emb: Sequence[np.ndarray], speaker: str
+) -> tuple[np.ndarray | None, np.ndarray]:
     """The embeddings of ``speaker``'s utterances (``None`` if none) and each one's dialogue index."""
-    rows = [(i, e[j]) for i, (turns, e) in enumerate(zip(turns_list, emb)) for j, t in enumerate(turns)
-            if t["speaker"] == speaker]
+    rows = [
+        (i, e[j])
+        for i, (turns, e) in enumerate(zip(turns_list, emb))
+        for j, t in enumerate(turns)
+        if t["speaker"] == speaker
+    ]
     if not rows:
         return None, np.empty(0, dtype=np.int64)
     return np.stack([r for _, r in rows]), np.asarray([i for i, _ in rows], dtype=np.int64)

@@ -30,8 +30,10 @@ class PersistenceMixin:
     def _running(self) -> tuple[dict[str, Any], dict[str, str]]:
         """The resolved settings (and their sources): the fitted ones, else those the parameters give."""
         if "order_" in self.__dict__:
-            return ({k: getattr(self, k + "_") for k in (*SELECTABLE, "threshold_rule")},
-                    dict(self.settings_source_))
+            return (
+                {k: getattr(self, k + "_") for k in (*SELECTABLE, "threshold_rule")},
+                dict(self.settings_source_),
+            )
         return self.resolved_settings()
 
     def settings(self) -> dict[str, Any]:
@@ -81,8 +83,11 @@ class PersistenceMixin:
             "preset": self.preset,
             "settings_source": source,
             # the name it was built with (an alias stays an alias, not the resolved path)
-            "encoder": _encoder_name(self._encoder_spec if self._encoder is None or isinstance(self._encoder_spec, str)
-                                     else self._encoder),
+            "encoder": _encoder_name(
+                self._encoder_spec
+                if self._encoder is None or isinstance(self._encoder_spec, str)
+                else self._encoder
+            ),
         }
 
     def save(self, path: str | os.PathLike) -> Path:
@@ -103,9 +108,14 @@ class PersistenceMixin:
         self.check_is_fitted()
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
-        meta: dict[str, Any] = {"format": FORMAT, "format_version": FORMAT_VERSION, **self.config(),
-                                "tasks": self.tasks, "n_train": self.n_train,
-                                "train_false_alarm_rate": self.train_false_alarm_rate}
+        meta: dict[str, Any] = {
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
+            **self.config(),
+            "tasks": self.tasks,
+            "n_train": self.n_train,
+            "train_false_alarm_rate": self.train_false_alarm_rate,
+        }
         if self.task_models:
             entries = []
             for i, (task, m) in enumerate(sorted(self.task_models.items(), key=lambda kv: str(kv[0]))):
@@ -128,11 +138,18 @@ class PersistenceMixin:
         tmp = path / ".arrays.tmp.npz"
         np.savez_compressed(tmp, **arrays)
         os.replace(tmp, path / "arrays.npz")
-        meta = {"speakers": list(self.centroids), "node_offsets": self.node_offsets, "vocab_size": self.vocab_size,
-                "threshold": self.threshold, "n_train": self.n_train,
-                "train_false_alarm_rate": self.train_false_alarm_rate}
+        meta = {
+            "speakers": list(self.centroids),
+            "node_offsets": self.node_offsets,
+            "vocab_size": self.vocab_size,
+            "threshold": self.threshold,
+            "n_train": self.n_train,
+            "train_false_alarm_rate": self.train_false_alarm_rate,
+        }
         if self._parent is not None:
-            write_json_atomic(path / "config.json", {"format": FORMAT + "-task-model", "tasks": self.tasks, **meta})
+            write_json_atomic(
+                path / "config.json", {"format": FORMAT + "-task-model", "tasks": self.tasks, **meta}
+            )
         return meta
 
     def _load_model(self, path: Path, meta: Mapping[str, Any]) -> None:
@@ -171,20 +188,32 @@ class PersistenceMixin:
         if meta.get("format") != FORMAT:
             raise ValueError(f"{cfg_path}: not a streaming detector (format {meta.get('format')!r})")
         if meta.get("format_version", 0) > FORMAT_VERSION:
-            raise ValueError(f"{cfg_path}: format version {meta['format_version']} is newer than this code "
-                             f"({FORMAT_VERSION}); upgrade dialfork")
-        det = cls(method=meta["method"], node_confidence=meta["node_confidence"], order=meta["order"], K=meta["K"],
-                  tau=meta["tau"], distance_threshold=meta["distance_threshold"],
-                  false_alarm_rate=meta["false_alarm_rate"], percentile_method=meta["percentile_method"],
-                  backoff=meta["backoff"], calibration=meta.get("calibration", "in_sample"),
-                  calibration_folds=meta.get("calibration_folds", 5), calibration_seed=meta.get("calibration_seed", 0),
-                  encoder=encoder if encoder is not None else meta.get("encoder"),
-                  scope=meta.get("scope", "pooled"), preset=meta.get("preset", "selected"),
-                  threshold_rule=meta.get("threshold_rule", "percentile"),
-                  confidence=meta.get("confidence", DEFAULT_CONFIDENCE),
-                  cross_fit_nodes=meta.get("cross_fit_nodes", "fixed"),
-                  # saved before the position weight existed: the single threshold they ran with
-                  position_weight=meta.get("position_weight", 0.0))._resolve_params()
+            raise ValueError(
+                f"{cfg_path}: format version {meta['format_version']} is newer than this code "
+                f"({FORMAT_VERSION}); upgrade dialfork"
+            )
+        det = cls(
+            method=meta["method"],
+            node_confidence=meta["node_confidence"],
+            order=meta["order"],
+            K=meta["K"],
+            tau=meta["tau"],
+            distance_threshold=meta["distance_threshold"],
+            false_alarm_rate=meta["false_alarm_rate"],
+            percentile_method=meta["percentile_method"],
+            backoff=meta["backoff"],
+            calibration=meta.get("calibration", "in_sample"),
+            calibration_folds=meta.get("calibration_folds", 5),
+            calibration_seed=meta.get("calibration_seed", 0),
+            encoder=encoder if encoder is not None else meta.get("encoder"),
+            scope=meta.get("scope", "pooled"),
+            preset=meta.get("preset", "selected"),
+            threshold_rule=meta.get("threshold_rule", "percentile"),
+            confidence=meta.get("confidence", DEFAULT_CONFIDENCE),
+            cross_fit_nodes=meta.get("cross_fit_nodes", "fixed"),
+            # saved before the position weight existed: the single threshold they ran with
+            position_weight=meta.get("position_weight", 0.0),
+        )._resolve_params()
         if "settings_source" in meta:
             det.settings_source_ = dict(meta["settings_source"])
         det.tasks_ = list(meta.get("tasks", [None]))

@@ -18,15 +18,29 @@ CROSS_FIT_NODES: tuple[str, ...] = ("restrict", "recluster", "fixed")
 SCOPES: tuple[str, ...] = ("task", "pooled")
 PRESETS: tuple[str, ...] = ("selected", "paper")
 #: the settings a preset (or the selection) fixes
-SELECTABLE: tuple[str, ...] = ("calibration", "backoff", "distance_threshold", "scope", "order", "position_weight")
+SELECTABLE: tuple[str, ...] = (
+    "calibration",
+    "backoff",
+    "distance_threshold",
+    "scope",
+    "order",
+    "position_weight",
+)
 #: the paper's literal protocol (SPEC 8; Table 4 at N=6, Table 9 at N=3)
-PAPER_SETTINGS: dict[str, Any] = {"calibration": "in_sample", "backoff": False,
-                                  "distance_threshold": DEFAULT_DISTANCE_THRESHOLD, "scope": "task",
-                                  "order": DEFAULT_ORDER, "position_weight": 0.0}
+PAPER_SETTINGS: dict[str, Any] = {
+    "calibration": "in_sample",
+    "backoff": False,
+    "distance_threshold": DEFAULT_DISTANCE_THRESHOLD,
+    "scope": "task",
+    "order": DEFAULT_ORDER,
+    "position_weight": 0.0,
+}
 SELECTED_SETTINGS_FILE = Path(__file__).resolve().parent.parent / "selected_settings.json"
 
 
-def preset_settings(preset: str = "selected", detector: str = "it", encoder: str | None = None) -> dict[str, Any]:
+def preset_settings(
+    preset: str = "selected", detector: str = "it", encoder: str | None = None
+) -> dict[str, Any]:
     """The six :data:`SELECTABLE` settings of a preset for one detector and encoder.
 
     Args:
@@ -54,8 +68,9 @@ def preset_settings(preset: str = "selected", detector: str = "it", encoder: str
     key = encoder if encoder in by_enc else "*"
     entry = by_enc.get(key, {}).get(detector)
     if entry is None:
-        raise ValueError(f"{SELECTED_SETTINGS_FILE}: no selected settings for detector {detector!r} "
-                         f"(encoder {key!r})")
+        raise ValueError(
+            f"{SELECTED_SETTINGS_FILE}: no selected settings for detector {detector!r} (encoder {key!r})"
+        )
     missing = [k for k in SELECTABLE if k not in entry]
     if missing:
         raise ValueError(f"{SELECTED_SETTINGS_FILE}: entry {key!r}/{detector!r} lacks {missing}")

@@ -83,8 +83,9 @@ class StepModel(Protocol):
         """
         ...
 
-    def step(self, state: StepState, speaker: str, node: int, confidence: float = 1.0
-             ) -> tuple[StepState, StepResult]:
+    def step(
+        self, state: StepState, speaker: str, node: int, confidence: float = 1.0
+    ) -> tuple[StepState, StepResult]:
         """One turn of the streaming loop: the next state and the turn's outcome.
 
         Args:
@@ -137,7 +138,9 @@ class Stream:
         """
         where = f"turn {len(self.turns)}"
         if isinstance(turn, str):
-            raise ValueError(f"{where}: update() needs a {{speaker, text}} turn; a bare string has no speaker")
+            raise ValueError(
+                f"{where}: update() needs a {{speaker, text}} turn; a bare string has no speaker"
+            )
         if hasattr(turn, "speaker") and not isinstance(turn, Mapping):
             turn = {"speaker": turn.speaker, "text": turn.text}
         t = as_turns([turn], where=where)[0]
@@ -171,4 +174,3 @@ class Stream:
         if self.flag is None:
             self.flag = r.system_turn
         return r.system_turn
-

@@ -134,7 +134,11 @@ def _pool_value(pool: list[str], text: str, readable: str) -> tuple[bool, str | 
     """Whether ``text`` is a line of ``pool`` (its ``{r}`` the readable slot name), and the ``{v}``
     it holds (None when the line has no ``{v}``). Bare ``"{v}"`` lines are left out."""
     for p in sorted((p for p in pool if p.strip() != "{v}"), key=len, reverse=True):
-        pat = re.escape(p).replace(re.escape("{r}"), re.escape(readable)).replace(re.escape("{v}"), "(?P<v>.+?)")
+        pat = (
+            re.escape(p)
+            .replace(re.escape("{r}"), re.escape(readable))
+            .replace(re.escape("{v}"), "(?P<v>.+?)")
+        )
         mm = re.fullmatch(pat, text, re.I)
         if mm:
             return True, (mm.group("v").strip() if "v" in mm.groupdict() else None)
@@ -169,8 +173,13 @@ def read_answer(sim: Sim, node: str | None, text: str) -> str | None:
             return None
     if slot.type == "bool":
         low = t.lower()
-        v = "yes" if any(low == y.lower() for y in users["yes"]) else "no" if any(
-            low == n.lower() for n in users["no"]) else None
+        v = (
+            "yes"
+            if any(low == y.lower() for y in users["yes"])
+            else "no"
+            if any(low == n.lower() for n in users["no"])
+            else None
+        )
     elif slot.type == "cat" and slot.categories:
         v = find_category(slot.categories, t)
     else:
@@ -229,4 +238,12 @@ def goodbye(sim: Sim, rng: Rng) -> str:
     return "Thank you and goodbye."
 
 
-__all__ = ["answer_slot", "criteria_reply", "enter_node", "goodbye", "invent_free", "read_answer", "user_line"]
+__all__ = [
+    "answer_slot",
+    "criteria_reply",
+    "enter_node",
+    "goodbye",
+    "invent_free",
+    "read_answer",
+    "user_line",
+]

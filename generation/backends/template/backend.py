@@ -108,7 +108,9 @@ class TemplateBackend:
     def _one(self, req: TurnRequest) -> str:
         d = req.state
         if d is None:
-            raise ValueError(f"{req.dialogue_key}: the template backend needs TurnRequest.state (the engine's Dialogue)")
+            raise ValueError(
+                f"{req.dialogue_key}: the template backend needs TurnRequest.state (the engine's Dialogue)"
+            )
         sim = d.scratch.get("sim")
         if sim is None:
             sim = d.scratch["sim"] = Sim(self.model(d.task), d.scenario, d.seed, self.data)
@@ -131,12 +133,16 @@ class TemplateBackend:
                     sim.hal = hal = build_hal(sim, d, rng, self)
                     snap = (hal.pos, hal.closing, len(sim.trace), sim.prev)
                     text = hal_system_turn(sim, d, rng, self)
-                    ref = d.reference.turns[len(d.turns)]["text"] if len(d.reference.turns) > len(d.turns) else None
+                    ref = (
+                        d.reference.turns[len(d.turns)]["text"]
+                        if len(d.reference.turns) > len(d.turns)
+                        else None
+                    )
                     tries = 0
                     while ref is not None and strip_end(text) == ref and tries < 4:
                         tries += 1
                         hal.pos, hal.closing, sim.prev = snap[0], snap[1], snap[3]
-                        del sim.trace[snap[2]:]
+                        del sim.trace[snap[2] :]
                         text = hal_system_turn(sim, d, Rng(d.seed, turn_index, 5000 + tries), self)
                     if ref is not None and strip_end(text) == ref:
                         text = "Sorry, " + text[:1].lower() + text[1:]
@@ -166,8 +172,7 @@ class TemplateBackend:
         # later one): a turn is reworded when its own draw or any earlier prefix turn's draw hits.
         # Stateless (recomputed from the seed), so it survives resume; the first reworded turn, and
         # so the Shared-prefix control, has the same distribution as with independent draws.
-        hit = sel.random() < rate or any(
-            Rng(d.seed, j, salt).random() < rate for j in range(turn_index))
+        hit = sel.random() < rate or any(Rng(d.seed, j, salt).random() < rate for j in range(turn_index))
         if not hit:
             rng = Rng(d.seed, turn_index)
             return system_turn(sim, d, rng, d.seed) if role == "system" else user_turn(sim, d, rng)
@@ -192,7 +197,9 @@ class TemplateBackend:
             shadow.wrapped = i >= d.budget
             text = self._turn(sim, shadow, t["speaker"], i)
             if strip_end(text) != t["text"]:
-                raise RuntimeError(f"{d.key}: the template simulator does not reproduce the copied prefix at turn {i}")
+                raise RuntimeError(
+                    f"{d.key}: the template simulator does not reproduce the copied prefix at turn {i}"
+                )
             shadow.turns.append(t)
 
 
@@ -235,8 +242,11 @@ def _happy_walk(m: TaskModel, data: dict[str, Any]) -> None:
             break
     trace = [n for n in sim.trace if n in m.phr]
     m.happy_trace = tuple(trace)
-    body = [n for n in trace if n not in (m.start, m.anything_else, m.bye) and "bye" not in n
-            and n not in m.is_search_more]
+    body = [
+        n
+        for n in trace
+        if n not in (m.start, m.anything_else, m.bye) and "bye" not in n and n not in m.is_search_more
+    ]
     m.outcome = body[-1] if body else None
 
 

@@ -29,7 +29,6 @@ def _swap_person(p: str) -> str:
     return re.sub(r"\b(you|your|yours)\b", lambda m: repl[m.group(1)], p)
 
 
-
 class Slot:
     """One API input or knowledge-base field: its kind, categories, range and example values.
 
@@ -49,12 +48,25 @@ class Slot:
         self.name = spec["Name"]
         self.readable = (spec.get("ReadableName") or " ".join(CAMEL_WORD.findall(self.name))).lower()
         t = (spec.get("Type") or "").lower()
-        self.type = ("cat" if t.startswith("cat") else "int" if t.startswith("int") else
-                     "bool" if t.startswith("bool") else "long" if t.startswith("long") else "text")
+        self.type = (
+            "cat"
+            if t.startswith("cat")
+            else "int"
+            if t.startswith("int")
+            else "bool"
+            if t.startswith("bool")
+            else "long"
+            if t.startswith("long")
+            else "text"
+        )
         cats = spec.get("Categories") or ()
         if isinstance(cats, str):  # e.g. '!list(combinations(["School", "Park", ...], 2))'
             names = re.findall(r'"([^"]+)"', cats)
-            cats = [f"{a} and {b}" for i, a in enumerate(names) for b in names[i + 1:]] if "combinations" in cats else names
+            cats = (
+                [f"{a} and {b}" for i, a in enumerate(names) for b in names[i + 1 :]]
+                if "combinations" in cats
+                else names
+            )
         self.categories = tuple(str(c) for c in cats if not isinstance(c, (list, dict)))
         self.min, self.max = spec.get("Min"), spec.get("Max")
         self.secret = self.name in SECRET_SLOTS
@@ -110,10 +122,14 @@ class TaskModel:
                 continue
             ph = bool(PLACEHOLDER.search(tpl))
             if getattr(task, "curated_phrasings", False):  # written for the task (workflow file): as they are
-                self.phr[n] = (tpl,) + tuple(dict.fromkeys(a.strip() for a in task.nlu.get(n, ()) if a.strip() != tpl))
+                self.phr[n] = (tpl,) + tuple(
+                    dict.fromkeys(a.strip() for a in task.nlu.get(n, ()) if a.strip() != tpl)
+                )
                 self.has_ph[n] = ph or any(PLACEHOLDER.search(a) for a in self.phr[n])
                 continue
-            alts = () if ph else tuple(x for x in (_clean_phrasing(p) for p in task.nlu.get(n, ())) if _plain(x))
+            alts = (
+                () if ph else tuple(x for x in (_clean_phrasing(p) for p in task.nlu.get(n, ())) if _plain(x))
+            )
             alts = tuple(a[:1].upper() + a[1:] for a in alts)
             if "bye" in n:
                 alts = tuple(a for a in alts if re.search(r"bye|good day|take care", a, re.I))
@@ -122,20 +138,28 @@ class TaskModel:
             self.phr[n] = (tpl,) + tuple(dict.fromkeys(a for a in alts if a != tpl))
             self.has_ph[n] = ph
         self.anything_else = "anything_else" if "anything_else" in self.phr else None
-        self.confirms = {n for n, ph in self.phr.items() if "confirm" in n.split("_") and ph[0].rstrip().endswith("?")}
+        self.confirms = {
+            n for n, ph in self.phr.items() if "confirm" in n.split("_") and ph[0].rstrip().endswith("?")
+        }
         byes = [n for n in self.phr if "bye" in n]
         no_target = self.graph.get("no")
-        self.bye = (no_target if no_target and "bye" in no_target else (sorted(byes, key=len)[0] if byes else None))
+        self.bye = (
+            no_target if no_target and "bye" in no_target else (sorted(byes, key=len)[0] if byes else None)
+        )
         # ask nodes -> slots
         self.ask_slot: dict[str, Slot | None] = {}
         self.ask_readable: dict[str, str] = {}
         person = next((self.slots[p] for p in PERSON_SLOTS if p in self.slots), None)
         for n in self.phr:
             words = n.split("_")
-            if "ask" not in words or "confirm" in words or set(self.children.get(n, ())) & {"yes", "no", "done"}:
+            if (
+                "ask" not in words
+                or "confirm" in words
+                or set(self.children.get(n, ())) & {"yes", "no", "done"}
+            ):
                 continue
             i = words.index("ask")
-            key = "_".join(words[i + 1:])
+            key = "_".join(words[i + 1 :])
             self.ask_readable[n] = key.replace("_", " ") or "details"
             slot = None
             for cand in ASK_ALIASES.get(key, ()):
@@ -147,8 +171,9 @@ class TaskModel:
                     break
             if slot is None and key:
                 toks = set(key.split("_"))
-                best = max(self.slots.values(), default=None,
-                           key=lambda s: len(toks & set(s.readable.split())))
+                best = max(
+                    self.slots.values(), default=None, key=lambda s: len(toks & set(s.readable.split()))
+                )
                 if best is not None and toks & set(best.readable.split()):
                     slot = best
             self.ask_slot[n] = slot
@@ -163,21 +188,37 @@ class TaskModel:
         if getattr(task, "request", None):
             self.request = task.request
         self.service = self.name.replace("_", " ")
-        self.is_search_more = {n for n, ks in self.children.items()
-                               if set(ks) >= {"yes", "no"} and "bye" in (self.graph.get("no") or "")}
+        self.is_search_more = {
+            n
+            for n, ks in self.children.items()
+            if set(ks) >= {"yes", "no"} and "bye" in (self.graph.get("no") or "")
+        }
         self.loops = {n for n, ks in self.children.items() if "yes" in ks and self.graph.get("yes") == n}
         self.other_asks = tuple(n for n in task.other_nodes() if n in self.ask_slot and n in self.phr)
         # the slot that identifies what the user wants (GR steers it elsewhere): a categorical slot,
         # else a numeric id (a flight, a ride, a question number)
-        self.identity = next((s for s in self.slots.values() if s.type == "cat" and s.name in ("Name", "City", "Day")),
-                             next((s for s in self.slots.values() if s.type == "cat"),
-                                  next((s for s in self.slots.values()
-                                        if s.type == "int" and (s.name == "id" or "Num" in s.name)), None)))
+        self.identity = next(
+            (s for s in self.slots.values() if s.type == "cat" and s.name in ("Name", "City", "Day")),
+            next(
+                (s for s in self.slots.values() if s.type == "cat"),
+                next(
+                    (
+                        s
+                        for s in self.slots.values()
+                        if s.type == "int" and (s.name == "id" or "Num" in s.name)
+                    ),
+                    None,
+                ),
+            ),
+        )
         # trip routes (apis/dbs/trip.json): simple steps and their detailed versions per travel mode
         self.routes: dict[str, list[tuple[list[str], list[str]]]] = {}
         for f in self.db_raw:
-            if isinstance(f, dict) and str(f.get("Name", "")).endswith("Instructions") \
-                    and not str(f.get("Name")).startswith("Detailed"):
+            if (
+                isinstance(f, dict)
+                and str(f.get("Name", "")).endswith("Instructions")
+                and not str(f.get("Name")).startswith("Detailed")
+            ):
                 mode = str(f["Name"])[: -len("Instructions")]
                 rs = []
                 for r in f.get("Categories") or []:

@@ -98,8 +98,9 @@ def plan_wic(hal: Hal, cx: PlanContext) -> Body:
     sub_m = cx.backend.model(d.substitute)
     hal.sub = Sim(sub_m, d.scenario, d.seed, sim.data, goal_seed_salt=1)
     own = {(n, m.phr.get(n, ("",))[0]) for n in m.phr}
-    trace = [n for n in sub_m.happy_trace if n not in (sub_m.start, sub_m.anything_else, sub_m.bye)] \
-        or list(sub_m.phr)
+    trace = [n for n in sub_m.happy_trace if n not in (sub_m.start, sub_m.anything_else, sub_m.bye)] or list(
+        sub_m.phr
+    )
     start = next((i for i, n in enumerate(trace) if (n, sub_m.phr[n][0]) not in own), 0)
     n_steps = max(1, len(cx.remaining) + cx.jitter)
     hal.lines = tuple(d.fork.variant.template.get("bridge") or [""])
@@ -286,8 +287,10 @@ def planner_for(htype: str) -> Planner:
 
     spec = get_type(htype)
     if spec.planner is None:
-        raise KeyError(f"the template backend has no planner for hallucination type {htype!r}: give its "
-                       "HallucinationType a planner (see docs/extending.md)")
+        raise KeyError(
+            f"the template backend has no planner for hallucination type {htype!r}: give its "
+            "HallucinationType a planner (see docs/extending.md)"
+        )
     planner = resolve(spec.planner, f"planner of hallucination type {htype!r}")
     return planner if isinstance(planner, Planner) else Planner(planner)
 
@@ -319,16 +322,31 @@ def build_hal(sim: Sim, d: Any, rng: Rng, backend: Any) -> Hal:
         if ref_trace[i] in (m.anything_else, m.bye, "bye") or (ref_trace[i] or "").endswith("bye"):
             end = i
             break
-    remaining = [n for n in ref_trace[t - 1:end] if n in m.phr and n not in GENERIC_NODES]
+    remaining = [n for n in ref_trace[t - 1 : end] if n in m.phr and n not in GENERIC_NODES]
     hal.ask_more = end >= len(ref_trace) or ref_trace[end] == m.anything_else
     at_bye = t - 1 < len(ref_trace) and t - 1 == end and ref_trace[end] != m.anything_else
     completed = [n for n in ref_trace[: t - 1] if m.is_ask(n)] or [
-        n for n in ref_trace[: t - 1] if n in m.phr and n not in (m.start, m.bye, *GENERIC_NODES)]
+        n for n in ref_trace[: t - 1] if n in m.phr and n not in (m.start, m.bye, *GENERIC_NODES)
+    ]
     jitter = (0, 0, 1, -1)[rng.below(4)]
     cx = PlanContext(sim, d, rng, backend, remaining, completed, at_bye, jitter)
     hal.body = planner.plan(hal, cx)
     return hal
 
 
-__all__ = ["CSC_PLANNER", "GR_PLANNER", "SSPC_PLANNER", "SSPC_PLANS", "WIC_PLANNER", "Hal", "PlanContext", "Planner", "build_hal", "planner_for", "plan_csc", "plan_gr",
-           "plan_sspc", "plan_wic"]
+__all__ = [
+    "CSC_PLANNER",
+    "GR_PLANNER",
+    "SSPC_PLANNER",
+    "SSPC_PLANS",
+    "WIC_PLANNER",
+    "Hal",
+    "PlanContext",
+    "Planner",
+    "build_hal",
+    "planner_for",
+    "plan_csc",
+    "plan_gr",
+    "plan_sspc",
+    "plan_wic",
+]

@@ -50,9 +50,14 @@ def variant_line(sim: Sim, template: str, rng: Rng) -> str:
             task's service, else the task's own).
     """
     item, alt = item_and_alternative(sim, rng)
-    return template.format(name=sim.name or "there", item=item, alt=alt, service=sim.m.service, domain=sim.m.domain,
-                           other_service=(sim.hal.sub.m.service if sim.hal and sim.hal.sub else sim.m.service))
-
+    return template.format(
+        name=sim.name or "there",
+        item=item,
+        alt=alt,
+        service=sim.m.service,
+        domain=sim.m.domain,
+        other_service=(sim.hal.sub.m.service if sim.hal and sim.hal.sub else sim.m.service),
+    )
 
 
 def hal_system_turn(sim: Sim, d: Any, rng: Rng, backend: Any) -> str:
@@ -132,7 +137,11 @@ def hal_user_turn(sim: Sim, d: Any, rng: Rng) -> str:
         first = hal.pos == 1
         if node in sub.m.ask_slot and r < (8 if first else 12):
             slot = sub.m.ask_slot[node]
-            v = sub.goal.get(slot.name, "") if slot is not None else invent_free(sub.m.ask_readable[node], rng, data)
+            v = (
+                sub.goal.get(slot.name, "")
+                if slot is not None
+                else invent_free(sub.m.ask_readable[node], rng, data)
+            )
             return user_line(data, "wic_answer", rng, v=v)
         if not first and r < 15:
             return user_line(data, "ack", rng)

@@ -42,8 +42,21 @@ class Hal:
             (default ``None``).
     """
 
-    __slots__ = ("htype", "variant", "body", "pos", "sub", "missing", "lines", "replies", "closing", "ask_more",
-                 "spec", "line_reply", "chaotic")
+    __slots__ = (
+        "htype",
+        "variant",
+        "body",
+        "pos",
+        "sub",
+        "missing",
+        "lines",
+        "replies",
+        "closing",
+        "ask_more",
+        "spec",
+        "line_reply",
+        "chaotic",
+    )
 
     def __init__(self, htype: str, variant: Any, spec: Any = None):
         self.spec = spec
@@ -79,10 +92,35 @@ class Sim:
             task's simulator uses 1).
     """
 
-    __slots__ = ("m", "data", "goal", "unknown", "given", "kb", "prev", "answer", "trace", "visits",
-                 "after_query", "loop", "unknown_pending", "n_more", "n_no_confirm", "trip_i", "trip_route",
-                 "trivia_i", "trivia_n", "trivia_known", "chat_at", "hal", "scenario_happy", "rejected",
-                 "user_task", "name", "seed")
+    __slots__ = (
+        "m",
+        "data",
+        "goal",
+        "unknown",
+        "given",
+        "kb",
+        "prev",
+        "answer",
+        "trace",
+        "visits",
+        "after_query",
+        "loop",
+        "unknown_pending",
+        "n_more",
+        "n_no_confirm",
+        "trip_i",
+        "trip_route",
+        "trivia_i",
+        "trivia_n",
+        "trivia_known",
+        "chat_at",
+        "hal",
+        "scenario_happy",
+        "rejected",
+        "user_task",
+        "name",
+        "seed",
+    )
 
     def __init__(self, m: TaskModel, scenario: Any, seed: int, data: dict[str, Any], goal_seed_salt: int = 0):
         self.m = m
@@ -263,7 +301,10 @@ class Sim:
                 b = None
                 nxt = self.after_query
                 took_branch = True
-            elif not set(kids) & {"yes", "no", "done", "correct", "incorrect", "noanswer"} and self.unknown_pending:
+            elif (
+                not set(kids) & {"yes", "no", "done", "correct", "incorrect", "noanswer"}
+                and self.unknown_pending
+            ):
                 b = kids[0]
                 self.unknown_pending = False
             else:
@@ -325,23 +366,33 @@ def placeholder_value(sim: Sim, ph: str, rng: Rng, alt: bool) -> str:
         thing = ph[4:].replace("_", " ")
         val = sim.goal.get("Has" + "".join(w.capitalize() for w in thing.split()))
         yes = (val == "yes") if val is not None else bool(rng.below(2))
-        return f"has {'an' if thing[:1] in 'aeiou' else 'a'} {thing}" if yes else f"does not have {'an' if thing[:1] in 'aeiou' else 'a'} {thing}"
+        return (
+            f"has {'an' if thing[:1] in 'aeiou' else 'a'} {thing}"
+            if yes
+            else f"does not have {'an' if thing[:1] in 'aeiou' else 'a'} {thing}"
+        )
     if ph == "message" or ph == "instructions":
         pool = data["messages"].get(m.name) or data["messages"]["default"]
         return pool[rng.below(len(pool))]
     alias = PH_ALIASES.get(ph)
     if alias is not None:
         n = norm_name(alias)
-    stripped = n[len(m.domain):] if n.startswith(m.domain) and len(n) > len(m.domain) else n
+    stripped = n[len(m.domain) :] if n.startswith(m.domain) and len(n) > len(m.domain) else n
     slot = None
     for s in m.slots.values():
         sn = norm_name(s.name)
-        if sn in (n, n + "hour", stripped) or (n.endswith("name") and sn == "name" and s.type == "cat") \
-                or (n.endswith("id") and sn == "id"):
+        if (
+            sn in (n, n + "hour", stripped)
+            or (n.endswith("name") and sn == "name" and s.type == "cat")
+            or (n.endswith("id") and sn == "id")
+        ):
             slot = s
             break
     if slot is None and n == "time":
-        slot = next((m.slots[k] for k in ("Time", "StartTimeHour", "ArrivalTime", "DepartureTime") if k in m.slots), None)
+        slot = next(
+            (m.slots[k] for k in ("Time", "StartTimeHour", "ArrivalTime", "DepartureTime") if k in m.slots),
+            None,
+        )
     if slot is not None:
         v = sim.given.get(slot.name) or sim.goal.get(slot.name, "")
         if alt and slot is m.identity and slot.categories:
@@ -352,7 +403,9 @@ def placeholder_value(sim: Sim, ph: str, rng: Rng, alt: bool) -> str:
             return v
     if alt:  # only the goal's identity slot is steered (GR); every other fact stays as in D+
         return sim.value(ph, rng, False)
-    f = m.db_fields.get(n) or next((f for k, f in m.db_fields.items() if k.startswith(n) or k.endswith(n)), None)
+    f = m.db_fields.get(n) or next(
+        (f for k, f in m.db_fields.items() if k.startswith(n) or k.endswith(n)), None
+    )
     if f is not None:
         if f.type == "cat" and f.categories:
             cats = f.categories
@@ -372,8 +425,13 @@ def placeholder_value(sim: Sim, ph: str, rng: Rng, alt: bool) -> str:
     if "status" in n:
         return rng.choice(("on its way", "arriving in 5 minutes", "waiting at the pick-up point"))
     if "instruction" in n:
-        return rng.choice(("take the medicine twice a day after meals", "rest for a week and drink plenty of water",
-                           "take one pill every morning for ten days"))
+        return rng.choice(
+            (
+                "take the medicine twice a day after meals",
+                "rest for a week and drink plenty of water",
+                "take one pill every morning for ten days",
+            )
+        )
     if "outcome" in n or "result" in n:
         return rng.choice(("the door is now unlocked", "access granted", "the lock is open"))
     return rng.choice(("the requested one", "as requested", "the one you asked for"))

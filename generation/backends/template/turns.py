@@ -110,7 +110,11 @@ def user_turn(sim: Sim, d: Any, rng: Rng) -> str:
         return user_line(data, "yes", rng)
     if prev == "out_of_scope":
         return user_line(data, "request", rng, p=m.request)
-    if prev is not None and "search_criteria" in prev or (prev is not None and prev.endswith("request_optional")):
+    if (
+        prev is not None
+        and "search_criteria" in prev
+        or (prev is not None and prev.endswith("request_optional"))
+    ):
         return criteria_reply(sim, rng)
     return user_line(data, "ack_bad" if prev is not None and BAD_OUTCOME.search(prev) else "ack", rng)
 

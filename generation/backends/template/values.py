@@ -43,7 +43,9 @@ def find_category(cats: Sequence[str], text: str) -> str | None:
 _GOAL_CACHE: dict[tuple[int, str, int], tuple[dict[str, str], frozenset[str]]] = {}
 
 
-def cached_goal(m: TaskModel, text: str, seed: int, data: dict[str, Any]) -> tuple[dict[str, str], frozenset[str]]:
+def cached_goal(
+    m: TaskModel, text: str, seed: int, data: dict[str, Any]
+) -> tuple[dict[str, str], frozenset[str]]:
     """Goal values of (task, scenario text, seed); the 17 dialogues of a scenario share them.
 
     Cached per (task model, text, seed); the cache is emptied when it exceeds 4096 entries.
@@ -72,8 +74,12 @@ def _goal_values(m: TaskModel, text: str, seed: int, data: dict[str, Any]) -> tu
     rng = Rng(seed, 11)
     goal: dict[str, str] = {}
     unknown: set[str] = set()
-    forgot = bool(re.search(r"forg|don't remember|do not remember|can't remember|cannot remember", text, re.I))
-    names = re.findall(r"(?:You are|Your are|You \(|[Yy]our name is|I am) ?([A-Z][a-z]+(?: [A-Z][a-z]+)?)", text)
+    forgot = bool(
+        re.search(r"forg|don't remember|do not remember|can't remember|cannot remember", text, re.I)
+    )
+    names = re.findall(
+        r"(?:You are|Your are|You \(|[Yy]our name is|I am) ?([A-Z][a-z]+(?: [A-Z][a-z]+)?)", text
+    )
     for s in m.slots.values():
         v: str | None = None
         if s.type == "cat" and s.categories:
@@ -139,7 +145,9 @@ def _text_value(s: Slot, text: str, rng: Rng, data: dict[str, Any]) -> str | Non
     if s.type == "long" or s.free != "generic":
         mm = re.search(r"(?:request|reason|message) is:? '?([^'\n]+?)'?(?:\.$|\.\s|$)", text)
         return mm.group(1).strip() if mm else None
-    mm = re.search(rf"{r}(?: number)? (?:is|:) ?'?([A-Za-z0-9][\w /.-]*?)'?(?:[.,;]\s|[.,;]?$| and )", text, re.I)
+    mm = re.search(
+        rf"{r}(?: number)? (?:is|:) ?'?([A-Za-z0-9][\w /.-]*?)'?(?:[.,;]\s|[.,;]?$| and )", text, re.I
+    )
     if mm:
         return mm.group(1).strip()
     if s.name in _DIGITS:
