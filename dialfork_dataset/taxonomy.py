@@ -30,7 +30,6 @@ keeps the state at import, so library code calls the functions.
 
 from __future__ import annotations
 
-import importlib
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -112,31 +111,6 @@ class HallucinationType:
     def sort_key(self) -> str:
         """Its key in Table 4's order (``table4_key``, default the code)."""
         return self.table4_key or self.code
-
-
-def resolve(ref: str | Any, what: str) -> Any:
-    """The object a ``"module:attr"`` name refers to (an object is returned as is).
-
-    Args:
-        ref: The name or the object.
-        what: What it is, for the error (``"planner of type TOY"``).
-
-    Returns:
-        The object.
-
-    Raises:
-        ImportError: The module or the attribute cannot be found; the message names ``what``.
-    """
-    if not isinstance(ref, str):
-        return ref
-    mod, _, attr = ref.partition(":")
-    try:
-        obj: Any = importlib.import_module(mod)
-        for part in attr.split("."):
-            obj = getattr(obj, part)
-    except (ImportError, AttributeError) as e:
-        raise ImportError(f"{what}: cannot import {ref!r} ({e})") from e
-    return obj
 
 
 _TYPES: dict[str, HallucinationType] = {}
@@ -389,7 +363,6 @@ __all__ = [
     "hallucination_types",
     "is_type",
     "register_type",
-    "resolve",
     "substitute_types",
     "table3_order",
     "table4_order",

@@ -19,11 +19,12 @@ no numpy, scipy or torch; :func:`resolve` imports them on first use.
 
 from __future__ import annotations
 
-import importlib
 import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from dialfork_dataset.lazy import resolve_ref
 
 logger = logging.getLogger(__name__)
 
@@ -139,13 +140,9 @@ def resolve(ref: str | Callable[..., Any] | None, what: str = "entry") -> Callab
     """
     if callable(ref):
         return ref
-    if not isinstance(ref, str) or ":" not in ref:
+    if not isinstance(ref, str):
         raise ValueError(f"{what}: expected a callable or 'package.module:attr', got {ref!r}")
-    mod, _, attr = ref.partition(":")
-    try:
-        return getattr(importlib.import_module(mod), attr)
-    except (ImportError, AttributeError) as e:
-        raise ValueError(f"{what}: cannot import {attr!r} from {mod!r} ({e})") from e
+    return resolve_ref(ref, what)
 
 
 _REGISTRY: dict[tuple[str, str], MetricSpec] = {}
