@@ -304,7 +304,7 @@ def test_workflow_detector_step_equals_offline_with_the_order_rules(wf, wf_order
         E = enc.encode([t["text"] for t in d["turns"]])
         state, devs = None, []
         for t, e in zip(d["turns"], E):
-            state, r = det.step(state, t["speaker"], e, d["task"])
+            state, r = det.step(state, t["speaker"], e, d["task"], text=t["text"])
             if r.deviation is not None:
                 devs.append(r.deviation - r.threshold)
         np.testing.assert_allclose(devs, det.turn_deviations([d], [E])[0], atol=1e-6)

@@ -100,6 +100,8 @@ class Verdict:
         speaker: ``"user"`` or ``"system"``.
         raised: This turn itself crossed the threshold.
         warning: Why the conversation does not look like the monitor's task, or None.
+        rule: Workflow-aware monitors: the dialogue-state rule this turn broke, or None (see the
+            attribute).
     """
 
     turn: int
@@ -124,6 +126,12 @@ class Verdict:
     warning: str | None = None
     """Set when the conversation does not look like the monitor's task (workflow-aware monitors:
     most system turns so far fit another task's workflow, or none)."""
+    rule: dict[str, Any] | None = None
+    """Workflow-aware monitors: the dialogue-state rule this system turn broke (``rule``:
+    ``skip-requires``, ``skip-closing`` or ``repeat-slot``; ``node``: the step said; ``expected``:
+    the step that should have come first; ``slot``: the slot missing or asked again; ``message``:
+    one line, e.g. "outcome 'weather_inform_forecast' before slot 'location' was collected
+    (expected step 'weather_ask_location')"), or None."""
 
     def to_dict(self) -> dict[str, Any]:
         """The verdict as a JSON-ready dict (one key per field; a non-finite ``score`` becomes None).
@@ -717,13 +725,16 @@ class Session:
                         f"{where}: embedding of shape {e.shape} (finite: {bool(np.all(np.isfinite(e)))}); "
                         f"the monitor needs {self.monitor.dim} finite values"
                     )
-            return self._observe_workflow(speaker, e)
+            return self._observe_workflow(speaker, e, text)
         e = self.monitor.encode(text) if embedding is None else embedding
         return self.observe_node(speaker, *self.monitor.assign(speaker, e))
 
-    def _observe_workflow(self, speaker: str, embedding: np.ndarray | None) -> Verdict:
+    def _observe_workflow(
+        self, speaker: str, embedding: np.ndarray | None, text: str | None = None
+    ) -> Verdict:
         mon = self.monitor
-        self._wf, r = mon.detector.step(self._wf, speaker, embedding, mon.task)
+        self._wf, r = mon.detector.step(self._wf, speaker, embedding, mon.task, text=text)
+        rule = getattr(r, "rule", None)
         if r.alarm and self.first_alarm is None:
             self.first_alarm = r.system_turn
         return Verdict(
@@ -736,6 +747,11 @@ class Session:
             speaker=speaker,
             raised=r.alarm,
             warning=off_task_warning(self._wf, mon.task),
+            rule=(
+                {"rule": rule, "node": r.node, "expected": r.expected, "slot": r.slot, "message": r.message}
+                if rule
+                else None
+            ),
         )
 
     def observe_node(self, speaker: str, node: int, confidence: float) -> Verdict:
@@ -903,6 +919,11 @@ class Session:
             or not 1 <= fa <= max(ns if isinstance(ns, int) else 1, 1)
         ):
             errs.append(f"first_alarm must be null or a system turn so far, got {fa!r}")
+        dialogue = w.get("dialogue")
+        if dialogue is not None:
+            from dialfork_metrics.task3.workflow_state import state_dict_errors
+
+            errs += state_dict_errors(dialogue, ns if isinstance(ns, int) else 0)
         if errs:
             raise ValueError("invalid session state: " + "; ".join(errs))
         self._wf = {
@@ -913,6 +934,8 @@ class Session:
             "off_task": dict(off),
             "unfamiliar": w["unfamiliar"],
         }
+        if dialogue is not None:
+            self._wf["dialogue"] = dict(dialogue)
         self.first_alarm = fa
 
 

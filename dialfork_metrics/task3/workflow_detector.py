@@ -72,6 +72,18 @@ from .workflow_rules import (  # the pure rules, re-exported here
     workflow_for_data,
     workflow_structure,
 )
+from .workflow_state import (
+    DEFAULT_CLOSING_WEIGHT,
+    DEFAULT_REQUIRE_SUPPORT,
+    DEFAULT_SKIP_SLOTS,
+    DEFAULT_SKIP_WEIGHT,
+    SKIP_SLOTS,
+    DialogueState,
+    StepVerdict,
+    observe_system,
+    observe_user,
+    state_flags,
+)
 
 logger = logging.getLogger("dialfork_metrics.task3.workflow_detector")
 
@@ -106,13 +118,24 @@ class WorkflowDetector:
         order_weight: Deviation of a step said after a later step of the workflow (ours; default
             0: off; 1.0: such a turn alarms; :func:`order_flags`, :data:`DEFAULT_ORDER_WEIGHT`
             says what it costs on human text).
+        skip_weight: Deviation of an action, outcome or confirmation step said while a slot it
+            requires was neither answered nor volunteered (the dialogue state's skip rule,
+            :mod:`.workflow_state`; ours, 1.0; 0: off).
+        closing_weight: Deviation of a closing said before any outcome (ours, 1.0; 0: off).
+        skip_slots: Which required slots the skip rule enforces (``"template"``, ``"required"``,
+            ``"all"``: :func:`~.workflow_state.enforced_requirements`).
+        require_support: A required slot stays enforced for a step when the conformant fit
+            dialogues had it filled at least this share of the times they said the step.
 
     Fitted attributes: ``assigner_`` (:class:`NodeAssigner`), ``structures_`` (task ->
     :class:`WorkflowStructure`), ``thresholds_`` (task -> threshold), ``calibration_stats_`` (task ->
     statistics), ``user_centroids_`` (task -> mean user-turn embedding, to route a dialogue without a
     ``task``), ``repeatable_`` (task -> question steps its conformant dialogues repeat, by the repeat
     rule), ``looping_`` (the tasks with such a step: no repeat rule), ``order_allowed_`` (task -> the
-    back steps its conformant dialogues take, :func:`order_pairs`), ``n_train_``.
+    back steps its conformant dialogues take, :func:`order_pairs`), ``roles_`` (task -> its step
+    roles and slots, :func:`~dialfork_dataset.roles.derive_roles`; a task whose roles cannot be
+    derived is left out and keeps the role-free rules), ``requires_`` (task -> node -> the slots
+    the skip rule enforces), ``n_train_``.
     """
 
     name = "wf"
@@ -134,6 +157,10 @@ class WorkflowDetector:
         threshold_rule: str = "upper_bound",
         confidence: float = 0.95,
         order_weight: float = DEFAULT_ORDER_WEIGHT,
+        skip_weight: float = DEFAULT_SKIP_WEIGHT,
+        closing_weight: float = DEFAULT_CLOSING_WEIGHT,
+        skip_slots: str = DEFAULT_SKIP_SLOTS,
+        require_support: float = DEFAULT_REQUIRE_SUPPORT,
     ):
         self.workflow = workflow
         self.encoder = encoder
@@ -149,6 +176,10 @@ class WorkflowDetector:
         self.threshold_rule = threshold_rule
         self.confidence = confidence
         self.order_weight = order_weight
+        self.skip_weight = skip_weight
+        self.closing_weight = closing_weight
+        self.skip_slots = skip_slots
+        self.require_support = require_support
 
     def __repr__(self) -> str:
         fitted = f", tasks={sorted(self.thresholds_)}" if hasattr(self, "thresholds_") else ""
@@ -168,6 +199,10 @@ class WorkflowDetector:
         "threshold_rule": one_of(THRESHOLD_RULES),
         "confidence": interval(0, 1),
         "order_weight": interval(0, None, "left"),
+        "skip_weight": interval(0, None, "left"),
+        "closing_weight": interval(0, None, "left"),
+        "skip_slots": one_of(SKIP_SLOTS),
+        "require_support": interval(0, 1, "both"),
     }
 
     def get_params(self) -> dict[str, Any]:
@@ -286,12 +321,15 @@ class WorkflowDetector:
         # steps (a loop: the repeat rule is off for the task) and back steps (never flagged)
         repeatable: dict[str, set[str]] = {t: set() for t in tasks}
         allowed: dict[str, set[tuple[str, str]]] = {t: set() for t in tasks}
+        fit_nodes: list[list[str | None]] = []
         for i in range(len(rows)):
             t = task_of[i]
             nodes = final.assign(t, emb[i][sys_rows[i]]).nodes
+            fit_nodes.append(nodes)
             flags = repeat_flags(nodes, self._answered(turns[i], sys_rows[i]), self.structures_[t])
             repeatable[t].update(nodes[j] for j in np.flatnonzero(flags))
             allowed[t] |= order_pairs(nodes, self.structures_[t])
+        self._fit_roles(source, tasks, task_of, turns, fit_nodes, repeatable)
         self.repeatable_ = {t: frozenset(v) for t, v in repeatable.items()}
         self.looping_ = frozenset(t for t, v in repeatable.items() if v)
         self.order_allowed_ = {t: frozenset(v) for t, v in allowed.items()}
@@ -337,6 +375,32 @@ class WorkflowDetector:
         )
         return self
 
+    def _fit_roles(self, source, tasks, task_of, turns, fit_nodes, repeatable) -> None:
+        """Step roles, the enforced requirements (pruned on the fit dialogues) and the questions
+        the fit dialogues ask again (added to ``repeatable``); a task without roles falls back."""
+        from dialfork_dataset.roles import derive_roles
+
+        from .workflow_state import enforced_requirements, prune_requirements, track_state
+
+        self.roles_, self.requires_ = {}, {}
+        for t in tasks:
+            tr = derive_roles(source.tasks[t])
+            if not tr.complete:
+                for p in tr.problems:
+                    logger.warning("wf detector: %s; the task keeps the role-free rules", p)
+                continue
+            self.roles_[t] = tr
+            req = enforced_requirements(tr, source.tasks[t], self.skip_slots)
+            tracked = []
+            for i, t_i in enumerate(task_of):
+                if t_i != t:
+                    continue
+                states, verdicts = track_state(turns[i], fit_nodes[i], tr, self.structures_[t], (), req)
+                tracked.append((states, fit_nodes[i]))
+                repeatable[t].update(v.node for v in verdicts if v.rule == "repeat-slot" and v.node)
+            declared = frozenset(n for n, r in tr.steps.items() if r.declared)
+            self.requires_[t] = prune_requirements(req, tracked, self.require_support, declared=declared)
+
     @staticmethod
     def _system_rows(turns: Sequence[Mapping[str, str]]) -> list[int]:
         return [k for k, x in enumerate(turns) if x["speaker"] == "system"]
@@ -352,7 +416,22 @@ class WorkflowDetector:
             for j, r in enumerate(rows)
         ]
 
-    def _flag_deviations(self, task: str, a: Any, answered: Sequence[bool]) -> np.ndarray:
+    def _state_flags(self, task: str, turns, nodes) -> tuple[dict[str, np.ndarray] | None, list[StepVerdict]]:
+        """The dialogue-state rules' flags and verdicts of one task's system turns (None: no roles)."""
+        roles = getattr(self, "roles_", {}).get(task)
+        if roles is None or turns is None:
+            return None, []
+        looping = task in getattr(self, "looping_", frozenset())
+        return state_flags(
+            turns,
+            nodes,
+            roles,
+            None if looping else self.structures_.get(task),
+            self.repeatable_.get(task, frozenset()),
+            self.requires_.get(task, {}),
+        )
+
+    def _flag_deviations(self, task: str, a: Any, answered: Sequence[bool], turns=None) -> np.ndarray:
         """The raw deviations (threshold not subtracted) of one task's assignment ``a``, rules included."""
         st = self.structures_.get(task)
         rep = order = None
@@ -360,7 +439,12 @@ class WorkflowDetector:
             if task not in getattr(self, "looping_", frozenset()):
                 rep = repeat_flags(a.nodes, answered, st, self.repeatable_.get(task, frozenset()))
             order = order_flags(a.nodes, st, getattr(self, "order_allowed_", {}).get(task, frozenset()))
-        return turn_deviations(
+        flags, _ = self._state_flags(task, turns, a.nodes)
+        extra = 0.0
+        if flags is not None:
+            rep = flags["repeat-slot"] if rep is None else np.maximum(rep, flags["repeat-slot"])
+            extra = self.skip_weight * flags["skip-requires"] + self.closing_weight * flags["skip-closing"]
+        return extra + turn_deviations(
             a.own_similarity,
             a.rival_similarity,
             rep,
@@ -479,7 +563,7 @@ class WorkflowDetector:
         # one assignment per task needed; an unsure route (None) takes the task that fits best
         for t in self.tasks if None in routes else dict.fromkeys(routes):
             a = assigner.assign(t, E[rows])
-            per_task[t] = self._flag_deviations(t, a, answered) - self._threshold_of(t)
+            per_task[t] = self._flag_deviations(t, a, answered, turns) - self._threshold_of(t)
         for j, rt in enumerate(routes):
             out[j] = per_task[rt][j] if rt is not None else min(v[j] for v in per_task.values())
         return out
@@ -578,19 +662,28 @@ class WorkflowDetector:
         return WorkflowStream(self, task)
 
     def step(
-        self, state: Mapping[str, Any] | None, speaker: str, embedding: np.ndarray, task: str
+        self,
+        state: Mapping[str, Any] | None,
+        speaker: str,
+        embedding: np.ndarray | None,
+        task: str,
+        text: str | None = None,
     ) -> tuple[dict[str, Any], WorkflowStepResult]:
         """Advance one conversation of a known task by one turn (what the guard runs per turn).
 
         The state is a small JSON-safe dict: turn counters, the node of each system turn so far and
-        whether a user answered it (what the repeat rule reads), and the off-task counts per rival
-        task. The deviation of a system turn equals the offline one (:meth:`turn_deviations`).
+        whether a user answered it (what the repeat rule reads), the off-task counts per rival
+        task, and the dialogue state (``dialogue``: the slots filled and how, the steps done;
+        :class:`~.workflow_state.DialogueState`). The deviation of a system turn equals the offline
+        one (:meth:`turn_deviations`) when every user turn's ``text`` is given.
 
         Args:
             state: The previous state (None: a new conversation).
             speaker: ``"user"`` or ``"system"``.
-            embedding: The turn's embedding, shape ``(d,)``.
+            embedding: The turn's embedding, shape ``(d,)`` (a user turn's is not read).
             task: The conversation's task (fitted).
+            text: The turn's text: a user turn's fills slots (without it the turn answers the
+                pending question but volunteers nothing).
 
         Returns:
             ``(state, result)``: the new state and the :class:`WorkflowStepResult` of the turn.
@@ -611,9 +704,13 @@ class WorkflowDetector:
             )
         thr = self._threshold_of(task)
         st["turn"] += 1
+        roles = getattr(self, "roles_", {}).get(task)
+        dstate = DialogueState.from_dict(st.get("dialogue"))
         if speaker != "system":
             if st["answered"]:
                 st["answered"][-1] = True
+            if roles is not None:
+                st["dialogue"] = observe_user(dstate, text or "", st["turn"] - 1, roles).to_dict()
             return st, WorkflowStepResult(None, False, None, thr, None, None, None)
         a = self.assigner_.assign(task, np.asarray(embedding, dtype=np.float64).reshape(1, -1))
         st["system_turn"] += 1
@@ -626,7 +723,25 @@ class WorkflowDetector:
             else np.zeros(len(st["nodes"]))
         )
         order = order_flags(st["nodes"], st_, getattr(self, "order_allowed_", {}).get(task, frozenset()))
-        dev = float(
+        verdict, extra = StepVerdict(None), 0.0
+        if roles is not None:
+            looping = task in getattr(self, "looping_", frozenset())
+            dstate, verdict = observe_system(
+                dstate,
+                a.nodes[0],
+                roles,
+                None if looping else st_,
+                self.repeatable_.get(task, frozenset()),
+                self.requires_.get(task, {}),
+            )
+            st["dialogue"] = dstate.to_dict()
+            if verdict.rule == "repeat-slot":
+                rep = np.array(rep, dtype=np.float64)
+                rep[-1] = 1.0
+            extra = self.skip_weight * (verdict.rule == "skip-requires") + self.closing_weight * (
+                verdict.rule == "skip-closing"
+            )
+        dev = extra + float(
             turn_deviations(
                 a.own_similarity,
                 a.rival_similarity,
@@ -643,7 +758,9 @@ class WorkflowDetector:
             st["off_task"][rival_task] = st["off_task"].get(rival_task, 0) + 1
         elif reason == "unfamiliar":
             st["unfamiliar"] += 1
-        return st, WorkflowStepResult(st["system_turn"], dev > thr, dev, thr, a.nodes[0], reason, rival_task)
+        return st, WorkflowStepResult(
+            st["system_turn"], dev > thr, dev, thr, a.nodes[0], reason, rival_task, *_rule_fields(verdict)
+        )
 
     @property
     def threshold(self) -> float:
@@ -682,6 +799,11 @@ class WorkflowDetector:
                 "reject_margin": self.reject_margin,
                 "repeat_weight": self.repeat_weight,
                 "order_weight": self.order_weight,
+                "skip_weight": self.skip_weight,
+                "closing_weight": self.closing_weight,
+            },
+            "requires": {
+                t: {n: list(v) for n, v in r.items()} for t, r in getattr(self, "requires_", {}).items()
             },
             "thresholds": self.thresholds_,
             "keys": [list(k) for k in self.assigner_.keys_],
@@ -768,6 +890,9 @@ class WorkflowDetector:
             "order_allowed": {
                 t: sorted(map(list, v)) for t, v in getattr(self, "order_allowed_", {}).items()
             },
+            "requires": {
+                t: {n: list(v) for n, v in r.items()} for t, r in getattr(self, "requires_", {}).items()
+            },
             **meta,
         }
         write_text_atomic(path / "config.json", json.dumps(full, indent=2) + "\n")
@@ -830,7 +955,17 @@ class WorkflowDetector:
         det.order_allowed_ = {
             t: frozenset(tuple(p) for p in v) for t, v in meta.get("order_allowed", {}).items()
         }
+        # the step roles are derived again from the source; the pruned requirements are saved
+        from dialfork_dataset.roles import derive_roles
+
+        det.requires_ = {t: {n: tuple(v) for n, v in r.items()} for t, r in meta.get("requires", {}).items()}
+        det.roles_ = {t: derive_roles(source.tasks[t]) for t in det.requires_ if t in source.tasks}
         return det, meta, arrays, source
+
+
+def _rule_fields(v: StepVerdict) -> tuple[str | None, str | None, str | None, str | None]:
+    """``(rule, expected, slot, message)`` of a verdict, for :class:`WorkflowStepResult`."""
+    return v.rule, v.expected, v.slot, v.message
 
 
 class WorkflowStream:

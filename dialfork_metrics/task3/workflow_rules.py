@@ -378,6 +378,12 @@ class WorkflowStepResult:
         node: The assigned node (None: off-workflow or a user turn).
         reason: None, ``"off-task"`` or ``"unfamiliar"`` (why the node is None).
         rival_task: The task whose workflow fits the turn best among the others.
+        rule: The dialogue-state rule that fired (``skip-requires``, ``skip-closing``,
+            ``repeat-slot``), or None.
+        expected: The step that should have come first (the rule's), or None.
+        slot: The slot missing or asked again, or None.
+        message: The rule's one-line reason ("outcome 'weather_inform_forecast' before slot
+            'location' was collected (expected step 'weather_ask_location')"), or None.
     """
 
     system_turn: int | None
@@ -387,6 +393,10 @@ class WorkflowStepResult:
     node: str | None
     reason: str | None
     rival_task: str | None
+    rule: str | None = None
+    expected: str | None = None
+    slot: str | None = None
+    message: str | None = None
 
 
 # -- sources -----------------------------------------------------------------------------------------

@@ -532,7 +532,9 @@ class SupervisedWorkflowDetector(WorkflowDetector):
             )
         return SupervisedStream(self, task)
 
-    def step(self, state: Any, speaker: str, embedding: np.ndarray, task: str) -> Any:
+    def step(
+        self, state: Any, speaker: str, embedding: np.ndarray, task: str, text: str | None = None
+    ) -> Any:
         """Not supported: the guard's per-turn state machine is ``wf``'s (use :meth:`start`).
 
         Args:
@@ -540,6 +542,7 @@ class SupervisedWorkflowDetector(WorkflowDetector):
             speaker: Unused.
             embedding: Unused.
             task: Unused.
+            text: Unused.
 
         Returns:
             Never returns.

@@ -1,0 +1,743 @@
+"""The dialogue state tracker and the step rules of the workflow-aware detector ``wf``.
+
+The node assigner (:mod:`.workflow_nodes`) says which step each system turn is; similarity alone
+can never say that the step came too early. This module keeps the *state* of the dialogue after
+each turn (which slots are filled, and how; which steps are done), read with the step roles and
+slots of :mod:`dialfork_dataset.roles`, and the rules on it:
+
+* **skip (requires)**: an action, outcome or confirmation step said while a slot it requires is
+  neither answered nor volunteered (``"outcome 'weather_inform_forecast' before slot 'city' was
+  collected"``);
+* **skip (closing)**: a closing step said before any outcome step;
+* **repeat (slot)**: a question asked again for a slot a user already *answered*, other steps in
+  between, unless a step said in between leads back to it in the graph or resets the conversation
+  (a failed lookup, "any other criteria?"), or the task's conformant dialogues repeat it.
+
+How a slot is filled (:func:`track_state`):
+
+* *answered*: a user turn follows a question step that collects it (the next system turn comes
+  after the user's answer);
+* *volunteered*: a user turn carries a value of the slot (:func:`volunteered_slots`): one of the
+  API's categories (a doctor's name, a city), or a value of the slot's type read by a pattern
+  (weekday, clock time, date, number, a person's name after "my name is"). The patterns are
+  written here because the slots are weekday names, clock hours and small counts: dateparser's
+  ``search_dates`` reads "may", "now" and "second" as dates and costs milliseconds a turn, which a
+  guard pays on every turn.
+
+Pure functions over node sequences and texts; no encoder.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+RULES: tuple[str, ...] = ("skip-requires", "skip-closing", "repeat-slot")
+"""The step rules, in the order a turn's reason names them."""
+
+DEFAULT_SKIP_WEIGHT = 1.0
+"""Deviation added by a skip (ours; chosen on the fit splits: benchmarks/bench_task3_tracks.py)."""
+DEFAULT_CLOSING_WEIGHT = 1.0
+"""Deviation added by a closing before any outcome (ours)."""
+
+_WEEKDAYS = r"monday|tuesday|wednesday|thursday|friday|saturday|sunday|today|tomorrow|tonight|weekend"
+_MONTHS = (
+    r"january|february|march|april|may|june|july|august|september|october|november|december|"
+    r"jan|feb|mar|apr|jun|jul|aug|sep|sept|oct|nov|dec"
+)
+_NUMBER_WORDS = (
+    r"one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|thirteen|fourteen|fifteen|"
+    r"twenty|thirty|forty|fifty|hundred|couple|dozen"
+)
+PATTERNS: Mapping[str, re.Pattern[str]] = {
+    "weekday": re.compile(rf"\b({_WEEKDAYS})s?\b", re.I),
+    "time": re.compile(
+        r"\b\d{1,2}(:\d{2})?\s*(am|pm|a\.m\.?|p\.m\.?|o'?\s?clock)(?!\w)|\b\d{1,2}:\d{2}\b|\b(noon|midnight|"
+        r"morning|afternoon|evening)\b|\b(at|around|by)\s+\d{1,2}\b",
+        re.I,
+    ),
+    "date": re.compile(
+        rf"\b({_WEEKDAYS}|{_MONTHS})\b|\b\d{{1,2}}(st|nd|rd|th)\b|\b\d{{1,2}}[/.-]\d{{1,2}}([/.-]\d{{2,4}})?\b",
+        re.I,
+    ),
+    "number": re.compile(rf"\b\d+\b|\b({_NUMBER_WORDS})\b", re.I),
+    "name": re.compile(
+        r"\b(my name is|my name's|name is|i am|i'm|this is|it's|it is|call me)\s+[A-Z][a-z]+|"
+        r"^\s*[A-Z][a-z]+(\s+[A-Z][a-z]+)?[\s.!]*$"
+    ),
+}
+"""The value patterns of :func:`volunteered_slots`, by value type (ours)."""
+
+
+_GENERIC_NAME_WORDS = frozenset(
+    {
+        "inn",
+        "hotel",
+        "apartments",
+        "apartment",
+        "restaurant",
+        "house",
+        "cafe",
+        "grill",
+        "bar",
+        "city",
+        "suites",
+    }
+)
+
+
+def _norm(text: str) -> str:
+    return " " + re.sub(r"[^a-z0-9]+", " ", text.lower()).strip() + " "
+
+
+def _value_forms(value: str) -> list[str]:
+    """The forms of a categorical value a user may type: as written, without a title, its last word."""
+    v = _norm(value).strip()
+    out = [v]
+    parts = v.split()
+    if len(parts) >= 2 and parts[0] in ("dr", "mr", "mrs", "ms", "the"):
+        parts = parts[1:]
+        out.append(" ".join(parts))
+    if len(parts) >= 2 and parts[-1] in _GENERIC_NAME_WORDS:
+        out.append(" ".join(parts[:-1]))
+    if len(parts) >= 2 and all(p[0].isalpha() for p in parts):
+        out.append("".join(p[0] for p in parts))  # initials: "new york city" -> "nyc"
+    return [f" {x} " for x in out if len(x) >= 2]
+
+
+def volunteered_slots(text: str, roles: Any) -> dict[str, str]:
+    """The slots whose value a user turn carries (see the module doc), slot -> the value seen.
+
+    Args:
+        text: The user turn's text.
+        roles: The task's :class:`~dialfork_dataset.roles.TaskRoles`.
+
+    Returns:
+        dict[str, str]: Slot -> the matched text.
+
+    Example:
+        >>> from dialfork_dataset.roles import StepRole, TaskRoles
+        >>> tr = TaskRoles("weather", {}, {"location": "City", "day": "Day"},
+        ...                {"location": ("Chicago", "New York City"), "day": ("Monday",)},
+        ...                {"location": "categorical", "day": "weekday"})
+        >>> volunteered_slots("What's the weather in new york city on Monday?", tr)
+        {'location': 'new york city', 'day': 'Monday'}
+    """
+    out: dict[str, str] = {}
+    low = _norm(text)
+    for slot, typ in roles.value_types.items():
+        found = None
+        for v in roles.values.get(slot, ()):
+            for form in _value_forms(v):
+                if form in low:
+                    found = form.strip()
+                    break
+            if found:
+                break
+        if found is None and typ in PATTERNS and typ != "categorical":
+            m = PATTERNS[typ].search(text)
+            if m:
+                found = m.group(0).strip()
+        if found is not None:
+            out[slot] = found
+    return out
+
+
+@dataclass(frozen=True)
+class SlotFill:
+    """How one slot was filled.
+
+    Attributes:
+        slot: The slot.
+        how: ``"answered"`` or ``"volunteered"``.
+        turn: The 0-based index of the user turn that filled it.
+        value: The text that filled it (the value seen, or the whole answer).
+    """
+
+    slot: str
+    how: str
+    turn: int
+    value: str
+
+
+@dataclass
+class DialogueState:
+    """The state of a dialogue after some turns (:func:`track_state`).
+
+    Attributes:
+        filled: slot -> :class:`SlotFill` (the latest).
+        done: Steps said so far whose requirements were met (a question: once answered).
+        said: Steps said so far, in order (None: off-workflow).
+        pending: Slots asked by the last system turn and not answered yet.
+        outcome_said: An outcome or confirmation step was said.
+        last_outcome: The 0-based system turn of the latest such step, or None.
+        answered_by: slot -> the system turn (0-based) whose question a user answered.
+    """
+
+    filled: dict[str, SlotFill] = field(default_factory=dict)
+    done: list[str] = field(default_factory=list)
+    said: list[str | None] = field(default_factory=list)
+    pending: list[str] = field(default_factory=list)
+    pending_node: str | None = None
+    outcome_said: bool = False
+    last_outcome: int | None = None
+    answered_by: dict[str, int] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe form (the guard keeps it between turns).
+
+        Returns:
+            dict[str, Any]: The fields.
+        """
+        return {
+            "filled": {s: [f.how, f.turn, f.value] for s, f in self.filled.items()},
+            "done": list(self.done),
+            "said": list(self.said),
+            "pending": list(self.pending),
+            "pending_node": self.pending_node,
+            "outcome_said": self.outcome_said,
+            "last_outcome": self.last_outcome,
+            "answered_by": dict(self.answered_by),
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any] | None) -> DialogueState:
+        """The inverse of :meth:`to_dict` (None: a new dialogue).
+
+        Args:
+            d: A dict of :meth:`to_dict`, or None.
+
+        Returns:
+            DialogueState: The state.
+        """
+        if not d:
+            return cls()
+        return cls(
+            filled={s: SlotFill(s, v[0], int(v[1]), str(v[2])) for s, v in (d.get("filled") or {}).items()},
+            done=list(d.get("done") or []),
+            said=list(d.get("said") or []),
+            pending=list(d.get("pending") or []),
+            pending_node=d.get("pending_node"),
+            outcome_said=bool(d.get("outcome_said")),
+            last_outcome=d.get("last_outcome"),
+            answered_by={k: int(v) for k, v in (d.get("answered_by") or {}).items()},
+        )
+
+
+@dataclass(frozen=True)
+class StepVerdict:
+    """What the step rules say of one system turn.
+
+    Attributes:
+        rule: The rule that fired (:data:`RULES`), or None.
+        node: The turn's step.
+        role: The role the rule read (``outcome``, ``closing``, ``question``...).
+        slot: The slot missing (skip) or asked again (repeat), or None.
+        expected: The step that should have come first (the question collecting the slot, or an
+            outcome before a closing), or None.
+        message: One line: ``"outcome 'weather_inform_forecast' before slot 'location' was collected
+            (expected step 'weather_ask_location')"``.
+    """
+
+    rule: str | None
+    node: str | None = None
+    role: str | None = None
+    slot: str | None = None
+    expected: str | None = None
+    message: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe form.
+
+        Returns:
+            dict[str, Any]: The fields.
+        """
+        return {
+            "rule": self.rule,
+            "node": self.node,
+            "role": self.role,
+            "slot": self.slot,
+            "expected": self.expected,
+            "message": self.message,
+        }
+
+
+NO_VERDICT = StepVerdict(None)
+OUTCOME_LIKE = frozenset({"outcome", "confirmation"})
+"""Roles after which a closing is no skip: a result, or an offer the user may decline."""
+
+
+def _primary(role: Any) -> str:
+    for r in ("outcome", "action", "confirmation", "question", "closing", "greeting", "inform", "fallback"):
+        if r in role.roles:
+            return r
+    return "step"
+
+
+def observe_user(state: DialogueState, text: str, turn: int, roles: Any) -> DialogueState:
+    """Update ``state`` with a user turn (answers the pending question; volunteers values).
+
+    Args:
+        state: The state (changed in place and returned).
+        text: The user turn's text.
+        turn: Its 0-based index in the dialogue.
+        roles: The task's :class:`~dialfork_dataset.roles.TaskRoles`.
+
+    Returns:
+        DialogueState: ``state``.
+    """
+    seen = volunteered_slots(text, roles)
+    for s in state.pending:
+        state.filled[s] = SlotFill(s, "answered", turn, seen.get(s, text))
+        state.answered_by[s] = len(state.said) - 1
+    if state.pending_node is not None and state.pending_node not in state.done:
+        state.done.append(state.pending_node)
+    for s, v in seen.items():
+        if s not in state.filled:
+            state.filled[s] = SlotFill(s, "volunteered", turn, v)
+    state.pending = []
+    state.pending_node = None
+    return state
+
+
+def observe_system(
+    state: DialogueState,
+    node: str | None,
+    roles: Any,
+    structure: Any = None,
+    repeatable: frozenset[str] | set[str] = frozenset(),
+    requires: Mapping[str, Sequence[str]] | None = None,
+) -> tuple[DialogueState, StepVerdict]:
+    """Update ``state`` with a system turn at ``node`` and judge it with the step rules.
+
+    Args:
+        state: The state (changed in place and returned).
+        node: The turn's assigned step (None: off-workflow; no rule, no state change but ``said``).
+        roles: The task's :class:`~dialfork_dataset.roles.TaskRoles`.
+        structure: The task's :class:`~.workflow_rules.WorkflowStructure` (``leads_to``,
+            ``resets``), for the repeat rule's loops; None: no repeat rule.
+        repeatable: Steps the task's conformant dialogues ask more than once (no repeat).
+        requires: node -> the slots the skip rule enforces (None: the roles' ``requires``; a
+            detector passes the ones it keeps, :func:`enforced_requirements`).
+
+    Returns:
+        ``(state, verdict)``: the new state and the :class:`StepVerdict` of the turn.
+    """
+    j = len(state.said)
+    state.said.append(node)
+    role = roles.role_of(node)
+    if role is None:
+        return state, NO_VERDICT
+    verdict = NO_VERDICT
+    prim = _primary(role)
+    resets = getattr(structure, "resets", frozenset()) if structure is not None else frozenset()
+    if role.roles & {"action", "outcome", "confirmation"}:
+        need = role.requires if requires is None else requires.get(node, ())
+        missing = [s for s in need if s not in state.filled]
+        if missing:
+            s = missing[0]
+            asker = next((n for n, r in roles.steps.items() if s in r.collects), None)
+            verdict = StepVerdict(
+                "skip-requires",
+                node,
+                prim,
+                s,
+                asker,
+                f"{prim} {node!r} before slot {s!r} was collected"
+                + (f" (expected step {asker!r})" if asker else ""),
+            )
+    if (
+        verdict.rule is None
+        and "closing" in role.roles
+        and not state.outcome_said
+        and any(roles.with_role(r) for r in OUTCOME_LIKE)
+    ):
+        if any(n is not None and roles.role_of(n) is not None for n in state.said[:-1]):
+            expected = next(iter(roles.with_role("outcome")), None)
+            verdict = StepVerdict(
+                "skip-closing",
+                node,
+                "closing",
+                None,
+                expected,
+                f"closing {node!r} before any outcome"
+                + (f" (expected e.g. {expected!r})" if expected else ""),
+            )
+    if verdict.rule is None and "question" in role.roles and structure is not None and node not in repeatable:
+        for s in role.collects:
+            i = state.answered_by.get(s)
+            if i is None or state.filled.get(s) is None or state.filled[s].how != "answered":
+                continue
+            between = [m for m in state.said[i + 1 : j] if m is not None]
+            if not between or all(m == node for m in between):
+                continue  # an immediate re-ask is a clarification
+            leads = getattr(structure, "leads_to", {})
+            if any(node in leads.get(m, ()) or m in resets for m in between):
+                continue
+            verdict = StepVerdict(
+                "repeat-slot",
+                node,
+                "question",
+                s,
+                None,
+                f"question {node!r} asks again for slot {s!r}, answered at system turn {i + 1}",
+            )
+            break
+    if role.roles & OUTCOME_LIKE:
+        state.outcome_said = True
+        state.last_outcome = j
+    if "question" in role.roles:
+        state.pending = list(role.collects)
+        state.pending_node = node
+    else:
+        state.pending, state.pending_node = [], None
+        if verdict.rule is None and node not in state.done:
+            state.done.append(node)
+    return state, verdict
+
+
+def track_state(
+    turns: Sequence[Mapping[str, str]],
+    nodes: Sequence[str | None],
+    roles: Any,
+    structure: Any = None,
+    repeatable: frozenset[str] | set[str] = frozenset(),
+    requires: Mapping[str, Sequence[str]] | None = None,
+) -> tuple[list[DialogueState], list[StepVerdict]]:
+    """Track a whole dialogue: the state *before* each system turn and each system turn's verdict.
+
+    Args:
+        turns: ``{"speaker", "text"}`` turns.
+        nodes: The assigned step of each system turn, in order (None: off-workflow).
+        roles: The task's :class:`~dialfork_dataset.roles.TaskRoles`.
+        structure: The task's workflow structure (the repeat rule's loops), or None.
+        repeatable: Steps never flagged as repeats.
+        requires: As in :func:`observe_system`.
+
+    Returns:
+        ``(states, verdicts)``: one snapshot (a copy) and one :class:`StepVerdict` per system turn.
+    """
+    state = DialogueState()
+    states: list[DialogueState] = []
+    verdicts: list[StepVerdict] = []
+    k = 0
+    for i, t in enumerate(turns):
+        if t["speaker"] == "system":
+            states.append(DialogueState.from_dict(state.to_dict()))
+            node = nodes[k] if k < len(nodes) else None
+            state, v = observe_system(state, node, roles, structure, repeatable, requires)
+            verdicts.append(v)
+            k += 1
+        else:
+            observe_user(state, t["text"], i, roles)
+    return states, verdicts
+
+
+def rule_flags(verdicts: Sequence[StepVerdict]) -> dict[str, np.ndarray]:
+    """0/1 arrays per rule of :data:`RULES` over a dialogue's system turns.
+
+    Args:
+        verdicts: One verdict per system turn.
+
+    Returns:
+        dict[str, np.ndarray]: rule -> int64 flags.
+
+    Example:
+        >>> rule_flags([NO_VERDICT, StepVerdict("skip-closing")])["skip-closing"].tolist()
+        [0, 1]
+    """
+    return {r: np.array([int(v.rule == r) for v in verdicts], dtype=np.int64) for r in RULES}
+
+
+def tracker_accuracy(
+    dialogues: Sequence[Mapping[str, Any]], roles_of: Mapping[str, Any], gold_queries: Sequence[Sequence[Any]]
+) -> dict[str, Any]:
+    """How often the tracked slots at each query match STAR's gold query constraints.
+
+    Args:
+        dialogues: Records with ``task``, ``turns`` and ``system_nodes`` (the nodes tracked with).
+        roles_of: task -> :class:`~dialfork_dataset.roles.TaskRoles`.
+        gold_queries: Per dialogue, ``(turn_index, {api_slot: value})`` pairs: the wizard's query
+            events and the index of the first turn after them.
+
+    Returns:
+        dict[str, Any]: ``n_queries``, ``n_slots`` (gold constraint slots a tracked slot maps to),
+        ``filled`` (share of those the tracker had filled at the query), ``value_match`` (share
+        whose tracked value contains the gold value, case-insensitively), ``by_how``
+        (answered/volunteered counts among the filled).
+    """
+    n_q = n_s = n_f = n_v = 0
+    how: dict[str, int] = {"answered": 0, "volunteered": 0}
+    for d, queries in zip(dialogues, gold_queries):
+        roles = roles_of.get(d["task"])
+        if roles is None:
+            continue
+        inv = {a: s for s, a in roles.api_slots.items() if a}
+        for turn_index, constraints in queries:
+            sub = [t for t in d["turns"][:turn_index]]
+            k = sum(t["speaker"] == "system" for t in sub)
+            states, _ = track_state(
+                sub + [{"speaker": "system", "text": ""}], list(d["system_nodes"][:k]), roles
+            )
+            st = states[-1]
+            n_q += 1
+            for a, val in constraints.items():
+                s = inv.get(a)
+                if s is None:
+                    continue
+                n_s += 1
+                f = st.filled.get(s)
+                if f is None:
+                    continue
+                n_f += 1
+                how[f.how] = how.get(f.how, 0) + 1
+                if _norm(str(val)).strip() and _norm(str(val)).strip() in _norm(f.value):
+                    n_v += 1
+    return {
+        "n_queries": n_q,
+        "n_slots": n_s,
+        "filled": n_f / n_s if n_s else float("nan"),
+        "value_match": n_v / n_s if n_s else float("nan"),
+        "by_how": how,
+    }
+
+
+SKIP_SLOTS: tuple[str, ...] = ("template", "required", "all")
+"""Which of a step's required slots the skip rule enforces (:func:`enforced_requirements`)."""
+DEFAULT_SKIP_SLOTS = "template"
+"""Default of :func:`enforced_requirements` (ours, chosen on the fit splits: on STAR's human-picked
+fit split with gold step labels, ``all`` alarms on 64% of the conformant dialogues, ``required``
+on 7%, ``template`` on 4%; benchmarks/bench_task3_tracks.py reports what each costs)."""
+DEFAULT_REQUIRE_SUPPORT = 0.9
+"""A required slot stays enforced for a step when the conformant fit dialogues had it filled at
+least this share of the times they said the step (ours; :func:`prune_requirements`)."""
+RECOGNISABLE = frozenset({"categorical", "weekday", "time", "date", "number", "name"})
+"""Value types a tracker can see volunteered (a free-text slot may be given in any words)."""
+
+
+def _placeholders(task: Any, node: str) -> set[str]:
+    texts = [task.template(node) or "", (getattr(task, "replies", {}) or {}).get(node) or ""]
+    return {m for t in texts for m in re.findall(r"\{(\w+)", t)}
+
+
+def _words(name: str) -> set[str]:
+    return {p.lower() for p in re.findall(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+", name.replace("-", "_"))}
+
+
+def enforced_requirements(
+    roles: Any, task: Any, mode: str = DEFAULT_SKIP_SLOTS
+) -> dict[str, tuple[str, ...]]:
+    """The slots the skip rule enforces per step, before the fit prunes them.
+
+    A workflow file's declared ``requires:`` are always enforced as written. Otherwise, of the
+    slots a step requires (:func:`~dialfork_dataset.roles.derive_roles`):
+
+    * ``"all"``: every one;
+    * ``"required"``: those a tracker can see volunteered (:data:`RECOGNISABLE` value types) that
+      the task's API lists as required (all, when the API lists none);
+    * ``"template"`` (default): of those, the ones the step's own text names by a placeholder
+      (``{city:s}`` in ``weather_inform_forecast``): the result is *about* them.
+
+    Args:
+        roles: The task's :class:`~dialfork_dataset.roles.TaskRoles`.
+        task: The workflow task (templates, ``api``).
+        mode: One of :data:`SKIP_SLOTS`.
+
+    Returns:
+        dict[str, tuple[str, ...]]: node -> enforced slots (steps without any left out).
+
+    Raises:
+        ValueError: An unknown ``mode``.
+    """
+    if mode not in SKIP_SLOTS:
+        raise ValueError(f"skip_slots must be one of {SKIP_SLOTS}, got {mode!r}")
+    api = getattr(task, "api", None)
+    required = set(getattr(api, "required", None) or ())
+    inputs = list(getattr(api, "inputs", None) or ())
+    out: dict[str, tuple[str, ...]] = {}
+    for node, r in roles.steps.items():
+        req = tuple(r.requires)
+        if not r.declared and mode != "all":
+            req = tuple(
+                s
+                for s in req
+                if roles.value_types.get(s) in RECOGNISABLE
+                and (not required or roles.api_slots.get(s) in required)
+            )
+            if mode == "template":
+                ph = _placeholders(task, node)
+                keep = []
+                for s in req:
+                    a = roles.api_slots.get(s) or ""
+                    names = _words(s) | _words(a)
+                    if any(_words(p) & names for p in ph):
+                        keep.append(s)
+                    elif inputs and a:
+                        from dialfork_dataset.roles import api_slot_for
+
+                        if any(api_slot_for(p, inputs) == a for p in ph):
+                            keep.append(s)
+                req = tuple(keep)
+        if req:
+            out[node] = req
+    return out
+
+
+def prune_requirements(
+    requires: Mapping[str, Sequence[str]],
+    tracked: Sequence[tuple[Sequence[DialogueState], Sequence[str | None]]],
+    support: float = DEFAULT_REQUIRE_SUPPORT,
+    min_count: int = 3,
+    declared: frozenset[str] | set[str] = frozenset(),
+) -> dict[str, tuple[str, ...]]:
+    """Drop the requirements the conformant fit dialogues do not keep.
+
+    For each step and each slot it requires, the share of the step's turns in ``tracked`` at which
+    the slot was filled; below ``support`` (with at least ``min_count`` turns) the slot is no
+    longer enforced for that step: the task's own conformant agents say the step without it (STAR's
+    wizards give the weather "here" without asking for a city). Declared steps are kept as written.
+
+    Args:
+        requires: node -> slots (:func:`enforced_requirements`).
+        tracked: Per fit dialogue, the states before each system turn and the nodes of those turns.
+        support: The least share of turns with the slot filled.
+        min_count: Fewest turns of a step for the share to be read.
+        declared: Steps whose requirements a workflow file declared (never pruned).
+
+    Returns:
+        dict[str, tuple[str, ...]]: node -> the slots kept.
+
+    Example:
+        >>> st = [DialogueState(), DialogueState()]
+        >>> prune_requirements({"inform": ("city",)}, [(st[:1], ["inform"])] * 3)
+        {}
+    """
+    seen: dict[tuple[str, str], list[int]] = {}
+    for states, nodes in tracked:
+        for st, n in zip(states, nodes):
+            for s in requires.get(n, ()) if n is not None else ():
+                c = seen.setdefault((n, s), [0, 0])
+                c[0] += 1
+                c[1] += s in st.filled
+    out: dict[str, tuple[str, ...]] = {}
+    for n, slots in requires.items():
+        keep = tuple(
+            s
+            for s in slots
+            if n in declared
+            or seen.get((n, s), [0, 0])[0] < min_count
+            or seen[(n, s)][1] / seen[(n, s)][0] >= support
+        )
+        if keep:
+            out[n] = keep
+    return out
+
+
+def state_flags(
+    turns: Sequence[Mapping[str, str]],
+    nodes: Sequence[str | None],
+    roles: Any,
+    structure: Any = None,
+    repeatable: frozenset[str] | set[str] = frozenset(),
+    requires: Mapping[str, Sequence[str]] | None = None,
+) -> tuple[dict[str, np.ndarray], list[StepVerdict]]:
+    """The step-rule flags of a dialogue's system turns, from its tracked state.
+
+    Args:
+        turns: The dialogue's turns.
+        nodes: The assigned step of each system turn.
+        roles: The task's roles.
+        structure: Its workflow structure (None: no repeat rule).
+        repeatable: Steps never flagged as repeats.
+        requires: The enforced requirements (None: the roles' own).
+
+    Returns:
+        ``(flags, verdicts)``: rule -> 0/1 per system turn (:func:`rule_flags`), and the verdicts.
+    """
+    _, verdicts = track_state(turns, nodes, roles, structure, repeatable, requires)
+    return rule_flags(verdicts), verdicts
+
+
+def state_dict_errors(d: Any, n_system: int) -> list[str]:
+    """What is wrong with a :meth:`DialogueState.to_dict` dict that came from outside (a saved
+    guard session), one line each; empty when it is well formed.
+
+    Args:
+        d: The dict.
+        n_system: The system turns the session has seen (``said`` must hold as many).
+
+    Returns:
+        list[str]: The problems.
+
+    Example:
+        >>> state_dict_errors({"said": ["a"], "filled": {"x": ["told", 0, "v"]}}, 1)
+        ["dialogue.filled['x'] must be [how ('answered'|'volunteered'), user turn index, value]"]
+    """
+    if not isinstance(d, Mapping):
+        return ["dialogue must be the dialogue state (an object)"]
+    errs = []
+    said = d.get("said", [])
+    if not isinstance(said, list) or any(x is not None and not isinstance(x, str) for x in said):
+        errs.append("dialogue.said must list step names (or null)")
+    elif len(said) != n_system:
+        errs.append(f"dialogue.said holds {len(said)} steps for {n_system} system turns")
+    filled = d.get("filled", {})
+    if not isinstance(filled, Mapping):
+        errs.append("dialogue.filled must map slots to [how, turn, value]")
+    else:
+        for k, v in filled.items():
+            if not (
+                isinstance(v, list | tuple)
+                and len(v) == 3
+                and v[0] in ("answered", "volunteered")
+                and isinstance(v[1], int)
+                and not isinstance(v[1], bool)
+                and isinstance(v[2], str)
+            ):
+                errs.append(
+                    f"dialogue.filled[{k!r}] must be [how ('answered'|'volunteered'), user turn index, value]"
+                )
+    for key in ("done", "pending"):
+        v = d.get(key, [])
+        if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+            errs.append(f"dialogue.{key} must be a list of strings")
+    ab = d.get("answered_by", {})
+    if not isinstance(ab, Mapping) or any(isinstance(x, bool) or not isinstance(x, int) for x in ab.values()):
+        errs.append("dialogue.answered_by must map slots to system turn indices")
+    for key in ("pending_node",):
+        if d.get(key) is not None and not isinstance(d.get(key), str):
+            errs.append(f"dialogue.{key} must be a step name or null")
+    lo = d.get("last_outcome")
+    if lo is not None and (isinstance(lo, bool) or not isinstance(lo, int)):
+        errs.append("dialogue.last_outcome must be a system turn index or null")
+    return errs
+
+
+__all__ = [
+    "DEFAULT_CLOSING_WEIGHT",
+    "DEFAULT_REQUIRE_SUPPORT",
+    "DEFAULT_SKIP_SLOTS",
+    "RECOGNISABLE",
+    "SKIP_SLOTS",
+    "enforced_requirements",
+    "prune_requirements",
+    "state_dict_errors",
+    "state_flags",
+    "DEFAULT_SKIP_WEIGHT",
+    "NO_VERDICT",
+    "PATTERNS",
+    "RULES",
+    "DialogueState",
+    "SlotFill",
+    "StepVerdict",
+    "observe_system",
+    "observe_user",
+    "rule_flags",
+    "track_state",
+    "tracker_accuracy",
+    "volunteered_slots",
+]
