@@ -54,6 +54,7 @@ import json
 import math
 import os
 import platform
+import re
 import shlex
 import subprocess
 import sys
@@ -75,7 +76,20 @@ FITS = {"no-human": TRACKS, "human": ("human-picked", "human-typed")}
 RATES = (0.01, 0.05)
 #: Row order of the paper's four types, star-human SSPC split by its edit (a type registered at run
 #: time follows them).
-TYPE_ORDER = ("WIC", "GR", "CSC", "SSPC", "SSPC-skip", "SSPC-repeat")
+WHAT = ("question", "outcome", "greeting/closing", "other")
+"""What a star-human SSPC edit skipped or repeated, by the step's role (dialfork_dataset.roles)."""
+TYPE_ORDER = (
+    "WIC",
+    "GR",
+    "CSC",
+    "SSPC",
+    "SSPC-skip",
+    *(f"SSPC-skip/{w}" for w in WHAT),
+    "SSPC-repeat",
+    *(f"SSPC-repeat/{w}" for w in WHAT),
+)
+#: ``wf`` before the dialogue state (its role-free rules only), run beside it for the before/after table.
+BEFORE = "wf-before"
 
 
 def code_state() -> dict[str, Any]:
@@ -196,6 +210,7 @@ def load_tracks(
     for variant in ("picked", "typed"):
         tr = build_star_human_track(args.star, tasks=args.tasks, variant=variant, seed=args.seed)
         tracks[f"human-{variant}"] = tr.split("test")
+        mark_what(tracks[f"human-{variant}"], args.star)
         info[f"human-{variant}"] = {
             "stats_forks": tr.stats["forks_by_edit"],
             "split": tr.stats["split"],
@@ -207,6 +222,42 @@ def load_tracks(
         info.setdefault(name, {})["test_counts"] = count_rows(rows)
     info["fit_counts"] = {f: count_rows(rows) for f, rows in fits.items()}
     return tracks, fits, info
+
+
+def what_of(roles: Any, node: str | None) -> str:
+    """The :data:`WHAT` class of a step: question, outcome, greeting/closing or other."""
+    r = roles.role_of(node) if roles is not None else None
+    if r is None:
+        return "other"
+    if "outcome" in r.roles:
+        return "outcome"
+    if "question" in r.roles:
+        return "question"
+    if r.roles & {"greeting", "closing"}:
+        return "greeting/closing"
+    return "other"
+
+
+def mark_what(rows: list[dict], star: str) -> None:
+    """Set ``_what`` on the star-human SSPC forks: the role class of the step skipped (the source's
+    system turn t_k) or repeated (the fork's system turn t_k)."""
+    from dialfork_dataset.roles import derive_roles
+    from dialfork_dataset.star import StarCorpus
+
+    corpus = StarCorpus(star)
+    roles = {t: derive_roles(corpus.task(t)) for t in sorted({r["task"] for r in rows})}
+    src = {r["dialogue_id"]: r for r in rows if r.get("hallucination_type") is None}
+    for r in rows:
+        if r.get("edit") not in ("skip", "repeat"):
+            continue
+        tk = int(r["fork_turn"])
+        nodes = (
+            r["system_nodes"]
+            if r["edit"] == "repeat"
+            else (src.get(r.get("source_id")) or {}).get("system_nodes")
+        )
+        node = nodes[tk - 1] if nodes and len(nodes) >= tk else None
+        r["_what"] = what_of(roles[r["task"]], node)
 
 
 def count_rows(rows: list[dict]) -> dict[str, int]:
@@ -232,6 +283,8 @@ def embed(enc: Any, rows: list[dict]) -> list[np.ndarray]:
 def make(name: str, args: argparse.Namespace, enc: Any, workflow: Any):
     from dialfork_metrics.task3 import make_detector
 
+    if name == BEFORE:
+        return make_detector("wf", workflow=workflow, encoder=enc, state_rules=False)
     if name in ("wf", "wf-sup"):
         return make_detector(name, workflow=workflow, encoder=enc)
     return make_detector(name, encoder=enc)
@@ -413,6 +466,8 @@ def metrics(rows: list[dict], stage_track: dict) -> dict:
     groups: dict[str, list[dict]] = defaultdict(list)
     for r in fk:
         groups[type_key(r)].append(r)
+        if r.get("_what"):
+            groups[f"{type_key(r)}/{r['_what']}"].append(r)
     groups["all"] = fk
     for h, rs in groups.items():
         exact = after = 0
@@ -443,6 +498,68 @@ def metrics(rows: list[dict], stage_track: dict) -> dict:
                 hit += j is not None and j >= int(r["fork_turn"])
             row[f"recall_at_{a}"] = hit / len(rs)
         out["by_type"][h] = row
+    return out
+
+
+# ---------------------------------------------------------------------------------------- tracker
+def _constraint_value(v: Any) -> str:
+    """``'api.is_equal_to("Dr. Johnson")'`` / ``'"Alexis"'`` -> the bare value."""
+    m = re.search(r"is_equal_to\((.*)\)", str(v))
+    v = m.group(1) if m else str(v)
+    return v.strip().strip('"').strip("'")
+
+
+def gold_queries(star: str, ids: set[str]) -> dict[str, list[tuple[int, dict[str, str]]]]:
+    """STAR's query events of the human dialogues ``ids`` (``star-<id>``): per dialogue, the number
+    of turns (User utter and Wizard pick_suggestion with text) before each query and its constraints
+    ``{api input: value}`` (``api.is_equal_to`` values only; range constraints left out)."""
+    from dialfork_dataset.star import StarCorpus
+
+    out: dict[str, list[tuple[int, dict[str, str]]]] = {}
+    for d in StarCorpus(star).human_dialogues():
+        did = f"star-{d['scenario_id']}"
+        if did not in ids:
+            continue
+        n, qs = 0, []
+        for e in d["events"]:
+            text = (e.get("text") or "").strip()
+            if (e.get("agent"), e.get("action")) in (
+                ("User", "utter"),
+                ("Wizard", "pick_suggestion"),
+            ) and text:
+                n += 1
+            elif e.get("agent") == "Wizard" and e.get("action") == "query":
+                cons = {}
+                for c in e.get("constraints") or []:
+                    for k, v in (c or {}).items():
+                        if k != "RequestType" and ("is_equal_to" in str(v) or not str(v).startswith("api.")):
+                            cons[k] = _constraint_value(v)
+                if cons:
+                    qs.append((n, cons))
+        out[did] = qs
+    return out
+
+
+def tracker_stage(args: argparse.Namespace, tracks: dict[str, list[dict]]) -> dict:
+    """The state tracker's accuracy at STAR's query events (held-out conformant human-picked
+    dialogues, gold step labels): the share of the query's constraint slots the tracker had filled,
+    and the share whose tracked text holds the gold value; per task and overall."""
+    from dialfork_dataset.roles import derive_roles
+    from dialfork_dataset.star import StarCorpus
+    from dialfork_metrics.task3.workflow_state import tracker_accuracy
+
+    corpus = StarCorpus(args.star)
+    conf = [r for r in tracks["human-picked"] if r.get("hallucination_type") is None]
+    gq = gold_queries(args.star, {r["dialogue_id"] for r in conf})
+    roles = {t: derive_roles(corpus.task(t)) for t in args.tasks}
+    out: dict[str, Any] = {"per_task": {}}
+    for t in [*args.tasks, None]:
+        rows = [r for r in conf if t is None or r["task"] == t]
+        acc = tracker_accuracy(rows, roles, [gq.get(r["dialogue_id"], []) for r in rows])
+        if t is None:
+            out["all"] = acc
+        else:
+            out["per_task"][t] = acc
     return out
 
 
@@ -716,6 +833,24 @@ def targets(results: dict) -> list[dict]:
         for k in sspc:
             v = g(t, "by_type", k, "recall_at_0.05")
             add(f"{k} recall at 5% FA ({t}; aim >= 40%)", v, None if v is None else v >= 0.4, pct(v) + "%")
+    for edit, bar in (("skip", 0.5), ("repeat", 0.6)):
+        whats = ("question", "outcome") if edit == "skip" else WHAT
+        n = hit = 0
+        for w in whats:
+            b = g("human-picked", "by_type", f"SSPC-{edit}/{w}")
+            if b:
+                n += b["n"]
+                hit += b["recall_at_0.05"] * b["n"]
+        v = hit / n if n else None
+        what = "a question or outcome step" if edit == "skip" else "a step"
+        add(
+            f"human-picked {edit} of {what}: recall >= {int(bar * 100)}% at 5% FA (issue 43)",
+            v,
+            None if v is None else v >= bar,
+            pct(v) + "%",
+        )
+    v = g("template", "by_type", "SSPC", "recall_at_0.05")
+    add("template SSPC recall >= 60% at 5% FA (issue 43)", v, None if v is None else v >= 0.6, pct(v) + "%")
     for t, bar in (("human-picked", 70), ("template", 80)):
         v = g(t, "score")
         add(f"Score >= {bar} on {t}", v, None if v is None else v >= bar, num(v))
@@ -730,6 +865,35 @@ def targets(results: dict) -> list[dict]:
             num(v) + " ms",
         )
     return rows
+
+
+def tracker_lines(tr: dict | None) -> list[str]:
+    """The state tracker's section of the report (:func:`tracker_stage`)."""
+    if not tr:
+        return []
+    lines = [
+        "## Dialogue state tracker against STAR's query constraints (held-out human-picked dialogues)",
+        "",
+        "| task | queries | constraint slots | filled at the query % | gold value in the tracked text % "
+        "| answered / volunteered |",
+        "| --- | ---: | ---: | ---: | ---: | --- |",
+    ]
+    for t, a in [*tr["per_task"].items(), ("all", tr["all"])]:
+        how = a.get("by_how", {})
+        lines.append(
+            f"| {t} | {a['n_queries']} | {a['n_slots']} | {pct(a['filled'])} | {pct(a['value_match'])} | "
+            f"{how.get('answered', 0)} / {how.get('volunteered', 0)} |"
+        )
+    lines += [
+        "",
+        "Tracked with the gold step labels (STAR's action labels), so this measures the tracker, not the "
+        "node assigner. Constraint slots: the query's `is_equal_to` constraints whose API input a "
+        "question step's slot maps to (dialfork_dataset.roles, rule 4); filled: the tracker had the slot "
+        "answered or volunteered before the query; gold value in the tracked text: the constraint's value "
+        "appears in the user text that filled it.",
+        "",
+    ]
+    return lines
 
 
 def write_md(results: dict, path: Path) -> None:
@@ -835,6 +999,9 @@ def write_md(results: dict, path: Path) -> None:
         "other task of the run, leaving out generic nodes and nodes whose name the other task also has; "
         "rejected = assigned to no node.",
         "",
+    ]
+    lines += tracker_lines(r.get("tracker"))
+    lines += [
         "## Latency (streaming, one turn: encode its text + update)",
         "",
         "| encoder runtime | detector | turns | p50 ms | p95 ms | system-turn p95 ms | max ms "
@@ -938,6 +1105,7 @@ def main(argv: list[str] | None = None) -> int:
                 notes.append(f"`{d}` fit `{fit}` failed: {type(e).__name__}: {e}")
                 log(notes[-1])
     nodes = node_stage(args, enc, workflow, fits, tracks, out)
+    tracker = tracker_stage(args, tracks)
     lat = latency_stage(args, enc, tracks, stages, out)
     met: dict[str, dict[str, dict[str, Any]]] = {}
     for (fit, d), st in stages.items():
@@ -976,6 +1144,7 @@ def main(argv: list[str] | None = None) -> int:
         },
         "metrics": met,
         "nodes": nodes,
+        "tracker": tracker,
         "latency": lat,
     }
     results["targets"] = targets(results)

@@ -19,7 +19,7 @@ docs/step_roles.md lists what it gives on every STAR task):
    * ``anything_else`` and ids with ``bye``/``goodbye`` are **closing** steps;
    * ``out_of_scope`` is the **fallback**;
    * ids with ``confirm`` are **confirmation** steps;
-   * ids with ``ask`` or ``request`` are **question** steps;
+   * ids with ``ask``, or ``request`` not after ``inform``/``provide``, are **question** steps;
    * an action the graph reaches from a query through branch nodes only (``available``,
      ``query_success``...), or whose id says a result (:data:`OUTCOME_WORDS`: ``nothing_found``,
      ``succeeded``, ``unavailable``...), is an **outcome** step (so is one that also asks:
@@ -104,6 +104,7 @@ SLOT_SYNONYMS: Mapping[str, tuple[str, ...]] = {
     "apartment": ("apartment", "housing"),
     "doctor": ("doctor",),
     "bedrooms": ("rooms", "bedrooms"),
+    "number": ("number", "num"),
     "date": ("date", "day"),
     "from": ("from", "start", "check", "in"),
     "to": ("to", "end", "check", "out"),
@@ -254,9 +255,13 @@ def step_roles_from_name(node: str, kind: str, start: str) -> set[str]:
     if node == "out_of_scope" or {"out", "scope"} <= words:
         return {"fallback"}
     roles: set[str] = set()
+    seq = _words(node)
+    # "request" after an inform/provide word names a thing, not a question
+    # (hotel_inform_service_request_successful)
+    asks_ = "ask" in words or ("request" in words and not set(seq[: seq.index("request")]) & _INFORM_WORDS)
     if "confirm" in words:
         roles.add("confirmation")
-    elif words & _QUESTION_WORDS:
+    elif asks_:
         roles.add("question")
     if words & OUTCOME_WORDS and not ("question" in roles and not words & _INFORM_WORDS):
         roles.add("outcome")
@@ -281,7 +286,11 @@ def slot_from_name(node: str) -> str | None:
         'different_time'
     """
     words = _words(node)
-    idx = [i for i, w in enumerate(words) if w in _QUESTION_WORDS]
+    idx = [
+        i
+        for i, w in enumerate(words)
+        if w == "ask" or (w == "request" and not set(words[:i]) & _INFORM_WORDS)
+    ]
     if not idx:
         return None
     rest = [w for w in words[idx[0] + 1 :] if w != "confirm"]
@@ -333,7 +342,7 @@ def api_slot_for(slot: str, inputs: Sequence[Mapping[str, Any]], asks_user: bool
                 score += 0.5
             elif len(iw) > 1:
                 score -= 0.5
-        if score <= 0 or score < len(sw) / 2:
+        if score <= 0 or (len(sw) > 1 and score <= len(sw) / 2):
             continue
         key = (score, -len(iw - set(sw)), name)
         if best is None or key[:2] > best[:2]:

@@ -41,11 +41,10 @@ from .workflow_check import (  # noqa: F401  (re-exported: the public API of wor
     WorkflowError,
     _raise,
     load_yaml_lines,
-    read_workflows,
-    validate_workflow,
     workflow_files,
     workflow_schema,
 )
+from .workflow_check import read_workflows as _read_workflows
 
 log = logging.getLogger(__name__)
 
@@ -111,6 +110,13 @@ class WorkflowTask(StarTask):
         source_file: The workflow file.
         step_paths: Node -> where it is defined, for error messages.
         descriptions: Node -> the step's own plain-language text.
+        declared_roles: Step -> its roles as the file's ``role:`` declares them (a single role
+            becomes a one-item list); steps without ``role:`` are absent (their roles are derived,
+            :func:`~dialfork_dataset.roles.derive_roles`).
+        declared_collects: Step -> the slots its ``collects:`` declares (with its ``ask:`` slot
+            first when it has both); steps without ``collects:`` are absent.
+        declared_requires: Step -> the slots its ``requires:`` declares (``[]``: none); steps
+            without ``requires:`` are absent.
     """
 
     explicit_kinds: dict[str, str] = field(default_factory=dict)
@@ -130,6 +136,12 @@ class WorkflowTask(StarTask):
     """node -> where it is defined (``file:line: tasks[i].steps[j]``), for error messages."""
     descriptions: dict[str, str] = field(default_factory=dict)
     """node -> the step's own plain-language text (``description``), replacing the one from its name."""
+    declared_roles: dict[str, list[str]] = field(default_factory=dict)
+    """step -> its roles from ``role:`` (read by :func:`~dialfork_dataset.roles.derive_roles`)."""
+    declared_collects: dict[str, list[str]] = field(default_factory=dict)
+    """step -> the slots from ``collects:`` (plus its ``ask:`` slot)."""
+    declared_requires: dict[str, list[str]] = field(default_factory=dict)
+    """step -> the slots from ``requires:``."""
 
     def describe(self, node: str) -> str:
         """The step's own ``description`` if it has one, else the text from its name and kind.
@@ -206,6 +218,9 @@ def _build_task(
     asks: dict[str, str] = {}
     step_paths: dict[str, str] = {}
     descriptions: dict[str, str] = {}
+    roles: dict[str, list[str]] = {}
+    collects: dict[str, list[str]] = {}
+    requires: dict[str, list[str]] = {}
     for si, s in enumerate(t["steps"]):
         n = s["id"]
         step_paths[n] = f"{path}:{lines.get(('tasks', ti, 'steps', si), 1)}: tasks[{ti}].steps[{si}]"
@@ -224,6 +239,12 @@ def _build_task(
             asks[n] = s["ask"]
         if s.get("description"):
             descriptions[n] = " ".join(s["description"].split()).rstrip(".")
+        if s.get("role") is not None:
+            roles[n] = [s["role"]] if isinstance(s["role"], str) else list(s["role"])
+        if s.get("collects") is not None:  # the ask slot counts as collected too
+            collects[n] = list(dict.fromkeys([*([s["ask"]] if "ask" in s else []), *s["collects"]]))
+        if s.get("requires") is not None:
+            requires[n] = list(s["requires"])
     for s in t["steps"]:
         for b in s.get("branches") or []:
             o = b["outcome"]
@@ -269,7 +290,67 @@ def _build_task(
         source_file=path,
         step_paths=step_paths,
         descriptions=descriptions,
+        declared_roles=roles,
+        declared_collects=collects,
+        declared_requires=requires,
     )
+
+
+def _requires_errors(data: dict[str, Any], path: Path, lines: dict[tuple, int]) -> list[str]:
+    """A step's ``requires:`` slot that no step collects (``collects:``, ``ask:`` or the derived rule of
+    :mod:`dialfork_dataset.roles`), one line per slot, at the line of the step's ``requires``."""
+    todo = [(ti, t) for ti, t in enumerate(data["tasks"]) if any("requires" in s for s in t["steps"])]
+    if not todo:
+        return []
+    from .roles import undeclared_requirements
+
+    errs: list[str] = []
+    kb = data.get("kb") or {}
+    for ti, t in todo:
+        task = _build_task(t, ti, kb, path, lines)
+        task.step_paths = {
+            s["id"]: f"{path}:{lines.get(('tasks', ti, 'steps', si, 'requires'), 1)}: tasks[{ti}].steps[{si}]"
+            for si, s in enumerate(t["steps"])
+            if "requires" in s
+        }
+        errs += undeclared_requirements(task)
+    return errs
+
+
+def read_workflows(path: str | os.PathLike) -> tuple[list[tuple[Path, Any, dict[tuple, int]]], list[str]]:
+    """Read and check a workflow file, or every workflow file of a folder (one source).
+
+    :func:`dialfork_dataset.workflow_check.read_workflows` (YAML, schema, references; a folder's files
+    together) with the checks that build the tasks: a step's ``requires:`` slot that no step collects
+    (by ``collects:``, ``ask:`` or the rule of :func:`dialfork_dataset.roles.derive_roles`) is a problem
+    of its file, reported with the file's other problems.
+
+    Args:
+        path: A workflow file or a folder of them.
+
+    Returns:
+        tuple: ``([(file, data, lines), ...], problems)``; the problems of every file, each as
+        ``file:line: field: problem`` (empty when all are valid).
+    """
+    return _read_workflows(path, checks=(_requires_errors,))
+
+
+def validate_workflow(path: str | os.PathLike) -> list[str]:
+    """Every problem of a workflow file, or of a folder of them, as ``file:line: field: problem``
+    ([] when valid).
+
+    Problems are reported, never raised: an unreadable or malformed file gives its YAML problems;
+    a file that breaks the JSON Schema gives the schema problems only (references, and each
+    ``requires:`` slot, are checked on a well-formed file). A folder's files are all checked before
+    anything is reported (:func:`read_workflows`).
+
+    Args:
+        path: The workflow file, or a folder of workflow files (``*.yaml``, ``*.yml``).
+
+    Returns:
+        list[str]: The problems; empty when the file (every file) is valid.
+    """
+    return read_workflows(path)[1]
 
 
 def _readable(task: WorkflowTask, slot: str) -> str:

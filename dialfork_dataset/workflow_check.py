@@ -1,13 +1,15 @@
 """Reading and checking workflow files (:mod:`dialfork_dataset.workflow`): YAML with the line of every
 value, the shipped JSON Schema, and the checks a schema cannot express (references between steps,
-slots and tables; unique ids). Every problem is ``file:line: field: problem``, all of them at once.
+slots and tables; unique ids); :mod:`dialfork_dataset.workflow` adds the checks that build the tasks
+(a ``requires:`` slot that some step collects). Every problem is ``file:line: field: problem``, all of
+them at once.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -20,6 +22,8 @@ SCHEMA_PATH = Path(__file__).with_name("workflow.schema.json")
 MAX_BYTES = 8 * 1024 * 1024
 MAX_NODES = 500_000
 _MAX_LISTED_ERRORS = 50
+#: A further check of a schema-valid file: ``(data, file, lines) -> problems`` (``file:line: field: problem``).
+FileCheck = Callable[[dict[str, Any], Path, dict[tuple, int]], list[str]]
 
 
 class WorkflowError(SourceError):
@@ -354,14 +358,20 @@ def workflow_files(folder: str | os.PathLike) -> list[Path]:
     )
 
 
-def read_workflows(path: str | os.PathLike) -> tuple[list[tuple[Path, Any, dict[tuple, int]]], list[str]]:
+def read_workflows(
+    path: str | os.PathLike, checks: Sequence[FileCheck] = ()
+) -> tuple[list[tuple[Path, Any, dict[tuple, int]]], list[str]]:
     """Read and check a workflow file, or every workflow file of a folder (one source).
 
     A folder's files are checked one by one, then together: task names and scenario ids are unique
     across the folder, and a knowledge-base table that two files define is defined alike.
+    :func:`dialfork_dataset.workflow.read_workflows` adds the checks that build the tasks (a
+    ``requires:`` slot that no step collects).
 
     Args:
         path: A workflow file or a folder of them.
+        checks: Further checks of each schema-valid file, run with the reference checks
+            (``(data, file, lines) -> problems``).
 
     Returns:
         tuple: ``([(file, data, lines), ...], problems)``; the problems of every file, each as
@@ -369,7 +379,7 @@ def read_workflows(path: str | os.PathLike) -> tuple[list[tuple[Path, Any, dict[
     """
     p = Path(path)
     if not p.is_dir():
-        data, lines, errs = _read_checked(p)
+        data, lines, errs = _read_checked(p, checks)
         return [(p, data, lines)], errs
     files = workflow_files(p)
     if not files:
@@ -377,7 +387,7 @@ def read_workflows(path: str | os.PathLike) -> tuple[list[tuple[Path, Any, dict[
             f"{p}: no workflow files (*.yaml, *.yml) in this folder; give a workflow file or a folder "
             "that holds some"
         ]
-    read = [(f, *_read_checked(f)) for f in files]
+    read = [(f, *_read_checked(f, checks)) for f in files]
     errors = [e for _, _, _, errs in read for e in errs]
     loaded = [(f, data, lines) for f, data, lines, _ in read]
     if not errors:
@@ -420,7 +430,7 @@ def _cross_file_errors(loaded: list[tuple[Path, Any, dict[tuple, int]]]) -> list
     return errs
 
 
-def validate_workflow(path: str | os.PathLike) -> list[str]:
+def validate_workflow(path: str | os.PathLike, checks: Sequence[FileCheck] = ()) -> list[str]:
     """Every problem of a workflow file, or of a folder of them, as ``file:line: field: problem``
     ([] when valid).
 
@@ -431,14 +441,15 @@ def validate_workflow(path: str | os.PathLike) -> list[str]:
 
     Args:
         path: The workflow file, or a folder of workflow files (``*.yaml``, ``*.yml``).
+        checks: Further checks of each schema-valid file (:func:`read_workflows`).
 
     Returns:
         list[str]: The problems; empty when the file (every file) is valid.
     """
-    return read_workflows(path)[1]
+    return read_workflows(path, checks)[1]
 
 
-def _read_checked(p: Path) -> tuple[Any, dict[tuple, int], list[str]]:
+def _read_checked(p: Path, checks: Sequence[FileCheck] = ()) -> tuple[Any, dict[tuple, int], list[str]]:
     try:
         data, lines = load_yaml_lines(p)
     except WorkflowError as e:
@@ -447,7 +458,7 @@ def _read_checked(p: Path) -> tuple[Any, dict[tuple, int], list[str]]:
     errs = _schema_errors(data, at)
     if errs:  # references are checked on a well-formed file only
         return data, lines, errs
-    return data, lines, _semantic_errors(data, at)
+    return data, lines, _semantic_errors(data, at) + [e for check in checks for e in check(data, p, lines)]
 
 
 __all__ = [

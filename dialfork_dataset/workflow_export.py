@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from .roles import derive_roles
 from .workflow import FORMAT, WorkflowCorpus, validate_workflow
 
 # --------------------------------------------------------------------------------------------- STAR -> workflow file
@@ -188,6 +189,9 @@ def _cmd_validate(a: Any) -> int:
         print(f"error: {len(errors)} problem(s) in {a.path}", file=sys.stderr)
         return 2
     c = WorkflowCorpus(a.path)
+    for t in c.tasks.values():  # roles that cannot be derived: a warning, the file stays valid
+        for problem in derive_roles(t).problems:
+            print(f"{t.source_file}: warning: {problem}", file=sys.stderr)
     files = f"{len(c.files)} file(s), " if Path(a.path).is_dir() else ""
     print(
         f"{a.path}: valid ({files}{len(c.tasks)} task(s), {len(c.domains)} domain(s), {len(c.scenarios)} scenario(s))"

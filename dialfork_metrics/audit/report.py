@@ -31,6 +31,7 @@ import base64
 import html
 import io
 import json
+import logging
 import math
 import os
 from collections.abc import Mapping, Sequence
@@ -39,6 +40,8 @@ from pathlib import Path
 from typing import Any
 
 from .store import AuditError, Job, Store
+
+log = logging.getLogger(__name__)
 
 
 def load_reference(reference: Any, tasks: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
@@ -174,6 +177,36 @@ def audit_detector_options(detector: str, options: Mapping[str, Any] | None = No
     return {} if base is None else {**base, "position_weight": 0.0}
 
 
+def _state_tracker(task: str, workflow: Any):
+    """``(turns, steps) -> (done steps or None, rule violations)`` for one task: the dialogue
+    state (:mod:`dialfork_metrics.task3.workflow_state`) over the agent turns' matched steps; a
+    function returning ``(None, [])`` when the task's roles cannot be derived or there is no
+    workflow source."""
+    try:
+        from dialfork_dataset.roles import derive_roles
+
+        from ..task3.workflow_rules import resolve_workflow, workflow_structure
+        from ..task3.workflow_state import enforced_requirements
+
+        src = resolve_workflow(workflow) if workflow is not None else None
+        wt = src.tasks[task] if src is not None and task in src.tasks else None
+        roles = derive_roles(wt) if wt is not None else None
+    except (ValueError, KeyError, AttributeError) as e:
+        log.warning("audit: no dialogue state for task %r (%s)", task, e)
+        roles = None
+    if roles is None or not roles.complete:
+        return lambda turns, steps: (None, [])
+    structure, requires = workflow_structure(wt), enforced_requirements(roles, wt)
+
+    def run(turns: Any, steps: Any) -> tuple[list[str] | None, list[dict[str, Any]]]:
+        from ..task3.workflow_state import run_state
+
+        final, _, verdicts = run_state(turns, list(steps), roles, structure, (), requires)
+        return final.done, [{"system_turn": k + 1, **v.to_dict()} for k, v in enumerate(verdicts) if v.rule]
+
+    return run
+
+
 def score_task(
     task: str,
     jobs: Sequence[Job],
@@ -230,9 +263,12 @@ def score_task(
     by_scenario = {}
     for r in refs:
         by_scenario.setdefault(str(r["scenario_id"]), r)
-    for r, flag in zip(recs, flags):
+    reasons = det.explain_many(recs) if recs and hasattr(det, "explain_many") else [None] * len(recs)
+    state_of = _state_tracker(task, workflow)
+    for r, flag, why in zip(recs, flags, reasons):
         st = store.steps.get(r["dialogue_id"], {})
-        cov = step_coverage(st.get("steps", []), model)
+        done, broken = state_of(r["turns"], st.get("steps", []))
+        cov = step_coverage(st.get("steps", []), model, done)
         ref = by_scenario.get(r["scenario_id"])
         fs = float(flowscore(ref, r, encoder)) if ref is not None else None
         tc = st.get("tool_calls")
@@ -247,6 +283,8 @@ def score_task(
                 "completed": bool(cov["reached_outcome"] and not cov["skipped"] and st.get("ended_by_agent")),
                 "coverage": cov,
                 "first_alarm": flag,
+                "alarm_reason": why,
+                "rule_violations": broken,
                 "flowscore": fs,
             }
         )

@@ -215,7 +215,7 @@ class TemplateUser:
         return node is not None and (node == self.m.bye or "bye" in node)
 
 
-def step_coverage(steps: list[str | None], model: Any) -> dict[str, Any]:
+def step_coverage(steps: list[str | None], model: Any, done: Any = None) -> dict[str, Any]:
     """Step coverage of one dialogue against the task's happy path (ours, documented in docs/audit.md).
 
     ``required``: the happy path's content steps (no greeting, "anything else", goodbye);
@@ -228,6 +228,9 @@ def step_coverage(steps: list[str | None], model: Any) -> dict[str, Any]:
         steps: The workflow step of each agent turn, in order (None: off-workflow), as
             :attr:`TemplateUser.steps`.
         model: The task's workflow model (``TemplateBackend.model(task)``).
+        done: The steps the dialogue state says were done (a question answered, an outcome said
+            once the slots it requires were filled: :func:`~dialfork_metrics.task3.workflow_state.run_state`);
+            a step said but not done counts as skipped. None: every step said counts.
 
     Returns:
         A dict with ``required`` (int), ``visited`` (int), ``skipped`` (list of step names, in
@@ -253,6 +256,8 @@ def step_coverage(steps: list[str | None], model: Any) -> dict[str, Any]:
             seen.add(n)
             if n in order:
                 firsts.append(n)
+    if done is not None:
+        seen &= set(done) | {n for n in seen if n not in order}
     visited = [n for n in required if n in seen]
     out_of_order = sum(1 for a, b in zip(firsts, firsts[1:]) if order[b] < order[a])
     return {

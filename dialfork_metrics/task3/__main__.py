@@ -402,6 +402,20 @@ def cmd_predict(args: argparse.Namespace) -> int:
                 "n_train": det.n_train_,
             }
         )
+        if hasattr(det, "explain_many"):
+            flagged = [e for e in examples if done[e["dialogue_id"]] is not None]
+            why = det.explain_many(flagged) if flagged else []
+            report["alarms"] = {e["dialogue_id"]: w for e, w in zip(flagged, why)}
+            by_rule: dict[str, int] = {}
+            for w in why:
+                if w:
+                    by_rule[w["rule"]] = by_rule.get(w["rule"], 0) + 1
+            report["alarms_by_rule"] = by_rule
+            if by_rule:
+                print(
+                    "first alarms by rule: " + ", ".join(f"{k} {v}" for k, v in sorted(by_rule.items())),
+                    file=sys.stderr,
+                )
     if reports:
         llm = {
             k: sum(r[k] for r in reports)

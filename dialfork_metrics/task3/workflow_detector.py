@@ -75,6 +75,7 @@ from .workflow_rules import (  # the pure rules, re-exported here
 from .workflow_state import (
     DEFAULT_CLOSING_WEIGHT,
     DEFAULT_REQUIRE_SUPPORT,
+    DEFAULT_RULE_MIN_SIMILARITY,
     DEFAULT_SKIP_SLOTS,
     DEFAULT_SKIP_WEIGHT,
     SKIP_SLOTS,
@@ -126,6 +127,11 @@ class WorkflowDetector:
             ``"all"``: :func:`~.workflow_state.enforced_requirements`).
         require_support: A required slot stays enforced for a step when the conformant fit
             dialogues had it filled at least this share of the times they said the step.
+        state_rules: Track the dialogue state and apply its rules (False: the role-free rules
+            only, the detector before the state tracker: what benchmarks compare against).
+        rule_min_similarity: The dialogue-state rules judge a system turn only when it matches its
+            step at least this well (cosine; ours): a rule on a wrongly assigned step is a false
+            alarm (:data:`~.workflow_state.DEFAULT_RULE_MIN_SIMILARITY`).
 
     Fitted attributes: ``assigner_`` (:class:`NodeAssigner`), ``structures_`` (task ->
     :class:`WorkflowStructure`), ``thresholds_`` (task -> threshold), ``calibration_stats_`` (task ->
@@ -161,6 +167,8 @@ class WorkflowDetector:
         closing_weight: float = DEFAULT_CLOSING_WEIGHT,
         skip_slots: str = DEFAULT_SKIP_SLOTS,
         require_support: float = DEFAULT_REQUIRE_SUPPORT,
+        state_rules: bool = True,
+        rule_min_similarity: float = DEFAULT_RULE_MIN_SIMILARITY,
     ):
         self.workflow = workflow
         self.encoder = encoder
@@ -180,6 +188,8 @@ class WorkflowDetector:
         self.closing_weight = closing_weight
         self.skip_slots = skip_slots
         self.require_support = require_support
+        self.state_rules = state_rules
+        self.rule_min_similarity = rule_min_similarity
 
     def __repr__(self) -> str:
         fitted = f", tasks={sorted(self.thresholds_)}" if hasattr(self, "thresholds_") else ""
@@ -203,6 +213,8 @@ class WorkflowDetector:
         "closing_weight": interval(0, None, "left"),
         "skip_slots": one_of(SKIP_SLOTS),
         "require_support": interval(0, 1, "both"),
+        "state_rules": boolean(),
+        "rule_min_similarity": interval(-1, 1, "both"),
     }
 
     def get_params(self) -> dict[str, Any]:
@@ -376,30 +388,10 @@ class WorkflowDetector:
         return self
 
     def _fit_roles(self, source, tasks, task_of, turns, fit_nodes, repeatable) -> None:
-        """Step roles, the enforced requirements (pruned on the fit dialogues) and the questions
-        the fit dialogues ask again (added to ``repeatable``); a task without roles falls back."""
-        from dialfork_dataset.roles import derive_roles
+        """Step roles and pruned requirements (:func:`~.workflow_explain.fit_roles`)."""
+        from .workflow_explain import fit_roles
 
-        from .workflow_state import enforced_requirements, prune_requirements, track_state
-
-        self.roles_, self.requires_ = {}, {}
-        for t in tasks:
-            tr = derive_roles(source.tasks[t])
-            if not tr.complete:
-                for p in tr.problems:
-                    logger.warning("wf detector: %s; the task keeps the role-free rules", p)
-                continue
-            self.roles_[t] = tr
-            req = enforced_requirements(tr, source.tasks[t], self.skip_slots)
-            tracked = []
-            for i, t_i in enumerate(task_of):
-                if t_i != t:
-                    continue
-                states, verdicts = track_state(turns[i], fit_nodes[i], tr, self.structures_[t], (), req)
-                tracked.append((states, fit_nodes[i]))
-                repeatable[t].update(v.node for v in verdicts if v.rule == "repeat-slot" and v.node)
-            declared = frozenset(n for n, r in tr.steps.items() if r.declared)
-            self.requires_[t] = prune_requirements(req, tracked, self.require_support, declared=declared)
+        fit_roles(self, source, tasks, task_of, turns, fit_nodes, repeatable)
 
     @staticmethod
     def _system_rows(turns: Sequence[Mapping[str, str]]) -> list[int]:
@@ -416,13 +408,16 @@ class WorkflowDetector:
             for j, r in enumerate(rows)
         ]
 
-    def _state_flags(self, task: str, turns, nodes) -> tuple[dict[str, np.ndarray] | None, list[StepVerdict]]:
-        """The dialogue-state rules' flags and verdicts of one task's system turns (None: no roles)."""
+    def _state_flags(
+        self, task: str, turns, nodes, own: np.ndarray | None = None
+    ) -> tuple[dict[str, np.ndarray] | None, list[StepVerdict]]:
+        """The dialogue-state rules' flags and verdicts of one task's system turns (None: no roles);
+        a turn whose own similarity is below ``rule_min_similarity`` is not judged."""
         roles = getattr(self, "roles_", {}).get(task)
         if roles is None or turns is None:
             return None, []
         looping = task in getattr(self, "looping_", frozenset())
-        return state_flags(
+        flags, verdicts = state_flags(
             turns,
             nodes,
             roles,
@@ -430,6 +425,11 @@ class WorkflowDetector:
             self.repeatable_.get(task, frozenset()),
             self.requires_.get(task, {}),
         )
+        if own is not None:
+            sure = np.asarray(own, dtype=np.float64) >= self.rule_min_similarity
+            flags = {k: v * sure for k, v in flags.items()}
+            verdicts = [v if ok else StepVerdict(None) for v, ok in zip(verdicts, sure)]
+        return flags, verdicts
 
     def _flag_deviations(self, task: str, a: Any, answered: Sequence[bool], turns=None) -> np.ndarray:
         """The raw deviations (threshold not subtracted) of one task's assignment ``a``, rules included."""
@@ -439,7 +439,7 @@ class WorkflowDetector:
             if task not in getattr(self, "looping_", frozenset()):
                 rep = repeat_flags(a.nodes, answered, st, self.repeatable_.get(task, frozenset()))
             order = order_flags(a.nodes, st, getattr(self, "order_allowed_", {}).get(task, frozenset()))
-        flags, _ = self._state_flags(task, turns, a.nodes)
+        flags, _ = self._state_flags(task, turns, a.nodes, a.own_similarity)
         extra = 0.0
         if flags is not None:
             rep = flags["repeat-slot"] if rep is None else np.maximum(rep, flags["repeat-slot"])
@@ -643,6 +643,27 @@ class WorkflowDetector:
         dialogues = list(dialogues)
         return [first_alarm(dev, 0.0) for dev in self.turn_deviations(dialogues, embeddings)]
 
+    def explain_many(
+        self, dialogues: Sequence[Any], embeddings: Sequence[np.ndarray] | None = None
+    ) -> list[dict[str, Any] | None]:
+        """Why each dialogue alarms: the rule behind its first alarm (None: no alarm).
+
+        Args:
+            dialogues: Records (``task`` used when present, else routed) or turn lists.
+            embeddings: One ``(n_turns, d)`` array per dialogue; None: encoded.
+
+        Returns:
+            list[dict | None]: Per dialogue, ``system_turn`` (the first alarm), ``rule``
+            (``skip-requires``, ``skip-closing``, ``repeat-slot``, ``repeat``, ``order``,
+            ``off-task``, ``unfamiliar``), ``node`` (the step the turn was taken for), ``expected``
+            (the step that should have come first), ``slot`` (missing or asked again), ``rival``
+            (``task:node`` of another workflow that fits it better) and a one-line ``message``
+            (:func:`~.workflow_explain.explain_many`).
+        """
+        from .workflow_explain import explain_many
+
+        return explain_many(self, dialogues, embeddings)
+
     # -- streaming --------------------------------------------------------------------------------------
     def start(self, task: str | None = None) -> WorkflowStream:
         """A streaming session: feed turns one at a time with :meth:`WorkflowStream.update`.
@@ -735,6 +756,8 @@ class WorkflowDetector:
                 self.requires_.get(task, {}),
             )
             st["dialogue"] = dstate.to_dict()
+            if float(a.own_similarity[0]) < self.rule_min_similarity:
+                verdict = StepVerdict(None)
             if verdict.rule == "repeat-slot":
                 rep = np.array(rep, dtype=np.float64)
                 rep[-1] = 1.0

@@ -6,7 +6,7 @@ each turn (which slots are filled, and how; which steps are done), read with the
 slots of :mod:`dialfork_dataset.roles`, and the rules on it:
 
 * **skip (requires)**: an action, outcome or confirmation step said while a slot it requires is
-  neither answered nor volunteered (``"outcome 'weather_inform_forecast' before slot 'city' was
+  neither answered nor volunteered (``"outcome 'weather_inform_forecast' before slot 'location' was
   collected"``);
 * **skip (closing)**: a closing step said before any outcome step;
 * **repeat (slot)**: a question asked again for a slot a user already *answered*, other steps in
@@ -57,7 +57,8 @@ PATTERNS: Mapping[str, re.Pattern[str]] = {
     "weekday": re.compile(rf"\b({_WEEKDAYS})s?\b", re.I),
     "time": re.compile(
         r"\b\d{1,2}(:\d{2})?\s*(am|pm|a\.m\.?|p\.m\.?|o'?\s?clock)(?!\w)|\b\d{1,2}:\d{2}\b|\b(noon|midnight|"
-        r"morning|afternoon|evening)\b|\b(at|around|by)\s+\d{1,2}\b",
+        r"morning|afternoon|evening)\b|(?<=\bat )\d{1,2}\b(?!\s*(am|pm|a\.m|p\.m|:|o'?\s?clock))|"
+        r"(?<=\baround )\d{1,2}\b(?!\s*(am|pm|a\.m|p\.m|:|o'?\s?clock))",
         re.I,
     ),
     "date": re.compile(
@@ -92,6 +93,13 @@ _GENERIC_NAME_WORDS = frozenset(
 
 def _norm(text: str) -> str:
     return " " + re.sub(r"[^a-z0-9]+", " ", text.lower()).strip() + " "
+
+
+def _without(text: str, types: Sequence[str]) -> str:
+    """``text`` with the spans of the given value types' patterns blanked out."""
+    for t in types:
+        text = PATTERNS[t].sub(lambda m: " " * len(m.group(0)), text)
+    return text
 
 
 def _value_forms(value: str) -> list[str]:
@@ -139,7 +147,9 @@ def volunteered_slots(text: str, roles: Any) -> dict[str, str]:
             if found:
                 break
         if found is None and typ in PATTERNS and typ != "categorical":
-            m = PATTERNS[typ].search(text)
+            # a count is not the hour of a clock time or the day of a date
+            hay = _without(text, ("time", "date")) if typ == "number" else text
+            m = PATTERNS[typ].search(hay)
             if m:
                 found = m.group(0).strip()
         if found is not None:
@@ -421,6 +431,31 @@ def track_state(
     Returns:
         ``(states, verdicts)``: one snapshot (a copy) and one :class:`StepVerdict` per system turn.
     """
+    _, states, verdicts = run_state(turns, nodes, roles, structure, repeatable, requires)
+    return states, verdicts
+
+
+def run_state(
+    turns: Sequence[Mapping[str, str]],
+    nodes: Sequence[str | None],
+    roles: Any,
+    structure: Any = None,
+    repeatable: frozenset[str] | set[str] = frozenset(),
+    requires: Mapping[str, Sequence[str]] | None = None,
+) -> tuple[DialogueState, list[DialogueState], list[StepVerdict]]:
+    """:func:`track_state` plus the state after the last turn (what the audit's step coverage reads).
+
+    Args:
+        turns: ``{"speaker", "text"}`` turns.
+        nodes: The assigned step of each system turn.
+        roles: The task's roles.
+        structure: The task's workflow structure, or None.
+        repeatable: Steps never flagged as repeats.
+        requires: As in :func:`observe_system`.
+
+    Returns:
+        ``(final, states, verdicts)``.
+    """
     state = DialogueState()
     states: list[DialogueState] = []
     verdicts: list[StepVerdict] = []
@@ -434,7 +469,7 @@ def track_state(
             k += 1
         else:
             observe_user(state, t["text"], i, roles)
-    return states, verdicts
+    return state, states, verdicts
 
 
 def rule_flags(verdicts: Sequence[StepVerdict]) -> dict[str, np.ndarray]:
@@ -515,6 +550,9 @@ on 7%, ``template`` on 4%; benchmarks/bench_task3_tracks.py reports what each co
 DEFAULT_REQUIRE_SUPPORT = 0.9
 """A required slot stays enforced for a step when the conformant fit dialogues had it filled at
 least this share of the times they said the step (ours; :func:`prune_requirements`)."""
+DEFAULT_RULE_MIN_SIMILARITY = 0.0
+"""The least similarity of a system turn to its assigned step for the rules to judge it (ours;
+set on the fit splits by benchmarks/bench_task3_tracks.py)."""
 RECOGNISABLE = frozenset({"categorical", "weekday", "time", "date", "number", "name"})
 """Value types a tracker can see volunteered (a free-text slot may be given in any words)."""
 
@@ -522,10 +560,6 @@ RECOGNISABLE = frozenset({"categorical", "weekday", "time", "date", "number", "n
 def _placeholders(task: Any, node: str) -> set[str]:
     texts = [task.template(node) or "", (getattr(task, "replies", {}) or {}).get(node) or ""]
     return {m for t in texts for m in re.findall(r"\{(\w+)", t)}
-
-
-def _words(name: str) -> set[str]:
-    return {p.lower() for p in re.findall(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+", name.replace("-", "_"))}
 
 
 def enforced_requirements(
@@ -540,7 +574,7 @@ def enforced_requirements(
     * ``"required"``: those a tracker can see volunteered (:data:`RECOGNISABLE` value types) that
       the task's API lists as required (all, when the API lists none);
     * ``"template"`` (default): of those, the ones the step's own text names by a placeholder
-      (``{city:s}`` in ``weather_inform_forecast``): the result is *about* them.
+      (``{day:s}`` in ``weather_inform_forecast``): the result is *about* them.
 
     Args:
         roles: The task's :class:`~dialfork_dataset.roles.TaskRoles`.
@@ -569,19 +603,12 @@ def enforced_requirements(
                 and (not required or roles.api_slots.get(s) in required)
             )
             if mode == "template":
-                ph = _placeholders(task, node)
-                keep = []
-                for s in req:
-                    a = roles.api_slots.get(s) or ""
-                    names = _words(s) | _words(a)
-                    if any(_words(p) & names for p in ph):
-                        keep.append(s)
-                    elif inputs and a:
-                        from dialfork_dataset.roles import api_slot_for
+                from dialfork_dataset.roles import api_slot_for
 
-                        if any(api_slot_for(p, inputs) == a for p in ph):
-                            keep.append(s)
-                req = tuple(keep)
+                ph = _placeholders(task, node)
+                named = {api_slot_for(p, inputs) for p in ph} if inputs else set()
+                # the placeholder is the slot itself, or fills the same API input
+                req = tuple(s for s in req if s in ph or (roles.api_slots.get(s) or None) in named - {None})
         if req:
             out[node] = req
     return out
@@ -720,6 +747,7 @@ def state_dict_errors(d: Any, n_system: int) -> list[str]:
 __all__ = [
     "DEFAULT_CLOSING_WEIGHT",
     "DEFAULT_REQUIRE_SUPPORT",
+    "DEFAULT_RULE_MIN_SIMILARITY",
     "DEFAULT_SKIP_SLOTS",
     "RECOGNISABLE",
     "SKIP_SLOTS",
@@ -737,6 +765,7 @@ __all__ = [
     "observe_system",
     "observe_user",
     "rule_flags",
+    "run_state",
     "track_state",
     "tracker_accuracy",
     "volunteered_slots",
