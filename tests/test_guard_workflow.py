@@ -137,3 +137,53 @@ def test_readme_quickstart_4_fork_is_flagged_at_its_fork_turn(template_hub, star
     firsts = [mon.replay(d)[-1].first_alarm for d in wic]
     assert all(f is not None and f >= d["fork_turn"] for f, d in zip(firsts, wic))
     assert np.mean([f == d["fork_turn"] for f, d in zip(firsts, wic)]) >= 0.75
+
+
+#: docs/guard.md's and README Quickstart 4's procedure example: the forecast before the day was asked.
+SKIPPED_DAY = [
+    ("user", "Hi, I need a weather forecast."),
+    ("system", "For what location would you like the weather forecast?"),
+    ("user", "Chicago, please."),
+    ("system", "It will be sunny all day in Chicago, with temperatures of around 20 degrees celsius."),
+]
+
+
+def test_a_skipped_question_alarms_and_names_the_rule_step_and_slot(monitor):
+    """Issue 43 item 5: the verdict names the rule, the step expected and the slot missing."""
+    s = monitor.session()
+    for speaker, text in SKIPPED_DAY:
+        v = s.observe(speaker, text)
+    assert v.alarm and v.raised and v.first_alarm == 2
+    assert v.rule["rule"] == "skip-requires"
+    assert v.rule["node"] == "weather_inform_forecast"
+    assert v.rule["slot"] == "day" and v.rule["expected"] == "weather_ask_day"
+    assert "before slot 'day' was collected" in v.rule["message"]
+    assert json.loads(json.dumps(v.to_dict()))["rule"]["rule"] == "skip-requires"
+    # the detector says the same offline, and the whole dialogue alarms at the same turn
+    det = monitor.detector
+    rec = {"task": "weather", "turns": [{"speaker": a, "text": b} for a, b in SKIPPED_DAY]}
+    (why,) = det.explain_many([rec])
+    assert why["rule"] == "skip-requires" and why["system_turn"] == 2 and why["slot"] == "day"
+
+
+def test_the_same_forecast_after_the_day_was_given_does_not_alarm(monitor):
+    s = monitor.session()
+    turns = [("user", "Hi, I need a weather forecast for Tuesday."), *SKIPPED_DAY[1:]]
+    for speaker, text in turns:
+        v = s.observe(speaker, text)
+    assert not v.alarm and v.rule is None  # the day was volunteered
+
+
+def test_a_saved_session_keeps_the_dialogue_state(monitor):
+    s = monitor.session()
+    for speaker, text in SKIPPED_DAY[:3]:
+        s.observe(speaker, text)
+    state = json.loads(json.dumps(s.state()))
+    assert state["workflow"]["dialogue"]["filled"]["location"][0] == "answered"
+    s2 = monitor.session(state=state)
+    v = s2.observe(*SKIPPED_DAY[3])
+    assert v.rule["slot"] == "day"
+    bad = json.loads(json.dumps(state))
+    bad["workflow"]["dialogue"]["filled"]["location"] = ["told", "x", 3]
+    with pytest.raises(ValueError, match="dialogue.filled"):
+        monitor.session(state=bad)

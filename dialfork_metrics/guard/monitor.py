@@ -936,6 +936,10 @@ class Session:
         }
         if dialogue is not None:
             self._wf["dialogue"] = dict(dialogue)
+        if w.get("unsure") is not None:
+            if not isinstance(w.get("unsure"), bool):
+                raise ValueError("invalid session state: unsure must be a boolean")
+            self._wf["unsure"] = w["unsure"]
         self.first_alarm = fa
 
 

@@ -75,12 +75,14 @@ from .workflow_rules import (  # the pure rules, re-exported here
 from .workflow_state import (
     DEFAULT_CLOSING_WEIGHT,
     DEFAULT_REQUIRE_SUPPORT,
+    DEFAULT_RULE_MIN_MARGIN,
     DEFAULT_RULE_MIN_SIMILARITY,
     DEFAULT_SKIP_SLOTS,
     DEFAULT_SKIP_WEIGHT,
     SKIP_SLOTS,
     DialogueState,
     StepVerdict,
+    confident_steps,
     observe_system,
     observe_user,
     state_flags,
@@ -129,9 +131,14 @@ class WorkflowDetector:
             dialogues had it filled at least this share of the times they said the step.
         state_rules: Track the dialogue state and apply its rules (False: the role-free rules
             only, the detector before the state tracker: what benchmarks compare against).
-        rule_min_similarity: The dialogue-state rules judge a system turn only when it matches its
-            step at least this well (cosine; ours): a rule on a wrongly assigned step is a false
-            alarm (:data:`~.workflow_state.DEFAULT_RULE_MIN_SIMILARITY`).
+        rule_min_similarity: The dialogue-state rules judge a system turn only while it and every
+            system turn before it matched their steps at least this well (cosine; ours): a rule on
+            a wrongly assigned step, or a state built on one, raises false alarms
+            (:data:`~.workflow_state.DEFAULT_RULE_MIN_SIMILARITY`).
+        rule_min_margin: ... or when its step beats the task's next best step by at least this
+            (cosine; ours): a turn full of slot values ("It will be sunny all day on Tuesday in
+            Chicago") matches no phrasing closely but no other step either
+            (:func:`~.workflow_state.confident_steps`).
 
     Fitted attributes: ``assigner_`` (:class:`NodeAssigner`), ``structures_`` (task ->
     :class:`WorkflowStructure`), ``thresholds_`` (task -> threshold), ``calibration_stats_`` (task ->
@@ -169,6 +176,7 @@ class WorkflowDetector:
         require_support: float = DEFAULT_REQUIRE_SUPPORT,
         state_rules: bool = True,
         rule_min_similarity: float = DEFAULT_RULE_MIN_SIMILARITY,
+        rule_min_margin: float = DEFAULT_RULE_MIN_MARGIN,
     ):
         self.workflow = workflow
         self.encoder = encoder
@@ -190,6 +198,7 @@ class WorkflowDetector:
         self.require_support = require_support
         self.state_rules = state_rules
         self.rule_min_similarity = rule_min_similarity
+        self.rule_min_margin = rule_min_margin
 
     def __repr__(self) -> str:
         fitted = f", tasks={sorted(self.thresholds_)}" if hasattr(self, "thresholds_") else ""
@@ -215,6 +224,7 @@ class WorkflowDetector:
         "require_support": interval(0, 1, "both"),
         "state_rules": boolean(),
         "rule_min_similarity": interval(-1, 1, "both"),
+        "rule_min_margin": interval(0, 2, "both"),
     }
 
     def get_params(self) -> dict[str, Any]:
@@ -408,11 +418,20 @@ class WorkflowDetector:
             for j, r in enumerate(rows)
         ]
 
+    def _confident(self, task: str, E: np.ndarray | None, a: Any, assigner: Any = None) -> np.ndarray:
+        """Per system turn: its step is sure enough for the state rules (:func:`confident_steps`)."""
+        own = np.asarray(a.own_similarity, dtype=np.float64)
+        if E is None or not len(own):
+            return own >= self.rule_min_similarity
+        assigner = assigner if assigner is not None else self.assigner_
+        S = assigner.similarities(E)[:, assigner._own[task]]
+        return confident_steps(S, self.rule_min_similarity, self.rule_min_margin)
+
     def _state_flags(
-        self, task: str, turns, nodes, own: np.ndarray | None = None
+        self, task: str, turns, nodes, sure: np.ndarray | None = None
     ) -> tuple[dict[str, np.ndarray] | None, list[StepVerdict]]:
         """The dialogue-state rules' flags and verdicts of one task's system turns (None: no roles);
-        a turn whose own similarity is below ``rule_min_similarity`` is not judged."""
+        a turn is judged only while it and every earlier system turn are ``sure`` (:meth:`_confident`)."""
         roles = getattr(self, "roles_", {}).get(task)
         if roles is None or turns is None:
             return None, []
@@ -425,13 +444,22 @@ class WorkflowDetector:
             self.repeatable_.get(task, frozenset()),
             self.requires_.get(task, {}),
         )
-        if own is not None:
-            sure = np.asarray(own, dtype=np.float64) >= self.rule_min_similarity
+        if sure is not None:
+            # judged only while it and every earlier system turn matched their steps surely
+            sure = np.logical_and.accumulate(np.asarray(sure, dtype=bool))
             flags = {k: v * sure for k, v in flags.items()}
             verdicts = [v if ok else StepVerdict(None) for v, ok in zip(verdicts, sure)]
         return flags, verdicts
 
-    def _flag_deviations(self, task: str, a: Any, answered: Sequence[bool], turns=None) -> np.ndarray:
+    def _flag_deviations(
+        self,
+        task: str,
+        a: Any,
+        answered: Sequence[bool],
+        turns=None,
+        E: np.ndarray | None = None,
+        assigner: Any = None,
+    ) -> np.ndarray:
         """The raw deviations (threshold not subtracted) of one task's assignment ``a``, rules included."""
         st = self.structures_.get(task)
         rep = order = None
@@ -439,7 +467,7 @@ class WorkflowDetector:
             if task not in getattr(self, "looping_", frozenset()):
                 rep = repeat_flags(a.nodes, answered, st, self.repeatable_.get(task, frozenset()))
             order = order_flags(a.nodes, st, getattr(self, "order_allowed_", {}).get(task, frozenset()))
-        flags, _ = self._state_flags(task, turns, a.nodes, a.own_similarity)
+        flags, _ = self._state_flags(task, turns, a.nodes, self._confident(task, E, a, assigner))
         extra = 0.0
         if flags is not None:
             rep = flags["repeat-slot"] if rep is None else np.maximum(rep, flags["repeat-slot"])
@@ -563,7 +591,9 @@ class WorkflowDetector:
         # one assignment per task needed; an unsure route (None) takes the task that fits best
         for t in self.tasks if None in routes else dict.fromkeys(routes):
             a = assigner.assign(t, E[rows])
-            per_task[t] = self._flag_deviations(t, a, answered, turns) - self._threshold_of(t)
+            per_task[t] = self._flag_deviations(
+                t, a, answered, turns, E[rows], assigner
+            ) - self._threshold_of(t)
         for j, rt in enumerate(routes):
             out[j] = per_task[rt][j] if rt is not None else min(v[j] for v in per_task.values())
         return out
@@ -756,7 +786,9 @@ class WorkflowDetector:
                 self.requires_.get(task, {}),
             )
             st["dialogue"] = dstate.to_dict()
-            if float(a.own_similarity[0]) < self.rule_min_similarity:
+            if not self._confident(task, np.asarray(embedding, dtype=np.float64).reshape(1, -1), a)[0]:
+                st["unsure"] = True
+            if st.get("unsure"):
                 verdict = StepVerdict(None)
             if verdict.rule == "repeat-slot":
                 rep = np.array(rep, dtype=np.float64)
