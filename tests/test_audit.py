@@ -64,6 +64,43 @@ def test_faithful_agent_ranks_better_on_every_score(audits):
         # FlowKL per task too (issue 18: "on every score"), on happy scenarios against the reference's
         # happy-scenario dialogues
         assert g["flowkl"] < b["flowkl"], (task, g["flowkl"], b["flowkl"])
+        _assert_alarm_reasons(g)
+        _assert_alarm_reasons(b)
+    # the derailed agent's first alarms are explained
+    assert any(r["alarm_reason"] for t in bad.tasks for r in t["dialogue_rows"])
+
+
+VIOLATION_KEYS = {"system_turn", "rule", "node", "expected", "slot", "message"}
+
+
+def _assert_alarm_reasons(task):
+    """Every audited row's ``alarm_reason`` (the wf detector's explain_many) and ``rule_violations``
+    (the dialogue state's step rules) are consistent with its first alarm and its steps."""
+    from dialfork_metrics.task3.workflow_explain import EXPLAINED_RULES
+    from dialfork_metrics.task3.workflow_state import RULES
+
+    assert set(RULES) <= set(EXPLAINED_RULES)
+    assert task["detector"] == "wf" and len(task["dialogue_rows"]) == task["dialogues"]
+    for row in task["dialogue_rows"]:
+        where = (task["task"], row["dialogue_id"])
+        assert task["first_alarms"][row["dialogue_id"]] == row["first_alarm"], where
+        why = row["alarm_reason"]
+        assert (why is None) == (row["first_alarm"] is None), (where, row["first_alarm"], why)
+        if why is not None:
+            assert why["system_turn"] == row["first_alarm"], (where, why)
+            assert why["rule"] in EXPLAINED_RULES, (where, why)
+            assert isinstance(why["message"], str) and why["message"].strip(), (where, why)
+        broken = row["rule_violations"]
+        assert isinstance(broken, list), where
+        turns = [v["system_turn"] for v in broken]
+        assert turns == sorted(set(turns)), (where, turns)  # one verdict per system turn, in order
+        for v in broken:
+            assert VIOLATION_KEYS <= set(v), (where, v)
+            assert v["rule"] in RULES, (where, v)
+            assert 1 <= v["system_turn"] <= len(row["steps"]), (where, v, len(row["steps"]))
+            assert isinstance(v["message"], str) and v["message"].strip(), (where, v)
+        cov = row["coverage"]
+        assert cov["visited"] + len(cov["skipped"]) == cov["required"], (where, cov)
 
 
 def test_first_alarms_are_near_the_injection_turn(audits):
@@ -270,6 +307,27 @@ def test_step_coverage_hand_worked():
     assert c["coverage"] == pytest.approx(2 / 3) and not c["reached_outcome"]
     full = step_coverage(["hello", "ask_a", "ask_b", "query_ok", "bye"], _Model())
     assert full["coverage"] == 1.0 and full["reached_outcome"] and full["out_of_order"] == 0
+
+
+def test_step_coverage_counts_only_the_steps_the_state_says_were_done():
+    said = ["hello", "ask_a", "ask_b", "ask_b", "query_ok", None, "bye"]
+    old = step_coverage(said, _Model())
+    # done=None: every step said counts (the behaviour before the dialogue state)
+    assert step_coverage(said, _Model(), None) == old
+    assert old["visited"] == 3 and old["skipped"] == [] and old["coverage"] == 1.0 and old["reached_outcome"]
+    # ask_b said (twice) but never answered: skipped, and coverage drops; the rest is unchanged
+    c = step_coverage(said, _Model(), ["ask_a", "query_ok"])
+    assert c["required"] == 3 and c["visited"] == 2 and c["skipped"] == ["ask_b"]
+    assert c["coverage"] == pytest.approx(2 / 3) and c["reached_outcome"]
+    assert (c["repeated"], c["out_of_order"], c["off_workflow"]) == (1, 0, 1)
+    # the outcome said before its slots were filled: not reached
+    c = step_coverage(said, _Model(), ["ask_a", "ask_b"])
+    assert c["skipped"] == ["query_ok"] and not c["reached_outcome"] and c["coverage"] == pytest.approx(2 / 3)
+    # done holds a step never said: still skipped (done only takes away); nothing done: coverage 0
+    c = step_coverage(["hello", "ask_a", "bye"], _Model(), ["ask_a", "ask_b", "query_ok"])
+    assert c["visited"] == 1 and c["skipped"] == ["ask_b", "query_ok"]
+    c = step_coverage(said, _Model(), [])
+    assert c["visited"] == 0 and c["coverage"] == 0.0 and c["skipped"] == ["ask_a", "ask_b", "query_ok"]
 
 
 def test_html_report_escapes_what_the_agent_says():

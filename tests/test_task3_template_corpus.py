@@ -170,6 +170,33 @@ def test_cli_predict_score_save_load(tiny_corpus, tmp_path):
 
 
 @pytest.mark.slow
+def test_cli_predict_wf_reports_why_each_alarm(tiny_corpus, tmp_path):
+    """``predict --detector wf``: the report names the rule behind every first alarm, and only those."""
+    from dialfork_metrics.task3.workflow_explain import EXPLAINED_RULES
+
+    preds = tmp_path / "wf.jsonl"
+    r = _cli("predict", "--data", tiny_corpus, "--detector", "wf", "--out", preds, "--no-progress")
+    assert "fitting wf on 4 conformant train dialogues" in r.stderr
+    rows = {x["dialogue_id"]: x["prediction"] for x in map(json.loads, preds.read_text().splitlines())}
+    report = json.loads((tmp_path / "wf.jsonl.report.json").read_text())
+    flagged = {i: p for i, p in rows.items() if p is not None}
+    assert flagged and report["flagged"] == len(flagged)  # the forks give the rules something to explain
+    alarms = report["alarms"]
+    assert set(alarms) == set(flagged)  # an entry for each flagged dialogue, none for the others
+    for i, p in flagged.items():
+        why = alarms[i]
+        assert isinstance(why, dict), (i, why)
+        assert why["system_turn"] == p, (i, p, why)
+        assert why["rule"] in EXPLAINED_RULES, (i, why)
+        assert isinstance(why["message"], str) and why["message"].strip(), (i, why)
+    by_rule = report["alarms_by_rule"]
+    assert set(by_rule) <= set(EXPLAINED_RULES) and all(v > 0 for v in by_rule.values())
+    assert sum(by_rule.values()) == len(flagged)
+    assert by_rule == {k: sum(w["rule"] == k for w in alarms.values()) for k in by_rule}
+    assert "first alarms by rule: " in r.stderr
+
+
+@pytest.mark.slow
 def test_cli_resume_blind_and_errors(tiny_corpus, tmp_path):
     from dialfork_dataset.hub import export_hub_layout
 

@@ -337,6 +337,11 @@ def test_workflow_detector_save_load_round_trip(wf, tmp_path, star):
     assert isinstance(back, WorkflowDetector)
     assert back.predict_many(test[:20]) == det.predict_many(test[:20])
     assert back.thresholds_ == det.thresholds_
+    # the dialogue state's rules survive: roles derived again, the pruned requirements as saved
+    assert back.requires_ == det.requires_ and set(back.roles_) == set(det.roles_)
+    sspc = [d for d in test if d["hallucination_type"] == "SSPC"]
+    assert back.predict_many(sspc) == det.predict_many(sspc)
+    assert back.explain_many(sspc[:10]) == det.explain_many(sspc[:10])
 
 
 def test_workflow_detector_bad_input(star, template_corpus, monkeypatch):
@@ -375,3 +380,63 @@ def test_audit_matcher_uses_the_assigner(assigner, star):
     assert m.match(e, "Could I get your PIN, please?").node is None  # another task's step
     e = assigner.encode(["Which city do you want the forecast for?"])[0]
     assert m.match(e, "Which city do you want the forecast for?").node == "weather_ask_location"
+
+
+class _OneOddStep:
+    """A workflow source: STAR's tasks, with one extra weather step whose role cannot be derived."""
+
+    def __init__(self, star):
+        import dataclasses
+
+        w = star.task("weather")
+        odd = dataclasses.replace(w, responses={**w.responses, "weather_shrug": "Hmm, let me see."})
+        self.tasks = {**{t: star.task(t) for t in star.tasks}, "weather": odd}
+        self.path = star.path
+
+    def task(self, name):
+        return self.tasks[name]
+
+
+def test_a_task_whose_roles_cannot_be_derived_keeps_todays_rules_with_a_warning(
+    star, template_corpus, caplog
+):
+    """Issue 43, bad input: one line naming the task and the step; that task falls back, never a crash."""
+    import logging
+
+    from dialfork_metrics.task3 import load_examples
+
+    train, test = load_examples(template_corpus, "train"), load_examples(template_corpus, "test")
+    with caplog.at_level(logging.WARNING, logger="dialfork_metrics.task3.workflow_detector"):
+        det = WorkflowDetector(workflow=_OneOddStep(star)).fit(train)
+    lines = [r.getMessage() for r in caplog.records if "weather_shrug" in r.getMessage()]
+    assert len(lines) == 1 and "'weather'" in lines[0] and "role-free rules" in lines[0]
+    assert "weather" not in det.roles_ and "doctor_schedule" in det.roles_
+    # the weather dialogues are judged by today's rules only: as with the state rules switched off
+    weather = [d for d in test if d["task"] == "weather"]
+    before = WorkflowDetector(workflow=_OneOddStep(star), state_rules=False).fit(train)
+    assert det.predict_many(weather) == before.predict_many(weather)
+    assert all(
+        w is None or w["rule"] not in ("skip-requires", "skip-closing", "repeat-slot")
+        for w in det.explain_many(weather)
+    )
+
+
+def test_state_rules_raise_the_skip_recall_on_the_template_forks(wf, star, template_corpus):
+    """The dialogue state is what catches a skipped step: with its rules off, fewer SSPC forks alarm at
+    or after their fork turn, and the conformant dialogues alarm no more with them on."""
+    from dialfork_metrics.task3 import load_examples
+
+    det, test = wf
+    off = WorkflowDetector(workflow=star, state_rules=False).fit(load_examples(template_corpus, "train"))
+    sspc = [d for d in test if d["hallucination_type"] == "SSPC"]
+    conf = [d for d in test if d["hallucination_type"] is None]
+
+    def caught(d, rows):
+        return sum(p is not None and p >= r["fork_turn"] for r, p in zip(rows, d.predict_many(rows)))
+
+    assert caught(det, sspc) > caught(off, sspc)
+    assert (
+        sum(p is not None for p in det.predict_many(conf))
+        <= sum(p is not None for p in off.predict_many(conf)) + 1
+    )
+    assert det.roles_ and all(isinstance(v, dict) for v in det.requires_.values())

@@ -329,6 +329,7 @@ def empty_verdict(threshold: float) -> dict[str, Any]:
         "speaker": None,
         "raised": False,
         "warning": None,
+        "rule": None,
     }
 
 
