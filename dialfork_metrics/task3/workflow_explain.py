@@ -95,7 +95,8 @@ def explain_many(
         list[dict | None]: Per dialogue, ``system_turn`` (the first alarm), ``rule`` (one of
         :data:`EXPLAINED_RULES`), ``node`` (the step the turn was taken for), ``expected`` (the
         step that should have come first), ``slot`` (missing or asked again), ``rival``
-        (``task:node`` of another workflow that fits it better) and a one-line ``message``.
+        (``task:node`` of another workflow that fits it better) and a one-line ``message``; a
+        dialogue-state rule's also carries ``role`` (the role the rule read).
     """
     det.check_is_fitted()
     dialogues = list(dialogues)
@@ -111,7 +112,15 @@ def explain_many(
         task = task or det.route(e[[k for k, x in enumerate(t) if x["speaker"] == "user"]], ROUTE_MARGIN)
         if task is None:
             out.append(
-                {"system_turn": j, "rule": "off-task", "message": f"system turn {j} fits no fitted task"}
+                {
+                    "system_turn": j,
+                    "rule": "off-task",
+                    "node": None,
+                    "expected": None,
+                    "slot": None,
+                    "rival": None,
+                    "message": f"system turn {j} fits no fitted task",
+                }
             )
             continue
         out.append(explain_turn(det, task, t, e[rows], j))
