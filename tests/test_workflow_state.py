@@ -169,15 +169,29 @@ def test_asking_again_for_an_answered_location_is_a_repeat(weather):
     assert "weather_ask_location" in v.message and "location" in v.message
 
 
-def test_an_immediate_reask_is_a_clarification(weather):
+def test_an_immediate_reask_after_an_unclear_answer_is_a_clarification(weather):
     _, verdicts = verdicts_of(
         weather,
         ("user", "Weather please"),
         ("weather_ask_location", "Which city?"),
-        ("user", "Detroit"),
+        ("user", "the big one by the lake"),
         ("weather_ask_location", "Sorry, which city did you say?"),
     )
     assert verdicts == [NO_VERDICT, NO_VERDICT]
+
+
+def test_an_immediate_reask_after_a_clear_answer_is_a_repeat(weather):
+    """The user named a city the API knows; asking for it again right away repeats the step."""
+    states, verdicts = verdicts_of(
+        weather,
+        ("user", "Weather please"),
+        ("weather_ask_location", "Which city?"),
+        ("user", "Detroit"),
+        ("weather_ask_location", "Which city?"),
+    )
+    assert verdicts[0] == NO_VERDICT
+    assert verdicts[1].rule == "repeat-slot" and verdicts[1].slot == "location"
+    assert states[1].valued == ["location"]
 
 
 def test_a_reask_after_a_step_that_leads_back_to_it_or_a_repeatable_step_is_no_repeat(weather):

@@ -186,6 +186,8 @@ class DialogueState:
         outcome_said: An outcome or confirmation step was said.
         last_outcome: The 0-based system turn of the latest such step, or None.
         answered_by: slot -> the system turn (0-based) whose question a user answered.
+        valued: Slots whose answer carried a value the tracker recognised (asking again right away
+            is then a repeat, not a clarification).
     """
 
     filled: dict[str, SlotFill] = field(default_factory=dict)
@@ -196,6 +198,7 @@ class DialogueState:
     outcome_said: bool = False
     last_outcome: int | None = None
     answered_by: dict[str, int] = field(default_factory=dict)
+    valued: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe form (the guard keeps it between turns).
@@ -212,6 +215,7 @@ class DialogueState:
             "outcome_said": self.outcome_said,
             "last_outcome": self.last_outcome,
             "answered_by": dict(self.answered_by),
+            "valued": list(self.valued),
         }
 
     @classmethod
@@ -235,6 +239,7 @@ class DialogueState:
             outcome_said=bool(d.get("outcome_said")),
             last_outcome=d.get("last_outcome"),
             answered_by={k: int(v) for k, v in (d.get("answered_by") or {}).items()},
+            valued=list(d.get("valued") or []),
         )
 
 
@@ -304,6 +309,10 @@ def observe_user(state: DialogueState, text: str, turn: int, roles: Any) -> Dial
     for s in state.pending:
         state.filled[s] = SlotFill(s, "answered", turn, seen.get(s, text))
         state.answered_by[s] = len(state.said) - 1
+        if s in seen and s not in state.valued:
+            state.valued.append(s)
+        elif s not in seen and s in state.valued:
+            state.valued.remove(s)
     if state.pending_node is not None and state.pending_node not in state.done:
         state.done.append(state.pending_node)
     for s, v in seen.items():
@@ -383,8 +392,8 @@ def observe_system(
             if i is None or state.filled.get(s) is None or state.filled[s].how != "answered":
                 continue
             between = [m for m in state.said[i + 1 : j] if m is not None]
-            if not between or all(m == node for m in between):
-                continue  # an immediate re-ask is a clarification
+            if (not between or all(m == node for m in between)) and s not in state.valued:
+                continue  # an immediate re-ask of an answer without a value is a clarification
             leads = getattr(structure, "leads_to", {})
             if any(node in leads.get(m, ()) or m in resets for m in between):
                 continue
@@ -767,7 +776,7 @@ def state_dict_errors(d: Any, n_system: int) -> list[str]:
                 errs.append(
                     f"dialogue.filled[{k!r}] must be [how ('answered'|'volunteered'), user turn index, value]"
                 )
-    for key in ("done", "pending"):
+    for key in ("done", "pending", "valued"):
         v = d.get(key, [])
         if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
             errs.append(f"dialogue.{key} must be a list of strings")
