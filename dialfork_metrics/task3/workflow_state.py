@@ -9,9 +9,10 @@ slots of :mod:`dialfork_dataset.roles`, and the rules on it:
   neither answered nor volunteered (``"outcome 'weather_inform_forecast' before slot 'location' was
   collected"``);
 * **skip (closing)**: a closing step said before any outcome step;
-* **repeat (slot)**: a question asked again for a slot a user already *answered*, other steps in
-  between, unless a step said in between leads back to it in the graph or resets the conversation
-  (a failed lookup, "any other criteria?"), or the task's conformant dialogues repeat it.
+* **repeat (slot)**: a question asked again for a slot a user already *answered*, unless a step
+  said in between leads back to it in the graph or resets the conversation (a failed lookup, "any
+  other criteria?"), or the task's conformant dialogues repeat it; asked again right away, only
+  when the answer carried a value the tracker recognised (else it is a clarification).
 
 How a slot is filled (:func:`track_state`):
 
