@@ -187,3 +187,24 @@ def test_a_saved_session_keeps_the_dialogue_state(monitor):
     bad["workflow"]["dialogue"]["filled"]["location"] = ["told", "x", 3]
     with pytest.raises(ValueError, match="dialogue.filled"):
         monitor.session(state=bad)
+
+
+def test_fit_refuses_forks_with_the_ids_and_the_fix(star, data):
+    """Issue 46 item 5: docs/guard.md says forks are refused; the wf monitor took them silently."""
+    train, test = data
+    fork = next(d for d in test if d["task"] == "weather" and d["hallucination_type"] is not None)
+    conf = [d for d in train if d["task"] == "weather"]
+    with pytest.raises(ValueError, match="forks") as e:
+        Monitor.fit([*conf, fork], workflow=star)
+    assert fork["dialogue_id"] in str(e.value) and "hallucination_type is None" in str(e.value)
+
+
+def test_guard_cli_without_a_workflow_names_the_flag(template_hub, monkeypatch, capsys, tmp_path):
+    """Issue 46 item 5: the CLI's message names --workflow, not the Python argument workflow=."""
+    from dialfork_metrics.guard.__main__ import main
+
+    hub, _ = template_hub
+    monkeypatch.delenv("DIALFORK_STAR_DIR", raising=False)
+    rc = main(["fit", "--data", str(hub), "--task", "weather", "--out", str(tmp_path / "m.monitor")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "--workflow star:PATH" in err and "workflow=" not in err

@@ -219,6 +219,12 @@ def _fit(args: argparse.Namespace):
         from dialfork_metrics.task3.workflow_detector import workflow_for_data
 
         opts["workflow"] = args.workflow or workflow_for_data(args.data)
+        if opts["workflow"] is None:
+            raise ValueError(
+                f"the wf detector follows the dialogues' workflow, and {args.data} names none: pass "
+                "--workflow star:PATH (a STAR copy) or --workflow workflow:FILE.yaml, or set "
+                "$DIALFORK_STAR_DIR (or --detector ss+nc for a workflow-free monitor)"
+            )
     mon = Monitor.fit(train, detector=args.detector, encoder=args.encoder, order=args.order, **opts)
     return mon
 

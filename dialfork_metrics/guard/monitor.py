@@ -394,14 +394,26 @@ class Monitor:
             The fitted :class:`Monitor` (``task`` read from the records when they carry it).
 
         Raises:
-            ValueError: ``detector`` is not a streaming detector, the dialogues belong to more
-                than one task, or the detector rejects its options or the data.
+            ValueError: ``detector`` is not a streaming detector, a record is a fork, the
+                dialogues belong to more than one task, or the detector rejects its options or the
+                data.
             TypeError: ``dialogues`` is a single dialogue or record, or not a list of dialogues.
         """
         from dialfork_metrics.task3.detectors import make_detector
         from dialfork_metrics.task3.registry import detector_names, get_detector
 
         rows = _as_dialogues(dialogues)
+        forked = [
+            str(r.get("dialogue_id", i))
+            for i, r in enumerate(rows)
+            if isinstance(r, Mapping) and r.get("hallucination_type") is not None
+        ]
+        if forked:
+            raise ValueError(
+                f"Monitor.fit() takes conformant dialogues; {len(forked)} record(s) are forks "
+                f"(hallucination_type set), e.g. {', '.join(forked[:3])}: keep the records whose "
+                "hallucination_type is None (a monitor fitted on forks learns to accept them)"
+            )
         task = _task_of(rows)
         if detector is None:
             detector = _default_detector(task, workflow)
