@@ -297,7 +297,7 @@ def slot_from_name(node: str) -> str | None:
     return "_".join(rest) or None
 
 
-def api_slot_for(slot: str, inputs: Sequence[Mapping[str, Any]], asks_user: bool = False) -> str | None:
+def api_slot_for(slot: str, inputs: Sequence[Mapping[str, Any]]) -> str | None:
     """Rule 4: the API input a slot fills, by the words they share (with :data:`SLOT_SYNONYMS`).
 
     Each input scores the number of the slot's words (and their synonyms) found among the words of
@@ -308,7 +308,6 @@ def api_slot_for(slot: str, inputs: Sequence[Mapping[str, Any]], asks_user: bool
     Args:
         slot: The slot (``"start_time"``).
         inputs: The API's inputs (``{"Name", "ReadableName", ...}``).
-        asks_user: Unused placeholder for a future rule (kept False).
 
     Returns:
         str | None: The input's ``Name``, or None when no input shares a word.
@@ -321,7 +320,6 @@ def api_slot_for(slot: str, inputs: Sequence[Mapping[str, Any]], asks_user: bool
         >>> api_slot_for("location", [{"Name": "City"}, {"Name": "Day"}])
         'City'
     """
-    del asks_user
     sw = _words(slot)
     if not sw:
         return None

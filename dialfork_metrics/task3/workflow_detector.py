@@ -351,7 +351,9 @@ class WorkflowDetector:
             flags = repeat_flags(nodes, self._answered(turns[i], sys_rows[i]), self.structures_[t])
             repeatable[t].update(nodes[j] for j in np.flatnonzero(flags))
             allowed[t] |= order_pairs(nodes, self.structures_[t])
-        self._fit_roles(source, tasks, task_of, turns, fit_nodes, repeatable)
+        from .workflow_explain import fit_roles
+
+        fit_roles(self, source, tasks, task_of, turns, fit_nodes, repeatable)
         self.repeatable_ = {t: frozenset(v) for t, v in repeatable.items()}
         self.looping_ = frozenset(t for t, v in repeatable.items() if v)
         self.order_allowed_ = {t: frozenset(v) for t, v in allowed.items()}
@@ -397,12 +399,6 @@ class WorkflowDetector:
         )
         return self
 
-    def _fit_roles(self, source, tasks, task_of, turns, fit_nodes, repeatable) -> None:
-        """Step roles and pruned requirements (:func:`~.workflow_explain.fit_roles`)."""
-        from .workflow_explain import fit_roles
-
-        fit_roles(self, source, tasks, task_of, turns, fit_nodes, repeatable)
-
     @staticmethod
     def _system_rows(turns: Sequence[Mapping[str, str]]) -> list[int]:
         return [k for k, x in enumerate(turns) if x["speaker"] == "system"]
@@ -418,14 +414,26 @@ class WorkflowDetector:
             for j, r in enumerate(rows)
         ]
 
-    def _confident(self, task: str, E: np.ndarray | None, a: Any, assigner: Any = None) -> np.ndarray:
-        """Per system turn: its step is sure enough for the state rules (:func:`confident_steps`)."""
-        own = np.asarray(a.own_similarity, dtype=np.float64)
-        if E is None or not len(own):
-            return own >= self.rule_min_similarity
-        assigner = assigner if assigner is not None else self.assigner_
-        S = assigner.similarities(E)[:, assigner._own[task]]
-        return confident_steps(S, self.rule_min_similarity, self.rule_min_margin)
+    def _confident(self, a: Any) -> np.ndarray:
+        """Per system turn of assignment ``a``: its step is sure enough for the state rules
+        (:func:`confident_steps`; the assignment carries the best and second best similarities)."""
+        return confident_steps(
+            a.own_similarity, a.second_similarity, self.rule_min_similarity, self.rule_min_margin
+        )
+
+    def _state_args(self, task: str) -> tuple[Any, frozenset[str], Mapping[str, Any]]:
+        """What the dialogue-state rules read of a fitted task: its structure (None when it
+        loops: no repeat rule), the steps never flagged as repeats, the enforced requirements."""
+        looping = task in getattr(self, "looping_", frozenset())
+        return (
+            None if looping else self.structures_.get(task),
+            self.repeatable_.get(task, frozenset()),
+            self.requires_.get(task, {}),
+        )
+
+    def _requires_json(self) -> dict[str, dict[str, list[str]]]:
+        """``requires_`` as JSON-safe lists (saved and fingerprinted)."""
+        return {t: {n: list(v) for n, v in r.items()} for t, r in getattr(self, "requires_", {}).items()}
 
     def _state_flags(
         self, task: str, turns, nodes, sure: np.ndarray | None = None
@@ -435,15 +443,7 @@ class WorkflowDetector:
         roles = getattr(self, "roles_", {}).get(task)
         if roles is None or turns is None:
             return None, []
-        looping = task in getattr(self, "looping_", frozenset())
-        flags, verdicts = state_flags(
-            turns,
-            nodes,
-            roles,
-            None if looping else self.structures_.get(task),
-            self.repeatable_.get(task, frozenset()),
-            self.requires_.get(task, {}),
-        )
+        flags, verdicts = state_flags(turns, nodes, roles, *self._state_args(task))
         if sure is not None:
             # judged only while it and every earlier system turn matched their steps surely
             sure = np.logical_and.accumulate(np.asarray(sure, dtype=bool))
@@ -451,15 +451,7 @@ class WorkflowDetector:
             verdicts = [v if ok else StepVerdict(None) for v, ok in zip(verdicts, sure)]
         return flags, verdicts
 
-    def _flag_deviations(
-        self,
-        task: str,
-        a: Any,
-        answered: Sequence[bool],
-        turns=None,
-        E: np.ndarray | None = None,
-        assigner: Any = None,
-    ) -> np.ndarray:
+    def _flag_deviations(self, task: str, a: Any, answered: Sequence[bool], turns=None) -> np.ndarray:
         """The raw deviations (threshold not subtracted) of one task's assignment ``a``, rules included."""
         st = self.structures_.get(task)
         rep = order = None
@@ -467,7 +459,7 @@ class WorkflowDetector:
             if task not in getattr(self, "looping_", frozenset()):
                 rep = repeat_flags(a.nodes, answered, st, self.repeatable_.get(task, frozenset()))
             order = order_flags(a.nodes, st, getattr(self, "order_allowed_", {}).get(task, frozenset()))
-        flags, _ = self._state_flags(task, turns, a.nodes, self._confident(task, E, a, assigner))
+        flags, _ = self._state_flags(task, turns, a.nodes, self._confident(a))
         extra = 0.0
         if flags is not None:
             rep = flags["repeat-slot"] if rep is None else np.maximum(rep, flags["repeat-slot"])
@@ -591,9 +583,7 @@ class WorkflowDetector:
         # one assignment per task needed; an unsure route (None) takes the task that fits best
         for t in self.tasks if None in routes else dict.fromkeys(routes):
             a = assigner.assign(t, E[rows])
-            per_task[t] = self._flag_deviations(
-                t, a, answered, turns, E[rows], assigner
-            ) - self._threshold_of(t)
+            per_task[t] = self._flag_deviations(t, a, answered, turns) - self._threshold_of(t)
         for j, rt in enumerate(routes):
             out[j] = per_task[rt][j] if rt is not None else min(v[j] for v in per_task.values())
         return out
@@ -776,17 +766,9 @@ class WorkflowDetector:
         order = order_flags(st["nodes"], st_, getattr(self, "order_allowed_", {}).get(task, frozenset()))
         verdict, extra = StepVerdict(None), 0.0
         if roles is not None:
-            looping = task in getattr(self, "looping_", frozenset())
-            dstate, verdict = observe_system(
-                dstate,
-                a.nodes[0],
-                roles,
-                None if looping else st_,
-                self.repeatable_.get(task, frozenset()),
-                self.requires_.get(task, {}),
-            )
+            dstate, verdict = observe_system(dstate, a.nodes[0], roles, *self._state_args(task))
             st["dialogue"] = dstate.to_dict()
-            if not self._confident(task, np.asarray(embedding, dtype=np.float64).reshape(1, -1), a)[0]:
+            if not self._confident(a)[0]:
                 st["unsure"] = True
             if st.get("unsure"):
                 verdict = StepVerdict(None)
@@ -857,9 +839,7 @@ class WorkflowDetector:
                 "skip_weight": self.skip_weight,
                 "closing_weight": self.closing_weight,
             },
-            "requires": {
-                t: {n: list(v) for n, v in r.items()} for t, r in getattr(self, "requires_", {}).items()
-            },
+            "requires": self._requires_json(),
             "thresholds": self.thresholds_,
             "keys": [list(k) for k in self.assigner_.keys_],
             "repeatable": {t: sorted(v) for t, v in self.repeatable_.items()},
@@ -945,9 +925,7 @@ class WorkflowDetector:
             "order_allowed": {
                 t: sorted(map(list, v)) for t, v in getattr(self, "order_allowed_", {}).items()
             },
-            "requires": {
-                t: {n: list(v) for n, v in r.items()} for t, r in getattr(self, "requires_", {}).items()
-            },
+            "requires": self._requires_json(),
             **meta,
         }
         write_text_atomic(path / "config.json", json.dumps(full, indent=2) + "\n")

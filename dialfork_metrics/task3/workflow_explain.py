@@ -141,7 +141,7 @@ def explain_turn(det: Any, task: str, turns: Sequence[Any], E: np.ndarray, j: in
         dict[str, Any]: The reason (keys of :func:`explain_many`).
     """
     a = det.assigner_.assign(task, E)
-    _, verdicts = det._state_flags(task, turns, a.nodes, det._confident(task, E, a))
+    _, verdicts = det._state_flags(task, turns, a.nodes, det._confident(a))
     v = verdicts[j - 1] if verdicts else StepVerdict(None)
     node = a.nodes[j - 1]
     base = {"system_turn": j, "node": node, "expected": None, "slot": None, "rival": a.rival[j - 1]}

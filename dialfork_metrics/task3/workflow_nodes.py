@@ -235,6 +235,8 @@ class NodeAssignment:
         rival: ``"task:node"`` of that node, per turn (None if none).
         reasons: Per turn: None (assigned), ``"off-task"`` (another workflow fits better) or
             ``"unfamiliar"`` (no node within ``min_similarity``).
+        second_similarity: Similarity to the second best own node, per turn (``-inf`` when the task
+            has one node; empty when not computed): how far the best node leads.
     """
 
     task: str
@@ -244,6 +246,7 @@ class NodeAssignment:
     rival_similarity: np.ndarray
     rival: list[str | None]
     reasons: list[str | None] = field(default_factory=list)
+    second_similarity: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
     @property
     def off_task_margin(self) -> np.ndarray:
@@ -560,10 +563,10 @@ class NodeAssigner:
         node, own_sim, rival_sim, rival_node = assign_rows(
             S, self._own[task], self._rival[task], float(self.min_similarity), float(self.reject_margin)
         )
-        best_own = (
-            np.flatnonzero(self._own[task])[S[:, self._own[task]].argmax(axis=1)]
-            if len(S)
-            else np.zeros(0, int)
+        So = S[:, self._own[task]]
+        best_own = np.flatnonzero(self._own[task])[So.argmax(axis=1)] if len(S) else np.zeros(0, int)
+        second = (
+            -np.partition(-So, 1, axis=1)[:, 1] if len(S) and So.shape[1] > 1 else np.full(len(S), -np.inf)
         )
         reasons: list[str | None] = []
         for i in range(len(node)):
@@ -581,6 +584,7 @@ class NodeAssigner:
             rival_similarity=rival_sim,
             rival=[f"{self.keys_[i][0]}:{self.keys_[i][1]}" if i >= 0 else None for i in rival_node],
             reasons=reasons,
+            second_similarity=second,
         )
 
     def assign_texts(self, task: str, texts: Sequence[str]) -> NodeAssignment:

@@ -37,6 +37,8 @@ from typing import Any
 
 import numpy as np
 
+from dialfork_dataset.roles import api_slot_for
+
 RULES: tuple[str, ...] = ("skip-requires", "skip-closing", "repeat-slot")
 """The step rules, in the order a turn's reason names them."""
 
@@ -576,11 +578,14 @@ same fit split: a margin of 0.1 / 0.2 / none gives recall at 1% false alarms 38.
 and SSPC-skip at 5% 14.8 / 14.7 / 14.7% (false alarms at the operating point 6.8% for all)."""
 
 
-def confident_steps(S: np.ndarray, min_similarity: float, min_margin: float) -> np.ndarray:
+def confident_steps(
+    best: np.ndarray, second: np.ndarray, min_similarity: float, min_margin: float
+) -> np.ndarray:
     """Whether each turn's best step is sure: similar enough, or far ahead of the next best step.
 
     Args:
-        S: Similarities of the turns to the task's own steps, shape ``(n, n_steps)``.
+        best: Similarity of each turn to its best own step (``NodeAssignment.own_similarity``).
+        second: To its second best own step (``NodeAssignment.second_similarity``; ``-inf``: none).
         min_similarity: Sure at or above this best similarity.
         min_margin: Sure when the best step leads the second best by at least this.
 
@@ -588,17 +593,11 @@ def confident_steps(S: np.ndarray, min_similarity: float, min_margin: float) -> 
         np.ndarray: bool per turn.
 
     Example:
-        >>> confident_steps(np.array([[0.9, 0.8], [0.66, 0.3], [0.6, 0.55]]), 0.75, 0.25).tolist()
+        >>> confident_steps(np.array([0.9, 0.66, 0.6]), np.array([0.8, 0.3, 0.55]), 0.75, 0.25).tolist()
         [True, True, False]
     """
-    S = np.asarray(S, dtype=np.float64)
-    if S.ndim != 2 or S.shape[0] == 0:
-        return np.zeros(S.shape[0] if S.ndim else 0, dtype=bool)
-    if S.shape[1] < 2:
-        best, second = S[:, 0], np.full(S.shape[0], -np.inf)
-    else:
-        top = -np.partition(-S, 1, axis=1)[:, :2]
-        best, second = top[:, 0], top[:, 1]
+    best = np.asarray(best, dtype=np.float64)
+    second = np.asarray(second, dtype=np.float64)
     return (best >= min_similarity) | (best - second >= min_margin)
 
 
@@ -652,8 +651,6 @@ def enforced_requirements(
                 and (not required or roles.api_slots.get(s) in required)
             )
             if mode == "template":
-                from dialfork_dataset.roles import api_slot_for
-
                 ph = _placeholders(task, node)
                 named = {api_slot_for(p, inputs) for p in ph} if inputs else set()
                 # the placeholder is the slot itself, or fills the same API input
