@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import CollectedErrors
-from .taxonomy import FORK_POSITIONS, hallucination_types
+from .taxonomy import BUILTIN_TYPES, FORK_POSITIONS, hallucination_types
 
 logger = logging.getLogger(__name__)
 
@@ -523,6 +523,7 @@ def draw_hidden_tracks(
     metric_share: float = DEFAULT_METRIC_SHARE,
     conformant_share: float = DEFAULT_CONFORMANT_SHARE,
     public_fraction: float = DEFAULT_PUBLIC_FRACTION,
+    types: Sequence[str] | None = None,
 ) -> HiddenTracks:
     """Split the hidden sources between the two tracks and draw the detector blind set.
 
@@ -530,8 +531,10 @@ def draw_hidden_tracks(
     go to the metric track; the others each give ONE dialogue to the detector blind set. Within
     each subset (public / private), ``round(conformant_share * n)`` detector sources (at least one
     when the subset has two or more) give their conformant dialogue; the others give a fork whose
-    (type, k) cycles over the 16 cells in a secret order, so types and positions are balanced
-    overall. Everything random comes from :func:`secret_rng` (the key).
+    (type, k) cycles over the cells (16 for four types) in a secret order (:func:`latin_cells` over
+    the types the corpus's records carry), so types and positions are balanced overall. Everything
+    random comes from :func:`secret_rng` (the key): the draw is a function of the records and the
+    key only.
 
     Args:
         records: The hidden records (sources and forks); a family without its conformant source
@@ -543,6 +546,9 @@ def draw_hidden_tracks(
             conformant dialogue; default 0.2.
         public_fraction: The share, in (0, 1), of each track's sources in the ``public`` subset;
             default 0.5.
+        types: The hallucination types the forks' cells cycle over; default the types the records
+            carry (:func:`corpus_types`), never the registry's: a key's blind set of a corpus does
+            not change when a type is registered later.
 
     Returns:
         HiddenTracks: The detector records, the metric records and the mix.
@@ -575,7 +581,10 @@ def draw_hidden_tracks(
         for sid, pub in zip(group, _spread(len(group), public_fraction)):  # group is grouped by task
             subset[sid] = "public" if pub else "private"
 
-    cells = latin_cells(rng)
+    # a corpus without forks draws over the paper's four (what it drew before types were read from
+    # the corpus): the cells are unused, but drawing them moves the generator the same way
+    cell_types = (corpus_types(records) or tuple(t.code for t in BUILTIN_TYPES)) if types is None else types
+    cells = latin_cells(rng, cell_types)
     cell_i = 0
     detector: list[dict[str, Any]] = []
     for part in ("public", "private"):
@@ -609,6 +618,29 @@ def draw_hidden_tracks(
     return HiddenTracks(detector, metric, mix)
 
 
+def corpus_types(records: Iterable[Mapping[str, Any]]) -> tuple[str, ...]:
+    """The hallucination types a corpus's records carry, in seed order: what the blind draw cycles
+    over, so that registering a type later leaves the draw of an existing corpus unchanged.
+
+    Types are appended to the registry, never inserted (``docs/extending.md``), so the registered
+    types a corpus carries keep their relative order; a type that is no longer registered comes
+    after them, in alphabetical order.
+
+    Args:
+        records: The corpus's records (``hallucination_type`` is read; None for a conformant one).
+
+    Returns:
+        tuple[str, ...]: The codes, registered ones in registration order, then the others sorted.
+
+    Example:
+        >>> corpus_types([{"hallucination_type": t} for t in ("GR", None, "WIC", "GR", "NEW")])
+        ('WIC', 'GR', 'NEW')
+    """
+    present = {r.get("hallucination_type") for r in records} - {None}
+    known = [t for t in hallucination_types() if t in present]
+    return (*known, *sorted(present - set(known)))
+
+
 def latin_cells(
     rng: random.Random, types: Sequence[str] | None = None, positions: Sequence[int] | None = None
 ) -> list[tuple[str, int]]:
@@ -625,7 +657,8 @@ def latin_cells(
 
     Args:
         rng: The (secret) random generator that shuffles types, positions and blocks.
-        types: The hallucination types (default: the taxonomy's, in order).
+        types: The hallucination types (default: the taxonomy's, in order; the blind draw passes
+            those of its corpus, :func:`corpus_types`).
         positions: The fork positions (default: the taxonomy's).
 
     Returns:
@@ -708,6 +741,7 @@ __all__ = [
     "MIN_SEED_BYTES",
     "assert_disjoint",
     "blind_mix",
+    "corpus_types",
     "draw_hidden_tracks",
     "keyed_token",
     "keyed_unit",

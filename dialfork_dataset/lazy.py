@@ -1,11 +1,17 @@
-"""PEP 562 lazy exports and lazy ``"module:attr"`` references, shared by the packages whose import
-must stay fast and by every registry (types, metrics, detectors)."""
+"""PEP 562 lazy exports, shared by the packages whose import must stay fast.
+
+Lazy ``"module:attr"`` references (the registries' planners, cores, factories, targets and
+openers) are resolved by :func:`dialfork_dataset.registry.resolve`, the one resolver;
+``resolve_ref`` is its old name here, kept for the callers that import it.
+"""
 
 from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Mapping
 from typing import Any
+
+from .registry import resolve as resolve_ref
 
 
 def lazy_exports(
@@ -47,30 +53,4 @@ def lazy_exports(
     return __getattr__, __dir__
 
 
-def resolve_ref(ref: Any, what: str = "entry") -> Any:
-    """The object a ``"package.module:attr"`` reference names, imported now (``attr`` may be
-    dotted); an object that is not a string is returned as is.
-
-    Args:
-        ref: The reference, or the object itself.
-        what: What the reference is, for the error message (``"planner of hallucination type 'TOY'"``).
-
-    Returns:
-        The object.
-
-    Raises:
-        ValueError: ``ref`` is a string that is not ``"module:attr"``, or its module or attribute
-            cannot be imported (the message names ``what``).
-    """
-    if not isinstance(ref, str):
-        return ref
-    mod, sep, attr = ref.partition(":")
-    if not (sep and mod and attr):
-        raise ValueError(f"{what}: expected a callable or 'package.module:attr', got {ref!r}")
-    try:
-        obj: Any = importlib.import_module(mod)
-        for part in attr.split("."):
-            obj = getattr(obj, part)
-    except (ImportError, AttributeError) as e:
-        raise ValueError(f"{what}: cannot import {attr!r} from {mod!r} ({e})") from e
-    return obj
+__all__ = ["lazy_exports", "resolve_ref"]

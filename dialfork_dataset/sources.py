@@ -6,6 +6,10 @@ STAR is one source (:class:`~dialfork_dataset.star.StarCorpus`); a workflow file
 :class:`WorkflowSource`. The protocols below name every attribute those consumers use, and nothing
 else; ``is_source(obj)`` checks that the names are there (not their types) without reading anything.
 
+The kinds are one :class:`~dialfork_dataset.registry.Registry` (:data:`SOURCE_KINDS` is its read-only
+view; :func:`register_source_kind` adds one, :func:`unregister_source_kind` removes one, and an
+unknown name raises :class:`~dialfork_dataset.registry.RegistryError` listing the registered kinds).
+
 Spec strings, as the CLIs take them (``--source``)::
 
     star:PATH         a STAR copy (folder with tasks/ and apis/)
@@ -30,15 +34,14 @@ raises :class:`SourceError` naming the task and the missing field. Features:
 
 from __future__ import annotations
 
-import importlib
 import os
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from .errors import SourceError
+from .registry import Registry, RegistryError, is_ref, resolve
 
 #: The optional parts a backend may require of a task (see :meth:`WorkflowTask.missing`).
 FEATURES = ("surface_templates", "api", "kb")
@@ -95,6 +98,11 @@ class SourceKind:
             time.
         bare: record the spec as the bare path (STAR only, as before source kinds existed, so old
             runs resume); otherwise ``KIND:PATH``.
+
+    Raises:
+        ValueError: On construction: a name that is not an identifier of 2 characters or more, an
+            opener that is neither a callable nor ``"module:attr"``, or an ``available`` or
+            ``stamp`` that is not callable (the message names the kind and the field).
     """
 
     name: str
@@ -109,6 +117,21 @@ class SourceKind:
     bare: bool = False
     stamp: Callable[[Path], int] = path_stamp
 
+    def __post_init__(self) -> None:
+        where = f"source kind {self.name!r}"
+        if not (isinstance(self.name, str) and self.name.isidentifier() and len(self.name) > 1):
+            raise ValueError(
+                f"{where}: the name must be an identifier of 2 characters or more (a one-letter name "
+                "would read as a Windows drive)"
+            )
+        if not (callable(self.opener) or is_ref(self.opener)):
+            raise ValueError(
+                f"{where}: opener must be a callable or 'package.module:attr', got {self.opener!r}"
+            )
+        for f in ("available", "stamp"):
+            if not callable(getattr(self, f)):
+                raise ValueError(f"{where}: {f} must be a callable taking the path, got {getattr(self, f)!r}")
+
     def open(self, path: Path) -> Any:
         """The source at ``path``.
 
@@ -117,49 +140,53 @@ class SourceKind:
 
         Returns:
             The opener's source.
+
+        Raises:
+            ValueError: The opener's ``"module:attr"`` cannot be imported.
         """
-        opener = self.opener
-        if isinstance(opener, str):
-            mod, _, attr = opener.partition(":")
-            opener = getattr(importlib.import_module(mod), attr)
-        return opener(path)
+        return resolve(self.opener, f"opener of source kind {self.name!r}")(path)
 
 
-#: The source-kind registry: spec prefix -> :class:`SourceKind`.
-SOURCE_KINDS: dict[str, SourceKind] = {}
+_KINDS: Registry[SourceKind] = Registry(
+    "source kind", SourceKind, add_hint="dialfork_dataset.sources.register_source_kind"
+)
+
+#: The source-kind registry, a read-only live mapping: spec prefix -> :class:`SourceKind`
+#: (:func:`register_source_kind` is the one way to add a kind).
+SOURCE_KINDS: Mapping[str, SourceKind] = _KINDS.view
 
 
 def register_source_kind(kind: SourceKind, *, replace: bool = False) -> SourceKind:
     """Register a source kind: ``KIND:PATH`` then opens with it everywhere a spec is taken.
 
     Args:
-        kind: the kind.
+        kind: the kind (its name was checked when it was built: an identifier of 2 characters or
+            more, as a one-letter name would read as a Windows drive).
         replace: allow replacing a registered kind of that name (default ``False``).
 
     Returns:
         ``kind``.
 
     Raises:
-        ValueError: the name is already registered (and ``replace`` is false), or is not an
-            identifier of 2 characters or more (a one-letter name would read as a Windows drive).
+        TypeError: ``kind`` is not a :class:`SourceKind`.
+        RegistryError: the name is already registered and ``replace`` is false (a ``ValueError``).
     """
-    if not (kind.name.isidentifier() and len(kind.name) > 1):
-        raise ValueError(f"source kind {kind.name!r}: the name must be an identifier of 2 characters or more")
-    if kind.name in SOURCE_KINDS and not replace:
-        raise ValueError(
-            f"source kind {kind.name!r} is already registered; pass replace=True or pick another name"
-        )
-    SOURCE_KINDS[kind.name] = kind
-    return kind
+    return _KINDS.register(kind, replace=replace)
 
 
-def unregister_source_kind(name: str) -> None:
-    """Remove source kind ``name`` (nothing happens when it is not registered).
+def unregister_source_kind(name: str) -> SourceKind:
+    """Remove source kind ``name``.
 
     Args:
         name: a registered kind's name.
+
+    Returns:
+        The removed kind.
+
+    Raises:
+        RegistryError: ``name`` is not registered (the message lists the registered kinds).
     """
-    SOURCE_KINDS.pop(name, None)
+    return _KINDS.unregister(name)
 
 
 def source_kind(name: str) -> SourceKind:
@@ -172,14 +199,10 @@ def source_kind(name: str) -> SourceKind:
         The kind.
 
     Raises:
-        SourceError: ``name`` is not registered (the message lists the registered kinds).
+        RegistryError: ``name`` is not registered (a ``ValueError``; the message lists the
+            registered kinds).
     """
-    if name not in SOURCE_KINDS:
-        raise SourceError(
-            f"unknown source kind {name!r}; registered: {', '.join(SOURCE_KINDS)} "
-            "(add one with dialfork_dataset.sources.register_source_kind)"
-        )
-    return SOURCE_KINDS[name]
+    return _KINDS.get(name)
 
 
 @runtime_checkable
@@ -431,10 +454,7 @@ def parse_source_spec(spec: str | os.PathLike) -> tuple[str, Path]:
         return kind, Path(rest).expanduser().resolve()
     p = Path(text).expanduser().resolve()
     if sep and rest and kind.isidentifier() and len(kind) > 1 and not p.exists():
-        raise SourceError(
-            f"source {text!r}: unknown source kind {kind!r}; registered: {', '.join(SOURCE_KINDS)} "
-            "(give KIND:PATH, or add the kind with dialfork_dataset.sources.register_source_kind)"
-        )
+        raise SourceError(f"source {text!r}: {_KINDS.unknown(kind)}; give KIND:PATH with a registered KIND")
     if p.suffix.lower() in (".yaml", ".yml") or p.is_file():
         return "workflow", p
     if p.is_dir() and not (p / "tasks").is_dir() and any(p.glob("*.y*ml")):
@@ -575,10 +595,8 @@ def source_spec_of(source: Any) -> str | None:
         return None if source is None else os.fspath(source)
     path = getattr(source, "path", None)
     for k in SOURCE_KINDS.values():
-        opener = k.opener
-        if isinstance(opener, str):  # an object of the class was made, so its module is loaded
-            mod, _, attr = opener.partition(":")
-            opener = getattr(sys.modules.get(mod), attr, None)
+        # an object of the class was made, so its module is loaded: nothing is imported here
+        opener = resolve(k.opener, f"opener of source kind {k.name!r}", loaded_only=True)
         if path is not None and isinstance(opener, type) and isinstance(source, opener):
             return f"{k.name}:{path}"
     return None
@@ -668,6 +686,7 @@ def require(
 
 __all__ = [
     "FEATURES",
+    "RegistryError",
     "SOURCE_KINDS",
     "ScenarioLike",
     "SourceError",

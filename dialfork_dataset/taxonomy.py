@@ -1,6 +1,7 @@
 """The one place that names DialFork's hallucination types and fork positions (SPEC sections 2-3).
 
-A registry of :class:`HallucinationType` entries, in registration order. Everything that lists the
+A registry (:class:`~dialfork_dataset.registry.Registry`) of :class:`HallucinationType` entries, in
+registration order; :data:`REGISTERED_TYPES` is its read-only view. Everything that lists the
 types, orders them for a table, names them for a reader, counts the forks of a source or asks
 what a type needs reads it through the functions below, at call time, so a type registered at
 run time (:func:`register_type`) is seen everywhere: generation, record validation, the Hub
@@ -11,15 +12,18 @@ and its variants (``docs/extending.md``).
 A type's position in the registry is its seed index (:func:`type_index`): types are appended,
 never inserted, so that every corpus generated before keeps its forks.
 
->>> hallucination_types()
+The paper's four come first, in SPEC order; a type registered later (built in or at run time) is
+appended after them, so the examples below hold with any extension registered:
+
+>>> hallucination_types()[:4]
 ('WIC', 'SSPC', 'GR', 'CSC')
->>> forks_per_source()
-16
->>> table4_order()
-('CSC', 'GR', 'SSPC', 'WIC')
+>>> forks_per_source() == len(hallucination_types()) * len(FORK_POSITIONS)  # 16 for the four
+True
+>>> [c for c in table4_order() if c in ("WIC", "SSPC", "GR", "CSC")]  # Table 4: alphabetical
+['CSC', 'GR', 'SSPC', 'WIC']
 >>> display_name("GR")
 'goal replacement'
->>> get_type("WIC").substitute, breaking_types()
+>>> get_type("WIC").substitute, breaking_types()[:3]
 (True, ('WIC', 'SSPC', 'GR'))
 
 The paper's constant names still read (``taxonomy.HALLUCINATION_TYPES``, ``TYPE_NAMES``,
@@ -31,9 +35,11 @@ keeps the state at import, so library code calls the functions.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from .registry import Registry, RegistryError, is_ref
 
 #: Fork positions k: the fork turn t_k of a source dialogue (SPEC section 3).
 FORK_POSITIONS: tuple[int, ...] = (1, 2, 3, 4)
@@ -100,7 +106,7 @@ class HallucinationType:
             errs.append("cue: only for a type with substitute=True, and it must contain {description}")
         for f in ("planner", "variant_check"):
             v = getattr(self, f)
-            if isinstance(v, str) and not re.match(r"^[\w.]+:[\w.]+$", v):
+            if isinstance(v, str) and not is_ref(v):
                 errs.append(f"{f} {v!r}: a 'module:attr' name or an object")
         if not isinstance(self.example_line, str) or not self.example_line.strip():
             errs.append("example_line: a non-empty string")
@@ -113,7 +119,13 @@ class HallucinationType:
         return self.table4_key or self.code
 
 
-_TYPES: dict[str, HallucinationType] = {}
+_TYPES: Registry[HallucinationType] = Registry(
+    "hallucination type", HallucinationType, key="code", add_hint="dialfork_dataset.taxonomy.register_type"
+)
+
+#: The registered types, a read-only live mapping ``code -> HallucinationType`` in registration order
+#: (:func:`register_type` is the one way to add one).
+REGISTERED_TYPES: Mapping[str, HallucinationType] = _TYPES.view
 
 
 def register_type(spec: HallucinationType, *, replace: bool = False) -> HallucinationType:
@@ -128,20 +140,13 @@ def register_type(spec: HallucinationType, *, replace: bool = False) -> Hallucin
 
     Raises:
         TypeError: ``spec`` is not a :class:`HallucinationType`.
-        ValueError: The code is already registered and ``replace`` is false.
+        RegistryError: The code is already registered and ``replace`` is false (a ``ValueError``).
     """
-    if not isinstance(spec, HallucinationType):
-        raise TypeError(f"register_type takes a HallucinationType, got {type(spec).__name__}")
-    if spec.code in _TYPES and not replace:
-        raise ValueError(
-            f"hallucination type {spec.code!r} is already registered; pass replace=True or pick another code"
-        )
-    _TYPES[spec.code] = spec
-    return spec
+    return _TYPES.register(spec, replace=replace)
 
 
-def unregister_type(code: str) -> HallucinationType | None:
-    """Remove a registered type (nothing happens when it is not registered).
+def unregister_type(code: str) -> HallucinationType:
+    """Remove a registered type.
 
     Removing a type shifts the seed index of the types after it: meant for run-time additions
     (tests, plug-ins), not for the built-in four.
@@ -150,9 +155,12 @@ def unregister_type(code: str) -> HallucinationType | None:
         code: The type's code.
 
     Returns:
-        The removed entry, or None.
+        The removed entry.
+
+    Raises:
+        RegistryError: ``code`` is not registered (the message lists the registered codes).
     """
-    return _TYPES.pop(code, None)
+    return _TYPES.unregister(code)
 
 
 def get_type(code: str) -> HallucinationType:
@@ -165,12 +173,10 @@ def get_type(code: str) -> HallucinationType:
         Its :class:`HallucinationType`.
 
     Raises:
-        KeyError: ``code`` is not registered; the message lists the registered codes.
+        RegistryError: ``code`` is not registered (a ``KeyError``); the message lists the
+            registered codes.
     """
-    try:
-        return _TYPES[code]
-    except (KeyError, TypeError):
-        raise KeyError(f"unknown hallucination type {code!r}; known: {', '.join(_TYPES)}") from None
+    return _TYPES.get(code)
 
 
 def is_type(code: Any) -> bool:
@@ -192,7 +198,7 @@ def hallucination_types() -> tuple[str, ...]:
         The codes in registration order (SPEC order for the paper's four; the order of the
         paper's Tables 2 and 3).
     """
-    return tuple(_TYPES)
+    return _TYPES.names()
 
 
 def type_specs() -> tuple[HallucinationType, ...]:
@@ -201,7 +207,7 @@ def type_specs() -> tuple[HallucinationType, ...]:
     Returns:
         The :class:`HallucinationType` entries, in registration order.
     """
-    return tuple(_TYPES.values())
+    return _TYPES.specs()
 
 
 def type_names() -> dict[str, str]:
@@ -210,7 +216,7 @@ def type_names() -> dict[str, str]:
     Returns:
         Each type code mapped to its name, in registration order.
     """
-    return {c: s.name for c, s in _TYPES.items()}
+    return {c: s.name for c, s in REGISTERED_TYPES.items()}
 
 
 def table3_order() -> tuple[str, ...]:
@@ -228,7 +234,7 @@ def table4_order() -> tuple[str, ...]:
     Returns:
         The type codes sorted by ``table4_key`` (alphabetical by default, CSC first).
     """
-    return tuple(sorted(_TYPES, key=lambda c: (_TYPES[c].sort_key, c)))
+    return tuple(sorted(REGISTERED_TYPES, key=lambda c: (REGISTERED_TYPES[c].sort_key, c)))
 
 
 def breaking_types() -> tuple[str, ...]:
@@ -237,7 +243,7 @@ def breaking_types() -> tuple[str, ...]:
     Returns:
         The codes of the types with ``breaks_task``, in registration order.
     """
-    return tuple(c for c, s in _TYPES.items() if s.breaks_task)
+    return tuple(c for c, s in REGISTERED_TYPES.items() if s.breaks_task)
 
 
 def substitute_types() -> tuple[str, ...]:
@@ -246,7 +252,7 @@ def substitute_types() -> tuple[str, ...]:
     Returns:
         The codes of the types with ``substitute``, in registration order.
     """
-    return tuple(c for c, s in _TYPES.items() if s.substitute)
+    return tuple(c for c, s in REGISTERED_TYPES.items() if s.substitute)
 
 
 def forks_per_source() -> int:
@@ -283,12 +289,10 @@ def type_index(htype: str) -> int:
         int: Its 0-based index.
 
     Raises:
-        ValueError: ``htype`` is not a hallucination type.
+        RegistryError: ``htype`` is not a registered type (a ``ValueError``; the message lists them).
     """
-    codes = hallucination_types()
-    if htype not in codes:
-        raise ValueError(f"unknown hallucination type {htype!r}; known: {', '.join(codes)}")
-    return codes.index(htype)
+    _TYPES.get(htype)
+    return _TYPES.names().index(htype)
 
 
 _PLANNERS = "generation.backends.template.planners"
@@ -356,6 +360,8 @@ __all__ = [
     "EXPECTED_RANKING",
     "FORK_POSITIONS",
     "HallucinationType",
+    "RegistryError",
+    "REGISTERED_TYPES",
     "breaking_types",
     "display_name",
     "forks_per_source",

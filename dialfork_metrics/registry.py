@@ -4,8 +4,15 @@ Every list of metric names in the toolkit is a view of this registry: the benchm
 lists (:data:`dialfork_metrics.methods.TASK1_METHODS`, ``TASK2_METHODS``, ``LABELS``), the
 dialogue-level method groups (``dialfork_metrics.dialogue.EMBEDDING_METHODS``, ...), the
 dispatch of :func:`dialfork_metrics.dialogue.score_pairs` and of the benchmark's Task 1 units,
-and the dialogue-level functions ``dialfork_metrics`` exports. Adding a built-in metric is one
-:class:`MetricSpec` below, its function, and optionally an ``evaluate`` module folder.
+the dialogue-level functions ``dialfork_metrics`` exports and the ``torchmetrics`` classes
+(:func:`dialfork_metrics.torchmetrics.metric_class`). Adding a built-in metric is one
+:class:`MetricSpec` below and its function; ``python -m dialfork_metrics new-module NAME`` writes its
+``evaluate`` module folder from the entry.
+
+Each level is one :class:`~dialfork_dataset.registry.Registry` (a name may exist at both levels,
+with one label): :func:`register`, :func:`unregister`, :func:`get` and :func:`names` are its verbs,
+:func:`view` its read-only mapping, and an unknown name raises
+:class:`~dialfork_dataset.registry.RegistryError` (a ``ValueError``) listing the registered ones.
 
 Functions are named lazily (``"package.module:attr"``) so that importing the registry imports
 no numpy, scipy or torch; :func:`resolve` imports them on first use.
@@ -20,11 +27,14 @@ no numpy, scipy or torch; :func:`resolve` imports them on first use.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dialfork_dataset.lazy import resolve_ref
+from dialfork_dataset.registry import Registry, RegistryError, is_ref
+from dialfork_dataset.registry import resolve as _resolve
+from dialfork_dataset.taxonomy import table4_order as _types_in_table4_order
 
 logger = logging.getLogger(__name__)
 
@@ -102,9 +112,26 @@ class MetricSpec:
             )
         if self.level == "set" and self.input is not None:
             raise ValueError(f"{where}: input= is for pair metrics only (a set metric's core takes the unit)")
+        if not isinstance(self.label, str) or not self.label.strip():
+            raise ValueError(f"{where}: label must be a non-empty string (its name in the report's tables)")
+        for f in ("core", "fn"):
+            v = getattr(self, f)
+            if v is not None and not (callable(v) or is_ref(v)):
+                raise ValueError(f"{where}: {f} must be a callable or 'package.module:attr', got {v!r}")
+        if isinstance(self.needs, str) or not all(isinstance(n, str) for n in self.needs):
+            raise ValueError(f"{where}: needs must be a tuple of names from {NEEDS}, got {self.needs!r}")
         bad = [n for n in self.needs if n not in NEEDS]
         if bad:
             raise ValueError(f"{where}: unknown needs {bad}; known: {NEEDS}")
+        for flag in ("control", "flow_aware"):
+            if not isinstance(getattr(self, flag), bool):
+                raise ValueError(f"{where}: {flag} must be True or False, got {getattr(self, flag)!r}")
+        if self.module is not None and not (
+            isinstance(self.module, str) and re.match(r"^[a-z][a-z0-9_]*$", self.module)
+        ):
+            raise ValueError(
+                f"{where}: module {self.module!r} must name an evaluate module folder (lower case, digits, _)"
+            )
         needs = set(self.needs)
         if self.input in _ENCODED:
             needs.add("encoder")
@@ -126,7 +153,8 @@ class MetricSpec:
 
 
 def resolve(ref: str | Callable[..., Any] | None, what: str = "entry") -> Callable[..., Any]:
-    """A callable from ``"package.module:attr"`` (imported now) or the callable itself.
+    """A callable from ``"package.module:attr"`` (imported now) or the callable itself: the
+    registries' one resolver (:func:`dialfork_dataset.registry.resolve`), refusing None.
 
     Args:
         ref: A callable or a ``"module:attr"`` string.
@@ -138,14 +166,51 @@ def resolve(ref: str | Callable[..., Any] | None, what: str = "entry") -> Callab
     Raises:
         ValueError: ``ref`` is None, not ``"module:attr"``, or cannot be imported.
     """
-    if callable(ref):
-        return ref
-    if not isinstance(ref, str):
-        raise ValueError(f"{what}: expected a callable or 'package.module:attr', got {ref!r}")
-    return resolve_ref(ref, what)
+    if ref is None:
+        raise ValueError(f"{what}: expected a callable or 'package.module:attr', got None")
+    return _resolve(ref, what)
 
 
-_REGISTRY: dict[tuple[str, str], MetricSpec] = {}
+def _twin_label(spec: MetricSpec, registry: Registry) -> list[str]:
+    """The reports label a name once: the same name at the other level must have the same label."""
+    other = _REGISTRIES["set" if spec.level == "pair" else "pair"]
+    twin = other.view.get(spec.name) if other is not registry else None
+    if twin is not None and twin.label != spec.label:
+        return [
+            f"label {spec.label!r} differs from the {twin.level} metric's {twin.label!r}; the reports "
+            "label a name once (use the same label or another name)"
+        ]
+    return []
+
+
+_HINT = "dialfork_metrics.registry.register"
+#: One registry per level (a name may exist at both): level -> :class:`~dialfork_dataset.registry.Registry`.
+_REGISTRIES: dict[str, Registry[MetricSpec]] = {
+    "pair": Registry("Task 2 (pair) metric", MetricSpec, add_hint=_HINT, check=_twin_label),
+    "set": Registry("Task 1 (set) metric", MetricSpec, add_hint=_HINT, check=_twin_label),
+}
+
+
+def _level(level: str) -> Registry[MetricSpec]:
+    try:
+        return _REGISTRIES[level]
+    except (KeyError, TypeError):
+        raise ValueError(f"unknown metric level {level!r}; expected one of {LEVELS}") from None
+
+
+def view(level: str = "pair") -> Mapping[str, MetricSpec]:
+    """The registered metrics of a level, a read-only live mapping (``register`` is the one way to add).
+
+    Args:
+        level: ``"pair"`` (Task 2) or ``"set"`` (Task 1).
+
+    Returns:
+        ``name -> MetricSpec`` in registration (table) order.
+
+    Raises:
+        ValueError: ``level`` is not one of :data:`LEVELS`.
+    """
+    return _level(level).view
 
 
 def register(spec: MetricSpec, *, replace: bool = False) -> MetricSpec:
@@ -159,22 +224,14 @@ def register(spec: MetricSpec, *, replace: bool = False) -> MetricSpec:
         ``spec``, so that ``register`` can be used inline.
 
     Raises:
-        ValueError: A metric of that name and level is registered and ``replace`` is False, or the
-            same name at the other level has another label.
+        TypeError: ``spec`` is not a :class:`MetricSpec`.
+        ValueError: The same name at the other level has another label.
+        RegistryError: A metric of that name and level is registered and ``replace`` is False (a
+            ``ValueError``).
     """
-    key = (spec.level, spec.name)
-    if key in _REGISTRY and not replace:
-        raise ValueError(
-            f"a {spec.level} metric {spec.name!r} is already registered (pass replace=True to "
-            "replace it, or pick another name)"
-        )
-    twin = next((s for (lv, n), s in _REGISTRY.items() if n == spec.name and lv != spec.level), None)
-    if twin is not None and twin.label != spec.label:
-        raise ValueError(
-            f"metric {spec.name!r}: label {spec.label!r} differs from the {twin.level} metric's "
-            f"{twin.label!r}; the reports label a name once (use the same label or another name)"
-        )
-    _REGISTRY[key] = spec
+    if not isinstance(spec, MetricSpec):
+        raise TypeError(f"register takes a MetricSpec, got {type(spec).__name__}")
+    _REGISTRIES[spec.level].register(spec, replace=replace)
     logger.debug("registered %s metric %r", spec.level, spec.name)
     return spec
 
@@ -190,11 +247,10 @@ def unregister(name: str, level: str = "pair") -> MetricSpec:
         The removed :class:`MetricSpec`.
 
     Raises:
-        ValueError: No such metric (the message lists the registered ones).
+        RegistryError: No such metric (a ``ValueError``; the message lists the registered ones).
+        ValueError: ``level`` is not one of :data:`LEVELS`.
     """
-    spec = get(name, level)
-    del _REGISTRY[(level, name)]
-    return spec
+    return _level(level).unregister(name)
 
 
 def get(name: str, level: str = "pair") -> MetricSpec:
@@ -208,15 +264,11 @@ def get(name: str, level: str = "pair") -> MetricSpec:
         Its spec.
 
     Raises:
-        ValueError: No such metric at that level (the message lists the registered ones).
+        RegistryError: No such metric at that level (a ``ValueError``; the message lists the
+            registered ones).
+        ValueError: ``level`` is not one of :data:`LEVELS`.
     """
-    spec = _REGISTRY.get((level, name))
-    if spec is None:
-        raise ValueError(
-            f"unknown {'Task 2 (pair)' if level == 'pair' else 'Task 1 (set)'} metric {name!r}; "
-            f"registered: {', '.join(names(level))} (add one with dialfork_metrics.registry.register)"
-        )
-    return spec
+    return _level(level).get(name)
 
 
 def specs(level: str | None = None) -> list[MetricSpec]:
@@ -228,7 +280,7 @@ def specs(level: str | None = None) -> list[MetricSpec]:
     Returns:
         The specs.
     """
-    return [s for s in _REGISTRY.values() if level is None or s.level == level]
+    return [s for lv in LEVELS if level is None or lv == level for s in _level(lv).specs()]
 
 
 def names(
@@ -259,6 +311,18 @@ def names(
         and (needs is None or needs in s.needs)
         and (flow_aware is None or s.flow_aware == flow_aware)
     )
+
+
+def table4_order() -> tuple[str, ...]:
+    """The hallucination-type columns of Table 4 (Task 3's per-type MAE), in the one order the
+    benchmark's report and the leaderboard's detector table both use.
+
+    Returns:
+        The registered type codes sorted by their ``table4_key``
+        (:func:`dialfork_dataset.taxonomy.table4_order`: alphabetical by default, the paper's
+        ``CSC, GR, SSPC, WIC``).
+    """
+    return _types_in_table4_order()
 
 
 def exports() -> dict[str, str]:
@@ -458,11 +522,14 @@ __all__ = [
     "NEEDS",
     "NameView",
     "PAIR_INPUTS",
+    "RegistryError",
     "exports",
     "get",
     "names",
     "register",
     "resolve",
     "specs",
+    "table4_order",
     "unregister",
+    "view",
 ]

@@ -1,38 +1,47 @@
 """``torchmetrics`` metrics for training and evaluation loops on several processes (issue 37).
 
-:class:`FlowScore` and :class:`FlowDTW` score (reference, prediction) pairs of dialogues;
-:class:`FlowKL` and :class:`FBD` compare the set of predictions with the set of references. Each
-is a ``torchmetrics.Metric``: ``update(predictions, references)`` once per batch, ``compute()``
-at the end, and under ``torch.distributed`` (DDP, ``accelerate``, Lightning) ``compute()`` first
-gathers the state of every process, so N processes that each saw part of the data give the value
-of one process that saw all of it. The math and the input checks are the library's
+Every registered metric that computes from the dialogues has a class, made from its entry in the
+metric registry (:mod:`dialfork_metrics.registry`) by :func:`metric_class`: a pair metric's
+scores (reference, prediction) pairs of dialogues and averages them (:class:`FlowScore`,
+:class:`FlowDTW`, ``metric_class("mean_turn")``, and any metric registered at run time); a set
+metric's compares the set of predictions with the set of references (:class:`FlowKL` and
+:class:`FBD`, classes of their own; ``metric_class("turn_count_diff", "set")``, ...). Each is a
+``torchmetrics.Metric``: ``update(predictions, references)`` once per batch, ``compute()`` at the
+end, and under ``torch.distributed`` (DDP, ``accelerate``, Lightning) ``compute()`` first gathers
+the state of every process, so N processes that each saw part of the data give the value of one
+process that saw all of it. The math and the input checks are the library's
 (:func:`~dialfork_metrics.dialogue.score_pairs`, :func:`~dialfork_metrics.flowgraph.flowkl`,
-:func:`~dialfork_metrics.setlevel.fbd_from_embeddings`); the ``evaluate`` modules
-(:func:`dialfork_metrics.load`) call the same functions.
+:func:`~dialfork_metrics.setlevel.fbd_from_embeddings`, a set metric's ``fn``); the ``evaluate``
+modules (:func:`dialfork_metrics.load`) call the same functions.
 
 States, all ``dist_reduce_fx="cat"`` lists of 1-D float64 tensors (plus ``dim``, reduced by
 ``"max"``), so that a process that saw no batch still joins the gather:
 
-- per pair (:class:`FlowScore`, :class:`FlowDTW`): the distance of every pair. The mean does not
-  depend on the order in which the processes' pairs are gathered;
+- per pair: the value of every pair. The mean does not depend on the order in which the
+  processes' pairs are gathered;
 - FlowKL: the turn embeddings, speakers and turn counts of every reference and every predicted
   dialogue. The graph is fitted on all gathered references at ``compute()``: a graph fitted per
   process and merged would not be the graph of the whole set;
-- FBD: the turn-pair embeddings of each set (the Gaussians are fitted at ``compute()``).
+- FBD: the turn-pair embeddings of each set (the Gaussians are fitted at ``compute()``);
+- another set metric: the dialogues of each set as UTF-8 text (its ``fn`` runs at ``compute()``).
 
-Embeddings are computed in ``update`` (the encoder runs where the batch is); ``compute()`` needs
-no encoder. This module imports ``torch`` and ``torchmetrics`` (``pip install
-"dialfork[torchmetrics]"``); ``import dialfork_metrics`` does not load it.
+Embeddings of pairs, FlowKL and FBD are computed in ``update`` (the encoder runs where the batch
+is); their ``compute()`` needs no encoder. This module imports ``torch`` and ``torchmetrics`` (``pip
+install "dialfork[torchmetrics]"``); ``import dialfork_metrics`` does not load it.
 """
 
 from __future__ import annotations
 
+import json
+import re
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 import torch
 from torchmetrics import Metric
 
+from . import registry
 from .modules import module_encoder
 
 
@@ -75,6 +84,8 @@ class _DialForkMetric(Metric):
 
 # ---------------------------------------------------------------------------- per pair
 class _PairMetric(_DialForkMetric):
+    """A registered pair metric (:func:`metric_class` makes one subclass per registry entry)."""
+
     _method = ""
 
     def __init__(
@@ -88,7 +99,12 @@ class _PairMetric(_DialForkMetric):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self._set_encoder(module_encoder(encoder, None, batch_size, device, embedding_cache_dir))
+        needs_encoder = "encoder" in registry.get(self._method, "pair").needs
+        self._set_encoder(
+            module_encoder(encoder, None, batch_size, device, embedding_cache_dir)
+            if needs_encoder
+            else encoder
+        )
         self.return_scores = bool(return_scores)
         self.add_state("scores", default=[], dist_reduce_fx="cat")
         self._float64()
@@ -115,11 +131,11 @@ class _PairMetric(_DialForkMetric):
             self.scores.append(self._tensor(scores))
 
     def compute(self) -> torch.Tensor | dict[str, torch.Tensor]:
-        """The mean distance over every pair of every process.
+        """The mean value over every pair of every process.
 
         Returns:
             A float64 scalar tensor; with ``return_scores=True`` a dict with it under the metric's
-            name and ``"scores"``, the distance of each pair (the processes' pairs one after the
+            name and ``"scores"``, the value of each pair (the processes' pairs one after the
             other under ``torch.distributed``).
 
         Raises:
@@ -132,55 +148,31 @@ class _PairMetric(_DialForkMetric):
         return {self._method: mean, "scores": scores} if self.return_scores else mean
 
 
-class FlowScore(_PairMetric):
-    """FlowScore distance 1 - F (SPEC section 7) of (reference, prediction) pairs, averaged.
+_PAIR_DOC = """{label} (the registered Task 2 metric ``{name}``) of (reference, prediction) pairs, averaged.
 
-    The same values as :func:`dialfork_metrics.flowscore` and the ``flowscore`` evaluate module.
+    The same values as :func:`dialfork_metrics.dialogue.score_pairs` with ``["{name}"]``{fn}; {direction}.
+    Made from the metric registry (:func:`dialfork_metrics.torchmetrics.metric_class`).
 
     Args:
-        encoder: As the evaluate module's: an alias (default ``"minilm"``, packaged, offline), a
-            local folder, a Hub id, a :class:`~dialfork_metrics.Encoder` or any object with
-            ``encode(texts) -> (n, d)``.
+        encoder: {encoder}
         batch_size: Encoder batch size (for a name).
         device: The encoder's torch device (for a name); the metric's states follow ``.to()``.
         embedding_cache_dir: Persistent embedding cache folder (for a name).
-        return_scores: ``compute()`` also returns the distance of each pair.
+        return_scores: ``compute()`` also returns the value of each pair.
         **kwargs: ``torchmetrics.Metric`` options (``sync_on_compute``, ``process_group``, ...).
 
     Raises:
         ValueError: An unknown encoder name.
-
-    Example:
-        >>> from dialfork_metrics.torchmetrics import FlowScore  # doctest: +SKIP
-        >>> m = FlowScore()  # doctest: +SKIP
-        >>> m.update(predictions=[["hi", "your name?"]], references=[["hi", "your name?"]])  # doctest: +SKIP
-        >>> float(m.compute())  # doctest: +SKIP
-        0.0
     """
 
-    _method = _label = "flowscore"
+_ENCODER_DOC = (
+    'As the evaluate modules\': an alias (default ``"minilm"``, packaged, offline), a local folder, a '
+    "Hub id, a :class:`~dialfork_metrics.Encoder` or any object with ``encode(texts) -> (n, d)``."
+)
+_NO_ENCODER_DOC = "Unused: the metric reads the turns' texts, not their embeddings."
 
 
-class FlowDTW(_PairMetric):
-    """FlowDTW distance Gamma(n, m) / L (SPEC section 7) of (reference, prediction) pairs, averaged.
-
-    The same values as :func:`dialfork_metrics.flowdtw` and the ``flowdtw`` evaluate module.
-
-    Args:
-        encoder: As :class:`FlowScore`.
-        batch_size: Encoder batch size (for a name).
-        device: The encoder's torch device (for a name).
-        embedding_cache_dir: Persistent embedding cache folder (for a name).
-        return_scores: ``compute()`` also returns the distance of each pair.
-        **kwargs: ``torchmetrics.Metric`` options.
-
-    Raises:
-        ValueError: An unknown encoder name.
-    """
-
-    _method = _label = "flowdtw"
-
-
+# ---------------------------------------------------------------------------- set level
 # ---------------------------------------------------------------------------- set level
 class _SetMetric(_DialForkMetric):
     _sides = ("ref", "tgt")
@@ -429,4 +421,237 @@ class FBD(_SetMetric):
         return torch.tensor(value, dtype=torch.float64, device=self.device)
 
 
-__all__ = ["FBD", "FlowDTW", "FlowKL", "FlowScore"]
+class _SetDialogueMetric(_SetMetric):
+    """A registered set metric computed by its function on the two gathered sets of dialogues
+    (:func:`metric_class` makes one subclass per registry entry without a class of its own)."""
+
+    _method = ""
+
+    def __init__(
+        self,
+        encoder: Any = None,
+        *,
+        batch_size: int = 64,
+        device: str | None = None,
+        embedding_cache_dir: str | None = None,
+        options: Mapping[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        needs = registry.get(self._method, "set").needs
+        encoded = "encoder" in needs or "pair_encoder" in needs
+        self._set_encoder(
+            module_encoder(encoder, None, batch_size, device, embedding_cache_dir) if encoded else encoder
+        )
+        self._encoded = encoded
+        self.options = dict(options or {})
+        # per side: the dialogues' JSON as UTF-8 byte values, and the byte count of each dialogue
+        self._add_set_states("text", "sizes")
+
+    def update(self, predictions: Any, references: Any) -> None:
+        """Add dialogues to the two sets.
+
+        Args:
+            predictions: Dialogues of the target set (lists of turn strings, lists of
+                ``{"speaker", "text"}`` dicts or records); may be empty.
+            references: Dialogues of the reference set, in the same forms; may be empty.
+
+        Raises:
+            ValueError: A malformed dialogue (the message names the update, the set and the dialogue).
+        """
+        from .flowgraph.graph import _prepare_set
+
+        try:
+            sets = [_prepare_set(references, "reference set"), _prepare_set(predictions, "target set")]
+        except ValueError as e:
+            raise ValueError(f"{self._where()}: {e}") from e
+        for side, dialogues in zip(self._sides, sets):
+            if not dialogues:
+                continue
+            blobs = [json.dumps(d, ensure_ascii=False).encode("utf-8") for d in dialogues]
+            getattr(self, f"{side}_text").append(self._tensor(np.frombuffer(b"".join(blobs), dtype=np.uint8)))
+            getattr(self, f"{side}_sizes").append(self._tensor([len(b) for b in blobs]))
+
+    def _dialogues(self, side: str) -> list[list[dict[str, str]]]:
+        data = _cat(getattr(self, f"{side}_text")).cpu().numpy().astype(np.uint8).tobytes()
+        sizes = _cat(getattr(self, f"{side}_sizes")).cpu().numpy().astype(np.int64)
+        bounds = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        return [json.loads(data[a:b].decode("utf-8")) for a, b in zip(bounds[:-1], bounds[1:])]
+
+    def compute(self) -> torch.Tensor:
+        """The metric's function on the reference and target sets of every process.
+
+        Returns:
+            A float64 scalar tensor.
+
+        Raises:
+            ValueError: As the metric's function (e.g. a set too small), prefixed with its name.
+        """
+        fn = registry.resolve(registry.get(self._method, "set").fn, f"metric {self._method!r} fn")
+        args = (self.encoder,) if self._encoded else ()
+        try:
+            value = fn(self._dialogues("ref"), self._dialogues("tgt"), *args, **self.options)
+        except ValueError as e:
+            raise ValueError(f"{self._label}: {e}") from e
+        return torch.tensor(float(value), dtype=torch.float64, device=self.device)
+
+
+_SET_DOC = """{label} (the registered Task 1 metric ``{name}``) of the set of predictions against the set of references.
+
+    ``compute()`` calls ``{fn}`` on every reference and every prediction seen (all processes:
+    the dialogues are gathered as text){encoded}; {direction}. Made from the metric registry
+    (:func:`dialfork_metrics.torchmetrics.metric_class`).
+
+    Args:
+        encoder: {encoder}
+        batch_size: Encoder batch size (for a name).
+        device: The encoder's torch device (for a name).
+        embedding_cache_dir: Persistent embedding cache folder (for a name).
+        options: Keyword arguments of the metric's function.
+        **kwargs: ``torchmetrics.Metric`` options.
+
+    Raises:
+        ValueError: An unknown encoder name.
+    """
+
+#: The set metrics with a class of their own (their embeddings are computed in ``update``).
+_OWN_CLASSES: dict[tuple[str, str], type[_DialForkMetric]] = {("set", "flowkl"): FlowKL, ("set", "fbd"): FBD}
+_MADE: dict[tuple[str, str], tuple[Any, type[_DialForkMetric]]] = {}
+
+
+def class_name(name: str, level: str = "pair") -> str:
+    """The class name of a registered metric's ``torchmetrics`` class.
+
+    Args:
+        name: The metric's name.
+        level: ``"pair"`` or ``"set"``.
+
+    Returns:
+        Its label when the label spells the name (``FlowScore``, ``FBD``), else the name in
+        CamelCase (``MeanTurn``), prefixed ``Set`` for a set metric whose name is also a pair
+        metric's (``SetTurnCountDiff``).
+
+    Raises:
+        RegistryError: No such metric (a ``ValueError``).
+    """
+    spec = registry.get(name, level)
+    own = _OWN_CLASSES.get((level, spec.name))
+    if own is not None:
+        return own.__name__
+    if spec.label.isidentifier() and spec.label.lower() == spec.name.lower():
+        return spec.label
+    camel = "".join(p[:1].upper() + p[1:] for p in re.split(r"[^0-9A-Za-z]+", spec.name) if p)
+    if not camel[:1].isalpha():
+        camel = "Metric" + camel
+    return "Set" + camel if level == "set" and spec.name in registry.view("pair") else camel
+
+
+def metric_class(name: str, level: str = "pair") -> type[Metric]:
+    """The ``torchmetrics`` class of a registered metric, made from its registry entry.
+
+    A pair metric's class scores each (reference, prediction) pair with
+    :func:`~dialfork_metrics.dialogue.score_pairs` (its ``core``) and averages; a set metric's class
+    calls its ``fn`` on the two gathered sets (FlowKL and FBD have classes of their own, which
+    embed in ``update``). ``higher_is_better`` follows the entry's ``direction``. The class is made
+    once per entry: the same object while the entry is registered.
+
+    Args:
+        name: The metric's name.
+        level: ``"pair"`` (Task 2) or ``"set"`` (Task 1).
+
+    Returns:
+        The class (a ``torchmetrics.Metric`` subclass).
+
+    Raises:
+        RegistryError: No such metric (a ``ValueError``; the message lists the registered ones).
+        ValueError: The metric computes nothing from the dialogues: a pair metric whose values are
+            drawn from a seed (Random), or a set metric without a public ``fn``.
+    """
+    spec = registry.get(name, level)
+    own = _OWN_CLASSES.get((level, spec.name))
+    if own is not None:
+        return own
+    made = _MADE.get((level, spec.name))
+    if made is not None and made[0] is spec:
+        return made[1]
+    where = f"{level} metric {spec.name!r}"
+    if level == "pair" and spec.core is None:
+        raise ValueError(f"{where} has no torchmetrics class: its values are drawn from a seed, not computed")
+    if level == "set" and spec.fn is None:
+        raise ValueError(
+            f"{where} has no torchmetrics class: its entry names no fn (the function over two sets "
+            "of dialogues); give the MetricSpec an fn"
+        )
+    cname = class_name(spec.name, level)
+    base, doc = (_PairMetric, _PAIR_DOC) if level == "pair" else (_SetDialogueMetric, _SET_DOC)
+    encoded = bool({"encoder", "pair_encoder"} & set(spec.needs))
+    fn_text = spec.fn if isinstance(spec.fn, str) else getattr(spec.fn, "__qualname__", repr(spec.fn))
+    cls = type(
+        cname,
+        (base,),
+        {
+            "__doc__": doc.format(
+                label=spec.label,
+                name=spec.name,
+                fn=f" and ``{fn_text}``" if level == "pair" and spec.fn else fn_text,
+                encoded=" with the encoder" if encoded else "",
+                direction="a higher value is closer"
+                if spec.direction == "higher"
+                else "a lower value is closer",
+                encoder=_ENCODER_DOC if encoded else _NO_ENCODER_DOC,
+            ),
+            "__module__": __name__,
+            "__qualname__": cname,
+            "_method": spec.name,
+            "_label": spec.name,
+            "higher_is_better": spec.direction == "higher",
+        },
+    )
+    _MADE[(level, spec.name)] = (spec, cls)
+    return cls
+
+
+def metric_classes(level: str = "pair") -> dict[str, type[Metric]]:
+    """The ``torchmetrics`` classes of every registered metric of a level that computes from the
+    dialogues (:func:`metric_class`).
+
+    Args:
+        level: ``"pair"`` or ``"set"``.
+
+    Returns:
+        ``{name: class}`` in registration (table) order.
+    """
+    out = {}
+    for spec in registry.specs(level):
+        try:
+            out[spec.name] = metric_class(spec.name, level)
+        except ValueError:  # drawn from a seed, or no fn: nothing to compute
+            continue
+    return out
+
+
+FlowScore = metric_class("flowscore")
+"""FlowScore distance 1 - F (SPEC section 7) of (reference, prediction) pairs, averaged: the class
+:func:`metric_class` makes from the registry's ``flowscore`` entry (the same values as
+:func:`dialfork_metrics.flowscore` and the ``flowscore`` evaluate module). ``FlowScore(encoder="minilm",
+*, batch_size=64, device=None, embedding_cache_dir=None, return_scores=False, **kwargs)``."""
+
+FlowDTW = metric_class("flowdtw")
+"""FlowDTW distance Gamma(n, m) / L (SPEC section 7) of (reference, prediction) pairs, averaged: the
+class :func:`metric_class` makes from the registry's ``flowdtw`` entry (the same values as
+:func:`dialfork_metrics.flowdtw` and the ``flowdtw`` evaluate module); arguments as :data:`FlowScore`."""
+
+
+def __getattr__(name: str) -> Any:
+    """The class of any registered metric by its :func:`class_name` (``MeanTurn``, ...), made on access."""
+    for level in registry.LEVELS:
+        for spec in registry.specs(level):
+            if class_name(spec.name, level) == name:
+                try:
+                    return metric_class(spec.name, level)
+                except ValueError:
+                    break
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["FBD", "FlowDTW", "FlowKL", "FlowScore", "class_name", "metric_class", "metric_classes"]

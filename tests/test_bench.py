@@ -90,7 +90,8 @@ def test_report_json_reloads_and_files_written(bench):
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000, name
     graphs = sorted(out.glob("flowgraph_*"))
     assert {g.suffix for g in graphs} == {".png", ".graphml"}
-    assert (out / "task1_units.csv").read_text().count("\n") == 1 + 8 * len(TASK1_METHODS)
+    n_units = 2 * len(hallucination_types())  # tasks x types (8 with the paper's four)
+    assert (out / "task1_units.csv").read_text().count("\n") == 1 + n_units * len(TASK1_METHODS)
     assert rep["timings"]["total"] > 0 and 0 < rep["timings"]["encoding_share"] < 1
 
 
@@ -217,9 +218,10 @@ def test_paper_statistics_and_units(bench):
     comp = rep["task1"]["comparisons"]
     assert [(c["a"], c["b"]) for c in comp] == [("flowkl", "fbd"), ("flowkl", "prd")]
     assert [c["p_holm"] for c in comp] == pytest.approx(holm([c["p"] for c in comp]))
+    n_units = 2 * len(hallucination_types())  # tasks x types (8 with the paper's four)
     for c in comp:
-        assert c["ci_low"] <= c["mean_diff"] <= c["ci_high"] and c["n_units"] == 8
-    assert "Appendix J. FlowKL against each method" in md and "| FlowKL | FBD | 8 |" in md
+        assert c["ci_low"] <= c["mean_diff"] <= c["ci_high"] and c["n_units"] == n_units
+    assert "Appendix J. FlowKL against each method" in md and f"| FlowKL | FBD | {n_units} |" in md
     # tau CIs hold the tau they bound; Random's is [0, 0]
     for t in (rep["task1"]["summary"], rep["task2"]["per_encoder"]["minilm"]["summary"]):
         for m, row in t["tau"].items():

@@ -21,11 +21,14 @@ The toys generate from ``examples/workflows/insurance.yaml`` (two tasks, no STAR
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from pathlib import Path
 
 import pytest
 import yaml
+
+from dialfork_dataset.taxonomy import forks_per_source, hallucination_types
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "workflows" / "insurance.yaml"
@@ -37,7 +40,8 @@ def read_records(folder: Path) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def small_corpus(tmp_path_factory) -> Path:
-    """Template generation from the example workflow file: 2 tasks x 2 sources x 17 dialogues."""
+    """Template generation from the example workflow file: 2 tasks x 2 sources x (1 + forks_per_source())
+    dialogues (17 with the paper's four types)."""
     from generation import GenerationConfig, generate_corpus
 
     out = tmp_path_factory.mktemp("extending") / "corpus"
@@ -59,7 +63,7 @@ def test_new_metric_plugs_into_task2(small_corpus):
     assert (name, fn) == ("vocab", toy_vocabulary_distance)
     t2 = run_task2(load_corpus(small_corpus), encoder=None, methods=("random",), custom={name: fn})
     rows = [r for r in t2["units"] if r["method"] == "vocab"]
-    assert len(rows) == 2 * 2 * 4  # sources x types, each ranking its 4 forks
+    assert len(rows) == 2 * 2 * len(hallucination_types())  # sources x types, each ranking its 4 forks
     assert all(len(r["distances"]) == 4 and all(0 <= d <= 1 for d in r["distances"]) for r in rows)
     assert all(-1 <= r["tau"] <= 1 for r in rows)
     assert "vocab" in t2["methods"] and t2["summary"]["tau"]["vocab"]["Avg"] is not None
@@ -115,7 +119,7 @@ def test_new_builtin_metric_is_one_registry_entry(small_corpus, toy_registered):
     corpus = bench.load_corpus(small_corpus)
     t2 = bench.run_task2(corpus, encoder=None, methods=("vocab", "random"))
     assert t2["methods"] == ["vocab", "random"] and t2["summary"]["tau"]["vocab"]["Avg"] is not None
-    assert len([r for r in t2["units"] if r["method"] == "vocab"]) == 2 * 2 * 4
+    assert len([r for r in t2["units"] if r["method"] == "vocab"]) == 2 * 2 * len(hallucination_types())
     assert "| Vocabulary (Jaccard) |" in task2_markdown({"per_encoder": {"none": t2}})
     t1 = bench.run_task1(corpus, encoder=None, methods=("vocab", "random"), progress=False)
     rows = [r for r in t1["units"] if r["method"] == "vocab"]
@@ -165,6 +169,13 @@ def test_a_flow_aware_metric_is_compared_with_the_controls_in_words():
     assert "vocab_flow" not in TASK2_FLOW_METHODS
 
 
+def listed(level: str) -> str:
+    """The registered metric names of a level, as an unknown-name message lists them."""
+    from dialfork_metrics.registry import names
+
+    return ", ".join(names(level))
+
+
 def test_registry_refuses_bad_entries():
     from dialfork_metrics.registry import MetricSpec, get, register
 
@@ -172,7 +183,9 @@ def test_registry_refuses_bad_entries():
         register(MetricSpec("flowscore", "pair", "Again", core=toy_jaccard_core, input="turns"))
     with pytest.raises(ValueError, match="metric 'x': a pair metric declares input="):
         MetricSpec("x", "pair", "X", core=toy_jaccard_core)
-    with pytest.raises(ValueError, match="unknown Task 2 .pair. metric 'nope'; registered: mean_turn"):
+    with pytest.raises(
+        ValueError, match=re.escape(f"unknown Task 2 (pair) metric 'nope'; registered: {listed('pair')}")
+    ):
         get("nope")
 
 
@@ -219,11 +232,15 @@ def test_new_detector_is_one_registry_entry(small_corpus, toy_detector):
     from dialfork_metrics.report.markdown import _task3_header, task3_markdown, weight_sweep_markdown
     from dialfork_metrics.task3 import DETECTOR_NAMES, make_detector
     from dialfork_metrics.task3.__main__ import _build_parser as task3_parser
+    from dialfork_metrics.task3.registry import detector_names
 
     # the name lists, old names included, and the CLIs that take a detector name
     assert "middle" in TASK3_DETECTORS and "middle" in bench.TASK3_DETECTORS and "middle" in DETECTOR_NAMES
     assert LABELS["middle"] == "Always middle" and regime("middle") == "baselines"
-    assert TASK3_REGIMES["baselines"] == ("first", "last", "random", "middle")
+    assert (
+        TASK3_REGIMES["baselines"] == detector_names(regime="baselines")
+        and TASK3_REGIMES["baselines"][-1] == "middle"
+    )
     assert (
         task3_parser().parse_args(["predict", "--data", "x", "--out", "y", "--detector", "middle"]).detector
         == "middle"
@@ -251,8 +268,10 @@ def test_new_detector_is_one_registry_entry(small_corpus, toy_detector):
 
 
 def test_detector_registry_refuses_bad_entries():
+    from dialfork_dataset.registry import RegistryError
     from dialfork_metrics import bench
     from dialfork_metrics.task3 import DetectorSpec, get_detector, make_detector, register_detector
+    from dialfork_metrics.task3.registry import detector_names, unregister_detector
 
     with pytest.raises(ValueError, match="a Task 3 detector 'it' is already registered"):
         register_detector(DetectorSpec("it", "IT again", "streaming", MiddleTurnDetector))
@@ -270,16 +289,18 @@ def test_detector_registry_refuses_bad_entries():
         DetectorSpec("x", "X", "other", "test_extending:Nope").build()
     with pytest.raises(TypeError, match="Task 3 detector 'it': method= is fixed by the name"):
         make_detector("it", method="ss")
-    # an unknown name, everywhere a name is taken, lists the registered ones
-    with pytest.raises(
-        ValueError, match="unknown Task 3 detector 'nope'; registered: first, last, random, it"
-    ):
+    # an unknown name, everywhere a name is taken, lists the registered ones (read from the registry)
+    registered = re.escape(f"unknown Task 3 detector 'nope'; registered: {', '.join(detector_names())}")
+    with pytest.raises(RegistryError, match=registered):
         get_detector("nope")
-    with pytest.raises(
-        ValueError, match="unknown Task 3 detector 'nope'; registered: first, last, random, it"
-    ):
+    with pytest.raises(ValueError, match=registered):
         make_detector("nope")
-    with pytest.raises(bench.BenchError, match=r"unknown Task 3 method\(s\) \['nope'\]; known: first, last"):
+    with pytest.raises(RegistryError, match=registered):
+        unregister_detector("nope")
+    with pytest.raises(
+        bench.BenchError,
+        match=re.escape(f"unknown Task 3 method(s) ['nope']; known: {', '.join(detector_names())}"),
+    ):
         bench.run_benchmark("unused", tasks=(3,), task3_detectors=("nope",))
 
 
@@ -313,7 +334,7 @@ def toy_place(options: dict, state) -> dict:
 @pytest.fixture
 def toy_backend():
     """Checklist step 2, at run time: one registry entry (step 1, the class, is ToyBackend above)."""
-    from generation.backends import BackendSpec, register_backend, unregister_backend
+    from generation.backends import BACKENDS, BackendSpec, register_backend, unregister_backend
 
     spec = register_backend(
         BackendSpec(
@@ -321,11 +342,12 @@ def toy_backend():
             "test_extending:ToyBackend",
             llm=True,
             placement="test_extending:toy_place",
-            needs="nothing (a toy)",
+            needs=("server",),  # what it would need if it were real, in BackendSpec's vocabulary
         )
     )
     yield spec
-    unregister_backend("toy")
+    if "toy" in BACKENDS:  # a test may have unregistered it already (unregistering twice raises)
+        unregister_backend("toy")
 
 
 def test_new_backend_registers_and_generates(tmp_path, toy_backend):
@@ -346,7 +368,7 @@ def test_new_backend_registers_and_generates(tmp_path, toy_backend):
         progress=False,
     )
     recs = read_records(out)
-    assert len(recs) == 2 * 17 and {r["generator"] for r in recs} == {"toy"}
+    assert len(recs) == 2 * (1 + forks_per_source()) and {r["generator"] for r in recs} == {"toy"}
     forks = [r for r in recs if r["hallucination_type"]]
     src = {r["dialogue_id"]: r for r in recs if r["hallucination_type"] is None}
     for f in forks:  # the injected instruction reaches the system agent at the fork turn t_k
@@ -387,9 +409,9 @@ def test_new_backend_is_seen_by_the_cli_placement_and_version(tmp_path, toy_back
     assert conformance_check(build_parser().parse_args(argv)) == DEFAULT_CHECK  # an LLM backend: D+ checked
     assert main([*argv, "--no-check-conformance"]) == 0, capsys.readouterr().err
     recs = read_records(out)
-    assert len(recs) == 2 * 17 and {r["generator"] for r in recs} == {"toy"}
+    assert len(recs) == 2 * (1 + forks_per_source()) and {r["generator"] for r in recs} == {"toy"}
     assert all(t["text"].startswith("Hey,") for r in recs for t in r["turns"])
-    assert "toy: nothing (a toy)" in " ".join(build_parser().format_help().split())
+    assert "toy: an OpenAI-compatible server" in " ".join(build_parser().format_help().split())
     config = SimpleNamespace(backend="toy", backend_options={"greeting": "Hi"})
     assert backend_options_for_process(config, SimpleNamespace(num_processes=2, device="cuda:1")) == {
         "greeting": "Hi from cuda:1"
@@ -398,7 +420,7 @@ def test_new_backend_is_seen_by_the_cli_placement_and_version(tmp_path, toy_back
     unregister_backend("toy")
     assert "toy" not in BACKENDS
     with pytest.raises(
-        UnknownBackendError, match="unknown backend 'toy'; registered: template, transformers, openai"
+        UnknownBackendError, match=re.escape(f"unknown backend 'toy'; registered: {', '.join(BACKENDS)}")
     ):
         get_backend("toy")
     with pytest.raises(SystemExit):
@@ -558,12 +580,22 @@ def test_new_source_kind_is_one_registry_entry(tmp_path, toy_source_kind, capsys
 
 
 def test_an_unknown_source_kind_lists_the_registered_ones(toy_source_kind):
-    from dialfork_dataset.sources import SourceError, SourceKind, parse_source_spec, register_source_kind
+    from dialfork_dataset.sources import (
+        SOURCE_KINDS,
+        SourceError,
+        SourceKind,
+        parse_source_spec,
+        register_source_kind,
+    )
     from dialfork_metrics.audit.core import AuditError, parse_source
 
-    with pytest.raises(SourceError, match="unknown source kind 'toyy'; registered: star, workflow, toy"):
+    kinds = tuple(SOURCE_KINDS)  # the registered kinds, in registration order: the toy is the last
+    assert kinds[:2] == ("star", "workflow") and kinds[-1] == "toy"
+    with pytest.raises(
+        SourceError, match=re.escape(f"unknown source kind 'toyy'; registered: {', '.join(kinds)}")
+    ):
         parse_source_spec("toyy:/nowhere")
-    with pytest.raises(AuditError, match="expected star:PATH or workflow:PATH or toy:PATH"):
+    with pytest.raises(AuditError, match=re.escape("expected " + " or ".join(f"{k}:PATH" for k in kinds))):
         parse_source("toyy:/nowhere", None)
     with pytest.raises(SourceError, match="no path after 'toy:'"):
         parse_source_spec("toy:")

@@ -24,6 +24,8 @@ from dialfork_dataset import taxonomy
 from dialfork_dataset.taxonomy import FORK_POSITIONS, HallucinationType
 
 ROOT = Path(__file__).resolve().parents[1]
+#: The paper's four types (literal on purpose: tests that name them by name).
+PAPER = ("WIC", "SSPC", "GR", "CSC")
 EXAMPLE = ROOT / "examples" / "workflows" / "insurance.yaml"
 PER_TASK = 6
 
@@ -59,12 +61,15 @@ def read_records(folder: Path) -> list[dict]:
 @pytest.fixture(scope="module")
 def toy(tmp_path_factory):
     """TOY registered (undone afterwards), its variant file, and a corpus generated with it."""
+    import generation.variants
     from generation import GenerationConfig, generate_corpus
 
     root = tmp_path_factory.mktemp("toy_type")
+    before = taxonomy.hallucination_types()  # the paper's four, and any type built in after them
     taxonomy.register_type(TOY)
     try:
-        pool = yaml.safe_load((ROOT / "generation" / "variants.yaml").read_text(encoding="utf-8"))
+        # the default pool (its file holds the variants of every type registered before TOY)
+        pool = yaml.safe_load(generation.variants.VARIANTS_PATH.read_text(encoding="utf-8"))
         pool["types"]["TOY"] = [
             {
                 "id": f"toy-{i}",
@@ -84,16 +89,24 @@ def toy(tmp_path_factory):
             ),
             progress=False,
         )
-        yield {"root": root, "variants": variants, "corpus": corpus, "records": read_records(corpus)}
+        yield {
+            "root": root,
+            "variants": variants,
+            "corpus": corpus,
+            "records": read_records(corpus),
+            "before": before,
+        }
     finally:
         taxonomy.unregister_type("TOY")
 
 
 def test_the_registry_sees_the_type(toy):
-    assert taxonomy.hallucination_types() == ("WIC", "SSPC", "GR", "CSC", "TOY")  # appended: seed index 4
-    assert taxonomy.type_index("TOY") == 4 and taxonomy.forks_per_source() == 20
-    assert taxonomy.table4_order() == ("CSC", "GR", "SSPC", "TOY", "WIC")
-    assert taxonomy.breaking_types() == ("WIC", "SSPC", "GR", "TOY")
+    n = len(toy["before"]) + 1  # 5 with the paper's four
+    assert taxonomy.hallucination_types() == (*toy["before"], "TOY")  # appended: seed index n - 1
+    assert taxonomy.type_index("TOY") == n - 1 and taxonomy.forks_per_source() == 4 * n
+    # Table 4 sorts by table4_key (the code): TOY between SSPC and WIC among the paper's four
+    assert [c for c in taxonomy.table4_order() if c in (*PAPER, "TOY")] == ["CSC", "GR", "SSPC", "TOY", "WIC"]
+    assert taxonomy.breaking_types()[:3] == ("WIC", "SSPC", "GR") and taxonomy.breaking_types()[-1] == "TOY"
     assert taxonomy.HALLUCINATION_TYPES[-1] == "TOY" and taxonomy.display_name("TOY") == "toy reversal"
     # the old constant names, wherever they are re-exported, read the registry when accessed
     import dialfork_dataset
@@ -105,7 +118,7 @@ def test_the_registry_sees_the_type(toy):
     for module in (dialfork_dataset, records, generation.engine):
         assert module.HALLUCINATION_TYPES[-1] == "TOY", module.__name__
     assert bench.TYPES[-1] == "TOY"
-    assert generation.engine.FORKS_PER_SOURCE == 20 and design.BREAKING_TYPES[-1] == "TOY"
+    assert generation.engine.FORKS_PER_SOURCE == 4 * n and design.BREAKING_TYPES[-1] == "TOY"
 
 
 def test_the_variant_check_of_the_entry_runs(toy, tmp_path):
@@ -127,7 +140,7 @@ def test_generation_forks_every_source_with_the_type(toy):
     sources = [r for r in recs if r["hallucination_type"] is None]
     assert len(sources) == 2 * PER_TASK
     per_source = Counter(r["source_id"] for r in recs if r["hallucination_type"] is not None)
-    assert set(per_source.values()) == {20}  # forks_per_source(): 5 types x 4 positions
+    assert set(per_source.values()) == {taxonomy.forks_per_source()}  # 5 types x 4 positions: 20
     toys = [r for r in recs if r["hallucination_type"] == "TOY"]
     assert sorted(Counter(r["fork_position"] for r in toys).values()) == [2 * PER_TASK] * 4
     assert all(r["variant"].startswith("toy-") and r["substitute_task"] is None for r in toys)
@@ -148,18 +161,19 @@ def test_export_hidden_split_and_load_dataset(toy, tmp_path):
     hub, gold = tmp_path / "hub", tmp_path / "gold"
     info = export_hub_layout(toy["corpus"], hub, gold, blind_key="7b" * 32, hidden_fraction=0.5)
     card = (hub / "README.md").read_text(encoding="utf-8")
-    assert "TOY toy reversal" in card and "one of 5" in card and "all 20" in card
+    n_types, n_forks = len(taxonomy.hallucination_types()), taxonomy.forks_per_source()  # 5 and 20
+    assert "TOY toy reversal" in card and f"one of {n_types}" in card and f"all {n_forks}" in card
     n_test_src = info["counts"]["conformant"]["test"]
-    assert info["counts"]["forked"]["test"] == n_test_src * 20
+    assert info["counts"]["forked"]["test"] == n_test_src * n_forks
     forked = load_dataset(str(hub), "forked", split="test", cache_dir=str(tmp_path / "cache"))
     assert Counter(forked["hallucination_type"])["TOY"] == n_test_src * 4
     # the metric track's blind pairs hold every fork of each of its sources, the new type's included
     labels = load_gold(gold)
-    assert labels["task2"] and len(labels["task2"]) % 20 == 0
-    assert Counter(r["hallucination_type"] for r in labels["task2"])["TOY"] == len(labels["task2"]) // 5
+    assert labels["task2"] and len(labels["task2"]) % n_forks == 0
+    assert Counter(r["hallucination_type"] for r in labels["task2"])["TOY"] == len(labels["task2"]) // n_types
     blind_task2 = load_dataset(str(hub), "blind_task2", split="test", cache_dir=str(tmp_path / "cache"))
     assert len(blind_task2) == len(labels["task2"])
-    # the detector track's blind forks: drawn by latin_cells over 5 types x 4 positions
+    # the detector track's blind forks: drawn by latin_cells over the corpus's 5 types x 4 positions
     assert {r["hallucination_type"] for r in labels["task3"]} <= {None, *taxonomy.hallucination_types()}
 
 
@@ -180,8 +194,8 @@ def test_the_benchmark_tables_have_a_column_for_the_type(toy, tmp_path):
         task3_kwargs={"ablations": False},
     )
     md = (tmp_path / "bench" / "report.md").read_text(encoding="utf-8")
-    header_t3 = "| Method | WIC | SSPC | GR | CSC | TOY | Avg |"
-    assert header_t3 in md  # Tables 2 and 3 (Task 1, Task 2): registration order
+    header_t3 = "| Method | " + " | ".join(taxonomy.hallucination_types()) + " | Avg |"
+    assert header_t3 in md and header_t3.endswith("| TOY | Avg |")  # Tables 2 and 3: registration order
     assert "MAE_h TOY" in md  # Table 4 (Task 3)
     t2 = rep["task2"]["per_encoder"]["minilm"]["summary"]["tau"]["flowscore"]
     assert t2["TOY"] is not None and -1 <= t2["TOY"] <= 1
@@ -213,11 +227,12 @@ def test_the_annotation_demo_and_analyses_use_the_type(toy, tmp_path):
     assert "TOY" in {c.htype for c in cues if c.kind == CUE_FOIL}
     own = [c for c, r in zip(cues, recs) if c.kind == CUE_TRUE and r["hallucination_type"] == "TOY"]
     assert own and all(c.text == pool.by_id(c.variant).cue for c in own)
-    # the Latin square has one row per type: over 5 rows each (type, k) cell occurs once
-    cells = [(h, k) for r in range(5) for k, h in latin_types(r).items()]
+    # the Latin square has one row per type: over 5 rows (one per type) each (type, k) cell occurs once
+    cells = [(h, k) for r in range(len(taxonomy.hallucination_types())) for k, h in latin_types(r).items()]
     assert sorted(cells) == sorted((h, k) for h in taxonomy.hallucination_types() for k in FORK_POSITIONS)
-    draws = draw_blocks(TaskPool.from_rows("weather", recs), ["a"], 2, seed=0)
-    assert any("-TOY-" in d for draw in draws for d in draw.block.dialogue_ids)  # row 1 puts TOY at k=4
+    last_row = len(taxonomy.hallucination_types()) - 4  # row n - 4 puts TOY, the last type, at k=4
+    draws = draw_blocks(TaskPool.from_rows("weather", recs), ["a"], 1, seed=0, next_row=last_row)
+    assert any("-TOY-" in d for draw in draws for d in draw.block.dialogue_ids)
     # the analyses: the type is pooled with the workflow-breaking ones and reported on its own
     rows = simulate_judgments(n_annotators=5, tasks=("weather",), seed=1)
     assert Counter(r["hallucination_type"] for r in rows if r["hallucination_type"])["TOY"] == 5 * 4

@@ -24,7 +24,7 @@ def test_taxonomy_is_the_only_source_of_the_types():
     assert records.FORK_POSITIONS is taxonomy.FORK_POSITIONS
     assert set(taxonomy.TABLE4_ORDER) == set(taxonomy.HALLUCINATION_TYPES) == set(taxonomy.TYPE_NAMES)
     assert not hasattr(scorer, "TYPES")  # no copy of the list: every consumer reads the registry
-    with pytest.raises(KeyError, match="known: " + ", ".join(taxonomy.hallucination_types())):
+    with pytest.raises(KeyError, match="registered: " + ", ".join(taxonomy.hallucination_types())):
         taxonomy.display_name("XYZ")
 
 

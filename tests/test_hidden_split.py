@@ -19,6 +19,7 @@ from dialfork_dataset.hidden import (
     HiddenKeyError,
     LeakError,
     assert_disjoint,
+    corpus_types,
     draw_hidden_tracks,
     latin_cells,
     n_reserved,
@@ -35,6 +36,14 @@ from dialfork_dataset.taxonomy import FORK_POSITIONS, forks_per_source, hallucin
 
 ROOT = Path(__file__).resolve().parents[1]
 KEY = bytes(range(32))
+#: The paper's four types (literal on purpose: a corpus made before any other type existed).
+PAPER = ("WIC", "SSPC", "GR", "CSC")
+
+
+def paper_corpus(tasks, per_task, seed=3):
+    """LLM-like hidden records with the paper's four types only, whatever else is registered."""
+    recs = llm_like_records(tasks=tasks, per_task=per_task, seed=seed)
+    return [r for r in recs if r["hallucination_type"] in (None, *PAPER)]
 
 
 # ---- keys ------------------------------------------------------------------------------------
@@ -168,12 +177,48 @@ def test_latin_cells_for_any_number_of_types_and_positions(n, m):
 
 def test_latin_cells_of_the_taxonomy_are_unchanged_by_the_general_form():
     """The 4 x 4 draw of an existing key is what it was (the square path), given the same generator."""
-    a = latin_cells(secret_rng(KEY, "t"))
-    # literal on purpose: the keys made so far drew over the paper's four types (the default)
-    b = latin_cells(secret_rng(KEY, "t"), ["WIC", "SSPC", "GR", "CSC"], [1, 2, 3, 4])
-    assert a == b
+    # literal on purpose: the keys made so far drew over the paper's four types, and this is KEY's order
+    expected = [
+        ("CSC", 2), ("GR", 3), ("SSPC", 4), ("WIC", 1), ("SSPC", 3), ("GR", 1), ("CSC", 4), ("WIC", 2),
+        ("CSC", 3), ("WIC", 4), ("GR", 2), ("SSPC", 1), ("GR", 4), ("SSPC", 2), ("CSC", 1), ("WIC", 3),
+    ]  # fmt: skip
+    assert latin_cells(secret_rng(KEY, "t"), PAPER, [1, 2, 3, 4]) == expected
     with pytest.raises(ValueError, match="both must be non-empty"):
         latin_cells(random.Random(0), [], [1])
+
+
+def test_corpus_types_are_the_records_types_in_seed_order():
+    recs = paper_corpus(("weather",), 2)
+    assert corpus_types(recs) == PAPER
+    assert corpus_types([r for r in recs if r["hallucination_type"] != "SSPC"]) == ("WIC", "GR", "CSC")
+    assert corpus_types([{"hallucination_type": "ZZ_GONE"}, *recs]) == (
+        *PAPER,
+        "ZZ_GONE",
+    )  # unregistered: last
+
+
+def test_a_keys_blind_set_does_not_change_when_a_type_is_registered():
+    """Issue 45: the draw cycles over the types the corpus carries, not over the registry's, so a
+    fixed corpus drawn with its key gives the same blind set after a type is registered."""
+    from dialfork_dataset.taxonomy import HallucinationType, register_type, unregister_type
+
+    recs = paper_corpus(("weather", "trivia", "bank_balance"), 12)
+    before = draw_hidden_tracks(recs, KEY)
+    # what the draw cycles over: the corpus's four types, the square of every key made so far
+    assert [r["dialogue_id"] for r in before.detector] == [
+        r["dialogue_id"] for r in draw_hidden_tracks(recs, KEY, types=PAPER).detector
+    ]
+    register_type(HallucinationType("ZZ_FIFTH", "a type registered after the corpus was made"))
+    try:
+        after = draw_hidden_tracks(recs, KEY)
+        # a draw over the registry's types (the old behaviour) would have changed the blind set
+        over_registry = draw_hidden_tracks(recs, KEY, types=hallucination_types())
+    finally:
+        unregister_type("ZZ_FIFTH")
+    ids = [r["dialogue_id"] for r in before.detector]
+    assert [r["dialogue_id"] for r in after.detector] == ids and after.mix == before.mix
+    assert [r["dialogue_id"] for r in after.metric] == [r["dialogue_id"] for r in before.metric]
+    assert [r["dialogue_id"] for r in over_registry.detector] != ids
 
 
 def test_draw_one_dialogue_per_source_balanced_and_tracks_disjoint():

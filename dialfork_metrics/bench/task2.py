@@ -3,7 +3,6 @@ user metrics (``--metric``)."""
 
 from __future__ import annotations
 
-import importlib
 import logging
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
@@ -12,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from dialfork_dataset.registry import resolve
 from dialfork_dataset.taxonomy import FORK_POSITIONS, hallucination_types
 
 from .. import registry
@@ -385,12 +385,7 @@ def load_custom_metric(spec: str) -> tuple[str, Callable[[Any, Any], float]]:
     if not target:
         target, name = spec, Path(spec.rstrip("/")).stem
     if ":" in target and not Path(target).exists():
-        mod, _, fn = target.partition(":")
-        try:
-            f = getattr(importlib.import_module(mod), fn)
-        except (ImportError, AttributeError) as e:
-            raise BenchError(f"--metric {spec!r}: cannot import {fn!r} from {mod!r} ({e})") from None
-        return name, f
+        return name, resolve(target, f"--metric {spec!r}", error=BenchError)
     if Path(target).exists():
         import evaluate
 

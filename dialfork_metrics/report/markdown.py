@@ -9,7 +9,7 @@ from typing import Any
 from dialfork_dataset.taxonomy import hallucination_types
 
 from ..methods import label as _label
-from ..registry import NameView, names
+from ..registry import NameView, names, table4_order
 
 logger = logging.getLogger(__name__)
 
@@ -408,7 +408,7 @@ def _task3_rows(results: Mapping[str, Mapping[str, Any]]) -> list[list[str]]:
         by = r.get("mae_h_by_type", {})
         rows.append(
             [_label(det)]
-            + [_f(by.get(h), 2) for h in hallucination_types()]
+            + [_f(by.get(h), 2) for h in table4_order()]
             + [
                 _f(r["mae_h"], 2),
                 _f(r["cov_h"], pct=True),
@@ -423,7 +423,7 @@ def _task3_rows(results: Mapping[str, Mapping[str, Any]]) -> list[list[str]]:
 def _task3_header() -> list[str]:
     return [
         "Detector",
-        *(f"MAE_h {h}" for h in hallucination_types()),
+        *(f"MAE_h {h}" for h in table4_order()),
         "MAE_h",
         "cov_h",
         "MAE_c",
@@ -604,7 +604,7 @@ def task3_all_turns_markdown(t3: Mapping[str, Any]) -> str:
             by = a.get("mae_h_by_type", {})
             rows.append(
                 [_label(det)]
-                + [_f(by.get(h), 2) for h in hallucination_types()]
+                + [_f(by.get(h), 2) for h in table4_order()]
                 + [_f(a["mae_h"], 2), _f(a["mae_c"], 2)]
             )
         if not rows:
@@ -614,9 +614,7 @@ def task3_all_turns_markdown(t3: Mapping[str, Any]) -> str:
             f"### Table 4 (paper's unit). Task 3 MAEs in all turns, user + system (encoder `{enc}`; "
             f"MAE_h_ref {_f(a['mae_h_ref'], 2)}, MAE_c_ref {_f(a['mae_c_ref'], 2)}; coverages and Score as above)",
             "",
-            markdown_table(
-                ["Detector", *(f"MAE_h {h}" for h in hallucination_types()), "MAE_h", "MAE_c"], rows
-            ),
+            markdown_table(["Detector", *(f"MAE_h {h}" for h in table4_order()), "MAE_h", "MAE_c"], rows),
             "",
         ]
     return "\n".join(md)

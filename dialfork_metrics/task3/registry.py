@@ -8,6 +8,10 @@ and its lists (``detectors.DETECTOR_NAMES``, ``STREAMING_DETECTORS``, ...), the 
 and the validation of ``python -m dialfork_metrics.bench --task3-detectors``. Adding a detector is
 its class (or factory) and one :class:`DetectorSpec`.
 
+The registry is a :class:`~dialfork_dataset.registry.Registry` (:data:`DETECTORS` is its read-only
+view); an unknown name raises :class:`~dialfork_dataset.registry.RegistryError` (a ``ValueError``)
+listing the registered detectors.
+
 Factories are named lazily (``"package.module:attr"``) so that importing the registry imports no
 numpy or torch; :meth:`DetectorSpec.factory_fn` imports them on first use.
 
@@ -25,7 +29,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..registry import resolve
+from dialfork_dataset.registry import Registry, RegistryError, is_ref, resolve
 
 logger = logging.getLogger(__name__)
 
@@ -96,7 +100,7 @@ class DetectorSpec:
             raise ValueError(f"{where}: label must be a non-empty string (its name in the report's tables)")
         if self.regime not in REGIMES:
             raise ValueError(f"{where}: regime {self.regime!r} is not one of {REGIMES}")
-        if not (callable(self.factory) or (isinstance(self.factory, str) and self.factory.count(":") == 1)):
+        if not (callable(self.factory) or is_ref(self.factory)):
             raise ValueError(
                 f"{where}: factory must be a class or function, or 'package.module:attr', "
                 f"got {self.factory!r}"
@@ -154,7 +158,16 @@ class DetectorSpec:
         return self.factory_fn()(**self.options, **kwargs)
 
 
-_REGISTRY: dict[str, DetectorSpec] = {}
+_REGISTRY: Registry[DetectorSpec] = Registry(
+    "Task 3 detector",
+    DetectorSpec,
+    normalize=lambda name: str(name).strip().lower(),
+    add_hint="dialfork_metrics.task3.register_detector",
+)
+
+#: The detector registry, a read-only live mapping: name -> :class:`DetectorSpec`
+#: (:func:`register_detector` is the one way to add a detector).
+DETECTORS: Mapping[str, DetectorSpec] = _REGISTRY.view
 
 
 def register_detector(spec: DetectorSpec, *, replace: bool = False) -> DetectorSpec:
@@ -169,16 +182,10 @@ def register_detector(spec: DetectorSpec, *, replace: bool = False) -> DetectorS
 
     Raises:
         TypeError: ``spec`` is not a :class:`DetectorSpec`.
-        ValueError: A detector of that name is registered and ``replace`` is False.
+        RegistryError: A detector of that name is registered and ``replace`` is False (a
+            ``ValueError``).
     """
-    if not isinstance(spec, DetectorSpec):
-        raise TypeError(f"register_detector takes a DetectorSpec, got {type(spec).__name__}")
-    if spec.name in _REGISTRY and not replace:
-        raise ValueError(
-            f"a Task 3 detector {spec.name!r} is already registered (pass replace=True to replace "
-            "it, or pick another name)"
-        )
-    _REGISTRY[spec.name] = spec
+    _REGISTRY.register(spec, replace=replace)
     logger.debug("registered Task 3 detector %r", spec.name)
     return spec
 
@@ -193,11 +200,9 @@ def unregister_detector(name: str) -> DetectorSpec:
         The removed :class:`DetectorSpec`.
 
     Raises:
-        ValueError: No such detector (the message lists the registered ones).
+        RegistryError: No such detector (a ``ValueError``; the message lists the registered ones).
     """
-    spec = get_detector(name)
-    del _REGISTRY[spec.name]
-    return spec
+    return _REGISTRY.unregister(name)
 
 
 def get_detector(name: str) -> DetectorSpec:
@@ -210,15 +215,9 @@ def get_detector(name: str) -> DetectorSpec:
         Its spec.
 
     Raises:
-        ValueError: No such detector (the message lists the registered ones).
+        RegistryError: No such detector (a ``ValueError``; the message lists the registered ones).
     """
-    spec = _REGISTRY.get(str(name).strip().lower())
-    if spec is None:
-        raise ValueError(
-            f"unknown Task 3 detector {name!r}; registered: {', '.join(_REGISTRY)} (add one with "
-            "dialfork_metrics.task3.register_detector)"
-        )
-    return spec
+    return _REGISTRY.get(name)
 
 
 def detector_specs() -> list[DetectorSpec]:
@@ -227,7 +226,7 @@ def detector_specs() -> list[DetectorSpec]:
     Returns:
         The specs.
     """
-    return list(_REGISTRY.values())
+    return list(_REGISTRY.specs())
 
 
 def detector_names(
@@ -252,7 +251,7 @@ def detector_names(
     """
     return tuple(
         s.name
-        for s in _REGISTRY.values()
+        for s in _REGISTRY.specs()
         if (regime is None or s.regime == regime)
         and (in_benchmark is None or s.in_benchmark == in_benchmark)
         and (ngram is None or s.ngram == ngram)
@@ -267,7 +266,7 @@ def detector_labels() -> dict[str, str]:
     Returns:
         The labels, in table order.
     """
-    return {s.name: s.label for s in _REGISTRY.values()}
+    return {s.name: s.label for s in _REGISTRY.specs()}
 
 
 class RegimeView(Mapping[str, tuple[str, ...]]):
@@ -402,10 +401,12 @@ del _spec
 
 __all__ = [
     "BENCH_SUPPLIES",
+    "DETECTORS",
     "DetectorSpec",
     "NEEDS",
     "REGIMES",
     "RegimeView",
+    "RegistryError",
     "detector_labels",
     "detector_names",
     "detector_specs",

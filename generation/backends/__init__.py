@@ -3,28 +3,57 @@
 ``get_backend(name, **options)`` builds a backend by name; LLM backends are imported lazily,
 so the template backend (and this module) never imports torch or an HTTP client.
 
-=============== ================================================= =========================
-name            class                                             needs
-=============== ================================================= =========================
-``template``    :class:`generation.backends.template.TemplateBackend` STAR only (CPU, exact)
-``transformers``:class:`generation.backends.hf.TransformersBackend`     a chat model (GPU)
-``openai``      :class:`generation.backends.openai_backend.OpenAIBackend` an OpenAI-compatible server
-=============== ================================================= =========================
+================ ========================================================== ===========================
+name             class                                                      needs
+================ ========================================================== ===========================
+``template``     :class:`generation.backends.template.TemplateBackend`      ``surface_templates`` (CPU)
+``transformers`` :class:`generation.backends.hf.TransformersBackend`        ``model``, ``gpu``
+``openai``       :class:`generation.backends.openai_backend.OpenAIBackend`  ``server``
+================ ========================================================== ===========================
 
-Every list of backend names reads :data:`BACKENDS`: the CLI's ``--backend`` choices (at parse
-time), the default conformance check (:attr:`BackendSpec.llm`), the device placement of
-``generation.distributed`` (:attr:`BackendSpec.placement`) and the records' ``code_version``
-(:attr:`BackendSpec.target`). ``register_backend`` adds one at run time.
+Every list of backend names reads :data:`BACKENDS`, the read-only view of the registry (a
+:class:`~dialfork_dataset.registry.Registry`): the CLI's ``--backend`` choices and help (at parse
+time; :attr:`BackendSpec.needs`), the default conformance check (:attr:`BackendSpec.llm`), the
+device placement of ``generation.distributed`` (:attr:`BackendSpec.placement`) and the records'
+``code_version`` (:attr:`BackendSpec.target`). ``register_backend`` adds one at run time,
+``unregister_backend`` removes one; an unknown name raises :class:`UnknownBackendName` (both the
+registries' ``RegistryError`` and an ``UnknownBackendError``) listing the registered ones.
 """
 
 from __future__ import annotations
 
-import importlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from dialfork_dataset.registry import Registry, RegistryError, is_ref, resolve
+
 from ..errors import UnknownBackendError
 from .base import Backend, TurnRequest
+
+#: What a backend needs to run (:attr:`BackendSpec.needs`), each with the words ``--backend``'s help
+#: says: the source features it requires (:data:`dialfork_dataset.sources.FEATURES`, checked with
+#: ``require`` before a run), a local chat model, a GPU, an OpenAI-compatible server.
+NEEDS: Mapping[str, str] = {
+    "surface_templates": "a source with surface templates",
+    "api": "a source with task APIs",
+    "kb": "a source with KB tables",
+    "model": "a local chat model",
+    "gpu": "a GPU",
+    "server": "an OpenAI-compatible server",
+}
+
+
+class BackendNeeds(tuple):
+    """:attr:`BackendSpec.needs`: a tuple of :data:`NEEDS` names whose ``str`` is their words
+    (``"a local chat model, a GPU"``), as ``--backend``'s help shows them.
+
+    Args:
+        iterable: The names (checked by :class:`BackendSpec`).
+    """
+
+    def __str__(self) -> str:
+        return ", ".join(NEEDS[n] for n in self)
 
 
 @dataclass(frozen=True)
@@ -39,35 +68,83 @@ class BackendSpec:
         placement: ``"module:function"`` placing the backend on a process's device under
             ``accelerate launch`` (:func:`generation.distributed.backend_options_for_process`):
             ``fn(options, state) -> options``; ``None``: the options are used as given.
-        needs: what it needs to run, in a few words (the CLI's help).
+        needs: what it needs to run, names from :data:`NEEDS` (``("model", "gpu")``); ``--backend``'s
+            help says them in words (``str(spec.needs)``).
+
+    Raises:
+        ValueError: On construction: a name that is not a non-empty string, a ``target`` or
+            ``placement`` that is not ``"module:attr"``, or a need not in :data:`NEEDS` (the
+            message names the backend and the field).
     """
 
     name: str
     target: str
     llm: bool = True
     placement: str | None = None
-    needs: str = ""
+    needs: tuple[str, ...] = ()
 
     def __post_init__(self):
+        where = f"backend {self.name!r}"
+        if not isinstance(self.name, str) or not self.name or self.name != self.name.strip():
+            raise ValueError(f"{where}: the name must be a non-empty string without surrounding spaces")
         for field, value in (("target", self.target), ("placement", self.placement)):
-            if value is not None and (
-                not isinstance(value, str)
-                or value.count(":") != 1
-                or value.startswith(":")
-                or value.endswith(":")
-            ):
-                raise ValueError(f"backend {self.name!r}: {field} must be 'module:attr', got {value!r}")
+            if value is not None and not is_ref(value):
+                raise ValueError(f"{where}: {field} must be 'module:attr', got {value!r}")
+        if isinstance(self.needs, str) or not all(isinstance(n, str) for n in self.needs):
+            raise ValueError(
+                f"{where}: needs must be a tuple of names from {tuple(NEEDS)}, got {self.needs!r}"
+            )
+        bad = [n for n in self.needs if n not in NEEDS]
+        if bad:
+            raise ValueError(f"{where}: unknown needs {bad}; known: {tuple(NEEDS)}")
+        if not isinstance(self.llm, bool):
+            raise ValueError(f"{where}: llm must be True or False, got {self.llm!r}")
+        object.__setattr__(self, "needs", BackendNeeds(n for n in NEEDS if n in self.needs))
+
+    def target_class(self) -> type:
+        """The backend's class, imported now.
+
+        Returns:
+            The class ``target`` names.
+
+        Raises:
+            UnknownBackendError: Its module cannot be imported (e.g. a missing optional dependency
+                such as torch) or has no such attribute.
+        """
+        return resolve(self.target, f"backend {self.name!r}", error=UnknownBackendError)
+
+    def placement_fn(self) -> Any:
+        """The placement function, imported now (None when the backend has none).
+
+        Returns:
+            The function ``placement`` names, or None.
+
+        Raises:
+            UnknownBackendError: It cannot be imported.
+        """
+        if self.placement is None:
+            return None
+        return resolve(self.placement, f"backend {self.name!r}'s placement", error=UnknownBackendError)
 
 
-class _Registry(dict):
-    """name -> :class:`BackendSpec`; assigning a ``"module:Class"`` string registers it with defaults."""
+class UnknownBackendName(RegistryError, UnknownBackendError):
+    """A backend name that is not registered (or registered twice): the registries' one
+    :class:`~dialfork_dataset.registry.RegistryError`, and an :class:`UnknownBackendError` as before.
 
-    def __setitem__(self, name: str, spec: BackendSpec | str) -> None:
-        super().__setitem__(name, spec if isinstance(spec, BackendSpec) else BackendSpec(name, spec))
+    Args:
+        message: the unknown name and the registered ones.
+        errors: every problem, one line each; defaults to ``[message]``.
+        registered: the registered names.
+    """
 
 
-#: The backend registry: name -> :class:`BackendSpec`.
-BACKENDS: dict[str, BackendSpec] = _Registry()
+_BACKENDS: Registry[BackendSpec] = Registry(
+    "backend", BackendSpec, add_hint="generation.backends.register_backend", error=UnknownBackendName
+)
+
+#: The backend registry, a read-only live mapping: name -> :class:`BackendSpec` (:func:`register_backend`
+#: is the one way to add a backend).
+BACKENDS: Mapping[str, BackendSpec] = _BACKENDS.view
 
 
 def register_backend(
@@ -85,26 +162,28 @@ def register_backend(
         The registered spec.
 
     Raises:
-        ValueError: the name is already registered (and ``replace`` is false), or the spec is malformed.
+        ValueError: the spec is malformed.
+        UnknownBackendName: the name is already registered and ``replace`` is false (a
+            ``ValueError``).
     """
     if not isinstance(spec, BackendSpec):
         spec = BackendSpec(spec, target, **fields)
-    if spec.name in BACKENDS and not replace:
-        raise ValueError(
-            f"backend {spec.name!r} is already registered ({BACKENDS[spec.name].target}); "
-            "pass replace=True or pick another name"
-        )
-    BACKENDS[spec.name] = spec
-    return spec
+    return _BACKENDS.register(spec, replace=replace)
 
 
-def unregister_backend(name: str) -> None:
-    """Remove backend ``name`` from the registry (nothing happens when it is not registered).
+def unregister_backend(name: str) -> BackendSpec:
+    """Remove backend ``name`` from the registry.
 
     Args:
         name: a registered backend's name.
+
+    Returns:
+        The removed spec.
+
+    Raises:
+        UnknownBackendName: ``name`` is not registered (the message lists the registered names).
     """
-    BACKENDS.pop(name, None)
+    return _BACKENDS.unregister(name)
 
 
 def backend_spec(name: str) -> BackendSpec:
@@ -117,18 +196,16 @@ def backend_spec(name: str) -> BackendSpec:
         Its spec.
 
     Raises:
-        UnknownBackendError: ``name`` is not registered (the message lists the registered names).
+        UnknownBackendName: ``name`` is not registered (an :class:`UnknownBackendError`; the
+            message lists the registered names).
     """
-    if name not in BACKENDS:
-        raise UnknownBackendError(
-            f"unknown backend {name!r}; registered: {', '.join(BACKENDS)} "
-            "(add one with generation.backends.register_backend)"
-        )
-    return BACKENDS[name]
+    return _BACKENDS.get(name)
 
 
 def load_attr(target: str, what: str) -> Any:
-    """Import ``"module:attr"`` and return the attribute.
+    """Import ``"module:attr"`` and return the attribute (the registries' one resolver,
+    :func:`dialfork_dataset.registry.resolve`, raising :class:`UnknownBackendError`); kept for its
+    callers: :meth:`BackendSpec.target_class` and :meth:`BackendSpec.placement_fn` are the spec's own.
 
     Args:
         target: ``"module:attr"``.
@@ -141,17 +218,7 @@ def load_attr(target: str, what: str) -> Any:
         UnknownBackendError: the module cannot be imported (e.g. a missing optional dependency such as
             torch) or has no such attribute.
     """
-    mod, _, attr = target.partition(":")
-    try:
-        module = importlib.import_module(mod)
-    except ImportError as e:
-        raise UnknownBackendError(f"{what} is not available: importing {mod} failed ({e})") from e
-    try:
-        return getattr(module, attr)
-    except AttributeError:
-        raise UnknownBackendError(
-            f"{what}: module {mod} has no {attr!r} (registry entry {target!r})"
-        ) from None
+    return resolve(target, what, error=UnknownBackendError)
 
 
 def backend_class(name: str) -> type:
@@ -168,7 +235,7 @@ def backend_class(name: str) -> type:
         UnknownBackendError: ``name`` is not registered, or importing its module failed (e.g. a
             missing optional dependency such as torch or transformers).
     """
-    return load_attr(backend_spec(name).target, f"backend {name!r}")
+    return backend_spec(name).target_class()
 
 
 def get_backend(name: str, **options: Any) -> Backend:
@@ -194,28 +261,30 @@ BUILTIN_BACKENDS = (
         "template",
         "generation.backends.template:TemplateBackend",
         llm=False,
-        needs="a source with surface templates (CPU, exact)",
+        needs=("surface_templates",),
     ),
     BackendSpec(
         "transformers",
         "generation.backends.hf:TransformersBackend",
         placement="generation.backends.placement:place_on_process_device",
-        needs="a local chat model (GPU)",
+        needs=("model", "gpu"),
     ),
-    BackendSpec(
-        "openai", "generation.backends.openai_backend:OpenAIBackend", needs="an OpenAI-compatible server"
-    ),
+    BackendSpec("openai", "generation.backends.openai_backend:OpenAIBackend", needs=("server",)),
 )
 for _spec in BUILTIN_BACKENDS:
     register_backend(_spec)
+del _spec
 
 __all__ = [
     "BACKENDS",
     "Backend",
     "BUILTIN_BACKENDS",
+    "BackendNeeds",
     "BackendSpec",
+    "NEEDS",
     "TurnRequest",
     "UnknownBackendError",
+    "UnknownBackendName",
     "backend_class",
     "backend_spec",
     "get_backend",
