@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from dialfork_dataset.console import console
+from dialfork_dataset.errors import SourceError
 
 from . import distributed
 from .engine import generate_corpus
@@ -61,6 +62,9 @@ def main(argv: list[str] | None = None) -> int:
                 config, progress=not (args.no_progress or args.quiet), scenarios=scenarios, corpus=corpus
             )
         except (GenerationError, UnknownBackendError) as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        except SourceError as e:  # a workflow source's problem found while generating: one line each
             print(f"error: {e}", file=sys.stderr)
             return 2
     t = manifest.counts["total"]

@@ -402,6 +402,36 @@ def _recorded_source(src: str) -> str | None:
     return recorded if Path(path).exists() else None
 
 
+def export_hints(report: Any, plumbing_only: bool) -> list[str]:
+    """What to do about a failed release audit, one hint per cause the report shows.
+
+    Args:
+        report: The :class:`~leaderboard.audit.AuditReport` of the failed export.
+        plumbing_only: Whether the release was declared plumbing only.
+
+    Returns:
+        The hints (empty when none applies): pair diffing failing means the forks repeat their
+        source's prefix verbatim (regenerate with ``--prefix-mode reword``); only simulator-aware
+        attacks failing means a simulator-made hidden set (``--plumbing-only`` for a demo).
+    """
+    failed = [x for x in report.attacks if x.status == "FAIL" and not x.waived]
+    out = []
+    if any(x.name.startswith("pair diffing") for x in failed):
+        out.append(
+            "pair diffing fails: each fork repeats its source dialogue's turns word for word before the fork "
+            "turn, so the shared prefix gives the fork order away (a corpus generated without --prefix-mode "
+            "reword). Regenerate the public and the hidden corpus with python -m generation ... --prefix-mode "
+            "reword (make demo does), then export again"
+        )
+    if failed and all(x.simulator_aware for x in failed) and not plumbing_only:
+        out.append(
+            "only simulator-aware attacks fail: the hidden set is simulator-made. For a demo or test "
+            "release pass --plumbing-only (the card then says its scores do not rank detectors); an official "
+            "release needs an LLM-generated hidden set (docs/hidden_split.md)"
+        )
+    return out
+
+
 def _cmd_export(a: argparse.Namespace) -> int:
     import functools
     import os
@@ -441,14 +471,8 @@ def _cmd_export(a: argparse.Namespace) -> int:
     except AuditFailed as e:
         print(e.report.format_text(), file=sys.stderr)
         print(f"error: the audit failed ({e.report.worst()}); nothing was published", file=sys.stderr)
-        failed = [x for x in e.report.attacks if x.status == "FAIL" and not x.waived]
-        if failed and all(x.simulator_aware for x in failed) and not a.plumbing_only:
-            print(
-                "hint: only simulator-aware attacks fail: the hidden set is simulator-made. For a demo or test "
-                "release pass --plumbing-only (the card then says its scores do not rank detectors); an official "
-                "release needs an LLM-generated hidden set (docs/hidden_split.md)",
-                file=sys.stderr,
-            )
+        for hint in export_hints(e.report, a.plumbing_only):
+            print(f"hint: {hint}", file=sys.stderr)
         return EXIT_INVALID
     except CollectedErrors as e:  # the header, then every problem on a line of its own (the first 50)
         print(cli_error_text(e), file=sys.stderr)

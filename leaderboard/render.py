@@ -22,7 +22,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from dialfork_dataset.taxonomy import table3_order, table4_order
+from dialfork_dataset.taxonomy import table3_order
+from dialfork_metrics.registry import table4_order
 
 from .store import load_results
 
@@ -33,9 +34,13 @@ DATA_DIR = Path(__file__).resolve().parent / "data"
 REGIME_LABELS = {
     "streaming": "streaming",
     "offline": "offline",
+    "streaming+workflow": "streaming + workflow",
     "offline+workflow": "offline + workflow",
     "baseline": "baseline",
 }
+#: Regimes given the ground-truth workflow: ranked in a table of their own, never beside the
+#: workflow-free rows (SPEC 8's streaming regime has no workflow).
+WORKFLOW_REGIMES = ("streaming+workflow", "offline+workflow")
 _URL_RE = re.compile(r"https?://[^\s\"<>]+")
 #: A Hugging Face Hub model id (``org/name``): the model column links to its Hub page.
 _HUB_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.-]{0,95}")
@@ -253,7 +258,9 @@ def build_rows(
     include_reference: bool = True,
 ) -> dict[str, list[dict[str, Any]]]:
     """``{"detector": rows, "metric": rows}``: results ranked by Score / tau (best first,
-    missing last), ``rank`` 1..n, then the paper's reference rows (no rank).
+    missing last), ``rank`` 1..n, then the paper's reference rows (no rank). A detector row's
+    ``group`` is ``"workflow"`` for the regimes given the workflow (:data:`WORKFLOW_REGIMES`), else
+    ``"free"``; each group is ranked on its own (the page shows one table per group).
 
     Args:
         results: The stored public results; one with an unknown ``track`` is skipped with a
@@ -278,11 +285,21 @@ def build_rows(
         rows.sort(
             key=lambda x: (x[key] is None, -(x[key] or 0.0), x.get("date") or "", x.get("method") or "")
         )
-        for i, row in enumerate(rows, 1):
-            row["rank"] = i
+        seen: dict[str, int] = {}
+        for row in rows:
+            group = _group(row) if track == "detector" else "all"
+            seen[group] = seen.get(group, 0) + 1
+            row["group"], row["rank"] = group, seen[group]
         if include_reference:
-            rows.extend(reference_rows(track))
+            refs = reference_rows(track)
+            for row in refs:
+                row["group"] = _group(row) if track == "detector" else "all"
+            rows.extend(refs)
     return out
+
+
+def _group(row: Mapping[str, Any]) -> str:
+    return "workflow" if row.get("regime") in WORKFLOW_REGIMES else "free"
 
 
 # --------------------------------------------------------------------------- HTML
@@ -383,7 +400,7 @@ def _tr(row: Mapping[str, Any], cells: list[str], regime: str) -> str:
     )
 
 
-def _detector_table(rows: Sequence[Mapping[str, Any]], show_private: bool) -> str:
+def _detector_table(rows: Sequence[Mapping[str, Any]], show_private: bool, track: str = "detector") -> str:
     head = [
         _th("#", "num", "rank by Score", first="ascending"),
         _th("Method", "str", first="ascending", txt=True),
@@ -454,7 +471,7 @@ def _detector_table(rows: Sequence[Mapping[str, Any]], show_private: bool) -> st
             _td_txt(r.get("date")),
         ]
         body.append(_tr(r, cells, regime))
-    return _table("detector", head, body, rows)
+    return _table(track, head, body, rows)
 
 
 def _metric_table(rows: Sequence[Mapping[str, Any]], show_private: bool) -> str:
@@ -669,12 +686,8 @@ def render_html(
             script early).
     """
     rows = build_rows(results, private if reveal_private else None, include_reference)
-    n_det = sum(1 for r in rows["detector"] if r["kind"] == "result")
     n_met = sum(1 for r in rows["metric"] if r["kind"] == "result")
     generated_at = generated_at or datetime.now(timezone.utc)
-    regimes = "".join(
-        f'<option value="{_esc(k)}">{_esc(v)}</option>' for k, v in REGIME_LABELS.items() if k != "baseline"
-    )
     note_ref = _esc(paper_baselines()["source"])
     search = (
         '<label>Search <input type="search" class="search" id="search-{t}" placeholder="method, submitter, '
@@ -701,17 +714,8 @@ def render_html(
     body = f"""{nav}
 <div id="board" class="panel" role="tabpanel" aria-labelledby="tab-board">
 {audit_html(audit, rows) if audit is not None else ""}
-<section id="detector">
-<h2>Detector track (Task 3: first deviating system turn)</h2>
-<p class="note">Ranked by Score on the public part of the blind test set ({n_det} result{"s" if n_det != 1 else ""}).
-Coverages in percent; MAEs in system turns. {"Private scores are revealed." if reveal_private else "Private scores are withheld until the maintainers reveal them."}</p>
-<div class="controls">
-{search.format(t="detector")}
-<label>Regime <select class="regime-filter" id="regime-filter"><option value="all">all</option>{regimes}</select></label>
-</div>
-{_detector_table(rows["detector"], reveal_private)}
-{"" if n_det else '<p class="empty">No detector results yet.</p>'}
-</section>
+{_detector_section(rows["detector"], "free", reveal_private, search)}
+{_detector_section(rows["detector"], "workflow", reveal_private, search)}
 <section id="metric">
 <h2>Metric track (Task 2: dialogue-to-dialogue distance)</h2>
 <p class="note">Ranked by the mean Kendall tau-b between each unit's four distances and the fork order (4, 3, 2, 1),
@@ -751,6 +755,53 @@ averaged per type and over the four types ({n_met} result{"s" if n_met != 1 else
     if embedded:  # the Space shows the title above the frame: keep only the "Generated" line
         page = page.replace(f"<header>\n<h1>{_esc(title)}</h1>\n", "<header>\n", 1)
     return page
+
+
+_SECTIONS = {
+    "free": (
+        "detector",
+        "regime-filter",
+        "Detector track (Task 3: first deviating system turn), without the workflow",
+        "Detectors that never see the workflow: streaming (turn by turn, conformant train split only) "
+        "and offline (whole transcript). Ranked by Score on the public part of the blind test set",
+    ),
+    "workflow": (
+        "detector-workflow",
+        "regime-filter-workflow",
+        "Detector track, given the workflow",
+        "Detectors that read the ground-truth workflow (streaming + workflow, such as the workflow-aware "
+        "wf; offline + workflow), ranked on their own: knowing the workflow is an advantage the "
+        "workflow-free table's methods do not have. Ranked by Score on the public part of the blind test set",
+    ),
+}
+
+
+def _detector_section(
+    rows: Sequence[Mapping[str, Any]], group: str, reveal_private: bool, search: str
+) -> str:
+    """One detector table (workflow-free or given the workflow) with its own ranks, search and filter."""
+    track, filter_id, title, note = _SECTIONS[group]
+    mine = [r for r in rows if r.get("group") == group or (group == "free" and r.get("group") is None)]
+    n = sum(1 for r in mine if r["kind"] == "result")
+    regimes = [
+        k for k in REGIME_LABELS if k != "baseline" and (k in WORKFLOW_REGIMES) == (group == "workflow")
+    ]
+    options = "".join(f'<option value="{_esc(k)}">{_esc(REGIME_LABELS[k])}</option>' for k in regimes)
+    private = (
+        "Private scores are revealed."
+        if reveal_private
+        else "Private scores are withheld until the maintainers reveal them."
+    )
+    return f"""<section id="{track}">
+<h2>{_esc(title)}</h2>
+<p class="note">{_esc(note)} ({n} result{"s" if n != 1 else ""}). Coverages in percent; MAEs in system turns. {private}</p>
+<div class="controls">
+{search.format(t=track)}
+<label>Regime <select class="regime-filter" id="{filter_id}"><option value="all">all</option>{options}</select></label>
+</div>
+{_detector_table(mine, reveal_private, track)}
+{"" if n else '<p class="empty">No detector results yet.</p>'}
+</section>"""
 
 
 def _private_by_key(paths: Iterable[str | os.PathLike]) -> dict[str, dict[str, Any]]:

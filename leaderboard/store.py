@@ -282,6 +282,34 @@ class ResultStore:
         with locks.setdefault(submitter, threading.Lock()):
             yield
 
+    def same_submission(self, submitter: str, public: Mapping[str, Any]) -> str | None:
+        """The key of a result ``submitter`` stored from the same submission file: the same
+        ``submission.sha256``, track and gold revision as ``public``.
+
+        Args:
+            submitter: The submitter id.
+            public: A public result about to be stored.
+
+        Returns:
+            The stored result's key, or None (also when ``public`` names no sha256).
+        """
+        sha = (public.get("submission") or {}).get("sha256")
+        if not sha:
+            return None
+        for key in self.keys(RESULTS_AREA, submitter=submitter):
+            try:
+                other = json.loads(self._read(RESULTS_AREA, key))
+            except (OSError, ValueError):
+                continue
+            if (
+                isinstance(other, Mapping)
+                and (other.get("submission") or {}).get("sha256") == sha
+                and other.get("track") == public.get("track")
+                and other.get("gold_revision") == public.get("gold_revision")
+            ):
+                return key
+        return None
+
     def put(
         self,
         submitter: str,
@@ -307,7 +335,9 @@ class ResultStore:
         Raises:
             InvalidSubmitterError: ``submitter`` is not a valid id.
             RateLimitError: The submitter reached the daily limit.
-            ResultExistsError: A result with that key already exists.
+            ResultExistsError: A result with that key already exists, or ``submitter`` already
+                stored a result of the same submission file (its sha256) on the same track and gold
+                revision (the page would show one file twice).
             ValueError: ``now`` is not timezone-aware, or a result is not JSON-serialisable
                 (NaN included).
         """
@@ -315,6 +345,14 @@ class ResultStore:
         with self.submitter_lock(submitter):
             now = now or self.clock()
             self.check_rate_limit(submitter, now)
+            same = self.same_submission(submitter, public)
+            if same is not None:
+                sha = str((public.get("submission") or {}).get("sha256"))
+                raise ResultExistsError(
+                    f"result exists: this submission file (sha256 {sha[:12]}) was already scored on the "
+                    f"{public.get('track')} track against the same gold, stored as {same}; a file is scored "
+                    "once (the page would show it twice): submit changed predictions to get a new result"
+                )
             key = result_key(submitter, method, now)
             if key in set(self._keys(RESULTS_AREA)):
                 raise ResultExistsError(f"result {key} already exists; results are immutable")

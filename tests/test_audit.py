@@ -315,11 +315,11 @@ def test_step_coverage_counts_only_the_steps_the_state_says_were_done():
     # done=None: every step said counts (the behaviour before the dialogue state)
     assert step_coverage(said, _Model(), None) == old
     assert old["visited"] == 3 and old["skipped"] == [] and old["coverage"] == 1.0 and old["reached_outcome"]
-    # ask_b said (twice) but never answered: skipped, and coverage drops; the rest is unchanged
+    # ask_b said (twice in a row: a re-ask, no repeat) but never answered: skipped, and coverage drops
     c = step_coverage(said, _Model(), ["ask_a", "query_ok"])
     assert c["required"] == 3 and c["visited"] == 2 and c["skipped"] == ["ask_b"]
     assert c["coverage"] == pytest.approx(2 / 3) and c["reached_outcome"]
-    assert (c["repeated"], c["out_of_order"], c["off_workflow"]) == (1, 0, 1)
+    assert (c["repeated"], c["out_of_order"], c["off_workflow"]) == (0, 0, 1)
     # the outcome said before its slots were filled: not reached
     c = step_coverage(said, _Model(), ["ask_a", "ask_b"])
     assert c["skipped"] == ["query_ok"] and not c["reached_outcome"] and c["coverage"] == pytest.approx(2 / 3)
@@ -706,3 +706,32 @@ def test_404_hint_names_the_cli_flags_from_the_cli(tmp_path, star_dir, reference
             max_retries=0,
             show_progress=False,
         )
+
+
+def test_repeated_steps_except_the_workflows_own_loop_and_a_re_ask(star_dir):
+    """Issue 46 item 4: doctor_schedule's "no" to the offered booking goes back to the doctor question
+    (the workflow's loop), and a question asked again right after a reply that did not answer it is a
+    clarification: neither is a repeat; a question asked again out of the blue still is."""
+    from dialfork_dataset.sources import open_source
+    from generation.api import TemplateBackend
+
+    b = TemplateBackend()
+    src = open_source(str(star_dir))
+    b.bind_corpus(src)
+    doctor, weather = b.model(src.task("doctor_schedule")), b.model(src.task("weather"))
+    asks = ["doctor_ask_doctor_name", "doctor_ask_day", "doctor_ask_start_time", "doctor_ask_symptoms"]
+    offer, booked = "doctor_inform_booking_available", "doctor_inform_booking_successful"
+    looped = ["hello", "ask_name", *asks, offer, *asks, offer, booked, "anything_else", "doctor_bye"]
+    assert step_coverage(looped, doctor)["repeated"] == 0  # the faithful fake's dialogue: was 5
+    re_ask = [
+        "hello",
+        "weather_ask_day",
+        "weather_ask_day",
+        "weather_ask_location",
+        "weather_inform_forecast",
+    ]
+    assert step_coverage(re_ask, weather)["repeated"] == 0  # was 1
+    again = ["hello", "ask_name", *asks, "doctor_ask_day", offer, booked]  # no loop went back to the day
+    assert step_coverage(again, doctor)["repeated"] == 1
+    after = ["hello", "weather_ask_day", "weather_ask_location", "weather_ask_day", "weather_inform_forecast"]
+    assert step_coverage(after, weather)["repeated"] == 1

@@ -201,3 +201,48 @@ def test_read_answer_records_what_the_reply_states(star_dir):
     assert read_answer(sim, "doctor_ask_day", "I'd rather not say.") is None  # no category named
     assert read_answer(sim, "hello", "Hi!") is None and read_answer(sim, None, "Monday") is None
     assert sim.given == {"Name": "Dr. Alexis", "PatientName": "Alex Smith"}
+
+
+def test_faithful_booking_follows_the_users_correction(faithful):
+    """Issue 46 item 4: the user declines Dr. Alexis and names Dr. Johnson; the booking is with Dr.
+    Johnson (the fake booked the doctor it had first offered)."""
+    node = _node_of(faithful, "doctor_schedule")
+    state = {"doctor": "Dr. Alexis", "offers": 0}
+
+    def answer(t):
+        n = node(t)
+        if "is available at" in t:  # the offer (its filled text is no template phrasing)
+            state["offers"] += 1
+            state["doctor"] = "Dr. Johnson"
+            return "No."
+        lines = {
+            "ask_name": "The name is Alex Smith.",
+            "doctor_ask_doctor_name": f"It's {state['doctor']}.",
+            "doctor_ask_day": "Monday.",
+            "doctor_ask_start_time": "3 pm",
+            "doctor_ask_symptoms": "A sore throat.",
+        }
+        return lines.get(n, "I'd like to book an appointment with my doctor.")
+
+    text = _converse(
+        faithful,
+        "doctor schedule",
+        "Hi!",
+        answer,
+        # the second offer (after the user's "No." and the new name), or a booking
+        lambda t: ("is available at" in t and state["offers"] >= 1) or "is booked for you" in t,
+        turns=16,
+    )
+    assert "Dr. Johnson" in text and "Alexis" not in text, text
+
+
+def test_repeated_steps_row_is_diagnostic_not_a_ranking():
+    from dialfork_metrics.audit.demo import DIAGNOSTIC
+
+    rows = {(r["task"], r["score"]): r for r in comparison_rows(_reports())}
+    assert rows[("weather", "repeated")]["ranks"] is False and rows[("weather", "repeated")]["diagnostic"]
+    md = side_by_side(_reports())
+    line = next(x for x in md.splitlines() if x.startswith("| weather | repeated |"))
+    assert (
+        line.rstrip().endswith(f"| {DIAGNOSTIC['repeated']} |") and "not a ranking" in DIAGNOSTIC["repeated"]
+    )

@@ -133,12 +133,18 @@ def test_rate_limit_holds_under_concurrent_submissions(env, tmp_path):
         blind_dir=str(env["blind_dir"]), gold_dir=str(env["gold_dir"]), store=store, require_login=False
     )
     app.blind  # noqa: B018 - read once, before the threads
-    sub = write_predictions({b["dialogue_id"]: 2 for b in env["blind"]}, tmp_path / "s.jsonl")
+    subs = [  # eight different files: a submitter's file is scored once (issue 46 item 8)
+        write_predictions(
+            {b["dialogue_id"]: (1 if j < i else 2) for j, b in enumerate(env["blind"])},
+            tmp_path / f"s{i}.jsonl",
+        )
+        for i in range(8)
+    ]
     out: list[str] = []
     threads = [
         threading.Thread(
             target=lambda i=i: out.append(
-                app.handle_submit(str(sub), _form(method=f"m{i}"), submitter="eve")[0]
+                app.handle_submit(str(subs[i]), _form(method=f"m{i}"), submitter="eve")[0]
             )
         )
         for i in range(8)
@@ -155,7 +161,13 @@ def test_rate_limit_holds_under_concurrent_submissions(env, tmp_path):
 def test_rate_limit_holds_across_processes(env, tmp_path):
     """Four processes submit for one submitter at once (limit 2): the file lock lets 2 through."""
     store_dir = tmp_path / "store"
-    sub = write_predictions({b["dialogue_id"]: 2 for b in env["blind"]}, tmp_path / "s.jsonl")
+    subs = [  # a file each: a submitter's file is scored once
+        write_predictions(
+            {b["dialogue_id"]: (1 if j < i else 2) for j, b in enumerate(env["blind"])},
+            tmp_path / f"s{i}.jsonl",
+        )
+        for i in range(4)
+    ]
     (tmp_path / "s.metadata.json").write_text(json.dumps(_form(submitter="zed")), encoding="utf-8")
     script = (
         "import sys, time\n"
@@ -167,7 +179,7 @@ def test_rate_limit_holds_across_processes(env, tmp_path):
         "from leaderboard.store import RateLimitError\n"
         f"st = Slow({str(store_dir)!r}, max_per_day=2)\n"
         "try:\n"
-        f"    submit({str(sub)!r}, track='detector', gold={str(env['gold_dir'])!r}, store=st, ci_resamples=0)\n"
+        f"    submit(SUB, track='detector', gold={str(env['gold_dir'])!r}, store=st, ci_resamples=0)\n"
         "    print('stored')\n"
         "except RateLimitError:\n"
         "    print('refused')\n"
@@ -180,14 +192,14 @@ def test_rate_limit_holds_across_processes(env, tmp_path):
                 "-c",
                 script.replace(
                     "ci_resamples=0", f"ci_resamples=0, metadata={str(tmp_path / 's.metadata.json')!r}"
-                ),
+                ).replace("SUB", repr(str(sub))),
             ],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
             env=envv,
         )
-        for _ in range(4)
+        for sub in subs
     ]
     outs = [p.communicate(timeout=300) for p in procs]
     results = sorted(o.strip().splitlines()[-1] if o.strip() else e[-300:] for o, e in outs)

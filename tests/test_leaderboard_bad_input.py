@@ -191,8 +191,12 @@ def test_nothing_one_submitter_sends_alters_another(env, tmp_path):
     for i, method in enumerate(hostile_methods):
         md = tmp_path / f"m{i}.metadata.json"
         write_metadata(md, method=method, submitter="bob")  # claims to be bob; the submitter given wins
+        own = write_predictions(  # a file of its own: one file is scored once per submitter
+            {b["dialogue_id"]: (1 if j <= i else 2) for j, b in enumerate(env["blind"])},
+            tmp_path / f"s{i}.jsonl",
+        )
         st = submit(
-            sub,
+            own,
             track="detector",
             gold=env["gold_dir"],
             store=store,

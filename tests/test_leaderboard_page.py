@@ -169,7 +169,13 @@ RESULTS = [
     _result("Gamma", None, "offline+workflow", 2),
     _result("Delta", 12.0, "streaming", 3),
     _result("epsilon", 67.0, "offline", 4),
+    _result("Theta", None, "streaming", 5),
+    _result(
+        "Zeta", 90.0, "streaming+workflow", 6
+    ),  # given the workflow: its own table, never beside the rest
 ]
+#: The results of the workflow-free table (the others are ranked in #detector-workflow-table).
+FREE = [r for r in RESULTS if r["metadata"]["regime"] in ("streaming", "offline")]
 
 
 def _write_page(tmp_path: Path) -> Path:
@@ -210,10 +216,13 @@ def test_page_in_headless_chromium(browser, tmp_path):
     cdp.wait_event("Page.loadEventFired")
     assert cdp.js("document.documentElement.getAttribute('data-ready')") == "1"
 
-    # one row per result, the paper's reference rows after them
-    assert cdp.js("document.querySelectorAll('#detector-table tbody tr.result').length") == len(RESULTS)
+    # one row per result, the paper's reference rows after them; the regimes given the workflow in a
+    # table of their own, ranked on their own (issue 46 item 3)
+    assert cdp.js("document.querySelectorAll('#detector-table tbody tr.result').length") == len(FREE)
+    wf_methods = "Array.from(document.querySelectorAll('#detector-workflow-table tbody tr.result')).map(r => [r.cells[0].textContent, r.cells[1].textContent])"
+    assert cdp.js(wf_methods) == [["1", "Zeta"], ["2", "Gamma"]]
     assert cdp.js("document.querySelectorAll('#metric-table tbody tr.result').length") == 1
-    n_ref = len(paper_baselines()["detector"])
+    n_ref = sum(r["regime"] != "offline+workflow" for r in paper_baselines()["detector"])
     assert (
         cdp.js("document.querySelectorAll('#detector-table tbody.references tr.reference').length") == n_ref
     )
@@ -230,7 +239,7 @@ def test_page_in_headless_chromium(browser, tmp_path):
         return cdp.js(f"{VALUES}('detector-table', {idx}, false)")
 
     # initial order: ranked by Score, missing last
-    assert results_col(method) == ["beta", "epsilon", "Alpha", "Delta", "Gamma"]
+    assert results_col(method) == ["beta", "epsilon", "Alpha", "Delta", "Theta"]
     # click Score: descending first, then ascending; missing values stay last both ways
     click = "document.querySelectorAll('#detector-table thead th')[%d].click()"
     cdp.js(click % score)
@@ -252,9 +261,9 @@ def test_page_in_headless_chromium(browser, tmp_path):
     assert cdp.js("document.querySelector('#detector-table tbody.references').rows[0].className") == "group"
     # text column: ascending first, case-insensitive locale order
     cdp.js(click % method)
-    assert results_col(method) == ["Alpha", "beta", "Delta", "epsilon", "Gamma"]
+    assert results_col(method) == ["Alpha", "beta", "Delta", "epsilon", "Theta"]
     cdp.js(click % method)
-    assert results_col(method) == ["Gamma", "epsilon", "Delta", "beta", "Alpha"]
+    assert results_col(method) == ["Theta", "epsilon", "Delta", "beta", "Alpha"]
 
     # regime filter
     set_regime = (
@@ -272,8 +281,14 @@ def test_page_in_headless_chromium(browser, tmp_path):
         tuple(r) for r in rows
     ]
     assert sorted(results_col(method)) == ["beta", "epsilon"]
-    cdp.js(set_regime % "offline+workflow")
-    assert results_col(method) == ["Gamma"]
+    assert "offline+workflow" not in cdp.js(
+        "Array.from(document.getElementById('regime-filter').options).map(o => o.value)"
+    )
+    cdp.js(
+        "(function (s) { s.value = 'offline+workflow'; s.dispatchEvent(new Event('change')); })"
+        "(document.getElementById('regime-filter-workflow'))"
+    )
+    assert cdp.js(f"{VALUES}('detector-workflow-table', {method}, false)") == ["Gamma"]
     cdp.js("document.getElementById('toggle-reference-detector').click()")
     assert all(cls == "result" for cls, _ in cdp.js(visible))
     assert (
@@ -281,7 +296,7 @@ def test_page_in_headless_chromium(browser, tmp_path):
         == "false"
     )
     cdp.js(set_regime % "all")
-    assert len(results_col(method)) == len(RESULTS)
+    assert len(results_col(method)) == len(FREE)
     assert cdp.js("document.querySelectorAll('#detector-table tbody tr.reference:not([hidden])').length") == 0
     cdp.js("document.getElementById('toggle-reference-detector').click()")
     assert (
@@ -307,14 +322,14 @@ def test_page_in_headless_chromium(browser, tmp_path):
         >= 1
     )
     cdp.js(search % "")
-    assert len(results_col(method)) == len(RESULTS)
+    assert len(results_col(method)) == len(FREE)
 
     # links to the model (a Hub id links to its Hub page) and to the code
     hub = "a[href='https://huggingface.co/sentence-transformers/all-MiniLM-L6-v2']"
     assert cdp.js(f'document.querySelectorAll("#detector-table {hub}").length') == 1
     assert cdp.js(
         "document.querySelectorAll(\"#detector-table a[href^='https://example.org/']\").length"
-    ) == len(RESULTS)
+    ) == len(FREE)
 
     # the About tab: how to submit and the citation
     assert cdp.js("document.getElementById('about').hidden") is True
@@ -341,6 +356,15 @@ def test_page_in_headless_chromium(browser, tmp_path):
     out = Path(os.environ.get("DIALFORK_SCREENSHOT_DIR") or tmp_path)
     out.mkdir(parents=True, exist_ok=True)
     (out / "leaderboard_1280.png").write_bytes(shot)
+    # at 1400 px every column of both detector tables is on screen: no horizontal scrolling (issue 46
+    # item 8: from "MAE c" on, the columns were hidden even at 2000 px), the paper's long model names included
+    cdp.call("Emulation.setDeviceMetricsOverride", width=1400, height=900, deviceScaleFactor=1, mobile=False)
+    for table in ("detector-table", "detector-workflow-table"):
+        sizes = cdp.js(
+            f"(function () {{ var w = document.getElementById('{table}').closest('.tablewrap');"
+            " return [w.scrollWidth, w.clientWidth]; })()"
+        )
+        assert sizes[0] <= sizes[1], (table, sizes)
 
     # no console errors, no exceptions, no request except the page itself
     errors = [

@@ -281,3 +281,39 @@ def test_cli_render_and_reveal(env, tmp_path):
     assert "Private Score" in (tmp_path / "site2" / "index.html").read_text(encoding="utf-8")
     # site/ from render_site directly: a folder gets index.html, a .html path is used as is
     assert render_site(tmp_path / "store" / "results", tmp_path / "x.html").name == "x.html"
+
+
+def test_workflow_aware_rows_are_ranked_apart_from_workflow_free_rows():
+    """Issue 46 item 3: SPEC 8's streaming regime has no workflow; wf reads it, is submitted as
+    streaming+workflow and is ranked in a table of its own."""
+    from leaderboard.validate import REGIMES
+    from leaderboard.validate.schemas import metadata_problems
+
+    assert "streaming+workflow" in REGIMES
+    md = {
+        "method": "WF (MiniLM)",
+        "regime": "streaming+workflow",
+        "used_conformant_train": True,
+        "model_name": "all-MiniLM-L6-v2",
+        "model_size": "22M",
+        "code_url": None,
+        "open_source": True,
+        "contact": "me@lab.org",
+    }
+    assert metadata_problems(md, "detector") == []
+    res = [
+        fake_result("WF", 90.0, "streaming+workflow"),
+        fake_result("IT", 70.0),
+        fake_result("LLM", 80.0, "offline"),
+    ]
+    det = [r for r in build_rows(res)["detector"] if r["kind"] == "result"]
+    assert [(r["method"], r["group"], r["rank"]) for r in det] == [
+        ("WF", "workflow", 1),
+        ("LLM", "free", 1),
+        ("IT", "free", 2),
+    ]
+    page = render_html(res, generated_at=T0)
+    free = page[page.index('id="detector-table"') : page.index('id="detector-workflow-table"')]
+    given = page[page.index('id="detector-workflow-table"') :]
+    assert ">WF<" not in free.split("</table>")[0] and ">WF<" in given.split("</table>")[0]
+    assert "given the workflow" in page and page.count('class="regime-filter"') == 2

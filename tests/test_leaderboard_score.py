@@ -403,3 +403,65 @@ def test_demo_round_trip(env, tmp_path):
         demo_round_trip(
             {}, blind=env["blind_dir"], gold=env["gold_dir"], out_dir=tmp_path / "d2", metadata=md
         )
+
+
+# ---- issue 46 item 8: one file, one row; a metric-track file checked as a detector file ------------
+
+
+def test_the_same_file_scored_twice_is_refused_as_result_exists(env, tmp_path):
+    from leaderboard.__main__ import main
+    from leaderboard.store import ResultExistsError
+
+    sub = _submission(env, tmp_path, _random_predictions(env, seed=3), submitter="dora")
+    store = LocalStore(tmp_path / "store")
+    first = submit(sub, track="detector", gold=env["gold_dir"], store=store, ci_resamples=0)
+    with pytest.raises(ResultExistsError, match=r"result exists: .* stored as " + re.escape(first.key)):
+        submit(sub, track="detector", gold=env["gold_dir"], store=store, ci_resamples=0)
+    assert len(store.keys()) == 1
+    # the CLI: exit 3, "refused: result exists", one row
+    argv = ["score", str(sub), "--gold", str(env["gold_dir"]), "--results", str(tmp_path / "cli")]
+    assert main(argv) == 0
+    assert main(argv) == 3
+    assert len(LocalStore(tmp_path / "cli").keys()) == 1
+    # another file of the same submitter is a new result
+    other = _submission(env, tmp_path, _random_predictions(env, seed=4), name="other", submitter="dora")
+    submit(other, track="detector", gold=env["gold_dir"], store=store, ci_resamples=0)
+    assert len(store.keys()) == 2
+
+
+def test_a_metric_file_checked_on_the_detector_track_names_the_fix(env, tmp_path):
+    from leaderboard.validate import validate_submission
+
+    dist = {p["pair_id"]: random.random() for p in env["pairs"]}
+    p = write_distances(dist, tmp_path / "m.jsonl")
+    rep = validate_submission(
+        p, track="detector", blind=BlindSet.from_dir(env["blind_dir"]), require_metadata=False
+    )
+    assert not rep.ok and rep.errors[0].code == "wrong_track"
+    assert "looks like a metric-track submission" in rep.errors[0].message
+    assert "pass --track metric" in rep.errors[0].message
+    assert (
+        rep.format_text(max_errors=20)
+        .splitlines()[1]
+        .strip()
+        .endswith("(the errors below are what checking it as a detector-track file finds)")
+    )
+    # a detector file is not taken for a metric one, and the right track has no such hint
+    ok = validate_submission(
+        p, track="metric", blind=BlindSet.from_dir(env["blind_dir"]), require_metadata=False
+    )
+    assert all(e.code != "wrong_track" for e in ok.errors)
+
+
+def test_export_hint_for_pair_diffing_names_prefix_mode_reword():
+    """Issue 46 item 10: a corpus generated without --prefix-mode reword fails pair diffing; the export
+    says the fix."""
+    from leaderboard.__main__ import export_hints
+    from leaderboard.audit import AttackResult, AuditReport
+
+    rep = AuditReport(baselines={}, plumbing_only=True)
+    rep.attacks.append(AttackResult("pair diffing (metric track)", "metric", 1.0, status="FAIL"))
+    hints = export_hints(rep, plumbing_only=True)
+    assert len(hints) == 1 and "--prefix-mode reword" in hints[0] and "Regenerate" in hints[0]
+    rep.attacks[0].status = "pass"
+    assert export_hints(rep, plumbing_only=True) == []

@@ -227,11 +227,17 @@ def test_3_blind_predictions_name_the_fix(in_root, capsys):
     rc, out, err = _run(main, ["score", "my.jsonl", "--gold", "demo_out/hub-gold"], capsys)
     assert rc == 0, err
     assert json.loads(out[out.index("{") :])["counts"]["dialogues"] == len(rows)
-    # many bad rows on a CLI: the first 20 and a count, never the library's ".errors"
+    # many bad rows on a CLI: every one (30 values, 30 unknown ids, the gold's missing lines) in one pass,
+    # never the library's ".errors"; --max-errors caps the list and says how to see all
     write_jsonl(in_root / "bad.jsonl", [{"dialogue_id": f"x{i}", "prediction": "3"} for i in range(30)])
     rc, _, err = _run(main, ["score", "bad.jsonl", "--gold", "demo_out/hub-gold"], capsys)
     assert rc == 2 and "see the exception's .errors" not in err
-    assert err.startswith("error: 30 problem(s) in the predictions:") and "... and 10 more" in err
+    assert err.startswith("error: 61 problem(s) in the predictions:") and "more" not in err
+    assert "bad.jsonl:30: unknown dialogue_id 'x29'" in err
+    rc, _, err = _run(
+        main, ["score", "bad.jsonl", "--gold", "demo_out/hub-gold", "--max-errors", "20"], capsys
+    )
+    assert "... and 41 more: run again with --max-errors 0 to list every one" in err
 
 
 # ---------------------------------------------------------------- 4. a study database in a missing folder

@@ -29,10 +29,17 @@ BETTER = {
 
 RANKS = "yes: intervals disjoint"
 NOT_A_RANKING = "no: intervals overlap"
+#: Scores shown to explain an agent, never to rank agents: a repeat may be the user's doing (a
+#: question asked again because the reply did not answer it, a booking declined and redone), which
+#: the step mapping can only approximate (docs/audit.md).
+DIAGNOSTIC = {"repeated": "no: diagnostic, not a ranking"}
 RANKING_LEGEND = (
     'ranks: where the agents\' 95% intervals overlap ("no: intervals overlap"), the row is not a '
     "ranking: the data do not tell which agent is better on that score, whichever value is lower or "
-    'higher; "-": the score has no interval.'
+    'higher; "no: diagnostic, not a ranking": a figure that explains an agent (repeated steps: a '
+    "question asked again after a reply that did not answer it, or the workflow's own loops, are not "
+    'counted, but what is left may still be the user\'s doing), never a ranking; "-": the score has no '
+    "interval."
 )
 
 
@@ -73,7 +80,8 @@ def comparison_rows(reports: Mapping[str, AuditReport]) -> list[dict[str, Any]]:
         "lower"), ``values`` (agent -> the figure, None without data), ``intervals`` (agent ->
         ``[low, high]`` or None), ``cells`` (agent -> the table cell) and ``ranks``: None when the
         score has no intervals to compare, False when two agents' intervals overlap (the row is
-        not a ranking), True when all are disjoint.
+        not a ranking), True when all are disjoint; a diagnostic score (:data:`DIAGNOSTIC`) is False
+        whatever its intervals, with ``diagnostic`` True.
     """
     names = list(reports)
     rows = []
@@ -96,7 +104,8 @@ def comparison_rows(reports: Mapping[str, AuditReport]) -> list[dict[str, Any]]:
                     "values": {n: f.get(key) for n, f in figs.items()},
                     "intervals": cis,
                     "cells": {n: cell(f, key) for n, f in figs.items()},
-                    "ranks": None if overlap is None else not overlap,
+                    "ranks": False if key in DIAGNOSTIC else None if overlap is None else not overlap,
+                    "diagnostic": key in DIAGNOSTIC,
                 }
             )
     return rows
@@ -118,7 +127,15 @@ def side_by_side(reports: Mapping[str, AuditReport]) -> str:
         "| --- | --- | --- |" + " --- |" * (len(names) + 1),
     ]
     for r in comparison_rows(reports):
-        ranks = "-" if r["ranks"] is None else RANKS if r["ranks"] else NOT_A_RANKING
+        ranks = (
+            DIAGNOSTIC[r["score"]]
+            if r.get("diagnostic")
+            else "-"
+            if r["ranks"] is None
+            else RANKS
+            if r["ranks"]
+            else NOT_A_RANKING
+        )
         lines.append(
             f"| {r['task']} | {r['label']} | {r['better']} | "
             + " | ".join(r["cells"][n] for n in names)

@@ -3,6 +3,10 @@
 predict: fit a detector on the ``task3`` train split (conformant dialogues) and predict the test
 split (or the blind set), writing ``{"dialogue_id", "prediction"}`` JSON Lines atomically. Work
 is done in chunks appended to ``<out>.partial``, so an interrupted run resumes where it stopped.
+``--data FILE.jsonl`` is a file of your own transcripts (``dialogue_id``, ``turns``, optional
+``task``): every dialogue in it is predicted, none is fitted on; the fit data is ``--fit-data`` (or
+``--load-detector``). A dialogue whose task the fitted detector does not know is not predicted
+(null), named in a warning and in the report's ``skipped``, and the exit status is 1.
 
 score: score a prediction file against the labelled test split (``--data``) or a blind gold file
 (``--gold``), print the Table 4 row and the full result as JSON.
@@ -40,7 +44,18 @@ def _build_parser() -> argparse.ArgumentParser:
         description="Fit a Task 3 detector on the conformant task3 train split and write predictions.",
     )
     p.add_argument(
-        "--data", required=True, help="Hub dataset id, Hub-layout folder, or generator output folder"
+        "--data",
+        required=True,
+        help="Hub dataset id, Hub-layout folder, generator output folder, or a JSONL file of your own "
+        "transcripts (dialogue_id, turns, optional task: every one predicted, none fitted on)",
+    )
+    p.add_argument(
+        "--fit-data",
+        default=None,
+        metavar="CORPUS",
+        help="what the detector is fitted on: the conformant task3 train split of this corpus, or a JSONL "
+        "file of conformant transcripts with their task (default: --data's own train split; required "
+        "with a --data FILE unless --load-detector)",
     )
     p.add_argument(
         "--detector",
@@ -58,9 +73,10 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="output predictions (.jsonl)")
     p.add_argument(
         "--split",
-        default="test",
+        default=None,
         choices=("test", "blind", "train"),
-        help="what to predict: the labelled test split, the blind leaderboard set, or train",
+        help="what to predict of a corpus: the labelled test split (default), the blind leaderboard set, "
+        "or train (not with a --data FILE, whose every dialogue is predicted)",
     )
     p.add_argument(
         "--encoder", default="minilm", help="encoder alias or path for streaming detectors (default minilm)"
@@ -161,6 +177,7 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--report", default=None, help="JSON report path (default <out>.report.json)")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    _max_errors_option(p)
     add_verbosity_options(p, default="WARNING")
 
     s = sub.add_parser(
@@ -172,8 +189,19 @@ def _build_parser() -> argparse.ArgumentParser:
     src.add_argument("--gold", help="gold folder or task3_gold.jsonl (blind ids)")
     s.add_argument("--subset", default="all", choices=("all", "public", "private"), help="blind gold subset")
     s.add_argument("--json-out", default=None, help="also write the result JSON here")
+    _max_errors_option(s)
     add_verbosity_options(s, default="WARNING")
     return state_defaults(ap)
+
+
+def _max_errors_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--max-errors",
+        type=int,
+        default=100,
+        metavar="N",
+        help="problems of a bad input file listed on the terminal (default 100; 0: all of them)",
+    )
 
 
 def _detector_kwargs(args: argparse.Namespace) -> dict[str, Any]:
@@ -200,14 +228,17 @@ def _detector_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     if "workflow" in spec.needs:
         from .workflow_detector import workflow_for_data
 
-        kw["workflow"] = args.workflow or workflow_for_data(args.data) or _manifest_star(args.data)
+        corpus = _fit_source(args) or args.data
+        kw["workflow"] = args.workflow or workflow_for_data(corpus) or _manifest_star(corpus)
     if "seed" in spec.needs:
         kw["seed"] = args.seed
     if "model" in spec.needs:
         api_key = _api_key(args)
         star_dir = args.star_dir
         if star_dir is None and args.with_workflow:
-            made_from = _manifest_star(args.data)  # a source of another kind wins over $DIALFORK_STAR_DIR
+            made_from = _manifest_star(
+                _fit_source(args) or args.data
+            )  # a source of another kind wins over $DIALFORK_STAR_DIR
             if made_from is not None and (
                 _source_kind(made_from) != "star" or not os.environ.get("DIALFORK_STAR_DIR")
             ):
@@ -284,20 +315,39 @@ def cmd_predict(args: argparse.Namespace) -> int:
     from dialfork_dataset.jsonl import JsonlAppender, read_jsonl, repair_torn_tail, write_json_atomic
 
     from .detectors import load_detector, make_detector
-    from .io import load_examples, write_predictions
+    from .io import load_examples, read_transcripts, write_predictions
     from .registry import get_detector
 
     if args.order is not None and args.order < 1:
         raise ValueError(f"--order N must be >= 1, got {args.order}")
-    # before any model loads: a mistyped folder or a gold folder is one clear line, not a Hub error
-    resolve_data(
-        args.data,
-        accept=("layout", "hub") if args.split == "blind" else ("layout", "corpus", "hub"),
-        option="--data",
-    )
+    # before any model loads: a mistyped folder or a gold folder is one clear line, not a Hub error;
+    # a file of transcripts is read (every problem of it listed) before anything is fitted
+    src = resolve_data(args.data, option="--data")
+    given = None
+    if _is_file(args.data):
+        if args.split is not None:
+            raise ValueError(
+                f"--split {args.split}: --data {args.data} is a file of transcripts, not a corpus with "
+                "splits: every dialogue in it is predicted; drop --split"
+            )
+        given, _ = read_transcripts(args.data)
+    elif args.split == "blind" and src.kind == "corpus":
+        resolve_data(args.data, accept=("layout", "hub"), option="--data")  # says: export it first
+    split = args.split or "test"
     out = Path(args.out)
     progress = not (args.no_progress or args.quiet)
     spec = get_detector(args.detector)
+    fit_data = _fit_source(args)
+    if args.fit_data is not None and not _is_file(args.fit_data):
+        resolve_data(args.fit_data, option="--fit-data")
+    if fit_data is None and not args.load_detector and not _fit_free(spec):
+        raise ValueError(
+            f"--data {args.data} is a file of your own transcripts: every dialogue in it is predicted and "
+            f"none is fitted on, so --detector {spec.name} needs its fit data given: --fit-data CORPUS (a "
+            "corpus whose conformant task3 train split holds dialogues of the same tasks, e.g. demo_out/hub "
+            "or a generator output folder, or a JSONL file of conformant transcripts with their task) or "
+            "--load-detector DIR (a detector saved with --save-detector)"
+        )
     streaming = spec.ngram
     workflow_aware = spec.name == "wf"
     # a loaded detector keeps its saved encoder unless it is streaming or wf (as before the registry)
@@ -321,9 +371,10 @@ def cmd_predict(args: argparse.Namespace) -> int:
         if streaming or "encoder" in spec.needs:
             kw["encoder"] = encoder
         det = make_detector(args.detector, **kw)
+        train = _fit_examples(fit_data) if fit_data is not None else []
+        whence = f" ({_describe_fit(args, fit_data)})" if fit_data is not None else ""
         if workflow_aware:
-            train = load_examples(args.data, "train")
-            print(f"fitting wf on {len(train)} conformant train dialogues", file=sys.stderr)
+            print(f"fitting wf on {len(train)} conformant train dialogues{whence}", file=sys.stderr)
             det.fit(train)
             print(
                 f"  own-workflow floor {det.min_similarity_:.3f}; thresholds "
@@ -331,12 +382,12 @@ def cmd_predict(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
         elif not streaming:  # the baselines, the LLM (both no-ops) and any registered detector
-            train = load_examples(args.data, "train")
-            logger.info("fitting %s on %d conformant train dialogues", spec.name, len(train))
+            logger.info("fitting %s on %d conformant train dialogues%s", spec.name, len(train), whence)
             det.fit(train)
         if streaming:
-            train = load_examples(args.data, "train")
-            print(f"fitting {args.detector} on {len(train)} conformant train dialogues", file=sys.stderr)
+            print(
+                f"fitting {args.detector} on {len(train)} conformant train dialogues{whence}", file=sys.stderr
+            )
             det.fit(train, show_progress=progress)
             th = det.thresholds
             shown = f"threshold {next(iter(th.values())):.6g}" if len(th) == 1 else f"{len(th)} task models"
@@ -348,14 +399,15 @@ def cmd_predict(args: argparse.Namespace) -> int:
     if args.save_detector and hasattr(det, "save") and (not streaming or det.is_fitted):
         det.save(args.save_detector)
 
-    examples = load_examples(args.data, args.split)
+    examples = given if given is not None else load_examples(args.data, split)
+    skipped = _unknown_tasks(det, examples)
     partial = out.with_name(out.name + ".partial")
     done: dict[str, Any] = {}
     if partial.exists():
         repair_torn_tail(partial)
         done = {r["dialogue_id"]: r["prediction"] for r in read_jsonl(partial)}
         print(f"resuming: {len(done)} predictions already in {partial}", file=sys.stderr)
-    todo = [e for e in examples if e["dialogue_id"] not in done]
+    todo = [e for e in examples if e["dialogue_id"] not in done and e["dialogue_id"] not in skipped]
     chunk = args.chunk_size or DEFAULT_CHUNK.get(args.detector) or max(1, len(todo))
     reports = []
     from tqdm.auto import tqdm
@@ -374,15 +426,17 @@ def cmd_predict(args: argparse.Namespace) -> int:
                 reports.append(det.last_report)
             bar.update(len(part))
     n = write_predictions(
-        out, ({"dialogue_id": e["dialogue_id"], "prediction": done[e["dialogue_id"]]} for e in examples)
+        out, ({"dialogue_id": e["dialogue_id"], "prediction": done.get(e["dialogue_id"])} for e in examples)
     )
     partial.unlink()
     report: dict[str, Any] = {
         "detector": det.config() if hasattr(det, "config") else args.detector,
         "data": str(args.data),
-        "split": args.split,
+        "split": "all (a file of transcripts)" if given is not None else split,
+        "fit_data": str(args.load_detector or fit_data) if (args.load_detector or fit_data) else None,
         "n": n,
         "flagged": sum(v is not None for v in done.values()),
+        "skipped": skipped,
     }
     if streaming:
         report.update(
@@ -403,7 +457,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
             }
         )
         if hasattr(det, "explain_many"):
-            flagged = [e for e in examples if done[e["dialogue_id"]] is not None]
+            flagged = [e for e in examples if done.get(e["dialogue_id"]) is not None]
             why = det.explain_many(flagged) if flagged else []
             report["alarms"] = {e["dialogue_id"]: w for e, w in zip(flagged, why)}
             by_rule: dict[str, int] = {}
@@ -434,7 +488,91 @@ def cmd_predict(args: argparse.Namespace) -> int:
     print(
         f"wrote {n} predictions to {out} ({report['flagged']} flagged); report {report_path}", file=sys.stderr
     )
+    if skipped:
+        _warn_skipped(
+            skipped, sorted({str(e["task"]) for e in examples if e["dialogue_id"] in skipped}), report_path
+        )
+        return 1
     return 0
+
+
+def _is_file(data: str) -> bool:
+    """Whether a ``--data``-like argument is a file (of transcripts), not a corpus folder or Hub id."""
+    return Path(data).expanduser().is_file()
+
+
+def _fit_source(args: argparse.Namespace) -> str | None:
+    """What the detector is fitted on: ``--fit-data``, else ``--data`` unless that is a file of
+    transcripts (never fitted on: every one of its dialogues is predicted)."""
+    if getattr(args, "fit_data", None):
+        return args.fit_data
+    return None if _is_file(args.data) else args.data
+
+
+def _fit_free(spec: Any) -> bool:
+    """Whether a detector's ``fit`` learns nothing (the trivial baselines, the zero-shot LLM)."""
+    return spec.regime == "baselines" or "model" in spec.needs
+
+
+def _describe_fit(args: argparse.Namespace, fit_data: str) -> str:
+    if _is_file(fit_data):
+        return f"every dialogue of {fit_data}, --fit-data"
+    return f"the task3 train split of {fit_data}" + (", --fit-data" if args.fit_data else "")
+
+
+def _fit_examples(fit_data: str) -> list[dict[str, Any]]:
+    """The conformant dialogues a detector is fitted on: a corpus's task3 train split, or every
+    dialogue of a JSONL file (which must not hold forks)."""
+    from .io import load_examples, read_transcripts
+
+    if not _is_file(fit_data):
+        return load_examples(fit_data, "train")
+    rows, where = read_transcripts(fit_data)
+    forks = [
+        f"{where[r['dialogue_id']]}: dialogue {r['dialogue_id']!r}"
+        for r in rows
+        if r.get("hallucination_type")
+    ]
+    if forks:
+        raise ValueError(
+            f"--fit-data {fit_data}: {len(forks)} forked dialogue(s) (hallucination_type set), e.g. "
+            f"{'; '.join(forks[:3])}: a detector is fitted on conformant dialogues only; remove them"
+        )
+    return rows
+
+
+def _unknown_tasks(det: Any, examples: list[dict[str, Any]]) -> dict[str, str]:
+    """``{dialogue_id: reason}`` of the dialogues whose ``task`` the fitted detector has no model of
+    (wf: no fitted workflow task; a per-task streaming detector: no task model). A dialogue without a
+    ``task`` is routed by the detector and never skipped."""
+    known = getattr(det, "thresholds_", None) if hasattr(det, "min_similarity_") else None
+    if not known:
+        known = getattr(det, "task_models", None)
+    known = {t for t in (known or {}) if t is not None}
+    if not known:
+        return {}
+    shown = ", ".join(sorted(known)[:10]) + (", ..." if len(known) > 10 else "")
+    return {
+        e[
+            "dialogue_id"
+        ]: f"task {e['task']!r} has no workflow model in the fitted detector (it knows {shown})"
+        for e in examples
+        if e.get("task") is not None and e["task"] not in known
+    }
+
+
+def _warn_skipped(skipped: dict[str, str], tasks: list[str], report_path: Path) -> None:
+    ids = list(skipped)
+    logger.warning(
+        "%d dialogue(s) not predicted (written as null), their task has no workflow model in the fitted "
+        "detector: %s (task(s) %s). Fix: fit on conformant dialogues of that task (--fit-data) with a "
+        "--workflow source that defines it, or leave the 'task' field out to let the detector route them "
+        "by their turns. All listed under 'skipped' in %s",
+        len(ids),
+        ", ".join(ids[:10]) + (f" and {len(ids) - 10} more" if len(ids) > 10 else ""),
+        ", ".join(tasks),
+        report_path,
+    )
 
 
 def cmd_score(args: argparse.Namespace) -> int:
@@ -448,15 +586,16 @@ def cmd_score(args: argparse.Namespace) -> int:
         resolve_data(args.gold, accept=("gold",), option="--gold")
     else:
         resolve_data(args.data, option="--data")
-    rows = read_predictions(args.predictions)
     gold = load_gold_rows(gold=args.gold, data=args.data, subset=args.subset)
+    other: set[str] = set()
     if (
         args.subset != "all"
     ):  # predictions of the other part's ids are dropped; ids in no part are still errors
         other = {g["dialogue_id"] for g in load_gold_rows(gold=args.gold)} - {g["dialogue_id"] for g in gold}
-        rows = [r for r in rows if r.get("dialogue_id") not in other]
     if args.data is not None:
-        _check_ids_match(args, rows, gold)
+        _check_ids_match(args, _ids_in(args.predictions), gold)
+    # one pass: the file's own problems and those against the gold, each at its file:line
+    rows = read_predictions(args.predictions, gold=gold, ignore=other)
     result = score_predictions(rows, gold)
     print(format_table(result))
     print(json.dumps(result, indent=2))
@@ -465,13 +604,21 @@ def cmd_score(args: argparse.Namespace) -> int:
     return 0
 
 
-def _check_ids_match(
-    args: argparse.Namespace, rows: list[dict[str, Any]], gold: list[dict[str, Any]]
-) -> None:
+def _ids_in(path: str) -> set[str]:
+    """The dialogue ids of a prediction file's readable lines (its problems are reported later)."""
+    from .io import json_lines
+
+    return {
+        o["dialogue_id"]
+        for _, o, problem in json_lines(path)
+        if problem is None and isinstance(o, dict) and isinstance(o.get("dialogue_id"), str)
+    }
+
+
+def _check_ids_match(args: argparse.Namespace, ids: set[str], gold: list[dict[str, Any]]) -> None:
     """With ``--data``, predictions none of whose ids is in the labelled test split: say which set
     they belong to and how to score them (blind predictions are scored against the gold, ``--gold``),
     instead of one "unknown dialogue_id" line per prediction."""
-    ids = {r["dialogue_id"] for r in rows}
     gold_ids = {g["dialogue_id"] for g in gold}
     if not ids or ids & gold_ids:
         return
@@ -504,14 +651,22 @@ def _check_ids_match(
     )
 
 
-def _print_prediction_errors(e: Exception) -> None:
-    """Every problem of a :class:`~.scorer.PredictionError` on the terminal: the first 20 lines and
-    a count (the library's message points at the exception's ``.errors``, which a CLI user has no use for)."""
+def _print_errors(e: Exception, max_errors: int, what: str) -> None:
+    """Every problem of a :class:`~dialfork_dataset.errors.CollectedErrors` on the terminal, up to
+    ``--max-errors`` (0: all), and how to list the rest (the library's message points at the
+    exception's ``.errors``, which a CLI user has no use for)."""
     errors = list(getattr(e, "errors", None) or [str(e)])
-    shown = errors[:20]
-    lines = [f"error: {len(errors)} problem(s) in the predictions:", *("  " + x for x in shown)]
+    if len(errors) == 1 and "\n" not in errors[0]:
+        print(f"error: {errors[0]}", file=sys.stderr)
+        return
+    shown = errors if max_errors <= 0 else errors[:max_errors]
+    head = str(e).splitlines()[0] if str(e) and what == "the input" else ""
+    head = head if head[:1].isdigit() and head.endswith(":") else f"{len(errors)} problem(s) in {what}:"
+    lines = [f"error: {head}", *("  " + x for x in shown)]
     if len(errors) > len(shown):
-        lines.append(f"  ... and {len(errors) - len(shown)} more of the same kinds; fix these and run again")
+        lines.append(
+            f"  ... and {len(errors) - len(shown)} more: run again with --max-errors 0 to list every one"
+        )
     print("\n".join(lines), file=sys.stderr)
 
 
@@ -524,12 +679,17 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from dialfork_dataset.errors import CollectedErrors
+
     from .scorer import PredictionError
 
     try:
         return cmd_predict(args) if args.command == "predict" else cmd_score(args)
     except PredictionError as e:
-        _print_prediction_errors(e)
+        _print_errors(e, args.max_errors, "the predictions")
+        return 2
+    except CollectedErrors as e:  # a transcript or record file: every problem, at its file:line
+        _print_errors(e, args.max_errors, "the input")
         return 2
     except (ValueError, FileNotFoundError, TypeError) as e:
         print(f"error: {e}", file=sys.stderr)

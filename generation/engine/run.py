@@ -107,6 +107,7 @@ def prepare(
                 f"unknown task(s) {unknown}; the source's tasks are: {', '.join(sorted(corpus.tasks))}",
                 [f"unknown task {t!r}" for t in unknown],
             )
+    _refuse_watch_only(corpus, config)
     if config.kb_tools:
         from ..backends import backend_class
 
@@ -154,7 +155,62 @@ def prepare(
     units = plan_units(corpus, config, scenarios)
     if not units:
         raise GenerationError("the selection holds no scenario (check --tasks / --happy-only)")
+    _say_skipped_types(ctx, corpus, config, len(units))
     return corpus, units, backend, ctx, state
+
+
+def _say_skipped_types(ctx: Any, corpus: Any, config: GenerationConfig, n_units: int) -> None:
+    """A one-task source cannot fork the types that follow another task's workflow (WIC): one log
+    line with the count of forks it skips (a compound plan that needs one is refused)."""
+    from .units import single_fork_skips
+
+    skipped, per_source = single_fork_skips(ctx)
+    if not skipped:
+        return
+    only = next(iter(corpus.tasks), "?")
+    where = getattr(corpus, "path", config.star)
+    if config.compound:
+        bad = sorted({h for h, _ in config.compound if h in skipped})
+        if bad:
+            raise GenerationError(
+                f"{where}: the compound plan's {', '.join(bad)} follows another task's workflow, and the "
+                f"source has one task ({only!r}): add a second task to the workflow file, or drop {', '.join(bad)} "
+                "from --compound"
+            )
+        return
+    logger.warning(
+        "%s: one task (%r) in the source: %s forks follow another task's workflow and are skipped, %d fewer "
+        "forks per source (%d in all; %d forks per source made); add a second task to the workflow file "
+        "to make them",
+        where,
+        only,
+        "/".join(skipped),
+        per_source,
+        per_source * n_units,
+        forks_per_source() - per_source,
+    )
+
+
+def _refuse_watch_only(corpus: Any, config: GenerationConfig) -> None:
+    """A workflow file's task with no scenarios or no ``length_budget`` (a file for watching only)
+    cannot be generated: one line naming the file, the task(s) and what to add."""
+    notes = getattr(corpus, "notes", None)
+    watch = getattr(corpus, "watch_only_tasks", None)
+    if not callable(watch):
+        return
+    wanted = set(config.tasks or corpus.tasks)
+    bad = [t for t in watch() if t in wanted]
+    if not bad:
+        return
+    lines = [n for n in (notes() if callable(notes) else []) if any(f"task {t!r}" in n for t in bad)]
+    others = [t for t in corpus.tasks if t not in bad]
+    pick = f" (or pick the others with --tasks {','.join(others)})" if others and not config.tasks else ""
+    raise GenerationError(
+        f"{getattr(corpus, 'path', config.star)}: task(s) {', '.join(bad)} cannot be generated: a file for "
+        "watching only (no scenarios or no length_budget); add 'scenarios:' (each with its slot values) "
+        f"and 'length_budget:' to the task to generate dialogues of it{pick}",
+        lines or [f"task {t!r}: watching only" for t in bad],
+    )
 
 
 def generate_corpus(
@@ -235,7 +291,9 @@ def generate_corpus(
     writer = ShardWriter(spath)
     from tqdm.auto import tqdm
 
-    per_source = 1 + (1 if config.compound else forks_per_source())
+    from .units import single_fork_skips
+
+    per_source = 1 + (1 if config.compound else forks_per_source() - single_fork_skips(ctx)[1])
     bs = config.batch_size
     batches = [mine[i : i + bs] for i in range(0, len(mine), bs)]
     pooled = config.workers > 1 and len(batches) > 1

@@ -17,7 +17,7 @@ from typing import Any
 from dialfork_dataset.forks import fork_turns, system_turn_to_position
 from dialfork_dataset.jsonl import dumps
 from dialfork_dataset.records import DECODING_FIELDS, validate_record
-from dialfork_dataset.taxonomy import get_type, hallucination_types
+from dialfork_dataset.taxonomy import FORK_POSITIONS, get_type, hallucination_types
 
 from ..backends.base import Backend
 from ..compound import compound_key
@@ -190,7 +190,7 @@ def single_forks(ctx: RunContext, src: Dialogue) -> list[Dialogue]:
     # one draw per quartet (k=None) unless per-fork draws are asked for
     per_fork = ctx.config.variant_draw == "fork"
     reword = ctx.config.effective_reword_rate or 0.0
-    for h in hallucination_types():
+    for h in fork_types(ctx):
         for k, t in enumerate(ts, 1):
             dk = k if per_fork else None
             variant = draw_variant(ctx.pool, ctx.config.seed, sid, h, dk)
@@ -219,6 +219,34 @@ def single_forks(ctx: RunContext, src: Dialogue) -> list[Dialogue]:
                 d.prefix_len = cut
             out.append(d)
     return out
+
+
+def fork_types(ctx: RunContext) -> list[str]:
+    """The hallucination types a run can fork: every registered type, less those that follow another
+    task's workflow (``substitute``, e.g. WIC) when the source has a single task (a one-task workflow
+    file: there is no other workflow to switch to; :func:`single_fork_skips` says so once).
+
+    Args:
+        ctx: the run's context (its source's tasks).
+
+    Returns:
+        The type codes, in registration order.
+    """
+    lone = len(ctx.domain_of) < 2
+    return [h for h in hallucination_types() if not (lone and get_type(h).substitute)]
+
+
+def single_fork_skips(ctx: RunContext) -> tuple[list[str], int]:
+    """The types :func:`fork_types` leaves out, and how many forks each source has fewer.
+
+    Args:
+        ctx: the run's context.
+
+    Returns:
+        ``(types, forks_per_source_skipped)``: empty and 0 when every type can be forked.
+    """
+    skipped = [h for h in hallucination_types() if h not in fork_types(ctx)]
+    return skipped, len(skipped) * len(FORK_POSITIONS)
 
 
 def compound_forks(ctx: RunContext, src: Dialogue) -> list[Dialogue]:

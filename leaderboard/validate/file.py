@@ -213,6 +213,9 @@ def validate_submission(
     turns = blind.turns
     decode = _decoder.decode
     omitted = 0
+    other_track = next(t for t in TRACKS if t != track)
+    other_id = TRACK_FIELDS[other_track][0]
+    n_other = 0  # lines shaped like the other track's (a pair_id where a dialogue_id is expected)
 
     def add(problem: Problem) -> None:  # keep the first problems, count the others
         nonlocal omitted
@@ -264,6 +267,8 @@ def validate_submission(
             )
             continue
         did = obj.get(id_field) if isinstance(obj, dict) else None
+        if isinstance(obj, dict) and other_id in obj and id_field not in obj:
+            n_other += 1
         if isinstance(obj, dict) and obj.get("confidence") is not None:
             n_conf += 1
         T = turns.get(did) if (track == "detector" and isinstance(did, str)) else None
@@ -329,6 +334,18 @@ def validate_submission(
                 field=id_field,
                 file=spath,
             )
+        )
+    if n_lines and n_other * 2 >= n_lines:
+        file_errs.insert(
+            0,
+            Problem(
+                "wrong_track",
+                f"the file looks like a {other_track}-track submission ({n_other:,} of {n_lines:,} lines have "
+                f"{other_id!r}, the {other_track} track's id, and no {id_field!r}): pass --track {other_track} "
+                f"(the errors below are what checking it as a {track}-track file finds)",
+                field=id_field,
+                file=spath,
+            ),
         )
     errs[:0] = file_errs
     rep.n_omitted += omitted

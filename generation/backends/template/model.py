@@ -96,6 +96,8 @@ class TaskModel:
             for p in ps:
                 self.children.setdefault(p, []).append(b)
         self.start = task.start_node
+        #: A workflow file's task (its own slot names win over STAR's placeholder aliases).
+        self.own_slot_names = bool(getattr(task, "curated_phrasings", False))
         acts = getattr(task, "user_acts", None)  # a workflow file's own surface templates of user acts
         self.data = {**data, "user": {**data["user"], **acts}} if acts else data
         api = task.api

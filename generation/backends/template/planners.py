@@ -221,7 +221,7 @@ def _with_goal_lines(kind: str, cx: PlanContext) -> Body:
 
 
 def _refuse_replacement(sim: Sim, hal: Hal, rng: Rng) -> str:
-    item, _ = item_and_alternative(sim, rng)
+    item, _ = item_and_alternative(sim, rng, knows_goal=True)  # the user knows what it wants
     return user_line(sim.data, "refuse", rng, i=item)
 
 
@@ -243,7 +243,11 @@ def plan_gr(hal: Hal, cx: PlanContext) -> Body:
             first one at the start.
     """
     hal.line_reply = _refuse_replacement
-    return _with_goal_lines("own_alt", cx)
+    # the outcome is steered to the alternative only by a variant whose lines announce it ({alt}:
+    # "I'd really recommend {alt}"); the others (a partner service, a premium offer, cancelling) keep
+    # the user's values in the workflow's steps: the system says only what the user has said
+    steer = any("{alt}" in line for line in hal.lines)
+    return _with_goal_lines("own_alt" if steer else "own", cx)
 
 
 def plan_csc(hal: Hal, cx: PlanContext) -> Body:

@@ -10,22 +10,27 @@ from .acts import answer_slot, criteria_reply, enter_node, goodbye, invent_free,
 from .sim import Sim
 
 
-def item_and_alternative(sim: Sim, rng: Rng) -> tuple[str, str]:
+def item_and_alternative(sim: Sim, rng: Rng, knows_goal: bool = False) -> tuple[str, str]:
     """What the user wants (its identity slot's value) and a stable alternative to it (GR's ``{alt}``).
 
     Args:
         sim: the dialogue's simulator (its task's identity slot, given and goal values).
         rng: the turn's random stream (not drawn from: the alternative is a hash of the value).
+        knows_goal: the speaker knows the user's goal (the user does; the system, the default,
+            knows only the values the user has given: before the user names a city, the system
+            says "this", never the city of the user's goal).
 
     Returns:
         ``(item, alternative)``: the value and another category (or, for an integer slot,
             ``"number N"`` and another number); ``("your request", "a different option")`` when there
-            is no identity slot or value.
+            is no identity slot, ``("this", "a different option")`` when its value is not known yet.
     """
     s = sim.m.identity
     if s is None:
         return "your request", "a different option"
-    v = sim.given.get(s.name) or sim.goal.get(s.name) or ""
+    v = sim.given.get(s.name) or (sim.goal.get(s.name) if knows_goal else "") or ""
+    if not v:
+        return "this", "a different option"
     if s.type == "int":
         if not v.isdigit():
             return "your request", "a different option"

@@ -174,6 +174,10 @@ class Sim:
         """
         if ph in DYNAMIC_PLACEHOLDERS:
             return placeholder_value(self, ph, rng, alt)
+        if not alt:  # what the user has said wins over a fact drawn before (a corrected doctor, a city)
+            slot = slot_of(self.m, ph)
+            if slot is not None and self.given.get(slot.name):
+                return self.given[slot.name]
         key = ph + ("#alt" if alt else "")
         v = self.kb.get(key)
         if v is None:
@@ -333,9 +337,11 @@ def placeholder_value(sim: Sim, ph: str, rng: Rng, alt: bool) -> str:
     """The value the system fills in for placeholder ``ph`` of a template.
 
     Trivia questions/answers and trip instructions follow the simulator's counters; otherwise the
-    value given by the user (or the goal's) for the matching slot; with ``alt``, another category
-    of the goal's identity slot (GR); else a knowledge-base value drawn from the field's schema, and
-    generic fallbacks (names, ids, plates, statuses, ...).
+    value the user has given for the matching slot (for a slot the workflow asks the user for, never
+    the user's goal: the system knows only what it was told; a slot no step asks is the scenario's
+    knowledge-base answer, the goal's); with ``alt``, another category of the identity slot (GR);
+    else a knowledge-base value drawn from the field's schema, and generic fallbacks (names, ids,
+    plates, statuses, ...).
 
     Args:
         sim: the dialogue's simulator.
@@ -374,27 +380,15 @@ def placeholder_value(sim: Sim, ph: str, rng: Rng, alt: bool) -> str:
     if ph == "message" or ph == "instructions":
         pool = data["messages"].get(m.name) or data["messages"]["default"]
         return pool[rng.below(len(pool))]
+    slot = slot_of(m, ph)
     alias = PH_ALIASES.get(ph)
-    if alias is not None:
-        n = norm_name(alias)
-    stripped = n[len(m.domain) :] if n.startswith(m.domain) and len(n) > len(m.domain) else n
-    slot = None
-    for s in m.slots.values():
-        sn = norm_name(s.name)
-        if (
-            sn in (n, n + "hour", stripped)
-            or (n.endswith("name") and sn == "name" and s.type == "cat")
-            or (n.endswith("id") and sn == "id")
-        ):
-            slot = s
-            break
-    if slot is None and n == "time":
-        slot = next(
-            (m.slots[k] for k in ("Time", "StartTimeHour", "ArrivalTime", "DepartureTime") if k in m.slots),
-            None,
-        )
+    if alias is not None and not (getattr(m, "own_slot_names", False) and slot_of(m, ph, use_alias=False)):
+        n = norm_name(alias)  # STAR's name for the knowledge-base field
     if slot is not None:
-        v = sim.given.get(slot.name) or sim.goal.get(slot.name, "")
+        asked = any(a is slot for a in m.ask_slot.values())
+        # a value the system asks the user for is known once said, never read off the user's goal; a
+        # slot no step asks (the weather the scenario's knowledge base gives) is the KB's answer
+        v = sim.given.get(slot.name) or ("" if asked else sim.goal.get(slot.name, ""))
         if alt and slot is m.identity and slot.categories:
             others = [c for c in slot.categories if c != v]
             if others:
@@ -437,6 +431,49 @@ def placeholder_value(sim: Sim, ph: str, rng: Rng, alt: bool) -> str:
     return rng.choice(("the requested one", "as requested", "the one you asked for"))
 
 
+def slot_of(m: TaskModel, ph: str, use_alias: bool = True) -> Any:
+    """The task slot a placeholder stands for, or None.
+
+    STAR's placeholders go through the alias table (:data:`~.data.PH_ALIASES`: ``size`` ->
+    ``FloorSquareMeters``). A workflow file's own slot names win (``m.own_slot_names``): its
+    ``{size}`` is its ``size`` slot when it has one, and goes through the alias only when it has none.
+
+    Args:
+        m: the task's model (its slots and domain).
+        ph: the placeholder name (without braces).
+        use_alias: also try the alias (default True); False: the placeholder's own name only.
+
+    Returns:
+        The slot, or None.
+    """
+    alias = PH_ALIASES.get(ph)
+    names = [norm_name(ph)] if (getattr(m, "own_slot_names", False) or not use_alias or alias is None) else []
+    if use_alias and alias is not None:
+        names.append(norm_name(alias))
+    for n in dict.fromkeys(names):
+        stripped = n[len(m.domain) :] if n.startswith(m.domain) and len(n) > len(m.domain) else n
+        for s in m.slots.values():
+            sn = norm_name(s.name)
+            if (
+                sn in (n, n + "hour", stripped)
+                or (n.endswith("name") and sn == "name" and s.type == "cat")
+                or (n.endswith("id") and sn == "id")
+            ):
+                return s
+        if n == "time":
+            hit = next(
+                (
+                    m.slots[k]
+                    for k in ("Time", "StartTimeHour", "ArrivalTime", "DepartureTime")
+                    if k in m.slots
+                ),
+                None,
+            )
+            if hit is not None:
+                return hit
+    return None
+
+
 def trivia_answer(sim: Sim, i: int) -> str:
     """The answer to trivia question ``i`` from the task's ``Answer`` knowledge-base field.
 
@@ -457,4 +494,4 @@ def trivia_answer(sim: Sim, i: int) -> str:
     return re.sub(r"^\(\d+\)\s*", "", a)
 
 
-__all__ = ["Body", "Hal", "Sim", "placeholder_value", "trivia_answer"]
+__all__ = ["Body", "Hal", "Sim", "placeholder_value", "slot_of", "trivia_answer"]
