@@ -514,6 +514,105 @@ def derive_roles(task: Any) -> TaskRoles:
     return TaskRoles(task.name, steps, api_slots, values, types, tuple(problems))
 
 
+#: Roles any workflow's step may play: a turn playing one of them is no evidence of another workflow.
+SHARED_ROLES: frozenset[str] = frozenset({"greeting", "closing", "fallback", "confirmation"})
+#: What a question asks for, by the words of its slot (ours): two workflows that ask for a place, a
+#: date, a time or a count share that step ("Where are you going?" is a ride's step and a flight's).
+SLOT_CONCEPTS: Mapping[str, frozenset[str]] = {
+    "place": frozenset(
+        {
+            "city",
+            "location",
+            "destination",
+            "departure",
+            "origin",
+            "from",
+            "to",
+            "address",
+            "pickup",
+            "dropoff",
+            "where",
+            "area",
+            "place",
+        }
+    ),
+    "date": frozenset({"date", "day", "weekday", "dates"}),
+    "time": frozenset({"time", "hour", "clock"}),
+    "count": frozenset(
+        {
+            "number",
+            "count",
+            "size",
+            "guests",
+            "people",
+            "travelers",
+            "travellers",
+            "adults",
+            "tickets",
+            "seats",
+            "party",
+            "num",
+            "days",
+            "nights",
+        }
+    ),
+    "name": frozenset({"name"}),
+}
+_TYPE_CONCEPTS = {"weekday": "date", "date": "date", "time": "time", "number": "count", "name": "name"}
+
+
+def slot_concept(slot: str, value_type_: str = "text") -> str:
+    """What a question for ``slot`` asks for, across workflows (:data:`SLOT_CONCEPTS`, ours).
+
+    Args:
+        slot: The slot's name.
+        value_type_: Its value type (:func:`value_type`), which decides first.
+
+    Returns:
+        str: ``place``, ``date``, ``time``, ``count``, ``name``, else the slot's last word.
+
+    Example:
+        >>> slot_concept("to_location"), slot_concept("pickup_time", "time"), slot_concept("cuisine")
+        ('place', 'time', 'cuisine')
+    """
+    if value_type_ in _TYPE_CONCEPTS:
+        return _TYPE_CONCEPTS[value_type_]
+    words = _words(slot)
+    for concept, vocab in SLOT_CONCEPTS.items():
+        if set(words) & vocab:
+            return concept
+    return words[-1] if words else slot
+
+
+def step_signatures(roles: TaskRoles) -> dict[str, frozenset[tuple[str, str]]]:
+    """What each step of a task could share with a step of another workflow.
+
+    A step that greets, closes, falls back or asks for confirmation is shared by role alone; a
+    question is shared by what it asks for (:func:`slot_concept`); an action, outcome or inform
+    step is its workflow's own (empty signature). Two workflows whose steps share a signature are
+    not each other's rivals on those steps (the workflow-aware detector's rejection rule).
+
+    Args:
+        roles: A task's roles (:func:`derive_roles`).
+
+    Returns:
+        dict[str, frozenset[tuple[str, str]]]: node -> its signatures.
+
+    Example:
+        >>> r = TaskRoles("t", {"ask_city": StepRole("ask_city", frozenset({"question"}), ("city",)),
+        ...                     "bye": StepRole("bye", frozenset({"closing"}))})
+        >>> sorted(step_signatures(r)["ask_city"]), sorted(step_signatures(r)["bye"])
+        ([('question', 'place')], [('closing', '')])
+    """
+    out: dict[str, frozenset[tuple[str, str]]] = {}
+    for node, step in roles.steps.items():
+        sig = {(r, "") for r in step.roles & SHARED_ROLES}
+        if "question" in step.roles:
+            sig |= {("question", slot_concept(s, roles.value_types.get(s, "text"))) for s in step.collects}
+        out[node] = frozenset(sig)
+    return out
+
+
 def undeclared_requirements(task: Any) -> list[str]:
     """Slots a workflow file's ``requires:`` names that no step collects, one line each.
 
@@ -574,14 +673,18 @@ __all__ = [
     "OUTCOME_WORDS",
     "REQUIRING_ROLES",
     "ROLES",
+    "SHARED_ROLES",
+    "SLOT_CONCEPTS",
     "SLOT_SYNONYMS",
     "StepRole",
     "TaskRoles",
     "api_slot_for",
     "derive_roles",
     "roles_table",
+    "slot_concept",
     "slot_from_name",
     "step_roles_from_name",
+    "step_signatures",
     "undeclared_requirements",
     "value_type",
 ]

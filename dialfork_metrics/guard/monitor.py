@@ -26,7 +26,7 @@ import os
 import tempfile
 import threading
 import zipfile
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -176,64 +176,11 @@ def _check_text(text: Any, where: str) -> str:
     return text
 
 
-def _as_dialogues(dialogues: Any) -> list[Any]:
-    """A list of dialogues from a list/iterable of records or turn lists, or a ``datasets`` split."""
-    if isinstance(dialogues, str | bytes | Mapping):
-        raise TypeError(
-            "Monitor.fit() takes a list of conformant dialogues (records, lists of {speaker, text} "
-            "turns, or a datasets split), not a single " + type(dialogues).__name__
-        )
-    if hasattr(dialogues, "column_names") and hasattr(dialogues, "to_list"):  # datasets.Dataset
-        rows = dialogues.to_list()
-    elif isinstance(dialogues, Iterable):
-        rows = list(dialogues)
-    else:
-        raise TypeError(f"Monitor.fit() takes a list of dialogues, got {type(dialogues).__name__}")
-    if rows and isinstance(rows[0], Mapping) and "speaker" in rows[0] and "turns" not in rows[0]:
-        raise TypeError("Monitor.fit() got a single dialogue (a list of turns); pass a list of dialogues")
-    return rows
-
-
-def _task_of(rows: Sequence[Any]) -> str | None:
-    tasks = sorted({r["task"] for r in rows if isinstance(r, Mapping) and r.get("task")})
-    if len(tasks) > 1:
-        raise ValueError(
-            f"Monitor.fit() got dialogues of {len(tasks)} tasks ({', '.join(tasks[:5])}); a monitor "
-            "watches one task's workflow: fit one Monitor per task"
-        )
-    return tasks[0] if tasks else None
-
-
 #: The configuration that decides a verdict besides the fitted arrays and the threshold. Options that
 #: act only at fit time (calibration, clustering threshold, ...) are reflected in those already, so
 #: a monitor saved by one version keeps its fingerprint when a later version adds fit options.
 FINGERPRINT_KEYS = ("method", "node_confidence", "order", "K", "tau", "backoff")
 # ``position_weight`` also decides verdicts: detector_fingerprint hashes it when it is not 0
-
-
-def _default_detector(task: str | None, workflow: Any) -> str:
-    """``"wf"`` when the task's workflow can be found, else ``"ss+nc"`` (logged)."""
-    if task is None:
-        logger.info("Monitor.fit: dialogues without a task: the workflow-free ss+nc detector")
-        return "ss+nc"
-    from dialfork_metrics.task3.workflow_detector import resolve_workflow
-
-    try:
-        source = resolve_workflow(workflow)
-    except (ValueError, OSError) as e:
-        logger.warning(
-            "Monitor.fit: no workflow for task %r (%s): the workflow-free ss+nc detector; pass "
-            "workflow= (or set $DIALFORK_STAR_DIR) for the workflow-aware wf",
-            task,
-            e,
-        )
-        return "ss+nc"
-    if task not in source.tasks:
-        logger.warning(
-            "Monitor.fit: task %r is not in the workflow source: the workflow-free ss+nc detector", task
-        )
-        return "ss+nc"
-    return "wf"
 
 
 def _is_workflow(detector: Any) -> bool:
@@ -360,8 +307,9 @@ class Monitor:
     @classmethod
     def fit(
         cls,
-        dialogues: Any,
+        dialogues: Any = None,
         *,
+        task: str | None = None,
         detector: str | None = None,
         encoder: Any = "minilm",
         order: int = 6,
@@ -371,14 +319,17 @@ class Monitor:
         **detector_options: Any,
     ) -> Monitor:
         """Fit ``detector`` (``"wf"``, the default, or ``"it"``, ``"ss"``, ``"it+nc"``, ``"ss+nc"``) on
-        conformant dialogues of one task. ``detector_options`` go to the detector
+        conformant dialogues, or ``wf`` on the workflow alone (no dialogues: ``task=`` and
+        ``workflow=``). ``wf`` is fitted on every task of the records (the same detector as the
+        Task 3 ``wf`` fit on the same data) and watches ``task``. ``detector_options`` go to the detector
         (:class:`~dialfork_metrics.task3.workflow_detector.WorkflowDetector`: ``false_alarm_rate``,
         ``min_similarity``...; :class:`StreamingDetector`: ``K``, ``tau``, ``distance_threshold``...);
         ``embeddings`` (one ``(n_turns, d)`` array per dialogue) skips the encoder at fit time.
 
         Args:
-            dialogues: Conformant dialogues of one task: a list of records or of turn lists, or a
-                ``datasets`` split.
+            dialogues: Conformant dialogues: a list of records or of turn lists, or a ``datasets``
+                split; None or empty: ``wf`` from the workflow alone.
+            task: The task to watch; None: the records' only task.
             detector: ``"wf"`` (workflow-aware), ``"it"``, ``"ss"``, ``"it+nc"`` or ``"ss+nc"``; None
                 (default): ``"wf"`` when the records name a ``task`` that the workflow source
                 (``workflow``, else ``$DIALFORK_STAR_DIR``) has, else ``"ss+nc"`` (bare turn lists,
@@ -397,14 +348,17 @@ class Monitor:
 
         Raises:
             ValueError: ``detector`` is not a streaming detector, a record is a fork, the
-                dialogues belong to more than one task, or the detector rejects its options or the
-                data.
+                dialogues belong to several tasks and ``task`` is not one of them (or the detector
+                is workflow-free), no dialogues and no workflow task, or the detector rejects its
+                options or the data.
             TypeError: ``dialogues`` is a single dialogue or record, or not a list of dialogues.
         """
         from dialfork_metrics.task3.detectors import make_detector
         from dialfork_metrics.task3.registry import detector_names, get_detector
 
-        rows = _as_dialogues(dialogues)
+        from .fitting import as_dialogues, default_detector, fit_tasks, watched_task
+
+        rows = as_dialogues(dialogues) if dialogues is not None else []
         forked = [
             str(r.get("dialogue_id", i))
             for i, r in enumerate(rows)
@@ -416,20 +370,27 @@ class Monitor:
                 f"(hallucination_type set), e.g. {', '.join(forked[:3])}: keep the records whose "
                 "hallucination_type is None (a monitor fitted on forks learns to accept them)"
             )
-        task = _task_of(rows)
+        tasks = fit_tasks(rows)
         if detector is None:
-            detector = _default_detector(task, workflow)
+            detector = default_detector(task or (tasks[0] if tasks else None), workflow)
         key = str(detector).strip().lower()
         guarded = detector_names(guard=True)
         if key not in guarded:
             raise ValueError(f"the guard runs a streaming detector ({', '.join(guarded)}), got {detector!r}")
-        if "workflow" in get_detector(key).needs:
+        aware = "workflow" in get_detector(key).needs
+        task = watched_task(tasks, task, aware)
+        if aware:
             if task is None:
                 raise ValueError(
-                    "Monitor.fit(detector='wf') needs records with a 'task' field (the workflow "
-                    "to follow); give records, or detector='ss+nc' for bare turn lists"
+                    "Monitor.fit(detector='wf') needs the task to watch: records with a 'task' field, "
+                    "or task=NAME (with no dialogues: fitted on the workflow alone); detector='ss+nc' "
+                    "for bare turn lists"
                 )
             det = make_detector(key, encoder=encoder, workflow=workflow, **detector_options)
+        elif not rows:
+            raise ValueError(
+                f"Monitor.fit(detector={key!r}) learns from dialogues: give conformant dialogues"
+            )
         else:
             det = make_detector(key, order=order, encoder=encoder, **detector_options)
         det.fit(rows, embeddings=embeddings, show_progress=show_progress)

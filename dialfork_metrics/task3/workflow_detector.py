@@ -115,8 +115,9 @@ class WorkflowDetector:
             or ``"in_sample"``.
         calibration_folds: Folds of ``cross_fit`` (>= 2).
         calibration_seed: Seed of the fold permutation.
-        threshold_rule: ``"upper_bound"`` (default), ``"conformal"`` or ``"percentile"``
-            (:func:`~dialfork_metrics.task3.streaming.calibrate_threshold`).
+        threshold_rule: ``"conformal"`` (default: the alarm rate asked for, in expectation),
+            ``"upper_bound"`` (at most that rate with ``confidence``: stricter, on few dialogues far
+            stricter) or ``"percentile"`` (:func:`~dialfork_metrics.task3.streaming.calibrate_threshold`).
         confidence: Confidence of ``upper_bound``.
         order_weight: Deviation of a step said after a later step of the workflow (ours; default
             0: off; 1.0: such a turn alarms; :func:`order_flags`, :data:`DEFAULT_ORDER_WEIGHT`
@@ -139,6 +140,30 @@ class WorkflowDetector:
             (cosine; ours): a turn full of slot values ("It will be sunny all day on Tuesday in
             Chicago") matches no phrasing closely but no other step either
             (:func:`~.workflow_state.confident_steps`).
+        shared_steps: Steps several workflows share (a question for the same kind of slot, a
+            confirmation, a closing) and the generic phrasings any agent says are no evidence of
+            another workflow (:class:`~.workflow_nodes.NodeAssigner`; False: the detector before).
+        threshold_floor: The least threshold (default 0: a turn the workflow explains at least
+            ``min_similarity`` well and no worse than another workflow never alarms, whatever
+            the calibration says; what keeps a detector fitted on template text from alarming on
+            human text for being unlike it). None: the calibrated thresholds as they are, so
+            ``false_alarm_rate`` and :meth:`recalibrate` move them both ways. Where the floor
+            overrides a calibrated threshold a warning says so; ``operating_point_`` lists both.
+        min_task_dialogues: A task with fewer fit dialogues calibrates on every task's statistics
+            pooled (borrows strength; ours, 50).
+        self_training: Unlabelled fit turns join only the step the assigner is sure of
+            (:func:`~.workflow_fit.fit_labels`); False: each joins its nearest step.
+        self_train_margin: How far a fit turn's best step must lead its second for self-training
+            (cosine; ours).
+        realise_values: Each step text with ``{placeholders}`` also says its step in this many
+            variants filled with the slot's values (the API field's categories or examples;
+            :func:`~.workflow_nodes.realise`; 0: spelled placeholders only). ``"auto"`` (default): 2
+            when fitting on the workflow alone, 0 with dialogues (their turns say the steps with
+            real values; the variants then only add rivals: on the sgd track they cost 2 points of
+            false alarms).
+        rule_budget: Switch off the step rules of a task whose conformant fit dialogues they alarm
+            on too often, instead of lifting its threshold over every similarity deviation
+            (:func:`~.workflow_fit.rule_budget`).
 
     Fitted attributes: ``assigner_`` (:class:`NodeAssigner`), ``structures_`` (task ->
     :class:`WorkflowStructure`), ``thresholds_`` (task -> threshold), ``calibration_stats_`` (task ->
@@ -148,7 +173,11 @@ class WorkflowDetector:
     back steps its conformant dialogues take, :func:`order_pairs`), ``roles_`` (task -> its step
     roles and slots, :func:`~dialfork_dataset.roles.derive_roles`; a task whose roles cannot be
     derived is left out and keeps the role-free rules), ``requires_`` (task -> node -> the slots
-    the skip rule enforces), ``n_train_``.
+    the skip rule enforces), ``n_train_``, ``fit_kind_`` (``cross_fit``, ``in_sample`` or
+    ``workflow``: how the statistics were made), ``fit_labels_`` (counts of fit turns labelled,
+    self-trained and left out), ``operating_point_`` (task -> calibrated and applied threshold,
+    whether the floor took over, pooled or own statistics, the expected false-alarm rate and how
+    it was estimated).
     """
 
     name = "wf"
@@ -167,7 +196,7 @@ class WorkflowDetector:
         calibration: str = "cross_fit",
         calibration_folds: int = 5,
         calibration_seed: int = 0,
-        threshold_rule: str = "upper_bound",
+        threshold_rule: str = "conformal",
         confidence: float = 0.95,
         order_weight: float = DEFAULT_ORDER_WEIGHT,
         skip_weight: float = DEFAULT_SKIP_WEIGHT,
@@ -177,6 +206,13 @@ class WorkflowDetector:
         state_rules: bool = True,
         rule_min_similarity: float = DEFAULT_RULE_MIN_SIMILARITY,
         rule_min_margin: float = DEFAULT_RULE_MIN_MARGIN,
+        shared_steps: bool = True,
+        threshold_floor: float | None = 0.0,
+        min_task_dialogues: int = 50,
+        self_training: bool = True,
+        self_train_margin: float = 0.03,
+        realise_values: int | str = "auto",
+        rule_budget: bool = True,
     ):
         self.workflow = workflow
         self.encoder = encoder
@@ -199,6 +235,13 @@ class WorkflowDetector:
         self.state_rules = state_rules
         self.rule_min_similarity = rule_min_similarity
         self.rule_min_margin = rule_min_margin
+        self.shared_steps = shared_steps
+        self.threshold_floor = threshold_floor
+        self.min_task_dialogues = min_task_dialogues
+        self.self_training = self_training
+        self.self_train_margin = self_train_margin
+        self.realise_values = realise_values
+        self.rule_budget = rule_budget
 
     def __repr__(self) -> str:
         fitted = f", tasks={sorted(self.thresholds_)}" if hasattr(self, "thresholds_") else ""
@@ -225,6 +268,13 @@ class WorkflowDetector:
         "state_rules": boolean(),
         "rule_min_similarity": interval(-1, 1, "both"),
         "rule_min_margin": interval(0, 2, "both"),
+        "shared_steps": boolean(),
+        "threshold_floor": either(one_of((None,)), interval(-2, 2, "both")),
+        "min_task_dialogues": integer(1),
+        "self_training": boolean(),
+        "self_train_margin": interval(0, 2, "both"),
+        "realise_values": either(one_of(("auto",)), integer(0)),
+        "rule_budget": boolean(),
     }
 
     def get_params(self) -> dict[str, Any]:
@@ -281,15 +331,19 @@ class WorkflowDetector:
     # -- fitting ------------------------------------------------------------------------------------
     def fit(
         self,
-        dialogues: Sequence[Any],
+        dialogues: Sequence[Any] | None = None,
         embeddings: Sequence[np.ndarray] | None = None,
         show_progress: bool = False,
     ) -> WorkflowDetector:
-        """Fit on conformant dialogues: the node texts, the repeat structure and each task's threshold.
+        """Fit on conformant dialogues (or on the workflow alone): the step texts, what the task's
+        dialogues do that its graph does not draw, the step roles and each task's threshold.
 
         Args:
-            dialogues: Conformant records with ``task`` and ``turns`` (records with
-                ``system_nodes`` also label their system turns).
+            dialogues: Conformant records with ``task`` and ``turns``; records with ``system_nodes``
+                (and ``system_node_tasks``) label their system turns, which then join those steps
+                (:func:`~.workflow_fit.fit_labels`; unlabelled turns are self-trained). None or empty:
+                fit from the workflow source alone, every task of it (no logs needed; the thresholds
+                come from the workflow's own phrasings, :func:`~.workflow_fit.workflow_statistics`).
             embeddings: One ``(n_turns, d)`` array per dialogue; None: encoded.
             show_progress: Unused (kept for the detectors' common signature).
 
@@ -297,15 +351,14 @@ class WorkflowDetector:
             self.
 
         Raises:
-            ValueError: Invalid parameters (all listed), no dialogues, a dialogue without ``task``, a
-                task the workflow source lacks, or no workflow source.
+            ValueError: Invalid parameters (all listed), a dialogue without ``task``, a task the
+                workflow source lacks, or no workflow source.
         """
         del show_progress
         self._validate_params()
         self.__dict__.pop("thresholds_", None)  # a refit calibrates raw deviations
-        rows = list(dialogues)
-        if not rows:
-            raise ValueError("WorkflowDetector.fit: no conformant dialogues")
+        self.rules_off_ = frozenset()
+        rows = list(dialogues) if dialogues is not None else []
         missing = [
             str(d.get("dialogue_id", i)) if isinstance(d, Mapping) else str(i)
             for i, d in enumerate(rows)
@@ -317,7 +370,7 @@ class WorkflowDetector:
                 f"(e.g. {', '.join(missing[:3])}); the detector needs each dialogue's task"
             )
         source = resolve_workflow(self.workflow)
-        tasks = sorted({_task(d) for d in rows})
+        tasks = sorted({_task(d) for d in rows}) if rows else sorted(source.tasks)
         unknown = [t for t in tasks if t not in source.tasks]
         if unknown:
             raise ValueError(
@@ -325,10 +378,11 @@ class WorkflowDetector:
                 f"(it has {', '.join(sorted(source.tasks)[:30])}); pass the source they come from as workflow="
             )
         turns = [as_turns(d["turns"] if isinstance(d, Mapping) else d) for d in rows]
-        emb = self._embed(turns, embeddings)
-        base = NodeAssigner(None, 0.0, self.reject_margin)
+        emb = self._embed(turns, embeddings) if rows else []
+        realise = self.realise_values if self.realise_values != "auto" else (0 if rows else 2)
+        base = NodeAssigner(None, 0.0, self.reject_margin, self.shared_steps, realise)
         base.encoder = self.get_encoder()
-        base.fit(source)
+        base.fit(source, tasks=None)
         self.min_similarity_ = (
             auto_min_similarity(base, self.auto_quantile)
             if self.min_similarity == "auto"
@@ -338,49 +392,43 @@ class WorkflowDetector:
         self.structures_ = {t: workflow_structure(source.tasks[t]) for t in tasks}
         task_of = [_task(d) for d in rows]
         sys_rows = [self._system_rows(t) for t in turns]
-        final = self._with_train_texts(base, [(task_of[i], emb[i][sys_rows[i]]) for i in range(len(rows))])
+        from . import workflow_fit as wfit
+
+        labels, self.fit_labels_ = wfit.fit_labels(self, base, rows, task_of, turns, emb, sys_rows)
+        final = self._with_train_texts(
+            base, wfit.labelled_parts(range(len(rows)), task_of, emb, sys_rows, labels)
+        )
         # what the task's conformant dialogues do that its graph does not draw: repeated question
-        # steps (a loop: the repeat rule is off for the task) and back steps (never flagged)
+        # steps (a loop: the repeat rule is off for the task) and back steps (never flagged); read
+        # on the steps the fit is sure of (labels, self-training)
         repeatable: dict[str, set[str]] = {t: set() for t in tasks}
         allowed: dict[str, set[tuple[str, str]]] = {t: set() for t in tasks}
-        fit_nodes: list[list[str | None]] = []
         for i in range(len(rows)):
             t = task_of[i]
-            nodes = final.assign(t, emb[i][sys_rows[i]]).nodes
-            fit_nodes.append(nodes)
-            flags = repeat_flags(nodes, self._answered(turns[i], sys_rows[i]), self.structures_[t])
-            repeatable[t].update(nodes[j] for j in np.flatnonzero(flags))
-            allowed[t] |= order_pairs(nodes, self.structures_[t])
+            flags = repeat_flags(labels[i], self._answered(turns[i], sys_rows[i]), self.structures_[t])
+            repeatable[t].update(labels[i][j] for j in np.flatnonzero(flags))
+            allowed[t] |= order_pairs(labels[i], self.structures_[t])
         from .workflow_explain import fit_roles
 
-        fit_roles(self, source, tasks, task_of, turns, fit_nodes, repeatable)
+        fit_roles(self, source, tasks, task_of, turns, labels, repeatable)
         self.repeatable_ = {t: frozenset(v) for t, v in repeatable.items()}
         self.looping_ = frozenset(t for t, v in repeatable.items() if v)
         self.order_allowed_ = {t: frozenset(v) for t, v in allowed.items()}
-        # calibration statistics (cross-fit: each dialogue scored with the others folds' texts)
-        stats: dict[str, list[float]] = {t: [] for t in tasks}
-        if self.calibration == "cross_fit" and len(rows) >= 2:
-            from .streaming.decision import calibration_fold_ids
-
-            by_task = {t: [i for i in range(len(rows)) if task_of[i] == t] for t in tasks}
-            for t, idx in by_task.items():
-                if len(idx) < 2:
-                    stats[t].extend(self._statistic(base, t, turns[i], emb[i], sys_rows[i]) for i in idx)
-                    continue
-                fold = calibration_fold_ids(len(idx), self.calibration_folds, self.calibration_seed)
-                for f in np.unique(fold):
-                    train = [idx[j] for j in np.flatnonzero(fold != f)]
-                    a = self._with_train_texts(base, [(t, emb[i][sys_rows[i]]) for i in train])
-                    stats[t].extend(
-                        self._statistic(a, t, turns[idx[j]], emb[idx[j]], sys_rows[idx[j]])
-                        for j in np.flatnonzero(fold == f)
-                    )
-        else:
-            for i in range(len(rows)):
-                stats[task_of[i]].append(self._statistic(final, task_of[i], turns[i], emb[i], sys_rows[i]))
         self.assigner_ = final
+        if rows:
+            self.fit_kind_ = (
+                self.calibration if self.calibration == "in_sample" or len(rows) < 2 else "cross_fit"
+            )
+
+            def cross() -> dict[str, list[float]]:
+                return wfit.cross_fit_statistics(self, base, final, task_of, turns, emb, sys_rows, labels)
+
+            stats = wfit.rule_budget(self, cross) if self.rule_budget else cross()
+        else:
+            self.fit_kind_ = "workflow"
+            stats = wfit.workflow_statistics(self, final, tasks)
         self.calibration_stats_ = {t: np.asarray(v, dtype=np.float64) for t, v in stats.items()}
-        self.thresholds_ = {t: self._threshold(v) for t, v in self.calibration_stats_.items()}
+        self._set_thresholds()
         cents = {}
         for t in tasks:
             U = [
@@ -393,7 +441,8 @@ class WorkflowDetector:
         self.user_centroids_ = cents
         self.n_train_ = len(rows)
         logger.info(
-            "wf detector: %d tasks, thresholds %s",
+            "wf detector (%s fit): %d tasks, thresholds %s",
+            self.fit_kind_,
             len(tasks),
             {t: round(v, 4) for t, v in self.thresholds_.items()},
         )
@@ -460,20 +509,28 @@ class WorkflowDetector:
                 rep = repeat_flags(a.nodes, answered, st, self.repeatable_.get(task, frozenset()))
             order = order_flags(a.nodes, st, getattr(self, "order_allowed_", {}).get(task, frozenset()))
         flags, _ = self._state_flags(task, turns, a.nodes, self._confident(a))
+        w_rep, w_order, w_skip, w_close = self._weights(task)
         extra = 0.0
         if flags is not None:
             rep = flags["repeat-slot"] if rep is None else np.maximum(rep, flags["repeat-slot"])
-            extra = self.skip_weight * flags["skip-requires"] + self.closing_weight * flags["skip-closing"]
+            extra = w_skip * flags["skip-requires"] + w_close * flags["skip-closing"]
         return extra + turn_deviations(
             a.own_similarity,
             a.rival_similarity,
             rep,
             min_similarity=self.min_similarity_,
             reject_margin=self.reject_margin,
-            repeat_weight=self.repeat_weight,
+            repeat_weight=w_rep,
             order=order,
-            order_weight=self.order_weight,
+            order_weight=w_order,
         )
+
+    def _weights(self, task: str) -> tuple[float, float, float, float]:
+        """``(repeat, order, skip, closing)`` weights of a task: all 0 for a task whose conformant fit
+        dialogues the rules alarm on too often (``rules_off_``, :func:`~.workflow_fit.rule_budget`)."""
+        if task in getattr(self, "rules_off_", frozenset()):
+            return 0.0, 0.0, 0.0, 0.0
+        return self.repeat_weight, self.order_weight, self.skip_weight, self.closing_weight
 
     def _with_train_texts(self, base: NodeAssigner, parts: list[tuple[str, np.ndarray]]) -> NodeAssigner:
         if not self.use_train_texts:
@@ -486,42 +543,39 @@ class WorkflowDetector:
         d = self._deviations(assigner, task, turns, E)
         return float(d.max()) if d.size else -math.inf
 
-    def _threshold(self, stats: np.ndarray) -> float:
-        from .streaming.decision import calibrate_threshold
-
-        finite = stats[np.isfinite(stats)]
-        if finite.size == 0:
-            return 0.0
-        t = calibrate_threshold(
-            finite, "ss", self.false_alarm_rate, rule=self.threshold_rule, confidence=self.confidence
-        )
-        return float(max(0.0, t))
-
-    def recalibrate(self, false_alarm_rate: float) -> WorkflowDetector:
+    def recalibrate(self, false_alarm_rate: float, threshold_floor: Any = "keep") -> WorkflowDetector:
         """Move the operating point without refitting (the calibration statistics are kept).
 
         Args:
             false_alarm_rate: The new target in (0, 1).
+            threshold_floor: The new floor (a number, or None: none); ``"keep"`` (default): unchanged.
+                With a floor, a rate whose calibrated threshold falls below it moves nothing (a
+                warning says so).
 
         Returns:
             self.
 
         Raises:
-            ValueError: An invalid rate.
+            ValueError: An invalid rate or floor.
             NotFittedError: Not fitted.
         """
         self.check_is_fitted()
-        old, self.false_alarm_rate = self.false_alarm_rate, false_alarm_rate
+        old = self.false_alarm_rate, self.threshold_floor
+        self.false_alarm_rate = false_alarm_rate
+        if threshold_floor != "keep":
+            self.threshold_floor = threshold_floor
         try:
             self._validate_params()
         except ValueError:
-            self.false_alarm_rate = old
+            self.false_alarm_rate, self.threshold_floor = old
             raise
         self._set_thresholds()
         return self
 
     def _set_thresholds(self) -> None:
-        self.thresholds_ = {t: self._threshold(v) for t, v in self.calibration_stats_.items()}
+        from .workflow_fit import operating_point
+
+        operating_point(self, self.calibration_stats_)
 
     # -- scoring --------------------------------------------------------------------------------------
     def check_is_fitted(self) -> None:
@@ -765,6 +819,7 @@ class WorkflowDetector:
         )
         order = order_flags(st["nodes"], st_, getattr(self, "order_allowed_", {}).get(task, frozenset()))
         verdict, extra = StepVerdict(None), 0.0
+        w_rep, w_order, w_skip, w_close = self._weights(task)
         if roles is not None:
             dstate, verdict = observe_system(dstate, a.nodes[0], roles, *self._state_args(task))
             st["dialogue"] = dstate.to_dict()
@@ -775,9 +830,7 @@ class WorkflowDetector:
             if verdict.rule == "repeat-slot":
                 rep = np.array(rep, dtype=np.float64)
                 rep[-1] = 1.0
-            extra = self.skip_weight * (verdict.rule == "skip-requires") + self.closing_weight * (
-                verdict.rule == "skip-closing"
-            )
+            extra = w_skip * (verdict.rule == "skip-requires") + w_close * (verdict.rule == "skip-closing")
         dev = extra + float(
             turn_deviations(
                 a.own_similarity,
@@ -785,9 +838,9 @@ class WorkflowDetector:
                 rep[-1:],
                 min_similarity=self.min_similarity_,
                 reject_margin=self.reject_margin,
-                repeat_weight=self.repeat_weight,
+                repeat_weight=w_rep,
                 order=order[-1:],
-                order_weight=self.order_weight,
+                order_weight=w_order,
             )[0]
         )
         reason, rival_task = a.reasons[0], (a.rival[0].split(":")[0] if a.rival[0] else None)
@@ -839,6 +892,7 @@ class WorkflowDetector:
                 "skip_weight": self.skip_weight,
                 "closing_weight": self.closing_weight,
             },
+            "rules_off": sorted(getattr(self, "rules_off_", ())),
             "requires": self._requires_json(),
             "thresholds": self.thresholds_,
             "keys": [list(k) for k in self.assigner_.keys_],
@@ -926,6 +980,10 @@ class WorkflowDetector:
                 t: sorted(map(list, v)) for t, v in getattr(self, "order_allowed_", {}).items()
             },
             "requires": self._requires_json(),
+            "fit_kind": getattr(self, "fit_kind_", None),
+            "rules_off": sorted(getattr(self, "rules_off_", ())),
+            "fit_labels": getattr(self, "fit_labels_", None),
+            "operating_point": getattr(self, "operating_point_", None),
             **meta,
         }
         write_text_atomic(path / "config.json", json.dumps(full, indent=2) + "\n")
@@ -967,6 +1025,8 @@ class WorkflowDetector:
         if meta.get("format") != cls.FORMAT:
             raise ValueError(f"{path}: not a saved {cls.name} detector (format {meta.get('format')!r})")
         cfg = dict(meta["config"])
+        if "shared_steps" in cls._CONSTRAINTS:
+            cfg.setdefault("shared_steps", False)  # a folder saved before shared steps
         if encoder is not None:
             cfg["encoder"] = encoder
         if workflow is not None:
@@ -976,10 +1036,16 @@ class WorkflowDetector:
         with np.load(path / "arrays.npz") as z:
             arrays = {k: z[k] for k in z.files}
         det.min_similarity_ = float(meta["min_similarity"])
-        a = NodeAssigner(det.get_encoder(), det.min_similarity_, det.reject_margin)
+        a = NodeAssigner(
+            det.get_encoder(), det.min_similarity_, det.reject_margin, getattr(det, "shared_steps", False)
+        )
         a.restore(source, [tuple(k) for k in meta["keys"]], meta["tasks"], arrays["P"], arrays["owners"])
         det.assigner_ = a
         det.n_train_ = int(meta.get("n_train", 0))
+        det.fit_kind_ = meta.get("fit_kind") or getattr(det, "calibration", None)
+        det.rules_off_ = frozenset(meta.get("rules_off", ()))
+        det.fit_labels_ = meta.get("fit_labels") or {}
+        det.operating_point_ = meta.get("operating_point") or {}
         det.repeatable_ = {t: frozenset(v) for t, v in meta.get("repeatable", {}).items()}
         # a folder saved before the order rule: every task with a repeated node loops
         det.looping_ = frozenset(

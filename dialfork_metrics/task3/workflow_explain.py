@@ -77,8 +77,30 @@ def fit_roles(
             states, verdicts = track_state(turns[i], fit_nodes[i], tr, det.structures_[t], (), req)
             tracked.append((states, fit_nodes[i]))
             repeatable[t].update(v.node for v in verdicts if v.rule == "repeat-slot" and v.node)
-        declared = frozenset(n for n, r in tr.steps.items() if r.declared)
-        det.requires_[t] = prune_requirements(req, tracked, det.require_support, declared=declared)
+        if not tracked:
+            # no log to show that the task's agents always collect a slot: enforce only the slots
+            # whose value the tracker can see when a user volunteers it (categories, dates, times,
+            # counts, names); a free-text slot given in the opening request would look skipped
+            req = {n: tuple(x for x in v if _visible(tr, x)) for n, v in req.items()}
+            req = {n: v for n, v in req.items() if v}
+        kept = prune_requirements(req, tracked, det.require_support)
+        for n, slots in req.items():
+            gone = [x for x in slots if x not in kept.get(n, ())]
+            if gone and tr.steps[n].declared:
+                logger.info(
+                    "wf detector: task %r: the fit dialogues say step %r without slot(s) %s at least %.0f%% "
+                    "of the time: not enforced (declared in the workflow, contradicted by the logs)",
+                    t,
+                    n,
+                    ", ".join(gone),
+                    100 * (1 - det.require_support),
+                )
+        det.requires_[t] = kept
+
+
+def _visible(roles: Any, slot: str) -> bool:
+    """Whether the tracker can recognise a volunteered value of ``slot`` (not free text)."""
+    return roles.value_types.get(slot, "text") != "text" or bool(roles.values.get(slot))
 
 
 def explain_many(

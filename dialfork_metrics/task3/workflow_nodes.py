@@ -34,6 +34,8 @@ from typing import Any
 
 import numpy as np
 
+from .workflow_generic import GENERIC_TASK, GENERIC_TURNS, as_task_step
+
 logger = logging.getLogger("dialfork_metrics.task3.workflow_nodes")
 
 DEFAULT_MIN_SIMILARITY = 0.45
@@ -99,6 +101,62 @@ class WorkflowTextError(ValueError):
 def _spell(text: str) -> str:
     text = _PH.sub(lambda m: m.group(1).replace("_", " "), str(text))
     return " ".join(text.split())
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", str(name).lower())
+
+
+def placeholder_values(task: Any) -> dict[str, list[str]]:
+    """The values a step text's ``{placeholder}`` may take: the task's API fields' categories, else
+    their examples (input and output fields; keys normalised: lower case, letters and digits).
+
+    Args:
+        task: A workflow task (``api.inputs`` / ``api.outputs`` of STAR-style fields).
+
+    Returns:
+        dict[str, list[str]]: normalised field name -> its values (fields without any left out).
+    """
+    api = getattr(task, "api", None)
+    fields = [*(getattr(api, "inputs", None) or ()), *(getattr(api, "outputs", None) or ())]
+    out: dict[str, list[str]] = {}
+    for f in fields:
+        if not isinstance(f, Mapping):
+            continue
+        vals = [str(v) for v in (f.get("Categories") or f.get("Examples") or ()) if str(v).strip()]
+        if vals and f.get("Name"):
+            out.setdefault(_norm(f["Name"]), vals)
+    return out
+
+
+def realise(text: str, values: Mapping[str, Sequence[str]], k: int) -> list[str]:
+    """Up to ``k`` variants of a step text with its ``{placeholders}`` filled with values (the i-th
+    variant takes each placeholder's i-th value, cycling); a placeholder without values is spelled.
+
+    Args:
+        text: A step text.
+        values: Normalised placeholder name -> values (:func:`placeholder_values`).
+        k: How many variants.
+
+    Returns:
+        list[str]: The variants ([] when no placeholder has a value).
+
+    Example:
+        >>> realise("Weather for {day_name} in {city}?", {"city": ["Paris", "Oslo"]}, 2)
+        ['Weather for day name in Paris?', 'Weather for day name in Oslo?']
+    """
+    names = [m.group(1) for m in _PH.finditer(str(text))]
+    if k <= 0 or not any(_norm(n) in values for n in names):
+        return []
+    out = []
+    for i in range(k):
+
+        def fill(m: re.Match, i: int = i) -> str:
+            vals = values.get(_norm(m.group(1)))
+            return str(vals[i % len(vals)]) if vals else m.group(1).replace("_", " ")
+
+        out.append(" ".join(_PH.sub(fill, str(text)).split()))
+    return list(dict.fromkeys(out))
 
 
 def _universal(node: str) -> bool:
@@ -222,6 +280,28 @@ def assign_rows(
     return np.where(ok, node, -1), own_sim, rival_sim, rival_node
 
 
+def _signatures(
+    per_task: Mapping[str, Sequence[str]], all_tasks: Mapping[str, Any]
+) -> tuple[dict[tuple[str, str], frozenset[tuple[str, str]]], dict[str, list[str]]]:
+    """``(task, node) -> `` its step signatures (:func:`~dialfork_dataset.roles.step_signatures`),
+    and task -> its closing steps; a task whose roles cannot be derived shares nothing."""
+    from dialfork_dataset.roles import derive_roles, step_signatures
+
+    out: dict[tuple[str, str], frozenset[tuple[str, str]]] = {}
+    closings: dict[str, list[str]] = {}
+    for t in per_task:
+        if t not in all_tasks:
+            continue
+        try:
+            roles = derive_roles(all_tasks[t])
+        except Exception as e:  # a source whose task the role rule cannot read: no shared steps
+            logger.warning("task %r: no step roles (%s): it shares no step with other workflows", t, e)
+            continue
+        out.update({(t, n): s for n, s in step_signatures(roles).items()})
+        closings[t] = roles.with_role("closing")
+    return out, closings
+
+
 @dataclass
 class NodeAssignment:
     """The nodes of a sequence of system turns (one task).
@@ -262,6 +342,16 @@ class NodeAssigner:
             call passes embeddings.
         min_similarity: Least similarity to an own node for an assignment (ours, 0.45).
         reject_margin: How much better another workflow's non-generic node must fit (ours, 0.05).
+        shared_steps: Steps that workflows share are nobody's rivals: another task's step whose
+            role and slot concept one of this task's steps has (:func:`~dialfork_dataset.roles.step_signatures`:
+            asking for a date, a place, a count; a confirmation; a closing) is no evidence of
+            another workflow, and the generic phrasings any agent says
+            (:mod:`.workflow_generic`: closings, thanks, fillers, acknowledgements) are nodes of
+            every task (False: the assigner before shared steps; what the audit and the
+            conformance check use).
+        realise: Each step text with ``{placeholders}`` also joins its step in this many variants
+            filled with the slot's values (:func:`realise`; the API field's categories, else its
+            examples), so a turn full of values resembles its step (0: only the spelled text).
 
     Fitted attributes (after :meth:`fit`): ``tasks_`` (task -> its node keys), ``keys_`` (every
     node as ``(task, node)``), ``P_`` (text embeddings), ``owners_`` (node index per text row),
@@ -279,10 +369,14 @@ class NodeAssigner:
         encoder: Any = "minilm",
         min_similarity: float = DEFAULT_MIN_SIMILARITY,
         reject_margin: float = DEFAULT_REJECT_MARGIN,
+        shared_steps: bool = False,
+        realise: int = 0,
     ):
         self.encoder = encoder
         self.min_similarity = min_similarity
         self.reject_margin = reject_margin
+        self.shared_steps = shared_steps
+        self.realise = realise
 
     def _check_params(self) -> None:
         errs = []
@@ -365,6 +459,16 @@ class NodeAssigner:
         texts: dict[tuple[str, str], list[str]] = {
             (t, n): list(v) for t, nodes in per_task.items() for n, v in nodes.items()
         }
+        if self.realise:
+            for t in names:
+                vals = placeholder_values(all_tasks[t])
+                for n in per_task[t]:
+                    raw = [all_tasks[t].template(n), *(all_tasks[t].nlu.get(n) or ())]
+                    texts[(t, n)] += [
+                        v for x in raw if isinstance(x, str) for v in realise(x, vals, self.realise)
+                    ]
+        if self.shared_steps:
+            texts.update({(GENERIC_TASK, n): list(v) for n, v in GENERIC_TURNS.items()})
         for i, d in enumerate(dialogues or ()):
             labels = d.get("system_nodes")
             t = d.get("task")
@@ -383,27 +487,35 @@ class NodeAssigner:
             raise ValueError("NodeAssigner.fit: " + "; ".join(errors))
         self.keys_ = list(texts)
         self.texts_ = {k: list(dict.fromkeys(v)) for k, v in texts.items()}
-        flat, owners = [], []
+        flat, owners, derived = [], [], []
+        own_texts = {(t, n): set(v) for t, nodes in per_task.items() for n, v in nodes.items()}
         for i, k in enumerate(self.keys_):
             flat.extend(self.texts_[k])
             owners.extend([i] * len(self.texts_[k]))
+            derived.extend(x not in own_texts.get(k, ()) for x in self.texts_[k])
         self.P_ = self.encode(flat)
         self.owners_ = np.asarray(owners, dtype=np.int64)
+        # rows that are not the workflow's own phrasings (value variants, generic turns, labelled turns)
+        self.derived_ = np.asarray(derived, dtype=bool)
         self.tasks_ = {t: [(t, n) for n in per_task[t]] for t in names}
-        self._index_masks(per_task)
+        self._index_masks(per_task, all_tasks)
         self.question_mask_ = _question_mask(self.keys_, self.texts_)
         logger.info("node assigner: %d tasks, %d nodes, %d texts", len(names), len(self.keys_), len(flat))
         return self
 
-    def with_examples(self, parts: Sequence[tuple[str, np.ndarray]]) -> NodeAssigner:
+    def with_examples(self, parts: Sequence[tuple[Any, ...]]) -> NodeAssigner:
         """A copy whose nodes also hold the given system turns of conformant dialogues.
 
-        Each turn joins the node of its task it is nearest to (no rejection: a conformant dialogue's
-        turns are its workflow's by definition), so a turn that the workflow's texts say poorly
-        (e.g. a trivia question that the template ``{question}`` cannot match) becomes familiar.
+        A turn given with its node (a label, or a confident assignment: self-training) joins that
+        node; a turn given without one joins the node of its task it is nearest to (no rejection: a
+        conformant dialogue's turns are its workflow's by definition), so a turn that the workflow's
+        texts say poorly (e.g. a trivia question that the template ``{question}`` cannot match)
+        becomes familiar. Generic nodes (:mod:`.workflow_generic`) never take a turn.
 
         Args:
-            parts: ``(task, embeddings)`` pairs, embeddings of shape ``(n, d)``.
+            parts: ``(task, embeddings)`` pairs, embeddings of shape ``(n, d)``, or
+                ``(task, embeddings, nodes)`` triples: ``nodes`` names each row's node, None to
+                leave the row out.
 
         Returns:
             NodeAssigner: A new fitted assigner (this one is unchanged).
@@ -413,19 +525,31 @@ class NodeAssigner:
         """
         self.check_is_fitted()
         rows, owners = [self.P_], [self.owners_]
-        for task, E in parts:
+        index = {k: i for i, k in enumerate(self.keys_)}
+        for part in parts:
+            task, E = part[0], part[1]
             self.task_nodes(task)
             E = np.asarray(E, dtype=np.float64).reshape(-1, self.P_.shape[1])
             if not len(E):
                 continue
-            S = self.similarities(E)
-            own = np.flatnonzero(self._own[task])
-            rows.append(E / np.maximum(np.linalg.norm(E, axis=1, keepdims=True), 1e-12))
-            owners.append(own[S[:, own].argmax(axis=1)])
-        new = NodeAssigner(self.encoder, self.min_similarity, self.reject_margin)
+            E = E / np.maximum(np.linalg.norm(E, axis=1, keepdims=True), 1e-12)
+            if len(part) > 2:
+                owner = np.array([index.get((task, n), -1) if n is not None else -1 for n in part[2]])
+                keep = owner >= 0
+                rows.append(E[keep])
+                owners.append(owner[keep])
+                continue
+            own = np.flatnonzero(self._own[task] & ~self._generic_mask)
+            rows.append(E)
+            owners.append(own[self.similarities(E)[:, own].argmax(axis=1)])
+        new = NodeAssigner(
+            self.encoder, self.min_similarity, self.reject_margin, self.shared_steps, self.realise
+        )
         new.__dict__.update({k: v for k, v in self.__dict__.items() if k.endswith("_") or k.startswith("_")})
         new.P_ = np.concatenate(rows)
         new.owners_ = np.concatenate(owners)
+        base = getattr(self, "derived_", np.zeros(len(self.P_), dtype=bool))
+        new.derived_ = np.concatenate([base, np.ones(len(new.P_) - len(base), dtype=bool)])
         return new
 
     def restore(
@@ -464,12 +588,13 @@ class NodeAssigner:
         self.tasks_ = {t: [(t, n) for n in ns] for t, ns in tasks.items()}
         all_tasks = source if isinstance(source, Mapping) else getattr(source, "tasks", {})
         texts = {t: node_texts(all_tasks[t]) if t in all_tasks else {} for t in tasks}
+        texts[GENERIC_TASK] = {n: list(v) for n, v in GENERIC_TURNS.items()}
         self.texts_ = {k: list(texts.get(k[0], {}).get(k[1], [])) for k in keys}
-        self._index_masks({t: list(ns) for t, ns in tasks.items()})
+        self._index_masks({t: list(ns) for t, ns in tasks.items()}, all_tasks)
         self.question_mask_ = _question_mask(self.keys_, self.texts_)
         return self
 
-    def _index_masks(self, per_task: Mapping[str, Sequence[str]]) -> None:
+    def _index_masks(self, per_task: Mapping[str, Sequence[str]], all_tasks: Mapping[str, Any]) -> None:
         counts: dict[str, int] = {}
         for nodes in per_task.values():
             for n in nodes:
@@ -482,13 +607,24 @@ class NodeAssigner:
         key_task = np.array([k[0] for k in self.keys_], dtype=object)
         key_name = np.array([k[1] for k in self.keys_], dtype=object)
         key_universal = np.array([_universal(k[1]) for k in self.keys_], dtype=bool)
-        self._own = {t: key_task == t for t in per_task}
+        self._generic_mask = key_task == GENERIC_TASK
+        self._own = {t: (key_task == t) | self._generic_mask for t in per_task}
         # another workflow's node is evidence of that workflow unless this task has a node of the same
-        # name (shared steps such as ask_name within a domain) or it is universal (hello, bye...)
-        self._rival = {
-            t: (key_task != t) & ~key_universal & ~np.isin(key_name, list(nodes))
-            for t, nodes in per_task.items()
-        }
+        # name (shared steps such as ask_name within a domain) or it is universal (hello, bye...), or
+        # (shared_steps) one of this task's steps has its role and slot concept
+        sigs, self._closings = _signatures(per_task, all_tasks) if self.shared_steps else ({}, {})
+        key_sig = [sigs.get(k, frozenset()) for k in self.keys_]
+        self._rival = {}
+        for t, nodes in per_task.items():
+            mine = frozenset().union(*(sigs.get((t, n), frozenset()) for n in nodes))
+            shared = np.array([bool(s & mine) for s in key_sig], dtype=bool)
+            self._rival[t] = (
+                (key_task != t)
+                & ~self._generic_mask
+                & ~key_universal
+                & ~np.isin(key_name, list(nodes))
+                & ~shared
+            )
 
     def check_is_fitted(self) -> None:
         """Raise unless :meth:`fit` has run.
@@ -576,10 +712,11 @@ class NodeAssigner:
                 reasons.append("off-task")
             else:
                 reasons.append("unfamiliar")
+        closings = getattr(self, "_closings", {}).get(task, [])
         return NodeAssignment(
             task=task,
-            nodes=[self.keys_[i][1] if i >= 0 else None for i in node],
-            best=[self.keys_[i][1] for i in best_own],
+            nodes=[as_task_step(self.keys_[i][1], closings) if i >= 0 else None for i in node],
+            best=[as_task_step(self.keys_[i][1], closings) for i in best_own],
             own_similarity=own_sim,
             rival_similarity=rival_sim,
             rival=[f"{self.keys_[i][0]}:{self.keys_[i][1]}" if i >= 0 else None for i in rival_node],
@@ -613,4 +750,6 @@ __all__ = [
     "assign_rows",
     "node_similarities",
     "node_texts",
+    "placeholder_values",
+    "realise",
 ]

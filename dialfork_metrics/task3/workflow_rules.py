@@ -329,7 +329,8 @@ def auto_min_similarity(assigner: NodeAssigner, quantile: float = 0.05) -> float
         float: The floor.
     """
     assigner.check_is_fitted()
-    P, owners = assigner.P_, assigner.owners_
+    keep = ~getattr(assigner, "derived_", np.zeros(len(assigner.P_), dtype=bool))  # its own phrasings only
+    P, owners = assigner.P_[keep], assigner.owners_[keep]
     task = np.array([assigner.keys_[i][0] for i in owners], dtype=object)
     best = np.full(len(P), np.nan)
     for t in np.unique(task):
