@@ -1,5 +1,6 @@
 """``python -m dialfork_dataset``: STAR summary, record validation, hidden-split key, layout load check, push,
-and the ``star-human`` track of Task 3 (STAR's human dialogues, forked by editing them).
+and the real-text tracks of Task 3: ``star-human`` (STAR's human dialogues, forked by editing them) and
+``sgd-track`` (SGD's crowd-written dialogues, forked the same way).
 
 The audited export of a release (``export``) is ``python -m leaderboard export``: it runs the
 leaderboard's audit, which this package does not import.
@@ -99,6 +100,36 @@ def _cmd_star_human(a: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_sgd_track(a: argparse.Namespace) -> int:
+    from .sgd import build_sgd_track, resolve_sgd, write_sgd_track
+
+    sgd = a.sgd if a.sgd is not None else str(resolve_sgd(None))
+    track = build_sgd_track(
+        sgd,
+        tasks=a.tasks,
+        seed=a.seed,
+        fit_fraction=a.fit_fraction,
+        max_dialogues_per_task=a.max_per_task,
+        workflows=a.workflows,
+    )
+    out = write_sgd_track(track, a.out, sgd=sgd, workflows=a.workflows, overwrite=a.overwrite)
+    s = track.stats
+    n_conf = sum(s["conformant"].values())
+    excluded = ", ".join(f"{r} {n}" for r, n in s["excluded"].items()) or "none"
+    cap = f", capped at {a.max_per_task} per task" if a.max_per_task else ""
+    print(
+        f"wrote {out}: sgd track, {n_conf} conformant dialogues of {len(s['tasks'])} task(s){cap} (of "
+        f"{s['dialogues_of_the_services']} SGD dialogues of their services; excluded: {excluded}) and "
+        f"{sum(s['forks'].values())} forks ("
+        + ", ".join(f"{h} {n}" for h, n in s["forks"].items())
+        + f"); stats in {out / 'manifest.json'}"
+    )
+    empty = [t for t, n in s["conformant"].items() if not n]
+    if empty:
+        print(f"no conformant dialogue for {', '.join(empty)} (excluded_per_task in the manifest says why)")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     from .console import add_verbosity_options, plain_text, prog_name, state_defaults
 
@@ -161,6 +192,37 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--fit-fraction", type=float, default=0.5, help="share of each task's dialogues in train")
     s.add_argument("--overwrite", action="store_true", help="replace a star-human folder written before")
     s.set_defaults(func=_cmd_star_human)
+    s = sub.add_parser(
+        "sgd-track",
+        help="write the sgd track of Task 3: SGD dialogues that follow their service's workflow "
+        "(examples/workflows/sgd) and forks made by editing them at a known turn (a folder "
+        "load_examples and the benchmark read)",
+    )
+    s.add_argument(
+        "--sgd",
+        default=None,
+        help="SGD folder with dialogues.jsonl.gz and schema.json (default: $DIALFORK_SGD_DIR, else ../shared/sgd)",
+    )
+    s.add_argument("--out", required=True, help="folder to write (refuses to replace one unless --overwrite)")
+    s.add_argument("--tasks", default=None, help="comma-separated sgd tasks (default: all ten)")
+    s.add_argument(
+        "--seed", type=int, default=0, help="seed of the cap, the fit/test split and the donor draws"
+    )
+    s.add_argument("--fit-fraction", type=float, default=0.5, help="share of each task's dialogues in train")
+    s.add_argument(
+        "--max-per-task",
+        type=int,
+        default=None,
+        metavar="N",
+        help="keep a seeded sample of at most N conformant dialogues per task (default: all)",
+    )
+    s.add_argument(
+        "--workflows",
+        default=None,
+        help="folder of the track's workflow files (default: examples/workflows/sgd)",
+    )
+    s.add_argument("--overwrite", action="store_true", help="replace an sgd track folder written before")
+    s.set_defaults(func=_cmd_sgd_track)
     from .workflow_export import add_cli as add_workflow_cli
 
     add_workflow_cli(sub)  # workflow {validate,steps,from-star}

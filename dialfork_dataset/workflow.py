@@ -104,7 +104,8 @@ class WorkflowTask(StarTask):
         asks: Ask step -> the API input slot it asks for.
         request: The user's request as a verb phrase, or None.
         description: What the system agent is told about the task; ``""`` when absent.
-        budget: The task's length budget in turns (both speakers).
+        budget: The task's length budget in turns (both speakers); None when the file gives none
+            (a file for watching only).
         user_acts: Surface templates of the user's acts, replacing the template backend's defaults.
         curated_phrasings: The template backend uses the alternatives as they are.
         source_file: The workflow file.
@@ -126,7 +127,7 @@ class WorkflowTask(StarTask):
     request: str | None = None
     """The user's request as a verb phrase (template backend: "Can you {request}?")."""
     description: str = ""
-    budget: int = 0
+    budget: int | None = 0
     user_acts: dict[str, list[str]] = field(default_factory=dict)
     """Surface templates of the user's acts (template backend), replacing its defaults."""
     curated_phrasings: bool = True
@@ -285,7 +286,7 @@ def _build_task(
         asks=asks,
         request=t.get("request"),
         description=t.get("description") or "",
-        budget=int(t["length_budget"]),
+        budget=int(t["length_budget"]) if t.get("length_budget") is not None else None,
         user_acts={k: list(v) for k, v in (t.get("user_acts") or {}).items()},
         source_file=path,
         step_paths=step_paths,
@@ -430,7 +431,7 @@ class WorkflowCorpus:
             for ti, t in enumerate(data["tasks"]):
                 task = _build_task(t, ti, kb, f, lines)
                 self.tasks[task.name] = task
-                self._scenarios += [_build_scenario(sc, task) for sc in t["scenarios"]]
+                self._scenarios += [_build_scenario(sc, task) for sc in t.get("scenarios") or ()]
             for name, table in kb.items():
                 self._dbs.setdefault(name, [_star_field(fd, table.get("rows")) for fd in table["fields"]])
         domains: dict[str, list[str]] = defaultdict(list)
@@ -524,9 +525,49 @@ class WorkflowCorpus:
             int: The budget, in turns (both speakers).
 
         Raises:
-            WorkflowError: ``task`` is not a task of the file.
+            WorkflowError: ``task`` is not a task of the file, or its file gives it no
+                ``length_budget`` (a file for watching only; the message says where to add one).
         """
-        return self.task(task).budget
+        t = self.task(task)
+        if t.budget is None:
+            raise WorkflowError(
+                f"{t.step_paths.get(t.start_node, t.source_file)}: task {task!r} has no length_budget (a "
+                "file for watching only); add 'length_budget:' and 'scenarios:' to the task to generate or "
+                "audit dialogues of it"
+            )
+        return t.budget
+
+    def watch_only_tasks(self) -> list[str]:
+        """The tasks that can be watched but not generated: no scenario or no ``length_budget``.
+
+        A workflow file for watching only (docs/workflows.md) gives steps alone; the detectors, the
+        guard and the sgd track read it, generation and the agent audit need scenarios and a budget.
+
+        Returns:
+            list[str]: The task names, in file order.
+        """
+        have = {s.tasks[0] for s in self._scenarios}
+        return [n for n, t in self.tasks.items() if n not in have or t.budget is None]
+
+    def notes(self) -> list[str]:
+        """Warnings about a valid source: one line per task for watching only.
+
+        Returns:
+            list[str]: ``"file: task 'x' has no scenarios and no length_budget: ..."`` lines (empty
+            when every task can be generated).
+        """
+        have = {s.tasks[0] for s in self._scenarios}
+        out = []
+        for n in self.watch_only_tasks():
+            t = self.tasks[n]
+            missing = [
+                x for x, ok in (("scenarios", n in have), ("length_budget", t.budget is not None)) if not ok
+            ]
+            out.append(
+                f"{t.source_file}: task {n!r} has no {' and no '.join(missing)}: it can be watched (detectors, "
+                "guard, tracks), not generated or audited; add them to generate"
+            )
+        return out
 
     def summary(self) -> dict[str, Any]:
         """Counts, in the form of :meth:`~dialfork_dataset.star.StarCorpus.summary`.

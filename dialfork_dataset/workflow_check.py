@@ -317,7 +317,7 @@ def _semantic_errors(data: dict[str, Any], at: _Where) -> list[str]:
                 )
         if t.get("start") is not None and t["start"] not in ids:
             errs.append(at((*tp, "start"), f"no step {t['start']!r} in task {t['name']!r}"))
-        for ci, sc in enumerate(t["scenarios"]):
+        for ci, sc in enumerate(t.get("scenarios") or ()):
             cp = (*tp, "scenarios", ci)
             if sc["id"] in scenario_ids:
                 errs.append(
@@ -418,7 +418,7 @@ def _cross_file_errors(loaded: list[tuple[Path, Any, dict[tuple, int]]]) -> list
                     )
                 )
             tasks.setdefault(t["name"], str(f))
-            for ci, sc in enumerate(t["scenarios"]):
+            for ci, sc in enumerate(t.get("scenarios") or ()):
                 if sc["id"] in scenarios and scenarios[sc["id"]] != str(f):
                     errs.append(
                         at(

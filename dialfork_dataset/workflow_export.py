@@ -162,7 +162,8 @@ def add_cli(sub: Any) -> None:
     p = wsub.add_parser(
         "validate",
         help="check a workflow file, or a folder of them (every file, then the files "
-        "together); every problem as file:line: field: problem",
+        "together); every problem as file:line: field: problem; warnings (a task for watching "
+        "only, a source with one task) leave it valid",
     )
     p.add_argument("path", help="a workflow file (.yaml/.yml) or a folder of workflow files")
     p.set_defaults(func=_cmd_validate)
@@ -181,6 +182,36 @@ def add_cli(sub: Any) -> None:
     p.set_defaults(func=_cmd_from_star)
 
 
+def validate_warnings(corpus: WorkflowCorpus, path: str | os.PathLike[str] | None = None) -> list[str]:
+    """What ``workflow validate`` warns about a valid source besides underivable roles.
+
+    A task for watching only (no ``scenarios`` or no ``length_budget``: the detectors, the guard and
+    the tracks watch it, generation and the agent audit need both; the lines of
+    :meth:`~dialfork_dataset.workflow.WorkflowCorpus.notes`) and a source with one task (a WIC fork
+    borrows another task's workflow, so generation makes none). Neither makes the source invalid.
+
+    Args:
+        corpus: The opened source.
+        path: How the source was named (the one-task line starts with it); default: ``corpus.path``.
+
+    Returns:
+        list[str]: ``"file: warning: ..."`` lines: one per note of the source (a task for watching
+        only, in file order), then the one-task line when it applies; empty when there is nothing
+        to say.
+    """
+    files = sorted({f"{t.source_file}: " for t in corpus.tasks.values()}, key=len, reverse=True)
+    out = []
+    for note in corpus.notes():  # "file: task ...": the file first, as the other warnings
+        f = next((f for f in files if note.startswith(f)), None)
+        out.append(f"{f}warning: {note.removeprefix(f)}" if f else f"warning: {note}")
+    if len(corpus.tasks) == 1:
+        out.append(
+            f"{corpus.path if path is None else path}: warning: a source with one task: generation makes "
+            "no fork that needs another task (WIC)"
+        )
+    return out
+
+
 def _cmd_validate(a: Any) -> int:
     errors = validate_workflow(a.path)
     if errors:
@@ -192,6 +223,8 @@ def _cmd_validate(a: Any) -> int:
     for t in c.tasks.values():  # roles that cannot be derived: a warning, the file stays valid
         for problem in derive_roles(t).problems:
             print(f"{t.source_file}: warning: {problem}", file=sys.stderr)
+    for w in validate_warnings(c, a.path):
+        print(w, file=sys.stderr)
     files = f"{len(c.files)} file(s), " if Path(a.path).is_dir() else ""
     print(
         f"{a.path}: valid ({files}{len(c.tasks)} task(s), {len(c.domains)} domain(s), {len(c.scenarios)} scenario(s))"
@@ -215,4 +248,4 @@ def _cmd_from_star(a: Any) -> int:
     return 0
 
 
-__all__ = ["add_cli", "dump_workflow", "workflow_from_star"]
+__all__ = ["add_cli", "dump_workflow", "validate_warnings", "workflow_from_star"]

@@ -53,6 +53,11 @@ turn keeps its own task's label) and ``donor_id`` (the donor dialogue of ``wic``
 naming them, ``manifest.json``, and every record in ``star_human.jsonl``), so that
 ``dialfork_metrics.task3.load_examples(folder, "train"|"test")`` and the benchmark read it with
 this track's own split.
+
+Another corpus of real dialogues with gold nodes makes a track the same way: a :class:`TrackSpec`
+(the track's name, files, domains and question test; :data:`STAR_HUMAN` is this track's) and its
+conformant dialogues as :class:`HumanDialogue` go to :func:`build_track` and
+:func:`write_track` (:mod:`dialfork_dataset.sgd` makes the ``sgd`` track so).
 """
 
 from __future__ import annotations
@@ -66,7 +71,7 @@ import shutil
 import tempfile
 import zlib
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -126,6 +131,7 @@ class HumanDialogue:
         variant: ``"picked"`` or ``"typed"``.
         typed_fallbacks: ``typed`` only: how many system turns had no typed draft and kept the
             picked text (0 for ``picked``).
+        id_prefix: What the dialogue id starts with (``star``; another track's own, e.g. ``sgd``).
     """
 
     scenario_id: str
@@ -135,11 +141,12 @@ class HumanDialogue:
     system_nodes: tuple[str, ...]
     variant: str = "picked"
     typed_fallbacks: int = 0
+    id_prefix: str = "star"
 
     @property
     def dialogue_id(self) -> str:
-        """``star-<scenario_id>``."""
-        return f"star-{self.scenario_id}"
+        """``<id_prefix>-<scenario_id>`` (``star-<scenario_id>``)."""
+        return f"{self.id_prefix}-{self.scenario_id}"
 
     @property
     def num_system_turns(self) -> int:
@@ -350,6 +357,40 @@ class StarHumanTrack:
         return [r for r in self.records if r["split"] == name]
 
 
+@dataclass(frozen=True)
+class TrackSpec:
+    """What names one track of edited real dialogues and what its edits need to know.
+
+    Attributes:
+        name: The track's name (the records' ``track``; their ``generator`` is
+            ``<name>:<text variant>``).
+        manifest_format: The ``format`` of the track folder's ``manifest.json``.
+        records_file: The file of the track folder that holds every record.
+        domain_of: Task -> its domain (WIC donors come from another domain, GR donors from the same).
+        is_question: ``(task, gold node) -> bool``: whether a system turn with that node asks the user
+            something (what the ``repeat`` edit asks again).
+        code_files: The modules whose bytes make the records' ``code_version``
+            (``<name>+g<first 10 hex digits of their SHA-256>``).
+        card_text: The dataset card's paragraph (what the dialogues are, which command wrote them).
+    """
+
+    name: str
+    manifest_format: str
+    records_file: str
+    domain_of: Callable[[str], str]
+    is_question: Callable[[str, str], bool]
+    code_files: tuple[Path, ...]
+    card_text: str
+
+    @functools.cached_property
+    def code_version(self) -> str:
+        """``<name>+g<first 10 hex digits of the SHA-256 of the code files>``: the code that made a record."""
+        h = hashlib.sha256()
+        for f in self.code_files:
+            h.update(Path(f).read_bytes())
+        return f"{self.name}+g{h.hexdigest()[:10]}"
+
+
 def _rng(seed: int, key: str):
     import numpy as np
 
@@ -376,6 +417,25 @@ def _is_question(label: str) -> bool:
     return bool(_SKIP_WORDS & set(label.split("_")))
 
 
+def _star_is_question(task: str, label: str) -> bool:
+    return _is_question(label)
+
+
+#: The star-human track's :class:`TrackSpec`.
+STAR_HUMAN = TrackSpec(
+    name=TRACK,
+    manifest_format=MANIFEST_FORMAT,
+    records_file=RECORDS_FILE,
+    domain_of=task_domain,
+    is_question=_star_is_question,
+    code_files=(Path(__file__),),
+    card_text="STAR's human role-play dialogues (Mosig, Mehri and Kober, 2020; MIT license) that follow their "
+    "workflow, and forks made by editing them at a known system turn. Written by "
+    "`python -m dialfork_dataset star-human`; `manifest.json` holds the rule, the settings and the "
+    "stats.",
+)
+
+
 def _exchange(h: HumanDialogue, pos: Sequence[int], j: int) -> list[dict[str, str]]:
     """System turn ``j`` (1-based) and the user turns after it, up to the next system turn."""
     end = pos[j] if j < len(pos) else len(h.turns)
@@ -385,6 +445,7 @@ def _exchange(h: HumanDialogue, pos: Sequence[int], j: int) -> list[dict[str, st
 def _record(
     h: HumanDialogue,
     *,
+    spec: TrackSpec,
     seed: int,
     split: str,
     turns: Sequence[Mapping[str, str]],
@@ -422,27 +483,21 @@ def _record(
         "num_system_turns": sum(t["speaker"] == "system" for t in turns),
         "turns": turns,
         "seed": seed,
-        "generator": f"{TRACK}:{h.variant}",
+        "generator": f"{spec.name}:{h.variant}",
         "decoding": dict.fromkeys(DECODING_FIELDS),
         "prefix_mode": "reuse" if fork else None,
         "prefix_divergence": 0 if fork else None,
-        "code_version": _code_version(),
+        "code_version": spec.code_version,
         "injections": None,
         "conformance": None,
         "split": split,
-        "track": TRACK,
+        "track": spec.name,
         "text_variant": h.variant,
         "edit": edit,
         "system_nodes": list(nodes),
         "system_node_tasks": list(node_tasks),
         "donor_id": donor_id,
     }
-
-
-@functools.cache
-def _code_version() -> str:
-    """``star-human+g<first 10 hex digits of the SHA-256 of this module>``: the code that made a record."""
-    return f"{TRACK}+g{hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:10]}"
 
 
 def _draw(rng: Any, seq: Sequence[Any]) -> Any:
@@ -452,6 +507,7 @@ def _draw(rng: Any, seq: Sequence[Any]) -> Any:
 def _forks(
     h: HumanDialogue,
     *,
+    spec: TrackSpec,
     seed: int,
     split: str,
     pool: Mapping[str, Sequence[HumanDialogue]],
@@ -467,8 +523,8 @@ def _forks(
     own = [h.task] * T
     dropped = stats["dropped"]
     out: list[dict[str, Any]] = []
-    other_domain = [t for t in pool if task_domain(t) != h.domain and pool[t]]
-    same_domain = [t for t in pool if t != h.task and task_domain(t) == h.domain and pool[t]]
+    other_domain = [t for t in pool if spec.domain_of(t) != h.domain and pool[t]]
+    same_domain = [t for t in pool if t != h.task and spec.domain_of(t) == h.domain and pool[t]]
     other_task = [t for t in pool if t != h.task and pool[t]]
     alone = len(domains.get(h.domain, ())) < 2
     for k, tk in enumerate(fork_turns(T), 1):
@@ -516,7 +572,9 @@ def _forks(
                 what = f"system turn {tk} and the user turns answering it removed"
             else:  # repeat
                 asked = [
-                    j for j in range(1, tk) if _is_question(nodes[j - 1]) and len(_exchange(h, pos, j)) > 1
+                    j
+                    for j in range(1, tk)
+                    if spec.is_question(h.task, nodes[j - 1]) and len(_exchange(h, pos, j)) > 1
                 ]
                 if not asked:
                     dropped["repeat_no_question"] += 1
@@ -535,6 +593,7 @@ def _forks(
             out.append(
                 _record(
                     h,
+                    spec=spec,
                     seed=seed,
                     split=split,
                     turns=turns,
@@ -578,9 +637,37 @@ def build_star_human_track(
         ValueError: An unknown ``variant``, a negative or non-integer ``seed``, or ``fit_fraction``
             outside (0, 1).
     """
-    from ..builder import SPLITS
-
     _check_variant(variant)
+    check_track_settings(seed, fit_fraction)
+    corpus = _corpus(star)
+    tasks = _check_tasks(corpus, tasks)
+    dialogues, excluded = _scan(corpus, tasks, variant)
+    track = build_track(
+        dialogues,
+        spec=STAR_HUMAN,
+        tasks=tasks,
+        excluded=excluded,
+        variant=variant,
+        seed=seed,
+        fit_fraction=fit_fraction,
+    )
+    n_records = track.stats.pop("records")
+    track.stats["typed_fallbacks"] = sum(h.typed_fallbacks for h in dialogues)
+    track.stats["records"] = n_records
+    return track
+
+
+def check_track_settings(seed: Any, fit_fraction: Any) -> None:
+    """Check a track's seed and fit fraction.
+
+    Args:
+        seed: Must be a non-negative integer.
+        fit_fraction: Must be a number in (0, 1).
+
+    Raises:
+        ValueError: A negative or non-integer ``seed``, or ``fit_fraction`` outside (0, 1) (the
+            message names the setting and the value given).
+    """
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
     if (
@@ -589,18 +676,61 @@ def build_star_human_track(
         or not 0 < fit_fraction < 1
     ):
         raise ValueError(f"fit_fraction must be a number in (0, 1), got {fit_fraction!r}")
-    corpus = _corpus(star)
-    tasks = _check_tasks(corpus, tasks)
-    dialogues, excluded = _scan(corpus, tasks, variant)
+
+
+def build_track(
+    dialogues: Sequence[HumanDialogue],
+    *,
+    spec: TrackSpec,
+    tasks: Sequence[str],
+    excluded: Mapping[str, int],
+    variant: str,
+    seed: int,
+    fit_fraction: float,
+) -> StarHumanTrack:
+    """A track of edited real dialogues: the conformant dialogues given, split, and their forks.
+
+    What :func:`build_star_human_track` does once it has STAR's conformant dialogues, for any
+    corpus: the split by dialogue per task (seeded by ``(seed, task)``), then at each fork position
+    the edits of :data:`EDITS` with donors of the same split (module doc).
+
+    Args:
+        dialogues: The conformant dialogues, in track order (by task, then id); their ``domain``
+            is ``spec.domain_of(task)``.
+        spec: The track's :class:`TrackSpec`.
+        tasks: The track's tasks (donors are drawn from these only; a task may have no dialogue).
+        excluded: Reason -> number of dialogues of the tasks left out (copied into the stats).
+        variant: The dialogues' text variant (the stats' ``variant``).
+        seed: A non-negative integer seeding the split and the donor draws.
+        fit_fraction: The share of each task's conformant dialogues put in ``train``, in (0, 1).
+
+    Returns:
+        StarHumanTrack: The records (each with its ``split``) and the stats (those of
+        :class:`StarHumanTrack` but ``typed_fallbacks``).
+
+    Raises:
+        ValueError: A negative or non-integer ``seed``, ``fit_fraction`` outside (0, 1), or a
+            dialogue of a task not in ``tasks`` (its id named).
+    """
+    from ..builder import SPLITS
+
+    check_track_settings(seed, fit_fraction)
+    tasks = list(tasks)
+    stray = [h.dialogue_id for h in dialogues if h.task not in tasks]
+    if stray:
+        raise ValueError(
+            f"dialogue(s) {', '.join(stray[:5])} belong to no task of the {spec.name} track "
+            f"({', '.join(tasks)}); pass their tasks in tasks="
+        )
     assignment = _split(dialogues, seed, fit_fraction)
     pools: dict[str, dict[str, list[HumanDialogue]]] = {s: defaultdict(list) for s in SPLITS}
     for h in dialogues:
         pools[assignment[h.dialogue_id]][h.task].append(h)
     domains: dict[str, list[str]] = defaultdict(list)
     for t in tasks:
-        domains[task_domain(t)].append(t)
+        domains[spec.domain_of(t)].append(t)
     stats: dict[str, Any] = {
-        "track": TRACK,
+        "track": spec.name,
         "variant": variant,
         "seed": seed,
         "fit_fraction": fit_fraction,
@@ -615,7 +745,7 @@ def build_star_human_track(
             "skip_last_turn": 0,
             "repeat_no_question": 0,
         },
-        "gr_single_task_domain_tasks": sorted(t for t in tasks if len(domains[task_domain(t)]) < 2),
+        "gr_single_task_domain_tasks": sorted(t for t in tasks if len(domains[spec.domain_of(t)]) < 2),
     }
     records: list[dict[str, Any]] = []
     for h in dialogues:
@@ -625,6 +755,7 @@ def build_star_human_track(
         records.append(
             _record(
                 h,
+                spec=spec,
                 seed=seed,
                 split=split,
                 turns=h.turns,
@@ -632,7 +763,9 @@ def build_star_human_track(
                 node_tasks=[h.task] * h.num_system_turns,
             )
         )
-        records.extend(_forks(h, seed=seed, split=split, pool=pools[split], domains=domains, stats=stats))
+        records.extend(
+            _forks(h, spec=spec, seed=seed, split=split, pool=pools[split], domains=domains, stats=stats)
+        )
     forks = [r for r in records if r["edit"] is not None]
     per_task: dict[str, Counter] = {t: Counter() for t in tasks}
     for r in forks:
@@ -646,10 +779,10 @@ def build_star_human_track(
     d["identical_turn"] = {e: d["identical_turn"][e] for e in EDITS if d["identical_turn"][e]}
     d["no_donor"] = {e: d["no_donor"][e] for e in EDITS if d["no_donor"][e]}
     stats["system_turns"] = sum(h.num_system_turns for h in dialogues)
-    stats["typed_fallbacks"] = sum(h.typed_fallbacks for h in dialogues)
     stats["records"] = len(records)
     log.info(
-        "star-human track (%s): %d conformant dialogues, %d forks, %d records",
+        "%s track (%s): %d conformant dialogues, %d forks, %d records",
+        spec.name,
         variant,
         len(dialogues),
         len(forks),
@@ -690,7 +823,7 @@ def _features():
     return f
 
 
-def _card(counts: Mapping[str, Mapping[str, int]], stats: Mapping[str, Any]) -> str:
+def _card(counts: Mapping[str, Mapping[str, int]], stats: Mapping[str, Any], spec: TrackSpec) -> str:
     lines = ["---", "configs:"]
     for cfg in TRACK_CONFIGS:
         lines.append(f"- config_name: {cfg}")
@@ -702,12 +835,9 @@ def _card(counts: Mapping[str, Mapping[str, int]], stats: Mapping[str, Any]) -> 
     lines += [
         "---",
         "",
-        f"# DialFork {TRACK} track ({stats['variant']} text)",
+        f"# DialFork {spec.name} track ({stats['variant']} text)",
         "",
-        "STAR's human role-play dialogues (Mosig, Mehri and Kober, 2020; MIT license) that follow their "
-        "workflow, and forks made by editing them at a known system turn. Written by "
-        "`python -m dialfork_dataset star-human`; `manifest.json` holds the rule, the settings and the "
-        "stats.",
+        spec.card_text,
         "",
         "| config | " + " | ".join(counts["task3"]) + " |",
         "| --- | --- | --- |",
@@ -756,6 +886,50 @@ def write_star_human_track(
         RecordError: A record breaks SPEC section 4 once its track fields are set aside, or lacks
             a track field (every problem listed; nothing is written).
     """
+    return write_track(
+        track,
+        out,
+        spec=STAR_HUMAN,
+        settings=_settings(track.stats, str(star)),
+        rule=CONFORMANCE_RULE,
+        overwrite=overwrite,
+    )
+
+
+def write_track(
+    track: StarHumanTrack,
+    out: str | os.PathLike,
+    *,
+    spec: TrackSpec,
+    settings: Mapping[str, Any],
+    rule: str,
+    overwrite: bool = False,
+) -> Path:
+    """Write a track of edited real dialogues as a folder the toolkit reads like a Hub layout.
+
+    What :func:`write_star_human_track` writes, for any :class:`TrackSpec`: the configs' parquet
+    files, a ``README.md`` (the card), ``spec.records_file`` (every record) and ``manifest.json``
+    (``format``, then ``settings``, the conformance ``rule``, the edits, the track fields, the files,
+    the counts and the stats), written in a staging folder and renamed into place.
+
+    Args:
+        track: The track (:func:`build_track`).
+        out: The folder to write.
+        spec: The track's :class:`TrackSpec`.
+        settings: What built it (recorded at the manifest's top level; :func:`read_track_manifest`
+            callers compare them to reuse a track).
+        rule: The track's conformance rule, in words.
+        overwrite: Replace ``out`` when it holds a track of this kind written before.
+
+    Returns:
+        Path: ``out``.
+
+    Raises:
+        FileExistsError: ``out`` exists and ``overwrite`` is false, or it exists and is not a folder
+            of this track (no ``manifest.json`` of ``spec.manifest_format``), so it is not replaced.
+        RecordError: A record breaks SPEC section 4 once its track fields are set aside, or lacks
+            a track field (every problem listed; nothing is written).
+    """
     import json
 
     import datasets
@@ -766,7 +940,7 @@ def write_star_human_track(
     from ..jsonl import write_jsonl
     from ..records import RecordError, validate_records
 
-    validate_records((core_record(r) for r in track.records), "the star-human track")
+    validate_records((core_record(r) for r in track.records), f"the {spec.name} track")
     missing = [
         f"record {i}: dialogue_id={r.get('dialogue_id')!r}: missing track field(s) "
         f"{[k for k in TRACK_FIELDS if k not in r]}"
@@ -779,14 +953,14 @@ def write_star_human_track(
         for i, r in enumerate(track.records, 1)
         if r.get("split") not in SPLITS and not any(k not in r for k in TRACK_FIELDS)
     ]
-    RecordError.raise_if(missing + bad_split, "the star-human track")
+    RecordError.raise_if(missing + bad_split, f"the {spec.name} track")
     out = Path(out)
     if out.exists():
         manifest = out / "manifest.json"
         ours = False
         if manifest.is_file():
             try:
-                ours = json.loads(manifest.read_text(encoding="utf-8")).get("format") == MANIFEST_FORMAT
+                ours = json.loads(manifest.read_text(encoding="utf-8")).get("format") == spec.manifest_format
             except (OSError, ValueError):
                 ours = False
         if not overwrite:
@@ -796,8 +970,8 @@ def write_star_human_track(
             )
         if not ours:
             raise FileExistsError(
-                f"{out}: exists and is not a {TRACK} track folder (no manifest.json of format "
-                f"{MANIFEST_FORMAT}); not replaced: choose another --out"
+                f"{out}: exists and is not a {spec.name} track folder (no manifest.json of format "
+                f"{spec.manifest_format}); not replaced: choose another --out"
             )
     assignment = {r["dialogue_id"]: r["split"] for r in track.records if r["edit"] is None}
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -821,17 +995,17 @@ def write_star_human_track(
         finally:
             if was_enabled:
                 datasets.enable_progress_bars()
-        write_jsonl(tmp / RECORDS_FILE, track.records)
-        (tmp / "README.md").write_text(_card(counts, track.stats), encoding="utf-8")
+        write_jsonl(tmp / spec.records_file, track.records)
+        (tmp / "README.md").write_text(_card(counts, track.stats, spec), encoding="utf-8")
         write_json_atomic(
             tmp / "manifest.json",
             {
-                "format": MANIFEST_FORMAT,
-                **_settings(track.stats, str(star)),
-                "rule": CONFORMANCE_RULE,
+                "format": spec.manifest_format,
+                **settings,
+                "rule": rule,
                 "edits": {e: EDIT_TYPES[e] for e in EDITS},
                 "track_fields": list(TRACK_FIELDS),
-                "files": {RECORDS_FILE: len(track.records)},
+                "files": {spec.records_file: len(track.records)},
                 "counts": counts,
                 "stats": track.stats,
             },
@@ -847,7 +1021,7 @@ def write_star_human_track(
         raise
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
-    log.info("wrote the %s track (%d records) to %s", TRACK, len(track.records), out)
+    log.info("wrote the %s track (%d records) to %s", spec.name, len(track.records), out)
     return out
 
 
@@ -860,6 +1034,19 @@ def read_track_manifest(folder: str | os.PathLike) -> dict[str, Any] | None:
     Returns:
         dict[str, Any] | None: The parsed ``manifest.json`` when its format is this track's.
     """
+    return read_manifest(folder, STAR_HUMAN)
+
+
+def read_manifest(folder: str | os.PathLike, spec: TrackSpec) -> dict[str, Any] | None:
+    """The manifest of a track folder of ``spec``, or None when ``folder`` holds none (or another kind).
+
+    Args:
+        folder: A folder written by :func:`write_track` (or anything else).
+        spec: The track's :class:`TrackSpec`.
+
+    Returns:
+        dict[str, Any] | None: The parsed ``manifest.json`` when its format is ``spec.manifest_format``.
+    """
     import json
 
     p = Path(folder) / "manifest.json"
@@ -867,7 +1054,7 @@ def read_track_manifest(folder: str | os.PathLike) -> dict[str, Any] | None:
         m = json.loads(p.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    return m if isinstance(m, dict) and m.get("format") == MANIFEST_FORMAT else None
+    return m if isinstance(m, dict) and m.get("format") == spec.manifest_format else None
 
 
 def ensure_star_human_track(
@@ -911,18 +1098,45 @@ def ensure_star_human_track(
         "fit_fraction": fit_fraction,
         "tasks": names,
     }
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with _lock(
-        out.with_name(f".{out.name}.lock")
-    ):  # processes of one launch build it once, the others reuse it
-        m = read_track_manifest(out)
-        if m is not None and {k: m.get(k) for k in want} == want:
-            log.info("reusing the %s track in %s (same settings)", TRACK, out)
-            return out
+
+    def build() -> Path:
         track = build_star_human_track(
             corpus, tasks=names, variant=variant, seed=seed, fit_fraction=fit_fraction
         )
         return write_star_human_track(track, out, star=star, overwrite=True)
+
+    return ensure_track(out, spec=STAR_HUMAN, settings=want, build=build)
+
+
+def ensure_track(
+    out: str | os.PathLike, *, spec: TrackSpec, settings: Mapping[str, Any], build: Callable[[], Path]
+) -> Path:
+    """A written track at ``out``: reused when its manifest records the same ``settings``, else
+    ``build()`` (which builds the track and writes it at ``out``, replacing one written before).
+
+    Processes of one launch build it once: the check and the build hold an exclusive lock on a
+    ``.<out name>.lock`` file beside ``out``; the others then reuse the track.
+
+    Args:
+        out: The track folder.
+        spec: The track's :class:`TrackSpec` (its manifest format).
+        settings: Setting -> value, as the manifest records them (JSON values: lists, not tuples).
+        build: Builds and writes the track at ``out``; returns ``out``.
+
+    Returns:
+        Path: ``out``.
+    """
+    out = Path(out)
+    want = dict(settings)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with _lock(
+        out.with_name(f".{out.name}.lock")
+    ):  # processes of one launch build it once, the others reuse it
+        m = read_manifest(out, spec)
+        if m is not None and {k: m.get(k) for k in want} == want:
+            log.info("reusing the %s track in %s (same settings)", spec.name, out)
+            return out
+        return build()
 
 
 @contextlib.contextmanager
@@ -945,16 +1159,23 @@ __all__ = [
     "CONFORMANCE_RULE",
     "EDITS",
     "EDIT_TYPES",
+    "STAR_HUMAN",
     "TRACK_FIELDS",
     "VARIANTS",
     "HumanDialogue",
     "StarHumanTrack",
+    "TrackSpec",
     "build_star_human_track",
+    "build_track",
+    "check_track_settings",
     "conformant_human_dialogues",
     "core_record",
     "ensure_star_human_track",
+    "ensure_track",
     "exclusion_reason",
     "human_dialogue",
+    "read_manifest",
     "read_track_manifest",
     "write_star_human_track",
+    "write_track",
 ]

@@ -54,8 +54,8 @@ def _workflow_arg(a: argparse.Namespace) -> str | None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The benchmark's argument parser (``--data`` required unless ``--track star-human``; ``--help``
-    lists every option).
+    """The benchmark's argument parser (``--data`` required unless ``--track star-human`` or
+    ``--track sgd``; ``--help`` lists every option).
 
     Returns:
         The :class:`argparse.ArgumentParser`, with the verbosity options and each option's
@@ -71,15 +71,30 @@ def build_parser() -> argparse.ArgumentParser:
         "--data",
         default=None,
         help="generator output folder, exported Hub layout folder, or Hub dataset "
-        "id (required unless --track star-human)",
+        "id (required unless --track star-human or --track sgd)",
     )
     p.add_argument(
         "--track",
-        choices=["template", "star-human"],
+        choices=["template", "star-human", "sgd"],
         default="template",
         help="template: the corpus given by --data; star-human: STAR's human dialogues and their edited "
         "forks, built from --star into OUT/star-human-data with --seed as its seed (reused when built with "
-        "the same settings)",
+        "the same settings); sgd: SGD's dialogues that follow their service's workflow and their edited "
+        "forks, built from --sgd into OUT/sgd-data the same way (the wf detector reads the workflows of "
+        "examples/workflows/sgd, named in the track's manifest)",
+    )
+    p.add_argument(
+        "--sgd",
+        default=None,
+        help="SGD folder of --track sgd (dialogues.jsonl.gz, schema.json; default: $DIALFORK_SGD_DIR, "
+        "else ../shared/sgd)",
+    )
+    p.add_argument(
+        "--max-per-task",
+        type=int,
+        default=None,
+        metavar="N",
+        help="--track sgd: keep a seeded sample of at most N conformant dialogues per task (default: all)",
     )
     p.add_argument(
         "--star",
@@ -230,8 +245,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     Returns:
         The exit status: 0 on success (also on a non-main process under ``accelerate launch``),
         2 on bad input (a one-line ``error: ...`` on stderr: a bad ``--order``,
-        ``--false-alarm-rate`` or ``--tasks``, or a :class:`BenchError`, ``ValueError`` or
-        ``FileNotFoundError`` from the run).
+        ``--false-alarm-rate``, ``--tasks`` or ``--max-per-task``, options that do not go with
+        ``--track``, or a :class:`BenchError`, ``ValueError``, ``FileNotFoundError`` or
+        ``FileExistsError`` (a track folder in the way) from the run).
 
     Raises:
         SystemExit: From argparse on unknown or malformed options (status 2) and ``--help`` (0).
@@ -262,9 +278,20 @@ def _main(a: argparse.Namespace) -> int:
         return 2
     if a.track == "template" and a.data is None:
         print(
-            "error: --data is required (a corpus folder or Hub id), unless --track star-human --star PATH is given",
+            "error: --data is required (a corpus folder or Hub id), unless --track star-human --star PATH "
+            "or --track sgd is given",
             file=sys.stderr,
         )
+        return 2
+    if a.track == "sgd" and (a.data is not None or a.star is not None):
+        print(
+            "error: --track sgd builds its data from --sgd PATH (default: $DIALFORK_SGD_DIR, else "
+            "../shared/sgd) and reads the workflows of examples/workflows/sgd; give neither --data nor --star",
+            file=sys.stderr,
+        )
+        return 2
+    if a.max_per_task is not None and (a.track != "sgd" or a.max_per_task < 1):
+        print(f"error: --max-per-task N needs --track sgd and N >= 1, got {a.max_per_task}", file=sys.stderr)
         return 2
     if a.track == "star-human" and (a.star is None or a.data is not None):
         print(
@@ -281,6 +308,14 @@ def _main(a: argparse.Namespace) -> int:
             a.data = str(
                 ensure_star_human_track(
                     a.star, Path(a.out) / "star-human-data", variant=a.variant, seed=a.seed
+                )
+            )
+        elif a.track == "sgd":  # the same for SGD; its manifest names the workflows (workflow_for_data)
+            from dialfork_dataset.sgd import ensure_sgd_track
+
+            a.data = str(
+                ensure_sgd_track(
+                    a.sgd, Path(a.out) / "sgd-data", seed=a.seed, max_dialogues_per_task=a.max_per_task
                 )
             )
         resolve_data(a.data, option="--data")  # a mistyped folder: one line now, not a Hub error later
@@ -323,7 +358,7 @@ def _main(a: argparse.Namespace) -> int:
                 "workflow": _workflow_arg(a),
             },
         )
-    except (BenchError, ValueError, FileNotFoundError) as e:
+    except (BenchError, ValueError, FileNotFoundError, FileExistsError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     t = rep["timings"]
