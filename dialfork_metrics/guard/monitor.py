@@ -863,7 +863,7 @@ class Session:
     def _restore_workflow(self, state: Mapping[str, Any]) -> None:
         w = state.get("workflow")
         errs = []
-        nodes_ok = set(self.monitor.detector.assigner_.task_nodes(self.monitor.task))
+        nodes_ok = set(self.monitor.detector.assigner_.own_nodes(self.monitor.task))
         if not isinstance(w, Mapping):
             raise ValueError("invalid session state: 'workflow' must be the workflow-aware step state")
         n, ns = w.get("turn"), w.get("system_turn")

@@ -670,6 +670,22 @@ class NodeAssigner:
             )
         return [n for _, n in self.tasks_[task]]
 
+    def own_nodes(self, task: str) -> list[str]:
+        """Every node a turn of ``task`` may be assigned: its action nodes and, with shared steps, the
+        generic ones (:mod:`.workflow_generic`).
+
+        Args:
+            task: A fitted task.
+
+        Returns:
+            list[str]: Node names.
+
+        Raises:
+            KeyError: ``task`` was not fitted.
+        """
+        self.task_nodes(task)
+        return [k[1] for k, own in zip(self.keys_, self._own[task]) if own]
+
     def assign(self, task: str, embeddings: np.ndarray, texts: Sequence[str] | None = None) -> NodeAssignment:
         """Assign system turns of ``task`` (given as embeddings) to its nodes.
 
