@@ -1,11 +1,19 @@
-"""The guard (issue 17): in-process cost per turn, proxy overhead, a concurrent load run and a crash run,
-all measured in one run on a template corpus with the packaged MiniLM.
+"""The guard (issues 17, 46): in-process cost per turn, the default monitor's latency per turn, proxy
+overhead, a concurrent load run and a crash run, all measured in one run on a template corpus with the
+packaged MiniLM. The monitor is fitted on the first ``--train-dialogues`` (10) train dialogues of the
+task; ``--detector`` (default: ``Monitor.fit``'s own default, the workflow-aware ``wf``) picks another.
 
-1. ``in-process``: ``session.observe(speaker, text)`` per turn (encoder cache cleared, so every turn is
-   really encoded) vs encoding that turn alone with the same encoder (``Encoder.encode([text])``, fresh
+1. ``in-process``: ``session.observe(speaker, text)`` per turn that the monitor encodes (every turn; system
+   turns only for ``wf``; encoder cache cleared, so every turn is really encoded) vs encoding that turn alone with the same encoder (``Encoder.encode([text])``, fresh
    cache, same model), interleaved turn by turn. Targets: median ratio <= 1.5, p99 ratio <= 3. Also the
    detector step alone (precomputed embeddings) at turns 1-20 vs 381-400 of one long session: a turn
    costs the same early or late.
+1b. ``latency``: ``session.observe`` per turn of the default monitor, every turn new to the encoder cache,
+   with the encoder's defaults (one intra-op thread for a small job, ``Encoder.small_job_threads``) vs
+   the previous path (torch's thread count for every job, ``small_job_threads=None``), interleaved turn
+   by turn in random order on the same texts and the same model: p50, p95, p99 and the ratio previous /
+   default. ``--busy N`` keeps N other processes spinning meanwhile (issue 46 measured with one).
+   ``--only-latency`` stops after this step.
 2. ``overhead``: the proxy (``serve``, annotate mode) vs calling the fake upstream directly with the same
    request, sequentially; overhead = proxied time - the proxy's encoding time (``Server-Timing``) -
    direct time, on the load run's dialogues (conversation ids ``overhead/...``; their texts are then in
@@ -18,7 +26,8 @@ all measured in one run on a template corpus with the packaged MiniLM.
    replies and restarted on the same database and port; its stored verdicts must equal the uninterrupted
    run's (step 3) and the in-process Monitor's.
 
-    python benchmarks/bench_guard.py [--per-task 60] [--conversations 50] [--turns 20] [--json OUT]
+    python benchmarks/bench_guard.py [--per-task 30] [--conversations 50] [--turns 20] [--json OUT]
+    python benchmarks/bench_guard.py --only-latency --busy 1 --json benchmarks/results/guard_latency.json
 """
 
 from __future__ import annotations
@@ -48,14 +57,18 @@ def in_process(monitor_path, dialogues, n_turns: int, seed: int = 0) -> dict:
 
     mon = Monitor.load(monitor_path)
     mon.encode("warm-up")
-    enc = Encoder("minilm", show_progress=False, model=mon.detector.encoder.model)  # same encoder, own cache
+    menc = mon.detector.get_encoder() if mon.workflow_aware else mon.detector.encoder
+    enc = Encoder("minilm", show_progress=False, model=menc.model)  # same encoder, own cache
     enc.encode(["warm-up"])
     rng = random.Random(seed)
     t_obs, t_enc, pos = [], [], []
     for d in dialogues:
         s = mon.session()
         for t in d["turns"]:
-            mon.detector.encoder.clear_cache()
+            if mon.workflow_aware and t["speaker"] != "system":
+                s.observe(t["speaker"], t["text"])  # wf encodes system turns only: no encoding to compare
+                continue
+            menc.clear_cache()
             enc.clear_cache()
             first = rng.random() < 0.5
             if first:
@@ -100,6 +113,67 @@ def in_process(monitor_path, dialogues, n_turns: int, seed: int = 0) -> dict:
         "step_us_turns_381_400": 1e6 * statistics.median(step[380:]),
     }
     return out
+
+
+def latency(monitor_path, dialogues, n_turns: int, seed: int = 0) -> dict:
+    """Per-turn ``observe`` of the monitor at its encoder's defaults vs the previous path (torch's thread
+    count for every job), interleaved on the same turns, every turn new to the encoder cache."""
+    import torch
+
+    from dialfork_metrics.encoders import Encoder
+    from dialfork_metrics.guard import Monitor
+
+    default = Monitor.load(monitor_path)
+    enc = default.detector.get_encoder() if default.workflow_aware else default.detector.encoder
+    # the previous path: the same model, its own cache, torch's thread count for a single text too
+    prev_enc = Encoder(enc.name, show_progress=False, model=enc.model, small_job_threads=None)
+    previous = Monitor.load(monitor_path, encoder=prev_enc)
+    for m in (default, previous):
+        m.encode("warm-up")
+    rng = random.Random(seed)
+    times: dict[str, list[float]] = {"default": [], "previous": []}
+    system: list[bool] = []  # a wf monitor encodes system turns only (user turns are read for slots)
+    n = 0
+    for d in dialogues:
+        sessions = {"default": default.session(), "previous": previous.session()}
+        for t in d["turns"]:
+            order = ["default", "previous"]
+            rng.shuffle(order)
+            for k in order:
+                enc.clear_cache()
+                prev_enc.clear_cache()
+                a = time.perf_counter()
+                sessions[k].observe(t["speaker"], t["text"])
+                times[k].append(time.perf_counter() - a)
+            system.append(t["speaker"] == "system")
+            n += 1
+            if n >= n_turns:
+                break
+        if n >= n_turns:
+            break
+    out: dict = {
+        "detector": "wf" if default.workflow_aware else default.detector.name,
+        "turns": n,
+        "torch_threads": torch.get_num_threads(),
+        "small_job_threads": enc.small_job_threads,
+    }
+    out["system_turns"] = sum(system)
+    for k, xs in times.items():
+        sys_xs = [x for x, s in zip(xs, system) if s]
+        for q in (50, 95, 99):
+            out[f"{k}_ms_p{q}"] = 1000 * pct(xs, q)
+            out[f"{k}_system_ms_p{q}"] = 1000 * pct(sys_xs, q)
+    for q in (50, 95, 99):
+        out[f"ratio_p{q}"] = out[f"previous_ms_p{q}"] / out[f"default_ms_p{q}"]
+        out[f"ratio_system_p{q}"] = out[f"previous_system_ms_p{q}"] / out[f"default_system_ms_p{q}"]
+    return out
+
+
+def _busy(n: int) -> list:
+    """``n`` processes that keep a core busy each (stopped by the caller)."""
+    import subprocess
+
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
 
 
 def _cpu_s(pid: int) -> float:
@@ -170,6 +244,15 @@ def main(argv=None) -> int:
     ap.add_argument("--task", default="doctor_schedule")
     ap.add_argument("--per-task", type=int, default=30, help="scenarios of the generated template corpus")
     ap.add_argument(
+        "--train-dialogues", type=int, default=10, help="the monitor is fitted on the first N train dialogues"
+    )
+    ap.add_argument("--detector", default=None, help="the monitor's detector (default: Monitor.fit's, wf)")
+    ap.add_argument("--latency-turns", type=int, default=400, help="turns of the latency step")
+    ap.add_argument(
+        "--busy", type=int, default=0, help="processes kept spinning during the latency step (the load)"
+    )
+    ap.add_argument("--only-latency", action="store_true", help="stop after the latency step")
+    ap.add_argument(
         "--star",
         default=os.environ.get(
             "DIALFORK_STAR_DIR", str(Path(__file__).resolve().parents[2] / "shared" / "star")
@@ -207,8 +290,11 @@ def main(argv=None) -> int:
         progress=False,
     )
     train, test = load_examples(work / "corpus", "train"), load_examples(work / "corpus", "test")
+    if len(train) < args.train_dialogues:
+        raise SystemExit(f"only {len(train)} train dialogues; raise --per-task")
+    train = sorted(train, key=lambda d: d["dialogue_id"])[: args.train_dialogues]
     t = time.perf_counter()
-    mon = Monitor.fit(train, detector="ss+nc", encoder="minilm")
+    mon = Monitor.fit(train, detector=args.detector, encoder="minilm", workflow=f"star:{args.star}")
     path = mon.save(work / f"{args.task}.monitor")
     print(
         f"corpus: {len(train)} train, {len(test)} test dialogues; fitted {mon!r} in {time.perf_counter() - t:.1f} s"
@@ -230,12 +316,38 @@ def main(argv=None) -> int:
     write_jsonl(work / "dialogues.jsonl", test)
     figures: dict = {
         "task": args.task,
+        "detector": "wf" if mon.workflow_aware else mon.detector.name,
         "train_dialogues": len(train),
         "conversations": args.conversations,
         "turns_per_conversation": args.turns,
         "cpus": os.cpu_count(),
         "load_average_at_start": os.getloadavg()[0],
     }
+
+    busy = _busy(args.busy)
+    try:
+        time.sleep(1 if busy else 0)
+        figures["latency"] = la = latency(path, conv, args.latency_turns)
+        la["busy_processes"] = args.busy
+        la["load_average_after"] = os.getloadavg()[0]
+    finally:
+        for b in busy:
+            b.kill()
+            b.wait()
+    print(
+        f"latency per turn ({la['detector']}, {la['turns']} turns new to the cache, {args.busy} busy "
+        f"process(es)): default ({la['small_job_threads']} intra-op thread per small job) p50 "
+        f"{la['default_ms_p50']:.2f} ms, p95 {la['default_ms_p95']:.2f} ms, p99 {la['default_ms_p99']:.2f} ms; "
+        f"previous ({la['torch_threads']} threads) p50 {la['previous_ms_p50']:.2f} ms, p95 "
+        f"{la['previous_ms_p95']:.2f} ms, p99 {la['previous_ms_p99']:.2f} ms; previous / default: p50 "
+        f"{la['ratio_p50']:.2f}x, p95 {la['ratio_p95']:.2f}x, p99 {la['ratio_p99']:.2f}x; system turns "
+        f"({la['system_turns']}) p50 {la['default_system_ms_p50']:.2f} vs {la['previous_system_ms_p50']:.2f} ms, "
+        f"p95 {la['default_system_ms_p95']:.2f} vs {la['previous_system_ms_p95']:.2f} ms"
+    )
+    if args.only_latency:
+        if args.json:
+            write_json_atomic(args.json, figures)
+        return 0
 
     figures["in_process"] = ip = in_process(
         path, conv, args.in_process_turns if not args.only_overhead else 5

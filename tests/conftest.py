@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,27 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_EVALUATE_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def _worker_threads() -> int | None:
+    """Intra-op threads for one pytest-xdist worker: its share of the cores (None outside xdist)."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 0)
+    if workers < 2:
+        return None
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, cores // workers)
+
+
+# `make test` runs pytest-xdist, one worker per core: each worker (and the processes its tests start)
+# runs torch, OpenMP and the BLAS on its share of the cores, so that 2 workers with 2 threads each do
+# not oversubscribe 2 cores (threads waiting for each other at every operator). Set before torch loads;
+# a variable already set wins.
+_THREADS = _worker_threads()
+if _THREADS is not None:
+    for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ.setdefault(_var, str(_THREADS))
+    if "torch" in sys.modules:  # a plugin imported it first
+        sys.modules["torch"].set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -62,3 +84,12 @@ def dead_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         yield s.getsockname()[1]
+
+
+# `make test-extensions` (DIALFORK_TEST_TOY_EXTENSIONS=1): a toy of each of the five registries
+# (metric, hallucination type, Task 3 detector, backend, source kind) is registered before any test
+# module is collected, as if it were built in (tests/toy_extensions.py); the suite must stay green.
+if os.environ.get("DIALFORK_TEST_TOY_EXTENSIONS", "") not in ("", "0"):
+    import toy_extensions
+
+    toy_extensions.register()

@@ -16,7 +16,14 @@ store), :mod:`.encoder` (:class:`Encoder`, :func:`get_encoder`); every name is r
 from __future__ import annotations
 
 from .cache import DEFAULT_MEMORY_CACHE_BYTES, EmbeddingLRU
-from .encoder import PROGRESS_MIN_TEXTS, Encoder, get_encoder  # noqa: F401
+from .encoder import (  # noqa: F401
+    PROGRESS_MIN_TEXTS,
+    SMALL_JOB_TEXTS,
+    SMALL_JOB_THREADS,
+    Encoder,
+    get_encoder,
+    intra_op_threads,
+)
 from .names import ENCODER_ALIASES, packaged_minilm_path, portable_encoder_id, resolve_encoder_name
 
 __all__ = [

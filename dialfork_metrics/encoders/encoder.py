@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,52 @@ logger = logging.getLogger("dialfork_metrics.encoders")
 
 #: Jobs with more texts to encode than this show a tqdm progress bar (unless show_progress=False).
 PROGRESS_MIN_TEXTS = 2048
+
+#: A call with at most this many texts new to the caches is a small job (a live turn, a request's few
+#: turns): on the CPU it runs with :attr:`Encoder.small_job_threads` intra-op threads.
+SMALL_JOB_TEXTS = 8
+
+#: Default of :attr:`Encoder.small_job_threads`: one intra-op thread per small job. One MiniLM turn
+#: gains little from a second thread on an idle machine, and when another process keeps a core busy,
+#: torch's threads wait for each other at every operator (issue 46: p95 760 ms per turn with the
+#: default 2 threads on 2 cores, 21 ms with 1; docs/guard.md, "Latency").
+SMALL_JOB_THREADS = 1
+
+
+@contextmanager
+def intra_op_threads(n: int | None) -> Iterator[None]:
+    """Run the block with at most ``n`` torch intra-op threads, then restore the previous count.
+
+    ``torch.set_num_threads`` is process-wide in name, but torch and OpenMP keep the count per
+    thread (a thread reads the process setting when it first runs an operator): the block changes
+    the calling thread's count, and threads that start running torch operators while it runs begin
+    with ``n``. The count is never raised: with ``n`` at or above the current count nothing changes.
+
+    Args:
+        n: The most intra-op threads; None: leave the count as it is.
+
+    Yields:
+        Nothing; the block runs with ``min(n, current)`` threads.
+
+    Raises:
+        ValueError: ``n`` is not None or a positive integer.
+    """
+    if n is None:
+        yield
+        return
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"thread count must be a positive integer or None, got {n!r}")
+    import torch
+
+    prev = torch.get_num_threads()
+    if prev <= n:
+        yield
+        return
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(prev)
 
 
 def _validate_texts(texts: Any, what: str = "text") -> list[str]:
@@ -66,6 +113,14 @@ class Encoder:
             contention) or ``"onnx-int8"`` (dynamically quantised, opt-in, values drift); see
             :mod:`dialfork_metrics.runtimes`.
         dtype: ``None`` (the model's fp32) or, on CUDA with the torch runtime, ``"bf16"``/``"fp16"``.
+        small_job_threads: torch intra-op threads for a small job, a call with at most
+            :data:`SMALL_JOB_TEXTS` texts new to the caches, on the CPU with the torch runtime
+            (default :data:`SMALL_JOB_THREADS`, 1: a live turn's latency then holds when other
+            processes keep cores busy); never more than torch's current count. ``None``: torch's
+            setting for every job. Larger jobs always use torch's setting (``torch.set_num_threads``,
+            ``OMP_NUM_THREADS``). The thread count can change an embedding's last bits (about 1e-7,
+            as a batch's padding does); with a fixed count, a turn encoded alone gets the same bits
+            on machines with different numbers of cores. Not part of the disk-cache key.
     """
 
     def __init__(
@@ -81,6 +136,7 @@ class Encoder:
         memory_cache_bytes: int = DEFAULT_MEMORY_CACHE_BYTES,
         runtime: str = "torch",
         dtype: str | None = None,
+        small_job_threads: int | None = SMALL_JOB_THREADS,
     ):
         from ..runtimes import cache_key_suffix, check_dtype, check_runtime
 
@@ -96,6 +152,15 @@ class Encoder:
             raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
         if max_seq_length is not None and (not isinstance(max_seq_length, int) or max_seq_length < 1):
             raise ValueError(f"max_seq_length must be a positive integer or None, got {max_seq_length!r}")
+        if small_job_threads is not None and (
+            isinstance(small_job_threads, bool)
+            or not isinstance(small_job_threads, int)
+            or small_job_threads < 1
+        ):
+            raise ValueError(
+                f"small_job_threads must be a positive integer or None, got {small_job_threads!r}"
+            )
+        self.small_job_threads = small_job_threads
         self.alias = name_or_path
         self.device = device
         self.batch_size = batch_size
@@ -200,6 +265,7 @@ class Encoder:
         chunk = max(self.batch_size * 16, 1024)
         out: np.ndarray | None = None
         bar = None
+        threads = self._job_threads(len(texts))
         if show:
             from tqdm.auto import tqdm
 
@@ -218,7 +284,8 @@ class Encoder:
                 }
                 if self.prompt_name is not None:
                     kwargs["prompt_name"] = self.prompt_name
-                emb = np.asarray(self._forward([texts[i] for i in idx], kwargs), dtype=np.float32)
+                with intra_op_threads(threads):
+                    emb = np.asarray(self._forward([texts[i] for i in idx], kwargs), dtype=np.float32)
                 if out is None:
                     out = np.empty((len(texts), emb.shape[1]), dtype=np.float32)
                 out[idx] = emb
@@ -229,6 +296,15 @@ class Encoder:
                 bar.close()
         assert out is not None
         return _l2_normalise(out, self.name, texts)
+
+    def _job_threads(self, n_texts: int) -> int | None:
+        """The intra-op thread bound for a job of ``n_texts`` new texts (None: torch's setting)."""
+        if self.small_job_threads is None or n_texts > SMALL_JOB_TEXTS or self.runtime != "torch":
+            return None
+        device = getattr(self.model, "device", None)
+        if device is not None and getattr(device, "type", str(device)) != "cpu":
+            return None
+        return self.small_job_threads
 
     def _forward(self, texts: list[str], kwargs: dict[str, Any]) -> np.ndarray:
         """Sentence embeddings of ``texts`` (not normalised) with the encoder's runtime."""
