@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from .workflow_nodes import NodeAssigner
+from .workflow_nodes import NodeAssigner, node_similarities
 
 logger = logging.getLogger("dialfork_metrics.task3.workflow_detector")
 
@@ -107,7 +107,7 @@ def fit_labels(
         counts["gold"] += sum(x is not None for x in g) if g is not None else 0
     todo = [i for i, g in enumerate(labels) if g is None]
     cur = base.with_examples(
-        [(task_of[i], emb[i][sys_rows[i]], labels[i]) for i in range(len(rows)) if labels[i] is not None]
+        labelled_parts([i for i, g in enumerate(labels) if g is not None], task_of, emb, sys_rows, labels)
     )
     guess: dict[int, list[str | None]] = {}
     for _ in range(2 if det.self_training else 1):
@@ -121,9 +121,8 @@ def fit_labels(
                 a.rival_similarity >= a.own_similarity + det.reject_margin
             )
             guess[i] = [b if ok else None for b, ok in zip(a.best, sure)]
-        cur = base.with_examples(
-            [(task_of[i], emb[i][sys_rows[i]], labels[i] or guess.get(i, [])) for i in range(len(rows))]
-        )
+        steps = [labels[i] if labels[i] is not None else guess.get(i, []) for i in range(len(rows))]
+        cur = base.with_examples(labelled_parts(range(len(rows)), task_of, emb, sys_rows, steps))
     out = [labels[i] if labels[i] is not None else guess.get(i, []) for i in range(len(rows))]
     for i in todo:
         counts["self_trained"] += sum(x is not None for x in out[i])
@@ -275,14 +274,7 @@ def workflow_statistics(det: Any, assigner: NodeAssigner, tasks: Sequence[str]) 
             continue
         dev: dict[int, np.ndarray] = {}
         for k, r in node_rows.items():
-            # each phrasing against every text but itself
-            S = P[r] @ P.T
-            S[np.arange(len(r)), r] = -np.inf
-            N = np.full((len(r), len(keys)), -np.inf)
-            order = np.argsort(owners, kind="stable")
-            o = owners[order]
-            starts = np.flatnonzero(np.r_[True, o[1:] != o[:-1]])
-            N[:, o[starts]] = np.maximum.reduceat(S[:, order], starts, axis=1)
+            N = node_similarities(P[r], P, owners, len(keys), exclude=r)  # each phrasing without itself
             own = N[:, own_mask].max(axis=1)
             rival = N[:, rival_mask].max(axis=1) if rival_mask.any() else np.full(len(r), -np.inf)
             dev[k] = turn_deviations(

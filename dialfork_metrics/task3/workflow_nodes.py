@@ -208,7 +208,9 @@ def node_texts(task: Any) -> dict[str, list[str]]:
     return out
 
 
-def node_similarities(E: np.ndarray, P: np.ndarray, owners: np.ndarray, n_nodes: int) -> np.ndarray:
+def node_similarities(
+    E: np.ndarray, P: np.ndarray, owners: np.ndarray, n_nodes: int, exclude: np.ndarray | None = None
+) -> np.ndarray:
     """Similarity of each turn to each node: the best cosine over the node's texts.
 
     Args:
@@ -216,6 +218,8 @@ def node_similarities(E: np.ndarray, P: np.ndarray, owners: np.ndarray, n_nodes:
         P: Text embeddings of all nodes, shape ``(m, d)``, unit-norm rows.
         owners: The node index of each row of ``P``, shape ``(m,)``, values in ``[0, n_nodes)``.
         n_nodes: The number of nodes.
+        exclude: Optional, per turn the row of ``P`` it is not compared with (its own text, to
+            score a text without itself), shape ``(n,)``.
 
     Returns:
         np.ndarray: shape ``(n, n_nodes)``; ``-inf`` for a node without texts.
@@ -227,6 +231,8 @@ def node_similarities(E: np.ndarray, P: np.ndarray, owners: np.ndarray, n_nodes:
     """
     E = np.asarray(E, dtype=np.float64).reshape(-1, np.asarray(P).shape[-1] if np.asarray(P).size else 0)
     S = E @ np.asarray(P, dtype=np.float64).T
+    if exclude is not None:
+        S[np.arange(E.shape[0]), np.asarray(exclude, dtype=np.int64)] = -np.inf
     out = np.full((E.shape[0], n_nodes), -np.inf)
     if S.size:
         owners = np.asarray(owners, dtype=np.int64)
