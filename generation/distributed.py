@@ -141,13 +141,13 @@ def backend_options_for_process(config: Any, state: Any) -> dict[str, Any]:
         ValueError: the placement refuses the options (e.g. ``device_map`` for the transformers
             backend under several processes).
     """
-    from .backends import BACKENDS, load_attr
+    from .backends import BACKENDS
 
     opts = dict(config.backend_options)
     spec = BACKENDS.get(config.backend)
     if spec is None or spec.placement is None:
         return opts
-    return load_attr(spec.placement, f"backend {config.backend!r}'s placement")(opts, state)
+    return spec.placement_fn()(opts, state)
 
 
 def generate_distributed(
@@ -265,10 +265,7 @@ def main(argv: list[str] | None = None) -> int:
         The exit code: 0 on success (the main process prints the record counts), 2 for bad input or
             a failed run (a one-line message on stderr naming the process).
     """
-    import sys
-
-    from .errors import GenerationError, UnknownBackendError
-    from .options import build_config, build_parser, hidden_split_selection, source_spec, task_names
+    from .options import build_parser
 
     parser = build_parser()
     parser.prog = "accelerate launch [--multi_gpu --num_processes N] -m generation.distributed"
@@ -278,6 +275,22 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=level, format=f"%(asctime)s %(levelname)s [{state.process_index}] %(name)s: %(message)s"
     )
+    try:
+        return _run(args, state)
+    finally:
+        # Tear the process group down before the interpreter exits: a gloo group left to the exit
+        # handlers can abort a worker ("terminate called without an active exception", SIGABRT),
+        # which fails a run whose corpus is already written.
+        state.destroy_process_group()
+
+
+def _run(args: Any, state: Any) -> int:
+    """The body of :func:`main` once the process group is up: generate and print the counts."""
+    import sys
+
+    from .errors import GenerationError, UnknownBackendError
+    from .options import build_config, hidden_split_selection, source_spec, task_names
+
     tasks = task_names(args)
     try:
         args.star = source_spec(args)  # --source star:PATH | workflow:PATH, --star PATH, $DIALFORK_STAR_DIR
