@@ -1,8 +1,7 @@
 """PEP 562 lazy exports, shared by the packages whose import must stay fast.
 
 Lazy ``"module:attr"`` references (the registries' planners, cores, factories, targets and
-openers) are resolved by :func:`dialfork_dataset.registry.resolve`, the one resolver;
-``resolve_ref`` is its old name here, kept for the callers that import it.
+openers) are resolved elsewhere, by :func:`dialfork_dataset.registry.resolve`, the one resolver.
 """
 
 from __future__ import annotations
@@ -10,8 +9,6 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Mapping
 from typing import Any
-
-from .registry import resolve as resolve_ref
 
 
 def lazy_exports(
@@ -53,4 +50,4 @@ def lazy_exports(
     return __getattr__, __dir__
 
 
-__all__ = ["lazy_exports", "resolve_ref"]
+__all__ = ["lazy_exports"]

@@ -86,7 +86,7 @@ _PAIR_COMPUTE = """\
         scores = [float(s) for s in scores]"""
 
 _SET_COMPUTE = """\
-        fn = registry.resolve(registry.get(_METHOD, "set").fn, f"metric {{_METHOD!r}} fn")
+        fn = registry.get(_METHOD, "set").fn_callable()
         scores = []
         for i, (ref, tgt) in enumerate(zip(references, predictions)):
             try:

@@ -15,7 +15,8 @@ with one label): :func:`register`, :func:`unregister`, :func:`get` and :func:`na
 :class:`~dialfork_dataset.registry.RegistryError` (a ``ValueError``) listing the registered ones.
 
 Functions are named lazily (``"package.module:attr"``) so that importing the registry imports
-no numpy, scipy or torch; :func:`resolve` imports them on first use.
+no numpy, scipy or torch; :meth:`MetricSpec.core_fn` and :meth:`MetricSpec.fn_callable` import
+them on first use.
 
 >>> spec = get("flowscore")
 >>> spec.level, spec.input, spec.direction, spec.label, spec.module
@@ -32,8 +33,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dialfork_dataset.registry import Registry, RegistryError, is_ref
-from dialfork_dataset.registry import resolve as _resolve
+from dialfork_dataset.registry import Registry, RegistryError, is_ref, resolve
 from dialfork_dataset.taxonomy import table4_order as _types_in_table4_order
 
 logger = logging.getLogger(__name__)
@@ -149,26 +149,21 @@ class MetricSpec:
         Returns:
             The callable ``core`` names.
         """
-        return resolve(self.core, f"metric {self.name!r} core")
+        return self._callable(self.core, "core")
 
+    def fn_callable(self) -> Callable[..., Any]:
+        """The user-facing function (``fn``), imported on first use.
 
-def resolve(ref: str | Callable[..., Any] | None, what: str = "entry") -> Callable[..., Any]:
-    """A callable from ``"package.module:attr"`` (imported now) or the callable itself: the
-    registries' one resolver (:func:`dialfork_dataset.registry.resolve`), refusing None.
+        Returns:
+            The callable ``fn`` names.
+        """
+        return self._callable(self.fn, "fn")
 
-    Args:
-        ref: A callable or a ``"module:attr"`` string.
-        what: What the reference is, for the error message.
-
-    Returns:
-        The callable.
-
-    Raises:
-        ValueError: ``ref`` is None, not ``"module:attr"``, or cannot be imported.
-    """
-    if ref is None:
-        raise ValueError(f"{what}: expected a callable or 'package.module:attr', got None")
-    return _resolve(ref, what)
+    def _callable(self, ref: str | Callable[..., Any] | None, field: str) -> Callable[..., Any]:
+        """``ref`` resolved by the registries' one resolver (:func:`dialfork_dataset.registry.resolve`)."""
+        if ref is None:
+            raise ValueError(f"metric {self.name!r}: no {field}= (a callable or 'package.module:attr')")
+        return resolve(ref, f"metric {self.name!r} {field}")
 
 
 def _twin_label(spec: MetricSpec, registry: Registry) -> list[str]:
@@ -527,7 +522,6 @@ __all__ = [
     "get",
     "names",
     "register",
-    "resolve",
     "specs",
     "table4_order",
     "unregister",

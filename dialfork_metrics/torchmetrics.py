@@ -487,7 +487,7 @@ class _SetDialogueMetric(_SetMetric):
         Raises:
             ValueError: As the metric's function (e.g. a set too small), prefixed with its name.
         """
-        fn = registry.resolve(registry.get(self._method, "set").fn, f"metric {self._method!r} fn")
+        fn = registry.get(self._method, "set").fn_callable()
         args = (self.encoder,) if self._encoded else ()
         try:
             value = fn(self._dialogues("ref"), self._dialogues("tgt"), *args, **self.options)

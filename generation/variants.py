@@ -9,7 +9,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from dialfork_dataset.lazy import resolve_ref
+from dialfork_dataset.registry import resolve
 from dialfork_dataset.taxonomy import get_type, hallucination_types
 
 from .errors import VariantError
@@ -213,7 +213,7 @@ def _parse(data: Any, where: str) -> VariantPool:
             )
         check = get_type(h).variant_check
         if check is not None:  # the type's own checks of its template material (its registry entry)
-            errs.extend(resolve_ref(check, f"variant check of hallucination type {h!r}")(checked))
+            errs.extend(resolve(check, f"variant check of hallucination type {h!r}")(checked))
         if len(vs) < MIN_VARIANTS_PER_TYPE:
             errs.append(
                 f"{where}: types.{h}: {len(vs)} valid variant(s), at least {MIN_VARIANTS_PER_TYPE} are required"

@@ -117,7 +117,7 @@ class PairMetricTester:
             atol=self.atol,
         )
         if self.spec.fn is not None:
-            fn = registry.resolve(self.spec.fn)
+            fn = self.spec.fn_callable()
             single = [fn(r, c, **self._kw()) for r, c in PAIRS]
             assert all(isinstance(v, float) for v in single)
             np.testing.assert_allclose(single, base, rtol=0, atol=self.atol)
@@ -149,7 +149,7 @@ class PairMetricTester:
             self.scores(refs, cands)
         if self.spec.fn is not None:
             with pytest.raises(ValueError, match=r"candidate 2 \('bad-one'\)"):
-                registry.resolve(self.spec.fn)(refs, cands, batched=True, **self._kw())
+                self.spec.fn_callable()(refs, cands, batched=True, **self._kw())
 
     def check_evaluate_module(self) -> None:
         """The metric's ``evaluate`` module: ``compute`` == ``score_pairs``, per pair and mean;

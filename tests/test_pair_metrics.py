@@ -43,7 +43,7 @@ def test_every_spec_resolves_and_its_module_is_packaged():
         if s.core is not None:
             assert callable(s.core_fn()), s.name
         if s.fn is not None:
-            assert callable(registry.resolve(s.fn)), s.name
+            assert callable(s.fn_callable()), s.name
         assert s.label and (s.module is None or s.module in available()), s.name
     # the dataset card links the published Spaces (dialfork_dataset cannot import the registry):
     # each must be a packaged module
@@ -57,6 +57,6 @@ def test_registry_functions_are_exported_lazily():
     import dialfork_metrics as dm
 
     assert set(registry.exports()) <= set(dm.__all__)
-    assert dm.flowscore is registry.resolve(registry.get("flowscore").fn)
+    assert dm.flowscore is registry.get("flowscore").fn_callable()
     code = "import sys, dialfork_metrics; assert 'numpy' not in sys.modules, sorted(sys.modules)"
     subprocess.run([sys.executable, "-c", code], check=True)

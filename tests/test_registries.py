@@ -89,16 +89,21 @@ def test_the_one_resolver():
 
 
 def test_every_module_attr_reference_goes_through_the_one_resolver():
-    """The old resolvers are gone: their names are thin wrappers of ``resolve`` (kept for callers)."""
+    """The old resolvers are gone: the specs resolve their own references through ``resolve``."""
     from dialfork_dataset import lazy
     from dialfork_metrics import registry as metrics
     from generation import backends
 
-    assert lazy.resolve_ref is resolve
-    assert backends.load_attr("os.path:join", "x") is resolve("os.path:join", "x")
-    with pytest.raises(backends.UnknownBackendError, match="backend 'x': cannot import"):
-        backends.load_attr("no_such_module_xyz:C", "backend 'x'")
-    assert metrics.resolve("os.path:join", "x") is resolve("os.path:join", "x")
+    assert not hasattr(lazy, "resolve_ref") and not hasattr(backends, "load_attr")
+    assert "resolve" not in metrics.__all__  # no wrapper of its own
+    flowscore = metrics.get("flowscore")
+    assert flowscore.fn_callable() is resolve(flowscore.fn, "x")
+    assert flowscore.core_fn() is resolve(flowscore.core, "x")
+    spec = backends.backend_spec("template")
+    assert spec.target_class() is resolve(spec.target, "x")
+    bad = backends.BackendSpec("broken_xyz", "no_such_module_xyz:C")
+    with pytest.raises(backends.UnknownBackendError, match="backend 'broken_xyz': cannot import"):
+        bad.target_class()
     # no registry module imports "module:attr" strings itself
     for path in (
         "dialfork_dataset/taxonomy.py",

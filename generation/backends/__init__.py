@@ -202,25 +202,6 @@ def backend_spec(name: str) -> BackendSpec:
     return _BACKENDS.get(name)
 
 
-def load_attr(target: str, what: str) -> Any:
-    """Import ``"module:attr"`` and return the attribute (the registries' one resolver,
-    :func:`dialfork_dataset.registry.resolve`, raising :class:`UnknownBackendError`); kept for its
-    callers: :meth:`BackendSpec.target_class` and :meth:`BackendSpec.placement_fn` are the spec's own.
-
-    Args:
-        target: ``"module:attr"``.
-        what: who names it, for the error (e.g. ``"backend 'openai'"``).
-
-    Returns:
-        The attribute.
-
-    Raises:
-        UnknownBackendError: the module cannot be imported (e.g. a missing optional dependency such as
-            torch) or has no such attribute.
-    """
-    return resolve(target, what, error=UnknownBackendError)
-
-
 def backend_class(name: str) -> type:
     """The class registered as backend ``name``, imported on demand (nothing is instantiated).
 
@@ -288,7 +269,6 @@ __all__ = [
     "backend_class",
     "backend_spec",
     "get_backend",
-    "load_attr",
     "register_backend",
     "unregister_backend",
 ]

@@ -288,7 +288,7 @@ def planner_for(htype: str) -> Planner:
             where to add one).
         ValueError: The entry's ``"module:attr"`` planner cannot be imported.
     """
-    from dialfork_dataset.lazy import resolve_ref
+    from dialfork_dataset.registry import resolve
     from dialfork_dataset.taxonomy import get_type
 
     spec = get_type(htype)
@@ -297,7 +297,7 @@ def planner_for(htype: str) -> Planner:
             f"the template backend has no planner for hallucination type {htype!r}: give its "
             "HallucinationType a planner (see docs/extending.md)"
         )
-    planner = resolve_ref(spec.planner, f"planner of hallucination type {htype!r}")
+    planner = resolve(spec.planner, f"planner of hallucination type {htype!r}")
     return planner if isinstance(planner, Planner) else Planner(planner)
 
 
