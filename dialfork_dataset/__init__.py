@@ -3,6 +3,8 @@
 Heavy dependencies (``datasets``, ``huggingface_hub``) are imported where used.
 """
 
+import os as _os
+
 from .builder import CONFIGS, SPLITS, build_dataset, load_records, split_sources
 from .forks import (
     admits_forks,
@@ -108,3 +110,10 @@ __all__ = [
     "validate_records",
     "write_jsonl",
 ]
+
+# Extensions named in $DIALFORK_PLUGINS register themselves in every process, once (dialfork_dataset.plugins);
+# last, so that a plugin importing this package finds it whole. Unset: nothing is imported.
+if _os.environ.get("DIALFORK_PLUGINS"):
+    from .plugins import load_plugins
+
+    load_plugins()

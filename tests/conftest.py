@@ -89,7 +89,13 @@ def dead_port() -> int:
 # `make test-extensions` (DIALFORK_TEST_TOY_EXTENSIONS=1): a toy of each of the five registries
 # (metric, hallucination type, Task 3 detector, backend, source kind) is registered before any test
 # module is collected, as if it were built in (tests/toy_extensions.py); the suite must stay green.
+# They are registered through $DIALFORK_PLUGINS (dialfork_dataset.plugins), so that the processes a
+# test starts (python -m ..., accelerate launch) register them too: tests/ goes on PYTHONPATH.
 if os.environ.get("DIALFORK_TEST_TOY_EXTENSIONS", "") not in ("", "0"):
-    import toy_extensions
+    from dialfork_dataset.plugins import ENV as _PLUGINS_ENV
+    from dialfork_dataset.plugins import load_plugins
 
-    toy_extensions.register()
+    _tests = str(Path(__file__).resolve().parent)
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (_tests, os.environ.get("PYTHONPATH")) if p)
+    os.environ[_PLUGINS_ENV] = "toy_extensions:register"
+    load_plugins()
