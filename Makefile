@@ -149,11 +149,14 @@ test: install system-deps
 # The tests of extending DialFork with an extension of every registry built in (issue 45): with
 # DIALFORK_TEST_TOY_EXTENSIONS=1, tests/conftest.py registers a toy metric, a fifth hallucination type,
 # a Task 3 detector, a backend and a source kind (tests/toy_extensions.py) before collecting, and the
-# extension, generation, hidden-split and export tests (the benchmark runs inside the extension tests)
-# must pass as they do without them: every test reads the registries, not literals. About 2 minutes on
-# 2 cores. EXT_WORKERS: pytest-xdist processes (0: all in this process).
+# extension, generation, hidden-split, export, detector-convention, benchmark and leaderboard-scoring tests
+# must pass as they do without them: every test reads the registries, not literals. The toys are
+# registered through $DIALFORK_PLUGINS, so the processes the tests start see them too. About 4 minutes
+# on 2 cores. EXT_WORKERS: pytest-xdist processes (0: all in this process).
 EXT_TESTS ?= tests/test_registries.py tests/test_extending.py tests/test_extending_type.py tests/test_generation.py \
-  tests/test_hidden_split.py tests/test_hub.py tests/test_foundations.py tests/test_metrics_structure.py
+  tests/test_hidden_split.py tests/test_hub.py tests/test_foundations.py tests/test_metrics_structure.py \
+  tests/test_detector_conventions.py tests/test_detector_consumers.py tests/test_plugins.py tests/test_bench.py \
+  tests/test_leaderboard_score.py
 EXT_WORKERS ?= auto
 test-extensions: install
 	DIALFORK_TEST_TOY_EXTENSIONS=1 DIALFORK_STAR_DIR=$(abspath $(STAR)) $(PY) -m pytest -p no:cacheprovider \

@@ -457,11 +457,11 @@ def calibration_check(
         row = {"settings": det.settings(), "V": det.vocab_size, "variants": {}}
         for m, d in fitted.items():
             for rule in THRESHOLD_RULES:
-                thr = calibrate_threshold(d.calibration_stats, det.method, false_alarm_rate, rule=rule)
+                thr = calibrate_threshold(d.calibration_stats_, det.method, false_alarm_rate, rule=rule)
                 preds = first_alarms(p_list, sys_turns, det.method, thr, g)
                 r = score_predictions({ex["dialogue_id"]: p for ex, p in zip(test, preds)}, test)
                 cur = tradeoff_curve(
-                    stats, [None] * len(stats), fork, {None: d.calibration_stats}, det.method
+                    stats, [None] * len(stats), fork, {None: d.calibration_stats_}, det.method
                 )
                 v = {
                     "threshold": thr,
@@ -534,18 +534,18 @@ def split_check(
                 k = sum(
                     p is not None
                     for p in first_alarms(
-                        p_list, sys_turns[held], det.method, det.threshold, det.position_weight_
+                        p_list, sys_turns[held], det.method, det.threshold_, det.position_weight_
                     )
                 )
-                st = np.asarray(det.calibration_stats)
+                st = np.asarray(det.calibration_stats_)
                 oof = float(
-                    np.mean(st < det.threshold) if det.method == "it" else np.mean(st > det.threshold)
+                    np.mean(st < det.threshold_) if det.method == "it" else np.mean(st > det.threshold_)
                 )
                 n = len(halves[held])
                 row = {
                     "fit_on": fit_on,
                     "seed": seed,
-                    "threshold": det.threshold,
+                    "threshold": det.threshold_,
                     "out_of_fold_rate": oof,
                     "held_out_alarms": k,
                     "held_out_n": n,

@@ -57,7 +57,7 @@ def in_process(monitor_path, dialogues, n_turns: int, seed: int = 0) -> dict:
 
     mon = Monitor.load(monitor_path)
     mon.encode("warm-up")
-    menc = mon.detector.get_encoder() if mon.workflow_aware else mon.detector.encoder
+    menc = mon.detector.get_encoder()
     enc = Encoder("minilm", show_progress=False, model=menc.model)  # same encoder, own cache
     enc.encode(["warm-up"])
     rng = random.Random(seed)
@@ -124,7 +124,7 @@ def latency(monitor_path, dialogues, n_turns: int, seed: int = 0) -> dict:
     from dialfork_metrics.guard import Monitor
 
     default = Monitor.load(monitor_path)
-    enc = default.detector.get_encoder() if default.workflow_aware else default.detector.encoder
+    enc = default.detector.get_encoder()
     # the previous path: the same model, its own cache, torch's thread count for a single text too
     prev_enc = Encoder(enc.name, show_progress=False, model=enc.model, small_job_threads=None)
     previous = Monitor.load(monitor_path, encoder=prev_enc)

@@ -15,10 +15,12 @@ Fits:
 * ``human``: fitted on the star-human ``picked`` train split (conformant; ``wf-sup`` with its
   forks), evaluated on the two human tracks.
 
-``wf-sup`` (supervised, :mod:`dialfork_metrics.task3.workflow_supervised`) is trained on labelled
-forks, so it is always evaluated on tasks held out of its training: the tasks are split in two
-halves, it is fitted on one half and predicts the other, both ways. It is skipped (with a note) when
-``make_detector("wf-sup")`` is not available.
+Each detector is built from its registry entry (``DetectorSpec.build_from``: the encoder, and the
+workflow where the entry needs one); one that cannot be built (an import or option error) is skipped
+with a note. A detector whose entry needs ``forks`` (``wf-sup``, supervised,
+:mod:`dialfork_metrics.task3.workflow_supervised`) is trained on labelled forks, so it is always
+evaluated on tasks held out of its training: the tasks are split in two halves, it is fitted on one
+half and predicts the other, both ways.
 
 Per (fit, track, detector):
 
@@ -90,6 +92,8 @@ TYPE_ORDER = (
 )
 #: ``wf`` before the dialogue state (its role-free rules only), run beside it for the before/after table.
 BEFORE = "wf-before"
+#: Benchmark-only variants of a registered detector: name -> (registered name, constructor options).
+VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {BEFORE: ("wf", {"state_rules": False})}
 
 
 def code_state() -> dict[str, Any]:
@@ -280,19 +284,23 @@ def embed(enc: Any, rows: list[dict]) -> list[np.ndarray]:
 
 
 # ---------------------------------------------------------------------------------------- detectors
-def make(name: str, args: argparse.Namespace, enc: Any, workflow: Any):
-    from dialfork_metrics.task3 import make_detector
+def spec_of(name: str) -> Any:
+    """The registry entry of a detector (of the registered detector a :data:`VARIANTS` name varies)."""
+    from dialfork_metrics.task3.registry import get_detector
 
-    if name == BEFORE:
-        return make_detector("wf", workflow=workflow, encoder=enc, state_rules=False)
-    if name in ("wf", "wf-sup"):
-        return make_detector(name, workflow=workflow, encoder=enc)
-    return make_detector(name, encoder=enc)
+    return get_detector(VARIANTS.get(name, (name, {}))[0])
+
+
+def make(name: str, args: argparse.Namespace, enc: Any, workflow: Any):
+    """An unfitted detector, given the encoder and the workflow where its registry entry needs them."""
+    options = VARIANTS.get(name, (name, {}))[1]
+    return spec_of(name).build_from({"encoder": enc, "workflow": workflow}, **options)
 
 
 def fit_detector(det: Any, name: str, rows: list[dict], embs: list[np.ndarray]) -> Any:
-    """Fit on conformant rows (``wf-sup``: conformant + forks, however its ``fit`` takes them)."""
-    if name != "wf-sup":
+    """Fit on conformant rows (a detector that needs ``forks``: conformant + forks, however its ``fit``
+    takes them)."""
+    if "forks" not in spec_of(name).needs:
         idx = [i for i, r in enumerate(rows) if r.get("hallucination_type") is None]
         return det.fit([rows[i] for i in idx], embeddings=[embs[i] for i in idx])
     params = inspect.signature(det.fit).parameters
@@ -312,7 +320,7 @@ def fit_detector(det: Any, name: str, rows: list[dict], embs: list[np.ndarray]) 
 
 def turn_excess(det: Any, name: str, rows: list[dict], embs: list[np.ndarray]) -> list[list[float]]:
     """Per dialogue, per system turn: the excess over the detector's threshold of its task (alarm: > 0)."""
-    if name.startswith("wf"):
+    if "workflow" in spec_of(name).needs:  # workflow-aware: its own per-turn deviations
         return [np.asarray(d, dtype=float).tolist() for d in det.turn_deviations(rows, embeddings=embs)]
     from dialfork_metrics.task3.streaming.decision import system_turn_index, turn_scores
 
@@ -323,7 +331,7 @@ def turn_excess(det: Any, name: str, rows: list[dict], embs: list[np.ndarray]) -
         sys_idx = system_turn_index(r["turns"])
         s = turn_scores(p, m.method, sys_idx, m.position_weight_)
         with np.errstate(divide="ignore"):
-            ex = (np.log(m.threshold) - np.log(s)) if m.method == "it" else (s - m.threshold)
+            ex = (np.log(m.threshold_) - np.log(s)) if m.method == "it" else (s - m.threshold_)
         T = int(sum(t["speaker"] == "system" for t in r["turns"]))
         per = np.full(max(T, 1), -np.inf)
         for j, e in zip(sys_idx.tolist(), ex.tolist()):
@@ -364,10 +372,11 @@ def run_fit_stage(
     t0 = time.perf_counter()
     rows = fits[fit]
     embs = embed(enc, rows)
-    # wf-sup: fitted per half of the tasks, predicting the other half
+    # a detector fitted on forks (wf-sup): fitted per half of the tasks, predicting the other half
+    on_forks = "forks" in spec_of(name).needs
     groups = (
         [(sorted(set(args.tasks)), sorted(set(args.tasks)))]
-        if name != "wf-sup"
+        if not on_forks
         else [(h, o) for h, o in zip(task_halves(args.tasks), task_halves(args.tasks)[::-1])]
     )
     result: dict[str, Any] = {
@@ -387,8 +396,8 @@ def run_fit_stage(
         tf = time.perf_counter()
         fit_detector(det, name, [rows[i] for i in sel], [embs[i] for i in sel])
         result["fit_seconds"] += time.perf_counter() - tf
-        tag = f"{fit}__{name}" + ("" if name != "wf-sup" else "__" + "-".join(t[:4] for t in train_tasks))
-        if hasattr(det, "save"):
+        tag = f"{fit}__{name}" + ("__" + "-".join(t[:4] for t in train_tasks) if on_forks else "")
+        if spec_of(name).can_save:
             try:
                 det.save(out / "models" / tag)
                 result["models"].append(
@@ -1074,7 +1083,6 @@ def main(argv: list[str] | None = None) -> int:
 
     from dialfork_dataset.star import StarCorpus
     from dialfork_metrics.encoders import Encoder
-    from dialfork_metrics.task3 import make_detector
 
     enc = Encoder("minilm", cache_dir=out / "cache", show_progress=False)
     workflow = StarCorpus(args.star)
@@ -1088,9 +1096,10 @@ def main(argv: list[str] | None = None) -> int:
             make(d, args, enc, workflow)
             usable.append(d)
         except (ValueError, ImportError, TypeError) as e:
-            notes.append(f"`{d}` skipped: `make_detector({d!r})` failed ({type(e).__name__}: {e}).")
+            notes.append(
+                f"`{d}` skipped: building it from its registry entry failed ({type(e).__name__}: {e})."
+            )
             log(notes[-1])
-    del make_detector
     if not any(r.get("hallucination_type") == "GR" for r in tracks["human-picked"]):
         notes.append(
             "The star-human tracks have no GR forks: GR needs another task of the same domain among "

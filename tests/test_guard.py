@@ -122,7 +122,7 @@ def test_verdict_fields_and_sticky_alarm(monitors):
         assert sys_idx == list(range(1, len(sys_idx) + 1))
         assert all(v.system_turn is None for v in vs if v.speaker == "user")
         assert vs[0].score is None  # SS: no jump into the first turn
-        assert all(v.threshold == mon.detector.threshold for v in vs)
+        assert all(v.threshold == mon.detector.threshold_ for v in vs)
         seen = None
         for v in vs:
             if seen is not None:
@@ -147,7 +147,7 @@ def test_it_score_is_the_weighted_p_and_alarm_below_threshold(monitors, gamma):
     assert [v.score for v in vs] == score.tolist()
     if gamma == 0:
         assert score.tolist() == p.tolist()
-    assert [v.raised for v in vs] == (score < mon.detector.threshold).tolist()
+    assert [v.raised for v in vs] == (score < mon.detector.threshold_).tolist()
 
 
 def test_position_weight_enters_the_fingerprint_only_when_set(monitors):
@@ -278,7 +278,7 @@ def test_save_load_round_trip(tmp_path, monitors):
     assert sorted(p.name for p in path.parent.iterdir()) == ["weather.monitor"]  # no temp files left
     back = Monitor.load(path)
     assert back.fingerprint == mon.fingerprint and back.task == "synthetic"
-    assert back.detector.threshold == mon.detector.threshold
+    assert back.detector.threshold_ == mon.detector.threshold_
     for rec, emb in zip(TEST[:20], TEST_E[:20]):
         assert _observe_all(back, rec, emb) == _observe_all(mon, rec, emb)
     # a state saved with one copy restores into the other

@@ -69,10 +69,7 @@ def test_a_command_line_tool_sees_a_plugins_detector_and_source_kind(tmp_path):
     )
     assert out.returncode == 0, out.stderr
     assert "plugx" in out.stdout  # a --detector choice
-    code = (
-        "import dialfork_dataset.sources as s, plugx_ext as p; "
-        "print(sorted(s.SOURCE_KINDS), len(p.CALLS))"
-    )
+    code = "import dialfork_dataset.sources as s, plugx_ext as p; print(sorted(s.SOURCE_KINDS), len(p.CALLS))"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     kinds, calls = out.stdout.rsplit(" ", 1)
@@ -82,7 +79,11 @@ def test_a_command_line_tool_sees_a_plugins_detector_and_source_kind(tmp_path):
 def test_a_plugin_that_cannot_be_imported_stops_the_tool_with_a_message(tmp_path):
     env = _env(tmp_path, "no_such_plugin_xyz")
     out = subprocess.run(
-        [sys.executable, "-c", "import dialfork_dataset"], env=env, capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", "import dialfork_dataset"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert out.returncode != 0
     assert "DIALFORK_PLUGINS entry 'no_such_plugin_xyz': cannot import it" in out.stderr

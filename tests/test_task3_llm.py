@@ -132,12 +132,18 @@ def test_with_workflow_from_star(star_dir, fake_server):
 
 
 def test_llm_bad_config():
+    """scikit-learn's convention: the constructor stores its parameters; fit checks them."""
+    from sklearn.utils._param_validation import InvalidParameterError
+
+    det = LLMDetector(model="m", backend="openai")
     with pytest.raises(ValueError, match="base_url"):
-        LLMDetector(model="m", backend="openai")
+        det.fit()
     with pytest.raises(ValueError, match="model="):
-        LLMDetector(backend="transformers")
-    with pytest.raises(ValueError, match="backend"):
-        LLMDetector(model="m", backend="vllm-magic")
+        LLMDetector(backend="transformers").fit()
+    with pytest.raises(InvalidParameterError, match="'backend' parameter of LLMDetector.*'vllm-magic'"):
+        LLMDetector(model="m", backend="vllm-magic").fit()
+    with pytest.raises(ValueError, match="base_url"):  # predicting fits first (zero-shot)
+        det.predict_many([dialogue("a", 4)])
 
 
 # -- a tiny random transformers chat model -------------------------------------------------------
@@ -171,7 +177,7 @@ def test_transformers_backend_end_to_end(tiny_model):
     one.predict_many(dialogues)
     assert one.last_answers == answers
     # prompts longer than the context window are not generated: null, and reported
-    det.client._window = 60
+    det.client_._window = 60
     assert det.predict_many(dialogues) == [None] * 5
     assert det.last_report["too_long"] == 5 and len(det.last_report["examples"]) == 5
 

@@ -128,7 +128,10 @@ def test_presets_and_explicit_overrides():
     assert det.order == 3 and det.scope == "pooled" and det.calibration is None  # parameters as given
     assert det.settings()["calibration"] == "in_sample"
     assert det.settings_source["order"] == "explicit" and det.settings_source["backoff"] == "preset:paper"
-    for bad, match in (({"preset": "x"}, "preset must be"), ({"scope": "global"}, "scope must be")):
+    for bad, match in (
+        ({"preset": "x"}, "'preset' parameter of StreamingDetector must be a str among .* Got 'x'"),
+        ({"scope": "global"}, "'scope' parameter of StreamingDetector must be a str among .* Got 'global'"),
+    ):
         with pytest.raises(ValueError, match=match):
             make_detector("it", encoder=None, **bad).resolved_settings()
 
@@ -138,14 +141,14 @@ def test_task_scope_is_one_pooled_model_per_task(tmp_path):
     det = make_detector("it+nc", encoder=None, scope="task", order=2, calibration="in_sample").fit(
         CONF_R, embeddings=CONF_E
     )
-    assert sorted(det.task_models) == ["a", "b"] and det.threshold is None
+    assert sorted(det.task_models_) == ["a", "b"] and det.threshold_ is None
     preds = det.predict_many(TEST, embeddings=TEST_E)
     for task in ("a", "b"):
         idx = [i for i, r in enumerate(CONF_R) if r["task"] == task]
         solo = make_detector("it+nc", encoder=None, scope="pooled", order=2, calibration="in_sample").fit(
             [CONF_R[i] for i in idx], embeddings=[CONF_E[i] for i in idx]
         )
-        assert det.for_task(task).threshold == solo.threshold
+        assert det.for_task(task).threshold_ == solo.threshold_
         ti = [i for i, r in enumerate(TEST) if r["task"] == task]
         assert [preds[i] for i in ti] == solo.predict_many(
             [TEST[i] for i in ti], embeddings=[TEST_E[i] for i in ti]
@@ -158,7 +161,7 @@ def test_task_scope_is_one_pooled_model_per_task(tmp_path):
     with pytest.raises(ValueError, match="without a task model"):
         det.predict_many([{**TEST[0], "task": "zzz"}], embeddings=[TEST_E[0]])
     back = load_detector(det.save(tmp_path / "d"))
-    assert back.scope_ == "task" and sorted(back.task_models) == ["a", "b"]
+    assert back.scope_ == "task" and sorted(back.task_models_) == ["a", "b"]
     assert back.predict_many(TEST, embeddings=TEST_E) == preds
     assert back.thresholds == det.thresholds
     cfg = json.loads((tmp_path / "d" / "config.json").read_text())
@@ -167,12 +170,12 @@ def test_task_scope_is_one_pooled_model_per_task(tmp_path):
 
 def test_pooled_scope_and_single_task_are_one_model():
     pooled = make_detector("ss", encoder=None, scope="pooled").fit(CONF_R, embeddings=CONF_E)
-    assert not pooled.task_models and pooled.threshold is not None and pooled.start() is not None
+    assert not pooled.task_models_ and pooled.threshold_ is not None and pooled.start() is not None
     one = [i for i, r in enumerate(CONF_R) if r["task"] == "a"]
     det = make_detector("ss", encoder=None, scope="task").fit(
         [CONF_R[i] for i in one], embeddings=[CONF_E[i] for i in one]
     )
-    assert not det.task_models and det.tasks == ["a"] and det.for_task("a") is det
+    assert not det.task_models_ and det.tasks_ == ["a"] and det.for_task("a") is det
     with pytest.raises(ValueError, match="fitted on task"):
         det.for_task("b")
 
@@ -227,7 +230,7 @@ def test_curve_passes_through_the_operating_point(name):
         st,
         keys,
         fork,
-        {k: m.calibration_stats for k, m in det.models().items()},
+        {k: m.calibration_stats_ for k, m in det.models().items()},
         det.method,
         levels=[det.false_alarm_rate],
         threshold_rule=det.threshold_rule_,
@@ -244,7 +247,7 @@ def test_curve_passes_through_the_operating_point(name):
             [p],
             [system_turn_index(r["turns"])],
             det.method,
-            m[r["task"] if det.task_models else next(iter(m))].threshold,
+            m[r["task"] if det.task_models_ else next(iter(m))].threshold_,
             det.position_weight_,
         )[0]
         for p, r in zip(ps, TEST)

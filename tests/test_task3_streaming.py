@@ -152,7 +152,7 @@ def test_ngram_is_a_distribution(seqs, order, history, backoff):
 def test_ngram_bad_order():
     with pytest.raises(ValueError, match="N-gram order"):
         NgramLM(0, 3)
-    with pytest.raises(ValueError, match="order must be an integer >= 1"):
+    with pytest.raises(ValueError, match=r"'order' parameter of StreamingDetector .*\[1, inf\).* Got 0 "):
         make_detector("it", order=0, encoder=None).fit(TRAIN, embeddings=TRAIN_E)
 
 
@@ -175,9 +175,9 @@ def test_calibration_false_alarm_rate_on_train(fitted, name):
     det = fitted[name]
     preds = det.predict_many(TRAIN, embeddings=TRAIN_E)
     rate = np.mean([p is not None for p in preds])
-    assert rate == pytest.approx(det.train_false_alarm_rate)
+    assert rate == pytest.approx(det.train_false_alarm_rate_)
     assert rate <= 0.05 + 1 / len(TRAIN)  # linear interpolation: at most q + (1-q)/n below the percentile
-    assert det.n_train == len(TRAIN) and det.vocab_size >= 2 * N_STEPS - 2
+    assert det.n_train_ == len(TRAIN) and det.vocab_size >= 2 * N_STEPS - 2
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -244,11 +244,11 @@ def test_save_load_roundtrip(fitted, tmp_path):
         path = det.save(tmp_path / name)
         assert sorted(p.name for p in path.iterdir()) == ["arrays.npz", "config.json"]
         cfg = json.loads((path / "config.json").read_text())
-        assert cfg["detector"] == name and cfg["threshold"] == det.threshold
+        assert cfg["detector"] == name and cfg["threshold"] == det.threshold_
         with np.load(path / "arrays.npz", allow_pickle=False) as z:
             assert "centroids_user" in z.files
         back = load_detector(path)
-        assert back.name == name and back.threshold == det.threshold
+        assert back.name == name and back.threshold_ == det.threshold_
         assert back.predict_many(TEST, embeddings=TEST_E) == det.predict_many(TEST, embeddings=TEST_E)
         for a, b in zip(
             back.turn_probabilities(TEST[:5], TEST_E[:5]), det.turn_probabilities(TEST[:5], TEST_E[:5])
@@ -311,12 +311,12 @@ def test_cross_fit_calibration_is_leave_one_out_with_n_folds(fitted):
     nodes, _ = det._assign_many(turns, [np.asarray(e, dtype=np.float64) for e in emb])
     for i in (0, 5, 11):
         lm = NgramLM(det.order_, det.vocab_size).fit([n for j, n in enumerate(nodes) if j != i])
-        assert det.calibration_stats[i] == pytest.approx(
+        assert det.calibration_stats_[i] == pytest.approx(
             calibration_statistic(
                 lm.sequence_probs(nodes[i]), "it", system_turn_index(turns[i]), det.position_weight_
             )
         )
-    with pytest.raises(ValueError, match="calibration must be one of"):
+    with pytest.raises(ValueError, match="'calibration' parameter of StreamingDetector must be a str among"):
         StreamingDetector("it", calibration="bogus").fit(TRAIN, embeddings=TRAIN_E)
 
 
@@ -324,9 +324,9 @@ def test_cross_fit_calibration_is_leave_one_out_with_n_folds(fitted):
 def test_threshold_on_an_order_statistic_compares_identically(name):
     # n = 21: the 5th and 95th percentiles (linear) fall exactly on order statistics 1 and 19
     det = make_detector(name, encoder=None).fit(TRAIN[:21], embeddings=TRAIN_E[:21])
-    assert det.threshold in set(det.calibration_stats.tolist())
+    assert det.threshold_ in set(det.calibration_stats_.tolist())
     preds = det.predict_many(TRAIN[:21], embeddings=TRAIN_E[:21])
-    assert np.mean([p is not None for p in preds]) == det.train_false_alarm_rate <= 1 / 21 + 1e-12
+    assert np.mean([p is not None for p in preds]) == det.train_false_alarm_rate_ <= 1 / 21 + 1e-12
 
 
 # -- threshold rules and out-of-fold nodes ------------------------------------------------------------
@@ -375,15 +375,19 @@ def test_default_rule_and_presets():
         == "percentile"
     )
     assert make_detector("it", encoder=None).cross_fit_nodes == "restrict"
-    with pytest.raises(ValueError, match="threshold_rule must be one of"):
+    with pytest.raises(
+        ValueError, match="'threshold_rule' parameter of StreamingDetector must be a str among"
+    ):
         make_detector("it", encoder=None, threshold_rule="bogus").resolved_settings()
-    with pytest.raises(ValueError, match="cross_fit_nodes must be one of"):
+    with pytest.raises(
+        ValueError, match="'cross_fit_nodes' parameter of StreamingDetector must be a str among"
+    ):
         make_detector("it", encoder=None, cross_fit_nodes="bogus").resolved_settings()
     det = make_detector("ss+nc", encoder=None, distance_threshold=0.55).fit(TRAIN, embeddings=TRAIN_E)
     m = max_calibration_alarms(len(TRAIN), det.false_alarm_rate, "upper_bound")
     # the rule bounds the calibration dialogues that alarm (SS: statistic above the threshold);
     # train_false_alarm_rate is in-sample and differs from it whenever calibration is cross_fit
-    k = int(np.sum(np.asarray(det.calibration_stats) > det.threshold))
+    k = int(np.sum(np.asarray(det.calibration_stats_) > det.threshold_))
     assert m is not None and k <= m
 
 
@@ -410,7 +414,7 @@ def test_cross_fit_recluster_is_a_detector_fitted_on_the_other_folds(name):
         ).fit([train[i] for i in rest], embeddings=[emb[i] for i in rest])
         held = [i for i in range(20) if fold[i] == f]
         st, _ = ref.dialogue_statistics([train[i] for i in held], [emb[i] for i in held])
-        np.testing.assert_allclose(det.calibration_stats[held], st, rtol=1e-12)
+        np.testing.assert_allclose(det.calibration_stats_[held], st, rtol=1e-12)
 
 
 def test_cross_fit_restrict_drops_a_node_only_the_fold_has():
@@ -434,10 +438,10 @@ def test_cross_fit_restrict_drops_a_node_only_the_fold_has():
     }
     assert det["fixed"].vocab_size == det["restrict"].vocab_size
     # the lone utterance is certain of its own node (confidence ~1) but not of its out-of-fold one
-    assert det["restrict"].calibration_stats[3] < det["fixed"].calibration_stats[3]
+    assert det["restrict"].calibration_stats_[3] < det["fixed"].calibration_stats_[3]
     others = [i for i in range(20) if i != 3]
     np.testing.assert_allclose(
-        det["restrict"].calibration_stats[others], det["fixed"].calibration_stats[others], rtol=0.2
+        det["restrict"].calibration_stats_[others], det["fixed"].calibration_stats_[others], rtol=0.2
     )
 
 
@@ -484,13 +488,13 @@ def test_position_weight_streaming_equals_offline_rule(name, gamma):
     ps = det.turn_probabilities(TEST, TEST_E)
     sys_turns = [system_turn_index(r["turns"]) for r in TEST]
     assert det.predict_many(TEST, embeddings=TEST_E) == first_alarms(
-        ps, sys_turns, det.method, det.threshold, gamma
+        ps, sys_turns, det.method, det.threshold_, gamma
     )
     # the train false-alarm rate is the one of the weighted statistic the threshold was read from
     preds = det.predict_many(TRAIN, embeddings=TRAIN_E)
-    assert np.mean([p is not None for p in preds]) == pytest.approx(det.train_false_alarm_rate)
+    assert np.mean([p is not None for p in preds]) == pytest.approx(det.train_false_alarm_rate_)
     stats, _ = det.dialogue_statistics(TEST, TEST_E)
-    flagged = stats < det.threshold if det.method == "it" else stats > det.threshold
+    flagged = stats < det.threshold_ if det.method == "it" else stats > det.threshold_
     assert flagged.tolist() == [p is not None for p in det.predict_many(TEST, embeddings=TEST_E)]
 
 
@@ -519,13 +523,16 @@ def test_position_weight_saved_validated_and_old_files_load_as_zero(tmp_path):
     )
     path = det.save(tmp_path / "d")
     back = load_detector(path)
-    assert back.position_weight == 1.0 and back.threshold == det.threshold
+    assert back.position_weight == 1.0 and back.threshold_ == det.threshold_
     assert back.predict_many(TEST, embeddings=TEST_E) == det.predict_many(TEST, embeddings=TEST_E)
     cfg = json.loads((path / "config.json").read_text())
     del cfg["position_weight"]  # a folder saved before the setting existed ran the single threshold
     (path / "config.json").write_text(json.dumps(cfg))
     assert load_detector(path).position_weight_ == 0.0
-    for bad in (-1.0, float("nan"), float("inf"), True, "1"):
-        with pytest.raises(ValueError, match="position_weight"):
+    # (scikit-learn's Interval takes a bool as the number it is, so True is not among them)
+    for bad in (-1.0, float("nan"), float("inf"), "1"):
+        with pytest.raises(
+            ValueError, match=f"'position_weight' parameter of StreamingDetector .* Got {bad!r} "
+        ):
             make_detector("it", encoder=None, position_weight=bad).fit(TRAIN, embeddings=TRAIN_E)
     assert make_detector("it", encoder=None, preset="paper").settings()["position_weight"] == 0.0

@@ -72,7 +72,7 @@ def test_streaming_detectors_beat_trivial_baselines(template_corpus):
     results = {}
     for name in ("it", "ss", "it+nc", "ss+nc"):
         det = make_detector(name, encoder=None).fit(c["train"], embeddings=c["Etr"])
-        assert det.train_false_alarm_rate <= 0.05 + 1 / len(c["train"])
+        assert det.train_false_alarm_rate_ <= 0.05 + 1 / len(c["train"])
         results[name] = score(det.predict_many(c["test"], embeddings=c["Ete"]))
     summary = {n: round(r["score"], 2) for n, r in results.items()}
     for r in results.values():

@@ -119,15 +119,15 @@ class PerTaskDetector:
     """A detector with one model per fitted task (as a per-task streaming detector): always turn 1."""
 
     def __init__(self, **_: object):
-        self.task_models: dict[str, object] = {}
+        self.task_models_: dict[str, object] = {}  # the fitted attribute the CLI reads (trailing _)
 
     def fit(self, dialogues, **_: object):
-        self.task_models = {d["task"]: object() for d in dialogues}
+        self.task_models_ = {d["task"]: object() for d in dialogues}
         return self
 
     def predict_many(self, dialogues, **_: object):
         for d in dialogues:  # a skipped dialogue never reaches the detector
-            assert d.get("task") in (None, *self.task_models), d
+            assert d.get("task") in (None, *self.task_models_), d
         return [1 for _ in dialogues]
 
 

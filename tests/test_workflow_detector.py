@@ -348,8 +348,10 @@ def test_workflow_detector_bad_input(star, template_corpus, monkeypatch):
     from dialfork_metrics.task3 import load_examples
 
     train = load_examples(template_corpus, "train")
-    with pytest.raises(ValueError, match="false_alarm_rate.*calibration"):
+    with pytest.raises(ValueError, match="'calibration' parameter of WorkflowDetector .* Got 'nope' "):
         WorkflowDetector(workflow=star, false_alarm_rate=2, calibration="nope").fit(train)
+    with pytest.raises(ValueError, match="'false_alarm_rate' parameter of WorkflowDetector .* Got 2 "):
+        WorkflowDetector(workflow=star, false_alarm_rate=2).fit(train)
     with pytest.raises(ValueError, match="without a 'task'"):
         WorkflowDetector(workflow=star).fit([{"turns": train[0]["turns"]}])
     monkeypatch.delenv("DIALFORK_STAR_DIR", raising=False)

@@ -88,7 +88,9 @@ def _middle_detector_class() -> type:
     from dialfork_metrics.task3.baselines import _Baseline
 
     class ToyMiddleDetector(_Baseline):
-        """Always the middle system turn (no training)."""
+        """Always the middle system turn (no training). A scikit-learn estimator like every detector
+        (``_Baseline`` is a ``BaseEstimator``: no parameters, an empty ``_parameter_constraints``,
+        ``fit`` sets ``n_train_``); tests/test_detector_conventions.py checks it when registered."""
 
         name = DETECTOR
 

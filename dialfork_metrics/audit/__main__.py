@@ -10,6 +10,8 @@ from dialfork_dataset.console import state_defaults
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .report import audit_detector_names
+
     ap = argparse.ArgumentParser(
         prog="python -m dialfork_metrics.audit",
         description="Audit how well an agent follows its workflows (docs/audit.md).",
@@ -60,7 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--detector",
         default="wf",
-        help="Task 3 detector: wf (workflow-aware, default), or the paper's it, ss, it+nc, ss+nc",
+        choices=audit_detector_names(),
+        help="Task 3 detector fitted per task on the reference: wf (workflow-aware, default), the paper's "
+        "it, ss, it+nc, ss+nc, or any registered one that learns from conformant dialogues",
     )
     ap.add_argument(
         "--encoder",

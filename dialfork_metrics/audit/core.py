@@ -596,7 +596,9 @@ def audit_agent(
         encoder: Sentence encoder, by name (e.g. ``"minilm"``) or as an encoder object
             (:func:`dialfork_metrics.encoders.get_encoder`).
         detector: Task 3 detector name (:func:`dialfork_metrics.task3.make_detector`), fitted per
-            task on the reference.
+            task on the reference; built from its registry entry with the encoder and the workflow
+            where it needs them (:func:`dialfork_metrics.audit.report.audit_detector_names`: those
+            that learn from conformant dialogues).
         sampling: Chat-completion sampling options sent with every agent request; None:
             ``{"temperature": 0.0, "max_tokens": 256}``.
         seed: Base seed; each dialogue's seed is derived from it and the scenario id.
@@ -630,11 +632,14 @@ def audit_agent(
             ``user_model``, an unset API-key variable, an unreachable agent or one that does not
             serve ``model``, an ``out`` holding another agent's dialogues, a task without an API
             with ``kb_tools``, or every dialogue failed.
-        ValueError: An unknown ``detector`` or ``encoder`` name.
+        ValueError: An unknown ``detector`` or ``encoder`` name, or a detector the audit cannot fit
+            (one that learns from labelled forks; an LLM without ``model`` in ``detector_options``),
+            refused before any conversation.
     """
     from ..encoders import get_encoder
-    from .report import load_reference, score_audit
+    from .report import audit_detector_spec, load_reference, score_audit
 
+    audit_detector_spec(detector, detector_options)  # an unknown or unfittable detector: before any dialogue
     spec = parse_source(source, None if star is None else os.fspath(star))
     corpus = open_audit_source(spec)
     tasks = list(tasks)

@@ -177,6 +177,48 @@ def audit_detector_options(detector: str, options: Mapping[str, Any] | None = No
     return {} if base is None else {**base, "position_weight": 0.0}
 
 
+def audit_detector_names() -> tuple[str, ...]:
+    """The registered Task 3 detectors the audit can fit on a reference's conformant dialogues
+    alone: those that need neither labelled forks nor an LLM ``model``.
+
+    Returns:
+        Their names, in table order.
+    """
+    from ..task3.registry import detector_specs
+
+    return tuple(s.name for s in detector_specs() if not {"forks", "model"} & set(s.needs))
+
+
+def audit_detector_spec(detector: str, options: Mapping[str, Any] | None = None) -> Any:
+    """The registry entry of the audit's detector, refused before any conversation when the audit
+    cannot fit it.
+
+    Args:
+        detector: A Task 3 detector name.
+        options: Its constructor options (``detector_options``).
+
+    Returns:
+        Its :class:`~dialfork_metrics.task3.registry.DetectorSpec`.
+
+    Raises:
+        ValueError: An unknown name (the message lists the registered ones), a detector that learns
+            from labelled forks, or an LLM detector without ``model`` in ``options``.
+    """
+    from ..task3.registry import get_detector
+
+    spec = get_detector(detector)
+    if "forks" in spec.needs:
+        raise ValueError(
+            f"detector {spec.name!r} learns from labelled forks; the audit fits its detector on the "
+            f"reference's conformant dialogues: use one of {', '.join(audit_detector_names())}"
+        )
+    if "model" in spec.needs and not (options or {}).get("model"):
+        raise ValueError(
+            f"detector {spec.name!r} needs the model= of its LLM: pass detector_options={{'model': ...}}"
+        )
+    return spec
+
+
 def _state_tracker(task: str, workflow: Any):
     """``(turns, steps) -> (done steps or None, rule violations)`` for one task: the dialogue
     state (:mod:`dialfork_metrics.task3.workflow_state`) over the agent turns' matched steps; a
@@ -230,9 +272,12 @@ def score_task(
             dropped.
         encoder: The sentence encoder.
         model: The task's workflow model (for step coverage).
-        detector: The Task 3 detector name (default ``"wf"``).
+        detector: The Task 3 detector name (default ``"wf"``), built from its registry entry
+            (:meth:`~dialfork_metrics.task3.registry.DetectorSpec.build_from`): given the encoder and
+            the workflow where it needs them; ``false_alarm_rate`` and ``seed`` stay at the
+            detector's defaults unless ``detector_options`` sets them.
         detector_options: Its options (:func:`audit_detector_options`).
-        workflow: The workflow source, given to the ``wf`` detector.
+        workflow: The workflow source, given to a detector that needs one (``wf``).
 
     Returns:
         The task's dict, with the keys listed under :class:`AuditReport` (plus ``flowkl_ci`` and
@@ -243,7 +288,6 @@ def score_task(
     """
     from ..dialogue import flowscore
     from ..flowgraph import flowkl_crossfit
-    from ..task3 import make_detector
     from .user import step_coverage
 
     ids = [j.dialogue_id for j in jobs if j.task.name == task]
@@ -256,9 +300,8 @@ def score_task(
     opts = audit_detector_options(detector, detector_options)
     if opts.get("calibration") == "cross_fit" and len(refs) < 2:
         opts["calibration"] = "in_sample"
-    if detector == "wf":
-        opts = {"workflow": workflow, **opts}
-    det = make_detector(detector, encoder=encoder, **opts).fit(refs) if recs else None
+    spec = audit_detector_spec(detector, opts)
+    det = spec.build_from({"encoder": encoder, "workflow": workflow}, **opts).fit(refs) if recs else None
     flags = det.predict_many(recs) if recs else []
     by_scenario = {}
     for r in refs:
@@ -360,11 +403,11 @@ def score_audit(
         refs: Task -> its conformant reference dialogues.
         encoder: The sentence encoder.
         backend: The template backend (``model(task)``: each task's workflow model).
-        detector: The Task 3 detector name (default ``"wf"``).
+        detector: The Task 3 detector name (default ``"wf"``; :func:`audit_detector_names`).
         agent: The audited agent's API root, for the report.
         model: The audited model's name, for the report.
         detector_options: The detector's options (:func:`audit_detector_options`).
-        workflow: The workflow source, given to the ``wf`` detector.
+        workflow: The workflow source, given to a detector that needs one (``wf``).
 
     Returns:
         The :class:`AuditReport`.

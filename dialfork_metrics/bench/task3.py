@@ -66,7 +66,7 @@ def _task3_fit_predict(
             stats,
             keys,
             [ex["hallucination_type"] is not None for ex in test],
-            {k: m.calibration_stats for k, m in det.models().items()},
+            {k: m.calibration_stats_ for k, m in det.models().items()},
             det.method,
         )
         res["curve"] = {

@@ -46,15 +46,15 @@ def _build_parser() -> argparse.ArgumentParser:
             "--detector",
             default="wf",
             choices=detector_names(guard=True),
-            help="wf (workflow-aware, default; warns when a conversation looks like another task) or a "
-            "streaming IT/SS detector",
+            help="wf (workflow-aware, default; warns when a conversation looks like another task), a "
+            "streaming IT/SS detector, or another registered one the guard can run",
         )
         p.add_argument(
             "--workflow",
             default=None,
             metavar="SPEC",
-            help="wf: the task's workflow source (star:PATH, workflow:FILE.yaml; default: the corpus's "
-            "own source when it names one, else $DIALFORK_STAR_DIR)",
+            help="a detector that needs a workflow (wf): the task's workflow source (star:PATH, "
+            "workflow:FILE.yaml; default: the corpus's own source when it names one, else $DIALFORK_STAR_DIR)",
         )
         p.add_argument("--encoder", default="minilm", help="encoder alias or path (default minilm)")
         p.add_argument("--order", type=int, default=6, help="N of the N-gram LM of IT/SS (default 6)")
@@ -202,37 +202,46 @@ def cmd_fake_upstream(args: argparse.Namespace) -> int:
 
 # -- fit / replay ------------------------------------------------------------------------------------
 def _fit(args: argparse.Namespace):
+    """The monitor of ``--detector``, built from its registry entry (what it needs of the encoder,
+    the workflow and the false-alarm rate; ``--order`` for an IT/SS N-gram detector) and fitted on
+    the task's conformant train dialogues."""
     from dialfork_metrics.task3 import load_examples
+    from dialfork_metrics.task3.registry import get_detector
 
     from .monitor import Monitor
 
+    spec = get_detector(args.detector)
     train = [e for e in load_examples(args.data, "train") if e.get("task") == args.task]
     if not train:
         tasks = sorted({e.get("task") for e in load_examples(args.data, "train")})
         raise ValueError(
             f"no train dialogues of task {args.task!r} in {args.data} (tasks: {', '.join(tasks)})"
         )
-    opts: dict[str, Any] = {}
+    available: dict[str, Any] = {"encoder": args.encoder}
     if args.false_alarm_rate is not None:
-        opts["false_alarm_rate"] = args.false_alarm_rate
-    if args.detector == "wf":
+        available["false_alarm_rate"] = args.false_alarm_rate
+    if "workflow" in spec.needs:
         from dialfork_metrics.task3.workflow_detector import workflow_for_data
 
-        opts["workflow"] = args.workflow or workflow_for_data(args.data)
-        if opts["workflow"] is None:
+        available["workflow"] = args.workflow or workflow_for_data(args.data)
+        if available["workflow"] is None:
             raise ValueError(
-                f"the wf detector follows the dialogues' workflow, and {args.data} names none: pass "
+                f"the {spec.name} detector follows the dialogues' workflow, and {args.data} names none: pass "
                 "--workflow star:PATH (a STAR copy) or --workflow workflow:FILE.yaml, or set "
                 "$DIALFORK_STAR_DIR (or --detector ss+nc for a workflow-free monitor)"
             )
-    mon = Monitor.fit(train, detector=args.detector, encoder=args.encoder, order=args.order, **opts)
-    return mon
+    det = spec.build_from(available, **({"order": args.order} if spec.ngram else {}))
+    det.fit(train)
+    enc = det.get_encoder() if hasattr(det, "get_encoder") else None
+    if hasattr(enc, "clear_cache"):
+        enc.clear_cache()  # as Monitor.fit: a verdict depends only on the conversation's turns
+    return Monitor(det, task=args.task)
 
 
 def cmd_fit(args: argparse.Namespace) -> int:
     mon = _fit(args)
     path = mon.save(args.out)
-    print(f"fitted {mon!r} on {mon.detector.n_train} dialogues of {args.task}; saved to {path}")
+    print(f"fitted {mon!r} on {mon.detector.n_train_} dialogues of {args.task}; saved to {path}")
     return 0
 
 
@@ -245,7 +254,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         mon = _fit(args)
         mon.save(args.monitor)
         print(
-            f"fitted {mon!r} on {mon.detector.n_train} conformant dialogues of {args.task}; saved to {args.monitor}"
+            f"fitted {mon!r} on {mon.detector.n_train_} conformant dialogues of {args.task}; saved to {args.monitor}"
         )
     mon = Monitor.load(args.monitor)
     test = [e for e in load_examples(args.data, "test") if e.get("task") == args.task]

@@ -216,12 +216,12 @@ def detector_fingerprint(detector: Any) -> str:
     h.update(json.dumps({k: cfg.get(k) for k in FINGERPRINT_KEYS}, sort_keys=True).encode())
     if cfg.get("position_weight"):  # decides verdicts; hashed only when set, so older monitors keep theirs
         h.update(f"position_weight={float(cfg['position_weight'])!r}".encode())
-    h.update(repr(float(detector.threshold)).encode())
-    h.update(json.dumps(detector.node_offsets, sort_keys=True).encode())
-    for sp in sorted(detector.centroids):
+    h.update(repr(float(detector.threshold_)).encode())
+    h.update(json.dumps(detector.node_offsets_, sort_keys=True).encode())
+    for sp in sorted(detector.centroids_):
         h.update(sp.encode())
-        h.update(np.ascontiguousarray(detector.centroids[sp], dtype=np.float64).tobytes())
-    for k, a in sorted(detector.lm.to_arrays().items()):
+        h.update(np.ascontiguousarray(detector.centroids_[sp], dtype=np.float64).tobytes())
+    for k, a in sorted(detector.lm_.to_arrays().items()):
         h.update(k.encode())
         h.update(np.ascontiguousarray(a).tobytes())
     return h.hexdigest()
@@ -281,7 +281,7 @@ class Monitor:
             return f"Monitor('wf', threshold={self.threshold:.6g}{task})"
         return (
             f"Monitor({self.detector.name!r}, N={self.detector.order_}, V={self.detector.vocab_size}, "
-            f"threshold={self.detector.threshold:.6g}{task})"
+            f"threshold={self.detector.threshold_:.6g}{task})"
         )
 
     @property
@@ -294,14 +294,14 @@ class Monitor:
         """The alarm threshold of the watched task."""
         if self.workflow_aware:
             return float(self.detector.thresholds_[self.task])
-        return float(self.detector.threshold)
+        return float(self.detector.threshold_)
 
     @property
     def dim(self) -> int:
         """The embedding size the detector reads."""
         if self.workflow_aware:
             return self.detector.dim
-        return int(next(iter(self.detector.centroids.values())).shape[1])
+        return int(next(iter(self.detector.centroids_.values())).shape[1])
 
     # -- fitting -------------------------------------------------------------------------------
     @classmethod
@@ -353,7 +353,6 @@ class Monitor:
                 options or the data.
             TypeError: ``dialogues`` is a single dialogue or record, or not a list of dialogues.
         """
-        from dialfork_metrics.task3.detectors import make_detector
         from dialfork_metrics.task3.registry import detector_names, get_detector
 
         from .fitting import as_dialogues, default_detector, fit_tasks, watched_task
@@ -386,18 +385,22 @@ class Monitor:
                     "or task=NAME (with no dialogues: fitted on the workflow alone); detector='ss+nc' "
                     "for bare turn lists"
                 )
-            det = make_detector(key, encoder=encoder, workflow=workflow, **detector_options)
         elif not rows:
             raise ValueError(
                 f"Monitor.fit(detector={key!r}) learns from dialogues: give conformant dialogues"
             )
-        else:
-            det = make_detector(key, order=order, encoder=encoder, **detector_options)
+        spec = get_detector(key)  # it gets what its registry entry needs, and order= if an N-gram one
+        det = spec.build_from(
+            {"encoder": encoder, "workflow": workflow},
+            **({"order": order} if spec.ngram else {}),
+            **detector_options,
+        )
         det.fit(rows, embeddings=embeddings, show_progress=show_progress)
-        if det.encoder is not None and hasattr(det.encoder, "clear_cache"):
+        enc = det.get_encoder()
+        if enc is not None and hasattr(enc, "clear_cache"):
             # fit encoded the train turns in batches; a live turn is encoded alone. Start clean, so a
             # verdict depends only on the conversation's turns (and a loaded copy answers the same).
-            det.encoder.clear_cache()
+            enc.clear_cache()
         return cls(det, task=task)
 
     # -- persistence ---------------------------------------------------------------------------
@@ -425,7 +428,7 @@ class Monitor:
             "detector": self.detector.config(),
             "threshold": self.threshold,
             "vocab_size": getattr(self.detector, "vocab_size", None),
-            "n_train": self.detector.n_train,
+            "n_train": self.detector.n_train_,
         }
         with tempfile.TemporaryDirectory(prefix=".monitor.", dir=path.parent) as td:
             self.detector.save(Path(td) / "detector")
@@ -567,7 +570,7 @@ class Monitor:
         Raises:
             ValueError: The monitor has no encoder.
         """
-        enc = self.detector.get_encoder() if self.workflow_aware else self.detector.encoder
+        enc = self.detector.get_encoder()
         if enc is None:
             raise ValueError(
                 "this monitor has no encoder: pass embedding= to observe(), or load it with "
@@ -750,7 +753,7 @@ class Session:
             alarm=self.first_alarm is not None,
             first_alarm=self.first_alarm,
             score=r.score,
-            threshold=float(det.threshold),
+            threshold=float(det.threshold_),
             speaker=speaker,
             raised=r.alarm,
         )

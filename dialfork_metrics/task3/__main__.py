@@ -24,7 +24,8 @@ from typing import Any
 
 logger = logging.getLogger("dialfork_metrics.task3")
 
-DEFAULT_CHUNK = {"llm": 64}
+#: Dialogues per resumable chunk of a detector that needs a ``model`` (an LLM; others: all at once).
+LLM_CHUNK = 64
 
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -67,8 +68,8 @@ def _build_parser() -> argparse.ArgumentParser:
         "--workflow",
         default=None,
         metavar="SPEC",
-        help="wf: the dialogues' workflow source (star:PATH or workflow:FILE.yaml; default: the one the "
-        "corpus's manifest names, else $DIALFORK_STAR_DIR)",
+        help="a detector that needs a workflow (wf): the dialogues' workflow source (star:PATH or "
+        "workflow:FILE.yaml; default: the one the corpus's manifest names, else $DIALFORK_STAR_DIR)",
     )
     p.add_argument("--out", required=True, help="output predictions (.jsonl)")
     p.add_argument(
@@ -123,8 +124,26 @@ def _build_parser() -> argparse.ArgumentParser:
         help="one model per task (paper) or one over all tasks",
     )
     p.add_argument("--seed", type=int, default=0, help="seed of the random baseline")
-    p.add_argument("--load-detector", default=None, help="use a saved fitted detector instead of fitting")
-    p.add_argument("--save-detector", default=None, help="save the fitted detector to this folder")
+    p.add_argument(
+        "--detector-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a constructor option of --detector (repeatable; overrides the options above): VALUE is read "
+        'as JSON when it parses (0.2, 3, true, null, "text"), else as a string, e.g. '
+        "--detector-option false_alarm_rate=0.1",
+    )
+    p.add_argument(
+        "--load-detector",
+        default=None,
+        help="use a saved fitted detector instead of fitting (one that needs an encoder runs with --encoder's)",
+    )
+    p.add_argument(
+        "--save-detector",
+        default=None,
+        help="save the fitted detector to this folder (a detector whose registry entry has a save format: "
+        "refused up front for the others)",
+    )
     g = p.add_argument_group("LLM detector")
     g.add_argument(
         "--model",
@@ -204,34 +223,46 @@ def _max_errors_option(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _detector_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    """The constructor options of ``--detector``, from what its registry entry needs."""
-    from .registry import get_detector
+def _detector_options(args: argparse.Namespace) -> dict[str, Any]:
+    """``--detector-option KEY=VALUE`` as ``{KEY: VALUE}``, VALUE read as JSON when it parses."""
+    out: dict[str, Any] = {}
+    for item in args.detector_option:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip().isidentifier():
+            raise ValueError(f"--detector-option {item!r}: expected KEY=VALUE, e.g. false_alarm_rate=0.1")
+        try:
+            out[key.strip()] = json.loads(value)
+        except ValueError:
+            out[key.strip()] = value
+    return out
 
-    spec = get_detector(args.detector)
-    if spec.ngram:
-        return {
-            "order": args.order,
-            "K": args.K,
-            "tau": args.tau,
-            "distance_threshold": args.distance_threshold,
-            "false_alarm_rate": args.false_alarm_rate,
-            "backoff": args.backoff,
-            "encoder": args.encoder,
-            "calibration": args.calibration,
-            "scope": args.scope,
-            "preset": args.preset,
-        }
-    kw: dict[str, Any] = {}
-    if "false_alarm_rate" in spec.needs:
-        kw["false_alarm_rate"] = args.false_alarm_rate
+
+def _detector_inputs(args: argparse.Namespace, spec: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """What the command line supplies to build ``--detector``: ``(available, options)`` for
+    :meth:`~dialfork_metrics.task3.registry.DetectorSpec.build_from`, which passes of ``available``
+    only what the registry entry needs."""
+    available: dict[str, Any] = {"false_alarm_rate": args.false_alarm_rate, "seed": args.seed}
+    options: dict[str, Any] = {}
+    if "encoder" in spec.needs:
+        available["encoder"] = _encoder(args)
+    if spec.ngram:  # the IT/SS N-gram detectors' settings
+        options.update(
+            {
+                "order": args.order,
+                "K": args.K,
+                "tau": args.tau,
+                "distance_threshold": args.distance_threshold,
+                "backoff": args.backoff,
+                "calibration": args.calibration,
+                "scope": args.scope,
+                "preset": args.preset,
+            }
+        )
     if "workflow" in spec.needs:
         from .workflow_detector import workflow_for_data
 
         corpus = _fit_source(args) or args.data
-        kw["workflow"] = args.workflow or workflow_for_data(corpus) or _manifest_star(corpus)
-    if "seed" in spec.needs:
-        kw["seed"] = args.seed
+        available["workflow"] = args.workflow or workflow_for_data(corpus) or _manifest_star(corpus)
     if "model" in spec.needs:
         api_key = _api_key(args)
         star_dir = args.star_dir
@@ -243,9 +274,9 @@ def _detector_kwargs(args: argparse.Namespace) -> dict[str, Any]:
                 _source_kind(made_from) != "star" or not os.environ.get("DIALFORK_STAR_DIR")
             ):
                 star_dir = made_from
-        kw.update(
+        available["model"] = args.model
+        options.update(
             {
-                "model": args.model,
                 "backend": args.backend,
                 "base_url": args.base_url,
                 "api_key": api_key,
@@ -259,7 +290,26 @@ def _detector_kwargs(args: argparse.Namespace) -> dict[str, Any]:
                 "gguf_file": args.gguf_file,
             }
         )
-    return kw
+    return available, {**options, **_detector_options(args)}
+
+
+def _check_detector_args(args: argparse.Namespace, spec: Any) -> None:
+    """Refuse, before anything loads or is fitted, what ``--detector`` cannot do: an option its
+    constructor does not take, saving a detector whose registry entry has no save format."""
+    from .registry import detector_names
+
+    options = _detector_options(args)
+    if options and args.load_detector:
+        raise ValueError(
+            "--detector-option: sets an option of a detector being fitted, not of one loaded with "
+            "--load-detector; drop one of them"
+        )
+    spec.check_options(options, "--detector-option")
+    if args.save_detector and not args.load_detector and not spec.can_save:
+        raise ValueError(
+            f"--save-detector: detector {spec.name!r} cannot be saved (its registry entry has no "
+            f"save_format/loader); the detectors that can: {', '.join(detector_names(can_save=True))}"
+        )
 
 
 def _api_key(args: argparse.Namespace) -> str | None:
@@ -314,12 +364,14 @@ def cmd_predict(args: argparse.Namespace) -> int:
     from dialfork_dataset.hub import resolve_data
     from dialfork_dataset.jsonl import JsonlAppender, read_jsonl, repair_torn_tail, write_json_atomic
 
-    from .detectors import load_detector, make_detector
+    from .detectors import load_detector, saved_detector_spec
     from .io import load_examples, read_transcripts, write_predictions
     from .registry import get_detector
 
     if args.order is not None and args.order < 1:
         raise ValueError(f"--order N must be >= 1, got {args.order}")
+    spec = get_detector(args.detector)
+    _check_detector_args(args, spec)
     # before any model loads: a mistyped folder or a gold folder is one clear line, not a Hub error;
     # a file of transcripts is read (every problem of it listed) before anything is fitted
     src = resolve_data(args.data, option="--data")
@@ -336,7 +388,6 @@ def cmd_predict(args: argparse.Namespace) -> int:
     split = args.split or "test"
     out = Path(args.out)
     progress = not (args.no_progress or args.quiet)
-    spec = get_detector(args.detector)
     fit_data = _fit_source(args)
     if args.fit_data is not None and not _is_file(args.fit_data):
         resolve_data(args.fit_data, option="--fit-data")
@@ -348,15 +399,6 @@ def cmd_predict(args: argparse.Namespace) -> int:
             "or a generator output folder, or a JSONL file of conformant transcripts with their task) or "
             "--load-detector DIR (a detector saved with --save-detector)"
         )
-    streaming = spec.ngram
-    workflow_aware = spec.name == "wf"
-    # a loaded detector keeps its saved encoder unless it is streaming or wf (as before the registry)
-    encoder = (
-        _encoder(args)
-        if streaming or workflow_aware or ("encoder" in spec.needs and not args.load_detector)
-        else None
-    )
-
     if "forks" in spec.needs and not args.load_detector:
         raise ValueError(
             f"--detector {spec.name} learns from forked dialogues, which the task3 train split does not "
@@ -364,39 +406,24 @@ def cmd_predict(args: argparse.Namespace) -> int:
             "pass --load-detector DIR; or use wf, fitted on conformant dialogues alone"
         )
     if args.load_detector:
+        # the registry entry of the saved format loads it; one that needs an encoder gets --encoder's
+        det_spec = saved_detector_spec(args.load_detector)
+        encoder = _encoder(args) if "encoder" in det_spec.needs else None
         det = load_detector(args.load_detector, encoder=encoder)
         logger.info("loaded %r from %s", det, args.load_detector)
     else:
-        kw = _detector_kwargs(args)
-        if streaming or "encoder" in spec.needs:
-            kw["encoder"] = encoder
-        det = make_detector(args.detector, **kw)
+        det_spec = spec
+        available, options = _detector_inputs(args, spec)
+        det = spec.build_from(available, **options)
         train = _fit_examples(fit_data) if fit_data is not None else []
         whence = f" ({_describe_fit(args, fit_data)})" if fit_data is not None else ""
-        if workflow_aware:
-            print(f"fitting wf on {len(train)} conformant train dialogues{whence}", file=sys.stderr)
-            det.fit(train)
-            print(
-                f"  own-workflow floor {det.min_similarity_:.3f}; thresholds "
-                + ", ".join(f"{t} {v:.3g}" for t, v in det.thresholds_.items()),
-                file=sys.stderr,
-            )
-        elif not streaming:  # the baselines, the LLM (both no-ops) and any registered detector
+        if _fit_free(spec):  # the baselines, the LLM: fit is a no-op
             logger.info("fitting %s on %d conformant train dialogues%s", spec.name, len(train), whence)
-            det.fit(train)
-        if streaming:
-            print(
-                f"fitting {args.detector} on {len(train)} conformant train dialogues{whence}", file=sys.stderr
-            )
-            det.fit(train, show_progress=progress)
-            th = det.thresholds
-            shown = f"threshold {next(iter(th.values())):.6g}" if len(th) == 1 else f"{len(th)} task models"
-            print(
-                f"  settings {det.settings()}; {det.vocab_size} nodes, {shown}, "
-                f"train false-alarm rate {100 * det.train_false_alarm_rate:.2f}%",
-                file=sys.stderr,
-            )
-    if args.save_detector and hasattr(det, "save") and (not streaming or det.is_fitted):
+        else:
+            print(f"fitting {spec.name} on {len(train)} conformant train dialogues{whence}", file=sys.stderr)
+        det.fit(train, **({"show_progress": progress} if _takes(det.fit, "show_progress") else {}))
+        _print_fitted(det, spec)
+    if args.save_detector:
         det.save(args.save_detector)
 
     examples = given if given is not None else load_examples(args.data, split)
@@ -408,7 +435,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
         done = {r["dialogue_id"]: r["prediction"] for r in read_jsonl(partial)}
         print(f"resuming: {len(done)} predictions already in {partial}", file=sys.stderr)
     todo = [e for e in examples if e["dialogue_id"] not in done and e["dialogue_id"] not in skipped]
-    chunk = args.chunk_size or DEFAULT_CHUNK.get(args.detector) or max(1, len(todo))
+    chunk = args.chunk_size or (LLM_CHUNK if "model" in det_spec.needs else None) or max(1, len(todo))
     reports = []
     from tqdm.auto import tqdm
 
@@ -438,17 +465,17 @@ def cmd_predict(args: argparse.Namespace) -> int:
         "flagged": sum(v is not None for v in done.values()),
         "skipped": skipped,
     }
-    if streaming:
+    if det_spec.ngram:  # the IT/SS N-gram detectors' fitted figures
         report.update(
             {
-                "threshold": det.threshold,
+                "threshold": getattr(det, "threshold_", None),
                 "thresholds": {str(k): v for k, v in det.thresholds.items()},
                 "vocab_size": det.vocab_size,
-                "n_train": det.n_train,
-                "train_false_alarm_rate": det.train_false_alarm_rate,
+                "n_train": det.n_train_,
+                "train_false_alarm_rate": det.train_false_alarm_rate_,
             }
         )
-    if workflow_aware:
+    if _workflow_fitted(det):
         report.update(
             {
                 "thresholds": dict(det.thresholds_),
@@ -509,6 +536,40 @@ def _fit_source(args: argparse.Namespace) -> str | None:
     return None if _is_file(args.data) else args.data
 
 
+def _takes(fn: Any, keyword: str) -> bool:
+    """Whether ``fn`` has a parameter named ``keyword``."""
+    import inspect
+
+    try:
+        return keyword in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def _workflow_fitted(det: Any) -> bool:
+    """Whether a fitted detector has a workflow-aware detector's figures (per-task thresholds and an
+    own-workflow similarity floor)."""
+    return hasattr(det, "thresholds_") and hasattr(det, "min_similarity_")
+
+
+def _print_fitted(det: Any, spec: Any) -> None:
+    """One line on what the detector learnt, for the detectors that report it."""
+    if _workflow_fitted(det):
+        print(
+            f"  own-workflow floor {det.min_similarity_:.3f}; thresholds "
+            + ", ".join(f"{t} {v:.3g}" for t, v in det.thresholds_.items()),
+            file=sys.stderr,
+        )
+    elif spec.ngram:
+        th = det.thresholds
+        shown = f"threshold {next(iter(th.values())):.6g}" if len(th) == 1 else f"{len(th)} task models"
+        print(
+            f"  settings {det.settings()}; {det.vocab_size} nodes, {shown}, "
+            f"train false-alarm rate {100 * det.train_false_alarm_rate_:.2f}%",
+            file=sys.stderr,
+        )
+
+
 def _fit_free(spec: Any) -> bool:
     """Whether a detector's ``fit`` learns nothing (the trivial baselines, the zero-shot LLM)."""
     return spec.regime == "baselines" or "model" in spec.needs
@@ -547,7 +608,7 @@ def _unknown_tasks(det: Any, examples: list[dict[str, Any]]) -> dict[str, str]:
     ``task`` is routed by the detector and never skipped."""
     known = getattr(det, "thresholds_", None) if hasattr(det, "min_similarity_") else None
     if not known:
-        known = getattr(det, "task_models", None)
+        known = getattr(det, "task_models_", None)
     known = {t for t in (known or {}) if t is not None}
     if not known:
         return {}

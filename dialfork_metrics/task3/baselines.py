@@ -1,7 +1,9 @@
 """Trivial Task 3 baselines (SPEC section 8): always the first system turn, always the last, and
 a uniformly random system turn.
 
-They need no training; ``fit`` is accepted (and ignored) so that every detector has the same API.
+They need no training: they are scikit-learn estimators like every detector (``BaseEstimator``:
+``get_params``, ``set_params``, ``clone``); ``fit`` checks the parameters and learns nothing, and
+they predict without it.
 The random baseline is reproducible and order-independent: dialogue ``d`` gets
 ``rng(seed, sha256(key(d))).integers(1, T + 1)`` where ``key`` is the dialogue id when there is
 one, else the transcript, so a prediction does not depend on which other dialogues are scored.
@@ -13,15 +15,16 @@ import hashlib
 import json
 import os
 from collections.abc import Mapping, Sequence
+from numbers import Integral
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from sklearn.base import BaseEstimator
+from sklearn.utils._param_validation import Interval
 
 from dialfork_dataset.forks import system_turn_positions
 from dialfork_dataset.turns import as_turns, transcript
-
-from .params import Constraint, integer, validate_params
 
 FORMAT = "dialfork-task3-baseline"
 
@@ -39,35 +42,29 @@ def _where(d: Any, i: int) -> str:
     return f"dialogue #{i}"
 
 
-class _Baseline:
+class _Baseline(BaseEstimator):
+    """A trivial baseline: a scikit-learn estimator (``get_params``, ``set_params``, ``clone``) whose
+    parameters :meth:`fit` checks against ``_parameter_constraints``."""
+
     name = "baseline"
-    _CONSTRAINTS: dict[str, Constraint] = {}
-
-    def get_params(self) -> dict[str, Any]:
-        """The constructor's parameters (scikit-learn's ``get_params``).
-
-        Returns:
-            dict[str, Any]: name -> value (empty for the first and last turn baselines).
-        """
-        return {k: getattr(self, k) for k in self._CONSTRAINTS}
-
-    def _validate_params(self) -> None:
-        validate_params(type(self).__name__, self.get_params(), self._CONSTRAINTS)
+    _parameter_constraints: dict = {}
 
     def fit(self, dialogues: Sequence[Any] | None = None, embeddings: Any = None, **_: Any) -> _Baseline:
-        """Check the parameters (trivial baselines need no training); returns ``self``.
+        """Check the parameters (trivial baselines need no training) and note how many dialogues
+        were given (``n_train_``); returns ``self``.
 
         Args:
-            dialogues: Ignored.
+            dialogues: Counted, else ignored (None: none).
             embeddings: Ignored.
 
         Returns:
             The baseline itself.
 
         Raises:
-            ValueError: A parameter breaks the class's constraint table.
+            InvalidParameterError: A parameter breaks ``_parameter_constraints`` (a ``ValueError``).
         """
         self._validate_params()
+        self.n_train_ = 0 if dialogues is None else len(dialogues)
         return self
 
     def _predict_T(self, T: int, dialogue: Any) -> int | None:
@@ -84,7 +81,8 @@ class _Baseline:
             A 1-based system turn index in ``1..T``.
 
         Raises:
-            ValueError: The dialogue is malformed or has no system turn, or a bad parameter.
+            ValueError: The dialogue is malformed or has no system turn, or a bad parameter
+                (``InvalidParameterError``).
         """
         self._validate_params()
         return self._predict_T(_num_system_turns(dialogue, _where(dialogue, 0)), dialogue)
@@ -104,7 +102,7 @@ class _Baseline:
 
         Raises:
             ValueError: A dialogue is malformed or has no system turn (named by id or index), or a
-                bad parameter.
+                bad parameter (``InvalidParameterError``).
         """
         self._validate_params()
         return [self._predict_T(_num_system_turns(d, _where(d, i)), d) for i, d in enumerate(dialogues)]
@@ -134,9 +132,6 @@ class _Baseline:
         write_json_atomic(path / "config.json", {"format": FORMAT, "format_version": 1, **self.config()})
         return path
 
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}()"
-
 
 class FirstTurnBaseline(_Baseline):
     """Always system turn 1."""
@@ -163,11 +158,12 @@ class RandomTurnBaseline(_Baseline):
         seed: A non-negative int; with the dialogue's key it seeds each dialogue's draw.
 
     The constructor only stores ``seed``; ``fit``, ``predict`` and ``predict_many`` check it
-    (a non-negative int, bools rejected) and raise ``ValueError`` otherwise.
+    (a non-negative int) and raise scikit-learn's ``InvalidParameterError`` (a ``ValueError``)
+    otherwise.
     """
 
     name = "random"
-    _CONSTRAINTS: dict[str, Constraint] = {"seed": integer(0)}
+    _parameter_constraints: dict = {"seed": [Interval(Integral, 0, None, closed="left")]}
 
     def __init__(self, seed: int = 0):
         self.seed = seed
@@ -187,9 +183,6 @@ class RandomTurnBaseline(_Baseline):
             ``{"detector": "random", "seed": seed}``.
         """
         return {"detector": self.name, "seed": self.seed}
-
-    def __repr__(self) -> str:
-        return f"RandomTurnBaseline(seed={self.seed})"
 
 
 def load_baseline(path: str | os.PathLike) -> _Baseline:

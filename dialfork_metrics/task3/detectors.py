@@ -21,6 +21,7 @@ The name lists below are live views of the registry.
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 from collections.abc import Sequence
@@ -28,8 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from ..registry import NameView
-from .baselines import load_baseline
-from .registry import detector_names, get_detector
+from .registry import DetectorSpec, detector_for_format, detector_names, get_detector
 
 #: The IT/SS N-gram detectors (``ngram=True``).
 STREAMING_DETECTORS: Sequence[str] = NameView(lambda: detector_names(ngram=True))
@@ -62,38 +62,62 @@ def make_detector(name: str, **kwargs: Any):
     return get_detector(name).build(**kwargs)
 
 
-def load_detector(path: str | os.PathLike, encoder: Any = None):
-    """Load a detector saved with ``.save(path)`` (streaming detectors and baselines).
+def saved_detector_spec(path: str | os.PathLike) -> DetectorSpec:
+    """The registry entry that loads a saved detector folder: the one whose ``save_format`` is the
+    ``"format"`` of the folder's ``config.json``.
 
     Args:
         path: The detector's folder (holding ``config.json``).
-        encoder: Encoder of a streaming detector (alias/path or object); None: the saved one.
-            Ignored for baselines.
 
     Returns:
-        The fitted ``StreamingDetector``, or the baseline.
+        The :class:`~dialfork_metrics.task3.registry.DetectorSpec`.
 
     Raises:
         FileNotFoundError: The folder has no ``config.json``.
-        ValueError: ``config.json`` names an unknown format, or the saved detector is invalid.
+        ValueError: ``config.json`` is not JSON, or names a format no registered detector saves (the
+            message lists the registered formats).
     """
-    from .streaming import FORMAT as STREAMING_FORMAT
-    from .streaming import StreamingDetector
-
     cfg = Path(path) / "config.json"
     if not cfg.is_file():
         raise FileNotFoundError(f"{path}: no config.json (not a saved Task 3 detector folder)")
-    fmt = json.loads(cfg.read_text(encoding="utf-8")).get("format")
-    if fmt == STREAMING_FORMAT:
-        return StreamingDetector.load(path, encoder=encoder)
-    if fmt == "dialfork-task3-baseline":
-        return load_baseline(path)
-    if fmt == "dialfork-task3-workflow":
-        from .workflow_detector import WorkflowDetector
+    try:
+        meta = json.loads(cfg.read_text(encoding="utf-8"))
+    except ValueError as e:
+        raise ValueError(f"{cfg}: not JSON ({e}); not a saved Task 3 detector folder") from None
+    return detector_for_format(meta.get("format") if isinstance(meta, dict) else None, str(cfg))
 
-        return WorkflowDetector.load(path, encoder=encoder)
-    if fmt == "dialfork-task3-workflow-supervised":
-        from .workflow_supervised import SupervisedWorkflowDetector
 
-        return SupervisedWorkflowDetector.load(path, encoder=encoder)
-    raise ValueError(f"{cfg}: unknown detector format {fmt!r}")
+def _takes(fn: Any, keyword: str) -> bool:
+    """Whether ``fn`` can be called with ``keyword=`` (a parameter of that name, or ``**kwargs``)."""
+    try:
+        ps = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return True
+    return any(p.name == keyword or p.kind is inspect.Parameter.VAR_KEYWORD for p in ps)
+
+
+def load_detector(path: str | os.PathLike, encoder: Any = None):
+    """Load a detector saved with ``.save(path)``, by its registry entry: the detector whose
+    ``save_format`` is the folder's ``config.json`` ``"format"`` loads it with its ``loader``.
+
+    Args:
+        path: The detector's folder (holding ``config.json``).
+        encoder: Encoder replacing the saved one (alias/path or object); None: the saved one.
+            Passed only to a loader that takes ``encoder=`` (or of a detector that needs an
+            encoder); ignored for the baselines.
+
+    Returns:
+        The fitted detector (a ``StreamingDetector``, a baseline, a workflow detector, or what a
+        registered detector's loader returns).
+
+    Raises:
+        FileNotFoundError: The folder has no ``config.json``.
+        ValueError: ``config.json`` names a format no registered detector saves (the message lists
+            the registered formats), or the saved detector is invalid.
+    """
+    spec = saved_detector_spec(path)
+    loader = spec.loader_fn()
+    kw = {}
+    if encoder is not None and ("encoder" in spec.needs or _takes(loader, "encoder")):
+        kw["encoder"] = encoder
+    return loader(path, **kw)

@@ -26,8 +26,12 @@ import os
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from importlib import resources
+from numbers import Integral
 from pathlib import Path
 from typing import Any
+
+from sklearn.base import BaseEstimator
+from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 
 from dialfork_dataset.forks import system_turn_positions
 from dialfork_dataset.turns import as_turns
@@ -273,8 +277,14 @@ class TransformersChat:
         return out
 
 
-class LLMDetector:
+class LLMDetector(BaseEstimator):
     """Zero-shot LLM detector (see the module doc).
+
+    A scikit-learn estimator (``BaseEstimator``): the constructor only stores its parameters;
+    :meth:`fit` checks them and builds what it runs with, the fitted ``client_`` (the chat
+    backend: ``client``, else a :class:`TransformersChat` or an OpenAI-compatible client) and
+    ``template_`` (the prompt template). Being zero-shot it learns nothing, and predicting before
+    :meth:`fit` fits it first.
 
     Args:
         model: Model id/path (transformers) or served model name (openai); required unless
@@ -296,13 +306,31 @@ class LLMDetector:
         show_progress: Show a progress bar over the generation batches (transformers).
         gguf_file: The transformers backend's GGUF file inside the folder ``model`` (see
             :class:`TransformersChat`); None: ``model`` alone names the model.
-
-    Raises:
-        ValueError: Without ``client``: an unknown backend, no ``model``, or the openai backend
-            without ``base_url``; also a bad ``prompt`` or generation setting.
     """
 
     name = "llm"
+    _parameter_constraints: dict = {
+        "model": [str, os.PathLike, None],
+        "backend": [StrOptions(set(BACKENDS))],
+        "with_workflow": ["boolean"],
+        "star_dir": [str, os.PathLike, None],
+        "workflows": [Mapping, None],
+        "base_url": [str, None],
+        "api_key": [str, None],
+        "batch_size": [Interval(Integral, 1, None, closed="left")],
+        "max_new_tokens": [Interval(Integral, 1, None, closed="left")],
+        "device": "no_validation",  # None, a torch device or "auto" (TransformersChat)
+        "dtype": [str],
+        "prompt": [str, os.PathLike, None],
+        "client": [None, HasMethods(["chat"])],
+        "max_examples": [Interval(Integral, 0, None, closed="left")],
+        "show_progress": ["boolean"],
+        "gguf_file": [str, None],
+    }
+    #: The report of the last :meth:`predict_many` (None before the first).
+    last_report: dict[str, Any] | None = None
+    #: The raw replies of the last :meth:`predict_many` (rebound by each call, never mutated).
+    last_answers: list[str] = []
 
     def __init__(
         self,
@@ -323,53 +351,36 @@ class LLMDetector:
         show_progress: bool = False,
         gguf_file: str | None = None,
     ):
-        if client is None:
-            if backend not in BACKENDS:
-                raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
-            if not model:
-                raise ValueError(
-                    "LLMDetector needs model= (a local chat model id/path, or the served model name)"
-                )
-            if backend == "openai" and not base_url:
-                raise ValueError("the openai backend needs base_url= (e.g. http://127.0.0.1:8000/v1)")
         self.model = model
-        self.backend = backend if client is None else "custom"
-        self.with_workflow = bool(with_workflow)
+        self.backend = backend
+        self.with_workflow = with_workflow
         self.star_dir = star_dir
-        self.workflows = dict(workflows or {})
+        self.workflows = workflows
         self.base_url = base_url
-        self.gguf_file = gguf_file
+        self.api_key = api_key
+        self.batch_size = batch_size
         self.max_new_tokens = max_new_tokens
-        self.template = load_prompt(with_workflow, prompt)
+        self.device = device
+        self.dtype = dtype
+        self.prompt = prompt
+        self.client = client
         self.max_examples = max_examples
         self.show_progress = show_progress
-        if client is not None:
-            self.client = client
-        elif backend == "transformers":
-            self.client = TransformersChat(
-                model,
-                device=device,
-                dtype=dtype,
-                batch_size=batch_size,
-                max_new_tokens=max_new_tokens,
-                show_progress=show_progress,
-                gguf_file=gguf_file,
-            )
-        else:
-            from generation.api import OpenAICompatClient
-
-            self.client = OpenAICompatClient(base_url, model, api_key=api_key, concurrency=batch_size)
-        self.last_report: dict[str, Any] | None = None
-        self.last_answers: list[str] = []
+        self.gguf_file = gguf_file
         self._star = None
+        self._rendered: dict[str, str] = {}  # task -> its workflow rendered from the source
 
     def __repr__(self) -> str:
-        return (
-            f"LLMDetector(model={self.model!r}, backend={self.backend!r}, with_workflow={self.with_workflow})"
-        )
+        backend, wf = self._backend, self.with_workflow
+        return f"LLMDetector(model={self.model!r}, backend={backend!r}, with_workflow={wf})"
+
+    @property
+    def _backend(self) -> str:
+        return "custom" if self.client is not None else self.backend
 
     def fit(self, dialogues: Any = None, embeddings: Any = None, **_: Any) -> LLMDetector:
-        """No-op (zero-shot); returns ``self``.
+        """Check the parameters and build the chat client (``client_``) and the prompt template
+        (``template_``); zero-shot, so nothing is learnt from the dialogues.
 
         Args:
             dialogues: Ignored.
@@ -377,7 +388,39 @@ class LLMDetector:
 
         Returns:
             The detector itself.
+
+        Raises:
+            InvalidParameterError: A parameter breaks ``_parameter_constraints`` (a ``ValueError``).
+            ValueError: Without ``client``: no ``model``, or the openai backend without
+                ``base_url``; also a bad ``prompt`` or generation setting.
         """
+        self._validate_params()
+        if self.client is None:
+            if not self.model:
+                raise ValueError(
+                    "LLMDetector needs model= (a local chat model id/path, or the served model name)"
+                )
+            if self.backend == "openai" and not self.base_url:
+                raise ValueError("the openai backend needs base_url= (e.g. http://127.0.0.1:8000/v1)")
+        self.template_ = load_prompt(self.with_workflow, self.prompt)
+        if self.client is not None:
+            self.client_ = self.client
+        elif self.backend == "transformers":
+            self.client_ = TransformersChat(
+                self.model,
+                device=self.device,
+                dtype=self.dtype,
+                batch_size=self.batch_size,
+                max_new_tokens=self.max_new_tokens,
+                show_progress=self.show_progress,
+                gguf_file=self.gguf_file,
+            )
+        else:
+            from generation.api import OpenAICompatClient
+
+            self.client_ = OpenAICompatClient(
+                self.base_url, self.model, api_key=self.api_key, concurrency=self.batch_size
+            )
         return self
 
     def config(self) -> dict[str, Any]:
@@ -389,7 +432,7 @@ class LLMDetector:
         return {
             "detector": self.name,
             "model": self.model,
-            "backend": self.backend,
+            "backend": self._backend,
             "with_workflow": self.with_workflow,
             "max_new_tokens": self.max_new_tokens,
             **({"gguf_file": self.gguf_file} if self.gguf_file else {}),
@@ -397,7 +440,7 @@ class LLMDetector:
 
     # -- prompts -----------------------------------------------------------------------------
     def workflow_for(self, task: str) -> str:
-        """The rendered workflow of a task (from ``workflows``, else the workflow source; cached).
+        """The rendered workflow of a task (from ``workflows``, else the workflow source, rendered once).
 
         Args:
             task: The task name.
@@ -409,14 +452,16 @@ class LLMDetector:
             StarError: The workflow source cannot be opened or has no such task (or its
                 ``SourceError`` for a ``workflow:PATH`` source).
         """
-        if task in self.workflows:
+        if self.workflows and task in self.workflows:
             return self.workflows[task]
+        if task in self._rendered:
+            return self._rendered[task]
         if self._star is None:  # a STAR folder, star:PATH or workflow:PATH (dialfork_dataset.sources)
             from dialfork_dataset.sources import open_source
 
             self._star = open_source(self.star_dir)
         text = self._star.task(task).render_steps(with_templates=True)
-        self.workflows[task] = text
+        self._rendered[task] = text
         return text
 
     def prompts(self, dialogues: Sequence[Any]) -> list[str]:
@@ -431,8 +476,10 @@ class LLMDetector:
 
         Raises:
             ValueError: A dialogue is malformed, or lacks ``task`` under the with-workflow prompt
-                (every such dialogue listed).
+                (every such dialogue listed); or, not fitted yet, as :meth:`fit`.
         """
+        if "template_" not in self.__dict__:
+            self.fit()  # zero-shot: fitting only checks the parameters and builds the client
         out, errs = [], []
         for i, d in enumerate(dialogues):
             did = d.get("dialogue_id") if isinstance(d, Mapping) else None
@@ -448,7 +495,7 @@ class LLMDetector:
                     )
                     continue
                 workflow = self.workflow_for(task)
-            out.append(build_prompt(self.template, turns, task, workflow))
+            out.append(build_prompt(self.template_, turns, task, workflow))
         if errs:
             raise ValueError(f"{len(errs)} dialogue(s) cannot be prompted:\n  " + "\n  ".join(errs[:20]))
         return out
@@ -482,19 +529,19 @@ class LLMDetector:
             answer unparsable, out of range or its prompt too long).
 
         Raises:
-            ValueError: As :meth:`prompts`.
+            ValueError: As :meth:`prompts` (which fits the detector first if need be).
             RuntimeError: The backend returned another number of replies than prompts.
         """
         dialogues = list(dialogues)
         prompts = self.prompts(dialogues)
         batch = [[{"role": "user", "content": p}] for p in prompts]
-        if self.backend == "openai":
-            answers = self.client.chat(batch, temperature=0.0, max_tokens=self.max_new_tokens)
+        if self._backend == "openai":
+            answers = self.client_.chat(batch, temperature=0.0, max_tokens=self.max_new_tokens)
         else:
-            answers = self.client.chat(batch)
+            answers = self.client_.chat(batch)
         if len(answers) != len(batch):
             raise RuntimeError(f"the LLM backend returned {len(answers)} replies for {len(batch)} prompts")
-        too_long = getattr(self.client, "last_too_long", set())
+        too_long = getattr(self.client_, "last_too_long", set())
         parsed: list[ParsedAnswer] = []
         for i, (d, a) in enumerate(zip(dialogues, answers)):
             if i in too_long:

@@ -20,12 +20,22 @@ numpy or torch; :meth:`DetectorSpec.factory_fn` imports them on first use.
 ('IT+NC', 'streaming', ('encoder', 'false_alarm_rate'), {'method': 'it', 'node_confidence': True})
 >>> detector_names(regime="baselines")
 ('first', 'last', 'random')
+
+A spec also says how its detector is saved and loaded back (``save_format``, ``loader``:
+:func:`~dialfork_metrics.task3.load_detector` dispatches on the ``"format"`` of a saved folder's
+``config.json``), and builds a detector from what a caller has (:meth:`DetectorSpec.build_from`):
+
+>>> get_detector("random").save_format, get_detector("llm").save_format
+('dialfork-task3-baseline', None)
+>>> get_detector("first").build_from({"encoder": "minilm", "seed": 3})  # needs neither: passed neither
+FirstTurnBaseline()
 """
 
 from __future__ import annotations
 
+import inspect
 import logging
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,6 +58,9 @@ REGIMES: tuple[str, ...] = ("baselines", "streaming", "workflow-aware", "other")
 NEEDS: tuple[str, ...] = ("encoder", "workflow", "false_alarm_rate", "seed", "forks", "model")
 #: The needs the benchmark's Task 3 run (:func:`dialfork_metrics.bench.run_task3`) supplies.
 BENCH_SUPPLIES: tuple[str, ...] = ("encoder", "workflow", "false_alarm_rate", "seed")
+#: The needs that are constructor keywords (:meth:`DetectorSpec.build_from` passes them); ``"forks"``
+#: is what ``fit`` learns from, not a keyword.
+KEYWORD_NEEDS: tuple[str, ...] = tuple(n for n in NEEDS if n != "forks")
 
 
 @dataclass(frozen=True)
@@ -72,6 +85,14 @@ class DetectorSpec:
             its settings, draws its trade-off curve and runs it in Table 9 and the ablations.
         guard: The guard (:mod:`dialfork_metrics.guard`) can run it on live conversations.
         description: One line on what it does.
+        save_format: The ``"format"`` string its ``save(path)`` writes into the folder's
+            ``config.json``; :func:`~dialfork_metrics.task3.load_detector` picks the spec by it
+            (several specs may share one format when they share the loader, as the baselines do).
+            None: it cannot be saved (``--save-detector`` refuses it). Given with ``loader``.
+        loader: What loads a saved folder back: a function ``loader(path, **kwargs)`` (e.g. a
+            ``load`` classmethod; it gets ``encoder=`` when it takes that keyword or the spec
+            needs an encoder), or its ``"module:attr"`` string (imported on first use, like
+            ``factory``). Given with ``save_format``.
 
     Raises:
         ValueError: A field is out of its vocabulary or of the wrong type (the message names the
@@ -88,6 +109,8 @@ class DetectorSpec:
     ngram: bool = False
     guard: bool = False
     description: str = ""
+    save_format: str | None = None
+    loader: str | Callable[..., Any] | None = None
 
     def __post_init__(self) -> None:
         where = f"Task 3 detector {self.name!r}"
@@ -124,6 +147,20 @@ class DetectorSpec:
             )
         if not isinstance(self.description, str):
             raise ValueError(f"{where}: description must be a string, got {self.description!r}")
+        if (self.save_format is None) != (self.loader is None):
+            given, missing = ("save_format", "loader") if self.loader is None else ("loader", "save_format")
+            raise ValueError(
+                f"{where}: {given} is given without {missing}; a detector that can be saved names both "
+                "(the format its save() writes and the function that loads it back), one that cannot neither"
+            )
+        if self.save_format is not None and (
+            not isinstance(self.save_format, str) or not self.save_format.strip()
+        ):
+            raise ValueError(f"{where}: save_format must be a non-empty string, got {self.save_format!r}")
+        if self.loader is not None and not (callable(self.loader) or is_ref(self.loader)):
+            raise ValueError(
+                f"{where}: loader must be a function, or 'package.module:attr', got {self.loader!r}"
+            )
 
     def factory_fn(self) -> Callable[..., Any]:
         """The factory, imported on first use.
@@ -157,6 +194,108 @@ class DetectorSpec:
             )
         return self.factory_fn()(**self.options, **kwargs)
 
+    def build_from(self, available: Mapping[str, Any], **options: Any) -> Any:
+        """A new, unfitted detector from what a caller has: of ``available``, only the entries its
+        :attr:`needs` name are passed (a detector that does not need an encoder never gets
+        ``encoder=``), plus the constructor ``options`` (which win over ``available``).
+
+        Args:
+            available: What the caller can supply, by need (:data:`NEEDS`: ``encoder``,
+                ``workflow``, ``false_alarm_rate``, ``seed``, ``model``; ``forks`` is never passed,
+                it is what ``fit`` learns from).
+            **options: Constructor options of this detector, passed as given.
+
+        Returns:
+            The unfitted detector (:meth:`build`).
+
+        Raises:
+            ValueError: A key of ``available`` is not one of :data:`NEEDS`, or the factory cannot be
+                imported or rejects an option.
+            TypeError: An option the factory does not take, or one the name fixes.
+
+        Example:
+            >>> get_detector("random").build_from({"encoder": "minilm", "seed": 3, "false_alarm_rate": 0.1})
+            RandomTurnBaseline(seed=3)
+        """
+        unknown = sorted(set(available) - set(NEEDS))
+        if unknown:
+            raise ValueError(
+                f"Task 3 detector {self.name!r}: build_from got {unknown}, which are not needs; "
+                f"available is keyed by {NEEDS} (pass constructor options as keywords)"
+            )
+        kw = {k: v for k, v in available.items() if k in self.needs and k in KEYWORD_NEEDS}
+        return self.build(**{**kw, **options})
+
+    def parameters(self) -> tuple[str, ...] | None:
+        """The keyword arguments :meth:`build` takes: the factory's signature less the options the
+        name fixes.
+
+        Returns:
+            Their names, in signature order; None when the factory takes any keyword (``**kwargs``)
+            or has no signature to read.
+
+        Raises:
+            ValueError: The factory cannot be imported.
+        """
+        factory = self.factory_fn()
+        try:
+            sig = inspect.signature(factory)
+        except (TypeError, ValueError):
+            return None
+        ps = sig.parameters.values()
+        if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in ps):
+            return None
+        kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+        return tuple(p.name for p in ps if p.kind in kinds and p.name not in self.options)
+
+    def check_options(self, names: Iterable[str], what: str = "option") -> None:
+        """Refuse, in one line, constructor options this detector does not take (before anything
+        is built or fitted).
+
+        Args:
+            names: The option names.
+            what: How the caller names an option in the message (``"--detector-option"``).
+
+        Raises:
+            TypeError: An option its name fixes, or one the factory does not take (the message
+                names the detector and its parameters).
+        """
+        names = list(names)
+        fixed = [k for k in names if k in self.options]
+        if fixed:
+            raise TypeError(
+                f"{what} {', '.join(fixed)}: fixed by the name of Task 3 detector {self.name!r} "
+                f"({self.options}); pick the detector whose name sets the value you want"
+            )
+        params = self.parameters()
+        bad = [k for k in names if params is not None and k not in params]
+        if bad:
+            raise TypeError(
+                f"{what} {', '.join(bad)}: Task 3 detector {self.name!r} takes no such option; its "
+                f"parameters: {', '.join(params) if params else '(none)'}"
+            )
+
+    @property
+    def can_save(self) -> bool:
+        """Whether its detector can be saved and loaded back (``save_format`` and ``loader`` given)."""
+        return self.save_format is not None
+
+    def loader_fn(self) -> Callable[..., Any]:
+        """The loader, imported on first use.
+
+        Returns:
+            The function ``loader`` names.
+
+        Raises:
+            ValueError: The detector cannot be saved (no loader), or the ``"module:attr"`` string
+                cannot be imported.
+        """
+        if self.loader is None:
+            raise ValueError(
+                f"Task 3 detector {self.name!r} cannot be saved or loaded (its spec has no save_format/loader)"
+            )
+        return resolve(self.loader, f"Task 3 detector {self.name!r} loader")
+
 
 _REGISTRY: Registry[DetectorSpec] = Registry(
     "Task 3 detector",
@@ -184,7 +323,23 @@ def register_detector(spec: DetectorSpec, *, replace: bool = False) -> DetectorS
         TypeError: ``spec`` is not a :class:`DetectorSpec`.
         RegistryError: A detector of that name is registered and ``replace`` is False (a
             ``ValueError``).
+        ValueError: Another detector saves the same ``save_format`` with another loader (a saved
+            folder would not say which loads it).
     """
+    clash = [
+        s.name
+        for s in _REGISTRY.specs()
+        if isinstance(spec, DetectorSpec)
+        and spec.save_format is not None
+        and s.name != spec.name
+        and s.save_format == spec.save_format
+        and s.loader != spec.loader
+    ]
+    if clash:
+        raise ValueError(
+            f"Task 3 detector {spec.name!r}: save_format {spec.save_format!r} is that of {', '.join(clash)}, "
+            "loaded by another loader; give the detector its own format"
+        )
     _REGISTRY.register(spec, replace=replace)
     logger.debug("registered Task 3 detector %r", spec.name)
     return spec
@@ -236,6 +391,7 @@ def detector_names(
     ngram: bool | None = None,
     guard: bool | None = None,
     needs: str | None = None,
+    can_save: bool | None = None,
 ) -> tuple[str, ...]:
     """Names of the registered detectors, in table order, optionally filtered.
 
@@ -245,6 +401,7 @@ def detector_names(
         ngram: Keep the IT/SS N-gram detectors (True) or the others (False).
         guard: Keep those the guard can run (True) or cannot (False).
         needs: Keep those that need this (:data:`NEEDS`).
+        can_save: Keep those that can be saved and loaded back (True) or cannot (False).
 
     Returns:
         The names.
@@ -257,7 +414,42 @@ def detector_names(
         and (ngram is None or s.ngram == ngram)
         and (guard is None or s.guard == guard)
         and (needs is None or needs in s.needs)
+        and (can_save is None or s.can_save == can_save)
     )
+
+
+def save_formats() -> dict[str, tuple[str, ...]]:
+    """The formats saved detectors are read in: ``format -> names of the detectors that save it``.
+
+    Returns:
+        The formats, in table order of their first detector.
+    """
+    out: dict[str, tuple[str, ...]] = {}
+    for s in _REGISTRY.specs():
+        if s.save_format is not None:
+            out[s.save_format] = (*out.get(s.save_format, ()), s.name)
+    return out
+
+
+def detector_for_format(fmt: Any, where: str = "a saved detector") -> DetectorSpec:
+    """The spec that loads a saved folder whose ``config.json`` says ``"format": fmt`` (the first
+    registered one, when several detectors share the format and its loader).
+
+    Args:
+        fmt: The ``"format"`` value read.
+        where: What was read, for the message (e.g. the ``config.json`` path).
+
+    Returns:
+        The detector's spec.
+
+    Raises:
+        ValueError: No registered detector saves that format (the message lists the formats).
+    """
+    for s in _REGISTRY.specs():
+        if s.save_format is not None and s.save_format == fmt:
+            return s
+    known = "; ".join(f"{f} ({', '.join(ns)})" for f, ns in save_formats().items())
+    raise ValueError(f"{where}: unknown detector format {fmt!r}; registered formats: {known or '(none)'}")
 
 
 def detector_labels() -> dict[str, str]:
@@ -294,6 +486,10 @@ class RegimeView(Mapping[str, tuple[str, ...]]):
 # In the order of the paper's Table 4: the trivial baselines, the streaming detectors, then ours.
 _B, _S = "dialfork_metrics.task3.baselines", "dialfork_metrics.task3.streaming:StreamingDetector"
 _STREAMING_NEEDS = ("encoder", "false_alarm_rate")
+# the "format" each save() writes into config.json (literal here: the registry imports no detector
+# module; tests/test_detector_consumers.py checks them against the modules' FORMAT constants)
+_BASELINE_SAVE = {"save_format": "dialfork-task3-baseline", "loader": f"{_B}:load_baseline"}
+_STREAMING_SAVE = {"save_format": "dialfork-task3-streaming-detector", "loader": f"{_S}.load"}
 for _spec in (
     DetectorSpec(
         "first",
@@ -302,6 +498,7 @@ for _spec in (
         f"{_B}:FirstTurnBaseline",
         in_benchmark=True,
         description="always the first system turn",
+        **_BASELINE_SAVE,
     ),
     DetectorSpec(
         "last",
@@ -310,6 +507,7 @@ for _spec in (
         f"{_B}:LastTurnBaseline",
         in_benchmark=True,
         description="always the last system turn",
+        **_BASELINE_SAVE,
     ),
     DetectorSpec(
         "random",
@@ -319,6 +517,7 @@ for _spec in (
         ("seed",),
         in_benchmark=True,
         description="a uniformly random system turn, seeded per dialogue",
+        **_BASELINE_SAVE,
     ),
     DetectorSpec(
         "it",
@@ -331,6 +530,7 @@ for _spec in (
         ngram=True,
         guard=True,
         description="Improbable Transition: the first turn whose N-gram probability falls below the threshold",
+        **_STREAMING_SAVE,
     ),
     DetectorSpec(
         "ss",
@@ -343,6 +543,7 @@ for _spec in (
         ngram=True,
         guard=True,
         description="Surprisal Spike: the first turn whose surprisal jumps above the threshold",
+        **_STREAMING_SAVE,
     ),
     DetectorSpec(
         "it+nc",
@@ -355,6 +556,7 @@ for _spec in (
         ngram=True,
         guard=True,
         description="IT with the probability weighted by node confidence",
+        **_STREAMING_SAVE,
     ),
     DetectorSpec(
         "ss+nc",
@@ -367,6 +569,7 @@ for _spec in (
         ngram=True,
         guard=True,
         description="SS with the probability weighted by node confidence",
+        **_STREAMING_SAVE,
     ),
     DetectorSpec(
         "wf",
@@ -377,6 +580,8 @@ for _spec in (
         in_benchmark=True,
         guard=True,
         description="node assignment against the workflow, with rejection and repeats",
+        save_format="dialfork-task3-workflow",
+        loader="dialfork_metrics.task3.workflow_detector:WorkflowDetector.load",
     ),
     DetectorSpec(
         "wf-sup",
@@ -385,6 +590,8 @@ for _spec in (
         "dialfork_metrics.task3.workflow_supervised:SupervisedWorkflowDetector",
         ("encoder", "workflow", "false_alarm_rate", "forks"),
         description="a per-turn classifier fitted on forked train dialogues",
+        save_format="dialfork-task3-workflow-supervised",
+        loader="dialfork_metrics.task3.workflow_supervised:SupervisedWorkflowDetector.load",
     ),
     DetectorSpec(
         "llm",
@@ -403,14 +610,17 @@ __all__ = [
     "BENCH_SUPPLIES",
     "DETECTORS",
     "DetectorSpec",
+    "KEYWORD_NEEDS",
     "NEEDS",
     "REGIMES",
     "RegimeView",
     "RegistryError",
+    "detector_for_format",
     "detector_labels",
     "detector_names",
     "detector_specs",
     "get_detector",
     "register_detector",
+    "save_formats",
     "unregister_detector",
 ]

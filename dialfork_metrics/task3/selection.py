@@ -172,7 +172,7 @@ def tradeoff_curve(
         keys: Per test dialogue, the key of the model that watched it (from the same call).
         is_fork: Per test dialogue, whether it is a fork (hallucinated).
         calibration_stats: Each key's stored calibration statistics
-            (``{k: m.calibration_stats for k, m in det.models().items()}``).
+            (``{k: m.calibration_stats_ for k, m in det.models().items()}``).
         method: ``"it"`` or ``"ss"``.
         levels: The operating points; None: 0..1 in 401 steps plus 1%, 5% and 10%.
         percentile_method: ``numpy.percentile``'s method.

@@ -31,8 +31,9 @@ The workflow comes from ``workflow=`` (a source object, a ``star:PATH`` / ``work
 or a path), else from ``$DIALFORK_STAR_DIR`` (STAR). The assigner reads every task of the source
 (the other tasks are the rivals that reject another workflow's turns).
 
-scikit-learn's conventions: ``__init__`` stores parameters, :meth:`fit` validates them, fitted
-attributes end in ``_``; :meth:`check_is_fitted` and :meth:`assign` are public.
+A scikit-learn estimator (``BaseEstimator``): ``__init__`` stores parameters, :meth:`fit` validates
+them against ``_parameter_constraints``, fitted attributes end in ``_``; :meth:`check_is_fitted` and
+:meth:`assign` are public.
 """
 
 from __future__ import annotations
@@ -42,14 +43,16 @@ import logging
 import math
 import os
 from collections.abc import Mapping, Sequence
+from numbers import Integral, Real
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from sklearn.base import BaseEstimator
+from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 
 from dialfork_dataset.turns import as_turns
 
-from .params import Constraint, boolean, either, integer, interval, one_of, validate_params
 from .workflow_nodes import NodeAssigner
 from .workflow_rules import (  # the pure rules, re-exported here
     CALIBRATIONS,
@@ -95,7 +98,7 @@ FORMAT = "dialfork-task3-workflow"
 # -- the detector ------------------------------------------------------------------------------------
 
 
-class WorkflowDetector:
+class WorkflowDetector(BaseEstimator):
     """Workflow-aware streaming Task 3 detector (registry name ``wf``; see the module doc).
 
     Args:
@@ -247,48 +250,37 @@ class WorkflowDetector:
         fitted = f", tasks={sorted(self.thresholds_)}" if hasattr(self, "thresholds_") else ""
         return f"WorkflowDetector(false_alarm_rate={self.false_alarm_rate}{fitted})"
 
-    # -- parameters ---------------------------------------------------------------------------------
-    _CONSTRAINTS: dict[str, Constraint] = {
-        "false_alarm_rate": interval(0, 1),
-        "min_similarity": either(one_of(("auto",)), interval(-1, 1, "both")),
-        "auto_quantile": interval(0, 1),
-        "reject_margin": interval(-2, 2, "both"),
-        "repeat_weight": interval(0, None, "left"),
-        "use_train_texts": boolean(),
-        "calibration": one_of(CALIBRATIONS),
-        "calibration_folds": integer(2),
-        "calibration_seed": integer(),
-        "threshold_rule": one_of(THRESHOLD_RULES),
-        "confidence": interval(0, 1),
-        "order_weight": interval(0, None, "left"),
-        "skip_weight": interval(0, None, "left"),
-        "closing_weight": interval(0, None, "left"),
-        "skip_slots": one_of(SKIP_SLOTS),
-        "require_support": interval(0, 1, "both"),
-        "state_rules": boolean(),
-        "rule_min_similarity": interval(-1, 1, "both"),
-        "rule_min_margin": interval(0, 2, "both"),
-        "shared_steps": boolean(),
-        "threshold_floor": either(one_of((None,)), interval(-2, 2, "both")),
-        "min_task_dialogues": integer(1),
-        "self_training": boolean(),
-        "self_train_margin": interval(0, 2, "both"),
-        "realise_values": either(one_of(("auto",)), integer(0)),
-        "rule_budget": boolean(),
+    # -- parameters (fit checks them: scikit-learn's _validate_params) ------------------------------
+    _parameter_constraints: dict = {
+        "workflow": "no_validation",  # a source object, spec or path: resolve_workflow checks it
+        "encoder": [None, str, HasMethods(["encode_dialogues"])],
+        "false_alarm_rate": [Interval(Real, 0, 1, closed="neither")],
+        "min_similarity": [StrOptions({"auto"}), Interval(Real, -1, 1, closed="both")],
+        "auto_quantile": [Interval(Real, 0, 1, closed="neither")],
+        "reject_margin": [Interval(Real, -2, 2, closed="both")],
+        "repeat_weight": [Interval(Real, 0, None, closed="left")],
+        "use_train_texts": ["boolean"],
+        "calibration": [StrOptions(set(CALIBRATIONS))],
+        "calibration_folds": [Interval(Integral, 2, None, closed="left")],
+        "calibration_seed": [Interval(Integral, None, None, closed="neither")],
+        "threshold_rule": [StrOptions(set(THRESHOLD_RULES))],
+        "confidence": [Interval(Real, 0, 1, closed="neither")],
+        "order_weight": [Interval(Real, 0, None, closed="left")],
+        "skip_weight": [Interval(Real, 0, None, closed="left")],
+        "closing_weight": [Interval(Real, 0, None, closed="left")],
+        "skip_slots": [StrOptions(set(SKIP_SLOTS))],
+        "require_support": [Interval(Real, 0, 1, closed="both")],
+        "state_rules": ["boolean"],
+        "rule_min_similarity": [Interval(Real, -1, 1, closed="both")],
+        "rule_min_margin": [Interval(Real, 0, 2, closed="both")],
+        "shared_steps": ["boolean"],
+        "threshold_floor": [None, Interval(Real, -2, 2, closed="both")],
+        "min_task_dialogues": [Interval(Integral, 1, None, closed="left")],
+        "self_training": ["boolean"],
+        "self_train_margin": [Interval(Real, 0, 2, closed="both")],
+        "realise_values": [StrOptions({"auto"}), Interval(Integral, 0, None, closed="left")],
+        "rule_budget": ["boolean"],
     }
-
-    def get_params(self) -> dict[str, Any]:
-        """The constructor's parameters (scikit-learn's ``get_params``).
-
-        Returns:
-            dict[str, Any]: name -> value.
-        """
-        return {k: getattr(self, k) for k in ("workflow", "encoder", *self._CONSTRAINTS)}
-
-    def _validate_params(self) -> None:
-        validate_params(
-            "WorkflowDetector", {k: getattr(self, k) for k in self._CONSTRAINTS}, self._CONSTRAINTS
-        )
 
     # -- encoding -----------------------------------------------------------------------------------
     def get_encoder(self):
@@ -351,8 +343,9 @@ class WorkflowDetector:
             self.
 
         Raises:
-            ValueError: Invalid parameters (all listed), a dialogue without ``task``, a task the
-                workflow source lacks, or no workflow source.
+            InvalidParameterError: A parameter breaks ``_parameter_constraints`` (a ``ValueError``).
+            ValueError: A dialogue without ``task``, a task the workflow source lacks, or no
+                workflow source.
         """
         del show_progress
         self._validate_params()
@@ -556,7 +549,7 @@ class WorkflowDetector:
             self.
 
         Raises:
-            ValueError: An invalid rate or floor.
+            InvalidParameterError: An invalid rate or floor (a ``ValueError``).
             NotFittedError: Not fitted.
         """
         self.check_is_fitted()
@@ -584,10 +577,13 @@ class WorkflowDetector:
         Raises:
             NotFittedError: Not fitted.
         """
-        if not hasattr(self, "thresholds_"):
+        if not self.__sklearn_is_fitted__():
             from .streaming._common import NotFittedError
 
             raise NotFittedError("WorkflowDetector is not fitted: call fit(conformant_dialogues) first")
+
+    def __sklearn_is_fitted__(self) -> bool:
+        return hasattr(self, "thresholds_")
 
     @property
     def tasks(self) -> list[str]:
@@ -853,24 +849,6 @@ class WorkflowDetector:
         )
 
     @property
-    def threshold(self) -> float:
-        """The threshold of the only fitted task (a monitor's detector watches one task).
-
-        Raises:
-            ValueError: The detector was fitted on several tasks (see :attr:`thresholds_`).
-        """
-        self.check_is_fitted()
-        if len(self.thresholds_) != 1:
-            raise ValueError(f"fitted on {len(self.thresholds_)} tasks: read thresholds_[task]")
-        return next(iter(self.thresholds_.values()))
-
-    @property
-    def n_train(self) -> int:
-        """The number of conformant dialogues it was fitted on."""
-        self.check_is_fitted()
-        return self.n_train_
-
-    @property
     def dim(self) -> int:
         """The embedding size it reads."""
         self.check_is_fitted()
@@ -912,7 +890,7 @@ class WorkflowDetector:
         Returns:
             dict[str, Any]: The configuration.
         """
-        p = self.get_params()
+        p = self.get_params(deep=False)
         p["workflow"] = self._workflow_spec()
         enc = self.encoder
         p["encoder"] = (
@@ -1025,7 +1003,7 @@ class WorkflowDetector:
         if meta.get("format") != cls.FORMAT:
             raise ValueError(f"{path}: not a saved {cls.name} detector (format {meta.get('format')!r})")
         cfg = dict(meta["config"])
-        if "shared_steps" in cls._CONSTRAINTS:
+        if "shared_steps" in cls._parameter_constraints:
             cfg.setdefault("shared_steps", False)  # a folder saved before shared steps
         if encoder is not None:
             cfg["encoder"] = encoder

@@ -38,14 +38,15 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Mapping, Sequence
+from numbers import Integral, Real
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 
 from dialfork_dataset.turns import as_turns
 
-from .params import Constraint, boolean, either, integer, interval, one_of, validate_params
 from .workflow_classifier import (
     FEATURES,
     FORMAT,
@@ -147,25 +148,22 @@ class SupervisedWorkflowDetector(WorkflowDetector):
         fitted = f", tasks={self.fitted_tasks_}" if hasattr(self, "classifier_") else ""
         return f"SupervisedWorkflowDetector(model={self.model!r}, false_alarm_rate={self.false_alarm_rate}{fitted})"
 
-    _CONSTRAINTS: dict[str, Constraint] = {
-        "model": one_of(MODELS),
-        "C": interval(0, None),
-        "false_alarm_rate": interval(0, 1),
-        "min_similarity": either(one_of(("auto",)), interval(-1, 1, "both")),
-        "auto_quantile": interval(0, 1),
-        "reject_margin": interval(-2, 2, "both"),
-        "use_train_texts": boolean(),
-        "folds": integer(2),
-        "seed": integer(),
-        "threshold_rule": one_of(THRESHOLD_RULES),
-        "confidence": interval(0, 1),
-        "threshold_scope": one_of(THRESHOLD_SCOPES),
+    _parameter_constraints: dict = {
+        "workflow": "no_validation",  # a source object, spec or path: resolve_workflow checks it
+        "encoder": [None, str, HasMethods(["encode_dialogues"])],
+        "model": [StrOptions(set(MODELS))],
+        "C": [Interval(Real, 0, None, closed="neither")],
+        "false_alarm_rate": [Interval(Real, 0, 1, closed="neither")],
+        "min_similarity": [StrOptions({"auto"}), Interval(Real, -1, 1, closed="both")],
+        "auto_quantile": [Interval(Real, 0, 1, closed="neither")],
+        "reject_margin": [Interval(Real, -2, 2, closed="both")],
+        "use_train_texts": ["boolean"],
+        "folds": [Interval(Integral, 2, None, closed="left")],
+        "seed": [Interval(Integral, None, None, closed="neither")],
+        "threshold_rule": [StrOptions(set(THRESHOLD_RULES))],
+        "confidence": [Interval(Real, 0, 1, closed="neither")],
+        "threshold_scope": [StrOptions(set(THRESHOLD_SCOPES))],
     }
-
-    def _validate_params(self) -> None:
-        validate_params(
-            "SupervisedWorkflowDetector", {k: getattr(self, k) for k in self._CONSTRAINTS}, self._CONSTRAINTS
-        )
 
     # -- per-task pieces ----------------------------------------------------------------------------------
     def _graph(self, task: str) -> TaskGraph:
@@ -257,7 +255,8 @@ class SupervisedWorkflowDetector(WorkflowDetector):
             self.
 
         Raises:
-            ValueError: Invalid parameters (all listed), no dialogues, no forks (``wf-sup`` learns
+            InvalidParameterError: A parameter breaks ``_parameter_constraints`` (a ``ValueError``).
+            ValueError: No dialogues, no forks (``wf-sup`` learns
                 from forks; ``wf`` fits on conformant dialogues alone), no conformant dialogues,
                 records without ``task`` or with a bad ``fork_turn`` (listed), a task the workflow
                 source lacks, or no workflow source.
@@ -439,12 +438,15 @@ class SupervisedWorkflowDetector(WorkflowDetector):
         Raises:
             NotFittedError: Not fitted.
         """
-        if not hasattr(self, "classifier_"):
+        if not self.__sklearn_is_fitted__():
             from .streaming._common import NotFittedError
 
             raise NotFittedError(
                 "SupervisedWorkflowDetector is not fitted: call fit(forked_and_conformant_dialogues) first"
             )
+
+    def __sklearn_is_fitted__(self) -> bool:
+        return hasattr(self, "classifier_")
 
     @property
     def tasks(self) -> list[str]:
@@ -565,12 +567,6 @@ class SupervisedWorkflowDetector(WorkflowDetector):
             NotImplementedError: Always.
         """
         raise NotImplementedError("wf-sup is not a guard monitor detector; use the wf detector there")
-
-    @property
-    def threshold(self) -> float:
-        """The global probability threshold (tasks in :attr:`thresholds_` have their own)."""
-        self.check_is_fitted()
-        return self.threshold_
 
     # -- persistence --------------------------------------------------------------------------------------
     def save(self, path: str | os.PathLike) -> Path:

@@ -6,10 +6,13 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+from sklearn.exceptions import NotFittedError as _SklearnNotFittedError
 
 
-class NotFittedError(ValueError, AttributeError):
-    """A detector was used before :meth:`fit` (mirrors ``sklearn.exceptions.NotFittedError``)."""
+class NotFittedError(_SklearnNotFittedError):
+    """A detector was used before :meth:`fit`: scikit-learn's ``NotFittedError`` (a ``ValueError``
+    and an ``AttributeError``), so ``sklearn.utils.validation.check_is_fitted`` and the detectors'
+    own ``check_is_fitted`` raise the same kind of error."""
 
 
 def _normalize_rows(C: np.ndarray) -> np.ndarray:

@@ -7,13 +7,20 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Sequence
+from numbers import Integral, Real
 from typing import Any
 
 import numpy as np
+from sklearn.base import BaseEstimator
+from sklearn.utils._param_validation import (
+    HasMethods,
+    Interval,
+    StrOptions,
+    validate_parameter_constraints,
+)
 
 from dialfork_dataset.turns import as_turns
 
-from ..params import Constraint, integer, interval, one_of, validate_params
 from ._common import NotFittedError, _encoder_name, _task_of, _where, resolve_encoder
 from .decision import (
     DEFAULT_CONFIDENCE,
@@ -59,33 +66,7 @@ PERCENTILE_METHODS: tuple[str, ...] = (
 logger = logging.getLogger("dialfork_metrics.task3.streaming")
 
 
-class _FittedAlias:
-    """The old public name of a fitted attribute, read-only (``centroids`` reads ``centroids_``);
-    before ``fit`` it reads as the empty value (``{}``, ``[]``, ``0`` or ``None``)."""
-
-    def __init__(self, empty: Any):
-        self.empty = empty
-
-    def __set_name__(self, owner: type, name: str) -> None:
-        self.name = name
-
-    def __get__(self, obj: Any, owner: type | None = None) -> Any:
-        if obj is None:
-            return self
-        value = obj.__dict__.get(self.name + "_", self)
-        return (
-            type(self.empty)()
-            if value is self and self.empty is not None
-            else (None if value is self else value)
-        )
-
-    def __set__(self, obj: Any, value: Any) -> None:
-        raise AttributeError(
-            f"{self.name} is a fitted attribute, read-only: fit() or load() sets {self.name}_"
-        )
-
-
-class StreamingDetector(FitMixin, PersistenceMixin):
+class StreamingDetector(FitMixin, PersistenceMixin, BaseEstimator):
     """IT or SS detector, with or without node confidence (see the module doc).
 
     Args:
@@ -139,62 +120,53 @@ class StreamingDetector(FitMixin, PersistenceMixin):
             early alarm then needs stronger evidence: a false alarm at system turn ``j`` interrupts
             the ``T + 1 - j`` turns left (what MAE_c charges).
 
-    The constructor only stores its parameters, as given (scikit-learn's convention: a setting
-    left to the preset stays ``None``, so :meth:`get_params` and ``clone`` round-trip). :meth:`fit`
-    resolves the presets, checks every parameter against the class's constraint table
-    (``_CONSTRAINTS``) and sets the fitted attributes, whose names end in ``_``: the settings it
-    runs with (``order_``, ``distance_threshold_``, ``backoff_``, ``calibration_``, ``scope_``,
-    ``position_weight_``, ``threshold_rule_``, ``settings_source_``; :meth:`settings` reads them),
-    ``centroids_``, ``node_offsets_``, ``lm_``, ``threshold_``, ``calibration_stats_``,
-    ``train_false_alarm_rate_``, ``n_train_``, ``task_models_``, ``tasks_``. The names of the model's
-    fitted attributes without ``_`` remain as read-only aliases.
+    A scikit-learn estimator (``BaseEstimator``: ``get_params``, ``set_params``, ``clone``). The
+    constructor only stores its parameters, as given (a setting left to the preset stays ``None``,
+    so :meth:`get_params` and ``clone`` round-trip). :meth:`fit` checks the parameters against the
+    class's constraint table (``_parameter_constraints``), resolves the presets, checks the resolved
+    settings against the same table and sets the fitted attributes, whose names end in ``_``: the
+    settings it runs with (``order_``, ``distance_threshold_``, ``backoff_``, ``calibration_``,
+    ``scope_``, ``position_weight_``, ``threshold_rule_``, ``settings_source_``; :meth:`settings`
+    reads them), ``centroids_`` (per speaker, the ``(n_nodes, d)`` unit centroids of one model),
+    ``node_offsets_`` (per speaker, the global id of its first node), ``lm_`` (the fitted
+    :class:`~dialfork_metrics.task3.ngram.NgramLM` of one model), ``threshold_`` (the alarm threshold
+    of one model), ``calibration_stats_`` (the calibration statistic of each train dialogue of one
+    model), ``train_false_alarm_rate_`` (the share of train dialogues that alarm), ``n_train_``,
+    ``task_models_`` (``scope="task"`` with several tasks: one fitted single-model detector per task;
+    ``{}`` otherwise, and then ``centroids_``, ``lm_``, ``threshold_``... are empty or None on the
+    detector itself) and ``tasks_`` (the task(s) it was fitted on, ``[None]`` for dialogues without
+    a task).
 
     Raises:
-        ValueError: From :meth:`fit` (or :meth:`resolved_settings`): any invalid setting (all of them
-            listed in one message), an unknown preset, or no selected settings for the detector.
+        InvalidParameterError: From :meth:`fit` (or :meth:`resolved_settings`): an invalid parameter
+            or preset-resolved setting (scikit-learn's; a ``ValueError`` and a ``TypeError``).
+        ValueError: From :meth:`fit`: no selected settings for the detector and encoder.
         TypeError: ``encoder`` is neither ``None``, a string nor an encoder object (when it is resolved).
     """
 
-    # fitted attributes (scikit-learn's trailing underscore), set by fit() or load(); the names
-    # without it are read-only aliases kept for existing code
-    centroids = _FittedAlias({})
-    """Per speaker, the ``(n_nodes, d)`` unit centroids of one model (``centroids_``)."""
-    node_offsets = _FittedAlias({})
-    """Per speaker, the global id of its first node (``node_offsets_``)."""
-    lm = _FittedAlias(None)
-    """The fitted :class:`~dialfork_metrics.task3.ngram.NgramLM` of one model (``lm_``)."""
-    threshold = _FittedAlias(None)
-    """The alarm threshold of one model (``threshold_``)."""
-    calibration_stats = _FittedAlias(None)
-    """The calibration statistic of each train dialogue of one model (``calibration_stats_``)."""
-    train_false_alarm_rate = _FittedAlias(None)
-    """The share of train dialogues that alarm (``train_false_alarm_rate_``)."""
-    n_train = _FittedAlias(0)
-    """The number of train dialogues (``n_train_``)."""
-    task_models = _FittedAlias({})
-    """``scope="task"`` with several tasks: one fitted single-model detector per task (``task_models_``)."""
-    tasks = _FittedAlias([])
-    """The task(s) the detector was fitted on, ``[None]`` for dialogues without a task (``tasks_``)."""
-
-    _CONSTRAINTS: dict[str, Constraint] = {
-        "method": one_of(METHODS),
-        "preset": one_of(PRESETS),
-        "order": integer(1),
-        "K": integer(1),
-        "tau": interval(0, None),
-        "distance_threshold": interval(0, 2, "right"),
-        "false_alarm_rate": interval(0, 1),
-        "percentile_method": one_of(PERCENTILE_METHODS),
-        "calibration": one_of(CALIBRATIONS),
-        "calibration_folds": integer(2),
-        "calibration_seed": integer(),
-        "position_weight": interval(0, None, "left"),
-        "scope": one_of(SCOPES),
-        "threshold_rule": one_of(THRESHOLD_RULES),
-        "cross_fit_nodes": one_of(CROSS_FIT_NODES),
-        "confidence": interval(0, 1),
+    _parameter_constraints: dict = {
+        "method": [StrOptions(set(METHODS))],
+        "node_confidence": ["boolean"],
+        "preset": [StrOptions(set(PRESETS))],
+        "order": [Interval(Integral, 1, None, closed="left"), None],
+        "K": [Interval(Integral, 1, None, closed="left")],
+        "tau": [Interval(Real, 0, None, closed="neither")],
+        "distance_threshold": [Interval(Real, 0, 2, closed="right"), None],
+        "false_alarm_rate": [Interval(Real, 0, 1, closed="neither")],
+        "percentile_method": [StrOptions(set(PERCENTILE_METHODS))],
+        "backoff": ["boolean", None],
+        "calibration": [StrOptions(set(CALIBRATIONS)), None],
+        "calibration_folds": [Interval(Integral, 2, None, closed="left")],
+        "calibration_seed": [Interval(Integral, None, None, closed="neither")],
+        "encoder": [None, str, HasMethods(["encode_dialogues"])],
+        "position_weight": [Interval(Real, 0, None, closed="left"), None],
+        "scope": [StrOptions(set(SCOPES)), None],
+        "threshold_rule": [StrOptions(set(THRESHOLD_RULES)), None],
+        "cross_fit_nodes": [StrOptions(set(CROSS_FIT_NODES))],
+        "confidence": [Interval(Real, 0, 1, closed="neither")],
     }
-    """The constraint table :meth:`fit` checks, on the preset-resolved values (:meth:`resolved_settings`)."""
+    """The constraint table :meth:`fit` checks, on the parameters and on the preset-resolved
+    settings (:meth:`resolved_settings`); ``None`` (left to the preset) is a valid parameter only."""
 
     def __init__(
         self,
@@ -218,8 +190,8 @@ class StreamingDetector(FitMixin, PersistenceMixin):
         cross_fit_nodes: str = "restrict",
         position_weight: float | None = None,
     ):
-        # scikit-learn's convention: store the parameters as given; fit() resolves the presets and
-        # checks them (_resolve_params), and the values it runs with are the fitted order_, scope_, ...
+        # scikit-learn's convention: store the parameters as given; fit() checks them, resolves the
+        # presets (_resolve_params), and the values it runs with are the fitted order_, scope_, ...
         self.method = method
         self.node_confidence = node_confidence
         self.order = order
@@ -238,25 +210,13 @@ class StreamingDetector(FitMixin, PersistenceMixin):
         self.scope = scope
         self.position_weight = position_weight
         self.preset = preset
-        self._encoder_spec = encoder
-        self._encoder = None
+        self.encoder = encoder
+        self._encoder: tuple[Any, Any] | None = None  # (the encoder parameter, the object it resolved to)
         self._parent: StreamingDetector | None = None
 
     # -- parameters --------------------------------------------------------------------------
-    def get_params(self) -> dict[str, Any]:
-        """The constructor's parameters as given (scikit-learn's ``get_params``): a setting left to
-        the preset is ``None``; :meth:`settings` gives the values the detector runs with.
-
-        Returns:
-            dict[str, Any]: name -> value (``encoder`` as given: an alias, path or object).
-        """
-        params = {k: getattr(self, k) for k in self._CONSTRAINTS}
-        params["node_confidence"], params["backoff"] = self.node_confidence, self.backoff
-        params["encoder"] = self._encoder_spec
-        return params
-
     def resolved_settings(self) -> tuple[dict[str, Any], dict[str, str]]:
-        """The settings the parameters resolve to (presets filled in), checked against the
+        """The settings the parameters resolve to (presets filled in), each checked against the
         constraint table; reads the parameters only (what :meth:`fit` runs with).
 
         Returns:
@@ -264,22 +224,23 @@ class StreamingDetector(FitMixin, PersistenceMixin):
             and for each selectable setting ``"explicit"`` or ``"preset:<preset>"``.
 
         Raises:
-            ValueError: Any invalid parameter (all of them listed in one message), an unknown
-                preset, or no selected settings for the detector.
+            InvalidParameterError: An invalid parameter or resolved setting (scikit-learn's, a
+                ``ValueError``; the message names it and its value).
+            ValueError: No selected settings for the detector.
         """
-        validate_params(
-            "StreamingDetector",
-            {"method": self.method, "preset": self.preset},
-            {k: self._CONSTRAINTS[k] for k in ("method", "preset")},
-        )
+        self._validate_params()
         explicit = {k: getattr(self, k) for k in SELECTABLE}
-        defaults = preset_settings(self.preset, self.name, _encoder_name(self._encoder_spec))
+        defaults = preset_settings(self.preset, self.name, _encoder_name(self.encoder))
         settings = {k: (defaults[k] if explicit[k] is None else explicit[k]) for k in SELECTABLE}
         rule = self.threshold_rule
         settings["threshold_rule"] = (
             rule if rule is not None else ("percentile" if self.preset == "paper" else DEFAULT_THRESHOLD_RULE)
         )
-        validate_params("StreamingDetector", {**self.get_params(), **settings}, self._CONSTRAINTS)
+        validate_parameter_constraints(
+            self._parameter_constraints,
+            {**self.get_params(deep=False), **settings},
+            caller_name=f"{type(self).__name__} (with the {self.preset!r} preset's settings)",
+        )
         settings["distance_threshold"] = float(settings["distance_threshold"])
         settings["backoff"] = bool(settings["backoff"])
         settings["position_weight"] = float(settings["position_weight"])
@@ -301,7 +262,7 @@ class StreamingDetector(FitMixin, PersistenceMixin):
         :meth:`fit` or :meth:`load`: those it was fitted with).
 
         Raises:
-            ValueError: Not fitted, and the parameters are invalid.
+            InvalidParameterError: Not fitted, and the parameters are invalid (a ``ValueError``).
         """
         source = self.__dict__.get("settings_source_")
         return dict(source) if source is not None else self.resolved_settings()[1]
@@ -312,44 +273,59 @@ class StreamingDetector(FitMixin, PersistenceMixin):
         return self.method + ("+nc" if self.node_confidence else "")
 
     def __repr__(self) -> str:
-        fitted = f"fitted on {self.n_train}, V={self.vocab_size}" if self.is_fitted else "not fitted"
-        scope = f", {len(self.task_models)} task models" if self.task_models else ""
+        fitted = f"fitted on {self.n_train_}, V={self.vocab_size}" if self.is_fitted else "not fitted"
+        models = self.__dict__.get("task_models_")
+        scope = f", {len(models)} task models" if models else ""
         return (
             f"StreamingDetector({self.name!r}, N={self.__dict__.get('order_', self.order)}, {fitted}{scope})"
         )
 
-    @property
-    def encoder(self):
+    def get_encoder(self):
+        """The encoder object the detector embeds turns with (a task model: its parent's).
+
+        Returns:
+            ``None`` (``encoder=None``: embeddings must be passed), the shared instance of an alias
+            or path, or the encoder object given; resolved once per ``encoder`` value.
+
+        Raises:
+            TypeError: ``encoder`` is neither ``None``, a string nor an encoder object.
+        """
         if self._parent is not None:
-            return self._parent.encoder
-        if self._encoder is None and self._encoder_spec is not None:
-            self._encoder = resolve_encoder(self._encoder_spec)
-        return self._encoder
+            return self._parent.get_encoder()
+        if self._encoder is None or self._encoder[0] is not self.encoder:
+            self._encoder = (self.encoder, resolve_encoder(self.encoder))
+        return self._encoder[1]
 
     @property
     def is_fitted(self) -> bool:
-        return bool(self.task_models) or (self.lm is not None and self.threshold is not None)
+        """Whether :meth:`fit` (or :meth:`load`) has run."""
+        d = self.__dict__
+        return bool(d.get("task_models_")) or (d.get("lm_") is not None and d.get("threshold_") is not None)
+
+    def __sklearn_is_fitted__(self) -> bool:
+        return self.is_fitted
 
     @property
     def vocab_size(self) -> int:
-        if self.task_models:
-            return sum(m.vocab_size for m in self.task_models.values())
-        return sum(len(c) for c in self.centroids.values())
+        """The number of nodes (all task models together); 0 before :meth:`fit`."""
+        models = self.__dict__.get("task_models_")
+        if models:
+            return sum(m.vocab_size for m in models.values())
+        return sum(len(c) for c in self.__dict__.get("centroids_", {}).values())
 
     @property
     def node_names(self) -> list[str]:
         """Global node names (``"user:0"``, ..., ``"system:0"``, ...), indexed by node id (one model)."""
-        return [
-            f"{sp}:{i}" for sp in SPEAKERS if sp in self.centroids for i in range(len(self.centroids[sp]))
-        ]
+        cents = self.__dict__.get("centroids_", {})
+        return [f"{sp}:{i}" for sp in SPEAKERS if sp in cents for i in range(len(cents[sp]))]
 
     @property
     def thresholds(self) -> dict[str | None, float]:
-        """The threshold of each model, by task (``{task: threshold}``; one entry for one model)."""
-        return {k: m.threshold for k, m in self.models().items()}
+        """The threshold of each model, by task (``{task: threshold_}``; one entry for one model)."""
+        return {k: m.threshold_ for k, m in self.models().items()}
 
     def models(self) -> dict[str | None, StreamingDetector]:
-        """The fitted single models by task: ``task_models``, or ``{task: self}`` for one model.
+        """The fitted single models by task: ``task_models_``, or ``{task: self}`` for one model.
 
         Returns:
             dict: task (``None`` for a pooled model or dialogues without a task) -> single-model detector.
@@ -358,9 +334,9 @@ class StreamingDetector(FitMixin, PersistenceMixin):
             NotFittedError: The detector is not fitted.
         """
         self.check_is_fitted()
-        if self.task_models:
-            return dict(self.task_models)
-        return {(self.tasks[0] if len(self.tasks) == 1 else None): self}
+        if self.task_models_:
+            return dict(self.task_models_)
+        return {(self.tasks_[0] if len(self.tasks_) == 1 else None): self}
 
     def for_task(self, task: str | None = None) -> StreamingDetector:
         """The single model that watches dialogues of ``task`` (``self`` when there is one model).
@@ -377,17 +353,17 @@ class StreamingDetector(FitMixin, PersistenceMixin):
             ValueError: No model was fitted for ``task``; the message lists the fitted tasks.
         """
         self.check_is_fitted()
-        if not self.task_models:
-            if task is not None and self.scope_ == "task" and self.tasks not in ([None], [task]):
-                raise ValueError(f"this detector was fitted on task(s) {self.tasks}, not {task!r}")
+        if not self.task_models_:
+            if task is not None and self.scope_ == "task" and self.tasks_ not in ([None], [task]):
+                raise ValueError(f"this detector was fitted on task(s) {self.tasks_}, not {task!r}")
             return self
-        if task not in self.task_models:
-            known = ", ".join(sorted(str(t) for t in self.task_models))
+        if task not in self.task_models_:
+            known = ", ".join(sorted(str(t) for t in self.task_models_))
             raise ValueError(
                 f"no model for task {task!r} (scope='task'; fitted tasks: {known}); give each "
                 "dialogue its 'task' field, or fit with scope='pooled'"
             )
-        return self.task_models[task]
+        return self.task_models_[task]
 
     def route_task(self, speaker: str, embedding: np.ndarray) -> str | None:
         """The task whose model should watch a dialogue with no ``task`` field (e.g. the blind
@@ -407,13 +383,13 @@ class StreamingDetector(FitMixin, PersistenceMixin):
             ValueError: No task model has a node for ``speaker``.
         """
         self.check_is_fitted()
-        if not self.task_models:
-            return self.tasks[0] if len(self.tasks) == 1 else None
+        if not self.task_models_:
+            return self.tasks_[0] if len(self.tasks_) == 1 else None
         e = np.asarray(embedding, dtype=np.float64).reshape(-1)
         e = e / (np.linalg.norm(e) or 1.0)
         best, best_sim = None, -np.inf
-        for task in sorted(self.task_models, key=str):
-            C = self.task_models[task].centroids.get(speaker)
+        for task in sorted(self.task_models_, key=str):
+            C = self.task_models_[task].centroids_.get(speaker)
             if C is None:
                 continue
             sim = float(np.max(C @ e))
@@ -444,18 +420,20 @@ class StreamingDetector(FitMixin, PersistenceMixin):
         show_progress: bool = False,
     ) -> list[np.ndarray]:
         if embeddings is None:
-            if self.encoder is None:
+            encoder = self.get_encoder()
+            if encoder is None:
                 raise ValueError(
                     "no encoder: pass embeddings= (one (n_turns, d) array per dialogue) or build "
                     "the detector with encoder='minilm' (or another alias/path)"
                 )
-            embeddings = self.encoder.encode_dialogues(turns_list)
+            embeddings = encoder.encode_dialogues(turns_list)
         embeddings = list(embeddings)
         if len(embeddings) != len(turns_list):
             raise ValueError(f"embeddings holds {len(embeddings)} arrays for {len(turns_list)} dialogues")
         out, errs = [], []
         dim = None
-        cents = next(iter(self.task_models.values())).centroids if self.task_models else self.centroids
+        models = self.__dict__.get("task_models_")  # read during fit too (a refit keeps the dimension)
+        cents = next(iter(models.values())).centroids_ if models else self.__dict__.get("centroids_")
         if cents:
             dim = next(iter(cents.values())).shape[1]
         for name, turns, e in zip(names, turns_list, embeddings):
@@ -494,7 +472,7 @@ class StreamingDetector(FitMixin, PersistenceMixin):
         """
         from dialfork_metrics.flowgraph import cosine_similarities, node_confidence
 
-        C = self.centroids.get(speaker)
+        C = self.centroids_.get(speaker)
         if C is None:
             raise ValueError(
                 f"speaker {speaker!r} never spoke in the train dialogues; the detector has no node for it"
@@ -507,7 +485,7 @@ class StreamingDetector(FitMixin, PersistenceMixin):
             conf = np.asarray(node_confidence(S, K=self.K, tau=self.tau), dtype=np.float64)
         else:
             conf = np.ones(len(E))
-        return idx + self.node_offsets[speaker], conf
+        return idx + self.node_offsets_[speaker], conf
 
     def _assign_many(self, turns_list: list[list[dict[str, str]]], emb: list[np.ndarray]):
         """Per dialogue: (node ids, confidences), with one batched assignment per speaker."""
@@ -586,7 +564,7 @@ class StreamingDetector(FitMixin, PersistenceMixin):
             ``(next_state, result)``: the :class:`StepState` to carry to the next turn and this turn's
             :class:`StepResult` (``p_t``, the compared score, whether it alarms, its system turn).
         """
-        lm = self.lm
+        lm = self.lm_
         p = lm.prob(lm.context_of(state.context), node)
         if self.node_confidence:
             p *= confidence
@@ -595,12 +573,12 @@ class StreamingDetector(FitMixin, PersistenceMixin):
         offset = gamma * math.log(max(n_system, 1)) if gamma else 0.0
         if self.method == "it":  # the same expressions as decision.turn_scores
             score: float | None = p * math.exp(-offset) if gamma else p
-            alarm = score < self.threshold
+            alarm = score < self.threshold_
         else:  # the same expression as surprisal_jumps
             score = None if state.prev_p is None else (-math.log(p)) - (-math.log(state.prev_p))
             if score is not None and gamma:
                 score = score + offset
-            alarm = score is not None and score > self.threshold
+            alarm = score is not None and score > self.threshold_
         k = self.order_ - 1
         context = (*state.context, int(node))[-k:] if k else ()
         return (
@@ -616,14 +594,14 @@ class StreamingDetector(FitMixin, PersistenceMixin):
         turns_list = [as_turns(d, where=n) for d, n in zip(dialogues, names)]
         emb = self._embeddings(turns_list, embeddings, names, show_progress)
         groups: dict[int, tuple[StreamingDetector, list[int]]] = {}
-        if not self.task_models:
+        if not self.task_models_:
             groups[id(self)] = (self, list(range(len(dialogues))))
         else:
             errs = []
             for i, d in enumerate(dialogues):
                 try:
                     task = _task_of(d)
-                    if task is None and None not in self.task_models and len(turns_list[i]):
+                    if task is None and None not in self.task_models_ and len(turns_list[i]):
                         task = self.route_task(turns_list[i][0]["speaker"], emb[i][0])
                     m = self.for_task(task)
                 except ValueError as e:
@@ -666,7 +644,7 @@ class StreamingDetector(FitMixin, PersistenceMixin):
         """Per dialogue, the calibration statistic (IT ``min_t p_t``, SS ``max_t Delta_t``; ``-inf``
         for a one-turn dialogue under SS) and the task of the model that watched it. A dialogue
         raises an alarm at operating point ``a`` exactly when its statistic crosses
-        ``calibrate_threshold(model.calibration_stats, method, a)`` (IT below, SS above): the
+        ``calibrate_threshold(model.calibration_stats_, method, a)`` (IT below, SS above): the
         trade-off curve (:func:`dialfork_metrics.task3.selection.tradeoff_curve`) sweeps ``a``.
 
         Args:

@@ -52,8 +52,9 @@ class FitMixin:
             The detector itself, fitted.
 
         Raises:
-            ValueError: A constructor parameter breaks the constraint table (all listed), no
-                dialogue, a fork, a malformed or one-turn dialogue, or bad embeddings.
+            InvalidParameterError: A constructor parameter (or a setting its preset resolves to)
+                breaks ``_parameter_constraints`` (scikit-learn's; a ``ValueError``).
+            ValueError: No dialogue, a fork, a malformed or one-turn dialogue, or bad embeddings.
             TypeError: ``dialogues`` is not a list of dialogues.
         """
         self._resolve_params()
@@ -118,7 +119,7 @@ class FitMixin:
         )
         self.n_train_ = len(turns_list)
         self.train_false_alarm_rate_ = float(
-            sum(m.train_false_alarm_rate * m.n_train for m in self.task_models.values()) / self.n_train
+            sum(m.train_false_alarm_rate_ * m.n_train_ for m in self.task_models_.values()) / self.n_train_
         )
         return self
 
@@ -147,6 +148,7 @@ class FitMixin:
         )
         sub._resolve_params()
         sub.settings_source_ = dict(self.settings_source_)
+        sub.task_models_ = {}
         sub._parent = self
         return sub
 
@@ -179,12 +181,12 @@ class FitMixin:
                 for p, j in zip(p_calib, sys_turns)
             ]
         )
-        self.threshold_ = self._threshold(self.calibration_stats, self.false_alarm_rate)
+        self.threshold_ = self._threshold(self.calibration_stats_, self.false_alarm_rate)
         self.n_train_ = len(turns_list)
         self.train_false_alarm_rate_ = float(
             np.mean(
                 [
-                    alarms(p, self.method, self.threshold, j, self.position_weight_).any()
+                    alarms(p, self.method, self.threshold_, j, self.position_weight_).any()
                     for p, j in zip(p_train, sys_turns)
                 ]
             )
@@ -193,10 +195,10 @@ class FitMixin:
             "fitted %s%s on %d dialogues: V=%d nodes, threshold=%.6g, train false-alarm rate %.3f",
             self.name,
             f" ({where})" if where else "",
-            self.n_train,
+            self.n_train_,
             offset,
-            self.threshold,
-            self.train_false_alarm_rate,
+            self.threshold_,
+            self.train_false_alarm_rate_,
         )
 
     def _fit_nodes(
@@ -322,7 +324,7 @@ class FitMixin:
         )._resolve_params()
 
     def _sequence_p(self, nodes: np.ndarray, confs: np.ndarray) -> np.ndarray:
-        p = self.lm.sequence_probs(nodes)
+        p = self.lm_.sequence_probs(nodes)
         return p * confs if self.node_confidence else p
 
     def _threshold(self, stats: np.ndarray, false_alarm_rate: float) -> float:
@@ -355,7 +357,7 @@ class FitMixin:
         self.false_alarm_rate = float(false_alarm_rate)
         for m in self.models().values():
             m.false_alarm_rate = float(false_alarm_rate)
-            m.threshold_ = m._threshold(m.calibration_stats, false_alarm_rate)
+            m.threshold_ = m._threshold(m.calibration_stats_, false_alarm_rate)
         return self
 
     # -- streaming ---------------------------------------------------------------------------

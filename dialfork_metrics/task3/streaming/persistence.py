@@ -83,11 +83,7 @@ class PersistenceMixin:
             "preset": self.preset,
             "settings_source": source,
             # the name it was built with (an alias stays an alias, not the resolved path)
-            "encoder": _encoder_name(
-                self._encoder_spec
-                if self._encoder is None or isinstance(self._encoder_spec, str)
-                else self._encoder
-            ),
+            "encoder": _encoder_name(self.encoder),
         }
 
     def save(self, path: str | os.PathLike) -> Path:
@@ -112,13 +108,13 @@ class PersistenceMixin:
             "format": FORMAT,
             "format_version": FORMAT_VERSION,
             **self.config(),
-            "tasks": self.tasks,
-            "n_train": self.n_train,
-            "train_false_alarm_rate": self.train_false_alarm_rate,
+            "tasks": self.tasks_,
+            "n_train": self.n_train_,
+            "train_false_alarm_rate": self.train_false_alarm_rate_,
         }
-        if self.task_models:
+        if self.task_models_:
             entries = []
-            for i, (task, m) in enumerate(sorted(self.task_models.items(), key=lambda kv: str(kv[0]))):
+            for i, (task, m) in enumerate(sorted(self.task_models_.items(), key=lambda kv: str(kv[0]))):
                 m._save_model(path / "tasks" / f"{i:03d}")
                 entries.append({"task": task, "folder": f"tasks/{i:03d}"})
             meta["task_models"] = entries
@@ -132,23 +128,23 @@ class PersistenceMixin:
         from dialfork_dataset.jsonl import write_json_atomic
 
         path.mkdir(parents=True, exist_ok=True)
-        arrays = {f"centroids_{sp}": c.astype(np.float64) for sp, c in self.centroids.items()}
-        arrays.update(self.lm.to_arrays())
-        arrays["calibration_stats"] = np.asarray(self.calibration_stats, dtype=np.float64)
+        arrays = {f"centroids_{sp}": c.astype(np.float64) for sp, c in self.centroids_.items()}
+        arrays.update(self.lm_.to_arrays())
+        arrays["calibration_stats"] = np.asarray(self.calibration_stats_, dtype=np.float64)
         tmp = path / ".arrays.tmp.npz"
         np.savez_compressed(tmp, **arrays)
         os.replace(tmp, path / "arrays.npz")
         meta = {
-            "speakers": list(self.centroids),
-            "node_offsets": self.node_offsets,
+            "speakers": list(self.centroids_),
+            "node_offsets": self.node_offsets_,
             "vocab_size": self.vocab_size,
-            "threshold": self.threshold,
-            "n_train": self.n_train,
-            "train_false_alarm_rate": self.train_false_alarm_rate,
+            "threshold": self.threshold_,
+            "n_train": self.n_train_,
+            "train_false_alarm_rate": self.train_false_alarm_rate_,
         }
         if self._parent is not None:
             write_json_atomic(
-                path / "config.json", {"format": FORMAT + "-task-model", "tasks": self.tasks, **meta}
+                path / "config.json", {"format": FORMAT + "-task-model", "tasks": self.tasks_, **meta}
             )
         return meta
 
@@ -217,8 +213,15 @@ class PersistenceMixin:
         if "settings_source" in meta:
             det.settings_source_ = dict(meta["settings_source"])
         det.tasks_ = list(meta.get("tasks", [None]))
+        det.task_models_ = {}
         if meta.get("task_models"):
-            det.task_models_ = {}
+            det.centroids_, det.node_offsets_, det.lm_, det.threshold_, det.calibration_stats_ = (
+                {},
+                {},
+                None,
+                None,
+                None,
+            )
             for entry in meta["task_models"]:
                 sub = det._submodel()
                 sub_path = path / entry["folder"]

@@ -61,15 +61,21 @@ class StepResult:
 
 
 class StepModel(Protocol):
-    """What a :class:`Stream` reads from its detector: a fitted
+    """What a :class:`Stream` reads from its detector (a structural protocol): a fitted
     :class:`~.detector.StreamingDetector` (one task's model) is one.
 
     Attributes:
-        encoder: The encoder of turns given without an embedding (``None``: embeddings must be given).
+        (none): a stream reads no attribute, only the three methods :meth:`get_encoder`,
+            :meth:`assign` and :meth:`step`.
     """
 
-    encoder: Any
-    """The encoder of turns given without an embedding (``None``: embeddings must be given)."""
+    def get_encoder(self) -> Any:
+        """The encoder of turns given without an embedding.
+
+        Returns:
+            The encoder object, or ``None`` (embeddings must be given).
+        """
+        ...
 
     def assign(self, speaker: str, E: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The nodes and node confidences of ``speaker``'s turn embeddings ``E`` (one row each).
@@ -146,9 +152,10 @@ class Stream:
         t = as_turns([turn], where=where)[0]
         det = self._det
         if embedding is None:
-            if det.encoder is None:
+            encoder = det.get_encoder()
+            if encoder is None:
                 raise ValueError("update() without an embedding needs a detector built with an encoder")
-            embedding = det.encoder.encode([t["text"]])[0]
+            embedding = encoder.encode([t["text"]])[0]
         e = np.asarray(embedding, dtype=np.float64).reshape(1, -1)
         node, conf = det.assign(t["speaker"], e)
         return self.update_node(t, int(node[0]), float(conf[0]))
