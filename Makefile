@@ -151,7 +151,7 @@ test: install system-deps
 # a Task 3 detector, a backend and a source kind (tests/toy_extensions.py) before collecting, and the
 # extension, generation, hidden-split, export, detector-convention, benchmark and leaderboard-scoring tests
 # must pass as they do without them: every test reads the registries, not literals. The toys are
-# registered through $DIALFORK_PLUGINS, so the processes the tests start see them too. About 4 minutes
+# registered through $DIALFORK_PLUGINS, so the processes the tests start see them too. About 2 minutes
 # on 2 cores. EXT_WORKERS: pytest-xdist processes (0: all in this process).
 EXT_TESTS ?= tests/test_registries.py tests/test_extending.py tests/test_extending_type.py tests/test_generation.py \
   tests/test_hidden_split.py tests/test_hub.py tests/test_foundations.py tests/test_metrics_structure.py \

@@ -89,6 +89,9 @@ def evaluate(det: Any, test: list[dict], E: list[np.ndarray], steps: dict) -> di
         by["conformant" if r["edit"] is None else r["edit"]].append((p, r["fork_turn"]))
     out: dict[str, Any] = {
         "score": sc["score"],
+        "components": sc["components"],
+        "mae_h": sc["mae_h"],
+        "mae_c": sc["mae_c"],
         "false_alarms": float(np.mean([p is not None for p, _ in by["conformant"]])),
         "n_conformant": len(by["conformant"]),
     }

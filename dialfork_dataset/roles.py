@@ -35,7 +35,11 @@ docs/step_roles.md lists what it gives on every STAR task):
    *dominate* it in the graph from the start (every path to it passes them: networkx's
    ``immediate_dominators``); a step the graph does not reach (STAR's ``*_nothing_found``) requires
    what every query of the task requires.
-4. Each slot is matched to the API input it fills (:func:`api_slot_for`), so that its values (the
+5. Offers. An outcome or inform step whose own text names, by a placeholder, a slot that a
+   question step collects and that the step does not require *offers* it: the system proposes a
+   value ("I found 3 buses; one leaves at {leaving_time}"), and the user's next turn takes the
+   offer, which fills the slot as if asked (SGD's offered slots; ``offers`` of :class:`StepRole`).
+6. Each slot is matched to the API input it fills (:func:`api_slot_for`), so that its values (the
    API's categories and type) let a tracker see a user volunteer it, and so that STAR's query
    constraints can grade a tracker.
 
@@ -133,6 +137,9 @@ class StepRole:
         collects: Slots a question step collects.
         requires: Slots that must be filled before the step is said.
         declared: The roles or slots came from the workflow file, not rule 2/3.
+        offers: Slots an outcome or inform step proposes a value for (rule 5): the user's next
+            turn takes the offer, which fills them (SGD's offered slots: "One leaves at 8:40 am").
+        mentions: The slots its own text names by a placeholder (:func:`placeholders`).
     """
 
     node: str
@@ -140,6 +147,8 @@ class StepRole:
     collects: tuple[str, ...] = ()
     requires: tuple[str, ...] = ()
     declared: bool = False
+    offers: tuple[str, ...] = ()
+    mentions: tuple[str, ...] = ()
 
     def has(self, role: str) -> bool:
         """Whether the step has ``role``.
@@ -384,6 +393,29 @@ def value_type(slot: str, inp: Mapping[str, Any] | None) -> str:
     return "text"
 
 
+def placeholders(task: Any, node: str) -> list[str]:
+    """The slots a step's own text names by a placeholder (``{day:s}`` -> ``day``), in order.
+
+    Args:
+        task: A workflow task (``template(node)``, ``replies``).
+        node: The step.
+
+    Returns:
+        list[str]: The placeholder names of its template and its reply label, without repeats.
+
+    Example:
+        >>> class T:
+        ...     replies = {"offer": "I found {count} buses"}
+        ...     def template(self, node): return "One leaves at {leaving_time:s} for {fare}."
+        >>> placeholders(T(), "offer")
+        ['leaving_time', 'fare', 'count']
+    """
+    template = getattr(task, "template", None)
+    texts = [(template(node) if callable(template) else None) or ""]
+    texts.append((getattr(task, "replies", None) or {}).get(node) or "")
+    return list(dict.fromkeys(m for t in texts for m in re.findall(r"\{(\w+)", t)))
+
+
 def _declared(task: Any, node: str) -> tuple[str | None, list[str] | None, list[str] | None]:
     role = (getattr(task, "declared_roles", None) or {}).get(node)
     collects = (getattr(task, "declared_collects", None) or {}).get(node)
@@ -476,6 +508,7 @@ def derive_roles(task: Any) -> TaskRoles:
     q_req = [set(requires.get(q, ())) for q in queries if q in requires]
     common = sorted(set.intersection(*q_req)) if q_req else []
     order = {s: i for i, s in enumerate(s for n in nodes for s in collects.get(n, ()))}
+    collected = set(order)
     steps: dict[str, StepRole] = {}
     problems: list[str] = []
     for n in nodes:
@@ -489,7 +522,15 @@ def derive_roles(task: Any) -> TaskRoles:
         else:
             req = []
         req = [s for s in dict.fromkeys(req) if s not in collects.get(n, ())]
-        steps[n] = StepRole(n, frozenset(r), tuple(collects.get(n, ())), tuple(req), declared[n])
+        named = tuple(placeholders(task, n))
+        offers = (
+            tuple(s for s in named if s in collected and s not in req)
+            if r & {"outcome", "inform"} and "question" not in r
+            else ()
+        )
+        steps[n] = StepRole(
+            n, frozenset(r), tuple(collects.get(n, ())), tuple(req), declared[n], offers, named
+        )
         if not r:
             problems.append(
                 f"task {task.name!r}: step {n!r}: no role can be derived from its id (add 'role:' to the "
@@ -588,9 +629,14 @@ def step_signatures(roles: TaskRoles) -> dict[str, frozenset[tuple[str, str]]]:
     """What each step of a task could share with a step of another workflow.
 
     A step that greets, closes, falls back or asks for confirmation is shared by role alone; a
-    question is shared by what it asks for (:func:`slot_concept`); an action, outcome or inform
-    step is its workflow's own (empty signature). Two workflows whose steps share a signature are
-    not each other's rivals on those steps (the workflow-aware detector's rejection rule).
+    question is shared by what it asks for (:func:`slot_concept`), a question that collects no
+    slot ("Shall I book it for you?") with every other such question; an inform step (an answer
+    about the item at hand, not a result) by each slot its text names (``{phone_number}``: the
+    doctor's and the hotel's phone number are told alike); an action or outcome step (an offer of
+    the workflow's own items, a booking made) is its workflow's own: sharing "Your reservation is
+    made" across workflows cost STAR's typed-draft track a third of its caught task switches.
+    Two workflows whose steps share a signature are not each other's rivals on those steps (the
+    workflow-aware detector's rejection rule).
 
     Args:
         roles: A task's roles (:func:`derive_roles`).
@@ -609,6 +655,10 @@ def step_signatures(roles: TaskRoles) -> dict[str, frozenset[tuple[str, str]]]:
         sig = {(r, "") for r in step.roles & SHARED_ROLES}
         if "question" in step.roles:
             sig |= {("question", slot_concept(s, roles.value_types.get(s, "text"))) for s in step.collects}
+            if not step.collects:
+                sig.add(("question", ""))
+        if step.roles == {"inform"}:
+            sig |= {("inform", s) for s in step.mentions}
         out[node] = frozenset(sig)
     return out
 
@@ -680,6 +730,7 @@ __all__ = [
     "TaskRoles",
     "api_slot_for",
     "derive_roles",
+    "placeholders",
     "roles_table",
     "slot_concept",
     "slot_from_name",

@@ -347,8 +347,8 @@ def test_state_dict_errors_lists_each_problem():
     errs = state_dict_errors(bad, 2)
     assert errs == [
         "dialogue.said must list step names (or null)",
-        "dialogue.filled['day'] must be [how ('answered'|'volunteered'), user turn index, value]",
-        "dialogue.filled['city'] must be [how ('answered'|'volunteered'), user turn index, value]",
+        "dialogue.filled['day'] must be [how ('answered'|'volunteered'|'offered'), user turn index, value]",
+        "dialogue.filled['city'] must be [how ('answered'|'volunteered'|'offered'), user turn index, value]",
         "dialogue.done must be a list of strings",
         "dialogue.pending must be a list of strings",
         "dialogue.answered_by must map slots to system turn indices",
@@ -360,7 +360,7 @@ def test_state_dict_errors_lists_each_problem():
     ]
     assert state_dict_errors({"filled": []}, 0) == ["dialogue.filled must map slots to [how, turn, value]"]
     assert state_dict_errors({"filled": {"x": ["answered", 0]}}, 0) == [
-        "dialogue.filled['x'] must be [how ('answered'|'volunteered'), user turn index, value]"
+        "dialogue.filled['x'] must be [how ('answered'|'volunteered'|'offered'), user turn index, value]"
     ]
 
 

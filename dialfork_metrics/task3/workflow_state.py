@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from dialfork_dataset.roles import api_slot_for
+from dialfork_dataset.roles import api_slot_for, placeholders
 
 RULES: tuple[str, ...] = ("skip-requires", "skip-closing", "repeat-slot")
 """The step rules, in the order a turn's reason names them."""
@@ -166,7 +166,8 @@ class SlotFill:
 
     Attributes:
         slot: The slot.
-        how: ``"answered"`` or ``"volunteered"``.
+        how: ``"answered"``, ``"volunteered"`` or ``"offered"`` (the user's turn after a system
+            turn that offered a value for it: :attr:`~dialfork_dataset.roles.StepRole.offers`).
         turn: The 0-based index of the user turn that filled it.
         value: The text that filled it (the value seen, or the whole answer).
     """
@@ -321,6 +322,10 @@ def observe_user(state: DialogueState, text: str, turn: int, roles: Any) -> Dial
     for s, v in seen.items():
         if s not in state.filled:
             state.filled[s] = SlotFill(s, "volunteered", turn, v)
+    last = roles.role_of(state.said[-1]) if state.said else None
+    for s in getattr(last, "offers", ()):  # the user takes (or answers) the system's offer
+        if s not in state.filled:
+            state.filled[s] = SlotFill(s, "offered", turn, text)
     state.pending = []
     state.pending_node = None
     return state
@@ -606,8 +611,7 @@ RECOGNISABLE = frozenset({"categorical", "weekday", "time", "date", "number", "n
 
 
 def _placeholders(task: Any, node: str) -> set[str]:
-    texts = [task.template(node) or "", (getattr(task, "replies", {}) or {}).get(node) or ""]
-    return {m for t in texts for m in re.findall(r"\{(\w+)", t)}
+    return set(placeholders(task, node))
 
 
 def enforced_requirements(
@@ -748,7 +752,7 @@ def state_dict_errors(d: Any, n_system: int) -> list[str]:
 
     Example:
         >>> state_dict_errors({"said": ["a"], "filled": {"x": ["told", 0, "v"]}}, 1)
-        ["dialogue.filled['x'] must be [how ('answered'|'volunteered'), user turn index, value]"]
+        ["dialogue.filled['x'] must be [how ('answered'|'volunteered'|'offered'), user turn index, value]"]
     """
     if not isinstance(d, Mapping):
         return ["dialogue must be the dialogue state (an object)"]
@@ -766,13 +770,13 @@ def state_dict_errors(d: Any, n_system: int) -> list[str]:
             if not (
                 isinstance(v, list | tuple)
                 and len(v) == 3
-                and v[0] in ("answered", "volunteered")
+                and v[0] in ("answered", "volunteered", "offered")
                 and isinstance(v[1], int)
                 and not isinstance(v[1], bool)
                 and isinstance(v[2], str)
             ):
                 errs.append(
-                    f"dialogue.filled[{k!r}] must be [how ('answered'|'volunteered'), user turn index, value]"
+                    f"dialogue.filled[{k!r}] must be [how ('answered'|'volunteered'|'offered'), user turn index, value]"
                 )
     for key in ("done", "pending", "valued"):
         v = d.get(key, [])
