@@ -156,7 +156,7 @@ test: install system-deps
 EXT_TESTS ?= tests/test_registries.py tests/test_extending.py tests/test_extending_type.py tests/test_generation.py \
   tests/test_hidden_split.py tests/test_hub.py tests/test_foundations.py tests/test_metrics_structure.py \
   tests/test_detector_conventions.py tests/test_detector_consumers.py tests/test_plugins.py tests/test_bench.py \
-  tests/test_leaderboard_score.py
+  tests/test_leaderboard_score.py tests/test_registered_modules.py
 EXT_WORKERS ?= auto
 test-extensions: install
 	DIALFORK_TEST_TOY_EXTENSIONS=1 DIALFORK_STAR_DIR=$(abspath $(STAR)) $(PY) -m pytest -p no:cacheprovider \

@@ -21,9 +21,13 @@ from pathlib import Path
 from typing import Any
 
 from dialfork_dataset.atomic import write_text_atomic
+from dialfork_dataset.citation import CITATION as DIALFORK_BIBTEX
 
 from . import registry
-from .modules import DIALFORK_BIBTEX, MODULES_DIR
+
+#: The packaged modules' folder (``dialfork_metrics.modules.MODULES_DIR``; not imported from there,
+#: whose :func:`~dialfork_metrics.modules.load` writes a registered metric's folder with this module).
+MODULES_DIR = Path(__file__).resolve().parent / "modules"
 
 _NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 #: The Gradio version the Spaces declare (as the packaged modules' cards).

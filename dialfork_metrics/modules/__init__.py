@@ -59,11 +59,16 @@ def module_path(name: str) -> str:
     return str(MODULES_DIR / name)
 
 
-def load(name: str, **kwargs: Any):
-    """``evaluate.load`` of the packaged module ``name``; works offline (``HF_EVALUATE_OFFLINE=1``).
+def load(name: str, level: str | None = None, **kwargs: Any):
+    """``evaluate.load`` of the packaged module ``name``, or of a registered metric's module written
+    from its registry entry on first use (:func:`registered_module_path`); works offline
+    (``HF_EVALUATE_OFFLINE=1``).
 
     Args:
-        name: ``"flowscore"``, ``"flowdtw"``, ``"flowkl"`` or ``"task3"``.
+        name: A packaged module (``"flowscore"``, ``"flowdtw"``, ``"flowkl"``, ``"task3"``), or the
+            name of a metric in :mod:`dialfork_metrics.registry` (its entry and its function are
+            the whole metric: the module folder is made from the entry).
+        level: For a registered metric registered at both levels: ``"pair"`` (default) or ``"set"``.
         **kwargs: Passed to ``evaluate.load``: evaluate's own (``config_name``, ``cache_dir``,
             ``keep_in_memory``, ``experiment_id``, ``num_process``, ``process_id``...) and the
             module's load-time options (e.g. ``encoder="d2f"``, ``batch_size=64``, ``device="cuda"``).
@@ -72,11 +77,75 @@ def load(name: str, **kwargs: Any):
         The ``evaluate.EvaluationModule``: ``add_batch``/``add`` in a loop, then ``compute()``.
 
     Raises:
-        ValueError: ``name`` is not a packaged module.
+        ValueError: ``name`` is neither a packaged module nor a registered metric with a module
+            (the message lists both), or ``level`` is not ``"pair"``/``"set"``.
     """
     import evaluate
 
-    return evaluate.load(module_path(name), **kwargs)
+    if level is None and isinstance(name, str) and name in available():
+        return evaluate.load(module_path(name), **kwargs)
+    return evaluate.load(registered_module_path(name, level), **kwargs)
+
+
+def registered_module_path(name: str, level: str | None = None) -> str:
+    """The ``evaluate`` module folder of a registered metric, written from its registry entry
+    (:func:`dialfork_metrics.module_folder.module_files`) into a cache the first time it is asked
+    for: ``$DIALFORK_MODULES_CACHE``, else ``~/.cache/dialfork/modules``, under a folder named by
+    the files' hash (an entry that changes gets a new folder; the write is atomic, so processes
+    may race). ``python -m dialfork_metrics new-module NAME`` writes the same folder where you
+    choose, to publish it as a Space.
+
+    Args:
+        name: The metric's name in :mod:`dialfork_metrics.registry`.
+        level: ``"pair"`` or ``"set"``; None: the pair metric of that name, else the set metric.
+
+    Returns:
+        The module folder (``<cache>/<hash>/<module>``).
+
+    Raises:
+        ValueError: No registered metric of that name has a module (a seeded control has none),
+            or ``level`` is not ``"pair"``/``"set"``.
+    """
+    import hashlib
+    import os
+    import shutil
+    import tempfile
+
+    from .. import registry
+    from ..module_folder import module_files
+
+    if level not in (None, "pair", "set"):
+        raise ValueError(f"level must be 'pair' or 'set', got {level!r}")
+    levels = [level] if level else [lv for lv in ("pair", "set") if name in registry.names(lv)]
+    if not levels:
+        metrics = sorted(set(registry.names("pair")) | set(registry.names("set")))
+        raise ValueError(
+            f"unknown DialFork evaluate module or metric {name!r}; packaged modules: {', '.join(available())}; "
+            f"registered metrics: {', '.join(metrics)} (register one with dialfork_metrics.registry.register)"
+        )
+    spec = registry.get(name, levels[0])
+    module = spec.module or spec.name
+    if module in available():  # a packaged folder of its own (flowscore, flowkl...)
+        return module_path(module)
+    files = module_files(name, levels[0])
+    digest = hashlib.sha256(repr(sorted(files.items())).encode()).hexdigest()[:16]
+    root = Path(os.environ.get("DIALFORK_MODULES_CACHE") or Path.home() / ".cache" / "dialfork" / "modules")
+    final = root / f"{levels[0]}-{digest}"
+    if not (final / module / f"{module}.py").is_file():
+        root.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=root, prefix=".partial-"))
+        try:
+            (tmp / module).mkdir()
+            for fname, text in files.items():
+                (tmp / module / fname).write_text(text, encoding="utf-8")
+            try:
+                os.replace(tmp, final)  # atomic: a reader sees no folder or the whole folder
+            except OSError:
+                if not (final / module / f"{module}.py").is_file():
+                    raise  # not another process's folder: a real failure
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return str(final / module)
 
 
 def dialogue_features():
@@ -171,6 +240,7 @@ __all__ = [
     "load",
     "module_encoder",
     "module_path",
+    "registered_module_path",
     "reject_empty",
 ]
 
