@@ -166,7 +166,7 @@ def run_task3(
     """
     from dialfork_dataset.views import task3_examples
 
-    from ..task3 import make_detector, score_predictions
+    from ..task3 import score_predictions
     from ..task3.registry import BENCH_SUPPLIES, get_detector
     from ..task3.streaming import SCOPES
 
@@ -240,7 +240,7 @@ def run_task3(
             logger.warning("Task 3: %s skipped: %s", name, why)
             out.setdefault("skipped", {})[name] = why
             continue
-        kw: dict[str, Any] = {}
+        available: dict[str, Any] = {"encoder": encoder, "false_alarm_rate": false_alarm_rate, "seed": seed}
         if "workflow" in spec.needs:
             from ..task3.workflow_detector import workflow_for_data
 
@@ -251,14 +251,8 @@ def run_task3(
                 )
                 out.setdefault("skipped", {})[name] = "no workflow source (--star or $DIALFORK_STAR_DIR)"
                 continue
-            kw["workflow"] = wf_source
-        if "encoder" in spec.needs:
-            kw["encoder"] = encoder
-        if "false_alarm_rate" in spec.needs:
-            kw["false_alarm_rate"] = false_alarm_rate
-        if "seed" in spec.needs:
-            kw["seed"] = seed
-        det = make_detector(name, **kw)
+            available["workflow"] = wf_source
+        det = spec.build_from(available)  # each detector gets what its entry needs (BENCH_SUPPLIES)
         t0 = time.perf_counter()
         det.fit(train)
         preds = det.predict_many(test, show_progress=progress)
