@@ -229,6 +229,22 @@ def test_wf_sup_save_load_round_trip(sup, halves, tmp_path, star):
     assert not list((tmp_path / "sup").glob("*.pkl"))
 
 
+def test_wf_sup_recalibrates_its_operating_point(sup, tmp_path):
+    """``recalibrate`` (inherited from wf) moves wf-sup's thresholds too; it has no floor to set."""
+    from dialfork_metrics.task3 import load_detector
+
+    sup.save(tmp_path / "sup")
+    det = load_detector(tmp_path / "sup")  # a copy: the module's fixture stays as fitted
+    low, high = det.recalibrate(0.01).threshold_, det.recalibrate(0.5).threshold_
+    assert high < low  # a higher false-alarm rate: a lower probability threshold
+    assert det.false_alarm_rate == 0.5
+    with pytest.raises(TypeError, match="has no threshold_floor"):
+        det.recalibrate(0.1, threshold_floor=0.0)
+    with pytest.raises(ValueError, match="false_alarm_rate"):
+        det.recalibrate(2.0)
+    assert det.false_alarm_rate == 0.5 and det.threshold_ == high  # a refused call changes nothing
+
+
 def test_wf_sup_bad_input(star, halves):
     from dialfork_metrics.task3 import make_detector
     from dialfork_metrics.task3.streaming import NotFittedError

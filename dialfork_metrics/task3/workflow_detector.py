@@ -550,17 +550,22 @@ class WorkflowDetector(BaseEstimator):
 
         Raises:
             InvalidParameterError: An invalid rate or floor (a ``ValueError``).
+            TypeError: A floor for a detector without one (``wf-sup``).
             NotFittedError: Not fitted.
         """
         self.check_is_fitted()
-        old = self.false_alarm_rate, self.threshold_floor
+        old = self.get_params(deep=False)
+        if threshold_floor != "keep" and "threshold_floor" not in old:
+            raise TypeError(
+                f"{type(self).__name__} has no threshold_floor; recalibrate it with the rate alone"
+            )
         self.false_alarm_rate = false_alarm_rate
         if threshold_floor != "keep":
             self.threshold_floor = threshold_floor
         try:
             self._validate_params()
         except ValueError:
-            self.false_alarm_rate, self.threshold_floor = old
+            self.set_params(**old)
             raise
         self._set_thresholds()
         return self
