@@ -217,25 +217,23 @@ def _fit(args: argparse.Namespace):
         raise ValueError(
             f"no train dialogues of task {args.task!r} in {args.data} (tasks: {', '.join(tasks)})"
         )
-    available: dict[str, Any] = {"encoder": args.encoder}
+    opts: dict[str, Any] = {}
     if args.false_alarm_rate is not None:
-        available["false_alarm_rate"] = args.false_alarm_rate
+        opts["false_alarm_rate"] = args.false_alarm_rate
     if "workflow" in spec.needs:
         from dialfork_metrics.task3.workflow_detector import workflow_for_data
 
-        available["workflow"] = args.workflow or workflow_for_data(args.data)
-        if available["workflow"] is None:
+        opts["workflow"] = args.workflow or workflow_for_data(args.data)
+        if opts["workflow"] is None:
             raise ValueError(
                 f"the {spec.name} detector follows the dialogues' workflow, and {args.data} names none: pass "
                 "--workflow star:PATH (a STAR copy) or --workflow workflow:FILE.yaml, or set "
                 "$DIALFORK_STAR_DIR (or --detector ss+nc for a workflow-free monitor)"
             )
-    det = spec.build_from(available, **({"order": args.order} if spec.ngram else {}))
-    det.fit(train)
-    enc = det.get_encoder() if hasattr(det, "get_encoder") else None
-    if hasattr(enc, "clear_cache"):
-        enc.clear_cache()  # as Monitor.fit: a verdict depends only on the conversation's turns
-    return Monitor(det, task=args.task)
+    # Monitor.fit builds the detector from its registry entry (what it needs; order= for an N-gram one)
+    return Monitor.fit(
+        train, task=args.task, detector=spec.name, encoder=args.encoder, order=args.order, **opts
+    )
 
 
 def cmd_fit(args: argparse.Namespace) -> int:

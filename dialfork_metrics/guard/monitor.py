@@ -376,7 +376,8 @@ class Monitor:
         guarded = detector_names(guard=True)
         if key not in guarded:
             raise ValueError(f"the guard runs a streaming detector ({', '.join(guarded)}), got {detector!r}")
-        aware = "workflow" in get_detector(key).needs
+        spec = get_detector(key)
+        aware = "workflow" in spec.needs
         task = watched_task(tasks, task, aware)
         if aware:
             if task is None:
@@ -389,7 +390,7 @@ class Monitor:
             raise ValueError(
                 f"Monitor.fit(detector={key!r}) learns from dialogues: give conformant dialogues"
             )
-        spec = get_detector(key)  # it gets what its registry entry needs, and order= if an N-gram one
+        # the detector gets what its registry entry needs, and order= if it is an N-gram one
         det = spec.build_from(
             {"encoder": encoder, "workflow": workflow},
             **({"order": order} if spec.ngram else {}),

@@ -112,7 +112,7 @@ def registered_module_path(name: str, level: str | None = None) -> str:
     import tempfile
 
     from .. import registry
-    from ..module_folder import module_files
+    from ..module_folder import module_files, write_module_folder
 
     if level not in (None, "pair", "set"):
         raise ValueError(f"level must be 'pair' or 'set', got {level!r}")
@@ -135,9 +135,7 @@ def registered_module_path(name: str, level: str | None = None) -> str:
         root.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=root, prefix=".partial-"))
         try:
-            (tmp / module).mkdir()
-            for fname, text in files.items():
-                (tmp / module / fname).write_text(text, encoding="utf-8")
+            write_module_folder(name, levels[0], out=tmp)
             try:
                 os.replace(tmp, final)  # atomic: a reader sees no folder or the whole folder
             except OSError:

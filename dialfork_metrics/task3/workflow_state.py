@@ -610,10 +610,6 @@ RECOGNISABLE = frozenset({"categorical", "weekday", "time", "date", "number", "n
 """Value types a tracker can see volunteered (a free-text slot may be given in any words)."""
 
 
-def _placeholders(task: Any, node: str) -> set[str]:
-    return set(placeholders(task, node))
-
-
 def enforced_requirements(
     roles: Any, task: Any, mode: str = DEFAULT_SKIP_SLOTS
 ) -> dict[str, tuple[str, ...]]:
@@ -655,7 +651,7 @@ def enforced_requirements(
                 and (not required or roles.api_slots.get(s) in required)
             )
             if mode == "template":
-                ph = _placeholders(task, node)
+                ph = set(placeholders(task, node))
                 named = {api_slot_for(p, inputs) for p in ph} if inputs else set()
                 # the placeholder is the slot itself, or fills the same API input
                 req = tuple(s for s in req if s in ph or (roles.api_slots.get(s) or None) in named - {None})
