@@ -1,7 +1,7 @@
 """The check of generated D+ (``python -m generation --check-conformance``, issue 39 item 5) on text
 whose answer is known.
 
-* STAR's gold-conformant human dialogues (``dialfork_dataset.star.human``, ``picked`` and ``typed``
+* STAR's gold-conformant human dialogues (``dialfork_dataset.tracks.star_human``, ``picked`` and ``typed``
   text, every task): how many the check passes (a flag here is a false flag), and why the others fail
   (an off-workflow turn, or a coverage under the floor), for several coverage floors;
 * a template corpus generated here (``--tasks``, ``--per-task``, seed 0): its D+ (conformant by
@@ -49,8 +49,8 @@ def _rates(results, floor):
 def main() -> None:
     from dialfork_dataset.jsonl import read_jsonl
     from dialfork_dataset.star import StarCorpus
-    from dialfork_dataset.star.human import conformant_human_dialogues
-    from dialfork_metrics.task3.conformance import DEFAULT_MIN_COVERAGE, WorkflowConformance
+    from dialfork_dataset.tracks.star_human import conformant_human_dialogues
+    from dialfork_metrics.task3.workflow.conformance import DEFAULT_MIN_COVERAGE, WorkflowConformance
     from generation.engine import GenerationConfig, generate_corpus
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

@@ -547,7 +547,7 @@ def stage_audit(a: argparse.Namespace, out: Path) -> dict[str, Any] | None:
     if not a.hidden_key:
         return None
     done = _load_json(out / "audit.json") or {}
-    from leaderboard.audit import audit_corpora
+    from leaderboard.leakcheck import audit_corpora
 
     public = _template_corpus(a, out, a.audit_public_per_task, "public")
     hidden = {"template": _template_corpus(a, out, a.per_task, "hidden"), "llm": out / "corpus"}

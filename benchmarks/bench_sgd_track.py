@@ -1,6 +1,6 @@
 """Task 3 on the sgd track: the workflow-aware detector on workflows a user wrote, before and after.
 
-The track (:mod:`dialfork_dataset.sgd`): real crowd-written SGD dialogues of nine services that follow
+The track (:mod:`dialfork_dataset.tracks.sgd`): real crowd-written SGD dialogues of nine services that follow
 the hand-written workflow files of ``examples/workflows/sgd`` (one or two phrasings a step), and
 their edits (another service's dialogue from t_k, two exchanges of another service inserted, a step
 skipped, a step repeated). Three fits of each detector:
@@ -129,8 +129,8 @@ def main(argv: list[str] | None = None) -> int:
     command = "python benchmarks/bench_sgd_track.py" + "".join(
         " " + shlex.quote(a) for a in (argv or sys.argv[1:])
     )
-    from dialfork_dataset.sgd import SGD_TASKS, WORKFLOWS_DIR, build_sgd_track
     from dialfork_dataset.sources import open_source
+    from dialfork_dataset.tracks.sgd import SGD_TASKS, WORKFLOWS_DIR, build_sgd_track
     from dialfork_metrics.task3 import make_detector
     from dialfork_metrics.task3.streaming._common import resolve_encoder
 

@@ -1,10 +1,10 @@
 """Benchmark: at what blind-set size does a sibling cheat's gap become significant (issue 37 item 9)?
 
-Two figures, both with the audit's own test (:func:`leaderboard.audit.power.significant_size`: the
+Two figures, both with the audit's own test (:func:`leaderboard.leakcheck.power.significant_size`: the
 matched Random of ``leaderboard audit``, 400 draws, seed 0, on the blind set repeated in whole
 copies):
 
-* the sibling cheat (:func:`leaderboard.audit.sibling_attack`'s stronger rule) on the layout's
+* the sibling cheat (:func:`leaderboard.leakcheck.sibling_attack`'s stronger rule) on the layout's
   blind set;
 * a gap like the issue's (the cheat that scored 69.1 against a matched Random of 38.0, p = 0.12,
   on another run's 24 blind dialogues, which are not kept): every two-flag cheat on this layout's
@@ -28,9 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 def main(argv: list[str] | None = None) -> int:
     from dialfork_dataset.hub import load_gold
-    from leaderboard.audit import ALPHA
-    from leaderboard.audit.power import gap_at, significant_size
-    from leaderboard.audit.power import main as power_main
+    from leaderboard.leakcheck import ALPHA
+    from leaderboard.leakcheck.power import gap_at, significant_size
+    from leaderboard.leakcheck.power import main as power_main
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("hub")

@@ -12,7 +12,7 @@ against its own source) and under the cross-reference protocol (each fork agains
 and the script prints Table 3 side by side (``dialfork_metrics.report.task2_protocols_markdown``).
 
 This builder is deliberately minimal (WIC-only edits, the issue's measurement); the full real-text
-track with every edit kind is ``dialfork_dataset.star.human`` (``python -m dialfork_dataset
+track with every edit kind is ``dialfork_dataset.tracks.star_human`` (``python -m dialfork_dataset
 star-human --out DIR``, then ``python -m dialfork_metrics.bench --data DIR --tasks 2
 --task2-protocol both``; docs/metrics-task2.md).
 

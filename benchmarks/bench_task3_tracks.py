@@ -5,7 +5,7 @@ Issue 39, items 2 and 4. Tracks (same tasks everywhere):
 * ``template``: the test split (conformant dialogues + forks) of a template corpus generated here
   (``python -m generation --backend template --prefix-mode reword``);
 * ``human-picked`` / ``human-typed``: the test split of the star-human track
-  (``dialfork_dataset.star.human.build_star_human_track``, variant ``picked`` / ``typed``, seed 0).
+  (``dialfork_dataset.tracks.star_human.build_star_human_track``, variant ``picked`` / ``typed``, seed 0).
 
 Fits:
 
@@ -18,7 +18,7 @@ Fits:
 Each detector is built from its registry entry (``DetectorSpec.build_from``: the encoder, and the
 workflow where the entry needs one); one that cannot be built (an import or option error) is skipped
 with a note. A detector whose entry needs ``forks`` (``wf-sup``, supervised,
-:mod:`dialfork_metrics.task3.workflow_supervised`) is trained on labelled forks, so it is always
+:mod:`dialfork_metrics.task3.supervised.detector`) is trained on labelled forks, so it is always
 evaluated on tasks held out of its training: the tasks are split in two halves, it is fitted on one
 half and predicts the other, both ways.
 
@@ -79,7 +79,7 @@ RATES = (0.01, 0.05)
 #: Row order of the paper's four types, star-human SSPC split by its edit (a type registered at run
 #: time follows them).
 WHAT = ("question", "outcome", "greeting/closing", "other")
-"""What a star-human SSPC edit skipped or repeated, by the step's role (dialfork_dataset.roles)."""
+"""What a star-human SSPC edit skipped or repeated, by the step's role (dialfork_dataset.workflow.roles)."""
 TYPE_ORDER = (
     "WIC",
     "GR",
@@ -156,7 +156,7 @@ def load_tracks(
     args: argparse.Namespace, out: Path
 ) -> tuple[dict[str, list[dict]], dict[str, list[dict]], dict]:
     """(tracks: name -> test records, fit sets: fit -> train records (conformant + forks), info)."""
-    from dialfork_dataset.star.human import build_star_human_track
+    from dialfork_dataset.tracks.star_human import build_star_human_track
     from dialfork_metrics.task3 import load_examples
 
     tpl = out / "template"
@@ -245,8 +245,8 @@ def what_of(roles: Any, node: str | None) -> str:
 def mark_what(rows: list[dict], star: str) -> None:
     """Set ``_what`` on the star-human SSPC forks: the role class of the step skipped (the source's
     system turn t_k) or repeated (the fork's system turn t_k)."""
-    from dialfork_dataset.roles import derive_roles
     from dialfork_dataset.star import StarCorpus
+    from dialfork_dataset.workflow.roles import derive_roles
 
     corpus = StarCorpus(star)
     roles = {t: derive_roles(corpus.task(t)) for t in sorted({r["task"] for r in rows})}
@@ -553,9 +553,9 @@ def tracker_stage(args: argparse.Namespace, tracks: dict[str, list[dict]]) -> di
     """The state tracker's accuracy at STAR's query events (held-out conformant human-picked
     dialogues, gold step labels): the share of the query's constraint slots the tracker had filled,
     and the share whose tracked text holds the gold value; per task and overall."""
-    from dialfork_dataset.roles import derive_roles
     from dialfork_dataset.star import StarCorpus
-    from dialfork_metrics.task3.workflow_state import tracker_accuracy
+    from dialfork_dataset.workflow.roles import derive_roles
+    from dialfork_metrics.task3.workflow.state import tracker_accuracy
 
     corpus = StarCorpus(args.star)
     conf = [r for r in tracks["human-picked"] if r.get("hallucination_type") is None]
@@ -581,7 +581,7 @@ def node_stage(
     if cached is not None and not args.redo_stage("nodes"):
         log(f"stage nodes: reused {path}")
         return cached
-    from dialfork_metrics.task3.workflow_nodes import NodeAssigner
+    from dialfork_metrics.task3.workflow.nodes import NodeAssigner
 
     t0 = time.perf_counter()
     human_train = conformant(fits["human"])
@@ -897,7 +897,7 @@ def tracker_lines(tr: dict | None) -> list[str]:
         "",
         "Tracked with the gold step labels (STAR's action labels), so this measures the tracker, not the "
         "node assigner. Constraint slots: the query's `is_equal_to` constraints whose API input a "
-        "question step's slot maps to (dialfork_dataset.roles, rule 4); filled: the tracker had the slot "
+        "question step's slot maps to (dialfork_dataset.workflow.roles, rule 4); filled: the tracker had the slot "
         "answered or volunteered before the query; gold value in the tracked text: the constraint's value "
         "appears in the user text that filled it.",
         "",

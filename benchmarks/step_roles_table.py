@@ -1,7 +1,7 @@
 """Write docs/step_roles.md: the derived step roles and slots of every STAR task.
 
-The table is :func:`dialfork_dataset.roles.roles_table` over the 24 STAR tasks (sorted by name), by
-the rule of :mod:`dialfork_dataset.roles` (docs/spec.md, "Step roles and slots").
+The table is :func:`dialfork_dataset.workflow.roles.roles_table` over the 24 STAR tasks (sorted by name), by
+the rule of :mod:`dialfork_dataset.workflow.roles` (docs/spec.md, "Step roles and slots").
 tests/test_step_roles.py checks that the page equals what :func:`render` gives now, so the page
 cannot go stale: rerun this script after a change to the rule.
 
@@ -22,14 +22,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from dialfork_dataset.roles import roles_table  # noqa: E402
 from dialfork_dataset.star import StarCorpus  # noqa: E402
+from dialfork_dataset.workflow.roles import roles_table  # noqa: E402
 
 OUT = ROOT / "docs" / "step_roles.md"
 
 HEADER = """# Step roles and slots of the STAR tasks
 
-This page lists the step roles and slots that `dialfork_dataset.roles.derive_roles` derives for
+This page lists the step roles and slots that `dialfork_dataset.workflow.roles.derive_roles` derives for
 every one of the 24 STAR tasks, by the rule stated in [the spec](spec.md) (section "Step roles and
 slots"): for each action and query step of a task's workflow, its roles (greeting, question,
 confirmation, action, outcome, inform, closing, fallback), the slots a question step collects and

@@ -83,7 +83,7 @@ def _cmd_push(a: argparse.Namespace) -> int:
 
 
 def _cmd_star_human(a: argparse.Namespace) -> int:
-    from .star.human import build_star_human_track, write_star_human_track
+    from .tracks.star_human import build_star_human_track, write_star_human_track
 
     track = build_star_human_track(
         a.star, tasks=a.tasks, variant=a.variant, seed=a.seed, fit_fraction=a.fit_fraction
@@ -101,7 +101,7 @@ def _cmd_star_human(a: argparse.Namespace) -> int:
 
 
 def _cmd_sgd_track(a: argparse.Namespace) -> int:
-    from .sgd import build_sgd_track, resolve_sgd, write_sgd_track
+    from .tracks.sgd import build_sgd_track, resolve_sgd, write_sgd_track
 
     sgd = a.sgd if a.sgd is not None else str(resolve_sgd(None))
     track = build_sgd_track(
@@ -223,7 +223,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--overwrite", action="store_true", help="replace an sgd track folder written before")
     s.set_defaults(func=_cmd_sgd_track)
-    from .workflow_export import add_cli as add_workflow_cli
+    from .workflow.export import add_cli as add_workflow_cli
 
     add_workflow_cli(sub)  # workflow {validate,steps,from-star}
     return state_defaults(p)

@@ -92,7 +92,7 @@ class SourceError(CollectedErrors):
     """A workflow source is unusable; ``errors`` lists every problem found (``where: problem``).
 
     Defined here, below :mod:`dialfork_dataset.sources` (which raises it and names it in its API) and
-    the workflow-file checks (:mod:`dialfork_dataset.workflow_check`, whose ``WorkflowError`` derives
+    the workflow-file checks (:mod:`dialfork_dataset.workflow.check`, whose ``WorkflowError`` derives
     from it), so that neither imports the other for it.
 
     Args:

@@ -2,7 +2,7 @@
 detector and the annotation tool read about tasks, workflows and scenarios.
 
 STAR is one source (:class:`~dialfork_dataset.star.StarCorpus`); a workflow file is another
-(:class:`~dialfork_dataset.workflow.WorkflowCorpus`, see ``docs/workflows.md``). Both implement
+(:class:`~dialfork_dataset.workflow.files.WorkflowCorpus`, see ``docs/workflows.md``). Both implement
 :class:`WorkflowSource`. The protocols below name every attribute those consumers use, and nothing
 else; ``is_source(obj)`` checks that the names are there (not their types) without reading anything.
 
@@ -556,11 +556,11 @@ def open_source(spec: Any = None) -> WorkflowSource:
 
     Returns:
         WorkflowSource: What the kind's opener returns (a :class:`~dialfork_dataset.star.StarCorpus`,
-        a :class:`~dialfork_dataset.workflow.WorkflowCorpus`, ...), or ``spec`` itself.
+        a :class:`~dialfork_dataset.workflow.files.WorkflowCorpus`, ...), or ``spec`` itself.
 
     Raises:
         SourceError: ``spec`` is an object that is not a source, or an empty ``KIND:`` spec; a
-            workflow file's problems (:class:`~dialfork_dataset.workflow_check.WorkflowError`, a
+            workflow file's problems (:class:`~dialfork_dataset.workflow.check.WorkflowError`, a
             subclass).
         StarError: The STAR copy is missing or wrong (or ``$DIALFORK_STAR_DIR`` is unset when
             ``spec`` is None).
@@ -615,7 +615,7 @@ def _workflow_stamp(path: Path) -> int:
     """A workflow file's modification time; for a folder, the latest of it and its workflow files."""
     if not Path(path).is_dir():
         return path_stamp(path)
-    from .workflow import workflow_files
+    from .workflow.files import workflow_files
 
     try:
         return max(path_stamp(p) for p in [Path(path), *workflow_files(path)])
@@ -640,7 +640,7 @@ BUILTIN_SOURCE_KINDS = (
     ),
     SourceKind(
         "workflow",
-        "dialfork_dataset.workflow:WorkflowCorpus",
+        "dialfork_dataset.workflow.files:WorkflowCorpus",
         "a workflow file (YAML, docs/workflows.md) or a folder of them",
         stamp=_workflow_stamp,
     ),

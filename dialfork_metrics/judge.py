@@ -22,7 +22,7 @@ judge's study column is out of sample; on the rest of the corpus the map fitted 
 conversation is applied. The categorical answers (steps 2 and 3) are used as the model gives
 them. ``calibration="none"`` keeps the raw ratings.
 
-Backends are the project's: ``"transformers"`` (:class:`dialfork_metrics.task3.llm.TransformersChat`,
+Backends are the project's: ``"transformers"`` (:class:`dialfork_metrics.task3.llm.detector.TransformersChat`,
 batched greedy decoding with the tokenizer's chat template), ``"openai"`` (any OpenAI-compatible
 server through :class:`generation.llm.client.OpenAICompatClient`, temperature 0), or
 any object with ``chat(batch) -> list[str]`` passed as ``client=``.
@@ -152,7 +152,7 @@ def parse_cue_answer(text: str | None, num_system_turns: int) -> tuple[str | Non
         or ``"no_onset"`` (yes/partly without a turn in 1..T; the answer is kept, the onset is
         ``None``).
     """
-    from .task3.parsing import check_range, parse_turn_answer
+    from .task3.llm.parsing import check_range, parse_turn_answer
 
     ans = parse_choice(text, CUE_ANSWERS)
     if ans is None:
@@ -254,7 +254,7 @@ class LLMJudge:
         show_progress: Show progress bars.
         gguf_file: The transformers backend's GGUF file inside the folder ``model`` (None:
             ``model`` alone names it: a model folder or Hub id, a registry name such as
-            ``"smollm2"``, a ``.gguf`` path); see :class:`~dialfork_metrics.task3.llm.TransformersChat`.
+            ``"smollm2"``, a ``.gguf`` path); see :class:`~dialfork_metrics.task3.llm.detector.TransformersChat`.
     """
 
     def __init__(
@@ -293,7 +293,7 @@ class LLMJudge:
         if client is not None:
             self.client = client
         elif backend == "transformers":
-            from .task3.llm import TransformersChat
+            from .task3.llm.detector import TransformersChat
 
             self.client = TransformersChat(
                 model,

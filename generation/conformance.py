@@ -10,7 +10,7 @@ manifest counts checked and flagged D+ per task. The Hub export flags them in th
 
 Checks are plugins found by name in the ``dialfork.conformance`` entry point group, so that this
 package imports none of them (the toolkit's own, ``workflow-nodes``, lives in
-:mod:`dialfork_metrics.task3.conformance`, which builds on ``generation.api``). A check is a class
+:mod:`dialfork_metrics.task3.workflow.conformance`, which builds on ``generation.api``). A check is a class
 with this protocol (:class:`ConformanceCheck`)::
 
     check = Check()                      # defaults
@@ -43,7 +43,7 @@ logger = logging.getLogger("generation.conformance")
 ENTRY_POINT_GROUP = "dialfork.conformance"
 """The entry point group where checks are found by name."""
 DEFAULT_CHECK = "workflow-nodes"
-"""The check LLM backends run by default (:mod:`dialfork_metrics.task3.conformance`)."""
+"""The check LLM backends run by default (:mod:`dialfork_metrics.task3.workflow.conformance`)."""
 
 
 class ConformanceCheck(Protocol):

@@ -351,7 +351,7 @@ def _cmd_score(a: argparse.Namespace) -> int:
 def _cmd_audit(a: argparse.Namespace) -> int:
     import os
 
-    from .audit import DEFAULT_REGEN_SCENARIOS_PER_TASK, run_audit
+    from .leakcheck import DEFAULT_REGEN_SCENARIOS_PER_TASK, run_audit
 
     if a.regen_seeds < 0:
         print("error: --regen-seeds must be >= 0", file=sys.stderr)
@@ -406,7 +406,7 @@ def export_hints(report: Any, plumbing_only: bool) -> list[str]:
     """What to do about a failed release audit, one hint per cause the report shows.
 
     Args:
-        report: The :class:`~leaderboard.audit.AuditReport` of the failed export.
+        report: The :class:`~leaderboard.leakcheck.AuditReport` of the failed export.
         plumbing_only: Whether the release was declared plumbing only.
 
     Returns:
@@ -439,7 +439,7 @@ def _cmd_export(a: argparse.Namespace) -> int:
     from dialfork_dataset.errors import CollectedErrors, cli_error_text
     from dialfork_dataset.hub import AuditFailed, export_hub_layout
 
-    from .audit import run_audit
+    from .leakcheck import run_audit
 
     star = a.star or _recorded_source(a.src) or os.environ.get("DIALFORK_STAR_DIR")
     audit = (

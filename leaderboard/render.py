@@ -543,7 +543,7 @@ def audit_html(audit: Mapping[str, Any] | None, rows: Mapping[str, Sequence[Mapp
     attack's Score or tau, and the public-data ceiling next to the best detector on the board.
 
     Args:
-        audit: The audit report as JSON (``leaderboard.audit.AuditReport.to_dict()``, the export's
+        audit: The audit report as JSON (``leaderboard.leakcheck.AuditReport.to_dict()``, the export's
             ``audit_report.json``); None: the page says that no audit was given.
         rows: The page's rows (:func:`build_rows`), for the best detector result.
 

@@ -115,7 +115,7 @@ def test_an_opened_source_is_read_again_when_its_kind_says_it_changed(tmp_path):
     register_source_kind(
         SourceKind(
             "stamped",
-            "dialfork_dataset.workflow:WorkflowCorpus",
+            "dialfork_dataset.workflow.files:WorkflowCorpus",
             "a workflow file",
             stamp=lambda path: next(stamps),
         )

@@ -76,8 +76,8 @@ VIOLATION_KEYS = {"system_turn", "rule", "node", "expected", "slot", "message"}
 def _assert_alarm_reasons(task):
     """Every audited row's ``alarm_reason`` (the wf detector's explain_many) and ``rule_violations``
     (the dialogue state's step rules) are consistent with its first alarm and its steps."""
-    from dialfork_metrics.task3.workflow_explain import EXPLAINED_RULES
-    from dialfork_metrics.task3.workflow_state import RULES
+    from dialfork_metrics.task3.workflow.explain import EXPLAINED_RULES
+    from dialfork_metrics.task3.workflow.state import RULES
 
     assert set(RULES) <= set(EXPLAINED_RULES)
     assert task["detector"] == "wf" and len(task["dialogue_rows"]) == task["dialogues"]

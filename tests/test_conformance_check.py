@@ -185,7 +185,7 @@ def test_the_command_line_checks_llm_backends_by_default():
 
 def test_the_toolkit_registers_its_check():
     assert gc.DEFAULT_CHECK in gc.available_checks()
-    from dialfork_metrics.task3.conformance import WorkflowConformance
+    from dialfork_metrics.task3.workflow.conformance import WorkflowConformance
 
     assert gc.load_check(gc.DEFAULT_CHECK) is WorkflowConformance
 
@@ -259,7 +259,7 @@ def test_require_conformant_refuses_an_unchecked_corpus(tmp_path, star_dir):
 def real(tmp_path_factory, star_dir):
     """Template D+ checked with workflow-nodes (the packaged MiniLM), and the check itself."""
     from dialfork_dataset.star import StarCorpus
-    from dialfork_metrics.task3.conformance import WorkflowConformance
+    from dialfork_metrics.task3.workflow.conformance import WorkflowConformance
 
     out = tmp_path_factory.mktemp("real") / "c"
     generate_corpus(
@@ -304,7 +304,7 @@ def test_the_check_rejects_another_workflows_turns_and_counts_skipped_steps(real
 
 
 def test_the_check_validates_its_parameters():
-    from dialfork_metrics.task3.conformance import WorkflowConformance
+    from dialfork_metrics.task3.workflow.conformance import WorkflowConformance
 
     with pytest.raises(
         ValueError, match=r"min_coverage must be a number in \[0, 1\].*max_off_workflow must be"

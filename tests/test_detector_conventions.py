@@ -84,7 +84,7 @@ def _private_uses(path: Path) -> list[str]:
 def test_guard_and_audits_call_no_private_name_of_another_object():
     files = [
         f
-        for d in ("dialfork_metrics/guard", "dialfork_metrics/audit", "leaderboard/audit")
+        for d in ("dialfork_metrics/guard", "dialfork_metrics/audit", "leaderboard/leakcheck")
         for f in sorted((ROOT / d).rglob("*.py"))
     ]
     assert len(files) > 5
@@ -193,7 +193,7 @@ def convention_data(template_corpus):
     and conformant dialogues of half the test sources (for detectors that learn from forks) and 8
     dialogues of the other half to predict."""
     from dialfork_metrics.task3 import load_examples
-    from dialfork_metrics.task3.workflow_classifier import source_of
+    from dialfork_metrics.task3.supervised.classifier import source_of
 
     test = load_examples(template_corpus, "test")
     sources = sorted({source_of(r) for r in test})

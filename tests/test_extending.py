@@ -440,7 +440,7 @@ def test_backend_registry_refuses_bad_entries():
 # -- a new workflow source --------------------------------------------------------------------------
 def test_new_workflow_source_from_a_dict(tmp_path):
     from dialfork_dataset.sources import open_source
-    from dialfork_dataset.workflow import validate_workflow
+    from dialfork_dataset.workflow.files import validate_workflow
 
     data = yaml.safe_load(EXAMPLE.read_text(encoding="utf-8"))  # any format, converted to this dict
     data["tasks"] = [t for t in data["tasks"] if t["name"] == "insurance_claim_status"]
@@ -504,7 +504,7 @@ def test_new_workflow_source_class(tmp_path):
 
 def open_toy(path):
     """Toy source kind's opener: a workflow file, its happy scenarios only."""
-    from dialfork_dataset.workflow import WorkflowCorpus
+    from dialfork_dataset.workflow.files import WorkflowCorpus
 
     return HappyOnly(WorkflowCorpus(path))
 

@@ -272,7 +272,7 @@ def corpora():
 
 
 def _public_rows(hub: Path) -> list[dict]:
-    from leaderboard.audit import read_public_configs
+    from leaderboard.leakcheck import read_public_configs
 
     return [r for rows in read_public_configs(hub).values() for r in rows]
 

@@ -198,7 +198,7 @@ def test_export_refuses_bad_destinations(corpus, tmp_path):
 
 
 class _Report:
-    """What an export's audit returns (as leaderboard.audit.AuditReport): ok, worst, to_dict, format_text."""
+    """What an export's audit returns (as leaderboard.leakcheck.AuditReport): ok, worst, to_dict, format_text."""
 
     def __init__(self, ok):
         self.ok = ok

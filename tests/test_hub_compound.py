@@ -30,7 +30,7 @@ def corpora(star_dir, tmp_path_factory):
 @pytest.fixture(scope="module")
 def layout(corpora):
     from dialfork_dataset.hub import export_hub_layout
-    from leaderboard.audit import run_audit
+    from leaderboard.leakcheck import run_audit
 
     info = export_hub_layout(
         corpora / "single",

@@ -21,7 +21,7 @@ from hidden_factory import llm_like_records
 
 from dialfork_dataset.hidden import HiddenKey, write_key_file
 from dialfork_dataset.hub import AuditFailed, export_hub_layout, load_blind
-from leaderboard.audit import (
+from leaderboard.leakcheck import (
     CEILING,
     DETECTOR_MARGIN,
     FINGERPRINTS,

@@ -18,7 +18,7 @@ import pytest
 from hidden_factory import llm_like_records
 
 from dialfork_dataset.hidden import HiddenKey, write_key_file
-from leaderboard.audit import (
+from leaderboard.leakcheck import (
     ALPHA,
     CEILING,
     DETECTOR_MARGIN,
@@ -31,15 +31,21 @@ from leaderboard.audit import (
     audit_corpora,
     honest_results,
 )
-from leaderboard.audit.learned import (
+from leaderboard.leakcheck.learned import (
     VectorScorer,
     cluster_texts,
     length_rule,
     modal_lengths,
     node_prefix_distances,
 )
-from leaderboard.audit.scoring import _Detector
-from leaderboard.audit.simulator import Fingerprinter, NodeGrammar, PhrasingTable, PublicPools, template_regex
+from leaderboard.leakcheck.scoring import _Detector
+from leaderboard.leakcheck.simulator import (
+    Fingerprinter,
+    NodeGrammar,
+    PhrasingTable,
+    PublicPools,
+    template_regex,
+)
 
 TOY = {
     "weather": {
@@ -262,7 +268,7 @@ def template_release(tmp_path_factory, star_dir):
     export_hub_layout(
         root / "pub", root / "hub", root / "gold", hidden=root / "hid", key=key, metric_share=0.2
     )
-    from leaderboard.audit import run_audit
+    from leaderboard.leakcheck import run_audit
 
     report = run_audit(
         root / "hub", root / "gold", star=star_dir, regen_seeds=(0,), regen_scenarios_per_task=20

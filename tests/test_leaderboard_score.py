@@ -457,7 +457,7 @@ def test_export_hint_for_pair_diffing_names_prefix_mode_reword():
     """Issue 46 item 10: a corpus generated without --prefix-mode reword fails pair diffing; the export
     says the fix."""
     from leaderboard.__main__ import export_hints
-    from leaderboard.audit import AttackResult, AuditReport
+    from leaderboard.leakcheck import AttackResult, AuditReport
 
     rep = AuditReport(baselines={}, plumbing_only=True)
     rep.attacks.append(AttackResult("pair diffing (metric track)", "metric", 1.0, status="FAIL"))

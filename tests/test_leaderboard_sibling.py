@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from leaderboard.audit import ALPHA, DETECTOR_MARGIN, sibling_attack, sibling_predictions
-from leaderboard.audit.power import gap_at, main, significant_size, tiled
-from leaderboard.audit.scoring import _Detector, _detector_result
+from leaderboard.leakcheck import ALPHA, DETECTOR_MARGIN, sibling_attack, sibling_predictions
+from leaderboard.leakcheck.power import gap_at, main, significant_size, tiled
+from leaderboard.leakcheck.scoring import _Detector, _detector_result
 
 T = 6
 

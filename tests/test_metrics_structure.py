@@ -21,13 +21,13 @@ def test_old_import_paths_are_the_new_objects():
     import dialfork_metrics.encoders as encoders
     import dialfork_metrics.flowgraph as flowgraph
     import dialfork_metrics.report as report
-    import leaderboard.audit as audit
+    import leaderboard.leakcheck as audit
     import leaderboard.validate as validate
     from dialfork_metrics.bench.runner import run_benchmark
     from dialfork_metrics.encoders.encoder import get_encoder
     from dialfork_metrics.flowgraph.graph import FlowGraph
     from dialfork_metrics.report.writer import write_reports
-    from leaderboard.audit.run import run_audit
+    from leaderboard.leakcheck.run import run_audit
     from leaderboard.validate.file import validate_submission
 
     assert bench.run_benchmark is run_benchmark and encoders.get_encoder is get_encoder

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from dialfork_dataset.roles import StepRole, TaskRoles, derive_roles, placeholders, step_signatures
-from dialfork_dataset.workflow import WorkflowCorpus
-from dialfork_metrics.task3.workflow_state import DialogueState, run_state, state_dict_errors
+from dialfork_dataset.workflow.files import WorkflowCorpus
+from dialfork_dataset.workflow.roles import StepRole, TaskRoles, derive_roles, placeholders, step_signatures
+from dialfork_metrics.task3.workflow.state import DialogueState, run_state, state_dict_errors
 
 ROOT = Path(__file__).resolve().parents[1]
 SGD_WORKFLOWS = ROOT / "examples" / "workflows" / "sgd"
@@ -108,7 +108,7 @@ def test_another_services_details_are_no_rival():
     """Through a files-only fit of the SGD workflows, a bus's stations told in the train's words are
     no evidence of the train workflow, while the hotel's own offer still is."""
     from dialfork_dataset.sources import open_source
-    from dialfork_metrics.task3.workflow_nodes import NodeAssigner
+    from dialfork_metrics.task3.workflow.nodes import NodeAssigner
 
     source = open_source(f"workflow:{SGD_WORKFLOWS}")
     a = NodeAssigner(encoder="minilm", shared_steps=True, realise=0).fit(source)

@@ -22,7 +22,7 @@ from dialfork_metrics.task3.registry import DetectorSpec, register_detector
 
 NAME = "{name}"
 register_detector(
-    DetectorSpec(NAME, "Plugin first", "baselines", "dialfork_metrics.task3.baselines:FirstTurnBaseline")
+    DetectorSpec(NAME, "Plugin first", "baselines", "dialfork_metrics.task3.baselines.trivial:FirstTurnBaseline")
 )
 CALLS = []
 
@@ -31,7 +31,7 @@ def register():
     from dialfork_dataset.sources import SourceKind, register_source_kind
 
     CALLS.append(1)
-    register_source_kind(SourceKind(NAME + "flow", "dialfork_dataset.workflow:WorkflowCorpus"))
+    register_source_kind(SourceKind(NAME + "flow", "dialfork_dataset.workflow.files:WorkflowCorpus"))
 '''
 
 

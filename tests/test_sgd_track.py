@@ -17,7 +17,7 @@ import pytest
 
 from dialfork_dataset.forks import fork_turns, system_turn_positions
 from dialfork_dataset.records import record_errors
-from dialfork_dataset.sgd import (
+from dialfork_dataset.tracks.sgd import (
     ACT_PRIORITY,
     CONFORMANCE_RULE,
     EXCLUSION_REASONS,
@@ -33,7 +33,7 @@ from dialfork_dataset.sgd import (
     step_for_turn,
     turn_act,
 )
-from dialfork_dataset.star.human import EDIT_TYPES, TRACK_FIELDS, core_record
+from dialfork_dataset.tracks.star_human import EDIT_TYPES, TRACK_FIELDS, core_record
 
 ROOT = Path(__file__).resolve().parents[1]
 BY_NAME = {t.name: t for t in SGD_TASKS}
@@ -239,7 +239,7 @@ def test_an_intent_without_required_slots_is_reported_and_bad_lines_are_named(tm
         Weather_1=[("GetWeather", False, ["city"], {})],
     )
     _write_sgd(tmp_path / "sgd", [_bus_dialogue(), "{not json", json.dumps([1])], schema)
-    with caplog.at_level("INFO", logger="dialfork_dataset.sgd"):
+    with caplog.at_level("INFO", logger="dialfork_dataset.tracks.sgd"):
         corpus = read_sgd(tmp_path / "sgd")
     notes = corpus.schema_notes()
     assert len(notes) == 1 and "Music_1: intent LookupSong has no required slots" in notes[0]
@@ -302,10 +302,10 @@ def test_a_hand_made_folder_gives_the_known_track(tmp_path):
 
 # ----------------------------------------------------------------------------- the workflow files
 def test_every_workflow_file_validates_and_its_roles_are_complete():
-    from dialfork_dataset.roles import derive_roles
     from dialfork_dataset.sources import open_source
-    from dialfork_dataset.workflow import validate_workflow, workflow_files
-    from dialfork_metrics.task3.workflow_nodes import node_texts
+    from dialfork_dataset.workflow.files import validate_workflow, workflow_files
+    from dialfork_dataset.workflow.roles import derive_roles
+    from dialfork_metrics.task3.workflow.nodes import node_texts
 
     files = workflow_files(WORKFLOWS_DIR)
     assert len(files) == 10 and (WORKFLOWS_DIR / "README.md").is_file()
@@ -402,7 +402,7 @@ def test_no_text_crosses_the_split_and_nodes_are_steps_of_the_workflow(track):
 def test_written_track_reads_with_load_examples_and_names_its_workflows(track, sgd_dir, tmp_path, capsys):
     from dialfork_dataset.__main__ import main
     from dialfork_metrics.task3 import load_examples
-    from dialfork_metrics.task3.workflow_rules import workflow_for_data
+    from dialfork_metrics.task3.workflow.rules import workflow_for_data
 
     out = tmp_path / "sgd-data"
     args = ["sgd-track", "--sgd", str(sgd_dir), "--out", str(out), "--tasks", ",".join(TASKS)]

@@ -8,9 +8,9 @@ import logging
 import numpy as np
 import pytest
 
-from dialfork_dataset.roles import StepRole, TaskRoles, slot_concept, step_signatures
-from dialfork_metrics.task3.workflow_fit import gold_labels
-from dialfork_metrics.task3.workflow_generic import GENERIC_TURNS, as_task_step
+from dialfork_dataset.workflow.roles import StepRole, TaskRoles, slot_concept, step_signatures
+from dialfork_metrics.task3.workflow.fit import gold_labels
+from dialfork_metrics.task3.workflow.generic import GENERIC_TURNS, as_task_step
 
 # Turns any agent says, none of them a phrasing of workflow_generic.GENERIC_TURNS. Closings go after an
 # outcome (before one, a closing is the skip-closing rule's); the others anywhere.
@@ -99,7 +99,7 @@ def star(star_dir):
 @pytest.fixture(scope="module")
 def workflow_only(star):
     """The default detector fitted on STAR's workflows alone (no dialogue)."""
-    from dialfork_metrics.task3.workflow_detector import WorkflowDetector
+    from dialfork_metrics.task3.workflow.detector import WorkflowDetector
 
     return WorkflowDetector(workflow=star).fit(None)
 
@@ -125,9 +125,9 @@ def test_fit_from_the_workflow_alone_reports_its_operating_point(workflow_only, 
 @pytest.mark.parametrize("task", ["weather", "doctor_schedule", "bank_balance"])
 def test_generic_turns_never_alarm(workflow_only, star, task):
     """At least 30 turns any agent says, replayed through monitors of three tasks: no alarm."""
-    from dialfork_dataset.roles import derive_roles
+    from dialfork_dataset.workflow.roles import derive_roles
     from dialfork_metrics.guard import Monitor
-    from dialfork_metrics.task3.workflow_nodes import node_texts
+    from dialfork_metrics.task3.workflow.nodes import node_texts
 
     mon = Monitor(workflow_only, task=task)
     roles, texts = derive_roles(star.tasks[task]), node_texts(star.tasks[task])
@@ -151,7 +151,7 @@ def test_generic_turns_never_alarm(workflow_only, star, task):
 def test_generic_turns_alarmed_without_shared_steps(star):
     """The same turns through a detector without shared steps: the alarms this issue removed."""
     from dialfork_metrics.guard import Monitor
-    from dialfork_metrics.task3.workflow_detector import WorkflowDetector
+    from dialfork_metrics.task3.workflow.detector import WorkflowDetector
 
     det = WorkflowDetector(workflow=star, shared_steps=False).fit(None)
     mon = Monitor(det, task="weather")
@@ -179,12 +179,12 @@ def test_a_shared_question_is_not_off_task(workflow_only):
 def test_recalibrate_moves_the_threshold_both_ways_without_a_floor(data, star, caplog):
     """Fitted on template dialogues every calibrated threshold is below 0: with the floor (the
     default) a warning says it took over; without it the rate moves the thresholds and predictions."""
-    from dialfork_metrics.task3.workflow_detector import WorkflowDetector
+    from dialfork_metrics.task3.workflow.detector import WorkflowDetector
 
     train, test = data
     conformant = [d for d in train if d["hallucination_type"] is None]
     # 4 conformant fit dialogues a task here: a rate of at least 1 in 8 can be calibrated
-    with caplog.at_level(logging.WARNING, logger="dialfork_metrics.task3.workflow_detector"):
+    with caplog.at_level(logging.WARNING, logger="dialfork_metrics.task3.workflow.detector"):
         det = WorkflowDetector(workflow=star, false_alarm_rate=0.25).fit(conformant)
     op = det.operating_point_
     assert all(v["calibrated"] < 0 and v["floored"] and v["threshold"] == 0 for v in op.values())
@@ -204,7 +204,7 @@ def test_recalibrate_moves_the_threshold_both_ways_without_a_floor(data, star, c
 
 
 def test_few_fit_dialogues_borrow_strength(data, star):
-    from dialfork_metrics.task3.workflow_detector import WorkflowDetector
+    from dialfork_metrics.task3.workflow.detector import WorkflowDetector
 
     train, _ = data
     conformant = [d for d in train if d["hallucination_type"] is None]
@@ -226,8 +226,8 @@ def test_few_fit_dialogues_borrow_strength(data, star):
 def test_system_nodes_change_the_fit(star, star_dir):
     """Labelled fit dialogues (system_nodes) join the labelled steps: the fit differs from the same
     dialogues unlabelled, and the labels are counted."""
-    from dialfork_dataset.star.human import build_star_human_track
-    from dialfork_metrics.task3.workflow_detector import WorkflowDetector
+    from dialfork_dataset.tracks.star_human import build_star_human_track
+    from dialfork_metrics.task3.workflow.detector import WorkflowDetector
 
     track = build_star_human_track(star, tasks="weather,bank_balance", seed=0)
     fit = [r for r in track.split("train") if r["edit"] is None][:30]
@@ -244,7 +244,7 @@ def test_system_nodes_change_the_fit(star, star_dir):
 def test_monitor_over_several_tasks_is_the_task3_detector(data, star):
     """Monitor.fit on the records of two tasks fits the same detector as the Task 3 wf fit on them."""
     from dialfork_metrics.guard import Monitor
-    from dialfork_metrics.task3.workflow_detector import WorkflowDetector
+    from dialfork_metrics.task3.workflow.detector import WorkflowDetector
 
     train, test = data
     conformant = [d for d in train if d["hallucination_type"] is None]

@@ -15,7 +15,8 @@ import pytest
 from dialfork_dataset.forks import fork_turns, system_turn_positions
 from dialfork_dataset.records import record_errors
 from dialfork_dataset.star import StarCorpus, StarError, task_domain
-from dialfork_dataset.star.human import (
+from dialfork_dataset.taxonomy import hallucination_types
+from dialfork_dataset.tracks.star_human import (
     CONFORMANCE_RULE,
     EDIT_TYPES,
     EDITS,
@@ -28,7 +29,6 @@ from dialfork_dataset.star.human import (
     human_dialogue,
     read_track_manifest,
 )
-from dialfork_dataset.taxonomy import hallucination_types
 
 TASKS = ("weather", "doctor_schedule", "doctor_followup")
 
@@ -383,7 +383,7 @@ def test_the_benchmark_needs_data_unless_the_track_is_star_human(capsys):
 
 def test_the_writer_refuses_records_that_break_the_record_rules(picked, tmp_path):
     from dialfork_dataset.records import RecordError
-    from dialfork_dataset.star.human import StarHumanTrack, write_star_human_track
+    from dialfork_dataset.tracks.star_human import StarHumanTrack, write_star_human_track
 
     bad = [dict(r) for r in picked.records[:3]]
     bad[0]["turns"] = []

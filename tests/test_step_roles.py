@@ -1,4 +1,4 @@
-"""Step roles and slots derived from the STAR workflows (:mod:`dialfork_dataset.roles`): what the rule
+"""Step roles and slots derived from the STAR workflows (:mod:`dialfork_dataset.workflow.roles`): what the rule
 gives on every task, the known answer on ``weather``, the problem line of a step without a role, and
 docs/step_roles.md kept equal to what benchmarks/step_roles_table.py generates."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import networkx as nx
 import pytest
 
-from dialfork_dataset.roles import REQUIRING_ROLES, ROLES, StepRole, derive_roles
+from dialfork_dataset.workflow.roles import REQUIRING_ROLES, ROLES, StepRole, derive_roles
 
 ROOT = Path(__file__).resolve().parents[1]
 

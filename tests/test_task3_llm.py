@@ -12,8 +12,8 @@ import pytest
 from fixtures.tiny_models import tiny_model_dir
 
 from dialfork_metrics.task3 import LLMDetector, make_detector
-from dialfork_metrics.task3.llm import build_prompt, load_prompt, render_dialogue
-from dialfork_metrics.task3.parsing import check_range, parse_turn_answer
+from dialfork_metrics.task3.llm.detector import build_prompt, load_prompt, render_dialogue
+from dialfork_metrics.task3.llm.parsing import check_range, parse_turn_answer
 
 
 def dialogue(did: str, n_sys: int, answer: str = "", task: str = "weather"):

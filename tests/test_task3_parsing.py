@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dialfork_metrics.task3.parsing import check_range, parse_turn_answer
+from dialfork_metrics.task3.llm.parsing import check_range, parse_turn_answer
 
 CASES = [
     ("3", 3, "turn"),

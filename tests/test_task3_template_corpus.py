@@ -172,7 +172,7 @@ def test_cli_predict_score_save_load(tiny_corpus, tmp_path):
 @pytest.mark.slow
 def test_cli_predict_wf_reports_why_each_alarm(tiny_corpus, tmp_path):
     """``predict --detector wf``: the report names the rule behind every first alarm, and only those."""
-    from dialfork_metrics.task3.workflow_explain import EXPLAINED_RULES
+    from dialfork_metrics.task3.workflow.explain import EXPLAINED_RULES
 
     preds = tmp_path / "wf.jsonl"
     r = _cli("predict", "--data", tiny_corpus, "--detector", "wf", "--out", preds, "--no-progress")

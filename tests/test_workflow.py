@@ -1,4 +1,4 @@
-"""Workflow sources (dialfork_dataset.sources) and workflow files (dialfork_dataset.workflow):
+"""Workflow sources (dialfork_dataset.sources) and workflow files (dialfork_dataset.workflow.files):
 the STAR reader and the workflow reader agree on every STAR task; validation reports every problem
 as file:line with the field; the CLIs take --source; a backend names the task and field a source
 lacks."""
@@ -24,14 +24,14 @@ from dialfork_dataset.sources import (
 )
 from dialfork_dataset.star import StarCorpus
 from dialfork_dataset.taxonomy import forks_per_source
-from dialfork_dataset.workflow import (
+from dialfork_dataset.workflow.export import dump_workflow, workflow_from_star
+from dialfork_dataset.workflow.files import (
     MAX_NODES,
     WorkflowCorpus,
     WorkflowError,
     load_yaml_lines,
     validate_workflow,
 )
-from dialfork_dataset.workflow_export import dump_workflow, workflow_from_star
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "workflows" / "insurance.yaml"

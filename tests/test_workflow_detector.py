@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dialfork_metrics.task3.workflow_detector import (
+from dialfork_metrics.task3.workflow.detector import (
     WorkflowDetector,
     WorkflowStructure,
     first_alarm,
@@ -14,7 +14,7 @@ from dialfork_metrics.task3.workflow_detector import (
     repeat_flags,
     turn_deviations,
 )
-from dialfork_metrics.task3.workflow_nodes import (
+from dialfork_metrics.task3.workflow.nodes import (
     NodeAssigner,
     WorkflowTextError,
     assign_rows,
@@ -198,7 +198,7 @@ def assigner(star):
 
 @pytest.fixture(scope="module")
 def human(star_dir):
-    from dialfork_dataset.star.human import conformant_human_dialogues
+    from dialfork_dataset.tracks.star_human import conformant_human_dialogues
 
     return conformant_human_dialogues(star_dir, tasks=["weather", "bank_balance", "doctor_schedule"])
 
@@ -408,7 +408,7 @@ def test_a_task_whose_roles_cannot_be_derived_keeps_todays_rules_with_a_warning(
     from dialfork_metrics.task3 import load_examples
 
     train, test = load_examples(template_corpus, "train"), load_examples(template_corpus, "test")
-    with caplog.at_level(logging.WARNING, logger="dialfork_metrics.task3.workflow_detector"):
+    with caplog.at_level(logging.WARNING, logger="dialfork_metrics.task3.workflow.detector"):
         det = WorkflowDetector(workflow=_OneOddStep(star)).fit(train)
     lines = [r.getMessage() for r in caplog.records if "weather_shrug" in r.getMessage()]
     assert len(lines) == 1 and "'weather'" in lines[0] and "role-free rules" in lines[0]

@@ -1,5 +1,5 @@
 """Step roles and slots declared in a workflow file (``role:``, ``collects:``, ``requires:``): parsed
-into :class:`~dialfork_dataset.workflow.WorkflowTask`, read by :func:`dialfork_dataset.roles.derive_roles`,
+into :class:`~dialfork_dataset.workflow.files.WorkflowTask`, read by :func:`dialfork_dataset.workflow.roles.derive_roles`,
 and a ``requires:`` slot that no step collects is a validation error with its file, line, step and
 slot. Fast: small files in ``tmp_path``, no STAR, no encoder."""
 
@@ -8,8 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from dialfork_dataset.__main__ import main as dataset_main
-from dialfork_dataset.roles import derive_roles
-from dialfork_dataset.workflow import WorkflowCorpus, validate_workflow
+from dialfork_dataset.workflow.files import WorkflowCorpus, validate_workflow
+from dialfork_dataset.workflow.roles import derive_roles
 
 BANK = """\
 format: dialfork-workflow/1
@@ -150,7 +150,7 @@ def test_cli_validate_exits_2_on_the_bad_file_and_warns_on_underivable_roles(tmp
 
 
 def test_the_schemas_roles_are_the_roles_of_the_rule():
-    from dialfork_dataset.roles import ROLES
-    from dialfork_dataset.workflow import workflow_schema
+    from dialfork_dataset.workflow.files import workflow_schema
+    from dialfork_dataset.workflow.roles import ROLES
 
     assert tuple(workflow_schema()["$defs"]["role"]["enum"]) == ROLES

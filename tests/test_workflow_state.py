@@ -1,4 +1,4 @@
-"""The dialogue state tracker and the step rules of :mod:`dialfork_metrics.task3.workflow_state`, on
+"""The dialogue state tracker and the step rules of :mod:`dialfork_metrics.task3.workflow.state`, on
 hand-made dialogues against STAR's ``weather`` workflow (its derived roles and its structure), and
 its pieces on hand-built inputs: volunteered values, the state's dict form, the requirement fit."""
 
@@ -8,9 +8,9 @@ import json
 
 import pytest
 
-from dialfork_dataset.roles import StepRole, TaskRoles, derive_roles
-from dialfork_metrics.task3.workflow_rules import workflow_structure
-from dialfork_metrics.task3.workflow_state import (
+from dialfork_dataset.workflow.roles import StepRole, TaskRoles, derive_roles
+from dialfork_metrics.task3.workflow.rules import workflow_structure
+from dialfork_metrics.task3.workflow.state import (
     NO_VERDICT,
     RULES,
     DialogueState,

@@ -7,8 +7,7 @@ import logging
 import numpy as np
 import pytest
 
-from dialfork_metrics.task3.workflow_detector import WorkflowStructure
-from dialfork_metrics.task3.workflow_supervised import (
+from dialfork_metrics.task3.supervised.detector import (
     FEATURES,
     SupervisedWorkflowDetector,
     TaskGraph,
@@ -19,6 +18,7 @@ from dialfork_metrics.task3.workflow_supervised import (
     turn_features,
     turn_labels,
 )
+from dialfork_metrics.task3.workflow.detector import WorkflowStructure
 
 log = logging.getLogger(__name__)
 
@@ -274,7 +274,7 @@ def test_wf_sup_bad_input(star, halves):
 def test_wf_sup_hgb_is_not_saved_and_has_no_guard_step(sup, tmp_path):
     import copy
 
-    from dialfork_metrics.task3.workflow_supervised import TurnClassifier
+    from dialfork_metrics.task3.supervised.detector import TurnClassifier
 
     hgb = copy.copy(sup)
     hgb.classifier_ = TurnClassifier("hgb")  # a boosted model: saving it would need pickle

@@ -10,9 +10,9 @@ import textwrap
 
 import pytest
 
-from dialfork_dataset.roles import derive_roles
 from dialfork_dataset.sources import open_source
-from dialfork_dataset.workflow import WorkflowCorpus, WorkflowError, validate_workflow
+from dialfork_dataset.workflow.files import WorkflowCorpus, WorkflowError, validate_workflow
+from dialfork_dataset.workflow.roles import derive_roles
 
 WATCH = textwrap.dedent(
     """\

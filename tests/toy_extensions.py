@@ -85,7 +85,7 @@ def _variants() -> list[dict[str, Any]]:
 
 # -- a Task 3 detector: always the middle system turn ---------------------------------------------
 def _middle_detector_class() -> type:
-    from dialfork_metrics.task3.baselines import _Baseline
+    from dialfork_metrics.task3.baselines.trivial import _Baseline
 
     class ToyMiddleDetector(_Baseline):
         """Always the middle system turn (no training). A scikit-learn estimator like every detector
@@ -132,7 +132,7 @@ class EchoBackend:
 # -- a source kind: a workflow file under another prefix --------------------------------------------
 def open_toy_source(path: Path) -> Any:
     """The source kind's opener: the workflow file (or folder) at ``path``."""
-    from dialfork_dataset.workflow import WorkflowCorpus
+    from dialfork_dataset.workflow.files import WorkflowCorpus
 
     return WorkflowCorpus(path)
 

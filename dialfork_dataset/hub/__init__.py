@@ -18,7 +18,7 @@ ordered by blind id (a random order), and each track is split into a public and 
 The public card carries the gold's revision hash; scoring refuses a gold of another revision.
 
 The export is crash-safe as a whole: both folders are staged beside their targets, optionally
-audited by the caller's audit (``leaderboard.audit`` for a release: ``python -m leaderboard export``
+audited by the caller's audit (``leaderboard.leakcheck`` for a release: ``python -m leaderboard export``
 runs it), then swapped in under a journal; an interrupted swap is
 completed, and leftover staging folders are removed, by the next export to the same targets.
 
@@ -288,7 +288,7 @@ def export_hub_layout(
     hidden seed) is copied into ``gold_dir`` (default ``<dest>-gold``, never inside ``dest``).
 
     Both folders are staged, ``audit`` is called on the staged layout and gold (a release passes
-    :func:`leaderboard.audit.run_audit`, as ``python -m leaderboard export`` does; this package does
+    :func:`leaderboard.leakcheck.run_audit`, as ``python -m leaderboard export`` does; this package does
     not import the leaderboard); its report is written to the gold as :data:`AUDIT_FILE`, and a
     failing one raises :class:`AuditFailed` and publishes nothing. Then both folders are swapped
     in together. Returns a summary.
@@ -320,7 +320,7 @@ def export_hub_layout(
         audit: ``audit(staged_layout, staged_gold) -> report``, run before publishing (None: no
             audit). The report has ``ok`` (False: a cheat works), ``worst()``, ``to_dict()`` (what
             :data:`AUDIT_FILE` holds) and ``format_text()``, as
-            :class:`leaderboard.audit.AuditReport`; ``functools.partial(run_audit, star=...)``
+            :class:`leaderboard.leakcheck.AuditReport`; ``functools.partial(run_audit, star=...)``
             passes options.
         require_conformant: Drop the sources (D+ and forks) whose D+ the generation engine's
             conformance check flagged (``conformance.conformant`` false); every D+ must carry a
@@ -355,7 +355,7 @@ def export_hub_layout(
     if audit is not None and not callable(audit):
         raise TypeError(
             f"audit must be a callable (staged_layout, staged_gold) -> report, e.g. "
-            f"leaderboard.audit.run_audit, or None; got {audit!r}"
+            f"leaderboard.leakcheck.run_audit, or None; got {audit!r}"
         )
     dest = Path(dest).resolve()
     gold = Path(gold_dir).resolve() if gold_dir is not None else default_gold_dir(dest)

@@ -448,7 +448,7 @@ def audit_markdown(report: Mapping[str, Any]) -> str:
     """The card's audit section: the verdict in plain words and every attack's figure.
 
     Args:
-        report: The audit report as JSON (``leaderboard.audit.AuditReport.to_dict()``): its
+        report: The audit report as JSON (``leaderboard.leakcheck.AuditReport.to_dict()``): its
             ``verdict``, ``attacks``, ``honest``, ``thresholds`` and ``baselines``.
 
     Returns:

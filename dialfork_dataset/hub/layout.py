@@ -26,7 +26,7 @@ class AuditFailed(RuntimeError):
     """The export's audit found a cheat; nothing was published. ``report`` is the audit report.
 
     Args:
-        report: The audit report (``leaderboard.audit``'s report object); kept as ``.report`` and
+        report: The audit report (``leaderboard.leakcheck``'s report object); kept as ``.report`` and
             its ``format_text()`` is appended to the message.
     """
 

@@ -439,7 +439,7 @@ def run_conversations(
 
     from generation.api import TemplateBackend
 
-    from ..task3.workflow_rules import fit_workflow_assigner
+    from ..task3.workflow.rules import fit_workflow_assigner
     from .user import AssignerStepMatcher
 
     backend = TemplateBackend()

@@ -221,14 +221,14 @@ def audit_detector_spec(detector: str, options: Mapping[str, Any] | None = None)
 
 def _state_tracker(task: str, workflow: Any):
     """``(turns, steps) -> (done steps or None, rule violations)`` for one task: the dialogue
-    state (:mod:`dialfork_metrics.task3.workflow_state`) over the agent turns' matched steps; a
+    state (:mod:`dialfork_metrics.task3.workflow.state`) over the agent turns' matched steps; a
     function returning ``(None, [])`` when the task's roles cannot be derived or there is no
     workflow source."""
     try:
-        from dialfork_dataset.roles import derive_roles
+        from dialfork_dataset.workflow.roles import derive_roles
 
-        from ..task3.workflow_rules import resolve_workflow, workflow_structure
-        from ..task3.workflow_state import enforced_requirements
+        from ..task3.workflow.rules import resolve_workflow, workflow_structure
+        from ..task3.workflow.state import enforced_requirements
 
         src = resolve_workflow(workflow) if workflow is not None else None
         wt = src.tasks[task] if src is not None and task in src.tasks else None
@@ -241,7 +241,7 @@ def _state_tracker(task: str, workflow: Any):
     structure, requires = workflow_structure(wt), enforced_requirements(roles, wt)
 
     def run(turns: Any, steps: Any) -> tuple[list[str] | None, list[dict[str, Any]]]:
-        from ..task3.workflow_state import run_state
+        from ..task3.workflow.state import run_state
 
         final, _, verdicts = run_state(turns, list(steps), roles, structure, (), requires)
         return final.done, [{"system_turn": k + 1, **v.to_dict()} for k, v in enumerate(verdicts) if v.rule]

@@ -87,7 +87,7 @@ class StepMatcher:
 
 class AssignerStepMatcher:
     """:class:`StepMatcher`'s interface over the toolkit's node assigner
-    (:class:`~dialfork_metrics.task3.workflow_nodes.NodeAssigner`): a turn maps to the step of its
+    (:class:`~dialfork_metrics.task3.workflow.nodes.NodeAssigner`): a turn maps to the step of its
     task's workflow it says, or to none when another task's workflow fits it better, it says nothing
     the workflow says, or it asks nothing while the step is a question (issue 39: the audit, the
     detectors and the guard read turns the same way).
@@ -233,7 +233,7 @@ def step_coverage(steps: list[str | None], model: Any, done: Any = None) -> dict
             :attr:`TemplateUser.steps`.
         model: The task's workflow model (``TemplateBackend.model(task)``).
         done: The steps the dialogue state says were done (a question answered, an outcome said
-            once the slots it requires were filled: :func:`~dialfork_metrics.task3.workflow_state.run_state`);
+            once the slots it requires were filled: :func:`~dialfork_metrics.task3.workflow.state.run_state`);
             a step said but not done counts as skipped. None: every step said counts.
 
     Returns:

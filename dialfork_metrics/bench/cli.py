@@ -303,7 +303,7 @@ def _main(a: argparse.Namespace) -> int:
         from dialfork_dataset.hub import resolve_data
 
         if a.track == "star-human":  # the track's folder, built once per settings (reused when present)
-            from dialfork_dataset.star.human import ensure_star_human_track
+            from dialfork_dataset.tracks.star_human import ensure_star_human_track
 
             a.data = str(
                 ensure_star_human_track(
@@ -311,7 +311,7 @@ def _main(a: argparse.Namespace) -> int:
                 )
             )
         elif a.track == "sgd":  # the same for SGD; its manifest names the workflows (workflow_for_data)
-            from dialfork_dataset.sgd import ensure_sgd_track
+            from dialfork_dataset.tracks.sgd import ensure_sgd_track
 
             a.data = str(
                 ensure_sgd_track(

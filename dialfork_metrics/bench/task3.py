@@ -242,7 +242,7 @@ def run_task3(
             continue
         available: dict[str, Any] = {"encoder": encoder, "false_alarm_rate": false_alarm_rate, "seed": seed}
         if "workflow" in spec.needs:
-            from ..task3.workflow_detector import workflow_for_data
+            from ..task3.workflow.detector import workflow_for_data
 
             wf_source = wf_source or workflow or workflow_for_data(corpus.origin)
             if wf_source is None:

@@ -221,7 +221,7 @@ def _fit(args: argparse.Namespace):
     if args.false_alarm_rate is not None:
         opts["false_alarm_rate"] = args.false_alarm_rate
     if "workflow" in spec.needs:
-        from dialfork_metrics.task3.workflow_detector import workflow_for_data
+        from dialfork_metrics.task3.workflow.detector import workflow_for_data
 
         opts["workflow"] = args.workflow or workflow_for_data(args.data)
         if opts["workflow"] is None:

@@ -104,7 +104,7 @@ def default_detector(task: str | None, workflow: Any) -> str:
     if task is None:
         logger.info("Monitor.fit: dialogues without a task: the workflow-free ss+nc detector")
         return "ss+nc"
-    from dialfork_metrics.task3.workflow_detector import resolve_workflow
+    from dialfork_metrics.task3.workflow.detector import resolve_workflow
 
     try:
         source = resolve_workflow(workflow)

@@ -184,7 +184,7 @@ FINGERPRINT_KEYS = ("method", "node_confidence", "order", "K", "tau", "backoff")
 
 
 def _is_workflow(detector: Any) -> bool:
-    from dialfork_metrics.task3.workflow_detector import WorkflowDetector
+    from dialfork_metrics.task3.workflow.detector import WorkflowDetector
 
     # the guard steps wf turn by turn; wf-sup (a subclass) has no per-turn step state to save
     return isinstance(detector, WorkflowDetector) and detector.name == "wf"
@@ -196,7 +196,7 @@ def detector_fingerprint(detector: Any) -> str:
 
     Args:
         detector: A fitted :class:`~dialfork_metrics.task3.streaming.StreamingDetector` or
-            :class:`~dialfork_metrics.task3.workflow_detector.WorkflowDetector` (its parameters,
+            :class:`~dialfork_metrics.task3.workflow.detector.WorkflowDetector` (its parameters,
             thresholds, node keys and arrays).
 
     Returns:
@@ -236,7 +236,7 @@ class Monitor:
     :meth:`Session.observe` must pass ``embedding=``).
 
     Args:
-        detector: A fitted :class:`~dialfork_metrics.task3.workflow_detector.WorkflowDetector`
+        detector: A fitted :class:`~dialfork_metrics.task3.workflow.detector.WorkflowDetector`
             (``wf``, the default: it knows the workflow, so it also warns when a conversation looks
             like another task) or :class:`~dialfork_metrics.task3.streaming.StreamingDetector`.
         task: The task the monitor watches (saved with it); None: unknown (a workflow-aware
@@ -322,7 +322,7 @@ class Monitor:
         conformant dialogues, or ``wf`` on the workflow alone (no dialogues: ``task=`` and
         ``workflow=``). ``wf`` is fitted on every task of the records (the same detector as the
         Task 3 ``wf`` fit on the same data) and watches ``task``. ``detector_options`` go to the detector
-        (:class:`~dialfork_metrics.task3.workflow_detector.WorkflowDetector`: ``false_alarm_rate``,
+        (:class:`~dialfork_metrics.task3.workflow.detector.WorkflowDetector`: ``false_alarm_rate``,
         ``min_similarity``...; :class:`StreamingDetector`: ``K``, ``tau``, ``distance_threshold``...);
         ``embeddings`` (one ``(n_turns, d)`` array per dialogue) skips the encoder at fit time.
 
@@ -515,7 +515,7 @@ class Monitor:
             try:
                 fmt = json.loads((det_dir / "config.json").read_text(encoding="utf-8")).get("format")
                 if fmt == "dialfork-task3-workflow":
-                    from dialfork_metrics.task3.workflow_detector import WorkflowDetector
+                    from dialfork_metrics.task3.workflow.detector import WorkflowDetector
 
                     det = WorkflowDetector.load(det_dir, encoder=encoder)
                 else:
@@ -900,7 +900,7 @@ class Session:
             errs.append(f"first_alarm must be null or a system turn so far, got {fa!r}")
         dialogue = w.get("dialogue")
         if dialogue is not None:
-            from dialfork_metrics.task3.workflow_state import state_dict_errors
+            from dialfork_metrics.task3.workflow.state import state_dict_errors
 
             errs += state_dict_errors(dialogue, ns if isinstance(ns, int) else 0)
         if errs:

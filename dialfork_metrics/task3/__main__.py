@@ -259,7 +259,7 @@ def _detector_inputs(args: argparse.Namespace, spec: Any) -> tuple[dict[str, Any
             }
         )
     if "workflow" in spec.needs:
-        from .workflow_detector import workflow_for_data
+        from .workflow.detector import workflow_for_data
 
         corpus = _fit_source(args) or args.data
         available["workflow"] = args.workflow or workflow_for_data(corpus) or _manifest_star(corpus)

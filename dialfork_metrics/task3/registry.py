@@ -484,7 +484,7 @@ class RegimeView(Mapping[str, tuple[str, ...]]):
 
 # ----------------------------------------------------------------------------- built-in detectors
 # In the order of the paper's Table 4: the trivial baselines, the streaming detectors, then ours.
-_B, _S = "dialfork_metrics.task3.baselines", "dialfork_metrics.task3.streaming:StreamingDetector"
+_B, _S = "dialfork_metrics.task3.baselines.trivial", "dialfork_metrics.task3.streaming:StreamingDetector"
 _STREAMING_NEEDS = ("encoder", "false_alarm_rate")
 # the "format" each save() writes into config.json (literal here: the registry imports no detector
 # module; tests/test_detector_consumers.py checks them against the modules' FORMAT constants)
@@ -575,29 +575,29 @@ for _spec in (
         "wf",
         "WF (workflow-aware)",
         "workflow-aware",
-        "dialfork_metrics.task3.workflow_detector:WorkflowDetector",
+        "dialfork_metrics.task3.workflow.detector:WorkflowDetector",
         ("encoder", "workflow", "false_alarm_rate"),
         in_benchmark=True,
         guard=True,
         description="node assignment against the workflow, with rejection and repeats",
         save_format="dialfork-task3-workflow",
-        loader="dialfork_metrics.task3.workflow_detector:WorkflowDetector.load",
+        loader="dialfork_metrics.task3.workflow.detector:WorkflowDetector.load",
     ),
     DetectorSpec(
         "wf-sup",
         "WF-sup (supervised)",
         "workflow-aware",
-        "dialfork_metrics.task3.workflow_supervised:SupervisedWorkflowDetector",
+        "dialfork_metrics.task3.supervised.detector:SupervisedWorkflowDetector",
         ("encoder", "workflow", "false_alarm_rate", "forks"),
         description="a per-turn classifier fitted on forked train dialogues",
         save_format="dialfork-task3-workflow-supervised",
-        loader="dialfork_metrics.task3.workflow_supervised:SupervisedWorkflowDetector.load",
+        loader="dialfork_metrics.task3.supervised.detector:SupervisedWorkflowDetector.load",
     ),
     DetectorSpec(
         "llm",
         "LLM (zero-shot)",
         "other",
-        "dialfork_metrics.task3.llm:LLMDetector",
+        "dialfork_metrics.task3.llm.detector:LLMDetector",
         ("model",),
         description="a zero-shot LLM asked for the first deviating system turn",
     ),

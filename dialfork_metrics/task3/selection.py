@@ -47,7 +47,7 @@ from typing import Any
 
 import numpy as np
 
-from .ngram import NgramLM
+from .baselines.ngram import NgramLM
 from .streaming import (
     CALIBRATIONS,
     DEFAULT_CONFIDENCE,

@@ -2,7 +2,7 @@
 API), built on the official ``openai`` package (3.x; install ``dialfork[llm]``).
 
 Shared by the generator (:mod:`generation.backends.openai_backend`), the LLM zero-shot detector
-(:mod:`dialfork_metrics.task3.llm`), the LLM judge and the audit (``dialfork_metrics`` may import
+(:mod:`dialfork_metrics.task3.llm.detector`), the LLM judge and the audit (``dialfork_metrics`` may import
 ``generation``; ``generation`` never imports ``dialfork_metrics``).
 
 What the ``openai`` package does here

@@ -1,7 +1,7 @@
 """Loading a local ``transformers`` chat model and its tokenizer: the one loader of the project.
 
 Used by the generator's :class:`~generation.backends.hf.TransformersBackend` and by the LLM
-detector and judge (:class:`dialfork_metrics.task3.llm.TransformersChat`). Every failure raises
+detector and judge (:class:`dialfork_metrics.task3.llm.detector.TransformersChat`). Every failure raises
 :class:`ModelLoadError` or :class:`ChatTemplateError` with the model's name and what to do.
 
 * :func:`load_config`: the model's config; a missing folder, a folder without ``config.json`` or

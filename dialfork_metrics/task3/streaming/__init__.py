@@ -6,7 +6,7 @@ Pipeline, fitted on conformant train dialogues only (no workflow):
 1. nodes: per speaker, agglomerative clustering of the train utterances' embeddings
    (:func:`dialfork_metrics.flowgraph.cluster_embeddings`, FlowKL step 1) and their centroids;
    each turn maps to the nearest centroid of its speaker's nodes;
-2. an N-gram LM over node sequences (:class:`~dialfork_metrics.task3.ngram.NgramLM`, Laplace
+2. an N-gram LM over node sequences (:class:`~dialfork_metrics.task3.baselines.ngram.NgramLM`, Laplace
    smoothing as FlowKL): ``p_t = P(n_t | n_{t-N+1..t-1})``;
 3. NC: ``c_t`` = softmax over the ``K`` nearest centroids of ``cos / tau``, taken at the nearest
    (:func:`dialfork_metrics.flowgraph.node_confidence`); ``p_t^NC = p_t * c_t``;

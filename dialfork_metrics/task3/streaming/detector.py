@@ -129,7 +129,7 @@ class StreamingDetector(FitMixin, PersistenceMixin, BaseEstimator):
     ``scope_``, ``position_weight_``, ``threshold_rule_``, ``settings_source_``; :meth:`settings`
     reads them), ``centroids_`` (per speaker, the ``(n_nodes, d)`` unit centroids of one model),
     ``node_offsets_`` (per speaker, the global id of its first node), ``lm_`` (the fitted
-    :class:`~dialfork_metrics.task3.ngram.NgramLM` of one model), ``threshold_`` (the alarm threshold
+    :class:`~dialfork_metrics.task3.baselines.ngram.NgramLM` of one model), ``threshold_`` (the alarm threshold
     of one model), ``calibration_stats_`` (the calibration statistic of each train dialogue of one
     model), ``train_false_alarm_rate_`` (the share of train dialogues that alarm), ``n_train_``,
     ``task_models_`` (``scope="task"`` with several tasks: one fitted single-model detector per task;

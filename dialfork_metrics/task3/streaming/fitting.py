@@ -13,7 +13,7 @@ import numpy as np
 
 from dialfork_dataset.turns import as_turns
 
-from ..ngram import NgramLM
+from ..baselines.ngram import NgramLM
 from ._common import _normalize_rows, _task_of, _where
 from .decision import (
     alarms,

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..ngram import NgramLM
+from ..baselines.ngram import NgramLM
 from ._common import _encoder_name
 from .decision import DEFAULT_CONFIDENCE
 from .presets import SELECTABLE

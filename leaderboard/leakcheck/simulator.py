@@ -30,7 +30,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-logger = logging.getLogger("leaderboard.audit")
+logger = logging.getLogger("leaderboard.leakcheck")
 
 #: A ``{name}`` or ``{name:spec}`` field of a template (as the template backend fills them).
 PLACEHOLDER = re.compile(r"\{(\w+)(?::[^}]*)?\}")

@@ -9,7 +9,7 @@ enlarged by repeating it, whole copies with their predictions: the cheat's Score
 and the matched Random draws are dealt over more dialogues of the same kind, as they would be on a
 larger blind set drawn the same way.
 
-``python -m leaderboard.audit.power HUB GOLD [--alpha 0.05]``: the sibling cheat on a layout's
+``python -m leaderboard.leakcheck.power HUB GOLD [--alpha 0.05]``: the sibling cheat on a layout's
 blind set, and the size at which its gap becomes significant.
 """
 
@@ -22,7 +22,7 @@ from typing import Any
 
 from .report import ALPHA, RANDOM_DRAWS
 
-logger = logging.getLogger("leaderboard.audit")
+logger = logging.getLogger("leaderboard.leakcheck")
 
 
 def tiled(
@@ -144,7 +144,7 @@ def significant_size(
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m leaderboard.audit.power HUB GOLD``: the sibling cheat on HUB's blind set
+    """``python -m leaderboard.leakcheck.power HUB GOLD``: the sibling cheat on HUB's blind set
     (:func:`.attacks.sibling_attack`'s stronger rule) and :func:`significant_size` at ``--alpha``
     and at the audit's own level.
 
@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     from .scoring import _Detector, _detector_result, _read_config
 
     ap = argparse.ArgumentParser(
-        prog="python -m leaderboard.audit.power", description=__doc__.split("\n\n")[0]
+        prog="python -m leaderboard.leakcheck.power", description=__doc__.split("\n\n")[0]
     )
     ap.add_argument("hub", help="the Hub layout (data/blind)")
     ap.add_argument("gold", help="the gold folder of the same export")

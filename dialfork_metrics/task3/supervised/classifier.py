@@ -12,10 +12,10 @@ from typing import Any
 
 import numpy as np
 
-from .workflow_detector import WorkflowStructure, repeat_flags, turn_deviations, workflow_structure
-from .workflow_nodes import GENERIC_NODE_NAMES
+from ..workflow.detector import WorkflowStructure, repeat_flags, turn_deviations, workflow_structure
+from ..workflow.nodes import GENERIC_NODE_NAMES
 
-logger = logging.getLogger("dialfork_metrics.task3.workflow_supervised")
+logger = logging.getLogger("dialfork_metrics.task3.supervised.detector")
 
 FORMAT = "dialfork-task3-workflow-supervised"
 MODELS = ("logistic", "hgb")

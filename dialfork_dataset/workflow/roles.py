@@ -5,7 +5,7 @@ needs the city. This module derives, for every step of a task, its *roles* (a tu
 several steps, and a step several roles: ``meeting_inform_unavailable_ask_different_time`` informs
 an outcome and asks a question) and its *slots*: the slots a question step **collects** and the
 slots an action, outcome or confirmation step **requires**. The state tracker and the step rules of
-the workflow-aware detector (:mod:`dialfork_metrics.task3.workflow_state`) read it.
+the workflow-aware detector (:mod:`dialfork_metrics.task3.workflow.state`) read it.
 
 The rule (SPEC-level, ours; docs/spec.md "Step roles and slots" states it and
 docs/step_roles.md lists what it gives on every STAR task):

@@ -32,9 +32,9 @@ from typing import Any
 
 import numpy as np
 
-from .workflow_nodes import NodeAssigner, node_similarities
+from .nodes import NodeAssigner, node_similarities
 
-logger = logging.getLogger("dialfork_metrics.task3.workflow_detector")
+logger = logging.getLogger("dialfork_metrics.task3.workflow.detector")
 
 #: How the expected false-alarm rate of a fit was estimated, by kind of fit.
 ESTIMATES = {
@@ -181,7 +181,7 @@ def cross_fit_statistics(
     Returns:
         dict[str, list[float]]: task -> the statistics of its fit dialogues.
     """
-    from .streaming.decision import calibration_fold_ids
+    from ..streaming.decision import calibration_fold_ids
 
     tasks = sorted(set(task_of))
     stats: dict[str, list[float]] = {t: [] for t in tasks}
@@ -260,7 +260,7 @@ def workflow_statistics(det: Any, assigner: NodeAssigner, tasks: Sequence[str]) 
         dict[str, list[float]]: task -> one statistic per pseudo-dialogue (empty: no step has two
         phrasings).
     """
-    from .workflow_rules import turn_deviations
+    from .rules import turn_deviations
 
     P, owners = assigner.P_, assigner.owners_
     keys = assigner.keys_
@@ -301,7 +301,7 @@ def operating_point(det: Any, stats: Mapping[str, np.ndarray]) -> None:
             ``threshold_floor``, ``min_task_dialogues``, ``fit_kind_``).
         stats: task -> its calibration statistics.
     """
-    from .streaming.decision import calibrate_threshold
+    from ..streaming.decision import calibrate_threshold
 
     finite = {t: v[np.isfinite(v)] for t, v in stats.items()}
     # what a task borrows: the other tasks' statistics around their own medians (the tail's shape),

@@ -11,7 +11,7 @@ structure as a STAR task (``replies``, ``graph``, node kinds, outcome branches),
 branches written out instead of inferred, so :meth:`~dialfork_dataset.star.StarTask.digraph`,
 :meth:`~dialfork_dataset.star.StarTask.steps` and
 :meth:`~dialfork_dataset.star.StarTask.render_steps` are the STAR reader's own. A STAR task
-written as a workflow file (:func:`~dialfork_dataset.workflow_export.workflow_from_star`) reads back into the same graph and the
+written as a workflow file (:func:`~dialfork_dataset.workflow.export.workflow_from_star`) reads back into the same graph and the
 same numbered steps.
 
 Mapping of a step to the STAR structure: ``id`` is the node; ``say`` its response template,
@@ -32,8 +32,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from .star import Scenario, StarApi, StarTask, task_domain
-from .workflow_check import (  # noqa: F401  (re-exported: the public API of workflow files)
+from ..star import Scenario, StarApi, StarTask, task_domain
+from .check import (  # noqa: F401  (re-exported: the public API of workflow files)
     FORMAT,
     MAX_BYTES,
     MAX_NODES,
@@ -44,7 +44,7 @@ from .workflow_check import (  # noqa: F401  (re-exported: the public API of wor
     workflow_files,
     workflow_schema,
 )
-from .workflow_check import read_workflows as _read_workflows
+from .check import read_workflows as _read_workflows
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +113,7 @@ class WorkflowTask(StarTask):
         descriptions: Node -> the step's own plain-language text.
         declared_roles: Step -> its roles as the file's ``role:`` declares them (a single role
             becomes a one-item list); steps without ``role:`` are absent (their roles are derived,
-            :func:`~dialfork_dataset.roles.derive_roles`).
+            :func:`~dialfork_dataset.workflow.roles.derive_roles`).
         declared_collects: Step -> the slots its ``collects:`` declares (with its ``ask:`` slot
             first when it has both); steps without ``collects:`` are absent.
         declared_requires: Step -> the slots its ``requires:`` declares (``[]``: none); steps
@@ -138,7 +138,7 @@ class WorkflowTask(StarTask):
     descriptions: dict[str, str] = field(default_factory=dict)
     """node -> the step's own plain-language text (``description``), replacing the one from its name."""
     declared_roles: dict[str, list[str]] = field(default_factory=dict)
-    """step -> its roles from ``role:`` (read by :func:`~dialfork_dataset.roles.derive_roles`)."""
+    """step -> its roles from ``role:`` (read by :func:`~dialfork_dataset.workflow.roles.derive_roles`)."""
     declared_collects: dict[str, list[str]] = field(default_factory=dict)
     """step -> the slots from ``collects:`` (plus its ``ask:`` slot)."""
     declared_requires: dict[str, list[str]] = field(default_factory=dict)
@@ -299,7 +299,7 @@ def _build_task(
 
 def _requires_errors(data: dict[str, Any], path: Path, lines: dict[tuple, int]) -> list[str]:
     """A step's ``requires:`` slot that no step collects (``collects:``, ``ask:`` or the derived rule of
-    :mod:`dialfork_dataset.roles`), one line per slot, at the line of the step's ``requires``."""
+    :mod:`dialfork_dataset.workflow.roles`), one line per slot, at the line of the step's ``requires``."""
     todo = [(ti, t) for ti, t in enumerate(data["tasks"]) if any("requires" in s for s in t["steps"])]
     if not todo:
         return []
@@ -321,9 +321,9 @@ def _requires_errors(data: dict[str, Any], path: Path, lines: dict[tuple, int]) 
 def read_workflows(path: str | os.PathLike) -> tuple[list[tuple[Path, Any, dict[tuple, int]]], list[str]]:
     """Read and check a workflow file, or every workflow file of a folder (one source).
 
-    :func:`dialfork_dataset.workflow_check.read_workflows` (YAML, schema, references; a folder's files
+    :func:`dialfork_dataset.workflow.check.read_workflows` (YAML, schema, references; a folder's files
     together) with the checks that build the tasks: a step's ``requires:`` slot that no step collects
-    (by ``collects:``, ``ask:`` or the rule of :func:`dialfork_dataset.roles.derive_roles`) is a problem
+    (by ``collects:``, ``ask:`` or the rule of :func:`dialfork_dataset.workflow.roles.derive_roles`) is a problem
     of its file, reported with the file's other problems.
 
     Args:

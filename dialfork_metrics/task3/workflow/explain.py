@@ -15,10 +15,10 @@ from typing import Any
 
 import numpy as np
 
-from .workflow_rules import ROUTE_MARGIN, _task, first_alarm, repeat_flags
-from .workflow_state import StepVerdict
+from .rules import ROUTE_MARGIN, _task, first_alarm, repeat_flags
+from .state import StepVerdict
 
-logger = logging.getLogger("dialfork_metrics.task3.workflow_detector")
+logger = logging.getLogger("dialfork_metrics.task3.workflow.detector")
 
 #: Every rule :func:`explain_many` may name: the dialogue-state rules, then the role-free ones.
 EXPLAINED_RULES: tuple[str, ...] = (
@@ -43,7 +43,7 @@ def fit_roles(
 ) -> None:
     """Set ``det.roles_`` and ``det.requires_`` from the workflow and the conformant fit dialogues.
 
-    A task whose roles cannot be derived (:attr:`~dialfork_dataset.roles.TaskRoles.problems`) gets
+    A task whose roles cannot be derived (:attr:`~dialfork_dataset.workflow.roles.TaskRoles.problems`) gets
     one warning per problem and is left out: it keeps the role-free rules. The questions the fit
     dialogues ask again for an answered slot are added to ``repeatable`` (never a repeat).
 
@@ -57,9 +57,9 @@ def fit_roles(
         fit_nodes: The assigned step of each fit dialogue's system turns.
         repeatable: task -> steps never flagged as repeats (updated in place).
     """
-    from dialfork_dataset.roles import derive_roles
+    from dialfork_dataset.workflow.roles import derive_roles
 
-    from .workflow_state import enforced_requirements, prune_requirements, track_state
+    from .state import enforced_requirements, prune_requirements, track_state
 
     det.roles_, det.requires_ = {}, {}
     for t in tasks if det.state_rules else ():

@@ -57,7 +57,7 @@ this track's own split.
 Another corpus of real dialogues with gold nodes makes a track the same way: a :class:`TrackSpec`
 (the track's name, files, domains and question test; :data:`STAR_HUMAN` is this track's) and its
 conformant dialogues as :class:`HumanDialogue` go to :func:`build_track` and
-:func:`write_track` (:mod:`dialfork_dataset.sgd` makes the ``sgd`` track so).
+:func:`write_track` (:mod:`dialfork_dataset.tracks.sgd` makes the ``sgd`` track so).
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .common import StarError, task_domain
+from ..star.common import StarError, task_domain
 
 log = logging.getLogger(__name__)
 
@@ -250,7 +250,7 @@ def _check_variant(variant: str) -> None:
 
 
 def _corpus(star: Any):
-    from .corpus import StarCorpus
+    from ..star.corpus import StarCorpus
 
     corpus = star if isinstance(star, StarCorpus) else StarCorpus(star)
     p = corpus.path

@@ -1,5 +1,5 @@
 """STAR tasks written as a workflow file, and the ``workflow`` CLI (``python -m dialfork_dataset workflow
-{validate,steps,from-star}``). See :mod:`dialfork_dataset.workflow` and ``docs/workflows.md``."""
+{validate,steps,from-star}``). See :mod:`dialfork_dataset.workflow.files` and ``docs/workflows.md``."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from .files import FORMAT, WorkflowCorpus, validate_workflow
 from .roles import derive_roles
-from .workflow import FORMAT, WorkflowCorpus, validate_workflow
 
 # --------------------------------------------------------------------------------------------- STAR -> workflow file
 
@@ -140,7 +140,7 @@ def dump_workflow(data: dict[str, Any], path: str | os.PathLike) -> None:
     """
     import yaml
 
-    from .atomic import write_text_atomic
+    from ..atomic import write_text_atomic
 
     write_text_atomic(path, yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=120))
 
@@ -187,7 +187,7 @@ def validate_warnings(corpus: WorkflowCorpus, path: str | os.PathLike[str] | Non
 
     A task for watching only (no ``scenarios`` or no ``length_budget``: the detectors, the guard and
     the tracks watch it, generation and the agent audit need both; the lines of
-    :meth:`~dialfork_dataset.workflow.WorkflowCorpus.notes`) and a source with one task (a WIC fork
+    :meth:`~dialfork_dataset.workflow.files.WorkflowCorpus.notes`) and a source with one task (a WIC fork
     borrows another task's workflow, so generation makes none). Neither makes the source invalid.
 
     Args:
@@ -238,8 +238,8 @@ def _cmd_steps(a: Any) -> int:
 
 
 def _cmd_from_star(a: Any) -> int:
-    from .sources import open_source
-    from .star import resolve_star
+    from ..sources import open_source
+    from ..star import resolve_star
 
     corpus = open_source(f"star:{resolve_star(a.star)}")
     data = workflow_from_star(corpus, [t.strip() for t in a.tasks.split(",") if t.strip()], a.max_scenarios)

@@ -1,6 +1,6 @@
 """The ``sgd`` track of Task 3: real SGD dialogues, forked by editing them at a known turn.
 
-A second real-text track beside ``star-human`` (:mod:`dialfork_dataset.star.human`), made the same
+A second real-text track beside ``star-human`` (:mod:`dialfork_dataset.tracks.star_human`), made the same
 way from the Schema-Guided Dialogue dataset (SGD; Rastogi et al., 2020; CC BY-SA 4.0): dialogues of
 one service whose user searches and then completes the service's one transaction (FindBus, then
 BuyBusTicket), written by crowd workers from generated outlines, whose system turns carry gold
@@ -23,7 +23,7 @@ records and the written folder exactly as the star-human track's (:func:`build_s
 ``text_variant`` ``"crowd"``, ids ``sgd-<SGD split>-<SGD dialogue id>`` (SGD ids repeat across its
 train, dev and test files). The manifest records the workflow folder as the corpus's workflow
 source (its ``star`` key, ``workflow:<folder>``), so the workflow-aware detector finds it
-(:func:`dialfork_metrics.task3.workflow_rules.workflow_for_data`).
+(:func:`dialfork_metrics.task3.workflow.rules.workflow_for_data`).
 """
 
 from __future__ import annotations
@@ -39,8 +39,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from .errors import CollectedErrors
-from .star.human import (
+from ..errors import CollectedErrors
+from .star_human import (
     EDIT_TYPES,
     EDITS,
     MIN_TURNS,
@@ -71,7 +71,7 @@ DEFAULT_SGD_DIR = "../shared/sgd"
 #: The files an SGD folder holds.
 SGD_FILES: tuple[str, ...] = ("dialogues.jsonl.gz", "schema.json")
 #: The hand-written workflow files of the track (a source checkout's ``examples/workflows/sgd``).
-WORKFLOWS_DIR = Path(__file__).resolve().parents[1] / "examples" / "workflows" / "sgd"
+WORKFLOWS_DIR = Path(__file__).resolve().parents[2] / "examples" / "workflows" / "sgd"
 #: Which act of a system turn picks its gold step, first to last (``INFORM_COUNT`` comes with ``OFFER``).
 ACT_PRIORITY: tuple[str, ...] = (
     "NOTIFY_SUCCESS",
@@ -462,7 +462,7 @@ def sgd_dialogue(
 
 # ----------------------------------------------------------------------------- the track
 def _workflows(workflows: str | os.PathLike | None) -> Any:
-    from .workflow import WorkflowCorpus
+    from ..workflow.files import WorkflowCorpus
 
     p = Path(workflows) if workflows is not None else WORKFLOWS_DIR
     if not p.exists():
@@ -507,7 +507,7 @@ def _asks(wf: Any, tasks: Sequence[SgdTask]) -> dict[str, dict[str, str]]:
 
 
 def _spec(wf: Any) -> TrackSpec:
-    from .roles import derive_roles
+    from ..workflow.roles import derive_roles
 
     questions = {n: set(derive_roles(t).with_role("question")) for n, t in wf.tasks.items()}
     return TrackSpec(
@@ -516,7 +516,7 @@ def _spec(wf: Any) -> TrackSpec:
         records_file=RECORDS_FILE,
         domain_of=lambda task: wf.tasks[task].domain,
         is_question=lambda task, node: node in questions.get(task, ()),
-        code_files=(Path(__file__), Path(__file__).with_name("star") / "human.py"),
+        code_files=(Path(__file__), Path(__file__).with_name("star_human.py")),
         card_text="Dialogues of the Schema-Guided Dialogue dataset (Rastogi et al., 2020; CC BY-SA 4.0) "
         "that follow the workflow of their service's transaction, and forks made by editing them at a "
         "known system turn. Written by `python -m dialfork_dataset sgd-track`; `manifest.json` holds the "
@@ -575,7 +575,7 @@ def _scan(corpus: SgdCorpus, tasks: Sequence[SgdTask], wf: Any) -> tuple[list[Hu
 def _cap(dialogues: list[HumanDialogue], cap: int | None, seed: int) -> list[HumanDialogue]:
     if cap is None:
         return dialogues
-    from .star.human import _rng
+    from .star_human import _rng
 
     by_task: dict[str, list[HumanDialogue]] = defaultdict(list)
     for h in dialogues:
@@ -631,7 +631,7 @@ def build_sgd_track(
 ) -> StarHumanTrack:
     """Build the sgd track: conformant SGD dialogues and their edited forks.
 
-    As :func:`~dialfork_dataset.star.human.build_star_human_track` (same edits, split, records and
+    As :func:`~dialfork_dataset.tracks.star_human.build_star_human_track` (same edits, split, records and
     stats), plus the stats ``max_dialogues_per_task``, ``conformant_before_cap`` (task -> n),
     ``excluded_per_task`` (task -> reason -> n), ``dialogues_of_the_services``, ``act_share`` (of the
     conformant dialogues' system turns: by the act that picked the step, and by the acts carried),
@@ -726,7 +726,7 @@ def write_sgd_track(
 ) -> Path:
     """Write the sgd track as a folder the toolkit reads like a Hub layout.
 
-    The star-human track's folder (:func:`~dialfork_dataset.star.human.write_star_human_track`):
+    The star-human track's folder (:func:`~dialfork_dataset.tracks.star_human.write_star_human_track`):
     ``data/<config>/<split>-*.parquet`` for ``conformant``, ``forked`` and ``task3``, ``README.md``,
     ``sgd.jsonl`` (every record) and ``manifest.json`` (format, settings, the conformance rule, the
     stats, the counts). The settings name the workflow folder twice: ``workflows`` and ``star``

@@ -47,7 +47,7 @@ from .simulator import (
     system_turns,
 )
 
-logger = logging.getLogger("leaderboard.audit")
+logger = logging.getLogger("leaderboard.leakcheck")
 
 FINGERPRINTS = "simulator fingerprints (public pools)"
 GRAMMAR = "fingerprints + node grammar (public seeds)"

@@ -1,7 +1,7 @@
 """Is a generated conformant dialogue D+ conformant? The check the generation engine runs on each D+.
 
 Each system turn of a D+ is mapped to a step of its task's workflow, or to none, by the toolkit's
-node assigner (:class:`~dialfork_metrics.task3.workflow_nodes.NodeAssigner`, every task of the
+node assigner (:class:`~dialfork_metrics.task3.workflow.nodes.NodeAssigner`, every task of the
 source as rivals, the own-workflow floor read off the workflow's own phrasings as the ``wf``
 detector and the audit read it). From the steps (SPEC section 4; ours, documented in
 docs/spec.md, "Checked conformant dialogues"):
@@ -35,7 +35,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-logger = logging.getLogger("dialfork_metrics.task3.conformance")
+logger = logging.getLogger("dialfork_metrics.task3.workflow.conformance")
 
 CHECK_NAME = "workflow-nodes"
 """The check's entry-point name (``python -m generation --check-conformance workflow-nodes``)."""
@@ -79,7 +79,7 @@ class WorkflowConformance:
         min_coverage: Least share of the happy path's content steps (ours, 0.2).
         max_off_workflow: Most off-workflow system turns (ours, 0).
         min_similarity: The node assigner's own-workflow floor; None (default) reads it off the
-            workflow's own phrasings (:func:`~dialfork_metrics.task3.workflow_rules.auto_min_similarity`).
+            workflow's own phrasings (:func:`~dialfork_metrics.task3.workflow.rules.auto_min_similarity`).
 
     Fitted attributes (after :meth:`fit`): ``assigner_`` (the fitted node assigner) and ``models_``
     (task -> its workflow model, for the happy path).
@@ -143,7 +143,7 @@ class WorkflowConformance:
         """
         from generation.api import TemplateBackend
 
-        from .workflow_rules import fit_workflow_assigner
+        from .rules import fit_workflow_assigner
 
         self._check_params()
         names = list(source.tasks) if tasks is None else list(tasks)
@@ -205,7 +205,7 @@ class WorkflowConformance:
         """
         import numpy as np
 
-        from ..audit.user import step_coverage
+        from ...audit.user import step_coverage
 
         self.check_is_fitted()
         missing = sorted({t for t, _ in dialogues if t not in self.models_})

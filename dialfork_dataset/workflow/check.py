@@ -1,6 +1,6 @@
-"""Reading and checking workflow files (:mod:`dialfork_dataset.workflow`): YAML with the line of every
+"""Reading and checking workflow files (:mod:`dialfork_dataset.workflow.files`): YAML with the line of every
 value, the shipped JSON Schema, and the checks a schema cannot express (references between steps,
-slots and tables; unique ids); :mod:`dialfork_dataset.workflow` adds the checks that build the tasks
+slots and tables; unique ids); :mod:`dialfork_dataset.workflow.files` adds the checks that build the tasks
 (a ``requires:`` slot that some step collects). Every problem is ``file:line: field: problem``, all of
 them at once.
 """
@@ -14,7 +14,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from .errors import SourceError
+from ..errors import SourceError
 
 FORMAT = "dialfork-workflow/1"
 SCHEMA_PATH = Path(__file__).with_name("workflow.schema.json")
@@ -365,7 +365,7 @@ def read_workflows(
 
     A folder's files are checked one by one, then together: task names and scenario ids are unique
     across the folder, and a knowledge-base table that two files define is defined alike.
-    :func:`dialfork_dataset.workflow.read_workflows` adds the checks that build the tasks (a
+    :func:`dialfork_dataset.workflow.files.read_workflows` adds the checks that build the tasks (a
     ``requires:`` slot that no step collects).
 
     Args:

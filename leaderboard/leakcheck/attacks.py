@@ -23,7 +23,7 @@ from .scoring import (
     turns_key,
 )
 
-logger = logging.getLogger("leaderboard.audit")
+logger = logging.getLogger("leaderboard.leakcheck")
 
 
 # --------------------------------------------------------------------------- attacks

@@ -6,7 +6,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-logger = logging.getLogger("leaderboard.audit")
+logger = logging.getLogger("leaderboard.leakcheck")
 
 
 #: A cheat fails the audit when it beats Random by more than this many Score points (SPEC 4).

@@ -53,8 +53,8 @@ from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 
 from dialfork_dataset.turns import as_turns
 
-from .workflow_nodes import NodeAssigner
-from .workflow_rules import (  # the pure rules, re-exported here
+from .nodes import NodeAssigner
+from .rules import (  # the pure rules, re-exported here
     CALIBRATIONS,
     DEFAULT_ORDER_WEIGHT,
     DEFAULT_REJECT_MARGIN,
@@ -75,7 +75,7 @@ from .workflow_rules import (  # the pure rules, re-exported here
     workflow_for_data,
     workflow_structure,
 )
-from .workflow_state import (
+from .state import (
     DEFAULT_CLOSING_WEIGHT,
     DEFAULT_REQUIRE_SUPPORT,
     DEFAULT_RULE_MIN_MARGIN,
@@ -91,7 +91,7 @@ from .workflow_state import (
     state_flags,
 )
 
-logger = logging.getLogger("dialfork_metrics.task3.workflow_detector")
+logger = logging.getLogger("dialfork_metrics.task3.workflow.detector")
 
 FORMAT = "dialfork-task3-workflow"
 
@@ -174,7 +174,7 @@ class WorkflowDetector(BaseEstimator):
     ``task``), ``repeatable_`` (task -> question steps its conformant dialogues repeat, by the repeat
     rule), ``looping_`` (the tasks with such a step: no repeat rule), ``order_allowed_`` (task -> the
     back steps its conformant dialogues take, :func:`order_pairs`), ``roles_`` (task -> its step
-    roles and slots, :func:`~dialfork_dataset.roles.derive_roles`; a task whose roles cannot be
+    roles and slots, :func:`~dialfork_dataset.workflow.roles.derive_roles`; a task whose roles cannot be
     derived is left out and keeps the role-free rules), ``requires_`` (task -> node -> the slots
     the skip rule enforces), ``n_train_``, ``fit_kind_`` (``cross_fit``, ``in_sample`` or
     ``workflow``: how the statistics were made), ``fit_labels_`` (counts of fit turns labelled,
@@ -293,7 +293,7 @@ class WorkflowDetector(BaseEstimator):
         Raises:
             TypeError: ``encoder`` is neither ``None``, a string nor an encoder object.
         """
-        from .streaming._common import resolve_encoder
+        from ..streaming._common import resolve_encoder
 
         return resolve_encoder(self.encoder)
 
@@ -385,7 +385,7 @@ class WorkflowDetector(BaseEstimator):
         self.structures_ = {t: workflow_structure(source.tasks[t]) for t in tasks}
         task_of = [_task(d) for d in rows]
         sys_rows = [self._system_rows(t) for t in turns]
-        from . import workflow_fit as wfit
+        from . import fit as wfit
 
         labels, self.fit_labels_ = wfit.fit_labels(self, base, rows, task_of, turns, emb, sys_rows)
         final = self._with_train_texts(
@@ -401,7 +401,7 @@ class WorkflowDetector(BaseEstimator):
             flags = repeat_flags(labels[i], self._answered(turns[i], sys_rows[i]), self.structures_[t])
             repeatable[t].update(labels[i][j] for j in np.flatnonzero(flags))
             allowed[t] |= order_pairs(labels[i], self.structures_[t])
-        from .workflow_explain import fit_roles
+        from .explain import fit_roles
 
         fit_roles(self, source, tasks, task_of, turns, labels, repeatable)
         self.repeatable_ = {t: frozenset(v) for t, v in repeatable.items()}
@@ -571,7 +571,7 @@ class WorkflowDetector(BaseEstimator):
         return self
 
     def _set_thresholds(self) -> None:
-        from .workflow_fit import operating_point
+        from .fit import operating_point
 
         operating_point(self, self.calibration_stats_)
 
@@ -583,7 +583,7 @@ class WorkflowDetector(BaseEstimator):
             NotFittedError: Not fitted.
         """
         if not self.__sklearn_is_fitted__():
-            from .streaming._common import NotFittedError
+            from ..streaming._common import NotFittedError
 
             raise NotFittedError("WorkflowDetector is not fitted: call fit(conformant_dialogues) first")
 
@@ -735,7 +735,7 @@ class WorkflowDetector(BaseEstimator):
             (``task:node`` of another workflow that fits it better) and a one-line ``message``
             (:func:`~.workflow_explain.explain_many`).
         """
-        from .workflow_explain import explain_many
+        from .explain import explain_many
 
         return explain_many(self, dialogues, embeddings)
 
@@ -1038,7 +1038,7 @@ class WorkflowDetector(BaseEstimator):
             t: frozenset(tuple(p) for p in v) for t, v in meta.get("order_allowed", {}).items()
         }
         # the step roles are derived again from the source; the pruned requirements are saved
-        from dialfork_dataset.roles import derive_roles
+        from dialfork_dataset.workflow.roles import derive_roles
 
         det.requires_ = {t: {n: tuple(v) for n, v in r.items()} for t, r in meta.get("requires", {}).items()}
         det.roles_ = {t: derive_roles(source.tasks[t]) for t in det.requires_ if t in source.tasks}

@@ -3,7 +3,7 @@
 The node assigner (:mod:`.workflow_nodes`) says which step each system turn is; similarity alone
 can never say that the step came too early. This module keeps the *state* of the dialogue after
 each turn (which slots are filled, and how; which steps are done), read with the step roles and
-slots of :mod:`dialfork_dataset.roles`, and the rules on it:
+slots of :mod:`dialfork_dataset.workflow.roles`, and the rules on it:
 
 * **skip (requires)**: an action, outcome or confirmation step said while a slot it requires is
   neither answered nor volunteered (``"outcome 'weather_inform_forecast' before slot 'location' was
@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from dialfork_dataset.roles import api_slot_for, placeholders
+from dialfork_dataset.workflow.roles import api_slot_for, placeholders
 
 RULES: tuple[str, ...] = ("skip-requires", "skip-closing", "repeat-slot")
 """The step rules, in the order a turn's reason names them."""
@@ -125,13 +125,13 @@ def volunteered_slots(text: str, roles: Any) -> dict[str, str]:
 
     Args:
         text: The user turn's text.
-        roles: The task's :class:`~dialfork_dataset.roles.TaskRoles`.
+        roles: The task's :class:`~dialfork_dataset.workflow.roles.TaskRoles`.
 
     Returns:
         dict[str, str]: Slot -> the matched text.
 
     Example:
-        >>> from dialfork_dataset.roles import StepRole, TaskRoles
+        >>> from dialfork_dataset.workflow.roles import StepRole, TaskRoles
         >>> tr = TaskRoles("weather", {}, {"location": "City", "day": "Day"},
         ...                {"location": ("Chicago", "New York City"), "day": ("Monday",)},
         ...                {"location": "categorical", "day": "weekday"})
@@ -167,7 +167,7 @@ class SlotFill:
     Attributes:
         slot: The slot.
         how: ``"answered"``, ``"volunteered"`` or ``"offered"`` (the user's turn after a system
-            turn that offered a value for it: :attr:`~dialfork_dataset.roles.StepRole.offers`).
+            turn that offered a value for it: :attr:`~dialfork_dataset.workflow.roles.StepRole.offers`).
         turn: The 0-based index of the user turn that filled it.
         value: The text that filled it (the value seen, or the whole answer).
     """
@@ -304,7 +304,7 @@ def observe_user(state: DialogueState, text: str, turn: int, roles: Any) -> Dial
         state: The state (changed in place and returned).
         text: The user turn's text.
         turn: Its 0-based index in the dialogue.
-        roles: The task's :class:`~dialfork_dataset.roles.TaskRoles`.
+        roles: The task's :class:`~dialfork_dataset.workflow.roles.TaskRoles`.
 
     Returns:
         DialogueState: ``state``.
@@ -344,7 +344,7 @@ def observe_system(
     Args:
         state: The state (changed in place and returned).
         node: The turn's assigned step (None: off-workflow; no rule, no state change but ``said``).
-        roles: The task's :class:`~dialfork_dataset.roles.TaskRoles`.
+        roles: The task's :class:`~dialfork_dataset.workflow.roles.TaskRoles`.
         structure: The task's :class:`~.workflow_rules.WorkflowStructure` (``leads_to``,
             ``resets``), for the repeat rule's loops; None: no repeat rule.
         repeatable: Steps the task's conformant dialogues ask more than once (no repeat).
@@ -440,7 +440,7 @@ def track_state(
     Args:
         turns: ``{"speaker", "text"}`` turns.
         nodes: The assigned step of each system turn, in order (None: off-workflow).
-        roles: The task's :class:`~dialfork_dataset.roles.TaskRoles`.
+        roles: The task's :class:`~dialfork_dataset.workflow.roles.TaskRoles`.
         structure: The task's workflow structure (the repeat rule's loops), or None.
         repeatable: Steps never flagged as repeats.
         requires: As in :func:`observe_system`.
@@ -512,7 +512,7 @@ def tracker_accuracy(
 
     Args:
         dialogues: Records with ``task``, ``turns`` and ``system_nodes`` (the nodes tracked with).
-        roles_of: task -> :class:`~dialfork_dataset.roles.TaskRoles`.
+        roles_of: task -> :class:`~dialfork_dataset.workflow.roles.TaskRoles`.
         gold_queries: Per dialogue, ``(turn_index, {api_slot: value})`` pairs: the wizard's query
             events and the index of the first turn after them.
 
@@ -616,7 +616,7 @@ def enforced_requirements(
     """The slots the skip rule enforces per step, before the fit prunes them.
 
     A workflow file's declared ``requires:`` are always enforced as written. Otherwise, of the
-    slots a step requires (:func:`~dialfork_dataset.roles.derive_roles`):
+    slots a step requires (:func:`~dialfork_dataset.workflow.roles.derive_roles`):
 
     * ``"all"``: every one;
     * ``"required"``: those a tracker can see volunteered (:data:`RECOGNISABLE` value types) that
@@ -625,7 +625,7 @@ def enforced_requirements(
       (``{day:s}`` in ``weather_inform_forecast``): the result is *about* them.
 
     Args:
-        roles: The task's :class:`~dialfork_dataset.roles.TaskRoles`.
+        roles: The task's :class:`~dialfork_dataset.workflow.roles.TaskRoles`.
         task: The workflow task (templates, ``api``).
         mode: One of :data:`SKIP_SLOTS`.
 

@@ -28,7 +28,7 @@ import numpy as np
 from .scoring import VectorScorer
 from .simulator import PhrasingTable, system_turns
 
-logger = logging.getLogger("leaderboard.audit")
+logger = logging.getLogger("leaderboard.leakcheck")
 
 #: Cosine distance at which the node clustering of turns the phrasing table does not parse stops
 #: merging (average linkage, character n-gram TF-IDF), when no public pairs calibrate it.

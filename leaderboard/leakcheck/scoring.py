@@ -12,7 +12,7 @@ import numpy as np
 
 from .report import ALPHA, BLIND, DETECTOR_MARGIN, METRIC_TAU_MAX, PAIRS, AttackResult
 
-logger = logging.getLogger("leaderboard.audit")
+logger = logging.getLogger("leaderboard.leakcheck")
 
 
 # --------------------------------------------------------------------------- data

@@ -47,7 +47,17 @@ from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 
 from dialfork_dataset.turns import as_turns
 
-from .workflow_classifier import (
+from ..workflow.detector import (
+    ROUTE_MARGIN,
+    THRESHOLD_RULES,
+    WorkflowDetector,
+    _task,
+    _unit,
+    auto_min_similarity,
+    resolve_workflow,
+)
+from ..workflow.nodes import NodeAssigner
+from .classifier import (
     FEATURES,
     FORMAT,
     MODELS,
@@ -61,18 +71,8 @@ from .workflow_classifier import (
     turn_features,
     turn_labels,
 )
-from .workflow_detector import (
-    ROUTE_MARGIN,
-    THRESHOLD_RULES,
-    WorkflowDetector,
-    _task,
-    _unit,
-    auto_min_similarity,
-    resolve_workflow,
-)
-from .workflow_nodes import NodeAssigner
 
-logger = logging.getLogger("dialfork_metrics.task3.workflow_supervised")
+logger = logging.getLogger("dialfork_metrics.task3.supervised.detector")
 
 
 class SupervisedWorkflowDetector(WorkflowDetector):
@@ -419,7 +419,7 @@ class SupervisedWorkflowDetector(WorkflowDetector):
         return cents
 
     def _threshold(self, stats: np.ndarray) -> float:
-        from .streaming.decision import calibrate_threshold
+        from ..streaming.decision import calibrate_threshold
 
         finite = np.asarray(stats, dtype=np.float64)
         finite = finite[np.isfinite(finite)]
@@ -439,7 +439,7 @@ class SupervisedWorkflowDetector(WorkflowDetector):
             NotFittedError: Not fitted.
         """
         if not self.__sklearn_is_fitted__():
-            from .streaming._common import NotFittedError
+            from ..streaming._common import NotFittedError
 
             raise NotFittedError(
                 "SupervisedWorkflowDetector is not fitted: call fit(forked_and_conformant_dialogues) first"

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from .workflow_nodes import DEFAULT_MIN_SIMILARITY, NodeAssigner
+from .nodes import DEFAULT_MIN_SIMILARITY, NodeAssigner
 
 DEFAULT_REJECT_MARGIN = 0.1
 """Margin by which another workflow must fit a turn better before it counts against it (ours)."""

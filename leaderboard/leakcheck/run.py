@@ -29,7 +29,7 @@ from .report import (
 )
 from .scoring import _Detector, _Metric, _metric_result, _read_config, read_public_configs
 
-logger = logging.getLogger("leaderboard.audit")
+logger = logging.getLogger("leaderboard.leakcheck")
 
 
 # --------------------------------------------------------------------------- the audit

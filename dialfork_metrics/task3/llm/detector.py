@@ -14,7 +14,7 @@ Backends:
   :class:`generation.llm.client.OpenAICompatClient` (temperature 0);
 * or any object with ``chat(batch) -> list[str]`` passed as ``client=``.
 
-Every reply is parsed by :func:`~dialfork_metrics.task3.parsing.parse_turn_answer`; an
+Every reply is parsed by :func:`~dialfork_metrics.task3.llm.parsing.parse_turn_answer`; an
 unparsable reply or a turn outside ``1..T`` counts as ``None`` (no deviation) and is reported:
 :attr:`LLMDetector.last_report` holds the counts and examples, and a warning is logged.
 """

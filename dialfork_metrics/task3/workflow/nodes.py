@@ -34,9 +34,9 @@ from typing import Any
 
 import numpy as np
 
-from .workflow_generic import GENERIC_TASK, GENERIC_TURNS, as_task_step
+from .generic import GENERIC_TASK, GENERIC_TURNS, as_task_step
 
-logger = logging.getLogger("dialfork_metrics.task3.workflow_nodes")
+logger = logging.getLogger("dialfork_metrics.task3.workflow.nodes")
 
 DEFAULT_MIN_SIMILARITY = 0.45
 """Least cosine similarity to a node of the task's own workflow for a turn to be assigned (ours)."""
@@ -289,9 +289,9 @@ def assign_rows(
 def _signatures(
     per_task: Mapping[str, Sequence[str]], all_tasks: Mapping[str, Any]
 ) -> tuple[dict[tuple[str, str], frozenset[tuple[str, str]]], dict[str, list[str]]]:
-    """``(task, node) -> `` its step signatures (:func:`~dialfork_dataset.roles.step_signatures`),
+    """``(task, node) -> `` its step signatures (:func:`~dialfork_dataset.workflow.roles.step_signatures`),
     and task -> its closing steps; a task whose roles cannot be derived shares nothing."""
-    from dialfork_dataset.roles import derive_roles, step_signatures
+    from dialfork_dataset.workflow.roles import derive_roles, step_signatures
 
     out: dict[tuple[str, str], frozenset[tuple[str, str]]] = {}
     closings: dict[str, list[str]] = {}
@@ -349,7 +349,7 @@ class NodeAssigner:
         min_similarity: Least similarity to an own node for an assignment (ours, 0.45).
         reject_margin: How much better another workflow's non-generic node must fit (ours, 0.05).
         shared_steps: Steps that workflows share are nobody's rivals: another task's step whose
-            role and slot concept one of this task's steps has (:func:`~dialfork_dataset.roles.step_signatures`:
+            role and slot concept one of this task's steps has (:func:`~dialfork_dataset.workflow.roles.step_signatures`:
             asking for a date, a place, a count; a confirmation; a closing) is no evidence of
             another workflow, and the generic phrasings any agent says
             (:mod:`.workflow_generic`: closings, thanks, fillers, acknowledgements) are nodes of
@@ -405,7 +405,7 @@ class NodeAssigner:
         Raises:
             ValueError: The assigner was built without an encoder.
         """
-        from .streaming._common import resolve_encoder
+        from ..streaming._common import resolve_encoder
 
         enc = resolve_encoder(self.encoder) if isinstance(self.encoder, str) else self.encoder
         if enc is None:
@@ -639,7 +639,7 @@ class NodeAssigner:
             NotFittedError: Not fitted yet.
         """
         if not hasattr(self, "P_"):
-            from .streaming._common import NotFittedError
+            from ..streaming._common import NotFittedError
 
             raise NotFittedError("NodeAssigner is not fitted: call fit(source) first")
 
