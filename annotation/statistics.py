@@ -175,10 +175,13 @@ def _gwet_ac1_counts(table: np.ndarray) -> tuple[float, float, float]:
     """Gwet's AC1 for several raters from a subjects x categories count table (Gwet 2008):
     pa = mean over subjects with >= 2 ratings of sum_k r_ik (r_ik - 1) / (r_i (r_i - 1));
     pi_k = mean over subjects of r_ik / r_i; pe = sum_k pi_k (1 - pi_k) / (q - 1).
-    Used only when irrCAC is not installed; checked against irrCAC in the tests."""
+    Used when irrCAC is not installed or cannot take the table (a single subject: its standard error
+    divides by n - 1); checked against irrCAC in the tests."""
     r = table.sum(axis=1)
     keep = r >= 2
     q = table.shape[1]
+    if q < 2:  # one category: chance agreement is certain, AC1 undefined
+        return float("nan"), 1.0, 1.0
     pa = float(np.mean((table[keep] * (table[keep] - 1)).sum(axis=1) / (r[keep] * (r[keep] - 1))))
     pi = np.mean(table[r > 0] / r[r > 0, None], axis=0)
     pe = float((pi * (1 - pi)).sum() / (q - 1))
@@ -188,7 +191,9 @@ def _gwet_ac1_counts(table: np.ndarray) -> tuple[float, float, float]:
 def gwet_ac1(ratings: Sequence[Sequence[Any]], categories: Sequence[Any]) -> dict[str, Any]:
     """Gwet's AC1 and raw (pairwise) agreement of categorical ratings.
 
-    Uses ``irrCAC`` when installed, else the same statistic from Gwet's (2008) formula.
+    Uses ``irrCAC`` when installed and at least two subjects have two ratings, else the same
+    statistic from Gwet's (2008) formula: irrCAC computes the coefficient's standard error with it,
+    which divides by zero for a single subject (the coefficient itself is defined).
 
     Args:
         ratings: One list per subject: the ratings it received, any number >= 1; subjects with
@@ -198,23 +203,25 @@ def gwet_ac1(ratings: Sequence[Sequence[Any]], categories: Sequence[Any]) -> dic
 
     Returns:
         ``{"ac1": Gwet's AC1, "raw": raw pairwise agreement, "n_subjects": subjects with at least
-        two ratings}``; ``ac1`` and ``raw`` are None when no subject has two ratings (or the
-        statistic is undefined).
+        two ratings}``; ``ac1`` and ``raw`` are None when no subject has two ratings, and ``ac1`` is
+        None when the statistic is undefined (a single category).
     """
     subj = [list(r) for r in ratings if len(r) >= 2]
     if not subj:
         return {"ac1": None, "raw": None, "n_subjects": 0}
     cats = list(categories)
-    width = max(len(r) for r in subj)
     try:
         from irrCAC.raw import CAC
-
+    except ImportError:
+        CAC = None
+    if CAC is not None and len(subj) >= 2 and len(cats) >= 2:
+        width = max(len(r) for r in subj)
         frame = pd.DataFrame(
             [r + [None] * (width - len(r)) for r in subj], columns=[f"rater{i}" for i in range(width)]
         )
         res = CAC(frame, categories=cats).gwet()["est"]
         ac1, pa = float(res["coefficient_value"]), float(res["pa"])
-    except ImportError:  # irrCAC missing: the same statistic from the formula above
+    else:  # irrCAC missing or not applicable: the same statistic from the formula above
         table = np.array([[r.count(c) for c in cats] for r in subj], float)
         ac1, pa, _ = _gwet_ac1_counts(table)
     return {"ac1": _f(ac1), "raw": _f(pa), "n_subjects": len(subj)}

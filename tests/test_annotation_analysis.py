@@ -110,6 +110,20 @@ def test_gwet_ac1_without_irrcac(monkeypatch):
     assert r["ac1"] == pytest.approx(0.6) and r["raw"] == pytest.approx(0.8)
 
 
+def test_gwet_ac1_one_conversation_with_two_ratings():
+    # irrCAC's standard error divides by n - 1 = 0 (issue 52); the coefficient itself is defined:
+    # agreeing raters: pa = 1, pi = (1, 0) -> pe = 0 -> AC1 = 1; disagreeing: pa = 0, pe = 0.5 -> AC1 = -1
+    agree = A.gwet_ac1([["yes", "yes"], ["no"]], ["yes", "no"])  # the single rating does not count
+    assert agree == {"ac1": pytest.approx(1.0), "raw": pytest.approx(1.0), "n_subjects": 1}
+    split = A.gwet_ac1([["yes", "no"]], ["yes", "no"])
+    assert split["ac1"] == pytest.approx(-1.0) and split["raw"] == pytest.approx(0.0)
+    # three categories: pi = (2/3, 1/3, 0) -> pe = (2/9 + 2/9) / 2 = 2/9; pa = 2/6 -> AC1 = (1/3 - 2/9) / (7/9)
+    three = A.gwet_ac1([["yes", "yes", "partly"]], ["yes", "partly", "no"])
+    assert three["ac1"] == pytest.approx((1 / 3 - 2 / 9) / (7 / 9)) and three["raw"] == pytest.approx(1 / 3)
+    # a single category: chance agreement is certain, AC1 undefined (None, not a division by zero)
+    assert A.gwet_ac1([["yes", "yes"], ["yes", "yes"]], ["yes"])["ac1"] is None
+
+
 def test_krippendorff_interval_hand_worked():
     # units (1,1), (2,2), (3,4): D_o = 2*1 / 6 = 1/3; D_e = 82 / 30 -> alpha = 1 - 10/82
     r = A.krippendorff_interval([[1, 1], [2, 2], [3, 4]])
