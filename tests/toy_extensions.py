@@ -1,12 +1,12 @@
-"""Toy extensions of every registry, registered at start-up when ``DIALFORK_TEST_TOY_EXTENSIONS=1``
-(``tests/conftest.py``; ``make test-extensions``): a pair and set metric, a fifth hallucination
+"""Toy extensions of every registry, registered at start-up for the whole suite (``tests/conftest.py``;
+``DIALFORK_TEST_TOY_EXTENSIONS=0`` leaves them out): a pair and set metric, a fifth hallucination
 type, a Task 3 detector, a generation backend and a source kind.
 
 They stand for an extension built into DialFork: the suite must stay green with them registered,
 so every test that lists types, metrics, detectors, backends or source kinds reads the registry
-(paper facts stay literal only where they name the paper's four types). Each toy is a few lines,
-and is named so that it collides with no toy a test registers itself (``TOY``, ``vocab``,
-``middle``, ``toy``).
+(paper facts stay literal only where they name the paper's four types, or take the
+``paper_types_only`` fixture). Each toy is a few lines, and is named so that it collides with no
+toy a test registers itself (``TOY``, ``vocab``, ``middle``, ``toy``).
 
 The fifth type needs variants in the default pool: :func:`register` writes a copy of the packaged
 ``generation/variants.yaml`` with five variants for it and points ``generation.variants.VARIANTS_PATH``
@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-#: The environment variable that turns the toy extensions on (read by ``tests/conftest.py``).
+#: The environment variable that turns the toy extensions off when ``0`` (read by ``tests/conftest.py``).
 ENV = "DIALFORK_TEST_TOY_EXTENSIONS"
 
 METRIC = "toy_overlap"
@@ -30,9 +30,14 @@ BACKEND = "toy_echo"
 SOURCE_KIND = "toyflow"
 
 
+#: The variant pool before :func:`register` points ``generation.variants.VARIANTS_PATH`` at its copy
+#: with the fifth type's variants (the ``paper_types_only`` fixture restores it); None until then.
+PACKAGED_VARIANTS: Path | None = None
+
+
 def enabled() -> bool:
-    """Whether the toy extensions are asked for (``DIALFORK_TEST_TOY_EXTENSIONS`` set, not ``0``)."""
-    return os.environ.get(ENV, "") not in ("", "0")
+    """Whether the suite registers the toy extensions: always, unless ``DIALFORK_TEST_TOY_EXTENSIONS=0``."""
+    return os.environ.get(ENV, "1").strip() not in ("0", "false", "no")
 
 
 # -- a metric: 1 - Jaccard of the word sets, at both levels ---------------------------------------
@@ -162,6 +167,8 @@ def register() -> None:
             example_line="That is all done, goodbye!",
         )
     )
+    global PACKAGED_VARIANTS
+    PACKAGED_VARIANTS = generation.variants.VARIANTS_PATH
     pool = yaml.safe_load(generation.variants.VARIANTS_PATH.read_text(encoding="utf-8"))
     pool["types"][TYPE] = _variants()
     folder = Path(tempfile.mkdtemp(prefix="dialfork-toy-extensions-"))
