@@ -12,7 +12,7 @@ rerun resumes; the generator resumes on its own):
    context at its first system turns, taken from the corpus's D+), same seeds: tokens/s of each,
    their ratio, whether the texts agree; and the prefix cache on vs off over a 3-turn replay;
 3. ``export``: the Hub layout (task3 train/test split by conformant source);
-4. ``workflow``: step coverage (``dialfork_metrics.audit.user.step_coverage``: the happy path's steps
+4. ``workflow``: step coverage (``dialfork_metrics.task3.workflow.coverage.step_coverage``: the happy path's steps
    the system agent says, each turn mapped to its nearest workflow step by MiniLM) of the LLM's D+,
    next to the template simulator's D+ of the same scenarios and to STAR's human dialogues of the
    same tasks; whether forks keep D+'s prefix before t_k and leave it at t_k;

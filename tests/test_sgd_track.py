@@ -17,6 +17,7 @@ import pytest
 
 from dialfork_dataset.forks import fork_turns, system_turn_positions
 from dialfork_dataset.records import record_errors
+from dialfork_dataset.tracks.engine import EDIT_TYPES, TRACK_FIELDS, core_record
 from dialfork_dataset.tracks.sgd import (
     ACT_PRIORITY,
     CONFORMANCE_RULE,
@@ -33,7 +34,6 @@ from dialfork_dataset.tracks.sgd import (
     step_for_turn,
     turn_act,
 )
-from dialfork_dataset.tracks.star_human import EDIT_TYPES, TRACK_FIELDS, core_record
 
 ROOT = Path(__file__).resolve().parents[1]
 BY_NAME = {t.name: t for t in SGD_TASKS}

@@ -16,14 +16,11 @@ from dialfork_dataset.forks import fork_turns, system_turn_positions
 from dialfork_dataset.records import record_errors
 from dialfork_dataset.star import StarCorpus, StarError, task_domain
 from dialfork_dataset.taxonomy import hallucination_types
+from dialfork_dataset.tracks.engine import EDIT_TYPES, EDITS, TRACK_FIELDS, core_record
 from dialfork_dataset.tracks.star_human import (
     CONFORMANCE_RULE,
-    EDIT_TYPES,
-    EDITS,
-    TRACK_FIELDS,
     build_star_human_track,
     conformant_human_dialogues,
-    core_record,
     ensure_star_human_track,
     exclusion_reason,
     human_dialogue,
@@ -383,7 +380,8 @@ def test_the_benchmark_needs_data_unless_the_track_is_star_human(capsys):
 
 def test_the_writer_refuses_records_that_break_the_record_rules(picked, tmp_path):
     from dialfork_dataset.records import RecordError
-    from dialfork_dataset.tracks.star_human import StarHumanTrack, write_star_human_track
+    from dialfork_dataset.tracks.engine import StarHumanTrack
+    from dialfork_dataset.tracks.star_human import write_star_human_track
 
     bad = [dict(r) for r in picked.records[:3]]
     bad[0]["turns"] = []

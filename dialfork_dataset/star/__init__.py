@@ -25,14 +25,13 @@ finds a local copy (argument, else ``$DIALFORK_STAR_DIR``).
 Modules: :mod:`.common` (constants, :class:`StarError`), :mod:`.scenarios`, :mod:`.api`,
 :mod:`.graph` (node kinds, branch inference, numbered steps), :mod:`.task` (:class:`StarTask`),
 :mod:`.corpus` (:class:`StarCorpus`), :mod:`.download` (:func:`resolve_star`, :func:`download_star`)
-and :mod:`.cli` (``python -m dialfork_dataset.star``). Everything is importable from here; the
-``star-human`` track of Task 3 (:mod:`.human`: STAR's human dialogues and forks made by editing them)
-is exported lazily.
+and :mod:`.cli` (``python -m dialfork_dataset.star``). Everything is importable from here. The
+``star-human`` track of Task 3 (STAR's human dialogues and forks made by editing them) is a track:
+:mod:`dialfork_dataset.tracks.star_human`.
 """
 
 from __future__ import annotations
 
-from ..lazy import lazy_exports
 from .api import StarApi
 from .cli import build_parser, main
 from .common import (
@@ -52,29 +51,8 @@ from .graph import WorkflowBranch, WorkflowStep, describe_node, infer_branch_par
 from .scenarios import Scenario, count_utterances, normalize_event, scenario_from_dialogue, scenario_from_row
 from .task import StarTask
 
-_HUMAN_EXPORTS = {
-    n: "human"
-    for n in (
-        "CONFORMANCE_RULE",
-        "HumanDialogue",
-        "StarHumanTrack",
-        "build_star_human_track",
-        "conformant_human_dialogues",
-        "ensure_star_human_track",
-        "write_star_human_track",
-    )
-}
-__getattr__, __dir__ = lazy_exports(__name__, _HUMAN_EXPORTS, globals())
-
 __all__ = [
     "ANSWER_FAMILIES",
-    "CONFORMANCE_RULE",
-    "HumanDialogue",
-    "StarHumanTrack",
-    "build_star_human_track",
-    "conformant_human_dialogues",
-    "ensure_star_human_track",
-    "write_star_human_track",
     "DEFAULT_STAR_URL",
     "QUERY_OUTCOME_FAMILIES",
     "STAR_COMMIT",

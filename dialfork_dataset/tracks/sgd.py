@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import CollectedErrors
-from .star_human import (
+from .engine import (
     EDIT_TYPES,
     EDITS,
     MIN_TURNS,
@@ -516,7 +516,7 @@ def _spec(wf: Any) -> TrackSpec:
         records_file=RECORDS_FILE,
         domain_of=lambda task: wf.tasks[task].domain,
         is_question=lambda task, node: node in questions.get(task, ()),
-        code_files=(Path(__file__), Path(__file__).with_name("star_human.py")),
+        code_files=(Path(__file__), Path(__file__).with_name("engine.py")),
         card_text="Dialogues of the Schema-Guided Dialogue dataset (Rastogi et al., 2020; CC BY-SA 4.0) "
         "that follow the workflow of their service's transaction, and forks made by editing them at a "
         "known system turn. Written by `python -m dialfork_dataset sgd-track`; `manifest.json` holds the "
@@ -575,7 +575,7 @@ def _scan(corpus: SgdCorpus, tasks: Sequence[SgdTask], wf: Any) -> tuple[list[Hu
 def _cap(dialogues: list[HumanDialogue], cap: int | None, seed: int) -> list[HumanDialogue]:
     if cap is None:
         return dialogues
-    from .star_human import _rng
+    from .engine import _rng
 
     by_task: dict[str, list[HumanDialogue]] = defaultdict(list)
     for h in dialogues:

@@ -15,7 +15,7 @@ _EXPORTS: dict[str, str] = {
     "AuditError": "store",
     "AuditReport": "report",
     "load_reference": "report",
-    "step_coverage": "user",
+    "step_coverage": ".task3.workflow.coverage",
     "StepMatcher": "user",
     "TemplateUser": "user",
     "serve_fake_agent": "fakes",

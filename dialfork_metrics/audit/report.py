@@ -6,7 +6,7 @@ Per task (SPEC 10, definitions in docs/audit.md):
 * ``completion``: share of finished dialogues that reach the workflow's end by following it: every
   happy-path step said, the outcome step included, and the dialogue ended by the agent (goodbye or
   ``[END]``);
-* step coverage (:func:`dialfork_metrics.audit.user.step_coverage`): mean share of the happy path's
+* step coverage (:func:`dialfork_metrics.task3.workflow.coverage.step_coverage`): mean share of the happy path's
   steps visited, mean skipped / repeated / out-of-order steps, off-workflow turns;
 * ``alarm_rate`` and ``first_alarms``: the streaming detector (``detector``, fitted on the
   reference's conformant dialogues of the task) run over each dialogue;
@@ -288,7 +288,7 @@ def score_task(
     """
     from ..dialogue import flowscore
     from ..flowgraph import flowkl_crossfit
-    from .user import step_coverage
+    from ..task3.workflow.coverage import step_coverage
 
     ids = [j.dialogue_id for j in jobs if j.task.name == task]
     recs = [store.records[i] for i in ids if i in store.records]

@@ -12,7 +12,7 @@ docs/spec.md, "Checked conformant dialogues"):
   agent's small talk, a re-phrased step the workflow's texts do not cover);
 * ``coverage``: the share of the happy path's content steps the dialogue says (greeting, "anything
   else" and goodbye excepted), ``skipped`` the others, ``reached_outcome`` whether the workflow's
-  outcome step was said (the audit's :func:`~dialfork_metrics.audit.user.step_coverage`).
+  outcome step was said (the audit's :func:`~dialfork_metrics.task3.workflow.coverage.step_coverage`).
 
 A D+ is ``conformant`` when it has at most ``max_off_workflow`` off-workflow turns (default 0) and
 a coverage of at least ``min_coverage`` (default 0.2). Both are parameters (ours), set on STAR's
@@ -54,7 +54,7 @@ def judge(
     """The conformance rule over a dialogue's step coverage and off-workflow turns.
 
     Args:
-        coverage: The step coverage (:func:`~dialfork_metrics.audit.user.step_coverage`), read for
+        coverage: The step coverage (:func:`~dialfork_metrics.task3.workflow.coverage.step_coverage`), read for
             its ``coverage`` share.
         off_workflow: The off-workflow system turns.
         min_coverage: Least coverage.
@@ -205,7 +205,7 @@ class WorkflowConformance:
         """
         import numpy as np
 
-        from ...audit.user import step_coverage
+        from .coverage import step_coverage
 
         self.check_is_fitted()
         missing = sorted({t for t, _ in dialogues if t not in self.models_})
