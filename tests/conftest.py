@@ -112,8 +112,8 @@ if toy_extensions.enabled():
 @pytest.fixture
 def paper_types_only():
     """The paper's four types alone for one test (a figure or table of the paper): the toy type is
-    unregistered, with the default variant pool, and registered again afterwards (same position:
-    it is the last one). A no-op without the toys.
+    unregistered, and registered again afterwards (same position: it is the last one). A no-op
+    without the toys. A test that checks a fact of the paper still names the four types.
 
     Yields:
         The registered type codes during the test.
@@ -123,13 +123,8 @@ def paper_types_only():
     if toy_extensions.TYPE not in taxonomy.hallucination_types():
         yield taxonomy.hallucination_types()
         return
-    import generation.variants
-
     spec = taxonomy.unregister_type(toy_extensions.TYPE)
-    pool = generation.variants.VARIANTS_PATH
-    generation.variants.VARIANTS_PATH = toy_extensions.PACKAGED_VARIANTS
     try:
         yield taxonomy.hallucination_types()
     finally:
-        generation.variants.VARIANTS_PATH = pool
         taxonomy.register_type(spec)

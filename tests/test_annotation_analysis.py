@@ -14,7 +14,7 @@ pytest.importorskip("krippendorff")
 from annotation import analysis as A  # noqa: E402
 from annotation.report import load_answers, run_analyses  # noqa: E402
 from annotation.simulate import simulate_judgments  # noqa: E402
-from dialfork_dataset.taxonomy import forks_per_source  # noqa: E402
+from dialfork_dataset.taxonomy import breaking_types, forks_per_source, hallucination_types  # noqa: E402
 
 NB = 300  # bootstrap resamples in tests
 
@@ -197,7 +197,8 @@ def test_ratings_rising_with_k_give_positive_tau():
     assert t["n"] == 8 and t["mean"] > 0.6 and t["ci_low"] > 0.4
     assert t["p_wilcoxon_greater"] < 0.01
     q = res["rq1"]["breaking"]["tau_b_quartets"]
-    assert q["n"] == 8 * 3 and q["mean"] > 0.6  # quartets split over four annotators
+    # one quartet per (annotator, breaking type), split over four annotators
+    assert q["n"] == 8 * len(breaking_types()) and q["mean"] > 0.6
     assert res["rq1"]["breaking"]["superiority"]["ps"] > 0.85
     ms = res["rq1"]["breaking"]["mean_slider"]
     assert (
@@ -225,7 +226,7 @@ def test_per_type_slopes_are_recovered():
     rows = simulate_judgments(
         n_annotators=8,
         tasks=("weather",),
-        slope={"WIC": 20, "SSPC": 20, "GR": 20, "CSC": 0},
+        slope={h: 0 if h == "CSC" else 20 for h in hallucination_types()},  # flat for CSC alone
         base=40,
         noise=5,
         seed=4,
@@ -256,7 +257,8 @@ def test_confirmation_foils_agreement_and_learning():
     assert res["rq3"]["exact"]["rate"] == 1.0
     assert res["rq4"]["overall"]["yes_or_mostly"]["n"] > 0
     ag = res["agreement"]
-    assert ag["conversations"] == 20 and ag["judged_by"] == {"3": 20}
+    n = forks_per_source() + 4  # the first annotator's: one fork per type and position, 4 conformant
+    assert ag["conversations"] == n and ag["judged_by"] == {"3": n}
     assert ag["slider"]["alpha"] > 0.5  # slider driven by k: raters agree
     assert ag["onset"]["alpha"] == pytest.approx(1.0)  # every onset exactly at t_k
     assert set(res["learning"]) == {"first", "middle", "last"}

@@ -8,15 +8,13 @@ so every test that lists types, metrics, detectors, backends or source kinds rea
 ``paper_types_only`` fixture). Each toy is a few lines, and is named so that it collides with no
 toy a test registers itself (``TOY``, ``vocab``, ``middle``, ``toy``).
 
-The fifth type needs variants in the default pool: :func:`register` writes a copy of the packaged
-``generation/variants.yaml`` with five variants for it and points ``generation.variants.VARIANTS_PATH``
-at the copy (what adding them to the file does for a built-in type).
+The fifth type brings its variants in its entry (``HallucinationType(variants=[...])``), as a built-in
+type's module names its variants file: the default pool then has them.
 """
 
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -28,11 +26,6 @@ TYPE = "PREM"
 DETECTOR = "toy_middle"
 BACKEND = "toy_echo"
 SOURCE_KIND = "toyflow"
-
-
-#: The variant pool before :func:`register` points ``generation.variants.VARIANTS_PATH`` at its copy
-#: with the fifth type's variants (the ``paper_types_only`` fixture restores it); None until then.
-PACKAGED_VARIANTS: Path | None = None
 
 
 def enabled() -> bool:
@@ -143,10 +136,7 @@ def open_toy_source(path: Path) -> Any:
 
 
 def register() -> None:
-    """Register the five toys (and the fifth type's variants in a copy of the default pool)."""
-    import yaml
-
-    import generation.variants
+    """Register the five toys (the fifth type with its variants in its entry)."""
     from dialfork_dataset.sources import SourceKind, register_source_kind
     from dialfork_dataset.taxonomy import HallucinationType, register_type
     from dialfork_metrics.registry import MetricSpec
@@ -164,17 +154,10 @@ def register() -> None:
             "premature closing",
             breaks_task=True,
             planner=f"{__name__}:plan_premature",
+            variants=_variants(),
             example_line="That is all done, goodbye!",
         )
     )
-    global PACKAGED_VARIANTS
-    PACKAGED_VARIANTS = generation.variants.VARIANTS_PATH
-    pool = yaml.safe_load(generation.variants.VARIANTS_PATH.read_text(encoding="utf-8"))
-    pool["types"][TYPE] = _variants()
-    folder = Path(tempfile.mkdtemp(prefix="dialfork-toy-extensions-"))
-    copy = folder / "variants.yaml"
-    copy.write_text(yaml.safe_dump(pool, sort_keys=False, allow_unicode=True), encoding="utf-8")
-    generation.variants.VARIANTS_PATH = copy
     register_detector(
         DetectorSpec(
             DETECTOR,
