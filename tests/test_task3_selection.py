@@ -363,12 +363,15 @@ def test_bench_selection_never_reads_test_labels(template_corpus):
     }
     a = run_task3(corpus, enc, **kw)
     recs = [dict(r) for r in corpus.records]
-    by_source: dict[str, list[dict]] = {}
+    # permute the labels among the test dialogues of one source and one length T (a fork turn fits
+    # its T; a type may change a fork's length, e.g. a premature close, so a source's T can differ)
+    by_source: dict[tuple[str, int], list[dict]] = {}
     for r in recs:
         if corpus.assignment.get(r["source_id"]) == "test":
-            by_source.setdefault(r["source_id"], []).append(r)
+            by_source.setdefault((r["source_id"], r["num_system_turns"]), []).append(r)
+    assert any(len(g) > 1 and len({r["fork_turn"] for r in g}) > 1 for g in by_source.values())
     rng = np.random.default_rng(0)
-    for group in by_source.values():  # permute the labels among the dialogues of each test source (same T)
+    for group in by_source.values():
         labels = [(r["hallucination_type"], r["fork_turn"], r["fork_position"]) for r in group]
         for r, j in zip(group, rng.permutation(len(group))):
             r["hallucination_type"], r["fork_turn"], r["fork_position"] = labels[j]
