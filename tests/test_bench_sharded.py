@@ -98,6 +98,7 @@ def _report(out: Path) -> dict:
 
 
 def test_one_and_two_processes_give_the_same_report(tmp_path, star_dir):
+    from dialfork_dataset.taxonomy import forks_per_source
     from generation import GenerationConfig, generate_corpus
 
     corpus = tmp_path / "corpus"
@@ -128,8 +129,8 @@ def test_one_and_two_processes_give_the_same_report(tmp_path, star_dir):
         "--bootstrap-resamples",
         "50",
         "--no-plots",
-        "--batch-size",
-        "16",
+        "--batch-size",  # the source's pairs (one per fork) fit one batch, whatever types are registered
+        str(forks_per_source()),
     ]
     procs = {}
     for n in (1, 2):
