@@ -35,6 +35,30 @@ class JsonlError(CollectedErrors):
     """
 
 
+def json_error_text(e: json.JSONDecodeError, line: bool = False) -> str:
+    """What is wrong with a JSON text and where, in one phrase.
+
+    Python's messages for an unterminated string already end in "at" ("Unterminated string starting
+    at"); this adds the position once, so the phrase never reads "starting at at column".
+
+    Args:
+        e: The decoding error.
+        line: Also name the line (a multi-line document).
+
+    Returns:
+        str: e.g. ``"Unterminated string starting at column 12"``, ``"Expecting value at line 2 column 1"``.
+
+    Example:
+        >>> try:
+        ...     json.loads('{"a": "b')
+        ... except json.JSONDecodeError as e:
+        ...     print(json_error_text(e))
+        Unterminated string starting at column 7
+    """
+    where = f"line {e.lineno} column {e.colno}" if line else f"column {e.colno}"
+    return f"{e.msg} {where}" if e.msg.endswith(" at") else f"{e.msg} at {where}"
+
+
 def dumps(obj: Any) -> str:
     """Canonical one-line JSON (UTF-8, no ASCII escaping, stable separators).
 
@@ -104,7 +128,7 @@ def iter_jsonl(path: str | os.PathLike, collect: bool = False) -> Iterator[tuple
                     f"(byte 0x{raw[e.start]:02x} at byte {e.start + 1} of the line: {e.reason})"
                 )
             except json.JSONDecodeError as e:
-                msg = f"{path}:{lineno}: malformed JSON ({e.msg} at column {e.colno})"
+                msg = f"{path}:{lineno}: malformed JSON ({json_error_text(e)})"
             except RecursionError:
                 msg = (
                     f"{path}:{lineno}: {_context(raw.decode('utf-8', 'replace'), _TOO_DEEP)}malformed JSON "

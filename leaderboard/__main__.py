@@ -9,11 +9,12 @@
     export   SRC DEST [--hidden DIR] [--key-file KEY] [--gold-dir GOLD] [--star STAR] [--plumbing-only]
              [--require-conformant] [--no-audit] ...
 
-Exit status: 0 on success, 1 when the submission is invalid (every problem is listed), 2 on a
-usage error, 3 when the rate limit is reached or a result already exists. ``audit`` exits 1 when a
-cheat beats the thresholds (SPEC section 4). ``export`` writes a release's Hub layout
-(:func:`dialfork_dataset.hub.export_hub_layout`) and runs the audit on it before publishing: exit 1
-when the audit fails (nothing is published), 2 on bad input.
+Exit status, the toolkit's convention (docs/leaderboard.md): 0 on success; 2 on bad input, an
+invalid submission (every problem is listed) as well as a usage error or a missing file, as every
+DialFork CLI; 1 when a check ran and failed (``audit``: a cheat beats the thresholds, SPEC section
+4; ``export``: the audit of the release failed, nothing is published); 3 when the rate limit is
+reached or a result already exists. ``export`` writes a release's Hub layout
+(:func:`dialfork_dataset.hub.export_hub_layout`) and runs the audit on it before publishing.
 """
 
 from __future__ import annotations
@@ -25,8 +26,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-EXIT_INVALID = 1
+#: Bad input: an invalid submission, like a usage error (the toolkit's one convention for bad input).
+EXIT_INVALID = 2
 EXIT_USAGE = 2
+#: A check ran and failed (the audit).
+EXIT_FAILED = 1
 EXIT_REFUSED = 3
 
 
@@ -193,6 +197,13 @@ def _add_export_parser(sub: Any) -> None:
     )
     s.add_argument(
         "--public-fraction", type=float, default=0.5, help="share of blind sources in the public part"
+    )
+    s.add_argument(
+        "--blind-types",
+        default=None,
+        metavar="CODES",
+        help="comma-separated hallucination types the detector blind set draws forks of (default: the "
+        "hidden corpus's); pin an earlier release's types to keep its blind set when a type is added",
     )
     s.add_argument(
         "--star",
@@ -384,7 +395,7 @@ def _cmd_audit(a: argparse.Namespace) -> int:
         _print_json(rep.to_dict())
     else:
         print(rep.format_text())
-    return 0 if rep.ok else EXIT_INVALID
+    return 0 if rep.ok else EXIT_FAILED
 
 
 def _recorded_source(src: str) -> str | None:
@@ -464,6 +475,7 @@ def _cmd_export(a: argparse.Namespace) -> int:
             blind_key=a.blind_key,
             hidden_fraction=a.hidden_fraction,
             public_fraction=a.public_fraction,
+            blind_types=[t.strip() for t in a.blind_types.split(",") if t.strip()] if a.blind_types else None,
             overwrite=a.overwrite,
             audit=audit,
             require_conformant=a.require_conformant,
@@ -473,7 +485,7 @@ def _cmd_export(a: argparse.Namespace) -> int:
         print(f"error: the audit failed ({e.report.worst()}); nothing was published", file=sys.stderr)
         for hint in export_hints(e.report, a.plumbing_only):
             print(f"hint: {hint}", file=sys.stderr)
-        return EXIT_INVALID
+        return EXIT_FAILED
     except CollectedErrors as e:  # the header, then every problem on a line of its own (the first 50)
         print(cli_error_text(e), file=sys.stderr)
         return EXIT_USAGE

@@ -57,7 +57,7 @@ def _validate(env, path, capsys, *extra) -> tuple[int, str]:
 def test_deeply_nested_json(env, tmp_path, capsys, depth):
     p = _write(tmp_path, "deep", _lines(env, "[" * depth + "]" * depth))
     rc, out = _validate(env, p, capsys)
-    assert rc == 1 and ":3: " in out
+    assert rc == 2 and ":3: " in out
     rep = validate_submission(p, "detector", BlindSet.from_dir(env["blind_dir"]))
     assert [e.line for e in rep.errors if e.line is not None] == [3]  # (+ its id counted as missing)
     assert rep.errors[0].message.endswith(
@@ -72,7 +72,7 @@ def test_deeply_nested_json(env, tmp_path, capsys, depth):
 def test_integers_with_thousands_of_digits(env, tmp_path, capsys, digits):
     p = _write(tmp_path, "huge", _lines(env, "9" * digits))
     rc, out = _validate(env, p, capsys)
-    assert rc == 1
+    assert rc == 2
     rep = validate_submission(p, "detector", BlindSet.from_dir(env["blind_dir"]))
     assert [(e.line, e.code) for e in rep.errors] == [(3, "out_of_range")]
     assert f"{digits:,} digits" in rep.errors[0].message and "9" * 40 not in out
@@ -85,7 +85,7 @@ def test_integers_with_thousands_of_digits(env, tmp_path, capsys, digits):
     m = _write(tmp_path, "dist", lines, track="metric")
     rc = main(["validate", str(m), "--track", "metric", "--blind", str(env["blind_dir"])])
     cap = capsys.readouterr()
-    assert rc == 1 and "Traceback" not in cap.err and ":2: " in cap.err
+    assert rc == 2 and "Traceback" not in cap.err and ":2: " in cap.err
 
 
 def test_fifty_megabyte_line(env, tmp_path, capsys):
@@ -95,13 +95,13 @@ def test_fifty_megabyte_line(env, tmp_path, capsys):
     write_metadata(tmp_path / "big.metadata.json", method="Big")
     rc, out = _validate(env, p, capsys)
     assert (
-        rc == 1
+        rc == 2
         and "over the 33,554,432-byte cap" in out
         and ":1: line is longer than 65,536 characters" in out
     )
     # a cap raised by the maintainers: the line is still refused, by its number, without parsing it
     rc, out = _validate(env, p, capsys, "--max-bytes", 64 * 1024 * 1024)
-    assert rc == 1 and ":1: line is 52,428," in out and "x" * 100 not in out
+    assert rc == 2 and ":1: line is 52,428," in out and "x" * 100 not in out
 
 
 def test_fifty_megabyte_line_in_a_real_process(env, tmp_path):
@@ -117,7 +117,7 @@ def test_fifty_megabyte_line_in_a_real_process(env, tmp_path):
         cwd=ROOT,
         timeout=300,
     )
-    assert r.returncode == 1 and "Traceback" not in r.stderr and ":2: line is longer than" in r.stderr
+    assert r.returncode == 2 and "Traceback" not in r.stderr and ":2: line is longer than" in r.stderr
 
 
 def test_submitter_with_a_trailing_newline(env, tmp_path, capsys):
@@ -130,13 +130,13 @@ def test_submitter_with_a_trailing_newline(env, tmp_path, capsys):
         ["score", str(sub), "--gold", str(env["gold_dir"]), "--results", str(store), "--submitter", "alice\n"]
     )
     cap = capsys.readouterr()
-    assert rc == 1 and "Traceback" not in cap.err and "not a valid id" in cap.err and "'alice\\n'" in cap.err
+    assert rc == 2 and "Traceback" not in cap.err and "not a valid id" in cap.err and "'alice\\n'" in cap.err
     # the same name in the metadata: a metadata error naming the field
     write_metadata(tmp_path / "s.metadata.json", method="Newline", submitter="alice\n")
     rc = main(["score", str(sub), "--gold", str(env["gold_dir"]), "--results", str(store)])
     cap = capsys.readouterr()
     assert (
-        rc == 1
+        rc == 2
         and "metadata: submitter must be 1 to 64 letters" in cap.err
         and 'got a string ("alice\\n")' in cap.err
     )
@@ -148,7 +148,7 @@ def test_hostile_metadata(env, tmp_path, capsys, payload):
     p = _write(tmp_path, "md", _lines(env))
     (tmp_path / "md.metadata.json").write_text(payload, encoding="utf-8")
     rc, out = _validate(env, p, capsys)
-    assert rc == 1 and "metadata" in out
+    assert rc == 2 and "metadata" in out
 
 
 def test_error_report_is_capped(env, tmp_path, capsys):
@@ -160,7 +160,7 @@ def test_error_report_is_capped(env, tmp_path, capsys):
     assert len(rep.errors) == 100 and rep.n_errors == 10_000 and rep.to_dict()["errors_omitted"] == 9_900
     assert all(len(e.message) < 300 for e in rep.errors)  # ids shortened
     rc, out = _validate(env, p, capsys, "--max-errors", 5)
-    assert rc == 1 and "10,000 error(s)" in out and "... and 9,995 more" in out
+    assert rc == 2 and "10,000 error(s)" in out and "... and 9,995 more" in out
 
 
 def test_nothing_one_submitter_sends_alters_another(env, tmp_path):

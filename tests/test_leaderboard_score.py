@@ -290,7 +290,7 @@ def test_gold_appears_in_no_output(env, tmp_path, caplog):
         cwd=ROOT,
         timeout=120,
     )
-    assert r.returncode == 1
+    assert r.returncode == 2
     for text in (str(ei.value), "\n".join(str(p) for p in ei.value.report.errors), r.stdout, r.stderr):
         _assert_no_gold(text, env, allow_blind_ids=True)
     _assert_no_gold("\n".join(rec.getMessage() for rec in caplog.records), env)

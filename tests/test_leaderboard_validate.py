@@ -439,7 +439,7 @@ def test_cli_validate_exit_codes_and_json(env, tmp_path):
     bad = tmp_path / "b.jsonl"
     bad.write_text('{"dialogue_id": "zz", "prediction": 1.5}\n', encoding="utf-8")
     r = _cli("validate", bad, "--blind", env["blind_dir"], "--json")
-    assert r.returncode == 1
+    assert r.returncode == 2  # bad input exits 2, as every DialFork CLI
     rep = json.loads(r.stdout)
     assert rep["ok"] is False and rep["n_errors"] == len(rep["errors"]) == 4
     assert [e["code"] for e in rep["errors"]] == [

@@ -342,6 +342,84 @@ def _semantic_errors(data: dict[str, Any], at: _Where) -> list[str]:
     return errs
 
 
+def _has_text(*texts: Any) -> bool:
+    """Whether any of ``texts`` is a non-blank string (a ``{placeholder}`` is spelled out as its name)."""
+    return any(isinstance(t, str) and t.strip() for t in texts)
+
+
+def step_text_problem(task: str, node: str, kind: str = "file") -> str:
+    """The problem of an action step that has no text to recognise it by (what ``workflow validate``
+    reports and what the detectors' fit refuses, in the same words).
+
+    Args:
+        task: The task's name.
+        node: The step's id.
+        kind: ``"file"`` (a workflow file: the fields to add) or ``"star"`` (a STAR task: where its
+            texts come from).
+
+    Returns:
+        str: One line naming the task, the step and the fields that would give it a text.
+    """
+    if kind == "star":
+        return (
+            f"task {task!r}, node {node!r}: no text to recognise the step by (STAR: responses.json[{node!r}], "
+            f"replies[{node!r}] and the intent {node!r} of wizard_nlu_training_data.md are empty; a workflow "
+            "file: give the step a `say`, `label` or `alternatives`)"
+        )
+    return (
+        f"task {task!r}, step {node!r}: no text to recognise the step by: give it a `say`, `label` or "
+        "`alternatives` (the detectors and the guard cannot fit a step they cannot recognise), or make it "
+        "`kind: query` if it is an API call"
+    )
+
+
+def step_text_errors(data: dict[str, Any], path: Path, lines: dict[tuple, int]) -> list[str]:
+    """The action steps of a schema-valid workflow file that have no ``say``, ``label`` or
+    ``alternatives``, each at its ``file:line`` (a :data:`FileCheck`).
+
+    Such a file opens (a generation backend that writes its own turns can use it), but the fit of
+    the detectors and the guard refuses it (:func:`textless_steps`, which they call): ``workflow
+    validate`` runs this check so that a file it passes is one they fit.
+
+    Args:
+        data: The parsed file.
+        path: The file.
+        lines: The line of every value (:func:`load_yaml_lines`).
+
+    Returns:
+        list[str]: One ``file:line: field: problem`` per step without text.
+    """
+    at = _Where(path, lines)
+    errs = []
+    for ti, t in enumerate(data.get("tasks") or ()):
+        for si, s in enumerate(t.get("steps") or ()):
+            if s.get("kind", "action") == "action" and not _has_text(
+                s.get("say"), s.get("label"), *(s.get("alternatives") or ())
+            ):
+                errs.append(
+                    at(("tasks", ti, "steps", si, "id"), step_text_problem(t["name"], s["id"], "file"))
+                )
+    return errs
+
+
+def textless_steps(task: Any) -> list[str]:
+    """The action steps of a built task (a workflow file's or STAR's) with no text at all: no template,
+    reply label or NLU phrasing that is not blank. The check a fit runs (``node_texts``) and
+    ``workflow validate`` runs on the file (:func:`step_text_problem`).
+
+    Args:
+        task: A task with ``kinds``, ``template(node)``, ``replies`` and ``nlu``.
+
+    Returns:
+        list[str]: The steps without text, in the task's order.
+    """
+    return [
+        n
+        for n, k in task.kinds.items()
+        if k == "action" and not _has_text(task.template(n), task.replies.get(n), *(task.nlu.get(n) or ()))
+    ]
+
+
 def workflow_files(folder: str | os.PathLike) -> list[Path]:
     """The workflow files of a folder: its ``*.yaml`` and ``*.yml`` files (not sub-folders), sorted by name.
 
@@ -469,6 +547,9 @@ __all__ = [
     "WorkflowError",
     "load_yaml_lines",
     "read_workflows",
+    "step_text_errors",
+    "step_text_problem",
+    "textless_steps",
     "validate_workflow",
     "workflow_files",
     "workflow_schema",

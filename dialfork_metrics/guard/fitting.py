@@ -90,35 +90,73 @@ def watched_task(tasks: Sequence[str], task: str | None, workflow_aware: bool) -
     return tasks[0] if tasks else None
 
 
-def default_detector(task: str | None, workflow: Any) -> str:
-    """The guard's detector when none is named: ``"wf"`` when the task's workflow can be found, else
-    ``"ss+nc"`` (logged).
+def default_detector(task: str | None, workflow: Any, has_dialogues: bool = True) -> str:
+    """The guard's detector when none is named.
+
+    A workflow that was named (``workflow=``, else ``$DIALFORK_STAR_DIR``) must open and hold the
+    task: otherwise this raises, with the file, the line and what is wrong (a monitor silently fitted
+    without its workflow would miss what the workflow says). The workflow-free ``ss+nc`` is used only
+    when no workflow was named, or when the task is unknown and the only workflow is the
+    environment's STAR copy; a warning says so.
 
     Args:
         task: The watched task (None: unknown).
         workflow: The workflow source given (None: ``$DIALFORK_STAR_DIR``).
+        has_dialogues: Whether there are fit dialogues (``ss+nc`` learns from them alone).
 
     Returns:
-        str: The detector's registry name.
+        str: The detector's registry name: ``"wf"`` or ``"ss+nc"``.
+
+    Raises:
+        ValueError: The named workflow cannot be opened (missing file, bad YAML, an unknown
+            ``requires:`` slot...: every problem at its ``file:line``), does not hold ``task``, or
+            there is neither a workflow nor a dialogue to fit on (the message says what to give).
     """
-    if task is None:
-        logger.info("Monitor.fit: dialogues without a task: the workflow-free ss+nc detector")
-        return "ss+nc"
+    import os
+
     from dialfork_metrics.task3.workflow.detector import resolve_workflow
 
-    try:
-        source = resolve_workflow(workflow)
-    except (ValueError, OSError) as e:
+    named = workflow is not None
+    env = os.environ.get("DIALFORK_STAR_DIR") or None
+    if not named and env is None:
+        if not has_dialogues:
+            raise ValueError(
+                "Monitor.fit() got no dialogues and no workflow: fit from a workflow file alone with "
+                "workflow='workflow:FILE.yaml' and task=NAME (or set $DIALFORK_STAR_DIR to a STAR copy), "
+                "or give conformant dialogues"
+            )
         logger.warning(
-            "Monitor.fit: no workflow for task %r (%s): the workflow-free ss+nc detector; pass "
-            "workflow= (or set $DIALFORK_STAR_DIR) for the workflow-aware wf",
-            task,
-            e,
+            "Monitor.fit: no workflow was named (workflow= unset, $DIALFORK_STAR_DIR unset): the "
+            "workflow-free ss+nc detector, which knows no step, slot or rule (no reason on its alarms); "
+            "pass workflow='workflow:FILE.yaml' for the workflow-aware wf"
         )
         return "ss+nc"
-    if task not in source.tasks:
+    if task is None:
+        if not has_dialogues:
+            raise ValueError(
+                "Monitor.fit() got no dialogues: fitted on the workflow alone it needs the task to "
+                "watch: pass task=NAME"
+            )
         logger.warning(
-            "Monitor.fit: task %r is not in the workflow source: the workflow-free ss+nc detector", task
+            "Monitor.fit: dialogues without a 'task' field and no task=: the workflow-free ss+nc "
+            "detector; pass task=NAME for the workflow-aware wf"
+        )
+        return "ss+nc"
+    what = f"workflow={workflow!r}" if named else f"$DIALFORK_STAR_DIR={env!r}"
+    # a named source that does not open raises its own error: every problem at its file:line
+    source = resolve_workflow(workflow)
+    if task not in source.tasks:
+        known = ", ".join(sorted(source.tasks)[:20])
+        if named or not has_dialogues:
+            raise ValueError(
+                f"Monitor.fit(task={task!r}): the workflow named ({what}) has no task {task!r} (it has "
+                f"{known}); pass the workflow file that defines it, or the task's name as written there"
+            )
+        logger.warning(
+            "Monitor.fit: task %r is not in the STAR copy of $DIALFORK_STAR_DIR: the workflow-free ss+nc "
+            "detector; pass workflow='workflow:FILE.yaml' (the file that defines the task) for the "
+            "workflow-aware wf",
+            task,
         )
         return "ss+nc"
     return "wf"

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from .offtask import off_task_warning  # re-exported: the monitor's warning
+from .offtask import alarm_reason, off_task_warning  # off_task_warning re-exported: the monitor's warning
 
 logger = logging.getLogger(__name__)
 
@@ -102,8 +102,8 @@ class Verdict:
         speaker: ``"user"`` or ``"system"``.
         raised: This turn itself crossed the threshold.
         warning: Why the conversation does not look like the monitor's task, or None.
-        rule: Workflow-aware monitors: the dialogue-state rule this turn broke, or None (see the
-            attribute).
+        rule: Workflow-aware monitors: why this turn deviates (set on every alarm raised), or None
+            (see the attribute).
     """
 
     turn: int
@@ -129,11 +129,14 @@ class Verdict:
     """Set when the conversation does not look like the monitor's task (workflow-aware monitors:
     most system turns so far fit another task's workflow, or none)."""
     rule: dict[str, Any] | None = None
-    """Workflow-aware monitors: the dialogue-state rule this system turn broke (``rule``:
-    ``skip-requires``, ``skip-closing`` or ``repeat-slot``; ``node``: the step said; ``expected``:
-    the step that should have come first; ``slot``: the slot missing or asked again; ``message``:
-    one line, e.g. "outcome 'weather_inform_forecast' before slot 'location' was collected
-    (expected step 'weather_ask_location')"), or None."""
+    """Workflow-aware monitors: why this system turn deviates. Set on every turn that raises an
+    alarm, and on a turn that breaks a dialogue-state rule. ``rule``: ``skip-requires``,
+    ``skip-closing`` or ``repeat-slot`` (the dialogue-state rules), ``off-task`` (a step of another
+    task fits better), ``unfamiliar`` (it fits no step of any task), ``repeat`` or ``order``;
+    ``node``: the step said (None: none); ``expected``: the step that should have come first;
+    ``slot``: the slot missing or asked again; ``message``: one line, e.g. "outcome
+    'weather_inform_forecast' before slot 'location' was collected (expected step
+    'weather_ask_location')". None on other turns and for a node-stepped (IT/SS) monitor."""
 
     def to_dict(self) -> dict[str, Any]:
         """The verdict as a JSON-ready dict (one key per field; a non-finite ``score`` becomes None).
@@ -183,11 +186,51 @@ FINGERPRINT_KEYS = ("method", "node_confidence", "order", "K", "tau", "backoff")
 # ``position_weight`` also decides verdicts: detector_fingerprint hashes it when it is not 0
 
 
-def _is_workflow(detector: Any) -> bool:
-    from dialfork_metrics.task3.workflow.detector import WorkflowDetector
+def _guard_spec(detector: Any) -> Any:
+    """The registry entry of a detector object (looked up by its ``name``), or None when unregistered."""
+    from dialfork_metrics.task3.registry import get_detector
 
-    # the guard steps wf turn by turn; wf-sup (a subclass) has no per-turn step state to save
-    return isinstance(detector, WorkflowDetector) and detector.name == "wf"
+    name = getattr(detector, "name", None)
+    if not isinstance(name, str):
+        return None
+    try:
+        return get_detector(name)
+    except ValueError:
+        return None
+
+
+def _is_workflow(detector: Any) -> bool:
+    """Whether a detector is stepped the workflow-aware way: ``step(state, speaker, embedding, task,
+    text=)`` over per-task thresholds (``wf``), else the node way (``assign`` then ``step`` on a node id,
+    the IT/SS detectors). Read from what the detector does, not its class: any registry entry with
+    ``guard=True`` that steps one of the two ways runs in the guard."""
+    import inspect
+
+    step = getattr(detector, "step", None)
+    if step is None:
+        return False
+    try:
+        return "task" in inspect.signature(step).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def _check_guardable(detector: Any) -> None:
+    """Refuse a detector the guard cannot run: its registry entry says ``guard=False``, or it steps
+    neither way (:func:`_is_workflow`)."""
+    from dialfork_metrics.task3.registry import detector_names
+
+    spec = _guard_spec(detector)
+    if spec is not None and not spec.guard:
+        raise TypeError(
+            f"detector {spec.name!r} cannot run in the guard (its registry entry has guard=False); the "
+            f"guard runs {', '.join(detector_names(guard=True))}"
+        )
+    if not _is_workflow(detector) and not (hasattr(detector, "assign") and hasattr(detector, "step")):
+        raise TypeError(
+            f"Monitor needs a fitted detector the guard can step turn by turn (a registry entry with "
+            f"guard=True: {', '.join(detector_names(guard=True))}), got {type(detector).__name__}"
+        )
 
 
 def detector_fingerprint(detector: Any) -> str:
@@ -245,16 +288,17 @@ class Monitor:
             (never changes a verdict).
 
     Raises:
-        TypeError: ``detector`` is neither detector class.
+        TypeError: ``detector``'s registry entry has ``guard=False``, or it can be stepped neither
+            the workflow-aware way nor the node way.
         ValueError: The detector is not fitted, or a workflow-aware one watches several tasks.
     """
 
     def __init__(
         self, detector: Any, *, task: str | None = None, max_cache_texts: int = DEFAULT_MAX_CACHE_TEXTS
     ):
-        from dialfork_metrics.task3.streaming import StreamingDetector
-
-        if _is_workflow(detector):
+        _check_guardable(detector)
+        self._workflow_aware = _is_workflow(detector)
+        if self._workflow_aware:
             detector.check_is_fitted()
             if task is None and len(detector.tasks) == 1:
                 task = detector.tasks[0]
@@ -263,10 +307,6 @@ class Monitor:
                     f"a workflow-aware monitor watches one fitted task; got task={task!r} for a "
                     f"detector fitted on {', '.join(detector.tasks)}"
                 )
-        elif not isinstance(detector, StreamingDetector):
-            raise TypeError(
-                f"Monitor needs a fitted WorkflowDetector or StreamingDetector, got {type(detector).__name__}"
-            )
         else:
             detector.check_is_fitted()
         self.detector = detector
@@ -286,8 +326,8 @@ class Monitor:
 
     @property
     def workflow_aware(self) -> bool:
-        """Whether the detector is the workflow-aware ``wf`` (else a streaming IT/SS detector)."""
-        return _is_workflow(self.detector)
+        """Whether the detector is stepped the workflow-aware way (``wf``; else a node-stepped IT/SS one)."""
+        return self._workflow_aware
 
     @property
     def threshold(self) -> float:
@@ -330,10 +370,12 @@ class Monitor:
             dialogues: Conformant dialogues: a list of records or of turn lists, or a ``datasets``
                 split; None or empty: ``wf`` from the workflow alone.
             task: The task to watch; None: the records' only task.
-            detector: ``"wf"`` (workflow-aware), ``"it"``, ``"ss"``, ``"it+nc"`` or ``"ss+nc"``; None
-                (default): ``"wf"`` when the records name a ``task`` that the workflow source
-                (``workflow``, else ``$DIALFORK_STAR_DIR``) has, else ``"ss+nc"`` (bare turn lists,
-                a task without a known workflow; logged).
+            detector: A registry entry with ``guard=True`` (``"wf"``, workflow-aware; ``"it"``,
+                ``"ss"``, ``"it+nc"``, ``"ss+nc"``, or a registered one); None (default): ``"wf"``
+                when a workflow is named (``workflow``, else ``$DIALFORK_STAR_DIR``). A named
+                workflow that does not open or lacks the task raises (file, line, what is wrong);
+                the workflow-free ``"ss+nc"`` is used only when no workflow was named (or the task
+                is not in ``$DIALFORK_STAR_DIR``'s STAR copy), with a warning.
             encoder: Encoder alias/path or object; None: none (then ``embeddings`` are needed
                 here and in every :meth:`Session.observe`).
             order: N of the N-gram LM (streaming IT/SS detectors only).
@@ -347,7 +389,8 @@ class Monitor:
             The fitted :class:`Monitor` (``task`` read from the records when they carry it).
 
         Raises:
-            ValueError: ``detector`` is not a streaming detector, a record is a fork, the
+            ValueError: A named workflow cannot be opened or lacks the task (every problem at its
+                ``file:line``), ``detector`` is not one the guard runs, a record is a fork, the
                 dialogues belong to several tasks and ``task`` is not one of them (or the detector
                 is workflow-free), no dialogues and no workflow task, or the detector rejects its
                 options or the data.
@@ -371,7 +414,7 @@ class Monitor:
             )
         tasks = fit_tasks(rows)
         if detector is None:
-            detector = default_detector(task or (tasks[0] if tasks else None), workflow)
+            detector = default_detector(task or (tasks[0] if tasks else None), workflow, bool(rows))
         key = str(detector).strip().lower()
         guarded = detector_names(guard=True)
         if key not in guarded:
@@ -402,7 +445,13 @@ class Monitor:
             # fit encoded the train turns in batches; a live turn is encoded alone. Start clean, so a
             # verdict depends only on the conversation's turns (and a loaded copy answers the same).
             enc.clear_cache()
-        return cls(det, task=task)
+        mon = cls(det, task=task)
+        from dialfork_metrics.task3.fit_report import fit_report_lines, too_high
+
+        shown = [mon.task] if mon.workflow_aware else None
+        for line in fit_report_lines(det, shown):
+            logger.log(logging.WARNING if too_high(det, shown) else logging.INFO, "Monitor.fit: %s", line)
+        return mon
 
     # -- persistence ---------------------------------------------------------------------------
     def save(self, path: str | os.PathLike) -> Path:
@@ -466,7 +515,7 @@ class Monitor:
                 unsupported version, holds an unexpected member, a corrupt detector, or a
                 fingerprint that does not match its contents.
         """
-        from dialfork_metrics.task3.streaming import StreamingDetector
+        from dialfork_metrics.task3.detectors import load_detector, saved_detector_spec
 
         path = Path(path)
         if not path.is_file():
@@ -509,18 +558,20 @@ class Monitor:
             for name in names:
                 if name.startswith(_ZIP_DETECTOR) and name != _ZIP_DETECTOR:
                     leaf = name[len(_ZIP_DETECTOR) :]
-                    if "/" in leaf or leaf.startswith(".") or leaf not in ("config.json", "arrays.npz"):
+                    if "/" in leaf or "\\" in leaf or leaf.startswith(".") or not leaf:
                         raise MonitorFileError(f"{path}: unexpected member {name!r}")
                     (det_dir / leaf).write_bytes(z.read(name))
             try:
-                fmt = json.loads((det_dir / "config.json").read_text(encoding="utf-8")).get("format")
-                if fmt == "dialfork-task3-workflow":
-                    from dialfork_metrics.task3.workflow.detector import WorkflowDetector
-
-                    det = WorkflowDetector.load(det_dir, encoder=encoder)
-                else:
-                    det = StreamingDetector.load(det_dir, encoder=encoder)
+                # the registry entry whose save_format the detector folder names loads it (its loader)
+                spec = saved_detector_spec(det_dir)
+                if not spec.guard:
+                    raise MonitorFileError(
+                        f"{path}: the saved detector is a {spec.name!r}, whose registry entry has guard=False"
+                    )
+                det = load_detector(det_dir, encoder=encoder)
             except (OSError, ValueError, KeyError) as e:
+                if isinstance(e, MonitorFileError):
+                    raise
                 raise MonitorFileError(f"{path}: corrupt detector ({type(e).__name__}: {e})") from e
         mon = cls(det, task=meta.get("task"))
         if meta.get("fingerprint") != mon.fingerprint:
@@ -714,6 +765,13 @@ class Session:
         mon = self.monitor
         self._wf, r = mon.detector.step(self._wf, speaker, embedding, mon.task, text=text)
         rule = getattr(r, "rule", None)
+        reason = (
+            {"rule": rule, "node": r.node, "expected": r.expected, "slot": r.slot, "message": r.message}
+            if rule
+            else alarm_reason(mon.detector, mon.task, r, embedding, self._wf)
+            if r.alarm and embedding is not None
+            else None
+        )
         if r.alarm and self.first_alarm is None:
             self.first_alarm = r.system_turn
         return Verdict(
@@ -726,11 +784,7 @@ class Session:
             speaker=speaker,
             raised=r.alarm,
             warning=off_task_warning(self._wf, mon.task),
-            rule=(
-                {"rule": rule, "node": r.node, "expected": r.expected, "slot": r.slot, "message": r.message}
-                if rule
-                else None
-            ),
+            rule=reason,
         )
 
     def observe_node(self, speaker: str, node: int, confidence: float) -> Verdict:

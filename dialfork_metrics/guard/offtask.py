@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
+
 
 def off_task_warning(state: Mapping[str, Any], task: str | None, min_turns: int = 2) -> str | None:
     """The guard's warning that a conversation does not look like the monitor's task.
@@ -58,4 +60,61 @@ def off_task_warning(state: Mapping[str, Any], task: str | None, min_turns: int 
     )
 
 
-__all__ = ["off_task_warning"]
+def alarm_reason(
+    detector: Any, task: str, result: Any, embedding: np.ndarray, state: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The reason of a workflow-aware alarm that broke no dialogue-state rule (what
+    :attr:`~dialfork_metrics.guard.Verdict.rule` holds then, so that every alarm says why).
+
+    * ``off-task``: the turn fits a step of another task better than any step of ``task`` (named);
+    * ``unfamiliar``: it fits no step of any fitted task (its closest step is named, with its
+      similarity and the floor it misses);
+    * ``repeat``: a question asked again after it was answered;
+    * ``order``: a step said after a later step of the workflow.
+
+    Args:
+        detector: The fitted workflow-aware detector (``assigner_``, ``min_similarity_``,
+            ``structures_``, ``repeatable_``, ``looping_``).
+        task: The watched task.
+        result: The turn's :class:`~dialfork_metrics.task3.workflow.rules.WorkflowStepResult`.
+        embedding: The turn's embedding, ``(d,)``.
+        state: The session's step state after the turn (``nodes``, ``answered``).
+
+    Returns:
+        dict: ``rule``, ``node``, ``expected`` (None), ``slot`` (None) and a one-line ``message``.
+    """
+    j = result.system_turn
+    base = {"node": result.node, "expected": None, "slot": None}
+    if result.node is None:
+        a = detector.assigner_.assign(task, np.asarray(embedding, dtype=np.float64).reshape(1, -1))
+        floor = float(detector.min_similarity_)
+        own, rival_sim, rival = float(a.own_similarity[0]), float(a.rival_similarity[0]), a.rival[0]
+        if result.reason == "off-task" and rival and rival_sim >= floor:
+            msg = f"system turn {j} fits step {rival!r} of another task better than any step of {task!r}"
+            return {**base, "rule": "off-task", "message": msg}
+        best_sim, best = (rival_sim, rival) if rival and rival_sim > own else (own, f"{task}:{a.best[0]}")
+        msg = (
+            f"system turn {j} fits no step of any task (closest: step {best!r}, similarity "
+            f"{best_sim:.2f} < {floor:.2f})"
+        )
+        return {**base, "rule": "unfamiliar", "message": msg}
+    from dialfork_metrics.task3.workflow.rules import repeat_flags
+
+    nodes, answered = list(state.get("nodes") or []), list(state.get("answered") or [])
+    looping = task in getattr(detector, "looping_", frozenset())
+    rep = repeat_flags(
+        nodes,
+        answered,
+        detector.structures_[task],
+        getattr(detector, "repeatable_", {}).get(task, frozenset()),
+    )
+    if len(rep) and rep[-1] and not looping:
+        return {
+            **base,
+            "rule": "repeat",
+            "message": f"question {result.node!r} asked again after it was answered",
+        }
+    return {**base, "rule": "order", "message": f"step {result.node!r} said after a later step of {task!r}"}
+
+
+__all__ = ["alarm_reason", "off_task_warning"]

@@ -27,6 +27,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from dialfork_dataset.jsonl import json_error_text
+
 logger = logging.getLogger(__name__)
 
 _FRONT_MATTER = re.compile(r"^---\n.*?\n---\n", flags=re.S)
@@ -90,7 +92,7 @@ def compute_json(module: Any, predictions: str, references: str) -> tuple[dict[s
         try:
             value = json.loads(text or "")
         except json.JSONDecodeError as e:
-            return None, f"{name} is not valid JSON ({e.msg} at line {e.lineno} column {e.colno})"
+            return None, f"{name} is not valid JSON ({json_error_text(e, line=True)})"
         except (RecursionError, ValueError):
             return None, f"{name} could not be read (nested too deeply or a number too long)"
         if not isinstance(value, list):

@@ -388,16 +388,33 @@ def cmd_predict(args: argparse.Namespace) -> int:
     split = args.split or "test"
     out = Path(args.out)
     progress = not (args.no_progress or args.quiet)
+    if args.fit_data is not None and _is_source_spec(args.fit_data):
+        # --fit-data workflow:FILE names a workflow, not dialogues: fit on the workflow alone
+        if args.workflow not in (None, args.fit_data):
+            raise ValueError(
+                f"--fit-data {args.fit_data} is a workflow source and --workflow {args.workflow} another: give "
+                "the workflow once, as --workflow (--fit-data is for conformant dialogues)"
+            )
+        logger.info("--fit-data %s is a workflow source: fitted on it alone (as --workflow)", args.fit_data)
+        args.workflow, args.fit_data = args.fit_data, None
     fit_data = _fit_source(args)
     if args.fit_data is not None and not _is_file(args.fit_data):
         resolve_data(args.fit_data, option="--fit-data")
-    if fit_data is None and not args.load_detector and not _fit_free(spec):
+    workflow_alone = (
+        fit_data is None and not args.load_detector and "workflow" in spec.needs and args.workflow is not None
+    )
+    if fit_data is None and not args.load_detector and not _fit_free(spec) and not workflow_alone:
         raise ValueError(
             f"--data {args.data} is a file of your own transcripts: every dialogue in it is predicted and "
             f"none is fitted on, so --detector {spec.name} needs its fit data given: --fit-data CORPUS (a "
             "corpus whose conformant task3 train split holds dialogues of the same tasks, e.g. demo_out/hub "
-            "or a generator output folder, or a JSONL file of conformant transcripts with their task) or "
+            "or a generator output folder, or a JSONL file of conformant transcripts with their task), "
             "--load-detector DIR (a detector saved with --save-detector)"
+            + (
+                ", or --workflow workflow:FILE.yaml (fitted on your workflow file alone)"
+                if "workflow" in spec.needs
+                else ""
+            )
         )
     if "forks" in spec.needs and not args.load_detector:
         raise ValueError(
@@ -419,6 +436,10 @@ def cmd_predict(args: argparse.Namespace) -> int:
         whence = f" ({_describe_fit(args, fit_data)})" if fit_data is not None else ""
         if _fit_free(spec):  # the baselines, the LLM: fit is a no-op
             logger.info("fitting %s on %d conformant train dialogues%s", spec.name, len(train), whence)
+        elif workflow_alone:
+            print(
+                f"fitting {spec.name} on the workflow {args.workflow} alone (no dialogues)", file=sys.stderr
+            )
         else:
             print(f"fitting {spec.name} on {len(train)} conformant train dialogues{whence}", file=sys.stderr)
         det.fit(train, **({"show_progress": progress} if _takes(det.fit, "show_progress") else {}))
@@ -465,6 +486,13 @@ def cmd_predict(args: argparse.Namespace) -> int:
         "flagged": sum(v is not None for v in done.values()),
         "skipped": skipped,
     }
+    from .fit_report import expected_false_alarms
+
+    expected = expected_false_alarms(det)
+    if expected:  # the fit's own estimate of its false-alarm rate, and what it rests on
+        report["expected_false_alarm_rate"] = {
+            str(t) if t is not None else "all": e for t, e in expected.items()
+        }
     if det_spec.ngram:  # the IT/SS N-gram detectors' fitted figures
         report.update(
             {
@@ -552,8 +580,32 @@ def _workflow_fitted(det: Any) -> bool:
     return hasattr(det, "thresholds_") and hasattr(det, "min_similarity_")
 
 
+def _is_source_spec(value: str) -> bool:
+    """Whether a ``--fit-data`` value names a workflow source (``workflow:FILE``, ``star:PATH``, another
+    registered ``KIND:PATH``) rather than dialogues (a corpus, a Hub id, a JSONL file)."""
+    if _is_file(value) or Path(value).expanduser().is_dir():
+        return False
+    kind, sep, _ = value.partition(":")
+    if not sep or len(kind) < 2:  # C:\... is a path
+        return False
+    from dialfork_dataset.sources import parse_source_spec
+
+    try:
+        return parse_source_spec(value)[0] == kind
+    except ValueError:
+        return False
+
+
 def _print_fitted(det: Any, spec: Any) -> None:
-    """One line on what the detector learnt, for the detectors that report it."""
+    """What the detector learnt, for the detectors that report it, and its expected false-alarm rate
+    with the number of dialogues it rests on (a warning above 10%)."""
+    from .fit_report import fit_report_lines, too_high
+
+    for line in fit_report_lines(det):
+        if too_high(det) and "WARNING" in line:
+            logger.warning("%s", line)
+        else:
+            print(f"  {line}", file=sys.stderr)
     if _workflow_fitted(det):
         print(
             f"  own-workflow floor {det.min_similarity_:.3f}; thresholds "

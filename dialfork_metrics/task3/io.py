@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from dialfork_dataset.errors import CollectedErrors
+from dialfork_dataset.jsonl import json_error_text
 
 from .scorer import PredictionError
 
@@ -272,7 +273,7 @@ def json_lines(path: str | os.PathLike) -> Iterator[tuple[int, Any, str | None]]
                 yield (
                     lineno,
                     None,
-                    f"{p}:{lineno}: malformed JSON ({e.msg} at column {e.colno}); one JSON object per line",
+                    f"{p}:{lineno}: malformed JSON ({json_error_text(e)}); one JSON object per line",
                 )
             except RecursionError:
                 yield lineno, None, f"{p}:{lineno}: malformed JSON (nested too deeply to parse)"

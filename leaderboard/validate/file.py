@@ -9,6 +9,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from dialfork_dataset.jsonl import json_error_text
+
 from .blind import BlindSet
 from .lines import _decoder, _short, check_line_object
 from .report import (
@@ -250,7 +252,7 @@ def validate_submission(
             add(
                 Problem(
                     "not_json",
-                    f"not a JSON object ({e.msg} at column {e.colno}): {_short(line)!r}",
+                    f"not a JSON object ({json_error_text(e)}): {_short(line)!r}",
                     line=i,
                     file=spath,
                 )

@@ -11,6 +11,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from dialfork_dataset.jsonl import json_error_text
 from dialfork_metrics.task3.rows import (
     describe,
     shorten,
@@ -190,7 +191,7 @@ def load_metadata(path: str | os.PathLike) -> tuple[dict[str, Any] | None, list[
         return None, [
             Problem(
                 "metadata_not_json",
-                f"metadata is not valid JSON ({e.msg} at line {e.lineno} column {e.colno})",
+                f"metadata is not valid JSON ({json_error_text(e, line=True)})",
                 line=e.lineno,
                 file=str(path),
             )

@@ -187,24 +187,18 @@ def node_texts(task: Any) -> dict[str, list[str]]:
         >>> node_texts(T())
         {'hello': ['Hi!'], 'ask_day': ['For what day name?', 'Which day?', 'Day?']}
     """
+    from dialfork_dataset.workflow.check import step_text_problem, textless_steps
+
+    # the check `workflow validate` runs on a file (dialfork_dataset.workflow.check): same steps refused
+    errors = [step_text_problem(task.name, n, "star") for n in textless_steps(task)]
+    if errors:
+        raise WorkflowTextError("; ".join(errors))
     out: dict[str, list[str]] = {}
-    errors: list[str] = []
     for node, kind in task.kinds.items():
         if kind != "action":
             continue
         cands = [task.template(node), task.replies.get(node), *(task.nlu.get(node) or ())]
-        texts = list(dict.fromkeys(t for t in (_spell(c) for c in cands if isinstance(c, str)) if t))
-        if texts:
-            out[node] = texts
-        else:
-            errors.append(
-                f"task {task.name!r}, node {node!r}: no text to recognise the step by "
-                f"(STAR: responses.json[{node!r}], replies[{node!r}] and the intent {node!r} of "
-                f"wizard_nlu_training_data.md are empty; a workflow file: give the step a "
-                f"`say`, `label` or `alternatives`)"
-            )
-    if errors:
-        raise WorkflowTextError("; ".join(errors))
+        out[node] = list(dict.fromkeys(t for t in (_spell(c) for c in cands if isinstance(c, str)) if t))
     return out
 
 
