@@ -76,18 +76,37 @@ def test_repeat_flags_clarification_loops_and_dead_ends():
     st = WorkflowStructure(
         asks=frozenset({"ask_day", "ask_city"}),
         leads_to={
-            "ask_day": frozenset({"ask_city", "inform"}),
-            "ask_city": frozenset({"inform"}),
+            "ask_day": frozenset({"ask_city", "inform", "unavailable"}),
+            "ask_city": frozenset({"inform", "unavailable", "ask_day"}),
             "inform": frozenset(),
+            "unavailable": frozenset({"ask_day", "ask_city", "inform"}),
             "sorry": frozenset(),
         },
         resets=frozenset({"sorry"}),
+        failures=frozenset({"unavailable"}),
     )
-    assert repeat_flags(["ask_day", "ask_city", "ask_day"], [True] * 3, st).tolist() == [0, 0, 1]
+    days = ["ask_day", "ask_city", "ask_day"]
+    # the graph leads back from ask_city to ask_day, but that loop was not taken: a repeat
+    assert repeat_flags(days, [True] * 3, st).tolist() == [0, 0, 1]
     assert repeat_flags(["ask_day", "ask_day"], [True] * 2, st).tolist() == [0, 0]  # clarification
-    assert repeat_flags(["ask_day", "ask_city", "ask_day"], [False, True, True], st).tolist() == [0, 0, 0]
+    assert repeat_flags(days, [False, True, True], st).tolist() == [0, 0, 0]
     assert repeat_flags(["ask_day", "sorry", "ask_day"], [True] * 3, st).tolist() == [0, 0, 0]  # start over
-    assert repeat_flags(["ask_day", "ask_city", "ask_day"], [True] * 3, st, {"ask_day"}).tolist() == [0, 0, 0]
+    assert repeat_flags(days, [True] * 3, st, {"ask_day"}).tolist() == [0, 0, 0]
+    # the loop taken: a failure outcome in between, or the user said no from the question on
+    assert repeat_flags(["ask_day", "unavailable", "ask_day"], [True] * 3, st).tolist() == [0, 0, 0]
+    assert repeat_flags(days, [True] * 3, st, declined=[False, True, False]).tolist() == [0, 0, 0]
+    assert repeat_flags(days, [True] * 3, st, declined=[True, False, False]).tolist() == [0, 0, 0]
+    assert repeat_flags(days, [True] * 3, st, declined=[False, False, True]).tolist() == [0, 0, 1]
+
+
+def test_workflow_structure_names_the_failure_steps(star):
+    from dialfork_metrics.task3.workflow.rules import workflow_structure
+
+    st = workflow_structure(star.task("weather"))
+    assert st.failures == {"weather_inform_nothing_found"}
+    st = workflow_structure(star.task("meeting_schedule"))
+    assert "meeting_inform_unavailable_ask_different_time" in st.failures
+    assert not st.failures & {"meeting_ask_day", "hello", "anything_else"}
 
 
 _ORDER = WorkflowStructure(

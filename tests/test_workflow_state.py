@@ -194,9 +194,10 @@ def test_an_immediate_reask_after_a_clear_answer_is_a_repeat(weather):
     assert states[1].valued == ["location"]
 
 
-def test_a_reask_after_a_step_that_leads_back_to_it_or_a_repeatable_step_is_no_repeat(weather):
-    # weather_ask_day leads to weather_ask_location in the graph: asking the city again after it is
-    # the workflow's own order, not a repeat
+def test_a_reask_the_graph_leads_back_to_is_a_repeat_unless_the_loop_was_taken(weather):
+    """Issue 51 item 3 / 50 item 5: that the graph *can* lead back to a question is no excuse; the
+    loop's branch must have been taken (a failure outcome said, the user said no)."""
+    # weather_ask_day leads to weather_ask_location in the graph; the city was answered: a repeat
     _, verdicts = verdicts_of(
         weather,
         ("user", "Weather please"),
@@ -204,6 +205,28 @@ def test_a_reask_after_a_step_that_leads_back_to_it_or_a_repeatable_step_is_no_r
         ("user", "Detroit"),
         ("weather_ask_day", "Which day?"),
         ("user", "Monday"),
+        ("weather_ask_location", "Which city?"),
+    )
+    assert [v.rule for v in verdicts] == [None, None, "repeat-slot"] and verdicts[-1].slot == "location"
+    # the lookup failed in between ("nothing found"): asking again is the workflow's loop
+    _, verdicts = verdicts_of(
+        weather,
+        ("user", "Weather please"),
+        ("weather_ask_location", "Which city?"),
+        ("user", "Atlantis"),
+        ("weather_inform_nothing_found", "I could not find that place."),
+        ("user", "oh"),
+        ("weather_ask_location", "Which city?"),
+    )
+    assert verdicts[-1] == NO_VERDICT  # (the outcome before the day is a skip of its own)
+    # the user said no in between
+    _, verdicts = verdicts_of(
+        weather,
+        ("user", "Weather please"),
+        ("weather_ask_location", "Which city?"),
+        ("user", "Detroit"),
+        ("weather_ask_day", "Which day?"),
+        ("user", "No wait, not Detroit"),
         ("weather_ask_location", "Which city?"),
     )
     assert all(v == NO_VERDICT for v in verdicts)
@@ -472,3 +495,244 @@ def test_tracker_accuracy_on_a_known_answer(weather):
     assert (acc["n_queries"], acc["n_slots"], acc["filled"], acc["value_match"]) == (2, 4, 0.75, 0.75)
     empty = tracker_accuracy([], {"weather": roles}, [])
     assert empty["n_queries"] == 0 and empty["filled"] != empty["filled"]  # nan
+
+
+# (k) issue 50 item 5 / 51 items 2-3: a hand-written car-service workflow --------------------------
+CAR = """\
+format: dialfork-workflow/1
+name: car_service
+tasks:
+  - name: car_book_service
+    slots:
+      plate_number: {type: text, examples: [AB12 CDE]}
+    steps:
+      - id: hello
+        say: Hello, welcome to the garage. How can I help?
+        next: car_ask_plate_number
+      - id: car_ask_plate_number
+        say: What is the plate number of your car?
+        next: car_ask_symptoms
+      - id: car_ask_symptoms
+        say: What seems to be the problem with the car?
+        next: car_ask_day
+      - id: car_ask_day
+        say: Which day would you like to bring it in?
+        next: query_slots
+      - id: query_slots
+        kind: query
+        branches:
+          - {outcome: available, text: Available, next: car_confirm_booking}
+          - {outcome: unavailable, text: Unavailable, next: car_inform_day_unavailable}
+      - id: car_inform_day_unavailable
+        say: Sorry, that day is fully booked.
+        next: car_ask_day
+      - id: car_confirm_booking
+        say: Shall I book the service for {day}?
+        branches:
+          - {outcome: "yes", text: "Yes", next: car_booking_done}
+          - {outcome: "no", text: "No", next: car_ask_day}
+      - id: car_booking_done
+        say: Your service is booked for {day}.
+        next: anything_else
+      - id: anything_else
+        say: Is there anything else I can help with?
+      - id: car_bye
+        say: Goodbye!
+  - name: car_cancel_service
+    steps:
+      - id: hello
+        say: Hello, welcome to the garage. How can I help?
+        next: car_ask_customer_name
+      - id: car_ask_customer_name
+        say: What is your full name, please?
+        next: car_ask_booking_reference
+      - id: car_ask_booking_reference
+        say: What is your booking reference?
+        next: car_cancel_done
+      - id: car_cancel_done
+        role: outcome
+        say: Your booking has been cancelled.
+        requires: [customer_name, booking_reference]
+        next: anything_else
+      - id: anything_else
+        say: Is there anything else I can help with?
+      - id: car_bye
+        say: Goodbye!
+"""
+
+
+def car_source(tmp_path, text=CAR):
+    from dialfork_dataset.sources import open_source
+    from dialfork_dataset.workflow.files import validate_workflow
+
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    f = tmp_path / "car.yaml"
+    f.write_text(text)
+    assert validate_workflow(f) == []
+    return open_source(f"workflow:{f}")
+
+
+@pytest.fixture
+def car(tmp_path):
+    task = car_source(tmp_path).task("car_book_service")
+    return task, derive_roles(task), workflow_structure(task)
+
+
+BOOKED = [
+    ("user", "Hi, I'd like to book a service for my car."),
+    ("hello", "Hello, welcome to the garage. How can I help?"),
+    ("user", "I need a service."),
+    ("car_ask_plate_number", "What is the plate number of your car?"),
+    ("user", "AB12 CDE"),
+    ("car_ask_symptoms", "What seems to be the problem with the car?"),
+    ("user", "It makes a grinding noise when I brake."),
+    ("car_ask_day", "Which day would you like to bring it in?"),
+    ("user", "Monday"),
+]
+
+
+def test_a_declared_slot_type_wins_over_the_name(tmp_path, car):
+    """Issue 51 item 2: ``plate_number`` is text when the file says so (its name says a number)."""
+    _, roles, _ = car
+    assert roles.value_types["plate_number"] == "text" and roles.declared_types == {"plate_number"}
+    assert roles.examples["plate_number"] == ("AB12 CDE",)
+    assert roles.value_types["day"] == "weekday" and "day" not in roles.declared_types  # guessed
+    # a plate with letters is tracked as given: asked again right away, it is a repeat
+    items = (*BOOKED[:5], ("car_ask_plate_number", "What is the plate number of your car?"))
+    states, verdicts = verdicts_of(car, *items)
+    assert states[-1].filled["plate_number"].value == "AB12 CDE" and "plate_number" in states[-1].valued
+    assert verdicts[-1].rule == "repeat-slot" and verdicts[-1].slot == "plate_number"
+    # without the declaration the name makes it a number: "AB12 CDE" carries none, a re-ask clarifies
+    plain = car_source(
+        tmp_path / "plain",
+        CAR.replace("    slots:\n      plate_number: {type: text, examples: [AB12 CDE]}\n", ""),
+    )
+    t = plain.task("car_book_service")
+    untyped = (t, derive_roles(t), workflow_structure(t))
+    assert untyped[1].value_types["plate_number"] == "number" and not untyped[1].declared_types
+    assert verdicts_of(untyped, *items)[1][-1] == NO_VERDICT
+
+
+def test_a_slot_declaration_is_checked(tmp_path):
+    (tmp_path / "a").mkdir()
+    bad = tmp_path / "a" / "car.yaml"
+    bad.write_text(CAR.replace("plate_number: {type: text", "plate_numbr: {type: text"))
+    from dialfork_dataset.workflow.files import validate_workflow
+
+    (err,) = validate_workflow(bad)
+    assert f"{bad}:6: tasks[0].slots.plate_numbr" in err and "collected or required by no step" in err
+    bad.write_text(CAR.replace("{type: text", "{type: licence"))
+    assert any("licence" in e and ":6:" in e for e in validate_workflow(bad))
+
+
+def test_the_day_asked_again_after_a_yes_is_a_repeat_after_a_failure_or_a_no_is_not(car):
+    """Issue 51 item 3: the graph loops back to the day (the day unavailable; the user said no)."""
+    yes = (
+        *BOOKED,
+        ("car_confirm_booking", "Shall I book the service for Monday?"),
+        ("user", "Yes please"),
+        ("car_ask_day", "Which day would you like to bring it in?"),
+    )
+    _, verdicts = verdicts_of(car, *yes)
+    assert [v.rule for v in verdicts][-2:] == [None, "repeat-slot"] and verdicts[-1].slot == "day"
+    full = (
+        *BOOKED,
+        ("car_inform_day_unavailable", "Sorry, that day is fully booked."),
+        ("user", "Oh, too bad."),
+        ("car_ask_day", "Which day would you like to bring it in?"),
+    )
+    assert all(v == NO_VERDICT for v in verdicts_of(car, *full)[1])
+    no = (
+        *BOOKED,
+        ("car_confirm_booking", "Shall I book the service for Monday?"),
+        ("user", "No, Monday does not suit me after all."),
+        ("car_ask_day", "Which day would you like to bring it in?"),
+        ("user", "Tuesday"),
+        ("car_confirm_booking", "Shall I book the service for Tuesday?"),
+    )
+    states, verdicts = verdicts_of(car, *no)
+    assert all(v == NO_VERDICT for v in verdicts)
+    assert states[-1].declined == [4]
+
+
+def test_a_confirmation_asked_again_after_a_yes_is_a_repeat(car):
+    """Issue 50 item 5: "Shall I book it?" asked again after the user said yes."""
+    items = (
+        *BOOKED,
+        ("car_confirm_booking", "Shall I book the service for Monday?"),
+        ("user", "Yes, go ahead."),
+        ("car_confirm_booking", "Shall I book the service for Monday?"),
+    )
+    states, verdicts = verdicts_of(car, *items)
+    v = verdicts[-1]
+    assert v.rule == "repeat-confirmation" and v.rule in RULES and v.node == "car_confirm_booking"
+    assert v.role == "confirmation" and "said yes at system turn 5" in v.message
+    assert states[-1].confirmed == {"car_confirm_booking": 4}
+    # after the outcome, asked again: still a repeat
+    later = (
+        *items[:-1],
+        ("car_booking_done", "Your service is booked for Monday."),
+        ("user", "ok"),
+        items[-1],
+    )
+    assert verdicts_of(car, *later)[1][-1].rule == "repeat-confirmation"
+    # the user changed the booking since: confirming it again is the workflow's
+    changed = (
+        *items[:-1],
+        ("car_booking_done", "Booked."),
+        ("user", "Can we make it Friday instead?"),
+        items[-1],
+    )
+    assert verdicts_of(car, *changed)[1][-1] == NO_VERDICT
+    # an unclear answer is no yes: asking again is a clarification
+    unclear = (*items[:-3], items[-3], ("user", "Hmm, what does it cost?"), items[-1])
+    assert verdicts_of(car, *unclear)[1][-1] == NO_VERDICT
+
+
+def test_free_text_and_dates_are_tracked_as_given_by_their_answer(car):
+    """Issue 50 item 5: symptoms (free text) and dates asked again are repeats."""
+    items = (*BOOKED[:7], ("car_ask_symptoms", "What seems to be the problem with the car?"))
+    states, verdicts = verdicts_of(car, *items)
+    assert verdicts[-1].rule == "repeat-slot" and verdicts[-1].slot == "symptoms"
+    assert states[-1].filled["symptoms"].value == "It makes a grinding noise when I brake."
+    # asked again later, after the plate was asked (the graph's order): a repeat too
+    later = (
+        *BOOKED[:3],
+        ("car_ask_symptoms", "What seems to be the problem with the car?"),
+        ("user", "The brakes squeal."),
+        ("car_ask_plate_number", "What is the plate number of your car?"),
+        ("user", "AB12 CDE"),
+        ("car_ask_symptoms", "What seems to be the problem with the car?"),
+    )
+    assert verdicts_of(car, *later)[1][-1].rule == "repeat-slot"
+    # a question back is no answer: asking again clarifies
+    back = (*BOOKED[:5], BOOKED[5], ("user", "What do you mean?"), BOOKED[5])
+    assert verdicts_of(car, *back)[1][-1] == NO_VERDICT
+    # a date the patterns do not read is still the answer
+    day = (*BOOKED[:7], BOOKED[7], ("user", "as soon as you can"), BOOKED[7])
+    states, verdicts = verdicts_of(car, *day)
+    assert verdicts[-1].rule == "repeat-slot" and verdicts[-1].slot == "day" and "day" in states[-1].valued
+
+
+def test_yes_no_answers():
+    from dialfork_metrics.task3.workflow.state import answer_polarity, answers_the_question
+
+    assert [answer_polarity(t) for t in ("Yes please", "yeah", "Sure, go ahead", "Okay")] == ["yes"] * 4
+    assert [answer_polarity(t) for t in ("No", "Nope.", "Not really", "Actually, make it Friday")] == [
+        "no"
+    ] * 4
+    assert answer_polarity("Monday at 10") is None
+    assert answers_the_question("AB12 CDE") and not answers_the_question("Sorry?")
+    assert not answers_the_question("I don't know") and not answers_the_question("no")
+
+
+def test_the_new_state_fields_round_trip_and_are_checked():
+    st = DialogueState(said=["a", "b"], declined=[1], confirmed={"b": 1}, updated=0)
+    d = json.loads(json.dumps(st.to_dict()))
+    assert DialogueState.from_dict(d) == st and state_dict_errors(d, 2) == []
+    errs = state_dict_errors({"declined": ["1"], "confirmed": {"b": True}, "updated": "x"}, 0)
+    assert errs == [
+        "dialogue.declined must list system turn indices",
+        "dialogue.confirmed must map confirmation steps to system turn indices",
+        "dialogue.updated must be a system turn index or null",
+    ]

@@ -118,6 +118,9 @@ class WorkflowTask(StarTask):
             first when it has both); steps without ``collects:`` are absent.
         declared_requires: Step -> the slots its ``requires:`` declares (``[]``: none); steps
             without ``requires:`` are absent.
+        declared_slots: Slot -> what the task's ``slots:`` declares of it: ``type`` (a value type of
+            :data:`~dialfork_dataset.workflow.roles.VALUE_TYPES`) and ``examples`` (as text); slots
+            without a declaration are absent (their type is guessed from the name).
     """
 
     explicit_kinds: dict[str, str] = field(default_factory=dict)
@@ -143,6 +146,8 @@ class WorkflowTask(StarTask):
     """step -> the slots from ``collects:`` (plus its ``ask:`` slot)."""
     declared_requires: dict[str, list[str]] = field(default_factory=dict)
     """step -> the slots from ``requires:``."""
+    declared_slots: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """slot -> ``{"type", "examples"}`` from the task's ``slots:`` (read by ``derive_roles``)."""
 
     def describe(self, node: str) -> str:
         """The step's own ``description`` if it has one, else the text from its name and kind.
@@ -294,16 +299,30 @@ def _build_task(
         declared_roles=roles,
         declared_collects=collects,
         declared_requires=requires,
+        declared_slots={
+            name: {
+                **({"type": d["type"]} if d.get("type") else {}),
+                "examples": [
+                    ("yes" if v else "no") if isinstance(v, bool) else str(v) for v in d.get("examples") or ()
+                ],
+            }
+            for name, d in (t.get("slots") or {}).items()
+        },
     )
 
 
 def _requires_errors(data: dict[str, Any], path: Path, lines: dict[tuple, int]) -> list[str]:
     """A step's ``requires:`` slot that no step collects (``collects:``, ``ask:`` or the derived rule of
-    :mod:`dialfork_dataset.workflow.roles`), one line per slot, at the line of the step's ``requires``."""
-    todo = [(ti, t) for ti, t in enumerate(data["tasks"]) if any("requires" in s for s in t["steps"])]
+    :mod:`dialfork_dataset.workflow.roles`), one line per slot, at the line of the step's ``requires``;
+    a task's ``slots:`` entry that no step collects or requires, at its line."""
+    todo = [
+        (ti, t)
+        for ti, t in enumerate(data["tasks"])
+        if t.get("slots") or any("requires" in s for s in t["steps"])
+    ]
     if not todo:
         return []
-    from .roles import undeclared_requirements
+    from .roles import derive_roles, undeclared_requirements
 
     errs: list[str] = []
     kb = data.get("kb") or {}
@@ -315,6 +334,17 @@ def _requires_errors(data: dict[str, Any], path: Path, lines: dict[tuple, int]) 
             if "requires" in s
         }
         errs += undeclared_requirements(task)
+        if t.get("slots"):
+            tr = derive_roles(task)
+            known = {s for r in tr.steps.values() for s in (*r.collects, *r.requires)}
+            for name in t["slots"]:
+                if name not in known:
+                    line = lines.get(("tasks", ti, "slots", name), lines.get(("tasks", ti, "slots"), 1))
+                    errs.append(
+                        f"{path}:{line}: tasks[{ti}].slots.{name}: slot {name!r} is collected or required by no "
+                        f"step of task {t['name']!r} (slots: {sorted(known) or 'none'}); name it in a step's "
+                        f"'ask:', 'collects:' or 'requires:', or remove it"
+                    )
     return errs
 
 

@@ -42,6 +42,10 @@ docs/step_roles.md lists what it gives on every STAR task):
 6. Each slot is matched to the API input it fills (:func:`api_slot_for`), so that its values (the
    API's categories and type) let a tracker see a user volunteer it, and so that STAR's query
    constraints can grade a tracker.
+7. A slot's value type (:data:`VALUE_TYPES`: how a tracker recognises its value) is the one a
+   workflow file declares (the task's ``slots:``, ``plate_number: {type: text, examples: [AB12 CDE]}``);
+   only a slot without a declared type has it guessed from its name and API input
+   (:func:`value_type`: ``plate_number`` would be a number).
 
 Pure functions and frozen dataclasses; ``networkx`` is imported where used.
 """
@@ -64,6 +68,8 @@ ROLES: tuple[str, ...] = (
     "closing",
     "fallback",
 )
+#: The value types of a slot (rule 7): how a tracker recognises a value of it in a user turn.
+VALUE_TYPES: tuple[str, ...] = ("categorical", "weekday", "time", "date", "number", "name", "boolean", "text")
 #: Roles whose step needs the slots collected before it (the skip rule checks them).
 REQUIRING_ROLES: frozenset[str] = frozenset({"action", "outcome", "confirmation"})
 #: Words of a step id that say it reports a result (rule 2, ours).
@@ -172,8 +178,12 @@ class TaskRoles:
         api_slots: slot -> the API input name it fills (None: no API input matches).
         values: slot -> the values a user may give for it (the API input's categories).
         value_types: slot -> ``"categorical"``, ``"weekday"``, ``"time"``, ``"date"``, ``"number"``,
-            ``"name"``, ``"boolean"`` or ``"text"`` (how a tracker recognises a volunteered value).
+            ``"name"``, ``"boolean"`` or ``"text"`` (:data:`VALUE_TYPES`: how a tracker recognises a
+            volunteered value); declared by a workflow file's ``slots:`` (rule 7), else guessed.
         problems: One line per step whose role could not be derived (empty: complete).
+        examples: slot -> example values (the file's ``slots:`` examples, else the API input's
+            ``Examples``): what a slot reader may be shown.
+        declared_types: The slots whose value type a workflow file declared (not guessed).
     """
 
     task: str
@@ -182,6 +192,8 @@ class TaskRoles:
     values: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     value_types: Mapping[str, str] = field(default_factory=dict)
     problems: tuple[str, ...] = ()
+    examples: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    declared_types: frozenset[str] = frozenset()
 
     @property
     def complete(self) -> bool:
@@ -358,7 +370,8 @@ def api_slot_for(slot: str, inputs: Sequence[Mapping[str, Any]]) -> str | None:
 
 
 def value_type(slot: str, inp: Mapping[str, Any] | None) -> str:
-    """How a tracker recognises a value of ``slot`` in a user turn (rule 4).
+    """How a tracker recognises a value of ``slot`` in a user turn, guessed (rule 4; a workflow file's
+    declared ``type:`` wins over it, rule 7).
 
     Args:
         slot: The slot.
@@ -436,7 +449,7 @@ def derive_roles(task: Any) -> TaskRoles:
     Args:
         task: A workflow task (``name``, ``kinds``, ``digraph()``, ``start_node``; optionally
             ``api``, ``asks`` and the workflow file's ``declared_roles`` / ``declared_collects`` /
-            ``declared_requires``).
+            ``declared_requires`` / ``declared_slots``).
 
     Returns:
         TaskRoles: Every step's roles and slots, the slots' API inputs and values, and the problems
@@ -545,14 +558,29 @@ def derive_roles(task: Any) -> TaskRoles:
     api_slots: dict[str, str | None] = {}
     values: dict[str, tuple[str, ...]] = {}
     types: dict[str, str] = {}
+    examples: dict[str, tuple[str, ...]] = {}
+    decl = dict(getattr(task, "declared_slots", None) or {})
     slots = list(dict.fromkeys(s for r in steps.values() for s in (*r.collects, *r.requires)))
     for s in slots:
         a = s if s in by_name else api_slot_for(s, inputs)
         api_slots[s] = a
         inp = by_name.get(a) if a else None
+        d = decl.get(s) or {}
         values[s] = tuple(str(v) for v in (inp or {}).get("Categories") or ())
-        types[s] = value_type(s, inp)
-    return TaskRoles(task.name, steps, api_slots, values, types, tuple(problems))
+        examples[s] = tuple(str(v) for v in d.get("examples") or (inp or {}).get("Examples") or ())
+        types[s] = d.get("type") or value_type(s, inp)  # rule 7: a declared type wins
+        if types[s] == "categorical" and not values[s]:
+            values[s] = examples[s]  # a declared categorical slot's examples are its values
+    return TaskRoles(
+        task.name,
+        steps,
+        api_slots,
+        values,
+        types,
+        tuple(problems),
+        examples,
+        frozenset(s for s in slots if (decl.get(s) or {}).get("type")),
+    )
 
 
 #: Roles any workflow's step may play: a turn playing one of them is no evidence of another workflow.
@@ -726,6 +754,7 @@ __all__ = [
     "SHARED_ROLES",
     "SLOT_CONCEPTS",
     "SLOT_SYNONYMS",
+    "VALUE_TYPES",
     "StepRole",
     "TaskRoles",
     "api_slot_for",

@@ -8,9 +8,10 @@ Each system turn is mapped to its task's workflow by the :class:`~.workflow_node
   its own workflow, against another workflow's best node (a turn of another task: WIC, GR, an
   inserted sub-goal) or an absolute floor (a turn that says nothing the workflow says);
 * ``+ repeat_weight`` when the turn asks again a question step that was answered, with other
-  steps in between, and no step since leads back to it in the workflow graph
-  (:func:`repeat_flags`; an immediate re-ask is a clarification, not a repeat), unless the task
-  *loops* (its conformant fit dialogues repeat a question step: STAR trivia's next question);
+  steps in between, and the loop back to it was not taken (no failure outcome or dead end since,
+  no "no" from the user: :func:`repeat_flags`; an immediate re-ask is a clarification, not a
+  repeat), unless the task's conformant fit dialogues repeat that step (``repeatable_``: STAR
+  trivia's next question);
 * ``+ order_weight`` when the turn's step comes before a step already said in the workflow graph
   (:func:`order_flags`: a question after the outcome it leads to, an outcome before another that
   precedes it, a greeting in mid-conversation; two question steps may come in any order), unless
@@ -86,6 +87,7 @@ from .state import (
     DialogueState,
     StepVerdict,
     confident_steps,
+    declined_turns,
     observe_system,
     observe_user,
     state_flags,
@@ -94,6 +96,18 @@ from .state import (
 logger = logging.getLogger("dialfork_metrics.task3.workflow.detector")
 
 FORMAT = "dialfork-task3-workflow"
+SWITCHABLE_RULES: tuple[str, ...] = (
+    "repeat",
+    "order",
+    "skip-requires",
+    "skip-closing",
+    "repeat-slot",
+    "repeat-confirmation",
+)
+"""The rules :func:`~.workflow_fit.rule_budget` may switch off for a task, one by one: the role-free
+repeat and order rules, then the dialogue-state rules (:data:`~.workflow_state.RULES`)."""
+REPEAT_RULES: tuple[str, ...] = ("repeat", "repeat-slot", "repeat-confirmation")
+"""Rules that flag a repeat: a turn they flag adds ``repeat_weight`` once, whichever flags it."""
 
 # -- the detector ------------------------------------------------------------------------------------
 
@@ -164,15 +178,23 @@ class WorkflowDetector(BaseEstimator):
             when fitting on the workflow alone, 0 with dialogues (their turns say the steps with
             real values; the variants then only add rivals: on the sgd track they cost 2 points of
             false alarms).
-        rule_budget: Switch off the step rules of a task whose conformant fit dialogues they alarm
-            on too often, instead of lifting its threshold over every similarity deviation
-            (:func:`~.workflow_fit.rule_budget`).
+        rule_budget: Switch off, per task and per rule, a step rule that alarms on too many of the
+            task's conformant fit dialogues (at least ``rule_min_misfires`` of them and more than
+            half ``false_alarm_rate`` of them), instead of lifting the task's threshold over every
+            similarity deviation (:func:`~.workflow_fit.rule_budget`; the warning names the rule,
+            the task, the count and the dialogues).
+        rule_min_misfires: The fewest conformant fit dialogues a rule must misfire on before it is
+            switched off for a task (ours, 3): with fewer fit dialogues than that, nothing is
+            switched off, so a few logs never make detection worse than the file alone. The same
+            evidence makes a question or confirmation step *repeatable* (never a repeat).
 
     Fitted attributes: ``assigner_`` (:class:`NodeAssigner`), ``structures_`` (task ->
     :class:`WorkflowStructure`), ``thresholds_`` (task -> threshold), ``calibration_stats_`` (task ->
     statistics), ``user_centroids_`` (task -> mean user-turn embedding, to route a dialogue without a
-    ``task``), ``repeatable_`` (task -> question steps its conformant dialogues repeat, by the repeat
-    rule), ``looping_`` (the tasks with such a step: no repeat rule), ``order_allowed_`` (task -> the
+    ``task``), ``repeatable_`` (task -> question and confirmation steps its conformant dialogues repeat, by
+    the repeat rules, in at least ``rule_min_misfires`` of them), ``looping_`` (the tasks with such
+    a step; informative: the task's other steps keep the repeat rules), ``rules_off_`` (task -> the
+    rules switched off for it, :func:`~.workflow_fit.rule_budget`), ``order_allowed_`` (task -> the
     back steps its conformant dialogues take, :func:`order_pairs`), ``roles_`` (task -> its step
     roles and slots, :func:`~dialfork_dataset.workflow.roles.derive_roles`; a task whose roles cannot be
     derived is left out and keeps the role-free rules), ``requires_`` (task -> node -> the slots
@@ -216,6 +238,7 @@ class WorkflowDetector(BaseEstimator):
         self_train_margin: float = 0.03,
         realise_values: int | str = "auto",
         rule_budget: bool = True,
+        rule_min_misfires: int = 3,
     ):
         self.workflow = workflow
         self.encoder = encoder
@@ -245,6 +268,7 @@ class WorkflowDetector(BaseEstimator):
         self.self_train_margin = self_train_margin
         self.realise_values = realise_values
         self.rule_budget = rule_budget
+        self.rule_min_misfires = rule_min_misfires
 
     def __repr__(self) -> str:
         fitted = f", tasks={sorted(self.thresholds_)}" if hasattr(self, "thresholds_") else ""
@@ -280,6 +304,7 @@ class WorkflowDetector(BaseEstimator):
         "self_train_margin": [Interval(Real, 0, 2, closed="both")],
         "realise_values": [StrOptions({"auto"}), Interval(Integral, 0, None, closed="left")],
         "rule_budget": ["boolean"],
+        "rule_min_misfires": [Interval(Integral, 1, None, closed="left")],
     }
 
     # -- encoding -----------------------------------------------------------------------------------
@@ -350,7 +375,7 @@ class WorkflowDetector(BaseEstimator):
         del show_progress
         self._validate_params()
         self.__dict__.pop("thresholds_", None)  # a refit calibrates raw deviations
-        self.rules_off_ = frozenset()
+        self.rules_off_ = {}
         rows = list(dialogues) if dialogues is not None else []
         missing = [
             str(d.get("dialogue_id", i)) if isinstance(d, Mapping) else str(i)
@@ -394,18 +419,28 @@ class WorkflowDetector(BaseEstimator):
         # what the task's conformant dialogues do that its graph does not draw: repeated question
         # steps (a loop: the repeat rule is off for the task) and back steps (never flagged); read
         # on the steps the fit is sure of (labels, self-training)
-        repeatable: dict[str, set[str]] = {t: set() for t in tasks}
+        repeated: dict[str, dict[str, set[int]]] = {t: {} for t in tasks}  # step -> fit dialogues
         allowed: dict[str, set[tuple[str, str]]] = {t: set() for t in tasks}
+        from dialfork_dataset.workflow.roles import derive_roles
+
+        task_roles = {t: derive_roles(source.tasks[t]) for t in tasks} if self.state_rules else {}
         for i in range(len(rows)):
             t = task_of[i]
-            flags = repeat_flags(labels[i], self._answered(turns[i], sys_rows[i]), self.structures_[t])
-            repeatable[t].update(labels[i][j] for j in np.flatnonzero(flags))
+            tr = task_roles.get(t)
+            flags = repeat_flags(
+                labels[i],
+                self._answered(turns[i], sys_rows[i]),
+                self.structures_[t],
+                declined=declined_turns(turns[i], labels[i], tr) if tr is not None and tr.complete else None,
+            )
+            for j in np.flatnonzero(flags):
+                repeated[t].setdefault(labels[i][j], set()).add(i)
             allowed[t] |= order_pairs(labels[i], self.structures_[t])
-        from .explain import fit_roles
+        from .explain import fit_roles, repeatable_steps
 
-        fit_roles(self, source, tasks, task_of, turns, labels, repeatable)
-        self.repeatable_ = {t: frozenset(v) for t, v in repeatable.items()}
-        self.looping_ = frozenset(t for t, v in repeatable.items() if v)
+        fit_roles(self, source, tasks, task_of, turns, labels, repeated)
+        self.repeatable_ = repeatable_steps(self, repeated, task_of, rows)
+        self.looping_ = frozenset(t for t, v in self.repeatable_.items() if v)
         self.order_allowed_ = {t: frozenset(v) for t, v in allowed.items()}
         self.assigner_ = final
         if rows:
@@ -413,10 +448,16 @@ class WorkflowDetector(BaseEstimator):
                 self.calibration if self.calibration == "in_sample" or len(rows) < 2 else "cross_fit"
             )
 
-            def cross() -> dict[str, list[float]]:
-                return wfit.cross_fit_statistics(self, base, final, task_of, turns, emb, sys_rows, labels)
+            def cross(hits: dict[str, list[set[str]]] | None = None) -> dict[str, list[float]]:
+                return wfit.cross_fit_statistics(
+                    self, base, final, task_of, turns, emb, sys_rows, labels, hits
+                )
 
-            stats = wfit.rule_budget(self, cross) if self.rule_budget else cross()
+            ids = [
+                str(d.get("dialogue_id", f"#{i}")) if isinstance(d, Mapping) else f"#{i}"
+                for i, d in enumerate(rows)
+            ]
+            stats = wfit.rule_budget(self, cross, task_of, ids) if self.rule_budget else cross()
         else:
             self.fit_kind_ = "workflow"
             stats = wfit.workflow_statistics(self, final, tasks)
@@ -464,14 +505,17 @@ class WorkflowDetector(BaseEstimator):
         )
 
     def _state_args(self, task: str) -> tuple[Any, frozenset[str], Mapping[str, Any]]:
-        """What the dialogue-state rules read of a fitted task: its structure (None when it
-        loops: no repeat rule), the steps never flagged as repeats, the enforced requirements."""
-        looping = task in getattr(self, "looping_", frozenset())
+        """What the dialogue-state rules read of a fitted task: its structure, the steps never
+        flagged as repeats, the enforced requirements."""
         return (
-            None if looping else self.structures_.get(task),
+            self.structures_.get(task),
             self.repeatable_.get(task, frozenset()),
             self.requires_.get(task, {}),
         )
+
+    def _rules_off_json(self) -> dict[str, list[str]]:
+        """``rules_off_`` as JSON-safe lists (saved and fingerprinted)."""
+        return {t: sorted(v) for t, v in sorted(getattr(self, "rules_off_", {}).items()) if v}
 
     def _requires_json(self) -> dict[str, dict[str, list[str]]]:
         """``requires_`` as JSON-safe lists (saved and fingerprinted)."""
@@ -493,37 +537,60 @@ class WorkflowDetector(BaseEstimator):
             verdicts = [v if ok else StepVerdict(None) for v, ok in zip(verdicts, sure)]
         return flags, verdicts
 
-    def _flag_deviations(self, task: str, a: Any, answered: Sequence[bool], turns=None) -> np.ndarray:
-        """The raw deviations (threshold not subtracted) of one task's assignment ``a``, rules included."""
+    def _flag_deviations(
+        self,
+        task: str,
+        a: Any,
+        answered: Sequence[bool],
+        turns=None,
+        hits: dict[str, np.ndarray] | None = None,
+    ) -> np.ndarray:
+        """The raw deviations (threshold not subtracted) of one task's assignment ``a``, rules
+        included; ``hits`` (when given) receives rule -> 0/1 per system turn of each rule that is on."""
         st = self.structures_.get(task)
-        rep = order = None
+        n = len(a.nodes)
+        w = self._rule_weights(task)
+        zero = np.zeros(n)
+        raw: dict[str, np.ndarray] = {}
+        roles = getattr(self, "roles_", {}).get(task)
         if st is not None:
-            if task not in getattr(self, "looping_", frozenset()):
-                rep = repeat_flags(a.nodes, answered, st, self.repeatable_.get(task, frozenset()))
-            order = order_flags(a.nodes, st, getattr(self, "order_allowed_", {}).get(task, frozenset()))
+            declined = (
+                declined_turns(turns, a.nodes, roles) if turns is not None and roles is not None else None
+            )
+            raw["repeat"] = repeat_flags(
+                a.nodes, answered, st, self.repeatable_.get(task, frozenset()), declined
+            )
+            raw["order"] = order_flags(
+                a.nodes, st, getattr(self, "order_allowed_", {}).get(task, frozenset())
+            )
         flags, _ = self._state_flags(task, turns, a.nodes, self._confident(a))
-        w_rep, w_order, w_skip, w_close = self._weights(task)
-        extra = 0.0
-        if flags is not None:
-            rep = flags["repeat-slot"] if rep is None else np.maximum(rep, flags["repeat-slot"])
-            extra = w_skip * flags["skip-requires"] + w_close * flags["skip-closing"]
+        raw.update(flags or {})
+        on = {r: np.asarray(v, dtype=np.float64) * w[r] for r, v in raw.items() if w.get(r, 0.0) > 0}
+        if hits is not None:
+            hits.update({r: (v > 0).astype(np.int64) for r, v in on.items()})
+        # a turn the repeat rules flag adds one repeat, whichever flag it; the other rules add theirs
+        rep = np.max([on.get(r, zero) for r in REPEAT_RULES], axis=0)
+        extra = rep + sum((on[r] for r in on if r not in REPEAT_RULES), zero)
         return extra + turn_deviations(
             a.own_similarity,
             a.rival_similarity,
-            rep,
             min_similarity=self.min_similarity_,
             reject_margin=self.reject_margin,
-            repeat_weight=w_rep,
-            order=order,
-            order_weight=w_order,
         )
 
-    def _weights(self, task: str) -> tuple[float, float, float, float]:
-        """``(repeat, order, skip, closing)`` weights of a task: all 0 for a task whose conformant fit
-        dialogues the rules alarm on too often (``rules_off_``, :func:`~.workflow_fit.rule_budget`)."""
-        if task in getattr(self, "rules_off_", frozenset()):
-            return 0.0, 0.0, 0.0, 0.0
-        return self.repeat_weight, self.order_weight, self.skip_weight, self.closing_weight
+    def _rule_weights(self, task: str) -> dict[str, float]:
+        """rule -> its deviation weight for ``task`` (0 for a rule switched off for it:
+        ``rules_off_``, :func:`~.workflow_fit.rule_budget`)."""
+        off = getattr(self, "rules_off_", {}).get(task, frozenset())
+        w = {
+            "repeat": self.repeat_weight,
+            "order": self.order_weight,
+            "skip-requires": self.skip_weight,
+            "skip-closing": self.closing_weight,
+            "repeat-slot": self.repeat_weight,
+            "repeat-confirmation": self.repeat_weight,
+        }
+        return {r: (0.0 if r in off else float(v)) for r, v in w.items()}
 
     def _with_train_texts(self, base: NodeAssigner, parts: list[tuple[str, np.ndarray]]) -> NodeAssigner:
         if not self.use_train_texts:
@@ -531,10 +598,25 @@ class WorkflowDetector(BaseEstimator):
         return base.with_examples(parts)
 
     def _statistic(
-        self, assigner: NodeAssigner, task: str, turns, E: np.ndarray, sys_rows: list[int]
+        self,
+        assigner: NodeAssigner,
+        task: str,
+        turns,
+        E: np.ndarray,
+        sys_rows: list[int],
+        hits: set[str] | None = None,
     ) -> float:
-        d = self._deviations(assigner, task, turns, E)
-        return float(d.max()) if d.size else -math.inf
+        """A fit dialogue's statistic (its largest deviation); ``hits`` receives the rules that
+        flag one of its turns."""
+        rows = self._system_rows(turns)
+        if not rows:
+            return -math.inf
+        got: dict[str, np.ndarray] = {}
+        a = assigner.assign(task, E[rows])
+        d = self._flag_deviations(task, a, self._answered(turns, rows), turns, got) - self._threshold_of(task)
+        if hits is not None:
+            hits.update(r for r, v in got.items() if v.any())
+        return float(d.max())
 
     def recalibrate(self, false_alarm_rate: float, threshold_floor: Any = "keep") -> WorkflowDetector:
         """Move the operating point without refitting (the calibration statistics are kept).
@@ -813,14 +895,13 @@ class WorkflowDetector(BaseEstimator):
         st["nodes"].append(a.nodes[0])
         st["answered"].append(False)
         st_ = self.structures_[task]
-        rep = (
-            repeat_flags(st["nodes"], st["answered"], st_, self.repeatable_.get(task, frozenset()))
-            if task not in getattr(self, "looping_", frozenset())
-            else np.zeros(len(st["nodes"]))
+        declined = [k in dstate.declined for k in range(len(st["nodes"]))] if roles is not None else None
+        w = self._rule_weights(task)
+        rep = repeat_flags(
+            st["nodes"], st["answered"], st_, self.repeatable_.get(task, frozenset()), declined
         )
         order = order_flags(st["nodes"], st_, getattr(self, "order_allowed_", {}).get(task, frozenset()))
-        verdict, extra = StepVerdict(None), 0.0
-        w_rep, w_order, w_skip, w_close = self._weights(task)
+        verdict = StepVerdict(None)
         if roles is not None:
             dstate, verdict = observe_system(dstate, a.nodes[0], roles, *self._state_args(task))
             st["dialogue"] = dstate.to_dict()
@@ -828,20 +909,20 @@ class WorkflowDetector(BaseEstimator):
                 st["unsure"] = True
             if st.get("unsure"):
                 verdict = StepVerdict(None)
-            if verdict.rule == "repeat-slot":
-                rep = np.array(rep, dtype=np.float64)
-                rep[-1] = 1.0
-            extra = w_skip * (verdict.rule == "skip-requires") + w_close * (verdict.rule == "skip-closing")
+        if verdict.rule is not None and w.get(verdict.rule, 0.0) <= 0:
+            verdict = StepVerdict(None)  # a rule switched off for the task gives no reason
+        rep_dev = max(w["repeat"] * float(rep[-1]), *(w[r] * (verdict.rule == r) for r in REPEAT_RULES[1:]))
+        extra = (
+            rep_dev
+            + w["order"] * float(order[-1])
+            + sum(w[r] * (verdict.rule == r) for r in ("skip-requires", "skip-closing"))
+        )
         dev = extra + float(
             turn_deviations(
                 a.own_similarity,
                 a.rival_similarity,
-                rep[-1:],
                 min_similarity=self.min_similarity_,
                 reject_margin=self.reject_margin,
-                repeat_weight=w_rep,
-                order=order[-1:],
-                order_weight=w_order,
             )[0]
         )
         reason, rival_task = a.reasons[0], (a.rival[0].split(":")[0] if a.rival[0] else None)
@@ -875,7 +956,7 @@ class WorkflowDetector(BaseEstimator):
                 "skip_weight": self.skip_weight,
                 "closing_weight": self.closing_weight,
             },
-            "rules_off": sorted(getattr(self, "rules_off_", ())),
+            "rules_off": self._rules_off_json(),
             "requires": self._requires_json(),
             "thresholds": self.thresholds_,
             "keys": [list(k) for k in self.assigner_.keys_],
@@ -964,7 +1045,7 @@ class WorkflowDetector(BaseEstimator):
             },
             "requires": self._requires_json(),
             "fit_kind": getattr(self, "fit_kind_", None),
-            "rules_off": sorted(getattr(self, "rules_off_", ())),
+            "rules_off": self._rules_off_json(),
             "fit_labels": getattr(self, "fit_labels_", None),
             "operating_point": getattr(self, "operating_point_", None),
             **meta,
@@ -1026,7 +1107,13 @@ class WorkflowDetector(BaseEstimator):
         det.assigner_ = a
         det.n_train_ = int(meta.get("n_train", 0))
         det.fit_kind_ = meta.get("fit_kind") or getattr(det, "calibration", None)
-        det.rules_off_ = frozenset(meta.get("rules_off", ()))
+        off = meta.get("rules_off") or {}
+        # a folder saved before the per-rule switch lists the tasks whose every rule is off
+        det.rules_off_ = (
+            {t: frozenset(v) for t, v in off.items()}
+            if isinstance(off, Mapping)
+            else {t: frozenset(SWITCHABLE_RULES) for t in off}
+        )
         det.fit_labels_ = meta.get("fit_labels") or {}
         det.operating_point_ = meta.get("operating_point") or {}
         det.repeatable_ = {t: frozenset(v) for t, v in meta.get("repeatable", {}).items()}
@@ -1037,6 +1124,9 @@ class WorkflowDetector(BaseEstimator):
         det.order_allowed_ = {
             t: frozenset(tuple(p) for p in v) for t, v in meta.get("order_allowed", {}).items()
         }
+        if not isinstance(off, Mapping):  # saved before: a looping task had no repeat rule at all
+            for t in det.looping_:
+                det.rules_off_[t] = det.rules_off_.get(t, frozenset()) | {"repeat", "repeat-slot"}
         # the step roles are derived again from the source; the pruned requirements are saved
         from dialfork_dataset.workflow.roles import derive_roles
 
@@ -1118,6 +1208,8 @@ class WorkflowStream:
 
 
 __all__ = [
+    "REPEAT_RULES",
+    "SWITCHABLE_RULES",
     "WorkflowDetector",
     "WorkflowStepResult",
     "WorkflowStream",

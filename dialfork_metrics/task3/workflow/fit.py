@@ -162,6 +162,7 @@ def cross_fit_statistics(
     emb: Sequence[np.ndarray],
     sys_rows: Sequence[list[int]],
     labels: Sequence[Sequence[str | None]],
+    hits: dict[str, list[set[str]]] | None = None,
 ) -> dict[str, list[float]]:
     """Each fit dialogue's statistic (its largest deviation), scored as a test dialogue would be.
 
@@ -177,9 +178,11 @@ def cross_fit_statistics(
         emb: Each dialogue's turn embeddings.
         sys_rows: Each dialogue's system-turn positions.
         labels: Each dialogue's steps (:func:`fit_labels`).
+        hits: When given, filled with task -> per fit dialogue of the task (in fit order) the set
+            of rules that flag one of its turns.
 
     Returns:
-        dict[str, list[float]]: task -> the statistics of its fit dialogues.
+        dict[str, list[float]]: task -> the statistics of its fit dialogues (in fit order).
     """
     from ..streaming.decision import calibration_fold_ids
 
@@ -187,60 +190,127 @@ def cross_fit_statistics(
     stats: dict[str, list[float]] = {t: [] for t in tasks}
     by_task = {t: [i for i, x in enumerate(task_of) if x == t] for t in tasks}
     for t, idx in by_task.items():
+        got: list[set[str]] = [set() for _ in idx]
         if det.calibration != "cross_fit" or len(idx) < 2:
-            stats[t].extend(det._statistic(final, t, turns[i], emb[i], sys_rows[i]) for i in idx)
-            continue
-        fold = calibration_fold_ids(len(idx), det.calibration_folds, det.calibration_seed)
-        others = [i for i, x in enumerate(task_of) if x != t]
-        for f in np.unique(fold):
-            keep = others + [idx[j] for j in np.flatnonzero(fold != f)]
-            a = det._with_train_texts(base, labelled_parts(keep, task_of, emb, sys_rows, labels))
             stats[t].extend(
-                det._statistic(a, t, turns[idx[j]], emb[idx[j]], sys_rows[idx[j]])
-                for j in np.flatnonzero(fold == f)
+                det._statistic(final, t, turns[i], emb[i], sys_rows[i], got[k]) for k, i in enumerate(idx)
             )
+        else:
+            fold = calibration_fold_ids(len(idx), det.calibration_folds, det.calibration_seed)
+            others = [i for i, x in enumerate(task_of) if x != t]
+            vals = [0.0] * len(idx)
+            for f in np.unique(fold):
+                keep = others + [idx[j] for j in np.flatnonzero(fold != f)]
+                a = det._with_train_texts(base, labelled_parts(keep, task_of, emb, sys_rows, labels))
+                for j in np.flatnonzero(fold == f):
+                    vals[j] = det._statistic(a, t, turns[idx[j]], emb[idx[j]], sys_rows[idx[j]], got[j])
+            stats[t].extend(vals)
+        if hits is not None:
+            hits[t] = got
     return stats
 
 
-def rule_budget(det: Any, statistics: Any) -> dict[str, list[float]]:
-    """The calibration statistics, each task's step rules kept only where they stay within budget.
+MAX_NAMED = 10
+"""The most dialogue ids a rule-budget log line names (then "and N more")."""
 
-    A rule (repeat, order, skip, closing) adds a whole unit of deviation where it fires. When the
-    rules fire on more than half the ``false_alarm_rate`` share of a task's conformant fit dialogues
-    (the tracker or the assigner cannot follow that task's agents: values it does not recognise, a
-    loop the graph does not draw), calibrating on them would lift the task's threshold above every
-    similarity deviation and the detector would see nothing. Such a task's rules are switched off
-    (``det.rules_off_``, logged) and it is calibrated on its similarity deviations alone. A task
-    with fewer than ``min_task_dialogues`` fit dialogues is judged on every task's dialogues pooled.
+
+def misfire_evidence(n_misfires: int, n_dialogues: int, false_alarm_rate: float, min_misfires: int) -> bool:
+    """Whether a rule's misfires on a task's conformant fit dialogues are evidence enough to switch
+    it off for the task: at least ``min_misfires`` dialogues, and more than half
+    ``false_alarm_rate`` of them (ours: 3 and 2.5% by default).
 
     Args:
-        det: The detector being fitted.
-        statistics: A function computing the statistics (task -> list) with the detector as it is.
+        n_misfires: The conformant fit dialogues of the task the rule flags.
+        n_dialogues: The task's conformant fit dialogues.
+        false_alarm_rate: The detector's target rate.
+        min_misfires: The fewest misfiring dialogues that count as evidence.
+
+    Returns:
+        bool: True when the rule should be switched off.
+
+    Example:
+        >>> misfire_evidence(1, 6, 0.05, 3), misfire_evidence(3, 6, 0.05, 3), misfire_evidence(3, 200, 0.05, 3)
+        (False, True, False)
+    """
+    return n_dialogues > 0 and n_misfires >= min_misfires and n_misfires / n_dialogues > false_alarm_rate / 2
+
+
+def _named(ids: Sequence[str]) -> str:
+    more = len(ids) - MAX_NAMED
+    return ", ".join(ids[:MAX_NAMED]) + (f" and {more} more" if more > 0 else "")
+
+
+def rule_budget(
+    det: Any, statistics: Any, task_of: Sequence[str] = (), ids: Sequence[str] = ()
+) -> dict[str, list[float]]:
+    """The calibration statistics, each step rule switched off only for the tasks where it misfires.
+
+    A rule (the role-free ``repeat`` and ``order``; ``skip-requires``, ``skip-closing``,
+    ``repeat-slot``, ``repeat-confirmation``) adds a whole unit of deviation where it fires, so a
+    rule that flags a conformant fit dialogue makes it alarm. A rule is switched off for a task
+    (``det.rules_off_[task]``, one warning per task and rule naming the rule, the task, the count
+    and the dialogue ids) only with enough evidence (:func:`misfire_evidence`: at least
+    ``det.rule_min_misfires`` of the task's own conformant fit dialogues, and more than half
+    ``false_alarm_rate`` of them); the task's other rules stay on. With fewer misfires a rule stays
+    on and an info line names the dialogues. So a few logs never switch a rule off: with fewer fit
+    dialogues than the evidence threshold, detection is that of the workflow file's rules.
+
+    Args:
+        det: The detector being fitted (``false_alarm_rate``, ``rule_min_misfires``).
+        statistics: A function ``statistics(hits=None)`` computing the statistics (task -> list, in
+            fit order) with the detector as it is, filling ``hits`` (task -> per dialogue the rules
+            that flag it) when given.
+        task_of: The task of each fit dialogue (to name them).
+        ids: The id of each fit dialogue.
 
     Returns:
         dict[str, list[float]]: The statistics to calibrate on.
     """
-    full = statistics()
-    det.rules_off_ = frozenset(full)
-    free = statistics()
-    det.rules_off_ = frozenset()
-    fired = {t: np.asarray(full[t]) > np.asarray(free[t]) + 0.5 for t in full}
-    pooled = np.concatenate([v for v in fired.values()] or [np.zeros(0, bool)])
-    off = []
-    for t, v in fired.items():
-        share = v.mean() if len(v) >= det.min_task_dialogues else (pooled.mean() if pooled.size else 0.0)
-        if share > det.false_alarm_rate / 2:
-            off.append(t)
-    if off:
-        logger.warning(
-            "wf detector: the step rules alarm on more than %.1f%% of the conformant fit dialogues of %d "
-            "task(s) (%s): their rules are off, they keep the similarity rules",
-            100 * det.false_alarm_rate / 2,
-            len(off),
-            ", ".join(off[:6]),
-        )
-    det.rules_off_ = frozenset(off)
-    return {t: (free[t] if t in det.rules_off_ else full[t]) for t in full}
+    det.rules_off_ = {}
+    hits: dict[str, list[set[str]]] = {}
+    full = statistics(hits)
+    names = {t: [ids[i] for i, x in enumerate(task_of) if x == t] for t in full} if len(ids) else {}
+    off: dict[str, frozenset[str]] = {}
+    for t in sorted(full):
+        per = hits.get(t, [])
+        who = names.get(t) or [f"#{k}" for k in range(len(per))]
+        rules = sorted({r for h in per for r in h})
+        gone = []
+        for r in rules:
+            bad = [who[k] for k, h in enumerate(per) if r in h]
+            if misfire_evidence(len(bad), len(per), det.false_alarm_rate, det.rule_min_misfires):
+                gone.append(r)
+                logger.warning(
+                    "wf detector: task %r: rule %r alarms on %d of its %d conformant fit dialogues (%.1f%% > "
+                    "%.1f%%, at least %d needed): switched off for this task (its other rules stay on); it "
+                    "misfired on %s",
+                    t,
+                    r,
+                    len(bad),
+                    len(per),
+                    100 * len(bad) / len(per),
+                    100 * det.false_alarm_rate / 2,
+                    det.rule_min_misfires,
+                    _named(bad),
+                )
+            else:
+                logger.info(
+                    "wf detector: task %r: rule %r alarms on %d of its %d conformant fit dialogues (%s): kept "
+                    "(switched off only at %d or more dialogues and over %.1f%%)",
+                    t,
+                    r,
+                    len(bad),
+                    len(per),
+                    _named(bad),
+                    det.rule_min_misfires,
+                    100 * det.false_alarm_rate / 2,
+                )
+        if gone:
+            off[t] = frozenset(gone)
+    if not off:
+        return full
+    det.rules_off_ = off
+    return statistics()
 
 
 def workflow_statistics(det: Any, assigner: NodeAssigner, tasks: Sequence[str]) -> dict[str, list[float]]:
@@ -365,6 +435,8 @@ def operating_point(det: Any, stats: Mapping[str, np.ndarray]) -> None:
 
 __all__ = [
     "ESTIMATES",
+    "MAX_NAMED",
+    "misfire_evidence",
     "rule_budget",
     "cross_fit_statistics",
     "fit_labels",

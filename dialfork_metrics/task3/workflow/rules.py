@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,8 +22,9 @@ DEFAULT_REPEAT_WEIGHT = 1.0
 """Deviation added by an answered question step asked again (ours). 1.0: every repeat alarms (an
 on-workflow turn's deviation is above -1). STAR's human wizards re-ask answered steps in 12% of
 their conformant dialogues, but (on the human fit split) only in trivia, whose graph does not draw
-its question loop: a task whose conformant fit dialogues repeat a question step is a *looping*
-task and the rule is off for it (``WorkflowDetector.looping_``). 0 turns the rule off."""
+its question loop: a question step the task's conformant fit dialogues repeat is *repeatable*
+(``WorkflowDetector.repeatable_``) and never a repeat; the other steps of the task keep the rule
+(``looping_`` lists the tasks with such a step). 0 turns the rule off."""
 DEFAULT_ORDER_WEIGHT = 0.0
 """Deviation added by a step said after a later step of the workflow (:func:`order_flags`; ours).
 1.0: every such turn alarms; 0 (default) turns the rule off. Off by default because it costs more
@@ -49,11 +51,48 @@ class WorkflowStructure:
         asks: The question steps (action nodes whose name has the word ``ask``, not ``confirm``).
         leads_to: node -> the nodes reachable from it in the workflow graph.
         resets: Action nodes with no next step (after them a conversation may start over).
+        failures: Action nodes that say a failure or a refusal (:data:`FAILURE_WORDS` in their id,
+            or reached through an outcome branch with such a word: ``unavailable``,
+            ``query_failure``, ``no``): after one, the workflow's loop back to a question is taken.
     """
 
     asks: frozenset[str]
     leads_to: Mapping[str, frozenset[str]]
     resets: frozenset[str]
+    failures: frozenset[str] = frozenset()
+
+
+FAILURE_WORDS = frozenset(
+    {
+        "nothing",
+        "unavailable",
+        "failed",
+        "failure",
+        "fail",
+        "cannot",
+        "incorrect",
+        "not",
+        "no",
+        "noanswer",
+        "missing",
+        "declines",
+        "declined",
+        "unable",
+        "error",
+        "invalid",
+        "wrong",
+        "rejected",
+        "unsuccessful",
+        "full",
+    }
+)
+"""Words of a step or outcome id that say the lookup failed or the user refused (ours; STAR's
+``*_nothing_found``, ``*_unavailable``, ``*_failed``, outcomes ``unavailable``, ``query_failure``,
+``no``, ``incorrect``; SGD's ``declines``)."""
+
+
+def _id_words(name: str) -> set[str]:
+    return set(re.findall(r"[a-z]+", name.lower()))
 
 
 def workflow_structure(task: Any) -> WorkflowStructure:
@@ -76,7 +115,19 @@ def workflow_structure(task: Any) -> WorkflowStructure:
     )
     leads = {n: frozenset(nx.descendants(g, n)) for n in g.nodes}
     resets = frozenset(n for n in g.nodes if kinds.get(n) == "action" and not leads[n])
-    return WorkflowStructure(asks, leads, resets)
+    failures = frozenset(
+        n
+        for n, k in kinds.items()
+        if k == "action"
+        and (
+            _id_words(n) & FAILURE_WORDS
+            or any(
+                kinds.get(p) == "branch" and _id_words(p) & FAILURE_WORDS
+                for p in (g.predecessors(n) if n in g else ())
+            )
+        )
+    )
+    return WorkflowStructure(asks, leads, resets, failures)
 
 
 def repeat_flags(
@@ -84,13 +135,16 @@ def repeat_flags(
     answered: Sequence[bool],
     structure: WorkflowStructure,
     repeatable: frozenset[str] | set[str] = frozenset(),
+    declined: Sequence[bool] | None = None,
 ) -> np.ndarray:
     """Whether each system turn asks again a question step answered earlier (the SSPC repeat).
 
     A turn at node ``n`` repeats when ``n`` is a question step said before at turn ``i``, a user
     turn answered turn ``i``, some other step was said in between (an immediate re-ask is a
-    clarification), and none of the steps said in between leads back to ``n`` in the workflow graph
-    or is a dead end (after which a conversation may start over).
+    clarification), and the loop back to ``n`` was not taken: no step said in between is a failure
+    outcome (``structure.failures``: "that day is not available") or a dead end (after which a
+    conversation may start over), and the user said no to none of the turns from ``i`` on
+    (``declined``). That the graph *can* lead back to ``n`` is no excuse.
 
     Args:
         nodes: The assigned node of each system turn (None: off-workflow).
@@ -98,20 +152,28 @@ def repeat_flags(
         structure: The task's :class:`WorkflowStructure`.
         repeatable: Nodes that conformant dialogues of the task say more than once (a loop the
             graph does not draw, e.g. STAR trivia's next question): never a repeat.
+        declined: Whether the user answered each system turn no
+            (:func:`~.state.answer_polarity`); None: never.
 
     Returns:
         np.ndarray: 0/1 per system turn.
 
     Example:
         >>> st = WorkflowStructure(frozenset({"ask_day", "ask_city"}), {"ask_day": frozenset({"ask_city"}),
-        ...                        "ask_city": frozenset()}, frozenset())
+        ...                        "ask_city": frozenset({"ask_day"})}, frozenset(), frozenset({"sorry"}))
         >>> repeat_flags(["ask_day", "ask_city", "ask_day"], [True, True, True], st).tolist()
         [0, 0, 1]
         >>> repeat_flags(["ask_day", "ask_day"], [True, True], st).tolist()  # clarification
         [0, 0]
+        >>> repeat_flags(["ask_day", "sorry", "ask_day"], [True] * 3, st).tolist()  # the loop was taken
+        [0, 0, 0]
+        >>> repeat_flags(["ask_day", "ask_city", "ask_day"], [True] * 3, st, declined=[False, True, False]).tolist()
+        [0, 0, 0]
     """
     out = np.zeros(len(nodes), dtype=np.int64)
     last: dict[str, int] = {}
+    stops = structure.resets | getattr(structure, "failures", frozenset())
+    no = [bool(x) for x in declined] if declined is not None else [False] * len(nodes)
     for j, n in enumerate(nodes):
         if n is None:
             continue
@@ -121,7 +183,8 @@ def repeat_flags(
             if (
                 between
                 and any(m != n for m in between)
-                and not any(n in structure.leads_to.get(m, ()) or m in structure.resets for m in between)
+                and not any(m in stops for m in between)
+                and not any(no[i:j])
             ):
                 out[j] = 1
         last[n] = j

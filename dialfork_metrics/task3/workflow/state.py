@@ -9,10 +9,16 @@ slots of :mod:`dialfork_dataset.workflow.roles`, and the rules on it:
   neither answered nor volunteered (``"outcome 'weather_inform_forecast' before slot 'location' was
   collected"``);
 * **skip (closing)**: a closing step said before any outcome step;
-* **repeat (slot)**: a question asked again for a slot a user already *answered*, unless a step
-  said in between leads back to it in the graph or resets the conversation (a failed lookup, "any
-  other criteria?"), or the task's conformant dialogues repeat it; asked again right away, only
-  when the answer carried a value the tracker recognised (else it is a clarification).
+* **repeat (slot)**: a question asked again for a slot a user already *answered*, unless the
+  loop back to it was taken in this dialogue (:func:`loop_taken`: a failure outcome was said in
+  between, "that day is not available", or the user said no to a question or confirmation since),
+  or a step said in between resets the conversation (a dead end), or the task's conformant
+  dialogues repeat it; that the graph *can* loop back is no excuse. Asked again right away, only
+  when the answer carried a value (else it is a clarification): a value the tracker recognised,
+  or any answer to a free-text, date or time slot (:data:`ANSWER_IS_VALUE`);
+* **repeat (confirmation)**: a confirmation asked again after the user said yes to it, unless the
+  loop was taken since (as above) or the user gave a slot value since (a changed booking is
+  confirmed again).
 
 How a slot is filled (:func:`track_state`):
 
@@ -39,7 +45,7 @@ import numpy as np
 
 from dialfork_dataset.workflow.roles import api_slot_for, placeholders
 
-RULES: tuple[str, ...] = ("skip-requires", "skip-closing", "repeat-slot")
+RULES: tuple[str, ...] = ("skip-requires", "skip-closing", "repeat-slot", "repeat-confirmation")
 """The step rules, in the order a turn's reason names them."""
 
 DEFAULT_SKIP_WEIGHT = 1.0
@@ -75,6 +81,64 @@ PATTERNS: Mapping[str, re.Pattern[str]] = {
     ),
 }
 """The value patterns of :func:`volunteered_slots`, by value type (ours)."""
+
+
+ANSWER_IS_VALUE = frozenset({"text", "date", "weekday", "time"})
+"""Value types whose answer to the question collecting them *is* the value, whether or not a
+pattern reads it ("my car makes a grinding noise", "the day after my birthday"): asking again right
+after such an answer is a repeat, not a clarification, unless the answer is a question back or a
+"no" / "I don't know" (:func:`answers_the_question`)."""
+
+_NO = re.compile(
+    r"^\W*(no|nope|nah|not\b|none|neither|never|don'?t|do not|doesn'?t|cancel|actually|wrong|incorrect|"
+    r"that'?s not|that is not|change|i'?d rather not|rather not)\b",
+    re.I,
+)
+_YES = re.compile(
+    r"^\W*(yes|yeah|yea|yep|yup|sure|ok|okay|correct|right|that'?s right|that is right|please do|"
+    r"go ahead|sounds good|perfect|great|absolutely|definitely|of course|confirm|do it|book it|exactly)\b",
+    re.I,
+)
+_UNSURE = re.compile(r"\b(i don'?t know|not sure|no idea|what do you mean|pardon|sorry\?|say again)\b", re.I)
+
+
+def answer_polarity(text: str) -> str | None:
+    """Whether a user turn says yes or no (its first words), else None.
+
+    Args:
+        text: The user turn.
+
+    Returns:
+        str | None: ``"yes"``, ``"no"`` or None.
+
+    Example:
+        >>> answer_polarity("Yes please"), answer_polarity("No, make it Tuesday"), answer_polarity("Monday")
+        ('yes', 'no', None)
+        >>> answer_polarity("Actually, can we change the time?")
+        'no'
+    """
+    if _NO.search(text):
+        return "no"
+    if _YES.search(text):
+        return "yes"
+    return None
+
+
+def answers_the_question(text: str) -> bool:
+    """Whether a user turn is an answer (not a question back, a "no" or an "I don't know").
+
+    Args:
+        text: The user turn.
+
+    Returns:
+        bool: True for an answer.
+
+    Example:
+        >>> answers_the_question("It makes a grinding noise"), answers_the_question("What do you mean?")
+        (True, False)
+    """
+    t = text.strip()
+    return bool(t) and not t.endswith("?") and not _UNSURE.search(t) and answer_polarity(t) != "no"
 
 
 _GENERIC_NAME_WORDS = frozenset(
@@ -136,7 +200,7 @@ def volunteered_slots(text: str, roles: Any) -> dict[str, str]:
         ...                {"location": ("Chicago", "New York City"), "day": ("Monday",)},
         ...                {"location": "categorical", "day": "weekday"})
         >>> volunteered_slots("What's the weather in new york city on Monday?", tr)
-        {'location': 'new york city', 'day': 'Monday'}
+        {'location': 'new york city', 'day': 'monday'}
     """
     out: dict[str, str] = {}
     low = _norm(text)
@@ -190,8 +254,12 @@ class DialogueState:
         outcome_said: An outcome or confirmation step was said.
         last_outcome: The 0-based system turn of the latest such step, or None.
         answered_by: slot -> the system turn (0-based) whose question a user answered.
-        valued: Slots whose answer carried a value the tracker recognised (asking again right away
-            is then a repeat, not a clarification).
+        valued: Slots whose answer carried a value (one the tracker recognised, or any answer to a
+            slot of :data:`ANSWER_IS_VALUE`): asking again right away is then a repeat, not a
+            clarification.
+        declined: System turns (0-based) whose question or confirmation the user answered no.
+        confirmed: Confirmation step -> the system turn (0-based) the user said yes to.
+        updated: The system turn (0-based) after which a user turn last gave a slot value, or None.
     """
 
     filled: dict[str, SlotFill] = field(default_factory=dict)
@@ -203,6 +271,9 @@ class DialogueState:
     last_outcome: int | None = None
     answered_by: dict[str, int] = field(default_factory=dict)
     valued: list[str] = field(default_factory=list)
+    declined: list[int] = field(default_factory=list)
+    confirmed: dict[str, int] = field(default_factory=dict)
+    updated: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe form (the guard keeps it between turns).
@@ -220,6 +291,9 @@ class DialogueState:
             "last_outcome": self.last_outcome,
             "answered_by": dict(self.answered_by),
             "valued": list(self.valued),
+            "declined": list(self.declined),
+            "confirmed": dict(self.confirmed),
+            "updated": self.updated,
         }
 
     @classmethod
@@ -244,6 +318,9 @@ class DialogueState:
             last_outcome=d.get("last_outcome"),
             answered_by={k: int(v) for k, v in (d.get("answered_by") or {}).items()},
             valued=list(d.get("valued") or []),
+            declined=[int(x) for x in d.get("declined") or []],
+            confirmed={k: int(v) for k, v in (d.get("confirmed") or {}).items()},
+            updated=d.get("updated"),
         )
 
 
@@ -297,6 +374,66 @@ def _primary(role: Any) -> str:
     return "step"
 
 
+def loop_taken(said: Sequence[str | None], declined: Sequence[int], i: int, j: int, structure: Any) -> bool:
+    """Whether the dialogue took a branch back between system turns ``i`` and ``j`` (0-based).
+
+    A question or confirmation said again may be the workflow's loop (the day was not available:
+    ask another; the user said no: ask what to change) only when the loop's branch was *taken*: a
+    failure outcome step (``structure.failures``) or a dead end (``structure.resets``: the
+    conversation may start over) was said after turn ``i``, or the user said no to a system turn
+    from ``i`` on. That the graph can loop back to the step is not enough.
+
+    Args:
+        said: The steps said so far (None: off-workflow).
+        declined: System turns the user answered no.
+        i: The earlier turn (its answer included).
+        j: The turn said again.
+        structure: The task's :class:`~.rules.WorkflowStructure` (``failures``, ``resets``).
+
+    Returns:
+        bool: True when the loop was taken.
+
+    Example:
+        >>> from types import SimpleNamespace
+        >>> st = SimpleNamespace(failures=frozenset({"day_unavailable"}), resets=frozenset())
+        >>> loop_taken(["ask_day", "ask_time", "ask_day"], [], 0, 2, st)
+        False
+        >>> loop_taken(["ask_day", "day_unavailable", "ask_day"], [], 0, 2, st)
+        True
+        >>> loop_taken(["confirm", "ask_day"], [0], 0, 1, st)
+        True
+    """
+    stops = getattr(structure, "failures", frozenset()) | getattr(structure, "resets", frozenset())
+    return any(m in stops for m in said[i + 1 : j] if m is not None) or any(i <= k < j for k in declined)
+
+
+def declined_turns(turns: Sequence[Mapping[str, str]], nodes: Sequence[str | None], roles: Any) -> list[bool]:
+    """Whether the user said no to each system turn (what :attr:`DialogueState.declined` holds).
+
+    A system turn at a step with a role (``roles``) is declined when a user turn after it, before
+    the next system turn, says no (:func:`answer_polarity`); the role-free repeat rule
+    (:func:`~.rules.repeat_flags`) reads it as the state tracker does.
+
+    Args:
+        turns: The dialogue's ``{"speaker", "text"}`` turns.
+        nodes: The assigned step of each system turn.
+        roles: The task's roles (None: nothing is declined).
+
+    Returns:
+        list[bool]: One per system turn.
+    """
+    out: list[bool] = []
+    for t in turns:
+        if t["speaker"] == "system":
+            out.append(False)
+        elif out and roles is not None:
+            k = len(out) - 1
+            node = nodes[k] if k < len(nodes) else None
+            if roles.role_of(node) is not None and answer_polarity(t["text"]) == "no":
+                out[k] = True
+    return out
+
+
 def observe_user(state: DialogueState, text: str, turn: int, roles: Any) -> DialogueState:
     """Update ``state`` with a user turn (answers the pending question; volunteers values).
 
@@ -310,19 +447,31 @@ def observe_user(state: DialogueState, text: str, turn: int, roles: Any) -> Dial
         DialogueState: ``state``.
     """
     seen = volunteered_slots(text, roles)
+    k = len(state.said) - 1
+    last = roles.role_of(state.said[-1]) if state.said else None
+    polarity = answer_polarity(text) if last is not None else None
+    if polarity == "no" and k >= 0 and k not in state.declined:
+        state.declined.append(k)
+    if polarity == "yes" and last is not None and "confirmation" in last.roles:
+        state.confirmed[last.node] = k
+    gave = any(s not in state.filled or state.filled[s].value != v for s, v in seen.items())
+    answer = answers_the_question(text)
     for s in state.pending:
         state.filled[s] = SlotFill(s, "answered", turn, seen.get(s, text))
-        state.answered_by[s] = len(state.said) - 1
-        if s in seen and s not in state.valued:
+        state.answered_by[s] = k
+        valued = s in seen or (answer and roles.value_types.get(s, "text") in ANSWER_IS_VALUE)
+        gave = gave or valued
+        if valued and s not in state.valued:
             state.valued.append(s)
-        elif s not in seen and s in state.valued:
+        elif not valued and s in state.valued:
             state.valued.remove(s)
+    if gave:
+        state.updated = k
     if state.pending_node is not None and state.pending_node not in state.done:
         state.done.append(state.pending_node)
     for s, v in seen.items():
         if s not in state.filled:
             state.filled[s] = SlotFill(s, "volunteered", turn, v)
-    last = roles.role_of(state.said[-1]) if state.said else None
     for s in getattr(last, "offers", ()):  # the user takes (or answers) the system's offer
         if s not in state.filled:
             state.filled[s] = SlotFill(s, "offered", turn, text)
@@ -361,7 +510,6 @@ def observe_system(
         return state, NO_VERDICT
     verdict = NO_VERDICT
     prim = _primary(role)
-    resets = getattr(structure, "resets", frozenset()) if structure is not None else frozenset()
     if role.roles & {"action", "outcome", "confirmation"}:
         need = role.requires if requires is None else requires.get(node, ())
         missing = [s for s in need if s not in state.filled]
@@ -402,8 +550,7 @@ def observe_system(
             between = [m for m in state.said[i + 1 : j] if m is not None]
             if (not between or all(m == node for m in between)) and s not in state.valued:
                 continue  # an immediate re-ask of an answer without a value is a clarification
-            leads = getattr(structure, "leads_to", {})
-            if any(node in leads.get(m, ()) or m in resets for m in between):
+            if loop_taken(state.said, state.declined, i, j, structure):
                 continue
             verdict = StepVerdict(
                 "repeat-slot",
@@ -414,6 +561,25 @@ def observe_system(
                 f"question {node!r} asks again for slot {s!r}, answered at system turn {i + 1}",
             )
             break
+    if (
+        verdict.rule is None
+        and "confirmation" in role.roles
+        and structure is not None
+        and node not in repeatable
+        and node in state.confirmed
+    ):
+        i = state.confirmed[node]
+        if not loop_taken(state.said, state.declined, i, j, structure) and not (
+            state.updated is not None and state.updated > i
+        ):
+            verdict = StepVerdict(
+                "repeat-confirmation",
+                node,
+                "confirmation",
+                None,
+                None,
+                f"confirmation {node!r} asked again after the user said yes at system turn {i + 1}",
+            )
     if role.roles & OUTCOME_LIKE:
         state.outcome_said = True
         state.last_outcome = j
@@ -778,6 +944,17 @@ def state_dict_errors(d: Any, n_system: int) -> list[str]:
         v = d.get(key, [])
         if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
             errs.append(f"dialogue.{key} must be a list of strings")
+    dec = d.get("declined", [])
+    if not isinstance(dec, list) or any(isinstance(x, bool) or not isinstance(x, int) for x in dec):
+        errs.append("dialogue.declined must list system turn indices")
+    conf = d.get("confirmed", {})
+    if not isinstance(conf, Mapping) or any(
+        isinstance(x, bool) or not isinstance(x, int) for x in conf.values()
+    ):
+        errs.append("dialogue.confirmed must map confirmation steps to system turn indices")
+    up = d.get("updated")
+    if up is not None and (isinstance(up, bool) or not isinstance(up, int)):
+        errs.append("dialogue.updated must be a system turn index or null")
     ab = d.get("answered_by", {})
     if not isinstance(ab, Mapping) or any(isinstance(x, bool) or not isinstance(x, int) for x in ab.values()):
         errs.append("dialogue.answered_by must map slots to system turn indices")
@@ -791,8 +968,13 @@ def state_dict_errors(d: Any, n_system: int) -> list[str]:
 
 
 __all__ = [
+    "ANSWER_IS_VALUE",
     "DEFAULT_CLOSING_WEIGHT",
     "DEFAULT_REQUIRE_SUPPORT",
+    "answer_polarity",
+    "answers_the_question",
+    "declined_turns",
+    "loop_taken",
     "DEFAULT_RULE_MIN_MARGIN",
     "DEFAULT_RULE_MIN_SIMILARITY",
     "confident_steps",
