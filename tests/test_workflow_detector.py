@@ -461,3 +461,133 @@ def test_state_rules_raise_the_skip_recall_on_the_template_forks(wf, star, templ
         <= sum(p is not None for p in off.predict_many(conf)) + 1
     )
     assert det.roles_ and all(isinstance(v, dict) for v in det.requires_.values())
+
+
+# -- issue 51 items 2 and 4 / issue 50 item 5: a hand-written workflow, from its file and a few logs ------
+def _car_dialogue(i, *items):
+    """A record of ``car_book_service`` from ``(step, text)`` / ``("user", text)`` items, step-labelled."""
+    turns = [{"speaker": "user" if w == "user" else "system", "text": t} for w, t in items]
+    nodes = [w for w, _ in items if w != "user"]
+    return {"dialogue_id": f"car-{i}", "task": "car_book_service", "turns": turns, "system_nodes": nodes}
+
+
+_GREET = ("hello", "Hello, welcome to the garage. How can I help?")
+_ASKS = [
+    ("car_ask_plate_number", "What is the plate number of your car?"),
+    ("car_ask_symptoms", "What seems to be the problem with the car?"),
+    ("car_ask_day", "Which day would you like to bring it in?"),
+]
+
+
+def _booking(i, day="Monday", *, closing_first=False):
+    answers = ["AB12 CDE", "The brakes squeal.", day]
+    items = [("user", "Hi, I'd like to book a service."), _GREET, ("user", "A service please.")]
+    for q, a in zip(_ASKS, answers):
+        items += [q, ("user", a)]
+    if closing_first:  # "anything else?" before the outcome (a conformant agent's habit)
+        items += [
+            ("anything_else", "Is there anything else I can help with?"),
+            ("user", "No, just the booking."),
+        ]
+    items += [
+        ("car_confirm_booking", f"Shall I book the service for {day}?"),
+        ("user", "Yes please."),
+        ("car_booking_done", f"Your service is booked for {day}."),
+        ("user", "Thanks."),
+        ("car_bye", "Goodbye!"),
+    ]
+    return _car_dialogue(i, *items)
+
+
+@pytest.fixture(scope="module")
+def car_file(tmp_path_factory):
+    from test_workflow_state import CAR
+
+    f = tmp_path_factory.mktemp("car") / "car.yaml"
+    f.write_text(CAR)
+    return f"workflow:{f}"
+
+
+@pytest.fixture(scope="module")
+def car_from_file(car_file):
+    return WorkflowDetector(workflow=car_file).fit(None)
+
+
+def test_a_declared_requirement_is_enforced_from_the_file_alone(car_from_file, tmp_path):
+    """Issue 51 item 2: ``requires: [customer_name, booking_reference]`` survives ``fit(None)``; a
+    cancellation without the reference alarms at that turn, naming the slot."""
+    det = car_from_file
+    assert det.requires_["car_cancel_service"]["car_cancel_done"] == ("customer_name", "booking_reference")
+    turns = [
+        {"speaker": "user", "text": "Hi, I want to cancel my service booking."},
+        {"speaker": "system", "text": "Hello, welcome to the garage. How can I help?"},
+        {"speaker": "user", "text": "Cancel my booking please."},
+        {"speaker": "system", "text": "What is your full name, please?"},
+        {"speaker": "user", "text": "Ann Smith"},
+        {"speaker": "system", "text": "Your booking has been cancelled."},
+    ]
+    d = {"dialogue_id": "cancel-1", "task": "car_cancel_service", "turns": turns}
+    assert det.predict(d) == 3
+    (why,) = det.explain_many([d])
+    assert why["rule"] == "skip-requires" and why["slot"] == "booking_reference" and why["system_turn"] == 3
+    ok = {
+        **d,
+        "turns": turns[:5]
+        + [
+            {"speaker": "system", "text": "What is your booking reference?"},
+            {"speaker": "user", "text": "XK-2291"},
+            turns[5],
+        ],
+    }
+    assert det.predict(ok) is None
+    # saved and loaded, the requirements and the (empty) switches are kept
+    det.save(tmp_path / "car")
+    back = WorkflowDetector.load(tmp_path / "car")
+    assert back.requires_ == det.requires_ and back.rules_off_ == {} and back.predict(d) == 3
+
+
+def test_a_rule_misfiring_once_on_six_logs_stays_on(car_file, car_from_file, caplog):
+    """Issue 51 item 4: six correct dialogues, one of which says "anything else?" before the outcome:
+    no rule is switched off (too little evidence), and the logs detect what the file alone detects."""
+    import logging
+
+    logs = [_booking(i, day) for i, day in enumerate(["Monday", "Tuesday", "Friday", "Monday", "Wednesday"])]
+    logs.append(_booking(5, closing_first=True))
+    with caplog.at_level(logging.INFO, logger="dialfork_metrics.task3.workflow.detector"):
+        det = WorkflowDetector(workflow=car_file).fit(logs)
+    assert det.rules_off_ == {}
+    kept = [r.getMessage() for r in caplog.records if "'skip-closing'" in r.getMessage()]
+    assert len(kept) == 1 and "car-5" in kept[0] and "kept" in kept[0] and "1 of its 6" in kept[0]
+    assert not [
+        r for r in caplog.records if r.levelno >= logging.WARNING and "switched off" in r.getMessage()
+    ]
+    # a skipped day and an early goodbye: caught with the logs as from the file alone
+    skip = _booking(10)
+    skip["turns"] = skip["turns"][:7] + skip["turns"][9:]  # the day question and its answer removed
+    skip["system_nodes"] = None
+    for d in (skip,):
+        assert det.predict(d) == car_from_file.predict(d) == 4
+        assert det.explain_many([d])[0]["rule"] == "skip-requires"
+
+
+def test_a_rule_misfiring_with_evidence_is_switched_off_for_that_task_only_and_named(car_file, caplog):
+    import logging
+
+    from dialfork_metrics.task3.workflow.fit import misfire_evidence
+
+    logs = [_booking(i) for i in range(3)] + [_booking(i, closing_first=True) for i in range(3, 6)]
+    with caplog.at_level(logging.WARNING, logger="dialfork_metrics.task3.workflow.detector"):
+        det = WorkflowDetector(workflow=car_file).fit(logs)
+    assert det.rules_off_ == {"car_book_service": frozenset({"skip-closing"})}
+    (line,) = [r.getMessage() for r in caplog.records if "switched off" in r.getMessage()]
+    assert "'car_book_service'" in line and "'skip-closing'" in line and "3 of its 6" in line
+    assert "car-3, car-4, car-5" in line and "at least 3" in line
+    assert misfire_evidence(3, 6, 0.05, 3) and not misfire_evidence(2, 6, 0.05, 3)
+    # the task's other rules stay on: a skipped day still alarms, an early goodbye no longer does
+    skip = _booking(10)
+    skip["turns"] = skip["turns"][:7] + skip["turns"][9:]
+    del skip["system_nodes"]
+    assert det.explain_many([skip])[0]["rule"] == "skip-requires"
+    early = _booking(11, closing_first=True)
+    del early["system_nodes"]
+    assert det.predict(early) is None
