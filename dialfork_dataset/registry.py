@@ -13,7 +13,12 @@ the generation backends (:mod:`generation.backends`) and the workflow source kin
   is not registered, the same way in all five, naming the registered entries and how to add one;
 * :meth:`Registry.names` and :meth:`Registry.specs` list the entries in registration order;
 * :attr:`Registry.view` is a read-only live mapping (``types.MappingProxyType``): the only way to
-  add an entry is :meth:`~Registry.register`.
+  add an entry is :meth:`~Registry.register`;
+* each registry's built-in entries are one named ``BUILTIN_*`` tuple of its module. A registry
+  whose built-ins live in a package above it (the hallucination types, whose entries sit in
+  ``generation/types/``) names them as ``"module:attr"`` strings: the registry registers them, in
+  order, before its first read or registration (``Registry(..., builtins=...)``), so the seed
+  order holds and importing the registry imports nothing above it.
 
 :class:`RegistryError` is a :class:`~dialfork_dataset.errors.CollectedErrors` (a ``ValueError``)
 and a ``KeyError``, so the ``except ValueError`` and ``except KeyError`` clauses written for the
@@ -153,6 +158,9 @@ class Registry(Generic[S]):
             subclass (one that is also a registry's older error type).
         check: ``check(spec, registry) -> list[str]``: the registry's own rules, run by
             :meth:`register` (each problem one line; any refuses the spec with ``ValueError``).
+        builtins: Built-in entries registered, in order, on the registry's first use (any method
+            or :attr:`view`): specs, or their ``"module:attr"`` names, imported then (so that a
+            registry can name built-ins that live in a package it may not import).
 
     Raises:
         TypeError: ``error`` is not a subclass of :class:`RegistryError`.
@@ -168,6 +176,7 @@ class Registry(Generic[S]):
         add_hint: str = "",
         error: type[RegistryError] = RegistryError,
         check: Callable[[Any, Registry], list[str]] | None = None,
+        builtins: tuple[Any, ...] = (),
     ) -> None:
         if not (isinstance(error, type) and issubclass(error, RegistryError)):
             raise TypeError(f"registry of {kind}: error must be RegistryError or a subclass, got {error!r}")
@@ -180,6 +189,31 @@ class Registry(Generic[S]):
         self._check = check
         self._entries: dict[Any, S] = {}
         self._view: Mapping[Any, S] = MappingProxyType(self._entries)
+        self._pending: tuple[Any, ...] = tuple(builtins)
+
+    def _load_builtins(self) -> None:
+        """Register the pending built-ins (once; a re-entrant call during their import is a no-op)."""
+        if not self._pending:
+            return
+        pending, self._pending = self._pending, ()
+        specs = []
+        try:
+            for ref in pending:
+                spec = resolve(ref, f"built-in {self.kind} {ref!r}")
+                if not isinstance(spec, self.spec_type):
+                    raise TypeError(
+                        f"built-in {self.kind} {ref!r} is a {type(spec).__name__}, "
+                        f"not a {self.spec_type.__name__}"
+                    )
+                specs.append(spec)
+        except Exception:
+            self._pending = pending  # tried again on the next use, and raising again
+            raise
+        # the built-ins come first, in their order, even before an entry registered while they imported
+        later = dict(self._entries)
+        self._entries.clear()
+        self._entries.update({self.key_of(spec): spec for spec in specs})
+        self._entries.update({n: s for n, s in later.items() if n not in self._entries})
 
     def __repr__(self) -> str:
         return f"Registry({self.kind!r}: {', '.join(map(str, self._entries)) or 'empty'})"
@@ -213,6 +247,7 @@ class Registry(Generic[S]):
             ValueError: The registry's own rule refuses it (the message names the entry).
             RegistryError: The name is registered and ``replace`` is false.
         """
+        self._load_builtins()
         if not isinstance(spec, self.spec_type):
             raise TypeError(
                 f"the {self.kind} registry takes a {self.spec_type.__name__}, got {type(spec).__name__}"
@@ -258,6 +293,7 @@ class Registry(Generic[S]):
         Raises:
             RegistryError: ``name`` is not registered (the message lists the registered ones).
         """
+        self._load_builtins()
         try:
             return self._entries[self._norm(name)]
         except (KeyError, TypeError, AttributeError):
@@ -274,6 +310,7 @@ class Registry(Generic[S]):
             RegistryError: Its message names the registry, ``name``, the registered entries and
             :attr:`add_hint`.
         """
+        self._load_builtins()
         hint = f" (add one with {self.add_hint})" if self.add_hint else ""
         names = ", ".join(map(str, self._entries)) or "(none)"
         return self.error(f"unknown {self.kind} {name!r}; registered: {names}{hint}", registered=self.names())
@@ -284,6 +321,7 @@ class Registry(Generic[S]):
         Returns:
             The names, in registration order.
         """
+        self._load_builtins()
         return tuple(self._entries)
 
     def specs(self) -> tuple[S, ...]:
@@ -292,14 +330,17 @@ class Registry(Generic[S]):
         Returns:
             The specs, in registration order.
         """
+        self._load_builtins()
         return tuple(self._entries.values())
 
     @property
     def view(self) -> Mapping[Any, S]:
         """A read-only live mapping ``name -> spec`` in registration order (``MappingProxyType``)."""
+        self._load_builtins()
         return self._view
 
     def __contains__(self, name: object) -> bool:
+        self._load_builtins()
         try:
             return self._norm(name) in self._entries
         except (TypeError, AttributeError):
@@ -309,6 +350,7 @@ class Registry(Generic[S]):
         return iter(self.names())
 
     def __len__(self) -> int:
+        self._load_builtins()
         return len(self._entries)
 
 

@@ -1,19 +1,22 @@
 """The one place that names DialFork's hallucination types and fork positions (SPEC sections 2-3).
 
 A registry (:class:`~dialfork_dataset.registry.Registry`) of :class:`HallucinationType` entries, in
-registration order; :data:`REGISTERED_TYPES` is its read-only view. Everything that lists the
+registration order; ``REGISTERED_TYPES`` is its read-only view. Everything that lists the
 types, orders them for a table, names them for a reader, counts the forks of a source or asks
 what a type needs reads it through the functions below, at call time, so a type registered at
 run time (:func:`register_type`) is seen everywhere: generation, record validation, the Hub
 export and its blind draw, the benchmark's tables, the leaderboard, the annotation study and the
-agent audit. Adding a built-in type is one entry at the end of :data:`BUILTIN_TYPES`, its planner
-and its variants (``docs/extending.md``).
+agent audit. A built-in type is one module, ``generation/types/<code>.py`` (its entry, its planner,
+its variant check) with its variants file, named at the end of :data:`BUILTIN_TYPES`
+(``docs/extending.md``).
 
 A type's position in the registry is its seed index (:func:`type_index`): types are appended,
 never inserted, so that every corpus generated before keeps its forks.
 
-The paper's four come first, in SPEC order; a type registered later (built in or at run time) is
-appended after them, so the examples below hold with any extension registered:
+:data:`BUILTIN_TYPES` names the built-in entries as ``"module:attr"`` strings (this package never
+imports ``generation``): the registry imports them on its first use, before anything registered at
+run time. The paper's four come first, in SPEC order; a type registered later (built in or at run
+time) is appended after them, so the examples below hold with any extension registered:
 
 >>> hallucination_types()[:4]
 ('WIC', 'SSPC', 'GR', 'CSC')
@@ -26,7 +29,8 @@ True
 >>> get_type("WIC").substitute, breaking_types()[:3]
 (True, ('WIC', 'SSPC', 'GR'))
 
-The paper's constant names still read (``taxonomy.HALLUCINATION_TYPES``, ``TYPE_NAMES``,
+``REGISTERED_TYPES`` is the registry's read-only live view (``code -> HallucinationType``). The
+paper's constant names still read (``taxonomy.HALLUCINATION_TYPES``, ``TYPE_NAMES``,
 ``TABLE3_ORDER``, ``TABLE4_ORDER``, ``FORKS_PER_SOURCE``, ``EXPECTED_RANKING``): each is the
 registry's state when it is read; ``from dialfork_dataset.taxonomy import HALLUCINATION_TYPES``
 keeps the state at import, so library code calls the functions.
@@ -72,10 +76,14 @@ class HallucinationType:
             or its ``"module:attr"`` name. Resolved (and imported) by the generator only, on
             first use; ``None``: the template backend cannot inject this type (the LLM backends
             need no planner: they receive the variant's instruction).
-        variant_check: Checks of the type's variant material (``template`` blocks of
-            ``variants.yaml``): ``check(items) -> list[str]`` over ``(location, template)``
-            pairs, a callable or its ``"module:attr"`` name, resolved by the variant loader;
-            ``None``: no checks beyond the common fields.
+        variant_check: Checks of the type's variant material (the variants' ``template``
+            blocks): ``check(items) -> list[str]`` over ``(location, template)`` pairs, a callable
+            or its ``"module:attr"`` name, resolved by the variant loader; ``None``: no checks
+            beyond the common fields.
+        variants: The type's variants in the default pool: a YAML file (a ``pathlib.Path``, with
+            ``version`` and ``variants``), a list of variant mappings, or the ``"module:attr"``
+            name of either; read by ``generation.variants.load_variants``. ``None``: the type is
+            in a pool only through a variant file of one's own (``variants_path``).
         cue: The annotation study's step-2 cue for a type with ``substitute``: a template whose
             ``{description}`` is the substitute task's one-line description; ``None``: the
             variant's own ``cue`` text.
@@ -93,6 +101,7 @@ class HallucinationType:
     table4_key: str | None = None
     planner: str | Callable[..., Any] | Any | None = None
     variant_check: str | Callable[..., Any] | None = None
+    variants: Any = None
     cue: str | None = None
     example_line: str = "Let us talk about something else entirely."
 
@@ -104,7 +113,7 @@ class HallucinationType:
             errs.append("name: a non-empty string")
         if self.cue is not None and (not self.substitute or "{description}" not in self.cue):
             errs.append("cue: only for a type with substitute=True, and it must contain {description}")
-        for f in ("planner", "variant_check"):
+        for f in ("planner", "variant_check", "variants"):
             v = getattr(self, f)
             if isinstance(v, str) and not is_ref(v):
                 errs.append(f"{f} {v!r}: a 'module:attr' name or an object")
@@ -119,13 +128,23 @@ class HallucinationType:
         return self.table4_key or self.code
 
 
-_TYPES: Registry[HallucinationType] = Registry(
-    "hallucination type", HallucinationType, key="code", add_hint="dialfork_dataset.taxonomy.register_type"
+#: The built-in types, one module each (``generation/types/``), named as ``"module:attr"`` (this
+#: package never imports ``generation``): the paper's four (SPEC section 2), in SPEC order. The
+#: registry imports them on its first use, in this order (each one's seed index): append, never insert.
+BUILTIN_TYPES: tuple[str, ...] = (
+    "generation.types.wic:TYPE",
+    "generation.types.sspc:TYPE",
+    "generation.types.gr:TYPE",
+    "generation.types.csc:TYPE",
 )
 
-#: The registered types, a read-only live mapping ``code -> HallucinationType`` in registration order
-#: (:func:`register_type` is the one way to add one).
-REGISTERED_TYPES: Mapping[str, HallucinationType] = _TYPES.view
+_TYPES: Registry[HallucinationType] = Registry(
+    "hallucination type",
+    HallucinationType,
+    key="code",
+    add_hint="dialfork_dataset.taxonomy.register_type",
+    builtins=BUILTIN_TYPES,
+)
 
 
 def register_type(spec: HallucinationType, *, replace: bool = False) -> HallucinationType:
@@ -216,7 +235,7 @@ def type_names() -> dict[str, str]:
     Returns:
         Each type code mapped to its name, in registration order.
     """
-    return {c: s.name for c, s in REGISTERED_TYPES.items()}
+    return {c: s.name for c, s in _TYPES.view.items()}
 
 
 def table3_order() -> tuple[str, ...]:
@@ -234,7 +253,8 @@ def table4_order() -> tuple[str, ...]:
     Returns:
         The type codes sorted by ``table4_key`` (alphabetical by default, CSC first).
     """
-    return tuple(sorted(REGISTERED_TYPES, key=lambda c: (REGISTERED_TYPES[c].sort_key, c)))
+    view = _TYPES.view
+    return tuple(sorted(view, key=lambda c: (view[c].sort_key, c)))
 
 
 def breaking_types() -> tuple[str, ...]:
@@ -243,7 +263,7 @@ def breaking_types() -> tuple[str, ...]:
     Returns:
         The codes of the types with ``breaks_task``, in registration order.
     """
-    return tuple(c for c, s in REGISTERED_TYPES.items() if s.breaks_task)
+    return tuple(c for c, s in _TYPES.view.items() if s.breaks_task)
 
 
 def substitute_types() -> tuple[str, ...]:
@@ -252,7 +272,7 @@ def substitute_types() -> tuple[str, ...]:
     Returns:
         The codes of the types with ``substitute``, in registration order.
     """
-    return tuple(c for c, s in REGISTERED_TYPES.items() if s.substitute)
+    return tuple(c for c, s in _TYPES.view.items() if s.substitute)
 
 
 def forks_per_source() -> int:
@@ -295,51 +315,14 @@ def type_index(htype: str) -> int:
     return _TYPES.names().index(htype)
 
 
-_PLANNERS = "generation.backends.template.planners"
-_CHECKS = "generation.variants"
+def _registered_types() -> Mapping[str, HallucinationType]:
+    return _TYPES.view
 
-#: The paper's four types (SPEC section 2), in SPEC order. The planners and variant checks are
-#: named, not imported: this package never imports ``generation``.
-BUILTIN_TYPES: tuple[HallucinationType, ...] = (
-    HallucinationType(
-        "WIC",
-        "workflow identity corruption",
-        breaks_task=True,
-        substitute=True,
-        planner=f"{_PLANNERS}:WIC_PLANNER",
-        variant_check=f"{_CHECKS}:check_wic_templates",
-        cue="Leave the steps on the left and do another task instead: {description}",
-        example_line="Would you like to book a table at a restaurant instead?",
-    ),
-    HallucinationType(
-        "SSPC",
-        "step selection corruption",
-        breaks_task=True,
-        planner=f"{_PLANNERS}:SSPC_PLANNER",
-        variant_check=f"{_CHECKS}:check_sspc_templates",
-        example_line="Let me ask again: what is your name?",
-    ),
-    HallucinationType(
-        "GR",
-        "goal replacement",
-        breaks_task=True,
-        planner=f"{_PLANNERS}:GR_PLANNER",
-        variant_check=f"{_CHECKS}:check_line_templates",
-        example_line="Have you considered our premium subscription plan?",
-    ),
-    HallucinationType(
-        "CSC",
-        "competing sub-goal",
-        planner=f"{_PLANNERS}:CSC_PLANNER",
-        variant_check=f"{_CHECKS}:check_line_templates",
-        example_line="Before we go on, please rate this chat from 1 to 5.",
-    ),
-)
-for _spec in BUILTIN_TYPES:
-    register_type(_spec)
-del _spec
 
 _CONSTANTS: dict[str, Callable[[], Any]] = {
+    # the registered types, a read-only live mapping ``code -> HallucinationType`` in registration
+    # order (register_type is the one way to add one); read on access, so that the built-ins load first
+    "REGISTERED_TYPES": _registered_types,
     "HALLUCINATION_TYPES": hallucination_types,
     "TYPE_NAMES": type_names,
     "TABLE3_ORDER": table3_order,
@@ -361,7 +344,6 @@ __all__ = [
     "FORK_POSITIONS",
     "HallucinationType",
     "RegistryError",
-    "REGISTERED_TYPES",
     "breaking_types",
     "display_name",
     "forks_per_source",

@@ -33,7 +33,7 @@ class UnknownBackendError(GenerationError):
 
 
 class VariantError(GenerationError):
-    """The variant file (``generation/variants.yaml`` or ``--variants``) is malformed; ``errors`` lists
+    """The variant file (the types' ``generation/types/<code>.yaml`` or ``--variants``) is malformed; ``errors`` lists
     every problem.
 
     Args:

@@ -1,5 +1,12 @@
-"""The hallucination variant pools (``variants.yaml``) and the seeded draws of variant and WIC
-substitute task (SPEC section 2)."""
+"""The hallucination variant pools and the seeded draws of variant and WIC substitute task (SPEC
+section 2).
+
+The default pool is assembled from the registered types: each
+:class:`~dialfork_dataset.taxonomy.HallucinationType` names its variants (``variants``: the built-in
+types' ``generation/types/<code>.yaml``), and :func:`load_variants` reads them all, each checked by
+the type's own ``variant_check``. A pool of one's own is one file that holds every type
+(``version`` and ``types: {CODE: [variants]}``): :func:`default_variants_data` is the default pool in
+that form, to copy and edit (``GenerationConfig(variants_path=...)``, ``--variants``)."""
 
 from __future__ import annotations
 
@@ -15,10 +22,7 @@ from dialfork_dataset.taxonomy import get_type, hallucination_types
 from .errors import VariantError
 from .seeds import Rng, fork_seed, stable_seed
 
-VARIANTS_PATH = Path(__file__).with_name("variants.yaml")
-
-#: SSPC strategies, exactly the five of SPEC section 2, in the SPEC's order.
-SSPC_STRATEGIES: tuple[str, ...] = ("repeat", "skip", "reverse", "jump", "chaotic")
+#: The fewest valid variants a type may have.
 MIN_VARIANTS_PER_TYPE = 5
 
 
@@ -68,10 +72,12 @@ class VariantPool:
     ``pool[htype]`` is the tuple of that type's variants, in file order.
 
     Attributes:
-        version: the file's ``version`` (a positive integer).
+        version: the file's ``version`` (a positive integer); for the default pool, the sum of its
+            types' variant files' versions (so bumping any of them, or adding a type, changes it).
         types: each registered hallucination type to its variants, at
             least :data:`MIN_VARIANTS_PER_TYPE` each.
-        path: where the pool was read from (the resolved file path), used in error messages.
+        path: where the pool was read from (the resolved file path; for the default pool, its
+            types' files joined by ``", "``), used in error messages.
     """
 
     version: int
@@ -100,32 +106,9 @@ class VariantPool:
         raise KeyError(f"unknown variant id {vid!r} in {self.path}")
 
 
-def check_sspc_templates(items: Sequence[tuple[str, Mapping[str, Any]]]) -> list[str]:
-    """The SSPC variants' template material: each names one of :data:`SSPC_STRATEGIES`, and the
-    type holds each strategy exactly once (SPEC section 2).
-
-    Args:
-        items: ``(location, template)`` of each SSPC variant, in file order.
-
-    Returns:
-        One message per problem (empty when valid).
-    """
-    errs = [
-        f"{loc}: template.strategy must be one of {SSPC_STRATEGIES}, got {tpl.get('strategy')!r}"
-        for loc, tpl in items
-        if tpl.get("strategy") not in SSPC_STRATEGIES
-    ]
-    strategies = sorted(tpl.get("strategy", "") for _, tpl in items)
-    if strategies != sorted(SSPC_STRATEGIES):
-        where = items[0][0].split(": types.")[0] if items else "variants"
-        errs.append(
-            f"{where}: types.SSPC must hold exactly the five strategies {SSPC_STRATEGIES} once each, got {strategies}"
-        )
-    return errs
-
-
 def check_line_templates(items: Sequence[tuple[str, Mapping[str, Any]]]) -> list[str]:
-    """GR's and CSC's template material: ``template.lines``, the variant's own utterances.
+    """The template material of a type whose variants say lines of their own (GR, CSC):
+    ``template.lines``, the variant's own utterances.
 
     Args:
         items: ``(location, template)`` of each variant of the type.
@@ -141,22 +124,60 @@ def check_line_templates(items: Sequence[tuple[str, Mapping[str, Any]]]) -> list
     return errs
 
 
-def check_wic_templates(items: Sequence[tuple[str, Mapping[str, Any]]]) -> list[str]:
-    """WIC's template material: an optional ``template.bridge``, a non-empty list of lines
-    (``""`` for no bridge).
+def _parse_type(
+    h: str, items: Any, where: str, loc_of: str, seen: set[str], errs: list[str]
+) -> tuple[Variant, ...]:
+    """The variants of type ``h`` (``items`` as read), their problems appended to ``errs``."""
+    if not isinstance(items, Sequence) or isinstance(items, str):
+        errs.append(f"{where}: {loc_of}: missing list of variants")
+        return ()
+    vs = []
+    checked: list[tuple[str, Mapping[str, Any]]] = []
+    for i, it in enumerate(items):
+        loc = f"{where}: {loc_of}[{i}]"
+        if not isinstance(it, Mapping):
+            errs.append(f"{loc}: must be a mapping")
+            continue
+        bad = False
+        for key in ("id", "description", "instruction", "cue"):
+            v = it.get(key)
+            if not isinstance(v, str) or not v.strip():
+                errs.append(f"{loc}: '{key}' must be a non-empty string")
+                bad = True
+        tpl = it.get("template") or {}
+        if not isinstance(tpl, Mapping):
+            errs.append(f"{loc}: 'template' must be a mapping")
+            bad = True
+            tpl = {}
+        if bad:
+            continue
+        if it["id"] in seen:
+            errs.append(f"{loc}: duplicate variant id {it['id']!r}")
+        seen.add(it["id"])
+        checked.append((loc, tpl))
+        vs.append(
+            Variant(
+                it["id"],
+                h,
+                it["description"].strip(),
+                it["instruction"].strip(),
+                it["cue"].strip(),
+                dict(tpl),
+            )
+        )
+    check = get_type(h).variant_check
+    if check is not None:  # the type's own checks of its template material (its registry entry)
+        errs.extend(resolve(check, f"variant check of hallucination type {h!r}")(checked))
+    if len(vs) < MIN_VARIANTS_PER_TYPE:
+        errs.append(
+            f"{where}: {loc_of}: {len(vs)} valid variant(s), at least {MIN_VARIANTS_PER_TYPE} are required"
+        )
+    return tuple(vs)
 
-    Args:
-        items: ``(location, template)`` of each WIC variant.
 
-    Returns:
-        One message per problem (empty when valid).
-    """
-    errs = []
-    for loc, tpl in items:
-        br = tpl.get("bridge", [""])
-        if not isinstance(br, Sequence) or isinstance(br, str) or not br:
-            errs.append(f'{loc}: template.bridge must be a non-empty list (use "" for no bridge)')
-    return errs
+def _check_version(version: Any, where: str, errs: list[str]) -> None:
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        errs.append(f"{where}: 'version' must be a positive integer, got {version!r}")
 
 
 def _parse(data: Any, where: str) -> VariantPool:
@@ -164,61 +185,13 @@ def _parse(data: Any, where: str) -> VariantPool:
     if not isinstance(data, Mapping):
         raise VariantError(f"{where}: expected a mapping with 'version' and 'types'", [where])
     version = data.get("version")
-    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
-        errs.append(f"{where}: 'version' must be a positive integer, got {version!r}")
+    _check_version(version, where, errs)
     types = data.get("types")
     if not isinstance(types, Mapping):
         raise VariantError(f"{where}: 'types' must map each type to a list of variants", errs + [where])
-    out: dict[str, tuple[Variant, ...]] = {}
     seen: set[str] = set()
     codes = hallucination_types()
-    for h in codes:
-        items = types.get(h)
-        if not isinstance(items, Sequence) or isinstance(items, str):
-            errs.append(f"{where}: types.{h}: missing list of variants")
-            continue
-        vs = []
-        checked: list[tuple[str, Mapping[str, Any]]] = []
-        for i, it in enumerate(items):
-            loc = f"{where}: types.{h}[{i}]"
-            if not isinstance(it, Mapping):
-                errs.append(f"{loc}: must be a mapping")
-                continue
-            bad = False
-            for key in ("id", "description", "instruction", "cue"):
-                v = it.get(key)
-                if not isinstance(v, str) or not v.strip():
-                    errs.append(f"{loc}: '{key}' must be a non-empty string")
-                    bad = True
-            tpl = it.get("template") or {}
-            if not isinstance(tpl, Mapping):
-                errs.append(f"{loc}: 'template' must be a mapping")
-                bad = True
-                tpl = {}
-            if bad:
-                continue
-            if it["id"] in seen:
-                errs.append(f"{loc}: duplicate variant id {it['id']!r}")
-            seen.add(it["id"])
-            checked.append((loc, tpl))
-            vs.append(
-                Variant(
-                    it["id"],
-                    h,
-                    it["description"].strip(),
-                    it["instruction"].strip(),
-                    it["cue"].strip(),
-                    dict(tpl),
-                )
-            )
-        check = get_type(h).variant_check
-        if check is not None:  # the type's own checks of its template material (its registry entry)
-            errs.extend(resolve(check, f"variant check of hallucination type {h!r}")(checked))
-        if len(vs) < MIN_VARIANTS_PER_TYPE:
-            errs.append(
-                f"{where}: types.{h}: {len(vs)} valid variant(s), at least {MIN_VARIANTS_PER_TYPE} are required"
-            )
-        out[h] = tuple(vs)
+    out = {h: _parse_type(h, types.get(h), where, f"types.{h}", seen, errs) for h in codes}
     extra = set(types) - set(codes)
     if extra:
         errs.append(f"{where}: unknown type(s) {sorted(extra)} (expected {codes})")
@@ -227,20 +200,95 @@ def _parse(data: Any, where: str) -> VariantPool:
     return VariantPool(version=version, types=out, path=where)
 
 
-@lru_cache(maxsize=8)
-def _load_cached(path: str, mtime_ns: int, codes: tuple[str, ...]) -> VariantPool:
+def _read_yaml(path: str) -> Any:
     import yaml
 
     try:
         with open(path, encoding="utf-8") as fh:
-            data = yaml.safe_load(fh)
+            return yaml.safe_load(fh)
     except yaml.YAMLError as e:
         raise VariantError(f"{path}: malformed YAML ({e})", [str(e)]) from None
-    return _parse(data, path)
+
+
+@lru_cache(maxsize=8)
+def _load_cached(path: str, mtime_ns: int, codes: tuple[str, ...]) -> VariantPool:
+    return _parse(_read_yaml(path), path)
+
+
+def _type_sources() -> list[tuple[str, Any]]:
+    """Each registered type's variants as its entry names them: ``(code, Path or list)``."""
+    out = []
+    for h in hallucination_types():
+        ref = get_type(h).variants
+        src = resolve(ref, f"variants of hallucination type {h!r}") if isinstance(ref, str) else ref
+        if src is None:
+            raise VariantError(
+                f"hallucination type {h!r} names no variants: give its HallucinationType "
+                "variants=PATH (a YAML file with 'version' and 'variants'), or pass a variant file "
+                "holding every type (GenerationConfig(variants_path=...), --variants)",
+                [h],
+            )
+        out.append((h, Path(src) if isinstance(src, str) else src))
+    return out
+
+
+def _type_data(h: str, src: Any) -> tuple[str, Any, Any]:
+    """``(where, version, variants)`` of one type's source: a variants file or the list itself."""
+    if isinstance(src, Path):
+        if not src.is_file():
+            raise FileNotFoundError(f"variant file {src} of hallucination type {h!r} not found")
+        data = _read_yaml(str(src))
+        if not isinstance(data, Mapping):
+            raise VariantError(f"{src}: expected a mapping with 'version' and 'variants'", [str(src)])
+        return str(src), data.get("version"), data.get("variants")
+    return f"variants of {h}", 1, src
+
+
+@lru_cache(maxsize=8)
+def _load_default(key: tuple[tuple[str, str, int], ...]) -> VariantPool:
+    return _assemble(_type_sources())
+
+
+def _assemble(sources: list[tuple[str, Any]]) -> VariantPool:
+    errs: list[str] = []
+    seen: set[str] = set()
+    out: dict[str, tuple[Variant, ...]] = {}
+    version, wheres = 0, []
+    for h, src in sources:
+        where, v, items = _type_data(h, src)
+        _check_version(v, where, errs)
+        version += v if isinstance(v, int) and not isinstance(v, bool) else 0
+        out[h] = _parse_type(h, items, where, "variants", seen, errs)
+        wheres.append(where)
+    path = ", ".join(wheres)
+    if errs:
+        raise VariantError(f"{len(errs)} error(s) in the variant files {path}:\n" + "\n".join(errs), errs)
+    return VariantPool(version=version, types=out, path=path)
+
+
+def default_variants_data() -> dict[str, Any]:
+    """The default pool (every registered type's variants) as one variant file's content.
+
+    Returns:
+        ``{"version": ..., "types": {code: [variant mappings]}}``, the form of a file for
+        ``GenerationConfig(variants_path=...)`` and ``--variants``: dump it with ``yaml.safe_dump``,
+        edit, and pass the copy.
+
+    Raises:
+        VariantError: a registered type names no variants, or its file is malformed YAML.
+        FileNotFoundError: a type's variants file is missing.
+    """
+    types: dict[str, Any] = {}
+    version = 0
+    for h, src in _type_sources():
+        _, v, items = _type_data(h, src)
+        version += v if isinstance(v, int) and not isinstance(v, bool) else 0
+        types[h] = [dict(it) for it in items or ()]
+    return {"version": max(version, 1), "types": types}
 
 
 def load_variants(path: str | Path | None = None) -> VariantPool:
-    """Load and validate a variant pool (default: the packaged ``generation/variants.yaml``).
+    """Load and validate a variant pool: the default pool of the registered types, or one file.
 
     The parsed pool is cached per (resolved path, modification time, registered types), so an
     edited file, or a type registered since, is read again.
@@ -248,21 +296,29 @@ def load_variants(path: str | Path | None = None) -> VariantPool:
     Args:
         path: a YAML variant file with ``version`` and ``types`` (each registered hallucination
             type mapped to a list of variants with ``id``, ``description``, ``instruction``,
-            ``cue`` and an optional ``template``); ``None`` (default) reads :data:`VARIANTS_PATH`.
+            ``cue`` and an optional ``template``); ``None`` (default): the default pool, each
+            registered type's own variants (its entry's ``variants``: for the built-in types,
+            ``generation/types/<code>.yaml``, with ``version`` and ``variants``).
 
     Returns:
         The validated :class:`VariantPool`.
 
     Raises:
-        FileNotFoundError: ``path`` is not a file.
+        FileNotFoundError: ``path``, or a type's variants file, is not a file.
         VariantError: the YAML is malformed, or the pool is invalid (not a mapping, a bad
-            ``version``, a type missing or unknown, a variant field missing or empty, a duplicate
-            id, fewer than :data:`MIN_VARIANTS_PER_TYPE` valid variants for a type, or what the
-            type's ``variant_check`` finds: SSPC not holding each of :data:`SSPC_STRATEGIES`
-            exactly once, GR/CSC without ``template.lines``, a WIC ``template.bridge`` that is
-            not a non-empty list); ``errors`` lists every problem.
+            ``version``, a type missing or unknown, a type that names no variants, a variant field
+            missing or empty, a duplicate id, fewer than :data:`MIN_VARIANTS_PER_TYPE` valid
+            variants for a type, or what the type's ``variant_check`` finds: SSPC not holding each
+            of its five strategies exactly once, GR/CSC without ``template.lines``, a WIC
+            ``template.bridge`` that is not a non-empty list); ``errors`` lists every problem.
     """
-    p = Path(path) if path is not None else VARIANTS_PATH
+    if path is None:
+        sources = _type_sources()
+        if all(isinstance(src, Path) and src.is_file() for _, src in sources):
+            key = tuple((h, str(src.resolve()), src.stat().st_mtime_ns) for h, src in sources)
+            return _load_default(key)
+        return _assemble(sources)
+    p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"variant file {p} not found")
     return _load_cached(str(p.resolve()), p.stat().st_mtime_ns, hallucination_types())

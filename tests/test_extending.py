@@ -606,9 +606,9 @@ def test_an_unknown_source_kind_lists_the_registered_ones(toy_source_kind):
 # -- a new hallucination type: tests/test_extending_type.py registers one at run time -----------------
 def test_a_type_the_taxonomy_does_not_name_is_refused(tmp_path):
     """Without step 1, the variant pool refuses the type: the taxonomy is the one list."""
-    from generation.variants import VariantError, load_variants
+    from generation.variants import VariantError, default_variants_data, load_variants
 
-    pool = yaml.safe_load((ROOT / "generation" / "variants.yaml").read_text(encoding="utf-8"))
+    pool = default_variants_data()
     pool["types"]["TOY"] = pool["types"]["GR"]
     p = tmp_path / "v.yaml"
     p.write_text(yaml.safe_dump(pool), encoding="utf-8")

@@ -61,15 +61,17 @@ def read_records(folder: Path) -> list[dict]:
 @pytest.fixture(scope="module")
 def toy(tmp_path_factory):
     """TOY registered (undone afterwards), its variant file, and a corpus generated with it."""
-    import generation.variants
     from generation import GenerationConfig, generate_corpus
+    from generation.variants import default_variants_data
 
     root = tmp_path_factory.mktemp("toy_type")
     before = taxonomy.hallucination_types()  # the paper's four, and any type built in after them
     taxonomy.register_type(TOY)
     try:
-        # the default pool (its file holds the variants of every type registered before TOY)
-        pool = yaml.safe_load(generation.variants.VARIANTS_PATH.read_text(encoding="utf-8"))
+        # a variant file of its own: the default pool (every type registered before TOY) and TOY's
+        taxonomy.unregister_type("TOY")  # TOY names no variants: the default pool is the others'
+        pool = default_variants_data()
+        taxonomy.register_type(TOY)
         pool["types"]["TOY"] = [
             {
                 "id": f"toy-{i}",

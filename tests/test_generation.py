@@ -25,9 +25,10 @@ from generation.engine import (
     injection_message,
 )
 from generation.seeds import Rng, dialogue_seed, fork_seed, stable_seed
+from generation.types.sspc import SSPC_STRATEGIES
 from generation.variants import (
-    SSPC_STRATEGIES,
     VariantError,
+    default_variants_data,
     draw_substitute_task,
     draw_variant,
     load_variants,
@@ -362,7 +363,7 @@ def test_variant_pool_file():
 def test_variant_pool_errors_are_collected(tmp_path):
     import yaml
 
-    data = yaml.safe_load(Path(load_variants().path).read_text())
+    data = default_variants_data()
     data["types"]["SSPC"] = data["types"]["SSPC"][:4]
     data["types"]["GR"][0]["cue"] = ""
     del data["version"]
@@ -750,9 +751,9 @@ def test_code_version_follows_the_backend_registry():
 
 
 def test_every_hallucination_type_has_a_planner():
-    """Adding a type touches the taxonomy, the variant pool and the template backend's planner table."""
-    from generation.backends.template import SSPC_PLANS, Planner, planner_for
-    from generation.variants import SSPC_STRATEGIES
+    """Every registered type has a planner and variants (a built-in type's module names both)."""
+    from generation.backends.template import Planner, planner_for
+    from generation.types.sspc import SSPC_PLANS, SSPC_STRATEGIES
 
     assert all(isinstance(planner_for(h), Planner) for h in hallucination_types())
     assert set(SSPC_PLANS) == set(SSPC_STRATEGIES)

@@ -64,8 +64,9 @@ class GenerationConfig:
         budget: the length budget in turns (both speakers) for every task; ``None`` uses each task's
             STAR maximum.
         cut_after: turns after the budget at which a dialogue is cut (default 5, SPEC section 3).
-        variants_path: a variant file to use instead of the packaged ``generation/variants.yaml``
-            (``None``, the default).
+        variants_path: a variant file (every type) to use instead of the default pool, each
+            registered type's variants (``generation/types/<code>.yaml`` for the built-in ones;
+            ``None``, the default).
         variant_draw: ``"quartet"`` (default: one draw per source and type) or ``"fork"`` (one
             draw per fork).
         min_system_turns: drop a D+ with fewer system turns (``too_short``); at least, and by

@@ -12,14 +12,16 @@ import importlib.util
 from pathlib import Path
 
 #: The engine-side code every record depends on (globs relative to the ``generation`` package):
-#: the engine, its errors, seeds, variant pool and compound plans, the backend interface, the prompts,
-#: the shared LLM code (sampling, message rewrites, client, loader) and the template backend's phrase data.
+#: the engine, its errors, seeds, variant pool, the built-in types (entries, planners, variants) and
+#: compound plans, the backend interface, the prompts, the shared LLM code (sampling, message
+#: rewrites, client, loader) and the template backend's phrase data.
 ENGINE_CODE: tuple[str, ...] = (
     "engine/*.py",
     "errors.py",
     "seeds.py",
     "variants.py",
-    "variants.yaml",
+    "types/*.py",
+    "types/*.yaml",
     "compound.py",
     "backends/base.py",
     "prompts/*.txt",

@@ -6,7 +6,7 @@ Everything here comes from public material only:
   task (``generation.backends.template``'s task models over the public workflow source), as
   regular expressions with a wildcard per placeholder; it maps a system turn to its workflow node;
 * :class:`PublicPools`: the lines only a hallucinating simulator says (the GR and CSC lines and the
-  WIC bridges of ``generation/variants.yaml``), the simulated user's reactions to one (the
+  WIC bridges of the variant pool, ``generation/types/*.yaml``), the simulated user's reactions to one (the
   reaction pools of ``generation/template_data.yaml`` and the CSC ``user_replies``), pruned of
   every pattern that also matches a turn of a public conformant dialogue;
 * :func:`fingerprint_predictions` (attack a): the first system turn that is a pool line, a WIC
@@ -289,7 +289,7 @@ class PublicPools:
 
     @classmethod
     def load(cls, conformant_system: Iterable[str] = (), conformant_user: Iterable[str] = ()) -> PublicPools:
-        """The pools of the packaged ``variants.yaml`` and ``template_data.yaml``, pruned.
+        """The pools of the default variant pool and ``template_data.yaml``, pruned.
 
         Args:
             conformant_system: System turns of public conformant dialogues: a system pattern that

@@ -44,7 +44,7 @@ leaderboard audit's pair-diffing attack). From t_k on the fork is the replayed f
 Modules: :mod:`.data` (phrasing pools, name conventions, the ``reword`` stream), :mod:`.model` (what
 the simulator knows about a task), :mod:`.values` (goal and knowledge-base values), :mod:`.sim` (the
 per-dialogue state and graph walk), :mod:`.acts` (shared dialogue acts), :mod:`.turns` (conformant
-turns), :mod:`.planners` (one planner per hallucination type: :func:`~.planners.planner_for`), :mod:`.realise`
+turns), :mod:`.planners` (a type's planner, from its registry entry: :func:`~.planners.planner_for`; the built-in types' planners are in ``generation/types/``), :mod:`.realise`
 (saying the plan), :mod:`.backend` (:class:`TemplateBackend`). The public names of ``__all__`` are
 re-exported here.
 """
@@ -63,7 +63,7 @@ from .data import (
     pick_phrasing,
 )
 from .model import Slot, TaskModel
-from .planners import SSPC_PLANS, PlanContext, Planner, build_hal, planner_for
+from .planners import PlanContext, Planner, build_hal, planner_for
 from .realise import hal_system_turn, hal_user_turn
 from .sim import Hal, Sim
 from .turns import system_turn, user_turn
@@ -73,7 +73,6 @@ __all__ = [
     "DATA_PATH",
     "GENERIC_NODES",
     "PH_ALIASES",
-    "SSPC_PLANS",
     "Hal",
     "PlanContext",
     "Planner",
