@@ -5,6 +5,10 @@
 ``python -m generation --help`` is its command line.
 """
 
+# dialfork_dataset first: importing it loads $DIALFORK_PLUGINS, and a plugin that registers a backend
+# imports generation.backends, which must not be half-initialised then (python -m generation)
+import dialfork_dataset  # noqa: F401, I001
+
 from .backends import BACKENDS, get_backend
 from .engine import (
     Dialogue,
