@@ -13,8 +13,9 @@ A cheater holds every public file and the public code. What keeps the leaderboar
   so growing the public corpus never touches a hidden scenario.
 * **Blind draw** (:func:`draw_hidden_tracks`): each hidden source goes to one track. Detector
   sources give exactly one dialogue each to the blind set (the conformant dialogue or one of its
-  16 forks), drawn with a secret RNG (seeded from the key) so that the conformant share, the
-  types and the fork positions are balanced overall; metric sources give their whole family to
+  forks), drawn with a secret RNG (seeded from the key) so that the conformant share, the
+  types and the fork positions are balanced overall; each type's share is drawn by the key and the
+  type alone (:func:`type_cells`), so a type added later leaves the others' blind dialogues in place; metric sources give their whole family to
   the metric track's (reference, candidate) pairs. No source feeds both tracks, so no blind
   dialogue has a sibling anywhere in the published files.
 * **Disjointness** (:func:`assert_disjoint`): no hidden scenario id occurs in the public records,
@@ -40,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import CollectedErrors
-from .taxonomy import BUILTIN_TYPES, FORK_POSITIONS, hallucination_types
+from .taxonomy import FORK_POSITIONS, hallucination_types
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +55,7 @@ DEFAULT_HIDDEN_FRACTION = 0.2
 #: Share of the hidden sources of a task that go to the metric track (the rest: detector track).
 DEFAULT_METRIC_SHARE = 0.5
 #: Share of conformant dialogues in the detector blind set (the rest: forks, balanced over the
-#: 16 (type, k) cells). The Score needs both kinds: a4 and a2 come from conformant dialogues.
+#: (type, k) cells). The Score needs both kinds: a4 and a2 come from conformant dialogues.
 DEFAULT_CONFORMANT_SHARE = 0.2
 #: Share of the blind sources scored in the public part (the rest: private).
 DEFAULT_PUBLIC_FRACTION = 0.5
@@ -530,11 +531,13 @@ def draw_hidden_tracks(
     Per task, ``n_reserved(n, metric_share)`` sources (at least one when the task has two or more)
     go to the metric track; the others each give ONE dialogue to the detector blind set. Within
     each subset (public / private), ``round(conformant_share * n)`` detector sources (at least one
-    when the subset has two or more) give their conformant dialogue; the others give a fork whose
-    (type, k) cycles over the cells (16 for four types) in a secret order (:func:`latin_cells` over
-    the types the corpus's records carry), so types and positions are balanced overall. Everything
-    random comes from :func:`secret_rng` (the key): the draw is a function of the records and the
-    key only.
+    when the subset has two or more) give their conformant dialogue; the others give one fork each,
+    shared between the types by :func:`type_cells` (each type's ranking of the sources and order of
+    positions seeded by the key and the type alone), so types and positions are balanced overall.
+    Which sources give their conformant dialogue does not depend on the types, and a type added at
+    the end (a corpus regenerated with one more type) takes its share from the tails of the others:
+    every other blind dialogue stays. Everything random comes from the key: the draw is a function of
+    the records, the key and the types.
 
     Args:
         records: The hidden records (sources and forks); a family without its conformant source
@@ -546,9 +549,10 @@ def draw_hidden_tracks(
             conformant dialogue; default 0.2.
         public_fraction: The share, in (0, 1), of each track's sources in the ``public`` subset;
             default 0.5.
-        types: The hallucination types the forks' cells cycle over; default the types the records
-            carry (:func:`corpus_types`), never the registry's: a key's blind set of a corpus does
-            not change when a type is registered later.
+        types: The hallucination types the blind forks are shared between (pinned: the forks of
+            any other type are left out, and the draw of a corpus regenerated with more types is the
+            same as before); default the types the records carry (:func:`corpus_types`), never the
+            registry's: a key's blind set of a corpus does not change when a type is registered later.
 
     Returns:
         HiddenTracks: The detector records, the metric records and the mix.
@@ -581,29 +585,22 @@ def draw_hidden_tracks(
         for sid, pub in zip(group, _spread(len(group), public_fraction)):  # group is grouped by task
             subset[sid] = "public" if pub else "private"
 
-    # a corpus without forks draws over the paper's four (what it drew before types were read from
-    # the corpus): the cells are unused, but drawing them moves the generator the same way
-    cell_types = (corpus_types(records) or tuple(t.code for t in BUILTIN_TYPES)) if types is None else types
-    cells = latin_cells(rng, cell_types)
-    cell_i = 0
+    cell_types = tuple(corpus_types(records) if types is None else types)
     detector: list[dict[str, Any]] = []
     for part in ("public", "private"):
         sids = [s for s in det_sources if subset[s] == part]
         rng.shuffle(sids)
         is_conf = _spread(len(sids), conformant_share) if len(sids) >= 2 else [False] * len(sids)
         rng.shuffle(is_conf)
-        for sid, conf in zip(sids, is_conf):
+        conformant = {sid for sid, conf in zip(sids, is_conf) if conf or not fam[sid]["forks"]}
+        forked = sorted(sid for sid in sids if sid not in conformant)
+        cells = type_cells(forked, key, cell_types, part, mirror=part == "private")
+        for sid in sids:
             f = fam[sid]
-            if conf or not f["forks"]:
+            if sid in conformant:
                 detector.append({**f["source"], "subset": part})
                 continue
-            for _ in range(len(cells)):  # the next cell this source has (all 16 in a full corpus)
-                cell = cells[cell_i % len(cells)]
-                cell_i += 1
-                if cell in f["forks"]:
-                    break
-            else:
-                cell = sorted(f["forks"])[0]
+            cell = _available_cell(cells.get(sid), f["forks"], key)
             detector.append({**f["forks"][cell], "subset": part})
     metric: list[dict[str, Any]] = []
     for sid in sorted(met_sources):
@@ -616,6 +613,83 @@ def draw_hidden_tracks(
         {(r["source_id"], r["hallucination_type"]) for r in metric if r["hallucination_type"]}
     )
     return HiddenTracks(detector, metric, mix)
+
+
+def _available_cell(cell: tuple[str, int] | None, forks: Mapping[tuple[str, int], Any], key: bytes) -> Any:
+    """``cell`` when the source has that fork, else the type's next position it has, else its first fork."""
+    if cell in forks:
+        return cell
+    if cell is not None:
+        ks = _type_positions(key, cell[0])
+        start = ks.index(cell[1]) if cell[1] in ks else 0
+        for j in range(len(ks)):
+            alt = (cell[0], ks[(start + j) % len(ks)])
+            if alt in forks:
+                return alt
+    return sorted(forks)[0]
+
+
+def _type_positions(key: bytes, htype: str) -> tuple[int, ...]:
+    """The fork positions in the order ``htype``'s blind forks take them (seeded by the key and the type)."""
+    ks = list(FORK_POSITIONS)
+    secret_rng(key, f"blind-positions/{htype}").shuffle(ks)
+    return tuple(ks)
+
+
+def type_cells(
+    sources: Sequence[str], key: bytes, types: Sequence[str], part: str = "", *, mirror: bool = False
+) -> dict[str, tuple[str, int]]:
+    """Which fork each forked blind source gives: its ``(hallucination_type, fork_position)``.
+
+    Each type ranks the sources by a keyed hash of the key, the type and the source, and takes its
+    fork positions cyclically in a keyed order of its own (:func:`_type_positions`): both are seeded
+    by the key and the type alone. The sources are shared out by folding the types in, in their
+    order: the first type holds every source; each next type takes, from the tail of every earlier
+    type's ranked list, what brings all to an even share (the earlier types hold one more when the
+    count does not divide; the later ones with ``mirror``, which also walks the positions backwards,
+    so that two subsets drawn one plain and one mirrored stay balanced together). So the types are
+    balanced to within one source, each type's positions to within one, and a type added at the end
+    takes its share from the others' tails: every earlier
+    type keeps the same fork (type and position) of every source it keeps, and gives up about
+    ``n / (t (t + 1))`` of its ``n / t`` sources (``t`` types before, ``n`` sources). Pinning the types
+    (``types``) keeps the draw exactly.
+
+    Args:
+        sources: The forked blind sources of one subset (their ids).
+        key: The HMAC key.
+        types: The hallucination types the sources are shared between, in seed order.
+        part: The subset's name (salts the ranking, so the two subsets draw independently).
+        mirror: Give the spare sources to the last types and take the positions from the end of each
+            type's order (the private subset; the public one is plain).
+
+    Returns:
+        dict[str, tuple[str, int]]: Each source's cell (empty when ``types`` is empty).
+
+    Example:
+        >>> cells = type_cells([f"s{i}" for i in range(8)], bytes(32), ["A", "B"])
+        >>> sorted(t for t, _ in cells.values())
+        ['A', 'A', 'A', 'A', 'B', 'B', 'B', 'B']
+        >>> three = type_cells([f"s{i}" for i in range(8)], bytes(32), ["A", "B", "C"])
+        >>> all(cells[s] == c for s, c in three.items() if c[0] != "C")  # A and B keep their forks
+        True
+    """
+    types = list(dict.fromkeys(types))
+    owned: dict[str, list[str]] = {}
+    for j, htype in enumerate(types):
+        n = j + 1
+        spare = len(sources) % n
+        quota = [len(sources) // n + ((i >= n - spare) if mirror else (i < spare)) for i in range(n)]
+        freed: list[str] = [] if j else list(sources)
+        for i, earlier in enumerate(types[:j]):
+            freed += owned[earlier][quota[i] :]
+            owned[earlier] = owned[earlier][: quota[i]]
+        owned[htype] = sorted(freed, key=lambda s, h=htype: (keyed_unit(key, "blind-rank", part, h, s), s))
+    out: dict[str, tuple[str, int]] = {}
+    for htype, sids in owned.items():
+        ks = _type_positions(key, htype)
+        ks = ks[::-1] if mirror else ks
+        out.update({sid: (htype, ks[i % len(ks)]) for i, sid in enumerate(sids)})
+    return out
 
 
 def corpus_types(records: Iterable[Mapping[str, Any]]) -> tuple[str, ...]:
@@ -639,61 +713,6 @@ def corpus_types(records: Iterable[Mapping[str, Any]]) -> tuple[str, ...]:
     present = {r.get("hallucination_type") for r in records} - {None}
     known = [t for t in hallucination_types() if t in present]
     return (*known, *sorted(present - set(known)))
-
-
-def latin_cells(
-    rng: random.Random, types: Sequence[str] | None = None, positions: Sequence[int] | None = None
-) -> list[tuple[str, int]]:
-    """Every (type, k) cell once, in a secret order whose every prefix is balanced to within one
-    dialogue per type and per fork position.
-
-    With as many types as positions (the taxonomy's 4 x 4) the order is a Latin square with permuted
-    rows and columns, its blocks of four (each type and each position once) shuffled inside. With n
-    types and m positions in general, cell i of the order (before the secret relabelling of types and
-    positions and the shuffle of blocks) is ``(type i mod n, position (i + i // L) mod m)``, ``L =
-    lcm(n, m)``: types cycle, positions cycle and shift by one each block of L cells, which by the
-    Chinese remainder theorem visits every one of the n * m cells once (block b holds the cells whose
-    position minus type is b modulo gcd(n, m)); blocks are balanced, so their order is free.
-
-    Args:
-        rng: The (secret) random generator that shuffles types, positions and blocks.
-        types: The hallucination types (default: the taxonomy's, in order; the blind draw passes
-            those of its corpus, :func:`corpus_types`).
-        positions: The fork positions (default: the taxonomy's).
-
-    Returns:
-        list[tuple[str, int]]: The ``len(types) * len(positions)`` ``(hallucination_type,
-        fork_position)`` cells, each once.
-
-    Raises:
-        ValueError: No type or no position.
-
-    Example:
-        >>> import random
-        >>> cells = latin_cells(random.Random(0), ["A", "B", "C"], [1, 2])
-        >>> sorted(cells) == [(t, k) for t in "ABC" for k in (1, 2)], len(cells)
-        (True, 6)
-    """
-    import math
-
-    types = list(hallucination_types() if types is None else types)
-    ks = list(FORK_POSITIONS if positions is None else positions)
-    n, m = len(types), len(ks)
-    if not n or not m:
-        raise ValueError(f"latin_cells: {n} types and {m} fork positions; both must be non-empty")
-    rng.shuffle(types)
-    rng.shuffle(ks)
-    if m == n:  # the square (the draw of every key made so far is unchanged)
-        out = []
-        for b in range(n):
-            block = [(types[i], ks[(i + b) % n]) for i in range(n)]
-            rng.shuffle(block)
-            out += block
-        return out
-    L = n * m // math.gcd(n, m)
-    blocks = [[(types[i % n], ks[(i + b) % m]) for i in range(b * L, (b + 1) * L)] for b in range(n * m // L)]
-    rng.shuffle(blocks)
-    return [c for block in blocks for c in block]
 
 
 def blind_mix(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -753,5 +772,6 @@ __all__ = [
     "secret_rng",
     "star_scenario_split",
     "turns_hash",
+    "type_cells",
     "write_key_file",
 ]

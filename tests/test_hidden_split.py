@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
+import toy_extensions
 from hidden_factory import llm_like_records
 
 from dialfork_dataset.hidden import (
@@ -21,20 +21,20 @@ from dialfork_dataset.hidden import (
     assert_disjoint,
     corpus_types,
     draw_hidden_tracks,
-    latin_cells,
     n_reserved,
     parse_key,
     parse_seed,
     read_key_file,
     reserve,
-    secret_rng,
     star_scenario_split,
+    type_cells,
     write_key_file,
 )
 from dialfork_dataset.hub import export_hub_layout, load_blind, load_blind_pairs, load_gold, recover_export
-from dialfork_dataset.taxonomy import FORK_POSITIONS, forks_per_source, hallucination_types
+from dialfork_dataset.taxonomy import FORK_POSITIONS, forks_per_source
 
 ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "workflows" / "insurance.yaml"
 KEY = bytes(range(32))
 #: The paper's four types (literal on purpose: a corpus made before any other type existed).
 PAPER = ("WIC", "SSPC", "GR", "CSC")
@@ -149,42 +149,34 @@ def test_star_scenario_split(star_dir):
 # ---- the blind draw --------------------------------------------------------------------------
 
 
-def test_latin_cells_balance_every_block():
-    cells = latin_cells(secret_rng(KEY, "t"))
-    types = hallucination_types()
-    n, m = (
-        len(types),
-        len(FORK_POSITIONS),
-    )  # 4 x 4 for the paper's types: blocks of four, each type and k once
-    assert sorted(cells) == sorted((h, k) for h in types for k in FORK_POSITIONS)
-    assert all(len({h for h, _ in cells[i : i + n]}) == n for i in range(0, len(cells), n))
-    assert all(len({k for _, k in cells[i : i + m]}) == m for i in range(0, len(cells), m))
+@pytest.mark.parametrize("n_types", [1, 2, 3, 4, 5, 6])
+@pytest.mark.parametrize("n_sources", [1, 5, 8, 13, 40])
+def test_type_cells_balance_the_types_and_each_types_positions(n_types, n_sources):
+    types, sids = [f"T{i}" for i in range(n_types)], [f"s{i}" for i in range(n_sources)]
+    cells = type_cells(sids, KEY, types)
+    assert sorted(cells) == sorted(sids)  # every forked source gives one fork
+    per_type = Counter(t for t, _ in cells.values())
+    assert max(per_type[t] for t in types) - min(per_type[t] for t in types) <= 1
+    for t in types:
+        ks = Counter(k for h, k in cells.values() if h == t)
+        assert max(ks[k] for k in FORK_POSITIONS) - min(ks[k] for k in FORK_POSITIONS) <= 1
+    assert type_cells(sids, KEY, types) == cells and type_cells(sids, KEY, []) == {}
 
 
-@pytest.mark.parametrize("n,m", [(5, 4), (4, 5), (6, 4), (3, 3), (2, 6), (1, 4), (4, 1)])
-def test_latin_cells_for_any_number_of_types_and_positions(n, m):
-    """Issue 36: a fifth type (or another number of positions) keeps every cell once and every prefix
-    of the order balanced to within one per type and per position."""
-    types, ks = [f"T{i}" for i in range(n)], list(range(1, m + 1))
-    for seed in range(5):
-        cells = latin_cells(random.Random(seed), types, ks)
-        assert sorted(cells) == sorted((t, k) for t in types for k in ks)
-        for j in range(1, len(cells) + 1):
-            ct, ck = Counter(t for t, _ in cells[:j]), Counter(k for _, k in cells[:j])
-            assert max(ct[t] for t in types) - min(ct[t] for t in types) <= 1
-            assert max(ck[k] for k in ks) - min(ck[k] for k in ks) <= 1
-
-
-def test_latin_cells_of_the_taxonomy_are_unchanged_by_the_general_form():
-    """The 4 x 4 draw of an existing key is what it was (the square path), given the same generator."""
-    # literal on purpose: the keys made so far drew over the paper's four types, and this is KEY's order
-    expected = [
-        ("CSC", 2), ("GR", 3), ("SSPC", 4), ("WIC", 1), ("SSPC", 3), ("GR", 1), ("CSC", 4), ("WIC", 2),
-        ("CSC", 3), ("WIC", 4), ("GR", 2), ("SSPC", 1), ("GR", 4), ("SSPC", 2), ("CSC", 1), ("WIC", 3),
-    ]  # fmt: skip
-    assert latin_cells(secret_rng(KEY, "t"), PAPER, [1, 2, 3, 4]) == expected
-    with pytest.raises(ValueError, match="both must be non-empty"):
-        latin_cells(random.Random(0), [], [1])
+@pytest.mark.parametrize("n_types", [1, 2, 3, 4, 5])
+@pytest.mark.parametrize("n_sources", [4, 9, 18, 40])
+def test_a_type_added_at_the_end_takes_its_share_from_the_others_tails(n_types, n_sources):
+    """Issue 52: each type's ranking and positions are seeded by the key and the type alone, so with
+    one more type every other type keeps the same fork of every source it keeps, and gives up about
+    n / (t (t + 1)) sources; pinning the types (the same list) keeps the draw exactly."""
+    types, sids = [f"T{i}" for i in range(n_types)], [f"s{i}" for i in range(n_sources)]
+    before, after = type_cells(sids, KEY, types), type_cells(sids, KEY, [*types, "NEW"])
+    kept = {s: c for s, c in after.items() if c[0] != "NEW"}
+    assert all(before[s] == c for s, c in kept.items())
+    lost = Counter(before[s][0] for s in sids if after[s][0] == "NEW")
+    bound = -(-n_sources // (n_types * (n_types + 1))) + 1
+    assert all(v <= bound for v in lost.values()), (lost, bound)
+    assert type_cells(sids, KEY, types) == before  # pinned: the same types draw the same cells
 
 
 def test_corpus_types_are_the_records_types_in_seed_order():
@@ -198,27 +190,116 @@ def test_corpus_types_are_the_records_types_in_seed_order():
 
 
 def test_a_keys_blind_set_does_not_change_when_a_type_is_registered():
-    """Issue 45: the draw cycles over the types the corpus carries, not over the registry's, so a
-    fixed corpus drawn with its key gives the same blind set after a type is registered."""
+    """Issue 45: the draw shares the forks between the types the corpus carries, not the registry's,
+    so a fixed corpus drawn with its key gives the same blind set after a type is registered."""
     from dialfork_dataset.taxonomy import HallucinationType, register_type, unregister_type
 
     recs = paper_corpus(("weather", "trivia", "bank_balance"), 12)
     before = draw_hidden_tracks(recs, KEY)
-    # what the draw cycles over: the corpus's four types, the square of every key made so far
     assert [r["dialogue_id"] for r in before.detector] == [
         r["dialogue_id"] for r in draw_hidden_tracks(recs, KEY, types=PAPER).detector
     ]
     register_type(HallucinationType("ZZ_FIFTH", "a type registered after the corpus was made"))
     try:
         after = draw_hidden_tracks(recs, KEY)
-        # a draw over the registry's types (the old behaviour) would have changed the blind set
-        over_registry = draw_hidden_tracks(recs, KEY, types=hallucination_types())
     finally:
         unregister_type("ZZ_FIFTH")
     ids = [r["dialogue_id"] for r in before.detector]
     assert [r["dialogue_id"] for r in after.detector] == ids and after.mix == before.mix
     assert [r["dialogue_id"] for r in after.metric] == [r["dialogue_id"] for r in before.metric]
-    assert [r["dialogue_id"] for r in over_registry.detector] != ids
+
+
+def _toy_type():
+    """The toy type of tests/toy_extensions.py, as its ``register`` builds it."""
+    from dialfork_dataset.taxonomy import HallucinationType
+
+    return HallucinationType(
+        toy_extensions.TYPE,
+        "premature closing",
+        breaks_task=True,
+        planner="toy_extensions:plan_premature",
+        variants=toy_extensions._variants(),
+        example_line="That is all done, goodbye!",
+    )
+
+
+@pytest.fixture(scope="module")
+def regenerated(tmp_path_factory):
+    """The example workflow file's corpus generated with the paper's four types, then regenerated with
+    the toy type appended (unregistered and registered again here, whether or not the suite runs
+    with the toys; the registry is left as it was)."""
+    from dialfork_dataset import taxonomy
+    from generation import GenerationConfig, generate_corpus
+
+    root = tmp_path_factory.mktemp("regenerated")
+    toy = toy_extensions.TYPE
+    spec = taxonomy.unregister_type(toy) if toy in taxonomy.hallucination_types() else None
+    was_registered = spec is not None
+    out = {}
+    try:
+        assert taxonomy.hallucination_types() == PAPER
+        for name in ("four", "five"):
+            if name == "five":
+                taxonomy.register_type(spec or _toy_type())
+            corpus = root / name
+            config = GenerationConfig(star=f"workflow:{EXAMPLE}", out=str(corpus), per_task=24)
+            generate_corpus(config, progress=False)
+            out[name] = [
+                json.loads(x) for f in sorted(corpus.glob("*.jsonl")) for x in f.open(encoding="utf-8")
+            ]
+    finally:
+        if toy in taxonomy.hallucination_types() and not was_registered:
+            taxonomy.unregister_type(toy)
+        elif toy not in taxonomy.hallucination_types() and was_registered:
+            taxonomy.register_type(spec)
+    return out
+
+
+def test_a_corpus_regenerated_with_one_more_type_keeps_the_other_types_blind_ids(regenerated):
+    """Issue 52: each type's blind draw is seeded by the key and the type alone. Regenerated with one
+    more type, the corpus keeps every record of the four; with the same key, the conformant blind
+    dialogues and the metric track stay, each of the four keeps its blind forks except the few it
+    gives up to the new type (about n / (t (t + 1)) of n forked sources, t = 4), and none is swapped
+    for another; pinning the four types keeps the blind set exactly."""
+    four, five = regenerated["four"], regenerated["five"]
+    by_id = {r["dialogue_id"]: r for r in five}
+    assert all(by_id[r["dialogue_id"]]["turns"] == r["turns"] for r in four)  # appended: same seeds
+    assert {r["hallucination_type"] for r in five} == {None, *PAPER, toy_extensions.TYPE}
+    a, b = draw_hidden_tracks(four, KEY), draw_hidden_tracks(five, KEY)
+
+    def ids(rows, htype):
+        return {r["dialogue_id"] for r in rows if r["hallucination_type"] == htype}
+
+    assert ids(b.detector, None) == ids(a.detector, None)
+    assert {r["dialogue_id"] for r in a.metric} <= {r["dialogue_id"] for r in b.metric}
+    n_forked = sum(1 for r in a.detector if r["hallucination_type"])
+    bound = -(-n_forked // (4 * 5)) + 2  # two subsets, each a fold of its own
+    for htype in PAPER:
+        kept, was = ids(b.detector, htype), ids(a.detector, htype)
+        assert kept <= was and len(was - kept) <= bound, (htype, was - kept)
+    assert ids(b.detector, toy_extensions.TYPE)  # the new type has its share
+    pinned = draw_hidden_tracks(five, KEY, types=PAPER)
+    assert [r["dialogue_id"] for r in pinned.detector] == [r["dialogue_id"] for r in a.detector]
+
+
+def test_the_export_pins_the_blind_types(regenerated, tmp_path):
+    """``export_hub_layout(blind_types=...)`` (``python -m leaderboard export --blind-types``): the
+    release of the regenerated corpus, pinned to the earlier release's types, has its blind set."""
+    gold = {}
+    for name, pin in (("four", None), ("five", list(PAPER))):
+        info = export_hub_layout(
+            regenerated[name],
+            tmp_path / name,
+            tmp_path / f"{name}-gold",
+            blind_key="7b" * 32,
+            hidden_fraction=0.5,
+            blind_types=pin,
+        )
+        assert info["hidden"]["blind_types"] == list(PAPER)
+        gold[name] = load_gold(info["gold_dir"])
+    assert [r["dialogue_id"] for r in gold["five"]["task3"]] == [
+        r["dialogue_id"] for r in gold["four"]["task3"]
+    ]
 
 
 def test_draw_one_dialogue_per_source_balanced_and_tracks_disjoint():
@@ -235,7 +316,10 @@ def test_draw_one_dialogue_per_source_balanced_and_tracks_disjoint():
     # conformant share 0.2 per subset (round(3.6) = 4 of 18), forks balanced over types and k
     assert mix["conformant"] == 8 and mix["forked"] == 28
     assert max(mix["types"].values()) - min(mix["types"].values()) <= 1
-    assert max(mix["fork_positions"].values()) - min(mix["fork_positions"].values()) <= 1
+    for htype in mix["types"]:  # each type's positions: within one (the subsets walk them both ways)
+        ks = Counter(r["fork_position"] for r in tr.detector if r["hallucination_type"] == htype)
+        assert max(ks[k] for k in FORK_POSITIONS) - min(ks[k] for k in FORK_POSITIONS) <= 1
+    assert max(mix["fork_positions"].values()) - min(mix["fork_positions"].values()) <= len(mix["types"])
     for part in ("public", "private"):
         kinds = {r["hallucination_type"] is None for r in tr.detector if r["subset"] == part}
         assert kinds == {True, False}  # the Score needs both kinds in each part

@@ -66,6 +66,7 @@ from ..hidden import (
     DEFAULT_PUBLIC_FRACTION,
     HiddenKey,
     assert_disjoint,
+    corpus_types,
     draw_hidden_tracks,
     parse_key,
     read_key_file,
@@ -266,6 +267,7 @@ def export_hub_layout(
     metric_share: float = DEFAULT_METRIC_SHARE,
     conformant_share: float = DEFAULT_CONFORMANT_SHARE,
     public_fraction: float = DEFAULT_PUBLIC_FRACTION,
+    blind_types: Sequence[str] | None = None,
     max_rows_per_shard: int = 50_000,
     overwrite: bool = False,
     audit: Callable[[Path, Path], Any] | None = None,
@@ -315,6 +317,10 @@ def export_hub_layout(
             dialogue (the others give one fork); default 0.2.
         public_fraction: The share, in (0, 1), of each track in the gold's ``public`` subset (the
             rest is ``private``); default 0.5.
+        blind_types: The hallucination types the detector blind set's forks are shared between
+            (:func:`~dialfork_dataset.hidden.draw_hidden_tracks`'s ``types``): pin the types of an
+            earlier release to keep its blind set exactly when the hidden corpus gains a type;
+            None (default): the types the hidden corpus carries.
         max_rows_per_shard: The most rows per parquet shard.
         overwrite: Replace a non-empty ``dest`` / ``gold_dir``; False refuses them.
         audit: ``audit(staged_layout, staged_gold) -> report``, run before publishing (None: no
@@ -429,6 +435,7 @@ def export_hub_layout(
         metric_share=metric_share,
         conformant_share=conformant_share,
         public_fraction=public_fraction,
+        types=blind_types,
     )
     rows = all_config_rows(public_records, split_seed)
     if compound is not None:
@@ -464,6 +471,8 @@ def export_hub_layout(
             "fraction_text": f"{100 * hk.hidden_fraction:.0f}%",
             "metric_share": metric_share,
             "conformant_share": conformant_share,
+            # what the blind forks were shared between: pin them (blind_types) to keep this blind set
+            "blind_types": list(corpus_types(hidden_records) if blind_types is None else blind_types),
             "mix": tracks.mix,
             "generators": sorted({r["generator"] for r in hidden_records}),
             "prefix_modes": sorted({r.get("prefix_mode") for r in hidden_records if r.get("prefix_mode")}),
