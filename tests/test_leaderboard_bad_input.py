@@ -1,4 +1,4 @@
-"""Hostile submissions: each gets a line-numbered error, exit status 1 and no traceback, and
+"""Hostile submissions: each gets a line-numbered error, exit status 2 (bad input, as every DialFork CLI) and no traceback, and
 nothing one submitter sends can change another submitter's results."""
 
 from __future__ import annotations
@@ -221,3 +221,12 @@ def test_nothing_one_submitter_sends_alters_another(env, tmp_path):
     assert (
         page.count("Submit on the Space or check a file") == 1 and page.count('<section id="detector">') == 1
     )
+
+
+def test_unterminated_string_says_at_column_once(env, tmp_path, capsys):
+    """Issue 51: "Unterminated string starting at at column" read "at" twice; bad input exits 2."""
+    lines = _lines(env)
+    lines[1] = '{"dialogue_id": "abc'
+    rc, out = _validate(env, _write(tmp_path, "unterminated", lines), capsys)
+    assert rc == 2 and ":2: " in out
+    assert "Unterminated string starting at column" in out and "at at" not in out

@@ -231,3 +231,25 @@ def test_a_corpus_too_small_to_split_says_so(tmp_path):
         load_examples(folder, "train")
     assert "corresponds to no data" not in str(ei.value) and "split is empty" in str(ei.value)
     assert "--fit-data" in str(ei.value)
+
+
+def test_malformed_json_names_its_column_without_a_doubled_at(tmp_path):
+    """Issue 51: "Unterminated string starting at at column 17" (Python's message ends in "at")."""
+    from dialfork_dataset.jsonl import json_error_text
+
+    p = _write(tmp_path, ['{"dialogue_id": "a', {"dialogue_id": "b", "turns": TURNS}])
+    with pytest.raises(TranscriptError) as e:
+        read_transcripts(p)
+    (err,) = e.value.errors
+    assert (
+        err == f"{p}:1: malformed JSON (Unterminated string starting at column 17); one JSON object per line"
+    )
+    try:
+        json.loads('{"a": 1,\n  ')
+    except json.JSONDecodeError as x:
+        assert (
+            json_error_text(x, line=True)
+            == "Expecting property name enclosed in double quotes at line 2 column 3"
+        )
+    rc, _, err_text = _cli("predict", "--data", p, "--detector", "first", "--out", tmp_path / "p.jsonl")
+    assert rc == 2 and "starting at column 17" in err_text and "at at" not in err_text

@@ -7,6 +7,29 @@ import logging
 import sys
 
 from dialfork_dataset.console import state_defaults
+from dialfork_metrics.flowgraph.metric import MIN_CROSSFIT_TARGET
+
+#: The fewest audited dialogues per task FlowKL is estimated from (``flowkl_crossfit``'s ``min_tgt``).
+FLOWKL_MIN_AUDITED = MIN_CROSSFIT_TARGET
+
+
+def flowkl_too_few(n: int) -> str:
+    """The note printed when a run audits too few dialogues per task for FlowKL.
+
+    Args:
+        n: Audited dialogues per task.
+
+    Returns:
+        str: One line: what FlowKL needs and what the run will show.
+
+    Example:
+        >>> flowkl_too_few(2)
+        'note: FlowKL needs at least 5 audited dialogues per task; with 2 it is n/a (not estimated): pass --per-task 5 or more'
+    """
+    return (
+        f"note: FlowKL needs at least {FLOWKL_MIN_AUDITED} audited dialogues per task; with {n} it is n/a "
+        f"(not estimated): pass --per-task {FLOWKL_MIN_AUDITED} or more"
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -28,7 +51,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--star", default=None, help="STAR copy (same as --source star:PATH; default $DIALFORK_STAR_DIR)"
     )
     ap.add_argument("--tasks", required=True, help="comma-separated task names of the source")
-    ap.add_argument("--per-task", type=int, default=5, help="scenarios per task (default 5)")
+    ap.add_argument(
+        "--per-task",
+        type=int,
+        default=5,
+        help=f"scenarios per task (default 5; FlowKL needs at least {FLOWKL_MIN_AUDITED}: fewer give n/a)",
+    )
     ap.add_argument("--scenarios", default=None, help="comma-separated scenario ids (instead of the first N)")
     ap.add_argument(
         "--happy-only",
@@ -106,6 +134,8 @@ def main(argv: list[str] | None = None) -> int:
         a.star = os.environ.get("DIALFORK_STAR_DIR")
     tasks = [t.strip() for t in a.tasks.split(",") if t.strip()]
     scen = [s.strip() for s in a.scenarios.split(",") if s.strip()] if a.scenarios else None
+    if (n := len(scen) if scen else a.per_task) < FLOWKL_MIN_AUDITED:
+        print(flowkl_too_few(n), file=sys.stderr)
     try:
         from dialfork_dataset.hub import resolve_data
 

@@ -215,6 +215,10 @@ def main(argv: list[str] | None = None) -> int:
     from .store import AuditError
 
     tasks = [t for t in a.tasks.split(",") if t]
+    from .__main__ import FLOWKL_MIN_AUDITED, flowkl_too_few
+
+    if a.per_task < FLOWKL_MIN_AUDITED:  # say it before the table shows n/a
+        print(flowkl_too_few(a.per_task), file=sys.stderr)
     reports = {}
     try:
         from dialfork_dataset.hub import DataSourceError, resolve_data

@@ -340,8 +340,8 @@ def _print_fit(mon: Any, what: str, path: Any) -> None:
     """What was fitted, and its expected false-alarm rate (a warning on stderr above 10%)."""
     from dialfork_metrics.task3.fit_report import fit_report_lines, too_high
 
-    n = f" ({mon.detector.n_train_} dialogues)" if mon.detector.n_train_ else ""
-    print(f"fitted {mon!r} on {what}{n}; saved to {path}")
+    n = mon.detector.n_train_
+    print(f"fitted {mon!r} on {f'{n} dialogues of {mon.task}' if n else what}; saved to {path}")
     tasks = [mon.task] if mon.workflow_aware else None
     for line in fit_report_lines(mon.detector, tasks):
         print(f"  {line}", file=sys.stderr if too_high(mon.detector, tasks) else sys.stdout)
@@ -396,7 +396,7 @@ def _replay_one(mon: Any, d: dict[str, Any], title: str) -> bool:
         if v.speaker == "system" or v.raised:
             score = "-" if v.score is None else f"{v.score:.3f}"
             where = f"system turn {v.system_turn:>2}" if v.system_turn else "user turn     "
-            mark = f"  <-- first alarm: {_alarm_note(v)}" if v.alarm and not shown else ""
+            mark = f"  <-- first alarm ({_alarm_note(v)})" if v.alarm and not shown else ""
             shown = shown or v.alarm
             print(
                 f"  {where}  alarm={str(v.alarm):5}  score={score:>7} (threshold {v.threshold:.3f})  "

@@ -400,6 +400,13 @@ class Monitor:
 
         from .fitting import as_dialogues, default_detector, fit_tasks, watched_task
 
+        if isinstance(workflow, str | os.PathLike):
+            # the saved detector reopens its source by this spec: absolute, so a monitor file loads from
+            # any folder (workflow:car_service.yaml fitted in one folder, served from another)
+            from dialfork_dataset.sources import parse_source_spec
+
+            kind, where = parse_source_spec(workflow)
+            workflow = f"{kind}:{where}"
         rows = as_dialogues(dialogues) if dialogues is not None else []
         forked = [
             str(r.get("dialogue_id", i))

@@ -263,6 +263,11 @@ def _detector_inputs(args: argparse.Namespace, spec: Any) -> tuple[dict[str, Any
 
         corpus = _fit_source(args) or args.data
         available["workflow"] = args.workflow or workflow_for_data(corpus) or _manifest_star(corpus)
+        if isinstance(available["workflow"], str):  # absolute: a saved detector reopens it from anywhere
+            from dialfork_dataset.sources import parse_source_spec
+
+            kind, where = parse_source_spec(available["workflow"])
+            available["workflow"] = f"{kind}:{where}"
     if "model" in spec.needs:
         api_key = _api_key(args)
         star_dir = args.star_dir
