@@ -735,3 +735,27 @@ def test_repeated_steps_except_the_workflows_own_loop_and_a_re_ask(star_dir):
     assert step_coverage(again, doctor)["repeated"] == 1
     after = ["hello", "weather_ask_day", "weather_ask_location", "weather_ask_day", "weather_inform_forecast"]
     assert step_coverage(after, weather)["repeated"] == 1
+
+
+@pytest.mark.parametrize("per_task, said", [(2, True), (5, False)])
+def test_the_cli_says_flowkl_needs_five_audited_dialogues(tmp_path, monkeypatch, capsys, per_task, said):
+    """Issue 51: ``--per-task 2`` showed FlowKL "n/a" without saying why; the CLI now says it needs 5."""
+    import dialfork_dataset.hub
+    from dialfork_metrics.audit import core
+    from dialfork_metrics.audit.__main__ import FLOWKL_MIN_AUDITED, main
+    from dialfork_metrics.flowgraph.metric import MIN_CROSSFIT_TARGET
+
+    class Report:
+        def to_markdown(self):
+            return "| task | FlowKL |\n| weather | n/a |"
+
+    monkeypatch.setattr(dialfork_dataset.hub, "resolve_data", lambda *a, **k: None)
+    monkeypatch.setattr(core, "audit_agent", lambda *a, **k: Report())
+    rc = main(
+        ["--agent", "http://127.0.0.1:9/v1", "--model", "m", "--tasks", "weather", "--per-task", str(per_task),
+         "--reference", str(tmp_path), "--out", str(tmp_path / "out"), "--star", str(tmp_path)]
+    )  # fmt: skip
+    out = capsys.readouterr().out
+    assert rc == 0 and FLOWKL_MIN_AUDITED == MIN_CROSSFIT_TARGET == 5
+    note = f"note: FlowKL needs at least 5 audited dialogues per task; with {per_task} it is n/a"
+    assert (note in out) is said

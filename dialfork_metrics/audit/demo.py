@@ -215,10 +215,6 @@ def main(argv: list[str] | None = None) -> int:
     from .store import AuditError
 
     tasks = [t for t in a.tasks.split(",") if t]
-    from .__main__ import FLOWKL_MIN_AUDITED, flowkl_too_few
-
-    if a.per_task < FLOWKL_MIN_AUDITED:  # say it before the table shows n/a
-        print(flowkl_too_few(a.per_task), file=sys.stderr)
     reports = {}
     try:
         from dialfork_dataset.hub import DataSourceError, resolve_data
@@ -248,6 +244,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     write_text_atomic(Path(a.out) / "comparison.json", comparison_json(reports))
     print(table)
+    from .__main__ import FLOWKL_MIN_AUDITED, flowkl_too_few
+
+    if a.per_task < FLOWKL_MIN_AUDITED:  # the table shows FlowKL n/a: say why
+        print(flowkl_too_few(a.per_task))
     print(f"audit reports: {a.out}/faithful/report.html, {a.out}/derailed/report.html")
     return 0
 
