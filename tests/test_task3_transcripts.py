@@ -237,7 +237,7 @@ def test_malformed_json_names_its_column_without_a_doubled_at(tmp_path):
     """Issue 51: "Unterminated string starting at at column 17" (Python's message ends in "at")."""
     from dialfork_dataset.jsonl import json_error_text
 
-    p = _write(tmp_path, ['{"dialogue_id": "a', {"dialogue_id": "b", "turns": TURNS}])
+    p = _write(tmp_path / "t.jsonl", ['{"dialogue_id": "a', {"dialogue_id": "b", "turns": TURNS}])
     with pytest.raises(TranscriptError) as e:
         read_transcripts(p)
     (err,) = e.value.errors
