@@ -149,12 +149,12 @@ paper: install
 # (tests/conftest.py, tests/toy_extensions.py: a metric, a fifth hallucination type, a Task 3
 # detector, a backend and a source kind, through $DIALFORK_PLUGINS so that the processes the tests
 # start see them too): every test reads the registries, not literals (issue 52).
-# DIALFORK_TEST_TOY_EXTENSIONS=0 leaves the toys out. TEST_ARGS: more pytest arguments (e.g.
-# `-m "not slow"` for the quick part, --durations=30).
+# DIALFORK_TEST_TOY_EXTENSIONS=0 leaves the toys out. The run ends with its 20 slowest tests (a test
+# that grows shows there). TEST_ARGS: more pytest arguments (e.g. `-m "not slow"` for the quick part).
 TEST_WORKERS ?= auto
 TEST_ARGS ?=
 test: install system-deps
-	DIALFORK_STAR_DIR=$(abspath $(STAR)) $(PY) -m pytest -p no:cacheprovider \
+	DIALFORK_STAR_DIR=$(abspath $(STAR)) $(PY) -m pytest -p no:cacheprovider --durations=20 \
 	  $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist worksteal) $(TEST_ARGS) tests
 
 # The documentation site (mkdocs.yml, docs/): served on http://127.0.0.1:8000 with live reload.
