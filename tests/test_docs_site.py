@@ -84,6 +84,7 @@ def test_strict_build_fails_on_a_broken_reference(tmp_path):
     cfg = cfg.replace(
         "- docs/hooks/sphinx_roles.py:SphinxRoles", f"- {ROOT}/docs/hooks/sphinx_roles.py:SphinxRoles"
     )
+    cfg = cfg.replace("- docs/hooks/registries.py", f"- {ROOT}/docs/hooks/registries.py")
     cfg = cfg.replace("paths: [.]", f"paths: [{ROOT}]")
     (tmp_path / "mkdocs.yml").write_text(cfg)
     proc = _build(tmp_path / "mkdocs.yml", tmp_path / "site")

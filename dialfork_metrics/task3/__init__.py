@@ -17,6 +17,9 @@ from __future__ import annotations
 
 from dialfork_dataset.lazy import lazy_exports
 
+from .registry import exports as _detector_exports
+
+# public name -> submodule that defines it; the detector classes come from the registry (below)
 _EXPORTS: dict[str, str] = {
     "PredictionError": "scorer",
     "SCORE_WEIGHTS": "scorer",
@@ -26,12 +29,7 @@ _EXPORTS: dict[str, str] = {
     "validate_predictions": "scorer",
     "format_table": "scorer",
     "NgramLM": "baselines.ngram",
-    "StreamingDetector": "streaming",
     "NotFittedError": "streaming",
-    "FirstTurnBaseline": "baselines.trivial",
-    "LastTurnBaseline": "baselines.trivial",
-    "RandomTurnBaseline": "baselines.trivial",
-    "LLMDetector": "llm.detector",
     "TransformersChat": "llm.detector",
     "parse_turn_answer": "llm.parsing",
     "ParsedAnswer": "llm.parsing",
@@ -48,6 +46,9 @@ _EXPORTS: dict[str, str] = {
     "read_predictions": "io",
     "write_predictions": "io",
 }
+
+# every detector class the registry names as "dialfork_metrics.task3.<sub>:<Name>" (registry.exports)
+_EXPORTS.update({k: v for k, v in _detector_exports().items() if k not in _EXPORTS})
 
 __all__ = sorted(_EXPORTS)
 

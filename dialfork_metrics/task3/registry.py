@@ -452,6 +452,22 @@ def detector_for_format(fmt: Any, where: str = "a saved detector") -> DetectorSp
     raise ValueError(f"{where}: unknown detector format {fmt!r}; registered formats: {known or '(none)'}")
 
 
+def exports() -> dict[str, str]:
+    """The detector classes ``dialfork_metrics.task3`` exports, read from the registry.
+
+    Returns:
+        dict[str, str]: Each registered factory named ``"dialfork_metrics.task3.<sub>:<Name>"`` (a
+        class or function of the package) as ``{Name: sub}``, in registration order: the package's
+        lazy export table takes them, and the API reference lists them.
+    """
+    out: dict[str, str] = {}
+    for s in _REGISTRY.specs():
+        mod, _, attr = s.factory.partition(":") if isinstance(s.factory, str) else ("", "", "")
+        if mod.startswith("dialfork_metrics.task3.") and attr and "." not in attr:
+            out.setdefault(attr, mod.removeprefix("dialfork_metrics.task3."))
+    return out
+
+
 def detector_labels() -> dict[str, str]:
     """``name -> display label`` of every registered detector.
 
@@ -490,7 +506,9 @@ _STREAMING_NEEDS = ("encoder", "false_alarm_rate")
 # module; tests/test_detector_consumers.py checks them against the modules' FORMAT constants)
 _BASELINE_SAVE = {"save_format": "dialfork-task3-baseline", "loader": f"{_B}:load_baseline"}
 _STREAMING_SAVE = {"save_format": "dialfork-task3-streaming-detector", "loader": f"{_S}.load"}
-for _spec in (
+#: The built-in detectors, in registration order (the paper's Table 4): adding one is a
+#: ``DetectorSpec`` here and its class.
+BUILTIN_DETECTORS: tuple[DetectorSpec, ...] = (
     DetectorSpec(
         "first",
         "Always first",
@@ -601,13 +619,15 @@ for _spec in (
         ("model",),
         description="a zero-shot LLM asked for the first deviating system turn",
     ),
-):
+)
+for _spec in BUILTIN_DETECTORS:
     register_detector(_spec)
 del _spec
 
 
 __all__ = [
     "BENCH_SUPPLIES",
+    "BUILTIN_DETECTORS",
     "DETECTORS",
     "DetectorSpec",
     "KEYWORD_NEEDS",
@@ -619,6 +639,7 @@ __all__ = [
     "detector_labels",
     "detector_names",
     "detector_specs",
+    "exports",
     "get_detector",
     "register_detector",
     "save_formats",

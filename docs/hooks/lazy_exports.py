@@ -8,7 +8,9 @@ not be collected. For every module that defines such a mapping (a dict literal, 
 comprehension ``{n: "sub" for n in (...)}``), the extension adds an alias
 ``package.name -> package.submodule.name``, exactly what ``__getattr__`` returns at run time. The
 API reference can then name each object by its package-level path, which survives moving code
-between submodules.
+between submodules. A table that takes entries from a registry at import (``_EXPORTS.update(...)``:
+the metric functions, the detector classes) is read by importing the package, without
+``DIALFORK_PLUGINS``: the reference documents what ships.
 """
 
 from __future__ import annotations
@@ -65,3 +67,19 @@ class LazyExports(griffe.Extension):
             for name, sub in (_mapping(stmt.value) or {}).items():
                 if name not in mod.members:
                     mod.set_member(name, griffe.Alias(name, f"{mod.path}.{sub}.{name}", parent=mod))
+        # the entries a table takes from a registry at import (``_EXPORTS.update(...)``: the metric
+        # functions of dialfork_metrics, the detector classes of dialfork_metrics.task3)
+        if "_EXPORTS.update(" in mod.filepath.read_text(encoding="utf-8"):
+            for name, sub in _runtime_exports(mod.path).items():
+                if name not in mod.members:
+                    mod.set_member(name, griffe.Alias(name, f"{mod.path}.{sub}.{name}", parent=mod))
+
+
+def _runtime_exports(path: str) -> dict[str, str]:
+    """The package's ``_EXPORTS`` as imported: the shipped entries only (no ``DIALFORK_PLUGINS``)."""
+    import importlib
+    import os
+
+    os.environ.pop("DIALFORK_PLUGINS", None)  # the reference documents the package, not a plug-in
+    table = getattr(importlib.import_module(path), "_EXPORTS", None)
+    return {str(k): str(v) for k, v in table.items()} if isinstance(table, dict) else {}
