@@ -582,13 +582,14 @@ class WorkflowDetector(BaseEstimator):
         """rule -> its deviation weight for ``task`` (0 for a rule switched off for it:
         ``rules_off_``, :func:`~.workflow_fit.rule_budget`)."""
         off = getattr(self, "rules_off_", {}).get(task, frozenset())
+        rep = getattr(self, "repeat_weight", DEFAULT_REPEAT_WEIGHT)  # (a subclass may lack the weights)
         w = {
-            "repeat": self.repeat_weight,
-            "order": self.order_weight,
-            "skip-requires": self.skip_weight,
-            "skip-closing": self.closing_weight,
-            "repeat-slot": self.repeat_weight,
-            "repeat-confirmation": self.repeat_weight,
+            "repeat": rep,
+            "order": getattr(self, "order_weight", DEFAULT_ORDER_WEIGHT),
+            "skip-requires": getattr(self, "skip_weight", DEFAULT_SKIP_WEIGHT),
+            "skip-closing": getattr(self, "closing_weight", DEFAULT_CLOSING_WEIGHT),
+            "repeat-slot": rep,
+            "repeat-confirmation": rep,
         }
         return {r: (0.0 if r in off else float(v)) for r, v in w.items()}
 
