@@ -130,7 +130,11 @@ def test_console_routes_logs_through_tqdm_and_restores_state(monkeypatch):
 
 
 def _run(args: list[str], env_extra: dict | None = None, **kw) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), **(env_extra or {})}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH")))),
+        **(env_extra or {}),
+    }
     return subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env, timeout=300, **kw)
 
 
@@ -148,7 +152,7 @@ def test_quiet_silences_logs_and_bars_and_star_env_is_read(tmp_path, star_dir):
         [sys.executable, *args, "--out", str(tmp_path / "c")],
         capture_output=True,
         text=True,
-        env={**env, "PYTHONPATH": str(ROOT)},
+        env={**env, "PYTHONPATH": os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH"))))},
         timeout=300,
     )
     assert missing.returncode == 2 and "--star PATH, or set DIALFORK_STAR_DIR" in missing.stderr

@@ -79,8 +79,14 @@ def test_batched_equals_single_and_one_encoder_pass(enc):
     n_unique_transcripts = len({"\n".join(d) for d in refs + cands})
     assert fresh.stats["encoded"] == n_unique_turns + n_unique_transcripts
     assert set(res) == set(DLG.ALL_METHODS)
-    for name in DLG.ALL_METHODS:
-        fn = getattr(dm, name)
+    from dialfork_metrics import registry
+
+    # every registered metric with a public function (a plug-in may register a core alone: score_pairs,
+    # above, is then its one way in)
+    public = [n for n in DLG.ALL_METHODS if registry.get(n, "pair").fn is not None]
+    assert set(METHODS) <= set(public)
+    for name in public:
+        fn = registry.get(name, "pair").fn_callable()
         kw = {"encoder": enc} if name in METHODS else {}
         batched = fn(refs, cands, batched=True, **kw)
         assert isinstance(batched, np.ndarray) and batched.shape == (4,)

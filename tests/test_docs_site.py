@@ -16,7 +16,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _build(config: Path, site: Path) -> subprocess.CompletedProcess:
-    env = dict(os.environ, NO_MKDOCS_2_WARNING="1", PYTHONPATH=str(ROOT))
+    env = dict(
+        os.environ,
+        NO_MKDOCS_2_WARNING="1",
+        PYTHONPATH=os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH")))),
+    )
     return subprocess.run(
         [
             sys.executable,

@@ -47,7 +47,7 @@ def test_space_app_starts_in_a_folder_of_another_name(name, tmp_path):
     def launch(port):
         return [sys.executable, "app.py"], {
             **os.environ,
-            "PYTHONPATH": str(ROOT),
+            "PYTHONPATH": os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH")))),
             "GRADIO_SERVER_NAME": "127.0.0.1",
             "GRADIO_SERVER_PORT": str(port),
             "GRADIO_ANALYTICS_ENABLED": "False",

@@ -167,7 +167,7 @@ def test_interrupted_conversion_leaves_no_finished_folder(tmp_path, monkeypatch)
 def _run_generation(args, tmp_path):
     env = {
         **os.environ,
-        "PYTHONPATH": str(ROOT),
+        "PYTHONPATH": os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH")))),
         "DIALFORK_GGUF_CACHE": str(tmp_path / "cache"),
         "HF_HUB_OFFLINE": "1",
     }

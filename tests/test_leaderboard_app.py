@@ -184,7 +184,10 @@ def test_rate_limit_holds_across_processes(env, tmp_path):
         "except RateLimitError:\n"
         "    print('refused')\n"
     )
-    envv = {**os.environ, "PYTHONPATH": str(ROOT)}
+    envv = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH")))),
+    }
     procs = [
         subprocess.Popen(
             [
@@ -227,7 +230,11 @@ print(json.dumps({"kinds": kinds, "labels": labels, "expects_oauth": bool(demo.e
 @pytest.mark.skipif(not HAS_GRADIO, reason="gradio is not installed (pip install 'dialfork[leaderboard]')")
 @pytest.mark.parametrize("mode", ["no-login", "login"])
 def test_build_with_and_without_login(env, tmp_path, mode):
-    envv = {**os.environ, "PYTHONPATH": str(ROOT), "GRADIO_ANALYTICS_ENABLED": "False"}
+    envv = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH")))),
+        "GRADIO_ANALYTICS_ENABLED": "False",
+    }
     if mode == "login":  # what a Space with hf_oauth: true provides (nothing is contacted while building)
         envv.update(
             {
@@ -306,7 +313,12 @@ def served_app(env, tmp_path):
         "--host",
         "127.0.0.1",
     ]
-    envv = {**os.environ, "PYTHONPATH": str(ROOT), "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1"}
+    envv = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH")))),
+        "GRADIO_ANALYTICS_ENABLED": "False",
+        "HF_HUB_OFFLINE": "1",
+    }
     proc, base, log = start_app(lambda port: ([*cmd, "--port", str(port)], envv), tmp_path, tmp_path)
     try:
         yield {"base": base, "store": tmp_path / "store", "log": log}

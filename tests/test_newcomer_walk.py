@@ -24,7 +24,7 @@ from dialfork_dataset import export_hub_layout, write_jsonl
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {
     **os.environ,
-    "PYTHONPATH": str(ROOT),
+    "PYTHONPATH": os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH")))),
     "HF_HUB_OFFLINE": "1",
     "HF_DATASETS_OFFLINE": "1",
     "HF_EVALUATE_OFFLINE": "1",

@@ -225,7 +225,9 @@ def test_the_encoder_is_no_submodule_and_the_module_loads_lazily():
         "assert not {'torch', 'torchmetrics', 'dialfork_metrics.torchmetrics'} & set(sys.modules), "
         "sorted(m for m in sys.modules if 'torch' in m)"
     )
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH"))))
+    )
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, check=True, timeout=120)
 
 
