@@ -225,9 +225,9 @@ def _toy_type():
 
 @pytest.fixture(scope="module")
 def regenerated(tmp_path_factory):
-    """The example workflow file's corpus generated with the paper's four types, then regenerated with
-    the toy type appended (unregistered and registered again here, whether or not the suite runs
-    with the toys; the registry is left as it was)."""
+    """The example workflow file's corpus generated with the built-in types, then regenerated with the
+    toy type appended (unregistered and registered again here, whether or not the suite runs with
+    the toys; the registry is left as it was)."""
     from dialfork_dataset import taxonomy
     from generation import GenerationConfig, generate_corpus
 
@@ -235,11 +235,11 @@ def regenerated(tmp_path_factory):
     toy = toy_extensions.TYPE
     spec = taxonomy.unregister_type(toy) if toy in taxonomy.hallucination_types() else None
     was_registered = spec is not None
-    out = {}
+    out = {"types": taxonomy.hallucination_types()}  # the built-in types (the paper's four first)
     try:
-        assert taxonomy.hallucination_types() == PAPER
-        for name in ("four", "five"):
-            if name == "five":
+        assert out["types"][:4] == PAPER and toy not in out["types"]
+        for name in ("before", "after"):
+            if name == "after":
                 taxonomy.register_type(spec or _toy_type())
             corpus = root / name
             config = GenerationConfig(star=f"workflow:{EXAMPLE}", out=str(corpus), per_task=24)
@@ -257,15 +257,15 @@ def regenerated(tmp_path_factory):
 
 def test_a_corpus_regenerated_with_one_more_type_keeps_the_other_types_blind_ids(regenerated):
     """Issue 52: each type's blind draw is seeded by the key and the type alone. Regenerated with one
-    more type, the corpus keeps every record of the four; with the same key, the conformant blind
-    dialogues and the metric track stay, each of the four keeps its blind forks except the few it
-    gives up to the new type (about n / (t (t + 1)) of n forked sources, t = 4), and none is swapped
-    for another; pinning the four types keeps the blind set exactly."""
-    four, five = regenerated["four"], regenerated["five"]
-    by_id = {r["dialogue_id"]: r for r in five}
-    assert all(by_id[r["dialogue_id"]]["turns"] == r["turns"] for r in four)  # appended: same seeds
-    assert {r["hallucination_type"] for r in five} == {None, *PAPER, toy_extensions.TYPE}
-    a, b = draw_hidden_tracks(four, KEY), draw_hidden_tracks(five, KEY)
+    more type, the corpus keeps every record of the others; with the same key, the conformant blind
+    dialogues and the metric track stay, each existing type keeps its blind forks except the few it
+    gives up to the new type (about n / (t (t + 1)) of n forked sources, t types before), and none
+    is swapped for another; pinning the earlier types keeps the blind set exactly."""
+    before, after, types = regenerated["before"], regenerated["after"], regenerated["types"]
+    by_id = {r["dialogue_id"]: r for r in after}
+    assert all(by_id[r["dialogue_id"]]["turns"] == r["turns"] for r in before)  # appended: same seeds
+    assert {r["hallucination_type"] for r in after} == {None, *types, toy_extensions.TYPE}
+    a, b = draw_hidden_tracks(before, KEY), draw_hidden_tracks(after, KEY)
 
     def ids(rows, htype):
         return {r["dialogue_id"] for r in rows if r["hallucination_type"] == htype}
@@ -273,12 +273,13 @@ def test_a_corpus_regenerated_with_one_more_type_keeps_the_other_types_blind_ids
     assert ids(b.detector, None) == ids(a.detector, None)
     assert {r["dialogue_id"] for r in a.metric} <= {r["dialogue_id"] for r in b.metric}
     n_forked = sum(1 for r in a.detector if r["hallucination_type"])
-    bound = -(-n_forked // (4 * 5)) + 2  # two subsets, each a fold of its own
-    for htype in PAPER:
+    t = len(types)
+    bound = -(-n_forked // (t * (t + 1))) + 2  # two subsets, each a fold of its own
+    for htype in types:
         kept, was = ids(b.detector, htype), ids(a.detector, htype)
         assert kept <= was and len(was - kept) <= bound, (htype, was - kept)
     assert ids(b.detector, toy_extensions.TYPE)  # the new type has its share
-    pinned = draw_hidden_tracks(five, KEY, types=PAPER)
+    pinned = draw_hidden_tracks(after, KEY, types=types)
     assert [r["dialogue_id"] for r in pinned.detector] == [r["dialogue_id"] for r in a.detector]
 
 
@@ -292,7 +293,7 @@ def test_the_export_pins_the_blind_types(regenerated, tmp_path):
         taxonomy.register_type(_toy_type())
     gold = {}
     try:
-        for name, pin in (("four", None), ("five", list(PAPER))):
+        for name, pin in (("before", None), ("after", list(regenerated["types"]))):
             info = export_hub_layout(
                 regenerated[name],
                 tmp_path / name,
@@ -301,13 +302,13 @@ def test_the_export_pins_the_blind_types(regenerated, tmp_path):
                 hidden_fraction=0.5,
                 blind_types=pin,
             )
-            assert info["hidden"]["blind_types"] == list(PAPER)
+            assert info["hidden"]["blind_types"] == list(regenerated["types"])
             gold[name] = load_gold(info["gold_dir"])
     finally:
         if added:
             taxonomy.unregister_type(toy_extensions.TYPE)
-    assert [r["dialogue_id"] for r in gold["five"]["task3"]] == [
-        r["dialogue_id"] for r in gold["four"]["task3"]
+    assert [r["dialogue_id"] for r in gold["after"]["task3"]] == [
+        r["dialogue_id"] for r in gold["before"]["task3"]
     ]
 
 
