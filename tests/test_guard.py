@@ -472,3 +472,24 @@ def test_the_cli_names_the_missing_extra(monkeypatch, capsys):
         and "'fastapi'" in err
         and "pip install 'dialfork[guard]'" in err
     )
+
+
+def test_monitor_files_load_through_the_detector_registry(tmp_path, monitors):
+    """Issue 52 item 2: the guard loads a saved detector through the registry entry of its format, and
+    refuses one whose entry has guard=False (a baseline here) with what is wrong."""
+    from dialfork_metrics.task3.detectors import saved_detector_spec
+
+    good = monitors[("ss", 2)].save(tmp_path / "good.monitor")
+    assert Monitor.load(good).fingerprint == monitors[("ss", 2)].fingerprint
+    with zipfile.ZipFile(good) as z:
+        z.extract("detector/config.json", tmp_path)
+    assert saved_detector_spec(tmp_path / "detector").guard
+    baseline = json.dumps({"format": "dialfork-task3-baseline", "name": "first"})
+    bad = _rewrite(good, tmp_path / "baseline.monitor", drop="detector/config.json")
+    with zipfile.ZipFile(bad, "a") as z:
+        z.writestr("detector/config.json", baseline)
+    with pytest.raises(MonitorFileError, match=r"registry entry has guard=False"):
+        Monitor.load(bad)
+    # a detector file of any name is the detector's own (a registered detector may write more files)
+    extra = _rewrite(good, tmp_path / "extra.monitor", extra={"detector/notes.txt": "x"})
+    assert Monitor.load(extra).fingerprint == monitors[("ss", 2)].fingerprint

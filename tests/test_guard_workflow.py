@@ -208,3 +208,30 @@ def test_guard_cli_without_a_workflow_names_the_flag(template_hub, monkeypatch, 
     rc = main(["fit", "--data", str(hub), "--task", "weather", "--out", str(tmp_path / "m.monitor")])
     err = capsys.readouterr().err
     assert rc == 2 and "--workflow star:PATH" in err and "workflow=" not in err
+
+
+def test_an_off_task_alarm_gives_its_reason(monitor):
+    """Issue 51 item 6: every alarm gives a reason; docs/guard.md's loyalty-programme offer names the
+    rule (off-task: another task's step fits better, named; unfamiliar: no step of any task does)."""
+    s = monitor.session()
+    s.observe("user", "Hi, what's the weather in Paris tomorrow?")
+    v = s.observe("system", "Would you like to join our loyalty programme?")
+    assert v.raised and v.rule is not None
+    assert v.rule["rule"] in ("off-task", "unfamiliar") and v.rule["message"].startswith("system turn 1 ")
+    if v.rule["rule"] == "off-task":
+        assert "of another task better than any step of 'weather'" in v.rule["message"]
+    else:
+        assert "fits no step of any task" in v.rule["message"]
+    from dialfork_metrics.guard import Verdict
+
+    assert Verdict.from_dict(v.to_dict()).rule == v.rule  # it travels in the proxy's JSON verdict
+
+
+def test_a_named_workflow_that_does_not_load_raises_from_monitor_fit(data, tmp_path):
+    train, _ = data
+    weather = [d for d in train if d["task"] == "weather"]
+    with pytest.raises(ValueError, match=r"missing\.yaml: no such workflow file"):
+        Monitor.fit(weather, workflow=f"workflow:{tmp_path / 'missing.yaml'}")
+    (tmp_path / "bad.yaml").write_text("format: dialfork-workflow/1\ntasks: [\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"bad\.yaml:\d+: malformed YAML"):
+        Monitor.fit(weather, workflow=f"workflow:{tmp_path / 'bad.yaml'}")

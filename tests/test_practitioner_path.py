@@ -284,3 +284,27 @@ def test_the_guard_refuses_a_registry_entry_without_guard():
         TypeError, match="'wf-sup' cannot run in the guard \\(its registry entry has guard=False\\)"
     ):
         Monitor(NotGuarded())
+
+
+def test_guard_fit_reads_minimal_transcripts(path_run, tmp_path):
+    """``guard fit --data FILE.jsonl`` reads the transcripts ``task3 predict`` reads (no source_id...);
+    one without ``task`` is taken as ``--task``'s; the fit prints its expected false-alarm rate."""
+    folder, _ = path_run
+    rows = [json.loads(x) for x in (folder / "transcripts.jsonl").read_text().splitlines()]
+    conformant = [r for r in rows if r["dialogue_id"] != "skip1"]
+    assert [sorted(r) for r in conformant] == [["dialogue_id", "task", "turns"], ["dialogue_id", "turns"]]
+    (tmp_path / "fit.jsonl").write_text("".join(json.dumps(r) + "\n" for r in conformant), encoding="utf-8")
+    rc, out, err = _run(
+        ["python", "-m", "dialfork_metrics.guard", "fit", "--workflow", f"workflow:{folder / 'car_service.yaml'}",
+         "--data", str(tmp_path / "fit.jsonl"), "--task", "book_appointment", "--out", str(tmp_path / "m.monitor")]
+    )  # fmt: skip
+    assert rc == 0, (out, err)
+    assert "on 2 dialogues of book_appointment; saved to" in out
+    assert re.search(r"expected false-alarm rate \d+\.\d% \(\d+ of \d+ conformant fit dialogues", out + err)
+    # forks are refused, at their line
+    (tmp_path / "forks.jsonl").write_text(json.dumps({**rows[0], "hallucination_type": "SKIP"}) + "\n")
+    rc, out, err = _run(
+        ["python", "-m", "dialfork_metrics.guard", "fit", "--workflow", f"workflow:{folder / 'car_service.yaml'}",
+         "--data", str(tmp_path / "forks.jsonl"), "--out", str(tmp_path / "f.monitor")]
+    )  # fmt: skip
+    assert rc == 2 and "forks.jsonl:1: 'ok1'" in err and "conformant dialogues only" in err

@@ -1,4 +1,6 @@
-"""Fitting a guard monitor: what :meth:`~dialfork_metrics.guard.monitor.Monitor.fit` reads of its input.
+"""Fitting a guard monitor: what :meth:`~dialfork_metrics.guard.monitor.Monitor.fit` reads of its input,
+which detector it fits when none is named, and which detectors the guard runs (any Task 3 registry
+entry with ``guard=True`` that steps the workflow-aware way or the node way).
 
 Kept apart from :mod:`.monitor` to keep that module small.
 """
@@ -10,6 +12,53 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 logger = logging.getLogger("dialfork_metrics.guard.monitor")
+
+
+def _guard_spec(detector: Any) -> Any:
+    """The registry entry of a detector object (looked up by its ``name``), or None when unregistered."""
+    from dialfork_metrics.task3.registry import get_detector
+
+    name = getattr(detector, "name", None)
+    if not isinstance(name, str):
+        return None
+    try:
+        return get_detector(name)
+    except ValueError:
+        return None
+
+
+def _is_workflow(detector: Any) -> bool:
+    """Whether a detector is stepped the workflow-aware way: ``step(state, speaker, embedding, task,
+    text=)`` over per-task thresholds (``wf``), else the node way (``assign`` then ``step`` on a node id,
+    the IT/SS detectors). Read from what the detector does, not its class: any registry entry with
+    ``guard=True`` that steps one of the two ways runs in the guard."""
+    import inspect
+
+    step = getattr(detector, "step", None)
+    if step is None:
+        return False
+    try:
+        return "task" in inspect.signature(step).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def _check_guardable(detector: Any) -> None:
+    """Refuse a detector the guard cannot run: its registry entry says ``guard=False``, or it steps
+    neither way (:func:`_is_workflow`)."""
+    from dialfork_metrics.task3.registry import detector_names
+
+    spec = _guard_spec(detector)
+    if spec is not None and not spec.guard:
+        raise TypeError(
+            f"detector {spec.name!r} cannot run in the guard (its registry entry has guard=False); the "
+            f"guard runs {', '.join(detector_names(guard=True))}"
+        )
+    if not _is_workflow(detector) and not (hasattr(detector, "assign") and hasattr(detector, "step")):
+        raise TypeError(
+            f"Monitor needs a fitted detector the guard can step turn by turn (a registry entry with "
+            f"guard=True: {', '.join(detector_names(guard=True))}), got {type(detector).__name__}"
+        )
 
 
 def as_dialogues(dialogues: Any) -> list[Any]:

@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from .fitting import _check_guardable, _is_workflow
 from .offtask import alarm_reason, off_task_warning  # off_task_warning re-exported: the monitor's warning
 
 logger = logging.getLogger(__name__)
@@ -184,53 +185,6 @@ def _check_text(text: Any, where: str) -> str:
 #: a monitor saved by one version keeps its fingerprint when a later version adds fit options.
 FINGERPRINT_KEYS = ("method", "node_confidence", "order", "K", "tau", "backoff")
 # ``position_weight`` also decides verdicts: detector_fingerprint hashes it when it is not 0
-
-
-def _guard_spec(detector: Any) -> Any:
-    """The registry entry of a detector object (looked up by its ``name``), or None when unregistered."""
-    from dialfork_metrics.task3.registry import get_detector
-
-    name = getattr(detector, "name", None)
-    if not isinstance(name, str):
-        return None
-    try:
-        return get_detector(name)
-    except ValueError:
-        return None
-
-
-def _is_workflow(detector: Any) -> bool:
-    """Whether a detector is stepped the workflow-aware way: ``step(state, speaker, embedding, task,
-    text=)`` over per-task thresholds (``wf``), else the node way (``assign`` then ``step`` on a node id,
-    the IT/SS detectors). Read from what the detector does, not its class: any registry entry with
-    ``guard=True`` that steps one of the two ways runs in the guard."""
-    import inspect
-
-    step = getattr(detector, "step", None)
-    if step is None:
-        return False
-    try:
-        return "task" in inspect.signature(step).parameters
-    except (TypeError, ValueError):
-        return False
-
-
-def _check_guardable(detector: Any) -> None:
-    """Refuse a detector the guard cannot run: its registry entry says ``guard=False``, or it steps
-    neither way (:func:`_is_workflow`)."""
-    from dialfork_metrics.task3.registry import detector_names
-
-    spec = _guard_spec(detector)
-    if spec is not None and not spec.guard:
-        raise TypeError(
-            f"detector {spec.name!r} cannot run in the guard (its registry entry has guard=False); the "
-            f"guard runs {', '.join(detector_names(guard=True))}"
-        )
-    if not _is_workflow(detector) and not (hasattr(detector, "assign") and hasattr(detector, "step")):
-        raise TypeError(
-            f"Monitor needs a fitted detector the guard can step turn by turn (a registry entry with "
-            f"guard=True: {', '.join(detector_names(guard=True))}), got {type(detector).__name__}"
-        )
 
 
 def detector_fingerprint(detector: Any) -> str:

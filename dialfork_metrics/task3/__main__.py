@@ -4,8 +4,9 @@ predict: fit a detector on the ``task3`` train split (conformant dialogues) and 
 split (or the blind set), writing ``{"dialogue_id", "prediction"}`` JSON Lines atomically. Work
 is done in chunks appended to ``<out>.partial``, so an interrupted run resumes where it stopped.
 ``--data FILE.jsonl`` is a file of your own transcripts (``dialogue_id``, ``turns``, optional
-``task``): every dialogue in it is predicted, none is fitted on; the fit data is ``--fit-data`` (or
-``--load-detector``). A dialogue whose task the fitted detector does not know is not predicted
+``task``): every dialogue in it is predicted, none is fitted on; the fit data is ``--fit-data``,
+``--load-detector``, or for a workflow-aware detector ``--workflow workflow:FILE.yaml`` alone. The fit's
+expected false-alarm rate per task is printed with the number of dialogues it rests on. A dialogue whose task the fitted detector does not know is not predicted
 (null), named in a warning and in the report's ``skipped``, and the exit status is 1.
 
 score: score a prediction file against the labelled test split (``--data``) or a blind gold file
