@@ -191,8 +191,10 @@ def test_parameters_and_check_options_name_the_detector():
 
 
 def test_save_capability_is_validated_and_filled_for_the_built_ins():
-    from dialfork_metrics.task3 import baselines, workflow_classifier, workflow_detector
+    from dialfork_metrics.task3.baselines import trivial as baselines
     from dialfork_metrics.task3.streaming import FORMAT as STREAMING_FORMAT
+    from dialfork_metrics.task3.supervised import classifier as workflow_classifier
+    from dialfork_metrics.task3.workflow import detector as workflow_detector
 
     with pytest.raises(ValueError, match="Task 3 detector 'x': save_format is given without loader"):
         DetectorSpec("x", "X", "other", Recorder, save_format="fmt")
