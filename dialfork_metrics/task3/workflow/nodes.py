@@ -42,6 +42,8 @@ DEFAULT_MIN_SIMILARITY = 0.45
 """Least cosine similarity to a node of the task's own workflow for a turn to be assigned (ours)."""
 DEFAULT_REJECT_MARGIN = 0.05
 """How much better another task's (non-generic) node must fit a turn to reject it as off-task (ours)."""
+DEFAULT_READER: Any = None
+"""The node assigner's default step reader (:class:`NodeAssigner`'s ``reader``)."""
 GENERIC_NODE_NAMES = frozenset({"hello", "anything_else", "out_of_scope", "goodbye", "bye"})
 """Node names that are generic whatever the source (more are found: names shared by tasks)."""
 
@@ -317,6 +319,8 @@ class NodeAssignment:
             ``"unfamiliar"`` (no node within ``min_similarity``).
         second_similarity: Similarity to the second best own node, per turn (``-inf`` when the task
             has one node; empty when not computed): how far the best node leads.
+        prob: With a reader (:mod:`.reader`), the calibrated probability that ``best`` is the turn's
+            step, per turn; NaN without one (empty when not computed).
     """
 
     task: str
@@ -327,6 +331,7 @@ class NodeAssignment:
     rival: list[str | None]
     reasons: list[str | None] = field(default_factory=list)
     second_similarity: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    prob: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
     @property
     def off_task_margin(self) -> np.ndarray:
@@ -352,6 +357,12 @@ class NodeAssigner:
         realise: Each step text with ``{placeholders}`` also joins its step in this many variants
             filled with the slot's values (:func:`realise`; the API field's categories, else its
             examples), so a turn full of values resembles its step (0: only the spelled text).
+        reader: Which own step a turn says is read by a learned step reader
+            (:class:`~.reader.steps.StepReader`) instead of the nearest text by cosine; rejection
+            (off-task, unfamiliar) stays the cosine rule's. None: cosine only (the assigner before
+            the reader); ``"auto"``: the shipped reader when the encoder is the one it was trained
+            for (the packaged MiniLM), else none; ``"default"``: the shipped reader, refused for
+            another encoder; a :class:`~.reader.steps.StepReader`, a folder or a Hub id.
 
     Fitted attributes (after :meth:`fit`): ``tasks_`` (task -> its node keys), ``keys_`` (every
     node as ``(task, node)``), ``P_`` (text embeddings), ``owners_`` (node index per text row),
@@ -371,12 +382,61 @@ class NodeAssigner:
         reject_margin: float = DEFAULT_REJECT_MARGIN,
         shared_steps: bool = False,
         realise: int = 0,
+        reader: Any = DEFAULT_READER,
     ):
         self.encoder = encoder
         self.min_similarity = min_similarity
         self.reject_margin = reject_margin
         self.shared_steps = shared_steps
         self.realise = realise
+        self.reader = reader
+
+    def _resolve_reader(self) -> None:
+        """Set ``reader_`` (a StepReader or None) from :attr:`reader` and the encoder."""
+        spec = getattr(self, "reader", None)
+        self.reader_ = None
+        if spec is None:
+            return
+        from .reader.steps import StepReader, default_reader
+
+        if isinstance(spec, StepReader):
+            reader = spec
+        elif spec in ("auto", "default"):
+            reader = default_reader()
+        else:
+            reader = StepReader.from_pretrained(spec)
+        enc = self.encoder
+        if isinstance(enc, str):
+            from ..streaming._common import resolve_encoder
+
+            enc = resolve_encoder(enc)
+        if enc is None:
+            if spec == "auto":
+                return
+            raise ValueError("NodeAssigner: a step reader needs the encoder (construct it with encoder=)")
+        if spec == "auto":
+            if reader.matches(enc):
+                self.reader_ = reader
+            else:
+                logger.info("node assigner: encoder %r is not the reader's: cosine only", enc)
+            return
+        reader.check_encoder(enc)
+        self.reader_ = reader
+
+    def _read(self, E: np.ndarray, q_rows: Sequence[int], own: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The reader's own node (index into :attr:`keys_`) and calibrated probability per turn."""
+        reader = self.reader_
+        cache = getattr(self, "_reader_cache", None)
+        if cache is None or cache[0] is not self.P_:
+            cache = (self.P_, reader.project(self.P_))
+            self._reader_cache = cache
+        S = node_similarities(reader.project(E), cache[1], self.owners_, len(self.keys_))
+        for i in q_rows:
+            S[i, self.question_mask_] = -np.inf
+        own_idx = np.flatnonzero(own)
+        pr = reader.probabilities(S[:, own_idx])[:, :-1]
+        best = pr.argmax(axis=1) if len(pr) else np.zeros(0, np.int64)
+        return own_idx[best], reader.calibrated(pr[np.arange(len(pr)), best])
 
     def _check_params(self) -> None:
         errs = []
@@ -500,6 +560,7 @@ class NodeAssigner:
         self.tasks_ = {t: [(t, n) for n in per_task[t]] for t in names}
         self._index_masks(per_task, all_tasks)
         self.question_mask_ = _question_mask(self.keys_, self.texts_)
+        self._resolve_reader()
         logger.info("node assigner: %d tasks, %d nodes, %d texts", len(names), len(self.keys_), len(flat))
         return self
 
@@ -543,7 +604,12 @@ class NodeAssigner:
             rows.append(E)
             owners.append(own[self.similarities(E)[:, own].argmax(axis=1)])
         new = NodeAssigner(
-            self.encoder, self.min_similarity, self.reject_margin, self.shared_steps, self.realise
+            self.encoder,
+            self.min_similarity,
+            self.reject_margin,
+            self.shared_steps,
+            self.realise,
+            getattr(self, "reader", None),
         )
         new.__dict__.update({k: v for k, v in self.__dict__.items() if k.endswith("_") or k.startswith("_")})
         new.P_ = np.concatenate(rows)
@@ -592,6 +658,7 @@ class NodeAssigner:
         self.texts_ = {k: list(texts.get(k[0], {}).get(k[1], [])) for k in keys}
         self._index_masks({t: list(ns) for t, ns in tasks.items()}, all_tasks)
         self.question_mask_ = _question_mask(self.keys_, self.texts_)
+        self._resolve_reader()
         return self
 
     def _index_masks(self, per_task: Mapping[str, Sequence[str]], all_tasks: Mapping[str, Any]) -> None:
@@ -705,18 +772,23 @@ class NodeAssigner:
         """
         self.task_nodes(task)
         S = self.similarities(embeddings)
+        q_rows: list[int] = []
         if texts is not None:
             if len(texts) != len(S):
                 raise ValueError(f"{len(texts)} texts for {len(S)} embeddings")
             q = self.question_mask_
-            for i, t in enumerate(texts):
-                if not asks(t):
-                    S[i, q] = -np.inf
+            q_rows = [i for i, t in enumerate(texts) if not asks(t)]
+            for i in q_rows:
+                S[i, q] = -np.inf
         node, own_sim, rival_sim, rival_node = assign_rows(
             S, self._own[task], self._rival[task], float(self.min_similarity), float(self.reject_margin)
         )
         So = S[:, self._own[task]]
         best_own = np.flatnonzero(self._own[task])[So.argmax(axis=1)] if len(S) else np.zeros(0, int)
+        prob = np.full(len(S), np.nan)
+        if getattr(self, "reader_", None) is not None and len(S):
+            best_own, prob = self._read(embeddings, q_rows, self._own[task])
+            node = np.where(node >= 0, best_own, -1)
         second = (
             -np.partition(-So, 1, axis=1)[:, 1] if len(S) and So.shape[1] > 1 else np.full(len(S), -np.inf)
         )
@@ -738,6 +810,7 @@ class NodeAssigner:
             rival=[f"{self.keys_[i][0]}:{self.keys_[i][1]}" if i >= 0 else None for i in rival_node],
             reasons=reasons,
             second_similarity=second,
+            prob=prob,
         )
 
     def assign_texts(self, task: str, texts: Sequence[str]) -> NodeAssignment:
