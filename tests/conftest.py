@@ -77,6 +77,14 @@ def template_hub(tmp_path_factory, template_corpus) -> tuple[Path, Path]:
     return Path(info["dest"]), Path(info["gold_dir"])
 
 
+@pytest.fixture(scope="session")
+def embedding_cache(tmp_path_factory) -> str:
+    """One disk embedding cache for the tests that run the benchmark on :func:`template_hub` with the
+    packaged MiniLM (``cache_dir=``): each text is encoded once per worker, not once per run. Only
+    for real models: a tiny random model under a shared name would read another's embeddings."""
+    return str(tmp_path_factory.mktemp("embedding_cache"))
+
+
 @pytest.fixture
 def dead_port() -> int:
     """A 127.0.0.1 port that refuses connections for the whole test: bound, never listening, so

@@ -21,7 +21,7 @@ from dialfork_metrics.stats import holm
 
 
 @pytest.fixture(scope="module")
-def bench(template_hub, tmp_path_factory):
+def bench(template_hub, tmp_path_factory, embedding_cache):
     hub, _ = template_hub
     out = tmp_path_factory.mktemp("bench_out")
     rep = run_benchmark(
@@ -32,6 +32,7 @@ def bench(template_hub, tmp_path_factory):
         n_resamples=500,
         progress=False,
         prd_kwargs={"num_runs": 3, "n_init": 3},
+        cache_dir=embedding_cache,
     )
     return rep, out
 
@@ -148,7 +149,7 @@ def test_statistics_match_hand_worked():
     assert sig == task2_significance(per, n_resamples=1000, seed=3)  # bootstrap determinism
 
 
-def test_custom_metric_row(template_hub, tmp_path):
+def test_custom_metric_row(template_hub, tmp_path, embedding_cache):
     hub, _ = template_hub
     rep = run_benchmark(
         hub,
@@ -157,6 +158,7 @@ def test_custom_metric_row(template_hub, tmp_path):
         out=None,
         n_resamples=200,
         progress=False,
+        cache_dir=embedding_cache,
         task2_methods=("turn_count_diff", "flowscore"),
         custom_metrics=["mylen=dialfork_metrics.dialogue:turn_count_diff"],
     )
@@ -177,7 +179,7 @@ def test_bad_requests(template_hub):
     assert main(["--data", str(hub), "--tasks", "9", "--out", "/nonexistent"]) == 2
 
 
-def test_missing_config_and_incomplete_units_are_skipped(template_hub, tmp_path):
+def test_missing_config_and_incomplete_units_are_skipped(template_hub, tmp_path, embedding_cache):
     hub, _ = template_hub
     cut = tmp_path / "hub"
     shutil.copytree(hub, cut)
@@ -190,6 +192,7 @@ def test_missing_config_and_incomplete_units_are_skipped(template_hub, tmp_path)
         task2_methods=("turn_count_diff",),
         n_resamples=100,
         progress=False,
+        cache_dir=embedding_cache,
     )
     assert rep["meta"]["n_skipped_units"] >= 2
     assert any("config 'forked'" in s for s in rep["skipped"])

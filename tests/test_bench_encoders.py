@@ -49,7 +49,7 @@ def test_bad_encoder_options_exit_2(template_hub, tmp_path, capsys):
     assert main(["--data", str(hub), "--tasks", "1", "--task1-encoder", "nope", "--out", str(tmp_path)]) == 2
 
 
-def test_each_task1_metric_has_its_own_encoder(template_hub, tmp_path):
+def test_each_task1_metric_has_its_own_encoder(template_hub, tmp_path, embedding_cache):
     hub, _ = template_hub
     tiny = str(_tiny_encoder_dir(tmp_path / "tiny"))
     kw = dict(
@@ -60,6 +60,7 @@ def test_each_task1_metric_has_its_own_encoder(template_hub, tmp_path):
         progress=False,
         task1_methods=("flowkl", "fbd", "prd"),
         prd_kwargs={"num_runs": 1, "n_init": 1},
+        cache_dir=embedding_cache,  # the runs encode each text once per model (the tiny one: by its path)
     )
     base = run_benchmark(hub, **kw)
     mixed = run_benchmark(hub, pair_encoder={"fbd": tiny}, **kw)
