@@ -194,7 +194,9 @@ class WorkflowDetector(BaseEstimator):
     ``task``), ``repeatable_`` (task -> question and confirmation steps its conformant dialogues repeat, by
     the repeat rules, in at least ``rule_min_misfires`` of them), ``looping_`` (the tasks with such
     a step; informative: the task's other steps keep the repeat rules), ``rules_off_`` (task -> the
-    rules switched off for it, :func:`~.workflow_fit.rule_budget`), ``order_allowed_`` (task -> the
+    rules switched off for it, :func:`~.workflow_fit.rule_budget`), ``rule_misfires_`` (task -> per
+    conformant fit dialogue whether a rule left on flags it: counted in the expected false-alarm
+    rate), ``order_allowed_`` (task -> the
     back steps its conformant dialogues take, :func:`order_pairs`), ``roles_`` (task -> its step
     roles and slots, :func:`~dialfork_dataset.workflow.roles.derive_roles`; a task whose roles cannot be
     derived is left out and keeps the role-free rules), ``requires_`` (task -> node -> the slots
@@ -376,6 +378,7 @@ class WorkflowDetector(BaseEstimator):
         self._validate_params()
         self.__dict__.pop("thresholds_", None)  # a refit calibrates raw deviations
         self.rules_off_ = {}
+        self.rule_misfires_ = {}
         rows = list(dialogues) if dialogues is not None else []
         missing = [
             str(d.get("dialogue_id", i)) if isinstance(d, Mapping) else str(i)
@@ -1047,6 +1050,9 @@ class WorkflowDetector(BaseEstimator):
             "requires": self._requires_json(),
             "fit_kind": getattr(self, "fit_kind_", None),
             "rules_off": self._rules_off_json(),
+            "rule_misfires": {
+                t: [bool(x) for x in v] for t, v in getattr(self, "rule_misfires_", {}).items()
+            },
             "fit_labels": getattr(self, "fit_labels_", None),
             "operating_point": getattr(self, "operating_point_", None),
             **meta,
@@ -1125,6 +1131,7 @@ class WorkflowDetector(BaseEstimator):
         det.order_allowed_ = {
             t: frozenset(tuple(p) for p in v) for t, v in meta.get("order_allowed", {}).items()
         }
+        det.rule_misfires_ = {t: [bool(x) for x in v] for t, v in (meta.get("rule_misfires") or {}).items()}
         if not isinstance(off, Mapping):  # saved before: a looping task had no repeat rule at all
             for t in det.looping_:
                 det.rules_off_[t] = det.rules_off_.get(t, frozenset()) | {"repeat", "repeat-slot"}

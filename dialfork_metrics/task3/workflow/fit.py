@@ -255,6 +255,12 @@ def rule_budget(
     on and an info line names the dialogues. So a few logs never switch a rule off: with fewer fit
     dialogues than the evidence threshold, detection is that of the workflow file's rules.
 
+    The thresholds are calibrated on the statistics without the step rules (the similarity
+    deviations), so the misfires of a rule kept on do not lift a task's threshold over every
+    similarity deviation (a task switch or an inserted sub-goal would then go unseen); the
+    dialogues a kept rule flags are counted in the expected false-alarm rate instead
+    (``det.rule_misfires_``: task -> per fit dialogue whether a rule left on flags it).
+
     Args:
         det: The detector being fitted (``false_alarm_rate``, ``rule_min_misfires``).
         statistics: A function ``statistics(hits=None)`` computing the statistics (task -> list, in
@@ -266,6 +272,8 @@ def rule_budget(
     Returns:
         dict[str, list[float]]: The statistics to calibrate on.
     """
+    from .detector import SWITCHABLE_RULES
+
     det.rules_off_ = {}
     hits: dict[str, list[set[str]]] = {}
     full = statistics(hits)
@@ -307,10 +315,11 @@ def rule_budget(
                 )
         if gone:
             off[t] = frozenset(gone)
-    if not off:
-        return full
+    det.rule_misfires_ = {t: [bool(h - off.get(t, frozenset())) for h in hits.get(t, [])] for t in full}
+    det.rules_off_ = {t: frozenset(SWITCHABLE_RULES) for t in full}
+    free = statistics()  # the similarity deviations alone: what the thresholds are calibrated on
     det.rules_off_ = off
-    return statistics()
+    return free
 
 
 def workflow_statistics(det: Any, assigner: NodeAssigner, tasks: Sequence[str]) -> dict[str, list[float]]:
@@ -373,6 +382,12 @@ def operating_point(det: Any, stats: Mapping[str, np.ndarray]) -> None:
     """
     from ..streaming.decision import calibrate_threshold
 
+    misfires = getattr(det, "rule_misfires_", None) or {}
+    flagged = {
+        t: np.asarray(misfires[t], dtype=bool)[np.isfinite(v)]
+        for t, v in stats.items()
+        if t in misfires and len(misfires[t]) == len(v)
+    }
     finite = {t: v[np.isfinite(v)] for t, v in stats.items()}
     # what a task borrows: the other tasks' statistics around their own medians (the tail's shape),
     # put around its own median (its level); a task without statistics takes them as they are
@@ -405,7 +420,7 @@ def operating_point(det: Any, stats: Mapping[str, np.ndarray]) -> None:
         if floor is not None and applied > calibrated and use.size:
             floored.append(t)
         expected = (
-            float(np.mean(own > applied))
+            float(np.mean((own > applied) | flagged.get(t, np.zeros(own.size, dtype=bool))))
             if own.size
             else (float(np.mean(use > applied)) if use.size else None)
         )

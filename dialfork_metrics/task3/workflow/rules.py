@@ -52,7 +52,7 @@ class WorkflowStructure:
         leads_to: node -> the nodes reachable from it in the workflow graph.
         resets: Action nodes with no next step (after them a conversation may start over).
         failures: Action nodes that say a failure or a refusal (:data:`FAILURE_WORDS` in their id,
-            or reached through an outcome branch with such a word: ``unavailable``,
+            or reached only through outcome branches with such a word: ``unavailable``,
             ``query_failure``, ``no``): after one, the workflow's loop back to a question is taken.
     """
 
@@ -115,17 +115,13 @@ def workflow_structure(task: Any) -> WorkflowStructure:
     )
     leads = {n: frozenset(nx.descendants(g, n)) for n in g.nodes}
     resets = frozenset(n for n in g.nodes if kinds.get(n) == "action" and not leads[n])
+
+    def via_failure(n: str) -> bool:  # every way into it is a failure outcome (not a shared step)
+        preds = list(g.predecessors(n)) if n in g else []
+        return bool(preds) and all(kinds.get(p) == "branch" and _id_words(p) & FAILURE_WORDS for p in preds)
+
     failures = frozenset(
-        n
-        for n, k in kinds.items()
-        if k == "action"
-        and (
-            _id_words(n) & FAILURE_WORDS
-            or any(
-                kinds.get(p) == "branch" and _id_words(p) & FAILURE_WORDS
-                for p in (g.predecessors(n) if n in g else ())
-            )
-        )
+        n for n, k in kinds.items() if k == "action" and (_id_words(n) & FAILURE_WORDS or via_failure(n))
     )
     return WorkflowStructure(asks, leads, resets, failures)
 
