@@ -62,8 +62,10 @@ def test_no_system_turn_names_a_city_or_doctor_the_user_has_not_said(corpus):
     city = "(" + "|".join(re.escape(c) for c in CITIES) + ")"
     bad = {}
     for did, r in corpus.items():
-        if r["variant"] in ("gr-other-item",) or r["hallucination_type"] in ("WIC", "SSPC"):
-            continue  # the alternative it pushes ({alt}); a skipped question's value is invented
+        # the alternative it pushes ({alt}); a skipped question's value is invented (SSPC, and any type
+        # that jumps over steps, e.g. a premature close): D+ and the paper's types that keep the questions
+        if r["variant"] in ("gr-other-item",) or r["hallucination_type"] not in (None, "GR", "CSC"):
+            continue
         found = _named_before_said(r["turns"], city) + _named_before_said(r["turns"], r"Dr\. [A-Z][a-z]+")
         if found:
             bad[did] = found
