@@ -79,21 +79,29 @@ def accuracy(rows: list, steps: list) -> dict[str, Any]:
 def ece(p: np.ndarray, ok: np.ndarray, bins: int = 10) -> float:
     edges = np.linspace(0, 1, bins + 1)
     k = np.clip(np.digitize(p, edges[1:-1]), 0, bins - 1)
-    return float(sum(abs(p[k == b].mean() - ok[k == b].mean()) * (k == b).mean() for b in range(bins) if (k == b).any()))
+    return float(
+        sum(
+            abs(p[k == b].mean() - ok[k == b].mean()) * (k == b).mean() for b in range(bins) if (k == b).any()
+        )
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sgd", default=os.environ.get("DIALFORK_SGD_DIR", str(ROOT.parent / "shared" / "sgd")))
-    ap.add_argument("--star", default=os.environ.get("DIALFORK_STAR_DIR", str(ROOT.parent / "shared" / "star")))
+    ap.add_argument(
+        "--star", default=os.environ.get("DIALFORK_STAR_DIR", str(ROOT.parent / "shared" / "star"))
+    )
     ap.add_argument("--cache", default=str(ROOT / "benchmarks" / "out" / "reader" / "emb"))
-    ap.add_argument("--epochs", type=int, default=12)
+    ap.add_argument("--epochs", type=int, default=16)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-delex", action="store_true", help="skip the delexicalised contenders")
     ap.add_argument("--json", default=str(ROOT / "benchmarks" / "results" / "reader.json"))
     ap.add_argument("--md", default=str(ROOT / "benchmarks" / "results" / "reader.md"))
     args = ap.parse_args(argv)
-    command = "python benchmarks/bench_reader.py" + "".join(" " + shlex.quote(a) for a in (argv or sys.argv[1:]))
+    command = "python benchmarks/bench_reader.py" + "".join(
+        " " + shlex.quote(a) for a in (argv or sys.argv[1:])
+    )
     from dialfork_dataset.star import StarCorpus
     from dialfork_dataset.tracks.sgd import WORKFLOWS_DIR, build_sgd_track
     from dialfork_dataset.workflow.files import WorkflowCorpus
@@ -116,7 +124,9 @@ def main(argv: list[str] | None = None) -> int:
     star = StarCorpus(args.star)
     sa, ta = T.assigner_for(wf, enc), T.assigner_for(star, enc)
     tables = {**T.tables_of(sa), **T.tables_of(ta)}
-    log(f"reading set: {len(sgd)} SGD turns, {len(star_wf)} STAR and {len(files)} file texts; {len(texts)} texts")
+    log(
+        f"reading set: {len(sgd)} SGD turns, {len(star_wf)} STAR and {len(files)} file texts; {len(texts)} texts"
+    )
     track = build_sgd_track(args.sgd, seed=0, max_dialogues_per_task=80)
     test_ids = {r["dialogue_id"].split("-", 1)[1] for r in track.split("test") if r["edit"] is None}
     mapped = [r for r in sgd if r.task is not None and r.step is not None and r.text]
@@ -160,7 +170,14 @@ def main(argv: list[str] | None = None) -> int:
                 conf["ok"].append(np.array([s == r.step for s, r in zip(steps[name][k], rows)]))
             if delexed and name in ("cosine", "head"):
                 steps[name + "-delex"][k] = T.read_rows(rd, sa, rows, dvec)[0]
-        log(f"fold {k} {f}: " + ", ".join(f"{n} {np.mean([s == r.step for s, r in zip(steps[n][k], rows)]):.3f}" for n in steps if "@" not in n))
+        log(
+            f"fold {k} {f}: "
+            + ", ".join(
+                f"{n} {np.mean([s == r.step for s, r in zip(steps[n][k], rows)]):.3f}"
+                for n in steps
+                if "@" not in n
+            )
+        )
     order = [r for k, f in enumerate(D.FOLDS) for r in track_rows if r.service in set(f)]
     order_all = [r for k, f in enumerate(D.FOLDS) for r in mapped if r.service in set(f)]
     for name, per in steps.items():
@@ -218,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     fresh = Encoder("minilm", memory_cache_bytes=0)
     fresh.encode(["warm up"])
     t1 = time.perf_counter()
-    for i, r in enumerate(sample[:40]):
+    for r in sample[:40]:
         fresh.encode([r.text])
     lat["encode_one_turn"] = round(1000 * (time.perf_counter() - t1) / 40, 1)
     lat["delex_one_turn"] = 0.0

@@ -70,8 +70,13 @@ def tiny():
     E = enc.encode([t for t, _ in TURNS])
     targets = [[names.index(s)] if s else [] for _, s in TURNS]
     reader = StepReader(encoder="hash", epochs=30, lr=1e-2, batch_size=4, seed=0)
-    reader.fit(E, {"weather": (P, owners, len(names))}, ["weather"] * len(E), targets,
-               fingerprint=encoder_fingerprint(enc))
+    reader.fit(
+        E,
+        {"weather": (P, owners, len(names))},
+        ["weather"] * len(E),
+        targets,
+        fingerprint=encoder_fingerprint(enc),
+    )
     reader.calibrate(np.array([0.2, 0.5, 0.9, 0.95]), np.array([0, 1, 1, 1]))
     return reader, enc, E, P, owners
 
@@ -101,7 +106,9 @@ def test_save_load_round_trip(tiny, tmp_path):
     reader, enc, E, P, owners = tiny
     reader.save_pretrained(tmp_path / "r")
     back = StepReader.from_pretrained(tmp_path / "r")
-    np.testing.assert_allclose(back.predict_proba(E, P, owners, 3), reader.predict_proba(E, P, owners, 3), atol=2e-3)
+    np.testing.assert_allclose(
+        back.predict_proba(E, P, owners, 3), reader.predict_proba(E, P, owners, 3), atol=2e-3
+    )
     np.testing.assert_allclose(back.calibrated(np.array([0.6])), reader.calibrated(np.array([0.6])))
     back.check_encoder(enc)  # the same encoder passes
 

@@ -415,7 +415,12 @@ class NodeAssigner:
                 return
             raise ValueError("NodeAssigner: a step reader needs the encoder (construct it with encoder=)")
         if spec == "auto":
-            if reader.matches(enc):
+            try:
+                same = reader.matches(enc)
+            except Exception as e:  # an encoder that cannot encode the probes (a test's stand-in)
+                logger.info("node assigner: encoder %r cannot be fingerprinted (%s): cosine only", enc, e)
+                same = False
+            if same:
                 self.reader_ = reader
             else:
                 logger.info("node assigner: encoder %r is not the reader's: cosine only", enc)

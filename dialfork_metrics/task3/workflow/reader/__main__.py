@@ -58,7 +58,9 @@ def train(args: argparse.Namespace) -> int:
         ok.append(np.array([s == r.step for s, r in zip(steps, rows)]))
         print(f"fold {','.join(f)}: held-out step accuracy {100 * ok[-1].mean():.1f}% ({len(rows)} turns)")
     fp = encoder_fingerprint(enc)
-    reader = T.fit_reader(D.default_training_turns(sgd, star), tables, vec.__getitem__, fingerprint=fp, **params)
+    reader = T.fit_reader(
+        D.default_training_turns(sgd, star), tables, vec.__getitem__, fingerprint=fp, **params
+    )
     reader.calibrate(np.concatenate(p), np.concatenate(ok))
     reader.info_.update(
         {
@@ -93,8 +95,10 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--star", default="../shared/star")
     t.add_argument("--out", default=str(WEIGHTS_DIR))
     t.add_argument("--encoder", default="minilm")
-    t.add_argument("--cache", default="benchmarks/out/reader/emb", help="embedding cache folder ('' for none)")
-    t.add_argument("--epochs", type=int, default=12)
+    t.add_argument(
+        "--cache", default="benchmarks/out/reader/emb", help="embedding cache folder ('' for none)"
+    )
+    t.add_argument("--epochs", type=int, default=16)
     t.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)

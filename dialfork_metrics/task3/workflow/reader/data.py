@@ -94,7 +94,9 @@ def _roles_of(task: Any) -> dict[str, tuple[str, ...]]:
     return {n: tuple(x for x in ROLES if x in s.roles) for n, s in r.steps.items()}
 
 
-def sgd_turns(sgd: str | os.PathLike | None = None, workflows: str | os.PathLike | None = None) -> list[ReadingTurn]:
+def sgd_turns(
+    sgd: str | os.PathLike | None = None, workflows: str | os.PathLike | None = None
+) -> list[ReadingTurn]:
     """Every system turn of the SGD folder, with its gold step where its service has a workflow file.
 
     Args:

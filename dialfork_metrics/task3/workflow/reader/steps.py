@@ -43,6 +43,7 @@ PROBES = (
     "I found 3 buses; one leaves at 8:40 am.",
 )
 """Texts whose embeddings fingerprint the encoder a reader was trained for."""
+_FLOOR = -10.0  # the similarity of a hidden text (finite: -inf would make the scale's gradient NaN)
 _KEYS = ("W", "scale", "bias", "cal_x", "cal_y")
 
 
@@ -94,10 +95,10 @@ class StepReader:
     def __init__(
         self,
         encoder: str = "minilm",
-        epochs: int = 12,
+        epochs: int = 16,
         lr: float = 2e-3,
-        batch_size: int = 128,
-        l2: float = 1e-2,
+        batch_size: int = 256,
+        l2: float = 1e-3,
         hide_self: float = 0.9,
         seed: int = 0,
     ):
@@ -146,6 +147,15 @@ class StepReader:
         unknown = sorted(set(table_of) - set(tables))
         if unknown:
             raise ValueError(f"StepReader.fit: unknown table(s) {unknown[:5]}")
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)  # small matrices: one thread is as fast, and holds up on busy cores
+        try:
+            return self._fit(torch, E, tables, table_of, targets, hide, fingerprint)
+        finally:
+            torch.set_num_threads(threads)
+
+    def _fit(self, torch, E, tables, table_of, targets, hide, fingerprint) -> StepReader:
+        n, d = E.shape
         torch.manual_seed(self.seed)
         rng = np.random.default_rng(self.seed)
         hide = np.zeros(n, bool) if hide is None else np.asarray(hide, bool)
@@ -159,6 +169,12 @@ class StepReader:
             for j, r in enumerate(rows):
                 idx[j, : len(r)], ok[j, : len(r)] = r, True
             prepared[name] = (torch.tensor(_unit(P)), torch.tensor(idx), torch.tensor(ok), n_nodes)
+        # a phrasing whose step has no other text (all hidden from it) teaches nothing: left out
+        usable = np.ones(n, bool)
+        for i in np.flatnonzero(hide):
+            P, owners, _ = tables[table_of[i]]
+            rows = np.isin(np.asarray(owners), list(targets[i]))
+            usable[i] = not targets[i] or bool((_unit(P)[rows] @ E[i] < self.hide_self).any())
         W = torch.nn.Parameter(torch.eye(d))
         log_scale = torch.nn.Parameter(torch.tensor(float(np.log(20.0))))
         bias = torch.nn.Parameter(torch.tensor(10.0))
@@ -166,7 +182,8 @@ class StepReader:
         eye = torch.eye(d)
         by_table: dict[str, np.ndarray] = {}
         for i, t in enumerate(table_of):
-            by_table.setdefault(t, []).append(i)
+            if usable[i]:
+                by_table.setdefault(t, []).append(i)
         by_table = {t: np.asarray(v) for t, v in by_table.items()}
         Et = torch.tensor(E)
         losses = []
@@ -202,7 +219,11 @@ class StepReader:
         self.cal_x_ = np.zeros(0, np.float32)
         self.cal_y_ = np.zeros(0, np.float32)
         self.fingerprint_ = None if fingerprint is None else _unit(fingerprint)
-        self.info_ = {"examples": int(n), "tables": len(tables), "loss": [round(x, 4) for x in losses]}
+        self.info_ = {
+            "examples": int(usable.sum()),
+            "tables": len(tables),
+            "loss": [round(x, 4) for x in losses],
+        }
         return self
 
     def _torch_logits(self, E, P, idx, ok, W, log_scale, bias, hide):
@@ -213,8 +234,8 @@ class StepReader:
         cos = q @ k.T
         if hide.any():
             raw = E @ P.T
-            cos = cos.masked_fill(torch.tensor(hide)[:, None] & (raw >= self.hide_self), float("-inf"))
-        node = cos[:, idx].masked_fill(~ok[None], float("-inf")).amax(-1)
+            cos = cos.masked_fill(torch.tensor(hide)[:, None] & (raw >= self.hide_self), _FLOOR)
+        node = cos[:, idx].masked_fill(~ok[None], _FLOOR).amax(-1)
         return torch.cat([log_scale.exp() * node, bias.expand(len(E))[:, None]], 1)
 
     # ------------------------------------------------------------------ inference
@@ -408,7 +429,9 @@ class StepReader:
             "encoder_id": self.info_.get("encoder_id", self.encoder),
             "dim": int(self.W_.shape[1]),
             "fingerprint": None if self.fingerprint_ is None else np.round(self.fingerprint_, 6).tolist(),
-            "params": {k: getattr(self, k) for k in ("epochs", "lr", "batch_size", "l2", "hide_self", "seed")},
+            "params": {
+                k: getattr(self, k) for k in ("epochs", "lr", "batch_size", "l2", "hide_self", "seed")
+            },
             "sha256": hashlib.sha256(data).hexdigest(),
             "info": self.info_,
             "rebuild": REBUILD_COMMAND,

@@ -190,4 +190,12 @@ def raw_confidence(reader: StepReader, assigner: Any, rows: Sequence[ReadingTurn
         reader.cal_x_, reader.cal_y_ = cal
 
 
-__all__ = ["assigner_for", "examples", "fit_reader", "fold_readers", "raw_confidence", "read_rows", "tables_of"]
+__all__ = [
+    "assigner_for",
+    "examples",
+    "fit_reader",
+    "fold_readers",
+    "raw_confidence",
+    "read_rows",
+    "tables_of",
+]
