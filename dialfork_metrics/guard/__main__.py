@@ -99,7 +99,8 @@ def _build_parser() -> argparse.ArgumentParser:
         "--fit-data",
         default=None,
         help="with --fit: what the monitor is fitted on, when --data is the file to replay (a corpus or a "
-        "JSONL file of conformant transcripts; default: none with --workflow, else --data)",
+        "JSONL file of conformant transcripts; default: a corpus --data's train split, else none: the "
+        "--workflow alone)",
     )
     r.add_argument(
         "--dialogue",
@@ -372,7 +373,7 @@ def _replay_monitor(args: argparse.Namespace):
             )
         return Monitor.load(args.monitor)
     fit_data = args.fit_data
-    if fit_data is None and args.workflow is None and not _is_file(args.data):
+    if fit_data is None and args.data is not None and not _is_file(args.data):
         fit_data = args.data  # a corpus: its train split fits, its test split is replayed
     mon, what = _fit(args, fit_data)
     where = mon.save(args.monitor) if args.monitor else "(not saved: no --monitor)"
