@@ -60,7 +60,9 @@ from .rules import (  # the pure rules, re-exported here
     DEFAULT_ORDER_WEIGHT,
     DEFAULT_REJECT_MARGIN,
     DEFAULT_REPEAT_WEIGHT,
+    REPEAT_RULES,
     ROUTE_MARGIN,
+    SWITCHABLE_RULES,
     THRESHOLD_RULES,
     WorkflowStepResult,
     WorkflowStructure,
@@ -96,18 +98,6 @@ from .state import (
 logger = logging.getLogger("dialfork_metrics.task3.workflow.detector")
 
 FORMAT = "dialfork-task3-workflow"
-SWITCHABLE_RULES: tuple[str, ...] = (
-    "repeat",
-    "order",
-    "skip-requires",
-    "skip-closing",
-    "repeat-slot",
-    "repeat-confirmation",
-)
-"""The rules :func:`~.workflow_fit.rule_budget` may switch off for a task, one by one: the role-free
-repeat and order rules, then the dialogue-state rules (:data:`~.workflow_state.RULES`)."""
-REPEAT_RULES: tuple[str, ...] = ("repeat", "repeat-slot", "repeat-confirmation")
-"""Rules that flag a repeat: a turn they flag adds ``repeat_weight`` once, whichever flags it."""
 
 # -- the detector ------------------------------------------------------------------------------------
 

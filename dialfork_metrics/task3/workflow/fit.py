@@ -272,7 +272,7 @@ def rule_budget(
     Returns:
         dict[str, list[float]]: The statistics to calibrate on.
     """
-    from .detector import SWITCHABLE_RULES
+    from .rules import SWITCHABLE_RULES
 
     det.rules_off_ = {}
     hits: dict[str, list[set[str]]] = {}

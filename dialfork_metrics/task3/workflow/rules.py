@@ -33,6 +33,18 @@ test it raises SSPC recall at 5% false alarms from 25.0% (repeat rule only) to 5
 STAR's human-picked dialogues it raises three early false alarms (a new request after the
 outcome, a retry after a failed booking, a confirmation read as a question), which lowers the
 Score from 91.9 to 71.0 and recall at 1% false alarms from 0.613 to 0.271."""
+SWITCHABLE_RULES: tuple[str, ...] = (
+    "repeat",
+    "order",
+    "skip-requires",
+    "skip-closing",
+    "repeat-slot",
+    "repeat-confirmation",
+)
+"""The rules :func:`~.fit.rule_budget` may switch off for a task, one by one: the role-free
+repeat and order rules, then the dialogue-state rules (:data:`~.state.RULES`)."""
+REPEAT_RULES: tuple[str, ...] = ("repeat", "repeat-slot", "repeat-confirmation")
+"""Rules that flag a repeat: a turn they flag adds ``repeat_weight`` once, whichever flags it."""
 CALIBRATIONS = ("cross_fit", "in_sample")
 ROUTE_MARGIN = 0.1
 """Lead of the best task's user-turn similarity needed to route a dialogue without a ``task`` (ours);
