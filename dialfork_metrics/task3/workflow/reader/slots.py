@@ -253,14 +253,15 @@ def _pattern_hit(text: str, typ: str) -> str | None:
 
 
 def _content_words(text: str) -> set[str]:
-    return {w for w in _norm(text).split() if w not in _STOP and len(w) > 1}
+    """The text's words but stop words, cut to five letters ("directed" and "director" meet)."""
+    return {w[:5] for w in _norm(text).split() if w not in _STOP and len(w) > 1}
 
 
 def _overlap(words: set[str], text: str) -> float:
     return len(words & _content_words(text)) / len(words) if words else 0.0
 
 
-N_CUES = 19 + len(TYPES)
+N_CUES = 21 + len(TYPES)
 N_SIMS = 5
 """The cosine columns: three cosines and two leads over the task's other slots."""
 
@@ -280,19 +281,32 @@ def _best_other(x: np.ndarray) -> np.ndarray:
 
 
 def _cues(
-    turn: UserTurn, slot: SlotInfo, user_hits: Mapping[str, bool], prev_hits: Mapping[str, bool]
+    turn: UserTurn,
+    slot: SlotInfo,
+    user_hits: Mapping[str, bool],
+    prev_hits: Mapping[str, bool],
+    found: Mapping[str, str | None],
 ) -> list[float]:
-    """The hand cues of one (turn, slot) pair (the embeddings' features come beside them)."""
+    """The hand cues of one (turn, slot) pair; ``found``: each slot of the task -> its known value in
+    the user turn (a value two slots share, "savings", goes to the one asked)."""
     typ = slot.value_type if slot.value_type in TYPES else "text"
     asked_known = turn.asked is not None
     asked = asked_known and slot.name in (turn.asked or ())
     other_asked = asked_known and bool(turn.asked) and not asked
     words = _content_words(slot.name.replace("_", " "))
+    mine = found.get(slot.name)
+    sharing = [
+        n
+        for n, v in found.items()
+        if n != slot.name and mine is not None and v is not None and _norm(v) == _norm(mine)
+    ]
     return [
         float(asked),
         float(asked_known),
         float(other_asked),
-        float(_find_value(turn.text, slot) is not None),
+        float(mine is not None),
+        float(bool(sharing)),
+        float(any(n in (turn.asked or ()) for n in sharing)),
         float(_find_value(turn.prev_system, slot) is not None),
         float(user_hits.get(typ, False)),
         float(prev_hits.get(typ, False)),
@@ -354,7 +368,8 @@ def pair_features(
         uh = {typ: _pattern_hit(t.text, typ) is not None for typ in PATTERN_TYPES}
         ph = {typ: _pattern_hit(t.prev_system, typ) is not None for typ in PATTERN_TYPES}
         S = np.stack([emb.get(s.text, zero) for s in ss])
-        cues = np.array([_cues(t, s, uh, ph) for s in ss], dtype=np.float32)
+        found = {s.name: _find_value(t.text, s) for s in ss}
+        cues = np.array([_cues(t, s, uh, ph, found) for s in ss], dtype=np.float32)
         su, sp = S @ u, S @ p
         sims = np.stack(
             [
