@@ -148,8 +148,9 @@ def llama_server(tmp_path_factory):
             str(port),
             "--n_ctx",
             "4096",
-            "--n_threads",
-            str(min(2, os.cpu_count() or 1)),
+            "--n_threads",  # this worker's share of the cores (tests/conftest.py): llama.cpp's threads
+            # spin while they wait, so a second thread on a core another worker uses costs minutes
+            os.environ.get("OMP_NUM_THREADS") or str(min(2, os.cpu_count() or 1)),
         ],
         stdout=fh,
         stderr=subprocess.STDOUT,
