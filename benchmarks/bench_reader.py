@@ -332,7 +332,8 @@ def markdown(res: dict) -> str:
         "here: none is packaged and the Hub is unreachable); fine-tuning MiniLM with a LoRA adapter (peft "
         "is not installed, and one epoch over the 12k SGD turns on the two shared cores takes far over "
         "the 5-minute budget: encoding them alone ran at about 30 turns/s); the `setfit` package (the "
-        "`head+file` row trains the head contrastively on the file's own phrasings instead, in seconds).",
+        "`head+file` row adds the held-out file's own phrasings to the head's contrastive training instead; "
+        "it does not beat `head`).",
     ]
     return "\n".join(lines) + "\n"
 
