@@ -321,10 +321,14 @@ class StepReader:
         Returns:
             np.ndarray: ``(n, n_nodes + 1)``, the last column none.
         """
-        from ..nodes import node_similarities
-
-        S = node_similarities(self.project(E), self.project(P), np.asarray(owners), int(n_nodes))
-        return self.probabilities(S)
+        S = self.project(E) @ self.project(P).T
+        out = np.full((len(S), int(n_nodes)), -np.inf)
+        owners = np.asarray(owners, np.int64)
+        for j in range(int(n_nodes)):
+            cols = owners == j
+            if cols.any():
+                out[:, j] = S[:, cols].max(axis=1)
+        return self.probabilities(out)
 
     def read(
         self, task_steps: Mapping[str, Sequence[str]], texts: Sequence[str], encoder: Any = None
