@@ -280,7 +280,9 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument(
             "--db", required=True, help="SQLAlchemy URL (sqlite:///study.db, postgresql://...) or a file path"
         )
-        sp.add_argument("--variants", help="variant file (default: each type's variants, generation/types/<code>.yaml)")
+        sp.add_argument(
+            "--variants", help="variant file (default: each type's variants, generation/types/<code>.yaml)"
+        )
 
     s = sub.add_parser("serve", help="start the annotation app")
     db(s)
