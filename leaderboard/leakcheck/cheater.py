@@ -165,7 +165,9 @@ def simulator_attacks(
 
     say("simulator fingerprints")
     preds, why = fingerprint_predictions(fp, blind, blind_tasks)
-    src = "the variant pool, template_data.yaml" + (", the simulator's phrasings" if table is not None else "")
+    src = "the variant pool, template_data.yaml" + (
+        ", the simulator's phrasings" if table is not None else ""
+    )
     out.append(
         det_res(
             FINGERPRINTS,
