@@ -29,8 +29,9 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from dialfork_dataset import taxonomy
 from dialfork_dataset.errors import CollectedErrors
-from dialfork_dataset.taxonomy import FORK_POSITIONS, breaking_types, hallucination_types
+from dialfork_dataset.taxonomy import FORK_POSITIONS, breaking_types
 
 from .design import CUE_FOIL, CUE_TRUE
 from .statistics import (  # noqa: F401  (re-exported: the public API of the analyses)
@@ -156,7 +157,7 @@ def prepare(judgments: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
         if d["cue_kind"] not in (CUE_TRUE, CUE_FOIL):
             errs.append(f"row {i}: cue_kind must be 'true' or 'foil', got {r.get('cue_kind')!r}")
         ht = d["hallucination_type"]
-        if ht is not None and ht not in hallucination_types():
+        if ht is not None and ht not in taxonomy.names():
             errs.append(f"row {i}: unknown hallucination_type {ht!r}")
         if ht is not None and d["fork_position"] not in FORK_POSITIONS:
             errs.append(f"row {i} (dialogue {r.get('dialogue_id')!r}): a fork needs fork_position 1..4")
@@ -514,7 +515,7 @@ def rq1(
         superiority of conformant over that type's forks}}``.
     """
     res: dict[str, Any] = {}
-    for name, types in (("breaking", breaking_types()), ("all", hallucination_types())):
+    for name, types in (("breaking", breaking_types()), ("all", taxonomy.names())):
         taus = unit_taus(df, types, min_forks)
         qt = quartet_taus(conv, types)
         res[name] = {
@@ -533,13 +534,13 @@ def rq1(
             "mean_slider": mean_slider_by_position(conv, types, n_boot, seed),
         }
     res["mean_slider_per_type"] = {
-        h: mean_slider_by_position(conv, [h], n_boot, seed) for h in hallucination_types()
+        h: mean_slider_by_position(conv, [h], n_boot, seed) for h in taxonomy.names()
     }
     res["superiority_conformant_vs_fork_per_type"] = {
         h: probability_of_superiority(
             df, [h], low=list(FORK_POSITIONS), high=[CONFORMANT_POSITION], n_boot=n_boot, seed=seed
         )
-        for h in hallucination_types()
+        for h in taxonomy.names()
     }
     return res
 
@@ -566,7 +567,7 @@ def rq2(conv: pd.DataFrame) -> dict[str, Any]:
     """
     true = conv[conv["is_fork"] & (conv["cue_kind"] == CUE_TRUE)]
     per_type = {}
-    for h in hallucination_types():
+    for h in taxonomy.names():
         g = true[true["hallucination_type"] == h]
         per_type[h] = {
             **rate(int(g["confirmed"].sum()), len(g)),

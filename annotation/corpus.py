@@ -188,10 +188,11 @@ def _stamp(spec: str) -> int:
     """What changes when a source's files change: its kind's ``stamp`` (a workflow file's mtime, the
     latest of a folder of workflow files, a STAR copy's ``scenarios.jsonl``; see
     :class:`dialfork_dataset.sources.SourceKind`)."""
-    from dialfork_dataset.sources import parse_source_spec, source_kind
+    from dialfork_dataset import sources as source_kinds
+    from dialfork_dataset.sources import parse_source_spec
 
     kind, path = parse_source_spec(spec)
-    return source_kind(kind).stamp(path)
+    return source_kinds.get(kind).stamp(path)
 
 
 @lru_cache(maxsize=4)

@@ -23,7 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from dialfork_dataset.taxonomy import FORK_POSITIONS, breaking_types, get_type, hallucination_types
+from dialfork_dataset import taxonomy
+from dialfork_dataset.taxonomy import FORK_POSITIONS, breaking_types
 
 logger = logging.getLogger(__name__)
 
@@ -46,7 +47,7 @@ CUE_FOIL = "foil"
 #: description of the substitute task"); ``{description}`` is the substitute task's one-line
 #: description (STAR's ``wizard_task``, see :func:`annotation.corpus.task_descriptions`). Each type
 #: with a substitute task declares its own in its registry entry (``HallucinationType.cue``).
-WIC_CUE_TEMPLATE: str = get_type("WIC").cue or ""
+WIC_CUE_TEMPLATE: str = taxonomy.get("WIC").cue or ""
 
 
 def default_task_description(task: str) -> str:
@@ -88,7 +89,7 @@ def substitute_cue_text(
     Returns:
         The cue text; None when the type declares no cue template (its variants' own cues apply).
     """
-    template = get_type(htype).cue
+    template = taxonomy.get(htype).cue
     if template is None:
         return None
     desc = (tasks or {}).get(substitute_task) or default_task_description(substitute_task)
@@ -195,7 +196,7 @@ def true_cue_text(
     """
     vid = record.get("variant")
     htype = record.get("hallucination_type")
-    if htype is not None and record.get("substitute_task") and get_type(htype).cue is not None:
+    if htype is not None and record.get("substitute_task") and taxonomy.get(htype).cue is not None:
         return vid, substitute_cue_text(htype, str(record["substitute_task"]), tasks) or ""
     try:
         return vid, pool.by_id(vid).cue
@@ -261,12 +262,12 @@ def assign_cue(
     if own is not None and u >= foil_share:
         vid, text = true_cue_text(record, pool, tasks)
         return Cue(CUE_TRUE, own, vid, text, seed)
-    choices = [h for h in hallucination_types() if h != own]
+    choices = [h for h in taxonomy.names() if h != own]
     htype = choices[min(int(ut * len(choices)), len(choices) - 1)]
     vs = _variant_list(pool, htype)
     v = vs[min(int(uv * len(vs)), len(vs) - 1)]
     text = v.cue
-    if get_type(htype).cue is not None and tasks:
+    if taxonomy.get(htype).cue is not None and tasks:
         sub = foil_substitute(str(record["task"]), tasks, us)
         if sub is not None:
             text = substitute_cue_text(htype, sub, tasks) or text
@@ -286,7 +287,7 @@ def latin_types(row: int) -> dict[int, str]:
     Returns:
         ``{k: hallucination type}`` for the fork positions k = 1..4.
     """
-    types = hallucination_types()
+    types = taxonomy.names()
     r = int(row) % len(types)
     return {k: types[(k - 1 + r) % len(types)] for k in FORK_POSITIONS}
 
@@ -526,7 +527,7 @@ def draw_blocks(
                     s, d = pick(sorted(cands))
                     srcs.append(s)
                     dids.append(d)
-                block = Block(key, pool.task, row % len(hallucination_types()), dids, srcs)
+                block = Block(key, pool.task, row % len(taxonomy.names()), dids, srcs)
                 key += 1
                 row += 1
                 blocks.append(block)

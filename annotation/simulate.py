@@ -16,9 +16,10 @@ from typing import Any
 
 import numpy as np
 
+from dialfork_dataset import taxonomy
 from dialfork_dataset.forks import fork_turns
 from dialfork_dataset.records import validate_record
-from dialfork_dataset.taxonomy import FORK_POSITIONS, forks_per_source, get_type, hallucination_types
+from dialfork_dataset.taxonomy import FORK_POSITIONS, forks_per_source
 
 from .design import CUE_FOIL, CUE_TRUE, FOIL_SHARE_FORKED, derive_seed
 
@@ -125,12 +126,12 @@ def synthetic_records(
         validate_record(conf)
         out.append(conf)
         ts = fork_turns(T)
-        for h in hallucination_types():
+        for h in taxonomy.names():
             variants = list(pool[h])
             for k in FORK_POSITIONS:
                 tk = ts[k - 1]
                 v = variants[int(rng.integers(len(variants)))]
-                spec = get_type(h)
+                spec = taxonomy.get(h)
                 sub = "restaurant_book" if spec.substitute else None
                 new, n = [], 0
                 for t in turns:
@@ -209,7 +210,7 @@ def simulate_judgments(
         The judgment rows, completed (``state`` 3), in each annotator's order.
     """
     rng = np.random.default_rng(derive_seed("simulate", seed))
-    types = hallucination_types()
+    types = taxonomy.names()
     per_source = forks_per_source()
     forks_per_unit = per_source if forks_per_unit is None else int(forks_per_unit)
     slopes = {h: float(slope[h]) if isinstance(slope, Mapping) else float(slope) for h in types}

@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.INFO if args.progress else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    from dialfork_dataset.taxonomy import hallucination_types
+    from dialfork_dataset import taxonomy
     from dialfork_metrics.bench import load_corpus, run_task3
 
     if args.defaults_from:
@@ -255,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     print(
         f"{'detector':8s} {'settings':55s} {'cov_c':>7s} {'cov_h':>7s} {'Score':>6s} {'cov@1%':>7s} {'cov@5%':>7s} "
-        f"{'cov@10%':>7s} {'@5% - paper':>11s}  MAE_h {'/'.join(hallucination_types())} | paper preset: cov_c, Score"
+        f"{'cov@10%':>7s} {'@5% - paper':>11s}  MAE_h {'/'.join(taxonomy.names())} | paper preset: cov_c, Score"
     )
     for d in streaming:
         r, s, c = res[d], res[d]["settings"], res[d]["coverage_at"]
@@ -263,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{s['calibration']}, backoff={s['backoff']}, thr={s['distance_threshold']}, {s['scope']}, "
             f"N={s['order']}, pw={s.get('position_weight', 0.0):g}"
         )
-        mae = "/".join(f"{r['mae_h_by_type'].get(h, float('nan')):.2f}" for h in hallucination_types())
+        mae = "/".join(f"{r['mae_h_by_type'].get(h, float('nan')):.2f}" for h in taxonomy.names())
         pr = paper["results"][d]
         print(
             f"{d:8s} {st:55s} {100 * r['cov_c']:6.2f}% {100 * r['cov_h']:6.2f}% {r['score']:6.2f} "

@@ -30,16 +30,16 @@ def shared_prefix_tau(out: Path) -> dict[str, float]:
     realised share of reworded prefix turns."""
     import numpy as np
 
+    from dialfork_dataset import taxonomy
     from dialfork_dataset.forks import system_turn_to_position
     from dialfork_dataset.jsonl import read_jsonl
-    from dialfork_dataset.taxonomy import hallucination_types
     from dialfork_dataset.views import task2_quartets
     from dialfork_metrics.dialogue import score_quartets
 
     records = [r for f in sorted(out.glob("*.jsonl")) for r in read_jsonl(f)]
     rows = score_quartets(task2_quartets(records), methods=["shared_prefix"])
     res: dict[str, float] = {}
-    types = hallucination_types()
+    types = taxonomy.names()
     for h in types:
         res[h] = float(np.mean([r["tau"]["shared_prefix"] for r in rows if r["type"] == h]))
     res["Avg"] = float(np.mean([res[h] for h in types]))

@@ -286,9 +286,9 @@ def embed(enc: Any, rows: list[dict]) -> list[np.ndarray]:
 # ---------------------------------------------------------------------------------------- detectors
 def spec_of(name: str) -> Any:
     """The registry entry of a detector (of the registered detector a :data:`VARIANTS` name varies)."""
-    from dialfork_metrics.task3.registry import get_detector
+    from dialfork_metrics.task3 import registry as detector_registry
 
-    return get_detector(VARIANTS.get(name, (name, {}))[0])
+    return detector_registry.get(VARIANTS.get(name, (name, {}))[0])
 
 
 def make(name: str, args: argparse.Namespace, enc: Any, workflow: Any):

@@ -5,6 +5,7 @@ Heavy dependencies (``datasets``, ``huggingface_hub``) are imported where used.
 
 import os as _os
 
+from . import taxonomy
 from .builder import CONFIGS, SPLITS, build_dataset, load_records, split_sources
 from .forks import (
     admits_forks,
@@ -28,14 +29,7 @@ from .records import (
     validate_record,
     validate_records,
 )
-from .taxonomy import (
-    HallucinationType,
-    forks_per_source,
-    get_type,
-    hallucination_types,
-    register_type,
-    unregister_type,
-)
+from .taxonomy import HallucinationType, forks_per_source
 from .turns import as_turns, transcript, turn_texts
 from .views import task1_sets, task2_quartets, task3_examples
 
@@ -52,7 +46,7 @@ _lazy_getattr, __dir__ = lazy_exports(__name__, _STAR_EXPORTS, globals())
 def __getattr__(name: str):
     """STAR's names on first use; ``HALLUCINATION_TYPES``: the registered types when read."""
     if name == "HALLUCINATION_TYPES":
-        return hallucination_types()
+        return taxonomy.names()
     return _lazy_getattr(name)
 
 
@@ -83,10 +77,7 @@ __all__ = [
     "HALLUCINATION_TYPES",
     "HallucinationType",
     "forks_per_source",
-    "get_type",
-    "hallucination_types",
-    "register_type",
-    "unregister_type",
+    "taxonomy",
     "RECORD_FIELDS",
     "DialogueRecord",
     "JsonlAppender",

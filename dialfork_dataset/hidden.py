@@ -40,8 +40,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import taxonomy
 from .errors import CollectedErrors
-from .taxonomy import FORK_POSITIONS, hallucination_types
+from .taxonomy import FORK_POSITIONS
 
 logger = logging.getLogger(__name__)
 
@@ -711,7 +712,7 @@ def corpus_types(records: Iterable[Mapping[str, Any]]) -> tuple[str, ...]:
         ('WIC', 'GR', 'NEW')
     """
     present = {r.get("hallucination_type") for r in records} - {None}
-    known = [t for t in hallucination_types() if t in present]
+    known = [t for t in taxonomy.names() if t in present]
     return (*known, *sorted(present - set(known)))
 
 

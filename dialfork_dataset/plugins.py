@@ -1,6 +1,6 @@
 """Extensions registered in every process: the ``DIALFORK_PLUGINS`` environment variable.
 
-An extension registered in Python (``register_type``, ``register_detector``, ``register_backend``,
+An extension registered in Python (``dialfork_dataset.taxonomy.register``, ``dialfork_metrics.task3.registry.register``, ``generation.backends.register``,
 ...) lives in the process that registered it. The command-line tools (``python -m generation``,
 ``python -m dialfork_metrics.bench``, ``python -m leaderboard``, ``accelerate launch`` workers)
 are other processes: a corpus holding a type they do not know is refused by them. Naming the

@@ -13,8 +13,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from . import taxonomy
 from .errors import CollectedErrors
-from .taxonomy import FORK_POSITIONS, get_type, hallucination_types, is_type, substitute_types
+from .taxonomy import FORK_POSITIONS, is_type, substitute_types
 
 SPEAKERS: tuple[str, ...] = ("user", "system")
 PREFIX_MODES: tuple[str, ...] = ("replay", "reuse", "reword")
@@ -215,7 +216,7 @@ class DialogueRecord:
         seed: The generation seed.
         generator: The generator (backend/model) that wrote the dialogue.
         hallucination_type: None (conformant) or a registered type code
-            (:func:`~dialfork_dataset.taxonomy.hallucination_types`: ``WIC``, ``SSPC``, ``GR``,
+            (:func:`~dialfork_dataset.taxonomy.names`: ``WIC``, ``SSPC``, ``GR``,
             ``CSC``, ...).
         variant: The injected instruction's variant id (forks only).
         instruction: The exact instruction injected (forks only).
@@ -486,7 +487,7 @@ def record_errors(record: Mapping[str, Any]) -> list[str]:
     else:
         if not is_type(htype):
             errs.append(
-                f"hallucination_type: unknown type {show(htype)} (expected one of {', '.join(hallucination_types())} or null)"
+                f"hallucination_type: unknown type {show(htype)} (expected one of {', '.join(taxonomy.names())} or null)"
             )
         k = record.get("fork_position")
         if k is None:
@@ -503,7 +504,7 @@ def record_errors(record: Mapping[str, Any]) -> list[str]:
             if v is None or not isinstance(v, str) or not v.strip():
                 errs.append(f"{name}: a forked record needs a non-empty {name}")
         sub = record.get("substitute_task")
-        substitute = is_type(htype) and get_type(htype).substitute
+        substitute = is_type(htype) and taxonomy.get(htype).substitute
         if substitute and not (isinstance(sub, str) and sub.strip()):
             errs.append(f"substitute_task: a {htype} fork must record its substitute_task")
         if is_type(htype) and not substitute and sub is not None:
@@ -738,5 +739,5 @@ def system_turn_count(turns: Sequence[Mapping[str, Any]]) -> int:
 def __getattr__(name: str):
     """``HALLUCINATION_TYPES``: the registered types when read (:mod:`dialfork_dataset.taxonomy`)."""
     if name == "HALLUCINATION_TYPES":
-        return hallucination_types()
+        return taxonomy.names()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

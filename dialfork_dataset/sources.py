@@ -7,14 +7,14 @@ STAR is one source (:class:`~dialfork_dataset.star.StarCorpus`); a workflow file
 else; ``is_source(obj)`` checks that the names are there (not their types) without reading anything.
 
 The kinds are one :class:`~dialfork_dataset.registry.Registry` (:data:`SOURCE_KINDS` is its read-only
-view; :func:`register_source_kind` adds one, :func:`unregister_source_kind` removes one, and an
+view; :func:`register` adds one, :func:`unregister` removes one, and an
 unknown name raises :class:`~dialfork_dataset.registry.RegistryError` listing the registered kinds).
 
 Spec strings, as the CLIs take them (``--source``)::
 
     star:PATH         a STAR copy (folder with tasks/ and apis/)
     workflow:PATH     a workflow file (YAML), or a folder of them (its *.yaml/*.yml files: one source)
-    KIND:PATH         a kind registered with :func:`register_source_kind` (:data:`SOURCE_KINDS`)
+    KIND:PATH         a kind registered with :func:`register` (:data:`SOURCE_KINDS`)
     PATH              a folder: STAR (a folder without tasks/ that holds .yaml/.yml files: workflow
                       files); a .yaml/.yml file: a workflow file
 
@@ -148,15 +148,15 @@ class SourceKind:
 
 
 _KINDS: Registry[SourceKind] = Registry(
-    "source kind", SourceKind, add_hint="dialfork_dataset.sources.register_source_kind"
+    "source kind", SourceKind, add_hint="dialfork_dataset.sources.register"
 )
 
 #: The source-kind registry, a read-only live mapping: spec prefix -> :class:`SourceKind`
-#: (:func:`register_source_kind` is the one way to add a kind).
+#: (:func:`register` is the one way to add a kind).
 SOURCE_KINDS: Mapping[str, SourceKind] = _KINDS.view
 
 
-def register_source_kind(kind: SourceKind, *, replace: bool = False) -> SourceKind:
+def register(kind: SourceKind, *, replace: bool = False) -> SourceKind:
     """Register a source kind: ``KIND:PATH`` then opens with it everywhere a spec is taken.
 
     Args:
@@ -174,7 +174,7 @@ def register_source_kind(kind: SourceKind, *, replace: bool = False) -> SourceKi
     return _KINDS.register(kind, replace=replace)
 
 
-def unregister_source_kind(name: str) -> SourceKind:
+def unregister(name: str) -> SourceKind:
     """Remove source kind ``name``.
 
     Args:
@@ -189,7 +189,16 @@ def unregister_source_kind(name: str) -> SourceKind:
     return _KINDS.unregister(name)
 
 
-def source_kind(name: str) -> SourceKind:
+def names() -> tuple[str, ...]:
+    """The registered source kind names, in registration order (the built-ins first).
+
+    Returns:
+        The names.
+    """
+    return _KINDS.names()
+
+
+def get(name: str) -> SourceKind:
     """The :class:`SourceKind` registered as ``name``.
 
     Args:
@@ -646,7 +655,7 @@ BUILTIN_SOURCE_KINDS = (
     ),
 )
 for _kind in BUILTIN_SOURCE_KINDS:
-    register_source_kind(_kind)
+    register(_kind)
 
 
 def require(
@@ -698,13 +707,14 @@ __all__ = [
     "open_source",
     "parse_source_spec",
     "recorded_source",
-    "register_source_kind",
+    "register",
     "require",
     "source_identity",
-    "source_kind",
+    "get",
+    "names",
     "source_record",
     "source_spec_of",
-    "unregister_source_kind",
+    "unregister",
     "BUILTIN_SOURCE_KINDS",
     "path_stamp",
 ]

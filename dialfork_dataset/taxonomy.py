@@ -4,7 +4,7 @@ A registry (:class:`~dialfork_dataset.registry.Registry`) of :class:`Hallucinati
 registration order; ``REGISTERED_TYPES`` is its read-only view. Everything that lists the
 types, orders them for a table, names them for a reader, counts the forks of a source or asks
 what a type needs reads it through the functions below, at call time, so a type registered at
-run time (:func:`register_type`) is seen everywhere: generation, record validation, the Hub
+run time (:func:`register`) is seen everywhere: generation, record validation, the Hub
 export and its blind draw, the benchmark's tables, the leaderboard, the annotation study and the
 agent audit. A built-in type is one module, ``generation/types/<code>.py`` (its entry, its planner,
 its variant check) with its variants file, named at the end of :data:`BUILTIN_TYPES`
@@ -18,15 +18,15 @@ imports ``generation``): the registry imports them on its first use, before anyt
 run time. The paper's four come first, in SPEC order; a type registered later (built in or at run
 time) is appended after them, so the examples below hold with any extension registered:
 
->>> hallucination_types()[:4]
+>>> names()[:4]
 ('WIC', 'SSPC', 'GR', 'CSC')
->>> forks_per_source() == len(hallucination_types()) * len(FORK_POSITIONS)  # 16 for the four
+>>> forks_per_source() == len(names()) * len(FORK_POSITIONS)  # 16 for the four
 True
 >>> [c for c in table4_order() if c in ("WIC", "SSPC", "GR", "CSC")]  # Table 4: alphabetical
 ['CSC', 'GR', 'SSPC', 'WIC']
 >>> display_name("GR")
 'goal replacement'
->>> get_type("WIC").substitute, breaking_types()[:3]
+>>> get("WIC").substitute, breaking_types()[:3]
 (True, ('WIC', 'SSPC', 'GR'))
 
 ``REGISTERED_TYPES`` is the registry's read-only live view (``code -> HallucinationType``). The
@@ -142,12 +142,12 @@ _TYPES: Registry[HallucinationType] = Registry(
     "hallucination type",
     HallucinationType,
     key="code",
-    add_hint="dialfork_dataset.taxonomy.register_type",
+    add_hint="dialfork_dataset.taxonomy.register",
     builtins=BUILTIN_TYPES,
 )
 
 
-def register_type(spec: HallucinationType, *, replace: bool = False) -> HallucinationType:
+def register(spec: HallucinationType, *, replace: bool = False) -> HallucinationType:
     """Register a hallucination type; it is appended to the order (its seed index).
 
     Args:
@@ -164,7 +164,7 @@ def register_type(spec: HallucinationType, *, replace: bool = False) -> Hallucin
     return _TYPES.register(spec, replace=replace)
 
 
-def unregister_type(code: str) -> HallucinationType:
+def unregister(code: str) -> HallucinationType:
     """Remove a registered type.
 
     Removing a type shifts the seed index of the types after it: meant for run-time additions
@@ -182,7 +182,7 @@ def unregister_type(code: str) -> HallucinationType:
     return _TYPES.unregister(code)
 
 
-def get_type(code: str) -> HallucinationType:
+def get(code: str) -> HallucinationType:
     """The registered entry of ``code``.
 
     Args:
@@ -210,7 +210,7 @@ def is_type(code: Any) -> bool:
     return isinstance(code, str) and code in _TYPES
 
 
-def hallucination_types() -> tuple[str, ...]:
+def names() -> tuple[str, ...]:
     """The registered type codes.
 
     Returns:
@@ -244,7 +244,7 @@ def table3_order() -> tuple[str, ...]:
     Returns:
         The type codes in registration order.
     """
-    return hallucination_types()
+    return names()
 
 
 def table4_order() -> tuple[str, ...]:
@@ -296,7 +296,7 @@ def display_name(htype: str) -> str:
     Raises:
         KeyError: ``htype`` is not a known type; the message lists the known ones.
     """
-    return get_type(htype).name
+    return get(htype).name
 
 
 def type_index(htype: str) -> int:
@@ -321,9 +321,9 @@ def _registered_types() -> Mapping[str, HallucinationType]:
 
 _CONSTANTS: dict[str, Callable[[], Any]] = {
     # the registered types, a read-only live mapping ``code -> HallucinationType`` in registration
-    # order (register_type is the one way to add one); read on access, so that the built-ins load first
+    # order (register is the one way to add one); read on access, so that the built-ins load first
     "REGISTERED_TYPES": _registered_types,
-    "HALLUCINATION_TYPES": hallucination_types,
+    "HALLUCINATION_TYPES": names,
     "TYPE_NAMES": type_names,
     "TABLE3_ORDER": table3_order,
     "TABLE4_ORDER": table4_order,
@@ -347,15 +347,15 @@ __all__ = [
     "breaking_types",
     "display_name",
     "forks_per_source",
-    "get_type",
-    "hallucination_types",
+    "get",
+    "names",
     "is_type",
-    "register_type",
+    "register",
     "substitute_types",
     "table3_order",
     "table4_order",
     "type_index",
     "type_names",
     "type_specs",
-    "unregister_type",
+    "unregister",
 ]

@@ -14,7 +14,8 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .taxonomy import FORK_POSITIONS, hallucination_types
+from . import taxonomy
+from .taxonomy import FORK_POSITIONS
 
 logger = logging.getLogger(__name__)
 
@@ -79,7 +80,7 @@ def task1_sets(
             forks[(r["task"], r["hallucination_type"])][r["fork_position"]].append(r)
     out: dict[tuple[str, str], dict[Any, list]] = {}
     for task in sorted(set(refs) | {t for t, _ in forks}):
-        for h in hallucination_types():
+        for h in taxonomy.names():
             unit = forks.get((task, h))
             if len(refs.get(task, [])) < min_reference:
                 if unit:
@@ -122,9 +123,7 @@ def task2_quartets(data: Any, skipped: list | None = None) -> list[dict[str, Any
         if r["hallucination_type"] is not None:
             forks[(r["source_id"], r["hallucination_type"])][r["fork_position"]] = r
     out = []
-    for (sid, h), fk in sorted(
-        forks.items(), key=lambda kv: (kv[0][0], hallucination_types().index(kv[0][1]))
-    ):
+    for (sid, h), fk in sorted(forks.items(), key=lambda kv: (kv[0][0], taxonomy.names().index(kv[0][1]))):
         if sid not in sources:
             skip.add(f"Task 2 unit ({sid}, {h}): source dialogue not in the data")
             continue

@@ -10,7 +10,8 @@ its single-injection fields (``hallucination_type``, ``variant``, ``fork_positio
 
 from __future__ import annotations
 
-from dialfork_dataset.taxonomy import FORK_POSITIONS, hallucination_types
+from dialfork_dataset import taxonomy
+from dialfork_dataset.taxonomy import FORK_POSITIONS
 
 CompoundPlan = tuple[tuple[str, int], ...]
 
@@ -35,14 +36,9 @@ def parse_compound_plan(text: str) -> CompoundPlan:
     for item in items:
         h, sep, k = item.partition("@")
         h = h.strip().upper()
-        if (
-            not sep
-            or h not in hallucination_types()
-            or not k.strip().isdigit()
-            or int(k) not in FORK_POSITIONS
-        ):
+        if not sep or h not in taxonomy.names() or not k.strip().isdigit() or int(k) not in FORK_POSITIONS:
             errors.append(
-                f"{item!r}: expected TYPE@K with TYPE in {', '.join(hallucination_types())} and K in "
+                f"{item!r}: expected TYPE@K with TYPE in {', '.join(taxonomy.names())} and K in "
                 f"{FORK_POSITIONS[0]}..{FORK_POSITIONS[-1]}"
             )
             continue

@@ -11,11 +11,12 @@ import json
 import logging
 import os
 
+from dialfork_dataset import taxonomy
 from dialfork_dataset.console import add_verbosity_options, prog_name, state_defaults
 from dialfork_dataset.forks import MIN_SYSTEM_TURNS
 from dialfork_dataset.records import PREFIX_MODES
 from dialfork_dataset.sources import SOURCE_KINDS
-from dialfork_dataset.taxonomy import FORK_POSITIONS, forks_per_source, hallucination_types
+from dialfork_dataset.taxonomy import FORK_POSITIONS, forks_per_source
 
 from .backends import BACKENDS
 from .engine import DEFAULT_REWORD_RATE, GenerationConfig, replace_config
@@ -75,7 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=prog_name("generation"),
         description=f"Generate DialFork dialogues: conformant role-plays of STAR scenarios and their {forks_per_source()} "
-        f"controlled forks ({len(hallucination_types())} hallucination types x {len(FORK_POSITIONS)} fork "
+        f"controlled forks ({len(taxonomy.names())} hallucination types x {len(FORK_POSITIONS)} fork "
         "turns).",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -16,8 +16,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from dialfork_dataset import taxonomy
 from dialfork_dataset.registry import resolve
-from dialfork_dataset.taxonomy import get_type, hallucination_types
 
 from .errors import VariantError
 from .seeds import Rng, fork_seed, stable_seed
@@ -165,7 +165,7 @@ def _parse_type(
                 dict(tpl),
             )
         )
-    check = get_type(h).variant_check
+    check = taxonomy.get(h).variant_check
     if check is not None:  # the type's own checks of its template material (its registry entry)
         errs.extend(resolve(check, f"variant check of hallucination type {h!r}")(checked))
     if len(vs) < MIN_VARIANTS_PER_TYPE:
@@ -190,7 +190,7 @@ def _parse(data: Any, where: str) -> VariantPool:
     if not isinstance(types, Mapping):
         raise VariantError(f"{where}: 'types' must map each type to a list of variants", errs + [where])
     seen: set[str] = set()
-    codes = hallucination_types()
+    codes = taxonomy.names()
     out = {h: _parse_type(h, types.get(h), where, f"types.{h}", seen, errs) for h in codes}
     extra = set(types) - set(codes)
     if extra:
@@ -218,8 +218,8 @@ def _load_cached(path: str, mtime_ns: int, codes: tuple[str, ...]) -> VariantPoo
 def _type_sources() -> list[tuple[str, Any]]:
     """Each registered type's variants as its entry names them: ``(code, Path or list)``."""
     out = []
-    for h in hallucination_types():
-        ref = get_type(h).variants
+    for h in taxonomy.names():
+        ref = taxonomy.get(h).variants
         src = resolve(ref, f"variants of hallucination type {h!r}") if isinstance(ref, str) else ref
         if src is None:
             raise VariantError(
@@ -321,7 +321,7 @@ def load_variants(path: str | Path | None = None) -> VariantPool:
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"variant file {p} not found")
-    return _load_cached(str(p.resolve()), p.stat().st_mtime_ns, hallucination_types())
+    return _load_cached(str(p.resolve()), p.stat().st_mtime_ns, taxonomy.names())
 
 
 #: How forks draw their variant (and WIC its substitute task). ``quartet`` (default): one draw per

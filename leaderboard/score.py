@@ -23,7 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from dialfork_dataset.taxonomy import FORK_POSITIONS, hallucination_types
+from dialfork_dataset import taxonomy
+from dialfork_dataset.taxonomy import FORK_POSITIONS
 from dialfork_metrics.stats import kendall_tau_rows
 
 logger = logging.getLogger(__name__)
@@ -265,7 +266,7 @@ def score_metric(distances: Mapping[str, float], gold2: Sequence[Mapping[str, An
         by_type: dict[str, float] = {}
         units_by_type: dict[str, int] = {}
         exact_by_type: dict[str, float] = {}
-        for h in hallucination_types():
+        for h in taxonomy.names():
             m = t == h
             if m.any():
                 by_type[h] = float(tau[m].mean())
@@ -461,7 +462,7 @@ def metric_tau_ci(
         d = np.array([[distances[p] for p in ps] for ps in pairs], dtype=float)
         tau = np.nan_to_num(kendall_tau_b_rows(d), nan=0.0)  # undefined counts as 0, as in score_metric
         t = np.array(types)
-        by_type = [tau[t == h] for h in hallucination_types() if (t == h).any()]
+        by_type = [tau[t == h] for h in taxonomy.names() if (t == h).any()]
 
         def stat(*idx, axis=-1, by_type=by_type):
             return np.mean(

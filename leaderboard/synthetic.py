@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from dialfork_dataset.taxonomy import get_type, hallucination_types
+from dialfork_dataset import taxonomy
 
 
 def synthetic_task3_test(
@@ -76,7 +76,7 @@ def synthetic_task3_test(
                 "turns": turns(T, sid),
             }
         )
-        for h in hallucination_types():
+        for h in taxonomy.names():
             for k, tk in enumerate(fork_turns(T), 1):
                 Tf = rng.randint(max(tk, 4), max_T + 4)
                 fid = f"{sid}-{h}-k{k}"
@@ -131,7 +131,7 @@ def to_records(rows: Sequence[Mapping[str, Any]], domain: str = "synthetic") -> 
                 "generator": "template",
                 "variant": f"{h.lower()}-1" if h else None,
                 "instruction": f"synthetic {h} instruction" if h else None,
-                "substitute_task": "other_task" if h and get_type(h).substitute else None,
+                "substitute_task": "other_task" if h and taxonomy.get(h).substitute else None,
             }
         )
         out.append(rec)

@@ -128,11 +128,11 @@ def paper_types_only():
     """
     from dialfork_dataset import taxonomy
 
-    if toy_extensions.TYPE not in taxonomy.hallucination_types():
-        yield taxonomy.hallucination_types()
+    if toy_extensions.TYPE not in taxonomy.names():
+        yield taxonomy.names()
         return
-    spec = taxonomy.unregister_type(toy_extensions.TYPE)
+    spec = taxonomy.unregister(toy_extensions.TYPE)
     try:
-        yield taxonomy.hallucination_types()
+        yield taxonomy.names()
     finally:
-        taxonomy.register_type(spec)
+        taxonomy.register(spec)

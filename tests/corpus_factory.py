@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import zlib
 
+from dialfork_dataset import taxonomy
 from dialfork_dataset.forks import fork_turns
-from dialfork_dataset.taxonomy import get_type, hallucination_types
 
 
 def make_dialogue(n_system: int, tag: str, diverge_from: int | None = None, base: str = "") -> list[dict]:
@@ -51,7 +51,7 @@ def make_records(tasks=("weather", "trivia"), per_task=5, T=6, domain_of=None) -
                     "code_version": "test",
                 }
             )
-            for h in hallucination_types():
+            for h in taxonomy.names():
                 for k, tk in enumerate(fork_turns(t_sys), 1):
                     recs.append(
                         {
@@ -63,7 +63,7 @@ def make_records(tasks=("weather", "trivia"), per_task=5, T=6, domain_of=None) -
                             "hallucination_type": h,
                             "variant": f"{h.lower()}-v1",
                             "instruction": f"Do {h}",
-                            "substitute_task": "other_task" if get_type(h).substitute else None,
+                            "substitute_task": "other_task" if taxonomy.get(h).substitute else None,
                             "fork_position": k,
                             "fork_turn": tk,
                             "num_system_turns": t_sys,

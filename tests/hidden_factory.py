@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import random
 
+from dialfork_dataset import taxonomy
 from dialfork_dataset.forks import fork_turns
-from dialfork_dataset.taxonomy import get_type, hallucination_types
 
 DECODING = {"temperature": 1.3, "top_p": 0.95, "top_k": 64, "max_new_tokens": None}
 
@@ -27,7 +27,7 @@ def _rec(did, sid, scen, task, h, k, tk, turns, seed, mode=None, div=None):
         "hallucination_type": h,
         "variant": f"{h.lower()}-v1" if h else None,
         "instruction": f"Do {h}" if h else None,
-        "substitute_task": "other_task" if h and get_type(h).substitute else None,
+        "substitute_task": "other_task" if h and taxonomy.get(h).substitute else None,
         "fork_position": k,
         "fork_turn": tk,
         "num_system_turns": n_sys,
@@ -58,7 +58,7 @@ def llm_like_records(
             base = [(say("user", sid), say("system", sid)) for _ in range(T)]
             conf = [{"speaker": s, "text": x} for u, y in base for s, x in (("user", u), ("system", y))]
             recs.append(_rec(sid, sid, scen, task, None, None, None, conf, j))
-            for h in hallucination_types():
+            for h in taxonomy.names():
                 for k, tk in enumerate(fork_turns(T), 1):
                     turns, diverged, div = [], False, 0
                     for i in range(tk - 1):

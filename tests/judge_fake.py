@@ -11,9 +11,10 @@ import re
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from dialfork_dataset.taxonomy import get_type, type_specs
+from dialfork_dataset import taxonomy
+from dialfork_dataset.taxonomy import type_specs
 
-DEVIANT = get_type("GR").example_line
+DEVIANT = taxonomy.get("GR").example_line
 
 
 def deviant_lines() -> set[str]:

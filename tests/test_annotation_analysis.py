@@ -14,7 +14,8 @@ pytest.importorskip("krippendorff")
 from annotation import analysis as A  # noqa: E402
 from annotation.report import load_answers, run_analyses  # noqa: E402
 from annotation.simulate import simulate_judgments  # noqa: E402
-from dialfork_dataset.taxonomy import breaking_types, forks_per_source, hallucination_types  # noqa: E402
+from dialfork_dataset import taxonomy  # noqa: E402
+from dialfork_dataset.taxonomy import breaking_types, forks_per_source  # noqa: E402
 
 NB = 300  # bootstrap resamples in tests
 
@@ -226,7 +227,7 @@ def test_per_type_slopes_are_recovered():
     rows = simulate_judgments(
         n_annotators=8,
         tasks=("weather",),
-        slope={h: 0 if h == "CSC" else 20 for h in hallucination_types()},  # flat for CSC alone
+        slope={h: 0 if h == "CSC" else 20 for h in taxonomy.names()},  # flat for CSC alone
         base=40,
         noise=5,
         seed=4,

@@ -25,7 +25,8 @@ from annotation.design import (  # noqa: E402
     wic_cue_text,
 )
 from annotation.simulate import synthetic_records  # noqa: E402
-from dialfork_dataset.taxonomy import forks_per_source, hallucination_types  # noqa: E402
+from dialfork_dataset import taxonomy  # noqa: E402
+from dialfork_dataset.taxonomy import forks_per_source  # noqa: E402
 from generation.variants import load_variants  # noqa: E402
 
 
@@ -60,7 +61,7 @@ def test_conformant_always_foil_forks_about_twenty_percent(records, pool):
         cue = assign_cue(r, 5, pool)
         if r["hallucination_type"] is None:
             assert cue.kind == CUE_FOIL
-            assert cue.htype in hallucination_types()
+            assert cue.htype in taxonomy.names()
         else:
             kinds[cue.kind] += 1
             if cue.kind == CUE_FOIL:
@@ -88,7 +89,7 @@ def test_foil_share_extremes(records, pool):
 
 
 def test_latin_square_covers_every_type_position_once():
-    types = hallucination_types()
+    types = taxonomy.names()
     n = len(types)  # rows of the square: 4 for the paper's types
     cells = [(h, k) for row in range(n) for k, h in latin_types(row).items()]
     assert sorted(cells) == sorted((h, k) for h in types for k in (1, 2, 3, 4))
@@ -129,7 +130,7 @@ def test_draw_blocks_sampling_rules(records):
     assert max(judges.values()) <= 3
     assert any(not d.fresh for d in draws)
     # every n consecutive fresh blocks (n types: four for the paper's) cover each type x position exactly once
-    n = len(hallucination_types())
+    n = len(taxonomy.names())
     for i in range(0, len(fresh_cells) - (n - 1), n):
         cells = [c for b in fresh_cells[i : i + n] for c in b]
         assert len(set(cells)) == forks_per_source()

@@ -101,7 +101,8 @@ def test_an_opened_source_is_read_again_when_its_kind_says_it_changed(tmp_path):
     import os
 
     from annotation.corpus import workflow_source
-    from dialfork_dataset.sources import SourceKind, register_source_kind, unregister_source_kind
+    from dialfork_dataset import sources as source_kinds
+    from dialfork_dataset.sources import SourceKind
 
     folder = tmp_path / "wf"
     folder.mkdir()
@@ -112,7 +113,7 @@ def test_an_opened_source_is_read_again_when_its_kind_says_it_changed(tmp_path):
     os.utime(folder / "insurance.yaml", ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
     assert workflow_source(f"workflow:{folder}") is not first  # the folder's newest file changed
     stamps = iter(range(100))
-    register_source_kind(
+    source_kinds.register(
         SourceKind(
             "stamped",
             "dialfork_dataset.workflow.files:WorkflowCorpus",
@@ -124,4 +125,4 @@ def test_an_opened_source_is_read_again_when_its_kind_says_it_changed(tmp_path):
         a = workflow_source(f"stamped:{EXAMPLE}")
         assert workflow_source(f"stamped:{EXAMPLE}") is not a  # its stamp changes on every call
     finally:
-        unregister_source_kind("stamped")
+        source_kinds.unregister("stamped")

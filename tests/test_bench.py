@@ -6,7 +6,7 @@ import shutil
 import numpy as np
 import pytest
 
-from dialfork_dataset.taxonomy import hallucination_types
+from dialfork_dataset import taxonomy
 from dialfork_metrics.bench import (
     TASK1_METHODS,
     TASK2_METHODS,
@@ -42,14 +42,14 @@ def test_tables_have_all_rows_and_columns(bench):
     t1 = rep["task1"]["summary"]["tau"]
     assert list(t1) == list(TASK1_METHODS)
     for m in TASK1_METHODS:
-        assert set(t1[m]) == {*hallucination_types(), "Avg"}
+        assert set(t1[m]) == {*taxonomy.names(), "Avg"}
         assert all(v is not None for v in t1[m].values())
     assert t1["random"]["Avg"] == 0.0
-    assert rep["task1"]["summary"]["n_units"] == 2 * len(hallucination_types())  # 2 tasks x 4 types
+    assert rep["task1"]["summary"]["n_units"] == 2 * len(taxonomy.names())  # 2 tasks x 4 types
     t2 = rep["task2"]["per_encoder"]["minilm"]["summary"]["tau"]
     assert list(t2) == list(TASK2_METHODS)
     for m in TASK2_METHODS:
-        assert set(t2[m]) == {*hallucination_types(), "Avg"}
+        assert set(t2[m]) == {*taxonomy.names(), "Avg"}
     sig = rep["task2"]["significance"]
     assert {r["method"] for r in sig} == set(TASK2_METHODS) - {"flowscore"}
     for r in sig:
@@ -91,7 +91,7 @@ def test_report_json_reloads_and_files_written(bench):
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000, name
     graphs = sorted(out.glob("flowgraph_*"))
     assert {g.suffix for g in graphs} == {".png", ".graphml"}
-    n_units = 2 * len(hallucination_types())  # tasks x types (8 with the paper's four)
+    n_units = 2 * len(taxonomy.names())  # tasks x types (8 with the paper's four)
     assert (out / "task1_units.csv").read_text().count("\n") == 1 + n_units * len(TASK1_METHODS)
     assert rep["timings"]["total"] > 0 and 0 < rep["timings"]["encoding_share"] < 1
 
@@ -221,7 +221,7 @@ def test_paper_statistics_and_units(bench):
     comp = rep["task1"]["comparisons"]
     assert [(c["a"], c["b"]) for c in comp] == [("flowkl", "fbd"), ("flowkl", "prd")]
     assert [c["p_holm"] for c in comp] == pytest.approx(holm([c["p"] for c in comp]))
-    n_units = 2 * len(hallucination_types())  # tasks x types (8 with the paper's four)
+    n_units = 2 * len(taxonomy.names())  # tasks x types (8 with the paper's four)
     for c in comp:
         assert c["ci_low"] <= c["mean_diff"] <= c["ci_high"] and c["n_units"] == n_units
     assert "Appendix J. FlowKL against each method" in md and f"| FlowKL | FBD | {n_units} |" in md

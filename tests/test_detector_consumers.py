@@ -14,13 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from dialfork_metrics.task3.registry import (
-    DetectorSpec,
-    detector_names,
-    get_detector,
-    register_detector,
-    unregister_detector,
-)
+from dialfork_metrics.task3 import registry as detector_registry
+from dialfork_metrics.task3.registry import DetectorSpec
 
 TOY_FORMAT = "dialfork-test-toy-turn"
 TURNS = [
@@ -126,10 +121,10 @@ def toy_detectors():
         ),
     ]
     for s in specs:
-        register_detector(s)
+        detector_registry.register(s)
     yield
     for s in specs:
-        unregister_detector(s.name)
+        detector_registry.unregister(s.name)
 
 
 def _cli(main, *args: object) -> tuple[int, str, str]:
@@ -169,14 +164,16 @@ def test_build_from_passes_only_what_the_detector_needs():
     with pytest.raises(TypeError):  # an option the factory does not take still fails
         spec.build_from({}, beta=1)
     # the built-ins: a detector that needs no encoder never gets one
-    assert type(get_detector("first").build_from(everything)).__name__ == "FirstTurnBaseline"
-    assert get_detector("random").build_from(everything).seed == 3
-    it = get_detector("it").build_from({"encoder": "minilm", "seed": 1, "false_alarm_rate": 0.1}, order=3)
+    assert type(detector_registry.get("first").build_from(everything)).__name__ == "FirstTurnBaseline"
+    assert detector_registry.get("random").build_from(everything).seed == 3
+    it = detector_registry.get("it").build_from(
+        {"encoder": "minilm", "seed": 1, "false_alarm_rate": 0.1}, order=3
+    )
     assert (it.get_params()["order"], it.get_params()["false_alarm_rate"], it.method) == (3, 0.1, "it")
 
 
 def test_parameters_and_check_options_name_the_detector():
-    spec = get_detector("it")
+    spec = detector_registry.get("it")
     params = spec.parameters()
     assert "order" in params and "encoder" in params and "method" not in params  # method: fixed by the name
     spec.check_options(["order", "false_alarm_rate"])
@@ -186,7 +183,7 @@ def test_parameters_and_check_options_name_the_detector():
         spec.check_options(["nope"], "--detector-option")
     with pytest.raises(TypeError, match="method: fixed by the name of Task 3 detector 'it'"):
         spec.check_options(["method"])
-    assert get_detector("first").parameters() == ()
+    assert detector_registry.get("first").parameters() == ()
     assert DetectorSpec("p", "P", "other", lambda **kw: kw).parameters() is None  # takes anything
 
 
@@ -207,7 +204,7 @@ def test_save_capability_is_validated_and_filled_for_the_built_ins():
     with pytest.raises(
         ValueError, match="save_format 'dialfork-task3-baseline' is that of first, last, random"
     ):
-        register_detector(
+        detector_registry.register(
             DetectorSpec("x", "X", "other", Recorder, save_format=baselines.FORMAT, loader=Recorder)
         )
     expected = {
@@ -219,12 +216,14 @@ def test_save_capability_is_validated_and_filled_for_the_built_ins():
         "wf-sup": workflow_classifier.FORMAT,
         "llm": None,
     }
-    assert {n: get_detector(n).save_format for n in expected} == expected
-    assert "llm" not in detector_names(can_save=True) and "wf-sup" in detector_names(can_save=True)
-    for n in detector_names(can_save=True):
-        assert callable(get_detector(n).loader_fn()), n
+    assert {n: detector_registry.get(n).save_format for n in expected} == expected
+    assert "llm" not in detector_registry.names(can_save=True) and "wf-sup" in detector_registry.names(
+        can_save=True
+    )
+    for n in detector_registry.names(can_save=True):
+        assert callable(detector_registry.get(n).loader_fn()), n
     with pytest.raises(ValueError, match="Task 3 detector 'llm' cannot be saved or loaded"):
-        get_detector("llm").loader_fn()
+        detector_registry.get("llm").loader_fn()
 
 
 def test_load_detector_goes_through_the_registry(tmp_path, toy_detectors):
@@ -305,7 +304,10 @@ def test_cli_refuses_bad_options_and_unsaveable_detectors_up_front(tmp_path, toy
     rc, _, err = _task3(*common, "--detector", "toy-nosave", "--save-detector", tmp_path / "det")
     assert rc == 2 and err.count("\n") == 1, err  # refused before fitting (NeverFitted.fit raises)
     assert "--save-detector: detector 'toy-nosave' cannot be saved" in err
-    assert "the detectors that can: " + ", ".join(detector_names(can_save=True)) in err and "llm" not in err
+    assert (
+        "the detectors that can: " + ", ".join(detector_registry.names(can_save=True)) in err
+        and "llm" not in err
+    )
     assert not out.exists() and not (tmp_path / "det").exists()
 
 

@@ -3,11 +3,11 @@
 * a new metric: a ``(ref, cand) -> distance`` function plugged into Task 2 (``--metric``), and
   a built-in one: one :class:`dialfork_metrics.registry.MetricSpec` registered at run time, seen by
   ``score_pairs``, the benchmark's tables, the report and the method lists;
-* a new generation backend: a class registered with ``generation.backends.register_backend``, seen
+* a new generation backend: a class registered with ``generation.backends.register``, seen
   by the engine, the CLI, the device placement and the records' version;
 * a new workflow source: a dict in the workflow-file format, a class implementing
   ``dialfork_dataset.sources.WorkflowSource``, and a source kind (``toy:PATH``) registered with
-  ``dialfork_dataset.sources.register_source_kind``, seen by every CLI that takes a source spec;
+  ``dialfork_dataset.sources.register``, seen by every CLI that takes a source spec;
 * a new Task 3 detector: one :class:`dialfork_metrics.task3.DetectorSpec` registered at run time
   (a toy "always the middle turn"), seen by ``make_detector``, the name lists, the CLIs, the
   benchmark's Task 3 run, its table and the weight sweep; bad entries are refused;
@@ -28,7 +28,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dialfork_dataset.taxonomy import forks_per_source, hallucination_types
+from dialfork_dataset import taxonomy
+from dialfork_dataset.taxonomy import forks_per_source
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "workflows" / "insurance.yaml"
@@ -63,7 +64,7 @@ def test_new_metric_plugs_into_task2(small_corpus):
     assert (name, fn) == ("vocab", toy_vocabulary_distance)
     t2 = run_task2(load_corpus(small_corpus), encoder=None, methods=("random",), custom={name: fn})
     rows = [r for r in t2["units"] if r["method"] == "vocab"]
-    assert len(rows) == 2 * 2 * len(hallucination_types())  # sources x types, each ranking its 4 forks
+    assert len(rows) == 2 * 2 * len(taxonomy.names())  # sources x types, each ranking its 4 forks
     assert all(len(r["distances"]) == 4 and all(0 <= d <= 1 for d in r["distances"]) for r in rows)
     assert all(-1 <= r["tau"] <= 1 for r in rows)
     assert "vocab" in t2["methods"] and t2["summary"]["tau"]["vocab"]["Avg"] is not None
@@ -119,7 +120,7 @@ def test_new_builtin_metric_is_one_registry_entry(small_corpus, toy_registered):
     corpus = bench.load_corpus(small_corpus)
     t2 = bench.run_task2(corpus, encoder=None, methods=("vocab", "random"))
     assert t2["methods"] == ["vocab", "random"] and t2["summary"]["tau"]["vocab"]["Avg"] is not None
-    assert len([r for r in t2["units"] if r["method"] == "vocab"]) == 2 * 2 * len(hallucination_types())
+    assert len([r for r in t2["units"] if r["method"] == "vocab"]) == 2 * 2 * len(taxonomy.names())
     assert "| Vocabulary (Jaccard) |" in task2_markdown({"per_encoder": {"none": t2}})
     t1 = bench.run_task1(corpus, encoder=None, methods=("vocab", "random"), progress=False)
     rows = [r for r in t1["units"] if r["method"] == "vocab"]
@@ -209,9 +210,10 @@ class MiddleTurnDetector:
 @pytest.fixture
 def toy_detector():
     """The Task 3 checklist's one entry (the class above, named lazily), undone afterwards."""
-    from dialfork_metrics.task3 import DetectorSpec, register_detector, unregister_detector
+    from dialfork_metrics.task3 import DetectorSpec
+    from dialfork_metrics.task3 import registry as detector_registry
 
-    register_detector(
+    detector_registry.register(
         DetectorSpec(
             "middle",
             "Always middle",
@@ -223,7 +225,7 @@ def toy_detector():
         )
     )
     yield
-    unregister_detector("middle")
+    detector_registry.unregister("middle")
 
 
 def test_new_detector_is_one_registry_entry(small_corpus, toy_detector):
@@ -231,14 +233,14 @@ def test_new_detector_is_one_registry_entry(small_corpus, toy_detector):
     from dialfork_metrics.methods import LABELS, TASK3_DETECTORS, TASK3_REGIMES, regime
     from dialfork_metrics.report.markdown import _task3_header, task3_markdown, weight_sweep_markdown
     from dialfork_metrics.task3 import DETECTOR_NAMES, make_detector
+    from dialfork_metrics.task3 import registry as detector_registry
     from dialfork_metrics.task3.__main__ import _build_parser as task3_parser
-    from dialfork_metrics.task3.registry import detector_names
 
     # the name lists, old names included, and the CLIs that take a detector name
     assert "middle" in TASK3_DETECTORS and "middle" in bench.TASK3_DETECTORS and "middle" in DETECTOR_NAMES
     assert LABELS["middle"] == "Always middle" and regime("middle") == "baselines"
     assert (
-        TASK3_REGIMES["baselines"] == detector_names(regime="baselines")
+        TASK3_REGIMES["baselines"] == detector_registry.names(regime="baselines")
         and TASK3_REGIMES["baselines"][-1] == "middle"
     )
     assert (
@@ -270,11 +272,11 @@ def test_new_detector_is_one_registry_entry(small_corpus, toy_detector):
 def test_detector_registry_refuses_bad_entries():
     from dialfork_dataset.registry import RegistryError
     from dialfork_metrics import bench
-    from dialfork_metrics.task3 import DetectorSpec, get_detector, make_detector, register_detector
-    from dialfork_metrics.task3.registry import detector_names, unregister_detector
+    from dialfork_metrics.task3 import DetectorSpec, make_detector
+    from dialfork_metrics.task3 import registry as detector_registry
 
     with pytest.raises(ValueError, match="a Task 3 detector 'it' is already registered"):
-        register_detector(DetectorSpec("it", "IT again", "streaming", MiddleTurnDetector))
+        detector_registry.register(DetectorSpec("it", "IT again", "streaming", MiddleTurnDetector))
     with pytest.raises(ValueError, match=r"Task 3 detector 'x': regime 'fast' is not one of \('baselines'"):
         DetectorSpec("x", "X", "fast", MiddleTurnDetector)
     with pytest.raises(ValueError, match="Task 3 detector 'X': name must be a non-empty lower-case string"):
@@ -290,16 +292,18 @@ def test_detector_registry_refuses_bad_entries():
     with pytest.raises(TypeError, match="Task 3 detector 'it': method= is fixed by the name"):
         make_detector("it", method="ss")
     # an unknown name, everywhere a name is taken, lists the registered ones (read from the registry)
-    registered = re.escape(f"unknown Task 3 detector 'nope'; registered: {', '.join(detector_names())}")
+    registered = re.escape(
+        f"unknown Task 3 detector 'nope'; registered: {', '.join(detector_registry.names())}"
+    )
     with pytest.raises(RegistryError, match=registered):
-        get_detector("nope")
+        detector_registry.get("nope")
     with pytest.raises(ValueError, match=registered):
         make_detector("nope")
     with pytest.raises(RegistryError, match=registered):
-        unregister_detector("nope")
+        detector_registry.unregister("nope")
     with pytest.raises(
         bench.BenchError,
-        match=re.escape(f"unknown Task 3 method(s) ['nope']; known: {', '.join(detector_names())}"),
+        match=re.escape(f"unknown Task 3 method(s) ['nope']; known: {', '.join(detector_registry.names())}"),
     ):
         bench.run_benchmark("unused", tasks=(3,), task3_detectors=("nope",))
 
@@ -334,9 +338,10 @@ def toy_place(options: dict, state) -> dict:
 @pytest.fixture
 def toy_backend():
     """Checklist step 2, at run time: one registry entry (step 1, the class, is ToyBackend above)."""
-    from generation.backends import BACKENDS, BackendSpec, register_backend, unregister_backend
+    from generation import backends
+    from generation.backends import BACKENDS, BackendSpec
 
-    spec = register_backend(
+    spec = backends.register(
         BackendSpec(
             "toy",
             "test_extending:ToyBackend",
@@ -347,7 +352,7 @@ def toy_backend():
     )
     yield spec
     if "toy" in BACKENDS:  # a test may have unregistered it already (unregistering twice raises)
-        unregister_backend("toy")
+        backends.unregister("toy")
 
 
 def test_new_backend_registers_and_generates(tmp_path, toy_backend):
@@ -384,7 +389,8 @@ def test_new_backend_is_seen_by_the_cli_placement_and_version(tmp_path, toy_back
     records' code_version (``target``)."""
     from types import SimpleNamespace
 
-    from generation.backends import BACKENDS, UnknownBackendError, get_backend, unregister_backend
+    from generation import backends
+    from generation.backends import BACKENDS, UnknownBackendError, get_backend
     from generation.cli import main
     from generation.conformance import DEFAULT_CHECK
     from generation.distributed import backend_options_for_process
@@ -417,7 +423,7 @@ def test_new_backend_is_seen_by_the_cli_placement_and_version(tmp_path, toy_back
         "greeting": "Hi from cuda:1"
     }
     assert [p.name for p in backend_code_files("toy")] == ["test_extending.py"]
-    unregister_backend("toy")
+    backends.unregister("toy")
     assert "toy" not in BACKENDS
     with pytest.raises(
         UnknownBackendError, match=re.escape(f"unknown backend 'toy'; registered: {', '.join(BACKENDS)}")
@@ -429,10 +435,11 @@ def test_new_backend_is_seen_by_the_cli_placement_and_version(tmp_path, toy_back
 
 
 def test_backend_registry_refuses_bad_entries():
-    from generation.backends import BackendSpec, register_backend
+    from generation import backends
+    from generation.backends import BackendSpec
 
     with pytest.raises(ValueError, match="backend 'template' is already registered"):
-        register_backend("template", "x:Y")
+        backends.register("template", "x:Y")
     with pytest.raises(ValueError, match="backend 'bad': target must be 'module:attr'"):
         BackendSpec("bad", "no_colon")
 
@@ -512,9 +519,10 @@ def open_toy(path):
 @pytest.fixture
 def toy_source_kind():
     """The class checklist's step 4, at run time: one registry entry makes ``toy:PATH`` a spec."""
-    from dialfork_dataset.sources import SourceKind, register_source_kind, unregister_source_kind
+    from dialfork_dataset import sources as source_kinds
+    from dialfork_dataset.sources import SourceKind
 
-    kind = register_source_kind(
+    kind = source_kinds.register(
         SourceKind(
             "toy",
             "test_extending:open_toy",
@@ -526,7 +534,7 @@ def toy_source_kind():
         )
     )
     yield kind
-    unregister_source_kind("toy")
+    source_kinds.unregister("toy")
 
 
 def test_new_source_kind_is_one_registry_entry(tmp_path, toy_source_kind, capsys):
@@ -580,13 +588,8 @@ def test_new_source_kind_is_one_registry_entry(tmp_path, toy_source_kind, capsys
 
 
 def test_an_unknown_source_kind_lists_the_registered_ones(toy_source_kind):
-    from dialfork_dataset.sources import (
-        SOURCE_KINDS,
-        SourceError,
-        SourceKind,
-        parse_source_spec,
-        register_source_kind,
-    )
+    from dialfork_dataset import sources as source_kinds
+    from dialfork_dataset.sources import SOURCE_KINDS, SourceError, SourceKind, parse_source_spec
     from dialfork_metrics.audit.core import AuditError, parse_source
 
     kinds = tuple(SOURCE_KINDS)  # the registered kinds, in registration order: the toy is the last
@@ -600,7 +603,7 @@ def test_an_unknown_source_kind_lists_the_registered_ones(toy_source_kind):
     with pytest.raises(SourceError, match="no path after 'toy:'"):
         parse_source_spec("toy:")
     with pytest.raises(ValueError, match="source kind 'star' is already registered"):
-        register_source_kind(SourceKind("star", "x:y"))
+        source_kinds.register(SourceKind("star", "x:y"))
 
 
 # -- a new hallucination type: tests/test_extending_type.py registers one at run time -----------------

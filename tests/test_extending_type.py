@@ -1,7 +1,7 @@
 """docs/extending.md's "A new hallucination type", followed at run time (issue 36, item 3).
 
 A toy fifth type, ``TOY`` (the system says its remaining steps in reverse order), is registered in
-this process with :func:`dialfork_dataset.taxonomy.register_type` (its entry names its planner and
+this process with :func:`dialfork_dataset.taxonomy.register` (its entry names its planner and
 variant check) and given variants in a copy of the variant file: three pieces, no edit of DialFork.
 Then, in the same process, the toolkit's consumers see it: generation, record validation, the Hub
 export with its hidden split and blind draw, ``load_dataset``, the benchmark's Tables 1-4, the
@@ -65,13 +65,13 @@ def toy(tmp_path_factory):
     from generation.variants import default_variants_data
 
     root = tmp_path_factory.mktemp("toy_type")
-    before = taxonomy.hallucination_types()  # the paper's four, and any type built in after them
-    taxonomy.register_type(TOY)
+    before = taxonomy.names()  # the paper's four, and any type built in after them
+    taxonomy.register(TOY)
     try:
         # a variant file of its own: the default pool (every type registered before TOY) and TOY's
-        taxonomy.unregister_type("TOY")  # TOY names no variants: the default pool is the others'
+        taxonomy.unregister("TOY")  # TOY names no variants: the default pool is the others'
         pool = default_variants_data()
-        taxonomy.register_type(TOY)
+        taxonomy.register(TOY)
         pool["types"]["TOY"] = [
             {
                 "id": f"toy-{i}",
@@ -99,12 +99,12 @@ def toy(tmp_path_factory):
             "before": before,
         }
     finally:
-        taxonomy.unregister_type("TOY")
+        taxonomy.unregister("TOY")
 
 
 def test_the_registry_sees_the_type(toy):
     n = len(toy["before"]) + 1  # 5 with the paper's four
-    assert taxonomy.hallucination_types() == (*toy["before"], "TOY")  # appended: seed index n - 1
+    assert taxonomy.names() == (*toy["before"], "TOY")  # appended: seed index n - 1
     assert taxonomy.type_index("TOY") == n - 1 and taxonomy.forks_per_source() == 4 * n
     # Table 4 sorts by table4_key (the code): TOY between SSPC and WIC among the paper's four
     assert [c for c in taxonomy.table4_order() if c in (*PAPER, "TOY")] == ["CSC", "GR", "SSPC", "TOY", "WIC"]
@@ -163,7 +163,7 @@ def test_export_hidden_split_and_load_dataset(toy, tmp_path):
     hub, gold = tmp_path / "hub", tmp_path / "gold"
     info = export_hub_layout(toy["corpus"], hub, gold, blind_key="7b" * 32, hidden_fraction=0.5)
     card = (hub / "README.md").read_text(encoding="utf-8")
-    n_types, n_forks = len(taxonomy.hallucination_types()), taxonomy.forks_per_source()  # 5 and 20
+    n_types, n_forks = len(taxonomy.names()), taxonomy.forks_per_source()  # 5 and 20
     assert "TOY toy reversal" in card and f"one of {n_types}" in card and f"all {n_forks}" in card
     n_test_src = info["counts"]["conformant"]["test"]
     assert info["counts"]["forked"]["test"] == n_test_src * n_forks
@@ -176,7 +176,7 @@ def test_export_hidden_split_and_load_dataset(toy, tmp_path):
     blind_task2 = load_dataset(str(hub), "blind_task2", split="test", cache_dir=str(tmp_path / "cache"))
     assert len(blind_task2) == len(labels["task2"])
     # the detector track's blind forks: drawn by latin_cells over the corpus's 5 types x 4 positions
-    assert {r["hallucination_type"] for r in labels["task3"]} <= {None, *taxonomy.hallucination_types()}
+    assert {r["hallucination_type"] for r in labels["task3"]} <= {None, *taxonomy.names()}
 
 
 def test_the_benchmark_tables_have_a_column_for_the_type(toy, tmp_path):
@@ -196,7 +196,7 @@ def test_the_benchmark_tables_have_a_column_for_the_type(toy, tmp_path):
         task3_kwargs={"ablations": False},
     )
     md = (tmp_path / "bench" / "report.md").read_text(encoding="utf-8")
-    header_t3 = "| Method | " + " | ".join(taxonomy.hallucination_types()) + " | Avg |"
+    header_t3 = "| Method | " + " | ".join(taxonomy.names()) + " | Avg |"
     assert header_t3 in md and header_t3.endswith("| TOY | Avg |")  # Tables 2 and 3: registration order
     assert "MAE_h TOY" in md  # Table 4 (Task 3)
     t2 = rep["task2"]["per_encoder"]["minilm"]["summary"]["tau"]["flowscore"]
@@ -230,9 +230,9 @@ def test_the_annotation_demo_and_analyses_use_the_type(toy, tmp_path):
     own = [c for c, r in zip(cues, recs) if c.kind == CUE_TRUE and r["hallucination_type"] == "TOY"]
     assert own and all(c.text == pool.by_id(c.variant).cue for c in own)
     # the Latin square has one row per type: over 5 rows (one per type) each (type, k) cell occurs once
-    cells = [(h, k) for r in range(len(taxonomy.hallucination_types())) for k, h in latin_types(r).items()]
-    assert sorted(cells) == sorted((h, k) for h in taxonomy.hallucination_types() for k in FORK_POSITIONS)
-    last_row = len(taxonomy.hallucination_types()) - 4  # row n - 4 puts TOY, the last type, at k=4
+    cells = [(h, k) for r in range(len(taxonomy.names())) for k, h in latin_types(r).items()]
+    assert sorted(cells) == sorted((h, k) for h in taxonomy.names() for k in FORK_POSITIONS)
+    last_row = len(taxonomy.names()) - 4  # row n - 4 puts TOY, the last type, at k=4
     draws = draw_blocks(TaskPool.from_rows("weather", recs), ["a"], 1, seed=0, next_row=last_row)
     assert any("-TOY-" in d for draw in draws for d in draw.block.dialogue_ids)
     # the analyses: the type is pooled with the workflow-breaking ones and reported on its own

@@ -20,11 +20,11 @@ def test_taxonomy_is_the_only_source_of_the_types():
     from dialfork_dataset import records
     from dialfork_metrics.task3 import scorer
 
-    assert records.HALLUCINATION_TYPES == taxonomy.HALLUCINATION_TYPES == taxonomy.hallucination_types()
+    assert records.HALLUCINATION_TYPES == taxonomy.HALLUCINATION_TYPES == taxonomy.names()
     assert records.FORK_POSITIONS is taxonomy.FORK_POSITIONS
     assert set(taxonomy.TABLE4_ORDER) == set(taxonomy.HALLUCINATION_TYPES) == set(taxonomy.TYPE_NAMES)
     assert not hasattr(scorer, "TYPES")  # no copy of the list: every consumer reads the registry
-    with pytest.raises(KeyError, match="registered: " + ", ".join(taxonomy.hallucination_types())):
+    with pytest.raises(KeyError, match="registered: " + ", ".join(taxonomy.names())):
         taxonomy.display_name("XYZ")
 
 

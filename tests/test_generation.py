@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from dialfork_dataset import taxonomy
 from dialfork_dataset.forks import fork_turns, system_turn_to_position
 from dialfork_dataset.jsonl import read_jsonl, validate_jsonl_file
 from dialfork_dataset.records import RECORD_FIELDS, validate_record
-from dialfork_dataset.taxonomy import forks_per_source, get_type, hallucination_types
+from dialfork_dataset.taxonomy import forks_per_source
 from generation import prompts
 from generation.backends import get_backend
 from generation.engine import (
@@ -56,7 +57,7 @@ def corpus(tmp_path_factory, star_dir):
 # ------------------------------------------------------------------ fork invariants (every type)
 
 
-@pytest.mark.parametrize("htype", hallucination_types())
+@pytest.mark.parametrize("htype", taxonomy.names())
 def test_fork_invariants_per_type(corpus, htype):
     _, _, recs = corpus
     sources = {r["dialogue_id"]: r for r in recs if r["hallucination_type"] is None}
@@ -81,7 +82,7 @@ def test_fork_invariants_per_type(corpus, htype):
         assert f["instruction"] == load_variants().by_id(f["variant"]).render_instruction(
             f["substitute_task"], f["task"].replace("_", " ")
         )
-        if get_type(htype).substitute:  # WIC among the paper's types
+        if taxonomy.get(htype).substitute:  # WIC among the paper's types
             assert f["substitute_task"] and f["substitute_task"] != f["task"]
         else:
             assert f["substitute_task"] is None
@@ -100,7 +101,7 @@ def test_sixteen_forks_per_kept_source_and_valid_files(corpus):
         assert s["num_system_turns"] >= 4
         assert s["dialogue_id"] == f"{s['task']}-{s['scenario_id']}"
         assert sorted(by_src[s["dialogue_id"]]) == sorted(
-            (h, k) for h in hallucination_types() for k in (1, 2, 3, 4)
+            (h, k) for h in taxonomy.names() for k in (1, 2, 3, 4)
         )
     for f in out.glob("*.jsonl"):
         validate_jsonl_file(f)
@@ -111,7 +112,7 @@ def test_sixteen_forks_per_kept_source_and_valid_files(corpus):
 
 def test_records_in_canonical_order(corpus):
     out, _, _ = corpus
-    order = {h: i for i, h in enumerate(hallucination_types())}
+    order = {h: i for i, h in enumerate(taxonomy.names())}
     for f in out.glob("*.jsonl"):
         rows = read_jsonl(f)
         keys = [
@@ -351,12 +352,12 @@ def test_merge_validates_shards_without_line_hashes(corpus, tmp_path, star_dir):
 def test_variant_pool_file():
     pool = load_variants()
     assert isinstance(pool.version, int)
-    for h in hallucination_types():
+    for h in taxonomy.names():
         assert len(pool[h]) >= 5
         for v in pool[h]:
             assert v.id and v.instruction and v.cue and v.description
     assert sorted(v.template["strategy"] for v in pool["SSPC"]) == sorted(SSPC_STRATEGIES)
-    ids = [v.id for h in hallucination_types() for v in pool[h]]
+    ids = [v.id for h in taxonomy.names() for v in pool[h]]
     assert len(ids) == len(set(ids))
 
 
@@ -743,11 +744,11 @@ def test_code_version_follows_the_backend_registry():
     assert ENGINE_CODE[0] == "engine/*.py"
     versions = {code_version(name) for name in backends.BACKENDS}
     assert len(versions) == len(backends.BACKENDS)  # each backend's code shows in its records' version
-    backends.register_backend("template2", "generation.backends.template:TemplateBackend")
-    try:  # the registry is read-only: register_backend is the one way to add a backend
+    backends.register("template2", "generation.backends.template:TemplateBackend")
+    try:  # the registry is read-only: generation.backends.register is the one way to add a backend
         assert code_version("template2") == code_version("template")
     finally:
-        backends.unregister_backend("template2")
+        backends.unregister("template2")
 
 
 def test_every_hallucination_type_has_a_planner():
@@ -755,9 +756,9 @@ def test_every_hallucination_type_has_a_planner():
     from generation.backends.template import Planner, planner_for
     from generation.types.sspc import SSPC_PLANS, SSPC_STRATEGIES
 
-    assert all(isinstance(planner_for(h), Planner) for h in hallucination_types())
+    assert all(isinstance(planner_for(h), Planner) for h in taxonomy.names())
     assert set(SSPC_PLANS) == set(SSPC_STRATEGIES)
-    assert set(load_variants().types) == set(hallucination_types())
+    assert set(load_variants().types) == set(taxonomy.names())
 
 
 def test_generation_errors_share_one_base():

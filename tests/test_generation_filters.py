@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from dialfork_dataset import taxonomy
 from dialfork_dataset.forks import fork_turns
 from dialfork_dataset.jsonl import read_jsonl
 from dialfork_dataset.records import validate_record
-from dialfork_dataset.taxonomy import hallucination_types
 from generation.engine import GenerationConfig, GenerationError, generate_corpus, plan_units
 from generation.variants import draw_seed, draw_substitute_task, draw_variant, load_variants
 
@@ -92,7 +92,7 @@ def test_quartet_draws_cover_the_pool_and_keep_the_substitute_rule(star_dir):
     from dialfork_dataset.star import StarCorpus
 
     pool = load_variants()
-    for h in hallucination_types():
+    for h in taxonomy.names():
         seen = Counter(draw_variant(pool, 0, str(i), h).id for i in range(400))
         assert set(seen) == {v.id for v in pool[h]}
         assert max(seen.values()) < 2.5 * 400 / len(pool[h])

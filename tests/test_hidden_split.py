@@ -192,18 +192,19 @@ def test_corpus_types_are_the_records_types_in_seed_order():
 def test_a_keys_blind_set_does_not_change_when_a_type_is_registered():
     """Issue 45: the draw shares the forks between the types the corpus carries, not the registry's,
     so a fixed corpus drawn with its key gives the same blind set after a type is registered."""
-    from dialfork_dataset.taxonomy import HallucinationType, register_type, unregister_type
+    from dialfork_dataset import taxonomy
+    from dialfork_dataset.taxonomy import HallucinationType
 
     recs = paper_corpus(("weather", "trivia", "bank_balance"), 12)
     before = draw_hidden_tracks(recs, KEY)
     assert [r["dialogue_id"] for r in before.detector] == [
         r["dialogue_id"] for r in draw_hidden_tracks(recs, KEY, types=PAPER).detector
     ]
-    register_type(HallucinationType("ZZ_FIFTH", "a type registered after the corpus was made"))
+    taxonomy.register(HallucinationType("ZZ_FIFTH", "a type registered after the corpus was made"))
     try:
         after = draw_hidden_tracks(recs, KEY)
     finally:
-        unregister_type("ZZ_FIFTH")
+        taxonomy.unregister("ZZ_FIFTH")
     ids = [r["dialogue_id"] for r in before.detector]
     assert [r["dialogue_id"] for r in after.detector] == ids and after.mix == before.mix
     assert [r["dialogue_id"] for r in after.metric] == [r["dialogue_id"] for r in before.metric]
@@ -233,14 +234,14 @@ def regenerated(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("regenerated")
     toy = toy_extensions.TYPE
-    spec = taxonomy.unregister_type(toy) if toy in taxonomy.hallucination_types() else None
+    spec = taxonomy.unregister(toy) if toy in taxonomy.names() else None
     was_registered = spec is not None
-    out = {"types": taxonomy.hallucination_types()}  # the built-in types (the paper's four first)
+    out = {"types": taxonomy.names()}  # the built-in types (the paper's four first)
     try:
         assert out["types"][:4] == PAPER and toy not in out["types"]
         for name in ("before", "after"):
             if name == "after":
-                taxonomy.register_type(spec or _toy_type())
+                taxonomy.register(spec or _toy_type())
             corpus = root / name
             config = GenerationConfig(star=f"workflow:{EXAMPLE}", out=str(corpus), per_task=24)
             generate_corpus(config, progress=False)
@@ -248,10 +249,10 @@ def regenerated(tmp_path_factory):
                 json.loads(x) for f in sorted(corpus.glob("*.jsonl")) for x in f.open(encoding="utf-8")
             ]
     finally:
-        if toy in taxonomy.hallucination_types() and not was_registered:
-            taxonomy.unregister_type(toy)
-        elif toy not in taxonomy.hallucination_types() and was_registered:
-            taxonomy.register_type(spec)
+        if toy in taxonomy.names() and not was_registered:
+            taxonomy.unregister(toy)
+        elif toy not in taxonomy.names() and was_registered:
+            taxonomy.register(spec)
     return out
 
 
@@ -288,9 +289,9 @@ def test_the_export_pins_the_blind_types(regenerated, tmp_path):
     release of the regenerated corpus, pinned to the earlier release's types, has its blind set."""
     from dialfork_dataset import taxonomy
 
-    added = toy_extensions.TYPE not in taxonomy.hallucination_types()
+    added = toy_extensions.TYPE not in taxonomy.names()
     if added:  # the suite runs without the toys: the regenerated records need their type registered
-        taxonomy.register_type(_toy_type())
+        taxonomy.register(_toy_type())
     gold = {}
     try:
         for name, pin in (("before", None), ("after", list(regenerated["types"]))):
@@ -306,7 +307,7 @@ def test_the_export_pins_the_blind_types(regenerated, tmp_path):
             gold[name] = load_gold(info["gold_dir"])
     finally:
         if added:
-            taxonomy.unregister_type(toy_extensions.TYPE)
+            taxonomy.unregister(toy_extensions.TYPE)
     assert [r["dialogue_id"] for r in gold["after"]["task3"]] == [
         r["dialogue_id"] for r in gold["before"]["task3"]
     ]

@@ -19,10 +19,11 @@ from dialfork_dataset import (
     task1_sets,
     task2_quartets,
     task3_examples,
+    taxonomy,
     write_jsonl,
 )
 from dialfork_dataset.builder import CONFIGS, sort_key
-from dialfork_dataset.taxonomy import forks_per_source, hallucination_types
+from dialfork_dataset.taxonomy import forks_per_source
 
 PER_TASK = {"weather": 5, "trivia": 4, "bank_balance": 1}
 HIDDEN_PER_TASK = {"weather": 4, "trivia": 4}
@@ -76,9 +77,7 @@ def test_task3_split_sizes_floor_ceil(corpus):
     assert c["blind_task2"] == {"test": 4 * forks}
     mix = info["hidden"]["mix"]
     assert mix["dialogues"] == 4 and mix["conformant"] == 2 and mix["forked"] == 2
-    assert mix["subsets"] == {"private": 2, "public": 2} and mix["metric_units"] == 4 * len(
-        hallucination_types()
-    )
+    assert mix["subsets"] == {"private": 2, "public": 2} and mix["metric_units"] == 4 * len(taxonomy.names())
 
 
 def test_split_is_deterministic_and_seeded():
@@ -309,7 +308,7 @@ def test_views(corpus):
     }
     skipped = []
     sets = task1_sets(recs, skipped=skipped)
-    n_types = len(hallucination_types())  # 4 for the paper's types
+    n_types = len(taxonomy.names())  # 4 for the paper's types
     # bank_balance has a single conformant dialogue: its units (one per type) are skipped, with a warning each
     assert {t for t, _ in sets} == {"weather", "trivia"} and len(sets) == 2 * n_types
     assert len(skipped) == n_types and all("bank_balance" in s for s in skipped)

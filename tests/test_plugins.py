@@ -18,20 +18,22 @@ ROOT = Path(__file__).resolve().parents[1]
 
 PLUGIN = '''
 """A third-party extension: a Task 3 detector registered on import, a source kind by register()."""
-from dialfork_metrics.task3.registry import DetectorSpec, register_detector
+from dialfork_metrics.task3.registry import DetectorSpec
+from dialfork_metrics.task3 import registry as detector_registry
 
 NAME = "{name}"
-register_detector(
+detector_registry.register(
     DetectorSpec(NAME, "Plugin first", "baselines", "dialfork_metrics.task3.baselines.trivial:FirstTurnBaseline")
 )
 CALLS = []
 
 
 def register():
-    from dialfork_dataset.sources import SourceKind, register_source_kind
+    from dialfork_dataset.sources import SourceKind
+    from dialfork_dataset import sources as source_kinds
 
     CALLS.append(1)
-    register_source_kind(SourceKind(NAME + "flow", "dialfork_dataset.workflow.files:WorkflowCorpus"))
+    source_kinds.register(SourceKind(NAME + "flow", "dialfork_dataset.workflow.files:WorkflowCorpus"))
 '''
 
 
@@ -91,8 +93,10 @@ def test_a_plugin_that_cannot_be_imported_stops_the_tool_with_a_message(tmp_path
 
 
 def test_in_process_each_entry_loads_once_and_a_failing_function_is_named(tmp_path, monkeypatch):
-    from dialfork_dataset.sources import SOURCE_KINDS, unregister_source_kind
-    from dialfork_metrics.task3.registry import DETECTORS, unregister_detector
+    from dialfork_dataset import sources as source_kinds
+    from dialfork_dataset.sources import SOURCE_KINDS
+    from dialfork_metrics.task3 import registry as detector_registry
+    from dialfork_metrics.task3.registry import DETECTORS
 
     name = "plug" + tmp_path.name[-6:].lower().replace("_", "").replace("-", "")
     if not name.isidentifier():
@@ -116,7 +120,7 @@ def test_in_process_each_entry_loads_once_and_a_failing_function_is_named(tmp_pa
             if entry in plugins._loaded:
                 plugins._loaded.remove(entry)
         if name in DETECTORS:
-            unregister_detector(name)
+            detector_registry.unregister(name)
         if name + "flow" in SOURCE_KINDS:
-            unregister_source_kind(name + "flow")
+            source_kinds.unregister(name + "flow")
         sys.modules.pop(f"{name}_ext", None)

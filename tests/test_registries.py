@@ -99,7 +99,7 @@ def test_every_module_attr_reference_goes_through_the_one_resolver():
     flowscore = metrics.get("flowscore")
     assert flowscore.fn_callable() is resolve(flowscore.fn, "x")
     assert flowscore.core_fn() is resolve(flowscore.core, "x")
-    spec = backends.backend_spec("template")
+    spec = backends.get("template")
     assert spec.target_class() is resolve(spec.target, "x")
     bad = backends.BackendSpec("broken_xyz", "no_such_module_xyz:C")
     with pytest.raises(backends.UnknownBackendError, match="backend 'broken_xyz': cannot import"):
@@ -127,16 +127,32 @@ def _five():
 
     return [
         ("Task 2 (pair) metric", metrics.unregister, metrics.get, lambda: metrics.names("pair")),
-        ("hallucination type", taxonomy.unregister_type, taxonomy.get_type, taxonomy.hallucination_types),
-        ("Task 3 detector", detectors.unregister_detector, detectors.get_detector, detectors.detector_names),
-        ("backend", backends.unregister_backend, backends.backend_spec, lambda: tuple(backends.BACKENDS)),
-        (
-            "source kind",
-            sources.unregister_source_kind,
-            sources.source_kind,
-            lambda: tuple(sources.SOURCE_KINDS),
-        ),
+        ("hallucination type", taxonomy.unregister, taxonomy.get, taxonomy.names),
+        ("Task 3 detector", detectors.unregister, detectors.get, detectors.names),
+        ("backend", backends.unregister, backends.get, backends.names),
+        ("source kind", sources.unregister, sources.get, sources.names),
     ]
+
+
+def test_every_registry_has_the_same_verbs_and_a_named_builtin_tuple():
+    from dialfork_dataset import sources, taxonomy
+    from dialfork_metrics import registry as metrics
+    from dialfork_metrics.task3 import registry as detectors
+    from generation import backends
+
+    for module, builtins in (
+        (metrics, "BUILTIN_METRICS"),
+        (taxonomy, "BUILTIN_TYPES"),
+        (detectors, "BUILTIN_DETECTORS"),
+        (backends, "BUILTIN_BACKENDS"),
+        (sources, "BUILTIN_SOURCE_KINDS"),
+    ):
+        for verb in ("register", "unregister", "get", "names"):
+            assert callable(getattr(module, verb, None)), f"{module.__name__}.{verb}"
+        assert isinstance(getattr(module, builtins), tuple) and getattr(module, builtins), (
+            f"{module.__name__}.{builtins}"
+        )
+    assert backends.names() == tuple(backends.BACKENDS) and sources.names() == tuple(sources.SOURCE_KINDS)
 
 
 @pytest.mark.parametrize("kind, unregister, get, names", _five(), ids=[k for k, *_ in _five()])
@@ -169,8 +185,9 @@ def test_the_registries_are_read_only_views():
 
 
 def test_specs_are_checked_when_built_and_registered():
-    from dialfork_dataset.sources import SourceKind, register_source_kind
-    from dialfork_dataset.taxonomy import register_type
+    from dialfork_dataset import sources as source_kinds
+    from dialfork_dataset import taxonomy
+    from dialfork_dataset.sources import SourceKind
     from dialfork_metrics.registry import MetricSpec
     from generation.backends import NEEDS, BackendSpec
 
@@ -192,7 +209,7 @@ def test_specs_are_checked_when_built_and_registered():
         MetricSpec("m", "pair", "M", core="m.f", input="turns")
     with pytest.raises(ValueError, match="metric 'm': label must be a non-empty string"):
         MetricSpec("m", "pair", " ", core=len, input="turns")
-    for register, wrong in ((register_type, "TOY"), (register_source_kind, object())):
+    for register, wrong in ((taxonomy.register, "TOY"), (source_kinds.register, object())):
         with pytest.raises(TypeError):
             register(wrong)
 
@@ -204,16 +221,16 @@ def test_the_toy_extensions_are_registered_for_the_whole_suite():
     if not toy_extensions.enabled():
         pytest.skip("DIALFORK_TEST_TOY_EXTENSIONS=0")
     import generation.variants
+    from dialfork_dataset import taxonomy
     from dialfork_dataset.sources import SOURCE_KINDS
-    from dialfork_dataset.taxonomy import hallucination_types
     from dialfork_metrics.registry import names
-    from dialfork_metrics.task3.registry import detector_names
+    from dialfork_metrics.task3 import registry as detector_registry
     from generation.backends import BACKENDS
 
-    assert hallucination_types()[:4] == ("WIC", "SSPC", "GR", "CSC")
-    assert hallucination_types()[-1] == toy_extensions.TYPE
+    assert taxonomy.names()[:4] == ("WIC", "SSPC", "GR", "CSC")
+    assert taxonomy.names()[-1] == toy_extensions.TYPE
     assert toy_extensions.METRIC in names("pair") and toy_extensions.METRIC in names("set")
-    assert toy_extensions.DETECTOR in detector_names(in_benchmark=True)
+    assert toy_extensions.DETECTOR in detector_registry.names(in_benchmark=True)
     assert toy_extensions.BACKEND in BACKENDS and toy_extensions.SOURCE_KIND in SOURCE_KINDS
     assert toy_extensions.TYPE in generation.variants.load_variants().types
 

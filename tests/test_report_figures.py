@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from dialfork_dataset.taxonomy import hallucination_types
+from dialfork_dataset import taxonomy
 from dialfork_metrics.bench import distance_by_k, task3_weight_sweep, tau_confidence_intervals
 from dialfork_metrics.report import (
     plot_distance_by_k_panels,
@@ -21,7 +21,7 @@ def _task2_units(n_sources=6, seed=0):
     rng = np.random.default_rng(seed)
     rows = []
     for s in range(n_sources):
-        for h in hallucination_types():
+        for h in taxonomy.names():
             d = np.sort(rng.random(4))[::-1] + 0.05 * rng.random(4)
             rows.append(
                 {
@@ -54,7 +54,7 @@ def _task2_units(n_sources=6, seed=0):
 
 
 def _task3_results():
-    gold, preds, types = [], {}, hallucination_types()
+    gold, preds, types = [], {}, taxonomy.names()
     for i in range(12):
         turns = [{"speaker": "user" if j % 2 == 0 else "system", "text": "x"} for j in range(10)]
         g = {
@@ -81,7 +81,7 @@ def test_tau_ci_and_bars(tmp_path):
     rows = _task2_units()
     methods = ["flowscore", "turn_count_diff", "random"]
     ci = tau_confidence_intervals(rows, methods, "source_id", n_resamples=300, seed=1)
-    types = hallucination_types()
+    types = taxonomy.names()
     table = {
         m: {h: float(np.mean([r["tau"] for r in rows if r["method"] == m and r["type"] == h])) for h in types}
         for m in methods

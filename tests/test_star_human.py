@@ -12,10 +12,10 @@ from collections import Counter
 
 import pytest
 
+from dialfork_dataset import taxonomy
 from dialfork_dataset.forks import fork_turns, system_turn_positions
 from dialfork_dataset.records import record_errors
 from dialfork_dataset.star import StarCorpus, StarError, task_domain
-from dialfork_dataset.taxonomy import hallucination_types
 from dialfork_dataset.tracks.engine import EDIT_TYPES, EDITS, TRACK_FIELDS, core_record
 from dialfork_dataset.tracks.star_human import (
     CONFORMANCE_RULE,
@@ -147,7 +147,7 @@ def test_records_pass_the_record_validation_and_ids_are_unique(picked, typed):
 def test_stats_count_forks_and_drops_and_no_gr_for_a_task_alone_in_its_domain(picked):
     s = picked.stats
     forks = [r for r in picked.records if r["edit"] is not None]
-    assert s["forks"] == {h: sum(r["hallucination_type"] == h for r in forks) for h in hallucination_types()}
+    assert s["forks"] == {h: sum(r["hallucination_type"] == h for r in forks) for h in taxonomy.names()}
     assert s["forks_by_edit"] == dict(Counter(r["edit"] for r in forks))
     assert s["conformant"] == dict(Counter(r["task"] for r in picked.records if r["edit"] is None))
     assert s["gr_single_task_domain_tasks"] == ["weather"]

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from corpus_factory import make_records
-from dialfork_dataset.taxonomy import hallucination_types
+from dialfork_dataset import taxonomy
 from dialfork_dataset.views import task2_quartets
 from dialfork_metrics.bench import (
     TASK2_METHODS,
@@ -71,7 +71,7 @@ def test_shared_prefix_is_an_oracle_under_same_source_and_scores_zero_under_cros
     assert _tau(same, "shared_prefix") == 1.0
     assert _tau(cross, "shared_prefix") == 0.0  # tau's no-information value: all four forks share nothing
     rows = [r for r in cross["units"] if r["method"] == "shared_prefix"]
-    assert len(rows) == 2 * 5 * len(hallucination_types())  # tasks x sources x types
+    assert len(rows) == 2 * 5 * len(taxonomy.names())  # tasks x sources x types
     assert all(r["distances"] == [0.0] * 4 and r["tau"] == 0.0 for r in rows)
     assert cross["protocol"] == "cross" and cross["n_references"] == 3
     # no reference is the fork's own source, and every reference is a conformant dialogue of the same task
@@ -131,7 +131,7 @@ def test_a_task_with_a_single_source_is_skipped_with_a_reason():
         corpus, WordHashEncoder(), ("flowscore", "shared_prefix"), protocol="cross", skipped=skipped
     )
     assert {r["source_id"].split("-")[0] for r in res["units"]} == {"trivia"}
-    assert len(skipped) == len(hallucination_types())
+    assert len(skipped) == len(taxonomy.names())
     assert all("cross protocol" in s and "no conformant dialogue from another source" in s for s in skipped)
     assert cross_references(corpus.conformant, 3)[recs[0]["dialogue_id"]] == []
 
@@ -179,7 +179,7 @@ def test_task1_cross_length_controls_only():
     res = run_task1(
         Corpus(recs, {}, "f"), None, ("turn_count_diff", "random"), protocol="cross", progress=False
     )
-    assert res["protocol"] == "cross" and res["summary"]["n_units"] == len(hallucination_types())
+    assert res["protocol"] == "cross" and res["summary"]["n_units"] == len(taxonomy.names())
 
 
 def test_control_sentence_says_what_a_control_beating_a_method_means():

@@ -133,11 +133,12 @@ class PerTaskDetector:
 
 @pytest.fixture
 def per_task_detector():
-    from dialfork_metrics.task3 import DetectorSpec, register_detector, unregister_detector
+    from dialfork_metrics.task3 import DetectorSpec
+    from dialfork_metrics.task3 import registry as detector_registry
 
-    register_detector(DetectorSpec("per-task-test", "Per task", "other", PerTaskDetector))
+    detector_registry.register(DetectorSpec("per-task-test", "Per task", "other", PerTaskDetector))
     yield
-    unregister_detector("per-task-test")
+    detector_registry.unregister("per-task-test")
 
 
 def test_fit_data_fits_and_an_unknown_task_is_skipped_with_a_warning(tmp_path, per_task_detector, caplog):

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from dialfork_dataset.taxonomy import forks_per_source, hallucination_types
+from dialfork_dataset import taxonomy
+from dialfork_dataset.taxonomy import forks_per_source
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "workflows" / "insurance.yaml"
@@ -108,7 +109,7 @@ def test_benchmark_tasks_1_to_3_and_a_streaming_detector(pipeline):
     )
     units1 = rep["task1"]["units"]
     assert {(u["task"], u["type"]) for u in units1 if u["method"] == "flowkl"} == {
-        (t, h) for t in TASKS for h in hallucination_types()
+        (t, h) for t in TASKS for h in taxonomy.names()
     }
     assert all(-1 <= u["tau"] <= 1 for u in units1 if u["tau"] is not None)
     t2 = rep["task2"]["per_encoder"]["minilm"]["summary"]["tau"]

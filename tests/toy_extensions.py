@@ -137,18 +137,22 @@ def open_toy_source(path: Path) -> Any:
 
 def register() -> None:
     """Register the five toys (the fifth type with its variants in its entry)."""
-    from dialfork_dataset.sources import SourceKind, register_source_kind
-    from dialfork_dataset.taxonomy import HallucinationType, register_type
+    from dialfork_dataset import sources as source_kinds
+    from dialfork_dataset import taxonomy
+    from dialfork_dataset.sources import SourceKind
+    from dialfork_dataset.taxonomy import HallucinationType
     from dialfork_metrics.registry import MetricSpec
     from dialfork_metrics.registry import register as register_metric
-    from dialfork_metrics.task3.registry import DetectorSpec, register_detector
-    from generation.backends import BackendSpec, register_backend
+    from dialfork_metrics.task3 import registry as detector_registry
+    from dialfork_metrics.task3.registry import DetectorSpec
+    from generation import backends
+    from generation.backends import BackendSpec
 
     register_metric(MetricSpec(METRIC, "pair", "Toy overlap", f"{__name__}:overlap_core", input="turns"))
     register_metric(
         MetricSpec(METRIC, "set", "Toy overlap", f"{__name__}:set_overlap_unit", f"{__name__}:set_overlap")
     )
-    register_type(
+    taxonomy.register(
         HallucinationType(
             TYPE,
             "premature closing",
@@ -158,7 +162,7 @@ def register() -> None:
             example_line="That is all done, goodbye!",
         )
     )
-    register_detector(
+    detector_registry.register(
         DetectorSpec(
             DETECTOR,
             "Toy middle",
@@ -168,7 +172,7 @@ def register() -> None:
             description="always the middle system turn",
         )
     )
-    register_backend(BackendSpec(BACKEND, f"{__name__}:EchoBackend", llm=True))
-    register_source_kind(
+    backends.register(BackendSpec(BACKEND, f"{__name__}:EchoBackend", llm=True))
+    source_kinds.register(
         SourceKind(SOURCE_KIND, f"{__name__}:open_toy_source", "a workflow file (toy kind)", title="toy")
     )

@@ -465,11 +465,11 @@ def build_track(
     per_task: dict[str, Counter] = {t: Counter() for t in tasks}
     for r in forks:
         per_task[r["task"]][r["hallucination_type"]] += 1
-    from ..taxonomy import hallucination_types
+    from .. import taxonomy
 
-    stats["forks"] = {h: sum(r["hallucination_type"] == h for r in forks) for h in hallucination_types()}
+    stats["forks"] = {h: sum(r["hallucination_type"] == h for r in forks) for h in taxonomy.names()}
     stats["forks_by_edit"] = {e: sum(r["edit"] == e for r in forks) for e in EDITS}
-    stats["forks_per_task"] = {t: {h: c[h] for h in hallucination_types()} for t, c in per_task.items()}
+    stats["forks_per_task"] = {t: {h: c[h] for h in taxonomy.names()} for t, c in per_task.items()}
     d = stats["dropped"]
     d["identical_turn"] = {e: d["identical_turn"][e] for e in EDITS if d["identical_turn"][e]}
     d["no_donor"] = {e: d["no_donor"][e] for e in EDITS if d["no_donor"][e]}

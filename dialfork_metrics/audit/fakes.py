@@ -40,7 +40,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import SimpleNamespace
 from typing import Any
 
-from dialfork_dataset.taxonomy import get_type, hallucination_types, is_type
+from dialfork_dataset import taxonomy
+from dialfork_dataset.taxonomy import is_type
 
 KINDS = ("faithful", "derailed", "garbage", "empty", "user", "tools")
 DEFAULT_DERAIL_AT = 3
@@ -92,7 +93,7 @@ class AgentPolicy:
         bad = [h for h in htypes if not is_type(h)]
         if bad or not htypes:
             raise ValueError(
-                f"AgentPolicy: unknown hallucination type(s) {bad}; registered: {', '.join(hallucination_types())}"
+                f"AgentPolicy: unknown hallucination type(s) {bad}; registered: {', '.join(taxonomy.names())}"
             )
         self.corpus = corpus
         self.kind = kind
@@ -218,7 +219,7 @@ class AgentPolicy:
             pool = [v for v in pool if v.template.get("strategy") in SSPC_STRATEGIES] or pool
         variant = Rng(seed, 3).choice(pool)
         sub = None
-        if get_type(htype).substitute:
+        if taxonomy.get(htype).substitute:
             same = sorted(
                 n for n in self.corpus.tasks if n != task.name and self.corpus.tasks[n].domain == task.domain
             )
@@ -581,7 +582,7 @@ def main(argv: list[str] | None = None) -> int:
     htypes = [h.strip() for h in a.htypes.split(",") if h.strip()]
     bad = [h for h in htypes if not is_type(h)]
     if bad or not htypes:
-        ap.error(f"--htypes: unknown hallucination type(s) {bad}; use {', '.join(hallucination_types())}")
+        ap.error(f"--htypes: unknown hallucination type(s) {bad}; use {', '.join(taxonomy.names())}")
     policy = _policy(a.kind, a.source or a.star, a.derail_at, htypes, a.variants)
     srv = ThreadingHTTPServer(
         ("127.0.0.1", a.port), make_handler(a.kind, a.model or f"fake-{a.kind}", policy)

@@ -204,9 +204,9 @@ def audit_detector_spec(detector: str, options: Mapping[str, Any] | None = None)
         ValueError: An unknown name (the message lists the registered ones), a detector that learns
             from labelled forks, or an LLM detector without ``model`` in ``options``.
     """
-    from ..task3.registry import get_detector
+    from ..task3 import registry as detector_registry
 
-    spec = get_detector(detector)
+    spec = detector_registry.get(detector)
     if "forks" in spec.needs:
         raise ValueError(
             f"detector {spec.name!r} learns from labelled forks; the audit fits its detector on the "

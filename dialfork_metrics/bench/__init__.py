@@ -27,7 +27,7 @@ cross-reference protocols of Tasks 1 and 2, ``--task2-protocol``). Every name is
 
 from __future__ import annotations
 
-from dialfork_dataset.taxonomy import hallucination_types
+from dialfork_dataset import taxonomy
 
 from ..methods import (
     LABELS,
@@ -97,5 +97,5 @@ __all__ = [
 def __getattr__(name: str):
     """``TYPES``: the registered hallucination types when read (:mod:`dialfork_dataset.taxonomy`)."""
     if name == "TYPES":
-        return hallucination_types()
+        return taxonomy.names()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

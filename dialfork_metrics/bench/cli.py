@@ -14,7 +14,7 @@ from ..methods import (
     TASK2_METHODS,
     TASK3_DETECTORS,
 )
-from ..task3.registry import detector_names
+from ..task3 import registry as detector_registry
 from .common import DEFAULT_PRD, BenchError, _csv_list
 from .protocols import DEFAULT_N_REFERENCES
 from .runner import run_benchmark
@@ -143,7 +143,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--task3-detectors",
         default=",".join(TASK3_DETECTORS),
         help="comma-separated Task 3 detectors (default: the benchmark's, %(default)s; registered: "
-        + ", ".join(detector_names())
+        + ", ".join(detector_registry.names())
         + ")",
     )
     p.add_argument(

@@ -169,9 +169,9 @@ def run_benchmark(
     _check_methods(task1_compare, TASK1_METHODS, "Task 1 comparison")
     _check_methods(task1_methods, TASK1_METHODS, "Task 1")
     _check_methods(task2_methods, TASK2_METHODS, "Task 2")
-    from ..task3.registry import detector_names
+    from ..task3 import registry as detector_registry
 
-    _check_methods(task3_detectors, detector_names(), "Task 3")  # any registered detector
+    _check_methods(task3_detectors, detector_registry.names(), "Task 3")  # any registered detector
     custom = dict(load_custom_metric(s) for s in custom_metrics)
     protocols = parse_task2_protocol(task2_protocol)
     if "cross" in protocols:

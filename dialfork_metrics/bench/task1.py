@@ -11,7 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from dialfork_dataset.taxonomy import FORK_POSITIONS, hallucination_types
+from dialfork_dataset import taxonomy
+from dialfork_dataset.taxonomy import FORK_POSITIONS
 
 from .. import registry
 from ..methods import (
@@ -301,7 +302,7 @@ def summarise_task1(rows: Sequence[Mapping[str, Any]], methods: Sequence[str]) -
     fisher: dict[str, float | None] = {}
     for m in methods:
         table[m] = {}
-        for h in hallucination_types():
+        for h in taxonomy.names():
             taus = [r["tau"] for r in by.get((m, h), [])]
             table[m][h] = float(np.mean(taus)) if taus else None
         vals = [v for v in table[m].values() if v is not None]
@@ -417,7 +418,7 @@ def tau_confidence_intervals(
     for r in rows:
         tau[(r[group], r["type"])][r["method"]] = r["tau"]
     out: dict[str, dict[str, list[float] | None]] = {m: {} for m in methods}
-    for i, h in enumerate(hallucination_types()):
+    for i, h in enumerate(taxonomy.names()):
         keys = sorted(k for k in tau if k[1] == h and all(m in tau[k] for m in methods))
         if len(keys) < 2:
             for m in methods:
@@ -431,17 +432,13 @@ def tau_confidence_intervals(
         {
             k[0]
             for k in tau
-            if all(
-                (k[0], h) in tau and all(m in tau[(k[0], h)] for m in methods) for h in hallucination_types()
-            )
+            if all((k[0], h) in tau and all(m in tau[(k[0], h)] for m in methods) for h in taxonomy.names())
         }
     )
     if len(groups) >= 2:
-        X = np.array(
-            [[np.mean([tau[(g, h)][m] for h in hallucination_types()]) for m in methods] for g in groups]
-        )
+        X = np.array([[np.mean([tau[(g, h)][m] for h in taxonomy.names()]) for m in methods] for g in groups])
         lo, hi = bootstrap_column_means_ci(
-            X, n_resamples=n_resamples, seed=seed + len(hallucination_types()), batch=200
+            X, n_resamples=n_resamples, seed=seed + len(taxonomy.names()), batch=200
         )
         for j, m in enumerate(methods):
             out[m]["Avg"] = [float(lo[j]), float(hi[j])]

@@ -11,8 +11,9 @@ from typing import Any
 
 import numpy as np
 
+from dialfork_dataset import taxonomy
 from dialfork_dataset.registry import resolve
-from dialfork_dataset.taxonomy import FORK_POSITIONS, hallucination_types
+from dialfork_dataset.taxonomy import FORK_POSITIONS
 
 from .. import registry
 from ..methods import (
@@ -245,9 +246,7 @@ def summarise_task2(rows: Sequence[Mapping[str, Any]], methods: Sequence[str]) -
             dist_k[r["method"]][k].append(v)
     table = {}
     for m in methods:
-        table[m] = {
-            h: (float(np.mean(by[(m, h)])) if by.get((m, h)) else None) for h in hallucination_types()
-        }
+        table[m] = {h: (float(np.mean(by[(m, h)])) if by.get((m, h)) else None) for h in taxonomy.names()}
         vals = [v for v in table[m].values() if v is not None]
         table[m]["Avg"] = float(np.mean(vals)) if vals else None
     mean_by_k = {m: {k: float(np.mean(v)) for k, v in sorted(dist_k[m].items())} for m in methods}
@@ -279,7 +278,7 @@ def distance_by_k(
     for r in rows:
         dist[(r["source_id"], r["type"])][r["method"]] = list(r["distances"])
     out: dict[str, dict[str, dict[str, list[float]]]] = {m: {} for m in methods}
-    for i, h in enumerate(hallucination_types()):
+    for i, h in enumerate(taxonomy.names()):
         keys = sorted(k for k in dist if k[1] == h and all(m in dist[k] for m in methods))
         if not keys:
             continue

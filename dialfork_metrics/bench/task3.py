@@ -166,11 +166,12 @@ def run_task3(
     """
     from dialfork_dataset.views import task3_examples
 
+    from ..task3 import registry as detector_registry
     from ..task3 import score_predictions
-    from ..task3.registry import BENCH_SUPPLIES, get_detector
+    from ..task3.registry import BENCH_SUPPLIES
     from ..task3.streaming import SCOPES
 
-    specs = {d: get_detector(d) for d in detectors}  # an unknown name: before any work
+    specs = {d: detector_registry.get(d) for d in detectors}  # an unknown name: before any work
     train = corpus.split("train", forks=False)
     test = task3_examples(corpus.split("test", forks=True))
     if not train or not test:

@@ -29,8 +29,7 @@ _EXTRA_MODULES = frozenset({"fastapi", "uvicorn", "httpx", "starlette", "httptoo
 
 
 def _build_parser() -> argparse.ArgumentParser:
-    from dialfork_metrics.task3.registry import detector_names
-
+    from ..task3 import registry as detector_registry
     from .proxy import DEFAULT_FALLBACK, MODES
 
     ap = argparse.ArgumentParser(
@@ -56,7 +55,7 @@ def _build_parser() -> argparse.ArgumentParser:
         p.add_argument(
             "--detector",
             default="wf",
-            choices=detector_names(guard=True),
+            choices=detector_registry.names(guard=True),
             help="wf (workflow-aware, default; warns when a conversation looks like another task), a "
             "streaming IT/SS detector, or another registered one the guard can run",
         )
@@ -291,11 +290,10 @@ def _fit(args: argparse.Namespace, data: str | None = None):
     the workflow and the false-alarm rate; ``--order`` for an IT/SS N-gram detector) and fitted on
     ``data`` (a corpus's conformant train dialogues of the task, a file of conformant transcripts) or,
     with none, on ``--workflow`` alone. Returns ``(monitor, what it was fitted on)``."""
-    from dialfork_metrics.task3.registry import get_detector
-
+    from ..task3 import registry as detector_registry
     from .monitor import Monitor
 
-    spec = get_detector(args.detector)
+    spec = detector_registry.get(args.detector)
     rows, what = _fit_rows(args, data, spec)
     opts: dict[str, Any] = {}
     if args.false_alarm_rate is not None:

@@ -16,13 +16,13 @@ logger = logging.getLogger("dialfork_metrics.guard.monitor")
 
 def _guard_spec(detector: Any) -> Any:
     """The registry entry of a detector object (looked up by its ``name``), or None when unregistered."""
-    from dialfork_metrics.task3.registry import get_detector
+    from ..task3 import registry as detector_registry
 
     name = getattr(detector, "name", None)
     if not isinstance(name, str):
         return None
     try:
-        return get_detector(name)
+        return detector_registry.get(name)
     except ValueError:
         return None
 
@@ -46,18 +46,18 @@ def _is_workflow(detector: Any) -> bool:
 def _check_guardable(detector: Any) -> None:
     """Refuse a detector the guard cannot run: its registry entry says ``guard=False``, or it steps
     neither way (:func:`_is_workflow`)."""
-    from dialfork_metrics.task3.registry import detector_names
+    from ..task3 import registry as detector_registry
 
     spec = _guard_spec(detector)
     if spec is not None and not spec.guard:
         raise TypeError(
             f"detector {spec.name!r} cannot run in the guard (its registry entry has guard=False); the "
-            f"guard runs {', '.join(detector_names(guard=True))}"
+            f"guard runs {', '.join(detector_registry.names(guard=True))}"
         )
     if not _is_workflow(detector) and not (hasattr(detector, "assign") and hasattr(detector, "step")):
         raise TypeError(
             f"Monitor needs a fitted detector the guard can step turn by turn (a registry entry with "
-            f"guard=True: {', '.join(detector_names(guard=True))}), got {type(detector).__name__}"
+            f"guard=True: {', '.join(detector_registry.names(guard=True))}), got {type(detector).__name__}"
         )
 
 

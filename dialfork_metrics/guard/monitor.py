@@ -350,8 +350,7 @@ class Monitor:
                 options or the data.
             TypeError: ``dialogues`` is a single dialogue or record, or not a list of dialogues.
         """
-        from dialfork_metrics.task3.registry import detector_names, get_detector
-
+        from ..task3 import registry as detector_registry
         from .fitting import as_dialogues, default_detector, fit_tasks, watched_task
 
         if isinstance(workflow, str | os.PathLike):
@@ -377,10 +376,10 @@ class Monitor:
         if detector is None:
             detector = default_detector(task or (tasks[0] if tasks else None), workflow, bool(rows))
         key = str(detector).strip().lower()
-        guarded = detector_names(guard=True)
+        guarded = detector_registry.names(guard=True)
         if key not in guarded:
             raise ValueError(f"the guard runs a streaming detector ({', '.join(guarded)}), got {detector!r}")
-        spec = get_detector(key)
+        spec = detector_registry.get(key)
         aware = "workflow" in spec.needs
         task = watched_task(tasks, task, aware)
         if aware:

@@ -7,8 +7,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from dialfork_dataset import taxonomy
 from dialfork_dataset.atomic import atomic_path
-from dialfork_dataset.taxonomy import hallucination_types
 
 from ..methods import label as _label
 from ..methods import regime
@@ -51,7 +51,7 @@ def plot_tau_bars_ci(
     plt = _pyplot()
     import numpy as np
 
-    groups = [*hallucination_types(), "Avg"]
+    groups = [*taxonomy.names(), "Avg"]
     drawn = [m for m in table if any((table[m].get(g) or 0.0) != 0.0 for g in groups)]
     flat = [m for m in table if m not in drawn]
     x = np.arange(len(groups))
@@ -76,7 +76,7 @@ def plot_tau_bars_ci(
             error_kw={"elinewidth": 0.8, "ecolor": "black"},
         )
     ax.axhline(0, color="black", lw=0.8)
-    ax.axvline(len(hallucination_types()) - 0.5, color="grey", lw=0.6, ls=":")
+    ax.axvline(len(taxonomy.names()) - 0.5, color="grey", lw=0.6, ls=":")
     ax.set_xticks(x, groups)
     ax.set_ylabel("Kendall tau (mean over units)")
     ax.set_title(title)
@@ -116,15 +116,15 @@ def plot_distance_by_k_panels(
         return []
     fig, axes = plt.subplots(
         len(methods),
-        len(hallucination_types()),
-        figsize=(2.6 * len(hallucination_types()), 1.9 * len(methods) + 0.6),
+        len(taxonomy.names()),
+        figsize=(2.6 * len(taxonomy.names()), 1.9 * len(methods) + 0.6),
         sharex=True,
         sharey="row",
         squeeze=False,
     )
     ks = np.arange(1, 5)
     for i, m in enumerate(methods):
-        for j, h in enumerate(hallucination_types()):
+        for j, h in enumerate(taxonomy.names()):
             ax = axes[i, j]
             c = curves[m].get(h)
             if c:

@@ -6,7 +6,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from dialfork_dataset.taxonomy import hallucination_types
+from dialfork_dataset import taxonomy
 
 from ..methods import label as _label
 from ..registry import NameView, names, table4_order
@@ -60,16 +60,14 @@ def task1_markdown(t1: Mapping[str, Any]) -> str:
     for m, vals in s["tau"].items():
         rows.append(
             [_label(m)]
-            + [_f(vals.get(h)) for h in hallucination_types()]
+            + [_f(vals.get(h)) for h in taxonomy.names()]
             + [_f(vals.get("Avg")), _f(s["exact_recovery"].get(m), pct=True), _p(s["fisher_p"].get(m))]
         )
     cross = ", cross-reference protocol" if t1.get("protocol") == "cross" else ""
     md = [
         f"### Table 2. Task 1: set-to-set distance (Kendall tau, {_task1_encoders(t1)}, {s['n_units']} units{cross})",
         "",
-        markdown_table(
-            ["Method", *hallucination_types(), "Avg", "Exact recovery", "p (Fisher, vs chance)"], rows
-        ),
+        markdown_table(["Method", *taxonomy.names(), "Avg", "Exact recovery", "p (Fisher, vs chance)"], rows),
     ]
     line = control_beats_sentence(
         s["tau"], t1.get("protocol") or "same-source", TASK1_FLOW_METHODS, TASK1_CONTROLS
@@ -150,14 +148,14 @@ def task2_markdown(t2: Mapping[str, Any]) -> str:
     for enc, res in t2["per_encoder"].items():
         s = res["summary"]
         rows = [
-            [_label(m)] + [_f(vals.get(h)) for h in hallucination_types()] + [_f(vals.get("Avg"))]
+            [_label(m)] + [_f(vals.get(h)) for h in taxonomy.names()] + [_f(vals.get("Avg"))]
             for m, vals in s["tau"].items()
         ]
         md += [
             f"### Table 3. Task 2: dialogue-to-dialogue distance (Kendall tau, encoder `{enc}`, {s['n_units']} units"
             f"{suffix})",
             "",
-            markdown_table(["Method", *hallucination_types(), "Avg"], rows),
+            markdown_table(["Method", *taxonomy.names(), "Avg"], rows),
             "",
         ]
         line = control_beats_sentence(
@@ -290,8 +288,8 @@ def task2_protocols_markdown(same: Mapping[str, Any], cross: Mapping[str, Any]) 
         methods = list(dict.fromkeys([*s["tau"], *c["tau"]]))
         rows = [
             [_label(m)]
-            + [_f((s["tau"].get(m) or {}).get(h)) for h in (*hallucination_types(), "Avg")]
-            + [_f((c["tau"].get(m) or {}).get(h)) for h in (*hallucination_types(), "Avg")]
+            + [_f((s["tau"].get(m) or {}).get(h)) for h in (*taxonomy.names(), "Avg")]
+            + [_f((c["tau"].get(m) or {}).get(h)) for h in (*taxonomy.names(), "Avg")]
             for m in methods
         ]
         md += [
@@ -301,9 +299,9 @@ def task2_protocols_markdown(same: Mapping[str, Any], cross: Mapping[str, Any]) 
             markdown_table(
                 [
                     "Method",
-                    *(f"same {h}" for h in hallucination_types()),
+                    *(f"same {h}" for h in taxonomy.names()),
                     "**same Avg**",
-                    *(f"cross {h}" for h in hallucination_types()),
+                    *(f"cross {h}" for h in taxonomy.names()),
                     "**cross Avg**",
                 ],
                 rows,
@@ -367,9 +365,9 @@ def task1_protocols_markdown(same: Mapping[str, Any], cross: Mapping[str, Any]) 
     methods = list(dict.fromkeys([*s["tau"], *c["tau"]]))
     rows = [
         [_label(m)]
-        + [_f((s["tau"].get(m) or {}).get(h)) for h in (*hallucination_types(), "Avg")]
+        + [_f((s["tau"].get(m) or {}).get(h)) for h in (*taxonomy.names(), "Avg")]
         + [_f(s["exact_recovery"].get(m), pct=True)]
-        + [_f((c["tau"].get(m) or {}).get(h)) for h in (*hallucination_types(), "Avg")]
+        + [_f((c["tau"].get(m) or {}).get(h)) for h in (*taxonomy.names(), "Avg")]
         + [_f(c["exact_recovery"].get(m), pct=True)]
         for m in methods
     ]
@@ -381,10 +379,10 @@ def task1_protocols_markdown(same: Mapping[str, Any], cross: Mapping[str, Any]) 
         markdown_table(
             [
                 "Method",
-                *(f"same {h}" for h in hallucination_types()),
+                *(f"same {h}" for h in taxonomy.names()),
                 "**same Avg**",
                 "same exact",
-                *(f"cross {h}" for h in hallucination_types()),
+                *(f"cross {h}" for h in taxonomy.names()),
                 "**cross Avg**",
                 "cross exact",
             ],

@@ -11,8 +11,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from dialfork_dataset import taxonomy
 from dialfork_dataset.atomic import write_text_atomic
-from dialfork_dataset.taxonomy import hallucination_types
 
 from .figures import write_figures
 from .markdown import report_markdown
@@ -89,7 +89,7 @@ def write_reports(
         rows = [
             {
                 "method": m,
-                **{h: v.get(h) for h in (*hallucination_types(), "Avg")},
+                **{h: v.get(h) for h in (*taxonomy.names(), "Avg")},
                 "exact_recovery": t1["summary"]["exact_recovery"].get(m),
                 "fisher_p": t1["summary"]["fisher_p"].get(m),
             }
@@ -97,7 +97,7 @@ def write_reports(
         ]
         text(
             f"{key}_summary.csv",
-            _csv(rows, ["method", *hallucination_types(), "Avg", "exact_recovery", "fisher_p"]),
+            _csv(rows, ["method", *taxonomy.names(), "Avg", "exact_recovery", "fisher_p"]),
         )
         if t1.get("comparisons"):
             text(
@@ -118,10 +118,10 @@ def write_reports(
             safe = enc.replace("/", "_")
             text(f"{key}_units_{safe}.csv", _csv(res["units"], unit_fields))
             rows += [
-                {"encoder": enc, "method": m, **{h: v.get(h) for h in (*hallucination_types(), "Avg")}}
+                {"encoder": enc, "method": m, **{h: v.get(h) for h in (*taxonomy.names(), "Avg")}}
                 for m, v in res["summary"]["tau"].items()
             ]
-        text(f"{key}_summary.csv", _csv(rows, ["encoder", "method", *hallucination_types(), "Avg"]))
+        text(f"{key}_summary.csv", _csv(rows, ["encoder", "method", *taxonomy.names(), "Avg"]))
         text(
             f"{key}_significance.csv",
             _csv(
@@ -150,7 +150,7 @@ def write_reports(
                     {
                         "encoder": enc,
                         "detector": det,
-                        **{f"mae_h_{h}": r.get("mae_h_by_type", {}).get(h) for h in hallucination_types()},
+                        **{f"mae_h_{h}": r.get("mae_h_by_type", {}).get(h) for h in taxonomy.names()},
                         **{
                             k: r.get(k)
                             for k in ("mae_h", "cov_h", "mae_c", "cov_c", "mae_h_ref", "mae_c_ref", "score")
@@ -164,7 +164,7 @@ def write_reports(
                 [
                     "encoder",
                     "detector",
-                    *(f"mae_h_{h}" for h in hallucination_types()),
+                    *(f"mae_h_{h}" for h in taxonomy.names()),
                     "mae_h",
                     "cov_h",
                     "mae_c",
@@ -185,7 +185,7 @@ def write_reports(
                         {
                             "encoder": enc,
                             "detector": det,
-                            **{f"mae_h_{h}": a["mae_h_by_type"].get(h) for h in hallucination_types()},
+                            **{f"mae_h_{h}": a["mae_h_by_type"].get(h) for h in taxonomy.names()},
                             **{k: a.get(k) for k in ("mae_h", "mae_c", "mae_h_ref", "mae_c_ref")},
                         }
                     )
@@ -197,7 +197,7 @@ def write_reports(
                     [
                         "encoder",
                         "detector",
-                        *(f"mae_h_{h}" for h in hallucination_types()),
+                        *(f"mae_h_{h}" for h in taxonomy.names()),
                         "mae_h",
                         "mae_c",
                         "mae_h_ref",

@@ -6,7 +6,7 @@ workflow?
 * streaming detectors (IT, SS, +NC): :class:`StreamingDetector`; trivial baselines;
   zero-shot LLM detectors: :class:`LLMDetector`; :func:`make_detector` and :func:`load_detector`;
 * the detector registry (:mod:`dialfork_metrics.task3.registry`): :class:`DetectorSpec`,
-  :func:`register_detector`, :func:`unregister_detector`, :func:`get_detector`, :func:`detector_names`;
+  its verbs register, unregister, get and names;
 * files: :func:`load_examples`, :func:`load_gold_rows`, :func:`read_predictions`,
   :func:`write_predictions`. CLI: ``python -m dialfork_metrics.task3 predict|score``.
 
@@ -37,10 +37,6 @@ _EXPORTS: dict[str, str] = {
     "make_detector": "detectors",
     "load_detector": "detectors",
     "DetectorSpec": "registry",
-    "register_detector": "registry",
-    "unregister_detector": "registry",
-    "get_detector": "registry",
-    "detector_names": "registry",
     "load_examples": "io",
     "load_gold_rows": "io",
     "read_predictions": "io",

@@ -32,7 +32,7 @@ LLM_CHUNK = 64
 def _build_parser() -> argparse.ArgumentParser:
     from dialfork_dataset.console import add_verbosity_options, prog_name, state_defaults
 
-    from .registry import detector_names
+    from . import registry as detector_registry
 
     ap = argparse.ArgumentParser(
         prog=prog_name("dialfork_metrics.task3"),
@@ -62,7 +62,7 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--detector",
         default="wf",
-        choices=detector_names(),
+        choices=detector_registry.names(),
         help="a registered detector (default wf: workflow-aware; it, ss, it+nc, ss+nc are the paper's)",
     )
     p.add_argument(
@@ -302,7 +302,7 @@ def _detector_inputs(args: argparse.Namespace, spec: Any) -> tuple[dict[str, Any
 def _check_detector_args(args: argparse.Namespace, spec: Any) -> None:
     """Refuse, before anything loads or is fitted, what ``--detector`` cannot do: an option its
     constructor does not take, saving a detector whose registry entry has no save format."""
-    from .registry import detector_names
+    from . import registry as detector_registry
 
     options = _detector_options(args)
     if options and args.load_detector:
@@ -314,7 +314,7 @@ def _check_detector_args(args: argparse.Namespace, spec: Any) -> None:
     if args.save_detector and not args.load_detector and not spec.can_save:
         raise ValueError(
             f"--save-detector: detector {spec.name!r} cannot be saved (its registry entry has no "
-            f"save_format/loader); the detectors that can: {', '.join(detector_names(can_save=True))}"
+            f"save_format/loader); the detectors that can: {', '.join(detector_registry.names(can_save=True))}"
         )
 
 
@@ -370,13 +370,13 @@ def cmd_predict(args: argparse.Namespace) -> int:
     from dialfork_dataset.hub import resolve_data
     from dialfork_dataset.jsonl import JsonlAppender, read_jsonl, repair_torn_tail, write_json_atomic
 
+    from . import registry as detector_registry
     from .detectors import load_detector, saved_detector_spec
     from .io import load_examples, read_transcripts, write_predictions
-    from .registry import get_detector
 
     if args.order is not None and args.order < 1:
         raise ValueError(f"--order N must be >= 1, got {args.order}")
-    spec = get_detector(args.detector)
+    spec = detector_registry.get(args.detector)
     _check_detector_args(args, spec)
     # before any model loads: a mistyped folder or a gold folder is one clear line, not a Hub error;
     # a file of transcripts is read (every problem of it listed) before anything is fitted

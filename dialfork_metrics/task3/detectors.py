@@ -15,7 +15,7 @@ name       detector
 ``wf-sup`` :class:`SupervisedWorkflowDetector` (per-turn classifier fitted on forked dialogues)
 =========  ===========================================================================
 
-plus any detector registered with :func:`~dialfork_metrics.task3.registry.register_detector`.
+plus any detector registered with :func:`~dialfork_metrics.task3.registry.register`.
 The name lists below are live views of the registry.
 """
 
@@ -29,16 +29,17 @@ from pathlib import Path
 from typing import Any
 
 from ..registry import NameView
-from .registry import DetectorSpec, detector_for_format, detector_names, get_detector
+from . import registry as detector_registry
+from .registry import DetectorSpec, detector_for_format
 
 #: The IT/SS N-gram detectors (``ngram=True``).
-STREAMING_DETECTORS: Sequence[str] = NameView(lambda: detector_names(ngram=True))
+STREAMING_DETECTORS: Sequence[str] = NameView(lambda: detector_registry.names(ngram=True))
 #: The trivial baselines (regime ``"baselines"``).
-BASELINES: Sequence[str] = NameView(lambda: detector_names(regime="baselines"))
+BASELINES: Sequence[str] = NameView(lambda: detector_registry.names(regime="baselines"))
 #: The workflow-aware detectors (regime ``"workflow-aware"``).
-WORKFLOW_DETECTORS: Sequence[str] = NameView(lambda: detector_names(regime="workflow-aware"))
+WORKFLOW_DETECTORS: Sequence[str] = NameView(lambda: detector_registry.names(regime="workflow-aware"))
 #: Every registered detector.
-DETECTOR_NAMES: Sequence[str] = NameView(detector_names)
+DETECTOR_NAMES: Sequence[str] = NameView(detector_registry.names)
 
 
 def make_detector(name: str, **kwargs: Any):
@@ -59,7 +60,7 @@ def make_detector(name: str, **kwargs: Any):
             detector's constructor rejects.
         TypeError: An option the detector's constructor does not take, or one its name fixes.
     """
-    return get_detector(name).build(**kwargs)
+    return detector_registry.get(name).build(**kwargs)
 
 
 def saved_detector_spec(path: str | os.PathLike) -> DetectorSpec:

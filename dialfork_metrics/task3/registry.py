@@ -15,19 +15,19 @@ listing the registered detectors.
 Factories are named lazily (``"package.module:attr"``) so that importing the registry imports no
 numpy or torch; :meth:`DetectorSpec.factory_fn` imports them on first use.
 
->>> spec = get_detector("it+nc")
+>>> spec = get("it+nc")
 >>> spec.label, spec.regime, spec.needs, spec.options
 ('IT+NC', 'streaming', ('encoder', 'false_alarm_rate'), {'method': 'it', 'node_confidence': True})
->>> detector_names(regime="baselines")
+>>> names(regime="baselines")
 ('first', 'last', 'random')
 
 A spec also says how its detector is saved and loaded back (``save_format``, ``loader``:
 :func:`~dialfork_metrics.task3.load_detector` dispatches on the ``"format"`` of a saved folder's
 ``config.json``), and builds a detector from what a caller has (:meth:`DetectorSpec.build_from`):
 
->>> get_detector("random").save_format, get_detector("llm").save_format
+>>> get("random").save_format, get("llm").save_format
 ('dialfork-task3-baseline', None)
->>> get_detector("first").build_from({"encoder": "minilm", "seed": 3})  # needs neither: passed neither
+>>> get("first").build_from({"encoder": "minilm", "seed": 3})  # needs neither: passed neither
 FirstTurnBaseline()
 """
 
@@ -214,7 +214,7 @@ class DetectorSpec:
             TypeError: An option the factory does not take, or one the name fixes.
 
         Example:
-            >>> get_detector("random").build_from({"encoder": "minilm", "seed": 3, "false_alarm_rate": 0.1})
+            >>> get("random").build_from({"encoder": "minilm", "seed": 3, "false_alarm_rate": 0.1})
             RandomTurnBaseline(seed=3)
         """
         unknown = sorted(set(available) - set(NEEDS))
@@ -301,15 +301,15 @@ _REGISTRY: Registry[DetectorSpec] = Registry(
     "Task 3 detector",
     DetectorSpec,
     normalize=lambda name: str(name).strip().lower(),
-    add_hint="dialfork_metrics.task3.register_detector",
+    add_hint="dialfork_metrics.task3.registry.register",
 )
 
 #: The detector registry, a read-only live mapping: name -> :class:`DetectorSpec`
-#: (:func:`register_detector` is the one way to add a detector).
+#: (:func:`register` is the one way to add a detector).
 DETECTORS: Mapping[str, DetectorSpec] = _REGISTRY.view
 
 
-def register_detector(spec: DetectorSpec, *, replace: bool = False) -> DetectorSpec:
+def register(spec: DetectorSpec, *, replace: bool = False) -> DetectorSpec:
     """Add a detector; it is seen at once by ``make_detector``, the CLIs, the benchmark and the report.
 
     Args:
@@ -317,7 +317,7 @@ def register_detector(spec: DetectorSpec, *, replace: bool = False) -> DetectorS
         replace: Replace a registered detector of the same name (else that is an error).
 
     Returns:
-        ``spec``, so that ``register_detector`` can be used inline.
+        ``spec``, so that ``register`` can be used inline.
 
     Raises:
         TypeError: ``spec`` is not a :class:`DetectorSpec`.
@@ -345,7 +345,7 @@ def register_detector(spec: DetectorSpec, *, replace: bool = False) -> DetectorS
     return spec
 
 
-def unregister_detector(name: str) -> DetectorSpec:
+def unregister(name: str) -> DetectorSpec:
     """Remove a detector (tests use it to undo a run-time registration).
 
     Args:
@@ -360,7 +360,7 @@ def unregister_detector(name: str) -> DetectorSpec:
     return _REGISTRY.unregister(name)
 
 
-def get_detector(name: str) -> DetectorSpec:
+def get(name: str) -> DetectorSpec:
     """The :class:`DetectorSpec` of a registered detector.
 
     Args:
@@ -384,7 +384,7 @@ def detector_specs() -> list[DetectorSpec]:
     return list(_REGISTRY.specs())
 
 
-def detector_names(
+def names(
     *,
     regime: str | None = None,
     in_benchmark: bool | None = None,
@@ -482,7 +482,7 @@ class RegimeView(Mapping[str, tuple[str, ...]]):
     a detector registered at run time appears in ``TASK3_REGIMES``)."""
 
     def _all(self) -> dict[str, tuple[str, ...]]:
-        out = {r: detector_names(regime=r) for r in REGIMES}
+        out = {r: names(regime=r) for r in REGIMES}
         return {r: ds for r, ds in out.items() if ds}
 
     def __getitem__(self, regime: str) -> tuple[str, ...]:
@@ -621,7 +621,7 @@ BUILTIN_DETECTORS: tuple[DetectorSpec, ...] = (
     ),
 )
 for _spec in BUILTIN_DETECTORS:
-    register_detector(_spec)
+    register(_spec)
 del _spec
 
 
@@ -637,11 +637,11 @@ __all__ = [
     "RegistryError",
     "detector_for_format",
     "detector_labels",
-    "detector_names",
+    "names",
     "detector_specs",
     "exports",
-    "get_detector",
-    "register_detector",
+    "get",
+    "register",
     "save_formats",
-    "unregister_detector",
+    "unregister",
 ]

@@ -34,8 +34,8 @@ import numbers
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from dialfork_dataset import taxonomy
 from dialfork_dataset.errors import MAX_ERRORS_IN_MESSAGE, CollectedErrors
-from dialfork_dataset.taxonomy import hallucination_types
 
 from .rows import is_bool as _is_bool
 from .rows import is_int as _is_int
@@ -102,7 +102,7 @@ def _gold_index(gold: Sequence[Mapping[str, Any]]) -> dict[str, Mapping[str, Any
             if tk is not None:
                 errs.append(f"gold row {i} ({did!r}): a conformant dialogue has no fork_turn")
         else:
-            if h not in hallucination_types():
+            if h not in taxonomy.names():
                 errs.append(f"gold row {i} ({did!r}): unknown hallucination_type")
             if not _is_int(tk) or tk < 1 or (_is_int(T) and tk > T):
                 errs.append(f"gold row {i} ({did!r}): fork_turn must be an integer in 1..T")
@@ -355,8 +355,8 @@ def score_predictions(
     if errors:
         raise PredictionError(errors)
 
-    err_h: dict[str, list[int]] = {h: [] for h in hallucination_types()}
-    n_h: dict[str, int] = dict.fromkeys(hallucination_types(), 0)
+    err_h: dict[str, list[int]] = {h: [] for h in taxonomy.names()}
+    n_h: dict[str, int] = dict.fromkeys(taxonomy.names(), 0)
     ref_h: list[int] = []
     err_c: list[int] = []
     ref_c: list[int] = []
@@ -376,7 +376,7 @@ def score_predictions(
             if p is not None:
                 err_h[h].append(abs(p - tk))
 
-    all_err_h = [e for h in hallucination_types() for e in err_h[h]]
+    all_err_h = [e for h in taxonomy.names() for e in err_h[h]]
     n_forked = sum(n_h.values())
     n_conf = len(ref_c)
     mae_h = _mean(all_err_h)
@@ -397,9 +397,9 @@ def score_predictions(
         "components": {"a1": a1, "a2": a2, "a3": a3, "a4": a4},
         "weights": list(weights),
         "mae_h": mae_h,
-        "mae_h_by_type": {h: _mean(err_h[h]) for h in hallucination_types() if n_h[h]},
+        "mae_h_by_type": {h: _mean(err_h[h]) for h in taxonomy.names() if n_h[h]},
         "cov_h": cov_h,
-        "cov_h_by_type": {h: len(err_h[h]) / n_h[h] for h in hallucination_types() if n_h[h]},
+        "cov_h_by_type": {h: len(err_h[h]) / n_h[h] for h in taxonomy.names() if n_h[h]},
         "mae_c": mae_c,
         "cov_c": cov_c,
         "mae_h_ref": mae_h_ref,
@@ -410,7 +410,7 @@ def score_predictions(
             "conformant": n_conf,
             "forked_flagged": len(all_err_h),
             "conformant_flagged": len(err_c),
-            "forked_by_type": {h: n_h[h] for h in hallucination_types() if n_h[h]},
+            "forked_by_type": {h: n_h[h] for h in taxonomy.names() if n_h[h]},
         },
         **({"all_turns": all_turns} if all_turns is not None else {}),
     }
@@ -451,7 +451,7 @@ def mae_all_turns(
         The all-turns MAEs and references, or ``None`` when a gold row has no ``turns`` or its
         turns do not hold ``num_system_turns`` system turns (the all-turns unit is then undefined).
     """
-    err_h: dict[str, list[int]] = {h: [] for h in hallucination_types()}
+    err_h: dict[str, list[int]] = {h: [] for h in taxonomy.names()}
     present: set[str] = set()
     ref_h: list[int] = []
     err_c: list[int] = []
@@ -477,11 +477,11 @@ def mae_all_turns(
             ref_h.append(abs(pos[T - 1] - fk))
             if p is not None:
                 err_h[h].append(abs(pos[int(p) - 1] - fk))
-    all_err_h = [e for h in hallucination_types() for e in err_h[h]]
+    all_err_h = [e for h in taxonomy.names() for e in err_h[h]]
     return {
         "unit": "all turns",
         "mae_h": _mean(all_err_h),
-        "mae_h_by_type": {h: _mean(err_h[h]) for h in hallucination_types() if h in present},
+        "mae_h_by_type": {h: _mean(err_h[h]) for h in taxonomy.names() if h in present},
         "mae_c": _mean(err_c),
         "mae_h_ref": _mean(ref_h),
         "mae_c_ref": _mean(ref_c),
@@ -505,7 +505,7 @@ def format_table(result: Mapping[str, Any]) -> str:
             return "-"
         return f"{100 * v:.2f}" if pct else f"{v:.2f}"
 
-    types = [h for h in hallucination_types() if h in result["mae_h_by_type"]]
+    types = [h for h in taxonomy.names() if h in result["mae_h_by_type"]]
     head = [*(f"MAE_{h}" for h in types), "MAE_h", "cov_h%", "MAE_c", "cov_c%", "Score"]
     row = [
         *(f(result["mae_h_by_type"][h]) for h in types),

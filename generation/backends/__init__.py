@@ -15,8 +15,8 @@ Every list of backend names reads :data:`BACKENDS`, the read-only view of the re
 :class:`~dialfork_dataset.registry.Registry`): the CLI's ``--backend`` choices and help (at parse
 time; :attr:`BackendSpec.needs`), the default conformance check (:attr:`BackendSpec.llm`), the
 device placement of ``generation.distributed`` (:attr:`BackendSpec.placement`) and the records'
-``code_version`` (:attr:`BackendSpec.target`). ``register_backend`` adds one at run time,
-``unregister_backend`` removes one; an unknown name raises :class:`UnknownBackendName` (both the
+``code_version`` (:attr:`BackendSpec.target`). ``register`` adds one at run time,
+``unregister`` removes one; an unknown name raises :class:`UnknownBackendName` (both the
 registries' ``RegistryError`` and an ``UnknownBackendError``) listing the registered ones.
 """
 
@@ -139,15 +139,15 @@ class UnknownBackendName(RegistryError, UnknownBackendError):
 
 
 _BACKENDS: Registry[BackendSpec] = Registry(
-    "backend", BackendSpec, add_hint="generation.backends.register_backend", error=UnknownBackendName
+    "backend", BackendSpec, add_hint="generation.backends.register", error=UnknownBackendName
 )
 
-#: The backend registry, a read-only live mapping: name -> :class:`BackendSpec` (:func:`register_backend`
+#: The backend registry, a read-only live mapping: name -> :class:`BackendSpec` (:func:`register`
 #: is the one way to add a backend).
 BACKENDS: Mapping[str, BackendSpec] = _BACKENDS.view
 
 
-def register_backend(
+def register(
     spec: BackendSpec | str, target: str | None = None, *, replace: bool = False, **fields: Any
 ) -> BackendSpec:
     """Register a backend, by spec or by name and ``"module:Class"``.
@@ -171,7 +171,7 @@ def register_backend(
     return _BACKENDS.register(spec, replace=replace)
 
 
-def unregister_backend(name: str) -> BackendSpec:
+def unregister(name: str) -> BackendSpec:
     """Remove backend ``name`` from the registry.
 
     Args:
@@ -186,7 +186,16 @@ def unregister_backend(name: str) -> BackendSpec:
     return _BACKENDS.unregister(name)
 
 
-def backend_spec(name: str) -> BackendSpec:
+def names() -> tuple[str, ...]:
+    """The registered backend names, in registration order (the built-ins first).
+
+    Returns:
+        The names.
+    """
+    return _BACKENDS.names()
+
+
+def get(name: str) -> BackendSpec:
     """The :class:`BackendSpec` registered as ``name``.
 
     Args:
@@ -216,7 +225,7 @@ def backend_class(name: str) -> type:
         UnknownBackendError: ``name`` is not registered, or importing its module failed (e.g. a
             missing optional dependency such as torch or transformers).
     """
-    return backend_spec(name).target_class()
+    return get(name).target_class()
 
 
 def get_backend(name: str, **options: Any) -> Backend:
@@ -253,7 +262,7 @@ BUILTIN_BACKENDS = (
     BackendSpec("openai", "generation.backends.openai_backend:OpenAIBackend", needs=("server",)),
 )
 for _spec in BUILTIN_BACKENDS:
-    register_backend(_spec)
+    register(_spec)
 del _spec
 
 __all__ = [
@@ -267,8 +276,9 @@ __all__ = [
     "UnknownBackendError",
     "UnknownBackendName",
     "backend_class",
-    "backend_spec",
+    "get",
+    "names",
     "get_backend",
-    "register_backend",
-    "unregister_backend",
+    "register",
+    "unregister",
 ]

@@ -14,10 +14,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from dialfork_dataset import taxonomy
 from dialfork_dataset.forks import fork_turns, system_turn_to_position
 from dialfork_dataset.jsonl import dumps
 from dialfork_dataset.records import DECODING_FIELDS, validate_record
-from dialfork_dataset.taxonomy import FORK_POSITIONS, get_type, hallucination_types
+from dialfork_dataset.taxonomy import FORK_POSITIONS
 
 from ..backends.base import Backend
 from ..compound import compound_key
@@ -182,7 +183,7 @@ def single_forks(ctx: RunContext, src: Dialogue) -> list[Dialogue]:
 
     Returns:
         ``forks_per_source()`` (16 for the paper's four types) not yet generated fork dialogues, keyed
-            ``<src.key>-<type>-k<k>``, types in registration order (:func:`~dialfork_dataset.taxonomy.hallucination_types`) and k = 1..4.
+            ``<src.key>-<type>-k<k>``, types in registration order (:func:`~dialfork_dataset.taxonomy.names`) and k = 1..4.
     """
     sid = str(src.scenario.scenario_id)
     ts = fork_turns(src.n_system)
@@ -196,7 +197,7 @@ def single_forks(ctx: RunContext, src: Dialogue) -> list[Dialogue]:
             variant = draw_variant(ctx.pool, ctx.config.seed, sid, h, dk)
             sub = (
                 draw_substitute_task(src.task.name, ctx.domain_of, ctx.config.seed, sid, dk, htype=h)
-                if get_type(h).substitute
+                if taxonomy.get(h).substitute
                 else None
             )
             instr = variant.render_instruction(sub, service_name(src.task))
@@ -233,7 +234,7 @@ def fork_types(ctx: RunContext) -> list[str]:
         The type codes, in registration order.
     """
     lone = len(ctx.domain_of) < 2
-    return [h for h in hallucination_types() if not (lone and get_type(h).substitute)]
+    return [h for h in taxonomy.names() if not (lone and taxonomy.get(h).substitute)]
 
 
 def single_fork_skips(ctx: RunContext) -> tuple[list[str], int]:
@@ -245,7 +246,7 @@ def single_fork_skips(ctx: RunContext) -> tuple[list[str], int]:
     Returns:
         ``(types, forks_per_source_skipped)``: empty and 0 when every type can be forked.
     """
-    skipped = [h for h in hallucination_types() if h not in fork_types(ctx)]
+    skipped = [h for h in taxonomy.names() if h not in fork_types(ctx)]
     return skipped, len(skipped) * len(FORK_POSITIONS)
 
 
@@ -271,7 +272,7 @@ def compound_forks(ctx: RunContext, src: Dialogue) -> list[Dialogue]:
         variant = draw_variant(ctx.pool, ctx.config.seed, sid, h, dk)
         sub = (
             draw_substitute_task(src.task.name, ctx.domain_of, ctx.config.seed, sid, dk, htype=h)
-            if get_type(h).substitute
+            if taxonomy.get(h).substitute
             else None
         )
         specs.append(

@@ -112,10 +112,10 @@ def planner_for(htype: str) -> Planner:
             where to add one).
         ValueError: The entry's ``"module:attr"`` planner cannot be imported.
     """
+    from dialfork_dataset import taxonomy
     from dialfork_dataset.registry import resolve
-    from dialfork_dataset.taxonomy import get_type
 
-    spec = get_type(htype)
+    spec = taxonomy.get(htype)
     if spec.planner is None:
         raise KeyError(
             f"the template backend has no planner for hallucination type {htype!r}: give its "
