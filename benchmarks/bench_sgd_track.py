@@ -20,13 +20,17 @@ recall at or after the fork turn per edit (task switches: ``wic``+``gr``; insert
 system turns against the gold acts, overall and per act.
 
 Run: ``python benchmarks/bench_sgd_track.py`` (``--max-per-task 80`` by default; ``--sgd`` the SGD
-folder). Writes benchmarks/results/sgd_track.{json,md}; embeddings are cached in
+folder). ``--reader crossfit`` (the default) reads each service's tasks with a step reader trained
+without that service (the leave-services-out folds of ``reader/data.py``, the shipped recipe,
+cached under benchmarks/out/sgd_track/readers): the shipped reader learned every SGD service, so it
+would be tested on its training turns; ``--reader shipped`` does that, ``--reader none`` is cosine. Writes benchmarks/results/sgd_track.{json,md}; embeddings are cached in
 benchmarks/out/sgd_track.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import pickle
@@ -68,6 +72,111 @@ def embeddings(enc: Any, rows: list[dict], cache: Path) -> list[np.ndarray]:
     return E
 
 
+def crossfit_readers(sgd: str, star: str, folder: Path, epochs: int = 16, seed: int = 0) -> list[Any]:
+    """One step reader per leave-services-out fold (reader/data.py FOLDS), trained with the shipped
+    recipe (``python -m dialfork_metrics.task3.workflow.reader train``) without the fold's services;
+    fold f's reader is calibrated on the other folds' readers' held-out turns (never on f's services).
+    Cached under ``folder/fold<i>`` (the embeddings under benchmarks/out/reader/emb)."""
+    from dialfork_metrics.task3.workflow.reader import data as D
+    from dialfork_metrics.task3.workflow.reader import train as T
+    from dialfork_metrics.task3.workflow.reader.steps import StepReader
+
+    dirs = [folder / f"fold{i}" for i in range(len(D.FOLDS))]
+    if all((d / "config.json").is_file() for d in dirs):
+        return [StepReader.from_pretrained(d) for d in dirs]
+    from dialfork_dataset.star import StarCorpus
+    from dialfork_dataset.tracks.sgd import WORKFLOWS_DIR
+    from dialfork_dataset.workflow.files import WorkflowCorpus
+    from dialfork_metrics.encoders import get_encoder
+    from dialfork_metrics.task3.workflow.reader.steps import encoder_fingerprint
+
+    t0 = time.perf_counter()
+    enc = get_encoder("minilm", cache_dir=str(ROOT / "benchmarks" / "out" / "reader" / "emb"))
+    rows = D.sgd_turns(sgd)
+    wf_rows = D.star_workflow_turns(star) + D.file_phrasings()
+    texts = list(dict.fromkeys(r.text for r in rows + wf_rows if r.text))
+    vec = dict(zip(texts, D.embed(texts, enc)))
+    sa = T.assigner_for(WorkflowCorpus(WORKFLOWS_DIR), enc)
+    tables = {**T.tables_of(sa), **T.tables_of(T.assigner_for(StarCorpus(star), enc))}
+    fp = encoder_fingerprint(enc)
+    readers = T.fold_readers(rows, wf_rows, tables, vec.__getitem__, fingerprint=fp, epochs=epochs, seed=seed)
+    held = []
+    for f, rd in zip(D.FOLDS, readers):
+        out = [r for r in rows if r.service in f and r.step is not None]
+        steps = T.read_rows(rd, sa, out, vec.__getitem__)[0]
+        p = T.raw_confidence(rd, sa, out, vec.__getitem__)
+        held.append((p, np.array([s == r.step for s, r in zip(steps, out)])))
+        log(f"fold reader {','.join(f)}: held-out step accuracy {100 * held[-1][1].mean():.1f}%")
+    for i, (rd, d) in enumerate(zip(readers, dirs)):
+        others = [h for j, h in enumerate(held) if j != i]
+        p, ok = np.concatenate([h[0] for h in others]), np.concatenate([h[1] for h in others])
+        keep = np.isfinite(p)  # a turn kept on a generic phrasing has no reader probability
+        rd.calibrate(p[keep], ok[keep])
+        rd.info_.update({"held_out_services": list(D.FOLDS[i]), "human_rows": 0})
+        rd.save_pretrained(d)
+    log(f"trained {len(readers)} fold readers in {time.perf_counter() - t0:.0f} s")
+    return [StepReader.from_pretrained(d) for d in dirs]
+
+
+def crossfit_slot_readers(sgd: str, folder: Path, seed: int = 0) -> list[Any]:
+    """One slot reader per fold of reader/data.py FOLDS, trained as the shipped one
+    (``python -m dialfork_metrics.task3.workflow.reader.slots train``: every SGD user turn read with
+    and without its asked slots) without the fold's services. Cached under ``folder/slots<i>``; the
+    user turns' embeddings under benchmarks/out/sgd_track/slot_emb."""
+    import dataclasses
+
+    from dialfork_metrics.task3.workflow.reader import slots as S
+    from dialfork_metrics.task3.workflow.reader.data import FOLDS
+
+    dirs = [folder / f"slots{i}" for i in range(len(FOLDS))]
+    if all((d / S.CONFIG_FILE).is_file() for d in dirs):
+        return [S.SlotReader.from_pretrained(d) for d in dirs]
+    from dialfork_dataset.tracks.sgd import read_sgd
+    from dialfork_metrics.encoders import get_encoder
+
+    t0 = time.perf_counter()
+    enc = get_encoder("minilm", cache_dir=str(folder.parent / "slot_emb"))
+    corpus = read_sgd(sgd)
+    slots_of = S.sgd_slot_infos(corpus.schema)
+    turns = S.sgd_user_turns(corpus)
+    Xk, pairs = S.pair_features(enc, turns, slots_of)
+    Xu, _ = S.pair_features(enc, [dataclasses.replace(t, asked=None) for t in turns], slots_of)
+    y = np.array([s.name in turns[i].given for i, s in pairs], dtype=np.int64)
+    svc = np.array([turns[i].service for i, _ in pairs])
+    log(f"slot features of {len(turns)} user turns in {time.perf_counter() - t0:.0f} s")
+    for fold, d in zip(FOLDS, dirs):
+        tr = ~np.isin(svc, fold)
+        arrays = S.SlotReader.train_arrays(np.vstack([Xk[tr], Xu[tr]]), np.concatenate([y[tr], y[tr]]), seed)
+        meta = {"held_out_services": list(fold), "services": sorted(set(svc[tr])), "seed": seed}
+        S.SlotReader(arrays, S._fingerprint(enc, "minilm"), enc, meta=meta).save_pretrained(d)
+    log(f"trained {len(dirs)} fold slot readers in {time.perf_counter() - t0:.0f} s")
+    return [S.SlotReader.from_pretrained(d) for d in dirs]
+
+
+@contextlib.contextmanager
+def readers_as(step: Any = "shipped", slot: Any = "shipped"):
+    """Within, every consumer of the shipped step (slot) reader gets ``step`` (``slot``): a reader
+    object, ``"shipped"`` (unchanged) or None (off: cosine steps; the tracker without the slot reader)."""
+    from dialfork_metrics.task3.workflow.nodes import NodeAssigner
+    from dialfork_metrics.task3.workflow.reader import slots as S
+    from dialfork_metrics.task3.workflow.reader import steps as R
+
+    saved = (dict(R._DEFAULT), list(S._DEFAULT), NodeAssigner._resolve_reader)
+    try:
+        if step is None:
+            NodeAssigner._resolve_reader = lambda self: setattr(self, "reader_", None)
+        elif step != "shipped":
+            R._DEFAULT["r"] = step
+        if slot not in (None, "shipped"):
+            S._DEFAULT[:] = [slot]
+        yield
+    finally:
+        R._DEFAULT.clear()
+        R._DEFAULT.update(saved[0])
+        S._DEFAULT[:] = saved[1]
+        NodeAssigner._resolve_reader = saved[2]
+
+
 def act_of(steps: dict[str, dict[str, str]], task: str, node: str) -> str:
     for act, n in steps.get(task, {}).items():
         if n == node:
@@ -75,10 +184,32 @@ def act_of(steps: dict[str, dict[str, str]], task: str, node: str) -> str:
     return "REQUEST" if "_ask_" in node else "other"
 
 
-def evaluate(det: Any, test: list[dict], E: list[np.ndarray], steps: dict) -> dict:
+def node_hits(det: Any, test: list[dict], E: list[np.ndarray], steps: dict, hit: dict) -> None:
+    """Add the node-assignment hits of the conformant test dialogues' system turns to ``hit``."""
+    for r, e in zip(test, E):
+        if r["edit"] is not None:
+            continue
+        rows = [i for i, t in enumerate(r["turns"]) if t["speaker"] == "system"]
+        a = det.assigner_.assign(r["task"], e[rows], [r["turns"][i]["text"] for i in rows])
+        for got, g in zip(a.best, r["system_nodes"]):
+            for key in ("all", act_of(steps, r["task"], g)):
+                hit[key][0] += got == g
+                hit[key][1] += 1
+
+
+def evaluate(
+    det: Any,
+    test: list[dict],
+    E: list[np.ndarray],
+    steps: dict,
+    preds: list[int | None] | None = None,
+    hit: dict | None = None,
+) -> dict:
+    """The figures of one fit (``preds`` and ``hit`` given: gathered over the crossfit folds)."""
     from dialfork_metrics.task3 import score_predictions
 
-    preds = det.predict_many(test, embeddings=E)
+    if preds is None:
+        preds = det.predict_many(test, embeddings=E)
     gold = [
         {k: r[k] for k in ("dialogue_id", "num_system_turns", "hallucination_type", "fork_turn")}
         for r in test
@@ -100,17 +231,10 @@ def evaluate(det: Any, test: list[dict], E: list[np.ndarray], steps: dict) -> di
         out[name] = float(np.mean([p is not None and p >= tk for p, tk in rows])) if rows else None
         out[f"{name}_exact"] = float(np.mean([p == tk for p, tk in rows])) if rows else None
         out[f"n_{name}"] = len(rows)
-    if hasattr(det, "assigner_"):
-        hit: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-        for r, e in zip(test, E):
-            if r["edit"] is not None:
-                continue
-            rows = [i for i, t in enumerate(r["turns"]) if t["speaker"] == "system"]
-            a = det.assigner_.assign(r["task"], e[rows], [r["turns"][i]["text"] for i in rows])
-            for got, g in zip(a.best, r["system_nodes"]):
-                for key in ("all", act_of(steps, r["task"], g)):
-                    hit[key][0] += got == g
-                    hit[key][1] += 1
+    if hit is None and hasattr(det, "assigner_"):
+        hit = defaultdict(lambda: [0, 0])
+        node_hits(det, test, E, steps, hit)
+    if hit:
         out["node_accuracy"] = {k: v[0] / v[1] for k, v in sorted(hit.items())}
     return out
 
@@ -125,7 +249,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "out" / "sgd_track"))
     ap.add_argument("--json", default=str(ROOT / "benchmarks" / "results" / "sgd_track.json"))
     ap.add_argument("--md", default=str(ROOT / "benchmarks" / "results" / "sgd_track.md"))
+    ap.add_argument(
+        "--reader",
+        choices=("crossfit", "shipped", "none"),
+        default="crossfit",
+        help="the wf detectors' step reader: crossfit (default: each service's tasks are read by a reader "
+        "trained without that service, reader/data.py FOLDS), shipped (trained on every SGD service: "
+        "optimistic), none (cosine)",
+    )
+    ap.add_argument(
+        "--star", default=os.environ.get("DIALFORK_STAR_DIR", str(ROOT.parent / "shared" / "star"))
+    )
     args = ap.parse_args(argv)
+    if args.slot_reader == "crossfit" and args.reader != "crossfit":
+        ap.error("--slot-reader crossfit needs --reader crossfit (pass --slot-reader shipped or none)")
     command = "python benchmarks/bench_sgd_track.py" + "".join(
         " " + shlex.quote(a) for a in (argv or sys.argv[1:])
     )
@@ -150,10 +287,27 @@ def main(argv: list[str] | None = None) -> int:
     E_test = embeddings(enc, test, Path(args.out) / f"test-{tag}.pkl")
     E_logs = embeddings(enc, logs, Path(args.out) / f"logs-{tag}-{args.logs}.pkl")
     log(f"track: {len(train)} conformant fit dialogues, {len(test)} test records; logs: {len(logs)}")
+    service = {t.name: t.service for t in SGD_TASKS}
+    from dialfork_metrics.task3.workflow.detector import WorkflowDetector
+    from dialfork_metrics.task3.workflow.reader.data import FOLDS
+
+    has_slots = "slot_reader" in WorkflowDetector().get_params()
+    readers: list[Any] = []
+    slot_readers: list[Any] = ["shipped"] * len(FOLDS)
+    if args.reader == "crossfit":
+        missing = sorted({service[r["task"]] for r in test} - {s for f in FOLDS for s in f})
+        if missing:
+            raise SystemExit(f"bench_sgd_track: no crossfit fold holds service(s) {', '.join(missing)}")
+        readers = crossfit_readers(args.sgd, args.star, Path(args.out) / "readers", seed=args.seed)
+        if has_slots and args.slot_reader == "crossfit":
+            slot_readers = crossfit_slot_readers(args.sgd, Path(args.out) / "readers", seed=args.seed)
+    wf_extra = {"slot_reader": None} if has_slots and args.slot_reader == "none" else {}
     results: dict[str, Any] = {
         "command": command,
         "track": {k: track.stats[k] for k in ("conformant", "forks_by_edit", "excluded") if k in track.stats},
         "logs_per_task": args.logs,
+        "reader": args.reader,
+        "slot_reader": args.slot_reader if has_slots else "not wired",
         "fits": {},
     }
     for name in [d.strip() for d in args.detectors.split(",") if d.strip()]:
@@ -164,15 +318,35 @@ def main(argv: list[str] | None = None) -> int:
                 det = make_detector("ss+nc", encoder=enc)
             else:
                 det = make_detector(
-                    "wf", workflow=source, encoder=enc, **(BEFORE if name == "wf-before" else {})
+                    "wf", workflow=source, encoder=enc, **(BEFORE if name == "wf-before" else {}), **wf_extra
                 )
             tf = time.perf_counter()
-            if fit == "files":
-                det.fit(None)
-            else:
-                rows = logs if fit == "logs-labelled" else [strip(r) for r in logs]
-                det.fit(rows, embeddings=E_logs)
-            res = evaluate(det, test, E_test, steps)
+            rows = None if fit == "files" else logs if fit == "logs-labelled" else [strip(r) for r in logs]
+            if name == "ss+nc" or args.reader != "crossfit":
+                with readers_as(None if args.reader == "none" else "shipped"):
+                    det.fit(rows, embeddings=None if rows is None else E_logs)
+                    res = evaluate(det, test, E_test, steps)
+            else:  # one fit per fold, each with its fold's reader; figures over every fold's tasks
+                preds: list[int | None] = [None] * len(test)
+                hit: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+                for fold, rd, srd in zip(FOLDS, readers, slot_readers):
+                    ix = [i for i, r in enumerate(test) if service[r["task"]] in fold]
+                    if not ix:
+                        continue
+                    with readers_as(rd, srd):
+                        det = make_detector(
+                            "wf",
+                            workflow=source,
+                            encoder=enc,
+                            **(BEFORE if name == "wf-before" else {}),
+                            **wf_extra,
+                        )
+                        det.fit(rows, embeddings=None if rows is None else E_logs)
+                        sub, E_sub = [test[i] for i in ix], [E_test[i] for i in ix]
+                        for i, p in zip(ix, det.predict_many(sub, embeddings=E_sub)):
+                            preds[i] = p
+                        node_hits(det, sub, E_sub, steps, hit)
+                res = evaluate(det, test, E_test, steps, preds=preds, hit=hit)
             res["fit_seconds"] = round(time.perf_counter() - tf, 1)
             if hasattr(det, "operating_point_"):
                 res["rules_off"] = sorted(getattr(det, "rules_off_", ()))
@@ -200,6 +374,21 @@ def markdown(res: dict) -> str:
         f"Command: `{res['command']}` ({res['seconds']:.0f} s; load average {res['loadavg']}).",
         f"Logs fits: {res['logs_per_task']} conformant fit dialogues per task. Recall is at or after the fork "
         "turn; exact: at it.",
+        "",
+        "Step reader of the wf detectors: "
+        + {
+            "crossfit": "crossfit (each service's tasks are read by a reader trained without that service: "
+            "the leave-services-out folds of reader/data.py, the shipped recipe; one fit per fold).",
+            "shipped": "the shipped one (trained on every SGD service, the evaluated ones included).",
+            "none": "none (cosine).",
+        }.get(res.get("reader", "shipped"), "?")
+        + " Slot reader: "
+        + {
+            "crossfit": "crossfit (the same folds).",
+            "shipped": "the shipped one (trained on every SGD service).",
+            "none": "off (the hand patterns).",
+            "not wired": "not wired into the detector at this commit (hand patterns).",
+        }.get(res.get("slot_reader", "not wired"), "?"),
         "",
         "| fit / detector | Score | false alarms | switches | (exact) | inserted sub-goals | (exact) | skip | repeat "
         "| node accuracy |",
