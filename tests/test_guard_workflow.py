@@ -180,12 +180,20 @@ def test_a_saved_session_keeps_the_dialogue_state(monitor):
         s.observe(speaker, text)
     state = json.loads(json.dumps(s.state()))
     assert state["workflow"]["dialogue"]["filled"]["location"][0] == "answered"
+    # what the slot reader reads the next user turn against travels with the session
+    assert state["workflow"]["dialogue"]["system_text"] == SKIPPED_DAY[1][1]
     s2 = monitor.session(state=state)
+    assert s2.state()["workflow"]["dialogue"] == state["workflow"]["dialogue"]
     v = s2.observe(*SKIPPED_DAY[3])
     assert v.rule["slot"] == "day"
+    assert s2.state()["workflow"]["dialogue"]["system_text"] == SKIPPED_DAY[3][1]
     bad = json.loads(json.dumps(state))
     bad["workflow"]["dialogue"]["filled"]["location"] = ["told", "x", 3]
     with pytest.raises(ValueError, match="dialogue.filled"):
+        monitor.session(state=bad)
+    bad = json.loads(json.dumps(state))
+    bad["workflow"]["dialogue"]["system_text"] = ["For what location?"]
+    with pytest.raises(ValueError, match="dialogue.system_text"):
         monitor.session(state=bad)
 
 

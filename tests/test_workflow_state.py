@@ -736,3 +736,85 @@ def test_the_new_state_fields_round_trip_and_are_checked():
         "dialogue.confirmed must map confirmation steps to system turn indices",
         "dialogue.updated must be a system turn index or null",
     ]
+
+
+# (l) issue 50 item 4: the learned slot reader in the tracker ---------------------------------------
+CAR_REQUIRES_SYMPTOMS = CAR.replace(
+    "        say: Your service is booked for {day}.\n",
+    "        say: Your service is booked for {day}.\n        requires: [symptoms, day]\n",
+)
+VOLUNTEERED_SYMPTOMS = [
+    ("user", "Hi, my car's symptoms are a grinding noise when I brake."),
+    ("hello", "Hello, welcome to the garage. How can I help?"),
+    ("user", "I'd like to book it in."),
+    ("car_ask_plate_number", "What is the plate number of your car?"),
+    ("user", "AB12 CDE"),
+    ("car_ask_day", "Which day would you like to bring it in?"),
+    ("user", "Monday"),
+    ("car_confirm_booking", "Shall I book the service for Monday?"),
+    ("user", "Yes please."),
+    ("car_booking_done", "Your service is booked for Monday."),
+]
+
+
+@pytest.fixture
+def car_symptoms(tmp_path):
+    task = car_source(tmp_path, CAR_REQUIRES_SYMPTOMS).task("car_book_service")
+    return task, derive_roles(task), workflow_structure(task)
+
+
+def test_the_slot_reader_sees_a_volunteered_free_text_value_the_patterns_miss(car_symptoms):
+    """A booking that requires the symptoms, given in the opening request: the shipped slot reader
+    reads them (no skip), the hand patterns cannot (a free-text slot has none: a skip alarm)."""
+    import functools
+
+    from dialfork_metrics.task3.workflow.reader.slots import default_slot_reader, given_slots
+
+    read = functools.partial(given_slots, default_slot_reader())
+    states, verdicts = verdicts_of(car_symptoms, *VOLUNTEERED_SYMPTOMS, read=read)
+    assert [v.rule for v in verdicts] == [None] * 5
+    assert states[-1].filled["symptoms"].how == "volunteered"
+    _, verdicts = verdicts_of(car_symptoms, *VOLUNTEERED_SYMPTOMS)
+    assert verdicts[-1].rule == "skip-requires" and verdicts[-1].slot == "symptoms"
+    # never given: the reader does not invent it
+    never = [("user", "Hi, I'd like to book a service for my car."), *VOLUNTEERED_SYMPTOMS[1:]]
+    _, verdicts = verdicts_of(car_symptoms, *never, read=read)
+    assert verdicts[-1].rule == "skip-requires" and verdicts[-1].slot == "symptoms"
+
+
+def test_with_a_reader_a_question_is_answered_only_by_what_it_reads(car):
+    """``read`` decides which pending slots a turn answers; a free-text, date or time answer still
+    counts (issue 50 item 5); the reader gets the system turn before the user turn and the pending slots."""
+    calls = []
+
+    def read(text, roles, prev_system, pending):
+        calls.append((text, prev_system, tuple(pending)))
+        return {"plate_number": "AB12 CDE"} if "AB12" in text else {}
+
+    items = (*BOOKED[:5], BOOKED[5], ("user", "What do you mean?"))
+    states, _ = verdicts_of(
+        car, *items, ("car_ask_day", "Which day would you like to bring it in?"), read=read
+    )
+    assert states[-1].filled["plate_number"].how == "answered" and "symptoms" not in states[-1].filled
+    assert calls[2] == ("AB12 CDE", "What is the plate number of your car?", ("plate_number",))
+    assert calls[0][1] is None  # the opening user turn follows no system turn
+    # a free-text answer the reader does not read is the value (the question's own answer)
+    states, _ = verdicts_of(car, *BOOKED[:7], BOOKED[7], read=read)
+    assert states[-1].filled["symptoms"].value == "It makes a grinding noise when I brake."
+    # a number slot answered with something the reader does not read stays open
+    from dialfork_metrics.task3.workflow.state import observe_user
+
+    tr = TaskRoles("t", {}, {"party": "People"}, {}, {"party": "number"})
+    st = observe_user(DialogueState(pending=["party"]), "a few of us", 1, tr, read=lambda *a: {})
+    assert "party" not in st.filled
+    st = observe_user(DialogueState(pending=["party"]), "a few of us", 1, tr)  # patterns: answered
+    assert st.filled["party"].how == "answered"
+
+
+def test_the_last_system_text_is_kept_round_trips_and_is_checked():
+    st = DialogueState(said=["a"], system_text="Which day?")
+    d = json.loads(json.dumps(st.to_dict()))
+    assert DialogueState.from_dict(d) == st and state_dict_errors(d, 1) == []
+    assert state_dict_errors({**d, "system_text": 3}, 1) == [
+        "dialogue.system_text must be the last system turn's text or null"
+    ]

@@ -177,6 +177,13 @@ class WorkflowDetector(BaseEstimator):
             switched off for a task (ours, 3): with fewer fit dialogues than that, nothing is
             switched off, so a few logs never make detection worse than the file alone. The same
             evidence makes a question or confirmation step *repeatable* (never a repeat).
+        slot_reader: Which slots a user turn gives, for the dialogue state: ``"auto"`` (default) the
+            shipped learned slot reader (:func:`~.reader.slots.default_slot_reader`: it reads a
+            free-text answer or a volunteered value the patterns miss, against the system turn
+            before it; missing or corrupt weights are an error with the rebuild command, never a
+            silent fallback), a folder of :meth:`~.reader.slots.SlotReader.save_pretrained`, or
+            None: the hand patterns (:func:`~.workflow_state.volunteered_slots`). A saved detector
+            records which; a folder saved before this parameter loads with None (as it was fitted).
 
     Fitted attributes: ``assigner_`` (:class:`NodeAssigner`), ``structures_`` (task ->
     :class:`WorkflowStructure`), ``thresholds_`` (task -> threshold), ``calibration_stats_`` (task ->
@@ -231,6 +238,7 @@ class WorkflowDetector(BaseEstimator):
         realise_values: int | str = "auto",
         rule_budget: bool = True,
         rule_min_misfires: int = 3,
+        slot_reader: str | None = "auto",
     ):
         self.workflow = workflow
         self.encoder = encoder
@@ -261,6 +269,7 @@ class WorkflowDetector(BaseEstimator):
         self.realise_values = realise_values
         self.rule_budget = rule_budget
         self.rule_min_misfires = rule_min_misfires
+        self.slot_reader = slot_reader
 
     def __repr__(self) -> str:
         fitted = f", tasks={sorted(self.thresholds_)}" if hasattr(self, "thresholds_") else ""
@@ -297,6 +306,7 @@ class WorkflowDetector(BaseEstimator):
         "realise_values": [StrOptions({"auto"}), Interval(Integral, 0, None, closed="left")],
         "rule_budget": ["boolean"],
         "rule_min_misfires": [Interval(Integral, 1, None, closed="left")],
+        "slot_reader": [None, str],
     }
 
     # -- encoding -----------------------------------------------------------------------------------
@@ -497,6 +507,24 @@ class WorkflowDetector(BaseEstimator):
             a.own_similarity, a.second_similarity, self.rule_min_similarity, self.rule_min_margin
         )
 
+    def _slot_read(self) -> Any:
+        """The tracker's slot reader (``read`` of :func:`~.workflow_state.observe_user`), or None for
+        the hand patterns; loaded once per detector."""
+        spec = getattr(self, "slot_reader", None)
+        if spec is None:
+            return None
+        cached = getattr(self, "_slot_read_cache", None)
+        if cached is not None and cached[0] == spec:
+            return cached[1]
+        import functools
+
+        from .reader.slots import SlotReader, default_slot_reader, given_slots
+
+        reader = default_slot_reader() if spec in ("auto", "default") else SlotReader.from_pretrained(spec)
+        read = functools.partial(given_slots, reader)
+        self._slot_read_cache = (spec, read)
+        return read
+
     def _state_args(self, task: str) -> tuple[Any, frozenset[str], Mapping[str, Any]]:
         """What the dialogue-state rules read of a fitted task: its structure, the steps never
         flagged as repeats, the enforced requirements."""
@@ -522,7 +550,7 @@ class WorkflowDetector(BaseEstimator):
         roles = getattr(self, "roles_", {}).get(task)
         if roles is None or turns is None:
             return None, []
-        flags, verdicts = state_flags(turns, nodes, roles, *self._state_args(task))
+        flags, verdicts = state_flags(turns, nodes, roles, *self._state_args(task), read=self._slot_read())
         if sure is not None:
             # judged only while it and every earlier system turn matched their steps surely
             sure = np.logical_and.accumulate(np.asarray(sure, dtype=bool))
@@ -855,7 +883,8 @@ class WorkflowDetector(BaseEstimator):
             embedding: The turn's embedding, shape ``(d,)`` (a user turn's is not read).
             task: The conversation's task (fitted).
             text: The turn's text: a user turn's fills slots (without it the turn answers the
-                pending question but volunteers nothing).
+                pending question but volunteers nothing); a system turn's is what the slot reader
+                reads the next user turn against (kept in the state's ``dialogue``).
 
         Returns:
             ``(state, result)``: the new state and the :class:`WorkflowStepResult` of the turn.
@@ -882,7 +911,8 @@ class WorkflowDetector(BaseEstimator):
             if st["answered"]:
                 st["answered"][-1] = True
             if roles is not None:
-                st["dialogue"] = observe_user(dstate, text or "", st["turn"] - 1, roles).to_dict()
+                read = self._slot_read() if text else None  # no text: answers, as before
+                st["dialogue"] = observe_user(dstate, text or "", st["turn"] - 1, roles, read).to_dict()
             return st, WorkflowStepResult(None, False, None, thr, None, None, None)
         a = self.assigner_.assign(task, np.asarray(embedding, dtype=np.float64).reshape(1, -1))
         st["system_turn"] += 1
@@ -897,7 +927,7 @@ class WorkflowDetector(BaseEstimator):
         order = order_flags(st["nodes"], st_, getattr(self, "order_allowed_", {}).get(task, frozenset()))
         verdict = StepVerdict(None)
         if roles is not None:
-            dstate, verdict = observe_system(dstate, a.nodes[0], roles, *self._state_args(task))
+            dstate, verdict = observe_system(dstate, a.nodes[0], roles, *self._state_args(task), text=text)
             st["dialogue"] = dstate.to_dict()
             if not self._confident(a)[0]:
                 st["unsure"] = True
@@ -949,6 +979,7 @@ class WorkflowDetector(BaseEstimator):
                 "order_weight": self.order_weight,
                 "skip_weight": self.skip_weight,
                 "closing_weight": self.closing_weight,
+                "slot_reader": getattr(self, "slot_reader", None),
             },
             "rules_off": self._rules_off_json(),
             "requires": self._requires_json(),
@@ -1088,6 +1119,8 @@ class WorkflowDetector(BaseEstimator):
         cfg = dict(meta["config"])
         if "shared_steps" in cls._parameter_constraints:
             cfg.setdefault("shared_steps", False)  # a folder saved before shared steps
+        if "slot_reader" in cls._parameter_constraints:
+            cfg.setdefault("slot_reader", None)  # a folder saved before the slot reader: the patterns
         if encoder is not None:
             cfg["encoder"] = encoder
         if workflow is not None:

@@ -83,7 +83,9 @@ def fit_roles(
         for i, t_i in enumerate(task_of):
             if t_i != t:
                 continue
-            states, verdicts = track_state(turns[i], fit_nodes[i], tr, det.structures_[t], (), req)
+            states, verdicts = track_state(
+                turns[i], fit_nodes[i], tr, det.structures_[t], (), req, det._slot_read()
+            )
             tracked.append((states, fit_nodes[i]))
             for v in verdicts:
                 if v.rule in ("repeat-slot", "repeat-confirmation") and v.node:

@@ -24,20 +24,27 @@ How a slot is filled (:func:`track_state`):
 
 * *answered*: a user turn follows a question step that collects it (the next system turn comes
   after the user's answer);
-* *volunteered*: a user turn carries a value of the slot (:func:`volunteered_slots`): one of the
-  API's categories (a doctor's name, a city), or a value of the slot's type read by a pattern
-  (weekday, clock time, date, number, a person's name after "my name is"). The patterns are
-  written here because the slots are weekday names, clock hours and small counts: dateparser's
+* *volunteered*: a user turn carries a value of the slot. Which slots a turn gives is read by
+  ``read`` when the caller passes one (the detector passes the learned slot reader,
+  :func:`~.reader.slots.given_slots`, which also reads the system turn before it: a free-text
+  value such as symptoms is seen); without it, by :func:`volunteered_slots`: one of the API's
+  categories (a doctor's name, a city), or a value of the slot's type read by a pattern (weekday,
+  clock time, date, number, a person's name after "my name is"). The patterns are written here
+  because the slots are weekday names, clock hours and small counts: dateparser's
   ``search_dates`` reads "may", "now" and "second" as dates and costs milliseconds a turn, which a
-  guard pays on every turn.
+  guard pays on every turn. This module never imports the reader (the reader imports it).
 
-Pure functions over node sequences and texts; no encoder.
+  With ``read``, a pending question's slot is *answered* only when the reader says the turn gives
+  it, or when the slot's value type is one of :data:`ANSWER_IS_VALUE` and the turn answers the
+  question (:func:`answers_the_question`); without it, any user turn after the question answers it.
+
+Pure functions over node sequences and texts; no encoder (``read``, when given, brings its own).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -260,6 +267,8 @@ class DialogueState:
         declined: System turns (0-based) whose question or confirmation the user answered no.
         confirmed: Confirmation step -> the system turn (0-based) the user said yes to.
         updated: The system turn (0-based) after which a user turn last gave a slot value, or None.
+        system_text: The text of the last system turn, or None: what a slot reader reads a user
+            turn's answer against (a guard session keeps it between turns).
     """
 
     filled: dict[str, SlotFill] = field(default_factory=dict)
@@ -274,6 +283,7 @@ class DialogueState:
     declined: list[int] = field(default_factory=list)
     confirmed: dict[str, int] = field(default_factory=dict)
     updated: int | None = None
+    system_text: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe form (the guard keeps it between turns).
@@ -294,6 +304,7 @@ class DialogueState:
             "declined": list(self.declined),
             "confirmed": dict(self.confirmed),
             "updated": self.updated,
+            "system_text": self.system_text,
         }
 
     @classmethod
@@ -321,6 +332,7 @@ class DialogueState:
             declined=[int(x) for x in d.get("declined") or []],
             confirmed={k: int(v) for k, v in (d.get("confirmed") or {}).items()},
             updated=d.get("updated"),
+            system_text=d.get("system_text"),
         )
 
 
@@ -434,7 +446,19 @@ def declined_turns(turns: Sequence[Mapping[str, str]], nodes: Sequence[str | Non
     return out
 
 
-def observe_user(state: DialogueState, text: str, turn: int, roles: Any) -> DialogueState:
+SlotRead = Callable[[str, Any, "str | None", Sequence[str]], Mapping[str, str]]
+"""A slot reader as the tracker calls it: ``read(text, roles, prev_system, pending)`` -> slot ->
+value (``functools.partial(given_slots, reader)`` of :mod:`~.reader.slots`)."""
+
+
+def observe_user(
+    state: DialogueState,
+    text: str,
+    turn: int,
+    roles: Any,
+    read: SlotRead | None = None,
+    prev_system: str | None = None,
+) -> DialogueState:
     """Update ``state`` with a user turn (answers the pending question; volunteers values).
 
     Args:
@@ -442,11 +466,29 @@ def observe_user(state: DialogueState, text: str, turn: int, roles: Any) -> Dial
         text: The user turn's text.
         turn: Its 0-based index in the dialogue.
         roles: The task's :class:`~dialfork_dataset.workflow.roles.TaskRoles`.
+        read: The slot reader, ``read(text, roles, prev_system, pending)`` -> slot -> value; None:
+            :func:`volunteered_slots` (the hand patterns) and every pending slot is answered.
+        prev_system: The system turn before it (None: :attr:`DialogueState.system_text`).
 
     Returns:
         DialogueState: ``state``.
+
+    Example:
+        >>> from dialfork_dataset.workflow.roles import StepRole, TaskRoles
+        >>> tr = TaskRoles("car", {}, {"problem": "Problem"}, {}, {"problem": "text"})
+        >>> st = DialogueState(pending=["problem"])
+        >>> sorted(observe_user(st, "Hi, the brakes squeal", 1, tr, read=lambda *a: {}).filled)
+        ['problem']
+        >>> st = DialogueState(pending=["problem"])
+        >>> sorted(observe_user(st, "What do you mean?", 1, tr, read=lambda *a: {}).filled)
+        []
     """
-    seen = volunteered_slots(text, roles)
+    prev = prev_system if prev_system is not None else state.system_text
+    seen = (
+        dict(read(text, roles, prev, list(state.pending)))
+        if read is not None
+        else volunteered_slots(text, roles)
+    )
     k = len(state.said) - 1
     last = roles.role_of(state.said[-1]) if state.said else None
     polarity = answer_polarity(text) if last is not None else None
@@ -457,9 +499,11 @@ def observe_user(state: DialogueState, text: str, turn: int, roles: Any) -> Dial
     gave = any(s not in state.filled or state.filled[s].value != v for s, v in seen.items())
     answer = answers_the_question(text)
     for s in state.pending:
+        valued = s in seen or (answer and roles.value_types.get(s, "text") in ANSWER_IS_VALUE)
+        if read is not None and not valued:
+            continue  # the reader says the turn does not give it: the question is still open
         state.filled[s] = SlotFill(s, "answered", turn, seen.get(s, text))
         state.answered_by[s] = k
-        valued = s in seen or (answer and roles.value_types.get(s, "text") in ANSWER_IS_VALUE)
         gave = gave or valued
         if valued and s not in state.valued:
             state.valued.append(s)
@@ -487,6 +531,7 @@ def observe_system(
     structure: Any = None,
     repeatable: frozenset[str] | set[str] = frozenset(),
     requires: Mapping[str, Sequence[str]] | None = None,
+    text: str | None = None,
 ) -> tuple[DialogueState, StepVerdict]:
     """Update ``state`` with a system turn at ``node`` and judge it with the step rules.
 
@@ -499,12 +544,15 @@ def observe_system(
         repeatable: Steps the task's conformant dialogues ask more than once (no repeat).
         requires: node -> the slots the skip rule enforces (None: the roles' ``requires``; a
             detector passes the ones it keeps, :func:`enforced_requirements`).
+        text: The turn's text (kept as :attr:`DialogueState.system_text`, what a slot reader reads
+            the next user turn against); None: forgotten.
 
     Returns:
         ``(state, verdict)``: the new state and the :class:`StepVerdict` of the turn.
     """
     j = len(state.said)
     state.said.append(node)
+    state.system_text = text
     role = roles.role_of(node)
     if role is None:
         return state, NO_VERDICT
@@ -600,6 +648,7 @@ def track_state(
     structure: Any = None,
     repeatable: frozenset[str] | set[str] = frozenset(),
     requires: Mapping[str, Sequence[str]] | None = None,
+    read: SlotRead | None = None,
 ) -> tuple[list[DialogueState], list[StepVerdict]]:
     """Track a whole dialogue: the state *before* each system turn and each system turn's verdict.
 
@@ -610,11 +659,12 @@ def track_state(
         structure: The task's workflow structure (the repeat rule's loops), or None.
         repeatable: Steps never flagged as repeats.
         requires: As in :func:`observe_system`.
+        read: The slot reader (:func:`observe_user`); None: the hand patterns.
 
     Returns:
         ``(states, verdicts)``: one snapshot (a copy) and one :class:`StepVerdict` per system turn.
     """
-    _, states, verdicts = run_state(turns, nodes, roles, structure, repeatable, requires)
+    _, states, verdicts = run_state(turns, nodes, roles, structure, repeatable, requires, read)
     return states, verdicts
 
 
@@ -625,8 +675,12 @@ def run_state(
     structure: Any = None,
     repeatable: frozenset[str] | set[str] = frozenset(),
     requires: Mapping[str, Sequence[str]] | None = None,
+    read: SlotRead | None = None,
 ) -> tuple[DialogueState, list[DialogueState], list[StepVerdict]]:
     """:func:`track_state` plus the state after the last turn (what the audit's step coverage reads).
+
+    Each user turn is read against the system turn before it (:func:`observe_user`'s
+    ``prev_system``: the state keeps the last system turn's text).
 
     Args:
         turns: ``{"speaker", "text"}`` turns.
@@ -635,6 +689,7 @@ def run_state(
         structure: The task's workflow structure, or None.
         repeatable: Steps never flagged as repeats.
         requires: As in :func:`observe_system`.
+        read: The slot reader (:func:`observe_user`); None: the hand patterns.
 
     Returns:
         ``(final, states, verdicts)``.
@@ -647,11 +702,11 @@ def run_state(
         if t["speaker"] == "system":
             states.append(DialogueState.from_dict(state.to_dict()))
             node = nodes[k] if k < len(nodes) else None
-            state, v = observe_system(state, node, roles, structure, repeatable, requires)
+            state, v = observe_system(state, node, roles, structure, repeatable, requires, t.get("text"))
             verdicts.append(v)
             k += 1
         else:
-            observe_user(state, t["text"], i, roles)
+            observe_user(state, t["text"], i, roles, read)
     return state, states, verdicts
 
 
@@ -883,6 +938,7 @@ def state_flags(
     structure: Any = None,
     repeatable: frozenset[str] | set[str] = frozenset(),
     requires: Mapping[str, Sequence[str]] | None = None,
+    read: SlotRead | None = None,
 ) -> tuple[dict[str, np.ndarray], list[StepVerdict]]:
     """The step-rule flags of a dialogue's system turns, from its tracked state.
 
@@ -893,11 +949,12 @@ def state_flags(
         structure: Its workflow structure (None: no repeat rule).
         repeatable: Steps never flagged as repeats.
         requires: The enforced requirements (None: the roles' own).
+        read: The slot reader (:func:`observe_user`); None: the hand patterns.
 
     Returns:
         ``(flags, verdicts)``: rule -> 0/1 per system turn (:func:`rule_flags`), and the verdicts.
     """
-    _, verdicts = track_state(turns, nodes, roles, structure, repeatable, requires)
+    _, verdicts = track_state(turns, nodes, roles, structure, repeatable, requires, read)
     return rule_flags(verdicts), verdicts
 
 
@@ -961,6 +1018,8 @@ def state_dict_errors(d: Any, n_system: int) -> list[str]:
     for key in ("pending_node",):
         if d.get(key) is not None and not isinstance(d.get(key), str):
             errs.append(f"dialogue.{key} must be a step name or null")
+    if d.get("system_text") is not None and not isinstance(d.get("system_text"), str):
+        errs.append("dialogue.system_text must be the last system turn's text or null")
     lo = d.get("last_outcome")
     if lo is not None and (isinstance(lo, bool) or not isinstance(lo, int)):
         errs.append("dialogue.last_outcome must be a system turn index or null")
@@ -981,6 +1040,7 @@ __all__ = [
     "DEFAULT_SKIP_SLOTS",
     "RECOGNISABLE",
     "SKIP_SLOTS",
+    "SlotRead",
     "enforced_requirements",
     "prune_requirements",
     "state_dict_errors",
