@@ -598,3 +598,32 @@ def test_a_rule_misfiring_with_evidence_is_switched_off_for_that_task_only_and_n
     early = _booking(11, closing_first=True)
     del early["system_nodes"]
     assert det.predict(early) is None
+
+
+def test_the_state_rules_gate_on_the_step_readers_probability():
+    """Issue 50 item 4: with a step reader the sureness gate is its calibrated probability
+    (``rule_min_prob``); the cosine cut is kept only for the assigner without a reader."""
+    from types import SimpleNamespace
+
+    from dialfork_metrics.task3.workflow.detector import WorkflowDetector
+    from dialfork_metrics.task3.workflow.state import DEFAULT_RULE_MIN_PROB, sure_steps
+
+    a = SimpleNamespace(
+        nodes=["a", "b", "c", None],
+        prob=np.array([0.9, 0.4, np.nan, 0.6]),
+        own_similarity=np.array([0.5, 0.9, 0.5, 0.9]),
+        second_similarity=np.array([0.45, 0.1, 0.45, 0.1]),
+    )
+    det = WorkflowDetector(encoder=None)
+    assert DEFAULT_RULE_MIN_PROB == det.rule_min_prob == 0.5
+    det.assigner_ = SimpleNamespace(reader_=object())
+    # prob >= 0.5 is sure whatever the cosine says; a turn the reader does not read (NaN) is sure
+    assert det._confident(a).tolist() == [True, False, True, True]
+    det.rule_min_prob = 0.95
+    assert det._confident(a).tolist() == [False, False, True, False]
+    # no reader: the cosine cut (0.75 similarity or 0.1 margin)
+    det.assigner_ = SimpleNamespace(reader_=None)
+    assert det._confident(a).tolist() == [False, True, False, True]
+    assert sure_steps(np.array([0.5, 0.49])).tolist() == [True, False]
+    with pytest.raises(ValueError, match="rule_min_prob"):
+        WorkflowDetector(rule_min_prob=1.5)._validate_params()

@@ -82,6 +82,7 @@ from .state import (
     DEFAULT_CLOSING_WEIGHT,
     DEFAULT_REQUIRE_SUPPORT,
     DEFAULT_RULE_MIN_MARGIN,
+    DEFAULT_RULE_MIN_PROB,
     DEFAULT_RULE_MIN_SIMILARITY,
     DEFAULT_SKIP_SLOTS,
     DEFAULT_SKIP_WEIGHT,
@@ -93,6 +94,7 @@ from .state import (
     observe_system,
     observe_user,
     state_flags,
+    sure_steps,
 )
 
 logger = logging.getLogger("dialfork_metrics.task3.workflow.detector")
@@ -139,14 +141,18 @@ class WorkflowDetector(BaseEstimator):
             dialogues had it filled at least this share of the times they said the step.
         state_rules: Track the dialogue state and apply its rules (False: the role-free rules
             only, the detector before the state tracker: what benchmarks compare against).
-        rule_min_similarity: The dialogue-state rules judge a system turn only while it and every
-            system turn before it matched their steps at least this well (cosine; ours): a rule on
-            a wrongly assigned step, or a state built on one, raises false alarms
-            (:data:`~.workflow_state.DEFAULT_RULE_MIN_SIMILARITY`).
+        rule_min_prob: With the step reader (the node assigner's default), the dialogue-state
+            rules judge a system turn only while it and every system turn before it have a
+            calibrated step probability of at least this (ours, 0.5: more likely right than wrong;
+            :data:`~.workflow_state.DEFAULT_RULE_MIN_PROB`): a rule on a wrongly assigned step, or a
+            state built on one, raises false alarms.
+        rule_min_similarity: Without a step reader (cosine assignment), the same gate reads
+            similarity: sure when a turn matched its step at least this well (cosine; ours;
+            :data:`~.workflow_state.DEFAULT_RULE_MIN_SIMILARITY`).
         rule_min_margin: ... or when its step beats the task's next best step by at least this
-            (cosine; ours): a turn full of slot values ("It will be sunny all day on Tuesday in
-            Chicago") matches no phrasing closely but no other step either
-            (:func:`~.workflow_state.confident_steps`).
+            (cosine; ours, without a step reader only): a turn full of slot values ("It will be
+            sunny all day on Tuesday in Chicago") matches no phrasing closely but no other step
+            either (:func:`~.workflow_state.confident_steps`).
         shared_steps: Steps several workflows share (a question for the same kind of slot, a
             confirmation, a closing) and the generic phrasings any agent says are no evidence of
             another workflow (:class:`~.workflow_nodes.NodeAssigner`; False: the detector before).
@@ -230,6 +236,7 @@ class WorkflowDetector(BaseEstimator):
         state_rules: bool = True,
         rule_min_similarity: float = DEFAULT_RULE_MIN_SIMILARITY,
         rule_min_margin: float = DEFAULT_RULE_MIN_MARGIN,
+        rule_min_prob: float = DEFAULT_RULE_MIN_PROB,
         shared_steps: bool = True,
         threshold_floor: float | None = 0.0,
         min_task_dialogues: int = 50,
@@ -261,6 +268,7 @@ class WorkflowDetector(BaseEstimator):
         self.state_rules = state_rules
         self.rule_min_similarity = rule_min_similarity
         self.rule_min_margin = rule_min_margin
+        self.rule_min_prob = rule_min_prob
         self.shared_steps = shared_steps
         self.threshold_floor = threshold_floor
         self.min_task_dialogues = min_task_dialogues
@@ -298,6 +306,7 @@ class WorkflowDetector(BaseEstimator):
         "state_rules": ["boolean"],
         "rule_min_similarity": [Interval(Real, -1, 1, closed="both")],
         "rule_min_margin": [Interval(Real, 0, 2, closed="both")],
+        "rule_min_prob": [Interval(Real, 0, 1, closed="both")],
         "shared_steps": ["boolean"],
         "threshold_floor": [None, Interval(Real, -2, 2, closed="both")],
         "min_task_dialogues": [Interval(Integral, 1, None, closed="left")],
@@ -501,8 +510,14 @@ class WorkflowDetector(BaseEstimator):
         ]
 
     def _confident(self, a: Any) -> np.ndarray:
-        """Per system turn of assignment ``a``: its step is sure enough for the state rules
-        (:func:`confident_steps`; the assignment carries the best and second best similarities)."""
+        """Per system turn of assignment ``a``: its step is sure enough for the state rules: by the
+        step reader's calibrated probability (:func:`sure_steps`, ``rule_min_prob``) when the
+        assigner reads with one, else by cosine (:func:`confident_steps`; the assignment carries the
+        best and second best similarities)."""
+        if getattr(getattr(self, "assigner_", None), "reader_", None) is not None:
+            prob = getattr(a, "prob", None)
+            if prob is not None and len(prob) == len(a.nodes):
+                return sure_steps(prob, getattr(self, "rule_min_prob", DEFAULT_RULE_MIN_PROB))
         return confident_steps(
             a.own_similarity, a.second_similarity, self.rule_min_similarity, self.rule_min_margin
         )
@@ -980,6 +995,7 @@ class WorkflowDetector(BaseEstimator):
                 "skip_weight": self.skip_weight,
                 "closing_weight": self.closing_weight,
                 "slot_reader": getattr(self, "slot_reader", None),
+                "rule_min_prob": getattr(self, "rule_min_prob", DEFAULT_RULE_MIN_PROB),
             },
             "rules_off": self._rules_off_json(),
             "requires": self._requires_json(),

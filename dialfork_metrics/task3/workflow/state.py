@@ -788,8 +788,16 @@ on 7%, ``template`` on 4%; benchmarks/bench_task3_tracks.py reports what each co
 DEFAULT_REQUIRE_SUPPORT = 0.9
 """A required slot stays enforced for a step when the conformant fit dialogues had it filled at
 least this share of the times they said the step (ours; :func:`prune_requirements`)."""
+DEFAULT_RULE_MIN_PROB = 0.5
+"""With the learned step reader (:mod:`.reader.steps`), the least calibrated probability of a
+system turn's step, and of every system turn's before it, for the dialogue-state rules to judge it
+(ours; :func:`sure_steps`). The reader's probability is calibrated (held-out ECE 0.008 on SGD
+services it never learned: benchmarks/results/reader.md), so 0.5 is the point where its step is
+more likely right than wrong: a rule judged on a turn below it, or on a state built on one, is more
+likely a misread than a deviation. It replaces the cosine cut below, which was a stand-in for
+that probability; bench_task3_tracks / bench_sgd_track measure it."""
 DEFAULT_RULE_MIN_SIMILARITY = 0.75
-"""The least similarity of the judged system turn and of every system turn before it to their
+"""Without a step reader (``reader=None``: cosine only), the least similarity of the judged system turn and of every system turn before it to their
 assigned steps for the dialogue-state rules to judge it (ours). Chosen on the star-human picked *fit*
 split (``wf`` fitted on the template train split, no human dialogue; benchmarks/bench_task3_tracks.py
 stages): 0.7 / 0.75 / 0.8 / 0.9 give recall at 1% false alarms 18.6 / 38.0 / 37.7 / 43.0%, at 5%
@@ -804,10 +812,33 @@ same fit split: a margin of 0.1 / 0.2 / none gives recall at 1% false alarms 38.
 and SSPC-skip at 5% 14.8 / 14.7 / 14.7% (false alarms at the operating point 6.8% for all)."""
 
 
+def sure_steps(prob: np.ndarray, min_prob: float = DEFAULT_RULE_MIN_PROB) -> np.ndarray:
+    """Whether each turn's step is sure by the step reader's calibrated probability.
+
+    A turn the reader does not read (NaN: the assigner kept a generic phrasing without a role, a
+    thanks or a filler, which no rule judges) is sure: it must not mute the rules for the rest of
+    the dialogue.
+
+    Args:
+        prob: The calibrated probability of each turn's step (``NodeAssignment.prob``).
+        min_prob: Sure at or above this.
+
+    Returns:
+        np.ndarray: bool per turn.
+
+    Example:
+        >>> sure_steps(np.array([0.9, 0.3, np.nan]), 0.5).tolist()
+        [True, False, True]
+    """
+    prob = np.asarray(prob, dtype=np.float64)
+    return np.isnan(prob) | (prob >= min_prob)
+
+
 def confident_steps(
     best: np.ndarray, second: np.ndarray, min_similarity: float, min_margin: float
 ) -> np.ndarray:
-    """Whether each turn's best step is sure: similar enough, or far ahead of the next best step.
+    """Whether each turn's best step is sure: similar enough, or far ahead of the next best step
+    (the gate without a step reader; with one, :func:`sure_steps`).
 
     Args:
         best: Similarity of each turn to its best own step (``NodeAssignment.own_similarity``).
@@ -1035,6 +1066,8 @@ __all__ = [
     "declined_turns",
     "loop_taken",
     "DEFAULT_RULE_MIN_MARGIN",
+    "DEFAULT_RULE_MIN_PROB",
+    "sure_steps",
     "DEFAULT_RULE_MIN_SIMILARITY",
     "confident_steps",
     "DEFAULT_SKIP_SLOTS",
