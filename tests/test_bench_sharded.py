@@ -98,7 +98,8 @@ def _report(out: Path) -> dict:
 
 
 def test_one_and_two_processes_give_the_same_report(tmp_path, star_dir):
-    from dialfork_dataset.taxonomy import forks_per_source
+    from dialfork_metrics.bench.corpus import load_corpus
+    from dialfork_metrics.sharded import corpus_pairs, corpus_texts
     from generation import GenerationConfig, generate_corpus
 
     corpus = tmp_path / "corpus"
@@ -106,6 +107,11 @@ def test_one_and_two_processes_give_the_same_report(tmp_path, star_dir):
         GenerationConfig(star=str(star_dir), out=str(corpus), tasks=("weather",), per_task=1, seed=0),
         progress=False,
     )
+    # a batch that holds every distinct (system, user) pair but not every distinct turn text, whatever
+    # types are registered: the pairs make one batch, the texts at least two (one per process)
+    records = load_corpus(str(corpus)).records
+    batch = len(set(corpus_pairs(records)))
+    assert batch < len(set(corpus_texts(records, transcripts=True)))
     env = {
         **os.environ,
         "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
@@ -129,8 +135,8 @@ def test_one_and_two_processes_give_the_same_report(tmp_path, star_dir):
         "--bootstrap-resamples",
         "50",
         "--no-plots",
-        "--batch-size",  # the source's pairs (one per fork) fit one batch, whatever types are registered
-        str(forks_per_source()),
+        "--batch-size",
+        str(batch),
     ]
     procs = {}
     for n in (1, 2):
