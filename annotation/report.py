@@ -438,7 +438,7 @@ def plot_figure8(res: Mapping[str, Any], path: str | Path) -> Path | None:
         x, np.nan_to_num(m), yerr=e, color=["#c6dbef", "#9ecae1", "#6baed6", "#3182bd", "#31a354"], capsize=3
     )
     m2, e2 = err(al)
-    ax[0].errorbar(x[:4], m2[:4], yerr=e2[:, :4], fmt="o", color="k", capsize=3, label="all four types")
+    ax[0].errorbar(x[:4], m2[:4], yerr=e2[:, :4], fmt="o", color="k", capsize=3, label="all types")
     ax[0].set_xticks(x, ["k=1", "k=2", "k=3", "k=4", "conf."])
     ax[0].set_ylim(0, 100)
     ax[0].set_title("(a) RQ1: blind rating")

@@ -481,7 +481,7 @@ def _metric_table(rows: Sequence[Mapping[str, Any]], show_private: bool) -> str:
         _th(
             "Avg. \u03c4",
             "num",
-            "mean of the four per-type mean Kendall tau-b (higher is better); 95% "
+            "mean of the per-type mean Kendall tau-b over every type (higher is better); 95% "
             "bootstrap interval below when computed",
             cls="score",
         ),
@@ -719,7 +719,7 @@ def render_html(
 <section id="metric">
 <h2>Metric track (Task 2: dialogue-to-dialogue distance)</h2>
 <p class="note">Ranked by the mean Kendall tau-b between each unit's four distances and the fork order (4, 3, 2, 1),
-averaged per type and over the four types ({n_met} result{"s" if n_met != 1 else ""}).</p>
+averaged per type and over every type of the release ({n_met} result{"s" if n_met != 1 else ""}).</p>
 <div class="controls">
 {search.format(t="metric")}
 </div>

@@ -4,7 +4,7 @@
   (one code path: the leaderboard never re-implements the Score), called once per subset.
 * Metric track (Task 2): Kendall's tau-b per unit (conformant source x type) between the
   submitted distances (d_1..d_4) of the unit's four forks and (4, 3, 2, 1); an undefined tau
-  (all four distances equal) counts as 0; averaged per type and over the four type means
+  (all four distances equal) counts as 0; averaged per type and over the type means (every type of the release)
   (SPEC sections 5-6).
 
 The blind set is split into a ``public`` and a ``private`` part by the gold's ``subset``

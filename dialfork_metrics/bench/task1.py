@@ -399,7 +399,7 @@ def tau_confidence_intervals(
 
     Per type: the mean tau over that type's units, the units resampled jointly across methods
     (:func:`~dialfork_metrics.stats.bootstrap_column_means_ci`). ``Avg``: the groups (``group``:
-    ``"task"`` for Task 1, ``"source_id"`` for Task 2) that have all four types are resampled,
+    ``"task"`` for Task 1, ``"source_id"`` for Task 2) that have every type are resampled,
     the statistic being the mean of their per-group average tau. A cell without two units is
     ``None``. Returns ``{method: {type or "Avg": [low, high] or None}}``.
 

@@ -96,7 +96,7 @@ def plot_distance_by_k_panels(
 ) -> list[str]:
     """Task 2: mean distance d_k against fork position k, in each method's own units (not
     rescaled), with its bootstrap 95% CI as a band; one row of panels per method (y shared
-    within a row, so the four types compare), one column per type. Random is left out (its
+    within a row, so the types compare), one column per type. Random is left out (its
     distances are uniform noise by construction). Returns the methods drawn.
 
     Args:
