@@ -19,7 +19,7 @@ from dialfork_dataset.taxonomy import forks_per_source
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "workflows" / "insurance.yaml"
 TASKS = ("insurance_claim_status", "insurance_file_claim")
-PER_TASK = 8  # sources per task (of 14), all four types x four forks each
+PER_TASK = 8  # sources per task (of 14), every registered type x four forks each
 HIDDEN = 2  # per task, reserved by the key for the blind sets (20% of 8, rounded up; SPEC 4)
 PUBLIC = PER_TASK - HIDDEN  # per task: halves of 3 for Task 3
 
