@@ -361,6 +361,16 @@ def test_workflow_detector_save_load_round_trip(wf, tmp_path, star):
     sspc = [d for d in test if d["hallucination_type"] == "SSPC"]
     assert back.predict_many(sspc) == det.predict_many(sspc)
     assert back.explain_many(sspc[:10]) == det.explain_many(sspc[:10])
+    # the saved detector records which slot reader its tracker read with; a folder saved before the
+    # parameter loads with the hand patterns (as it was fitted)
+    import json
+
+    assert back.slot_reader == det.slot_reader == "auto" and back.rule_min_prob == det.rule_min_prob
+    cfg = json.loads((tmp_path / "wf" / "config.json").read_text())
+    assert cfg["config"]["slot_reader"] == "auto"
+    del cfg["config"]["slot_reader"]
+    (tmp_path / "wf" / "config.json").write_text(json.dumps(cfg))
+    assert WorkflowDetector.load(tmp_path / "wf").slot_reader is None
 
 
 def test_workflow_detector_bad_input(star, template_corpus, monkeypatch):
