@@ -258,6 +258,13 @@ def main(argv: list[str] | None = None) -> int:
         "optimistic), none (cosine)",
     )
     ap.add_argument(
+        "--slot-reader",
+        choices=("crossfit", "shipped", "none"),
+        default="crossfit",
+        help="the wf detectors' slot reader: crossfit (default, the folds of --reader crossfit), shipped, "
+        "none (the hand patterns)",
+    )
+    ap.add_argument(
         "--star", default=os.environ.get("DIALFORK_STAR_DIR", str(ROOT.parent / "shared" / "star"))
     )
     args = ap.parse_args(argv)
