@@ -28,7 +28,6 @@ Per task (SPEC 10, definitions in docs/audit.md):
 from __future__ import annotations
 
 import base64
-import functools
 import html
 import io
 import json
@@ -222,8 +221,7 @@ def audit_detector_spec(detector: str, options: Mapping[str, Any] | None = None)
 
 def _state_tracker(task: str, workflow: Any):
     """``(turns, steps) -> (done steps or None, rule violations)`` for one task: the dialogue
-    state (:mod:`dialfork_metrics.task3.workflow.state`) over the agent turns' matched steps, the user
-    turns read by the learned slot reader (wf's default, :mod:`~dialfork_metrics.task3.workflow.reader.slots`); a
+    state (:mod:`dialfork_metrics.task3.workflow.state`) over the agent turns' matched steps; a
     function returning ``(None, [])`` when the task's roles cannot be derived or there is no
     workflow source."""
     try:
@@ -241,15 +239,11 @@ def _state_tracker(task: str, workflow: Any):
     if roles is None or not roles.complete:
         return lambda turns, steps: (None, [])
     structure, requires = workflow_structure(wt), enforced_requirements(roles, wt)
-    read: list[Any] = []  # the learned slot reader, loaded on first use (wf's default, slot_reader="auto")
 
     def run(turns: Any, steps: Any) -> tuple[list[str] | None, list[dict[str, Any]]]:
-        from ..task3.workflow.reader.slots import default_slot_reader, given_slots
         from ..task3.workflow.state import run_state
 
-        if not read:
-            read.append(functools.partial(given_slots, default_slot_reader()))
-        final, _, verdicts = run_state(turns, list(steps), roles, structure, (), requires, read=read[0])
+        final, _, verdicts = run_state(turns, list(steps), roles, structure, (), requires)
         return final.done, [{"system_turn": k + 1, **v.to_dict()} for k, v in enumerate(verdicts) if v.rule]
 
     return run
