@@ -308,7 +308,13 @@ def main(argv: list[str] | None = None) -> int:
         readers = crossfit_readers(args.sgd, args.star, Path(args.out) / "readers", seed=args.seed)
         if has_slots and args.slot_reader == "crossfit":
             slot_readers = crossfit_slot_readers(args.sgd, Path(args.out) / "readers", seed=args.seed)
-    wf_extra = {"slot_reader": None} if has_slots and args.slot_reader == "none" else {}
+    # the readers are opt-in on wf (step_reader / slot_reader, default None): a mode other than none
+    # turns them on, and readers_as() then hands each fold its own
+    wf_extra: dict[str, Any] = {}
+    if args.reader != "none":
+        wf_extra["step_reader"] = "auto"
+    if has_slots and args.slot_reader != "none":
+        wf_extra["slot_reader"] = "auto"
     results: dict[str, Any] = {
         "command": command,
         "track": {k: track.stats[k] for k in ("conformant", "forks_by_edit", "excluded") if k in track.stats},

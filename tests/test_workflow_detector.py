@@ -361,16 +361,22 @@ def test_workflow_detector_save_load_round_trip(wf, tmp_path, star):
     sspc = [d for d in test if d["hallucination_type"] == "SSPC"]
     assert back.predict_many(sspc) == det.predict_many(sspc)
     assert back.explain_many(sspc[:10]) == det.explain_many(sspc[:10])
-    # the saved detector records which slot reader its tracker read with; a folder saved before the
-    # parameter loads with the hand patterns (as it was fitted)
+    # the saved detector records which readers it read with (opt-in: None by default); a folder saved
+    # with them loads with them, and a folder saved before the parameters loads without (as it was fitted)
     import json
 
-    assert back.slot_reader == det.slot_reader == "auto" and back.rule_min_prob == det.rule_min_prob
-    cfg = json.loads((tmp_path / "wf" / "config.json").read_text())
-    assert cfg["config"]["slot_reader"] == "auto"
-    del cfg["config"]["slot_reader"]
-    (tmp_path / "wf" / "config.json").write_text(json.dumps(cfg))
-    assert WorkflowDetector.load(tmp_path / "wf").slot_reader is None
+    assert back.slot_reader is None and back.step_reader is None and back.rule_min_prob == det.rule_min_prob
+    cfg_path = tmp_path / "wf" / "config.json"
+    cfg = json.loads(cfg_path.read_text())
+    assert cfg["config"]["slot_reader"] is None and cfg["config"]["step_reader"] is None
+    cfg["config"].update(slot_reader="auto", step_reader="auto")
+    cfg_path.write_text(json.dumps(cfg))
+    on = WorkflowDetector.load(tmp_path / "wf")
+    assert on.slot_reader == on.step_reader == "auto" and on.assigner_.reader == "auto"
+    del cfg["config"]["slot_reader"], cfg["config"]["step_reader"]
+    cfg_path.write_text(json.dumps(cfg))
+    old = WorkflowDetector.load(tmp_path / "wf")
+    assert old.slot_reader is None and old.step_reader is None
 
 
 def test_workflow_detector_bad_input(star, template_corpus, monkeypatch):

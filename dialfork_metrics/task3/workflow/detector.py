@@ -183,8 +183,14 @@ class WorkflowDetector(BaseEstimator):
             switched off for a task (ours, 3): with fewer fit dialogues than that, nothing is
             switched off, so a few logs never make detection worse than the file alone. The same
             evidence makes a question or confirmation step *repeatable* (never a repeat).
-        slot_reader: Which slots a user turn gives, for the dialogue state: ``"auto"`` (default) the
-            shipped learned slot reader (:func:`~.reader.slots.default_slot_reader`: it reads a
+        step_reader: Which step a system turn says: None (default) the cosine assigner with its
+            sureness cut; ``"auto"`` the shipped learned step reader (:mod:`.reader.steps`: 92.6% of
+            held-out SGD services' turns against 80.4%, and a calibrated probability that then gates
+            the rules, ``rule_min_prob``), or a folder of a saved reader. Opt-in: wired into wf with
+            the slot reader it raised false alarms on every track (docs/task3_detectors.md, "The
+            learned reader").
+        slot_reader: Which slots a user turn gives, for the dialogue state: None (default) the hand
+            patterns; ``"auto"`` the shipped learned slot reader (:func:`~.reader.slots.default_slot_reader`: it reads a
             free-text answer or a volunteered value the patterns miss, against the system turn
             before it; missing or corrupt weights are an error with the rebuild command, never a
             silent fallback), a folder of :meth:`~.reader.slots.SlotReader.save_pretrained`, or
@@ -245,7 +251,8 @@ class WorkflowDetector(BaseEstimator):
         realise_values: int | str = "auto",
         rule_budget: bool = True,
         rule_min_misfires: int = 3,
-        slot_reader: str | None = "auto",
+        slot_reader: str | None = None,
+        step_reader: str | None = None,
     ):
         self.workflow = workflow
         self.encoder = encoder
@@ -278,6 +285,7 @@ class WorkflowDetector(BaseEstimator):
         self.rule_budget = rule_budget
         self.rule_min_misfires = rule_min_misfires
         self.slot_reader = slot_reader
+        self.step_reader = step_reader
 
     def __repr__(self) -> str:
         fitted = f", tasks={sorted(self.thresholds_)}" if hasattr(self, "thresholds_") else ""
@@ -316,6 +324,7 @@ class WorkflowDetector(BaseEstimator):
         "rule_budget": ["boolean"],
         "rule_min_misfires": [Interval(Integral, 1, None, closed="left")],
         "slot_reader": [None, str],
+        "step_reader": [None, str],
     }
 
     # -- encoding -----------------------------------------------------------------------------------
@@ -410,7 +419,14 @@ class WorkflowDetector(BaseEstimator):
         turns = [as_turns(d["turns"] if isinstance(d, Mapping) else d) for d in rows]
         emb = self._embed(turns, embeddings) if rows else []
         realise = self.realise_values if self.realise_values != "auto" else (0 if rows else 2)
-        base = NodeAssigner(None, 0.0, self.reject_margin, self.shared_steps, realise)
+        base = NodeAssigner(
+            None,
+            0.0,
+            self.reject_margin,
+            self.shared_steps,
+            realise,
+            reader=getattr(self, "step_reader", None),
+        )
         base.encoder = self.get_encoder()
         base.fit(source, tasks=None)
         self.min_similarity_ = (
@@ -1137,6 +1153,8 @@ class WorkflowDetector(BaseEstimator):
             cfg.setdefault("shared_steps", False)  # a folder saved before shared steps
         if "slot_reader" in cls._parameter_constraints:
             cfg.setdefault("slot_reader", None)  # a folder saved before the slot reader: the patterns
+        if "step_reader" in cls._parameter_constraints:
+            cfg.setdefault("step_reader", None)  # a folder saved before the parameter: cosine
         if encoder is not None:
             cfg["encoder"] = encoder
         if workflow is not None:
@@ -1147,7 +1165,11 @@ class WorkflowDetector(BaseEstimator):
             arrays = {k: z[k] for k in z.files}
         det.min_similarity_ = float(meta["min_similarity"])
         a = NodeAssigner(
-            det.get_encoder(), det.min_similarity_, det.reject_margin, getattr(det, "shared_steps", False)
+            det.get_encoder(),
+            det.min_similarity_,
+            det.reject_margin,
+            getattr(det, "shared_steps", False),
+            reader=getattr(det, "step_reader", None),
         )
         a.restore(source, [tuple(k) for k in meta["keys"]], meta["tasks"], arrays["P"], arrays["owners"])
         det.assigner_ = a

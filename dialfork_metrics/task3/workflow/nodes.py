@@ -19,11 +19,11 @@ system turns to their nodes' texts.
 Nodes that several tasks share by name (``hello``, ``anything_else``, ``ask_name``...) are
 *generic*: a turn that matches another task's generic node is no evidence of another workflow.
 
-Which own step a turn says is read by the learned step reader (:mod:`.reader`, ``reader="auto"``:
+Which own step a turn says can be read by the learned step reader (:mod:`.reader`, ``reader="auto"``:
 the shipped head over the packaged MiniLM, whenever the encoder is that MiniLM; 92.6% of held-out SGD
 services' turns against 80.4% by cosine, benchmarks/results/reader.md), which also gives the
-calibrated probability of the step (:attr:`NodeAssignment.prob`); ``reader=None`` is the cosine
-assigner before it. Rejection (off-task, unfamiliar) stays the cosine rule's.
+calibrated probability of the step (:attr:`NodeAssignment.prob`); ``reader=None`` (the default) is
+the cosine assigner. Rejection (off-task, unfamiliar) stays the cosine rule's.
 
 The math is over arrays (:func:`node_similarities`, :func:`assign_rows`); :class:`NodeAssigner`
 holds the encoded texts (``fit`` / ``assign``, scikit-learn's conventions: fitted attributes end in
@@ -49,8 +49,9 @@ DEFAULT_MIN_SIMILARITY = 0.45
 """Least cosine similarity to a node of the task's own workflow for a turn to be assigned (ours)."""
 DEFAULT_REJECT_MARGIN = 0.05
 """How much better another task's (non-generic) node must fit a turn to reject it as off-task (ours)."""
-DEFAULT_READER: Any = "auto"
-"""The node assigner's default step reader (:class:`NodeAssigner`'s ``reader``)."""
+DEFAULT_READER: Any = None
+"""The node assigner's default step reader (:class:`NodeAssigner`'s ``reader``): None, cosine; the
+learned reader is opt-in (``reader="auto"``; docs/task3_detectors.md, "The learned reader")."""
 GENERIC_NODE_NAMES = frozenset({"hello", "anything_else", "out_of_scope", "goodbye", "bye"})
 """Node names that are generic whatever the source (more are found: names shared by tasks)."""
 
