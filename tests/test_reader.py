@@ -102,6 +102,20 @@ def test_calibrated_probability_in_unit_interval(tiny):
     assert np.all(np.diff(reader.calibrated(np.linspace(0, 1, 11))) >= -1e-9)
 
 
+def test_calibration_leaves_out_unread_turns(tiny):
+    """A turn the assigner leaves unread (NaN probability) is not a calibration point: the fit of
+    the rest is the same as without it (the rebuild command's held-out turns hold such turns)."""
+    import copy
+
+    a, b = copy.deepcopy(tiny[0]), copy.deepcopy(tiny[0])
+    p, ok = np.array([0.2, 0.4, 0.6, 0.8, 0.9]), np.array([0, 0, 1, 1, 1])
+    a.calibrate(np.append(p, np.nan), np.append(ok, 1))
+    b.calibrate(p, ok)
+    np.testing.assert_allclose(a.cal_x_, b.cal_x_)
+    np.testing.assert_allclose(a.cal_y_, b.cal_y_)
+    assert a.calibrated(np.array([0.1]))[0] == 0.0 and a.calibrated(np.array([0.95]))[0] == 1.0
+
+
 def test_save_load_round_trip(tiny, tmp_path):
     reader, enc, E, P, owners = tiny
     reader.save_pretrained(tmp_path / "r")

@@ -293,6 +293,9 @@ class StepReader:
     def calibrate(self, p: np.ndarray, correct: np.ndarray) -> StepReader:
         """Fit the isotonic calibration of the chosen step's probability (held-out predictions).
 
+        A turn the assigner leaves unread (no probability: NaN, e.g. a generic phrasing it keeps) says
+        nothing of the calibration and is left out.
+
         Args:
             p: Raw probabilities of the chosen steps.
             correct: Whether each chosen step was right.
@@ -302,9 +305,9 @@ class StepReader:
         """
         from sklearn.isotonic import IsotonicRegression
 
-        iso = IsotonicRegression(y_min=0.0, y_max=1.0, out_of_bounds="clip").fit(
-            np.asarray(p, np.float64), np.asarray(correct, np.float64)
-        )
+        p, correct = np.asarray(p, np.float64), np.asarray(correct, np.float64)
+        keep = np.isfinite(p)
+        iso = IsotonicRegression(y_min=0.0, y_max=1.0, out_of_bounds="clip").fit(p[keep], correct[keep])
         self.cal_x_ = np.asarray(iso.X_thresholds_, np.float32)
         self.cal_y_ = np.asarray(iso.y_thresholds_, np.float32)
         return self
