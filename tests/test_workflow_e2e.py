@@ -68,7 +68,8 @@ def test_generation_from_the_workflow_file(pipeline):
     for value in ("Anna Keller", "MV-48213", "car accident", "3 March"):  # the scenario's slot values
         assert value in text
     assert Counter(r["fork_position"] for r in recs if r["hallucination_type"]) == {
-        k: 2 * PER_TASK * forks // 4 for k in (1, 2, 3, 4)  # every type at each of the 4 positions
+        k: 2 * PER_TASK * forks // 4
+        for k in (1, 2, 3, 4)  # every type at each of the 4 positions
     }
 
 
