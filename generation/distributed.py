@@ -316,7 +316,17 @@ def _run(args: Any, state: Any) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    import sys
+
+    code = main()
+    # Leave without the interpreter's teardown once everything is flushed: after the corpus is written
+    # (atomically, every file closed) and the process group destroyed, the static destructors of
+    # torch's gloo threads can still abort a worker ("terminate called without an active exception",
+    # SIGABRT), failing a finished run; os._exit skips them.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    logging.shutdown()
+    os._exit(code)
 
 
 __all__ = [
