@@ -30,7 +30,9 @@ docs/step_roles.md lists what it gives on every STAR task):
      (:attr:`TaskRoles.problems` names it) and a detector keeps its role-free rules for the task.
 
 3. Slots. A question collects the slot its ``ask:`` names, else the words of its id after
-   ``ask``/``request`` (``weather_ask_location`` -> ``location``; ``ask_name`` -> ``name``). An
+   ``ask``/``request`` (``weather_ask_location`` -> ``location``; ``ask_name`` -> ``name``). A step
+   whose text is nothing but placeholders (STAR's ``trivia_ask_question``: ``"{question:s}"``) says
+   data, whatever its id: an outcome that collects nothing (:func:`says_only_values`). An
    action, outcome or confirmation step requires the slots collected by the question steps that
    *dominate* it in the graph from the start (every path to it passes them: networkx's
    ``immediate_dominators``); a step the graph does not reach (STAR's ``*_nothing_found``) requires
@@ -429,6 +431,32 @@ def placeholders(task: Any, node: str) -> list[str]:
     return list(dict.fromkeys(m for t in texts for m in re.findall(r"\{(\w+)", t)))
 
 
+def says_only_values(task: Any, node: str) -> bool:
+    """Whether a step's text is nothing but placeholders: its words are data read from the API.
+
+    STAR's ``trivia_ask_question`` says ``"{question:s}"``: a different question each time, asked
+    by the system rather than collected from the user, so its id's ``ask`` is no question step
+    (it collects no slot, and saying it again is the game's next round, not a repeat).
+
+    Args:
+        task: A workflow task (``template(node)``, ``replies``).
+        node: The step.
+
+    Returns:
+        bool: True when the template (else the reply) has a placeholder and no other word.
+
+    Example:
+        >>> class T:
+        ...     replies = {"ask_question": "{question:s}", "ask_day": "Which day, {name}?"}
+        ...     def template(self, node): return None
+        >>> says_only_values(T(), "ask_question"), says_only_values(T(), "ask_day")
+        (True, False)
+    """
+    template = getattr(task, "template", None)
+    text = (template(node) if callable(template) else None) or (getattr(task, "replies", None) or {}).get(node) or ""
+    return bool(re.search(r"\{\w+", text)) and not re.search(r"\w", re.sub(r"\{[^}]*\}", " ", text))
+
+
 def _declared(task: Any, node: str) -> tuple[str | None, list[str] | None, list[str] | None]:
     role = (getattr(task, "declared_roles", None) or {}).get(node)
     collects = (getattr(task, "declared_collects", None) or {}).get(node)
@@ -498,6 +526,10 @@ def derive_roles(task: Any) -> TaskRoles:
             declared[n] = True
             if d_col:
                 roles[n].add("question")
+        elif "question" in r and says_only_values(task, n):
+            r.discard("question")  # it says a value (STAR's trivia question): no slot is collected
+            r.add("outcome")
+            collects[n] = []
         elif "question" in r:
             s = slot_from_name(n)
             collects[n] = [s] if s else []
@@ -748,6 +780,7 @@ def roles_table(tasks: Iterable[Any]) -> str:
 
 
 __all__ = [
+    "says_only_values",
     "OUTCOME_WORDS",
     "REQUIRING_ROLES",
     "ROLES",

@@ -60,7 +60,8 @@ class WorkflowStructure:
     """What the repeat rule reads of a workflow graph.
 
     Attributes:
-        asks: The question steps (action nodes whose name has the word ``ask``, not ``confirm``).
+        asks: The question steps (action nodes whose name has the word ``ask``, not ``confirm``,
+            and whose text is not only placeholders: :func:`~dialfork_dataset.workflow.roles.says_only_values`).
         leads_to: node -> the nodes reachable from it in the workflow graph.
         resets: Action nodes with no next step (after them a conversation may start over).
         failures: Action nodes that say a failure or a refusal (:data:`FAILURE_WORDS` in their id,
@@ -120,10 +121,15 @@ def workflow_structure(task: Any) -> WorkflowStructure:
 
     g = task.digraph()
     kinds = dict(task.kinds)
+    from dialfork_dataset.workflow.roles import says_only_values
+
     asks = frozenset(
         n
         for n, k in kinds.items()
-        if k == "action" and "ask" in n.split("_") and "confirm" not in n.split("_")
+        if k == "action"
+        and "ask" in n.split("_")
+        and "confirm" not in n.split("_")
+        and not says_only_values(task, n)  # its words are data ("{question:s}"): each round is new
     )
     leads = {n: frozenset(nx.descendants(g, n)) for n in g.nodes}
     resets = frozenset(n for n in g.nodes if kinds.get(n) == "action" and not leads[n])

@@ -14,8 +14,9 @@ slots of :mod:`dialfork_dataset.workflow.roles`, and the rules on it:
   between, "that day is not available", or the user said no to a question or confirmation since),
   or a step said in between resets the conversation (a dead end), or the task's conformant
   dialogues repeat it; that the graph *can* loop back is no excuse. Asked again right away, only
-  when the answer carried a value (else it is a clarification): a value the tracker recognised,
-  or any answer to a free-text, date or time slot (:data:`ANSWER_IS_VALUE`);
+  when the answer carried a value (else it is a clarification): a value the tracker recognised
+  (a date, weekday or clock time the patterns read), or any answer to a free-text slot
+  (:data:`ANSWER_IS_VALUE`);
 * **repeat (confirmation)**: a confirmation asked again after the user said yes to it, unless the
   loop was taken since (as above) or the user gave a slot value since (a changed booking is
   confirmed again).
@@ -90,11 +91,55 @@ PATTERNS: Mapping[str, re.Pattern[str]] = {
 """The value patterns of :func:`volunteered_slots`, by value type (ours)."""
 
 
-ANSWER_IS_VALUE = frozenset({"text", "date", "weekday", "time"})
+ANSWER_IS_VALUE = frozenset({"text"})
 """Value types whose answer to the question collecting them *is* the value, whether or not a
-pattern reads it ("my car makes a grinding noise", "the day after my birthday"): asking again right
-after such an answer is a repeat, not a clarification, unless the answer is a question back or a
-"no" / "I don't know" (:func:`answers_the_question`)."""
+pattern reads it ("my car makes a grinding noise"): asking again right after such an answer is a
+repeat, not a clarification, unless the answer is a question back or a "no" / "I don't know"
+(:func:`answers_the_question`). A date, weekday or time answer carries a value only when the
+patterns read one ("May 5th", "the 5th", "next Friday", "5 pm") or it says when in words ("as soon
+as you can": :func:`answer_has_value`): on STAR's human hotel dialogues the wizard asked the day
+again right after "The blog is really dope and I trust it", a clarification that counting every
+answer as a date had flagged."""
+
+_WHEN = re.compile(
+    r"\b(soon|asap|earliest|latest|whenever|anytime|any time|later|early|next|week|weeks|month|months|"
+    r"morning|afternoon|evening|night|noon|midnight|weekend|holiday|holidays|birthday|day|days|"
+    r"hour|hours|o'?clock|am|pm)\b",
+    re.IGNORECASE,
+)
+"""Words that say *when* without a date the patterns read ("as soon as you can", "the day after
+my birthday"): a date, weekday or time answer with one carries a value."""
+
+
+def answer_has_value(text: str, value_type: str, seen: bool) -> bool:
+    """Whether a user's answer to a question gives the slot a value (not a clarification).
+
+    Args:
+        text: The user turn.
+        value_type: The slot's value type (:data:`~dialfork_dataset.workflow.roles.VALUE_TYPES`).
+        seen: Whether the patterns (or the reader) read a value of the slot in it.
+
+    Returns:
+        bool: ``seen``; else, for an answer (:func:`answers_the_question`), True for a free-text
+        slot (:data:`ANSWER_IS_VALUE`) and, for a date, weekday or time slot, when it has a word
+        that says when (:data:`_WHEN`).
+
+    Example:
+        >>> answer_has_value("as soon as you can", "date", False)
+        True
+        >>> answer_has_value("The blog is really dope and I trust it", "date", False)
+        False
+        >>> answer_has_value("It makes a grinding noise", "text", False)
+        True
+    """
+    if seen:
+        return True
+    if not answers_the_question(text):
+        return False
+    if value_type in ANSWER_IS_VALUE:
+        return True
+    return value_type in ("date", "weekday", "time") and bool(_WHEN.search(text))
+
 
 _NO = re.compile(
     r"^\W*(no|nope|nah|not\b|none|neither|never|don'?t|do not|doesn'?t|cancel|actually|wrong|incorrect|"
@@ -489,6 +534,15 @@ def observe_user(
         if read is not None
         else volunteered_slots(text, roles)
     )
+    # the value of a slot already given, said again for another slot (the account number given
+    # again when asked for the PIN), gives nothing new: not a value of the pending slot
+    taken = {f.value: f.slot for f in state.filled.values() if isinstance(f.value, str)}
+    again = [v for v in (*seen.values(), text.strip()) if v in taken and taken[v] not in state.pending]
+    seen = {s: v for s, v in seen.items() if taken.get(v, s) == s}
+    rest = text
+    for v in again:
+        rest = rest.replace(v, " ")
+    only_again = bool(again) and len(re.findall(r"[^\W_]+", rest)) <= 2  # "It's 153531981." again
     k = len(state.said) - 1
     last = roles.role_of(state.said[-1]) if state.said else None
     polarity = answer_polarity(text) if last is not None else None
@@ -497,9 +551,8 @@ def observe_user(
     if polarity == "yes" and last is not None and "confirmation" in last.roles:
         state.confirmed[last.node] = k
     gave = any(s not in state.filled or state.filled[s].value != v for s, v in seen.items())
-    answer = answers_the_question(text)
     for s in state.pending:
-        valued = s in seen or (answer and roles.value_types.get(s, "text") in ANSWER_IS_VALUE)
+        valued = not only_again and answer_has_value(text, roles.value_types.get(s, "text"), s in seen)
         if read is not None and not valued:
             continue  # the reader says the turn does not give it: the question is still open
         state.filled[s] = SlotFill(s, "answered", turn, seen.get(s, text))
@@ -1059,6 +1112,7 @@ def state_dict_errors(d: Any, n_system: int) -> list[str]:
 
 __all__ = [
     "ANSWER_IS_VALUE",
+    "answer_has_value",
     "DEFAULT_CLOSING_WEIGHT",
     "DEFAULT_REQUIRE_SUPPORT",
     "answer_polarity",
