@@ -133,7 +133,10 @@ def main(argv: list[str] | None = None) -> int:
         last = (fold, arrays)
         print(f"fold {'+'.join(fold)}: F1 {prf(y[te], preds['mlp_k'][te] >= 0.5)['f1']:.3f}", flush=True)
 
+    # what read() returns: the classifier, and for a checkable type (CHECKED_TYPES) its value in the turn
+    checked = np.array([S._value_for(turns[i], sl) is not None for i, sl in pairs], dtype=bool)
     rows = {
+        "reader, value checked (read, asked known)": (preds["mlp_k"] >= 0.5) & checked,
         "reader (asked known)": preds["mlp_k"] >= 0.5,
         "reader (asked unknown)": preds["mlp_u"] >= 0.5,
         "logistic regression (asked known)": preds["lr_k"] >= 0.5,
@@ -161,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     for r in np.flatnonzero(hit):
         i, s = pairs[r]
         gold = S._norm(turns[i].given.get(s.name, "")).strip()
-        got = S._norm(S._value_for(turns[i], s)).strip()
+        got = S._norm(S._value_for(turns[i], s) or "").strip()
         n += 1
         ok += bool(gold) and (gold in f" {got} " or got in f" {gold} " or gold == got)
     result["value_accuracy"] = ok / n if n else float("nan")

@@ -26,18 +26,20 @@ How a slot is filled (:func:`track_state`):
 * *answered*: a user turn follows a question step that collects it (the next system turn comes
   after the user's answer);
 * *volunteered*: a user turn carries a value of the slot. Which slots a turn gives is read by
-  ``read`` when the caller passes one (the detector passes the learned slot reader,
-  :func:`~.reader.slots.given_slots`, which also reads the system turn before it: a free-text
-  value such as symptoms is seen); without it, by :func:`volunteered_slots`: one of the API's
+  :func:`volunteered_slots` and, when the caller passes one, also by ``read`` (the detector passes
+  the learned slot reader, :func:`~.reader.slots.given_slots`, which also reads the system turn
+  before it: a free-text value such as symptoms, a city the API does not list, is seen; on STAR's
+  doctor dialogues the SGD-trained reader alone missed clock times the patterns read).
+  :func:`volunteered_slots` reads one of the API's
   categories (a doctor's name, a city), or a value of the slot's type read by a pattern (weekday,
   clock time, date, number, a person's name after "my name is"). The patterns are written here
   because the slots are weekday names, clock hours and small counts: dateparser's
   ``search_dates`` reads "may", "now" and "second" as dates and costs milliseconds a turn, which a
   guard pays on every turn. This module never imports the reader (the reader imports it).
 
-  With ``read``, a pending question's slot is *answered* only when the reader says the turn gives
-  it, or when the slot's value type is one of :data:`ANSWER_IS_VALUE` and the turn answers the
-  question (:func:`answers_the_question`); without it, any user turn after the question answers it.
+  With ``read``, a pending question's slot is *answered* only when the reader or the patterns say
+  the turn gives it, or when the answer carries a value by its type (:func:`answer_has_value`);
+  without it, any user turn after the question answers it.
 
 Pure functions over node sequences and texts; no encoder (``read``, when given, brings its own).
 """
@@ -511,8 +513,9 @@ def observe_user(
         text: The user turn's text.
         turn: Its 0-based index in the dialogue.
         roles: The task's :class:`~dialfork_dataset.workflow.roles.TaskRoles`.
-        read: The slot reader, ``read(text, roles, prev_system, pending)`` -> slot -> value; None:
-            :func:`volunteered_slots` (the hand patterns) and every pending slot is answered.
+        read: The slot reader, ``read(text, roles, prev_system, pending)`` -> slot -> value, read
+            on top of :func:`volunteered_slots` (the hand patterns: a weekday, a clock time, an API
+            category are read by both); None: the patterns alone, and every pending slot is answered.
         prev_system: The system turn before it (None: :attr:`DialogueState.system_text`).
 
     Returns:
@@ -529,11 +532,9 @@ def observe_user(
         []
     """
     prev = prev_system if prev_system is not None else state.system_text
-    seen = (
-        dict(read(text, roles, prev, list(state.pending)))
-        if read is not None
-        else volunteered_slots(text, roles)
-    )
+    seen = volunteered_slots(text, roles)
+    if read is not None:  # the reader adds what the patterns miss; where both read a slot, its value
+        seen.update(read(text, roles, prev, list(state.pending)))
     # the value of a slot already given, said again for another slot (the account number given
     # again when asked for the PIN), gives nothing new: not a value of the pending slot
     taken = {f.value: f.slot for f in state.filled.values() if isinstance(f.value, str)}

@@ -13,7 +13,9 @@ type occurs in the turn, the words of the slot's name in either turn). Its proba
 Values (:meth:`SlotReader.read`): a categorical slot's matched category (in the user turn, else in the
 system turn the user answers); a boolean slot ``"True"``/``"False"``; a date, time, number or
 name slot the value its type's pattern finds (:data:`~dialfork_metrics.task3.workflow.state.PATTERNS`);
-else (free text: symptoms, a message) the user turn itself.
+else (free text: symptoms, a message) the user turn itself. A slot of a checkable type
+(:data:`CHECKED_TYPES`: a categorical slot with categories, a date, time, weekday or number) with
+no value in the turn is not given, whatever the classifier says.
 
 Training data (:func:`sgd_user_turns`): the user turns of ``../shared/sgd``; the slots a turn gives
 are those of its ``INFORM`` acts, with their values. Never STAR's human dialogues (a test checks).
@@ -413,8 +415,16 @@ def training_rows(
     return np.vstack([Xk, Xu]), np.concatenate([y, y])
 
 
-def _value_for(turn: UserTurn, slot: SlotInfo) -> str:
-    """The value a turn gives for a slot it gives (see the module doc)."""
+#: Value types whose value can be checked in the text: a turn the classifier says gives such a slot
+#: gives it only when its value is there (a category, a date, a time, a weekday, a number). On
+#: STAR's template doctor dialogues the classifier alone read "Sorry, I got distracted for a
+#: second." after "What doctor would you like to see?" as giving the doctor.
+CHECKED_TYPES = frozenset({"categorical", "weekday", "time", "date", "number"})
+
+
+def _value_for(turn: UserTurn, slot: SlotInfo) -> str | None:
+    """The value a turn gives for a slot the classifier says it gives (see the module doc); None
+    when the slot's type is checkable (:data:`CHECKED_TYPES`) and no value of it is in the turn."""
     v = _find_value(turn.text, slot)
     if v is not None:
         return v
@@ -426,6 +436,8 @@ def _value_for(turn: UserTurn, slot: SlotInfo) -> str:
     v = _find_value(turn.prev_system, slot)
     if v is not None:
         return v
+    if slot.value_type in CHECKED_TYPES and (slot.values or slot.value_type != "categorical"):
+        return None
     return turn.text.strip()
 
 
@@ -659,7 +671,8 @@ class SlotReader:
         out = []
         for t, ss, sc in zip(turns, per, self.scores_batch(turns, per)):
             by = {s.name: s for s in ss}
-            out.append({n: _value_for(t, by[n]) for n, q in sc.items() if q >= self.threshold})
+            vals = {n: _value_for(t, by[n]) for n, q in sc.items() if q >= self.threshold}
+            out.append({n: v for n, v in vals.items() if v is not None})
         return out
 
     def read(
