@@ -249,3 +249,27 @@ def test_shipped_reader_known_answers():
     assert "symptoms" in got and "sore throat" in got["symptoms"]
     got = reader.read("Can I see Dr. Morgan?", slots, "Hello, how can I help?")
     assert got.get("doctor_name") == "Dr. Morgan"
+
+
+def test_a_checkable_slot_is_given_only_with_its_value():
+    """The classifier decides whether a turn gives a slot; for a date, time, weekday, number or a
+    categorical slot with categories, the value must also be in the turn (or, for a category, in the
+    system turn answered): "Sorry, I got distracted" gives no doctor, whatever the classifier says."""
+    chat = UserTurn("Sorry, I got distracted for a second.", "Which city and day?", ("city",))
+    assert S._value_for(chat, CITY) is None and S._value_for(chat, DATE) is None
+    assert S._value_for(chat, SYMPTOMS) == "Sorry, I got distracted for a second."  # free text: the turn
+    open_city = SlotInfo("city", "City", "categorical", ())  # no categories to check against
+    assert S._value_for(chat, open_city) == chat.text
+    offer = UserTurn("That one works.", "How about Boston?", ("city",))
+    assert S._value_for(offer, CITY) == "Boston"
+    assert S._value_for(UserTurn("Next Friday.", "When?", ()), DATE) is not None
+
+
+def test_read_drops_what_the_value_check_refuses(tiny):
+    """read() keeps the classifier's slots whose value the check finds and drops the others."""
+    import copy
+
+    every = copy.copy(tiny)
+    every.threshold = -1.0  # the classifier says yes to every slot
+    got = every.read("Sorry, I got distracted for a second.", SLOTS, "Which city and day?", asked=["city"])
+    assert set(got) == {"symptoms"}

@@ -840,14 +840,21 @@ def test_a_step_that_says_only_values_is_an_outcome_and_each_round_is_new(star_d
         ("user", "3"),
         ("trivia_ask_question", "A ____ takes 33 hours to crawl one mile"),
         ("user", "snail"),
-        ("trivia_inform_answer_correct_ask_next", "Your answer was correct! Would you like to continue playing?"),
+        (
+            "trivia_inform_answer_correct_ask_next",
+            "Your answer was correct! Would you like to continue playing?",
+        ),
         ("user", "yes please"),
         ("trivia_ask_question", "A ____ written to celebrate a wedding is called a epithalamium"),
     )
     _, verdicts = verdicts_of((task, roles, structure), *game)
     assert [v.rule for v in verdicts] == [None] * 4
     # the number asked again after it was answered is still a repeat
-    again = (*game, ("user", "poem"), ("trivia_ask_question_number", "At what question would you like to start?"))
+    again = (
+        *game,
+        ("user", "poem"),
+        ("trivia_ask_question_number", "At what question would you like to start?"),
+    )
     assert verdicts_of((task, roles, structure), *again)[1][-1].rule == "repeat-slot"
 
 
@@ -872,3 +879,23 @@ def test_an_earlier_value_said_again_answers_no_new_question(car):
     assert verdicts[-1] == NO_VERDICT and "symptoms" not in states[-1].valued
     fresh = (*BOOKED[:5], BOOKED[5], ("user", "The brakes squeal, plate AB12 CDE"), BOOKED[5])
     assert verdicts_of(car, *fresh)[1][-1].rule == "repeat-slot"
+
+
+def test_the_slot_reader_adds_to_the_patterns():
+    """A reader that reads nothing no longer hides what the patterns read: on STAR's doctor dialogues
+    the SGD-trained reader missed clock times ("Wednesday 1pm") and the outcome was called a skip."""
+    from dialfork_metrics.task3.workflow.state import observe_user
+
+    tr = TaskRoles(
+        "t",
+        {},
+        {"start_time": "Time", "symptoms": "Symptoms"},
+        {},
+        {"start_time": "time", "symptoms": "text"},
+    )
+    st = observe_user(DialogueState(), "Dr Johnson Wednesday 1pm please", 0, tr, read=lambda *a: {})
+    assert st.filled["start_time"].how == "volunteered"
+    st = observe_user(
+        DialogueState(), "I have a runny nose", 0, tr, read=lambda *a: {"symptoms": "runny nose"}
+    )
+    assert st.filled["symptoms"].value == "runny nose" and "start_time" not in st.filled

@@ -453,7 +453,11 @@ def says_only_values(task: Any, node: str) -> bool:
         (True, False)
     """
     template = getattr(task, "template", None)
-    text = (template(node) if callable(template) else None) or (getattr(task, "replies", None) or {}).get(node) or ""
+    text = (
+        (template(node) if callable(template) else None)
+        or (getattr(task, "replies", None) or {}).get(node)
+        or ""
+    )
     return bool(re.search(r"\{\w+", text)) and not re.search(r"\w", re.sub(r"\{[^}]*\}", " ", text))
 
 
