@@ -93,7 +93,14 @@ TYPE_ORDER = (
 #: ``wf`` before the dialogue state (its role-free rules only), run beside it for the before/after table.
 BEFORE = "wf-before"
 #: Benchmark-only variants of a registered detector: name -> (registered name, constructor options).
-VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {BEFORE: ("wf", {"state_rules": False})}
+#: ``wf+step`` / ``wf+slot`` / ``wf+readers``: the learned step reader, slot reader or both turned on
+#: (issue 50; the shipped readers, which never saw STAR's human dialogues).
+VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
+    BEFORE: ("wf", {"state_rules": False}),
+    "wf+step": ("wf", {"step_reader": "auto"}),
+    "wf+slot": ("wf", {"slot_reader": "auto"}),
+    "wf+readers": ("wf", {"step_reader": "auto", "slot_reader": "auto"}),
+}
 
 
 def code_state() -> dict[str, Any]:

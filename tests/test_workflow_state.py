@@ -899,3 +899,37 @@ def test_the_slot_reader_adds_to_the_patterns():
         DialogueState(), "I have a runny nose", 0, tr, read=lambda *a: {"symptoms": "runny nose"}
     )
     assert st.filled["symptoms"].value == "runny nose" and "start_time" not in st.filled
+
+
+def test_a_turn_that_asks_two_questions_tells_the_reader_both(car):
+    """SGD agents ask "Where from, and where to?" in one turn; the assigner picks one step, and
+    ``also`` names the other. With a slot reader, its slot is asked too: the reader is told so and
+    what it reads is volunteered (not answered: asking it later is no repeat of this turn)."""
+    calls = []
+
+    def read(text, roles, prev_system, pending):
+        calls.append(tuple(pending))
+        return {"day": "Monday"} if "day" in pending and "Monday" in text else {}
+
+    turns, nodes = dialogue(
+        *BOOKED[:5],
+        ("car_ask_symptoms", "What is the problem, and which day would you like to bring it in?"),
+        ("user", "It squeals; Monday works."),
+        BOOKED[7],
+    )
+    also = [(), (), ("car_ask_day",), ()]
+    _, roles, structure = car
+    states, verdicts = track_state(turns, nodes, roles, structure, read=read, also=also)
+    assert calls[-1] == ("symptoms", "day")
+    assert states[-1].filled["day"].how == "volunteered" and states[-1].asked_too == []
+    assert verdicts[-1] == NO_VERDICT  # the day asked later is no repeat
+    # without a reader, ``also`` is ignored (any answer would fill every pending slot)
+    from dialfork_metrics.task3.workflow.state import run_state
+
+    asked = turns[: turns.index(next(t for t in turns if t["text"].startswith("What is the problem"))) + 1]
+    assert run_state(asked, nodes, roles, structure, also=also)[0].asked_too == []
+    assert run_state(asked, nodes, roles, structure, read=read, also=also)[0].asked_too == ["day"]
+    # the field round-trips and is checked
+    st = DialogueState(asked_too=["day"])
+    assert DialogueState.from_dict(st.to_dict()).asked_too == ["day"]
+    assert state_dict_errors({"said": [], "asked_too": "day"}, 0)

@@ -574,14 +574,18 @@ class WorkflowDetector(BaseEstimator):
         return {t: {n: list(v) for n, v in r.items()} for t, r in getattr(self, "requires_", {}).items()}
 
     def _state_flags(
-        self, task: str, turns, nodes, sure: np.ndarray | None = None
+        self, task: str, turns, nodes, sure: np.ndarray | None = None, also: Any = None
     ) -> tuple[dict[str, np.ndarray] | None, list[StepVerdict]]:
         """The dialogue-state rules' flags and verdicts of one task's system turns (None: no roles);
-        a turn is judged only while it and every earlier system turn are ``sure`` (:meth:`_confident`)."""
+        a turn is judged only while it and every earlier system turn are ``sure`` (:meth:`_confident`);
+        ``also``: per turn, the other question steps it asks (:attr:`~.nodes.NodeAssignment.also`;
+        read only with the slot reader)."""
         roles = getattr(self, "roles_", {}).get(task)
         if roles is None or turns is None:
             return None, []
-        flags, verdicts = state_flags(turns, nodes, roles, *self._state_args(task), read=self._slot_read())
+        flags, verdicts = state_flags(
+            turns, nodes, roles, *self._state_args(task), read=self._slot_read(), also=also or None
+        )
         if sure is not None:
             # judged only while it and every earlier system turn matched their steps surely
             sure = np.logical_and.accumulate(np.asarray(sure, dtype=bool))
@@ -615,7 +619,7 @@ class WorkflowDetector(BaseEstimator):
             raw["order"] = order_flags(
                 a.nodes, st, getattr(self, "order_allowed_", {}).get(task, frozenset())
             )
-        flags, _ = self._state_flags(task, turns, a.nodes, self._confident(a))
+        flags, _ = self._state_flags(task, turns, a.nodes, self._confident(a), getattr(a, "also", None))
         raw.update(flags or {})
         on = {r: np.asarray(v, dtype=np.float64) * w[r] for r, v in raw.items() if w.get(r, 0.0) > 0}
         if hits is not None:
@@ -958,7 +962,10 @@ class WorkflowDetector(BaseEstimator):
         order = order_flags(st["nodes"], st_, getattr(self, "order_allowed_", {}).get(task, frozenset()))
         verdict = StepVerdict(None)
         if roles is not None:
-            dstate, verdict = observe_system(dstate, a.nodes[0], roles, *self._state_args(task), text=text)
+            more = a.also[0] if a.also and self._slot_read() is not None else ()
+            dstate, verdict = observe_system(
+                dstate, a.nodes[0], roles, *self._state_args(task), text=text, also=more
+            )
             st["dialogue"] = dstate.to_dict()
             if not self._confident(a)[0]:
                 st["unsure"] = True

@@ -252,7 +252,7 @@ def explain_turn(det: Any, task: str, turns: Sequence[Any], E: np.ndarray, j: in
         dict[str, Any]: The reason (keys of :func:`explain_many`).
     """
     a = det.assigner_.assign(task, E)
-    _, verdicts = det._state_flags(task, turns, a.nodes, det._confident(a))
+    _, verdicts = det._state_flags(task, turns, a.nodes, det._confident(a), getattr(a, "also", None))
     v = verdicts[j - 1] if verdicts else StepVerdict(None)
     w = det._rule_weights(task)
     if v.rule is not None and w.get(v.rule, 0.0) <= 0:

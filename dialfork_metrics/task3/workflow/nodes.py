@@ -312,6 +312,13 @@ def _signatures(
     return out, closings
 
 
+ALSO_MIN_SIMILARITY = 0.6
+"""How similar a turn must be to another own step to say it as well (ours; cosine, the packaged
+MiniLM): on the sgd track's workflows, "What is your destination? Where are you leaving from and
+when?" is 0.70 to the destination question and 0.84 to the origin one, while one question is
+rarely above 0.6 to a question for another slot."""
+
+
 @dataclass
 class NodeAssignment:
     """The nodes of a sequence of system turns (one task).
@@ -329,6 +336,9 @@ class NodeAssignment:
             has one node; empty when not computed): how far the best node leads.
         prob: With a reader (:mod:`.reader`), the calibrated probability that ``best`` is the turn's
             step, per turn; NaN without one (empty when not computed).
+        also: Per turn, the other own steps it says about as well as ``best`` (similarity at least
+            :data:`ALSO_MIN_SIMILARITY`): the other questions of "Where from, and where to?"; the
+            tracker tells a slot reader that their slots were asked (empty when not computed).
     """
 
     task: str
@@ -340,6 +350,7 @@ class NodeAssignment:
     reasons: list[str | None] = field(default_factory=list)
     second_similarity: np.ndarray = field(default_factory=lambda: np.zeros(0))
     prob: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    also: list[tuple[str, ...]] = field(default_factory=list)
 
     @property
     def off_task_margin(self) -> np.ndarray:
@@ -821,6 +832,15 @@ class NodeAssigner:
             else:
                 reasons.append("unfamiliar")
         closings = getattr(self, "_closings", {}).get(task, [])
+        own_idx = np.flatnonzero(self._own[task])
+        also = [
+            tuple(
+                self.keys_[j][1]
+                for j, x in zip(own_idx, row)
+                if x >= ALSO_MIN_SIMILARITY and j != b and not self._generic_mask[j]
+            )
+            for row, b in zip(So, best_own)
+        ]
         return NodeAssignment(
             task=task,
             nodes=[as_task_step(self.keys_[i][1], closings) if i >= 0 else None for i in node],
@@ -831,6 +851,7 @@ class NodeAssigner:
             reasons=reasons,
             second_similarity=second,
             prob=prob,
+            also=also,
         )
 
     def assign_texts(self, task: str, texts: Sequence[str]) -> NodeAssignment:
@@ -850,6 +871,7 @@ class NodeAssigner:
 
 
 __all__ = [
+    "ALSO_MIN_SIMILARITY",
     "asks",
     "DEFAULT_MIN_SIMILARITY",
     "DEFAULT_REJECT_MARGIN",

@@ -316,6 +316,9 @@ class DialogueState:
         updated: The system turn (0-based) after which a user turn last gave a slot value, or None.
         system_text: The text of the last system turn, or None: what a slot reader reads a user
             turn's answer against (a guard session keeps it between turns).
+        asked_too: Open slots of the other questions the last system turn asked ("Where from, and
+            where to?"): a slot reader is told they were asked; what it reads fills them as
+            volunteered (never *answered*: asking one later is no repeat of this turn).
     """
 
     filled: dict[str, SlotFill] = field(default_factory=dict)
@@ -331,6 +334,7 @@ class DialogueState:
     confirmed: dict[str, int] = field(default_factory=dict)
     updated: int | None = None
     system_text: str | None = None
+    asked_too: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe form (the guard keeps it between turns).
@@ -352,6 +356,7 @@ class DialogueState:
             "confirmed": dict(self.confirmed),
             "updated": self.updated,
             "system_text": self.system_text,
+            "asked_too": list(self.asked_too),
         }
 
     @classmethod
@@ -380,6 +385,7 @@ class DialogueState:
             confirmed={k: int(v) for k, v in (d.get("confirmed") or {}).items()},
             updated=d.get("updated"),
             system_text=d.get("system_text"),
+            asked_too=list(d.get("asked_too") or []),
         )
 
 
@@ -534,7 +540,9 @@ def observe_user(
     prev = prev_system if prev_system is not None else state.system_text
     seen = volunteered_slots(text, roles)
     if read is not None:  # the reader adds what the patterns miss; where both read a slot, its value
-        seen.update(read(text, roles, prev, list(state.pending)))
+        asked = list(state.pending) + [x for x in state.asked_too if x not in state.pending]
+        seen.update(read(text, roles, prev, asked))
+    state.asked_too = []
     # the value of a slot already given, said again for another slot (the account number given
     # again when asked for the PIN), gives nothing new: not a value of the pending slot
     taken = {f.value: f.slot for f in state.filled.values() if isinstance(f.value, str)}
@@ -586,6 +594,7 @@ def observe_system(
     repeatable: frozenset[str] | set[str] = frozenset(),
     requires: Mapping[str, Sequence[str]] | None = None,
     text: str | None = None,
+    also: Sequence[str] = (),
 ) -> tuple[DialogueState, StepVerdict]:
     """Update ``state`` with a system turn at ``node`` and judge it with the step rules.
 
@@ -600,6 +609,9 @@ def observe_system(
             detector passes the ones it keeps, :func:`enforced_requirements`).
         text: The turn's text (kept as :attr:`DialogueState.system_text`, what a slot reader reads
             the next user turn against); None: forgotten.
+        also: Other question steps the turn asks too (:attr:`~.nodes.NodeAssignment.also`): their
+            slots not yet filled are :attr:`DialogueState.asked_too`, so a slot reader is told they
+            were asked. A detector passes them only with a slot reader.
 
     Returns:
         ``(state, verdict)``: the new state and the :class:`StepVerdict` of the turn.
@@ -692,6 +704,15 @@ def observe_system(
         state.pending, state.pending_node = [], None
         if verdict.rule is None and node not in state.done:
             state.done.append(node)
+    state.asked_too = []
+    for n in also:  # the turn's other questions ("Where from, and where to?"): their open slots
+        other = roles.steps.get(n)
+        if other is not None and "question" in other.roles:
+            state.asked_too += [
+                x
+                for x in other.collects
+                if x not in state.pending and x not in state.filled and x not in state.asked_too
+            ]
     return state, verdict
 
 
@@ -703,6 +724,7 @@ def track_state(
     repeatable: frozenset[str] | set[str] = frozenset(),
     requires: Mapping[str, Sequence[str]] | None = None,
     read: SlotRead | None = None,
+    also: Sequence[Sequence[str]] | None = None,
 ) -> tuple[list[DialogueState], list[StepVerdict]]:
     """Track a whole dialogue: the state *before* each system turn and each system turn's verdict.
 
@@ -714,11 +736,13 @@ def track_state(
         repeatable: Steps never flagged as repeats.
         requires: As in :func:`observe_system`.
         read: The slot reader (:func:`observe_user`); None: the hand patterns.
+        also: Per system turn, the other question steps it asks (:func:`observe_system`); used
+            only with ``read``.
 
     Returns:
         ``(states, verdicts)``: one snapshot (a copy) and one :class:`StepVerdict` per system turn.
     """
-    _, states, verdicts = run_state(turns, nodes, roles, structure, repeatable, requires, read)
+    _, states, verdicts = run_state(turns, nodes, roles, structure, repeatable, requires, read, also)
     return states, verdicts
 
 
@@ -730,6 +754,7 @@ def run_state(
     repeatable: frozenset[str] | set[str] = frozenset(),
     requires: Mapping[str, Sequence[str]] | None = None,
     read: SlotRead | None = None,
+    also: Sequence[Sequence[str]] | None = None,
 ) -> tuple[DialogueState, list[DialogueState], list[StepVerdict]]:
     """:func:`track_state` plus the state after the last turn (what the audit's step coverage reads).
 
@@ -744,6 +769,7 @@ def run_state(
         repeatable: Steps never flagged as repeats.
         requires: As in :func:`observe_system`.
         read: The slot reader (:func:`observe_user`); None: the hand patterns.
+        also: Per system turn, the other question steps it asks (used only with ``read``).
 
     Returns:
         ``(final, states, verdicts)``.
@@ -756,7 +782,10 @@ def run_state(
         if t["speaker"] == "system":
             states.append(DialogueState.from_dict(state.to_dict()))
             node = nodes[k] if k < len(nodes) else None
-            state, v = observe_system(state, node, roles, structure, repeatable, requires, t.get("text"))
+            more = also[k] if read is not None and also is not None and k < len(also) else ()
+            state, v = observe_system(
+                state, node, roles, structure, repeatable, requires, t.get("text"), more
+            )
             verdicts.append(v)
             k += 1
         else:
@@ -1024,6 +1053,7 @@ def state_flags(
     repeatable: frozenset[str] | set[str] = frozenset(),
     requires: Mapping[str, Sequence[str]] | None = None,
     read: SlotRead | None = None,
+    also: Sequence[Sequence[str]] | None = None,
 ) -> tuple[dict[str, np.ndarray], list[StepVerdict]]:
     """The step-rule flags of a dialogue's system turns, from its tracked state.
 
@@ -1035,11 +1065,12 @@ def state_flags(
         repeatable: Steps never flagged as repeats.
         requires: The enforced requirements (None: the roles' own).
         read: The slot reader (:func:`observe_user`); None: the hand patterns.
+        also: Per system turn, the other question steps it asks (used only with ``read``).
 
     Returns:
         ``(flags, verdicts)``: rule -> 0/1 per system turn (:func:`rule_flags`), and the verdicts.
     """
-    _, verdicts = track_state(turns, nodes, roles, structure, repeatable, requires, read)
+    _, verdicts = track_state(turns, nodes, roles, structure, repeatable, requires, read, also)
     return rule_flags(verdicts), verdicts
 
 
@@ -1082,7 +1113,7 @@ def state_dict_errors(d: Any, n_system: int) -> list[str]:
                 errs.append(
                     f"dialogue.filled[{k!r}] must be [how ('answered'|'volunteered'|'offered'), user turn index, value]"
                 )
-    for key in ("done", "pending", "valued"):
+    for key in ("done", "pending", "valued", "asked_too"):
         v = d.get(key, [])
         if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
             errs.append(f"dialogue.{key} must be a list of strings")
