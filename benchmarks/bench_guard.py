@@ -33,6 +33,7 @@ task; ``--detector`` (default: ``Monitor.fit``'s own default, the workflow-aware
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
 import statistics
@@ -247,6 +248,13 @@ def main(argv=None) -> int:
         "--train-dialogues", type=int, default=10, help="the monitor is fitted on the first N train dialogues"
     )
     ap.add_argument("--detector", default=None, help="the monitor's detector (default: Monitor.fit's, wf)")
+    ap.add_argument(
+        "--detector-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an option of the detector (repeatable; e.g. slot_reader=auto); VALUE read as JSON when it parses",
+    )
     ap.add_argument("--latency-turns", type=int, default=400, help="turns of the latency step")
     ap.add_argument(
         "--busy", type=int, default=0, help="processes kept spinning during the latency step (the load)"
@@ -294,7 +302,18 @@ def main(argv=None) -> int:
         raise SystemExit(f"only {len(train)} train dialogues; raise --per-task")
     train = sorted(train, key=lambda d: d["dialogue_id"])[: args.train_dialogues]
     t = time.perf_counter()
-    mon = Monitor.fit(train, detector=args.detector, encoder="minilm", workflow=f"star:{args.star}")
+    options = {}
+    for kv in args.detector_option:
+        key, sep, value = kv.partition("=")
+        if not sep:
+            ap.error(f"--detector-option {kv!r}: expected KEY=VALUE")
+        try:
+            options[key] = json.loads(value)
+        except ValueError:
+            options[key] = value
+    mon = Monitor.fit(
+        train, detector=args.detector, encoder="minilm", workflow=f"star:{args.star}", **options
+    )
     path = mon.save(work / f"{args.task}.monitor")
     print(
         f"corpus: {len(train)} train, {len(test)} test dialogues; fitted {mon!r} in {time.perf_counter() - t:.1f} s"
@@ -317,6 +336,7 @@ def main(argv=None) -> int:
     figures: dict = {
         "task": args.task,
         "detector": "wf" if mon.workflow_aware else mon.detector.name,
+        "detector_options": options,
         "train_dialogues": len(train),
         "conversations": args.conversations,
         "turns_per_conversation": args.turns,

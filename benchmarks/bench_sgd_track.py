@@ -268,8 +268,6 @@ def main(argv: list[str] | None = None) -> int:
         "--star", default=os.environ.get("DIALFORK_STAR_DIR", str(ROOT.parent / "shared" / "star"))
     )
     args = ap.parse_args(argv)
-    if args.slot_reader == "crossfit" and args.reader != "crossfit":
-        ap.error("--slot-reader crossfit needs --reader crossfit (pass --slot-reader shipped or none)")
     command = "python benchmarks/bench_sgd_track.py" + "".join(
         " " + shlex.quote(a) for a in (argv or sys.argv[1:])
     )
@@ -301,13 +299,16 @@ def main(argv: list[str] | None = None) -> int:
     has_slots = "slot_reader" in WorkflowDetector().get_params()
     readers: list[Any] = []
     slot_readers: list[Any] = ["shipped"] * len(FOLDS)
-    if args.reader == "crossfit":
+    crossfit = args.reader == "crossfit" or (has_slots and args.slot_reader == "crossfit")
+    if crossfit:
         missing = sorted({service[r["task"]] for r in test} - {s for f in FOLDS for s in f})
         if missing:
             raise SystemExit(f"bench_sgd_track: no crossfit fold holds service(s) {', '.join(missing)}")
+    readers = [None if args.reader == "none" else "shipped"] * len(FOLDS)
+    if args.reader == "crossfit":
         readers = crossfit_readers(args.sgd, args.star, Path(args.out) / "readers", seed=args.seed)
-        if has_slots and args.slot_reader == "crossfit":
-            slot_readers = crossfit_slot_readers(args.sgd, Path(args.out) / "readers", seed=args.seed)
+    if has_slots and args.slot_reader == "crossfit":
+        slot_readers = crossfit_slot_readers(args.sgd, Path(args.out) / "readers", seed=args.seed)
     # the readers are opt-in on wf (step_reader / slot_reader, default None): a mode other than none
     # turns them on, and readers_as() then hands each fold its own
     wf_extra: dict[str, Any] = {}
@@ -335,7 +336,7 @@ def main(argv: list[str] | None = None) -> int:
                 )
             tf = time.perf_counter()
             rows = None if fit == "files" else logs if fit == "logs-labelled" else [strip(r) for r in logs]
-            if name == "ss+nc" or args.reader != "crossfit":
+            if name == "ss+nc" or not crossfit:
                 with readers_as(None if args.reader == "none" else "shipped"):
                     det.fit(rows, embeddings=None if rows is None else E_logs)
                     res = evaluate(det, test, E_test, steps)
