@@ -617,8 +617,9 @@ def test_a_rule_misfiring_with_evidence_is_switched_off_for_that_task_only_and_n
 
 
 def test_the_state_rules_gate_on_the_step_readers_probability():
-    """Issue 50 item 4: with a step reader the sureness gate is its calibrated probability
-    (``rule_min_prob``); the cosine cut is kept only for the assigner without a reader."""
+    """Issue 50 item 4: with a step reader the sureness gate also reads its calibrated probability
+    (``rule_min_prob``), on top of the cosine cut: the reader alone was sure of some step for STAR's
+    typed drafts ("unavail", "9202") and the rules then alarmed on 47% of those conformant dialogues."""
     from types import SimpleNamespace
 
     from dialfork_metrics.task3.workflow.detector import WorkflowDetector
@@ -633,10 +634,13 @@ def test_the_state_rules_gate_on_the_step_readers_probability():
     det = WorkflowDetector(encoder=None)
     assert DEFAULT_RULE_MIN_PROB == det.rule_min_prob == 0.5
     det.assigner_ = SimpleNamespace(reader_=object())
-    # prob >= 0.5 is sure whatever the cosine says; a turn the reader does not read (NaN) is sure
+    # sure when the reader is (prob >= 0.5, or NaN: a turn it does not read) and so is cosine
+    assert det._confident(a).tolist() == [False, False, False, True]
+    a.own_similarity = np.array([0.9, 0.9, 0.9, 0.9])
     assert det._confident(a).tolist() == [True, False, True, True]
     det.rule_min_prob = 0.95
     assert det._confident(a).tolist() == [False, False, True, False]
+    a.own_similarity = np.array([0.5, 0.9, 0.5, 0.9])
     # no reader: the cosine cut (0.75 similarity or 0.1 margin)
     det.assigner_ = SimpleNamespace(reader_=None)
     assert det._confident(a).tolist() == [False, True, False, True]

@@ -141,16 +141,17 @@ class WorkflowDetector(BaseEstimator):
             dialogues had it filled at least this share of the times they said the step.
         state_rules: Track the dialogue state and apply its rules (False: the role-free rules
             only, the detector before the state tracker: what benchmarks compare against).
-        rule_min_prob: With the step reader (the node assigner's default), the dialogue-state
-            rules judge a system turn only while it and every system turn before it have a
-            calibrated step probability of at least this (ours, 0.5: more likely right than wrong;
-            :data:`~.workflow_state.DEFAULT_RULE_MIN_PROB`): a rule on a wrongly assigned step, or a
-            state built on one, raises false alarms.
-        rule_min_similarity: Without a step reader (cosine assignment), the same gate reads
-            similarity: sure when a turn matched its step at least this well (cosine; ours;
+        rule_min_prob: With the step reader (``step_reader``), the dialogue-state rules judge a
+            system turn only while it and every system turn before it have a calibrated step
+            probability of at least this (ours, 0.5: more likely right than wrong;
+            :data:`~.workflow_state.DEFAULT_RULE_MIN_PROB`) *and* pass the cosine cut below: a rule
+            on a wrongly assigned step, or a state built on one, raises false alarms, and the
+            reader alone is sure of some step even for STAR's typed drafts ("unavail", "9202").
+        rule_min_similarity: The cosine gate (with or without a step reader): sure when a turn
+            matched its step at least this well (cosine; ours;
             :data:`~.workflow_state.DEFAULT_RULE_MIN_SIMILARITY`).
         rule_min_margin: ... or when its step beats the task's next best step by at least this
-            (cosine; ours, without a step reader only): a turn full of slot values ("It will be
+            (cosine; ours): a turn full of slot values ("It will be
             sunny all day on Tuesday in Chicago") matches no phrasing closely but no other step
             either (:func:`~.workflow_state.confident_steps`).
         shared_steps: Steps several workflows share (a question for the same kind of slot, a
@@ -526,17 +527,20 @@ class WorkflowDetector(BaseEstimator):
         ]
 
     def _confident(self, a: Any) -> np.ndarray:
-        """Per system turn of assignment ``a``: its step is sure enough for the state rules: by the
-        step reader's calibrated probability (:func:`sure_steps`, ``rule_min_prob``) when the
-        assigner reads with one, else by cosine (:func:`confident_steps`; the assignment carries the
-        best and second best similarities)."""
+        """Per system turn of assignment ``a``: its step is sure enough for the state rules: by
+        cosine (:func:`confident_steps`; the assignment carries the best and second best
+        similarities) and, when the assigner reads with a step reader, also by its calibrated
+        probability (:func:`sure_steps`, ``rule_min_prob``)."""
+        by_cosine = confident_steps(
+            a.own_similarity, a.second_similarity, self.rule_min_similarity, self.rule_min_margin
+        )
         if getattr(getattr(self, "assigner_", None), "reader_", None) is not None:
             prob = getattr(a, "prob", None)
             if prob is not None and len(prob) == len(a.nodes):
-                return sure_steps(prob, getattr(self, "rule_min_prob", DEFAULT_RULE_MIN_PROB))
-        return confident_steps(
-            a.own_similarity, a.second_similarity, self.rule_min_similarity, self.rule_min_margin
-        )
+                # both must be sure: the reader is sure of some step even for STAR's typed drafts
+                # ("unavail", "9202"), where cosine is not
+                return by_cosine & sure_steps(prob, getattr(self, "rule_min_prob", DEFAULT_RULE_MIN_PROB))
+        return by_cosine
 
     def _slot_read(self) -> Any:
         """The tracker's slot reader (``read`` of :func:`~.workflow_state.observe_user`), or None for
