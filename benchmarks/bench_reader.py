@@ -290,23 +290,20 @@ def markdown(res: dict) -> str:
     lines += [
         "",
         f"Encoding one new turn with the packaged MiniLM: {lat['encode_one_turn']} ms (every contender pays it).",
-        "",
-        "Per gold act (track test):",
-        "",
-        "| contender | " + " | ".join(a[4:] for a in acts) + " |",
-        "| --- | " + " | ".join("---:" for _ in acts) + " |",
     ]
-    for name, e in c.items():
-        lines.append(f"| {name} | " + " | ".join(pct(e["track_test"].get(a)) for a in acts) + " |")
-    lines += [
-        "",
-        "Per gold role (track test; a step with several roles counts under each):",
-        "",
-        "| contender | " + " | ".join(a[5:] for a in roles) + " |",
-        "| --- | " + " | ".join("---:" for _ in roles) + " |",
-    ]
-    for name, e in c.items():
-        lines.append(f"| {name} | " + " | ".join(pct(e["track_test"].get(a)) for a in roles) + " |")
+    for title, keys, cut in (
+        ("Per gold act (track test):", acts, 4),
+        ("Per gold role (track test; a step with several roles counts under each):", roles, 5),
+    ):
+        lines += [
+            "",
+            title,
+            "",
+            "| contender | " + " | ".join(k[cut:] for k in keys) + " |",
+            "| --- | " + " | ".join("---:" for _ in keys) + " |",
+        ]
+        for name, e in c.items():
+            lines.append(f"| {name} | " + " | ".join(pct(e["track_test"].get(k)) for k in keys) + " |")
     cal = res["calibration"]
     lines += [
         "",

@@ -25,7 +25,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from bench_sgd_track import EDITS, embeddings, strip  # noqa: E402
+from bench_sgd_track import EDITS, embeddings, strip, track_and_logs  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -38,19 +38,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", default=str(ROOT / "benchmarks" / "results" / "routing.json"))
     args = ap.parse_args(argv)
     from dialfork_dataset.sources import open_source
-    from dialfork_dataset.tracks.sgd import WORKFLOWS_DIR, build_sgd_track
+    from dialfork_dataset.tracks.sgd import WORKFLOWS_DIR
     from dialfork_metrics.task3 import make_detector
     from dialfork_metrics.task3.streaming._common import resolve_encoder
 
     t0, load0 = time.perf_counter(), round(os.getloadavg()[0], 2)
-    track = build_sgd_track(args.sgd, seed=args.seed, max_dialogues_per_task=args.max_per_task)
+    _, _, test, logs = track_and_logs(args.sgd, args.seed, args.max_per_task, args.logs)
+    logs = [strip(r) for r in logs]
     enc = resolve_encoder("minilm")
-    train = [r for r in track.split("train") if r["edit"] is None]
-    test = track.split("test")
-    by_task: dict[str, list[dict]] = defaultdict(list)
-    for r in train:
-        by_task[r["task"]].append(r)
-    logs = [strip(r) for t in sorted(by_task) for r in by_task[t][: args.logs]]
     tag = f"s{args.seed}-m{args.max_per_task}"
     E_test = embeddings(enc, test, Path(args.out) / f"test-{tag}.pkl")
     E_logs = embeddings(enc, logs, Path(args.out) / f"logs-{tag}-{args.logs}.pkl")

@@ -63,6 +63,21 @@ def strip(r: dict) -> dict:
     return {k: v for k, v in r.items() if k not in ("system_nodes", "system_node_tasks")}
 
 
+def track_and_logs(sgd: str, seed: int, max_per_task: int, n_logs: int) -> tuple[Any, list, list, list]:
+    """The sgd track, its conformant train dialogues, its test records and the logs fit set: the
+    first ``n_logs`` conformant train dialogues of each task, labelled (:func:`strip` them for the
+    unlabelled fit)."""
+    from dialfork_dataset.tracks.sgd import build_sgd_track
+
+    track = build_sgd_track(sgd, seed=seed, max_dialogues_per_task=max_per_task)
+    train = [r for r in track.split("train") if r["edit"] is None]
+    by_task: dict[str, list[dict]] = defaultdict(list)
+    for r in train:
+        by_task[r["task"]].append(r)
+    logs = [r for t in sorted(by_task) for r in by_task[t][:n_logs]]
+    return track, train, track.split("test"), logs
+
+
 def embeddings(enc: Any, rows: list[dict], cache: Path) -> list[np.ndarray]:
     if cache.is_file():
         return pickle.loads(cache.read_bytes())
@@ -272,22 +287,16 @@ def main(argv: list[str] | None = None) -> int:
         " " + shlex.quote(a) for a in (argv or sys.argv[1:])
     )
     from dialfork_dataset.sources import open_source
-    from dialfork_dataset.tracks.sgd import SGD_TASKS, WORKFLOWS_DIR, build_sgd_track
+    from dialfork_dataset.tracks.sgd import SGD_TASKS, WORKFLOWS_DIR
     from dialfork_metrics.task3 import make_detector
     from dialfork_metrics.task3.streaming._common import resolve_encoder
 
     t0 = time.perf_counter()
     load0 = round(os.getloadavg()[0], 2)
-    track = build_sgd_track(args.sgd, seed=args.seed, max_dialogues_per_task=args.max_per_task)
+    track, train, test, logs = track_and_logs(args.sgd, args.seed, args.max_per_task, args.logs)
     source = open_source(f"workflow:{WORKFLOWS_DIR}")
     steps = {t.name: dict(t.steps) for t in SGD_TASKS}
     enc = resolve_encoder("minilm")
-    train = [r for r in track.split("train") if r["edit"] is None]
-    test = track.split("test")
-    by_task: dict[str, list[dict]] = defaultdict(list)
-    for r in train:
-        by_task[r["task"]].append(r)
-    logs = [r for t in sorted(by_task) for r in by_task[t][: args.logs]]
     tag = f"s{args.seed}-m{args.max_per_task}"
     E_test = embeddings(enc, test, Path(args.out) / f"test-{tag}.pkl")
     E_logs = embeddings(enc, logs, Path(args.out) / f"logs-{tag}-{args.logs}.pkl")

@@ -425,10 +425,17 @@ def placeholders(task: Any, node: str) -> list[str]:
         >>> placeholders(T(), "offer")
         ['leaving_time', 'fare', 'count']
     """
-    template = getattr(task, "template", None)
-    texts = [(template(node) if callable(template) else None) or ""]
-    texts.append((getattr(task, "replies", None) or {}).get(node) or "")
+    texts = _step_texts(task, node)
     return list(dict.fromkeys(m for t in texts for m in re.findall(r"\{(\w+)", t)))
+
+
+def _step_texts(task: Any, node: str) -> tuple[str, str]:
+    """A step's template text and its reply label (``""`` where the task has none)."""
+    template = getattr(task, "template", None)
+    return (
+        (template(node) if callable(template) else None) or "",
+        (getattr(task, "replies", None) or {}).get(node) or "",
+    )
 
 
 def says_only_values(task: Any, node: str) -> bool:
@@ -452,12 +459,8 @@ def says_only_values(task: Any, node: str) -> bool:
         >>> says_only_values(T(), "ask_question"), says_only_values(T(), "ask_day")
         (True, False)
     """
-    template = getattr(task, "template", None)
-    text = (
-        (template(node) if callable(template) else None)
-        or (getattr(task, "replies", None) or {}).get(node)
-        or ""
-    )
+    template, reply = _step_texts(task, node)
+    text = template or reply
     return bool(re.search(r"\{\w+", text)) and not re.search(r"\w", re.sub(r"\{[^}]*\}", " ", text))
 
 

@@ -588,7 +588,7 @@ class WorkflowDetector(BaseEstimator):
         if roles is None or turns is None:
             return None, []
         flags, verdicts = state_flags(
-            turns, nodes, roles, *self._state_args(task), read=self._slot_read(), also=also or None
+            turns, nodes, roles, *self._state_args(task), read=self._slot_read(), also=also
         )
         if sure is not None:
             # judged only while it and every earlier system turn matched their steps surely

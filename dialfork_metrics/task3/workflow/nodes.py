@@ -833,14 +833,9 @@ class NodeAssigner:
                 reasons.append("unfamiliar")
         closings = getattr(self, "_closings", {}).get(task, [])
         own_idx = np.flatnonzero(self._own[task])
-        also = [
-            tuple(
-                self.keys_[j][1]
-                for j, x in zip(own_idx, row)
-                if x >= ALSO_MIN_SIMILARITY and j != b and not self._generic_mask[j]
-            )
-            for row, b in zip(So, best_own)
-        ]
+        near = (So >= ALSO_MIN_SIMILARITY) & ~np.asarray(self._generic_mask, dtype=bool)[own_idx]
+        near &= own_idx[None, :] != np.asarray(best_own).reshape(-1, 1)
+        also = [tuple(self.keys_[j][1] for j in own_idx[row]) for row in near]
         return NodeAssignment(
             task=task,
             nodes=[as_task_step(self.keys_[i][1], closings) if i >= 0 else None for i in node],
