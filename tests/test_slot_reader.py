@@ -273,3 +273,45 @@ def test_read_drops_what_the_value_check_refuses(tiny):
     every.threshold = -1.0  # the classifier says yes to every slot
     got = every.read("Sorry, I got distracted for a second.", SLOTS, "Which city and day?", asked=["city"])
     assert set(got) == {"symptoms"}
+
+
+class CountingEncoder(HashEncoder):
+    """:class:`HashEncoder` that records every text it encodes."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen: list[str] = []
+
+    def encode(self, texts):
+        self.seen.extend(texts)
+        return super().encode(texts)
+
+
+def test_a_read_encodes_only_the_user_turn_once_slots_and_system_turn_are_held(tiny, tmp_path):
+    enc = CountingEncoder()
+    reader = SlotReader.from_pretrained(tiny.save_pretrained(tmp_path / "r"), encoder=enc)
+    enc.seen.clear()  # (the load checked the encoder's fingerprint)
+    question = "What are your symptoms?"
+    first = reader.read("I have a rash.", SLOTS, question, asked=["symptoms"])
+    assert set(enc.seen) == {"I have a rash.", question} | {s.text for s in SLOTS}
+    enc.seen.clear()
+    # the caller encoded the next system turn already (the guard does): the read encodes the user turn alone
+    question2 = "What day would you like?"
+    reader.remember(question2, HashEncoder().encode([question2])[0])
+    second = reader.read("Next Friday, please.", SLOTS, question2, asked=["appointment_date"])
+    assert enc.seen == ["Next Friday, please."]
+    # the same answers as a reader holding nothing
+    fresh = SlotReader.from_pretrained(tmp_path / "r", encoder=HashEncoder())
+    assert first == fresh.read("I have a rash.", SLOTS, question, asked=["symptoms"])
+    assert second == fresh.read("Next Friday, please.", SLOTS, question2, asked=["appointment_date"])
+    with pytest.raises(ValueError, match="dimension 16"):
+        reader.remember("x", np.ones(16))
+
+
+def test_text_memo_is_bounded_least_recently_used():
+    memo = S.TextMemo(max_texts=2)
+    memo.put("a", np.zeros(3))
+    memo.put("b", np.ones(3))
+    assert memo["a"].dtype == np.float32  # reading "a" makes "b" the oldest
+    memo.put("c", np.ones(3))
+    assert list(memo) == ["a", "c"]

@@ -647,3 +647,22 @@ def test_the_state_rules_gate_on_the_step_readers_probability():
     assert sure_steps(np.array([0.5, 0.49])).tolist() == [True, False]
     with pytest.raises(ValueError, match="rule_min_prob"):
         WorkflowDetector(rule_min_prob=1.5)._validate_params()
+
+
+def test_with_the_slot_reader_streaming_equals_offline_and_encodes_each_system_turn_once(car_file):
+    """The guard hands each system turn's embedding to the slot reader (it reads the next user turn
+    against it): streaming gives the offline deviations, and the reader holds those turns."""
+    det = WorkflowDetector(workflow=car_file, slot_reader="auto").fit(None)
+    reader = det._slot_read().args[0]
+    enc = det.get_encoder()
+    for d in [_booking(1), _booking(2, "Friday", closing_first=True)]:
+        E = enc.encode([t["text"] for t in d["turns"]])
+        state, devs = None, []
+        for t, e in zip(d["turns"], E):
+            state, r = det.step(state, t["speaker"], e, d["task"], text=t["text"])
+            if r.deviation is not None:
+                devs.append(r.deviation - r.threshold)
+        np.testing.assert_allclose(devs, det.turn_deviations([d], [E])[0], atol=1e-6)
+        for t in d["turns"]:
+            if t["speaker"] == "system":
+                assert t["text"] in reader.memo

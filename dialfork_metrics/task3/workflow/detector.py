@@ -560,6 +560,24 @@ class WorkflowDetector(BaseEstimator):
         self._slot_read_cache = (spec, read)
         return read
 
+    def _remember_for_slots(self, text: str | None, embedding: Any) -> None:
+        """Hand a system turn's embedding to the slot reader (when it reads with this detector's
+        encoder), so that the user turn answering it is the only text a read encodes."""
+        read = self._slot_read()
+        if read is None or not text or embedding is None:
+            return
+        reader = read.args[0]
+        enc = self.get_encoder()
+        if getattr(enc, "model_id", None) == reader.fingerprint.get("encoder"):
+            reader.remember(text, embedding)
+
+    def _remember_rows(self, turns, E: np.ndarray, rows: Sequence[int]) -> None:
+        """:meth:`_remember_for_slots` for every system turn of a dialogue scored offline."""
+        if getattr(self, "slot_reader", None) is None:
+            return
+        for r in rows:
+            self._remember_for_slots(turns[r].get("text"), E[r])
+
     def _state_args(self, task: str) -> tuple[Any, frozenset[str], Mapping[str, Any]]:
         """What the dialogue-state rules read of a fitted task: its structure, the steps never
         flagged as repeats, the enforced requirements."""
@@ -673,6 +691,7 @@ class WorkflowDetector(BaseEstimator):
         if not rows:
             return -math.inf
         got: dict[str, np.ndarray] = {}
+        self._remember_rows(turns, E, rows)
         a = assigner.assign(task, E[rows])
         d = self._flag_deviations(task, a, self._answered(turns, rows), turns, got) - self._threshold_of(task)
         if hits is not None:
@@ -769,6 +788,7 @@ class WorkflowDetector(BaseEstimator):
         if not rows:
             return np.zeros(0)
         answered = self._answered(turns, rows)
+        self._remember_rows(turns, E, rows)
         if task is None:
             routes = routes or [
                 self.route(E[[k for k in range(r) if turns[k]["speaker"] == "user"]], ROUTE_MARGIN)
@@ -954,6 +974,8 @@ class WorkflowDetector(BaseEstimator):
                 st["dialogue"] = observe_user(dstate, text or "", st["turn"] - 1, roles, read).to_dict()
             return st, WorkflowStepResult(None, False, None, thr, None, None, None)
         a = self.assigner_.assign(task, np.asarray(embedding, dtype=np.float64).reshape(1, -1))
+        if roles is not None:
+            self._remember_for_slots(text, embedding)
         st["system_turn"] += 1
         st["nodes"].append(a.nodes[0])
         st["answered"].append(False)

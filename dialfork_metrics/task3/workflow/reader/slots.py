@@ -44,6 +44,7 @@ import math
 import re
 import sys
 import time
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -327,18 +328,46 @@ def _cues(
 
 
 # ----------------------------------------------------------------------------- features
-def _encode(encoder: Any, texts: Sequence[str]) -> dict[str, np.ndarray]:
+def _encode(
+    encoder: Any, texts: Sequence[str], memo: Mapping[str, np.ndarray] | None = None
+) -> dict[str, np.ndarray]:
+    """Each distinct non-blank text's embedding: from ``memo`` where it has it, the rest in one
+    encoder call."""
     uniq = [t for t in dict.fromkeys(texts) if t.strip()]
-    if not uniq:
-        return {}
-    emb = np.asarray(encoder.encode(uniq), dtype=np.float32)
-    return dict(zip(uniq, emb))
+    out = {t: memo[t] for t in uniq if memo is not None and t in memo}
+    new = [t for t in uniq if t not in out]
+    if new:
+        out.update(zip(new, np.asarray(encoder.encode(new), dtype=np.float32)))
+    return out
+
+
+class TextMemo(OrderedDict):
+    """Embeddings the reader holds itself, least recently used dropped past ``max_texts``: the slot
+    texts (constants of a workflow, encoded once) and the system turns the caller already encoded
+    (:meth:`SlotReader.remember`), so that reading a user turn encodes that turn alone."""
+
+    def __init__(self, max_texts: int = 4096):
+        super().__init__()
+        self.max_texts = int(max_texts)
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        value = super().__getitem__(key)
+        self.move_to_end(key)
+        return value
+
+    def put(self, key: str, value: np.ndarray) -> None:
+        """Hold ``key``'s embedding (float32), dropping the least recently used past the bound."""
+        self[key] = np.asarray(value, dtype=np.float32)
+        self.move_to_end(key)
+        while len(self) > self.max_texts:
+            self.popitem(last=False)
 
 
 def pair_features(
     encoder: Any,
     turns: Sequence[UserTurn],
     slots_of: Mapping[str, Sequence[SlotInfo]] | Sequence[Sequence[SlotInfo]],
+    memo: TextMemo | None = None,
 ) -> tuple[np.ndarray, list[tuple[int, SlotInfo]]]:
     """The feature rows of every (turn, slot) pair.
 
@@ -346,6 +375,8 @@ def pair_features(
         encoder: An object with ``encode(texts) -> (n, d)`` L2-normalised rows (the packaged MiniLM).
         turns: The user turns.
         slots_of: Service -> its slots (read by each turn's ``service``), or one slot list per turn.
+        memo: Embeddings held beside the encoder's cache (:class:`TextMemo`): read first; the slot
+            texts encoded here are put in it.
 
     Returns:
         ``(X, pairs)``: float32 rows of :data:`N_FEATURES` (the cosines of the slot ``s``, the user
@@ -357,9 +388,12 @@ def pair_features(
         list(slots_of[i]) if not isinstance(slots_of, Mapping) else list(slots_of.get(t.service, ()))
         for i, t in enumerate(turns)
     ]
-    texts = [t.text for t in turns] + [t.prev_system for t in turns]
-    texts += [s.text for ss in per_turn for s in ss]
-    emb = _encode(encoder, texts)
+    slot_texts = [s.text for ss in per_turn for s in ss]
+    emb = _encode(encoder, [t.text for t in turns] + [t.prev_system for t in turns] + slot_texts, memo)
+    if memo is not None:
+        for t in dict.fromkeys(slot_texts):
+            if t in emb and t not in memo:
+                memo.put(t, emb[t])
     dim = len(next(iter(emb.values()))) if emb else 1
     zero = np.zeros(dim, dtype=np.float32)
     pairs: list[tuple[int, SlotInfo]] = []
@@ -491,6 +525,28 @@ class SlotReader:
         self._encoder = encoder
         self.threshold = float(threshold)
         self.meta = dict(meta or {})
+        self.memo = TextMemo()
+
+    def remember(self, text: str, embedding: np.ndarray) -> None:
+        """Hold a text's embedding that the caller computed with this reader's encoder (a system
+        turn the guard just encoded), so that reading the user turn that answers it does not
+        encode it again.
+
+        Args:
+            text: The text.
+            embedding: Its L2-normalised embedding, shape ``(dim,)``.
+
+        Raises:
+            ValueError: ``embedding`` is not a vector of the reader's dimension.
+        """
+        e = np.asarray(embedding, dtype=np.float32).reshape(-1)
+        if e.shape[0] != int(self.fingerprint.get("dim", e.shape[0])):
+            raise ValueError(
+                f"embedding of dimension {e.shape[0]} for a slot reader made for dimension "
+                f"{self.fingerprint.get('dim')} ({self.fingerprint.get('encoder')})"
+            )
+        if text.strip():
+            self.memo.put(text, e)
 
     def __repr__(self) -> str:
         return f"SlotReader(encoder={self.fingerprint.get('encoder')!r}, hidden={self.arrays['b1'].size})"
@@ -644,7 +700,7 @@ class SlotReader:
             if not slots or isinstance(slots[0], SlotInfo)
             else [list(s) for s in slots]
         )
-        X, pairs = pair_features(self.encoder, turns, per)
+        X, pairs = pair_features(self.encoder, turns, per, self.memo)
         p = self.proba(X) if len(pairs) else np.zeros(0)
         out: list[dict[str, float]] = [{} for _ in turns]
         for (i, s), q in zip(pairs, p):
