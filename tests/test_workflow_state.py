@@ -933,3 +933,33 @@ def test_a_turn_that_asks_two_questions_tells_the_reader_both(car):
     st = DialogueState(asked_too=["day"])
     assert DialogueState.from_dict(st.to_dict()).asked_too == ["day"]
     assert state_dict_errors({"said": [], "asked_too": "day"}, 0)
+
+
+def test_a_slot_description_is_what_the_slot_reader_reads(tmp_path, star_dir):
+    """A declared ``description`` names the slot for the slot reader; without one, the API input's
+    readable name (STAR's), else the slot's name alone; an empty one is refused at its line."""
+    from dialfork_dataset.workflow.files import validate_workflow
+    from dialfork_metrics.task3.workflow.reader.slots import slots_from_roles
+
+    text = CAR.replace(
+        "plate_number: {type: text, examples: [AB12 CDE]}",
+        "plate_number: {type: text, description: the car's registration, examples: [AB12 CDE]}",
+    )
+    task = car_source(tmp_path / "described", text).task("car_book_service")
+    roles = derive_roles(task)
+    assert roles.descriptions["plate_number"] == "the car's registration"
+    by = {s.name: s for s in slots_from_roles(roles)}
+    assert by["plate_number"].text == "plate number: the car's registration"
+    assert by["day"].text == "day"  # nothing declared, no API input: the name's words
+    assert by["plate_number"].value_type == "text" and by["plate_number"].values == ()
+    # STAR's API inputs carry readable names
+    from dialfork_dataset.star import StarCorpus
+
+    doctor = derive_roles(StarCorpus(star_dir).task("doctor_schedule"))
+    assert doctor.descriptions["doctor_name"] == "Doctor Name"
+    # an explicit mapping replaces the roles' own
+    given = {s.name: s.text for s in slots_from_roles(roles, {"day": "the day"})}
+    assert given["day"] == "day: the day" and given["plate_number"] == "plate number"
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text.replace("description: the car's registration", 'description: ""'))
+    assert any(":6:" in e and "description" in e for e in validate_workflow(bad))

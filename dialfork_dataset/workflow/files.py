@@ -119,7 +119,7 @@ class WorkflowTask(StarTask):
         declared_requires: Step -> the slots its ``requires:`` declares (``[]``: none); steps
             without ``requires:`` are absent.
         declared_slots: Slot -> what the task's ``slots:`` declares of it: ``type`` (a value type of
-            :data:`~dialfork_dataset.workflow.roles.VALUE_TYPES`) and ``examples`` (as text); slots
+            :data:`~dialfork_dataset.workflow.roles.VALUE_TYPES`), ``description`` and ``examples`` (as text); slots
             without a declaration are absent (their type is guessed from the name).
     """
 
@@ -147,7 +147,7 @@ class WorkflowTask(StarTask):
     declared_requires: dict[str, list[str]] = field(default_factory=dict)
     """step -> the slots from ``requires:``."""
     declared_slots: dict[str, dict[str, Any]] = field(default_factory=dict)
-    """slot -> ``{"type", "examples"}`` from the task's ``slots:`` (read by ``derive_roles``)."""
+    """slot -> ``{"type", "description", "examples"}`` from the task's ``slots:`` (read by ``derive_roles``)."""
 
     def describe(self, node: str) -> str:
         """The step's own ``description`` if it has one, else the text from its name and kind.
@@ -302,6 +302,7 @@ def _build_task(
         declared_slots={
             name: {
                 **({"type": d["type"]} if d.get("type") else {}),
+                **({"description": str(d["description"])} if d.get("description") else {}),
                 "examples": [
                     ("yes" if v else "no") if isinstance(v, bool) else str(v) for v in d.get("examples") or ()
                 ],

@@ -186,6 +186,8 @@ class TaskRoles:
         examples: slot -> example values (the file's ``slots:`` examples, else the API input's
             ``Examples``): what a slot reader may be shown.
         declared_types: The slots whose value type a workflow file declared (not guessed).
+        descriptions: slot -> what it holds in words (the file's ``slots:`` description, else the
+            API input's ``ReadableName``; absent: none): what a slot reader reads beside the name.
     """
 
     task: str
@@ -196,6 +198,7 @@ class TaskRoles:
     problems: tuple[str, ...] = ()
     examples: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     declared_types: frozenset[str] = frozenset()
+    descriptions: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def complete(self) -> bool:
@@ -598,6 +601,7 @@ def derive_roles(task: Any) -> TaskRoles:
     values: dict[str, tuple[str, ...]] = {}
     types: dict[str, str] = {}
     examples: dict[str, tuple[str, ...]] = {}
+    descriptions: dict[str, str] = {}
     decl = dict(getattr(task, "declared_slots", None) or {})
     slots = list(dict.fromkeys(s for r in steps.values() for s in (*r.collects, *r.requires)))
     for s in slots:
@@ -608,6 +612,9 @@ def derive_roles(task: Any) -> TaskRoles:
         values[s] = tuple(str(v) for v in (inp or {}).get("Categories") or ())
         examples[s] = tuple(str(v) for v in d.get("examples") or (inp or {}).get("Examples") or ())
         types[s] = d.get("type") or value_type(s, inp)  # rule 7: a declared type wins
+        said = str(d.get("description") or (inp or {}).get("ReadableName") or "").strip()
+        if said:
+            descriptions[s] = said
         if types[s] == "categorical" and not values[s]:
             values[s] = examples[s]  # a declared categorical slot's examples are its values
     return TaskRoles(
@@ -619,6 +626,7 @@ def derive_roles(task: Any) -> TaskRoles:
         tuple(problems),
         examples,
         frozenset(s for s in slots if (decl.get(s) or {}).get("type")),
+        descriptions,
     )
 
 

@@ -344,7 +344,11 @@ def _encode(
 class TextMemo(OrderedDict):
     """Embeddings the reader holds itself, least recently used dropped past ``max_texts``: the slot
     texts (constants of a workflow, encoded once) and the system turns the caller already encoded
-    (:meth:`SlotReader.remember`), so that reading a user turn encodes that turn alone."""
+    (:meth:`SlotReader.remember`), so that reading a user turn encodes that turn alone.
+
+    Args:
+        max_texts: The most texts held.
+    """
 
     def __init__(self, max_texts: int = 4096):
         super().__init__()
@@ -356,7 +360,12 @@ class TextMemo(OrderedDict):
         return value
 
     def put(self, key: str, value: np.ndarray) -> None:
-        """Hold ``key``'s embedding (float32), dropping the least recently used past the bound."""
+        """Hold ``key``'s embedding (float32), dropping the least recently used past the bound.
+
+        Args:
+            key: The text.
+            value: Its embedding.
+        """
         self[key] = np.asarray(value, dtype=np.float32)
         self.move_to_end(key)
         while len(self) > self.max_texts:
@@ -949,13 +958,14 @@ def slots_from_roles(roles: Any, descriptions: Mapping[str, str] | None = None) 
     """The reader's slots of a task's :class:`~dialfork_dataset.workflow.roles.TaskRoles`.
 
     Args:
-        roles: The task's roles (``value_types``, ``values``).
-        descriptions: Slot -> a description in words (None: the slot's name is read).
+        roles: The task's roles (``value_types``, ``values``, ``descriptions``).
+        descriptions: Slot -> a description in words (None: the roles' own, from the workflow file's
+            ``slots:`` or the API inputs' readable names; a slot without one is read by its name).
 
     Returns:
         list[SlotInfo]: One per slot of ``roles.value_types``.
     """
-    desc = descriptions or {}
+    desc = descriptions if descriptions is not None else dict(getattr(roles, "descriptions", None) or {})
     return [
         SlotInfo(s, str(desc.get(s) or ""), t if t in TYPES else "text", tuple(roles.values.get(s, ())))
         for s, t in roles.value_types.items()
