@@ -113,9 +113,9 @@ def star_tracks(args: argparse.Namespace) -> dict[str, Any]:
     rows = fits["no-human"]
     fit_embs = T3.embed(enc, rows)
     res: dict[str, Any] = {}
-    for slots, variant in (("patterns", "wf"), ("slot reader", "wf+slot")):
+    for slots, variant in (("patterns", "wf-patterns"), ("slot reader", "wf")):
         det = T3.make(variant, ns, enc, StarCorpus(args.star))
-        T3.fit_detector(det, "wf", rows, fit_embs)
+        T3.fit_detector(det, variant, rows, fit_embs)
         for name in ("human-picked", "human-typed"):
             test = tracks[name]
             embs = T3.embed(enc, test)
@@ -176,7 +176,7 @@ def sgd_track(args: argparse.Namespace) -> dict[str, Any]:
             ix = [i for i, r in enumerate(test) if service[r["task"]] in fold]
             if not ix:
                 continue
-            extra = {"slot_reader": "auto"} if slots == "slot reader" else {}
+            extra = {"slot_reader": "auto" if slots == "slot reader" else None}
             with SGD.readers_as(None, srd):
                 det = make_detector("wf", workflow=source, encoder=enc, **extra).fit(None)
                 sub, E_sub = [test[i] for i in ix], [E[i] for i in ix]

@@ -49,7 +49,10 @@ def main(argv: list[str] | None = None) -> int:
     tag = f"s{args.seed}-m{args.max_per_task}"
     E_test = embeddings(enc, test, Path(args.out) / f"test-{tag}.pkl")
     E_logs = embeddings(enc, logs, Path(args.out) / f"logs-{tag}-{args.logs}.pkl")
-    det = make_detector("wf", workflow=open_source(f"workflow:{WORKFLOWS_DIR}"), encoder=enc)
+    # the slot patterns: the shipped slot reader learned these very services (bench_sgd_track crossfits it)
+    det = make_detector(
+        "wf", workflow=open_source(f"workflow:{WORKFLOWS_DIR}"), encoder=enc, slot_reader=None
+    )
     det.fit(logs, embeddings=E_logs)
     out: dict = {
         "command": "python benchmarks/bench_routing.py " + " ".join(argv or sys.argv[1:]),

@@ -320,11 +320,9 @@ def main(argv: list[str] | None = None) -> int:
         slot_readers = crossfit_slot_readers(args.sgd, Path(args.out) / "readers", seed=args.seed)
     # the readers are opt-in on wf (step_reader / slot_reader, default None): a mode other than none
     # turns them on, and readers_as() then hands each fold its own
-    wf_extra: dict[str, Any] = {}
-    if args.reader != "none":
-        wf_extra["step_reader"] = "auto"
-    if has_slots and args.slot_reader != "none":
-        wf_extra["slot_reader"] = "auto"
+    wf_extra: dict[str, Any] = {"step_reader": None if args.reader == "none" else "auto"}
+    if has_slots:
+        wf_extra["slot_reader"] = None if args.slot_reader == "none" else "auto"
     results: dict[str, Any] = {
         "command": command,
         "track": {k: track.stats[k] for k in ("conformant", "forks_by_edit", "excluded") if k in track.stats},

@@ -93,13 +93,12 @@ TYPE_ORDER = (
 #: ``wf`` before the dialogue state (its role-free rules only), run beside it for the before/after table.
 BEFORE = "wf-before"
 #: Benchmark-only variants of a registered detector: name -> (registered name, constructor options).
-#: ``wf+step`` / ``wf+slot`` / ``wf+readers``: the learned step reader, slot reader or both turned on
-#: (issue 50; the shipped readers, which never saw STAR's human dialogues).
+#: ``wf-patterns``: the slot patterns alone, without the learned slot reader (``wf``'s default); ``wf+step``:
+#: the learned step reader turned on as well (issue 50; the shipped readers never saw STAR's human dialogues).
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     BEFORE: ("wf", {"state_rules": False}),
-    "wf+step": ("wf", {"step_reader": "auto"}),
-    "wf+slot": ("wf", {"slot_reader": "auto"}),
-    "wf+readers": ("wf", {"step_reader": "auto", "slot_reader": "auto"}),
+    "wf-patterns": ("wf", {"slot_reader": None}),  # the slot patterns alone (the default before 2026-12-05)
+    "wf+step": ("wf", {"step_reader": "auto"}),  # both readers (the slot reader is the default)
 }
 
 

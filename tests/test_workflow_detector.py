@@ -361,14 +361,18 @@ def test_workflow_detector_save_load_round_trip(wf, tmp_path, star):
     sspc = [d for d in test if d["hallucination_type"] == "SSPC"]
     assert back.predict_many(sspc) == det.predict_many(sspc)
     assert back.explain_many(sspc[:10]) == det.explain_many(sspc[:10])
-    # the saved detector records which readers it read with (opt-in: None by default); a folder saved
-    # with them loads with them, and a folder saved before the parameters loads without (as it was fitted)
+    # the saved detector records which readers it read with (the slot reader by default, the step
+    # reader opt-in); a folder saved with others loads with them, and a folder saved before the
+    # parameters loads without either (as it was fitted)
     import json
 
-    assert back.slot_reader is None and back.step_reader is None and back.rule_min_prob == det.rule_min_prob
+    assert back.slot_reader == "auto" and back.step_reader is None and back.rule_min_prob == det.rule_min_prob
     cfg_path = tmp_path / "wf" / "config.json"
     cfg = json.loads(cfg_path.read_text())
-    assert cfg["config"]["slot_reader"] is None and cfg["config"]["step_reader"] is None
+    assert cfg["config"]["slot_reader"] == "auto" and cfg["config"]["step_reader"] is None
+    cfg["config"].update(slot_reader=None)
+    cfg_path.write_text(json.dumps(cfg))
+    assert WorkflowDetector.load(tmp_path / "wf").slot_reader is None
     cfg["config"].update(slot_reader="auto", step_reader="auto")
     cfg_path.write_text(json.dumps(cfg))
     on = WorkflowDetector.load(tmp_path / "wf")
