@@ -317,16 +317,20 @@ def test_workflow_detector_catches_sspc_at_or_after_the_fork(wf, wf_order, star,
 def test_workflow_detector_step_equals_offline_with_the_order_rules(wf, wf_order):
     _, test = wf
     det = wf_order
-    rows = [d for d in test if d["hallucination_type"] in ("SSPC", None)][:16]
-    enc = det.get_encoder()
-    for d in rows:
-        E = enc.encode([t["text"] for t in d["turns"]])
-        state, devs = None, []
-        for t, e in zip(d["turns"], E):
-            state, r = det.step(state, t["speaker"], e, d["task"], text=t["text"])
-            if r.deviation is not None:
-                devs.append(r.deviation - r.threshold)
-        np.testing.assert_allclose(devs, det.turn_deviations([d], [E])[0], atol=1e-6)
+    for d in [d for d in test if d["hallucination_type"] in ("SSPC", None)][:16]:
+        _assert_step_equals_offline(det, d)
+
+
+def _assert_step_equals_offline(det, d):
+    """Fed one turn at a time through ``det.step`` (as the guard does), dialogue ``d``'s system turns
+    deviate as :meth:`WorkflowDetector.turn_deviations` says offline."""
+    E = det.get_encoder().encode([t["text"] for t in d["turns"]])
+    state, devs = None, []
+    for t, e in zip(d["turns"], E):
+        state, r = det.step(state, t["speaker"], e, d["task"], text=t["text"])
+        if r.deviation is not None:
+            devs.append(r.deviation - r.threshold)
+    np.testing.assert_allclose(devs, det.turn_deviations([d], [E])[0], atol=1e-6)
 
 
 def test_workflow_detector_streaming_equals_offline_and_routes(wf):
@@ -658,15 +662,8 @@ def test_with_the_slot_reader_streaming_equals_offline_and_encodes_each_system_t
     against it): streaming gives the offline deviations, and the reader holds those turns."""
     det = WorkflowDetector(workflow=car_file, slot_reader="auto").fit(None)
     reader = det._slot_read().args[0]
-    enc = det.get_encoder()
     for d in [_booking(1), _booking(2, "Friday", closing_first=True)]:
-        E = enc.encode([t["text"] for t in d["turns"]])
-        state, devs = None, []
-        for t, e in zip(d["turns"], E):
-            state, r = det.step(state, t["speaker"], e, d["task"], text=t["text"])
-            if r.deviation is not None:
-                devs.append(r.deviation - r.threshold)
-        np.testing.assert_allclose(devs, det.turn_deviations([d], [E])[0], atol=1e-6)
+        _assert_step_equals_offline(det, d)
         for t in d["turns"]:
             if t["speaker"] == "system":
                 assert t["text"] in reader.memo
