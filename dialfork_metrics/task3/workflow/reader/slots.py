@@ -17,6 +17,11 @@ else (free text: symptoms, a message) the user turn itself. A slot of a checkabl
 (:data:`CHECKED_TYPES`: a categorical slot with categories, a date, time, weekday or number) with
 no value in the turn is not given, whatever the classifier says.
 
+``WorkflowDetector`` reads with it by default (``slot_reader="auto"``). A read encodes the user turn
+alone: the reader holds the slot texts it has encoded and the system turns its caller has
+(:meth:`SlotReader.remember`; the guard hands over each system turn's embedding), in a bounded
+:class:`TextMemo`.
+
 Training data (:func:`sgd_user_turns`): the user turns of ``../shared/sgd``; the slots a turn gives
 are those of its ``INFORM`` acts, with their values. Never STAR's human dialogues (a test checks).
 SGD's state also changes on a turn that accepts a system offer or confirmation ("Yes, that one");
