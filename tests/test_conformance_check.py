@@ -303,6 +303,24 @@ def test_the_check_rejects_another_workflows_turns_and_counts_skipped_steps(real
         check.check("hotel_book", ["Hi"])
 
 
+def test_the_check_reads_with_the_step_reader_when_asked(real, star_dir):
+    """``step_reader="auto"``: the shipped step reader picks the steps (the packaged MiniLM is its
+    encoder); the template D+ still pass and another workflow's turn is still rejected."""
+    from dialfork_dataset.star import StarCorpus
+    from dialfork_metrics.task3.workflow.conformance import WorkflowConformance
+
+    recs, plain = real
+    check = WorkflowConformance(step_reader="auto").fit(StarCorpus(star_dir), list(TASKS))
+    assert check.assigner_.reader_ is not None and plain.assigner_.reader_ is None
+    heads = [r for r in recs if r["hallucination_type"] is None]
+    res = check.check_many(
+        [(r["task"], [t["text"] for t in r["turns"] if t["speaker"] == "system"]) for r in heads]
+    )
+    assert all(x["conformant"] for x in res)
+    x = check.check("weather", ["Hello, how can I help you?", "Could you tell me your account PIN, please?"])
+    assert x["off_workflow"] == [2] and not x["conformant"]
+
+
 def test_the_check_validates_its_parameters():
     from dialfork_metrics.task3.workflow.conformance import WorkflowConformance
 

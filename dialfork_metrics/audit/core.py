@@ -416,6 +416,7 @@ def run_conversations(
     show_progress: bool = True,
     user_client: Any = None,
     tools: Any = None,
+    step_reader: Any = None,
 ) -> None:
     """Run every job not yet in ``store`` (``concurrency`` conversations at once).
 
@@ -434,6 +435,8 @@ def run_conversations(
         show_progress: Show a progress bar (default True).
         user_client: The LLM user's client; None: the template user.
         tools: A :class:`ToolAgent`; None: no tools.
+        step_reader: The learned step reader of the step matching (``"auto"``, a folder); None:
+            cosine only.
     """
     from tqdm.auto import tqdm
 
@@ -452,7 +455,7 @@ def run_conversations(
     if todo:
         # one node assigner over every task of the source (the other tasks are the rivals that
         # reject a turn of another workflow); the floor read off the workflow's own phrasings
-        assigner = fit_workflow_assigner(corpus, enc, min_similarity)
+        assigner = fit_workflow_assigner(corpus, enc, min_similarity, step_reader)
     for j in todo:
         if j.task.name not in matchers:
             matchers[j.task.name] = AssignerStepMatcher(assigner, j.task.name, backend.model(j.task))
@@ -560,6 +563,7 @@ def audit_agent(
     max_tool_rounds: int | None = None,
     show_progress: bool = True,
     cli_hints: bool = False,
+    step_reader: str | None = None,
 ):
     """Audit the agent served at ``agent`` (OpenAI-compatible API root) as ``model``.
 
@@ -620,6 +624,9 @@ def audit_agent(
         show_progress: Show a tqdm bar over the dialogues.
         cli_hints: Endpoint error hints name the command-line flags (``--agent``, ``--model``,
             ``--user``, ``--user-model``) instead of Python calls (``python -m dialfork_metrics.audit``).
+        step_reader: The learned step reader of the step matching that plays the user (``"auto"``: the
+            shipped one when the encoder is the packaged MiniLM; a folder); None (default): cosine
+            only. The detectors take theirs in ``detector_options`` (``step_reader``).
 
     Returns:
         The :class:`~dialfork_metrics.audit.report.AuditReport`, one dict of figures per task;
@@ -718,6 +725,7 @@ def audit_agent(
         show_progress,
         user_client,
         tool_agent,
+        step_reader,
     )
     ids = {j.dialogue_id for j in jobs}
     if ids and all(i in store.failed for i in ids):

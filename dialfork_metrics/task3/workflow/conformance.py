@@ -80,6 +80,9 @@ class WorkflowConformance:
         max_off_workflow: Most off-workflow system turns (ours, 0).
         min_similarity: The node assigner's own-workflow floor; None (default) reads it off the
             workflow's own phrasings (:func:`~dialfork_metrics.task3.workflow.rules.auto_min_similarity`).
+        step_reader: The learned step reader of the node assigner (``"auto"``: the shipped one, used
+            when the encoder is the packaged MiniLM; a folder; None, the default: cosine only, as
+            ``wf``'s default).
 
     Fitted attributes (after :meth:`fit`): ``assigner_`` (the fitted node assigner) and ``models_``
     (task -> its workflow model, for the happy path).
@@ -99,11 +102,13 @@ class WorkflowConformance:
         min_coverage: float = DEFAULT_MIN_COVERAGE,
         max_off_workflow: int = DEFAULT_MAX_OFF_WORKFLOW,
         min_similarity: float | None = None,
+        step_reader: str | None = None,
     ):
         self.encoder = encoder
         self.min_coverage = min_coverage
         self.max_off_workflow = max_off_workflow
         self.min_similarity = min_similarity
+        self.step_reader = step_reader
 
     def _check_params(self) -> None:
         errs = []
@@ -153,7 +158,9 @@ class WorkflowConformance:
                 f"WorkflowConformance.fit: unknown task(s) {', '.join(map(repr, unknown))}; the source "
                 f"has {', '.join(sorted(source.tasks))}"
             )
-        assigner = fit_workflow_assigner(source, self.encoder, self.min_similarity)
+        assigner = fit_workflow_assigner(
+            source, self.encoder, self.min_similarity, getattr(self, "step_reader", None)
+        )
         backend = TemplateBackend()
         backend.bind_corpus(source)
         self.models_ = {t: backend.model(source.tasks[t]) for t in names}

@@ -423,7 +423,9 @@ def auto_min_similarity(assigner: NodeAssigner, quantile: float = 0.05) -> float
     return float(np.clip(np.quantile(v, quantile), 0.3, 0.6))
 
 
-def fit_workflow_assigner(source: Any, encoder: Any, min_similarity: float | None = None) -> NodeAssigner:
+def fit_workflow_assigner(
+    source: Any, encoder: Any, min_similarity: float | None = None, reader: Any = None
+) -> NodeAssigner:
     """A node assigner over every task of ``source`` (the other tasks are the rivals that reject a
     turn of another workflow), its own-workflow floor read off the workflow's own phrasings
     (:func:`auto_min_similarity`) unless given: what the audit's step coverage and the check of
@@ -433,11 +435,13 @@ def fit_workflow_assigner(source: Any, encoder: Any, min_similarity: float | Non
         source: A workflow source (every task is read).
         encoder: The assigner's encoder (alias, path or object with ``encode``).
         min_similarity: The floor; None reads it off the workflow texts.
+        reader: The learned step reader (``NodeAssigner(reader=)``: ``"auto"``, a folder or a
+            :class:`~.reader.steps.StepReader`); None: cosine only.
 
     Returns:
         NodeAssigner: The fitted assigner.
     """
-    assigner = NodeAssigner(encoder, min_similarity=0.0).fit(source)
+    assigner = NodeAssigner(encoder, min_similarity=0.0, reader=reader).fit(source)
     assigner.min_similarity = (
         auto_min_similarity(assigner) if min_similarity is None else float(min_similarity)
     )
