@@ -312,6 +312,25 @@ def test_text_memo_is_bounded_least_recently_used():
     memo = S.TextMemo(max_texts=2)
     memo.put("a", np.zeros(3))
     memo.put("b", np.ones(3))
-    assert memo["a"].dtype == np.float32  # reading "a" makes "b" the oldest
+    assert memo.get("a").dtype == np.float32  # reading "a" makes "b" the oldest
     memo.put("c", np.ones(3))
-    assert list(memo) == ["a", "c"]
+    assert list(memo) == ["a", "c"] and "b" not in memo and memo.get("b") is None and len(memo) == 2
+
+
+def test_text_memo_shared_between_threads_keeps_its_bound():
+    """Readers of many guard sessions may share one memo: lookups and insertions from several
+    threads never fail, and the memo never holds more than its bound."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    memo = S.TextMemo(max_texts=8)
+
+    def work(k: int) -> int:
+        hits = 0
+        for i in range(400):
+            memo.put(f"t{(k * 7 + i) % 20}", np.full(3, i, dtype=np.float32))
+            hits += memo.get(f"t{(k + i) % 20}") is not None
+        return hits
+
+    with ThreadPoolExecutor(4) as pool:
+        assert all(h >= 0 for h in pool.map(work, range(8)))
+    assert len(memo) <= 8 and all(memo.get(t) is not None for t in list(memo))

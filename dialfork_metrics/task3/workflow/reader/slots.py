@@ -48,6 +48,7 @@ import logging
 import math
 import re
 import sys
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
@@ -339,30 +340,53 @@ def _encode(
     """Each distinct non-blank text's embedding: from ``memo`` where it has it, the rest in one
     encoder call."""
     uniq = [t for t in dict.fromkeys(texts) if t.strip()]
-    out = {t: memo[t] for t in uniq if memo is not None and t in memo}
+    held = {t: memo.get(t) for t in uniq} if memo is not None else {}
+    out = {t: v for t, v in held.items() if v is not None}
     new = [t for t in uniq if t not in out]
     if new:
         out.update(zip(new, np.asarray(encoder.encode(new), dtype=np.float32)))
     return out
 
 
-class TextMemo(OrderedDict):
+class TextMemo:
     """Embeddings the reader holds itself, least recently used dropped past ``max_texts``: the slot
     texts (constants of a workflow, encoded once) and the system turns the caller already encoded
-    (:meth:`SlotReader.remember`), so that reading a user turn encodes that turn alone.
+    (:meth:`SlotReader.remember`), so that reading a user turn encodes that turn alone. Safe to share
+    between threads (one lock around each lookup and insertion).
 
     Args:
         max_texts: The most texts held.
     """
 
     def __init__(self, max_texts: int = 4096):
-        super().__init__()
         self.max_texts = int(max_texts)
+        self._rows: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._lock = threading.Lock()
 
-    def __getitem__(self, key: str) -> np.ndarray:
-        value = super().__getitem__(key)
-        self.move_to_end(key)
-        return value
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._rows
+
+    def __iter__(self):
+        with self._lock:
+            return iter(list(self._rows))
+
+    def get(self, key: str) -> np.ndarray | None:
+        """``key``'s embedding (it becomes the most recently used), or None.
+
+        Args:
+            key: The text.
+
+        Returns:
+            np.ndarray | None: The float32 embedding.
+        """
+        with self._lock:
+            value = self._rows.get(key)
+            if value is not None:
+                self._rows.move_to_end(key)
+            return value
 
     def put(self, key: str, value: np.ndarray) -> None:
         """Hold ``key``'s embedding (float32), dropping the least recently used past the bound.
@@ -371,10 +395,12 @@ class TextMemo(OrderedDict):
             key: The text.
             value: Its embedding.
         """
-        self[key] = np.asarray(value, dtype=np.float32)
-        self.move_to_end(key)
-        while len(self) > self.max_texts:
-            self.popitem(last=False)
+        row = np.asarray(value, dtype=np.float32)
+        with self._lock:
+            self._rows[key] = row
+            self._rows.move_to_end(key)
+            while len(self._rows) > self.max_texts:
+                self._rows.popitem(last=False)
 
 
 def pair_features(
