@@ -565,23 +565,29 @@ class WorkflowDetector(BaseEstimator):
         self._slot_read_cache = (spec, read)
         return read
 
-    def _remember_for_slots(self, text: str | None, embedding: Any) -> None:
-        """Hand a system turn's embedding to the slot reader (when it reads with this detector's
-        encoder), so that the user turn answering it is the only text a read encodes."""
+    def _slot_memo(self) -> Any:
+        """The slot reader when it reads with this detector's encoder (it may then hold the
+        detector's system-turn embeddings, :meth:`~.reader.slots.SlotReader.remember`), else None;
+        decided once per slot reader."""
         read = self._slot_read()
-        if read is None or not text or embedding is None:
-            return
-        reader = read.args[0]
-        enc = self.get_encoder()
-        if getattr(enc, "model_id", None) == reader.fingerprint.get("encoder"):
-            reader.remember(text, embedding)
+        if read is None:
+            return None
+        cached = getattr(self, "_slot_memo_cache", None)
+        if cached is None or cached[0] is not read:
+            reader = read.args[0]
+            same = getattr(self.get_encoder(), "model_id", None) == reader.fingerprint.get("encoder")
+            cached = self._slot_memo_cache = (read, reader if same else None)
+        return cached[1]
 
     def _remember_rows(self, turns, E: np.ndarray, rows: Sequence[int]) -> None:
-        """:meth:`_remember_for_slots` for every system turn of a dialogue scored offline."""
-        if getattr(self, "slot_reader", None) is None:
+        """Hand the slot reader the embeddings of a dialogue's system turns ``rows`` (:meth:`_slot_memo`),
+        so that a user turn answering one is the only text a read encodes."""
+        reader = self._slot_memo()
+        if reader is None:
             return
         for r in rows:
-            self._remember_for_slots(turns[r].get("text"), E[r])
+            if turns[r].get("text"):
+                reader.remember(turns[r]["text"], E[r])
 
     def _state_args(self, task: str) -> tuple[Any, frozenset[str], Mapping[str, Any]]:
         """What the dialogue-state rules read of a fitted task: its structure, the steps never
@@ -979,8 +985,8 @@ class WorkflowDetector(BaseEstimator):
                 st["dialogue"] = observe_user(dstate, text or "", st["turn"] - 1, roles, read).to_dict()
             return st, WorkflowStepResult(None, False, None, thr, None, None, None)
         a = self.assigner_.assign(task, np.asarray(embedding, dtype=np.float64).reshape(1, -1))
-        if roles is not None:
-            self._remember_for_slots(text, embedding)
+        if roles is not None and text and (reader := self._slot_memo()) is not None:
+            reader.remember(text, embedding)
         st["system_turn"] += 1
         st["nodes"].append(a.nodes[0])
         st["answered"].append(False)

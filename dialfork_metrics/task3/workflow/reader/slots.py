@@ -334,9 +334,7 @@ def _cues(
 
 
 # ----------------------------------------------------------------------------- features
-def _encode(
-    encoder: Any, texts: Sequence[str], memo: Mapping[str, np.ndarray] | None = None
-) -> dict[str, np.ndarray]:
+def _encode(encoder: Any, texts: Sequence[str], memo: TextMemo | None = None) -> dict[str, np.ndarray]:
     """Each distinct non-blank text's embedding: from ``memo`` where it has it, the rest in one
     encoder call."""
     uniq = [t for t in dict.fromkeys(texts) if t.strip()]
